@@ -1,0 +1,59 @@
+r"""How focused is an attention row? Entropy and related measures.
+
+For one query's weights :math:`a_1..a_n` (non-negative, summing to one) the Shannon entropy is
+:math:`H = -\sum_j a_j \ln a_j` nats, with :math:`0 \ln 0 = 0`. It is 0 when all weight sits on one
+key and :math:`\ln n` when the weight is spread evenly over ``n`` keys.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._checks import require_min_dim, require_positive_int, require_tensor
+
+__all__ = ["attention_entropy", "max_entropy", "normalized_entropy", "effective_keys", "max_weight"]
+
+
+def _check_weights(weights) -> torch.Tensor:
+    require_tensor("weights", weights, floating=True)
+    require_min_dim("weights", weights, 1, "(..., n_k)")
+    return weights
+
+
+def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy in nats over the last dim: ``(..., n_k) -> (...)``; ``0 * ln 0 = 0``."""
+    _check_weights(weights)
+    return torch.special.entr(weights).sum(dim=-1)
+
+
+def max_entropy(n: int) -> float:
+    """``ln n``: the entropy of the uniform distribution over ``n`` keys (the ceiling)."""
+    require_positive_int("n", n)
+    return math.log(n)
+
+
+def normalized_entropy(weights: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Entropy divided by its ceiling ``ln(visible keys)``, in ``[0, 1]``: ``(..., n_k) -> (...)``.
+
+    A row with a single visible key (ceiling 0) gets 0.
+    """
+    _check_weights(weights)
+    if mask is None:
+        visible = torch.full(weights.shape[:-1], weights.shape[-1], dtype=weights.dtype)
+    else:
+        visible = torch.broadcast_to(mask, weights.shape).sum(dim=-1).to(weights.dtype)
+    ceiling = torch.log(visible.clamp_min(1.0))
+    entropy = attention_entropy(weights)
+    return torch.where(ceiling > 0, entropy / ceiling.clamp_min(1e-12), torch.zeros_like(entropy))
+
+
+def effective_keys(weights: torch.Tensor) -> torch.Tensor:
+    """``exp(entropy)``: how many keys the row is spread over (1 = one-hot, n = uniform)."""
+    return torch.exp(attention_entropy(weights))
+
+
+def max_weight(weights: torch.Tensor) -> torch.Tensor:
+    """The largest weight in each row: ``(..., n_k) -> (...)``."""
+    return _check_weights(weights).amax(dim=-1)

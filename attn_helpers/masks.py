@@ -1,0 +1,78 @@
+"""Boolean attention masks. ``True`` means "this query may attend to this key".
+
+Every mask here has the same meaning as a boolean ``attn_mask`` for
+``torch.nn.functional.scaled_dot_product_attention`` and for
+:func:`attn_helpers.scaled_dot_product_attention`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._checks import require_positive_int, require_tensor, shape
+
+__all__ = ["causal_mask", "padding_mask", "sliding_window_mask", "key_padding_to_attention_mask"]
+
+
+def _offsets(n: int, device) -> torch.Tensor:
+    """``(n, n)`` tensor holding ``i - j`` for query ``i`` and key ``j``."""
+    positions = torch.arange(n, device=device)
+    return positions[:, None] - positions[None, :]
+
+
+def causal_mask(n: int, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """``(n, n)`` bool, True on and below the diagonal: query ``i`` sees keys ``0..i``."""
+    require_positive_int("n", n)
+    return _offsets(n, device) >= 0
+
+
+def padding_mask(lengths, max_len: int | None = None) -> torch.Tensor:
+    """``(batch, max_len)`` bool, True at the real (non-pad) positions of each sequence.
+
+    Args:
+        lengths: ``(batch,)`` integer tensor (or list) of true lengths, each in ``0..max_len``.
+        max_len: padded length; defaults to the largest length.
+    """
+    if isinstance(lengths, (list, tuple)):
+        lengths = torch.tensor(lengths, dtype=torch.long)
+    require_tensor("lengths", lengths)
+    if lengths.dim() != 1:
+        raise ValueError(f"lengths must be 1-D (batch,), got shape {shape(lengths)}")
+    if lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must hold integers, got dtype {lengths.dtype}")
+    if max_len is None:
+        max_len = int(lengths.max()) if lengths.numel() else 0
+    require_positive_int("max_len", max_len, allow_zero=True)
+    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > max_len):
+        raise ValueError(
+            f"every length must lie in 0..max_len={max_len}, got lengths {lengths.tolist()}"
+        )
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def sliding_window_mask(
+    n: int, window: int, causal: bool = True, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """``(n, n)`` bool local-attention mask.
+
+    With ``causal=True``: True where ``0 <= i - j < window`` (each query sees itself and the
+    ``window - 1`` keys before it). With ``causal=False``: True where ``|i - j| < window``.
+    """
+    require_positive_int("n", n)
+    require_positive_int("window", window)
+    offsets = _offsets(n, device)
+    if causal:
+        return (offsets >= 0) & (offsets < window)
+    return offsets.abs() < window
+
+
+def key_padding_to_attention_mask(key_padding: torch.Tensor) -> torch.Tensor:
+    """Turn a ``(batch, n_k)`` padding mask into ``(batch, 1, n_k)``, broadcastable to the
+    ``(batch, n_q, n_k)`` attention scores (every query sees only the real keys)."""
+    require_tensor("key_padding", key_padding)
+    if key_padding.dtype != torch.bool or key_padding.dim() != 2:
+        raise ValueError(
+            f"key_padding must be a bool tensor (batch, n_k), got {key_padding.dtype} "
+            f"shape {shape(key_padding)}"
+        )
+    return key_padding[:, None, :]
