@@ -34,7 +34,7 @@ def setup(seed: int = 0) -> torch.Generator:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     random.seed(seed)
-    np.random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 (seeds the legacy global stream learners may use)
     torch.manual_seed(seed)
     torch.set_printoptions(precision=4, sci_mode=False, linewidth=100)
     np.set_printoptions(precision=4, suppress=True, linewidth=100)

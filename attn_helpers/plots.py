@@ -22,6 +22,7 @@ __all__ = [
     "SCORES_CMAP",
     "MASKED_COLOR",
     "weights_cmap",
+    "ceiling_staircase",
     "to_numpy",
     "heatmap",
     "entropy_bars",
@@ -57,6 +58,13 @@ def _check_labels(name: str, labels, n: int) -> list[str]:
 def label_fontsize(n: int) -> float:
     """A tick-label size that stays readable from 4 to 64 tokens."""
     return float(np.clip(11 - 0.1 * n, 5, 10))
+
+
+def ceiling_staircase(ceilings) -> tuple[np.ndarray, np.ndarray]:
+    """x and y of a dashed staircase that spans each bar's row at ``x = ceilings[row]``."""
+    ceilings = to_numpy(ceilings)
+    rows = np.arange(len(ceilings))
+    return np.repeat(ceilings, 2), np.stack([rows - 0.5, rows + 0.5], 1).ravel()
 
 
 def heatmap(
@@ -112,7 +120,8 @@ def heatmap(
                 if np.ma.is_masked(shown[i, j]):
                     continue
                 colour = "white" if dark[i, j] else "black"
-                ax.text(j, i, f"{data[i, j]:.2f}", ha="center", va="center", fontsize=size - 1,
+                value = 0.0 if abs(data[i, j]) < 0.005 else data[i, j]  # no "-0.00"
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=size - 1,
                         color=colour)
     if colorbar:
         ax.figure.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
@@ -143,7 +152,7 @@ def entropy_bars(
     visible = np.full(n_q, n_k) if mask is None else to_numpy(
         np.broadcast_to(to_numpy(mask), (n_q, n_k))).sum(axis=1)
     ceilings = np.log(np.maximum(visible, 1))
-    ax.step(ceilings, np.arange(n_q), where="mid", color="#c0392b", linestyle="--",
+    ax.plot(*ceiling_staircase(ceilings), color="#c0392b", linestyle="--",
             label="ceiling ln(visible keys)" if mask is not None else f"ln n = {np.log(n_k):.2f}")
     ax.set_yticks(range(n_q), labels, fontsize=label_fontsize(n_q))
     ax.set_ylim(n_q - 0.5, -0.5)
