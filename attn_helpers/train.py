@@ -81,9 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         size = checkpoint_path(name).stat().st_size
         print(f"{name}: trained in {seconds:.1f} s, saved {checkpoint_path(name)} ({size:,} bytes)")
         for key, value in metadata.items():
-            print(f"  {key}: {value}")
+            text = str(value)
+            print(f"  {key}: {text if len(text) <= 100 else text[:97] + '...'}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m` runs this file as __main__, a second copy of the module; recipes register in
+    # the imported attn_helpers.train, so run that copy's main.
+    from attn_helpers.train import main as registered_main
+
+    sys.exit(registered_main())

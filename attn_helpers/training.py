@@ -8,7 +8,8 @@ re-creates one) and notebooks load it with :func:`load_checkpoint`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 __all__ = [
+    "single_thread",
     "TrainResult",
     "train",
     "CHECKPOINT_DIR",
@@ -27,6 +29,22 @@ __all__ = [
 ]
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
+
+
+@contextmanager
+def single_thread() -> Iterator[None]:
+    """Run the block with one torch thread, then restore the previous count.
+
+    For the course's tiny models one thread is faster than several (no synchronisation, no
+    contention on a busy machine), and it makes the floating-point summation order, hence the
+    trained weights, the same whatever ``OMP_NUM_THREADS`` is.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 @dataclass
@@ -56,6 +74,7 @@ def train(
     eval_every: int = 0,
     progress: bool = True,
     description: str = "training",
+    single_threaded: bool = False,
 ) -> TrainResult:
     """Train ``model`` with Adam for ``steps`` steps, deterministically for a given ``seed``.
 
@@ -67,7 +86,14 @@ def train(
             the end, in eval mode and without gradients.
         progress: show a progress bar (tqdm; a widget in notebooks). Pass ``False`` in cells whose
             output nbval compares.
+        single_threaded: train on one torch thread (see :func:`single_thread`): faster for tiny
+            models, and the result no longer depends on ``OMP_NUM_THREADS``.
     """
+    if single_threaded:
+        with single_thread():
+            return train(model, make_batch, loss_fn, steps=steps, lr=lr, seed=seed,
+                         clip_grad=clip_grad, evaluate=evaluate, eval_every=eval_every,
+                         progress=progress, description=description)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
     if not lr > 0:

@@ -29,6 +29,7 @@ from matplotlib.patches import Rectangle
 
 from ..entropy import attention_entropy, max_entropy
 from ..plots import ceiling_staircase, label_fontsize, to_numpy, weights_cmap
+from ..training import single_thread
 
 __all__ = [
     "AttentionFrame",
@@ -206,8 +207,7 @@ class AttentionPanel:
         self.bars.set_segments([[(0, i), (0, i)] for i in range(n_q)])
         self.ax_entropy.set_yticks(range(n_q), [""] * n_q)
         self.ax_entropy.set_xlim(0, max(max_entropy(n_k), 0.1) * 1.12)
-        self.ax_entropy.set_xlabel(f"nats\n(dashed: ceiling, ln {n_k} = {max_entropy(n_k):.2f})",
-                                   fontsize=9)
+        self.ax_entropy.set_xlabel(f"nats\nceiling ln {n_k} = {max_entropy(n_k):.2f}", fontsize=8)
         self.shape = (n_q, n_k)
         self.labels = (tuple(query_labels), tuple(key_labels))
         self.blit.invalidate()
@@ -291,7 +291,9 @@ class LiveAttentionWidget:
         self.compute = compute
         self.controls = dict(controls)
         self.view = view if view is not None else AttentionView()
-        self.image = widgets.Image(format="png")
+        # natural size, not stretched by the flex box; shrinks on narrow screens
+        self.image = widgets.Image(format="png", layout=widgets.Layout(
+            width="auto", max_width="100%", height="auto", align_self="flex-start"))
         self.readout_html = widgets.HTML()
         self.error_html = widgets.HTML()
         self.frame: AttentionFrame | None = None
@@ -315,10 +317,14 @@ class LiveAttentionWidget:
 
     @property
     def readouts(self) -> dict:
-        """The readouts of the frame on show, formatted as text."""
+        """The readouts of the frame on show, formatted as text. Every widget reports entropy:
+        when the frame's readouts name none, the mean entropy over its query rows is added."""
         if self.frame is None:
             return {}
-        return {name: _format_readout(value) for name, value in self.frame.readouts.items()}
+        readouts = dict(self.frame.readouts)
+        if not any("entropy" in name for name in readouts):
+            readouts["mean entropy (nats)"] = self.frame.entropy.mean().item()
+        return {name: _format_readout(value) for name, value in readouts.items()}
 
     def _on_change(self, _change) -> None:
         if not self._holding:
@@ -327,8 +333,9 @@ class LiveAttentionWidget:
     def refresh(self) -> None:
         """Recompute the frame from the controls and redraw; errors are shown, not swallowed."""
         try:
-            frame = self.compute(**self.values)
-            png = self.view.update(frame)
+            with single_thread():  # tiny tensors: threads only add waiting, and results vary
+                frame = self.compute(**self.values)
+                png = self.view.update(frame)
         except Exception as exc:  # shown to the learner inside the widget
             self.error = f"{type(exc).__name__}: {exc}"
             self.error_html.value = (
@@ -344,7 +351,7 @@ class LiveAttentionWidget:
             f"<td><code>{html.escape(v)}</code></td></tr>"
             for k, v in self.readouts.items()
         )
-        self.readout_html.value = f"<table>{rows}</table>"
+        self.readout_html.value = f"<table class='attn-readouts'>{rows}</table>"
 
     def set(self, **values) -> dict:
         """Move several controls at once (one redraw) and return the new readouts."""

@@ -48,7 +48,7 @@ class LookupView:
         self.blit = BlitFigure(figsize)
         figure = self.blit.figure
         grid = figure.add_gridspec(2, 2, width_ratios=[1, 1.45], height_ratios=[1, 1.5],
-                                   left=0.06, right=0.97, bottom=0.1, top=0.93, wspace=0.2,
+                                   left=0.06, right=0.95, bottom=0.1, top=0.93, wspace=0.2,
                                    hspace=0.75)
         self.ax_plane = figure.add_subplot(grid[:, 0])
         self.ax_plane.set_xlim(-limit, limit)

@@ -1,0 +1,191 @@
+r"""Position information for attention: sinusoidal, learned, rotary (RoPE) and ALiBi.
+
+Attention on its own is order-blind: permuting the tokens permutes the outputs. Each scheme here
+injects position in a different place:
+
+* :func:`sinusoidal_encoding` (Vaswani et al., 2017) and :class:`LearnedPositionalEmbedding` are
+  *added* to the token embeddings;
+* :func:`apply_rope` (Su et al., RoFormer, 2021) *rotates* queries and keys, so their dot product
+  depends on the offset ``m - n`` only;
+* :func:`alibi_bias` (Press et al., ALiBi, 2022) *adds* ``-slope * distance`` to the scores.
+
+Layout of the sinusoidal encoding (the course's contract), for ``i = 0 .. d/2 - 1``:
+
+.. math::  PE[p, 2i] = \sin(p\,\omega_i),\quad PE[p, 2i+1] = \cos(p\,\omega_i),
+           \quad \omega_i = 10000^{-2i/d}.
+
+RoPE uses the same pairs ``(2i, 2i+1)`` and the same frequencies ``omega_i``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ._checks import require_min_dim, require_positive_int, require_tensor, shape
+
+__all__ = [
+    "frequencies",
+    "sinusoidal_encoding",
+    "pair_rotation",
+    "LearnedPositionalEmbedding",
+    "apply_rope",
+    "alibi_slopes",
+    "alibi_bias",
+]
+
+
+def _require_even(name: str, value: int) -> int:
+    require_positive_int(name, value)
+    if value % 2:
+        raise ValueError(f"{name} must be even (sin/cos pairs), got {value}")
+    return value
+
+
+def frequencies(d_model: int, base: float = 10000.0, *, dtype=torch.float64) -> torch.Tensor:
+    """``(d_model // 2,)`` angular frequencies ``omega_i = base^(-2i / d_model)``, fastest first."""
+    _require_even("d_model", d_model)
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"base must be a number > 1, got {base!r}")
+    exponents = torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+    return (float(base) ** -exponents).to(dtype)
+
+
+def sinusoidal_encoding(
+    n_positions: int, d_model: int, *, base: float = 10000.0, dtype=torch.float32
+) -> torch.Tensor:
+    """The fixed sinusoidal encoding of Vaswani et al. (2017): ``(n_positions, d_model)``.
+
+    ``PE[p, 2i] = sin(p / base^(2i/d))`` and ``PE[p, 2i+1] = cos(p / base^(2i/d))``. Every row has
+    squared norm ``d_model / 2``. Computed in float64, returned in ``dtype``.
+    """
+    require_positive_int("n_positions", n_positions)
+    omega = frequencies(d_model, base)
+    angles = torch.arange(n_positions, dtype=torch.float64)[:, None] * omega[None, :]
+    encoding = torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1)  # (n, d/2, 2)
+    return encoding.reshape(n_positions, d_model).to(dtype)
+
+
+def pair_rotation(offset: float, d_model: int, pair: int, *, base: float = 10000.0) -> torch.Tensor:
+    """The ``(2, 2)`` matrix ``R`` with ``R @ PE[p, 2i:2i+2] = PE[p + offset, 2i:2i+2]`` for every ``p``.
+
+    With ``(sin a, cos a)`` in a pair and ``b = offset * omega_i``:
+    ``(sin(a+b), cos(a+b)) = [[cos b, sin b], [-sin b, cos b]] @ (sin a, cos a)``, a rotation by
+    ``-b`` that depends on the offset but not on ``p``. Returned in float64.
+    """
+    omega = frequencies(d_model, base)
+    if isinstance(pair, bool) or not isinstance(pair, int) or not 0 <= pair < len(omega):
+        raise ValueError(f"pair must be an int in 0..{len(omega) - 1}, got {pair!r}")
+    b = float(offset) * float(omega[pair])
+    c, s = math.cos(b), math.sin(b)
+    return torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """One trainable vector per absolute position (BERT, GPT-2), added to the token embeddings.
+
+    ``forward(x (..., n, d_model)) -> x + P[:n]``; ``n`` may not exceed ``max_len``: a learned
+    table has nothing to say about positions it never had a row for.
+    """
+
+    def __init__(self, max_len: int, d_model: int, *, init_std: float = 0.02):
+        super().__init__()
+        require_positive_int("max_len", max_len)
+        require_positive_int("d_model", d_model)
+        self.max_len, self.d_model = max_len, d_model
+        self.weight = nn.Parameter(torch.randn(max_len, d_model) * init_std)
+
+    def encoding(self, n: int) -> torch.Tensor:
+        """``(n, d_model)``: the rows for positions ``0..n-1``."""
+        require_positive_int("n", n)
+        if n > self.max_len:
+            raise ValueError(f"sequence length n={n} is longer than max_len={self.max_len}")
+        return self.weight[:n]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        require_tensor("x", x, floating=True)
+        require_min_dim("x", x, 2, "(..., n, d_model)")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must end in d_model={self.d_model}, got shape {shape(x)}")
+        return x + self.encoding(x.shape[-2]).to(x.dtype)
+
+
+def apply_rope(
+    x: torch.Tensor, positions: torch.Tensor | None = None, *, base: float = 10000.0
+) -> torch.Tensor:
+    """Rotary position embedding (RoFormer): rotate each pair ``(x[2i], x[2i+1])`` by ``p * omega_i``.
+
+    ``x'[2i] = x[2i] cos(p w_i) - x[2i+1] sin(p w_i)``,
+    ``x'[2i+1] = x[2i] sin(p w_i) + x[2i+1] cos(p w_i)``.
+    Applied to queries at positions ``m`` and keys at positions ``n``, the score
+    ``rope(q, m) . rope(k, n)`` depends on ``m - n`` only, and norms are unchanged.
+
+    Args:
+        x: ``(..., n, d)`` with ``d`` even.
+        positions: ``(n,)`` (or broadcastable to ``x.shape[:-1]``) positions, integer or float;
+            defaults to ``0..n-1``.
+
+    Returns:
+        ``(..., n, d)``, same dtype as ``x``.
+    """
+    require_tensor("x", x, floating=True)
+    require_min_dim("x", x, 2, "(..., n, d)")
+    d = x.shape[-1]
+    if d == 0 or d % 2:
+        raise ValueError(f"the last dimension of x must be even (pairs), got shape {shape(x)}")
+    if positions is None:
+        positions = torch.arange(x.shape[-2], device=x.device)
+    require_tensor("positions", positions)
+    try:
+        batch = torch.broadcast_shapes(positions.shape, x.shape[:-1])
+    except RuntimeError:
+        batch = None
+    if batch != x.shape[:-1]:
+        raise ValueError(
+            f"positions of shape {shape(positions)} do not broadcast to x's (..., n) = "
+            f"{tuple(x.shape[:-1])}"
+        )
+    omega = frequencies(d, base).to(x.device)
+    angles = positions.to(torch.float64)[..., None] * omega  # (..., n, d/2)
+    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
+    return rotated.flatten(-2)
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """``(num_heads,)`` ALiBi slopes (Press et al., 2022), float64.
+
+    For ``h`` a power of two the slopes are the geometric sequence ``2^(-8/h), 2^(-16/h), ...,
+    2^(-8)``. Otherwise, with ``c`` the largest power of two below ``h``, the paper takes the ``c``
+    slopes for ``c`` heads, then every other slope of the sequence for ``2c`` heads
+    (``2^(-4/c), 2^(-12/c), ...``) until there are ``h``.
+    """
+    require_positive_int("num_heads", num_heads)
+
+    def power_of_two(h: int) -> list[float]:
+        start = 2.0 ** (-8.0 / h)
+        return [start ** (i + 1) for i in range(h)]
+
+    if num_heads & (num_heads - 1) == 0:
+        slopes = power_of_two(num_heads)
+    else:
+        closest = 2 ** int(math.floor(math.log2(num_heads)))
+        slopes = power_of_two(closest) + power_of_two(2 * closest)[0::2][: num_heads - closest]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+def alibi_bias(n: int, num_heads: int, *, dtype=torch.float32) -> torch.Tensor:
+    """``(num_heads, n, n)`` ALiBi bias ``-m_h * |i - j|``, added to the scores before the softmax.
+
+    Below the diagonal (the keys a causal model sees) this is the paper's ``-m_h * (i - j)``; the
+    part above the diagonal is removed by a causal mask, or, without one, penalises the distance
+    on both sides.
+    """
+    require_positive_int("n", n)
+    slopes = alibi_slopes(num_heads)
+    positions = torch.arange(n, dtype=torch.float64)
+    distance = (positions[:, None] - positions[None, :]).abs()
+    return (-slopes[:, None, None] * distance).to(dtype)

@@ -1,0 +1,117 @@
+"""Notebook 05's widget: which keys may each query see? Causal, padding and sliding-window masks,
+alone and combined, on a padded batch of two sentences."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import torch
+
+from ..attention import scaled_dot_product_attention
+from ..masks import causal_mask, padding_mask, sliding_window_mask
+from .core import AttentionFrame, AttentionView, LiveAttentionWidget
+
+__all__ = ["MASK_TYPES", "BATCH_SENTENCES", "PAD", "build_mask", "masking_frame", "masking_widget"]
+
+PAD = "<pad>"
+BATCH_SENTENCES = (
+    ("the", "cat", "sat", "on", "the", "warm", "mat", "today"),
+    ("dogs", "bark", "at", "night", "too", "loudly", "again", "now"),
+)
+MASK_TYPES = (
+    "none",
+    "causal",
+    "padding",
+    "causal + padding",
+    "sliding window (causal)",
+    "sliding window (both sides)",
+    "sliding window (causal) + padding",
+)
+
+
+def build_mask(mask_type: str, n: int, window: int, length: int) -> torch.Tensor | None:
+    """``(n, n)`` bool mask (True = may attend) of one sequence of true length ``length`` padded to
+    ``n``; ``None`` for ``"none"``. Combinations are the logical AND of their parts."""
+    if mask_type not in MASK_TYPES:
+        raise ValueError(f"mask_type must be one of {MASK_TYPES}, got {mask_type!r}")
+    parts = []
+    if "causal" in mask_type and "window" not in mask_type:
+        parts.append(causal_mask(n))
+    if "window" in mask_type:
+        parts.append(sliding_window_mask(n, window, causal="causal" in mask_type))
+    if "padding" in mask_type:
+        parts.append(padding_mask([length], n)[0][None, :].expand(n, n))  # keys beyond length
+    if not parts:
+        return None
+    mask = parts[0]
+    for part in parts[1:]:
+        mask = mask & part
+    return mask
+
+
+def _demo_qk(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, n, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(2, n, 8, generator=g, dtype=torch.float64)
+    v = torch.randn(2, n, 8, generator=g, dtype=torch.float64)
+    return q, k, v
+
+
+def masking_frame(
+    mask_type: str, window: int, length_a: int, length_b: int, sequence: str = "A"
+) -> AttentionFrame:
+    """Attention weights of one sentence of a padded batch of two, under the chosen mask.
+
+    Args:
+        mask_type: one of :data:`MASK_TYPES`.
+        window: sliding-window size, as in :func:`attn_helpers.masks.sliding_window_mask`.
+        length_a, length_b: true lengths of the two sentences (``1..8``); the batch is padded to
+            the longer one, and the rest is ``<pad>``.
+        sequence: ``"A"`` or ``"B"``, which sentence to show.
+
+    Returns:
+        An :class:`AttentionFrame` with the mask (masked cells drawn grey, entropy ceiling
+        ``ln(visible keys)`` per row) and readouts.
+    """
+    if sequence not in ("A", "B"):
+        raise ValueError(f"sequence must be 'A' or 'B', got {sequence!r}")
+    full = len(BATCH_SENTENCES[0])
+    for name, value in (("length_a", length_a), ("length_b", length_b)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= full:
+            raise ValueError(f"{name} must be an int in 1..{full}, got {value!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an int >= 1, got {window!r}")
+    index = "AB".index(sequence)
+    lengths = (length_a, length_b)
+    n = max(lengths)
+    length = lengths[index]
+    labels = [*BATCH_SENTENCES[index][:length], *[PAD] * (n - length)]
+    mask = build_mask(mask_type, n, window, length)
+    q, k, v = _demo_qk(n)
+    _, weights = scaled_dot_product_attention(q[index], k[index], v[index], mask)
+    shown_mask = torch.ones(n, n, dtype=torch.bool) if mask is None else mask
+    visible = shown_mask.sum(-1)
+    frame = AttentionFrame(weights, labels, labels, mask=shown_mask)
+    frame.readouts = {
+        "padded length n": n,
+        "visible keys per query": visible.tolist(),
+        "masked cells": int((~shown_mask).sum()),
+        "entropy ceilings ln(visible)": [round(x, 3) for x in frame.ceiling.tolist()],
+        "rows summing to 1": int(torch.isclose(weights.sum(-1), torch.ones(n, dtype=weights.dtype))
+                                 .sum()),
+    }
+    return frame
+
+
+def masking_widget() -> LiveAttentionWidget:
+    """The live widget of notebook 05: mask type, window size and the two sentences' lengths."""
+    full = len(BATCH_SENTENCES[0])
+    controls = {
+        "mask_type": widgets.Dropdown(options=MASK_TYPES, value="causal", description="mask"),
+        "window": widgets.IntSlider(value=3, min=1, max=full, description="window"),
+        "length_a": widgets.IntSlider(value=full, min=1, max=full, description="length A"),
+        "length_b": widgets.IntSlider(value=5, min=1, max=full, description="length B"),
+        "sequence": widgets.ToggleButtons(options=["A", "B"], value="A", description="show"),
+    }
+    view = AttentionView((9.0, 5.0), title="attention weights (grey: masked)")
+    return LiveAttentionWidget(masking_frame, controls, view,
+                               title="Masks: who may see whom (grey cells are masked)")

@@ -1,0 +1,51 @@
+"""Notebook 00's warm-up widget: how a temperature sharpens or flattens attention."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import torch
+
+from ..attention import masked_softmax
+from ..entropy import max_weight
+from ..masks import causal_mask
+from .core import AttentionFrame, AttentionView, LiveAttentionWidget
+
+__all__ = ["WARMUP_TOKENS", "warmup_scores", "warmup_frame", "warmup_widget"]
+
+WARMUP_TOKENS = ("how", "does", "attention", "really", "work", "?")
+WARMUP_SEED = 5  # a draw whose rows have a clear favourite key, so low temperatures look one-hot
+
+
+def warmup_scores(seed: int = WARMUP_SEED) -> torch.Tensor:
+    """``(6, 6)`` fixed, seeded scores ``q @ k^T`` of random 8-d queries and keys."""
+    generator = torch.Generator().manual_seed(seed)
+    queries, keys = torch.randn(2, len(WARMUP_TOKENS), 8, generator=generator, dtype=torch.float64)
+    return queries @ keys.T
+
+
+def warmup_frame(temperature: float, causal: bool = False, seed: int = WARMUP_SEED) -> AttentionFrame:
+    """Weights ``softmax(scores / temperature)``, optionally with a causal mask."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    n = len(WARMUP_TOKENS)
+    mask = causal_mask(n) if causal else None
+    weights = masked_softmax(warmup_scores(seed) / temperature, mask)
+    frame = AttentionFrame(weights, WARMUP_TOKENS, WARMUP_TOKENS, mask=mask)
+    frame.readouts = {
+        "mean entropy (nats)": frame.entropy.mean().item(),
+        "mean largest weight": max_weight(weights).mean().item(),
+    }
+    return frame
+
+
+def warmup_widget() -> LiveAttentionWidget:
+    """A temperature slider and a causal toggle over a six-token attention heatmap."""
+    controls = {
+        "temperature": widgets.FloatLogSlider(value=1.0, base=10, min=-1.3, max=1.0, step=0.05,
+                                              description="temperature"),
+        "causal": widgets.Checkbox(value=False, description="causal mask"),
+    }
+    return LiveAttentionWidget(warmup_frame, controls, AttentionView(figsize=(8.0, 4.0)),
+                               title="Warm-up: sharpen or flatten the attention")

@@ -1,0 +1,118 @@
+"""Notebook 05: the masking widget (pure function, grey masked cells, entropy ceilings) and the
+masking checkers."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pytest
+import torch
+from matplotlib.colors import to_rgba
+from PIL import Image
+
+from attn_helpers.exercises.masking import check_causal_attention, check_window_mask, leak_report
+from attn_helpers.masks import causal_mask, sliding_window_mask
+from attn_helpers.plots import MASKED_COLOR
+from attn_helpers.widgets.masking import MASK_TYPES, PAD, build_mask, masking_frame, masking_widget
+
+
+@pytest.mark.parametrize("mask_type", MASK_TYPES)
+@pytest.mark.parametrize("length_a, length_b, sequence", [(8, 5, "A"), (8, 5, "B"), (3, 6, "A")])
+def test_frame_rows_ceilings_and_labels(mask_type, length_a, length_b, sequence):
+    frame = masking_frame(mask_type, 3, length_a, length_b, sequence)
+    n = max(length_a, length_b)
+    length = length_a if sequence == "A" else length_b
+    assert frame.weights.shape == (n, n)
+    assert list(frame.key_labels[length:]) == [PAD] * (n - length)
+    visible = frame.mask.sum(-1)
+    assert torch.all(frame.weights[~frame.mask] == 0)
+    rows = frame.weights.sum(-1)
+    assert torch.allclose(rows[visible > 0], torch.ones_like(rows[visible > 0]))
+    assert torch.allclose(frame.ceiling, torch.log(visible.clamp_min(1).double()))
+    assert torch.all(frame.entropy <= frame.ceiling + 1e-9)
+    if "padding" in mask_type:
+        assert not frame.mask[:, length:].any()
+
+
+def test_build_mask_is_the_and_of_its_parts():
+    n = 6
+    padding = torch.arange(n) < 4
+    assert build_mask("none", n, 2, 4) is None
+    assert torch.equal(build_mask("causal", n, 2, 4), causal_mask(n))
+    assert torch.equal(build_mask("causal + padding", n, 2, 4), causal_mask(n) & padding)
+    assert torch.equal(build_mask("sliding window (both sides)", n, 2, 4),
+                       sliding_window_mask(n, 2, causal=False))
+    assert torch.equal(build_mask("sliding window (causal) + padding", n, 2, 4),
+                       sliding_window_mask(n, 2) & padding)
+
+
+def test_causal_ceilings_are_ln_of_one_to_n():
+    frame = masking_frame("causal", 3, 8, 5, "A")
+    assert frame.readouts["visible keys per query"] == list(range(1, 9))
+    assert frame.readouts["entropy ceilings ln(visible)"] == [round(math.log(i), 3) for i in range(1, 9)]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mask_type": "diagonal"}, "mask_type"), ({"window": 0}, "window"),
+    ({"length_a": 0}, "length_a"), ({"length_b": 9}, "length_b"), ({"sequence": "C"}, "sequence"),
+])
+def test_frame_bad_inputs(kwargs, match):
+    args = {"mask_type": "causal", "window": 2, "length_a": 8, "length_b": 5, "sequence": "A", **kwargs}
+    with pytest.raises(ValueError, match=match):
+        masking_frame(**args)
+
+
+def test_widget_draws_masked_cells_grey_and_reports_errors():
+    widget = masking_widget()
+    assert widget.error is None
+    readouts = widget.set(mask_type="causal + padding", length_a=4, length_b=8, sequence="A")
+    assert readouts == {k: str(v) for k, v in masking_frame("causal + padding", 3, 4, 8, "A")
+                        .readouts.items()}
+    image = np.asarray(Image.open(io.BytesIO(widget.image.value)).convert("RGBA")).astype(int)
+    grey = np.array([round(255 * c) for c in to_rgba(MASKED_COLOR)])
+    assert (np.abs(image - grey).max(-1) <= 2).sum() > 500   # many grey pixels: masked cells
+    widget.controls["length_a"].value = 4
+    widget.compute = lambda **_: (_ for _ in ()).throw(ValueError("boom"))
+    widget.refresh()
+    assert widget.error == "ValueError: boom"
+
+
+def test_window_checker():
+    def right(n, w):
+        offsets = torch.arange(n)[:, None] - torch.arange(n)[None, :]
+        return (offsets >= 0) & (offsets < w)
+
+    def two_sided(n, w):
+        offsets = torch.arange(n)[:, None] - torch.arange(n)[None, :]
+        return offsets.abs() < w
+
+    assert check_window_mask(right)
+    result = check_window_mask(two_sided)
+    assert not result and "both ways" in result.message
+    result = check_window_mask(lambda n, w: right(n, w).int())
+    assert not result and "bool" in result.message
+
+
+def _attention(mask_fn, after=False):
+    def attention(q, k, v):
+        scores = q @ k.T / math.sqrt(q.shape[-1])
+        mask = mask_fn(q.shape[0])
+        if after:
+            return (torch.softmax(scores, -1) * mask) @ v
+        return torch.softmax(scores.masked_fill(~mask, float("-inf")), -1) @ v
+    return attention
+
+
+def test_causal_attention_checker():
+    ones = lambda n: torch.ones(n, n, dtype=torch.bool)  # noqa: E731
+    assert check_causal_attention(_attention(lambda n: ones(n).tril()))
+    assert leak_report(_attention(lambda n: ones(n).tril())) is None
+    leaky_versions = (_attention(lambda n: ones(n).triu()),
+                      _attention(lambda n: ones(n).tril(), after=True))
+    for leaky in leaky_versions:
+        result = check_causal_attention(leaky)
+        assert not result and "sees the future" in result.message
+    result = check_causal_attention(_attention(lambda n: ones(n).tril(-1)))
+    assert not result and "must always see itself" in result.message

@@ -1,0 +1,275 @@
+"""Position helpers against the papers' formulas and their defining properties; notebook 07's
+widget and checkers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attn_helpers.attention import scaled_dot_product_attention
+from attn_helpers.exercises.positional import check_equivariance_gap, check_sinusoidal
+from attn_helpers.positional import (
+    LearnedPositionalEmbedding,
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    frequencies,
+    pair_rotation,
+    sinusoidal_encoding,
+)
+from attn_helpers.widgets.positional import ENCODINGS, positional_frame, positional_widget
+
+# --- sinusoidal ------------------------------------------------------------------------------
+
+
+def test_sinusoidal_matches_the_formula_element_by_element():
+    n, d = 7, 10
+    pe = sinusoidal_encoding(n, d, dtype=torch.float64)
+    for p in range(n):
+        for i in range(d // 2):
+            angle = p / 10000 ** (2 * i / d)
+            assert pe[p, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-12)
+            assert pe[p, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-12)
+
+
+def test_sinusoidal_default_dtype_and_first_row():
+    pe = sinusoidal_encoding(3, 4)
+    assert pe.dtype == torch.float32 and pe.shape == (3, 4)
+    assert torch.equal(pe[0], torch.tensor([0.0, 1.0, 0.0, 1.0]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 60), half=st.integers(1, 16))
+def test_sinusoidal_rows_have_squared_norm_half_d(n, half):
+    pe = sinusoidal_encoding(n, 2 * half, dtype=torch.float64)
+    expected = torch.full((n,), float(half), dtype=torch.float64)
+    assert torch.allclose((pe**2).sum(-1), expected, atol=1e-10)
+
+
+@settings(max_examples=30, deadline=None)
+@given(k=st.integers(0, 40), half=st.integers(1, 12))
+def test_dot_product_depends_only_on_offset(k, half):
+    d = 2 * half
+    pe = sinusoidal_encoding(80, d, dtype=torch.float64)
+    dots = (pe[: 80 - k] * pe[k:]).sum(-1)
+    expected = torch.cos(k * frequencies(d)).sum()
+    assert torch.allclose(dots, expected.expand_as(dots), atol=1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(k=st.integers(-20, 20), pair=st.integers(0, 7), p=st.integers(0, 30))
+def test_offset_is_a_fixed_rotation_of_each_pair(k, pair, p):
+    pe = sinusoidal_encoding(80, 16, dtype=torch.float64)
+    rotation = pair_rotation(k, 16, pair)
+    assert torch.allclose(rotation @ rotation.T, torch.eye(2, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(rotation @ pe[p + 30, 2 * pair:2 * pair + 2],
+                          pe[p + 30 + k, 2 * pair:2 * pair + 2], atol=1e-9)
+
+
+@pytest.mark.parametrize("args, error", [((4, 5), ValueError), ((0, 4), ValueError),
+                                         ((4, 0), ValueError), ((4.0, 4), TypeError),
+                                         ((4, "8"), TypeError)])
+def test_sinusoidal_bad_inputs(args, error):
+    with pytest.raises(error, match="n_positions|d_model"):
+        sinusoidal_encoding(*args)
+
+
+def test_pair_rotation_bad_pair():
+    with pytest.raises(ValueError, match="pair"):
+        pair_rotation(1, 8, 4)
+
+
+# --- learned ---------------------------------------------------------------------------------
+
+
+def test_learned_adds_its_rows_and_trains():
+    layer = LearnedPositionalEmbedding(10, 4)
+    x = torch.zeros(2, 6, 4)
+    assert torch.equal(layer(x), layer.weight[:6].expand(2, 6, 4))
+    layer(x).sum().backward()
+    assert torch.all(layer.weight.grad[:6] == 2) and torch.all(layer.weight.grad[6:] == 0)
+
+
+def test_learned_rejects_long_inputs_and_wrong_width():
+    layer = LearnedPositionalEmbedding(5, 4)
+    with pytest.raises(ValueError, match="longer than max_len=5"):
+        layer(torch.zeros(6, 4))
+    with pytest.raises(ValueError, match="d_model=4"):
+        layer(torch.zeros(3, 5))
+    with pytest.raises(ValueError, match="max_len"):
+        LearnedPositionalEmbedding(0, 4)
+
+
+# --- RoPE ------------------------------------------------------------------------------------
+
+
+def rope_reference(x, positions, base=10000.0):
+    """RoFormer's eq. 34: block-diagonal rotation matrices, built explicitly."""
+    n, d = x.shape
+    out = torch.empty_like(x)
+    for row in range(n):
+        rotation = torch.zeros(d, d, dtype=x.dtype)
+        for i in range(d // 2):
+            theta = float(positions[row]) * base ** (-2 * i / d)
+            c, s = math.cos(theta), math.sin(theta)
+            rotation[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[c, -s], [s, c]])
+        out[row] = rotation @ x[row]
+    return out
+
+
+def test_rope_matches_the_rotation_matrix_form(gen):
+    x = torch.randn(5, 8, generator=gen, dtype=torch.float64)
+    positions = torch.tensor([0, 3, 1, 7, 20])
+    assert torch.allclose(apply_rope(x, positions), rope_reference(x, positions), atol=1e-12)
+    assert torch.allclose(apply_rope(x), rope_reference(x, torch.arange(5)), atol=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(0, 200), n=st.integers(0, 200), shift=st.integers(-100, 100),
+       seed=st.integers(0, 1000))
+def test_rope_score_depends_only_on_the_offset(m, n, shift, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(2, 1, 8, generator=g, dtype=torch.float64)
+
+    def score(a, b):
+        return (apply_rope(q, torch.tensor([a])) * apply_rope(k, torch.tensor([b]))).sum()
+
+    m2, n2 = m + abs(shift), n + abs(shift)
+    assert torch.allclose(score(m, n), score(m2, n2), atol=1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 1000), n=st.integers(1, 12), half=st.integers(1, 8))
+def test_rope_preserves_norms_and_position_zero(seed, n, half):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, n, 2 * half, generator=g, dtype=torch.float64)
+    rotated = apply_rope(x)
+    assert torch.allclose(rotated.norm(dim=-1), x.norm(dim=-1), atol=1e-10)
+    assert torch.allclose(rotated[:, 0], x[:, 0])
+
+
+def test_rope_keeps_dtype_and_accepts_batched_positions(gen):
+    x = torch.randn(2, 4, 6, generator=gen)
+    positions = torch.tensor([[0, 1, 2, 3], [5, 6, 7, 8]])
+    out = apply_rope(x, positions)
+    assert out.dtype == torch.float32
+    assert torch.allclose(out[1], apply_rope(x[1], torch.arange(5, 9)))
+
+
+@pytest.mark.parametrize("x, positions, error, match", [
+    (torch.zeros(3, 5), None, ValueError, "even"),
+    (torch.zeros(5), None, ValueError, "at least 2 dimensions"),
+    (torch.zeros(3, 4, dtype=torch.long), None, TypeError, "floating"),
+    (torch.zeros(3, 4), torch.arange(4), ValueError, "do not broadcast"),
+    (torch.zeros(3, 4), [0, 1, 2], TypeError, "positions"),
+])
+def test_rope_bad_inputs(x, positions, error, match):
+    with pytest.raises(error, match=match):
+        apply_rope(x, positions)
+
+
+# --- ALiBi -----------------------------------------------------------------------------------
+
+
+def test_alibi_slopes_match_the_paper():
+    assert torch.allclose(alibi_slopes(8), torch.tensor([2.0 ** -(i + 1) for i in range(8)],
+                                                        dtype=torch.float64))
+    assert torch.allclose(alibi_slopes(16)[:2], torch.tensor([2**-0.5, 2**-1.0], dtype=torch.float64))
+    assert alibi_slopes(1).tolist() == [2.0 ** -8]
+
+
+@pytest.mark.parametrize("heads", [3, 5, 6, 12, 20])
+def test_alibi_slopes_for_other_head_counts(heads):
+    closest = 2 ** int(math.log2(heads))
+    expected = [2 ** (-8 / closest * (i + 1)) for i in range(closest)]
+    expected += [2 ** (-8 / (2 * closest) * (i + 1)) for i in range(0, 2 * closest, 2)]
+    assert torch.allclose(alibi_slopes(heads), torch.tensor(expected[:heads], dtype=torch.float64))
+
+
+def test_alibi_bias_shape_values_and_causal_part():
+    bias = alibi_bias(5, 4)
+    assert bias.shape == (4, 5, 5) and bias.dtype == torch.float32
+    slopes = alibi_slopes(4)
+    for h in range(4):
+        for i in range(5):
+            for j in range(i + 1):
+                assert bias[h, i, j].item() == pytest.approx(-slopes[h].item() * (i - j), abs=1e-6)
+    assert torch.equal(bias, bias.transpose(-1, -2))
+    assert torch.all(bias.diagonal(dim1=-2, dim2=-1) == 0)
+
+
+@pytest.mark.parametrize("args", [(0, 4), (4, 0), (4, 2.0)])
+def test_alibi_bad_inputs(args):
+    with pytest.raises((ValueError, TypeError), match="n|num_heads"):
+        alibi_bias(*args)
+
+
+# --- order blindness (the notebook's opening claim) ------------------------------------------
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 10))
+def test_attention_without_positions_is_permutation_equivariant(seed, n):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 6, generator=g, dtype=torch.float64)
+    perm = torch.randperm(n, generator=g)
+    out = scaled_dot_product_attention(x, x, x)[0]
+    assert torch.allclose(scaled_dot_product_attention(x[perm], x[perm], x[perm])[0], out[perm])
+
+
+# --- widget and checkers ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_positional_frame(encoding):
+    frame = positional_frame(encoding, 4, 3, 1)
+    assert frame.weights.shape == (24, 24)
+    assert torch.allclose(frame.weights.sum(-1), torch.ones(24, dtype=frame.weights.dtype))
+    spread = float(frame.readouts["spread of PE(p) . PE(p+k) over all p"])
+    if encoding == "learned (untrained)":
+        assert spread > 1
+    else:
+        assert spread < 1e-9
+        assert frame.readouts["PE(p) . PE(p+k)"] == frame.readouts["PE(0) . PE(k)"]
+        assert torch.allclose(frame.pair_points.norm(dim=-1),
+                              torch.ones(2, dtype=torch.float64))
+
+
+def test_positional_frame_rotation_angle_and_errors():
+    frame = positional_frame("sinusoidal", 0, 5, 0)
+    assert float(frame.readouts["pair angle k * omega_i (rad)"]) == pytest.approx(5.0)
+    for kwargs in ({"position": 24}, {"offset": 9}, {"pair": 8}, {"encoding": "cosine"}):
+        args = {"encoding": "sinusoidal", "position": 0, "offset": 1, "pair": 0, **kwargs}
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            positional_frame(**args)
+
+
+def test_positional_widget_moves_and_matches_the_pure_function():
+    widget = positional_widget()
+    assert widget.error is None
+    first = widget.image.value
+    readouts = widget.set(encoding="rope", position=10, offset=2, pair=2)
+    assert widget.error is None and widget.image.value != first
+    expected = positional_frame("rope", 10, 2, 2).readouts
+    assert readouts == {k: f"{v:.4f}" if isinstance(v, float) else str(v) for k, v in expected.items()}
+
+
+def test_sinusoidal_checker():
+    assert check_sinusoidal(lambda n, d: sinusoidal_encoding(n, d))
+    swapped = check_sinusoidal(lambda n, d: sinusoidal_encoding(n, d).view(n, -1, 2).flip(-1)
+                               .reshape(n, d))
+    assert not swapped and "swapped" in swapped.message
+    concatenated = check_sinusoidal(
+        lambda n, d: torch.cat([sinusoidal_encoding(n, d)[:, 0::2],
+                                sinusoidal_encoding(n, d)[:, 1::2]], 1))
+    assert not concatenated and "alternate" in concatenated.message
+
+
+def test_equivariance_checker():
+    assert check_equivariance_gap(lambda f, x, perm: (f(x[perm]) - f(x)[perm]).abs().max())
+    unpermuted = check_equivariance_gap(lambda f, x, perm: (f(x[perm]) - f(x)).abs().max())
+    assert not unpermuted and "f(x)[perm]" in unpermuted.message

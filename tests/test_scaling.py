@@ -1,0 +1,248 @@
+"""Notebook 03's measurements: score variance, saturation, the softmax Jacobian, temperature, the
+training experiment across seeds, the widget and the checkers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attn_helpers import scaling
+from attn_helpers.attention import scaled_dot_product_attention
+from attn_helpers.entropy import attention_entropy
+from attn_helpers.exercises.scaling import (
+    check_half_entropy_temperature,
+    check_score_variance,
+    check_softmax_jacobian,
+)
+from attn_helpers.widgets.scaling import D_K_OPTIONS, scaling_frame, scaling_widget
+
+# --- variance -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("d_k", scaling.D_KS)
+def test_variance_is_d_k_unscaled_and_one_scaled(d_k):
+    g = torch.Generator().manual_seed(d_k + 7)
+    assert scaling.dot_product_variance(d_k, generator=g) == pytest.approx(d_k, rel=0.1)
+    assert scaling.dot_product_variance(d_k, scaled=True, generator=g) == pytest.approx(1, rel=0.1)
+
+
+def test_variance_table_and_loglog_slopes():
+    table = scaling.variance_table(n_samples=4000, seed=3)
+    assert [row["d_k"] for row in table] == list(scaling.D_KS)
+    for row in table:
+        assert row["scaled variance"] == pytest.approx(row["variance"] / row["d_k"])
+    d_ks = [row["d_k"] for row in table]
+    assert scaling.loglog_slope(d_ks, [row["variance"] for row in table]) == pytest.approx(1, abs=0.06)
+    assert abs(scaling.loglog_slope(d_ks, [row["scaled variance"] for row in table])) < 0.06
+
+
+def test_loglog_slope_of_exact_power_laws():
+    xs = [1, 2, 4, 8]
+    assert scaling.loglog_slope(xs, [3 * x ** -0.5 for x in xs]) == pytest.approx(-0.5)
+    assert scaling.loglog_slope(xs, [7.0] * 4) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="equal-length"):
+        scaling.loglog_slope([1, 2], [1])
+
+
+# --- saturation and the Jacobian ------------------------------------------------------------
+
+
+def test_unscaled_softmax_saturates_and_scaled_does_not():
+    rows = scaling.saturation_table(n_queries=1000, seed=5)
+    unscaled = [r for r in rows if not r["scaled"]]
+    scaled = [r for r in rows if r["scaled"]]
+    for name in ("max weight",):
+        values = [r[name] for r in unscaled]
+        assert values == sorted(values)
+    entropies = [r["entropy"] for r in unscaled]
+    assert entropies == sorted(entropies, reverse=True)
+    assert unscaled[-1]["max weight"] > 0.95 and unscaled[-1]["entropy"] < 0.15
+    assert unscaled[-1]["jacobian norm"] < 0.2 * scaled[-1]["jacobian norm"]
+    assert max(r["max weight"] for r in scaled) - min(r["max weight"] for r in scaled) < 0.06
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 7), spread=st.floats(0.01, 30.0), seed=st.integers(0, 10_000))
+def test_softmax_jacobian_equals_autograd(n, spread, seed):
+    s = spread * torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    expected = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, -1), s)
+    J = scaling.softmax_jacobian(torch.softmax(s, -1))
+    torch.testing.assert_close(J, expected, atol=1e-12, rtol=1e-9)
+    assert torch.allclose(J, J.T)                                     # symmetric
+    assert torch.allclose(J.sum(-1), torch.zeros(n, dtype=torch.float64), atol=1e-12)
+
+
+def test_jacobian_batched_and_norm_extremes():
+    a = torch.softmax(torch.randn(2, 3, 5, dtype=torch.float64), -1)
+    J = scaling.softmax_jacobian(a)
+    assert J.shape == (2, 3, 5, 5)
+    torch.testing.assert_close(J[1, 2], scaling.softmax_jacobian(a[1, 2]))
+    assert scaling.jacobian_norm(torch.tensor([0.0, 1.0, 0.0])) == 0
+    n = 4
+    uniform = torch.full((n,), 1 / n, dtype=torch.float64)
+    assert scaling.jacobian_norm(uniform).item() == pytest.approx(math.sqrt(n - 1) / n)
+    with pytest.raises(TypeError, match="floating"):
+        scaling.softmax_jacobian(torch.ones(3, dtype=torch.long))
+
+
+# --- temperature ----------------------------------------------------------------------------
+
+
+def test_scaled_attention_is_raw_softmax_at_temperature_sqrt_d_k(gen):
+    q = torch.randn(4, 16, generator=gen, dtype=torch.float64)
+    k = torch.randn(6, 16, generator=gen, dtype=torch.float64)
+    _, weights = scaled_dot_product_attention(q, k, k)
+    torch.testing.assert_close(scaling.temperature_softmax(q @ k.T, 4.0), weights)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 12), fraction=st.floats(0.05, 0.95), seed=st.integers(0, 10_000))
+def test_temperature_for_entropy_hits_the_target(n, fraction, seed):
+    scores = 3 * torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    target = fraction * math.log(n)
+    T = scaling.temperature_for_entropy(scores, target)
+    entropy = attention_entropy(torch.softmax(scores / T, -1)).item()
+    assert entropy == pytest.approx(target, abs=1e-6)
+
+
+def test_temperature_bad_inputs():
+    with pytest.raises(ValueError, match="all equal"):
+        scaling.temperature_for_entropy(torch.ones(4), 0.5)
+    with pytest.raises(ValueError, match="outside"):
+        scaling.temperature_for_entropy(torch.tensor([1.0, 0.0]), 2.0)
+    with pytest.raises(ValueError, match=r"one row.*\(2, 2\)"):
+        scaling.temperature_for_entropy(torch.ones(2, 2), 0.5)
+    with pytest.raises(ValueError, match="temperature"):
+        scaling.temperature_softmax(torch.ones(3), 0.0)
+    with pytest.raises(TypeError, match="temperature"):
+        scaling.temperature_softmax(torch.ones(3), "hot")
+    with pytest.raises(TypeError, match="scaled"):
+        scaling.random_scores(4, 2, 2, scaled=1)
+    with pytest.raises(ValueError, match="d_k"):
+        scaling.dot_product_variance(0)
+
+
+# --- the training experiment ----------------------------------------------------------------
+
+
+def test_retrieval_batch_target_is_the_value_of_the_copied_key(gen):
+    query, keys, values, target = scaling.retrieval_batch(5, gen, n_keys=6, d_in=10, d_v=3,
+                                                          noise=0.0)
+    index = (keys == query[:, None, :]).all(-1).float().argmax(-1)
+    torch.testing.assert_close(target, values[torch.arange(5), index])
+
+
+def test_retrieval_model_differs_only_by_the_scale(gen):
+    torch.manual_seed(0)
+    scaled = scaling.RetrievalModel(8, 16, scaled=True)
+    torch.manual_seed(0)
+    unscaled = scaling.RetrievalModel(8, 16, scaled=False)
+    assert all(torch.equal(a, b) for a, b in zip(scaled.parameters(), unscaled.parameters(),
+                                                 strict=True))
+    query, keys, values, _ = scaling.retrieval_batch(3, gen, n_keys=5, d_in=8, d_v=2)
+    q, k = scaled.w_q(query), scaled.w_k(keys)
+    scores = (q[:, None] * k).sum(-1)
+    torch.testing.assert_close(
+        scaled(query, keys, values),
+        (torch.softmax(scores / 4.0, -1)[..., None] * values).sum(1))
+    torch.testing.assert_close(
+        unscaled(query, keys, values), (torch.softmax(scores, -1)[..., None] * values).sum(1))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_unscaled_model_learns_slower_across_seeds(seed):
+    """The notebook's claim (3x the early loss) with the notebook's settings, on five seeds."""
+    scaled = scaling.train_retrieval(scaled=True, seed=seed)
+    unscaled = scaling.train_retrieval(scaled=False, seed=seed)
+    assert scaling.mean_loss(unscaled.losses, 0, 100) > 3 * scaling.mean_loss(scaled.losses, 0, 100)
+    assert scaled.losses[0] < unscaled.losses[0]
+    assert scaling.mean_loss(scaled.losses, 50, 100) < 0.05
+
+
+def test_smoothed_block_means():
+    steps, means = scaling.smoothed([1.0, 3.0, 5.0, 7.0, 9.0], window=2)
+    assert steps == [2, 4] and means == [2.0, 6.0]
+    with pytest.raises(ValueError, match="window"):
+        scaling.smoothed([1.0], window=0)
+
+
+def test_mean_loss_bad_range():
+    with pytest.raises(ValueError, match="no losses"):
+        scaling.mean_loss([1.0, 2.0], 5)
+
+
+# --- notebook 03's widget -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("d_k, scaled, temperature", [(64, True, 1.0), (1024, False, 1.0),
+                                                      (4, True, 0.2), (1, False, 3.0)])
+def test_scaling_frame_independent(d_k, scaled, temperature):
+    frame = scaling_frame(d_k, scaled, temperature, seed=3)
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(8, 1024, generator=g, dtype=torch.float64)[:, :d_k]
+    k = torch.randn(8, 1024, generator=g, dtype=torch.float64)[:, :d_k]
+    divisor = (math.sqrt(d_k) if scaled else 1.0) * temperature
+    weights = torch.softmax(q @ k.T / divisor, -1)
+    torch.testing.assert_close(frame.weights, weights)
+    r = frame.readouts
+    assert r["scores divided by"] == pytest.approx(divisor, abs=1e-4)
+    assert r["largest weight (mean over rows)"] == pytest.approx(weights.amax(-1).mean().item())
+    jac = torch.diag_embed(weights) - weights[..., :, None] * weights[..., None, :]
+    assert r["gradient norm |J| (mean over rows)"] == pytest.approx(
+        jac.square().sum((-2, -1)).sqrt().mean().item())
+    assert r["entropy (mean, nats)"] == pytest.approx(attention_entropy(weights).mean().item())
+
+
+def test_scaling_frame_bad_inputs():
+    with pytest.raises(ValueError, match="d_k"):
+        scaling_frame(3, True, 1.0)
+    with pytest.raises(TypeError, match="scaled"):
+        scaling_frame(4, "yes", 1.0)
+    with pytest.raises(ValueError, match="temperature"):
+        scaling_frame(4, True, -1.0)
+
+
+def test_scaling_widget_redraws_and_reports():
+    widget = scaling_widget()
+    assert widget.error is None and widget.renders == 1
+    before = widget.image.value
+    widget.set(d_k=1024, scaled=False)
+    assert widget.image.value != before
+    assert float(widget.readouts["largest weight (mean over rows)"]) > 0.95
+    widget.set(scaled=True)
+    assert float(widget.readouts["largest weight (mean over rows)"]) < 0.5
+    assert list(widget.controls["d_k"].options) == list(D_K_OPTIONS)
+
+
+# --- notebook 03's checkers -----------------------------------------------------------------
+
+
+def test_checkers_pass_the_references():
+    assert check_score_variance(lambda d_k, scaled: 1.0 if scaled else d_k)
+    assert check_softmax_jacobian(scaling.softmax_jacobian)
+
+    def find(scores):
+        target = 0.5 * attention_entropy(torch.softmax(scores, -1)).item()
+        return scaling.temperature_for_entropy(scores, target)
+
+    assert check_half_entropy_temperature(find)
+
+
+def test_checkers_explain_known_mistakes():
+    verdict = check_score_variance(lambda d_k, scaled: 1.0 if scaled else math.sqrt(d_k))
+    assert not verdict and "standard deviation" in verdict.message
+    verdict = check_score_variance(lambda d_k, scaled: float(d_k))
+    assert not verdict and "divides the variance" in verdict.message
+    verdict = check_softmax_jacobian(lambda a: -scaling.softmax_jacobian(a))
+    assert not verdict and "sign" in verdict.message
+    verdict = check_softmax_jacobian(
+        lambda a: torch.diag_embed(a) - a[..., :, None] * a[..., :, None])
+    assert not verdict and "outer product" in verdict.message
+    verdict = check_half_entropy_temperature(lambda scores: 0.5)
+    assert not verdict and "not proportional" in verdict.message
+    verdict = check_half_entropy_temperature(lambda scores: None)
+    assert not verdict and "should return a number" in verdict.message

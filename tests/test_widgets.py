@@ -1,0 +1,283 @@
+"""Live widgets without a browser: set controls from Python, decode the PNG, compare with the
+pure compute function."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import ipywidgets as widgets
+import numpy as np
+import pytest
+import torch
+from matplotlib.colors import to_rgba
+from PIL import Image
+
+from attn_helpers.plots import MASKED_COLOR, weights_cmap
+from attn_helpers.widgets import (
+    DEMO_KEYS,
+    AttentionFrame,
+    AttentionView,
+    LiveAttentionWidget,
+    encode_png,
+    lookup_2d_frame,
+    lookup_2d_widget,
+)
+
+
+def decode(png: bytes) -> np.ndarray:
+    image = Image.open(io.BytesIO(png))
+    image.load()
+    assert image.format == "PNG"
+    return np.asarray(image.convert("RGBA")).astype(int)
+
+
+def expected_readouts(frame) -> dict:
+    """The frame's readouts as text: floats to 4 decimals, everything else as str."""
+    return {k: f"{v:.4f}" if isinstance(v, float) else str(v) for k, v in frame.readouts.items()}
+
+
+def uniform_frame(n, labels=None, **kwargs):
+    labels = labels or [f"t{i}" for i in range(n)]
+    return AttentionFrame(torch.full((n, n), 1.0 / n), labels, labels, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def lookup():
+    return lookup_2d_widget()
+
+
+# --- the pure function ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "qx, qy, temperature", [(1.5, 1.5, 1.0), (-2.0, 0.3, 0.2), (0.0, 0.0, 5.0)]
+)
+def test_lookup_2d_frame_independent(qx, qy, temperature):
+    frame = lookup_2d_frame(qx, qy, temperature)
+    labels = list(DEMO_KEYS)
+    keys = np.array([DEMO_KEYS[name] for name in labels])
+    scores = keys @ np.array([qx, qy]) / (math.sqrt(2) * temperature)
+    e = np.exp(scores - scores.max())
+    weights = e / e.sum()
+    np.testing.assert_allclose(frame.weights.numpy()[0], weights, atol=1e-12)
+    np.testing.assert_allclose(frame.output_xy.numpy(), weights @ keys, atol=1e-12)
+    entropy = -(weights * np.log(weights)).sum()
+    assert frame.readouts["entropy (nats)"] == pytest.approx(entropy, abs=1e-12)
+    assert frame.readouts["ceiling ln n"] == pytest.approx(math.log(len(labels)))
+    best = int(np.argmax(weights))
+    assert frame.readouts["strongest key"] == f"{labels[best]} ({weights[best]:.4f})"
+    assert frame.key_labels == labels and list(frame.query_labels) == ["q"]
+
+
+# --- LiveAttentionWidget over the lookup view -----------------------------------------------
+
+
+def test_image_is_png_and_changes_after_a_move(lookup):
+    lookup.set(query_x=1.5, query_y=1.5, temperature=1.0)
+    before = decode(lookup.image.value)
+    height, width = before.shape[:2]
+    dpi = lookup.view.blit.figure.dpi
+    figsize = lookup.view.blit.figure.get_size_inches()
+    assert (width, height) == (round(figsize[0] * dpi), round(figsize[1] * dpi))
+    lookup.controls["query_x"].value = -2.0
+    after = decode(lookup.image.value)
+    assert after.shape == before.shape
+    assert np.abs(after - before).sum() > 0
+    # moving back reproduces the first picture exactly: nothing stale is left on the canvas
+    lookup.controls["query_x"].value = 1.5
+    assert np.array_equal(decode(lookup.image.value), before)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{"query_x": -1.0}, {"query_y": -2.5, "temperature": 0.3}, {"query_x": 0.7, "query_y": 2.2,
+                                                                "temperature": 4.0}],
+)
+def test_readouts_match_pure_function_via_set(lookup, values):
+    lookup.set(query_x=1.5, query_y=1.5, temperature=1.0)
+    first = dict(lookup.readouts)
+    returned = lookup.set(**values)
+    state = {"query_x": 1.5, "query_y": 1.5, "temperature": 1.0, **values}
+    assert lookup.values == pytest.approx(state)
+    frame = lookup_2d_frame(state["query_x"], state["query_y"], state["temperature"])
+    assert torch.allclose(lookup.frame.weights, frame.weights, atol=1e-12)
+    assert returned == lookup.readouts == expected_readouts(frame)
+    assert lookup.readouts != first
+    for name, text in expected_readouts(frame).items():
+        assert name in lookup.readout_html.value and text in lookup.readout_html.value
+
+
+def test_readouts_match_pure_function_via_controls(lookup):
+    lookup.set(query_x=1.5, query_y=1.5, temperature=1.0)
+    lookup.controls["query_y"].value = -1.7
+    lookup.controls["temperature"].value = 0.5
+    frame = lookup_2d_frame(1.5, -1.7, 0.5)
+    assert torch.allclose(lookup.frame.weights, frame.weights, atol=1e-12)
+    assert lookup.readouts == expected_readouts(frame)
+    assert lookup.readouts["strongest key"].startswith("pear")
+
+
+def test_one_render_per_set_call(lookup):
+    start = lookup.renders
+    lookup.set(query_x=0.1, query_y=-0.4, temperature=2.0)
+    assert lookup.renders == start + 1
+    lookup.set(query_x=-0.3)
+    assert lookup.renders == start + 2
+    lookup.controls["query_x"].value = 0.9  # each direct assignment renders once
+    lookup.controls["query_y"].value = 0.9
+    assert lookup.renders == start + 4
+
+
+def test_set_unknown_control(lookup):
+    renders = lookup.renders
+    with pytest.raises(ValueError, match=r"unknown control.*'speed'"):
+        lookup.set(speed=3.0)
+    assert lookup.renders == renders
+
+
+def test_mimebundle(lookup):
+    bundle = lookup._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == lookup.ui.model_id
+
+
+# --- errors are shown, not swallowed --------------------------------------------------------
+
+
+def test_compute_error_is_shown_and_cleared():
+    def compute(n):
+        if n == 3:
+            raise ValueError("n=3 is <not> allowed")
+        return uniform_frame(n)
+
+    w = LiveAttentionWidget(compute, {"n": widgets.IntSlider(value=4, min=1, max=10)})
+    assert w.error is None and w.error_html.value == ""
+    good_png, good_frame, renders = w.image.value, w.frame, w.renders
+    w.controls["n"].value = 3
+    assert w.error == "ValueError: n=3 is <not> allowed"
+    assert "ValueError" in w.error_html.value
+    assert "n=3 is &lt;not&gt; allowed" in w.error_html.value  # escaped as HTML
+    assert w.image.value == good_png
+    assert w.frame is good_frame and w.renders == renders
+    w.set(n=5)
+    assert w.error is None and w.error_html.value == ""
+    assert w.frame.weights.shape == (5, 5)
+    assert w.image.value != good_png and w.renders == renders + 1
+
+
+def test_view_error_is_shown():
+    def compute(row):
+        return uniform_frame(4, highlight_row=row)
+
+    w = LiveAttentionWidget(compute, {"row": widgets.IntSlider(value=1, min=0, max=9)})
+    good_png = w.image.value
+    w.set(row=7)
+    assert w.error is not None and "highlight_row" in w.error
+    assert "highlight_row" in w.error_html.value
+    assert w.image.value == good_png
+    w.set(row=3)
+    assert w.error is None and w.image.value != good_png
+
+
+# --- AttentionView --------------------------------------------------------------------------
+
+
+def cell_pixel(view, image, i, j):
+    """The RGBA pixel at the centre of heatmap cell (row i, column j)."""
+    x, y = view.panel.ax_map.transData.transform((j, i))
+    height = view.figure.bbox.height  # display y goes up from the bottom, PNG rows go down
+    return image[int(round(height - y)), int(round(x))]
+
+
+def colour(spec) -> np.ndarray:
+    return np.round(np.array(to_rgba(spec)) * 255).astype(int)
+
+
+@pytest.fixture(scope="module")
+def view():
+    return AttentionView()
+
+
+@pytest.mark.parametrize("n", [8, 32, 64])
+def test_view_renders_sizes_with_mask(view, n, gen):
+    labels = [f"w{i}" for i in range(n)]
+    mask = torch.ones(n, n, dtype=torch.bool).tril()
+    logits = torch.randn(n, n, generator=gen).masked_fill(~mask, -torch.inf)
+    weights = torch.softmax(logits, -1)
+    frame = AttentionFrame(weights, labels, labels, mask=mask, highlight_row=n // 2)
+    image = decode(view.update(frame))
+    size = view.figure.get_size_inches() * view.figure.dpi
+    assert image.shape == (round(size[1]), round(size[0]), 4)
+    # relayout happened: the ticks carry this frame's labels
+    assert [t.get_text() for t in view.panel.ax_map.get_xticklabels()] == labels
+    assert [t.get_text() for t in view.panel.ax_map.get_yticklabels()] == labels
+    grey = colour(MASKED_COLOR)
+    for i, j in [(0, n - 1), (0, 1), (n - 2, n - 1)]:  # above the diagonal: masked
+        assert np.abs(cell_pixel(view, image, i, j) - grey).max() <= 1, (i, j)
+    cmap = weights_cmap()
+    for i, j in [(n - 1, 0), (n - 1, n - 3), (3, 2)]:  # visible: the colormap's colour
+        expected = colour(cmap(float(weights[i, j])))
+        assert np.abs(cell_pixel(view, image, i, j) - expected).max() <= 3, (i, j)
+        assert np.abs(cell_pixel(view, image, i, j) - grey).max() > 10
+
+
+def test_view_relayouts_when_labels_change(view):
+    view.update(uniform_frame(5, ["a", "b", "c", "d", "e"]))
+    first = decode(view.update(uniform_frame(5, ["a", "b", "c", "d", "e"])))
+    second = decode(view.update(uniform_frame(5, ["v", "w", "x", "y", "z"])))
+    assert [t.get_text() for t in view.panel.ax_map.get_xticklabels()] == list("vwxyz")
+    assert np.abs(second - first).sum() > 0  # same weights, other tick labels
+
+
+def test_view_unmasked_then_masked(view):
+    n = 8
+    plain = decode(view.update(uniform_frame(n)))
+    x = cell_pixel(view, plain, 0, n - 1)
+    assert np.abs(x - colour(weights_cmap()(1.0 / n))).max() <= 3
+    mask = torch.ones(n, n, dtype=torch.bool)
+    mask[0, n - 1] = False
+    masked = decode(view.update(uniform_frame(n, mask=mask)))
+    assert np.abs(cell_pixel(view, masked, 0, n - 1) - colour(MASKED_COLOR)).max() <= 1
+    assert np.array_equal(cell_pixel(view, masked, 1, n - 1), cell_pixel(view, plain, 1, n - 1))
+
+
+@pytest.mark.parametrize("row", [-1, 4, 100])
+def test_highlight_row_out_of_range(view, row):
+    with pytest.raises(ValueError, match=rf"highlight_row.*0\.\.3.*{row}"):
+        view.update(uniform_frame(4, highlight_row=row))
+
+
+# --- encode_png -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 4), (7, 13, 4), (64, 3, 4)])
+def test_encode_png_round_trip(shape):
+    rng = np.random.default_rng(0)
+    rgba = rng.integers(0, 256, size=shape, dtype=np.uint8)
+    image = Image.open(io.BytesIO(encode_png(rgba)))
+    image.load()
+    assert image.mode == "RGBA" and image.size == (shape[1], shape[0])
+    assert np.array_equal(np.asarray(image), rgba)
+
+
+def test_encode_png_non_contiguous_input():
+    rgba = np.random.default_rng(1).integers(0, 256, size=(9, 5, 4), dtype=np.uint8)
+    view = rgba.transpose(1, 0, 2)[::-1]
+    assert not view.flags["C_CONTIGUOUS"]
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(encode_png(view)))), view)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.zeros((4, 4, 4), dtype=np.float32),
+        np.zeros((4, 4, 4), dtype=np.uint16),
+        np.zeros((4, 4, 3), dtype=np.uint8),
+        np.zeros((4, 4), dtype=np.uint8),
+    ],
+)
+def test_encode_png_rejects(bad):
+    with pytest.raises(ValueError, match=r"rgba.*uint8.*\(h, w, 4\)") as info:
+        encode_png(bad)
+    assert str(bad.shape) in str(info.value)
