@@ -91,6 +91,9 @@ def additive_scores(
         require_tensor(name, t, floating=True)
     require_min_dim("q", q, 2, "(..., n_q, d_q)")
     require_min_dim("k", k, 2, "(..., n_k, d_k)")
+    for name, t in (("k", k), ("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
     if w_q.dim() != 2 or w_q.shape[1] != q.shape[-1]:
         raise ValueError(f"w_q must have shape (d_a, d_q={q.shape[-1]}), got {shape(w_q)}")
     if w_k.dim() != 2 or w_k.shape[1] != k.shape[-1]:

@@ -43,7 +43,13 @@ def normalized_entropy(weights: torch.Tensor, mask: torch.Tensor | None = None) 
     if mask is None:
         visible = torch.full(weights.shape[:-1], weights.shape[-1], dtype=weights.dtype)
     else:
-        visible = torch.broadcast_to(mask, weights.shape).sum(dim=-1).to(weights.dtype)
+        require_tensor("mask", mask)
+        try:
+            mask = torch.broadcast_to(mask, weights.shape)
+        except RuntimeError:
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the weights' "
+                             f"shape {tuple(weights.shape)}") from None
+        visible = mask.sum(dim=-1).to(weights.dtype)
     ceiling = torch.log(visible.clamp_min(1.0))
     entropy = attention_entropy(weights)
     return torch.where(ceiling > 0, entropy / ceiling.clamp_min(1e-12), torch.zeros_like(entropy))

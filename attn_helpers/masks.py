@@ -34,7 +34,7 @@ def padding_mask(lengths, max_len: int | None = None) -> torch.Tensor:
         max_len: padded length; defaults to the largest length.
     """
     if isinstance(lengths, (list, tuple)):
-        lengths = torch.tensor(lengths, dtype=torch.long)
+        lengths = torch.tensor(lengths) if lengths else torch.zeros(0, dtype=torch.long)
     require_tensor("lengths", lengths)
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be 1-D (batch,), got shape {shape(lengths)}")

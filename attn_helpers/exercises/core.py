@@ -144,7 +144,8 @@ def check_function(
                 return CheckResult(False, f"{message}\nHint: {nan_hint}")
             for mistake in mistakes:
                 wrong = _as_tuple(mistake.produce(*_clone(case).values()))
-                if all(isinstance(x, torch.Tensor) and x.shape == y.shape
+                if all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+                       and x.shape == y.shape
                        and _close(y, x, atol, rtol) for x, y in zip(wrong, got, strict=False)):
                     message += f"\nHint: {mistake.hint}"
                     break

@@ -203,16 +203,16 @@ def multihead_widget(
     mask: torch.Tensor | None = None,
 ) -> LiveAttentionWidget:
     """The live widget of notebook 04 over precomputed ``(examples, h, n, n)`` weights: an example
-    picker and a head selector with an all-heads grid."""
+    slider and a head selector with an all-heads grid."""
     weights = torch.as_tensor(weights)
     if weights.dim() != 4:
         raise ValueError(f"weights must be 4-D (examples, h, n, n), got shape {shape(weights)}")
     h = weights.shape[1]
     names = list(head_names) if head_names is not None else [f"head {i}" for i in range(h)]
     controls = {
-        "example": widgets.Dropdown(
-            options=[(" ".join(tokens), i) for i, tokens in enumerate(labels)], value=0,
-            description="example", layout=widgets.Layout(width="420px")),
+        # a slider, so a learner can step through the examples; the readouts name the tokens
+        "example": widgets.IntSlider(value=0, min=0, max=len(labels) - 1, description="example",
+                                     layout=widgets.Layout(width="320px")),
         "head": widgets.Dropdown(options=[("all heads (grid)", ALL_HEADS)]
                                  + [(name, i) for i, name in enumerate(names)],
                                  value=ALL_HEADS, description="head",
