@@ -1,6 +1,16 @@
-"""Shared test setup: a headless matplotlib backend, and figures closed after every test."""
+"""Shared test setup: a headless matplotlib backend, and figures closed after every test.
+
+The tests mirror the package: ``core/``, ``lessons/``, ``widgets/``, ``exercises/``, ``tools/``,
+and ``notebooks/`` (hygiene, consistency, the browser). ``_reference.py`` (independent reference
+formulas) sits here, importable from every folder.
+"""
+
+import sys
+from pathlib import Path
 
 import matplotlib
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `from _reference import ...`
 
 matplotlib.use("Agg")  # before anything imports pyplot
 

@@ -14,7 +14,7 @@ import pytest
 
 from attn_helpers.course_map import COURSE
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
