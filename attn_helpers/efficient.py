@@ -41,8 +41,6 @@ __all__ = [
     "elu_feature_map",
     "linear_attention",
     "local_attention",
-    "generate_without_cache",
-    "generate_with_cache",
 ]
 
 
@@ -356,55 +354,3 @@ def local_attention(
         scores.masked_fill_(~allowed, float("-inf"))
         out[..., start:end, :] = torch.softmax(scores, dim=-1) @ v[..., k_start:k_end, :]
     return out
-
-
-def _check_decode(x, w_q, w_k, w_v) -> None:
-    require_tensor("x", x, floating=True)
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D (n, d_model), got shape {shape(x)}")
-    for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
-        require_tensor(name, w, floating=True)
-        if w.dim() != 2 or w.shape[0] != x.shape[1]:
-            raise ValueError(f"{name} must have shape (d_model={x.shape[1]}, d), got {shape(w)}")
-    if w_q.shape[1] != w_k.shape[1]:
-        raise ValueError(f"w_q and w_k must give the same d_k, got {shape(w_q)} and {shape(w_k)}")
-
-
-def generate_without_cache(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,
-                         w_v: torch.Tensor) -> torch.Tensor:
-    """Generate step by step the way a model without a cache does: at step ``t`` the whole
-    prefix ``x[:t + 1]`` goes through the layer again (projections and causal attention for every
-    row), and only the last row is kept.
-
-    Args:
-        x: ``(n, d_model)`` the token embeddings, one per step; w_q, w_k: ``(d_model, d_k)``;
-            w_v: ``(d_model, d_v)``.
-
-    Returns:
-        ``(n, d_v)``: row ``t`` is the attention output of token ``t`` over tokens ``0..t``.
-    """
-    _check_decode(x, w_q, w_k, w_v)
-    rows = []
-    for t in range(x.shape[0]):
-        prefix = x[: t + 1]
-        q, k, v = prefix @ w_q, prefix @ w_k, prefix @ w_v
-        rows.append(F.scaled_dot_product_attention(q, k, v, is_causal=True)[-1])
-    return torch.stack(rows)
-
-
-def generate_with_cache(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,
-                      w_v: torch.Tensor) -> torch.Tensor:
-    """The same outputs as :func:`generate_without_cache`, with a KV cache: at step ``t`` only the
-    new token is projected, its key and value are appended to the cache, and its one query
-    attends to the ``t + 1`` cached keys. Shapes as in :func:`generate_without_cache`."""
-    _check_decode(x, w_q, w_k, w_v)
-    n = x.shape[0]
-    k_cache = x.new_empty((n, w_k.shape[1]))
-    v_cache = x.new_empty((n, w_v.shape[1]))
-    rows = []
-    for t in range(n):
-        token = x[t : t + 1]
-        k_cache[t : t + 1] = token @ w_k
-        v_cache[t : t + 1] = token @ w_v
-        rows.append(F.scaled_dot_product_attention(token @ w_q, k_cache[: t + 1], v_cache[: t + 1])[0])
-    return torch.stack(rows)

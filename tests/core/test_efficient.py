@@ -16,8 +16,6 @@ from attn_helpers.efficient import (
     block_state,
     elu_feature_map,
     finalize,
-    generate_with_cache,
-    generate_without_cache,
     init_state,
     linear_attention,
     local_attention,
@@ -237,15 +235,3 @@ def test_bad_options(gen):
     with pytest.raises(ValueError, match="block size"):
         online_softmax_step(state, q @ k.T, v[:5])
     assert isinstance(state, OnlineSoftmaxState)
-
-
-def test_kv_cache_decoding_equals_full_causal_attention(gen):
-    x = torch.randn(20, 8, generator=gen, dtype=torch.float64)
-    w_q, w_k, w_v = (torch.randn(8, d, generator=gen, dtype=torch.float64) for d in (4, 4, 3))
-    full = ah.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v, ah.causal_mask(20))[0]
-    torch.testing.assert_close(generate_with_cache(x, w_q, w_k, w_v), full)
-    torch.testing.assert_close(generate_without_cache(x, w_q, w_k, w_v), full)
-    with pytest.raises(ValueError, match="w_k"):
-        generate_with_cache(x, w_q, w_k[:5], w_v)
-    with pytest.raises(ValueError, match="x must be 2-D"):
-        generate_without_cache(x[None], w_q, w_k, w_v)
