@@ -1,4 +1,4 @@
-r"""Multi-head attention, batch-first, with per-head weights; equal to ``torch.nn.MultiheadAttention``.
+r"""Multi-head attention, batch-first, with per-head weights; grouped-query attention built in.
 
 With ``h`` heads of size ``d_head = d_model / h`` (Vaswani et al., 2017):
 
@@ -6,10 +6,16 @@ With ``h`` heads of size ``d_head = d_model / h`` (Vaswani et al., 2017):
     \mathrm{head}_i = \mathrm{Attention}(Q W^Q_i, K W^K_i, V W^V_i), \qquad
     \mathrm{MultiHead}(Q, K, V) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\, W^O .
 
-All heads' projections are stored side by side in one ``(d_model, d_model)`` matrix per role, so
-the heads cost no more parameters than one head of size ``d_model``: :func:`split_heads` cuts the
-projected ``(b, n, d_model)`` tensor into ``(b, h, n, d_head)`` and :func:`merge_heads` glues the
-heads' outputs back together.
+All heads' projections are stored side by side in one matrix per role: :func:`split_heads` cuts
+the projected ``(b, n, h * d_head)`` tensor into ``(b, h, n, d_head)`` and :func:`merge_heads`
+glues the heads' outputs back together.
+
+**Grouped-query attention** (Ainslie et al., 2023) keeps ``h`` query heads but only ``g`` key/value
+heads (``g`` divides ``h``): query head ``i`` uses key/value head ``i // (h / g)``, so each group of
+``h / g`` consecutive query heads shares one. ``g = h`` is ordinary multi-head attention,
+``g = 1`` multi-query attention (Shazeer, 2019). The grouping is the one of
+``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``. A KV cache then
+stores ``g`` heads instead of ``h``: ``h / g`` times less memory.
 """
 
 from __future__ import annotations
@@ -17,8 +23,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import require_positive_int, require_tensor, shape
+from ._checks import (
+    require_bool,
+    require_int_in,
+    require_positive_int,
+    require_size,
+    require_tensor,
+    shape,
+)
 from .attention import scaled_dot_product_attention
+from .kv_cache import KVCache
 
 __all__ = [
     "MultiHeadAttention",
@@ -55,24 +69,37 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, n, h * d_head)
 
 
-def parameter_count(
-    d_model: int, num_heads: int, *, bias: bool = True, kdim: int | None = None,
-    vdim: int | None = None,
-) -> int:
-    r"""Number of parameters of :class:`MultiHeadAttention` (and of ``nn.MultiheadAttention``).
-
-    :math:`W^Q` is ``d_model x d_model``, :math:`W^K` ``kdim x d_model``, :math:`W^V`
-    ``vdim x d_model``, :math:`W^O` ``d_model x d_model``, plus one bias of ``d_model`` per
-    matrix. It does not depend on ``num_heads`` (which must divide ``d_model``).
-    """
+def _check_sizes(d_model, num_heads, num_kv_heads, kdim, vdim) -> tuple[int, int, int]:
+    """Validate the sizes; return ``(g, kdim, vdim)`` with the defaults filled in."""
     require_positive_int("d_model", d_model)
     require_positive_int("num_heads", num_heads)
     if d_model % num_heads:
         raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
+    g = num_heads if num_kv_heads is None else require_int_in("num_kv_heads", num_kv_heads, 1,
+                                                               num_heads)
+    if num_heads % g:
+        raise ValueError(f"num_kv_heads={g} must divide num_heads={num_heads}")
     kdim = d_model if kdim is None else require_positive_int("kdim", kdim)
     vdim = d_model if vdim is None else require_positive_int("vdim", vdim)
-    weights = d_model * (d_model + kdim + vdim + d_model)
-    return weights + (4 * d_model if bias else 0)
+    return g, kdim, vdim
+
+
+def parameter_count(
+    d_model: int, num_heads: int, *, num_kv_heads: int | None = None, bias: bool = True,
+    kdim: int | None = None, vdim: int | None = None,
+) -> int:
+    r"""Number of parameters of :class:`MultiHeadAttention` (and of ``nn.MultiheadAttention``).
+
+    With ``g = num_kv_heads`` (default ``num_heads``) the keys and values have ``g`` heads of
+    ``d_head = d_model / num_heads``, so ``d_kv = g * d_head``: :math:`W^Q` is
+    ``d_model x d_model``, :math:`W^K` ``kdim x d_kv``, :math:`W^V` ``vdim x d_kv``, :math:`W^O`
+    ``d_model x d_model``, plus one bias per output feature. With ``g = num_heads`` it does not
+    depend on ``num_heads`` (which must divide ``d_model``).
+    """
+    g, kdim, vdim = _check_sizes(d_model, num_heads, num_kv_heads, kdim, vdim)
+    d_kv = g * (d_model // num_heads)
+    weights = d_model * d_model + kdim * d_kv + vdim * d_kv + d_model * d_model
+    return weights + (2 * d_model + 2 * d_kv if bias else 0)
 
 
 def to_torch_attn_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -95,13 +122,20 @@ def to_torch_key_padding_mask(key_padding: torch.Tensor) -> torch.Tensor:
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention that returns every head's weights.
+    """Multi-head (or grouped-query) attention that returns every head's weights.
 
     Args:
         d_model: size of the queries and of the output; split into ``num_heads`` heads.
-        num_heads: number of heads ``h``; must divide ``d_model``.
+        num_heads: number of query heads ``h``; must divide ``d_model``.
+        num_kv_heads: number of key/value heads ``g`` (must divide ``h``; default ``h``). Query
+            head ``i`` uses key/value head ``i // (h / g)``; ``g = 1`` is multi-query attention.
         bias: add a bias to the four projections.
-        kdim, vdim: sizes of the key and value inputs (default ``d_model``).
+        kdim, vdim: sizes of the key and value inputs (default ``d_model``); cross-attention to
+            an encoder of another width is ``MultiHeadAttention(d_model, h, kdim=d_enc, vdim=d_enc)``.
+
+    Attributes: ``d_model``, ``num_heads``, ``num_kv_heads``, ``d_head``, ``kdim``, ``vdim`` and the
+    ``nn.Linear`` projections ``q_proj`` (d_model -> d_model), ``k_proj`` (kdim -> g * d_head),
+    ``v_proj`` (vdim -> g * d_head), ``out_proj`` (d_model -> d_model).
 
     ``forward(query (b, n_q, d_model), key (b, n_k, kdim), value (b, n_k, vdim), mask=None)``
     returns ``(output (b, n_q, d_model), weights (b, h, n_q, n_k))``. ``mask`` is boolean, True =
@@ -109,26 +143,29 @@ class MultiHeadAttention(nn.Module):
     ``key_padding_to_attention_mask``) or ``(b, h, n_q, n_k)``.
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, bias: bool = True,
-                 kdim: int | None = None, vdim: int | None = None):
+    def __init__(self, d_model: int, num_heads: int, *, num_kv_heads: int | None = None,
+                 bias: bool = True, kdim: int | None = None, vdim: int | None = None):
         super().__init__()
-        parameter_count(d_model, num_heads, bias=bias, kdim=kdim, vdim=vdim)  # validates
-        if not isinstance(bias, bool):
-            raise TypeError(f"bias must be a bool, got {type(bias).__name__}")
-        self.d_model, self.num_heads = d_model, num_heads
-        self.d_head = d_model // num_heads
-        self.kdim = d_model if kdim is None else kdim
-        self.vdim = d_model if vdim is None else vdim
+        g, kdim, vdim = _check_sizes(d_model, num_heads, num_kv_heads, kdim, vdim)
+        require_bool("bias", bias)
+        d_head = d_model // num_heads
+        for name, size in (("d_model", d_model), ("kdim", kdim), ("vdim", vdim)):
+            require_size(f"{name}={size}, d_model={d_model}: a ({size}, d_model) projection",
+                         size, d_model)
+        self.d_model, self.num_heads, self.num_kv_heads, self.d_head = d_model, num_heads, g, d_head
+        self.kdim, self.vdim = kdim, vdim
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(self.kdim, d_model, bias=bias)
-        self.v_proj = nn.Linear(self.vdim, d_model, bias=bias)
+        self.k_proj = nn.Linear(kdim, g * d_head, bias=bias)
+        self.v_proj = nn.Linear(vdim, g * d_head, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, num_heads={self.num_heads}, d_head={self.d_head}, "
-                f"kdim={self.kdim}, vdim={self.vdim}")
+        return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
+                f"num_kv_heads={self.num_kv_heads}, d_head={self.d_head}, kdim={self.kdim}, "
+                f"vdim={self.vdim}")
 
-    def _check_inputs(self, query, key, value, mask):
+    def _check_inputs(self, query, key, value, mask, head_mask, cache):
+        """Validate; return the mask broadcastable to the grouped scores (b, g, h/g, n_q, n_k)."""
         for name, t, last in (("query", query, self.d_model), ("key", key, self.kdim),
                               ("value", value, self.vdim)):
             require_tensor(name, t, floating=True)
@@ -139,6 +176,20 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"key {shape(key)} and value {shape(value)} must share (b, n_k)")
         if query.shape[0] != key.shape[0]:
             raise ValueError(f"query {shape(query)} and key {shape(key)} must share the batch size")
+        h, g = self.num_heads, self.num_kv_heads
+        if head_mask is not None:
+            require_tensor("head_mask", head_mask)
+            if head_mask.shape != (h,):
+                raise ValueError(f"head_mask must have shape (num_heads,) = ({h},), "
+                                 f"got {shape(head_mask)}")
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+            if mask is not None:
+                raise ValueError("with a cache, mask must be None: the cache applies the causal mask")
+            if query.shape[1] != key.shape[1]:
+                raise ValueError(f"with a cache, query {shape(query)} and key {shape(key)} must be "
+                                 f"the same new positions (the same n)")
         if mask is None:
             return None
         require_tensor("mask", mask)
@@ -147,7 +198,7 @@ class MultiHeadAttention(nn.Module):
         b, n_q, n_k = query.shape[0], query.shape[1], key.shape[1]
         if mask.dim() == 3:
             mask = mask.unsqueeze(1)  # (b, 1, n_q, n_k): the same mask for every head
-        target = (b, self.num_heads, n_q, n_k)
+        target = (b, h, n_q, n_k)
         try:
             ok = mask.dim() in (2, 4) and torch.broadcast_shapes(mask.shape, target) == target
         except RuntimeError:
@@ -155,7 +206,10 @@ class MultiHeadAttention(nn.Module):
         if not ok:
             raise ValueError(f"mask of shape {shape(mask)} does not broadcast to (b, h, n_q, n_k) = "
                              f"{target}; pass (n_q, n_k), (b, n_q, n_k) or (b, h, n_q, n_k)")
-        return mask
+        if mask.dim() == 2:
+            return mask
+        # (b, h or 1, n_q, n_k) -> (b, g, h/g, n_q, n_k), the grouped layout of the scores
+        return mask.unflatten(1, (g, h // g)) if mask.shape[1] == h else mask.unsqueeze(1)
 
     def forward(
         self,
@@ -165,41 +219,53 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         *,
         head_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Multi-head attention; see the class docstring for shapes.
 
         ``head_mask`` (optional, ``(h,)`` bool or float) multiplies each head's output before the
         output projection: ``False``/0 switches a head off (head ablation).
+
+        ``cache`` (optional, a :class:`~attn_helpers.kv_cache.KVCache`) is incremental decoding
+        in self-attention: ``query``, ``key`` and ``value`` are the inputs of the ``t`` new
+        positions; their keys and values (``g`` heads) are appended to the cache and their queries
+        attend causally to every cached position. Then ``n_k = len(cache)`` and ``mask`` must be
+        None.
         """
-        mask = self._check_inputs(query, key, value, mask)
-        q = split_heads(self.q_proj(query), self.num_heads)    # (b, h, n_q, d_head)
-        k = split_heads(self.k_proj(key), self.num_heads)      # (b, h, n_k, d_head)
-        v = split_heads(self.v_proj(value), self.num_heads)    # (b, h, n_k, d_head)
-        heads, weights = scaled_dot_product_attention(q, k, v, mask)
+        mask = self._check_inputs(query, key, value, mask, head_mask, cache)
+        h, g = self.num_heads, self.num_kv_heads
+        # query head i sits in group i // (h/g), next to the other h/g heads that share its K, V
+        q = split_heads(self.q_proj(query), h).unflatten(1, (g, h // g))  # (b, g, h/g, n_q, d_head)
+        k = split_heads(self.k_proj(key), g).unsqueeze(2)                  # (b, g, 1, n_k, d_head)
+        v = split_heads(self.v_proj(value), g).unsqueeze(2)                # (b, g, 1, n_k, d_head)
+        if cache is None:
+            heads, weights = scaled_dot_product_attention(q, k, v, mask)   # K, V broadcast over h/g
+        else:
+            cache.append(k, v)                                  # now holds (b, g, 1, len, d_head)
+            heads, weights = cache.attend(q)                    # the new queries over the cache
+        heads = heads.flatten(1, 2)                             # (b, h, n_q, d_head)
+        weights = weights.flatten(1, 2)                         # (b, h, n_q, n_k)
         if head_mask is not None:
-            require_tensor("head_mask", head_mask)
-            if head_mask.shape != (self.num_heads,):
-                raise ValueError(f"head_mask must have shape (num_heads,) = ({self.num_heads},), "
-                                 f"got {shape(head_mask)}")
             heads = heads * head_mask.to(heads.dtype)[:, None, None]
-        return self.out_proj(merge_heads(heads)), weights
+        return self.out_proj(merge_heads(heads)), weights       # (b, n_q, d_model)
 
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
-        """A copy of ``torch.nn.MultiheadAttention`` ``m`` (either ``batch_first`` setting; ours
-        is always batch-first). ``add_bias_kv`` and ``add_zero_attn`` are not supported."""
+        """A copy of ``torch.nn.MultiheadAttention`` ``m`` (any ``kdim``/``vdim``, either
+        ``batch_first`` setting; ours is always batch-first; ``num_kv_heads = num_heads``).
+        ``add_bias_kv`` and ``add_zero_attn`` are not supported."""
         if not isinstance(m, nn.MultiheadAttention):
             raise TypeError(f"m must be a torch.nn.MultiheadAttention, got {type(m).__name__}")
         if m.bias_k is not None or m.add_zero_attn:
             raise ValueError("from_torch does not support add_bias_kv=True or add_zero_attn=True")
         d = m.embed_dim
         bias = m.in_proj_bias is not None
-        ours = cls(d, m.num_heads, bias=bias, kdim=m.kdim, vdim=m.vdim)
         if m._qkv_same_embed_dim:
             w_q, w_k, w_v = m.in_proj_weight.detach().split(d)
         else:
             w_q, w_k, w_v = (m.q_proj_weight.detach(), m.k_proj_weight.detach(),
                              m.v_proj_weight.detach())
+        ours = cls(d, m.num_heads, bias=bias, kdim=m.kdim, vdim=m.vdim)
         ours = ours.to(dtype=w_q.dtype, device=w_q.device)
         with torch.no_grad():
             for proj, w in ((ours.q_proj, w_q), (ours.k_proj, w_k), (ours.v_proj, w_v)):

@@ -1,23 +1,17 @@
-"""MultiHeadAttention against torch.nn.MultiheadAttention, split/merge, parameter counts, notebook
-04's widget and checkers."""
+"""MultiHeadAttention against torch.nn.MultiheadAttention and (grouped-query) against
+F.scaled_dot_product_attention(enable_gqa=True); split/merge; parameter counts; bad input."""
 
 from __future__ import annotations
 
-import io
 import itertools
 
-import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
-from attn_helpers.exercises.multihead import (
-    check_merge_heads,
-    check_parameter_count,
-    check_split_heads,
-)
+from attn_helpers.kv_cache import KVCache
 from attn_helpers.masks import causal_mask, key_padding_to_attention_mask, padding_mask
 from attn_helpers.multihead import (
     MultiHeadAttention,
@@ -26,12 +20,6 @@ from attn_helpers.multihead import (
     split_heads,
     to_torch_attn_mask,
     to_torch_key_padding_mask,
-)
-from attn_helpers.widgets.multihead import (
-    ALL_HEADS,
-    MultiHeadView,
-    multihead_frame,
-    multihead_widget,
 )
 
 # --- equality with torch.nn.MultiheadAttention ---------------------------------------------
@@ -187,6 +175,149 @@ def test_head_mask_switches_off_exactly_one_head(gen):
     torch.testing.assert_close(ablated_weights, weights)  # the pattern itself is unchanged
 
 
+# --- grouped-query attention against F.scaled_dot_product_attention(enable_gqa=True) ----------
+
+
+def reference_gqa(mha, query, key, value, mask):
+    """torch's fused attention with ``enable_gqa=True`` on our module's projections, and the
+    weights computed independently with the K/V heads repeated (head i uses kv head i // (h/g))."""
+    b, n_q, _ = query.shape
+    n_k, h, g, d = key.shape[1], mha.num_heads, mha.num_kv_heads, mha.d_head
+    q = mha.q_proj(query).view(b, n_q, h, d).transpose(1, 2)
+    k = mha.k_proj(key).view(b, n_k, g, d).transpose(1, 2)
+    v = mha.v_proj(value).view(b, n_k, g, d).transpose(1, 2)
+    attn_mask = None if mask is None else mask.expand(b, h, n_q, n_k)
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=True)
+    output = mha.out_proj(heads.transpose(1, 2).reshape(b, n_q, h * d))
+    scores = q @ k.repeat_interleave(h // g, dim=1).transpose(-2, -1) / d**0.5
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return output, scores.softmax(-1)
+
+
+def random_mask(kind, b, h, n_q, n_k, g):
+    if kind is None:
+        return None, None
+    if kind == "causal":
+        mask = offset_causal(n_q, n_k)                                  # (n_q, n_k)
+        return mask, mask
+    if kind == "padding":
+        real = padding_mask(torch.randint(1, n_k + 1, (b,), generator=g), n_k)
+        return key_padding_to_attention_mask(real), real[:, None, None, :]  # (b, 1, n_k)
+    mask = torch.rand(b, h, n_q, n_k, generator=g) > 0.5                # per head
+    mask[..., 0] = True
+    return mask, mask
+
+
+GQA_CASES = list(itertools.product(
+    [(8, 8), (8, 4), (8, 2), (8, 1), (6, 3), (3, 1)],   # (num_heads, num_kv_heads)
+    [None, "causal", "padding", "per-head"],
+    [(None, None), (5, 7)],                              # self-attention, cross-attention sizes
+))
+
+
+@pytest.mark.parametrize("heads, mask_kind, dims", GQA_CASES)
+def test_grouped_query_equals_torch_enable_gqa(heads, mask_kind, dims):
+    h, g_kv = heads
+    b, n_q, n_k, d_model = 3, 5, 7, 4 * h
+    g = torch.Generator().manual_seed(h * 10 + g_kv)
+    torch.manual_seed(h * 10 + g_kv)
+    mha = MultiHeadAttention(d_model, h, num_kv_heads=g_kv, kdim=dims[0], vdim=dims[1])
+    query = torch.randn(b, n_q, d_model, generator=g)
+    key = torch.randn(b, n_k, dims[0] or d_model, generator=g)
+    value = torch.randn(b, n_k, dims[1] or d_model, generator=g)
+    ours_mask, torch_mask = random_mask(mask_kind, b, h, n_q, n_k, g)
+    out, weights = mha(query, key, value, ours_mask)
+    ref_out, ref_weights = reference_gqa(mha, query, key, value, torch_mask)
+    assert out.shape == (b, n_q, d_model) and weights.shape == (b, h, n_q, n_k)
+    torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(weights, ref_weights, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("g_kv", [1, 2, 4])
+def test_grouped_query_float64_to_high_precision(g_kv):
+    torch.manual_seed(g_kv)
+    mha = MultiHeadAttention(32, 4, num_kv_heads=g_kv).double()
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    out, weights = mha(x, x, x, causal_mask(9))
+    ref_out, ref_weights = reference_gqa(mha, x, x, x, causal_mask(9))
+    torch.testing.assert_close(out, ref_out, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(weights, ref_weights, atol=1e-12, rtol=1e-10)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), b=st.integers(1, 3), h=st.integers(1, 8), d_head=st.integers(1, 5),
+       n_q=st.integers(1, 6), n_k=st.integers(1, 6), bias=st.booleans(), seed=st.integers(0, 999))
+def test_grouped_query_random_configurations(data, b, h, d_head, n_q, n_k, bias, seed):
+    g_kv = data.draw(st.sampled_from([g for g in range(1, h + 1) if h % g == 0]), label="g")
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(h * d_head, h, num_kv_heads=g_kv, bias=bias)
+    query, key = torch.randn(b, n_q, h * d_head), torch.randn(b, n_k, h * d_head)
+    out, weights = mha(query, key, key, offset_causal(n_q, n_k))
+    ref_out, ref_weights = reference_gqa(mha, query, key, key, offset_causal(n_q, n_k))
+    torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(weights, ref_weights, atol=1e-5, rtol=1e-4)
+
+
+def test_query_heads_of_one_group_share_their_key_value_head(gen):
+    mha = MultiHeadAttention(24, 6, num_kv_heads=2)                 # groups {0,1,2} and {3,4,5}
+    with torch.no_grad():
+        mha.q_proj.weight.copy_(mha.q_proj.weight[:4].repeat(6, 1))  # every query head the same
+        mha.q_proj.bias.copy_(mha.q_proj.bias[:4].repeat(6))
+    x = torch.randn(1, 5, 24, generator=gen)
+    _, weights = mha(x, x, x)
+    assert torch.equal(weights[:, 0], weights[:, 2]) and torch.equal(weights[:, 3], weights[:, 5])
+    assert not torch.allclose(weights[:, 2], weights[:, 3])         # a new group, a new key head
+
+
+def test_gradients_equal_torch_enable_gqa(gen):
+    mha = MultiHeadAttention(16, 4, num_kv_heads=2, kdim=6, vdim=3)
+    q = torch.randn(2, 3, 16, generator=gen, requires_grad=True)
+    k = torch.randn(2, 5, 6, generator=gen, requires_grad=True)
+    v = torch.randn(2, 5, 3, generator=gen, requires_grad=True)
+    mha(q, k, v)[0].square().sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v, mha.k_proj.weight)]
+    for t in (q, k, v, mha.k_proj.weight):
+        t.grad = None
+    reference_gqa(mha, q, k, v, None)[0].square().sum().backward()
+    for mine, theirs in zip(grads, (q.grad, k.grad, v.grad, mha.k_proj.weight.grad), strict=True):
+        torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-4)
+
+
+def test_num_kv_heads_defaults_to_num_heads_and_sets_the_projection_sizes():
+    assert MultiHeadAttention(12, 3).num_kv_heads == 3
+    mqa = MultiHeadAttention(12, 3, num_kv_heads=1, kdim=5)
+    assert (mqa.d_model, mqa.num_heads, mqa.num_kv_heads, mqa.d_head) == (12, 3, 1, 4)
+    assert mqa.q_proj.weight.shape == (12, 12) and mqa.out_proj.weight.shape == (12, 12)
+    assert mqa.k_proj.weight.shape == (4, 5) and mqa.v_proj.weight.shape == (4, 12)
+    assert "num_kv_heads=1" in repr(mqa)
+
+
+@pytest.mark.parametrize("g_kv", [1, 2, 4])
+def test_incremental_decoding_with_a_cache_equals_the_causal_forward(gen, g_kv):
+    mha = MultiHeadAttention(16, 4, num_kv_heads=g_kv).double()
+    x = torch.randn(2, 7, 16, generator=gen, dtype=torch.float64)
+    full, full_weights = mha(x, x, x, causal_mask(7))
+    cache = KVCache(7)
+    prefill, _ = mha(x[:, :3], x[:, :3], x[:, :3], cache=cache)     # the prompt as one block
+    steps = [mha(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], cache=cache) for t in range(3, 7)]
+    torch.testing.assert_close(torch.cat([prefill] + [o for o, _ in steps], 1), full)
+    torch.testing.assert_close(steps[-1][1], full_weights[:, :, 6:])
+    assert cache.keys.shape == (2, g_kv, 1, 7, 4)                   # g heads cached, not h
+    assert cache.score_counts == [9, 4, 5, 6, 7]
+
+
+def test_cache_arguments_are_checked(gen):
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(1, 2, 8, generator=gen)
+    with pytest.raises(TypeError, match="cache must be a KVCache"):
+        mha(x, x, x, cache=[])
+    with pytest.raises(ValueError, match="mask must be None"):
+        mha(x, x, x, causal_mask(2), cache=KVCache(4))
+    with pytest.raises(ValueError, match="same new positions"):
+        mha(x, torch.randn(1, 3, 8), torch.randn(1, 3, 8), cache=KVCache(4))
+
+
 # --- split, merge and parameter counts ------------------------------------------------------
 
 
@@ -214,6 +345,21 @@ def test_parameter_count_matches_torch_and_ours(d_model, h, kdim, vdim, bias):
     assert sum(p.numel() for p in ours.parameters()) == expected
 
 
+@pytest.mark.parametrize("d_model, h, g_kv, kdim, vdim, bias", [
+    (64, 8, 2, None, None, True), (64, 8, 1, 32, 16, False), (12, 6, 3, 5, 7, True),
+])
+def test_grouped_parameter_count_matches_the_module(d_model, h, g_kv, kdim, vdim, bias):
+    ours = MultiHeadAttention(d_model, h, num_kv_heads=g_kv, bias=bias, kdim=kdim, vdim=vdim)
+    assert parameter_count(d_model, h, num_kv_heads=g_kv, bias=bias, kdim=kdim, vdim=vdim) == sum(
+        p.numel() for p in ours.parameters())
+
+
+def test_llama_2_70b_sized_attention_parameter_count():
+    # d = 8192, 64 query heads of 128, 8 kv heads, no biases: W_Q, W_O 8192^2; W_K, W_V 8192 x 1024
+    assert parameter_count(8192, 64, num_kv_heads=8, bias=False) == 2 * 8192**2 + 2 * 8192 * 1024
+    assert parameter_count(8192, 64, bias=False) == 4 * 8192**2
+
+
 def test_bert_base_parameter_count():
     assert parameter_count(768, 12) == 2_362_368
     assert parameter_count(768, 1) == parameter_count(768, 768) == 2_362_368
@@ -239,6 +385,34 @@ def test_d_model_not_divisible_by_heads():
 def test_bad_constructor_arguments(args, error, pattern):
     with pytest.raises(error, match=pattern):
         MultiHeadAttention(*args)
+
+
+@pytest.mark.parametrize("num_kv_heads, error, pattern", [
+    (3, ValueError, "num_kv_heads=3 must divide num_heads=8"),
+    (0, ValueError, "num_kv_heads must be between 1 and 8, got 0"),
+    (16, ValueError, "num_kv_heads must be between 1 and 8, got 16"),
+    (True, TypeError, "num_kv_heads must be an int, got bool"),
+    (2.0, TypeError, "num_kv_heads must be an int, got float"),
+])
+def test_bad_num_kv_heads(num_kv_heads, error, pattern):
+    with pytest.raises(error, match=pattern):
+        MultiHeadAttention(16, 8, num_kv_heads=num_kv_heads)
+    with pytest.raises(error, match=pattern):
+        parameter_count(16, 8, num_kv_heads=num_kv_heads)
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    (dict(d_model=10**9, num_heads=1), r"d_model=1000000000.*bytes"),
+    (dict(d_model=8, num_heads=2, kdim=10**9), r"kdim=1000000000.*bytes"),
+])
+def test_absurd_sizes_are_refused_before_allocating(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        MultiHeadAttention(**kwargs)
+
+
+def test_bias_must_be_a_bool():
+    with pytest.raises(TypeError, match="bias must be a bool"):
+        MultiHeadAttention(8, 2, bias=1)
 
 
 def test_bad_forward_inputs_name_argument_and_shapes():
@@ -286,103 +460,3 @@ def test_mask_conversions_invert():
     assert torch.equal(to_torch_attn_mask(mask), ~mask)
     real = padding_mask([2, 4], 4)
     assert torch.equal(to_torch_key_padding_mask(real), ~real)
-
-
-# --- notebook 04's widget -------------------------------------------------------------------
-
-
-def decode(png: bytes) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(png)).convert("RGBA")).astype(int)
-
-
-@pytest.fixture
-def example_weights(gen):
-    weights = torch.softmax(torch.randn(3, 2, 4, 4, generator=gen, dtype=torch.float64), -1)
-    labels = [[f"{c}{i}" for i in range(4)] for c in "ABC"]
-    return weights, labels
-
-
-def test_multihead_frame_is_pure_and_correct(example_weights):
-    weights, labels = example_weights
-    frame = multihead_frame(weights, labels, 1, 0)
-    assert torch.equal(frame.weights, weights[1, 0]) and frame.head == 0
-    grid = multihead_frame(weights, labels, 1, ALL_HEADS)
-    assert grid.head is None and torch.allclose(grid.weights, weights[1].mean(0))
-    entropy = -(weights[1] * weights[1].log()).sum(-1).mean(-1)
-    torch.testing.assert_close(grid.head_entropy, entropy)
-    assert grid.readouts["mean entropy per head (nats)"] == (
-        f"head 0: {entropy[0].item():.4f}, head 1: {entropy[1].item():.4f}")
-    strongest = labels[1][int(weights[1, 1, -1].argmax())]
-    assert multihead_frame(weights, labels, 1, 1).readouts["last query's strongest key"] == (
-        f"head 1: {strongest}")
-
-
-@pytest.mark.parametrize("example, head, pattern", [
-    (3, 0, "example"), (0, 2, "head"), (0, "some", "head"), (True, 0, "example"),
-])
-def test_multihead_frame_bad_inputs(example_weights, example, head, pattern):
-    weights, labels = example_weights
-    with pytest.raises(ValueError, match=pattern):
-        multihead_frame(weights, labels, example, head)
-
-
-def test_multihead_frame_bad_shapes(example_weights):
-    weights, labels = example_weights
-    with pytest.raises(ValueError, match="4-D"):
-        multihead_frame(weights[0], labels, 0, 0)
-    with pytest.raises(ValueError, match="labels"):
-        multihead_frame(weights, labels[:2], 0, 0)
-    with pytest.raises(ValueError, match="head_names"):
-        multihead_frame(weights, labels, 0, 0, head_names=["a"])
-
-
-def test_multihead_widget_switches_between_grid_and_single(example_weights):
-    weights, labels = example_weights
-    widget = multihead_widget(weights, labels, mask=causal_mask(4))
-    assert widget.view.last_mode == "grid" and widget.error is None
-    grid_png = decode(widget.image.value)
-    figure = widget.view.grid.figure
-    assert grid_png.shape[:2] == (round(figure.get_size_inches()[1] * figure.dpi),
-                                  round(figure.get_size_inches()[0] * figure.dpi))
-    widget.set(head=1)
-    assert widget.view.last_mode == "single"
-    single = decode(widget.image.value)
-    assert single.shape != grid_png.shape
-    widget.set(example=2)
-    assert not np.array_equal(single, decode(widget.image.value))
-    assert torch.equal(widget.frame.weights, weights[2, 1])
-    widget.set(head=ALL_HEADS)
-    assert widget.view.last_mode == "grid" and widget.renders == 4
-
-
-def test_multihead_view_rejects_wrong_number_of_heads(example_weights):
-    weights, labels = example_weights
-    view = MultiHeadView(3)
-    with pytest.raises(ValueError, match="3 heads"):
-        view.update(multihead_frame(weights, labels, 0, 0))
-    with pytest.raises(ValueError, match="num_heads"):
-        MultiHeadView(0)
-
-
-# --- notebook 04's checkers -----------------------------------------------------------------
-
-
-def test_checkers_pass_the_references():
-    assert check_split_heads(split_heads)
-    assert check_merge_heads(merge_heads)
-    assert check_parameter_count(
-        lambda d, h, k, v, bias: parameter_count(d, h, kdim=k, vdim=v, bias=bias))
-
-
-def test_checkers_explain_known_mistakes():
-    verdict = check_split_heads(lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1))
-    assert not verdict and "transpose" in verdict.message
-    verdict = check_merge_heads(lambda x: x.reshape(x.shape[0], x.shape[2], -1))
-    assert not verdict and "Hint" in verdict.message
-    verdict = check_parameter_count(lambda d, h, k, v, bias: 4 * d * d + 4 * d)
-    assert not verdict and "kdim" in verdict.message
-    verdict = check_parameter_count(lambda d, h, k, v, bias: d * (d + k + v) + (3 * d if bias else 0))
-    assert not verdict and "W_O" in verdict.message
-    verdict = check_parameter_count(lambda d, h, k, v, bias: "many")
-    assert not verdict and "should return a number" in verdict.message
-    assert not check_split_heads(3)
