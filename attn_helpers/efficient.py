@@ -1,57 +1,45 @@
-r"""Efficient attention from scratch: tiled (FlashAttention's online softmax), linear and local.
+r"""Efficient attention from scratch: tiled (FlashAttention), linear (and its RNN view), local.
 
-Shapes follow :func:`attn_helpers.scaled_dot_product_attention`: queries ``q`` ``(..., n_q, d_k)``,
-keys ``k`` ``(..., n_k, d_k)``, values ``v`` ``(..., n_k, d_v)``; the leading (batch, head)
-dimensions broadcast.
+Shapes follow :func:`attn_helpers.scaled_dot_product_attention`: ``q`` ``(..., n_q, d_k)``,
+``k`` ``(..., n_k, d_k)``, ``v`` ``(..., n_k, d_v)``; the leading (batch, head) dims broadcast.
 
-**Online softmax.** For one query row, scores arrive block by block. After the blocks seen so far
-the state holds the running maximum :math:`m`, the running sum :math:`\ell = \sum_j e^{s_j - m}`
-and the unnormalised output :math:`\mathrm{acc} = \sum_j e^{s_j - m} v_j`. A new block
-:math:`s^{(b)}, V^{(b)}` updates them with
-
-.. math::
-
-    m' = \max(m, \max_j s^{(b)}_j), \quad
-    \ell' = e^{m - m'}\,\ell + \sum_j e^{s^{(b)}_j - m'}, \quad
-    \mathrm{acc}' = e^{m - m'}\,\mathrm{acc} + \sum_j e^{s^{(b)}_j - m'} v^{(b)}_j,
-
-and the output is :math:`\mathrm{acc} / \ell` once every block has been seen. The result is exact
-(not an approximation): the factor :math:`e^{m - m'}` re-expresses old terms relative to the new
-maximum.
+**Online softmax** (Milakov & Gimelshein, 2018). Scores arrive block by block; the state holds the
+running max :math:`m`, the sum :math:`\ell = \sum_j e^{s_j - m}` and :math:`\mathrm{acc} =
+\sum_j e^{s_j - m} v_j`. A block :math:`s^{(b)}, V^{(b)}` updates them: :math:`m' = \max(m,
+\max_j s^{(b)}_j)`, :math:`\ell' = e^{m - m'}\ell + \sum_j e^{s^{(b)}_j - m'}`, :math:`\mathrm{acc}'
+= e^{m - m'}\mathrm{acc} + \sum_j e^{s^{(b)}_j - m'} v^{(b)}_j`; the output :math:`\mathrm{acc} /
+\ell` is exact. Rabe & Staats (2021) used it for attention in :math:`O(n)` memory; FlashAttention
+(Dao et al., 2022) fused it into one IO-aware kernel and added the backward pass that recomputes
+the scores instead of storing them; :func:`tiled_attention` uses FlashAttention-2's loop order
+(Dao, 2023).
 """
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
-from ._checks import require_min_dim, require_positive_int, require_tensor, shape
+from ._checks import (
+    require_bool,
+    require_min_dim,
+    require_positive_int,
+    require_tensor,
+    resolve_scale,
+    shape,
+)
 
-__all__ = [
-    "OnlineSoftmaxState",
-    "init_state",
-    "block_state",
-    "online_softmax_step",
-    "merge_states",
-    "finalize",
-    "tiled_attention",
-    "elu_feature_map",
-    "linear_attention",
-    "local_attention",
-]
+__all__ = ["OnlineSoftmaxState", "init_state", "block_state", "online_softmax_step", "merge_states",
+           "finalize", "tiled_attention", "elu_feature_map", "linear_attention",
+           "LinearAttentionState", "linear_attention_step", "decoding_memory", "local_attention"]
 
 
 class OnlineSoftmaxState(NamedTuple):
-    """Running statistics of an online softmax over the keys seen so far.
-
-    Attributes:
-        max: ``(..., n_q, 1)`` running maximum of the scores (``-inf`` before any allowed key).
-        total: ``(..., n_q, 1)`` running sum of ``exp(score - max)``.
-        acc: ``(..., n_q, d_v)`` running sum of ``exp(score - max) * value``.
-    """
+    """Online-softmax statistics of the keys seen so far: ``max`` ``(..., n_q, 1)`` the running
+    maximum ``m`` (``-inf`` before any key), ``total`` ``(..., n_q, 1)`` the sum ``l`` of
+    ``exp(score - m)``, ``acc`` ``(..., n_q, d_v)`` the sum of ``exp(score - m) * value``."""
 
     max: torch.Tensor
     total: torch.Tensor
@@ -62,19 +50,31 @@ def init_state(batch_shape, n_q: int, d_v: int, *, dtype=torch.float32, device=N
                ) -> OnlineSoftmaxState:
     """The state before any key: max ``-inf``, total 0, acc 0 (shapes as in the class)."""
     rows = (*tuple(batch_shape), n_q, 1)
-    return OnlineSoftmaxState(
-        torch.full(rows, float("-inf"), dtype=dtype, device=device),
-        torch.zeros(rows, dtype=dtype, device=device),
-        torch.zeros((*tuple(batch_shape), n_q, d_v), dtype=dtype, device=device),
-    )
+    return OnlineSoftmaxState(torch.full(rows, float("-inf"), dtype=dtype, device=device),
+                              torch.zeros(rows, dtype=dtype, device=device),
+                              torch.zeros((*tuple(batch_shape), n_q, d_v), dtype=dtype, device=device))
 
 
 def _safe(m: torch.Tensor) -> torch.Tensor:
-    """Replace ``-inf`` maxima (rows with no allowed key yet) by 0, so ``exp(-inf - 0) = 0``."""
+    """``-inf`` (a row with no key yet) replaced by 0, so that ``exp(-inf - 0) = 0``, not NaN."""
     return torch.where(torch.isfinite(m), m, torch.zeros((), dtype=m.dtype, device=m.device))
 
 
-def _check_step(state, scores, values) -> None:
+def _step(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Tensor
+          ) -> OnlineSoftmaxState:
+    m, l, acc = state
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))   # (..., n_q, 1)
+    correction = torch.exp(m - _safe(m_new))                        # e^{m - m'}
+    p = torch.exp(scores - _safe(m_new))                            # (..., n_q, block)
+    return OnlineSoftmaxState(m_new, correction * l + p.sum(dim=-1, keepdim=True),
+                              correction * acc + p @ values)
+
+
+def online_softmax_step(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Tensor
+                        ) -> OnlineSoftmaxState:
+    """Fold one block of keys into ``state`` (:func:`init_state` before the first block) with the
+    recurrence in the module docstring. ``scores`` ``(..., n_q, block)``: scaled scores against
+    the block's keys, ``-inf`` = masked; ``values`` ``(..., block, d_v)``. Returns the new state."""
     if not isinstance(state, OnlineSoftmaxState):
         raise TypeError(f"state must be an OnlineSoftmaxState, got {type(state).__name__}")
     require_tensor("scores", scores, floating=True)
@@ -82,45 +82,12 @@ def _check_step(state, scores, values) -> None:
     require_min_dim("scores", scores, 2, "(..., n_q, block)")
     require_min_dim("values", values, 2, "(..., block, d_v)")
     if scores.shape[-1] != values.shape[-2]:
-        raise ValueError(
-            f"scores (..., n_q, block) and values (..., block, d_v) must share the block size, "
-            f"got scores {shape(scores)} and values {shape(values)}"
-        )
+        raise ValueError(f"scores (..., n_q, block) and values (..., block, d_v) must share the "
+                         f"block size, got scores {shape(scores)} and values {shape(values)}")
     if state.max.shape[-2] != scores.shape[-2] or state.acc.shape[-1] != values.shape[-1]:
-        raise ValueError(
-            f"state for (n_q, d_v) = {(state.acc.shape[-2], state.acc.shape[-1])} does not fit "
-            f"scores {shape(scores)} and values {shape(values)}"
-        )
-
-
-def _step(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Tensor, *,
-          in_place: bool) -> OnlineSoftmaxState:
-    new_max = torch.maximum(state.max, scores.amax(dim=-1, keepdim=True))
-    shift = _safe(new_max)
-    correction = torch.exp(state.max - shift)                     # (..., n_q, 1)
-    # exp(scores - shift), computed in place when the caller no longer needs the scores, so that
-    # one block of scores is alive at a time.
-    p = scores.sub_(shift).exp_() if in_place else torch.exp(scores - shift)
-    total = state.total * correction + p.sum(dim=-1, keepdim=True)
-    acc = state.acc * correction + p @ values
-    return OnlineSoftmaxState(new_max, total, acc)
-
-
-def online_softmax_step(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Tensor
-                        ) -> OnlineSoftmaxState:
-    """Fold one block of keys into the running state (the recurrence in the module docstring).
-
-    Args:
-        state: the state after the previous blocks (:func:`init_state` before the first).
-        scores: ``(..., n_q, block)`` scaled scores of the queries against this block's keys;
-            ``-inf`` marks a key a query may not attend to.
-        values: ``(..., block, d_v)`` this block's values.
-
-    Returns:
-        The new :class:`OnlineSoftmaxState`; ``scores`` is left unchanged.
-    """
-    _check_step(state, scores, values)
-    return _step(state, scores, values, in_place=False)
+        raise ValueError(f"state for (n_q, d_v) = {tuple(state.acc.shape[-2:])} does not fit "
+                         f"scores {shape(scores)} and values {shape(values)}")
+    return _step(state, scores, values)
 
 
 def block_state(scores: torch.Tensor, values: torch.Tensor) -> OnlineSoftmaxState:
@@ -129,29 +96,26 @@ def block_state(scores: torch.Tensor, values: torch.Tensor) -> OnlineSoftmaxStat
     require_tensor("scores", scores, floating=True)
     require_tensor("values", values, floating=True)
     batch = torch.broadcast_shapes(scores.shape[:-2], values.shape[:-2])
-    start = init_state(batch, scores.shape[-2], values.shape[-1], dtype=scores.dtype,
+    empty = init_state(batch, scores.shape[-2], values.shape[-1], dtype=scores.dtype,
                        device=scores.device)
-    return online_softmax_step(start, scores, values)
+    return online_softmax_step(empty, scores, values)
 
 
 def merge_states(a: OnlineSoftmaxState, b: OnlineSoftmaxState) -> OnlineSoftmaxState:
-    """Combine the states of two disjoint sets of keys (for the same queries), in any order.
-
-    This is what ring attention does with the partial results of each key/value block.
-    """
+    """Combine the states of two disjoint sets of keys (same queries), in either order: what
+    ring attention does with the partial result of each key/value block."""
     for name, s in (("a", a), ("b", b)):
         if not isinstance(s, OnlineSoftmaxState):
             raise TypeError(f"{name} must be an OnlineSoftmaxState, got {type(s).__name__}")
     if a.acc.shape[-2:] != b.acc.shape[-2:]:
         raise ValueError(f"states of acc shapes {shape(a.acc)} and {shape(b.acc)} do not match")
-    new_max = torch.maximum(a.max, b.max)
-    shift = _safe(new_max)
-    ca, cb = torch.exp(a.max - shift), torch.exp(b.max - shift)
-    return OnlineSoftmaxState(new_max, a.total * ca + b.total * cb, a.acc * ca + b.acc * cb)
+    m = torch.maximum(a.max, b.max)
+    ca, cb = torch.exp(a.max - _safe(m)), torch.exp(b.max - _safe(m))
+    return OnlineSoftmaxState(m, ca * a.total + cb * b.total, ca * a.acc + cb * b.acc)
 
 
 def finalize(state: OnlineSoftmaxState) -> torch.Tensor:
-    """``acc / total``: the attention output ``(..., n_q, d_v)``; rows with no allowed key give 0."""
+    """``acc / l``: the output ``(..., n_q, d_v)``; a row with no key gives 0, not NaN."""
     if not isinstance(state, OnlineSoftmaxState):
         raise TypeError(f"state must be an OnlineSoftmaxState, got {type(state).__name__}")
     return state.acc / state.total.clamp_min(torch.finfo(state.acc.dtype).tiny)
@@ -163,87 +127,110 @@ def _check_qkv(q, k, v) -> torch.Size:
                             ("v", v, "(..., n_k, d_v)")):
         require_tensor(name, t, floating=True)
         require_min_dim(name, t, 2, layout)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must share their last dimension d_k, got q {shape(q)} and k {shape(k)}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same number of keys n_k, got k {shape(k)} and v {shape(v)}")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"q and k must share d_k and k and v the number of keys n_k, got "
+                         f"q {shape(q)}, k {shape(k)} and v {shape(v)}")
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k and v must have the same dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     try:
         return torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
-        raise ValueError(
-            f"the batch dimensions of q {shape(q)}, k {shape(k)} and v {shape(v)} do not broadcast"
-        ) from None
+        raise ValueError(f"the batch dimensions of q {shape(q)}, k {shape(k)} and v {shape(v)} "
+                         f"do not broadcast") from None
 
 
-def _resolve_scale(scale, d_k: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(d_k)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-        raise ValueError(f"scale must be a positive number or None, got {scale!r}")
-    return float(scale)
+def _blocks(n: int, size: int) -> list[slice]:
+    """Consecutive blocks of ``size`` positions covering ``0..n`` (the last may be shorter)."""
+    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
 
 
-def tiled_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    block_size: int = 64,
-    causal: bool = False,
-    query_block_size: int | None = None,
-    scale: float | None = None,
-) -> torch.Tensor:
-    """Exact attention, FlashAttention's way: queries and keys in blocks, online softmax.
+def _scores(q_i, k_j, i: slice, j: slice, *, scale: float, causal: bool) -> torch.Tensor:
+    """One tile ``S_ij = Q_i K_j^T * scale`` ``(..., B_q, B_k)``; ``-inf`` at keys after the query."""
+    s = (q_i @ k_j.mT) * scale
+    if causal and j.stop - 1 > i.start:                               # the tile crosses the diagonal
+        future = torch.arange(j.start, j.stop)[None, :] > torch.arange(i.start, i.stop)[:, None]
+        s = s.masked_fill(future.to(s.device), float("-inf"))
+    return s
 
-    For each block of ``query_block_size`` queries, the keys and values are visited in blocks of
-    ``block_size``; the ``(query block, key block)`` scores are folded into a running max, sum and
-    output (:func:`online_softmax_step`) and then discarded. Only one block of scores is alive
-    at a time, so the extra memory is ``O(query_block_size * block_size)`` per head instead of
-    ``O(n_q * n_k)``. The work is the same ``O(n_q * n_k * d)`` as exact attention.
+
+class _TiledAttention(torch.autograd.Function):
+    """FlashAttention's forward and backward; saves only ``q, k, v, O`` and ``lse``."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal, block_q, block_k):
+        n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+        out = q.new_empty((*q.shape[:-1], d_v))                       # O (..., n_q, d_v)
+        lse = q.new_empty(q.shape[:-1])                               # (..., n_q)
+        for i in _blocks(n_q, block_q):                               # outer loop: query blocks Q_i
+            state = init_state(q.shape[:-2], i.stop - i.start, d_v, dtype=q.dtype, device=q.device)
+            for j in _blocks(i.stop if causal else n_k, block_k):     # inner loop: K_j, V_j
+                s = _scores(q[..., i, :], k[..., j, :], i, j, scale=scale, causal=causal)
+                state = _step(state, s, v[..., j, :])                 # m, l, acc; the tile is dropped
+            out[..., i, :] = finalize(state)                          # O_i = acc / l
+            lse[..., i] = (state.max + state.total.log()).squeeze(-1)  # lse_i = m + log l
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.scale, ctx.causal, ctx.block_q, ctx.block_k = scale, causal, block_q, block_k
+        return out, lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_out, d_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        scale, causal = ctx.scale, ctx.causal
+        lse, d_lse = _safe(lse).unsqueeze(-1), d_lse.unsqueeze(-1)   # (..., n_q, 1)
+        D = (d_out * out).sum(dim=-1, keepdim=True)                   # (..., n_q, 1) rowsum(dO * O)
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        for j in _blocks(k.shape[-2], ctx.block_k):                   # outer loop over K_j, V_j, as
+            for i in _blocks(q.shape[-2], ctx.block_q):               # in FlashAttention-2's backward
+                if causal and j.start >= i.stop:                      # the tile is above the diagonal
+                    continue
+                q_i, k_j, v_j, do_i = q[..., i, :], k[..., j, :], v[..., j, :], d_out[..., i, :]
+                s = _scores(q_i, k_j, i, j, scale=scale, causal=causal)
+                p = torch.exp(s - lse[..., i, :])                     # P_ij (..., B_q, B_k), recomputed
+                dv[..., j, :] += p.mT @ do_i                          # dV_j += P^T dO_i
+                dp = do_i @ v_j.mT                                    # dP = dO_i V_j^T
+                ds = p * (dp - D[..., i, :] + d_lse[..., i, :])       # dS = P * (dP - D) (+ lse's)
+                dq[..., i, :] += (ds @ k_j) * scale                   # dQ_i += dS K_j * scale
+                dk[..., j, :] += (ds.mT @ q_i) * scale                # dK_j += dS^T Q_i * scale
+        return dq, dk, dv, None, None, None, None
+
+
+def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_size: int = 64,
+                    causal: bool = False, return_lse: bool = False,
+                    query_block_size: int | None = None, scale: float | None = None):
+    """Exact attention, FlashAttention's way: tiles of scores, online softmax, recomputing backward.
+
+    Forward (FlashAttention-2's loop order): for each block ``Q_i`` of ``query_block_size`` queries,
+    visit the key/value blocks ``K_j, V_j`` of ``block_size``; fold the tile ``S_ij = Q_i K_j^T *
+    scale`` into the running ``m, l, acc`` and drop it: one tile of scores is alive at a time.
+    Saved for backward: ``q, k, v``, ``O`` and ``lse = m + log l``, no ``(n_q, n_k)`` matrix.
+    Backward recomputes each tile, ``P = exp(S - lse)``: ``dV += P^T dO``, ``dP = dO V^T``,
+    ``dS = P * (dP - D)`` with ``D = rowsum(dO * O)`` (``+ P * d_lse`` if ``lse`` has a gradient),
+    ``dQ += dS K * scale``, ``dK += dS^T Q * scale``.
 
     Args:
-        q: ``(..., n_q, d_k)``; k: ``(..., n_k, d_k)``; v: ``(..., n_k, d_v)``.
-        block_size: keys per block (any ``n_k``; the last block may be shorter).
-        causal: query ``i`` sees keys ``0..i`` (as :func:`attn_helpers.causal_mask`); key blocks
-            entirely in the future are skipped.
-        query_block_size: queries per block; defaults to ``block_size``.
-        scale: score scale, ``1/sqrt(d_k)`` by default.
+        q: ``(..., n_q, d_k)``; k: ``(..., n_k, d_k)``; v: ``(..., n_k, d_v)``; batch dims broadcast.
+        block_size: keys per block (any ``n_k``); query_block_size: queries per block (default
+            ``block_size``); scale: ``1/sqrt(d_k)`` by default.
+        causal: query ``i`` sees keys ``0..i`` (needs ``n_q == n_k``); tiles above the diagonal
+            are skipped. return_lse: also return ``lse`` ``(..., n_q)``, the log-sum-exp of the
+            scaled, masked scores.
 
-    Returns:
-        ``(..., n_q, d_v)``, equal to ``scaled_dot_product_attention(q, k, v, mask)[0]``.
+    Returns ``O`` ``(..., n_q, d_v)`` (``(O, lse)`` with ``return_lse``), equal to softmax
+    attention. A row with no key (``n_k = 0``) gets ``O = 0``, ``lse = -inf``, zero gradients.
     """
     batch = _check_qkv(q, k, v)
     require_positive_int("block_size", block_size)
-    query_block_size = block_size if query_block_size is None else query_block_size
-    require_positive_int("query_block_size", query_block_size)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    if causal and n_q != n_k:
+    query_block_size = require_positive_int(
+        "query_block_size", block_size if query_block_size is None else query_block_size)
+    require_bool("causal", causal)
+    require_bool("return_lse", return_lse)
+    if causal and q.shape[-2] != k.shape[-2]:
         raise ValueError(f"causal attention needs n_q == n_k, got q {shape(q)} and k {shape(k)}")
-    scale = _resolve_scale(scale, q.shape[-1])
-    out = torch.empty((*batch, n_q, d_v), dtype=q.dtype, device=q.device)
-    k_t = k.transpose(-2, -1)
-    for q_start in range(0, n_q, query_block_size):
-        q_end = min(q_start + query_block_size, n_q)
-        q_block = q[..., q_start:q_end, :] * scale
-        state = init_state(batch, q_end - q_start, d_v, dtype=q.dtype, device=q.device)
-        k_stop = q_end if causal else n_k
-        for k_start in range(0, k_stop, block_size):
-            k_end = min(k_start + block_size, n_k)
-            scores = q_block @ k_t[..., k_start:k_end]             # the one live block of scores
-            if causal and k_end - 1 > q_start:                       # the block crosses the diagonal
-                rows = torch.arange(q_start, q_end, device=q.device)[:, None]
-                cols = torch.arange(k_start, k_end, device=q.device)[None, :]
-                scores.masked_fill_(cols > rows, float("-inf"))
-            state = _step(state, scores, v[..., k_start:k_end, :], in_place=True)
-            del scores
-        out[..., q_start:q_end, :] = finalize(state)
-    return out
+    scale = resolve_scale(scale, q.shape[-1])
+    q, k, v = (t.expand(*batch, *t.shape[-2:]) for t in (q, k, v))  # views; autograd sums back
+    out, lse = _TiledAttention.apply(q, k, v, scale, causal, query_block_size, block_size)
+    return (out, lse) if return_lse else out
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -251,106 +238,113 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     return F.elu(x) + 1.0
 
 
-def linear_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    causal: bool = False,
-    *,
-    chunk_size: int = 128,
-) -> torch.Tensor:
-    r"""Kernelised (linear) attention of Katharopoulos et al. (2020), feature map ``elu(x) + 1``.
+def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                     chunk_size: int = 128) -> torch.Tensor:
+    r"""Linear attention of Katharopoulos et al. (2020), feature map ``phi(x) = elu(x) + 1``.
 
-    The softmax kernel :math:`e^{q \cdot k}` is replaced by :math:`\phi(q)\cdot\phi(k)`, so the
-    product can be re-associated:
-    :math:`o_i = \phi(q_i)^\top \big(\sum_j \phi(k_j) v_j^\top\big) / \phi(q_i)^\top \sum_j \phi(k_j)`.
-    The ``(d_k, d_v)`` sum is computed once: ``O(n d_k d_v)`` time and memory, linear in ``n``.
-    With ``causal=True`` the sums run over ``j <= i`` only: prefix sums, taken chunk by chunk
-    (``chunk_size`` rows at a time) with the total of the previous chunks carried over.
+    The kernel :math:`e^{q \cdot k}` becomes :math:`\phi(q)\cdot\phi(k)`, so the product
+    re-associates: :math:`o_i = \phi(q_i)^\top S / \phi(q_i)^\top z` with
+    :math:`S = \sum_j \phi(k_j) v_j^\top` ``(d_k, d_v)`` and :math:`z = \sum_j \phi(k_j)`,
+    ``O(n d_k d_v)`` time and memory. ``causal=True`` (needs ``n_q == n_k``) sums over ``j <= i``
+    only, ``chunk_size`` rows at a time: earlier chunks through the carried ``S, z``, the current
+    one through its masked ``(chunk, chunk)`` kernel matrix. A different model from softmax
+    attention (its weights are not a softmax), not an approximation of it.
 
-    This is a different model from softmax attention (its weights are not a softmax), not an
-    approximation that converges to it.
-
-    Args:
-        q: ``(..., n_q, d_k)``; k: ``(..., n_k, d_k)``; v: ``(..., n_k, d_v)``.
-        causal: prefix sums instead of full sums (needs ``n_q == n_k``).
-
-    Returns:
-        ``(..., n_q, d_v)``.
+    q: ``(..., n_q, d_k)``; k: ``(..., n_k, d_k)``; v: ``(..., n_k, d_v)``. Returns ``(..., n_q, d_v)``.
     """
-    _check_qkv(q, k, v)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    batch = _check_qkv(q, k, v)
+    require_bool("causal", causal)
     require_positive_int("chunk_size", chunk_size)
+    if causal and q.shape[-2] != k.shape[-2]:
+        raise ValueError(f"causal attention needs n_q == n_k, got q {shape(q)} and k {shape(k)}")
     phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
     if not causal:
-        kv = phi_k.transpose(-2, -1) @ v                              # (..., d_k, d_v)
-        normaliser = phi_k.sum(dim=-2, keepdim=True)                  # (..., 1, d_k)
-        return (phi_q @ kv) / (phi_q * normaliser).sum(-1, keepdim=True)
-    n = q.shape[-2]
-    if k.shape[-2] != n:
-        raise ValueError(f"causal attention needs n_q == n_k, got q {shape(q)} and k {shape(k)}")
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    phi_q, phi_k = phi_q.expand(*batch, *phi_q.shape[-2:]), phi_k.expand(*batch, *phi_k.shape[-2:])
-    v = v.expand(*batch, *v.shape[-2:])
-    kv_carry = q.new_zeros((*batch, q.shape[-1], v.shape[-1]))        # sum over earlier chunks
-    z_carry = q.new_zeros((*batch, q.shape[-1]))
+        S = phi_k.transpose(-2, -1) @ v                               # (..., d_k, d_v)
+        z = phi_k.sum(dim=-2).unsqueeze(-1)                           # (..., d_k, 1)
+        return (phi_q @ S) / (phi_q @ z)                              # (..., n_q, d_v)
+    S = q.new_zeros((*batch, q.shape[-1], v.shape[-1]))              # sums over earlier chunks
+    z = q.new_zeros((*batch, q.shape[-1], 1))
     outputs = []
-    for start in range(0, n, chunk_size):
-        end = min(start + chunk_size, n)
-        pk, pq, vc = phi_k[..., start:end, :], phi_q[..., start:end, :], v[..., start:end, :]
-        # prefix sums inside the chunk: S_i = carry + sum_{j <= i} phi(k_j) v_j^T
-        kv_prefix = kv_carry.unsqueeze(-3) + torch.cumsum(pk.unsqueeze(-1) * vc.unsqueeze(-2), -3)
-        z_prefix = z_carry.unsqueeze(-2) + torch.cumsum(pk, dim=-2)
-        numerator = (pq.unsqueeze(-2) @ kv_prefix).squeeze(-2)        # (..., chunk, d_v)
-        outputs.append(numerator / (pq * z_prefix).sum(-1, keepdim=True))
-        kv_carry, z_carry = kv_prefix[..., -1, :, :], z_prefix[..., -1, :]
+    for c in _blocks(q.shape[-2], chunk_size):
+        pq, pk, vc = phi_q[..., c, :], phi_k[..., c, :], v[..., c, :]   # one chunk of rows
+        a = (pq @ pk.mT).tril()                                       # (..., c, c) causal kernel
+        numerator = pq @ S + a @ vc                                   # (..., c, d_v)
+        denominator = pq @ z + a.sum(dim=-1, keepdim=True)            # (..., c, 1)
+        outputs.append(numerator / denominator)
+        S, z = S + pk.mT @ vc, z + pk.sum(dim=-2).unsqueeze(-1)       # carry the chunk's sums
     return torch.cat(outputs, dim=-2)
 
 
-def local_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    window: int,
-    causal: bool = True,
-    *,
-    block_size: int | None = None,
-    scale: float | None = None,
-) -> torch.Tensor:
+class LinearAttentionState(NamedTuple):
+    """Causal linear attention as an RNN: ``S = sum_j phi(k_j) v_j^T`` ``(..., d_k, d_v)`` and
+    ``z = sum_j phi(k_j)`` ``(..., d_k)`` over the tokens so far; its size does not grow with them."""
+
+    S: torch.Tensor
+    z: torch.Tensor
+
+
+def linear_attention_step(state: LinearAttentionState | None, q_t: torch.Tensor,
+                          k_t: torch.Tensor, v_t: torch.Tensor):
+    """One decoding step of causal linear attention: add token ``t`` to ``state`` (after tokens
+    ``0..t-1``; ``None`` before the first), then read it with ``q_t``. ``q_t, k_t`` ``(..., d_k)``,
+    ``v_t`` ``(..., d_v)``. Returns ``(o_t, new_state)``, ``o_t`` ``(..., d_v)`` equal to row ``t``
+    of ``linear_attention(q, k, v, causal=True)``."""
+    if state is not None and not isinstance(state, LinearAttentionState):
+        raise TypeError(f"state must be a LinearAttentionState or None, got {type(state).__name__}")
+    for name, t in (("q_t", q_t), ("k_t", k_t), ("v_t", v_t)):
+        require_tensor(name, t, floating=True)
+        require_min_dim(name, t, 1, "(..., d)")
+    d_k, d_v = k_t.shape[-1], v_t.shape[-1]
+    S_shape = (d_k, d_v) if state is None else tuple(state.S.shape[-2:])
+    if q_t.shape[-1] != d_k or S_shape != (d_k, d_v):
+        raise ValueError(f"q_t {shape(q_t)}, k_t {shape(k_t)} and v_t {shape(v_t)} do not fit "
+                         f"each other or the state's S (..., d_k, d_v) = (..., *{S_shape})")
+    phi_q, phi_k = elu_feature_map(q_t), elu_feature_map(k_t)         # (..., d_k)
+    S, z = phi_k.unsqueeze(-1) * v_t.unsqueeze(-2), phi_k             # phi(k_t) v_t^T (..., d_k, d_v)
+    if state is not None:
+        S, z = state.S + S, state.z + z                               # S_t = S_{t-1} + phi(k_t) v_t^T
+    o_t = (phi_q.unsqueeze(-2) @ S).squeeze(-2) / (phi_q * z).sum(dim=-1, keepdim=True)
+    return o_t, LinearAttentionState(S, z)
+
+
+def decoding_memory(n_tokens: int, *, d_k: int, d_v: int, num_heads: int = 1, num_layers: int = 1,
+                    bytes_per_value: int = 2) -> dict[str, int]:
+    """Bytes a decoder keeps per sequence after ``n_tokens``: ``"kv_cache"``, softmax attention's
+    keys and values (``n_tokens * (d_k + d_v)`` numbers per head and layer, growing), and
+    ``"linear_state"``, linear attention's ``S`` and ``z`` (``d_k * d_v + d_k``, constant)."""
+    require_positive_int("n_tokens", n_tokens, allow_zero=True)
+    for name, value in dict(d_k=d_k, d_v=d_v, num_heads=num_heads, num_layers=num_layers,
+                            bytes_per_value=bytes_per_value).items():
+        require_positive_int(name, value)
+    per_number = num_heads * num_layers * bytes_per_value
+    return {"kv_cache": n_tokens * (d_k + d_v) * per_number,
+            "linear_state": (d_k * d_v + d_k) * per_number}
+
+
+def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
+                    causal: bool = True, *, block_size: int | None = None,
+                    scale: float | None = None) -> torch.Tensor:
     """Sliding-window attention computed block by block in ``O(n * window)`` time and memory.
 
     The mask is :func:`attn_helpers.sliding_window_mask`: with ``causal=True`` query ``i`` sees keys
     ``j`` with ``0 <= i - j < window``; with ``causal=False``, ``|i - j| < window``. Each block of
-    ``block_size`` queries (default ``window``) only ever scores the keys its window can reach,
-    ``block_size + window - 1`` of them (``+ window - 1`` more when not causal).
-
-    Args:
-        q, k: ``(..., n, d_k)``; v: ``(..., n, d_v)`` (self-attention: the same ``n``).
-        window: the window size, ``>= 1``.
-
-    Returns:
-        ``(..., n, d_v)``, equal to exact attention with the sliding-window mask.
+    ``block_size`` queries (default ``window``) scores only the keys its window can reach.
+    q, k: ``(..., n, d_k)``; v: ``(..., n, d_v)``. Returns ``(..., n, d_v)``, equal to exact
+    attention with the sliding-window mask.
     """
     batch = _check_qkv(q, k, v)
     require_positive_int("window", window)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    block_size = window if block_size is None else block_size
-    require_positive_int("block_size", block_size)
-    n = q.shape[-2]
-    if k.shape[-2] != n:
+    require_bool("causal", causal)
+    block_size = require_positive_int("block_size", window if block_size is None else block_size)
+    if k.shape[-2] != q.shape[-2]:
         raise ValueError(f"local attention needs n_q == n_k, got q {shape(q)} and k {shape(k)}")
-    scale = _resolve_scale(scale, q.shape[-1])
-    out = torch.empty((*batch, n, v.shape[-1]), dtype=q.dtype, device=q.device)
-    for start in range(0, n, block_size):
-        end = min(start + block_size, n)
-        k_start = max(0, start - window + 1)
-        k_end = end if causal else min(n, end + window - 1)
-        scores = (q[..., start:end, :] * scale) @ k[..., k_start:k_end, :].transpose(-2, -1)
-        offsets = (torch.arange(start, end, device=q.device)[:, None]
-                   - torch.arange(k_start, k_end, device=q.device)[None, :])
+    n, scale = q.shape[-2], resolve_scale(scale, q.shape[-1])
+    out = q.new_empty((*batch, n, v.shape[-1]))
+    for i in _blocks(n, block_size):                                  # a block of queries
+        j = slice(max(0, i.start - window + 1), i.stop if causal else min(n, i.stop + window - 1))
+        scores = (q[..., i, :] @ k[..., j, :].mT) * scale             # (..., B, keys in reach)
+        offsets = torch.arange(i.start, i.stop)[:, None] - torch.arange(j.start, j.stop)[None, :]
         allowed = (offsets >= 0) & (offsets < window) if causal else offsets.abs() < window
-        scores.masked_fill_(~allowed, float("-inf"))
-        out[..., start:end, :] = torch.softmax(scores, dim=-1) @ v[..., k_start:k_end, :]
+        scores = scores.masked_fill(~allowed.to(q.device), float("-inf"))
+        out[..., i, :] = torch.softmax(scores, dim=-1) @ v[..., j, :]
     return out

@@ -1,4 +1,5 @@
-"""Tiled (FlashAttention), linear and local attention against exact references."""
+"""Tiled (FlashAttention) forward and backward, linear attention and its RNN view, and local
+attention, against exact references (PyTorch's SDPA and autograd, explicit quadratic forms)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from hypothesis import strategies as st
 
 import attn_helpers as ah
 from attn_helpers.efficient import (
+    LinearAttentionState,
     OnlineSoftmaxState,
     block_state,
+    decoding_memory,
     elu_feature_map,
     finalize,
     init_state,
     linear_attention,
+    linear_attention_step,
     local_attention,
     merge_states,
     online_softmax_step,
@@ -69,33 +73,145 @@ def test_tiled_large_scores_do_not_overflow(gen):
     torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v), atol=1e-4, rtol=1e-4)
 
 
-def test_tiled_never_holds_more_than_one_block_of_scores(gen, monkeypatch):
-    """Every score tensor the tiled loop creates is one (query block, key block) tile."""
+def test_tiled_forward_and_backward_hold_one_tile_of_scores(gen, monkeypatch):
+    """Every score tensor tiled_attention creates, forward or backward, is one (B_q, B_k) tile."""
     import attn_helpers.efficient as eff
 
     seen = []
-    real_step = eff._step
+    real_scores = eff._scores
 
-    def spy(state, scores, values, *, in_place):
+    def spy(*args, **kwargs):
+        scores = real_scores(*args, **kwargs)
         seen.append(tuple(scores.shape[-2:]))
-        return real_step(state, scores, values, in_place=in_place)
+        return scores
 
-    monkeypatch.setattr(eff, "_step", spy)
-    q, k, v = qkv(gen, 100, 8)
-    eff.tiled_attention(q, k, v, block_size=32, query_block_size=16)
-    assert seen and all(rows <= 16 and cols <= 32 for rows, cols in seen)
-    assert len(seen) == math.ceil(100 / 16) * math.ceil(100 / 32)
+    monkeypatch.setattr(eff, "_scores", spy)
+    q, k, v = (t.requires_grad_() for t in qkv(gen, 100, 8))
+    out = eff.tiled_attention(q, k, v, block_size=32, query_block_size=16)
+    tiles = math.ceil(100 / 16) * math.ceil(100 / 32)
+    assert len(seen) == tiles and all(r <= 16 and c <= 32 for r, c in seen)
+    out.sum().backward()
+    assert len(seen) == 2 * tiles and all(r <= 16 and c <= 32 for r, c in seen)
 
 
-def test_causal_tiled_skips_future_blocks(gen, monkeypatch):
+def test_causal_tiled_skips_tiles_above_the_diagonal(gen, monkeypatch):
     import attn_helpers.efficient as eff
 
     calls = []
-    real_step = eff._step
-    monkeypatch.setattr(eff, "_step", lambda *a, **kw: calls.append(1) or real_step(*a, **kw))
-    q, k, v = qkv(gen, 64, 4)
-    eff.tiled_attention(q, k, v, block_size=16, causal=True)
-    assert len(calls) == 4 * 5 // 2  # only the blocks on and below the diagonal
+    real_scores = eff._scores
+    monkeypatch.setattr(eff, "_scores", lambda *a, **kw: calls.append(1) or real_scores(*a, **kw))
+    q, k, v = (t.requires_grad_() for t in qkv(gen, 64, 4))
+    eff.tiled_attention(q, k, v, block_size=16, causal=True).sum().backward()
+    assert len(calls) == 2 * (4 * 5 // 2)  # forward and backward: the 10 tiles on or below it
+
+
+def sdpa_reference(q, k, v, causal, scale=None):
+    """Output and log-sum-exp by plain autograd: PyTorch's SDPA, and logsumexp of the scores."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if causal:
+        scores = scores.masked_fill(~ah.causal_mask(q.shape[-2]), float("-inf"))
+    return (F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale),
+            torch.logsumexp(scores, dim=-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(("n_q", "n_k", "causal", "block", "q_block"), [
+    (37, 37, True, 16, None),    # n not a multiple of the block
+    (64, 64, True, 16, 8),       # different query and key blocks
+    (50, 50, False, 64, None),   # one block larger than n
+    (23, 41, False, 8, 5),       # cross-attention, n_q != n_k
+    (1, 9, False, 4, None),
+])
+def test_tiled_gradients_equal_sdpa_autograd(gen, dtype, n_q, n_k, causal, block, q_block):
+    q, k, v = qkv(gen, 2, 3, n_q, 16, n_k=n_k, d_v=5, dtype=dtype)
+    d_out = torch.randn(2, 3, n_q, 5, generator=gen, dtype=dtype)
+    tol = {"atol": 1e-12, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 2e-5, "rtol": 1e-4}
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = tiled_attention(*leaves, block_size=block, query_block_size=q_block, causal=causal)
+    got = torch.autograd.grad(out, leaves, d_out)
+    ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref_out, _ = sdpa_reference(*ref_leaves, causal)
+    expected = torch.autograd.grad(ref_out, ref_leaves, d_out)
+    torch.testing.assert_close(out, ref_out, **tol)
+    for name, g, e in zip("qkv", got, expected, strict=True):
+        torch.testing.assert_close(g, e, **tol, msg=lambda m, name=name: f"d{name}: {m}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiled_gradcheck_float64(gen, causal):
+    q, k, v = (t.requires_grad_() for t in qkv(gen, 2, 7, 4, d_v=3))
+
+    def f(q, k, v):  # output and lse both carry gradients
+        return tiled_attention(q, k, v, block_size=3, query_block_size=2, causal=causal,
+                               return_lse=True)
+
+    assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [None, 0.3])
+def test_return_lse_is_logsumexp_of_scaled_masked_scores(gen, causal, scale):
+    q, k, v = (t.requires_grad_() for t in qkv(gen, 3, 45, 8))
+    out, lse = tiled_attention(q, k, v, block_size=16, causal=causal, return_lse=True, scale=scale)
+    ref_out, ref_lse = sdpa_reference(q, k, v, causal, scale)
+    assert lse.shape == (3, 45)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(lse, ref_lse)
+    # the gradient through lse alone is the softmax weights' contribution: P^T applied to Q, K
+    weights = torch.randn(3, 45, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(torch.autograd.grad((lse * weights).sum(), (q, k)),
+                               torch.autograd.grad((ref_lse * weights).sum(), (q, k)))
+
+
+def test_broadcast_batch_gradients_are_summed_back(gen):
+    q = torch.randn(4, 7, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 11, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(11, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    tiled_attention(q, k, v, block_size=4).square().sum().backward()
+    got = [t.grad for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    ah.scaled_dot_product_attention(q, k, v)[0].square().sum().backward()
+    for g, t in zip(got, (q, k, v), strict=True):
+        assert g.shape == t.shape
+        torch.testing.assert_close(g, t.grad)
+
+
+def saved_bytes(fn, *args):
+    """Bytes autograd saves for backward while ``fn(*args)`` runs, and the largest saved tensor."""
+    sizes = []
+
+    def pack(t):
+        sizes.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*args)
+    return sum(sizes), max(sizes)
+
+
+def test_tiled_saves_O_n_d_for_backward_not_the_score_matrix(gen):
+    n, d = 512, 16
+    q, k, v = (t.float().requires_grad_() for t in qkv(gen, 2, n, d))
+    total, largest = saved_bytes(lambda q, k, v: tiled_attention(q, k, v, causal=True), q, k, v)
+    assert total == (4 * 2 * n * d + 2 * n) * 4     # q, k, v, O and lse, in float32
+    assert largest < n * n * 4
+    # the control: plain autograd through softmax(Q K^T / sqrt d) V saves (n, n) matrices
+    total_naive, largest_naive = saved_bytes(
+        lambda q, k, v: torch.softmax(q @ k.mT / math.sqrt(d), -1) @ v, q, k, v)
+    assert largest_naive == 2 * n * n * 4 and total_naive > 10 * total
+
+
+def test_no_keys_give_zero_output_minus_inf_lse_and_zero_gradients(gen):
+    q = torch.randn(2, 5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    k = torch.zeros(2, 0, 4, dtype=torch.float64, requires_grad=True)
+    v = torch.zeros(2, 0, 3, dtype=torch.float64, requires_grad=True)
+    out, lse = tiled_attention(q, k, v, return_lse=True)
+    assert torch.equal(out, torch.zeros(2, 5, 3, dtype=torch.float64))
+    assert torch.equal(lse, torch.full((2, 5), float("-inf"), dtype=torch.float64))
+    out.sum().backward()
+    assert torch.equal(q.grad, torch.zeros_like(q))
 
 
 @settings(max_examples=40, deadline=None)
@@ -156,7 +272,7 @@ def linear_reference(q, k, v, causal):
 @pytest.mark.parametrize("causal", [False, True])
 def test_linear_attention_equals_its_quadratic_form(gen, n, causal):
     q, k, v = qkv(gen, 2, n, 8, d_v=3)
-    torch.testing.assert_close(linear_attention(q, k, v, causal, chunk_size=32),
+    torch.testing.assert_close(linear_attention(q, k, v, causal=causal, chunk_size=32),
                                linear_reference(q, k, v, causal), atol=1e-12, rtol=1e-10)
 
 
@@ -235,3 +351,66 @@ def test_bad_options(gen):
     with pytest.raises(ValueError, match="block size"):
         online_softmax_step(state, q @ k.T, v[:5])
     assert isinstance(state, OnlineSoftmaxState)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_linear_attention_chunk_size_does_not_change_the_result(gen, causal):
+    q, k, v = qkv(gen, 2, 3, 50, 8, d_v=4)
+    expected = linear_reference(q, k, v, causal)
+    for chunk in (1, 7, 50, 64):
+        torch.testing.assert_close(linear_attention(q, k, v, causal=causal, chunk_size=chunk),
+                                   expected, atol=1e-12, rtol=1e-10)
+
+
+def test_linear_attention_rnn_view_equals_causal_linear_attention(gen):
+    q, k, v = qkv(gen, 2, 3, 40, 8, d_v=5)
+    expected = linear_attention(q, k, v, causal=True)
+    state, sizes = None, set()
+    for t in range(40):
+        o_t, state = linear_attention_step(state, q[..., t, :], k[..., t, :], v[..., t, :])
+        torch.testing.assert_close(o_t, expected[..., t, :], atol=1e-12, rtol=1e-10)
+        sizes.add((tuple(state.S.shape), tuple(state.z.shape)))
+    assert isinstance(state, LinearAttentionState)
+    assert sizes == {((2, 3, 8, 5), (2, 3, 8))}  # the state does not grow with t
+    torch.testing.assert_close(state.S, elu_feature_map(k).mT @ v)
+    torch.testing.assert_close(state.z, elu_feature_map(k).sum(-2))
+
+
+def test_decoding_memory_kv_cache_grows_linear_state_does_not():
+    sizes = [decoding_memory(n, d_k=64, d_v=64, num_heads=8, num_layers=6) for n in (0, 1, 4096)]
+    assert [s["kv_cache"] for s in sizes] == [0, 2 * 6 * 8 * 64 * 2, 4096 * 2 * 6 * 8 * 64 * 2]
+    assert {s["linear_state"] for s in sizes} == {(64 * 64 + 64) * 8 * 6 * 2}
+    state = linear_attention_step(None, *(torch.randn(8, 64) for _ in range(3)))[1]
+    assert decoding_memory(1, d_k=64, d_v=64, num_heads=8, bytes_per_value=4)["linear_state"] == (
+        state.S.numel() + state.z.numel()) * 4
+    with pytest.raises(ValueError, match="d_k"):
+        decoding_memory(10, d_k=0, d_v=4)
+    with pytest.raises(TypeError, match="n_tokens"):
+        decoding_memory(1.5, d_k=4, d_v=4)
+
+
+def test_linear_attention_step_bad_inputs(gen):
+    q, k, v = (torch.randn(4, generator=gen) for _ in range(3))
+    with pytest.raises(TypeError, match="state"):
+        linear_attention_step((1, 2), q, k, v)
+    with pytest.raises(TypeError, match="k_t must be a torch.Tensor"):
+        linear_attention_step(None, q, [0.0], v)
+    with pytest.raises(ValueError, match=r"q_t \(3,\)"):
+        linear_attention_step(None, q[:3], k, v)
+    _, state = linear_attention_step(None, q, k, v)
+    with pytest.raises(ValueError, match="state"):
+        linear_attention_step(state, q, k, v[:2])
+
+
+def test_tiled_bad_options(gen):
+    q, k, v = qkv(gen, 6, 4)
+    with pytest.raises(TypeError, match="return_lse"):
+        tiled_attention(q, k, v, return_lse=1)
+    with pytest.raises(TypeError, match="causal"):
+        tiled_attention(q, k, v, causal=None)
+    with pytest.raises(ValueError, match="query_block_size"):
+        tiled_attention(q, k, v, query_block_size=0)
+    with pytest.raises(ValueError, match="scale"):
+        tiled_attention(q, k, v, scale=-1.0)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        tiled_attention(q.expand(2, 6, 4), k.expand(3, 6, 4), v)
