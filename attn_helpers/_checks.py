@@ -92,3 +92,175 @@ def require_size(what: str, *dims: int, bytes_per_element: int = 4) -> None:
             f"{what} would need {elements * bytes_per_element:.3g} bytes "
             f"({elements:.3g} elements, more than the {MAX_ELEMENTS:.3g} this course allows)"
         )
+
+
+#: The most bytes of working memory one helper call may allocate: 4 GiB, the size of a float32
+#: tensor of :data:`MAX_ELEMENTS` elements. For calls whose tensors are not all float32 (int64
+#: offsets, float64 angles, bool masks), so the estimate counts what they really hold.
+MAX_BYTES = 4 * MAX_ELEMENTS
+
+
+def require_bytes(what: str, n_bytes: int) -> None:
+    """Refuse, before allocating, a call whose tensors would need more than :data:`MAX_BYTES`.
+
+    ``what`` names the argument(s) and the tensors, e.g. ``"n = 100000: the (n, n) mask"``.
+    """
+    if n_bytes > MAX_BYTES:
+        raise ValueError(
+            f"{what} would need {n_bytes:.3g} bytes, more than the {MAX_BYTES:.3g} this course allows"
+        )
+
+
+def require_device(name: str, value) -> torch.device | None:
+    """Return ``value`` as a ``torch.device`` (None stays None) if it names a usable device."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, torch.device)):
+        raise TypeError(f"{name} must be a torch.device, a string such as 'cpu', or None, "
+                        f"got {type(value).__name__}")
+    try:
+        device = torch.device(value)
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as error:
+        raise ValueError(f"{name}={value!r} is not a device this machine can use ({error})") from None
+    return device
+
+
+def require_dtype(name: str, value, *, floating: bool = True) -> torch.dtype:
+    """Return ``value`` if it is a ``torch.dtype`` (floating point when asked), else raise."""
+    if not isinstance(value, torch.dtype):
+        raise TypeError(f"{name} must be a torch.dtype such as torch.float32, "
+                        f"got {type(value).__name__}")
+    if floating and not value.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point dtype, got {value}")
+    return value
+
+
+def _batch_shape(layouts: list[tuple[str, torch.Tensor]]) -> torch.Size:
+    """The broadcast of the batch dims ``(...)`` of ``(..., n, d)`` tensors, or a ValueError."""
+    try:
+        return torch.broadcast_shapes(*(t.shape[:-2] for _, t in layouts))
+    except RuntimeError:
+        got = ", ".join(f"{name} {shape(t)}" for name, t in layouts)
+        raise ValueError(f"the batch dimensions of {got} do not broadcast") from None
+
+
+def check_qk(q, k) -> torch.Size:
+    """Check queries ``q (..., n_q, d_k)`` and keys ``k (..., n_k, d_k)`` for ``Q K^T``.
+
+    Both floating point, of one dtype, with the same ``d_k >= 1`` and batch dims that broadcast.
+    Returns the broadcast batch shape ``(...)``.
+    """
+    require_tensor("q", q, floating=True)
+    require_tensor("k", k, floating=True)
+    require_min_dim("q", q, 2, "(..., n_q, d_k)")
+    require_min_dim("k", k, 2, "(..., n_k, d_k)")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must share their last dimension d_k, got q {shape(q)} and k {shape(k)}"
+        )
+    if q.shape[-1] == 0:
+        raise ValueError(f"q and k must have d_k >= 1 features, got q {shape(q)} and k {shape(k)}")
+    if q.dtype != k.dtype:
+        raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+    return _batch_shape([("q", q), ("k", k)])
+
+
+def check_qkv(q, k, v) -> torch.Size:
+    """:func:`check_qk`, then values ``v (..., n_k, d_v)``: q's dtype, the same ``n_k >= 1`` keys
+    as ``k``, batch dims that broadcast. Refuses scores ``(..., n_q, n_k)`` over
+    :data:`MAX_ELEMENTS`. Returns the batch shape ``(...)`` of the scores ``Q K^T``."""
+    batch = check_qk(q, k)
+    require_tensor("v", v, floating=True)
+    require_min_dim("v", v, 2, "(..., n_k, d_v)")
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same number of keys n_k, got k {shape(k)} and v {shape(v)}"
+        )
+    if k.shape[-2] == 0:
+        raise ValueError(f"k and v must hold at least one key (n_k >= 1), got k {shape(k)}")
+    if v.dtype != q.dtype:
+        raise TypeError(f"v must have the same dtype as q, got {v.dtype} and {q.dtype}")
+    _batch_shape([("q", q), ("k", k), ("v", v)])
+    require_size(f"q {shape(q)} and k {shape(k)}: the (..., n_q, n_k) scores",
+                 *batch, q.shape[-2], k.shape[-2])
+    return batch
+
+
+def check_additive(q, k, w_q, w_k, v_a) -> torch.Size:
+    """Check the arguments of additive scores ``v_a . tanh(W_q q_i + W_k k_j)``: ``q (..., n_q,
+    d_q)``, ``k (..., n_k, d_k)``, ``w_q (d_a, d_q)``, ``w_k (d_a, d_k)``, ``v_a (d_a,)``, one
+    floating dtype. Refuses ``(..., n_q, n_k, d_a)`` features over :data:`MAX_BYTES`. Returns the
+    batch shape ``(...)``."""
+    for name, t in (("q", q), ("k", k), ("w_q", w_q), ("w_k", w_k), ("v_a", v_a)):
+        require_tensor(name, t, floating=True)
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
+    require_min_dim("q", q, 2, "(..., n_q, d_q)")
+    require_min_dim("k", k, 2, "(..., n_k, d_k)")
+    if w_q.dim() != 2 or w_q.shape[1] != q.shape[-1]:
+        raise ValueError(f"w_q must have shape (d_a, d_q={q.shape[-1]}), got {shape(w_q)}")
+    if w_k.dim() != 2 or w_k.shape[1] != k.shape[-1]:
+        raise ValueError(f"w_k must have shape (d_a, d_k={k.shape[-1]}), got {shape(w_k)}")
+    if w_k.shape[0] != w_q.shape[0] or v_a.shape != (w_q.shape[0],):
+        raise ValueError(
+            "w_q, w_k and v_a must share the attention size d_a: got "
+            f"w_q {shape(w_q)}, w_k {shape(w_k)}, v_a {shape(v_a)}"
+        )
+    batch = _batch_shape([("q", q), ("k", k)])
+    features = batch.numel() * q.shape[-2] * k.shape[-2] * w_q.shape[0]
+    require_bytes(f"q {shape(q)}, k {shape(k)} and w_q {shape(w_q)}: the (..., n_q, n_k, d_a) "
+                  "tanh features", 2 * features * q.element_size())
+    return batch
+
+
+def require_mask(
+    name: str, mask, target: tuple[int, ...], of: str = "the scores' shape (..., n_q, n_k)"
+) -> torch.Tensor:
+    """Return ``mask`` if it is a bool tensor (True = may attend) that broadcasts to ``target``
+    without growing it; ``of`` names ``target`` in the message."""
+    require_tensor(name, mask)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
+    try:
+        ok = torch.broadcast_shapes(mask.shape, target) == tuple(target)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {shape(mask)} does not broadcast to {of} = "
+                         f"{tuple(target)}")
+    return mask
+
+
+def require_nonempty_last(name: str, value: torch.Tensor, layout: str) -> None:
+    """Raise ``ValueError`` if the last dimension of ``value`` (a softmax's keys) is empty."""
+    if value.shape[-1] == 0:
+        raise ValueError(f"{name} {layout} must have at least one entry in its last dimension, "
+                         f"got shape {shape(value)}")
+
+
+def require_distribution(name: str, weights, *, rtol: float = 1e-3) -> torch.Tensor:
+    """Return ``weights (..., n_k)`` if every row is a distribution, else raise.
+
+    A row must be non-negative and sum to one (within ``rtol``, or the dtype's rounding if larger)
+    or be all zero (a query with no visible key).
+    """
+    require_tensor(name, weights, floating=True)
+    require_min_dim(name, weights, 1, "(..., n_k)")
+    require_nonempty_last(name, weights, "(..., n_k)")
+    if weights.numel() == 0:
+        return weights
+    if not torch.isfinite(weights).all():
+        raise ValueError(f"{name} must be finite attention weights, got NaN or inf "
+                         f"(shape {shape(weights)})")
+    if (weights < 0).any():
+        raise ValueError(f"{name} must be non-negative attention weights, got a smallest entry "
+                         f"{weights.min().item():.3g} (shape {shape(weights)})")
+    sums = weights.sum(dim=-1)
+    tolerance = max(rtol, 10 * torch.finfo(weights.dtype).eps)
+    bad = ((sums - 1).abs() > tolerance) & (sums != 0)
+    if bad.any():
+        raise ValueError(f"each row of {name} (over the last dim, n_k) must sum to 1, or to 0 for a "
+                         f"query with no visible key; got a row summing to "
+                         f"{sums[bad].flatten()[0].item():.6g} (shape {shape(weights)})")
+    return weights

@@ -11,21 +11,19 @@ import math
 
 import torch
 
-from ._checks import require_min_dim, require_positive_int, require_tensor
+from ._checks import require_distribution, require_mask, require_positive_int
 
 __all__ = ["attention_entropy", "max_entropy", "normalized_entropy", "effective_keys", "max_weight"]
 
 
-def _check_weights(weights) -> torch.Tensor:
-    require_tensor("weights", weights, floating=True)
-    require_min_dim("weights", weights, 1, "(..., n_k)")
-    return weights
-
-
 def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy in nats over the last dim: ``(..., n_k) -> (...)``; ``0 * ln 0 = 0``."""
-    _check_weights(weights)
-    return torch.special.entr(weights).sum(dim=-1)
+    """Shannon entropy in nats over the last dim: ``(..., n_k) -> (...)``; ``0 * ln 0 = 0``.
+
+    Every row of ``weights`` must be a distribution (non-negative, summing to one) or all zero (a
+    query with no visible key, entropy 0); anything else is a ``ValueError``.
+    """
+    require_distribution("weights", weights)
+    return torch.special.entr(weights).sum(dim=-1)  # (...): H = -sum_j a_j ln a_j
 
 
 def max_entropy(n: int) -> float:
@@ -37,21 +35,17 @@ def max_entropy(n: int) -> float:
 def normalized_entropy(weights: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Entropy divided by its ceiling ``ln(visible keys)``, in ``[0, 1]``: ``(..., n_k) -> (...)``.
 
-    A row with a single visible key (ceiling 0) gets 0.
+    ``mask`` (bool, broadcastable to ``weights``, True = visible) says which keys count; without
+    it every key does. A row with a single visible key (ceiling 0) gets 0.
     """
-    _check_weights(weights)
+    require_distribution("weights", weights)
     if mask is None:
         visible = torch.full(weights.shape[:-1], weights.shape[-1], dtype=weights.dtype)
     else:
-        require_tensor("mask", mask)
-        try:
-            mask = torch.broadcast_to(mask, weights.shape)
-        except RuntimeError:
-            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the weights' "
-                             f"shape {tuple(weights.shape)}") from None
-        visible = mask.sum(dim=-1).to(weights.dtype)
-    ceiling = torch.log(visible.clamp_min(1.0))
-    entropy = attention_entropy(weights)
+        require_mask("mask", mask, weights.shape, of="the weights' shape (..., n_k)")
+        visible = torch.broadcast_to(mask, weights.shape).sum(dim=-1).to(weights.dtype)  # (...)
+    ceiling = torch.log(visible.clamp_min(1.0))  # (...): ln(visible keys)
+    entropy = torch.special.entr(weights).sum(dim=-1)  # (...)
     return torch.where(ceiling > 0, entropy / ceiling.clamp_min(1e-12), torch.zeros_like(entropy))
 
 
@@ -62,4 +56,5 @@ def effective_keys(weights: torch.Tensor) -> torch.Tensor:
 
 def max_weight(weights: torch.Tensor) -> torch.Tensor:
     """The largest weight in each row: ``(..., n_k) -> (...)``."""
-    return _check_weights(weights).amax(dim=-1)
+    require_distribution("weights", weights)
+    return weights.amax(dim=-1)

@@ -7,11 +7,27 @@ Every mask here has the same meaning as a boolean ``attn_mask`` for
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import torch
 
-from ._checks import require_positive_int, require_tensor, shape
+from ._checks import (
+    require_bool,
+    require_bytes,
+    require_device,
+    require_positive_int,
+    require_tensor,
+    shape,
+)
 
 __all__ = ["causal_mask", "padding_mask", "sliding_window_mask", "key_padding_to_attention_mask"]
+
+
+def _check_n(n: int, device) -> torch.device | None:
+    """Check the size ``n`` of an ``(n, n)`` mask built from int64 offsets ``i - j``, and ``device``."""
+    require_positive_int("n", n)
+    require_bytes(f"n = {n}: the (n, n) mask and its int64 offsets i - j", 10 * n * n)
+    return require_device("device", device)
 
 
 def _offsets(n: int, device) -> torch.Tensor:
@@ -22,8 +38,8 @@ def _offsets(n: int, device) -> torch.Tensor:
 
 def causal_mask(n: int, *, device: torch.device | str | None = None) -> torch.Tensor:
     """``(n, n)`` bool, True on and below the diagonal: query ``i`` sees keys ``0..i``."""
-    require_positive_int("n", n)
-    return _offsets(n, device) >= 0
+    device = _check_n(n, device)
+    return _offsets(n, device) >= 0  # (n, n): j <= i
 
 
 def padding_mask(lengths, max_len: int | None = None) -> torch.Tensor:
@@ -34,11 +50,13 @@ def padding_mask(lengths, max_len: int | None = None) -> torch.Tensor:
         max_len: padded length; defaults to the largest length.
     """
     if isinstance(lengths, (list, tuple)):
-        lengths = torch.tensor(lengths) if lengths else torch.zeros(0, dtype=torch.long)
+        if not all(isinstance(n, Integral) and not isinstance(n, bool) for n in lengths):
+            raise TypeError(f"lengths must be a list of ints or an integer tensor, got {lengths!r}")
+        lengths = torch.tensor(lengths, dtype=torch.long)
     require_tensor("lengths", lengths)
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be 1-D (batch,), got shape {shape(lengths)}")
-    if lengths.is_floating_point() or lengths.dtype == torch.bool:
+    if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
         raise TypeError(f"lengths must hold integers, got dtype {lengths.dtype}")
     if max_len is None:
         max_len = int(lengths.max()) if lengths.numel() else 0
@@ -47,7 +65,11 @@ def padding_mask(lengths, max_len: int | None = None) -> torch.Tensor:
         raise ValueError(
             f"every length must lie in 0..max_len={max_len}, got lengths {lengths.tolist()}"
         )
-    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+    batch = len(lengths)
+    require_bytes(f"max_len = {max_len} and batch = {batch}: the (batch, max_len) mask",
+                  (batch + 8) * max_len)
+    positions = torch.arange(max_len, device=lengths.device)  # (max_len,)
+    return positions[None, :] < lengths[:, None]  # (batch, max_len): t < length_b
 
 
 def sliding_window_mask(
@@ -58,9 +80,10 @@ def sliding_window_mask(
     With ``causal=True``: True where ``0 <= i - j < window`` (each query sees itself and the
     ``window - 1`` keys before it). With ``causal=False``: True where ``|i - j| < window``.
     """
-    require_positive_int("n", n)
+    device = _check_n(n, device)
     require_positive_int("window", window)
-    offsets = _offsets(n, device)
+    require_bool("causal", causal)
+    offsets = _offsets(n, device)  # (n, n): i - j
     if causal:
         return (offsets >= 0) & (offsets < window)
     return offsets.abs() < window

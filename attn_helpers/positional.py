@@ -24,7 +24,16 @@ import math
 import torch
 from torch import nn
 
-from ._checks import require_min_dim, require_positive_int, require_tensor, shape
+from ._checks import (
+    require_bytes,
+    require_dtype,
+    require_int_in,
+    require_min_dim,
+    require_number,
+    require_positive_int,
+    require_tensor,
+    shape,
+)
 
 __all__ = [
     "frequencies",
@@ -44,13 +53,25 @@ def _require_even(name: str, value: int) -> int:
     return value
 
 
+def _require_base(base) -> float:
+    base = require_number("base", base)
+    if not base > 1:
+        raise ValueError(f"base must be a number > 1, got {base!r}")
+    return base
+
+
+def _omega(d_model: int, base: float) -> torch.Tensor:
+    """``(d_model / 2,)`` float64 ``omega_i = base^(-2i / d_model)``; arguments already checked."""
+    return base ** -(torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+
+
 def frequencies(d_model: int, base: float = 10000.0, *, dtype=torch.float64) -> torch.Tensor:
     """``(d_model // 2,)`` angular frequencies ``omega_i = base^(-2i / d_model)``, fastest first."""
     _require_even("d_model", d_model)
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
-    exponents = torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
-    return (float(base) ** -exponents).to(dtype)
+    base = _require_base(base)
+    require_dtype("dtype", dtype)
+    require_bytes(f"d_model = {d_model}: the (d_model / 2,) float64 frequencies", 8 * d_model)
+    return _omega(d_model, base).to(dtype)
 
 
 def sinusoidal_encoding(
@@ -62,10 +83,17 @@ def sinusoidal_encoding(
     squared norm ``d_model / 2``. Computed in float64, returned in ``dtype``.
     """
     require_positive_int("n_positions", n_positions)
-    omega = frequencies(d_model, base)
-    angles = torch.arange(n_positions, dtype=torch.float64)[:, None] * omega[None, :]
-    encoding = torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1)  # (n, d/2, 2)
-    return encoding.reshape(n_positions, d_model).to(dtype)
+    _require_even("d_model", d_model)
+    base = _require_base(base)
+    require_dtype("dtype", dtype)
+    require_bytes(f"n_positions = {n_positions} and d_model = {d_model}: the (n_positions, "
+                  "d_model) encoding and its float64 angles", 24 * n_positions * d_model)
+    p = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (n, 1)
+    angles = p * _omega(d_model, base)  # (n, d/2): p omega_i
+    pe = torch.empty(n_positions, d_model, dtype=torch.float64)  # (n, d)
+    pe[:, 0::2] = torch.sin(angles)  # PE[p, 2i]
+    pe[:, 1::2] = torch.cos(angles)  # PE[p, 2i+1]
+    return pe.to(dtype)
 
 
 def pair_rotation(offset: float, d_model: int, pair: int, *, base: float = 10000.0) -> torch.Tensor:
@@ -75,10 +103,10 @@ def pair_rotation(offset: float, d_model: int, pair: int, *, base: float = 10000
     ``(sin(a+b), cos(a+b)) = [[cos b, sin b], [-sin b, cos b]] @ (sin a, cos a)``, a rotation by
     ``-b`` that depends on the offset but not on ``p``. Returned in float64.
     """
-    omega = frequencies(d_model, base)
-    if isinstance(pair, bool) or not isinstance(pair, int) or not 0 <= pair < len(omega):
-        raise ValueError(f"pair must be an int in 0..{len(omega) - 1}, got {pair!r}")
-    b = float(offset) * float(omega[pair])
+    offset = require_number("offset", offset)
+    _require_even("d_model", d_model)
+    require_int_in("pair", pair, 0, d_model // 2 - 1)
+    b = offset * _require_base(base) ** (-2 * pair / d_model)  # offset * omega_i
     c, s = math.cos(b), math.sin(b)
     return torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
 
@@ -87,15 +115,21 @@ class LearnedPositionalEmbedding(nn.Module):
     """One trainable vector per absolute position (BERT, GPT-2), added to the token embeddings.
 
     ``forward(x (..., n, d_model)) -> x + P[:n]``; ``n`` may not exceed ``max_len``: a learned
-    table has nothing to say about positions it never had a row for.
+    table has nothing to say about positions it never had a row for. The table starts as
+    ``N(0, init_std^2)`` noise.
     """
 
     def __init__(self, max_len: int, d_model: int, *, init_std: float = 0.02):
         super().__init__()
         require_positive_int("max_len", max_len)
         require_positive_int("d_model", d_model)
+        init_std = require_number("init_std", init_std)
+        if init_std < 0:
+            raise ValueError(f"init_std must be >= 0, got {init_std}")
+        require_bytes(f"max_len = {max_len} and d_model = {d_model}: the (max_len, d_model) table",
+                      8 * max_len * d_model)
         self.max_len, self.d_model = max_len, d_model
-        self.weight = nn.Parameter(torch.randn(max_len, d_model) * init_std)
+        self.weight = nn.Parameter(torch.randn(max_len, d_model) * init_std)  # (max_len, d_model)
 
     def encoding(self, n: int) -> torch.Tensor:
         """``(n, d_model)``: the rows for positions ``0..n-1``."""
@@ -109,7 +143,10 @@ class LearnedPositionalEmbedding(nn.Module):
         require_min_dim("x", x, 2, "(..., n, d_model)")
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x must end in d_model={self.d_model}, got shape {shape(x)}")
-        return x + self.encoding(x.shape[-2]).to(x.dtype)
+        if x.shape[-2] > self.max_len:
+            raise ValueError(f"x has sequence length n={x.shape[-2]} (shape {shape(x)}), longer "
+                             f"than max_len={self.max_len}")
+        return x + self.weight[: x.shape[-2]].to(x.dtype)  # (..., n, d_model): x + P[:n]
 
 
 def apply_rope(
@@ -135,24 +172,26 @@ def apply_rope(
     d = x.shape[-1]
     if d == 0 or d % 2:
         raise ValueError(f"the last dimension of x must be even (pairs), got shape {shape(x)}")
+    base = _require_base(base)
     if positions is None:
         positions = torch.arange(x.shape[-2], device=x.device)
     require_tensor("positions", positions)
+    if positions.is_complex() or positions.dtype == torch.bool:
+        raise TypeError(f"positions must be integer or real, got dtype {positions.dtype}")
     try:
-        batch = torch.broadcast_shapes(positions.shape, x.shape[:-1])
+        ok = torch.broadcast_shapes(positions.shape, x.shape[:-1]) == x.shape[:-1]
     except RuntimeError:
-        batch = None
-    if batch != x.shape[:-1]:
+        ok = False
+    if not ok:
         raise ValueError(
             f"positions of shape {shape(positions)} do not broadcast to x's (..., n) = "
             f"{tuple(x.shape[:-1])}"
         )
-    omega = frequencies(d, base).to(x.device)
-    angles = positions.to(torch.float64)[..., None] * omega  # (..., n, d/2)
+    angles = positions.to(torch.float64)[..., None] * _omega(d, base).to(x.device)  # (..., n, d/2)
     cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
-    even, odd = x[..., 0::2], x[..., 1::2]
-    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
-    return rotated.flatten(-2)
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., n, d/2): x[2i], x[2i+1]
+    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)  # (..., n, d/2, 2)
+    return rotated.flatten(-2)  # (..., n, d), pairs back in place
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
@@ -164,17 +203,13 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     (``2^(-4/c), 2^(-12/c), ...``) until there are ``h``.
     """
     require_positive_int("num_heads", num_heads)
+    require_bytes(f"num_heads = {num_heads}: the float64 slopes", 8 * 4 * num_heads)
 
-    def power_of_two(h: int) -> list[float]:
-        start = 2.0 ** (-8.0 / h)
-        return [start ** (i + 1) for i in range(h)]
+    def geometric(h: int) -> torch.Tensor:  # (h,): 2^(-8/h), 2^(-16/h), ..., 2^(-8)
+        return 2.0 ** (-8.0 / h * torch.arange(1, h + 1, dtype=torch.float64))
 
-    if num_heads & (num_heads - 1) == 0:
-        slopes = power_of_two(num_heads)
-    else:
-        closest = 2 ** int(math.floor(math.log2(num_heads)))
-        slopes = power_of_two(closest) + power_of_two(2 * closest)[0::2][: num_heads - closest]
-    return torch.tensor(slopes, dtype=torch.float64)
+    c = 2 ** (num_heads.bit_length() - 1)  # the largest power of two <= num_heads
+    return torch.cat([geometric(c), geometric(2 * c)[0::2][: num_heads - c]])
 
 
 def alibi_bias(n: int, num_heads: int, *, dtype=torch.float32) -> torch.Tensor:
@@ -185,7 +220,11 @@ def alibi_bias(n: int, num_heads: int, *, dtype=torch.float32) -> torch.Tensor:
     on both sides.
     """
     require_positive_int("n", n)
-    slopes = alibi_slopes(num_heads)
+    require_positive_int("num_heads", num_heads)
+    require_dtype("dtype", dtype)
+    require_bytes(f"n = {n} and num_heads = {num_heads}: the (num_heads, n, n) bias, built in "
+                  "float64", 8 * n * n + 16 * num_heads * n * n)
+    m = alibi_slopes(num_heads)[:, None, None]  # (h, 1, 1)
     positions = torch.arange(n, dtype=torch.float64)
-    distance = (positions[:, None] - positions[None, :]).abs()
-    return (-slopes[:, None, None] * distance).to(dtype)
+    distance = (positions[:, None] - positions[None, :]).abs()  # (n, n): |i - j|
+    return (-m * distance).to(dtype)  # (h, n, n)

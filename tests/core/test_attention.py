@@ -216,9 +216,9 @@ def test_scaled_dot_product_scores_loop(gen, scale):
             assert scores[i, j].item() == pytest.approx(expected, abs=1e-12)
 
 
-def additive_loop(q, k, w_q, w_k, w_v):
-    """e_ij = w_v . tanh(W_q q_i + W_k k_j), with explicit loops (q, k 2-D)."""
-    q, k, w_q, w_k, w_v = (as_np(t) for t in (q, k, w_q, w_k, w_v))
+def additive_loop(q, k, w_q, w_k, v_a):
+    """e_ij = v_a . tanh(W_q q_i + W_k k_j), with explicit loops (q, k 2-D)."""
+    q, k, w_q, w_k, v_a = (as_np(t) for t in (q, k, w_q, w_k, v_a))
     d_a = w_q.shape[0]
     out = np.zeros((q.shape[0], k.shape[0]))
     for i in range(q.shape[0]):
@@ -227,27 +227,27 @@ def additive_loop(q, k, w_q, w_k, w_v):
             for a in range(d_a):
                 pre = sum(w_q[a, t] * q[i, t] for t in range(q.shape[1]))
                 pre += sum(w_k[a, t] * k[j, t] for t in range(k.shape[1]))
-                total += w_v[a] * math.tanh(pre)
+                total += v_a[a] * math.tanh(pre)
             out[i, j] = total
     return out
 
 
 def test_additive_scores_loop(gen):
     q, k = randn(gen, 3, 4), randn(gen, 5, 6)  # d_q != d_k is allowed
-    w_q, w_k, w_v = randn(gen, 7, 4), randn(gen, 7, 6), randn(gen, 7)
-    scores = additive_scores(q, k, w_q, w_k, w_v)
+    w_q, w_k, v_a = randn(gen, 7, 4), randn(gen, 7, 6), randn(gen, 7)
+    scores = additive_scores(q, k, w_q=w_q, w_k=w_k, v_a=v_a)
     assert scores.shape == (3, 5)
-    np.testing.assert_allclose(as_np(scores), additive_loop(q, k, w_q, w_k, w_v), atol=1e-12)
+    np.testing.assert_allclose(as_np(scores), additive_loop(q, k, w_q, w_k, v_a), atol=1e-12)
 
 
 def test_additive_scores_batched(gen):
     q, k = randn(gen, 2, 3, 4), randn(gen, 2, 5, 2)
-    w_q, w_k, w_v = randn(gen, 3, 4), randn(gen, 3, 2), randn(gen, 3)
-    scores = additive_scores(q, k, w_q, w_k, w_v)
+    w_q, w_k, v_a = randn(gen, 3, 4), randn(gen, 3, 2), randn(gen, 3)
+    scores = additive_scores(q, k, w_q, w_k, v_a)
     assert scores.shape == (2, 3, 5)
     for b in range(2):
         np.testing.assert_allclose(
-            as_np(scores[b]), additive_loop(q[b], k[b], w_q, w_k, w_v), atol=1e-12
+            as_np(scores[b]), additive_loop(q[b], k[b], w_q, w_k, v_a), atol=1e-12
         )
 
 

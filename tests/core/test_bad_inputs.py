@@ -111,9 +111,9 @@ CASES = {
     "additive_scores wrong w_k shape": (
         lambda: additive_scores(t(3, 4), t(5, 6), t(3, 4), t(3, 4), t(3)),
         ValueError, r"w_k.*\(3, 4\)"),
-    "additive_scores wrong w_v shape": (
+    "additive_scores wrong v_a shape": (
         lambda: additive_scores(t(3, 4), t(5, 6), t(3, 4), t(3, 6), t(3, 1)),
-        ValueError, r"w_v.*\(3, 1\)"),
+        ValueError, r"v_a.*\(3, 1\)"),
     "additive_scores d_a mismatch": (
         lambda: additive_scores(t(3, 4), t(5, 6), t(3, 4), t(2, 6), t(3)),
         ValueError, r"w_k \(2, 6\)"),

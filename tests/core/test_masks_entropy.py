@@ -128,7 +128,7 @@ def test_attention_entropy_known_values():
     assert torch.isfinite(h).all()
     # a single (..., n_k) row, and extra batch dims
     assert attention_entropy(torch.tensor([0.2, 0.8])).shape == ()
-    assert attention_entropy(torch.rand(2, 3, 4, 5)).shape == (2, 3, 4)
+    assert attention_entropy(torch.rand(2, 3, 4, 5).softmax(-1)).shape == (2, 3, 4)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 10, 64])

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attn_helpers.attention import scaled_dot_product_attention
-from attn_helpers.exercises.positional import check_equivariance_gap, check_sinusoidal
+from attn_helpers.exercises.positional_encoding import check_equivariance_gap, check_sinusoidal
 from attn_helpers.positional import (
     LearnedPositionalEmbedding,
     alibi_bias,
@@ -21,7 +21,7 @@ from attn_helpers.positional import (
     pair_rotation,
     sinusoidal_encoding,
 )
-from attn_helpers.widgets.positional import ENCODINGS, positional_frame, positional_widget
+from attn_helpers.widgets.positional_encoding import ENCODINGS, positional_frame, positional_widget
 
 # --- sinusoidal ------------------------------------------------------------------------------
 
