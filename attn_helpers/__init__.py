@@ -1,8 +1,18 @@
 """attn_helpers: the small, tested helper package behind the course "Attention, step by step".
 
-The names most notebooks need are importable from here directly; each lives in a module with
-one concept (``attention``, ``masks``, ``entropy``, ``multihead``, ``positional``, ``efficient``,
-``seq2seq``, ``plots``, ``widgets``, ``exercises``, ...). README.md lists them all.
+Three tiers; imports run only downward (import-linter contracts in ``pyproject.toml``):
+
+* the core, torch only: ``attention``, ``masks``, ``entropy``, ``positional``, ``multihead``,
+  ``efficient``, ``kv_cache``, ``ring`` (and ``_checks``, every argument check). Its public names
+  import from here: ``import attn_helpers as ah; ah.scaled_dot_product_attention(q, k, v)``;
+* shared machinery: ``training`` (the loop, checkpoints, ``RECIPES``), ``measure``, ``plots``,
+  ``notebook`` (``setup``) and ``course_map``;
+* one stem per notebook: ``lessons.<slug>``, ``widgets.<slug>``, ``exercises.<slug>``, where
+  ``<slug>`` is the notebook's name without its number (``05_masking.ipynb`` -> ``masking``);
+  and ``pretrained`` (notebook 09).
+
+The tools ``python -m attn_helpers train|bench|thumbnails`` are imported by nothing. Importing
+this package loads the core and ``setup`` only: no training stack, widgets or seaborn.
 """
 
 from .attention import (
@@ -26,15 +36,12 @@ from .positional import (
     apply_rope,
     sinusoidal_encoding,
 )
-from .seq2seq import CrossAttention, Seq2Seq
 
 __all__ = [
     "AdditiveScore",
-    "CrossAttention",
     "KVCache",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
-    "Seq2Seq",
     "additive_scores",
     "alibi_bias",
     "alibi_slopes",

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import torch
 
-from ..complexity import score_matrix_bytes
 from ..efficient import OnlineSoftmaxState, block_state, online_softmax_step
+from ..lessons.complexity import score_matrix_bytes
 from .core import CheckResult, Mistake, check_function, seeded
 
 __all__ = ["check_online_softmax_step", "check_score_matrix_bytes"]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 
 from ..entropy import attention_entropy
-from ..scaling import softmax_jacobian, temperature_for_entropy
+from ..lessons.scaling import softmax_jacobian, temperature_for_entropy
 from .core import CheckResult, Mistake, check_function, seeded
 
 __all__ = ["as_number_function", "check_score_variance", "check_softmax_jacobian",

@@ -2,7 +2,7 @@
 
 ``core`` holds the machinery every notebook reuses (frames, the blitted views and
 :class:`LiveAttentionWidget`); each other module holds one notebook's pure compute function and
-widget factory.
+widget factory, named by the notebook's slug (``widgets.masking`` for ``05_masking.ipynb``).
 """
 
 from .core import (
@@ -15,14 +15,6 @@ from .core import (
     LiveAttentionWidget,
     encode_png,
 )
-from .lookup import (
-    CURVE_TEMPERATURES,
-    DEMO_KEYS,
-    LookupFrame,
-    LookupView,
-    lookup_2d_frame,
-    lookup_2d_widget,
-)
 
 __all__ = [
     "BAR_COLOR",
@@ -33,10 +25,4 @@ __all__ = [
     "BlitFigure",
     "LiveAttentionWidget",
     "encode_png",
-    "CURVE_TEMPERATURES",
-    "DEMO_KEYS",
-    "LookupFrame",
-    "LookupView",
-    "lookup_2d_frame",
-    "lookup_2d_widget",
 ]

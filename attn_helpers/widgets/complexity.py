@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import ipywidgets as widgets
 import numpy as np
 
-from ..complexity import (
+from ..entropy import max_entropy
+from ..lessons.complexity import (
     PowerLaw,
     fit_methods,
     format_bytes,
@@ -16,7 +17,6 @@ from ..complexity import (
     score_matrix_bytes,
     series,
 )
-from ..entropy import max_entropy
 from .core import BlitFigure, LiveAttentionWidget
 
 __all__ = [

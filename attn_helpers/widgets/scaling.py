@@ -8,7 +8,7 @@ import math
 import ipywidgets as widgets
 import torch
 
-from ..scaling import jacobian_norm
+from ..lessons.scaling import jacobian_norm
 from .core import AttentionFrame, AttentionView, LiveAttentionWidget
 
 __all__ = ["D_K_OPTIONS", "scaling_frame", "scaling_widget"]

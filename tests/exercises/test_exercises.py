@@ -7,14 +7,8 @@ import math
 import pytest
 import torch
 
-from attn_helpers.exercises import (
-    CheckResult,
-    Mistake,
-    check_attention,
-    check_entropy,
-    check_function,
-    check_softmax,
-)
+from attn_helpers.exercises import CheckResult, Mistake, check_function
+from attn_helpers.exercises.query_key_value import check_attention, check_entropy, check_softmax
 
 # --- learner solutions, right and wrong -----------------------------------------------------
 

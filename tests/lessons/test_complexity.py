@@ -10,9 +10,9 @@ import pytest
 import torch
 from PIL import Image
 
-from attn_helpers import complexity as cx
 from attn_helpers.efficient import online_softmax_step
 from attn_helpers.exercises.complexity import check_online_softmax_step, check_score_matrix_bytes
+from attn_helpers.lessons import complexity as cx
 from attn_helpers.widgets.complexity import (
     FIT_N_MIN,
     ComplexityView,

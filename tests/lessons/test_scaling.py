@@ -10,7 +10,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_helpers import scaling
 from attn_helpers.attention import scaled_dot_product_attention
 from attn_helpers.entropy import attention_entropy
 from attn_helpers.exercises.scaling import (
@@ -18,6 +17,7 @@ from attn_helpers.exercises.scaling import (
     check_score_variance,
     check_softmax_jacobian,
 )
+from attn_helpers.lessons import scaling
 from attn_helpers.widgets.scaling import D_K_OPTIONS, scaling_frame, scaling_widget
 
 # --- variance -------------------------------------------------------------------------------
@@ -44,7 +44,7 @@ def test_loglog_slope_of_exact_power_laws():
     xs = [1, 2, 4, 8]
     assert scaling.loglog_slope(xs, [3 * x ** -0.5 for x in xs]) == pytest.approx(-0.5)
     assert scaling.loglog_slope(xs, [7.0] * 4) == pytest.approx(0.0)
-    with pytest.raises(ValueError, match="equal-length"):
+    with pytest.raises(ValueError, match="same length"):
         scaling.loglog_slope([1, 2], [1])
 
 

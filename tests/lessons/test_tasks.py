@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_helpers import tasks
-from attn_helpers.tasks import DATES, EOS, PAD, REVERSAL, SOS
+from attn_helpers.lessons import tasks
+from attn_helpers.lessons.tasks import DATES, EOS, PAD, REVERSAL, SOS
 
 
 def test_vocab_round_trip_and_specials():

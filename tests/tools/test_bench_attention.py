@@ -9,8 +9,10 @@ import sys
 import pytest
 import torch
 
-from attn_helpers import bench
-from attn_helpers.complexity import validate_records
+from attn_helpers import bench, measure
+from attn_helpers.bench import attention as bench_attention_checks
+from attn_helpers.lessons import complexity as cx
+from attn_helpers.lessons.complexity import validate_records
 
 
 def test_cli_prints_the_schema_on_small_n():
@@ -21,41 +23,41 @@ def test_cli_prints_the_schema_on_small_n():
     methods = [r["method"] for r in records]
     assert methods[-1] == "matmul_peak" and methods.count("matmul_peak") == 1
     assert {(r["method"], r["n"]) for r in records[:-1]} == {
-        (m, n) for m in bench.ATTENTION_METHODS for n in (128, 256)}
+        (m, n) for m in cx.ATTENTION_METHODS for n in (128, 256)}
     assert "not measured" in done.stderr  # targets at 4096/8192 are reported as not checked
 
 
 def test_peak_bytes_sees_tensor_allocations():
     size = 4 * 2**20  # 4 MiB
-    assert bench.peak_bytes(lambda: torch.empty(size // 4)) >= size
+    assert measure.peak_bytes(lambda: torch.empty(size // 4)) >= size
     # two live buffers at once count twice; one freed before the next counts once
-    assert bench.peak_bytes(lambda: (torch.empty(size // 4), torch.empty(size // 4))) >= 2 * size
+    assert measure.peak_bytes(lambda: (torch.empty(size // 4), torch.empty(size // 4))) >= 2 * size
 
     def sequential():
         for _ in range(3):
             torch.empty(size // 4)
 
-    assert bench.peak_bytes(sequential) < 2 * size
+    assert measure.peak_bytes(sequential) < 2 * size
 
 
 def test_naive_materialises_the_scores_and_tiled_does_not():
     q, k, v = (torch.randn(1, 8, 1024, 64) for _ in range(3))
     scores = 8 * 1024 * 1024 * 4
-    naive = bench.peak_bytes(lambda: bench.ATTENTION_FUNCTIONS["naive"](q, k, v))
-    tiled = bench.peak_bytes(lambda: bench.ATTENTION_FUNCTIONS["tiled"](q, k, v))
+    naive = measure.peak_bytes(lambda: cx.ATTENTION_FUNCTIONS["naive"](q, k, v))
+    tiled = measure.peak_bytes(lambda: cx.ATTENTION_FUNCTIONS["tiled"](q, k, v))
     assert naive >= scores and tiled < naive
-    for method, fn in bench.ATTENTION_FUNCTIONS.items():
+    for method, fn in cx.ATTENTION_FUNCTIONS.items():
         torch.testing.assert_close(fn(q[..., :200, :], k[..., :200, :], v[..., :200, :]).shape,
                                    torch.Size([1, 8, 200, 64]), msg=method)
 
 
 def test_flop_counts_and_sizes():
-    assert bench.attention_sizes(1000) == [128, 256, 512]
-    assert bench.attention_flops("naive", 1024) == 4 * 8 * 1024**2 * 64
-    assert bench.attention_flops("linear", 1024) == 4 * 8 * 1024 * 64**2
-    assert bench.attention_flops("local", 1024) == 4 * 8 * 1024 * bench.LOCAL_WINDOW * 64
+    assert cx.attention_sizes(1000) == [128, 256, 512]
+    assert cx.attention_flops("naive", 1024) == 4 * 8 * 1024**2 * 64
+    assert cx.attention_flops("linear", 1024) == 4 * 8 * 1024 * 64**2
+    assert cx.attention_flops("local", 1024) == 4 * 8 * 1024 * cx.LOCAL_WINDOW * 64
     with pytest.raises(ValueError, match="method"):
-        bench.attention_flops("fast", 128)
+        cx.attention_flops("fast", 128)
 
 
 def test_verdict_checks_both_targets():
@@ -63,20 +65,20 @@ def test_verdict_checks_both_targets():
             for m, n, ms, b in [("naive", 8192, 9.0, 1000), ("tiled", 8192, 9.0, 40),
                                 ("sdpa", 4096, 1.0, 10), ("tiled", 4096, 2.5, 10)]]
     rows.append({"method": "matmul_peak", "gflops": 10.0})
-    ok, text = bench.attention_verdict(rows)
+    ok, text = bench_attention_checks.attention_verdict(rows)
     assert ok and "4.00% of naive" in text and "2.50x sdpa" in text
     rows[3]["median_ms"] = 3.5
-    assert not bench.attention_verdict(rows)[0]
+    assert not bench_attention_checks.attention_verdict(rows)[0]
 
 
 def test_bench_rejects_bad_arguments():
     with pytest.raises(ValueError, match="methods"):
-        bench.bench_attention(128, methods=("fast",))
+        cx.bench_attention(128, methods=("fast",))
     with pytest.raises(ValueError, match="device"):
-        bench.bench_attention(128, device="tpu")
+        cx.bench_attention(128, device="tpu")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="cuda"):
-            bench.bench_attention(128, device="cuda")
+            cx.bench_attention(128, device="cuda")
     with pytest.raises(SystemExit):
         bench.main(["attention", "--max-n", "64"])
 

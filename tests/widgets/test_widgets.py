@@ -14,15 +14,8 @@ from matplotlib.colors import to_rgba
 from PIL import Image
 
 from attn_helpers.plots import MASKED_COLOR, weights_cmap
-from attn_helpers.widgets import (
-    DEMO_KEYS,
-    AttentionFrame,
-    AttentionView,
-    LiveAttentionWidget,
-    encode_png,
-    lookup_2d_frame,
-    lookup_2d_widget,
-)
+from attn_helpers.widgets import AttentionFrame, AttentionView, LiveAttentionWidget, encode_png
+from attn_helpers.widgets.query_key_value import DEMO_KEYS, lookup_2d_frame, lookup_2d_widget
 
 
 def decode(png: bytes) -> np.ndarray:

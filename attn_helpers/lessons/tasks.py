@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import require_positive_int, require_tensor, shape
+from .._checks import require_positive_int, require_tensor, shape
 
 __all__ = [
     "PAD",

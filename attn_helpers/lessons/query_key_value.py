@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import require_tensor, shape
+from .._checks import require_tensor, shape
 
 __all__ = ["convex_hull_2d", "inside_convex_hull"]
 

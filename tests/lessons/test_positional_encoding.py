@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_helpers import position_tasks as pt
-from attn_helpers.train import recipes, run_recipe
-from attn_helpers.training import checkpoint_path
+from attn_helpers.lessons import positional_encoding as pt
+from attn_helpers.training import RECIPES, checkpoint_path, run_recipe
 
 
 def test_batch_targets_are_the_previous_tokens():
@@ -55,7 +54,7 @@ def test_model_bad_inputs():
 
 
 def test_recipe_is_registered_and_checkpoint_is_small():
-    assert pt.CHECKPOINT in recipes()
+    assert pt.CHECKPOINT in RECIPES
     assert pt.CHECKPOINT.startswith("positional_")
     assert checkpoint_path(pt.CHECKPOINT).stat().st_size < 200_000
 

@@ -12,21 +12,16 @@ r"""The cost of attention, counted and measured (notebook 08).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-import statistics
-import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import resources
 
 import torch
 
-from ._checks import require_positive_int
-from .efficient import linear_attention, local_attention, tiled_attention
+from .._checks import require_positive_int
+from ..efficient import linear_attention, local_attention, tiled_attention
+from ..measure import PowerLaw, fit_power_law, format_bytes, matmul_peak_gflops, peak_bytes, time_call
 
 __all__ = [
     "BENCHMARK_FILE",
@@ -47,9 +42,6 @@ __all__ = [
     "ATTENTION_FUNCTIONS",
     "naive_attention",
     "attention_flops",
-    "peak_bytes",
-    "time_call",
-    "matmul_peak_gflops",
     "attention_sizes",
     "bench_attention",
 ]
@@ -126,43 +118,6 @@ def kv_cache_flops(t: int, d_model: int) -> dict[str, int]:
             "with_cache": 6 * d_model**2 + 4 * m * d_model}
 
 
-@dataclass(frozen=True)
-class PowerLaw:
-    r"""``y = coefficient * n ** slope``, fitted by least squares on log-log axes."""
-
-    slope: float
-    coefficient: float
-    n_min: int
-    n_max: int
-
-    def predict(self, n) -> float:
-        """The fitted ``y`` at ``n`` (a number)."""
-        if not isinstance(n, (int, float)) or isinstance(n, bool) or not n > 0:
-            raise ValueError(f"n must be a positive number, got {n!r}")
-        return self.coefficient * float(n) ** self.slope
-
-
-def fit_power_law(ns, ys) -> PowerLaw:
-    """Least-squares line through ``(log n, log y)``: its slope is the exponent.
-
-    Args:
-        ns: sequence lengths (at least two distinct, all > 0).
-        ys: the measured values (all > 0), one per ``n``.
-    """
-    ns, ys = [float(x) for x in ns], [float(y) for y in ys]
-    if len(ns) != len(ys):
-        raise ValueError(f"ns and ys must have the same length, got {len(ns)} and {len(ys)}")
-    if len(set(ns)) < 2:
-        raise ValueError(f"need at least two distinct n to fit a slope, got ns={ns}")
-    if min(ns) <= 0 or min(ys) <= 0:
-        raise ValueError(f"every n and y must be > 0 on log-log axes, got ns={ns}, ys={ys}")
-    x = torch.tensor(ns, dtype=torch.float64).log()
-    y = torch.tensor(ys, dtype=torch.float64).log()
-    slope = ((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
-    intercept = y.mean() - slope * x.mean()
-    return PowerLaw(float(slope), float(math.exp(intercept)), int(min(ns)), int(max(ns)))
-
-
 def validate_records(records) -> list[dict]:
     """Check the benchmark's JSON schema; return the records. Raises ``ValueError`` naming the
     first bad record."""
@@ -220,17 +175,6 @@ def load_benchmark(name: str = BENCHMARK_FILE) -> list[dict]:
     return validate_records(json.loads(text))
 
 
-def format_bytes(n_bytes: float) -> str:
-    """``1536 -> '1.5 KiB'``: bytes in binary units, 3 significant figures."""
-    if n_bytes < 0:
-        raise ValueError(f"n_bytes must be >= 0, got {n_bytes}")
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n_bytes < 1024 or unit == "TiB":
-            return f"{n_bytes:.3g} {unit}" if unit != "B" else f"{int(n_bytes)} B"
-        n_bytes /= 1024
-    raise AssertionError("unreachable")
-
-
 # The attention benchmark (its command line is ``python -m attn_helpers.bench attention``).
 
 ATTENTION_HEADS = 8
@@ -270,80 +214,6 @@ def attention_flops(method: str, n: int, heads: int = ATTENTION_HEADS,
     raise ValueError(f"method must be one of {ATTENTION_METHODS}, got {method!r}")
 
 
-@contextlib.contextmanager
-def _silence_fd2():
-    """Silence C++ writes to file descriptor 2 (the profiler's start/stop log lines)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def peak_bytes(fn: Callable[[], object], device: str = "cpu") -> int:
-    """Peak of the memory allocated by ``fn()`` above what was allocated before the call.
-
-    On CUDA, torch's allocator statistics (``max_memory_allocated`` after
-    ``reset_peak_memory_stats``). On CPU, the PyTorch profiler's memory records: every tensor
-    allocation and free in time order, summed as a running total whose maximum is the peak.
-    """
-    if device == "cuda":
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        fn()
-        torch.cuda.synchronize()
-        return int(torch.cuda.max_memory_allocated() - base)
-    from torch.profiler import ProfilerActivity, profile
-
-    with _silence_fd2(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    records = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    records.sort(key=lambda e: e.start_ns())
-    running = peak = 0
-    for record in records:
-        running += record.nbytes()
-        peak = max(peak, running)
-    return int(peak)
-
-
-def time_call(fn: Callable[[], object], device: str = "cpu", *, min_repeats: int = 3,
-              max_repeats: int = 15, budget_s: float = 1.0) -> float:
-    """Median duration of ``fn()`` in ms: one warm-up call, then at least ``min_repeats`` calls,
-    more (up to ``max_repeats``) while the total stays under ``budget_s``."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    fn()
-    sync()
-    durations: list[float] = []
-    while len(durations) < min_repeats or (
-            len(durations) < max_repeats and sum(durations) < budget_s * 1000.0):
-        start = time.perf_counter()
-        fn()
-        sync()
-        durations.append((time.perf_counter() - start) * 1000.0)
-    return statistics.median(durations)
-
-
-def matmul_peak_gflops(device: str = "cpu", size: int = 2048, repeats: int = 5) -> float:
-    """Best GFLOP/s of a ``size x size`` float32 matrix product (``2 size^3`` operations)."""
-    g = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(size, size, generator=g).to(device) for _ in range(2))
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    a @ b
-    sync()
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        sync()
-        best = min(best, time.perf_counter() - start)
-    return 2.0 * size**3 / best / 1e9
-
-
 def attention_sizes(max_n: int, min_n: int = 128) -> list[int]:
     """``min_n, 2 min_n, ...`` up to ``max_n``."""
     sizes, n = [], min_n
@@ -354,8 +224,7 @@ def attention_sizes(max_n: int, min_n: int = 128) -> list[int]:
 
 
 def bench_attention(max_n: int = 8192, device: str = "cpu", methods=ATTENTION_METHODS, *,
-                    min_n: int = 128, budget_s: float = 1.0, max_repeats: int = 15,
-                    seed: int = 0) -> list[dict]:
+                    min_n: int = 128, budget_s: float = 1.0, seed: int = 0) -> list[dict]:
     """Measure every method at every ``n``; return the JSON records (see the module docstring)."""
     unknown = set(methods) - set(ATTENTION_METHODS)
     if unknown:
@@ -376,7 +245,7 @@ def bench_attention(max_n: int = 8192, device: str = "cpu", methods=ATTENTION_ME
                 with torch.no_grad():
                     return fn(q, k, v)
 
-            median_ms = time_call(call, device, budget_s=budget_s, max_repeats=max_repeats)
+            median_ms = time_call(call, budget_s=budget_s)
             records.append({
                 "method": method, "n": n, "median_ms": round(median_ms, 3),
                 "peak_bytes": peak_bytes(call, device),

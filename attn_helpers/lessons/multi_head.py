@@ -18,12 +18,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import require_positive_int, require_tensor, shape
-from .entropy import attention_entropy
-from .masks import causal_mask
-from .multihead import MultiHeadAttention
-from .train import recipe
-from .training import load_checkpoint, train
+from .._checks import require_positive_int, require_tensor, shape
+from ..entropy import attention_entropy
+from ..masks import causal_mask
+from ..multihead import MultiHeadAttention
+from ..training import load_checkpoint, train
 
 __all__ = [
     "RELATIONS",
@@ -204,8 +203,8 @@ def evaluation_batch(config: TaskConfig = CONFIG, seed: int = 1234):
                       length=config.length)
 
 
-@recipe(CHECKPOINT)
-def _recipe():
+def recipe():
+    """``python -m attn_helpers train multihead_two_relations``: train the two-head model."""
     model, result = train_two_relations(CONFIG)
     tokens, targets = evaluation_batch(CONFIG)
     every = max(1, len(result.losses) // 100)

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_helpers import heads_task
-from attn_helpers.train import recipes, run_recipe
-from attn_helpers.training import checkpoint_path
+from attn_helpers.lessons import multi_head as heads_task
+from attn_helpers.training import RECIPES, checkpoint_path, run_recipe
 
 
 def test_make_batch_targets(gen):
@@ -92,7 +91,7 @@ def test_shipped_checkpoint_loads_and_supports_the_claims():
 
 
 def test_recipe_is_registered():
-    assert heads_task.CHECKPOINT in recipes()
+    assert heads_task.CHECKPOINT in RECIPES
 
 
 def test_retrain_from_scratch_reproduces_the_claims():

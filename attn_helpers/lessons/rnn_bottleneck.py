@@ -1,5 +1,4 @@
-r"""Small sequence-to-sequence models: a GRU encoder-decoder with pluggable attention, and a
-transformer-style cross-attention layer.
+r"""Notebook 01 (and the bridge to 06): a GRU encoder-decoder with pluggable attention.
 
 :class:`Seq2Seq` reads the source with a bidirectional GRU, whose states
 :math:`h_j = [\overrightarrow{h}_j; \overleftarrow{h}_j]` are the *memory* ``(b, n_src, 2 d_enc)``.
@@ -13,16 +12,20 @@ from (``attention=``):
 * ``"none"``: :math:`c_t = c`, the same fixed vector for every step, the last forward and the
   first backward state (Sutskever et al., 2014; Cho et al., 2014). Its size does not grow with
   the input: the bottleneck of notebook 01.
-* ``"additive"``: :math:`c_t = \sum_j a_{tj} h_j` with Bahdanau scores
-  :math:`e_{tj} = w^\top \tanh(W_q s_t + W_k h_j)` (Bahdanau et al., 2015).
-* ``"dot"``: the same with Luong's "general" dot-product scores
-  :math:`e_{tj} = s_t \cdot (W_k h_j) / \sqrt{d_\text{dec}}` (Luong et al., 2015).
+* ``"additive"``: :math:`c_t = \sum_j a_{tj} h_j` with the additive score of Bahdanau et al.
+  (2015), :math:`e_{tj} = v_a^\top \tanh(W_q s_t + W_k h_j)`.
+* ``"general"``: the same with Luong et al.'s (2015) *general* score
+  :math:`e_{tj} = s_t^\top W_k h_j`, here divided by :math:`\sqrt{d_\text{dec}}` as in
+  Transformers (Luong's did not scale).
 
-The attention uses the current decoder state as query (Luong's arrangement), so in training the
-decoder GRU runs over the whole target at once and the attention of all steps is one batched call.
+In every variant the query is the *current* decoder state :math:`s_t` and the context enters the
+output through :math:`\tanh(W_c[s_t; c_t])`: that is Luong's arrangement (Bahdanau's scores
+from :math:`s_{t-1}` and feeds :math:`c_t` into the recurrence). It lets the decoder GRU run over
+the whole target at once in training, so the attention of all steps is one batched call.
 
-Recipes (``python -m attn_helpers.train NAME``) train the checkpoints the notebooks load:
-``seq2seq_reversal_none``, ``seq2seq_reversal_additive`` and ``seq2seq_dates_dot``.
+The recipes in :data:`attn_helpers.training.RECIPES` (``python -m attn_helpers train NAME``)
+train the checkpoints the notebooks load: ``seq2seq_reversal_none``,
+``seq2seq_reversal_additive`` and ``seq2seq_dates_general``.
 """
 
 from __future__ import annotations
@@ -34,46 +37,42 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ._checks import require_positive_int, require_tensor, shape
-from .attention import (
+from .._checks import require_positive_int, require_tensor, shape
+from ..attention import (
     AdditiveScore,
     masked_softmax,
-    scaled_dot_product_attention,
     scaled_dot_product_scores,
 )
-from .masks import padding_mask
+from ..masks import padding_mask
+from ..training import TrainResult, load_checkpoint, token_accuracy, train
 from .tasks import (
-    DATES,
-    ISO_STEP_FIELDS,
     PAD,
     SOS,
     Batch,
-    date_fields,
     eval_batches,
     get_task,
     make_batch,
 )
-from .train import recipe
-from .training import TrainResult, load_checkpoint, token_accuracy, train
 
 __all__ = [
     "ATTENTION_KINDS",
     "Seq2Seq",
-    "CrossAttention",
     "seq2seq_loss",
     "predict",
     "accuracy_by_length",
     "input_gradient_norms",
-    "antidiagonal_hits",
-    "date_field_hits",
     "TrainConfig",
-    "RECIPES",
+    "CONFIGS",
+    "recipe_reversal_none",
+    "recipe_reversal_additive",
+    "recipe_dates_general",
+    "claims",
     "train_seq2seq",
     "build_model",
     "load_pretrained",
 ]
 
-ATTENTION_KINDS = ("none", "additive", "dot")
+ATTENTION_KINDS = ("none", "additive", "general")
 
 
 def _check_src(src, src_lengths) -> None:
@@ -91,7 +90,7 @@ def _check_src(src, src_lengths) -> None:
 
 
 class Seq2Seq(nn.Module):
-    """GRU encoder-decoder with ``attention`` in ``"none"``, ``"additive"`` or ``"dot"``.
+    """GRU encoder-decoder with ``attention`` in ``"none"``, ``"additive"`` or ``"general"``.
 
     Args:
         src_vocab_size, tgt_vocab_size: vocabulary sizes (ids 0, 1, 2 are ``<pad>``, ``<s>``,
@@ -119,7 +118,7 @@ class Seq2Seq(nn.Module):
         self.decoder = nn.GRU(d_emb, d_dec, batch_first=True)
         if attention == "additive":
             self.scorer = AdditiveScore(d_dec, 2 * d_enc, d_attn)
-        elif attention == "dot":
+        elif attention == "general":
             self.key_proj = nn.Linear(2 * d_enc, d_dec, bias=False)
         self.combine = nn.Linear(d_dec + 2 * d_enc, d_dec)
         self.out = nn.Linear(d_dec, tgt_vocab_size)
@@ -213,73 +212,6 @@ class Seq2Seq(nn.Module):
         return torch.cat(tokens, dim=1), weights
 
 
-class CrossAttention(nn.Module):
-    r"""Transformer-style single-head cross-attention: queries from the decoder, keys and values
-    from the encoder.
-
-    .. math::  Q = Y W_Q,\; K = X W_K,\; V = X W_V,\qquad
-               \mathrm{out} = \mathrm{softmax}(QK^\top/\sqrt{d})\,V\,W_O
-
-    ``forward(y (b, n_q, d_model), x (b, n_k, d_memory), memory_mask (b, n_k) bool or None)
-    -> (out (b, n_q, d_model), weights (b, n_q, n_k))``; ``memory_mask`` is True at real
-    (non-padding) encoder positions. Built on :func:`scaled_dot_product_attention`; equal to
-    ``torch.nn.MultiheadAttention(d_model, 1, kdim=d_memory, vdim=d_memory, batch_first=True)``
-    with the same weights (see :meth:`from_torch`).
-    """
-
-    def __init__(self, d_model: int, d_memory: int | None = None, *, bias: bool = True):
-        super().__init__()
-        require_positive_int("d_model", d_model)
-        d_memory = d_model if d_memory is None else require_positive_int("d_memory", d_memory)
-        self.d_model, self.d_memory = d_model, d_memory
-        self.w_q = nn.Linear(d_model, d_model, bias=bias)
-        self.w_k = nn.Linear(d_memory, d_model, bias=bias)
-        self.w_v = nn.Linear(d_memory, d_model, bias=bias)
-        self.w_o = nn.Linear(d_model, d_model, bias=bias)
-
-    def forward(self, y: torch.Tensor, x: torch.Tensor, memory_mask: torch.Tensor | None = None):
-        require_tensor("y", y, floating=True)
-        require_tensor("x", x, floating=True)
-        if y.dim() != 3 or y.shape[-1] != self.d_model:
-            raise ValueError(f"y (the decoder states) must have shape (b, n_q, d_model="
-                             f"{self.d_model}), got {shape(y)}")
-        if x.dim() != 3 or x.shape[-1] != self.d_memory or x.shape[0] != y.shape[0]:
-            raise ValueError(f"x (the encoder states) must have shape (b={y.shape[0]}, n_k, "
-                             f"d_memory={self.d_memory}), got {shape(x)}")
-        mask = None
-        if memory_mask is not None:
-            require_tensor("memory_mask", memory_mask)
-            if memory_mask.dtype != torch.bool or memory_mask.shape != x.shape[:2]:
-                raise ValueError(f"memory_mask must be bool with shape (b, n_k) = "
-                                 f"{tuple(x.shape[:2])}, got {memory_mask.dtype} "
-                                 f"{shape(memory_mask)}")
-            mask = memory_mask[:, None, :]
-        out, weights = scaled_dot_product_attention(self.w_q(y), self.w_k(x), self.w_v(x), mask)
-        return self.w_o(out), weights
-
-    @classmethod
-    def from_torch(cls, m: nn.MultiheadAttention) -> CrossAttention:
-        """A :class:`CrossAttention` with the weights of a one-head, batch-first ``m``."""
-        if not isinstance(m, nn.MultiheadAttention) or m.num_heads != 1:
-            raise ValueError("m must be a torch.nn.MultiheadAttention with num_heads=1")
-        layer = cls(m.embed_dim, m.kdim, bias=m.in_proj_bias is not None)
-        d = m.embed_dim
-        with torch.no_grad():
-            if m._qkv_same_embed_dim:
-                w_q, w_k, w_v = m.in_proj_weight.split(d)
-            else:
-                w_q, w_k, w_v = m.q_proj_weight, m.k_proj_weight, m.v_proj_weight
-            for linear, weight in ((layer.w_q, w_q), (layer.w_k, w_k), (layer.w_v, w_v)):
-                linear.weight.copy_(weight)
-            layer.w_o.weight.copy_(m.out_proj.weight)
-            if m.in_proj_bias is not None:
-                for linear, b in zip((layer.w_q, layer.w_k, layer.w_v), m.in_proj_bias.split(d),
-                                     strict=True):
-                    linear.bias.copy_(b)
-                layer.w_o.bias.copy_(m.out_proj.bias)
-        return layer
-
-
 # --- loss, evaluation, gradients --------------------------------------------------------------
 
 
@@ -313,45 +245,6 @@ def accuracy_by_length(model: Seq2Seq, batches: dict) -> dict:
         n = tokens.shape[1]
         result[key] = token_accuracy(tokens, batch.tgt_out[:, :n], batch.content_mask[:, :n])
     return result
-
-
-def antidiagonal_hits(weights: torch.Tensor, batch: Batch, tolerance: int = 0) -> torch.Tensor:
-    """``(b, n_t)`` bool: for a reversal batch, whether the strongest weight of output step ``t``
-    lies on source position ``L - 1 - t`` (``L`` the sequence's length), or at most
-    ``tolerance`` positions from it; False at padded steps. ``weights`` ``(b, n_t, n_src)``."""
-    _check_weights_for(weights, batch)
-    require_positive_int("tolerance", tolerance, allow_zero=True)
-    steps = torch.arange(weights.shape[1])[None, :]
-    mirror = batch.src_lengths[:, None] - 1 - steps
-    near = (weights.argmax(-1) - mirror).abs() <= tolerance
-    return near & (steps < batch.tgt_lengths[:, None])
-
-
-def date_field_hits(weights: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """``(b, 10)`` bool: for a dates batch, whether the strongest input word of each ISO output
-    step lies in the field that step copies (:data:`tasks.ISO_STEP_FIELDS`: the year digits
-    should read the year words, and so on). The two separator steps (``-``) copy nothing and are
-    always False; leave them out of any share."""
-    _check_weights_for(weights, batch)
-    if weights.shape[1] != len(ISO_STEP_FIELDS):
-        raise ValueError(f"weights must have {len(ISO_STEP_FIELDS)} output steps (an ISO date), "
-                         f"got shape {shape(weights)}")
-    hits = torch.zeros(weights.shape[:2], dtype=torch.bool)
-    for i in range(len(batch)):
-        fields = date_fields(DATES.src_vocab.decode(batch.src[i]))
-        strongest = weights[i].argmax(-1).tolist()
-        hits[i] = torch.tensor([fields[j] == want
-                                for j, want in zip(strongest, ISO_STEP_FIELDS, strict=True)])
-    return hits
-
-
-def _check_weights_for(weights, batch: Batch) -> None:
-    require_tensor("weights", weights, floating=True)
-    if not isinstance(batch, Batch):
-        raise TypeError(f"batch must be a tasks.Batch, got {type(batch).__name__}")
-    if weights.dim() != 3 or weights.shape[0] != len(batch) or weights.shape[2] != batch.src.shape[1]:
-        raise ValueError(f"weights must have shape (b={len(batch)}, n_t, n_src={batch.src.shape[1]}), "
-                         f"got {shape(weights)}")
 
 
 def input_gradient_norms(model: Seq2Seq, batch: Batch, step: int) -> torch.Tensor:
@@ -398,10 +291,10 @@ class TrainConfig:
 
 
 # The two reversal models share the task, the sizes and the budget; only the attention differs.
-RECIPES = {
+CONFIGS = {
     "seq2seq_reversal_none": TrainConfig("reversal", "none"),
     "seq2seq_reversal_additive": TrainConfig("reversal", "additive"),
-    "seq2seq_dates_dot": TrainConfig("dates", "dot", steps=500, finetune_steps=100),
+    "seq2seq_dates_general": TrainConfig("dates", "general", steps=500, finetune_steps=100),
 }
 
 
@@ -448,24 +341,56 @@ def _metadata(config: TrainConfig, model: Seq2Seq, result: TrainResult) -> dict:
     }
 
 
-def _register(name: str, config: TrainConfig) -> None:
-    def run():
-        model, result = train_seq2seq(config)
-        return model, _metadata(config, model, result)
-
-    run.__name__ = f"recipe_{name}"
-    recipe(name)(run)
+def _recipe(name: str):
+    config = CONFIGS[name]
+    model, result = train_seq2seq(config)
+    return model, _metadata(config, model, result)
 
 
-for _name, _config in RECIPES.items():
-    _register(_name, _config)
+def recipe_reversal_none():
+    """``python -m attn_helpers train seq2seq_reversal_none``: the no-attention baseline."""
+    return _recipe("seq2seq_reversal_none")
+
+
+def recipe_reversal_additive():
+    """``python -m attn_helpers train seq2seq_reversal_additive``: additive attention."""
+    return _recipe("seq2seq_reversal_additive")
+
+
+def recipe_dates_general():
+    """``python -m attn_helpers train seq2seq_dates_general``: the dates model of notebook 06."""
+    return _recipe("seq2seq_dates_general")
 
 
 def load_pretrained(name: str) -> Seq2Seq:
-    """The shipped checkpoint ``name`` (a key of :data:`RECIPES`), in eval mode."""
-    if name not in RECIPES:
-        raise ValueError(f"unknown checkpoint {name!r}; known: {sorted(RECIPES)}")
-    model = build_model(RECIPES[name])
+    """The shipped checkpoint ``name`` (a key of :data:`CONFIGS`), in eval mode."""
+    if name not in CONFIGS:
+        raise ValueError(f"unknown checkpoint {name!r}; known: {sorted(CONFIGS)}")
+    model = build_model(CONFIGS[name])
     load_checkpoint(model, name)
     return model
 
+
+
+def claims(plain: Seq2Seq, attended: Seq2Seq) -> dict[str, bool]:
+    """Notebook 01's statements about the two reversal models, as named booleans; the notebook
+    asserts them on the shipped checkpoints, the tests on freshly re-trained models."""
+    test_sets = eval_batches("reversal", 100)
+    acc_plain = accuracy_by_length(plain, test_sets)
+    acc_attn = accuracy_by_length(attended, test_sets)
+    longest = max(test_sets)
+    long_set = test_sets[longest]
+    tokens, _ = predict(plain, long_set)
+    by_position = (tokens == long_set.tgt_out[:, :longest]).float().mean(0)
+    first, last = by_position[:3].mean().item(), by_position[-8:].mean().item()
+    return {
+        "with attention, accuracy stays >= 0.95 at every length": min(acc_attn.values()) >= 0.95,
+        f"without attention, accuracy at length {longest} is at least 0.3 lower":
+            acc_plain[longest] <= acc_attn[longest] - 0.3,
+        "without attention, short sequences are fine (>= 0.95 at 4, >= 0.9 at 6)":
+            acc_plain[4] >= 0.95 and acc_plain[6] >= 0.9,
+        "without attention, accuracy falls with length (6 > 12 > longest)":
+            acc_plain[longest] < acc_plain[12] < acc_plain[6],
+        "without attention, the first outputs are right (> 0.7) and the last wrong (< 0.3)":
+            first > 0.7 and last < 0.3 and first > last + 0.5,
+    }

@@ -17,9 +17,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import require_min_dim, require_positive_int, require_tensor, shape
-from .entropy import attention_entropy
-from .training import TrainResult, train
+from .._checks import require_min_dim, require_positive_int, require_tensor, shape
+from ..entropy import attention_entropy
+from ..measure import fit_power_law
+from ..training import TrainResult, train
 
 __all__ = [
     "D_KS",
@@ -91,14 +92,9 @@ def variance_table(
 
 
 def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Least-squares slope of ``log y`` against ``log x`` (1 for ``y ∝ x``, 0 for constant ``y``)."""
-    x = torch.log(torch.as_tensor(xs, dtype=torch.float64))
-    y = torch.log(torch.as_tensor(ys, dtype=torch.float64))
-    if x.shape != y.shape or x.dim() != 1 or len(x) < 2:
-        raise ValueError(f"xs and ys must be two equal-length sequences of >= 2 numbers, got "
-                         f"{len(xs)} and {len(ys)}")
-    xc = x - x.mean()
-    return ((xc * (y - y.mean())).sum() / (xc * xc).sum()).item()
+    """Slope of ``log y`` against ``log x`` (1 for ``y ∝ x``, 0 for constant ``y``): the exponent
+    of :func:`attn_helpers.measure.fit_power_law`."""
+    return fit_power_law(xs, ys).slope
 
 
 def random_scores(

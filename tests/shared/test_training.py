@@ -7,8 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from attn_helpers import seq2seq, tasks, training
-from attn_helpers.train import recipes
+from attn_helpers import training
+from attn_helpers.lessons import rnn_bottleneck as seq2seq
+from attn_helpers.lessons import tasks
 
 
 def regression_problem():
@@ -38,7 +39,7 @@ def test_a_few_steps_lower_the_loss():
 
 
 def test_a_few_steps_lower_the_seq2seq_loss():
-    config = seq2seq.TrainConfig("dates", "dot", steps=25, finetune_steps=0, batch_size=16, d_emb=8,
+    config = seq2seq.TrainConfig("dates", "general", steps=25, finetune_steps=0, batch_size=16, d_emb=8,
                                  d_enc=8, d_attn=8)
     _, result = seq2seq.train_seq2seq(config, progress=False)
     assert sum(result.losses[-5:]) / 5 < sum(result.losses[:5]) / 5 - 0.15
@@ -120,6 +121,6 @@ def test_bad_inputs(tmp_path):
 
 
 def test_seq2seq_recipes_are_registered():
-    found = recipes()
-    for name in seq2seq.RECIPES:
+    found = training.RECIPES
+    for name in seq2seq.CONFIGS:
         assert name in found and name.startswith("seq2seq_")

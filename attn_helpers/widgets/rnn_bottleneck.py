@@ -1,12 +1,9 @@
-"""The widgets of notebooks 01 and 06: a trained sequence-to-sequence model decodes one example.
+"""Notebook 01's widget: a trained sequence-to-sequence model decodes one example.
 
-* :func:`decode_frame` / :func:`bottleneck_widget` (notebook 01): pick a sequence length, a model
-  and an example; the source, the target and the model's output are drawn as token strips with
-  the errors highlighted, and below them the model's cross-attention (for a model with attention)
-  with the entropy of every decoder step.
-* :func:`alignment_frame` / :func:`alignment_widget` (notebook 06): pick an example and a decoder
-  step; the alignment is shown up to that step (later rows are still grey), the current row is
-  framed, and the entropy view marks it.
+:func:`decode_frame` / :func:`bottleneck_widget`: pick a sequence length, a model and an example;
+the source, the target and the model's output are drawn as token strips with the errors
+highlighted, and below them the model's cross-attention (for a model with attention) with the
+entropy of every decoder step.
 """
 
 from __future__ import annotations
@@ -19,9 +16,9 @@ import numpy as np
 import torch
 from matplotlib.colors import ListedColormap
 
-from ..entropy import attention_entropy, max_entropy
-from ..seq2seq import Seq2Seq, predict
-from ..tasks import collate, example, get_task
+from ..entropy import attention_entropy
+from ..lessons.rnn_bottleneck import Seq2Seq, predict
+from ..lessons.tasks import collate, example, get_task
 from .core import AttentionFrame, AttentionPanel, BlitFigure, LiveAttentionWidget
 
 __all__ = [
@@ -29,8 +26,6 @@ __all__ = [
     "DecodeView",
     "decode_frame",
     "bottleneck_widget",
-    "alignment_frame",
-    "alignment_widget",
 ]
 
 # Token-strip cell colours: empty, plain token, correct output, wrong output (Okabe-Ito orange).
@@ -169,53 +164,3 @@ def bottleneck_widget(models: Mapping[str, Seq2Seq], *, lengths: tuple[int, int]
 
     return LiveAttentionWidget(compute, controls, DecodeView(max_len=lengths[1]),
                                title="Reverse a digit sequence: where do the errors start?")
-
-
-def alignment_frame(model: Seq2Seq, task: str, index: int, step: int) -> AttentionFrame:
-    """The alignment of example ``index`` of ``task`` decoded by ``model``, up to decoder ``step``.
-
-    Rows after ``step`` are masked (not decoded yet), row ``step`` is highlighted. ``step`` is
-    clamped to the last output step, so the same slider serves examples of any length. Readouts:
-    the step, its output token, the strongest source token and its weight, the row's entropy
-    and its ceiling ``ln n_src``.
-    """
-    _check_model(model)
-    if model.attention == "none":
-        raise ValueError("model has no attention (attention='none'): there is no alignment to show")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be an int >= 0, got {step!r}")
-    task = get_task(task)
-    source, target = example(task, index)
-    output, weights = _decode_one(model, task, source, target)
-    step = min(step, len(output) - 1)
-    n_q, n_k = weights.shape
-    mask = (torch.arange(n_q) <= step)[:, None].expand(n_q, n_k).clone()
-    row = weights[step].double()
-    best = int(row.argmax())
-    labels = [f"{t} ({i})" for i, t in enumerate(output)]
-    return AttentionFrame(
-        weights=weights, query_labels=labels, key_labels=source, mask=mask, highlight_row=step,
-        readouts={
-            "step": f"{step} of {n_q - 1}",
-            "output token": f"{output[step]} (target {target[step]})",
-            "strongest source token": f"{source[best]} (position {best})",
-            "its weight": row[best].item(),
-            "entropy (nats)": attention_entropy(row).item(),
-            "ceiling ln n": max_entropy(n_k),
-        },
-    )
-
-
-def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAttentionWidget:
-    """Notebook 06's widget: an example picker and a decoder-step slider."""
-    _check_model(model)
-    controls = {
-        "index": widgets.IntSlider(value=0, min=0, max=examples - 1, description="example",
-                                   continuous_update=False),
-        "step": widgets.IntSlider(value=0, min=0, max=23, description="decoder step"),
-    }
-
-    def compute(index, step):
-        return alignment_frame(model, task, index, step)
-
-    return LiveAttentionWidget(compute, controls, title=f"Decoding step by step ({task})")

@@ -28,12 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import require_positive_int, require_tensor, shape
-from .attention import masked_softmax
-from .masks import causal_mask
-from .positional import LearnedPositionalEmbedding, alibi_bias, apply_rope, sinusoidal_encoding
-from .train import recipe
-from .training import load_checkpoint, train
+from .._checks import require_positive_int, require_tensor, shape
+from ..attention import masked_softmax
+from ..masks import causal_mask
+from ..positional import LearnedPositionalEmbedding, alibi_bias, apply_rope, sinusoidal_encoding
+from ..training import load_checkpoint, train
 
 __all__ = [
     "SCHEMES",
@@ -211,8 +210,8 @@ def extrapolation_claims(table: dict[str, dict[int, float]]) -> dict[str, bool]:
     }
 
 
-@recipe(CHECKPOINT)
-def _previous_token_recipe():
+def recipe():
+    """``python -m attn_helpers train positional_previous_token``: train every scheme."""
     models = train_all()
     table = extrapolation_table(models)
     return models, {"task": "previous token", "steps": STEPS, "batch": BATCH, "lr": LR,

@@ -1,0 +1,69 @@
+"""Notebook 06's widget: decode an example step by step and watch the cross-attention.
+
+:func:`alignment_frame` / :func:`alignment_widget`: pick an example and a decoder step; the
+alignment is shown up to that step (later rows are still grey), the current row is framed, and
+the entropy view marks it.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import torch
+
+from ..entropy import attention_entropy, max_entropy
+from ..lessons.rnn_bottleneck import Seq2Seq
+from ..lessons.tasks import example, get_task
+from .core import AttentionFrame, LiveAttentionWidget
+from .rnn_bottleneck import _check_model, _decode_one
+
+__all__ = ["alignment_frame", "alignment_widget"]
+
+
+def alignment_frame(model: Seq2Seq, task: str, index: int, step: int) -> AttentionFrame:
+    """The alignment of example ``index`` of ``task`` decoded by ``model``, up to decoder ``step``.
+
+    Rows after ``step`` are masked (not decoded yet), row ``step`` is highlighted. ``step`` is
+    clamped to the last output step, so the same slider serves examples of any length. Readouts:
+    the step, its output token, the strongest source token and its weight, the row's entropy
+    and its ceiling ``ln n_src``.
+    """
+    _check_model(model)
+    if model.attention == "none":
+        raise ValueError("model has no attention (attention='none'): there is no alignment to show")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an int >= 0, got {step!r}")
+    task = get_task(task)
+    source, target = example(task, index)
+    output, weights = _decode_one(model, task, source, target)
+    step = min(step, len(output) - 1)
+    n_q, n_k = weights.shape
+    mask = (torch.arange(n_q) <= step)[:, None].expand(n_q, n_k).clone()
+    row = weights[step].double()
+    best = int(row.argmax())
+    labels = [f"{t} ({i})" for i, t in enumerate(output)]
+    return AttentionFrame(
+        weights=weights, query_labels=labels, key_labels=source, mask=mask, highlight_row=step,
+        readouts={
+            "step": f"{step} of {n_q - 1}",
+            "output token": f"{output[step]} (target {target[step]})",
+            "strongest source token": f"{source[best]} (position {best})",
+            "its weight": row[best].item(),
+            "entropy (nats)": attention_entropy(row).item(),
+            "ceiling ln n": max_entropy(n_k),
+        },
+    )
+
+
+def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAttentionWidget:
+    """Notebook 06's widget: an example picker and a decoder-step slider."""
+    _check_model(model)
+    controls = {
+        "index": widgets.IntSlider(value=0, min=0, max=examples - 1, description="example",
+                                   continuous_update=False),
+        "step": widgets.IntSlider(value=0, min=0, max=23, description="decoder step"),
+    }
+
+    def compute(index, step):
+        return alignment_frame(model, task, index, step)
+
+    return LiveAttentionWidget(compute, controls, title=f"Decoding step by step ({task})")

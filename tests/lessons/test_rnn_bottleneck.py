@@ -1,0 +1,141 @@
+"""The GRU encoder-decoder of notebook 01 (``lessons.rnn_bottleneck``): shapes, padding, greedy
+decoding, references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_helpers.lessons import rnn_bottleneck as seq2seq
+from attn_helpers.lessons import tasks
+from attn_helpers.lessons.rnn_bottleneck import Seq2Seq
+
+KINDS = seq2seq.ATTENTION_KINDS
+
+
+def small_model(kind: str, seed: int = 0) -> Seq2Seq:
+    torch.manual_seed(seed)
+    return Seq2Seq(13, 13, attention=kind, d_emb=8, d_enc=6, d_attn=5).eval()
+
+
+@pytest.fixture
+def batch(gen):
+    return tasks.collate("reversal", [tasks.reversal_pair(n, gen) for n in (5, 2, 7, 1)])
+
+
+# --- Seq2Seq ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_shapes(kind, batch):
+    model = small_model(kind)
+    memory, context = model.encode(batch.src, batch.src_lengths)
+    assert memory.shape == (4, 7, 12) and context.shape == (4, 12)
+    logits, weights = model(batch.src, batch.src_lengths, batch.tgt_in)
+    assert logits.shape == (4, 8, 13)
+    tokens, greedy_weights = model.greedy_decode(batch.src, batch.src_lengths, 6)
+    assert tokens.shape == (4, 6) and tokens.dtype == torch.long
+    if kind == "none":
+        assert weights is None and greedy_weights is None
+    else:
+        assert weights.shape == (4, 8, 7) and greedy_weights.shape == (4, 6, 7)
+
+
+@pytest.mark.parametrize("kind", ["additive", "general"])
+def test_weights_are_distributions_that_skip_padding(kind, batch):
+    _, weights = small_model(kind)(batch.src, batch.src_lengths, batch.tgt_in)
+    real = torch.arange(7)[None, :] < batch.src_lengths[:, None]
+    assert torch.allclose(weights.sum(-1), torch.ones(4, 8), atol=1e-6)
+    assert torch.all(weights.masked_select(~real[:, None, :].expand_as(weights)) == 0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_padded_batch_equals_one_by_one(kind, batch):
+    """Padding must change nothing: the encoder is packed and attention masks the pads."""
+    model = small_model(kind)
+    logits, weights = model(batch.src, batch.src_lengths, batch.tgt_in)
+    for i in range(len(batch)):
+        n, m = int(batch.src_lengths[i]), int(batch.tgt_lengths[i]) + 1
+        alone, alone_w = model(batch.src[i:i + 1, :n], batch.src_lengths[i:i + 1],
+                               batch.tgt_in[i:i + 1, :m])
+        assert torch.allclose(logits[i, :m], alone[0], atol=1e-5)
+        if alone_w is not None:
+            assert torch.allclose(weights[i, :m, :n], alone_w[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_greedy_decoding_matches_teacher_forcing_on_its_own_outputs(kind, batch):
+    model = small_model(kind, seed=3)
+    tokens, weights = model.greedy_decode(batch.src, batch.src_lengths, 6)
+    fed = torch.cat([torch.full((4, 1), tasks.SOS), tokens[:, :-1]], dim=1)
+    logits, forced_weights = model(batch.src, batch.src_lengths, fed)
+    assert torch.equal(logits.argmax(-1), tokens)
+    if weights is not None:
+        assert torch.allclose(weights, forced_weights, atol=1e-5)
+
+
+def test_attention_kinds_differ_only_in_the_context(batch):
+    """With attention 'none', every decoder step reads the same fixed context vector."""
+    model = small_model("none")
+    memory, context = model.encode(batch.src, batch.src_lengths)
+    states = torch.randn(4, 3, model.d_dec)
+    contexts, weights = model.attend(states, memory, context, torch.ones(4, 7, dtype=torch.bool))
+    assert weights is None and torch.equal(contexts, context[:, None, :].expand(4, 3, -1))
+    # the context is the last forward state and the first backward state of the encoder
+    for i in range(4):
+        n, half = int(batch.src_lengths[i]), model.d_dec // 2
+        assert torch.allclose(context[i, :half], memory[i, n - 1, :half], atol=1e-6)
+        assert torch.allclose(context[i, half:], memory[i, 0, half:], atol=1e-6)
+
+
+def test_dot_scores_follow_luong_general(batch):
+    model = small_model("general")
+    memory, context = model.encode(batch.src, batch.src_lengths)
+    states = torch.randn(4, 3, model.d_dec)
+    mask = torch.arange(7)[None, :] < batch.src_lengths[:, None]
+    _, weights = model.attend(states, memory, context, mask)
+    scores = torch.einsum("btd,bjd->btj", states, model.key_proj(memory)) / model.d_dec ** 0.5
+    expected = torch.softmax(scores.masked_fill(~mask[:, None, :], float("-inf")), -1)
+    assert torch.allclose(weights, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_input_gradient_norms(kind, batch):
+    model = small_model(kind)
+    norms = seq2seq.input_gradient_norms(model, batch, 0)
+    assert norms.shape == (5,) and torch.all(norms > 0) and not norms.requires_grad
+    assert not model.training
+
+
+def test_loss_and_accuracy(batch):
+    model = small_model("additive")
+    loss = seq2seq.seq2seq_loss(model, batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
+    assert loss.dim() == 0 and 1.0 < loss.item() < 5.0  # about ln(13) for an untrained model
+    accuracy = seq2seq.accuracy_by_length(model, {"all": batch})
+    assert list(accuracy) == ["all"] and 0.0 <= accuracy["all"] <= 1.0
+
+
+def test_model_bad_inputs(batch):
+    with pytest.raises(ValueError, match="attention must be one of"):
+        Seq2Seq(13, 13, attention="luong")
+    with pytest.raises(ValueError, match="d_enc must be >= 1"):
+        Seq2Seq(13, 13, d_enc=0)
+    model = small_model("additive")
+    with pytest.raises(ValueError, match=r"src must be a 2-D integer tensor.*\(7,\)"):
+        model.encode(batch.src[0], batch.src_lengths)
+    with pytest.raises(ValueError, match=r"src_lengths must be an integer tensor of shape"):
+        model.encode(batch.src, batch.src_lengths[:2])
+    with pytest.raises(ValueError, match=r"every source length must lie in 1..n_src=7"):
+        model.encode(batch.src, torch.tensor([5, 2, 8, 1]))
+    with pytest.raises(ValueError, match=r"tgt_in must be an integer tensor"):
+        model(batch.src, batch.src_lengths, batch.tgt_in.float())
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        model.greedy_decode(batch.src, batch.src_lengths, 0)
+    with pytest.raises(ValueError, match=r"step must be an int in 0..5"):
+        seq2seq.input_gradient_norms(model, batch, 6)
+    with pytest.raises(TypeError, match="batch must be a tasks.Batch"):
+        seq2seq.predict(model, batch.src)
+    with pytest.raises(ValueError, match="unknown checkpoint"):
+        seq2seq.load_pretrained("seq2seq_nothing")
+    with pytest.raises(TypeError, match="config must be a TrainConfig"):
+        seq2seq.train_seq2seq({"task": "reversal"})

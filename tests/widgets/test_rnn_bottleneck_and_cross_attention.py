@@ -1,0 +1,62 @@
+"""The widgets of notebooks 01 and 06 (``widgets.rnn_bottleneck``, ``widgets.cross_attention``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_helpers.lessons import tasks
+from attn_helpers.lessons.rnn_bottleneck import Seq2Seq
+from attn_helpers.widgets import cross_attention as wd_cross
+from attn_helpers.widgets import rnn_bottleneck as wd
+
+
+@pytest.fixture(scope="module")
+def models():
+    def small_model(kind: str) -> Seq2Seq:
+        torch.manual_seed(0)
+        return Seq2Seq(13, 13, attention=kind, d_emb=8, d_enc=6, d_attn=5).eval()
+
+    return {"no attention": small_model("none"), "additive attention": small_model("additive")}
+
+
+def test_decode_frame(models):
+    frame = wd.decode_frame(9, "additive attention", 2, models)
+    source, target = tasks.example("reversal", 2, 9)
+    assert list(frame.source) == source and list(frame.target) == target
+    assert frame.weights.shape == (9, 9) and frame.has_attention and frame.mask is None
+    assert frame.readouts["token accuracy"] == sum(frame.correct) / 9
+    assert [o == t for o, t in zip(frame.output, target, strict=True)] == list(frame.correct)
+    plain = wd.decode_frame(9, "no attention", 2, models)
+    assert not plain.has_attention and not plain.mask.any()
+    assert plain.readouts["mean entropy (nats)"] == "no attention"
+    with pytest.raises(ValueError, match="model_name must be one of"):
+        wd.decode_frame(9, "general", 2, models)
+
+
+def test_bottleneck_widget_moves(models):
+    w = wd.bottleneck_widget(models)
+    assert w.error is None and w.frame.weights.shape == (20, 20)
+    readouts = w.set(length=6, model_name="no attention", index=3)
+    assert w.error is None and readouts["model"] == "no attention"
+    assert w.frame.readouts == wd.decode_frame(6, "no attention", 3, models).readouts
+    assert w.image.value[:4] == b"\x89PNG"
+
+
+def test_alignment_frame_and_widget(models):
+    model = models["additive attention"]
+    frame = wd_cross.alignment_frame(model, "reversal", 1, 2)
+    n = len(tasks.example("reversal", 1)[0])
+    assert frame.weights.shape == (n, n) and frame.highlight_row == 2
+    assert frame.mask[:3].all() and not frame.mask[3:].any()
+    last = wd_cross.alignment_frame(model, "reversal", 1, 99)
+    assert last.highlight_row == n - 1 and last.mask.all()
+    w = wd_cross.alignment_widget(model, "reversal")
+    w.set(index=1, step=2)
+    assert w.error is None and w.frame.readouts == frame.readouts
+    with pytest.raises(ValueError, match="no attention"):
+        wd_cross.alignment_frame(models["no attention"], "reversal", 0, 0)
+    with pytest.raises(ValueError, match="step must be an int >= 0"):
+        wd_cross.alignment_frame(model, "reversal", 0, -1)
+    with pytest.raises(TypeError, match="model must be a seq2seq.Seq2Seq"):
+        wd_cross.alignment_frame("model", "reversal", 0, 0)
