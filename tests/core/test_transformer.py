@@ -1,0 +1,277 @@
+"""DecoderLayer against torch.nn.TransformerDecoderLayer (both norm_first settings, relu and gelu,
+float32 and float64), its weights and bad input; the tiny decoder-only LM's generation with and
+without a KV cache (same tokens and logits, the work each step does, the cache's bytes)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attn_helpers.decoder_lm import Generation, StepCost, TinyCausalLM
+from attn_helpers.kv_cache import KVCache, kv_cache_bytes
+from attn_helpers.masks import causal_mask, padding_mask
+from attn_helpers.transformer import DecoderLayer, DecoderWeights, FeedForward
+
+# --- DecoderLayer == nn.TransformerDecoderLayer --------------------------------------------------
+
+
+def torch_layer(d_model=16, heads=4, d_ff=24, *, norm_first, activation="relu", bias=True,
+                batch_first=True, dtype=torch.float32, seed=0):
+    torch.manual_seed(seed)
+    layer = nn.TransformerDecoderLayer(d_model, heads, d_ff, dropout=0.1, activation=activation,
+                                       batch_first=batch_first, norm_first=norm_first, bias=bias,
+                                       dtype=dtype).eval()
+    with torch.no_grad():  # non-trivial LayerNorm and bias values, so a mix-up would show
+        for name, p in layer.named_parameters():
+            if "norm" in name or "bias" in name:
+                p.add_(0.3 * torch.randn(p.shape, dtype=dtype))
+    return layer
+
+
+def inputs(b=3, n=5, n_m=7, d_model=16, d_memory=16, dtype=torch.float32, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, n, d_model, generator=g, dtype=dtype)
+    memory = torch.randn(b, n_m, d_memory, generator=g, dtype=dtype)
+    real = padding_mask(torch.randint(1, n_m + 1, (b,), generator=g), n_m)   # True = real
+    return x, memory, real
+
+
+def torch_output(layer, x, memory, real, *, causal=True):
+    n = x.shape[1]
+    return layer(x, memory, tgt_mask=~causal_mask(n) if causal else None, tgt_is_causal=causal,
+                 memory_key_padding_mask=None if real is None else ~real)
+
+
+CASES = list(itertools.product([False, True], ["relu", "gelu", nn.GELU(), F.relu], [True, False]))
+
+
+@pytest.mark.parametrize("norm_first, activation, bias", CASES)
+def test_from_torch_equals_torch_decoder_layer(norm_first, activation, bias):
+    layer = torch_layer(norm_first=norm_first, activation=activation, bias=bias)
+    ours = DecoderLayer.from_torch(layer)
+    x, memory, real = inputs()
+    for causal, padding in [(True, real), (True, None), (False, real)]:
+        out = ours(x, memory, causal=causal, memory_padding=padding)
+        assert out.shape == x.shape
+        torch.testing.assert_close(out, torch_output(layer, x, memory, padding, causal=causal),
+                                   atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_from_torch_float64_to_high_precision(norm_first):
+    layer = torch_layer(32, 8, 40, norm_first=norm_first, activation="gelu", dtype=torch.float64)
+    ours = DecoderLayer.from_torch(layer)
+    assert ours.feed_forward.linear1.weight.dtype == torch.float64
+    x, memory, real = inputs(n=6, n_m=4, d_model=32, d_memory=32, dtype=torch.float64)
+    torch.testing.assert_close(ours(x, memory, memory_padding=real),
+                               torch_output(layer, x, memory, real), atol=1e-12, rtol=1e-10)
+
+
+def test_from_torch_of_a_sequence_first_layer_and_gradients(gen):
+    layer = torch_layer(norm_first=False, batch_first=False)
+    ours = DecoderLayer.from_torch(layer)
+    x, memory, real = inputs()
+    x.requires_grad_(True)
+    out = ours(x, memory, memory_padding=real)
+    reference = layer(x.transpose(0, 1), memory.transpose(0, 1), tgt_mask=~causal_mask(5),
+                      memory_key_padding_mask=~real).transpose(0, 1)
+    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-4)
+    mine = torch.autograd.grad(out.square().sum(), x)[0]
+    theirs = torch.autograd.grad(reference.square().sum(), x)[0]
+    torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-4)
+
+
+def test_cross_attention_to_a_memory_of_another_width():
+    layer = torch_layer(norm_first=True)
+    layer.multihead_attn = nn.MultiheadAttention(16, 4, kdim=10, vdim=10, batch_first=True).eval()
+    ours = DecoderLayer.from_torch(layer)
+    assert ours.cross_attn.kdim == ours.cross_attn.vdim == 10
+    x, memory, real = inputs(d_memory=10)
+    torch.testing.assert_close(ours(x, memory, memory_padding=real),
+                               torch_output(layer, x, memory, real), atol=1e-5, rtol=1e-4)
+
+
+def test_parameter_count_equals_torch():
+    layer = torch_layer(norm_first=False)
+    ours = DecoderLayer(16, 4, 24)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in layer.parameters())
+
+
+def test_weights_are_causal_and_skip_padded_memory(gen):
+    ours = DecoderLayer(16, 4, 24, norm_first=True)
+    x, memory, real = inputs()
+    out, weights = ours(x, memory, memory_padding=real, need_weights=True)
+    assert isinstance(weights, DecoderWeights) and torch.equal(out, ours(x, memory,
+                                                                         memory_padding=real))
+    assert weights.self_attention.shape == (3, 4, 5, 5)
+    assert weights.cross_attention.shape == (3, 4, 5, 7)
+    assert torch.all(weights.self_attention[..., ~causal_mask(5)] == 0)
+    assert torch.all(weights.cross_attention.masked_select(~real[:, None, None, :]) == 0)
+    torch.testing.assert_close(weights.cross_attention.sum(-1), torch.ones(3, 4, 5))
+    # the self-attention weights are those of the layer's own MultiHeadAttention on LN(x)
+    h = ours.norm1(x)
+    torch.testing.assert_close(weights.self_attention, ours.self_attn(h, h, h, causal_mask(5))[1])
+
+
+def test_feed_forward_is_linear_act_linear(gen):
+    ff = FeedForward(6, 10, activation="gelu")
+    x = torch.randn(2, 3, 6, generator=gen)
+    expected = ff.linear2(F.gelu(ff.linear1(x)))
+    torch.testing.assert_close(ff(x), expected)
+    assert not torch.allclose(FeedForward(6, 10)(x), expected)
+
+
+def test_decoder_only_layer_equals_a_causal_torch_encoder_layer(gen):
+    # without cross-attention, a decoder layer is torch's encoder layer with a causal mask
+    torch.manual_seed(0)
+    reference = nn.TransformerEncoderLayer(16, 4, 24, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+    ours = DecoderLayer(16, 4, 24, norm_first=True, activation="gelu", cross_attention=False)
+    ours.self_attn = ours.self_attn.from_torch(reference.self_attn)
+    for mine, theirs in ((ours.feed_forward.linear1, reference.linear1),
+                         (ours.feed_forward.linear2, reference.linear2),
+                         (ours.norm1, reference.norm1), (ours.norm3, reference.norm2)):
+        mine.load_state_dict(theirs.state_dict())
+    x = torch.randn(2, 6, 16, generator=gen)
+    torch.testing.assert_close(ours(x), reference(x, src_mask=~causal_mask(6), is_causal=True),
+                               atol=1e-5, rtol=1e-4)
+    assert ours.cross_attn is None and ours.norm2 is None
+
+
+def test_layer_with_a_cache_equals_the_causal_pass(gen):
+    ours = DecoderLayer(16, 4, 24, num_kv_heads=2, cross_attention=False).double()
+    x = torch.randn(2, 6, 16, generator=gen, dtype=torch.float64)
+    cache = KVCache(6)
+    steps = [ours(x[:, :2], cache=cache)] + [ours(x[:, t:t + 1], cache=cache) for t in range(2, 6)]
+    torch.testing.assert_close(torch.cat(steps, 1), ours(x), atol=1e-12, rtol=1e-10)
+
+
+def test_decoder_layer_bad_inputs():
+    ours = DecoderLayer(16, 4, 24)
+    x, memory, real = inputs()
+    with pytest.raises(ValueError, match=r"x must have shape \(b, n, d_model=16\), got \(3, 5\)"):
+        ours(x[..., 0], memory)
+    with pytest.raises(ValueError, match=r"memory must have shape \(b=3, n_m, memory_dim=16\)"):
+        ours(x, memory[:2])
+    with pytest.raises(TypeError, match="memory must be a torch.Tensor"):
+        ours(x)
+    with pytest.raises(ValueError, match=r"memory_padding must be a bool tensor \(b, n_m\)"):
+        ours(x, memory, memory_padding=real.float())
+    with pytest.raises(ValueError, match=r"memory_padding.*\(3, 6\)"):
+        ours(x, memory, memory_padding=real[:, :6])
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        ours(x, memory, causal=1)
+    with pytest.raises(ValueError, match="memory and memory_padding must be None"):
+        DecoderLayer(16, 4, 24, cross_attention=False)(x, memory)
+    with pytest.raises(ValueError, match="causal=True with a cache"):
+        DecoderLayer(16, 4, 24, cross_attention=False)(x, causal=False, cache=KVCache(8))
+
+
+@pytest.mark.parametrize("kwargs, error, pattern", [
+    (dict(activation="tanh"), ValueError, "activation must be one of"),
+    (dict(norm_first=1), TypeError, "norm_first must be a bool"),
+    (dict(layer_norm_eps=0), ValueError, "layer_norm_eps"),
+    (dict(num_kv_heads=3), ValueError, "num_kv_heads=3 must divide num_heads=4"),
+])
+def test_decoder_layer_bad_arguments(kwargs, error, pattern):
+    with pytest.raises(error, match=pattern):
+        DecoderLayer(16, 4, 24, **kwargs)
+    with pytest.raises(ValueError, match="d_ff"):
+        DecoderLayer(16, 4, 0)
+    with pytest.raises(ValueError, match=r"d_ff=1000000000.*bytes"):
+        FeedForward(16, 10**9)
+
+
+def test_from_torch_bad_layers():
+    with pytest.raises(TypeError, match="TransformerDecoderLayer"):
+        DecoderLayer.from_torch(nn.TransformerEncoderLayer(8, 2))
+    with pytest.raises(ValueError, match="relu and gelu"):
+        DecoderLayer.from_torch(nn.TransformerDecoderLayer(8, 2, activation=torch.tanh))
+    with pytest.raises(ValueError, match="relu and gelu"):
+        DecoderLayer.from_torch(nn.TransformerDecoderLayer(8, 2, activation=nn.GELU("tanh")))
+
+
+# --- the tiny decoder-only language model ---------------------------------------------------------
+
+
+def tiny_lm(num_kv_heads=None, dtype=torch.float32, seed=0):
+    torch.manual_seed(seed)
+    return TinyCausalLM(11, 16, 4, 3, 32, num_kv_heads=num_kv_heads, max_len=24).to(dtype).eval()
+
+
+@pytest.mark.parametrize("num_kv_heads, dtype, atol", [
+    (None, torch.float32, 1e-5), (2, torch.float32, 1e-5), (1, torch.float64, 1e-12),
+])
+def test_generation_with_and_without_cache_agree(num_kv_heads, dtype, atol):
+    model = tiny_lm(num_kv_heads, dtype)
+    prompt = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
+    cached = model.generate(prompt, 12, use_cache=True)
+    plain = model.generate(prompt, 12, use_cache=False)
+    assert isinstance(cached, Generation) and cached.tokens.shape == (2, 16)
+    assert torch.equal(cached.tokens, plain.tokens) and torch.equal(cached.tokens[:, :4], prompt)
+    torch.testing.assert_close(cached.logits, plain.logits, atol=atol, rtol=atol)
+    assert torch.equal(cached.tokens[:, 4:], cached.logits.argmax(-1))      # greedy
+    # the same logits as one teacher-forced causal pass over the generated sequence
+    full = model(cached.tokens[:, :-1])[:, 3:]
+    torch.testing.assert_close(cached.logits, full, atol=atol, rtol=atol)
+    assert len(set(cached.tokens[0, 4:].tolist())) > 1                      # not a constant output
+
+
+def test_each_step_cost_with_and_without_cache():
+    model = tiny_lm(num_kv_heads=2)
+    layers, heads, n_prompt, steps = 3, 4, 5, 6
+    prompt = torch.randint(0, 11, (1, n_prompt), generator=torch.Generator().manual_seed(0))
+    plain = model.generate(prompt, steps, use_cache=False).costs
+    cached = model.generate(prompt, steps, use_cache=True).costs
+    lengths = [n_prompt + s for s in range(steps)]                          # prefix at each step
+    assert plain == [StepCost(n, layers * heads * n * n) for n in lengths]  # all of it, again
+    assert cached[0] == plain[0]                                            # the prompt, once
+    assert cached[1:] == [StepCost(1, layers * heads * n) for n in lengths[1:]]  # one new row
+
+
+def test_cache_bytes_are_the_formula():
+    prompt = torch.zeros(2, 3, dtype=torch.long)
+    for g, dtype, size in [(4, torch.float32, 4), (1, torch.float64, 8)]:
+        result = tiny_lm(g, dtype).generate(prompt, 2, use_cache=True)
+        # 2 sequences x (3 layers, g kv heads of 4, max_len = 24 positions preallocated)
+        assert result.cache_bytes == 2 * kv_cache_bytes(24, num_layers=3, num_kv_heads=g,
+                                                        head_dim=4, bytes_per_value=size)
+    assert tiny_lm().generate(prompt, 2, use_cache=False).cache_bytes == 0
+
+
+def test_language_model_is_causal_and_returns_weights(gen):
+    model = tiny_lm()
+    tokens = torch.randint(0, 11, (2, 8), generator=gen)
+    changed = tokens.clone()
+    changed[:, 5:] = (changed[:, 5:] + 1) % 11
+    logits, weights = model(tokens, need_weights=True)
+    assert logits.shape == (2, 8, 11) and len(weights) == 3 and weights[0].shape == (2, 4, 8, 8)
+    torch.testing.assert_close(model(changed)[:, :5], logits[:, :5])
+    assert not torch.allclose(model(changed)[:, 5:], logits[:, 5:])
+
+
+def test_language_model_bad_inputs():
+    model = tiny_lm()
+    prompt = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="long tensor"):
+        model(prompt.float())
+    with pytest.raises(ValueError, match=r"ids in 0..10, got 0..11"):
+        model(torch.tensor([[0, 11]]))
+    with pytest.raises(ValueError, match="max_len=24"):
+        model(torch.zeros(1, 25, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"n_prompt \+ steps <= max_len=24"):
+        model.generate(prompt, 22, use_cache=True)
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        model.generate(prompt, 0, use_cache=True)
+    with pytest.raises(TypeError, match="use_cache must be a bool"):
+        model.generate(prompt, 2, use_cache=1)
+    with pytest.raises(TypeError):
+        model.generate(prompt, 2)                                           # use_cache is required
+    with pytest.raises(ValueError, match="num_layers must be >= 1"):
+        TinyCausalLM(11, 16, 4, 0, 32)
+    with pytest.raises(ValueError, match=r"vocab_size=1000000000.*bytes"):
+        TinyCausalLM(10**9, 16, 4, 1, 32)
