@@ -1,11 +1,16 @@
-"""Ring attention: 2 real processes (gloo on 127.0.0.1) and the single-process schedule."""
+"""Ring attention: real processes (gloo on 127.0.0.1) with P = 2, 3, 4, and the single-process
+schedule, against full attention."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 import attn_helpers as ah
+import attn_helpers.ring as ring
 from attn_helpers.ring import free_port, ring_attention, ring_schedule, simulate_ring, split_blocks
 
 
@@ -39,7 +44,7 @@ def test_simulated_ring_equals_full_attention(gen, world, causal):
 def test_two_processes_equal_full_attention(gen, causal):
     q, k, v = (torch.randn(1, 4, 37, 16, generator=gen) for _ in range(3))
     out, log = ring_attention(q, k, v, 2, causal=causal, timeout_s=60, return_log=True)
-    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
     assert sorted(log) == [0, 1]
     assert [block for _, block, _ in log[0]] == [0, 1] and [b for _, b, _ in log[1]] == [1, 0]
@@ -47,9 +52,71 @@ def test_two_processes_equal_full_attention(gen, causal):
     assert log[0][1][2] is (not causal)
 
 
-def test_free_port_is_a_loopback_port():
+@pytest.mark.parametrize("world", [3, 4])
+@pytest.mark.parametrize("causal", [False, True])
+def test_three_and_four_processes_pass_blocks_around_a_ring(gen, world, causal):
+    """With P > 2 a ring differs from a swap: rank r holds block (r - s) mod P at step s."""
+    q, k, v = (torch.randn(2, 3, 41, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    out, log = ring_attention(q, k, v, world, causal=causal, timeout_s=60, return_log=True)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(out, expected)
+    schedule = ring_schedule(world)
+    for rank in range(world):
+        assert [block for _, block, _ in log[rank]] == [step[rank] for step in schedule]
+        # causal: a rank scores exactly the blocks at or before its own
+        assert [computed for _, block, computed in log[rank]] == [
+            not causal or step[rank] <= rank for step in schedule]
+
+
+def test_stats_report_compute_and_transfer_time_per_block(gen):
+    world, n, d = 3, 30, 8
+    q, k, v = (torch.randn(1, 2, n, d, generator=gen) for _ in range(3))
+    out, stats = ring_attention(q, k, v, world, causal=True, timeout_s=60, return_stats=True)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert sorted(stats) == list(range(world))
+    for rank, s in stats.items():
+        assert set(s) == {"compute_s", "wait_s", "transfer_s", "block_bytes"}
+        assert len(s["compute_s"]) == len(s["wait_s"]) == world
+        assert all(t >= 0 for t in s["compute_s"] + s["wait_s"]) and s["transfer_s"] > 0
+        assert s["block_bytes"] == 2 * 2 * (n // world) * d * 4  # keys and values, float32
+        # rank 0 skips the two blocks after it: no scoring, so far less time than its own block
+        if rank == 0:
+            assert s["compute_s"][0] > max(s["compute_s"][1:])
+
+
+def test_a_failing_rank_is_reported_and_the_ring_stopped(gen, monkeypatch):
+    def broken(*args, **kwargs):
+        raise ArithmeticError("rank broke on purpose")
+
+    monkeypatch.setattr(ring, "_partial", broken)  # forked workers inherit the patched module
+    q = torch.randn(8, 4, generator=gen)
+    with pytest.raises(RuntimeError, match="rank broke on purpose"):
+        ring_attention(q, q, q, 2, timeout_s=30, start_method="fork")
+
+
+def test_a_hung_ring_times_out(gen, monkeypatch):
+    monkeypatch.setattr(ring, "_partial", lambda *a, **kw: time.sleep(60))
+    q = torch.randn(8, 4, generator=gen)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="timeout_s=2"):
+        ring_attention(q, q, q, 2, timeout_s=2, start_method="fork")
+    assert time.monotonic() - start < 20
+
+
+@pytest.mark.slow
+def test_spawned_processes_equal_full_attention(gen):
+    q, k, v = (torch.randn(1, 2, 19, 8, generator=gen) for _ in range(3))
+    out = ring_attention(q, k, v, 3, causal=True, timeout_s=120, start_method="spawn")
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+def test_free_port_can_be_bound_on_loopback():
+    import socket
+
     port = free_port()
-    assert 1024 <= port < 65536
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((ring.LOOPBACK, port))  # raises OSError if the port were taken
+    assert ring.LOOPBACK == "127.0.0.1"
 
 
 def test_bad_inputs(gen):
@@ -60,7 +127,11 @@ def test_bad_inputs(gen):
         ring_attention(q, q, q, 6)
     with pytest.raises(ValueError, match="timeout_s"):
         ring_attention(q, q, q, 2, timeout_s=0)
+    with pytest.raises(TypeError, match="return_stats"):
+        ring_attention(q, q, q, 2, return_stats="yes")
     with pytest.raises(ValueError, match="start_method"):
         ring_attention(q, q, q, 2, start_method="thread")
     with pytest.raises(TypeError, match="k must be a torch.Tensor"):
         simulate_ring(q, "k", q)
+    with pytest.raises(TypeError, match="causal"):
+        simulate_ring(q, q, q, causal=1)
