@@ -4,6 +4,11 @@
     python3 course.py lab     set everything up (first time only) and open JupyterLab on the course
     python3 course.py test    set everything up and run the whole test suite, exactly as CI does
 
+For contributors, the quick loop while you work (lint, import tiers, unit tests; no browser, no
+slow re-training, no nbval):
+
+    python3 course.py test --fast
+
 For instructors, after editing a notebook or a helper it uses:
 
     python3 course.py execute [notebooks/NN_name.ipynb ...]   re-run notebooks in a fresh kernel
@@ -84,10 +89,20 @@ def nbval_command() -> list:
 
 def test(extra: list[str]) -> None:
     setup()
+    fast = "--fast" in extra
+    extra = [a for a in extra if a != "--fast"]
     started = time.monotonic()
     say("lint: ruff on the package, the tests and the notebooks")
     run([PYTHON, "-m", "ruff", "check", "attn_helpers", "tests", "notebooks", "course.py"])
-    say("unit, property, widget and notebook-hygiene tests")
+    say("import tiers: lint-imports (contracts in pyproject.toml)")
+    run([BIN / "lint-imports", "--no-cache"])
+    if fast:
+        say("fast loop: unit, property, widget and hygiene tests (no browser, no slow, no nbval)")
+        run([PYTHON, "-m", "pytest", "tests", "-p", "no:cacheprovider", "-q",
+             "-m", "not slow and not browser", *extra])
+        say(f"fast checks passed in {time.monotonic() - started:.0f} s")
+        return
+    say("unit, property, widget, re-training, notebook-hygiene and browser tests")
     run([PYTHON, "-m", "pytest", "tests", "-p", "no:cacheprovider", *extra])
     single = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     say("notebooks, strict nbval, one thread (OMP_NUM_THREADS=1)")

@@ -3,7 +3,8 @@
 Three tiers; imports run only downward (import-linter contracts in ``pyproject.toml``):
 
 * the core, torch only: ``attention``, ``masks``, ``entropy``, ``positional``, ``multihead``,
-  ``efficient``, ``kv_cache``, ``ring`` (and ``_checks``, every argument check). Its public names
+  ``efficient``, ``kv_cache``, ``ring``, ``transformer``, ``decoder_lm`` (and ``_checks``,
+  every argument check). Its public names
   import from here: ``import attn_helpers as ah; ah.scaled_dot_product_attention(q, k, v)``;
 * shared machinery: ``training`` (the loop, checkpoints, ``RECIPES``), ``measure``, ``plots``,
   ``notebook`` (``setup``) and ``course_map``;
@@ -23,11 +24,18 @@ from .attention import (
     scaled_dot_product_attention,
     scaled_dot_product_scores,
 )
+from .decoder_lm import TinyCausalLM
 from .efficient import linear_attention, local_attention, online_softmax_step, tiled_attention
 from .entropy import attention_entropy, effective_keys, max_entropy, max_weight, normalized_entropy
-from .kv_cache import KVCache, decode_with_cache
+from .kv_cache import (
+    KVCache,
+    decode_with_cache,
+    generate_with_cache,
+    generate_without_cache,
+    kv_cache_bytes,
+)
 from .masks import causal_mask, key_padding_to_attention_mask, padding_mask, sliding_window_mask
-from .multihead import MultiHeadAttention, merge_heads, split_heads
+from .multihead import MultiHeadAttention, merge_heads, parameter_count, split_heads
 from .notebook import setup
 from .positional import (
     LearnedPositionalEmbedding,
@@ -36,8 +44,16 @@ from .positional import (
     apply_rope,
     sinusoidal_encoding,
 )
+from .transformer import DecoderLayer, FeedForward
 
 __all__ = [
+    "parameter_count",
+    "generate_without_cache",
+    "generate_with_cache",
+    "kv_cache_bytes",
+    "FeedForward",
+    "DecoderLayer",
+    "TinyCausalLM",
     "AdditiveScore",
     "KVCache",
     "LearnedPositionalEmbedding",

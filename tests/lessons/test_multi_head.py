@@ -94,8 +94,9 @@ def test_recipe_is_registered():
     assert heads_task.CHECKPOINT in RECIPES
 
 
+@pytest.mark.slow
 def test_retrain_from_scratch_reproduces_the_claims():
-    """``python -m attn_helpers.train multihead_two_relations``, without saving."""
+    """``python -m attn_helpers train multihead_two_relations``, without saving."""
     model, metadata, _seconds = run_recipe(heads_task.CHECKPOINT, save=False)
     assert min(metadata["accuracy"].values()) > 0.99
     check_claims(model)
