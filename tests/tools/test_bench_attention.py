@@ -83,7 +83,46 @@ def test_bench_rejects_bad_arguments():
         bench.main(["attention", "--max-n", "64"])
 
 
-def test_widget_subcommand_still_registered():
+def test_every_subcommand_is_registered(capsys):
+    """``--help`` of each subcommand exits 0 (an unknown name exits 2), and a bad value of a
+    registered subcommand's own option is refused by that subcommand."""
+    for name in ("widget", "attention"):
+        with pytest.raises(SystemExit) as info:
+            bench.main([name, "--help"])
+        assert info.value.code == 0, name
+        assert "--check" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        bench.main(["nothing"])
+    assert info.value.code == 2
     with pytest.raises(SystemExit) as info:
         bench.main(["widget", "--repeats", "0"])
+    assert info.value.code == 2 and "--repeats must be >= 1" in capsys.readouterr().err
+
+
+def test_tools_entry_points(capsys):
+    """``python -m attn_helpers train --list`` lists every recipe; the aliases still run."""
+    from attn_helpers.__main__ import main
+    from attn_helpers.training import RECIPES
+
+    assert main(["train", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in RECIPES)
+    assert main([]) == 2
+    with pytest.raises(SystemExit) as info:
+        main(["train", "no_such_recipe"])
     assert info.value.code == 2
+    done = subprocess.run([sys.executable, "-m", "attn_helpers.train", "--list"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert all(name in done.stdout for name in RECIPES)
+
+
+def test_import_attn_helpers_stays_light():
+    """``import attn_helpers`` adds no training stack, widgets, lessons, seaborn or tqdm of its
+    own (torch itself may import tqdm, so only what the package adds beyond torch counts)."""
+    code = ("import sys, torch; before = set(sys.modules); import attn_helpers; "
+            "print(sorted(set(sys.modules) - before))")
+    added = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=60, check=True).stdout
+    for heavy in ("seaborn", "tqdm", "ipywidgets", "attn_helpers.training", "attn_helpers.lessons",
+                  "attn_helpers.widgets", "transformers", "tokenizers"):
+        assert f"'{heavy}" not in added, (heavy, added)
