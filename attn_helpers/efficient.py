@@ -8,10 +8,10 @@ running max :math:`m`, the sum :math:`\ell = \sum_j e^{s_j - m}` and :math:`\mat
 \sum_j e^{s_j - m} v_j`. A block :math:`s^{(b)}, V^{(b)}` updates them: :math:`m' = \max(m,
 \max_j s^{(b)}_j)`, :math:`\ell' = e^{m - m'}\ell + \sum_j e^{s^{(b)}_j - m'}`, :math:`\mathrm{acc}'
 = e^{m - m'}\mathrm{acc} + \sum_j e^{s^{(b)}_j - m'} v^{(b)}_j`; the output :math:`\mathrm{acc} /
-\ell` is exact. Rabe & Staats (2021) used it for attention in :math:`O(n)` memory; FlashAttention
-(Dao et al., 2022) fused it into one IO-aware kernel and added the backward pass that recomputes
-the scores instead of storing them; :func:`tiled_attention` uses FlashAttention-2's loop order
-(Dao, 2023).
+\ell` is exact. Rabe & Staats (2021) used it to compute attention without the ``n x n`` matrix
+(extra memory sublinear in ``n``; gradients by checkpointing); FlashAttention (Dao et al., 2022)
+made it an IO-aware fused kernel whose backward recomputes the score tiles from the saved
+log-sum-exp; :func:`tiled_attention` uses FlashAttention-2's loop order (Dao, 2023).
 """
 
 from __future__ import annotations
@@ -175,8 +175,7 @@ class _TiledAttention(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, d_out, d_lse):
-        q, k, v, out, lse = ctx.saved_tensors
-        scale, causal = ctx.scale, ctx.causal
+        (q, k, v, out, lse), scale, causal = ctx.saved_tensors, ctx.scale, ctx.causal
         lse, d_lse = _safe(lse).unsqueeze(-1), d_lse.unsqueeze(-1)   # (..., n_q, 1)
         D = (d_out * out).sum(dim=-1, keepdim=True)                   # (..., n_q, 1) rowsum(dO * O)
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
@@ -202,8 +201,9 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_
 
     Forward (FlashAttention-2's loop order): for each block ``Q_i`` of ``query_block_size`` queries,
     visit the key/value blocks ``K_j, V_j`` of ``block_size``; fold the tile ``S_ij = Q_i K_j^T *
-    scale`` into the running ``m, l, acc`` and drop it: one tile of scores is alive at a time.
-    Saved for backward: ``q, k, v``, ``O`` and ``lse = m + log l``, no ``(n_q, n_k)`` matrix.
+    scale`` into the running ``m, l, acc`` and drop it: one tile of scores at a time, so the extra
+    memory is a few ``(B_q, B_k)`` tiles. Saved for backward: ``q, k, v``, ``O`` and ``lse = m +
+    log l``, no ``(n_q, n_k)`` matrix.
     Backward recomputes each tile, ``P = exp(S - lse)``: ``dV += P^T dO``, ``dP = dO V^T``,
     ``dS = P * (dP - D)`` with ``D = rowsum(dO * O)`` (``+ P * d_lse`` if ``lse`` has a gradient),
     ``dQ += dS K * scale``, ``dK += dS^T Q * scale``.
