@@ -8,7 +8,7 @@ steps every rank has folded every key/value block into its online-softmax state
 (:func:`attn_helpers.efficient.merge_states`), and its output block is exact.
 
 The transfer of the next block runs while the current one is scored, so during a step a rank
-holds its queries, the key/value block it is computing on, the incoming key/value block and one
+needs its queries, the key/value block it is computing on, the incoming key/value block and one
 ``(n/P, n/P)`` tile of scores: ``O(n d / P + (n/P)^2)`` numbers, not ``O(n d + n^2)``. The
 transfer is hidden when scoring a block takes at least as long as moving one (the overlap
 condition); :func:`ring_attention` with ``return_stats=True`` measures both on every rank.
@@ -172,7 +172,7 @@ def _worker(rank: int, world_size: int, port: int, blocks, shards, causal: bool,
         q_block, k_held, v_held = (t.contiguous() for t in shards[rank])
         held = rank                                                   # index of the held block
         rows = [end - start for start, end in blocks]                 # positions per block
-        if measure:
+        if measure and world_size > 1:
             transfer[rank] = _time_lone_transfer(k_held, v_held, rows[rank - 1], rank, world_size)
         state = init_state(q_block.shape[:-2], q_block.shape[-2], v_held.shape[-1],
                            dtype=q_block.dtype)

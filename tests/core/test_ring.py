@@ -82,6 +82,10 @@ def test_stats_report_compute_and_transfer_time_per_block(gen):
         # rank 0 skips the two blocks after it: no scoring, so far less time than its own block
         if rank == 0:
             assert s["compute_s"][0] > max(s["compute_s"][1:])
+    # one process: nothing travels
+    out, stats = ring_attention(q, k, v, 1, timeout_s=60, return_stats=True)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
+    assert stats[0]["transfer_s"] == 0 and len(stats[0]["compute_s"]) == 1
 
 
 def test_a_failing_rank_is_reported_and_the_ring_stopped(gen, monkeypatch):
