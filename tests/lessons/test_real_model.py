@@ -1,0 +1,163 @@
+"""Notebook 09's analyses of all-MiniLM-L6-v2: invariants on hand-made weights, shapes and bounds
+on the real model, the fast ablation against the plain head-masked encoder, and the claims."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attn_helpers.entropy import attention_entropy
+from attn_helpers.lessons import real_model as rm
+from attn_helpers.pretrained import load_encoder
+
+EXPECTED_CLAIMS = {
+    "every head is below the ln n ceiling",
+    "middle layers are sharper than the first and the last",
+    "the sharpest head is the previous-token head",
+    "a previous-token head puts > 0.9 of its weight on the previous token",
+    "a next-token head puts > 0.5 of its weight on the next token",
+    "both positional heads sit in the first two layers",
+    "over half of the attention goes to [CLS] in layers 2-5",
+    "[CLS] gets more attention than [SEP] in every layer",
+    "sinks take more in the middle layers than in the first and the last",
+    "every paraphrase pair is more similar than every non-paraphrase pair",
+    "switching off the last layer's heads narrows the gap most",
+    "no single head moves the gap by a tenth of it",
+    "with any one layer's heads off, the pairs stay separated",
+}
+
+
+@pytest.fixture(scope="module")
+def analysis() -> rm.Analysis:
+    return rm.analyse()
+
+
+# --- the analyses on hand-made weights (exact answers) -------------------------------------------
+
+
+def hand_made(lengths=(4, 6), n=6):
+    """(L=2, b, h=3, n, n) weights over the real keys: head 0 uniform, head 1 on the previous token
+    (the first query on itself), head 2 on the first key; layer 1 = layer 0."""
+    mask = torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]          # (b, n)
+    w = torch.zeros(2, len(lengths), 3, n, n)
+    for b, m in enumerate(lengths):
+        w[:, b, 0, :, :m] = 1 / m
+        for i in range(n):
+            w[:, b, 1, i, max(i - 1, 0) if i < m else 0] = 1
+        w[:, b, 2, :, 0] = 1
+    return w, mask
+
+
+def test_entropy_grid_exact_on_hand_made_weights():
+    w, mask = hand_made()
+    grid, normalised = rm.entropy_grid(w, mask)
+    # head 0 is uniform over n real keys: mean over the 4 + 6 real queries of ln n
+    uniform = (4 * math.log(4) + 6 * math.log(6)) / 10
+    assert grid.shape == (2, 3)
+    assert torch.allclose(grid[:, 0], torch.full((2,), uniform), atol=1e-6)
+    assert torch.allclose(normalised[:, 0], torch.ones(2), atol=1e-6)
+    assert grid[:, 1:].abs().max() == 0 and normalised[:, 1:].abs().max() == 0  # one-hot rows
+    assert rm.mean_ceiling(mask) == pytest.approx(uniform, abs=1e-6)
+
+
+def test_offset_scores_exact_on_hand_made_weights():
+    w, mask = hand_made()
+    previous, following = rm.offset_scores(w, mask, -1), rm.offset_scores(w, mask, +1)
+    assert torch.allclose(previous[:, 1], torch.ones(2))           # every valid query on i - 1
+    assert torch.allclose(following[:, 1], torch.zeros(2))
+    # uniform head: 1/n for every query with a real neighbour (3 of 4 and 5 of 6 queries)
+    expected = (3 / 4 + 5 / 6) / 8
+    assert torch.allclose(previous[:, 0], torch.full((2,), expected))
+    assert torch.allclose(following[:, 0], torch.full((2,), expected))
+    with pytest.raises(ValueError, match="offset"):
+        rm.offset_scores(w, mask, 6)
+
+
+def test_sink_shares_and_top_heads_on_hand_made_weights():
+    w, mask = hand_made()
+    ids = torch.where(mask, 7, 0)
+    ids[:, 0] = 101                                                # a [CLS] at position 0
+    cls = rm.sink_shares(w, mask, ids, 101)
+    assert torch.allclose(cls[:, 2], torch.ones(2))                # head 2 looks only at [CLS]
+    assert torch.allclose(cls[:, 0], torch.full((2,), 2 / 10))    # uniform: 1/n per query
+    grid = torch.tensor([[0.1, 0.5, 0.2], [0.9, 0.0, 0.3]])
+    assert rm.top_heads(grid, 2) == [(1, 0, pytest.approx(0.9)), (0, 1, 0.5)]
+    with pytest.raises(ValueError, match="shape"):
+        rm.sink_shares(w, mask, ids[:, :-1], 101)
+
+
+def test_bad_inputs_name_the_argument():
+    w, mask = hand_made()
+    with pytest.raises(ValueError, match=r"\(L, b, h, n, n\)"):
+        rm.entropy_grid(w[0], mask)
+    with pytest.raises(ValueError, match="mask"):
+        rm.entropy_grid(w, mask[:, :-1])
+    with pytest.raises(ValueError, match="k must be"):
+        rm.top_heads(torch.zeros(2, 3), 7)
+    with pytest.raises(TypeError, match="Analysis"):
+        rm.claims({"not": "an analysis"})
+
+
+def test_shipped_sentences():
+    data = rm.load_sentences()
+    assert len(data["sentences"]) == 12
+    assert len(data["paraphrases"]) == 8 and len(data["non_paraphrases"]) == 8
+    for pair in data["paraphrases"] + data["non_paraphrases"]:
+        assert len(pair) == 2 and all(isinstance(s, str) and s for s in pair)
+
+
+# --- the real model ------------------------------------------------------------------------------
+
+
+def test_analysis_shapes_and_bounds(analysis):
+    a = analysis
+    L, b, h, n, _ = a.attention.weights.shape
+    assert (L, b, h) == (6, 12, 12)
+    for grid in (a.entropy, a.normalised_entropy, a.cls_share, a.sep_share, a.previous, a.next):
+        assert grid.shape == (6, 12) and torch.isfinite(grid).all()
+    assert (a.entropy >= 0).all() and (a.normalised_entropy <= 1 + 1e-6).all()
+    assert ((a.cls_share + a.sep_share) <= 1 + 1e-6).all()
+    assert ((a.previous >= 0) & (a.previous <= 1 + 1e-6)).all()
+    # entropy grid = attention_entropy averaged over real queries, recomputed by hand for one head
+    w, m = a.attention.weights[3, :, 7], a.attention.mask                  # (b, n, n), (b, n)
+    assert a.entropy[3, 7] == pytest.approx(float(attention_entropy(w)[m].mean()), abs=1e-5)
+    assert 1 / n <= a.chance <= 1 / 2
+
+
+def test_fast_ablation_equals_the_head_masked_encoder(analysis):
+    """The batched ablation gives the same gaps as enc.encode(..., head_mask) run plainly."""
+    enc, data, abl = load_encoder(), rm.load_sentences(), analysis.ablation
+    pairs = data["paraphrases"] + data["non_paraphrases"]
+
+    def gap(head_mask=None):
+        sims = rm.pair_similarities(enc, pairs, head_mask)
+        return float(sims[:8].mean() - sims[8:].mean())
+
+    assert gap() == pytest.approx(abl.gap, abs=1e-5)
+    off = torch.ones(6, 12, dtype=torch.bool)
+    off[5] = False
+    assert gap(off) - abl.gap == pytest.approx(float(abl.layer_delta[5]), abs=1e-5)
+    off = torch.ones(6, 12, dtype=torch.bool)
+    off[2, 6] = False
+    assert gap(off) - abl.gap == pytest.approx(float(abl.head_delta[2, 6]), abs=1e-5)
+
+
+def test_claims_hold(analysis):
+    result = rm.claims(analysis)
+    assert set(result) == EXPECTED_CLAIMS
+    assert all(isinstance(v, bool) for v in result.values())
+    assert all(result.values()), [k for k, v in result.items() if not v]
+
+
+@pytest.mark.slow
+def test_claims_hold_on_each_half_of_the_sentences():
+    """Robust over the set: the claims also hold on each half of the sentences and pairs."""
+    data = rm.load_sentences()
+    for k in range(2):
+        half = {"sentences": data["sentences"][6 * k : 6 * k + 6],
+                "paraphrases": data["paraphrases"][4 * k : 4 * k + 4],
+                "non_paraphrases": data["non_paraphrases"][4 * k : 4 * k + 4]}
+        result = rm.claims(rm.analyse(data=half))
+        assert all(result.values()), (k, [name for name, v in result.items() if not v])
