@@ -1,32 +1,8 @@
-r"""Notebook 01 (and the bridge to 06): a GRU encoder-decoder with pluggable attention.
-
-:class:`Seq2Seq` reads the source with a bidirectional GRU, whose states
-:math:`h_j = [\overrightarrow{h}_j; \overleftarrow{h}_j]` are the *memory* ``(b, n_src, 2 d_enc)``.
-A GRU decoder produces one state :math:`s_t` per output step, and the prediction is
-
-.. math::  \tilde s_t = \tanh(W_c [s_t; c_t]), \qquad p(y_t) = \mathrm{softmax}(W_o \tilde s_t).
-
-The only thing that changes between the three variants is where the context :math:`c_t` comes
-from (``attention=``):
-
-* ``"none"``: :math:`c_t = c`, the same fixed vector for every step, the last forward and the
-  first backward state (Sutskever et al., 2014; Cho et al., 2014). Its size does not grow with
-  the input: the bottleneck of notebook 01.
-* ``"additive"``: :math:`c_t = \sum_j a_{tj} h_j` with the additive score of Bahdanau et al.
-  (2015), :math:`e_{tj} = v_a^\top \tanh(W_q s_t + W_k h_j)`.
-* ``"general"``: the same with Luong et al.'s (2015) *general* score
-  :math:`e_{tj} = s_t^\top W_k h_j`, here divided by :math:`\sqrt{d_\text{dec}}` as in
-  Transformers (Luong's did not scale).
-
-In every variant the query is the *current* decoder state :math:`s_t` and the context enters the
-output through :math:`\tanh(W_c[s_t; c_t])`: that is Luong's arrangement (Bahdanau's scores
-from :math:`s_{t-1}` and feeds :math:`c_t` into the recurrence). It lets the decoder GRU run over
-the whole target at once in training, so the attention of all steps is one batched call.
-
-The recipes in :data:`attn_helpers.training.RECIPES` (``python -m attn_helpers train NAME``)
-train the checkpoints the notebooks load: ``seq2seq_reversal_none``,
-``seq2seq_reversal_additive`` and ``seq2seq_dates_general``.
+"""Notebook 01: the RNN bottleneck. Two GRU encoder-decoders (:mod:`.seq2seq`) reverse digit
+sequences, one through a fixed context vector, one with attention: their training recipes,
+evaluation, input gradients, and :func:`claims`, the statements the notebook asserts.
 """
+
 
 from __future__ import annotations
 
@@ -34,20 +10,11 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .._checks import require_positive_int, require_tensor, shape
-from ..attention import (
-    AdditiveScore,
-    masked_softmax,
-    scaled_dot_product_scores,
-)
-from ..masks import padding_mask
 from ..training import TrainResult, load_checkpoint, token_accuracy, train
+from .seq2seq import ATTENTION_KINDS, Seq2Seq
 from .tasks import (
     PAD,
-    SOS,
     Batch,
     eval_batches,
     get_task,
@@ -71,146 +38,6 @@ __all__ = [
     "build_model",
     "load_pretrained",
 ]
-
-ATTENTION_KINDS = ("none", "additive", "general")
-
-
-def _check_src(src, src_lengths) -> None:
-    require_tensor("src", src)
-    require_tensor("src_lengths", src_lengths)
-    if src.dim() != 2 or src.is_floating_point() or src.dtype == torch.bool:
-        raise ValueError(f"src must be a 2-D integer tensor (batch, n_src), got {src.dtype} "
-                         f"{shape(src)}")
-    if src_lengths.shape != (src.shape[0],) or src_lengths.is_floating_point():
-        raise ValueError(f"src_lengths must be an integer tensor of shape (batch,) = "
-                         f"({src.shape[0]},), got {src_lengths.dtype} {shape(src_lengths)}")
-    if src.shape[0] and (int(src_lengths.min()) < 1 or int(src_lengths.max()) > src.shape[1]):
-        raise ValueError(f"every source length must lie in 1..n_src={src.shape[1]}, got "
-                         f"{src_lengths.tolist()}")
-
-
-class Seq2Seq(nn.Module):
-    """GRU encoder-decoder with ``attention`` in ``"none"``, ``"additive"`` or ``"general"``.
-
-    Args:
-        src_vocab_size, tgt_vocab_size: vocabulary sizes (ids 0, 1, 2 are ``<pad>``, ``<s>``,
-            ``</s>``).
-        d_emb: embedding size; d_enc: encoder GRU size per direction (the memory and the
-            context vector have ``2 * d_enc`` features); the decoder state has ``2 * d_enc``.
-        d_attn: hidden size of the additive scorer.
-    """
-
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, attention: str = "additive",
-                 d_emb: int = 32, d_enc: int = 32, d_attn: int = 32):
-        super().__init__()
-        for name, value in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size),
-                            ("d_emb", d_emb), ("d_enc", d_enc), ("d_attn", d_attn)):
-            require_positive_int(name, value)
-        if attention not in ATTENTION_KINDS:
-            raise ValueError(f"attention must be one of {ATTENTION_KINDS}, got {attention!r}")
-        self.attention = attention
-        self.d_memory = d_dec = 2 * d_enc
-        self.d_dec = d_dec
-        self.src_embed = nn.Embedding(src_vocab_size, d_emb, padding_idx=PAD)
-        self.encoder = nn.GRU(d_emb, d_enc, batch_first=True, bidirectional=True)
-        self.bridge = nn.Linear(2 * d_enc, d_dec)
-        self.tgt_embed = nn.Embedding(tgt_vocab_size, d_emb, padding_idx=PAD)
-        self.decoder = nn.GRU(d_emb, d_dec, batch_first=True)
-        if attention == "additive":
-            self.scorer = AdditiveScore(d_dec, 2 * d_enc, d_attn)
-        elif attention == "general":
-            self.key_proj = nn.Linear(2 * d_enc, d_dec, bias=False)
-        self.combine = nn.Linear(d_dec + 2 * d_enc, d_dec)
-        self.out = nn.Linear(d_dec, tgt_vocab_size)
-
-    # -- the pieces ---------------------------------------------------------------------------
-
-    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor,
-               src_embedded: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Read the source.
-
-        Args:
-            src: ``(b, n_src)`` ids, padded with 0; src_lengths: ``(b,)``.
-            src_embedded: optional ``(b, n_src, d_emb)`` to use instead of the embedding of
-                ``src`` (to take gradients with respect to the inputs).
-
-        Returns:
-            ``(memory, context)``: memory ``(b, n_src, 2 d_enc)`` (zero at padding), context
-            ``(b, 2 d_enc)``: the last forward state and the first backward state.
-        """
-        _check_src(src, src_lengths)
-        embedded = self.src_embed(src) if src_embedded is None else src_embedded
-        packed = pack_padded_sequence(embedded, src_lengths.cpu(), batch_first=True,
-                                      enforce_sorted=False)
-        states, last = self.encoder(packed)
-        memory, _ = pad_packed_sequence(states, batch_first=True, total_length=src.shape[1])
-        return memory, torch.cat([last[0], last[1]], dim=-1)
-
-    def attend(self, queries: torch.Tensor, memory: torch.Tensor, context: torch.Tensor,
-               src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Context vectors for decoder states ``queries`` ``(b, n_t, d_dec)``.
-
-        Returns ``(contexts (b, n_t, 2 d_enc), weights (b, n_t, n_src) or None)``; without
-        attention every step gets the same ``context``, and the weights are ``None``.
-        """
-        if self.attention == "none":
-            return context[:, None, :].expand(-1, queries.shape[1], -1), None
-        if self.attention == "additive":
-            scores = self.scorer(queries, memory)
-        else:
-            scores = scaled_dot_product_scores(queries, self.key_proj(memory))
-        weights = masked_softmax(scores, src_mask[:, None, :])
-        return weights @ memory, weights
-
-    def readout(self, states, memory, context, src_mask):
-        """Decoder states ``(b, n_t, d_dec)`` -> ``(logits (b, n_t, V), weights or None)``."""
-        contexts, weights = self.attend(states, memory, context, src_mask)
-        return self.out(torch.tanh(self.combine(torch.cat([states, contexts], -1)))), weights
-
-    def initial_state(self, context: torch.Tensor) -> torch.Tensor:
-        """``(b, 2 d_enc)`` context -> ``(1, b, d_dec)`` first decoder state."""
-        return torch.tanh(self.bridge(context))[None]
-
-    # -- training and decoding ----------------------------------------------------------------
-
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
-                src_embedded: torch.Tensor | None = None):
-        """Teacher forcing: ``tgt_in`` ``(b, n_t)`` starts with ``<s>``.
-
-        Returns ``(logits (b, n_t, tgt_vocab), weights (b, n_t, n_src) or None)``.
-        """
-        require_tensor("tgt_in", tgt_in)
-        if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0] or tgt_in.is_floating_point():
-            raise ValueError(f"tgt_in must be an integer tensor (batch={src.shape[0]}, n_t), got "
-                             f"{tgt_in.dtype} {shape(tgt_in)}")
-        memory, context = self.encode(src, src_lengths, src_embedded)
-        states, _ = self.decoder(self.tgt_embed(tgt_in), self.initial_state(context))
-        src_mask = padding_mask(src_lengths, src.shape[1])
-        return self.readout(states, memory, context, src_mask)
-
-    @torch.no_grad()
-    def greedy_decode(self, src: torch.Tensor, src_lengths: torch.Tensor, steps: int):
-        """Decode ``steps`` tokens, each the most likely one given the previous ones.
-
-        Returns ``(tokens (b, steps), weights (b, steps, n_src) or None)``: row ``t`` of the
-        weights is the cross-attention of output step ``t`` over the source tokens. Tokens after
-        a ``</s>`` are left as the model predicted them (:meth:`Vocab.decode` stops at ``</s>``).
-        """
-        require_positive_int("steps", steps)
-        memory, context = self.encode(src, src_lengths)
-        src_mask = padding_mask(src_lengths, src.shape[1])
-        hidden = self.initial_state(context)
-        previous = torch.full((src.shape[0], 1), SOS, dtype=torch.long)
-        tokens, rows = [], []
-        for _ in range(steps):
-            state, hidden = self.decoder(self.tgt_embed(previous), hidden)
-            logits, weights = self.readout(state, memory, context, src_mask)
-            previous = logits.argmax(-1)
-            tokens.append(previous)
-            rows.append(weights)
-        weights = None if self.attention == "none" else torch.cat(rows, dim=1)
-        return torch.cat(tokens, dim=1), weights
-
 
 # --- loss, evaluation, gradients --------------------------------------------------------------
 
