@@ -198,10 +198,10 @@ def check_additive(q, k, w_q, w_k, v_a) -> torch.Size:
             raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
     require_min_dim("q", q, 2, "(..., n_q, d_q)")
     require_min_dim("k", k, 2, "(..., n_k, d_k)")
-    if w_q.dim() != 2 or w_q.shape[1] != q.shape[-1]:
-        raise ValueError(f"w_q must have shape (d_a, d_q={q.shape[-1]}), got {shape(w_q)}")
-    if w_k.dim() != 2 or w_k.shape[1] != k.shape[-1]:
-        raise ValueError(f"w_k must have shape (d_a, d_k={k.shape[-1]}), got {shape(w_k)}")
+    for name, weight, x, d in (("w_q", w_q, q, "d_q"), ("w_k", w_k, k, "d_k")):
+        if weight.dim() != 2 or weight.shape[1] != x.shape[-1]:
+            raise ValueError(f"{name} must have shape (d_a, {d}={x.shape[-1]}) to project "
+                             f"{name[-1]} {shape(x)}, got {shape(weight)}")
     if w_k.shape[0] != w_q.shape[0] or v_a.shape != (w_q.shape[0],):
         raise ValueError(
             "w_q, w_k and v_a must share the attention size d_a: got "

@@ -24,6 +24,7 @@ from ._checks import (
     require_positive_int,
     require_tensor,
     resolve_scale,
+    shape,
 )
 
 __all__ = [
@@ -150,7 +151,8 @@ def scaled_dot_product_attention(
     batch = check_qkv(q, k, v)
     scale = resolve_scale(scale, q.shape[-1])
     if mask is not None:
-        require_mask("mask", mask, (*batch, q.shape[-2], k.shape[-2]))
+        require_mask("mask", mask, (*batch, q.shape[-2], k.shape[-2]),
+                     of=f"the shape (..., n_q, n_k) of the scores of q {shape(q)} and k {shape(k)}")
     scores = q @ k.transpose(-2, -1) * scale  # (..., n_q, n_k): Q K^T / sqrt(d_k)
     weights = _masked_softmax(scores, mask)  # (..., n_q, n_k): softmax over the keys
     return weights @ v, weights  # (..., n_q, d_v): A V
