@@ -18,7 +18,7 @@ The whole model is the parts the notebooks built:
 >>> batch = enc.tokenize(["The cat sat.", "Attention is all you need."])
 >>> hidden, attentions = enc(batch["input_ids"], batch["attention_mask"])
 >>> hidden.shape, attentions.shape  # (b, n, d), (layers, b, heads, n, n)
-(torch.Size([2, 9, 384]), torch.Size([6, 2, 12, 9, 9]))
+(torch.Size([2, 8, 384]), torch.Size([6, 2, 12, 8, 8]))
 >>> enc.encode(["The cat sat."]).shape
 torch.Size([1, 384])
 """
@@ -221,7 +221,7 @@ class Encoder(nn.Module):
     @torch.no_grad()
     def encode(self, sentences: list[str], *, head_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Sentence embeddings ``(b, d)``: mean of the last hidden states over the real tokens,
-        divided by its length (as sentence-transformers, which also cuts each sentence to 256
+        scaled to unit length (as sentence-transformers, which also cuts each sentence to 256
         word pieces, the length the model was fine-tuned on). ``head_mask`` as in ``forward``."""
         batch = self.tokenize(sentences, max_length=self.cfg.sentence_max_tokens)
         hidden, _ = self(batch["input_ids"], batch["attention_mask"], head_mask=head_mask)

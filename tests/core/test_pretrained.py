@@ -92,6 +92,7 @@ def test_forward_matches_hf_bert_with_padding(enc, hf):
     assert attentions[..., ~batch["attention_mask"][0]][:, 0].abs().max() == 0  # pad keys: 0
 
 
+@pytest.mark.slow
 def test_forward_matches_hf_bert_with_long_input(enc, hf):
     """A 512-piece input padded with short ones: every real position (see the note in the
     module: rows of padding queries only carry float noise, amplified over 6 layers)."""
@@ -104,13 +105,17 @@ def test_forward_matches_hf_bert_with_long_input(enc, hf):
     assert per_query[real].max() < ATTENTION_TOL
 
 
-def test_encode_matches_sentence_transformers(enc, sbert):
-    sentences = [*SENTENCES, LONG]
+@pytest.mark.parametrize(
+    "sentences", [SENTENCES, pytest.param([SENTENCES[0], LONG], marks=pytest.mark.slow)],
+    ids=["short", "long"],
+)
+def test_encode_matches_sentence_transformers(enc, sbert, sentences):
+    """Both cut the long input to 256 word pieces (sentence-transformers' max_seq_length)."""
     ours = enc.encode(sentences)
     ref = sbert.encode(sentences, convert_to_tensor=True, normalize_embeddings=True)
-    assert ours.shape == (7, 384)
+    assert ours.shape == (len(sentences), 384)
     assert (ours - ref.cpu()).abs().max() < EMBEDDING_TOL
-    assert torch.allclose(ours.norm(dim=-1), torch.ones(7), atol=1e-6)
+    assert torch.allclose(ours.norm(dim=-1), torch.ones(len(sentences)), atol=1e-6)
 
 
 def test_encode_one_at_a_time_equals_batched(enc):
@@ -202,3 +207,11 @@ def test_bad_forward_inputs(enc):
             enc(*args, **kwargs)
     with pytest.raises(ValueError, match="max_length"):
         enc.tokenize(["x"], max_length=513)
+
+
+def test_module_docstring_example(enc):
+    import doctest
+
+    import attn_helpers.pretrained as module
+
+    assert doctest.testmod(module).failed == 0
