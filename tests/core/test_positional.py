@@ -42,7 +42,7 @@ def test_sinusoidal_default_dtype_and_first_row():
     assert torch.equal(pe[0], torch.tensor([0.0, 1.0, 0.0, 1.0]))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, derandomize=True)
 @given(n=st.integers(1, 60), half=st.integers(1, 16))
 def test_sinusoidal_rows_have_squared_norm_half_d(n, half):
     pe = sinusoidal_encoding(n, 2 * half, dtype=torch.float64)
@@ -50,7 +50,7 @@ def test_sinusoidal_rows_have_squared_norm_half_d(n, half):
     assert torch.allclose((pe**2).sum(-1), expected, atol=1e-10)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, derandomize=True)
 @given(k=st.integers(0, 40), half=st.integers(1, 12))
 def test_dot_product_depends_only_on_offset(k, half):
     d = 2 * half
@@ -60,10 +60,10 @@ def test_dot_product_depends_only_on_offset(k, half):
     assert torch.allclose(dots, expected.expand_as(dots), atol=1e-9)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, derandomize=True)
 @given(k=st.integers(-20, 20), pair=st.integers(0, 7), p=st.integers(0, 30))
 def test_offset_is_a_fixed_rotation_of_each_pair(k, pair, p):
-    pe = sinusoidal_encoding(80, 16, dtype=torch.float64)
+    pe = sinusoidal_encoding(81, 16, dtype=torch.float64)  # rows up to p + 30 + k = 80
     rotation = pair_rotation(k, 16, pair)
     assert torch.allclose(rotation @ rotation.T, torch.eye(2, dtype=torch.float64), atol=1e-12)
     assert torch.allclose(rotation @ pe[p + 30, 2 * pair:2 * pair + 2],
@@ -128,7 +128,7 @@ def test_rope_matches_the_rotation_matrix_form(gen):
     assert torch.allclose(apply_rope(x), rope_reference(x, torch.arange(5)), atol=1e-12)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, derandomize=True)
 @given(m=st.integers(0, 200), n=st.integers(0, 200), shift=st.integers(-100, 100),
        seed=st.integers(0, 1000))
 def test_rope_score_depends_only_on_the_offset(m, n, shift, seed):
@@ -142,7 +142,7 @@ def test_rope_score_depends_only_on_the_offset(m, n, shift, seed):
     assert torch.allclose(score(m, n), score(m2, n2), atol=1e-9)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 1000), n=st.integers(1, 12), half=st.integers(1, 8))
 def test_rope_preserves_norms_and_position_zero(seed, n, half):
     g = torch.Generator().manual_seed(seed)
@@ -211,7 +211,7 @@ def test_alibi_bad_inputs(args):
 # --- order blindness (the notebook's opening claim) ------------------------------------------
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 10_000), n=st.integers(2, 10))
 def test_attention_without_positions_is_permutation_equivariant(seed, n):
     g = torch.Generator().manual_seed(seed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,11 +12,14 @@ from hypothesis import strategies as st
 from attn_helpers import (
     attention_entropy,
     causal_mask,
+    effective_keys,
     max_entropy,
+    max_weight,
+    normalized_entropy,
     scaled_dot_product_attention,
 )
 
-SETTINGS = settings(max_examples=50, deadline=None)
+SETTINGS = settings(max_examples=50, deadline=None, derandomize=True)  # the same examples every run
 
 
 @st.composite
@@ -178,3 +182,34 @@ def test_entropy_uniform_and_one_hot(n, hot, dtype):
     one_hot = torch.zeros(2, n, dtype=dtype)
     one_hot[:, hot % n] = 1.0
     assert torch.equal(attention_entropy(one_hot), torch.zeros(2, dtype=dtype))
+
+
+@SETTINGS
+@given(problems(dtype=torch.float32), st.sampled_from([torch.float32, torch.float16,
+                                                       torch.bfloat16]), st.floats(0.1, 30.0))
+def test_entropy_accepts_every_weights_attention_returns(problem, dtype, sharpness):
+    """The distribution check (rows sum to one, or are all zero) never rejects real attention
+    weights: any dtype, any temperature, fully masked rows included."""
+    q, k, v, g = problem
+    shape = scores_shape(q, k)
+    mask = (torch.rand(shape, generator=g) < 0.7) & (torch.rand(shape[:-1], generator=g) < 0.8)[
+        ..., None]
+    _, weights = scaled_dot_product_attention((sharpness * q).to(dtype), k.to(dtype), v.to(dtype),
+                                              mask)
+    for fn in (attention_entropy, normalized_entropy, effective_keys, max_weight):
+        assert torch.isfinite(fn(weights)).all()
+
+
+@SETTINGS
+@given(problems(), st.floats(2e-3, 0.5), st.booleans())
+def test_entropy_rejects_rows_off_by_more_than_the_tolerance(problem, error, negative):
+    q, k, v, _ = problem
+    _, weights = scaled_dot_product_attention(q, k, v)
+    bad = weights.clone()
+    if negative and k.shape[-2] > 1:  # move mass so one entry goes below zero; sum still one
+        bad[..., 0, 0] -= error + bad[..., 0, 0]
+        bad[..., 0, -1] += error + weights[..., 0, 0]
+    else:
+        bad[..., 0, 0] += error
+    with pytest.raises(ValueError, match="weights"):
+        attention_entropy(bad)
