@@ -95,8 +95,8 @@ def require_size(what: str, *dims: int, bytes_per_element: int = 4) -> None:
 
 
 #: The most bytes of working memory one helper call may allocate: 4 GiB, the size of a float32
-#: tensor of :data:`MAX_ELEMENTS` elements. For calls whose tensors are not all float32 (int64
-#: offsets, float64 angles, bool masks), so the estimate counts what they really hold.
+#: tensor of :data:`MAX_ELEMENTS` elements. Used where a call's tensors are not all float32 (int64
+#: offsets, float64 angles, bool masks), so that the estimate counts the bytes they really hold.
 MAX_BYTES = 4 * MAX_ELEMENTS
 
 

@@ -26,7 +26,7 @@ __all__ = ["causal_mask", "padding_mask", "sliding_window_mask", "key_padding_to
 def _check_n(n: int, device) -> torch.device | None:
     """Check the size ``n`` of an ``(n, n)`` mask built from int64 offsets ``i - j``, and ``device``."""
     require_positive_int("n", n)
-    require_bytes(f"n = {n}: the (n, n) mask and its int64 offsets i - j", 10 * n * n)
+    require_bytes(f"n = {n}: the (n, n) mask and its int64 offsets i - j", 9 * n * n)
     return require_device("device", device)
 
 

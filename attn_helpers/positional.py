@@ -222,8 +222,8 @@ def alibi_bias(n: int, num_heads: int, *, dtype=torch.float32) -> torch.Tensor:
     require_positive_int("n", n)
     require_positive_int("num_heads", num_heads)
     require_dtype("dtype", dtype)
-    require_bytes(f"n = {n} and num_heads = {num_heads}: the (num_heads, n, n) bias, built in "
-                  "float64", 8 * n * n + 16 * num_heads * n * n)
+    require_bytes(f"n = {n} and num_heads = {num_heads}: the (num_heads, n, n) bias (built in "
+                  "float64)", 8 * n * n + 16 * num_heads * n * n)
     m = alibi_slopes(num_heads)[:, None, None]  # (h, 1, 1)
     positions = torch.arange(n, dtype=torch.float64)
     distance = (positions[:, None] - positions[None, :]).abs()  # (n, n): |i - j|
