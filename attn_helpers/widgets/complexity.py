@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 import ipywidgets as widgets
 import numpy as np
 
-from ..entropy import max_entropy
 from ..lessons.complexity import (
     PowerLaw,
     fit_methods,
@@ -17,7 +16,7 @@ from ..lessons.complexity import (
     score_matrix_bytes,
     series,
 )
-from .core import BlitFigure, LiveAttentionWidget
+from .core import BlitView, LiveAttentionWidget
 
 __all__ = [
     "METHOD_COLORS",
@@ -97,8 +96,6 @@ def complexity_frame(n: float, methods, records: list[dict], *,
     readouts = {
         "n": f"{n}" + (" (beyond the measured range: extrapolated)" if extrapolated else ""),
         "score matrix, 8 heads, float32": format_bytes(score),
-        # the widest a query's attention can spread over n keys (a uniform row)
-        "entropy ceiling ln n (nats)": max_entropy(n),
     }
     for m in methods:
         ms = predicted_ms[m]
@@ -109,15 +106,15 @@ def complexity_frame(n: float, methods, records: list[dict], *,
                            readouts)
 
 
-class ComplexityView:
+class ComplexityView(BlitView):
     """Two log-log panels drawn once with every measured curve: time and peak memory against
     ``n``. A frame toggles the curves' visibility and moves the ``n`` marker and the predicted
     points (only these animated artists are redrawn)."""
 
     def __init__(self, records: list[dict], figsize: tuple[float, float] = (10.0, 4.2),
                  n_range: tuple[float, float] = (2**7, 2**16)):
-        self.blit = BlitFigure(figsize)
-        figure = self.blit.figure
+        super().__init__(figsize)
+        figure = self.figure
         grid = figure.add_gridspec(1, 2, left=0.08, right=0.98, bottom=0.14, top=0.9, wspace=0.28)
         self.ax_time = figure.add_subplot(grid[0])
         self.ax_memory = figure.add_subplot(grid[1])
@@ -162,11 +159,7 @@ class ComplexityView:
         self.ax_time.text(0.02, 0.97, "lines: measured, stars: fitted model at n",
                           transform=self.ax_time.transAxes, fontsize=8, va="top")
 
-    @property
-    def figure(self):
-        return self.blit.figure
-
-    def update(self, frame: ComplexityFrame) -> bytes:
+    def draw(self, frame: ComplexityFrame) -> None:
         for m, (time_line, memory_line) in self.curves.items():
             shown = m in frame.methods
             time_star, memory_star = self.predictions[m]
@@ -178,7 +171,6 @@ class ComplexityView:
         for cursor in self.cursors:
             cursor.set_xdata([frame.n, frame.n])
         self.score_marker.set_data([frame.n], [frame.score_bytes])
-        return self.blit.render()
 
 
 def complexity_widget(records: list[dict] | None = None) -> LiveAttentionWidget:

@@ -13,28 +13,19 @@ import torch
 from ..entropy import attention_entropy, max_entropy
 from ..lessons.rnn_bottleneck import Seq2Seq
 from ..lessons.tasks import example, get_task
-from .core import AttentionFrame, LiveAttentionWidget
-from .rnn_bottleneck import _check_model, _decode_one
+from .core import AttentionFrame, AttentionView, LiveAttentionWidget
+from .rnn_bottleneck import _check_model, decode_examples
 
 __all__ = ["alignment_frame", "alignment_widget"]
 
 
-def alignment_frame(model: Seq2Seq, task: str, index: int, step: int) -> AttentionFrame:
-    """The alignment of example ``index`` of ``task`` decoded by ``model``, up to decoder ``step``.
-
-    Rows after ``step`` are masked (not decoded yet), row ``step`` is highlighted. ``step`` is
-    clamped to the last output step, so the same slider serves examples of any length. Readouts:
-    the step, its output token, the strongest source token and its weight, the row's entropy
-    and its ceiling ``ln n_src``.
-    """
-    _check_model(model)
-    if model.attention == "none":
-        raise ValueError("model has no attention (attention='none'): there is no alignment to show")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be an int >= 0, got {step!r}")
-    task = get_task(task)
+def _decoded(model: Seq2Seq, task, index: int):
     source, target = example(task, index)
-    output, weights = _decode_one(model, task, source, target)
+    ((output, weights),) = decode_examples(model, task, [(source, target)])
+    return source, target, output, weights
+
+
+def _alignment(source, target, output, weights, step: int) -> AttentionFrame:
     step = min(step, len(output) - 1)
     n_q, n_k = weights.shape
     mask = (torch.arange(n_q) <= step)[:, None].expand(n_q, n_k).clone()
@@ -54,16 +45,45 @@ def alignment_frame(model: Seq2Seq, task: str, index: int, step: int) -> Attenti
     )
 
 
-def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAttentionWidget:
-    """Notebook 06's widget: an example picker and a decoder-step slider."""
+def _check(model, step) -> None:
     _check_model(model)
+    if model.attention == "none":
+        raise ValueError("model has no attention (attention='none'): there is no alignment to show")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an int >= 0, got {step!r}")
+
+
+def alignment_frame(model: Seq2Seq, task: str, index: int, step: int) -> AttentionFrame:
+    """The alignment of example ``index`` of ``task`` decoded by ``model``, up to decoder ``step``.
+
+    Rows after ``step`` are masked (not decoded yet), row ``step`` is highlighted. ``step`` is
+    clamped to the last output step, so the same slider serves examples of any length. Readouts:
+    the step, its output token, the strongest source token and its weight, the row's entropy
+    and its ceiling ``ln n_src``.
+    """
+    _check(model, step)
+    return _alignment(*_decoded(model, get_task(task), index), step)
+
+
+def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAttentionWidget:
+    """Notebook 06's widget: an example picker and a decoder-step slider. Each example is decoded
+    once, the first time it is shown; moving the step only redraws."""
+    _check(model, 0)
+    task = get_task(task)
     controls = {
         "index": widgets.IntSlider(value=0, min=0, max=examples - 1, description="example",
                                    continuous_update=False),
         "step": widgets.IntSlider(value=0, min=0, max=23, description="decoder step"),
     }
+    decoded: dict = {}  # example index -> (source, target, output, weights)
 
     def compute(index, step):
-        return alignment_frame(model, task, index, step)
+        if index not in decoded:
+            decoded[index] = _decoded(model, task, index)
+        return _alignment(*decoded[index], step)
 
-    return LiveAttentionWidget(compute, controls, title=f"Decoding step by step ({task})")
+    pairs = [example(task, i) for i in range(examples)]
+    n_q, n_k = max(len(t) for _, t in pairs), max(len(s) for s, _ in pairs)
+    view = AttentionView((7.8, 5.0), title="cross-attention: output step x input word",
+                         max_shape=(n_q, n_k))
+    return LiveAttentionWidget(compute, controls, view, title=f"Decoding step by step ({task.name})")

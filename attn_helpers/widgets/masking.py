@@ -98,6 +98,7 @@ def masking_frame(
         "entropy ceilings ln(visible)": [round(x, 3) for x in frame.ceiling.tolist()],
         "rows summing to 1": int(torch.isclose(weights.sum(-1), torch.ones(n, dtype=weights.dtype))
                                  .sum()),
+        "mean entropy (nats)": frame.entropy.mean().item(),
     }
     return frame
 
@@ -112,6 +113,7 @@ def masking_widget() -> LiveAttentionWidget:
         "length_b": widgets.IntSlider(value=5, min=1, max=full, description="length B"),
         "sequence": widgets.ToggleButtons(options=["A", "B"], value="A", description="show"),
     }
-    view = AttentionView((9.0, 5.0), title="attention weights (grey: masked)")
+    view = AttentionView((7.6, 4.6), title="attention weights (grey: masked)",
+                         max_shape=(full, full))
     return LiveAttentionWidget(masking_frame, controls, view,
                                title="Masks: who may see whom (grey cells are masked)")

@@ -2,7 +2,8 @@
 
 The view keeps two persistent figures, drawn once each: one head (heatmap + entropy per query)
 and the all-heads grid (one heatmap + entropy panel per head). Both show the mean entropy of
-every head as bars, the selected head in orange. A control change only redraws animated artists.
+every head as bars, the selected head in orange. A control change (another example, another
+head) only redraws animated artists and pasted token labels.
 """
 
 from __future__ import annotations
@@ -13,19 +14,19 @@ from dataclasses import dataclass
 import ipywidgets as widgets
 import numpy as np
 import torch
-from matplotlib.collections import LineCollection
 
 from .._checks import shape
 from ..entropy import attention_entropy, max_entropy
 from ..plots import to_numpy
 from .core import (
-    BAR_COLOR,
-    HIGHLIGHT_COLOR,
     AttentionFrame,
     AttentionPanel,
     BlitFigure,
+    BlitView,
+    EntropyBars,
     LiveAttentionWidget,
 )
+from .panels import TextSprites
 
 __all__ = ["ALL_HEADS", "MultiHeadFrame", "MultiHeadView", "multihead_frame", "multihead_widget"]
 
@@ -108,91 +109,56 @@ def multihead_frame(
     return frame
 
 
-class _HeadEntropyBars:
-    """Horizontal bars of each head's mean entropy (animated), with the ln n ceiling."""
+class MultiHeadView(BlitView):
+    """Two persistent figures: one head, or all heads side by side, each with the mean entropy
+    of every head as bars (the selected head in orange). ``update(frame) -> png``."""
 
-    def __init__(self, blit: BlitFigure, ax, num_heads: int):
-        self.ax = ax
-        self.num_heads = num_heads
-        ax.set_title("mean entropy per head", fontsize=11)
-        ax.set_ylim(num_heads - 0.5, -0.5)
-        ax.set_xlabel("nats")
-        self.bars = LineCollection([], colors=BAR_COLOR, capstyle="butt")
-        ax.add_collection(self.bars)
-        (self.ceiling,) = ax.plot([], [], color="#c0392b", linestyle="--")
-        blit.animate(self.bars, self.ceiling)
-        self.names: tuple[str, ...] | None = None
-        self.n_k: int | None = None
-        self.blit = blit
-
-    def set(self, entropy: np.ndarray, names: Sequence[str], n_k: int, selected: int | None):
-        if (tuple(names), n_k) != (self.names, self.n_k):
-            self.ax.set_yticks(range(self.num_heads), [str(i) for i in range(self.num_heads)])
-            self.ax.set_ylabel("head")
-            ceiling = max_entropy(n_k)
-            self.ax.set_xlim(0, max(ceiling, 0.1) * 1.12)
-            self.ceiling.set_data([ceiling, ceiling], [-0.5, self.num_heads - 0.5])
-            height = self.ax.get_window_extent().height / self.num_heads * 72 / self.blit.figure.dpi
-            self.bars.set_linewidth(0.6 * height)
-            self.names, self.n_k = tuple(names), n_k
-            self.blit.invalidate()
-        rows = np.arange(self.num_heads)
-        self.bars.set_segments(np.stack([np.stack([np.zeros(self.num_heads), rows], 1),
-                                         np.stack([entropy, rows], 1)], 1))
-        self.bars.set_colors([HIGHLIGHT_COLOR if i == selected else BAR_COLOR
-                              for i in range(self.num_heads)])
-
-
-class MultiHeadView:
-    """Two persistent figures: one head, or all heads side by side; ``update(frame) -> png``."""
-
-    def __init__(self, num_heads: int, *, single_size=(10.5, 4.6), head_width: float = 5.2,
-                 height: float = 4.6):
+    def __init__(self, num_heads: int, *, single_size=(8.4, 4.6), head_width: float = 4.3,
+                 height: float = 4.0):
         if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
             raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
         self.num_heads = num_heads
+        heads = [str(i) for i in range(num_heads)]
         self.single = BlitFigure(single_size)
-        grid = self.single.figure.add_gridspec(1, 2, width_ratios=[3.2, 1], left=0.08, right=0.97,
-                                               bottom=0.17, top=0.9, wspace=0.35)
+        grid = self.single.figure.add_gridspec(1, 2, width_ratios=[4.4, 0.8], left=0.01,
+                                               right=0.97, bottom=0.12, top=0.9, wspace=0.3)
         self.single_panel = AttentionPanel(self.single, grid[0], title=" ")
-        # The head's name changes with the selector: an animated title avoids a full redraw.
-        self.single_title = self.single_panel.ax_map.text(
-            0.5, 1.02, "", transform=self.single_panel.ax_map.transAxes, ha="center",
-            va="bottom", fontsize=11)
-        self.single.animate(self.single_title)
-        self.single_bars = _HeadEntropyBars(self.single, self.single.figure.add_subplot(grid[1]),
-                                            num_heads)
-        self.grid = BlitFigure((head_width * num_heads + 2.2, height))
-        ratios = [3.2] * num_heads + [1]
-        grid = self.grid.figure.add_gridspec(1, num_heads + 1, width_ratios=ratios, left=0.05,
-                                             right=0.98, bottom=0.17, top=0.9, wspace=0.3)
-        self.grid_panels = [AttentionPanel(self.grid, grid[i], title=f"head {i}")
+        # The head's name changes with the selector: pasted text avoids a full redraw.
+        self.single_title = TextSprites(self.single, self.single.figure.transFigure, size=10,
+                                        va="top")
+        self.single_bars = EntropyBars(self.single, self.single.figure.add_subplot(grid[1]),
+                                       title="mean entropy\nper head", labels=heads)
+        self.single_bars.ax.set_ylabel("head", fontsize=9)
+        self.grid = BlitFigure((head_width * num_heads + 1.4, height))
+        ratios = [head_width] * num_heads + [0.8]
+        grid = self.grid.figure.add_gridspec(1, num_heads + 1, width_ratios=ratios, left=0.01,
+                                             right=0.98, bottom=0.14, top=0.88, wspace=0.25)
+        self.grid_panels = [AttentionPanel(self.grid, grid[i], title=f"head {i}",
+                                           entropy_width=1.1, entropy_title="entropy")
                             for i in range(num_heads)]
-        self.grid_bars = _HeadEntropyBars(self.grid, self.grid.figure.add_subplot(grid[-1]),
-                                          num_heads)
+        self.grid_bars = EntropyBars(self.grid, self.grid.figure.add_subplot(grid[-1]),
+                                     title="mean entropy\nper head", labels=heads)
+        self.grid_bars.ax.set_ylabel("head", fontsize=9)
+        self.blit = self.grid
         self.last_mode: str | None = None
 
-    def update(self, frame: MultiHeadFrame) -> bytes:
+    def draw(self, frame: MultiHeadFrame) -> None:
         if frame.head_weights is None or frame.head_weights.shape[0] != self.num_heads:
             raise ValueError(f"this view draws {self.num_heads} heads; the frame has "
                              f"{None if frame.head_weights is None else frame.head_weights.shape[0]}")
         entropy = to_numpy(frame.head_entropy)
-        n_k = len(frame.key_labels)
+        ceiling = np.full(self.num_heads, max_entropy(len(frame.key_labels)))
         if frame.head is None:
             for i, panel in enumerate(self.grid_panels):
-                title = frame.head_names[i]
-                if panel.ax_map.get_title() != title:
-                    panel.ax_map.set_title(title, fontsize=11)
-                    self.grid.invalidate()
+                panel.set_title(frame.head_names[i])
                 panel.set_frame(frame.head_frame(i))
-            self.grid_bars.set(entropy, frame.head_names, n_k, None)
-            self.last_mode = "grid"
-            return self.grid.render()
-        self.single_title.set_text(frame.head_names[frame.head])
-        self.single_panel.set_frame(frame)
-        self.single_bars.set(entropy, frame.head_names, n_k, frame.head)
-        self.last_mode = "single"
-        return self.single.render()
+            bars, self.blit, self.last_mode = self.grid_bars, self.grid, "grid"
+        else:
+            self.single_title.set([frame.head_names[frame.head]], [(0.4, 0.985)])
+            self.single_panel.set_frame(frame)
+            bars, self.blit, self.last_mode = self.single_bars, self.single, "single"
+        bars.layout(self.num_heads, float(ceiling.max()))
+        bars.set(entropy, ceiling, frame.head)
 
 
 def multihead_widget(

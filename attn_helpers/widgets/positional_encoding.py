@@ -7,15 +7,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import ipywidgets as widgets
-import numpy as np
 import torch
+from matplotlib import colormaps as plt_colormaps
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
 from matplotlib.patches import Circle, Rectangle
 
 from ..attention import masked_softmax
 from ..entropy import attention_entropy
 from ..plots import SCORES_CMAP, to_numpy
 from ..positional import apply_rope, frequencies, sinusoidal_encoding
-from .core import HIGHLIGHT_COLOR, AttentionFrame, AttentionPanel, BlitFigure, LiveAttentionWidget
+from .core import HIGHLIGHT_COLOR, AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
+from .panels import CellPainter
 
 __all__ = [
     "ENCODINGS",
@@ -115,25 +118,29 @@ def positional_frame(encoding: str, position: int, offset: int, pair: int) -> Po
     )
 
 
-class PositionalView:
+class PositionalView(BlitView):
     """Encoding heatmap with the rows ``p`` and ``p + k`` marked, one sin/cos pair on the circle,
     and the position-only attention with its entropy view."""
 
-    def __init__(self, figsize: tuple[float, float] = (9.0, 7.2)):
-        self.blit = BlitFigure(figsize)
-        figure = self.blit.figure
-        grid = figure.add_gridspec(2, 2, width_ratios=[1.6, 1], height_ratios=[1, 1.25], left=0.07,
-                                   right=0.97, bottom=0.08, top=0.95, wspace=0.25, hspace=0.35)
+    def __init__(self, figsize: tuple[float, float] = (9.0, 8.0)):
+        super().__init__(figsize)
+        figure = self.figure
+        grid = figure.add_gridspec(2, 2, width_ratios=[1.6, 1], height_ratios=[1, 1.35],
+                                   left=0.07, right=0.97, bottom=0.01, top=0.95, wspace=0.3,
+                                   hspace=0.22)
         self.ax_table = figure.add_subplot(grid[0, 0])
-        self.table_image = self.ax_table.imshow(np.zeros((N_POSITIONS, D_MODEL)), cmap=SCORES_CMAP,
-                                                vmin=-1, vmax=1, aspect="auto",
-                                                interpolation="nearest")
-        figure.colorbar(self.table_image, ax=self.ax_table, fraction=0.04, pad=0.02)
+        self.ax_table.set(xlim=(-0.5, D_MODEL - 0.5), ylim=(N_POSITIONS - 0.5, -0.5))
+        self.table = CellPainter(self.blit, self.ax_table, plt_colormaps[SCORES_CMAP],
+                                 Normalize(-1.0, 1.0, clip=True))
+        figure.colorbar(ScalarMappable(Normalize(-1.0, 1.0), SCORES_CMAP), ax=self.ax_table,
+                        fraction=0.04, pad=0.02).ax.tick_params(labelsize=8)
         self.ax_table.set_xticks(range(D_MODEL), [f"{'sin' if j % 2 == 0 else 'cos'}{j // 2}"
-                                                  for j in range(D_MODEL)], rotation=90, fontsize=7)
-        self.ax_table.set_xlabel("dimension (pair i: sin_i, cos_i)")
-        self.ax_table.set_ylabel("position p")
-        self.ax_table.set_title("encoding E[p, :] (green box: pair i)", fontsize=11)
+                                                  for j in range(D_MODEL)], rotation=90, fontsize=8)
+        self.ax_table.set_yticks(range(0, N_POSITIONS, 4))
+        self.ax_table.tick_params(labelsize=8)
+        self.ax_table.set_xlabel("dimension (pair i: sin_i, cos_i)", fontsize=9)
+        self.ax_table.set_ylabel("position p", fontsize=9)
+        self.ax_table.set_title("encoding E[p, :] (green box: pair i)", fontsize=10)
         self.row_p = self.ax_table.axhline(0, color=HIGHLIGHT_COLOR, linewidth=2)
         self.row_pk = self.ax_table.axhline(0, color="black", linewidth=2, linestyle="--")
         self.column = Rectangle((-0.5, -0.5), 2, N_POSITIONS, fill=False, edgecolor="#2ca02c",
@@ -141,19 +148,20 @@ class PositionalView:
         self.ax_table.add_patch(self.column)
         self.ax_circle = figure.add_subplot(grid[0, 1])
         self.ax_circle.add_patch(Circle((0, 0), 1, fill=False, color="grey", linestyle=":"))
-        self.ax_circle.set(xlim=(-1.6, 1.6), ylim=(-1.6, 1.6), aspect="equal",
-                           xlabel="dimension 2i", ylabel="dimension 2i+1")
-        self.ax_circle.set_title("pair i at p (orange), p+k (black)", fontsize=11)
+        self.ax_circle.set(xlim=(-1.6, 1.6), ylim=(-1.6, 1.6), aspect="equal")
+        self.ax_circle.set_xlabel("dimension 2i", fontsize=9)
+        self.ax_circle.set_ylabel("dimension 2i+1", fontsize=9)
+        self.ax_circle.tick_params(labelsize=8)
+        self.ax_circle.set_title("pair i at p (orange), p+k (black)", fontsize=10)
         (self.spoke_p,) = self.ax_circle.plot([], [], "-o", color=HIGHLIGHT_COLOR, linewidth=2)
         (self.spoke_pk,) = self.ax_circle.plot([], [], "--o", color="black", linewidth=2)
-        self.panel = AttentionPanel(self.blit, grid[1, :],
+        self.panel = AttentionPanel(self.blit, grid[1, :], max_shape=(N_POSITIONS, N_POSITIONS),
                                     title="softmax(2 E E^T): attention from position alone")
-        self.blit.animate(self.table_image, self.row_p, self.row_pk, self.column, self.spoke_p,
-                          self.spoke_pk)
+        self.blit.animate(self.row_p, self.row_pk, self.column, self.spoke_p, self.spoke_pk)
 
-    def update(self, frame: PositionalFrame) -> bytes:
+    def draw(self, frame: PositionalFrame) -> None:
         self.panel.set_frame(frame)
-        self.table_image.set_data(np.clip(to_numpy(frame.table), -1, 1))
+        self.table.set(to_numpy(frame.table))
         self.row_p.set_ydata([frame.position, frame.position])
         shown = frame.position + frame.offset < N_POSITIONS
         self.row_pk.set_visible(shown)
@@ -162,7 +170,6 @@ class PositionalView:
         self.column.set_x(2 * frame.pair - 0.5)
         self.spoke_p.set_data([0, x0], [0, y0])
         self.spoke_pk.set_data([0, x1], [0, y1])
-        return self.blit.render()
 
 
 def positional_widget() -> LiveAttentionWidget:

@@ -13,7 +13,14 @@ import torch
 from ..attention import scaled_dot_product_attention
 from ..entropy import attention_entropy, max_entropy
 from ..plots import to_numpy, weights_cmap
-from .core import AttentionFrame, AttentionPanel, BlitFigure, LiveAttentionWidget
+from .core import (
+    BAR_COLOR,
+    HIGHLIGHT_COLOR,
+    AttentionFrame,
+    AttentionPanel,
+    BlitView,
+    LiveAttentionWidget,
+)
 
 __all__ = [
     "DEMO_KEYS",
@@ -40,36 +47,39 @@ class LookupFrame(AttentionFrame):
     curve_entropy: torch.Tensor | None = None
 
 
-class LookupView:
+class LookupView(BlitView):
     """Notebook 02's view: a plane with the labelled keys, the query and the output point; the
     weights (one query row) with their entropy; and the entropy against the temperature."""
 
-    def __init__(self, figsize: tuple[float, float] = (10.0, 5.0), limit: float = 3.0):
-        self.blit = BlitFigure(figsize)
-        figure = self.blit.figure
-        grid = figure.add_gridspec(2, 2, width_ratios=[1, 1.45], height_ratios=[1, 1.5],
-                                   left=0.06, right=0.95, bottom=0.1, top=0.93, wspace=0.2,
-                                   hspace=0.75)
+    def __init__(self, figsize: tuple[float, float] = (9.6, 5.4), limit: float = 3.0):
+        super().__init__(figsize)
+        figure = self.figure
+        grid = figure.add_gridspec(2, 2, width_ratios=[1, 1.25], height_ratios=[1.1, 1],
+                                   left=0.06, right=0.97, bottom=0.09, top=0.95, wspace=0.12,
+                                   hspace=0.3)
         self.ax_plane = figure.add_subplot(grid[:, 0])
         self.ax_plane.set_xlim(-limit, limit)
         self.ax_plane.set_ylim(-limit, limit)
         self.ax_plane.set_aspect("equal")
         self.ax_plane.grid(alpha=0.3)
-        self.ax_plane.set_title("keys, query and output", fontsize=11)
-        self.panel = AttentionPanel(self.blit, grid[0, 1], title="weights a_j")
+        self.ax_plane.set_title("keys, query and output", fontsize=10)
+        self.panel = AttentionPanel(self.blit, grid[0, 1], title="weights a_j of the query q",
+                                    entropy_width=1.2, entropy_title="entropy")
         self.ax_curve = figure.add_subplot(grid[1, 1])
         self.ax_curve.set_xscale("log")
-        self.ax_curve.set_xlabel("temperature T")
-        self.ax_curve.set_ylabel("entropy (nats)")
-        self.ax_curve.set_title("entropy of this query's weights against T", fontsize=11)
-        (self.curve_line,) = self.ax_curve.plot([], [], color="#3b75af")
-        (self.curve_marker,) = self.ax_curve.plot([], [], "o", color="#ff7f0e", markersize=8)
+        self.ax_curve.set_xlabel("temperature T", fontsize=9)
+        self.ax_curve.set_ylabel("entropy (nats)", fontsize=9)
+        self.ax_curve.set_title("entropy of this query's weights against T", fontsize=10)
+        (self.curve_line,) = self.ax_curve.plot([], [], color=BAR_COLOR)
+        (self.curve_marker,) = self.ax_curve.plot([], [], "o", color=HIGHLIGHT_COLOR,
+                                                  markersize=8)
         self.ceiling_rule = self.ax_curve.axhline(0, color="#c0392b", linestyle="--")
         self.keys_artist = None
         self.query_artist = self.ax_plane.scatter([0], [0], marker="*", s=260, color="#d62728",
                                                   zorder=5, label="query q")
-        self.output_artist = self.ax_plane.scatter([0], [0], marker="X", s=120, color="#ff7f0e",
-                                                   edgecolor="black", zorder=4, label="output")
+        self.output_artist = self.ax_plane.scatter([0], [0], marker="X", s=120,
+                                                   color=HIGHLIGHT_COLOR, edgecolor="black",
+                                                   zorder=4, label="output")
         self.blit.animate(self.query_artist, self.output_artist, self.curve_line,
                           self.curve_marker)
         self._keys_drawn = None
@@ -77,7 +87,7 @@ class LookupView:
     def _draw_keys(self, keys_xy: np.ndarray, labels: Sequence[str], temperatures) -> None:
         if self.keys_artist is not None:
             self.blit.forget(self.keys_artist)
-        for text in list(self.ax_plane.texts):
+        for text in list(self.ax_plane.texts) + list(self.ax_curve.texts):
             text.remove()
         self.keys_artist = self.ax_plane.scatter(
             keys_xy[:, 0], keys_xy[:, 1], s=40, c=np.zeros(len(keys_xy)), cmap=weights_cmap(),
@@ -87,18 +97,18 @@ class LookupView:
         for (x, y), label in zip(keys_xy, labels, strict=True):
             self.ax_plane.annotate(label, (x, y), xytext=(7, 7), textcoords="offset points",
                                    fontsize=10)
-        self.ax_plane.legend(loc="lower left", fontsize=7, markerscale=0.6)
+        self.ax_plane.legend(loc="lower left", fontsize=8, markerscale=0.6)
         ceiling = max_entropy(len(labels))
         self.ceiling_rule.set_ydata([ceiling, ceiling])
         self.ax_curve.set_xlim(float(temperatures.min()), float(temperatures.max()))
-        self.ax_curve.set_ylim(0, ceiling * 1.1)
+        self.ax_curve.set_ylim(0, ceiling * 1.15)
         self.ax_curve.text(float(temperatures.min()) * 1.1, ceiling * 1.02,
                            f"ceiling ln {len(labels)} = {ceiling:.2f}", color="#c0392b",
                            fontsize=8, va="bottom")
         self._keys_drawn = (keys_xy.tobytes(), tuple(labels))
         self.blit.invalidate()
 
-    def update(self, frame: LookupFrame) -> bytes:
+    def draw(self, frame: LookupFrame) -> None:
         keys_xy = to_numpy(frame.keys_xy)
         temperatures = to_numpy(frame.curve_temperatures)
         if self._keys_drawn != (keys_xy.tobytes(), tuple(frame.key_labels)):
@@ -111,7 +121,6 @@ class LookupView:
         self.output_artist.set_offsets(to_numpy(frame.output_xy)[None, :])
         self.curve_line.set_data(temperatures, to_numpy(frame.curve_entropy))
         self.curve_marker.set_data([frame.temperature], [frame.entropy[0].item()])
-        return self.blit.render()
 
 
 DEMO_KEYS = {

@@ -9,21 +9,24 @@ entropy of every decoder step.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import ipywidgets as widgets
 import numpy as np
 import torch
-from matplotlib.colors import ListedColormap
+from matplotlib.colors import ListedColormap, Normalize
+from matplotlib.transforms import offset_copy
 
 from ..entropy import attention_entropy
 from ..lessons.rnn_bottleneck import Seq2Seq, predict
 from ..lessons.tasks import collate, example, get_task
-from .core import AttentionFrame, AttentionPanel, BlitFigure, LiveAttentionWidget
+from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
+from .panels import CellPainter, TextSprites
 
 __all__ = [
     "DecodeFrame",
     "DecodeView",
+    "decode_examples",
     "decode_frame",
     "bottleneck_widget",
 ]
@@ -45,14 +48,16 @@ class DecodeFrame(AttentionFrame):
     correct: Sequence[bool] = ()
     has_attention: bool = True
     title: str = ""
-    extra: dict = field(default_factory=dict)
 
 
-def _decode_one(model: Seq2Seq, task, source, target):
-    batch = collate(task, [(source, target)])
-    tokens, weights = predict(model, batch)
-    output = [task.tgt_vocab.itos[i] for i in tokens[0].tolist()]
-    return output, (None if weights is None else weights[0])
+def decode_examples(model: Seq2Seq, task, pairs):
+    """Greedy-decode a list of ``(source, target)`` pairs of one length in one batch; returns
+    ``[(output tokens, weights (n_tgt, n_src) or None), ...]``."""
+    task = get_task(task)
+    with torch.no_grad():
+        tokens, weights = predict(model, collate(task, pairs))
+    return [([task.tgt_vocab.itos[i] for i in tokens[b].tolist()],
+             None if weights is None else weights[b]) for b in range(len(pairs))]
 
 
 def _check_model(model) -> None:
@@ -60,21 +65,7 @@ def _check_model(model) -> None:
         raise TypeError(f"model must be a seq2seq.Seq2Seq, got {type(model).__name__}")
 
 
-def decode_frame(length: int, model_name: str, index: int,
-                 models: Mapping[str, Seq2Seq], task: str = "reversal") -> DecodeFrame:
-    """Decode example ``index`` of ``length`` source tokens with ``models[model_name]``.
-
-    Returns a :class:`DecodeFrame` whose weights are ``(length, length)`` (all masked for a model
-    without attention) and whose readouts give the token accuracy, the number of errors and the
-    mean entropy of the attention rows.
-    """
-    if model_name not in models:
-        raise ValueError(f"model_name must be one of {sorted(models)}, got {model_name!r}")
-    model = models[model_name]
-    _check_model(model)
-    task = get_task(task)
-    source, target = example(task, index, length)
-    output, weights = _decode_one(model, task, source, target)
+def _frame(model_name: str, source, target, output, weights) -> DecodeFrame:
     correct = [o == t for o, t in zip(output, target, strict=True)]
     n_q, n_k = len(target), len(source)
     if weights is None:
@@ -95,39 +86,52 @@ def decode_frame(length: int, model_name: str, index: int,
                        title=f"{model_name}: {len(source)} tokens")
 
 
-class DecodeView:
-    """Token strips (source, target, output with errors in orange) above an attention panel."""
+def decode_frame(length: int, model_name: str, index: int,
+                 models: Mapping[str, Seq2Seq], task: str = "reversal") -> DecodeFrame:
+    """Decode example ``index`` of ``length`` source tokens with ``models[model_name]``.
 
-    def __init__(self, max_len: int = 24, figsize: tuple[float, float] = (10.0, 7.0)):
+    Returns a :class:`DecodeFrame` whose weights are ``(length, length)`` (all masked for a model
+    without attention) and whose readouts give the token accuracy, the number of errors and the
+    mean entropy of the attention rows.
+    """
+    if model_name not in models:
+        raise ValueError(f"model_name must be one of {sorted(models)}, got {model_name!r}")
+    model = models[model_name]
+    _check_model(model)
+    source, target = example(task, index, length)
+    ((output, weights),) = decode_examples(model, task, [(source, target)])
+    return _frame(model_name, source, target, output, weights)
+
+
+class DecodeView(BlitView):
+    """Token strips (source, target, output with errors in orange) above an attention panel
+    sized for ``max_len`` tokens (a shorter example fills its top-left corner, so every length
+    only blits)."""
+
+    def __init__(self, max_len: int = 24, figsize: tuple[float, float] = (8.8, 7.4)):
+        super().__init__(figsize)
         self.max_len = max_len
-        self.blit = BlitFigure(figsize)
-        figure = self.blit.figure
-        grid = figure.add_gridspec(2, 1, height_ratios=[1, 4.2], left=0.1, right=0.97,
-                                   bottom=0.1, top=0.95, hspace=0.3)
+        figure = self.figure
+        grid = figure.add_gridspec(2, 1, height_ratios=[1, 4.6], left=0.1, right=0.97,
+                                   bottom=0.08, top=0.95, hspace=0.45)
         self.ax_strip = figure.add_subplot(grid[0])
-        self.strip = self.ax_strip.imshow(
-            np.zeros((3, max_len)), cmap=ListedColormap(STRIP_COLORS), vmin=-0.5, vmax=3.5,
-            aspect="auto", interpolation="nearest")
-        self.ax_strip.set_yticks(range(3), ["source", "target", "output"])
-        self.ax_strip.set_xticks(range(max_len), [str(i) for i in range(max_len)], fontsize=7)
+        self.ax_strip.set(xlim=(-0.5, max_len - 0.5), ylim=(2.5, -0.5))
+        self.strip = CellPainter(self.blit, self.ax_strip, ListedColormap(STRIP_COLORS),
+                                 Normalize(-0.5, 3.5))
+        self.ax_strip.set_yticks(range(3), ["source", "target", "output"], fontsize=9)
+        self.ax_strip.set_xticks(range(max_len), [str(i) for i in range(max_len)], fontsize=8)
         self.ax_strip.set_xlabel("position (output errors in orange)", fontsize=9)
         self.ax_strip.tick_params(length=0)
-        self.texts = [[self.ax_strip.text(j, i, "", ha="center", va="center", fontsize=9)
-                       for j in range(max_len)] for i in range(3)]
-        self.strip_title = self.ax_strip.set_title(" ", fontsize=11)
-        self.panel = AttentionPanel(self.blit, grid[1], title="cross-attention: output step x source")
-        self.notice = self.panel.ax_map.text(
-            0.5, 0.5, "no attention:\nevery step reads the same context vector",
-            transform=self.panel.ax_map.transAxes, ha="center", va="center", fontsize=11,
-            bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": "#888888"})
-        self.blit.animate(self.strip, self.strip_title, self.notice,
-                          *[t for row in self.texts for t in row])
+        self.tokens = TextSprites(self.blit, self.ax_strip.transData, size=9)
+        self.strip_title = TextSprites(self.blit, offset_copy(
+            self.ax_strip.transAxes, fig=figure, y=4, units="points"), size=10, va="bottom")
+        self.panel = AttentionPanel(self.blit, grid[1], max_shape=(max_len, max_len),
+                                    title="cross-attention: output step x source")
+        self.notice = TextSprites(self.blit, self.panel.ax_map.transAxes, size=10)
+        self.notice.set(["no attention: every step", "reads the same context vector"],
+                        [(0.5, 0.55), (0.5, 0.45)])
 
-    @property
-    def figure(self):
-        return self.blit.figure
-
-    def update(self, frame: DecodeFrame) -> bytes:
+    def draw(self, frame: DecodeFrame) -> None:
         n = len(frame.source)
         if n > self.max_len or len(frame.output) > self.max_len:
             raise ValueError(f"the view holds at most {self.max_len} tokens, got {n}")
@@ -135,19 +139,22 @@ class DecodeView:
         rows = [frame.source, frame.target, frame.output]
         for i, tokens in enumerate(rows):
             cells[i, :len(tokens)] = PLAIN
-            for j in range(self.max_len):
-                self.texts[i][j].set_text(tokens[j] if j < len(tokens) else "")
+        self.tokens.set([t for tokens in rows for t in tokens],
+                        [(j, i) for i, tokens in enumerate(rows) for j in range(len(tokens))])
         cells[2, :len(frame.correct)] = np.where(frame.correct, RIGHT, WRONG)
-        self.strip.set_data(cells)
-        self.strip_title.set_text(frame.title)
-        self.notice.set_visible(not frame.has_attention)
+        self.strip.set(cells)
+        self.strip_title.set([frame.title], [(0.5, 1.0)])
+        self.notice.visible = not frame.has_attention
         self.panel.set_frame(frame)
-        return self.blit.render()
 
 
 def bottleneck_widget(models: Mapping[str, Seq2Seq], *, lengths: tuple[int, int] = (4, 24),
                       examples: int = 20, length: int = 20) -> LiveAttentionWidget:
-    """Notebook 01's widget: sequence length slider, model dropdown and example picker."""
+    """Notebook 01's widget: sequence length slider, model dropdown and example picker.
+
+    Each model decodes the ``examples`` examples of a length in one batch, the first time that
+    length is shown; every later move to them only redraws.
+    """
     for model in models.values():
         _check_model(model)
     names = list(models)
@@ -158,9 +165,15 @@ def bottleneck_widget(models: Mapping[str, Seq2Seq], *, lengths: tuple[int, int]
         "index": widgets.IntSlider(value=0, min=0, max=examples - 1, description="example",
                                    continuous_update=False),
     }
+    decoded: dict = {}  # (model name, length) -> one frame per example
 
     def compute(length, model_name, index):
-        return decode_frame(length, model_name, index, models)
+        if (model_name, length) not in decoded:
+            pairs = [example("reversal", i, length) for i in range(examples)]
+            outputs = decode_examples(models[model_name], "reversal", pairs)
+            decoded[model_name, length] = [_frame(model_name, *pair, *out)
+                                           for pair, out in zip(pairs, outputs, strict=True)]
+        return decoded[model_name, length][index]
 
     return LiveAttentionWidget(compute, controls, DecodeView(max_len=lengths[1]),
                                title="Reverse a digit sequence: where do the errors start?")

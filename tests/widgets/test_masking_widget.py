@@ -68,8 +68,10 @@ def test_widget_draws_masked_cells_grey_and_reports_errors():
     widget = masking_widget()
     assert widget.error is None
     readouts = widget.set(mask_type="causal + padding", length_a=4, length_b=8, sequence="A")
-    assert readouts == {k: str(v) for k, v in masking_frame("causal + padding", 3, 4, 8, "A")
-                        .readouts.items()}
+    expected = masking_frame("causal + padding", 3, 4, 8, "A").readouts
+    assert readouts == {k: f"{v:.4f}" if isinstance(v, float) else str(v)
+                        for k, v in expected.items()}
+    assert "mean entropy (nats)" in readouts  # named by the frame, not added by the widget
     image = np.asarray(Image.open(io.BytesIO(widget.image.value)).convert("RGBA")).astype(int)
     grey = np.array([round(255 * c) for c in to_rgba(MASKED_COLOR)])
     assert (np.abs(image - grey).max(-1) <= 2).sum() > 500   # many grey pixels: masked cells

@@ -1,0 +1,318 @@
+"""The two panels every attention view shares: a heatmap with token labels and its colour bar
+(:class:`AttentionPanel`), and horizontal entropy bars with their ``ln`` ceiling
+(:class:`EntropyBars`). Both live in a :class:`~attn_helpers.widgets.core.BlitFigure`: axes,
+colour bar and titles are drawn once; the image, the token labels and the bars are animated.
+
+The heatmap's axes are sized for the largest shape seen so far (square cells), so a frame with
+fewer tokens or other labels still only blits; only a larger frame triggers one full redraw.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.cm import ScalarMappable
+from matplotlib.collections import LineCollection
+from matplotlib.colors import Normalize, to_rgb
+from matplotlib.font_manager import FontProperties, findfont, get_font
+from matplotlib.patches import Rectangle
+from matplotlib.transforms import blended_transform_factory, offset_copy
+from mpl_toolkits.axes_grid1 import make_axes_locatable
+from mpl_toolkits.axes_grid1.axes_size import Fixed
+
+from ..plots import ceiling_staircase, to_numpy, weights_cmap
+
+__all__ = [
+    "BAR_COLOR", "HIGHLIGHT_COLOR", "CEILING_COLOR", "EntropyBars", "TextSprites", "CellPainter",
+    "AttentionPanel",
+]
+
+BAR_COLOR = "#3b75af"
+HIGHLIGHT_COLOR = "#ff7f0e"
+CEILING_COLOR = "#c0392b"
+TITLE_PT, LABEL_PT, MIN_PT, MAX_PT = 10, 9, 8, 10
+
+
+class EntropyBars:
+    """One horizontal bar per row (an animated ``LineCollection`` of thick segments, much faster
+    than bar patches), the ceiling of each row as a dashed staircase, one row highlighted.
+
+    Used per query beside a heatmap and per head in notebook 04. ``labels``: static row labels
+    (``None``: rows aligned with a heatmap's rows, no labels).
+    """
+
+    def __init__(self, blit, ax, *, title: str, xlabel: str = "nats",
+                 labels: Sequence[str] | None = None):
+        self.blit, self.ax = blit, ax
+        ax.set_title(title, fontsize=TITLE_PT)
+        ax.set_xlabel(xlabel, fontsize=MIN_PT)
+        ax.tick_params(labelsize=MIN_PT)
+        if labels is None:
+            ax.set_yticks([])
+        else:
+            ax.set_yticks(range(len(labels)), labels, fontsize=MIN_PT)
+        self.bars = LineCollection([], colors=BAR_COLOR, capstyle="butt")
+        ax.add_collection(self.bars)
+        (self.ceiling,) = ax.plot([], [], color=CEILING_COLOR, linestyle="--", linewidth=1.2)
+        blit.animate(self.bars, self.ceiling)
+        blit.on_layout(self._fit_width)
+        self.rows, self.x_max = 0, 0.0
+
+    def layout(self, rows: int, x_max: float) -> None:
+        """Room for ``rows`` bars up to ``x_max`` nats (grows only; a full redraw when it does)."""
+        if rows > self.rows or x_max > self.x_max:
+            self.rows, self.x_max = max(rows, self.rows), max(x_max, self.x_max)
+            self.ax.set_ylim(self.rows - 0.5, -0.5)
+            self.ax.set_xlim(0, max(self.x_max, 0.1) * 1.1)
+            self.blit.invalidate()
+
+    def _fit_width(self) -> None:
+        if self.rows:
+            row_pt = self.ax.get_window_extent().height / self.rows * 72 / self.blit.figure.dpi
+            self.bars.set_linewidth(0.7 * row_pt)
+
+    def set(self, values, ceilings, highlight: int | None = None) -> None:
+        values, ceilings = to_numpy(values).astype(float), to_numpy(ceilings).astype(float)
+        rows = np.arange(len(values))
+        self.bars.set_segments(np.stack([np.stack([np.zeros(len(values)), rows], 1),
+                                         np.stack([values, rows], 1)], 1))
+        colors = [BAR_COLOR] * len(values)
+        if highlight is not None:
+            colors[highlight] = HIGHLIGHT_COLOR
+        self.bars.set_colors(colors)
+        self.ceiling.set_data(*ceiling_staircase(ceilings))
+
+
+class TextSprites:
+    """Text pasted into the rendered canvas from cached glyph bitmaps (FreeType, as Agg draws
+    text): about a hundred times cheaper per label than a matplotlib ``Text`` artist, so token
+    labels can change at every move and still only blit.
+
+    ``set(texts, xy)``: one text per point ``xy`` ``(n, 2)`` in ``transform``'s coordinates,
+    anchored by ``ha`` (left, center, right) and ``va`` (top, center, bottom).
+    """
+
+    _bitmaps: dict = {}
+
+    def __init__(self, blit, transform, *, size: float = 9, rotate: bool = False,
+                 ha: str = "center", va: str = "center", color: str = "black",
+                 zorder: float = 3.0):
+        self.blit, self.transform = blit, transform
+        self.size, self.rotate, self.ha, self.va = size, rotate, ha, va
+        self.color = np.array(to_rgb(color)) * 255
+        self.texts: list[str] = []
+        self.xy = np.zeros((0, 2))
+        self.visible = True
+        blit.overlay(self.paint, zorder)
+
+    def set(self, texts: Sequence[str], xy) -> None:
+        self.texts, self.xy = list(texts), np.asarray(xy, dtype=float).reshape(-1, 2)
+
+    def bitmap(self, text: str) -> np.ndarray:
+        """``(h, w)`` coverage in 0..1 of ``text`` at this size (rotated if asked), cached."""
+        key = (text, self.size, self.rotate, self.blit.figure.dpi)
+        if key not in self._bitmaps:
+            font = get_font(findfont(FontProperties()))
+            font.clear()
+            font.set_size(self.size, self.blit.figure.dpi)
+            font.set_text(text, 0.0)
+            font.draw_glyphs_to_bitmap(antialiased=True)
+            alpha = np.asarray(font.get_image(), dtype=np.float32) / 255
+            self._bitmaps[key] = np.ascontiguousarray(np.rot90(alpha) if self.rotate else alpha)
+        return self._bitmaps[key]
+
+    def paint(self, buffer: np.ndarray) -> None:
+        if not self.visible or not self.texts:
+            return
+        height, width = buffer.shape[:2]
+        anchors = self.transform.transform(self.xy)
+        fx = {"left": 0.0, "center": 0.5, "right": 1.0}[self.ha]
+        fy = {"top": 0.0, "center": 0.5, "bottom": 1.0}[self.va]
+        for text, (x, y) in zip(self.texts, anchors, strict=False):
+            if not text:
+                continue
+            alpha = self.bitmap(text)
+            h, w = alpha.shape
+            top, left = int(round(height - y - fy * h)), int(round(x - fx * w))
+            r0, c0, r1, c1 = max(top, 0), max(left, 0), min(top + h, height), min(left + w, width)
+            if r0 >= r1 or c0 >= c1:
+                continue
+            a = alpha[r0 - top:r1 - top, c0 - left:c1 - left, None]
+            region = buffer[r0:r1, c0:c1, :3]
+            region[:] = (region * (1 - a) + self.color * a).astype(np.uint8)
+
+
+class CellPainter:
+    """An ``(n_q, n_k)`` grid of weights painted into the canvas, one colour per data cell (what
+    ``imshow`` with nearest interpolation draws, in a fraction of its time). Masked cells get the
+    colormap's "bad" colour; cell ``(i, j)`` covers data ``[j - 0.5, j + 0.5] x [i - 0.5, i + 0.5]``.
+    """
+
+    def __init__(self, blit, ax, cmap, norm: Normalize | None = None, zorder: float = 0.5):
+        self.ax, self.cmap, self.norm = ax, cmap, norm or Normalize(0.0, 1.0, clip=True)
+        self.colors = np.zeros((0, 0, 4), dtype=np.uint8)
+        blit.overlay(self.paint, zorder)
+
+    def set(self, weights) -> None:
+        self.colors = self.cmap(self.norm(weights), bytes=True)  # (n_q, n_k, 4)
+
+    def paint(self, buffer: np.ndarray) -> None:
+        n_q, n_k = self.colors.shape[:2]
+        if not n_q or not n_k:
+            return
+        height = buffer.shape[0]
+        x = np.rint(self.ax.transData.transform(
+            np.stack([np.arange(n_k + 1) - 0.5, np.zeros(n_k + 1)], 1))[:, 0]).astype(int)
+        y = np.rint(height - self.ax.transData.transform(
+            np.stack([np.zeros(n_q + 1), np.arange(n_q + 1) - 0.5], 1))[:, 1]).astype(int)
+        x, y = np.clip(x, 0, buffer.shape[1]), np.clip(y, 0, height)
+        columns = np.repeat(np.arange(n_k), np.diff(x))
+        rows = np.repeat(np.arange(n_q), np.diff(y))
+        buffer[y[0]:y[-1], x[0]:x[-1]] = self.colors[rows[:, None], columns[None, :]]
+
+
+class _Labels:
+    """Token labels along one side of the heatmap: above it (keys) or left of it (queries), as
+    :class:`TextSprites`, with a size, rotation and spacing chosen so that none overlap."""
+
+    def __init__(self, blit, ax, axis: str):
+        self.ax, self.axis = ax, axis
+        if axis == "x":  # above the axes, x in data units
+            transform = offset_copy(blended_transform_factory(ax.transData, ax.transAxes),
+                                    fig=ax.figure, y=3, units="points")
+            self.sprites = TextSprites(blit, transform, ha="center", va="bottom")
+        else:  # left of the axes, y in data units
+            transform = offset_copy(blended_transform_factory(ax.transAxes, ax.transData),
+                                    fig=ax.figure, x=-4, units="points")
+            self.sprites = TextSprites(blit, transform, ha="right", va="center")
+        self.every = 1
+
+    def style(self, cell_pt: float, longest: int) -> float:
+        """Choose the font size (8 to 10 pt), whether to rotate key labels and which labels to
+        show (every one, or every second...) so that none overlap; return the room the labels
+        take beside the axes, in points."""
+        size = float(np.clip(0.8 * cell_pt, MIN_PT, MAX_PT))
+        self.every = max(1, math.ceil(1.15 * MIN_PT / cell_pt))
+        width = 0.68 * size * max(longest, 1)  # wide enough for capitals and digits
+        rotate = self.axis == "x" and width > 0.9 * cell_pt * self.every
+        self.sprites.size, self.sprites.rotate = size, rotate
+        return width + 4 if self.axis == "y" or rotate else 1.2 * size + 3
+
+    def set(self, labels: Sequence[str]) -> None:
+        shown = range(0, len(labels), self.every)
+        at = np.zeros((len(shown), 2))
+        at[:, 0 if self.axis == "x" else 1] = shown
+        if self.axis == "x":
+            at[:, 1] = 1.0  # the top of the axes
+        self.sprites.set([labels[i] for i in shown], at)
+
+
+class AttentionPanel:
+    """A heatmap (square cells, fixed 0..1 colour scale, token labels, colour bar right beside it)
+    and an entropy view per query with its ``ln(visible keys)`` ceiling, in one region of a
+    :class:`BlitFigure`. ``max_shape``: the largest ``(n_q, n_k)`` to make room for at once."""
+
+    def __init__(self, blit, region, *, title: str = "attention weights",
+                 max_shape: tuple[int, int] | None = None, entropy_width: float = 1.5,
+                 entropy_title: str = "entropy per query"):
+        self.blit = blit
+        figure = blit.figure
+        self.ax_map = figure.add_subplot(region)
+        self.title = title
+        self.ax_map.set_title(title, fontsize=TITLE_PT)
+        self.ax_map.set_aspect("equal")
+        self.cells = CellPainter(blit, self.ax_map, weights_cmap())
+        self.ax_map.set_xticks([])
+        self.ax_map.set_yticks([])
+        divider = make_axes_locatable(self.ax_map)
+        self.ax_bar = divider.append_axes("right", size=Fixed(0.12), pad=Fixed(0.08))
+        figure.colorbar(ScalarMappable(Normalize(0, 1), weights_cmap()), cax=self.ax_bar)
+        self.ax_bar.tick_params(labelsize=MIN_PT)
+        self.ax_entropy = divider.append_axes("right", size=Fixed(entropy_width), pad=Fixed(0.45))
+        self.entropy = EntropyBars(blit, self.ax_entropy, title=entropy_title,
+                                   xlabel="nats (dashes: ln visible keys)")
+        # room for the token labels, axis names and titles, resized at each layout
+        self.room = {side: Fixed(0.3) for side in ("left", "top", "bottom")}
+        for side, size in self.room.items():
+            divider.append_axes(side, size=size, pad=0).set_axis_off()
+        self.highlight = Rectangle((0, 0), 1, 1, fill=False, edgecolor=HIGHLIGHT_COLOR,
+                                   linewidth=2.5)
+        self.ax_map.add_patch(self.highlight)
+        self.xlabels, self.ylabels = _Labels(blit, self.ax_map, "x"), _Labels(blit, self.ax_map, "y")
+        blit.animate(self.highlight)
+        self.shape, self.longest = (0, 0), (0, 0)
+        if max_shape is not None:
+            self._layout(*max_shape, (1, 1))
+
+    def set_title(self, title: str) -> None:
+        """A new title for the heatmap (one full redraw)."""
+        if title != self.title:
+            self.title = title
+            self.ax_map.title.set_text(title)
+            self.blit.invalidate()
+
+    def _cell_pt(self) -> tuple[float, float]:
+        """Width and height of one heatmap cell in points, in the box the map really gets."""
+        ax = self.ax_map
+        ax.apply_aspect(ax.get_axes_locator()(ax, self.blit.canvas.get_renderer()))
+        box = ax.get_position(original=False)
+        width_pt, height_pt = np.array(self.blit.figure.get_size_inches()) * 72 * (box.width,
+                                                                                  box.height)
+        return width_pt / self.shape[1], height_pt / self.shape[0]
+
+    def _layout(self, n_q: int, n_k: int, longest: tuple[int, int]) -> None:
+        self.shape, self.longest = (n_q, n_k), longest
+        ax = self.ax_map
+        ax.set_xlim(-0.5, n_k - 0.5)
+        ax.set_ylim(n_q - 0.5, -0.5)
+        for side in self.room.values():
+            side.fixed_size = 0.2
+        for _ in range(3):  # the label size depends on the cell size, which depends on the room
+            cell_w, cell_h = self._cell_pt()
+            above = self.xlabels.style(cell_w, longest[1])
+            left = self.ylabels.style(cell_h, longest[0])
+            self.room["top"].fixed_size = (above + 2.2 * LABEL_PT + 1.6 * TITLE_PT) / 72
+            self.room["left"].fixed_size = (left + 2 * LABEL_PT + 2) / 72
+            self.room["bottom"].fixed_size = 3.2 * MIN_PT / 72
+        ax.xaxis.set_label_position("top")
+        ax.set_xlabel("key", fontsize=LABEL_PT, labelpad=above + 2)
+        ax.set_ylabel("query", fontsize=LABEL_PT, labelpad=left + 2)
+        ax.set_title(self.title, fontsize=TITLE_PT, pad=above + 4 + 1.6 * LABEL_PT)
+        self.entropy.layout(n_q, math.log(max(n_k, 1)))
+        self.blit.invalidate()
+
+    def set_frame(self, frame) -> None:
+        """Update the animated artists from an ``AttentionFrame`` (a full redraw only when it is
+        larger than any frame before, or its labels longer)."""
+        weights = to_numpy(frame.weights)
+        n_q, n_k = weights.shape
+        if frame.highlight_row is not None and not 0 <= frame.highlight_row < n_q:
+            raise ValueError(f"highlight_row must lie in 0..{n_q - 1}, got {frame.highlight_row}")
+        query_labels = [str(label) for label in frame.query_labels]
+        key_labels = [str(label) for label in frame.key_labels]
+        longest = (max(map(len, query_labels)), max(map(len, key_labels)))
+        if (n_q > self.shape[0] or n_k > self.shape[1] or longest[0] > self.longest[0]
+                or longest[1] > self.longest[1]):
+            self._layout(max(n_q, self.shape[0]), max(n_k, self.shape[1]),
+                         (max(longest[0], self.longest[0]), max(longest[1], self.longest[1])))
+        if frame.mask is not None:
+            weights = np.ma.masked_where(~to_numpy(frame.mask).astype(bool), weights)
+        self.cells.set(weights)
+        self.xlabels.set(key_labels)
+        self.ylabels.set(query_labels)
+        entropy = to_numpy(frame.entropy)
+        if frame.mask is not None:  # a row with no visible key has no distribution to show
+            entropy = np.where(to_numpy(frame.mask).any(-1), entropy, 0.0)
+        self.entropy.set(entropy, frame.ceiling, frame.highlight_row)
+        self.highlight.set_visible(frame.highlight_row is not None)
+        if frame.highlight_row is not None:
+            self.highlight.set_bounds(-0.5, frame.highlight_row - 0.5, n_k, 1)
+
+    def key_labels(self) -> list[str]:
+        """The key labels on show (tests read them)."""
+        return self.xlabels.sprites.texts
+
+    def query_labels(self) -> list[str]:
+        return self.ylabels.sprites.texts

