@@ -1,16 +1,26 @@
-"""Notebook 06: alignment measures for the GRU model's cross-attention (and, later, the
-Transformer decoder's): does output step ``t`` read the input it must copy?"""
+"""Notebook 06: alignment measures for the GRU model's cross-attention (does output step ``t``
+read the input it must copy?), the Transformer decoder layer checked against PyTorch, encoder keys
+and values projected once per sentence, and the claims the notebook asserts."""
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from .._checks import require_positive_int, require_tensor, shape
+from ..attention import scaled_dot_product_attention
 from ..entropy import attention_entropy
+from ..multihead import MultiHeadAttention, merge_heads, split_heads
+from ..transformer import DecoderLayer
 from .rnn_bottleneck import Seq2Seq, predict
 from .tasks import DATES, ISO_STEP_FIELDS, Batch, collate, date_fields, eval_batches, example
 
-__all__ = ["antidiagonal_hits", "date_field_hits", "alignment_claims", "dates_claims"]
+__all__ = ["antidiagonal_hits", "date_field_hits", "neighbour_steps", "decoder_layer_gap",
+           "cross_attention_memory_once", "alignment_claims", "dates_claims", "decoder_claims"]
+
+#: at steps whose strongest weight is a neighbour of the mirror position, the mirror itself keeps
+#: at least this much weight on average, and at least this share of those steps is still right
+NEIGHBOUR_MIRROR_WEIGHT, NEIGHBOUR_CORRECT = 0.2, 0.97
 
 
 def antidiagonal_hits(weights: torch.Tensor, batch: Batch, tolerance: int = 0) -> torch.Tensor:
@@ -52,6 +62,27 @@ def _check_weights_for(weights, batch: Batch) -> None:
                          f"got {shape(weights)}")
 
 
+def neighbour_steps(attended: Seq2Seq) -> dict[str, float]:
+    """Over the reversal test set (50 sequences of every length), the steps whose strongest weight
+    is *next to* the mirror position ``L - 1 - t`` (off by exactly one): how many, the share
+    whose output digit is still correct, the mean weight left on the mirror position, and the
+    mean strongest weight."""
+    count = correct = 0
+    mirror_weight, peak_weight = [], []
+    for test in eval_batches("reversal", 50).values():
+        predicted, weights = predict(attended, test)                  # (b, n_t), (b, n_t, n_src)
+        off = antidiagonal_hits(weights, test, tolerance=1) & ~antidiagonal_hits(weights, test)
+        steps = torch.arange(weights.shape[1])[None, :]
+        mirror = (test.src_lengths[:, None] - 1 - steps).clamp(min=0)  # (b, n_t)
+        count += int(off.sum())
+        correct += int((off & (predicted == test.tgt_out[:, : predicted.shape[1]])).sum())
+        mirror_weight.append(weights.gather(-1, mirror[..., None])[..., 0][off])
+        peak_weight.append(weights.max(-1).values[off])
+    return {"steps": count, "correct": correct / count,
+            "mirror weight": torch.cat(mirror_weight).mean().item(),
+            "peak weight": torch.cat(peak_weight).mean().item()}
+
+
 def alignment_claims(attended: Seq2Seq) -> dict[str, bool]:
     """The reversal model's alignment: a band around the anti-diagonal, not a line."""
     exact, near = [], []
@@ -62,6 +93,7 @@ def alignment_claims(attended: Seq2Seq) -> dict[str, bool]:
     exact, near = torch.stack(exact), torch.stack(near)
     source, target = example("reversal", 0, 24)                 # notebook 01's widget example
     _, weights = predict(attended, collate("reversal", [(source, target)]))
+    neighbours = neighbour_steps(attended)
     return {
         "the strongest weight sits exactly on the anti-diagonal in 40% to 85% of steps":
             0.4 < exact.mean().item() < 0.85,
@@ -69,6 +101,10 @@ def alignment_claims(attended: Seq2Seq) -> dict[str, bool]:
             near.mean().item() >= 0.97 and near.min().item() >= 0.93,
         "in the 24-digit example, every step is within one position of the anti-diagonal":
             bool(((weights[0].argmax(-1) - torch.arange(23, -1, -1)).abs() <= 1).all()),
+        f"where the peak is on a neighbour, the mirror keeps >= {NEIGHBOUR_MIRROR_WEIGHT} of "
+        f"the weight on average and >= {NEIGHBOUR_CORRECT:.0%} of those digits are right":
+            neighbours["mirror weight"] >= NEIGHBOUR_MIRROR_WEIGHT
+            and neighbours["correct"] >= NEIGHBOUR_CORRECT,
     }
 
 
@@ -92,5 +128,77 @@ def dates_claims(model: Seq2Seq) -> dict[str, bool]:
             mean_entropy[separators].mean().item() > 1.5 * mean_entropy[digits].mean().item(),
         "the step with the highest mean entropy is a separator":
             int(mean_entropy.argmax()) in separators,
+        "yet the first separator is below the first two year digits (not every separator "
+        "is above every digit)":
+            bool(mean_entropy[separators[0]] < mean_entropy[:2].min()),
         "the notebook's example decodes correctly": DATES.tgt_vocab.decode(tokens[0]) == iso,
+    }
+
+
+def decoder_layer_gap(norm_first: bool, *, seed: int = 0) -> float:
+    """Largest ``|difference|`` between ``torch.nn.TransformerDecoderLayer`` (4 heads, d = 16,
+    no dropout) and ``DecoderLayer.from_torch`` of it, with a causal target mask and a padded
+    memory."""
+    torch.manual_seed(seed)
+    theirs = nn.TransformerDecoderLayer(16, 4, dim_feedforward=32, dropout=0.0, batch_first=True,
+                                        norm_first=norm_first).eval()
+    ours = DecoderLayer.from_torch(theirs)
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)       # (b, n, d), (b, n_m, d)
+    real = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])    # (b, n_m): True = real
+    future = nn.Transformer.generate_square_subsequent_mask(5)     # torch: -inf = hidden
+    with torch.no_grad():
+        expected = theirs(x, memory, tgt_mask=future, memory_key_padding_mask=~real,
+                          tgt_is_causal=True)
+        got = ours(x, memory, causal=True, memory_padding=real)
+    return (got - expected).abs().max().item()
+
+
+def cross_attention_memory_once(cross: MultiHeadAttention, y: torch.Tensor,
+                                memory: torch.Tensor, memory_padding: torch.Tensor | None = None):
+    """Cross-attention decoded one target position at a time, with the memory's keys and values
+    projected **once** and reused at every step.
+
+    Args:
+        cross: the cross-attention layer (``num_kv_heads == num_heads``).
+        y: ``(b, n, d_model)`` the decoder states, one row per step; memory: ``(b, n_m, kdim)``.
+        memory_padding: optional bool ``(b, n_m)``, True = a real memory token.
+
+    Returns:
+        ``(output (b, n, d_model), k_proj_calls)``: the output equals ``cross(y, memory, memory,
+        mask)``; ``k_proj_calls`` counts how often the key projection ran (1).
+    """
+    if not isinstance(cross, MultiHeadAttention) or cross.num_kv_heads != cross.num_heads:
+        raise TypeError("cross must be a MultiHeadAttention with num_kv_heads == num_heads")
+    calls = []
+    hook = cross.k_proj.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        h = cross.num_heads
+        mask = None if memory_padding is None else memory_padding[:, None, None, :]  # (b,1,1,n_m)
+        keys = split_heads(cross.k_proj(memory), h)             # (b, h, n_m, d_head): once
+        values = split_heads(cross.v_proj(memory), h)           # (b, h, n_m, d_head): once
+        steps = []
+        for t in range(y.shape[1]):                             # one decoding step at a time
+            q_t = split_heads(cross.q_proj(y[:, t : t + 1]), h)   # (b, h, 1, d_head)
+            o_t, _ = scaled_dot_product_attention(q_t, keys, values, mask)
+            steps.append(cross.out_proj(merge_heads(o_t)))      # (b, 1, d_model)
+    finally:
+        hook.remove()
+    return torch.cat(steps, dim=1), len(calls)
+
+
+def decoder_claims() -> dict[str, bool]:
+    """Notebook 06's statements about the Transformer decoder layer built from the course's parts."""
+    torch.manual_seed(0)
+    layer = DecoderLayer(16, 4, 32)
+    y, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    real = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
+    with torch.no_grad():
+        once, calls = cross_attention_memory_once(layer.cross_attn, y, memory, real)
+        full, _ = layer.cross_attn(y, memory, memory, real[:, None, :])
+    return {
+        "DecoderLayer.from_torch equals nn.TransformerDecoderLayer, post-norm (within 1e-5)":
+            decoder_layer_gap(False) < 1e-5,
+        "... and pre-norm (norm_first=True)": decoder_layer_gap(True) < 1e-5,
+        "memory keys and values projected once and reused give the same cross-attention":
+            calls == 1 and torch.allclose(once, full, atol=1e-6),
     }

@@ -1,0 +1,92 @@
+"""Notebook 06's measures and claims: alignment hits on synthetic weights, the decoder layer
+against torch, memory keys and values projected once, and the claims on the shipped models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attn_helpers as ah
+from attn_helpers.lessons import cross_attention, rnn_bottleneck, tasks
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """The GRU models are tiny: one thread is fastest, and steady on a busy machine."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def reversal_model():
+    return rnn_bottleneck.load_pretrained("seq2seq_reversal_additive")
+
+
+def _one_hot_alignment(batch, shift: int) -> torch.Tensor:
+    """(b, n_t, n_src) weights whose peak is the mirror position moved by ``shift``."""
+    b, n_t, n_src = len(batch), batch.tgt_out.shape[1], batch.src.shape[1]
+    weights = torch.full((b, n_t, n_src), 0.01)
+    for i in range(b):
+        L = int(batch.src_lengths[i])
+        for t in range(L):
+            weights[i, t, min(max(L - 1 - t + shift, 0), n_src - 1)] = 1.0
+    return weights
+
+
+def test_antidiagonal_hits_exact_and_with_tolerance():
+    batch = tasks.collate("reversal", [tasks.example("reversal", i, 6 + i) for i in range(3)])
+    exact = cross_attention.antidiagonal_hits(_one_hot_alignment(batch, 0), batch)
+    real = torch.arange(exact.shape[1])[None, :] < batch.tgt_lengths[:, None]
+    assert torch.equal(exact, real)                           # every real step, no padded one
+    shifted = _one_hot_alignment(batch, 1)
+    assert not (cross_attention.antidiagonal_hits(shifted, batch) & real)[:, 1:].any()
+    near = cross_attention.antidiagonal_hits(shifted, batch, tolerance=1)
+    assert near[:, 1:][real[:, 1:]].all()
+    with pytest.raises(ValueError, match="weights"):
+        cross_attention.antidiagonal_hits(torch.zeros(2, 3, 4), batch)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_layer_matches_torch(norm_first):
+    assert cross_attention.decoder_layer_gap(norm_first) < 1e-5
+
+
+def test_memory_projected_once_equals_the_whole_cross_attention():
+    torch.manual_seed(3)
+    cross = ah.MultiHeadAttention(16, 4, kdim=12, vdim=12)
+    y, memory = torch.randn(2, 6, 16), torch.randn(2, 5, 12)
+    real = torch.tensor([[True] * 5, [True] * 2 + [False] * 3])
+    with torch.no_grad():
+        once, calls = cross_attention.cross_attention_memory_once(cross, y, memory, real)
+        full, _ = cross(y, memory, memory, real[:, None, :])
+        unmasked, _ = cross_attention.cross_attention_memory_once(cross, y, memory)
+    assert calls == 1 and torch.allclose(once, full, atol=1e-6)
+    assert not torch.allclose(unmasked[1], full[1], atol=1e-3)  # the padding mask is applied
+    assert len(cross.k_proj._forward_hooks) == 0                 # the counting hook is removed
+    with pytest.raises(TypeError, match="num_kv_heads"):
+        cross_attention.cross_attention_memory_once(
+            ah.MultiHeadAttention(16, 4, num_kv_heads=2), y, y)
+
+
+def test_decoder_claims_hold():
+    claims = cross_attention.decoder_claims()
+    assert all(claims.values()), claims
+
+
+def test_neighbour_steps_and_alignment_claims(reversal_model):
+    stats = cross_attention.neighbour_steps(reversal_model)
+    assert stats["steps"] > 1000
+    assert 0 < stats["mirror weight"] < stats["peak weight"] <= 1
+    assert 0.97 <= stats["correct"] <= 1
+    claims = cross_attention.alignment_claims(reversal_model)
+    assert all(claims.values()), claims
+
+
+def test_dates_claims_hold_and_can_fail():
+    model = rnn_bottleneck.load_pretrained("seq2seq_dates_general")
+    claims = cross_attention.dates_claims(model)
+    assert all(claims.values()), claims
+    untrained = rnn_bottleneck.build_model(rnn_bottleneck.CONFIGS["seq2seq_dates_general"])
+    assert not all(cross_attention.dates_claims(untrained).values())
