@@ -6,53 +6,65 @@ grow like :math:`\sqrt{d_k}` and the softmax saturates (one weight near 1, the o
 A saturated softmax has a Jacobian :math:`J = \mathrm{diag}(a) - a a^\top` near zero, so almost no
 gradient reaches the scores. Dividing by :math:`\sqrt{d_k}` brings the variance back to 1.
 A temperature ``T`` divides the scores once more: ``softmax(s / T)``.
+The argument assumes unit-variance components, i.e. holds at such an initialisation; PyTorch's
+default ``nn.Linear`` init gives score std about :math:`\sqrt{d_k}/3`, and training can grow the
+scores. :func:`claims` states, as named booleans, what the notebook says about each measurement;
+the thresholds are defined once, below.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
+from itertools import pairwise
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from .._checks import require_min_dim, require_positive_int, require_tensor, shape
 from ..entropy import attention_entropy
 from ..measure import fit_power_law
-from ..training import TrainResult, train
+from ..training import TrainResult
+from .scaling_training import (
+    RetrievalModel,
+    _check_scaled,
+    mean_loss,
+    retrieval_batch,
+    spikes,
+    train_retrieval,
+)
 
 __all__ = [
-    "D_KS",
-    "dot_products",
-    "dot_product_variance",
-    "variance_table",
-    "loglog_slope",
-    "random_scores",
-    "softmax_jacobian",
-    "jacobian_norm",
-    "saturation_stats",
-    "saturation_table",
-    "temperature_softmax",
-    "temperature_for_entropy",
-    "RetrievalModel",
-    "retrieval_batch",
-    "train_retrieval",
-    "mean_loss",
-    "smoothed",
+    "D_KS", "dot_products", "variance_table", "loglog_slope",
+    "random_scores", "softmax_jacobian", "jacobian_norm", "saturation_stats",
+    "saturation_table", "temperature_softmax", "temperature_for_entropy", "jacobian_curve",
+    "default_init_score_std", "RetrievalModel", "retrieval_batch", "train_retrieval",
+    "mean_loss", "spikes", "claims", "SPREADS",
 ]
 
 D_KS = (4, 16, 64, 256, 1024)
+SPREADS = tuple(2.0 ** (i / 4) for i in range(-16, 29))  # score std 1/16 .. 128, for jacobian_curve
+
+# The thresholds of the claims, defined once (see claims()).
+REL_TOL = 0.1               # measured variances and stds within 10 % of the formula
+SLOPE_TOL = 0.05            # log-log slopes within 0.05 of 1 (unscaled) and 0 (scaled)
+ONE_HOT = (0.95, 0.15)      # unscaled at d_k = 1024: mean largest weight above, entropy below
+FLAT = (0.06, 0.1, 0.02)    # scaled: spread over d_k of the mean largest weight, entropy, |J|
+J_FRACTION = 0.2            # unscaled |J| at d_k = 1024 below this fraction of the scaled one
+J_SLOPE = (-0.7, -0.3)      # unscaled |J|: log-log slope against d_k from 64 on
+TYPICAL_ROW = 0.1           # unscaled, d_k >= 256: median |J| below this fraction of the mean
+UNIFORM_BELOW_PEAK = 0.8    # |J| of near-uniform rows below this fraction of the peak
+SLOW_START = 3              # unscaled mean loss over the first 100 steps > 3x the scaled one
+SOLVED = 0.05               # scaled mean loss over steps 50..100 below this
+SPIKE = 0.01                # a step is a spike when its loss exceeds this...
+SPIKES = (20, 2)            # ...unscaled: at least 20 spikes after step 100; scaled: at most 2
+LOWER_END = 100            # ...but between spikes its median loss ends 100x below the scaled one
+LOGIT_GROWTH = 2            # training multiplies the score std of the scaled model by > 2
 
 
 def _generator(generator: torch.Generator | None, seed: int = 0) -> torch.Generator:
     return generator if generator is not None else torch.Generator().manual_seed(seed)
-
-
-def _check_scaled(scaled) -> bool:
-    if not isinstance(scaled, bool):
-        raise TypeError(f"scaled must be a bool, got {type(scaled).__name__}")
-    return scaled
 
 
 def dot_products(
@@ -70,14 +82,6 @@ def dot_products(
     return dots / math.sqrt(d_k) if scaled else dots
 
 
-def dot_product_variance(
-    d_k: int, *, scaled: bool = False, n_samples: int = 10_000,
-    generator: torch.Generator | None = None,
-) -> float:
-    """Sample variance of :func:`dot_products`: about ``d_k`` unscaled, about 1 scaled."""
-    return dot_products(d_k, n_samples, scaled=scaled, generator=generator).var().item()
-
-
 def variance_table(
     d_ks: Sequence[int] = D_KS, *, n_samples: int = 10_000, seed: int = 0,
 ) -> list[dict[str, float]]:
@@ -92,8 +96,7 @@ def variance_table(
 
 
 def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Slope of ``log y`` against ``log x`` (1 for ``y ∝ x``, 0 for constant ``y``): the exponent
-    of :func:`attn_helpers.measure.fit_power_law`."""
+    """Slope of ``log y`` against ``log x`` (1 for ``y ∝ x``, 0 for constant ``y``)."""
     return fit_power_law(xs, ys).slope
 
 
@@ -102,26 +105,25 @@ def random_scores(
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """``(n_queries, n_keys)`` float64 scores ``q . k / (sqrt(d_k) if scaled else 1) / T`` for
-    standard normal queries and keys of size ``d_k``."""
+    standard normal queries and keys of size ``d_k``, every query with its own ``n_keys`` keys.
+
+    For a fixed ``q``, ``q . k`` with ``k`` standard normal is exactly normal with variance
+    ``|q|^2``: each row is drawn that way, without storing ``n_queries * n_keys`` keys."""
     require_positive_int("d_k", d_k)
     require_positive_int("n_queries", n_queries)
     require_positive_int("n_keys", n_keys)
     _check_scaled(scaled)
     _check_temperature(temperature)
     g = _generator(generator)
-    q = torch.randn(n_queries, d_k, generator=g, dtype=torch.float64)
-    k = torch.randn(n_keys, d_k, generator=g, dtype=torch.float64)
-    scores = q @ k.T
-    if scaled:
-        scores = scores / math.sqrt(d_k)
+    q = torch.randn(n_queries, 1, d_k, generator=g, dtype=torch.float64)
+    z = torch.randn(n_queries, n_keys, generator=g, dtype=torch.float64)
+    scores = q.norm(dim=-1) * z / (math.sqrt(d_k) if scaled else 1.0)   # (n_queries, n_keys)
     return scores / temperature
 
 
 def softmax_jacobian(weights: torch.Tensor) -> torch.Tensor:
     r"""Jacobian of the softmax at the point where it outputs ``weights``:
-    :math:`J_{ij} = \partial a_i / \partial s_j = a_i(\delta_{ij} - a_j)`.
-
-    ``(..., n) -> (..., n, n)``.
+    :math:`J_{ij} = \partial a_i / \partial s_j = a_i(\delta_{ij} - a_j)`; ``(..., n) -> (..., n, n)``.
     """
     require_tensor("weights", weights, floating=True)
     require_min_dim("weights", weights, 1, "(..., n)")
@@ -129,8 +131,12 @@ def softmax_jacobian(weights: torch.Tensor) -> torch.Tensor:
 
 
 def jacobian_norm(weights: torch.Tensor) -> torch.Tensor:
-    """Frobenius norm of :func:`softmax_jacobian` for each row: ``(..., n) -> (...)``. Zero for a
-    one-hot row; largest (``sqrt((n-1)/n) / sqrt(n)``... about ``1/sqrt(n)``) for a uniform one."""
+    """Frobenius norm of :func:`softmax_jacobian` for each row: ``(..., n) -> (...)``.
+
+    Zero for a one-hot row, ``sqrt(n - 1) / n`` (about ``1/sqrt(n)``) for a uniform row of ``n``,
+    and 1/2 for two keys tied at 1/2 each, the largest value it takes (a property test checks
+    this): the norm peaks at intermediate sharpness, not at either extreme.
+    """
     return torch.linalg.matrix_norm(softmax_jacobian(weights))
 
 
@@ -138,23 +144,62 @@ def saturation_stats(
     d_k: int, *, scaled: bool, n_keys: int = 16, n_queries: int = 2000, seed: int = 0,
 ) -> dict[str, float]:
     """Means over random queries of the largest weight, the entropy (nats) and the softmax
-    Jacobian norm, for scores of size ``d_k`` with or without the ``1/sqrt(d_k)`` scaling."""
+    Jacobian norm, and the median Jacobian norm (a typical row), for scores of size ``d_k`` with
+    or without the ``1/sqrt(d_k)`` scaling."""
     scores = random_scores(d_k, n_queries, n_keys, scaled=scaled,
                            generator=torch.Generator().manual_seed(seed))
     weights = torch.softmax(scores, dim=-1)
+    norms = jacobian_norm(weights)
     return {"max weight": weights.amax(-1).mean().item(),
             "entropy": attention_entropy(weights).mean().item(),
-            "jacobian norm": jacobian_norm(weights).mean().item()}
+            "jacobian norm": norms.mean().item(), "median jacobian norm": norms.median().item()}
 
 
 def saturation_table(
     d_ks: Sequence[int] = D_KS, *, n_keys: int = 16, n_queries: int = 2000, seed: int = 0,
 ) -> list[dict]:
     """:func:`saturation_stats` for every ``d_k``, unscaled and scaled: a list of rows
-    ``{"d_k", "scaled", "max weight", "entropy", "jacobian norm"}``."""
+    ``{"d_k", "scaled", "max weight", "entropy", "jacobian norm", "median jacobian norm"}``."""
     return [{"d_k": d_k, "scaled": scaled,
              **saturation_stats(d_k, scaled=scaled, n_keys=n_keys, n_queries=n_queries, seed=seed)}
             for scaled in (False, True) for d_k in d_ks]
+
+
+def jacobian_curve(
+    spreads: Sequence[float] = SPREADS, *, n_keys: int = 16, n_queries: int = 2000, seed: int = 0,
+) -> list[float]:
+    """Mean :func:`jacobian_norm` over ``n_queries`` rows of ``n_keys`` independent scores of
+    standard deviation ``spread``, for each spread (the same rows, multiplied by each spread).
+
+    Small spreads give near-uniform rows (norm ``sqrt(n-1)/n``), large ones near one-hot rows
+    (norm near 0); in between the curve has a peak.
+    """
+    require_positive_int("n_keys", n_keys)
+    require_positive_int("n_queries", n_queries)
+    z = torch.randn(n_queries, n_keys, generator=torch.Generator().manual_seed(seed),
+                    dtype=torch.float64)
+    return [jacobian_norm(torch.softmax(spread * z, dim=-1)).mean().item() for spread in spreads]
+
+
+def default_init_score_std(
+    d_k: int, *, d_model: int = 256, n_samples: int = 4000, seed: int = 0,
+) -> float:
+    """Standard deviation of the raw score ``q . k`` when ``q = x W_Q + b_Q`` and
+    ``k = y W_K + b_K`` come from two ``nn.Linear(d_model, d_k)`` with PyTorch's default
+    initialisation and ``x, y`` have independent standard normal components.
+
+    The default draws weights (and biases) uniformly in ``±1/sqrt(d_model)``, variance
+    ``1/(3 d_model)``, so every component of ``q`` and ``k`` has variance about 1/3 and the
+    score's standard deviation is about ``sqrt(d_k)/3``, not ``sqrt(d_k)``.
+    """
+    require_positive_int("d_k", d_k)
+    require_positive_int("d_model", d_model)
+    torch.manual_seed(seed)
+    w_q, w_k = nn.Linear(d_model, d_k), nn.Linear(d_model, d_k)
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(2, n_samples, d_model, generator=g)
+    with torch.no_grad():
+        return (w_q(x) * w_k(y)).sum(-1).std().item()
 
 
 def _check_temperature(temperature) -> float:
@@ -203,89 +248,103 @@ def temperature_for_entropy(
     return math.exp(0.5 * (lo + hi))
 
 
-# --- the training experiment: the same model with and without the scaling -------------------
+def _within(measured: float, expected: float, tol: float = REL_TOL) -> bool:
+    return abs(measured / expected - 1) < tol
 
 
-class RetrievalModel(nn.Module):
-    r"""One attention step that must find, among ``n`` keys, the one the query is a noisy copy of,
-    and return that key's value.
-
-    ``q = x_query W_Q``, ``k_j = x_j W_K`` with ``W`` initialised so that every component of ``q``
-    and ``k`` has variance about 1; scores ``q . k_j`` are divided by :math:`\sqrt{d_k}` only when
-    ``scaled``. ``forward(query (b, d_in), keys (b, n, d_in), values (b, n, d_v)) -> (b, d_v)``.
-    """
-
-    def __init__(self, d_in: int, d_k: int, *, scaled: bool):
-        super().__init__()
-        require_positive_int("d_in", d_in)
-        require_positive_int("d_k", d_k)
-        self.scaled = _check_scaled(scaled)
-        self.d_k = d_k
-        self.w_q = nn.Linear(d_in, d_k, bias=False)
-        self.w_k = nn.Linear(d_in, d_k, bias=False)
-        for layer in (self.w_q, self.w_k):
-            nn.init.normal_(layer.weight, std=1.0 / math.sqrt(d_in))
-
-    def forward(self, query, keys, values):
-        q = self.w_q(query)[:, None, :]                  # (b, 1, d_k)
-        k = self.w_k(keys)                               # (b, n, d_k)
-        scores = (q * k).sum(-1)                         # (b, n)
-        if self.scaled:
-            scores = scores / math.sqrt(self.d_k)
-        return (torch.softmax(scores, dim=-1)[:, :, None] * values).sum(1)
+def _rising(xs: Sequence[float]) -> bool:
+    return all(a < b for a, b in pairwise(xs))
 
 
-def retrieval_batch(
-    batch: int, generator: torch.Generator, *, n_keys: int = 16, d_in: int = 64, d_v: int = 8,
-    noise: float = 0.5,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(query (b, d_in), keys (b, n, d_in), values (b, n, d_v), target (b, d_v))``: the query is
-    one of the keys plus Gaussian noise, the target is that key's value."""
-    keys = torch.randn(batch, n_keys, d_in, generator=generator)
-    values = torch.randn(batch, n_keys, d_v, generator=generator)
-    index = torch.randint(n_keys, (batch,), generator=generator)
-    rows = torch.arange(batch)
-    query = keys[rows, index] + noise * torch.randn(batch, d_in, generator=generator)
-    return query, keys, values, values[rows, index]
+def _spread(xs: Sequence[float]) -> float:
+    return max(xs) - min(xs)
 
 
-def train_retrieval(
-    *, scaled: bool, d_k: int = 256, seed: int = 0, steps: int = 300, lr: float = 3e-3,
-    batch: int = 64, d_in: int = 64,
-) -> TrainResult:
-    """Train a :class:`RetrievalModel` (mean squared error to the target value); return its losses.
-    Runs on one thread (see :func:`attn_helpers.training.single_thread`).
-
-    The two settings of ``scaled`` share the seed, so they start from the same weights and see
-    the same batches: the scaling is the only difference.
-    """
-    torch.manual_seed(seed)
-    model = RetrievalModel(d_in, d_k, scaled=scaled)
-
-    def make_batch(_step, generator):
-        return retrieval_batch(batch, generator, d_in=d_in)
-
-    def loss_fn(m, query, keys, values, target):
-        return F.mse_loss(m(query, keys, values), target)
-
-    return train(model, make_batch, loss_fn, steps=steps, lr=lr, seed=seed, progress=False,
-                 single_threaded=True)
+def _column(rows: list[dict], name: str, scaled: bool) -> list[float]:
+    return [r[name] for r in rows if r["scaled"] == scaled]
 
 
-def mean_loss(losses: Sequence[float], start: int = 0, stop: int | None = None) -> float:
-    """Mean of ``losses[start:stop]`` (e.g. the first 100 steps of a :class:`TrainResult`)."""
-    part = list(losses)[start:stop]
-    if not part:
-        raise ValueError(f"no losses in [{start}:{stop}] of {len(losses)}")
-    return sum(part) / len(part)
-
-
-def smoothed(losses: Sequence[float], window: int = 10) -> tuple[list[int], list[float]]:
-    """Means of consecutive blocks of ``window`` losses, for plotting a noisy curve.
-
-    Returns ``(steps, means)``: the last step (1-based) of each block and the block's mean.
-    """
-    require_positive_int("window", window)
-    losses = list(losses)
-    steps = list(range(window, len(losses) + 1, window))
-    return steps, [sum(losses[s - window:s]) / window for s in steps]
+def claims(
+    *, variance: list[dict] | None = None, example: tuple | None = None,
+    saturation: list[dict] | None = None, gradients: list[dict] | None = None,
+    curve: Sequence[float] | None = None, init_stds: dict[int, float] | None = None,
+    runs: dict[bool, TrainResult] | None = None, temperature: tuple | None = None,
+) -> dict[str, bool]:
+    """Notebook 03's statements, each checked on the measurements given (the others are skipped):
+    ``variance`` (:func:`variance_table`), ``example`` ``(raw weights, scaled weights)`` of one
+    set of queries and keys, ``saturation`` and ``gradients`` (both :func:`saturation_table` over
+    :data:`D_KS`), ``curve`` (:func:`jacobian_curve` over :data:`SPREADS`, 16 keys), ``init_stds``
+    ``{d_k: default_init_score_std(d_k)}``, ``runs`` ``{True: scaled, False: unscaled}``
+    (:func:`train_retrieval`) and ``temperature`` ``(row of scores, T_half)``."""
+    out = {}
+    if variance is not None:
+        d_ks = [r["d_k"] for r in variance]
+        raw, scaled = [r["variance"] for r in variance], [r["scaled variance"] for r in variance]
+        out[f"Var(q.k) within {REL_TOL:.0%} of d_k, Var(q.k/sqrt(d_k)) within {REL_TOL:.0%} of 1"] = (
+            all(_within(v, d) and _within(s, 1) for v, s, d in zip(raw, scaled, d_ks, strict=True)))
+        out["log-log slope 1 unscaled, 0 scaled"] = (
+            abs(loglog_slope(d_ks, raw) - 1) < SLOPE_TOL
+            and abs(loglog_slope(d_ks, scaled)) < SLOPE_TOL)
+    if example is not None:
+        raw, scaled = example
+        out["the raw example is nearly one-hot (mean largest weight > 0.9), the scaled < 0.5"] = (
+            raw.amax(-1).mean().item() > 0.9 and scaled.amax(-1).mean().item() < 0.5)
+        out["same best key with and without the scaling"] = bool(
+            (raw.argmax(-1) == scaled.argmax(-1)).all())
+    if saturation is not None:
+        top, ent = _column(saturation, "max weight", False), _column(saturation, "entropy", False)
+        out["unscaled: the largest weight rises and the entropy falls with every d_k step"] = (
+            _rising(top) and _rising([-e for e in ent]))
+        out[f"unscaled, d_k = 1024: largest weight > {ONE_HOT[0]}, entropy < {ONE_HOT[1]}"] = (
+            top[-1] > ONE_HOT[0] and ent[-1] < ONE_HOT[1])
+        out["scaled: largest weight and entropy flat in d_k"] = (
+            _spread(_column(saturation, "max weight", True)) < FLAT[0]
+            and _spread(_column(saturation, "entropy", True)) < FLAT[1])
+    if gradients is not None:
+        jac, jac_on = (_column(gradients, "jacobian norm", on) for on in (False, True))
+        out[f"unscaled |J| falls with d_k, below {J_FRACTION} of the scaled one at 1024"] = (
+            _rising([-j for j in jac]) and jac[-1] < J_FRACTION * jac_on[-1])
+        out[f"unscaled |J| ~ 1/sqrt(d_k) from d_k = 64 on (slope in {J_SLOPE})"] = (
+            J_SLOPE[0] < loglog_slope(D_KS[2:], jac[2:]) < J_SLOPE[1])
+        out[f"scaled |J| does not depend on d_k (spread < {FLAT[2]})"] = _spread(jac_on) < FLAT[2]
+        out[f"unscaled, d_k >= 256: the median row's |J| is below {TYPICAL_ROW} of the mean"] = all(
+            r["median jacobian norm"] < TYPICAL_ROW * r["jacobian norm"]
+            for r in gradients if not r["scaled"] and r["d_k"] >= 256)
+        out["at d_k = 4 the unscaled |J| is larger than the scaled one"] = jac[0] > jac_on[0]
+    if curve is not None:
+        peak = max(curve)
+        at = SPREADS[curve.index(peak)]
+        out["|J| peaks at a score std between 1 (scaled) and 4 (unscaled d_k = 16)"] = 1 < at < 4
+        out[f"near-uniform rows pass less than {UNIFORM_BELOW_PEAK} of the peak, sqrt(n-1)/n"] = (
+            curve[0] < UNIFORM_BELOW_PEAK * peak and _within(curve[0], math.sqrt(15) / 16, 0.01))
+        out["near-one-hot rows pass almost nothing (< 0.1 of the peak)"] = curve[-1] < 0.1 * peak
+    if init_stds is not None:
+        out[f"default nn.Linear init: score std within {REL_TOL:.0%} of sqrt(d_k)/3"] = all(
+            _within(std, math.sqrt(d_k) / 3) for d_k, std in init_stds.items())
+    if runs is not None:
+        on, off = runs[True].losses, runs[False].losses
+        out[f"unscaled: first 100 steps' mean loss > {SLOW_START}x the scaled one"] = (
+            mean_loss(off, 0, 100) > SLOW_START * mean_loss(on, 0, 100) and off[0] > on[0])
+        out[f"scaled: solved by step 50 (mean loss < {SOLVED} over steps 50..100)"] = (
+            mean_loss(on, 50, 100) < SOLVED)
+        out[f"after step 100: unscaled >= {SPIKES[0]} spikes above {SPIKE}, scaled <= {SPIKES[1]}; "
+            "so the unscaled mean over the last 100 steps is higher"] = (
+            spikes(off, SPIKE) >= SPIKES[0] and spikes(on, SPIKE) <= SPIKES[1]
+            and mean_loss(off, -100) > mean_loss(on, -100))
+        out[f"not a worse end: the unscaled median over the last 100 steps is > {LOWER_END}x lower"] = (
+            LOWER_END * statistics.median(off[-100:]) < statistics.median(on[-100:]))
+        stds = [e["score std"] for _, e in runs[True].evaluations]
+        out[f"training multiplies the scaled model's score std by > {LOGIT_GROWTH}"] = (
+            stds[-1] > LOGIT_GROWTH * stds[0])
+    if temperature is not None:
+        row, t_half = temperature
+        ts = torch.logspace(-2, 2, 81, dtype=torch.float64)
+        h = attention_entropy(torch.softmax(row / ts[:, None], dim=-1)).tolist()
+        half = 0.5 * attention_entropy(torch.softmax(row, -1)).item()
+        out["the entropy rises with T from near 0 (T = 0.01) to near ln n (T = 100)"] = (
+            all(a <= b + 1e-12 for a, b in pairwise(h)) and h[0] < 0.01
+            and h[-1] > 0.99 * math.log(len(row)))
+        out["halving the entropy takes T < 1 but not T = 1/2 (off by > 0.05)"] = (
+            abs(attention_entropy(torch.softmax(row / t_half, -1)).item() - half) < 1e-6
+            and t_half < 1 and abs(t_half - 0.5) > 0.05)
+    return out
