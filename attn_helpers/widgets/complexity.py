@@ -24,6 +24,7 @@ __all__ = [
     "FIT_N_MIN",
     "ComplexityFrame",
     "ComplexityView",
+    "measured_methods",
     "complexity_frame",
     "complexity_widget",
 ]
@@ -64,6 +65,12 @@ class ComplexityFrame:
     readouts: dict = field(default_factory=dict)
 
 
+def measured_methods(records: list[dict]) -> list[str]:
+    """The forward attention methods (:data:`METHOD_COLORS`) measured against ``n`` in
+    ``records``, sorted (other records, such as the machine's peak rates, are left out)."""
+    return sorted(m for m in METHOD_COLORS if any(r["method"] == m and "n" in r for r in records))
+
+
 def complexity_frame(n: float, methods, records: list[dict], *,
                      time_fits: dict[str, PowerLaw] | None = None,
                      memory_fits: dict[str, PowerLaw] | None = None) -> ComplexityFrame:
@@ -79,7 +86,7 @@ def complexity_frame(n: float, methods, records: list[dict], *,
     if isinstance(n, bool) or not isinstance(n, (int, float)) or not n >= 1:
         raise ValueError(f"n must be a number >= 1, got {n!r}")
     n = int(round(n))
-    known = sorted({r["method"] for r in records if r["method"] != "matmul_peak"})
+    known = measured_methods(records)
     if isinstance(methods, str):
         raise TypeError("methods must be a collection of method names, not one string")
     unknown = set(methods) - set(known)
@@ -88,7 +95,7 @@ def complexity_frame(n: float, methods, records: list[dict], *,
     methods = tuple(m for m in known if m in set(methods))
     time_fits = time_fits or fit_methods(records, "median_ms", n_min=FIT_N_MIN)
     memory_fits = memory_fits or fit_methods(records, "peak_bytes", n_min=FIT_N_MIN)
-    ns = [r["n"] for r in records if r["method"] != "matmul_peak"]
+    ns = [r["n"] for r in records if r["method"] in known]
     predicted_ms = {m: time_fits[m].predict(n) for m in methods}
     predicted_bytes = {m: memory_fits[m].predict(n) for m in methods}
     score = score_matrix_bytes(n, heads=BENCH_HEADS)
@@ -118,7 +125,7 @@ class ComplexityView(BlitView):
         grid = figure.add_gridspec(1, 2, left=0.08, right=0.98, bottom=0.14, top=0.9, wspace=0.28)
         self.ax_time = figure.add_subplot(grid[0])
         self.ax_memory = figure.add_subplot(grid[1])
-        methods = sorted({r["method"] for r in records if r["method"] != "matmul_peak"})
+        methods = measured_methods(records)
         for ax, title, label in ((self.ax_time, "median time per call", "time (ms)"),
                                  (self.ax_memory, "peak memory per call", "peak memory (bytes)")):
             ax.set_xscale("log", base=2)
