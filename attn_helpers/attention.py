@@ -101,13 +101,18 @@ class AdditiveScore(nn.Module):
 
 
 def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """:func:`masked_softmax` without the checks (the callers have made them)."""
+    """:func:`masked_softmax` without the checks (the callers have made them).
+
+    Blocked keys (and scores of ``-inf``) are filled with the dtype's most negative number, so
+    ``torch.softmax`` gives them exactly 0; a row with no allowed key would come out uniform, and
+    is multiplied by 0. The same arithmetic as Hugging Face's BERT, so a real model's weights
+    match it to the last bit.
+    """
+    allowed = scores != float("-inf")  # (..., n_q, n_k); NaN stays NaN, never hidden
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))  # (..., n_q, n_k)
-    row_max = scores.amax(dim=-1, keepdim=True).detach()  # (..., n_q, 1); -inf if no key allowed
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    exp = torch.exp(scores - row_max)  # (..., n_q, n_k); exactly 0 where masked
-    return exp / exp.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).tiny)
+        allowed = allowed & mask
+    filled = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+    return torch.softmax(filled, dim=-1) * allowed.any(dim=-1, keepdim=True)
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
