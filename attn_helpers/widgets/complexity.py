@@ -159,7 +159,7 @@ class ComplexityView(BlitView):
             self.blit.animate(*lines, *marks)
         self.ax_time.set_ylim(min(times) / 3, max(times) * 30)
         self.ax_memory.set_ylim(min(peaks) / 3, float(score_line.max()) * 3)
-        self.ax_memory.legend(fontsize=7, loc="upper left")
+        self.ax_memory.legend(fontsize=8, loc="upper left")
         self.cursors = (self.ax_time.axvline(n_range[0], color="black", linewidth=1),
                         self.ax_memory.axvline(n_range[0], color="black", linewidth=1))
         self.blit.animate(*self.cursors, self.score_marker)

@@ -113,7 +113,7 @@ def masking_widget() -> LiveAttentionWidget:
         "length_b": widgets.IntSlider(value=5, min=1, max=full, description="length B"),
         "sequence": widgets.ToggleButtons(options=["A", "B"], value="A", description="show"),
     }
-    view = AttentionView((7.6, 4.6), title="attention weights (grey: masked)",
+    view = AttentionView((7.0, 4.6), title="attention weights (grey: masked)",
                          max_shape=(full, full))
     return LiveAttentionWidget(masking_frame, controls, view,
                                title="Masks: who may see whom (grey cells are masked)")

@@ -77,5 +77,5 @@ def scaling_widget(seed: int = 0) -> LiveAttentionWidget:
     def compute(d_k, scaled, temperature):
         return scaling_frame(d_k, scaled, temperature, seed=seed)
 
-    return LiveAttentionWidget(compute, controls, AttentionView(figsize=(8.5, 4.2)),
+    return LiveAttentionWidget(compute, controls, AttentionView(figsize=(6.8, 4.3)),
                                title="Scores of size d_k: with and without the scaling")

@@ -47,5 +47,5 @@ def warmup_widget() -> LiveAttentionWidget:
                                               description="temperature"),
         "causal": widgets.Checkbox(value=False, description="causal mask"),
     }
-    return LiveAttentionWidget(warmup_frame, controls, AttentionView(figsize=(8.0, 4.0)),
+    return LiveAttentionWidget(warmup_frame, controls, AttentionView(figsize=(6.6, 4.0)),
                                title="Warm-up: sharpen or flatten the attention")
