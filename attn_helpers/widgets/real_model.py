@@ -1,0 +1,344 @@
+"""Notebook 09's widget: type a sentence, pick a layer and a head of all-MiniLM-L6-v2, switch the
+head off and watch the similarity to a second sentence change.
+
+* :func:`run_sentence` runs the model once on a text and keeps what every move needs: each head's
+  weights ``(L, h, n, n)``, the per-head statistics of notebook 09 and the inputs of every layer.
+* :func:`ablated_embedding` reruns only the layers from the switched-off head's layer onwards.
+* :func:`real_model_frame` is the pure function: two runs and the controls in, a frame out.
+* :func:`real_model_widget` caches runs by text: a new sentence runs the model once, moving the
+  layer or head only redraws (and, with the head switched off, reruns the later layers once per
+  head and sentence pair, cached too).
+
+Layers and heads are numbered from 1 here, as in the notebook's text (layer 1 = ``weights[0]``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import ipywidgets as widgets
+import numpy as np
+import torch
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
+from matplotlib.font_manager import FontProperties, findfont, get_font
+from matplotlib.patches import Rectangle
+from mpl_toolkits.axes_grid1 import make_axes_locatable
+from mpl_toolkits.axes_grid1.axes_size import Fixed
+
+from ..entropy import max_entropy
+from ..lessons import real_model as rm
+from ..plots import to_numpy, weights_cmap
+from ..pretrained import Encoder, load_encoder, mean_pool
+from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
+from .panels import HIGHLIGHT_COLOR, CellPainter, TextSprites
+
+__all__ = ["SentenceError", "SentenceRun", "RealModelFrame", "RealModelView", "RealModelWidget",
+           "ablated_embedding", "example_pairs", "real_model_frame", "real_model_widget",
+           "run_sentence", "token_label"]
+
+CACHE_SIZE = 16  # sentences kept (a 512-piece sentence holds 75 MB of weights)
+
+
+class SentenceError(ValueError):
+    """A text the widget cannot show (empty, only spaces, no word pieces)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _font():
+    return get_font(findfont(FontProperties()))
+
+
+def token_label(token: str) -> str:
+    """The token as the plot can draw it: characters the plot font lacks become ``?``."""
+    font = _font()
+    return "".join(c if font.get_char_index(ord(c)) else "?" for c in token)
+
+
+@dataclass(frozen=True)
+class SentenceRun:
+    """One sentence through the model, kept so that a move only redraws.
+
+    ``tokens``: the ``n`` word pieces shown (at most 512), ``labels`` the same as the plot draws
+    them (:func:`token_label`); ``weights (L, h, n, n)`` of every head;
+    ``entropy``/``fraction``/``cls``/``previous``/``following`` ``(L, h)``: each head's mean
+    entropy (nats), mean entropy / ln n, weight on ``[CLS]``, on the previous and on the next
+    token; ``embedding (d,)``: the sentence embedding, as ``enc.encode`` (first 256 pieces);
+    ``layer_inputs (L, 1, n_e, d)``: the input of every layer of that embedding's run.
+    """
+
+    text: str
+    tokens: list
+    labels: list
+    weights: torch.Tensor
+    entropy: torch.Tensor
+    fraction: torch.Tensor
+    cls: torch.Tensor
+    previous: torch.Tensor
+    following: torch.Tensor
+    embedding: torch.Tensor
+    layer_inputs: torch.Tensor
+    truncated: bool
+    unknown: int
+
+
+@torch.no_grad()
+def _layers(enc: Encoder, x: torch.Tensor, start: int = 0, head_mask=None):
+    """Run layers ``start..L-1`` on one unpadded sentence ``x (1, n, d)``; ``head_mask (h,)``
+    applies to layer ``start``. Returns ``(hidden (1, n, d), weights (L', 1, h, n, n), inputs)``."""
+    inputs, weights = [], []
+    for l, layer in enumerate(enc.layers[start:], start):
+        inputs.append(x)
+        x, w = layer(x, None, head_mask if l == start else None)
+        weights.append(w)
+    return x, torch.stack(weights), torch.stack(inputs)
+
+
+def _check_text(name: str, text) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, got {type(text).__name__}")
+    if not text.strip():
+        raise SentenceError(f"{name} is empty: type a sentence (or pick an example). "
+                            "The last picture stays on show.")
+    return text
+
+
+@torch.no_grad()
+def run_sentence(enc: Encoder, text: str, *, name: str = "sentence") -> SentenceRun:
+    """Tokenise ``text`` (at most 512 word pieces) and run the model once."""
+    _check_text(name, text)
+    batch = enc.tokenize([text])
+    tokens, ids = batch["tokens"][0], batch["input_ids"]        # ids (1, n)
+    if len(tokens) <= 2:
+        raise SentenceError(f"{name} {text!r} gives no word pieces, only [CLS] and [SEP]: "
+                            "type some words.")
+    hidden, w, inputs = _layers(enc, enc.embeddings(ids))       # w (L, 1, h, n, n)
+    n_e = enc.cfg.sentence_max_tokens
+    if ids.shape[1] > n_e:                                      # encode() reads 256 pieces
+        cut = enc.tokenize([text], max_length=n_e)["input_ids"]
+        hidden, _, inputs = _layers(enc, enc.embeddings(cut))
+    mask = torch.ones(1, ids.shape[1], dtype=torch.bool)
+    entropy, fraction = rm.entropy_grid(w, mask)
+    return SentenceRun(
+        text=text, tokens=tokens, labels=[token_label(t) for t in tokens], weights=w[:, 0], entropy=entropy, fraction=fraction,
+        cls=rm.sink_shares(w, mask, ids, enc.cls_id),
+        previous=rm.offset_scores(w, mask, -1), following=rm.offset_scores(w, mask, +1),
+        embedding=mean_pool(hidden, torch.ones(hidden.shape[:2], dtype=torch.bool))[0],
+        layer_inputs=inputs, truncated=bool(batch["truncated"][0]),
+        unknown=sum(t == "[UNK]" for t in tokens))
+
+
+@torch.no_grad()
+def ablated_embedding(enc: Encoder, run: SentenceRun, layer: int, head: int) -> torch.Tensor:
+    """The sentence embedding ``(d,)`` with head ``head`` of layer ``layer`` (1-based) switched
+    off; equal to ``enc.encode([run.text], head_mask=...)``, but only the layers from ``layer``
+    on are rerun."""
+    keep = torch.ones(enc.cfg.num_heads, dtype=torch.bool)
+    keep[head - 1] = False
+    hidden, _, _ = _layers(enc, run.layer_inputs[layer - 1], layer - 1, keep)
+    return mean_pool(hidden, torch.ones(hidden.shape[:2], dtype=torch.bool))[0]
+
+
+@dataclass
+class RealModelFrame(AttentionFrame):
+    """The frame of one head on one sentence, plus the 6 x 12 map of every head's mean entropy
+    as a fraction of ``ln n`` (``head_map (L, h)``) and the head shown (0-based ``cell``)."""
+
+    head_map: torch.Tensor | None = None
+    cell: tuple = (0, 0)
+    title: str = ""
+
+
+def _notes(run: SentenceRun) -> str:
+    notes = []
+    if run.truncated:
+        notes.append("the text is longer than 512 word pieces, the most the model reads: only the "
+                     "first 512 are shown (the similarity reads the first 256, as encode does)")
+    if run.unknown:
+        notes.append(f"{run.unknown} word piece(s) are [UNK]: the tokenizer does not know those "
+                     "characters (emoji, some scripts), the model sees one unknown token")
+    if any(label != token for label, token in zip(run.labels, run.tokens, strict=True)):
+        notes.append("? in a label: a character the plot font cannot draw")
+    return "; ".join(notes) or "none"
+
+
+def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: int,
+                     ablate: bool = False, ablated: tuple | None = None) -> RealModelFrame:
+    """The frame for head ``head`` of layer ``layer`` (both 1-based) on ``run``.
+
+    ``ablated``: the two sentences' embeddings with that head off (from
+    :func:`ablated_embedding`), needed when ``ablate`` is True.
+    """
+    L, h = run.entropy.shape
+    for name, value, top in (("layer", layer, L), ("head", head, h)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise ValueError(f"{name} must be an int in 1..{top}, got {value!r}")
+    if ablate and ablated is None:
+        raise ValueError("ablate=True needs ablated = (embedding, partner embedding) with the "
+                         "head off")
+    l, i = layer - 1, head - 1
+    labels, n = run.labels, len(run.tokens)
+    similarity = float(run.embedding @ partner.embedding)
+    readouts = {
+        "word pieces n": n,
+        "head": f"layer {layer}, head {head}",
+        "mean entropy (nats)": run.entropy[l, i].item(),
+        "ceiling ln n": max_entropy(n),
+        "mean entropy / ln n": run.fraction[l, i].item(),
+        "weight on [CLS]": run.cls[l, i].item(),
+        "weight on previous token": run.previous[l, i].item(),
+        "weight on next token": run.following[l, i].item(),
+        "similarity to the second sentence": similarity,
+    }
+    if ablate:
+        off = float(ablated[0] @ ablated[1])
+        readouts["similarity with this head off"] = off
+        readouts["change"] = off - similarity
+    readouts["notes"] = _notes(run)
+    title = f"layer {layer}, head {head}" + (" (switched off)" if ablate else "")
+    return RealModelFrame(run.weights[l, i], labels, labels, readouts=readouts,
+                          head_map=run.fraction, cell=(l, i), title=title)
+
+
+class _HeadMap:
+    """The ``L x h`` map of the heads' mean entropy / ln n, with the values written in the
+    cells and the head shown framed."""
+
+    def __init__(self, blit, ax, shape: tuple[int, int]):
+        L, h = shape
+        self.ax, self.shape = ax, shape
+        ax.set_xlim(-0.5, h - 0.5)
+        ax.set_ylim(L - 0.5, -0.5)
+        ax.set_aspect("equal")
+        ax.set_xticks(range(h), [str(j + 1) for j in range(h)], fontsize=8)
+        ax.set_yticks(range(L), [str(j + 1) for j in range(L)], fontsize=8)
+        ax.set_xlabel("head", fontsize=9)
+        ax.set_ylabel("layer", fontsize=9)
+        ax.set_title("every head: mean entropy / ln n", fontsize=10)
+        norm = Normalize(0.0, 1.0, clip=True)
+        self.cells = CellPainter(blit, ax, weights_cmap(), norm)
+        bar = make_axes_locatable(ax).append_axes("bottom", size=Fixed(0.12), pad=Fixed(0.55))
+        ax.figure.colorbar(ScalarMappable(norm, weights_cmap()), cax=bar, orientation="horizontal")
+        bar.tick_params(labelsize=8)
+        self.dark = TextSprites(blit, ax.transData, size=6.5, color="white")
+        self.light = TextSprites(blit, ax.transData, size=6.5, color="black")
+        self.frame = Rectangle((-0.5, -0.5), 1, 1, fill=False, edgecolor=HIGHLIGHT_COLOR,
+                               linewidth=2.5)
+        ax.add_patch(self.frame)
+        blit.animate(self.frame)
+        self.values = None
+
+    def set(self, values: torch.Tensor, cell: tuple[int, int]) -> None:
+        if self.values is None or not torch.equal(values, self.values):
+            self.values = values
+            v = to_numpy(values)
+            self.cells.set(v)
+            rows, cols = np.indices(v.shape)
+            xy = np.stack([cols.ravel(), rows.ravel()], 1)
+            text = [f"{x:.2f}"[1:] if x < 1 else "1" for x in v.ravel()]  # ".88"
+            dark = v.ravel() < 0.6
+            self.dark.set([t for t, d in zip(text, dark, strict=True) if d], xy[dark])
+            self.light.set([t for t, d in zip(text, dark, strict=True) if not d], xy[~dark])
+        self.frame.set_xy((cell[1] - 0.5, cell[0] - 0.5))
+
+
+class RealModelView(BlitView):
+    """One head's heatmap with its entropy per query (left), the map of all heads (right)."""
+
+    def __init__(self, shape: tuple[int, int] = (6, 12), figsize=(12.0, 5.0)):
+        super().__init__(figsize)
+        grid = self.figure.add_gridspec(1, 2, width_ratios=[3.2, 1.8], left=0.01, right=0.99,
+                                        bottom=0.02, top=0.97, wspace=0.08)
+        self.panel = AttentionPanel(self.blit, grid[0], title=" ")
+        # the heatmap's title changes with every move: pasted text, not a redraw
+        self.title = TextSprites(self.blit, self.figure.transFigure, size=10, va="top")
+        self.map = _HeadMap(self.blit, self.figure.add_subplot(grid[1]), shape)
+
+    def draw(self, frame: RealModelFrame) -> None:
+        self.panel.set_frame(frame)
+        self.title.set([frame.title], [(0.3, 0.995)])
+        self.map.set(frame.head_map, frame.cell)
+
+
+@dataclass
+class _Cache:
+    enc: Encoder
+    runs: OrderedDict = field(default_factory=OrderedDict)
+    ablated: dict = field(default_factory=dict)
+
+    def run(self, text: str, name: str) -> SentenceRun:
+        if text not in self.runs:
+            self.runs[text] = run_sentence(self.enc, text, name=name)
+            if len(self.runs) > CACHE_SIZE:
+                old, _ = self.runs.popitem(last=False)
+                self.ablated = {k: v for k, v in self.ablated.items() if k[0] != old}
+        self.runs.move_to_end(text)
+        return self.runs[text]
+
+    def off(self, run: SentenceRun, layer: int, head: int) -> torch.Tensor:
+        key = (run.text, layer, head)
+        if key not in self.ablated:
+            self.ablated[key] = ablated_embedding(self.enc, run, layer, head)
+        return self.ablated[key]
+
+
+def example_pairs() -> list[tuple[str, str]]:
+    """The dropdown's examples: the shipped paraphrase pairs, then two non-paraphrase pairs."""
+    data = rm.load_sentences()
+    return [tuple(p) for p in data["paraphrases"]] + [tuple(p) for p in
+                                                      data["non_paraphrases"][:2]]
+
+
+class RealModelWidget(LiveAttentionWidget):
+    """The live widget of notebook 09 (build it with :func:`real_model_widget`). ``examples``
+    (a dropdown outside ``controls``) fills both text boxes with one redraw."""
+
+    def __init__(self, enc: Encoder, pairs: list[tuple[str, str]]):
+        self.cache = _Cache(enc)
+        L, h = enc.cfg.num_layers, enc.cfg.num_heads
+        wide = widgets.Layout(width="640px")
+        controls = {
+            "sentence": widgets.Text(pairs[0][0], description="sentence", layout=wide,
+                                     continuous_update=False),
+            "partner": widgets.Text(pairs[0][1], description="compare with", layout=wide,
+                                    continuous_update=False),
+            "layer": widgets.IntSlider(1, min=1, max=L, description="layer"),
+            "head": widgets.IntSlider(1, min=1, max=h, description="head"),
+            "ablate": widgets.Checkbox(False, description="switch this head off"),
+        }
+        controls["sentence"].style.description_width = "90px"
+        controls["partner"].style.description_width = "90px"
+        super().__init__(self._compute, controls, RealModelView((L, h)),
+                         title="all-MiniLM-L6-v2: any sentence, any of its 72 heads")
+        self.pairs = pairs
+        self.examples = widgets.Dropdown(
+            options=[(f"{a}  |  {b}", k) for k, (a, b) in enumerate(pairs)], value=0,
+            description="examples", layout=wide)
+        self.examples.style.description_width = "90px"
+        self.examples.observe(self._on_example, names="value")
+        self.ui.children = (self.ui.children[0], self.examples, *self.ui.children[1:])
+
+    def _on_example(self, change) -> None:
+        a, b = self.pairs[change["new"]]
+        self.set(sentence=a, partner=b)
+
+    def _compute(self, sentence, partner, layer, head, ablate):
+        run = self.cache.run(sentence, "sentence")
+        other = self.cache.run(partner, "the second sentence (compare with)")
+        ablated = None
+        if ablate:
+            ablated = (self.cache.off(run, layer, head), self.cache.off(other, layer, head))
+        return real_model_frame(run, other, layer, head, ablate, ablated)
+
+
+def real_model_widget(enc: Encoder | None = None,
+                      pairs: list[tuple[str, str]] | None = None) -> RealModelWidget:
+    """Notebook 09's widget: a sentence and a second one to compare with (examples in a
+    dropdown), layer and head sliders, a toggle that switches the shown head off."""
+    enc = load_encoder() if enc is None else enc
+    pairs = example_pairs() if pairs is None else [tuple(p) for p in pairs]
+    if not pairs or any(len(p) != 2 or not all(isinstance(s, str) for s in p) for p in pairs):
+        raise ValueError("pairs must be a non-empty list of (sentence, sentence) pairs of str")
+    return RealModelWidget(enc, pairs)
