@@ -1,19 +1,21 @@
-"""Notebook 01: the RNN bottleneck. Two GRU encoder-decoders (:mod:`.seq2seq`) reverse digit
-sequences, one through a fixed context vector, one with attention: their training recipes,
-evaluation, input gradients, and :func:`claims`, the statements the notebook asserts.
+"""Notebook 01: the RNN bottleneck. GRU encoder-decoders (:mod:`.seq2seq`) reverse digit
+sequences, one through a fixed context vector, one with attention, and a wider no-attention
+control: their training recipes, evaluation, input gradients, and :func:`claims`, the statements
+the notebook asserts (its thresholds are the module's constants, defined once).
 """
 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
 
-from ..training import TrainResult, load_checkpoint, token_accuracy, train
+from ..training import TrainResult, load_checkpoint, single_thread, token_accuracy, train
 from .seq2seq import ATTENTION_KINDS, Seq2Seq
 from .tasks import (
+    EOS,
     PAD,
     Batch,
     eval_batches,
@@ -28,10 +30,15 @@ __all__ = [
     "predict",
     "accuracy_by_length",
     "input_gradient_norms",
+    "copy_gradients",
+    "untrained_model",
+    "gradient_batch",
+    "accuracy_by_position",
     "TrainConfig",
     "CONFIGS",
     "recipe_reversal_none",
     "recipe_reversal_additive",
+    "recipe_reversal_none_wide",
     "recipe_dates_general",
     "claims",
     "train_seq2seq",
@@ -74,27 +81,64 @@ def accuracy_by_length(model: Seq2Seq, batches: dict) -> dict:
     return result
 
 
-def input_gradient_norms(model: Seq2Seq, batch: Batch, step: int) -> torch.Tensor:
-    r"""``(n_src,)``: for the first example of ``batch``, the norm of
-    :math:`\partial \log p(y_\text{step}) / \partial e_j`, the gradient of the log-probability of
-    the correct token at output ``step`` (teacher forcing) with respect to the embedding
-    :math:`e_j` of every source position ``j``. It measures how directly position ``j`` can
-    influence that output: a long path through the recurrence multiplies many Jacobians."""
+def accuracy_by_position(model: Seq2Seq, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a batch of sources of one length ``n``: ``(accuracy, end_share)``, both ``(n,)`` over
+    the output position ``t``: the share of greedy tokens that are right, and the share that are
+    ``</s>`` (the model ending the sequence there)."""
+    tokens, _ = predict(model, batch)
+    n = tokens.shape[1]
+    return ((tokens == batch.tgt_out[:, :n]).float().mean(0), (tokens == EOS).float().mean(0))
+
+
+def input_gradient_norms(model: Seq2Seq, batch: Batch) -> torch.Tensor:
+    r"""``(b, n, n)``: entry ``[i, t, j]`` is :math:`\lVert \partial \log p(y_t) / \partial x_j
+    \rVert` for example ``i``, the gradient of the log-probability of the correct token at output
+    ``t`` (teacher forcing) with respect to the embedding :math:`x_j` of source position ``j``.
+
+    It measures how strongly input ``j`` can move output ``t``: a long path through the
+    recurrence multiplies many Jacobians. Every source in ``batch`` must have the same length
+    ``n``; the outputs are the ``n`` content tokens (``</s>`` is left out)."""
     if not isinstance(batch, Batch):
         raise TypeError(f"batch must be a tasks.Batch, got {type(batch).__name__}")
-    n_t = int(batch.tgt_lengths[0]) + 1
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < n_t:
-        raise ValueError(f"step must be an int in 0..{n_t - 1}, got {step!r}")
     n = int(batch.src_lengths[0])
-    src, lengths = batch.src[:1, :n], batch.src_lengths[:1]
+    if not bool((batch.src_lengths == n).all()):
+        raise ValueError(f"every source in batch must have the same length, got "
+                         f"{batch.src_lengths.tolist()}")
     was_training = model.training
     model.eval()
-    embedded = model.src_embed(src).detach().requires_grad_(True)
-    logits, _ = model(src, lengths, batch.tgt_in[:1, :n_t], src_embedded=embedded)
-    log_p = torch.log_softmax(logits[0, step], -1)[batch.tgt_out[0, step]]
-    (grad,) = torch.autograd.grad(log_p, embedded)
+    x = model.src_embed(batch.src[:, :n]).detach().requires_grad_(True)   # (b, n, d_emb)
+    logits, _ = model(batch.src[:, :n], batch.src_lengths, batch.tgt_in[:, :n], src_embedded=x)
+    log_p = torch.log_softmax(logits, -1).gather(-1, batch.tgt_out[:, :n, None])[..., 0]  # (b, n)
+    rows = [torch.autograd.grad(log_p[:, t].sum(), x, retain_graph=True)[0].norm(dim=-1)
+            for t in range(n)]                                             # n x (b, n): over j
     model.train(was_training)
-    return grad[0].norm(dim=-1).detach()
+    return torch.stack(rows, dim=1).detach()                               # (b, n_t = n, n)
+
+
+def copy_gradients(norms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For reversal, where output ``t`` copies input ``n-1-t``: from ``norms`` ``(b, n, n)`` of
+    :func:`input_gradient_norms`, ``(gradient, share)``, both ``(n,)`` over ``t``:
+
+    * ``gradient[t]``: the norm of the gradient from output ``t`` to the input it copies
+      (geometric mean over the examples, as the norms span orders of magnitude);
+    * ``share[t]``: that norm divided by the sum over all inputs ``j`` (mean over the examples):
+      ``1/n`` means the copied digit moves output ``t`` no more than an average input does.
+    """
+    n = norms.shape[-1]
+    t = torch.arange(n)
+    own = norms[:, t, n - 1 - t]                          # (b, n): d log p(y_t) / d x_{n-1-t}
+    return own.log().mean(0).exp(), (own / norms.sum(-1)).mean(0)
+
+
+def untrained_model(name: str, seed: int) -> Seq2Seq:
+    """A freshly initialised model of checkpoint ``name``'s recipe, seeded with ``seed``."""
+    return build_model(replace(CONFIGS[name], seed=seed))
+
+
+def gradient_batch(length: int = 24, examples: int = 20) -> Batch:
+    """The first ``examples`` test sequences of length ``length``: the gradient experiment's data."""
+    full = eval_batches("reversal", 100)[length]
+    return Batch(*(getattr(full, f.name)[:examples] for f in fields(Batch)))
 
 
 # --- recipes ----------------------------------------------------------------------------------
@@ -121,6 +165,9 @@ class TrainConfig:
 CONFIGS = {
     "seq2seq_reversal_none": TrainConfig("reversal", "none"),
     "seq2seq_reversal_additive": TrainConfig("reversal", "additive"),
+    # the control: no attention, but a wider encoder (context vector 68 instead of 64) and at least
+    # as many parameters as the attention model, so parameters alone cannot explain the gap
+    "seq2seq_reversal_none_wide": TrainConfig("reversal", "none", d_enc=34),
     "seq2seq_dates_general": TrainConfig("dates", "general", steps=500, finetune_steps=100),
 }
 
@@ -184,6 +231,12 @@ def recipe_reversal_additive():
     return _recipe("seq2seq_reversal_additive")
 
 
+def recipe_reversal_none_wide():
+    """``python -m attn_helpers train seq2seq_reversal_none_wide``: the no-attention control with
+    a wider encoder and at least as many parameters as the attention model."""
+    return _recipe("seq2seq_reversal_none_wide")
+
+
 def recipe_dates_general():
     """``python -m attn_helpers train seq2seq_dates_general``: the dates model of notebook 06."""
     return _recipe("seq2seq_dates_general")
@@ -199,25 +252,85 @@ def load_pretrained(name: str) -> Seq2Seq:
 
 
 
-def claims(plain: Seq2Seq, attended: Seq2Seq) -> dict[str, bool]:
-    """Notebook 01's statements about the two reversal models, as named booleans; the notebook
-    asserts them on the shipped checkpoints, the tests on freshly re-trained models."""
+# --- the claims of notebook 01 -----------------------------------------------------------------
+
+SHORT = 7                   # "up to 7 digits both models are near perfect" ...
+NEAR_PERFECT = 0.95         # ... meaning a token accuracy of at least 0.95
+LONG_PLAIN_BELOW = 0.4      # "about a third" at 24 digits: below 0.4
+GAP = 0.5                   # attention beats no attention (and the wide control) by >= 0.5 at 24
+FIRST, LAST = 3, 8          # n = 24: the first 3 outputs are right (> 0.7), the last 8 not (< 0.3)
+ENDS_EARLY = 0.5            # the last output is </s> in more than half of the examples
+GRADIENT_SEEDS = (0, 1, 2)  # untrained models: three initialisations each
+ORDERS = 100                # "two orders of magnitude": a ratio > 100
+FLAT, FLAT_ALL = 2.0, 4.0   # attention: gradient within 2x over t >= 1, within 4x over all t
+SHARE_FIRST, SHARE_LATE, SHARE_ATTENDED = 4.0, 1.25, 2.0   # in units of 1/n
+
+
+def untrained_gradients(seeds=GRADIENT_SEEDS) -> dict[str, list[torch.Tensor]]:
+    """``{"no attention" | "additive attention": [gradient (n,) per seed]}``: the gradient from
+    output ``t`` to the input it copies (:func:`copy_gradients`) for freshly initialised models."""
+    batch = gradient_batch()
+    with single_thread():
+            return {label: [copy_gradients(input_gradient_norms(untrained_model(name, seed), batch))[0]
+                        for seed in seeds]
+                for label, name in (("no attention", "seq2seq_reversal_none"),
+                                    ("additive attention", "seq2seq_reversal_additive"))}
+
+
+def claims(plain: Seq2Seq, attended: Seq2Seq, *, wide: Seq2Seq | None = None) -> dict[str, bool]:
+    """Notebook 01's statements about the reversal models, as named booleans; the notebook asserts
+    them on the shipped checkpoints, the tests on freshly re-trained models. ``wide`` (optional)
+    is the no-attention control with at least as many parameters as ``attended``. Each name
+    starts with its group: ``length``, ``position``, ``control``, ``gradient``. Runs on one
+    thread: faster for these tiny models, and the same numbers whatever the thread count."""
+    with single_thread():
+        return _claims(plain, attended, wide)
+
+
+def _claims(plain: Seq2Seq, attended: Seq2Seq, wide: Seq2Seq | None) -> dict[str, bool]:
     test_sets = eval_batches("reversal", 100)
-    acc_plain = accuracy_by_length(plain, test_sets)
-    acc_attn = accuracy_by_length(attended, test_sets)
-    longest = max(test_sets)
-    long_set = test_sets[longest]
-    tokens, _ = predict(plain, long_set)
-    by_position = (tokens == long_set.tgt_out[:, :longest]).float().mean(0)
-    first, last = by_position[:3].mean().item(), by_position[-8:].mean().item()
-    return {
-        "with attention, accuracy stays >= 0.95 at every length": min(acc_attn.values()) >= 0.95,
-        f"without attention, accuracy at length {longest} is at least 0.3 lower":
-            acc_plain[longest] <= acc_attn[longest] - 0.3,
-        "without attention, short sequences are fine (>= 0.95 at 4, >= 0.9 at 6)":
-            acc_plain[4] >= 0.95 and acc_plain[6] >= 0.9,
-        "without attention, accuracy falls with length (6 > 12 > longest)":
-            acc_plain[longest] < acc_plain[12] < acc_plain[6],
-        "without attention, the first outputs are right (> 0.7) and the last wrong (< 0.3)":
-            first > 0.7 and last < 0.3 and first > last + 0.5,
+    acc_plain, acc_attn = accuracy_by_length(plain, test_sets), accuracy_by_length(attended, test_sets)
+    n = max(test_sets)
+    by_position, end_share = accuracy_by_position(plain, test_sets[n])
+    short = [k for k in test_sets if k <= SHORT]
+    result = {
+        f"length: with attention, token accuracy >= {NEAR_PERFECT} at every length":
+            min(acc_attn.values()) >= NEAR_PERFECT,
+        f"length: up to {SHORT} digits, both models get >= {NEAR_PERFECT} of the tokens right":
+            min(min(acc_plain[k], acc_attn[k]) for k in short) >= NEAR_PERFECT,
+        f"length: without attention, accuracy falls ({SHORT} > 12 > {n} digits), "
+        f"to < {LONG_PLAIN_BELOW} at {n}":
+            acc_plain[n] < acc_plain[12] < acc_plain[SHORT] and acc_plain[n] < LONG_PLAIN_BELOW,
+        f"length: at {n} digits attention is >= {GAP} more accurate":
+            acc_attn[n] - acc_plain[n] >= GAP,
+        f"position: without attention, n = {n}: the first {FIRST} outputs > 0.7 right, "
+        f"the last {LAST} < 0.3":
+            by_position[:FIRST].mean() > 0.7 and by_position[-LAST:].mean() < 0.3,
+        f"position: without attention, n = {n}: the last output is </s> in > {ENDS_EARLY} "
+        "of the examples":
+            end_share[-1].item() > ENDS_EARLY,
     }
+    if wide is not None:
+        size_wide, size_attn = (sum(p.numel() for p in m.parameters()) for m in (wide, attended))
+        acc_wide = accuracy_by_length(wide, {n: test_sets[n]})[n]
+        result[f"control: the wide no-attention model has >= the attention model's parameters, "
+               f"and attention is >= {GAP} more accurate than it at {n}"] = (
+            size_wide >= size_attn and acc_attn[n] - acc_wide >= GAP)
+    untrained, middle = untrained_gradients(), range(n)[n // 3: n - n // 3]
+    result[f"gradient, untrained, no attention: > {ORDERS}x smaller in the middle than at either "
+           f"end (each of {len(GRADIENT_SEEDS)} seeds)"] = all(
+        int(g.argmin()) in middle and min(g[0], g[-1]) > ORDERS * g.min()
+        for g in untrained["no attention"])
+    result[f"gradient, untrained, attention: varies < {FLAT}x over t >= 1 and < {FLAT_ALL}x "
+           "over all t (each seed)"] = all(
+        g[1:].max() < FLAT * g[1:].min() and g.max() < FLAT_ALL * g.min()
+        for g in untrained["additive attention"])
+    batch = gradient_batch()
+    share_plain, share_attn = (copy_gradients(input_gradient_norms(m, batch))[1] * n  # x 1/n
+                               for m in (plain, attended))
+    result[f"gradient, trained, no attention: the copied digit's share falls from > "
+           f"{SHARE_FIRST}/n (t = 0) to < {SHARE_LATE}/n (mean over t >= n/2)"] = (
+        share_plain[0] > SHARE_FIRST and share_plain[n // 2:].mean() < SHARE_LATE)
+    result[f"gradient, trained, attention: the copied digit's share is > {SHARE_ATTENDED}/n "
+           "at every t"] = share_attn.min() > SHARE_ATTENDED
+    return {claim: bool(holds) for claim, holds in result.items()}

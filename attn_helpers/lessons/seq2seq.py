@@ -1,31 +1,34 @@
 r"""The GRU encoder-decoder of notebooks 01 and 06, with pluggable attention.
 
-:class:`Seq2Seq` reads the source with a bidirectional GRU, whose states
-:math:`h_j = [\overrightarrow{h}_j; \overleftarrow{h}_j]` are the *memory* ``(b, n_src, 2 d_enc)``.
-A GRU decoder produces one state :math:`s_t` per output step, and the prediction is
+Notation (notebook 00's table; vectors are rows): the source tokens' embeddings are
+:math:`x_0, \dots, x_{n-1}`. :class:`Seq2Seq` reads them with a bidirectional GRU, whose states
+:math:`h_j = [\overrightarrow{h}_j; \overleftarrow{h}_j]` are the *memory* :math:`H` ``(b, n, 2 d_enc)``
+and whose two final states form the fixed context vector
+:math:`c = [\overrightarrow{h}_{n-1}; \overleftarrow{h}_0]`. A GRU decoder, started from
+:math:`\tanh(c W_b)`, produces one state :math:`s_t` per output step, and the prediction is
 
-.. math::  \tilde s_t = \tanh(W_c [s_t; c_t]), \qquad p(y_t) = \mathrm{softmax}(W_o \tilde s_t).
+.. math::  \tilde s_t = \tanh([s_t; c_t] W_c), \qquad p(y_t) = \mathrm{softmax}(\tilde s_t W_y).
 
 The only thing that changes between the three variants is where the context :math:`c_t` comes
 from (``attention=``):
 
-* ``"none"``: :math:`c_t = c`, the same fixed vector for every step, the last forward and the
-  first backward state (Sutskever et al., 2014; Cho et al., 2014). Its size does not grow with
-  the input: the bottleneck of notebook 01.
-* ``"additive"``: :math:`c_t = \sum_j a_{tj} h_j` with the additive score of Bahdanau et al.
-  (2015), :math:`e_{tj} = v_a^\top \tanh(W_q s_t + W_k h_j)`.
+* ``"none"``: :math:`c_t = c`, the same fixed vector for every step (Sutskever et al., 2014;
+  Cho et al., 2014). Its size does not grow with the input: the bottleneck of notebook 01.
+* ``"additive"``: :math:`c_t = \sum_j a_{tj} h_j`, :math:`a_t = \mathrm{softmax}_j(e_{tj})`, with
+  the additive score of Bahdanau et al. (2015), :math:`e_{tj} = \tanh(s_t U_q + h_j U_k)\, v_a^\top`
+  (:class:`attn_helpers.attention.AdditiveScore`).
 * ``"general"``: the same with Luong et al.'s (2015) *general* score
-  :math:`e_{tj} = s_t^\top W_k h_j`, here divided by :math:`\sqrt{d_\text{dec}}` as in
+  :math:`e_{tj} = s_t (h_j W_k)^\top`, here divided by :math:`\sqrt{d_\text{dec}}` as in
   Transformers (Luong's did not scale).
 
 In every variant the query is the *current* decoder state :math:`s_t` and the context enters the
-output through :math:`\tanh(W_c[s_t; c_t])`: that is Luong's arrangement (Bahdanau's scores
-from :math:`s_{t-1}` and feeds :math:`c_t` into the recurrence). It lets the decoder GRU run over
-the whole target at once in training, so the attention of all steps is one batched call.
+output through :math:`\tanh([s_t; c_t] W_c)`: that is Luong et al.'s (2015) arrangement, even with
+Bahdanau's additive score. Bahdanau et al. score from the *previous* state :math:`s_{t-1}` and feed
+:math:`c_t` into the recurrence. Luong's arrangement lets the decoder GRU run over the whole
+target at once in training, so the attention of all steps is one batched call.
 
 The recipes in :data:`attn_helpers.training.RECIPES` (``python -m attn_helpers train NAME``)
-train the checkpoints the notebooks load: ``seq2seq_reversal_none``,
-``seq2seq_reversal_additive`` and ``seq2seq_dates_general``.
+train the checkpoints the notebooks load, from :data:`attn_helpers.lessons.rnn_bottleneck.CONFIGS`.
 """
 
 
@@ -67,14 +70,16 @@ def _check_src(src, src_lengths) -> None:
 
 
 class Seq2Seq(nn.Module):
-    """GRU encoder-decoder with ``attention`` in ``"none"``, ``"additive"`` or ``"general"``.
+    r"""GRU encoder-decoder with ``attention`` in ``"none"``, ``"additive"`` or ``"general"``.
 
     Args:
         src_vocab_size, tgt_vocab_size: vocabulary sizes (ids 0, 1, 2 are ``<pad>``, ``<s>``,
             ``</s>``).
         d_emb: embedding size; d_enc: encoder GRU size per direction (the memory and the
             context vector have ``2 * d_enc`` features); the decoder state has ``2 * d_enc``.
-        d_attn: hidden size of the additive scorer.
+        d_attn: hidden size :math:`d_a` of the additive scorer (``scorer``: ``w_q``, ``w_k``,
+            ``w_v`` hold :math:`U_q^\top`, :math:`U_k^\top`, :math:`v_a`; ``nn.Linear`` stores
+            the transposed matrix). ``key_proj`` (``"general"``) holds :math:`W_k^\top`.
     """
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, attention: str = "additive",
@@ -123,29 +128,36 @@ class Seq2Seq(nn.Module):
         memory, _ = pad_packed_sequence(states, batch_first=True, total_length=src.shape[1])
         return memory, torch.cat([last[0], last[1]], dim=-1)
 
-    def attend(self, queries: torch.Tensor, memory: torch.Tensor, context: torch.Tensor,
+    def attend(self, s: torch.Tensor, H: torch.Tensor, c: torch.Tensor,
                src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Context vectors for decoder states ``queries`` ``(b, n_t, d_dec)``.
+        r"""The context :math:`c_t` of every decoder state :math:`s_t`.
 
-        Returns ``(contexts (b, n_t, 2 d_enc), weights (b, n_t, n_src) or None)``; without
-        attention every step gets the same ``context``, and the weights are ``None``.
+        Args: ``s`` ``(b, n_t, d_dec)`` decoder states (the queries); ``H`` ``(b, n, 2 d_enc)``
+        encoder states :math:`h_j` (keys and values); ``c`` ``(b, 2 d_enc)`` the fixed context
+        vector; ``src_mask`` ``(b, n)``, True at real source tokens.
+
+        Returns ``(c_t (b, n_t, 2 d_enc), a (b, n_t, n) or None)``: without attention every step
+        gets the same ``c``, and there are no weights.
         """
         if self.attention == "none":
-            return context[:, None, :].expand(-1, queries.shape[1], -1), None
+            return c[:, None, :].expand(-1, s.shape[1], -1), None  # c_t = c at every step t
         if self.attention == "additive":
-            scores = self.scorer(queries, memory)
+            e = self.scorer(s, H)  # (b, n_t, n): e_tj = tanh(s_t U_q + h_j U_k) v_a^T
         else:
-            scores = scaled_dot_product_scores(queries, self.key_proj(memory))
-        weights = masked_softmax(scores, src_mask[:, None, :])
-        return weights @ memory, weights
+            e = scaled_dot_product_scores(s, self.key_proj(H))  # e_tj = s_t (h_j W_k)^T / sqrt(d)
+        a = masked_softmax(e, src_mask[:, None, :])  # (b, n_t, n): a_t = softmax_j(e_tj)
+        return a @ H, a  # (b, n_t, 2 d_enc): c_t = sum_j a_tj h_j
 
     def readout(self, states, memory, context, src_mask):
-        """Decoder states ``(b, n_t, d_dec)`` -> ``(logits (b, n_t, V), weights or None)``."""
+        r"""Decoder states ``(b, n_t, d_dec)`` -> ``(logits (b, n_t, V), weights or None)``:
+        :math:`\mathrm{logits}_t = \tanh([s_t; c_t] W_c) W_y` (``combine`` is :math:`W_c`,
+        ``out`` is :math:`W_y`)."""
         contexts, weights = self.attend(states, memory, context, src_mask)
         return self.out(torch.tanh(self.combine(torch.cat([states, contexts], -1)))), weights
 
     def initial_state(self, context: torch.Tensor) -> torch.Tensor:
-        """``(b, 2 d_enc)`` context -> ``(1, b, d_dec)`` first decoder state."""
+        r"""``(b, 2 d_enc)`` context :math:`c` -> ``(1, b, d_dec)`` first decoder state
+        :math:`\tanh(c W_b)` (``bridge`` is :math:`W_b`)."""
         return torch.tanh(self.bridge(context))[None]
 
     # -- training and decoding ----------------------------------------------------------------

@@ -99,12 +99,69 @@ def test_dot_scores_follow_luong_general(batch):
     assert torch.allclose(weights, expected, atol=1e-6)
 
 
+@pytest.fixture
+def same_length(gen):
+    return tasks.collate("reversal", [tasks.reversal_pair(6, gen) for _ in range(3)])
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_input_gradient_norms(kind, batch):
+def test_input_gradient_norms_equal_the_jacobian(kind, same_length):
+    """Entry [i, t, j] is |d log p(y_t) / d x_j| for example i: checked against
+    torch.autograd.functional.jacobian of each example alone."""
     model = small_model(kind)
-    norms = seq2seq.input_gradient_norms(model, batch, 0)
-    assert norms.shape == (5,) and torch.all(norms > 0) and not norms.requires_grad
-    assert not model.training
+    norms = seq2seq.input_gradient_norms(model, same_length)
+    assert norms.shape == (3, 6, 6) and not norms.requires_grad and not model.training
+    for i in range(3):
+        src, lengths = same_length.src[i:i + 1], same_length.src_lengths[i:i + 1]
+        tgt_in, tgt_out = same_length.tgt_in[i:i + 1, :6], same_length.tgt_out[i, :6]
+
+        def log_p(x, src=src, lengths=lengths, tgt_in=tgt_in, tgt_out=tgt_out):
+            logits, _ = model(src, lengths, tgt_in, src_embedded=x)
+            return torch.log_softmax(logits[0], -1)[torch.arange(6), tgt_out]   # (n_t,)
+
+        jacobian = torch.autograd.functional.jacobian(log_p, model.src_embed(src).detach())
+        assert torch.allclose(norms[i], jacobian[:, 0].norm(dim=-1), rtol=1e-4, atol=1e-7)
+
+
+def test_copy_gradients_read_the_anti_diagonal():
+    norms = torch.ones(2, 4, 4)
+    norms[0, :, :] = 2.0
+    for t in range(4):
+        norms[:, t, 3 - t] = torch.tensor([8.0, 2.0]) * (t + 1)
+    gradient, share = seq2seq.copy_gradients(norms)
+    expected = torch.tensor([4.0, 8.0, 12.0, 16.0])           # geometric mean of 8(t+1), 2(t+1)
+    assert torch.allclose(gradient, expected)
+    own = torch.tensor([[8.0, 16, 24, 32], [2, 4, 6, 8]])
+    rest = torch.tensor([[6.0], [3.0]])
+    assert torch.allclose(share, (own / (own + rest)).mean(0))
+
+
+def test_untrained_attention_spreads_the_gradient_and_the_recurrence_does_not():
+    """The architecture claim of notebook 01 on small fresh models: without attention the middle
+    input's gradient is far below the ends'; with attention it is not."""
+    gradients = seq2seq.untrained_gradients(seeds=(0,))
+    plain, attended = gradients["no attention"][0], gradients["additive attention"][0]
+    assert plain.shape == attended.shape == (24,)
+    assert plain[[0, -1]].min() > 100 * plain[8:16].min()
+    assert attended[1:].max() < 2 * attended[1:].min()
+
+
+def test_accuracy_by_position_counts_end_tokens(same_length):
+    model = small_model("none")
+    accuracy, end_share = seq2seq.accuracy_by_position(model, same_length)
+    tokens, _ = seq2seq.predict(model, same_length)
+    assert accuracy.shape == end_share.shape == (6,)
+    assert torch.equal(accuracy, (tokens == same_length.tgt_out[:, :6]).float().mean(0))
+    assert torch.equal(end_share, (tokens == tasks.EOS).float().mean(0))
+
+
+def test_gradient_batch_and_untrained_model():
+    batch = seq2seq.gradient_batch(length=10, examples=5)
+    assert batch.src.shape == (5, 10) and bool((batch.src_lengths == 10).all())
+    a = seq2seq.untrained_model("seq2seq_reversal_none", 1)
+    b = seq2seq.untrained_model("seq2seq_reversal_none", 1)
+    c = seq2seq.untrained_model("seq2seq_reversal_none", 2)
+    assert torch.equal(a.out.weight, b.out.weight) and not torch.equal(a.out.weight, c.out.weight)
 
 
 def test_loss_and_accuracy(batch):
@@ -131,8 +188,10 @@ def test_model_bad_inputs(batch):
         model(batch.src, batch.src_lengths, batch.tgt_in.float())
     with pytest.raises(ValueError, match="steps must be >= 1"):
         model.greedy_decode(batch.src, batch.src_lengths, 0)
-    with pytest.raises(ValueError, match=r"step must be an int in 0..5"):
-        seq2seq.input_gradient_norms(model, batch, 6)
+    with pytest.raises(ValueError, match=r"same length, got \[5, 2, 7, 1\]"):
+        seq2seq.input_gradient_norms(model, batch)
+    with pytest.raises(TypeError, match="batch must be a tasks.Batch"):
+        seq2seq.input_gradient_norms(model, batch.src)
     with pytest.raises(TypeError, match="batch must be a tasks.Batch"):
         seq2seq.predict(model, batch.src)
     with pytest.raises(ValueError, match="unknown checkpoint"):
