@@ -1,23 +1,26 @@
-"""A trained task that needs positions, a tiny model with pluggable position schemes, and the
-length-extrapolation experiment of notebook 07.
+"""Notebook 07's trained experiment: a task that needs two offsets, a tiny model with pluggable
+position schemes, length extrapolation over several seeds, and the RoPE wrap-around study.
 
-The task, "previous token": given random tokens ``x_0 .. x_{n-1}``, predict ``x_{i-1}`` at every
-position ``i >= 1``. The model is one causal attention layer (a few heads) over token embeddings
-plus a linear read-out. Its attention scores depend on token contents only, unless a position
-scheme is plugged in:
+The task, "copy from 1 and 3 back": given random tokens ``x_0 .. x_{n-1}``, predict at every
+position ``i`` both ``x_{i-1}`` and ``x_{i-3}`` (where they exist). The model is one causal
+attention layer (3 heads of ``d_head = 8``) over token embeddings, a residual connection and a
+linear read-out with one group of ``VOCAB`` logits per offset. Its scores see token contents only,
+unless a position scheme is plugged in:
 
 =============  ===================================================================
-``none``       no position information at all
+``none``       no position information (but see the NoPE effect below)
 ``sinusoidal`` fixed sin/cos encoding added to the token embeddings
-``learned``    one trained vector per position (table of ``max_len`` rows), added
+``learned``    one trained vector per position (``MAX_LEN`` rows), added
 ``rope``       queries and keys rotated by :func:`attn_helpers.positional.apply_rope`
 ``alibi``      ``-slope * distance`` added to each head's scores
 =============  ===================================================================
 
-Without positions the layer can only tell *which* tokens came before, not *where*, so it cannot
-find the previous one. The models train on lengths ``4..TRAIN_MAX_LEN`` and are tested on longer
-inputs (:func:`extrapolation_table`). ``python -m attn_helpers.train positional_previous_token``
-re-trains the shipped checkpoint (all five models, a few seconds each).
+Every scheme trains with ``SEEDS`` on lengths ``TRAIN_MIN_LEN..TRAIN_MAX_LEN`` and is tested on
+positions up to ``4 * TRAIN_MAX_LEN`` (:func:`position_accuracy`); RoPE also trains with the bases
+``WRAP_BASES``, which set how fast its second pair turns (:func:`wrap_study`). The causal mask
+alone leaks position (query ``i`` sees ``i + 1`` keys; Haviv et al., 2022, Kazemnejad et al.,
+2023), so even ``none`` is right on the first positions. All the models ship in one checkpoint,
+``python -m attn_helpers train positional_offsets`` re-trains it (about two minutes on one core).
 """
 
 from __future__ import annotations
@@ -28,61 +31,66 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import require_positive_int, require_tensor, shape
+from .._checks import require_int_in, require_positive_int, require_tensor, shape
 from ..attention import masked_softmax
 from ..masks import causal_mask
-from ..positional import LearnedPositionalEmbedding, alibi_bias, apply_rope, sinusoidal_encoding
-from ..training import load_checkpoint, train
+from ..positional import (
+    LearnedPositionalEmbedding,
+    alibi_bias,
+    apply_rope,
+    frequencies,
+    sinusoidal_encoding,
+)
+from ..training import load_checkpoint, single_thread, train
 
 __all__ = [
-    "SCHEMES",
-    "VOCAB",
-    "TRAIN_MIN_LEN",
-    "TRAIN_MAX_LEN",
-    "TEST_LENGTHS",
-    "CHECKPOINT",
-    "previous_token_batch",
-    "PositionTaskModel",
-    "evaluate_accuracy",
-    "train_scheme",
-    "train_all",
-    "load_models",
-    "extrapolation_table",
-    "extrapolation_claims",
+    "SCHEMES", "VOCAB", "OFFSETS", "D_MODEL", "NUM_HEADS", "TRAIN_MIN_LEN", "TRAIN_MAX_LEN",
+    "TEST_LENGTHS", "SEEDS", "WRAP_BASES", "WRAP_LENGTH", "CHECKPOINT",
+    "offset_copy_batch", "PositionTaskModel", "model_key", "train_scheme", "train_all",
+    "load_models", "position_accuracy", "accuracy_at", "extrapolation_table", "wavelength",
+    "collapse_position", "wrap_study", "attention_summary", "extrapolation_claims", "wrap_claims",
+    "claims", "recipe",
 ]
 
 SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
-VOCAB = 16
-TRAIN_MIN_LEN, TRAIN_MAX_LEN = 4, 16
-TEST_LENGTHS = (16, 32, 64)
-MAX_LEN = 64  # rows of the learned table: positions past TRAIN_MAX_LEN exist but are never trained
-CHECKPOINT = "positional_previous_token"
-STEPS, BATCH, LR = 600, 64, 5e-3
+VOCAB, OFFSETS = 16, (1, 3)
+D_MODEL, NUM_HEADS = 24, 3  # d_head = 8: RoPE pairs turn at 1, 0.1, 0.01, 0.001 rad per position
+TRAIN_MIN_LEN, TRAIN_MAX_LEN = 8, 16
+TEST_LENGTHS = (16, 32, 64)  # 1x, 2x and 4x the training length
+MAX_LEN = 64  # rows of the learned table; rows 16..63 exist but are never trained
+SEEDS = (0, 1, 2)
+BASE = 10000.0
+WRAP_BASES = (625.0, BASE, 160000.0)  # second pair at 0.2, 0.1, 0.05 rad per position
+WRAP_LENGTH = 160
+CHECKPOINT = "positional_offsets"
+STEPS, BATCH, LR = 1200, 64, 5e-3
 
 
-def previous_token_batch(
-    batch: int, n: int, generator: torch.Generator, vocab: int = VOCAB
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(tokens (batch, n), targets (batch, n))``: uniform random tokens; ``targets[:, i] =
-    tokens[:, i-1]`` and ``targets[:, 0] = -1`` (no previous token; ignored by loss and accuracy)."""
+def offset_copy_batch(batch: int, n: int, generator: torch.Generator, *, vocab: int = VOCAB,
+                      offsets: tuple[int, ...] = OFFSETS) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tokens (batch, n), targets (batch, n, len(offsets)))``: uniform random tokens and
+    ``targets[:, i, j] = tokens[:, i - offsets[j]]``, or ``-1`` (ignored) where ``i < offsets[j]``."""
     require_positive_int("batch", batch)
     require_positive_int("n", n)
     require_positive_int("vocab", vocab)
     tokens = torch.randint(0, vocab, (batch, n), generator=generator)
-    targets = torch.full_like(tokens, -1)
-    targets[:, 1:] = tokens[:, :-1]
+    targets = torch.full((batch, n, len(offsets)), -1)
+    for j, k in enumerate(offsets):
+        targets[:, k:, j] = tokens[:, : n - k]
     return tokens, targets
 
 
 class PositionTaskModel(nn.Module):
     """One causal multi-head attention layer with a pluggable position scheme.
 
-    ``forward(tokens (b, n)) -> logits (b, n, vocab)``; :attr:`last_weights` keeps the attention
-    weights ``(b, num_heads, n, n)`` of the latest call.
+    ``forward(tokens (b, n)) -> logits (b, n, len(offsets), vocab)``: ``head(x + attention(x))``.
+    :attr:`last_weights` keeps the attention weights ``(b, num_heads, n, n)`` of the latest call.
+    ``base`` is RoPE's (only used by ``scheme="rope"``).
     """
 
-    def __init__(self, scheme: str, *, vocab: int = VOCAB, d_model: int = 32, num_heads: int = 4,
-                 max_len: int = MAX_LEN):
+    def __init__(self, scheme: str, *, vocab: int = VOCAB, d_model: int = D_MODEL,
+                 num_heads: int = NUM_HEADS, offsets: tuple[int, ...] = OFFSETS,
+                 max_len: int = MAX_LEN, base: float = BASE):
         super().__init__()
         if scheme not in SCHEMES:
             raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
@@ -90,13 +98,12 @@ class PositionTaskModel(nn.Module):
             raise ValueError(f"d_model={d_model} must split into num_heads={num_heads} heads of "
                              "even size")
         self.scheme, self.vocab, self.d_model, self.num_heads = scheme, vocab, d_model, num_heads
-        self.max_len = max_len
+        self.offsets, self.max_len, self.base = tuple(offsets), max_len, float(base)
         self.embed = nn.Embedding(vocab, d_model)
         if scheme == "learned":
             self.positions = LearnedPositionalEmbedding(max_len, d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
-        self.head = nn.Linear(d_model, vocab)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)  # no biases: a smaller checkpoint
+        self.head = nn.Linear(d_model, len(self.offsets) * vocab, bias=False)
         self.last_weights: torch.Tensor | None = None
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -105,7 +112,7 @@ class PositionTaskModel(nn.Module):
             raise ValueError(f"tokens must be an integer tensor (batch, n), got {tokens.dtype} "
                              f"shape {shape(tokens)}")
         b, n = tokens.shape
-        x = self.embed(tokens)
+        x = self.embed(tokens)  # (b, n, d)
         if self.scheme == "sinusoidal":
             x = x + sinusoidal_encoding(n, self.d_model).to(x.dtype)
         elif self.scheme == "learned":
@@ -113,108 +120,222 @@ class PositionTaskModel(nn.Module):
         h, d_head = self.num_heads, self.d_model // self.num_heads
         q, k, v = self.qkv(x).view(b, n, 3, h, d_head).permute(2, 0, 3, 1, 4)  # (b, h, n, d_head)
         if self.scheme == "rope":
-            q, k = apply_rope(q), apply_rope(k)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)
+            q, k = apply_rope(q, base=self.base), apply_rope(k, base=self.base)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)  # (b, h, n, n)
         if self.scheme == "alibi":
             scores = scores + alibi_bias(n, h).to(scores.dtype)
         weights = masked_softmax(scores, causal_mask(n))
         self.last_weights = weights.detach()
-        mixed = (weights @ v).transpose(1, 2).reshape(b, n, self.d_model)
-        return self.head(x + self.out(mixed))
+        mixed = (weights @ v).transpose(1, 2).reshape(b, n, self.d_model)  # heads concatenated
+        return self.head(x + mixed).view(b, n, len(self.offsets), self.vocab)
+
+
+def model_key(scheme: str, seed: int, base: float = BASE) -> str:
+    """The name of one trained model in the checkpoint: ``"rope_s0"``, ``"rope_b625_s1"``."""
+    return f"{scheme}_s{seed}" if base == BASE else f"{scheme}_b{base:g}_s{seed}"
 
 
 def _loss(model: PositionTaskModel, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits = model(tokens)
-    return F.cross_entropy(logits.reshape(-1, model.vocab), targets.reshape(-1), ignore_index=-1)
+    return F.cross_entropy(model(tokens).reshape(-1, model.vocab), targets.reshape(-1),
+                           ignore_index=-1)
 
 
-@torch.no_grad()
-def evaluate_accuracy(model: PositionTaskModel, n: int, *, batch: int = 256, seed: int = 1) -> float:
-    """Share of positions ``1..n-1`` where the model predicts the previous token, on ``batch``
-    fresh sequences of length ``n`` drawn with ``seed``."""
-    tokens, targets = previous_token_batch(batch, n, torch.Generator().manual_seed(seed), model.vocab)
-    model.eval()
-    predictions = model(tokens).argmax(-1)
-    return (predictions[:, 1:] == targets[:, 1:]).double().mean().item()
-
-
-def train_scheme(scheme: str, *, steps: int = STEPS, seed: int = 0,
+def train_scheme(scheme: str, *, seed: int = 0, base: float = BASE, steps: int = STEPS,
                  progress: bool = False) -> PositionTaskModel:
-    """Train one model on the previous-token task, lengths ``TRAIN_MIN_LEN..TRAIN_MAX_LEN``.
-
-    Runs on one CPU thread (restored afterwards): for a model this small, extra threads only add
-    synchronisation (on a busy 2-core machine 600 steps took ~3 s on one thread, ~60 s on two),
-    and one thread makes the run reproducible whatever ``OMP_NUM_THREADS`` says.
-    """
+    """Train one model on lengths ``TRAIN_MIN_LEN..TRAIN_MAX_LEN`` on one CPU thread (faster for a
+    model this small, and the weights no longer depend on ``OMP_NUM_THREADS``)."""
     torch.manual_seed(seed)
-    model = PositionTaskModel(scheme)
+    model = PositionTaskModel(scheme, base=base)
 
     def make_batch(step, generator):
         n = int(torch.randint(TRAIN_MIN_LEN, TRAIN_MAX_LEN + 1, (), generator=generator))
-        return previous_token_batch(BATCH, n, generator)
+        return offset_copy_batch(BATCH, n, generator)
 
     train(model, make_batch, _loss, steps=steps, lr=LR, seed=seed, progress=progress,
-          description=f"previous token, {scheme}", single_threaded=True)
+          description=model_key(scheme, seed, base), single_threaded=True)
     return model
 
 
-def train_all(*, steps: int = STEPS, seed: int = 0) -> nn.ModuleDict:
-    """The five models, one per scheme, in a ``ModuleDict`` keyed by scheme name."""
-    return nn.ModuleDict({scheme: train_scheme(scheme, steps=steps, seed=seed) for scheme in SCHEMES})
+def _plan() -> list[tuple[str, int, float]]:
+    """``(scheme, seed, base)`` of every shipped model: all schemes, then RoPE's other bases."""
+    return ([(s, seed, BASE) for s in SCHEMES for seed in SEEDS]
+            + [("rope", seed, b) for b in WRAP_BASES if b != BASE for seed in SEEDS])
 
 
-def _empty_models() -> nn.ModuleDict:
-    return nn.ModuleDict({scheme: PositionTaskModel(scheme) for scheme in SCHEMES})
+def train_all(*, steps: int = STEPS) -> nn.ModuleDict:
+    """Every shipped model, trained from scratch, in a ``ModuleDict`` keyed by :func:`model_key`."""
+    return nn.ModuleDict({model_key(s, seed, b): train_scheme(s, seed=seed, base=b, steps=steps)
+                          for s, seed, b in _plan()})
 
 
 def load_models(name: str = CHECKPOINT) -> tuple[nn.ModuleDict, dict]:
-    """The shipped trained models (``ModuleDict`` by scheme) and the checkpoint's metadata."""
-    models = _empty_models()
-    metadata = load_checkpoint(models, name)
-    return models, metadata
+    """The shipped trained models (keyed by :func:`model_key`) and the checkpoint's metadata."""
+    models = nn.ModuleDict({model_key(s, seed, b): PositionTaskModel(s, base=b)
+                            for s, seed, b in _plan()})
+    return models, load_checkpoint(models, name)
 
 
-def extrapolation_table(models: nn.ModuleDict, lengths=TEST_LENGTHS, *,
-                        seed: int = 1) -> dict[str, dict[int, float]]:
-    """``{scheme: {n: accuracy}}`` for every model and test length (same test data for all)."""
-    return {scheme: {n: evaluate_accuracy(model, n, seed=seed) for n in lengths}
-            for scheme, model in models.items()}
+@torch.no_grad()
+def position_accuracy(model: PositionTaskModel, n: int = 4 * TRAIN_MAX_LEN, *, batch: int = 128,
+                      seed: int = 1) -> torch.Tensor:
+    """``(n, len(offsets))`` share of ``batch`` sequences (drawn with ``seed``) in which the model
+    gets position ``i``'s target for each offset; NaN where ``i < offset``. The model is causal,
+    so row ``i`` is also what any sequence of length ``> i`` gets there."""
+    require_positive_int("n", n)
+    tokens, targets = offset_copy_batch(batch, n, torch.Generator().manual_seed(seed),
+                                        vocab=model.vocab, offsets=model.offsets)
+    model.eval()
+    with single_thread():  # far faster for a model this small, on a busy machine
+        correct = (model(tokens).argmax(-1) == targets).double().mean(0)  # (n, K)
+    return correct.masked_fill(targets[0] < 0, math.nan)
 
 
-def extrapolation_claims(table: dict[str, dict[int, float]]) -> dict[str, bool]:
-    """What notebook 07 says about :func:`extrapolation_table`'s result, each claim with its verdict.
+def accuracy_at(curve: torch.Tensor, n: int, offset: int | None = None) -> float:
+    """Accuracy on sequences of length ``n`` (positions ``0..n-1``), from a
+    :func:`position_accuracy` curve; over all offsets, or column ``offset`` (an index)."""
+    require_tensor("curve", curve, floating=True)
+    require_int_in("n", n, 1, curve.shape[0])
+    part = curve[:n] if offset is None else curve[:n, offset]
+    return part.nanmean().item()
 
-    ``table`` must hold the lengths 16, 32 and 64 (16 = ``TRAIN_MAX_LEN``). The thresholds leave
-    margins, so a re-training on another machine supports the same sentences.
+
+def extrapolation_table(curves: dict[str, torch.Tensor], lengths=TEST_LENGTHS,
+                        offset: int | None = None) -> dict[str, dict[int, list[float]]]:
+    """``{scheme: {n: [accuracy of each seed]}}`` for the base-10000 models of every scheme."""
+    return {s: {n: [accuracy_at(curves[model_key(s, seed)], n, offset) for seed in SEEDS]
+                for n in lengths} for s in SCHEMES}
+
+
+def wavelength(base: float, d_head: int = D_MODEL // NUM_HEADS, pair: int = 1) -> float:
+    """Positions for RoPE's pair ``pair`` to turn once: ``2 pi / omega_pair``."""
+    return 2 * math.pi / frequencies(d_head, base)[pair].item()
+
+
+def collapse_position(curve: torch.Tensor, *, threshold: float = 0.5, window: int = 8) -> int:
+    """First position ``p`` where the mean accuracy over positions ``p .. p + window - 1`` (and all
+    offsets) falls below ``threshold``; ``len(curve)`` if it never does."""
+    per_position = curve.nanmean(-1)  # (n,)
+    means = per_position.unfold(0, window, 1).mean(-1)  # (n - window + 1,)
+    below = (means < threshold).nonzero()
+    return int(below[0]) if len(below) else curve.shape[0]
+
+
+def wrap_study(models: nn.ModuleDict, *, n: int = WRAP_LENGTH) -> dict[float, dict]:
+    """For each RoPE base: the second pair's wavelength, each seed's accuracy curve over ``n``
+    positions and its :func:`collapse_position`."""
+    study = {}
+    for base in WRAP_BASES:
+        curves = [position_accuracy(models[model_key("rope", seed, base)], n, batch=64)
+                  for seed in SEEDS]
+        study[base] = {"wavelength": wavelength(base), "curves": curves,
+                       "collapse": [collapse_position(c) for c in curves]}
+    return study
+
+
+@torch.no_grad()
+def attention_summary(models: nn.ModuleDict, n: int = TRAIN_MAX_LEN, *, batch: int = 128,
+                      seed: int = 1) -> dict[str, dict[int, torch.Tensor]]:
+    """What the trained heads look at, on ``batch`` random sequences of length ``n``, per seed:
+
+    * ``"none_first_key"``: ``(n,)`` weight of query ``i`` on key 0 in the ``none`` model, averaged
+      over heads (spreading evenly over the visible keys would give ``1 / (i + 1)``);
+    * ``"rope_offset_weight"``: ``(len(OFFSETS), num_heads)`` mean weight each RoPE head puts on
+      the key ``k`` back, for each offset ``k``.
     """
-    t = table
-    with_positions = ("sinusoidal", "learned", "rope")
+    tokens, _ = offset_copy_batch(batch, n, torch.Generator().manual_seed(seed))
+    summary = {"none_first_key": {}, "rope_offset_weight": {}}
+    for s in SEEDS:
+        none, rope = models[model_key("none", s)].eval(), models[model_key("rope", s)].eval()
+        with single_thread():
+            none(tokens)
+            rope(tokens)
+        summary["none_first_key"][s] = none.last_weights[..., 0].mean((0, 1))  # (n,)
+        weights = rope.last_weights.mean(0)  # (h, n, n)
+        summary["rope_offset_weight"][s] = torch.stack(
+            [weights.diagonal(-k, -2, -1).mean(-1) for k in OFFSETS])  # (K, h)
+    return summary
+
+
+def extrapolation_claims(curves: dict[str, torch.Tensor],
+                         attention: dict[str, dict[int, torch.Tensor]]) -> dict[str, bool]:
+    """What notebook 07 says about the schemes' accuracy, each claim with its verdict.
+
+    ``curves``: :func:`position_accuracy` (``n = 64``) of every base-10000 model by
+    :func:`model_key`; ``attention``: :func:`attention_summary`.
+    "Every seed above" claims take the worst seed (``min``), "every seed below" the best (``max``).
+    """
+    t, chance = extrapolation_table(curves), 1 / VOCAB
+    lo = {s: {n: min(v) for n, v in row.items()} for s, row in t.items()}
+    hi = {s: {n: max(v) for n, v in row.items()} for s, row in t.items()}
+    one, three = OFFSETS.index(1), OFFSETS.index(3)
+    by_offset = {j: extrapolation_table(curves, (16, 64), offset=j) for j in (one, three)}
+    kept = {s: [(t[s][64][i] - chance) / (t[s][16][i] - chance) for i in range(len(SEEDS))]
+            for s in SCHEMES}  # share of the above-chance accuracy kept from 16 to 64 tokens
+    none = [curves[model_key("none", seed)] for seed in SEEDS]
+    first_key = attention["none_first_key"]
+    uniform = 1 / torch.arange(1, len(first_key[SEEDS[0]]) + 1)
     return {
-        "without positions the model stays below 0.5 at the training length":
-            t["none"][16] < 0.5,
-        "sinusoidal, learned and RoPE all exceed 0.9 at the training length":
-            all(t[s][16] > 0.9 for s in with_positions),
-        "positions add more than 0.5 accuracy at the training length":
-            max(t[s][16] for s in with_positions) - t["none"][16] > 0.5,
-        "learned and sinusoidal drop below 0.7 at twice the training length":
-            t["learned"][32] < 0.7 and t["sinusoidal"][32] < 0.7,
-        "RoPE stays above 0.95 at twice the training length":
-            t["rope"][32] > 0.95,
-        "every scheme is worse at 64 tokens than at 16":
-            all(row[64] < row[16] for row in t.values()),
-        "at 64 tokens RoPE and ALiBi both beat learned and sinusoidal":
-            min(t["rope"][64], t["alibi"][64]) > max(t["learned"][64], t["sinusoidal"][64]),
-        "ALiBi loses less from 16 to 64 tokens than learned and sinusoidal":
-            t["alibi"][16] - t["alibi"][64]
-            < min(t[s][16] - t[s][64] for s in ("learned", "sinusoidal")),
+        "without positions every seed stays below 0.5 at the training length":
+            hi["none"][16] < 0.5,
+        "sinusoidal, learned and RoPE: every seed above 0.95 at the training length":
+            all(lo[s][16] > 0.95 for s in ("sinusoidal", "learned", "rope")),
+        "positions add more than 0.5 accuracy at the training length (worst seed vs best none)":
+            min(lo[s][16] for s in ("sinusoidal", "learned", "rope")) - hi["none"][16] > 0.5,
+        "NoPE effect: without positions, position 1 is solved (> 0.95) by every seed":
+            min(c[1, one].item() for c in none) > 0.95,
+        "NoPE effect fades: without positions, every seed is below 0.15 on positions 32-63":
+            max(c[32:].nanmean().item() for c in none) < 0.15,
+        "without positions, the weight on key 0 stays within 0.03 of uniform 1/(i+1) for i >= 4":
+            all((w - uniform)[4:].abs().max() < 0.03 for w in first_key.values()),
+        "RoPE: in every seed one head puts over half its weight on 1 back, one on 3 back":
+            all(w.max(-1).values.min() > 0.5 for w in attention["rope_offset_weight"].values()),
+        "ALiBi (one layer) learns offset 1: every seed above 0.75 at the training length":
+            min(by_offset[one]["alibi"][16]) > 0.75,
+        "ALiBi (one layer) is no better than no positions at offset 3 (within 0.03)":
+            max(by_offset[three]["alibi"][16]) < min(by_offset[three]["none"][16]) + 0.03,
+        "learned and sinusoidal: every seed below 0.7 at twice the training length":
+            hi["learned"][32] < 0.7 and hi["sinusoidal"][32] < 0.7,
+        "RoPE: every seed above 0.9 at twice the training length":
+            lo["rope"][32] > 0.9,
+        "RoPE: every seed below 0.7 at four times the training length":
+            hi["rope"][64] < 0.7,
+        "every scheme and seed is worse at 4x than at 1x the training length":
+            all(t[s][64][i] < t[s][16][i] for s in SCHEMES for i in range(len(SEEDS))),
+        "from 16 to 64 tokens ALiBi keeps the largest share of its above-chance accuracy":
+            min(kept["alibi"]) > max(max(kept[s]) for s in SCHEMES if s != "alibi"),
+        "at 4x, ALiBi's worst seed beats every other model on offset 1":
+            min(by_offset[one]["alibi"][64])
+            > max(max(row[64]) for s, row in by_offset[one].items() if s != "alibi"),
     }
 
 
+def wrap_claims(wrap: dict[float, dict]) -> dict[str, bool]:
+    """What notebook 07 says about :func:`wrap_study`, each claim with its verdict (every seed)."""
+    collapse = {base: w["collapse"] for base, w in wrap.items()}
+    bases = sorted(collapse)
+    ratios = [c / w["wavelength"] for w in wrap.values() for c in w["collapse"]]
+    return {
+        "RoPE's collapse point moves with the second pair's wavelength (every seed, in order)":
+            all(max(collapse[a]) < min(collapse[b]) for a, b in zip(bases, bases[1:], strict=False)),
+        "every collapse point lies between 0.4 and 0.8 of that wavelength (about half a turn)":
+            all(0.4 < r < 0.8 for r in ratios),
+        "every base is still above 0.9 on positions 16-19, just past the trained offsets":
+            all(c[16:20].nanmean().item() > 0.9 for w in wrap.values() for c in w["curves"]),
+    }
+
+
+def claims(curves: dict[str, torch.Tensor], attention: dict[str, dict[int, torch.Tensor]],
+           wrap: dict[float, dict]) -> dict[str, bool]:
+    """Every claim notebook 07 makes about its trained models: :func:`extrapolation_claims` and
+    :func:`wrap_claims` together."""
+    return {**extrapolation_claims(curves, attention), **wrap_claims(wrap)}
+
+
 def recipe():
-    """``python -m attn_helpers train positional_previous_token``: train every scheme."""
+    """``python -m attn_helpers train positional_offsets``: train every model of the lesson."""
     models = train_all()
-    table = extrapolation_table(models)
-    return models, {"task": "previous token", "steps": STEPS, "batch": BATCH, "lr": LR,
-                    "train_lengths": [TRAIN_MIN_LEN, TRAIN_MAX_LEN],
-                    "accuracy": {s: {str(n): round(a, 4) for n, a in row.items()}
-                                 for s, row in table.items()}}
+    curves = {key: position_accuracy(model) for key, model in models.items()}
+    return models, {"task": "copy from offsets 1 and 3", "steps": STEPS, "batch": BATCH, "lr": LR,
+                    "train_lengths": [TRAIN_MIN_LEN, TRAIN_MAX_LEN], "seeds": list(SEEDS),
+                    "accuracy": {key: {str(n): round(accuracy_at(c, n), 4) for n in TEST_LENGTHS}
+                                 for key, c in curves.items()}}

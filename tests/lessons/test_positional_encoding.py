@@ -1,7 +1,10 @@
-"""The previous-token task, the model with pluggable position schemes, the shipped checkpoint and
-a re-training from scratch that must support the same claims as notebook 07."""
+"""The two-offset copy task, the model with pluggable position schemes, the shipped checkpoint
+(every scheme x 3 seeds, RoPE x 3 bases) and a re-training from scratch that must support the same
+claims as notebook 07."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -10,12 +13,21 @@ from attn_helpers.lessons import positional_encoding as pt
 from attn_helpers.training import RECIPES, checkpoint_path, run_recipe
 
 
-def test_batch_targets_are_the_previous_tokens():
-    tokens, targets = pt.previous_token_batch(3, 6, torch.Generator().manual_seed(0))
-    assert tokens.shape == targets.shape == (3, 6)
-    assert torch.all(targets[:, 0] == -1) and torch.equal(targets[:, 1:], tokens[:, :-1])
+@pytest.fixture(scope="module")
+def shipped():
+    models, metadata = pt.load_models()
+    keys = [pt.model_key(scheme, seed) for scheme in pt.SCHEMES for seed in pt.SEEDS]
+    curves = {key: pt.position_accuracy(models[key]) for key in keys}
+    return models, metadata, curves, pt.attention_summary(models), pt.wrap_study(models)
+
+
+def test_batch_targets_are_the_tokens_at_each_offset():
+    tokens, targets = pt.offset_copy_batch(3, 7, torch.Generator().manual_seed(0))
+    assert tokens.shape == (3, 7) and targets.shape == (3, 7, 2)
+    assert torch.equal(targets[:, 1:, 0], tokens[:, :-1]) and torch.all(targets[:, 0, 0] == -1)
+    assert torch.equal(targets[:, 3:, 1], tokens[:, :-3]) and torch.all(targets[:, :3, 1] == -1)
     with pytest.raises(ValueError, match="n must be"):
-        pt.previous_token_batch(3, 0, torch.Generator())
+        pt.offset_copy_batch(3, 0, torch.Generator())
 
 
 @pytest.mark.parametrize("scheme", pt.SCHEMES)
@@ -24,8 +36,8 @@ def test_model_shapes_and_causality(scheme):
     model = pt.PositionTaskModel(scheme).eval()
     tokens = torch.randint(0, pt.VOCAB, (2, 10))
     logits = model(tokens)
-    assert logits.shape == (2, 10, pt.VOCAB)
-    assert model.last_weights.shape == (2, 4, 10, 10)
+    assert logits.shape == (2, 10, 2, pt.VOCAB)
+    assert model.last_weights.shape == (2, 3, 10, 10)
     assert torch.all(model.last_weights.triu(1) == 0)
     changed = tokens.clone()
     changed[:, 6:] = (changed[:, 6:] + 1) % pt.VOCAB
@@ -33,12 +45,20 @@ def test_model_shapes_and_causality(scheme):
 
 
 def test_without_positions_scores_see_content_only():
-    """With scheme 'none', the attention row of the last token over an all-equal prefix is
-    uniform: nothing distinguishes the positions."""
+    """With scheme 'none', the last token's attention over an all-equal prefix is uniform."""
     torch.manual_seed(0)
     model = pt.PositionTaskModel("none").eval()
     model(torch.full((1, 8), 3))
-    assert torch.allclose(model.last_weights[0, :, -1], torch.full((4, 8), 1 / 8), atol=1e-6)
+    assert torch.allclose(model.last_weights[0, :, -1], torch.full((3, 8), 1 / 8), atol=1e-6)
+
+
+def test_rope_base_is_used():
+    torch.manual_seed(0)
+    slow = pt.PositionTaskModel("rope", base=160000.0).eval()
+    fast = pt.PositionTaskModel("rope", base=625.0).eval()
+    fast.load_state_dict(slow.state_dict())
+    tokens = torch.randint(0, pt.VOCAB, (1, 12))
+    assert not torch.allclose(slow(tokens), fast(tokens), atol=1e-3)
 
 
 def test_model_bad_inputs():
@@ -53,33 +73,66 @@ def test_model_bad_inputs():
         model(torch.zeros(1, 5))
 
 
+def test_accuracy_helpers():
+    curve = torch.tensor([[math.nan, math.nan], [1.0, math.nan], [0.5, math.nan], [0.0, 1.0]],
+                         dtype=torch.float64)
+    assert pt.accuracy_at(curve, 3) == 0.75
+    assert pt.accuracy_at(curve, 4) == pytest.approx(2.5 / 4)
+    assert pt.accuracy_at(curve, 4, offset=1) == 1.0
+    with pytest.raises(ValueError, match="n must be"):
+        pt.accuracy_at(curve, 5)
+    flat = torch.cat([torch.ones(20, 1), torch.zeros(12, 1)]).double()
+    assert pt.collapse_position(flat, window=4) == 19  # 18..21: 0.5, 19..22: 0.25 < 0.5
+    assert pt.collapse_position(torch.ones(10, 1).double()) == 10
+    assert pt.wavelength(10000.0) == pytest.approx(2 * math.pi / 0.1)
+    assert pt.model_key("rope", 1) == "rope_s1" and pt.model_key("rope", 2, 625.0) == "rope_b625_s2"
+
+
 def test_recipe_is_registered_and_checkpoint_is_small():
     assert pt.CHECKPOINT in RECIPES
     assert pt.CHECKPOINT.startswith("positional_")
-    assert checkpoint_path(pt.CHECKPOINT).stat().st_size < 200_000
+    assert checkpoint_path(pt.CHECKPOINT).stat().st_size < 300_000
 
 
-def test_shipped_checkpoint_supports_the_notebook_claims():
-    models, metadata = pt.load_models()
-    table = pt.extrapolation_table(models)
-    claims = pt.extrapolation_claims(table)
-    assert all(claims.values()), {k: v for k, v in claims.items() if not v}
-    assert metadata["task"] == "previous token"
-    for scheme, row in table.items():
-        for n, accuracy in row.items():
-            assert accuracy == pytest.approx(metadata["accuracy"][scheme][str(n)], abs=0.01)
+def test_shipped_checkpoint_supports_the_notebook_claims(shipped):
+    models, metadata, curves, attention, wrap = shipped
+    assert len(models) == 5 * 3 + 2 * 3
+    verdicts = pt.claims(curves, attention, wrap)
+    assert all(verdicts.values()), {k: v for k, v in verdicts.items() if not v}
+    assert metadata["task"] == "copy from offsets 1 and 3"
+    for key, curve in curves.items():
+        for n in pt.TEST_LENGTHS:
+            assert pt.accuracy_at(curve, n) == pytest.approx(metadata["accuracy"][key][str(n)],
+                                                             abs=0.01)
 
 
-def test_claims_can_fail():
-    models, _ = pt.load_models()
-    table = pt.extrapolation_table(models)
-    table["none"][16] = 0.99
-    assert not pt.extrapolation_claims(table)["without positions the model stays below 0.5 at the "
-                                              "training length"]
+def test_claims_can_fail(shipped):
+    _, _, curves, attention, wrap = shipped
+
+    def verdict(name, curves=curves, wrap=wrap):
+        return pt.claims(curves, attention, wrap)[name]
+
+    solved = dict(curves, none_s1=torch.ones_like(curves["none_s1"]))
+    assert not verdict("without positions every seed stays below 0.5 at the training length",
+                       curves=solved)
+    weak = dict(curves, rope_s2=curves["rope_s2"] * 0.5)
+    assert not verdict("sinusoidal, learned and RoPE: every seed above 0.95 at the training length",
+                       curves=weak)
+    swapped = dict(wrap)
+    swapped[625.0] = dict(wrap[625.0], collapse=[500, 500, 500])
+    assert not verdict("RoPE's collapse point moves with the second pair's wavelength (every seed, "
+                       "in order)", wrap=swapped)
+    assert not verdict("every collapse point lies between 0.4 and 0.8 of that wavelength (about half "
+                       "a turn)", wrap=swapped)
+    to_first = dict(attention, none_first_key={s: w + 0.05 for s, w in
+                                               attention["none_first_key"].items()})
+    assert not pt.extrapolation_claims(curves, to_first)[
+        "without positions, the weight on key 0 stays within 0.03 of uniform 1/(i+1) for i >= 4"]
 
 
 @pytest.mark.slow
 def test_retraining_from_scratch_supports_the_same_claims():
     models, metadata, _ = run_recipe(pt.CHECKPOINT, save=False)
-    claims = pt.extrapolation_claims(pt.extrapolation_table(models))
-    assert all(claims.values()), {k: v for k, v in claims.items() if not v}
+    curves = {key: pt.position_accuracy(model) for key, model in models.items()}
+    verdicts = pt.claims(curves, pt.attention_summary(models), pt.wrap_study(models))
+    assert all(verdicts.values()), {k: v for k, v in verdicts.items() if not v}
