@@ -31,7 +31,7 @@ from .tasks import (
 __all__ = ["antidiagonal_hits", "date_field_hits", "neighbour_steps", "decoder_layer_gap",
            "cross_attention_memory_once", "alignment_claims", "dates_claims", "decoder_claims",
            "EncoderLayer", "TransformerSeq2Seq", "train_transformer_dates", "alignment_table",
-           "transformer_claims"]
+           "transformer_claims", "claims"]
 
 #: at steps whose strongest weight is a neighbour of the mirror position, the mirror itself keeps
 #: at least this much weight on average, and at least this share of those steps is still right
@@ -331,3 +331,10 @@ def transformer_claims(table: dict[str, dict]) -> dict[str, bool]:
         "every Transformer head spreads its digit-step weight more than the GRU (higher entropy)":
             all(row[entropy] > gru[entropy] for row in heads),
     }
+
+
+def claims(reversal_model: Seq2Seq, dates_model: Seq2Seq, table: dict | None = None):
+    """All of notebook 06's statements, ``{name: bool}``: the reversal alignment, the dates model,
+    the decoder layer and, given :func:`alignment_table`'s result, the Transformer comparison."""
+    return {**alignment_claims(reversal_model), **dates_claims(dates_model), **decoder_claims(),
+            **(transformer_claims(table) if table is not None else {})}

@@ -84,6 +84,14 @@ def test_neighbour_steps_and_alignment_claims(reversal_model):
     assert all(claims.values()), claims
 
 
+def test_all_claims_together(reversal_model):
+    gru = rnn_bottleneck.load_pretrained("seq2seq_dates_general")
+    together = cross_attention.claims(reversal_model, gru)
+    assert together == {**cross_attention.alignment_claims(reversal_model),
+                        **cross_attention.dates_claims(gru), **cross_attention.decoder_claims()}
+    assert all(together.values())
+
+
 def test_dates_claims_hold_and_can_fail():
     model = rnn_bottleneck.load_pretrained("seq2seq_dates_general")
     claims = cross_attention.dates_claims(model)
