@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import ipywidgets as widgets
 import numpy as np
 import torch
+from matplotlib.transforms import offset_copy
 
 from .._checks import shape
 from ..entropy import attention_entropy, max_entropy
@@ -125,7 +126,7 @@ class MultiHeadView(BlitView):
         self.single_panel = AttentionPanel(self.single, grid[0], title=" ")
         # The head's name changes with the selector: pasted text avoids a full redraw.
         self.single_title = TextSprites(self.single, self.single.figure.transFigure, size=10,
-                                        va="top")
+                                        va="bottom")
         self.single_bars = EntropyBars(self.single, self.single.figure.add_subplot(grid[1]),
                                        title="mean entropy\nper head", labels=heads)
         self.single_bars.ax.set_ylabel("head", fontsize=9)
@@ -154,8 +155,11 @@ class MultiHeadView(BlitView):
                 panel.set_frame(frame.head_frame(i))
             bars, self.blit, self.last_mode = self.grid_bars, self.grid, "grid"
         else:
-            self.single_title.set([frame.head_names[frame.head]], [(0.4, 0.985)])
             self.single_panel.set_frame(frame)
+            self.single_title.transform = offset_copy(  # where the panel's title goes
+                self.single_panel.ax_map.transAxes, fig=self.single.figure,
+                y=self.single_panel.title_pad + 2, units="points")
+            self.single_title.set([frame.head_names[frame.head]], [(0.5, 1.0)])
             bars, self.blit, self.last_mode = self.single_bars, self.single, "single"
         bars.layout(self.num_heads, float(ceiling.max()))
         bars.set(entropy, ceiling, frame.head)

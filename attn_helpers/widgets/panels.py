@@ -242,7 +242,7 @@ class AttentionPanel:
         self.ax_map.add_patch(self.highlight)
         self.xlabels, self.ylabels = _Labels(blit, self.ax_map, "x"), _Labels(blit, self.ax_map, "y")
         blit.animate(self.highlight)
-        self.shape, self.longest = (0, 0), (0, 0)
+        self.shape, self.longest, self.title_pad = (0, 0), (0, 0), 0.0
         if max_shape is not None:
             self._layout(*max_shape, (1, 1))
 
@@ -279,7 +279,8 @@ class AttentionPanel:
         ax.xaxis.set_label_position("top")
         ax.set_xlabel("key", fontsize=LABEL_PT, labelpad=above + 2)
         ax.set_ylabel("query", fontsize=LABEL_PT, labelpad=left + 2)
-        ax.set_title(self.title, fontsize=TITLE_PT, pad=above + 4 + 1.6 * LABEL_PT)
+        self.title_pad = above + 4 + 1.6 * LABEL_PT  # points above the map
+        ax.set_title(self.title, fontsize=TITLE_PT, pad=self.title_pad)
         self.entropy.layout(n_q, math.log(max(n_k, 1)))
         self.blit.invalidate()
 

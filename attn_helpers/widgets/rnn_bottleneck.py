@@ -108,12 +108,12 @@ class DecodeView(BlitView):
     sized for ``max_len`` tokens (a shorter example fills its top-left corner, so every length
     only blits)."""
 
-    def __init__(self, max_len: int = 24, figsize: tuple[float, float] = (8.8, 7.4)):
+    def __init__(self, max_len: int = 24, figsize: tuple[float, float] = (8.4, 6.9)):
         super().__init__(figsize)
         self.max_len = max_len
         figure = self.figure
-        grid = figure.add_gridspec(2, 1, height_ratios=[1, 4.6], left=0.1, right=0.97,
-                                   bottom=0.08, top=0.95, hspace=0.45)
+        grid = figure.add_gridspec(2, 1, height_ratios=[1, 5.4], left=0.1, right=0.97,
+                                   bottom=0.01, top=0.95, hspace=0.2)
         self.ax_strip = figure.add_subplot(grid[0])
         self.ax_strip.set(xlim=(-0.5, max_len - 0.5), ylim=(2.5, -0.5))
         self.strip = CellPainter(self.blit, self.ax_strip, ListedColormap(STRIP_COLORS),
