@@ -6,7 +6,9 @@ attention pattern serves both (one looks one step back, the other always at posi
 model with two heads can give one relation to each. Head ablation (switching one head off) shows
 which head carries which relation.
 
-Re-create the shipped checkpoint with ``python -m attn_helpers.train multihead_two_relations``.
+Re-create the shipped checkpoint with ``python -m attn_helpers train multihead_two_relations``.
+The one-head control and the seed study live in :mod:`attn_helpers.lessons.multi_head_study`;
+:func:`claims` and :func:`mask_claims` state what notebook 04 says, with the thresholds below.
 """
 
 from __future__ import annotations
@@ -38,10 +40,23 @@ __all__ = [
     "train_two_relations",
     "load_two_relations",
     "CHECKPOINT",
+    "head_contributions",
+    "mask_claims",
+    "claims",
+    "steps_to",
 ]
 
 RELATIONS = ("previous", "first")
 CHECKPOINT = "multihead_two_relations"
+
+# The thresholds of the claims, defined once (see claims()).
+ACCURACY_MIN = 0.99         # "names both letters": accuracy per relation above this
+FOCUS = (0.7, 0.9, 0.1)     # specialised: previous head > 0.7 on i-1, first head > 0.9 on 0, < 0.1 else
+ABLATED = (0.25, 0.95)      # without its head: a relation < 0.25 (chance 0.125), the other > 0.95
+BLEND_MIN = 0.2             # one head blends: more than 0.2 of its weight on each relation's key
+LOSS_RATIO = 3              # two heads end with a training loss 3x lower than one head
+LOSS_EVERY = 10             # the seed study keeps the mean loss of every 10 steps
+SOONER = (0.01, 50)         # ...and get below a loss of 0.01 at least 50 steps sooner
 
 
 @dataclass(frozen=True)
@@ -172,6 +187,22 @@ def head_relation_scores(weights: torch.Tensor) -> torch.Tensor:
     return torch.stack([previous, first], dim=1)
 
 
+def head_contributions(attention: MultiHeadAttention, heads: torch.Tensor) -> torch.Tensor:
+    r"""What each head adds to the output: ``head_i W^O_i``, ``(b, h, n, d_head) -> (b, h, n, d_model)``.
+
+    :math:`W^O` (``out_proj.weight.T``, rows = input features) cut into ``h`` blocks of
+    ``d_head`` rows gives :math:`W^O_i`, so
+    :math:`\mathrm{Concat}(\mathrm{head}_1..\mathrm{head}_h) W^O = \sum_i \mathrm{head}_i W^O_i`
+    (plus the bias): switching head ``i`` off removes exactly its term.
+    """
+    require_tensor("heads", heads, floating=True)
+    h, d_head = attention.num_heads, attention.d_head
+    if heads.dim() != 4 or heads.shape[1] != h or heads.shape[-1] != d_head:
+        raise ValueError(f"heads must be (b, {h}, n, {d_head}), got shape {shape(heads)}")
+    w_o = attention.out_proj.weight.T.unflatten(0, (h, d_head))      # (h, d_head, d_model)
+    return torch.einsum("bhnd,hde->bhne", heads, w_o)                 # (b, h, n, d_model)
+
+
 def head_entropy(weights: torch.Tensor) -> torch.Tensor:
     """Mean entropy (nats) of each head's rows: ``(b, h, n_q, n_k) -> (h,)``."""
     require_tensor("weights", weights, floating=True)
@@ -219,3 +250,90 @@ def load_two_relations() -> tuple[TwoRelationModel, dict]:
     model = TwoRelationModel(CONFIG)
     metadata = load_checkpoint(model, CHECKPOINT)
     return model, metadata
+
+
+def _focused(scores) -> bool:
+    scores = torch.as_tensor(scores)
+    previous, first = int(scores[:, 0].argmax()), int(scores[:, 1].argmax())
+    return bool(previous != first and scores[previous, 0] > FOCUS[0] and scores[first, 1] > FOCUS[1]
+                and scores[previous, 1] < FOCUS[2] and scores[first, 0] < FOCUS[2])
+
+
+def steps_to(run: dict, loss: float) -> int:
+    """The step at which a study run's loss curve (means of :data:`LOSS_EVERY` steps) first falls
+    below ``loss`` (the end of that block), or ``CONFIG.steps + 1`` if it never does."""
+    blocks = (i for i, mean in enumerate(run["loss_curve"]) if mean < loss)
+    return LOSS_EVERY * (next(blocks, CONFIG.steps // LOSS_EVERY) + 1)
+
+
+def claims(model: TwoRelationModel, one_head: TwoRelationModel, study: list[dict]) -> dict[str, bool]:
+    """Notebook 04's statements about the two-relation task, checked on the two-head ``model``,
+    the one-head ``one_head`` (same task, ``d_model``, parameters and steps) and ``study``, the
+    rows of :func:`attn_helpers.lessons.multi_head_study.seed_study` (one and two heads, several
+    seeds), all evaluated on :func:`evaluation_batch`."""
+    tokens, targets = evaluation_batch(model.config)
+    with torch.no_grad():
+        scores = head_relation_scores(model(tokens)[1])               # (2, 2)
+        single = head_relation_scores(one_head(tokens)[1])[0]          # (2,)
+    previous, first = int(scores[:, 0].argmax()), int(scores[:, 1].argmax())
+    table = ablation_table(model, tokens, targets)
+    no_prev, no_first = table[f"without head {previous}"], table[f"without head {first}"]
+    runs = {h: sorted((r for r in study if r["num_heads"] == h), key=lambda r: r["seed"])
+            for h in (1, 2)}
+    pairs = list(zip(runs[1], runs[2], strict=True))
+    blends = [single.tolist()] + [r["relation_scores"][0] for r in runs[1]]
+    return {
+        f"two heads name both letters (> {ACCURACY_MIN:.0%})":
+            min(table["all heads"].values()) > ACCURACY_MIN,
+        f"the heads specialise (> {FOCUS[0]} on i-1, > {FOCUS[1]} on 0, < {FOCUS[2]} across)":
+            _focused(scores),
+        f"without its head a relation falls below {ABLATED[0]}, the other stays above {ABLATED[1]}":
+            no_prev["previous"] < ABLATED[0] and no_prev["first"] > ABLATED[1]
+            and no_first["first"] < ABLATED[0] and no_first["previous"] > ABLATED[1],
+        f"one head also names both letters (> {ACCURACY_MIN:.0%}, every seed): two are not needed":
+            min(relation_accuracy(one_head, tokens, targets).values()) > ACCURACY_MIN
+            and all(min(r["accuracy"].values()) > ACCURACY_MIN for r in runs[1]),
+        f"the single head blends: > {BLEND_MIN} of its weight on each relation's key (every seed)":
+            all(min(b) > BLEND_MIN for b in blends),
+        f"with two heads the relations split between them on every seed ({len(runs[2])} seeds)":
+            all(_focused(r["relation_scores"]) for r in runs[2]),
+        "which head takes which relation changes with the seed":
+            len({int(torch.tensor(r["relation_scores"])[:, 0].argmax()) for r in runs[2]}) == 2,
+        f"two heads end with a > {LOSS_RATIO}x lower training loss than one (every seed)":
+            all(two["final_loss"] * LOSS_RATIO < one["final_loss"] for one, two in pairs),
+        f"two heads learn faster: loss below {SOONER[0]} at least {SOONER[1]} steps sooner (every seed)":
+            all(steps_to(two, SOONER[0]) + SOONER[1] <= steps_to(one, SOONER[0])
+                for one, two in pairs),
+    }
+
+
+def mask_claims(
+    ours: tuple, reference: tuple, not_inverted: torch.Tensor, padding_dropped: torch.Tensor,
+    causal: torch.Tensor, real: torch.Tensor,
+) -> dict[str, bool]:
+    """Notebook 04's statements about ``nn.MultiheadAttention``'s mask conventions.
+
+    ``ours`` and ``reference``: ``(output (b, n, d), weights (b, h, n, n))`` of our module and
+    of PyTorch's with both masks inverted; ``not_inverted``: PyTorch's output with our causal
+    mask passed as ``attn_mask`` as it is; ``padding_dropped``: with the inverted ``attn_mask``
+    but no ``key_padding_mask``; all batch first. ``causal`` ``(n, n)``, ``real`` ``(b, n)``
+    (True = real token).
+    """
+    (out, weights), (ref_out, ref_weights) = ours, reference
+    allowed = causal & real[:, None, :]                                # (b, n, n)
+    flipped_empty = ~((~causal) & real[:, None, :]).any(-1)            # (b, n): no key left
+    nan_rows = not_inverted.isnan().any(-1)
+    differs = (not_inverted - out).abs().amax(-1) > 1e-4
+    changed = (padding_dropped - out).abs().amax(-1) > 1e-6
+    return {
+        "with both masks inverted, nn.MultiheadAttention equals ours (outputs, every head's weights)":
+            torch.allclose(out, ref_out, atol=1e-6) and torch.allclose(weights, ref_weights, atol=1e-6),
+        "no weight lands on a padded or future key":
+            bool((weights.masked_select(~allowed[:, None]) == 0).all()),
+        "attn_mask not inverted: NaN in exactly the rows the flipped mask leaves without a key":
+            bool(flipped_empty.any()) and torch.equal(nan_rows, flipped_empty),
+        "attn_mask not inverted: every other row differs from ours":
+            bool(differs[~flipped_empty].all()),
+        "key_padding_mask dropped: real positions unchanged (they never see a pad), padded ones differ":
+            not changed[real].any() and bool(changed[~real].all()),
+    }
