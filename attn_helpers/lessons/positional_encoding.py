@@ -20,7 +20,7 @@ positions up to ``4 * TRAIN_MAX_LEN`` (:func:`position_accuracy`); RoPE also tra
 ``WRAP_BASES``, which set how fast its second pair turns (:func:`wrap_study`). The causal mask
 alone leaks position (query ``i`` sees ``i + 1`` keys; Haviv et al., 2022, Kazemnejad et al.,
 2023), so even ``none`` is right on the first positions. All the models ship in one checkpoint,
-``python -m attn_helpers train positional_offsets`` re-trains it (about two minutes on one core).
+``python -m attn_helpers train positional_offsets`` re-trains it (a few minutes on one core).
 """
 
 from __future__ import annotations
