@@ -344,7 +344,7 @@ def claims(
         out["the entropy rises with T from near 0 (T = 0.01) to near ln n (T = 100)"] = (
             all(a <= b + 1e-12 for a, b in pairwise(h)) and h[0] < 0.01
             and h[-1] > 0.99 * math.log(len(row)))
-        out["halving the entropy takes T < 1 but not T = 1/2 (off by > 0.05)"] = (
+        out["halving the entropy takes a T below 1/2 (by more than 0.05), not T = 1/2"] = (
             abs(attention_entropy(torch.softmax(row / t_half, -1)).item() - half) < 1e-6
-            and t_half < 1 and abs(t_half - 0.5) > 0.05)
+            and t_half < 0.5 - 0.05)
     return out
