@@ -188,6 +188,11 @@ class AttentionView(BlitView):
         self.panel.set_frame(frame)
 
 
+#: A move that arrives under the kernel's running event loop is drawn this many seconds later,
+#: once for every move that arrived meanwhile (the kernel reads the waiting messages first).
+COALESCE_S = 0.003
+
+
 def _format_readout(value) -> str:
     if isinstance(value, torch.Tensor):
         value = value.item() if value.numel() == 1 else value.tolist()
@@ -215,10 +220,10 @@ class LiveAttentionWidget:
     After every change, :attr:`frame` holds the frame shown, :attr:`readouts` its readouts and
     :attr:`error` the last error message (also shown in red in the widget), or ``None``.
 
-    A control moved by the browser while the kernel's event loop runs is redrawn on the loop's
-    next turn, once for all the moves that arrived meanwhile: a fast drag does not queue renders
-    and ends on its last state. Without a running loop (a script, a test) and in :meth:`set`, every
-    change is drawn at once.
+    A control moved by the browser while the kernel's event loop runs is redrawn
+    :data:`COALESCE_S` later, once for all the moves that arrived meanwhile: a fast drag does not
+    queue renders and ends on its last state. Without a running loop (a script, a test) and in
+    :meth:`set`, every change is drawn at once.
     """
 
     def __init__(
@@ -242,8 +247,8 @@ class LiveAttentionWidget:
             width="auto", max_width="100%", height="auto", align_self="flex-start"))
         self.readout_html = widgets.HTML()
         self.error_html = widgets.HTML()
-        self.frame = None
-        self.error: str | None = None
+        self._frame = None
+        self._error: str | None = None
         self.renders = 0
         self._holding = False
         self._scheduled = False
@@ -263,11 +268,28 @@ class LiveAttentionWidget:
         return {name: control.value for name, control in self.controls.items()}
 
     @property
+    def frame(self):
+        """The frame on show (a move still waiting to be drawn is drawn first)."""
+        self._settle()
+        return self._frame
+
+    @property
+    def error(self) -> str | None:
+        """The last error message, or ``None`` (a move still waiting is drawn first)."""
+        self._settle()
+        return self._error
+
+    @property
     def readouts(self) -> dict:
         """The readouts of the frame on show, formatted as text."""
-        if self.frame is None:
+        frame = self.frame
+        if frame is None:
             return {}
-        return {name: _format_readout(value) for name, value in self.frame.readouts.items()}
+        return {name: _format_readout(value) for name, value in frame.readouts.items()}
+
+    def _settle(self) -> None:
+        if self._scheduled:
+            self.refresh()
 
     def _on_change(self, _change) -> None:
         if self._holding:
@@ -277,7 +299,7 @@ class LiveAttentionWidget:
             self.refresh()
         elif not self._scheduled:
             self._scheduled = True
-            loop.call_soon(self._flush)
+            loop.call_later(COALESCE_S, self._flush)
 
     def _flush(self) -> None:
         if self._scheduled:
@@ -292,12 +314,12 @@ class LiveAttentionWidget:
                 frame = self.compute(**self.values)
                 png = self.view.update(frame)
         except Exception as exc:  # shown to the learner inside the widget
-            self.error = f"{type(exc).__name__}: {exc}"
+            self._error = f"{type(exc).__name__}: {exc}"
             self.error_html.value = (
-                f"<pre style='color:#b00020;white-space:pre-wrap'>{html.escape(self.error)}</pre>"
+                f"<pre style='color:#b00020;white-space:pre-wrap'>{html.escape(self._error)}</pre>"
             )
             return
-        self.frame, self.error = frame, None
+        self._frame, self._error = frame, None
         self.error_html.value = ""
         self.image.value = png
         self.renders += 1
