@@ -54,11 +54,14 @@ COURSE = (
            ("05",)),
     Lesson("08", "complexity", "Complexity", "O(n^2) measured, and how efficient attention escapes it",
            ("05",)),
+    Lesson("09", "real_model", "A real model",
+           "a pretrained Transformer runs on your attention; what its 72 heads do",
+           ("04", "06", "07")),
 )
 
 # Where each lesson's box sits on the map: (column, row); arrows follow `requires`.
 _LAYOUT = {"00": (0, 1.5), "01": (1, 0.4), "02": (1, 2.6), "03": (2, 3.6), "04": (3, 3.6),
-           "05": (2, 2.0), "06": (2, 0.4), "07": (3, 2.0), "08": (3, 0.4)}
+           "05": (2, 2.0), "06": (2, 0.4), "07": (3, 2.0), "08": (3, 0.4), "09": (4, 2.0)}
 
 
 def notebook_path(lesson: Lesson, root: Path = ROOT) -> Path:
@@ -81,7 +84,7 @@ def draw_course_map(ax: Axes) -> None:
             ax.add_patch(FancyArrowPatch((rx + width / 2, ry), (x - width / 2, y),
                                          arrowstyle="-|>", mutation_scale=12, color="#555555",
                                          connectionstyle="arc3,rad=0.08", linewidth=1))
-    ax.set_xlim(-0.55, 3.55)
+    ax.set_xlim(-0.55, 4.55)
     ax.set_ylim(-0.1, 4.1)
     ax.axis("off")
 

@@ -50,7 +50,7 @@ def _guarded(candidate, what: str, exercise: str):
         candidate(*case.values())
     except NotImplementedError:
         return CheckResult(False, f"Not implemented yet: write the body of {what}, then run the "
-                                  f"cell again. Stuck? hint({exercise!r}, 1), up to level 3.")
+                                  f"cell again. Stuck? exercises.hint({exercise!r}, 1), levels 1 to 3.")
     except Exception:  # reported, with the case, by check_function
         return None
     return None

@@ -122,7 +122,8 @@ def run_sentence(enc: Encoder, text: str, *, name: str = "sentence") -> Sentence
     mask = torch.ones(1, ids.shape[1], dtype=torch.bool)
     entropy, fraction = rm.entropy_grid(w, mask)
     return SentenceRun(
-        text=text, tokens=tokens, labels=[token_label(t) for t in tokens], weights=w[:, 0], entropy=entropy, fraction=fraction,
+        text=text, tokens=tokens, labels=[token_label(t) for t in tokens], weights=w[:, 0],
+        entropy=entropy, fraction=fraction,
         cls=rm.sink_shares(w, mask, ids, enc.cls_id),
         previous=rm.offset_scores(w, mask, -1), following=rm.offset_scores(w, mask, +1),
         embedding=mean_pool(hidden, torch.ones(hidden.shape[:2], dtype=torch.bool))[0],
@@ -249,7 +250,7 @@ class RealModelView(BlitView):
 
     def __init__(self, shape: tuple[int, int] = (6, 12), figsize=(12.0, 5.0)):
         super().__init__(figsize)
-        grid = self.figure.add_gridspec(1, 2, width_ratios=[3.2, 1.8], left=0.01, right=0.99,
+        grid = self.figure.add_gridspec(1, 2, width_ratios=[3.2, 1.8], left=0.01, right=0.97,
                                         bottom=0.02, top=0.97, wspace=0.08)
         self.panel = AttentionPanel(self.blit, grid[0], title=" ")
         # the heatmap's title changes with every move: pasted text, not a redraw
