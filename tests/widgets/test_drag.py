@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from attn_helpers.widgets.core import COALESCE_S
 from attn_helpers.widgets.start_here import warmup_frame, warmup_widget
 
@@ -62,3 +64,41 @@ def test_without_a_loop_every_move_draws():
     for temperature in (0.2, 0.5, 2.0):
         widget.controls["temperature"].value = temperature
     assert widget.renders == start + 3
+
+
+@pytest.mark.slow
+def test_a_burst_of_comm_updates_in_a_real_kernel_coalesces():
+    """The browser's side of a drag: 20 ``comm_msg`` updates of a slider sent at once to an
+    ipykernel; the kernel draws far fewer than 20 pictures and ends on the last value."""
+    from jupyter_client.manager import start_new_kernel
+
+    manager, client = start_new_kernel(kernel_name="python3")
+    try:
+        def run(code: str) -> str:
+            msg_id, out = client.execute(code), []
+            while True:
+                message = client.get_iopub_msg(timeout=60)
+                if message["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if message["msg_type"] == "stream":
+                    out.append(message["content"]["text"])
+                if message["msg_type"] == "error":
+                    raise AssertionError("\n".join(message["content"]["traceback"]))
+                if (message["msg_type"] == "status"
+                        and message["content"]["execution_state"] == "idle"):
+                    return "".join(out)
+
+        model_id = run("from attn_helpers.widgets.positional_encoding import positional_widget\n"
+                       "w = positional_widget()\nprint(w.controls['position'].model_id, end='')")
+        values = [(7 * i + 3) % 24 for i in range(20)]
+        for value in values:
+            client.session.send(client.shell_channel.socket, "comm_msg", {
+                "comm_id": model_id,
+                "data": {"method": "update", "state": {"value": value}, "buffer_paths": []}})
+        run("import time; time.sleep(0.2)")  # let the kernel's loop finish the burst
+        renders, shown = map(int, run("print(w.renders, w.frame.position)").split())
+        assert shown == values[-1]
+        assert renders - 1 <= len(values) // 2, renders
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
