@@ -242,7 +242,7 @@ def claims(plane_keys) -> dict[str, bool]:
         "sentence: the two 'the' rows are identical and split evenly between cat and mat "
         "(> 0.4 each)":
             torch.equal(A[0], A[4]) and torch.isclose(A[0, 1], A[0, 5]) and A[0, 1] > 0.4,
-        f"sentence: the output row of sat is mostly 'animal' (> {STRONG})":
+        f"sentence: the output row of sat has an 'animal' feature above {STRONG}":
             O[t["sat"], FEATURES.index("animal")] > STRONG,
         "torch: the four steps equal torch's scaled_dot_product_attention within 1e-6 "
         "(with and without a causal mask)":

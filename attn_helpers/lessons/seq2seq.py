@@ -6,6 +6,7 @@ Notation (notebook 00's table; vectors are rows): the source tokens' embeddings 
 and whose two final states form the fixed context vector
 :math:`c = [\overrightarrow{h}_{n-1}; \overleftarrow{h}_0]`. A GRU decoder, started from
 :math:`\tanh(c W_b)`, produces one state :math:`s_t` per output step, and the prediction is
+(biases omitted)
 
 .. math::  \tilde s_t = \tanh([s_t; c_t] W_c), \qquad p(y_t) = \mathrm{softmax}(\tilde s_t W_y).
 
