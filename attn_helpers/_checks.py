@@ -77,6 +77,8 @@ def require_number(name: str, value, *, positive: bool = False) -> float:
 def resolve_scale(scale, d_k: int) -> float:
     """The score scale: ``1/sqrt(d_k)`` when ``scale`` is None, else ``scale`` checked positive."""
     if scale is None:
+        if d_k < 1:
+            raise ValueError(f"the default scale 1/sqrt(d_k) needs d_k >= 1 features, got d_k = {d_k}")
         return 1.0 / math.sqrt(d_k)
     return require_number("scale", scale, positive=True)
 
@@ -109,6 +111,17 @@ def require_bytes(what: str, n_bytes: int) -> None:
         raise ValueError(
             f"{what} would need {n_bytes:.3g} bytes, more than the {MAX_BYTES:.3g} this course allows"
         )
+
+
+def require_shape(name: str, value) -> tuple[int, ...]:
+    """Return ``value`` as a tuple if it is a shape: a tuple, list or ``torch.Size`` of ints
+    ``>= 0`` (``()`` for no dims); else raise, naming ``name[i]`` for a bad entry."""
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{name} must be a tuple of ints such as (2, 4) or (), "
+                        f"got {type(value).__name__}")
+    for i, size in enumerate(value):
+        require_positive_int(f"{name}[{i}]", size, allow_zero=True)
+    return tuple(value)
 
 
 def require_device(name: str, value) -> torch.device | None:
@@ -145,6 +158,17 @@ def _batch_shape(layouts: list[tuple[str, torch.Tensor]]) -> torch.Size:
         raise ValueError(f"the batch dimensions of {got} do not broadcast") from None
 
 
+def broadcast_batch(*named: tuple[str, torch.Tensor, int]) -> torch.Size:
+    """The broadcast of the batch dims of ``(name, tensor, core)`` triples, the batch dims being
+    all but the last ``core`` (2 for ``(..., n, d)``, 1 for ``(..., d)``), or a ``ValueError``
+    that names every tensor and its shape."""
+    try:
+        return torch.broadcast_shapes(*(t.shape[: t.dim() - core] for _, t, core in named))
+    except RuntimeError:
+        got = ", ".join(f"{name} {shape(t)}" for name, t, _ in named)
+        raise ValueError(f"the batch dimensions (...) of {got} do not broadcast") from None
+
+
 def check_qk(q, k) -> torch.Size:
     """Check queries ``q (..., n_q, d_k)`` and keys ``k (..., n_k, d_k)`` for ``Q K^T``.
 
@@ -166,10 +190,15 @@ def check_qk(q, k) -> torch.Size:
     return _batch_shape([("q", q), ("k", k)])
 
 
-def check_qkv(q, k, v) -> torch.Size:
+def check_qkv(q, k, v, *, keys_may_be_empty: bool = False, holds_scores: bool = True
+              ) -> torch.Size:
     """:func:`check_qk`, then values ``v (..., n_k, d_v)``: q's dtype, the same ``n_k >= 1`` keys
     as ``k``, batch dims that broadcast. Refuses scores ``(..., n_q, n_k)`` over
-    :data:`MAX_ELEMENTS`. Returns the batch shape ``(...)`` of the scores ``Q K^T``."""
+    :data:`MAX_ELEMENTS`. Returns the batch shape ``(...)`` of the scores ``Q K^T``.
+
+    ``keys_may_be_empty=True`` accepts ``n_k = 0`` (for a function that defines the output of a
+    query with no key); ``holds_scores=False`` skips the scores' size guard (for a function that
+    never holds the whole ``(..., n_q, n_k)`` matrix: tiled, linear, ring attention)."""
     batch = check_qk(q, k)
     require_tensor("v", v, floating=True)
     require_min_dim("v", v, 2, "(..., n_k, d_v)")
@@ -177,13 +206,43 @@ def check_qkv(q, k, v) -> torch.Size:
         raise ValueError(
             f"k and v must have the same number of keys n_k, got k {shape(k)} and v {shape(v)}"
         )
-    if k.shape[-2] == 0:
+    if k.shape[-2] == 0 and not keys_may_be_empty:
         raise ValueError(f"k and v must hold at least one key (n_k >= 1), got k {shape(k)}")
     if v.dtype != q.dtype:
         raise TypeError(f"v must have the same dtype as q, got {v.dtype} and {q.dtype}")
     _batch_shape([("q", q), ("k", k), ("v", v)])
-    require_size(f"q {shape(q)} and k {shape(k)}: the (..., n_q, n_k) scores",
-                 *batch, q.shape[-2], k.shape[-2])
+    if holds_scores:
+        require_size(f"q {shape(q)} and k {shape(k)}: the (..., n_q, n_k) scores",
+                     *batch, q.shape[-2], k.shape[-2])
+    return batch
+
+
+def check_block(scores, values, acc=None) -> torch.Size:
+    """Check a block of ``block >= 1`` keys for the online softmax: ``scores (..., n_q, block)``
+    and ``values (..., block, d_v)``, one floating dtype, batch dims that broadcast; with ``acc``
+    (a running state's ``(..., n_q, d_v)`` accumulator), also its ``n_q``, ``d_v``, dtype and
+    batch dims. Returns the broadcast batch dims ``(...)`` of ``scores`` and ``values``."""
+    require_tensor("scores", scores, floating=True)
+    require_tensor("values", values, floating=True)
+    require_min_dim("scores", scores, 2, "(..., n_q, block)")
+    require_min_dim("values", values, 2, "(..., block, d_v)")
+    if scores.shape[-1] != values.shape[-2]:
+        raise ValueError(f"scores (..., n_q, block) and values (..., block, d_v) must share the "
+                         f"block size, got scores {shape(scores)} and values {shape(values)}")
+    require_nonempty_last("scores", scores, "(..., n_q, block)")  # a max over no key
+    if scores.dtype != values.dtype:
+        raise TypeError(f"scores and values must have the same dtype, got {scores.dtype} and "
+                        f"{values.dtype}")
+    batch = broadcast_batch(("scores", scores, 2), ("values", values, 2))
+    if acc is None:
+        return batch
+    if acc.shape[-2] != scores.shape[-2] or acc.shape[-1] != values.shape[-1]:
+        raise ValueError(f"state for (n_q, d_v) = {tuple(acc.shape[-2:])} does not fit "
+                         f"scores {shape(scores)} and values {shape(values)}")
+    if acc.dtype != scores.dtype:
+        raise TypeError(f"scores and values must have the state's dtype {acc.dtype}, "
+                        f"got {scores.dtype}")
+    broadcast_batch(("the state's acc", acc, 2), ("scores", scores, 2), ("values", values, 2))
     return batch
 
 

@@ -23,9 +23,16 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from ._checks import (
+    broadcast_batch,
+    check_block,
+    check_qkv,
     require_bool,
+    require_device,
+    require_dtype,
     require_min_dim,
     require_positive_int,
+    require_shape,
+    require_size,
     require_tensor,
     resolve_scale,
     shape,
@@ -48,11 +55,18 @@ class OnlineSoftmaxState(NamedTuple):
 
 def init_state(batch_shape, n_q: int, d_v: int, *, dtype=torch.float32, device=None
                ) -> OnlineSoftmaxState:
-    """The state before any key: max ``-inf``, total 0, acc 0 (shapes as in the class)."""
-    rows = (*tuple(batch_shape), n_q, 1)
+    """The state before any key: max ``-inf``, total 0, acc 0 (shapes as in the class);
+    ``batch_shape`` the batch dims ``(...)``, a tuple of ints."""
+    batch = require_shape("batch_shape", batch_shape)
+    require_positive_int("n_q", n_q, allow_zero=True)
+    require_positive_int("d_v", d_v, allow_zero=True)
+    dtype, device = require_dtype("dtype", dtype), require_device("device", device)
+    require_size(f"batch_shape={batch}, n_q={n_q}, d_v={d_v}: the state's (..., n_q, 1 + 1 + d_v) "
+                 "numbers", *batch, n_q, d_v + 2, bytes_per_element=dtype.itemsize)
+    rows = (*batch, n_q, 1)
     return OnlineSoftmaxState(torch.full(rows, float("-inf"), dtype=dtype, device=device),
                               torch.zeros(rows, dtype=dtype, device=device),
-                              torch.zeros((*tuple(batch_shape), n_q, d_v), dtype=dtype, device=device))
+                              torch.zeros((*batch, n_q, d_v), dtype=dtype, device=device))
 
 
 def _safe(m: torch.Tensor) -> torch.Tensor:
@@ -74,31 +88,20 @@ def online_softmax_step(state: OnlineSoftmaxState, scores: torch.Tensor, values:
                         ) -> OnlineSoftmaxState:
     """Fold one block of keys into ``state`` (:func:`init_state` before the first block) with the
     recurrence in the module docstring. ``scores`` ``(..., n_q, block)``: scaled scores against
-    the block's keys, ``-inf`` = masked; ``values`` ``(..., block, d_v)``. Returns the new state."""
+    the block's keys (``block >= 1``), ``-inf`` = masked; ``values`` ``(..., block, d_v)``."""
     if not isinstance(state, OnlineSoftmaxState):
         raise TypeError(f"state must be an OnlineSoftmaxState, got {type(state).__name__}")
-    require_tensor("scores", scores, floating=True)
-    require_tensor("values", values, floating=True)
-    require_min_dim("scores", scores, 2, "(..., n_q, block)")
-    require_min_dim("values", values, 2, "(..., block, d_v)")
-    if scores.shape[-1] != values.shape[-2]:
-        raise ValueError(f"scores (..., n_q, block) and values (..., block, d_v) must share the "
-                         f"block size, got scores {shape(scores)} and values {shape(values)}")
-    if state.max.shape[-2] != scores.shape[-2] or state.acc.shape[-1] != values.shape[-1]:
-        raise ValueError(f"state for (n_q, d_v) = {tuple(state.acc.shape[-2:])} does not fit "
-                         f"scores {shape(scores)} and values {shape(values)}")
+    check_block(scores, values, state.acc)
     return _step(state, scores, values)
 
 
 def block_state(scores: torch.Tensor, values: torch.Tensor) -> OnlineSoftmaxState:
-    """The state of one block on its own: ``scores`` ``(..., n_q, block)``, ``values``
+    """The state of one block on its own: ``scores`` ``(..., n_q, block >= 1)``, ``values``
     ``(..., block, d_v)``. Equal to ``online_softmax_step(init_state(...), scores, values)``."""
-    require_tensor("scores", scores, floating=True)
-    require_tensor("values", values, floating=True)
-    batch = torch.broadcast_shapes(scores.shape[:-2], values.shape[:-2])
+    batch = check_block(scores, values)
     empty = init_state(batch, scores.shape[-2], values.shape[-1], dtype=scores.dtype,
                        device=scores.device)
-    return online_softmax_step(empty, scores, values)
+    return _step(empty, scores, values)
 
 
 def merge_states(a: OnlineSoftmaxState, b: OnlineSoftmaxState) -> OnlineSoftmaxState:
@@ -121,22 +124,10 @@ def finalize(state: OnlineSoftmaxState) -> torch.Tensor:
     return state.acc / state.total.clamp_min(torch.finfo(state.acc.dtype).tiny)
 
 
-def _check_qkv(q, k, v) -> torch.Size:
-    """Validate q, k, v as for scaled dot-product attention; return the broadcast batch shape."""
-    for name, t, layout in (("q", q, "(..., n_q, d_k)"), ("k", k, "(..., n_k, d_k)"),
-                            ("v", v, "(..., n_k, d_v)")):
-        require_tensor(name, t, floating=True)
-        require_min_dim(name, t, 2, layout)
-    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"q and k must share d_k and k and v the number of keys n_k, got "
-                         f"q {shape(q)}, k {shape(k)} and v {shape(v)}")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k and v must have the same dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    try:
-        return torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(f"the batch dimensions of q {shape(q)}, k {shape(k)} and v {shape(v)} "
-                         f"do not broadcast") from None
+def _check_qkv(q, k, v, *, keys_may_be_empty: bool = False) -> torch.Size:
+    """``check_qkv`` where the ``(..., n_q, n_k)`` scores are never held; q, k, v's batch dims."""
+    check_qkv(q, k, v, keys_may_be_empty=keys_may_be_empty, holds_scores=False)
+    return broadcast_batch(("q", q, 2), ("k", k, 2), ("v", v, 2))
 
 
 def _blocks(n: int, size: int) -> list[slice]:
@@ -219,7 +210,7 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_
     Returns ``O`` ``(..., n_q, d_v)`` (``(O, lse)`` with ``return_lse``), equal to softmax
     attention. A row with no key (``n_k = 0``) gets ``O = 0``, ``lse = -inf``, zero gradients.
     """
-    batch = _check_qkv(q, k, v)
+    batch = _check_qkv(q, k, v, keys_may_be_empty=True)                 # n_k = 0: O = 0, lse = -inf
     require_positive_int("block_size", block_size)
     query_block_size = require_positive_int(
         "query_block_size", block_size if query_block_size is None else query_block_size)
@@ -234,7 +225,9 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
-    """``phi(x) = elu(x) + 1``: positive features, so the kernel ``phi(q) . phi(k)`` is positive."""
+    """``phi(x) = elu(x) + 1``: positive features, so the kernel ``phi(q) . phi(k)`` is positive.
+    ``x`` any floating-point tensor; the result has its shape."""
+    require_tensor("x", x, floating=True)
     return F.elu(x) + 1.0
 
 
@@ -257,6 +250,9 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     require_positive_int("chunk_size", chunk_size)
     if causal and q.shape[-2] != k.shape[-2]:
         raise ValueError(f"causal attention needs n_q == n_k, got q {shape(q)} and k {shape(k)}")
+    rows = min(chunk_size, q.shape[-2]) if causal else 0             # of one causal chunk
+    require_size(f"chunk_size={chunk_size}, q {shape(q)}: a (..., chunk, chunk) causal kernel",
+                 *batch, rows, rows)
     phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
     if not causal:
         S = phi_k.transpose(-2, -1) @ v                               # (..., d_k, d_v)
@@ -294,11 +290,15 @@ def linear_attention_step(state: LinearAttentionState | None, q_t: torch.Tensor,
     for name, t in (("q_t", q_t), ("k_t", k_t), ("v_t", v_t)):
         require_tensor(name, t, floating=True)
         require_min_dim(name, t, 1, "(..., d)")
+        if t.dtype != q_t.dtype:
+            raise TypeError(f"{name} must have q_t's dtype {q_t.dtype}, got {t.dtype}")
     d_k, d_v = k_t.shape[-1], v_t.shape[-1]
     S_shape = (d_k, d_v) if state is None else tuple(state.S.shape[-2:])
-    if q_t.shape[-1] != d_k or S_shape != (d_k, d_v):
+    if q_t.shape[-1] != d_k or S_shape != (d_k, d_v) or d_k == 0:
         raise ValueError(f"q_t {shape(q_t)}, k_t {shape(k_t)} and v_t {shape(v_t)} do not fit "
-                         f"each other or the state's S (..., d_k, d_v) = (..., *{S_shape})")
+                         f"each other (d_k >= 1) or the state's S (..., d_k, d_v) = (..., *{S_shape})")
+    broadcast_batch(("q_t", q_t, 1), ("k_t", k_t, 1), ("v_t", v_t, 1),
+                    *([] if state is None else [("state.S", state.S, 2)]))
     phi_q, phi_k = elu_feature_map(q_t), elu_feature_map(k_t)         # (..., d_k)
     S, z = phi_k.unsqueeze(-1) * v_t.unsqueeze(-2), phi_k             # phi(k_t) v_t^T (..., d_k, d_v)
     if state is not None:
@@ -332,7 +332,7 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: i
     q, k: ``(..., n, d_k)``; v: ``(..., n, d_v)``. Returns ``(..., n, d_v)``, equal to exact
     attention with the sliding-window mask.
     """
-    batch = _check_qkv(q, k, v)
+    batch = _check_qkv(q, k, v, keys_may_be_empty=True)                 # n = 0: an empty output
     require_positive_int("window", window)
     require_bool("causal", causal)
     block_size = require_positive_int("block_size", window if block_size is None else block_size)

@@ -31,7 +31,15 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import require_min_dim, require_positive_int, require_size, require_tensor, shape
+from ._checks import (
+    broadcast_batch,
+    check_qkv,
+    require_min_dim,
+    require_positive_int,
+    require_size,
+    require_tensor,
+    shape,
+)
 from .attention import scaled_dot_product_attention
 from .masks import causal_mask
 
@@ -178,22 +186,14 @@ class KVCache:
             raise ValueError(
                 f"q_new (..., t, d_k) must have t <= the {length} cached positions and the keys' "
                 f"d_k, got q_new {shape(q_new)} and keys {shape(self.keys)}")
+        broadcast_batch(("q_new", q_new, 2), ("the cache's keys", self.keys, 2))
+        if q_new.dtype != self._keys.dtype:
+            raise TypeError(f"q_new must have the cache's dtype {self._keys.dtype}, got {q_new.dtype}")
         mask = causal_mask(length, device=q_new.device)[length - t:]   # (t, len): p sees 0..p
         output, weights = scaled_dot_product_attention(q_new, self.keys, self.values, mask,
                                                        scale=scale)
         self.score_counts.append(t * length)
         return output, weights
-
-
-def _check_qkv(q, k, v) -> None:
-    for name, x, layout in (("q", q, "(..., n, d_k)"), ("k", k, "(..., n, d_k)"),
-                            ("v", v, "(..., n, d_v)")):
-        require_tensor(name, x, floating=True)
-        require_min_dim(name, x, 2, layout)
-    if not (q.shape[:-1] == k.shape[:-1] == v.shape[:-1]) or q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q, k and v must share their batch dims and n (and q, k their d_k), got "
-            f"q {shape(q)}, k {shape(k)}, v {shape(v)}")
 
 
 def decode_with_cache(
@@ -212,7 +212,10 @@ def decode_with_cache(
         ``(output (..., n, d_v), counts)`` where ``counts[t] = t + 1`` is the number of score
         entries step ``t`` computed (per batch element).
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v, holds_scores=False)                           # one row of scores a step
+    if not q.shape[:-1] == k.shape[:-1] == v.shape[:-1]:
+        raise ValueError(f"q, k and v must share their batch dims and n, got q {shape(q)}, "
+                         f"k {shape(k)}, v {shape(v)}")
     n = q.shape[-2]
     cache = KVCache(n)
     output = q.new_empty((*q.shape[:-1], v.shape[-1]))                   # (..., n, d_v)
@@ -224,14 +227,18 @@ def decode_with_cache(
 
 def _check_decode(x, w_q, w_k, w_v) -> None:
     require_tensor("x", x, floating=True)
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D (n, d_model), got shape {shape(x)}")
+    if x.dim() != 2 or x.numel() == 0:
+        raise ValueError(f"x must be 2-D (n, d_model) with n >= 1 tokens and d_model >= 1, got "
+                         f"shape {shape(x)}")
     for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
         require_tensor(name, w, floating=True)
         if w.dim() != 2 or w.shape[0] != x.shape[1]:
             raise ValueError(f"{name} must have shape (d_model={x.shape[1]}, d), got {shape(w)}")
-    if w_q.shape[1] != w_k.shape[1]:
-        raise ValueError(f"w_q and w_k must give the same d_k, got {shape(w_q)} and {shape(w_k)}")
+        if w.dtype != x.dtype:
+            raise TypeError(f"{name} must have x's dtype {x.dtype}, got {w.dtype}")
+    if w_q.shape[1] != w_k.shape[1] or w_q.shape[1] == 0:
+        raise ValueError(f"w_q and w_k must give the same d_k >= 1, got {shape(w_q)} and "
+                         f"{shape(w_k)}")
 
 
 def generate_without_cache(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,

@@ -97,6 +97,7 @@ def parameter_count(
     depend on ``num_heads`` (which must divide ``d_model``).
     """
     g, kdim, vdim = _check_sizes(d_model, num_heads, num_kv_heads, kdim, vdim)
+    require_bool("bias", bias)
     d_kv = g * (d_model // num_heads)
     weights = d_model * d_model + kdim * d_kv + vdim * d_kv + d_model * d_model
     return weights + (2 * d_model + 2 * d_kv if bias else 0)
@@ -172,6 +173,8 @@ class MultiHeadAttention(nn.Module):
             if t.dim() != 3 or t.shape[-1] != last:
                 raise ValueError(f"{name} must have shape (b, n, {last}) (batch first), got "
                                  f"{shape(t)}")
+        if query.shape[1] == 0:
+            raise ValueError(f"query must hold at least one position (n_q >= 1), got {shape(query)}")
         if key.shape[:2] != value.shape[:2]:
             raise ValueError(f"key {shape(key)} and value {shape(value)} must share (b, n_k)")
         if query.shape[0] != key.shape[0]:

@@ -8,6 +8,8 @@ import matplotlib as mpl
 import numpy as np
 import torch
 
+from ._checks import require_int_in
+
 __all__ = ["setup", "PLOT_STYLE"]
 
 PLOT_STYLE = {
@@ -28,11 +30,11 @@ PLOT_STYLE = {
 def setup(seed: int = 0) -> torch.Generator:
     """Seed every random source, set readable print options and the course's plot style.
 
-    Returns a ``torch.Generator`` seeded with ``seed`` for cells that want their own stream.
+    ``seed``: an int, ``0 <= seed < 2**32`` (the range numpy accepts). Returns a
+    ``torch.Generator`` seeded with ``seed`` for cells that want their own stream.
     Printed tensors show 4 decimals, so stored outputs reproduce across machines.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    require_int_in("seed", seed, 0, 2**32 - 1)                 # numpy's legacy seeds: 0 <= seed < 2**32
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 (seeds the legacy global stream learners may use)
     torch.manual_seed(seed)

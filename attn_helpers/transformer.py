@@ -43,6 +43,9 @@ ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
 def _require_activation(activation) -> str:
+    if not isinstance(activation, str):
+        raise TypeError(f"activation must be a string, one of {sorted(ACTIVATIONS)}, got "
+                        f"{type(activation).__name__}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     return activation
@@ -58,6 +61,8 @@ class FeedForward(nn.Module):
         require_positive_int("d_ff", d_ff)
         require_size(f"d_model={d_model}, d_ff={d_ff}: the (d_ff, d_model) weight", d_ff, d_model)
         self.activation = _require_activation(activation)
+        require_bool("bias", bias)
+        self.d_model = d_model
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
 
@@ -65,6 +70,12 @@ class FeedForward(nn.Module):
         return f"activation={self.activation!r}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x (..., d_model) -> (..., d_model)``, ``x`` of the layer's dtype."""
+        require_tensor("x", x, floating=True)
+        if x.dim() == 0 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have shape (..., d_model={self.d_model}), got {shape(x)}")
+        if x.dtype != self.linear1.weight.dtype:
+            raise TypeError(f"x must have the layer's dtype {self.linear1.weight.dtype}, got {x.dtype}")
         hidden = ACTIVATIONS[self.activation](self.linear1(x))    # (..., d_ff)
         return self.linear2(hidden)                               # (..., d_model)
 
@@ -109,6 +120,10 @@ class DecoderLayer(nn.Module):
         heads = dict(num_kv_heads=num_kv_heads, bias=bias)
         self.d_model = d_model
         self.self_attn = MultiHeadAttention(d_model, num_heads, **heads)
+        if memory_dim is not None:                              # named here, not as kdim below
+            require_positive_int("memory_dim", memory_dim)
+            require_size(f"memory_dim={memory_dim}, d_model={d_model}: the cross-attention's "
+                         f"(memory_dim, d_model) key projection", memory_dim, d_model)
         self.cross_attn = (MultiHeadAttention(d_model, num_heads, kdim=memory_dim,
                                               vdim=memory_dim, **heads) if cross_attention else None)
         self.feed_forward = FeedForward(d_model, d_ff, activation=activation, bias=bias)
@@ -120,6 +135,8 @@ class DecoderLayer(nn.Module):
         require_tensor("x", x, floating=True)
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (b, n, d_model={self.d_model}), got {shape(x)}")
+        if x.shape[1] == 0:
+            raise ValueError(f"x must hold at least one position (n >= 1), got {shape(x)}")
         require_bool("causal", causal)
         require_bool("need_weights", need_weights)
         if cache is not None and not causal:
@@ -134,6 +151,9 @@ class DecoderLayer(nn.Module):
         if memory.dim() != 3 or memory.shape[0] != b or memory.shape[-1] != width:
             raise ValueError(f"memory must have shape (b={b}, n_m, memory_dim={width}), got "
                              f"{shape(memory)} (x {shape(x)})")
+        if memory.shape[1] == 0:
+            raise ValueError(f"memory must hold at least one position (n_m >= 1), got "
+                             f"{shape(memory)}")
         if memory_padding is None:
             return None
         require_tensor("memory_padding", memory_padding)

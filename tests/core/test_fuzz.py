@@ -267,68 +267,7 @@ NOT_TENSOR = "None, string, zero, negative, huge, nested list"
 ANY_TENSOR = ("empty tensor, scalar tensor, integer tensor, 1-D tensor, 5-D tensor, NaN tensor, "
               "inf tensor")
 KNOWN_DEFECTS: dict[tuple[str, str], dict[str, str]] = {
-    ("KVCache.attend", "q_new"): _same(
-        "5-D tensor, empty tensor",
-        "batch dims that do not broadcast with the cache's: the error names q, not q_new"),
-    ("MultiHeadAttention.forward", "query"): _same(
-        "empty tensor", "n_q = 0 against a (3, 5) mask: the error names mask, not query"),
-    ("block_state", "scores"): _same(
-        "empty tensor, scalar tensor, 1-D tensor, 5-D tensor",
-        "no shape check: IndexError or a RuntimeError from torch's broadcasting"),
-    ("block_state", "values"): _same("empty tensor, scalar tensor, 5-D tensor",
-                                     "IndexError / RuntimeError"),
-    ("online_softmax_step", "scores"): _same(
-        "empty tensor", "batch dims not checked against the state's: RuntimeError"),
-    ("online_softmax_step", "values"): _same(
-        "empty tensor", "batch dims not checked against the state's: RuntimeError"),
-    ("linear_attention_step", "q_t"): _same("empty tensor", "batch dims not checked: RuntimeError"),
-    ("linear_attention_step", "k_t"): _same("empty tensor", "batch dims not checked: RuntimeError"),
-    ("linear_attention_step", "v_t"): _same("empty tensor, 5-D tensor",
-                                            "batch dims not checked: RuntimeError"),
-    ("generate_with_cache", "x"): _same(
-        "empty tensor", "an empty x: the error names w_q or max_len, not x"),
-    ("generate_without_cache", "x"): _same("empty tensor", "an empty x: the error names w_q, not x"),
-    ("elu_feature_map", "x"): {
-        **_same(NOT_TENSOR, "no check: torch's elu() TypeError, naming 'input'"),
-        "integer tensor": "NotImplementedError from elu_cpu for Long"},
-    ("init_state", "batch_shape"): _same(
-        f"{NOT_TENSOR}, {ANY_TENSOR}", "no check: torch's TypeError about 'size'"),
-    ("init_state", "n_q"): {
-        **_same(f"{NOT_TENSOR}, {ANY_TENSOR}", "no check: torch's TypeError about 'size'"),
-        "negative": "RuntimeError: negative dimension",
-        "huge": "no size guard: the allocator's RuntimeError (8e9 bytes)"},
-    ("init_state", "d_v"): {
-        **_same(f"{NOT_TENSOR}, {ANY_TENSOR}", "no check: torch's TypeError about 'size'"),
-        "negative": "RuntimeError: negative dimension",
-        "huge": "no size guard: the allocator's RuntimeError (2.4e10 bytes)"},
-    ("init_state", "dtype"): _same("None", "accepted silently (torch's default dtype)"),
-    ("init_state", "device"): _same(
-        "string, zero, negative, huge", "no check: torch's RuntimeError about the device"),
-    ("parameter_count", "bias"): {
-        **_same("None, string, nested list", "accepted silently (only truthiness is used)"),
-        **_same(ANY_TENSOR, "RuntimeError: Boolean value of Tensor is ambiguous")},
-    ("ring_schedule", "world_size"): _same(
-        "huge", "no size guard: builds a world_size x world_size list (hangs for 10**9)"),
-    ("FeedForward", "activation"): _same("nested list", "TypeError 'unhashable type: list'"),
-    ("FeedForward", "bias"): {
-        **_same("None, string, nested list", "accepted silently (only truthiness is used)"),
-        **_same(ANY_TENSOR, "RuntimeError: Boolean value of Tensor is ambiguous")},
-    ("FeedForward.forward", "x"): _same(
-        f"{NOT_TENSOR}, {ANY_TENSOR}", "no check: torch's linear() errors, naming 'input'"),
-    ("DecoderLayer", "activation"): _same("nested list", "TypeError 'unhashable type: list'"),
-    ("DecoderLayer", "memory_dim"): _same(
-        f"{NOT_TENSOR}, {ANY_TENSOR}", "checked as MultiHeadAttention's kdim: the error names kdim"),
-    ("DecoderLayer.forward", "memory"): _same(
-        "empty tensor", "n_m = 0 against memory_padding: the error names memory_padding only"),
-    ("DecoderLayer.forward", "x"): _same(
-        "empty tensor", "n = 0: causal_mask's error names n, not x"),
-    ("TinyCausalLM.forward", "tokens"): _same("empty tensor", "IndexError from an empty batch"),
-    ("TinyCausalLM.generate", "prompt"): _same("empty tensor", "IndexError from an empty batch"),
-    ("TinyCausalLM", "activation"): _same("nested list", "TypeError 'unhashable type: list'"),
-    ("TinyCausalLM", "num_layers"): _same(
-        "huge", "no size guard: builds layers one by one (hangs for 10**9)"),
-    ("setup", "seed"): _same(
-        "negative, huge", "numpy's ValueError 'Seed must be between 0 and 2**32 - 1' (capital S)"),
+    # none left: add (target, argument): {kind: what goes wrong} for a defect found elsewhere
 }
 
 
