@@ -2,9 +2,10 @@
 
 The task: a sequence of ``n`` random letters. At every position ``i >= 1`` the model must name
 two things, the **previous** letter ``x[i-1]`` and the **first** letter ``x[0]``. No single
-attention pattern serves both (one looks one step back, the other always at position 0), so a
-model with two heads can give one relation to each. Head ablation (switching one head off) shows
-which head carries which relation.
+attention pattern puts all its weight on both (one looks one step back, the other always at
+position 0): two heads can give one relation to each, while one head has to blend them (and, at
+this size, still solves the task that way). Head ablation (switching one head off) shows which
+head carries which relation.
 
 Re-create the shipped checkpoint with ``python -m attn_helpers train multihead_two_relations``.
 The one-head control and the seed study live in :mod:`attn_helpers.lessons.multi_head_study`;
