@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import require_min_dim, require_positive_int, require_tensor, shape
+from .._checks import require_int_in, require_min_dim, require_positive_int, require_tensor, shape
 from ..positional import apply_rope, frequencies, sinusoidal_encoding
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "random_projections",
     "commuting_projections",
     "position_scores",
+    "head_projections",
     "projected_scores",
     "diagonal_spread",
     "apply_rope_half",
@@ -78,27 +79,46 @@ def position_scores(mode: str, W_Q: torch.Tensor, W_K: torch.Tensor, x: torch.Te
       (sinusoidal ``PE``; ``x`` may be zero, leaving the position term alone);
     * ``"project, then rotate"`` (RoPE): ``query_p = R_p W_Q x``, ``key_q = R_q W_K x``.
 
-    ``W_Q``, ``W_K`` are ``(d, d)`` (acting on column vectors), ``x`` is ``(d,)``, ``d`` even.
+    ``W_Q``, ``W_K`` are ``(d_out, d_in)`` (acting on column vectors, like an ``nn.Linear``'s
+    weight), ``x`` is ``(d_in,)``; ``d_in`` must be even to add ``PE``, ``d_out`` to rotate.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    for name, w in (("W_Q", W_Q), ("W_K", W_K)):
-        require_tensor(name, w, floating=True)
-        if w.dim() != 2 or w.shape[0] != w.shape[1] or w.shape[0] % 2:
-            raise ValueError(f"{name} must be a square (d, d) matrix with d even, got {shape(w)}")
-    d = W_Q.shape[0]
+    require_tensor("W_Q", W_Q, floating=True)
+    require_tensor("W_K", W_K, floating=True)
     require_tensor("x", x, floating=True)
-    if W_K.shape != W_Q.shape or x.shape != (d,):
-        raise ValueError(f"W_Q {shape(W_Q)}, W_K {shape(W_K)} and x {shape(x)} must be (d, d), "
-                         "(d, d) and (d,) with the same d")
+    if W_Q.dim() != 2 or W_K.shape != W_Q.shape or x.shape != W_Q.shape[1:]:
+        raise ValueError(f"W_Q {shape(W_Q)}, W_K {shape(W_K)} and x {shape(x)} must be (d_out, d_in), "
+                         "(d_out, d_in) and (d_in,)")
+    d_out, d_in = W_Q.shape
+    name, size = ("d_in", d_in) if mode == "add, then project" else ("d_out", d_out)
+    if size % 2:
+        raise ValueError(f"mode {mode!r} needs an even {name} (sin/cos pairs), got W_Q of shape "
+                         f"{shape(W_Q)}")
     require_positive_int("n", n)
-    X = x.expand(n, d)  # (n, d): the same token at positions 0..n-1
+    X = x.expand(n, d_in)  # (n, d_in): the same token at positions 0..n-1
     if mode == "add, then project":
-        X = X + sinusoidal_encoding(n, d, dtype=x.dtype)
-        queries, keys = X @ W_Q.T, X @ W_K.T  # (n, d): W_Q (x + PE_p), W_K (x + PE_q)
+        X = X + sinusoidal_encoding(n, d_in, dtype=x.dtype)
+        queries, keys = X @ W_Q.T, X @ W_K.T  # (n, d_out): W_Q (x + PE_p), W_K (x + PE_q)
     else:
-        queries, keys = apply_rope(X @ W_Q.T), apply_rope(X @ W_K.T)  # (n, d): R_p W_Q x, R_q W_K x
+        queries, keys = apply_rope(X @ W_Q.T), apply_rope(X @ W_K.T)  # (n, d_out): R_p W_Q x, ...
     return queries @ keys.T  # (n, n): S[p, q]
+
+
+def head_projections(qkv_weight: torch.Tensor, num_heads: int,
+                     head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(W_Q, W_K)`` of one head, each ``(d_head, d_model)`` float64, from a fused
+    ``nn.Linear(d_model, 3 * d_model)`` weight ``(3 * d_model, d_model)`` (rows: Q, K, V heads)."""
+    require_tensor("qkv_weight", qkv_weight, floating=True)
+    require_positive_int("num_heads", num_heads)
+    rows, d_model = qkv_weight.shape if qkv_weight.dim() == 2 else (0, 0)
+    if rows != 3 * d_model or d_model % num_heads:
+        raise ValueError(f"qkv_weight must be (3 * d_model, d_model) with d_model divisible by "
+                         f"num_heads={num_heads}, got {shape(qkv_weight)}")
+    require_int_in("head", head, 0, num_heads - 1)
+    d_head = d_model // num_heads
+    W = qkv_weight.detach().to(torch.float64)
+    return W[head * d_head:(head + 1) * d_head], W[d_model + head * d_head:d_model + (head + 1) * d_head]
 
 
 def projected_scores(mode: str, *, n: int = 24, d: int = 16, seed: int = 0) -> torch.Tensor:

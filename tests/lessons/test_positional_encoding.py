@@ -126,6 +126,9 @@ def test_claims_can_fail(shipped):
                        "a turn)", wrap=swapped)
     to_first = dict(attention, none_first_key={s: w + 0.05 for s, w in
                                                attention["none_first_key"].items()})
+    relative = dict(attention, sinusoidal_relative_gap={s: torch.zeros(3) for s in pt.SEEDS})
+    assert not pt.extrapolation_claims(curves, relative)[
+        "sinusoidal: every trained head's position term varies along its diagonals (> 0.5 max)"]
     assert not pt.extrapolation_claims(curves, to_first)[
         "without positions, the weight on key 0 stays within 0.03 of uniform 1/(i+1) for i >= 4"]
 

@@ -83,6 +83,19 @@ def test_rotating_after_projection_is_relative_for_any_projection(pairs, seed):
     assert rope.diagonal_spread(absolute) < 1e-9 * max(1.0, absolute.abs().max().item())
 
 
+def test_head_projections_are_the_models_queries_and_keys():
+    from attn_helpers.lessons.positional_encoding import PositionTaskModel
+
+    torch.manual_seed(0)
+    model = PositionTaskModel("none").eval()
+    x = torch.randn(5, model.d_model)
+    q, k, _ = model.qkv(x).view(5, 3, model.num_heads, -1).unbind(1)  # (n, heads, d_head)
+    for head in range(model.num_heads):
+        W_Q, W_K = rope.head_projections(model.qkv.weight, model.num_heads, head)
+        assert torch.allclose(x.double() @ W_Q.T, q[:, head].double(), atol=1e-6)
+        assert torch.allclose(x.double() @ W_K.T, k[:, head].double(), atol=1e-6)
+
+
 def test_adding_before_a_generic_projection_is_not_relative():
     for seed in range(5):
         W_Q, W_K = rope.random_projections(8, seed=seed)
@@ -127,15 +140,23 @@ def test_bad_inputs_name_the_argument():
     x = torch.ones(4, dtype=torch.float64)
     with pytest.raises(ValueError, match="mode must be one of"):
         rope.position_scores("rotate", W, W, x, 3)
-    with pytest.raises(ValueError, match=r"W_K must be a square \(d, d\) matrix .* got \(4, 3\)"):
+    with pytest.raises(ValueError, match=r"W_K \(4, 3\) and x \(4,\) must be \(d_out, d_in\)"):
         rope.position_scores("add, then project", W, torch.zeros(4, 3, dtype=torch.float64), x, 3)
     with pytest.raises(ValueError, match=r"x \(3,\) must be"):
         rope.position_scores("add, then project", W, W, torch.ones(3, dtype=torch.float64), 3)
+    odd = torch.zeros(3, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"needs an even d_out .* \(3, 4\)"):
+        rope.position_scores("project, then rotate", odd, odd, x, 3)
+    assert rope.position_scores("add, then project", odd, odd, x, 3).shape == (3, 3)
     with pytest.raises(ValueError, match="n must be"):
         rope.position_scores("add, then project", W, W, x, 0)
     with pytest.raises(ValueError, match="d must be even"):
         rope.random_projections(5)
     with pytest.raises(ValueError, match=r"last dimension of x must be even.*\(2, 3\)"):
         rope.apply_rope_half(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match=r"qkv_weight must be \(3 \* d_model, d_model\).*\(6, 3\)"):
+        rope.head_projections(torch.zeros(6, 3), 2, 0)
+    with pytest.raises(ValueError, match="head must be"):
+        rope.head_projections(torch.zeros(12, 4), 2, 2)
     with pytest.raises(ValueError, match=r"W must be \(num_heads \* d_head, d_in\).*\(6, 2\)"):
         rope.permute_rows(torch.zeros(6, 2), 2)
