@@ -190,14 +190,25 @@ class _Labels:
             self.sprites = TextSprites(blit, transform, ha="right", va="center")
         self.every = 1
 
-    def style(self, cell_pt: float, longest: int) -> float:
+    def widest(self, labels: Sequence[str]) -> float:
+        """Width in points of the widest label at 10 pt (measured on its glyph bitmap)."""
+        size, rotate = self.sprites.size, self.sprites.rotate
+        self.sprites.size, self.sprites.rotate = 10.0, False
+        try:
+            px = max((self.sprites.bitmap(label).shape[1] for label in labels if label),
+                     default=0)
+        finally:
+            self.sprites.size, self.sprites.rotate = size, rotate
+        return px * 72 / self.ax.figure.dpi
+
+    def style(self, cell_pt: float, widest: float) -> float:
         """Choose the font size (8 to 10 pt), whether to rotate key labels and which labels to
         show (every one, or every second...) so that none overlap; return the room the labels
         take beside the axes, in points."""
         size = float(np.clip(0.8 * cell_pt, MIN_PT, MAX_PT))
         self.every = max(1, math.ceil(1.15 * MIN_PT / cell_pt))
-        width = 0.68 * size * max(longest, 1)  # wide enough for capitals and digits
-        rotate = self.axis == "x" and width > 0.9 * cell_pt * self.every
+        width = max(widest, 4.0) * size / 10 + 1
+        rotate = self.axis == "x" and width > cell_pt * self.every - 2  # 2 pt between labels
         self.sprites.size, self.sprites.rotate = size, rotate
         return width + 4 if self.axis == "y" or rotate else 1.2 * size + 3
 
@@ -243,7 +254,7 @@ class AttentionPanel:
         self.ax_map.add_patch(self.highlight)
         self.xlabels, self.ylabels = _Labels(blit, self.ax_map, "x"), _Labels(blit, self.ax_map, "y")
         blit.animate(self.highlight)
-        self.shape, self.longest, self.title_pad = (0, 0), (0, 0), 0.0
+        self.shape, self.longest, self.title_pad = (0, 0), (0.0, 0.0), 0.0
         if max_shape is not None:
             self._layout(*max_shape, (1, 1))
 
@@ -263,7 +274,7 @@ class AttentionPanel:
                                                                                   box.height)
         return width_pt / self.shape[1], height_pt / self.shape[0]
 
-    def _layout(self, n_q: int, n_k: int, longest: tuple[int, int]) -> None:
+    def _layout(self, n_q: int, n_k: int, longest: tuple[float, float]) -> None:
         self.shape, self.longest = (n_q, n_k), longest
         ax = self.ax_map
         ax.set_xlim(-0.5, n_k - 0.5)
@@ -294,7 +305,7 @@ class AttentionPanel:
             raise ValueError(f"highlight_row must lie in 0..{n_q - 1}, got {frame.highlight_row}")
         query_labels = [str(label) for label in frame.query_labels]
         key_labels = [str(label) for label in frame.key_labels]
-        longest = (max(map(len, query_labels)), max(map(len, key_labels)))
+        longest = (self.ylabels.widest(query_labels), self.xlabels.widest(key_labels))
         if (n_q > self.shape[0] or n_k > self.shape[1] or longest[0] > self.longest[0]
                 or longest[1] > self.longest[1]):
             self._layout(max(n_q, self.shape[0]), max(n_k, self.shape[1]),

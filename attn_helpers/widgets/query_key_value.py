@@ -54,8 +54,8 @@ class LookupView(BlitView):
     def __init__(self, figsize: tuple[float, float] = (9.6, 5.4), limit: float = 3.0):
         super().__init__(figsize)
         figure = self.figure
-        grid = figure.add_gridspec(2, 2, width_ratios=[1, 1.25], height_ratios=[1.1, 1],
-                                   left=0.06, right=0.97, bottom=0.09, top=0.95, wspace=0.12,
+        grid = figure.add_gridspec(2, 2, width_ratios=[1, 1.45], height_ratios=[1.1, 1],
+                                   left=0.06, right=0.95, bottom=0.09, top=0.95, wspace=0.2,
                                    hspace=0.3)
         self.ax_plane = figure.add_subplot(grid[:, 0])
         self.ax_plane.set_xlim(-limit, limit)
@@ -64,7 +64,7 @@ class LookupView(BlitView):
         self.ax_plane.grid(alpha=0.3)
         self.ax_plane.set_title("keys, query and output", fontsize=10)
         self.panel = AttentionPanel(self.blit, grid[0, 1], title="weights a_j of the query q",
-                                    entropy_width=1.2, entropy_title="entropy")
+                                    entropy_width=1.0, entropy_title="entropy")
         self.ax_curve = figure.add_subplot(grid[1, 1])
         self.ax_curve.set_xscale("log")
         self.ax_curve.set_xlabel("temperature T", fontsize=9)
