@@ -43,7 +43,7 @@ RECIPES: dict[str, str] = {
     "seq2seq_dates_general": "attn_helpers.lessons.rnn_bottleneck:recipe_dates_general",
     "multihead_two_relations": "attn_helpers.lessons.multi_head:recipe",
     "multihead_one_head": "attn_helpers.lessons.multi_head_study:recipe_one_head",
-    "positional_previous_token": "attn_helpers.lessons.positional_encoding:recipe",
+    "positional_offsets": "attn_helpers.lessons.positional_encoding:recipe",
 }
 
 
