@@ -3,7 +3,8 @@ head off and watch the similarity to a second sentence change.
 
 * :func:`run_sentence` runs the model once on a text and keeps what every move needs: each head's
   weights ``(L, h, n, n)``, the per-head statistics of notebook 09 and the inputs of every layer.
-* :func:`ablated_embedding` reruns only the layers from the switched-off head's layer onwards.
+* :func:`ablated_embeddings` reruns only the layers from the switched-off head's layer onwards,
+  for the 12 heads of that layer at once.
 * :func:`real_model_frame` is the pure function: two runs and the controls in, a frame out.
 * :func:`real_model_widget` caches runs by text: a new sentence runs the model once, moving the
   layer or head only redraws (and, with the head switched off, reruns the later layers once per
@@ -36,7 +37,7 @@ from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
 from .panels import HIGHLIGHT_COLOR, CellPainter, TextSprites
 
 __all__ = ["SentenceError", "SentenceRun", "RealModelFrame", "RealModelView", "RealModelWidget",
-           "ablated_embedding", "example_pairs", "real_model_frame", "real_model_widget",
+           "ablated_embeddings", "example_pairs", "real_model_frame", "real_model_widget",
            "run_sentence", "token_label"]
 
 CACHE_SIZE = 16  # sentences kept (a 512-piece sentence holds 75 MB of weights)
@@ -132,14 +133,16 @@ def run_sentence(enc: Encoder, text: str, *, name: str = "sentence") -> Sentence
 
 
 @torch.no_grad()
-def ablated_embedding(enc: Encoder, run: SentenceRun, layer: int, head: int) -> torch.Tensor:
-    """The sentence embedding ``(d,)`` with head ``head`` of layer ``layer`` (1-based) switched
-    off; equal to ``enc.encode([run.text], head_mask=...)``, but only the layers from ``layer``
-    on are rerun."""
-    keep = torch.ones(enc.cfg.num_heads, dtype=torch.bool)
-    keep[head - 1] = False
-    hidden, _, _ = _layers(enc, run.layer_inputs[layer - 1], layer - 1, keep)
-    return mean_pool(hidden, torch.ones(hidden.shape[:2], dtype=torch.bool))[0]
+def ablated_embeddings(enc: Encoder, run: SentenceRun, layer: int) -> torch.Tensor:
+    """``(h, d)``: row ``i`` is the sentence embedding with head ``i + 1`` of layer ``layer``
+    (1-based) switched off, equal to ``enc.encode([run.text], head_mask=...)``. Only layer
+    ``layer`` (once per head) and the later layers (once, on a batch of ``h``) are rerun."""
+    l, h = layer - 1, enc.cfg.num_heads
+    keep = ~torch.eye(h, dtype=torch.bool)                       # row i: head i off
+    x = torch.cat([enc.layers[l](run.layer_inputs[l], None, k)[0] for k in keep])  # (h, n, d)
+    for later in enc.layers[l + 1:]:
+        x, _ = later(x, None)
+    return mean_pool(x, torch.ones(x.shape[:2], dtype=torch.bool))   # (h, d)
 
 
 @dataclass
@@ -170,7 +173,7 @@ def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: i
     """The frame for head ``head`` of layer ``layer`` (both 1-based) on ``run``.
 
     ``ablated``: the two sentences' embeddings with that head off (from
-    :func:`ablated_embedding`), needed when ``ablate`` is True.
+    :func:`ablated_embeddings`), needed when ``ablate`` is True.
     """
     L, h = run.entropy.shape
     for name, value, top in (("layer", layer, L), ("head", head, h)):
@@ -279,10 +282,10 @@ class _Cache:
         return self.runs[text]
 
     def off(self, run: SentenceRun, layer: int, head: int) -> torch.Tensor:
-        key = (run.text, layer, head)
+        key = (run.text, layer)                 # every head of the layer at once
         if key not in self.ablated:
-            self.ablated[key] = ablated_embedding(self.enc, run, layer, head)
-        return self.ablated[key]
+            self.ablated[key] = ablated_embeddings(self.enc, run, layer)
+        return self.ablated[key][head - 1]
 
 
 def example_pairs() -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ from attn_helpers.pretrained import load_encoder
 from attn_helpers.widgets.panels import HIGHLIGHT_COLOR
 from attn_helpers.widgets.real_model import (
     SentenceError,
-    ablated_embedding,
+    ablated_embeddings,
     example_pairs,
     real_model_frame,
     real_model_widget,
@@ -81,15 +81,17 @@ def test_run_sentence_equals_the_encoder(enc, runs):
     assert not run.truncated and run.unknown == 0
 
 
-@pytest.mark.parametrize("layer, head", [(1, 3), (4, 7), (6, 12)])
-def test_ablated_embedding_equals_encode_with_a_head_mask(enc, runs, layer, head):
+@pytest.mark.parametrize("layer", [1, 4, 6])
+def test_ablated_embeddings_equal_encode_with_a_head_mask(enc, runs, layer):
     run, _ = runs
-    head_mask = torch.ones(6, 12, dtype=torch.bool)
-    head_mask[layer - 1, head - 1] = False
-    expected = enc.encode([A], head_mask=head_mask)[0]
-    torch.testing.assert_close(ablated_embedding(enc, run, layer, head), expected, atol=1e-5,
-                               rtol=0)
-    assert not torch.allclose(expected, run.embedding, atol=1e-4)  # the head does something
+    off = ablated_embeddings(enc, run, layer)
+    assert off.shape == (12, 384)
+    for head in (1, 7, 12):
+        head_mask = torch.ones(6, 12, dtype=torch.bool)
+        head_mask[layer - 1, head - 1] = False
+        expected = enc.encode([A], head_mask=head_mask)[0]
+        torch.testing.assert_close(off[head - 1], expected, atol=1e-5, rtol=0)
+        assert not torch.allclose(expected, run.embedding, atol=1e-4)  # the head does something
 
 
 def test_frame_readouts_and_weights(enc, runs):
@@ -101,7 +103,7 @@ def test_frame_readouts_and_weights(enc, runs):
     assert frame.readouts["weight on previous token"] == pytest.approx(run.previous[0, 2].item())
     assert frame.readouts["weight on previous token"] > 0.9  # the previous-token head
     assert "similarity with this head off" not in frame.readouts
-    off = (ablated_embedding(enc, run, 1, 3), ablated_embedding(enc, partner, 1, 3))
+    off = (ablated_embeddings(enc, run, 1)[2], ablated_embeddings(enc, partner, 1)[2])
     frame = real_model_frame(run, partner, 1, 3, True, off)
     assert frame.readouts["change"] == pytest.approx(
         float(off[0] @ off[1]) - frame.readouts["similarity to the second sentence"])
@@ -161,8 +163,11 @@ def test_moves_only_redraw_and_new_sentences_run_once(enc, widget):
         widget.set(sentence="A brand new sentence about a red kite.")
         assert counter.embeddings == 1                      # one run, the partner is cached
         counter.embeddings = counter.last_layer = 0
-        widget.set(ablate=True)
-        assert counter.embeddings == 0 and counter.last_layer == 2  # later layers, 2 sentences
+        widget.set(ablate=True)                             # layer 1: 12 heads, 2 sentences
+        assert counter.embeddings == 0 and counter.last_layer == 2  # one batch per sentence
+        widget.set(head=7)
+        widget.set(head=12)                                 # same layer: nothing reruns
+        assert counter.last_layer == 2
         widget.set(layer=2)
         widget.set(layer=1)                                 # cached: nothing reruns
         assert counter.embeddings == 0 and counter.last_layer == 4
@@ -256,3 +261,9 @@ def test_kernel_time_per_move_and_per_new_sentence(widget):
         new.append(_kernel_ms(lambda t=text: widget.set(sentence=t)))
         assert len(widget.frame.query_labels) == 31   # 28 words, '.', [CLS], [SEP]
     assert statistics.median(new) <= 300, new
+    # with the head switched off: a new layer or sentence reruns once, heads of it only redraw
+    widget.set(ablate=True)
+    assert _kernel_ms(lambda: widget.set(sentence=sentences[0] + " Again.")) <= 300
+    times = [_kernel_ms(lambda v=v: widget.set(head=v)) for v in (2, 5, 9, 12, 1) * 2]
+    assert statistics.median(times) <= 15, times
+    widget.set(ablate=False)
