@@ -414,3 +414,125 @@ def test_tiled_bad_options(gen):
         tiled_attention(q, k, v, scale=-1.0)
     with pytest.raises(ValueError, match="do not broadcast"):
         tiled_attention(q.expand(2, 6, 4), k.expand(3, 6, 4), v)
+
+
+# --- bad input at each entry point (issue 17's fuzz findings) ----------------------------------
+
+
+def test_init_state_checks_every_argument():
+    for bad, error, pattern in [("2", TypeError, r"batch_shape must be a tuple of ints.*str"),
+                                (torch.tensor([2]), TypeError, "batch_shape.*Tensor"),
+                                ((2, -1), ValueError, r"batch_shape\[1\] must be >= 0, got -1"),
+                                ((2, 1.5), TypeError, r"batch_shape\[1\] must be an int")]:
+        with pytest.raises(error, match=pattern):
+            init_state(bad, 3, 4)
+    for name, value, error in [("n_q", -3, ValueError), ("n_q", "3", TypeError),
+                               ("d_v", None, TypeError), ("d_v", -1, ValueError)]:
+        with pytest.raises(error, match=rf"\b{name} must"):
+            init_state((2,), **{"n_q": 3, "d_v": 4, name: value})
+    with pytest.raises(TypeError, match=r"dtype must be a torch.dtype.*NoneType"):
+        init_state((2,), 3, 4, dtype=None)                                  # was accepted silently
+    with pytest.raises(TypeError, match="dtype must be a floating-point dtype"):
+        init_state((2,), 3, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"device='junk' is not a device"):
+        init_state((2,), 3, 4, device="junk")
+    with pytest.raises(TypeError, match="device must be a torch.device"):
+        init_state((2,), 3, 4, device=0)
+    # refused before allocating: (10**9, 1 + 1 + 6) float32 numbers
+    with pytest.raises(ValueError, match=r"n_q=1000000000, d_v=6.*3.2e\+10 bytes"):
+        init_state((), 10**9, 6)
+    # a torch.Size, a list and empty sizes are shapes too
+    state = init_state(torch.Size([2]), 0, 3, dtype=torch.float64)
+    assert state.acc.shape == (2, 0, 3) and state.acc.dtype == torch.float64
+    assert init_state([], 2, 1).max.tolist() == [[float("-inf")], [float("-inf")]]
+
+
+def test_block_state_checks_shapes_and_dtypes(gen):
+    scores, values = torch.randn(2, 3, 5, generator=gen), torch.randn(2, 5, 6, generator=gen)
+    with pytest.raises(ValueError, match=r"scores must have at least 2 dimensions.*\(5,\)"):
+        block_state(scores[0, 0], values)
+    with pytest.raises(ValueError, match=r"values must have at least 2 dimensions.*\(\)"):
+        block_state(scores, torch.tensor(0.5))
+    with pytest.raises(ValueError, match=r"share the block size.*\(2, 3, 4\).*\(2, 5, 6\)"):
+        block_state(scores[..., :4], values)
+    with pytest.raises(ValueError, match=r"scores \(\.\.\., n_q, block\) must have at least one"):
+        block_state(scores[..., :0], values[:, :0])                         # a max over no key
+    with pytest.raises(ValueError, match=r"scores \(0, 3, 5\), values \(2, 5, 6\) do not broadcast"):
+        block_state(scores[:0], values)
+    with pytest.raises(TypeError, match="scores and values must have the same dtype"):
+        block_state(scores, values.double())
+    # what still works: batch dims that broadcast, and the result equals one online step
+    state = block_state(scores[:1], values)
+    torch.testing.assert_close(finalize(state), torch.softmax(scores[:1], -1) @ values)
+    step = online_softmax_step(init_state((2,), 3, 6), scores[:1], values)
+    assert all(torch.equal(a, b) for a, b in zip(state, step, strict=True))
+
+
+def test_online_softmax_step_checks_the_state_against_the_block(gen):
+    scores, values = torch.randn(2, 3, 5, generator=gen), torch.randn(2, 5, 6, generator=gen)
+    state = init_state((2,), 3, 6)
+    with pytest.raises(ValueError, match=r"the state's acc \(2, 3, 6\), scores \(0, 3, 5\)"):
+        online_softmax_step(state, scores[:0], values[:0])                  # was a RuntimeError
+    with pytest.raises(ValueError, match=r"state for \(n_q, d_v\) = \(3, 6\) does not fit"):
+        online_softmax_step(state, scores[:, :2], values)
+    with pytest.raises(TypeError, match="state's dtype torch.float32, got torch.float64"):
+        online_softmax_step(state, scores.double(), values.double())
+    with pytest.raises(ValueError, match="at least one entry in its last dimension"):
+        online_softmax_step(state, scores[..., :0], values[:, :0])
+
+
+def test_linear_attention_step_checks_batch_dims_and_dtypes(gen):
+    q, k, v = (torch.randn(2, 4, generator=gen) for _ in range(3))
+    with pytest.raises(ValueError, match=r"q_t \(0, 4\), k_t \(2, 4\), v_t \(2, 4\) do not broadcast"):
+        linear_attention_step(None, q[:0], k, v)                            # was a RuntimeError
+    _, state = linear_attention_step(None, q, k, v)
+    with pytest.raises(ValueError, match=r"q_t \(3, 4\).*state.S \(2, 4, 4\) do not broadcast"):
+        linear_attention_step(state, *(torch.randn(3, 4, generator=gen) for _ in range(3)))
+    with pytest.raises(TypeError, match="v_t must have q_t's dtype torch.float32"):
+        linear_attention_step(None, q, k, v.double())
+    with pytest.raises(ValueError, match=r"d_k >= 1"):                      # was 0 / 0 = NaN
+        linear_attention_step(None, q[:, :0], k[:, :0], v)
+
+
+def test_elu_feature_map_needs_a_floating_tensor():
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        elu_feature_map([1.0, 2.0])
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
+        elu_feature_map(torch.arange(3))
+    assert elu_feature_map(torch.tensor([-1e9, 0.0, 2.0])).tolist() == [0.0, 1.0, 3.0]
+
+
+def test_linear_attention_no_keys_and_huge_chunks_are_refused(gen):
+    q = torch.randn(3, 4, generator=gen)
+    with pytest.raises(ValueError, match=r"k and v must hold at least one key \(n_k >= 1\)"):
+        linear_attention(q, torch.zeros(0, 4), torch.zeros(0, 2))           # was 0 / 0 = NaN
+    with pytest.raises(ValueError, match=r"k and v must hold at least one key"):
+        linear_attention(q[:0], q[:0], q[:0], causal=True)                  # was torch.cat([])
+    x = torch.zeros(40_000, 1)   # a (40000, 40000) causal kernel: refused before it is computed
+    with pytest.raises(ValueError, match=r"chunk_size=1000000000.*causal kernel.*6.4e\+09 bytes"):
+        linear_attention(x, x, x, causal=True, chunk_size=10**9)
+    # linear attention never holds the (n_q, n_k) scores, so that product is no bound on n
+    assert linear_attention(x, x, x).shape == (40_000, 1)
+
+
+def test_tiled_and_local_attention_still_accept_no_keys():
+    out = local_attention(*(torch.zeros(2, 0, 4) for _ in range(3)), 3)
+    assert out.shape == (2, 0, 4)
+    out, lse = tiled_attention(torch.ones(3, 4), torch.zeros(0, 4), torch.zeros(0, 2),
+                               return_lse=True)
+    assert torch.equal(out, torch.zeros(3, 2)) and torch.isneginf(lse).all()
+
+
+def test_check_qkv_options_and_the_default_scale_of_no_features():
+    from attn_helpers._checks import check_qkv, resolve_scale
+
+    q, k, v = torch.zeros(40_000, 1), torch.zeros(40_000, 1), torch.zeros(40_000, 2)
+    with pytest.raises(ValueError, match=r"the \(\.\.\., n_q, n_k\) scores would need 6.4e\+09"):
+        check_qkv(q, k, v)
+    assert check_qkv(q, k, v, holds_scores=False) == ()
+    with pytest.raises(ValueError, match="n_k >= 1"):
+        check_qkv(q, k[:0], v[:0], holds_scores=False)
+    assert check_qkv(q, k[:0], v[:0], keys_may_be_empty=True) == ()
+    with pytest.raises(ValueError, match=r"1/sqrt\(d_k\) needs d_k >= 1 features, got d_k = 0"):
+        resolve_scale(None, 0)                                              # was ZeroDivisionError
+    assert resolve_scale(None, 4) == 0.5 and resolve_scale(0.25, 0) == 0.25

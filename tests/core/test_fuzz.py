@@ -713,3 +713,14 @@ def test_known_defects_name_a_module_this_file_does_not_fix():
     for name, _ in KNOWN_DEFECTS:
         assert name.partition(".")[0] in PUBLIC, f"stale entry {name} in KNOWN_DEFECTS"
         assert PUBLIC[name.partition(".")[0]].__module__ not in owned, name
+
+
+def test_setup_seed_range_is_numpys_and_said_so():
+    for seed in (-3, 2**32):                                  # numpy's 'Seed must be ...' before
+        refused_fast(lambda seed=seed: PUBLIC["setup"](seed), rf"seed must be between 0 and "
+                                                              rf"4294967295, got {seed}")
+    with pytest.raises(TypeError, match="seed must be an int, got float"):
+        PUBLIC["setup"](1.0)
+    first = PUBLIC["setup"](2**32 - 1)
+    assert torch.equal(torch.randn(3, generator=first),
+                       torch.randn(3, generator=torch.Generator().manual_seed(2**32 - 1)))

@@ -3,6 +3,8 @@ the memory formula, and generation with and without a cache."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -238,3 +240,41 @@ def test_generation_bad_inputs():
         generate_with_cache(x, w, torch.zeros(4, 3), w)
     with pytest.raises(TypeError, match="x must be a floating-point"):
         generate_without_cache(x.long(), w, w, w)
+
+
+# --- bad input at each entry point (issue 17's fuzz findings) ----------------------------------
+
+
+def test_attend_names_q_new_when_its_batch_dims_do_not_fit(gen):
+    cache = KVCache(8)
+    cache.append(torch.randn(2, 3, 4, generator=gen), torch.randn(2, 3, 6, generator=gen))
+    with pytest.raises(ValueError, match=r"q_new \(0, 1, 4\), the cache's keys \(2, 3, 4\) do not"):
+        cache.attend(torch.randn(0, 1, 4))                                  # error named q, not q_new
+    with pytest.raises(ValueError, match=r"q_new \(3, 1, 4\).*do not broadcast"):
+        cache.attend(torch.randn(3, 1, 4))
+    with pytest.raises(TypeError, match="q_new must have the cache's dtype torch.float32"):
+        cache.attend(torch.randn(2, 1, 4, dtype=torch.float64))
+    # batch dims that broadcast still work: (5, 2, t, d_k) queries over a (2, L, d_k) cache
+    out, weights = cache.attend(torch.randn(5, 2, 1, 4, generator=gen))
+    assert out.shape == (5, 2, 1, 6) and weights.shape == (5, 2, 1, 3)
+
+
+@pytest.mark.parametrize("generate", [generate_with_cache, generate_without_cache])
+def test_generate_names_an_empty_x_and_checks_the_weights(gen, generate):
+    w_q, w_k, w_v = (torch.randn(8, d, generator=gen) for d in (4, 4, 6))
+    for x in (torch.zeros(0, 8), torch.zeros(5, 0)):                      # named w_q or max_len
+        with pytest.raises(ValueError, match=r"x must be 2-D \(n, d_model\) with n >= 1 tokens.*"
+                                             + re.escape(str(tuple(x.shape)))):
+            generate(x, w_q, w_k, w_v)
+    x = torch.randn(5, 8, generator=gen)
+    with pytest.raises(ValueError, match=r"the same d_k >= 1, got \(8, 0\) and \(8, 0\)"):
+        generate(x, w_q[:, :0], w_k[:, :0], w_v)                            # was 1 / sqrt(0)
+    with pytest.raises(TypeError, match="w_v must have x's dtype torch.float32, got torch.float64"):
+        generate(x, w_q, w_k, w_v.double())
+
+
+def test_decode_with_cache_names_no_keys():
+    with pytest.raises(ValueError, match=r"k and v must hold at least one key.*\(2, 0, 4\)"):
+        decode_with_cache(*(torch.zeros(2, 0, 4) for _ in range(3)))        # was max_len >= 1
+    with pytest.raises(TypeError, match="v must have the same dtype as q"):
+        decode_with_cache(torch.zeros(3, 2), torch.zeros(3, 2), torch.zeros(3, 2).double())

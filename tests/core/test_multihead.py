@@ -460,3 +460,24 @@ def test_mask_conversions_invert():
     assert torch.equal(to_torch_attn_mask(mask), ~mask)
     real = padding_mask([2, 4], 4)
     assert torch.equal(to_torch_key_padding_mask(real), ~real)
+
+
+# --- bad input at each entry point (issue 17's fuzz findings) ----------------------------------
+
+
+@pytest.mark.parametrize("bias", [None, "False", [1], torch.tensor(1.0)])
+def test_parameter_count_bias_must_be_a_bool(bias):
+    # only its truthiness was used: "False" counted the biases, a tensor raised torch's error
+    with pytest.raises(TypeError, match=rf"bias must be a bool, got {type(bias).__name__}"):
+        parameter_count(8, 2, bias=bias)
+    assert parameter_count(8, 2, bias=False) == sum(
+        p.numel() for p in MultiHeadAttention(8, 2, bias=False).parameters())
+
+
+def test_forward_names_an_empty_query(gen):
+    m = MultiHeadAttention(8, 2)
+    key = torch.randn(2, 5, 8, generator=gen)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    for mask_or_none in (mask, None):                                   # with a mask: named mask
+        with pytest.raises(ValueError, match=r"query must hold at least one position.*\(2, 0, 8\)"):
+            m(torch.zeros(2, 0, 8), key, key, mask_or_none)

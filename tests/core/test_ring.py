@@ -139,3 +139,27 @@ def test_bad_inputs(gen):
         simulate_ring(q, "k", q)
     with pytest.raises(TypeError, match="causal"):
         simulate_ring(q, q, q, causal=1)
+
+
+# --- bad input at each entry point (issue 17's fuzz findings) ----------------------------------
+
+
+def test_huge_world_size_is_refused_fast():
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"world_size=1000000000 is more ranks.*\(1024\).*1e\+18"):
+        ring_schedule(10**9)                                                # was a hang
+    with pytest.raises(ValueError, match=r"world_size=1000000000 is more ranks"):
+        split_blocks(10**9, 10**9)
+    assert time.perf_counter() - start < 1.0
+    assert len(split_blocks(ring.MAX_WORLD_SIZE, ring.MAX_WORLD_SIZE)) == ring.MAX_WORLD_SIZE
+    with pytest.raises(ValueError, match="world_size=1025"):
+        split_blocks(2000, ring.MAX_WORLD_SIZE + 1)
+
+
+def test_ring_checks_q_k_v_with_the_shared_check():
+    with pytest.raises(ValueError, match=r"k and v must hold at least one key.*\(2, 0, 4\)"):
+        simulate_ring(*(torch.zeros(2, 0, 4) for _ in range(3)))            # was named n
+    with pytest.raises(TypeError, match="v must have the same dtype as q"):
+        simulate_ring(torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(4, 2).double())
+    with pytest.raises(ValueError, match="q and k must have d_k >= 1"):
+        simulate_ring(torch.zeros(4, 0), torch.zeros(4, 0), torch.zeros(4, 2))

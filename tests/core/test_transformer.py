@@ -5,6 +5,7 @@ without a KV cache (same tokens and logits, the work each step does, the cache's
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 import torch
@@ -275,3 +276,84 @@ def test_language_model_bad_inputs():
         TinyCausalLM(11, 16, 4, 0, 32)
     with pytest.raises(ValueError, match=r"vocab_size=1000000000.*bytes"):
         TinyCausalLM(10**9, 16, 4, 1, 32)
+
+
+# --- bad input at each entry point (issue 17's fuzz findings) ----------------------------------
+
+
+@pytest.mark.parametrize("make", [lambda a: FeedForward(8, 16, activation=a),
+                                  lambda a: DecoderLayer(8, 2, 16, activation=a),
+                                  lambda a: TinyCausalLM(11, 8, 2, 1, 16, activation=a)],
+                         ids=["FeedForward", "DecoderLayer", "TinyCausalLM"])
+def test_activation_must_be_a_string(make):
+    with pytest.raises(TypeError, match=r"activation must be a string.*got list"):
+        make(["relu"])                                                      # was 'unhashable'
+    with pytest.raises(ValueError, match="activation must be one of"):
+        make("tanh")
+
+
+def test_feed_forward_checks_bias_and_its_input(gen):
+    for bias in (None, "False", torch.tensor(1.0)):                        # only truthiness was used
+        with pytest.raises(TypeError, match="bias must be a bool"):
+            FeedForward(8, 16, bias=bias)
+    ff = FeedForward(8, 16)
+    for x, error, pattern in [([1.0] * 8, TypeError, "x must be a torch.Tensor, got list"),
+                              (torch.ones(2, 8, dtype=torch.long), TypeError, "x must be a floating"),
+                              (torch.tensor(0.5), ValueError, r"x must have shape \(\.\.\., "
+                                                              r"d_model=8\), got \(\)"),
+                              (torch.ones(2, 3, 4), ValueError, r"d_model=8\), got \(2, 3, 4\)"),
+                              (torch.ones(2, 8, dtype=torch.float64), TypeError,
+                               "x must have the layer's dtype torch.float32, got torch.float64")]:
+        with pytest.raises(error, match=pattern):                          # torch's linear() errors
+            ff(x)
+    x = torch.randn(2, 3, 8, generator=gen)
+    torch.testing.assert_close(ff(x), ff.linear2(torch.relu(ff.linear1(x))))
+    assert ff(torch.zeros(0, 8)).shape == (0, 8)
+
+
+@pytest.mark.parametrize("memory_dim, error, pattern", [
+    (0, ValueError, "memory_dim must be >= 1, got 0"),
+    ("6", TypeError, "memory_dim must be an int, got str"),
+    (torch.tensor(6), TypeError, "memory_dim must be an int, got Tensor"),
+    (10**9, ValueError, r"memory_dim=1000000000, d_model=8.*bytes"),
+])
+def test_decoder_layer_names_memory_dim(memory_dim, error, pattern):
+    with pytest.raises(error, match=pattern):                              # was named kdim
+        DecoderLayer(8, 2, 16, memory_dim=memory_dim)
+
+
+def test_decoder_layer_names_an_empty_x_or_memory(gen):
+    layer = DecoderLayer(8, 2, 16, memory_dim=6)
+    x, memory = torch.randn(2, 3, 8, generator=gen), torch.randn(2, 5, 6, generator=gen)
+    with pytest.raises(ValueError, match=r"x must hold at least one position.*\(2, 0, 8\)"):
+        layer(x[:, :0], memory)                                             # was causal_mask's n
+    padding = torch.ones(2, 5, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"memory must hold at least one position.*\(2, 0, 6\)"):
+        layer(x, memory[:, :0], memory_padding=padding)                     # was memory_padding
+    assert layer(x, memory, memory_padding=padding).shape == (2, 3, 8)
+
+
+def test_language_model_size_guard_is_the_exact_parameter_count():
+    for args, kwargs in [((11, 8, 2, 2, 16), {}), ((50, 16, 4, 3, 24), {"num_kv_heads": 2}),
+                         ((7, 12, 3, 1, 5), {"num_kv_heads": 1, "activation": "relu"})]:
+        model = TinyCausalLM(*args, **kwargs)
+        per_layer = sum(p.numel() for p in model.layers[0].parameters())
+        with pytest.raises(ValueError, match=rf"num_layers=10000000 decoder layers of {per_layer} "
+                                             rf"parameters each"):
+            TinyCausalLM(*args[:3], 10**7, *args[4:], **kwargs)
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"num_layers=1000000000 decoder layers.*bytes"):
+        TinyCausalLM(11, 8, 2, 10**9, 16)                                   # was a hang
+    assert time.perf_counter() - start < 1.0
+    with pytest.raises(ValueError, match=r"d_ff=1000000000"):
+        TinyCausalLM(11, 8, 2, 2, 10**9)
+
+
+def test_language_model_refuses_an_empty_batch():
+    model = tiny_lm()
+    for tokens in (torch.zeros(0, 3, dtype=torch.long), torch.zeros(2, 0, dtype=torch.long)):
+        with pytest.raises(ValueError, match=r"tokens \(b, n\) must hold b >= 1 sequences of "
+                                             r"n >= 1 tokens"):
+            model(tokens)                                                   # was an IndexError
+        with pytest.raises(ValueError, match=r"prompt \(b, n\) must hold b >= 1"):
+            model.generate(tokens, 2, use_cache=True)
