@@ -37,6 +37,7 @@ from ._checks import (
     resolve_scale,
     shape,
 )
+from .kv_cache import kv_cache_bytes
 
 __all__ = ["OnlineSoftmaxState", "init_state", "block_state", "online_softmax_step", "merge_states",
            "finalize", "tiled_attention", "elu_feature_map", "linear_attention",
@@ -310,15 +311,14 @@ def linear_attention_step(state: LinearAttentionState | None, q_t: torch.Tensor,
 def decoding_memory(n_tokens: int, *, d_k: int, d_v: int, num_heads: int = 1, num_layers: int = 1,
                     bytes_per_value: int = 2) -> dict[str, int]:
     """Bytes a decoder keeps per sequence after ``n_tokens``: ``"kv_cache"``, softmax attention's
-    keys and values (``n_tokens * (d_k + d_v)`` numbers per head and layer, growing), and
-    ``"linear_state"``, linear attention's ``S`` and ``z`` (``d_k * d_v + d_k``, constant)."""
-    require_positive_int("n_tokens", n_tokens, allow_zero=True)
-    for name, value in dict(d_k=d_k, d_v=d_v, num_heads=num_heads, num_layers=num_layers,
-                            bytes_per_value=bytes_per_value).items():
+    keys and values (:func:`attn_helpers.kv_cache.kv_cache_bytes`, ``n_tokens * (d_k + d_v)``
+    numbers per head and layer, growing), and ``"linear_state"``, linear attention's ``S`` and
+    ``z`` (``d_k * d_v + d_k``, constant)."""
+    for name, value in dict(d_k=d_k, d_v=d_v, num_heads=num_heads).items():
         require_positive_int(name, value)
-    per_number = num_heads * num_layers * bytes_per_value
-    return {"kv_cache": n_tokens * (d_k + d_v) * per_number,
-            "linear_state": (d_k * d_v + d_k) * per_number}
+    kv = kv_cache_bytes(n_tokens, num_layers=num_layers, num_kv_heads=num_heads,  # 2 x head_dim
+                        head_dim=d_k + d_v, bytes_per_value=bytes_per_value) // 2  # = d_k + d_v
+    return {"kv_cache": kv, "linear_state": (d_k * d_v + d_k) * num_heads * num_layers * bytes_per_value}
 
 
 def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,

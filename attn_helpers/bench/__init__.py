@@ -8,11 +8,14 @@ on every change, measured in the same run. It prints a JSON list of records
 
 ``attention``: time and peak memory of one attention call (batch 1, 8 heads, head dimension 64,
 float32) against the sequence length ``n`` for ``naive`` (materialises the ``n x n`` scores),
-``sdpa`` (``torch.nn.functional.scaled_dot_product_attention``), ``tiled``, ``linear`` and
-``local`` (from :mod:`attn_helpers.efficient`), ``n`` doubling from 128 to ``--max-n``. It prints a
-JSON list of records ``{"method", "n", "median_ms", "peak_bytes", "gflops"}`` plus one
-``{"method": "matmul_peak", "gflops"}``, the best rate of a large matrix product measured in the
-same run, and the targets' ratios on stderr.
+``sdpa`` (``torch.nn.functional.scaled_dot_product_attention``), ``tiled``, causal ``linear`` and
+causal ``local`` (from :mod:`attn_helpers.efficient`), ``n`` doubling from 128 to ``--max-n``; and
+of forward + backward (``naive_fwd_bwd``: autograd through the naive code, ``sdpa_fwd_bwd``,
+``tiled_fwd_bwd``: FlashAttention's recomputing backward) up to ``n = 4096``. It prints a JSON
+list of records ``{"method", "n", "median_ms", "peak_bytes", "gflops"}`` plus one
+``{"method": "matmul_peak", "gflops"}``, the best rate of a large matrix product, and one
+``{"method": "machine", "cache_bytes", "copy_gbps"}``, the cache sizes and the copy bandwidth, all
+measured in the same run; the targets' ratios go to stderr.
 
 Timings are medians over many repeats, so a busy machine moves them little; the targets are
 checked against a baseline measured in the same process, never against a fixed number in a test.
@@ -46,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     attention.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     attention.add_argument("--threads", type=int, default=None,
                            help="torch CPU threads (default: torch's own choice)")
+    attention.add_argument("--budget-s", type=float, default=1.0,
+                           help="seconds of timed runs per method and n (default 1.0)")
     attention.add_argument("--check", action="store_true",
                            help="exit with status 1 when the targets are not met")
     args = parser.parse_args(argv)
@@ -58,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.threads < 1:
                 parser.error("--threads must be >= 1")
             torch.set_num_threads(args.threads)
-        records = bench_attention(args.max_n, args.device)
+        if not args.budget_s > 0:
+            parser.error("--budget-s must be > 0")
+        records = bench_attention(args.max_n, args.device, budget_s=args.budget_s)
         print(json.dumps(records, indent=1))
         ok, verdict = attention_verdict(records)
         print(verdict, file=sys.stderr)

@@ -3,50 +3,49 @@ r"""The cost of attention, counted and measured (notebook 08).
 * Counting: floating-point operations and bytes of the three stages of exact attention
   (:math:`QK^\top`, softmax, product with :math:`V`), the memory of the score matrix, and the cost
   of generating one token with and without a KV cache.
-* Measuring: :func:`bench_attention` (behind ``python -m attn_helpers.bench attention``) times
-  one call of each method and records its peak memory; its records (a JSON list of
-  ``{"method", "n", "median_ms", "peak_bytes", "gflops"}`` plus one ``{"method": "matmul_peak",
-  "gflops"}``), the committed full CPU run (:func:`load_benchmark`), power laws
-  :math:`y = c\,n^{p}` fitted on log-log axes (:func:`fit_power_law`).
+* Re-exported from :mod:`.complexity_bench`: the benchmark, its records (:func:`load_benchmark`:
+  the committed full CPU run) and power laws fitted to them; the live studies whose numbers
+  :func:`claims` reads are in :mod:`.complexity_studies`.
+* :func:`tile_stepper`: FlashAttention's tiled forward, tile by tile, as arrays for a live view.
+* :func:`claims`: every statement notebook 08 makes about a measurement, as named booleans.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable
-from importlib import resources
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from .._checks import require_positive_int
-from ..efficient import linear_attention, local_attention, tiled_attention
-from ..measure import PowerLaw, fit_power_law, format_bytes, matmul_peak_gflops, peak_bytes, time_call
+from .._checks import require_int_in, require_positive_int
+from ..entropy import attention_entropy
+from ..measure import PowerLaw, fit_power_law, format_bytes
+from .complexity_bench import (
+    ATTENTION_FUNCTIONS,
+    ATTENTION_METHODS,
+    BENCHMARK_FILE,
+    FIT_N_MIN,
+    FWD_BWD_METHODS,
+    attention_flops,
+    attention_sizes,
+    bench_attention,
+    fit_methods,
+    load_benchmark,
+    machine,
+    matmul_peak,
+    naive_attention,
+    series,
+    validate_records,
+)
 
-__all__ = [
-    "BENCHMARK_FILE",
-    "SOFTMAX_FLOPS_PER_SCORE",
-    "element_size",
-    "attention_costs",
-    "score_matrix_bytes",
-    "kv_cache_flops",
-    "PowerLaw",
-    "fit_power_law",
-    "series",
-    "fit_methods",
-    "matmul_peak",
-    "load_benchmark",
-    "validate_records",
-    "format_bytes",
-    "ATTENTION_METHODS",
-    "ATTENTION_FUNCTIONS",
-    "naive_attention",
-    "attention_flops",
-    "attention_sizes",
-    "bench_attention",
-]
+__all__ = ["BENCHMARK_FILE", "SOFTMAX_FLOPS_PER_SCORE", "FIT_N_MIN", "element_size",
+           "attention_costs", "score_matrix_bytes", "kv_cache_flops", "PowerLaw", "fit_power_law",
+           "series", "fit_methods", "matmul_peak", "machine", "load_benchmark", "validate_records",
+           "format_bytes", "ATTENTION_METHODS", "FWD_BWD_METHODS", "ATTENTION_FUNCTIONS",
+           "naive_attention", "attention_flops", "attention_sizes", "bench_attention", "TileFrame",
+           "tile_schedule", "tile_scores", "tile_stepper", "claims"]
 
-BENCHMARK_FILE = "bench_attention_cpu.json"
 #: per score: subtract the row maximum, exponentiate, add to the row sum, divide (plus the max).
 SOFTMAX_FLOPS_PER_SCORE = 5
 
@@ -108,8 +107,7 @@ def kv_cache_flops(t: int, d_model: int) -> dict[str, int]:
       (:math:`3\cdot 2d^2`) and its one query attends to the :math:`t+1` keys
       (:math:`4(t+1)d`).
 
-    Returns:
-        ``{"without_cache": int, "with_cache": int}``.
+    Returns ``{"without_cache": int, "with_cache": int}`` (matrix-product FLOPs only).
     """
     require_positive_int("t", t, allow_zero=True)
     require_positive_int("d_model", d_model)
@@ -118,138 +116,235 @@ def kv_cache_flops(t: int, d_model: int) -> dict[str, int]:
             "with_cache": 6 * d_model**2 + 4 * m * d_model}
 
 
-def validate_records(records) -> list[dict]:
-    """Check the benchmark's JSON schema; return the records. Raises ``ValueError`` naming the
-    first bad record."""
-    if not isinstance(records, list) or not records:
-        raise ValueError(f"records must be a non-empty list, got {type(records).__name__}")
-    peaks = 0
-    for i, r in enumerate(records):
-        if not isinstance(r, dict) or "method" not in r:
-            raise ValueError(f"record {i} must be a dict with a 'method', got {r!r}")
-        if r["method"] == "matmul_peak":
-            peaks += 1
-            keys = {"method", "gflops"}
-        else:
-            keys = {"method", "n", "median_ms", "peak_bytes", "gflops"}
-        if set(r) != keys:
-            raise ValueError(f"record {i} must have exactly the keys {sorted(keys)}, got {sorted(r)}")
-        if r["method"] != "matmul_peak":
-            if not isinstance(r["n"], int) or not isinstance(r["peak_bytes"], int):
-                raise ValueError(f"record {i}: n and peak_bytes must be ints, got {r!r}")
-            if r["median_ms"] <= 0 or r["peak_bytes"] < 0:
-                raise ValueError(f"record {i}: median_ms must be > 0 and peak_bytes >= 0, got {r!r}")
-        if not r["gflops"] > 0:
-            raise ValueError(f"record {i}: gflops must be > 0, got {r!r}")
-    if peaks != 1:
-        raise ValueError(f"records must hold exactly one 'matmul_peak' record, got {peaks}")
-    return records
+# The tile stepper: FlashAttention's forward, one tile at a time.
+
+@dataclass(frozen=True)
+class TileFrame:
+    """The state of the tiled forward after ``step`` of ``n_steps`` tiles (arrays over ``n``
+    queries and keys). ``weights`` ``(n, n)``: ``exp(s - m) / l`` on the keys a row has seen (its
+    current estimate; the final softmax once the row is finished), NaN on keys not yet seen;
+    ``m``, ``l`` ``(n,)``: running max (``-inf`` before any tile) and sum; ``rescale`` ``(n,)``:
+    the factor ``exp(m_before - m_after)`` the last tile applied to the row's ``l`` and ``acc``
+    (1 for rows it did not touch, 0 on a row's first tile); ``tile``: ``(row_start, row_stop,
+    col_start, col_stop)`` of the last tile, ``None`` at step 0; ``finished`` ``(n,)``: rows all
+    of whose tiles are done; ``entropy`` ``(n,)``: nats of finished rows (NaN otherwise);
+    ``ceiling`` ``(n,)``: ``ln`` of the keys each row may see."""
+
+    step: int
+    n_steps: int
+    scores: np.ndarray
+    weights: np.ndarray
+    m: np.ndarray
+    l: np.ndarray  # noqa: E741 - the paper's name
+    rescale: np.ndarray
+    tile: tuple[int, int, int, int] | None
+    finished: np.ndarray
+    entropy: np.ndarray
+    ceiling: np.ndarray
 
 
-def series(records: list[dict], method: str, key: str, *, n_min: int = 0
-           ) -> tuple[list[int], list[float]]:
-    """``(ns, values)`` of one method, sorted by ``n``, keeping ``n >= n_min``."""
-    rows = sorted((r["n"], r[key]) for r in records
-                  if r["method"] == method and r["n"] >= n_min)
-    if not rows:
-        raise ValueError(f"no records for method {method!r} with n >= {n_min}")
-    return [n for n, _ in rows], [value for _, value in rows]
+def tile_schedule(n: int, block_size: int, *, causal: bool = False
+                  ) -> list[tuple[int, int, int, int]]:
+    """The tiles in FlashAttention-2's forward order: for each block of queries (outer loop), each
+    block of keys (inner loop); with ``causal``, tiles wholly above the diagonal are skipped."""
+    starts = range(0, n, block_size)
+    return [(i, min(i + block_size, n), j, min(j + block_size, n))
+            for i in starts for j in starts if not (causal and j >= i + block_size)]
 
 
-def fit_methods(records: list[dict], key: str = "median_ms", *, n_min: int = 0,
-                methods=None) -> dict[str, PowerLaw]:
-    """A :class:`PowerLaw` of ``key`` against ``n`` for each method (``n >= n_min``)."""
-    if methods is None:
-        methods = sorted({r["method"] for r in records if r["method"] != "matmul_peak"})
-    return {m: fit_power_law(*series(records, m, key, n_min=n_min)) for m in methods}
-
-
-def matmul_peak(records: list[dict]) -> float:
-    """The GFLOP/s of the run's ``matmul_peak`` record."""
-    return next(r["gflops"] for r in records if r["method"] == "matmul_peak")
-
-
-def load_benchmark(name: str = BENCHMARK_FILE) -> list[dict]:
-    """The committed benchmark records shipped in ``attn_helpers/data/`` (validated)."""
-    text = resources.files("attn_helpers").joinpath("data", name).read_text()
-    return validate_records(json.loads(text))
-
-
-# The attention benchmark (its command line is ``python -m attn_helpers.bench attention``).
-
-ATTENTION_HEADS = 8
-ATTENTION_HEAD_DIM = 64
-ATTENTION_METHODS = ("naive", "sdpa", "tiled", "linear", "local")
-TILED_QUERY_BLOCK = 1024
-TILED_KEY_BLOCK = 512
-LOCAL_WINDOW = 256
-
-
-def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Textbook attention that materialises the ``(..., n, n)`` score and weight matrices."""
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    return torch.softmax(scores, dim=-1) @ v
-
-
-ATTENTION_FUNCTIONS: dict[str, Callable] = {
-    "naive": naive_attention,
-    "sdpa": torch.nn.functional.scaled_dot_product_attention,
-    "tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=TILED_KEY_BLOCK,
-                                             query_block_size=TILED_QUERY_BLOCK),
-    "linear": linear_attention,
-    "local": lambda q, k, v: local_attention(q, k, v, LOCAL_WINDOW, causal=True),
-}
-
-
-def attention_flops(method: str, n: int, heads: int = ATTENTION_HEADS,
-                    d: int = ATTENTION_HEAD_DIM) -> float:
-    """Useful floating-point operations of one call: the two matrix products of exact attention
-    ``4 n^2 d`` per head; ``4 n d^2`` for linear attention; ``4 n w d`` for a window ``w``."""
-    if method in ("naive", "sdpa", "tiled"):
-        return 4.0 * heads * n * n * d
-    if method == "linear":
-        return 4.0 * heads * n * d * d
-    if method == "local":
-        return 4.0 * heads * n * min(n, LOCAL_WINDOW) * d
-    raise ValueError(f"method must be one of {ATTENTION_METHODS}, got {method!r}")
-
-
-def attention_sizes(max_n: int, min_n: int = 128) -> list[int]:
-    """``min_n, 2 min_n, ...`` up to ``max_n``."""
-    sizes, n = [], min_n
-    while n <= max_n:
-        sizes.append(n)
-        n *= 2
-    return sizes
-
-
-def bench_attention(max_n: int = 8192, device: str = "cpu", methods=ATTENTION_METHODS, *,
-                    min_n: int = 128, budget_s: float = 1.0, seed: int = 0) -> list[dict]:
-    """Measure every method at every ``n``; return the JSON records (see the module docstring)."""
-    unknown = set(methods) - set(ATTENTION_METHODS)
-    if unknown:
-        raise ValueError(f"methods must be among {ATTENTION_METHODS}, got {sorted(unknown)}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was asked for, but torch.cuda.is_available() is False")
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    records = []
+def tile_scores(n: int, *, causal: bool = False, seed: int = 0, d: int = 16) -> torch.Tensor:
+    """Seeded scaled scores ``(n, n)`` (float64) for the stepper: ``q k^T / sqrt(d)`` plus a ramp
+    along the keys (later keys score higher, so the running max moves and rescaling shows);
+    ``-inf`` above the diagonal with ``causal``."""
     g = torch.Generator().manual_seed(seed)
-    for n in attention_sizes(max_n, min_n):
-        shape = (1, ATTENTION_HEADS, n, ATTENTION_HEAD_DIM)
-        q, k, v = (torch.randn(shape, generator=g).to(device) for _ in range(3))
-        for method in methods:
-            fn = ATTENTION_FUNCTIONS[method]
+    q, k = (torch.randn(n, d, generator=g, dtype=torch.float64) for _ in range(2))
+    s = q @ k.T / math.sqrt(d) + torch.linspace(0.0, 3.0, n, dtype=torch.float64)
+    return s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf) if causal else s
 
-            def call(fn=fn, q=q, k=k, v=v):
-                with torch.no_grad():
-                    return fn(q, k, v)
 
-            median_ms = time_call(call, budget_s=budget_s)
-            records.append({
-                "method": method, "n": n, "median_ms": round(median_ms, 3),
-                "peak_bytes": peak_bytes(call, device),
-                "gflops": round(attention_flops(method, n) / (median_ms / 1000.0) / 1e9, 3),
-            })
-    records.append({"method": "matmul_peak", "gflops": round(matmul_peak_gflops(device), 3)})
-    return records
+def _running(s: torch.Tensor, seen: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Running max and sum of ``exp(s - m)`` over the ``seen`` entries of each row."""
+    m = s.masked_fill(~seen, -math.inf).amax(dim=-1)                   # (n,)
+    safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    l = torch.where(seen, torch.exp(s - safe[:, None]), 0.0).sum(dim=-1)  # noqa: E741
+    return m, l
+
+
+def tile_stepper(n: int, block_size: int, step: int, *, causal: bool = False,
+                 seed: int = 0) -> TileFrame:
+    """The controls (``n`` in 2..64 tokens, ``block_size`` in 1..n, ``step`` in 0..number of
+    tiles) in, the arrays of :class:`TileFrame` out, for :func:`tile_scores` ``(n, seed)``."""
+    n = require_int_in("n", n, 2, 64)
+    block_size = require_int_in("block_size", block_size, 1, n)
+    tiles = tile_schedule(n, block_size, causal=causal)
+    step = require_int_in("step", step, 0, len(tiles))
+    s, block = tile_scores(n, causal=causal, seed=seed), torch.arange(n) // block_size
+    bi, bj = block[:, None], block[None, :]                           # tile row and column
+    order = bi * (bi + 1) // 2 + bj if causal else bi * (n // -block_size * -1) + bj
+    order = order.masked_fill(causal & (bj > bi), len(tiles))         # position in tile_schedule
+    seen, before = order < step, order < step - 1
+    (m_before, _), (m, l) = _running(s, before), _running(s, seen)   # noqa: E741
+    touched = (seen != before).any(dim=-1)                            # the rows of the last tile
+    rescale = torch.where(touched, torch.exp(m_before - m).nan_to_num(0.0), 1.0)   # e^{m - m'}
+    safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    weights = torch.exp(s - safe[:, None]) / l.clamp_min(1e-300)[:, None]
+    weights = weights.masked_fill(~seen, math.nan)                    # exp(s - m) / l, seen keys
+    visible = torch.isfinite(s).sum(dim=-1)
+    finished = (seen | torch.isinf(s)).all(dim=-1)
+    entropy = attention_entropy(torch.softmax(s, dim=-1)).masked_fill(~finished, math.nan)
+    tile = tiles[step - 1] if step else None
+    return TileFrame(step, len(tiles), s.numpy(), weights.numpy(), m.numpy(), l.numpy(),
+                     rescale.numpy(), tile, finished.numpy(), entropy.numpy(),
+                     np.log(visible.numpy().astype(float)))
+
+
+# The claims of notebook 08: every threshold once, here.
+
+MEMORY_FRACTION = 0.05          # tiled's and sdpa's peak memory against naive's (committed run)
+CLIFF_RATE_RATIO = 0.6          # naive's best GFLOP/s out of L3 against in a quarter of it
+STEADY_RATE_RATIO = 0.8         # the same for sdpa and tiled
+TRAINING_MEMORY_FRACTION = 1 / 6  # tiled's fwd + bwd peak against naive autograd's (live, n = 1024)
+GRAD_TOLERANCE, RING_TOLERANCE = 1e-4, 1e-5   # largest gaps: gradients to SDPA's, ring to full
+SMALL_TILE_SLOWDOWN = 2.0       # the smallest tile of the sweep against the best
+OUT_OF_CACHE_SLOWDOWN = 2.0     # the softmax's rate with its matrix in L3 against out of it
+CACHE_OVER_STATE = 30           # the KV cache against linear attention's state, after the study
+CACHE_FLOP_SAVING = 100         # FLOPs without a cache against with one, over the generation
+
+
+def _record_claims(records: list[dict]) -> dict[str, bool]:
+    by = {(r["method"], r.get("n")): r for r in records}
+    time_fit, memory_fit = (fit_methods(records, key, n_min=FIT_N_MIN)
+                            for key in ("median_ms", "peak_bytes"))
+
+    def ratio(a, b, n, key="peak_bytes"):
+        return by[(a, n)][key] / by[(b, n)][key]
+
+    l3 = (machine(records) or {}).get("cache_bytes", {}).get("L3", 0)
+    ns = series(records, "naive", "gflops")[0]
+    in_l3 = [n for n in ns if 2 * score_matrix_bytes(n, heads=8) <= l3 // 4]   # S and P fit
+    out_l3 = [n for n in ns if 2 * score_matrix_bytes(n, heads=8) > l3]        # they do not
+
+    def rate(m, sizes):                                                         # best GFLOP/s
+        return max((by[(m, n)]["gflops"] for n in sizes), default=0.0)
+
+    return {
+        "naive: time slope 1.6..2.4 and memory slope 1.7..2.3 (n^2)": (
+            1.6 <= time_fit["naive"].slope <= 2.4 and 1.7 <= memory_fit["naive"].slope <= 2.3),
+        "tiled: time slope >= 1.5 (it still does all n^2 work)": time_fit["tiled"].slope >= 1.5,
+        "sdpa and tiled: memory slope <= 1.2 (no n x n matrix)": max(
+            memory_fit["sdpa"].slope, memory_fit["tiled"].slope) <= 1.2,
+        "causal linear and local: time slope 0.6..1.4, memory slope <= 1.4": all(
+            0.6 <= time_fit[m].slope <= 1.4 and memory_fit[m].slope <= 1.4
+            for m in ("linear", "local")),
+        "n = 8192: tiled's peak memory <= 5% of naive's": (
+            ratio("tiled", "naive", 8192) <= MEMORY_FRACTION),
+        "n = 4096, forward + backward: tiled's and sdpa's peak <= 5% of naive autograd's": max(
+            ratio("tiled_fwd_bwd", "naive_fwd_bwd", 4096),
+            ratio("sdpa_fwd_bwd", "naive_fwd_bwd", 4096)) <= MEMORY_FRACTION,
+        "n = 4096: tiled takes <= 3x sdpa's time": ratio("tiled", "sdpa", 4096, "median_ms") <= 3,
+        "n = 4096: sdpa > 2x and tiled > 1x naive's GFLOP/s": (
+            ratio("sdpa", "naive", 4096, "gflops") > 2 and ratio("tiled", "naive", 4096, "gflops") > 1),
+        "naive: best GFLOP/s once S and P outgrow L3 < 0.6x its best while they fit in L3 / 4": (
+            bool(in_l3 and out_l3) and rate("naive", out_l3) < CLIFF_RATE_RATIO * rate("naive", in_l3)),
+        "sdpa and tiled: best GFLOP/s at those sizes >= 0.8x their best at the small ones": (
+            bool(in_l3 and out_l3) and all(rate(m, out_l3) >= STEADY_RATE_RATIO * rate(m, in_l3)
+                                           for m in ("sdpa", "tiled"))),
+        "n = 8192: causal linear < sdpa / 5, causal local < sdpa / 2": (
+            by[("linear", 8192)]["median_ms"] < by[("sdpa", 8192)]["median_ms"] / 5
+            and by[("local", 8192)]["median_ms"] < by[("sdpa", 8192)]["median_ms"] / 2),
+    }
+
+
+def _training_claims(t: dict) -> dict[str, bool]:
+    n, h, d = t["n"], 8, 64
+    peak, saved, error = t["peak_bytes"], t["saved_bytes"], t["grad_error"]
+    return {
+        "tiled's and naive's gradients equal SDPA's (gap < 1e-4)": max(
+            error["tiled"], error["naive"]) < GRAD_TOLERANCE,
+        "naive autograd saves at least one n x n matrix per head": saved["naive"] >= t["score_bytes"],
+        "tiled saves exactly q, k, v, O and lse": saved["tiled"] == 4 * (4 * h * n * d + h * n),
+        "naive's forward + backward peak >= 2 score matrices": peak["naive"] >= 2 * t["score_bytes"],
+        "tiled's forward + backward peak < 1/6 of naive's": (
+            peak["tiled"] < TRAINING_MEMORY_FRACTION * peak["naive"]),
+    }
+
+
+def _roofline_claims(r: dict) -> dict[str, bool]:
+    small, large, p = r["n_small"], r["n_large"], r["points"]
+    return {
+        "the softmax lies left of the ridge point, both matrix products right of it": (
+            p[f"softmax n={large}"]["intensity"] < r["ridge"]
+            < min(p[f"QK^T n={large}"]["intensity"], p[f"PV n={large}"]["intensity"])),
+        "the softmax is > 2x slower per score once its matrix outgrows L3": p[
+            f"softmax n={small}"]["gflops"] > OUT_OF_CACHE_SLOWDOWN * p[f"softmax n={large}"]["gflops"],
+        "out of cache, sdpa beats naive's GFLOP/s": (
+            p[f"sdpa n={large}"]["gflops"] > p[f"naive n={large}"]["gflops"]),
+    }
+
+
+def _sweep_claims(s: dict) -> dict[str, bool]:
+    rows = s["rows"]
+    best = min(rows, key=lambda row: row["median_ms"])
+    l3 = s["cache_bytes"].get("L3", 0)
+    return {
+        "the smallest tile is > 2x slower than the best (a fixed cost per tile)": (
+            rows[0]["median_ms"] > SMALL_TILE_SLOWDOWN * best["median_ms"]),
+        "the fastest tile's working set fits in L3": best["working_set_bytes"] <= l3,
+        "the largest tile is slower than the best": rows[-1]["median_ms"] > best["median_ms"],
+    }
+
+
+def _ring_claims(ring: dict) -> dict[str, bool]:
+    return {
+        f"ring attention over P = {', '.join(map(str, sorted(ring)))} equals full attention": all(
+            r["max_error"] < RING_TOLERANCE for r in ring.values()),
+        "scoring a block takes longer than moving one (median, every P)": all(
+            r["compute_s"] >= r["transfer_s"] for r in ring.values()),
+        "after scoring, the wait is shorter than a lone transfer (median, every P)": all(
+            r["wait_s"] < r["transfer_s"] for r in ring.values()),
+    }
+
+
+def _decoding_claims(s: dict) -> dict[str, bool]:
+    formula = s["formula"]
+    return {
+        "the RNN steps equal causal linear attention (gap < 1e-5)": s["max_error"] < 1e-5,
+        "linear attention's state never grows and matches decoding_memory": all(
+            b == f["linear_state"] for b, f in zip(s["state_bytes"], formula, strict=True)),
+        "the KV cache grows by the same bytes every token, as decoding_memory says": all(
+            b == f["kv_cache"] for b, f in zip(s["cache_bytes"], formula, strict=True)),
+        f"after {s['t'][-1]} tokens the KV cache is > {CACHE_OVER_STATE}x the state": (
+            s["cache_bytes"][-1] > CACHE_OVER_STATE * s["state_bytes"][-1]),
+    }
+
+
+def _generation_claims(g: dict) -> dict[str, bool]:
+    steps, counted = [kv_cache_flops(t, g["d"]) for t in range(g["n"])], g["counted"]
+    return {
+        "counted FLOPs equal kv_cache_flops summed over the steps": all(
+            counted[key] == sum(step[key] for step in steps)
+            for key in ("with_cache", "without_cache")),
+        f"over {g['n']} tokens the cache saves > {CACHE_FLOP_SAVING}x the FLOPs": (
+            counted["without_cache"] > CACHE_FLOP_SAVING * counted["with_cache"]),
+    }
+
+
+def claims(*, records=None, training=None, roofline=None, sweep=None, ring=None, decoding=None,
+           generation=None) -> dict[str, bool]:
+    """The statements of notebook 08, each checked on the numbers given (only the sections given):
+
+    * ``records``: benchmark records (:func:`load_benchmark`), the committed full run;
+    * ``training``, ``roofline``: ``fwd_bwd_study(...)``, ``roofline_study(...)`` of
+      :mod:`.complexity_studies`; ``sweep``: ``{"rows": block_sweep(...), "cache_bytes": ...}``;
+    * ``ring``: ``{P: {"max_error": ..., **ring_overlap(stats)}}``;
+    * ``decoding``: :func:`~.complexity_studies.decoding_study`;
+    * ``generation``: ``{"n", "d", "counted": generation_flops(x, ...)}`` for ``x`` ``(n, d)``.
+    """
+    sections = ((records, _record_claims), (training, _training_claims),
+                (roofline, _roofline_claims), (sweep, _sweep_claims), (ring, _ring_claims),
+                (decoding, _decoding_claims), (generation, _generation_claims))
+    out: dict[str, bool] = {}
+    for data, check in sections:
+        if data is not None:
+            out.update({name: bool(value) for name, value in check(data).items()})
+    return out

@@ -1,16 +1,21 @@
-"""Cost counting, power-law fits, the committed benchmark data and the checkers (the widget:
-tests/widgets/test_complexity_widget.py)."""
+"""Cost counting, the committed benchmark and its claims, the tile stepper, the live studies,
+the widget and the checkers."""
 
 from __future__ import annotations
 
 import math
+import time
 
+import numpy as np
 import pytest
 import torch
 
 from attn_helpers.efficient import online_softmax_step
+from attn_helpers.entropy import attention_entropy
 from attn_helpers.exercises.complexity import check_online_softmax_step, check_score_matrix_bytes
 from attn_helpers.lessons import complexity as cx
+from attn_helpers.lessons import complexity_bench as cx_bench
+from attn_helpers.lessons import complexity_studies as st
 from attn_helpers.widgets.complexity import FIT_N_MIN  # the fit range the notebook uses
 
 
@@ -56,40 +61,239 @@ def test_fit_power_law_recovers_exponent_and_coefficient():
         cx.fit_power_law([1, 2], [1])
 
 
-def test_committed_benchmark_holds_every_method_up_to_8192():
+def test_committed_benchmark_holds_every_method_and_the_machine():
     records = cx.load_benchmark()
     methods = {r["method"] for r in records}
-    assert methods == {"naive", "sdpa", "tiled", "linear", "local", "matmul_peak"}
-    for m in methods - {"matmul_peak"}:
-        ns, _ = cx.series(records, m, "median_ms")
-        assert ns == [128 * 2**i for i in range(7)]
-    assert cx.matmul_peak(records) > 0
+    assert methods == set(cx.ATTENTION_METHODS + cx.FWD_BWD_METHODS) | {"matmul_peak", "machine"}
+    for m in cx.ATTENTION_METHODS:
+        assert cx.series(records, m, "median_ms")[0] == [128 * 2**i for i in range(7)]
+    for m in cx.FWD_BWD_METHODS:
+        assert cx.series(records, m, "median_ms")[0] == [128 * 2**i for i in range(6)]
+    assert cx.matmul_peak(records) > 0 and cx.machine(records)["copy_gbps"] > 0
+    assert cx.machine(records)["cache_bytes"]["L3"] >= 2**20
 
 
-def test_committed_benchmark_meets_the_targets_and_slopes():
+def test_committed_benchmark_claims_hold_and_can_fail():
     records = cx.load_benchmark()
-    by = {(r["method"], r.get("n")): r for r in records}
-    assert by[("tiled", 8192)]["peak_bytes"] <= 0.05 * by[("naive", 8192)]["peak_bytes"]
-    assert by[("tiled", 4096)]["median_ms"] <= 3 * by[("sdpa", 4096)]["median_ms"]
-    time_fits = cx.fit_methods(records, "median_ms", n_min=FIT_N_MIN)
-    memory_fits = cx.fit_methods(records, "peak_bytes", n_min=FIT_N_MIN)
-    assert 1.6 <= time_fits["naive"].slope <= 2.4 and 1.7 <= memory_fits["naive"].slope <= 2.3
-    for m in ("linear", "local"):
-        assert 0.6 <= time_fits[m].slope <= 1.4 and memory_fits[m].slope <= 1.4
-    for m in ("sdpa", "tiled"):
-        assert memory_fits[m].slope <= 1.2
+    verdict = cx.claims(records=records)
+    assert len(verdict) == 11 and all(verdict.values()), verdict
+    # the same claims on doctored records: a tiled peak as large as naive's, no cliff, no L3
+    doctored = [dict(r) for r in records if r["method"] != "machine"]
+    for r in doctored:
+        if r["method"] in ("tiled", "tiled_fwd_bwd"):
+            r["peak_bytes"] = 10**12
+        if r["method"] == "naive" and r["n"] == 1024:
+            r["median_ms"], r["gflops"] = 1.0, 1e3
+    failed = {name for name, ok in cx.claims(records=doctored).items() if not ok}
+    assert {"n = 8192: tiled's peak memory <= 5% of naive's",
+            "naive: best GFLOP/s once S and P outgrow L3 < 0.6x its best while they fit in L3 / 4",
+            "sdpa and tiled: best GFLOP/s at those sizes >= 0.8x their best at the small ones"
+            } <= failed
+    # with the machine record back, naive's one fast point out of cache alone breaks the cliff
+    failed = {name for name, ok in cx.claims(records=[*doctored, cx.machine(records)]).items()
+              if not ok}
+    assert "sdpa and tiled: best GFLOP/s at those sizes >= 0.8x their best at the small ones" \
+        not in failed
+    assert "naive: best GFLOP/s once S and P outgrow L3 < 0.6x its best while they fit in L3 / 4" \
+        in failed
 
 
 def test_validate_records_names_the_bad_record():
     good = [{"method": "naive", "n": 128, "median_ms": 1.0, "peak_bytes": 10, "gflops": 1.0},
-            {"method": "matmul_peak", "gflops": 5.0}]
+            {"method": "matmul_peak", "gflops": 5.0},
+            {"method": "machine", "cache_bytes": {"L3": 2**25}, "copy_gbps": 10.0}]
     assert cx.validate_records(good) == good
+    assert cx.validate_records(good[:2]) == good[:2]          # the machine record is optional
     with pytest.raises(ValueError, match="record 0"):
         cx.validate_records([{"method": "naive", "n": 128}, good[1]])
     with pytest.raises(ValueError, match="matmul_peak"):
         cx.validate_records(good[:1])
     with pytest.raises(ValueError, match="non-empty"):
         cx.validate_records([])
+    with pytest.raises(ValueError, match="unknown method 'fast'"):
+        cx.validate_records([{**good[0], "method": "fast"}, good[1]])
+    with pytest.raises(ValueError, match="record 2: cache_bytes"):
+        cx.validate_records([*good[:2], {**good[2], "cache_bytes": {"L3": "32M"}}])
+    with pytest.raises(ValueError, match="at most one 'machine'"):
+        cx.validate_records([*good, good[2]])
+
+
+def test_fit_methods_defaults_to_the_forward_methods():
+    fits = cx.fit_methods(cx.load_benchmark(), n_min=cx.FIT_N_MIN)
+    assert sorted(fits) == sorted(cx.ATTENTION_METHODS)
+    assert FIT_N_MIN == cx.FIT_N_MIN          # the widget fits on the range the claims use
+
+
+# The tile stepper
+
+def reference_states(scores, block, causal):
+    """Row-block by row-block, the core's online_softmax_step over the same tiles: the (m, l)
+    after every tile, in FlashAttention-2's order."""
+    from attn_helpers.efficient import init_state
+
+    n, states = scores.shape[0], []
+    for i in range(0, n, block):
+        rows = slice(i, min(i + block, n))
+        state = init_state((), rows.stop - rows.start, 1, dtype=torch.float64)
+        for j in range(0, rows.stop if causal else n, block):
+            cols = slice(j, min(j + block, n))
+            state = online_softmax_step(state, scores[rows, cols],
+                                        torch.ones(cols.stop - cols.start, 1, dtype=torch.float64))
+            states.append((rows, state.max.squeeze(-1), state.total.squeeze(-1)))
+    return states
+
+
+@pytest.mark.parametrize("n, block, causal", [(12, 4, False), (10, 3, False), (11, 4, True),
+                                              (7, 7, False), (9, 1, True)])
+def test_tile_stepper_follows_the_online_softmax(n, block, causal):
+    scores = cx.tile_scores(n, causal=causal)
+    states = reference_states(scores, block, causal)
+    assert len(states) == cx.tile_stepper(n, block, 0, causal=causal).n_steps
+    for step, (rows, m, l) in enumerate(states, start=1):
+        frame = cx.tile_stepper(n, block, step, causal=causal)
+        assert frame.tile[:2] == (rows.start, rows.stop)
+        np.testing.assert_allclose(frame.m[rows], m.numpy())
+        np.testing.assert_allclose(frame.l[rows], l.numpy())
+        previous = cx.tile_stepper(n, block, step - 1, causal=causal)
+        expected = np.where(np.isfinite(previous.m[rows]), np.exp(previous.m[rows] - m.numpy()), 0)
+        np.testing.assert_allclose(frame.rescale[rows], expected)
+        untouched = np.ones(n, bool)
+        untouched[rows] = False
+        assert (frame.rescale[untouched] == 1).all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tile_stepper_ends_at_softmax_and_its_entropy(causal):
+    n, block = 13, 4
+    first = cx.tile_stepper(n, block, 0, causal=causal)
+    assert first.tile is None and np.isnan(first.weights).all() and not first.finished.any()
+    assert np.isneginf(first.m).all() and (first.l == 0).all() and np.isnan(first.entropy).all()
+    last = cx.tile_stepper(n, block, first.n_steps, causal=causal)
+    weights = torch.softmax(cx.tile_scores(n, causal=causal), dim=-1)
+    np.testing.assert_allclose(np.nan_to_num(last.weights, nan=0.0), weights.numpy(), atol=1e-12)
+    assert last.finished.all()
+    np.testing.assert_allclose(last.entropy, attention_entropy(weights).numpy())
+    visible = np.arange(1, n + 1) if causal else np.full(n, n)
+    np.testing.assert_allclose(last.ceiling, np.log(visible))
+    assert (last.entropy <= last.ceiling + 1e-12).all()
+
+
+def test_tile_stepper_reveals_one_tile_per_step_and_moves_the_max():
+    n, block = 12, 4
+    frames = [cx.tile_stepper(n, block, s) for s in range(10)]
+    for before, after in zip(frames, frames[1:], strict=False):
+        new = np.isnan(before.weights) & ~np.isnan(after.weights)
+        r0, r1, c0, c1 = after.tile
+        assert new.sum() == (r1 - r0) * (c1 - c0) and new[r0:r1, c0:c1].all()
+    # the ramp along the keys makes the running max grow: some rows get rescaled (factor < 1)
+    assert any(((0 < f.rescale) & (f.rescale < 1)).any() for f in frames)
+    assert frames[3].finished[:4].all() and not frames[3].finished[4:].any()
+
+
+def test_tile_schedule_is_flashattention2s_order():
+    assert cx.tile_schedule(5, 2) == [(0, 2, 0, 2), (0, 2, 2, 4), (0, 2, 4, 5), (2, 4, 0, 2),
+                                      (2, 4, 2, 4), (2, 4, 4, 5), (4, 5, 0, 2), (4, 5, 2, 4),
+                                      (4, 5, 4, 5)]
+    assert cx.tile_schedule(5, 2, causal=True) == [(0, 2, 0, 2), (2, 4, 0, 2), (2, 4, 2, 4),
+                                                   (4, 5, 0, 2), (4, 5, 2, 4), (4, 5, 4, 5)]
+
+
+def test_tile_stepper_checks_its_controls_and_is_fast():
+    with pytest.raises(ValueError, match="n must be between 2 and 64"):
+        cx.tile_stepper(65, 4, 0)
+    with pytest.raises(ValueError, match="block_size must be between 1 and 8"):
+        cx.tile_stepper(8, 9, 0)
+    with pytest.raises(ValueError, match="step must be between 0 and 4"):
+        cx.tile_stepper(8, 4, 5)
+    with pytest.raises(TypeError, match="step must be an int"):
+        cx.tile_stepper(8, 4, 1.0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cx.tile_stepper(64, 4, 100)
+        start = time.perf_counter()
+        for step in range(0, 256, 32):
+            cx.tile_stepper(64, 4, step)
+        assert (time.perf_counter() - start) / 8 < 0.015      # a slider move's budget
+    finally:
+        torch.set_num_threads(threads)
+
+
+# The live studies and their claims
+
+def test_generation_flops_are_what_kv_cache_flops_counts():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(24, 16, generator=g, dtype=torch.float64)
+    w = [torch.randn(16, 16, generator=g, dtype=torch.float64) for _ in range(3)]
+    counted = st.generation_flops(x, *w)
+    verdict = cx.claims(generation={"n": 24, "d": 16, "counted": counted})
+    assert verdict["counted FLOPs equal kv_cache_flops summed over the steps"]
+    wrong = {**counted, "with_cache": counted["with_cache"] + 2}
+    assert not cx.claims(generation={"n": 24, "d": 16, "counted": wrong})[
+        "counted FLOPs equal kv_cache_flops summed over the steps"]
+
+
+def test_decoding_study_state_is_constant_and_cache_grows():
+    study = st.decoding_study(256, d=16, heads=2, every=64)
+    assert study["t"] == [1, 64, 128, 192, 256]
+    assert len(set(study["state_bytes"])) == 1 and study["state_bytes"][0] == 2 * 4 * (16 * 16 + 16)
+    assert study["cache_bytes"] == [t * 2 * 2 * 16 * 4 for t in study["t"]]
+    verdict = cx.claims(decoding=study)
+    assert len(verdict) == 4 and all(verdict.values()), verdict
+    assert not all(cx.claims(decoding={**study, "max_error": 1.0}).values())
+
+
+def test_fwd_bwd_study_gradients_saved_tensors_and_memory():
+    study = st.fwd_bwd_study(256, budget_s=None)
+    n, h, d = 256, 8, 64
+    assert study["median_ms"] == {}
+    assert study["saved_bytes"]["tiled"] == 4 * (4 * h * n * d + h * n)     # q, k, v, O, lse
+    assert study["saved_bytes"]["naive"] >= study["score_bytes"] == h * n * n * 4
+    verdict = cx.claims(training=study)
+    assert len(verdict) == 5
+    assert all(ok for name, ok in verdict.items() if "1/6" not in name), verdict
+    broken = {**study, "grad_error": {**study["grad_error"], "tiled": 1.0}}
+    assert not cx.claims(training=broken)["tiled's and naive's gradients equal SDPA's (gap < 1e-4)"]
+
+
+@pytest.mark.slow
+def test_fwd_bwd_claims_hold_at_the_notebooks_n():
+    verdict = cx.claims(training=st.fwd_bwd_study(1024, budget_s=None))
+    assert all(verdict.values()), verdict
+
+
+def test_traffic_and_roofline_sizes():
+    assert st.traffic_bytes("naive", 1024) == 8 * 4 * (4 * 1024**2 + 4 * 1024 * 64)
+    assert st.traffic_bytes("sdpa", 1024) == 8 * 4 * 4 * 1024 * 64
+    assert st.traffic_bytes("tiled", 2048, block_q=1024) == 8 * 4 * (2 * 2048 * 64 * 3)
+    with pytest.raises(ValueError, match="method"):
+        st.traffic_bytes("linear", 128)
+    assert st.roofline_sizes(32 * 2**20) == (256, 2048)
+    assert st.roofline_sizes(8 * 2**20) == (128, 1024)
+    assert st.roofline_sizes(None) == (256, 2048)
+    assert st.tile_working_set_bytes(128, 128) == 8 * 4 * (4 * 128 * 64 + 2 * 128 * 128)
+
+
+def test_sweep_and_ring_claims_read_their_numbers():
+    rows = [{"block": b, "median_ms": ms, "working_set_bytes": st.tile_working_set_bytes(b, b)}
+            for b, ms in ((16, 90.0), (128, 20.0), (1024, 40.0))]
+    assert all(cx.claims(sweep={"rows": rows, "cache_bytes": {"L3": 2**25}}).values())
+    assert not all(cx.claims(sweep={"rows": rows, "cache_bytes": {}}).values())
+    stats = {r: {"compute_s": [0.02, 0.03, 0.0], "wait_s": [0.0, 0.0, 0.0], "transfer_s": 0.001,
+                 "block_bytes": 1000 + r} for r in range(3)}
+    overlap = st.ring_overlap(stats)
+    assert overlap == {"compute_s": 0.02, "wait_s": 0.0, "transfer_s": 0.001, "block_bytes": 1002}
+    ring = {3: {"max_error": 1e-7, **overlap}}
+    assert len(cx.claims(ring=ring)) == 3 and all(cx.claims(ring=ring).values())
+    assert not all(cx.claims(ring={3: {**ring[3], "transfer_s": 1.0}}).values())
+    assert not all(cx.claims(ring={3: {**ring[3], "wait_s": 0.5}}).values())
+
+
+def test_cache_sizes_from_sysfs():
+    sizes = cx_bench.cache_sizes()
+    assert all(isinstance(v, int) and v > 0 for v in sizes.values())
+    if sizes:
+        assert "L1d" in sizes and "L1i" not in sizes
 
 
 def test_format_bytes():

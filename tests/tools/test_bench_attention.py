@@ -12,19 +12,22 @@ import torch
 from attn_helpers import bench, measure
 from attn_helpers.bench import attention as bench_attention_checks
 from attn_helpers.lessons import complexity as cx
+from attn_helpers.lessons import complexity_bench as cx_bench
 from attn_helpers.lessons.complexity import validate_records
 
 
 def test_cli_prints_the_schema_on_small_n():
     done = subprocess.run(
-        [sys.executable, "-m", "attn_helpers.bench", "attention", "--max-n", "256", "--threads", "1"],
-        capture_output=True, text=True, timeout=120, check=True)
+        [sys.executable, "-m", "attn_helpers.bench", "attention", "--max-n", "256", "--threads", "1",
+         "--budget-s", "0.02"],
+        capture_output=True, text=True, timeout=180, check=True)
     records = validate_records(json.loads(done.stdout))
     methods = [r["method"] for r in records]
-    assert methods[-1] == "matmul_peak" and methods.count("matmul_peak") == 1
-    assert {(r["method"], r["n"]) for r in records[:-1]} == {
-        (m, n) for m in cx.ATTENTION_METHODS for n in (128, 256)}
-    assert "not measured" in done.stderr  # targets at 4096/8192 are reported as not checked
+    assert methods[-2:] == ["matmul_peak", "machine"] and methods.count("matmul_peak") == 1
+    assert {(r["method"], r["n"]) for r in records[:-2]} == {
+        (m, n) for m in cx.ATTENTION_METHODS + cx.FWD_BWD_METHODS for n in (128, 256)}
+    assert records[-1]["copy_gbps"] > 0
+    assert done.stderr.count("not measured") == 3  # the targets at 4096/8192 are not checked
 
 
 def test_peak_bytes_sees_tensor_allocations():
@@ -54,21 +57,62 @@ def test_naive_materialises_the_scores_and_tiled_does_not():
 def test_flop_counts_and_sizes():
     assert cx.attention_sizes(1000) == [128, 256, 512]
     assert cx.attention_flops("naive", 1024) == 4 * 8 * 1024**2 * 64
+    assert cx.attention_flops("tiled_fwd_bwd", 1024) == 12 * 8 * 1024**2 * 64
     assert cx.attention_flops("linear", 1024) == 4 * 8 * 1024 * 64**2
-    assert cx.attention_flops("local", 1024) == 4 * 8 * 1024 * cx.LOCAL_WINDOW * 64
+    assert cx.attention_flops("local", 1024) == 4 * 8 * 1024 * cx_bench.LOCAL_WINDOW * 64
     with pytest.raises(ValueError, match="method"):
         cx.attention_flops("fast", 128)
 
 
-def test_verdict_checks_both_targets():
+def test_fwd_bwd_call_gives_sdpas_gradients_and_saved_bytes_count_the_saved_tensors():
+    g = torch.Generator().manual_seed(0)
+    q, k, v, d_out = (torch.randn(1, 2, 100, 16, generator=g) for _ in range(4))
+    grads = {m: cx_bench.fwd_bwd_call(cx.ATTENTION_FUNCTIONS[m], q, k, v, d_out)()
+             for m in cx.FWD_BWD_METHODS}
+    for m in ("naive_fwd_bwd", "tiled_fwd_bwd"):
+        for ours, ref in zip(grads[m], grads["sdpa_fwd_bwd"], strict=True):
+            torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-4)
+    assert not q.requires_grad                                  # the inputs are left alone
+    tiled = cx_bench.saved_bytes(cx.ATTENTION_FUNCTIONS["tiled_fwd_bwd"], q, k, v)
+    naive = cx_bench.saved_bytes(cx.ATTENTION_FUNCTIONS["naive_fwd_bwd"], q, k, v)
+    assert tiled == 4 * (4 * 2 * 100 * 16 + 2 * 100)             # q, k, v, O and lse
+    assert naive >= 4 * 2 * 100 * 100                           # the weights P
+    assert cx_bench.saved_bytes(lambda q, k, v: q + k, q, k, v) == 0
+
+
+def test_bench_records_forward_and_backward_up_to_their_limit():
+    records = cx.bench_attention(256, methods=("sdpa", "tiled_fwd_bwd"), budget_s=0.01,
+                                 fwd_bwd_max_n=128, references=False)
+    assert [(r["method"], r["n"]) for r in records] == [
+        ("sdpa", 128), ("tiled_fwd_bwd", 128), ("sdpa", 256)]
+    assert records[1]["peak_bytes"] > records[0]["peak_bytes"]   # gradients cost memory
+
+
+def test_cache_sizes_and_bandwidth():
+    sizes = cx_bench.cache_sizes()
+    assert all(isinstance(v, int) and v > 0 for v in sizes.values())
+    if sizes:                                                    # Linux with sysfs
+        assert "L1d" in sizes and "L1i" not in sizes
+    assert 0.1 < cx_bench.copy_bandwidth_gbps(n_bytes=16 * 2**20, budget_s=0.05) < 10_000
+
+
+def test_verdict_checks_the_three_targets():
     rows = [{"method": m, "n": n, "median_ms": ms, "peak_bytes": b, "gflops": 1.0}
             for m, n, ms, b in [("naive", 8192, 9.0, 1000), ("tiled", 8192, 9.0, 40),
-                                ("sdpa", 4096, 1.0, 10), ("tiled", 4096, 2.5, 10)]]
-    rows.append({"method": "matmul_peak", "gflops": 10.0})
+                                ("sdpa", 4096, 1.0, 10), ("tiled", 4096, 2.5, 10),
+                                ("naive_fwd_bwd", 4096, 5.0, 1000),
+                                ("tiled_fwd_bwd", 4096, 5.0, 30)]]
+    rows += [{"method": "matmul_peak", "gflops": 10.0},
+             {"method": "machine", "cache_bytes": {"L3": 2**25}, "copy_gbps": 12.0}]
     ok, text = bench_attention_checks.attention_verdict(rows)
-    assert ok and "4.00% of naive" in text and "2.50x sdpa" in text
+    assert ok and "4.00% of naive's" in text and "2.50x sdpa's" in text
+    assert "3.00% of naive_fwd_bwd's" in text and "L3 32 MiB; copy 12.0 GB/s" in text
     rows[3]["median_ms"] = 3.5
     assert not bench_attention_checks.attention_verdict(rows)[0]
+    rows[3]["median_ms"] = 2.5
+    rows[5]["peak_bytes"] = 60
+    ok, text = bench_attention_checks.attention_verdict(rows)
+    assert not ok and "6.00% of naive_fwd_bwd's (target <= 5%): NOT met" in text
 
 
 def test_bench_rejects_bad_arguments():
@@ -81,6 +125,8 @@ def test_bench_rejects_bad_arguments():
             cx.bench_attention(128, device="cuda")
     with pytest.raises(SystemExit):
         bench.main(["attention", "--max-n", "64"])
+    with pytest.raises(SystemExit):
+        bench.main(["attention", "--budget-s", "0"])
 
 
 def test_every_subcommand_is_registered(capsys):
