@@ -23,28 +23,12 @@ from .tasks import (
     make_batch,
 )
 
-__all__ = [
-    "ATTENTION_KINDS",
-    "Seq2Seq",
-    "seq2seq_loss",
-    "predict",
-    "accuracy_by_length",
-    "input_gradient_norms",
-    "copy_gradients",
-    "untrained_model",
-    "gradient_batch",
-    "accuracy_by_position",
-    "TrainConfig",
-    "CONFIGS",
-    "recipe_reversal_none",
-    "recipe_reversal_additive",
-    "recipe_reversal_none_wide",
-    "recipe_dates_general",
-    "claims",
-    "train_seq2seq",
-    "build_model",
-    "load_pretrained",
-]
+__all__ = ["ATTENTION_KINDS", "Seq2Seq", "seq2seq_loss", "predict", "accuracy_by_length",
+           "input_gradient_norms", "copy_gradients", "path_length_fit", "untrained_model",
+           "gradient_batch", "accuracy_by_position", "TrainConfig", "CONFIGS",
+           "recipe_reversal_none", "recipe_reversal_additive", "recipe_reversal_none_wide",
+           "recipe_dates_general", "untrained_gradients", "claims", "train_seq2seq", "build_model",
+           "load_pretrained"]
 
 # --- loss, evaluation, gradients --------------------------------------------------------------
 
@@ -128,6 +112,18 @@ def copy_gradients(norms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     t = torch.arange(n)
     own = norms[:, t, n - 1 - t]                          # (b, n): d log p(y_t) / d x_{n-1-t}
     return own.log().mean(0).exp(), (own / norms.sum(-1)).mean(0)
+
+
+def path_length_fit(gradient: torch.Tensor) -> tuple[float, float]:
+    """``(slope, r2)`` of the least-squares line through ``log10 gradient[t]`` against the path
+    length ``min(t, n-1-t)`` from output ``t``'s digit to the nearer end of the encoder."""
+    n = len(gradient)
+    t = torch.arange(n)
+    design = torch.stack([torch.minimum(t, n - 1 - t), torch.ones(n, dtype=torch.long)], 1).double()
+    y = gradient.double().log10()[:, None]
+    fit = torch.linalg.lstsq(design, y).solution
+    residual = ((y - design @ fit) ** 2).sum() / ((y - y.mean()) ** 2).sum()
+    return fit[0, 0].item(), 1 - residual.item()
 
 
 def untrained_model(name: str, seed: int) -> Seq2Seq:
@@ -262,6 +258,7 @@ FIRST, LAST = 3, 8          # n = 24: the first 3 outputs are right (> 0.7), the
 ENDS_EARLY = 0.5            # the last output is </s> in more than half of the examples
 GRADIENT_SEEDS = (0, 1, 2)  # untrained models: three initialisations each
 ORDERS = 100                # "two orders of magnitude": a ratio > 100
+DECAY, R2 = -0.15, 0.95     # "exponential decay": log10 slope < -0.15 per step, R^2 > 0.95
 FLAT, FLAT_ALL = 2.0, 4.0   # attention: gradient within 2x over t >= 1, within 4x over all t
 SHARE_FIRST, SHARE_LATE, SHARE_ATTENDED = 4.0, 1.25, 2.0   # in units of 1/n
 
@@ -321,6 +318,9 @@ def _claims(plain: Seq2Seq, attended: Seq2Seq, wide: Seq2Seq | None) -> dict[str
            f"end (each of {len(GRADIENT_SEEDS)} seeds)"] = all(
         int(g.argmin()) in middle and min(g[0], g[-1]) > ORDERS * g.min()
         for g in untrained["no attention"])
+    result[f"gradient, untrained, no attention: log10 falls linearly with the path length "
+           f"min(t, n-1-t), slope < {DECAY} per step, R^2 > {R2} (each seed)"] = all(
+        slope < DECAY and r2 > R2 for slope, r2 in map(path_length_fit, untrained["no attention"]))
     result[f"gradient, untrained, attention: varies < {FLAT}x over t >= 1 and < {FLAT_ALL}x "
            "over all t (each seed)"] = all(
         g[1:].max() < FLAT * g[1:].min() and g.max() < FLAT_ALL * g.min()
@@ -333,11 +333,13 @@ def _claims(plain: Seq2Seq, attended: Seq2Seq, wide: Seq2Seq | None) -> dict[str
            f"(varies < {FLAT}x over all t, each seed)"] = all(
         g.max() < FLAT * g.min()
         for g in (copy_gradients(input_gradient_norms(m, batch))[0] for m in cut))
-    share_plain, share_attn = (copy_gradients(input_gradient_norms(m, batch))[1] * n  # x 1/n
-                               for m in (plain, attended))
-    result[f"gradient, trained, no attention: the copied digit's share falls from > "
-           f"{SHARE_FIRST}/n (t = 0) to < {SHARE_LATE}/n (mean over t >= n/2)"] = (
-        share_plain[0] > SHARE_FIRST and share_plain[n // 2:].mean() < SHARE_LATE)
+    no_attention = [plain] if wide is None else [plain, wide]
+    shares = [copy_gradients(input_gradient_norms(m, batch))[1] * n            # in units of 1/n
+              for m in [*no_attention, attended]]
+    result[f"gradient, trained, no attention{'' if wide is None else ' (and the wide control)'}: "
+           f"the copied digit's share falls from > {SHARE_FIRST}/n (t = 0) to < {SHARE_LATE}/n "
+           "(mean over t >= n/2)"] = all(
+        share[0] > SHARE_FIRST and share[n // 2:].mean() < SHARE_LATE for share in shares[:-1])
     result[f"gradient, trained, attention: the copied digit's share is > {SHARE_ATTENDED}/n "
-           "at every t"] = share_attn.min() > SHARE_ATTENDED
+           "at every t"] = shares[-1].min() > SHARE_ATTENDED
     return {claim: bool(holds) for claim, holds in result.items()}

@@ -136,6 +136,15 @@ def test_copy_gradients_read_the_anti_diagonal():
     assert torch.allclose(share, (own / (own + rest)).mean(0))
 
 
+def test_path_length_fit_recovers_an_exponential_and_rejects_noise(gen):
+    t = torch.arange(9)
+    distance = torch.minimum(t, 8 - t).double()
+    slope, r2 = seq2seq.path_length_fit(10 ** (1.0 - 0.3 * distance))
+    assert abs(slope + 0.3) < 1e-9 and abs(r2 - 1) < 1e-9
+    _, r2_noise = seq2seq.path_length_fit(10 ** torch.rand(9, generator=gen, dtype=torch.float64))
+    assert r2_noise < 0.9
+
+
 def test_untrained_attention_spreads_the_gradient_and_the_recurrence_does_not():
     """The architecture claim of notebook 01 on small fresh models: without attention the middle
     input's gradient is far below the ends'; with attention it is not."""
