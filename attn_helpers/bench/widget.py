@@ -103,6 +103,11 @@ def _cross_attention():
     return alignment_widget(rnn_bottleneck.load_pretrained("seq2seq_dates_general"), "dates")
 
 
+def _real_model():
+    from ..widgets.real_model import real_model_widget
+    return real_model_widget()  # the pretrained encoder from its installed package
+
+
 def _factory(module: str, name: str) -> Callable[[], LiveAttentionWidget]:
     def build():
         return getattr(import_module(f"attn_helpers.widgets.{module}"), name)()
@@ -119,12 +124,16 @@ NOTEBOOK_WIDGETS: dict[str, Callable[[], LiveAttentionWidget]] = {
     "cross_attention": _cross_attention,
     "positional_encoding": _factory("positional_encoding", "positional_widget"),
     "complexity": _factory("complexity", "complexity_widget"),
+    "real_model": _real_model,
 }
 
 
 def control_values(control, most: int = 12) -> list:
     """Values a learner reaches with the arrow keys on ``control`` (at most ``most``, evenly
-    spread): every step of a slider, every option of a dropdown, both states of a checkbox."""
+    spread): every step of a slider, every option of a dropdown, both states of a checkbox;
+    none for a text box (typing a sentence is not a move)."""
+    if isinstance(control, widgets.Text):
+        return []
     if isinstance(control, widgets.Checkbox):
         return [not control.value, control.value]
     if isinstance(control, (widgets.Dropdown, widgets.SelectionSlider, widgets.ToggleButtons)):
@@ -141,9 +150,9 @@ def moves(widget: LiveAttentionWidget) -> list[tuple[str, object]]:
     """One control after the other through its values, back to where it started."""
     sequence = []
     for name, control in widget.controls.items():
-        start = control.value
-        sequence += [(name, v) for v in control_values(control) if v != start]
-        sequence.append((name, start))
+        start, values = control.value, control_values(control)
+        if values:
+            sequence += [(name, v) for v in values if v != start] + [(name, start)]
     return sequence
 
 

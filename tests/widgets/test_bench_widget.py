@@ -29,7 +29,7 @@ def test_every_notebook_with_a_widget_has_a_builder():
         cells = json.loads(path.read_text())["cells"]
         if any("attn_helpers.widgets" in "".join(c["source"]) for c in cells):
             with_widget.add(path.stem.split("_", 1)[1])
-    assert with_widget - {"real_model"} <= set(bench.NOTEBOOK_WIDGETS)
+    assert with_widget <= set(bench.NOTEBOOK_WIDGETS)
 
 
 def test_verdict_fails_when_one_notebook_is_over_the_target():
@@ -51,6 +51,7 @@ def test_moves_step_every_control_and_come_back():
     assert bench.control_values(widget.controls["mask_type"]) == list(
         widget.controls["mask_type"].options)
     assert bench.control_values(widgets.Checkbox(value=True)) == [False, True]
+    assert bench.control_values(widgets.Text("a sentence")) == []
     for name, value in sequence:
         widget.controls[name].value = value
         assert widget.error is None
