@@ -253,7 +253,7 @@ class RealModelView(BlitView):
 
     def __init__(self, shape: tuple[int, int] = (6, 12), figsize=(12.0, 5.0)):
         super().__init__(figsize)
-        grid = self.figure.add_gridspec(1, 2, width_ratios=[3.2, 1.8], left=0.01, right=0.97,
+        grid = self.figure.add_gridspec(1, 2, width_ratios=[3.2, 1.8], left=0.01, right=0.94,
                                         bottom=0.02, top=0.97, wspace=0.08)
         self.panel = AttentionPanel(self.blit, grid[0], title=" ")
         # the heatmap's title changes with every move: pasted text, not a redraw
