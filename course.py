@@ -118,8 +118,11 @@ def execute(paths: list[str]) -> None:
     notebooks = [Path(p).resolve() for p in paths] or sorted(NOTEBOOKS.glob("*.ipynb"))
     for notebook in notebooks:
         say(f"executing {notebook.relative_to(ROOT)} top to bottom in a fresh kernel")
+        # No widget state in the stored file: exported HTML, GitHub and nbviewer then show each
+        # widget's static picture (its image/png) instead of an embed that needs a kernel.
         run([BIN / "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
-             "--ExecutePreprocessor.timeout=600", notebook])
+             "--ExecutePreprocessor.timeout=600", "--ExecutePreprocessor.store_widget_state=False",
+             notebook])
 
 
 def main(argv: list[str]) -> None:

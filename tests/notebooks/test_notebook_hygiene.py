@@ -80,3 +80,29 @@ def test_no_leftover_markers_and_no_machine_paths(notebook):
 def test_kernel_is_the_plain_python3_kernel(notebook):
     path, nb = notebook
     assert nb.metadata.kernelspec.name == "python3", path.name
+
+
+def test_every_widget_output_carries_its_picture(notebook):
+    """GitHub, nbviewer and exported HTML cannot run a kernel: each stored widget output must carry
+    a static ``image/png`` (and a short ``text/plain``) beside its widget view."""
+    path, nb = notebook
+    views = [o for c in code_cells(nb) for o in c.get("outputs", [])
+             if WIDGET_MIME in o.get("data", {})]
+    for output in views:
+        assert "image/png" in output["data"] and "text/plain" in output["data"], path.name
+        assert not output["data"]["text/plain"].startswith("VBox("), path.name
+
+
+def test_html_export_shows_every_widget_picture(notebook):
+    """``jupyter nbconvert --to html`` of the stored notebook shows each widget as its picture:
+    no widget state is stored (with state, the export embeds a live widget that needs a kernel
+    or the internet), so the exporter falls back to the ``image/png``."""
+    from nbconvert import HTMLExporter
+
+    path, nb = notebook
+    assert "widgets" not in nb.metadata, (
+        f"{path.name}: stored widget state; re-execute with `python3 course.py execute`")
+    pictures = sum(1 for c in code_cells(nb) for o in c.get("outputs", [])
+                   if "image/png" in o.get("data", {}))
+    html, _ = HTMLExporter().from_notebook_node(nb)
+    assert html.count('src="data:image/png;base64,') >= pictures, path.name
