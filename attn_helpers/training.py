@@ -40,6 +40,7 @@ CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
 RECIPES: dict[str, str] = {
     "seq2seq_reversal_none": "attn_helpers.lessons.rnn_bottleneck:recipe_reversal_none",
     "seq2seq_reversal_additive": "attn_helpers.lessons.rnn_bottleneck:recipe_reversal_additive",
+    "seq2seq_reversal_none_wide": "attn_helpers.lessons.rnn_bottleneck:recipe_reversal_none_wide",
     "seq2seq_dates_general": "attn_helpers.lessons.rnn_bottleneck:recipe_dates_general",
     "multihead_two_relations": "attn_helpers.lessons.multi_head:recipe",
     "multihead_one_head": "attn_helpers.lessons.multi_head_study:recipe_one_head",
