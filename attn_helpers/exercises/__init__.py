@@ -6,8 +6,14 @@ notebook's checkers, named by the notebook's slug.
 """
 
 from .core import CheckResult, Mistake, check_function, describe, seeded
+from .workflow import EXERCISES, Exercise, exercise, hint, progress
 
 __all__ = [
+    "EXERCISES",
+    "Exercise",
+    "exercise",
+    "hint",
+    "progress",
     "CheckResult",
     "Mistake",
     "check_function",

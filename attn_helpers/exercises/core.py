@@ -121,6 +121,8 @@ def check_function(
         inputs = _clone(case)
         try:
             got = candidate(*inputs.values())
+        except NotImplementedError:  # the stored stub: say so, and nothing more
+            return CheckResult(False, f"{what} is not implemented yet.")
         except Exception as exc:  # the learner's bug, reported in words
             return CheckResult(False, f"Not yet: on {where}, {what} raised "
                                       f"{type(exc).__name__}: {exc}")
@@ -129,6 +131,8 @@ def check_function(
                     torch.nan_to_num(inputs[name]), torch.nan_to_num(value)):
                 return CheckResult(False, f"Not yet: on {where}, {what} changed its input "
                                           f"'{name}' in place; work on a copy instead.")
+        if got is None and number == 1:
+            return CheckResult(False, f"{what} is not implemented yet (it returned None).")
         expected = _as_tuple(reference(*_clone(case).values()))
         got = _as_tuple(got)
         if len(got) != len(expected):
