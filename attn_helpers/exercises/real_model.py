@@ -4,7 +4,8 @@ and measure each head's entropy against its ``ln n`` ceiling on real tokens only
 Both exercises take every head's weights of a padded batch, ``weights (L, b, h, n, n)``, and
 ``mask (b, n)`` (True = a real token, padding on the right), and return an ``(L, h)`` grid.
 The notebook stores them unsolved, as stubs that raise ``NotImplementedError``: the checker then
-says only that they are not implemented yet. :func:`hint` gives hints in levels, on demand.
+says only that they are not implemented yet. ``exercises.hint("real_model.previous_token", 1)``
+gives hints in levels, on demand (:mod:`attn_helpers.exercises.workflow`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import torch
 
 from ..lessons.real_model import entropy_grid, offset_scores
 from .core import CheckResult, Mistake, check_function, seeded
+from .workflow import exercise
 
-__all__ = ["HINTS", "Hint", "check_head_entropy", "check_previous_token_scores", "hint",
-           "make_cases"]
+__all__ = ["HINTS", "check_head_entropy", "check_previous_token_scores", "make_cases"]
 
 
 def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int) -> torch.Tensor:
@@ -39,21 +40,6 @@ def make_cases(seed: int) -> list[dict]:
         mask = torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]
         cases.append({"weights": _softmax_rows(g, L, lengths, h, n), "mask": mask})
     return cases
-
-
-def _guarded(candidate, what: str, exercise: str):
-    """``None`` if ``candidate`` is implemented, else the verdict for a stub."""
-    if not callable(candidate):
-        return None
-    case = make_cases(0)[0]
-    try:
-        candidate(*case.values())
-    except NotImplementedError:
-        return CheckResult(False, f"Not implemented yet: write the body of {what}, then run the "
-                                  f"cell again. Stuck? exercises.hint({exercise!r}, 1), levels 1 to 3.")
-    except Exception:  # reported, with the case, by check_function
-        return None
-    return None
 
 
 # --- exercise 1: previous-token scores ---------------------------------------------------------
@@ -77,12 +63,35 @@ def _diagonal(weights, offset):
     return out                                                     # (L, b, h, n)
 
 
+HINTS: dict[str, tuple[str, str, str]] = {
+    "previous_token": (
+        "A previous-token head puts (almost) all the weight of query i on key i - 1. Its score "
+        "is the mean of weights[..., i, i - 1] over the queries that have a previous real token.",
+        "i = torch.arange(1, n) and weights[..., i, i - 1] pick the entries just left of the "
+        "diagonal: shape (L, b, h, n - 1), one per query 1..n-1. Which of these queries are real? "
+        "mask[:, 1:] (b, n - 1).",
+        "valid = mask[:, 1:][None, :, None, :].float() (1, b, 1, n - 1); then "
+        "(on_previous * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3)) averages over sentences "
+        "and queries at once, leaving (L, h).",
+    ),
+    "head_entropy": (
+        "Each row i of a head is a distribution over keys: H_i = -sum_j p_ij ln p_ij (nats). "
+        "Its largest possible value is ln n, n the sentence's number of real tokens. Average "
+        "H_i, and H_i / ln n, over the real queries only.",
+        "torch.xlogy(p, p) is p ln p with 0 ln 0 = 0 (padding keys have weight exactly 0): "
+        "H = -torch.xlogy(weights, weights).sum(-1) has shape (L, b, h, n). The ceiling: "
+        "torch.log(mask.sum(1).float()) (b,), broadcast as [None, :, None, None].",
+        "valid = mask[None, :, None, :].float(); mean = lambda x: (x * valid).sum(dim=(1, 3)) / "
+        "valid.sum(dim=(1, 3)); return mean(H), mean(H / ln_n).",
+    ),
+}
+
+
+@exercise("real_model.previous_token", "find the previous-token heads by a score",
+          hints=HINTS["previous_token"])
 def check_previous_token_scores(candidate: Callable) -> CheckResult:
     """Exercise: ``previous_token_scores(weights, mask) -> (L, h)``, the mean weight that a real
     query ``i >= 1`` puts on key ``i - 1`` (query 0 has no previous token)."""
-    stub = _guarded(candidate, "previous_token_scores", "previous_token")
-    if stub is not None:
-        return stub
 
     def shifted(offset, first, valid_mask=None):
         def produce(w, m):
@@ -123,13 +132,12 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
 # --- exercise 2: entropy against ln n ----------------------------------------------------------
 
 
+@exercise("real_model.head_entropy", "each head's entropy against ln n",
+          hints=HINTS["head_entropy"])
 def check_head_entropy(candidate: Callable) -> CheckResult:
     """Exercise: ``head_entropy(weights, mask) -> (entropy (L, h), fraction (L, h))``: the mean,
     over real queries, of each row's entropy in nats, and of that entropy divided by ``ln n``,
     ``n`` the number of real tokens of the row's sentence."""
-    stub = _guarded(candidate, "head_entropy", "head_entropy")
-    if stub is not None:
-        return stub
 
     def rows(w, log=torch.log, dim=-1):
         return -(w * log(w.clamp_min(1e-30))).sum(dim=dim)         # (L, b, h, n)
@@ -187,48 +195,3 @@ def check_head_entropy(candidate: Callable) -> CheckResult:
                     "entropy divided by a mean ln n weighs long and short sentences differently."),
         ],
     )
-
-
-# --- hints, in levels ---------------------------------------------------------------------------
-
-
-class Hint(str):
-    """A hint's text, shown as plain text when it is the value of a cell."""
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
-HINTS: dict[str, tuple[str, ...]] = {
-    "previous_token": (
-        "A previous-token head puts (almost) all the weight of query i on key i - 1. Its score "
-        "is the mean of weights[..., i, i - 1] over the queries that have a previous real token.",
-        "i = torch.arange(1, n) and weights[..., i, i - 1] pick the entries just left of the "
-        "diagonal: shape (L, b, h, n - 1), one per query 1..n-1. Which of these queries are real? "
-        "mask[:, 1:] (b, n - 1).",
-        "valid = mask[:, 1:][None, :, None, :].float() (1, b, 1, n - 1); then "
-        "(on_previous * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3)) averages over sentences "
-        "and queries at once, leaving (L, h).",
-    ),
-    "head_entropy": (
-        "Each row i of a head is a distribution over keys: H_i = -sum_j p_ij ln p_ij (nats). "
-        "Its largest possible value is ln n, n the sentence's number of real tokens. Average "
-        "H_i, and H_i / ln n, over the real queries only.",
-        "torch.xlogy(p, p) is p ln p with 0 ln 0 = 0 (padding keys have weight exactly 0): "
-        "H = -torch.xlogy(weights, weights).sum(-1) has shape (L, b, h, n). The ceiling: "
-        "torch.log(mask.sum(1).float()) (b,), broadcast as [None, :, None, None].",
-        "valid = mask[None, :, None, :].float(); mean = lambda x: (x * valid).sum(dim=(1, 3)) / "
-        "valid.sum(dim=(1, 3)); return mean(H), mean(H / ln_n).",
-    ),
-}
-
-
-def hint(exercise: str, level: int = 1) -> Hint:
-    """Hint number ``level`` (1: the idea, 2: the tensors, 3: nearly the code) for
-    ``exercise``: ``"previous_token"`` or ``"head_entropy"``."""
-    if exercise not in HINTS:
-        raise ValueError(f"exercise must be one of {sorted(HINTS)}, got {exercise!r}")
-    levels = HINTS[exercise]
-    if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= len(levels):
-        raise ValueError(f"level must be an int in 1..{len(levels)}, got {level!r}")
-    return Hint(f"Hint {level} of {len(levels)} ({exercise}): {levels[level - 1]}")

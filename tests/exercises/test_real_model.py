@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from attn_helpers.exercises import hint
 from attn_helpers.exercises import real_model as ex
 from attn_helpers.lessons.real_model import entropy_grid, offset_scores
 
@@ -209,11 +210,11 @@ def stub(weights, mask):
     raise NotImplementedError("write this function")
 
 
-@pytest.mark.parametrize("checker", [ex.check_previous_token_scores, ex.check_head_entropy])
-def test_a_stub_is_not_implemented_yet_and_nothing_more(checker):
+@pytest.mark.parametrize("checker, what", [(ex.check_previous_token_scores, "previous_token_scores"),
+                                           (ex.check_head_entropy, "head_entropy")])
+def test_a_stub_is_not_implemented_yet_and_nothing_more(checker, what):
     verdict = checker(stub)
-    assert not verdict and verdict.message.startswith("Not implemented yet")
-    assert "case" not in verdict.message and "Hint:" not in verdict.message
+    assert not verdict and verdict.message == f"{what} is not implemented yet."
 
 
 def test_a_crash_is_reported_with_its_case():
@@ -222,25 +223,10 @@ def test_a_crash_is_reported_with_its_case():
     assert not ex.check_head_entropy("not a function")
 
 
-@pytest.mark.parametrize("exercise", sorted(ex.HINTS))
-def test_hints_come_in_three_levels(exercise):
-    texts = [ex.hint(exercise, level) for level in (1, 2, 3)]
+@pytest.mark.parametrize("name", sorted(ex.HINTS))
+def test_hints_come_in_three_levels(name, capsys):
+    texts = []
+    for level in (1, 2, 3):
+        hint(f"real_model.{name}", level)
+        texts.append(capsys.readouterr().out)
     assert len(set(texts)) == 3 and all(f"Hint {k} of 3" in t for k, t in enumerate(texts, 1))
-    assert repr(texts[0]) == str(texts[0])  # shown as plain text in a cell
-
-
-@pytest.mark.parametrize("args, match", [(("attention", 1), "exercise"),
-                                         (("head_entropy", 0), "level"),
-                                         (("head_entropy", 4), "level"),
-                                         (("head_entropy", True), "level")])
-def test_hint_bad_arguments(args, match):
-    with pytest.raises(ValueError, match=match):
-        ex.hint(*args)
-
-
-def test_cases_have_padding_and_rows_over_real_keys():
-    for case in ex.make_cases(1):
-        w, m = case["weights"], case["mask"]
-        assert torch.allclose(w.sum(-1), torch.ones(w.shape[:-1]))
-        assert (w * ~m[None, :, None, None, :]).abs().max() == 0   # no weight on padding keys
-    assert any(not case["mask"].all() for case in ex.make_cases(1))
