@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -35,9 +37,9 @@ from ..measure import PowerLaw, fit_power_law, peak_bytes, time_call
 __all__ = ["ATTENTION_HEADS", "ATTENTION_HEAD_DIM", "ATTENTION_METHODS", "FWD_BWD_METHODS",
            "ATTENTION_FUNCTIONS", "naive_attention", "fwd_bwd_call", "saved_bytes",
            "attention_flops", "attention_sizes", "time_ms", "matmul_gflops", "cache_sizes",
-           "copy_bandwidth_gbps",
-           "machine_record", "bench_attention", "BENCHMARK_FILE", "validate_records", "series",
-           "fit_methods", "matmul_peak", "machine", "load_benchmark", "FIT_N_MIN"]
+           "last_level_cache", "copy_bandwidth_gbps", "machine_record", "bench_attention",
+           "BENCHMARK_FILE", "validate_records", "series", "fit_methods", "matmul_peak", "machine",
+           "load_benchmark", "FIT_N_MIN"]
 
 BENCHMARK_FILE = "bench_attention_cpu.json"
 ATTENTION_HEADS = 8
@@ -143,9 +145,9 @@ def matmul_gflops(device: str = "cpu", size: int = 2048) -> float:
 
 
 def cache_sizes() -> dict[str, int]:
-    """This CPU's data caches from sysfs (Linux), e.g. ``{"L1d": 49152, "L2": 1048576, "L3":
-    33554432}``: the caches seen by CPU 0 (each shared with the CPUs its ``shared_cpu_list``
-    names). Empty where sysfs has no cache information."""
+    """This CPU's data caches, e.g. ``{"L1d": 49152, "L2": 1048576, "L3": 33554432}``: on Linux
+    those sysfs lists for CPU 0 (each shared with the CPUs its ``shared_cpu_list`` names), on
+    macOS those ``sysctl`` reports; empty where neither answers."""
     sizes, units = {}, {"K": 2**10, "M": 2**20, "G": 2**30}
     for folder in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         try:
@@ -156,7 +158,18 @@ def cache_sizes() -> dict[str, int]:
         if kind != "Instruction":
             value = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
             sizes[f"L{level}" + ("d" if kind == "Data" else "")] = value
+    if not sizes and sys.platform == "darwin":
+        for name in ("L1d", "L2", "L3"):
+            key = f"hw.{name.lower()}cachesize"                       # hw.l1dcachesize, ...
+            done = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True)
+            if done.returncode == 0 and done.stdout.strip().isdigit() and int(done.stdout) > 0:
+                sizes[name] = int(done.stdout)
     return sizes
+
+
+def last_level_cache(sizes: dict[str, int]) -> int:
+    """The largest cache of :func:`cache_sizes` (the L3 on most x86 CPUs) in bytes, 0 if unknown."""
+    return max(sizes.values(), default=0)
 
 
 def copy_bandwidth_gbps(device: str = "cpu", n_bytes: int = 256 * 2**20,

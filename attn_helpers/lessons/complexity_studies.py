@@ -34,6 +34,7 @@ from .complexity_bench import (
     cache_sizes,
     copy_bandwidth_gbps,
     fwd_bwd_call,
+    last_level_cache,
     matmul_gflops,
     naive_attention,
     saved_bytes,
@@ -104,9 +105,9 @@ def naive_stage_times(n: int, *, budget_s: float = 0.2, seed: int = 0) -> dict[s
 
 def roofline_sizes(l3_bytes: int | None) -> tuple[int, int]:
     """``(n_small, n_large)``: the largest ``n`` (128..1024) whose score and weight matrices (8
-    heads, float32) fit together in a quarter of the L3 (other processes share it), and the
-    smallest (1024..4096) whose score matrix alone is at least 4 times the L3; ``(256, 2048)``
-    when the L3 is unknown."""
+    heads, float32) fit together in a quarter of the last-level cache ``l3_bytes`` (other
+    processes share it), and the smallest (1024..4096) whose score matrix alone is at least 4
+    times that cache; ``(256, 2048)`` when its size is unknown."""
     if not l3_bytes:
         return 256, 2048
     small = max([n for n in (128, 256, 512, 1024) if 2 * score_matrix_bytes(n, heads=H)
@@ -123,7 +124,7 @@ def roofline_study(*, budget_s: float = 0.2, seed: int = 0) -> dict:
     FLOPs per byte of main-memory traffic (:func:`attention_costs`, :func:`traffic_bytes`)."""
     caches = cache_sizes()
     peak, bandwidth = matmul_gflops(), copy_bandwidth_gbps()
-    n_small, n_large = roofline_sizes(caches.get("L3"))
+    n_small, n_large = roofline_sizes(last_level_cache(caches) or None)
     points = {}
     for n in (n_small, n_large):
         times, costs = naive_stage_times(n, budget_s=budget_s, seed=seed), attention_costs(n, D, heads=H)

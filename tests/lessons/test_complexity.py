@@ -277,8 +277,11 @@ def test_traffic_and_roofline_sizes():
 def test_sweep_and_ring_claims_read_their_numbers():
     rows = [{"block": b, "median_ms": ms, "working_set_bytes": st.tile_working_set_bytes(b, b)}
             for b, ms in ((16, 90.0), (128, 20.0), (1024, 40.0))]
-    assert all(cx.claims(sweep={"rows": rows, "cache_bytes": {"L3": 2**25}}).values())
-    assert not all(cx.claims(sweep={"rows": rows, "cache_bytes": {}}).values())
+    fits = "the fastest tile's working set fits in the last-level cache"
+    verdict = cx.claims(sweep={"rows": rows, "cache_bytes": {"L2": 2**20, "L3": 2**25}})
+    assert len(verdict) == 3 and all(verdict.values())
+    assert not cx.claims(sweep={"rows": rows, "cache_bytes": {"L2": 2**20}})[fits]   # 2 MiB set
+    assert fits not in cx.claims(sweep={"rows": rows, "cache_bytes": {}})     # sizes unknown
     stats = {r: {"compute_s": [0.02, 0.03, 0.0], "wait_s": [0.0, 0.0, 0.0], "transfer_s": 0.001,
                  "block_bytes": 1000 + r} for r in range(3)}
     overlap = st.ring_overlap(stats)

@@ -91,8 +91,10 @@ def test_bench_records_forward_and_backward_up_to_their_limit():
 def test_cache_sizes_and_bandwidth():
     sizes = cx_bench.cache_sizes()
     assert all(isinstance(v, int) and v > 0 for v in sizes.values())
-    if sizes:                                                    # Linux with sysfs
+    if sizes:                                                    # Linux (sysfs) or macOS
         assert "L1d" in sizes and "L1i" not in sizes
+        assert cx_bench.last_level_cache(sizes) == max(sizes.values())
+    assert cx_bench.last_level_cache({}) == 0
     assert 0.1 < cx_bench.copy_bandwidth_gbps(n_bytes=16 * 2**20, budget_s=0.05) < 10_000
 
 
