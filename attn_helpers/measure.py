@@ -1,5 +1,5 @@
-r"""Measuring, shared by the lessons and the benchmarks: time a call, find its peak memory, the
-machine's matrix-product peak, and fit a power law :math:`y = c\,n^p` on log-log axes.
+r"""Measuring, shared by the lessons and the benchmarks: time a call, find its peak memory, and
+fit a power law :math:`y = c\,n^p` on log-log axes.
 
 Timings use ``torch.utils.benchmark.Timer`` (warm-up, blocks of runs, the median), so a busy
 machine moves them little; conclusions are drawn from ratios measured in the same run.
@@ -11,6 +11,7 @@ import contextlib
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,15 +21,20 @@ from torch.utils import benchmark
 
 from ._checks import require_number
 
-__all__ = ["time_call", "peak_bytes", "matmul_peak_gflops", "PowerLaw", "fit_power_law",
+__all__ = ["time_call", "peak_bytes", "PowerLaw", "fit_power_law",
            "format_bytes"]
 
 
-def time_call(fn: Callable[[], object], *, budget_s: float = 1.0) -> float:
+def time_call(fn: Callable[[], object], *, budget_s: float = 1.0, cpu_clock: bool = False) -> float:
     """Median duration of one ``fn()`` call in milliseconds, over about ``budget_s`` seconds of
-    runs (at least one block), with torch's current thread count. CUDA work is synchronised."""
+    runs (at least one block), with torch's current thread count. CUDA work is synchronised.
+
+    ``cpu_clock=True`` times with the process's CPU clock (``time.process_time``) instead of the
+    wall clock: time a busy, shared machine keeps the process waiting does not count, and with one
+    torch thread it is the call's compute time (with several, their sum)."""
     require_number("budget_s", budget_s, positive=True)
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(),
+                            timer=time.process_time if cpu_clock else time.perf_counter)
     return timer.blocked_autorange(min_run_time=budget_s).median * 1000.0
 
 
@@ -71,14 +77,6 @@ def peak_bytes(fn: Callable[[], object], device: str = "cpu") -> int:
         running += record.nbytes()
         peak = max(peak, running)
     return int(peak)
-
-
-def matmul_peak_gflops(device: str = "cpu", size: int = 2048) -> float:
-    """GFLOP/s of a ``size x size`` float32 matrix product (``2 size^3`` operations), timed with
-    :func:`time_call`: the practical compute ceiling of this machine."""
-    g = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(size, size, generator=g).to(device) for _ in range(2))
-    return 2.0 * size**3 / (time_call(lambda: a @ b, budget_s=0.5) / 1000.0) / 1e9
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,12 @@ import json
 import math
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.utils import benchmark
 
 from ..efficient import linear_attention, local_attention, tiled_attention
 from ..measure import PowerLaw, fit_power_law, peak_bytes, time_call
@@ -125,15 +123,10 @@ def attention_sizes(max_n: int, min_n: int = 128) -> list[int]:
 
 
 def time_ms(fn: Callable[[], object], *, budget_s: float = 1.0, device: str = "cpu") -> float:
-    """Median milliseconds of one ``fn()``: on CPU, of the process's CPU clock
-    (``time.process_time``, so the time a busy, shared machine keeps the process waiting does not
-    count; with one torch thread it is the call's compute time); on CUDA,
-    :func:`attn_helpers.measure.time_call` (wall clock, synchronised)."""
-    if device != "cpu":
-        return time_call(fn, budget_s=budget_s)
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(),
-                            timer=time.process_time)
-    return timer.blocked_autorange(min_run_time=budget_s).median * 1000.0
+    """Median milliseconds of one ``fn()`` (:func:`attn_helpers.measure.time_call`): on CPU, of
+    the process's CPU clock, so the time a busy, shared machine keeps the process waiting does not
+    count (with one torch thread it is the call's compute time); on CUDA, of the wall clock."""
+    return time_call(fn, budget_s=budget_s, cpu_clock=device == "cpu")
 
 
 def matmul_gflops(device: str = "cpu", size: int = 2048) -> float:
