@@ -1,8 +1,9 @@
-"""Checkers for notebook 05 (masking): a causal sliding-window mask, and causal attention that
-does not leak the future."""
+"""Checkers for notebook 05 (masking): a causal sliding-window mask, and one step of a KV cache,
+which over a whole sequence must equal full causal attention."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -10,12 +11,18 @@ import torch
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask, sliding_window_mask
 from .core import CheckResult, Mistake, check_function, seeded
+from .workflow import exercise
 
-__all__ = ["check_window_mask", "check_causal_attention", "leak_report"]
+__all__ = ["check_window_mask", "check_kv_cache_step"]
+
+
+# --- exercise 1: a causal sliding-window mask -------------------------------------------------
 
 
 def _as_float(fn: Callable) -> Callable:
     """Masks are bool; the comparison machinery wants floats. Non-bool answers are reported."""
+    if not callable(fn):
+        return fn
 
     def wrapped(*args):
         out = fn(*args)
@@ -26,9 +33,19 @@ def _as_float(fn: Callable) -> Callable:
     return wrapped
 
 
+def _offsets(n: int) -> torch.Tensor:
+    return torch.arange(n)[:, None] - torch.arange(n)[None, :]       # i - j, (n, n)
+
+
+@exercise("masking.window_mask", "a causal sliding-window mask", hints=(
+    "Row i is a query, column j a key. A causal window of size w lets query i see itself and the "
+    "w - 1 tokens just before it, and nothing after it.",
+    "allowed[i, j] = (0 <= i - j < w), a bool (n, n) tensor, True = may attend.",
+    "offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]   # i - j\n"
+    "return (offset >= 0) & (offset < window)"))
 def check_window_mask(window_mask: Callable) -> CheckResult:
     """Exercise: ``window_mask(n, window) -> (n, n) bool``, True where ``0 <= i - j < window``."""
-    cases = [{"n": n, "window": w} for n, w in [(5, 2), (6, 1), (7, 3), (4, 4), (3, 6)]]
+    cases = [{"n": n, "window": w} for n, w in [(5, 2), (6, 1), (7, 3), (4, 4), (3, 6), (1, 1)]]
 
     def reference(n, window):
         return sliding_window_mask(n, window).double()
@@ -48,58 +65,128 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
             Mistake(lambda n, w: causal_mask(n).double(),
                     "that is the plain causal mask: also hide the keys that are window or more "
                     "positions back."),
+            Mistake(lambda n, w: (~sliding_window_mask(n, w)).double(),
+                    "the mask is inverted: True means 'may attend', so True goes inside the "
+                    "window."),
+            Mistake(lambda n, w: ((_offsets(n) > 0) & (_offsets(n) <= w)).double(),
+                    "a query always sees itself: the window is 0 <= i - j < w, the diagonal "
+                    "included."),
         ],
     )
 
 
-def leak_report(attention: Callable, n: int = 6, d: int = 4, seed: int = 0) -> str | None:
-    """``None`` if ``attention(q, k, v)`` ``(n, d) -> (n, d)`` keeps every output blind to later
-    positions; else a sentence naming the first output that changed when a later token did."""
-    g = seeded(seed)
-    q, k, v = (torch.randn(n, d, generator=g) for _ in range(3))
-    base = attention(q, k, v)
-    for t in range(1, n):
-        q2, k2, v2 = q.clone(), k.clone(), v.clone()
-        for x in (q2, k2, v2):
-            x[t:] = torch.randn(n - t, d, generator=g) * 3
-        changed = ~torch.isclose(attention(q2, k2, v2)[:t], base[:t], atol=1e-6, equal_nan=True).all(-1)
-        if changed.any():
-            first = int(changed.nonzero()[0])
-            return (f"the output at position {first} changed when only positions {t}..{n - 1} "
-                    "changed: it sees the future.")
-    return None
+# --- exercise 2: one KV-cache step ------------------------------------------------------------
 
 
-def check_causal_attention(causal_attention: Callable) -> CheckResult:
-    """Exercise: ``causal_attention(q, k, v) -> output`` for ``(n, d)`` inputs, each position
-    attending to itself and earlier positions only. First checks for leakage, then the values."""
-    if not callable(causal_attention):
-        return CheckResult(False, "Not yet: causal_attention is not a function.")
-    try:
-        leak = leak_report(causal_attention)
-    except Exception as exc:  # the learner's bug, reported in words
-        return CheckResult(False, f"Not yet: causal_attention raised {type(exc).__name__}: {exc}")
-    if leak is not None:
-        return CheckResult(False, f"Not yet: {leak}\nHint: either the mask lets queries see later "
-                                  "keys (True means 'may attend': position i may see keys j <= i, "
-                                  "the lower triangle, torch.ones(n, n, dtype=torch.bool).tril(), "
-                                  "not triu), or the future weights were zeroed after the softmax "
-                                  "without renormalising, so the future still enters through the "
-                                  "softmax's denominator.")
-    g = seeded(8)
-    cases = [{name: torch.randn(n, d, generator=g) for name in "qkv"}
-             for n, d in [(5, 4), (8, 6), (1, 3)]]
+def _kv_cases() -> list[dict]:
+    """q, k, v of a whole sequence, and preallocated caches for ``n + 3`` positions whose slots
+    hold garbage (as ``torch.empty`` would) until a step writes them."""
+    g = seeded(51)
+    rand = tuple(int(i) for i in torch.randint(1, 6, (5,), generator=g))           # random shape
+    cases = []
+    for b, h, n, d_k, d_v, dtype in [(1, 1, 5, 4, 3, torch.float32), (2, 3, 6, 4, 4, torch.float32),
+                                     (1, 2, 1, 3, 2, torch.float32), (2, 2, 7, 8, 5, torch.float64),
+                                     (*rand, torch.float32)]:
+        def randn(*size, dtype=dtype):
+            return torch.randn(*size, generator=g, dtype=dtype)
 
-    def reference(q, k, v):
-        return scaled_dot_product_attention(q, k, v, causal_mask(q.shape[0]))[0]
+        cases.append({"q": randn(b, h, n, d_k), "k": randn(b, h, n, d_k), "v": randn(b, h, n, d_v),
+                      "k_cache": 5 * randn(b, h, n + 3, d_k), "v_cache": 5 * randn(b, h, n + 3, d_v)})
+    return cases
 
+
+def _full_causal(q, k, v, k_cache, v_cache):
+    """Full causal attention over the sequence; the caches end up holding k and v."""
+    n = q.shape[-2]
+    return scaled_dot_product_attention(q, k, v, causal_mask(n))[0], k, v
+
+
+def _decode(step: Callable) -> Callable:
+    """Run ``step(k_cache, v_cache, t, q_t, k_t, v_t)`` for t = 0..n-1 on copies of the caches;
+    return the n outputs side by side, and the first n slots of each cache."""
+
+    def run(q, k, v, k_cache, v_cache):
+        k_cache, v_cache = k_cache.clone(), v_cache.clone()
+        n = q.shape[-2]
+        outputs = []
+        for t in range(n):
+            out = step(k_cache, v_cache, t, q[..., t:t + 1, :], k[..., t:t + 1, :], v[..., t:t + 1, :])
+            if out is None:
+                return None
+            if not isinstance(out, torch.Tensor) or out.shape != v[..., t:t + 1, :].shape:
+                got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                raise ValueError(f"at step t={t} the output should have shape "
+                                 f"{tuple(v[..., t:t + 1, :].shape)} (b, h, 1, d_v), got {got}")
+            outputs.append(out)
+        return torch.cat(outputs, dim=-2), k_cache[..., :n, :], v_cache[..., :n, :]
+
+    return run
+
+
+def _wrong_step(visible: Callable, *, write_at=0, scale=None, dim=-1, write_v=True) -> Callable:
+    """A cache step with one known mistake, for the checker's hints: writes slot ``t + write_at``
+    (the value too unless ``write_v`` is False) and attends to slots ``start..stop-1``, where
+    ``start, stop = visible(t, n_max)``."""
+
+    def step(k_cache, v_cache, t, q_t, k_t, v_t):
+        k_cache[..., t + write_at, :] = k_t[..., 0, :]
+        if write_v:
+            v_cache[..., t + write_at, :] = v_t[..., 0, :]
+        start, stop = visible(t, k_cache.shape[-2])
+        keys, values = k_cache[..., start:stop, :], v_cache[..., start:stop, :]
+        c = 1 / math.sqrt(q_t.shape[-1]) if scale is None else scale
+        if keys.shape[-2] == 0:
+            return torch.zeros_like(v_t)
+        return torch.softmax(q_t @ keys.transpose(-2, -1) * c, dim=dim) @ values
+
+    return step
+
+
+def _right_visible(t, n_max):
+    return 0, t + 1
+
+
+@exercise("masking.kv_cache_step", "one KV-cache step", hints=(
+    "The cache already holds the keys and values of positions 0..t-1. Store the new token's key "
+    "and value in slot t, then let its query attend to every slot filled so far, and to none of "
+    "the slots after it, which hold garbage.",
+    "k_cache[:, :, t] = k_t, v_cache[:, :, t] = v_t; "
+    "output = softmax(q_t K_{0..t}^T / sqrt(d_k)) V_{0..t}, with K_{0..t} the first t + 1 slots.",
+    "k_cache[..., t, :] = k_t[..., 0, :]   # the same for v_cache\n"
+    "keys, values = k_cache[..., :t + 1, :], v_cache[..., :t + 1, :]\n"
+    "return torch.softmax(q_t @ keys.transpose(-2, -1) / math.sqrt(q_t.shape[-1]), dim=-1) @ values"))
+def check_kv_cache_step(kv_cache_step: Callable) -> CheckResult:
+    """Exercise: ``kv_cache_step(k_cache (b, h, n_max, d_k), v_cache (b, h, n_max, d_v), t,
+    q_t (b, h, 1, d_k), k_t (b, h, 1, d_k), v_t (b, h, 1, d_v)) -> (b, h, 1, d_v)``: writes
+    ``k_t`` and ``v_t`` into slot ``t`` of the preallocated caches, in place, and attends with
+    ``q_t`` to slots ``0..t``. Run for ``t = 0..n-1`` it must equal full causal attention."""
+    if not callable(kv_cache_step):
+        return CheckResult(False, "Not yet: kv_cache_step is not a function "
+                                  f"(got {type(kv_cache_step).__name__}).")
     return check_function(
-        causal_attention, reference, cases, what="causal_attention", output_names=("the output",),
+        _decode(kv_cache_step), _full_causal, _kv_cases(), what="kv_cache_step",
+        output_names=("the outputs of steps 0..n-1", "the key cache's slots 0..n-1",
+                      "the value cache's slots 0..n-1"),
+        atol=1e-5, rtol=1e-4,
         mistakes=[
-            Mistake(lambda q, k, v: scaled_dot_product_attention(q, k, v, causal_mask(q.shape[0]),
-                                                                 scale=1.0)[0],
-                    "the scores were not scaled by 1/sqrt(d_k)."),
+            Mistake(_decode(_wrong_step(lambda t, n_max: (0, n_max))),
+                    "the query attended to the whole preallocated cache, garbage slots included: "
+                    "only slots 0..t are filled, so use k_cache[..., :t + 1, :]."),
+            Mistake(_decode(_wrong_step(lambda t, n_max: (0, t))),
+                    "off by one: slots 0..t-1 leave out the new token itself; a causal query also "
+                    "sees its own position, so attend to slots 0..t (:t + 1)."),
+            Mistake(_decode(_wrong_step(_right_visible, write_at=1)),
+                    "off by one: with t positions already cached (slots 0..t-1), the new key and "
+                    "value go into slot t, not t + 1."),
+            Mistake(_decode(_wrong_step(lambda t, n_max: (t, t + 1))),
+                    "the query attended to the new token only; it must see every earlier token "
+                    "too: slots 0..t of the cache."),
+            Mistake(_decode(_wrong_step(_right_visible, write_v=False)),
+                    "the key was stored but not the value: write v_t into v_cache[..., t, :] too."),
+            Mistake(_decode(_wrong_step(_right_visible, scale=1.0)),
+                    "the scores are not scaled: divide by sqrt(d_k)."),
+            Mistake(_decode(_wrong_step(_right_visible, dim=-2)),
+                    "the softmax runs over the wrong axis (the single query): it must run over "
+                    "the cached keys, the last axis."),
         ],
-        nan_hint="a row with every key masked gives softmax(-inf, ..., -inf) = NaN. Position i "
-                 "must always see itself: keep the diagonal (tril with diagonal=0).",
     )

@@ -1,5 +1,5 @@
-"""Checkers for notebook 03 (why scale by sqrt(d_k)): score variance, softmax Jacobian, and the
-temperature that halves a row's entropy."""
+"""Checkers for notebook 03 (why scale by sqrt(d_k)): choose the scale from a measured variance,
+the softmax Jacobian from the scores, and the temperature that halves a row's entropy."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import torch
 from ..entropy import attention_entropy
 from ..lessons.scaling import softmax_jacobian, temperature_for_entropy
 from .core import CheckResult, Mistake, check_function, seeded
+from .workflow import exercise
 
-__all__ = ["as_number_function", "check_score_variance", "check_softmax_jacobian",
+__all__ = ["as_number_function", "check_choose_scale", "check_softmax_jacobian",
            "check_half_entropy_temperature"]
 
 
@@ -25,6 +26,8 @@ def as_number_function(fn: Callable, what: str) -> Callable:
 
     def wrapped(*args):
         value = fn(*args)
+        if value is None:
+            return None
         if isinstance(value, torch.Tensor) and value.numel() == 1:
             value = value.item()
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -34,81 +37,200 @@ def as_number_function(fn: Callable, what: str) -> Callable:
     return wrapped
 
 
-def check_score_variance(predict: Callable) -> CheckResult:
-    """Exercise: ``predict(d_k, scaled) -> number``, the variance of ``q . k`` (divided by
-    ``sqrt(d_k)`` when ``scaled``) for standard-normal components."""
-    cases = [{"d_k": d_k, "scaled": scaled} for d_k in (4, 64, 512, 1) for scaled in (False, True)]
+def _number(f: Callable) -> Callable:
+    """``f`` returning a float, as a function returning a float64 scalar tensor."""
+    return lambda *args: torch.tensor(float(f(*args)), dtype=torch.float64)
 
-    def number(f):
-        return lambda d_k, scaled: torch.tensor(float(f(d_k, scaled)), dtype=torch.float64)
+
+# --- exercise 1: choose the scale from a measured variance -----------------------------------
+
+
+def _scores(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor) -> torch.Tensor:
+    return (x @ w_q) @ (x @ w_k).T                                  # S = Q K^T, (n, n)
+
+
+def _weight(g: torch.Generator, d_model: int, d_k: int, init: str, dtype) -> torch.Tensor:
+    """W (d_model, d_k): PyTorch's default nn.Linear init (uniform in +-1/sqrt(d_model)), a
+    variance-preserving one (std 1/sqrt(d_model)) or weights of variance 1."""
+    if init == "default":
+        return (2 * torch.rand(d_model, d_k, generator=g, dtype=dtype) - 1) / math.sqrt(d_model)
+    std = 1 / math.sqrt(d_model) if init == "unit" else 1.0
+    return std * torch.randn(d_model, d_k, generator=g, dtype=dtype)
+
+
+def _choose_scale_cases() -> list[dict]:
+    g = seeded(30)
+    cases = []
+    # (n, d_model, d_k, init, input mean, dtype): a square W first (catches W^T), the default
+    # nn.Linear init, weights of variance 1, inputs with a mean, float64
+    for n, d_model, d_k, init, mean, dtype in [
+            (48, 32, 32, "unit", 0.0, torch.float32), (64, 64, 16, "default", 0.0, torch.float32),
+            (48, 16, 8, "one", 0.0, torch.float32), (64, 24, 12, "default", 2.0, torch.float32),
+            (50, 32, 64, "unit", 1.0, torch.float64)]:
+        x = mean + torch.randn(n, d_model, generator=g, dtype=dtype)
+        cases.append({"x": x, "W_Q": _weight(g, d_model, d_k, init, dtype),
+                      "W_K": _weight(g, d_model, d_k, init, dtype)})
+    return cases
+
+
+@exercise("scaling.choose_scale", "choose the scale from a measured variance", hints=(
+    "Compute the scores exactly as attention does, all n x n of them, measure how spread out they "
+    "are, and pick the factor c that makes the variance of c * S equal to 1.",
+    "Q = x W_Q, K = x W_K, S = Q K^T; Var(c S) = c^2 Var(S), so c = 1 / sqrt(Var(S)).",
+    "S = (x @ W_Q) @ (x @ W_K).T\nreturn 1 / S.var().sqrt().item()"))
+def check_choose_scale(choose_scale: Callable) -> CheckResult:
+    """Exercise: ``choose_scale(x (n, d_model), W_Q (d_model, d_k), W_K (d_model, d_k)) -> c``,
+    the number that makes the variance of the ``n x n`` scores ``c * (x W_Q)(x W_K)^T`` equal
+    to 1 (biased or unbiased variance: both pass)."""
+
+    def scale(x, w_q, w_k):
+        return 1 / _scores(x, w_q, w_k).var().sqrt().item()
 
     return check_function(
-        as_number_function(predict, "predict"),
-        number(lambda d_k, scaled: 1.0 if scaled else d_k), cases,
-        what="predict", output_names=("the variance",), atol=1e-9, rtol=1e-9,
+        as_number_function(choose_scale, "choose_scale"), _number(scale), _choose_scale_cases(),
+        what="choose_scale", output_names=("the scale",), atol=0.0, rtol=1e-3,
         mistakes=[
-            Mistake(number(lambda d_k, scaled: 1.0 if scaled else math.sqrt(d_k)),
-                    "sqrt(d_k) is the standard deviation of q . k; its variance is d_k "
-                    "(a sum of d_k independent products, each of variance 1)."),
-            Mistake(number(lambda d_k, scaled: 1.0 / math.sqrt(d_k) if scaled else d_k),
-                    "dividing a number by c divides its variance by c**2: d_k / sqrt(d_k)**2 = 1."),
-            Mistake(number(lambda d_k, scaled: float(d_k)),
-                    "the scaled case divides q . k by sqrt(d_k), which divides the variance by d_k."),
+            Mistake(_number(lambda x, w_q, w_k: 1 / math.sqrt(w_q.shape[1])),
+                    "1/sqrt(d_k) is right only when the components of q and k have variance 1. "
+                    "These weights are initialised differently: measure the variance of the "
+                    "scores S = Q K^T and take c = 1/sqrt(Var(S))."),
+            Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q, w_k).var().item()),
+                    "Var(c S) = c^2 Var(S): the scale is 1/sqrt(Var(S)), the inverse of the "
+                    "standard deviation, not of the variance."),
+            Mistake(_number(lambda x, w_q, w_k: _scores(x, w_q, w_k).std().item()),
+                    "you returned the standard deviation of the scores; the scale divides by it: "
+                    "c = 1 / std(S)."),
+            Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q, w_k).pow(2).mean().sqrt().item()),
+                    "mean(S**2) is the variance only when the scores have mean 0, and here they "
+                    "do not: subtract the mean (S.var() does)."),
+            Mistake(_number(lambda x, w_q, w_k: 1 / ((x @ w_q).var() * (x @ w_k).var()).sqrt().item()),
+                    "you measured the components of q and k; the scale multiplies the scores "
+                    "q . k, a sum of d_k products: measure the variance of S = Q K^T itself."),
+            Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q.T, w_k.T).std().item()),
+                    "W_Q has shape (d_model, d_k) and acts from the right: Q = x @ W_Q, not "
+                    "x @ W_Q.T (that is nn.Linear's weight layout)."),
+            Mistake(_number(lambda x, w_q, w_k: 1 / ((x @ w_q) * (x @ w_k)).sum(-1).std().item()),
+                    "you scored each token's query against its own key only (the diagonal); "
+                    "attention scores every query against every key: S = Q K^T is (n, n)."),
         ],
     )
+
+
+# --- exercise 2: the softmax Jacobian from the scores ----------------------------------------
 
 
 def _jacobian_cases() -> list[dict]:
     g = seeded(31)
-    cases = [{"weights": torch.softmax(2 * torch.randn(shape, generator=g, dtype=torch.float64), -1)}
+    cases = [{"scores": 2 * torch.randn(shape, generator=g, dtype=torch.float64)}
              for shape in [(5,), (3, 4), (2, 3, 6)]]
-    cases.append({"weights": torch.tensor([[1.0, 0.0, 0.0], [0.25, 0.25, 0.5]], dtype=torch.float64)})
+    cases.append({"scores": torch.randn(4, 7, generator=g)})                      # float32
+    size = [int(i) for i in torch.randint(1, 6, (3,), generator=g)]               # random shape
+    cases.append({"scores": 3 * torch.randn(*size, generator=g, dtype=torch.float64)})
+    cases.append({"scores": torch.tensor([[3.0], [-2.0]], dtype=torch.float64)})  # one key
+    cases.append({"scores": torch.tensor([[1000.0, 999.0, 0.0], [-5.0, 0.0, 5.0]],
+                                         dtype=torch.float64)})                   # large logits
     return cases
 
 
+def _jacobian(scores: torch.Tensor) -> torch.Tensor:
+    return softmax_jacobian(torch.softmax(scores, dim=-1))
+
+
+@exercise("scaling.softmax_jacobian", "the softmax Jacobian from the scores", hints=(
+    "First turn each row of scores into weights a (a softmax over the last axis, safe for large "
+    "scores), then differentiate a_i with respect to s_j: on the diagonal and off it.",
+    "J_ij = da_i/ds_j = a_i (delta_ij - a_j), that is J = diag(a) - a a^T for every row; "
+    "a = softmax(s) with the row's max subtracted before exp.",
+    "a = torch.softmax(scores, dim=-1)\n"
+    "return torch.diag_embed(a) - a[..., :, None] * a[..., None, :]"))
 def check_softmax_jacobian(jacobian: Callable) -> CheckResult:
-    """Exercise: ``jacobian(weights (..., n)) -> (..., n, n)`` with
-    ``J[i, j] = a_i (delta_ij - a_j)``."""
+    """Exercise: ``jacobian(scores (..., n)) -> (..., n, n)``, ``J[..., i, j] = da_i / ds_j``
+    with ``a = softmax(scores)`` over the last axis."""
+
+    def with_weights(f):
+        return lambda s: f(torch.softmax(s, dim=-1), s)
+
     return check_function(
-        jacobian, softmax_jacobian, _jacobian_cases(), what="jacobian",
-        output_names=("the Jacobian",), atol=1e-9,
+        jacobian, _jacobian, _jacobian_cases(), what="softmax_jacobian",
+        output_names=("the Jacobian",), atol=1e-6, rtol=1e-5,
         mistakes=[
-            Mistake(lambda a: -softmax_jacobian(a),
+            Mistake(lambda s: -_jacobian(s),
                     "the sign is flipped: J = diag(a) - a a^T, so its diagonal a_i (1 - a_i) is "
-                    "positive."),
-            Mistake(lambda a: torch.diag_embed(a) - a[..., :, None] * a[..., :, None],
+                    "positive (raising s_i raises a_i)."),
+            Mistake(with_weights(lambda a, s: torch.diag_embed(a) - a[..., :, None] * a[..., :, None]),
                     "a[..., :, None] * a[..., :, None] gives a_i * a_i in every column; the outer "
                     "product a_i * a_j needs a[..., :, None] * a[..., None, :]."),
-            Mistake(lambda a: torch.diag_embed(a),
-                    "diag(a) is only half of it: subtract the outer product a a^T."),
+            Mistake(with_weights(lambda a, s: torch.diag_embed(a)),
+                    "diag(a) is only half of it: subtract the outer product a a^T (raising s_j "
+                    "lowers every other weight)."),
+            Mistake(with_weights(lambda a, s: -a[..., :, None] * a[..., None, :]),
+                    "the diagonal is missing: J = diag(a) - a a^T."),
+            Mistake(with_weights(lambda a, s: torch.diag_embed(a * (1 - a))),
+                    "that is only the diagonal, a_i (1 - a_i); off the diagonal J_ij = -a_i a_j."),
+            Mistake(lambda s: softmax_jacobian(s),
+                    "the formula takes the weights a = softmax(s), not the raw scores: apply the "
+                    "softmax first."),
+            Mistake(lambda s: softmax_jacobian(torch.softmax(s, dim=0)),
+                    "the softmax runs over the wrong axis: each row (the last axis, the keys) "
+                    "must sum to 1, so use dim=-1."),
         ],
+        nan_hint="exp of a large score overflows to inf, and inf / inf is NaN. Subtract each "
+                 "row's max before exponentiating (the softmax does not change), or use "
+                 "torch.softmax.",
     )
+
+
+# --- exercise 3: the temperature that halves the entropy -------------------------------------
 
 
 def _temperature_cases() -> list[dict]:
     g = seeded(32)
     cases = [{"scores": 2 * torch.randn(n, generator=g, dtype=torch.float64)} for n in (4, 8, 16)]
     cases.append({"scores": torch.tensor([3.0, 1.0, 0.0, 0.0, -1.0], dtype=torch.float64)})
+    cases.append({"scores": torch.tensor([0.3, 0.0])})                            # float32, n = 2
     return cases
 
 
-def _half_entropy_temperature(scores: torch.Tensor) -> torch.Tensor:
-    target = 0.5 * attention_entropy(torch.softmax(scores, -1)).item()
-    return torch.tensor(temperature_for_entropy(scores, target), dtype=torch.float64)
+def _entropy(scores: torch.Tensor, temperature: float = 1.0) -> float:
+    return attention_entropy(torch.softmax(scores.double() / temperature, -1)).item()
 
 
+def _half_entropy_temperature(scores: torch.Tensor) -> float:
+    return temperature_for_entropy(scores.double(), 0.5 * _entropy(scores))
+
+
+@exercise("scaling.half_entropy_temperature", "the temperature that halves the entropy", hints=(
+    "The entropy of softmax(s / T) grows steadily with T, from 0 to ln n. So you can search for "
+    "T: if the entropy is too high, T is too large.",
+    "target = H(softmax(s)) / 2; bisect on log T between, say, 1e-4 and 1 (the answer is below 1): "
+    "take the middle m, compare H(softmax(s / e^m)) with the target, keep the half that brackets "
+    "it, about 60 times.",
+    "low, high = math.log(1e-4), 0.0\nfor _ in range(60):\n    m = (low + high) / 2\n"
+    "    if entropy(math.exp(m)) < target: low = m\n    else: high = m\nreturn math.exp(low)"))
 def check_half_entropy_temperature(find: Callable) -> CheckResult:
     """Exercise: ``find(scores (n,)) -> T`` such that the entropy of ``softmax(scores / T)`` is
-    half the entropy of ``softmax(scores)``."""
+    half the entropy of ``softmax(scores)``, to 0.1%."""
     return check_function(
-        as_number_function(find, "find"), _half_entropy_temperature, _temperature_cases(),
-        what="find", output_names=("the temperature",), atol=1e-3, rtol=1e-3,
+        as_number_function(find, "half_entropy_temperature"), _number(_half_entropy_temperature),
+        _temperature_cases(), what="half_entropy_temperature", output_names=("the temperature",),
+        atol=1e-6, rtol=1e-3,
         mistakes=[
-            Mistake(lambda scores: torch.tensor(0.5, dtype=torch.float64),
+            Mistake(_number(lambda s: 0.5),
                     "the entropy is not proportional to T. Search for T instead: the entropy "
                     "grows with T, so a bisection between a small and a large T converges."),
-            Mistake(lambda scores: torch.tensor(2.0, dtype=torch.float64),
+            Mistake(_number(lambda s: 2.0),
                     "a larger T flattens the softmax and *raises* the entropy; you need T < 1, "
                     "and it is not simply 1/2 either: search for it."),
+            Mistake(_number(lambda s: 1 / _half_entropy_temperature(s)),
+                    "you found 1/T: the temperature divides the scores, softmax(s / T), it does "
+                    "not multiply them."),
+            Mistake(_number(lambda s: temperature_for_entropy(s.double(), 0.5 * math.log(len(s)))),
+                    "the target is half the entropy of softmax(s) at T = 1, not half the ceiling "
+                    "ln n."),
+            Mistake(_number(lambda s: 0.5 * _entropy(s)),
+                    "you returned the target entropy; return the temperature T that reaches it."),
+            Mistake(_number(lambda s: round(_half_entropy_temperature(s), 1)),
+                    "close, but not to 0.1%: a grid in steps of 0.1 is too coarse. Bisect until "
+                    "the interval is tiny (60 halvings are plenty)."),
         ],
     )

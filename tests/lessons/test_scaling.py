@@ -1,5 +1,5 @@
 """Notebook 03's measurements: score variance, saturation, the softmax Jacobian, temperature, the
-training experiment across seeds, the widget and the checkers."""
+training experiment across seeds and the widget."""
 
 from __future__ import annotations
 
@@ -12,11 +12,6 @@ from hypothesis import strategies as st
 
 from attn_helpers.attention import scaled_dot_product_attention
 from attn_helpers.entropy import attention_entropy
-from attn_helpers.exercises.scaling import (
-    check_half_entropy_temperature,
-    check_score_variance,
-    check_softmax_jacobian,
-)
 from attn_helpers.lessons import scaling
 
 # --- variance -------------------------------------------------------------------------------
@@ -224,33 +219,3 @@ def test_spikes_counts_losses_above_the_threshold_after_start():
 def test_mean_loss_bad_range():
     with pytest.raises(ValueError, match="no losses"):
         scaling.mean_loss([1.0, 2.0], 5)
-
-
-# --- notebook 03's checkers -----------------------------------------------------------------
-
-
-def test_checkers_pass_the_references():
-    assert check_score_variance(lambda d_k, scaled: 1.0 if scaled else d_k)
-    assert check_softmax_jacobian(scaling.softmax_jacobian)
-
-    def find(scores):
-        target = 0.5 * attention_entropy(torch.softmax(scores, -1)).item()
-        return scaling.temperature_for_entropy(scores, target)
-
-    assert check_half_entropy_temperature(find)
-
-
-def test_checkers_explain_known_mistakes():
-    verdict = check_score_variance(lambda d_k, scaled: 1.0 if scaled else math.sqrt(d_k))
-    assert not verdict and "standard deviation" in verdict.message
-    verdict = check_score_variance(lambda d_k, scaled: float(d_k))
-    assert not verdict and "divides the variance" in verdict.message
-    verdict = check_softmax_jacobian(lambda a: -scaling.softmax_jacobian(a))
-    assert not verdict and "sign" in verdict.message
-    verdict = check_softmax_jacobian(
-        lambda a: torch.diag_embed(a) - a[..., :, None] * a[..., :, None])
-    assert not verdict and "outer product" in verdict.message
-    verdict = check_half_entropy_temperature(lambda scores: 0.5)
-    assert not verdict and "not proportional" in verdict.message
-    verdict = check_half_entropy_temperature(lambda scores: None)
-    assert not verdict and "should return a number" in verdict.message

@@ -1,5 +1,4 @@
-"""Notebook 05: the masking widget (pure function, grey masked cells, entropy ceilings) and the
-masking checkers."""
+"""Notebook 05: the masking widget (pure function, grey masked cells, entropy ceilings)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import torch
 from matplotlib.colors import to_rgba
 from PIL import Image
 
-from attn_helpers.exercises.masking import check_causal_attention, check_window_mask, leak_report
 from attn_helpers.masks import causal_mask, sliding_window_mask
 from attn_helpers.plots import MASKED_COLOR
 from attn_helpers.widgets.masking import MASK_TYPES, PAD, build_mask, masking_frame, masking_widget
@@ -79,42 +77,3 @@ def test_widget_draws_masked_cells_grey_and_reports_errors():
     widget.compute = lambda **_: (_ for _ in ()).throw(ValueError("boom"))
     widget.refresh()
     assert widget.error == "ValueError: boom"
-
-
-def test_window_checker():
-    def right(n, w):
-        offsets = torch.arange(n)[:, None] - torch.arange(n)[None, :]
-        return (offsets >= 0) & (offsets < w)
-
-    def two_sided(n, w):
-        offsets = torch.arange(n)[:, None] - torch.arange(n)[None, :]
-        return offsets.abs() < w
-
-    assert check_window_mask(right)
-    result = check_window_mask(two_sided)
-    assert not result and "both ways" in result.message
-    result = check_window_mask(lambda n, w: right(n, w).int())
-    assert not result and "bool" in result.message
-
-
-def _attention(mask_fn, after=False):
-    def attention(q, k, v):
-        scores = q @ k.T / math.sqrt(q.shape[-1])
-        mask = mask_fn(q.shape[0])
-        if after:
-            return (torch.softmax(scores, -1) * mask) @ v
-        return torch.softmax(scores.masked_fill(~mask, float("-inf")), -1) @ v
-    return attention
-
-
-def test_causal_attention_checker():
-    ones = lambda n: torch.ones(n, n, dtype=torch.bool)  # noqa: E731
-    assert check_causal_attention(_attention(lambda n: ones(n).tril()))
-    assert leak_report(_attention(lambda n: ones(n).tril())) is None
-    leaky_versions = (_attention(lambda n: ones(n).triu()),
-                      _attention(lambda n: ones(n).tril(), after=True))
-    for leaky in leaky_versions:
-        result = check_causal_attention(leaky)
-        assert not result and "sees the future" in result.message
-    result = check_causal_attention(_attention(lambda n: ones(n).tril(-1)))
-    assert not result and "must always see itself" in result.message
