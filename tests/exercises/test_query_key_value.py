@@ -104,7 +104,7 @@ def attention(q, k, v, mask):
 
 def test_the_reference_matches_pytorch_and_gives_zeros_on_fully_masked_rows():
     """Rows with an allowed key: equal to ``F.scaled_dot_product_attention``; a query that may
-    see nothing: zero weights and zero output, never NaN (PyTorch's own result is NaN there)."""
+    see nothing: zero weights and zero output, never NaN."""
     for case in ex._attention_cases():
         out, weights = ex.masked_attention_reference(*case.values())
         q, k, v, mask = case.values()
