@@ -1,5 +1,6 @@
-"""Position helpers against the papers' formulas and their defining properties; notebook 07's
-widget and checkers."""
+"""Position helpers against the papers' formulas and their defining properties. (Notebook 07's
+widget is tested in tests/widgets/test_positional_encoding_widget.py, its checkers in
+tests/exercises/test_positional_encoding.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attn_helpers.attention import scaled_dot_product_attention
-from attn_helpers.exercises.positional_encoding import check_equivariance_gap, check_sinusoidal
 from attn_helpers.positional import (
     LearnedPositionalEmbedding,
     alibi_bias,
@@ -21,7 +21,6 @@ from attn_helpers.positional import (
     pair_rotation,
     sinusoidal_encoding,
 )
-from attn_helpers.widgets.positional_encoding import ENCODINGS, positional_frame, positional_widget
 
 # --- sinusoidal ------------------------------------------------------------------------------
 
@@ -219,57 +218,3 @@ def test_attention_without_positions_is_permutation_equivariant(seed, n):
     perm = torch.randperm(n, generator=g)
     out = scaled_dot_product_attention(x, x, x)[0]
     assert torch.allclose(scaled_dot_product_attention(x[perm], x[perm], x[perm])[0], out[perm])
-
-
-# --- widget and checkers ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("encoding", ENCODINGS)
-def test_positional_frame(encoding):
-    frame = positional_frame(encoding, 4, 3, 1)
-    assert frame.weights.shape == (24, 24)
-    assert torch.allclose(frame.weights.sum(-1), torch.ones(24, dtype=frame.weights.dtype))
-    spread = float(frame.readouts["spread of PE(p) . PE(p+k) over all p"])
-    if encoding == "learned (untrained)":
-        assert spread > 1
-    else:
-        assert spread < 1e-9
-        assert frame.readouts["PE(p) . PE(p+k)"] == frame.readouts["PE(0) . PE(k)"]
-        assert torch.allclose(frame.pair_points.norm(dim=-1),
-                              torch.ones(2, dtype=torch.float64))
-
-
-def test_positional_frame_rotation_angle_and_errors():
-    frame = positional_frame("sinusoidal", 0, 5, 0)
-    assert float(frame.readouts["pair angle k * omega_i (rad)"]) == pytest.approx(5.0)
-    for kwargs in ({"position": 24}, {"offset": 9}, {"pair": 8}, {"encoding": "cosine"}):
-        args = {"encoding": "sinusoidal", "position": 0, "offset": 1, "pair": 0, **kwargs}
-        with pytest.raises(ValueError, match=next(iter(kwargs))):
-            positional_frame(**args)
-
-
-def test_positional_widget_moves_and_matches_the_pure_function():
-    widget = positional_widget()
-    assert widget.error is None
-    first = widget.image.value
-    readouts = widget.set(encoding="rope", position=10, offset=2, pair=2)
-    assert widget.error is None and widget.image.value != first
-    expected = positional_frame("rope", 10, 2, 2).readouts
-    assert readouts == {k: f"{v:.4f}" if isinstance(v, float) else str(v) for k, v in expected.items()}
-
-
-def test_sinusoidal_checker():
-    assert check_sinusoidal(lambda n, d: sinusoidal_encoding(n, d))
-    swapped = check_sinusoidal(lambda n, d: sinusoidal_encoding(n, d).view(n, -1, 2).flip(-1)
-                               .reshape(n, d))
-    assert not swapped and "swapped" in swapped.message
-    concatenated = check_sinusoidal(
-        lambda n, d: torch.cat([sinusoidal_encoding(n, d)[:, 0::2],
-                                sinusoidal_encoding(n, d)[:, 1::2]], 1))
-    assert not concatenated and "alternate" in concatenated.message
-
-
-def test_equivariance_checker():
-    assert check_equivariance_gap(lambda f, x, perm: (f(x[perm]) - f(x)[perm]).abs().max())
-    unpermuted = check_equivariance_gap(lambda f, x, perm: (f(x[perm]) - f(x)).abs().max())
-    assert not unpermuted and "f(x)[perm]" in unpermuted.message
