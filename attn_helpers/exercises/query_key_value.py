@@ -24,7 +24,7 @@ import torch
 from ..attention import masked_softmax as _masked_softmax
 from ..attention import scaled_dot_product_attention
 from .core import CheckResult, Mistake, check_function, seeded
-from .start_here import OVERFLOW_HINT, check_cases
+from .start_here import OVERFLOW_HINT, check_cases, size
 from .workflow import exercise, hint, progress
 
 __all__ = ["check_entropy", "check_masked_attention", "check_masked_softmax", "hint",
@@ -62,6 +62,8 @@ def _softmax_cases() -> list[dict]:
         {"scores": torch.tensor([[1000.0, 999.0, 998.0], [-1000.0, -1000.0, -999.0]]),
          "mask": torch.tensor([[True, True, False], [True, False, True]])},
         {"scores": torch.randn(4, 5, generator=g), "mask": fully},
+        {"scores": torch.randn(size(g, 1, 3), n_q := size(g, 1, 6), n_k := size(g, 2, 9),
+                               generator=g), "mask": _random_mask(g, n_q, n_k)},  # random shape
     ]
 
 
@@ -131,6 +133,11 @@ def _attention_cases() -> list[dict]:
     padding = torch.tensor([[True] * 6, [True, True, True, False, False, False]])
     fully = padding[:, None, :] & padding[:, :, None]      # (2, 6, 6): padded queries see nothing
     cases.append({"q": q, "k": k, "v": v, "mask": fully})
+    batch, (n_q, n_k, d_k, d_v) = size(g, 1, 3), (size(g, 2, 8) for _ in range(4))  # random shapes
+    cases.append({"q": torch.randn(batch, n_q, d_k, generator=g),
+                  "k": torch.randn(batch, n_k, d_k, generator=g),
+                  "v": torch.randn(batch, n_k, d_v, generator=g),
+                  "mask": _random_mask(g, batch, n_q, n_k)})
     return cases
 
 
@@ -204,6 +211,8 @@ def _entropy_cases() -> list[dict]:
              for shape in [(6,), (4, 4), (3, 5), (2, 2, 4)]]
     cases.append({"weights": torch.softmax(torch.randn(2, 7, generator=g, dtype=torch.float64), -1)})
     cases.append({"weights": torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])})
+    shape = (size(g, 1, 5), size(g, 1, 9))                                      # random shape
+    cases.append({"weights": torch.softmax(2 * torch.randn(shape, generator=g), -1)})
     return cases
 
 

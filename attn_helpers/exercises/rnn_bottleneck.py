@@ -20,25 +20,11 @@ import torch
 
 from ..attention import additive_scores as _additive_scores
 from .core import CheckResult, Mistake, check_function, seeded
-from .start_here import OVERFLOW_HINT, check_cases
+from .start_here import OVERFLOW_HINT, check_cases, size
 from .workflow import exercise, hint, progress
 
 __all__ = ["additive_scores_reference", "check_additive_scores", "check_context_vector",
            "context_vector_reference", "hint", "progress"]
-
-
-def _as_float(fn: Callable) -> Callable:
-    """Wrap ``fn`` so integer tensors it returns are compared as floats by the checker."""
-    if not callable(fn):
-        return fn
-
-    def wrapped(*args):
-        out = fn(*args)
-        if isinstance(out, torch.Tensor) and not out.is_floating_point():
-            return out.double()
-        return out
-
-    return wrapped
 
 
 # --- exercise 1: the context vector c_t ----------------------------------------------------------
@@ -58,6 +44,10 @@ def _context_cases() -> list[dict]:
             "e": scale * torch.randn(len(lengths), n, generator=g, dtype=dtype),
             "src_mask": torch.arange(n)[None, :] < torch.tensor(lengths)[:, None],
         })
+    b, n, d = size(g, 1, 4), size(g, 1, 9), size(g, 1, 8)                     # random shapes
+    lengths = torch.randint(1, n + 1, (b,), generator=g)
+    cases.append({"H": torch.randn(b, n, d, generator=g), "e": torch.randn(b, n, generator=g),
+                  "src_mask": torch.arange(n)[None, :] < lengths[:, None]})
     return cases
 
 
@@ -138,6 +128,12 @@ def _additive_cases() -> list[dict]:
             "U_k": torch.randn(d_enc, d_a, generator=g, dtype=dtype) / d_enc ** 0.5,
             "v_a": torch.randn(d_a, generator=g, dtype=dtype),
         })
+    b, n, d_dec, d_enc, d_a = (size(g, 1, 8) for _ in range(5))                # random shapes
+    cases.append({"s": torch.randn(b, d_dec, generator=g),
+                  "H": torch.randn(b, n, d_enc, generator=g),
+                  "U_q": torch.randn(d_dec, d_a, generator=g),
+                  "U_k": torch.randn(d_enc, d_a, generator=g),
+                  "v_a": torch.randn(d_a, generator=g)})
     return cases
 
 

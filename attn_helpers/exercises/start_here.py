@@ -21,8 +21,13 @@ import torch
 from .core import CheckResult, Mistake, _as_tuple, _clone, check_function, seeded
 from .workflow import exercise, hint, progress
 
-__all__ = ["OVERFLOW_HINT", "check_attend_one", "check_cases", "check_softmax_with_temperature", "hint",
-           "progress"]
+__all__ = ["OVERFLOW_HINT", "check_attend_one", "check_cases", "check_softmax_with_temperature",
+           "hint", "progress", "size"]
+
+
+def size(g: torch.Generator, low: int, high: int) -> int:
+    """A seeded random size in ``[low, high]``, for cases with random shapes."""
+    return int(torch.randint(low, high + 1, (), generator=g))
 
 
 def check_cases(candidate: Callable, reference: Callable, cases: list[dict], *,
@@ -75,6 +80,8 @@ def _softmax_cases() -> list[dict]:
         {"scores": torch.tensor([[1000.0, 999.0, 998.0], [-1000.0, -1000.0, -999.0]]),
          "temperature": 1.0},
         {"scores": 3 * torch.randn(4, 7, generator=g), "temperature": 0.01},  # scores / T huge
+        {"scores": torch.randn(size(g, 1, 4), size(g, 1, 9), generator=g),    # random shape
+         "temperature": size(g, 2, 50) / 10},
     ]
 
 
@@ -131,6 +138,9 @@ def _attend_cases() -> list[dict]:
                       "V": torch.randn(n, d_v, generator=g, dtype=dtype)})
     cases.append({"q": 100 * torch.randn(8, generator=g), "K": 10 * torch.randn(6, 8, generator=g),
                   "V": torch.randn(6, 3, generator=g)})                       # scores in the 1000s
+    n, d_k, d_v = size(g, 1, 9), size(g, 1, 9), size(g, 1, 9)                   # random shapes
+    cases.append({"q": torch.randn(d_k, generator=g), "K": torch.randn(n, d_k, generator=g),
+                  "V": torch.randn(n, d_v, generator=g)})
     return cases
 
 

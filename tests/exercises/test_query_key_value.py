@@ -81,13 +81,13 @@ def by_hand_max_of_masked(scores, mask):
     (lambda s, m: torch.softmax(s.masked_fill(~m, 0.0), -1), ["exp(0) = 1"]),
     (lambda s, m: torch.softmax(s.masked_fill(~m, -torch.inf), -2), ["over the queries (dim=-2)"]),
     (lambda s, m: torch.softmax(s, -1) * m, ["no longer sum to one"]),
-    (lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), -1), ["came out uniform", "case 6 of 6"]),
+    (lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), -1), ["came out uniform", "case 6 of 7"]),
     (lambda s, m: torch.softmax(s.masked_fill(~m, -torch.inf), -1),
-     ["nan", "0 / 0 = NaN", "all-zero weights", "case 6 of 6"]),
-    (by_hand_max_of_masked, ["nan", "all-zero weights", "case 6 of 6"]),
-    (by_hand_no_max, ["came out as zeros", "overflows", "case 5 of 6"]),
+     ["nan", "0 / 0 = NaN", "all-zero weights", "case 6 of 7"]),
+    (by_hand_max_of_masked, ["nan", "all-zero weights", "case 6 of 7"]),
+    (by_hand_no_max, ["came out as zeros", "overflows", "case 5 of 7"]),
     (lambda s, m: torch.exp(s) * m / (torch.exp(s) * m).sum(-1, keepdim=True),
-     ["nan", "overflows", "case 5 of 6"]),
+     ["nan", "overflows", "case 5 of 7"]),
 ])
 def test_masked_softmax_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_masked_softmax(wrong), *fragments)
@@ -114,7 +114,7 @@ def test_the_reference_matches_pytorch_and_gives_zeros_on_fully_masked_rows():
         assert torch.isfinite(out).all() and torch.isfinite(weights).all()
         assert torch.allclose(out[some], expected[some], atol=1e-6)
         assert (out[~some] == 0).all() and (weights[~some] == 0).all()
-    assert (~ex._attention_cases()[-1]["mask"].any(-1)).any()   # a fully masked row is tried
+    assert any((~case["mask"].any(-1)).any() for case in ex._attention_cases())  # one is tried
 
 
 def test_masked_attention_accepts_right_answers():
@@ -143,11 +143,11 @@ def attention_with(*, scale=None, dim=-1, fill=-torch.inf, invert=False, mix="v"
     (attention_with(scale=lambda q, v: v.shape[-1] ** -0.5), ["sqrt(d_v)"]),
     (attention_with(dim=-2), ["over the queries (dim=-2)"]),
     (attention_with(dim=-2, zero=False), ["over the queries (dim=-2)"]),
-    (attention_with(invert=True), ["mask is inverted", "case 1 of 6"]),
+    (attention_with(invert=True), ["mask is inverted", "case 1 of 7"]),
     (attention_with(fill=0.0), ["exp(0) = 1"]),
     (attention_with(mix="k"), ["mixes the keys"]),
-    (attention_with(fill=-1e9), ["uniform weights", "case 6 of 6"]),
-    (attention_with(zero=False), ["nan", "0 / 0 = NaN", "case 6 of 6"]),
+    (attention_with(fill=-1e9), ["uniform weights", "case 6 of 7"]),
+    (attention_with(zero=False), ["nan", "0 / 0 = NaN", "case 6 of 7"]),
     (lambda q, k, v, m: attention(q, k, v, m)[0], ["returned 1 value(s); expected 2"]),
     (lambda q, k, v, m: attention(q, k, v, m)[::-1], ["the output has shape (3, 4)"]),
 ])
@@ -221,3 +221,21 @@ def test_check_function_generic():
     result = check_function(torch.neg, torch.relu, cases, mistakes=[mistake])
     assert_rejected(result, "case 1 of 2")
     assert "Hint" not in result.message
+
+
+def from_hint(key, signature, **namespace):
+    """The level-3 hint of ``key`` as the body of ``def f(signature)``: "nearly the code" must
+    be the code, once it sits in the stub."""
+    body = "".join(f"    {line}\n" for line in EXERCISES[key].hints[2].splitlines())
+    scope = {"torch": torch, **namespace}
+    exec(f"def f({signature}):\n{body}", scope)  # noqa: S102 - the course's own hint text
+    return scope["f"]
+
+
+@pytest.mark.parametrize("key, signature, check", [
+    ("query_key_value.masked_softmax", "scores, mask", ex.check_masked_softmax),
+    ("query_key_value.masked_attention", "q, k, v, mask", ex.check_masked_attention),
+    ("query_key_value.entropy", "weights", ex.check_entropy),
+])
+def test_the_third_hint_passes_once_it_is_in_the_stub(key, signature, check):
+    assert check(from_hint(key, signature, masked_softmax=masked_softmax))

@@ -83,7 +83,7 @@ def no_max(H, e, src_mask):  # noqa: N803
     (mixed(lambda e, m: e.masked_fill(~m, -torch.inf).softmax(0)), ["over the batch (dim=0)"]),
     (mixed(lambda e, m: torch.where(m, e, 0.0)), ["raw scores"]),
     (mixed(lambda e, m: m / m.sum(-1, keepdim=True)), ["same weight"]),
-    (no_max, ["nan", "overflows", "case 5 of 5"]),
+    (no_max, ["nan", "overflows", "case 5 of 6"]),
     (lambda H, e, m: (H.mean(1), e.softmax(-1)), ["the context c_t differs"]),
     (lambda H, e, m: context(H, e, m)[::-1], ["the context c_t has shape (2, 6)"]),
 ])
@@ -136,9 +136,26 @@ def test_additive_scores_stub_says_only_not_implemented():
     (lambda s, H, U_q, U_k, v_a: torch.relu((s @ U_q).unsqueeze(1) + H @ U_k) @ v_a, ["ReLU"]),
     (lambda s, H, U_q, U_k, v_a: scores(s, H, U_q, U_k, v_a).softmax(-1), ["after a softmax"]),
     (lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a,        # no axis for j
-     ["raised RuntimeError", "case 1 of 4"]),
+     ["raised RuntimeError", "case 1 of 5"]),
     (lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k),
      ["shape (2, 5, 3)", "shape (2, 5)"]),
 ])
 def test_additive_scores_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_additive_scores(wrong), *fragments)
+
+
+def from_hint(key, signature, **namespace):
+    """The level-3 hint of ``key`` as the body of ``def f(signature)``: "nearly the code" must
+    be the code, once it sits in the stub."""
+    body = "".join(f"    {line}\n" for line in EXERCISES[key].hints[2].splitlines())
+    scope = {"torch": torch, **namespace}
+    exec(f"def f({signature}):\n{body}", scope)  # noqa: S102 - the course's own hint text
+    return scope["f"]
+
+
+@pytest.mark.parametrize("key, signature, check", [
+    ("rnn_bottleneck.context_vector", "H, e, src_mask", ex.check_context_vector),
+    ("rnn_bottleneck.additive_scores", "s, H, U_q, U_k, v_a", ex.check_additive_scores),
+])
+def test_the_third_hint_passes_once_it_is_in_the_stub(key, signature, check):
+    assert check(from_hint(key, signature))

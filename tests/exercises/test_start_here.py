@@ -66,8 +66,8 @@ def global_max(s, t):
     (lambda s, t: torch.softmax(s / t, dim=0), ["first dimension", "dim=-1"]),
     (lambda s, t: torch.exp(s / t - (s / t).amax(-1, keepdim=True)), ["not normalised"]),
     (lambda s, t: softmax_t(s, 1.0) / t, ["after the softmax"]),
-    (no_max, ["nan", "overflows", "row's own maximum", "case 6 of 7"]),
-    (global_max, ["nan", "one maximum for the whole tensor", "case 6 of 7"]),
+    (no_max, ["nan", "overflows", "row's own maximum", "case 6 of 8"]),
+    (global_max, ["nan", "one maximum for the whole tensor", "case 6 of 8"]),
     (lambda s, t: softmax_t(s, t).sum(-1), ["has shape ()", "shape (5,)"]),
 ])
 def test_softmax_with_temperature_rejects_and_names_mistakes(wrong, fragments):
@@ -121,14 +121,14 @@ def attend_hard(q, K, V):  # noqa: N803
 @pytest.mark.parametrize("wrong, fragments", [
     (scaled_by(lambda q, V: 1.0), ["not scaled", "sqrt(d_k)"]),
     (scaled_by(lambda q, V: 1 / q.shape[-1]), ["divided by d_k"]),
-    (scaled_by(lambda q, V: 1 / math.sqrt(V.shape[-1])), ["sqrt(d_v)", "case 2 of 5"]),
+    (scaled_by(lambda q, V: 1 / math.sqrt(V.shape[-1])), ["sqrt(d_v)", "case 2 of 6"]),
     (lambda q, K, V: ((K @ q) / math.sqrt(q.shape[-1]),
                       (K @ q) / math.sqrt(q.shape[-1]) @ V), ["raw scores", "softmax"]),
     (scaled_by(lambda q, V: 1 / math.sqrt(q.shape[-1]), mix=lambda a, K, V: a @ K),
      ["mixes the keys", "a @ V"]),
     (attend_hard, ["hard lookup"]),
     (lambda q, K, V: (torch.ones(K.shape[0]) / K.shape[0], V.mean(0)), ["same weight 1/n"]),
-    (attend_no_max, ["nan", "overflows", "case 5 of 5"]),
+    (attend_no_max, ["nan", "overflows", "case 5 of 6"]),
     (lambda q, K, V: attend(q, K, V)[::-1], ["the weights a has shape (3,)"]),
     (lambda q, K, V: attend(q, K, V)[1], ["returned 1 value(s); expected 2"]),
 ])
@@ -141,3 +141,44 @@ def test_hints_are_printed_on_demand(capsys):
     assert "sqrt(d_k)" in capsys.readouterr().out
     ex.check_attend_one(attend)
     assert ex.progress(show=False)["start_here"]["start_here.attend_one"] is True
+
+
+def from_hint(key, signature, **namespace):
+    """The level-3 hint of ``key`` as the body of ``def f(signature)``: "nearly the code" must
+    be the code, once it sits in the stub."""
+    body = "".join(f"    {line}\n" for line in EXERCISES[key].hints[2].splitlines())
+    scope = {"torch": torch, **namespace}
+    exec(f"def f({signature}):\n{body}", scope)  # noqa: S102 - the course's own hint text
+    return scope["f"]
+
+
+@pytest.mark.parametrize("key, signature, check", [
+    ("start_here.softmax_with_temperature", "scores, temperature",
+     ex.check_softmax_with_temperature),
+    ("start_here.attend_one", "q, K, V", ex.check_attend_one),
+])
+def test_the_third_hint_passes_once_it_is_in_the_stub(key, signature, check):
+    assert check(from_hint(key, signature))
+
+
+def test_check_cases_names_a_mistake_even_where_it_gives_nan():
+    """``check_cases`` compares a failing answer with each known mistake with NaN equal to NaN
+    (``check_function`` alone cannot: NaN != NaN), adds the NaN hint only when no mistake
+    matches, and keeps the stub's verdict as it is."""
+    cases = [{"x": torch.tensor([1.0, 0.0, 4.0])}]
+    mistakes = [ex.Mistake(torch.log, "you took the log."),
+                ex.Mistake(lambda x: x / x, "you divided x by itself.")]
+    assert "Hint" not in ex.check_function(lambda x: x / x, torch.sqrt, cases,
+                                           mistakes=mistakes).message
+    verdict = ex.check_cases(lambda x: x / x, torch.sqrt, cases, mistakes=mistakes,
+                             nan_hint="a NaN.")                                   # 0 / 0 at 0
+    assert not verdict and verdict.message.endswith("Hint: you divided x by itself.")
+    verdict = ex.check_cases(lambda x: torch.where(x > 0, x, torch.nan), torch.sqrt, cases,
+                             mistakes=mistakes, nan_hint="a NaN.")
+    assert not verdict and verdict.message.endswith("Hint: a NaN.")
+    verdict = ex.check_cases(lambda x: x + 1, torch.sqrt, cases, mistakes=mistakes,
+                             nan_hint="a NaN.")
+    assert not verdict and "Hint" not in verdict.message
+    assert ex.check_cases(stub, torch.sqrt, cases, what="root").message == (
+        "root is not implemented yet.")
+    assert ex.check_cases(torch.sqrt, torch.sqrt, cases)
