@@ -23,8 +23,7 @@ __all__ = ["CountingLinear", "additive_scores_reference", "check_additive_scores
 
 
 def _same(got, wrong, atol, rtol) -> bool:
-    """``got`` equals a known mistake's output, NaN where it has NaN (a plain softmax over a row
-    of -inf gives NaN, and so does the learner's)."""
+    """``got`` equals a known mistake's output, NaN where it has NaN."""
     got, wrong = _as_tuple(got), _as_tuple(wrong)
     return len(got) == len(wrong) and all(
         isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
@@ -69,13 +68,18 @@ def additive_scores_reference(s_t, H, U_q, U_k, v_a):
     return features @ v_a  # (b, n)
 
 
+def _sizes(g: torch.Generator, k: int, high: int = 8) -> list[int]:  # a case's random shapes
+    return torch.randint(1, high + 1, (k,), generator=g).tolist()
+
+
 def _additive_cases() -> list[dict]:
     g = seeded(61)
     cases = []
     for b, n, d, d_m, d_a, dtype, size in [(2, 5, 6, 6, 4, torch.float32, 1.0),
                                            (1, 1, 3, 5, 4, torch.float32, 1.0),
                                            (3, 7, 4, 6, 8, torch.float64, 1.0),
-                                           (2, 4, 8, 8, 16, torch.float32, 30.0)]:
+                                           (2, 4, 8, 8, 16, torch.float32, 30.0),
+                                           (*_sizes(g, 5), torch.float32, 1.0)]:
         cases.append({
             "s_t": size * torch.randn(b, d, generator=g).to(dtype),
             "H": size * torch.randn(b, n, d_m, generator=g).to(dtype),
@@ -99,17 +103,9 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
     v_a (d_a,)) -> e (b, n)`` with ``e_tj = tanh(s_t U_q + h_j U_k) v_a^T``."""
     ref = additive_scores_reference
 
-    def tanh_outside(s_t, H, U_q, U_k, v_a):
-        return torch.tanh(((s_t @ U_q)[:, None, :] + H @ U_k) @ v_a)
-
-    def no_tanh(s_t, H, U_q, U_k, v_a):
-        return ((s_t @ U_q)[:, None, :] + H @ U_k) @ v_a
-
-    def multiplied(s_t, H, U_q, U_k, v_a):
-        return torch.tanh((s_t @ U_q)[:, None, :] * (H @ U_k)) @ v_a
-
-    def dot_product(s_t, H, U_q, U_k, v_a):
-        return ((s_t @ U_q)[:, None, :] * (H @ U_k)).sum(-1)
+    def changed(*, inside=torch.tanh, outside=lambda e: e, combine=torch.add):
+        return lambda s_t, H, U_q, U_k, v_a: outside(
+            inside(combine((s_t @ U_q)[:, None, :], H @ U_k)) @ v_a)
 
     return check_function(
         additive_scores, ref, _additive_cases(), what="additive_scores", output_names=("e",),
@@ -118,15 +114,18 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
                                                    if U_q.shape == U_k.shape else None),
                     "U_q and U_k are swapped: the decoder state is mapped by U_q (s_t U_q), the "
                     "encoder states by U_k (h_j U_k)."),
-            Mistake(tanh_outside, "tanh was applied after v_a: it squashes the d_a features "
-                                  "(tanh(s_t U_q + h_j U_k)), and v_a then reads them out."),
-            Mistake(no_tanh, "there is no tanh: without it the score is s_t U_q v_a^T + h_j U_k "
-                             "v_a^T, and the s_t part is the same for every j, so the decoder "
-                             "state could not change which position wins."),
-            Mistake(multiplied, "the two projections are added, not multiplied: tanh(s_t U_q + "
-                                "h_j U_k)."),
-            Mistake(dot_product, "that is a dot-product score of the projections; the additive "
-                                 "score adds them, applies tanh and reads out with v_a."),
+            Mistake(changed(inside=lambda x: x, outside=torch.tanh),
+                    "tanh was applied after v_a: it squashes the d_a features "
+                    "(tanh(s_t U_q + h_j U_k)), and v_a then reads them out."),
+            Mistake(changed(inside=lambda x: x),
+                    "there is no tanh: without it the score is s_t U_q v_a^T + h_j U_k v_a^T, and "
+                    "the s_t part is the same for every j, so the decoder state could not change "
+                    "which position wins."),
+            Mistake(changed(combine=torch.mul),
+                    "the two projections are added, not multiplied: tanh(s_t U_q + h_j U_k)."),
+            Mistake(lambda s_t, H, U_q, U_k, v_a: ((s_t @ U_q)[:, None, :] * (H @ U_k)).sum(-1),
+                    "that is a dot-product score of the projections; the additive score adds "
+                    "them, applies tanh and reads out with v_a."),
             Mistake(lambda *args: torch.softmax(ref(*args), dim=-1),
                     "you returned the attention weights (the softmax); return the scores e_tj, "
                     "before the softmax."),
@@ -138,8 +137,7 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
 
 
 class CountingLinear(nn.Linear):
-    """``nn.Linear`` that counts its calls (``calls``), so a checker can see how often a
-    projection ran; printed briefly, as in a case's description."""
+    """``nn.Linear`` that counts its calls (``calls``); printed briefly in a case's description."""
 
     def __init__(self, d_in: int, d_out: int, *, bias: bool, generator: torch.Generator,
                  dtype=torch.float32):
@@ -229,6 +227,8 @@ def _step_stages() -> list[tuple]:
                _step_case(g, 3, 5, 8, 8, 8, [5, 1, 3], bias=False),
                _step_case(g, 1, 1, 4, 6, 2, [1]),             # one encoder token
                _step_case(g, 2, 7, 6, 4, 5, [7, 6], dtype=torch.float64)]
+    b, n, d, d_k, d_v = _sizes(g, 5)
+    regular.append(_step_case(g, b, n, d, d_k, d_v, _sizes(g, b, high=n)))  # random shapes
     large = [_step_case(g, 2, 5, 8, 8, 4, [5, 3], dtype=torch.float64, size=30.0)]
     empty = [_step_case(g, 3, 4, 4, 4, 3, [4, 0, 2])]
     uniform = Mistake(lambda *a: _step_with(*a, fill=-1e9),
@@ -241,18 +241,17 @@ def _step_stages() -> list[tuple]:
     return [
         (regular, _step_mistakes(), None),
         (large, [zeroed], overflow + "(torch.softmax does this for you)."),
-        (empty, [uniform], "a sentence with no real token (length 0) has all its scores masked, "
-                           "and the softmax of all -inf is 0/0 = NaN. Give such a row zero "
-                           "weights and a zero context (weights.nan_to_num(0.0), or "
-                           "ah.scaled_dot_product_attention, which does it)."),
+        (empty, [uniform], "a sentence with no real token (length 0) has every score masked, and "
+                           "a softmax over all -inf is 0/0 = NaN: give such a row zero weights and "
+                           "a zero context (as ah.scaled_dot_product_attention does)."),
     ]
 
 
 @exercise("cross_attention.step", "one cross-attention decoding step", hints=(
     "The query is the decoder's state s_t, projected; the keys and values are the encoder's, "
     "already projected. Which encoder positions may s_t look at?",
-    "q_t = q_proj(s_t); e_tj = q_t . k_j / sqrt(d_k), set to -inf where j >= lengths[i]; "
-    "a_t = softmax_j(e_tj); c_t = sum_j a_tj v_j.",
+    "q_t = q_proj(s_t); e_tj = q_t . k_j / sqrt(d_k), -inf where j >= lengths[i]; a_t = "
+    "softmax_j(e_tj), all zero when lengths[i] = 0; c_t = sum_j a_tj v_j.",
     "q = q_proj(s_t)[:, None, :]                                   # (b, 1, d_k)\n"
     "real = torch.arange(K.shape[1])[None, :] < lengths[:, None]   # (b, n)\n"
     "context, weights = ah.scaled_dot_product_attention(q, K, V, real[:, None, :])\n"
@@ -280,10 +279,11 @@ def decode_contexts_reference(S, H, lengths, q_proj, k_proj, v_proj):
 
 def _decode_cases() -> list[dict]:
     g = seeded(63)
-    cases = []
-    for b, T, n, d, d_m, d_k, lengths, dtype in [(2, 3, 5, 6, 4, 4, [5, 2], torch.float32),
-                                                 (1, 1, 4, 4, 4, 4, [3], torch.float32),
-                                                 (3, 4, 6, 5, 7, 6, [6, 1, 4], torch.float64)]:
+    cases, sizes = [], _sizes(g, 6)  # the last case's shapes: b, T, n, d, d_m, d_k
+    for b, T, n, d, d_m, d_k, lengths, dtype in [
+            (2, 3, 5, 6, 4, 4, [5, 2], torch.float32), (1, 1, 4, 4, 4, 4, [3], torch.float32),
+            (3, 4, 6, 5, 7, 6, [6, 1, 4], torch.float64),
+            (*sizes, _sizes(g, sizes[0], sizes[2]), torch.float32)]:
         cases.append({
             "S": torch.randn(b, T, d, generator=g).to(dtype),
             "H": torch.randn(b, n, d_m, generator=g).to(dtype),
@@ -333,9 +333,9 @@ def check_decode_contexts(decode_contexts: Callable) -> CheckResult:
     result = check_function(decode_contexts, decode_contexts_reference, _decode_cases(),
                             what="decode_contexts", output_names=("the contexts", "the weights"),
                             mistakes=mistakes)
-    if not result:
+    if not result:  # wrong numbers first; then how often the encoder was projected
         return result
-    case = _decode_cases()[-1]  # T = 4 steps
+    case = _decode_cases()[2]  # T = 4 steps
     with torch.no_grad():
         decode_contexts(*case.values())
     T = case["S"].shape[1]
@@ -344,6 +344,6 @@ def check_decode_contexts(decode_contexts: Callable) -> CheckResult:
             return CheckResult(False, (
                 f"Not yet: the numbers are right, but for {T} decoding steps {name} ran "
                 f"{case[name].calls} times. The encoder states do not change while the decoder "
-                f"writes: compute K = k_proj(H) and V = v_proj(H) once, before the loop over the "
-                f"steps, and reuse them."))
+                "writes: compute K = k_proj(H) and V = v_proj(H) once, before the loop, and "
+                "reuse them."))
     return result

@@ -27,6 +27,10 @@ __all__ = ["PositionScheme", "SCHEMES", "check_relative_gap", "check_rope", "che
 # --- exercise 1: the sinusoidal table --------------------------------------------------------
 
 
+def _sizes(g: torch.Generator, k: int, high: int = 8) -> list[int]:  # a case's random shapes
+    return torch.randint(1, high + 1, (k,), generator=g).tolist()
+
+
 def _table(n, d, *, positions=None, exponents=None):
     """``sin``/``cos`` of ``positions[:, None] * 10000^(-exponents)``, interleaved: the encoding
     with one thing changed, for the known mistakes."""
@@ -48,7 +52,9 @@ def _table(n, d, *, positions=None, exponents=None):
 def check_sinusoidal(sinusoidal: Callable) -> CheckResult:
     """Exercise: ``sinusoidal(n_positions, d_model) -> PE (n_positions, d_model)`` float32, with
     ``PE[p, 2i] = sin(p / 10000^(2i/d))`` and ``PE[p, 2i+1] = cos(p / 10000^(2i/d))``."""
-    cases = [{"n_positions": n, "d_model": d} for n, d in [(6, 8), (4, 2), (50, 16), (1, 4)]]
+    n, half = _sizes(seeded(70), 2, high=40)  # and a case with random sizes
+    cases = [{"n_positions": n, "d_model": d}
+             for n, d in [(6, 8), (4, 2), (50, 16), (1, 4), (n, 2 * half)]]
 
     def per_dimension(n, d):  # omega = 10000^(-j/d) for every dimension j, odd ones included
         angles = torch.arange(n, dtype=torch.float64)[:, None] * 10000.0 ** (
@@ -106,6 +112,8 @@ def _rope_cases() -> list[dict]:
     g = seeded(71)
     shapes = [((8,), 5, torch.float32), ((2,), 3, torch.float32), ((4, 16), 11, torch.float64),
               ((2, 3, 8), 1000, torch.float64), ((6,), 0, torch.float32)]
+    b, h, half, p = _sizes(g, 4, high=12)
+    shapes.append(((b, h, 2 * half), 10 * p, torch.float32))  # random shapes
     return [{"x": torch.randn(*shape, generator=g).to(dtype), "p": p}
             for shape, p, dtype in shapes]
 
@@ -187,11 +195,11 @@ def relative_gap_reference(encode, q, k, p, offset):
 
 def _gap_cases() -> list[dict]:
     g = seeded(72)
-    cases = []
+    cases, (h, half, at, apart) = [], _sizes(g, 4, high=12)  # the last case's random sizes
     for scheme, heads, d, p, offset in [("rope", 3, 8, 5, 2), ("added", 4, 8, 3, 4),
                                         ("none", 2, 6, 7, 1), ("scaled", 3, 4, 2, 5),
                                         ("rope", 1, 16, 40, 9), ("added", 2, 4, 10, -3),
-                                        ("added", 3, 16, 1, 0)]:
+                                        ("added", 3, 16, 1, 0), ("added", h, 2 * half, at, apart)]:
         q, k = torch.randn(2, heads, d, generator=g, dtype=torch.float64)
         k = -q if scheme == "scaled" else k  # q . k < 0: every head's score falls as p grows
         cases.append({"encode": SCHEMES[scheme], "q": q, "k": k, "p": p, "offset": offset})
