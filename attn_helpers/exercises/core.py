@@ -60,8 +60,9 @@ def _as_tuple(value) -> tuple:
     return value if isinstance(value, tuple) else (value,)
 
 
-def _close(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> bool:
-    return torch.allclose(got.double(), expected.double(), atol=atol, rtol=rtol, equal_nan=False)
+def _close(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, *,
+           equal_nan: bool = False) -> bool:
+    return torch.allclose(got.double(), expected.double(), atol=atol, rtol=rtol, equal_nan=equal_nan)
 
 
 def _compare(got, expected, name: str, atol: float, rtol: float) -> str | None:
@@ -143,16 +144,16 @@ def check_function(
             if problem is None:
                 continue
             message = f"Not yet: on {where}, {problem}"
-            if nan_hint and isinstance(g, torch.Tensor) and g.shape == e.shape and (
-                    ~torch.isfinite(g) & torch.isfinite(e)).any():
-                return CheckResult(False, f"{message}\nHint: {nan_hint}")
-            for mistake in mistakes:
+            for mistake in mistakes:  # a known mistake first, NaN equal to NaN: it may give NaN
                 wrong = _as_tuple(mistake.produce(*_clone(case).values()))
                 if all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
                        and x.shape == y.shape
-                       and _close(y, x, atol, rtol) for x, y in zip(wrong, got, strict=False)):
-                    message += f"\nHint: {mistake.hint}"
-                    break
+                       and _close(y, x, atol, rtol, equal_nan=True)
+                       for x, y in zip(wrong, got, strict=False)):
+                    return CheckResult(False, f"{message}\nHint: {mistake.hint}")
+            if nan_hint and isinstance(g, torch.Tensor) and g.shape == e.shape and (
+                    ~torch.isfinite(g) & torch.isfinite(e)).any():
+                return CheckResult(False, f"{message}\nHint: {nan_hint}")
             return CheckResult(False, message)
     return CheckResult(True, f"Passed: {what} matches the reference on all {len(cases)} cases, "
                              "edge cases included.")
