@@ -123,7 +123,7 @@ NOTEBOOK_WIDGETS: dict[str, Callable[[], LiveAttentionWidget]] = {
     "masking": _factory("masking", "masking_widget"),
     "cross_attention": _cross_attention,
     "positional_encoding": _factory("positional_encoding", "positional_widget"),
-    "complexity": _factory("complexity", "complexity_widget"),
+    "complexity": _factory("complexity", "tile_stepper_widget"),
     "real_model": _real_model,
 }
 

@@ -1,202 +1,324 @@
-"""Notebook 08's widget: measured cost curves of attention, a sequence length to explore, and the
-time predicted at that length by power laws fitted to the measurements."""
+r"""Notebook 08's widget: FlashAttention's forward, one tile at a time.
+
+Step through the tiles of a seeded example in FlashAttention-2's order and watch the attention
+matrix fill in: a tile of queries against a tile of keys is scored, each of its rows updates its
+running maximum :math:`m` and sum :math:`\ell`, and whatever the row had summed before is
+multiplied by :math:`e^{m - m'}` when its maximum rises. The numbers come from
+:func:`attn_helpers.lessons.complexity.tile_stepper`; this module only draws them.
+"""
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 
 import ipywidgets as widgets
 import numpy as np
+from matplotlib.cm import ScalarMappable
+from matplotlib.collections import LineCollection
+from matplotlib.colors import Normalize, to_rgba
+from matplotlib.patches import Rectangle
+from matplotlib.transforms import blended_transform_factory, offset_copy
 
-from ..lessons.complexity import (
-    PowerLaw,
-    fit_methods,
-    format_bytes,
-    load_benchmark,
-    score_matrix_bytes,
-    series,
-)
-from .core import BlitView, LiveAttentionWidget
+from .._checks import require_bool, require_int_in
+from ..lessons.complexity import TileFrame, tile_schedule, tile_stepper
+from ..plots import ceiling_staircase, weights_cmap
+from ..training import single_thread
+from .core import BAR_COLOR, HIGHLIGHT_COLOR, BlitView, LiveAttentionWidget
+from .panels import CellPainter, EntropyBars, TextSprites
 
-__all__ = [
-    "METHOD_COLORS",
-    "BENCH_HEADS",
-    "FIT_N_MIN",
-    "ComplexityFrame",
-    "ComplexityView",
-    "measured_methods",
-    "complexity_frame",
-    "complexity_widget",
-]
+__all__ = ["METHOD_COLORS", "N_RANGE", "MAX_BLOCK", "TileStepperFrame", "TileStepperView",
+           "TileStepperWidget", "tile_stepper_frame", "tile_stepper_widget"]
 
-#: Okabe-Ito colours (colour-blind safe), one per method.
-METHOD_COLORS = {
-    "naive": "#D55E00",
-    "sdpa": "#0072B2",
-    "tiled": "#009E73",
-    "linear": "#CC79A7",
-    "local": "#E69F00",
-}
-BENCH_HEADS = 8
-#: power laws are fitted on the measurements with n >= FIT_N_MIN, where fixed overheads no
-#: longer dominate
-FIT_N_MIN = 1024
+#: Okabe-Ito colours (colour-blind safe) of the benchmarked methods, for the notebook's figures.
+METHOD_COLORS = {"naive": "#D55E00", "sdpa": "#0072B2", "tiled": "#009E73", "linear": "#CC79A7",
+                 "local": "#E69F00"}
+N_RANGE, MAX_BLOCK = (8, 48), 16          # tokens n, and the largest tile (at most n)
+FUTURE_COLOR = "#ffffff"                  # causal: keys a query may never see
+M_LIMITS, L_LIMITS = (-3.0, 8.0), (0.0, 16.0)   # every (n, block, step) of the stepper fits
 
 
 @dataclass
-class ComplexityFrame:
-    """One state of the complexity widget.
-
-    Attributes:
-        n: the chosen sequence length.
-        methods: the methods whose curves are shown.
-        predicted_ms / predicted_bytes: method -> value of the fitted power law at ``n``.
-        score_bytes: bytes of the ``(1, 8, n, n)`` float32 score matrix.
-        extrapolated: ``n`` lies outside the measured range.
-        readouts: name -> text shown under the figure.
-    """
+class TileStepperFrame:
+    """One state of the stepper: ``tiles``, exactly :func:`tile_stepper`'s :class:`TileFrame`
+    (``weights`` ``(n, n)`` NaN on keys not yet seen, ``m``, ``l``, ``rescale``, ``entropy``,
+    ``ceiling`` ``(n,)``, ``tile``); ``visible`` ``(n, n)`` bool, the keys each query may see
+    (all, or causal); ``labels`` the token positions; ``readouts`` what is shown in words."""
 
     n: int
-    methods: tuple[str, ...]
-    predicted_ms: dict[str, float]
-    predicted_bytes: dict[str, float]
-    score_bytes: int
-    extrapolated: bool
+    block_size: int
+    causal: bool
+    tiles: TileFrame
+    visible: np.ndarray
+    labels: list[str]
     readouts: dict = field(default_factory=dict)
 
+    @property
+    def rows(self) -> np.ndarray:
+        """``(n,)`` bool, the rows (queries) of the last tile."""
+        rows = np.zeros(self.n, dtype=bool)
+        if self.tiles.tile is not None:
+            rows[self.tiles.tile[0]:self.tiles.tile[1]] = True
+        return rows
 
-def measured_methods(records: list[dict]) -> list[str]:
-    """The forward attention methods (:data:`METHOD_COLORS`) measured against ``n`` in
-    ``records``, sorted (other records, such as the machine's peak rates, are left out)."""
-    return sorted(m for m in METHOD_COLORS if any(r["method"] == m and "n" in r for r in records))
 
-
-def complexity_frame(n: float, methods, records: list[dict], *,
-                     time_fits: dict[str, PowerLaw] | None = None,
-                     memory_fits: dict[str, PowerLaw] | None = None) -> ComplexityFrame:
-    """The widget's pure compute: predictions and readouts at sequence length ``n``.
-
-    Args:
-        n: sequence length (rounded to an int, >= 1).
-        methods: the methods to show, a subset of those in ``records``.
-        records: benchmark records (see :mod:`attn_helpers.complexity`).
-        time_fits, memory_fits: fitted power laws per method (fitted on ``n >= FIT_N_MIN`` if
-            not given).
-    """
-    if isinstance(n, bool) or not isinstance(n, (int, float)) or not n >= 1:
-        raise ValueError(f"n must be a number >= 1, got {n!r}")
-    n = int(round(n))
-    known = measured_methods(records)
-    if isinstance(methods, str):
-        raise TypeError("methods must be a collection of method names, not one string")
-    unknown = set(methods) - set(known)
-    if unknown:
-        raise ValueError(f"methods must be among {known}, got {sorted(unknown)}")
-    methods = tuple(m for m in known if m in set(methods))
-    time_fits = time_fits or fit_methods(records, "median_ms", n_min=FIT_N_MIN)
-    memory_fits = memory_fits or fit_methods(records, "peak_bytes", n_min=FIT_N_MIN)
-    ns = [r["n"] for r in records if r["method"] in known]
-    predicted_ms = {m: time_fits[m].predict(n) for m in methods}
-    predicted_bytes = {m: memory_fits[m].predict(n) for m in methods}
-    score = score_matrix_bytes(n, heads=BENCH_HEADS)
-    extrapolated = not min(ns) <= n <= max(ns)
-    readouts = {
-        "n": f"{n}" + (" (beyond the measured range: extrapolated)" if extrapolated else ""),
-        "score matrix, 8 heads, float32": format_bytes(score),
+def _readouts(t: TileFrame, rows: np.ndarray) -> dict:
+    if t.tile is None:
+        tile = "none yet: every key is unseen"
+    else:
+        r0, r1, c0, c1 = t.tile
+        tile = f"queries {r0}..{r1 - 1} x keys {c0}..{c1 - 1}"
+    moved = rows & (t.rescale > 0) & (t.rescale < 1)       # rows whose maximum rose
+    factors = t.rescale[moved]
+    done = t.finished
+    return {
+        "step": f"{t.step} of {t.n_steps}",
+        "tile": tile,
+        "rows rescaled by this tile": f"{int(moved.sum())} of {int(rows.sum())}" + (
+            "" if not moved.any() else f", by e^(m - m') = {factors[0]:.4f}" if len(factors) == 1
+            else f", by e^(m - m') = {factors.min():.4f}..{factors.max():.4f}"),
+        "rows starting here (first tile, nothing to rescale)": int((rows & (t.rescale == 0)).sum()),
+        "rows finished": f"{int(done.sum())} of {len(done)}",
+        "mean entropy of finished rows (nats)": (
+            f"{t.entropy[done].mean():.4f} (ceiling ln(visible keys): {t.ceiling[done].mean():.4f})"
+            if done.any() else "none finished yet"),
     }
-    for m in methods:
-        ms = predicted_ms[m]
-        shown = f"{ms:.3g} ms" if ms < 1000 else f"{ms / 1000:.3g} s"
-        readouts[f"{m}: predicted time"] = f"{shown} (~ n^{time_fits[m].slope:.2f})"
-        readouts[f"{m}: predicted peak memory"] = format_bytes(predicted_bytes[m])
-    return ComplexityFrame(n, methods, predicted_ms, predicted_bytes, score, extrapolated,
-                           readouts)
 
 
-class ComplexityView(BlitView):
-    """Two log-log panels drawn once with every measured curve: time and peak memory against
-    ``n``. A frame toggles the curves' visibility and moves the ``n`` marker and the predicted
-    points (only these animated artists are redrawn)."""
-
-    def __init__(self, records: list[dict], figsize: tuple[float, float] = (10.0, 4.2),
-                 n_range: tuple[float, float] = (2**7, 2**16)):
-        super().__init__(figsize)
-        figure = self.figure
-        grid = figure.add_gridspec(1, 2, left=0.08, right=0.98, bottom=0.14, top=0.9, wspace=0.28)
-        self.ax_time = figure.add_subplot(grid[0])
-        self.ax_memory = figure.add_subplot(grid[1])
-        methods = measured_methods(records)
-        for ax, title, label in ((self.ax_time, "median time per call", "time (ms)"),
-                                 (self.ax_memory, "peak memory per call", "peak memory (bytes)")):
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xlim(*n_range)
-            ax.set_xlabel("sequence length n")
-            ax.set_ylabel(label)
-            ax.set_title(title, fontsize=11)
-            ax.grid(alpha=0.3, which="major")
-        grid_n = np.geomspace(*n_range, 50)
-        score_line = score_matrix_bytes(1, heads=BENCH_HEADS) * grid_n**2
-        self.ax_memory.plot(grid_n, score_line, color="grey", linestyle=":",
-                            label="one score matrix")
-        (self.score_marker,) = self.ax_memory.plot([], [], "s", color="grey", markersize=7)
-        self.curves, self.predictions = {}, {}
-        times, peaks = [], []
-        for m in methods:
-            color = METHOD_COLORS.get(m, "black")
-            ns, ms = series(records, m, "median_ms")
-            _, bts = series(records, m, "peak_bytes")
-            times += ms
-            peaks += [b for b in bts if b > 0]
-            lines = (self.ax_time.plot(ns, ms, "o-", color=color, markersize=3, label=m)[0],
-                     self.ax_memory.plot(ns, np.maximum(bts, 1), "o-", color=color,
-                                         markersize=3, label=m)[0])
-            marks = (self.ax_time.plot([], [], "*", color=color, markersize=13,
-                                       markeredgecolor="black")[0],
-                     self.ax_memory.plot([], [], "*", color=color, markersize=13,
-                                         markeredgecolor="black")[0])
-            self.curves[m], self.predictions[m] = lines, marks
-            self.blit.animate(*lines, *marks)
-        self.ax_time.set_ylim(min(times) / 3, max(times) * 30)
-        self.ax_memory.set_ylim(min(peaks) / 3, float(score_line.max()) * 3)
-        self.ax_memory.legend(fontsize=8, loc="upper left")
-        self.cursors = (self.ax_time.axvline(n_range[0], color="black", linewidth=1),
-                        self.ax_memory.axvline(n_range[0], color="black", linewidth=1))
-        self.blit.animate(*self.cursors, self.score_marker)
-        self.ax_time.text(0.02, 0.97, "lines: measured, stars: fitted model at n",
-                          transform=self.ax_time.transAxes, fontsize=8, va="top")
-
-    def draw(self, frame: ComplexityFrame) -> None:
-        for m, (time_line, memory_line) in self.curves.items():
-            shown = m in frame.methods
-            time_star, memory_star = self.predictions[m]
-            for artist in (time_line, memory_line, time_star, memory_star):
-                artist.set_visible(shown)
-            if shown:
-                time_star.set_data([frame.n], [frame.predicted_ms[m]])
-                memory_star.set_data([frame.n], [max(frame.predicted_bytes[m], 1.0)])
-        for cursor in self.cursors:
-            cursor.set_xdata([frame.n, frame.n])
-        self.score_marker.set_data([frame.n], [frame.score_bytes])
+def tile_stepper_frame(n: int, block_size: int, causal: bool, step: int) -> TileStepperFrame:
+    """The widget's pure compute: :func:`tile_stepper` ``(n, block_size, step, causal=causal)``
+    with ``n`` in :data:`N_RANGE` and ``block_size`` in ``2..min(MAX_BLOCK, n)``, and readouts."""
+    n = require_int_in("n", n, *N_RANGE)
+    block_size = require_int_in("block_size", block_size, 2, min(MAX_BLOCK, n))
+    causal = require_bool("causal", causal)
+    t = tile_stepper(n, block_size, step, causal=causal)
+    visible = np.isfinite(t.scores)                                   # (n, n)
+    frame = TileStepperFrame(n, block_size, causal, t, visible, [str(i) for i in range(n)])
+    frame.readouts = _readouts(t, frame.rows)
+    return frame
 
 
-def complexity_widget(records: list[dict] | None = None) -> LiveAttentionWidget:
-    """Notebook 08's widget: a log-scale sequence-length slider and one checkbox per method,
-    over the committed CPU benchmark by default."""
-    records = load_benchmark() if records is None else records
-    time_fits = fit_methods(records, "median_ms", n_min=FIT_N_MIN)
-    memory_fits = fit_methods(records, "peak_bytes", n_min=FIT_N_MIN)
-    methods = sorted(time_fits)
-    controls = {"n": widgets.FloatLogSlider(value=2048, base=2, min=7, max=16, step=0.5,
-                                            description="n", readout_format=".0f",
-                                            layout=widgets.Layout(width="380px"))}
-    for m in methods:
-        controls[m] = widgets.Checkbox(value=True, description=m, indent=False,
-                                       layout=widgets.Layout(width="90px"))
+class _RowBars:
+    """Horizontal bars from ``start`` to ``stop`` per row, one colour per row (animated)."""
 
-    def compute(n, **shown):
-        return complexity_frame(n, [m for m, on in shown.items() if on], records,
-                                time_fits=time_fits, memory_fits=memory_fits)
+    def __init__(self, blit, ax):
+        self.bars = LineCollection([], capstyle="butt")
+        ax.add_collection(self.bars)
+        blit.animate(self.bars)
 
-    return LiveAttentionWidget(compute, controls, ComplexityView(records),
-                               title="Cost of attention: move n, pick the methods")
+    def set(self, start, stop, colors, width: float) -> None:
+        rows = np.arange(len(stop), dtype=float)
+        self.bars.set_segments(np.stack([np.stack([start, rows], 1), np.stack([stop, rows], 1)], 1))
+        self.bars.set_colors(colors)
+        self.bars.set_linewidth(width)
+
+
+class TileStepperView(BlitView):
+    """The attention matrix revealed tile by tile (grey: keys a query has not seen yet, white: keys
+    a causal query may never see, orange frame: the last tile, thin lines: the tiles) with its
+    colour bar, then one panel per row quantity, rows aligned with the matrix: the running max
+    ``m`` (the last tile's rows in orange, a hollow marker where the max was before), the running
+    sum ``l``, the factor ``e^(m - m')`` of the last tile, and the entropy of every finished row
+    against its ``ln(visible keys)`` ceiling. Everything is laid out once, for any ``n``: a move
+    changes data limits and animated artists only, and blits."""
+
+    SIZE, LEFT, BOTTOM = 3.7, 0.72, 0.45          # the square map and its corner, in inches
+
+    def __init__(self):
+        super().__init__((11.0, 5.0))
+        fig = self.figure
+        width, height = fig.get_size_inches()
+
+        def axes(x0, w):
+            return fig.add_axes((x0 / width, self.BOTTOM / height, w / width, self.SIZE / height))
+
+        self.ax_map = axes(self.LEFT, self.SIZE)
+        self.ax_map.set_xticks([])
+        self.ax_map.set_yticks([])
+        self.ax_map.set_xlabel("key", fontsize=9)
+        self.ax_map.xaxis.set_label_position("top")
+        self.ax_map.set_ylabel("query", fontsize=9, labelpad=18)
+        self.ax_map.xaxis.labelpad = 14
+        self.ax_map.set_title("attention weights exp(s - m) / ℓ, revealed tile by tile",
+                              fontsize=10, pad=30)
+        self.cells = CellPainter(self.blit, self.ax_map, weights_cmap())
+        cbar = axes(self.LEFT + self.SIZE + 0.1, 0.13)
+        fig.colorbar(ScalarMappable(Normalize(0, 1), weights_cmap()), cax=cbar)
+        cbar.tick_params(labelsize=8)
+        self.grid = LineCollection([], colors="white", linewidths=0.8, zorder=4)
+        self.frame_box = Rectangle((0, 0), 1, 1, fill=False, edgecolor=HIGHLIGHT_COLOR,
+                                   linewidth=2.5, zorder=5)
+        self.ax_map.add_collection(self.grid)
+        self.ax_map.add_patch(self.frame_box)
+        self.blit.animate(self.grid, self.frame_box)
+        self.key_labels = TextSprites(self.blit, _above(self.ax_map), size=8, va="bottom")
+        self.query_labels = TextSprites(self.blit, _left(self.ax_map), size=8, ha="right")
+        x0 = self.LEFT + self.SIZE + 0.68
+        titles = ("running max m\n(o: before this tile)", "running sum ℓ",
+                  "rescale e^(m - m'),\nthis tile's rows", "entropy per query\n(finished rows)")
+        self.side = []
+        for i, (title, limits) in enumerate(zip(titles, (M_LIMITS, L_LIMITS, (0, 1.08),
+                                                         (0, np.log(N_RANGE[1]) * 1.08)),
+                                                strict=True)):
+            ax = axes(x0 + i * 1.43, 1.2)
+            ax.set_title(title, fontsize=9)
+            ax.set_xlim(*limits)
+            ax.set_yticks([])
+            ax.tick_params(labelsize=8)
+            ax.grid(axis="x", alpha=0.3)
+            self.side.append(ax)
+        ax_m, ax_l, ax_r, ax_h = self.side
+        ax_m.axvline(0, color="grey", linewidth=0.8)
+        ax_r.axvline(1, color="grey", linewidth=0.8, linestyle=":")
+        self.m_moves = _RowBars(self.blit, ax_m)
+        (self.m_dots,) = ax_m.plot([], [], "o", color=BAR_COLOR, markersize=4)
+        (self.m_tile,) = ax_m.plot([], [], "o", color=HIGHLIGHT_COLOR, markersize=4)
+        (self.m_before,) = ax_m.plot([], [], "o", mfc="none", color=HIGHLIGHT_COLOR, markersize=4)
+        self.l_bars, self.r_bars = _RowBars(self.blit, ax_l), _RowBars(self.blit, ax_r)
+        (self.r_dots,) = ax_r.plot([], [], "o", color=HIGHLIGHT_COLOR, markersize=4)
+        self.blit.animate(self.m_dots, self.m_tile, self.m_before, self.r_dots)
+        self.entropy = EntropyBars(self.blit, ax_h, title=titles[-1],
+                                   xlabel="nats (dashes: ln visible keys)")
+        ax_h.title.set_fontsize(9)
+        self.future = np.array(to_rgba(FUTURE_COLOR)) * 255
+        self.n = 0
+
+    def _resize(self, n: int) -> None:
+        """Data limits for ``n`` tokens: every axis keeps its box, so nothing is redrawn."""
+        self.n = n
+        self.ax_map.set_xlim(-0.5, n - 0.5)
+        for ax in (self.ax_map, *self.side):
+            ax.set_ylim(n - 0.5, -0.5)
+        row_pt = self.SIZE * 72 / n
+        self.every = max(1, int(np.ceil(10 / row_pt)))        # labels >= 10 pt apart
+        for labels in (self.key_labels, self.query_labels):
+            labels.size = float(np.clip(0.7 * row_pt, 8, 10))
+        self.marker = min(5.0, 0.6 * row_pt)
+        for dots in (self.m_dots, self.m_tile, self.m_before, self.r_dots):
+            dots.set_markersize(self.marker)
+        self.width = 0.7 * row_pt
+
+    def draw(self, frame: TileStepperFrame) -> None:
+        t, n, rows = frame.tiles, frame.n, frame.rows
+        if n != self.n:
+            self._resize(n)
+        colors = self.cells.cmap(self.cells.norm(np.ma.masked_invalid(t.weights)), bytes=True)
+        colors[~frame.visible] = self.future
+        self.cells.colors = colors                                      # (n, n, 4)
+        edges = np.arange(frame.block_size, n, frame.block_size) - 0.5
+        self.grid.set_segments([[(x, -0.5), (x, n - 0.5)] for x in edges]
+                               + [[(-0.5, y), (n - 0.5, y)] for y in edges])
+        self.frame_box.set_visible(t.tile is not None)
+        if t.tile is not None:
+            r0, r1, c0, c1 = t.tile
+            self.frame_box.set_bounds(c0 - 0.5, r0 - 0.5, c1 - c0, r1 - r0)
+        shown = np.arange(0, n, self.every)
+        labels = [frame.labels[i] for i in shown]
+        self.key_labels.set(labels, np.stack([shown, np.ones_like(shown)], 1))      # top edge
+        self.query_labels.set(labels, np.stack([np.zeros_like(shown), shown], 1))   # left edge
+        self._draw_rows(t, rows)
+
+    def _draw_rows(self, t: TileFrame, rows: np.ndarray) -> None:
+        index = np.arange(len(rows), dtype=float)
+        m = np.where(np.isfinite(t.m), t.m, np.nan)
+        moved = rows & (t.rescale > 0) & (t.rescale < 1)
+        # the max before the tile: m = m' + ln e^(m - m')
+        before = np.where(moved, m + np.log(np.where(moved, t.rescale, 1.0)), np.nan)
+        self.m_dots.set_data(np.where(rows, np.nan, m), index)
+        self.m_tile.set_data(np.where(rows, m, np.nan), index)
+        self.m_before.set_data(before, index)
+        self.m_moves.set(np.nan_to_num(before, nan=0.0), np.where(moved, m, 0.0),
+                         HIGHLIGHT_COLOR, 1.5)
+        colors = np.where(rows, HIGHLIGHT_COLOR, BAR_COLOR)
+        self.l_bars.set(np.zeros_like(t.l), t.l, colors, self.width)
+        self.r_bars.set(np.zeros_like(t.l), np.where(rows, t.rescale, 0.0), HIGHLIGHT_COLOR,
+                        self.width)
+        self.r_dots.set_data(np.where(rows, t.rescale, np.nan), index)
+        self.entropy.set(np.nan_to_num(t.entropy, nan=0.0), t.ceiling)
+        self.entropy.bars.set_linewidth(self.width)
+        self.entropy.ceiling.set_data(*ceiling_staircase(t.ceiling))
+
+
+def _above(ax):
+    return offset_copy(blended_transform_factory(ax.transData, ax.transAxes), fig=ax.figure,
+                       y=3, units="points")
+
+
+def _left(ax):
+    return offset_copy(blended_transform_factory(ax.transAxes, ax.transData), fig=ax.figure,
+                       x=-4, units="points")
+
+
+class TileStepperWidget(LiveAttentionWidget):
+    """The live stepper: the ``step`` slider always spans this ``(n, block_size, causal)``'s
+    tiles (a stepper at its last tile stays there when they change), ``block_size`` at most
+    ``n``. :meth:`set` checks the values it is given first and shows a bad one in the widget."""
+
+    def refresh(self) -> None:
+        self._fit_controls()
+        super().refresh()
+
+    def _fitted(self, values: dict) -> tuple[int, int, int]:
+        """``(largest tile, number of tiles, step)`` for the control ``values``: the step slider
+        spans the tiles, and a stepper at its last tile stays at the last tile."""
+        step = self.controls["step"]
+        n_steps = len(tile_schedule(values["n"], values["block_size"], causal=values["causal"]))
+        at_end = step.value == step.max
+        return min(MAX_BLOCK, values["n"]), n_steps, n_steps if at_end else min(step.value, n_steps)
+
+    def _fit_controls(self) -> None:
+        block_max, n_steps, value = self._fitted(self.values)
+        step = self.controls["step"]
+        self._holding = True
+        try:
+            self.controls["block_size"].max = block_max
+            step.max, step.value = n_steps, value
+        finally:
+            self._holding = False
+
+    def set(self, **values) -> dict:
+        unknown = set(values) - set(self.controls)
+        if unknown:
+            raise ValueError(f"unknown control(s) {sorted(unknown)}; known: {sorted(self.controls)}")
+        wanted = {**self.values, **values}
+        try:
+            with single_thread():
+                self.compute(**{**wanted, "step": 0})            # n, block_size and causal first
+                if "step" not in values:
+                    wanted["step"] = self._fitted(wanted)[2]
+                self.compute(**wanted)
+        except (TypeError, ValueError) as exc:                   # shown, the controls stay
+            self._error = f"{type(exc).__name__}: {exc}"
+            self.error_html.value = (
+                f"<pre style='color:#b00020;white-space:pre-wrap'>{html.escape(self._error)}</pre>")
+            return self.readouts
+        self._holding = True
+        try:
+            for name, value in values.items():
+                if name != "step":
+                    self.controls[name].value = value
+            self._fit_controls()
+            self.controls["step"].value = wanted["step"]
+        finally:
+            self._holding = False
+        self.refresh()
+        return self.readouts
+
+
+def tile_stepper_widget(n: int = 16, block_size: int = 4, causal: bool = False,
+                        step: int = 6) -> TileStepperWidget:
+    """Notebook 08's widget: sliders for ``n``, the tile size and the step, a causal toggle."""
+    frame = tile_stepper_frame(n, block_size, causal, step)           # checks the start values
+    wide = widgets.Layout(width="300px")
+    controls = {
+        "n": widgets.IntSlider(value=n, min=N_RANGE[0], max=N_RANGE[1], description="n",
+                               layout=wide),
+        "block_size": widgets.IntSlider(value=block_size, min=2, max=min(MAX_BLOCK, n),
+                                        description="tile size", layout=wide),
+        "causal": widgets.Checkbox(value=causal, description="causal", indent=False,
+                                   layout=widgets.Layout(width="90px")),
+        "step": widgets.IntSlider(value=step, min=0, max=frame.tiles.n_steps, description="step",
+                                  layout=widgets.Layout(width="420px")),
+    }
+    return TileStepperWidget(tile_stepper_frame, controls, TileStepperView(),
+                             title="FlashAttention, one tile at a time: move the step")

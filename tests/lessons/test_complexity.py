@@ -16,7 +16,6 @@ from attn_helpers.exercises.complexity import check_online_softmax_step, check_s
 from attn_helpers.lessons import complexity as cx
 from attn_helpers.lessons import complexity_bench as cx_bench
 from attn_helpers.lessons import complexity_studies as st
-from attn_helpers.widgets.complexity import FIT_N_MIN  # the fit range the notebook uses
 
 
 def test_attention_costs_formulas():
@@ -121,7 +120,6 @@ def test_validate_records_names_the_bad_record():
 def test_fit_methods_defaults_to_the_forward_methods():
     fits = cx.fit_methods(cx.load_benchmark(), n_min=cx.FIT_N_MIN)
     assert sorted(fits) == sorted(cx.ATTENTION_METHODS)
-    assert FIT_N_MIN == cx.FIT_N_MIN          # the widget fits on the range the claims use
 
 
 # The tile stepper

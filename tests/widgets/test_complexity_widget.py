@@ -1,51 +1,158 @@
-"""Notebook 08's widget (``widgets.complexity``): predictions from the fitted power laws and
-the live widget."""
+"""Notebook 08's widget (``widgets.complexity``): the FlashAttention tile stepper. Its frame is
+``lessons.complexity.tile_stepper``'s, its last step is the softmax and its entropy, every step
+changes the picture by blitting only, and bad input is shown in the widget."""
 
 from __future__ import annotations
 
 import io
-import math
+import statistics
+import time
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
-from attn_helpers.lessons import complexity as cx
+from attn_helpers.entropy import attention_entropy
+from attn_helpers.lessons.complexity import TileFrame, tile_schedule, tile_scores, tile_stepper
 from attn_helpers.widgets.complexity import (
-    FIT_N_MIN,
-    ComplexityView,
-    complexity_frame,
-    complexity_widget,
+    TileStepperView,
+    tile_stepper_frame,
+    tile_stepper_widget,
 )
+
+CASES = [(8, 4, False, 3), (13, 5, False, 7), (16, 4, True, 6), (40, 8, True, 12), (48, 16, False, 0)]
 
 
 def decode(png: bytes) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(png)).convert("RGBA")).astype(int)
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
 
 
-def test_complexity_frame_is_pure_and_predicts_from_the_fits():
-    records = cx.load_benchmark()
-    fits = cx.fit_methods(records, "median_ms", n_min=FIT_N_MIN)
-    frame = complexity_frame(4096, ["naive", "linear"], records)
-    assert frame.methods == ("linear", "naive") and frame.n == 4096 and not frame.extrapolated
-    assert math.isclose(frame.predicted_ms["naive"], fits["naive"].predict(4096))
-    assert frame.score_bytes == cx.score_matrix_bytes(4096, heads=8)
-    assert frame.readouts["score matrix, 8 heads, float32"] == "512 MiB"
-    assert complexity_frame(65536, ["naive"], records).extrapolated
-    with pytest.raises(ValueError, match="methods"):
-        complexity_frame(1024, ["fast"], records)
-    with pytest.raises(ValueError, match="n must be"):
-        complexity_frame(0, ["naive"], records)
+def assert_same_tiles(got: TileFrame, expected: TileFrame) -> None:
+    assert (got.step, got.n_steps, got.tile) == (expected.step, expected.n_steps, expected.tile)
+    for name in ("scores", "weights", "m", "l", "rescale", "finished", "entropy", "ceiling"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(expected, name), err_msg=name)
 
 
-def test_widget_moves_and_toggles_curves():
-    w = complexity_widget()
-    assert w.error is None and w.frame.n == 2048
-    before = decode(w.image.value)
-    readouts = w.set(n=16384.0, naive=False)
-    assert w.error is None and w.frame.n == 16384 and "naive" not in w.frame.methods
-    assert "naive: predicted time" not in readouts and "tiled: predicted time" in readouts
-    after = decode(w.image.value)
-    assert before.shape == after.shape and (before != after).any()
-    view = w.view
-    assert isinstance(view, ComplexityView) and not view.curves["naive"][0].get_visible()
+@pytest.mark.parametrize("n, block, causal, step", CASES)
+def test_frame_is_the_tile_steppers_and_its_readouts_count_the_rows(n, block, causal, step):
+    frame = tile_stepper_frame(n, block, causal, step)
+    expected = tile_stepper(n, block, step, causal=causal)
+    assert_same_tiles(frame.tiles, expected)
+    np.testing.assert_array_equal(frame.visible, np.isfinite(expected.scores))
+    assert frame.readouts["step"] == f"{step} of {len(tile_schedule(n, block, causal=causal))}"
+    assert frame.readouts["rows finished"] == f"{int(expected.finished.sum())} of {n}"
+    if step == 0:
+        assert frame.tiles.tile is None and not frame.rows.any()
+        assert frame.readouts["tile"].startswith("none yet")
+        return
+    r0, r1, c0, c1 = expected.tile
+    assert frame.readouts["tile"] == f"queries {r0}..{r1 - 1} x keys {c0}..{c1 - 1}"
+    rows = expected.rescale[r0:r1]
+    moved = rows[(rows > 0) & (rows < 1)]
+    assert frame.readouts["rows rescaled by this tile"].startswith(f"{len(moved)} of {r1 - r0}")
+    said = frame.readouts["rows rescaled by this tile"]
+    if len(moved) == 0:
+        assert said == f"0 of {r1 - r0}"
+    else:
+        factors = f"{moved[0]:.4f}" if len(moved) == 1 else f"{moved.min():.4f}..{moved.max():.4f}"
+        assert said.endswith(f"by e^(m - m') = {factors}")
+    assert frame.readouts["rows starting here (first tile, nothing to rescale)"] == int(
+        (rows == 0).sum())
+
+
+def test_the_readouts_name_a_rescaling_when_the_maximum_rises():
+    frame = tile_stepper_frame(8, 4, False, 2)           # keys 4..7 raise the max of rows 0..3
+    assert frame.readouts["rows rescaled by this tile"] == (
+        f"4 of 4, by e^(m - m') = {frame.tiles.rescale[:4].min():.4f}..."
+        f"{frame.tiles.rescale[:4].max():.4f}".replace("...", ".."))
+    assert (frame.tiles.rescale[:4] < 0.25).all()
+    first = tile_stepper_frame(8, 4, False, 1)
+    assert first.readouts["rows starting here (first tile, nothing to rescale)"] == 4
+    assert first.readouts["mean entropy of finished rows (nats)"] == "none finished yet"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_last_step_is_the_softmax_and_its_entropy(causal):
+    n = 21
+    frame = tile_stepper_frame(n, 6, causal, len(tile_schedule(n, 6, causal=causal)))
+    softmax = torch.softmax(tile_scores(n, causal=causal), dim=-1)      # (n, n)
+    weights = torch.from_numpy(frame.tiles.weights)
+    visible = torch.from_numpy(frame.visible)
+    assert torch.allclose(weights[visible], softmax[visible], atol=1e-12)
+    future = weights[~visible]          # 0 inside a scored diagonal tile, NaN in a skipped one
+    assert (future.nan_to_num(0.0) == 0).all() and (softmax[~visible] == 0).all()
+    assert torch.isnan(future).any() == causal
+    assert frame.tiles.finished.all()
+    entropy = attention_entropy(softmax)
+    assert torch.allclose(torch.from_numpy(frame.tiles.entropy), entropy, atol=1e-12)
+    assert np.allclose(frame.tiles.ceiling, np.log(visible.sum(-1).numpy()))
+    mean = frame.readouts["mean entropy of finished rows (nats)"]
+    assert mean.startswith(f"{entropy.mean().item():.4f} ")
+
+
+def test_every_step_changes_the_picture_by_blitting_only():
+    widget = tile_stepper_widget(n=16, block_size=4, causal=False, step=0)
+    view = widget.view
+    assert isinstance(view, TileStepperView) and widget.error is None
+    background = view.blit._background
+    pictures = [decode(widget.image.value)]
+    grey = np.array([217, 217, 217])                                   # MASKED_COLOR: unseen keys
+    unseen = [(np.abs(pictures[0] - grey).max(-1) <= 2).sum()]
+    for step in range(1, widget.controls["step"].max + 1):
+        widget.controls["step"].value = step
+        assert widget.error is None and widget.frame.tiles.step == step
+        pictures.append(decode(widget.image.value))
+        unseen.append((np.abs(pictures[-1] - grey).max(-1) <= 2).sum())
+    assert all((a != b).any() for a, b in zip(pictures, pictures[1:], strict=False))
+    assert all(a > b for a, b in zip(unseen, unseen[1:], strict=False))   # one tile less each step
+    widget.set(n=40, block_size=8, causal=True)                        # other sizes: still a blit
+    assert view.blit._background is background and widget.error is None
+    bundle = widget._repr_mimebundle_()
+    data = bundle[0] if isinstance(bundle, tuple) else bundle
+    assert "image/png" in data and "controls: n, block_size, causal, step" in data["text/plain"]
+
+
+def test_the_step_slider_spans_the_tiles_and_an_ended_stepper_stays_at_the_end():
+    widget = tile_stepper_widget(n=16, block_size=4, causal=False, step=5)
+    step, block = widget.controls["step"], widget.controls["block_size"]
+    assert step.max == 16 and block.max == 16
+    widget.set(n=10, block_size=3, causal=True, step=4)
+    assert step.max == len(tile_schedule(10, 3, causal=True)) and block.max == 10
+    assert widget.frame.tiles.step == 4
+    assert widget.frame.tiles.tile == tile_schedule(10, 3, causal=True)[3]
+    widget.set(step=step.max)
+    widget.controls["block_size"].value = 2                              # more tiles: still at the end
+    assert step.value == step.max == len(tile_schedule(10, 2, causal=True))
+    assert widget.frame.tiles.finished.all()
+    widget.controls["n"].value = 8
+    assert block.max == 8 and widget.error is None
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"n": 100}, "n must be between 8 and 48, got 100"),
+    ({"step": 99}, "step must be between 0 and 16, got 99"),
+    ({"n": 8, "block_size": 12}, "block_size must be between 2 and 8, got 12"),
+    ({"causal": "yes"}, "causal must be a bool, got str"),
+    ({"block_size": 0}, "block_size must be between 2 and 16, got 0"),
+])
+def test_bad_input_is_shown_in_the_widget_and_moves_nothing(values, message):
+    widget = tile_stepper_widget()
+    before, picture = widget.values, widget.image.value
+    widget.set(**values)
+    assert widget.error is not None and message in widget.error
+    assert message in widget.error_html.value
+    assert widget.values == before and widget.image.value == picture
+    widget.set(step=3)
+    assert widget.error is None and widget.error_html.value == ""
+
+
+def test_a_step_move_takes_at_most_15_ms_of_kernel_time():
+    widget = tile_stepper_widget(n=48, block_size=4, causal=False, step=0)
+    step = widget.controls["step"]
+    cpu = []
+    for i in range(1, 61):
+        start = time.thread_time()
+        step.value = (i * 7) % (step.max + 1)
+        cpu.append((time.thread_time() - start) * 1000)
+    assert widget.error is None and statistics.median(cpu) <= 15.0
