@@ -34,15 +34,10 @@ from torch import nn
 from .._checks import require_int_in, require_positive_int, require_tensor, shape
 from ..attention import masked_softmax
 from ..masks import causal_mask
-from ..positional import (
-    LearnedPositionalEmbedding,
-    alibi_bias,
-    apply_rope,
-    frequencies,
-    sinusoidal_encoding,
-)
+from ..positional import LearnedPositionalEmbedding, alibi_bias, apply_rope, sinusoidal_encoding
 from ..training import load_checkpoint, single_thread, train
-from .rope import diagonal_spread, head_projections, position_scores
+from . import rope
+from .rope import collapse_position, wavelength  # re-exported: notebook 07 calls them from here
 
 __all__ = [
     "SCHEMES", "VOCAB", "OFFSETS", "D_MODEL", "NUM_HEADS", "TRAIN_MIN_LEN", "TRAIN_MAX_LEN",
@@ -205,28 +200,13 @@ def extrapolation_table(curves: dict[str, torch.Tensor], lengths=TEST_LENGTHS,
                 for n in lengths} for s in SCHEMES}
 
 
-def wavelength(base: float, d_head: int = D_MODEL // NUM_HEADS, pair: int = 1) -> float:
-    """Positions for RoPE's pair ``pair`` to turn once: ``2 pi / omega_pair``."""
-    return 2 * math.pi / frequencies(d_head, base)[pair].item()
-
-
-def collapse_position(curve: torch.Tensor, *, threshold: float = 0.5, window: int = 8) -> int:
-    """First position ``p`` where the mean accuracy over positions ``p .. p + window - 1`` (and all
-    offsets) falls below ``threshold``; ``len(curve)`` if it never does."""
-    per_position = curve.nanmean(-1)  # (n,)
-    means = per_position.unfold(0, window, 1).mean(-1)  # (n - window + 1,)
-    below = (means < threshold).nonzero()
-    return int(below[0]) if len(below) else curve.shape[0]
-
-
 def wrap_study(models: nn.ModuleDict, *, n: int = WRAP_LENGTH) -> dict[float, dict]:
-    """For each RoPE base: the second pair's wavelength, each seed's accuracy curve over ``n``
-    positions and its :func:`collapse_position`."""
+    """Per RoPE base: the second pair's wavelength, each seed's accuracy curve and collapse point."""
     study = {}
     for base in WRAP_BASES:
         curves = [position_accuracy(models[model_key("rope", seed, base)], n, batch=64)
                   for seed in SEEDS]
-        study[base] = {"wavelength": wavelength(base), "curves": curves,
+        study[base] = {"wavelength": wavelength(base, D_MODEL // NUM_HEADS), "curves": curves,
                        "collapse": [collapse_position(c) for c in curves]}
     return study
 
@@ -236,8 +216,8 @@ def attention_summary(models: nn.ModuleDict, n: int = TRAIN_MAX_LEN, *, batch: i
                       seed: int = 1) -> dict[str, dict[int, torch.Tensor]]:
     """What the trained heads look at, on ``batch`` random sequences of length ``n``, per seed:
 
-    * ``"none_first_key"``: ``(n,)`` weight of query ``i`` on key 0 in the ``none`` model, averaged
-      over heads (spreading evenly over the visible keys would give ``1 / (i + 1)``);
+    * ``"none_first_key"``: ``(n,)`` weight of query ``i`` on key 0 in the ``none`` model (mean
+      over sequences and heads) over its mean weight on keys ``1 .. i-1``; NaN for ``i < 2``;
     * ``"rope_offset_weight"``: ``(len(OFFSETS), num_heads)`` mean weight each RoPE head puts on
       the key ``k`` back, for each offset ``k``;
     * ``"sinusoidal_relative_gap"``: ``(num_heads,)`` diagonal spread over largest value of each
@@ -247,17 +227,19 @@ def attention_summary(models: nn.ModuleDict, n: int = TRAIN_MAX_LEN, *, batch: i
     summary = {"none_first_key": {}, "rope_offset_weight": {}, "sinusoidal_relative_gap": {}}
     zero = torch.zeros(D_MODEL, dtype=torch.float64)
     for s in SEEDS:
-        sinusoidal = models[model_key("sinusoidal", s)].qkv.weight
-        grids = [position_scores("add, then project", *head_projections(sinusoidal, NUM_HEADS, h),
-                                 zero, n) for h in range(NUM_HEADS)]  # (n, n) each
+        W = models[model_key("sinusoidal", s)].qkv.weight
+        grids = [rope.position_scores("add, then project", *rope.head_projections(W, NUM_HEADS, h),
+                                      zero, n) for h in range(NUM_HEADS)]  # (n, n) each
         summary["sinusoidal_relative_gap"][s] = torch.tensor(
-            [diagonal_spread(g) / g.abs().max().item() for g in grids])
-        none, rope = models[model_key("none", s)].eval(), models[model_key("rope", s)].eval()
+            [rope.diagonal_spread(g) / g.abs().max().item() for g in grids])
+        none, rotary = models[model_key("none", s)].eval(), models[model_key("rope", s)].eval()
         with single_thread():
             none(tokens)
-            rope(tokens)
-        summary["none_first_key"][s] = none.last_weights[..., 0].mean((0, 1))  # (n,)
-        weights = rope.last_weights.mean(0)  # (h, n, n)
+            rotary(tokens)
+        w = none.last_weights.mean((0, 1))  # (n, n)
+        summary["none_first_key"][s] = torch.tensor(
+            [w[i, 0] / w[i, 1:i].mean() if i >= 2 else math.nan for i in range(n)])  # (n,)
+        weights = rotary.last_weights.mean(0)  # (h, n, n)
         summary["rope_offset_weight"][s] = torch.stack(
             [weights.diagonal(-k, -2, -1).mean(-1) for k in OFFSETS])  # (K, h)
     return summary
@@ -278,9 +260,8 @@ def extrapolation_claims(curves: dict[str, torch.Tensor],
     by_offset = {j: extrapolation_table(curves, (16, 64), offset=j) for j in (one, three)}
     kept = {s: [(t[s][64][i] - chance) / (t[s][16][i] - chance) for i in range(len(SEEDS))]
             for s in SCHEMES}  # share of the above-chance accuracy kept from 16 to 64 tokens
-    none = [curves[model_key("none", seed)] for seed in SEEDS]
-    first_key = attention["none_first_key"]
-    uniform = 1 / torch.arange(1, len(first_key[SEEDS[0]]) + 1)
+    seeds = {s: [curves[model_key(s, seed)] for seed in SEEDS] for s in SCHEMES}
+    first_key = [w[2:] for w in attention["none_first_key"].values()]  # ratios for i >= 2
     return {
         "without positions every seed stays below 0.5 at the training length":
             hi["none"][16] < 0.5,
@@ -289,11 +270,11 @@ def extrapolation_claims(curves: dict[str, torch.Tensor],
         "positions add more than 0.5 accuracy at the training length (worst seed vs best none)":
             min(lo[s][16] for s in ("sinusoidal", "learned", "rope")) - hi["none"][16] > 0.5,
         "NoPE effect: without positions, position 1 is solved (> 0.95) by every seed":
-            min(c[1, one].item() for c in none) > 0.95,
+            min(c[1, one].item() for c in seeds["none"]) > 0.95,
         "NoPE effect fades: without positions, every seed is below 0.15 on positions 32-63":
-            max(c[32:].nanmean().item() for c in none) < 0.15,
-        "without positions, the weight on key 0 stays within 0.03 of uniform 1/(i+1) for i >= 4":
-            all((w - uniform)[4:].abs().max() < 0.03 for w in first_key.values()),
+            max(c[32:].nanmean().item() for c in seeds["none"]) < 0.15,
+        "without positions, key 0 gets 0.9-1.1 times the mean weight on keys 1..i-1 (i >= 2)":
+            all(((w > 0.9) & (w < 1.1)).all() for w in first_key),
         "RoPE: in every seed one head puts over half its weight on 1 back, one on 3 back":
             all(w.max(-1).values.min() > 0.5 for w in attention["rope_offset_weight"].values()),
         "sinusoidal: every trained head's position term varies along its diagonals (> 0.5 max)":
@@ -304,8 +285,15 @@ def extrapolation_claims(curves: dict[str, torch.Tensor],
             max(by_offset[three]["alibi"][16]) < min(by_offset[three]["none"][16]) + 0.03,
         "learned and sinusoidal: every seed below 0.7 at twice the training length":
             hi["learned"][32] < 0.7 and hi["sinusoidal"][32] < 0.7,
+        "learned: every seed below 0.15 already on positions 16-23":
+            max(c[16:24].nanmean().item() for c in seeds["learned"]) < 0.15,
+        "learned and sinusoidal: every seed below 0.15 on positions 24-63":
+            max(c[24:].nanmean().item() for c in seeds["learned"] + seeds["sinusoidal"]) < 0.15,
         "RoPE: every seed above 0.9 at twice the training length":
             lo["rope"][32] > 0.9,
+        "RoPE: every seed above 0.9 on positions 16-31 alone, and above 0.65 at each of them":
+            all(c[16:32].nanmean().item() > 0.9 and c[16:32].nanmean(-1).min().item() > 0.65
+                for c in seeds["rope"]),
         "RoPE: every seed below 0.7 at four times the training length":
             hi["rope"][64] < 0.7,
         "every scheme and seed is worse at 4x than at 1x the training length":
@@ -319,15 +307,27 @@ def extrapolation_claims(curves: dict[str, torch.Tensor],
 
 
 def wrap_claims(wrap: dict[float, dict]) -> dict[str, bool]:
-    """What notebook 07 says about :func:`wrap_study`, each claim with its verdict (every seed)."""
-    collapse = {base: w["collapse"] for base, w in wrap.items()}
-    bases = sorted(collapse)
-    ratios = [c / w["wavelength"] for w in wrap.values() for c in w["collapse"]]
+    """What notebook 07 says about :func:`wrap_study`, each claim with its verdict (every seed).
+    A collapse point is a window's start (:func:`~.rope.collapse_position`); the slope's meaning:
+    :func:`~.rope.collapse_slope` (0.25 if it tracks the second pair, 0.5 the third, 0 no base)."""
+    collapse = {base: w["collapse"] for base, w in sorted(wrap.items())}
+    bases = list(collapse)
+    turns = {b: [c / wrap[b]["wavelength"] for c in collapse[b]] for b in bases}
+    mean_turn = [sum(t) / len(t) for t in turns.values()]
+    slow = [collapse_position(c, threshold=0.9) for c in wrap[bases[-1]]["curves"]]
     return {
         "RoPE's collapse point moves with the second pair's wavelength (every seed, in order)":
             all(max(collapse[a]) < min(collapse[b]) for a, b in zip(bases, bases[1:], strict=False)),
-        "every collapse point lies between 0.4 and 0.8 of that wavelength (about half a turn)":
-            all(0.4 < r < 0.8 for r in ratios),
+        "every collapse point lies between 0.45 and 0.7 of that wavelength (half to 2/3 of a turn)":
+            all(0.45 < t < 0.7 for ts in turns.values() for t in ts),
+        "that fraction shrinks as the base grows (mean of the seeds)":
+            all(a > b for a, b in zip(mean_turn, mean_turn[1:], strict=False)),
+        "collapse point ~ base^s with 0.1 < s < 0.35 (second pair: 0.25, third: 0.5, none: 0)":
+            0.1 < rope.collapse_slope(collapse) < 0.35,
+        "smallest base: every seed collapses before twice the training length":
+            max(collapse[bases[0]]) < 2 * TRAIN_MAX_LEN,
+        "largest base: every seed above 0.9 on windows starting before 48, collapses at 60-63":
+            min(slow) >= 48 and all(60 <= c <= 63 for c in collapse[bases[-1]]),
         "every base is still above 0.9 on positions 16-19, just past the trained offsets":
             all(c[16:20].nanmean().item() > 0.9 for w in wrap.values() for c in w["curves"]),
     }

@@ -17,14 +17,29 @@ interleaved pairs ``(x[2i], x[2i+1])``. GPT-NeoX, and Llama in Hugging Face ``tr
 (:func:`apply_rope_half`). They are the same operation up to the permutation
 :func:`interleaved_to_half` of each head's feature dimensions; permuting the rows of ``W_Q`` and
 ``W_K`` by it (:func:`permute_rows`, per head) turns a model trained in one layout into the same
-model in the other. Loading weights without it silently gives a different model.
+model in the other. Loading weights without it silently gives a different model (scores still
+depend on the offset only, but each dimension is paired with the wrong partner and turned at the
+wrong frequency).
+
+**Where RoPE breaks down.** :func:`wavelength` is the number of positions in which one pair turns
+once; :func:`collapse_position` finds where an accuracy curve breaks down, and
+:func:`collapse_slope` how fast that point moves with RoPE's base (a power law on log-log axes).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from .._checks import require_int_in, require_min_dim, require_positive_int, require_tensor, shape
+from .._checks import (
+    require_int_in,
+    require_min_dim,
+    require_number,
+    require_positive_int,
+    require_tensor,
+    shape,
+)
 from ..positional import apply_rope, frequencies, sinusoidal_encoding
 
 __all__ = [
@@ -39,6 +54,9 @@ __all__ = [
     "interleaved_to_half",
     "permute_rows",
     "rope_claims",
+    "wavelength",
+    "collapse_position",
+    "collapse_slope",
 ]
 
 MODES = ("add, then project", "project, then rotate")
@@ -184,11 +202,42 @@ def permute_rows(W: torch.Tensor, num_heads: int) -> torch.Tensor:
     return W.view(num_heads, d_head, -1)[:, perm].reshape(W.shape)
 
 
+def wavelength(base: float, d_head: int = 8, pair: int = 1) -> float:
+    """Positions for RoPE's pair ``pair`` (of a head of ``d_head``) to turn once: ``2 pi / omega``."""
+    require_number("base", base, positive=True)
+    return 2 * math.pi / frequencies(_require_even("d_head", d_head), base)[pair].item()
+
+
+def collapse_position(curve: torch.Tensor, *, threshold: float = 0.5, window: int = 8) -> int:
+    """First position ``p`` where the mean accuracy over positions ``p .. p + window - 1`` (and all
+    offsets) falls below ``threshold``; ``len(curve)`` if it never does. ``curve`` is ``(n, K)``
+    (NaN where a target does not exist). The window's centre is ``p + (window - 1) / 2``."""
+    require_tensor("curve", curve, floating=True)
+    require_positive_int("window", window)
+    per_position = curve.nanmean(-1)  # (n,)
+    means = per_position.unfold(0, window, 1).mean(-1)  # (n - window + 1,)
+    below = (means < threshold).nonzero()
+    return int(below[0]) if len(below) else curve.shape[0]
+
+
+def collapse_slope(collapse: dict[float, list[int]]) -> float:
+    """Least-squares slope ``s`` of ``log(collapse point)`` against ``log(base)``, over every seed
+    of every base: the collapse grows like ``base^s``. A pair ``i`` of a head of ``d`` turns at
+    ``base^(-2i/d)``, so if the collapse tracked that pair's wavelength, ``s = 2i/d``."""
+    x = torch.tensor([math.log(b) for b, points in collapse.items() for _ in points],
+                     dtype=torch.float64)
+    y = torch.tensor([math.log(p) for points in collapse.values() for p in points],
+                     dtype=torch.float64)
+    x, y = x - x.mean(), y - y.mean()
+    return ((x * y).sum() / (x * x).sum()).item()
+
+
 def rope_claims(*, d: int = 8, n: int = 32, seed: int = 0) -> dict[str, bool]:
     """The notebook's claims about the motivation and the two layouts, each with its verdict.
 
     Tolerances: ``1e-9`` for "depends on q - p only" (float64 rounding is ~1e-14), and at least
-    ``0.1`` times the largest score for "does not" (a difference no rounding explains).
+    ``0.1`` times the largest score for "does not" (a difference no rounding explains). The example
+    pair of positions 5 apart is ``(0, 5)`` against ``(20, 25)``.
     """
     W_Q, W_K = random_projections(d, seed=seed)
     x = torch.randn(d, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
@@ -215,6 +264,8 @@ def rope_claims(*, d: int = 8, n: int = 32, seed: int = 0) -> dict[str, bool]:
     return {
         "position added before W_Q, W_K: the score is not a function of q - p":
             diagonal_spread(absolute) > 0.1 * absolute.abs().max().item(),
+        "position added: two positions 5 apart score differently at (0, 5) and (20, 25)":
+            abs(absolute[0, 5] - absolute[20, 25]).item() > 0.1 * absolute.abs().max().item(),
         "the same with a token's content added too":
             diagonal_spread(with_token) > 0.1 * with_token.abs().max().item(),
         "rotating after W_Q, W_K (RoPE): the score depends on q - p only":

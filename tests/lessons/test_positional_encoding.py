@@ -122,15 +122,39 @@ def test_claims_can_fail(shipped):
     swapped[625.0] = dict(wrap[625.0], collapse=[500, 500, 500])
     assert not verdict("RoPE's collapse point moves with the second pair's wavelength (every seed, "
                        "in order)", wrap=swapped)
-    assert not verdict("every collapse point lies between 0.4 and 0.8 of that wavelength (about half "
-                       "a turn)", wrap=swapped)
-    to_first = dict(attention, none_first_key={s: w + 0.05 for s, w in
+    assert not verdict("every collapse point lies between 0.45 and 0.7 of that wavelength (half to 2/3 "
+                       "of a turn)", wrap=swapped)
+    same = {b: dict(w, collapse=[40, 40, 40]) for b, w in wrap.items()}  # "unseen offsets" alone
+    assert not verdict("collapse point ~ base^s with 0.1 < s < 0.35 (second pair: 0.25, third: 0.5, "
+                       "none: 0)", wrap=same)
+    third = {b: dict(w, collapse=[round(20 * (b / 625) ** 0.5)] * 3) for b, w in wrap.items()}
+    assert not verdict("collapse point ~ base^s with 0.1 < s < 0.35 (second pair: 0.25, third: 0.5, "
+                       "none: 0)", wrap=third)
+    steady = {b: dict(w, collapse=[round(0.55 * w["wavelength"])] * 3) for b, w in wrap.items()}
+    assert not verdict("that fraction shrinks as the base grows (mean of the seeds)", wrap=steady)
+    late = dict(wrap)
+    late[160000.0] = dict(wrap[160000.0], collapse=[70, 62, 60])
+    assert not verdict("largest base: every seed above 0.9 on windows starting before 48, collapses "
+                       "at 60-63", wrap=late)
+    rope_dip = curves["rope_s2"].clone()
+    rope_dip[20] = 0.5
+    assert not verdict("RoPE: every seed above 0.9 on positions 16-31 alone, and above 0.65 at each "
+                       "of them", curves=dict(curves, rope_s2=rope_dip))
+    echo = curves["sinusoidal_s1"].clone()
+    echo[40:] = 0.5
+    assert not verdict("learned and sinusoidal: every seed below 0.15 on positions 24-63",
+                       curves=dict(curves, sinusoidal_s1=echo))
+    slow = curves["learned_s0"].clone()
+    slow[16:20] = 1.0
+    assert not verdict("learned: every seed below 0.15 already on positions 16-23",
+                       curves=dict(curves, learned_s0=slow))
+    to_first = dict(attention, none_first_key={s: w * 1.15 for s, w in
                                                attention["none_first_key"].items()})
     relative = dict(attention, sinusoidal_relative_gap={s: torch.zeros(3) for s in pt.SEEDS})
     assert not pt.extrapolation_claims(curves, relative)[
         "sinusoidal: every trained head's position term varies along its diagonals (> 0.5 max)"]
     assert not pt.extrapolation_claims(curves, to_first)[
-        "without positions, the weight on key 0 stays within 0.03 of uniform 1/(i+1) for i >= 4"]
+        "without positions, key 0 gets 0.9-1.1 times the mean weight on keys 1..i-1 (i >= 2)"]
 
 
 @pytest.mark.slow

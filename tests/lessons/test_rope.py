@@ -125,11 +125,15 @@ def test_projected_scores_is_the_widget_function():
 
 def test_rope_claims_hold_and_can_fail(monkeypatch):
     verdicts = rope.rope_claims()
-    assert len(verdicts) == 7 and all(verdicts.values()), verdicts
+    assert len(verdicts) == 8 and all(verdicts.values()), verdicts
     monkeypatch.setattr(rope, "apply_rope_half", lambda x, *a, **k: apply_rope(x))
     broken = rope.rope_claims()
     assert not broken["the split-halves layout is the interleaved one with dimensions permuted"]
     assert not broken["loading the weights without the permutation changes the scores"]
+    monkeypatch.setattr(rope, "sinusoidal_encoding", lambda n, d, dtype: torch.ones(n, d, dtype=dtype))
+    assert not rope.rope_claims()["position added: two positions 5 apart score differently at (0, 5) "
+                                  "and (20, 25)"]
+    monkeypatch.undo()
     monkeypatch.setattr(rope, "commuting_projections", rope.random_projections)
     assert not rope.rope_claims()["if W_Q^T W_K commutes with the rotations, adding positions is "
                                   "relative too"]
@@ -160,3 +164,17 @@ def test_bad_inputs_name_the_argument():
         rope.head_projections(torch.zeros(12, 4), 2, 2)
     with pytest.raises(ValueError, match=r"W must be \(num_heads \* d_head, d_in\).*\(6, 2\)"):
         rope.permute_rows(torch.zeros(6, 2), 2)
+
+
+def test_wavelength_collapse_position_and_slope():
+    assert rope.wavelength(10000.0) == pytest.approx(2 * math.pi / 0.1)
+    assert rope.wavelength(625.0, 8, pair=1) == pytest.approx(2 * math.pi / 0.2)
+    with pytest.raises(ValueError, match="base must be a positive"):
+        rope.wavelength(0.0)
+    curve = torch.cat([torch.ones(20, 1), torch.full((12, 1), 0.3)]).double()
+    assert rope.collapse_position(curve, window=4) == 19  # 18..21: 0.65, 19..22: 0.475 < 0.5
+    assert rope.collapse_position(curve, threshold=0.9, window=4) == 17  # 17..20: 0.825
+    assert rope.collapse_position(torch.ones(10, 1).double()) == 10
+    second_pair = {b: [3 * b ** 0.25, 3.1 * b ** 0.25] for b in (625.0, 10000.0, 160000.0)}
+    assert rope.collapse_slope(second_pair) == pytest.approx(0.25)
+    assert rope.collapse_slope({b: [40, 41] for b in (625.0, 10000.0)}) == pytest.approx(0.0)
