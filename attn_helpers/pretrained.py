@@ -222,7 +222,8 @@ class Encoder(nn.Module):
     def encode(self, sentences: list[str], *, head_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Sentence embeddings ``(b, d)``: mean of the last hidden states over the real tokens,
         scaled to unit length (as sentence-transformers, which also cuts each sentence to 256
-        word pieces, the length the model was fine-tuned on). ``head_mask`` as in ``forward``."""
+        word pieces, its ``max_seq_length`` at inference; the fine-tuning used at most 128, as the
+        model card says). ``head_mask`` as in ``forward``."""
         batch = self.tokenize(sentences, max_length=self.cfg.sentence_max_tokens)
         hidden, _ = self(batch["input_ids"], batch["attention_mask"], head_mask=head_mask)
         return mean_pool(hidden, batch["attention_mask"])

@@ -156,7 +156,8 @@ class Ablation:
 
     ``layer_delta (L,)``: change when all heads of layer ``l`` are off; ``head_delta (L, h)``:
     when head ``(l, i)`` alone is off; ``layer_separation (L,)``: with layer ``l`` off, the
-    lowest paraphrase similarity minus the highest non-paraphrase one (> 0: still separated).
+    lowest paraphrase similarity minus the highest non-paraphrase one (> 0: still separated);
+    ``head_separation (L, h)``: the same with head ``(l, i)`` alone off.
     """
 
     paraphrase: torch.Tensor
@@ -165,6 +166,7 @@ class Ablation:
     layer_delta: torch.Tensor
     head_delta: torch.Tensor
     layer_separation: torch.Tensor
+    head_separation: torch.Tensor
 
 
 @torch.no_grad()
@@ -197,15 +199,16 @@ def ablation(enc: Encoder, paraphrases: list, non_paraphrases: list) -> Ablation
     base = float(sims[:n_p].mean() - sims[n_p:].mean())
 
     variants = torch.cat([torch.zeros(1, h), 1 - torch.eye(h)]).bool()   # (1 + h, h): off = False
-    gaps, separation = torch.zeros(L, 1 + h), torch.zeros(L)
+    gaps, separation = torch.zeros(L, 1 + h), torch.zeros(L, 1 + h)
     for l in range(L):
         x = torch.cat([enc.layers[l](layer_inputs[l], mask, v)[0] for v in variants])
         for later in enc.layers[l + 1:]:
             x, _ = later(x, mask.repeat(1 + h, 1, 1))
         s = cosines(x, 1 + h)                                        # (1 + h, pairs)
         gaps[l] = s[:, :n_p].mean(dim=1) - s[:, n_p:].mean(dim=1)
-        separation[l] = s[0, :n_p].min() - s[0, n_p:].max()
-    return Ablation(sims[:n_p], sims[n_p:], base, gaps[:, 0] - base, gaps[:, 1:] - base, separation)
+        separation[l] = s[:, :n_p].min(dim=1).values - s[:, n_p:].max(dim=1).values
+    return Ablation(sims[:n_p], sims[n_p:], base, gaps[:, 0] - base, gaps[:, 1:] - base,
+                    separation[:, 0], separation[:, 1:])
 
 
 @dataclass(frozen=True)
@@ -258,7 +261,7 @@ def claims(a: Analysis) -> dict[str, bool]:
     sharpest = divmod(int(a.entropy.argmin()), a.entropy.shape[1])
     abl = a.ablation
     return {
-        f"no head is close to uniform (every head below {UNIFORM_MAX} ln n)": bool(
+        f"no head is uniform (every head below {UNIFORM_MAX} ln n)": bool(
             (a.normalised_entropy < UNIFORM_MAX).all()),
         "middle layers are sharper than the first and the last": bool(
             layer_entropy[middle].max() < min(layer_entropy[0], layer_entropy[-1])),
@@ -282,4 +285,6 @@ def claims(a: Analysis) -> dict[str, bool]:
             (abl.head_delta.abs() < SINGLE_HEAD_MAX * abl.gap).all()),
         "with any one layer's heads off, the pairs stay separated": bool(
             (abl.layer_separation > 0).all()),
+        "with any single head off, the pairs stay separated": bool(
+            (abl.head_separation > 0).all()),
     }
