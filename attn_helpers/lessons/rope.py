@@ -261,6 +261,8 @@ def rope_claims(*, d: int = 8, n: int = 32, seed: int = 0) -> dict[str, bool]:
     unconverted = head_scores(apply_rope_half, W[0], W[1])
     probe = torch.randn(3, n, d, generator=torch.Generator().manual_seed(seed + 4), dtype=torch.float64)
     scale = interleaved.abs().max().item()
+    same = probe[0, :1].expand(n, d)  # one vector at every position: is split-halves RoPE relative?
+    halves = apply_rope_half(same @ W_Q[:d, :d].T) @ apply_rope_half(same @ W_K[:d, :d].T).T
     return {
         "position added before W_Q, W_K: the score is not a function of q - p":
             diagonal_spread(absolute) > 0.1 * absolute.abs().max().item(),
@@ -279,4 +281,6 @@ def rope_claims(*, d: int = 8, n: int = 32, seed: int = 0) -> dict[str, bool]:
             (converted - interleaved).abs().max().item() < 1e-9 * scale,
         "loading the weights without the permutation changes the scores":
             (unconverted - interleaved).abs().max().item() > 0.1 * scale,
+        "either layout alone gives scores that depend on q - p only (so the bug is silent)":
+            diagonal_spread(halves) < 1e-9,
     }

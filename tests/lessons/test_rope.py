@@ -125,11 +125,17 @@ def test_projected_scores_is_the_widget_function():
 
 def test_rope_claims_hold_and_can_fail(monkeypatch):
     verdicts = rope.rope_claims()
-    assert len(verdicts) == 8 and all(verdicts.values()), verdicts
+    assert len(verdicts) == 9 and all(verdicts.values()), verdicts
     monkeypatch.setattr(rope, "apply_rope_half", lambda x, *a, **k: apply_rope(x))
     broken = rope.rope_claims()
     assert not broken["the split-halves layout is the interleaved one with dimensions permuted"]
     assert not broken["loading the weights without the permutation changes the scores"]
+    def scaled(x, *args, **kwargs):  # scales position p by p + 1: not a rotation, not relative
+        return x * torch.arange(1.0, x.shape[-2] + 1)[:, None]
+
+    monkeypatch.setattr(rope, "apply_rope_half", scaled)
+    assert not rope.rope_claims()["either layout alone gives scores that depend on q - p only (so "
+                                  "the bug is silent)"]
     monkeypatch.setattr(rope, "sinusoidal_encoding", lambda n, d, dtype: torch.ones(n, d, dtype=dtype))
     assert not rope.rope_claims()["position added: two positions 5 apart score differently at (0, 5) "
                                   "and (20, 25)"]
