@@ -127,6 +127,7 @@ class TileStepperView(BlitView):
     def __init__(self):
         super().__init__((11.0, 5.0))
         fig = self.figure
+        fig.set_layout_engine("none")                 # every axes is placed by hand, once
         width, height = fig.get_size_inches()
 
         def axes(x0, w):

@@ -1,5 +1,5 @@
-"""Cost counting, the committed benchmark and its claims, the tile stepper, the live studies,
-the widget and the checkers."""
+"""Cost counting, the committed benchmark and its claims, the tile stepper and the live studies
+(the widget: tests/widgets/test_complexity_widget.py; the checkers: tests/exercises/)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import torch
 
 from attn_helpers.efficient import online_softmax_step
 from attn_helpers.entropy import attention_entropy
-from attn_helpers.exercises.complexity import check_online_softmax_step, check_score_matrix_bytes
 from attn_helpers.lessons import complexity as cx
 from attn_helpers.lessons import complexity_bench as cx_bench
 from attn_helpers.lessons import complexity_studies as st
@@ -301,25 +300,3 @@ def test_format_bytes():
     assert cx.format_bytes(512) == "512 B"
     assert cx.format_bytes(1536) == "1.5 KiB"
     assert cx.format_bytes(32 * 2**20) == "32 MiB"
-
-
-def test_checkers_accept_the_reference_and_explain_mistakes():
-    def right(m, l, acc, scores, values):
-        new_m = torch.maximum(m, scores.amax(-1, keepdim=True))
-        p, c = torch.exp(scores - new_m), torch.exp(m - new_m)
-        return new_m, l * c + p.sum(-1, keepdim=True), acc * c + p @ values
-
-    def wrong(m, l, acc, scores, values):
-        new_m = torch.maximum(m, scores.amax(-1, keepdim=True))
-        p = torch.exp(scores - new_m)
-        return new_m, l * torch.exp(m - new_m) + p.sum(-1, keepdim=True), acc + p @ values
-
-    assert check_online_softmax_step(right)
-    verdict = check_online_softmax_step(wrong)
-    assert not verdict and "acc needs the same factor" in verdict.message
-    assert check_online_softmax_step(lambda *a: tuple(online_softmax_step(
-        __import__("attn_helpers.efficient", fromlist=["x"]).OnlineSoftmaxState(*a[:3]), *a[3:])))
-    assert check_score_matrix_bytes(lambda n, h, dtype: h * n * n * cx.element_size(dtype))
-    verdict = check_score_matrix_bytes(lambda n, h, dtype: h * n * n * 4)
-    assert not verdict and "float16" in verdict.message
-    assert "number of bytes" in check_score_matrix_bytes(lambda n, h, d: "big").message
