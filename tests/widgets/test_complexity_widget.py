@@ -156,3 +156,15 @@ def test_a_step_move_takes_at_most_15_ms_of_kernel_time():
         step.value = (i * 7) % (step.max + 1)
         cpu.append((time.thread_time() - start) * 1000)
     assert widget.error is None and statistics.median(cpu) <= 15.0
+
+
+@pytest.mark.parametrize("n", [8, 13, 16])
+def test_a_tile_as_wide_as_n_never_rescales(n):
+    """What the notebook suggests trying: one tile per row block, so nothing to rescale."""
+    for causal in (False, True):
+        for step in range(1, len(tile_schedule(n, n, causal=causal)) + 1):
+            frame = tile_stepper_frame(n, n, causal, step)
+            assert set(np.unique(frame.tiles.rescale)) <= {0.0, 1.0}
+            assert frame.readouts["rows rescaled by this tile"] == f"0 of {n}"
+    assert any(not tile_stepper_frame(n, 4, False, s).readouts["rows rescaled by this tile"]
+               .startswith("0 of") for s in range(1, len(tile_schedule(n, 4)) + 1))   # smaller tiles do
