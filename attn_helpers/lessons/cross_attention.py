@@ -1,6 +1,8 @@
-"""Notebook 06: alignment measures for the GRU model's cross-attention (does output step ``t``
-read the input it must copy?), the Transformer decoder layer checked against PyTorch, encoder keys
-and values projected once per sentence, and the claims the notebook asserts."""
+"""Notebook 06: the claims the notebook asserts about the GRU models' cross-attention (does
+output step ``t`` read the input it must copy?), the Transformer decoder layer checked against
+PyTorch, encoder keys and values projected once per sentence, and a small Transformer
+encoder-decoder on the dates task. The measurements behind the alignment claims are in
+:mod:`attn_helpers.lessons.cross_attention_studies` (re-exported here)."""
 
 from __future__ import annotations
 
@@ -8,114 +10,61 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import require_positive_int, require_tensor, shape
 from ..attention import scaled_dot_product_attention
 from ..entropy import attention_entropy
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
 from ..training import train
 from ..transformer import DecoderLayer, FeedForward
-from .rnn_bottleneck import Seq2Seq, predict
-from .tasks import (
-    DATES,
-    ISO_STEP_FIELDS,
-    PAD,
-    SOS,
-    Batch,
-    collate,
-    date_fields,
-    eval_batches,
-    example,
-    make_batch,
+from .cross_attention_studies import (
+    alignment_table,
+    antidiagonal_hits,
+    date_field_hits,
+    mirror_offsets,
+    neighbour_steps,
+    reversal_alignment_stats,
 )
+from .rnn_bottleneck import Seq2Seq, predict
+from .tasks import DATES, ISO_STEP_FIELDS, PAD, SOS, collate, eval_batches, example, make_batch
 
-__all__ = ["antidiagonal_hits", "date_field_hits", "neighbour_steps", "decoder_layer_gap",
+__all__ = ["REVERSAL_EXAMPLE", "mirror_offsets", "antidiagonal_hits", "date_field_hits",
+           "reversal_alignment_stats", "neighbour_steps", "decoder_layer_gap",
            "cross_attention_memory_once", "alignment_claims", "dates_claims", "decoder_claims",
            "EncoderLayer", "TransformerSeq2Seq", "train_transformer_dates", "alignment_table",
            "transformer_claims", "claims"]
 
+#: the reversal example notebook 06 plots: ``tasks.example("reversal", *REVERSAL_EXAMPLE)``
+REVERSAL_EXAMPLE = (5, 14)
 #: at steps whose strongest weight is a neighbour of the mirror position, the mirror itself keeps
 #: at least this much weight on average, and at least this share of those steps is still right
 NEIGHBOUR_MIRROR_WEIGHT, NEIGHBOUR_CORRECT = 0.2, 0.97
-
-
-def antidiagonal_hits(weights: torch.Tensor, batch: Batch, tolerance: int = 0) -> torch.Tensor:
-    """``(b, n_t)`` bool: for a reversal batch, whether the strongest weight of output step ``t``
-    lies on source position ``L - 1 - t`` (``L`` the sequence's length), or at most
-    ``tolerance`` positions from it; False at padded steps. ``weights`` ``(b, n_t, n_src)``."""
-    _check_weights_for(weights, batch)
-    require_positive_int("tolerance", tolerance, allow_zero=True)
-    steps = torch.arange(weights.shape[1])[None, :]
-    mirror = batch.src_lengths[:, None] - 1 - steps
-    near = (weights.argmax(-1) - mirror).abs() <= tolerance
-    return near & (steps < batch.tgt_lengths[:, None])
-
-
-def date_field_hits(weights: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """``(b, 10)`` bool: for a dates batch, whether the strongest input word of each ISO output
-    step lies in the field that step copies (:data:`tasks.ISO_STEP_FIELDS`: the year digits
-    should read the year words, and so on). The two separator steps (``-``) copy nothing and are
-    always False; leave them out of any share."""
-    _check_weights_for(weights, batch)
-    if weights.shape[1] != len(ISO_STEP_FIELDS):
-        raise ValueError(f"weights must have {len(ISO_STEP_FIELDS)} output steps (an ISO date), "
-                         f"got shape {shape(weights)}")
-    hits = torch.zeros(weights.shape[:2], dtype=torch.bool)
-    for i in range(len(batch)):
-        fields = date_fields(DATES.src_vocab.decode(batch.src[i]))
-        strongest = weights[i].argmax(-1).tolist()
-        hits[i] = torch.tensor([fields[j] == want
-                                for j, want in zip(strongest, ISO_STEP_FIELDS, strict=True)])
-    return hits
-
-
-def _check_weights_for(weights, batch: Batch) -> None:
-    require_tensor("weights", weights, floating=True)
-    if not isinstance(batch, Batch):
-        raise TypeError(f"batch must be a tasks.Batch, got {type(batch).__name__}")
-    if weights.dim() != 3 or weights.shape[0] != len(batch) or weights.shape[2] != batch.src.shape[1]:
-        raise ValueError(f"weights must have shape (b={len(batch)}, n_t, n_src={batch.src.shape[1]}), "
-                         f"got {shape(weights)}")
-
-
-def neighbour_steps(attended: Seq2Seq) -> dict[str, float]:
-    """Over the reversal test set (50 sequences of every length), the steps whose strongest weight
-    is *next to* the mirror position ``L - 1 - t`` (off by exactly one): how many, the share
-    whose output digit is still correct, the mean weight left on the mirror position, and the
-    mean strongest weight."""
-    count = correct = 0
-    mirror_weight, peak_weight = [], []
-    for test in eval_batches("reversal", 50).values():
-        predicted, weights = predict(attended, test)                  # (b, n_t), (b, n_t, n_src)
-        off = antidiagonal_hits(weights, test, tolerance=1) & ~antidiagonal_hits(weights, test)
-        steps = torch.arange(weights.shape[1])[None, :]
-        mirror = (test.src_lengths[:, None] - 1 - steps).clamp(min=0)  # (b, n_t)
-        count += int(off.sum())
-        correct += int((off & (predicted == test.tgt_out[:, : predicted.shape[1]])).sum())
-        mirror_weight.append(weights.gather(-1, mirror[..., None])[..., 0][off])
-        peak_weight.append(weights.max(-1).values[off])
-    return {"steps": count, "correct": correct / count,
-            "mirror weight": torch.cat(mirror_weight).mean().item(),
-            "peak weight": torch.cat(peak_weight).mean().item()}
+#: at least this share of those neighbour steps peak one position *after* the mirror (a lag)
+NEIGHBOUR_AFTER = 0.95
+#: the first separator's mean entropy is "about equal" to the first year digit's: within this
+SEPARATOR_TIE = 0.02
+#: every Transformer head puts its strongest weight on the right field at a share of digit steps
+#: in this range (the tests retrain seeds 0, 1 and 2)
+HEAD_FIELD_RANGE = (0.6, 0.95)
 
 
 def alignment_claims(attended: Seq2Seq) -> dict[str, bool]:
-    """The reversal model's alignment: a band around the anti-diagonal, not a line."""
-    exact, near = [], []
-    for test in eval_batches("reversal", 50).values():
-        _, weights = predict(attended, test)
-        exact.append(antidiagonal_hits(weights, test).float().mean())
-        near.append(antidiagonal_hits(weights, test, tolerance=1).float().mean())
-    exact, near = torch.stack(exact), torch.stack(near)
-    source, target = example("reversal", 0, 24)                 # notebook 01's widget example
-    _, weights = predict(attended, collate("reversal", [(source, target)]))
+    """The reversal model's alignment: a band two positions wide around the anti-diagonal (the
+    mirror position and the one after it), not a line."""
+    stats = reversal_alignment_stats(attended)
     neighbours = neighbour_steps(attended)
+    single = collate("reversal", [example("reversal", *REVERSAL_EXAMPLE)])
+    _, weights = predict(attended, single)
+    plotted = set(mirror_offsets(weights, single)[0].tolist())     # the notebook's figure
     return {
-        "the strongest weight sits exactly on the anti-diagonal in 40% to 85% of steps":
-            0.4 < exact.mean().item() < 0.85,
-        "it sits within one position of it in >= 97% of steps (>= 93% at every length)":
-            near.mean().item() >= 0.97 and near.min().item() >= 0.93,
-        "in the 24-digit example, every step is within one position of the anti-diagonal":
-            bool(((weights[0].argmax(-1) - torch.arange(23, -1, -1)).abs() <= 1).all()),
+        "the strongest weight sits exactly on the anti-diagonal at 40% to 85% of all test steps":
+            0.4 < stats["exact"] < 0.85,
+        "it sits within one position of it at >= 97% of the steps (>= 93% at every length)":
+            stats["near"] >= 0.97 and stats["near, lowest length"] >= 0.93,
+        f"of the steps that peak next to the mirror position, >= {NEIGHBOUR_AFTER:.0%} peak one "
+        "after it (L - t, the digit the previous step copied)":
+            neighbours["one after"] >= NEIGHBOUR_AFTER * neighbours["steps"],
+        f"in the plotted {REVERSAL_EXAMPLE[1]}-digit example, every step peaks on the mirror "
+        "position or the one after it":
+            plotted <= {0, 1},
         f"where the peak is on a neighbour, the mirror keeps >= {NEIGHBOUR_MIRROR_WEIGHT} of "
         f"the weight on average and >= {NEIGHBOUR_CORRECT:.0%} of those digits are right":
             neighbours["mirror weight"] >= NEIGHBOUR_MIRROR_WEIGHT
@@ -131,7 +80,9 @@ def dates_claims(model: Seq2Seq) -> dict[str, bool]:
     hits = date_field_hits(weights, test).float().mean(0)
     digits = [t for t, f in enumerate(ISO_STEP_FIELDS) if f != "-"]
     separators = [t for t, f in enumerate(ISO_STEP_FIELDS) if f == "-"]
-    mean_entropy = attention_entropy(weights.double()).mean(0)
+    mean_entropy = attention_entropy(weights.double()).mean(0)     # (10,)
+    mean_top = weights.max(-1).values.mean(0)                       # (10,)
+    first = separators[0]
     words, iso = example("dates", 0)
     one = collate("dates", [(words, iso)])
     tokens, _ = model.greedy_decode(one.src, one.src_lengths, 10)
@@ -139,13 +90,16 @@ def dates_claims(model: Seq2Seq) -> dict[str, bool]:
         "token accuracy >= 0.99": accuracy >= 0.99,
         "digit steps read their own field (>= 0.95 on average, >= 0.85 each)":
             hits[digits].mean().item() >= 0.95 and hits[digits].min().item() >= 0.85,
+        "at every digit step, the strongest word holds over half the weight on average":
+            bool((mean_top[digits] > 0.5).all()),
         "separator steps have over 1.5x the mean entropy of digit steps":
             mean_entropy[separators].mean().item() > 1.5 * mean_entropy[digits].mean().item(),
         "the step with the highest mean entropy is a separator":
             int(mean_entropy.argmax()) in separators,
-        "yet the first separator is below the first two year digits (not every separator "
-        "is above every digit)":
-            bool(mean_entropy[separators[0]] < mean_entropy[:2].min()),
+        f"yet the first separator is about equal to the first year digit (within {SEPARATOR_TIE} "
+        "nats) and below the second: not every separator is above every digit":
+            abs(mean_entropy[first] - mean_entropy[0]).item() < SEPARATOR_TIE
+            and bool(mean_entropy[first] < mean_entropy[1]),
         "the notebook's example decodes correctly": DATES.tgt_vocab.decode(tokens[0]) == iso,
     }
 
@@ -179,13 +133,19 @@ def cross_attention_memory_once(cross: MultiHeadAttention, y: torch.Tensor,
         memory_padding: optional bool ``(b, n_m)``, True = a real memory token.
 
     Returns:
-        ``(output (b, n, d_model), k_proj_calls)``: the output equals ``cross(y, memory, memory,
-        mask)``; ``k_proj_calls`` counts how often the key projection ran (1).
+        ``(output (b, n, d_model), calls)``: the output equals ``cross(y, memory, memory, mask)``;
+        ``calls`` counts how often each memory projection ran, ``{"k_proj": 1, "v_proj": 1}``.
     """
     if not isinstance(cross, MultiHeadAttention) or cross.num_kv_heads != cross.num_heads:
         raise TypeError("cross must be a MultiHeadAttention with num_kv_heads == num_heads")
-    calls = []
-    hook = cross.k_proj.register_forward_hook(lambda *_: calls.append(1))
+    calls = {"k_proj": 0, "v_proj": 0}
+
+    def counter(name):
+        def count(*_):
+            calls[name] += 1
+        return count
+
+    hooks = [getattr(cross, name).register_forward_hook(counter(name)) for name in calls]
     try:
         h = cross.num_heads
         mask = None if memory_padding is None else memory_padding[:, None, None, :]  # (b,1,1,n_m)
@@ -197,8 +157,9 @@ def cross_attention_memory_once(cross: MultiHeadAttention, y: torch.Tensor,
             o_t, _ = scaled_dot_product_attention(q_t, keys, values, mask)
             steps.append(cross.out_proj(merge_heads(o_t)))      # (b, 1, d_model)
     finally:
-        hook.remove()
-    return torch.cat(steps, dim=1), len(calls)
+        for hook in hooks:
+            hook.remove()
+    return torch.cat(steps, dim=1), calls
 
 
 def decoder_claims() -> dict[str, bool]:
@@ -214,8 +175,9 @@ def decoder_claims() -> dict[str, bool]:
         "DecoderLayer.from_torch equals nn.TransformerDecoderLayer, post-norm (within 1e-5)":
             decoder_layer_gap(False) < 1e-5,
         "... and pre-norm (norm_first=True)": decoder_layer_gap(True) < 1e-5,
-        "memory keys and values projected once and reused give the same cross-attention":
-            calls == 1 and torch.allclose(once, full, atol=1e-6),
+        "memory keys and values projected once (k_proj and v_proj each run once) and reused "
+        "give the same cross-attention":
+            calls == {"k_proj": 1, "v_proj": 1} and torch.allclose(once, full, atol=1e-6),
     }
 
 
@@ -292,42 +254,19 @@ def train_transformer_dates(seed: int = 0, steps: int = 300) -> TransformerSeq2S
     return model
 
 
-_DIGITS = [t for t, f in enumerate(ISO_STEP_FIELDS) if f != "-"]
-
-
-def _row(tokens, weights, test) -> dict[str, float]:
-    return {"token accuracy": (tokens == test.tgt_out[:, :10]).float().mean().item(),
-            "digit steps on their field": date_field_hits(weights, test)[:, _DIGITS]
-            .float().mean().item(),
-            "digit-step entropy (nats)": attention_entropy(weights[:, _DIGITS].double())
-            .mean().item()}
-
-
-def alignment_table(gru: Seq2Seq, transformer: TransformerSeq2Seq) -> dict[str, dict]:
-    """On the 300 test dates: token accuracy, the share of digit steps whose strongest input word
-    is in the right field, and the digit steps' mean entropy, for the GRU model and for every
-    head of the Transformer's cross-attention (and their mean weights)."""
-    test = eval_batches("dates", 300)[None]
-    table = {"GRU (1 head)": _row(*predict(gru, test), test)}
-    tokens, weights = transformer.greedy_decode(test.src, test.src_lengths, 10)
-    for head in range(weights.shape[1]):
-        table[f"Transformer head {head}"] = _row(tokens, weights[:, head], test)
-    table["Transformer, heads averaged"] = _row(tokens, weights.mean(1), test)
-    return table
-
-
 def transformer_claims(table: dict[str, dict]) -> dict[str, bool]:
     """Notebook 06's statements comparing the two models' alignments (:func:`alignment_table`)."""
     gru = table["GRU (1 head)"]
     heads = [row for name, row in table.items() if name.startswith("Transformer head")]
     field, entropy = "digit steps on their field", "digit-step entropy (nats)"
+    lo, hi = HEAD_FIELD_RANGE
     return {
         "both models decode >= 99% of the test tokens correctly":
             gru["token accuracy"] >= 0.99 and heads[0]["token accuracy"] >= 0.99,
         "every Transformer head is less aligned with the fields than the GRU":
             all(row[field] < gru[field] for row in heads),
-        "yet every head still reads the right field at most digit steps (> 50%)":
-            all(row[field] > 0.5 for row in heads),
+        f"yet every head still reads the right field at most digit steps ({lo:.0%} to {hi:.0%})":
+            all(lo < row[field] < hi for row in heads),
         "every Transformer head spreads its digit-step weight more than the GRU (higher entropy)":
             all(row[entropy] > gru[entropy] for row in heads),
     }

@@ -97,3 +97,23 @@ def test_claims_fail_when_the_cache_changes_the_tokens(comparison):
 def test_claims_hold_on_a_fresh_gqa_training(comparison):
     result = masking.claims(comparison, masking.gqa_tradeoff())
     assert all(result.values()), [name for name, holds in result.items() if not holds]
+
+
+DROP_CLAIM = "each g < h loses no more mean accuracy than the spread of its own seeds"
+PAIR_CLAIM = "any two g < h: their means differ by no more than the smaller of their seed spreads"
+
+
+def _runs(*accuracies):
+    return [{"accuracy": a, "loss": 0.5} for a in accuracies]
+
+
+def test_gqa_claims_compare_each_gap_with_the_seed_spread(comparison):
+    """The notebook's reading ("within the seed spread") holds for wide spreads, fails for tight."""
+    wide = {4: _runs(0.9, 0.9, 0.9), 2: _runs(0.7, 0.8, 0.9), 1: _runs(0.75, 0.85, 0.95)}
+    result = masking.claims(comparison, wide)      # drops 0.10 and 0.05, spreads 0.2, gap 0.05
+    assert result[DROP_CLAIM] and result[PAIR_CLAIM]
+    tight = {4: _runs(0.9, 0.9, 0.9), 2: _runs(0.79, 0.8, 0.81), 1: _runs(0.85, 0.86, 0.87)}
+    result = masking.claims(comparison, tight)     # drop 0.10 > spread 0.02, gap 0.06 > 0.02
+    assert not result[DROP_CLAIM] and not result[PAIR_CLAIM]
+    one_sided = {4: _runs(0.9, 0.9, 0.9), 2: _runs(0.6, 0.8, 1.0), 1: _runs(0.5, 0.51, 0.52)}
+    assert not masking.claims(comparison, one_sided)[PAIR_CLAIM]   # the smaller spread decides
