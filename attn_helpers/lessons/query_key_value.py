@@ -163,10 +163,10 @@ def largest_saved_tensor(fn, *inputs: torch.Tensor) -> int:
 
 
 def hull_experiment(keys: torch.Tensor, m: int = 300, seed: int = 1):
-    """Section 3: ``m`` random queries ``(m, 2)`` (std 3, seeded) attend over the 2-D ``keys``
+    """Section 3: ``m`` random queries ``(m, 2)`` (std 2, seeded) attend over the 2-D ``keys``
     ``(n, 2)`` with each value equal to its key. Returns ``(queries, outputs, inside)``."""
     generator = torch.Generator().manual_seed(seed)
-    queries = 3 * torch.randn(m, 2, generator=generator, dtype=keys.dtype)
+    queries = 2 * torch.randn(m, 2, generator=generator, dtype=keys.dtype)
     outputs = torch.softmax(queries @ keys.T / math.sqrt(2), -1) @ keys     # (m, 2)
     return queries, outputs, inside_convex_hull(outputs, keys)
 

@@ -13,8 +13,11 @@ and whose two final states form the fixed context vector
 The only thing that changes between the three variants is where the context :math:`c_t` comes
 from (``attention=``):
 
-* ``"none"``: :math:`c_t = c`, the same fixed vector for every step (Sutskever et al., 2014;
-  Cho et al., 2014). Its size does not grow with the input: the bottleneck of notebook 01.
+* ``"none"``: :math:`c_t = c`, the same fixed vector for every step: the fixed-context
+  encoder-decoder (Sutskever et al., 2014; Cho et al., 2014). Like Cho et al., it gives :math:`c`
+  to every output step as well as to the initial state (they also feed it into the recurrence);
+  Sutskever et al. used :math:`c` only as the initial state. Its size does not grow with the
+  input: the bottleneck of notebook 01.
 * ``"additive"``: :math:`c_t = \sum_j a_{tj} h_j`, :math:`a_t = \mathrm{softmax}_j(e_{tj})`, with
   the additive score of Bahdanau et al. (2015), :math:`e_{tj} = \tanh(s_t U_q + h_j U_k)\, v_a^\top`
   (:class:`attn_helpers.attention.AdditiveScore`).
@@ -23,10 +26,11 @@ from (``attention=``):
   Transformers (Luong's did not scale).
 
 In every variant the query is the *current* decoder state :math:`s_t` and the context enters the
-output through :math:`\tanh([s_t; c_t] W_c)`: that is Luong et al.'s (2015) arrangement, even with
-Bahdanau's additive score. Bahdanau et al. score from the *previous* state :math:`s_{t-1}` and feed
-:math:`c_t` into the recurrence. Luong's arrangement lets the decoder GRU run over the whole
-target at once in training, so the attention of all steps is one batched call.
+output through :math:`\tanh([s_t; c_t] W_c)`: that is Luong et al.'s (2015) global attention,
+even with Bahdanau's additive score, but without their input feeding (which feeds
+:math:`\tilde s_t` back into the next step). Bahdanau et al. score from the *previous* state
+:math:`s_{t-1}` and feed :math:`c_t` into the recurrence. Without input feeding, the decoder GRU
+runs over the whole target at once in training, so the attention of all steps is one batched call.
 
 The recipes in :data:`attn_helpers.training.RECIPES` (``python -m attn_helpers train NAME``)
 train the checkpoints the notebooks load, from :data:`attn_helpers.lessons.rnn_bottleneck.CONFIGS`.

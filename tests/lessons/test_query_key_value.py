@@ -98,3 +98,7 @@ def test_hull_experiment_is_seeded_and_inside():
     assert torch.equal(queries, lesson.hull_experiment(keys, m=50, seed=2)[0])
     weights = torch.softmax(queries @ keys.T / math.sqrt(2), -1)
     assert torch.allclose(outputs, weights @ keys)
+    # notebook 02's figure: 300 queries of std 2, many of them outside the hull, every output in it
+    queries, _, inside = lesson.hull_experiment(keys)
+    assert 1.8 < queries.std().item() < 2.2 and bool(inside.all())
+    assert (~lesson.inside_convex_hull(queries, keys)).sum() > 100

@@ -153,6 +153,7 @@ def test_untrained_attention_spreads_the_gradient_and_the_recurrence_does_not():
     assert plain.shape == attended.shape == (24,)
     assert plain[[0, -1]].min() > 100 * plain[8:16].min()
     assert attended[1:].max() < 2 * attended[1:].min()
+    assert attended[1:].max() < attended[0] < 4 * attended.min()   # the first gets the most, < 4x
 
 
 def test_accuracy_by_position_counts_end_tokens(same_length):

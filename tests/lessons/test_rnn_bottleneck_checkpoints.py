@@ -55,6 +55,22 @@ def test_shipped_models_support_the_claims():
     dates_claims(seq2seq.load_pretrained("seq2seq_dates_general"))
 
 
+def test_the_claims_can_fail_and_name_what_they_check():
+    """With the two models swapped, every claim about the trained models fails; the claims name
+    the checks the notebook's prose relies on (the last output below chance, the last output's
+    share, the first output's gradient the largest)."""
+    plain, attended = (seq2seq.load_pretrained(f"seq2seq_reversal_{kind}")
+                       for kind in ("none", "additive"))
+    swapped = seq2seq.claims(attended, plain)
+    trained = [name for name in swapped
+               if not name.startswith("gradient, untrained") and "up to 7" not in name]
+    assert len(trained) == 7 and not any(swapped[name] for name in trained), swapped
+    names = " | ".join(swapped)
+    for phrase in ("the last one below chance (< 0.1)", "and at the last output",
+                   "the first output's is the largest"):
+        assert phrase in names, phrase
+
+
 # --- re-training from scratch ---------------------------------------------------------------
 
 
