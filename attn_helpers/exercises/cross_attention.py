@@ -1,7 +1,7 @@
-r"""Checkers for notebook 06 (cross-attention), in its row-vector notation: the additive score
-:math:`e_{tj} = \tanh(s_t U_q + h_j U_k)\, v_a^\top` (``cross_attention.additive_scores``), one
-decoding step over the encoder's keys and values, padding masked (``cross_attention.step``), and
-every step of a decoder with those keys and values projected once (``cross_attention.decode``)."""
+r"""Checkers for notebook 06 (cross-attention), in its row-vector notation: one decoding step over
+the encoder's keys and values, padding masked (``cross_attention.step``), and every step of a
+decoder with those keys and values projected once (``cross_attention.decode``). (The additive
+score is notebook 01's exercise.)"""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ..masks import padding_mask
 from .core import CheckResult, Mistake, _as_tuple, _clone, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["CountingLinear", "additive_scores_reference", "check_additive_scores",
+__all__ = ["CountingLinear",
            "check_cross_attention_step", "check_decode_contexts", "cross_attention_step_reference",
            "decode_contexts_reference"]
 
@@ -58,82 +58,14 @@ def _check_stages(candidate, reference, stages, *, what, output_names, atol=1e-5
                              "edge cases included.")
 
 
-# --- exercise 1: the additive score ----------------------------------------------------------
-
-
-def additive_scores_reference(s_t, H, U_q, U_k, v_a):
-    """``e (b, n)``, ``e_tj = tanh(s_t U_q + h_j U_k) v_a^T``; ``s_t (b, d)``, ``H (b, n, d_m)``,
-    ``U_q (d, d_a)``, ``U_k (d_m, d_a)``, ``v_a (d_a,)``."""
-    features = torch.tanh((s_t @ U_q)[:, None, :] + H @ U_k)  # (b, n, d_a)
-    return features @ v_a  # (b, n)
+# --- shared ------------------------------------------------------------------------------------
 
 
 def _sizes(g: torch.Generator, k: int, high: int = 8) -> list[int]:  # a case's random shapes
     return torch.randint(1, high + 1, (k,), generator=g).tolist()
 
 
-def _additive_cases() -> list[dict]:
-    g = seeded(61)
-    cases = []
-    for b, n, d, d_m, d_a, dtype, size in [(2, 5, 6, 6, 4, torch.float32, 1.0),
-                                           (1, 1, 3, 5, 4, torch.float32, 1.0),
-                                           (3, 7, 4, 6, 8, torch.float64, 1.0),
-                                           (2, 4, 8, 8, 16, torch.float32, 30.0),
-                                           (*_sizes(g, 5), torch.float32, 1.0)]:
-        cases.append({
-            "s_t": size * torch.randn(b, d, generator=g).to(dtype),
-            "H": size * torch.randn(b, n, d_m, generator=g).to(dtype),
-            "U_q": torch.randn(d, d_a, generator=g).to(dtype) / math.sqrt(d),
-            "U_k": torch.randn(d_m, d_a, generator=g).to(dtype) / math.sqrt(d_m),
-            "v_a": torch.randn(d_a, generator=g).to(dtype),
-        })
-    return cases
-
-
-@exercise("cross_attention.additive_scores", "the additive score of one decoding step", hints=(
-    "Each encoder state h_j gets one number: how well it fits the decoder state s_t. Both are "
-    "mapped into the same d_a-wide space, added, squashed by tanh and read out by v_a. "
-    "s_t is one row per sentence; H has n rows per sentence.",
-    "e_tj = tanh(s_t U_q + h_j U_k) v_a^T: s_t U_q is (b, d_a), H U_k is (b, n, d_a); add them "
-    "with s_t U_q broadcast over the n positions, apply tanh, then multiply by v_a.",
-    "features = torch.tanh((s_t @ U_q)[:, None, :] + H @ U_k)   # (b, n, d_a)\n"
-    "return features @ v_a                                       # (b, n)"))
-def check_additive_scores(additive_scores: Callable) -> CheckResult:
-    """Exercise: ``additive_scores(s_t (b, d), H (b, n, d_m), U_q (d, d_a), U_k (d_m, d_a),
-    v_a (d_a,)) -> e (b, n)`` with ``e_tj = tanh(s_t U_q + h_j U_k) v_a^T``."""
-    ref = additive_scores_reference
-
-    def changed(*, inside=torch.tanh, outside=lambda e: e, combine=torch.add):
-        return lambda s_t, H, U_q, U_k, v_a: outside(
-            inside(combine((s_t @ U_q)[:, None, :], H @ U_k)) @ v_a)
-
-    return check_function(
-        additive_scores, ref, _additive_cases(), what="additive_scores", output_names=("e",),
-        mistakes=[
-            Mistake(lambda s_t, H, U_q, U_k, v_a: (ref(s_t, H, U_k, U_q, v_a)
-                                                   if U_q.shape == U_k.shape else None),
-                    "U_q and U_k are swapped: the decoder state is mapped by U_q (s_t U_q), the "
-                    "encoder states by U_k (h_j U_k)."),
-            Mistake(changed(inside=lambda x: x, outside=torch.tanh),
-                    "tanh was applied after v_a: it squashes the d_a features "
-                    "(tanh(s_t U_q + h_j U_k)), and v_a then reads them out."),
-            Mistake(changed(inside=lambda x: x),
-                    "there is no tanh: without it the score is s_t U_q v_a^T + h_j U_k v_a^T, and "
-                    "the s_t part is the same for every j, so the decoder state could not change "
-                    "which position wins."),
-            Mistake(changed(combine=torch.mul),
-                    "the two projections are added, not multiplied: tanh(s_t U_q + h_j U_k)."),
-            Mistake(lambda s_t, H, U_q, U_k, v_a: ((s_t @ U_q)[:, None, :] * (H @ U_k)).sum(-1),
-                    "that is a dot-product score of the projections; the additive score adds "
-                    "them, applies tanh and reads out with v_a."),
-            Mistake(lambda *args: torch.softmax(ref(*args), dim=-1),
-                    "you returned the attention weights (the softmax); return the scores e_tj, "
-                    "before the softmax."),
-        ],
-    )
-
-
-# --- exercise 2: one decoding step -----------------------------------------------------------
+# --- exercise 1: one decoding step -----------------------------------------------------------
 
 
 class CountingLinear(nn.Linear):
@@ -264,7 +196,7 @@ def check_cross_attention_step(cross_attention_step: Callable) -> CheckResult:
                          what="cross_attention_step", output_names=("the context", "the weights"))
 
 
-# --- exercise 3: every step, keys and values projected once ----------------------------------
+# --- exercise 2: every step, keys and values projected once ----------------------------------
 
 
 def decode_contexts_reference(S, H, lengths, q_proj, k_proj, v_proj):

@@ -9,16 +9,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import attn_helpers as ah
 from attn_helpers.exercises import cross_attention as ex
 from attn_helpers.exercises.workflow import EXERCISES
-from attn_helpers.lessons import rnn_bottleneck
 
-CHECKERS = [(ex.check_additive_scores, "additive_scores", "cross_attention.additive_scores"),
-            (ex.check_cross_attention_step, "cross_attention_step", "cross_attention.step"),
+CHECKERS = [(ex.check_cross_attention_step, "cross_attention_step", "cross_attention.step"),
             (ex.check_decode_contexts, "decode_contexts", "cross_attention.decode")]
 
 
@@ -33,32 +29,6 @@ def test_a_stub_is_not_implemented_yet_and_nothing_more(check, what, key):
 
 
 # --- the references against independent implementations -------------------------------------
-
-
-@settings(max_examples=25, deadline=None, derandomize=True)
-@given(b=st.integers(1, 3), n=st.integers(1, 7), d=st.integers(1, 6), d_m=st.integers(1, 6),
-       d_a=st.integers(1, 8), seed=st.integers(0, 1000))
-def test_additive_reference_is_the_course_helper_in_row_form(b, n, d, d_m, d_a, seed):
-    g = torch.Generator().manual_seed(seed)
-    s_t, H = torch.randn(b, d, generator=g), torch.randn(b, n, d_m, generator=g)
-    U_q, U_k, v_a = torch.randn(d, d_a, generator=g), torch.randn(d_m, d_a, generator=g), \
-        torch.randn(d_a, generator=g)
-    # ah.additive_scores takes nn.Linear-style (d_a, d_in) matrices: U_q is their transpose
-    expected = ah.additive_scores(s_t[:, None], H, U_q.T, U_k.T, v_a)[:, 0]
-    assert torch.allclose(ex.additive_scores_reference(s_t, H, U_q, U_k, v_a), expected, atol=1e-5)
-
-
-def test_additive_reference_gives_the_trained_models_scores():
-    model = rnn_bottleneck.load_pretrained("seq2seq_reversal_additive")
-    scorer = model.scorer
-    g = torch.Generator().manual_seed(0)
-    s_t = torch.randn(2, scorer.w_q.in_features, generator=g)
-    H = torch.randn(2, 5, scorer.w_k.in_features, generator=g)
-    with torch.no_grad():
-        expected = scorer(s_t[:, None], H)[:, 0]
-        got = ex.additive_scores_reference(s_t, H, scorer.w_q.weight.T, scorer.w_k.weight.T,
-                                           scorer.w_v.weight[0])
-    assert torch.allclose(got, expected, atol=1e-5)
 
 
 def _cases(stages):
@@ -91,41 +61,7 @@ def test_decode_reference_is_cross_attention_of_all_steps_at_once():
         assert torch.allclose(weights, expected[1], atol=1e-6)
 
 
-# --- exercise 1: additive scores --------------------------------------------------------------
-
-
-def test_additive_checker_accepts_the_reference_and_an_einsum_solution():
-    assert ex.check_additive_scores(ex.additive_scores_reference)
-
-    def einsum(s_t, H, U_q, U_k, v_a):
-        return torch.einsum("bna,a->bn", torch.tanh(torch.einsum("bd,da->ba", s_t, U_q)[:, None]
-                                                    + torch.einsum("bnm,ma->bna", H, U_k)), v_a)
-
-    assert ex.check_additive_scores(einsum)
-
-
-def _additive(s_t, H, U_q, U_k, v_a, *, inside=torch.tanh, outside=lambda e: e,
-              combine=torch.add):
-    return outside(inside(combine((s_t @ U_q).unsqueeze(1), H @ U_k)) @ v_a)
-
-
-ADDITIVE_WRONG = {
-    "U_q and U_k are swapped": lambda s, H, U_q, U_k, v: _additive(s, H, U_k, U_q, v),
-    "tanh was applied after v_a": lambda *a: _additive(*a, inside=lambda x: x, outside=torch.tanh),
-    "there is no tanh": lambda *a: _additive(*a, inside=lambda x: x),
-    "added, not multiplied": lambda *a: _additive(*a, combine=torch.mul),
-    "dot-product score": lambda s, H, U_q, U_k, v: torch.einsum("ba,bna->bn", s @ U_q, H @ U_k),
-    "you returned the attention weights": lambda *a: _additive(*a, outside=lambda e: e.softmax(-1)),
-}
-
-
-@pytest.mark.parametrize("phrase", ADDITIVE_WRONG)
-def test_additive_checker_names_the_mistake(phrase):
-    verdict = ex.check_additive_scores(ADDITIVE_WRONG[phrase])
-    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message
-
-
-# --- exercise 2: one decoding step ------------------------------------------------------------
+# --- exercise 1: one decoding step ------------------------------------------------------------
 
 
 def learner_step(s_t, K, V, lengths, q_proj, *, keep=None, scale=None, dim=-1, fill=-math.inf,
@@ -195,7 +131,7 @@ def test_step_cases_cover_the_edge_cases():
     assert all((c["lengths"] < c["K"].shape[1]).all() for c in cases[:1])   # every row padded
 
 
-# --- exercise 3: every step, K and V once -----------------------------------------------------
+# --- exercise 2: every step, K and V once -----------------------------------------------------
 
 
 def learner_decode(S, H, lengths, q_proj, k_proj, v_proj, *, per_step=False, stack_dim=1,
