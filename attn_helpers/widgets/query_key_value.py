@@ -54,8 +54,9 @@ class LookupView(BlitView):
     def __init__(self, figsize: tuple[float, float] = (9.6, 5.4), limit: float = 3.0):
         super().__init__(figsize)
         figure = self.figure
+        figure.set_layout_engine("none")   # the gridspec below, not the notebooks' constrained layout
         grid = figure.add_gridspec(2, 2, width_ratios=[1, 1.45], height_ratios=[1.1, 1],
-                                   left=0.06, right=0.95, bottom=0.09, top=0.95, wspace=0.2,
+                                   left=0.06, right=0.94, bottom=0.09, top=0.95, wspace=0.2,
                                    hspace=0.3)
         self.ax_plane = figure.add_subplot(grid[:, 0])
         self.ax_plane.set_xlim(-limit, limit)

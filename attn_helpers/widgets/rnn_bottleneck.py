@@ -15,7 +15,7 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 from matplotlib.colors import ListedColormap, Normalize
-from matplotlib.transforms import offset_copy
+from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from ..entropy import attention_entropy
 from ..lessons.rnn_bottleneck import Seq2Seq, predict
@@ -105,13 +105,16 @@ def decode_frame(length: int, model_name: str, index: int,
 
 class DecodeView(BlitView):
     """Token strips (source, target, output with errors in orange) above an attention panel
-    sized for ``max_len`` tokens (a shorter example fills its top-left corner, so every length
-    only blits)."""
+    laid out once for ``max_len`` tokens. A shorter example zooms the strips, the heatmap and
+    the entropy bars to its own length (new axis limits: nothing static depends on them, so
+    every length only blits, and the example fills the view). A model without attention has no
+    entropy ceiling to mark: its dashes are hidden."""
 
     def __init__(self, max_len: int = 24, figsize: tuple[float, float] = (8.4, 6.9)):
         super().__init__(figsize)
         self.max_len = max_len
         figure = self.figure
+        figure.set_layout_engine("none")   # the gridspec below, not the notebooks' constrained layout
         grid = figure.add_gridspec(2, 1, height_ratios=[1, 5.4], left=0.1, right=0.97,
                                    bottom=0.01, top=0.95, hspace=0.2)
         self.ax_strip = figure.add_subplot(grid[0])
@@ -119,10 +122,13 @@ class DecodeView(BlitView):
         self.strip = CellPainter(self.blit, self.ax_strip, ListedColormap(STRIP_COLORS),
                                  Normalize(-0.5, 3.5))
         self.ax_strip.set_yticks(range(3), ["source", "target", "output"], fontsize=9)
-        self.ax_strip.set_xticks(range(max_len), [str(i) for i in range(max_len)], fontsize=8)
-        self.ax_strip.set_xlabel("position (output errors in orange)", fontsize=9)
+        self.ax_strip.set_xticks([])          # position numbers: sprites, they follow the zoom
+        self.ax_strip.set_xlabel("position (output errors in orange)", fontsize=9, labelpad=13)
         self.ax_strip.tick_params(length=0)
         self.tokens = TextSprites(self.blit, self.ax_strip.transData, size=9)
+        self.positions = TextSprites(self.blit, offset_copy(blended_transform_factory(
+            self.ax_strip.transData, self.ax_strip.transAxes), fig=figure, y=-3, units="points"),
+            size=8, va="top")
         self.strip_title = TextSprites(self.blit, offset_copy(
             self.ax_strip.transAxes, fig=figure, y=4, units="points"), size=10, va="bottom")
         self.panel = AttentionPanel(self.blit, grid[1], max_shape=(max_len, max_len),
@@ -130,12 +136,28 @@ class DecodeView(BlitView):
         self.notice = TextSprites(self.blit, self.panel.ax_map.transAxes, size=10)
         self.notice.set(["no attention: every step", "reads the same context vector"],
                         [(0.5, 0.55), (0.5, 0.45)])
+        self.shown = max_len
+        self.blit.on_layout(self._fit_bars)   # after the panel's own: bars as thick as a row
+
+    def _zoom(self, n: int) -> None:
+        """Show positions ``0..n-1`` in the strips, the heatmap and the entropy bars."""
+        self.shown = n
+        self.ax_strip.set_xlim(-0.5, n - 0.5)
+        self.panel.ax_map.set_xlim(-0.5, n - 0.5)
+        self.panel.ax_map.set_ylim(n - 0.5, -0.5)
+        self.panel.ax_entropy.set_ylim(n - 0.5, -0.5)
+        self.positions.set([str(i) for i in range(n)], [(i, 0.0) for i in range(n)])
+        self._fit_bars()
+
+    def _fit_bars(self) -> None:
+        row_pt = self.panel.ax_entropy.get_window_extent().height / self.shown * 72 / self.figure.dpi
+        self.panel.entropy.bars.set_linewidth(0.7 * row_pt)
 
     def draw(self, frame: DecodeFrame) -> None:
-        n = len(frame.source)
-        if n > self.max_len or len(frame.output) > self.max_len:
+        n = max(len(frame.source), len(frame.target), len(frame.output))
+        if n > self.max_len:
             raise ValueError(f"the view holds at most {self.max_len} tokens, got {n}")
-        cells = np.full((3, self.max_len), EMPTY)
+        cells = np.full((3, n), EMPTY)
         rows = [frame.source, frame.target, frame.output]
         for i, tokens in enumerate(rows):
             cells[i, :len(tokens)] = PLAIN
@@ -145,7 +167,9 @@ class DecodeView(BlitView):
         self.strip.set(cells)
         self.strip_title.set([frame.title], [(0.5, 1.0)])
         self.notice.visible = not frame.has_attention
-        self.panel.set_frame(frame)
+        self.panel.set_frame(frame)         # may lay the panel out again, for max_len tokens
+        self.panel.entropy.ceiling.set_visible(frame.has_attention)
+        self._zoom(n)
 
 
 def bottleneck_widget(models: Mapping[str, Seq2Seq], *, lengths: tuple[int, int] = (4, 24),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import matplotlib as mpl
 import pytest
 import torch
 
 from attn_helpers.lessons import tasks
 from attn_helpers.lessons.rnn_bottleneck import Seq2Seq
+from attn_helpers.notebook import PLOT_STYLE
 from attn_helpers.widgets import cross_attention as wd_cross
 from attn_helpers.widgets import rnn_bottleneck as wd
 
@@ -60,3 +62,28 @@ def test_alignment_frame_and_widget(models):
         wd_cross.alignment_frame(model, "reversal", 0, -1)
     with pytest.raises(TypeError, match="model must be a seq2seq.Seq2Seq"):
         wd_cross.alignment_frame("model", "reversal", 0, 0)
+
+
+def test_bottleneck_view_zooms_to_the_example_and_hides_a_missing_ceiling(models):
+    """A shorter example fills the view (strips, heatmap and entropy bars zoom to its length,
+    with no full redraw), and a model without attention shows no ceiling dashes."""
+    with mpl.rc_context(PLOT_STYLE):            # the notebooks' style, constrained layout included
+        w = wd.bottleneck_widget(models)
+    view = w.view
+    w.set(length=24, model_name="additive attention", index=0)
+    background = view.blit._background
+    for n in (5, 20, 24):
+        w.set(length=n)
+        assert w.error is None
+        for limits in (view.ax_strip.get_xlim(), view.panel.ax_map.get_xlim()):
+            assert limits == pytest.approx((-0.5, n - 0.5))
+        for ax in (view.panel.ax_map, view.panel.ax_entropy):
+            assert ax.get_ylim() == pytest.approx((n - 0.5, -0.5))
+        assert view.positions.texts == [str(i) for i in range(n)]
+        assert view.panel.entropy.ceiling.get_visible()
+    assert view.blit._background is background     # zooming only blits
+    w.set(model_name="no attention")
+    assert not view.panel.entropy.ceiling.get_visible()
+    # the gridspec holds, not the notebooks' constrained layout: the strip title has room above
+    top = view.ax_strip.get_position().y1 * view.figure.get_figheight() * 72
+    assert view.figure.get_figheight() * 72 - top > 12

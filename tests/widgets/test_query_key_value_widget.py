@@ -1,0 +1,21 @@
+"""Notebook 02's widget picture (``widgets.query_key_value``): nothing is cut at the edges, in
+the notebooks' plot style (whose constrained layout the view must not follow)."""
+
+from __future__ import annotations
+
+import matplotlib as mpl
+
+from attn_helpers.notebook import PLOT_STYLE
+from attn_helpers.widgets.query_key_value import lookup_2d_widget
+
+
+def test_nothing_is_cut_at_the_edges():
+    with mpl.rc_context(PLOT_STYLE):
+        widget = lookup_2d_widget()
+    figure = widget.view.figure
+    renderer = widget.view.blit.canvas.get_renderer()
+    width, height = figure.bbox.width, figure.bbox.height
+    for ax in figure.axes:
+        box = ax.get_tightbbox(renderer)
+        assert box.x0 >= 0 and box.y0 >= 0, ax.get_title()
+        assert box.x1 <= width - 2 and box.y1 <= height, (ax.get_title(), box.x1, width)
