@@ -105,7 +105,9 @@ class BlitFigure:
     """
 
     def __init__(self, figsize: tuple[float, float], dpi: int = 80):
-        self.figure = Figure(figsize=figsize, dpi=dpi)
+        # Each view lays out its own axes: the notebooks' constrained layout (ah.setup) would move
+        # them on every full redraw and cut titles at the edges.
+        self.figure = Figure(figsize=figsize, dpi=dpi, layout="none")
         self.canvas = FigureCanvasAgg(self.figure)
         self._background = None
         self._animated: list = []
