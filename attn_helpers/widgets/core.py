@@ -28,6 +28,7 @@ from matplotlib.figure import Figure
 
 from ..entropy import attention_entropy
 from ..training import single_thread
+from .controls import control_problem
 from .panels import BAR_COLOR, HIGHLIGHT_COLOR, AttentionPanel, EntropyBars
 from .png import encode_png
 
@@ -337,6 +338,13 @@ class LiveAttentionWidget:
         unknown = set(values) - set(self.controls)
         if unknown:
             raise ValueError(f"unknown control(s) {sorted(unknown)}; known: {sorted(self.controls)}")
+        for name, value in values.items():  # a slider would clamp silently: refuse instead
+            problem = control_problem(name, self.controls[name], value)
+            if problem:
+                self._error = problem
+                self.error_html.value = (
+                    f"<pre style='color:#b00020;white-space:pre-wrap'>{html.escape(problem)}</pre>")
+                return self.readouts  # nothing moved: the last good picture stays
         self._holding = True
         try:
             for name, value in values.items():
