@@ -1,12 +1,30 @@
-"""Notebook 07's widget: position encodings, the similarity of one position to all others, and the
-rotation of one sin/cos pair as the position moves by an offset."""
+r"""Notebook 07's widget: what RoPE changes. One token placed at every position, the score grid
+``S[p, q] = query_p . key_q`` it gets, one sin/cos pair of the query at ``p`` and the key at
+``p + k`` on a circle, the scores along the diagonal ``q - p = k``, and the attention
+``softmax(beta S)`` with its entropy.
+
+Four modes (:data:`ENCODINGS`):
+
+* ``sinusoidal (E E^T)``: positions alone, no projection: ``query_p = key_p = PE_p``;
+* ``learned, untrained (E E^T)``: the same with a seeded random table, as a learned one starts;
+* ``add PE, then project (W_Q, W_K)``: ``query_p = W_Q (x + PE_p)``, ``key_q = W_K (x + PE_q)``
+  with head ``h`` of the trained sinusoidal model of section 6 (seed 0) and its embedding ``x``
+  of token 0;
+* ``project, then rotate (RoPE)``: ``query_p = R_p W_Q x``, ``key_q = R_q W_K x`` with head ``h``
+  of the trained RoPE model (seed 0, base 10 000) and its embedding ``x`` of token 0.
+
+``S`` depends on ``q - p`` only (:func:`attn_helpers.lessons.rope.diagonal_spread` ~ 1e-15) in
+the first and the last mode, not in the other two.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 import ipywidgets as widgets
+import numpy as np
 import torch
 from matplotlib import colormaps as plt_colormaps
 from matplotlib.cm import ScalarMappable
@@ -15,170 +33,223 @@ from matplotlib.patches import Circle, Rectangle
 
 from ..attention import masked_softmax
 from ..entropy import attention_entropy
+from ..lessons import positional_encoding as lesson
+from ..lessons.rope import diagonal_spread, head_projections
 from ..plots import SCORES_CMAP, to_numpy
-from ..positional import apply_rope, frequencies, sinusoidal_encoding
+from ..positional import apply_rope, sinusoidal_encoding
 from .core import HIGHLIGHT_COLOR, AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
 from .panels import CellPainter
 
 __all__ = [
     "ENCODINGS",
     "N_POSITIONS",
-    "D_MODEL",
+    "D_HEAD",
     "MAX_OFFSET",
+    "SHARPNESS",
     "PositionalFrame",
     "PositionalView",
-    "encoding_table",
+    "queries_and_keys",
     "positional_frame",
     "positional_widget",
 ]
 
-ENCODINGS = ("sinusoidal", "rope", "learned (untrained)")
-N_POSITIONS, D_MODEL, MAX_OFFSET = 24, 16, 8
-SHARPNESS = 2.0  # beta in softmax(beta E E^T), so that the rows are not almost uniform
+ENCODINGS = ("sinusoidal (E E^T)", "learned, untrained (E E^T)", "add PE, then project (W_Q, W_K)",
+             "project, then rotate (RoPE)")
+N_POSITIONS, MAX_OFFSET = 24, 8
+D_HEAD = lesson.D_MODEL // lesson.NUM_HEADS  # 8: the trained heads' size, 4 sin/cos pairs
+SHARPNESS = 8.0  # beta = SHARPNESS / max |S|: the largest score of every mode becomes 8
+_TRAINED = {ENCODINGS[2]: ("add, then project", "sinusoidal"),
+            ENCODINGS[3]: ("project, then rotate", "rope")}
 
 
 @dataclass
 class PositionalFrame(AttentionFrame):
-    """An :class:`AttentionFrame` (weights: softmax of the position-only scores, ``(n, n)``) plus
-    the encoding table ``(n, d)``, the chosen rows and the two points of one pair."""
+    """An :class:`AttentionFrame` (weights: ``softmax(beta S)``, ``(n, n)``) plus the score grid
+    ``S / max |S|`` ``(n, n)``, the scores along the diagonal ``q - p = k`` and the two hands."""
 
-    table: torch.Tensor | None = None
+    scores: torch.Tensor | None = None  # (n, n): S / max |S|
+    diagonal: torch.Tensor | None = None  # (n + MAX_OFFSET - k,): S[p', p' + k] / max |S|
     position: int = 0
     offset: int = 0
     pair: int = 0
-    pair_points: torch.Tensor | None = None  # (2, 2): the pair at position p and at p + k
+    pair_points: torch.Tensor | None = None  # (2, 2): pair i of query_p, key_{p+k}; longest = 1
 
 
-def encoding_table(encoding: str, n: int = N_POSITIONS + MAX_OFFSET, d: int = D_MODEL) -> torch.Tensor:
-    """``(n, d)`` float64 vectors whose dot products are the position-only scores.
-
-    * ``sinusoidal``: :func:`sinusoidal_encoding`;
-    * ``rope``: a fixed vector ``u = (1, 0, 1, 0, ...)`` rotated by :func:`apply_rope` to each
-      position, i.e. what a constant query or key becomes at position ``p``;
-    * ``learned (untrained)``: a seeded random table, as a learned embedding starts out.
-    """
-    if encoding == "sinusoidal":
-        return sinusoidal_encoding(n, d, dtype=torch.float64)
-    if encoding == "rope":
-        u = torch.zeros(n, d, dtype=torch.float64)
-        u[:, 0::2] = 1.0
-        return apply_rope(u)
-    if encoding == "learned (untrained)":
-        return torch.randn(n, d, generator=torch.Generator().manual_seed(7), dtype=torch.float64) / 1.4
-    raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
+@lru_cache(maxsize=1)
+def _trained_models():
+    models, _ = lesson.load_models()
+    return models
 
 
-@lru_cache(maxsize=len(ENCODINGS))
-def _position_attention(encoding: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(table (n + MAX_OFFSET, d), scores (n, n), weights (n, n))``, cached per encoding (the
-    tensors are never modified in place)."""
-    table = encoding_table(encoding)
-    shown = table[:N_POSITIONS]
-    scores = SHARPNESS * (shown @ shown.T)
-    return table, scores, masked_softmax(scores)
+def queries_and_keys(encoding: str, head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(queries, keys)``, each ``(N_POSITIONS + MAX_OFFSET, D_HEAD)`` float64: row ``p`` is the
+    query (key) of one token at position ``p`` in the mode ``encoding`` (see the module's text;
+    ``head`` only matters for the trained modes). ``S = queries @ keys.T``."""
+    n = N_POSITIONS + MAX_OFFSET
+    if encoding == ENCODINGS[0]:
+        table = sinusoidal_encoding(n, D_HEAD, dtype=torch.float64)
+        return table, table
+    if encoding == ENCODINGS[1]:
+        table = torch.randn(n, D_HEAD, generator=torch.Generator().manual_seed(7),
+                            dtype=torch.float64) / 1.4
+        return table, table
+    if encoding not in _TRAINED:
+        raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
+    order, scheme = _TRAINED[encoding]
+    model = _trained_models()[lesson.model_key(scheme, 0)]
+    W_Q, W_K = head_projections(model.qkv.weight, lesson.NUM_HEADS, head)  # (d_head, d_model) each
+    X = model.embed.weight[0].detach().to(torch.float64).expand(n, lesson.D_MODEL)  # (n, d_model)
+    if order == "add, then project":
+        X = X + sinusoidal_encoding(n, lesson.D_MODEL, dtype=torch.float64)
+        return X @ W_Q.T, X @ W_K.T  # (n, d_head): W_Q (x + PE_p), W_K (x + PE_q)
+    return apply_rope(X @ W_Q.T), apply_rope(X @ W_K.T)  # (n, d_head): R_p W_Q x, R_q W_K x
 
 
-def positional_frame(encoding: str, position: int, offset: int, pair: int) -> PositionalFrame:
-    """Everything the positional widget shows, from its four controls.
+@lru_cache(maxsize=len(ENCODINGS) * lesson.NUM_HEADS)
+def _grids(encoding: str, head: int) -> dict:
+    """Everything a move does not change, once per ``(mode, head)`` (never modified in place)."""
+    queries, keys = queries_and_keys(encoding, head)
+    S = queries @ keys.T  # (n + MAX_OFFSET, n + MAX_OFFSET)
+    shown = S[:N_POSITIONS, :N_POSITIONS]
+    top = shown.abs().max().item()
+    pairs = torch.cat([queries, keys]).view(-1, D_HEAD // 2, 2)  # (2 (n + K), pairs, 2)
+    return {"S": S, "top": top, "spread": diagonal_spread(shown),
+            "weights": masked_softmax(SHARPNESS / top * shown),
+            "queries": queries, "keys": keys, "radius": pairs.norm(dim=-1).amax(0)}  # (pairs,)
+
+
+def _angle(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Signed angle in ``(-pi, pi]`` that turns the 2-vector ``a`` onto ``b``."""
+    return math.atan2(a[0] * b[1] - a[1] * b[0], a[0] * b[0] + a[1] * b[1])
+
+
+def positional_frame(encoding: str, position: int, offset: int, pair: int,
+                     head: int = 0) -> PositionalFrame:
+    """Everything the positional widget shows, from its controls.
 
     Args:
         encoding: one of :data:`ENCODINGS`.
         position: ``p`` in ``0 .. N_POSITIONS - 1``.
         offset: ``k`` in ``0 .. MAX_OFFSET``.
-        pair: which sin/cos pair ``i`` (dimensions ``2i, 2i+1``) to draw, ``0 .. D_MODEL/2 - 1``.
+        pair: the sin/cos pair ``i`` (dimensions ``2i, 2i+1``) drawn, ``0 .. D_HEAD/2 - 1``.
+        head: the trained head ``h``, ``0 .. NUM_HEADS - 1`` (ignored by the ``E E^T`` modes).
 
-    The heatmap shows ``softmax(beta E E^T)`` (``beta = SHARPNESS``) over the first
-    ``N_POSITIONS`` positions: how much each position would attend to the others on position
-    information alone.
+    The heatmap is ``softmax(beta S)`` over the first ``N_POSITIONS`` positions with
+    ``beta = SHARPNESS / max |S|``; the readouts compare ``S[p, p+k]`` with ``S[0, k]`` and give
+    the largest spread of ``S`` along one diagonal (zero: ``S`` depends on ``q - p`` only).
     """
+    if encoding not in ENCODINGS:
+        raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
     for name, value, top in (("position", position, N_POSITIONS - 1), ("offset", offset, MAX_OFFSET),
-                             ("pair", pair, D_MODEL // 2 - 1)):
+                             ("pair", pair, D_HEAD // 2 - 1), ("head", head, lesson.NUM_HEADS - 1)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
             raise ValueError(f"{name} must be an int in 0..{top}, got {value!r}")
-    table, scores, weights = _position_attention(encoding)
-    shown = table[:N_POSITIONS]
-    dots = (table[:-offset or None] * table[offset:]).sum(-1)  # PE(p) . PE(p + k) for every p
-    points = torch.stack([table[position, 2 * pair:2 * pair + 2],
-                          table[position + offset, 2 * pair:2 * pair + 2]])
-    angle = offset * float(frequencies(D_MODEL)[pair])
+    g = _grids(encoding, head)
+    S, weights = g["S"], g["weights"]
+    diagonal = S.diagonal(offset)  # (n + K - k,): S[p', p' + k] for every p'
+    q_pair = g["queries"][position, 2 * pair:2 * pair + 2]
+    k_pair = g["keys"][position + offset, 2 * pair:2 * pair + 2]
     labels = [str(p) for p in range(N_POSITIONS)]
-    row = scores[position].clone()
-    row[position] = -torch.inf
     return PositionalFrame(
         weights=weights, query_labels=labels, key_labels=labels, highlight_row=position,
-        table=shown, position=position, offset=offset, pair=pair, pair_points=points,
+        scores=S[:N_POSITIONS, :N_POSITIONS] / g["top"], diagonal=diagonal / g["top"],
+        position=position, offset=offset, pair=pair,
+        pair_points=torch.stack([q_pair, k_pair]) / g["radius"][pair],
         readouts={
-            "PE(p) . PE(p+k)": round(dots[position].item(), 4),
-            "PE(0) . PE(k)": round(dots[0].item(), 4),
-            "spread of PE(p) . PE(p+k) over all p": round((dots.max() - dots.min()).item(), 4),
-            "pair angle k * omega_i (rad)": round(angle, 4),
-            "most similar other position": int(row.argmax()),
+            "S[p, p+k]": round(S[position, position + offset].item(), 4),
+            "S[0, k]": round(S[0, offset].item(), 4),
+            "largest spread of S along one diagonal (0: relative)": round(g["spread"], 4),
+            "pair i: angle from query p to key p+k (rad)": round(_angle(q_pair, k_pair), 4),
+            "pair i: the same at p = 0 (rad)": round(
+                _angle(g["queries"][0, 2 * pair:2 * pair + 2],
+                       g["keys"][offset, 2 * pair:2 * pair + 2]), 4),
+            "key with the largest weight in row p": int(weights[position].argmax()),
             "entropy of row p (nats)": round(attention_entropy(weights[position]).item(), 4),
         },
     )
 
 
 class PositionalView(BlitView):
-    """Encoding heatmap with the rows ``p`` and ``p + k`` marked, one sin/cos pair on the circle,
-    and the position-only attention with its entropy view."""
+    """Score grid with the cells ``(p, p+k)`` and ``(0, k)`` and the diagonal ``q - p = k``
+    marked, one pair of the query and the key on a circle, the scores along that diagonal, and
+    ``softmax(beta S)`` with its entropy view."""
 
-    def __init__(self, figsize: tuple[float, float] = (9.0, 8.0)):
+    def __init__(self, figsize: tuple[float, float] = (10.5, 8.2)):
         super().__init__(figsize)
-        figure = self.figure
-        grid = figure.add_gridspec(2, 2, width_ratios=[1.6, 1], height_ratios=[1, 1.35],
-                                   left=0.07, right=0.97, bottom=0.01, top=0.95, wspace=0.3,
-                                   hspace=0.22)
-        self.ax_table = figure.add_subplot(grid[0, 0])
-        self.ax_table.set(xlim=(-0.5, D_MODEL - 0.5), ylim=(N_POSITIONS - 0.5, -0.5))
-        self.table = CellPainter(self.blit, self.ax_table, plt_colormaps[SCORES_CMAP],
+        figure, n = self.figure, N_POSITIONS
+        grid = figure.add_gridspec(2, 3, width_ratios=[1.25, 1, 1.25], height_ratios=[1, 1.3],
+                                   left=0.06, right=0.98, bottom=0.01, top=0.92, wspace=0.42,
+                                   hspace=0.2)
+        ax = self.ax_scores = figure.add_subplot(grid[0, 0])
+        ax.set(xlim=(-0.5, n - 0.5), ylim=(n - 0.5, -0.5), aspect="equal")
+        self.cells = CellPainter(self.blit, ax, plt_colormaps[SCORES_CMAP],
                                  Normalize(-1.0, 1.0, clip=True))
-        figure.colorbar(ScalarMappable(Normalize(-1.0, 1.0), SCORES_CMAP), ax=self.ax_table,
-                        fraction=0.04, pad=0.02).ax.tick_params(labelsize=8)
-        self.ax_table.set_xticks(range(D_MODEL), [f"{'sin' if j % 2 == 0 else 'cos'}{j // 2}"
-                                                  for j in range(D_MODEL)], rotation=90, fontsize=8)
-        self.ax_table.set_yticks(range(0, N_POSITIONS, 4))
-        self.ax_table.tick_params(labelsize=8)
-        self.ax_table.set_xlabel("dimension (pair i: sin_i, cos_i)", fontsize=9)
-        self.ax_table.set_ylabel("position p", fontsize=9)
-        self.ax_table.set_title("encoding E[p, :] (green box: pair i)", fontsize=10)
-        self.row_p = self.ax_table.axhline(0, color=HIGHLIGHT_COLOR, linewidth=2)
-        self.row_pk = self.ax_table.axhline(0, color="black", linewidth=2, linestyle="--")
-        self.column = Rectangle((-0.5, -0.5), 2, N_POSITIONS, fill=False, edgecolor="#2ca02c",
-                                linewidth=2.5)
-        self.ax_table.add_patch(self.column)
+        figure.colorbar(ScalarMappable(Normalize(-1.0, 1.0), SCORES_CMAP), ax=ax, fraction=0.046,
+                        pad=0.03).ax.tick_params(labelsize=8)
+        ax.set_xticks(range(0, n, 4))
+        ax.set_yticks(range(0, n, 4))
+        ax.tick_params(labelsize=8)
+        ax.set_xlabel("key position q", fontsize=9)
+        ax.set_ylabel("query position p", fontsize=9)
+        ax.set_title("S[p, q] / max|S|\n(orange: p, p+k; black: 0, k)", fontsize=10)
+        self.box_p = Rectangle((0, 0), 1, 1, fill=False, edgecolor=HIGHLIGHT_COLOR, linewidth=3)
+        self.box_0 = Rectangle((0, 0), 1, 1, fill=False, edgecolor="black", linewidth=2)
+        ax.add_patch(self.box_p)
+        ax.add_patch(self.box_0)
+        (self.diagonal_line,) = ax.plot([], [], color="black", linestyle=":", linewidth=1.2)
         self.ax_circle = figure.add_subplot(grid[0, 1])
         self.ax_circle.add_patch(Circle((0, 0), 1, fill=False, color="grey", linestyle=":"))
-        self.ax_circle.set(xlim=(-1.6, 1.6), ylim=(-1.6, 1.6), aspect="equal")
+        self.ax_circle.set(xlim=(-1.15, 1.15), ylim=(-1.15, 1.15), aspect="equal")
         self.ax_circle.set_xlabel("dimension 2i", fontsize=9)
         self.ax_circle.set_ylabel("dimension 2i+1", fontsize=9)
         self.ax_circle.tick_params(labelsize=8)
-        self.ax_circle.set_title("pair i at p (orange), p+k (black)", fontsize=10)
+        self.ax_circle.set_title("pair i of the query at p (orange)\nand the key at p+k (black)",
+                                 fontsize=10)
         (self.spoke_p,) = self.ax_circle.plot([], [], "-o", color=HIGHLIGHT_COLOR, linewidth=2)
         (self.spoke_pk,) = self.ax_circle.plot([], [], "--o", color="black", linewidth=2)
-        self.panel = AttentionPanel(self.blit, grid[1, :], max_shape=(N_POSITIONS, N_POSITIONS),
-                                    title="softmax(2 E E^T): attention from position alone")
-        self.blit.animate(self.row_p, self.row_pk, self.column, self.spoke_p, self.spoke_pk)
+        ax = self.ax_diagonal = figure.add_subplot(grid[0, 2])
+        ax.set(xlim=(-0.5, n + MAX_OFFSET - 0.5), ylim=(-1.1, 1.1))
+        ax.tick_params(labelsize=8)
+        ax.set_xlabel("query position p' (key p' + k)", fontsize=9)
+        ax.set_ylabel("S[p', p'+k] / max|S|", fontsize=9)
+        ax.set_title("along the diagonal q - p = k\n(flat: relative; dashes: S[0, k])",
+                     fontsize=10)
+        ax.axvspan(n - 0.5, n + MAX_OFFSET - 0.5, color="#eeeeee", zorder=0)
+        (self.profile,) = ax.plot([], [], "-", color="#3b75af", linewidth=1.5, marker=".")
+        (self.level,) = ax.plot([], [], "--", color="black", linewidth=1)
+        (self.marker,) = ax.plot([], [], "o", color=HIGHLIGHT_COLOR, markersize=8)
+        self.panel = AttentionPanel(self.blit, grid[1, :], max_shape=(n, n),
+                                    title="softmax(beta S), beta = 8 / max|S|")
+        self.blit.animate(self.box_p, self.box_0, self.diagonal_line, self.spoke_p, self.spoke_pk,
+                          self.profile, self.level, self.marker)
 
     def draw(self, frame: PositionalFrame) -> None:
         self.panel.set_frame(frame)
-        self.table.set(to_numpy(frame.table))
-        self.row_p.set_ydata([frame.position, frame.position])
-        shown = frame.position + frame.offset < N_POSITIONS
-        self.row_pk.set_visible(shown)
-        self.row_pk.set_ydata([frame.position + frame.offset] * 2)
+        self.cells.set(to_numpy(frame.scores))
+        p, k, n = frame.position, frame.offset, N_POSITIONS
+        self.box_p.set_visible(p + k < n)
+        self.box_p.set_bounds(p + k - 0.5, p - 0.5, 1, 1)
+        self.box_0.set_bounds(k - 0.5, -0.5, 1, 1)
+        self.diagonal_line.set_data([k - 0.5, n - 0.5], [-0.5, n - k - 0.5])
         (x0, y0), (x1, y1) = to_numpy(frame.pair_points)
-        self.column.set_x(2 * frame.pair - 0.5)
         self.spoke_p.set_data([0, x0], [0, y0])
         self.spoke_pk.set_data([0, x1], [0, y1])
+        values = to_numpy(frame.diagonal)
+        self.profile.set_data(np.arange(len(values)), values)
+        self.level.set_data([-0.5, n + MAX_OFFSET - 0.5], [values[0]] * 2)
+        self.marker.set_data([p], [values[p]])
 
 
 def positional_widget() -> LiveAttentionWidget:
-    """The live widget of notebook 07: encoding type, position ``p``, offset ``k`` and pair ``i``."""
+    """The live widget of notebook 07: mode, position ``p``, offset ``k``, pair ``i`` and the
+    trained head ``h`` (for the two projected modes)."""
     controls = {
-        "encoding": widgets.Dropdown(options=ENCODINGS, value="sinusoidal", description="encoding"),
+        "encoding": widgets.Dropdown(options=ENCODINGS, value=ENCODINGS[0], description="mode",
+                                     layout=widgets.Layout(width="360px")),
         "position": widgets.IntSlider(value=5, min=0, max=N_POSITIONS - 1, description="position p"),
         "offset": widgets.IntSlider(value=3, min=0, max=MAX_OFFSET, description="offset k"),
-        "pair": widgets.IntSlider(value=0, min=0, max=D_MODEL // 2 - 1, description="pair i"),
+        "pair": widgets.IntSlider(value=0, min=0, max=D_HEAD // 2 - 1, description="pair i"),
+        "head": widgets.IntSlider(value=0, min=0, max=lesson.NUM_HEADS - 1, description="head h"),
     }
     return LiveAttentionWidget(positional_frame, controls, PositionalView(),
-                               title="Positions: encodings, similarity and rotation")
+                               title="What RoPE changes: scores of one token at every position")
