@@ -6,33 +6,43 @@ grow like :math:`\sqrt{d_k}` and the softmax saturates (one weight near 1, the o
 A saturated softmax has a Jacobian :math:`J = \mathrm{diag}(a) - a a^\top` near zero, so almost no
 gradient reaches the scores. Dividing by :math:`\sqrt{d_k}` brings the variance back to 1.
 A temperature ``T`` divides the scores once more: ``softmax(s / T)``.
-The argument assumes unit-variance components, i.e. holds at such an initialisation; PyTorch's
-default ``nn.Linear`` init gives score std about :math:`\sqrt{d_k}/3`, and training can grow the
-scores. :func:`claims` states, as named booleans, what the notebook says about each measurement;
-the thresholds are defined once, below.
+The argument assumes unit-variance components, i.e. holds at such an initialisation;
+``nn.Linear``'s default init gives score std about :math:`\sqrt{d_k}/3`, that of
+``nn.MultiheadAttention`` about :math:`\sqrt{d_k}/2`, and training can grow the scores.
+:func:`claims` states, as named booleans, what the notebook says about each measurement; the
+thresholds are defined once, below (the training ones in ``scaling_training``).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from itertools import pairwise
 
 import torch
 from torch import nn
 
-from .._checks import require_min_dim, require_positive_int, require_tensor, shape
+from .._checks import require_min_dim, require_positive_int, require_tensor
 from ..entropy import attention_entropy
 from ..measure import fit_power_law
 from ..training import TrainResult
 from .scaling_training import (
+    LOGIT_GROWTH,
+    LOWER_END,
+    SLOW_START,
+    SOLVED,
+    SPIKE,
+    SPIKES,
     RetrievalModel,
     _check_scaled,
+    _check_temperature,
     mean_loss,
     retrieval_batch,
     spikes,
+    temperature_for_entropy,
+    temperature_softmax,
     train_retrieval,
+    training_claims,
 )
 
 __all__ = [
@@ -40,7 +50,8 @@ __all__ = [
     "random_scores", "softmax_jacobian", "jacobian_norm", "saturation_stats",
     "saturation_table", "temperature_softmax", "temperature_for_entropy", "jacobian_curve",
     "default_init_score_std", "RetrievalModel", "retrieval_batch", "train_retrieval",
-    "mean_loss", "spikes", "claims", "SPREADS",
+    "mean_loss", "spikes", "claims", "SPREADS", "SLOW_START", "SOLVED", "SPIKE", "SPIKES",
+    "LOWER_END", "LOGIT_GROWTH",
 ]
 
 D_KS = (4, 16, 64, 256, 1024)
@@ -50,17 +61,15 @@ SPREADS = tuple(2.0 ** (i / 4) for i in range(-16, 29))  # score std 1/16 .. 128
 REL_TOL = 0.1               # measured variances and stds within 10 % of the formula
 SLOPE_TOL = 0.05            # log-log slopes within 0.05 of 1 (unscaled) and 0 (scaled)
 ONE_HOT = (0.95, 0.15)      # unscaled at d_k = 1024: mean largest weight above, entropy below
+AT_64 = (0.8, 2 / 3)        # unscaled at d_k = 64: mean largest weight above, |J| / scaled below
+SHARP_ROWS = (0.95, 0.75)   # raw example: at least 3/4 of the rows put > 0.95 on one key
 FLAT = (0.06, 0.1, 0.02)    # scaled: spread over d_k of the mean largest weight, entropy, |J|
 J_FRACTION = 0.2            # unscaled |J| at d_k = 1024 below this fraction of the scaled one
 J_SLOPE = (-0.7, -0.3)      # unscaled |J|: log-log slope against d_k from 64 on
 TYPICAL_ROW = 0.1           # unscaled, d_k >= 256: median |J| below this fraction of the mean
 UNIFORM_BELOW_PEAK = 0.8    # |J| of near-uniform rows below this fraction of the peak
-SLOW_START = 3              # unscaled mean loss over the first 100 steps > 3x the scaled one
-SOLVED = 0.05               # scaled mean loss over steps 50..100 below this
-SPIKE = 0.01                # a step is a spike when its loss exceeds this...
-SPIKES = (20, 2)            # ...unscaled: at least 20 spikes after step 100; scaled: at most 2
-LOWER_END = 100            # ...but between spikes its median loss ends 100x below the scaled one
-LOGIT_GROWTH = 2            # training multiplies the score std of the scaled model by > 2
+WIDGET = (0.5, 0.9)         # widget, d_k = 1024: scaled largest weight below; at T = 0.1 above
+# the training thresholds (SLOW_START ... LOGIT_GROWTH) live in scaling_training
 
 
 def _generator(generator: torch.Generator | None, seed: int = 0) -> torch.Generator:
@@ -183,69 +192,33 @@ def jacobian_curve(
 
 def default_init_score_std(
     d_k: int, *, d_model: int = 256, n_samples: int = 4000, seed: int = 0,
+    module: str = "linear",
 ) -> float:
-    """Standard deviation of the raw score ``q . k`` when ``q = x W_Q + b_Q`` and
-    ``k = y W_K + b_K`` come from two ``nn.Linear(d_model, d_k)`` with PyTorch's default
-    initialisation and ``x, y`` have independent standard normal components.
+    """Standard deviation of the raw score ``q . k`` of one head of size ``d_k`` at PyTorch's
+    default initialisation, for inputs ``x, y`` with independent standard normal components.
 
-    The default draws weights (and biases) uniformly in ``±1/sqrt(d_model)``, variance
-    ``1/(3 d_model)``, so every component of ``q`` and ``k`` has variance about 1/3 and the
-    score's standard deviation is about ``sqrt(d_k)/3``, not ``sqrt(d_k)``.
+    ``module="linear"``: ``q = x W_Q + b_Q``, ``k = y W_K + b_K`` from two
+    ``nn.Linear(d_model, d_k)``, whose weights (and biases) are uniform in ``±1/sqrt(d_model)``,
+    variance ``1/(3 d_model)``: components of variance about 1/3, score std about ``sqrt(d_k)/3``.
+    ``module="multihead"``: head 0 of ``nn.MultiheadAttention(d_model, d_model // d_k)``, whose
+    packed ``in_proj_weight`` ``(3 d_model, d_model)`` is ``xavier_uniform_`` (variance
+    ``1/(2 d_model)``) and bias 0: components of variance about 1/2, score std about ``sqrt(d_k)/2``.
     """
     require_positive_int("d_k", d_k)
     require_positive_int("d_model", d_model)
     torch.manual_seed(seed)
-    w_q, w_k = nn.Linear(d_model, d_k), nn.Linear(d_model, d_k)
+    if module == "linear":
+        w_q, w_k = nn.Linear(d_model, d_k), nn.Linear(d_model, d_k)
+    elif module == "multihead" and d_model % d_k == 0:
+        w = nn.MultiheadAttention(d_model, d_model // d_k).in_proj_weight     # (3 d_model, d_model)
+        w_q, w_k = (lambda x: x @ w[:d_k].T), (lambda y: y @ w[d_model:d_model + d_k].T)
+    else:
+        raise ValueError(f"module must be 'linear' or 'multihead' (with d_k dividing d_model), "
+                         f"got {module!r} with d_k={d_k}, d_model={d_model}")
     g = torch.Generator().manual_seed(seed)
     x, y = torch.randn(2, n_samples, d_model, generator=g)
     with torch.no_grad():
         return (w_q(x) * w_k(y)).sum(-1).std().item()
-
-
-def _check_temperature(temperature) -> float:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a positive finite number, got {temperature}")
-    return float(temperature)
-
-
-def temperature_softmax(scores: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``softmax(scores / T)`` over the last dim; ``(..., n) -> (..., n)``."""
-    require_tensor("scores", scores, floating=True)
-    return torch.softmax(scores / _check_temperature(temperature), dim=-1)
-
-
-def temperature_for_entropy(
-    scores: torch.Tensor, target: float, *, low: float = 1e-4, high: float = 1e4,
-    iterations: int = 200,
-) -> float:
-    """The temperature ``T`` at which ``softmax(scores / T)`` has entropy ``target`` nats.
-
-    The entropy grows monotonically with ``T`` (from 0 for a unique maximum to ``ln n``), so a
-    bisection on ``log T`` finds it. ``scores`` is one row ``(n,)`` whose entries are not all equal.
-    """
-    require_tensor("scores", scores, floating=True)
-    if scores.dim() != 1 or len(scores) < 2:
-        raise ValueError(f"scores must be one row (n,) with n >= 2, got shape {shape(scores)}")
-    if torch.all(scores == scores[0]):
-        raise ValueError("scores are all equal: the entropy is ln n at every temperature")
-    scores = scores.double()
-
-    def entropy(t: float) -> float:
-        return attention_entropy(torch.softmax(scores / t, dim=-1)).item()
-
-    if not entropy(low) <= target <= entropy(high):
-        raise ValueError(f"target={target} is outside the reachable entropies "
-                         f"[{entropy(low):.4g}, {entropy(high):.4g}] for T in [{low}, {high}]")
-    lo, hi = math.log(low), math.log(high)
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        if entropy(math.exp(mid)) < target:
-            lo = mid
-        else:
-            hi = mid
-    return math.exp(0.5 * (lo + hi))
 
 
 def _within(measured: float, expected: float, tol: float = REL_TOL) -> bool:
@@ -268,14 +241,17 @@ def claims(
     *, variance: list[dict] | None = None, example: tuple | None = None,
     saturation: list[dict] | None = None, gradients: list[dict] | None = None,
     curve: Sequence[float] | None = None, init_stds: dict[int, float] | None = None,
-    runs: dict[bool, TrainResult] | None = None, temperature: tuple | None = None,
+    mha_init_stds: dict[int, float] | None = None, runs: dict[bool, TrainResult] | None = None,
+    temperature: tuple | None = None, widget: tuple | None = None,
 ) -> dict[str, bool]:
     """Notebook 03's statements, each checked on the measurements given (the others are skipped):
     ``variance`` (:func:`variance_table`), ``example`` ``(raw weights, scaled weights)`` of one
     set of queries and keys, ``saturation`` and ``gradients`` (both :func:`saturation_table` over
     :data:`D_KS`), ``curve`` (:func:`jacobian_curve` over :data:`SPREADS`, 16 keys), ``init_stds``
-    ``{d_k: default_init_score_std(d_k)}``, ``runs`` ``{True: scaled, False: unscaled}``
-    (:func:`train_retrieval`) and ``temperature`` ``(row of scores, T_half)``."""
+    ``{d_k: default_init_score_std(d_k)}``, ``mha_init_stds`` (the same, ``module="multihead"``),
+    ``runs`` ``{True: scaled, False: unscaled}`` (:func:`train_retrieval`), ``temperature``
+    ``(row of scores, T_half)`` and ``widget`` ``(unscaled, scaled, cold)``: the widget's readouts
+    for rising ``d_k`` without scaling (a list), at the last ``d_k`` scaled, and scaled at T = 0.1."""
     out = {}
     if variance is not None:
         d_ks = [r["d_k"] for r in variance]
@@ -289,6 +265,9 @@ def claims(
         raw, scaled = example
         out["the raw example is nearly one-hot (mean largest weight > 0.9), the scaled < 0.5"] = (
             raw.amax(-1).mean().item() > 0.9 and scaled.amax(-1).mean().item() < 0.5)
+        sharp = (raw.amax(-1) > SHARP_ROWS[0]).float().mean().item()
+        out[f"at least {SHARP_ROWS[1]:.0%} of the raw rows put > {SHARP_ROWS[0]} on one key"] = (
+            sharp >= SHARP_ROWS[1])
         out["same best key with and without the scaling"] = bool(
             (raw.argmax(-1) == scaled.argmax(-1)).all())
     if saturation is not None:
@@ -297,6 +276,7 @@ def claims(
             _rising(top) and _rising([-e for e in ent]))
         out[f"unscaled, d_k = 1024: largest weight > {ONE_HOT[0]}, entropy < {ONE_HOT[1]}"] = (
             top[-1] > ONE_HOT[0] and ent[-1] < ONE_HOT[1])
+        out[f"unscaled, d_k = 64: largest weight > {AT_64[0]}"] = top[D_KS.index(64)] > AT_64[0]
         out["scaled: largest weight and entropy flat in d_k"] = (
             _spread(_column(saturation, "max weight", True)) < FLAT[0]
             and _spread(_column(saturation, "entropy", True)) < FLAT[1])
@@ -306,6 +286,9 @@ def claims(
             _rising([-j for j in jac]) and jac[-1] < J_FRACTION * jac_on[-1])
         out[f"unscaled |J| ~ 1/sqrt(d_k) from d_k = 64 on (slope in {J_SLOPE})"] = (
             J_SLOPE[0] < loglog_slope(D_KS[2:], jac[2:]) < J_SLOPE[1])
+        at = D_KS.index(64)
+        out[f"unscaled, d_k = 64: |J| below {AT_64[1]:.2f} of the scaled one"] = (
+            jac[at] < AT_64[1] * jac_on[at])
         out[f"scaled |J| does not depend on d_k (spread < {FLAT[2]})"] = _spread(jac_on) < FLAT[2]
         out[f"unscaled, d_k >= 256: the median row's |J| is below {TYPICAL_ROW} of the mean"] = all(
             r["median jacobian norm"] < TYPICAL_ROW * r["jacobian norm"]
@@ -321,21 +304,11 @@ def claims(
     if init_stds is not None:
         out[f"default nn.Linear init: score std within {REL_TOL:.0%} of sqrt(d_k)/3"] = all(
             _within(std, math.sqrt(d_k) / 3) for d_k, std in init_stds.items())
+    if mha_init_stds is not None:
+        out[f"nn.MultiheadAttention init: score std within {REL_TOL:.0%} of sqrt(d_k)/2"] = all(
+            _within(std, math.sqrt(d_k) / 2) for d_k, std in mha_init_stds.items())
     if runs is not None:
-        on, off = runs[True].losses, runs[False].losses
-        out[f"unscaled: first 100 steps' mean loss > {SLOW_START}x the scaled one"] = (
-            mean_loss(off, 0, 100) > SLOW_START * mean_loss(on, 0, 100) and off[0] > on[0])
-        out[f"scaled: solved by step 50 (mean loss < {SOLVED} over steps 50..100)"] = (
-            mean_loss(on, 50, 100) < SOLVED)
-        out[f"after step 100: unscaled >= {SPIKES[0]} spikes above {SPIKE}, scaled <= {SPIKES[1]}; "
-            "so the unscaled mean over the last 100 steps is higher"] = (
-            spikes(off, SPIKE) >= SPIKES[0] and spikes(on, SPIKE) <= SPIKES[1]
-            and mean_loss(off, -100) > mean_loss(on, -100))
-        out[f"not a worse end: the unscaled median over the last 100 steps is > {LOWER_END}x lower"] = (
-            LOWER_END * statistics.median(off[-100:]) < statistics.median(on[-100:]))
-        stds = [e["score std"] for _, e in runs[True].evaluations]
-        out[f"training multiplies the scaled model's score std by > {LOGIT_GROWTH}"] = (
-            stds[-1] > LOGIT_GROWTH * stds[0])
+        out.update(training_claims(runs))
     if temperature is not None:
         row, t_half = temperature
         ts = torch.logspace(-2, 2, 81, dtype=torch.float64)
@@ -347,4 +320,13 @@ def claims(
         out["halving the entropy takes a T below 1/2 (by more than 0.05), not T = 1/2"] = (
             abs(attention_entropy(torch.softmax(row / t_half, -1)).item() - half) < 1e-6
             and t_half < 0.5 - 0.05)
+    if widget is not None:
+        unscaled, scaled, cold = widget
+        top = [r["largest weight (mean over rows)"] for r in unscaled]
+        jac = [r["gradient norm |J| (mean over rows)"] for r in unscaled]
+        out["widget, unscaled: the largest weight rises and |J| falls with d_k"] = (
+            _rising(top) and _rising([-j for j in jac]))
+        out[f"widget: scaling brings the largest weight below {WIDGET[0]}, T = 0.1 above "
+            f"{WIDGET[1]}"] = (scaled["largest weight (mean over rows)"] < WIDGET[0]
+                               and cold["largest weight (mean over rows)"] > WIDGET[1])
     return out

@@ -1,21 +1,33 @@
 """Notebook 03's training experiment: one attention step learns a retrieval task, with and without
-the ``1/sqrt(d_k)`` scaling (the two runs share the seed, so the scaling is the only difference).
-:mod:`attn_helpers.lessons.scaling` re-exports these names and states the claims about them.
+the ``1/sqrt(d_k)`` scaling (the two runs share the seed, so the scaling is the only difference);
+and the softmax temperature of its last section.
+:mod:`attn_helpers.lessons.scaling` re-exports these names and the claims about them.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .._checks import require_positive_int
+from .._checks import require_positive_int, require_tensor, shape
+from ..entropy import attention_entropy
 from ..training import TrainResult, train
 
-__all__ = ["RetrievalModel", "retrieval_batch", "train_retrieval", "mean_loss", "spikes"]
+__all__ = ["RetrievalModel", "retrieval_batch", "train_retrieval", "mean_loss", "spikes",
+           "training_claims", "temperature_softmax", "temperature_for_entropy"]
+
+# The thresholds of the training claims, defined once (see training_claims()).
+SLOW_START = 3              # unscaled mean loss over the first 100 steps > 3x the scaled one
+SOLVED = (0.005, 0.03)      # scaled, steps 50..100: mean loss below 0.005, every step below 0.03
+SPIKE = 0.01                # a step is a spike when its loss exceeds this...
+SPIKES = (20, 2)            # ...unscaled: at least 20 spikes after step 100; scaled: at most 2
+LOWER_END = 100             # ...but between spikes its median loss ends 100x below the scaled one
+LOGIT_GROWTH = 2            # training multiplies the score std of the scaled model by > 2
 
 
 def _check_scaled(scaled) -> bool:
@@ -115,3 +127,70 @@ def spikes(losses: Sequence[float], threshold: float, start: int = 100) -> int:
     """How many of ``losses[start:]`` exceed ``threshold`` (one query of 64 answered with a wrong
     value already costs about 0.03)."""
     return sum(loss > threshold for loss in list(losses)[start:])
+
+
+def training_claims(runs: dict[bool, TrainResult]) -> dict[str, bool]:
+    """Notebook 03's statements about the two runs ``{True: scaled, False: unscaled}`` of
+    :func:`train_retrieval` (one wrong answer among 64 costs about 0.03 of loss)."""
+    on, off = runs[True].losses, runs[False].losses
+    stds = [e["score std"] for _, e in runs[True].evaluations]
+    return {
+        f"unscaled: first 100 steps' mean loss > {SLOW_START}x the scaled one":
+            mean_loss(off, 0, 100) > SLOW_START * mean_loss(on, 0, 100) and off[0] > on[0],
+        f"scaled, steps 50..100: mean loss < {SOLVED[0]}, every step < {SOLVED[1]}":
+            mean_loss(on, 50, 100) < SOLVED[0] and max(on[50:100]) < SOLVED[1],
+        f"after step 100: unscaled >= {SPIKES[0]} spikes above {SPIKE}, scaled <= {SPIKES[1]}; "
+        "so the unscaled mean over the last 100 steps is higher":
+            spikes(off, SPIKE) >= SPIKES[0] and spikes(on, SPIKE) <= SPIKES[1]
+            and mean_loss(off, -100) > mean_loss(on, -100),
+        f"not a worse end: the unscaled median over the last 100 steps is > {LOWER_END}x lower":
+            LOWER_END * statistics.median(off[-100:]) < statistics.median(on[-100:]),
+        f"training multiplies the scaled model's score std by > {LOGIT_GROWTH}":
+            stds[-1] > LOGIT_GROWTH * stds[0],
+    }
+
+
+def _check_temperature(temperature) -> float:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature}")
+    return float(temperature)
+
+
+def temperature_softmax(scores: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``softmax(scores / T)`` over the last dim; ``(..., n) -> (..., n)``."""
+    require_tensor("scores", scores, floating=True)
+    return torch.softmax(scores / _check_temperature(temperature), dim=-1)
+
+
+def temperature_for_entropy(
+    scores: torch.Tensor, target: float, *, low: float = 1e-4, high: float = 1e4,
+    iterations: int = 200,
+) -> float:
+    """The temperature ``T`` at which ``softmax(scores / T)`` has entropy ``target`` nats.
+
+    The entropy grows monotonically with ``T`` (from 0 for a unique maximum to ``ln n``), so a
+    bisection on ``log T`` finds it. ``scores`` is one row ``(n,)`` whose entries are not all equal.
+    """
+    require_tensor("scores", scores, floating=True)
+    if scores.dim() != 1 or len(scores) < 2:
+        raise ValueError(f"scores must be one row (n,) with n >= 2, got shape {shape(scores)}")
+    if torch.all(scores == scores[0]):
+        raise ValueError("scores are all equal: the entropy is ln n at every temperature")
+    scores = scores.double()
+
+    def entropy(t: float) -> float:
+        return attention_entropy(torch.softmax(scores / t, dim=-1)).item()
+
+    if not entropy(low) <= target <= entropy(high):
+        raise ValueError(f"target={target} is outside the reachable entropies "
+                         f"[{entropy(low):.4g}, {entropy(high):.4g}] for T in [{low}, {high}]")
+    lo, hi = math.log(low), math.log(high)
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        if entropy(math.exp(mid)) < target:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(0.5 * (lo + hi))

@@ -87,7 +87,7 @@ def test_shipped_checkpoint_loads_and_supports_the_claims(shipped):
     assert meta["config"] == heads_task.CONFIG.__dict__
     assert meta["loss_curve"][-1] < 0.01 < 1.0 < meta["loss_curve"][0]
     result = heads_task.claims(model, one_head, one_meta["study"])
-    assert len(result) == 9
+    assert len(result) == 10
     assert all(result.values()), [claim for claim, holds in result.items() if not holds]
 
 
@@ -124,6 +124,8 @@ def test_claims_can_fail(shipped):
     same_split = [[0.8, 0.0], [0.0, 0.99]]                          # head 0 previous on every seed
     failing = {
         "one head also names": {(1, "accuracy"): {"previous": 0.5, "first": 1.0}},
+        "two heads name both": {(2, "accuracy"): {"previous": 1.0, "first": 0.9}},
+        "unequally": {(1, "relation_scores"): [[0.45, 0.45]]},     # blends, but equal weights
         "which head takes which": {(2, "relation_scores"): same_split},
         "lower training loss": {(2, "final_loss"): 1.0},
         "learn faster": {(2, "loss_curve"): [1.0] * 60},
@@ -142,6 +144,19 @@ def test_claims_can_fail(shipped):
         blurred.attention.q_proj.bias.zero_()
     result = heads_task.claims(blurred, one_head, shipped[3]["study"])
     assert not result["the heads specialise (> 0.7 on i-1, > 0.9 on 0, < 0.1 across)"]
+
+
+def test_ablation_claim_means_chance_not_just_low(shipped, monkeypatch):
+    """Below 0.25 is not enough: the ablated relation must sit within 0.03 of chance (1/8)."""
+    model, _, one_head, one_meta = shipped
+    table = heads_task.ablation_table(model, *heads_task.evaluation_batch())
+    claim = next(c for c in heads_task.claims(model, one_head, one_meta["study"]) if "chance" in c)
+    for low in (0.05, 0.2):                          # low, but not chance
+        fake = {k: {r: (low if v < 0.5 else v) for r, v in acc.items()} for k, acc in table.items()}
+        monkeypatch.setattr(heads_task, "ablation_table", lambda *_, fake=fake: fake)
+        assert not heads_task.claims(model, one_head, one_meta["study"])[claim]
+    monkeypatch.setattr(heads_task, "ablation_table", lambda *_: table)
+    assert heads_task.claims(model, one_head, one_meta["study"])[claim]
 
 
 def test_steps_to():

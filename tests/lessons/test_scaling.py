@@ -54,8 +54,10 @@ def test_notebook_claims_hold_on_fresh_measurements(seed):
     result = scaling.claims(
         variance=scaling.variance_table(n_samples=10_000, seed=seed), saturation=rows,
         gradients=rows, curve=scaling.jacobian_curve(seed=seed),
-        init_stds={d: scaling.default_init_score_std(d, seed=seed) for d in scaling.D_KS})
-    assert len(result) == 14
+        init_stds={d: scaling.default_init_score_std(d, seed=seed) for d in scaling.D_KS},
+        mha_init_stds={d: scaling.default_init_score_std(d, d_model=1024, module="multihead",
+                                                         seed=seed) for d in scaling.D_KS})
+    assert len(result) == 17
     assert all(result.values()), [claim for claim, holds in result.items() if not holds]
 
 
@@ -66,9 +68,55 @@ def test_claims_can_fail():
     assert not all(scaling.claims(gradients=swapped).values())
     init = {d: math.sqrt(d) for d in scaling.D_KS}                   # unit-variance, not the default
     assert not any(scaling.claims(init_stds=init).values())
+    assert not any(scaling.claims(mha_init_stds=init).values())
+    linear = {d: math.sqrt(d) / 3 for d in scaling.D_KS}             # nn.Linear's, not MHA's
+    assert not any(scaling.claims(mha_init_stds=linear).values())
     flat = [0.3] * len(scaling.SPREADS)
     assert not all(scaling.claims(curve=flat).values())
     assert scaling.claims() == {}
+
+
+def test_example_claims_count_the_sharp_rows():
+    sharp = torch.eye(8, dtype=torch.float64) * 0.97 + 0.03 / 8      # every row > 0.95 on one key
+    soft = torch.softmax(torch.eye(8, dtype=torch.float64), -1)       # same best key, spread out
+    assert all(scaling.claims(example=(sharp, soft)).values())
+    mixed = sharp.clone()          # 3 rows at 0.9: the mean largest weight stays above 0.9, but
+    mixed[:3] = torch.eye(8, dtype=torch.float64)[:3] * (0.9 - 0.1 / 7) + 0.1 / 7  # 5 of 8 sharp
+    result = scaling.claims(example=(mixed, soft))
+    assert [claim for claim, holds in result.items() if not holds] == [
+        "at least 75% of the raw rows put > 0.95 on one key"]
+
+
+def test_widget_claims_hold_on_the_widget_and_can_fail():
+    from attn_helpers.widgets.scaling import scaling_widget
+
+    explorer = scaling_widget()
+    explorer.set(d_k=4, scaled=False, temperature=1.0)
+    unscaled = []
+    for d_k in (4, 64, 1024):
+        explorer.set(d_k=d_k)
+        unscaled.append(dict(explorer.frame.readouts))
+    explorer.set(scaled=True)
+    scaled = dict(explorer.frame.readouts)
+    explorer.set(temperature=0.1)
+    cold = dict(explorer.frame.readouts)
+    result = scaling.claims(widget=(unscaled, scaled, cold))
+    assert len(result) == 2 and all(result.values()), result
+    assert not any(scaling.claims(widget=(unscaled[::-1], cold, scaled)).values())
+
+
+@pytest.mark.parametrize("d_k", [4, 64])
+def test_default_init_score_std_of_multihead_attention_is_sqrt_d_k_over_2(d_k):
+    std = scaling.default_init_score_std(d_k, d_model=256, module="multihead", seed=d_k)
+    assert std == pytest.approx(math.sqrt(d_k) / 2, rel=0.1)
+    torch.manual_seed(0)                                     # the premise: xavier_uniform_, no bias
+    m = torch.nn.MultiheadAttention(256, 4)
+    assert m.in_proj_weight.var().item() == pytest.approx(1 / 512, rel=0.05)
+    assert torch.all(m.in_proj_bias == 0)
+    with pytest.raises(ValueError, match="module"):
+        scaling.default_init_score_std(48, d_model=256, module="multihead")
+    with pytest.raises(ValueError, match="module"):
+        scaling.default_init_score_std(4, module="conv")
 
 
 def test_median_row_gradient_is_far_below_the_mean_for_large_unscaled_heads():
