@@ -1,7 +1,7 @@
-r"""Notebook 07's widget: what RoPE changes. One token placed at every position, the score grid
-``S[p, q] = query_p . key_q`` it gets, one sin/cos pair of the query at ``p`` and the key at
-``p + k`` on a circle, the scores along the diagonal ``q - p = k``, and the attention
-``softmax(beta S)`` with its entropy.
+r"""Notebook 07's widget: what RoPE changes. One token placed at every position, the causal
+score grid ``S[p, q] = query_p . key_q`` (``q <= p``) it gets, one sin/cos pair of the query at
+``p`` and the key ``k`` back on a circle, the scores along the diagonal ``q = p - k``, and the
+attention ``softmax(beta S)`` with its entropy.
 
 Four modes (:data:`ENCODINGS`):
 
@@ -13,8 +13,8 @@ Four modes (:data:`ENCODINGS`):
 * ``project, then rotate (RoPE)``: ``query_p = R_p W_Q x``, ``key_q = R_q W_K x`` with head ``h``
   of the trained RoPE model (seed 0, base 10 000) and its embedding ``x`` of token 0.
 
-``S`` depends on ``q - p`` only (:func:`attn_helpers.lessons.rope.diagonal_spread` ~ 1e-15) in
-the first and the last mode, not in the other two.
+``S`` depends on ``q - p`` only (its spread along each diagonal is ~1e-14) in the first and the
+last mode, not in the other two.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from matplotlib.patches import Circle, Rectangle
 from ..attention import masked_softmax
 from ..entropy import attention_entropy
 from ..lessons import positional_encoding as lesson
-from ..lessons.rope import diagonal_spread, head_projections
-from ..plots import SCORES_CMAP, to_numpy
+from ..lessons.rope import head_projections
+from ..masks import causal_mask
+from ..plots import MASKED_COLOR, SCORES_CMAP, to_numpy
 from ..positional import apply_rope, sinusoidal_encoding
 from .core import HIGHLIGHT_COLOR, AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
 from .panels import CellPainter
@@ -49,6 +50,7 @@ __all__ = [
     "PositionalFrame",
     "PositionalView",
     "queries_and_keys",
+    "causal_diagonal_spread",
     "positional_frame",
     "positional_widget",
 ]
@@ -57,22 +59,23 @@ ENCODINGS = ("sinusoidal (E E^T)", "learned, untrained (E E^T)", "add PE, then p
              "project, then rotate (RoPE)")
 N_POSITIONS, MAX_OFFSET = 24, 8
 D_HEAD = lesson.D_MODEL // lesson.NUM_HEADS  # 8: the trained heads' size, 4 sin/cos pairs
-SHARPNESS = 8.0  # beta = SHARPNESS / max |S|: the largest score of every mode becomes 8
+SHARPNESS = 8.0  # beta = SHARPNESS / max |S|: the largest visible score of every mode becomes 8
 _TRAINED = {ENCODINGS[2]: ("add, then project", "sinusoidal"),
             ENCODINGS[3]: ("project, then rotate", "rope")}
 
 
 @dataclass
 class PositionalFrame(AttentionFrame):
-    """An :class:`AttentionFrame` (weights: ``softmax(beta S)``, ``(n, n)``) plus the score grid
-    ``S / max |S|`` ``(n, n)``, the scores along the diagonal ``q - p = k`` and the two hands."""
+    """An :class:`AttentionFrame` (weights: causal ``softmax(beta S)``, ``(n, n)``) plus the
+    score grid ``S / max |S|`` ``(n, n)`` (NaN above the diagonal), the scores along the diagonal
+    ``q = p - k`` and the two hands."""
 
-    scores: torch.Tensor | None = None  # (n, n): S / max |S|
-    diagonal: torch.Tensor | None = None  # (n + MAX_OFFSET - k,): S[p', p' + k] / max |S|
+    scores: torch.Tensor | None = None  # (n, n): S / max |S|, NaN where q > p
+    diagonal: torch.Tensor | None = None  # (n - k,): S[p', p' - k] / max |S| for p' = k .. n-1
     position: int = 0
     offset: int = 0
     pair: int = 0
-    pair_points: torch.Tensor | None = None  # (2, 2): pair i of query_p, key_{p+k}; longest = 1
+    pair_points: torch.Tensor | None = None  # (2, 2): pair i of query_p, key_{p-k}; longest = 1
 
 
 @lru_cache(maxsize=1)
@@ -81,11 +84,11 @@ def _trained_models():
     return models
 
 
-def queries_and_keys(encoding: str, head: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(queries, keys)``, each ``(N_POSITIONS + MAX_OFFSET, D_HEAD)`` float64: row ``p`` is the
-    query (key) of one token at position ``p`` in the mode ``encoding`` (see the module's text;
-    ``head`` only matters for the trained modes). ``S = queries @ keys.T``."""
-    n = N_POSITIONS + MAX_OFFSET
+def queries_and_keys(encoding: str, head: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(queries, keys)``, each ``(N_POSITIONS, D_HEAD)`` float64: row ``p`` is the query (key)
+    of one token at position ``p`` in the mode ``encoding`` (see the module's text; ``head`` only
+    matters for the trained modes). ``S = queries @ keys.T``."""
+    n = N_POSITIONS
     if encoding == ENCODINGS[0]:
         table = sinusoidal_encoding(n, D_HEAD, dtype=torch.float64)
         return table, table
@@ -105,16 +108,23 @@ def queries_and_keys(encoding: str, head: int) -> tuple[torch.Tensor, torch.Tens
     return apply_rope(X @ W_Q.T), apply_rope(X @ W_K.T)  # (n, d_head): R_p W_Q x, R_q W_K x
 
 
+def causal_diagonal_spread(S: torch.Tensor) -> float:
+    """``max_k (max - min)`` of ``S`` ``(n, n)`` along each diagonal ``q = p - k``, ``k >= 0``
+    (the part a causal head sees): zero when it depends on ``q - p`` only."""
+    return max((line.max() - line.min()).item() for line in (S.diagonal(-k) for k in range(len(S))))
+
+
 @lru_cache(maxsize=len(ENCODINGS) * lesson.NUM_HEADS)
 def _grids(encoding: str, head: int) -> dict:
     """Everything a move does not change, once per ``(mode, head)`` (never modified in place)."""
     queries, keys = queries_and_keys(encoding, head)
-    S = queries @ keys.T  # (n + MAX_OFFSET, n + MAX_OFFSET)
-    shown = S[:N_POSITIONS, :N_POSITIONS]
-    top = shown.abs().max().item()
-    pairs = torch.cat([queries, keys]).view(-1, D_HEAD // 2, 2)  # (2 (n + K), pairs, 2)
-    return {"S": S, "top": top, "spread": diagonal_spread(shown),
-            "weights": masked_softmax(SHARPNESS / top * shown),
+    S = queries @ keys.T  # (n, n): S[p, q]
+    visible = causal_mask(N_POSITIONS)  # (n, n): q <= p
+    top = S[visible].abs().max().item()
+    pairs = torch.cat([queries, keys]).view(-1, D_HEAD // 2, 2)  # (2 n, pairs, 2)
+    return {"S": S, "top": top, "spread": causal_diagonal_spread(S), "mask": visible,
+            "shown": torch.where(visible, S / top, torch.nan),
+            "weights": masked_softmax(SHARPNESS / top * S, visible),
             "queries": queries, "keys": keys, "radius": pairs.norm(dim=-1).amax(0)}  # (pairs,)
 
 
@@ -129,14 +139,15 @@ def positional_frame(encoding: str, position: int, offset: int, pair: int,
 
     Args:
         encoding: one of :data:`ENCODINGS`.
-        position: ``p`` in ``0 .. N_POSITIONS - 1``.
-        offset: ``k`` in ``0 .. MAX_OFFSET``.
+        position: the query's position ``p`` in ``0 .. N_POSITIONS - 1``.
+        offset: ``k`` in ``0 .. MAX_OFFSET``: the key ``k`` back, at ``p - k``.
         pair: the sin/cos pair ``i`` (dimensions ``2i, 2i+1``) drawn, ``0 .. D_HEAD/2 - 1``.
         head: the trained head ``h``, ``0 .. NUM_HEADS - 1`` (ignored by the ``E E^T`` modes).
 
-    The heatmap is ``softmax(beta S)`` over the first ``N_POSITIONS`` positions with
-    ``beta = SHARPNESS / max |S|``; the readouts compare ``S[p, p+k]`` with ``S[0, k]`` and give
-    the largest spread of ``S`` along one diagonal (zero: ``S`` depends on ``q - p`` only).
+    The heatmap is the causal ``softmax(beta S)`` over ``N_POSITIONS`` positions with
+    ``beta = SHARPNESS / max |S|``; the readouts compare ``S[p, p-k]`` with ``S[k, 0]`` (``None``
+    when ``p < k``: no key ``k`` back) and give the largest spread of ``S`` along one diagonal
+    (zero: ``S`` depends on ``q - p`` only).
     """
     if encoding not in ENCODINGS:
         raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
@@ -145,34 +156,33 @@ def positional_frame(encoding: str, position: int, offset: int, pair: int,
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
             raise ValueError(f"{name} must be an int in 0..{top}, got {value!r}")
     g = _grids(encoding, head)
-    S, weights = g["S"], g["weights"]
-    diagonal = S.diagonal(offset)  # (n + K - k,): S[p', p' + k] for every p'
-    q_pair = g["queries"][position, 2 * pair:2 * pair + 2]
-    k_pair = g["keys"][position + offset, 2 * pair:2 * pair + 2]
-    labels = [str(p) for p in range(N_POSITIONS)]
+    S, weights, p, k = g["S"], g["weights"], position, offset
+    pair_of = slice(2 * pair, 2 * pair + 2)
+    has_key = p >= k
+    q_pair, k_pair = g["queries"][p, pair_of], g["keys"][max(p - k, 0), pair_of]
+    labels = [str(i) for i in range(N_POSITIONS)]
     return PositionalFrame(
-        weights=weights, query_labels=labels, key_labels=labels, highlight_row=position,
-        scores=S[:N_POSITIONS, :N_POSITIONS] / g["top"], diagonal=diagonal / g["top"],
-        position=position, offset=offset, pair=pair,
+        weights=weights, query_labels=labels, key_labels=labels, mask=g["mask"], highlight_row=p,
+        scores=g["shown"], diagonal=S.diagonal(-k) / g["top"], position=p, offset=k, pair=pair,
         pair_points=torch.stack([q_pair, k_pair]) / g["radius"][pair],
         readouts={
-            "S[p, p+k]": round(S[position, position + offset].item(), 4),
-            "S[0, k]": round(S[0, offset].item(), 4),
+            "S[p, p-k]": round(S[p, p - k].item(), 4) if has_key else None,
+            "S[k, 0]": round(S[k, 0].item(), 4),
             "largest spread of S along one diagonal (0: relative)": round(g["spread"], 4),
-            "pair i: angle from query p to key p+k (rad)": round(_angle(q_pair, k_pair), 4),
-            "pair i: the same at p = 0 (rad)": round(
-                _angle(g["queries"][0, 2 * pair:2 * pair + 2],
-                       g["keys"][offset, 2 * pair:2 * pair + 2]), 4),
-            "key with the largest weight in row p": int(weights[position].argmax()),
-            "entropy of row p (nats)": round(attention_entropy(weights[position]).item(), 4),
+            "pair i: angle from query p to key p-k (rad)":
+                round(_angle(q_pair, k_pair), 4) if has_key else None,
+            "pair i: the same for query k, key 0 (rad)":
+                round(_angle(g["queries"][k, pair_of], g["keys"][0, pair_of]), 4),
+            "key with the largest weight in row p": int(weights[p].argmax()),
+            "entropy of row p (nats)": round(attention_entropy(weights[p]).item(), 4),
         },
     )
 
 
 class PositionalView(BlitView):
-    """Score grid with the cells ``(p, p+k)`` and ``(0, k)`` and the diagonal ``q - p = k``
+    """Causal score grid with the cells ``(p, p-k)`` and ``(k, 0)`` and the diagonal ``q = p - k``
     marked, one pair of the query and the key on a circle, the scores along that diagonal, and
-    ``softmax(beta S)`` with its entropy view."""
+    the causal ``softmax(beta S)`` with its entropy view."""
 
     def __init__(self, figsize: tuple[float, float] = (10.5, 8.2)):
         super().__init__(figsize)
@@ -182,8 +192,8 @@ class PositionalView(BlitView):
                                    hspace=0.2)
         ax = self.ax_scores = figure.add_subplot(grid[0, 0])
         ax.set(xlim=(-0.5, n - 0.5), ylim=(n - 0.5, -0.5), aspect="equal")
-        self.cells = CellPainter(self.blit, ax, plt_colormaps[SCORES_CMAP],
-                                 Normalize(-1.0, 1.0, clip=True))
+        self.cells = CellPainter(self.blit, ax, plt_colormaps[SCORES_CMAP].with_extremes(
+            bad=MASKED_COLOR), Normalize(-1.0, 1.0, clip=True))
         figure.colorbar(ScalarMappable(Normalize(-1.0, 1.0), SCORES_CMAP), ax=ax, fraction=0.046,
                         pad=0.03).ax.tick_params(labelsize=8)
         ax.set_xticks(range(0, n, 4))
@@ -191,7 +201,7 @@ class PositionalView(BlitView):
         ax.tick_params(labelsize=8)
         ax.set_xlabel("key position q", fontsize=9)
         ax.set_ylabel("query position p", fontsize=9)
-        ax.set_title("S[p, q] / max|S|\n(orange: p, p+k; black: 0, k)", fontsize=10)
+        ax.set_title("S[p, q] / max|S|, q <= p\n(orange: p, p-k; black: k, 0)", fontsize=10)
         self.box_p = Rectangle((0, 0), 1, 1, fill=False, edgecolor=HIGHLIGHT_COLOR, linewidth=3)
         self.box_0 = Rectangle((0, 0), 1, 1, fill=False, edgecolor="black", linewidth=2)
         ax.add_patch(self.box_p)
@@ -203,23 +213,25 @@ class PositionalView(BlitView):
         self.ax_circle.set_xlabel("dimension 2i", fontsize=9)
         self.ax_circle.set_ylabel("dimension 2i+1", fontsize=9)
         self.ax_circle.tick_params(labelsize=8)
-        self.ax_circle.set_title("pair i of the query at p (orange)\nand the key at p+k (black)",
+        self.ax_circle.set_title("pair i of the query at p (orange)\nand the key at p-k (black)",
                                  fontsize=10)
         (self.spoke_p,) = self.ax_circle.plot([], [], "-o", color=HIGHLIGHT_COLOR, linewidth=2)
         (self.spoke_pk,) = self.ax_circle.plot([], [], "--o", color="black", linewidth=2)
         ax = self.ax_diagonal = figure.add_subplot(grid[0, 2])
-        ax.set(xlim=(-0.5, n + MAX_OFFSET - 0.5), ylim=(-1.1, 1.1))
+        ax.set(xlim=(-0.5, n - 0.5), ylim=(-1.1, 1.1))
         ax.tick_params(labelsize=8)
-        ax.set_xlabel("query position p' (key p' + k)", fontsize=9)
-        ax.set_ylabel("S[p', p'+k] / max|S|", fontsize=9)
-        ax.set_title("along the diagonal q - p = k\n(flat: relative; dashes: S[0, k])",
+        ax.set_xlabel("query position p' (key p' - k)", fontsize=9)
+        ax.set_ylabel("S[p', p'-k] / max|S|", fontsize=9)
+        ax.set_title("along the diagonal q = p - k\n(flat: relative; dashes: S[k, 0])",
                      fontsize=10)
-        ax.axvspan(n - 0.5, n + MAX_OFFSET - 0.5, color="#eeeeee", zorder=0)
+        ax.axvspan(lesson.TRAIN_MAX_LEN - 0.5, n - 0.5, color="#eeeeee", zorder=0)
+        ax.text((lesson.TRAIN_MAX_LEN + n - 1) / 2, -1.05, "never in\ntraining", fontsize=8,
+                ha="center", va="bottom")
         (self.profile,) = ax.plot([], [], "-", color="#3b75af", linewidth=1.5, marker=".")
         (self.level,) = ax.plot([], [], "--", color="black", linewidth=1)
         (self.marker,) = ax.plot([], [], "o", color=HIGHLIGHT_COLOR, markersize=8)
         self.panel = AttentionPanel(self.blit, grid[1, :], max_shape=(n, n),
-                                    title="softmax(beta S), beta = 8 / max|S|")
+                                    title="causal softmax(beta S), beta = 8 / max|S|")
         self.blit.animate(self.box_p, self.box_0, self.diagonal_line, self.spoke_p, self.spoke_pk,
                           self.profile, self.level, self.marker)
 
@@ -227,17 +239,18 @@ class PositionalView(BlitView):
         self.panel.set_frame(frame)
         self.cells.set(to_numpy(frame.scores))
         p, k, n = frame.position, frame.offset, N_POSITIONS
-        self.box_p.set_visible(p + k < n)
-        self.box_p.set_bounds(p + k - 0.5, p - 0.5, 1, 1)
-        self.box_0.set_bounds(k - 0.5, -0.5, 1, 1)
-        self.diagonal_line.set_data([k - 0.5, n - 0.5], [-0.5, n - k - 0.5])
+        for artist in (self.box_p, self.spoke_pk, self.marker):
+            artist.set_visible(p >= k)  # no key k back of a query before position k
+        self.box_p.set_bounds(p - k - 0.5, p - 0.5, 1, 1)
+        self.box_0.set_bounds(-0.5, k - 0.5, 1, 1)
+        self.diagonal_line.set_data([-0.5, n - k - 0.5], [k - 0.5, n - 0.5])
         (x0, y0), (x1, y1) = to_numpy(frame.pair_points)
         self.spoke_p.set_data([0, x0], [0, y0])
         self.spoke_pk.set_data([0, x1], [0, y1])
-        values = to_numpy(frame.diagonal)
-        self.profile.set_data(np.arange(len(values)), values)
-        self.level.set_data([-0.5, n + MAX_OFFSET - 0.5], [values[0]] * 2)
-        self.marker.set_data([p], [values[p]])
+        values = to_numpy(frame.diagonal)  # (n - k,): queries k .. n-1
+        self.profile.set_data(np.arange(k, n), values)
+        self.level.set_data([-0.5, n - 0.5], [values[0]] * 2)
+        self.marker.set_data([p], [values[max(p - k, 0)]])
 
 
 def positional_widget() -> LiveAttentionWidget:
@@ -249,7 +262,7 @@ def positional_widget() -> LiveAttentionWidget:
         "position": widgets.IntSlider(value=5, min=0, max=N_POSITIONS - 1, description="position p"),
         "offset": widgets.IntSlider(value=3, min=0, max=MAX_OFFSET, description="offset k"),
         "pair": widgets.IntSlider(value=0, min=0, max=D_HEAD // 2 - 1, description="pair i"),
-        "head": widgets.IntSlider(value=0, min=0, max=lesson.NUM_HEADS - 1, description="head h"),
+        "head": widgets.IntSlider(value=1, min=0, max=lesson.NUM_HEADS - 1, description="head h"),
     }
     return LiveAttentionWidget(positional_frame, controls, PositionalView(),
                                title="What RoPE changes: scores of one token at every position")
