@@ -23,7 +23,7 @@ __all__ = ["RetrievalModel", "retrieval_batch", "train_retrieval", "mean_loss", 
 
 # The thresholds of the training claims, defined once (see training_claims()).
 SLOW_START = 3              # unscaled mean loss over the first 100 steps > 3x the scaled one
-SOLVED = (0.005, 0.03)      # scaled, steps 50..100: mean loss below 0.005, every step below 0.03
+SOLVED = (0.005, 0.03)      # scaled, steps 51-100: mean loss below 0.005, every step below 0.03
 SPIKE = 0.01                # a step is a spike when its loss exceeds this...
 SPIKES = (20, 2)            # ...unscaled: at least 20 spikes after step 100; scaled: at most 2
 LOWER_END = 100             # ...but between spikes its median loss ends 100x below the scaled one
@@ -137,7 +137,7 @@ def training_claims(runs: dict[bool, TrainResult]) -> dict[str, bool]:
     return {
         f"unscaled: first 100 steps' mean loss > {SLOW_START}x the scaled one":
             mean_loss(off, 0, 100) > SLOW_START * mean_loss(on, 0, 100) and off[0] > on[0],
-        f"scaled, steps 50..100: mean loss < {SOLVED[0]}, every step < {SOLVED[1]}":
+        f"scaled, steps 51-100: mean loss < {SOLVED[0]}, every step < {SOLVED[1]}":
             mean_loss(on, 50, 100) < SOLVED[0] and max(on[50:100]) < SOLVED[1],
         f"after step 100: unscaled >= {SPIKES[0]} spikes above {SPIKE}, scaled <= {SPIKES[1]}; "
         "so the unscaled mean over the last 100 steps is higher":

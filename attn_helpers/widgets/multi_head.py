@@ -114,8 +114,8 @@ class MultiHeadView(BlitView):
     """Two persistent figures: one head, or all heads side by side, each with the mean entropy
     of every head as bars (the selected head in orange). ``update(frame) -> png``."""
 
-    def __init__(self, num_heads: int, *, single_size=(8.4, 4.6), head_width: float = 4.3,
-                 height: float = 4.0):
+    def __init__(self, num_heads: int, *, single_size=(8.4, 4.6), head_width: float = 4.6,
+                 height: float = 4.8):
         if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
             raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
         self.num_heads = num_heads
