@@ -17,7 +17,7 @@ import torch
 
 from ..efficient import OnlineSoftmaxState, block_state, merge_states, online_softmax_step
 from ..kv_cache import kv_cache_bytes
-from .core import CheckResult, Mistake, check_function, seeded
+from .core import CheckResult, Mistake, as_number, check_function, seeded
 from .workflow import exercise
 
 __all__ = ["check_tile_update", "check_merge_states", "check_kv_cache_bytes",
@@ -277,17 +277,7 @@ KV_MODELS = [
 ]
 
 
-def _as_number(fn: Callable) -> Callable:
-    def wrapped(*args):
-        value = fn(*args)
-        if value is None:                                          # a stub: said as such
-            return None
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
-            value = value.item()
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"expected a number of bytes, got {type(value).__name__}")
-        return torch.tensor(float(value), dtype=F64)
-    return wrapped
+BYTES = "expected a number of bytes"
 
 
 @exercise("complexity.kv_cache_bytes", "the KV-cache bytes of a model", hints=(
@@ -304,10 +294,11 @@ def check_kv_cache_bytes(cache_bytes: Callable) -> CheckResult:
                       model, strict=True)) for model in KV_MODELS]
 
     def wrong(formula):
-        return _as_number(lambda n, layers, heads, kv, d, dtype: formula(
-            n, layers, heads, kv, d, torch.empty((), dtype=dtype).element_size()))
+        return as_number(lambda n, layers, heads, kv, d, dtype: formula(
+            n, layers, heads, kv, d, torch.empty((), dtype=dtype).element_size()), BYTES)
 
-    return check_function(_as_number(cache_bytes), _as_number(kv_cache_bytes_reference), cases,
+    return check_function(as_number(cache_bytes, BYTES), as_number(kv_cache_bytes_reference, BYTES),
+                          cases,
                           what="kv_cache_bytes", output_names=("the number of bytes",), mistakes=[
         Mistake(wrong(lambda n, L, h, kv, d, size: L * kv * d * size * n),
                 "that counts the keys only: the cache holds a value vector beside every key, so "

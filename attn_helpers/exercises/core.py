@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["CheckResult", "Mistake", "check_function", "describe", "seeded"]
+__all__ = ["CheckResult", "Mistake", "as_number", "check_function", "describe", "seeded"]
 
 
 @dataclass(frozen=True)
@@ -162,3 +162,24 @@ def check_function(
 def seeded(seed: int) -> torch.Generator:
     """A generator for building an exercise's cases, so its verdicts are reproducible."""
     return torch.Generator().manual_seed(seed)
+
+
+def as_number(fn: Callable, expected: str) -> Callable:
+    """Wrap a learner's function that returns a plain number so :func:`check_function` can
+    compare it: the number comes back as a float64 scalar tensor (``None``, a stub's answer,
+    stays ``None``). Anything else raises a ``TypeError`` saying ``expected``, which the checker
+    reports in words."""
+    if not callable(fn):
+        return fn
+
+    def wrapped(*args):
+        value = fn(*args)
+        if value is None:
+            return None
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"{expected}, got {type(value).__name__}")
+        return torch.tensor(float(value), dtype=torch.float64)
+
+    return wrapped

@@ -10,31 +10,11 @@ import torch
 
 from ..entropy import attention_entropy
 from ..lessons.scaling import softmax_jacobian, temperature_for_entropy
-from .core import CheckResult, Mistake, check_function, seeded
+from .core import CheckResult, Mistake, as_number, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["as_number_function", "check_choose_scale", "check_softmax_jacobian",
+__all__ = ["check_choose_scale", "check_softmax_jacobian",
            "check_half_entropy_temperature"]
-
-
-def as_number_function(fn: Callable, what: str) -> Callable:
-    """Wrap a learner's function that returns a plain number so :func:`check_function` can
-    compare it: the number comes back as a float64 scalar tensor. Anything else raises a
-    ``TypeError`` that the checker reports in words."""
-    if not callable(fn):
-        return fn
-
-    def wrapped(*args):
-        value = fn(*args)
-        if value is None:
-            return None
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
-            value = value.item()
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{what} should return a number, got {type(value).__name__}")
-        return torch.tensor(float(value), dtype=torch.float64)
-
-    return wrapped
 
 
 def _number(f: Callable) -> Callable:
@@ -87,7 +67,8 @@ def check_choose_scale(choose_scale: Callable) -> CheckResult:
         return 1 / _scores(x, w_q, w_k).var().sqrt().item()
 
     return check_function(
-        as_number_function(choose_scale, "choose_scale"), _number(scale), _choose_scale_cases(),
+        as_number(choose_scale, "choose_scale should return a number"), _number(scale),
+        _choose_scale_cases(),
         what="choose_scale", output_names=("the scale",), atol=0.0, rtol=1e-3,
         mistakes=[
             Mistake(_number(lambda x, w_q, w_k: 1 / math.sqrt(w_q.shape[1])),
@@ -211,7 +192,8 @@ def check_half_entropy_temperature(find: Callable) -> CheckResult:
     """Exercise: ``find(scores (n,)) -> T`` such that the entropy of ``softmax(scores / T)`` is
     half the entropy of ``softmax(scores)``, to 0.1%."""
     return check_function(
-        as_number_function(find, "half_entropy_temperature"), _number(_half_entropy_temperature),
+        as_number(find, "half_entropy_temperature should return a number"),
+        _number(_half_entropy_temperature),
         _temperature_cases(), what="half_entropy_temperature", output_names=("the temperature",),
         atol=1e-6, rtol=1e-3,
         mistakes=[
