@@ -31,6 +31,11 @@ from pathlib import Path
 
 from .widget import summarize
 
+# As `python3 course.py lab` starts JupyterLab: the kernel websocket without Nagle's delay (see
+# attn_helpers/labserver.py, which runs in the server process and is imported by nothing here).
+SERVER_FLAG = ("--ServerApp.kernel_websocket_connection_class="
+               "attn_helpers.labserver.NoDelayChannels")
+
 __all__ = ["BROWSER_TARGET_MS", "lab_server", "chromium", "measure_notebook", "main"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +93,8 @@ def lab_server(notebooks_dir: Path, log_path: Path):
                 [sys.executable, "-m", "jupyter", "lab", "--no-browser",
                  "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
                  "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-                 f"--ServerApp.root_dir={home / 'notebooks'}", "--ServerApp.allow_root=True"],
+                 f"--ServerApp.root_dir={home / 'notebooks'}", "--ServerApp.allow_root=True",
+                 SERVER_FLAG],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home / "notebooks")
             base = f"http://127.0.0.1:{port}"
             try:
