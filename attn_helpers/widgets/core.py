@@ -21,13 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import ipywidgets as widgets
-import numpy as np
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ..entropy import attention_entropy
 from ..training import single_thread
+from .blit import BlitFigure
 from .controls import control_problem
 from .panels import BAR_COLOR, HIGHLIGHT_COLOR, AttentionPanel, EntropyBars
 from .png import encode_png
@@ -95,68 +94,6 @@ class AttentionFrame:
         else:
             visible = torch.as_tensor(self.mask).sum(-1).double()
         return torch.log(visible.clamp_min(1.0))
-
-
-class BlitFigure:
-    """A figure drawn once, whose *animated* artists are redrawn over the saved background.
-
-    ``on_layout(callback)`` registers a function called after every full redraw (when the axes
-    have their final positions), before the animated artists are drawn; ``overlay(paint)`` one
-    that paints into the ``(h, w, 4)`` canvas buffer after them (see ``panels.TextSprites``).
-    """
-
-    def __init__(self, figsize: tuple[float, float], dpi: int = 80):
-        # Each view lays out its own axes: the notebooks' constrained layout (ah.setup) would move
-        # them on every full redraw and cut titles at the edges.
-        self.figure = Figure(figsize=figsize, dpi=dpi, layout="none")
-        self.canvas = FigureCanvasAgg(self.figure)
-        self._background = None
-        self._animated: list = []
-        self._on_layout: list[Callable[[], None]] = []
-        self._overlays: list = []  # (zorder, paint)
-
-    def animate(self, *artists) -> None:
-        """Mark artists as animated: they are left out of the background and redrawn each frame."""
-        for artist in artists:
-            artist.set_animated(True)
-            self._animated.append(artist)
-
-    def forget(self, *artists) -> None:
-        """Remove artists from the figure and from the animated list."""
-        for artist in artists:
-            if artist in self._animated:
-                self._animated.remove(artist)
-            artist.remove()
-
-    def on_layout(self, callback: Callable[[], None]) -> None:
-        self._on_layout.append(callback)
-
-    def overlay(self, paint: Callable[[np.ndarray], None], zorder: float = 3.0) -> None:
-        """Call ``paint(buffer)`` at every render, between the animated artists of lower and of
-        higher ``zorder``."""
-        self._overlays.append((zorder, paint))
-
-    def invalidate(self) -> None:
-        """Ask for a full redraw of the background at the next :meth:`render` (after a relayout)."""
-        self._background = None
-
-    def render(self) -> bytes:
-        """Redraw the animated artists over the background and return the canvas as PNG."""
-        if self._background is None:
-            self.canvas.draw()
-            self._background = self.canvas.copy_from_bbox(self.figure.bbox)
-            for callback in self._on_layout:
-                callback()
-        self.canvas.restore_region(self._background)
-        buffer = np.asarray(self.canvas.buffer_rgba())  # a view: painting it paints the canvas
-        layers = [(a.get_zorder(), i, a) for i, a in enumerate(self._animated)]
-        layers += [(z, len(layers) + i, paint) for i, (z, paint) in enumerate(self._overlays)]
-        for _, _, layer in sorted(layers, key=lambda item: item[:2]):
-            if callable(layer):
-                layer(buffer)
-            elif layer.get_visible():
-                self.figure.draw_artist(layer)
-        return encode_png(buffer)
 
 
 class BlitView:
