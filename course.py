@@ -108,6 +108,14 @@ def test(extra: list[str]) -> None:
         return
     say("unit, property, widget, re-training, notebook-hygiene and browser tests")
     run([PYTHON, "-m", "pytest", "tests", "-p", "no:cacheprovider", *extra])
+    say("speed: a slider move in the kernel, and key press to picture in JupyterLab (Chromium)")
+    # Numbers are printed; a shared, noisy machine fails only at twice a target (README).
+    run([PYTHON, "-m", "attn_helpers", "bench", "widget", "--repeats", "20"])
+    chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    if Path(chromium).exists() or os.environ.get("CI") == "true":
+        run([PYTHON, "-m", "attn_helpers", "bench", "browser", "--check", "--fail-above", "100"])
+    else:
+        say(f"no Chromium at {chromium}: the end-to-end widget benchmark is skipped (see README)")
     single = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     say("notebooks, strict nbval, one thread (OMP_NUM_THREADS=1)")
     run(nbval_command(), env=single)

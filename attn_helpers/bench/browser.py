@@ -220,8 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=KEYS_PER_SLIDER,
                         help="arrow-key presses per slider")
     parser.add_argument("--check", action="store_true",
-                        help=f"exit with status 1 when a median exceeds {BROWSER_TARGET_MS} ms")
+                        help="exit with status 1 when a median exceeds --fail-above")
+    parser.add_argument("--fail-above", type=float, default=BROWSER_TARGET_MS, metavar="MS",
+                        help=f"the median that fails --check (default: the target, "
+                             f"{BROWSER_TARGET_MS} ms; CI uses twice it, since its machine "
+                             "is shared and noisy)")
     args = parser.parse_args(argv)
+    if not args.fail_above > 0:
+        parser.error("--fail-above must be > 0")
     folder = ROOT / "notebooks"
     every = sorted(p.name for p in folder.glob("*.ipynb"))
     chosen = [n for n in every if not args.notebooks
@@ -241,14 +247,17 @@ def main(argv: list[str] | None = None) -> int:
             record.update(summarize(latencies) if latencies else {"median_ms": None,
                                                                  "p90_ms": None})
             met = bool(latencies) and record["median_ms"] <= BROWSER_TARGET_MS
-            ok &= met
+            ok &= bool(latencies) and record["median_ms"] <= args.fail_above
             records.append(record)
             print(f"{record['notebook']:>24}: {record['moves']:3d} moves, median "
                   f"{record['median_ms']} ms, p90 {record['p90_ms']} ms"
                   f"{'' if met else '  NOT met'}", file=sys.stderr, flush=True)
     print(json.dumps(records, indent=1))
-    print(f"target: median <= {BROWSER_TARGET_MS} ms per notebook: {'met' if ok else 'NOT met'}",
-          file=sys.stderr)
+    target_met = all(r["median_ms"] is not None and r["median_ms"] <= BROWSER_TARGET_MS
+                     for r in records)
+    print(f"target: median <= {BROWSER_TARGET_MS} ms per notebook: "
+          f"{'met' if target_met else 'NOT met'}; --check fails above {args.fail_above} ms: "
+          f"{'passes' if ok else 'FAILS'}", file=sys.stderr)
     return 0 if ok or not args.check else 1
 
 
