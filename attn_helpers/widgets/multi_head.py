@@ -1,13 +1,16 @@
-"""Notebook 04's widget: pick an example and a head (or all heads in a grid); per-head entropy.
+"""Notebook 04's widget: pick an example and a head (or all heads in a grid); per-head entropy;
+given the model, switch heads off and read the held-out accuracy and the letters it names.
 
 The view keeps two persistent figures, drawn once each: one head (heatmap + entropy per query)
 and the all-heads grid (one heatmap + entropy panel per head). Both show the mean entropy of
 every head as bars, the selected head in orange. A control change (another example, another
-head) only redraws animated artists and pasted token labels.
+head, a head switched off) only redraws animated artists and pasted text; a switched-off head's
+heatmap is painted faded, with "switched off" over it.
 """
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,6 +21,8 @@ from matplotlib.transforms import offset_copy
 
 from .._checks import shape
 from ..entropy import attention_entropy, max_entropy
+from ..lessons.multi_head import CONFIG, RELATIONS
+from ..lessons.multi_head_study import AblationData, AblationFrame, ablation_data, ablation_frame
 from ..plots import to_numpy
 from .core import (
     AttentionFrame,
@@ -32,6 +37,7 @@ from .panels import TextSprites
 __all__ = ["ALL_HEADS", "MultiHeadFrame", "MultiHeadView", "multihead_frame", "multihead_widget"]
 
 ALL_HEADS = "all"
+OFF_CONTRAST = 0.25  # a switched-off head's heatmap keeps this share of its contrast with white
 
 
 @dataclass
@@ -46,6 +52,13 @@ class MultiHeadFrame(AttentionFrame):
     head_weights: torch.Tensor | None = None
     head: int | None = None
     head_names: Sequence[str] = ()
+    ablation: AblationFrame | None = None
+
+    @property
+    def heads_on(self) -> tuple:
+        """One bool per head (all True without ablation data)."""
+        h = 0 if self.head_weights is None else self.head_weights.shape[0]
+        return self.ablation.heads_on if self.ablation is not None else (True,) * h
 
     @property
     def head_entropy(self) -> torch.Tensor:
@@ -66,6 +79,8 @@ def multihead_frame(
     *,
     head_names: Sequence[str] | None = None,
     mask: torch.Tensor | None = None,
+    ablation: AblationData | None = None,
+    heads_on: Sequence[bool] | None = None,
 ) -> MultiHeadFrame:
     """The frame for one example and one head (or :data:`ALL_HEADS`).
 
@@ -74,6 +89,11 @@ def multihead_frame(
         labels: one list of ``n`` token labels per example.
         example: which example; ``head``: a head index or ``"all"``.
         mask: optional ``(n, n)`` bool (True = may attend), e.g. the causal mask.
+        ablation: optional :func:`~attn_helpers.lessons.multi_head_study.ablation_data` of the
+            model whose first examples ``weights`` shows; then ``heads_on`` (``h`` bools, all
+            True by default) picks the heads switched on, ``frame.ablation`` is
+            :func:`~attn_helpers.lessons.multi_head_study.ablation_frame`'s and the readouts
+            add the held-out accuracy per relation and the letters named at each position.
     """
     weights = torch.as_tensor(weights)
     if weights.dim() != 4:
@@ -107,7 +127,29 @@ def multihead_frame(
             f"{name}: {tokens[int(j)]}" for i, (name, j) in enumerate(zip(names, last, strict=True))
             if head in (ALL_HEADS, i)),
     }
+    if ablation is not None:
+        frame.ablation = ablation_frame(ablation, example, (True,) * h if heads_on is None
+                                        else heads_on)
+        frame.readouts.update(_ablation_readouts(frame.ablation, names))
+    elif heads_on is not None:
+        raise ValueError("heads_on needs ablation data (ablation=ablation_data(model, ...))")
     return frame
+
+
+def _ablation_readouts(ablation: AblationFrame, names: Sequence[str]) -> dict:
+    """Which heads are off, the held-out accuracy per relation (chance ``1/vocab``) and, per
+    position ``i >= 1``, the letter named for each relation, marked right (✓) or wrong (✗)."""
+    off = [name for name, on in zip(names, ablation.heads_on, strict=True) if not on]
+    readouts = {"heads switched off": ", ".join(off) or "none"}
+    for relation in RELATIONS:
+        readouts[f"held-out accuracy, {relation} letter (chance {1 / CONFIG.vocab:.3f})"] = float(
+            ablation.accuracy[relation])
+    for r, relation in enumerate(RELATIONS):
+        readouts[f"{relation} letter named at positions 1.. (✓ right, ✗ wrong)"] = " ".join(
+            f"{string.ascii_uppercase[int(p)]}{'✓' if ok else '✗'}"
+            for p, ok in zip(ablation.predictions[1:, r].tolist(),
+                             ablation.correct[1:, r].tolist(), strict=True))
+    return readouts
 
 
 class MultiHeadView(BlitView):
@@ -140,8 +182,21 @@ class MultiHeadView(BlitView):
         self.grid_bars = EntropyBars(self.grid, self.grid.figure.add_subplot(grid[-1]),
                                      title="mean entropy\nper head", labels=heads)
         self.grid_bars.ax.set_ylabel("head", fontsize=9)
+        # a switched-off head: its heatmap painted faded, "switched off" pasted over it
+        self.grid_off = [TextSprites(self.grid, panel.ax_map.transAxes, size=13, color="#b00020",
+                                     zorder=4.0) for panel in self.grid_panels]
+        self.single_off = TextSprites(self.single, self.single_panel.ax_map.transAxes, size=13,
+                                      color="#b00020", zorder=4.0)
         self.blit = self.grid
         self.last_mode: str | None = None
+
+    @staticmethod
+    def _mark(panel: AttentionPanel, sprites: TextSprites, on: bool) -> None:
+        if not on:  # fade the painted cells to a quarter of their contrast with white
+            colors = panel.cells.colors.astype(np.float32)
+            colors[..., :3] = 255 - (255 - colors[..., :3]) * OFF_CONTRAST
+            panel.cells.colors = colors.astype(np.uint8)
+        sprites.set([] if on else ["switched off"], [(0.5, 0.5)])
 
     def draw(self, frame: MultiHeadFrame) -> None:
         if frame.head_weights is None or frame.head_weights.shape[0] != self.num_heads:
@@ -153,13 +208,17 @@ class MultiHeadView(BlitView):
             for i, panel in enumerate(self.grid_panels):
                 panel.set_title(frame.head_names[i])
                 panel.set_frame(frame.head_frame(i))
+                self._mark(panel, self.grid_off[i], frame.heads_on[i])
             bars, self.blit, self.last_mode = self.grid_bars, self.grid, "grid"
         else:
             self.single_panel.set_frame(frame)
             self.single_title.transform = offset_copy(  # where the panel's title goes
                 self.single_panel.ax_map.transAxes, fig=self.single.figure,
                 y=self.single_panel.title_pad + 2, units="points")
-            self.single_title.set([frame.head_names[frame.head]], [(0.5, 1.0)])
+            on = frame.heads_on[frame.head]
+            self.single_title.set([frame.head_names[frame.head] + ("" if on else " (off)")],
+                                  [(0.5, 1.0)])
+            self._mark(self.single_panel, self.single_off, on)
             bars, self.blit, self.last_mode = self.single_bars, self.single, "single"
         bars.layout(self.num_heads, float(ceiling.max()))
         bars.set(entropy, ceiling, frame.head)
@@ -171,9 +230,20 @@ def multihead_widget(
     *,
     head_names: Sequence[str] | None = None,
     mask: torch.Tensor | None = None,
+    model: torch.nn.Module | None = None,
+    eval_tokens: torch.Tensor | None = None,
+    eval_targets: torch.Tensor | None = None,
 ) -> LiveAttentionWidget:
     """The live widget of notebook 04 over precomputed ``(examples, h, n, n)`` weights: an example
-    slider and a head selector with an all-heads grid."""
+    slider and a head selector with an all-heads grid.
+
+    Given the notebook's ``model`` (a ``TwoRelationModel``) with its held-out ``eval_tokens``
+    ``(m, n)`` and ``eval_targets`` ``(m, n, 2)``, whose first examples ``weights`` shows, it also
+    gets one checkbox per head (``head_0_on``, ``head_1_on``, ...): the model is run once per
+    subset of heads when the widget is built
+    (:func:`~attn_helpers.lessons.multi_head_study.ablation_data`), and a checkbox move only looks
+    up the held-out accuracy and the letters named.
+    """
     weights = torch.as_tensor(weights)
     if weights.dim() != 4:
         raise ValueError(f"weights must be 4-D (examples, h, n, n), got shape {shape(weights)}")
@@ -188,9 +258,28 @@ def multihead_widget(
                                  value=ALL_HEADS, description="head",
                                  layout=widgets.Layout(width="300px")),
     }
+    data = None
+    if model is not None:
+        if eval_tokens is None or eval_targets is None:
+            raise ValueError("model needs eval_tokens (m, n) and eval_targets (m, n, 2)")
+        data = ablation_data(model, eval_tokens, eval_targets)
+        if data.weights.shape[1] != h or len(labels) > data.weights.shape[0]:
+            raise ValueError(f"the model has {data.weights.shape[1]} heads and "
+                             f"{data.weights.shape[0]} held-out examples; weights has {h} heads "
+                             f"and there are {len(labels)} examples")
+        for i in range(h):
+            controls[f"head_{i}_on"] = widgets.Checkbox(
+                value=True, description=f"head {i} on", indent=False,
+                layout=widgets.Layout(width="110px"))
+    elif eval_tokens is not None or eval_targets is not None:
+        raise ValueError("eval_tokens and eval_targets need the model (model=...)")
 
-    def compute(example, head):
-        return multihead_frame(weights, labels, example, head, head_names=names, mask=mask)
+    def compute(example, head, **switches):
+        heads_on = None if data is None else [switches[f"head_{i}_on"] for i in range(h)]
+        return multihead_frame(weights, labels, example, head, head_names=names, mask=mask,
+                               ablation=data, heads_on=heads_on)
 
-    return LiveAttentionWidget(compute, controls, MultiHeadView(h),
-                               title="Which head looks where? Pick an example and a head")
+    title = "Which head looks where? Pick an example and a head"
+    if data is not None:
+        title += ", and switch heads off"
+    return LiveAttentionWidget(compute, controls, MultiHeadView(h), title=title)

@@ -9,6 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
+from attn_helpers.lessons import multi_head as heads_task
+from attn_helpers.lessons.multi_head_study import ablation_data, ablation_frame
 from attn_helpers.masks import causal_mask
 from attn_helpers.widgets.multi_head import (
     ALL_HEADS,
@@ -93,3 +95,87 @@ def test_multihead_view_rejects_wrong_number_of_heads(example_weights):
         MultiHeadView(0)
 
 
+
+
+# --- the live head ablation (notebook 04's trained model) ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained():
+    model, _ = heads_task.load_two_relations()
+    tokens, targets = heads_task.evaluation_batch()
+    with torch.no_grad():
+        scores = heads_task.head_relation_scores(model(tokens)[1])
+        _, weights = model(tokens[:6])
+    heads = {"previous": int(scores[:, 0].argmax()), "first": int(scores[:, 1].argmax())}
+    widget = multihead_widget(weights, [heads_task.token_labels(t) for t in tokens[:6]],
+                              mask=causal_mask(tokens.shape[1]), model=model,
+                              eval_tokens=tokens, eval_targets=targets)
+    return widget, ablation_data(model, tokens, targets), heads
+
+
+def accuracy(widget, relation: str) -> float:
+    return float(widget.readouts[f"held-out accuracy, {relation} letter (chance 0.125)"])
+
+
+@pytest.mark.parametrize("off", ["previous", "first"])
+def test_switching_a_head_off_drops_its_relation_to_chance(trained, off):
+    widget, data, heads = trained
+    kept = "first" if off == "previous" else "previous"
+    widget.set(example=2, head=ALL_HEADS, head_0_on=True, head_1_on=True)
+    assert accuracy(widget, off) >= heads_task.ACCURACY_MIN
+    assert accuracy(widget, kept) >= heads_task.ACCURACY_MIN
+    widget.set(**{f"head_{heads[off]}_on": False})
+    chance = 1 / heads_task.CONFIG.vocab
+    assert abs(accuracy(widget, off) - chance) <= heads_task.ABLATED[0]
+    assert accuracy(widget, kept) > heads_task.ABLATED[1]
+    assert widget.readouts["heads switched off"] == f"head {heads[off]}"
+    heads_on = tuple(i != heads[off] for i in range(2))
+    expected = ablation_frame(data, 2, heads_on)                       # the pure function's frame
+    shown = widget.frame.ablation
+    assert shown.heads_on == heads_on == widget.frame.heads_on
+    assert torch.equal(shown.predictions, expected.predictions)
+    assert torch.equal(shown.correct, expected.correct)
+    assert torch.equal(shown.weights, expected.weights) and shown.accuracy == expected.accuracy
+    strip = widget.readouts[f"{off} letter named at positions 1.. (✓ right, ✗ wrong)"].split()
+    relation = heads_task.RELATIONS.index(off)
+    assert [s[1] == "✓" for s in strip] == expected.correct[1:, relation].tolist()
+    assert len(strip) == data.tokens.shape[1] - 1
+    widget.set(head_0_on=True, head_1_on=True)
+    assert widget.error is None
+
+
+def test_a_switched_off_head_is_marked_and_only_blitted(trained):
+    widget, _, heads = trained
+    off = heads["previous"]
+    widget.set(example=1, head=ALL_HEADS, head_0_on=True, head_1_on=True)
+    panel, sprites = widget.view.grid_panels[off], widget.view.grid_off[off]
+    background, before = widget.view.grid._background, panel.cells.colors.copy()
+    png_on = decode(widget.image.value)
+    widget.set(**{f"head_{off}_on": False})
+    assert widget.view.grid._background is background                 # no full redraw
+    assert sprites.texts == ["switched off"] and widget.view.grid_off[1 - off].texts == []
+    faded = panel.cells.colors.astype(int)
+    assert (faded[..., :3] >= before[..., :3]).all() and faded[..., :3].mean() > 200
+    assert not np.array_equal(png_on, decode(widget.image.value))
+    widget.set(head=off)                                               # one head: its title says so
+    assert widget.view.single_title.texts == [f"head {off} (off)"]
+    assert widget.view.single_off.texts == ["switched off"]
+    widget.set(**{f"head_{off}_on": True})
+    assert widget.view.single_title.texts == [f"head {off}"] and widget.view.single_off.texts == []
+    assert widget.error is None
+
+
+def test_ablation_inputs_are_checked(trained, example_weights):
+    weights, labels = example_weights
+    _, data, _ = trained
+    with pytest.raises(ValueError, match="heads_on needs ablation"):
+        multihead_frame(weights, labels, 0, 0, heads_on=(True, False))
+    with pytest.raises(ValueError, match="heads_on must be 2 bools"):
+        multihead_frame(data.weights[:3], [heads_task.token_labels(t) for t in data.tokens[:3]],
+                        0, 0, ablation=data, heads_on=(True,))
+    model, _ = heads_task.load_two_relations()
+    with pytest.raises(ValueError, match="eval_tokens"):
+        multihead_widget(weights, labels, model=model)
+    with pytest.raises(ValueError, match="need the model"):
+        multihead_widget(weights, labels, eval_tokens=data.tokens, eval_targets=data.targets)
