@@ -89,12 +89,14 @@ def _multi_head():
     from ..lessons import multi_head
     from ..widgets.multi_head import multihead_widget
     model, _ = multi_head.load_two_relations()
-    examples = multi_head.evaluation_batch()[0][:6]
+    tokens, targets = multi_head.evaluation_batch()
+    examples = tokens[:6]
     with torch.no_grad():
         _, weights = model(examples)  # (6, h, n, n)
     labels = [multi_head.token_labels(t) for t in examples]
-    return multihead_widget(weights, labels, head_names=["head 0", "head 1"],
-                            mask=causal_mask(len(labels[0])))
+    return multihead_widget(weights, labels, head_names=["head 0", "head 1"],  # as notebook 04
+                            mask=causal_mask(len(labels[0])), model=model, eval_tokens=tokens,
+                            eval_targets=targets)
 
 
 def _cross_attention():
