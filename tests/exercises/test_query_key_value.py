@@ -10,25 +10,16 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
+from _exercises import assert_rejected, from_hint, stub
 
 from attn_helpers.exercises import EXERCISES, CheckResult, Mistake, check_function
 from attn_helpers.exercises import query_key_value as ex
-
-
-def stub(*args):
-    raise NotImplementedError
 
 
 def assert_passed(result):
     assert isinstance(result, CheckResult) and result and result.message.startswith("Passed")
     assert repr(result) == result.message
 
-
-def assert_rejected(result, *fragments):
-    assert isinstance(result, CheckResult)
-    assert not result and result.message.startswith("Not yet"), result.message
-    for fragment in fragments:
-        assert fragment in result.message, (fragment, result.message)
 
 
 def test_the_exercises_are_registered_with_three_hints():
@@ -222,14 +213,6 @@ def test_check_function_generic():
     assert_rejected(result, "case 1 of 2")
     assert "Hint" not in result.message
 
-
-def from_hint(key, signature, **namespace):
-    """The level-3 hint of ``key`` as the body of ``def f(signature)``: "nearly the code" must
-    be the code, once it sits in the stub."""
-    body = "".join(f"    {line}\n" for line in EXERCISES[key].hints[2].splitlines())
-    scope = {"torch": torch, **namespace}
-    exec(f"def f({signature}):\n{body}", scope)  # noqa: S102 - the course's own hint text
-    return scope["f"]
 
 
 @pytest.mark.parametrize("key, signature, check", [

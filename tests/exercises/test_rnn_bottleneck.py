@@ -6,20 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _exercises import assert_rejected, from_hint, stub
 
 from attn_helpers import AdditiveScore
 from attn_helpers.exercises import EXERCISES
 from attn_helpers.exercises import rnn_bottleneck as ex
-
-
-def stub(*args):
-    raise NotImplementedError
-
-
-def assert_rejected(result, *fragments):
-    assert not result and result.message.startswith("Not yet"), result.message
-    for fragment in fragments:
-        assert fragment in result.message, (fragment, result.message)
 
 
 def test_the_exercises_are_registered_with_three_hints():
@@ -143,14 +134,6 @@ def test_additive_scores_stub_says_only_not_implemented():
 def test_additive_scores_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_additive_scores(wrong), *fragments)
 
-
-def from_hint(key, signature, **namespace):
-    """The level-3 hint of ``key`` as the body of ``def f(signature)``: "nearly the code" must
-    be the code, once it sits in the stub."""
-    body = "".join(f"    {line}\n" for line in EXERCISES[key].hints[2].splitlines())
-    scope = {"torch": torch, **namespace}
-    exec(f"def f({signature}):\n{body}", scope)  # noqa: S102 - the course's own hint text
-    return scope["f"]
 
 
 @pytest.mark.parametrize("key, signature, check", [
