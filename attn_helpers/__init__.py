@@ -36,7 +36,7 @@ from .kv_cache import (
 )
 from .masks import causal_mask, key_padding_to_attention_mask, padding_mask, sliding_window_mask
 from .multihead import MultiHeadAttention, merge_heads, parameter_count, split_heads
-from .notebook import setup
+from .notebook import check_claims, sanity_checks, setup
 from .positional import (
     LearnedPositionalEmbedding,
     alibi_bias,
@@ -47,6 +47,8 @@ from .positional import (
 from .transformer import DecoderLayer, FeedForward
 
 __all__ = [
+    "check_claims",
+    "sanity_checks",
     "parameter_count",
     "generate_without_cache",
     "generate_with_cache",
