@@ -3,6 +3,7 @@
 
     python3 course.py lab     set everything up (first time only) and open JupyterLab on the course
     python3 course.py test    set everything up and run the whole test suite, exactly as CI does
+    python3 course.py progress [--reset]   which exercises you have passed, across all notebooks
 
 For contributors, the quick loop while you work (lint, import tiers, unit tests; no browser, no
 slow re-training, no nbval):
@@ -137,8 +138,13 @@ def execute(paths: list[str]) -> None:
              notebook])
 
 
+def progress(extra: list[str]) -> None:
+    setup()
+    run([PYTHON, "-m", "attn_helpers", "progress", *extra])
+
+
 def main(argv: list[str]) -> None:
-    commands = {"lab": lab, "test": test, "execute": execute}
+    commands = {"lab": lab, "test": test, "execute": execute, "progress": progress}
     if not argv or argv[0] not in commands:
         print(__doc__)
         sys.exit(2)

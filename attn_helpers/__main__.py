@@ -3,6 +3,7 @@
     train [NAME ...] [--all] [--list]   re-create shipped checkpoints (attn_helpers/checkpoints/)
     bench widget|attention|browser ...  the speed and memory benchmarks (see attn_helpers.bench)
     thumbnails                          refresh the README's notebook pictures (docs/thumbnails/)
+    progress [--reset]                  the learner's exercise table, kept across notebooks
 
 ``python -m attn_helpers.train ...`` and ``python -m attn_helpers.bench ...`` are aliases.
 Nothing in the package imports this module.
@@ -41,14 +42,32 @@ def train_main(argv: list[str]) -> int:
     return 0
 
 
+def progress_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attn_helpers progress",
+                                     description="Which exercises you have passed, notebook by "
+                                                 "notebook (your own functions only).")
+    parser.add_argument("--reset", action="store_true", help="forget every recorded pass")
+    args = parser.parse_args(argv)
+    from .exercises.workflow import progress, progress_file, reset_progress
+
+    if args.reset:
+        print(f"progress reset: removed {reset_progress()}")
+        return 0
+    print(f"Your exercises (kept in {progress_file()}):")
+    progress()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in ("train", "bench", "thumbnails"):
+    if not argv or argv[0] not in ("train", "bench", "thumbnails", "progress"):
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
     if command == "train":
         return train_main(rest)
+    if command == "progress":
+        return progress_main(rest)
     if command == "bench":
         from .bench import main as bench_main
 

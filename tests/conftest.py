@@ -25,6 +25,12 @@ def _close_figures():
     plt.close("all")
 
 
+@pytest.fixture(autouse=True)
+def _private_progress_file(tmp_path_factory, monkeypatch):
+    """Exercise passes go to a fresh folder per test, never to the user's own progress file."""
+    monkeypatch.setenv("ATTN_COURSE_PROGRESS_DIR", str(tmp_path_factory.mktemp("progress")))
+
+
 @pytest.fixture
 def gen() -> torch.Generator:
     """A freshly seeded generator, so every test draws the same numbers on every run."""

@@ -1,5 +1,5 @@
 """The exercise workflow: a registry of every "check yourself" exercise, hints on demand in three
-levels, and the learner's progress in this kernel.
+levels, and the learner's progress, kept across notebooks.
 
 Each notebook's checker module registers its exercises with :func:`exercise`::
 
@@ -10,19 +10,33 @@ Each notebook's checker module registers its exercises with :func:`exercise`::
 A stored notebook shows every exercise unsolved: the learner's function is a stub that raises
 ``NotImplementedError``, on which the checker says "not implemented yet" and nothing more. Hints
 come only when asked for, ``hint("masking.kv_cache_step", 1)`` (1: what to think about, 2: the
-formula, 3: nearly the code); :func:`progress` lists which exercises pass in this kernel.
+formula, 3: nearly the code).
+
+**Honest progress.** Only the learner's own function can pass: a reference solution is checked
+with ``check_kv_cache_step(kv_cache_step_solution, solution=True)``, which runs the same checker
+(a broken reference raises ``AssertionError``) but records nothing. Each notebook runs in its own
+kernel, so a pass is written to a small JSON file in the learner's user data directory
+(:func:`progress_file`; never in the repository), and :func:`progress` reads it back for the whole
+course. ``python3 course.py progress`` prints the table; ``python3 course.py progress --reset``
+empties it. The environment variable ``ATTN_COURSE_PROGRESS_DIR`` moves the file (the test command
+points it to a temporary folder, so a learner's progress never changes a stored output).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import json
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 
 from ..course_map import COURSE
 
-__all__ = ["Exercise", "EXERCISES", "exercise", "hint", "progress"]
+__all__ = ["Exercise", "EXERCISES", "exercise", "hint", "progress", "progress_file", "reset_progress"]
 
 
 @dataclass(frozen=True)
@@ -40,12 +54,66 @@ class Exercise:
 
 #: Every registered exercise, by key, in the order the checker modules define them.
 EXERCISES: dict[str, Exercise] = {}
-_RESULTS: dict[str, bool] = {}  # key -> did the last check in this kernel pass?
+_RESULTS: dict[str, bool] = {}  # key -> did the learner's last check in this kernel pass?
+_APP = "attention-step-by-step"
+
+
+def progress_file() -> Path:
+    """Where the learner's passes are kept: ``$ATTN_COURSE_PROGRESS_DIR/progress.json`` if that is
+    set, else the user data directory (``~/.local/share``, ``~/Library/Application Support`` or
+    ``%APPDATA%``) under ``attention-step-by-step``."""
+    folder = os.environ.get("ATTN_COURSE_PROGRESS_DIR")
+    if folder:
+        return Path(folder) / "progress.json"
+    if sys.platform == "win32":
+        base = Path(os.environ.get("APPDATA") or Path.home() / "AppData" / "Roaming")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / _APP / "progress.json"
+
+
+def _read_passes() -> dict[str, str]:
+    """``{key: when it first passed (ISO time)}`` from the progress file; an unreadable file counts
+    as empty (progress is a convenience, never a reason for a cell to fail)."""
+    try:
+        data = json.loads(progress_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    passes = data.get("passed", {}) if isinstance(data, dict) else {}
+    return {k: v for k, v in passes.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _record_pass(key: str) -> None:
+    passes = _read_passes()
+    if key in passes:
+        return
+    passes[key] = datetime.now(UTC).isoformat(timespec="seconds")
+    path = progress_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"passed": passes}, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError as exc:  # a read-only home: the pass still counts in this kernel
+        print(f"(could not save your progress to {path}: {exc})")
+
+
+def reset_progress() -> Path:
+    """Forget every recorded pass (the file and this kernel's); returns the file's path."""
+    path = progress_file()
+    path.unlink(missing_ok=True)
+    _RESULTS.clear()
+    return path
 
 
 def exercise(key: str, title: str, *, hints: tuple[str, str, str]) -> Callable:
-    """Register the decorated checker as exercise ``key``; its verdicts count for
-    :func:`progress`."""
+    """Register the decorated checker as exercise ``key``.
+
+    The registered checker takes one more keyword, ``solution``: ``check(fn)`` checks the learner's
+    function and records the verdict for :func:`progress`; ``check(fn_solution, solution=True)``
+    checks a reference solution, records nothing, and raises ``AssertionError`` if it fails."""
     slug, _, name = key.partition(".")
     if not name or slug not in {lesson.slug for lesson in COURSE}:
         raise ValueError(f"key must be '<notebook slug>.<name>' with a slug of the course, got {key!r}")
@@ -55,9 +123,19 @@ def exercise(key: str, title: str, *, hints: tuple[str, str, str]) -> Callable:
 
     def register(checker: Callable) -> Callable:
         @functools.wraps(checker)
-        def checked(*args, **kwargs):
+        def checked(*args, solution: bool = False, **kwargs):
+            if not isinstance(solution, bool):
+                raise TypeError(f"solution must be True or False, got {type(solution).__name__}")
             result = checker(*args, **kwargs)
+            if solution:
+                if not result:
+                    raise AssertionError(f"the reference solution of {key} fails its checker: "
+                                         f"{result.message}")
+                return type(result)(True, "Reference solution: it passes the checker. This does "
+                                          "not count as your pass; your own function does.")
             _RESULTS[key] = bool(result)
+            if result:
+                _record_pass(key)
             return result
 
         checked.exercise_key = key
@@ -92,15 +170,27 @@ def hint(key: str, level: int = 1) -> None:
     print(f"Hint {level} of 3 for '{ex.title}' ({key}):\n{ex.hints[level - 1]}")
 
 
-def progress(*, show: bool = True) -> dict[str, dict[str, bool | None]]:
-    """Which exercises of the course pass in this kernel, per notebook: ``{slug: {key: True
-    (passed), False (last check failed) or None (not tried)}}``; printed unless ``show=False``."""
+def progress(slug: str | None = None, *, show: bool = True) -> dict[str, dict[str, bool | None]]:
+    """The learner's exercises, per notebook: ``{slug: {key: True (passed, in this kernel or an
+    earlier session), False (the last check in this kernel failed) or None (not tried)}}``.
+
+    ``slug``: one notebook's (``"masking"``), or ``None`` for the whole course. Printed unless
+    ``show=False``. Reference solutions never count (see :func:`exercise`)."""
     _load_all()
+    slugs = [lesson.slug for lesson in COURSE]
+    if slug is not None and slug not in slugs:
+        raise ValueError(f"slug must be one of {', '.join(slugs)}, got {slug!r}")
+    passed_before = _read_passes()
     table: dict[str, dict[str, bool | None]] = {}
     for key, ex in EXERCISES.items():
-        table.setdefault(ex.slug, {})[key] = _RESULTS.get(key)
+        if slug is not None and ex.slug != slug:
+            continue
+        state = True if key in passed_before else _RESULTS.get(key)
+        table.setdefault(ex.slug, {})[key] = state
     if show:
         for lesson in COURSE:
+            if slug is not None and lesson.slug != slug:
+                continue
             rows = table.get(lesson.slug, {})
             done = sum(1 for v in rows.values() if v)
             print(f"{lesson.number} {lesson.slug}: {done} of {len(rows)} passed")
