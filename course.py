@@ -27,6 +27,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -133,9 +134,12 @@ def execute(paths: list[str]) -> None:
         say(f"executing {notebook.relative_to(ROOT)} top to bottom in a fresh kernel")
         # No widget state in the stored file: exported HTML, GitHub and nbviewer then show each
         # widget's static picture (its image/png) instead of an embed that needs a kernel.
-        run([BIN / "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
-             "--ExecutePreprocessor.timeout=600", "--ExecutePreprocessor.store_widget_state=False",
-             notebook])
+        # A fresh progress file: the stored outputs never show the instructor's own passes.
+        with tempfile.TemporaryDirectory() as progress_dir:
+            run([BIN / "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
+                 "--ExecutePreprocessor.timeout=600",
+                 "--ExecutePreprocessor.store_widget_state=False", notebook],
+                env=dict(os.environ, ATTN_COURSE_PROGRESS_DIR=progress_dir))
 
 
 def progress(extra: list[str]) -> None:
