@@ -1,0 +1,137 @@
+"""Honest progress in every stored notebook (issue 24): a reference solution never defines a
+learner's name and never counts as the learner's pass, and Run All with the stubs unsolved reports
+no exercise passed.
+
+Strict nbval re-runs every notebook and compares each stored output with the fresh one, so what
+these static checks find in the stored outputs is also what a fresh Run All prints.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attn_helpers.course_map import COURSE
+from attn_helpers.exercises.workflow import EXERCISES, _load_all
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
+
+
+def _slug(path: Path) -> str:
+    return path.stem.split("_", 1)[1]
+
+
+def _is_solution(cell) -> bool:
+    """Tagged ``solution``, stored collapsed, or opening with '# Reference solution'."""
+    meta = cell.get("metadata", {})
+    return ("solution" in meta.get("tags", []) or bool(meta.get("jupyter", {}).get("source_hidden"))
+            or cell.source.lstrip().lower().startswith("# reference solution"))
+
+
+def _tree(cell) -> ast.Module:
+    # IPython magics and shell escapes are not Python: blank them before parsing.
+    source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                       for line in cell.source.splitlines())
+    return ast.parse(source)
+
+
+def _defined_names(tree: ast.Module) -> list[str]:
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names += [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names += [(a.asname or a.name).split(".")[0] for a in node.names]
+    return names
+
+
+def _checker_calls(tree: ast.Module):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if name.startswith("check_"):
+                yield name, node
+
+
+def _text(output) -> str:
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    return output.get("data", {}).get("text/plain", "")
+
+
+@pytest.fixture(params=NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def notebook(request):
+    return request.param, nbformat.read(request.param, as_version=4)
+
+
+def test_solution_cells_define_only_solution_names_and_check_with_solution_true(notebook):
+    path, nb = notebook
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or not _is_solution(cell):
+            continue
+        tree = _tree(cell)
+        learner_names = [n for n in _defined_names(tree)
+                         if not n.endswith("_solution") and not n.startswith("_")]
+        assert not learner_names, (f"{path.name} cell {index}: a solution cell defines "
+                                   f"{learner_names}; name them '<name>_solution'")
+        for name, call in _checker_calls(tree):
+            flag = [k for k in call.keywords if k.arg == "solution"]
+            assert flag and isinstance(flag[0].value, ast.Constant) and flag[0].value.value is True, (
+                f"{path.name} cell {index}: {name}(...) in a solution cell needs solution=True")
+        assert cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"), (
+            f"{path.name} cell {index}: a solution cell is stored collapsed (source_hidden)")
+        assert "solution" in cell.metadata.get("tags", []), (
+            f"{path.name} cell {index}: a solution cell carries the tag 'solution'")
+
+
+def test_no_cell_passes_a_reference_solution_off_as_the_learners(notebook):
+    path, nb = notebook
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or _is_solution(cell):
+            continue
+        for name, call in _checker_calls(_tree(cell)):
+            args = [a.id for a in call.args if isinstance(a, ast.Name)]
+            solutions = [a for a in args if a.endswith("_solution")]
+            flagged = any(k.arg == "solution" for k in call.keywords)
+            assert not solutions or flagged, (
+                f"{path.name} cell {index}: {name}({solutions[0]}) outside a solution cell "
+                "would count the reference as the learner's pass")
+
+
+def test_run_all_with_the_stubs_unsolved_reports_no_exercise_passed(notebook):
+    path, nb = notebook
+    slug = _slug(path)
+    _load_all()
+    keys = [k for k, ex in EXERCISES.items() if ex.slug == slug]
+    if not keys:
+        pytest.skip(f"{path.name} has no registered exercises")
+    progress_cells = [c for c in nb.cells if c.cell_type == "code"
+                      and re.search(r"progress\(\s*(slug\s*=\s*)?['\"]" + slug, c.source)]
+    assert progress_cells, f"{path.name}: no cell shows exercises.progress(slug={slug!r})"
+    shown = "".join(_text(o) for c in progress_cells for o in c.outputs)
+    assert re.search(rf"\b0 of {len(keys)} passed", shown), (
+        f"{path.name}: the stored progress should read '0 of {len(keys)} passed', got {shown[:300]!r}")
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or _is_solution(cell):
+            continue
+        for output in cell.outputs:
+            text = _text(output)
+            assert not re.search(r"^Passed:", text, flags=re.M), (
+                f"{path.name} cell {index}: a stored output says an exercise passed: {text[:200]!r}")
+            for done, total in re.findall(r"\b(\d+) of (\d+) passed", text):
+                assert done == "0", f"{path.name} cell {index}: stored progress says {done} of {total}"
+
+
+def test_every_notebook_with_exercises_is_in_the_course():
+    _load_all()
+    slugs = {lesson.slug for lesson in COURSE}
+    assert {ex.slug for ex in EXERCISES.values()} <= slugs
