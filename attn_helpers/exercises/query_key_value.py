@@ -1,17 +1,18 @@
-"""Checkers for notebook 02 (query, key, value): masked attention, written by hand.
+"""Checkers for notebook 02 (query, key, value): the attention step, and a relation that needs
+separate query and key projections.
 
-1. ``masked_softmax(scores (..., n_q, n_k), mask) -> weights (..., n_q, n_k)``: a numerically
-   stable softmax over the keys that gives masked keys (``mask`` False) exactly 0, and a row with
-   no allowed key all zeros, not NaN.
-2. ``masked_attention(q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask) ->
+1. ``attention(q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask) ->
    (output (..., n_q, d_v), weights (..., n_q, n_k))``: scaled dot-product attention with a
-   boolean mask (True = may attend); a fully masked query reads nothing (zeros), as
-   :func:`attn_helpers.scaled_dot_product_attention` does.
-3. ``entropy(weights (..., n)) -> (...)``: the entropy of each row in nats, with ``0 ln 0 = 0``.
+   boolean mask (True = may attend); a fully masked query reads nothing (zero weights, zero
+   output), as :func:`attn_helpers.scaled_dot_product_attention` does. The only place in the course
+   where the learner writes scores, masked softmax and weighted sum.
+2. ``next_token_projections(X (n, d_model)) -> (W_Q (d_model, d_k), W_K (d_model, d_k))``:
+   projections under which every token puts at least 90% of its attention on the NEXT token
+   (the last one on the first), a relation that ``W_Q = W_K`` cannot express.
 
 The stored notebook calls each checker on a stub that raises ``NotImplementedError``; the
 checker then says only "... is not implemented yet.". Hints come on demand, in three levels:
-``exercises.hint("query_key_value.masked_attention", 1)``.
+``exercises.hint("query_key_value.attention", 1)``.
 """
 
 from __future__ import annotations
@@ -21,14 +22,13 @@ from collections.abc import Callable
 
 import torch
 
-from ..attention import masked_softmax as _masked_softmax
 from ..attention import scaled_dot_product_attention
-from .core import CheckResult, Mistake, check_function, seeded
-from .start_here import OVERFLOW_HINT, check_cases, size
+from .core import CheckResult, Mistake, seeded
+from .start_here import check_cases, size
 from .workflow import exercise, hint, progress
 
-__all__ = ["check_entropy", "check_masked_attention", "check_masked_softmax", "hint",
-           "masked_attention_reference", "progress"]
+__all__ = ["NEXT_WEIGHT", "attention_reference", "check_asymmetric_relation", "check_attention",
+           "hint", "next_token_projections_reference", "next_token_weights", "progress"]
 
 FULLY_MASKED = (
     "a row whose keys are all masked is all -inf, and softmax gives 0 / 0 = NaN there. Such a "
@@ -46,75 +46,7 @@ def _random_mask(g: torch.Generator, *shape: int) -> torch.Tensor:
     return mask
 
 
-# --- exercise 1: a masked, numerically stable softmax -------------------------------------------
-
-
-def _softmax_cases() -> list[dict]:
-    g = seeded(120)
-    fully = _random_mask(g, 4, 5)
-    fully[2] = False                                           # query 2 may see nothing
-    return [
-        {"scores": torch.randn(3, 5, generator=g), "mask": _random_mask(g, 3, 5)},
-        {"scores": torch.randn(2, 4, 6, generator=g, dtype=torch.float64),
-         "mask": _random_mask(g, 2, 4, 6)},
-        {"scores": torch.randn(2, 2, 3, 4, generator=g), "mask": _random_mask(g, 3, 4)},  # broadcast
-        {"scores": torch.randn(1, 1, generator=g), "mask": torch.ones(1, 1, dtype=torch.bool)},
-        {"scores": torch.tensor([[1000.0, 999.0, 998.0], [-1000.0, -1000.0, -999.0]]),
-         "mask": torch.tensor([[True, True, False], [True, False, True]])},
-        {"scores": torch.randn(4, 5, generator=g), "mask": fully},
-        {"scores": torch.randn(size(g, 1, 3), n_q := size(g, 1, 6), n_k := size(g, 2, 9),
-                               generator=g), "mask": _random_mask(g, n_q, n_k)},  # random shape
-    ]
-
-
-@exercise("query_key_value.masked_softmax", "a masked, numerically stable softmax", hints=(
-    "Three things: a masked key must get weight exactly 0; scores of 1000 must not overflow; and "
-    "a row in which every key is masked must come out as zeros, not NaN.",
-    "a_ij = exp(s_ij - m_i) / sum_{k allowed} exp(s_ik - m_i) for allowed j, else 0, with m_i "
-    "the largest allowed score of row i; rows with no allowed key: all 0.",
-    "filled = scores.masked_fill(~mask, float('-inf'))\n"
-    "weights = torch.softmax(filled, dim=-1)                    # NaN where a row is all -inf\n"
-    "return torch.nan_to_num(weights, nan=0.0)"))
-def check_masked_softmax(masked_softmax: Callable) -> CheckResult:
-    """Exercise: ``masked_softmax(scores (..., n_q, n_k), mask) -> (..., n_q, n_k)``, ``mask``
-    boolean and broadcastable to ``scores``, True = may attend."""
-
-    def filled(s, m, value):
-        return s.masked_fill(~m, value)
-
-    return check_cases(
-        masked_softmax, _masked_softmax, _softmax_cases(), what="masked_softmax",
-        output_names=("the weights",),
-        mistakes=[
-            Mistake(lambda s, m: torch.softmax(s, -1),
-                    "the mask was ignored: masked keys (mask False) must get weight exactly 0."),
-            Mistake(lambda s, m: torch.softmax(s.masked_fill(m, float("-inf")), -1),
-                    "the mask is inverted: True means 'may attend', so fill the scores where "
-                    "the mask is False (~mask)."),
-            Mistake(lambda s, m: torch.softmax(filled(s, m, 0.0), -1),
-                    "masked scores were set to 0, and exp(0) = 1 still gives them weight: set "
-                    "them to -inf."),
-            Mistake(lambda s, m: torch.softmax(filled(s, m, float("-inf")), -2),
-                    "the softmax ran over the queries (dim=-2); each query's weights over the "
-                    "keys (dim=-1) must sum to one."),
-            Mistake(lambda s, m: torch.softmax(s, -1) * m,
-                    "zeroing the masked weights after the softmax leaves rows that no longer sum "
-                    "to one: mask the scores (with -inf) before the softmax."),
-            Mistake(lambda s, m: torch.softmax(filled(s, m, -1e9), -1),
-                    "a row with no allowed key came out uniform over keys it may not see (a "
-                    "large negative fill, or subtracting the row's maximum, makes all its "
-                    "scores equal); such a row must be all zeros: multiply by "
-                    "mask.any(dim=-1, keepdim=True)."),
-            Mistake(lambda s, m: torch.softmax(filled(s, m, float("-inf")), -1),
-                    FULLY_MASKED),
-            Mistake(lambda s, m: torch.nan_to_num(s.exp() * m / (s.exp() * m).sum(-1, True)),
-                    "a row of large scores came out as zeros: " + OVERFLOW_HINT),
-        ],
-        nan_hint=OVERFLOW_HINT,
-    )
-
-
-# --- exercise 2: masked attention, returning the weights too ---------------------------------
+# --- exercise 1: scaled dot-product attention, masked, returning its weights -----------------
 
 
 def _attention_cases() -> list[dict]:
@@ -141,7 +73,7 @@ def _attention_cases() -> list[dict]:
     return cases
 
 
-def masked_attention_reference(q, k, v, mask):
+def attention_reference(q, k, v, mask):
     """``(output (..., n_q, d_v), weights (..., n_q, n_k))``; fully masked queries get zeros."""
     return scaled_dot_product_attention(q, k, v, mask)
 
@@ -159,20 +91,21 @@ def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v",
     return attention
 
 
-@exercise("query_key_value.masked_attention", "masked attention, returning its weights", hints=(
+@exercise("query_key_value.attention", "scaled dot-product attention with a mask", hints=(
     "Four steps: scores q . k_j, scaled by 1/sqrt(d_k); masked keys get -inf; a softmax over the "
     "keys; the weighted sum of the values. A query with no allowed key must read nothing (zeros).",
     "A = softmax(Q K^T / sqrt(d_k) + M), with M = 0 where allowed and -inf where not (rows with "
     "no allowed key: A = 0);  O = A V.",
     "scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5        # (..., n_q, n_k)\n"
-    "weights = masked_softmax(scores, mask)                          # exercise 1\n"
+    "scores = scores.masked_fill(~mask, float('-inf'))              # forbidden keys\n"
+    "weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)   # empty rows: 0\n"
     "return weights @ v, weights                                     # (..., n_q, d_v), weights"))
-def check_masked_attention(masked_attention: Callable) -> CheckResult:
-    """Exercise: ``masked_attention(q, k, v, mask) -> (output, weights)``; ``q (..., n_q, d_k)``,
+def check_attention(attention: Callable) -> CheckResult:
+    """Exercise: ``attention(q, k, v, mask) -> (output, weights)``; ``q (..., n_q, d_k)``,
     ``k (..., n_k, d_k)``, ``v (..., n_k, d_v)``, ``mask`` boolean broadcastable to
     ``(..., n_q, n_k)``, True = may attend; fully masked queries get zero weights and output."""
     return check_cases(
-        masked_attention, masked_attention_reference, _attention_cases(), what="masked_attention",
+        attention, attention_reference, _attention_cases(), what="attention",
         output_names=("the output", "the weights"),
         mistakes=[
             Mistake(_attention(scale=lambda q, v: 1.0),
@@ -202,49 +135,128 @@ def check_masked_attention(masked_attention: Callable) -> CheckResult:
     )
 
 
-# --- exercise 3: entropy of attention rows ------------------------------------------------------
+# --- exercise 2: a relation that needs separate W_Q and W_K -------------------------------------
+
+NEXT_WEIGHT = 0.9   # each token must put at least this much of its attention on the next token
 
 
-def _entropy_cases() -> list[dict]:
-    g = seeded(122)
-    cases = [{"weights": torch.softmax(torch.randn(shape, generator=g), -1)}
-             for shape in [(6,), (4, 4), (3, 5), (2, 2, 4)]]
-    cases.append({"weights": torch.softmax(torch.randn(2, 7, generator=g, dtype=torch.float64), -1)})
-    cases.append({"weights": torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])})
-    shape = (size(g, 1, 5), size(g, 1, 9))                                      # random shape
-    cases.append({"weights": torch.softmax(2 * torch.randn(shape, generator=g), -1)})
-    return cases
+def next_token_weights(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:  # noqa: N803
+    """``A = softmax((X W_Q)(X W_K)^T / sqrt(d_k))``, ``(n, n)``: the attention the projections give."""
+    Q, K = X @ W_Q, X @ W_K                                                # (n, d_k) each  # noqa: N806
+    return torch.softmax(Q @ K.T / math.sqrt(Q.shape[-1]), dim=-1)
 
 
-def _entropy_reference(weights):
-    return torch.special.entr(weights).sum(-1)
+def next_token_projections_reference(X: torch.Tensor):  # noqa: N803
+    """``X (n, d_model)`` with independent rows -> ``(W_Q, W_K)``, ``(d_model, n)`` each:
+    ``X W_Q = c I`` and ``X W_K = c P^T`` with ``P`` the cyclic shift, so ``Q K^T = c^2 P``."""
+    n, c = X.shape[0], 10.0                                  # c^2 / sqrt(d_k) = 100 / sqrt(n)
+    pinv = torch.linalg.pinv(X.double())                     # (d_model, n): X pinv(X) = I
+    shift = torch.roll(torch.eye(n, dtype=torch.float64), 1, dims=1)   # P[i, i+1] = 1 (cyclic)
+    return (c * pinv).to(X.dtype), (c * pinv @ shift.T).to(X.dtype)
 
 
-@exercise("query_key_value.entropy", "the entropy of attention rows", hints=(
-    "Entropy measures how spread out a row is: 0 when one key takes all the weight, ln n when "
-    "all n keys share it equally. A key with weight 0 adds nothing.",
-    "H = -sum_j a_j ln a_j over the last dimension, in nats (natural log), with 0 ln 0 = 0.",
-    "terms = torch.where(weights > 0, weights * torch.log(weights), torch.zeros_like(weights))\n"
-    "return -terms.sum(dim=-1)"))
-def check_entropy(entropy: Callable) -> CheckResult:
-    """Exercise: ``entropy(weights (..., n)) -> (...)`` in nats, with ``0 ln 0 = 0``."""
-    ref = _entropy_reference
-    return check_function(
-        entropy, ref, _entropy_cases(), what="entropy", output_names=("the entropy",),
-        mistakes=[
-            Mistake(lambda w: ref(w) / math.log(2),
-                    "that is the entropy in bits (log base 2); use the natural log for nats."),
-            Mistake(lambda w: ref(w) / math.log(10),
-                    "that is log base 10; use the natural log (torch.log) for nats."),
-            Mistake(lambda w: -ref(w),
-                    "the sign is flipped: H = -sum_j a_j ln a_j is never negative."),
-            Mistake(lambda w: ref(w) / w.shape[-1],
-                    "you averaged over the keys; the entropy is the sum over j."),
-            Mistake(lambda w: torch.special.entr(w).sum(0),
-                    "you summed over the first dimension; sum over the keys (dim=-1)."),
-            Mistake(lambda w: torch.where(w > 0, -torch.log(w), torch.zeros_like(w)).sum(-1),
-                    "each term is -a_j ln a_j: the log must be weighted by a_j."),
-        ],
-        nan_hint="0 * ln 0 is NaN in floating point, but its limit is 0: a key with zero weight "
-                 "adds nothing. Use torch.where(weights > 0, ...) or torch.special.entr.",
-    )
+def _relation_cases() -> list[dict]:
+    g = seeded(123)
+    return [
+        {"X": torch.eye(4)},                                             # one-hot tokens
+        {"X": torch.eye(5, 8)},                                          # one-hot, d_model > n
+        {"X": torch.randn(5, 5, generator=g)},                           # dense embeddings
+        {"X": torch.randn(3, 6, generator=g, dtype=torch.float64)},
+        {"X": torch.randn(size(g, 3, 8), 8, generator=g)},               # random length
+    ]
+
+
+def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
+    """None if ``got = (W_Q, W_K)`` makes every token attend to the next one, else why not."""
+    n, d_model = X.shape
+    if not isinstance(got, tuple) or len(got) != 2:
+        return ("it should return a pair (W_Q, W_K), but returned "
+                f"{type(got).__name__ if not isinstance(got, tuple) else f'{len(got)} values'}.")
+    W_Q, W_K = got                                                          # noqa: N806
+    for name, W in (("W_Q", W_Q), ("W_K", W_K)):                            # noqa: N806
+        if not isinstance(W, torch.Tensor) or W.dim() != 2 or W.shape[0] != d_model:
+            shape = tuple(W.shape) if isinstance(W, torch.Tensor) else type(W).__name__
+            return f"{name} must be a (d_model, d_k) = ({d_model}, d_k) tensor, got {shape}."
+    if W_Q.shape[1] != W_K.shape[1]:
+        return (f"W_Q has {W_Q.shape[1]} columns and W_K {W_K.shape[1]}: queries and keys must "
+                "have the same size d_k to take their dot products.")
+    A = next_token_weights(X.double(), W_Q.double(), W_K.double())          # noqa: N806
+    if not torch.isfinite(A).all():
+        return "the attention weights contain NaN or inf: are your projections finite?"
+    nxt = (torch.arange(n) + 1) % n
+    on_next = A[torch.arange(n), nxt]
+    if bool((on_next >= NEXT_WEIGHT).all()):
+        return None
+    strongest = A.argmax(-1)
+    shown = ", ".join(f"{i}->{int(j)}" for i, j in enumerate(strongest.tolist()))
+    where = f"strongest key of each token: {shown}; weight on the next token: " + ", ".join(
+        f"{w:.2f}" for w in on_next.tolist())
+    if torch.allclose(W_Q.double(), W_K.double()):
+        why = ("W_Q = W_K, so the scores (X W)(X W)^T are symmetric: token i likes j exactly as "
+               "much as j likes i, and the token with the largest score with itself attends most to "
+               "itself. Use two different matrices.")
+    elif bool((on_next[:-1] >= NEXT_WEIGHT).all()):
+        why = "the last token must attend to the first (the relation wraps around)."
+    elif bool((strongest == nxt).all()):
+        why = ("every token's strongest key is the next one, but not strongly enough: scale both "
+               f"projections up until each row puts at least {NEXT_WEIGHT} on the next token.")
+    elif n > 1 and bool((strongest == (torch.arange(n) - 1) % n).all()):
+        why = ("every token attends to the PREVIOUS token: the shift goes the wrong way (swap "
+               "W_Q and W_K, or transpose the shift).")
+    elif bool((strongest == torch.arange(n)).all()):
+        why = "every token attends to itself: the keys must be shifted by one position."
+    else:
+        why = "the pattern is not the next-token relation."
+    return f"{where}. {why}"
+
+
+@exercise("query_key_value.asymmetric_relation", "choose W_Q, W_K: attend to the next token",
+          hints=(
+              "The scores are S = X W_Q (X W_K)^T / sqrt(d_k). Decide what S should look like (large "
+              "on the entry (i, i+1), small elsewhere), then pick Q = X W_Q and K = X W_K that "
+              "give it. That S is not symmetric, so W_Q and W_K must differ.",
+              "Let P be the cyclic shift, P[i, i+1] = 1. If X W_Q = c I and X W_K = c P^T, then "
+              "Q K^T = c^2 P. A right inverse of X (torch.linalg.pinv(X), X pinv(X) = I) turns "
+              "the wanted Q and K into W_Q and W_K; c makes the softmax sharp.",
+              "n = X.shape[0]\n"
+              "P = torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=1)   # P[i, i+1] = 1\n"
+              "c = 10.0\n"
+              "W_Q = c * torch.linalg.pinv(X)                           # X W_Q = c I\n"
+              "return W_Q, W_Q @ P.T                                    # X W_K = c P^T"))
+def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
+    """Exercise: ``next_token_projections(X (n, d_model)) -> (W_Q, W_K)``, each ``(d_model, d_k)``,
+    under which every token ``i`` puts at least ``NEXT_WEIGHT`` of its attention on token
+    ``i + 1`` (the last on token 0). ``X`` has linearly independent rows, ``n >= 3``."""
+    what = "next_token_projections"
+    if not callable(next_token_projections):
+        return CheckResult(False, f"Not yet: {what} is not a function "
+                                  f"(got {type(next_token_projections).__name__}).")
+    cases = _relation_cases()
+    for number, case in enumerate(cases, start=1):
+        X = case["X"]                                                         # noqa: N806
+        where = f"case {number} of {len(cases)} (X: {str(X.dtype).removeprefix('torch.')} " \
+                f"{tuple(X.shape)})"
+        try:
+            got = next_token_projections(X.clone())
+        except NotImplementedError:
+            return CheckResult(False, f"{what} is not implemented yet.")
+        except Exception as exc:  # the learner's bug, reported in words
+            return CheckResult(False, f"Not yet: on {where}, {what} raised "
+                                      f"{type(exc).__name__}: {exc}")
+        if got is None and number == 1:
+            return CheckResult(False, f"{what} is not implemented yet (it returned None).")
+        problem = _verdict(X, got)
+        if problem is not None:
+            one_hot = torch.eye(*X.shape, dtype=X.dtype)
+            if not torch.equal(X, one_hot):
+                try:
+                    works_on_one_hot = _verdict(one_hot, next_token_projections(one_hot)) is None
+                except Exception:  # noqa: BLE001 - only a hint: any failure means "no"
+                    works_on_one_hot = False
+                if works_on_one_hot:
+                    problem += (" Your projections work for one-hot embeddings, where X W_Q is W_Q "
+                                "itself, but not for dense ones: undo the embedding first "
+                                "(torch.linalg.pinv(X) is a right inverse: X pinv(X) = I).")
+            return CheckResult(False, f"Not yet: on {where}, {problem}")
+    return CheckResult(True, f"Passed: on all {len(cases)} cases every token puts at least "
+                             f"{NEXT_WEIGHT} of its attention on the next one.")

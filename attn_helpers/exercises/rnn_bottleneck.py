@@ -1,15 +1,15 @@
-r"""Checkers for notebook 01 (RNN bottleneck): the attention step of the decoder, written by hand.
+r"""Checkers for notebook 01 (RNN bottleneck): the encoder and the additive score, written by hand.
 
-1. ``context_vector(H (b, n, d), e (b, n), src_mask (b, n)) -> (c_t (b, d), a_t (b, n))``: the
-   weights :math:`a_t = \mathrm{softmax}_j(e_{tj})` over the real source tokens (padding gets 0)
-   and the context :math:`c_t = \sum_j a_{tj} h_j`.
+1. ``rnn_encoder(x (..., n, d_in), W_x, W_h, b) -> (H (..., n, d), h_n (..., d))``: the vanilla
+   RNN :math:`h_t = \tanh(x_t W_x + h_{t-1} W_h + b)` from a zero state; every state and the
+   last one, the fixed-size context vector.
 2. ``additive_scores(s (b, d_dec), H (b, n, d_enc), U_q (d_dec, d_a), U_k (d_enc, d_a),
    v_a (d_a,)) -> e (b, n)``: Bahdanau's score :math:`e_{tj} = \tanh(s_t U_q + h_j U_k)\,
    v_a^\top` of one decoder state against every encoder state.
 
 The stored notebook calls each checker on a stub that raises ``NotImplementedError``; the
 checker then says only "... is not implemented yet.". Hints come on demand, in three levels:
-``exercises.hint("rnn_bottleneck.context_vector", 1)``.
+``exercises.hint("rnn_bottleneck.rnn_encoder", 1)``.
 """
 
 from __future__ import annotations
@@ -20,94 +20,108 @@ import torch
 
 from ..attention import additive_scores as _additive_scores
 from .core import CheckResult, Mistake, check_function, seeded
-from .start_here import OVERFLOW_HINT, check_cases, size
+from .start_here import size
 from .workflow import exercise, hint, progress
 
-__all__ = ["additive_scores_reference", "check_additive_scores", "check_context_vector",
-           "context_vector_reference", "hint", "progress"]
+__all__ = ["additive_scores_reference", "check_additive_scores", "check_rnn_encoder", "hint",
+           "progress", "rnn_encoder_reference"]
 
 
-# --- exercise 1: the context vector c_t ----------------------------------------------------------
+# --- exercise 1: the recurrent encoder ----------------------------------------------------------
 
 
-def _context_cases() -> list[dict]:
+def _rnn_cases() -> list[dict]:
     g = seeded(110)
     cases = []
-    for lengths, d, scale, dtype in [([3, 5], 4, 1.0, torch.float32),     # every row padded
-                                     ([6, 6, 2], 3, 1.0, torch.float32),  # no padding in two rows
-                                     ([1, 4], 5, 1.0, torch.float32),     # one real token
-                                     ([4, 7, 5], 8, 1.0, torch.float64),
-                                     ([5, 2], 4, 400.0, torch.float32)]:  # scores in the 1000s
-        n = 6 if lengths == [3, 5] else max(lengths)
+    for batch, n, d_in, d, dtype in [((2,), 5, 3, 4, torch.float32),
+                                     ((3,), 7, 4, 4, torch.float32),       # d_in = d
+                                     ((1,), 1, 3, 5, torch.float32),       # one token
+                                     ((2, 3), 4, 2, 3, torch.float64),     # two batch dims
+                                     ((), 6, 3, 3, torch.float32)]:        # no batch dim
         cases.append({
-            "H": torch.randn(len(lengths), n, d, generator=g, dtype=dtype),
-            "e": scale * torch.randn(len(lengths), n, generator=g, dtype=dtype),
-            "src_mask": torch.arange(n)[None, :] < torch.tensor(lengths)[:, None],
+            "x": torch.randn(*batch, n, d_in, generator=g, dtype=dtype),
+            "W_x": torch.randn(d_in, d, generator=g, dtype=dtype) / d_in ** 0.5,
+            "W_h": torch.randn(d, d, generator=g, dtype=dtype) / d ** 0.5,
+            "b": 0.5 * torch.randn(d, generator=g, dtype=dtype),
         })
-    b, n, d = size(g, 1, 4), size(g, 1, 9), size(g, 1, 8)                     # random shapes
-    lengths = torch.randint(1, n + 1, (b,), generator=g)
-    cases.append({"H": torch.randn(b, n, d, generator=g), "e": torch.randn(b, n, generator=g),
-                  "src_mask": torch.arange(n)[None, :] < lengths[:, None]})
+    b, n, d_in, d = size(g, 1, 4), size(g, 2, 9), size(g, 1, 6), size(g, 2, 6)  # random shapes
+    cases.append({"x": torch.randn(b, n, d_in, generator=g),
+                  "W_x": torch.randn(d_in, d, generator=g) / d_in ** 0.5,
+                  "W_h": torch.randn(d, d, generator=g) / d ** 0.5,
+                  "b": 0.5 * torch.randn(d, generator=g)})
     return cases
 
 
-def context_vector_reference(H: torch.Tensor, e: torch.Tensor, src_mask: torch.Tensor):  # noqa: N803
-    """``H (b, n, d), e (b, n), src_mask (b, n) -> (c_t (b, d), a_t (b, n))``."""
-    a = torch.softmax(e.masked_fill(~src_mask, float("-inf")), dim=-1)   # (b, n): padding -> 0
-    c = (a[:, :, None] * H).sum(dim=1)                                   # (b, d): sum_j a_tj h_j
-    return c, a
+def _rnn(*, act=torch.tanh, recur=True, bias=True, reverse=False, transpose=False,
+         keep_first=False, last="last"):
+    """The recurrence with one thing changed, for the known mistakes (and, unchanged, the
+    reference)."""
+    def rnn(x, W_x, W_h, b):  # noqa: N803
+        W = W_h.transpose(0, 1) if transpose else W_h                 # noqa: N806
+        h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)    # h_{-1} = 0: (..., d)
+        states = [h] if keep_first else []
+        steps = range(x.shape[-2] - 1, -1, -1) if reverse else range(x.shape[-2])
+        for t in steps:
+            pre = x[..., t, :] @ W_x + (h @ W if recur else 0) + (b if bias else 0)
+            h = act(pre)                                               # (..., d)
+            states.append(h)
+        if keep_first:
+            states = states[:-1]
+        if reverse:
+            states = states[::-1]
+        H = torch.stack(states, dim=-2)                                # (..., n, d)  # noqa: N806
+        h_n = {"last": h, "first": H[..., 0, :], "mean": H.mean(-2)}[last]
+        return H, h_n
+    return rnn
 
 
-def _weights_then_mix(weights: Callable) -> Callable:
-    def wrong(H, e, src_mask):  # noqa: N803
-        a = weights(e, src_mask)
-        return (a[:, :, None] * H).sum(dim=1), a
-    return wrong
+rnn_encoder_reference = _rnn()
+rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,) ->
+(H (..., n, d), h_n (..., d))``: ``h_t = tanh(x_t W_x + h_{t-1} W_h + b)`` from ``h_{-1} = 0``."""
 
 
-def _mean_of_real(H, e, src_mask):  # noqa: N803
-    a = src_mask.to(H.dtype) / src_mask.sum(-1, keepdim=True)
-    return (a[:, :, None] * H).sum(dim=1), a
-
-
-@exercise("rnn_bottleneck.context_vector", "the context vector c_t of one decoder step", hints=(
-    "Turn the scores into weights that are positive and sum to one over each sequence's real "
-    "tokens only (padding must get exactly 0), then average the encoder states with them.",
-    "a_tj = exp(e_tj) / sum_{k real} exp(e_tk) for real j, 0 for padding;  "
-    "c_t = sum_j a_tj h_j.",
-    "a = torch.softmax(e.masked_fill(~src_mask, float('-inf')), dim=-1)   # (b, n)\n"
-    "c = (a[:, :, None] * H).sum(dim=1)                                  # (b, d)\n"
-    "return c, a"))
-def check_context_vector(context_vector: Callable) -> CheckResult:
-    """Exercise: ``context_vector(H (b, n, d), e (b, n), src_mask (b, n)) -> (c_t (b, d),
-    a_t (b, n))``, ``src_mask`` True at real source tokens."""
-    return check_cases(
-        context_vector, context_vector_reference, _context_cases(), what="context_vector",
-        output_names=("the context c_t", "the weights a_t"),
+@exercise("rnn_bottleneck.rnn_encoder", "a vanilla RNN encoder and its final state", hints=(
+    "Start from a zero state and walk along the time axis (dim -2), one token at a time: each new "
+    "state mixes the current token with the previous state. Keep every state; the last one is the "
+    "fixed-size summary the decoder gets.",
+    "h_t = tanh(x_t W_x + h_{t-1} W_h + b) for t = 0 .. n-1, with h_{-1} = 0;  "
+    "H = (h_0, ..., h_{n-1}) stacked on dim -2;  h_n = h_{n-1}.",
+    "h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)\n"
+    "states = []\n"
+    "for t in range(x.shape[-2]):\n"
+    "    h = torch.tanh(x[..., t, :] @ W_x + h @ W_h + b)\n"
+    "    states.append(h)\n"
+    "return torch.stack(states, dim=-2), h"))
+def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
+    """Exercise: ``rnn_encoder(x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,)) ->
+    (H (..., n, d), h_n (..., d))``, ``h_t = tanh(x_t W_x + h_{t-1} W_h + b)``, ``h_{-1} = 0``."""
+    return check_function(
+        rnn_encoder, rnn_encoder_reference, _rnn_cases(), what="rnn_encoder",
+        output_names=("the states H", "the final state h_n"),
         mistakes=[
-            Mistake(_weights_then_mix(lambda e, m: torch.softmax(e, -1)),
-                    "padding positions received weight: set their scores to -inf (where src_mask "
-                    "is False) before the softmax, so their weight is exactly 0."),
-            Mistake(_weights_then_mix(lambda e, m: torch.softmax(e.masked_fill(m, float("-inf")),
-                                                                 -1)),
-                    "the mask is inverted: src_mask is True at the real tokens, so fill the "
-                    "scores where it is False (~src_mask)."),
-            Mistake(_weights_then_mix(lambda e, m: torch.softmax(e.masked_fill(~m, 0.0), -1)),
-                    "padding scores were set to 0, and exp(0) = 1 still gives padding weight: "
-                    "set them to -inf."),
-            Mistake(_weights_then_mix(lambda e, m: torch.softmax(e.masked_fill(~m, float("-inf")),
-                                                                 0)),
-                    "the softmax ran over the batch (dim=0); each sequence's weights over its "
-                    "source positions (dim=-1) must sum to one."),
-            Mistake(_weights_then_mix(lambda e, m: e * m),
-                    "the weights are the raw scores: pass them through a softmax so they are "
-                    "positive and sum to one."),
-            Mistake(_mean_of_real,
-                    "every real token got the same weight: the weights must come from the "
-                    "scores, a_t = softmax(e_t)."),
+            Mistake(_rnn(act=lambda z: z),
+                    "the tanh is missing: h_t = tanh(x_t W_x + h_{t-1} W_h + b)."),
+            Mistake(_rnn(recur=False),
+                    "the previous state is never used, so there is no recurrence: add "
+                    "h_{t-1} W_h inside the tanh."),
+            Mistake(_rnn(bias=False),
+                    "the bias b is missing inside the tanh."),
+            Mistake(_rnn(transpose=True),
+                    "W_h is transposed: with row vectors the previous state multiplies from the "
+                    "left, h_{t-1} @ W_h."),
+            Mistake(_rnn(reverse=True),
+                    "you read the sequence backwards (from the last token to the first); this "
+                    "encoder reads left to right, t = 0 .. n-1."),
+            Mistake(_rnn(keep_first=True),
+                    "the states are shifted by one: H must hold h_0 .. h_{n-1} (the state AFTER "
+                    "each token), not the zero start state h_{-1} and h_0 .. h_{n-2}."),
+            Mistake(_rnn(last="first"),
+                    "h_n is the first state; the context vector is the LAST state, h_{n-1}, "
+                    "after the whole input has been read."),
+            Mistake(_rnn(last="mean"),
+                    "h_n is the mean of the states; the context vector is the last state, "
+                    "h_{n-1}."),
         ],
-        nan_hint=OVERFLOW_HINT + " With padding, take the maximum over the real tokens, or use "
-                 "torch.softmax on scores filled with -inf.",
     )
 
 

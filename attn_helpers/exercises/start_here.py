@@ -1,13 +1,12 @@
-"""Checkers for notebook 00 (start here): one attention row, written by hand.
+"""Checkers for notebook 00 (start here): a softmax row and its entropy, written by hand.
 
 1. ``softmax_with_temperature(scores (..., n), temperature) -> weights (..., n)``: the softmax of
    each row of scores divided by the temperature, with the row's maximum subtracted first.
-2. ``attend_one(q (d_k,), K (n, d_k), V (n, d_v)) -> (a (n,), o (d_v,))``: one query's weights
-   over the keys and its output, the weighted sum of the values.
+2. ``entropy(weights (..., n)) -> (...)``: the entropy of each row in nats, with ``0 ln 0 = 0``.
 
 The stored notebook calls each checker on a stub that raises ``NotImplementedError``; the
 checker then says only "... is not implemented yet.". Hints come on demand, in three levels:
-``exercises.hint("start_here.attend_one", 1)``.
+``exercises.hint("start_here.entropy", 1)``.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ import torch
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise, hint, progress
 
-__all__ = ["OVERFLOW_HINT", "check_attend_one", "check_cases", "check_softmax_with_temperature",
-           "hint", "progress", "size"]
+__all__ = ["OVERFLOW_HINT", "check_cases", "check_entropy", "check_softmax_with_temperature",
+           "entropy_reference", "hint", "progress", "size"]
 
 
 def size(g: torch.Generator, low: int, high: int) -> int:
@@ -103,72 +102,50 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
     )
 
 
-# --- exercise 2: one attention row by hand -----------------------------------------------------
+# --- exercise 2: the entropy of attention rows ---------------------------------------------------
 
 
-def _attend_cases() -> list[dict]:
-    g = seeded(101)
-    cases = []
-    for n, d_k, d_v, dtype in [(4, 3, 3, torch.float32), (5, 8, 2, torch.float32),
-                               (1, 4, 3, torch.float32), (6, 16, 5, torch.float64)]:
-        cases.append({"q": torch.randn(d_k, generator=g, dtype=dtype),
-                      "K": torch.randn(n, d_k, generator=g, dtype=dtype),
-                      "V": torch.randn(n, d_v, generator=g, dtype=dtype)})
-    cases.append({"q": 100 * torch.randn(8, generator=g), "K": 10 * torch.randn(6, 8, generator=g),
-                  "V": torch.randn(6, 3, generator=g)})                       # scores in the 1000s
-    n, d_k, d_v = size(g, 1, 9), size(g, 1, 9), size(g, 1, 9)                   # random shapes
-    cases.append({"q": torch.randn(d_k, generator=g), "K": torch.randn(n, d_k, generator=g),
-                  "V": torch.randn(n, d_v, generator=g)})
+def _entropy_cases() -> list[dict]:
+    g = seeded(122)
+    cases = [{"weights": torch.softmax(torch.randn(shape, generator=g), -1)}
+             for shape in [(6,), (4, 4), (3, 5), (2, 2, 4)]]
+    cases.append({"weights": torch.softmax(torch.randn(2, 7, generator=g, dtype=torch.float64), -1)})
+    cases.append({"weights": torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])})
+    shape = (size(g, 1, 5), size(g, 1, 9))                                      # random shape
+    cases.append({"weights": torch.softmax(2 * torch.randn(shape, generator=g), -1)})
     return cases
 
 
-def attend_one_reference(q: torch.Tensor, K: torch.Tensor, V: torch.Tensor):  # noqa: N803
-    """``q (d_k,), K (n, d_k), V (n, d_v) -> (a (n,), o (d_v,))``."""
-    a = torch.softmax((K @ q).double() / math.sqrt(q.shape[-1]), dim=-1)    # (n,)
-    return a.to(q.dtype), (a @ V.double()).to(q.dtype)                       # (n,), (d_v,)
+def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
+    """``(..., n) -> (...)``: ``-sum_j a_j ln a_j`` in nats, ``0 ln 0 = 0``."""
+    return torch.special.entr(weights).sum(-1)
 
 
-def _attend_with(weights: Callable, mix: Callable = lambda a, K, V: a @ V) -> Callable:
-    def attend(q, K, V):  # noqa: N803
-        a = weights(q, K, V)
-        return a, mix(a, K, V)
-    return attend
-
-
-@exercise("start_here.attend_one", "one attention row by hand", hints=(
-    "Score the query against every key with a dot product, scale, turn the scores into weights "
-    "with a softmax over the keys, then mix the values with those weights.",
-    "s_j = q . k_j / sqrt(d_k);  a = softmax(s);  o = sum_j a_j v_j.",
-    "a = torch.softmax(K @ q / q.shape[-1] ** 0.5, dim=-1)   # (n,)\n"
-    "return a, a @ V                                          # (n,), (d_v,)"))
-def check_attend_one(attend_one: Callable) -> CheckResult:
-    """Exercise: ``attend_one(q (d_k,), K (n, d_k), V (n, d_v)) -> (a (n,), o (d_v,))``."""
-    d = math.sqrt
+@exercise("start_here.entropy", "the entropy of attention rows", hints=(
+    "Entropy measures how spread out a row is: 0 when one key takes all the weight, ln n when "
+    "all n keys share it equally. A key with weight 0 adds nothing.",
+    "H = -sum_j a_j ln a_j over the last dimension, in nats (natural log), with 0 ln 0 = 0.",
+    "terms = torch.where(weights > 0, weights * torch.log(weights), torch.zeros_like(weights))\n"
+    "return -terms.sum(dim=-1)"))
+def check_entropy(entropy: Callable) -> CheckResult:
+    """Exercise: ``entropy(weights (..., n)) -> (...)`` in nats, with ``0 ln 0 = 0``."""
+    ref = entropy_reference
     return check_function(
-        attend_one, attend_one_reference, _attend_cases(), what="attend_one",
-        output_names=("the weights a", "the output o"),
+        entropy, ref, _entropy_cases(), what="entropy", output_names=("the entropy",),
         mistakes=[
-            Mistake(_attend_with(lambda q, K, V: torch.softmax(K @ q, -1)),
-                    "the scores were not scaled: divide q . k_j by sqrt(d_k) before the softmax."),
-            Mistake(_attend_with(lambda q, K, V: torch.softmax(K @ q / q.shape[-1], -1)),
-                    "you divided by d_k; the scale is 1 / sqrt(d_k)."),
-            Mistake(_attend_with(lambda q, K, V: torch.softmax(K @ q / d(V.shape[-1]), -1)),
-                    "you scaled by sqrt(d_v), the size of the values; the scale is 1 / sqrt(d_k), "
-                    "the size of the queries and keys."),
-            Mistake(_attend_with(lambda q, K, V: K @ q / d(q.shape[-1])),
-                    "the weights are the raw scores: pass them through a softmax so they are "
-                    "positive and sum to one."),
-            Mistake(_attend_with(lambda q, K, V: torch.softmax(K @ q / d(q.shape[-1]), -1),
-                                 lambda a, K, V: a @ K),
-                    "the output mixes the keys; it must mix the values: o = a @ V."),
-            Mistake(_attend_with(lambda q, K, V: torch.nn.functional.one_hot(
-                        (K @ q).argmax(), K.shape[0]).to(q.dtype)),
-                    "that is a hard lookup (all weight on the best key); attention is soft: "
-                    "every key gets softmax(s)_j."),
-            Mistake(_attend_with(lambda q, K, V: torch.full((K.shape[0],), 1 / K.shape[0],
-                                                         dtype=q.dtype)),
-                    "every key got the same weight 1/n: the weights must come from the scores "
-                    "q . k_j."),
+            Mistake(lambda w: ref(w) / math.log(2),
+                    "that is the entropy in bits (log base 2); use the natural log for nats."),
+            Mistake(lambda w: ref(w) / math.log(10),
+                    "that is log base 10; use the natural log (torch.log) for nats."),
+            Mistake(lambda w: -ref(w),
+                    "the sign is flipped: H = -sum_j a_j ln a_j is never negative."),
+            Mistake(lambda w: ref(w) / w.shape[-1],
+                    "you averaged over the keys; the entropy is the sum over j."),
+            Mistake(lambda w: torch.special.entr(w).sum(0),
+                    "you summed over the first dimension; sum over the keys (dim=-1)."),
+            Mistake(lambda w: torch.where(w > 0, -torch.log(w), torch.zeros_like(w)).sum(-1),
+                    "each term is -a_j ln a_j: the log must be weighted by a_j."),
         ],
-        nan_hint=OVERFLOW_HINT,
+        nan_hint="0 * ln 0 is NaN in floating point, but its limit is 0: a key with zero weight "
+                 "adds nothing. Use torch.where(weights > 0, ...) or torch.special.entr.",
     )

@@ -23,68 +23,20 @@ def assert_passed(result):
 
 
 def test_the_exercises_are_registered_with_three_hints():
-    for name in ("masked_softmax", "masked_attention", "entropy"):
+    for name in ("attention", "asymmetric_relation"):
         assert len(EXERCISES[f"query_key_value.{name}"].hints) == 3
 
 
-@pytest.mark.parametrize("check, what", [(ex.check_masked_softmax, "masked_softmax"),
-                                         (ex.check_masked_attention, "masked_attention"),
-                                         (ex.check_entropy, "entropy")])
-def test_a_stub_says_only_not_implemented(check, what):
-    assert check(stub).message == f"{what} is not implemented yet."
+def test_a_stub_says_only_not_implemented():
+    assert ex.check_attention(stub).message == "attention is not implemented yet."
 
 
-# --- exercise 1: masked softmax ----------------------------------------------------------------
+# --- exercise 1: attention, masked --------------------------------------------------------------
 
 
 def masked_softmax(scores, mask):
     filled = scores.masked_fill(~mask, float("-inf"))
     return torch.nan_to_num(torch.softmax(filled, dim=-1), nan=0.0)
-
-
-def masked_softmax_by_hand(scores, mask):
-    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    e = torch.exp(filled - filled.amax(dim=-1, keepdim=True)) * mask
-    total = e.sum(dim=-1, keepdim=True)
-    return e / total.clamp_min(torch.finfo(scores.dtype).tiny)
-
-
-def test_masked_softmax_accepts_right_answers():
-    for right in (masked_softmax, masked_softmax_by_hand,
-                  lambda s, m: torch.softmax(s.masked_fill(~m, -1e30), -1) * m.any(-1, keepdim=True)):
-        assert_passed(ex.check_masked_softmax(right))
-
-
-def by_hand_no_max(scores, mask):
-    e = torch.exp(scores) * mask
-    return torch.nan_to_num(e / e.sum(-1, keepdim=True), nan=0.0)
-
-
-def by_hand_max_of_masked(scores, mask):
-    filled = scores.masked_fill(~mask, float("-inf"))
-    e = torch.exp(filled - filled.amax(-1, keepdim=True))
-    return e / e.sum(-1, keepdim=True)
-
-
-@pytest.mark.parametrize("wrong, fragments", [
-    (lambda s, m: torch.softmax(s, -1), ["mask was ignored"]),
-    (lambda s, m: masked_softmax(s, ~m), ["mask is inverted"]),
-    (lambda s, m: torch.softmax(s.masked_fill(~m, 0.0), -1), ["exp(0) = 1"]),
-    (lambda s, m: torch.softmax(s.masked_fill(~m, -torch.inf), -2), ["over the queries (dim=-2)"]),
-    (lambda s, m: torch.softmax(s, -1) * m, ["no longer sum to one"]),
-    (lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), -1), ["came out uniform", "case 6 of 7"]),
-    (lambda s, m: torch.softmax(s.masked_fill(~m, -torch.inf), -1),
-     ["nan", "0 / 0 = NaN", "all-zero weights", "case 6 of 7"]),
-    (by_hand_max_of_masked, ["nan", "all-zero weights", "case 6 of 7"]),
-    (by_hand_no_max, ["came out as zeros", "overflows", "case 5 of 7"]),
-    (lambda s, m: torch.exp(s) * m / (torch.exp(s) * m).sum(-1, keepdim=True),
-     ["nan", "overflows", "case 5 of 7"]),
-])
-def test_masked_softmax_rejects_and_names_mistakes(wrong, fragments):
-    assert_rejected(ex.check_masked_softmax(wrong), *fragments)
-
-
-# --- exercise 2: masked attention --------------------------------------------------------------
 
 
 def attention(q, k, v, mask):
@@ -97,7 +49,7 @@ def test_the_reference_matches_pytorch_and_gives_zeros_on_fully_masked_rows():
     """Rows with an allowed key: equal to ``F.scaled_dot_product_attention``; a query that may
     see nothing: zero weights and zero output, never NaN."""
     for case in ex._attention_cases():
-        out, weights = ex.masked_attention_reference(*case.values())
+        out, weights = ex.attention_reference(*case.values())
         q, k, v, mask = case.values()
         mask = mask.expand(weights.shape)
         expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -108,14 +60,14 @@ def test_the_reference_matches_pytorch_and_gives_zeros_on_fully_masked_rows():
     assert any((~case["mask"].any(-1)).any() for case in ex._attention_cases())  # one is tried
 
 
-def test_masked_attention_accepts_right_answers():
+def test_attention_accepts_right_answers():
     def with_float_mask(Q, K, V, allowed):  # noqa: N803 - learners name things as they like
         bias = torch.zeros(allowed.shape, dtype=Q.dtype).masked_fill(~allowed, -torch.inf)
         w = torch.softmax(Q @ K.mT / Q.shape[-1] ** 0.5 + bias, -1).nan_to_num(0.0)
         return w @ V, w
 
-    for right in (attention, with_float_mask, ex.masked_attention_reference):
-        assert_passed(ex.check_masked_attention(right))
+    for right in (attention, with_float_mask, ex.attention_reference):
+        assert_passed(ex.check_attention(right))
 
 
 def attention_with(*, scale=None, dim=-1, fill=-torch.inf, invert=False, mix="v", zero=True):
@@ -142,49 +94,82 @@ def attention_with(*, scale=None, dim=-1, fill=-torch.inf, invert=False, mix="v"
     (lambda q, k, v, m: attention(q, k, v, m)[0], ["returned 1 value(s); expected 2"]),
     (lambda q, k, v, m: attention(q, k, v, m)[::-1], ["the output has shape (3, 4)"]),
 ])
-def test_masked_attention_rejects_and_names_mistakes(wrong, fragments):
-    assert_rejected(ex.check_masked_attention(wrong), *fragments)
+def test_attention_rejects_and_names_mistakes(wrong, fragments):
+    assert_rejected(ex.check_attention(wrong), *fragments)
 
 
-def test_masked_attention_reports_exceptions_and_in_place_changes():
+def test_attention_reports_exceptions_and_in_place_changes():
     def raises(*_args):
         raise ZeroDivisionError("learner bug")
 
-    assert_rejected(ex.check_masked_attention(raises), "raised ZeroDivisionError: learner bug")
+    assert_rejected(ex.check_attention(raises), "raised ZeroDivisionError: learner bug")
 
     def scales_q_in_place(q, k, v, mask):
         q /= math.sqrt(q.shape[-1])
         return attention_with(scale=lambda q, v: 1.0)(q, k, v, mask)
 
-    assert_rejected(ex.check_masked_attention(scales_q_in_place), "changed its input 'q' in place")
+    assert_rejected(ex.check_attention(scales_q_in_place), "changed its input 'q' in place")
 
 
-# --- exercise 3: entropy -----------------------------------------------------------------------
+# --- exercise 2: attend to the next token (separate W_Q and W_K) ----------------------------------
 
 
-def entropy(p):
-    return -torch.where(p > 0, p * torch.log(p), torch.zeros_like(p)).sum(-1)
+def next_projections(X, c=10.0):  # noqa: N803
+    n = X.shape[0]
+    W_Q = c * torch.linalg.pinv(X)                                        # noqa: N806
+    return W_Q, W_Q @ torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=1).T
 
 
-def test_entropy_accepts_right_answers():
-    for right in (entropy, lambda probs: torch.special.entr(probs).sum(dim=-1),
-                  lambda p: -(p * torch.log(p.clamp_min(1e-30))).sum(-1)):
-        assert_passed(ex.check_entropy(right))
+def test_asymmetric_relation_accepts_right_answers():
+    def by_solve(X):  # noqa: N803 - X W_Q = 8 I, X W_K = 8 P^T, wider d_k
+        n = X.shape[0]
+        target = torch.cat([torch.eye(n, dtype=X.dtype), torch.zeros(n, 2, dtype=X.dtype)], 1)
+        W_Q = torch.linalg.lstsq(X.double(), 8 * target.double()).solution.to(X.dtype)  # noqa: N806
+        shift = torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=0)            # P^T
+        return W_Q, torch.linalg.pinv(X) @ shift @ (X @ W_Q)
+
+    for right in (next_projections, by_solve, ex.next_token_projections_reference):
+        assert_passed(ex.check_asymmetric_relation(right))
+
+
+def test_the_references_attention_is_the_next_token_relation():
+    X = torch.randn(6, 9, generator=torch.Generator().manual_seed(1))  # noqa: N806
+    A = ex.next_token_weights(X, *ex.next_token_projections_reference(X))  # noqa: N806
+    assert (A.argmax(-1) == (torch.arange(6) + 1) % 6).all() and (A.diagonal(1) > 0.9).all()
+
+
+def one_hot_only(X):  # noqa: N803 - ignores the embedding: right for X = I only
+    n, d = X.shape
+    W_Q = torch.zeros(d, n, dtype=X.dtype)                                # noqa: N806
+    W_Q[:n] = 10 * torch.eye(n, dtype=X.dtype)
+    return W_Q, W_Q @ torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=1).T
+
+
+def no_wrap(X):  # noqa: N803 - P without its corner: the last token finds no next one
+    n = X.shape[0]
+    W_Q = 10 * torch.linalg.pinv(X)                                       # noqa: N806
+    return W_Q, W_Q @ torch.eye(n, dtype=X.dtype).roll(1, 1).triu().T
 
 
 @pytest.mark.parametrize("wrong, fragments", [
-    (lambda p: -torch.where(p > 0, p * torch.log2(p), 0.0).sum(-1), ["bits"]),
-    (lambda p: -torch.where(p > 0, p * torch.log10(p), 0.0).sum(-1), ["log base 10"]),
-    (lambda p: -entropy(p), ["sign is flipped"]),
-    (lambda p: -torch.where(p > 0, p * torch.log(p), 0.0).mean(-1), ["averaged over the keys"]),
-    (lambda p: -torch.where(p > 0, p * torch.log(p), 0.0).sum(0), ["first dimension"]),
-    (lambda p: -torch.where(p > 0, torch.log(p), 0.0).sum(-1), ["weighted by a_j"]),
-    (lambda p: -(p * torch.log(p)).sum(-1), ["nan", "0 * ln 0", "(3, 3)"]),
-    (lambda p: entropy(p)[..., None], ["shape (1,)", "shape ()"]),
-    (lambda p: entropy(p) + 0.1, ["differs from the right answer", "largest difference 0.1"]),
+    (lambda X: (10 * torch.linalg.pinv(X),) * 2, ["W_Q = W_K", "symmetric"]),
+    (lambda X: next_projections(X)[::-1], ["PREVIOUS token"]),
+    (lambda X: (next_projections(X)[0], next_projections(X)[0] * 1.0001), ["attends to itself"]),
+    (lambda X: next_projections(X, c=1.0), ["not strongly enough", "scale"]),
+    (one_hot_only, ["one-hot", "pinv", "case 3 of 5"]),
+    (no_wrap, ["last token must attend to the first"]),
+    (lambda X: (next_projections(X)[0], next_projections(X)[1][:, :-1]), ["same size d_k"]),
+    (lambda X: next_projections(X)[0], ["should return a pair"]),
+    (lambda X: (next_projections(X)[0].T, next_projections(X)[1]), ["W_Q must be a (d_model, d_k)"]),
 ])
-def test_entropy_rejects_and_names_mistakes(wrong, fragments):
-    assert_rejected(ex.check_entropy(wrong), *fragments)
+def test_asymmetric_relation_rejects_and_names_mistakes(wrong, fragments):
+    assert_rejected(ex.check_asymmetric_relation(wrong), *fragments)
+
+
+def test_asymmetric_relation_stub_and_solution():
+    assert ex.check_asymmetric_relation(stub).message == (
+        "next_token_projections is not implemented yet.")
+    assert "does not count" in ex.check_asymmetric_relation(next_projections, solution=True).message
 
 
 # --- the framework's generic verdicts ------------------------------------------------------------
@@ -197,10 +182,11 @@ def test_check_function_non_callable(candidate):
 
 
 @pytest.mark.parametrize("solution, type_name",
-                         [(lambda p: entropy(p).tolist(), "float"),
-                          (lambda p: entropy(p).numpy(), "ndarray")])
+                         [(lambda q, k, v, m: tuple(t.tolist() for t in attention(q, k, v, m)), "list"),
+                          (lambda q, k, v, m: tuple(t.numpy() for t in attention(q, k, v, m)),
+                           "ndarray")])
 def test_not_a_tensor_is_reported(solution, type_name):
-    assert_rejected(ex.check_entropy(solution), "should be a torch.Tensor", type_name)
+    assert_rejected(ex.check_attention(solution), "should be a torch.Tensor", type_name)
 
 
 def test_check_function_generic():
@@ -216,9 +202,8 @@ def test_check_function_generic():
 
 
 @pytest.mark.parametrize("key, signature, check", [
-    ("query_key_value.masked_softmax", "scores, mask", ex.check_masked_softmax),
-    ("query_key_value.masked_attention", "q, k, v, mask", ex.check_masked_attention),
-    ("query_key_value.entropy", "weights", ex.check_entropy),
+    ("query_key_value.attention", "q, k, v, mask", ex.check_attention),
+    ("query_key_value.asymmetric_relation", "X", ex.check_asymmetric_relation),
 ])
 def test_the_third_hint_passes_once_it_is_in_the_stub(key, signature, check):
-    assert check(from_hint(key, signature, masked_softmax=masked_softmax))
+    assert check(from_hint(key, signature))

@@ -14,72 +14,85 @@ from attn_helpers.exercises import rnn_bottleneck as ex
 
 
 def test_the_exercises_are_registered_with_three_hints():
-    for key in ("rnn_bottleneck.context_vector", "rnn_bottleneck.additive_scores"):
+    for key in ("rnn_bottleneck.rnn_encoder", "rnn_bottleneck.additive_scores"):
         assert len(EXERCISES[key].hints) == 3
 
 
-# --- exercise 1: the context vector ------------------------------------------------------------
+# --- exercise 1: the recurrent encoder ----------------------------------------------------------
 
 
-def context(H, e, src_mask):  # noqa: N803
-    a = torch.softmax(e.masked_fill(~src_mask, float("-inf")), dim=-1)
-    return torch.einsum("bn,bnd->bd", a, H), a
+def rnn(x, W_x, W_h, b):  # noqa: N803
+    h = x.new_zeros(*x.shape[:-2], W_h.shape[0])
+    states = []
+    for t in range(x.shape[-2]):
+        h = torch.tanh(x[..., t, :] @ W_x + h @ W_h + b)
+        states.append(h)
+    return torch.stack(states, dim=-2), h
 
 
-def test_context_vector_reference_is_a_convex_combination_that_ignores_padding():
-    g = torch.Generator().manual_seed(0)
-    H, e = torch.randn(2, 5, 3, generator=g), torch.randn(2, 5, generator=g)
-    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])
-    c, a = ex.context_vector_reference(H, e, mask)
-    assert torch.allclose(a.sum(-1), torch.ones(2)) and (a[1, 2:] == 0).all()
-    changed = H.clone()
-    changed[1, 2:] = 100.0                       # padding states do not reach c_t
-    assert torch.equal(ex.context_vector_reference(changed, e, mask)[0], c)
+def test_rnn_encoder_reference_equals_torch_rnn():
+    """The reference is ``torch.nn.RNN`` (tanh, batch_first) with ``W_x = weight_ih_l0.T``,
+    ``W_h = weight_hh_l0.T`` and ``b = bias_ih_l0 + bias_hh_l0``."""
+    torch.manual_seed(0)
+    layer = torch.nn.RNN(3, 5, batch_first=True)
+    x = torch.randn(4, 7, 3)
+    expected_H, expected_h = layer(x)
+    H, h_n = ex.rnn_encoder_reference(x, layer.weight_ih_l0.T, layer.weight_hh_l0.T,
+                                      layer.bias_ih_l0 + layer.bias_hh_l0)
+    assert torch.allclose(H, expected_H, atol=1e-6) and torch.allclose(h_n, expected_h[0], atol=1e-6)
 
 
-def test_context_vector_accepts_right_answers():
-    def with_bmm(H, e, src_mask):  # noqa: N803
-        scores = torch.where(src_mask, e, torch.full_like(e, -1e30))
-        scores = scores - scores.amax(-1, keepdim=True)
-        weights = scores.exp() * src_mask
-        weights = weights / weights.sum(-1, keepdim=True)
-        return torch.bmm(weights[:, None, :], H)[:, 0], weights
+def test_rnn_encoder_accepts_right_answers():
+    def with_torch_rnn(x, W_x, W_h, b):  # noqa: N803
+        layer = torch.nn.RNN(W_x.shape[0], W_x.shape[1], batch_first=True, dtype=x.dtype)
+        with torch.no_grad():
+            layer.weight_ih_l0.copy_(W_x.T)
+            layer.weight_hh_l0.copy_(W_h.T)
+            layer.bias_ih_l0.copy_(b)
+            layer.bias_hh_l0.zero_()
+            flat = x.reshape(-1, *x.shape[-2:])
+            H, h = layer(flat)
+        return H.reshape(*x.shape[:-1], -1), h[0].reshape(*x.shape[:-2], -1)
 
-    for right in (context, with_bmm, ex.context_vector_reference):
-        result = ex.check_context_vector(right)
+    for right in (rnn, with_torch_rnn, ex.rnn_encoder_reference):
+        result = ex.check_rnn_encoder(right)
         assert result and result.message.startswith("Passed"), result.message
 
 
-def test_context_vector_stub_says_only_not_implemented():
-    assert ex.check_context_vector(stub).message == "context_vector is not implemented yet."
+def test_rnn_encoder_stub_says_only_not_implemented():
+    assert ex.check_rnn_encoder(stub).message == "rnn_encoder is not implemented yet."
 
 
-def mixed(weights):
-    def wrong(H, e, src_mask):  # noqa: N803
-        a = weights(e, src_mask)
-        return (a.unsqueeze(-1) * H).sum(1), a
+def variant(step=lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h + b), *,  # noqa: N803
+            order=lambda n: range(n), start=False, final=lambda H, h: h):
+    def wrong(x, W_x, W_h, b):  # noqa: N803
+        h = x.new_zeros(*x.shape[:-2], W_h.shape[0])
+        states = {}
+        for t in order(x.shape[-2]):
+            before = h
+            h = step(x[..., t, :], h, W_x, W_h, b)
+            states[t] = before if start else h
+        H = torch.stack([states[t] for t in range(x.shape[-2])], dim=-2)  # noqa: N806
+        return H, final(H, h)
     return wrong
 
 
-def no_max(H, e, src_mask):  # noqa: N803
-    w = torch.exp(e) * src_mask
-    a = w / w.sum(-1, keepdim=True)
-    return (a.unsqueeze(-1) * H).sum(1), a
-
-
 @pytest.mark.parametrize("wrong, fragments", [
-    (mixed(lambda e, m: e.softmax(-1)), ["padding positions received weight"]),
-    (mixed(lambda e, m: e.masked_fill(m, -torch.inf).softmax(-1)), ["mask is inverted"]),
-    (mixed(lambda e, m: e.masked_fill(~m, 0).softmax(-1)), ["exp(0) = 1"]),
-    (mixed(lambda e, m: e.masked_fill(~m, -torch.inf).softmax(0)), ["over the batch (dim=0)"]),
-    (mixed(lambda e, m: torch.where(m, e, 0.0)), ["raw scores"]),
-    (mixed(lambda e, m: m / m.sum(-1, keepdim=True)), ["same weight"]),
-    (no_max, ["nan", "overflows", "case 5 of 6"]),
-    (lambda H, e, m: (H.mean(1), e.softmax(-1)), ["the context c_t differs"]),
-    (lambda H, e, m: context(H, e, m)[::-1], ["the context c_t has shape (2, 6)"]),
+    (variant(lambda x_t, h, W_x, W_h, b: x_t @ W_x + h @ W_h + b), ["tanh is missing"]),
+    (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + b)), ["no recurrence"]),
+    (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h)), ["bias b is missing"]),
+    (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h.T + b)),
+     ["W_h is transposed"]),
+    (variant(order=lambda n: range(n - 1, -1, -1)), ["backwards"]),
+    (variant(start=True), ["shifted by one"]),
+    (variant(final=lambda H, h: H[..., 0, :]), ["h_n is the first state"]),
+    (variant(final=lambda H, h: H.mean(-2)), ["mean of the states"]),
+    (lambda x, W_x, W_h, b: rnn(x, W_x, W_h, b)[0], ["returned 1 value(s); expected 2"]),
+    (lambda x, W_x, W_h, b: rnn(x.reshape(-1, *x.shape[-2:]), W_x, W_h, b),   # loses batch dims
+     ["case 4 of 6", "shape (6, 4, 3)"]),
 ])
-def test_context_vector_rejects_and_names_mistakes(wrong, fragments):
-    assert_rejected(ex.check_context_vector(wrong), *fragments)
+def test_rnn_encoder_rejects_and_names_mistakes(wrong, fragments):
+    assert_rejected(ex.check_rnn_encoder(wrong), *fragments)
 
 
 # --- exercise 2: the additive score ------------------------------------------------------------
@@ -137,7 +150,7 @@ def test_additive_scores_rejects_and_names_mistakes(wrong, fragments):
 
 
 @pytest.mark.parametrize("key, signature, check", [
-    ("rnn_bottleneck.context_vector", "H, e, src_mask", ex.check_context_vector),
+    ("rnn_bottleneck.rnn_encoder", "x, W_x, W_h, b", ex.check_rnn_encoder),
     ("rnn_bottleneck.additive_scores", "s, H, U_q, U_k, v_a", ex.check_additive_scores),
 ])
 def test_the_third_hint_passes_once_it_is_in_the_stub(key, signature, check):

@@ -4,8 +4,6 @@ that names the mistake."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from _exercises import assert_rejected, from_hint, stub
@@ -15,7 +13,7 @@ from attn_helpers.exercises import start_here as ex
 
 
 def test_the_exercises_are_registered_with_three_hints():
-    for key in ("start_here.softmax_with_temperature", "start_here.attend_one"):
+    for key in ("start_here.softmax_with_temperature", "start_here.entropy"):
         assert len(EXERCISES[key].hints) == 3
 
 
@@ -65,80 +63,53 @@ def test_softmax_with_temperature_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_softmax_with_temperature(wrong), *fragments)
 
 
-# --- exercise 2: one attention row by hand -----------------------------------------------------
+# --- exercise 2: the entropy of attention rows ---------------------------------------------------
 
 
-def attend(q, K, V):  # noqa: N803
-    s = K @ q / math.sqrt(q.shape[-1])          # (n,)
-    a = softmax_t(s, 1.0)                        # (n,)
-    return a, a @ V                              # (n,), (d_v,)
+def entropy(p):
+    return -torch.where(p > 0, p * torch.log(p), torch.zeros_like(p)).sum(-1)
 
 
-def test_attend_one_accepts_right_answers():
-    def with_loops(q, K, V):  # noqa: N803
-        s = torch.stack([torch.dot(q, k) for k in K]) / q.shape[-1] ** 0.5
-        a = torch.softmax(s, -1)
-        return a, sum(a_j * v_j for a_j, v_j in zip(a, V, strict=True))
-
-    for right in (attend, with_loops, ex.attend_one_reference):
-        result = ex.check_attend_one(right)
+def test_entropy_accepts_right_answers():
+    for right in (entropy, lambda probs: torch.special.entr(probs).sum(dim=-1),
+                  lambda p: -(p * torch.log(p.clamp_min(1e-30))).sum(-1), ex.entropy_reference):
+        result = ex.check_entropy(right)
         assert result and result.message.startswith("Passed"), result.message
 
 
-def test_attend_one_stub_says_only_not_implemented():
-    assert ex.check_attend_one(stub).message == "attend_one is not implemented yet."
-    assert "not implemented yet" in ex.check_attend_one(lambda q, K, V: None).message
-
-
-def scaled_by(scale, mix=lambda a, K, V: a @ V):
-    def wrong(q, K, V):  # noqa: N803
-        a = softmax_t(K @ q * scale(q, V), 1.0)
-        return a, mix(a, K, V)
-    return wrong
-
-
-def attend_no_max(q, K, V):  # noqa: N803
-    e = torch.exp(K @ q / math.sqrt(q.shape[-1]))
-    a = e / e.sum()
-    return a, a @ V
-
-
-def attend_hard(q, K, V):  # noqa: N803
-    a = torch.zeros(K.shape[0], dtype=q.dtype)
-    a[(K @ q).argmax()] = 1.0
-    return a, a @ V
+def test_entropy_stub_says_only_not_implemented():
+    assert ex.check_entropy(stub).message == "entropy is not implemented yet."
 
 
 @pytest.mark.parametrize("wrong, fragments", [
-    (scaled_by(lambda q, V: 1.0), ["not scaled", "sqrt(d_k)"]),
-    (scaled_by(lambda q, V: 1 / q.shape[-1]), ["divided by d_k"]),
-    (scaled_by(lambda q, V: 1 / math.sqrt(V.shape[-1])), ["sqrt(d_v)", "case 2 of 6"]),
-    (lambda q, K, V: ((K @ q) / math.sqrt(q.shape[-1]),
-                      (K @ q) / math.sqrt(q.shape[-1]) @ V), ["raw scores", "softmax"]),
-    (scaled_by(lambda q, V: 1 / math.sqrt(q.shape[-1]), mix=lambda a, K, V: a @ K),
-     ["mixes the keys", "a @ V"]),
-    (attend_hard, ["hard lookup"]),
-    (lambda q, K, V: (torch.ones(K.shape[0]) / K.shape[0], V.mean(0)), ["same weight 1/n"]),
-    (attend_no_max, ["nan", "overflows", "case 5 of 6"]),
-    (lambda q, K, V: attend(q, K, V)[::-1], ["the weights a has shape (3,)"]),
-    (lambda q, K, V: attend(q, K, V)[1], ["returned 1 value(s); expected 2"]),
+    (lambda p: -torch.where(p > 0, p * torch.log2(p), 0.0).sum(-1), ["bits"]),
+    (lambda p: -torch.where(p > 0, p * torch.log10(p), 0.0).sum(-1), ["log base 10"]),
+    (lambda p: -entropy(p), ["sign is flipped"]),
+    (lambda p: -torch.where(p > 0, p * torch.log(p), 0.0).mean(-1), ["averaged over the keys"]),
+    (lambda p: -torch.where(p > 0, p * torch.log(p), 0.0).sum(0), ["first dimension"]),
+    (lambda p: -torch.where(p > 0, torch.log(p), 0.0).sum(-1), ["weighted by a_j"]),
+    (lambda p: -(p * torch.log(p)).sum(-1), ["nan", "0 * ln 0", "(3, 3)"]),
+    (lambda p: entropy(p)[..., None], ["shape (1,)", "shape ()"]),
+    (lambda p: entropy(p) + 0.1, ["differs from the right answer", "largest difference 0.1"]),
+    (lambda p: entropy(p).tolist(), ["should be a torch.Tensor", "float"]),
 ])
-def test_attend_one_rejects_and_names_mistakes(wrong, fragments):
-    assert_rejected(ex.check_attend_one(wrong), *fragments)
+def test_entropy_rejects_and_names_mistakes(wrong, fragments):
+    assert_rejected(ex.check_entropy(wrong), *fragments)
 
 
-def test_hints_are_printed_on_demand(capsys):
-    ex.hint("start_here.attend_one", 2)
-    assert "sqrt(d_k)" in capsys.readouterr().out
-    ex.check_attend_one(attend)
-    assert ex.progress(show=False)["start_here"]["start_here.attend_one"] is True
-
+def test_hints_are_printed_on_demand_and_a_solution_never_counts(capsys):
+    ex.hint("start_here.entropy", 2)
+    assert "ln a_j" in capsys.readouterr().out
+    verdict = ex.check_entropy(entropy, solution=True)
+    assert verdict and "does not count" in verdict.message
+    ex.check_entropy(stub)
+    assert ex.progress(show=False)["start_here"]["start_here.entropy"] is not True
 
 
 @pytest.mark.parametrize("key, signature, check", [
     ("start_here.softmax_with_temperature", "scores, temperature",
      ex.check_softmax_with_temperature),
-    ("start_here.attend_one", "q, K, V", ex.check_attend_one),
+    ("start_here.entropy", "weights", ex.check_entropy),
 ])
 def test_the_third_hint_passes_once_it_is_in_the_stub(key, signature, check):
     assert check(from_hint(key, signature))
