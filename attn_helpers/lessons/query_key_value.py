@@ -182,10 +182,24 @@ MEMORY_N, MEMORY_D, MEMORY_D_A = 256, 16, 64
 GROWTH = 100.0                # q and k multiplied by this
 
 
-def claims(plane_keys) -> dict[str, bool]:
+_COMPUTED: dict = {}   # plane keys -> every claim: a notebook asking group by group computes once
+
+
+def claims(plane_keys, group: str | None = None) -> dict[str, bool]:
     """Notebook 02's statements, as named booleans, from its fixed examples (``plane_keys``:
     ``{name: (x, y)}``, the six keys of section 1 and the widget). Each name starts with its
-    group: ``lookup``, ``sentence``, ``torch``, ``convex``, ``entropy``, ``additive``."""
+    group: ``lookup``, ``sentence``, ``torch``, ``convex``, ``entropy``, ``additive``;
+    ``group`` selects the claims whose name starts with it (all of them when ``None``)."""
+    key = tuple((name, tuple(xy)) for name, xy in plane_keys.items())
+    if key not in _COMPUTED:
+        _COMPUTED[key] = _claims(plane_keys)
+    chosen = {k: v for k, v in _COMPUTED[key].items() if group is None or k.startswith(group)}
+    if not chosen:
+        raise ValueError(f"no claim of notebook 02 starts with {group!r}")
+    return chosen
+
+
+def _claims(plane_keys) -> dict[str, bool]:
     names = list(plane_keys)
     keys = torch.tensor([plane_keys[k] for k in names], dtype=torch.float64)
     values = torch.eye(len(CATEGORIES), dtype=torch.float64)[list(PLANE_VALUES)]
@@ -203,7 +217,8 @@ def claims(plane_keys) -> dict[str, bool]:
         shares = torch.stack([torch.stack(lookups(q, keys, values)[2:])[:, 0] for q in along])
     X, W_Q, W_K, W_V = sentence_projections()
     Q, K, V = X @ W_Q, X @ W_K, X @ W_V
-    A = torch.softmax(Q @ K.T / math.sqrt(K.shape[-1]), -1)
+    S = Q @ K.T / math.sqrt(K.shape[-1])
+    A = torch.softmax(S, -1)
     O = A @ V
     causal = torch.ones(6, 6, dtype=torch.bool).tril()
     torch_out = [F.scaled_dot_product_attention(Q, K, V, attn_mask=mask) for mask in (None, causal)]
@@ -242,6 +257,8 @@ def claims(plane_keys) -> dict[str, bool]:
         "sentence: the two 'the' rows are identical and split evenly between cat and mat "
         "(> 0.4 each)":
             torch.equal(A[0], A[4]) and torch.isclose(A[0, 1], A[0, 5]) and A[0, 1] > 0.4,
+        "sentence: the scores are asymmetric: s(the, cat) > 2, while s(cat, the) is 0 within 1e-5":
+            S[0, 1] > 2 and S[1, 0].abs() < 1e-5,
         f"sentence: the output row of sat has an 'animal' feature above {STRONG}":
             O[t["sat"], FEATURES.index("animal")] > STRONG,
         "torch: the four steps equal torch's scaled_dot_product_attention within 1e-6 "
@@ -270,3 +287,20 @@ def claims(plane_keys) -> dict[str, bool]:
         f"largest dot product exceeds {GROWTH:g} ||v_a||_1":
             largest_additive <= bound and largest_dot > GROWTH * bound,
     }.items()}
+
+
+SHARP_T, FLAT_T = 0.1, 10.0   # the widget's temperatures: "practically hard", "practically uniform"
+
+
+def temperature_claims(entropy_at: dict, n_keys: int) -> dict[str, bool]:
+    """Notebook 02's statements about its widget: ``entropy_at[T]``, the entropy (nats) of one
+    query's weights at temperatures ``SHARP_T``, 1 and ``FLAT_T``, over ``n_keys`` keys."""
+    sharp, middle, flat = entropy_at[SHARP_T], entropy_at[1.0], entropy_at[FLAT_T]
+    return {
+        f"temperature: at T = {SHARP_T:g} the entropy is below 0.1 nats (practically a hard lookup)":
+            sharp < 0.1,
+        f"temperature: the entropy grows with T ({SHARP_T:g} < 1 < {FLAT_T:g})":
+            sharp < middle < flat,
+        f"temperature: at T = {FLAT_T:g} it is above 0.95 ln {n_keys} (practically a plain average)":
+            flat > 0.95 * math.log(n_keys),
+    }

@@ -12,6 +12,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..entropy import attention_entropy, max_entropy
+from ..lessons.query_key_value import QUERY
 from ..plots import to_numpy, weights_cmap
 from .core import (
     BAR_COLOR,
@@ -80,16 +81,19 @@ class LookupView(BlitView):
                                                   zorder=5, label="query q")
         self.output_artist = self.ax_plane.scatter([0], [0], marker="X", s=120,
                                                    color=HIGHLIGHT_COLOR, edgecolor="black",
-                                                   zorder=4, label="output")
+                                                   zorder=6, label="output")  # above the star
+        self.settings_text = self.ax_plane.text(   # the settings and readouts, in the picture
+            0.02, 0.98, "", transform=self.ax_plane.transAxes, va="top", ha="left", fontsize=8)
         self.blit.animate(self.query_artist, self.output_artist, self.curve_line,
-                          self.curve_marker)
+                          self.curve_marker, self.settings_text)
         self._keys_drawn = None
 
     def _draw_keys(self, keys_xy: np.ndarray, labels: Sequence[str], temperatures) -> None:
         if self.keys_artist is not None:
             self.blit.forget(self.keys_artist)
         for text in list(self.ax_plane.texts) + list(self.ax_curve.texts):
-            text.remove()
+            if text is not self.settings_text:
+                text.remove()
         self.keys_artist = self.ax_plane.scatter(
             keys_xy[:, 0], keys_xy[:, 1], s=40, c=np.zeros(len(keys_xy)), cmap=weights_cmap(),
             vmin=0, vmax=1, edgecolor="black", zorder=3, label="key (size, colour: weight)",
@@ -122,6 +126,11 @@ class LookupView(BlitView):
         self.output_artist.set_offsets(to_numpy(frame.output_xy)[None, :])
         self.curve_line.set_data(temperatures, to_numpy(frame.curve_entropy))
         self.curve_marker.set_data([frame.temperature], [frame.entropy[0].item()])
+        q, o, best = to_numpy(frame.query_xy), to_numpy(frame.output_xy), int(weights.argmax())
+        self.settings_text.set_text(
+            f"q = ({q[0]:.1f}, {q[1]:.1f}), T = {frame.temperature:.2f}\n"
+            f"strongest: {frame.key_labels[best]} ({weights[best]:.2f}), "
+            f"entropy {frame.entropy[0].item():.2f} nats\noutput = ({o[0]:.2f}, {o[1]:.2f})")
 
 
 DEMO_KEYS = {
@@ -182,13 +191,15 @@ def lookup_2d_frame(
     )
 
 
-def lookup_2d_widget(keys: Mapping[str, tuple[float, float]] = DEMO_KEYS) -> LiveAttentionWidget:
-    """The live widget of notebook 02: move a query among labelled keys, change the temperature."""
+def lookup_2d_widget(keys: Mapping[str, tuple[float, float]] = DEMO_KEYS, *,
+                     query: tuple[float, float] = QUERY) -> LiveAttentionWidget:
+    """The live widget of notebook 02: move a query among labelled keys, change the temperature.
+    It opens on ``query`` (by default section 1's, so the first picture shows its weights)."""
     slider = dict(min=-3.0, max=3.0, step=0.1, continuous_update=True,
                   layout=widgets.Layout(width="300px"))
     controls = {
-        "query_x": widgets.FloatSlider(value=1.5, description="query x", **slider),
-        "query_y": widgets.FloatSlider(value=1.5, description="query y", **slider),
+        "query_x": widgets.FloatSlider(value=query[0], description="query x", **slider),
+        "query_y": widgets.FloatSlider(value=query[1], description="query y", **slider),
         "temperature": widgets.FloatLogSlider(value=1.0, base=10, min=-1.3, max=1.0, step=0.05,
                                               description="temperature",
                                               layout=widgets.Layout(width="300px")),
