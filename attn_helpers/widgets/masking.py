@@ -8,9 +8,31 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask, padding_mask, sliding_window_mask
-from .core import AttentionFrame, AttentionView, LiveAttentionWidget
+from .core import AttentionFrame, BlitView, LiveAttentionWidget
+from .panels import AttentionPanel
 
-__all__ = ["MASK_TYPES", "BATCH_SENTENCES", "PAD", "build_mask", "masking_frame", "masking_widget"]
+__all__ = ["MASK_TYPES", "BATCH_SENTENCES", "PAD", "build_mask", "masking_frame", "masking_widget",
+           "CaptionedView"]
+
+
+class CaptionedView(BlitView):
+    """An attention heatmap with its entropy view and, under them, the frame's ``caption`` lines
+    (its settings and readouts), so that the picture alone, stored in the notebook or exported,
+    says what state it shows."""
+
+    def __init__(self, figsize: tuple[float, float], *, title: str,
+                 max_shape: tuple[int, int] | None = None, lines: int = 2):
+        super().__init__(figsize)
+        bottom = (lines * 12 + 8) / (figsize[1] * 72)                 # room for the caption
+        grid = self.figure.add_gridspec(1, 1, left=0.01, right=0.99, bottom=bottom, top=0.99)
+        self.panel = AttentionPanel(self.blit, grid[0], title=title, max_shape=max_shape)
+        self.caption = self.figure.text(0.015, 0.012, "", fontsize=9, ha="left", va="bottom",
+                                        linespacing=1.35)
+        self.blit.animate(self.caption)
+
+    def draw(self, frame: AttentionFrame) -> None:
+        self.panel.set_frame(frame)
+        self.caption.set_text("\n".join(getattr(frame, "caption", ())))
 
 PAD = "<pad>"
 BATCH_SENTENCES = (
@@ -100,6 +122,11 @@ def masking_frame(
                                  .sum()),
         "mean entropy (nats)": frame.entropy.mean().item(),
     }
+    frame.caption = (
+        f"mask: {mask_type}  |  window w = {window}  |  lengths A = {length_a}, B = {length_b}  |  "
+        f"showing {sequence}",
+        f"visible keys per query: {visible.tolist()}  |  masked cells: {int((~shown_mask).sum())}"
+        f"  |  rows summing to 1: {frame.readouts['rows summing to 1']} of {n}")
     return frame
 
 
@@ -113,7 +140,7 @@ def masking_widget() -> LiveAttentionWidget:
         "length_b": widgets.IntSlider(value=5, min=1, max=full, description="length B"),
         "sequence": widgets.ToggleButtons(options=["A", "B"], value="A", description="show"),
     }
-    view = AttentionView((7.0, 4.6), title="attention weights (grey: masked)",
+    view = CaptionedView((7.0, 5.0), title="attention weights (grey: masked)",
                          max_shape=(full, full))
     return LiveAttentionWidget(masking_frame, controls, view,
                                title="Masks: who may see whom (grey cells are masked)")
