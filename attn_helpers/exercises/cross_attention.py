@@ -1,12 +1,12 @@
-r"""Checkers for notebook 06 (cross-attention), in its row-vector notation: one decoding step over
-the encoder's keys and values, padding masked (``cross_attention.step``), and every step of a
-decoder with those keys and values projected once (``cross_attention.decode``). (The additive
-score is notebook 01's exercise.)"""
+r"""Checkers for notebook 06 (cross-attention), in its row-vector notation: every step of a decoder
+with the encoder's keys and values projected once (``cross_attention.decode``), and the hard
+alignment read off trained cross-attention weights, scored against a gold alignment with padded
+sources and targets (``cross_attention.alignment``). (The attention step itself is notebook 02's
+exercise; the additive score is notebook 01's.)"""
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 
 import torch
@@ -14,48 +14,11 @@ from torch import nn
 
 from ..attention import scaled_dot_product_attention
 from ..masks import padding_mask
-from .core import CheckResult, Mistake, _as_tuple, _clone, check_function, seeded
+from .core import CheckResult, Mistake, check_function, describe, seeded
 from .workflow import exercise
 
-__all__ = ["CountingLinear",
-           "check_cross_attention_step", "check_decode_contexts", "cross_attention_step_reference",
-           "decode_contexts_reference"]
-
-
-def _same(got, wrong, atol, rtol) -> bool:
-    """``got`` equals a known mistake's output, NaN where it has NaN."""
-    got, wrong = _as_tuple(got), _as_tuple(wrong)
-    return len(got) == len(wrong) and all(
-        isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
-        and torch.allclose(x.double(), y.double(), atol=atol, rtol=rtol, equal_nan=True)
-        for x, y in zip(got, wrong, strict=True))
-
-
-def _check_stages(candidate, reference, stages, *, what, output_names, atol=1e-5, rtol=1e-4):
-    """:func:`check_function` over groups of cases ``(cases, mistakes, nan_hint)``, so that each
-    group names its own mistakes; the first miss is reported, else one verdict for all cases.
-    A miss that no hint explains is compared once more with the group's mistakes, NaN for NaN."""
-    total, done = sum(len(cases) for cases, _, _ in stages), 0
-    for cases, mistakes, nan_hint in stages:
-        result = check_function(candidate, reference, cases, what=what, output_names=output_names,
-                                mistakes=mistakes, nan_hint=nan_hint, atol=atol, rtol=rtol)
-        if result:
-            done += len(cases)
-            continue
-        if "not implemented yet" in result.message:
-            return result
-        message = re.sub(r"on case (\d+) of \d+ \(", lambda m, done=done: (
-            f"on case {int(m[1]) + done} of {total} ("), result.message, count=1)
-        for case in [] if "\nHint:" in message else cases:
-            got = candidate(*_clone(case).values())  # it ran without error in check_function
-            if not _same(got, reference(*_clone(case).values()), atol, rtol):
-                hints = [m.hint for m in mistakes
-                         if _same(got, m.produce(*_clone(case).values()), atol, rtol)]
-                message += f"\nHint: {hints[0]}" if hints else ""
-                break
-        return CheckResult(False, message)
-    return CheckResult(True, f"Passed: {what} matches the reference on all {total} cases, "
-                             "edge cases included.")
+__all__ = ["CountingLinear", "check_decode_contexts", "decode_contexts_reference",
+           "check_alignment_accuracy", "alignment_accuracy_reference"]
 
 
 # --- shared ------------------------------------------------------------------------------------
@@ -65,7 +28,7 @@ def _sizes(g: torch.Generator, k: int, high: int = 8) -> list[int]:  # a case's 
     return torch.randint(1, high + 1, (k,), generator=g).tolist()
 
 
-# --- exercise 1: one decoding step -----------------------------------------------------------
+# --- exercise 1: decode every step, keys and values projected once -----------------------
 
 
 class CountingLinear(nn.Linear):
@@ -89,23 +52,13 @@ class CountingLinear(nn.Linear):
         return f"nn.Linear({self.in_features} -> {self.out_features})"
 
 
-def cross_attention_step_reference(s_t, K, V, lengths, q_proj):
+def _step_reference(s_t, K, V, lengths, q_proj):
     """One decoding step: ``(context (b, d_v), weights (b, n))`` for ``s_t (b, d)``, the encoder's
     ``K (b, n, d_k)`` and ``V (b, n, d_v)``, ``lengths (b,)`` and ``q_proj`` (``d -> d_k``)."""
     q = q_proj(s_t)[:, None, :]  # (b, 1, d_k): q_t = s_t W_q
     real = padding_mask(lengths, K.shape[1])[:, None, :]  # (b, 1, n): j < lengths[i]
     context, weights = scaled_dot_product_attention(q, K, V, real)  # (b, 1, d_v), (b, 1, n)
     return context[:, 0], weights[:, 0]
-
-
-def _step_case(g, b, n, d, d_k, d_v, lengths, *, dtype=torch.float32, size=1.0, bias=True):
-    return {
-        "s_t": size * torch.randn(b, d, generator=g).to(dtype),
-        "K": size * torch.randn(b, n, d_k, generator=g).to(dtype),
-        "V": torch.randn(b, n, d_v, generator=g).to(dtype),
-        "lengths": torch.tensor(lengths),
-        "q_proj": CountingLinear(d, d_k, bias=bias, generator=g, dtype=dtype),
-    }
 
 
 def _step_with(s_t, K, V, lengths, q_proj, *, real=None, scale=None, dim=-1, values=None,
@@ -121,89 +74,13 @@ def _step_with(s_t, K, V, lengths, q_proj, *, real=None, scale=None, dim=-1, val
     return (weights[:, :, None] * values).sum(1), weights  # (b, d_v), (b, n)
 
 
-def _step_mistakes() -> list[Mistake]:
-    def attending(keep):  # keep(j (1, n), lengths (b, 1)) -> the positions the mistake attends to
-        return lambda s, K, V, L, q: _step_with(s, K, V, L, q, real=keep(
-            torch.arange(K.shape[1])[None, :], L[:, None]))
-
-    return [
-        Mistake(attending(lambda j, L: j >= 0),
-                "padded encoder positions received weight: mask every position j >= lengths[i] "
-                "(scores -inf, or give the mask to ah.scaled_dot_product_attention)."),
-        Mistake(attending(lambda j, L: j >= L),
-                "the mask is inverted: only the padding got weight. Position j is a real token "
-                "when j < lengths[i]; those are the ones to keep."),
-        Mistake(attending(lambda j, L: j <= L),
-                "off by one: position j = lengths[i] is already padding. The real positions are "
-                "j < lengths[i], not j <= lengths[i]."),
-        Mistake(lambda *a: _step_with(*a, scale=1.0),
-                "the scores were not scaled: divide q_t . k_j by sqrt(d_k)."),
-        Mistake(lambda *a: _step_with(*a, scale=a[0].shape[-1] ** -0.5),
-                "the scale uses the decoder state's width d; it is sqrt(d_k), the width of the "
-                "query q_t and the keys, after the projection."),
-        Mistake(lambda *a: _step_with(*a, dim=0),
-                "the softmax ran over the batch (dim=0); each sentence's weights over its encoder "
-                "positions (the last dim) must sum to one."),
-        Mistake(lambda *a: _step_with(*a, values=a[1]),
-                "the context is a weighted sum of the values V, not of the keys K: the keys only "
-                "decide the weights."),
-        Mistake(lambda s, K, V, L, q: cross_attention_step_reference(
-                    s, K, V, L, lambda x: x @ q.weight.T),
-                "the projection's bias is missing: compute q_t = q_proj(s_t), which adds it."),
-    ]
-
-
-def _step_stages() -> list[tuple]:
-    g = seeded(62)
-    regular = [_step_case(g, 2, 6, 5, 4, 3, [4, 2]),          # every sentence padded
-               _step_case(g, 3, 5, 8, 8, 8, [5, 1, 3], bias=False),
-               _step_case(g, 1, 1, 4, 6, 2, [1]),             # one encoder token
-               _step_case(g, 2, 7, 6, 4, 5, [7, 6], dtype=torch.float64)]
-    b, n, d, d_k, d_v = _sizes(g, 5)
-    regular.append(_step_case(g, b, n, d, d_k, d_v, _sizes(g, b, high=n)))  # random shapes
-    large = [_step_case(g, 2, 5, 8, 8, 4, [5, 3], dtype=torch.float64, size=30.0)]
-    empty = [_step_case(g, 3, 4, 4, 4, 3, [4, 0, 2])]
-    uniform = Mistake(lambda *a: _step_with(*a, fill=-1e9),
-                      "a sentence with no real token (length 0) got uniform weights over its "
-                      "padding; it must get zero weights and a zero context.")
-    overflow = "exp overflowed on large scores: subtract each row's largest score before exp "
-    zeroed = Mistake(lambda *a: _step_with(*a, softmax=lambda e, dim: (
-        e.exp() / e.exp().sum(dim, keepdim=True)).nan_to_num(0.0)), overflow + (
-        "(torch.softmax does this for you); the NaN it gave were then turned into zeros."))
-    return [
-        (regular, _step_mistakes(), None),
-        (large, [zeroed], overflow + "(torch.softmax does this for you)."),
-        (empty, [uniform], "a sentence with no real token (length 0) has every score masked, and "
-                           "a softmax over all -inf is 0/0 = NaN: give such a row zero weights and "
-                           "a zero context (as ah.scaled_dot_product_attention does)."),
-    ]
-
-
-@exercise("cross_attention.step", "one cross-attention decoding step", hints=(
-    "The query is the decoder's state s_t, projected; the keys and values are the encoder's, "
-    "already projected. Which encoder positions may s_t look at?",
-    "q_t = q_proj(s_t); e_tj = q_t . k_j / sqrt(d_k), -inf where j >= lengths[i]; a_t = "
-    "softmax_j(e_tj), all zero when lengths[i] = 0; c_t = sum_j a_tj v_j.",
-    "q = q_proj(s_t)[:, None, :]                                   # (b, 1, d_k)\n"
-    "real = torch.arange(K.shape[1])[None, :] < lengths[:, None]   # (b, n)\n"
-    "context, weights = ah.scaled_dot_product_attention(q, K, V, real[:, None, :])\n"
-    "return context[:, 0], weights[:, 0]                          # (b, d_v), (b, n)"))
-def check_cross_attention_step(cross_attention_step: Callable) -> CheckResult:
-    """Exercise: ``cross_attention_step(s_t (b, d), K (b, n, d_k), V (b, n, d_v), lengths (b,),
-    q_proj) -> (context (b, d_v), weights (b, n))``; ``q_proj`` is an ``nn.Linear(d, d_k)``,
-    positions ``j >= lengths[i]`` are padding."""
-    return _check_stages(cross_attention_step, cross_attention_step_reference, _step_stages(),
-                         what="cross_attention_step", output_names=("the context", "the weights"))
-
-
-# --- exercise 2: every step, keys and values projected once ----------------------------------
 
 
 def decode_contexts_reference(S, H, lengths, q_proj, k_proj, v_proj):
     """Every decoding step: ``(contexts (b, T, d_v), weights (b, T, n))`` for decoder states
     ``S (b, T, d)`` over encoder states ``H (b, n, d_m)``; ``K``, ``V`` projected once."""
     K, V = k_proj(H), v_proj(H)  # (b, n, d_k), (b, n, d_v): once per sentence
-    steps = [cross_attention_step_reference(S[:, t], K, V, lengths, q_proj)
+    steps = [_step_reference(S[:, t], K, V, lengths, q_proj)
              for t in range(S.shape[1])]
     return (torch.stack([c for c, _ in steps], 1),  # (b, T, d_v)
             torch.stack([a for _, a in steps], 1))  # (b, T, n)
@@ -238,12 +115,15 @@ def _decode_with(S, H, lengths, q_proj, k_proj, v_proj, *, query=None, swap=Fals
           hints=(
     "The encoder states H do not change while the decoder writes, so neither do their keys and "
     "values. Only the query changes from step to step.",
-    "K = H W_K and V = H W_V once; then for t = 0 .. T-1: (c_t, a_t) = step(s_t, K, V); stack "
-    "the c_t and the a_t along the step axis (dim 1).",
-    "K, V = k_proj(H), v_proj(H)                                    # once\n"
-    "steps = [cross_attention_step(S[:, t], K, V, lengths, q_proj) for t in range(S.shape[1])]\n"
-    "return (torch.stack([c for c, _ in steps], 1),                 # (b, T, d_v)\n"
-    "        torch.stack([a for _, a in steps], 1))                 # (b, T, n)"))
+    "K = H W_K and V = H W_V once; then for t = 0 .. T-1: q_t = s_t W_Q and (c_t, a_t) = "
+    "attention(q_t, K, V) with the padded positions j >= lengths[i] masked "
+    "(ah.scaled_dot_product_attention takes the mask); stack the c_t and the a_t along dim 1.",
+    "K, V = k_proj(H), v_proj(H)                                    # once, (b, n, d_k), (b, n, d_v)\n"
+    "real = (torch.arange(H.shape[1])[None, :] < lengths[:, None])[:, None, :]   # (b, 1, n)\n"
+    "steps = [ah.scaled_dot_product_attention(q_proj(S[:, t : t + 1]), K, V, real)\n"
+    "         for t in range(S.shape[1])]                       # each (b, 1, d_v), (b, 1, n)\n"
+    "return (torch.cat([c for c, _ in steps], 1),                   # (b, T, d_v)\n"
+    "        torch.cat([a for _, a in steps], 1))                   # (b, T, n)"))
 def check_decode_contexts(decode_contexts: Callable) -> CheckResult:
     """Exercise: ``decode_contexts(S (b, T, d), H (b, n, d_m), lengths (b,), q_proj, k_proj,
     v_proj) -> (contexts (b, T, d_v), weights (b, T, n))``, the encoder's ``K = k_proj(H)`` and
@@ -279,3 +159,133 @@ def check_decode_contexts(decode_contexts: Callable) -> CheckResult:
                 "writes: compute K = k_proj(H) and V = v_proj(H) once, before the loop, and "
                 "reuse them."))
     return result
+
+
+# --- exercise 2: the hard alignment and its accuracy against a gold alignment ------------------
+
+
+def alignment_accuracy_reference(weights, src_real, gold, tgt_real):
+    """``(alignment (b, n_out) long, accuracy 0-dim float)``: the strongest *real* source position
+    of each output step (``-1`` at padded steps), and the share of real output steps, pooled over
+    the batch, whose alignment equals ``gold``. ``weights (b, n_out, n_src)``, ``src_real (b,
+    n_src)`` and ``tgt_real (b, n_out)`` bool (True = real), ``gold (b, n_out)`` long."""
+    scores = weights.masked_fill(~src_real[:, None, :], -math.inf)       # padding never wins
+    alignment = scores.argmax(-1).masked_fill(~tgt_real, -1)             # (b, n_out)
+    hits = (alignment == gold) & tgt_real                                # real steps only
+    return alignment, hits.sum() / tgt_real.sum()
+
+
+def _alignment_case(g, b, n_out, n_src, *, pad_weight=0.0, dtype=torch.float32):
+    src_len = torch.randint(1, n_src + 1, (b,), generator=g)
+    src_len[0] = n_src - 1 if n_src > 1 else 1                         # one padded source at least
+    tgt_len = torch.randint(1, n_out + 1, (b,), generator=g)
+    tgt_len[-1] = n_out                                                # lengths differ by sentence
+    tgt_len[0] = max(1, n_out - 2)
+    src_real = torch.arange(n_src)[None, :] < src_len[:, None]
+    tgt_real = torch.arange(n_out)[None, :] < tgt_len[:, None]
+    logits = 3 * torch.randn(b, n_out, n_src, generator=g)
+    logits = logits.masked_fill(~src_real[:, None, :], math.log(pad_weight) if pad_weight else -math.inf)
+    weights = torch.softmax(logits, -1)
+    if pad_weight:                                # an unmasked model: padding may hold the most weight
+        weights = weights + (~src_real[:, None, :]) * pad_weight
+    best = weights.masked_fill(~src_real[:, None, :], -1).argmax(-1)
+    other = (best + 1) % src_len[:, None]
+    right = torch.rand(b, n_out, generator=g) < 0.6
+    gold = torch.where(right, best, other)
+    gold = gold.masked_fill(~tgt_real, -1)                   # padded steps: -1, like the answer
+    return {"weights": weights.to(dtype), "src_real": src_real, "gold": gold, "tgt_real": tgt_real}
+
+
+def _alignment_cases() -> list[dict]:
+    g = seeded(64)
+    return [_alignment_case(g, 3, 5, 6, pad_weight=0.9), _alignment_case(g, 2, 4, 4),
+            _alignment_case(g, 4, 7, 5, pad_weight=0.6, dtype=torch.float64),
+            _alignment_case(g, 1, 3, 8, pad_weight=0.9)]
+
+
+def _alignment_mistakes():
+    def pooled(alignment, gold, tgt_real):
+        return ((alignment == gold) & tgt_real).sum() / tgt_real.sum()
+
+    def unmasked(w, s, gold, t):
+        return w.argmax(-1).masked_fill(~t, -1)
+
+    def masked(w, s, gold, t):
+        return w.masked_fill(~s[:, None, :], -math.inf).argmax(-1).masked_fill(~t, -1)
+
+    return [
+        ("padding won the argmax: take it over the real source positions only (weights at "
+         "padded positions set to -inf first).", lambda w, s, g, t: (a := unmasked(w, s, g, t),
+                                                                    pooled(a, g, t))),
+        ("the mask is inverted: the argmax ran over the padded source positions.",
+         lambda w, s, g, t: (a := masked(w, ~s, g, t), pooled(a, g, t))),
+        ("the argmax ran over the output steps (dim 1); each output step's alignment is the "
+         "source position (the last dim) with the most weight.",
+         lambda w, s, g, t: (w.masked_fill(~s[:, None, :], -math.inf).argmax(1), math.nan)),
+        ("padded output steps counted in the accuracy: divide the hits on real steps by the "
+         "number of real steps.", lambda w, s, g, t: (a := masked(w, s, g, t),
+                                                     (a == g).float().mean())),
+        ("padded output steps counted as misses: divide by the number of real steps, not by "
+         "all b * n_out steps.", lambda w, s, g, t: (a := masked(w, s, g, t),
+                                                    ((a == g) & t).float().mean())),
+        ("the accuracy is a mean of per-sentence accuracies; pool the real steps of the whole "
+         "batch (every step counts the same).", lambda w, s, g, t: (
+             a := masked(w, s, g, t), (((a == g) & t).sum(1) / t.sum(1)).mean())),
+        ("padded output steps must be marked -1 in the alignment.",
+         lambda w, s, g, t: (a := w.masked_fill(~s[:, None, :], -math.inf).argmax(-1),
+                             pooled(a.masked_fill(~t, -1), g, t))),
+    ]
+
+
+def _same_answer(got, expected, *, alignment_only: bool = False) -> bool:
+    (a, acc), (b, acc_b) = got, expected
+    return (isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a.long(), b)
+            and (alignment_only or abs(float(acc) - float(acc_b)) < 1e-6))
+
+
+@exercise("cross_attention.alignment", "the hard alignment and its accuracy", hints=(
+    "Each output step reads the source position with the most weight, but a padded source "
+    "position is never an answer, and a padded output step is never scored.",
+    "alignment[i, t] = argmax over j with src_real[i, j] of weights[i, t, j] (-1 where tgt_real is "
+    "False); accuracy = #(real steps with alignment == gold) / #(real steps), over the whole batch.",
+    "scores = weights.masked_fill(~src_real[:, None, :], float('-inf'))\n"
+    "alignment = scores.argmax(-1).masked_fill(~tgt_real, -1)         # (b, n_out)\n"
+    "hits = (alignment == gold) & tgt_real\n"
+    "return alignment, hits.sum() / tgt_real.sum()"))
+def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
+    """Exercise: ``alignment_accuracy(weights (b, n_out, n_src), src_real (b, n_src), gold (b,
+    n_out), tgt_real (b, n_out)) -> (alignment (b, n_out) long, accuracy)``; see
+    :func:`alignment_accuracy_reference`."""
+    what = "alignment_accuracy"
+    if not callable(alignment_accuracy):
+        return CheckResult(False, f"Not yet: {what} is not a function.")
+    cases = _alignment_cases()
+    for number, case in enumerate(cases, start=1):
+        where = f"case {number} of {len(cases)} ({describe(case)})"
+        try:
+            got = alignment_accuracy(*(v.clone() for v in case.values()))
+        except NotImplementedError:
+            return CheckResult(False, f"{what} is not implemented yet.")
+        except Exception as exc:
+            return CheckResult(False, f"Not yet: on {where}, {what} raised {type(exc).__name__}: {exc}")
+        if got is None and number == 1:
+            return CheckResult(False, f"{what} is not implemented yet (it returned None).")
+        expected = alignment_accuracy_reference(*case.values())
+        if not (isinstance(got, tuple) and len(got) == 2):
+            return CheckResult(False, f"Not yet: on {where}, return a pair (alignment, accuracy).")
+        alignment, accuracy = got
+        if not isinstance(alignment, torch.Tensor) or alignment.is_floating_point():
+            return CheckResult(False, f"Not yet: on {where}, the alignment must be an integer "
+                                      "tensor of source positions (argmax gives one), not the weights.")
+        if _same_answer(got, expected):
+            continue
+        message = (f"Not yet: on {where}, you gave alignment {alignment.tolist()} and accuracy "
+                   f"{float(accuracy):.4f}; expected {expected[0].tolist()} and "
+                   f"{float(expected[1]):.4f}.")
+        for hint, produce in _alignment_mistakes():
+            wrong = produce(*case.values())
+            if _same_answer(got, wrong, alignment_only=alignment.shape != expected[0].shape):
+                return CheckResult(False, f"{message}\nHint: {hint}")
+        return CheckResult(False, message)
+    return CheckResult(True, f"Passed: {what} matches the reference on all {len(cases)} cases, "
+                             "edge cases included.")

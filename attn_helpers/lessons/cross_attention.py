@@ -30,7 +30,7 @@ __all__ = ["REVERSAL_EXAMPLE", "mirror_offsets", "antidiagonal_hits", "date_fiel
            "reversal_alignment_stats", "neighbour_steps", "decoder_layer_gap",
            "cross_attention_memory_once", "alignment_claims", "dates_claims", "decoder_claims",
            "EncoderLayer", "TransformerSeq2Seq", "train_transformer_dates", "alignment_table",
-           "transformer_claims", "claims"]
+           "transformer_claims", "claims", "reversal_alignment_accuracy"]
 
 #: the reversal example notebook 06 plots: ``tasks.example("reversal", *REVERSAL_EXAMPLE)``
 REVERSAL_EXAMPLE = (5, 14)
@@ -70,6 +70,24 @@ def alignment_claims(attended: Seq2Seq) -> dict[str, bool]:
             neighbours["mirror weight"] >= NEIGHBOUR_MIRROR_WEIGHT
             and neighbours["correct"] >= NEIGHBOUR_CORRECT,
     }
+
+
+def reversal_alignment_accuracy(model: Seq2Seq, alignment_accuracy, *, per_length: int = 5) -> dict:
+    """Run a learner's ``alignment_accuracy(weights, src_real, gold, tgt_real)`` (notebook 06's
+    exercise 2) on one padded batch of ``per_length`` reversal examples of every length 4..24,
+    with the gold alignment ``L - 1 - t``. Returns ``{"accuracy": its answer, "mirror share":
+    the share of real steps whose peak is on the mirror position, from :func:`mirror_offsets`,
+    "steps": the real steps}``."""
+    batch = collate("reversal", [example("reversal", i, length) for length in range(4, 25)
+                                 for i in range(per_length)])
+    _, weights = predict(model, batch)                                     # (b, n_t, n_src)
+    steps = torch.arange(weights.shape[1])[None, :]
+    gold = (batch.src_lengths[:, None] - 1 - steps).clamp(min=0)           # the mirror position
+    src_real = torch.arange(batch.src.shape[1])[None, :] < batch.src_lengths[:, None]
+    tgt_real = steps < batch.tgt_lengths[:, None]
+    _, accuracy = alignment_accuracy(weights, src_real, gold, tgt_real)
+    share = ((mirror_offsets(weights, batch) == 0) & tgt_real).sum() / tgt_real.sum()
+    return {"accuracy": float(accuracy), "mirror share": share.item(), "steps": int(tgt_real.sum())}
 
 
 def dates_claims(model: Seq2Seq) -> dict[str, bool]:

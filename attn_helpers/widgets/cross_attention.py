@@ -13,7 +13,8 @@ import torch
 from ..entropy import attention_entropy, max_entropy
 from ..lessons.rnn_bottleneck import Seq2Seq
 from ..lessons.tasks import example, get_task
-from .core import AttentionFrame, AttentionView, LiveAttentionWidget
+from .core import AttentionFrame, LiveAttentionWidget
+from .masking import CaptionedView
 from .rnn_bottleneck import _check_model, decode_examples
 
 __all__ = ["alignment_frame", "alignment_widget"]
@@ -32,7 +33,7 @@ def _alignment(source, target, output, weights, step: int) -> AttentionFrame:
     row = weights[step].double()
     best = int(row.argmax())
     labels = [f"{t} ({i})" for i, t in enumerate(output)]
-    return AttentionFrame(
+    frame = AttentionFrame(
         weights=weights, query_labels=labels, key_labels=source, mask=mask, highlight_row=step,
         readouts={
             "step": f"{step} of {n_q - 1}",
@@ -43,6 +44,13 @@ def _alignment(source, target, output, weights, step: int) -> AttentionFrame:
             "ceiling ln n": max_entropy(n_k),
         },
     )
+    entropy, ceiling = attention_entropy(row).item(), max_entropy(n_k)
+    frame.caption = (
+        f"{' '.join(source)}  |  decoder step {step} of {n_q - 1}: wrote {output[step]!r} "
+        f"(target {target[step]!r})",
+        f"strongest input word: {source[best]!r} with weight {row[best].item():.2f}  |  "
+        f"entropy {entropy:.2f} of at most ln {n_k} = {ceiling:.2f} nats")
+    return frame
 
 
 def _check(model, step) -> None:
@@ -84,6 +92,6 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAt
 
     pairs = [example(task, i) for i in range(examples)]
     n_q, n_k = max(len(t) for _, t in pairs), max(len(s) for s, _ in pairs)
-    view = AttentionView((7.8, 5.0), title="cross-attention: output step x input word",
+    view = CaptionedView((7.8, 5.4), title="cross-attention: output step x input word",
                          max_shape=(n_q, n_k))
     return LiveAttentionWidget(compute, controls, view, title=f"Decoding step by step ({task.name})")

@@ -8,14 +8,14 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
+from _exercises import assert_rejected, from_hint
 
 import attn_helpers as ah
 from attn_helpers.exercises import cross_attention as ex
 from attn_helpers.exercises.workflow import EXERCISES
 
-CHECKERS = [(ex.check_cross_attention_step, "cross_attention_step", "cross_attention.step"),
-            (ex.check_decode_contexts, "decode_contexts", "cross_attention.decode")]
+CHECKERS = [(ex.check_decode_contexts, "decode_contexts", "cross_attention.decode"),
+            (ex.check_alignment_accuracy, "alignment_accuracy", "cross_attention.alignment")]
 
 
 @pytest.mark.parametrize("check, what, key", CHECKERS)
@@ -31,26 +31,6 @@ def test_a_stub_is_not_implemented_yet_and_nothing_more(check, what, key):
 # --- the references against independent implementations -------------------------------------
 
 
-def _cases(stages):
-    return [case for cases, _, _ in stages for case in cases]
-
-
-def test_step_reference_is_torch_sdpa_and_zero_for_an_empty_sentence():
-    for case in _cases(ex._step_stages()):
-        s_t, K, V, lengths, q_proj = case.values()
-        context, weights = ex.cross_attention_step_reference(s_t, K, V, lengths, q_proj)
-        real = torch.arange(K.shape[1])[None, :] < lengths[:, None]
-        for i in range(len(lengths)):
-            if lengths[i] == 0:
-                assert torch.all(context[i] == 0) and torch.all(weights[i] == 0)
-                continue
-            expected = F.scaled_dot_product_attention(q_proj(s_t[i])[None, None], K[i][None],
-                                                      V[i][None], attn_mask=real[i][None, None])
-            assert torch.allclose(context[i], expected[0, 0], atol=1e-6)
-            assert torch.allclose(weights[i].sum(), torch.ones((), dtype=weights.dtype))
-            assert torch.all(weights[i][~real[i]] == 0)
-
-
 def test_decode_reference_is_cross_attention_of_all_steps_at_once():
     for case in ex._decode_cases():
         S, H, lengths, q_proj, k_proj, v_proj = case.values()
@@ -61,7 +41,7 @@ def test_decode_reference_is_cross_attention_of_all_steps_at_once():
         assert torch.allclose(weights, expected[1], atol=1e-6)
 
 
-# --- exercise 1: one decoding step ------------------------------------------------------------
+# --- exercise 1: every step, K and V once -----------------------------------------------------
 
 
 def learner_step(s_t, K, V, lengths, q_proj, *, keep=None, scale=None, dim=-1, fill=-math.inf,
@@ -79,59 +59,6 @@ def learner_step(s_t, K, V, lengths, q_proj, *, keep=None, scale=None, dim=-1, f
     if zero_empty:
         weights = weights.nan_to_num(0.0) * real.any(-1, keepdim=True)
     return torch.einsum("bn,bnv->bv", weights, V if values is None else values(K, V)), weights
-
-
-def test_step_checker_accepts_the_reference_and_learner_solutions():
-    assert ex.check_cross_attention_step(ex.cross_attention_step_reference)
-    assert ex.check_cross_attention_step(learner_step)
-
-    def with_course_helper(s_t, K, V, lengths, q_proj):
-        real = ah.padding_mask(lengths, K.shape[1])[:, None, :]
-        context, weights = ah.scaled_dot_product_attention(q_proj(s_t)[:, None], K, V, real)
-        return context.squeeze(1), weights.squeeze(1)
-
-    verdict = ex.check_cross_attention_step(with_course_helper)
-    total = len(_cases(ex._step_stages()))
-    assert verdict and verdict.message.endswith(f"on all {total} cases, edge cases included.")
-
-
-def _planted(**mistake):
-    return lambda s_t, K, V, lengths, q_proj: learner_step(s_t, K, V, lengths, q_proj, **mistake)
-
-
-STEP_WRONG = {
-    "padded encoder positions received weight": _planted(keep=lambda j, L: j >= 0),
-    "the mask is inverted": _planted(keep=lambda j, L: j >= L),
-    "off by one": _planted(keep=lambda j, L: j <= L),
-    "the scores were not scaled": _planted(scale=1.0),
-    "the scale uses the decoder state's width d":
-        lambda s_t, *rest: learner_step(s_t, *rest, scale=s_t.shape[-1] ** -0.5),
-    "the softmax ran over the batch": _planted(dim=0, zero_empty=False),
-    "weighted sum of the values V, not of the keys K": _planted(values=lambda K, V: K),
-    "the projection's bias is missing": _planted(query=lambda s, proj: s @ proj.weight.T),
-    "exp overflowed": _planted(manual_exp=True, zero_empty=False),
-    "the NaN it gave were then turned into zeros": _planted(manual_exp=True),
-    "a softmax over all -inf is 0/0 = NaN": _planted(zero_empty=False),
-    "got uniform weights over its padding": _planted(fill=-1e9, zero_empty=False),
-}
-
-
-@pytest.mark.parametrize("phrase", STEP_WRONG)
-def test_step_checker_names_the_mistake(phrase):
-    verdict = ex.check_cross_attention_step(STEP_WRONG[phrase])
-    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message
-
-
-def test_step_cases_cover_the_edge_cases():
-    cases = _cases(ex._step_stages())
-    assert any(c["K"].shape[1] == 1 for c in cases)                   # one encoder token
-    assert any(bool((c["lengths"] == 0).any()) for c in cases)        # an empty sentence
-    assert any(c["K"].dtype == torch.float64 for c in cases)          # float64
-    assert any(c["s_t"].abs().max() > 30 for c in cases)              # scores that overflow exp
-    assert all((c["lengths"] < c["K"].shape[1]).all() for c in cases[:1])   # every row padded
-
-
-# --- exercise 2: every step, K and V once -----------------------------------------------------
 
 
 def learner_decode(S, H, lengths, q_proj, k_proj, v_proj, *, per_step=False, stack_dim=1,
@@ -181,3 +108,80 @@ def test_counting_linear_counts_and_prints_briefly():
     proj(torch.ones(3))
     proj(torch.ones(2, 3))
     assert proj.calls == 2 and repr(proj) == "nn.Linear(3 -> 2)"
+
+
+# --- exercise 2: the hard alignment and its accuracy ------------------------------------------
+
+
+def learner_alignment(weights, src_real, gold, tgt_real, *, mask_pad=True, invert=False, dim=-1,
+                      count_padded=False, padded_as_miss=False, per_sentence=False, mark=True):
+    """A learner's answer written out by hand, with a loop; each keyword plants one mistake."""
+    keep = ~src_real if invert else src_real
+    scores = weights.clone()
+    if mask_pad:
+        scores[~keep[:, None, :].expand_as(scores)] = float("-inf")
+    alignment = scores.argmax(dim)
+    if mark:
+        alignment = torch.where(tgt_real, alignment, torch.full_like(alignment, -1))
+    if dim != -1:
+        return alignment, 0.0
+    hits = alignment == gold
+    if count_padded:
+        return alignment, hits.double().mean().item()
+    hits = hits & tgt_real
+    if padded_as_miss:
+        return alignment, hits.double().mean().item()
+    if per_sentence:
+        return alignment, (hits.sum(1) / tgt_real.sum(1)).mean().item()
+    return alignment, hits.sum().item() / tgt_real.sum().item()
+
+
+def test_alignment_checker_accepts_the_reference_and_a_loop_with_python_floats():
+    assert ex.check_alignment_accuracy(ex.alignment_accuracy_reference)
+    verdict = ex.check_alignment_accuracy(learner_alignment)
+    assert verdict and verdict.message.endswith("edge cases included.")
+
+
+ALIGNMENT_WRONG = {
+    "padding won the argmax": dict(mask_pad=False),
+    "the mask is inverted": dict(invert=True),
+    "the argmax ran over the output steps": dict(dim=1, mark=False),
+    "padded output steps counted in the accuracy": dict(count_padded=True),
+    "padded output steps counted as misses": dict(padded_as_miss=True),
+    "mean of per-sentence accuracies": dict(per_sentence=True),
+    "must be marked -1": dict(mark=False),
+}
+
+
+@pytest.mark.parametrize("phrase", ALIGNMENT_WRONG)
+def test_alignment_checker_names_the_mistake(phrase):
+    verdict = ex.check_alignment_accuracy(
+        lambda *a: learner_alignment(*a, **ALIGNMENT_WRONG[phrase]))
+    assert_rejected(verdict, phrase)
+
+
+def test_alignment_checker_refuses_weights_as_the_alignment():
+    verdict = ex.check_alignment_accuracy(lambda w, s, g, t: (w.max(-1).values, 1.0))
+    assert_rejected(verdict, "integer tensor")
+
+
+def test_alignment_cases_have_padding_that_would_win_and_uneven_targets():
+    cases = ex._alignment_cases()
+    assert any(bool((c["weights"].argmax(-1) >= c["src_real"].sum(-1)[:, None]).any()) for c in cases)
+    assert all(len(set(c["tgt_real"].sum(1).tolist())) > 1 for c in cases if len(c["gold"]) > 1)
+    assert any(c["weights"].dtype == torch.float64 for c in cases)
+
+
+def test_alignment_reference_on_the_reversal_model_is_the_mirror_share_of_the_notebook():
+    from attn_helpers.lessons import cross_attention, rnn_bottleneck
+
+    model = rnn_bottleneck.load_pretrained("seq2seq_reversal_additive")
+    got = cross_attention.reversal_alignment_accuracy(model, ex.alignment_accuracy_reference)
+    assert got["accuracy"] == pytest.approx(got["mirror share"], abs=1e-9)
+
+
+def test_the_level_3_hints_are_working_code():
+    decode = from_hint("cross_attention.decode", "S, H, lengths, q_proj, k_proj, v_proj", ah=ah)
+    assert ex.check_decode_contexts(decode)
+    alignment = from_hint("cross_attention.alignment", "weights, src_real, gold, tgt_real")
+    assert ex.check_alignment_accuracy(alignment)
