@@ -36,12 +36,16 @@ from .scaling_training import (
     RetrievalModel,
     _check_scaled,
     _check_temperature,
+    init_gradients,
     mean_loss,
     retrieval_batch,
+    sgd_claims,
+    sgd_study,
     spikes,
     temperature_for_entropy,
     temperature_softmax,
     train_retrieval,
+    train_retrieval_sgd,
     training_claims,
 )
 
@@ -50,7 +54,9 @@ __all__ = [
     "random_scores", "softmax_jacobian", "jacobian_norm", "saturation_stats",
     "saturation_table", "temperature_softmax", "temperature_for_entropy", "jacobian_curve",
     "default_init_score_std", "RetrievalModel", "retrieval_batch", "train_retrieval",
-    "mean_loss", "spikes", "claims", "SPREADS", "SLOW_START", "SOLVED", "SPIKE", "SPIKES",
+    "mean_loss", "spikes", "claims", "init_gradients", "sgd_study", "SPREADS",
+    "train_retrieval_sgd", "SLOW_START",
+    "SOLVED", "SPIKE", "SPIKES",
     "LOWER_END", "LOGIT_GROWTH",
 ]
 
@@ -242,7 +248,7 @@ def claims(
     saturation: list[dict] | None = None, gradients: list[dict] | None = None,
     curve: Sequence[float] | None = None, init_stds: dict[int, float] | None = None,
     mha_init_stds: dict[int, float] | None = None, runs: dict[bool, TrainResult] | None = None,
-    temperature: tuple | None = None, widget: tuple | None = None,
+    temperature: tuple | None = None, widget: tuple | None = None, sgd: list[dict] | None = None,
 ) -> dict[str, bool]:
     """Notebook 03's statements, each checked on the measurements given (the others are skipped):
     ``variance`` (:func:`variance_table`), ``example`` ``(raw weights, scaled weights)`` of one
@@ -309,6 +315,8 @@ def claims(
             _within(std, math.sqrt(d_k) / 2) for d_k, std in mha_init_stds.items())
     if runs is not None:
         out.update(training_claims(runs))
+    if sgd is not None:                              # sgd_study(): plain SGD, several seeds
+        out.update(sgd_claims(sgd))
     if temperature is not None:
         row, t_half = temperature
         ts = torch.logspace(-2, 2, 81, dtype=torch.float64)

@@ -16,10 +16,11 @@ from torch.nn import functional as F
 
 from .._checks import require_positive_int, require_tensor, shape
 from ..entropy import attention_entropy
-from ..training import TrainResult, train
+from ..training import TrainResult, single_thread, train
 
 __all__ = ["RetrievalModel", "retrieval_batch", "train_retrieval", "mean_loss", "spikes",
-           "training_claims", "temperature_softmax", "temperature_for_entropy"]
+           "training_claims", "init_gradients", "train_retrieval_sgd", "sgd_study", "sgd_claims",
+           "temperature_softmax", "temperature_for_entropy"]
 
 # The thresholds of the training claims, defined once (see training_claims()).
 SLOW_START = 3              # unscaled mean loss over the first 100 steps > 3x the scaled one
@@ -28,6 +29,14 @@ SPIKE = 0.01                # a step is a spike when its loss exceeds this...
 SPIKES = (20, 2)            # ...unscaled: at least 20 spikes after step 100; scaled: at most 2
 LOWER_END = 100             # ...but between spikes its median loss ends 100x below the scaled one
 LOGIT_GROWTH = 2            # training multiplies the score std of the scaled model by > 2
+# The SGD study (plain SGD, no clipping): learning rates, seeds, steps, and its thresholds.
+SGD_LRS = (0.3, 3.0)
+SGD_SEEDS = (0, 1, 2)
+SGD_STEPS = 150
+SGD_GRADIENTS = (0.5, 4)    # at step 0, unscaled: gradient at the scores < 0.5x, at W_Q, W_K > 4x
+SGD_ALIKE = 1.5             # lr 0.3: mean losses over the run within a factor 1.5 of each other
+SGD_LEARNS = (0.05, 0.005)  # ...both end (last 50 steps) below 0.05; lr 3: scaled below 0.005
+SGD_STUCK = 1.0             # lr 3: unscaled last-50 mean loss above 1 (chance is about 2)
 
 
 def _check_scaled(scaled) -> bool:
@@ -135,8 +144,9 @@ def training_claims(runs: dict[bool, TrainResult]) -> dict[str, bool]:
     on, off = runs[True].losses, runs[False].losses
     stds = [e["score std"] for _, e in runs[True].evaluations]
     return {
+        "unscaled: a higher loss at step 1": off[0] > on[0],
         f"unscaled: first 100 steps' mean loss > {SLOW_START}x the scaled one":
-            mean_loss(off, 0, 100) > SLOW_START * mean_loss(on, 0, 100) and off[0] > on[0],
+            mean_loss(off, 0, 100) > SLOW_START * mean_loss(on, 0, 100),
         f"scaled, steps 51-100: mean loss < {SOLVED[0]}, every step < {SOLVED[1]}":
             mean_loss(on, 50, 100) < SOLVED[0] and max(on[50:100]) < SOLVED[1],
         f"after step 100: unscaled >= {SPIKES[0]} spikes above {SPIKE}, scaled <= {SPIKES[1]}; "
@@ -147,6 +157,85 @@ def training_claims(runs: dict[bool, TrainResult]) -> dict[str, bool]:
             LOWER_END * statistics.median(off[-100:]) < statistics.median(on[-100:]),
         f"training multiplies the scaled model's score std by > {LOGIT_GROWTH}":
             stds[-1] > LOGIT_GROWTH * stds[0],
+    }
+
+
+def _sgd_setup(scaled: bool, seed: int, d_k: int, d_in: int):
+    torch.manual_seed(seed)
+    return RetrievalModel(d_in, d_k, scaled=_check_scaled(scaled)), torch.Generator().manual_seed(seed)
+
+
+def init_gradients(*, scaled: bool, seed: int = 0, d_k: int = 256, batch: int = 1024,
+                   d_in: int = 64) -> dict[str, float]:
+    """At the initial weights of :func:`train_retrieval_sgd` (same seed), on a probe batch of
+    ``batch`` queries: the mean norm of the gradient of the loss reaching each query's row of
+    scores (times ``batch``: per query), and the norm of the gradient on ``W_Q, W_K``."""
+    model, _ = _sgd_setup(scaled, seed, d_k, d_in)
+    generator = torch.Generator().manual_seed(20_000 + seed)
+    query, keys, values, target = retrieval_batch(batch, generator, d_in=d_in)
+    scores = model.scores(query, keys)                            # (b, n)
+    scores.retain_grad()
+    out = (torch.softmax(scores, -1)[:, :, None] * values).sum(1)
+    F.mse_loss(out, target).backward()
+    weights = torch.cat([p.grad.flatten() for p in model.parameters()])
+    return {"scores": scores.grad.norm(dim=-1).mean().item() * batch,   # per query, not / batch
+            "weights": weights.norm().item()}
+
+
+def train_retrieval_sgd(*, scaled: bool, lr: float, seed: int = 0, steps: int = SGD_STEPS,
+                        d_k: int = 256, batch: int = 64, d_in: int = 64) -> list[float]:
+    """:func:`train_retrieval`'s model, task and batches, trained with plain SGD (no momentum, no
+    clipping), so a small gradient makes a small step. Returns every step's loss."""
+    require_positive_int("steps", steps)
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    with single_thread():
+        model, generator = _sgd_setup(scaled, seed, d_k, d_in)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        losses = []
+        for _ in range(steps):
+            query, keys, values, target = retrieval_batch(batch, generator, d_in=d_in)
+            loss = F.mse_loss(model(query, keys, values), target)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return losses
+
+
+def sgd_study(lrs: Sequence[float] = SGD_LRS, seeds: Sequence[int] = SGD_SEEDS,
+              steps: int = SGD_STEPS) -> list[dict]:
+    """:func:`train_retrieval_sgd` for every learning rate, seed and setting of the scaling, and
+    :func:`init_gradients` per seed: rows ``{"lr", "seed", "scaled", "losses", "gradients"}``."""
+    return [{"lr": lr, "seed": seed, "scaled": scaled,
+             "losses": train_retrieval_sgd(scaled=scaled, lr=lr, seed=seed, steps=steps),
+             "gradients": init_gradients(scaled=scaled, seed=seed)}
+            for lr in lrs for seed in seeds for scaled in (True, False)]
+
+
+def sgd_claims(rows: list[dict]) -> dict[str, bool]:
+    """Notebook 03's statements about :func:`sgd_study` (on every seed)."""
+    def run(lr, seed, scaled):
+        return next(r for r in rows if r["lr"] == lr and r["seed"] == seed and r["scaled"] == scaled)
+
+    seeds = sorted({r["seed"] for r in rows})
+    small, large = min(r["lr"] for r in rows), max(r["lr"] for r in rows)
+    grads = [(run(small, s, True)["gradients"], run(small, s, False)["gradients"]) for s in seeds]
+    alike = [mean_loss(run(small, s, False)["losses"]) / mean_loss(run(small, s, True)["losses"])
+             for s in seeds]
+    return {
+        f"step 0, unscaled: gradient at the scores < {SGD_GRADIENTS[0]}x the scaled one "
+        f"(every seed)": all(off["scores"] < SGD_GRADIENTS[0] * on["scores"] for on, off in grads),
+        f"step 0, unscaled: gradient at W_Q, W_K > {SGD_GRADIENTS[1]}x the scaled one "
+        f"(every seed)": all(off["weights"] > SGD_GRADIENTS[1] * on["weights"] for on, off in grads),
+        f"SGD, lr {small:g}: both learn (last 50 steps < {SGD_LEARNS[0]}) and their mean losses "
+        f"are within {SGD_ALIKE}x (every seed)":
+            all(1 / SGD_ALIKE < a < SGD_ALIKE for a in alike)
+            and all(mean_loss(r["losses"], -50) < SGD_LEARNS[0] for r in rows if r["lr"] == small),
+        f"SGD, lr {large:g}: scaled ends below {SGD_LEARNS[1]}, unscaled stays above {SGD_STUCK} "
+        f"(last 50 steps, every seed)":
+            all(mean_loss(run(large, s, True)["losses"], -50) < SGD_LEARNS[1]
+                and mean_loss(run(large, s, False)["losses"], -50) > SGD_STUCK for s in seeds),
     }
 
 

@@ -9,9 +9,10 @@ import ipywidgets as widgets
 import torch
 
 from ..lessons.scaling import jacobian_norm
-from .core import AttentionFrame, AttentionView, LiveAttentionWidget
+from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
+from .panels import TextSprites
 
-__all__ = ["D_K_OPTIONS", "scaling_frame", "scaling_widget"]
+__all__ = ["D_K_OPTIONS", "ScalingView", "scaling_frame", "scaling_widget"]
 
 D_K_OPTIONS = tuple(2 ** i for i in range(11))  # 1 .. 1024
 N_TOKENS = 8
@@ -52,6 +53,7 @@ def scaling_frame(
         query_labels=[f"q{i}" for i in range(n_tokens)],
         key_labels=[f"k{i}" for i in range(n_tokens)],
     )
+    frame.settings = {"d_k": d_k, "scaled": scaled, "temperature": temperature}  # drawn in
     frame.readouts = {
         "scores divided by": round(divisor, 4),
         "std of scores": scores.std().item(),
@@ -62,14 +64,49 @@ def scaling_frame(
     return frame
 
 
-def scaling_widget(seed: int = 0) -> LiveAttentionWidget:
-    """The live widget of notebook 03: d_k (powers of two), scaling on/off, temperature."""
+def settings_line(d_k: int, scaled: bool, temperature: float) -> str:
+    """The settings as the picture states them: ``d_k = 1024 | divided by sqrt(d_k): no | T = 1``."""
+    return (f"d_k = {d_k}   |   divided by sqrt(d_k): {'yes' if scaled else 'no'}   |   "
+            f"temperature T = {temperature:.3g}")
+
+
+def readout_line(frame: AttentionFrame) -> str:
+    """The readouts as the picture states them (rounded for the eye)."""
+    r = frame.readouts
+    return (f"largest weight {r['largest weight (mean over rows)']:.2f}   |   entropy "
+            f"{r['entropy (mean, nats)']:.2f} nats   |   gradient |J| "
+            f"{r['gradient norm |J| (mean over rows)']:.3f}   (means over rows)")
+
+
+class ScalingView(BlitView):
+    """The heatmap and entropy view, with the settings and the readouts written into the
+    picture (two pasted lines under the map: no full redraw on a move)."""
+
+    def __init__(self, figsize: tuple[float, float] = (6.8, 4.7)):
+        super().__init__(figsize)
+        grid = self.figure.add_gridspec(1, 1, left=0.01, right=0.99, bottom=0.13, top=0.99)
+        self.panel = AttentionPanel(self.blit, grid[0],
+                                    title="attention weights of 8 random queries")
+        self.lines = TextSprites(self.blit, self.figure.transFigure, size=9, ha="left",
+                                 va="center")
+
+    def draw(self, frame: AttentionFrame) -> None:
+        self.panel.set_frame(frame)
+        self.lines.set([settings_line(**frame.settings), readout_line(frame)],
+                       [(0.02, 0.085), (0.02, 0.03)])
+
+
+def scaling_widget(seed: int = 0, *, d_k: int = 64, scaled: bool = True,
+                   temperature: float = 1.0) -> LiveAttentionWidget:
+    """The live widget of notebook 03: d_k (powers of two), scaling on/off, temperature; the
+    keywords set the first picture (the one a page without a kernel shows)."""
     controls = {
-        "d_k": widgets.SelectionSlider(options=list(D_K_OPTIONS), value=64, description="d_k",
+        "d_k": widgets.SelectionSlider(options=list(D_K_OPTIONS), value=d_k, description="d_k",
                                        continuous_update=True,
                                        layout=widgets.Layout(width="320px")),
-        "scaled": widgets.Checkbox(value=True, description="divide by sqrt(d_k)"),
-        "temperature": widgets.FloatLogSlider(value=1.0, base=10, min=-1.0, max=1.0, step=0.05,
+        "scaled": widgets.Checkbox(value=scaled, description="divide by sqrt(d_k)"),
+        "temperature": widgets.FloatLogSlider(value=temperature, base=10, min=-1.0, max=1.0,
+                                              step=0.05,
                                               description="temperature",
                                               layout=widgets.Layout(width="320px")),
     }
@@ -77,5 +114,5 @@ def scaling_widget(seed: int = 0) -> LiveAttentionWidget:
     def compute(d_k, scaled, temperature):
         return scaling_frame(d_k, scaled, temperature, seed=seed)
 
-    return LiveAttentionWidget(compute, controls, AttentionView(figsize=(6.8, 4.3)),
+    return LiveAttentionWidget(compute, controls, ScalingView(),
                                title="Scores of size d_k: with and without the scaling")

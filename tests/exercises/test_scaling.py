@@ -26,34 +26,51 @@ def _stub(*args):
 
 def choose_scale(x, W_Q, W_K):
     S = (x @ W_Q) @ (x @ W_K).T                 # (n, n)
-    return 1 / S.var().sqrt().item()
+    return 1 / S.var(dim=-1).mean().sqrt().item()
+
+
+def _S(x, W_Q, W_K):
+    return (x @ W_Q) @ (x @ W_K).T
 
 
 def test_choose_scale_accepts_the_reference_biased_or_not_and_a_tensor():
     assert check_choose_scale(choose_scale)
     assert check_choose_scale(
-        lambda x, W_Q, W_K: 1 / ((x @ W_Q) @ (x @ W_K).T).var(unbiased=False).sqrt())
+        lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).var(-1, unbiased=False).mean().sqrt())
+    # centring each row first, then the variance of everything: the same number
+    assert check_choose_scale(
+        lambda x, W_Q, W_K: 1 / (_S(x, W_Q, W_K) - _S(x, W_Q, W_K).mean(-1, keepdim=True)).var().sqrt())
 
 
-def test_choose_scale_is_the_scale_that_makes_the_variance_one():
+def test_choose_scale_makes_the_within_row_variance_one():
     from attn_helpers.exercises.scaling import _choose_scale_cases
     for case in _choose_scale_cases():
         c = choose_scale(*case.values())
-        S = (case["x"] @ case["W_Q"]) @ (case["x"] @ case["W_K"]).T
-        assert abs((c * S).var().item() - 1) < 1e-6
+        S = _S(*case.values())
+        assert abs((c * S).var(dim=-1).mean().item() - 1) < 1e-5
+        # softmax is shift-invariant per row: adding a different constant to each row changes
+        # neither the weights nor the answer
+        shifted = S + torch.randn(S.shape[0], 1, dtype=S.dtype) * 10
+        torch.testing.assert_close(torch.softmax(c * shifted, -1), torch.softmax(c * S, -1))
     # PyTorch's default init: far from the 1/sqrt(d_k) rule (the point of the exercise)
     case = _choose_scale_cases()[1]
     assert choose_scale(*case.values()) > 2 / math.sqrt(case["W_Q"].shape[1])
+    # inputs with a mean: the whole matrix's variance is clearly larger than the within-row one
+    case = _choose_scale_cases()[3]
+    assert _S(*case.values()).var().item() > 1.2 * _S(*case.values()).var(-1).mean().item()
 
 
 @pytest.mark.parametrize("wrong, words", [
+    (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).var().sqrt().item(), "variance of the whole score matrix"),
+    (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).var(dim=0).mean().sqrt().item(), "wrong axis"),
+    (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).std(dim=-1).mean().item(), "averaged the rows' standard"),
     (lambda x, W_Q, W_K: 1 / math.sqrt(W_Q.shape[1]), "right only when the components"),
-    (lambda x, W_Q, W_K: 1 / ((x @ W_Q) @ (x @ W_K).T).var().item(), "not of the variance"),
-    (lambda x, W_Q, W_K: ((x @ W_Q) @ (x @ W_K).T).std().item(), "divides by it"),
-    (lambda x, W_Q, W_K: 1 / ((x @ W_Q) @ (x @ W_K).T).pow(2).mean().sqrt().item(), "subtract the mean"),
+    (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).var(-1).mean().item(), "not of the variance"),
+    (lambda x, W_Q, W_K: _S(x, W_Q, W_K).var(-1).mean().sqrt().item(), "divides by it"),
+    (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).pow(2).mean().sqrt().item(), "subtract each row's mean"),
     (lambda x, W_Q, W_K: 1 / ((x @ W_Q).var() * (x @ W_K).var()).sqrt().item(),
      "you measured the components"),
-    (lambda x, W_Q, W_K: 1 / ((x @ W_Q.T) @ (x @ W_K.T).T).std().item(), "not x @ W_Q.T"),
+    (lambda x, W_Q, W_K: 1 / _S(x, W_Q.T, W_K.T).var(-1).mean().sqrt().item(), "not x @ W_Q.T"),
     (lambda x, W_Q, W_K: 1 / ((x @ W_Q) * (x @ W_K)).sum(-1).std().item(),
      "every query against every key"),
 ])

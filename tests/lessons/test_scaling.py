@@ -251,12 +251,12 @@ def test_training_claims_hold_across_seeds(seed):
     the notebook's settings, on five seeds."""
     runs = {flag: scaling.train_retrieval(scaled=flag, seed=seed) for flag in (True, False)}
     result = scaling.claims(runs=runs)
-    assert len(result) == 5
+    assert len(result) == 6
     assert all(result.values()), [claim for claim, holds in result.items() if not holds]
     steps = [step for step, _ in runs[True].evaluations]
     assert steps == list(range(0, 301, 50))
     swapped = scaling.claims(runs={True: runs[False], False: runs[True]})
-    assert not any(list(swapped.values())[:4])
+    assert not any(list(swapped.values())[:5])
 
 
 def test_spikes_counts_losses_above_the_threshold_after_start():
@@ -267,3 +267,31 @@ def test_spikes_counts_losses_above_the_threshold_after_start():
 def test_mean_loss_bad_range():
     with pytest.raises(ValueError, match="no losses"):
         scaling.mean_loss([1.0, 2.0], 5)
+
+
+# --- the SGD study ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seeds", [(3,), pytest.param((4, 5, 6), marks=pytest.mark.slow)])
+def test_sgd_claims_hold_on_other_seeds(seeds):
+    """Notebook 03's SGD claims (gradients at the scores and at the weights, the two learning
+    rates), re-measured on seeds the notebook does not use."""
+    rows = scaling.sgd_study(seeds=seeds)
+    result = scaling.claims(sgd=rows)
+    assert len(result) == 4
+    assert all(result.values()), [claim for claim, holds in result.items() if not holds]
+    swapped = list(scaling.claims(sgd=[{**r, "scaled": not r["scaled"]} for r in rows]).values())
+    assert not any(swapped[:2]) and not swapped[3]       # the lr 0.3 claim is symmetric
+
+
+def test_sgd_runs_use_plain_sgd_and_share_the_first_batch():
+    """The first SGD step is the initial loss; the run is deterministic for a seed."""
+    a = scaling.train_retrieval_sgd(scaled=True, lr=0.3, seed=0, steps=3)
+    b = scaling.train_retrieval_sgd(scaled=True, lr=0.3, seed=0, steps=3)
+    assert a == b and len(a) == 3
+    unscaled = scaling.train_retrieval_sgd(scaled=False, lr=0.3, seed=0, steps=1)
+    assert unscaled[0] != a[0]                      # same weights and batch, other scores
+    grads = scaling.init_gradients(scaled=True, seed=0)
+    assert set(grads) == {"scores", "weights"} and all(v > 0 for v in grads.values())
+    with pytest.raises(ValueError, match="lr"):
+        scaling.train_retrieval_sgd(scaled=True, lr=0.0)

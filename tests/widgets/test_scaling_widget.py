@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from attn_helpers.entropy import attention_entropy
-from attn_helpers.widgets.scaling import D_K_OPTIONS, scaling_frame, scaling_widget
+from attn_helpers.widgets.scaling import (
+    D_K_OPTIONS,
+    readout_line,
+    scaling_frame,
+    scaling_widget,
+    settings_line,
+)
 
 
 @pytest.mark.parametrize("d_k, scaled, temperature", [(64, True, 1.0), (1024, False, 1.0),
@@ -50,3 +56,20 @@ def test_scaling_widget_redraws_and_reports():
     widget.set(scaled=True)
     assert float(widget.readouts["largest weight (mean over rows)"]) < 0.5
     assert list(widget.controls["d_k"].options) == list(D_K_OPTIONS)
+
+
+def test_the_picture_states_the_settings_and_the_readouts():
+    """The stored picture opens on the state the notebook asks for, and the text pasted into it
+    names the settings and the readouts of the frame on show."""
+    widget = scaling_widget(d_k=1024, scaled=False)
+    assert widget.values == {"d_k": 1024, "scaled": False, "temperature": 1.0}
+    frame = widget.frame
+    assert frame.settings == {"d_k": 1024, "scaled": False, "temperature": 1.0}
+    texts = widget.view.lines.texts
+    assert texts == [settings_line(**frame.settings), readout_line(frame)]
+    assert "d_k = 1024" in texts[0] and "divided by sqrt(d_k): no" in texts[0]
+    assert f"largest weight {frame.readouts['largest weight (mean over rows)']:.2f}" in texts[1]
+    before = widget.image.value
+    widget.set(scaled=True)
+    assert "divided by sqrt(d_k): yes" in widget.view.lines.texts[0]
+    assert widget.image.value != before
