@@ -80,8 +80,8 @@ def random_projections(d: int, *, seed: int = 0) -> tuple[torch.Tensor, torch.Te
 
 def commuting_projections(d: int, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``(W_Q, W_K) = (I, B)``, ``B`` block-diagonal with one ``[[a, -b], [b, a]]`` per sin/cos
-    pair: ``A = W_Q^T W_K = B`` commutes with every rotation of the pairs, the special case in which
-    adding positions before the projection still gives scores that depend on ``q - p`` only."""
+    pair: ``A = W_Q^T W_K = B`` commutes with every rotation of the pairs, which is sufficient (not
+    necessary) for scores of positions added before the projection to depend on ``q - p`` only."""
     _require_even("d", d)
     a, b = torch.randn(2, d // 2, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     blocks = [torch.tensor([[a_i, -b_i], [b_i, a_i]], dtype=torch.float64)
@@ -232,8 +232,9 @@ def collapse_slope(collapse: dict[float, list[int]]) -> float:
     return ((x * y).sum() / (x * x).sum()).item()
 
 
-def rope_claims(*, d: int = 8, n: int = 32, seed: int = 0) -> dict[str, bool]:
-    """The notebook's claims about the motivation and the two layouts, each with its verdict.
+def rope_claims(*, d: int = 8, n: int = 32, seed: int = 0, part: str | None = None) -> dict[str, bool]:
+    """The notebook's claims about the motivation and the two layouts, each with its verdict;
+    ``part="motivation"`` keeps the first five, ``part="layouts"`` the last four.
 
     Tolerances: ``1e-9`` for "depends on q - p only" (float64 rounding is ~1e-14), and at least
     ``0.1`` times the largest score for "does not" (a difference no rounding explains). The example
@@ -263,7 +264,9 @@ def rope_claims(*, d: int = 8, n: int = 32, seed: int = 0) -> dict[str, bool]:
     scale = interleaved.abs().max().item()
     same = probe[0, :1].expand(n, d)  # one vector at every position: is split-halves RoPE relative?
     halves = apply_rope_half(same @ W_Q[:d, :d].T) @ apply_rope_half(same @ W_K[:d, :d].T).T
-    return {
+    if part not in (None, "motivation", "layouts"):
+        raise ValueError(f"part must be None, 'motivation' or 'layouts', got {part!r}")
+    every = {
         "position added before W_Q, W_K: the score is not a function of q - p":
             diagonal_spread(absolute) > 0.1 * absolute.abs().max().item(),
         "position added: two positions 5 apart score differently at (0, 5) and (20, 25)":
@@ -284,3 +287,5 @@ def rope_claims(*, d: int = 8, n: int = 32, seed: int = 0) -> dict[str, bool]:
         "either layout alone gives scores that depend on q - p only (so the bug is silent)":
             diagonal_spread(halves) < 1e-9,
     }
+    items = list(every.items())
+    return every if part is None else dict(items[:5] if part == "motivation" else items[5:])

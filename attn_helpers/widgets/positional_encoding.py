@@ -39,7 +39,7 @@ from ..masks import causal_mask
 from ..plots import MASKED_COLOR, SCORES_CMAP, to_numpy
 from ..positional import apply_rope, sinusoidal_encoding
 from .core import HIGHLIGHT_COLOR, AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
-from .panels import CellPainter
+from .panels import CellPainter, TextSprites
 
 __all__ = [
     "ENCODINGS",
@@ -53,6 +53,7 @@ __all__ = [
     "causal_diagonal_spread",
     "positional_frame",
     "positional_widget",
+    "tour_claims",
 ]
 
 ENCODINGS = ("sinusoidal (E E^T)", "learned, untrained (E E^T)", "add PE, then project (W_Q, W_K)",
@@ -76,6 +77,7 @@ class PositionalFrame(AttentionFrame):
     offset: int = 0
     pair: int = 0
     pair_points: torch.Tensor | None = None  # (2, 2): pair i of query_p, key_{p-k}; longest = 1
+    caption: str = ""  # the settings and the main readouts, drawn above the figure
 
 
 @lru_cache(maxsize=1)
@@ -161,10 +163,14 @@ def positional_frame(encoding: str, position: int, offset: int, pair: int,
     has_key = p >= k
     q_pair, k_pair = g["queries"][p, pair_of], g["keys"][max(p - k, 0), pair_of]
     labels = [str(i) for i in range(N_POSITIONS)]
+    here = f"S[p, p-k] {S[p, p - k].item():.2f}, " if has_key else ""
+    caption = (f"{encoding}{f', head {head}' if encoding in ENCODINGS[2:] else ''}  |  p = {p}, "
+               f"k = {k}, pair {pair}  |  {here}S[k, 0] {S[k, 0].item():.2f}, spread along "
+               f"diagonals {g['spread']:.2f}  |  row p's largest weight: key {int(weights[p].argmax())}")
     return PositionalFrame(
         weights=weights, query_labels=labels, key_labels=labels, mask=g["mask"], highlight_row=p,
         scores=g["shown"], diagonal=S.diagonal(-k) / g["top"], position=p, offset=k, pair=pair,
-        pair_points=torch.stack([q_pair, k_pair]) / g["radius"][pair],
+        pair_points=torch.stack([q_pair, k_pair]) / g["radius"][pair], caption=caption,
         readouts={
             "S[p, p-k]": round(S[p, p - k].item(), 4) if has_key else None,
             "S[k, 0]": round(S[k, 0].item(), 4),
@@ -188,7 +194,7 @@ class PositionalView(BlitView):
         super().__init__(figsize)
         figure, n = self.figure, N_POSITIONS
         grid = figure.add_gridspec(2, 3, width_ratios=[1.25, 1, 1.25], height_ratios=[1, 1.3],
-                                   left=0.06, right=0.98, bottom=0.01, top=0.92, wspace=0.42,
+                                   left=0.06, right=0.98, bottom=0.01, top=0.89, wspace=0.42,
                                    hspace=0.2)
         ax = self.ax_scores = figure.add_subplot(grid[0, 0])
         ax.set(xlim=(-0.5, n - 0.5), ylim=(n - 0.5, -0.5), aspect="equal")
@@ -232,11 +238,13 @@ class PositionalView(BlitView):
         (self.marker,) = ax.plot([], [], "o", color=HIGHLIGHT_COLOR, markersize=8)
         self.panel = AttentionPanel(self.blit, grid[1, :], max_shape=(n, n),
                                     title="causal softmax(beta S), beta = 8 / max|S|")
+        self.caption = TextSprites(self.blit, figure.transFigure, size=9, ha="left", va="top")
         self.blit.animate(self.box_p, self.box_0, self.diagonal_line, self.spoke_p, self.spoke_pk,
                           self.profile, self.level, self.marker)
 
     def draw(self, frame: PositionalFrame) -> None:
         self.panel.set_frame(frame)
+        self.caption.set([frame.caption], [[0.01, 0.995]])
         self.cells.set(to_numpy(frame.scores))
         p, k, n = frame.position, frame.offset, N_POSITIONS
         for artist in (self.box_p, self.spoke_pk, self.marker):
@@ -253,16 +261,39 @@ class PositionalView(BlitView):
         self.marker.set_data([p], [values[max(p - k, 0)]])
 
 
-def positional_widget() -> LiveAttentionWidget:
+def tour_claims() -> dict[str, bool]:
+    """What notebook 07 says a learner sees when moving the widget, from :func:`positional_frame`."""
+    def spread(mode):
+        return positional_frame(mode, 20, 3, 1, 1).readouts[
+            "largest spread of S along one diagonal (0: relative)"]
+
+    def back(mode, head):  # p minus the key with the largest weight in row p, p = 4 .. 23
+        return [p - positional_frame(mode, p, 0, 0, head).readouts[
+            "key with the largest weight in row p"] for p in range(4, N_POSITIONS)]
+
+    return {
+        "RoPE and sinusoidal E E^T: S[p, p-k] = S[k, 0] everywhere; the other two modes: not": all(
+            (spread(m) < 1e-9) == (m in (ENCODINGS[0], ENCODINGS[3])) for m in ENCODINGS),
+        "RoPE head 1 puts its largest weight 1 back, head 2 3 back, at every position":
+            set(back(ENCODINGS[3], 1)) == {1} and set(back(ENCODINGS[3], 2)) == {3},
+        "the trained sinusoidal head 1 picks its own position up to p = 16, then stays on key 16":
+            back(ENCODINGS[2], 1) == [0] * 13 + list(range(1, 8)),
+    }
+
+
+def positional_widget(encoding: str = ENCODINGS[0], position: int = 5, offset: int = 3,
+                      pair: int = 0, head: int = 1) -> LiveAttentionWidget:
     """The live widget of notebook 07: mode, position ``p``, offset ``k``, pair ``i`` and the
-    trained head ``h`` (for the two projected modes)."""
+    trained head ``h`` (for the two projected modes), opening on the given values."""
+    positional_frame(encoding, position, offset, pair, head)  # refuses bad opening values
     controls = {
-        "encoding": widgets.Dropdown(options=ENCODINGS, value=ENCODINGS[0], description="mode",
+        "encoding": widgets.Dropdown(options=ENCODINGS, value=encoding, description="mode",
                                      layout=widgets.Layout(width="360px")),
-        "position": widgets.IntSlider(value=5, min=0, max=N_POSITIONS - 1, description="position p"),
-        "offset": widgets.IntSlider(value=3, min=0, max=MAX_OFFSET, description="offset k"),
-        "pair": widgets.IntSlider(value=0, min=0, max=D_HEAD // 2 - 1, description="pair i"),
-        "head": widgets.IntSlider(value=1, min=0, max=lesson.NUM_HEADS - 1, description="head h"),
+        "position": widgets.IntSlider(value=position, min=0, max=N_POSITIONS - 1,
+                                      description="position p"),
+        "offset": widgets.IntSlider(value=offset, min=0, max=MAX_OFFSET, description="offset k"),
+        "pair": widgets.IntSlider(value=pair, min=0, max=D_HEAD // 2 - 1, description="pair i"),
+        "head": widgets.IntSlider(value=head, min=0, max=lesson.NUM_HEADS - 1, description="head h"),
     }
     return LiveAttentionWidget(positional_frame, controls, PositionalView(),
                                title="What RoPE changes: scores of one token at every position")

@@ -184,3 +184,11 @@ def test_wavelength_collapse_position_and_slope():
     second_pair = {b: [3 * b ** 0.25, 3.1 * b ** 0.25] for b in (625.0, 10000.0, 160000.0)}
     assert rope.collapse_slope(second_pair) == pytest.approx(0.25)
     assert rope.collapse_slope({b: [40, 41] for b in (625.0, 10000.0)}) == pytest.approx(0.0)
+
+
+def test_rope_claims_split_into_motivation_and_layouts():
+    every = rope.rope_claims()
+    parts = {**rope.rope_claims(part="motivation"), **rope.rope_claims(part="layouts")}
+    assert parts == every and len(rope.rope_claims(part="motivation")) == 5
+    with pytest.raises(ValueError, match="part"):
+        rope.rope_claims(part="nope")

@@ -120,3 +120,15 @@ def test_positional_widget_moves_and_matches_the_pure_function():
     assert widget.readouts["S[p, p-k]"] != widget.readouts["S[k, 0]"]
     widget.set(position=1, offset=4)  # no key 4 back: hidden, not an error
     assert widget.error is None and widget.readouts["S[p, p-k]"] == "None"
+
+
+def test_tour_claims_hold_and_the_widget_opens_where_asked_with_its_caption():
+    from attn_helpers.widgets.positional_encoding import ENCODINGS, positional_widget, tour_claims
+
+    assert all(tour_claims().values())
+    widget = positional_widget(encoding=ENCODINGS[3], position=12, offset=1, pair=1, head=1)
+    caption = widget.frame.caption
+    assert caption.startswith("project, then rotate (RoPE), head 1") and "p = 12, k = 1" in caption
+    assert "row p's largest weight: key 11" in caption
+    with pytest.raises(ValueError, match="position"):
+        positional_widget(position=99)
