@@ -9,12 +9,13 @@ package and are thin wrappers that fix the reference, the cases and the known mi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["CheckResult", "Mistake", "as_number", "check_function", "describe", "seeded"]
+__all__ = ["CheckResult", "Mistake", "as_number", "blocking", "check_function", "describe", "seeded"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,33 @@ def _compare(got, expected, name: str, atol: float, rtol: float) -> str | None:
     return None
 
 
+class BlockedCall(Exception):
+    """Raised when a learner's function calls a library function the exercise asks them to write."""
+
+
+@contextlib.contextmanager
+def blocking(targets: Sequence[tuple[object, str]]) -> Iterator[None]:
+    """While the block runs, every ``getattr(owner, name)`` in ``targets`` raises
+    :class:`BlockedCall` when called: the library functions that would do the exercise for the
+    learner (``(attn_helpers, "scaled_dot_product_attention")``, ``(torch.nn.functional,
+    "scaled_dot_product_attention")``). Restored afterwards, whatever happens."""
+    saved = []
+    try:
+        for owner, name in targets:
+            original = getattr(owner, name)
+            label = f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"
+
+            def blocked(*args, _label=label, **kwargs):
+                raise BlockedCall(_label)
+
+            saved.append((owner, name, original))
+            setattr(owner, name, blocked)
+        yield
+    finally:
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
+
+
 def check_function(
     candidate: Callable,
     reference: Callable,
@@ -99,6 +127,7 @@ def check_function(
     nan_hint: str | None = None,
     atol: float = 1e-5,
     rtol: float = 1e-4,
+    forbid: Sequence[tuple[object, str]] = (),
 ) -> CheckResult:
     """Run ``candidate(*case.values())`` and the reference on every case; explain the first miss.
 
@@ -113,6 +142,9 @@ def check_function(
         output_names: names of the returned tensors, in order, for messages.
         mistakes: known wrong answers, checked in order, whose hint is added on a mismatch.
         nan_hint: added when the candidate gives NaN or inf where the answer is finite.
+        forbid: ``(owner, name)`` pairs of library functions that would do the exercise for the
+            learner; calling one while the candidate runs fails the check with a message naming
+            it (see :func:`blocking`). The reference and the known mistakes may use them.
     """
     if not callable(candidate):
         return CheckResult(False, f"Not yet: {what} is not a function (got {type(candidate).__name__}).")
@@ -121,9 +153,13 @@ def check_function(
         where = f"case {number} of {len(cases)} ({describe(case)})"
         inputs = _clone(case)
         try:
-            got = candidate(*inputs.values())
+            with blocking(forbid):
+                got = candidate(*inputs.values())
         except NotImplementedError:  # the stored stub: say so, and nothing more
             return CheckResult(False, f"{what} is not implemented yet.")
+        except BlockedCall as exc:
+            return CheckResult(False, f"Not yet: {what} called {exc}, which does this exercise for "
+                                      "you. Write the steps yourself; the checker blocks it here.")
         except Exception as exc:  # the learner's bug, reported in words
             return CheckResult(False, f"Not yet: on {where}, {what} raised "
                                       f"{type(exc).__name__}: {exc}")

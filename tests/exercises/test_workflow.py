@@ -147,3 +147,26 @@ def test_the_progress_command_prints_and_resets(tmp_path):
     out = subprocess.run([sys.executable, "-m", "attn_helpers", "progress", "--reset"], env=env,
                          capture_output=True, text=True, check=True).stdout
     assert "progress reset" in out and not (tmp_path / "progress.json").exists()
+
+
+def test_a_forbidden_library_call_fails_the_check_by_name_and_is_restored():
+    import torch.nn.functional as F
+
+    import attn_helpers as ah
+
+    def ref(q):
+        return ah.max_entropy(q.shape[-1]) * torch.ones(())
+
+    def lazy(q):
+        return ah.max_entropy(q.shape[-1]) * torch.ones(())
+
+    cases = [{"q": torch.ones(2, 3)}]
+    forbid = [(ah, "max_entropy"), (F, "scaled_dot_product_attention")]
+    result = check_function(lazy, ref, cases, what="your entropy", forbid=forbid)
+    assert not result and "called attn_helpers.max_entropy" in result.message
+    assert "Write the steps yourself" in result.message
+    assert ah.max_entropy(4) == pytest.approx(1.3862944)                 # restored afterwards
+    assert F.scaled_dot_product_attention.__name__ == "scaled_dot_product_attention"
+    own = check_function(lambda q: torch.log(torch.tensor(float(q.shape[-1]))), ref, cases,
+                         forbid=forbid)
+    assert own, own.message
