@@ -1,5 +1,6 @@
-"""Checkers for notebook 04 (multi-head attention): the multi-head forward from split to merge,
-and grouped-query attention (h query heads sharing g key/value heads)."""
+"""Checkers for notebook 04 (multi-head attention): a trainable multi-head attention module, proved
+equal to ``torch.nn.MultiheadAttention`` with the same weights, and grouped-query attention (h
+query heads sharing g key/value heads)."""
 
 from __future__ import annotations
 
@@ -7,52 +8,104 @@ import math
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
 from ..attention import scaled_dot_product_attention
-from ..multihead import MultiHeadAttention
+from ..masks import causal_mask
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_multi_head_forward", "check_grouped_query_attention"]
+__all__ = ["check_multi_head_module", "check_grouped_query_attention"]
 
 
-# --- exercise 1: the multi-head forward, from split to merge ---------------------------------
+# --- exercise 1: a trainable multi-head attention module -----------------------------------
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 
-def _forward_cases() -> list[dict]:
+def _module_cases() -> list[dict]:
+    """``x``, a bool ``mask`` (True = may attend) or None, the number of heads and the seed of the
+    ``nn.MultiheadAttention`` whose weights are copied in."""
     g = seeded(41)
-    rb, rn, rh, rd = (int(i) for i in torch.randint(1, 6, (4,), generator=g))     # random shape
     cases = []
-    for b, n, d_model, h, dtype in [(2, 5, 12, 3, torch.float32), (1, 4, 8, 2, torch.float32),
-                                    (2, 6, 8, 1, torch.float32), (3, 1, 6, 3, torch.float32),
-                                    (2, 7, 16, 4, torch.float64), (rb, rn, rh * rd, rh, torch.float32)]:
-        case = {"x": torch.randn(b, n, d_model, generator=g, dtype=dtype)}
-        for name in ("W_Q", "W_K", "W_V", "W_O"):
-            case[name] = torch.randn(d_model, d_model, generator=g, dtype=dtype) / math.sqrt(d_model)
-        case["num_heads"] = h
-        cases.append(case)
+    for b, n, d_model, h, mask, dtype in [
+            (2, 5, 12, 3, None, torch.float32), (1, 6, 16, 4, "causal", torch.float32),
+            (2, 4, 8, 1, None, torch.float32), (3, 1, 12, 3, None, torch.float32),
+            (2, 7, 16, 2, "random", torch.float64), (2, 6, 8, 2, "causal", torch.float32)]:
+        if mask == "causal":
+            mask = causal_mask(n)
+        elif mask == "random":                       # every query keeps at least its own key
+            mask = (torch.rand(n, n, generator=g) < 0.5) | torch.eye(n, dtype=torch.bool)
+        cases.append({"x": torch.randn(b, n, d_model, generator=g, dtype=dtype), "mask": mask,
+                      "num_heads": h, "seed": len(cases)})
     return cases
 
 
-def _module_forward(x, w_q, w_k, w_v, w_o, num_heads):
-    """The course's ``MultiHeadAttention`` (bias=False) holding these weights: ``nn.Linear``
-    stores the transpose, ``x @ W == x @ weight.T``."""
-    with torch.random.fork_rng(devices=[]):    # building the module must not move the global seed
-        mha = MultiHeadAttention(x.shape[-1], num_heads, bias=False).to(x.dtype)
+def _torch_module(d_model: int, num_heads: int, seed: int, dtype) -> nn.MultiheadAttention:
+    """PyTorch's module with random weights and non-zero biases, built without moving the global
+    seed."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        m = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(dtype).eval()
+        with torch.no_grad():
+            m.in_proj_bias.normal_(0, 0.3)
+            m.out_proj.bias.normal_(0, 0.3)
+    return m
+
+
+def _weights(m: nn.MultiheadAttention) -> dict:
+    """``{name: (weight (d_out, d_in), bias)}`` of the four projections, as ``nn.Linear`` stores them."""
+    w, b = m.in_proj_weight.detach().chunk(3), m.in_proj_bias.detach().chunk(3)
+    return {"q_proj": (w[0], b[0]), "k_proj": (w[1], b[1]), "v_proj": (w[2], b[2]),
+            "out_proj": (m.out_proj.weight.detach(), m.out_proj.bias.detach())}
+
+
+def _copy_weights(module: nn.Module, m: nn.MultiheadAttention) -> None:
+    """Copy ``m``'s weights into the learner's ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``."""
+    d = m.embed_dim
+    for name, (weight, bias) in _weights(m).items():
+        layer = getattr(module, name, None)
+        if not isinstance(layer, nn.Linear) or tuple(layer.weight.shape) != (d, d) or layer.bias is None:
+            raise TypeError(f"the module needs {name} = nn.Linear(d_model, d_model) with a bias "
+                            f"(d_model = {d}); got {layer!r}")
+        with torch.no_grad():
+            layer.weight.copy_(weight)
+            layer.bias.copy_(bias)
+
+
+def _reference(x, mask, num_heads, seed):
+    m = _torch_module(x.shape[-1], num_heads, seed, x.dtype)
     with torch.no_grad():
-        for proj, w in ((mha.q_proj, w_q), (mha.k_proj, w_k), (mha.v_proj, w_v), (mha.out_proj, w_o)):
-            proj.weight.copy_(w.T)
-        return mha(x, x, x)[0]
+        return m(x, x, x, attn_mask=None if mask is None else ~mask, need_weights=False)[0]
 
 
-def _wrong_forward(*, split="right", merge="right", scale="d_head", dim=-1, transpose_w=False,
-                   use_w_o=True) -> Callable:
-    """A multi-head forward with one known mistake, for the checker's hints."""
+def _learner(module_class) -> Callable:
+    """Build the learner's module for a case, with the case's weights copied in, and run it."""
 
-    def forward(x, w_q, w_k, w_v, w_o, h):
+    def run(x, mask, num_heads, seed):
+        with torch.random.fork_rng(devices=[]):     # building it must not move the global seed
+            module = module_class(x.shape[-1], num_heads)
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"{module_class.__name__}(d_model, num_heads) should be an nn.Module, "
+                            f"got {type(module).__name__}")
+        module = module.to(x.dtype)
+        _copy_weights(module, _torch_module(x.shape[-1], num_heads, seed, x.dtype))
+        with torch.no_grad():
+            return module(x) if mask is None else module(x, mask)
+
+    return run
+
+
+def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True,
+           invert_mask=None) -> Callable:
+    """Multi-head self-attention with one known mistake, on a case's copied weights."""
+
+    def forward(x, mask, h, seed):
+        p = _weights(_torch_module(x.shape[-1], h, seed, x.dtype))
         b, n, d = x.shape
-        if transpose_w:
-            w_q, w_k, w_v, w_o = w_q.T, w_k.T, w_v.T, w_o.T
+
+        def linear(t, name):
+            return t @ p[name][0].T + p[name][1]
 
         def split_(t):
             if split == "no transpose":
@@ -61,64 +114,106 @@ def _wrong_forward(*, split="right", merge="right", scale="d_head", dim=-1, tran
                 return t.reshape(b, n, d // h, h).permute(0, 3, 1, 2)
             return t.reshape(b, n, h, d // h).transpose(1, 2)
 
-        q, k, v = split_(x @ w_q), split_(x @ w_k), split_(x @ w_v)
+        q, k, v = (split_(linear(x, name)) for name in ("q_proj", "k_proj", "v_proj"))
         c = {"d_head": d // h, "d_model": d, "none": 1}[scale]
-        a = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(c), dim=dim)
+        s = q @ k.transpose(-2, -1) / math.sqrt(c)
+        if mask is not None:
+            allowed = ~mask if invert_mask else mask
+            s = s.masked_fill(~allowed, float("-inf"))
+        a = torch.softmax(s, dim=dim)
+        if invert_mask == "zeros":                  # a fully masked row gives zeros, not NaN
+            a = a.nan_to_num(0.0)
         heads = a @ v                                                     # (b, h, n, d_head)
-        if merge == "no transpose":
-            concat = heads.reshape(b, n, d)
-        else:
-            concat = heads.transpose(1, 2).reshape(b, n, d)
-        return concat @ w_o if use_w_o else concat
+        concat = (heads.reshape(b, n, d) if merge == "no transpose"
+                  else heads.transpose(1, 2).reshape(b, n, d))
+        return linear(concat, "out_proj") if use_w_o else concat
 
     return forward
 
 
-@exercise("multi_head.forward", "multi-head attention from split to merge", hints=(
-    "Project once with the big matrices, cut the last axis into h slices of d_head features (head "
-    "i gets features i*d_head .. (i+1)*d_head - 1), run scaled dot-product attention in every head "
-    "at once, glue the heads back side by side, and mix them with W_O.",
-    "Q = x W_Q -> (b, n, h, d_head) -> (b, h, n, d_head), the same for K and V; "
-    "heads = softmax(Q K^T / sqrt(d_head)) V; concat = heads -> (b, n, h, d_head) -> "
-    "(b, n, d_model); output = concat W_O.",
-    "def split(t): return t.reshape(b, n, h, d // h).transpose(1, 2)\n"
-    "q, k, v = split(x @ W_Q), split(x @ W_K), split(x @ W_V)\n"
-    "heads = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // h), dim=-1) @ v\n"
-    "return heads.transpose(1, 2).reshape(b, n, d) @ W_O"))
-def check_multi_head_forward(multi_head_forward: Callable) -> CheckResult:
-    """Exercise: ``multi_head_forward(x (b, n, d_model), W_Q, W_K, W_V, W_O (d_model, d_model),
-    num_heads) -> (b, n, d_model)``, multi-head self-attention without biases or mask; equal to
-    ``MultiHeadAttention(d_model, num_heads, bias=False)`` holding the same weights."""
-    return check_function(
-        multi_head_forward, _module_forward, _forward_cases(), what="multi_head_forward",
-        output_names=("the output",), atol=1e-5, rtol=1e-4,
+def _trainable(module_class, case: dict) -> str | None:
+    """None if a loss on the module's output sends a gradient to every projection's weight."""
+    with torch.random.fork_rng(devices=[]):
+        module = module_class(case["x"].shape[-1], case["num_heads"]).to(case["x"].dtype)
+    out = module(case["x"]) if case["mask"] is None else module(case["x"], case["mask"])
+    if not out.requires_grad:
+        return "its output does not depend on any trainable parameter (was it computed with .data, " \
+               "detach() or under torch.no_grad()?)"
+    out.square().sum().backward()
+    missing = [name for name in PROJECTIONS if getattr(module, name).weight.grad is None
+               or not getattr(module, name).weight.grad.abs().sum() > 0]
+    return f"no gradient reaches {', '.join(missing)}" if missing else None
+
+
+@exercise("multi_head.module", "a trainable multi-head attention module", hints=(
+    "In __init__ (after super().__init__()), keep num_heads and make four nn.Linear(d_model, "
+    "d_model) layers: q_proj, k_proj, v_proj and out_proj. In forward, project x three times, cut "
+    "the last axis of each into h heads of d_head = d_model // h consecutive features, attend in "
+    "every head at once, glue the heads back side by side and apply out_proj.",
+    "Q = q_proj(x): (b, n, d_model) -> (b, n, h, d_head) -> transpose(1, 2) -> (b, h, n, d_head); "
+    "the same for K and V. heads, _ = ah.scaled_dot_product_attention(Q, K, V, mask) (scale "
+    "1/sqrt(d_head), mask True = may attend, broadcast over the heads). concat = heads -> "
+    "(b, n, h, d_head) -> (b, n, d_model); output = out_proj(concat).",
+    "b, n, d_model = x.shape\nh = self.num_heads\n"
+    "def split(t): return t.reshape(b, n, h, d_model // h).transpose(1, 2)\n"
+    "q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))\n"
+    "heads, _ = ah.scaled_dot_product_attention(q, k, v, mask)\n"
+    "return self.out_proj(heads.transpose(1, 2).reshape(b, n, d_model))"))
+def check_multi_head_module(module_class) -> CheckResult:
+    """Exercise: a class ``module_class(d_model, num_heads)``, an ``nn.Module`` with ``nn.Linear``
+    layers ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` (d_model -> d_model, with bias) and
+    ``forward(x (b, n, d_model), mask=None) -> (b, n, d_model)``, multi-head self-attention with
+    an optional bool mask ``(n, n)`` (True = may attend). With the weights of a
+    ``torch.nn.MultiheadAttention(d_model, num_heads, batch_first=True)`` copied in, it must give
+    that module's output; then a loss on its output must reach all four projections."""
+    name = getattr(module_class, "__name__", "your module")
+    if not isinstance(module_class, type):
+        return CheckResult(False, f"Not yet: pass the class itself (e.g. MultiHeadSelfAttention), "
+                                  f"not {type(module_class).__name__}.")
+    cases = _module_cases()
+    mask_hint = ("the mask is inverted: in this course True means the query MAY attend to the "
+                 "key (PyTorch's attn_mask means the opposite). Keep the scores where mask is True "
+                 "and set the others to -inf (or pass mask to ah.scaled_dot_product_attention).")
+    result = check_function(
+        _learner(module_class), _reference, cases, what=name, output_names=("the output",),
+        atol=1e-5, rtol=1e-4,
         mistakes=[
-            Mistake(_wrong_forward(split="no transpose"),
+            Mistake(_wrong(split="no transpose"),
                     "the split scrambles the features: reshaping (b, n, d_model) straight to "
                     "(b, h, n, d_head) mixes positions into heads. Reshape to (b, n, h, d_head) "
                     "first, then swap the n and h axes (transpose(1, 2))."),
-            Mistake(_wrong_forward(split="interleaved"),
-                    "head i must get the consecutive features i*d_head .. (i+1)*d_head - 1, not "
-                    "every h-th feature: reshape to (b, n, h, d_head), not (b, n, d_head, h)."),
-            Mistake(_wrong_forward(merge="no transpose"),
-                    "the merge scrambles the heads: move the head axis next to d_head first "
-                    "(heads.transpose(1, 2) gives (b, n, h, d_head)), then reshape to "
+            Mistake(_wrong(split="interleaved"),
+                    "the heads are split on the wrong axis: head i must get the consecutive "
+                    "features i*d_head .. (i+1)*d_head - 1, not every h-th feature: reshape to "
+                    "(b, n, h, d_head), not (b, n, d_head, h)."),
+            Mistake(_wrong(merge="no transpose"),
+                    "the heads are merged in the wrong order: move the head axis next to d_head "
+                    "first (heads.transpose(1, 2) gives (b, n, h, d_head)), then reshape to "
                     "(b, n, d_model)."),
-            Mistake(_wrong_forward(scale="d_model"),
+            Mistake(_wrong(scale="none"),
+                    "the 1/sqrt(d_head) scale is missing: divide Q K^T by sqrt(d_head) in every "
+                    "head."),
+            Mistake(_wrong(scale="d_model"),
                     "each head scales by 1/sqrt(d_head), its own query size, not 1/sqrt(d_model)."),
-            Mistake(_wrong_forward(scale="none"),
-                    "the scores are not scaled: divide Q K^T by sqrt(d_head) in every head."),
-            Mistake(_wrong_forward(dim=-2),
+            Mistake(_wrong(use_w_o=False),
+                    "W_O is missing: the concatenated heads still go through out_proj."),
+            Mistake(_wrong(invert_mask="nan"), mask_hint),
+            Mistake(_wrong(invert_mask="zeros"), mask_hint),
+            Mistake(_wrong(dim=-2),
                     "the softmax runs over the wrong axis: each query's weights over the keys "
                     "(the last axis) must sum to 1."),
-            Mistake(_wrong_forward(transpose_w=True),
-                    "the matrices act from the right: Q = x @ W_Q with W_Q of shape "
-                    "(d_model, d_model), not x @ W_Q.T (nn.Linear's weight layout)."),
-            Mistake(_wrong_forward(use_w_o=False),
-                    "the concatenated heads still have to be mixed by the output projection: "
-                    "multiply by W_O."),
         ],
     )
+    if not result:
+        return result
+    problem = _trainable(module_class, cases[1])
+    if problem:
+        return CheckResult(False, f"Not yet: {name} gives the right output, but it is not "
+                                  f"trainable: {problem}.")
+    return CheckResult(True, f"Passed: {name} equals nn.MultiheadAttention(batch_first=True) with "
+                             f"the same weights on all {len(cases)} cases (masks, one head, one "
+                             "token and float64 included), and gradients reach all four "
+                             "projections.")
 
 
 # --- exercise 2: grouped-query attention -----------------------------------------------------

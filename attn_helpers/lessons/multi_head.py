@@ -213,14 +213,13 @@ def head_entropy(weights: torch.Tensor) -> torch.Tensor:
     return attention_entropy(weights).mean(dim=(0, 2))
 
 
-def train_two_relations(config: TaskConfig = CONFIG, *, progress: bool = False):
+def train_two_relations(config: TaskConfig = CONFIG, *, progress: bool = False, build=None):
     """Train :class:`TwoRelationModel` from scratch (seeded by ``config.seed``), on one thread
-    (see :func:`attn_helpers.training.single_thread`).
-
-    Returns ``(model, TrainResult)``.
+    (see :func:`attn_helpers.training.single_thread`). ``build(config)`` may build another model
+    for the task (notebook 04's exercise swaps in the learner's attention). -> ``(model, TrainResult)``.
     """
     torch.manual_seed(config.seed)
-    model = TwoRelationModel(config)
+    model = TwoRelationModel(config) if build is None else build(config)
 
     def batch(_step, generator):
         return make_batch(config.batch, generator, vocab=config.vocab, length=config.length)

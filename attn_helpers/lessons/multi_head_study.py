@@ -12,10 +12,13 @@ import itertools
 from dataclasses import dataclass, replace
 
 import torch
+from torch import nn
 
 from .._checks import require_int_in, require_tensor, shape
-from ..training import load_checkpoint
+from ..training import TrainResult, load_checkpoint
 from .multi_head import (
+    ABLATED,
+    ACCURACY_MIN,
     CONFIG,
     LOSS_EVERY,
     TwoRelationModel,
@@ -29,6 +32,7 @@ from .multi_head import (
 __all__ = [
     "ONE_HEAD", "ONE_HEAD_CHECKPOINT", "STUDY_SEEDS", "seed_study", "recipe_one_head",
     "load_one_head", "AblationData", "AblationFrame", "ablation_data", "ablation_frame",
+    "ModuleAttention", "train_with_module", "module_claims", "widget_claims",
 ]
 
 ONE_HEAD = replace(CONFIG, num_heads=1)     # the same task, d_model, MLP, steps and learning rate
@@ -57,6 +61,54 @@ def seed_study(seeds=STUDY_SEEDS, heads=(1, 2)) -> tuple[list[dict], TwoRelation
         if h == 1 and first_one_head is None:
             first_one_head = model
     return rows, first_one_head
+
+
+class ModuleAttention(nn.Module):
+    """Puts a learner's self-attention module, ``module(x, mask) -> (b, n, d_model)``, where
+    :class:`TwoRelationModel` expects ``MultiHeadAttention``'s ``(query, key, value, mask) ->
+    (output, weights)``; the weights are not returned (``None``)."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.inner = module
+
+    def forward(self, query, key, value, mask=None, *, head_mask=None):
+        if head_mask is not None or key is not query or value is not query:
+            raise ValueError("a learner's module does self-attention, without head_mask")
+        return self.inner(query, mask), None
+
+
+def train_with_module(module_class, config=CONFIG) -> tuple[TwoRelationModel, TrainResult, dict]:
+    """Notebook 04's task and training (the checkpoint's recipe: same seed, steps, learning rate
+    and batches), with the attention replaced by ``module_class(d_model, num_heads)``.
+
+    Returns ``(model, result, held-out accuracy per relation)``."""
+    def build(cfg):
+        model = TwoRelationModel(cfg)
+        model.attention = ModuleAttention(module_class(cfg.d_model, cfg.num_heads))
+        return model
+
+    model, result = train_two_relations(config, build=build)
+    tokens, targets = evaluation_batch(config)
+    return model, result, relation_accuracy(model, tokens, targets)
+
+
+def module_claims(accuracy: dict) -> dict[str, bool]:
+    """What notebook 04 says about the model trained with the exercise's module."""
+    return {f"with this module the model names both letters (> {ACCURACY_MIN:.0%} held-out, each "
+            "relation), as the shipped two-head model does": min(accuracy.values()) > ACCURACY_MIN}
+
+
+def widget_claims(ablations: list, previous_head: int, first_head: int) -> dict[str, bool]:
+    """Notebook 04's statements about the widget's ablation moves: ``ablations`` is a list of
+    ``(heads_on, held-out accuracy per relation)`` read from the widget."""
+    relation_of = {previous_head: "previous", first_head: "first"}
+    chance = 1 / CONFIG.vocab
+    return {f"in the widget, a switched-off head's relation is at chance (within {ABLATED[0]} of "
+            f"1/{CONFIG.vocab}), a head that is on keeps its relation above {ABLATED[1]}": all(
+                (accuracy[relation_of[head]] > ABLATED[1]) if on
+                else abs(accuracy[relation_of[head]] - chance) <= ABLATED[0]
+                for heads_on, accuracy in ablations for head, on in enumerate(heads_on))}
 
 
 def recipe_one_head():

@@ -164,7 +164,7 @@ class MultiHeadView(BlitView):
         heads = [str(i) for i in range(num_heads)]
         self.single = BlitFigure(single_size)
         grid = self.single.figure.add_gridspec(1, 2, width_ratios=[4.4, 0.8], left=0.01,
-                                               right=0.97, bottom=0.12, top=0.9, wspace=0.3)
+                                               right=0.97, bottom=0.17, top=0.9, wspace=0.3)
         self.single_panel = AttentionPanel(self.single, grid[0], title=" ")
         # The head's name changes with the selector: pasted text avoids a full redraw.
         self.single_title = TextSprites(self.single, self.single.figure.transFigure, size=10,
@@ -175,7 +175,7 @@ class MultiHeadView(BlitView):
         self.grid = BlitFigure((head_width * num_heads + 1.4, height))
         ratios = [head_width] * num_heads + [0.8]
         grid = self.grid.figure.add_gridspec(1, num_heads + 1, width_ratios=ratios, left=0.01,
-                                             right=0.98, bottom=0.14, top=0.88, wspace=0.25)
+                                             right=0.98, bottom=0.18, top=0.88, wspace=0.25)
         self.grid_panels = [AttentionPanel(self.grid, grid[i], title=f"head {i}",
                                            entropy_width=1.1, entropy_title="entropy")
                             for i in range(num_heads)]
@@ -187,8 +187,25 @@ class MultiHeadView(BlitView):
                                      zorder=4.0) for panel in self.grid_panels]
         self.single_off = TextSprites(self.single, self.single_panel.ax_map.transAxes, size=13,
                                       color="#b00020", zorder=4.0)
+        # the settings and readouts, written into each picture under the maps
+        self.single_lines = TextSprites(self.single, self.single.figure.transFigure, size=9,
+                                        ha="left")
+        self.grid_lines = TextSprites(self.grid, self.grid.figure.transFigure, size=9, ha="left")
         self.blit = self.grid
         self.last_mode: str | None = None
+
+    @staticmethod
+    def picture_lines(frame: MultiHeadFrame) -> list[str]:
+        """What the picture states under the maps: the example and the head shown, and with
+        ablation data the heads switched off and the held-out accuracy per relation."""
+        r = frame.readouts
+        lines = [f"example: {r['example']}   |   showing: {r['showing']}"]
+        if frame.ablation is not None:
+            accuracy = ", ".join(f"{relation} letter {frame.ablation.accuracy[relation]:.2f}"
+                                 for relation in RELATIONS)
+            lines.append(f"switched off: {r['heads switched off']}   |   held-out accuracy: "
+                         f"{accuracy} (chance {1 / CONFIG.vocab:.3f})")
+        return lines
 
     @staticmethod
     def _mark(panel: AttentionPanel, sprites: TextSprites, on: bool) -> None:
@@ -210,6 +227,7 @@ class MultiHeadView(BlitView):
                 panel.set_frame(frame.head_frame(i))
                 self._mark(panel, self.grid_off[i], frame.heads_on[i])
             bars, self.blit, self.last_mode = self.grid_bars, self.grid, "grid"
+            lines = self.grid_lines
         else:
             self.single_panel.set_frame(frame)
             self.single_title.transform = offset_copy(  # where the panel's title goes
@@ -220,8 +238,11 @@ class MultiHeadView(BlitView):
                                   [(0.5, 1.0)])
             self._mark(self.single_panel, self.single_off, on)
             bars, self.blit, self.last_mode = self.single_bars, self.single, "single"
+            lines = self.single_lines
         bars.layout(self.num_heads, float(ceiling.max()))
         bars.set(entropy, ceiling, frame.head)
+        text = self.picture_lines(frame)
+        lines.set(text, [(0.015, 0.075 if len(text) > 1 else 0.04), (0.015, 0.03)][:len(text)])
 
 
 def multihead_widget(
@@ -233,6 +254,9 @@ def multihead_widget(
     model: torch.nn.Module | None = None,
     eval_tokens: torch.Tensor | None = None,
     eval_targets: torch.Tensor | None = None,
+    example: int = 0,
+    head: int | str = ALL_HEADS,
+    heads_on: Sequence[bool] | None = None,
 ) -> LiveAttentionWidget:
     """The live widget of notebook 04 over precomputed ``(examples, h, n, n)`` weights: an example
     slider and a head selector with an all-heads grid.
@@ -242,7 +266,8 @@ def multihead_widget(
     gets one checkbox per head (``head_0_on``, ``head_1_on``, ...): the model is run once per
     subset of heads when the widget is built
     (:func:`~attn_helpers.lessons.multi_head_study.ablation_data`), and a checkbox move only looks
-    up the held-out accuracy and the letters named.
+    up the held-out accuracy and the letters named. ``example``, ``head`` and ``heads_on`` set
+    the first picture (the one a page without a kernel shows).
     """
     weights = torch.as_tensor(weights)
     if weights.dim() != 4:
@@ -251,11 +276,11 @@ def multihead_widget(
     names = list(head_names) if head_names is not None else [f"head {i}" for i in range(h)]
     controls = {
         # a slider, so a learner can step through the examples; the readouts name the tokens
-        "example": widgets.IntSlider(value=0, min=0, max=len(labels) - 1, description="example",
+        "example": widgets.IntSlider(value=example, min=0, max=len(labels) - 1, description="example",
                                      layout=widgets.Layout(width="320px")),
         "head": widgets.Dropdown(options=[("all heads (grid)", ALL_HEADS)]
                                  + [(name, i) for i, name in enumerate(names)],
-                                 value=ALL_HEADS, description="head",
+                                 value=head, description="head",
                                  layout=widgets.Layout(width="300px")),
     }
     data = None
@@ -269,10 +294,13 @@ def multihead_widget(
                              f"and there are {len(labels)} examples")
         for i in range(h):
             controls[f"head_{i}_on"] = widgets.Checkbox(
-                value=True, description=f"head {i} on", indent=False,
+                value=True if heads_on is None else bool(heads_on[i]),
+                description=f"head {i} on", indent=False,
                 layout=widgets.Layout(width="110px"))
     elif eval_tokens is not None or eval_targets is not None:
         raise ValueError("eval_tokens and eval_targets need the model (model=...)")
+    if heads_on is not None and (data is None or len(heads_on) != h):
+        raise ValueError(f"heads_on needs the model and one bool per head ({h}), got {heads_on!r}")
 
     def compute(example, head, **switches):
         heads_on = None if data is None else [switches[f"head_{i}_on"] for i in range(h)]

@@ -8,90 +8,140 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+import attn_helpers as ah
 from attn_helpers import exercises
 from attn_helpers.exercises.multi_head import (
-    _forward_cases,
     _gqa,
     _gqa_cases,
-    _module_forward,
+    _module_cases,
+    _reference,
     check_grouped_query_attention,
-    check_multi_head_forward,
+    check_multi_head_module,
 )
-from attn_helpers.multihead import MultiHeadAttention
+from tests._exercises import from_hint
 
 
 def _stub(*args):
     raise NotImplementedError
 
 
-# --- multi_head_forward ----------------------------------------------------------------------
+# --- the multi-head attention module ---------------------------------------------------------
 
 
-def multi_head_forward(x, W_Q, W_K, W_V, W_O, num_heads, *, split="right", merge="right",
-                       d_scale="head", dim=-1, linear_layout=False, mix=True):
-    b, n, d_model = x.shape
-    h, d_head = num_heads, d_model // num_heads
-    if linear_layout:
-        W_Q, W_K, W_V, W_O = W_Q.T, W_K.T, W_V.T, W_O.T
+def make_module(*, split="right", merge="right", d_scale="head", dim=-1, mix=True, mask_use="right",
+                trainable=True, projections=True):
+    """A learner's MultiHeadSelfAttention, right or with one mistake."""
 
-    def to_heads(t):                                    # (b, n, d_model) -> (b, h, n, d_head)
-        if split == "reshape only":
-            return t.reshape(b, h, n, d_head)
-        if split == "strided":
-            return t.reshape(b, n, d_head, h).permute(0, 3, 1, 2)
-        return t.reshape(b, n, h, d_head).transpose(1, 2)
+    class Module(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.num_heads = num_heads
+            if projections:
+                self.q_proj, self.k_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+                self.v_proj, self.out_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+            else:
+                self.qkv = nn.Linear(d_model, 3 * d_model)
 
-    q, k, v = to_heads(x @ W_Q), to_heads(x @ W_K), to_heads(x @ W_V)
-    scale = {"head": 1 / math.sqrt(d_head), "model": 1 / math.sqrt(d_model), "none": 1.0}[d_scale]
-    heads = torch.softmax(q @ k.transpose(-2, -1) * scale, dim=dim) @ v
-    concat = (heads.reshape(b, n, d_model) if merge == "reshape only"
-              else heads.transpose(1, 2).reshape(b, n, d_model))
-    return concat @ W_O if mix else concat
+        def forward(self, x, mask=None):
+            b, n, d_model = x.shape
+            h, d_head = self.num_heads, d_model // self.num_heads
+
+            def to_heads(t):                            # (b, n, d_model) -> (b, h, n, d_head)
+                if split == "reshape only":
+                    return t.reshape(b, h, n, d_head)
+                if split == "strided":
+                    return t.reshape(b, n, d_head, h).permute(0, 3, 1, 2)
+                return t.reshape(b, n, h, d_head).transpose(1, 2)
+
+            q, k, v = to_heads(self.q_proj(x)), to_heads(self.k_proj(x)), to_heads(self.v_proj(x))
+            if not trainable:
+                q, k, v = q.detach(), k.detach(), v.detach()
+            scale = {"head": d_head, "model": d_model, "none": 1.0}[d_scale] ** -0.5
+            s = q @ k.transpose(-2, -1) * scale
+            if mask is not None and mask_use == "right":
+                s = s.masked_fill(~mask, float("-inf"))
+            elif mask is not None and mask_use == "inverted":    # torch's convention, not ours
+                s = s.masked_fill(mask, float("-inf"))
+            if mask is not None and mask_use == "inverted, zeros":
+                heads, _ = ah.scaled_dot_product_attention(q, k, v, ~mask)
+            else:
+                heads = torch.softmax(s, dim=dim) @ v
+            concat = (heads.reshape(b, n, d_model) if merge == "reshape only"
+                      else heads.transpose(1, 2).reshape(b, n, d_model))
+            out = self.out_proj(concat) if mix else concat
+            return out.detach() if not trainable else out
+
+    return Module
 
 
-def test_forward_accepts_the_reference():
-    assert check_multi_head_forward(multi_head_forward)
+def test_module_accepts_the_reference():
+    verdict = check_multi_head_module(make_module())
+    assert verdict and "equals nn.MultiheadAttention" in verdict.message, verdict.message
 
 
-def test_forward_reference_equals_torch_multihead_attention():
-    for case in _forward_cases():
-        x, w_q, w_k, w_v, w_o, h = case.values()
-        d = x.shape[-1]
-        with torch.random.fork_rng(devices=[]):
-            ref = torch.nn.MultiheadAttention(d, h, bias=False, batch_first=True).to(x.dtype)
-        with torch.no_grad():
-            ref.in_proj_weight.copy_(torch.cat([w_q.T, w_k.T, w_v.T]))
-            ref.out_proj.weight.copy_(w_o.T)
-            expected = ref(x, x, x, need_weights=False)[0]
-        assert torch.allclose(_module_forward(*case.values()), expected, atol=1e-5)
-        assert isinstance(MultiHeadAttention.from_torch(ref), MultiHeadAttention)
+def test_module_reference_is_torch_multihead_attention_with_masks_and_non_zero_biases():
+    """The checker's reference is PyTorch's module with its weights; our MultiHeadAttention, built
+    from that module, gives the same output (so the course's mask convention is the one asked)."""
+    from attn_helpers.exercises.multi_head import _torch_module
+    for case in _module_cases():
+        x, mask, h, seed = case.values()
+        m = _torch_module(x.shape[-1], h, seed, x.dtype)
+        assert m.in_proj_bias.abs().sum() > 0 and m.out_proj.bias.abs().sum() > 0
+        expected = _reference(*case.values())
+        assert torch.isfinite(expected).all() and expected.shape == x.shape
+        ours = ah.MultiHeadAttention.from_torch(m)
+        torch.testing.assert_close(ours(x, x, x, mask)[0].detach(), expected, atol=1e-5, rtol=1e-4)
+    assert any(c["mask"] is not None for c in _module_cases())
+    assert any(c["num_heads"] == 1 for c in _module_cases())
+    assert any(c["x"].dtype == torch.float64 for c in _module_cases())
 
 
-def test_forward_reference_does_not_move_the_global_seed():
+def test_module_check_does_not_move_the_global_seed():
     state = torch.random.get_rng_state()
-    _module_forward(*_forward_cases()[0].values())
+    check_multi_head_module(make_module())
     assert torch.equal(torch.random.get_rng_state(), state)
 
 
 @pytest.mark.parametrize("mistake, words", [
     ({"split": "reshape only"}, "mixes positions into heads"),
-    ({"split": "strided"}, "not every h-th feature"),
-    ({"merge": "reshape only"}, "the merge scrambles the heads"),
+    ({"split": "strided"}, "split on the wrong axis"),
+    ({"merge": "reshape only"}, "merged in the wrong order"),
+    ({"d_scale": "none"}, "scale is missing"),
     ({"d_scale": "model"}, "not 1/sqrt(d_model)"),
-    ({"d_scale": "none"}, "not scaled"),
-    ({"dim": -2}, "wrong axis"),
-    ({"linear_layout": True}, "not x @ W_Q.T"),
-    ({"mix": False}, "multiply by W_O"),
+    ({"mix": False}, "W_O is missing"),
+    ({"mask_use": "inverted"}, "the mask is inverted"),
+    ({"mask_use": "inverted, zeros"}, "the mask is inverted"),
+    ({"dim": -2}, "softmax runs over the wrong axis"),
 ])
-def test_forward_rejects_known_mistakes_with_their_hint(mistake, words):
-    verdict = check_multi_head_forward(lambda *args: multi_head_forward(*args, **mistake))
+def test_module_rejects_known_mistakes_with_their_hint(mistake, words):
+    verdict = check_multi_head_module(make_module(**mistake))
     assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
 
 
-def test_forward_stub_and_non_function():
-    assert check_multi_head_forward(_stub).message == "multi_head_forward is not implemented yet."
-    assert not check_multi_head_forward(3)
+def test_module_must_be_trainable_and_have_the_four_projections():
+    verdict = check_multi_head_module(make_module(trainable=False))
+    assert not verdict and "not trainable" in verdict.message, verdict.message
+    verdict = check_multi_head_module(make_module(projections=False))
+    assert not verdict and "q_proj = nn.Linear(d_model, d_model)" in verdict.message, verdict.message
+
+
+def test_module_stub_and_non_class():
+    class Stub(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            raise NotImplementedError
+
+    assert check_multi_head_module(Stub).message == "Stub is not implemented yet."
+    verdict = check_multi_head_module(make_module()(8, 2))         # an instance, not the class
+    assert not verdict and "pass the class itself" in verdict.message
+
+
+def test_module_level_3_hint_is_the_forward_of_a_passing_module():
+    forward = from_hint("multi_head.module", "self, x, mask=None", ah=ah)
+    module = type("FromHint", (make_module(),), {"forward": forward})
+    assert check_multi_head_module(module)
 
 
 # --- grouped_query_attention -----------------------------------------------------------------
@@ -164,5 +214,5 @@ def test_gqa_stub_and_averaged_heads():
 
 
 def test_exercises_are_registered_with_three_hints():
-    for key in ("multi_head.forward", "multi_head.grouped_query"):
+    for key in ("multi_head.module", "multi_head.grouped_query"):
         assert key in exercises.EXERCISES and len(exercises.EXERCISES[key].hints) == 3

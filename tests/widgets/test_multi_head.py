@@ -179,3 +179,36 @@ def test_ablation_inputs_are_checked(trained, example_weights):
         multihead_widget(weights, labels, model=model)
     with pytest.raises(ValueError, match="need the model"):
         multihead_widget(weights, labels, eval_tokens=data.tokens, eval_targets=data.targets)
+
+
+def test_the_picture_states_the_settings_and_the_readouts(trained):
+    """The text pasted under the maps names the example, the head shown, the heads switched off
+    and the held-out accuracy of each relation, in both figures."""
+    widget, _, heads = trained
+    off = heads["previous"]
+    widget.set(example=2, head=ALL_HEADS, head_0_on=True, head_1_on=True)
+    widget.set(**{f"head_{off}_on": False})
+    lines = widget.view.grid_lines.texts
+    assert lines[0].startswith("example: " + widget.readouts["example"])
+    assert "showing: all heads" in lines[0]
+    assert f"switched off: head {off}" in lines[1]
+    assert f"previous letter {accuracy(widget, 'previous'):.2f}" in lines[1]
+    widget.set(head=heads["first"])
+    assert f"showing: head {heads['first']}" in widget.view.single_lines.texts[0]
+    widget.set(**{f"head_{off}_on": True}, head=ALL_HEADS)
+    assert "switched off: none" in widget.view.grid_lines.texts[1]
+
+
+def test_the_first_picture_can_open_with_a_head_switched_off(example_weights):
+    model, _ = heads_task.load_two_relations()
+    tokens, targets = heads_task.evaluation_batch()
+    with torch.no_grad():
+        _, weights = model(tokens[:6])
+    widget = multihead_widget(weights, [heads_task.token_labels(t) for t in tokens[:6]],
+                              mask=causal_mask(tokens.shape[1]), model=model, eval_tokens=tokens,
+                              eval_targets=targets, example=2, heads_on=[True, False])
+    assert widget.values["example"] == 2 and widget.values["head_1_on"] is False
+    assert widget.frame.heads_on == (True, False)
+    assert "switched off: head 1" in widget.view.grid_lines.texts[1]
+    with pytest.raises(ValueError, match="heads_on"):
+        multihead_widget(*example_weights, heads_on=[True, False])
