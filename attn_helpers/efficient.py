@@ -2,17 +2,10 @@ r"""Efficient attention from scratch: tiled (FlashAttention), linear (and its RN
 
 Shapes follow :func:`attn_helpers.scaled_dot_product_attention`: ``q`` ``(..., n_q, d_k)``,
 ``k`` ``(..., n_k, d_k)``, ``v`` ``(..., n_k, d_v)``; the leading (batch, head) dims broadcast.
-
-**Online softmax** (Milakov & Gimelshein, 2018). Scores arrive block by block; the state holds the
-running max :math:`m`, the sum :math:`\ell = \sum_j e^{s_j - m}` and :math:`\mathrm{acc} =
-\sum_j e^{s_j - m} v_j`. A block :math:`s^{(b)}, V^{(b)}` updates them: :math:`m' = \max(m,
-\max_j s^{(b)}_j)`, :math:`\ell' = e^{m - m'}\ell + \sum_j e^{s^{(b)}_j - m'}`, :math:`\mathrm{acc}'
-= e^{m - m'}\mathrm{acc} + \sum_j e^{s^{(b)}_j - m'} v^{(b)}_j`; the output :math:`\mathrm{acc} /
-\ell` is exact. Rabe & Staats (2021) used it to compute attention without the ``n x n`` matrix
-(extra memory sublinear in ``n``; gradients by checkpointing); FlashAttention (Dao et al., 2022)
-made it an IO-aware fused kernel whose backward recomputes the score tiles from the saved
-log-sum-exp; :func:`tiled_attention` uses FlashAttention-2's loop order (Dao, 2023).
-"""
+**Online softmax** (Milakov & Gimelshein, 2018): running max ``m``, ``l = sum exp(s - m)``,
+``acc = sum exp(s - m) v``, updated by ``m' = max(m, max s)``, ``l' = exp(m - m') l + sum exp(s -
+m')``, ``acc' = exp(m - m') acc + exp(s - m') V``. :func:`tiled_attention` follows FlashAttention-2
+(Dao, 2023); :func:`backward_tile` is one tile of its backward."""
 
 from __future__ import annotations
 
@@ -40,14 +33,13 @@ from ._checks import (
 from .kv_cache import kv_cache_bytes
 
 __all__ = ["OnlineSoftmaxState", "init_state", "block_state", "online_softmax_step", "merge_states",
-           "finalize", "tiled_attention", "elu_feature_map", "linear_attention",
+           "finalize", "tiled_attention", "backward_tile", "elu_feature_map", "linear_attention",
            "LinearAttentionState", "linear_attention_step", "decoding_memory", "local_attention"]
 
 
 class OnlineSoftmaxState(NamedTuple):
-    """Online-softmax statistics of the keys seen so far: ``max`` ``(..., n_q, 1)`` the running
-    maximum ``m`` (``-inf`` before any key), ``total`` ``(..., n_q, 1)`` the sum ``l`` of
-    ``exp(score - m)``, ``acc`` ``(..., n_q, d_v)`` the sum of ``exp(score - m) * value``."""
+    """Online-softmax statistics so far: ``max`` ``(..., n_q, 1)`` the running max ``m`` (``-inf``
+    before any key), ``total`` the sum ``l`` of ``exp(s - m)``, ``acc`` that of ``exp(s - m) v``."""
 
     max: torch.Tensor
     total: torch.Tensor
@@ -168,22 +160,41 @@ class _TiledAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, d_out, d_lse):
         (q, k, v, out, lse), scale, causal = ctx.saved_tensors, ctx.scale, ctx.causal
-        lse, d_lse = _safe(lse).unsqueeze(-1), d_lse.unsqueeze(-1)   # (..., n_q, 1)
-        D = (d_out * out).sum(dim=-1, keepdim=True)                   # (..., n_q, 1) rowsum(dO * O)
+        lse = _safe(lse).unsqueeze(-1)                                # (..., n_q, 1)
+        D = (d_out * out).sum(dim=-1, keepdim=True) - d_lse.unsqueeze(-1)  # rowsum(dO * O) (- d_lse)
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         for j in _blocks(k.shape[-2], ctx.block_k):                   # outer loop over K_j, V_j, as
             for i in _blocks(q.shape[-2], ctx.block_q):               # in FlashAttention-2's backward
                 if causal and j.start >= i.stop:                      # the tile is above the diagonal
                     continue
-                q_i, k_j, v_j, do_i = q[..., i, :], k[..., j, :], v[..., j, :], d_out[..., i, :]
-                s = _scores(q_i, k_j, i, j, scale=scale, causal=causal)
-                p = torch.exp(s - lse[..., i, :])                     # P_ij (..., B_q, B_k), recomputed
-                dv[..., j, :] += p.mT @ do_i                          # dV_j += P^T dO_i
-                dp = do_i @ v_j.mT                                    # dP = dO_i V_j^T
-                ds = p * (dp - D[..., i, :] + d_lse[..., i, :])       # dS = P * (dP - D) (+ lse's)
-                dq[..., i, :] += (ds @ k_j) * scale                   # dQ_i += dS K_j * scale
-                dk[..., j, :] += (ds.mT @ q_i) * scale                # dK_j += dS^T Q_i * scale
+                mask = (torch.arange(j.start, j.stop)[None, :] <= torch.arange(i.start, i.stop)[:, None]
+                        if causal and j.stop - 1 > i.start else None)   # the tile crosses the diagonal
+                dq_i, dk_j, dv_j = backward_tile(q[..., i, :], k[..., j, :], v[..., j, :],
+                                                 d_out[..., i, :], lse[..., i, :], D[..., i, :],
+                                                 scale=scale, mask=mask)
+                dq[..., i, :] += dq_i                                 # dQ_i += dS K_j * scale
+                dk[..., j, :] += dk_j                                 # dK_j += dS^T Q_i * scale
+                dv[..., j, :] += dv_j                                 # dV_j += P^T dO_i
         return dq, dk, dv, None, None, None, None
+
+
+def backward_tile(q, k_j, v_j, d_out, lse, D, *, scale=None, mask=None):
+    r"""One key/value tile of FlashAttention-2's backward (Dao, 2023), from what the forward saved.
+
+    ``q``, ``d_out`` ``(..., n_q, d_k / d_v)``; the tile ``k_j``, ``v_j`` ``(..., b_k, d_k / d_v)``;
+    ``lse``, ``D = rowsum(dO * O)`` ``(..., n_q, 1)``; ``mask`` (``True`` = may attend) broadcastable
+    to ``(..., n_q, b_k)``. Returns ``(dq, dk_j, dv_j)``, the tile's share of ``dQ`` and its
+    ``dK_j``, ``dV_j``: ``P = exp(S - lse)``, ``dV_j = P^T dO``, ``dP = dO V_j^T``,
+    ``dS = P * (dP - D)``, ``dQ = dS K_j * scale``, ``dK_j = dS^T Q * scale``.
+    """
+    scale = resolve_scale(scale, q.shape[-1])
+    s = (q @ k_j.mT) * scale                                          # S (..., n_q, b_k)
+    if mask is not None:
+        s = s.masked_fill(~mask.to(s.device), float("-inf"))
+    p = torch.exp(s - lse)                                            # P, recomputed from lse
+    dp = d_out @ v_j.mT                                               # dP = dO V_j^T
+    ds = p * (dp - D)                                                 # dS = P * (dP - D)
+    return (ds @ k_j) * scale, (ds.mT @ q) * scale, p.mT @ d_out      # dQ, dK_j, dV_j
 
 
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_size: int = 64,
@@ -191,14 +202,9 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_
                     query_block_size: int | None = None, scale: float | None = None):
     """Exact attention, FlashAttention's way: tiles of scores, online softmax, recomputing backward.
 
-    Forward (FlashAttention-2's loop order): for each block ``Q_i`` of ``query_block_size`` queries,
-    visit the key/value blocks ``K_j, V_j`` of ``block_size``; fold the tile ``S_ij = Q_i K_j^T *
-    scale`` into the running ``m, l, acc`` and drop it: one tile of scores at a time, so the extra
-    memory is a few ``(B_q, B_k)`` tiles. Saved for backward: ``q, k, v``, ``O`` and ``lse = m +
-    log l``, no ``(n_q, n_k)`` matrix.
-    Backward recomputes each tile, ``P = exp(S - lse)``: ``dV += P^T dO``, ``dP = dO V^T``,
-    ``dS = P * (dP - D)`` with ``D = rowsum(dO * O)`` (``+ P * d_lse`` if ``lse`` has a gradient),
-    ``dQ += dS K * scale``, ``dK += dS^T Q * scale``.
+    Forward (FlashAttention-2's loop order): for each block ``Q_i`` of queries, fold each tile
+    ``S_ij = Q_i K_j^T * scale`` into the running ``m, l, acc`` and drop it. Saved for backward:
+    ``q, k, v``, ``O`` and ``lse = m + log l``; the backward is :func:`backward_tile` per tile.
 
     Args:
         q: ``(..., n_q, d_k)``; k: ``(..., n_k, d_k)``; v: ``(..., n_k, d_v)``; batch dims broadcast.
@@ -226,8 +232,7 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
-    """``phi(x) = elu(x) + 1``: positive features, so the kernel ``phi(q) . phi(k)`` is positive.
-    ``x`` any floating-point tensor; the result has its shape."""
+    """``phi(x) = elu(x) + 1`` (same shape): positive features, a positive kernel ``phi(q).phi(k)``."""
     require_tensor("x", x, floating=True)
     return F.elu(x) + 1.0
 
@@ -282,10 +287,9 @@ class LinearAttentionState(NamedTuple):
 
 def linear_attention_step(state: LinearAttentionState | None, q_t: torch.Tensor,
                           k_t: torch.Tensor, v_t: torch.Tensor):
-    """One decoding step of causal linear attention: add token ``t`` to ``state`` (after tokens
-    ``0..t-1``; ``None`` before the first), then read it with ``q_t``. ``q_t, k_t`` ``(..., d_k)``,
-    ``v_t`` ``(..., d_v)``. Returns ``(o_t, new_state)``, ``o_t`` ``(..., d_v)`` equal to row ``t``
-    of ``linear_attention(q, k, v, causal=True)``."""
+    """One decoding step of causal linear attention: add token ``t`` (``q_t, k_t`` ``(..., d_k)``,
+    ``v_t`` ``(..., d_v)``) to ``state`` (``None`` before the first), then read it with ``q_t``.
+    Returns ``(o_t, new_state)``, ``o_t`` equal to row ``t`` of ``linear_attention(causal=True)``."""
     if state is not None and not isinstance(state, LinearAttentionState):
         raise TypeError(f"state must be a LinearAttentionState or None, got {type(state).__name__}")
     for name, t in (("q_t", q_t), ("k_t", k_t), ("v_t", v_t)):
@@ -310,10 +314,9 @@ def linear_attention_step(state: LinearAttentionState | None, q_t: torch.Tensor,
 
 def decoding_memory(n_tokens: int, *, d_k: int, d_v: int, num_heads: int = 1, num_layers: int = 1,
                     bytes_per_value: int = 2) -> dict[str, int]:
-    """Bytes a decoder keeps per sequence after ``n_tokens``: ``"kv_cache"``, softmax attention's
-    keys and values (:func:`attn_helpers.kv_cache.kv_cache_bytes`, ``n_tokens * (d_k + d_v)``
-    numbers per head and layer, growing), and ``"linear_state"``, linear attention's ``S`` and
-    ``z`` (``d_k * d_v + d_k``, constant)."""
+    """Bytes a decoder keeps per sequence after ``n_tokens``: ``"kv_cache"`` (``n_tokens * (d_k +
+    d_v)`` numbers per head and layer, growing) and ``"linear_state"`` (linear attention's ``S``
+    and ``z``, ``d_k * d_v + d_k``, constant)."""
     for name, value in dict(d_k=d_k, d_v=d_v, num_heads=num_heads).items():
         require_positive_int(name, value)
     kv = kv_cache_bytes(n_tokens, num_layers=num_layers, num_kv_heads=num_heads,  # 2 x head_dim
@@ -324,14 +327,10 @@ def decoding_memory(n_tokens: int, *, d_k: int, d_v: int, num_heads: int = 1, nu
 def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
                     causal: bool = True, *, block_size: int | None = None,
                     scale: float | None = None) -> torch.Tensor:
-    """Sliding-window attention computed block by block in ``O(n * window)`` time and memory.
-
-    The mask is :func:`attn_helpers.sliding_window_mask`: with ``causal=True`` query ``i`` sees keys
-    ``j`` with ``0 <= i - j < window``; with ``causal=False``, ``|i - j| < window``. Each block of
-    ``block_size`` queries (default ``window``) scores only the keys its window can reach.
-    q, k: ``(..., n, d_k)``; v: ``(..., n, d_v)``. Returns ``(..., n, d_v)``, equal to exact
-    attention with the sliding-window mask.
-    """
+    """Sliding-window attention block by block, ``O(n * window)`` time and memory: exact attention
+    with :func:`attn_helpers.sliding_window_mask` (``causal``: ``0 <= i - j < window``, else
+    ``|i - j| < window``); each block of ``block_size`` queries (default ``window``) scores only
+    the keys in its reach. q, k: ``(..., n, d_k)``; v: ``(..., n, d_v)``; returns ``(..., n, d_v)``."""
     batch = _check_qkv(q, k, v, keys_may_be_empty=True)                 # n = 0: an empty output
     require_positive_int("window", window)
     require_bool("causal", causal)

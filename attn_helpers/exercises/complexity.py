@@ -1,6 +1,7 @@
 r"""Checkers for notebook 08 (complexity): one FlashAttention tile update
-(``complexity.tile_update``), merging the online-softmax states of two blocks of keys
-(``complexity.merge_states``), and the bytes of a model's KV cache (``complexity.kv_cache_bytes``).
+(``complexity.tile_update``), one key/value tile of FlashAttention-2's backward
+(``complexity.backward_tile``), and causal linear attention by running sums
+(``complexity.causal_linear``).
 
 A state is the online softmax's ``(m, l, acc)``: ``m`` ``(..., n_q, 1)`` the running maximum of
 the scores (``-inf`` before any key), ``l`` ``(..., n_q, 1)`` the sum of ``exp(s - m)`` and ``acc``
@@ -15,13 +16,19 @@ from collections.abc import Callable
 
 import torch
 
-from ..efficient import OnlineSoftmaxState, block_state, merge_states, online_softmax_step
-from ..kv_cache import kv_cache_bytes
-from .core import CheckResult, Mistake, as_number, check_function, seeded
+from ..efficient import (
+    OnlineSoftmaxState,
+    backward_tile,
+    block_state,
+    elu_feature_map,
+    linear_attention,
+    online_softmax_step,
+)
+from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_tile_update", "check_merge_states", "check_kv_cache_bytes",
-           "tile_update_reference", "merge_states_reference", "kv_cache_bytes_reference"]
+__all__ = ["check_tile_update", "check_backward_tile", "check_causal_linear",
+           "tile_update_reference", "backward_tile_reference", "causal_linear_reference"]
 
 F64 = torch.float64
 STATE = ("m (running max)", "l (running sum)", "acc (running output)")
@@ -151,172 +158,185 @@ def check_tile_update(tile_update: Callable) -> CheckResult:
                    what="tile_update", output_names=STATE, atol=1e-9, rtol=1e-7)
 
 
-# --- exercise 2: merging two blocks' states -----------------------------------------------------
+# --- exercise 2: one tile of FlashAttention-2's backward ----------------------------------------
 
 
-def merge_states_reference(m_a, l_a, acc_a, m_b, l_b, acc_b):
-    """The state of the keys of both blocks, against ``m = max(m_a, m_b)``; a row that saw no key
-    in either block stays ``(-inf, 0, 0)``."""
-    return tuple(merge_states(OnlineSoftmaxState(m_a, l_a, acc_a), OnlineSoftmaxState(m_b, l_b, acc_b)))
+GRADS = ("dq (this tile's share of dQ)", "dk_j", "dv_j")
 
 
-def _two_blocks(g, batch, n_q, n_a, n_b, d_v, size=1.0, shift=0.0):
+def backward_tile_reference(q, k_j, v_j, d_out, lse, D):
+    """``(dq, dk_j, dv_j)`` of the key/value tile ``k_j``, ``v_j`` for all queries ``q``, from the
+    saved ``lse`` and ``D = rowsum(dO * O)`` ``(..., n_q, 1)``; scale ``1 / sqrt(d_k)``."""
+    return backward_tile(q, k_j, v_j, d_out, lse, D)
+
+
+def _backward_case(g, batch, n_q, n_k, d_k, d_v, tile, size=1.0, large=False):
+    """Inputs of one tile (keys ``tile``, a slice of ``0..n_k``), the lse and D of all keys;
+    ``large``: every score near 1000."""
     def rand(*shape):
         return torch.randn(*batch, *shape, generator=g, dtype=F64)
 
-    a = _state_after(size * rand(n_q, n_a), rand(n_a, d_v))
-    b = _state_after(size * rand(n_q, n_b) + shift, rand(n_b, d_v))
-    return dict(zip(("m_a", "l_a", "acc_a", "m_b", "l_b", "acc_b"), (*a, *b), strict=True))
+    q, k, v, d_out = size * rand(n_q, d_k), rand(n_k, d_k), rand(n_k, d_v), rand(n_q, d_v)
+    if large:
+        q[..., 0], k[..., 0] = 1000.0 * math.sqrt(d_k), 1.0
+    s = q @ k.transpose(-2, -1) / math.sqrt(d_k)                     # (..., n_q, n_k)
+    lse = torch.logsumexp(s, dim=-1, keepdim=True)                   # (..., n_q, 1)
+    out = torch.softmax(s, dim=-1) @ v
+    return {"q": q, "k_j": k[..., tile, :], "v_j": v[..., tile, :], "d_out": d_out, "lse": lse,
+            "D": (d_out * out).sum(dim=-1, keepdim=True)}
 
 
-def _merge_cases() -> list[dict]:
-    g = seeded(82)
-    cases = [_two_blocks(g, (), 6, 5, 3, 2),                    # either max the larger
-             _two_blocks(g, (), 4, 5, 3, 2, shift=2.0),          # b's max is larger
-             _two_blocks(g, (), 3, 4, 6, 3, shift=-2.0),         # a's max is larger
-             _two_blocks(g, (2, 4), 3, 3, 5, 8, shift=0.0),      # batch and head dims
-             _two_blocks(g, (), 1, 1, 1, 1),                     # one query, one key per block
-             _two_blocks(g, (), 3, 4, 4, 2, size=300.0)]         # large logits
-    empty = _two_blocks(g, (2,), 3, 3, 3, 4)                     # b: row 1 saw no key (causal)
-    empty["m_b"][:, 1], empty["l_b"][:, 1], empty["acc_b"][:, 1] = -math.inf, 0.0, 0.0
-    return cases + [empty]
+def _backward_cases() -> list[dict]:
+    g = seeded(84)
+    return [_backward_case(g, (), 5, 12, 8, 8, slice(4, 8)),        # a middle tile
+            _backward_case(g, (2, 3), 4, 9, 4, 6, slice(0, 3)),     # batch, heads, d_k != d_v
+            _backward_case(g, (), 1, 5, 2, 3, slice(4, 5)),         # one query, one key
+            _backward_case(g, (2,), 6, 10, 16, 4, slice(6, 10), size=4.0)]
 
 
-def _empty_cases() -> list[dict]:
-    case = _two_blocks(seeded(83), (), 3, 2, 2, 2)
-    for side in "ab":                                            # row 2 saw no key at all
-        case[f"m_{side}"][2], case[f"l_{side}"][2], case[f"acc_{side}"][2] = -math.inf, 0.0, 0.0
-    return [case]
+def _large_backward_cases() -> list[dict]:
+    """Scores near 1000: exp(S) overflows, exp(S - lse) does not."""
+    return [_backward_case(seeded(85), (), 3, 8, 8, 4, slice(2, 6), large=True)]
 
 
-def _merge_with(m_a, l_a, acc_a, m_b, l_b, acc_b, *, m=None, factors=None, finish=False):
-    m = torch.maximum(m_a, m_b) if m is None else m(m_a, m_b)
-    ca, cb = (torch.exp(m_a - m), torch.exp(m_b - m)) if factors is None else factors(m_a, m_b, m)
-    l = ca * l_a + cb * l_b  # noqa: E741
-    acc = ca * acc_a + cb * acc_b
-    return m, l, acc / l if finish else acc
+def _backward_with(q, k_j, v_j, d_out, lse, D, *, scale_grads=True, scale_scores=True, p=None,
+                   d=None, sign=1.0):
+    """The tile's gradients with one thing changed, for the known mistakes."""
+    scale = 1 / math.sqrt(q.shape[-1])
+    s = q @ k_j.transpose(-2, -1) * (scale if scale_scores else 1.0)
+    P = torch.exp(s - lse) if p is None else p(s)
+    dP = d_out @ v_j.transpose(-2, -1)
+    D = D if d is None else d(P, dP, d_out, v_j)
+    dS = P * (dP - sign * D)
+    g = scale if scale_grads else 1.0
+    return dS @ k_j * g, dS.transpose(-2, -1) @ q * g, P.transpose(-2, -1) @ d_out
 
 
-def _merge_mistakes() -> list[Mistake]:
-    def ones(m_a, m_b, m):
-        return torch.ones_like(m), torch.ones_like(m)
-
+def _backward_mistakes() -> list[Mistake]:
     return [
-        Mistake(lambda *a: _merge_with(*a, factors=ones),
-                "l and acc were added as they are, but a's terms are measured against m_a and b's "
-                "against m_b: bring both to m = max(m_a, m_b) first, multiplying a's by "
-                "exp(m_a - m) and b's by exp(m_b - m)."),
-        Mistake(lambda *a: _merge_with(*a, factors=lambda ma, mb, m: (torch.ones_like(m),
-                                                                      torch.exp(mb - m))),
-                "only b was rescaled: that is right only where a's max is the larger. Rescale both "
-                "blocks, a by exp(m_a - m) and b by exp(m_b - m)."),
-        Mistake(lambda *a: _merge_with(*a, factors=lambda ma, mb, m: (torch.exp(m - ma),
-                                                                      torch.exp(m - mb))),
-                "the factors are upside down: a term exp(s - m_a) becomes exp(s - m) when "
-                "multiplied by exp(m_a - m), which is at most 1."),
-        Mistake(lambda *a: _merge_with(*a, m=torch.minimum, factors=lambda ma, mb, m: (
-                    torch.exp(ma - torch.maximum(ma, mb)), torch.exp(mb - torch.maximum(ma, mb)))),
-                "the merged m must be the larger of the two maxima, max(m_a, m_b)."),
-        Mistake(lambda *a: _merge_with(*a, finish=True),
-                "acc came back divided by l: that is the merged output, not the merged state; "
-                "keep acc unnormalised (a third block may still come)."),
-        Mistake(lambda m_a, l_a, acc_a, m_b, l_b, acc_b: (
-                    torch.maximum(m_a, m_b), (l_a + l_b) / 2, (acc_a / l_a + acc_b / l_b) / 2),
-                "the two blocks' outputs were averaged: each block counts in proportion to its "
-                "share of the softmax mass, exp(m_a - m) l_a against exp(m_b - m) l_b."),
+        Mistake(lambda *a: _backward_with(*a, d=lambda P, dP, dO, v: (P * dP).sum(-1, keepdim=True)),
+                "D was recomputed as rowsum(P * dP) over this tile alone; D = rowsum(dO * O) = "
+                "rowsum(P * dP) summed over ALL keys of the row: use the D you are given."),
+        Mistake(lambda *a: _backward_with(*a, d=lambda P, dP, dO, v: torch.zeros_like(P[..., :1])),
+                "dS = P * dP is missing the - D term: the softmax's Jacobian gives "
+                "dS = P * (dP - D), D = rowsum(dO * O)."),
+        Mistake(lambda *a: _backward_with(*a, sign=-1.0),
+                "D was added instead of subtracted: dS = P * (dP - D)."),
+        Mistake(lambda *a: _backward_with(*a, scale_grads=False),
+                "dq and dk_j miss the scale: S = Q K^T / sqrt(d_k), so dQ = dS K_j / sqrt(d_k) and "
+                "dK_j = dS^T Q / sqrt(d_k) (the chain rule through the scaling)."),
+        Mistake(lambda *a: _backward_with(*a, scale_scores=False),
+                "the scores were not scaled before exp: P = exp(Q K_j^T / sqrt(d_k) - lse)."),
+        Mistake(lambda *a: _backward_with(*a, p=lambda s: torch.softmax(s, dim=-1)),
+                "P was not recomputed from lse: a softmax over this tile alone normalises over its "
+                "keys only; P = exp(S - lse) divides by the whole row's sum, saved as lse."),
+        Mistake(lambda *a: _backward_with(*a, p=lambda s: torch.exp(s - s.amax(-1, keepdim=True))),
+                "P was recomputed against the tile's own max, not from lse: P = exp(S - lse) is "
+                "the softmax over the whole row, already normalised."),
     ]
 
 
-@exercise("complexity.merge_states", "merge the online-softmax states of two blocks of keys",
-          hints=(
-              "Each block's l and acc are sums of exp(s - m_block): they are measured against "
-              "different maxima. Pick the common reference m = max(m_a, m_b), move both blocks "
-              "to it, and the sums simply add. A row that saw no key has m = -inf, l = 0, acc = 0.",
-              "m = max(m_a, m_b);  l = exp(m_a - m) l_a + exp(m_b - m) l_b;  "
-              "acc = exp(m_a - m) acc_a + exp(m_b - m) acc_b  (a factor is 0 where its m is -inf, "
-              "including where m itself is -inf).",
-              "m = torch.maximum(m_a, m_b)\n"
-              "safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))   # no -inf - (-inf)\n"
-              "ca, cb = torch.exp(m_a - safe), torch.exp(m_b - safe)\n"
-              "return m, ca * l_a + cb * l_b, ca * acc_a + cb * acc_b"))
-def check_merge_states(merge: Callable) -> CheckResult:
-    """Exercise: ``merge_states(m_a, l_a, acc_a, m_b, l_b, acc_b) -> (m, l, acc)``, the state of the
-    keys of two blocks (the same queries): ``m``, ``l`` ``(..., n_q, 1)``, ``acc``
-    ``(..., n_q, d_v)``, in and out, with ``m = max(m_a, m_b)``."""
-    mistakes = _merge_mistakes()
-    return _stages(merge, merge_states_reference, [
-        (_merge_cases(), mistakes, "a large m_a or m_b overflowed exp: use the factors "
-                                   "exp(m_a - m) and exp(m_b - m), never exp(m_a) or exp(l)."),
-        (_empty_cases(), [], "a row that saw no key in either block has m_a = m_b = m = "
-                                   "-inf, and exp(-inf - (-inf)) is NaN: such a row must stay "
-                                   "m = -inf, l = 0, acc = 0 (subtract 0 instead of m where m "
-                                   "is -inf)."),
-    ], what="merge_states", output_names=STATE, atol=1e-9, rtol=1e-7)
+@exercise("complexity.backward_tile", "one key/value tile of FlashAttention-2's backward", hints=(
+    "Nothing of size n x n was saved: rebuild this tile's weights P from the scores and the saved "
+    "log-sum-exp, then follow the chain rule backwards through O = P V, the softmax and the "
+    "scaling S = Q K^T / sqrt(d_k). D, the softmax's row term, is given: it covers all keys.",
+    "S = Q K_j^T / sqrt(d_k);  P = exp(S - lse);  dV_j = P^T dO;  dP = dO V_j^T;  "
+    "dS = P * (dP - D);  dQ = dS K_j / sqrt(d_k);  dK_j = dS^T Q / sqrt(d_k).",
+    "scale = 1 / math.sqrt(q.shape[-1])\n"
+    "p = torch.exp(q @ k_j.transpose(-2, -1) * scale - lse)\n"
+    "ds = p * (d_out @ v_j.transpose(-2, -1) - D)\n"
+    "return ds @ k_j * scale, ds.transpose(-2, -1) @ q * scale, p.transpose(-2, -1) @ d_out"))
+def check_backward_tile(tile: Callable) -> CheckResult:
+    """Exercise: ``backward_tile(q, k_j, v_j, d_out, lse, D) -> (dq, dk_j, dv_j)``: ``q``
+    ``(..., n_q, d_k)``, ``k_j`` ``(..., b_k, d_k)``, ``v_j`` ``(..., b_k, d_v)``, ``d_out``
+    ``(..., n_q, d_v)``, ``lse`` and ``D`` ``(..., n_q, 1)``; ``dq`` is this tile's share of dQ."""
+    overflow = ("exp(S) overflowed: never exponentiate a raw score; P = exp(S - lse) is at most 1.")
+    return _stages(tile, backward_tile_reference,
+                   [(_backward_cases(), _backward_mistakes(), overflow),
+                    (_large_backward_cases(), [], overflow)],
+                   what="backward_tile", output_names=GRADS, atol=1e-9, rtol=1e-7)
 
 
-# --- exercise 3: the KV cache of a model --------------------------------------------------------
+# --- exercise 3: causal linear attention by running sums ---------------------------------------
 
 
-def kv_cache_bytes_reference(n_tokens, num_layers, num_heads, num_kv_heads, head_dim, dtype):
-    """Bytes of the keys and values of ``n_tokens`` positions, every layer, ``num_kv_heads``
-    heads of ``head_dim`` numbers each, in ``dtype`` (``num_heads``, the query heads, do not
-    count)."""
-    return kv_cache_bytes(n_tokens, num_layers=num_layers, num_kv_heads=num_kv_heads,
-                          head_dim=head_dim, bytes_per_value=torch.empty((), dtype=dtype).element_size())
+def causal_linear_reference(q, k, v):
+    """``out_t = phi(q_t)^T S_t / phi(q_t)^T z_t`` with ``S_t = sum_{j<=t} phi(k_j) v_j^T`` and
+    ``z_t = sum_{j<=t} phi(k_j)``, ``phi = elu + 1``: ``linear_attention(q, k, v, causal=True)``."""
+    return linear_attention(q, k, v, causal=True)
 
 
-#: ``(n_tokens, num_layers, num_heads, num_kv_heads, head_dim, dtype)``: the attention shapes
-#: of Llama 2 7B, Llama 3 8B and Llama 2/3 70B as published in their configurations, a
-#: MiniLM-sized float32 model first (bytes against numbers tell apart there), one-token MQA.
-KV_MODELS = [
-    (2048, 6, 12, 12, 32, torch.float32),         # all-MiniLM-L6-v2-sized, float32
-    (4096, 32, 32, 32, 128, torch.float16),       # Llama 2 7B: multi-head, 32 KV heads
-    (8192, 32, 32, 8, 128, torch.bfloat16),       # Llama 3 8B: grouped-query, 8 KV heads
-    (32768, 80, 64, 8, 128, torch.bfloat16),      # Llama 2/3 70B
-    (1, 1, 4, 1, 64, torch.float64),              # multi-query, one token
-]
+def _linear_cases() -> list[dict]:
+    g = seeded(86)
+    cases = []
+    for batch, n, d_k, d_v in [((), 7, 4, 4), ((2, 3), 9, 3, 5), ((), 1, 2, 3), ((2,), 12, 8, 2)]:
+        q, k, v = (torch.randn(*batch, n, d, generator=g, dtype=F64) for d in (d_k, d_k, d_v))
+        cases.append({"q": q, "k": k, "v": v})
+    return cases
 
 
-BYTES = "expected a number of bytes"
+def _linear_with(q, k, v, *, phi=elu_feature_map, prefix="inclusive", normalise="causal",
+                 phi_v=False):
+    """Causal linear attention with one thing changed, for the known mistakes."""
+    pq, pk = phi(q), phi(k)
+    v = elu_feature_map(v) if phi_v else v
+    a = pq @ pk.transpose(-2, -1)                                    # (..., n, n) phi(q_t) . phi(k_j)
+    n = q.shape[-2]
+    keep = {"inclusive": torch.ones(n, n).tril(), "exclusive": torch.ones(n, n).tril(-1),
+            "all": torch.ones(n, n), "one ahead": torch.ones(n, n).tril(1)}[prefix].to(F64)
+    a_masked = a * keep
+    num = a_masked @ v
+    if normalise == "none":
+        return num
+    den = (a if normalise == "all" else a_masked).sum(-1, keepdim=True)
+    return num / den
 
 
-@exercise("complexity.kv_cache_bytes", "the KV-cache bytes of a model", hints=(
-    "Every generated token leaves one key and one value vector in every layer, for every key/value "
-    "head (not every query head, under grouped-query attention); each number takes the bytes of "
-    "the dtype.",
-    "bytes = 2 (K and V) x layers x KV heads x head_dim x bytes per number x tokens.",
-    "size = torch.empty((), dtype=dtype).element_size()\n"
-    "return 2 * num_layers * num_kv_heads * head_dim * size * n_tokens"))
-def check_kv_cache_bytes(cache_bytes: Callable) -> CheckResult:
-    """Exercise: ``kv_cache_bytes(n_tokens, num_layers, num_heads, num_kv_heads, head_dim, dtype)
-    -> int``, the bytes of one sequence's KV cache."""
-    cases = [dict(zip(("n_tokens", "num_layers", "num_heads", "num_kv_heads", "head_dim", "dtype"),
-                      model, strict=True)) for model in KV_MODELS]
+def _linear_mistakes() -> list[Mistake]:
+    return [
+        Mistake(lambda *a: _linear_with(*a, prefix="all"),
+                "the sums ran over every token, future included (non-causal): S_t and z_t may "
+                "only add phi(k_j) v_j^T and phi(k_j) for j <= t."),
+        Mistake(lambda *a: _linear_with(*a, prefix="one ahead"),
+                "the sums at step t include token t + 1, from the future: update S and z with "
+                "token t, read them at t, and only then move on."),
+        Mistake(lambda *a: _linear_with(*a, prefix="exclusive"),
+                "token t does not see itself: the running sums were read before token t was "
+                "added (j < t); they must include j = t."),
+        Mistake(lambda *a: _linear_with(*a, normalise="none"),
+                "the normaliser is missing: divide phi(q_t)^T S_t by phi(q_t)^T z_t."),
+        Mistake(lambda *a: _linear_with(*a, normalise="all"),
+                "the normaliser z summed over all tokens while S was causal: both run over j <= t."),
+        Mistake(lambda *a: _linear_with(*a, phi=lambda x: torch.nn.functional.elu(x)),
+                "phi = elu without the + 1: the feature map is elu(x) + 1, positive, so the "
+                "normaliser never reaches 0."),
+        Mistake(lambda *a: _linear_with(*a, phi=lambda x: x),
+                "no feature map: phi(x) = elu(x) + 1 is applied to q and k (raw dot products can "
+                "be negative and the normaliser can cross 0)."),
+        Mistake(lambda *a: _linear_with(*a, phi_v=True),
+                "phi was applied to the values too: only q and k go through the feature map."),
+    ]
 
-    def wrong(formula):
-        return as_number(lambda n, layers, heads, kv, d, dtype: formula(
-            n, layers, heads, kv, d, torch.empty((), dtype=dtype).element_size()), BYTES)
 
-    return check_function(as_number(cache_bytes, BYTES), as_number(kv_cache_bytes_reference, BYTES),
-                          cases,
-                          what="kv_cache_bytes", output_names=("the number of bytes",), mistakes=[
-        Mistake(wrong(lambda n, L, h, kv, d, size: L * kv * d * size * n),
-                "that counts the keys only: the cache holds a value vector beside every key, so "
-                "multiply by 2."),
-        Mistake(wrong(lambda n, L, h, kv, d, size: 2 * L * h * d * size * n),
-                "you counted the query heads (num_heads); only the key/value heads are cached, "
-                "num_kv_heads of them (grouped-query attention shares each among several queries)."),
-        Mistake(wrong(lambda n, L, h, kv, d, size: 2 * L * kv * d * 4 * n),
-                "you assumed 4 bytes per number; float16 and bfloat16 take 2, float64 takes 8: "
-                "torch.empty((), dtype=dtype).element_size() gives the size of any dtype."),
-        Mistake(wrong(lambda n, L, h, kv, d, size: 2 * L * kv * d * n),
-                "that is the number of cached numbers, not of bytes: multiply by the bytes per "
-                "number of the dtype."),
-        Mistake(wrong(lambda n, L, h, kv, d, size: 2 * kv * d * size * n),
-                "that is one layer's cache: every layer keeps its own keys and values."),
-        Mistake(wrong(lambda n, L, h, kv, d, size: 2 * L * kv * d * size),
-                "that is the cache of one token: multiply by the number of tokens."),
-        Mistake(wrong(lambda n, L, h, kv, d, size: 2 * L * kv * d * size * n * 8),
-                "that is a number of bits: a byte is 8 bits, and element_size() is already in "
-                "bytes."),
-    ], atol=0.0, rtol=0.0)
+@exercise("complexity.causal_linear", "causal linear attention by running sums", hints=(
+    "Walk t = 0, 1, ..., n - 1 and keep two running sums over the tokens so far: a d_k x d_v "
+    "matrix and a d_k vector. Add token t to them first, then read them with phi(q_t). "
+    "phi(x) = elu(x) + 1 (torch.nn.functional.elu).",
+    "phi = elu + 1;  S_t = S_{t-1} + phi(k_t) v_t^T;  z_t = z_{t-1} + phi(k_t);  "
+    "out_t = phi(q_t)^T S_t / (phi(q_t)^T z_t).",
+    "pq, pk = torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1\n"
+    "S = q.new_zeros((*q.shape[:-2], q.shape[-1], v.shape[-1]))\n"
+    "z, outs = q.new_zeros((*q.shape[:-2], q.shape[-1])), []\n"
+    "for t in range(q.shape[-2]):\n"
+    "    S = S + pk[..., t, :, None] * v[..., t, None, :]\n"
+    "    z = z + pk[..., t, :]\n"
+    "    num = (pq[..., t, None, :] @ S).squeeze(-2)\n"
+    "    outs.append(num / (pq[..., t, :] * z).sum(-1, keepdim=True))\n"
+    "return torch.stack(outs, dim=-2)"))
+def check_causal_linear(causal_linear: Callable) -> CheckResult:
+    """Exercise: ``causal_linear(q, k, v) -> out``: ``q``, ``k`` ``(..., n, d_k)``, ``v``
+    ``(..., n, d_v)``; ``out`` ``(..., n, d_v)``, equal to ``linear_attention(causal=True)``."""
+    return check_function(causal_linear, causal_linear_reference, _linear_cases(),
+                          what="causal_linear", output_names=("out",), mistakes=_linear_mistakes(),
+                          nan_hint="a normaliser of 0 or below: phi = elu + 1 keeps it positive.",
+                          atol=1e-9, rtol=1e-7)

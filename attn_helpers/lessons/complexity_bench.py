@@ -33,6 +33,7 @@ from ..efficient import linear_attention, local_attention, tiled_attention
 from ..measure import PowerLaw, fit_power_law, peak_bytes, time_call
 
 __all__ = ["ATTENTION_HEADS", "ATTENTION_HEAD_DIM", "ATTENTION_METHODS", "FWD_BWD_METHODS",
+           "EXTRA_METHODS",
            "ATTENTION_FUNCTIONS", "naive_attention", "fwd_bwd_call", "saved_bytes",
            "attention_flops", "attention_sizes", "time_ms", "matmul_gflops", "cache_sizes",
            "last_level_cache", "copy_bandwidth_gbps", "machine_record", "bench_attention",
@@ -44,6 +45,8 @@ ATTENTION_HEADS = 8
 ATTENTION_HEAD_DIM = 64
 ATTENTION_METHODS = ("naive", "sdpa", "tiled", "linear", "local")
 FWD_BWD_METHODS = ("naive_fwd_bwd", "sdpa_fwd_bwd", "tiled_fwd_bwd")
+#: measured on request only: exact causal attention, the like-for-like reference of linear and local
+EXTRA_METHODS = ("sdpa_causal",)
 TILED_QUERY_BLOCK = 1024
 TILED_KEY_BLOCK = 512
 #: square tiles of the tiled forward + backward (128: a block size FlashAttention-2 uses on GPUs)
@@ -69,6 +72,7 @@ ATTENTION_FUNCTIONS: dict[str, Callable] = {
                                              query_block_size=TILED_QUERY_BLOCK),
     "linear": lambda q, k, v: linear_attention(q, k, v, causal=True),
     "local": lambda q, k, v: local_attention(q, k, v, LOCAL_WINDOW, causal=True),
+    "sdpa_causal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
     "naive_fwd_bwd": naive_attention,
     "sdpa_fwd_bwd": F.scaled_dot_product_attention,
     "tiled_fwd_bwd": lambda q, k, v: tiled_attention(q, k, v, block_size=TILED_FWD_BWD_BLOCK),
@@ -108,6 +112,8 @@ def attention_flops(method: str, n: int, heads: int = ATTENTION_HEADS,
         return 12.0 * heads * n * n * d
     if method == "linear":
         return 4.0 * heads * n * d * d
+    if method == "sdpa_causal":                                      # the pairs j <= i: about half
+        return 2.0 * heads * n * (n + 1) * d
     if method == "local":
         return 4.0 * heads * n * min(n, LOCAL_WINDOW) * d
     raise ValueError(f"method must be one of {ATTENTION_METHODS + FWD_BWD_METHODS}, got {method!r}")
@@ -188,7 +194,7 @@ def bench_attention(max_n: int = 8192, device: str = "cpu",
     """Measure every method at every ``n`` (forward + backward only up to ``fwd_bwd_max_n``);
     return the JSON records of the module docstring, the matmul peak and the machine last
     (``references=False`` leaves those two out, for a quick run)."""
-    known = ATTENTION_METHODS + FWD_BWD_METHODS
+    known = ATTENTION_METHODS + FWD_BWD_METHODS + EXTRA_METHODS
     unknown = set(methods) - set(known)
     if unknown:
         raise ValueError(f"methods must be among {known}, got {sorted(unknown)}")
@@ -251,7 +257,7 @@ def validate_records(records) -> list[dict]:
                                  f"copy_gbps be > 0, got {r!r}")
             continue
         if method not in kinds:
-            if method not in ATTENTION_METHODS + FWD_BWD_METHODS:
+            if method not in ATTENTION_METHODS + FWD_BWD_METHODS + EXTRA_METHODS:
                 raise ValueError(f"record {i}: unknown method {method!r}")
             if not isinstance(r["n"], int) or not isinstance(r["peak_bytes"], int):
                 raise ValueError(f"record {i}: n and peak_bytes must be ints, got {r!r}")

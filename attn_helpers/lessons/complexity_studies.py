@@ -30,7 +30,6 @@ from .complexity_bench import (
     ATTENTION_FUNCTIONS,
     ATTENTION_HEAD_DIM,
     ATTENTION_HEADS,
-    TILED_QUERY_BLOCK,
     cache_sizes,
     copy_bandwidth_gbps,
     fwd_bwd_call,
@@ -42,8 +41,8 @@ from .complexity_bench import (
 )
 
 __all__ = ["tile_working_set_bytes", "block_sweep", "traffic_bytes", "naive_stage_times",
-           "roofline_sizes", "roofline_study", "fwd_bwd_study", "decoding_study", "ring_overlap",
-           "generation_flops"]
+           "causal_reference", "ROOFLINE_N", "ROOFLINE_TILE", "roofline_study", "fwd_bwd_study",
+           "decoding_study", "ring_overlap", "generation_flops"]
 
 H, D = ATTENTION_HEADS, ATTENTION_HEAD_DIM
 
@@ -74,76 +73,97 @@ def block_sweep(n: int, blocks, *, budget_s: float = 0.2, seed: int = 0) -> list
     return rows
 
 
-def traffic_bytes(method: str, n: int, *, heads: int = H, d: int = D,
-                  block_q: int = TILED_QUERY_BLOCK, element_bytes: int = 4) -> int:
+def traffic_bytes(method: str, n: int, *, heads: int = H, d: int = D, block_q: int = 256,
+                  element_bytes: int = 4) -> int:
     r"""Main-memory traffic of one forward call when nothing of size :math:`n^2` fits in cache.
 
-    * ``naive``: :math:`Q, K` read, :math:`S` written and read, :math:`P` written and read,
-      :math:`V` read, :math:`O` written: :math:`4n^2 + 4nd` elements per head.
+    * ``naive``: :math:`Q, K` read, :math:`QK^\top` written, read and written again as :math:`S`
+      by the separate ``/ sqrt(d)`` pass, :math:`S` read and :math:`P` written, :math:`P` and
+      :math:`V` read, :math:`O` written: :math:`6n^2 + 4nd` elements per head.
     * ``tiled``: :math:`Q` read and :math:`O` written once, :math:`K, V` read once per block of
-      ``block_q`` queries: :math:`2nd + 2nd\,\lceil n / B_q\rceil`.
+      ``block_q`` queries, :math:`2nd + 2nd\,\lceil n / B_q\rceil`, if a tile's working set
+      stays in cache (:func:`tile_working_set_bytes`).
     * ``sdpa``: the least any exact method moves, its inputs and output once: :math:`4nd`.
     """
-    elements = {"naive": 4 * n * n + 4 * n * d, "sdpa": 4 * n * d,
+    elements = {"naive": 6 * n * n + 4 * n * d, "sdpa": 4 * n * d,
                 "tiled": 2 * n * d + 2 * n * d * math.ceil(n / block_q)}
     if method not in elements:
         raise ValueError(f"method must be 'naive', 'tiled' or 'sdpa', got {method!r}")
     return heads * element_bytes * elements[method]
 
 
-def naive_stage_times(n: int, *, budget_s: float = 0.2, seed: int = 0) -> dict[str, float]:
+def naive_stage_times(n: int, *, budget_s: float = 0.2, seed: int = 0, extras: bool = True
+                      ) -> dict[str, float]:
     """Median milliseconds of each stage of naive attention on its own at length ``n``:
-    ``"QK^T"`` (:math:`S = QK^\\top/\\sqrt d`), ``"softmax"``, ``"PV"``, and ``"total"``."""
+    ``"QK^T"`` (``S = QK^T / sqrt(d)``, two passes), ``"softmax"``, ``"PV"``; with ``extras``
+    also ``"total"`` and, for the softmax's matrix ``S``, ``"copy S"`` (one read and one write of
+    it, the least a softmax can move) and ``"exp S"`` (one exponential per score)."""
     q, k, v = _qkv(n, seed)
     scale = 1 / math.sqrt(D)
     s = q @ k.mT * scale                                               # (1, h, n, n)
-    p = torch.softmax(s, dim=-1)
+    p, out = torch.softmax(s, dim=-1), torch.empty_like(s)
     calls = {"QK^T": lambda: q @ k.mT * scale, "softmax": lambda: torch.softmax(s, dim=-1),
-             "PV": lambda: p @ v, "total": lambda: naive_attention(q, k, v)}
+             "PV": lambda: p @ v}
+    if extras:
+        calls |= {"total": lambda: naive_attention(q, k, v), "copy S": lambda: out.copy_(s),
+                  "exp S": lambda: torch.exp(s, out=out)}
     return {name: time_ms(call, budget_s=budget_s) for name, call in calls.items()}
 
 
-def roofline_sizes(l3_bytes: int | None) -> tuple[int, int]:
-    """``(n_small, n_large)``: the largest ``n`` (128..1024) whose score and weight matrices (8
-    heads, float32) fit together in a quarter of the last-level cache ``l3_bytes`` (other
-    processes share it), and the smallest (1024..4096) whose score matrix alone is at least 4
-    times that cache; ``(256, 2048)`` when its size is unknown."""
-    if not l3_bytes:
-        return 256, 2048
-    small = max([n for n in (128, 256, 512, 1024) if 2 * score_matrix_bytes(n, heads=H)
-                 <= l3_bytes // 4] or [128])
-    large = min([n for n in (1024, 2048, 4096) if score_matrix_bytes(n, heads=H)
-                 >= 4 * l3_bytes] or [4096])
-    return small, large
+def causal_reference(n: int = 4096, *, budget_s: float = 0.01, seed: int = 0) -> dict:
+    """A ``bench_attention``-style record of exact causal attention
+    (``F.scaled_dot_product_attention(..., is_causal=True)``) at ``n``, time only (``median_ms``):
+    the like-for-like reference for the causal ``linear`` and ``local`` methods."""
+    q, k, v = _qkv(require_positive_int("n", n), seed)
+    with torch.no_grad():
+        ms = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                     budget_s=budget_s)
+    return {"method": "sdpa_causal", "n": n, "median_ms": ms}
 
 
-def roofline_study(*, budget_s: float = 0.2, seed: int = 0) -> dict:
-    """Cache sizes, copy bandwidth and matmul peak, then measured points ``{label: {"n",
-    "intensity", "gflops"}}`` for the roofline: naive's three stages at ``n_small`` (in cache) and
-    ``n_large`` (not), naive as a whole, ``sdpa`` and ``tiled`` at ``n_large``. Intensities are
-    FLOPs per byte of main-memory traffic (:func:`attention_costs`, :func:`traffic_bytes`)."""
+#: the roofline's sizes: 8 heads of (256, 256) float32 scores take 2 MiB (in the L2 or L3 of any
+#: recent CPU), of (2048, 2048) 128 MiB (more than the L3 of most); the tiled method's tiles
+ROOFLINE_N = (256, 2048)
+ROOFLINE_TILE = 256
+
+
+def roofline_study(*, budget_s: float = 0.2, seed: int = 0, tile: int = ROOFLINE_TILE) -> dict:
+    """The roofline of this machine, measured: the matmul peak (GFLOP/s), the copy bandwidth of
+    a 256 MiB buffer (``"dram_gbps"``) and of a 1 MiB one that stays in cache (``"cache_gbps"``),
+    the cache sizes; then points ``{label: {"n", "intensity", "gflops", "roof"}}``: naive's three
+    stages at both sizes of :data:`ROOFLINE_N` (``"roof"``: ``"cache"`` at the small one,
+    ``"dram"`` at the large one), naive as a whole, ``sdpa`` and ``tiled`` (``tile x tile``
+    tiles; ``"tile_fits"``: its working set fits in the last-level cache) at the large one.
+    Intensities: :func:`attention_costs` and :func:`traffic_bytes`; method FLOPs ``4 n^2 d`` per
+    head. ``"stage_ms"``: :func:`naive_stage_times` at the large size."""
     caches = cache_sizes()
-    peak, bandwidth = matmul_gflops(), copy_bandwidth_gbps()
-    n_small, n_large = roofline_sizes(last_level_cache(caches) or None)
-    points = {}
-    for n in (n_small, n_large):
-        times, costs = naive_stage_times(n, budget_s=budget_s, seed=seed), attention_costs(n, D, heads=H)
+    peak, dram = matmul_gflops(), copy_bandwidth_gbps(budget_s=budget_s)
+    cache_bw = copy_bandwidth_gbps(n_bytes=2**20, budget_s=budget_s)
+    points, (small, large) = {}, ROOFLINE_N
+    for n, roof in ((small, "cache"), (large, "dram")):
+        times = naive_stage_times(n, budget_s=budget_s, seed=seed, extras=n == large)
+        costs = attention_costs(n, D, heads=H)
         for stage in ("QK^T", "softmax", "PV"):
             c = costs[stage]
-            points[f"{stage} n={n}"] = {"n": n, "intensity": c["flops"] / c["bytes"],
+            points[f"{stage} n={n}"] = {"n": n, "roof": roof, "intensity": c["flops"] / c["bytes"],
                                         "gflops": c["flops"] / times[stage] / 1e6}
-        flops = 4.0 * H * n * n * D
-        points[f"naive n={n}"] = {"n": n, "intensity": flops / traffic_bytes("naive", n),
-                                  "gflops": flops / times["total"] / 1e6}
-    q, k, v = _qkv(n_large, seed)
-    for method in ("sdpa", "tiled"):
+    flops = 4.0 * H * large * large * D
+    points[f"naive n={large}"] = {"n": large, "roof": "dram", "gflops": flops / times["total"] / 1e6,
+                                  "intensity": flops / traffic_bytes("naive", large)}
+    q, k, v = _qkv(large, seed)
+    fns = {"sdpa": ATTENTION_FUNCTIONS["sdpa"],
+           "tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=tile)}
+    for method, fn in fns.items():
         with torch.no_grad():
-            ms = time_ms(lambda m=method: ATTENTION_FUNCTIONS[m](q, k, v), budget_s=budget_s)
-        flops = 4.0 * H * n_large * n_large * D
-        points[f"{method} n={n_large}"] = {"n": n_large, "gflops": flops / ms / 1e6,
-                                           "intensity": flops / traffic_bytes(method, n_large)}
-    return {"cache_bytes": caches, "peak_gflops": peak, "copy_gbps": bandwidth,
-            "ridge": peak / bandwidth, "n_small": n_small, "n_large": n_large, "points": points}
+            ms = time_ms(lambda fn=fn: fn(q, k, v), budget_s=budget_s)
+        points[f"{method} n={large}"] = {"n": large, "roof": "dram", "gflops": flops / ms / 1e6,
+                                         "intensity": flops / traffic_bytes(method, large, block_q=tile)}
+    llc = last_level_cache(caches)
+    return {"cache_bytes": caches, "peak_gflops": peak, "dram_gbps": dram, "cache_gbps": cache_bw,
+            "ridge": peak / dram, "n_small": small, "n_large": large, "points": points,
+            "tile": tile, "tile_bytes": tile_working_set_bytes(tile, tile),
+            "tile_fits": bool(llc) and tile_working_set_bytes(tile, tile) <= llc,
+            "stage_ms": times}
 
 
 def fwd_bwd_study(n: int = 1024, *, block_size: int = 128, budget_s: float | None = 0.3,

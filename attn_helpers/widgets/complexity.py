@@ -16,7 +16,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
-from matplotlib.colors import Normalize, to_rgba
+from matplotlib.colors import PowerNorm, to_rgba
 from matplotlib.patches import Rectangle
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
@@ -140,11 +140,14 @@ class TileStepperView(BlitView):
         self.ax_map.xaxis.set_label_position("top")
         self.ax_map.set_ylabel("query", fontsize=9, labelpad=18)
         self.ax_map.xaxis.labelpad = 14
-        self.ax_map.set_title("attention weights exp(s - m) / ℓ, revealed tile by tile",
-                              fontsize=10, pad=30)
-        self.cells = CellPainter(self.blit, self.ax_map, weights_cmap())
+        self.ax_map.set_title("weights exp(s - m) / ℓ tile by tile (never stored by FlashAttention)",
+                              fontsize=9, pad=30)
+        #: a square-root colour scale on the fixed 0..1 range: a weight near 1/48 stays visible
+        weight_norm = PowerNorm(0.5, 0.0, 1.0, clip=True)
+        self.cells = CellPainter(self.blit, self.ax_map, weights_cmap(), weight_norm)
         cbar = axes(self.LEFT + self.SIZE + 0.1, 0.13)
-        fig.colorbar(ScalarMappable(Normalize(0, 1), weights_cmap()), cax=cbar)
+        fig.colorbar(ScalarMappable(weight_norm, weights_cmap()), cax=cbar)
+        cbar.set_yticks([0, 0.05, 0.25, 0.5, 1])
         cbar.tick_params(labelsize=8)
         self.grid = LineCollection([], colors="white", linewidths=0.8, zorder=4)
         self.frame_box = Rectangle((0, 0), 1, 1, fill=False, edgecolor=HIGHLIGHT_COLOR,

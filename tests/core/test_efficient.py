@@ -85,7 +85,14 @@ def test_tiled_forward_and_backward_hold_one_tile_of_scores(gen, monkeypatch):
         seen.append(tuple(scores.shape[-2:]))
         return scores
 
+    real_tile = eff.backward_tile
+
+    def spy_tile(q, k_j, *args, **kwargs):                  # the backward scores one tile per call
+        seen.append((q.shape[-2], k_j.shape[-2]))
+        return real_tile(q, k_j, *args, **kwargs)
+
     monkeypatch.setattr(eff, "_scores", spy)
+    monkeypatch.setattr(eff, "backward_tile", spy_tile)
     q, k, v = (t.requires_grad_() for t in qkv(gen, 100, 8))
     out = eff.tiled_attention(q, k, v, block_size=32, query_block_size=16)
     tiles = math.ceil(100 / 16) * math.ceil(100 / 32)
@@ -99,7 +106,9 @@ def test_causal_tiled_skips_tiles_above_the_diagonal(gen, monkeypatch):
 
     calls = []
     real_scores = eff._scores
+    real_tile = eff.backward_tile
     monkeypatch.setattr(eff, "_scores", lambda *a, **kw: calls.append(1) or real_scores(*a, **kw))
+    monkeypatch.setattr(eff, "backward_tile", lambda *a, **kw: calls.append(1) or real_tile(*a, **kw))
     q, k, v = (t.requires_grad_() for t in qkv(gen, 64, 4))
     eff.tiled_attention(q, k, v, block_size=16, causal=True).sum().backward()
     assert len(calls) == 2 * (4 * 5 // 2)  # forward and backward: the 10 tiles on or below it
@@ -536,3 +545,24 @@ def test_check_qkv_options_and_the_default_scale_of_no_features():
     with pytest.raises(ValueError, match=r"1/sqrt\(d_k\) needs d_k >= 1 features, got d_k = 0"):
         resolve_scale(None, 0)                                              # was ZeroDivisionError
     assert resolve_scale(None, 4) == 0.5 and resolve_scale(0.25, 0) == 0.25
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_tiles_sum_to_autograd_gradients(gen, causal):
+    """backward_tile over every key tile (all queries at once) gives autograd's dQ, dK, dV."""
+    from attn_helpers.efficient import backward_tile
+
+    q, k, v = qkv(gen, 2, 19, 8, dtype=torch.float64)
+    d_out = torch.randn(2, 19, 8, generator=gen, dtype=torch.float64)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, lse = sdpa_reference(*leaves, causal)
+    out.backward(d_out)
+    lse, D = lse.detach().unsqueeze(-1), (d_out * out.detach()).sum(-1, keepdim=True)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for j in range(0, 19, 5):
+        mask = ah.causal_mask(19)[:, j:j + 5] if causal else None
+        dq_j, dk[:, j:j + 5], dv[:, j:j + 5] = backward_tile(q, k[:, j:j + 5], v[:, j:j + 5], d_out,
+                                                             lse, D, mask=mask)
+        dq += dq_j
+    for got, leaf in zip((dq, dk, dv), leaves, strict=True):
+        torch.testing.assert_close(got, leaf.grad, atol=1e-12, rtol=1e-10)

@@ -1,6 +1,6 @@
 """The checkers of notebook 08 (``exercises.complexity``): each accepts the reference and other
 correct solutions, and rejects plausible wrong answers with a message that names the mistake.
-The references are checked against PyTorch's attention, the softmax and real tensor sizes."""
+The references are checked against PyTorch's attention and autograd."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _exercises import assert_rejected, from_hint
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,8 +18,8 @@ from attn_helpers.exercises import hint
 from attn_helpers.exercises.workflow import EXERCISES
 
 CHECKERS = [(ex.check_tile_update, "tile_update", "complexity.tile_update"),
-            (ex.check_merge_states, "merge_states", "complexity.merge_states"),
-            (ex.check_kv_cache_bytes, "kv_cache_bytes", "complexity.kv_cache_bytes")]
+            (ex.check_backward_tile, "backward_tile", "complexity.backward_tile"),
+            (ex.check_causal_linear, "causal_linear", "complexity.causal_linear")]
 F64 = torch.float64
 
 
@@ -57,42 +58,6 @@ def test_tile_updates_over_every_key_tile_give_torch_attention(n_q, n_k, block, 
     assert torch.allclose(acc / l, F.scaled_dot_product_attention(q, k, v), atol=1e-10)
     assert torch.equal(m, scores.amax(-1, keepdim=True))
     assert torch.allclose(l, torch.exp(scores - m).sum(-1, keepdim=True))
-
-
-@settings(max_examples=25, deadline=None, derandomize=True)
-@given(n_q=st.integers(1, 6), n_a=st.integers(1, 6), n_b=st.integers(1, 6), d_v=st.integers(1, 4),
-       size=st.sampled_from([1.0, 10.0, 400.0]), seed=st.integers(0, 1000))
-def test_merging_two_blocks_gives_the_softmax_over_both(n_q, n_a, n_b, d_v, size, seed):
-    g = torch.Generator().manual_seed(seed)
-    scores = size * torch.randn(2, n_q, n_a + n_b, generator=g, dtype=F64)   # 400: exp overflows
-    values = torch.randn(2, n_a + n_b, d_v, generator=g, dtype=F64)
-    a = ex._state_after(scores[..., :n_a], values[:, :n_a])
-    b = ex._state_after(scores[..., n_a:], values[:, n_a:])
-    m, l, acc = ex.merge_states_reference(*a, *b)
-    assert torch.isfinite(l).all() and torch.isfinite(acc).all()
-    assert torch.equal(m, scores.amax(-1, keepdim=True))
-    assert torch.allclose(acc / l, torch.softmax(scores, dim=-1) @ values, atol=1e-10)
-    assert torch.allclose(ex.merge_states_reference(*b, *a)[2], acc)            # either order
-
-
-def test_merging_rows_that_saw_no_key():
-    m, l, acc = ex.merge_states_reference(*empty_state((), 2, 3), *empty_state((), 2, 3))
-    assert torch.equal(m, torch.full((2, 1), -math.inf, dtype=F64))
-    assert (l == 0).all() and (acc == 0).all()
-    a = ex._state_after(torch.tensor([[0.5, 2.0]], dtype=F64), torch.eye(2, dtype=F64))
-    merged = ex.merge_states_reference(*a, *empty_state((), 1, 2))
-    assert all(torch.equal(x, y) for x, y in zip(merged, a, strict=True))
-
-
-@pytest.mark.parametrize("model", [ex.KV_MODELS[0], ex.KV_MODELS[-1], (7, 3, 4, 2, 16, torch.bfloat16)])
-def test_kv_cache_bytes_are_the_bytes_of_the_cached_tensors(model):
-    n, layers, heads, kv_heads, head_dim, dtype = model
-    keys_and_values = [torch.empty(2, kv_heads, n, head_dim, dtype=dtype) for _ in range(layers)]
-    assert ex.kv_cache_bytes_reference(*model) == sum(t.nbytes for t in keys_and_values)
-
-
-def test_kv_cache_bytes_of_llama_3_8b_at_8192_tokens_are_one_gib():
-    assert ex.kv_cache_bytes_reference(*ex.KV_MODELS[2]) == 2**30
 
 
 # --- exercise 1: one FlashAttention tile -------------------------------------------------------
@@ -158,99 +123,157 @@ def test_tile_cases_cover_the_edge_cases():
     assert (scores.amax(-1, keepdim=True) > large["m"]).any()                    # the max moves
 
 
-# --- exercise 2: merging two blocks' states ----------------------------------------------------
+# --- exercise 2: one tile of FlashAttention-2's backward --------------------------------------
 
 
-def learner_merge(m_a, l_a, acc_a, m_b, l_b, acc_b, *, guard=True, factors=None, combine=None):
-    """A learner's merge; each keyword plants one mistake."""
-    m = torch.maximum(m_a, m_b)
-    ref = torch.where(torch.isinf(m), torch.zeros_like(m), m) if guard else m
-    ca, cb = (torch.exp(m_a - ref), torch.exp(m_b - ref)) if factors is None else factors(
-        m_a, m_b, m)
-    if combine is not None:
-        return combine(m, ca, cb, l_a, acc_a, l_b, acc_b)
-    return m, ca * l_a + cb * l_b, ca * acc_a + cb * acc_b
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(n_q=st.integers(1, 8), n_k=st.integers(1, 10), block=st.integers(1, 4), d=st.integers(1, 6),
+       d_v=st.integers(1, 4), seed=st.integers(0, 1000))
+def test_backward_tiles_over_every_key_tile_give_autograd(n_q, n_k, block, d, d_v, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(2, n, d, generator=g, dtype=F64, requires_grad=True) for n in (n_q, n_k))
+    v = torch.randn(2, n_k, d_v, generator=g, dtype=F64, requires_grad=True)
+    d_out = torch.randn(2, n_q, d_v, generator=g, dtype=F64)
+    out = F.scaled_dot_product_attention(q, k, v)
+    out.backward(d_out)
+    lse = torch.logsumexp(q @ k.transpose(-2, -1) / math.sqrt(d), dim=-1, keepdim=True).detach()
+    D = (d_out * out.detach()).sum(-1, keepdim=True)
+    dq, dk, dv = torch.zeros_like(q), [], []
+    for j in range(0, n_k, block):
+        a, b, c = ex.backward_tile_reference(q.detach(), k.detach()[:, j:j + block],
+                                             v.detach()[:, j:j + block], d_out, lse, D)
+        dq, dk, dv = dq + a, dk + [b], dv + [c]
+    torch.testing.assert_close(dq, q.grad)
+    torch.testing.assert_close(torch.cat(dk, 1), k.grad)
+    torch.testing.assert_close(torch.cat(dv, 1), v.grad)
 
 
-def test_merge_checker_accepts_the_reference_and_a_learner_solution():
-    assert ex.check_merge_states(ex.merge_states_reference)
-    verdict = ex.check_merge_states(learner_merge)
-    assert verdict and verdict.message.endswith("on all 8 cases, edge cases included.")
+def learner_backward(q, k_j, v_j, d_out, lse, D, *, scale_grads=True, scale_scores=True, tile_d=False,
+                     drop_d=False, add_d=False, tile_softmax=False, tile_max=False, raw_exp=False):
+    """A learner's backward tile written with einsum; each keyword plants one mistake."""
+    scale = q.shape[-1] ** -0.5
+    s = torch.einsum("...qd,...kd->...qk", q, k_j) * (scale if scale_scores else 1.0)
+    if tile_softmax:
+        p = s.softmax(dim=-1)
+    elif tile_max:
+        p = (s - s.max(dim=-1, keepdim=True).values).exp()
+    elif raw_exp:
+        p = s.exp() / lse.exp()
+    else:
+        p = (s - lse).exp()
+    dp = torch.einsum("...qv,...kv->...qk", d_out, v_j)
+    if tile_d:
+        D = (p * dp).sum(-1, keepdim=True)
+    D = 0.0 if drop_d else -D if add_d else D
+    ds = p * (dp - D)
+    g = scale if scale_grads else 1.0
+    return (torch.einsum("...qk,...kd->...qd", ds, k_j) * g,
+            torch.einsum("...qk,...qd->...kd", ds, q) * g, torch.einsum("...qk,...qv->...kv", p, d_out))
 
 
-def _merge(**mistake):
-    return lambda *args: learner_merge(*args, **mistake)
+def test_backward_checker_accepts_the_reference_a_learner_solution_and_the_hint():
+    assert ex.check_backward_tile(ex.backward_tile_reference)
+    assert ex.check_backward_tile(learner_backward)
+    assert ex.check_backward_tile(from_hint("complexity.backward_tile",
+                                            "q, k_j, v_j, d_out, lse, D", math=math))
 
 
-MERGE_WRONG = {
-    "l and acc were added as they are": _merge(factors=lambda a, b, m: (1.0, 1.0)),
-    "only b was rescaled": _merge(factors=lambda a, b, m: (1.0, torch.exp(b - m))),
-    "the factors are upside down": _merge(factors=lambda a, b, m: (torch.exp(m - a),
-                                                                  torch.exp(m - b))),
-    "the larger of the two maxima": lambda m_a, l_a, acc_a, m_b, l_b, acc_b: (
-        torch.minimum(m_a, m_b), *learner_merge(m_a, l_a, acc_a, m_b, l_b, acc_b)[1:]),
-    "acc came back divided by l": _merge(combine=lambda m, ca, cb, l_a, acc_a, l_b, acc_b: (
-        m, ca * l_a + cb * l_b, (ca * acc_a + cb * acc_b) / (ca * l_a + cb * l_b))),
-    "outputs were averaged": _merge(combine=lambda m, ca, cb, l_a, acc_a, l_b, acc_b: (
-        m, (l_a + l_b) / 2, (acc_a / l_a + acc_b / l_b) / 2)),
-    "overflowed exp": _merge(factors=lambda a, b, m: (torch.exp(a) / torch.exp(m),
-                                                     torch.exp(b) / torch.exp(m))),
-    "exp(-inf - (-inf)) is NaN": _merge(guard=False),
+def _backward(**mistake):
+    return lambda *args: learner_backward(*args, **mistake)
+
+
+BACKWARD_WRONG = {
+    "D was recomputed as rowsum(P * dP) over this tile alone": _backward(tile_d=True),
+    "missing the - D term": _backward(drop_d=True),
+    "D was added instead of subtracted": _backward(add_d=True),
+    "dq and dk_j miss the scale": _backward(scale_grads=False),
+    "the scores were not scaled before exp": _backward(scale_scores=False),
+    "P was not recomputed from lse: a softmax over this tile alone": _backward(tile_softmax=True),
+    "against the tile's own max, not from lse": _backward(tile_max=True),
+    "exp(S) overflowed": _backward(raw_exp=True),
 }
 
 
-@pytest.mark.parametrize("phrase", MERGE_WRONG)
-def test_merge_checker_names_the_mistake(phrase):
-    verdict = ex.check_merge_states(MERGE_WRONG[phrase])
-    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message
+@pytest.mark.parametrize("phrase", BACKWARD_WRONG)
+def test_backward_checker_names_the_mistake(phrase):
+    assert_rejected(ex.check_backward_tile(BACKWARD_WRONG[phrase]), phrase)
 
 
-def test_merge_cases_cover_the_edge_cases():
-    cases = ex._merge_cases() + ex._empty_cases()
-    assert any(c["acc_a"].dim() == 4 for c in cases)                             # batch, heads
-    assert any(c["acc_a"].shape[-2] == 1 for c in cases)                         # one query
-    assert any(c["m_a"].max() > 709 for c in cases)                              # large logits
-    first = cases[0]                                   # either block's max the larger: the first
-    assert (first["m_a"] > first["m_b"]).any() and (first["m_a"] < first["m_b"]).any()
-    assert any(torch.isinf(c["m_b"]).any() and torch.isfinite(c["m_a"]).all() for c in cases)
-    both = cases[-1]
-    assert (torch.isinf(both["m_a"]) & torch.isinf(both["m_b"])).any()           # no key at all
+def test_backward_cases_cover_the_edge_cases():
+    cases = ex._backward_cases() + ex._large_backward_cases()
+    assert any(c["q"].dim() == 4 for c in cases)                                # batch, heads
+    assert any(c["q"].shape[-2] == 1 and c["k_j"].shape[-2] == 1 for c in cases)
+    assert any(c["q"].shape[-1] != c["v_j"].shape[-1] for c in cases)           # d_k != d_v
+    for c in cases:                                   # a real tile: fewer keys than the row has
+        assert (torch.logsumexp(c["q"] @ c["k_j"].mT / math.sqrt(c["q"].shape[-1]), -1, True)
+                < c["lse"] - 1e-6).all()
+    assert cases[-1]["lse"].min() > 709                                         # exp(S) overflows
 
 
-# --- exercise 3: the KV cache of a model -------------------------------------------------------
+# --- exercise 3: causal linear attention by running sums --------------------------------------
 
 
-def size_of(dtype):
-    return torch.empty((), dtype=dtype).element_size()
+def test_causal_linear_reference_is_the_masked_quadratic_form():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 11, d, generator=g, dtype=F64) for d in (4, 4, 3))
+    phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1
+    a = (phi_q @ phi_k.mT).tril()                                # phi(q_t) . phi(k_j), j <= t
+    torch.testing.assert_close(ex.causal_linear_reference(q, k, v), (a @ v) / a.sum(-1, keepdim=True))
 
 
-def test_kv_checker_accepts_the_reference_and_a_learner_solution():
-    assert ex.check_kv_cache_bytes(ex.kv_cache_bytes_reference)
+def learner_linear(q, k, v, *, phi=lambda x: F.elu(x) + 1, read_first=False, lookahead=False,
+                   normalise=True, full=False, full_z=False, phi_v=False):
+    """A learner's causal linear attention as a loop over t; each keyword plants one mistake."""
+    pq, pk = phi(q), phi(k)
+    v = F.elu(v) + 1 if phi_v else v
+    n = q.shape[-2]
+    if full:
+        S, z = torch.einsum("...jd,...je->...de", pk, v), pk.sum(-2)
+    outs = []
+    S_t = q.new_zeros((*q.shape[:-2], q.shape[-1], v.shape[-1]))
+    z_t = q.new_zeros((*q.shape[:-2], q.shape[-1]))
+    def add(S_t, z_t, t):
+        return S_t + torch.einsum("...d,...e->...de", pk[..., t, :], v[..., t, :]), z_t + pk[..., t, :]
 
-    def learner(n_tokens, num_layers, num_heads, num_kv_heads, head_dim, dtype):
-        per_token = 2 * num_kv_heads * head_dim * size_of(dtype)    # K and V, one layer
-        return torch.tensor(per_token * num_layers * n_tokens)      # a tensor answer is fine
+    for t in range(n):
+        if not read_first:
+            S_t, z_t = add(S_t, z_t, t)
+        S_read, z_read = (S, z) if full else (S_t, z_t)
+        if lookahead and t + 1 < n:
+            S_read = S_read + torch.einsum("...d,...e->...de", pk[..., t + 1, :], v[..., t + 1, :])
+            z_read = z_read + pk[..., t + 1, :]
+        if full_z:
+            z_read = pk.sum(-2)
+        num = torch.einsum("...d,...de->...e", pq[..., t, :], S_read)
+        den = (pq[..., t, :] * z_read).sum(-1, keepdim=True)
+        outs.append(num / den if normalise else num)
+        if read_first:
+            S_t, z_t = add(S_t, z_t, t)
+    return torch.stack(outs, dim=-2)
 
-    assert ex.check_kv_cache_bytes(learner)
+
+def test_causal_linear_checker_accepts_the_reference_a_learner_loop_and_the_hint():
+    assert ex.check_causal_linear(ex.causal_linear_reference)
+    assert ex.check_causal_linear(learner_linear)
+    assert ex.check_causal_linear(from_hint("complexity.causal_linear", "q, k, v"))
 
 
-KV_WRONG = {
-    "counts the keys only": lambda n, L, h, kv, d, t: L * kv * d * size_of(t) * n,
-    "you counted the query heads": lambda n, L, h, kv, d, t: 2 * L * h * d * size_of(t) * n,
-    "you assumed 4 bytes per number": lambda n, L, h, kv, d, t: 2 * L * kv * d * 4 * n,
-    "the number of cached numbers, not of bytes": lambda n, L, h, kv, d, t: 2 * L * kv * d * n,
-    "one layer's cache": lambda n, L, h, kv, d, t: 2 * kv * d * size_of(t) * n,
-    "the cache of one token": lambda n, L, h, kv, d, t: 2 * L * kv * d * size_of(t),
-    "a number of bits": lambda n, L, h, kv, d, t: 16 * L * kv * d * size_of(t) * n,
+def _linear(**mistake):
+    return lambda *args: learner_linear(*args, **mistake)
+
+
+LINEAR_WRONG = {
+    "future included (non-causal)": _linear(full=True),
+    "include token t + 1, from the future": _linear(lookahead=True),
+    "token t does not see itself": _linear(read_first=True),
+    "the normaliser is missing": _linear(normalise=False),
+    "the normaliser z summed over all tokens": _linear(full_z=True),
+    "phi = elu without the + 1": _linear(phi=F.elu),
+    "no feature map": _linear(phi=lambda x: x),
+    "phi was applied to the values too": _linear(phi_v=True),
 }
 
 
-@pytest.mark.parametrize("phrase", KV_WRONG)
-def test_kv_checker_names_the_mistake(phrase):
-    verdict = ex.check_kv_cache_bytes(KV_WRONG[phrase])
-    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message
-
-
-def test_kv_checker_says_what_a_non_number_is():
-    verdict = ex.check_kv_cache_bytes(lambda *args: "1 GiB")
-    assert not verdict and "expected a number of bytes, got str" in verdict.message
+@pytest.mark.parametrize("phrase", LINEAR_WRONG)
+def test_causal_linear_checker_names_the_mistake(phrase):
+    assert_rejected(ex.check_causal_linear(LINEAR_WRONG[phrase]), phrase)
