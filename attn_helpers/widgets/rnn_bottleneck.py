@@ -83,7 +83,8 @@ def _frame(model_name: str, source, target, output, weights) -> DecodeFrame:
     return DecodeFrame(weights=weights, query_labels=output, key_labels=source, mask=mask,
                        readouts=readouts, source=source, target=target, output=output,
                        correct=correct, has_attention=mask is None,
-                       title=f"{model_name}: {len(source)} tokens")
+                       title=f"{model_name}: {len(source)} tokens, "
+                             f"{len(correct) - sum(correct)} wrong output tokens")
 
 
 def decode_frame(length: int, model_name: str, index: int,
@@ -173,8 +174,11 @@ class DecodeView(BlitView):
 
 
 def bottleneck_widget(models: Mapping[str, Seq2Seq], *, lengths: tuple[int, int] = (4, 24),
-                      examples: int = 20, length: int = 20) -> LiveAttentionWidget:
+                      examples: int = 20, length: int = 20,
+                      model_name: str | None = None) -> LiveAttentionWidget:
     """Notebook 01's widget: sequence length slider, model dropdown and example picker.
+
+    It opens on ``length`` tokens and ``model_name`` (by default the first model of ``models``).
 
     Each model decodes the ``examples`` examples of a length in one batch, the first time that
     length is shown; every later move to them only redraws.
@@ -182,10 +186,13 @@ def bottleneck_widget(models: Mapping[str, Seq2Seq], *, lengths: tuple[int, int]
     for model in models.values():
         _check_model(model)
     names = list(models)
+    if model_name is not None and model_name not in names:
+        raise ValueError(f"model_name must be one of {names}, got {model_name!r}")
     controls = {
         "length": widgets.IntSlider(value=length, min=lengths[0], max=lengths[1],
                                     description="length", continuous_update=False),
-        "model_name": widgets.Dropdown(options=names, value=names[0], description="model"),
+        "model_name": widgets.Dropdown(options=names, value=model_name or names[0],
+                                       description="model"),
         "index": widgets.IntSlider(value=0, min=0, max=examples - 1, description="example",
                                    continuous_update=False),
     }

@@ -102,3 +102,12 @@ def test_hull_experiment_is_seeded_and_inside():
     queries, _, inside = lesson.hull_experiment(keys)
     assert 1.8 < queries.std().item() < 2.2 and bool(inside.all())
     assert (~lesson.inside_convex_hull(queries, keys)).sum() > 100
+
+
+def test_claims_by_group_and_the_temperature_claims():
+    sentence = lesson.claims(DEMO_KEYS, group="sentence")
+    assert len(sentence) == 4 and all(k.startswith("sentence") for k in sentence)
+    with pytest.raises(ValueError, match="no claim"):
+        lesson.claims(DEMO_KEYS, group="nothing")
+    assert all(lesson.temperature_claims({0.1: 0.03, 1.0: 0.7, 10.0: 1.76}, 6).values())
+    assert not all(lesson.temperature_claims({0.1: 0.3, 1.0: 0.7, 10.0: 1.0}, 6).values())

@@ -208,3 +208,19 @@ def test_model_bad_inputs(batch):
         seq2seq.load_pretrained("seq2seq_nothing")
     with pytest.raises(TypeError, match="config must be a TrainConfig"):
         seq2seq.train_seq2seq({"task": "reversal"})
+
+
+def test_widget_claim_holds_for_the_attention_model_and_fails_without_attention():
+    attended = seq2seq.load_pretrained("seq2seq_reversal_additive")
+    plain = seq2seq.load_pretrained("seq2seq_reversal_none")
+    assert all(seq2seq.widget_claims(attended).values())
+    assert not any(seq2seq.widget_claims(plain).values())
+
+
+def test_claims_by_group_select_by_prefix_and_reject_an_unknown_group():
+    plain, attended = (seq2seq.load_pretrained(f"seq2seq_reversal_{k}") for k in ("none", "additive"))
+    position = seq2seq.claims(plain, attended, group="position")
+    assert position and all(name.startswith("position") for name in position)
+    assert set(position) <= set(seq2seq.claims(plain, attended))
+    with pytest.raises(ValueError, match="no claim"):
+        seq2seq.claims(plain, attended, group="nothing")
