@@ -57,11 +57,15 @@ COURSE = (
     Lesson("09", "real_model", "A real model",
            "a pretrained Transformer runs on your attention; what its 72 heads do",
            ("04", "06", "07")),
+    Lesson("10", "build_gpt", "Build a GPT",
+           "your pieces become a small GPT that trains in a minute and writes text",
+           ("04", "05", "07")),
 )
 
 # Where each lesson's box sits on the map: (column, row); arrows follow `requires`.
 _LAYOUT = {"00": (0, 1.5), "01": (1, 0.4), "02": (1, 2.6), "03": (2, 3.6), "04": (3, 3.6),
-           "05": (2, 2.0), "06": (2, 0.4), "07": (3, 2.0), "08": (3, 0.4), "09": (4, 2.0)}
+           "05": (2, 2.0), "06": (2, 0.4), "07": (3, 2.0), "08": (3, 0.4), "09": (4, 2.0),
+           "10": (4, 3.6)}
 
 
 def notebook_path(lesson: Lesson, root: Path = ROOT) -> Path:

@@ -45,6 +45,7 @@ RECIPES: dict[str, str] = {
     "multihead_two_relations": "attn_helpers.lessons.multi_head:recipe",
     "multihead_one_head": "attn_helpers.lessons.multi_head_study:recipe_one_head",
     "positional_offsets": "attn_helpers.lessons.positional_encoding:recipe",
+    "build_gpt_ladder": "attn_helpers.lessons.build_gpt_ladder:recipe",
 }
 
 

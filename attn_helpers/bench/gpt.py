@@ -1,0 +1,107 @@
+"""``python -m attn_helpers bench gpt [--check]``: is notebook 10's GPT as fast to train as a
+library model?
+
+Times one training step (forward, backward, AdamW) of notebook 10's model
+(:class:`~attn_helpers.lessons.build_gpt.GPT`, the course's own attention step) against the
+same-size model built from ``nn.TransformerEncoderLayer(norm_first=True)`` with a causal mask,
+interleaved in the same run on one thread, and reports the ratio of the medians (``--check``:
+at most 1.5x). It also reports what the final recipe's training costs at that speed: its steps
+times the median step, the time it takes on a quiet machine (one core does the work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+
+from ..lessons.build_gpt import GPT, GPTConfig, load_corpus, next_token_loss
+from ..lessons.build_gpt_train import FINAL, get_batch
+from ..training import single_thread
+
+__all__ = ["TorchGPT", "bench_gpt", "main", "TARGET"]
+
+TARGET = 1.5
+
+
+class TorchGPT(nn.Module):
+    """The same model from ``nn.TransformerEncoderLayer(norm_first=True)`` and a causal mask."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.position_embedding = nn.Embedding(cfg.context, cfg.d_model)
+        layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.num_heads, cfg.d_ff, dropout=0.0,
+                                           activation="gelu", batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, cfg.num_layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.head.weight = self.token_embedding.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        n = tokens.shape[1]
+        x = self.token_embedding(tokens) + self.position_embedding(torch.arange(n))
+        mask = nn.Transformer.generate_square_subsequent_mask(n)
+        return self.head(self.norm(self.blocks(x, mask=mask, is_causal=True)))
+
+
+def bench_gpt(*, steps: int = 30, batch: int | None = None, tiny: bool = False) -> dict:
+    """Median seconds of a training step for both models, interleaved; and the ratio."""
+    corpus = load_corpus()
+    if tiny:
+        cfg = GPTConfig(corpus.vocab_size, context=16, d_model=32, num_heads=2, num_layers=2,
+                        d_ff=64)
+    else:
+        cfg = GPTConfig(corpus.vocab_size)
+    batch = batch or FINAL.batch
+    models = {"course": GPT(cfg), "torch": TorchGPT(cfg)}
+    params = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
+    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-3) for name, m in models.items()}
+    generator = torch.Generator().manual_seed(0)
+    times: dict[str, list[float]] = {name: [] for name in models}
+    with single_thread():
+        for step in range(steps + 3):
+            chunk = get_batch(corpus.train, batch, cfg.context, generator)
+            for name, model in models.items():
+                model.train()
+                start = time.perf_counter()
+                loss = next_token_loss(model, chunk)
+                optimizers[name].zero_grad(set_to_none=True)
+                loss.backward()
+                optimizers[name].step()
+                if step >= 3:                                    # warm-up steps not timed
+                    times[name].append(time.perf_counter() - start)
+    median = {name: statistics.median(t) for name, t in times.items()}
+    return {"config": {"d_model": cfg.d_model, "num_heads": cfg.num_heads,
+                       "num_layers": cfg.num_layers, "context": cfg.context, "batch": batch},
+            "params": params, "median_step_ms": {k: round(1000 * v, 2) for k, v in median.items()},
+            "ratio": median["course"] / median["torch"],
+            "final_recipe_steps": FINAL.steps,
+            "final_recipe_seconds": FINAL.steps * median["course"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attn_helpers bench gpt",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per model")
+    parser.add_argument("--tiny", action="store_true", help="a tiny model (for tests)")
+    parser.add_argument("--check", action="store_true",
+                        help=f"exit with status 1 when the course's step is over {TARGET}x")
+    args = parser.parse_args(argv)
+    result = bench_gpt(steps=args.steps, tiny=args.tiny)
+    print(json.dumps(result, indent=1))
+    ok = result["ratio"] <= TARGET
+    print(f"training step: course GPT {result['median_step_ms']['course']} ms, "
+          f"nn.TransformerEncoderLayer {result['median_step_ms']['torch']} ms: "
+          f"{result['ratio']:.2f}x (target <= {TARGET}x) {'ok' if ok else 'FAIL'}", file=sys.stderr)
+    print(f"final recipe: {result['final_recipe_steps']} steps x the median step = "
+          f"{result['final_recipe_seconds']:.0f} s of training at this speed (target <= 60 s on a "
+          "quiet machine)", file=sys.stderr)
+    return 1 if args.check and not ok else 0

@@ -1,0 +1,320 @@
+"""Checkers for notebook 10 (build a GPT): the learner's causal self-attention, pre-norm block,
+model, training step and generation with a KV cache, each run against the reference of
+:mod:`attn_helpers.lessons.build_gpt` with the same weights.
+
+A module exercise gives the learner ``__init__`` (the layers, named as the reference names them)
+and asks for ``forward``. The checker builds the learner's module, loads the reference's weights
+into it, and puts reference parts inside it where they are not the exercise (the block gets the
+reference attention, the model the reference blocks), so each checker judges one piece.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ..lessons import build_gpt as bg
+from .build_gpt_mistakes import (
+    ATTENTION_MISTAKES,
+    BLOCK_MISTAKES,
+    GENERATE_MISTAKES,
+    MODEL_MISTAKES,
+    TRAIN_MISTAKES,
+    attention_variant,
+    block_variant,
+    generate_variant,
+    model_variant,
+    train_variant,
+)
+from .core import CheckResult, Mistake, check_function, seeded
+from .workflow import _RESULTS, _read_passes, exercise
+
+__all__ = ["check_attention", "check_block", "check_model", "check_train_step", "check_generate",
+           "passed", "pieces"]
+
+KEYS = ("attention", "block", "model", "train_step", "generate")
+
+
+def passed(name: str) -> bool:
+    """Did the learner's own ``name`` (one of :data:`KEYS`) pass its checker?"""
+    key = f"build_gpt.{name}"
+    return bool(_RESULTS.get(key)) or key in _read_passes()
+
+
+def pieces(learner: dict, solutions: dict) -> tuple[dict, str]:
+    """The learner's pieces where they passed, the reference solutions elsewhere, and a line
+    saying which ran. ``learner``/``solutions``: ``{"model": cls, "train_step": fn}``."""
+    chosen, words = {}, []
+    for name in ("model", "train_step"):
+        mine = passed(name) and (name != "model" or all(passed(k) for k in KEYS[:3]))
+        chosen[name] = learner[name] if mine else solutions[name]
+        words.append(f"{'your' if mine else 'the reference'} {name.replace('_', ' ')}")
+    return chosen, "Training with " + " and ".join(words) + "."
+
+
+def _safe(produce: Callable) -> Callable:
+    """A mistake that crashes on a case simply does not match it."""
+
+    def run(*args):
+        try:
+            return produce(*args)
+        except Exception:
+            return None
+
+    return run
+
+
+def _first_failure(results) -> CheckResult:
+    results = list(results)
+    for result in results:
+        if not result:
+            return result
+    total = sum(int(r.message.split(" all ")[1].split()[0]) for r in results)
+    return CheckResult(True, f"Passed: matches the reference on all {total} cases, edge cases "
+                             "included.")
+
+
+def _build(cls, args: tuple, reference: nn.Module, what: str, swap: dict | None = None):
+    """The learner's module ``cls(*args)`` with the reference's weights, or a CheckResult."""
+    if not isinstance(cls, type) or not issubclass(cls, nn.Module):
+        return CheckResult(False, f"Not yet: {what} should be an nn.Module class, got "
+                                  f"{type(cls).__name__}.")
+    try:
+        module = cls(*args)
+        for name, part in (swap or {}).items():
+            setattr(module, name, copy.deepcopy(part))
+        module.load_state_dict(reference.state_dict())
+    except NotImplementedError:
+        return CheckResult(False, f"{what} is not implemented yet.")
+    except Exception as exc:
+        return CheckResult(False, f"Not yet: building {what}{args} and loading the reference's "
+                                  f"weights failed ({type(exc).__name__}: {exc}). Keep the stub's "
+                                  "__init__: the checker relies on its layer names.")
+    module.eval()
+    return module
+
+
+def _randomise(module: nn.Module, seed: int, std: float = 0.5) -> nn.Module:
+    """Weights far from the tiny training init, so every mistake shows in the output."""
+    g = seeded(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * (std if p.dim() > 1 else 0.3))
+    return module.eval()
+
+
+def _x_cases(d: int, seed: int) -> list[dict]:
+    g = seeded(seed)
+    return [{"x": torch.randn(b, n, d, generator=g)} for b, n in [(1, 5), (2, 7), (3, 1), (2, 12)]]
+
+
+# --- 1. causal multi-head self-attention ---------------------------------------------------
+
+
+@exercise("build_gpt.attention", "causal multi-head self-attention", hints=(
+    "Project x once to q, k and v, give each head its own d/h slice, let every position attend "
+    "to itself and the positions before it with your attention step, put the heads side by side "
+    "again and apply W_O.",
+    "q, k, v = x W_qkv split in three, each (b, n, d) -> (b, h, n, d_h); "
+    "out = attention(q, k, v, causal_mask(n)); (b, h, n, d_h) -> (b, n, d); y = out W_O.",
+    "q, k, v = self.qkv(x).split(d, dim=-1)\n"
+    "q, k, v = (t.view(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))\n"
+    "out, _ = ah.scaled_dot_product_attention(q, k, v, ah.causal_mask(n))\n"
+    "return self.out(out.transpose(1, 2).reshape(b, n, d))"))
+def check_attention(cls) -> CheckResult:
+    """Exercise: ``cls(d_model, num_heads)`` with the stub's ``__init__`` (``qkv``, ``out``,
+    ``num_heads``); ``forward(x (b, n, d)) -> (b, n, d)``, causal."""
+    results = []
+    for d, h, seed in [(16, 4, 101), (12, 2, 102), (8, 1, 103)]:
+        reference = _randomise(bg.CausalSelfAttention(d, h), seed)
+        module = _build(cls, (d, h), reference, "CausalSelfAttention")
+        if isinstance(module, CheckResult):
+            return module
+        results.append(check_function(
+            lambda x, m=module: m(x), lambda x, r=reference: r(x), _x_cases(d, seed),
+            what="CausalSelfAttention", output_names=("the output",),
+            mistakes=[Mistake(_safe(attention_variant(reference, **kw)), hint)
+                      for kw, hint in ATTENTION_MISTAKES]))
+        if not results[-1]:
+            return results[-1]
+    return _first_failure(results)
+
+
+# --- 2. the pre-norm block -----------------------------------------------------------------
+
+
+@exercise("build_gpt.block", "a pre-norm Transformer block", hints=(
+    "Two sub-layers, attention then feed-forward. Each reads a normalised copy of the stream and "
+    "adds its result back onto the stream itself.",
+    "x = x + attn(LN_1(x)); x = x + ff(LN_2(x))",
+    "x = x + self.attn(self.norm1(x))\n"
+    "x = x + self.ff(self.norm2(x))\n"
+    "return x"))
+def check_block(cls) -> CheckResult:
+    """Exercise: ``cls(d_model, num_heads, d_ff)`` with the stub's ``__init__`` (``norm1``,
+    ``attn``, ``norm2``, ``ff``); ``forward(x) -> x``. The reference attention is put inside it."""
+    results = []
+    for d, h, d_ff, seed in [(16, 4, 32, 201), (12, 3, 20, 202)]:
+        reference = _randomise(bg.Block(d, h, d_ff), seed)
+        with torch.no_grad():                      # LayerNorm gains away from 1, shifts from 0
+            for norm in (reference.norm1, reference.norm2):
+                norm.weight.add_(1.0)
+        module = _build(cls, (d, h, d_ff), reference, "Block", swap={"attn": reference.attn})
+        if isinstance(module, CheckResult):
+            return module
+        results.append(check_function(
+            lambda x, m=module: m(x), lambda x, r=reference: r(x), _x_cases(d, seed),
+            what="Block", output_names=("the block's output",),
+            mistakes=[Mistake(_safe(block_variant(reference, kind)), hint)
+                      for kind, hint in BLOCK_MISTAKES]))
+        if not results[-1]:
+            return results[-1]
+    return _first_failure(results)
+
+
+# --- 3. the model --------------------------------------------------------------------------
+
+
+def _model_cfg(vocab=11, context=16, d=16, h=4, layers=2, d_ff=32):
+    return bg.GPTConfig(vocab, context=context, d_model=d, num_heads=h, num_layers=layers,
+                        d_ff=d_ff)
+
+
+@exercise("build_gpt.model", "the GPT: embeddings, blocks, final norm, output head", hints=(
+    "Each token becomes its embedding plus the embedding of its position; the sum goes through "
+    "every block in turn; a final LayerNorm, then the output head gives one score per character.",
+    "x = E_tok[tokens] + E_pos[0..n-1]; for each block: x = block(x); logits = head(LN(x))",
+    "positions = torch.arange(tokens.shape[1])\n"
+    "x = self.token_embedding(tokens) + self.position_embedding(positions)\n"
+    "for block in self.blocks:\n"
+    "    x = block(x)\n"
+    "return self.head(self.norm(x))"))
+def check_model(cls) -> CheckResult:
+    """Exercise: ``cls(cfg)`` with the stub's ``__init__``; ``forward(tokens (b, n)) -> logits
+    (b, n, vocab)``. The reference blocks are put inside it."""
+    cfg = _model_cfg()
+    reference = _randomise(bg.GPT(cfg), 301, std=0.3)
+    with torch.no_grad():
+        reference.norm.weight.add_(1.0)
+    module = _build(cls, (cfg,), reference, "GPT", swap={"blocks": reference.blocks})
+    if isinstance(module, CheckResult):
+        return module
+    g = seeded(302)
+    cases = [{"tokens": torch.randint(0, cfg.vocab_size, (b, n), generator=g)}
+             for b, n in [(1, 6), (2, 9), (3, 1), (2, cfg.context)]]
+    return check_function(
+        lambda t: module(t), lambda t: reference(t), cases, what="GPT",
+        output_names=("the logits",),
+        mistakes=[Mistake(_safe(model_variant(reference, kind)), hint)
+                  for kind, hint in MODEL_MISTAKES])
+
+
+# --- 4. the training step ------------------------------------------------------------------
+
+
+@exercise("build_gpt.train_step", "the training step: next-character loss", hints=(
+    "The model predicts the character after each position, so the inputs are the chunk without "
+    "its last character and the targets the chunk without its first. Then the usual three "
+    "optimizer moves.",
+    "loss = cross_entropy(model(chunk[:, :-1]) as (b n, V), chunk[:, 1:] as (b n,)); "
+    "zero the gradients, backward, step; return the loss.",
+    "inputs, targets = chunk[:, :-1], chunk[:, 1:]\n"
+    "logits = model(inputs)\n"
+    "loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))\n"
+    "optimizer.zero_grad()\n"
+    "loss.backward()\n"
+    "optimizer.step()\n"
+    "return loss.item()"))
+def check_train_step(train_step: Callable) -> CheckResult:
+    """Exercise: ``train_step(model, optimizer, chunk (b, n + 1)) -> loss``: one step of
+    next-character training; checked over two steps of SGD on a small reference GPT (the
+    returned losses and the weights after)."""
+    if not callable(train_step):
+        return CheckResult(False, "Not yet: train_step is not a function "
+                                  f"(got {type(train_step).__name__}).")
+    g = seeded(401)
+    cases = [{"chunks": torch.randint(0, 11, (2, b, n + 1), generator=g), "seed": s}
+             for b, n, s in [(2, 8, 1), (3, 16, 2), (1, 4, 3)]]
+    return check_function(
+        _two_steps(train_step), _two_steps(train_variant("right")), cases, what="train_step",
+        output_names=("the two losses returned", "the weights after two steps"), atol=1e-5,
+        mistakes=[Mistake(_safe(_two_steps(train_variant(kind))), hint)
+                  for kind, hint in TRAIN_MISTAKES])
+
+
+def _two_steps(step: Callable) -> Callable:
+    def run(chunks, seed):
+        torch.manual_seed(seed)
+        model = bg.GPT(_model_cfg())
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        model.train()
+        losses = []
+        for chunk in chunks:
+            loss = step(model, optimizer, chunk.clone())
+            if loss is None:
+                return None
+            losses.append(float(loss.detach() if isinstance(loss, torch.Tensor) else loss))
+        weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        return torch.tensor(losses, dtype=torch.float64), weights
+
+    return run
+
+
+# --- 5. generation with a KV cache ---------------------------------------------------------
+
+
+@exercise("build_gpt.generate", "generation with a KV cache, temperature and top-k", hints=(
+    "With a cache the prompt goes through once; after that only the new character runs, at its "
+    "own position, and its keys and values join the cache. Temperature and top-k reshape the "
+    "logits before the softmax.",
+    "logits = model(new, start, caches)[:, -1] / T; keep the top k (others -inf); "
+    "p = softmax(logits); next ~ p; with the cache: new = next, start = length - 1; without: "
+    "new = all tokens, start = 0.",
+    "logits = model(new, start, caches)[:, -1] / temperature\n"
+    "if top_k is not None:\n"
+    "    kth = logits.topk(top_k, dim=-1).values[:, -1:]\n"
+    "    logits = logits.masked_fill(logits < kth, float('-inf'))\n"
+    "nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)\n"
+    "tokens = torch.cat([tokens, nxt], dim=1)\n"
+    "new, start = (nxt, tokens.shape[1] - 1) if use_cache else (tokens, 0)"))
+def check_generate(generate: Callable) -> CheckResult:
+    """Exercise: ``generate(model, prompt (b, n0), steps, temperature, top_k, use_cache,
+    generator) -> tokens (b, n0 + steps)``, sampling with ``torch.multinomial(probs, 1,
+    generator=generator)``; with and without the cache it must give the same tokens."""
+    if not callable(generate):
+        return CheckResult(False, "Not yet: generate is not a function "
+                                  f"(got {type(generate).__name__}).")
+    model = _randomise(bg.GPT(_model_cfg(vocab=13, context=24, layers=2)), 501, std=0.4)
+    g = seeded(502)
+    cases = []
+    for b, n0, steps, t, k, cache in [(2, 3, 12, 1.0, None, True), (2, 3, 12, 1.0, None, False),
+                                      (3, 5, 15, 0.5, None, True), (2, 1, 20, 2.0, 4, True),
+                                      (2, 4, 10, 0.7, 3, False), (1, 6, 18, 1.3, 1, True)]:
+        cases.append({"prompt": torch.randint(0, 13, (b, n0), generator=g), "steps": steps,
+                      "temperature": t, "top_k": k, "use_cache": cache,
+                      "seed": int(torch.randint(0, 1000, (1,), generator=g))})
+
+    def runner(fn):
+        def run(prompt, steps, temperature, top_k, use_cache, seed):
+            out = fn(model, prompt, steps, temperature, top_k, use_cache,
+                     torch.Generator().manual_seed(seed))
+            if out is None:
+                return None
+            if not isinstance(out, torch.Tensor) or out.shape != (prompt.shape[0],
+                                                                  prompt.shape[1] + steps):
+                got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                raise ValueError(f"generate should return (b, n0 + steps) = "
+                                 f"{(prompt.shape[0], prompt.shape[1] + steps)} tokens, got {got}")
+            return out.double()
+        return run
+
+    return check_function(
+        runner(generate), runner(generate_variant("right")), cases, what="generate",
+        output_names=("the tokens",), atol=0, rtol=0,
+        mistakes=[Mistake(_safe(runner(generate_variant(kind))), hint)
+                  for kind, hint in GENERATE_MISTAKES])
+
+

@@ -1,0 +1,264 @@
+"""Notebook 10's widget: type a prompt, pick a layer and a head of the GPT you trained, and see
+that head's attention over the characters, the entropy of each query with its ``ln(visible
+keys)`` ceiling, and the mean entropy of every head of the layer.
+
+* :func:`run_prompt` runs the model once on a text and keeps every head's weights.
+* :func:`gpt_frame` is the pure function: a run and the controls in, a frame out.
+* :func:`gpt_widget` caches runs by text: a new prompt runs the model once, moving the layer or
+  head only redraws.
+
+Layers and heads are numbered from 1, as in the notebook's text.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import ipywidgets as widgets
+import torch
+
+from ..entropy import attention_entropy
+from ..lessons import build_gpt as bg
+from ..lessons.build_gpt_heads import head_scores
+from ..masks import causal_mask
+from .core import AttentionFrame, BlitView, LiveAttentionWidget
+from .panels import AttentionPanel, EntropyBars
+
+__all__ = ["PromptRun", "GPTFrame", "GPTView", "GPTWidget", "LossCurve", "Sampler", "char_label",
+           "gpt_frame",
+           "gpt_widget", "run_prompt"]
+
+SHOWN = {" ": "␣", "\n": "⏎", "\t": "⇥"}
+
+
+def char_label(c: str) -> str:
+    """How a character is drawn on the heatmap's axes (space, newline and tab made visible)."""
+    return SHOWN.get(c, c)
+
+
+@dataclass(frozen=True)
+class PromptRun:
+    """One prompt through the model: ``weights (L, h, n, n)``, the labels, each head's mean
+    entropy ``(L, h)`` and the mean ceiling ``mean_i ln(i + 1)``, and the head scores of
+    :func:`~attn_helpers.lessons.build_gpt_heads.head_scores` (``{name: (L, h)}``)."""
+
+    text: str
+    labels: list
+    weights: torch.Tensor
+    head_entropy: torch.Tensor
+    ceiling: float
+    scores: dict
+    truncated: bool
+
+
+@torch.no_grad()
+def run_prompt(model: bg.GPT, corpus: bg.Corpus, text: str) -> PromptRun:
+    """Run ``text`` (its last ``context`` characters) through ``model`` once."""
+    if not isinstance(text, str):
+        raise TypeError(f"the prompt must be a str, got {type(text).__name__}")
+    if not text:
+        raise ValueError("the prompt is empty: type a few characters. The last picture stays.")
+    unknown = sorted({c for c in text if c not in corpus.chars})
+    if unknown:
+        raise ValueError(f"the prompt has characters the model never saw: {unknown!r}")
+    context = model.cfg.context
+    shown = text[-context:]
+    ids = corpus.encode(shown)[None]                                 # (1, n)
+    model.keep_weights(True)
+    try:
+        model(ids)
+        weights = torch.stack([b.attn.weights[0] for b in model.blocks])  # (L, h, n, n)
+    finally:
+        model.keep_weights(False)
+    n = weights.shape[-1]
+    entropy = attention_entropy(weights.double()).mean(-1)           # (L, h)
+    ceiling = float(torch.log(torch.arange(1, n + 1, dtype=torch.float64)).mean())
+    return PromptRun(shown, [char_label(c) for c in shown], weights, entropy, ceiling,
+                     head_scores(weights[:, :, None], shown), len(text) > context)
+
+
+@dataclass
+class GPTFrame(AttentionFrame):
+    """One head's frame plus every head of its layer: ``layer_entropy (h,)`` mean entropy per
+    head, ``layer_ceiling`` the mean ``ln(visible keys)``, ``head`` the 0-based head shown."""
+
+    layer_entropy: torch.Tensor | None = None
+    layer_ceiling: float = 0.0
+    head: int = 0
+
+
+def gpt_frame(run: PromptRun, layer: int, head: int) -> GPTFrame:
+    """The frame of head ``head`` of layer ``layer`` (both 1-based) on ``run``."""
+    L, h = run.head_entropy.shape
+    for name, value, top in (("layer", layer, L), ("head", head, h)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise ValueError(f"{name} must be an int in 1..{top}, got {value!r}")
+    l, i = layer - 1, head - 1
+    n = len(run.labels)
+    readouts = {"characters n": n, "head": f"layer {layer}, head {head}",
+                "mean entropy (nats)": run.head_entropy[l, i].item(),
+                "mean ceiling ln(visible keys)": run.ceiling}
+    for name, grid in run.scores.items():
+        if isinstance(grid, torch.Tensor):
+            readouts[f"weight on {name}"] = grid[l, i].item()
+    if run.truncated:
+        readouts["note"] = f"only the last {n} characters fit the model's context"
+    return GPTFrame(run.weights[l, i], run.labels, run.labels, mask=causal_mask(n),
+                    readouts=readouts, layer_entropy=run.head_entropy[l],
+                    layer_ceiling=run.ceiling, head=i)
+
+
+class GPTView(BlitView):
+    """The head's heatmap with its entropy per query (left), every head of the layer (right)."""
+
+    def __init__(self, num_heads: int, context: int, figsize=(11.0, 7.0)):
+        super().__init__(figsize)
+        grid = self.figure.add_gridspec(1, 2, width_ratios=[4.2, 1.0], left=0.01, right=0.98,
+                                        bottom=0.08, top=0.9, wspace=0.25)
+        self.panel = AttentionPanel(self.blit, grid[0], title="one head's attention")
+        self.heads = EntropyBars(self.blit, self.figure.add_subplot(grid[1]),
+                                 title="mean entropy\nper head",
+                                 labels=[f"head {j + 1}" for j in range(num_heads)])
+        self.heads.layout(num_heads, float(torch.log(torch.tensor(float(context)))))
+
+    def draw(self, frame: GPTFrame) -> None:
+        self.panel.set_frame(frame)
+        h = len(frame.layer_entropy)
+        self.heads.set(frame.layer_entropy, [frame.layer_ceiling] * h, highlight=frame.head)
+
+
+class GPTWidget(LiveAttentionWidget):
+    """Notebook 10's live widget (build it with :func:`gpt_widget`)."""
+
+    def __init__(self, model: bg.GPT, corpus: bg.Corpus, prompt: str):
+        self.model, self.corpus = model, corpus
+        self.runs: OrderedDict = OrderedDict()
+        cfg = model.cfg
+        controls = {
+            "prompt": widgets.Text(prompt, description="prompt", continuous_update=False,
+                                   layout=widgets.Layout(width="640px")),
+            "layer": widgets.IntSlider(1, min=1, max=cfg.num_layers, description="layer"),
+            "head": widgets.IntSlider(1, min=1, max=cfg.num_heads, description="head"),
+        }
+        super().__init__(self._compute, controls, GPTView(cfg.num_heads, cfg.context),
+                         title="your GPT: any prompt, any layer and head")
+
+    def run(self, text: str) -> PromptRun:
+        if text not in self.runs:
+            self.runs[text] = run_prompt(self.model, self.corpus, text)
+            if len(self.runs) > 16:
+                self.runs.popitem(last=False)
+        return self.runs[text]
+
+    def _compute(self, prompt, layer, head):
+        return gpt_frame(self.run(prompt), layer, head)
+
+
+def gpt_widget(model: bg.GPT, corpus: bg.Corpus | None = None,
+               prompt: str = "The for statement loops over") -> GPTWidget:
+    """The widget on a trained :class:`~attn_helpers.lessons.build_gpt.GPT`."""
+    corpus = bg.load_corpus() if corpus is None else corpus
+    return GPTWidget(model, corpus, prompt)
+
+
+class LossCurve:
+    """A live loss curve for training: the training loss (mean of every 20 steps) and the
+    held-out loss at each evaluation, with the bar to beat; redrawn into an
+    ``ipywidgets.Image`` at each evaluation (pass :meth:`update` as ``on_eval``)."""
+
+    def __init__(self, steps: int, bar: float, figsize=(7.0, 3.2)):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        self.figure = Figure(figsize=figsize, dpi=80, layout="constrained")
+        self.canvas = FigureCanvasAgg(self.figure)
+        ax = self.figure.add_subplot()
+        ax.set_xlim(0, steps)
+        ax.set_ylim(1.0, 4.8)
+        ax.set_xlabel("training step")
+        ax.set_ylabel("loss (nats per character)")
+        ax.axhline(bar, color="#c0392b", linestyle="--", linewidth=1)
+        ax.text(steps, bar, f"bar: {bar}", color="#c0392b", ha="right", va="bottom", fontsize=9)
+        (self.train_line,) = ax.plot([], [], color="#3b75af", linewidth=1.2, label="training")
+        (self.val_line,) = ax.plot([], [], "o-", color="#ff7f0e", label="held-out")
+        ax.legend(loc="upper right", fontsize=9)
+        ax.set_title("loss while training")
+        self.image = widgets.Image(format="png", value=self.png())
+
+    def png(self) -> bytes:
+        import io
+
+        buffer = io.BytesIO()
+        self.canvas.print_png(buffer)
+        return buffer.getvalue()
+
+    def update(self, log) -> None:
+        losses = torch.tensor(log.losses)
+        k = 20
+        if len(losses) >= k:
+            means = losses[: len(losses) // k * k].view(-1, k).mean(1)
+            self.train_line.set_data((torch.arange(len(means)) + 1) * k, means)
+        steps, values = zip(*log.evaluations, strict=True) if log.evaluations else ((), ())
+        self.val_line.set_data(steps, values)
+        self.image.value = self.png()
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = self.image._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        import base64
+
+        data["image/png"] = base64.b64encode(self.image.value).decode("ascii")
+        data["text/plain"] = "Loss curve (live while training; static here)"
+        return bundle
+
+
+class Sampler:
+    """Temperature and top-k controls over samples of a trained GPT: ``generate(model, prompt,
+    steps, temperature, top_k, use_cache, generator)`` makes three samples per setting."""
+
+    def __init__(self, model: bg.GPT, corpus: bg.Corpus, generate, prompt: str = "The "):
+        self.model, self.corpus, self.generate = model, corpus, generate
+        self.controls = {
+            "prompt": widgets.Text(prompt, description="prompt", continuous_update=False),
+            "temperature": widgets.FloatSlider(1.0, min=0.1, max=2.0, step=0.1,
+                                               description="temperature"),
+            "top_k": widgets.IntSlider(0, min=0, max=20, description="top-k (0: off)"),
+        }
+        self.output = widgets.HTML()
+        for control in self.controls.values():
+            control.observe(lambda _change: self.refresh(), names="value")
+        self.ui = widgets.VBox([widgets.HBox(list(self.controls.values()),
+                                             layout=widgets.Layout(flex_flow="row wrap")),
+                                self.output])
+        self.samples: list[str] = []
+        self.refresh()
+
+    def set(self, **values) -> list[str]:
+        for name, value in values.items():
+            self.controls[name].value = value
+        return self.samples
+
+    def refresh(self) -> None:
+        import html
+
+        v = {name: c.value for name, c in self.controls.items()}
+        try:
+            prompt = self.corpus.encode(v["prompt"] or "\n")[None].repeat(3, 1)
+            prompt = prompt[:, -(self.model.cfg.context // 2):]
+            steps = self.model.cfg.context - prompt.shape[1]
+            tokens = self.generate(self.model, prompt, steps, v["temperature"], v["top_k"] or None,
+                                   True, torch.Generator().manual_seed(0))
+            self.samples = [self.corpus.decode(row) for row in tokens]
+            rows = "".join(f"<pre style='margin:2px'>{html.escape(s)}</pre>" for s in self.samples)
+            self.output.value = rows
+        except Exception as exc:      # shown in the widget, never swallowed
+            self.output.value = (f"<pre style='color:#b00020'>{html.escape(type(exc).__name__)}: "
+                                 f"{html.escape(str(exc))}</pre>")
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = self.ui._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        data["text/plain"] = "\n".join(["Samples (static here; run the notebook to move the "
+                                        "controls):", *self.samples])
+        return bundle

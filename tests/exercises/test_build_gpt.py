@@ -1,0 +1,154 @@
+"""Notebook 10's checkers (``exercises.build_gpt``): each accepts the reference and rejects at
+least six plausible wrong answers with a hint that names the mistake."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from attn_helpers import exercises
+from attn_helpers.exercises import build_gpt as ex
+from attn_helpers.exercises.build_gpt_mistakes import (
+    attention_variant,
+    block_variant,
+    generate_variant,
+    model_variant,
+    train_variant,
+)
+from attn_helpers.lessons import build_gpt as bg
+from tests._exercises import assert_rejected
+
+
+def _attention_class(**mistake):
+    class Attention(bg.CausalSelfAttention):
+        def forward(self, x):
+            return attention_variant(self, **mistake)(x)
+
+    return Attention
+
+
+def _block_class(kind):
+    class Block(bg.Block):
+        def forward(self, x):
+            return block_variant(self, kind)(x) if kind else super().forward(x)
+
+    return Block
+
+
+def _model_class(kind):
+    class Model(bg.GPT):
+        def forward(self, tokens):
+            return model_variant(self, kind)(tokens) if kind else super().forward(tokens)
+
+    return Model
+
+
+class _Stub(nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+        raise NotImplementedError
+
+
+def test_the_references_pass():
+    assert ex.check_attention(bg.CausalSelfAttention)
+    assert ex.check_attention(_attention_class())
+    assert ex.check_block(bg.Block)
+    assert ex.check_model(bg.GPT)
+    assert ex.check_train_step(train_variant("right"))
+    assert ex.check_generate(bg.generate)
+
+
+@pytest.mark.parametrize("mistake, words", [(kw, hint.split(":")[0][:30])
+                                            for kw, hint in ex.ATTENTION_MISTAKES])
+def test_attention_rejects_known_mistakes(mistake, words):
+    result = ex.check_attention(_attention_class(**mistake))
+    assert_rejected(result, "Hint: ", words)
+
+
+def test_attention_names_the_leak_and_the_head_split():
+    assert "the future leaks" in ex.check_attention(_attention_class(mask="none")).message
+    assert "split wrong" in ex.check_attention(_attention_class(split="view")).message
+
+
+@pytest.mark.parametrize("kind, words", [(kind, hint[:30]) for kind, hint in ex.BLOCK_MISTAKES])
+def test_block_rejects_known_mistakes(kind, words):
+    assert_rejected(ex.check_block(_block_class(kind)), "Hint: ", words)
+
+
+def test_block_names_post_norm_and_a_missing_residual():
+    assert "norm after instead of before" in ex.check_block(_block_class("post_norm")).message
+    assert "residual is missing" in ex.check_block(_block_class("no_attn_residual")).message
+
+
+@pytest.mark.parametrize("kind, words", [(kind, hint[:30]) for kind, hint in ex.MODEL_MISTAKES])
+def test_model_rejects_known_mistakes(kind, words):
+    assert_rejected(ex.check_model(_model_class(kind)), "Hint: ", words)
+
+
+@pytest.mark.parametrize("kind, words", [(kind, hint[:30]) for kind, hint in ex.TRAIN_MISTAKES])
+def test_train_step_rejects_known_mistakes(kind, words):
+    assert_rejected(ex.check_train_step(train_variant(kind)), "Hint: ", words)
+
+
+def test_train_step_names_unshifted_targets():
+    assert "targets are not shifted" in ex.check_train_step(train_variant("not_shifted")).message
+
+
+@pytest.mark.parametrize("kind, words", [(kind, hint[:30])
+                                         for kind, hint in ex.GENERATE_MISTAKES])
+def test_generate_rejects_known_mistakes(kind, words):
+    assert_rejected(ex.check_generate(generate_variant(kind)), "Hint: ", words)
+
+
+def test_generate_names_restarting_positions_and_late_temperature():
+    assert "positions restart" in ex.check_generate(generate_variant("positions_restart")).message
+    message = ex.check_generate(generate_variant("temperature_after_softmax")).message
+    assert "temperature applied after the softmax" in message
+
+
+def test_each_checker_knows_at_least_six_mistakes():
+    for mistakes in (ex.ATTENTION_MISTAKES, ex.BLOCK_MISTAKES, ex.MODEL_MISTAKES,
+                     ex.TRAIN_MISTAKES, ex.GENERATE_MISTAKES):
+        assert len(mistakes) >= 6
+
+
+def test_stubs_are_not_implemented_yet():
+    def stub(*args):
+        raise NotImplementedError
+
+    for check in (ex.check_attention, ex.check_block, ex.check_model):
+        assert "not implemented yet" in check(_Stub).message
+
+    class ForwardStub(bg.CausalSelfAttention):
+        def forward(self, x):
+            raise NotImplementedError
+
+    assert "not implemented yet" in ex.check_attention(ForwardStub).message
+    assert "not implemented yet" in ex.check_train_step(stub).message
+    assert "not implemented yet" in ex.check_generate(stub).message
+    assert not ex.check_attention("CausalSelfAttention")
+
+
+def test_cached_and_uncached_generation_give_the_same_tokens():
+    torch.manual_seed(0)
+    model = bg.GPT(bg.GPTConfig(13, context=24, d_model=16, num_heads=4, num_layers=2, d_ff=32))
+    prompt = torch.randint(0, 13, (2, 4))
+    a = bg.generate(model, prompt, 15, 0.8, 5, True, torch.Generator().manual_seed(3))
+    b = bg.generate(model, prompt, 15, 0.8, 5, False, torch.Generator().manual_seed(3))
+    assert torch.equal(a, b)
+
+
+def test_solution_true_does_not_count_and_pieces_follow_the_learner():
+    result = ex.check_block(bg.Block, solution=True)
+    assert result and "does not count" in result.message
+    chosen, line = ex.pieces({"model": "mine", "train_step": "my step"},
+                             {"model": "ref", "train_step": "ref step"})
+    assert line.startswith("Training with")
+    assert set(chosen) == {"model", "train_step"}
+
+
+def test_exercises_are_registered_with_three_hints():
+    for name in ex.KEYS:
+        key = f"build_gpt.{name}"
+        assert key in exercises.EXERCISES and len(exercises.EXERCISES[key].hints) == 3

@@ -1,0 +1,68 @@
+"""Notebook 10's widgets: the attention view on a GPT (pure frame function, readouts, errors
+shown, static picture), the live loss curve and the sampler."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_helpers.lessons import build_gpt as bg
+from attn_helpers.lessons import build_gpt_train as bgt
+from attn_helpers.widgets import build_gpt as gw
+
+
+@pytest.fixture(scope="module")
+def setup():
+    corpus = bg.load_corpus()
+    torch.manual_seed(0)
+    model = bg.GPT(bg.GPTConfig(corpus.vocab_size, context=32, d_model=32, num_heads=4,
+                                num_layers=2, d_ff=64)).eval()
+    return model, corpus
+
+
+def test_the_frame_is_one_causal_head_with_its_ceiling(setup):
+    model, corpus = setup
+    run = gw.run_prompt(model, corpus, "for x in y:\n    pass")
+    assert run.weights.shape == (2, 4, 20, 20) and run.labels[3] == "␣" and run.labels[11] == "⏎"
+    frame = gw.gpt_frame(run, 2, 3)
+    assert torch.equal(frame.weights, run.weights[1, 2])
+    assert (frame.weights.triu(1) == 0).all()
+    assert (frame.entropy <= frame.ceiling + 1e-6).all()
+    assert frame.readouts["head"] == "layer 2, head 3" and frame.head == 2
+    assert frame.layer_entropy.shape == (4,)
+    with pytest.raises(ValueError, match="layer"):
+        gw.gpt_frame(run, 3, 1)
+
+
+def test_a_long_prompt_keeps_the_last_context_characters(setup):
+    model, corpus = setup
+    run = gw.run_prompt(model, corpus, "a" * 40 + "the end")
+    assert run.truncated and len(run.labels) == 32 and run.text.endswith("the end")
+
+
+def test_the_widget_moves_shows_errors_and_carries_a_static_picture(setup):
+    model, corpus = setup
+    widget = gw.gpt_widget(model, corpus, "The for statement")
+    readouts = widget.set(layer=2, head=4)
+    assert readouts["head"] == "layer 2, head 4" and widget.error is None
+    before = widget.image.value
+    widget.set(prompt="")
+    assert "empty" in widget.error and widget.image.value == before
+    widget.set(prompt="while True")
+    assert widget.error is None and len(widget.frame.query_labels) == 10
+    bundle = widget._repr_mimebundle_()
+    data = bundle[0] if isinstance(bundle, tuple) else bundle
+    assert "image/png" in data
+
+
+def test_the_loss_curve_and_the_sampler(setup):
+    model, corpus = setup
+    curve = gw.LossCurve(100, bgt.BAR_NATS)
+    empty = curve.image.value
+    curve.update(bgt.TrainLog(losses=[3.0] * 40, evaluations=[(20, 2.5), (40, 2.2)]))
+    assert curve.image.value != empty
+    sampler = gw.Sampler(model, corpus, bg.generate, prompt="The ")
+    samples = sampler.set(temperature=0.5, top_k=3)
+    assert len(samples) == 3 and all(s.startswith("The ") and len(s) == 32 for s in samples)
+    sampler.set(prompt="\u2603")
+    assert "vocabulary" in sampler.output.value
