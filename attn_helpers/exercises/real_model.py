@@ -1,8 +1,7 @@
-"""Checkers for notebook 09 (a real pretrained model): find the previous-token heads by a score,
-and measure each head's entropy against its ``ln n`` ceiling on real tokens only.
-
-Both exercises take every head's weights of a padded batch, ``weights (L, b, h, n, n)``, and
-``mask (b, n)`` (True = a real token, padding on the right), and return an ``(L, h)`` grid.
+"""Checkers for notebook 09 (a real pretrained model): find the previous-token heads by a score
+(every head's weights of a padded batch, ``weights (L, b, h, n, n)`` and ``mask (b, n)``, True =
+a real token, in; an ``(L, h)`` grid out, pooled over sentences and queries), and compute
+Kobayashi et al.'s value-weighted norms ``||a_ij f_h(x_j)||`` of one layer's heads.
 The notebook stores them unsolved, as stubs that raise ``NotImplementedError``: the checker then
 says only that they are not implemented yet. ``exercises.hint("real_model.previous_token", 1)``
 gives hints in levels, on demand (:mod:`attn_helpers.exercises.workflow`).
@@ -10,16 +9,17 @@ gives hints in levels, on demand (:mod:`attn_helpers.exercises.workflow`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 
-from ..lessons.real_model import entropy_grid, offset_scores
+from ..lessons.real_model import offset_scores
+from ..lessons.real_model_studies import value_norms
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["HINTS", "check_head_entropy", "check_previous_token_scores", "make_cases"]
+__all__ = ["HINTS", "check_previous_token_scores", "check_value_norms", "make_cases",
+           "make_norm_cases"]
 
 
 def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int) -> torch.Tensor:
@@ -74,16 +74,6 @@ HINTS: dict[str, tuple[str, str, str]] = {
         "(on_previous * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3)) averages over sentences "
         "and queries at once, leaving (L, h).",
     ),
-    "head_entropy": (
-        "Each row i of a head is a distribution over keys: H_i = -sum_j p_ij ln p_ij (nats). "
-        "Its largest possible value is ln n, n the sentence's number of real tokens. Average "
-        "H_i, and H_i / ln n, over the real queries only.",
-        "torch.xlogy(p, p) is p ln p with 0 ln 0 = 0 (padding keys have weight exactly 0): "
-        "H = -torch.xlogy(weights, weights).sum(-1) has shape (L, b, h, n). The ceiling: "
-        "torch.log(mask.sum(1).float()) (b,), broadcast as [None, :, None, None].",
-        "valid = mask[None, :, None, :].float(); mean = lambda x: (x * valid).sum(dim=(1, 3)) / "
-        "valid.sum(dim=(1, 3)); return mean(H), mean(H / ln_n).",
-    ),
 }
 
 
@@ -129,69 +119,87 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
     )
 
 
-# --- exercise 2: entropy against ln n ----------------------------------------------------------
+# --- exercise 2: value-weighted norms --------------------------------------------------------
 
 
-@exercise("real_model.head_entropy", "each head's entropy against ln n",
-          hints=HINTS["head_entropy"])
-def check_head_entropy(candidate: Callable) -> CheckResult:
-    """Exercise: ``head_entropy(weights, mask) -> (entropy (L, h), fraction (L, h))``: the mean,
-    over real queries, of each row's entropy in nats, and of that entropy divided by ``ln n``,
-    ``n`` the number of real tokens of the row's sentence."""
+def make_norm_cases(seed: int) -> list[dict]:
+    """Seeded cases: weights of padded batches, each head's value vectors and an output
+    projection ``W_O (d, h * d_head)`` with ``d`` equal to, and once unequal to, ``h * d_head``."""
+    g = seeded(seed)
+    cases = []
+    for lengths, h, n, d_head, d in [([5, 3], 3, 5, 4, 12), ([4], 2, 4, 3, 6), ([6, 2, 4], 4, 6, 2, 8),
+                                     ([3, 3], 2, 3, 4, 5)]:
+        weights = _softmax_rows(g, 1, lengths, h, n)[0]                # (b, h, n, n)
+        values = torch.randn(len(lengths), h, n, d_head, generator=g)
+        cases.append({"weights": weights, "values": values,
+                      "W_O": torch.randn(d, h * d_head, generator=g)})
+    return cases
 
-    def rows(w, log=torch.log, dim=-1):
-        return -(w * log(w.clamp_min(1e-30))).sum(dim=dim)         # (L, b, h, n)
 
-    def ceiling(m):
-        return torch.log(m.sum(dim=1).float())[None, :, None, None]  # (1, b, 1, 1)
+def _f(values, W_O, slice_of=None):
+    b, h, n, d_head = values.shape
+    if slice_of is None:
+        W_h = W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)       # (h, d_head, d)
+    else:
+        W_h = slice_of(W_O, h, d_head)
+    return torch.einsum("bhjk,hkd->bhjd", values, W_h)               # (b, h, n, d)
 
-    def made(entropy, fraction_of, queries):
-        def produce(w, m):
-            H = entropy(w)
-            valid = queries(m)[None, :, None, :].float()
-            return _mean(H, valid), _mean(fraction_of(H, m), valid)
-        return produce
 
-    def real(m):
-        return m
+HINTS["value_norms"] = (
+    "Head h adds sum_j a_ij f_h(x_j) to token i, where f_h(x_j) is value vector v_j of head h "
+    "multiplied by head h's part of the output projection W_O. Its norm times a_ij is what key j "
+    "contributes; return it for every (b, h, i, j).",
+    "nn.Linear stores W_O as (out, in) = (d, h * d_head), so f_h(x_j) = W_O[:, h*d_head:(h+1)*d_head] "
+    "@ v_j. All heads at once: W_O.view(d, h, d_head).permute(1, 2, 0) is (h, d_head, d). Since "
+    "a_ij >= 0, ||a_ij f|| = a_ij ||f||.",
+    "b, h, n, d_head = values.shape\n"
+    "W_h = W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)  # (h, d_head, d)\n"
+    "f = torch.einsum('bhjk,hkd->bhjd', values, W_h)  # (b, h, n, d)\n"
+    "return weights * f.norm(dim=-1)[:, :, None, :]",
+)
 
-    def by_ceiling(H, m):
-        return H / ceiling(m)
 
-    def padded_ceiling(H, m):
-        return H / math.log(m.shape[1])
+@exercise("real_model.value_norms", "value-weighted norms ||a_ij f(x_j)|| (Kobayashi et al.)",
+          hints=HINTS["value_norms"])
+def check_value_norms(candidate: Callable) -> CheckResult:
+    """Exercise: ``value_norms(weights (b, h, n, n), values (b, h, n, d_head), W_O (d, h * d_head))
+    -> (b, h, n, n)``, the norm of ``a_ij f_h(x_j)``, ``f_h(x_j)`` head ``h``'s value vector of
+    key ``j`` through head ``h``'s columns of ``W_O``."""
 
-    def ratio_of_means(w, m):
-        valid = m[None, :, None, :].float()
-        H = rows(w)
-        n = m.sum(dim=1).float()
-        return _mean(H, valid), _mean(H, valid) / (n * n.log()).sum().div(n.sum())
+    def times(w, norm):                                  # a_ij * norm_j, norm (b, h, n)
+        return w * norm[:, :, None, :]
+
+    def rows_slice(W, h, d_head):                        # W_O[h*dh:(h+1)*dh, :] (rows, not columns)
+        if W.shape[0] < h * d_head:                      # that code crashes here: nothing to match
+            return torch.full((h, d_head, 1), float("nan"))
+        return W[: h * d_head].view(h, d_head, -1)
+
+    def first_slice(W, h, d_head):                       # every head through head 0's columns
+        return W[:, :d_head].T.expand(h, d_head, W.shape[0])
 
     return check_function(
-        candidate, entropy_grid, make_cases(92), what="head_entropy",
-        output_names=("the entropy", "the fraction of ln n"),
-        nan_hint="0 * log 0 counts as 0: padding keys have weight exactly 0, and 0 * log(0) is "
-                 "0 * (-inf) = nan in floating point. Use torch.xlogy(p, p), or clamp p before "
-                 "the log.",
+        candidate, value_norms, make_norm_cases(93), what="value_norms",
+        output_names=("the norms",),
         mistakes=[
-            Mistake(made(lambda w: rows(w, dim=-2), by_ceiling, real),
-                    "the entropy of a query is over its row: sum over the keys (the last axis, "
-                    "dim=-1), not over the queries."),
-            Mistake(made(lambda w: -rows(w), by_ceiling, real),
-                    "entropy is H = -sum p log p: you left out the minus sign (your entropies are "
-                    "negative)."),
-            Mistake(made(lambda w: rows(w, torch.log2), by_ceiling, real),
-                    "the course measures entropy in nats: use the natural log (torch.log), not "
-                    "log2."),
-            Mistake(made(rows, by_ceiling, torch.ones_like),
-                    "you averaged over padding queries too: their rows mean nothing. Average only "
-                    "over the real queries (mask True)."),
-            Mistake(made(rows, padded_ceiling, real),
-                    "the ceiling is ln of the number of REAL tokens of that sentence "
-                    "(mask.sum(1)), not ln of the padded length n: a row can only spread over "
-                    "real keys."),
-            Mistake(ratio_of_means,
-                    "divide each row's entropy by its own sentence's ln n, then average; the mean "
-                    "entropy divided by a mean ln n weighs long and short sentences differently."),
+            Mistake(lambda w, v, W: times(w, v.norm(dim=-1)),
+                    "you took the norm of the value vector v_j itself: Kobayashi et al. pass it "
+                    "through the head's slice of the output projection first, f_h(x_j) = "
+                    "W_O[:, head's columns] @ v_j, because that is what is added to the token."),
+            Mistake(lambda w, v, W: times(w, _f(v, W, rows_slice).norm(dim=-1)),
+                    "you took a slice of W_O's rows. nn.Linear stores weight as (out, in) = "
+                    "(d, h * d_head): head h owns the COLUMNS h*d_head .. (h+1)*d_head - 1."),
+            Mistake(lambda w, v, W: times(w, _f(v, W, first_slice).norm(dim=-1)),
+                    "every head went through the first head's columns of W_O: head h owns its "
+                    "own columns h*d_head .. (h+1)*d_head - 1."),
+            Mistake(lambda w, v, W: _f(v, W).norm(dim=-1)[:, :, None, :].expand_as(w),
+                    "you returned ||f_h(x_j)|| without the attention weight: multiply by a_ij, "
+                    "the norm of a_ij f_h(x_j) is a_ij ||f_h(x_j)||."),
+            Mistake(lambda w, v, W: times(w, _f(v, W).pow(2).sum(dim=-1)),
+                    "you returned the squared norm: take the square root (torch.linalg.norm or "
+                    ".norm(dim=-1))."),
+            Mistake(lambda w, v, W: w * _f(v, W).norm(dim=-1)[:, :, :, None],
+                    "you scaled row i by the norm of the QUERY's vector f(x_i): the vector that "
+                    "key j contributes is f(x_j), so broadcast the norms along the keys, "
+                    "[:, :, None, :]."),
         ],
     )

@@ -10,10 +10,10 @@ real tokens only: padding is never a query and never a key.
 - :func:`offset_scores`: the mean weight a head puts on the token ``offset`` places away, which
   finds previous-token (``offset = -1``) and next-token (``+1``) heads without hand-picking;
 - :func:`ablation`: how switching heads off changes the gap
-  ``mean cos(paraphrase pairs) - mean cos(non-paraphrase pairs)``.
+  ``mean cos(paraphrase pairs) - mean cos(non-paraphrase pairs)`` on the shipped pairs;
+- value-weighted norms and the "it" study: :mod:`.real_model_studies`.
 
-:func:`analyse` runs them all and :func:`claims` states, as named booleans, exactly what the
-notebook says about the numbers; the thresholds are defined once, below.
+:func:`analyse` runs them all; :func:`claims` states what the notebook says, as named booleans.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .._checks import require_int_in, require_tensor, shape
 from ..entropy import attention_entropy, normalized_entropy
 from ..masks import key_padding_to_attention_mask
 from ..pretrained import Encoder, load_encoder, mean_pool
+from .real_model_studies import Coreference, coreference, row_shares, run_value_norms
 
 __all__ = [
     "Ablation", "Analysis", "Attention", "DATA_FILE", "ablation", "analyse", "claims",
@@ -36,20 +37,20 @@ __all__ = [
 ]
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "real_model_sentences.json"
-
 # The thresholds of the claims, defined once (see claims()).
 UNIFORM_MAX = 0.95          # every head's mean entropy stays below 0.95 ln n (measured: <= 0.88)
 PREVIOUS_TOKEN_MIN = 0.9    # the best previous-token head puts > 90 % of its weight on i - 1
 NEXT_TOKEN_MIN = 0.5        # the best next-token head puts > half of its weight on i + 1
 CLS_SINK_MIN = 0.5          # in layers 2-5, more than half of all attention lands on [CLS]
 SINGLE_HEAD_MAX = 0.1       # no single head moves the similarity gap by a tenth of it or more
+NORM_CLS_MAX = 0.2          # weighted by ||f(x_j)||, [CLS] gets less than a fifth in every layer
+NOUNS_MIN = 0.5             # the head that reads the nouns from "it" puts > half its weight there
 
 
 def load_sentences() -> dict[str, list]:
-    """The shipped set: ``sentences`` (list of str), ``paraphrases`` and ``non_paraphrases``
-    (lists of ``[a, b]`` pairs)."""
+    """The shipped set: sentences, (non_)paraphrases (``[a, b]`` pairs) and coreference items."""
     data = json.loads(DATA_FILE.read_text(encoding="utf-8"))
-    return {key: data[key] for key in ("sentences", "paraphrases", "non_paraphrases")}
+    return {key: data[key] for key in ("sentences", "paraphrases", "non_paraphrases", "coreference")}
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,7 @@ def entropy_grid(weights: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tenso
     Returns ``(grid (L, h), normalised (L, h))``: ``grid`` is the mean of :math:`H_i`, the
     entropy of query ``i``'s row (padding keys carry weight 0, so it is over real keys);
     ``normalised`` the mean of :math:`H_i / \ln n`, ``n`` the sentence's number of real tokens
-    (:func:`~attn_helpers.entropy.normalized_entropy`).
-    """
+    (:func:`~attn_helpers.entropy.normalized_entropy`)."""
     _check(weights, mask)
     entropy = attention_entropy(weights)                                  # (L, b, h, n)
     normalised = normalized_entropy(weights, mask[None, :, None, None, :])  # (L, b, h, n)
@@ -225,6 +225,11 @@ class Analysis:
     previous_token: torch.Tensor    # (L, h) offset_scores(-1)
     next_token: torch.Tensor        # (L, h) offset_scores(+1)
     ablation: Ablation
+    norms: torch.Tensor             # (L, b, h, n, n) ||a_ij f(x_j)||
+    cls_norm_share: torch.Tensor    # (L, h) [CLS]'s share of each row's summed norms
+    sep_norm_share: torch.Tensor    # (L, h) the same for [SEP]
+    previous_token_norm: torch.Tensor  # (L, h) offset_scores(-1) on the norm shares
+    coreference: Coreference
 
 
 def analyse(enc: Encoder | None = None, data: dict | None = None) -> Analysis:
@@ -242,16 +247,44 @@ def analyse(enc: Encoder | None = None, data: dict | None = None) -> Analysis:
         chance=float(len(n) / n.sum()),  # mean over real queries of 1/n
         previous_token=offset_scores(w, m, -1), next_token=offset_scores(w, m, +1),
         ablation=ablation(enc, data["paraphrases"], data["non_paraphrases"]),
+        **_beyond_weights(enc, att, data),
     )
 
 
-def claims(a: Analysis) -> dict[str, bool]:
-    """The statements notebook 09 makes, each checked on the measured numbers.
+def _beyond_weights(enc: Encoder, att: Attention, data: dict) -> dict:
+    weights, norms = run_value_norms(enc, att.input_ids, att.mask)
+    if not torch.allclose(weights, att.weights, atol=1e-6):
+        raise AssertionError("run_value_norms ran other weights than run_attention")
+    shares = row_shares(norms)
+    return dict(norms=norms,
+                cls_norm_share=sink_shares(shares, att.mask, att.input_ids, enc.cls_id),
+                sep_norm_share=sink_shares(shares, att.mask, att.input_ids, enc.sep_id),
+                previous_token_norm=offset_scores(shares, att.mask, -1),
+                coreference=coreference(enc, data["coreference"]))
+
+
+#: The notebook's sections and how many claims each has, in the order claims() states them.
+SECTIONS = {"entropy": 2, "positional": 4, "sinks": 3, "ablation": 5, "norms": 4, "coreference": 4}
+
+
+def claims(a: Analysis, section: str | None = None) -> dict[str, bool]:
+    """The statements notebook 09 makes, each checked on the measured numbers; ``section`` (one
+    of :data:`SECTIONS`) keeps the claims of one section of the notebook.
 
     Layers are 0-based here; the notebook says "layer 1" for layer 0.
     """
     if not isinstance(a, Analysis):
         raise TypeError(f"a must be the Analysis returned by analyse(), got {type(a).__name__}")
+    if section is not None and section not in SECTIONS:
+        raise ValueError(f"section must be one of {', '.join(SECTIONS)}, got {section!r}")
+    every = _claims(a)
+    if section is None:
+        return every
+    start = sum(list(SECTIONS.values())[: list(SECTIONS).index(section)])
+    return dict(list(every.items())[start: start + SECTIONS[section]])
+
+
+def _claims(a: Analysis) -> dict[str, bool]:
     layer_entropy = a.entropy.mean(dim=1)                          # (L,)
     middle = slice(1, -1)                                           # layers 2..5 in the notebook
     cls_by_layer, sep_by_layer = a.cls_share.mean(dim=1), a.sep_share.mean(dim=1)
@@ -277,14 +310,41 @@ def claims(a: Analysis) -> dict[str, bool]:
             (cls_by_layer > sep_by_layer).all()),
         "sinks take more in the middle layers than in the first and the last": bool(
             sinks[middle].min() > max(sinks[0], sinks[-1])),
-        "every paraphrase pair is more similar than every non-paraphrase pair": bool(
+        "on these pairs, every paraphrase is more similar than every non-paraphrase": bool(
             abl.paraphrase.min() > abl.non_paraphrase.max()),
         "switching off the last layer's heads narrows the gap most": bool(
             abl.layer_delta[-1] < 0 and abl.layer_delta.argmin() == len(abl.layer_delta) - 1),
         f"no single head moves the gap by {SINGLE_HEAD_MAX} of it": bool(
             (abl.head_delta.abs() < SINGLE_HEAD_MAX * abl.gap).all()),
-        "with any one layer's heads off, the pairs stay separated": bool(
+        "with any one layer's heads off, these pairs stay separated": bool(
             (abl.layer_separation > 0).all()),
-        "with any single head off, the pairs stay separated": bool(
+        "with any single head off, these pairs stay separated": bool(
             (abl.head_separation > 0).all()),
+        **_claims_beyond_weights(a),
+    }
+
+
+def _claims_beyond_weights(a: Analysis) -> dict[str, bool]:
+    (cls_w, cls_n, sep_w, sep_n) = (x.mean(dim=1) for x in (  # (L,) each
+        a.cls_share, a.cls_norm_share, a.sep_share, a.sep_norm_share))
+    prev_l, prev_h, _ = top_heads(a.previous_token, 1)[0]
+    co, S = a.coreference, len(a.coreference.sentences)
+    reader = divmod(int(co.on_nouns.argmax()), co.on_nouns.shape[1])
+    return {
+        f"weighted by ||f(x_j)||, [CLS] gets less than {NORM_CLS_MAX} in every layer": bool(
+            (cls_n < NORM_CLS_MAX).all()),
+        "[CLS]'s share falls in every layer, by more than half in layers 2-5": bool(
+            (cls_n < cls_w).all() and (cls_n[1:-1] < cls_w[1:-1] / 2).all()),
+        "[CLS] and [SEP] together get less under norms than under weights in every layer": bool(
+            (cls_n + sep_n < cls_w + sep_w).all()),
+        f"the previous-token head stays one under norms (> {PREVIOUS_TOKEN_MIN})": bool(
+            a.previous_token_norm[prev_l, prev_h] > PREVIOUS_TOKEN_MIN),
+        "no head picks the antecedent of 'it' in more than 3/4 of the sentences": bool(
+            (co.correct <= 0.75 * S).all()),
+        f"one head puts > {NOUNS_MIN} of the weight of 'it' on the two nouns": bool(
+            co.on_nouns.max() > NOUNS_MIN),
+        "that head picks the antecedent in at most 5/8 of the sentences": bool(
+            co.correct[reader] <= 0.625 * S),
+        "on the first pair it weighs the first noun more, with either adjective": bool(
+            (co.antecedent[0] > co.other[0])[reader] and (co.other[1] > co.antecedent[1])[reader]),
     }

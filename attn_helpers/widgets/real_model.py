@@ -6,9 +6,8 @@ head off and watch the similarity to a second sentence change.
 * :func:`ablated_embeddings` reruns only the layers from the switched-off head's layer onwards,
   for the 12 heads of that layer at once.
 * :func:`real_model_frame` is the pure function: two runs and the controls in, a frame out.
-* :func:`real_model_widget` caches runs by text: a new sentence runs the model once, moving the
-  layer or head only redraws (and, with the head switched off, reruns the later layers once per
-  head and sentence pair, cached too).
+* :func:`real_model_widget` caches runs by text: a new sentence runs the model once, a move only
+  redraws (a switched-off head reruns the later layers once per layer and sentence, cached).
 
 Layers and heads are numbered from 1 here, as in the notebook's text (layer 1 = ``weights[0]``).
 """
@@ -29,6 +28,7 @@ from matplotlib.patches import Rectangle
 from mpl_toolkits.axes_grid1 import make_axes_locatable
 from mpl_toolkits.axes_grid1.axes_size import Fixed
 
+from .._checks import require_int_in
 from ..entropy import max_entropy
 from ..lessons import real_model as rm
 from ..plots import to_numpy, weights_cmap
@@ -170,15 +170,10 @@ def _notes(run: SentenceRun) -> str:
 
 def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: int,
                      ablate: bool = False, ablated: tuple | None = None) -> RealModelFrame:
-    """The frame for head ``head`` of layer ``layer`` (both 1-based) on ``run``.
-
-    ``ablated``: the two sentences' embeddings with that head off (from
-    :func:`ablated_embeddings`), needed when ``ablate`` is True.
-    """
-    L, h = run.entropy.shape
-    for name, value, top in (("layer", layer, L), ("head", head, h)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
-            raise ValueError(f"{name} must be an int in 1..{top}, got {value!r}")
+    """The frame for head ``head`` of layer ``layer`` (both 1-based) on ``run``. ``ablated``:
+    the two sentences' embeddings with that head off (:func:`ablated_embeddings`), for ``ablate``."""
+    require_int_in("layer", layer, 1, run.entropy.shape[0])
+    require_int_in("head", head, 1, run.entropy.shape[1])
     if ablate and ablated is None:
         raise ValueError("ablate=True needs ablated = (embedding, partner embedding) with the "
                          "head off")
@@ -201,7 +196,9 @@ def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: i
         readouts["similarity with this head off"] = off
         readouts["change"] = off - similarity
     readouts["notes"] = _notes(run)
-    title = f"layer {layer}, head {head}" + (" (switched off)" if ablate else "")
+    title = (f"layer {layer}, head {head}" + (" (switched off)" if ablate else "")
+             + f": entropy/ln n {run.fraction[l, i]:.2f}, on [CLS] {run.cls[l, i]:.2f}, "
+             f"on previous {run.previous[l, i]:.2f}, similarity {similarity:.2f}")
     return RealModelFrame(run.weights[l, i], labels, labels, readouts=readouts,
                           head_map=run.fraction, cell=(l, i), title=title)
 
@@ -299,7 +296,7 @@ class RealModelWidget(LiveAttentionWidget):
     """The live widget of notebook 09 (build it with :func:`real_model_widget`). ``examples``
     (a dropdown outside ``controls``) fills both text boxes with one redraw."""
 
-    def __init__(self, enc: Encoder, pairs: list[tuple[str, str]]):
+    def __init__(self, enc: Encoder, pairs: list[tuple[str, str]], layer: int = 1, head: int = 1):
         self.cache = _Cache(enc)
         L, h = enc.cfg.num_layers, enc.cfg.num_heads
         wide = widgets.Layout(width="640px")
@@ -308,8 +305,8 @@ class RealModelWidget(LiveAttentionWidget):
                                      continuous_update=False),
             "partner": widgets.Text(pairs[0][1], description="compare with", layout=wide,
                                     continuous_update=False),
-            "layer": widgets.IntSlider(1, min=1, max=L, description="layer"),
-            "head": widgets.IntSlider(1, min=1, max=h, description="head"),
+            "layer": widgets.IntSlider(layer, min=1, max=L, description="layer"),
+            "head": widgets.IntSlider(head, min=1, max=h, description="head"),
             "ablate": widgets.Checkbox(False, description="switch this head off"),
         }
         controls["sentence"].style.description_width = "90px"
@@ -338,11 +335,15 @@ class RealModelWidget(LiveAttentionWidget):
 
 
 def real_model_widget(enc: Encoder | None = None,
-                      pairs: list[tuple[str, str]] | None = None) -> RealModelWidget:
+                      pairs: list[tuple[str, str]] | None = None, *, layer: int = 1,
+                      head: int = 1) -> RealModelWidget:
     """Notebook 09's widget: a sentence and a second one to compare with (examples in a
-    dropdown), layer and head sliders, a toggle that switches the shown head off."""
+    dropdown), layer and head sliders (opening on ``layer``, ``head``, 1-based), a toggle that
+    switches the shown head off."""
     enc = load_encoder() if enc is None else enc
     pairs = example_pairs() if pairs is None else [tuple(p) for p in pairs]
     if not pairs or any(len(p) != 2 or not all(isinstance(s, str) for s in p) for p in pairs):
         raise ValueError("pairs must be a non-empty list of (sentence, sentence) pairs of str")
-    return RealModelWidget(enc, pairs)
+    require_int_in("layer", layer, 1, enc.cfg.num_layers)
+    require_int_in("head", head, 1, enc.cfg.num_heads)
+    return RealModelWidget(enc, pairs, layer, head)

@@ -4,14 +4,13 @@ message naming the mistake."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 from attn_helpers.exercises import hint
 from attn_helpers.exercises import real_model as ex
-from attn_helpers.lessons.real_model import entropy_grid, offset_scores
+from attn_helpers.lessons.real_model import offset_scores
+from attn_helpers.lessons.real_model_studies import value_norms
 
 # --- learner-style answers to exercise 1: previous_token_scores(weights, mask) -> (L, h) --------
 
@@ -100,118 +99,122 @@ def test_previous_token_checker_names_the_mistake(wrong, named):
     assert named in verdict.message, verdict.message
 
 
-# --- exercise 2: head_entropy(weights, mask) -> (entropy (L, h), fraction (L, h)) --------------
+# --- exercise 2: value_norms(weights, values, W_O) -> (b, h, n, n) ------------------------------
 
 
-def entropy_reference(weights, mask):
-    H = -torch.xlogy(weights, weights).sum(-1)                         # (L, b, h, n)
-    ln_n = torch.log(mask.sum(1).float())[None, :, None, None]         # (1, b, 1, 1)
-    valid = mask[None, :, None, :].float()
-
-    def mean(x):
-        return (x * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
-
-    return mean(H), mean(H / ln_n)
+def norms_reference(weights, values, W_O):
+    b, h, n, d_head = values.shape
+    W_h = W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)
+    f = torch.einsum("bhjk,hkd->bhjd", values, W_h)
+    return weights * f.norm(dim=-1)[:, :, None, :]
 
 
-def entropy_loop(weights, mask):
-    L, b, h, n, _ = weights.shape
-    H_out, F_out = torch.zeros(L, h), torch.zeros(L, h)
-    for layer in range(L):
+def norms_loop(weights, values, W_O):  # the definition, term by term
+    b, h, n, d_head = values.shape
+    out = torch.zeros_like(weights)
+    for s in range(b):
         for head in range(h):
-            H, F = [], []
-            for s in range(b):
-                k = int(mask[s].sum())
-                for i in range(k):
-                    p = weights[layer, s, head, i, :k]
-                    H.append(-(p * p.log()).sum())
-                    F.append(H[-1] / math.log(k))
-            H_out[layer, head], F_out[layer, head] = torch.stack(H).mean(), torch.stack(F).mean()
-    return H_out, F_out
+            W = W_O[:, head * d_head:(head + 1) * d_head]
+            for i in range(n):
+                for j in range(n):
+                    term = weights[s, head, i, j] * (W @ values[s, head, j])
+                    out[s, head, i, j] = torch.linalg.norm(term)
+    return out
 
 
-def nan_from_zero_log_zero(weights, mask):
-    H = -(weights * weights.log()).sum(-1)
-    valid = mask[None, :, None, :].float()
-    ln_n = torch.log(mask.sum(1).float())[None, :, None, None]
-    return ((H * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3)),
-            (H / ln_n * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3)))
+def _norms(weights, f):
+    return weights * f.norm(dim=-1)[:, :, None, :]
 
 
-def _from_rows(H, mask, valid=None, ln_n=None):
-    valid = mask[None, :, None, :].float() if valid is None else valid
-    ln_n = torch.log(mask.sum(1).float())[None, :, None, None] if ln_n is None else ln_n
-    return ((H * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3)),
-            (H / ln_n * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3)))
+def value_only(weights, values, W_O):
+    return _norms(weights, values)
 
 
-def over_queries(weights, mask):
-    return _from_rows(-torch.xlogy(weights, weights).sum(-2), mask)
+def rows_of_W_O(weights, values, W_O):
+    b, h, n, d_head = values.shape
+    return _norms(weights, torch.einsum("bhjk,hkd->bhjd", values, W_O[: h * d_head].view(h, d_head, -1)))
 
 
-def no_minus(weights, mask):
-    return _from_rows(torch.xlogy(weights, weights).sum(-1), mask)
+def transposed_W_O(weights, values, W_O):  # W_O.T's rows are W_O's columns: also right
+    b, h, n, d_head = values.shape
+    f = torch.einsum("bhjk,hkd->bhjd", values, W_O.T[: h * d_head].view(h, d_head, -1))
+    return _norms(weights, f)
 
 
-def in_bits(weights, mask):
-    return _from_rows(-(torch.xlogy(weights, weights) / math.log(2)).sum(-1), mask)
+def whole_W_O_on_head_0(weights, values, W_O):
+    b, h, n, d_head = values.shape
+    return _norms(weights, values @ W_O[:, :d_head].T)
 
 
-def padding_rows_too(weights, mask):
-    H = -torch.xlogy(weights, weights).sum(-1)
-    return _from_rows(H, mask, valid=torch.ones_like(H))
+def no_weight(weights, values, W_O):
+    b, h, n, d_head = values.shape
+    f = torch.einsum("bhjk,hkd->bhjd", values, W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0))
+    return f.norm(dim=-1)[:, :, None, :].expand_as(weights)
 
 
-def padded_length_ceiling(weights, mask):
-    H = -torch.xlogy(weights, weights).sum(-1)
-    return _from_rows(H, mask, ln_n=math.log(mask.shape[1]))
+def squared(weights, values, W_O):
+    return norms_reference(weights, values, W_O) ** 2 / weights.clamp_min(1e-30)
 
 
-def ratio_of_means(weights, mask):
-    H = -torch.xlogy(weights, weights).sum(-1)
-    valid = mask[None, :, None, :].float()
-    mean_H = (H * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
-    ln_n = torch.log(mask.sum(1).float())[None, :, None, None].expand_as(H)
-    mean_ln_n = (ln_n * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
-    return mean_H, mean_H / mean_ln_n
+def query_norm(weights, values, W_O):
+    b, h, n, d_head = values.shape
+    f = torch.einsum("bhjk,hkd->bhjd", values, W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0))
+    return weights * f.norm(dim=-1)[:, :, :, None]
 
 
-ENTROPY_WRONG = [
-    (nan_from_zero_log_zero, "0 * log 0"),
-    (over_queries, "sum over the keys"),
-    (no_minus, "minus sign"),
-    (in_bits, "nats"),
-    (padding_rows_too, "padding queries"),
-    (padded_length_ceiling, "REAL tokens"),
-    (ratio_of_means, "its own sentence"),
-    (lambda w, m: entropy_reference(w, m)[0], "returned 1 value"),
+def norm_of_output(weights, values, W_O):  # the norm of the head's whole output for query i
+    b, h, n, d_head = values.shape
+    f = torch.einsum("bhjk,hkd->bhjd", values, W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0))
+    return (weights @ f).norm(dim=-1)[..., None].expand_as(weights)
+
+
+NORMS_WRONG = [
+    (value_only, "through the head's slice"),
+    (rows_of_W_O, "COLUMNS"),
+    (whole_W_O_on_head_0, "first head's columns"),
+    (no_weight, "without the attention weight"),
+    (squared, "squared norm"),
+    (query_norm, "QUERY"),
+    (norm_of_output, "Not yet"),
 ]
 
 
-def test_entropy_checker_accepts_correct_answers():
-    assert ex.check_head_entropy(entropy_reference)
-    assert ex.check_head_entropy(entropy_loop)
-    assert ex.check_head_entropy(entropy_grid)
+def test_norms_checker_accepts_correct_answers():
+    assert ex.check_value_norms(norms_reference)
+    assert ex.check_value_norms(norms_loop)
+    assert ex.check_value_norms(value_norms)
+    assert ex.check_value_norms(transposed_W_O)
 
 
-@pytest.mark.parametrize("wrong, named", ENTROPY_WRONG,
-                         ids=[getattr(w, "__name__", "one_output") for w, _ in ENTROPY_WRONG])
-def test_entropy_checker_names_the_mistake(wrong, named):
-    verdict = ex.check_head_entropy(wrong)
+@pytest.mark.parametrize("wrong, named", NORMS_WRONG, ids=[w.__name__ for w, _ in NORMS_WRONG])
+def test_norms_checker_names_the_mistake(wrong, named):
+    verdict = ex.check_value_norms(wrong)
     assert not verdict
     assert verdict.message.startswith("Not yet")
     assert named in verdict.message, verdict.message
 
 
+def test_norms_on_the_real_model_add_up_to_the_attention_output():
+    from attn_helpers.lessons.real_model_studies import run_value_norms
+    from attn_helpers.pretrained import load_encoder
+
+    enc = load_encoder()
+    batch = enc.tokenize(["The cat sat.", "A longer sentence with more words in it."])
+    weights, norms = run_value_norms(enc, batch["input_ids"], batch["attention_mask"])
+    assert norms.shape == weights.shape and (norms >= 0).all()
+    padding_keys = ~batch["attention_mask"][None, :, None, None, :].expand_as(norms)
+    assert padding_keys.any() and (norms[padding_keys] == 0).all()
+
+
 # --- stubs and hints ----------------------------------------------------------------------------
 
 
-def stub(weights, mask):
+def stub(*args):
     raise NotImplementedError("write this function")
 
 
 @pytest.mark.parametrize("checker, what", [(ex.check_previous_token_scores, "previous_token_scores"),
-                                           (ex.check_head_entropy, "head_entropy")])
+                                           (ex.check_value_norms, "value_norms")])
 def test_a_stub_is_not_implemented_yet_and_nothing_more(checker, what):
     verdict = checker(stub)
     assert not verdict and verdict.message == f"{what} is not implemented yet."
@@ -220,7 +223,7 @@ def test_a_stub_is_not_implemented_yet_and_nothing_more(checker, what):
 def test_a_crash_is_reported_with_its_case():
     verdict = ex.check_previous_token_scores(lambda w, m: w[..., 99])
     assert not verdict and "IndexError" in verdict.message and "case 1 of 4" in verdict.message
-    assert not ex.check_head_entropy("not a function")
+    assert not ex.check_value_norms("not a function")
 
 
 @pytest.mark.parametrize("name", sorted(ex.HINTS))

@@ -22,11 +22,19 @@ EXPECTED_CLAIMS = {
     "more than 0.5 of the attention goes to [CLS] in layers 2-5",
     "[CLS] gets more attention than [SEP] in every layer",
     "sinks take more in the middle layers than in the first and the last",
-    "every paraphrase pair is more similar than every non-paraphrase pair",
+    "on these pairs, every paraphrase is more similar than every non-paraphrase",
     "switching off the last layer's heads narrows the gap most",
     "no single head moves the gap by 0.1 of it",
-    "with any one layer's heads off, the pairs stay separated",
-    "with any single head off, the pairs stay separated",
+    "with any one layer's heads off, these pairs stay separated",
+    "with any single head off, these pairs stay separated",
+    "weighted by ||f(x_j)||, [CLS] gets less than 0.2 in every layer",
+    "[CLS]'s share falls in every layer, by more than half in layers 2-5",
+    "[CLS] and [SEP] together get less under norms than under weights in every layer",
+    "the previous-token head stays one under norms (> 0.9)",
+    "no head picks the antecedent of 'it' in more than 3/4 of the sentences",
+    "one head puts > 0.5 of the weight of 'it' on the two nouns",
+    "that head picks the antecedent in at most 5/8 of the sentences",
+    "on the first pair it weighs the first noun more, with either adjective",
 }  # the notebook prints these names: a change here is a change to the notebook
 
 
@@ -164,7 +172,8 @@ def test_claims_hold_on_each_half_of_the_sentences():
     for k in range(2):
         half = {"sentences": data["sentences"][6 * k : 6 * k + 6],
                 "paraphrases": data["paraphrases"][4 * k : 4 * k + 4],
-                "non_paraphrases": data["non_paraphrases"][4 * k : 4 * k + 4]}
+                "non_paraphrases": data["non_paraphrases"][4 * k : 4 * k + 4],
+                "coreference": data["coreference"]}  # 16 sentences already; halves are too few
         result = rm.claims(rm.analyse(data=half))
         assert all(result.values()), (k, [name for name, v in result.items() if not v])
 
@@ -182,10 +191,32 @@ def test_claims_fail_on_a_model_without_the_measured_structure(analysis):
         head_separation=torch.full((6, 12), -0.1))
     control = dataclasses.replace(
         analysis, entropy=torch.full((6, 12), analysis.ceiling), normalised_entropy=torch.ones(6, 12),
-        cls_share=flat, sep_share=flat, previous_token=late, next_token=late, ablation=worse)
+        cls_share=flat, sep_share=flat, previous_token=late, next_token=late, ablation=worse,
+        cls_norm_share=torch.full((6, 12), 0.5), previous_token_norm=late,
+        coreference=dataclasses.replace(analysis.coreference, correct=torch.full((6, 12), 16),
+                                        on_nouns=torch.full((6, 12), 0.1)))
     result = rm.claims(control)
     failing = {name for name, ok in result.items() if not ok}
     assert failing == EXPECTED_CLAIMS - {
-        "every paraphrase pair is more similar than every non-paraphrase pair",
-        "with any one layer's heads off, the pairs stay separated",
+        "on these pairs, every paraphrase is more similar than every non-paraphrase",
+        "with any one layer's heads off, these pairs stay separated",
+        "on the first pair it weighs the first noun more, with either adjective",
     }
+
+
+def test_claims_by_section_cover_every_claim_once(analysis):
+    every = rm.claims(analysis)
+    parts = [rm.claims(analysis, section) for section in rm.SECTIONS]
+    assert [k for part in parts for k in part] == list(every)
+    with pytest.raises(ValueError, match="section"):
+        rm.claims(analysis, "nope")
+
+
+def test_value_norms_share_sums_and_the_it_study(analysis):
+    from attn_helpers.lessons.real_model_studies import row_shares
+
+    shares = row_shares(analysis.norms)
+    real_rows = analysis.attention.mask[None, :, None, :].expand(shares.shape[:-1])
+    assert torch.allclose(shares.sum(-1)[real_rows], torch.ones(()), atol=1e-5)
+    co = analysis.coreference
+    assert co.correct.shape == (6, 12) and int(co.correct.max()) <= len(co.sentences)

@@ -1,12 +1,10 @@
 """Notebook 09's widget (``widgets.real_model``): one model run per sentence, equal to the
 encoder's own outputs; moves only redraw; ablation equals ``encode(head_mask=...)``; bad input is
-shown in the widget and keeps the last picture; kernel time per move and per new sentence."""
+shown in the widget and keeps the last picture (kernel time: ``bench widget --check``)."""
 
 from __future__ import annotations
 
 import io
-import statistics
-import time
 
 import numpy as np
 import pytest
@@ -116,8 +114,19 @@ def test_frame_readouts_and_weights(enc, runs):
 ])
 def test_frame_bad_arguments(runs, kwargs, match):
     args = {"layer": 1, "head": 1, **kwargs}
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((ValueError, TypeError), match=match):  # a bool head is a TypeError
         real_model_frame(*runs, **args)
+
+
+def test_the_widget_opens_on_the_head_asked_for_and_refuses_a_bad_one():
+    from attn_helpers.pretrained import load_encoder
+    from attn_helpers.widgets.real_model import real_model_widget
+
+    enc = load_encoder()
+    widget = real_model_widget(enc, [("The cat sat.", "A cat sat.")], layer=4, head=2)
+    assert widget.frame.title.startswith("layer 4, head 2: entropy/ln n")
+    with pytest.raises(ValueError, match="head"):
+        real_model_widget(enc, [("The cat sat.", "A cat sat.")], head=13)
 
 
 @pytest.mark.parametrize("text", ["", "   \n\t", "\u200b"])
@@ -242,28 +251,14 @@ def test_emoji_other_scripts_and_overlong_text_get_a_note(widget):
     widget.set(sentence=A)
 
 
-def _kernel_ms(action) -> float:
-    start = time.process_time()
-    action()
-    return (time.process_time() - start) * 1000
-
-
-def test_kernel_time_per_move_and_per_new_sentence(widget):
-    """CPU time of the kernel (the machine is shared: wall time would measure the others)."""
+def test_a_new_long_sentence_is_labelled_piece_by_piece(widget):
+    """No time is asserted in a unit test: the kernel cost of a move is measured by ``python -m
+    attn_helpers bench widget --check`` (same-run ratio against a seaborn re-plot), and that a
+    move or a new sentence reruns the model at most once is counted above."""
     widget.set(sentence=A, partner=B, layer=1, head=1, ablate=False)
-    moves = [("layer", v) for v in (2, 3, 4, 5, 6, 1)] + [("head", v) for v in range(2, 13)]
-    times = [_kernel_ms(lambda n=name, v=value: widget.set(**{n: v})) for name, value in moves * 2]
-    assert statistics.median(times) <= 15, times
     words = "the quick brown fox jumps over the lazy dog".split()
-    sentences = [" ".join((words * 4)[i:i + 28]) + "." for i in range(1, 4)]
-    new = []
-    for text in sentences:
-        new.append(_kernel_ms(lambda t=text: widget.set(sentence=t)))
+    for i in range(1, 4):
+        widget.set(sentence=" ".join((words * 4)[i:i + 28]) + ".")
+        assert widget.error is None
         assert len(widget.frame.query_labels) == 31   # 28 words, '.', [CLS], [SEP]
-    assert statistics.median(new) <= 300, new
-    # with the head switched off: a new layer or sentence reruns once, heads of it only redraw
-    widget.set(ablate=True)
-    assert _kernel_ms(lambda: widget.set(sentence=sentences[0] + " Again.")) <= 300
-    times = [_kernel_ms(lambda v=v: widget.set(head=v)) for v in (2, 5, 9, 12, 1) * 2]
-    assert statistics.median(times) <= 15, times
-    widget.set(ablate=False)
+    widget.set(sentence=A)
