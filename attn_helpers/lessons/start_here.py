@@ -18,7 +18,7 @@ import torch
 from ..entropy import attention_entropy
 
 __all__ = ["PACKAGES", "MINIMUM", "pinned_versions", "environment_report", "check_environment",
-           "claims"]
+           "claims", "ROW", "row_claims"]
 
 #: The distributions the notebooks need, by their name on PyPI.
 PACKAGES = ("torch", "numpy", "matplotlib", "ipywidgets", "jupyterlab")
@@ -105,9 +105,19 @@ SHARP_BELOW = 0.1        # mean entropy (nats) at T = 0.1
 FLAT_ABOVE = 0.95        # mean entropy at T = 10, as a share of ln n
 
 
-def claims(weights_at: Callable[[float, bool], torch.Tensor]) -> dict[str, bool]:
+def claims(weights_at: Callable[[float, bool], torch.Tensor], group: str | None = None,
+           ) -> dict[str, bool]:
     """Notebook 00's statements about its warm-up, as named booleans. ``weights_at(temperature,
-    causal)`` returns the warm-up widget's weights ``(n, n)`` (``warmup_frame(...).weights``)."""
+    causal)`` returns the warm-up widget's weights ``(n, n)`` (``warmup_frame(...).weights``).
+    Names start with their group (``temperature``, ``causal``, ``entropy``); ``group`` keeps one."""
+    every = _claims(weights_at)
+    chosen = {k: v for k, v in every.items() if group is None or k.startswith(group)}
+    if not chosen:
+        raise ValueError(f"no claim of notebook 00 starts with {group!r}")
+    return chosen
+
+
+def _claims(weights_at: Callable[[float, bool], torch.Tensor]) -> dict[str, bool]:
     sharp, flat, masked = weights_at(SHARP_T, False), weights_at(FLAT_T, False), weights_at(1.0, True)
     n = sharp.shape[-1]
     rows_sum_to_one = torch.allclose(masked.sum(-1), torch.ones(n, dtype=masked.dtype))
@@ -123,3 +133,22 @@ def claims(weights_at: Callable[[float, bool], torch.Tensor]) -> dict[str, bool]
         "entropy: a one-hot row has entropy 0 and a uniform row ln n (n = 2, 6, 32)":
             all(h == 0 for h in one_hot) and all(abs(d) < 1e-5 for d in uniform),
     }.items()}
+
+
+ROW = (2.0, 1.0, 0.5, -1.0)      # the one row of scores of the softmax experiment
+ROW_SHARP_T, ROW_FLAT_T = 0.01, 100.0
+
+
+def row_claims(softmax_with_temperature: Callable) -> dict[str, bool]:
+    """Notebook 00's statements about one row of scores, ``ROW``, under a learner's (or the
+    reference) ``softmax_with_temperature(scores, T)``: almost one-hot at ``T = 0.01``, almost
+    uniform at ``T = 100``. Stated for this row only."""
+    row = torch.tensor(ROW)
+    sharp = softmax_with_temperature(row, ROW_SHARP_T)
+    flat = softmax_with_temperature(row, ROW_FLAT_T)
+    return {
+        f"row {ROW}: at T = {ROW_SHARP_T} the largest score takes more than 0.999 of the weight":
+            bool(sharp[row.argmax()] > 0.999),
+        f"row {ROW}: at T = {ROW_FLAT_T:g} every weight is within 0.01 of 1/{len(ROW)}":
+            bool(((flat - 1 / len(ROW)).abs() < 0.01).all()),
+    }

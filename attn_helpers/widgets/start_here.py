@@ -17,7 +17,8 @@ WARMUP_SEED = 5  # a draw whose rows have a clear favourite key, so low temperat
 
 
 def warmup_scores(seed: int = WARMUP_SEED) -> torch.Tensor:
-    """``(6, 6)`` fixed, seeded scores ``q @ k^T`` of random 8-d queries and keys."""
+    """``(6, 6)`` fixed, seeded scores ``q @ k^T`` of random 8-d queries and keys: random numbers,
+    not a model's; the tokens only label the rows and columns."""
     generator = torch.Generator().manual_seed(seed)
     queries, keys = torch.randn(2, len(WARMUP_TOKENS), 8, generator=generator, dtype=torch.float64)
     return queries @ keys.T
@@ -47,5 +48,6 @@ def warmup_widget() -> LiveAttentionWidget:
                                               description="temperature"),
         "causal": widgets.Checkbox(value=False, description="causal mask"),
     }
-    return LiveAttentionWidget(warmup_frame, controls, AttentionView(figsize=(6.6, 4.0)),
-                               title="Warm-up: sharpen or flatten the attention")
+    view = AttentionView(figsize=(6.6, 4.0), title="weights from random scores (words are labels)")
+    return LiveAttentionWidget(warmup_frame, controls, view,
+                               title="Warm-up: sharpen or flatten the attention (random scores)")

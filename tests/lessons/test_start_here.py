@@ -69,3 +69,14 @@ def test_the_claims_of_notebook_00_hold_and_can_fail():
     # a "widget" that ignores the temperature and the mask breaks both widget claims
     uniform = lesson.claims(lambda temperature, causal: torch.full((6, 6), 1 / 6))
     assert [holds for name, holds in uniform.items() if not name.startswith("entropy")] == [False] * 2
+
+
+def test_claims_by_group_and_the_row_claims():
+    from attn_helpers.exercises.start_here import softmax_with_temperature_reference
+    temperature = lesson.claims(lambda t, c: warmup_frame(t, c).weights, group="temperature")
+    assert len(temperature) == 1 and all(temperature.values())
+    with pytest.raises(ValueError, match="no claim"):
+        lesson.claims(lambda t, c: warmup_frame(t, c).weights, group="nothing")
+    assert all(lesson.row_claims(softmax_with_temperature_reference).values())
+    ignores_t = lesson.row_claims(lambda s, t: torch.softmax(s, -1))     # no temperature: both fail
+    assert not any(ignores_t.values())
