@@ -94,26 +94,52 @@ class BlockedCall(Exception):
 
 
 @contextlib.contextmanager
-def blocking(targets: Sequence[tuple[object, str]]) -> Iterator[None]:
+def blocking(targets: Sequence[tuple[object, str]], *, namespaces: Sequence[dict] = ()
+             ) -> Iterator[None]:
     """While the block runs, every ``getattr(owner, name)`` in ``targets`` raises
     :class:`BlockedCall` when called: the library functions that would do the exercise for the
     learner (``(attn_helpers, "scaled_dot_product_attention")``, ``(torch.nn.functional,
-    "scaled_dot_product_attention")``). Restored afterwards, whatever happens."""
-    saved = []
+    "scaled_dot_product_attention")``). ``namespaces`` (a learner's function's globals: the
+    notebook's) are searched too, so a name imported with ``from ... import`` is blocked as well.
+    Everything is restored afterwards, whatever happens."""
+    saved: list[tuple[object, str, object]] = []
+    blocked_objects: dict[int, str] = {}
     try:
         for owner, name in targets:
             original = getattr(owner, name)
             label = f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"
-
-            def blocked(*args, _label=label, **kwargs):
-                raise BlockedCall(_label)
-
+            blocked_objects.setdefault(id(original), label)
             saved.append((owner, name, original))
-            setattr(owner, name, blocked)
+            setattr(owner, name, _blocker(label))
+        for namespace in namespaces:
+            for name, value in list(namespace.items()):
+                if id(value) in blocked_objects:
+                    saved.append((namespace, name, value))
+                    namespace[name] = _blocker(blocked_objects[id(value)])
         yield
     finally:
         for owner, name, original in reversed(saved):
-            setattr(owner, name, original)
+            if isinstance(owner, dict):
+                owner[name] = original
+            else:
+                setattr(owner, name, original)
+
+
+def _blocker(label: str) -> Callable:
+    def blocked(*args, **kwargs):
+        raise BlockedCall(label)
+
+    return blocked
+
+
+def _namespaces(candidate: Callable) -> list[dict]:
+    """The globals a learner's function (or a class's methods) looks names up in."""
+    found = []
+    for fn in (candidate, getattr(candidate, "forward", None), getattr(candidate, "__init__", None)):
+        namespace = getattr(fn, "__globals__", None)
+        if isinstance(namespace, dict) and all(namespace is not n for n in found):
+            found.append(namespace)
+    return found
 
 
 def check_function(
@@ -153,7 +179,7 @@ def check_function(
         where = f"case {number} of {len(cases)} ({describe(case)})"
         inputs = _clone(case)
         try:
-            with blocking(forbid):
+            with blocking(forbid, namespaces=_namespaces(candidate) if forbid else ()):
                 got = candidate(*inputs.values())
         except NotImplementedError:  # the stored stub: say so, and nothing more
             return CheckResult(False, f"{what} is not implemented yet.")

@@ -170,3 +170,18 @@ def test_a_forbidden_library_call_fails_the_check_by_name_and_is_restored():
     own = check_function(lambda q: torch.log(torch.tensor(float(q.shape[-1]))), ref, cases,
                          forbid=forbid)
     assert own, own.message
+
+
+def test_a_forbidden_function_imported_by_name_is_blocked_too():
+    import attn_helpers as ah
+
+    namespace = {"max_entropy": ah.max_entropy, "torch": torch}
+    exec("def lazy(q):\n    return max_entropy(q.shape[-1]) * torch.ones(())", namespace)
+
+    def ref(q):
+        return torch.log(torch.tensor(float(q.shape[-1])))
+
+    result = check_function(namespace["lazy"], ref, [{"q": torch.ones(2, 3)}],
+                            forbid=[(ah, "max_entropy")])
+    assert not result and "called attn_helpers.max_entropy" in result.message
+    assert namespace["max_entropy"] is ah.max_entropy                    # restored
