@@ -19,3 +19,13 @@ def test_nothing_is_cut_at_the_edges():
         box = ax.get_tightbbox(renderer)
         assert box.x0 >= 0 and box.y0 >= 0, ax.get_title()
         assert box.x1 <= width - 2 and box.y1 <= height, (ax.get_title(), box.x1, width)
+
+
+def test_the_widget_opens_on_section_1s_query_with_the_output_above_the_star():
+    from attn_helpers.lessons.query_key_value import QUERY
+    w = lookup_2d_widget()
+    assert w.error is None and tuple(w.frame.query_xy.tolist()) == QUERY
+    assert w.view.output_artist.get_zorder() > w.view.query_artist.get_zorder()
+    assert "T = 1.00" in w.view.settings_text.get_text()
+    w.set(query_x=-2.5, temperature=0.5)
+    assert "q = (-2.5, 0.4), T = 0.50" in w.view.settings_text.get_text()

@@ -45,6 +45,14 @@ def test_bottleneck_widget_moves(models):
     assert w.image.value[:4] == b"\x89PNG"
 
 
+def test_bottleneck_widget_opens_on_the_model_and_length_it_is_given(models):
+    w = wd.bottleneck_widget(models, model_name="additive attention", length=24)
+    assert w.error is None and w.frame.has_attention and w.frame.weights.shape == (24, 24)
+    assert "wrong output tokens" in w.frame.title
+    with pytest.raises(ValueError, match="model_name must be one of"):
+        wd.bottleneck_widget(models, model_name="general")
+
+
 def test_alignment_frame_and_widget(models):
     model = models["additive attention"]
     frame = wd_cross.alignment_frame(model, "reversal", 1, 2)
@@ -56,6 +64,9 @@ def test_alignment_frame_and_widget(models):
     w = wd_cross.alignment_widget(model, "reversal")
     w.set(index=1, step=2)
     assert w.error is None and w.frame.readouts == frame.readouts
+    panel = w.view.panel                                      # the axes say what rows and columns are
+    assert panel.ax_map.get_xlabel().startswith("input position")
+    assert panel.ax_map.get_ylabel().startswith("output step")
     with pytest.raises(ValueError, match="no attention"):
         wd_cross.alignment_frame(models["no attention"], "reversal", 0, 0)
     with pytest.raises(ValueError, match="step must be an int >= 0"):
