@@ -1,215 +1,224 @@
-"""``python -m attn_helpers bench browser [notebooks...] [--check]``: a slider move end to end.
+"""``python -m attn_helpers bench browser [notebooks...] [--check]``: every notebook as a learner
+meets it, checked and timed in one pass of JupyterLab in headless Chromium.
 
-What a learner feels: JupyterLab on loopback (a free port, a random token, a copy of the
-notebooks), Debian's Chromium driven by Playwright, *Run All*, then every slider of every live
-widget moved with the arrow keys. One move is timed in the page, from the key press (the
-``keydown`` event's time stamp) to the widget's new picture decoded and painted (a
-``MutationObserver`` on the ``<img>``'s ``src``, then ``img.decode()`` and the next animation
-frame). The next key is pressed only once the picture of the last one is on screen, so moves
-never queue.
+JupyterLab runs on loopback (a free port, a random token, a copy of the notebooks), started as a
+plain ``jupyter lab`` is, Debian's Chromium driven by Playwright (see :mod:`.lab`).
 
-Prints one JSON record per notebook, ``{"notebook", "moves", "median_ms", "p90_ms"}``, and the
-verdict on stderr; with ``--check`` exits 1 when a median exceeds :data:`BROWSER_TARGET_MS`.
-Needs Chromium at ``/usr/bin/chromium`` (or ``$CHROMIUM``) and Playwright for Python.
+* **The floor**, measured in the same run, before and after the notebooks: a bare ipywidgets
+  slider that swaps precomputed PNGs in an ``ipywidgets.Image``, what any widget costs on this
+  machine, browser, server and kernel included.
+* **Every notebook**: *Run All*; no cell may show an error; then every slider of every live widget
+  gets :data:`KEYS_PER_SLIDER` arrow-key presses, each timed in the page from the key press (the
+  ``keydown`` time stamp) to the widget's new picture decoded and painted (a ``MutationObserver``
+  on the ``<img>``'s ``src``, ``img.decode()``, the next animation frame). The next key is pressed
+  only once the last picture is on screen, so moves never queue. The first widget's picture must
+  change (pixel difference) and its readouts, entropy included, must update. Screenshots (after
+  Run All, the first widget before and after) and ``summary.json`` go to
+  ``artifacts/browser/<notebook>/``.
+
+Prints the floor and, per notebook, the median and p90 of its moves and the ratio of its median
+to the floor's; writes every record to ``artifacts/browser/results.json``. Exits 1 when a check
+fails (an error, a picture or readout that did not change); with ``--check`` also when a
+notebook's median is over :data:`MAX_RATIO` times the floor. Nothing is compared with a fixed
+number of milliseconds: machines differ by 3x and more. ``--results FILE`` re-judges a recorded
+pass (``tests/notebooks/test_browser.py`` records one) without starting a browser.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
-import os
-import secrets
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
+from . import lab
 from .widget import summarize
 
-# As `python3 course.py lab` starts JupyterLab: the kernel websocket without Nagle's delay (see
-# attn_helpers/labserver.py, which runs in the server process and is imported by nothing here).
-SERVER_FLAG = ("--ServerApp.kernel_websocket_connection_class="
-               "attn_helpers.labserver.NoDelayChannels")
-
-__all__ = ["BROWSER_TARGET_MS", "lab_server", "chromium", "measure_notebook", "main"]
+__all__ = ["MAX_RATIO", "KEYS_PER_SLIDER", "browser_pass", "check_notebook", "measure_floor",
+           "verdict", "main"]
 
 ROOT = Path(__file__).resolve().parents[2]
-BROWSER_TARGET_MS = 50.0
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run", "--disable-sync"]
+ARTIFACTS = ROOT / "artifacts" / "browser"
+MAX_RATIO = 2.0
 KEYS_PER_SLIDER = 4
-
-# In the page: time stamp of the last key press, and of the first frame after a widget's
-# picture changed (src swapped, new image decoded, next animation frame).
-PROBE = """
-(img) => {
-  window.__attn = window.__attn || {key: 0, shown: 0};
-  if (!window.__attnKeys) {
-    window.__attnKeys = true;
-    document.addEventListener('keydown', e => { window.__attn.key = e.timeStamp; }, true);
-  }
-  if (img.__attnObserved) return;
-  img.__attnObserved = true;
-  new MutationObserver(() => {
-    img.decode().catch(() => null).then(() => requestAnimationFrame(() => {
-      window.__attn.shown = performance.now();
-    }));
-  }).observe(img, {attributes: true, attributeFilter: ['src']});
-}
-"""
+FLOOR_MOVES = 30
+RUN_ALL_TIMEOUT_S = 600
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _changed_pixels(before: bytes, after: bytes) -> int:
+    import numpy as np
+    from PIL import Image
+
+    a, b = (np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.int16)
+            for png in (before, after))
+    return a.size if a.shape != b.shape else int((np.abs(a - b).sum(axis=-1) > 0).sum())
 
 
-@contextmanager
-def lab_server(notebooks_dir: Path, log_path: Path):
-    """JupyterLab over a copy of ``notebooks_dir`` on 127.0.0.1: yields ``(base_url, token)``."""
-    with tempfile.TemporaryDirectory() as home:
-        home = Path(home)
-        shutil.copytree(notebooks_dir, home / "notebooks")
-        settings = home / "settings" / "@jupyterlab"
-        for extension, name, value in (
-                ("apputils-extension", "notification", {"fetchNews": "false",
-                                                        "checkForUpdates": False}),
-                ("notebook-extension", "tracker", {"windowingMode": "none"})):
-            (settings / extension).mkdir(parents=True)
-            (settings / extension / f"{name}.jupyterlab-settings").write_text(json.dumps(value))
-        port, token = _free_port(), secrets.token_hex(16)
-        env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-                   JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
-                   JUPYTER_RUNTIME_DIR=str(home / "runtime"))
-        with open(log_path, "w") as log:
-            server = subprocess.Popen(
-                [sys.executable, "-m", "jupyter", "lab", "--no-browser",
-                 "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-                 "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-                 f"--ServerApp.root_dir={home / 'notebooks'}", "--ServerApp.allow_root=True",
-                 SERVER_FLAG],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home / "notebooks")
-            base = f"http://127.0.0.1:{port}"
-            try:
-                deadline = time.monotonic() + 90
-                while not _responds(f"{base}/api/status?token={token}"):
-                    if server.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"JupyterLab did not start; see {log_path}")
-                    time.sleep(0.5)
-                yield base, token
-            finally:
-                server.terminate()
-                try:
-                    server.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-
-
-def _responds(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
-@contextmanager
-def chromium():
-    """Headless Chromium (Debian's, not Playwright's download) through Playwright."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                             args=CHROMIUM_FLAGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-def _wait(condition, timeout_s: float, what: str, interval_s: float = 0.25):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(interval_s)
-    raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
-def _idle(page) -> bool:
-    return "| Idle" in page.locator("#jp-main-statusbar").inner_text()
-
-
-def _run_all(page, timeout_s: float) -> None:
-    prompts = page.locator(".jp-CodeCell .jp-InputPrompt")
-    for _attempt in range(3):  # a click before the kernel is connected can be lost
-        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-        page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
-        try:
-            _wait(lambda: any(p.strip() not in ("", "[ ]:")
-                              for p in prompts.all_text_contents()), 20, "Run All to start")
-            break
-        except TimeoutError:
-            continue
-    _wait(lambda: _idle(page) and all(p.strip() == "" or p.strip()[1:-2].isdigit()
-                                      for p in prompts.all_text_contents()),
-          timeout_s, "Run All to finish", interval_s=1.0)
-
-
-def _shut_down_kernels(base: str, token: str) -> None:
-    """Stop every kernel of the server, so that notebooks do not compete for the CPU."""
-    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as response:
-        sessions = json.load(response)
-    for session in sessions:
-        request = urllib.request.Request(f"{base}/api/sessions/{session['id']}?token={token}",
-                                         method="DELETE")
-        urllib.request.urlopen(request, timeout=20).close()
-
-
-def measure_notebook(browser, base: str, token: str, name: str, *, keys: int = KEYS_PER_SLIDER,
-                     run_timeout_s: float = 300) -> list[float]:
-    """Milliseconds from key press to new picture, for ``keys`` presses on every slider of every
-    widget of notebook ``name`` (after Run All)."""
+def measure_floor(browser, base: str, token: str, moves: int = FLOOR_MOVES) -> list[float]:
+    """Milliseconds from key press to new picture for ``moves`` presses on the floor's slider
+    (right to its end, then left, and so on)."""
     context = browser.new_context(viewport={"width": 1500, "height": 1100})
     page = context.new_page()
     latencies = []
     try:
-        stem = Path(name).stem
-        page.goto(f"{base}/lab/workspaces/{stem}/tree/{name}?token={token}&reset")
-        page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=60_000)
-        _wait(lambda: _idle(page), 60, "the kernel to start")
-        _run_all(page, run_timeout_s)
+        lab.open_notebook(page, base, token, lab.FLOOR_NOTEBOOK)
+        _, not_run = lab.run_all(page, 120)
+        if not_run:
+            raise RuntimeError(f"the floor notebook did not run: {lab.error_outputs(page)}")
+        image = page.locator(".jp-OutputArea-output img.widget-image").first
+        image.wait_for(timeout=30_000)
+        lab.watch_picture(image)
+        handle = page.locator(".widget-slider .noUi-handle").first
+        handle.click()
+        key = "ArrowRight"
+        for _ in range(moves):
+            if handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemax"):
+                key = "ArrowLeft"
+            elif handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemin"):
+                key = "ArrowRight"
+            ms = lab.timed_key(page, key)
+            if ms is not None:
+                latencies.append(ms)
+    finally:
+        context.close()
+        lab.shut_down_kernels(base, token)
+    return latencies
+
+
+def _move_every_slider(page, widget, keys: int) -> list[float]:
+    latencies = []
+    handles = widget.locator(".widget-slider .noUi-handle")
+    for h in range(handles.count()):
+        handle = handles.nth(h)
+        handle.click()
+        key = ("ArrowLeft" if handle.get_attribute("aria-valuenow")
+               == handle.get_attribute("aria-valuemax") else "ArrowRight")
+        for _ in range(keys):
+            ms = lab.timed_key(page, key)
+            if ms is not None:
+                latencies.append(ms)
+    return latencies
+
+
+def check_notebook(browser, base: str, token: str, name: str, shots: Path, *,
+                   keys: int = KEYS_PER_SLIDER, run_timeout_s: float = RUN_ALL_TIMEOUT_S) -> dict:
+    """Run All in ``name``, check it and time every slider of every widget; returns the record
+    ``{"notebook", "run_all_s", "widgets", "latencies_ms", "checks": {name: bool}, "problems"}``."""
+    shots.mkdir(parents=True, exist_ok=True)
+    record = {"notebook": Path(name).stem, "run_all_s": None, "widgets": 0, "latencies_ms": [],
+              "checks": {"every cell ran, none shows an error": False,
+                         "a slider move changes the first widget's picture": False,
+                         "...and its readouts, entropy included": False},
+              "problems": []}
+    checks = record["checks"]
+    context = browser.new_context(viewport={"width": 1500, "height": 1100})
+    page = context.new_page()
+    try:
+        lab.open_notebook(page, base, token, name)
+        seconds, not_run = lab.run_all(page, run_timeout_s)
+        record["run_all_s"] = round(seconds, 1)
+        page.screenshot(path=str(shots / "after_run_all.png"), full_page=True)
+        errors = lab.error_outputs(page)
+        checks["every cell ran, none shows an error"] = not errors and not not_run
+        record["problems"] += [f"a cell shows an error:\n{text[:2000]}" for text in errors[:1]]
+        if not_run:
+            record["problems"].append(f"{len(not_run)} code cells did not run (Run All stopped)")
         images = page.locator(".jp-OutputArea-output img.widget-image")
-        for w in range(images.count()):
+        record["widgets"] = images.count()
+        if not record["widgets"]:
+            record["problems"].append("no live widget (an ipywidgets Image) after Run All")
+        for w in range(record["widgets"]):
             image = images.nth(w)
             widget = image.locator("xpath=ancestor::div[contains(@class, 'widget-vbox')][1]")
             widget.scroll_into_view_if_needed()
-            image.evaluate(PROBE)
-            handles = widget.locator(".widget-slider .noUi-handle")
-            for h in range(handles.count()):
-                handle = handles.nth(h)
-                handle.click()
-                key = ("ArrowLeft" if handle.get_attribute("aria-valuenow")
-                       == handle.get_attribute("aria-valuemax") else "ArrowRight")
-                for _ in range(keys):
-                    before = page.evaluate("window.__attn.shown")
-                    page.keyboard.press(key)
-                    try:
-                        page.wait_for_function(f"window.__attn.shown > {before}", timeout=3000)
-                    except Exception:  # an inert move (a slider at its end, a no-op control)
-                        continue
-                    latencies.append(page.evaluate("window.__attn.shown - window.__attn.key"))
+            lab.wait(lambda image=image: image.evaluate("i => i.complete && i.naturalWidth > 0"),
+                     20, "the widget's image to load")
+            lab.watch_picture(image)
+            if w == 0:
+                readouts = widget.locator(".attn-readouts")
+                before_png, before_text = image.screenshot(), readouts.inner_text()
+                widget.screenshot(path=str(shots / "widget_before.png"))
+            record["latencies_ms"] += _move_every_slider(page, widget, keys)
+            if w == 0:
+                changed = _changed_pixels(before_png, image.screenshot())
+                checks["a slider move changes the first widget's picture"] = changed > 0
+                after_text = readouts.inner_text()
+                checks["...and its readouts, entropy included"] = (
+                    after_text != before_text and "entropy" in after_text)
+                widget.screenshot(path=str(shots / "widget_after.png"))
+                record.update(changed_pixels=changed, readouts_before=before_text,
+                              readouts_after=after_text)
+    except Exception as error:  # noqa: BLE001 - reported as the notebook's problem
+        record["problems"].append(f"{type(error).__name__}: {error}")
     finally:
         context.close()
-        _shut_down_kernels(base, token)
-    return latencies
+        lab.shut_down_kernels(base, token)
+    (shots / "summary.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Path = ARTIFACTS,
+                 lab_args: tuple[str, ...] = (), report=print) -> dict:
+    """The whole pass: the floor, every notebook of ``names`` (file names in ``notebooks/``),
+    the floor again. Returns ``{"floor_ms": [...], "notebooks": [record, ...]}`` and writes it
+    to ``artifacts/results.json``; ``report(line)`` gets a line per notebook as it finishes."""
+    artifacts.mkdir(parents=True, exist_ok=True)
+    results = {"floor_ms": [], "notebooks": [], "lab_args": list(lab_args)}
+    started = time.monotonic()
+    with lab.chromium() as browser, lab.lab_server(ROOT / "notebooks", artifacts / "jupyterlab.log",
+                                                   lab_args) as (base, token):
+        results["floor_ms"] += measure_floor(browser, base, token)
+        report(f"{'floor':>24}: {len(results['floor_ms'])} moves, median "
+               f"{summarize(results['floor_ms'])['median_ms']} ms")
+        for name in names:
+            record = check_notebook(browser, base, token, name, artifacts / Path(name).stem,
+                                    keys=keys)
+            results["notebooks"].append(record)
+            report(_line(record, None))
+        results["floor_ms"] += measure_floor(browser, base, token)
+    results["seconds"] = round(time.monotonic() - started)
+    results["server"] = [line.split("] ", 1)[-1] for line in
+                         (artifacts / "jupyterlab.log").read_text().splitlines()
+                         if "attn_helpers.labserver:" in line][:1]
+    (artifacts / "results.json").write_text(json.dumps(results, indent=1))
+    return results
+
+
+def _line(record: dict, floor: float | None) -> str:
+    failed = [name for name, ok in record["checks"].items() if not ok]
+    text = f"{record['notebook']:>24}: {len(record['latencies_ms']):3d} moves"
+    if record["latencies_ms"]:
+        s = summarize(record["latencies_ms"])
+        text += f", median {s['median_ms']:6.1f} ms, p90 {s['p90_ms']:6.1f} ms"
+        if floor:
+            text += f", {s['median_ms'] / floor:4.2f}x the floor"
+    text += f"; Run All {record['run_all_s']} s"
+    return text + (f"; FAILED: {'; '.join(failed)}" if failed else "; checks pass")
+
+
+def verdict(results: dict) -> tuple[bool, bool, str]:
+    """``(checks pass, ratios met, text)`` for a pass: every notebook's checks, and every
+    notebook's median at most :data:`MAX_RATIO` times the floor's (a notebook with no timed move
+    does not meet it)."""
+    floor = summarize(results["floor_ms"]) if results["floor_ms"] else None
+    lines = [f"server: {(results.get('server') or ['attn_helpers.labserver not loaded'])[0]}",
+             f"floor (bare slider swapping a precomputed PNG): {len(results['floor_ms'])} moves, "
+             + (f"median {floor['median_ms']:.1f} ms, p90 {floor['p90_ms']:.1f} ms"
+                if floor else "NOT measured")]
+    checks_ok, ratios_ok = bool(results["notebooks"]), floor is not None
+    for record in results["notebooks"]:
+        lines.append(_line(record, floor and floor["median_ms"]))
+        lines += [f"{'':>26}{problem.splitlines()[0][:300]}" for problem in record["problems"]]
+        checks_ok &= all(record["checks"].values()) and not record["problems"]
+        median = summarize(record["latencies_ms"])["median_ms"] if record["latencies_ms"] else None
+        ratios_ok &= bool(floor) and median is not None and median <= MAX_RATIO * floor["median_ms"]
+    lines.append(f"checks (every cell ran without error, the first widget's picture and readouts "
+                 f"change): {'pass' if checks_ok else 'FAIL'}")
+    lines.append(f"speed: every notebook's median at most {MAX_RATIO:g}x the floor: "
+                 f"{'met' if ratios_ok else 'NOT met'}")
+    return checks_ok, ratios_ok, "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,45 +229,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=KEYS_PER_SLIDER,
                         help="arrow-key presses per slider")
     parser.add_argument("--check", action="store_true",
-                        help="exit with status 1 when a median exceeds --fail-above")
-    parser.add_argument("--fail-above", type=float, default=BROWSER_TARGET_MS, metavar="MS",
-                        help=f"the median that fails --check (default: the target, "
-                             f"{BROWSER_TARGET_MS} ms; CI uses twice it, since its machine "
-                             "is shared and noisy)")
+                        help=f"exit with status 1 also when a notebook's median is over "
+                             f"{MAX_RATIO:g}x the floor")
+    parser.add_argument("--results", type=Path, metavar="FILE",
+                        help="judge a recorded pass (results.json) instead of running one")
+    parser.add_argument("--lab-arg", action="append", default=[], metavar="ARG",
+                        help="extra JupyterLab argument, e.g. to compare server settings")
     args = parser.parse_args(argv)
-    if not args.fail_above > 0:
-        parser.error("--fail-above must be > 0")
-    folder = ROOT / "notebooks"
-    every = sorted(p.name for p in folder.glob("*.ipynb"))
-    chosen = [n for n in every if not args.notebooks
-              or any(n == a or Path(n).stem == Path(a).stem or n.startswith(a)
-                     for a in args.notebooks)]
-    if not chosen:
-        parser.error(f"no notebook matches {args.notebooks}; known: {every}")
-    if not Path(CHROMIUM).exists():
-        parser.error(f"Chromium not found at {CHROMIUM} (Debian's 'chromium', or set $CHROMIUM)")
-    records, ok = [], True
-    artifacts = ROOT / "artifacts" / "browser"
-    artifacts.mkdir(parents=True, exist_ok=True)
-    with chromium() as browser, lab_server(folder, artifacts / "bench_lab.log") as (base, token):
-        for name in chosen:
-            latencies = measure_notebook(browser, base, token, name, keys=args.keys)
-            record = {"notebook": Path(name).stem, "moves": len(latencies)}
-            record.update(summarize(latencies) if latencies else {"median_ms": None,
-                                                                 "p90_ms": None})
-            met = bool(latencies) and record["median_ms"] <= BROWSER_TARGET_MS
-            ok &= bool(latencies) and record["median_ms"] <= args.fail_above
-            records.append(record)
-            print(f"{record['notebook']:>24}: {record['moves']:3d} moves, median "
-                  f"{record['median_ms']} ms, p90 {record['p90_ms']} ms"
-                  f"{'' if met else '  NOT met'}", file=sys.stderr, flush=True)
-    print(json.dumps(records, indent=1))
-    target_met = all(r["median_ms"] is not None and r["median_ms"] <= BROWSER_TARGET_MS
-                     for r in records)
-    print(f"target: median <= {BROWSER_TARGET_MS} ms per notebook: "
-          f"{'met' if target_met else 'NOT met'}; --check fails above {args.fail_above} ms: "
-          f"{'passes' if ok else 'FAILS'}", file=sys.stderr)
-    return 0 if ok or not args.check else 1
+    if args.keys < 1:
+        parser.error("--keys must be >= 1")
+    if args.results is not None:
+        if not args.results.exists():
+            parser.error(f"--results: no file {args.results}")
+        results = json.loads(args.results.read_text())
+    else:
+        folder = ROOT / "notebooks"
+        every = sorted(p.name for p in folder.glob("*.ipynb"))
+        chosen = [n for n in every if not args.notebooks
+                  or any(n == a or Path(n).stem == Path(a).stem or n.startswith(a)
+                         for a in args.notebooks)]
+        if not chosen:
+            parser.error(f"no notebook matches {args.notebooks}; known: {every}")
+        if not Path(lab.CHROMIUM).exists():
+            parser.error(f"Chromium not found at {lab.CHROMIUM} (Debian's 'chromium', or set "
+                         "$CHROMIUM)")
+        results = browser_pass(chosen, keys=args.keys, lab_args=tuple(args.lab_arg),
+                               report=lambda line: print(line, file=sys.stderr, flush=True))
+    checks_ok, ratios_ok, text = verdict(results)
+    print(json.dumps([{"notebook": r["notebook"], "moves": len(r["latencies_ms"]),
+                       **(summarize(r["latencies_ms"]) if r["latencies_ms"] else {})}
+                      for r in results["notebooks"]]
+                     + [{"notebook": "floor", "moves": len(results["floor_ms"]),
+                         **(summarize(results["floor_ms"]) if results["floor_ms"] else {})}],
+                     indent=1))
+    print(text, file=sys.stderr)
+    return 0 if checks_ok and (ratios_ok or not args.check) else 1
 
 
 if __name__ == "__main__":

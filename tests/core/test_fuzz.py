@@ -5,7 +5,7 @@ introspection, plus the public methods of the public classes) gets one valid cal
 then each of its arguments (from ``inspect.signature``, defaults included) is replaced by junk:
 None, a string, 0, a negative int, a huge int (10**9), an empty tensor, a scalar tensor, an
 integer tensor, 1-D and 5-D tensors, NaN and inf tensors, a ragged nested list. Every such call
-must, within one second,
+must (no time is asserted: a hang alarm only, see ``HANG_S``)
 
 * raise ``ValueError`` or ``TypeError`` whose message names the argument, or
 * return a result with no NaN/inf when every input tensor was finite; a string or a ragged list
@@ -53,8 +53,9 @@ settings.register_profile("dev", max_examples=10, deadline=None, derandomize=Tru
 PROFILE = "ci" if os.environ.get("CI", "").lower() in ("true", "1") else "dev"
 
 CORE = ["attention", "masks", "entropy", "positional", "multihead", "efficient", "kv_cache", "ring"]
-TIME_LIMIT_S = 1.0  # every call, measured
-HANG_S = 1.5  # the alarm that turns a hang into a failure (past the limit, so it is measured)
+# The alarm that turns a hang into a failure. Not a speed limit (no unit test asserts a time,
+# issue 20): every call here answers in well under a second, 30 s is a hang on any machine.
+HANG_S = 30.0
 MEMORY_CAP = 3 * 2**30  # bytes of address space a call may add (the course's own bound is 4 GiB
 # of tensors; every call here is small or refused before it allocates)
 
@@ -445,8 +446,6 @@ def judge(name: str, param: str, kind: str, value: Any) -> str | None:
     where = f"{name}({param}=<{kind}>)"
     if kind not in KNOWN_DEFECTS.get((name, param), {}):
         SLOWEST[:] = max(SLOWEST, [elapsed, where])
-    if elapsed > TIME_LIMIT_S:
-        return f"{where} took {elapsed:.2f} s"
     if error is not None:
         if not isinstance(error, (ValueError, TypeError)):
             return f"{where} raised {type(error).__name__}: {str(error)[:200]}"
@@ -511,9 +510,8 @@ def _reason(name: str, known: dict[str, str]) -> str:
 def test_valid_call_works(name):
     case = TABLE[name]
     _, bound, build = bound_call(name, case)
-    result, error, elapsed = run_capped(build(bound.arguments))
+    result, error, _elapsed = run_capped(build(bound.arguments))
     assert error is None, f"the valid call in TABLE for {name} fails: {error!r}"
-    assert elapsed < TIME_LIMIT_S
     assert not case.finite_result or finite(result)
 
 
@@ -582,12 +580,11 @@ HUGE = 10**9
 
 
 def refused_fast(fn: Callable[[], Any], pattern: str) -> str:
-    """``fn()`` must raise a ValueError matching ``pattern`` within a second, under the memory
+    """``fn()`` must raise a ValueError matching ``pattern`` (before the hang alarm), under the memory
     cap (so nothing big was allocated first); returns the message."""
-    result, error, elapsed = run_capped(fn)
+    result, error, _elapsed = run_capped(fn)
     assert isinstance(error, ValueError), f"expected a ValueError, got {error!r} / {result!r}"
     assert re.search(pattern, str(error)), str(error)
-    assert elapsed < TIME_LIMIT_S, f"took {elapsed:.2f} s"
     return str(error)
 
 

@@ -74,14 +74,13 @@ def test_stats_report_compute_and_transfer_time_per_block(gen):
     out, stats = ring_attention(q, k, v, world, causal=True, timeout_s=60, return_stats=True)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
     assert sorted(stats) == list(range(world))
-    for rank, s in stats.items():
+    for s in stats.values():
         assert set(s) == {"compute_s", "wait_s", "transfer_s", "block_bytes"}
         assert len(s["compute_s"]) == len(s["wait_s"]) == world
         assert all(t >= 0 for t in s["compute_s"] + s["wait_s"]) and s["transfer_s"] > 0
         assert s["block_bytes"] == 2 * 2 * (n // world) * d * 4  # keys and values, float32
-        # rank 0 skips the two blocks after it: no scoring, so far less time than its own block
-        if rank == 0:
-            assert s["compute_s"][0] > max(s["compute_s"][1:])
+        # (which blocks a rank scores and which it skips: the log, checked above; the times
+        # themselves are measurements, never asserted in a unit test)
     # one process: nothing travels
     out, stats = ring_attention(q, k, v, 1, timeout_s=60, return_stats=True)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
@@ -98,13 +97,20 @@ def test_a_failing_rank_is_reported_and_the_ring_stopped(gen, monkeypatch):
         ring_attention(q, q, q, 2, timeout_s=30, start_method="fork")
 
 
-def test_a_hung_ring_times_out(gen, monkeypatch):
-    monkeypatch.setattr(ring, "_partial", lambda *a, **kw: time.sleep(60))
+def test_a_hung_ring_times_out(gen, monkeypatch, tmp_path):
+    """A rank that hangs is stopped: the ring raises without waiting for it to finish (no time
+    is measured; a rank that got to finish would leave its marker file)."""
+    finished = tmp_path / "a rank finished"
+
+    def hang(*args, **kwargs):
+        time.sleep(60)
+        finished.write_text("the ring waited for the hung rank")
+
+    monkeypatch.setattr(ring, "_partial", hang)
     q = torch.randn(8, 4, generator=gen)
-    start = time.monotonic()
     with pytest.raises(TimeoutError, match="timeout_s=2"):
         ring_attention(q, q, q, 2, timeout_s=2, start_method="fork")
-    assert time.monotonic() - start < 20
+    assert not finished.exists()
 
 
 @pytest.mark.slow
@@ -144,13 +150,11 @@ def test_bad_inputs(gen):
 # --- bad input at each entry point (issue 17's fuzz findings) ----------------------------------
 
 
-def test_huge_world_size_is_refused_fast():
-    start = time.perf_counter()
+def test_huge_world_size_is_refused_up_front():
     with pytest.raises(ValueError, match=r"world_size=1000000000 is more ranks.*\(1024\).*1e\+18"):
         ring_schedule(10**9)                                                # was a hang
     with pytest.raises(ValueError, match=r"world_size=1000000000 is more ranks"):
         split_blocks(10**9, 10**9)
-    assert time.perf_counter() - start < 1.0
     assert len(split_blocks(ring.MAX_WORLD_SIZE, ring.MAX_WORLD_SIZE)) == ring.MAX_WORLD_SIZE
     with pytest.raises(ValueError, match="world_size=1025"):
         split_blocks(2000, ring.MAX_WORLD_SIZE + 1)

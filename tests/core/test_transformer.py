@@ -5,7 +5,6 @@ without a KV cache (same tokens and logits, the work each step does, the cache's
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 import torch
@@ -341,10 +340,8 @@ def test_language_model_size_guard_is_the_exact_parameter_count():
         with pytest.raises(ValueError, match=rf"num_layers=10000000 decoder layers of {per_layer} "
                                              rf"parameters each"):
             TinyCausalLM(*args[:3], 10**7, *args[4:], **kwargs)
-    start = time.perf_counter()
     with pytest.raises(ValueError, match=r"num_layers=1000000000 decoder layers.*bytes"):
         TinyCausalLM(11, 8, 2, 10**9, 16)                                   # was a hang
-    assert time.perf_counter() - start < 1.0
     with pytest.raises(ValueError, match=r"d_ff=1000000000"):
         TinyCausalLM(11, 8, 2, 2, 10**9)
 

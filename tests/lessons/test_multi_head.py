@@ -182,16 +182,38 @@ def test_retrain_from_scratch_reproduces_the_claims(shipped):
 
 @pytest.mark.slow
 def test_seed_study_from_scratch_reproduces_the_claims_and_the_checkpoint(shipped):
-    """``python -m attn_helpers train multihead_one_head`` (ten runs), without saving."""
+    """``python -m attn_helpers train multihead_one_head`` (ten runs), without saving. The claims
+    hold on the fresh study, and its metrics equal the shipped ones within tolerances that hold
+    across CPUs (another instruction set or thread count moves the weights in the 4th digit, so
+    weights are never compared): held-out accuracy within 0.02, relation scores within 0.03 (heads
+    in either order), final training loss within 20%; the shipped one-head model (seed 0) and the
+    fresh one score the same on the held-out batch within the same tolerances."""
     model, _, shipped_one_head, one_meta = shipped
     one_head, metadata = study_mod.recipe_one_head()
-    assert all(heads_task.claims(model, one_head, metadata["study"]).values())
+    verdict = heads_task.claims(model, one_head, metadata["study"])
+    assert all(verdict.values()), {name: ok for name, ok in verdict.items() if not ok}
+
+    def heads(scores):                       # (h, 2) relation scores, heads in a fixed order
+        return sorted(scores, key=lambda row: row[0])
+
     for fresh, stored in zip(metadata["study"], one_meta["study"], strict=True):
-        assert fresh["seed"] == stored["seed"] and fresh["num_heads"] == stored["num_heads"]
-        assert fresh["final_loss"] == pytest.approx(stored["final_loss"], rel=1e-3)
-    for a, b in zip(one_head.state_dict().values(), shipped_one_head.state_dict().values(),
-                    strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+        run = (fresh["num_heads"], fresh["seed"])
+        assert run == (stored["num_heads"], stored["seed"])
+        for relation, accuracy in stored["accuracy"].items():
+            assert fresh["accuracy"][relation] == pytest.approx(accuracy, abs=0.02), run
+        torch.testing.assert_close(torch.tensor(heads(fresh["relation_scores"])),
+                                   torch.tensor(heads(stored["relation_scores"])),
+                                   atol=0.03, rtol=0, msg=lambda m, run=run: f"{run}: {m}")
+        assert fresh["final_loss"] == pytest.approx(stored["final_loss"], rel=0.2), run
+    tokens, targets = heads_task.evaluation_batch(one_head.config)
+    fresh_accuracy = heads_task.relation_accuracy(one_head, tokens, targets)
+    for relation, accuracy in heads_task.relation_accuracy(shipped_one_head, tokens,
+                                                           targets).items():
+        assert fresh_accuracy[relation] == pytest.approx(accuracy, abs=0.02), relation
+    with torch.no_grad():
+        fresh_scores = heads_task.head_relation_scores(one_head(tokens)[1])
+        shipped_scores = heads_task.head_relation_scores(shipped_one_head(tokens)[1])
+    torch.testing.assert_close(fresh_scores, shipped_scores, atol=0.03, rtol=0)
 
 
 # --- one term per head ----------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_helpers.lessons import cross_attention, tasks
+from attn_helpers.lessons import cross_attention
 from attn_helpers.lessons import rnn_bottleneck as seq2seq
 from attn_helpers.training import checkpoint_path, run_recipe
 
@@ -95,11 +95,19 @@ def test_retrained_dates_model_supports_the_claims(retrained):
 
 
 @pytest.mark.slow
-def test_retraining_reproduces_the_shipped_predictions(retrained):
-    """Same recipe, same seed: the re-trained models decode the notebooks' examples the same way
-    as the shipped ones (weights may differ in the last bits across machines)."""
-    for name, (model, _, _) in retrained.items():
-        shipped = seq2seq.load_pretrained(name)
-        task = seq2seq.CONFIGS[name].task
-        test = next(iter(tasks.eval_batches(task, 50).values()))
-        assert torch.equal(seq2seq.predict(model, test)[0], seq2seq.predict(shipped, test)[0])
+def test_retraining_reproduces_the_shipped_metrics(retrained):
+    """Same recipe, same seed: the re-trained models score as the shipped ones did (their
+    checkpoints' metadata) within tolerances that hold across CPUs. Weights and single greedy
+    decodes are not compared: another instruction set or thread count moves the weights in the
+    last bits, which can flip a token the model is unsure of (the no-attention models at length
+    24 are near chance)."""
+    for name, (_, metadata, _) in retrained.items():
+        shipped = torch.load(checkpoint_path(name), weights_only=True)["metadata"]
+        fresh, stored = metadata["accuracy"], shipped["accuracy"]
+        assert fresh.keys() == stored.keys(), name
+        for length, accuracy in stored.items():             # ~100 sources per length
+            assert fresh[length] == pytest.approx(accuracy, abs=0.05), (name, length)
+        mean = sum(fresh.values()) / len(fresh)
+        assert mean == pytest.approx(sum(stored.values()) / len(stored), abs=0.02), name
+        assert metadata["final_loss"] == pytest.approx(shipped["final_loss"], rel=0.2,
+                                                       abs=0.002), name

@@ -134,7 +134,8 @@ def test_bench_rejects_bad_arguments():
 def test_every_subcommand_is_registered(capsys):
     """``--help`` of each subcommand exits 0 (an unknown name exits 2), and a bad value of a
     registered subcommand's own option is refused by that subcommand."""
-    for name in ("widget", "attention"):
+    assert {"widget", "browser", "attention"} <= set(bench.COMMANDS)
+    for name in bench.COMMANDS:
         with pytest.raises(SystemExit) as info:
             bench.main([name, "--help"])
         assert info.value.code == 0, name

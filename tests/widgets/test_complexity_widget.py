@@ -5,8 +5,6 @@ changes the picture by blitting only, and bad input is shown in the widget."""
 from __future__ import annotations
 
 import io
-import statistics
-import time
 
 import numpy as np
 import pytest
@@ -147,15 +145,20 @@ def test_bad_input_is_shown_in_the_widget_and_moves_nothing(values, message):
     assert widget.error is None and widget.error_html.value == ""
 
 
-def test_a_step_move_takes_at_most_15_ms_of_kernel_time():
-    widget = tile_stepper_widget(n=48, block_size=4, causal=False, step=0)
-    step = widget.controls["step"]
-    cpu = []
-    for i in range(1, 61):
-        start = time.thread_time()
-        step.value = (i * 7) % (step.max + 1)
-        cpu.append((time.thread_time() - start) * 1000)
-    assert widget.error is None and statistics.median(cpu) <= 15.0
+def test_the_speed_benchmark_drives_every_step_of_this_widget():
+    """No time is asserted in a unit test: the cost of a step move is measured by ``python -m
+    attn_helpers bench widget --check`` (against re-creating a seaborn heatmap, in the same run).
+    Here: that benchmark builds this notebook's widget and moves its step slider through its
+    range as arrow keys would, each move redrawing without an error."""
+    from attn_helpers.bench import widget as bench
+
+    widget = bench.NOTEBOOK_WIDGETS["complexity"]()
+    sequence = bench.moves(widget)
+    steps = [value for name, value in sequence if name == "step"]
+    assert len(set(steps)) >= min(12, widget.controls["step"].max)
+    for name, value in sequence:
+        widget.controls[name].value = value
+        assert widget.error is None, (name, value, widget.error)
 
 
 @pytest.mark.parametrize("n", [8, 13, 16])

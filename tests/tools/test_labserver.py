@@ -1,0 +1,68 @@
+"""Both routes to JupyterLab get the same server: the package installs a jupyter_server config
+file that enables :mod:`attn_helpers.labserver`, which makes the kernel websocket skip Nagle's
+delay in any ``jupyter lab`` / ``jupyter server`` started from the environment, unless another
+class was chosen explicitly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = "jupyter-config/jupyter_server_config.d/attn_helpers.json"
+PLAIN = "jupyter_server.services.kernels.connection.channels.ZMQChannelsWebsocketConnection"
+
+
+def test_the_config_file_enables_the_extension_and_is_installed_with_the_package():
+    assert json.loads((ROOT / CONFIG).read_text()) == {
+        "ServerApp": {"jpserver_extensions": {"attn_helpers.labserver": True}}}
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    data_files = pyproject["tool"]["setuptools"]["data-files"]
+    assert data_files == {"etc/jupyter/jupyter_server_config.d": [CONFIG]}
+
+
+def test_the_environment_has_the_config_file():
+    """``pip install -e .`` (requirements.txt) put it into this environment's etc/jupyter (an
+    editable install does so only through setup.py's workaround)."""
+    installed = Path(sys.prefix) / "etc" / "jupyter" / "jupyter_server_config.d" / "attn_helpers.json"
+    assert installed.exists(), f"{installed} is missing: reinstall with pip install -e ."
+    assert json.loads(installed.read_text()) == json.loads((ROOT / CONFIG).read_text())
+
+
+def _websocket_class(tmp_path: Path, *argv: str) -> str:
+    """The kernel websocket class of a jupyter server initialised from this environment's
+    config, as a plain ``jupyter server`` or ``jupyter lab`` would be (nothing is listened on)."""
+    code = ("import sys\nfrom jupyter_server.serverapp import ServerApp\napp = ServerApp()\n"
+            "app.initialize(argv=sys.argv[1:], new_httpserver=False)\n"
+            "c = app.web_app.settings['kernel_websocket_connection_class']\n"
+            "print('CLASS', c.__module__ + '.' + c.__name__)\n")
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    done = subprocess.run([sys.executable, "-c", code, f"--ServerApp.root_dir={tmp_path}", *argv],
+                          capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return next(line.split()[1] for line in done.stdout.splitlines() if line.startswith("CLASS"))
+
+
+@pytest.mark.slow
+def test_a_plain_server_uses_the_no_delay_websocket_unless_told_otherwise(tmp_path):
+    assert _websocket_class(tmp_path) == "attn_helpers.labserver.NoDelayChannels"
+    assert _websocket_class(tmp_path, f"--ServerApp.kernel_websocket_connection_class={PLAIN}") \
+        == PLAIN
+
+
+def test_the_extension_module_is_a_server_extension_with_the_no_delay_class():
+    from jupyter_server.services.kernels.connection.channels import (
+        ZMQChannelsWebsocketConnection,
+    )
+
+    from attn_helpers import labserver
+
+    assert issubclass(labserver.NoDelayChannels, ZMQChannelsWebsocketConnection)
+    assert labserver._jupyter_server_extension_points() == [{"module": "attn_helpers.labserver"}]
+    assert labserver.SERVER_FLAG.endswith("=attn_helpers.labserver.NoDelayChannels")
