@@ -1,8 +1,10 @@
-r"""Checkers for notebook 06 (cross-attention), in its row-vector notation: every step of a decoder
-with the encoder's keys and values projected once (``cross_attention.decode``), and the hard
-alignment read off trained cross-attention weights, scored against a gold alignment with padded
-sources and targets (``cross_attention.alignment``). (The attention step itself is notebook 02's
-exercise; the additive score is notebook 01's.)"""
+r"""Checkers for notebook 06 (cross-attention): a pre-norm decoder layer run one step at a time,
+with a growing self-attention cache and the memory's keys and values projected once
+(``cross_attention.decode``; the layer's and torch's attention modules are blocked while it runs,
+and the projections' calls are counted), and the hard alignment read off trained cross-attention
+weights, scored against a gold alignment with padded sources and targets
+(``cross_attention.alignment``). (The attention step itself is notebook 02's exercise, the cache
+update with preallocated slots notebook 05's.)"""
 
 from __future__ import annotations
 
@@ -13,151 +15,192 @@ import torch
 from torch import nn
 
 from ..attention import scaled_dot_product_attention
-from ..masks import padding_mask
+from ..multihead import merge_heads, split_heads
+from ..transformer import DecoderLayer
 from .core import CheckResult, Mistake, check_function, describe, seeded
 from .workflow import exercise
 
-__all__ = ["CountingLinear", "check_decode_contexts", "decode_contexts_reference",
+__all__ = ["check_decode_layer", "decode_layer_reference",
            "check_alignment_accuracy", "alignment_accuracy_reference"]
 
 
-# --- shared ------------------------------------------------------------------------------------
+# --- exercise 1: a decoder layer, one step at a time ------------------------------------------
 
 
-def _sizes(g: torch.Generator, k: int, high: int = 8) -> list[int]:  # a case's random shapes
-    return torch.randint(1, high + 1, (k,), generator=g).tolist()
+class _DecoderLayer(DecoderLayer):
+    """A pre-norm :class:`~attn_helpers.DecoderLayer` with seeded weights that records how many
+    positions each projection is called on (``calls[name]``: one entry per call), and prints
+    briefly in a case's description."""
 
-
-# --- exercise 1: decode every step, keys and values projected once -----------------------
-
-
-class CountingLinear(nn.Linear):
-    """``nn.Linear`` that counts its calls (``calls``); printed briefly in a case's description."""
-
-    def __init__(self, d_in: int, d_out: int, *, bias: bool, generator: torch.Generator,
-                 dtype=torch.float32):
-        super().__init__(d_in, d_out, bias=bias, dtype=dtype)
+    def __init__(self, d_model, num_heads, d_ff, memory_dim, *, generator, dtype):
+        super().__init__(d_model, num_heads, d_ff, norm_first=True, memory_dim=memory_dim)
         with torch.no_grad():
-            self.weight.copy_(torch.randn(d_out, d_in, generator=generator) / math.sqrt(d_in))
-            if bias:
-                self.bias.copy_(0.5 * torch.randn(d_out, generator=generator))
-        self.requires_grad_(False)
-        self.calls = 0
+            for name, p in self.named_parameters():
+                scale = 0.1 if "norm" in name and name.endswith("bias") else (
+                    1.0 if "norm" in name else 1 / math.sqrt(p.shape[-1]))
+                base = 1.0 if "norm" in name and name.endswith("weight") else 0.0
+                p.copy_(base + scale * torch.randn(p.shape, generator=generator))
+        self.to(dtype).requires_grad_(False)
+        self.calls: dict[str, list[int]] = {}
+        for attention in ("self_attn", "cross_attn"):
+            for proj in ("q_proj", "k_proj", "v_proj"):
+                module = getattr(getattr(self, attention), proj)
+                module.register_forward_hook(self._recorder(f"{attention}.{proj}"))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        return super().forward(x)
+    def _recorder(self, name):
+        def hook(module, inputs, output):
+            self.calls.setdefault(name, []).append(inputs[0].shape[-2] if inputs[0].dim() > 1 else 1)
+        return hook
 
     def __repr__(self) -> str:
-        return f"nn.Linear({self.in_features} -> {self.out_features})"
+        return (f"DecoderLayer(d_model={self.d_model}, num_heads={self.self_attn.num_heads}, "
+                f"memory_dim={self.cross_attn.kdim}, pre-norm)")
 
 
-def _step_reference(s_t, K, V, lengths, q_proj):
-    """One decoding step: ``(context (b, d_v), weights (b, n))`` for ``s_t (b, d)``, the encoder's
-    ``K (b, n, d_k)`` and ``V (b, n, d_v)``, ``lengths (b,)`` and ``q_proj`` (``d -> d_k``)."""
-    q = q_proj(s_t)[:, None, :]  # (b, 1, d_k): q_t = s_t W_q
-    real = padding_mask(lengths, K.shape[1])[:, None, :]  # (b, 1, n): j < lengths[i]
-    context, weights = scaled_dot_product_attention(q, K, V, real)  # (b, 1, d_v), (b, 1, n)
-    return context[:, 0], weights[:, 0]
+def decode_layer_reference(layer, y, memory, memory_real):
+    """What exercise 1 must return: ``layer``'s output ``(b, T, d)`` for the whole target ``y``
+    at once, causal, padded memory positions masked (``memory_real`` True = real)."""
+    return layer(y, memory, memory_padding=memory_real)
 
 
-def _step_with(s_t, K, V, lengths, q_proj, *, real=None, scale=None, dim=-1, values=None,
-               fill=-math.inf, softmax=torch.softmax):
-    """The step with one thing changed, for the known mistakes."""
-    q = q_proj(s_t)[:, None, :]
-    scale = 1 / math.sqrt(K.shape[-1]) if scale is None else scale
-    scores = (q @ K.transpose(-2, -1))[:, 0] * scale  # (b, n)
-    if real is None:
-        real = padding_mask(lengths, K.shape[1])
-    weights = softmax(scores.masked_fill(~real, fill), dim=dim)  # (b, n)
-    values = V if values is None else values
-    return (weights[:, :, None] * values).sum(1), weights  # (b, d_v), (b, n)
+def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, post_norm=False, cache=True,
+                 cross_out=True, cross_residual=True, query_before_self=False, one_head=False):
+    """Step-by-step decoding with one known mistake (all off: the right answer)."""
+    h = 1 if one_head else layer.self_attn.num_heads
+    sa, ca = layer.self_attn, layer.cross_attn
+    K_m, V_m = split_heads(ca.k_proj(memory), h), split_heads(ca.v_proj(memory), h)
+    real = memory_real[:, None, None, :] if mask_memory else None
+    keys, values, outputs = [], [], []
+
+    def block(x, norm, fn, *, out=True, residual=True):
+        if post_norm:
+            return norm(x + fn(x))
+        return (x if residual else 0) + fn(norm(x))
+
+    def self_attention(z):
+        k, v = split_heads(sa.k_proj(z), h), split_heads(sa.v_proj(z), h)
+        if cache:
+            keys.append(k)
+            values.append(v)
+            k, v = torch.cat(keys, 2), torch.cat(values, 2)
+        o, _ = scaled_dot_product_attention(split_heads(sa.q_proj(z), h), k, v)
+        return sa.out_proj(merge_heads(o))
+
+    for t in range(y.shape[1]):
+        x = y[:, t:t + 1]                                               # (b, 1, d)
+        before = x
+        x = block(x, layer.norm1, self_attention)
+
+        def cross_attention(z):
+            o, _ = scaled_dot_product_attention(split_heads(ca.q_proj(z), h), K_m, V_m, real)
+            o = merge_heads(o)
+            return ca.out_proj(o) if cross_out else o
+
+        if query_before_self:
+            x = x + cross_attention(layer.norm2(before))
+        else:
+            x = block(x, layer.norm2, cross_attention, residual=cross_residual)
+        x = block(x, layer.norm3, layer.feed_forward)
+        outputs.append(x)
+    return torch.cat(outputs, 1)
 
 
-
-
-def decode_contexts_reference(S, H, lengths, q_proj, k_proj, v_proj):
-    """Every decoding step: ``(contexts (b, T, d_v), weights (b, T, n))`` for decoder states
-    ``S (b, T, d)`` over encoder states ``H (b, n, d_m)``; ``K``, ``V`` projected once."""
-    K, V = k_proj(H), v_proj(H)  # (b, n, d_k), (b, n, d_v): once per sentence
-    steps = [_step_reference(S[:, t], K, V, lengths, q_proj)
-             for t in range(S.shape[1])]
-    return (torch.stack([c for c, _ in steps], 1),  # (b, T, d_v)
-            torch.stack([a for _, a in steps], 1))  # (b, T, n)
-
-
-def _decode_cases() -> list[dict]:
+def _layer_cases() -> list[dict]:
     g = seeded(63)
-    cases, sizes = [], _sizes(g, 6)  # the last case's shapes: b, T, n, d, d_m, d_k
-    for b, T, n, d, d_m, d_k, lengths, dtype in [
-            (2, 3, 5, 6, 4, 4, [5, 2], torch.float32), (1, 1, 4, 4, 4, 4, [3], torch.float32),
-            (3, 4, 6, 5, 7, 6, [6, 1, 4], torch.float64),
-            (*sizes, _sizes(g, sizes[0], sizes[2]), torch.float32)]:
+    cases = []
+    for b, T, n_m, d, h, d_m, lengths, dtype in [
+            (2, 4, 5, 8, 2, 6, [5, 2], torch.float32), (1, 1, 3, 4, 1, 4, [3], torch.float32),
+            (3, 5, 6, 12, 3, 8, [6, 1, 4], torch.float64), (2, 6, 4, 8, 4, 8, [1, 4], torch.float32)]:
+        layer = _DecoderLayer(d, h, 2 * d, d_m, generator=g, dtype=dtype)
         cases.append({
-            "S": torch.randn(b, T, d, generator=g).to(dtype),
-            "H": torch.randn(b, n, d_m, generator=g).to(dtype),
-            "lengths": torch.tensor(lengths),
-            "q_proj": CountingLinear(d, d_k, bias=True, generator=g, dtype=dtype),
-            "k_proj": CountingLinear(d_m, d_k, bias=True, generator=g, dtype=dtype),
-            "v_proj": CountingLinear(d_m, d_k, bias=True, generator=g, dtype=dtype),
+            "layer": layer,
+            "y": torch.randn(b, T, d, generator=g).to(dtype),
+            "memory": torch.randn(b, n_m, d_m, generator=g).to(dtype),
+            "memory_real": torch.arange(n_m)[None, :] < torch.tensor(lengths)[:, None],
         })
     return cases
 
 
-def _decode_with(S, H, lengths, q_proj, k_proj, v_proj, *, query=None, swap=False, **changes):
-    K, V = (v_proj(H), k_proj(H)) if swap else (k_proj(H), v_proj(H))
-    steps = [_step_with(S[:, t if query is None else query], K, V, lengths, q_proj, **changes)
-             for t in range(S.shape[1])]
-    return torch.stack([c for c, _ in steps], 1), torch.stack([a for _, a in steps], 1)
+def _library_shortcuts():
+    """Library code that would do exercise 1 for the learner: whole layers and attention modules
+    (the learner writes the blocks from the layer's projections, norms and feed-forward), and the
+    lesson's memory-once cross-attention."""
+    from ..lessons import cross_attention as lesson
+    from ..multihead import MultiHeadAttention
+
+    return [(DecoderLayer, "forward"), (MultiHeadAttention, "forward"),
+            (lesson, "cross_attention_memory_once"), (nn.TransformerDecoderLayer, "forward"),
+            (nn.MultiheadAttention, "forward")]
 
 
-@exercise("cross_attention.decode", "decode every step, encoder keys and values projected once",
-          hints=(
-    "The encoder states H do not change while the decoder writes, so neither do their keys and "
-    "values. Only the query changes from step to step.",
-    "K = H W_K and V = H W_V once; then for t = 0 .. T-1: q_t = s_t W_Q and (c_t, a_t) = "
-    "attention(q_t, K, V) with the padded positions j >= lengths[i] masked "
-    "(ah.scaled_dot_product_attention takes the mask); stack the c_t and the a_t along dim 1.",
-    "K, V = k_proj(H), v_proj(H)                                    # once, (b, n, d_k), (b, n, d_v)\n"
-    "real = (torch.arange(H.shape[1])[None, :] < lengths[:, None])[:, None, :]   # (b, 1, n)\n"
-    "steps = [ah.scaled_dot_product_attention(q_proj(S[:, t : t + 1]), K, V, real)\n"
-    "         for t in range(S.shape[1])]                       # each (b, 1, d_v), (b, 1, n)\n"
-    "return (torch.cat([c for c, _ in steps], 1),                   # (b, T, d_v)\n"
-    "        torch.cat([a for _, a in steps], 1))                   # (b, T, n)"))
-def check_decode_contexts(decode_contexts: Callable) -> CheckResult:
-    """Exercise: ``decode_contexts(S (b, T, d), H (b, n, d_m), lengths (b,), q_proj, k_proj,
-    v_proj) -> (contexts (b, T, d_v), weights (b, T, n))``, the encoder's ``K = k_proj(H)`` and
-    ``V = v_proj(H)`` computed once (each projection called at most once per call)."""
-    mistakes = [
-        Mistake(lambda *a: tuple(x.transpose(0, 1) for x in decode_contexts_reference(*a)),
-                "the steps were stacked along dim 0, giving (T, b, ...); stack them along dim 1, "
-                "so the batch stays first: (b, T, d_v) and (b, T, n)."),
-        Mistake(lambda *a: _decode_with(*a, query=0),
-                "every step used the same query s_0; step t's query is its own state S[:, t]."),
-        Mistake(lambda *a: _decode_with(*a, swap=True),
-                "keys and values are swapped: the keys are k_proj(H), the values v_proj(H)."),
-        Mistake(lambda *a: _decode_with(*a, real=torch.ones(a[2].shape[0], a[1].shape[1],
-                                                            dtype=torch.bool)),
-                "padded encoder positions received weight: mask every j >= lengths[i]."),
-        Mistake(lambda *a: _decode_with(*a, scale=1.0),
-                "the scores were not scaled: divide q_t . k_j by sqrt(d_k)."),
-    ]
-    result = check_function(decode_contexts, decode_contexts_reference, _decode_cases(),
-                            what="decode_contexts", output_names=("the contexts", "the weights"),
-                            mistakes=mistakes)
-    if not result:  # wrong numbers first; then how often the encoder was projected
+@exercise("cross_attention.decode", "a decoder layer step by step: a growing self-attention "
+          "cache, the memory's keys and values projected once", hints=(
+    "At step t only y[:, t:t+1] enters. Pre-norm: x = x + block(norm(x)) for three blocks in turn "
+    "(self-attention with norm1, cross-attention with norm2, feed-forward with norm3). The "
+    "self-attention keeps every earlier step's keys and values; the cross-attention's keys and "
+    "values come from the memory, which never changes.",
+    "Before the loop: K_m = split_heads(cross.k_proj(memory), h), V_m likewise (once). Step t: "
+    "z = norm1(x_t); append split_heads(self.k_proj(z), h) and v to lists; o = attention(q_t, "
+    "cat(keys), cat(values)); x = x_t + self.out_proj(merge_heads(o)); then the cross-attention "
+    "with q from norm2(x), over K_m, V_m, mask memory_real[:, None, None, :], out_proj, residual; "
+    "then x = x + feed_forward(norm3(x)).",
+    "sa, ca, h = layer.self_attn, layer.cross_attn, layer.self_attn.num_heads\n"
+    "K_m, V_m = ah.split_heads(ca.k_proj(memory), h), ah.split_heads(ca.v_proj(memory), h)\n"
+    "keys, values, outputs = [], [], []\n"
+    "for t in range(y.shape[1]):\n"
+    "    x = y[:, t:t + 1]                                      # (b, 1, d): only the new position\n"
+    "    z = layer.norm1(x)\n"
+    "    keys.append(ah.split_heads(sa.k_proj(z), h)); values.append(ah.split_heads(sa.v_proj(z), h))\n"
+    "    o, _ = ah.scaled_dot_product_attention(ah.split_heads(sa.q_proj(z), h),\n"
+    "                                           torch.cat(keys, 2), torch.cat(values, 2))\n"
+    "    x = x + sa.out_proj(ah.merge_heads(o))\n"
+    "    q = ah.split_heads(ca.q_proj(layer.norm2(x)), h)\n"
+    "    o, _ = ah.scaled_dot_product_attention(q, K_m, V_m, memory_real[:, None, None, :])\n"
+    "    x = x + ca.out_proj(ah.merge_heads(o))\n"
+    "    outputs.append(x + layer.feed_forward(layer.norm3(x)))\n"
+    "return torch.cat(outputs, 1)                               # (b, T, d)"))
+def check_decode_layer(decode_layer: Callable) -> CheckResult:
+    """Exercise: ``decode_layer(layer, y (b, T, d), memory (b, n_m, d_m), memory_real (b, n_m))
+    -> (b, T, d)``: the pre-norm ``layer``'s causal output, computed one target position at a
+    time (its self-attention projections see one position per call) with the memory's keys and
+    values projected once. The layer's and torch's attention modules are blocked while it runs."""
+    mistakes = [Mistake(lambda *a, _f=flaw: _decode_with(*a, **_f), hint) for hint, flaw in [
+        ("padded memory positions were read: mask the cross-attention with memory_real "
+         "(True = real), as (b, 1, 1, n_m) for the heads.", {"mask_memory": False}),
+        ("the blocks were written post-norm, norm(x + block(x)); this layer is pre-norm "
+         "(norm_first=True): x + block(norm(x)).", {"post_norm": True}),
+        ("the self-attention saw only the new position: keep every earlier step's keys and "
+         "values (a growing cache) and attend to all of them, 0..t.", {"cache": False}),
+        ("the cross-attention's heads were merged but not sent through its out_proj.",
+         {"cross_out": False}),
+        ("the cross-attention's output must be ADDED to x (the residual), not replace it.",
+         {"cross_residual": False}),
+        ("the cross-attention's query came from the state before the self-attention block; it "
+         "reads x after it: q from norm2(x + self-attention).", {"query_before_self": True}),
+        ("the heads were not split: split q, k, v into num_heads heads of d_model / num_heads "
+         "(ah.split_heads), attend per head, merge.", {"one_head": True}),
+    ]]
+    result = check_function(decode_layer, decode_layer_reference, _layer_cases(),
+                            what="decode_layer", output_names=("the outputs",), mistakes=mistakes,
+                            forbid=_library_shortcuts())
+    if not result:  # wrong numbers first; then how the projections were called
         return result
-    case = _decode_cases()[2]  # T = 4 steps
+    case = _layer_cases()[2]                                            # T = 5 steps
+    layer, T = case["layer"], case["y"].shape[1]
     with torch.no_grad():
-        decode_contexts(*case.values())
-    T = case["S"].shape[1]
-    for name in ("k_proj", "v_proj"):
-        if case[name].calls > 1:
+        decode_layer(*case.values())
+    for name in ("cross_attn.k_proj", "cross_attn.v_proj"):
+        if len(layer.calls.get(name, [])) > 1:
             return CheckResult(False, (
                 f"Not yet: the numbers are right, but for {T} decoding steps {name} ran "
-                f"{case[name].calls} times. The encoder states do not change while the decoder "
-                "writes: compute K = k_proj(H) and V = v_proj(H) once, before the loop, and "
-                "reuse them."))
+                f"{len(layer.calls[name])} times. The memory does not change while the decoder "
+                "writes: project it once, before the loop, and reuse its keys and values."))
+    for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
+        if any(n != 1 for n in layer.calls.get(name, [])):
+            return CheckResult(False, (
+                f"Not yet: the numbers are right, but {name} ran on {max(layer.calls[name])} "
+                "positions at once. Decode one step at a time: at step t only y[:, t:t+1] goes "
+                "through the layer; earlier keys and values come from your cache."))
     return result
 
 

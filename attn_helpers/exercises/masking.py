@@ -1,5 +1,6 @@
-"""Checkers for notebook 05 (masking): a causal sliding-window mask, and one step of a KV cache,
-which over a whole sequence must equal full causal attention."""
+"""Checkers for notebook 05 (masking): a batched causal sliding-window mask for LEFT-padded
+sentences (the library's mask builders blocked while it runs), and one step of a KV cache, which
+over a whole sequence must equal full causal attention."""
 
 from __future__ import annotations
 
@@ -9,17 +10,17 @@ from collections.abc import Callable
 import torch
 
 from ..attention import scaled_dot_product_attention
-from ..masks import causal_mask, sliding_window_mask
+from ..masks import causal_mask
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
 __all__ = ["check_window_mask", "check_kv_cache_step"]
 
 
-# --- exercise 1: a causal sliding-window mask -------------------------------------------------
+# --- exercise 1: a batched sliding-window mask for left-padded sequences ----------------------
 
 
-def _as_float(fn: Callable) -> Callable:
+def _as_bool_mask(fn: Callable) -> Callable:
     """Masks are bool; the comparison machinery wants floats. Non-bool answers are reported."""
     if not callable(fn):
         return fn
@@ -37,40 +38,89 @@ def _offsets(n: int) -> torch.Tensor:
     return torch.arange(n)[:, None] - torch.arange(n)[None, :]       # i - j, (n, n)
 
 
-@exercise("masking.window_mask", "a causal sliding-window mask", hints=(
-    "Row i is a query, column j a key. A causal window of size w lets query i see itself and the "
-    "w - 1 tokens just before it, and nothing after it.",
-    "allowed[i, j] = (0 <= i - j < w), a bool (n, n) tensor, True = may attend.",
-    "offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]   # i - j\n"
-    "return (offset >= 0) & (offset < window)"))
+def left_padded_window_mask(lengths: torch.Tensor, n: int, window: int, *, left: bool = True,
+                            both_ways: bool = False, reach: int = 0, keys: bool = True,
+                            windowed: bool = True, pads_see_themselves: bool = False,
+                            one_length: bool = False, transpose: bool = False) -> torch.Tensor:
+    """The answer of exercise 1, ``(b, n, n)`` bool: sentence ``b`` has its ``lengths[b]`` real
+    tokens at the END (positions ``n - lengths[b] .. n - 1``); query ``i`` may attend to key ``j``
+    when ``j`` is a real token and ``0 <= i - j < window``. The keyword arguments build the known
+    mistakes (all off: the right answer)."""
+    if one_length:
+        lengths = lengths[:1].expand(len(lengths))
+    positions = torch.arange(n)
+    start = n - lengths[:, None] if left else None                      # (b, 1): first real slot
+    real = positions[None, :] >= start if left else positions[None, :] < lengths[:, None]  # (b, n)
+    offset = _offsets(n)
+    local = offset.abs() < window if both_ways else (offset >= 0) & (offset < window + reach)
+    if not windowed:
+        local = offset >= 0
+    visible = (real[:, None, :] if keys else real[:, :, None]) & local   # (b, n, n)
+    if pads_see_themselves:
+        visible = visible | (torch.eye(n, dtype=torch.bool) & ~real[:, :, None])
+    return visible.transpose(-2, -1) if transpose else visible
+
+
+def _window_cases() -> list[dict]:
+    return [{"lengths": torch.tensor(lengths), "n": n, "window": w} for lengths, n, w in [
+        ([5, 3, 1], 5, 2), ([4, 2], 4, 1), ([7, 4, 0], 7, 3), ([3], 3, 5), ([2, 6, 5], 6, 6),
+        ([1], 1, 1)]]
+
+
+def _mask_functions():
+    """The library's mask builders: they would do exercise 1 for the learner, so the checker
+    blocks them (in the package and in ``attn_helpers.masks``)."""
+    import importlib
+
+    owners = (importlib.import_module("attn_helpers"), importlib.import_module("attn_helpers.masks"))
+    names = ("causal_mask", "padding_mask", "sliding_window_mask", "key_padding_to_attention_mask")
+    return [(owner, name) for owner in owners for name in names]
+
+
+def _window_mistake(hint: str, **flaw) -> Mistake:
+    return Mistake(lambda lengths, n, w: left_padded_window_mask(lengths, n, w, **flaw).double(), hint)
+
+
+@exercise("masking.window_mask", "a sliding-window mask for a left-padded batch", hints=(
+    "Batched generation pads on the LEFT: sentence b's real tokens are its last lengths[b] "
+    "positions. A key is visible when it is a real token AND inside query i's causal window. A "
+    "pad query's window holds only pads, so its row is all False; leave it so.",
+    "real[b, j] = j >= n - lengths[b]  (b, n);  local[i, j] = 0 <= i - j < window  (n, n);  "
+    "mask[b, i, j] = real[b, j] and local[i, j]: broadcast real as (b, 1, n) over the queries.",
+    "j = torch.arange(n)\n"
+    "real = j[None, :] >= n - lengths[:, None]                 # (b, n): the last lengths[b] slots\n"
+    "offset = j[:, None] - j[None, :]                           # i - j, (n, n)\n"
+    "return real[:, None, :] & (offset >= 0) & (offset < window)"))
 def check_window_mask(window_mask: Callable) -> CheckResult:
-    """Exercise: ``window_mask(n, window) -> (n, n) bool``, True where ``0 <= i - j < window``."""
-    cases = [{"n": n, "window": w} for n, w in [(5, 2), (6, 1), (7, 3), (4, 4), (3, 6), (1, 1)]]
-
-    def reference(n, window):
-        return sliding_window_mask(n, window).double()
-
+    """Exercise: ``window_mask(lengths (b,), n, window) -> (b, n, n) bool``, for LEFT-padded
+    sentences (real tokens at positions ``n - lengths[b] .. n - 1``): True where key ``j`` is real
+    and ``0 <= i - j < window``. The library's mask builders are blocked while it runs."""
     return check_function(
-        _as_float(window_mask), reference, cases, what="window_mask", output_names=("the mask",),
+        _as_bool_mask(window_mask),
+        lambda lengths, n, w: left_padded_window_mask(lengths, n, w).double(),
+        _window_cases(), what="window_mask", output_names=("the mask",), forbid=_mask_functions(),
         mistakes=[
-            Mistake(lambda n, w: sliding_window_mask(n, w, causal=False).double(),
-                    "your window looks both ways; a causal window sees only the present and the "
-                    "past: require i - j >= 0 as well."),
-            Mistake(lambda n, w: sliding_window_mask(n, w + 1).double(),
-                    "off by one: with window w each query sees itself and the w - 1 keys before "
-                    "it, so the condition is i - j < w, not i - j <= w."),
-            Mistake(lambda n, w: sliding_window_mask(n, w).T.double(),
-                    "the mask is transposed: rows are queries i, columns are keys j, and a query "
-                    "looks back, at keys j <= i."),
-            Mistake(lambda n, w: causal_mask(n).double(),
-                    "that is the plain causal mask: also hide the keys that are window or more "
-                    "positions back."),
-            Mistake(lambda n, w: (~sliding_window_mask(n, w)).double(),
-                    "the mask is inverted: True means 'may attend', so True goes inside the "
-                    "window."),
-            Mistake(lambda n, w: ((_offsets(n) > 0) & (_offsets(n) <= w)).double(),
-                    "a query always sees itself: the window is 0 <= i - j < w, the diagonal "
-                    "included."),
+            _window_mistake("the real tokens were taken at the start (right padding: j < length); "
+                            "a LEFT-padded sentence has its real tokens at the end, j >= n - "
+                            "length.", left=False),
+            _window_mistake("your window looks both ways; a causal window sees only the present "
+                            "and the past: require i - j >= 0 as well.", both_ways=True),
+            _window_mistake("off by one: with window w each query sees itself and the w - 1 keys "
+                            "before it, so the condition is i - j < w, not i - j <= w.", reach=1),
+            _window_mistake("each sentence's mask is transposed: rows are queries i, columns are "
+                            "keys j, and a query looks back, at keys j <= i.", transpose=True),
+            _window_mistake("the padding was applied to the queries (rows) instead of the keys "
+                            "(columns): a real query must not see a pad key inside its window.",
+                            keys=False),
+            _window_mistake("that is causal + padding with no window: also hide the keys that are "
+                            "window or more positions back.", windowed=False),
+            _window_mistake("every sentence got the first sentence's length: real[b, j] depends on "
+                            "lengths[b], one length per sentence.", one_length=True),
+            _window_mistake("pad queries were allowed to see themselves. Leave a pad query's row "
+                            "all False: nothing reads its output, and the attention step turns an "
+                            "empty row into zeros (section 4).", pads_see_themselves=True),
+            Mistake(lambda lengths, n, w: (~left_padded_window_mask(lengths, n, w)).double(),
+                    "the mask is inverted: True means 'may attend'."),
         ],
     )
 

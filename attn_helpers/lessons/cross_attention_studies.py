@@ -13,7 +13,7 @@ from .rnn_bottleneck import Seq2Seq, predict
 from .tasks import DATES, ISO_STEP_FIELDS, Batch, date_fields, eval_batches
 
 __all__ = ["mirror_offsets", "antidiagonal_hits", "date_field_hits", "reversal_alignment_stats",
-           "neighbour_steps", "alignment_table"]
+           "neighbour_steps", "alignment_table", "digit_step_margin"]
 
 _DIGITS = [t for t, f in enumerate(ISO_STEP_FIELDS) if f != "-"]
 
@@ -55,6 +55,14 @@ def date_field_hits(weights: torch.Tensor, batch: Batch) -> torch.Tensor:
         hits[i] = torch.tensor([fields[j] == want
                                 for j, want in zip(strongest, ISO_STEP_FIELDS, strict=True)])
     return hits
+
+
+def digit_step_margin(weights: torch.Tensor) -> float:
+    """The smallest gap, over a dates batch's digit steps, between the strongest and the second
+    strongest input word's weight: far above float32 noise, the argmax counts of
+    :func:`date_field_hits` come out the same on any CPU."""
+    top2 = weights[:, _DIGITS].topk(2, dim=-1).values
+    return (top2[..., 0] - top2[..., 1]).min().item()
 
 
 def _check_weights_for(weights, batch: Batch) -> None:

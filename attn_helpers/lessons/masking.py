@@ -34,7 +34,8 @@ from ..training import train
 __all__ = [
     "SPEEDUP_MIN", "LLAMA2_7B", "LLAMA2_7B_PARAMETERS", "RECALL", "masked_gradients",
     "GenerationComparison", "compare_generation", "cache_examples", "gqa_torch_gap",
-    "recall_batch", "train_recall", "gqa_tradeoff", "claims", "gqa_claims",
+    "recall_batch", "train_recall", "gqa_tradeoff", "claims", "gqa_claims", "forward_seconds",
+    "overhead_claims", "top_left_causal_demo",
 ]
 
 #: with the cache, generating must be at least this many times faster (same run, same model)
@@ -124,6 +125,41 @@ def compare_generation(model: TinyCausalLM, prompt: torch.Tensor, steps: int, *,
     finally:
         torch.set_num_threads(previous)
     return GenerationComparison(runs[True], runs[False], min(seconds[True]), min(seconds[False]))
+
+
+def forward_seconds(model: TinyCausalLM, positions: tuple[int, ...] = (1, 200), *,
+                    repeats: int = 5) -> dict[int, float]:
+    """The best of ``repeats`` timings of one forward pass over ``n`` positions, for each ``n`` in
+    ``positions``, on one thread: how much of a step's time is per-call overhead."""
+    require_positive_int("repeats", repeats)
+    seconds = {}
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            for n in positions:
+                tokens = torch.zeros(1, n, dtype=torch.long)
+                model(tokens)                                          # warm-up
+                times = []
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    model(tokens)
+                    times.append(time.perf_counter() - start)
+                seconds[n] = min(times)
+    finally:
+        torch.set_num_threads(previous)
+    return seconds
+
+
+def overhead_claims(seconds: dict[int, float]) -> dict[str, bool]:
+    """Why the cache's speed-up is far below its saving in positions: one forward pass over the
+    most positions in ``seconds`` costs less than half as much as that many one-position passes
+    (the fixed per-call cost of a small step; the margin holds without SIMD too)."""
+    few, many = min(seconds), max(seconds)
+    ratio = many // few
+    return {f"a forward pass over {many} positions costs less than half of {ratio} passes over "
+            f"{few}: part of each small step's time is a fixed per-call cost":
+            seconds[many] < ratio / 2 * seconds[few]}
 
 
 def cache_examples() -> dict[str, float]:
@@ -250,3 +286,27 @@ def gqa_claims(tradeoff: dict) -> dict[str, bool]:
             all(abs(means[a] - means[b]) <= min(spread[a], spread[b])
                 for i, a in enumerate(fewer) for b in fewer[i + 1:]),
     }
+
+
+def top_left_causal_demo(n_q: int = 1, n_k: int = 5, d: int = 4, seed: int = 0) -> dict:
+    """``F.scaled_dot_product_attention(..., is_causal=True)`` with ``n_q < n_k`` (the last
+    ``n_q`` positions' queries over all ``n_k`` keys, as in a cached step or chunked prefill):
+    torch aligns its causal mask top-left (``j <= i``), the cache needs it bottom-right
+    (``j <= i + n_k - n_q``). Returns the two masks and the gaps of torch's output and of the
+    bottom-right mask's output from the last ``n_q`` rows of full causal attention."""
+    from ..attention import scaled_dot_product_attention
+    from ..masks import causal_mask
+
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(n_k, d, generator=g) for _ in range(3))
+    full, _ = scaled_dot_product_attention(q, k, v, causal_mask(n_k))   # (n_k, d)
+    want = full[-n_q:]
+    i, j = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
+    top_left, bottom_right = j <= i, j <= i + (n_k - n_q)
+    torch_out = F.scaled_dot_product_attention(q[-n_q:], k, v, is_causal=True)
+    ours, _ = scaled_dot_product_attention(q[-n_q:], k, v, bottom_right)
+    as_top_left, _ = scaled_dot_product_attention(q[-n_q:], k, v, top_left)
+    return {"top-left": top_left, "bottom-right": bottom_right,
+            "torch gap": (torch_out - want).abs().max().item(),
+            "torch == top-left": (torch_out - as_top_left).abs().max().item(),
+            "bottom-right gap": (ours - want).abs().max().item()}

@@ -90,8 +90,9 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAt
             decoded[index] = _decoded(model, task, index)
         return _alignment(*decoded[index], step)
 
-    pairs = [example(task, i) for i in range(examples)]
-    n_q, n_k = max(len(t) for _, t in pairs), max(len(s) for s, _ in pairs)
+    # no room reserved for the largest example: the colour bar sits beside the example on show
+    # (a larger one re-lays the panel out once)
     view = CaptionedView((7.8, 5.4), title="cross-attention: output step x input word",
-                         max_shape=(n_q, n_k))
+                         axis_names=("input position (word)", "output step (token)"),
+                         entropy_title="entropy per output step")
     return LiveAttentionWidget(compute, controls, view, title=f"Decoding step by step ({task.name})")

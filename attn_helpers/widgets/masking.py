@@ -15,17 +15,33 @@ __all__ = ["MASK_TYPES", "BATCH_SENTENCES", "PAD", "build_mask", "masking_frame"
            "CaptionedView"]
 
 
+class _NamedPanel(AttentionPanel):
+    """An :class:`AttentionPanel` whose axes carry other names than "key" and "query"."""
+
+    def __init__(self, *args, axis_names: tuple[str, str], **kwargs):
+        self.axis_names = axis_names
+        super().__init__(*args, **kwargs)
+
+    def _layout(self, n_q: int, n_k: int, longest: tuple[float, float]) -> None:
+        super()._layout(n_q, n_k, longest)
+        self.ax_map.xaxis.label.set_text(self.axis_names[0])
+        self.ax_map.yaxis.label.set_text(self.axis_names[1])
+
+
 class CaptionedView(BlitView):
     """An attention heatmap with its entropy view and, under them, the frame's ``caption`` lines
     (its settings and readouts), so that the picture alone, stored in the notebook or exported,
-    says what state it shows."""
+    says what state it shows. ``axis_names``: the heatmap's (x, y) axis names."""
 
     def __init__(self, figsize: tuple[float, float], *, title: str,
-                 max_shape: tuple[int, int] | None = None, lines: int = 2):
+                 max_shape: tuple[int, int] | None = None, lines: int = 2,
+                 axis_names: tuple[str, str] = ("key", "query"),
+                 entropy_title: str = "entropy per query"):
         super().__init__(figsize)
         bottom = (lines * 12 + 8) / (figsize[1] * 72)                 # room for the caption
         grid = self.figure.add_gridspec(1, 1, left=0.01, right=0.99, bottom=bottom, top=0.99)
-        self.panel = AttentionPanel(self.blit, grid[0], title=title, max_shape=max_shape)
+        self.panel = _NamedPanel(self.blit, grid[0], title=title, max_shape=max_shape,
+                                 axis_names=axis_names, entropy_title=entropy_title)
         self.caption = self.figure.text(0.015, 0.012, "", fontsize=9, ha="left", va="bottom",
                                         linespacing=1.35)
         self.blit.animate(self.caption)

@@ -14,7 +14,7 @@ import attn_helpers as ah
 from attn_helpers.exercises import cross_attention as ex
 from attn_helpers.exercises.workflow import EXERCISES
 
-CHECKERS = [(ex.check_decode_contexts, "decode_contexts", "cross_attention.decode"),
+CHECKERS = [(ex.check_decode_layer, "decode_layer", "cross_attention.decode"),
             (ex.check_alignment_accuracy, "alignment_accuracy", "cross_attention.alignment")]
 
 
@@ -28,86 +28,120 @@ def test_a_stub_is_not_implemented_yet_and_nothing_more(check, what, key):
     assert check.exercise_key == key and key in EXERCISES
 
 
-# --- the references against independent implementations -------------------------------------
+# --- exercise 1: a decoder layer step by step ---------------------------------------------------
 
 
-def test_decode_reference_is_cross_attention_of_all_steps_at_once():
-    for case in ex._decode_cases():
-        S, H, lengths, q_proj, k_proj, v_proj = case.values()
-        contexts, weights = ex.decode_contexts_reference(*case.values())
-        mask = ah.padding_mask(lengths, H.shape[1])[:, None, :]
-        expected = ah.scaled_dot_product_attention(q_proj(S), k_proj(H), v_proj(H), mask)
-        assert torch.allclose(contexts, expected[0], atol=1e-6)
-        assert torch.allclose(weights, expected[1], atol=1e-6)
+def test_the_reference_is_torchs_decoder_layer_with_a_causal_mask():
+    for case in ex._layer_cases():
+        layer, y, memory, real = case.values()
+        torch_layer = torch.nn.TransformerDecoderLayer(
+            layer.d_model, layer.self_attn.num_heads, 2 * layer.d_model, dropout=0.0,
+            batch_first=True, norm_first=True, dtype=y.dtype)
+        if layer.cross_attn.kdim != layer.d_model:
+            continue                          # torch's layer needs memory of the model's width
+        ours = ah.DecoderLayer.from_torch(torch_layer)
+        ours.load_state_dict(layer.state_dict())
+        torch_layer.load_state_dict(_to_torch(ours, torch_layer))
+        T = y.shape[1]
+        expected = torch_layer(y, memory, tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(
+            T, dtype=y.dtype), tgt_is_causal=True, memory_key_padding_mask=~real)
+        assert torch.allclose(ex.decode_layer_reference(*case.values()), expected, atol=1e-5)
 
 
-# --- exercise 1: every step, K and V once -----------------------------------------------------
+def _to_torch(ours, torch_layer):
+    """Our layer's weights in torch's state-dict layout (packed in_proj)."""
+    state = {}
+    for mine, theirs in (("self_attn", "self_attn"), ("cross_attn", "multihead_attn")):
+        m = getattr(ours, mine)
+        state[f"{theirs}.in_proj_weight"] = torch.cat([m.q_proj.weight, m.k_proj.weight,
+                                                       m.v_proj.weight])
+        state[f"{theirs}.in_proj_bias"] = torch.cat([m.q_proj.bias, m.k_proj.bias, m.v_proj.bias])
+        state[f"{theirs}.out_proj.weight"] = m.out_proj.weight
+        state[f"{theirs}.out_proj.bias"] = m.out_proj.bias
+    for name in ("linear1", "linear2"):
+        for p in ("weight", "bias"):
+            state[f"{name}.{p}"] = getattr(getattr(ours.feed_forward, name), p)
+    for name in ("norm1", "norm2", "norm3"):
+        for p in ("weight", "bias"):
+            state[f"{name}.{p}"] = getattr(getattr(ours, name), p)
+    return state
 
 
-def learner_step(s_t, K, V, lengths, q_proj, *, keep=None, scale=None, dim=-1, fill=-math.inf,
-                 manual_exp=False, zero_empty=True, values=None, query=None):
-    """A learner's step written out by hand; each keyword plants one mistake."""
-    q = q_proj(s_t) if query is None else query(s_t, q_proj)  # (b, d_k)
-    scores = torch.einsum("bk,bnk->bn", q, K) * (K.shape[-1] ** -0.5 if scale is None else scale)
-    positions = torch.arange(K.shape[1])[None, :]
-    real = positions < lengths[:, None] if keep is None else keep(positions, lengths[:, None])
-    scores = scores.masked_fill(~real, fill)
-    if manual_exp:
-        weights = scores.exp() / scores.exp().sum(-1, keepdim=True)
-    else:
-        weights = torch.softmax(scores, dim=dim)
-    if zero_empty:
-        weights = weights.nan_to_num(0.0) * real.any(-1, keepdim=True)
-    return torch.einsum("bn,bnv->bv", weights, V if values is None else values(K, V)), weights
+def learner_decode(layer, y, memory, memory_real, *, memory_per_step=False, all_at_once=False):
+    """A learner's loop written another way (concatenated caches, explicit heads)."""
+    h, d = layer.self_attn.num_heads, layer.d_model
+    sa, ca = layer.self_attn, layer.cross_attn
+
+    def heads(x):                                                     # (b, n, d) -> (b, h, n, d/h)
+        return x.view(x.shape[0], x.shape[1], h, d // h).transpose(1, 2)
+
+    def attend(q, k, v, mask=None):
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(q.shape[0], q.shape[2], d)
+
+    K_m, V_m = heads(ca.k_proj(memory)), heads(ca.v_proj(memory))
+    K = V = None
+    out = []
+    if all_at_once:
+        z = layer.norm1(y)
+        T = y.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        x = y + sa.out_proj(attend(heads(sa.q_proj(z)), heads(sa.k_proj(z)), heads(sa.v_proj(z)),
+                                   causal))
+        x = x + ca.out_proj(attend(heads(ca.q_proj(layer.norm2(x))), K_m, V_m,
+                                   memory_real[:, None, None, :]))
+        return x + layer.feed_forward(layer.norm3(x))
+    for t in range(y.shape[1]):
+        if memory_per_step:
+            K_m, V_m = heads(ca.k_proj(memory)), heads(ca.v_proj(memory))
+        x = y[:, t:t + 1]
+        z = layer.norm1(x)
+        k, v = heads(sa.k_proj(z)), heads(sa.v_proj(z))
+        K = k if K is None else torch.cat([K, k], 2)
+        V = v if V is None else torch.cat([V, v], 2)
+        x = x + sa.out_proj(attend(heads(sa.q_proj(z)), K, V))
+        x = x + ca.out_proj(attend(heads(ca.q_proj(layer.norm2(x))), K_m, V_m,
+                                   memory_real[:, None, None, :]))
+        out.append(x + layer.feed_forward(layer.norm3(x)))
+    return torch.cat(out, 1)
 
 
-def learner_decode(S, H, lengths, q_proj, k_proj, v_proj, *, per_step=False, stack_dim=1,
-                   same_query=False, swap=False, step=learner_step):
-    K, V = (None, None) if per_step else (k_proj(H), v_proj(H))
-    contexts, weights = [], []
-    for t in range(S.shape[1]):
-        if per_step:
-            K, V = k_proj(H), v_proj(H)
-        keys, values = (V, K) if swap else (K, V)
-        c, a = step(S[:, 0 if same_query else t], keys, values, lengths, q_proj)
-        contexts.append(c)
-        weights.append(a)
-    return torch.stack(contexts, stack_dim), torch.stack(weights, stack_dim)
+def test_decode_checker_accepts_the_reference_loop_and_another_loop():
+    assert ex.check_decode_layer(lambda *a: ex._decode_with(*a))
+    assert ex.check_decode_layer(learner_decode)
 
 
-def test_decode_checker_accepts_a_loop_and_a_vectorised_solution():
-    assert ex.check_decode_contexts(ex.decode_contexts_reference)
-    assert ex.check_decode_contexts(learner_decode)
-
-    def all_at_once(S, H, lengths, q_proj, k_proj, v_proj):
-        real = torch.arange(H.shape[1])[None, None, :] < lengths[:, None, None]   # (b, 1, n)
-        return ah.scaled_dot_product_attention(q_proj(S), k_proj(H), v_proj(H), real)
-
-    assert ex.check_decode_contexts(all_at_once)
-
-
-DECODE_WRONG = {
-    "k_proj ran 4 times": dict(per_step=True),
-    "stacked along dim 0": dict(stack_dim=0),
-    "every step used the same query s_0": dict(same_query=True),
-    "keys and values are swapped": dict(swap=True),
-    "padded encoder positions received weight": dict(
-        step=lambda *a: learner_step(*a, keep=lambda j, L: j >= 0)),
-    "the scores were not scaled": dict(step=lambda *a: learner_step(*a, scale=1.0)),
-}
+@pytest.mark.parametrize("flaw, words", [
+    ({"mask_memory": False}, "padded memory positions were read"),
+    ({"post_norm": True}, "post-norm"),
+    ({"cache": False}, "saw only the new position"),
+    ({"cross_out": False}, "out_proj"),
+    ({"cross_residual": False}, "the residual"),
+    ({"query_before_self": True}, "before the self-attention block"),
+    ({"one_head": True}, "heads were not split"),
+])
+def test_decode_checker_names_the_mistake(flaw, words):
+    assert_rejected(ex.check_decode_layer(lambda *a: ex._decode_with(*a, **flaw)), "\nHint: ", words)
 
 
-@pytest.mark.parametrize("phrase", DECODE_WRONG)
-def test_decode_checker_names_the_mistake(phrase):
-    verdict = ex.check_decode_contexts(lambda *a: learner_decode(*a, **DECODE_WRONG[phrase]))
-    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message
+def test_decode_checker_counts_the_projections():
+    assert_rejected(ex.check_decode_layer(lambda *a: learner_decode(*a, memory_per_step=True)),
+                    "cross_attn.k_proj ran 6 times")
+    assert_rejected(ex.check_decode_layer(lambda *a: learner_decode(*a, all_at_once=True)),
+                    "positions at once")
 
 
-def test_counting_linear_counts_and_prints_briefly():
-    proj = ex.CountingLinear(3, 2, bias=True, generator=torch.Generator().manual_seed(0))
-    proj(torch.ones(3))
-    proj(torch.ones(2, 3))
-    assert proj.calls == 2 and repr(proj) == "nn.Linear(3 -> 2)"
+@pytest.mark.parametrize("shortcut", [
+    lambda layer, y, m, r: layer(y, m, memory_padding=r),
+    lambda layer, y, m, r: ah.DecoderLayer.forward(layer, y, m, memory_padding=r),
+    lambda layer, y, m, r: layer.cross_attn(y, m, m, r[:, None, :])[0],
+])
+def test_decode_checker_blocks_the_layers_own_forward(shortcut):
+    assert_rejected(ex.check_decode_layer(shortcut), "which does this exercise for you")
+    case = ex._layer_cases()[0]
+    assert ex.decode_layer_reference(*case.values()).shape == case["y"].shape   # restored
 
 
 # --- exercise 2: the hard alignment and its accuracy ------------------------------------------
@@ -181,7 +215,7 @@ def test_alignment_reference_on_the_reversal_model_is_the_mirror_share_of_the_no
 
 
 def test_the_level_3_hints_are_working_code():
-    decode = from_hint("cross_attention.decode", "S, H, lengths, q_proj, k_proj, v_proj", ah=ah)
-    assert ex.check_decode_contexts(decode)
+    decode = from_hint("cross_attention.decode", "layer, y, memory, memory_real", ah=ah)
+    assert ex.check_decode_layer(decode)
     alignment = from_hint("cross_attention.alignment", "weights, src_real, gold, tgt_real")
     assert ex.check_alignment_accuracy(alignment)

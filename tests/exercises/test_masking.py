@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from _exercises import assert_rejected, from_hint
 
 from attn_helpers import exercises
 from attn_helpers.exercises.masking import (
@@ -15,6 +16,7 @@ from attn_helpers.exercises.masking import (
     _kv_cases,
     check_kv_cache_step,
     check_window_mask,
+    left_padded_window_mask,
 )
 from attn_helpers.kv_cache import decode_with_cache
 
@@ -93,37 +95,78 @@ def test_kv_cache_step_reports_stubs_shapes_and_concatenation():
     assert not check_kv_cache_step(concatenates)
 
 
-# --- window_mask -----------------------------------------------------------------------------
+# --- window_mask (a sliding-window mask for a left-padded batch) --------------------------------
+
+
+def window_mask(lengths, n, window):
+    j = torch.arange(n)
+    real = j[None, :] >= n - lengths[:, None]                        # (b, n): the last lengths[b]
+    offset = j[:, None] - j[None, :]                                  # i - j
+    return real[:, None, :] & (offset >= 0) & (offset < window)
+
+
+def test_window_mask_accepts_the_reference_and_the_level_3_hint():
+    assert check_window_mask(window_mask)
+    assert check_window_mask(from_hint("masking.window_mask", "lengths, n, window"))
+
+
+def test_the_answer_is_left_padded_with_empty_pad_rows():
+    mask = left_padded_window_mask(torch.tensor([3, 5]), 5, 2)
+    assert mask.shape == (2, 5, 5)
+    assert not mask[0, :2].any() and not mask[0, :, :2].any()        # two pads at the start
+    assert mask[0, 2:].sum(-1).tolist() == [1, 2, 2] and mask[1].sum(-1).tolist() == [1, 2, 2, 2, 2]
+
+
+def _j(n):
+    return torch.arange(n)
 
 
 def _offsets(n):
-    return torch.arange(n)[:, None] - torch.arange(n)[None, :]        # i - j
-
-
-def window_mask(n, window):
-    return (_offsets(n) >= 0) & (_offsets(n) < window)
-
-
-def test_window_mask_accepts_the_reference():
-    assert check_window_mask(window_mask)
+    return _j(n)[:, None] - _j(n)[None, :]                            # i - j
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (lambda n, w: _offsets(n).abs() < w, "looks both ways"),
-    (lambda n, w: (_offsets(n) >= 0) & (_offsets(n) <= w), "off by one"),
-    (lambda n, w: window_mask(n, w).T, "transposed"),
-    (lambda n, w: torch.ones(n, n, dtype=torch.bool).tril(), "plain causal mask"),
-    (lambda n, w: ~window_mask(n, w), "inverted"),
-    (lambda n, w: (_offsets(n) > 0) & (_offsets(n) <= w), "always sees itself"),
+    (lambda L, n, w: (_j(n)[None, :] < L[:, None])[:, None, :] & window_mask(L * 0 + n, n, w),
+     "LEFT-padded"),
+    (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, None, :] & (_offsets(n).abs() < w),
+     "looks both ways"),
+    (lambda L, n, w: window_mask(L, n, w + 1), "off by one"),
+    (lambda L, n, w: window_mask(L, n, w).transpose(1, 2), "transposed"),
+    (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, :, None] & window_mask(L * 0 + n, n, w),
+     "queries (rows) instead of the keys"),
+    (lambda L, n, w: window_mask(L, n, n + 1), "no window"),
+    (lambda L, n, w: window_mask(L[:1].expand(len(L)), n, w), "first sentence's length"),
+    (lambda L, n, w: window_mask(L, n, w) | (torch.eye(n, dtype=torch.bool)
+                                             & ~(_j(n)[None, :, None] >= n - L[:, None, None])),
+     "see themselves"),
+    (lambda L, n, w: ~window_mask(L, n, w), "inverted"),
 ])
 def test_window_mask_rejects_known_mistakes_with_their_hint(wrong, words):
-    verdict = check_window_mask(wrong)
-    assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
+    assert_rejected(check_window_mask(wrong), "\nHint: ", words)
+
+
+@pytest.mark.parametrize("helper", ["sliding_window_mask", "causal_mask", "padding_mask"])
+def test_window_mask_blocks_the_library_mask_builders(helper):
+    import attn_helpers as ah
+    from attn_helpers import masks
+
+    def lazy(lengths, n, window):           # right, but built from the course's masks
+        real = ~ah.padding_mask(n - lengths, n)
+        return real[:, None, :] & ah.sliding_window_mask(n, window) & ah.causal_mask(n)
+
+    def lazy_module(lengths, n, window):
+        return getattr(masks, helper)(n, window) if helper != "padding_mask" else masks.padding_mask(
+            lengths, n)
+
+    for fn in (lazy, lazy_module):
+        verdict = check_window_mask(fn)
+        assert_rejected(verdict, "which does this exercise for you")
+    assert ah.sliding_window_mask(3, 2).shape == (3, 3)              # restored afterwards
 
 
 def test_window_mask_stub_and_dtype():
     assert check_window_mask(_stub).message == "window_mask is not implemented yet."
-    verdict = check_window_mask(lambda n, w: window_mask(n, w).int())
+    verdict = check_window_mask(lambda L, n, w: window_mask(L, n, w).int())
     assert not verdict and "bool" in verdict.message
 
 

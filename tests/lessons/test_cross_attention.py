@@ -151,3 +151,15 @@ def test_transformer_shapes_and_claims_can_fail():
     table = cross_attention.alignment_table(
         rnn_bottleneck.load_pretrained("seq2seq_dates_general"), model)
     assert not all(cross_attention.transformer_claims(table).values())
+
+
+def test_count_claims_measure_the_gap_to_a_tie_at_digit_steps():
+    weights = torch.zeros(2, 10, 4)
+    weights[..., 0], weights[..., 1] = 0.6, 0.4
+    assert cross_attention.digit_step_margin(weights) == pytest.approx(0.2)
+    assert all(cross_attention.count_claims(weights).values())
+    weights[1, 9, 1] = 0.6 - 1e-4                                     # a near tie at a digit step
+    assert cross_attention.digit_step_margin(weights) == pytest.approx(1e-4, abs=1e-6)
+    assert not any(cross_attention.count_claims(weights).values())
+    weights[1, 9, 1], weights[1, 4, 1] = 0.4, 0.6                     # a tie at a separator: ignored
+    assert all(cross_attention.count_claims(weights).values())

@@ -117,3 +117,24 @@ def test_gqa_claims_compare_each_gap_with_the_seed_spread(comparison):
     assert not result[DROP_CLAIM] and not result[PAIR_CLAIM]
     one_sided = {4: _runs(0.9, 0.9, 0.9), 2: _runs(0.6, 0.8, 1.0), 1: _runs(0.5, 0.51, 0.52)}
     assert not masking.claims(comparison, one_sided)[PAIR_CLAIM]   # the smaller spread decides
+
+
+def test_top_left_causal_demo_shows_torchs_anchor_and_the_bottom_right_rule():
+    demo = masking.top_left_causal_demo(n_q=2, n_k=5)
+    assert demo["top-left"].tolist() == [[True, False, False, False, False],
+                                         [True, True, False, False, False]]
+    assert demo["bottom-right"].sum(-1).tolist() == [4, 5]
+    assert demo["torch == top-left"] < 1e-6 and demo["bottom-right gap"] < 1e-6
+    assert demo["torch gap"] > 1e-2
+    square = masking.top_left_causal_demo(n_q=5, n_k=5)              # n_q == n_k: both agree
+    assert torch.equal(square["top-left"], square["bottom-right"]) and square["torch gap"] < 1e-6
+
+
+def test_overhead_claims_hold_and_can_fail():
+    (claim,) = masking.overhead_claims({1: 1.0, 200: 60.0}).values()
+    assert claim
+    (claim,) = masking.overhead_claims({1: 1.0, 200: 120.0}).values()
+    assert not claim
+    lm = TinyCausalLM(vocab_size=8, d_model=16, num_heads=2, num_layers=1, d_ff=32, max_len=32)
+    seconds = masking.forward_seconds(lm.eval(), (1, 16), repeats=1)
+    assert set(seconds) == {1, 16} and all(s > 0 for s in seconds.values())
