@@ -1,5 +1,6 @@
 """Checkers for notebook 03 (why scale by sqrt(d_k)): choose the scale from a measured variance,
-the softmax Jacobian from the scores, and the temperature that halves a row's entropy."""
+the softmax backward pass without building the Jacobian, and the temperature that halves a row's
+entropy."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from collections.abc import Callable
 import torch
 
 from ..entropy import attention_entropy
-from ..lessons.scaling import softmax_jacobian, temperature_for_entropy
+from ..lessons import scaling as _scaling_lesson
+from ..lessons.scaling import temperature_for_entropy
 from .core import CheckResult, Mistake, as_number, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_choose_scale", "check_softmax_jacobian",
+__all__ = ["check_choose_scale", "check_softmax_backward",
            "check_half_entropy_temperature"]
 
 
@@ -120,63 +122,91 @@ def check_choose_scale(choose_scale: Callable) -> CheckResult:
     )
 
 
-# --- exercise 2: the softmax Jacobian from the scores ----------------------------------------
+# --- exercise 2: the backward pass of the softmax, without building J ------------------------
 
 
-def _jacobian_cases() -> list[dict]:
+def _backward_cases() -> list[dict]:
     g = seeded(31)
-    cases = [{"scores": 2 * torch.randn(shape, generator=g, dtype=torch.float64)}
-             for shape in [(5,), (3, 4), (2, 3, 6)]]
-    cases.append({"scores": torch.randn(4, 7, generator=g)})                      # float32
+    cases = []
+    for shape in [(5,), (3, 4), (2, 3, 6)]:
+        cases.append({"scores": 2 * torch.randn(shape, generator=g, dtype=torch.float64),
+                      "grad_weights": torch.randn(shape, generator=g, dtype=torch.float64)})
+    cases.append({"scores": torch.randn(4, 7, generator=g),                      # float32
+                  "grad_weights": torch.randn(4, 7, generator=g)})
     size = [int(i) for i in torch.randint(1, 6, (3,), generator=g)]               # random shape
-    cases.append({"scores": 3 * torch.randn(*size, generator=g, dtype=torch.float64)})
-    cases.append({"scores": torch.tensor([[3.0], [-2.0]], dtype=torch.float64)})  # one key
-    cases.append({"scores": torch.tensor([[1000.0, 999.0, 0.0], [-5.0, 0.0, 5.0]],
-                                         dtype=torch.float64)})                   # large logits
+    cases.append({"scores": 3 * torch.randn(*size, generator=g, dtype=torch.float64),
+                  "grad_weights": torch.randn(*size, generator=g, dtype=torch.float64)})
+    cases.append({"scores": torch.tensor([[3.0], [-2.0]], dtype=torch.float64),  # one key
+                  "grad_weights": torch.tensor([[1.5], [-0.5]], dtype=torch.float64)})
+    cases.append({"scores": torch.tensor([[1000.0, 999.0, 0.0], [-5.0, 0.0, 5.0]],  # large
+                                         dtype=torch.float64),
+                  "grad_weights": torch.tensor([[1.0, -2.0, 0.5], [0.3, 1.0, -1.0]],
+                                               dtype=torch.float64)})
     return cases
 
 
-def _jacobian(scores: torch.Tensor) -> torch.Tensor:
-    return softmax_jacobian(torch.softmax(scores, dim=-1))
+def _softmax_backward(scores: torch.Tensor, grad_weights: torch.Tensor) -> torch.Tensor:
+    """The reference: autograd's gradient of <softmax(scores), grad_weights> at the scores."""
+    s = scores.detach().clone().requires_grad_(True)
+    (torch.softmax(s, dim=-1) * grad_weights).sum().backward()
+    return s.grad
 
 
-@exercise("scaling.softmax_jacobian", "the softmax Jacobian from the scores", hints=(
-    "First turn each row of scores into weights a (a softmax over the last axis, safe for large "
-    "scores), then differentiate a_i with respect to s_j: on the diagonal and off it.",
-    "J_ij = da_i/ds_j = a_i (delta_ij - a_j), that is J = diag(a) - a a^T for every row; "
-    "a = softmax(s) with the row's max subtracted before exp.",
+def _backward_from(f: Callable) -> Callable:
+    """A wrong answer written from the weights a = softmax(s) and the incoming gradient g."""
+    return lambda s, g: f(torch.softmax(s, dim=-1), g)
+
+
+# What would do the exercise without it being written: autograd, PyTorch's own softmax backward,
+# and the Jacobian built in full (section 3's function, diag_embed).
+_BACKWARD_FORBID = [
+    (torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward"),
+    (torch.autograd.functional, "jacobian"), (torch.autograd.functional, "vjp"),
+    (torch.func, "vjp"), (torch.func, "jacrev"), (torch.func, "grad"),
+    (torch, "_softmax_backward_data"), (torch, "diag_embed"), (torch.Tensor, "diag_embed"),
+    (_scaling_lesson, "softmax_jacobian"),
+]
+
+
+@exercise("scaling.softmax_backward", "the softmax backward pass, without building J", hints=(
+    "The gradient at the scores is J^T g with J = diag(a) - a a^T (symmetric). Multiply it out: "
+    "diag(a) g is a * g, and a a^T g is a times one number per row, the dot product <a, g>.",
+    "grad_s = a * (g - <a, g>), with a = softmax(s) over the last axis (the row's max subtracted "
+    "first) and <a, g> = sum over the last axis of a * g, kept as (..., 1) so it broadcasts.",
     "a = torch.softmax(scores, dim=-1)\n"
-    "return torch.diag_embed(a) - a[..., :, None] * a[..., None, :]"))
-def check_softmax_jacobian(jacobian: Callable) -> CheckResult:
-    """Exercise: ``jacobian(scores (..., n)) -> (..., n, n)``, ``J[..., i, j] = da_i / ds_j``
-    with ``a = softmax(scores)`` over the last axis."""
-
-    def with_weights(f):
-        return lambda s: f(torch.softmax(s, dim=-1), s)
-
+    "return a * (grad_weights - (a * grad_weights).sum(dim=-1, keepdim=True))"))
+def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
+    """Exercise: ``softmax_backward(scores (..., n), grad_weights (..., n)) -> (..., n)``, the
+    gradient of the loss at the scores given its gradient ``g`` at the weights ``a =
+    softmax(scores)``: ``a * (g - <a, g>)``, without building the ``(..., n, n)`` Jacobian and
+    without autograd (both are blocked while it runs); checked against autograd."""
     return check_function(
-        jacobian, _jacobian, _jacobian_cases(), what="softmax_jacobian",
-        output_names=("the Jacobian",), atol=1e-6, rtol=1e-5,
+        softmax_backward, _softmax_backward, _backward_cases(), what="softmax_backward",
+        output_names=("the gradient at the scores",), atol=1e-6, rtol=1e-5,
+        forbid=_BACKWARD_FORBID,
         mistakes=[
-            Mistake(lambda s: -_jacobian(s),
-                    "the sign is flipped: J = diag(a) - a a^T, so its diagonal a_i (1 - a_i) is "
-                    "positive (raising s_i raises a_i)."),
-            Mistake(with_weights(lambda a, s: torch.diag_embed(a) - a[..., :, None] * a[..., :, None]),
-                    "a[..., :, None] * a[..., :, None] gives a_i * a_i in every column; the outer "
-                    "product a_i * a_j needs a[..., :, None] * a[..., None, :]."),
-            Mistake(with_weights(lambda a, s: torch.diag_embed(a)),
-                    "diag(a) is only half of it: subtract the outer product a a^T (raising s_j "
-                    "lowers every other weight)."),
-            Mistake(with_weights(lambda a, s: -a[..., :, None] * a[..., None, :]),
-                    "the diagonal is missing: J = diag(a) - a a^T."),
-            Mistake(with_weights(lambda a, s: torch.diag_embed(a * (1 - a))),
-                    "that is only the diagonal, a_i (1 - a_i); off the diagonal J_ij = -a_i a_j."),
-            Mistake(lambda s: softmax_jacobian(s),
+            Mistake(_backward_from(lambda a, g: a * g),
+                    "that is only diag(a) g: the outer-product term is missing. Raising s_j "
+                    "lowers every other weight, so subtract <a, g> inside: a * (g - <a, g>)."),
+            Mistake(_backward_from(lambda a, g: g - (a * g).sum(-1, keepdim=True)),
+                    "the factor a is missing in front: grad_s = a * (g - <a, g>)."),
+            Mistake(_backward_from(lambda a, g: a * (g - g.sum(-1, keepdim=True))),
+                    "<a, g> is the weighted sum of g, sum(a * g), not the plain sum of g."),
+            Mistake(_backward_from(lambda a, g: a * ((a * g).sum(-1, keepdim=True) - g)),
+                    "the sign is flipped: grad_s = a * (g - <a, g>) (raising g_i raises the "
+                    "pull on s_i)."),
+            Mistake(_backward_from(lambda a, g: a * (1 - a) * g),
+                    "that is only the diagonal of J, a_i (1 - a_i): off the diagonal J_ij = "
+                    "-a_i a_j also contributes, which gives a * (g - <a, g>)."),
+            Mistake(_backward_from(lambda a, g: a * (g - (a * g).sum(0, keepdim=True))),
+                    "<a, g> is summed over the wrong axis: one dot product per row, over the "
+                    "last axis (the keys), sum(dim=-1, keepdim=True)."),
+            Mistake(lambda s, g: s * (g - (s * g).sum(-1, keepdim=True)),
                     "the formula takes the weights a = softmax(s), not the raw scores: apply the "
                     "softmax first."),
-            Mistake(lambda s: softmax_jacobian(torch.softmax(s, dim=0)),
-                    "the softmax runs over the wrong axis: each row (the last axis, the keys) "
-                    "must sum to 1, so use dim=-1."),
+            Mistake(_backward_from(lambda a, g: a * (g - (a * g).sum())),
+                    "<a, g> is one number per row: sum over the last axis with keepdim=True, "
+                    "not over the whole tensor."),
         ],
         nan_hint="exp of a large score overflows to inf, and inf / inf is NaN. Subtract each "
                  "row's max before exponentiating (the softmax does not change), or use "
@@ -218,7 +248,7 @@ def check_half_entropy_temperature(find: Callable) -> CheckResult:
         as_number(find, "half_entropy_temperature should return a number"),
         _number(_half_entropy_temperature),
         _temperature_cases(), what="half_entropy_temperature", output_names=("the temperature",),
-        atol=1e-6, rtol=1e-3,
+        atol=1e-6, rtol=1e-3, forbid=[(_scaling_lesson, "temperature_for_entropy")],
         mistakes=[
             Mistake(_number(lambda s: 0.5),
                     "the entropy is not proportional to T. Search for T instead: the entropy "

@@ -13,8 +13,9 @@ from attn_helpers.entropy import attention_entropy
 from attn_helpers.exercises.scaling import (
     check_choose_scale,
     check_half_entropy_temperature,
-    check_softmax_jacobian,
+    check_softmax_backward,
 )
+from attn_helpers.lessons import scaling
 
 
 def _stub(*args):
@@ -86,20 +87,22 @@ def test_choose_scale_reports_stubs_and_non_numbers():
     assert not verdict and "should return a number" in verdict.message
 
 
-# --- softmax_jacobian ------------------------------------------------------------------------
+# --- softmax_backward ------------------------------------------------------------------------
 
 
-def softmax_jacobian(scores):
+def softmax_backward(scores, grad_weights):
     a = torch.softmax(scores, dim=-1)
-    return torch.diag_embed(a) - a[..., :, None] * a[..., None, :]
+    return a * (grad_weights - (a * grad_weights).sum(dim=-1, keepdim=True))
 
 
-def test_softmax_jacobian_accepts_the_reference_and_equals_autograd():
-    assert check_softmax_jacobian(softmax_jacobian)
-    s = torch.randn(2, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    for row in s:
-        auto = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, -1), row)
-        assert torch.allclose(softmax_jacobian(row), auto, atol=1e-12)
+def test_softmax_backward_accepts_the_reference_and_equals_autograd():
+    assert check_softmax_backward(softmax_backward)
+    g = torch.Generator().manual_seed(0)
+    s, up = torch.randn(3, 5, dtype=torch.float64, generator=g), torch.randn(3, 5, dtype=torch.float64,
+                                                                           generator=g)
+    s.requires_grad_(True)
+    (torch.softmax(s, -1) * up).sum().backward()
+    assert torch.allclose(softmax_backward(s.detach(), up), s.grad, atol=1e-12)
 
 
 def _naive_softmax(s):
@@ -107,27 +110,59 @@ def _naive_softmax(s):
     return e / e.sum(-1, keepdim=True)
 
 
+def _from_a(f):
+    return lambda s, g: f(torch.softmax(s, -1), g)
+
+
+def _via_jacobian(s, g):
+    a = torch.softmax(s, -1)
+    J = torch.diag_embed(a) - a[..., :, None] * a[..., None, :]
+    return (J @ g[..., None])[..., 0]
+
+
+def _via_autograd(s, g):
+    s = s.clone().requires_grad_(True)
+    return torch.autograd.grad((torch.softmax(s, -1) * g).sum(), s)[0]
+
+
+def _via_backward(s, g):
+    s = s.clone().requires_grad_(True)
+    (torch.softmax(s, -1) * g).sum().backward()
+    return s.grad
+
+
 @pytest.mark.parametrize("wrong, words", [
-    (lambda s: -softmax_jacobian(s), "the sign is flipped"),
-    (lambda s: (lambda a: torch.diag_embed(a) - a[..., :, None] * a[..., :, None])(torch.softmax(s, -1)),
-     "a[..., None, :]"),
-    (lambda s: torch.diag_embed(torch.softmax(s, -1)), "diag(a) is only half"),
-    (lambda s: (lambda a: -a[..., :, None] * a[..., None, :])(torch.softmax(s, -1)),
-     "diagonal is missing"),
-    (lambda s: (lambda a: torch.diag_embed(a * (1 - a)))(torch.softmax(s, -1)), "only the diagonal"),
-    (lambda s: torch.diag_embed(s) - s[..., :, None] * s[..., None, :], "not the raw scores"),
-    (lambda s: (lambda a: torch.diag_embed(a) - a[..., :, None] * a[..., None, :])(torch.softmax(s, 0)),
-     "wrong axis"),
-    (lambda s: (lambda a: torch.diag_embed(a) - a[..., :, None] * a[..., None, :])(_naive_softmax(s)),
+    (_from_a(lambda a, g: a * g), "outer-product term is missing"),
+    (_from_a(lambda a, g: g - (a * g).sum(-1, keepdim=True)), "factor a is missing"),
+    (_from_a(lambda a, g: a * (g - g.sum(-1, keepdim=True))), "not the plain sum"),
+    (_from_a(lambda a, g: a * ((a * g).sum(-1, keepdim=True) - g)), "the sign is flipped"),
+    (_from_a(lambda a, g: a * (1 - a) * g), "only the diagonal"),
+    (_from_a(lambda a, g: a * (g - (a * g).sum(0, keepdim=True))), "wrong axis"),
+    (lambda s, g: s * (g - (s * g).sum(-1, keepdim=True)), "not the raw scores"),
+    (_from_a(lambda a, g: a * (g - (a * g).sum())), "not over the whole tensor"),
+    (lambda s, g: (lambda a: a * (g - (a * g).sum(-1, keepdim=True)))(_naive_softmax(s)),
      "Subtract each row's max"),
 ])
-def test_softmax_jacobian_rejects_known_mistakes_with_their_hint(wrong, words):
-    verdict = check_softmax_jacobian(wrong)
+def test_softmax_backward_rejects_known_mistakes_with_their_hint(wrong, words):
+    verdict = check_softmax_backward(wrong)
     assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
 
 
-def test_softmax_jacobian_stub():
-    assert check_softmax_jacobian(_stub).message == "softmax_jacobian is not implemented yet."
+@pytest.mark.parametrize("shortcut, name", [
+    (_via_jacobian, "diag_embed"), (_via_autograd, "grad"), (_via_backward, "backward"),
+    (lambda s, g: (scaling.softmax_jacobian(torch.softmax(s, -1)) @ g[..., None])[..., 0],
+     "softmax_jacobian"),
+])
+def test_softmax_backward_blocks_the_shortcuts(shortcut, name):
+    verdict = check_softmax_backward(shortcut)
+    assert not verdict and "which does this exercise for you" in verdict.message, verdict.message
+    assert name in verdict.message
+    a = torch.randn(2, 3)          # everything is restored afterwards
+    assert torch.diag_embed(a).shape == (2, 3, 3)
+
+
+def test_softmax_backward_stub():
+    assert check_softmax_backward(_stub).message == "softmax_backward is not implemented yet."
 
 
 # --- half_entropy_temperature ----------------------------------------------------------------
@@ -171,6 +206,12 @@ def test_half_entropy_temperature_rejects_known_mistakes_with_their_hint(wrong, 
     assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
 
 
+def test_half_entropy_temperature_blocks_the_package_search():
+    verdict = check_half_entropy_temperature(
+        lambda s: scaling.temperature_for_entropy(s.double(), 0.5 * _entropy(s, 1.0)))
+    assert not verdict and "temperature_for_entropy" in verdict.message, verdict.message
+
+
 def test_half_entropy_temperature_stub_and_a_few_bisection_steps():
     verdict = check_half_entropy_temperature(_stub)
     assert verdict.message == "half_entropy_temperature is not implemented yet."
@@ -178,7 +219,7 @@ def test_half_entropy_temperature_stub_and_a_few_bisection_steps():
 
 
 def test_exercises_are_registered_with_three_hints(capsys):
-    for key in ("scaling.choose_scale", "scaling.softmax_jacobian", "scaling.half_entropy_temperature"):
+    for key in ("scaling.choose_scale", "scaling.softmax_backward", "scaling.half_entropy_temperature"):
         assert key in exercises.EXERCISES and len(exercises.EXERCISES[key].hints) == 3
         exercises.hint(key, 3)
         assert "Hint 3 of 3" in capsys.readouterr().out
