@@ -192,6 +192,17 @@ def _wrong_step(visible: Callable, *, write_at=0, scale=None, dim=-1, write_v=Tr
     return step
 
 
+def _cache_helpers():
+    """The course's cache, which would do exercise 2's bookkeeping for the learner: blocked."""
+    import importlib
+
+    from .. import kv_cache
+
+    return [(kv_cache.KVCache, "append"), (kv_cache.KVCache, "attend"),
+            (kv_cache, "decode_with_cache"),
+            (importlib.import_module("attn_helpers"), "decode_with_cache")]
+
+
 def _right_visible(t, n_max):
     return 0, t + 1
 
@@ -217,7 +228,7 @@ def check_kv_cache_step(kv_cache_step: Callable) -> CheckResult:
         _decode(kv_cache_step), _full_causal, _kv_cases(), what="kv_cache_step",
         output_names=("the outputs of steps 0..n-1", "the key cache's slots 0..n-1",
                       "the value cache's slots 0..n-1"),
-        atol=1e-5, rtol=1e-4,
+        atol=1e-5, rtol=1e-4, forbid=_cache_helpers(),
         mistakes=[
             Mistake(_decode(_wrong_step(lambda t, n_max: (0, n_max))),
                     "the query attended to the whole preallocated cache, garbage slots included: "

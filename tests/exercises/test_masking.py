@@ -95,6 +95,18 @@ def test_kv_cache_step_reports_stubs_shapes_and_concatenation():
     assert not check_kv_cache_step(concatenates)
 
 
+def test_kv_cache_step_blocks_the_course_cache():
+    import attn_helpers as ah
+
+    def lazy(k_cache, v_cache, t, q_t, k_t, v_t):
+        k_cache[..., t, :], v_cache[..., t, :] = k_t[..., 0, :], v_t[..., 0, :]
+        cache = ah.KVCache(max_len=k_cache.shape[-2])
+        cache.append(k_cache[..., :t + 1, :], v_cache[..., :t + 1, :])
+        return cache.attend(q_t)[0]
+
+    assert_rejected(check_kv_cache_step(lazy), "KVCache.append", "which does this exercise for you")
+
+
 # --- window_mask (a sliding-window mask for a left-padded batch) --------------------------------
 
 
