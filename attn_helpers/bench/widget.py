@@ -119,6 +119,15 @@ def _real_model():
     return real_model_widget()  # the pretrained encoder from its installed package
 
 
+def _build_gpt():
+    from ..lessons import build_gpt as bg
+    from ..widgets.build_gpt import gpt_widget
+    corpus = bg.load_corpus()
+    torch.manual_seed(0)   # the notebook's model, untrained: a move's cost does not depend on training
+    model = bg.GPT(bg.GPTConfig(corpus.vocab_size)).eval()
+    return gpt_widget(model, corpus, "The for statement loops over")   # as notebook 10
+
+
 def _factory(module: str, name: str) -> Callable[[], LiveAttentionWidget]:
     def build():
         return getattr(import_module(f"attn_helpers.widgets.{module}"), name)()
@@ -136,6 +145,7 @@ NOTEBOOK_WIDGETS: dict[str, Callable[[], LiveAttentionWidget]] = {
     "positional_encoding": _factory("positional_encoding", "positional_widget"),
     "complexity": _factory("complexity", "tile_stepper_widget"),
     "real_model": _real_model,
+    "build_gpt": _build_gpt,
 }
 
 
