@@ -1,6 +1,6 @@
-"""Checkers for notebook 04 (multi-head attention): a trainable multi-head attention module, proved
-equal to ``torch.nn.MultiheadAttention`` with the same weights, and grouped-query attention (h
-query heads sharing g key/value heads)."""
+"""Checkers for notebook 04 (multi-head attention): a trainable multi-head attention module with
+``nn.MultiheadAttention``'s fused ``in_proj``, proved equal to that module with the same weights,
+and grouped-query attention (h query heads sharing g key/value heads)."""
 
 from __future__ import annotations
 
@@ -12,30 +12,37 @@ from torch import nn
 
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
-from .core import CheckResult, Mistake, check_function, seeded
+from ..multihead import MultiHeadAttention
+from .core import CheckResult, Mistake, _namespaces, blocking, check_function, seeded
 from .workflow import exercise
 
 __all__ = ["check_multi_head_module", "check_grouped_query_attention"]
 
 
-# --- exercise 1: a trainable multi-head attention module -----------------------------------
+# --- exercise 1: a trainable multi-head attention module, nn.MultiheadAttention's fused layout --
 
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
+PROJECTIONS = ("in_proj", "out_proj")
 
 
 def _module_cases() -> list[dict]:
-    """``x``, a bool ``mask`` (True = may attend) or None, the number of heads and the seed of the
-    ``nn.MultiheadAttention`` whose weights are copied in."""
+    """``x``, a bool ``mask`` (True = may attend; ``(n, n)``, ``(b, n, n)`` or None), the number
+    of heads and the seed of the ``nn.MultiheadAttention`` whose weights are copied in. Every
+    query keeps at least its own key (PyTorch gives NaN for a row with none)."""
     g = seeded(41)
     cases = []
     for b, n, d_model, h, mask, dtype in [
             (2, 5, 12, 3, None, torch.float32), (1, 6, 16, 4, "causal", torch.float32),
             (2, 4, 8, 1, None, torch.float32), (3, 1, 12, 3, None, torch.float32),
-            (2, 7, 16, 2, "random", torch.float64), (2, 6, 8, 2, "causal", torch.float32)]:
+            (2, 7, 16, 2, "random", torch.float64), (2, 6, 8, 2, "causal", torch.float32),
+            (3, 5, 12, 3, "batch", torch.float32), (2, 6, 16, 4, "batch", torch.float32)]:
         if mask == "causal":
             mask = causal_mask(n)
-        elif mask == "random":                       # every query keeps at least its own key
+        elif mask == "random":
             mask = (torch.rand(n, n, generator=g) < 0.5) | torch.eye(n, dtype=torch.bool)
+        elif mask == "batch":                        # (b, n, n): causal, sequences padded
+            lengths = torch.randint(1, n + 1, (b,), generator=g)
+            real = torch.arange(n)[None, :] < lengths[:, None]
+            mask = (causal_mask(n) & real[:, None, :]) | torch.eye(n, dtype=torch.bool)
         cases.append({"x": torch.randn(b, n, d_model, generator=g, dtype=dtype), "mask": mask,
                       "num_heads": h, "seed": len(cases)})
     return cases
@@ -54,20 +61,22 @@ def _torch_module(d_model: int, num_heads: int, seed: int, dtype) -> nn.Multihea
 
 
 def _weights(m: nn.MultiheadAttention) -> dict:
-    """``{name: (weight (d_out, d_in), bias)}`` of the four projections, as ``nn.Linear`` stores them."""
-    w, b = m.in_proj_weight.detach().chunk(3), m.in_proj_bias.detach().chunk(3)
-    return {"q_proj": (w[0], b[0]), "k_proj": (w[1], b[1]), "v_proj": (w[2], b[2]),
+    """``{name: (weight (d_out, d_in), bias)}``: the fused ``in_proj`` (rows: W_Q, W_K, W_V
+    stacked) and ``out_proj``, as ``nn.Linear`` stores them."""
+    return {"in_proj": (m.in_proj_weight.detach(), m.in_proj_bias.detach()),
             "out_proj": (m.out_proj.weight.detach(), m.out_proj.bias.detach())}
 
 
 def _copy_weights(module: nn.Module, m: nn.MultiheadAttention) -> None:
-    """Copy ``m``'s weights into the learner's ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``."""
+    """Copy ``m``'s weights into the learner's ``in_proj`` and ``out_proj``."""
     d = m.embed_dim
     for name, (weight, bias) in _weights(m).items():
         layer = getattr(module, name, None)
-        if not isinstance(layer, nn.Linear) or tuple(layer.weight.shape) != (d, d) or layer.bias is None:
-            raise TypeError(f"the module needs {name} = nn.Linear(d_model, d_model) with a bias "
-                            f"(d_model = {d}); got {layer!r}")
+        if (not isinstance(layer, nn.Linear) or tuple(layer.weight.shape) != tuple(weight.shape)
+                or layer.bias is None):
+            d_out = "3 * d_model" if name == "in_proj" else "d_model"
+            raise TypeError(f"the module needs its own {name} = nn.Linear(d_model, {d_out}) with a "
+                            f"bias (d_model = {d}); got {layer!r}")
         with torch.no_grad():
             layer.weight.copy_(weight)
             layer.bias.copy_(bias)
@@ -75,12 +84,22 @@ def _copy_weights(module: nn.Module, m: nn.MultiheadAttention) -> None:
 
 def _reference(x, mask, num_heads, seed):
     m = _torch_module(x.shape[-1], num_heads, seed, x.dtype)
+    if mask is not None and mask.dim() == 3:         # PyTorch wants (b * h, n, n)
+        mask = mask.repeat_interleave(num_heads, dim=0)
     with torch.no_grad():
         return m(x, x, x, attn_mask=None if mask is None else ~mask, need_weights=False)[0]
 
 
+# While the learner's module runs: the modules and functions that would do it for them.
+_MODULE_FORBID = [
+    (MultiHeadAttention, "forward"), (nn.MultiheadAttention, "forward"),
+    (nn.functional, "multi_head_attention_forward"),
+]
+
+
 def _learner(module_class) -> Callable:
-    """Build the learner's module for a case, with the case's weights copied in, and run it."""
+    """Build the learner's module for a case, with the case's weights copied in, and run it
+    (the package's and PyTorch's multi-head modules blocked)."""
 
     def run(x, mask, num_heads, seed):
         with torch.random.fork_rng(devices=[]):     # building it must not move the global seed
@@ -90,22 +109,27 @@ def _learner(module_class) -> Callable:
                             f"got {type(module).__name__}")
         module = module.to(x.dtype)
         _copy_weights(module, _torch_module(x.shape[-1], num_heads, seed, x.dtype))
-        with torch.no_grad():
+        with torch.no_grad(), blocking(_MODULE_FORBID, namespaces=_namespaces(module_class)):
             return module(x) if mask is None else module(x, mask)
 
     return run
 
 
 def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True,
-           invert_mask=None) -> Callable:
+           invert_mask=None, fused="right", mask_heads=True) -> Callable:
     """Multi-head self-attention with one known mistake, on a case's copied weights."""
 
     def forward(x, mask, h, seed):
         p = _weights(_torch_module(x.shape[-1], h, seed, x.dtype))
         b, n, d = x.shape
-
-        def linear(t, name):
-            return t @ p[name][0].T + p[name][1]
+        qkv = x @ p["in_proj"][0].T + p["in_proj"][1]                     # (b, n, 3 d)
+        if fused == "per head":                      # [q k v] of head 0, then of head 1, ...
+            q, k, v = qkv.reshape(b, n, h, 3 * (d // h)).chunk(3, dim=-1)
+            q, k, v = (t.reshape(b, n, d) for t in (q, k, v))
+        elif fused == "k q v":
+            k, q, v = qkv.chunk(3, dim=-1)
+        else:
+            q, k, v = qkv.chunk(3, dim=-1)
 
         def split_(t):
             if split == "no transpose":
@@ -114,11 +138,18 @@ def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True
                 return t.reshape(b, n, d // h, h).permute(0, 3, 1, 2)
             return t.reshape(b, n, h, d // h).transpose(1, 2)
 
-        q, k, v = (split_(linear(x, name)) for name in ("q_proj", "k_proj", "v_proj"))
+        q, k, v = split_(q), split_(k), split_(v)
         c = {"d_head": d // h, "d_model": d, "none": 1}[scale]
         s = q @ k.transpose(-2, -1) / math.sqrt(c)
         if mask is not None:
             allowed = ~mask if invert_mask else mask
+            if allowed.dim() == 3:
+                if not mask_heads:                   # (b, n, n) against (b, h, n, n)
+                    if b != h:                       # PyTorch raises here: no match
+                        return torch.full((0,), float("nan"), dtype=x.dtype)
+                    allowed = allowed[None]
+                else:
+                    allowed = allowed[:, None]
             s = s.masked_fill(~allowed, float("-inf"))
         a = torch.softmax(s, dim=dim)
         if invert_mask == "zeros":                  # a fully masked row gives zeros, not NaN
@@ -126,7 +157,7 @@ def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True
         heads = a @ v                                                     # (b, h, n, d_head)
         concat = (heads.reshape(b, n, d) if merge == "no transpose"
                   else heads.transpose(1, 2).reshape(b, n, d))
-        return linear(concat, "out_proj") if use_w_o else concat
+        return concat @ p["out_proj"][0].T + p["out_proj"][1] if use_w_o else concat
 
     return forward
 
@@ -135,7 +166,8 @@ def _trainable(module_class, case: dict) -> str | None:
     """None if a loss on the module's output sends a gradient to every projection's weight."""
     with torch.random.fork_rng(devices=[]):
         module = module_class(case["x"].shape[-1], case["num_heads"]).to(case["x"].dtype)
-    out = module(case["x"]) if case["mask"] is None else module(case["x"], case["mask"])
+    with blocking(_MODULE_FORBID, namespaces=_namespaces(module_class)):
+        out = module(case["x"]) if case["mask"] is None else module(case["x"], case["mask"])
     if not out.requires_grad:
         return "its output does not depend on any trainable parameter (was it computed with .data, " \
                "detach() or under torch.no_grad()?)"
@@ -145,27 +177,32 @@ def _trainable(module_class, case: dict) -> str | None:
     return f"no gradient reaches {', '.join(missing)}" if missing else None
 
 
-@exercise("multi_head.module", "a trainable multi-head attention module", hints=(
-    "In __init__ (after super().__init__()), keep num_heads and make four nn.Linear(d_model, "
-    "d_model) layers: q_proj, k_proj, v_proj and out_proj. In forward, project x three times, cut "
-    "the last axis of each into h heads of d_head = d_model // h consecutive features, attend in "
-    "every head at once, glue the heads back side by side and apply out_proj.",
-    "Q = q_proj(x): (b, n, d_model) -> (b, n, h, d_head) -> transpose(1, 2) -> (b, h, n, d_head); "
-    "the same for K and V. heads, _ = ah.scaled_dot_product_attention(Q, K, V, mask) (scale "
-    "1/sqrt(d_head), mask True = may attend, broadcast over the heads). concat = heads -> "
-    "(b, n, h, d_head) -> (b, n, d_model); output = out_proj(concat).",
+@exercise("multi_head.module", "a multi-head attention module with a fused in_proj", hints=(
+    "In __init__ (after super().__init__()), keep num_heads and make two layers: in_proj = "
+    "nn.Linear(d_model, 3 * d_model), whose output is [Q | K | V] side by side (the rows of its "
+    "weight are W_Q, W_K, W_V stacked, as in nn.MultiheadAttention.in_proj_weight), and out_proj "
+    "= nn.Linear(d_model, d_model). In forward: project once, cut the result into Q, K, V, then "
+    "split heads, attend, merge, out_proj.",
+    "q, k, v = self.in_proj(x).chunk(3, dim=-1), each (b, n, d_model); then (b, n, h, d_head) -> "
+    "transpose(1, 2) -> (b, h, n, d_head). A (b, n, n) mask needs a head axis: mask[:, None]. "
+    "heads, _ = ah.scaled_dot_product_attention(q, k, v, mask); merge back to (b, n, d_model); "
+    "output = out_proj(concat).",
     "b, n, d_model = x.shape\nh = self.num_heads\n"
-    "def split(t): return t.reshape(b, n, h, d_model // h).transpose(1, 2)\n"
-    "q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))\n"
+    "q, k, v = (t.reshape(b, n, h, d_model // h).transpose(1, 2)\n"
+    "           for t in self.in_proj(x).chunk(3, dim=-1))\n"
+    "if mask is not None and mask.dim() == 3: mask = mask[:, None]\n"
     "heads, _ = ah.scaled_dot_product_attention(q, k, v, mask)\n"
     "return self.out_proj(heads.transpose(1, 2).reshape(b, n, d_model))"))
 def check_multi_head_module(module_class) -> CheckResult:
-    """Exercise: a class ``module_class(d_model, num_heads)``, an ``nn.Module`` with ``nn.Linear``
-    layers ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` (d_model -> d_model, with bias) and
-    ``forward(x (b, n, d_model), mask=None) -> (b, n, d_model)``, multi-head self-attention with
-    an optional bool mask ``(n, n)`` (True = may attend). With the weights of a
-    ``torch.nn.MultiheadAttention(d_model, num_heads, batch_first=True)`` copied in, it must give
-    that module's output; then a loss on its output must reach all four projections."""
+    """Exercise: a class ``module_class(d_model, num_heads)``, an ``nn.Module`` with its own
+    ``nn.Linear`` layers ``in_proj`` (d_model -> 3 d_model, W_Q, W_K, W_V fused as in
+    ``nn.MultiheadAttention.in_proj_weight``) and ``out_proj`` (d_model -> d_model), both with a
+    bias, and ``forward(x (b, n, d_model), mask=None) -> (b, n, d_model)``, multi-head
+    self-attention with an optional bool mask ``(n, n)`` or ``(b, n, n)`` (True = may attend).
+    With the weights of a ``torch.nn.MultiheadAttention(d_model, num_heads, batch_first=True)``
+    copied in, it must give that module's output (the package's ``MultiHeadAttention`` and
+    PyTorch's module are blocked while it runs); then a loss on its output must reach both
+    projections."""
     name = getattr(module_class, "__name__", "your module")
     if not isinstance(module_class, type):
         return CheckResult(False, f"Not yet: pass the class itself (e.g. MultiHeadSelfAttention), "
@@ -178,6 +215,13 @@ def check_multi_head_module(module_class) -> CheckResult:
         _learner(module_class), _reference, cases, what=name, output_names=("the output",),
         atol=1e-5, rtol=1e-4,
         mistakes=[
+            Mistake(_wrong(fused="per head"),
+                    "in_proj's output is [Q | K | V]: its first d_model features are all of Q "
+                    "(every head), then K, then V, as nn.MultiheadAttention stacks W_Q, W_K, W_V. "
+                    "Cut it with chunk(3, dim=-1) first, then split each into heads; it is not "
+                    "[q k v] per head."),
+            Mistake(_wrong(fused="k q v"),
+                    "Q and K are swapped: in_proj's output is Q, K, V in that order."),
             Mistake(_wrong(split="no transpose"),
                     "the split scrambles the features: reshaping (b, n, d_model) straight to "
                     "(b, h, n, d_head) mixes positions into heads. Reshape to (b, n, h, d_head) "
@@ -199,21 +243,27 @@ def check_multi_head_module(module_class) -> CheckResult:
                     "W_O is missing: the concatenated heads still go through out_proj."),
             Mistake(_wrong(invert_mask="nan"), mask_hint),
             Mistake(_wrong(invert_mask="zeros"), mask_hint),
+            Mistake(_wrong(mask_heads=False),
+                    "a (b, n, n) mask was lined up with the heads axis: the scores are (b, h, n, "
+                    "n), so give the mask a head axis, mask[:, None] -> (b, 1, n, n)."),
             Mistake(_wrong(dim=-2),
                     "the softmax runs over the wrong axis: each query's weights over the keys "
                     "(the last axis) must sum to 1."),
         ],
     )
     if not result:
+        if "must match the size" in result.message:
+            return CheckResult(False, result.message + "\nHint: a (b, n, n) mask needs a head "
+                               "axis to meet the (b, h, n, n) scores: mask[:, None].")
         return result
     problem = _trainable(module_class, cases[1])
     if problem:
         return CheckResult(False, f"Not yet: {name} gives the right output, but it is not "
                                   f"trainable: {problem}.")
     return CheckResult(True, f"Passed: {name} equals nn.MultiheadAttention(batch_first=True) with "
-                             f"the same weights on all {len(cases)} cases (masks, one head, one "
-                             "token and float64 included), and gradients reach all four "
-                             "projections.")
+                             f"the same weights on all {len(cases)} cases ((n, n) and (b, n, n) "
+                             "masks, one head, one token and float64 included), and gradients "
+                             "reach both projections.")
 
 
 # --- exercise 2: grouped-query attention -----------------------------------------------------
@@ -257,10 +307,12 @@ def _gqa(q, k, v, *, group_of=None, scale=None, dim=-1):
 def check_grouped_query_attention(grouped_query_attention: Callable) -> CheckResult:
     """Exercise: ``grouped_query_attention(q (b, h, n, d_head), k (b, g, n, d_head), v (b, g, n,
     d_head)) -> (b, h, n, d_head)``; query head ``i`` attends with key/value head ``i // (h/g)``,
-    as ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)`` does."""
+    as PyTorch's grouped-query attention does (its fused call is blocked while the candidate
+    runs)."""
     return check_function(
         grouped_query_attention, _gqa, _gqa_cases(), what="grouped_query_attention",
         output_names=("the output",), atol=1e-5, rtol=1e-4,
+        forbid=[(nn.functional, "scaled_dot_product_attention")],
         mistakes=[
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: i % g),
                     "query head i must use key/value head i // (h/g): consecutive query heads "

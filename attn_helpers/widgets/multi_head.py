@@ -156,7 +156,7 @@ class MultiHeadView(BlitView):
     """Two persistent figures: one head, or all heads side by side, each with the mean entropy
     of every head as bars (the selected head in orange). ``update(frame) -> png``."""
 
-    def __init__(self, num_heads: int, *, single_size=(8.4, 4.6), head_width: float = 4.6,
+    def __init__(self, num_heads: int, *, single_size=(8.4, 4.6), head_width: float = 5.0,
                  height: float = 4.8):
         if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
             raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
@@ -169,20 +169,27 @@ class MultiHeadView(BlitView):
         # The head's name changes with the selector: pasted text avoids a full redraw.
         self.single_title = TextSprites(self.single, self.single.figure.transFigure, size=10,
                                         va="bottom")
-        self.single_bars = EntropyBars(self.single, self.single.figure.add_subplot(grid[1]),
-                                       title="mean entropy\nper head", labels=heads)
+        self.single_bars = EntropyBars(self.single, self.single.figure.add_subplot(
+            grid[1].subgridspec(3, 1, height_ratios=[1, 2, 1])[1]),
+            title="mean entropy\nper head", labels=heads)
         self.single_bars.ax.set_ylabel("head", fontsize=9)
-        self.grid = BlitFigure((head_width * num_heads + 1.4, height))
-        ratios = [head_width] * num_heads + [0.8]
+        self.grid = BlitFigure((head_width * num_heads + 1.2, height))
+        ratios = [head_width] * num_heads + [0.7]
         grid = self.grid.figure.add_gridspec(1, num_heads + 1, width_ratios=ratios, left=0.01,
-                                             right=0.98, bottom=0.18, top=0.88, wspace=0.25)
+                                             right=0.96, bottom=0.18, top=0.88, wspace=0.12)
         self.grid_panels = [AttentionPanel(self.grid, grid[i], title=f"head {i}",
                                            entropy_width=1.1, entropy_title="entropy")
                             for i in range(num_heads)]
-        self.grid_bars = EntropyBars(self.grid, self.grid.figure.add_subplot(grid[-1]),
-                                     title="mean entropy\nper head", labels=heads)
+        # a short panel (one bar per head), centred beside the maps, each bar's value written next
+        # to it so a near-zero bar still reads
+        self.grid_bars = EntropyBars(self.grid, self.grid.figure.add_subplot(
+            grid[-1].subgridspec(3, 1, height_ratios=[1, 2, 1])[1]),
+            title="mean entropy\nper head", labels=heads)
         self.grid_bars.ax.set_ylabel("head", fontsize=9)
         # a switched-off head: its heatmap painted faded, "switched off" pasted over it
+        self.bar_values = {id(bars): TextSprites(view, bars.ax.transData, size=8, ha="left")
+                           for view, bars in ((self.single, self.single_bars),
+                                              (self.grid, self.grid_bars))}
         self.grid_off = [TextSprites(self.grid, panel.ax_map.transAxes, size=13, color="#b00020",
                                      zorder=4.0) for panel in self.grid_panels]
         self.single_off = TextSprites(self.single, self.single_panel.ax_map.transAxes, size=13,
@@ -241,6 +248,8 @@ class MultiHeadView(BlitView):
             lines = self.single_lines
         bars.layout(self.num_heads, float(ceiling.max()))
         bars.set(entropy, ceiling, frame.head)
+        self.bar_values[id(bars)].set([f"{e:.2f}" for e in entropy],
+                                      [(e + 0.08, i) for i, e in enumerate(entropy)])
         text = self.picture_lines(frame)
         lines.set(text, [(0.015, 0.075 if len(text) > 1 else 0.04), (0.015, 0.03)][:len(text)])
 

@@ -31,22 +31,31 @@ def _stub(*args):
 
 
 def make_module(*, split="right", merge="right", d_scale="head", dim=-1, mix=True, mask_use="right",
-                trainable=True, projections=True):
-    """A learner's MultiHeadSelfAttention, right or with one mistake."""
+                trainable=True, projections=True, fused="right", mask_heads=True):
+    """A learner's MultiHeadSelfAttention (fused in_proj), right or with one mistake."""
 
     class Module(nn.Module):
         def __init__(self, d_model, num_heads):
             super().__init__()
             self.num_heads = num_heads
             if projections:
+                self.in_proj = nn.Linear(d_model, 3 * d_model)
+            else:                                       # cell 3's four layers, not the fused one
                 self.q_proj, self.k_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-                self.v_proj, self.out_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-            else:
-                self.qkv = nn.Linear(d_model, 3 * d_model)
+                self.v_proj = nn.Linear(d_model, d_model)
+            self.out_proj = nn.Linear(d_model, d_model)
 
         def forward(self, x, mask=None):
             b, n, d_model = x.shape
             h, d_head = self.num_heads, d_model // self.num_heads
+            qkv = self.in_proj(x)
+            if fused == "per head":
+                q, k, v = (t.reshape(b, n, d_model)
+                           for t in qkv.reshape(b, n, h, 3 * d_head).chunk(3, dim=-1))
+            elif fused == "k q v":
+                k, q, v = qkv.chunk(3, dim=-1)
+            else:
+                q, k, v = qkv.chunk(3, dim=-1)
 
             def to_heads(t):                            # (b, n, d_model) -> (b, h, n, d_head)
                 if split == "reshape only":
@@ -55,9 +64,11 @@ def make_module(*, split="right", merge="right", d_scale="head", dim=-1, mix=Tru
                     return t.reshape(b, n, d_head, h).permute(0, 3, 1, 2)
                 return t.reshape(b, n, h, d_head).transpose(1, 2)
 
-            q, k, v = to_heads(self.q_proj(x)), to_heads(self.k_proj(x)), to_heads(self.v_proj(x))
+            q, k, v = to_heads(q), to_heads(k), to_heads(v)
             if not trainable:
                 q, k, v = q.detach(), k.detach(), v.detach()
+            if mask is not None and mask.dim() == 3 and mask_heads:
+                mask = mask[:, None]
             scale = {"head": d_head, "model": d_model, "none": 1.0}[d_scale] ** -0.5
             s = q @ k.transpose(-2, -1) * scale
             if mask is not None and mask_use == "right":
@@ -93,9 +104,12 @@ def test_module_reference_is_torch_multihead_attention_with_masks_and_non_zero_b
         assert torch.isfinite(expected).all() and expected.shape == x.shape
         ours = ah.MultiHeadAttention.from_torch(m)
         torch.testing.assert_close(ours(x, x, x, mask)[0].detach(), expected, atol=1e-5, rtol=1e-4)
-    assert any(c["mask"] is not None for c in _module_cases())
-    assert any(c["num_heads"] == 1 for c in _module_cases())
-    assert any(c["x"].dtype == torch.float64 for c in _module_cases())
+    cases = _module_cases()
+    assert any(c["mask"] is not None and c["mask"].dim() == 2 for c in cases)
+    assert any(c["mask"] is not None and c["mask"].dim() == 3 and c["x"].shape[0] == c["num_heads"]
+               for c in cases)                          # where a mask without a head axis is silent
+    assert any(c["num_heads"] == 1 for c in cases)
+    assert any(c["x"].dtype == torch.float64 for c in cases)
 
 
 def test_module_check_does_not_move_the_global_seed():
@@ -105,6 +119,8 @@ def test_module_check_does_not_move_the_global_seed():
 
 
 @pytest.mark.parametrize("mistake, words", [
+    ({"fused": "per head"}, "not [q k v] per head"),
+    ({"fused": "k q v"}, "Q and K are swapped"),
     ({"split": "reshape only"}, "mixes positions into heads"),
     ({"split": "strided"}, "split on the wrong axis"),
     ({"merge": "reshape only"}, "merged in the wrong order"),
@@ -113,6 +129,7 @@ def test_module_check_does_not_move_the_global_seed():
     ({"mix": False}, "W_O is missing"),
     ({"mask_use": "inverted"}, "the mask is inverted"),
     ({"mask_use": "inverted, zeros"}, "the mask is inverted"),
+    ({"mask_heads": False}, "mask[:, None]"),
     ({"dim": -2}, "softmax runs over the wrong axis"),
 ])
 def test_module_rejects_known_mistakes_with_their_hint(mistake, words):
@@ -120,11 +137,48 @@ def test_module_rejects_known_mistakes_with_their_hint(mistake, words):
     assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
 
 
-def test_module_must_be_trainable_and_have_the_four_projections():
+def test_module_must_be_trainable_and_have_its_fused_projection():
     verdict = check_multi_head_module(make_module(trainable=False))
     assert not verdict and "not trainable" in verdict.message, verdict.message
     verdict = check_multi_head_module(make_module(projections=False))
-    assert not verdict and "q_proj = nn.Linear(d_model, d_model)" in verdict.message, verdict.message
+    assert not verdict and "in_proj = nn.Linear(d_model, 3 * d_model)" in verdict.message, (
+        verdict.message)
+
+
+def test_module_cannot_wrap_the_packaged_modules():
+    """Wrapping the course's MultiHeadAttention or PyTorch's module (weights aliased so the copy
+    reaches them) is blocked while the learner's module runs."""
+
+    class WrapsOurs(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.inner = ah.MultiHeadAttention(d_model, num_heads)
+            self.in_proj, self.out_proj = nn.Linear(d_model, 3 * d_model), self.inner.out_proj
+
+        def forward(self, x, mask=None):
+            w, b = self.in_proj.weight.chunk(3), self.in_proj.bias.chunk(3)
+            for layer, w_, b_ in zip((self.inner.q_proj, self.inner.k_proj, self.inner.v_proj), w, b,
+                                     strict=True):
+                layer.weight.data, layer.bias.data = w_.data, b_.data
+            return self.inner(x, x, x, mask)[0]
+
+    class WrapsTorch(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.inner = nn.MultiheadAttention(d_model, num_heads, batch_first=True)
+            self.in_proj, self.out_proj = nn.Linear(d_model, 3 * d_model), self.inner.out_proj
+
+        def forward(self, x, mask=None):
+            self.inner.in_proj_weight.data, self.inner.in_proj_bias.data = (
+                self.in_proj.weight.data, self.in_proj.bias.data)
+            return self.inner(x, x, x, attn_mask=None if mask is None else ~mask)[0]
+
+    for wrapper, name in ((WrapsOurs, "MultiHeadAttention.forward"),
+                          (WrapsTorch, "MultiheadAttention.forward")):
+        verdict = check_multi_head_module(wrapper)
+        assert not verdict and name in verdict.message and "does this exercise" in verdict.message, (
+            verdict.message)
+    assert ah.MultiHeadAttention(8, 2)(*(torch.randn(1, 3, 8),) * 3)[0].shape == (1, 3, 8)  # restored
 
 
 def test_module_stub_and_non_class():
@@ -162,10 +216,11 @@ def grouped_query_attention(q, k, v, *, share="interleave", scale=None, dim=-1):
     return torch.softmax(q @ k.transpose(-2, -1) * scale, dim=dim) @ v
 
 
-def test_gqa_accepts_the_reference_and_torch_enable_gqa():
+def test_gqa_accepts_the_reference_and_blocks_torch_enable_gqa():
     assert check_grouped_query_attention(grouped_query_attention)
-    assert check_grouped_query_attention(
+    verdict = check_grouped_query_attention(
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+    assert not verdict and "scaled_dot_product_attention" in verdict.message, verdict.message
 
 
 def test_gqa_reference_equals_torch_enable_gqa_on_every_case():

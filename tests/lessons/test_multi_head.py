@@ -87,7 +87,10 @@ def test_shipped_checkpoint_loads_and_supports_the_claims(shipped):
     assert meta["config"] == heads_task.CONFIG.__dict__
     assert meta["loss_curve"][-1] < 0.01 < 1.0 < meta["loss_curve"][0]
     result = heads_task.claims(model, one_head, one_meta["study"])
-    assert len(result) == 10
+    assert len(result) == 13
+    assert result == {**heads_task.claims(model, part="two_heads"),
+                      **heads_task.claims(one_head=one_head, part="one_head"),
+                      **heads_task.claims(study=one_meta["study"], part="study")}
     assert all(result.values()), [claim for claim, holds in result.items() if not holds]
 
 
@@ -124,7 +127,7 @@ def test_claims_can_fail(shipped):
     same_split = [[0.8, 0.0], [0.0, 0.99]]                          # head 0 previous on every seed
     failing = {
         "one head also names": {(1, "accuracy"): {"previous": 0.5, "first": 1.0}},
-        "two heads name both": {(2, "accuracy"): {"previous": 1.0, "first": 0.9}},
+        "two heads name both letters (>": {(2, "accuracy"): {"previous": 1.0, "first": 0.9}},
         "unequally": {(1, "relation_scores"): [[0.45, 0.45]]},     # blends, but equal weights
         "which head takes which": {(2, "relation_scores"): same_split},
         "lower training loss": {(2, "final_loss"): 1.0},
