@@ -45,6 +45,12 @@ OVERFLOW_HINT = (
 
 # --- exercise 1: softmax with a temperature ----------------------------------------------------
 
+# Library calls that would do exercise 1 for the learner: blocked while their function runs.
+SOFTMAX_CALLS = ((torch, "softmax"), (torch.nn.functional, "softmax"), (torch.Tensor, "softmax"),
+                 (torch.special, "softmax"), (torch, "log_softmax"),
+                 (torch.nn.functional, "log_softmax"), (torch.Tensor, "log_softmax"),
+                 (torch.special, "log_softmax"))
+
 
 def _softmax_cases() -> list[dict]:
     g = seeded(100)
@@ -99,10 +105,23 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
                     "so that the row still sums to one."),
         ],
         nan_hint=OVERFLOW_HINT,
+        forbid=SOFTMAX_CALLS,
     )
 
 
 # --- exercise 2: the entropy of attention rows ---------------------------------------------------
+
+
+def _entropy_calls() -> tuple[tuple[object, str], ...]:
+    """Library calls that would do exercise 2 for the learner: blocked while their function runs
+    (the course's own ``ah.attention_entropy`` included). Looked up when the checker runs, because
+    this module is imported while ``attn_helpers`` itself is still being imported."""
+    import importlib
+
+    package = importlib.import_module("attn_helpers")
+    module = importlib.import_module("attn_helpers.entropy")
+    return ((torch.special, "entr"), (package, "attention_entropy"), (module, "attention_entropy"),
+            (torch.distributions.Categorical, "entropy"))
 
 
 def _entropy_cases() -> list[dict]:
@@ -126,7 +145,7 @@ def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
     "all n keys share it equally. A key with weight 0 adds nothing.",
     "H = -sum_j a_j ln a_j over the last dimension, in nats (natural log), with 0 ln 0 = 0.",
     "terms = torch.where(weights > 0, weights * torch.log(weights), torch.zeros_like(weights))\n"
-    "return -terms.sum(dim=-1)"))
+    "return 0.0 - terms.sum(dim=-1)  # 0.0 - x: a one-hot row gives 0, not -0"))
 def check_entropy(entropy: Callable) -> CheckResult:
     """Exercise: ``entropy(weights (..., n)) -> (...)`` in nats, with ``0 ln 0 = 0``."""
     ref = entropy_reference
@@ -147,5 +166,6 @@ def check_entropy(entropy: Callable) -> CheckResult:
                     "each term is -a_j ln a_j: the log must be weighted by a_j."),
         ],
         nan_hint="0 * ln 0 is NaN in floating point, but its limit is 0: a key with zero weight "
-                 "adds nothing. Use torch.where(weights > 0, ...) or torch.special.entr.",
+                 "adds nothing. Use torch.where(weights > 0, ...) to give those keys 0.",
+        forbid=_entropy_calls(),
     )

@@ -8,6 +8,7 @@ import pytest
 import torch
 from _exercises import assert_rejected, from_hint, stub
 
+import attn_helpers as ah
 from attn_helpers.exercises import EXERCISES
 from attn_helpers.exercises import start_here as ex
 
@@ -27,8 +28,7 @@ def softmax_t(scores, temperature):
 
 
 def test_softmax_with_temperature_accepts_right_answers():
-    for right in (softmax_t, lambda s, t: torch.softmax(s / t, dim=-1),
-                  ex.softmax_with_temperature_reference):
+    for right in (softmax_t, lambda s, t: softmax_t(s.double(), t).to(s.dtype)):
         result = ex.check_softmax_with_temperature(right)
         assert result and result.message.startswith("Passed"), result.message
 
@@ -52,7 +52,7 @@ def global_max(s, t):
 @pytest.mark.parametrize("wrong, fragments", [
     (lambda s, t: softmax_t(s, 1.0), ["temperature was ignored"]),
     (lambda s, t: softmax_t(s * t * t, t), ["multiplied the scores by T"]),
-    (lambda s, t: torch.softmax(s / t, dim=0), ["first dimension", "dim=-1"]),
+    (lambda s, t: softmax_t(s.movedim(0, -1), t).movedim(-1, 0), ["first dimension", "dim=-1"]),
     (lambda s, t: torch.exp(s / t - (s / t).amax(-1, keepdim=True)), ["not normalised"]),
     (lambda s, t: softmax_t(s, 1.0) / t, ["after the softmax"]),
     (no_max, ["nan", "overflows", "row's own maximum", "case 6 of 8"]),
@@ -71,8 +71,8 @@ def entropy(p):
 
 
 def test_entropy_accepts_right_answers():
-    for right in (entropy, lambda probs: torch.special.entr(probs).sum(dim=-1),
-                  lambda p: -(p * torch.log(p.clamp_min(1e-30))).sum(-1), ex.entropy_reference):
+    for right in (entropy, lambda p: -(p * torch.log(p.clamp_min(1e-30))).sum(-1),
+                  lambda p: -torch.nan_to_num(p * torch.log(p)).sum(-1)):
         result = ex.check_entropy(right)
         assert result and result.message.startswith("Passed"), result.message
 
@@ -95,6 +95,29 @@ def test_entropy_stub_says_only_not_implemented():
 ])
 def test_entropy_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_entropy(wrong), *fragments)
+
+
+@pytest.mark.parametrize("shortcut, name", [
+    (lambda s, t: torch.softmax(s / t, dim=-1), "torch.softmax"),
+    (lambda s, t: torch.nn.functional.softmax(s / t, dim=-1), "torch.nn.functional.softmax"),
+    (lambda s, t: (s / t).softmax(-1), "Tensor.softmax"),
+    (lambda s, t: torch.special.softmax(s / t, -1), "torch.special.softmax"),
+    (lambda s, t: torch.log_softmax(s / t, -1).exp(), "torch.log_softmax"),
+])
+def test_softmax_checker_blocks_the_library_softmax(shortcut, name):
+    assert_rejected(ex.check_softmax_with_temperature(shortcut), name, "does this exercise")
+    assert torch.softmax(torch.zeros(2), -1).tolist() == [0.5, 0.5]           # restored after
+    assert torch.zeros(2).softmax(-1).tolist() == [0.5, 0.5]
+
+
+@pytest.mark.parametrize("shortcut, name", [
+    (lambda p: torch.special.entr(p).sum(-1), "torch.special.entr"),
+    (lambda p: ah.attention_entropy(p), "attention_entropy"),
+    (lambda p: torch.distributions.Categorical(probs=p).entropy(), "Categorical.entropy"),
+])
+def test_entropy_checker_blocks_the_library_entropy(shortcut, name):
+    assert_rejected(ex.check_entropy(shortcut), name, "does this exercise")
+    assert ah.attention_entropy(torch.ones(2) / 2).item() > 0.69                 # restored after
 
 
 def test_hints_are_printed_on_demand_and_a_solution_never_counts(capsys):
