@@ -129,6 +129,9 @@ def check_notebook(browser, base: str, token: str, name: str, shots: Path, *,
         record["widgets"] = images.count()
         if not record["widgets"]:
             record["problems"].append("no live widget (an ipywidgets Image) after Run All")
+        elif not page.locator(".jp-OutputArea-output .attn-readouts").count():
+            record["problems"].append("no attention widget (with readouts) after Run All")
+        checked = False        # the first attention widget (one with readouts) is checked
         for w in range(record["widgets"]):
             image = images.nth(w)
             widget = image.locator("xpath=ancestor::div[contains(@class, 'widget-vbox')][1]")
@@ -136,12 +139,14 @@ def check_notebook(browser, base: str, token: str, name: str, shots: Path, *,
             lab.wait(lambda image=image: image.evaluate("i => i.complete && i.naturalWidth > 0"),
                      20, "the widget's image to load")
             lab.watch_picture(image)
-            if w == 0:
+            check = not checked and widget.locator(".attn-readouts").count() > 0
+            if check:
                 readouts = widget.locator(".attn-readouts")
                 before_png, before_text = image.screenshot(), readouts.inner_text()
                 widget.screenshot(path=str(shots / "widget_before.png"))
             record["latencies_ms"] += _move_every_slider(page, widget, keys)
-            if w == 0:
+            if check:
+                checked = True
                 changed = _changed_pixels(before_png, image.screenshot())
                 checks["a slider move changes the first widget's picture"] = changed > 0
                 after_text = readouts.inner_text()
