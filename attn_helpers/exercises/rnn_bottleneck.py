@@ -1,7 +1,7 @@
 r"""Checkers for notebook 01 (RNN bottleneck): the encoder and the additive score, written by hand.
 
-1. ``rnn_encoder(x (..., n, d_in), W_x, W_h, b) -> (H (..., n, d), h_n (..., d))``: the vanilla
-   RNN :math:`h_t = \tanh(x_t W_x + h_{t-1} W_h + b)` from a zero state; every state and the
+1. ``rnn_encoder(x (..., n, d_in), W_x, W_h, b) -> (H (..., n, d), h_last (..., d))``: the vanilla
+   RNN :math:`h_j = \tanh(x_j W_x + h_{j-1} W_h + b)` from a zero state; every state and the
    last one, the fixed-size context vector.
 2. ``additive_scores(s (b, d_dec), H (b, n, d_enc), U_q (d_dec, d_a), U_k (d_enc, d_a),
    v_a (d_a,)) -> e (b, n)``: Bahdanau's score :math:`e_{tj} = \tanh(s_t U_q + h_j U_k)\,
@@ -61,8 +61,8 @@ def _rnn(*, act=torch.tanh, recur=True, bias=True, reverse=False, transpose=Fals
         h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)    # h_{-1} = 0: (..., d)
         states = [h] if keep_first else []
         steps = range(x.shape[-2] - 1, -1, -1) if reverse else range(x.shape[-2])
-        for t in steps:
-            pre = x[..., t, :] @ W_x + (h @ W if recur else 0) + (b if bias else 0)
+        for j in steps:
+            pre = x[..., j, :] @ W_x + (h @ W if recur else 0) + (b if bias else 0)
             h = act(pre)                                               # (..., d)
             states.append(h)
         if keep_first:
@@ -70,56 +70,56 @@ def _rnn(*, act=torch.tanh, recur=True, bias=True, reverse=False, transpose=Fals
         if reverse:
             states = states[::-1]
         H = torch.stack(states, dim=-2)                                # (..., n, d)  # noqa: N806
-        h_n = {"last": h, "first": H[..., 0, :], "mean": H.mean(-2)}[last]
-        return H, h_n
+        h_last = {"last": h, "first": H[..., 0, :], "mean": H.mean(-2)}[last]
+        return H, h_last
     return rnn
 
 
 rnn_encoder_reference = _rnn()
 rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,) ->
-(H (..., n, d), h_n (..., d))``: ``h_t = tanh(x_t W_x + h_{t-1} W_h + b)`` from ``h_{-1} = 0``."""
+(H (..., n, d), h_last (..., d))``: ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)`` from ``h_{-1} = 0``."""
 
 
 @exercise("rnn_bottleneck.rnn_encoder", "a vanilla RNN encoder and its final state", hints=(
     "Start from a zero state and walk along the time axis (dim -2), one token at a time: each new "
     "state mixes the current token with the previous state. Keep every state; the last one is the "
     "fixed-size summary the decoder gets.",
-    "h_t = tanh(x_t W_x + h_{t-1} W_h + b) for t = 0 .. n-1, with h_{-1} = 0;  "
-    "H = (h_0, ..., h_{n-1}) stacked on dim -2;  h_n = h_{n-1}.",
+    "h_j = tanh(x_j W_x + h_{j-1} W_h + b) for j = 0 .. n-1, with h_{-1} = 0;  "
+    "H = (h_0, ..., h_{n-1}) stacked on dim -2;  h_last = h_{n-1}.",
     "h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)\n"
     "states = []\n"
-    "for t in range(x.shape[-2]):\n"
-    "    h = torch.tanh(x[..., t, :] @ W_x + h @ W_h + b)\n"
+    "for j in range(x.shape[-2]):\n"
+    "    h = torch.tanh(x[..., j, :] @ W_x + h @ W_h + b)\n"
     "    states.append(h)\n"
     "return torch.stack(states, dim=-2), h"))
 def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
     """Exercise: ``rnn_encoder(x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,)) ->
-    (H (..., n, d), h_n (..., d))``, ``h_t = tanh(x_t W_x + h_{t-1} W_h + b)``, ``h_{-1} = 0``."""
+    (H (..., n, d), h_last (..., d))``, ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)``, ``h_{-1} = 0``."""
     return check_function(
         rnn_encoder, rnn_encoder_reference, _rnn_cases(), what="rnn_encoder",
-        output_names=("the states H", "the final state h_n"),
+        output_names=("the states H", "the last state h_last"),
         mistakes=[
             Mistake(_rnn(act=lambda z: z),
-                    "the tanh is missing: h_t = tanh(x_t W_x + h_{t-1} W_h + b)."),
+                    "the tanh is missing: h_j = tanh(x_j W_x + h_{j-1} W_h + b)."),
             Mistake(_rnn(recur=False),
                     "the previous state is never used, so there is no recurrence: add "
-                    "h_{t-1} W_h inside the tanh."),
+                    "h_{j-1} W_h inside the tanh."),
             Mistake(_rnn(bias=False),
                     "the bias b is missing inside the tanh."),
             Mistake(_rnn(transpose=True),
                     "W_h is transposed: with row vectors the previous state multiplies from the "
-                    "left, h_{t-1} @ W_h."),
+                    "left, h_{j-1} @ W_h."),
             Mistake(_rnn(reverse=True),
                     "you read the sequence backwards (from the last token to the first); this "
-                    "encoder reads left to right, t = 0 .. n-1."),
+                    "encoder reads left to right, j = 0 .. n-1."),
             Mistake(_rnn(keep_first=True),
                     "the states are shifted by one: H must hold h_0 .. h_{n-1} (the state AFTER "
                     "each token), not the zero start state h_{-1} and h_0 .. h_{n-2}."),
             Mistake(_rnn(last="first"),
-                    "h_n is the first state; the context vector is the LAST state, h_{n-1}, "
+                    "h_last is the first state; the context vector is the LAST state, h_{n-1}, "
                     "after the whole input has been read."),
             Mistake(_rnn(last="mean"),
-                    "h_n is the mean of the states; the context vector is the last state, "
+                    "h_last is the mean of the states; the context vector is the last state, "
                     "h_{n-1}."),
         ],
     )

@@ -244,6 +244,7 @@ GRADIENT_SEEDS = (0, 1, 2)  # untrained models: three initialisations each
 ORDERS = 100                # "two orders of magnitude": a ratio > 100
 DECAY, R2 = -0.15, 0.95     # "exponential decay": log10 slope < -0.15 per step, R^2 > 0.95
 FLAT, FLAT_ALL = 2.0, 4.0   # attention: gradient within 2x over t >= 1, within 4x over all t
+DILUTED = 0.5   # untrained attention: at both ends below half the no-attention gradient (1/n dilution)
 SHARE_FIRST, SHARE_LATE, SHARE_ATTENDED = 4.0, 1.25, 2.0   # in units of 1/n
 
 
@@ -328,6 +329,11 @@ def _claims(plain: Seq2Seq, attended: Seq2Seq, wide: Seq2Seq | None) -> dict[str
            f"is the largest, < {FLAT_ALL}x the smallest (each seed)"] = all(
         g[1:].max() < FLAT * g[1:].min() and g[0] > g[1:].max() and g[0] < FLAT_ALL * g.min()
         for g in untrained["additive attention"])
+    result[f"gradient, untrained, attention: at both ends (t = 0 and n-1) < {DILUTED}x the "
+           "no-attention model's (each seed): weights of about 1/n dilute each input"] = all(
+        g_attn[0] < DILUTED * g_plain[0] and g_attn[-1] < DILUTED * g_plain[-1]
+        for g_plain, g_attn in zip(untrained["no attention"], untrained["additive attention"],
+                                   strict=True))
     batch = gradient_batch()
     cut = [untrained_model("seq2seq_reversal_additive", seed) for seed in GRADIENT_SEEDS]
     for model in cut:

@@ -27,6 +27,7 @@ __all__ = [
     "DecodeFrame",
     "DecodeView",
     "decode_examples",
+    "position_labels",
     "decode_frame",
     "bottleneck_widget",
 ]
@@ -65,6 +66,15 @@ def _check_model(model) -> None:
         raise TypeError(f"model must be a seq2seq.Seq2Seq, got {type(model).__name__}")
 
 
+_SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+
+
+def position_labels(tokens) -> list[str]:
+    """Each token with its position as a subscript (``9₀ 5₁ …``): digits repeat, positions don't,
+    so the heatmap's rows and columns say which output ``t`` and which input ``j`` they are."""
+    return [f"{token}{str(i).translate(_SUBSCRIPTS)}" for i, token in enumerate(tokens)]
+
+
 def _frame(model_name: str, source, target, output, weights) -> DecodeFrame:
     correct = [o == t for o, t in zip(output, target, strict=True)]
     n_q, n_k = len(target), len(source)
@@ -80,7 +90,8 @@ def _frame(model_name: str, source, target, output, weights) -> DecodeFrame:
         "errors": f"{len(correct) - sum(correct)} of {len(correct)}",
         "mean entropy (nats)": entropy,
     }
-    return DecodeFrame(weights=weights, query_labels=output, key_labels=source, mask=mask,
+    return DecodeFrame(weights=weights, query_labels=position_labels(output),
+                       key_labels=position_labels(source), mask=mask,
                        readouts=readouts, source=source, target=target, output=output,
                        correct=correct, has_attention=mask is None,
                        title=f"{model_name}: {len(source)} tokens, "

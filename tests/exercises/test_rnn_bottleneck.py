@@ -85,7 +85,7 @@ def variant(step=lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h + b)
      ["W_h is transposed"]),
     (variant(order=lambda n: range(n - 1, -1, -1)), ["backwards"]),
     (variant(start=True), ["shifted by one"]),
-    (variant(final=lambda H, h: H[..., 0, :]), ["h_n is the first state"]),
+    (variant(final=lambda H, h: H[..., 0, :]), ["h_last is the first state"]),
     (variant(final=lambda H, h: H.mean(-2)), ["mean of the states"]),
     (lambda x, W_x, W_h, b: rnn(x, W_x, W_h, b)[0], ["returned 1 value(s); expected 2"]),
     (lambda x, W_x, W_h, b: rnn(x.reshape(-1, *x.shape[-2:]), W_x, W_h, b),   # loses batch dims

@@ -98,3 +98,8 @@ def test_bottleneck_view_zooms_to_the_example_and_hides_a_missing_ceiling(models
     # the gridspec holds, not the notebooks' constrained layout: the strip title has room above
     top = view.ax_strip.get_position().y1 * view.figure.get_figheight() * 72
     assert view.figure.get_figheight() * 72 - top > 12
+
+
+def test_heatmap_rows_and_columns_are_labelled_digit_and_position():
+    assert wd.position_labels(["9", "5", "9"]) == ["9₀", "5₁", "9₂"]
+    assert wd.position_labels(list("0123456789ab"))[11] == "b₁₁"
