@@ -1,11 +1,13 @@
-r"""Checkers for notebook 08 (complexity): one FlashAttention tile update
-(``complexity.tile_update``), one key/value tile of FlashAttention-2's backward
-(``complexity.backward_tile``), and causal linear attention by running sums
-(``complexity.causal_linear``).
+r"""Checkers for notebook 08 (complexity): merging two partial online-softmax states
+(``complexity.merge_states``), one tile of the causal FlashAttention backward
+(``complexity.causal_backward_tile``), and one step of causal linear attention as a recurrence
+(``complexity.linear_step``).
 
 A state is the online softmax's ``(m, l, acc)``: ``m`` ``(..., n_q, 1)`` the running maximum of
 the scores (``-inf`` before any key), ``l`` ``(..., n_q, 1)`` the sum of ``exp(s - m)`` and ``acc``
-``(..., n_q, d_v)`` the sum of ``exp(s - m) v``; ``acc / l`` is the attention output.
+``(..., n_q, d_v)`` the sum of ``exp(s - m) v``; ``acc / l`` is the attention output. Each checker
+blocks the package functions that would do the exercise (``forbid=``), under any name the
+notebook imported them by.
 """
 
 from __future__ import annotations
@@ -15,34 +17,33 @@ import re
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
-from ..efficient import (
-    OnlineSoftmaxState,
-    backward_tile,
-    block_state,
-    elu_feature_map,
-    linear_attention,
-    online_softmax_step,
-)
+import attn_helpers
+
+from .. import efficient, ring
+from ..efficient import block_state, elu_feature_map
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_tile_update", "check_backward_tile", "check_causal_linear",
-           "tile_update_reference", "backward_tile_reference", "causal_linear_reference"]
+__all__ = ["check_merge_states", "check_causal_backward_tile", "check_linear_step",
+           "merge_states_reference", "causal_backward_tile_reference", "linear_step_reference"]
 
 F64 = torch.float64
-STATE = ("m (running max)", "l (running sum)", "acc (running output)")
+STATE = ("m (the merged max)", "l (the merged sum)", "acc (the merged output sum)")
+_EXACT = [(efficient, "tiled_attention"), (attn_helpers, "tiled_attention"),
+          (F, "scaled_dot_product_attention"), (attn_helpers, "scaled_dot_product_attention")]
 
 
-def _stages(candidate, reference, stages, *, what, output_names, atol, rtol) -> CheckResult:
-    """:func:`check_function` over groups ``(cases, mistakes, nan_hint)``, each with its own
-    hints; the first miss is reported (numbered among all cases), else one verdict. A later
-    group is reached only by answers that pass the earlier ones, where the known mistakes fail:
-    it needs no mistakes, only its ``nan_hint``."""
+def _stages(candidate, reference, stages, *, what, output_names, atol, rtol, forbid) -> CheckResult:
+    """:func:`check_function` over groups ``(cases, mistakes, nan_hint)``; the first miss is
+    reported (numbered among all cases), else one verdict. A later group is reached only by
+    answers that pass the earlier ones, where the known mistakes fail: it needs only its hint."""
     total, done = sum(len(cases) for cases, _, _ in stages), 0
     for cases, mistakes, nan_hint in stages:
         result = check_function(candidate, reference, cases, what=what, output_names=output_names,
-                                mistakes=mistakes, nan_hint=nan_hint, atol=atol, rtol=rtol)
+                                mistakes=mistakes, nan_hint=nan_hint, atol=atol, rtol=rtol,
+                                forbid=forbid)
         if not result:
             return CheckResult(False, re.sub(r"on case (\d+) of \d+", lambda m, done=done: (
                 f"on case {int(m[1]) + done} of {total}"), result.message, count=1))
@@ -51,292 +52,319 @@ def _stages(candidate, reference, stages, *, what, output_names, atol, rtol) -> 
                              "edge cases included.")
 
 
-# --- exercise 1: one FlashAttention tile --------------------------------------------------------
+# --- exercise 1: merge two partial states -------------------------------------------------------
 
 
-def tile_update_reference(m, l, acc, q, k, v):  # noqa: E741 - the paper's name
-    """Fold the key tile ``k`` ``(..., b_k, d_k)``, ``v`` ``(..., b_k, d_v)`` into the state of the
-    query tile ``q`` ``(..., b_q, d_k)``; scores ``q k^T / sqrt(d_k)``."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])       # (..., b_q, b_k)
-    return tuple(online_softmax_step(OnlineSoftmaxState(m, l, acc), scores, v))
+def merge_states_reference(m1, l1, acc1, m2, l2, acc2):  # noqa: E741 - the paper's names
+    """The state of the union of two disjoint sets of keys, from each set's state (written out, as
+    the checker blocks ``efficient.merge_states``; tested equal to it)."""
+    m = torch.maximum(m1, m2)
+    safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))   # both empty: 0, not NaN
+    c1, c2 = torch.exp(m1 - safe), torch.exp(m2 - safe)
+    return m, c1 * l1 + c2 * l2, c1 * acc1 + c2 * acc2
 
 
-def _state_after(scores: torch.Tensor, values: torch.Tensor) -> tuple:
-    return tuple(block_state(scores, values))
-
-
-def _tile_cases() -> list[dict]:
-    g = seeded(80)
-    cases = []
-    for batch, b_q, b_k, d_k, d_v, size, start in [
-        ((), 4, 4, 8, 8, 1.0, "seen"), ((2, 3), 3, 5, 4, 6, 1.0, "seen"),
-        ((), 1, 1, 2, 3, 1.0, "seen"), ((2,), 4, 3, 8, 2, 1.0, "empty"),
-        ((), 3, 4, 16, 4, 12.0, "seen"),
-    ]:
-        def rand(*shape, g=g, batch=batch):
-            return torch.randn(*batch, *shape, generator=g, dtype=F64)
-
-        q, k, v = size * rand(b_q, d_k), size * rand(b_k, d_k), rand(b_k, d_v)
-        if start == "empty":                                        # the first tile of a row
-            m = torch.full((*batch, b_q, 1), -math.inf, dtype=F64)
-            l, acc = torch.zeros_like(m), torch.zeros(*batch, b_q, d_v, dtype=F64)  # noqa: E741
-        else:                                                       # after a tile of 3 keys
-            old = rand(b_q, 3) * size * math.sqrt(d_k) / 4
-            m, l, acc = _state_after(old, rand(3, d_v))  # noqa: E741
-        cases.append({"m": m, "l": l, "acc": acc, "q": q, "k": k, "v": v})
-    return cases
-
-
-def _large_tile_cases() -> list[dict]:
-    """Scores near 1000 (``exp`` overflows past 709), the old max below the tile's."""
-    g = seeded(81)
-    q, k = torch.randn(2, 8, generator=g, dtype=F64), torch.randn(3, 8, generator=g, dtype=F64)
-    q[:, 0], k[:, 0] = 1000.0 * math.sqrt(8), 1.0                   # every score 1000 + noise
-    m, l, acc = _state_after(999.0 + torch.randn(2, 3, generator=g, dtype=F64),  # noqa: E741
-                             torch.randn(3, 4, generator=g, dtype=F64))
-    return [{"m": m, "l": l, "acc": acc, "q": q, "k": k,
-             "v": torch.randn(3, 4, generator=g, dtype=F64)}]
-
-
-def _tile_with(m, l, acc, q, k, v, *, scale=None, rescale_l=True, rescale_acc=True,  # noqa: E741
-               block_max=False, normalise=False, finish=False):
-    """The tile update with one thing changed, for the known mistakes."""
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = q @ k.transpose(-2, -1) * scale
-    m_new = torch.maximum(m, s.amax(-1, keepdim=True))
-    c = torch.exp(m - m_new)
-    p = torch.exp(s - (s.amax(-1, keepdim=True) if block_max else m_new))
-    if normalise:
-        p = p / p.sum(-1, keepdim=True)
-    l_new = (c * l if rescale_l else l) + p.sum(-1, keepdim=True)
-    acc_new = (c * acc if rescale_acc else acc) + p @ v
-    return m_new, l_new, acc_new / l_new if finish else acc_new
-
-
-@exercise("complexity.tile_update", "one FlashAttention tile: fold a key tile into the running "
-          "state", hints=(
-              "The tile's scores are q k^T / sqrt(d_k). The running max can only grow; whatever "
-              "l and acc summed before was measured against the old max m, and must be re-expressed "
-              "against the new one before the tile's own terms are added.",
-              "s = q k^T / sqrt(d_k);  m' = max(m, max_j s_j);  p = exp(s - m');  "
-              "l' = exp(m - m') l + sum_j p_j;  acc' = exp(m - m') acc + p v.",
-              "s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
-              "m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))\n"
-              "c, p = torch.exp(m - m_new), torch.exp(s - m_new)\n"
-              "return m_new, c * l + p.sum(dim=-1, keepdim=True), c * acc + p @ v"))
-def check_tile_update(tile_update: Callable) -> CheckResult:
-    """Exercise: ``tile_update(m, l, acc, q, k, v) -> (m, l, acc)``: ``m``, ``l`` ``(..., b_q, 1)``,
-    ``acc`` ``(..., b_q, d_v)``, ``q`` ``(..., b_q, d_k)``, ``k`` ``(..., b_k, d_k)``, ``v``
-    ``(..., b_k, d_v)``; the same shapes out."""
-    mistakes = [
-        Mistake(lambda *a: _tile_with(*a, scale=1.0),
-                "the scores were not scaled: divide q k^T by sqrt(d_k), as in the attention formula."),
-        Mistake(lambda *a: _tile_with(*a, scale=1 / a[3].shape[-1]),
-                "the scores were divided by d_k; the scale is 1 / sqrt(d_k)."),
-        Mistake(lambda *a: _tile_with(*a, scale=1 / math.sqrt(a[5].shape[-1])),
-                "the scale used the values' width d_v; it is 1 / sqrt(d_k), the width of q and k."),
-        Mistake(lambda *a: _tile_with(*a, rescale_acc=False),
-                "l was rescaled but acc was not: acc's old terms were measured against the old "
-                "max too, so acc needs the same factor exp(m - m_new) as l."),
-        Mistake(lambda *a: _tile_with(*a, rescale_l=False, rescale_acc=False),
-                "neither l nor acc was rescaled. When the max grows from m to m_new, every old "
-                "term exp(s - m) must become exp(s - m_new): multiply both by exp(m - m_new)."),
-        Mistake(lambda *a: _tile_with(*a, block_max=True),
-                "the tile was exponentiated against its own max, but l and acc are kept against "
-                "the running max m_new: use exp(s - m_new)."),
-        Mistake(lambda *a: _tile_with(*a, normalise=True),
-                "the tile's weights were normalised (a softmax over the tile) before being added: "
-                "add the raw exp(s - m_new); the division by l comes once, after the last tile."),
-        Mistake(lambda *a: _tile_with(*a, finish=True),
-                "acc came back divided by l: that is the output so far, not the running state; "
-                "keep acc unnormalised and divide only after the last tile."),
-    ]
-    overflow = ("exp of a large score overflows to inf: subtract the new running max m_new = "
-                "max(m, max of the tile's scores) before exponentiating.")
-    return _stages(tile_update, tile_update_reference,
-                   [(_tile_cases(), mistakes, overflow), (_large_tile_cases(), [], overflow)],
-                   what="tile_update", output_names=STATE, atol=1e-9, rtol=1e-7)
-
-
-# --- exercise 2: one tile of FlashAttention-2's backward ----------------------------------------
-
-
-GRADS = ("dq (this tile's share of dQ)", "dk_j", "dv_j")
-
-
-def backward_tile_reference(q, k_j, v_j, d_out, lse, D):
-    """``(dq, dk_j, dv_j)`` of the key/value tile ``k_j``, ``v_j`` for all queries ``q``, from the
-    saved ``lse`` and ``D = rowsum(dO * O)`` ``(..., n_q, 1)``; scale ``1 / sqrt(d_k)``."""
-    return backward_tile(q, k_j, v_j, d_out, lse, D)
-
-
-def _backward_case(g, batch, n_q, n_k, d_k, d_v, tile, size=1.0, large=False):
-    """Inputs of one tile (keys ``tile``, a slice of ``0..n_k``), the lse and D of all keys;
-    ``large``: every score near 1000."""
+def _merge_case(g, batch, n_q, keys, d_v, *, offset=0.0, empty2=False, size=1.0) -> dict:
+    """Two states of ``keys`` keys each; ``offset`` shifts half the rows' second scores up, half
+    down, so that either state may hold the larger max."""
     def rand(*shape):
         return torch.randn(*batch, *shape, generator=g, dtype=F64)
 
-    q, k, v, d_out = size * rand(n_q, d_k), rand(n_k, d_k), rand(n_k, d_v), rand(n_q, d_v)
-    if large:
-        q[..., 0], k[..., 0] = 1000.0 * math.sqrt(d_k), 1.0
-    s = q @ k.transpose(-2, -1) / math.sqrt(d_k)                     # (..., n_q, n_k)
-    lse = torch.logsumexp(s, dim=-1, keepdim=True)                   # (..., n_q, 1)
-    out = torch.softmax(s, dim=-1) @ v
-    return {"q": q, "k_j": k[..., tile, :], "v_j": v[..., tile, :], "d_out": d_out, "lse": lse,
-            "D": (d_out * out).sum(dim=-1, keepdim=True)}
+    s1, s2 = size * rand(n_q, keys[0]), size * rand(n_q, keys[1])
+    shift = torch.tensor([offset if r % 2 else -offset for r in range(n_q)], dtype=F64)[:, None]
+    m1, l1, acc1 = block_state(s1, rand(keys[0], d_v))
+    m2, l2, acc2 = block_state(s2 + shift, rand(keys[1], d_v))
+    if empty2:                                             # a split with no key for these rows
+        m2, l2, acc2 = torch.full_like(m2, -math.inf), torch.zeros_like(l2), torch.zeros_like(acc2)
+    return {"m1": m1, "l1": l1, "acc1": acc1, "m2": m2, "l2": l2, "acc2": acc2}
 
 
-def _backward_cases() -> list[dict]:
-    g = seeded(84)
-    return [_backward_case(g, (), 5, 12, 8, 8, slice(4, 8)),        # a middle tile
-            _backward_case(g, (2, 3), 4, 9, 4, 6, slice(0, 3)),     # batch, heads, d_k != d_v
-            _backward_case(g, (), 1, 5, 2, 3, slice(4, 5)),         # one query, one key
-            _backward_case(g, (2,), 6, 10, 16, 4, slice(6, 10), size=4.0)]
+def _merge_cases() -> list[dict]:
+    g = seeded(80)
+    return [_merge_case(g, (), 4, (3, 5), 3, offset=2.0),
+            _merge_case(g, (2, 3), 3, (4, 2), 5, offset=1.5),
+            _merge_case(g, (), 1, (1, 1), 2, offset=3.0),
+            _merge_case(g, (2,), 4, (3, 3), 2, empty2=True),
+            _merge_case(g, (), 6, (5, 4), 4, offset=6.0, size=3.0)]
 
 
-def _large_backward_cases() -> list[dict]:
-    """Scores near 1000: exp(S) overflows, exp(S - lse) does not."""
-    return [_backward_case(seeded(85), (), 3, 8, 8, 4, slice(2, 6), large=True)]
+def _large_merge_cases() -> list[dict]:
+    """Maxima near 1000: ``exp(m)`` overflows past 709."""
+    case = _merge_case(seeded(81), (), 4, (3, 3), 3, offset=2.0)
+    return [{**case, "m1": case["m1"] + 1000.0, "m2": case["m2"] + 1000.0}]
 
 
-def _backward_with(q, k_j, v_j, d_out, lse, D, *, scale_grads=True, scale_scores=True, p=None,
-                   d=None, sign=1.0):
-    """The tile's gradients with one thing changed, for the known mistakes."""
-    scale = 1 / math.sqrt(q.shape[-1])
-    s = q @ k_j.transpose(-2, -1) * (scale if scale_scores else 1.0)
-    P = torch.exp(s - lse) if p is None else p(s)
-    dP = d_out @ v_j.transpose(-2, -1)
-    D = D if d is None else d(P, dP, d_out, v_j)
-    dS = P * (dP - sign * D)
-    g = scale if scale_grads else 1.0
-    return dS @ k_j * g, dS.transpose(-2, -1) @ q * g, P.transpose(-2, -1) @ d_out
+def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=(True, True),  # noqa: E741
+                flip=False, swap=False, finish=False):
+    """The merge with one thing changed, for the known mistakes."""
+    m = new_max(m1, m2)
+    c1, c2 = (torch.exp(m - m1), torch.exp(m - m2)) if flip else (torch.exp(m1 - m), torch.exp(m2 - m))
+    c1, c2 = (c2, c1) if swap else (c1, c2)
+    l = (c1 * l1 + c2 * l2) if rescale[0] else l1 + l2  # noqa: E741
+    acc = (c1 * acc1 + c2 * acc2) if rescale[1] else acc1 + acc2
+    return m, l, acc / l if finish else acc
 
 
-def _backward_mistakes() -> list[Mistake]:
+def _merge_mistakes() -> list[Mistake]:
     return [
-        Mistake(lambda *a: _backward_with(*a, d=lambda P, dP, dO, v: (P * dP).sum(-1, keepdim=True)),
-                "D was recomputed as rowsum(P * dP) over this tile alone; D = rowsum(dO * O) = "
-                "rowsum(P * dP) summed over ALL keys of the row: use the D you are given."),
-        Mistake(lambda *a: _backward_with(*a, d=lambda P, dP, dO, v: torch.zeros_like(P[..., :1])),
-                "dS = P * dP is missing the - D term: the softmax's Jacobian gives "
-                "dS = P * (dP - D), D = rowsum(dO * O)."),
-        Mistake(lambda *a: _backward_with(*a, sign=-1.0),
-                "D was added instead of subtracted: dS = P * (dP - D)."),
-        Mistake(lambda *a: _backward_with(*a, scale_grads=False),
-                "dq and dk_j miss the scale: S = Q K^T / sqrt(d_k), so dQ = dS K_j / sqrt(d_k) and "
-                "dK_j = dS^T Q / sqrt(d_k) (the chain rule through the scaling)."),
-        Mistake(lambda *a: _backward_with(*a, scale_scores=False),
-                "the scores were not scaled before exp: P = exp(Q K_j^T / sqrt(d_k) - lse)."),
-        Mistake(lambda *a: _backward_with(*a, p=lambda s: torch.softmax(s, dim=-1)),
-                "P was not recomputed from lse: a softmax over this tile alone normalises over its "
-                "keys only; P = exp(S - lse) divides by the whole row's sum, saved as lse."),
-        Mistake(lambda *a: _backward_with(*a, p=lambda s: torch.exp(s - s.amax(-1, keepdim=True))),
-                "P was recomputed against the tile's own max, not from lse: P = exp(S - lse) is "
-                "the softmax over the whole row, already normalised."),
+        Mistake(lambda *a: _merge_with(*a, rescale=(False, False)),
+                "the sums were added without rescaling: l1 and acc1 are measured against m1, l2 and "
+                "acc2 against m2; bring both to the new max m first, multiplying by exp(m1 - m) and "
+                "exp(m2 - m)."),
+        Mistake(lambda *a: _merge_with(*a, rescale=(True, False)),
+                "l was rescaled but acc was not: acc's terms were measured against the old maxima "
+                "too, so acc1 and acc2 need the same factors as l1 and l2."),
+        Mistake(lambda *a: _merge_with(*a, flip=True),
+                "the factors are upside down: exp(m - m1) is at least 1; the factor that re-expresses "
+                "exp(s - m1) as exp(s - m) is exp(m1 - m), at most 1."),
+        Mistake(lambda *a: _merge_with(*a, swap=True),
+                "the factors were swapped: state 1 takes exp(m1 - m), state 2 exp(m2 - m)."),
+        Mistake(lambda *a: _merge_with(*a, new_max=lambda x, y: x),
+                "m was kept from state 1: the merged m is the larger of the two maxima, "
+                "max(m1, m2), so that no factor exceeds 1 and nothing overflows later."),
+        Mistake(lambda *a: _merge_with(*a, new_max=torch.minimum),
+                "m is the smaller of the two maxima: the merged m is max(m1, m2)."),
+        Mistake(lambda *a: _merge_with(*a, finish=True),
+                "acc came back divided by l: that is the output, not the state; keep acc "
+                "unnormalised so that further states can still be merged into it."),
     ]
 
 
-@exercise("complexity.backward_tile", "one key/value tile of FlashAttention-2's backward", hints=(
-    "Nothing of size n x n was saved: rebuild this tile's weights P from the scores and the saved "
-    "log-sum-exp, then follow the chain rule backwards through O = P V, the softmax and the "
-    "scaling S = Q K^T / sqrt(d_k). D, the softmax's row term, is given: it covers all keys.",
-    "S = Q K_j^T / sqrt(d_k);  P = exp(S - lse);  dV_j = P^T dO;  dP = dO V_j^T;  "
-    "dS = P * (dP - D);  dQ = dS K_j / sqrt(d_k);  dK_j = dS^T Q / sqrt(d_k).",
-    "scale = 1 / math.sqrt(q.shape[-1])\n"
-    "p = torch.exp(q @ k_j.transpose(-2, -1) * scale - lse)\n"
-    "ds = p * (d_out @ v_j.transpose(-2, -1) - D)\n"
-    "return ds @ k_j * scale, ds.transpose(-2, -1) @ q * scale, p.transpose(-2, -1) @ d_out"))
-def check_backward_tile(tile: Callable) -> CheckResult:
-    """Exercise: ``backward_tile(q, k_j, v_j, d_out, lse, D) -> (dq, dk_j, dv_j)``: ``q``
-    ``(..., n_q, d_k)``, ``k_j`` ``(..., b_k, d_k)``, ``v_j`` ``(..., b_k, d_v)``, ``d_out``
-    ``(..., n_q, d_v)``, ``lse`` and ``D`` ``(..., n_q, 1)``; ``dq`` is this tile's share of dQ."""
-    overflow = ("exp(S) overflowed: never exponentiate a raw score; P = exp(S - lse) is at most 1.")
-    return _stages(tile, backward_tile_reference,
-                   [(_backward_cases(), _backward_mistakes(), overflow),
-                    (_large_backward_cases(), [], overflow)],
-                   what="backward_tile", output_names=GRADS, atol=1e-9, rtol=1e-7)
+@exercise("complexity.merge_states", "merge two partial online-softmax states (split-KV, ring)",
+          hints=(
+              "Each state summed exp(s - m_i) over its own keys, against its own max. Pick the "
+              "merged max first, then re-express both sums against it before adding them.",
+              "m = max(m1, m2);  l = exp(m1 - m) l1 + exp(m2 - m) l2;  "
+              "acc = exp(m1 - m) acc1 + exp(m2 - m) acc2.",
+              "m = torch.maximum(m1, m2)\n"
+              "c1, c2 = torch.exp(m1 - m), torch.exp(m2 - m)\n"
+              "return m, c1 * l1 + c2 * l2, c1 * acc1 + c2 * acc2"))
+def check_merge_states(merge: Callable) -> CheckResult:
+    """Exercise: ``merge(m1, l1, acc1, m2, l2, acc2) -> (m, l, acc)``: ``m_i``, ``l_i``
+    ``(..., n_q, 1)``, ``acc_i`` ``(..., n_q, d_v)``, the states of two disjoint sets of keys."""
+    overflow = ("exp of a max near 1000 overflows: never exponentiate m1 or m2 alone, only "
+                "the differences m1 - m and m2 - m, which are at most 0.")
+    forbid = [(efficient, "merge_states"), (ring, "merge_states"), (efficient, "online_softmax_step"),
+              (efficient, "block_state"), (attn_helpers, "online_softmax_step"), *_EXACT]
+    return _stages(merge, merge_states_reference,
+                   [(_merge_cases(), _merge_mistakes(), overflow), (_large_merge_cases(), [], overflow)],
+                   what="merge_states", output_names=STATE, atol=1e-9, rtol=1e-7, forbid=forbid)
 
 
-# --- exercise 3: causal linear attention by running sums ---------------------------------------
+# --- exercise 2: one tile of the causal backward -------------------------------------------------
 
 
-def causal_linear_reference(q, k, v):
-    """``out_t = phi(q_t)^T S_t / phi(q_t)^T z_t`` with ``S_t = sum_{j<=t} phi(k_j) v_j^T`` and
-    ``z_t = sum_{j<=t} phi(k_j)``, ``phi = elu + 1``: ``linear_attention(q, k, v, causal=True)``."""
-    return linear_attention(q, k, v, causal=True)
+GRADS = ("dq_i (this tile's share of dQ_i)", "dk_j (this tile's share)", "dv_j (this tile's share)")
+
+
+def _causal_mask(n_i: int, n_j: int, i: int, j: int) -> torch.Tensor:
+    """``True`` where query ``i + a`` may see key ``j + b`` (``j + b <= i + a``)."""
+    return torch.arange(j, j + n_j)[None, :] <= torch.arange(i, i + n_i)[:, None]
+
+
+def causal_backward_tile_reference(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j):
+    """The tile (queries ``i..``, keys ``j..``) of the causal backward: zeros above the diagonal."""
+    if j >= i + q_i.shape[-2]:                                      # above the diagonal: skipped
+        return torch.zeros_like(q_i), torch.zeros_like(k_j), torch.zeros_like(v_j)
+    scale = 1 / math.sqrt(q_i.shape[-1])                           # written out; tested equal to
+    allowed = _causal_mask(q_i.shape[-2], k_j.shape[-2], i, j)      # efficient.backward_tile
+    P = torch.exp((q_i @ k_j.mT * scale).masked_fill(~allowed, -math.inf) - lse_i)
+    dS = P * (d_out_i @ v_j.mT - D_i)
+    return dS @ k_j * scale, dS.mT @ q_i * scale, P.mT @ d_out_i
+
+
+def _causal_case(g, batch, n, d_k, d_v, i: slice, j: slice, *, large=False) -> dict:
+    """Tile ``(i, j)`` of causal attention over ``n`` tokens, with the lse and D of whole rows."""
+    def rand(*shape):
+        return torch.randn(*batch, *shape, generator=g, dtype=F64)
+
+    q, k, v, d_out = rand(n, d_k), rand(n, d_k), rand(n, d_v), rand(n, d_v)
+    if large:
+        q[..., 0], k[..., 0] = 1000.0 * math.sqrt(d_k), 1.0
+    s = (q @ k.mT / math.sqrt(d_k)).masked_fill(~_causal_mask(n, n, 0, 0), -math.inf)
+    lse = torch.logsumexp(s, dim=-1, keepdim=True)                  # (..., n, 1), causal rows
+    out = torch.softmax(s, dim=-1) @ v
+    D = (d_out * out).sum(dim=-1, keepdim=True)
+    return {"q_i": q[..., i, :], "k_j": k[..., j, :], "v_j": v[..., j, :], "d_out_i": d_out[..., i, :],
+            "lse_i": lse[..., i, :], "D_i": D[..., i, :], "i": i.start, "j": j.start}
+
+
+def _causal_cases() -> list[dict]:
+    g = seeded(84)
+    return [_causal_case(g, (), 12, 4, 4, slice(4, 8), slice(4, 8)),         # on the diagonal
+            _causal_case(g, (), 12, 4, 3, slice(3, 9), slice(5, 9)),         # crossing, B_q != B_k
+            _causal_case(g, (), 12, 4, 3, slice(8, 12), slice(0, 4)),        # below: no mask
+            _causal_case(g, (2, 3), 10, 4, 6, slice(8, 10), slice(8, 10)),   # a short last tile
+            _causal_case(g, (), 12, 4, 3, slice(0, 4), slice(8, 12)),        # above: zeros
+            _causal_case(g, (2,), 6, 2, 3, slice(5, 6), slice(5, 6))]        # one query, one key
+
+
+def _large_causal_cases() -> list[dict]:
+    """Scores near 1000: exp(S) overflows, exp(S - lse) does not."""
+    return [_causal_case(seeded(85), (), 8, 8, 4, slice(2, 6), slice(2, 6), large=True)]
+
+
+def _causal_with(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j, *, mask="causal", fill=-math.inf,  # noqa: C901
+                 mask_ds_only=False, tile_d=False, scale_grads=True):
+    """The causal tile with one thing changed, for the known mistakes."""
+    n_i, n_j, scale = q_i.shape[-2], k_j.shape[-2], 1 / math.sqrt(q_i.shape[-1])
+    allowed = {"causal": lambda: _causal_mask(n_i, n_j, i, j),
+               "none": lambda: torch.ones(n_i, n_j, dtype=torch.bool),
+               "strict": lambda: _causal_mask(n_i, n_j, i, j + 1),       # key < query
+               "inverted": lambda: ~_causal_mask(n_i, n_j, i, j),        # key > query
+               "local": lambda: _causal_mask(n_i, n_j, 0, 0)}[mask]()
+    s = q_i @ k_j.mT * scale
+    p = torch.exp((s if mask_ds_only else s.masked_fill(~allowed, fill)) - lse_i)
+    dp = d_out_i @ v_j.mT
+    D = (p * allowed * dp).sum(-1, keepdim=True) if tile_d else D_i
+    ds = p * (dp - D)
+    if mask_ds_only:
+        ds = ds * allowed
+    g = scale if scale_grads else 1.0
+    return ds @ k_j * g, ds.mT @ q_i * g, p.mT @ d_out_i
+
+
+def _causal_mistakes() -> list[Mistake]:
+    return [
+        Mistake(lambda *a: _causal_with(*a, mask="none"),
+                "no causal mask: keys after a query leaked into its gradients. Mask key j + b for "
+                "query i + a when j + b > i + a (and a tile wholly above the diagonal gives zeros)."),
+        Mistake(lambda *a: _causal_with(*a, mask="strict"),
+                "the diagonal was masked: query t may attend to key t itself (key <= query)."),
+        Mistake(lambda *a: _causal_with(*a, mask="inverted"),
+                "the mask is inverted: it kept the future keys and removed the past ones."),
+        Mistake(lambda *a: _causal_with(*a, mask="local"),
+                "the mask compared positions within the tile, not in the sequence: query a of this "
+                "tile is token i + a and key b is token j + b; use those offsets."),
+        Mistake(lambda *a: _causal_with(*a, fill=0.0),
+                "the masked scores were set to 0, not -inf: exp(0 - lse) is not 0, so future keys "
+                "still got weight; fill with -inf (or zero P where masked)."),
+        Mistake(lambda *a: _causal_with(*a, mask_ds_only=True),
+                "dS was masked but P was not: dV_j = P^T dO still collected future keys; mask P."),
+        Mistake(lambda *a: _causal_with(*a, tile_d=True),
+                "D was recomputed as rowsum(P * dP) over this tile alone; D = rowsum(dO * O) covers "
+                "the whole row: use the D you are given."),
+        Mistake(lambda *a: _causal_with(*a, scale_grads=False),
+                "dq_i and dk_j miss the scale: S = Q K^T / sqrt(d_k), so both gradients carry "
+                "1 / sqrt(d_k) (the chain rule through the scaling)."),
+    ]
+
+
+@exercise("complexity.causal_backward_tile", "one tile of the causal FlashAttention backward",
+          hints=(
+              "Start from section 5's tile body. Query a of this tile is token i + a, key b is "
+              "token j + b; a key after its query gets P = 0. A tile wholly above the diagonal "
+              "(j >= i + number of queries) contributes nothing: return zeros of the right shapes.",
+              "allowed[a, b] = (j + b <= i + a);  S = Q_i K_j^T / sqrt(d_k) with -inf where not "
+              "allowed;  P = exp(S - lse_i);  dS = P * (dO_i V_j^T - D_i);  dQ_i = dS K_j / sqrt(d_k);  "
+              "dK_j = dS^T Q_i / sqrt(d_k);  dV_j = P^T dO_i.",
+              "if j >= i + q_i.shape[-2]:\n"
+              "    return torch.zeros_like(q_i), torch.zeros_like(k_j), torch.zeros_like(v_j)\n"
+              "scale = 1 / math.sqrt(q_i.shape[-1])\n"
+              "keys = torch.arange(j, j + k_j.shape[-2])\n"
+              "allowed = keys[None, :] <= torch.arange(i, i + q_i.shape[-2])[:, None]\n"
+              "S = (q_i @ k_j.mT * scale).masked_fill(~allowed, float('-inf'))\n"
+              "P = torch.exp(S - lse_i)\n"
+              "dS = P * (d_out_i @ v_j.mT - D_i)\n"
+              "return dS @ k_j * scale, dS.mT @ q_i * scale, P.mT @ d_out_i"))
+def check_causal_backward_tile(tile: Callable) -> CheckResult:
+    """Exercise: ``tile(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j) -> (dq_i, dk_j, dv_j)``: the
+    tile of queries ``i..i+B_q`` and keys ``j..j+B_k`` of causal attention; ``lse_i``, ``D_i``
+    ``(..., B_q, 1)`` over whole (causal) rows; zeros for a tile above the diagonal."""
+    overflow = "exp(S) overflowed: never exponentiate a raw score; P = exp(S - lse) is at most 1."
+    forbid = [(efficient, "backward_tile"), *_EXACT]
+    return _stages(tile, causal_backward_tile_reference,
+                   [(_causal_cases(), _causal_mistakes(), overflow),
+                    (_large_causal_cases(), [], overflow)],
+                   what="causal_backward_tile", output_names=GRADS, atol=1e-9, rtol=1e-7,
+                   forbid=forbid)
+
+
+# --- exercise 3: one step of causal linear attention ---------------------------------------------
+
+
+def linear_step_reference(S, z, q_t, k_t, v_t):
+    """Add token t to ``(S, z)``, then read with ``phi(q_t)``: ``(o_t, S_t, z_t)`` (written out;
+    tested equal to ``efficient.linear_attention_step``)."""
+    phi_q, phi_k = F.elu(q_t) + 1, F.elu(k_t) + 1
+    S_t, z_t = S + phi_k[..., :, None] * v_t[..., None, :], z + phi_k
+    return (phi_q[..., None, :] @ S_t).squeeze(-2) / (phi_q * z_t).sum(-1, keepdim=True), S_t, z_t
+
+
+def _linear_case(g, batch, d_k, d_v, before: int) -> dict:
+    """The state after ``before`` earlier tokens, and token t."""
+    def rand(*shape):
+        return torch.randn(*batch, *shape, generator=g, dtype=F64)
+
+    k, v = rand(before, d_k), rand(before, d_v)
+    phi_k = elu_feature_map(k)
+    S, z = phi_k.mT @ v, phi_k.sum(-2)
+    return {"S": S, "z": z, "q_t": rand(d_k), "k_t": rand(d_k), "v_t": rand(d_v)}
 
 
 def _linear_cases() -> list[dict]:
     g = seeded(86)
-    cases = []
-    for batch, n, d_k, d_v in [((), 7, 4, 4), ((2, 3), 9, 3, 5), ((), 1, 2, 3), ((2,), 12, 8, 2)]:
-        q, k, v = (torch.randn(*batch, n, d, generator=g, dtype=F64) for d in (d_k, d_k, d_v))
-        cases.append({"q": q, "k": k, "v": v})
-    return cases
+    return [_linear_case(g, (), 4, 4, 5), _linear_case(g, (2, 3), 3, 5, 4),
+            _linear_case(g, (), 2, 3, 0), _linear_case(g, (2,), 6, 2, 9)]
 
 
-def _linear_with(q, k, v, *, phi=elu_feature_map, prefix="inclusive", normalise="causal",
-                 phi_v=False):
-    """Causal linear attention with one thing changed, for the known mistakes."""
-    pq, pk = phi(q), phi(k)
-    v = elu_feature_map(v) if phi_v else v
-    a = pq @ pk.transpose(-2, -1)                                    # (..., n, n) phi(q_t) . phi(k_j)
-    n = q.shape[-2]
-    keep = {"inclusive": torch.ones(n, n).tril(), "exclusive": torch.ones(n, n).tril(-1),
-            "all": torch.ones(n, n), "one ahead": torch.ones(n, n).tril(1)}[prefix].to(F64)
-    a_masked = a * keep
-    num = a_masked @ v
-    if normalise == "none":
-        return num
-    den = (a if normalise == "all" else a_masked).sum(-1, keepdim=True)
-    return num / den
+def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, normalise=True,
+               replace=False, transpose=False, raw_z=False, phi_v=False):
+    """One step with one thing changed, for the known mistakes."""
+    pq, pk = phi(q_t), phi(k_t)
+    v_t = elu_feature_map(v_t) if phi_v else v_t
+    outer = (v_t[..., :, None] * pk[..., None, :]) if transpose else pk[..., :, None] * v_t[..., None, :]
+    S_new = outer if replace else S + outer
+    z_new = (k_t if raw_z else pk) + (0 if replace else z)
+    S_read, z_read = (S, z) if read_first else (S_new, z_new)
+    num = (pq[..., None, :] @ S_read).squeeze(-2)
+    o = num / (pq * z_read).sum(-1, keepdim=True) if normalise else num
+    return o, S_new, z_new
 
 
 def _linear_mistakes() -> list[Mistake]:
     return [
-        Mistake(lambda *a: _linear_with(*a, prefix="all"),
-                "the sums ran over every token, future included (non-causal): S_t and z_t may "
-                "only add phi(k_j) v_j^T and phi(k_j) for j <= t."),
-        Mistake(lambda *a: _linear_with(*a, prefix="one ahead"),
-                "the sums at step t include token t + 1, from the future: update S and z with "
-                "token t, read them at t, and only then move on."),
-        Mistake(lambda *a: _linear_with(*a, prefix="exclusive"),
-                "token t does not see itself: the running sums were read before token t was "
-                "added (j < t); they must include j = t."),
-        Mistake(lambda *a: _linear_with(*a, normalise="none"),
+        Mistake(lambda *a: _step_with(*a, read_first=True),
+                "o_t was read from the state before token t was added: token t must see itself "
+                "(add first, then read)."),
+        Mistake(lambda *a: _step_with(*a, normalise=False),
                 "the normaliser is missing: divide phi(q_t)^T S_t by phi(q_t)^T z_t."),
-        Mistake(lambda *a: _linear_with(*a, normalise="all"),
-                "the normaliser z summed over all tokens while S was causal: both run over j <= t."),
-        Mistake(lambda *a: _linear_with(*a, phi=lambda x: torch.nn.functional.elu(x)),
+        Mistake(lambda *a: _step_with(*a, replace=True),
+                "the state was replaced by token t's terms, not added to: S_t = S_{t-1} + "
+                "phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t)."),
+        Mistake(lambda *a: _step_with(*a, transpose=True),
+                "the outer product is transposed: S is (d_k, d_v), its new term phi(k_t) v_t^T."),
+        Mistake(lambda *a: _step_with(*a, raw_z=True),
+                "z collected k_t itself: the normaliser sums the features, z_t = z_{t-1} + phi(k_t)."),
+        Mistake(lambda *a: _step_with(*a, phi=F.elu),
                 "phi = elu without the + 1: the feature map is elu(x) + 1, positive, so the "
                 "normaliser never reaches 0."),
-        Mistake(lambda *a: _linear_with(*a, phi=lambda x: x),
-                "no feature map: phi(x) = elu(x) + 1 is applied to q and k (raw dot products can "
-                "be negative and the normaliser can cross 0)."),
-        Mistake(lambda *a: _linear_with(*a, phi_v=True),
-                "phi was applied to the values too: only q and k go through the feature map."),
+        Mistake(lambda *a: _step_with(*a, phi=lambda x: x),
+                "no feature map: phi(x) = elu(x) + 1 is applied to q_t and k_t."),
+        Mistake(lambda *a: _step_with(*a, phi_v=True),
+                "phi was applied to the value too: only q_t and k_t go through the feature map."),
     ]
 
 
-@exercise("complexity.causal_linear", "causal linear attention by running sums", hints=(
-    "Walk t = 0, 1, ..., n - 1 and keep two running sums over the tokens so far: a d_k x d_v "
-    "matrix and a d_k vector. Add token t to them first, then read them with phi(q_t). "
-    "phi(x) = elu(x) + 1 (torch.nn.functional.elu).",
-    "phi = elu + 1;  S_t = S_{t-1} + phi(k_t) v_t^T;  z_t = z_{t-1} + phi(k_t);  "
-    "out_t = phi(q_t)^T S_t / (phi(q_t)^T z_t).",
-    "pq, pk = torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1\n"
-    "S = q.new_zeros((*q.shape[:-2], q.shape[-1], v.shape[-1]))\n"
-    "z, outs = q.new_zeros((*q.shape[:-2], q.shape[-1])), []\n"
-    "for t in range(q.shape[-2]):\n"
-    "    S = S + pk[..., t, :, None] * v[..., t, None, :]\n"
-    "    z = z + pk[..., t, :]\n"
-    "    num = (pq[..., t, None, :] @ S).squeeze(-2)\n"
-    "    outs.append(num / (pq[..., t, :] * z).sum(-1, keepdim=True))\n"
-    "return torch.stack(outs, dim=-2)"))
-def check_causal_linear(causal_linear: Callable) -> CheckResult:
-    """Exercise: ``causal_linear(q, k, v) -> out``: ``q``, ``k`` ``(..., n, d_k)``, ``v``
-    ``(..., n, d_v)``; ``out`` ``(..., n, d_v)``, equal to ``linear_attention(causal=True)``."""
-    return check_function(causal_linear, causal_linear_reference, _linear_cases(),
-                          what="causal_linear", output_names=("out",), mistakes=_linear_mistakes(),
-                          nan_hint="a normaliser of 0 or below: phi = elu + 1 keeps it positive.",
-                          atol=1e-9, rtol=1e-7)
+@exercise("complexity.linear_step", "one step of causal linear attention: state in, state out",
+          hints=(
+              "The state is what the tokens so far left behind: a d_k x d_v matrix S and a d_k "
+              "vector z. Add token t's terms first, then read the new state with phi(q_t). "
+              "phi(x) = elu(x) + 1 (torch.nn.functional.elu).",
+              "S_t = S + phi(k_t) v_t^T;  z_t = z + phi(k_t);  "
+              "o_t = phi(q_t)^T S_t / (phi(q_t)^T z_t).",
+              "pq, pk = torch.nn.functional.elu(q_t) + 1, torch.nn.functional.elu(k_t) + 1\n"
+              "S_t = S + pk[..., :, None] * v_t[..., None, :]\n"
+              "z_t = z + pk\n"
+              "o_t = (pq[..., None, :] @ S_t).squeeze(-2) / (pq * z_t).sum(-1, keepdim=True)\n"
+              "return o_t, S_t, z_t"))
+def check_linear_step(step: Callable) -> CheckResult:
+    """Exercise: ``step(S, z, q_t, k_t, v_t) -> (o_t, S_t, z_t)``: ``S`` ``(..., d_k, d_v)``,
+    ``z``, ``q_t``, ``k_t`` ``(..., d_k)``, ``v_t`` ``(..., d_v)``; ``o_t`` ``(..., d_v)``."""
+    forbid = [(efficient, "linear_attention_step"), (efficient, "linear_attention"),
+              (attn_helpers, "linear_attention"), *_EXACT]
+    return check_function(step, linear_step_reference, _linear_cases(), what="linear_step",
+                          output_names=("o_t", "S_t", "z_t"), mistakes=_linear_mistakes(),
+                          nan_hint="a normaliser of 0: add token t before reading, and use "
+                                   "phi = elu + 1, which keeps it positive.",
+                          atol=1e-9, rtol=1e-7, forbid=forbid)

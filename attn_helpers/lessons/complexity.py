@@ -227,6 +227,9 @@ def _record_claims(records: list[dict]) -> dict[str, bool]:
             ratio("sdpa", "naive", 4096, "gflops") > 2 and ratio("tiled", "naive", 4096, "gflops") > 1),
         "naive: best GFLOP/s once S and P outgrow L3 < 0.6x its best while they fit in L3 / 4": (
             bool(in_l3 and out_l3) and rate("naive", out_l3) < CLIFF_RATE_RATIO * rate("naive", in_l3)),
+        "naive, n = 512 (S and P: half of L3): GFLOP/s < 0.6x its best at n <= 256": bool(
+            l3 and 2 * score_matrix_bytes(512, heads=8) <= l3 // 2) and by[("naive", 512)]["gflops"]
+            < CLIFF_RATE_RATIO * rate("naive", [n for n in ns if n <= 256]),
         "sdpa and tiled: best GFLOP/s at those sizes >= 0.8x their best at the small ones": (
             bool(in_l3 and out_l3) and all(rate(m, out_l3) >= STEADY_RATE_RATIO * rate(m, in_l3)
                                            for m in ("sdpa", "tiled"))),
@@ -239,6 +242,7 @@ def _live_claims(live: list[dict]) -> dict[str, bool]:
     n_c = max((r["n"] for r in live if r["method"] == "sdpa_causal"), default=None)
     time_fit, memory_fit = (fit_methods(live, key, n_min=256, methods=("naive", "linear", "local"))
                             for key in ("median_ms", "peak_bytes"))
+    n_t = max((r["n"] for r in live if r["method"] == "tiled"), default=0)
     return {
         "live: time slopes naive 1.3..3.2, causal linear and local 0.4..1.6": all(
             low <= time_fit[m].slope <= high for m, (low, high) in LIVE_SLOPES.items()),
@@ -247,7 +251,9 @@ def _live_claims(live: list[dict]) -> dict[str, bool]:
             and max(memory_fit["linear"].slope, memory_fit["local"].slope) <= 1.2),
         "live, n = 1024: tiled's peak < naive's, sdpa's < a tenth of naive's": (
             by[("tiled", 1024)] < by[("naive", 1024)] > 10 * by[("sdpa", 1024)]),
-    } | ({f"live, n = {n_c}: causal linear < causal sdpa / 3, causal local < causal sdpa": (
+    } | ({f"live, n = 1024 to {n_t} (4x the tokens): tiled's peak grows < 2x": (
+        by[("tiled", n_t)] < 2 * by[("tiled", 1024)])} if n_t >= 4096 else {}) | ({
+        f"live, n = {n_c}: causal linear < causal sdpa / 3, causal local < causal sdpa": (
         ms[("linear", n_c)] < ms[("sdpa_causal", n_c)] / 3
         and ms[("local", n_c)] < ms[("sdpa_causal", n_c)])} if n_c else {})
 

@@ -190,10 +190,11 @@ def machine_record(device: str = "cpu") -> dict:
 def bench_attention(max_n: int = 8192, device: str = "cpu",
                     methods=ATTENTION_METHODS + FWD_BWD_METHODS, *, min_n: int = 128,
                     budget_s: float = 1.0, seed: int = 0, fwd_bwd_max_n: int = FWD_BWD_MAX_N,
-                    references: bool = True) -> list[dict]:
+                    references: bool = True, tiled_block: int | None = None) -> list[dict]:
     """Measure every method at every ``n`` (forward + backward only up to ``fwd_bwd_max_n``);
     return the JSON records of the module docstring, the matmul peak and the machine last
-    (``references=False`` leaves those two out, for a quick run)."""
+    (``references=False`` leaves those two out, for a quick run). ``tiled_block``: square tiles
+    of this size for ``tiled`` instead of the committed run's 1024 x 512."""
     known = ATTENTION_METHODS + FWD_BWD_METHODS + EXTRA_METHODS
     unknown = set(methods) - set(known)
     if unknown:
@@ -209,6 +210,9 @@ def bench_attention(max_n: int = 8192, device: str = "cpu",
         q, k, v, d_out = (torch.randn(shape, generator=g).to(device) for _ in range(4))
         for method in methods:
             fn = ATTENTION_FUNCTIONS[method]
+            if method == "tiled" and tiled_block is not None:
+                def fn(q, k, v, b=tiled_block):
+                    return tiled_attention(q, k, v, block_size=b)
             if method in FWD_BWD_METHODS:
                 if n > fwd_bwd_max_n:
                     continue

@@ -75,7 +75,7 @@ def test_committed_benchmark_holds_every_method_and_the_machine():
 def test_committed_benchmark_claims_hold_and_can_fail():
     records = cx.load_benchmark()
     verdict = cx.claims(records=records)
-    assert len(verdict) == 11 and all(verdict.values()), verdict
+    assert len(verdict) == 12 and all(verdict.values()), verdict
     assert not any("linear" in name and "sdpa" in name for name in verdict)  # causal vs not: live
     # the same claims on doctored records: a tiled peak as large as naive's, no cliff, no L3
     doctored = [dict(r) for r in records if r["method"] != "machine"]
@@ -96,6 +96,10 @@ def test_committed_benchmark_claims_hold_and_can_fail():
         not in failed
     assert "naive: best GFLOP/s once S and P outgrow L3 < 0.6x its best while they fit in L3 / 4" \
         in failed
+    # the early cliff at n = 512: a naive rate at 512 as good as at 256 breaks it
+    early = "naive, n = 512 (S and P: half of L3): GFLOP/s < 0.6x its best at n <= 256"
+    fast = [dict(r, gflops=90.0) if (r["method"], r.get("n")) == ("naive", 512) else r for r in records]
+    assert verdict[early] and not cx.claims(records=fast)[early]
 
 
 def test_validate_records_names_the_bad_record():
@@ -335,3 +339,17 @@ def test_live_claims_compare_causal_with_causal():
     assert cx.claims(live=live)[name]
     slow = [dict(r, median_ms=1.0) if r["method"] == "sdpa_causal" else r for r in live]
     assert not cx.claims(live=slow)[name]
+
+
+def test_live_claim_on_tiled_memory_needs_n_4096_and_a_flat_peak():
+    base = [{"method": m, "n": n, "median_ms": (n / 256) ** 2, "peak_bytes": b * n * n}
+            for m, b in (("naive", 8), ("sdpa", 0.001)) for n in (256, 512, 1024)]
+    base += [{"method": m, "n": n, "median_ms": n / 256, "peak_bytes": 10 * n}
+             for m in ("linear", "local") for n in (1024, 2048, 4096)]
+    name = "live, n = 1024 to 4096 (4x the tokens): tiled's peak grows < 2x"
+    flat = [{"method": "tiled", "n": n, "median_ms": 1.0, "peak_bytes": 10**6 + 100 * n}
+            for n in (256, 1024, 4096)]
+    assert cx.claims(live=base + flat)[name]
+    linear = [dict(r, peak_bytes=1000 * r["n"]) for r in flat]
+    assert not cx.claims(live=base + linear)[name]
+    assert name not in cx.claims(live=base + flat[:2])                  # tiled stopped at 1024
