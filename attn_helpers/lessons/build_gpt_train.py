@@ -9,6 +9,7 @@ this small it wastes nothing, and the trained weights no longer depend on the th
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -136,9 +137,10 @@ def train_gpt(model: nn.Module, recipe: Recipe = FINAL, *,
     log = TrainLog()
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm.std import tqdm  # text, not a widget: the stored notebook shows it as text
 
-        bar = tqdm(total=recipe.steps, desc="training", leave=False)
+        bar = tqdm(total=recipe.steps, desc="training", mininterval=10.0, ncols=80,
+                   file=sys.stdout)
     if recipe.clip:
         optimizer.step = _clipped(optimizer, model, recipe.clip)
     with single_thread():

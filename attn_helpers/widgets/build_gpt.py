@@ -256,9 +256,30 @@ class Sampler:
             self.output.value = (f"<pre style='color:#b00020'>{html.escape(type(exc).__name__)}: "
                                  f"{html.escape(str(exc))}</pre>")
 
+    def png(self) -> bytes:
+        """The samples as a picture (for places with no kernel)."""
+        import io
+
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        v = {name: c.value for name, c in self.controls.items()}
+        figure = Figure(figsize=(8.0, 0.5 + 0.9 * len(self.samples)), dpi=80)
+        figure.text(0.01, 0.97, f"temperature {v['temperature']:.1f}, top-k "
+                                f"{v['top_k'] or 'off'}", va="top", fontsize=10)
+        for j, sample in enumerate(self.samples):
+            figure.text(0.01, 0.97 - (j + 1) / (len(self.samples) + 0.6), sample,
+                        va="top", family="monospace", fontsize=9)
+        buffer = io.BytesIO()
+        FigureCanvasAgg(figure).print_png(buffer)
+        return buffer.getvalue()
+
     def _repr_mimebundle_(self, **kwargs):
+        import base64
+
         bundle = self.ui._repr_mimebundle_(**kwargs)
         data = bundle[0] if isinstance(bundle, tuple) else bundle
+        data["image/png"] = base64.b64encode(self.png()).decode("ascii")
         data["text/plain"] = "\n".join(["Samples (static here; run the notebook to move the "
                                         "controls):", *self.samples])
         return bundle

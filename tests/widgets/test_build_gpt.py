@@ -64,5 +64,8 @@ def test_the_loss_curve_and_the_sampler(setup):
     sampler = gw.Sampler(model, corpus, bg.generate, prompt="The ")
     samples = sampler.set(temperature=0.5, top_k=3)
     assert len(samples) == 3 and all(s.startswith("The ") and len(s) == 32 for s in samples)
+    bundle = sampler._repr_mimebundle_()
+    data = bundle[0] if isinstance(bundle, tuple) else bundle
+    assert "image/png" in data and samples[0] in data["text/plain"]
     sampler.set(prompt="\u2603")
     assert "vocabulary" in sampler.output.value
