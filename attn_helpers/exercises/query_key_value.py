@@ -91,6 +91,19 @@ def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v",
     return attention
 
 
+def _attention_calls() -> tuple[tuple[object, str], ...]:
+    """Library calls that would do exercise 1 for the learner, blocked while their function runs:
+    the course's own attention and masked softmax (shown in this notebook) and PyTorch's fused
+    call. Looked up when the checker runs: this module is imported while ``attn_helpers`` is."""
+    import importlib
+
+    package = importlib.import_module("attn_helpers")
+    module = importlib.import_module("attn_helpers.attention")
+    return ((package, "scaled_dot_product_attention"), (module, "scaled_dot_product_attention"),
+            (package, "masked_softmax"), (module, "masked_softmax"), (module, "_masked_softmax"),
+            (torch.nn.functional, "scaled_dot_product_attention"))
+
+
 @exercise("query_key_value.attention", "scaled dot-product attention with a mask", hints=(
     "Four steps: scores q . k_j, scaled by 1/sqrt(d_k); masked keys get -inf; a softmax over the "
     "keys; the weighted sum of the values. A query with no allowed key must read nothing (zeros).",
@@ -132,6 +145,7 @@ def check_attention(attention: Callable) -> CheckResult:
             Mistake(_attention(zero_empty=False), FULLY_MASKED),
         ],
         nan_hint=FULLY_MASKED,
+        forbid=_attention_calls(),
     )
 
 

@@ -12,6 +12,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from _exercises import assert_rejected, from_hint, stub
 
+import attn_helpers
+import attn_helpers as ah
+import attn_helpers.attention
 from attn_helpers.exercises import EXERCISES, CheckResult, Mistake, check_function
 from attn_helpers.exercises import query_key_value as ex
 
@@ -66,7 +69,7 @@ def test_attention_accepts_right_answers():
         w = torch.softmax(Q @ K.mT / Q.shape[-1] ** 0.5 + bias, -1).nan_to_num(0.0)
         return w @ V, w
 
-    for right in (attention, with_float_mask, ex.attention_reference):
+    for right in (attention, with_float_mask):   # the reference calls the blocked helper
         assert_passed(ex.check_attention(right))
 
 
@@ -207,3 +210,20 @@ def test_check_function_generic():
 ])
 def test_the_third_hint_passes_once_it_is_in_the_stub(key, signature, check):
     assert check(from_hint(key, signature))
+
+
+@pytest.mark.parametrize("shortcut, name", [
+    (lambda q, k, v, mask: ah.scaled_dot_product_attention(q, k, v, mask),
+     "scaled_dot_product_attention"),
+    (lambda q, k, v, mask: attn_helpers.attention.scaled_dot_product_attention(q, k, v, mask),
+     "scaled_dot_product_attention"),
+    (lambda q, k, v, mask: (lambda w: (w @ v, w))(ah.masked_softmax(
+        q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, mask)), "masked_softmax"),
+    (lambda q, k, v, mask: (F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None),
+     "scaled_dot_product_attention"),
+])
+def test_attention_checker_blocks_the_library_attention(shortcut, name):
+    assert_rejected(ex.check_attention(shortcut), name, "does this exercise")
+    q = torch.randn(3, 4)
+    assert torch.allclose(ah.scaled_dot_product_attention(q, q, q)[0],     # restored after
+                          F.scaled_dot_product_attention(q, q, q), atol=1e-6)
