@@ -13,13 +13,34 @@ from collections.abc import Callable
 
 import torch
 
+from ..lessons import real_model as _rm
+from ..lessons import real_model_studies as _studies
 from ..lessons.real_model import offset_scores
 from ..lessons.real_model_studies import value_norms
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["HINTS", "check_previous_token_scores", "check_value_norms", "make_cases",
-           "make_norm_cases"]
+__all__ = ["FORBID_NORMS", "FORBID_PREVIOUS", "HINTS", "check_previous_token_scores",
+           "check_value_norms", "make_cases", "make_norm_cases"]
+
+#: The package functions that would do each exercise for the learner: calling one (under any name,
+#: imported into the notebook too) while the learner's function runs fails the check.
+FORBID_PREVIOUS = [(_rm, "offset_scores"), (_rm, "analyse")]
+FORBID_NORMS = [(_studies, "value_norms"), (_studies, "run_value_norms"),
+                (_studies, "value_vector_norms"), (_rm, "analyse")]
+
+
+def _is_forbidden(candidate: Callable, forbid) -> str | None:
+    """The label of a forbidden function handed in as the answer itself, else None."""
+    for owner, name in forbid:
+        if candidate is getattr(owner, name):
+            return f"{owner.__name__}.{name}"
+    return None
+
+
+def _handed_in(what: str, label: str) -> CheckResult:
+    return CheckResult(False, f"Not yet: {what} is the package's {label}, which does this exercise "
+                              "for you. Write the steps yourself; the checker blocks it here.")
 
 
 def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int) -> torch.Tensor:
@@ -92,9 +113,11 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
     def everyone(m):
         return torch.ones_like(m)
 
+    if label := _is_forbidden(candidate, FORBID_PREVIOUS):
+        return _handed_in("previous_token_scores", label)
     return check_function(
         candidate, lambda w, m: offset_scores(w, m, -1), make_cases(91),
-        what="previous_token_scores", output_names=("the scores",),
+        what="previous_token_scores", output_names=("the scores",), forbid=FORBID_PREVIOUS,
         mistakes=[
             Mistake(shifted(+1, 0),
                     "you read a[i, i + 1], the weight on the NEXT token. The previous token of "
@@ -177,9 +200,11 @@ def check_value_norms(candidate: Callable) -> CheckResult:
     def first_slice(W, h, d_head):                       # every head through head 0's columns
         return W[:, :d_head].T.expand(h, d_head, W.shape[0])
 
+    if label := _is_forbidden(candidate, FORBID_NORMS):
+        return _handed_in("value_norms", label)
     return check_function(
         candidate, value_norms, make_norm_cases(93), what="value_norms",
-        output_names=("the norms",),
+        output_names=("the norms",), forbid=FORBID_NORMS,
         mistakes=[
             Mistake(lambda w, v, W: times(w, v.norm(dim=-1)),
                     "you took the norm of the value vector v_j itself: Kobayashi et al. pass it "

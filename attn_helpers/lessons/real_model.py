@@ -28,12 +28,20 @@ from .._checks import require_int_in, require_tensor, shape
 from ..entropy import attention_entropy, normalized_entropy
 from ..masks import key_padding_to_attention_mask
 from ..pretrained import Encoder, load_encoder, mean_pool
-from .real_model_studies import Coreference, coreference, row_shares, run_value_norms
+from .real_model_studies import (
+    PASS_RIGHT_FLIPS,
+    Coreference,
+    coreference,
+    row_shares,
+    run_value_norms,
+    sign_test,
+    value_vector_norms,
+)
 
 __all__ = [
     "Ablation", "Analysis", "Attention", "DATA_FILE", "ablation", "analyse", "claims",
     "entropy_grid", "load_sentences", "offset_scores", "pair_similarities", "run_attention",
-    "sink_shares", "top_heads",
+    "sink_shares", "top_heads", "transformers_claims",
 ]
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "real_model_sentences.json"
@@ -45,6 +53,10 @@ CLS_SINK_MIN = 0.5          # in layers 2-5, more than half of all attention lan
 SINGLE_HEAD_MAX = 0.1       # no single head moves the similarity gap by a tenth of it or more
 NORM_CLS_MAX = 0.2          # weighted by ||f(x_j)||, [CLS] gets less than a fifth in every layer
 NOUNS_MIN = 0.5             # the head that reads the nouns from "it" puts > half its weight there
+CLS_VECTOR_MAX = (0.5, 0.15)  # ||f(x_CLS)|| / median ||f(x_j)||: layer 1, layers 2-6 (mean of heads)
+RISING_CLS_MIN = 0.6        # the heads whose previous-token score rises under norms: weight on [CLS]
+RISING_VECTOR_MAX = 0.1     # ... and their ||f(x_CLS)|| / median ||f(x_j)||
+FAMILYWISE = 0.05           # the "it" study's sign test, Bonferroni-corrected for the 72 heads
 
 
 def load_sentences() -> dict[str, list]:
@@ -229,6 +241,7 @@ class Analysis:
     cls_norm_share: torch.Tensor    # (L, h) [CLS]'s share of each row's summed norms
     sep_norm_share: torch.Tensor    # (L, h) the same for [SEP]
     previous_token_norm: torch.Tensor  # (L, h) offset_scores(-1) on the norm shares
+    cls_vector_ratio: torch.Tensor  # (L, h) mean over sentences of ||f(x_CLS)|| / median ||f(x_j)||
     coreference: Coreference
 
 
@@ -260,11 +273,38 @@ def _beyond_weights(enc: Encoder, att: Attention, data: dict) -> dict:
                 cls_norm_share=sink_shares(shares, att.mask, att.input_ids, enc.cls_id),
                 sep_norm_share=sink_shares(shares, att.mask, att.input_ids, enc.sep_id),
                 previous_token_norm=offset_scores(shares, att.mask, -1),
+                cls_vector_ratio=cls_vector_ratio(enc, att),
                 coreference=coreference(enc, data["coreference"]))
 
 
+def cls_vector_ratio(enc: Encoder, att: Attention) -> torch.Tensor:
+    """``(L, h)``: ``||f_h(x_CLS)||`` over the median ``||f_h(x_j)||`` of the sentence's other
+    real tokens (``[SEP]`` left out too), averaged over the sentences."""
+    f = value_vector_norms(enc, att.input_ids, att.mask)        # (L, b, h, n)
+    ids = att.input_ids
+    ordinary = att.mask & (ids != enc.cls_id) & (ids != enc.sep_id)
+    ratios = []
+    for b in range(ids.shape[0]):
+        cls = int((ids[b] == enc.cls_id).nonzero()[0, 0])
+        ratios.append(f[:, b, :, cls] / f[:, b][..., ordinary[b]].median(dim=-1).values)
+    return torch.stack(ratios).mean(dim=0)
+
+
+def transformers_claims(hidden, hidden_ref, attentions, attentions_ref, real) -> dict[str, bool]:
+    """Section 2's finding: the rebuilt model equals ``transformers``' ``BertModel`` at the real
+    positions (``hidden (b, n, d)``, ``attentions (L, b, h, n, n)``, ``real (b, n)``)."""
+    real_rows = real[None, :, None, :, None].expand_as(attentions)     # real queries only
+    return {
+        "hidden states equal transformers' within 1e-4": bool(
+            (hidden - hidden_ref).abs()[real].max() < 1e-4),
+        "all 72 heads' weights equal transformers' within 1e-5": bool(
+            (attentions - attentions_ref).abs()[real_rows].max() < 1e-5),
+    }
+
+
 #: The notebook's sections and how many claims each has, in the order claims() states them.
-SECTIONS = {"entropy": 2, "positional": 4, "sinks": 3, "ablation": 5, "norms": 4, "coreference": 4}
+SECTIONS = {"entropy": 2, "positional": 4, "sinks": 3, "ablation": 5, "norms": 5, "coreference": 5,
+            "norm_heads": 2}
 
 
 def claims(a: Analysis, section: str | None = None) -> dict[str, bool]:
@@ -328,23 +368,35 @@ def _claims_beyond_weights(a: Analysis) -> dict[str, bool]:
     (cls_w, cls_n, sep_w, sep_n) = (x.mean(dim=1) for x in (  # (L,) each
         a.cls_share, a.cls_norm_share, a.sep_share, a.sep_norm_share))
     prev_l, prev_h, _ = top_heads(a.previous_token, 1)[0]
-    co, S = a.coreference, len(a.coreference.sentences)
+    co = a.coreference
     reader = divmod(int(co.on_nouns.argmax()), co.on_nouns.shape[1])
+    ratio = a.cls_vector_ratio.mean(dim=1)                      # (L,) mean over heads
+    rising = [(l, h) for l, h, _ in top_heads(a.previous_token_norm, 3)[1:]]
+    p = sign_test(co.right, co.wrong)                            # (L, h), one-sided
+    heads = co.right.numel()
     return {
         f"weighted by ||f(x_j)||, [CLS] gets less than {NORM_CLS_MAX} in every layer": bool(
             (cls_n < NORM_CLS_MAX).all()),
         "[CLS]'s share falls in every layer, by more than half in layers 2-5": bool(
             (cls_n < cls_w).all() and (cls_n[1:-1] < cls_w[1:-1] / 2).all()),
-        "[CLS] and [SEP] together get less under norms than under weights in every layer": bool(
-            (cls_n + sep_n < cls_w + sep_w).all()),
+        f"||f(x_[CLS])|| is below {CLS_VECTOR_MAX[0]} of the median token's in layer 1, "
+        f"below {CLS_VECTOR_MAX[1]} in layers 2-6 (mean of heads)": bool(
+            ratio[0] < CLS_VECTOR_MAX[0] and (ratio[1:] < CLS_VECTOR_MAX[1]).all()),
+        "[SEP]'s share RISES under norms in layers 2-5": bool((sep_n[1:-1] > sep_w[1:-1]).all()),
         f"the previous-token head stays one under norms (> {PREVIOUS_TOKEN_MIN})": bool(
             a.previous_token_norm[prev_l, prev_h] > PREVIOUS_TOKEN_MIN),
-        "no head picks the antecedent of 'it' in more than 3/4 of the sentences": bool(
-            (co.correct <= 0.75 * S).all()),
+        f"no head flips the right way in {PASS_RIGHT_FLIPS} or more of the {co.pairs} pairs "
+        "(the pass criterion)": bool((co.right < PASS_RIGHT_FLIPS).all()),
+        f"no head's sign test across pairs is below {FAMILYWISE} after correcting for "
+        f"{heads} heads": bool((p * heads >= FAMILYWISE).all()),
         f"one head puts > {NOUNS_MIN} of the weight of 'it' on the two nouns": bool(
             co.on_nouns.max() > NOUNS_MIN),
-        "that head picks the antecedent in at most 5/8 of the sentences": bool(
-            co.correct[reader] <= 0.625 * S),
+        "that head does not flip in more than half of the pairs": bool(
+            co.pairs - co.right[reader] - co.wrong[reader] > co.pairs / 2),
         "on the first pair it weighs the first noun more, with either adjective": bool(
             (co.antecedent[0] > co.other[0])[reader] and (co.other[1] > co.antecedent[1])[reader]),
+        f"the 2nd and 3rd previous-token heads under norms put > {RISING_CLS_MIN} of their weight "
+        "on [CLS]": all(float(a.cls_share[lh]) > RISING_CLS_MIN for lh in rising),
+        f"... and their ||f(x_[CLS])|| is below {RISING_VECTOR_MAX} of the median token's": all(
+            float(a.cls_vector_ratio[lh]) < RISING_VECTOR_MAX for lh in rising),
     }

@@ -88,7 +88,14 @@ PREVIOUS_WRONG = [
 def test_previous_token_checker_accepts_correct_answers():
     assert ex.check_previous_token_scores(previous_reference)
     assert ex.check_previous_token_scores(previous_loop)
-    assert ex.check_previous_token_scores(lambda w, m: offset_scores(w, m, -1))
+
+
+def test_previous_token_checker_blocks_the_package_helper():
+    from attn_helpers.lessons import real_model as rm
+
+    for answer in (lambda w, m: offset_scores(w, m, -1), lambda w, m: rm.offset_scores(w, m, -1)):
+        verdict = ex.check_previous_token_scores(answer)
+        assert not verdict and "offset_scores" in verdict.message and "blocks" in verdict.message
 
 
 @pytest.mark.parametrize("wrong, named", PREVIOUS_WRONG, ids=[w.__name__ for w, _ in PREVIOUS_WRONG])
@@ -182,8 +189,16 @@ NORMS_WRONG = [
 def test_norms_checker_accepts_correct_answers():
     assert ex.check_value_norms(norms_reference)
     assert ex.check_value_norms(norms_loop)
-    assert ex.check_value_norms(value_norms)
     assert ex.check_value_norms(transposed_W_O)
+
+
+def test_norms_checker_blocks_the_package_function():
+    from attn_helpers.lessons import real_model_studies as studies
+
+    for answer in (value_norms, lambda w, v, W: value_norms(w, v, W),
+                   lambda w, v, W: studies.value_norms(w, v, W)):
+        verdict = ex.check_value_norms(answer)
+        assert not verdict and "value_norms" in verdict.message and "blocks" in verdict.message
 
 
 @pytest.mark.parametrize("wrong, named", NORMS_WRONG, ids=[w.__name__ for w, _ in NORMS_WRONG])

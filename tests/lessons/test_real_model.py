@@ -29,12 +29,17 @@ EXPECTED_CLAIMS = {
     "with any single head off, these pairs stay separated",
     "weighted by ||f(x_j)||, [CLS] gets less than 0.2 in every layer",
     "[CLS]'s share falls in every layer, by more than half in layers 2-5",
-    "[CLS] and [SEP] together get less under norms than under weights in every layer",
+    "||f(x_[CLS])|| is below 0.5 of the median token's in layer 1, below 0.15 in layers 2-6 "
+    "(mean of heads)",
+    "[SEP]'s share RISES under norms in layers 2-5",
     "the previous-token head stays one under norms (> 0.9)",
-    "no head picks the antecedent of 'it' in more than 3/4 of the sentences",
+    "no head flips the right way in 15 or more of the 16 pairs (the pass criterion)",
+    "no head's sign test across pairs is below 0.05 after correcting for 72 heads",
     "one head puts > 0.5 of the weight of 'it' on the two nouns",
-    "that head picks the antecedent in at most 5/8 of the sentences",
+    "that head does not flip in more than half of the pairs",
     "on the first pair it weighs the first noun more, with either adjective",
+    "the 2nd and 3rd previous-token heads under norms put > 0.6 of their weight on [CLS]",
+    "... and their ||f(x_[CLS])|| is below 0.1 of the median token's",
 }  # the notebook prints these names: a change here is a change to the notebook
 
 
@@ -173,7 +178,7 @@ def test_claims_hold_on_each_half_of_the_sentences():
         half = {"sentences": data["sentences"][6 * k : 6 * k + 6],
                 "paraphrases": data["paraphrases"][4 * k : 4 * k + 4],
                 "non_paraphrases": data["non_paraphrases"][4 * k : 4 * k + 4],
-                "coreference": data["coreference"]}  # 16 sentences already; halves are too few
+                "coreference": data["coreference"]}  # 16 pairs; halves would be too few
         result = rm.claims(rm.analyse(data=half))
         assert all(result.values()), (k, [name for name, v in result.items() if not v])
 
@@ -193,7 +198,9 @@ def test_claims_fail_on_a_model_without_the_measured_structure(analysis):
         analysis, entropy=torch.full((6, 12), analysis.ceiling), normalised_entropy=torch.ones(6, 12),
         cls_share=flat, sep_share=flat, previous_token=late, next_token=late, ablation=worse,
         cls_norm_share=torch.full((6, 12), 0.5), previous_token_norm=late,
-        coreference=dataclasses.replace(analysis.coreference, correct=torch.full((6, 12), 16),
+        cls_vector_ratio=torch.ones(6, 12),
+        coreference=dataclasses.replace(analysis.coreference, correct=torch.full((6, 12), 32),
+                                        right=torch.full((6, 12), 16), wrong=torch.zeros(6, 12),
                                         on_nouns=torch.full((6, 12), 0.1)))
     result = rm.claims(control)
     failing = {name for name, ok in result.items() if not ok}
@@ -220,3 +227,20 @@ def test_value_norms_share_sums_and_the_it_study(analysis):
     assert torch.allclose(shares.sum(-1)[real_rows], torch.ones(()), atol=1e-5)
     co = analysis.coreference
     assert co.correct.shape == (6, 12) and int(co.correct.max()) <= len(co.sentences)
+    assert co.pairs == 16 and ((co.right + co.wrong) <= co.pairs).all()
+    assert analysis.cls_vector_ratio.shape == (6, 12) and (analysis.cls_vector_ratio > 0).all()
+
+
+def test_sign_test_is_the_binomial_tail():
+    from attn_helpers.lessons.real_model_studies import sign_test
+
+    p = sign_test(torch.tensor([16, 5, 0, 3]), torch.tensor([0, 0, 0, 3]))
+    assert p[0] == pytest.approx(2.0 ** -16) and p[1] == pytest.approx(1 / 32)
+    assert p[2] == 1 and p[3] == pytest.approx(42 / 64)
+
+
+def test_coreference_items_must_come_in_pairs():
+    from attn_helpers.lessons.real_model_studies import coreference
+
+    with pytest.raises(ValueError, match="pairs"):
+        coreference(None, [["The cat sat because it was tired.", "cat", "mat"]])
