@@ -1,9 +1,7 @@
 """Notebook 01: the RNN bottleneck. GRU encoder-decoders (:mod:`.seq2seq`) reverse digit
 sequences, one through a fixed context vector, one with attention, and a wider no-attention
 control: their training recipes, evaluation, input gradients, and :func:`claims`, the statements
-the notebook asserts (its thresholds are the module's constants, defined once).
-"""
-
+the notebook asserts (its thresholds are the module's constants, defined once)."""
 
 from __future__ import annotations
 
@@ -48,9 +46,7 @@ def predict(model: Seq2Seq, batch: Batch):
 
 def accuracy_by_length(model: Seq2Seq, batches: dict) -> dict:
     """Greedy token accuracy for each ``{key: Batch}`` (e.g. each source length); ``{key: float}``.
-
-    Only real target tokens count; padding and ``</s>`` do not.
-    """
+    Only real target tokens count; padding and ``</s>`` do not."""
     result = {}
     for key, batch in batches.items():
         tokens, _ = predict(model, batch)
@@ -243,8 +239,8 @@ ENDS_EARLY = 0.5            # the last output is </s> in more than half of the e
 GRADIENT_SEEDS = (0, 1, 2)  # untrained models: three initialisations each
 ORDERS = 100                # "two orders of magnitude": a ratio > 100
 DECAY, R2 = -0.15, 0.95     # "exponential decay": log10 slope < -0.15 per step, R^2 > 0.95
-FLAT, FLAT_ALL = 2.0, 4.0   # attention: gradient within 2x over t >= 1, within 4x over all t
-DILUTED = 0.5   # untrained attention: at both ends below half the no-attention gradient (1/n dilution)
+FLAT, FLAT_ALL, DILUTED = 2.0, 4.0, 0.5   # attention: gradient within 2x over t >= 1, 4x over all t,
+#                                           and at both ends < 0.5x no attention's (1/n dilution)
 SHARE_FIRST, SHARE_LATE, SHARE_ATTENDED = 4.0, 1.25, 2.0   # in units of 1/n
 
 
@@ -331,9 +327,8 @@ def _claims(plain: Seq2Seq, attended: Seq2Seq, wide: Seq2Seq | None) -> dict[str
         for g in untrained["additive attention"])
     result[f"gradient, untrained, attention: at both ends (t = 0 and n-1) < {DILUTED}x the "
            "no-attention model's (each seed): weights of about 1/n dilute each input"] = all(
-        g_attn[0] < DILUTED * g_plain[0] and g_attn[-1] < DILUTED * g_plain[-1]
-        for g_plain, g_attn in zip(untrained["no attention"], untrained["additive attention"],
-                                   strict=True))
+        a[0] < DILUTED * p[0] and a[-1] < DILUTED * p[-1]
+        for p, a in zip(untrained["no attention"], untrained["additive attention"], strict=True))
     batch = gradient_batch()
     cut = [untrained_model("seq2seq_reversal_additive", seed) for seed in GRADIENT_SEEDS]
     for model in cut:
