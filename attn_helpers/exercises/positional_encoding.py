@@ -3,8 +3,11 @@ r"""Checkers for notebook 07 (positional encoding).
 * ``positional_encoding.sinusoidal``: :func:`check_sinusoidal`, the sinusoidal table
   :math:`PE_{p,2i} = \sin(p\,\omega_i)`, :math:`PE_{p,2i+1} = \cos(p\,\omega_i)`,
   :math:`\omega_i = 10000^{-2i/d}`.
-* ``positional_encoding.rope``: :func:`check_rope`, RoPE on a vector (``rotate(x, p)``): each pair
-  :math:`(x_{2i}, x_{2i+1})` rotated by :math:`p\,\omega_i`.
+* ``positional_encoding.rope``: :func:`check_rope`, RoPE in a decoding step with a KV cache
+  (``rope_step(q, k, t)``): ``q, k (b, h, n, d)`` hold ``n`` new tokens at positions
+  ``t .. t + n - 1``; each pair :math:`(x_{2i}, x_{2i+1})` of the token at position :math:`m` is
+  rotated by :math:`m\,\omega_i`. The checker also checks that the new tokens' scores among
+  themselves do not depend on ``t`` (only on the offsets).
 * ``positional_encoding.relative_gap``: :func:`check_relative_gap`, the relative-position check:
   does the score of a query at ``p`` and a key at ``p + offset`` equal the score at ``0`` and
   ``offset``?
@@ -16,12 +19,21 @@ from collections.abc import Callable
 
 import torch
 
+from .. import positional as _positional
+from ..lessons import rope as _rope
 from ..positional import apply_rope, frequencies, sinusoidal_encoding
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["PositionScheme", "SCHEMES", "check_relative_gap", "check_rope", "check_sinusoidal",
-           "relative_gap_reference", "rope_reference"]
+__all__ = ["FORBID", "PositionScheme", "SCHEMES", "check_relative_gap", "check_rope",
+           "check_sinusoidal", "relative_gap_reference", "rope_reference", "rope_step_reference"]
+
+#: The package functions that would do exercises 1 and 2 for the learner: calling one (under any
+#: name, imported into the notebook too) while the learner's function runs fails the check.
+FORBID = [(_positional, name) for name in (
+    "sinusoidal_encoding", "apply_rope", "frequencies", "_omega", "pair_rotation",
+    "SinusoidalPositionalEncoding", "RotaryEmbedding") if hasattr(_positional, name)] + [
+    (_rope, name) for name in ("apply_rope_half", "position_scores") if hasattr(_rope, name)]
 
 
 # --- exercise 1: the sinusoidal table --------------------------------------------------------
@@ -61,9 +73,11 @@ def check_sinusoidal(sinusoidal: Callable) -> CheckResult:
             -torch.arange(d, dtype=torch.float64) / d)
         return torch.where(torch.arange(d) % 2 == 0, angles.sin(), angles.cos()).float()
 
+    if sinusoidal is sinusoidal_encoding:
+        return _handed_in("sinusoidal", "sinusoidal_encoding")
     return check_function(
         sinusoidal, sinusoidal_encoding, cases, what="sinusoidal", output_names=("PE",),
-        mistakes=[
+        forbid=FORBID, mistakes=[
             Mistake(lambda n, d: _table(n, d).view(n, d // 2, 2).flip(-1).reshape(n, d),
                     "sin and cos are swapped: even dimensions 2i hold the sine, odd ones 2i+1 the "
                     "cosine."),
@@ -86,7 +100,12 @@ def check_sinusoidal(sinusoidal: Callable) -> CheckResult:
     )
 
 
-# --- exercise 2: RoPE on a vector ------------------------------------------------------------
+def _handed_in(what: str, label: str) -> CheckResult:
+    return CheckResult(False, f"Not yet: {what} is the package's {label}, which does this exercise "
+                              "for you. Write the steps yourself; the checker blocks it here.")
+
+
+# --- exercise 2: RoPE in a decoding step -----------------------------------------------------
 
 
 def rope_reference(x: torch.Tensor, p: int) -> torch.Tensor:
@@ -95,11 +114,41 @@ def rope_reference(x: torch.Tensor, p: int) -> torch.Tensor:
     return apply_rope(x[..., None, :], torch.tensor([p]))[..., 0, :]
 
 
-def _rotate(x, p, *, sign=1.0, exponents=None, halves=False, interleave=True):
-    """RoPE with one thing changed, for the known mistakes."""
+def rope_step_reference(q: torch.Tensor, k: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q, k (b, h, n, d)``: ``n`` new tokens at positions ``t .. t + n - 1`` (a decoding step
+    after ``t`` cached tokens), each rotated by its own position; returns ``(q', k')``."""
+    positions = t + torch.arange(q.shape[-2])
+    return apply_rope(q, positions), apply_rope(k, positions)
+
+
+def _rope_cases() -> list[dict]:
+    g = seeded(71)
+    shapes = [((1, 1, 1, 8), 5, torch.float32), ((2, 3, 4, 2), 3, torch.float32),
+              ((1, 2, 5, 16), 11, torch.float64), ((2, 1, 3, 8), 1000, torch.float64),
+              ((1, 2, 6, 6), 0, torch.float32)]
+    b, h, n, half, t = _sizes(g, 5, high=6)
+    shapes.append(((b, h, n, 2 * half), 10 * t, torch.float32))  # random shapes
+    return [{"q": torch.randn(*shape, generator=g).to(dtype),
+             "k": torch.randn(*shape, generator=g).to(dtype), "t": t} for shape, t, dtype in shapes]
+
+
+def _step(q, k, t, **kw):
+    """The step with one thing changed, for the known mistakes (``shift`` moves the positions,
+    ``axis`` is the axis read as the positions)."""
+    shift, axis, only_q = kw.pop("shift", 0), kw.pop("axis", -2), kw.pop("only_q", False)
+
+    def one(x):
+        n = x.shape[axis]
+        angles_at = (t + shift + torch.arange(n)).view(-1, *([1] * (-axis - 2)))  # along axis
+        return _rotate_at(x, angles_at, **kw)
+    return one(q), (k if only_q else one(k))
+
+
+def _rotate_at(x, positions, *, sign=1.0, exponents=None, halves=False, interleave=True):
+    """RoPE with per-token ``positions`` (broadcast against ``x[..., :1]``), one thing changeable."""
     d = x.shape[-1]
     exponents = torch.arange(0, d, 2, dtype=torch.float64) / d if exponents is None else exponents
-    angles = sign * p * 10000.0 ** (-exponents)  # (d/2,)
+    angles = sign * positions.to(torch.float64)[..., None] * 10000.0 ** (-exponents)  # (..., d/2)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     a, b = (x[..., : d // 2], x[..., d // 2:]) if halves else (x[..., 0::2], x[..., 1::2])
     first, second = a * cos - b * sin, a * sin + b * cos  # (..., d/2) each
@@ -108,52 +157,85 @@ def _rotate(x, p, *, sign=1.0, exponents=None, halves=False, interleave=True):
     return torch.stack([first, second], -1).flatten(-2)
 
 
-def _rope_cases() -> list[dict]:
-    g = seeded(71)
-    shapes = [((8,), 5, torch.float32), ((2,), 3, torch.float32), ((4, 16), 11, torch.float64),
-              ((2, 3, 8), 1000, torch.float64), ((6,), 0, torch.float32)]
-    b, h, half, p = _sizes(g, 4, high=12)
-    shapes.append(((b, h, 2 * half), 10 * p, torch.float32))  # random shapes
-    return [{"x": torch.randn(*shape, generator=g).to(dtype), "p": p}
-            for shape, p, dtype in shapes]
+def _offsets_only(candidate: Callable) -> CheckResult | None:
+    """The new tokens' scores among themselves must not change when the whole step moves."""
+    g = seeded(74)
+    q, k = torch.randn(2, 1, 2, 5, 8, generator=g, dtype=torch.float64)
+    try:
+        with torch.no_grad():
+            at_0, at_t = candidate(q.clone(), k.clone(), 0), candidate(q.clone(), k.clone(), 37)
+    except Exception:  # noqa: BLE001 - the main check already reported it
+        return None
+    scores = [a[0] @ a[1].transpose(-1, -2) for a in (at_0, at_t)]
+    gap = (scores[1] - scores[0]).abs().max().item()
+    if gap > 1e-8:
+        return CheckResult(False, f"Not yet: moving the whole step from t = 0 to t = 37 changed the "
+                                  f"new tokens' scores among themselves by {gap:.2g}; with RoPE they "
+                                  "depend only on the offsets between the tokens.")
+    return None
 
 
-@exercise("positional_encoding.rope", "RoPE on a vector (interleaved pairs)", hints=(
-    "Cut x into neighbouring pairs (x[0], x[1]), (x[2], x[3]), ... and turn each pair, as a point "
-    "in the plane, by an angle that grows with the position p; pair i turns at omega_i.",
-    "theta_i = p * 10000^(-2i/d); x'[2i] = x[2i] cos theta_i - x[2i+1] sin theta_i, "
-    "x'[2i+1] = x[2i] sin theta_i + x[2i+1] cos theta_i.",
-    "d = x.shape[-1]\n"
-    "theta = p * 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)   # (d/2,)\n"
-    "cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)\n"
-    "even, odd = x[..., 0::2], x[..., 1::2]                                   # (..., d/2)\n"
-    "return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)"))
-def check_rope(rotate: Callable) -> CheckResult:
-    """Exercise: ``rotate(x (..., d), p: int) -> (..., d)``, the rotary embedding of ``x`` at
-    position ``p`` with interleaved pairs and ``omega_i = 10000^(-2i/d)``."""
-    return check_function(
-        rotate, rope_reference, _rope_cases(), what="rotate", output_names=("the rotated vector",),
+@exercise("positional_encoding.rope", "RoPE in a decoding step (positions from t)", hints=(
+    "In a decoding step with a KV cache, t tokens are already cached, so the n new tokens stand at "
+    "positions t, t + 1, ..., t + n - 1: token m of the step is rotated by (t + m) omega_i, along "
+    "the n axis (dim -2), the same for every batch entry and head.",
+    "positions = t + torch.arange(n) (n,); omega_i = 10000^(-2i/d); angles = positions[:, None] * "
+    "omega (n, d/2) broadcasts against q[..., 0::2] (b, h, n, d/2). x'[2i] = x[2i] cos - x[2i+1] "
+    "sin, x'[2i+1] = x[2i] sin + x[2i+1] cos; rotate q and k alike.",
+    "d, n = q.shape[-1], q.shape[-2]\n"
+    "omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)       # (d/2,)\n"
+    "angles = (t + torch.arange(n, dtype=torch.float64))[:, None] * omega       # (n, d/2)\n"
+    "cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)\n"
+    "def turn(x):\n"
+    "    even, odd = x[..., 0::2], x[..., 1::2]                               # (b, h, n, d/2)\n"
+    "    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)\n"
+    "return turn(q), turn(k)"))
+def check_rope(rope_step: Callable) -> CheckResult:
+    """Exercise: ``rope_step(q (b, h, n, d), k (b, h, n, d), t: int) -> (q', k')``, RoPE for the
+    ``n`` new tokens of a decoding step, at positions ``t .. t + n - 1`` (interleaved pairs,
+    ``omega_i = 10000^(-2i/d)``); the new tokens' scores among themselves depend on offsets only."""
+    if rope_step is rope_step_reference:
+        return _handed_in("rope_step", "rope_step_reference")
+    result = check_function(
+        rope_step, rope_step_reference, _rope_cases(), what="rope_step",
+        output_names=("the rotated queries", "the rotated keys"), forbid=FORBID,
         mistakes=[
-            Mistake(lambda x, p: _rotate(x, p, sign=-1.0),
-                    "you turned the pairs the wrong way (by -p omega_i): x'[2i] = x[2i] cos - "
+            Mistake(lambda q, k, t: _step(q, k, t, shift=-t),
+                    "you started the positions at 0: after t cached tokens the new ones stand at "
+                    "t, t + 1, ..., so their scores against the cached keys would be wrong."),
+            Mistake(lambda q, k, t: _step(q, k, t, sign=-1.0),
+                    "you turned the pairs the wrong way (by -m omega_i): x'[2i] = x[2i] cos - "
                     "x[2i+1] sin, x'[2i+1] = x[2i] sin + x[2i+1] cos."),
-            Mistake(lambda x, p: _rotate(x, p, halves=True),
+            Mistake(lambda q, k, t: _step(q, k, t, halves=True),
                     "you paired dimension i with i + d/2 (the split-halves layout of GPT-NeoX and "
                     "LLaMA's Hugging Face code); here the pairs are neighbours (x[2i], x[2i+1])."),
-            Mistake(lambda x, p: _rotate(x, p, interleave=False),
+            Mistake(lambda q, k, t: _step(q, k, t, interleave=False),
                     "the rotated pairs were not put back in place: you returned all first "
                     "components, then all second ones. x'[2i] and x'[2i+1] stay side by side."),
-            Mistake(lambda x, p: _rotate(x, p, exponents=torch.arange(x.shape[-1] // 2) / x.shape[-1]),
+            Mistake(lambda q, k, t: _step(q, k, t, exponents=torch.arange(q.shape[-1] // 2)
+                                          / q.shape[-1]),
                     "the frequency of pair i is 10000^(-2i/d), not 10000^(-i/d)."),
-            Mistake(lambda x, p: _rotate(x, p + 1),
-                    "off by one: a vector at position p turns by p omega_i, so position 0 is not "
-                    "turned at all."),
-            Mistake(lambda x, p: _rotate(x, p, exponents=torch.arange(0, x.shape[-1], 2).flip(0)
-                                         / x.shape[-1]),
+            Mistake(lambda q, k, t: _step(q, k, t, shift=1),
+                    "off by one: the first new token stands at position t (t tokens are cached at "
+                    "0 .. t - 1), not t + 1."),
+            Mistake(lambda q, k, t: _step(q, k, t, axis=-3),
+                    "you took the positions along the heads axis (dim -3): the tokens run along "
+                    "dim -2 of (b, h, n, d); every head sees the same positions."),
+            Mistake(lambda q, k, t: _step(q, k, t, only_q=True),
+                    "you rotated the queries only: the keys need their positions too, or the "
+                    "scores depend on the absolute position, not on the offset."),
+            Mistake(lambda q, k, t: _step(q, k, t, exponents=torch.arange(0, q.shape[-1], 2).flip(0)
+                                          / q.shape[-1]),
                     "the frequencies run the wrong way: pair 0 turns fastest (omega_0 = 1), the "
                     "last pair slowest."),
         ],
     )
+    if result or "not implemented" in result.message or "blocks it" in result.message:
+        return result
+    extra = _offsets_only(rope_step)  # the property RoPE is for, checked on its own
+    if extra is None:
+        return result
+    return CheckResult(False, f"{result.message} Also: {extra.message.removeprefix('Not yet: ')}")
 
 
 # --- exercise 3: the relative-position check -------------------------------------------------

@@ -267,13 +267,13 @@ def rope_claims(*, d: int = 8, n: int = 32, seed: int = 0, part: str | None = No
     if part not in (None, "motivation", "layouts"):
         raise ValueError(f"part must be None, 'motivation' or 'layouts', got {part!r}")
     every = {
-        "position added before W_Q, W_K: the score is not a function of q - p":
+        "position added before W_Q, W_K: the score is not a function of n - m":
             diagonal_spread(absolute) > 0.1 * absolute.abs().max().item(),
         "position added: two positions 5 apart score differently at (0, 5) and (20, 25)":
             abs(absolute[0, 5] - absolute[20, 25]).item() > 0.1 * absolute.abs().max().item(),
         "the same with a token's content added too":
             diagonal_spread(with_token) > 0.1 * with_token.abs().max().item(),
-        "rotating after W_Q, W_K (RoPE): the score depends on q - p only":
+        "rotating after W_Q, W_K (RoPE): the score depends on n - m only":
             diagonal_spread(rotated) < 1e-9,
         "if W_Q^T W_K commutes with the rotations, adding positions is relative too":
             diagonal_spread(commuting) < 1e-9,
@@ -284,7 +284,7 @@ def rope_claims(*, d: int = 8, n: int = 32, seed: int = 0, part: str | None = No
             (converted - interleaved).abs().max().item() < 1e-9 * scale,
         "loading the weights without the permutation changes the scores":
             (unconverted - interleaved).abs().max().item() > 0.1 * scale,
-        "either layout alone gives scores that depend on q - p only (so the bug is silent)":
+        "either layout alone gives scores that depend on n - m only (so the bug is silent)":
             diagonal_spread(halves) < 1e-9,
     }
     items = list(every.items())

@@ -16,7 +16,7 @@ from attn_helpers.exercises.workflow import EXERCISES
 from attn_helpers.positional import sinusoidal_encoding
 
 CHECKERS = [(ex.check_sinusoidal, "sinusoidal", "positional_encoding.sinusoidal"),
-            (ex.check_rope, "rotate", "positional_encoding.rope"),
+            (ex.check_rope, "rope_step", "positional_encoding.rope"),
             (ex.check_relative_gap, "relative_gap", "positional_encoding.relative_gap")]
 
 
@@ -46,9 +46,9 @@ def learner_sinusoidal(n, d, *, start=0, exponent=lambda j, d: j / d, layout="in
     return pe.float()
 
 
-def test_sinusoidal_checker_accepts_the_course_helper_and_a_loop():
-    assert ex.check_sinusoidal(lambda n, d: sinusoidal_encoding(n, d))
+def test_sinusoidal_checker_accepts_a_loop_and_blocks_the_course_helper():
     assert ex.check_sinusoidal(learner_sinusoidal)
+    assert not ex.check_sinusoidal(lambda n, d: sinusoidal_encoding(n, d))
 
 
 SINUSOIDAL_WRONG = {
@@ -101,50 +101,89 @@ def learner_rope_complex(x, p):
         .flatten(-2).to(x.dtype)
 
 
-def test_rope_checker_accepts_the_reference_the_matrix_and_the_complex_form():
-    assert ex.check_rope(ex.rope_reference)
-    assert ex.check_rope(rope_matrix)
-    assert ex.check_rope(learner_rope_complex)
+def step_with(rotate):
+    """A decoding step built from a one-vector rotation, token by token (a learner's loop)."""
+    def step(q, k, t):
+        qs, ks = q.clone(), k.clone()
+        for m in range(q.shape[-2]):
+            qs[..., m, :], ks[..., m, :] = rotate(q[..., m, :], t + m), rotate(k[..., m, :], t + m)
+        return qs, ks
+    return step
 
 
-def learner_rope(x, p, *, sign=1, pairs="neighbours", back="interleave", exponent=None, shift=0,
-                 reverse=False):
-    """A learner's RoPE; each keyword plants one mistake."""
-    d = x.shape[-1]
-    i = torch.arange(d // 2, dtype=torch.float64)
-    omega = 10000.0 ** (-(2 * i / d if exponent is None else exponent(i, d)))
-    omega = omega.flip(0) if reverse else omega
-    theta = sign * (p + shift) * omega
-    cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
-    a, b = (x[..., 0::2], x[..., 1::2]) if pairs == "neighbours" else (x[..., :d // 2], x[..., d // 2:])
-    first, second = a * cos - b * sin, a * sin + b * cos
-    if back == "interleave":
-        return torch.stack([first, second], -1).flatten(-2)
-    return torch.cat([first, second], -1)
+def test_rope_checker_accepts_a_loop_over_the_matrix_and_the_complex_form():
+    assert ex.check_rope(step_with(rope_matrix))
+    assert ex.check_rope(step_with(learner_rope_complex))
+
+
+def test_rope_checker_blocks_the_package_functions():
+    from attn_helpers import positional
+
+    def with_apply_rope(q, k, t):
+        positions = t + torch.arange(q.shape[-2])
+        return positional.apply_rope(q, positions), positional.apply_rope(k, positions)
+
+    for answer in (ex.rope_step_reference, with_apply_rope):
+        verdict = ex.check_rope(answer)
+        assert not verdict and "does this exercise for you" in verdict.message
+    verdict = ex.check_sinusoidal(sinusoidal_encoding)
+    assert not verdict and "sinusoidal_encoding" in verdict.message
+
+
+def learner_rope(q, k, t, *, sign=1, pairs="neighbours", back="interleave", exponent=None, shift=0,
+                 reverse=False, start=None, axis=-2, keys=True):
+    """A learner's decoding-step RoPE; each keyword plants one mistake."""
+    def turn(x):
+        d, n = x.shape[-1], x.shape[axis]
+        i = torch.arange(d // 2, dtype=torch.float64)
+        omega = 10000.0 ** (-(2 * i / d if exponent is None else exponent(i, d)))
+        omega = omega.flip(0) if reverse else omega
+        positions = (t if start is None else start) + shift + torch.arange(n, dtype=torch.float64)
+        theta = sign * positions.view(-1, *([1] * (-axis - 2)), 1) * omega
+        cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
+        halves = (x[..., :d // 2], x[..., d // 2:])
+        a, b = (x[..., 0::2], x[..., 1::2]) if pairs == "neighbours" else halves
+        first, second = a * cos - b * sin, a * sin + b * cos
+        if back == "interleave":
+            return torch.stack([first, second], -1).flatten(-2)
+        return torch.cat([first, second], -1)
+    return turn(q), (turn(k) if keys else k)
+
+
+def test_the_learner_model_without_mistakes_passes():
+    assert ex.check_rope(learner_rope)
 
 
 ROPE_WRONG = {
+    "you started the positions at 0": dict(start=0),
     "the wrong way": dict(sign=-1),
     "the split-halves layout": dict(pairs="halves", back="concatenate"),
     "were not put back in place": dict(back="concatenate"),
     "not 10000^(-i/d)": dict(exponent=lambda i, d: i / d),
     "off by one": dict(shift=1),
+    "along the heads axis": dict(axis=-3),
+    "you rotated the queries only": dict(keys=False),
     "the frequencies run the wrong way": dict(reverse=True),
 }
 
 
 @pytest.mark.parametrize("phrase", ROPE_WRONG)
 def test_rope_checker_names_the_mistake(phrase):
-    verdict = ex.check_rope(lambda x, p: learner_rope(x, p, **ROPE_WRONG[phrase]))
+    verdict = ex.check_rope(lambda q, k, t: learner_rope(q, k, t, **ROPE_WRONG[phrase]))
     assert not verdict and "Not yet" in verdict.message and phrase in verdict.message
+
+
+def test_rope_checker_says_when_scores_depend_on_more_than_the_offset():
+    verdict = ex.check_rope(lambda q, k, t: learner_rope(q, k, t, keys=False))
+    assert "depend only on the offsets" in verdict.message
 
 
 def test_rope_cases_cover_the_edge_cases():
     cases = ex._rope_cases()
-    assert {c["x"].dim() for c in cases} == {1, 2, 3}                 # a vector, heads, batch
-    assert {c["x"].dtype for c in cases} == {torch.float32, torch.float64}
-    assert any(c["p"] == 0 for c in cases) and any(c["p"] >= 1000 for c in cases)
-    assert any(c["x"].shape[-1] == 2 for c in cases)                  # one pair
+    assert all(c["q"].dim() == 4 and c["q"].shape == c["k"].shape for c in cases)
+    assert {c["q"].dtype for c in cases} == {torch.float32, torch.float64}
+    assert any(c["t"] == 0 for c in cases) and any(c["t"] >= 1000 for c in cases)
+    assert any(c["q"].shape[-1] == 2 for c in cases) and any(c["q"].shape[1] > 1 for c in cases)
 
 
 # --- exercise 3: the relative-position check --------------------------------------------------

@@ -120,10 +120,16 @@ def test_claims_can_fail(shipped):
                        curves=weak)
     swapped = dict(wrap)
     swapped[625.0] = dict(wrap[625.0], collapse=[500, 500, 500])
-    assert not verdict("RoPE's collapse point moves with the second pair's wavelength (every seed, "
-                       "in order)", wrap=swapped)
-    assert not verdict("every collapse point lies between 0.45 and 0.7 of that wavelength (half to 2/3 "
-                       "of a turn)", wrap=swapped)
+    assert not verdict("RoPE's collapse point moves with the base: later for a larger base (every "
+                       "seed, in order)", wrap=swapped)
+    assert not verdict("every collapse point lies between 0.45 and 0.7 of the second pair's "
+                       "wavelength (these nine runs)", wrap=swapped)
+    flat = {b: dict(w, crossing=[40, 40, 40]) for b, w in wrap.items()}
+    assert not verdict("direct test: the distance where a farther key first outscores 3 back "
+                       "(offset-3 head, mean tokens) grows with the base (every seed, in order)",
+                       wrap=flat)
+    assert not verdict("it lies within 6 positions of each seed's first position below 0.5 (these "
+                       "nine runs)", wrap=flat)
     same = {b: dict(w, collapse=[40, 40, 40]) for b, w in wrap.items()}  # "unseen offsets" alone
     assert not verdict("collapse point ~ base^s with 0.1 < s < 0.35 (second pair: 0.25, third: 0.5, "
                        "none: 0)", wrap=same)

@@ -134,7 +134,7 @@ def test_rope_claims_hold_and_can_fail(monkeypatch):
         return x * torch.arange(1.0, x.shape[-2] + 1)[:, None]
 
     monkeypatch.setattr(rope, "apply_rope_half", scaled)
-    assert not rope.rope_claims()["either layout alone gives scores that depend on q - p only (so "
+    assert not rope.rope_claims()["either layout alone gives scores that depend on n - m only (so "
                                   "the bug is silent)"]
     monkeypatch.setattr(rope, "sinusoidal_encoding", lambda n, d, dtype: torch.ones(n, d, dtype=dtype))
     assert not rope.rope_claims()["position added: two positions 5 apart score differently at (0, 5) "
