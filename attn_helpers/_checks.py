@@ -217,6 +217,25 @@ def check_qkv(q, k, v, *, keys_may_be_empty: bool = False, holds_scores: bool = 
     return batch
 
 
+def check_backward_tile(q, k, v, d_out, lse, D, mask) -> None:
+    """FlashAttention's backward tile: ``q, k, v`` as :func:`check_qkv`; ``d_out``
+    ``(..., n_q, d_v)``; ``lse`` and ``D`` ``(..., n_q, 1)``; all of q's dtype; ``mask`` None or
+    bool, broadcastable to the tile's scores ``(..., n_q, b_k)``."""
+    batch = check_qkv(q, k, v)
+    n_q = q.shape[-2]
+    for name, value, last in (("d_out", d_out, v.shape[-1]), ("lse", lse, 1), ("D", D, 1)):
+        require_tensor(name, value, floating=True)
+        require_min_dim(name, value, 2, f"(..., n_q, {last})")
+        if value.shape[-2:] != (n_q, last):
+            raise ValueError(f"{name} must be (..., n_q={n_q}, {last}) for q {shape(q)} and "
+                             f"v {shape(v)}, got {shape(value)}")
+        if value.dtype != q.dtype:
+            raise TypeError(f"{name} must have the same dtype as q, got {value.dtype} and {q.dtype}")
+        _batch_shape([("q", q), (name, value)])
+    if mask is not None:
+        require_mask("mask", mask, (*batch, n_q, k.shape[-2]), "the tile's scores (..., n_q, b_k)")
+
+
 def check_block(scores, values, acc=None) -> torch.Size:
     """Check a block of ``block >= 1`` keys for the online softmax: ``scores (..., n_q, block)``
     and ``values (..., block, d_v)``, one floating dtype, batch dims that broadcast; with ``acc``

@@ -1,11 +1,10 @@
 r"""Efficient attention from scratch: tiled (FlashAttention), linear (and its RNN view), local.
 
-Shapes follow :func:`attn_helpers.scaled_dot_product_attention`: ``q`` ``(..., n_q, d_k)``,
-``k`` ``(..., n_k, d_k)``, ``v`` ``(..., n_k, d_v)``; the leading (batch, head) dims broadcast.
-**Online softmax** (Milakov & Gimelshein, 2018): running max ``m``, ``l = sum exp(s - m)``,
-``acc = sum exp(s - m) v``, updated by ``m' = max(m, max s)``, ``l' = exp(m - m') l + sum exp(s -
-m')``, ``acc' = exp(m - m') acc + exp(s - m') V``. :func:`tiled_attention` follows FlashAttention-2
-(Dao, 2023); :func:`backward_tile` is one tile of its backward."""
+Shapes as :func:`attn_helpers.scaled_dot_product_attention`: ``q (..., n_q, d_k)``, ``k (..., n_k,
+d_k)``, ``v (..., n_k, d_v)``, leading dims broadcast. **Online softmax**: running max ``m`` and
+``l = sum exp(s - m)`` (Milakov & Gimelshein, 2018) and the output sum ``acc = sum exp(s - m) v``
+(Rabe & Staats, 2021; FlashAttention): ``m' = max(m, max s)``, ``l' = e^(m - m') l + sum e^(s - m')``,
+``acc' = e^(m - m') acc + e^(s - m') V``. :func:`tiled_attention` (FlashAttention-2, Dao 2023)."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ from torch.autograd.function import once_differentiable
 
 from ._checks import (
     broadcast_batch,
+    check_backward_tile,
     check_block,
     check_qkv,
     require_bool,
@@ -178,23 +178,24 @@ class _TiledAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-def backward_tile(q, k_j, v_j, d_out, lse, D, *, scale=None, mask=None):
+def backward_tile(q, k, v, d_out, lse, D, *, scale=None, mask=None):
     r"""One key/value tile of FlashAttention-2's backward (Dao, 2023), from what the forward saved.
 
-    ``q``, ``d_out`` ``(..., n_q, d_k / d_v)``; the tile ``k_j``, ``v_j`` ``(..., b_k, d_k / d_v)``;
+    ``q``, ``d_out`` ``(..., n_q, d_k / d_v)``; the tile ``k = K_j``, ``v = V_j`` ``(..., b_k, d_k / d_v)``;
     ``lse``, ``D = rowsum(dO * O)`` ``(..., n_q, 1)``; ``mask`` (``True`` = may attend) broadcastable
     to ``(..., n_q, b_k)``. Returns ``(dq, dk_j, dv_j)``, the tile's share of ``dQ`` and its
     ``dK_j``, ``dV_j``: ``P = exp(S - lse)``, ``dV_j = P^T dO``, ``dP = dO V_j^T``,
     ``dS = P * (dP - D)``, ``dQ = dS K_j * scale``, ``dK_j = dS^T Q * scale``.
     """
+    check_backward_tile(q, k, v, d_out, lse, D, mask)
     scale = resolve_scale(scale, q.shape[-1])
-    s = (q @ k_j.mT) * scale                                          # S (..., n_q, b_k)
+    s = (q @ k.mT) * scale                                          # S (..., n_q, b_k)
     if mask is not None:
         s = s.masked_fill(~mask.to(s.device), float("-inf"))
     p = torch.exp(s - lse)                                            # P, recomputed from lse
-    dp = d_out @ v_j.mT                                               # dP = dO V_j^T
+    dp = d_out @ v.mT                                                 # dP = dO V_j^T
     ds = p * (dp - D)                                                 # dS = P * (dP - D)
-    return (ds @ k_j) * scale, (ds.mT @ q) * scale, p.mT @ d_out      # dQ, dK_j, dV_j
+    return (ds @ k) * scale, (ds.mT @ q) * scale, p.mT @ d_out      # dQ, dK_j, dV_j
 
 
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_size: int = 64,

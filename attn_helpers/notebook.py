@@ -44,15 +44,15 @@ def setup(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def _report(checks, what: str) -> None:
+def _report(checks, arg: str, what: str) -> None:
     if not isinstance(checks, dict) or not checks:
-        raise TypeError(f"{what} must be a non-empty dict of {{statement: bool}}, "
+        raise TypeError(f"{arg} must be a non-empty dict of {{statement: bool}}, "
                         f"got {type(checks).__name__}")
     failed = []
     for statement, holds in checks.items():
         if not isinstance(holds, bool | np.bool_) and not (isinstance(holds, torch.Tensor)
                                                             and holds.numel() == 1):
-            raise TypeError(f"{what}[{statement!r}] must be a bool, got {type(holds).__name__}")
+            raise TypeError(f"{arg}[{statement!r}] must be a bool, got {type(holds).__name__}")
         holds = bool(holds)
         print(f"{'✓' if holds else '✗'} {statement}")
         if not holds:
@@ -68,13 +68,15 @@ def check_claims(claims: dict, *, recorded: str | None = None) -> None:
     ``recorded``: for claims read from a committed file rather than measured in the reader's run,
     where and when they were measured (``"2-core x86 CPU, 2026-11-21"``); printed above them.
     """
+    if recorded is not None and not isinstance(recorded, str):
+        raise TypeError(f"recorded must be a string (where and when), got {type(recorded).__name__}")
     if recorded is not None:
         print(f"Recorded results ({recorded}), re-read from the stored file, not measured now:")
-    _report(claims, "claims")
+    _report(claims, "claims", "claims")
 
 
 def sanity_checks(checks: dict) -> None:
     """Print and assert checks that cannot fail unless the code is broken (equalities with torch,
     shapes, sums to one): shown apart from claims about results, one per line."""
     print("Sanity checks (these hold by construction; they guard the code, not a finding):")
-    _report(checks, "sanity checks")
+    _report(checks, "checks", "sanity checks")

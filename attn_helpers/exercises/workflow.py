@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..course_map import COURSE
+from .core import CheckResult
 
 __all__ = ["Exercise", "EXERCISES", "exercise", "hint", "progress", "progress_file", "reset_progress"]
 
@@ -126,6 +127,10 @@ def exercise(key: str, title: str, *, hints: tuple[str, str, str]) -> Callable:
         def checked(*args, solution: bool = False, **kwargs):
             if not isinstance(solution, bool):
                 raise TypeError(f"solution must be True or False, got {type(solution).__name__}")
+            borrowed = None if solution or not args else _borrowed(args[0])
+            if borrowed:
+                _RESULTS[key] = False
+                return _refusal(borrowed)
             result = checker(*args, **kwargs)
             if solution:
                 if not result:
@@ -142,6 +147,41 @@ def exercise(key: str, title: str, *, hints: tuple[str, str, str]) -> Callable:
         return checked
 
     return register
+
+
+def _borrowed(candidate) -> str | None:
+    """Why ``candidate`` is not the learner's own work, or None: the reference solution from the
+    collapsed cell (a name ending in ``_solution``), a checker's reference (``_reference``), or a
+    function or class of the course's own package or a subclass of one, which pass by
+    construction. (Objects defined in ``attn_helpers.exercises`` itself are the checkers' known
+    mistakes, which the tests hand in on purpose.)"""
+    name = getattr(candidate, "__name__", "")
+    name = name if isinstance(name, str) else ""
+    if name.endswith("_solution"):
+        return (f"{name} is the reference solution from the collapsed cell; it never counts as "
+                "your pass. Write your own function under the exercise's name.")
+    module = getattr(candidate, "__module__", None)
+    if not isinstance(module, str):
+        return None
+    if module.startswith(f"{__package__}."):                   # a checker module
+        return (f"{name} is the checker's own reference, which does this exercise for you; "
+                "write your own function.") if name.endswith("_reference") else None
+    # A class counts as borrowed when it is the course's or inherits a course class's forward
+    # without writing its own.
+    owners = ((candidate, *(c for c in candidate.__mro__[1:-1] if "forward" not in candidate.__dict__))
+              if isinstance(candidate, type) else (candidate,))
+    for owner in owners:
+        owner_module = getattr(owner, "__module__", "")
+        if owner_module == "attn_helpers" or owner_module.startswith("attn_helpers."):
+            what = "a subclass of " if owner is not candidate else ""
+            return (f"that is {what}the course's own {owner_module}."
+                    f"{getattr(owner, '__qualname__', name)}, which does this exercise for you. "
+                    "Write the steps yourself.")
+    return None
+
+
+def _refusal(reason: str) -> CheckResult:
+    return CheckResult(False, f"Not yet: {reason}")
 
 
 def _load_all() -> None:

@@ -72,7 +72,7 @@ def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=(True, T
 
 
 def test_merge_checker_accepts_the_reference_a_learner_solution_and_the_hint():
-    assert ex.check_merge_states(ex.merge_states_reference)
+    assert ex.check_merge_states(ex.merge_states_reference, solution=True)
     verdict = ex.check_merge_states(learner_merge)
     assert verdict and verdict.message.endswith("on all 6 cases, edge cases included.")
     assert ex.check_merge_states(from_hint("complexity.merge_states", "m1, l1, acc1, m2, l2, acc2"))
@@ -163,7 +163,7 @@ def learner_causal(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j, *, mask="causal", f
 
 
 def test_causal_checker_accepts_the_reference_a_learner_solution_and_the_hint():
-    assert ex.check_causal_backward_tile(ex.causal_backward_tile_reference)
+    assert ex.check_causal_backward_tile(ex.causal_backward_tile_reference, solution=True)
     verdict = ex.check_causal_backward_tile(learner_causal)
     assert verdict and verdict.message.endswith("on all 7 cases, edge cases included.")
     assert ex.check_causal_backward_tile(from_hint(
@@ -237,7 +237,7 @@ def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=
 
 
 def test_step_checker_accepts_the_reference_a_learner_step_and_the_hint():
-    assert ex.check_linear_step(ex.linear_step_reference)
+    assert ex.check_linear_step(ex.linear_step_reference, solution=True)
     assert ex.check_linear_step(learner_step)
     assert ex.check_linear_step(from_hint("complexity.linear_step", "S, z, q_t, k_t, v_t"))
 

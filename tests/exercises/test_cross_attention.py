@@ -171,7 +171,7 @@ def learner_alignment(weights, src_real, gold, tgt_real, *, mask_pad=True, inver
 
 
 def test_alignment_checker_accepts_the_reference_and_a_loop_with_python_floats():
-    assert ex.check_alignment_accuracy(ex.alignment_accuracy_reference)
+    assert ex.check_alignment_accuracy(ex.alignment_accuracy_reference, solution=True)
     verdict = ex.check_alignment_accuracy(learner_alignment)
     assert verdict and verdict.message.endswith("edge cases included.")
 

@@ -185,3 +185,34 @@ def test_a_forbidden_function_imported_by_name_is_blocked_too():
                             forbid=[(ah, "max_entropy")])
     assert not result and "called attn_helpers.max_entropy" in result.message
     assert namespace["max_entropy"] is ah.max_entropy                    # restored
+
+
+def test_the_course_own_code_or_a_solution_never_passes_as_the_learners():
+    import attn_helpers as ah
+    from attn_helpers.multihead import MultiHeadAttention
+
+    check_double = _register_double()
+    try:
+        def double_solution(x):
+            return x + x
+
+        result = check_double(double_solution)
+        assert not result and "reference solution from the collapsed cell" in result.message
+        assert _state() is False
+        result = check_double(ah.max_entropy)                   # the course's own function
+        assert not result and "the course's own attn_helpers" in result.message
+
+        class Lazy(MultiHeadAttention):                          # inherits the course's forward
+            pass
+
+        result = check_double(Lazy)
+        assert not result and "a subclass of the course's own" in result.message
+
+        class Own(MultiHeadAttention):                           # writes its own forward: judged
+            def forward(self, x):
+                return x + x
+
+        assert "course's own" not in check_double(Own).message
+        assert check_double(lambda x: x + x)
+    finally:
+        _unregister_double()
