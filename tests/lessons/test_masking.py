@@ -96,6 +96,9 @@ def test_claims_fail_when_the_cache_changes_the_tokens(comparison):
 @pytest.mark.slow
 def test_claims_hold_on_a_fresh_gqa_training(comparison):
     result = masking.claims(comparison, masking.gqa_tradeoff())
+    # The speed claim is a timing: the notebook asserts it, the tests do not (issue 20); its logic
+    # is tested with forced timings in test_claims_fail_when_the_cache_changes_the_tokens.
+    result.pop(f"with the cache, generation is over {masking.SPEEDUP_MIN}x faster (same run)")
     assert all(result.values()), [name for name, holds in result.items() if not holds]
 
 
