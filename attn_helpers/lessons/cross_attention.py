@@ -57,8 +57,10 @@ def alignment_claims(attended: Seq2Seq) -> dict[str, bool]:
     _, weights = predict(attended, single)
     plotted = set(mirror_offsets(weights, single)[0].tolist())     # the notebook's figure
     return {
-        "the strongest weight sits exactly on the anti-diagonal at 55% to 70% of all test steps":
-            0.55 < stats["exact"] < 0.70,
+        # The split between the mirror and the lagging neighbour varies between runs of the same
+        # recipe (shipped 62% exact, re-trained on another floating-point path 80%): no upper bound.
+        "the strongest weight sits exactly on the anti-diagonal at more than 55% of all test steps":
+            stats["exact"] > 0.55,
         "it sits within one position of it at >= 97% of the steps (>= 93% at every length)":
             stats["near"] >= 0.97 and stats["near, lowest length"] >= 0.93,
         f"of the steps that peak next to the mirror position, >= {NEIGHBOUR_AFTER:.0%} peak one "
