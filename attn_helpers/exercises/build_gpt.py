@@ -311,10 +311,40 @@ def check_generate(generate: Callable) -> CheckResult:
             return out.double()
         return run
 
-    return check_function(
+    result = check_function(
         runner(generate), runner(generate_variant("right")), cases, what="generate",
         output_names=("the tokens",), atol=0, rtol=0,
         mistakes=[Mistake(_safe(runner(generate_variant(kind))), hint)
                   for kind, hint in GENERATE_MISTAKES])
+    refusal = _check_cache_used(generate, model, cases) if result.passed else None
+    return result if refusal is None else refusal
+
+
+def _check_cache_used(generate: Callable, model: bg.GPT, cases: list[dict]) -> CheckResult | None:
+    """A failure (or None): with ``use_cache`` each call after the first runs one new token."""
+    def recording(tokens, start=0, caches=None):
+        calls.append((tokens.shape[1], start, caches is not None))
+        return type(model).forward(model, tokens, start, caches)
+
+    for case in (c for c in cases if c["use_cache"]):
+        calls = []
+        n0 = case["prompt"].shape[1]
+        model.forward = recording
+        try:
+            generate(model, case["prompt"], case["steps"], case["temperature"], case["top_k"],
+                     True, torch.Generator().manual_seed(case["seed"]))
+        finally:
+            del model.forward
+        for j, (n, start, cached) in enumerate(calls[1:], 1):
+            if not cached or n != 1 or start != n0 + j - 1:
+                return CheckResult(False, (
+                    "Not yet: the tokens are right, but the cache was never used: with use_cache "
+                    "every call after the first should run only the new token (n = 1) at start = "
+                    f"length - 1, caches passed in; call {j + 1} (prompt of {n0}) ran n = {n}, "
+                    f"start = {start}, caches {'passed' if cached else 'not passed'} (expected n = 1, "
+                    f"start = {n0 + j - 1}).\nHint: the cache was never used: make it once with "
+                    "model.new_caches(), pass it to every call, and after the prompt feed only "
+                    "the token just sampled."))
+    return None
 
 

@@ -43,7 +43,7 @@ class Recipe:
     clip: float = 1.0
 
 
-#: The notebook's final model (a better recipe than nanoGPT's, not a bigger budget).
+#: The notebook's final model: nanoGPT's loss with 20% fewer characters (tuned on this split).
 FINAL = Recipe()
 #: nanoGPT's README recipe for a CPU (lr 1e-3, warmup 100, cosine to 1e-4), for comparison.
 NANOGPT = Recipe(steps=2000, batch=12, lr=1e-3, warmup=100, final_lr_share=0.1,
@@ -193,7 +193,8 @@ def build_and_train(recipe: Recipe = FINAL, *, seed: int = 0, progress: bool = F
     return model, train_gpt(model, recipe, corpus=corpus, seed=seed, progress=progress)
 
 
-#: nanoGPT's CPU recipe on this split (2,000 steps of 12 x 64 characters): the bar to beat.
+#: The bar: nanoGPT's CPU recipe (2,000 steps of 12 x 64 characters) on this split is at about
+#: 1.43 nats/char (a review run of NANOGPT gave 1.386 and 1.384, seeds 0 and 1; FINAL 1.382, 1.377).
 BAR_NATS = 1.43
 
 
@@ -202,10 +203,11 @@ def claims(log: TrainLog, recipe: Recipe = FINAL) -> dict:
     nanogpt_chars = NANOGPT.steps * NANOGPT.batch
     return {
         f"after {recipe.steps} steps the held-out loss is at most {BAR_NATS} nats per character "
-        "(nanoGPT's CPU recipe)": log.final <= BAR_NATS,
-        "it read fewer characters than nanoGPT's recipe does":
-            recipe.steps * recipe.batch < nanogpt_chars,
-        "the held-out loss fell at every evaluation":
+        "(the bar nanoGPT's CPU recipe reaches)": log.final <= BAR_NATS,
+        "it read 20% fewer characters than nanoGPT's recipe does":
+            recipe.steps * recipe.batch <= 0.8 * nanogpt_chars,
+        "the held-out loss was lower at each evaluation than at the one before (200 windows "
+        "each, the last on the whole held-out text)":
             all(b < a for (_, a), (_, b) in zip(log.evaluations, log.evaluations[1:],
                                                 strict=False)),
     }
