@@ -181,7 +181,7 @@ class _TiledAttention(torch.autograd.Function):
 def backward_tile(q, k, v, d_out, lse, D, *, scale=None, mask=None):
     r"""One key/value tile of FlashAttention-2's backward (Dao, 2023), from what the forward saved.
 
-    ``q``, ``d_out`` ``(..., n_q, d_k / d_v)``; the tile ``k = K_j``, ``v = V_j`` ``(..., b_k, d_k / d_v)``;
+    ``q``, ``d_out`` ``(..., n_q, d_k/d_v)``; the tile ``k = K_j``, ``v = V_j`` ``(..., b_k, d_k/d_v)``;
     ``lse``, ``D = rowsum(dO * O)`` ``(..., n_q, 1)``; ``mask`` (``True`` = may attend) broadcastable
     to ``(..., n_q, b_k)``. Returns ``(dq, dk_j, dv_j)``, the tile's share of ``dQ`` and its
     ``dK_j``, ``dV_j``: ``P = exp(S - lse)``, ``dV_j = P^T dO``, ``dP = dO V_j^T``,
