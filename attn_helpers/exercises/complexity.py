@@ -17,15 +17,12 @@ import re
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 import attn_helpers
 
 from .. import efficient, ring
 from ..efficient import block_state
-
-# Exercise 3 (one step of causal linear attention) has its own file; _EXACT: attention functions
-# every checker here blocks.
-from .complexity_linear import _EXACT, check_linear_step, linear_step_reference
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
@@ -34,6 +31,10 @@ __all__ = ["check_merge_states", "check_causal_backward_tile", "check_linear_ste
 
 F64 = torch.float64
 STATE = ("m (the merged max)", "l (the merged sum)", "acc (the merged output sum)")
+_EXACT = [  # exact attention, blocked by every checker of notebook 08
+    (efficient, "tiled_attention"), (attn_helpers, "tiled_attention"),
+    (F, "scaled_dot_product_attention"), (attn_helpers, "scaled_dot_product_attention")]
+
 
 def _stages(candidate, reference, stages, *, what, output_names, atol, rtol, forbid) -> CheckResult:
     """:func:`check_function` over groups ``(cases, mistakes, nan_hint)``; the first miss is
@@ -278,3 +279,8 @@ def check_causal_backward_tile(tile: Callable) -> CheckResult:
                     (_large_causal_cases(), [], overflow)],
                    what="causal_backward_tile", output_names=GRADS, atol=1e-9, rtol=1e-7,
                    forbid=forbid)
+
+
+# Exercise 3 (one step of causal linear attention) has its own file; imported last, so the
+# exercises register (and progress() lists them) in the notebook's order.
+from .complexity_linear import check_linear_step, linear_step_reference  # noqa: E402

@@ -1,6 +1,6 @@
 r"""Exercise 3 of notebook 08: one step of causal linear attention as a recurrence
 (``complexity.linear_step``): the state ``(S, z)`` in, token t's output and the new state out.
-Registered when :mod:`.complexity` is imported."""
+Registered when :mod:`.complexity` is imported (at its end)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,6 @@ from .workflow import exercise
 __all__ = ["check_linear_step", "linear_step_reference"]
 
 F64 = torch.float64
-_EXACT = [  # exact attention, blocked by every checker of notebook 08
-    (efficient, "tiled_attention"), (attn_helpers, "tiled_attention"),
-    (F, "scaled_dot_product_attention"), (attn_helpers, "scaled_dot_product_attention")]
 
 
 def linear_step_reference(S, z, q_t, k_t, v_t):
@@ -102,6 +99,8 @@ def _linear_mistakes() -> list[Mistake]:
 def check_linear_step(step: Callable) -> CheckResult:
     """Exercise: ``step(S, z, q_t, k_t, v_t) -> (o_t, S_t, z_t)``: ``S`` ``(..., d_k, d_v)``,
     ``z``, ``q_t``, ``k_t`` ``(..., d_k)``, ``v_t`` ``(..., d_v)``; ``o_t`` ``(..., d_v)``."""
+    from .complexity import _EXACT  # defined there; this module is imported at its end
+
     forbid = [(efficient, "linear_attention_step"), (efficient, "linear_attention"),
               (attn_helpers, "linear_attention"), *_EXACT]
     return check_function(step, linear_step_reference, _linear_cases(), what="linear_step",
