@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["CheckResult", "Mistake", "as_number", "blocking", "check_function", "describe", "seeded"]
+__all__ = ["CheckResult", "Mistake", "Refused", "as_number", "blocking", "check_function", "describe",
+           "seeded"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,12 @@ class BlockedCall(Exception):
     """Raised when a learner's function calls a library function the exercise asks them to write."""
 
 
+class Refused(Exception):
+    """Raised by a checker's ``guard`` (see :func:`check_function`) when the learner's function
+    does something the exercise rules out (builds the matrix it must avoid); its text is the
+    whole explanation the learner sees."""
+
+
 @contextlib.contextmanager
 def blocking(targets: Sequence[tuple[object, str]], *, namespaces: Sequence[dict] = ()
              ) -> Iterator[None]:
@@ -154,6 +161,8 @@ def check_function(
     atol: float = 1e-5,
     rtol: float = 1e-4,
     forbid: Sequence[tuple[object, str]] = (),
+    instead: str = "Write the steps yourself",
+    guard: Callable[[dict], contextlib.AbstractContextManager] | None = None,
 ) -> CheckResult:
     """Run ``candidate(*case.values())`` and the reference on every case; explain the first miss.
 
@@ -170,22 +179,35 @@ def check_function(
         nan_hint: added when the candidate gives NaN or inf where the answer is finite.
         forbid: ``(owner, name)`` pairs of library functions that would do the exercise for the
             learner; calling one while the candidate runs fails the check with a message naming
-            it (see :func:`blocking`). The reference and the known mistakes may use them.
+            it (see :func:`blocking`), and so does handing one in as the answer itself. The
+            reference and the known mistakes may use them.
+        instead: what the learner should write instead of a forbidden call (said in its message).
+        guard: ``guard(inputs)`` returns a context manager entered around each candidate call; it
+            raises :class:`Refused` to fail the check with its own message (used to watch for a
+            tensor the exercise says not to build).
     """
     if not callable(candidate):
         return CheckResult(False, f"Not yet: {what} is not a function (got {type(candidate).__name__}).")
+    for owner, name in forbid:
+        if candidate is getattr(owner, name, None):
+            label = f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"
+            return CheckResult(False, f"Not yet: {what} is {label}, which does this exercise for "
+                                      f"you. {instead}; the checker refuses it here.")
     cases = list(cases)
     for number, case in enumerate(cases, start=1):
         where = f"case {number} of {len(cases)} ({describe(case)})"
         inputs = _clone(case)
         try:
-            with blocking(forbid, namespaces=_namespaces(candidate) if forbid else ()):
+            with blocking(forbid, namespaces=_namespaces(candidate) if forbid else ()), (
+                    guard(inputs) if guard is not None else contextlib.nullcontext()):
                 got = candidate(*inputs.values())
         except NotImplementedError:  # the stored stub: say so, and nothing more
             return CheckResult(False, f"{what} is not implemented yet.")
         except BlockedCall as exc:
             return CheckResult(False, f"Not yet: {what} called {exc}, which does this exercise for "
-                                      "you. Write the steps yourself; the checker blocks it here.")
+                                      f"you. {instead}; the checker blocks it here.")
+        except Refused as exc:
+            return CheckResult(False, f"Not yet: on {where}, {exc}")
         except Exception as exc:  # the learner's bug, reported in words
             return CheckResult(False, f"Not yet: on {where}, {what} raised "
                                       f"{type(exc).__name__}: {exc}")

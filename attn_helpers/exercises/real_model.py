@@ -25,7 +25,8 @@ __all__ = ["FORBID_NORMS", "FORBID_PREVIOUS", "HINTS", "check_previous_token_sco
 
 #: The package functions that would do each exercise for the learner: calling one (under any name,
 #: imported into the notebook too) while the learner's function runs fails the check.
-FORBID_PREVIOUS = [(_rm, "offset_scores"), (_rm, "analyse")]
+FORBID_PREVIOUS = [(_rm, "offset_scores"), (_rm, "analyse"), (_rm, "_mean_over_queries"),
+                   (_rm, "entropy_grid")]
 FORBID_NORMS = [(_studies, "value_norms"), (_studies, "run_value_norms"),
                 (_studies, "value_vector_norms"), (_rm, "analyse")]
 
@@ -118,6 +119,8 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
     return check_function(
         candidate, lambda w, m: offset_scores(w, m, -1), make_cases(91),
         what="previous_token_scores", output_names=("the scores",), forbid=FORBID_PREVIOUS,
+        instead=("Pick weights[..., i, i - 1] for i = 1 .. n-1 and average them over the real "
+                 "queries yourself (a masked sum divided by a count)"),
         mistakes=[
             Mistake(shifted(+1, 0),
                     "you read a[i, i + 1], the weight on the NEXT token. The previous token of "

@@ -80,6 +80,15 @@ rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d)
 (H (..., n, d), h_last (..., d))``: ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)`` from ``h_{-1} = 0``."""
 
 
+# PyTorch's own recurrences, which would run the loop for the learner: blocked while their function
+# runs (nn.RNN and nn.RNNCell call torch._VF's kernels, so those are blocked too).
+RNN_FORBID = [(torch.nn, "RNN"), (torch.nn, "RNNCell"), (torch.nn.modules.rnn, "RNN"),
+              (torch.nn.modules.rnn, "RNNCell"), (torch, "rnn_tanh"), (torch, "rnn_tanh_cell"),
+              (torch._VF, "rnn_tanh"), (torch._VF, "rnn_tanh_cell")]
+RNN_INSTEAD = ("Write the loop yourself: for each j, h = torch.tanh(x[..., j, :] @ W_x + h @ W_h + "
+               "b), keeping every h")
+
+
 @exercise("rnn_bottleneck.rnn_encoder", "a vanilla RNN encoder and its final state", hints=(
     "Start from a zero state and walk along the time axis (dim -2), one token at a time: each new "
     "state mixes the current token with the previous state. Keep every state; the last one is the "
@@ -94,10 +103,16 @@ rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d)
     "return torch.stack(states, dim=-2), h"))
 def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
     """Exercise: ``rnn_encoder(x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,)) ->
-    (H (..., n, d), h_last (..., d))``, ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)``, ``h_{-1} = 0``."""
+    (H (..., n, d), h_last (..., d))``, ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)``, ``h_{-1} = 0``.
+    PyTorch's recurrences (``nn.RNN``, ``nn.RNNCell``, ``torch.rnn_tanh``) are blocked while it runs,
+    and the checker's own recurrence is refused."""
+    if getattr(rnn_encoder, "__code__", None) is rnn_encoder_reference.__code__:
+        return CheckResult(False, "Not yet: that is the checker's own recurrence (exercises."
+                                  f"rnn_bottleneck), which does this exercise for you. {RNN_INSTEAD}.")
     return check_function(
         rnn_encoder, rnn_encoder_reference, _rnn_cases(), what="rnn_encoder",
         output_names=("the states H", "the last state h_last"),
+        forbid=RNN_FORBID, instead=RNN_INSTEAD,
         mistakes=[
             Mistake(_rnn(act=lambda z: z),
                     "the tanh is missing: h_j = tanh(x_j W_x + h_{j-1} W_h + b)."),

@@ -164,8 +164,39 @@ _BACKWARD_FORBID = [
     (torch.autograd.functional, "jacobian"), (torch.autograd.functional, "vjp"),
     (torch.func, "vjp"), (torch.func, "jacrev"), (torch.func, "grad"),
     (torch, "_softmax_backward_data"), (torch, "diag_embed"), (torch.Tensor, "diag_embed"),
+    (torch, "diag"), (torch.Tensor, "diag"), (torch, "diagflat"), (torch, "eye"),
     (_scaling_lesson, "softmax_jacobian"),
 ]
+_BACKWARD_INSTEAD = ("Write grad_s = a * (g - <a, g>) from a = softmax(scores): one dot product "
+                     "per row, no n x n matrix")
+
+
+class _NoJacobian(torch.overrides.TorchFunctionMode):
+    """Watches every torch operation the learner's function runs: a result with as many elements
+    as the ``(..., n, n)`` Jacobian (n times the scores') means J was built, whatever the route
+    (an outer product by broadcasting, a loop filling a matrix, ...)."""
+
+    def __init__(self, scores: torch.Tensor):
+        super().__init__()
+        self.n = scores.shape[-1]
+        self.limit = scores.numel() * self.n
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, tuple | list) else (out,):
+            if isinstance(t, torch.Tensor) and self.n >= 3 and t.numel() >= self.limit:
+                from .core import Refused
+
+                raise Refused(
+                    f"softmax_backward built a tensor of shape {tuple(t.shape)}, as big as the "
+                    f"(..., n, n) Jacobian (n = {self.n}). The point of this exercise is the "
+                    "backward pass WITHOUT J, which at n = 8,192 and 64 rows would need 17 GB. "
+                    f"{_BACKWARD_INSTEAD}.")
+        return out
+
+
+def _no_jacobian(inputs: dict) -> _NoJacobian:
+    return _NoJacobian(next(iter(inputs.values())))
 
 
 @exercise("scaling.softmax_backward", "the softmax backward pass, without building J", hints=(
@@ -178,12 +209,13 @@ _BACKWARD_FORBID = [
 def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
     """Exercise: ``softmax_backward(scores (..., n), grad_weights (..., n)) -> (..., n)``, the
     gradient of the loss at the scores given its gradient ``g`` at the weights ``a =
-    softmax(scores)``: ``a * (g - <a, g>)``, without building the ``(..., n, n)`` Jacobian and
-    without autograd (both are blocked while it runs); checked against autograd."""
+    softmax(scores)``: ``a * (g - <a, g>)``, without building the ``(..., n, n)`` Jacobian (any
+    intermediate that large fails the check) and without autograd (blocked while it runs);
+    checked against autograd."""
     return check_function(
         softmax_backward, _softmax_backward, _backward_cases(), what="softmax_backward",
         output_names=("the gradient at the scores",), atol=1e-6, rtol=1e-5,
-        forbid=_BACKWARD_FORBID,
+        forbid=_BACKWARD_FORBID, instead=_BACKWARD_INSTEAD, guard=_no_jacobian,
         mistakes=[
             Mistake(_backward_from(lambda a, g: a * g),
                     "that is only diag(a) g: the outer-product term is missing. Raising s_j "

@@ -47,9 +47,12 @@ OVERFLOW_HINT = (
 
 # Library calls that would do exercise 1 for the learner: blocked while their function runs.
 SOFTMAX_CALLS = ((torch, "softmax"), (torch.nn.functional, "softmax"), (torch.Tensor, "softmax"),
-                 (torch.special, "softmax"), (torch, "log_softmax"),
+                 (torch.special, "softmax"), (torch, "_softmax"), (torch, "log_softmax"),
                  (torch.nn.functional, "log_softmax"), (torch.Tensor, "log_softmax"),
-                 (torch.special, "log_softmax"))
+                 (torch.special, "log_softmax"), (torch, "_log_softmax"),
+                 (torch.nn.functional, "softmin"))
+SOFTMAX_INSTEAD = ("Write it from torch.exp: subtract each row's maximum, exponentiate, divide by "
+                   "the row's sum")
 
 
 def _softmax_cases() -> list[dict]:
@@ -105,7 +108,7 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
                     "so that the row still sums to one."),
         ],
         nan_hint=OVERFLOW_HINT,
-        forbid=SOFTMAX_CALLS,
+        forbid=SOFTMAX_CALLS, instead=SOFTMAX_INSTEAD,
     )
 
 
@@ -117,11 +120,24 @@ def _entropy_calls() -> tuple[tuple[object, str], ...]:
     (the course's own ``ah.attention_entropy`` included). Looked up when the checker runs, because
     this module is imported while ``attn_helpers`` itself is still being imported."""
     import importlib
+    import importlib.util
 
     package = importlib.import_module("attn_helpers")
     module = importlib.import_module("attn_helpers.entropy")
-    return ((torch.special, "entr"), (package, "attention_entropy"), (module, "attention_entropy"),
-            (torch.distributions.Categorical, "entropy"))
+    calls = [(torch.special, "entr"), (package, "attention_entropy"), (module, "attention_entropy"),
+             (torch.distributions.Categorical, "entropy"),
+             # x log y with 0 log 0 = 0 built in: the zero-weight lesson done for the learner
+             (torch, "xlogy"), (torch.special, "xlogy"), (torch.Tensor, "xlogy"),
+             (torch.Tensor, "xlogy_")]
+    if importlib.util.find_spec("scipy") is not None:                    # scipy is optional
+        stats = importlib.import_module("scipy.stats")
+        special = importlib.import_module("scipy.special")
+        calls += [(stats, "entropy"), (special, "entr"), (special, "xlogy"), (special, "rel_entr")]
+    return tuple(calls)
+
+
+ENTROPY_INSTEAD = ("Write -sum_j a_j ln a_j with torch.log, giving the keys of weight 0 the term 0 "
+                   "yourself (torch.where(weights > 0, ..., 0))")
 
 
 def _entropy_cases() -> list[dict]:
@@ -167,5 +183,5 @@ def check_entropy(entropy: Callable) -> CheckResult:
         ],
         nan_hint="0 * ln 0 is NaN in floating point, but its limit is 0: a key with zero weight "
                  "adds nothing. Use torch.where(weights > 0, ...) to give those keys 0.",
-        forbid=_entropy_calls(),
+        forbid=_entropy_calls(), instead=ENTROPY_INSTEAD,
     )

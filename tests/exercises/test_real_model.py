@@ -98,6 +98,23 @@ def test_previous_token_checker_blocks_the_package_helper():
         assert not verdict and "offset_scores" in verdict.message and "blocks" in verdict.message
 
 
+def test_previous_token_checker_blocks_the_lessons_private_pooling():
+    from attn_helpers.lessons import real_model as rm
+
+    def pooled_by_the_lesson(w, m):
+        n = w.shape[-1]
+        i = torch.arange(1, n)
+        on_previous = torch.zeros(w.shape[:-1])
+        on_previous[..., i] = w[..., i, i - 1]
+        valid = m.clone()
+        valid[:, 0] = False
+        return rm._mean_over_queries(on_previous, valid)
+
+    verdict = ex.check_previous_token_scores(pooled_by_the_lesson)
+    assert not verdict and "_mean_over_queries" in verdict.message, verdict.message
+    assert "average them over the real queries yourself" in verdict.message
+
+
 @pytest.mark.parametrize("wrong, named", PREVIOUS_WRONG, ids=[w.__name__ for w, _ in PREVIOUS_WRONG])
 def test_previous_token_checker_names_the_mistake(wrong, named):
     verdict = ex.check_previous_token_scores(wrong)

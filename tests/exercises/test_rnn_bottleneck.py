@@ -42,21 +42,57 @@ def test_rnn_encoder_reference_equals_torch_rnn():
     assert torch.allclose(H, expected_H, atol=1e-6) and torch.allclose(h_n, expected_h[0], atol=1e-6)
 
 
-def test_rnn_encoder_accepts_right_answers():
-    def with_torch_rnn(x, W_x, W_h, b):  # noqa: N803
-        layer = torch.nn.RNN(W_x.shape[0], W_x.shape[1], batch_first=True, dtype=x.dtype)
-        with torch.no_grad():
-            layer.weight_ih_l0.copy_(W_x.T)
-            layer.weight_hh_l0.copy_(W_h.T)
-            layer.bias_ih_l0.copy_(b)
-            layer.bias_hh_l0.zero_()
-            flat = x.reshape(-1, *x.shape[-2:])
-            H, h = layer(flat)
-        return H.reshape(*x.shape[:-1], -1), h[0].reshape(*x.shape[:-2], -1)
+def with_torch_rnn(x, W_x, W_h, b):  # noqa: N803
+    layer = torch.nn.RNN(W_x.shape[0], W_x.shape[1], batch_first=True, dtype=x.dtype)
+    with torch.no_grad():
+        layer.weight_ih_l0.copy_(W_x.T)
+        layer.weight_hh_l0.copy_(W_h.T)
+        layer.bias_ih_l0.copy_(b)
+        layer.bias_hh_l0.zero_()
+        flat = x.reshape(-1, *x.shape[-2:])
+        H, h = layer(flat)
+    return H.reshape(*x.shape[:-1], -1), h[0].reshape(*x.shape[:-2], -1)
 
-    for right in (rnn, with_torch_rnn, ex.rnn_encoder_reference):
+
+def test_rnn_encoder_accepts_right_answers():
+    for right in (rnn, lambda *a: tuple(t.clone() for t in rnn(*a))):
         result = ex.check_rnn_encoder(right)
         assert result and result.message.startswith("Passed"), result.message
+
+
+def _with_cell(x, W_x, W_h, b):  # noqa: N803
+    cell = torch.nn.RNNCell(W_x.shape[0], W_x.shape[1], dtype=x.dtype)
+    with torch.no_grad():
+        cell.weight_ih.copy_(W_x.T)
+        cell.weight_hh.copy_(W_h.T)
+        cell.bias_ih.copy_(b)
+        cell.bias_hh.zero_()
+        flat = x.reshape(-1, *x.shape[-2:])
+        h, states = None, []
+        for j in range(flat.shape[1]):
+            h = cell(flat[:, j], h)
+            states.append(h)
+    H = torch.stack(states, dim=1)  # noqa: N806
+    return H.reshape(*x.shape[:-1], -1), h.reshape(*x.shape[:-2], -1)
+
+
+def _with_kernel(x, W_x, W_h, b):  # noqa: N803
+    flat = x.reshape(-1, *x.shape[-2:])
+    h0 = flat.new_zeros(1, flat.shape[0], W_h.shape[0])
+    params = [W_x.T.contiguous(), W_h.T.contiguous(), b, torch.zeros_like(b)]
+    H, h = torch.rnn_tanh(flat, h0, params, True, 1, 0.0, False, False, True)
+    return H.reshape(*x.shape[:-1], -1), h[0].reshape(*x.shape[:-2], -1)
+
+
+@pytest.mark.parametrize("shortcut, name", [
+    (with_torch_rnn, "RNN"), (_with_cell, "RNNCell"), (_with_kernel, "rnn_tanh"),
+    (ex.rnn_encoder_reference, "the checker's own recurrence"),
+    (ex._rnn(), "the checker's own recurrence"),
+])
+def test_rnn_encoder_blocks_pytorchs_recurrence(shortcut, name):
+    assert_rejected(ex.check_rnn_encoder(shortcut), name, "does this exercise",
+                    "Write the loop yourself")
+    assert torch.nn.RNN(2, 3)(torch.zeros(1, 2))[0].shape == (1, 3)             # restored after
 
 
 def test_rnn_encoder_stub_says_only_not_implemented():

@@ -161,6 +161,42 @@ def test_softmax_backward_blocks_the_shortcuts(shortcut, name):
     assert torch.diag_embed(a).shape == (2, 3, 3)
 
 
+def _via_eye(s, g):
+    a = torch.softmax(s, -1)
+    J = torch.eye(s.shape[-1], dtype=s.dtype) * a[..., None] - a[..., :, None] * a[..., None, :]
+    return (J @ g[..., None])[..., 0]
+
+
+def _via_outer_product(s, g):
+    a = torch.softmax(s, -1)
+    J = -a[..., :, None] * a[..., None, :]
+    i = torch.arange(s.shape[-1])
+    J[..., i, i] += a
+    return (J @ g[..., None])[..., 0]
+
+
+def _via_zeros_filled(s, g):
+    a = torch.softmax(s, -1)
+    n = s.shape[-1]
+    J = torch.zeros(*s.shape, n, dtype=s.dtype)
+    for i in range(n):
+        for j in range(n):
+            J[..., i, j] = a[..., i] * ((i == j) - a[..., j])
+    return torch.einsum("...ij,...j->...i", J, g)
+
+
+@pytest.mark.parametrize("shortcut, name", [
+    (_via_eye, "torch.eye"), (_via_outer_product, "as big as the (..., n, n) Jacobian"),
+    (_via_zeros_filled, "as big as the (..., n, n) Jacobian"),
+])
+def test_softmax_backward_refuses_building_the_jacobian(shortcut, name):
+    verdict = check_softmax_backward(shortcut)
+    assert not verdict and name in verdict.message, verdict.message
+    assert "a * (g - <a, g>)" in verdict.message and "no n x n matrix" in verdict.message
+    assert torch.eye(2).shape == (2, 2)                                           # restored after
+    assert torch.overrides._get_current_function_mode() is None
+
+
 def test_softmax_backward_stub():
     assert check_softmax_backward(_stub).message == "softmax_backward is not implemented yet."
 

@@ -103,9 +103,15 @@ def test_entropy_rejects_and_names_mistakes(wrong, fragments):
     (lambda s, t: (s / t).softmax(-1), "Tensor.softmax"),
     (lambda s, t: torch.special.softmax(s / t, -1), "torch.special.softmax"),
     (lambda s, t: torch.log_softmax(s / t, -1).exp(), "torch.log_softmax"),
+    (lambda s, t: torch._softmax(s / t, -1, False), "torch._softmax"),
+    (lambda s, t: torch._log_softmax(s / t, -1, False).exp(), "torch._log_softmax"),
+    (lambda s, t: torch.nn.functional.softmin(-s / t, dim=-1), "softmin"),
+    (lambda s, t: torch.nn.Softmax(dim=-1)(s / t), "softmax"),
+    (torch.softmax, "torch.softmax"),                              # handed in as the answer
 ])
 def test_softmax_checker_blocks_the_library_softmax(shortcut, name):
-    assert_rejected(ex.check_softmax_with_temperature(shortcut), name, "does this exercise")
+    assert_rejected(ex.check_softmax_with_temperature(shortcut), name, "does this exercise",
+                    "subtract each row's maximum")
     assert torch.softmax(torch.zeros(2), -1).tolist() == [0.5, 0.5]           # restored after
     assert torch.zeros(2).softmax(-1).tolist() == [0.5, 0.5]
 
@@ -114,9 +120,13 @@ def test_softmax_checker_blocks_the_library_softmax(shortcut, name):
     (lambda p: torch.special.entr(p).sum(-1), "torch.special.entr"),
     (lambda p: ah.attention_entropy(p), "attention_entropy"),
     (lambda p: torch.distributions.Categorical(probs=p).entropy(), "Categorical.entropy"),
+    (lambda p: -torch.xlogy(p, p).sum(-1), "torch.xlogy"),
+    (lambda p: -torch.special.xlogy(p, p).sum(-1), "xlogy"),
+    (lambda p: -p.xlogy(p).sum(-1), "Tensor.xlogy"),
 ])
 def test_entropy_checker_blocks_the_library_entropy(shortcut, name):
-    assert_rejected(ex.check_entropy(shortcut), name, "does this exercise")
+    assert_rejected(ex.check_entropy(shortcut), name, "does this exercise",
+                    "giving the keys of weight 0 the term 0 yourself")
     assert ah.attention_entropy(torch.ones(2) / 2).item() > 0.69                 # restored after
 
 
@@ -158,3 +168,13 @@ def test_check_cases_names_a_mistake_even_where_it_gives_nan():
     assert ex.check_cases(stub, torch.sqrt, cases, what="root").message == (
         "root is not implemented yet.")
     assert ex.check_cases(torch.sqrt, torch.sqrt, cases)
+
+
+def test_entropy_checker_blocks_scipy_when_it_is_installed():
+    stats = pytest.importorskip("scipy.stats")
+
+    def with_scipy(p):
+        return torch.as_tensor(stats.entropy(p.numpy(), axis=-1), dtype=p.dtype)
+
+    assert_rejected(ex.check_entropy(with_scipy), "entropy", "does this exercise")
+    assert abs(stats.entropy([0.5, 0.5]) - 0.6931) < 1e-3                         # restored after
