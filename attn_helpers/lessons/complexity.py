@@ -105,7 +105,8 @@ TRAINING_MEMORY_FRACTION = 1 / 6  # tiled's fwd + bwd peak against naive autogra
 GRAD_TOLERANCE, RING_TOLERANCE = 1e-4, 1e-5   # largest gaps: gradients to SDPA's, ring to full
 SMALL_TILE_SLOWDOWN = OUT_OF_CACHE_SLOWDOWN = 2.0  # the smallest tile / the best; softmax in / out of L3
 CACHE_OVER_STATE, CACHE_FLOP_SAVING = 30, 100  # cache / linear state; FLOPs without / with cache
-ROOF_NOISE = 1.1                 # a measured point may sit this much above its roof (timing noise)
+ROOF_NOISE = 1.25                # a measured point may sit this much above its roof (timing noise)
+CAUSAL_GROWTH = 1.5              # live: causal sdpa's time growth over causal linear's and local's
 LIVE_SLOPES = {"naive": (1.3, 3.2), "linear": (0.4, 1.6), "local": (0.4, 1.6)}  # noisy live run
 
 
@@ -158,10 +159,14 @@ def _record_claims(records: list[dict]) -> dict[str, bool]:
 def _live_claims(live: list[dict]) -> dict[str, bool]:
     by = {(r["method"], r["n"]): r.get("peak_bytes") for r in live}
     ms = {(r["method"], r["n"]): r["median_ms"] for r in live}
-    n_c = max((r["n"] for r in live if r["method"] == "sdpa_causal"), default=None)
+    causal = sorted(r["n"] for r in live if r["method"] == "sdpa_causal")
     time_fit, memory_fit = (fit_methods(live, key, n_min=256, methods=("naive", "linear", "local"))
                             for key in ("median_ms", "peak_bytes"))
     n_t = max((r["n"] for r in live if r["method"] == "tiled"), default=0)
+
+    def growth(m):                 # time at the largest causal n over time at the smallest
+        return ms[(m, causal[-1])] / ms[(m, causal[0])]
+
     return {
         "live: time slopes naive 1.3..3.2, causal linear and local 0.4..1.6": all(
             low <= time_fit[m].slope <= high for m, (low, high) in LIVE_SLOPES.items()),
@@ -172,9 +177,10 @@ def _live_claims(live: list[dict]) -> dict[str, bool]:
             by[("tiled", 1024)] < by[("naive", 1024)] > 10 * by[("sdpa", 1024)]),
     } | ({f"live, n = 1024 to {n_t} (4x the tokens): tiled's peak grows < 2x": (
         by[("tiled", n_t)] < 2 * by[("tiled", 1024)])} if n_t >= 4096 else {}) | ({
-        f"live, n = {n_c}: causal linear < causal sdpa / 3, causal local < causal sdpa": (
-        ms[("linear", n_c)] < ms[("sdpa_causal", n_c)] / 3
-        and ms[("local", n_c)] < ms[("sdpa_causal", n_c)])} if n_c else {})
+        f"live, n = {causal[0]} to {causal[-1]}: causal sdpa's time grows > {CAUSAL_GROWTH}x "
+        "as much as causal linear's and local's": all(
+            growth("sdpa_causal") > CAUSAL_GROWTH * growth(m) for m in ("linear", "local"))
+    } if len(causal) >= 2 else {})
 
 
 def _training_claims(t: dict) -> dict[str, bool]:
@@ -202,7 +208,7 @@ def _roofline_claims(r: dict) -> dict[str, bool]:
     return {
         "the softmax lies left of the measured ridge point": (
             p[f"softmax n={large}"]["intensity"] < r["ridge"]),
-        "every point lies below the roof that applies to it (10% timing noise allowed)": all(
+        "every point lies below the roof that applies to it (25% timing noise allowed)": all(
             q["gflops"] <= ROOF_NOISE * roof(r, q) for q in p.values()),
         f"n = {large}: the softmax takes > 2x a plain copy of its matrix": (
             ms["softmax"] > OUT_OF_CACHE_SLOWDOWN * ms["copy S"]),

@@ -320,7 +320,7 @@ def _roofline(**change):
 def test_roofline_claims_read_the_roof_that_applies():
     assert all(cx.claims(roofline=_roofline()).values())
     assert cx.roof(_roofline(), _roofline()["points"]["softmax n=256"]) == 0.625 * 40.0
-    below = "every point lies below the roof that applies to it (10% timing noise allowed)"
+    below = "every point lies below the roof that applies to it (25% timing noise allowed)"
     # 9 GFLOP/s in cache is under the cache roof (25) but above the DRAM roof (6.25)
     assert not cx.claims(roofline=_roofline(**{"softmax n=256": {"roof": "dram"}}))[below]
     left = "the softmax lies left of the measured ridge point"
@@ -331,14 +331,23 @@ def test_roofline_claims_read_the_roof_that_applies():
 
 def test_live_claims_compare_causal_with_causal():
     live = [{"method": m, "n": n, "median_ms": ms * n / 1024, "peak_bytes": b * n}
-            for m, ms, b in (("linear", 5.0, 10), ("local", 10.0, 10), ("sdpa_causal", 30.0, 1))
-            for n in (1024, 2048, 4096)]
+            for m, ms, b in (("linear", 5.0, 10), ("local", 10.0, 10)) for n in (1024, 2048, 4096)]
+    live += [{"method": "sdpa_causal", "n": n, "median_ms": 30.0 * (n / 1024) ** 2}
+             for n in (1024, 4096)]
     live += [{"method": m, "n": n, "median_ms": (n / 256) ** 2, "peak_bytes": b * n * n}
              for m, b in (("naive", 8), ("sdpa", 0.001), ("tiled", 4)) for n in (256, 512, 1024)]
-    name = "live, n = 4096: causal linear < causal sdpa / 3, causal local < causal sdpa"
+    name = ("live, n = 1024 to 4096: causal sdpa's time grows > 1.5x as much as causal linear's "
+            "and local's")
     assert cx.claims(live=live)[name]
-    slow = [dict(r, median_ms=1.0) if r["method"] == "sdpa_causal" else r for r in live]
-    assert not cx.claims(live=slow)[name]
+    # causal sdpa growing like the linear methods (4x for 4x the tokens): the claim fails
+    flat = [dict(r, median_ms=30.0 * r["n"] / 1024) if r["method"] == "sdpa_causal" else r for r in live]
+    assert not cx.claims(live=flat)[name]
+    # the claim is about growth, not speed: a fast causal sdpa that grows 16x still satisfies it
+    fast = [dict(r, median_ms=r["median_ms"] / 100) if r["method"] == "sdpa_causal" else r for r in live]
+    assert cx.claims(live=fast)[name]
+    assert not any("sdpa" in k for k in cx.claims(live=[r for r in live if r["n"] != 1024
+                                                         or r["method"] != "sdpa_causal"])
+                   if "causal sdpa" in k)
 
 
 def test_live_claim_on_tiled_memory_needs_n_4096_and_a_flat_peak():
