@@ -8,9 +8,8 @@ r"""Checkers for notebook 07 (positional encoding).
   ``t .. t + n - 1``; each pair :math:`(x_{2i}, x_{2i+1})` of the token at position :math:`m` is
   rotated by :math:`m\,\omega_i`. The checker also checks that the new tokens' scores among
   themselves do not depend on ``t`` (only on the offsets).
-* ``positional_encoding.relative_gap``: :func:`check_relative_gap`, the relative-position check:
-  does the score of a query at ``p`` and a key at ``p + offset`` equal the score at ``0`` and
-  ``offset``?
+* ``positional_encoding.alibi``: :func:`check_alibi`, the causal ALiBi bias of section 5:
+  ``-m_h (i - j)`` for ``j <= i``, ``-inf`` above, slopes ``m_h = 2^(-8h/H)`` for ``h = 1 .. H``.
 """
 
 from __future__ import annotations
@@ -21,12 +20,12 @@ import torch
 
 from .. import positional as _positional
 from ..lessons import rope as _rope
-from ..positional import apply_rope, frequencies, sinusoidal_encoding
+from ..positional import apply_rope, sinusoidal_encoding
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["FORBID", "PositionScheme", "SCHEMES", "check_relative_gap", "check_rope",
-           "check_sinusoidal", "relative_gap_reference", "rope_reference", "rope_step_reference"]
+__all__ = ["ALIBI_FORBID", "FORBID", "alibi_reference", "check_alibi", "check_rope",
+           "check_sinusoidal", "rope_reference", "rope_step_reference"]
 
 #: The package functions that would do exercises 1 and 2 for the learner: calling one (under any
 #: name, imported into the notebook too) while the learner's function runs fails the check.
@@ -238,95 +237,119 @@ def check_rope(rope_step: Callable) -> CheckResult:
     return CheckResult(False, f"{result.message} Also: {extra.message.removeprefix('Not yet: ')}")
 
 
-# --- exercise 3: the relative-position check -------------------------------------------------
+# --- exercise 3: the ALiBi bias ----------------------------------------------------------------
 
 
-class PositionScheme:
-    """A named way to put position into a query or key: ``encode(x (..., d), p) -> (..., d)``."""
-
-    def __init__(self, name: str, encode: Callable[[torch.Tensor, int], torch.Tensor]):
-        self.name, self.encode = name, encode
-
-    def __call__(self, x: torch.Tensor, p: int) -> torch.Tensor:
-        return self.encode(x, p)
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-def _added_sinusoid(x, p):
-    angles = p * frequencies(x.shape[-1])  # (d/2,), any integer p, negative ones too
-    return x + torch.stack([angles.sin(), angles.cos()], -1).flatten().to(x.dtype)
-
-
-SCHEMES = {
-    "rope": PositionScheme("RoPE", rope_reference),
-    "added": PositionScheme("sinusoids added", _added_sinusoid),
-    "none": PositionScheme("no position", lambda x, p: x),
-    "scaled": PositionScheme("x * (1 + p / 10)", lambda x, p: x * (1 + p / 10)),
-}
+def _alibi(n: int, H: int, *, first: int = 1, sign: float = -1.0, distance: str = "signed",  # noqa: N803
+           future: float = float("-inf"), base: float = 2.0, per: str = "head", H_for_ratio=None,
+           diagonal: bool = True, order: str = "up", transpose: bool = False) -> torch.Tensor:
+    """The causal ALiBi bias ``(H, n, n)`` with one thing changed (the known mistakes); with the
+    defaults it is the right answer: ``-m_h (i - j)`` for ``j <= i``, ``-inf`` above, ``m_h =
+    2^(-8h/H)`` for ``h = 1 .. H``."""
+    h = torch.arange(first, first + H, dtype=torch.float64)
+    h = h.flip(0) if order == "down" else h
+    m = base ** (-8.0 * h / (H if H_for_ratio is None else H_for_ratio))        # (H,)
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    gap = (i - j).to(torch.float64)                                             # (n, n): i - j
+    gap = gap.abs() if distance == "abs" else gap
+    if per == "head":
+        bias = sign * m[:, None, None] * gap                                    # (H, n, n)
+    else:                                                 # a slope per query row or key column
+        bias = sign * (m[:, None] if per == "query" else m[None, :]) * gap      # (n, n) if H == n
+    visible = (j <= i) if diagonal else (j < i)
+    if future is not None:
+        bias = bias.masked_fill(~visible, future)
+    bias = bias.transpose(-1, -2) if transpose else bias
+    return bias.float()
 
 
-def relative_gap_reference(encode, q, k, p, offset):
-    """The largest ``|score(p, p + offset) - score(0, offset)|`` over the leading dims, a 0-d
-    tensor; ``score(m, n) = encode(q, m) . encode(k, n)`` over the last dim of ``q, k (..., d)``."""
-    moved = (encode(q, p) * encode(k, p + offset)).sum(-1)  # (...,): query at p, key at p + offset
-    start = (encode(q, 0) * encode(k, offset)).sum(-1)  # (...,): the same distance from 0
-    return (moved - start).abs().max()
+def alibi_reference(n: int, H: int) -> torch.Tensor:  # noqa: N803
+    """``(H, n, n)`` float32: the package's :func:`~attn_helpers.positional.alibi_bias` below the
+    diagonal (``-m_h (i - j)``), ``-inf`` on the future keys."""
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    return _positional.alibi_bias(n, H).masked_fill(~causal, float("-inf"))
 
 
-def _gap_cases() -> list[dict]:
-    g = seeded(72)
-    cases, (h, half, at, apart) = [], _sizes(g, 4, high=12)  # the last case's random sizes
-    for scheme, heads, d, p, offset in [("rope", 3, 8, 5, 2), ("added", 4, 8, 3, 4),
-                                        ("none", 2, 6, 7, 1), ("scaled", 3, 4, 2, 5),
-                                        ("rope", 1, 16, 40, 9), ("added", 2, 4, 10, -3),
-                                        ("added", 3, 16, 1, 0), ("added", h, 2 * half, at, apart)]:
-        q, k = torch.randn(2, heads, d, generator=g, dtype=torch.float64)
-        k = -q if scheme == "scaled" else k  # q . k < 0: every head's score falls as p grows
-        cases.append({"encode": SCHEMES[scheme], "q": q, "k": k, "p": p, "offset": offset})
-    return cases
+def _alibi_cases() -> list[dict]:
+    # n = H first, so a slope per query (or key) gives a shape the checker can name
+    return [{"n": 8, "H": 8}, {"n": 5, "H": 4}, {"n": 12, "H": 16}, {"n": 6, "H": 2},
+            {"n": 1, "H": 4}, {"n": 7, "H": 1}, {"n": 20, "H": 8}]
 
 
-def _score(encode, q, k, m, n):
-    return (encode(q, m) * encode(k, n)).sum(-1)  # (...,)
+ALIBI_FORBID = [(_positional, "alibi_bias"), (_positional, "alibi_slopes")]
 
 
-@exercise("positional_encoding.relative_gap", "the relative-position check", hints=(
-    "Place the query at p and the key at p + offset, and score them. Then slide the pair back "
-    "so the query is at 0, keeping the distance. A relative scheme gives the same score.",
-    "score(m, n) = encode(q, m) . encode(k, n) (a dot product over the last dim); the gap is "
-    "max |score(p, p + offset) - score(0, offset)| over the heads.",
-    "moved = (encode(q, p) * encode(k, p + offset)).sum(-1)      # one score per head\n"
-    "start = (encode(q, 0) * encode(k, offset)).sum(-1)\n"
-    "return (moved - start).abs().max()"))
-def check_relative_gap(relative_gap: Callable) -> CheckResult:
-    """Exercise: ``relative_gap(encode, q (h, d), k (h, d), p, offset) -> 0-d tensor``, the
-    largest change over the heads of the score ``encode(q, m) . encode(k, n)`` between
-    ``(m, n) = (p, p + offset)`` and ``(0, offset)``: zero for a relative scheme (RoPE)."""
+def _alibi_forbid() -> list[tuple[object, str]]:
+    """:data:`ALIBI_FORBID` plus the same functions re-exported by the package and imported by
+    07's lesson (looked up when the checker runs: this module is imported while ``attn_helpers``
+    itself is still being imported)."""
+    import importlib
+
+    package = importlib.import_module("attn_helpers")
+    lesson = importlib.import_module("attn_helpers.lessons.positional_encoding")
+    return ALIBI_FORBID + [(package, "alibi_bias"), (package, "alibi_slopes"),
+                           (lesson, "alibi_bias")]
+ALIBI_INSTEAD = ("Write the slopes m_h = 2^(-8h/H) for h = 1 .. H and the bias -m_h (i - j) with "
+                 "torch.arange, then mask the future keys with -inf")
+
+
+@exercise("positional_encoding.alibi", "the ALiBi bias (slopes per head, causal)", hints=(
+    "Each head h = 1 .. H has one fixed slope m_h, the steepest first. The bias of query i for key "
+    "j is the slope times how far back the key is, made negative: far keys lose more. Keys in "
+    "the future (j > i) must get no weight at all after the softmax.",
+    "m_h = 2^(-8h/H) for h = 1 .. H (head h sits at index h - 1); bias[h - 1, i, j] = -m_h (i - j) "
+    "for j <= i, and -inf for j > i. Shapes: slopes (H, 1, 1) times distances (n, n).",
+    "h = torch.arange(1, H + 1, dtype=torch.float64)\n"
+    "m = 2.0 ** (-8.0 * h / H)                                  # (H,): the slopes\n"
+    "i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]  # query rows, key columns\n"
+    "bias = -m[:, None, None] * (i - j)                         # (H, n, n)\n"
+    "return bias.masked_fill(j > i, float('-inf')).float()"))
+def check_alibi(alibi: Callable) -> CheckResult:
+    """Exercise: ``alibi(n, H) -> (H, n, n)``, the causal ALiBi bias of notebook 07's section 5:
+    ``bias[h - 1, i, j] = -m_h (i - j)`` for ``j <= i`` and ``-inf`` for ``j > i``, with ``m_h =
+    2^(-8h/H)``, ``h = 1 .. H`` (``H`` a power of two). Checked against the package's
+    :func:`~attn_helpers.positional.alibi_bias` (blocked while the learner's function runs)."""
+    if getattr(alibi, "__code__", None) is _alibi.__code__:
+        return CheckResult(False, "Not yet: that is the checker's own bias, which does this "
+                                  f"exercise for you. {ALIBI_INSTEAD}.")
     return check_function(
-        relative_gap, relative_gap_reference, _gap_cases(), what="relative_gap",
-        output_names=("the gap",), atol=1e-8, rtol=1e-6,
+        alibi, alibi_reference, _alibi_cases(), what="alibi", output_names=("the bias",),
+        forbid=_alibi_forbid(), instead=ALIBI_INSTEAD,
         mistakes=[
-            Mistake(lambda f, q, k, p, o: (_score(f, q, k, p, o) - _score(f, q, k, 0, o)).abs().max(),
-                    "the key must move with the query: it stands at p + offset, not at offset, "
-                    "so that the two are offset apart in both scores."),
-            Mistake(lambda f, q, k, p, o: (_score(f, q, k, p, p + o) - _score(f, q, k, 0, 0))
-                    .abs().max(),
-                    "compare with the pair at the same distance: query at 0, key at offset "
-                    "(not both at 0)."),
-            Mistake(lambda f, q, k, p, o: (_score(f, q, k, p, p + o) - _score(f, q, k, 0, o)).max(),
-                    "the gap is the size of the change, whatever its sign: take .abs() before "
-                    ".max()."),
-            Mistake(lambda f, q, k, p, o: (_score(f, q, k, p, p + o) - _score(f, q, k, 0, o))
-                    .abs().sum(),
-                    "that is the sum over the heads; the gap is the largest change (.max())."),
-            Mistake(lambda f, q, k, p, o: (((f(q, p) * k).sum(-1) - (f(q, 0) * k).sum(-1))
-                                           .abs().max()),
-                    "the key needs its position too: encode both q (at p, then 0) and k (at "
-                    "p + offset, then offset)."),
-            Mistake(lambda f, q, k, p, o: (f(q, p) - f(q, 0)).abs().max(),
-                    "compare the scores (dot products of query and key), not the encoded "
-                    "vectors: RoPE moves each vector, yet their dot product stays the same."),
+            Mistake(lambda n, H: _alibi(n, H, first=0),
+                    "the heads are numbered from 0, so the first slope is 2^0 = 1. The paper and "
+                    "section 5 number them h = 1 .. H: m_h = 2^(-8h/H), the first 2^(-8/H)."),
+            Mistake(lambda n, H: _alibi(n, H, sign=1.0),
+                    "the sign is flipped (+m_h (i - j), or -m_h (j - i)): a key farther back must "
+                    "LOSE score, bias = -m_h (i - j) with i - j >= 0."),
+            Mistake(lambda n, H: _alibi(n, H, distance="abs", future=None),
+                    "the future keys (j > i) got the distance penalty -m_h |i - j| instead of the "
+                    "causal mask: a penalty still lets the next token through. Set them to -inf."),
+            Mistake(lambda n, H: _alibi(n, H, future=None),
+                    "there is no causal mask: for j > i, -m_h (i - j) is a BONUS for the future "
+                    "keys. Set them to -inf."),
+            Mistake(lambda n, H: _alibi(n, H, future=0.0),
+                    "the future keys got bias 0, which the softmax still weighs; they must get "
+                    "-inf (weight exactly 0)."),
+            Mistake(lambda n, H: _alibi(n, H, per="query"),
+                    "the slopes went along the query rows (m[:, None] times an (n, n) grid): one "
+                    "slope per HEAD, m[:, None, None], so each head has its own (n, n) bias."),
+            Mistake(lambda n, H: _alibi(n, H, per="key"),
+                    "the slopes went along the key columns (m[None, :]): one slope per HEAD, "
+                    "m[:, None, None], so each head has its own (n, n) bias."),
+            Mistake(lambda n, H: _alibi(n, H, H_for_ratio=8),
+                    "the slopes are 2^(-h), right for H = 8 only: the ratio between heads is "
+                    "2^(-8/H), so H = 16 heads step by 2^(-1/2) and H = 4 by 2^(-2)."),
+            Mistake(lambda n, H: _alibi(n, H, base=torch.e),
+                    "the slopes use e instead of 2: m_h = 2^(-8h/H)."),
+            Mistake(lambda n, H: _alibi(n, H, order="down"),
+                    "the slopes run backwards: head h = 1 is the STEEPEST, m_1 = 2^(-8/H), and "
+                    "head H the shallowest, m_H = 2^(-8)."),
+            Mistake(lambda n, H: _alibi(n, H, diagonal=False),
+                    "the diagonal (j = i, the query's own token) is masked too; it is visible "
+                    "with bias 0. Mask only j > i."),
+            Mistake(lambda n, H: _alibi(n, H, transpose=True),
+                    "the bias is transposed: rows are queries i, columns keys j, and the keys a "
+                    "query may see are j <= i (the lower triangle)."),
         ],
     )

@@ -11,13 +11,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import attn_helpers as ah
 from attn_helpers.exercises import positional_encoding as ex
 from attn_helpers.exercises.workflow import EXERCISES
 from attn_helpers.positional import sinusoidal_encoding
 
 CHECKERS = [(ex.check_sinusoidal, "sinusoidal", "positional_encoding.sinusoidal"),
             (ex.check_rope, "rope_step", "positional_encoding.rope"),
-            (ex.check_relative_gap, "relative_gap", "positional_encoding.relative_gap")]
+            (ex.check_alibi, "alibi", "positional_encoding.alibi")]
 
 
 @pytest.mark.parametrize("check, what, key", CHECKERS)
@@ -186,70 +187,93 @@ def test_rope_cases_cover_the_edge_cases():
     assert any(c["q"].shape[-1] == 2 for c in cases) and any(c["q"].shape[1] > 1 for c in cases)
 
 
-# --- exercise 3: the relative-position check --------------------------------------------------
+# --- exercise 3: the ALiBi bias ------------------------------------------------------------------
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(p=st.integers(0, 500), offset=st.integers(-100, 100), half=st.integers(1, 8),
-       seed=st.integers(0, 1000))
-def test_the_reference_gap_is_zero_for_rope_and_no_positions(p, offset, half, seed):
-    q, k = torch.randn(2, 3, 2 * half, generator=torch.Generator().manual_seed(seed),
-                       dtype=torch.float64)
-    assert ex.relative_gap_reference(ex.SCHEMES["rope"], q, k, p, offset) < 1e-9
-    assert ex.relative_gap_reference(ex.SCHEMES["none"], q, k, p, offset) == 0
+def learner_alibi(n, H):  # noqa: N803 - a learner's loop, the paper's formula entry by entry
+    bias = torch.empty(H, n, n)
+    for h in range(1, H + 1):
+        for i in range(n):
+            for j in range(n):
+                bias[h - 1, i, j] = -(2 ** (-8 * h / H)) * (i - j) if j <= i else -math.inf
+    return bias
 
 
-def test_the_reference_gap_is_large_for_added_sinusoids():
-    # notebook 07, section 4.1: added before the projection, position is not relative
-    cases = [c for c in ex._gap_cases() if repr(c["encode"]) == "sinusoids added"]
-    gaps = [ex.relative_gap_reference(*c.values()).item() for c in cases]
-    assert len(gaps) == 4 and min(gaps) > 0.1
-    q, k = torch.randn(2, 1, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    sinusoid = torch.stack([sinusoidal_encoding(20, 8, dtype=torch.float64)[p] for p in (3, 7)])
-    expected = ((q + sinusoid[0]) * (k + sinusoid[1])).sum() - (
-        (q + sinusoidal_encoding(5, 8, dtype=torch.float64)[0])
-        * (k + sinusoidal_encoding(5, 8, dtype=torch.float64)[4])).sum()
-    assert torch.isclose(ex.relative_gap_reference(ex.SCHEMES["added"], q, k, 3, 4),
-                         expected.abs())
+def test_the_alibi_reference_is_the_papers_bias():
+    """Press, Smith & Lewis (2022): 8 heads get the slopes 1/2, 1/4, ..., 1/256; 16 heads the
+    geometric sequence with ratio 2^(-1/2); the bias is -m (i - j) on the keys a query sees."""
+    assert torch.allclose(ex.alibi_reference(3, 8)[:, 2, 0].double(),
+                          -2 * 2.0 ** -torch.arange(1, 9, dtype=torch.float64))
+    slopes = -ex.alibi_reference(2, 16)[:, 1, 0].double()
+    assert torch.allclose(slopes[1:] / slopes[:-1], torch.full((15,), 2 ** -0.5, dtype=torch.float64))
+    assert torch.isinf(ex.alibi_reference(4, 2)[:, 0, 1]).all()
+    assert torch.equal(ex.alibi_reference(6, 4), learner_alibi(6, 4))
 
 
-def test_relative_gap_checker_accepts_the_reference_and_a_loop():
-    assert ex.check_relative_gap(ex.relative_gap_reference, solution=True)
+def test_alibi_checker_accepts_a_loop_and_a_vectorised_answer():
+    assert ex.check_alibi(learner_alibi)
 
-    def loop(encode, q, k, p, offset):
-        gaps = [(encode(q[h], p) @ encode(k[h], p + offset)
-                 - encode(q[h], 0) @ encode(k[h], offset)).abs() for h in range(q.shape[0])]
-        return torch.stack(gaps).max()
+    def vectorised(n, H):  # noqa: N803
+        m = torch.logspace(-8 / H, -8, H, base=2)                                # (H,)
+        distance = torch.arange(n)[:, None] - torch.arange(n)                     # (n, n): i - j
+        return (-m[:, None, None] * distance).masked_fill(distance < 0, -torch.inf)
 
-    assert ex.check_relative_gap(loop)
-
-
-def _score(encode, q, k, m, n):
-    return (encode(q, m) * encode(k, n)).sum(-1)
+    assert ex.check_alibi(vectorised)
 
 
-RELATIVE_WRONG = {
-    "the key must move with the query":
-        lambda f, q, k, p, o: (_score(f, q, k, p, o) - _score(f, q, k, 0, o)).abs().max(),
-    "not both at 0":
-        lambda f, q, k, p, o: (_score(f, q, k, p, p + o) - _score(f, q, k, 0, 0)).abs().max(),
-    "take .abs() before .max()":
-        lambda f, q, k, p, o: (_score(f, q, k, p, p + o) - _score(f, q, k, 0, o)).max(),
-    "that is the sum over the heads":
-        lambda f, q, k, p, o: (_score(f, q, k, p, p + o) - _score(f, q, k, 0, o)).abs().sum(),
-    "the key needs its position too":
-        lambda f, q, k, p, o: ((f(q, p) * k).sum(-1) - (f(q, 0) * k).sum(-1)).abs().max(),
-    "compare the scores":
-        lambda f, q, k, p, o: (f(q, p) - f(q, 0)).abs().max(),
+def _wrong(**flaw):
+    return lambda n, H: ex._alibi(n, H, **flaw)  # noqa: N803
+
+
+ALIBI_WRONG = {
+    "numbered from 0": _wrong(first=0),
+    "the sign is flipped": _wrong(sign=1.0),
+    "got the distance penalty -m_h |i - j| instead of the causal mask":
+        _wrong(distance="abs", future=None),
+    "there is no causal mask": _wrong(future=None),
+    "the future keys got bias 0": _wrong(future=0.0),
+    "the slopes went along the query rows": _wrong(per="query"),
+    "the slopes went along the key columns": _wrong(per="key"),
+    "right for H = 8 only": _wrong(H_for_ratio=8),
+    "use e instead of 2": _wrong(base=math.e),
+    "the slopes run backwards": _wrong(order="down"),
+    "the diagonal (j = i, the query's own token) is masked too": _wrong(diagonal=False),
+    "the bias is transposed": _wrong(transpose=True),
 }
 
 
-@pytest.mark.parametrize("phrase", RELATIVE_WRONG)
-def test_relative_gap_checker_names_the_mistake(phrase):
-    verdict = ex.check_relative_gap(RELATIVE_WRONG[phrase])
-    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message
+@pytest.mark.parametrize("phrase", ALIBI_WRONG)
+def test_alibi_checker_names_the_mistake(phrase):
+    verdict = ex.check_alibi(ALIBI_WRONG[phrase])
+    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
 
 
-def test_relative_gap_returning_zero_is_rejected():
-    verdict = ex.check_relative_gap(lambda *a: torch.zeros((), dtype=torch.float64))
-    assert not verdict and "sinusoids added" in verdict.message
+def test_the_alibi_mistakes_come_from_learner_code_too():
+    """Two of the named mistakes, written as a learner would."""
+    def from_zero(n, H):  # noqa: N803
+        m = 2.0 ** (-8.0 * torch.arange(H) / H)
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        return (-m[:, None, None] * (i - j)).masked_fill(j > i, -math.inf)
+
+    def per_query(n, H):  # noqa: N803
+        m = 2.0 ** (-8.0 * torch.arange(1, H + 1) / H)
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        return (-m[:, None] * (i - j)).masked_fill(j > i, -math.inf)
+
+    assert "numbered from 0" in ex.check_alibi(from_zero).message
+    assert "along the query rows" in ex.check_alibi(per_query).message
+
+
+@pytest.mark.parametrize("shortcut, name", [
+    (lambda n, H: ah.alibi_bias(n, H).masked_fill(torch.ones(n, n).triu(1).bool(), -math.inf),
+     "alibi_bias"),
+    (lambda n, H: -ah.alibi_slopes(H)[:, None, None] * (torch.arange(n)[:, None] - torch.arange(n))
+     .clamp_min(0).double(), "alibi_slopes"),
+    (ex.alibi_reference, "the checker's own reference"),
+    (ex._alibi, "the checker's own bias"),
+])
+def test_alibi_checker_blocks_the_package(shortcut, name):
+    verdict = ex.check_alibi(shortcut)
+    assert not verdict and name in verdict.message, verdict.message
+    assert "does this exercise" in verdict.message
+    assert ah.alibi_bias(2, 2).shape == (2, 2, 2)                                 # restored after
