@@ -57,24 +57,40 @@ slider.observe(lambda change: setattr(image, "value", frames[change["new"]]), na
 widgets.VBox([slider, image])
 """
 
-# In the page: time stamp of the last key press, and of the first frame after a widget's
-# picture changed (src swapped, new image decoded, next animation frame).
+# In the page, for every widget picture: when its ``src`` is swapped (the kernel's PNG arrived),
+# when the new picture is decoded (``img.decode()``: the next frame can show it) and the first
+# animation frame after that (on screen), each as milliseconds after the last key press
+# (``keydown``'s time stamp; same clock as ``performance.now()``). A waiting ``timed_key`` gets
+# the three at the frame. Event driven: nothing polls, so the page draws no frame for the waiting.
 PROBE = """
 (img) => {
-  window.__attn = window.__attn || {key: 0, shown: 0};
+  const a = window.__attn = window.__attn || {key: 0, waiter: null};
   if (!window.__attnKeys) {
     window.__attnKeys = true;
-    document.addEventListener('keydown', e => { window.__attn.key = e.timeStamp; }, true);
+    document.addEventListener('keydown', e => { a.key = e.timeStamp; }, true);
   }
   if (img.__attnObserved) return;
   img.__attnObserved = true;
   new MutationObserver(() => {
-    img.decode().catch(() => null).then(() => requestAnimationFrame(() => {
-      window.__attn.shown = performance.now();
-    }));
+    const key = a.key, swapped = performance.now();
+    img.decode().catch(() => null).then(() => {
+      const decoded = performance.now();
+      requestAnimationFrame(() => {
+        const shown = performance.now(), waiter = a.waiter;
+        if (waiter && key === a.key) {
+          a.waiter = null;
+          waiter({swapped: swapped - key, decoded: decoded - key, shown: shown - key});
+        }
+      });
+    });
   }).observe(img, {attributes: true, attributeFilter: ['src']});
 }
 """
+
+# Arm the waiter before a key press; then wait for it, or for ``timeout`` ms (``null``).
+_ARM = "() => { const a = window.__attn; a.next = new Promise(r => { a.waiter = r; }); }"
+_AWAIT = ("t => Promise.race([window.__attn.next, "
+          "new Promise(r => setTimeout(() => { window.__attn.waiter = null; r(null); }, t))])")
 
 
 def _floor_notebook() -> dict:
@@ -217,11 +233,14 @@ def error_outputs(page) -> list[str]:
     return [t for t in errors.all_text_contents() if "Error" in t or "Traceback" in t]
 
 
-def shut_down_kernels(base: str, token: str) -> None:
-    """Stop every kernel of the server, so that notebooks do not compete for the CPU."""
+def shut_down_kernels(base: str, token: str, keep: str | None = None) -> None:
+    """Stop every kernel of the server (but the session of the notebook ``keep``), so that
+    notebooks do not compete for the CPU."""
     with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as response:
         sessions = json.load(response)
     for session in sessions:
+        if keep is not None and Path(session.get("path", "")).name == keep:
+            continue
         request = urllib.request.Request(f"{base}/api/sessions/{session['id']}?token={token}",
                                          method="DELETE")
         urllib.request.urlopen(request, timeout=20).close()
@@ -232,14 +251,12 @@ def watch_picture(image) -> None:
     image.evaluate(PROBE)
 
 
-def timed_key(page, key: str, timeout_ms: int = 3000) -> float | None:
-    """Press ``key``; milliseconds from the key press to the new picture on screen, or ``None``
-    when no picture came (an inert move: a slider at its end, a control that changes nothing).
-    The next key is pressed only after this picture, so moves never queue."""
-    before = page.evaluate("window.__attn.shown")
+def timed_key(page, key: str, timeout_ms: int = 3000) -> dict | None:
+    """Press ``key``; ``{"swapped", "decoded", "shown"}``: milliseconds from the key press to the
+    new picture's ``src`` swap, to the picture decoded, and to the first animation frame after
+    that; ``None`` when no picture came within ``timeout_ms`` (an inert move: a slider at its
+    end, a control that changes nothing). Returns once the picture is on screen, so the next key
+    never queues behind it."""
+    page.evaluate(_ARM)
     page.keyboard.press(key)
-    try:
-        page.wait_for_function(f"window.__attn.shown > {before}", timeout=timeout_ms)
-    except Exception:  # noqa: BLE001 - Playwright's TimeoutError: no new picture
-        return None
-    return page.evaluate("window.__attn.shown - window.__attn.key")
+    return page.evaluate(_AWAIT, timeout_ms)

@@ -9,7 +9,7 @@ import torch
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask, padding_mask, sliding_window_mask
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
-from .panels import AttentionPanel
+from .panels import AttentionPanel, TextSprites
 
 __all__ = ["MASK_TYPES", "BATCH_SENTENCES", "PAD", "build_mask", "masking_frame", "masking_widget",
            "CaptionedView"]
@@ -31,7 +31,13 @@ class _NamedPanel(AttentionPanel):
 class CaptionedView(BlitView):
     """An attention heatmap with its entropy view and, under them, the frame's ``caption`` lines
     (its settings and readouts), so that the picture alone, stored in the notebook or exported,
-    says what state it shows. ``axis_names``: the heatmap's (x, y) axis names."""
+    says what state it shows. ``axis_names``: the heatmap's (x, y) axis names.
+
+    The caption is pasted from cached glyph bitmaps (:class:`TextSprites`), one sprite a line, as
+    the other widgets' picture lines are: a ``Text`` artist re-laid out at every move cost most
+    of a move's time."""
+
+    CAPTION_PT, LINE_SPACING = 9, 1.35
 
     def __init__(self, figsize: tuple[float, float], *, title: str,
                  max_shape: tuple[int, int] | None = None, lines: int = 2,
@@ -42,13 +48,16 @@ class CaptionedView(BlitView):
         grid = self.figure.add_gridspec(1, 1, left=0.01, right=0.99, bottom=bottom, top=0.99)
         self.panel = _NamedPanel(self.blit, grid[0], title=title, max_shape=max_shape,
                                  axis_names=axis_names, entropy_title=entropy_title)
-        self.caption = self.figure.text(0.015, 0.012, "", fontsize=9, ha="left", va="bottom",
-                                        linespacing=1.35)
-        self.blit.animate(self.caption)
+        self.caption = TextSprites(self.blit, self.figure.transFigure, size=self.CAPTION_PT,
+                                   ha="left", va="bottom")
+        self._pitch = self.CAPTION_PT * self.LINE_SPACING / 72 / figsize[1]  # a line, in figure
 
     def draw(self, frame: AttentionFrame) -> None:
         self.panel.set_frame(frame)
-        self.caption.set_text("\n".join(getattr(frame, "caption", ())))
+        lines = list(getattr(frame, "caption", ()))
+        self.caption.set(lines, [(0.015, 0.012 + (len(lines) - 1 - i) * self._pitch)
+                                 for i in range(len(lines))])
+
 
 PAD = "<pad>"
 BATCH_SENTENCES = (

@@ -26,12 +26,13 @@ def encode_png(rgba: np.ndarray) -> bytes:
     if rgba.dtype != np.uint8 or rgba.ndim != 3 or rgba.shape[2] != 4:
         raise ValueError(f"rgba must be a uint8 array (h, w, 4), got {rgba.dtype} {rgba.shape}")
     height, width = rgba.shape[:2]
-    rows = np.zeros((height, 1 + 4 * width), dtype=np.uint8)  # first byte of a row: filter 0
+    rows = np.empty((height, 1 + 4 * width), dtype=np.uint8)
+    rows[:, 0] = 0                                             # first byte of a row: filter 0
     rows[:, 1:] = rgba.reshape(height, -1)
     header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)  # 8-bit RGBA, no interlace
     return (
         b"\x89PNG\r\n\x1a\n"
         + _png_chunk(b"IHDR", header)
-        + _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), 1))
+        + _png_chunk(b"IDAT", zlib.compress(rows, 1))  # the array's buffer: no bytes copy
         + _png_chunk(b"IEND", b"")
     )
