@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..lessons.build_gpt import GPT, GPTConfig, load_corpus, next_token_loss
-from ..lessons.build_gpt_train import FINAL, get_batch
+from ..lessons.build_gpt_train import FINAL, final_config, get_batch
 from ..training import single_thread
 
 __all__ = ["TorchGPT", "bench_gpt", "main", "TARGET"]
@@ -58,7 +58,7 @@ def bench_gpt(*, steps: int = 30, batch: int | None = None, tiny: bool = False) 
         cfg = GPTConfig(corpus.vocab_size, context=16, d_model=32, num_heads=2, num_layers=2,
                         d_ff=64)
     else:
-        cfg = GPTConfig(corpus.vocab_size)
+        cfg = final_config(corpus.vocab_size)
     batch = batch or FINAL.batch
     models = {"course": GPT(cfg), "torch": TorchGPT(cfg)}
     params = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
@@ -82,7 +82,8 @@ def bench_gpt(*, steps: int = 30, batch: int | None = None, tiny: bool = False) 
     median = {name: statistics.median(t) for name, t in times.items()}
     median_cpu = statistics.median(cpu["course"])
     return {"config": {"d_model": cfg.d_model, "num_heads": cfg.num_heads,
-                       "num_layers": cfg.num_layers, "context": cfg.context, "batch": batch},
+                       "num_layers": cfg.num_layers, "d_ff": cfg.d_ff, "context": cfg.context,
+                       "batch": batch},
             "params": params, "median_step_ms": {k: round(1000 * v, 2) for k, v in median.items()},
             "ratio": median["course"] / median["torch"],
             "final_recipe_steps": FINAL.steps,

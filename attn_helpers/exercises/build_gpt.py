@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ..kv_cache import KVCache
 from ..lessons import build_gpt as bg
 from .build_gpt_mistakes import (
     ATTENTION_MISTAKES,
@@ -33,7 +34,7 @@ from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import _RESULTS, exercise
 
 __all__ = ["check_attention", "check_block", "check_model", "check_train_step", "check_generate",
-           "passed", "pieces"]
+           "passed", "pieces", "with_attention"]
 
 KEYS = ("attention", "block", "model", "train_step", "generate")
 
@@ -111,22 +112,56 @@ def _x_cases(d: int, seed: int) -> list[dict]:
     return [{"x": torch.randn(b, n, d, generator=g)} for b, n in [(1, 5), (2, 7), (3, 1), (2, 12)]]
 
 
-# --- 1. causal multi-head self-attention ---------------------------------------------------
+# --- 1. causal multi-head self-attention with a KV cache -----------------------------------
 
 
-@exercise("build_gpt.attention", "causal multi-head self-attention", hints=(
-    "Project x once to q, k and v, give each head its own d/h slice, let every position attend "
-    "to itself and the positions before it with your attention step, put the heads side by side "
-    "again and apply W_O.",
-    "q, k, v = x W_qkv split in three, each (b, n, d) -> (b, h, n, d_h); "
-    "out = attention(q, k, v, causal_mask(n)); (b, h, n, d_h) -> (b, n, d); y = out W_O.",
+def _attention_cases(d: int, seed: int) -> list[dict]:
+    """``x (b, n, d)``; ``split`` 0: one call without a cache; else a cache, a first call on
+    ``x[:, :split]``, then calls of ``step`` tokens each at offsets ``split, split + step, ...``."""
+    g = seeded(seed)
+    return [{"x": torch.randn(b, n, d, generator=g), "split": split, "step": step}
+            for b, n, split, step in [(1, 5, 0, 0), (2, 7, 0, 0), (3, 1, 0, 0), (2, 9, 4, 1),
+                                      (2, 8, 3, 5), (1, 12, 5, 3), (2, 6, 1, 1)]]
+
+
+def _attention_runner(forward: Callable) -> Callable:
+    """``run(x, split, step)``: the outputs of every call, concatenated to ``(b, n, d)``."""
+    def run(x, split, step):
+        if not split:
+            return forward(x, None)
+        cache = KVCache(x.shape[1])
+        outs = [forward(x[:, :split], cache)]
+        for t in range(split, x.shape[1], step):
+            outs.append(forward(x[:, t:t + step], cache))
+        if any(o is None for o in outs):
+            return None
+        return torch.cat(outs, dim=1)
+
+    return run
+
+
+@exercise("build_gpt.attention", "causal self-attention with a KV cache, at an offset", hints=(
+    "Without a cache this is the causal multi-head attention of notebooks 04 and 05. With a "
+    "cache that already holds `start` positions, the n new tokens sit at positions "
+    "start..start+n-1: add their keys and values to the cache, then let new query i see every "
+    "cached key up to its own position, start + i.",
+    "q, k, v: (b, h, n, d_h); start = len(cache); cache.append(k, v); k, v = cache.keys, "
+    "cache.values: (b, h, start + n, d_h); mask = causal_mask(start + n)[start:] (the last n "
+    "rows); out = attention(q, k, v, mask); merge the heads; W_O.",
     "q, k, v = self.qkv(x).split(d, dim=-1)\n"
     "q, k, v = (t.view(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))\n"
-    "out, _ = ah.scaled_dot_product_attention(q, k, v, ah.causal_mask(n))\n"
+    "start = 0 if cache is None else len(cache)\n"
+    "if cache is not None:\n"
+    "    cache.append(k, v)\n"
+    "    k, v = cache.keys, cache.values\n"
+    "out, _ = ah.scaled_dot_product_attention(q, k, v, ah.causal_mask(start + n)[start:])\n"
     "return self.out(out.transpose(1, 2).reshape(b, n, d))"))
 def check_attention(cls) -> CheckResult:
     """Exercise: ``cls(d_model, num_heads)`` with the stub's ``__init__`` (``qkv``, ``out``,
-    ``num_heads``); ``forward(x (b, n, d)) -> (b, n, d)``, causal."""
+    ``num_heads``); ``forward(x (b, n, d), cache=None) -> (b, n, d)``: causal; with a
+    :class:`~attn_helpers.kv_cache.KVCache` holding ``start`` positions, appends the new keys and
+    values and lets new query ``i`` see keys ``0..start+i`` (``cache.attend`` is blocked: that
+    is the exercise)."""
     results = []
     for d, h, seed in [(16, 4, 101), (12, 2, 102), (8, 1, 103)]:
         reference = _randomise(bg.CausalSelfAttention(d, h), seed)
@@ -134,13 +169,26 @@ def check_attention(cls) -> CheckResult:
         if isinstance(module, CheckResult):
             return module
         results.append(check_function(
-            lambda x, m=module: m(x), lambda x, r=reference: r(x), _x_cases(d, seed),
-            what="CausalSelfAttention", output_names=("the output",),
-            mistakes=[Mistake(_safe(attention_variant(reference, **kw)), hint)
+            _attention_runner(lambda x, c, m=module: m(x, c)),
+            _attention_runner(lambda x, c, r=reference: r(x, c)), _attention_cases(d, seed),
+            what="CausalSelfAttention", output_names=("the outputs of every call",),
+            forbid=[(KVCache, "attend")],
+            mistakes=[Mistake(_safe(_attention_runner(attention_variant(reference, **kw))), hint)
                       for kw, hint in ATTENTION_MISTAKES]))
         if not results[-1]:
             return results[-1]
     return _first_failure(results)
+
+
+def with_attention(model: bg.GPT, cls) -> bg.GPT:
+    """A copy of ``model`` whose blocks run ``cls`` (the learner's attention) with the same
+    weights."""
+    model = copy.deepcopy(model)
+    for block in model.blocks:
+        mine = cls(model.cfg.d_model, model.cfg.num_heads)
+        mine.load_state_dict(block.attn.state_dict())
+        block.attn = mine
+    return model.eval()
 
 
 # --- 2. the pre-norm block -----------------------------------------------------------------
@@ -316,6 +364,17 @@ def check_generate(generate: Callable) -> CheckResult:
         output_names=("the tokens",), atol=0, rtol=0,
         mistakes=[Mistake(_safe(runner(generate_variant(kind))), hint)
                   for kind, hint in GENERATE_MISTAKES])
+    if not result:
+        # Sampling among the k largest (topk's values and indices) is right too; it only draws
+        # different random numbers, so it is compared with that way of sampling.
+        among_k = check_function(runner(generate), runner(generate_variant("top_k_indices")),
+                                 cases, what="generate", output_names=("the tokens",), atol=0,
+                                 rtol=0)
+        if among_k:
+            result = CheckResult(True, among_k.message + " (You sample among the k largest "
+                                 "logits' indices: right too; it draws different random numbers "
+                                 "than masking the others to -inf, so it was checked against that "
+                                 "way of sampling.)")
     refusal = _check_cache_used(generate, model, cases) if result.passed else None
     return result if refusal is None else refusal
 

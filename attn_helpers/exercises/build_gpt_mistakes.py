@@ -22,18 +22,36 @@ __all__ = ["ATTENTION_MISTAKES", "BLOCK_MISTAKES", "MODEL_MISTAKES", "TRAIN_MIST
 
 
 def attention_variant(ref: bg.CausalSelfAttention, *, mask="causal", split="ok", merge="ok",
-                      order="qkv", out_proj=True, scale="d_h", heads=None) -> Callable:
-    def run(x):
+                      order="qkv", out_proj=True, scale="d_h", heads=None,
+                      cache_use="ok") -> Callable:
+    """``forward(x, cache=None)`` of the attention with one mistake, with ``ref``'s weights."""
+
+    def run(x, cache=None):
         b, n, d = x.shape
         h = heads or ref.num_heads
-        q, k, v = ref.qkv(x).split(d, dim=-1)
-        if order == "kqv":
-            q, k = k, q
-        if split == "view":
-            q, k, v = (t.reshape(b, h, n, d // h) for t in (q, k, v))
+        qkv = ref.qkv(x)
+        if split == "interleaved":                    # (q_j, k_j, v_j) side by side per head
+            q, k, v = (t.transpose(1, 2) for t in qkv.view(b, n, h, 3, d // h).unbind(3))
         else:
-            q, k, v = (t.view(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))
-        allowed = {"causal": causal_mask(n), "none": None, "upper": causal_mask(n).T}[mask]
+            q, k, v = qkv.split(d, dim=-1)
+            if order == "kqv":
+                q, k = k, q
+            if split == "view":
+                q, k, v = (t.reshape(b, h, n, d // h) for t in (q, k, v))
+            else:
+                q, k, v = (t.view(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))
+        if cache is not None:
+            if cache_use == "kv_swapped":
+                cache.append(v, k)
+            else:
+                cache.append(k, v)
+            if cache_use != "not_read":
+                k, v = cache.keys, cache.values
+        total = k.shape[-2]
+        start = total - n
+        allowed = {"causal": lambda: causal_mask(total)[start:], "none": lambda: None,
+                   "upper": lambda: causal_mask(total).T[start:],
+                   "not_offset": lambda: causal_mask(total)[:n]}[mask]()
         c = {"d_h": None, "d_model": 1 / math.sqrt(d), "none": 1.0}[scale]
         out, _ = scaled_dot_product_attention(q, k, v, allowed, scale=c)
         out = out.reshape(b, n, d) if merge == "view" else out.transpose(1, 2).reshape(b, n, d)
@@ -91,7 +109,8 @@ def model_variant(ref: bg.GPT, kind: str) -> Callable:
         blocks = {"first_block_only": ref.blocks[:1], "no_blocks": []}.get(kind, ref.blocks)
         for block in blocks:
             x = block(x)
-        return ref.head(x if kind == "no_final_norm" else ref.norm(x))
+        logits = ref.head(x if kind == "no_final_norm" else ref.norm(x))
+        return torch.softmax(logits, dim=-1) if kind == "softmax_output" else logits
 
     return run
 
@@ -106,10 +125,13 @@ def train_variant(kind: str) -> Callable:
         logits = model(inputs)
         if kind == "softmax_first":
             logits = torch.softmax(logits, dim=-1)
-        if kind == "last_only":
+        if kind == "nll_on_logits":
+            loss = F.nll_loss(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        elif kind == "last_only":
             logits, targets = logits[:, -1:], targets[:, -1:]
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                               reduction="sum" if kind == "sum" else "mean")
+        if kind != "nll_on_logits":
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                   reduction="sum" if kind == "sum" else "mean")
         if kind != "no_zero_grad":
             optimizer.zero_grad()
         loss.backward()
@@ -140,6 +162,13 @@ def generate_variant(kind: str) -> Callable:
                                          torch.zeros_like(logits), logits)
                 else:
                     logits = logits.masked_fill(logits < kth, float("-inf"))
+            if kind == "top_k_indices" and top_k is not None:   # correct too: sample among k
+                values, indices = logits.topk(top_k, dim=-1)
+                pick = torch.multinomial(torch.softmax(values, dim=-1), 1, generator=generator)
+                nxt = indices.gather(-1, pick)
+                tokens = torch.cat([tokens, nxt], dim=1)
+                new, start = (nxt, tokens.shape[1] - 1) if use_cache else (tokens, 0)
+                continue
             probs = torch.softmax(logits, dim=-1)
             if kind == "temperature_after_softmax":
                 probs = probs / temperature
@@ -152,6 +181,8 @@ def generate_variant(kind: str) -> Callable:
                 new, start = tokens, 0
             elif kind == "positions_restart":
                 new, start = nxt, 0
+            elif kind == "start_is_length":
+                new, start = nxt, tokens.shape[1]
             elif kind == "whole_sequence_cached":
                 new, start = tokens, caches[0].length
             else:
@@ -164,15 +195,26 @@ def generate_variant(kind: str) -> Callable:
 # --- the hints the checkers give, one per mistake -------------------------------------------
 
 ATTENTION_MISTAKES = [
-    ({"mask": "none"}, "no causal mask, so the future leaks: position i must not see the "
-                       "positions after it; pass causal_mask(n)."),
+    ({"mask": "none"}, "no causal mask, so the future leaks: new query i must not see the "
+                       "positions after it; mask = causal_mask(start + n)[start:]."),
     ({"mask": "upper"}, "the mask is upside down: causal_mask(n) is True on and below the "
                         "diagonal (a query sees its past); you let each query see its future."),
+    ({"mask": "not_offset"}, "the mask is not offset by start: with start positions in the "
+                             "cache, new query i sits at position start + i and sees keys "
+                             "0..start+i, the LAST n rows of causal_mask(start + n), [start:]."),
+    ({"cache_use": "not_read"}, "the cache is not appended to or not read: the new queries saw "
+                                "only the new keys. cache.append(k, v), then attend over "
+                                "cache.keys and cache.values (all start + n positions)."),
+    ({"cache_use": "kv_swapped"}, "k and v are swapped in the cache: cache.append(k, v) takes "
+                                  "the keys first, then the values."),
     ({"split": "view"}, "the heads are split wrong: view x as (b, n, h, d_h) and then transpose "
                         "to (b, h, n, d_h); viewing straight to (b, h, n, d_h) mixes positions "
                         "and heads."),
-    ({"merge": "view"}, "the heads are merged wrong: transpose (b, h, n, d_h) back to "
-                        "(b, n, h, d_h) before reshaping to (b, n, d)."),
+    ({"split": "interleaved"}, "an interleaved q, k, v layout: qkv(x) holds all of q, then all "
+                               "of k, then all of v (split(d, dim=-1)), not (q, k, v) per head "
+                               "side by side."),
+    ({"merge": "view"}, "the heads are merged in the wrong order: transpose (b, h, n, d_h) back "
+                        "to (b, n, h, d_h) before reshaping to (b, n, d)."),
     ({"order": "kqv"}, "q and k are swapped: qkv(x) holds q, then k, then v (in that order)."),
     ({"out_proj": False}, "W_O is missing: the merged heads go through self.out."),
     ({"scale": "d_model"}, "the scores are scaled by 1/sqrt(d_model); each head's scores use its "
@@ -213,6 +255,9 @@ MODEL_MISTAKES = [
     ("scaled_embeddings", "the embeddings are multiplied by sqrt(d): this GPT adds the token and "
                           "position embeddings as they are."),
     ("no_blocks", "the blocks never ran: the logits come straight from the embeddings."),
+    ("softmax_output", "the model returns softmax(logits), probabilities: return the raw "
+                       "logits; the loss (cross_entropy) and sampling apply the softmax "
+                       "themselves."),
 ]
 
 
@@ -229,6 +274,8 @@ TRAIN_MISTAKES = [
             "step size does not grow with the batch."),
     ("softmax_first", "softmax was applied before cross_entropy, which takes raw logits (it "
                       "does the log-softmax itself)."),
+    ("nll_on_logits", "F.nll_loss on raw logits: nll_loss expects log-probabilities; use "
+                      "F.cross_entropy(logits, targets), which takes the log-softmax itself."),
     ("last_only", "only the last position is trained: every position of the chunk predicts its "
                   "next character."),
 ]
@@ -237,6 +284,9 @@ TRAIN_MISTAKES = [
 GENERATE_MISTAKES = [
     ("positions_restart", "the positions restart in the cached step: the new character sits at "
                           "position len(tokens) - 1, so pass start = tokens.shape[1] - 1, not 0."),
+    ("start_is_length", "start = tokens.shape[1] in the cached step: after appending the new "
+                        "character, the sequence is tokens.shape[1] long and the new character "
+                        "sits at position tokens.shape[1] - 1."),
     ("temperature_after_softmax", "temperature applied after the softmax: dividing the "
                                   "probabilities by T changes nothing once they are renormalised; "
                                   "divide the logits by T, then softmax."),

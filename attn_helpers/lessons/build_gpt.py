@@ -8,7 +8,8 @@ The model is the notebook's, piece by piece, each one the code the learner write
 
 * :class:`CausalSelfAttention`: ``q, k, v = x W_qkv`` split into heads, the course's own attention
   step with a causal mask, heads merged, ``W_O``. With a :class:`~attn_helpers.kv_cache.KVCache`
-  it appends the new keys and values and lets the new queries attend to the cache.
+  holding ``start`` positions it appends the new keys and values and lets new query ``i`` attend
+  to keys ``0..start+i`` (the causal mask offset by ``start``).
 * :class:`Block`: pre-norm, ``x + attn(LN(x))`` then ``x + ff(LN(x))``.
 * :class:`GPT`: token + position embeddings, the blocks, a final LayerNorm and the output head
   (tied to the token embedding). ``forward(tokens, start=0, caches=None)``: ``start`` is the
@@ -99,11 +100,12 @@ class CausalSelfAttention(nn.Module):
         h = self.num_heads
         q, k, v = self.qkv(x).split(d, dim=-1)                       # 3 x (b, n, d)
         q, k, v = (t.view(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))  # (b, h, n, d_h)
-        if cache is None:
-            out, weights = scaled_dot_product_attention(q, k, v, causal_mask(n))  # (b, h, n, d_h)
-        else:
+        start = 0 if cache is None else len(cache)                   # position of x[:, 0]
+        if cache is not None:
             cache.append(k, v)                                       # keys of 0..start+n-1
-            out, weights = cache.attend(q)                           # causal over the cache
+            k, v = cache.keys, cache.values                          # (b, h, start + n, d_h)
+        mask = causal_mask(start + n)[start:]                        # (n, start + n): i sees 0..start+i
+        out, weights = scaled_dot_product_attention(q, k, v, mask)   # (b, h, n, d_h)
         if self.keep_weights:
             self.weights = weights.detach()
         out = out.transpose(1, 2).reshape(b, n, d)                   # merge heads: (b, n, d)

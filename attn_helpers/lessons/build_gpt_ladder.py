@@ -5,7 +5,9 @@ Rungs (Karpathy's order): ``bigram`` (a table of next-character scores, counted:
 table for the training text, so no seed or recipe can do better); ``one head`` (+ one
 causal attention head of size d over token + position embeddings); ``multi-head`` (+ the same
 width split in 4 heads); ``feed-forward`` (+ a feed-forward layer after attention); ``residual +
-LayerNorm`` (each sub-layer as ``x + f(LN(x))``); ``depth`` (4 such blocks).
+LayerNorm`` (three changes at once: each sub-layer as ``x + f(LN(x))``, i.e. residuals and a
+LayerNorm before each sub-layer, and a final LayerNorm before the head); ``depth`` (4 such
+blocks). Every trained rung uses the same recipe, so a drop is what an idea buys under it.
 
 The results ship as the metadata of the checkpoint ``build_gpt_ladder`` (its weights: the bigram
 table); ``python -m attn_helpers train build_gpt_ladder`` re-creates them (a few minutes on one
@@ -131,7 +133,8 @@ def ladder_claims(results: dict) -> dict:
     spread = max(max(v) - min(v) for v in results["bits"].values())
     steps = [bits[a] - bits[b] for a, b in zip(RUNGS, RUNGS[1:], strict=False)]   # drops
     return {
-        f"every rung lowers the held-out loss (mean over {len(results['seeds'])} seeds)":
+        f"under the ladder's one recipe, every rung lowers the held-out loss (mean over "
+        f"{len(results['seeds'])} seeds)":
             all(s > 0 for s in steps),
         "one head beats the counted bigram for every seed":
             max(results["bits"]["one head"]) < bits["bigram"],

@@ -8,11 +8,13 @@ this small it wastes nothing, and the trained weights no longer depend on the th
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -20,9 +22,10 @@ from torch import nn
 from ..training import single_thread
 from .build_gpt import GPT, Corpus, GPTConfig, load_corpus, next_token_loss
 
-__all__ = ["Recipe", "FINAL", "NANOGPT", "BAR_NATS", "claims", "build_and_train", "cache_speed",
-           "cache_claims", "get_batch", "held_out_loss", "lr_at", "TrainLog",
-           "train_gpt", "train_step"]
+__all__ = ["Recipe", "FINAL", "FINAL_SIZE", "NANOGPT", "BAR_NATS", "claims", "build_and_train",
+           "cache_speed", "cache_claims", "final_config", "get_batch", "held_out_loss", "lr_at",
+           "load_nanogpt_bar", "measure_nanogpt_bar", "train_flops", "TrainLog", "train_gpt",
+           "train_step"]
 
 LN2 = math.log(2.0)
 
@@ -43,11 +46,33 @@ class Recipe:
     clip: float = 1.0
 
 
-#: The notebook's final model: nanoGPT's loss with 20% fewer characters (tuned on this split).
+#: The notebook's final recipe (tuned on this split): a higher learning rate and beta2 0.95,
+#: batch 16 for 1,200 steps, on nanoGPT's model with a feed-forward layer of 2d instead of 4d.
 FINAL = Recipe()
-#: nanoGPT's README recipe for a CPU (lr 1e-3, warmup 100, cosine to 1e-4), for comparison.
+#: The final model's size, on top of :class:`GPTConfig` (nanoGPT's CPU model otherwise).
+FINAL_SIZE = {"d_ff": 256}
+#: nanoGPT's README recipe for a CPU (lr 1e-3, warmup 100, cosine to 1e-4), for comparison; its
+#: model is :class:`GPTConfig`'s default (d_ff = 4d = 512).
 NANOGPT = Recipe(steps=2000, batch=12, lr=1e-3, warmup=100, final_lr_share=0.1,
                  betas=(0.9, 0.99))
+#: Where the measured loss of :data:`NANOGPT` on this split is stored.
+NANOGPT_BAR_FILE = Path(__file__).resolve().parent.parent / "data" / "build_gpt_nanogpt_bar.json"
+
+
+def final_config(vocab_size: int) -> GPTConfig:
+    """The final model: nanoGPT's CPU model (4 layers, 4 heads, 128 dimensions, context 64) with
+    a feed-forward layer of 2d."""
+    return GPTConfig(vocab_size, **FINAL_SIZE)
+
+
+def train_flops(cfg: GPTConfig, recipe: Recipe) -> float:
+    """Matrix-product FLOPs of training ``cfg`` with ``recipe``: 3x the forward's (forward,
+    backward), the forward per token being the projections, the feed-forward, the scores and
+    weighted sums over the whole context (as the course computes them, masked), and the head."""
+    d, n = cfg.d_model, cfg.context
+    per_layer = 2 * (4 * d * d + 2 * d * cfg.d_ff) + 2 * 2 * n * d
+    per_token = cfg.num_layers * per_layer + 2 * d * cfg.vocab_size
+    return 3.0 * per_token * recipe.steps * recipe.batch * n
 
 
 def get_batch(data: torch.Tensor, batch: int, context: int,
@@ -139,8 +164,8 @@ def train_gpt(model: nn.Module, recipe: Recipe = FINAL, *,
     if progress:
         from tqdm.std import tqdm  # text, not a widget: the stored notebook shows it as text
 
-        bar = tqdm(total=recipe.steps, desc="training", mininterval=10.0, ncols=80,
-                   file=sys.stdout)
+        bar = tqdm(total=recipe.steps, desc="training", mininterval=5.0,
+                   miniters=max(1, recipe.steps // 10), ncols=80, file=sys.stdout)
     if recipe.clip:
         optimizer.step = _clipped(optimizer, model, recipe.clip)
     with single_thread():
@@ -166,7 +191,7 @@ def train_gpt(model: nn.Module, recipe: Recipe = FINAL, *,
             if bar is not None:
                 bar.update(1)
                 if (step + 1) % 20 == 0:
-                    bar.set_postfix(loss=f"{loss:.3f}")
+                    bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
     if bar is not None:
         bar.close()
     model.eval()
@@ -189,23 +214,53 @@ def build_and_train(recipe: Recipe = FINAL, *, seed: int = 0, progress: bool = F
     """A fresh :class:`GPT` (``config`` overrides :class:`GPTConfig`), trained with ``recipe``."""
     corpus = load_corpus()
     torch.manual_seed(seed)
+    if recipe is FINAL:
+        config = FINAL_SIZE | config
     model = GPT(GPTConfig(corpus.vocab_size, **config))
     return model, train_gpt(model, recipe, corpus=corpus, seed=seed, progress=progress)
 
 
-#: The bar: nanoGPT's CPU recipe (2,000 steps of 12 x 64 characters) on this split is at about
-#: 1.43 nats/char (a review run of NANOGPT gave 1.386 and 1.384, seeds 0 and 1; FINAL 1.382, 1.377).
+#: The asserted bar: nanoGPT's CPU recipe reaches about 1.43 nats per character on this split
+#: (issue 24's statement). What it reaches when run here is measured and stored: see
+#: :func:`load_nanogpt_bar` (about 1.385).
 BAR_NATS = 1.43
+#: How far above nanoGPT's measured loss the final model may land and still count as "level".
+LEVEL_NATS = 0.05
 
 
-def claims(log: TrainLog, recipe: Recipe = FINAL) -> dict:
-    """The notebook's sentences about the final model's training, each a bool."""
-    nanogpt_chars = NANOGPT.steps * NANOGPT.batch
+def load_nanogpt_bar() -> dict:
+    """The stored measurement of :data:`NANOGPT` on this split: ``{"nats": [per seed], "seeds",
+    "mean", "recipe", "config", "recorded"}`` (re-measure with :func:`measure_nanogpt_bar`; a slow
+    test does)."""
+    bar = json.loads(NANOGPT_BAR_FILE.read_text())
+    bar["mean"] = sum(bar["nats"]) / len(bar["nats"])
+    return bar
+
+
+def measure_nanogpt_bar(seeds=(0, 1)) -> dict:
+    """Train nanoGPT's CPU recipe on this split for ``seeds``: the held-out loss of each."""
+    nats = [round(build_and_train(NANOGPT, seed=seed)[1].final, 4) for seed in seeds]
+    return {"seeds": list(seeds), "nats": nats,
+            "recipe": {k: getattr(NANOGPT, k) for k in ("steps", "batch", "lr", "warmup",
+                                                       "final_lr_share", "betas")},
+            "config": {k: getattr(GPTConfig(0), k) for k in ("context", "d_model", "num_heads",
+                                                             "num_layers", "d_ff")}}
+
+
+def claims(log: TrainLog, recipe: Recipe = FINAL, cfg: GPTConfig | None = None,
+           bar: dict | None = None) -> dict:
+    """The notebook's sentences about the final model's training, each a bool (``bar``: the
+    stored nanoGPT measurement, :func:`load_nanogpt_bar`)."""
+    cfg = final_config(load_corpus().vocab_size) if cfg is None else cfg
+    bar = load_nanogpt_bar() if bar is None else bar
+    share = train_flops(cfg, recipe) / train_flops(GPTConfig(cfg.vocab_size), NANOGPT)
     return {
         f"after {recipe.steps} steps the held-out loss is at most {BAR_NATS} nats per character "
-        "(the bar nanoGPT's CPU recipe reaches)": log.final <= BAR_NATS,
-        "it read 20% fewer characters than nanoGPT's recipe does":
-            recipe.steps * recipe.batch <= 0.8 * nanogpt_chars,
+        "(the bar set for nanoGPT's CPU recipe)": log.final <= BAR_NATS,
+        f"it is within {LEVEL_NATS} nats of nanoGPT's recipe run on this split "
+        f"({bar['mean']:.3f}, recorded)": log.final <= bar["mean"] + LEVEL_NATS,
+        "its training took at most 60% of the matrix-product FLOPs of nanoGPT's recipe":
+            share <= 0.6,
         "the held-out loss was lower at each evaluation than at the one before (200 windows "
         "each, the last on the whole held-out text)":
             all(b < a for (_, a), (_, b) in zip(log.evaluations, log.evaluations[1:],

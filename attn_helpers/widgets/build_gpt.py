@@ -23,7 +23,7 @@ from ..lessons import build_gpt as bg
 from ..lessons.build_gpt_heads import head_scores
 from ..masks import causal_mask
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
-from .panels import AttentionPanel, EntropyBars
+from .panels import TITLE_PT, AttentionPanel, EntropyBars
 
 __all__ = ["PromptRun", "GPTFrame", "GPTView", "GPTWidget", "LossCurve", "Sampler", "char_label",
            "gpt_frame",
@@ -86,6 +86,7 @@ class GPTFrame(AttentionFrame):
     layer_entropy: torch.Tensor | None = None
     layer_ceiling: float = 0.0
     head: int = 0
+    layer: int = 0
 
 
 def gpt_frame(run: PromptRun, layer: int, head: int) -> GPTFrame:
@@ -106,7 +107,7 @@ def gpt_frame(run: PromptRun, layer: int, head: int) -> GPTFrame:
         readouts["note"] = f"only the last {n} characters fit the model's context"
     return GPTFrame(run.weights[l, i], run.labels, run.labels, mask=causal_mask(n),
                     readouts=readouts, layer_entropy=run.head_entropy[l],
-                    layer_ceiling=run.ceiling, head=i)
+                    layer_ceiling=run.ceiling, head=i, layer=l)
 
 
 class GPTView(BlitView):
@@ -118,11 +119,22 @@ class GPTView(BlitView):
                                         bottom=0.08, top=0.9, wspace=0.25)
         self.panel = AttentionPanel(self.blit, grid[0], title="one head's attention")
         self.heads = EntropyBars(self.blit, self.figure.add_subplot(grid[1]),
-                                 title="mean entropy\nper head",
+                                 title=self._heads_title(0),
+                                 xlabel="nats (dashes: mean\nln visible keys)",
                                  labels=[f"head {j + 1}" for j in range(num_heads)])
         self.heads.layout(num_heads, float(torch.log(torch.tensor(float(context)))))
+        self.layer = 0
+
+    @staticmethod
+    def _heads_title(layer: int) -> str:
+        return f"layer {layer + 1}: mean\nentropy per head"
 
     def draw(self, frame: GPTFrame) -> None:
+        self.panel.set_title(f"layer {frame.layer + 1}, head {frame.head + 1}: attention weights")
+        if frame.layer != self.layer:                 # a new title: one full redraw
+            self.layer = frame.layer
+            self.heads.ax.set_title(self._heads_title(frame.layer), fontsize=TITLE_PT)
+            self.blit.invalidate()
         self.panel.set_frame(frame)
         h = len(frame.layer_entropy)
         self.heads.set(frame.layer_entropy, [frame.layer_ceiling] * h, highlight=frame.head)

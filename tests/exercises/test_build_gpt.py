@@ -28,8 +28,8 @@ ex = SimpleNamespace(**{name: getattr(value, "__wrapped__", value) for name, val
 
 def _attention_class(**mistake):
     class Attention(bg.CausalSelfAttention):
-        def forward(self, x):
-            return attention_variant(self, **mistake)(x)
+        def forward(self, x, cache=None):
+            return attention_variant(self, **mistake)(x, cache)
 
     return Attention
 
@@ -77,6 +77,42 @@ def test_attention_names_the_leak_and_the_head_split():
     assert "split wrong" in ex.check_attention(_attention_class(split="view")).message
 
 
+@pytest.mark.parametrize("mistake, words", [
+    ({"mask": "none"}, "no causal mask, so the future leaks"),
+    ({"mask": "not_offset"}, "the mask is not offset by start"),
+    ({"cache_use": "not_read"}, "the cache is not appended to or not read"),
+    ({"cache_use": "kv_swapped"}, "k and v are swapped in the cache"),
+    ({"merge": "view"}, "the heads are merged in the wrong order"),
+    ({"scale": "d_model"}, "scaled by 1/sqrt(d_model)"),
+    ({"split": "interleaved"}, "an interleaved q, k, v layout"),
+])
+def test_attention_names_the_cache_mistakes(mistake, words):
+    assert_rejected(ex.check_attention(_attention_class(**mistake)), "Hint: ", words)
+
+
+def test_attention_with_the_cache_must_do_the_offset_itself():
+    class UsesAttend(bg.CausalSelfAttention):
+        def forward(self, x, cache=None):
+            if cache is None:
+                return super().forward(x)
+            b, n, d = x.shape
+            h = self.num_heads
+            q, k, v = self.qkv(x).split(d, dim=-1)
+            q, k, v = (t.view(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))
+            cache.append(k, v)
+            out, _ = cache.attend(q)
+            return self.out(out.transpose(1, 2).reshape(b, n, d))
+
+    result = ex.check_attention(UsesAttend)
+    assert not result and "KVCache.attend" in result.message
+
+    class NoCacheArgument(bg.CausalSelfAttention):
+        def forward(self, x):
+            return super().forward(x)
+
+    assert not ex.check_attention(NoCacheArgument)
+
+
 @pytest.mark.parametrize("kind, words", [(kind, hint[:30]) for kind, hint in ex.BLOCK_MISTAKES])
 def test_block_rejects_known_mistakes(kind, words):
     assert_rejected(ex.check_block(_block_class(kind)), "Hint: ", words)
@@ -99,6 +135,11 @@ def test_train_step_rejects_known_mistakes(kind, words):
 
 def test_train_step_names_unshifted_targets():
     assert "targets are not shifted" in ex.check_train_step(train_variant("not_shifted")).message
+    assert "F.nll_loss on raw logits" in ex.check_train_step(train_variant("nll_on_logits")).message
+
+
+def test_model_names_softmax_output():
+    assert "returns softmax(logits)" in ex.check_model(_model_class("softmax_output")).message
 
 
 @pytest.mark.parametrize("kind, words", [(kind, hint[:30])
@@ -109,6 +150,7 @@ def test_generate_rejects_known_mistakes(kind, words):
 
 def test_generate_names_restarting_positions_and_late_temperature():
     assert "positions restart" in ex.check_generate(generate_variant("positions_restart")).message
+    assert "start = tokens.shape[1]" in ex.check_generate(generate_variant("start_is_length")).message
     message = ex.check_generate(generate_variant("temperature_after_softmax")).message
     assert "temperature applied after the softmax" in message
 
@@ -127,10 +169,11 @@ def test_stubs_are_not_implemented_yet():
         assert "not implemented yet" in check(_Stub).message
 
     class ForwardStub(bg.CausalSelfAttention):
-        def forward(self, x):
+        def forward(self, x, cache=None):
             raise NotImplementedError
 
     assert "not implemented yet" in ex.check_attention(ForwardStub).message
+    assert "top_k_indices" not in [kind for kind, _ in ex.GENERATE_MISTAKES]
     assert "not implemented yet" in ex.check_train_step(stub).message
     assert "not implemented yet" in ex.check_generate(stub).message
     assert not ex.check_attention("CausalSelfAttention")
@@ -179,3 +222,18 @@ def test_generate_that_ignores_the_cache_is_refused():
         result = ex.check_generate(fn)
         assert not result and "the cache was never used" in result.message
     assert ex.check_generate(bg.generate)
+
+
+def test_sampling_among_the_top_k_indices_passes_and_says_why():
+    result = ex.check_generate(generate_variant("top_k_indices"))
+    assert result and "among the k largest" in result.message
+
+
+def test_the_learners_attention_can_run_inside_the_model():
+    torch.manual_seed(0)
+    model = bg.GPT(bg.GPTConfig(13, context=24, d_model=16, num_heads=4, num_layers=2, d_ff=32))
+    mine = ex.with_attention(model, _attention_class())
+    prompt = torch.randint(0, 13, (2, 4))
+    a = bg.generate(model, prompt, 15, 0.8, 5, True, torch.Generator().manual_seed(3))
+    b = bg.generate(mine, prompt, 15, 0.8, 5, True, torch.Generator().manual_seed(3))
+    assert torch.equal(a, b) and type(mine.blocks[0].attn) is not bg.CausalSelfAttention

@@ -69,3 +69,13 @@ def test_the_loss_curve_and_the_sampler(setup):
     assert "image/png" in data and samples[0] in data["text/plain"]
     sampler.set(prompt="\u2603")
     assert "vocabulary" in sampler.output.value
+
+
+def test_the_picture_names_its_layer_and_head_and_the_dashed_ceiling(setup):
+    model, corpus = setup
+    widget = gw.gpt_widget(model, corpus, "The for statement")
+    widget.set(layer=2, head=3)
+    view = widget.view
+    assert view.panel.title == "layer 2, head 3: attention weights"
+    title = view.heads.ax.get_title()
+    assert title.startswith("layer 2") and "dashes" in view.heads.ax.get_xlabel()
