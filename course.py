@@ -98,6 +98,7 @@ def nbval_command() -> list:
 OTHER_FP_PATH = {"OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "default",
                  "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
 ARTIFACTS = ROOT / "artifacts"
+NO_TESTS_OK = (0, 5)    # pytest's exit 5: every test deselected (e.g. by a -k given to course.py test)
 
 
 def test(extra: list[str]) -> None:
@@ -129,33 +130,27 @@ def run_tests(extra: list[str], scratch: Path) -> None:
         say(f"fast checks passed in {time.monotonic() - started:.0f} s")
         return
     ARTIFACTS.mkdir(exist_ok=True)
-    # Two cores, used at once: the unit tests (mostly one thread) beside the one-thread nbval pass.
+    # Four independent jobs, two at a time (this machine's two cores; every job is mostly one
+    # thread), each next job started as soon as a lane is free. The longest come first, so that
+    # neither lane idles while the other finishes (longest-processing-time order): the strict
+    # nbval pass on the other floating-point path (one thread), the re-training tests (one
+    # thread each), the nbval pass with this environment's settings, then every other test.
     other = " ".join(f"{k}={v}" for k, v in OTHER_FP_PATH.items())
-    log = ARTIFACTS / "nbval_other_fp_path.log"
-    say(f"strict nbval, {other}: started beside the tests (output: {log.relative_to(ROOT)})")
-    with open(log, "w") as out:
-        nbval_other = subprocess.Popen([str(a) for a in nbval_command()], cwd=ROOT,
-                                       env=env("nbval-other-fp", **OTHER_FP_PATH),
-                                       stdout=out, stderr=subprocess.STDOUT)
-    try:
-        say("unit, property, widget, re-training, course-consistency and notebook-hygiene tests")
-        run([PYTHON, "-m", "pytest", "tests", "-p", "no:cacheprovider", "-m", "not browser",
-             *extra], env=env("pytest"))
-        say(f"strict nbval, {other}: waiting for it to finish")
-        code = nbval_other.wait()
-    finally:
-        if nbval_other.poll() is None:    # the tests failed or were interrupted: stop it too
-            nbval_other.terminate()
-            nbval_other.wait()
-    print(log.read_text()[-6000:], flush=True)
-    if code != 0:
-        print(f"\ncourse.py: strict nbval with {other} failed (exit {code}); see {log}",
-              file=sys.stderr)
-        sys.exit(code)
-    # The first pass: this environment's settings, all cores (a thread-count pin is dropped).
+    # The nbval pass with this environment's settings: its thread count too (a pin is dropped).
     default = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    say(f"strict nbval, default settings ({os.cpu_count()} cores)")
-    run(nbval_command(), env=env("nbval-default", default))
+    pytest = [PYTHON, "-m", "pytest", "tests", "-p", "no:cacheprovider", "--durations=15"]
+    run_in_lanes([
+        (f"strict nbval, {other}", "nbval_other_fp_path",
+         nbval_command(), env("nbval-other-fp", **OTHER_FP_PATH)),
+        ("tests marked slow (the re-trainings from scratch, among others)", "pytest_slow",
+         [*pytest, "-m", "slow and not browser", "--basetemp", scratch / "tmp-slow", *extra],
+         env("pytest-slow"), NO_TESTS_OK),
+        (f"strict nbval, default settings ({os.cpu_count()} cores)", "nbval_default",
+         nbval_command(), env("nbval-default", default)),
+        ("unit, property, widget, course-consistency and notebook-hygiene tests", "pytest",
+         [*pytest, "-m", "not slow and not browser", "--basetemp", scratch / "tmp-rest", *extra],
+         env("pytest"), NO_TESTS_OK),
+    ])
     # Speed, alone on the machine: every target is a ratio to a baseline measured in the same run.
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     if Path(chromium).exists() or os.environ.get("CI") == "true":
@@ -172,6 +167,43 @@ def run_tests(extra: list[str], scratch: Path) -> None:
     run([PYTHON, "-m", "attn_helpers", "bench", "widget", "--repeats", "20", "--check"],
         env=env("bench-widget"))
     say(f"all checks passed in {time.monotonic() - started:.0f} s")
+
+
+def run_in_lanes(jobs: list[tuple], lanes: int = 2) -> None:
+    """Run ``jobs`` ((title, log name, command, environment[, exit codes that count as a pass]),
+    in that order), at most ``lanes`` at a time, each started as soon as a lane is free. A job's
+    output goes to ``artifacts/<log name>.log`` and its tail is printed when it ends. The first
+    failure stops the jobs still running and the script."""
+    pending, running = list(jobs), {}
+    started = time.monotonic()
+    try:
+        while pending or running:
+            while pending and len(running) < lanes:
+                title, name, args, env, *ok = pending.pop(0)
+                log = ARTIFACTS / f"{name}.log"
+                out = open(log, "w")
+                process = subprocess.Popen([str(a) for a in args], cwd=ROOT, env=env,
+                                           stdout=out, stderr=subprocess.STDOUT)
+                running[process] = (title, log, out, time.monotonic(), ok[0] if ok else (0,))
+                say(f"started at {time.monotonic() - started:.0f} s: {title} "
+                    f"(output: {log.relative_to(ROOT)})")
+            time.sleep(0.5)
+            for process in [p for p in running if p.poll() is not None]:
+                title, log, out, began, passing = running.pop(process)
+                out.close()
+                code, now = process.returncode, time.monotonic()
+                say(f"{'finished' if code in passing else 'FAILED'} at {now - started:.0f} s "
+                    f"({now - began:.0f} s): {title}")
+                print(log.read_text()[-6000:], flush=True)
+                if code not in passing:
+                    print(f"\ncourse.py: {title} failed (exit {code}); see {log}", file=sys.stderr)
+                    sys.exit(code)
+    finally:
+        for process, (_, _, out, *_) in running.items():   # a failure or Ctrl+C: stop the others
+            if process.poll() is None:
+                process.terminate()
+                process.wait()
+            out.close()
 
 
 def execute(paths: list[str]) -> None:

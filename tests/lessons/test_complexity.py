@@ -251,12 +251,8 @@ def test_fwd_bwd_study_gradients_saved_tensors_and_memory():
     assert all(ok for name, ok in verdict.items() if "1/6" not in name), verdict
     broken = {**study, "grad_error": {**study["grad_error"], "tiled": 1.0}}
     assert not cx.claims(training=broken)["tiled's and naive's gradients equal SDPA's (gap < 1e-4)"]
-
-
-@pytest.mark.slow
-def test_fwd_bwd_claims_hold_at_the_notebooks_n():
-    verdict = cx.claims(training=st.fwd_bwd_study(1024, budget_s=None))
-    assert all(verdict.values()), verdict
+    # All five claims at the notebook's n = 1024 (fwd_bwd_study(1024, budget_s=None)) are asserted
+    # by notebook 08 itself, same call, in both strict nbval passes of CI: not repeated here.
 
 
 def test_traffic_and_roofline_sizes():

@@ -93,9 +93,14 @@ def test_claims_fail_when_the_cache_changes_the_tokens(comparison):
     assert not all(masking.claims(comparison, worse).values())
 
 
-@pytest.mark.slow
-def test_claims_hold_on_a_fresh_gqa_training(comparison):
-    result = masking.claims(comparison, masking.gqa_tradeoff())
+def test_claims_hold_on_a_fresh_generation(comparison):
+    """claims() on this module's fresh generation, with a trade-off given: the cache claims hold,
+    and the trade-off's claims are gqa_claims() unchanged. The GQA claims on fresh trainings
+    (gqa_tradeoff(): g = 4, 2, 1 x seeds 0-2, nine runs) are asserted by notebook 05 itself, same
+    function and defaults, in both strict nbval passes of CI; not re-trained here a third time."""
+    tradeoff = {4: _runs(0.9, 0.92, 0.91), 2: _runs(0.91, 0.9, 0.9), 1: _runs(0.9, 0.91, 0.9)}
+    result = masking.claims(comparison, tradeoff)
+    assert result == {**masking.claims(comparison), **masking.gqa_claims(tradeoff)}
     # The speed claim is a timing: the notebook asserts it, the tests do not (issue 20); its logic
     # is tested with forced timings in test_claims_fail_when_the_cache_changes_the_tokens.
     result.pop(f"with the cache, generation is over {masking.SPEEDUP_MIN}x faster (same run)")
