@@ -113,9 +113,13 @@ def run_tests(extra: list[str], scratch: Path) -> None:
     fast = "--fast" in extra
     extra = [a for a in extra if a != "--fast"]
     started = time.monotonic()
-    say("lint: ruff on the package, the tests and the notebooks")
+
+    def step(message: str) -> None:      # each step with the time since the start, for the CI log
+        say(f"[{time.monotonic() - started:.0f} s] {message}")
+
+    step("lint: ruff on the package, the tests and the notebooks")
     run([PYTHON, "-m", "ruff", "check", "attn_helpers", "tests", "notebooks", "course.py"])
-    say("import tiers: lint-imports (contracts in pyproject.toml)")
+    step("import tiers: lint-imports (contracts in pyproject.toml)")
     run([BIN / "lint-imports", "--no-cache"])
 
     def env(name: str, base: dict | None = None, **settings: str) -> dict:
@@ -124,7 +128,7 @@ def run_tests(extra: list[str], scratch: Path) -> None:
                     **settings)
 
     if fast:
-        say("fast loop: unit, property, widget and hygiene tests (no browser, no slow, no nbval)")
+        step("fast loop: unit, property, widget and hygiene tests (no browser, no slow, no nbval)")
         run([PYTHON, "-m", "pytest", "tests", "-p", "no:cacheprovider", "-q",
              "-m", "not slow and not browser", *extra], env=env("fast"))
         say(f"fast checks passed in {time.monotonic() - started:.0f} s")
@@ -132,9 +136,10 @@ def run_tests(extra: list[str], scratch: Path) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     # Four independent jobs, two at a time (this machine's two cores; every job is mostly one
     # thread), each next job started as soon as a lane is free. The longest come first, so that
-    # neither lane idles while the other finishes (longest-processing-time order): the strict
-    # nbval pass on the other floating-point path (one thread), the re-training tests (one
-    # thread each), the nbval pass with this environment's settings, then every other test.
+    # neither core idles while the other finishes (longest-processing-time order). On a 2-core
+    # x86 laptop: the strict nbval pass on the other floating-point path ~400 s (one thread), the
+    # tests marked slow ~390 s (re-trainings, one thread each), the nbval pass with this
+    # environment's settings ~190 s alone on both cores, every other test ~215 s.
     other = " ".join(f"{k}={v}" for k, v in OTHER_FP_PATH.items())
     # The nbval pass with this environment's settings: its thread count too (a pin is dropped).
     default = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
@@ -150,32 +155,32 @@ def run_tests(extra: list[str], scratch: Path) -> None:
         ("unit, property, widget, course-consistency and notebook-hygiene tests", "pytest",
          [*pytest, "-m", "not slow and not browser", "--basetemp", scratch / "tmp-rest", *extra],
          env("pytest"), NO_TESTS_OK),
-    ])
+    ], started)
     # Speed, alone on the machine: every target is a ratio to a baseline measured in the same run.
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     if Path(chromium).exists() or os.environ.get("CI") == "true":
-        say("JupyterLab in Chromium, one pass: every notebook run and checked (no error; a slider "
-            "move changes the picture and the readouts), every slider move timed")
+        step("JupyterLab in Chromium, one pass: every notebook run and checked (no error; a "
+             "slider move changes the picture and the readouts), every slider move timed")
         run([PYTHON, "-m", "pytest", "tests/notebooks/test_browser.py", "-p", "no:cacheprovider",
              "-m", "browser"], env=env("browser"))
-        say("speed in the browser: every notebook's median at most 2x the bare slider's floor")
+        step("speed in the browser: every notebook's median at most 2x the bare slider's floor")
         run([PYTHON, "-m", "attn_helpers", "bench", "browser", "--check", "--results",
              ARTIFACTS / "browser" / "results.json"])
     else:
         say(f"no Chromium at {chromium}: the browser pass is skipped (see README)")
-    say("speed in the kernel: a slider move at most 1/10 of re-creating a seaborn heatmap")
+    step("speed in the kernel: a slider move at most 1/10 of re-creating a seaborn heatmap")
     run([PYTHON, "-m", "attn_helpers", "bench", "widget", "--repeats", "20", "--check"],
         env=env("bench-widget"))
     say(f"all checks passed in {time.monotonic() - started:.0f} s")
 
 
-def run_in_lanes(jobs: list[tuple], lanes: int = 2) -> None:
+def run_in_lanes(jobs: list[tuple], started: float, lanes: int = 2) -> None:
     """Run ``jobs`` ((title, log name, command, environment[, exit codes that count as a pass]),
     in that order), at most ``lanes`` at a time, each started as soon as a lane is free. A job's
     output goes to ``artifacts/<log name>.log`` and its tail is printed when it ends. The first
-    failure stops the jobs still running and the script."""
+    failure stops the jobs still running and the script. Times are printed from ``started``
+    (a ``time.monotonic()``)."""
     pending, running = list(jobs), {}
-    started = time.monotonic()
     try:
         while pending or running:
             while pending and len(running) < lanes:
@@ -185,15 +190,15 @@ def run_in_lanes(jobs: list[tuple], lanes: int = 2) -> None:
                 process = subprocess.Popen([str(a) for a in args], cwd=ROOT, env=env,
                                            stdout=out, stderr=subprocess.STDOUT)
                 running[process] = (title, log, out, time.monotonic(), ok[0] if ok else (0,))
-                say(f"started at {time.monotonic() - started:.0f} s: {title} "
+                say(f"[{time.monotonic() - started:.0f} s] started: {title} "
                     f"(output: {log.relative_to(ROOT)})")
             time.sleep(0.5)
             for process in [p for p in running if p.poll() is not None]:
                 title, log, out, began, passing = running.pop(process)
                 out.close()
                 code, now = process.returncode, time.monotonic()
-                say(f"{'finished' if code in passing else 'FAILED'} at {now - started:.0f} s "
-                    f"({now - began:.0f} s): {title}")
+                say(f"[{now - started:.0f} s] {'finished' if code in passing else 'FAILED'} "
+                    f"after {now - began:.0f} s: {title}")
                 print(log.read_text()[-6000:], flush=True)
                 if code not in passing:
                     print(f"\ncourse.py: {title} failed (exit {code}); see {log}", file=sys.stderr)
