@@ -134,10 +134,10 @@ def run_tests(extra: list[str], scratch: Path) -> None:
         say(f"fast checks passed in {time.monotonic() - started:.0f} s")
         return
     ARTIFACTS.mkdir(exist_ok=True)
-    # Four independent jobs, two at a time (this machine's two cores; every job is mostly one
-    # thread), each next job started as soon as a lane is free. The longest come first, so that
-    # neither core idles while the other finishes (longest-processing-time order). On a 2-core
-    # x86 laptop: the strict nbval pass on the other floating-point path ~400 s (one thread), the
+    # Four independent jobs, as many at a time as there are cores (at least two; every job is
+    # mostly one thread), each next job started as soon as a lane is free. The longest come
+    # first, so that no core idles while another finishes (longest-processing-time order). On a
+    # 2-core x86 laptop: the strict nbval pass on the other floating-point path ~400 s (one thread), the
     # tests marked slow ~390 s (re-trainings, one thread each), the nbval pass with this
     # environment's settings ~190 s alone on both cores, every other test ~215 s.
     other = " ".join(f"{k}={v}" for k, v in OTHER_FP_PATH.items())
@@ -155,7 +155,7 @@ def run_tests(extra: list[str], scratch: Path) -> None:
         ("unit, property, widget, course-consistency and notebook-hygiene tests", "pytest",
          [*pytest, "-m", "not slow and not browser", "--basetemp", scratch / "tmp-rest", *extra],
          env("pytest"), NO_TESTS_OK),
-    ], started)
+    ], started, lanes=max(2, os.cpu_count() or 2))
     # Speed, alone on the machine: every target is a ratio to a baseline measured in the same run.
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     if Path(chromium).exists() or os.environ.get("CI") == "true":
