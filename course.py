@@ -137,9 +137,9 @@ def run_tests(extra: list[str], scratch: Path) -> None:
     # Four independent jobs, as many at a time as there are cores (at least two; every job is
     # mostly one thread), each next job started as soon as a lane is free. The longest come
     # first, so that no core idles while another finishes (longest-processing-time order). On a
-    # 2-core x86 laptop: the strict nbval pass on the other floating-point path ~400 s (one thread), the
-    # tests marked slow ~390 s (re-trainings, one thread each), the nbval pass with this
-    # environment's settings ~190 s alone on both cores, every other test ~215 s.
+    # 2-core x86 laptop: the strict nbval pass on the other floating-point path ~400 s (one
+    # thread), the tests marked slow ~390 s (re-trainings, one thread each), the nbval pass with
+    # this environment's settings ~190 s alone on both cores, every other test ~215 s.
     other = " ".join(f"{k}={v}" for k, v in OTHER_FP_PATH.items())
     # The nbval pass with this environment's settings: its thread count too (a pin is dropped).
     default = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
