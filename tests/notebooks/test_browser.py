@@ -7,10 +7,10 @@ editing this file): open each notebook, Run All, check that no cell shows an err
 slider of every live widget with the arrow keys, check that the first widget's picture (pixel
 difference) and its readouts, entropy included, changed. Screenshots and ``summary.json`` per
 notebook go to ``artifacts/browser/<notebook>/`` (or ``$BROWSER_ARTIFACTS``), which CI keeps. The
-same pass times each move from the key press to the new picture, and a bare slider's floor; these
-tests assert no time: the timings go to ``results.json`` there, and ``python -m attn_helpers bench
-browser --check --results artifacts/browser/results.json`` (run by ``course.py test`` right after
-pytest) judges them as same-run ratios.
+same pass times each move from the key press to the new picture (decoded, and its stages), and a
+bare slider's floor; these tests assert no time: the timings go to ``results.json`` there, and
+``python -m attn_helpers bench browser --check --results artifacts/browser/results.json`` (run by
+``course.py test`` right after pytest) judges them as same-run ratios.
 
 Needs Chromium (Debian's ``chromium`` package, at /usr/bin/chromium or ``$CHROMIUM``) and
 Playwright for Python (in requirements.txt; its own browser download is not used). Without
@@ -72,7 +72,14 @@ def test_notebook_runs_and_its_widgets_respond(notebook, browser_pass):
 
 
 def test_the_pass_recorded_the_floor_and_every_notebook(browser_pass):
-    """What ``bench browser --check --results`` needs: the floor and a record per notebook."""
+    """What ``bench browser --check --results`` needs: the floor and a record per notebook; every
+    move's stages in their order (PNG in the page, decoded, on screen)."""
     assert len(browser_pass["floor_ms"]) >= 20
+    timed = [(browser_pass["floor_swapped_ms"], browser_pass["floor_ms"],
+              browser_pass["floor_shown_ms"])]
+    timed += [(r["swapped_ms"], r["latencies_ms"], r["shown_ms"]) for r in browser_pass["notebooks"]]
+    for swapped, decoded, shown in timed:
+        assert len(swapped) == len(decoded) == len(shown)
+        assert all(0 < a <= b <= c for a, b, c in zip(swapped, decoded, shown, strict=True))
     assert [r["notebook"] for r in browser_pass["notebooks"]] == [p.stem for p in NOTEBOOKS]
     assert (ARTIFACTS / "results.json").exists()

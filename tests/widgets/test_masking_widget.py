@@ -77,3 +77,24 @@ def test_widget_draws_masked_cells_grey_and_reports_errors():
     widget.compute = lambda **_: (_ for _ in ()).throw(ValueError("boom"))
     widget.refresh()
     assert widget.error == "ValueError: boom"
+
+
+def test_the_caption_is_pasted_under_the_panels_and_a_move_only_blits():
+    """The caption lines (settings and readouts) are in the picture, one sprite a line, and a
+    move redraws them without a full redraw of the figure."""
+    widget = masking_widget()
+    view = widget.view
+    background = view.blit._background
+    widget.set(mask_type="causal + padding", length_b=3)
+    assert view.blit._background is background
+    assert view.caption.texts == list(widget.frame.caption) and len(view.caption.texts) == 2
+    assert "mask: causal + padding" in view.caption.texts[0]
+
+    def strip(png: bytes) -> np.ndarray:            # the caption's rows, under the panels
+        image = np.asarray(Image.open(io.BytesIO(png)).convert("L")).astype(int)
+        return image[-32:]
+
+    before = strip(widget.image.value)
+    assert (before < 100).sum() > 300                 # dark text pixels
+    widget.set(length_b=6)
+    assert np.abs(strip(widget.image.value) - before).max() > 100   # the caption changed
