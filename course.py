@@ -143,7 +143,7 @@ def run_tests(extra: list[str], scratch: Path) -> None:
     other = " ".join(f"{k}={v}" for k, v in OTHER_FP_PATH.items())
     # The nbval pass with this environment's settings: its thread count too (a pin is dropped).
     default = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    pytest = [PYTHON, "-m", "pytest", "tests", "-p", "no:cacheprovider", "--durations=15"]
+    pytest = [PYTHON, "-m", "pytest", "tests", "-p", "no:cacheprovider", "--durations=25"]
     run_in_lanes([
         (f"strict nbval, {other}", "nbval_other_fp_path",
          nbval_command(), env("nbval-other-fp", **OTHER_FP_PATH)),
