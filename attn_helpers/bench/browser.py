@@ -280,7 +280,9 @@ def verdict(results: dict) -> tuple[bool, bool, str]:
                 + _stages(results.get("floor_swapped_ms"), results.get("floor_shown_ms"))
                 if floor else "NOT measured"),
              "(each move: key press to the new picture decoded, img.decode(); on screen: the next "
-             "animation frame, a wait of up to one frame that no widget changes)"]
+             "animation frame, a wait of up to one frame that no widget changes)"
+             if "floor_shown_ms" in results else
+             "(an older record: each move timed to the first animation frame after the decode)"]
     checks_ok, ratios_ok = bool(results["notebooks"]), floor is not None
     for record in results["notebooks"]:
         lines.append(_line(record, floor and floor["median_ms"]))
