@@ -112,7 +112,9 @@ def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Te
     if mask is not None:
         allowed = allowed & mask
     filled = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    return torch.softmax(filled, dim=-1) * allowed.any(dim=-1, keepdim=True)
+    weights = torch.softmax(filled, dim=-1)
+    has_key = allowed.any(dim=-1, keepdim=True)                # (..., n_q, 1)
+    return weights if bool(has_key.all()) else weights * has_key  # skip a multiply by all ones
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
