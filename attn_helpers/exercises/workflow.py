@@ -15,7 +15,8 @@ formula, 3: nearly the code).
 **Honest progress.** Only the learner's own function can pass: a reference solution is checked
 with ``check_kv_cache_step(kv_cache_step_solution, solution=True)``, which runs the same checker
 (a broken reference raises ``AssertionError``) but records nothing. Each notebook runs in its own
-kernel, so a pass is written to a small JSON file in the learner's user data directory
+kernel, so the latest verdict is kept in a small JSON file (a pass with its time; a later failed
+check, the stub included, removes it) in the learner's user data directory
 (:func:`progress_file`; never in the repository), and :func:`progress` reads it back for the whole
 course. ``python3 course.py progress`` prints the table; ``python3 course.py progress --reset``
 empties it. The environment variable ``ATTN_COURSE_PROGRESS_DIR`` moves the file (the test command
@@ -35,7 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..course_map import COURSE
-from .core import CheckResult
+from .core import CHECKING_A_SOLUTION, LEARNER, CheckResult
 
 __all__ = ["Exercise", "EXERCISES", "exercise", "hint", "progress", "progress_file", "reset_progress"]
 
@@ -86,11 +87,16 @@ def _read_passes() -> dict[str, str]:
     return {k: v for k, v in passes.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-def _record_pass(key: str) -> None:
+def _record(key: str, passed: bool) -> None:
+    """Save the learner's latest verdict: a pass (with its time, if not saved already), or a
+    failure after a saved pass, which removes it: the latest check wins."""
     passes = _read_passes()
-    if key in passes:
+    if passed == (key in passes):
         return
-    passes[key] = datetime.now(UTC).isoformat(timespec="seconds")
+    if passed:
+        passes[key] = datetime.now(UTC).isoformat(timespec="seconds")
+    else:
+        del passes[key]
     path = progress_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,8 +136,14 @@ def exercise(key: str, title: str, *, hints: tuple[str, str, str]) -> Callable:
             borrowed = None if solution or not args else _borrowed(args[0])
             if borrowed:
                 _RESULTS[key] = False
+                _record(key, False)
                 return _refusal(borrowed)
-            result = checker(*args, **kwargs)
+            tokens = (CHECKING_A_SOLUTION.set(solution), LEARNER.set(args[0] if args else None))
+            try:
+                result = checker(*args, **kwargs)
+            finally:
+                LEARNER.reset(tokens[1])
+                CHECKING_A_SOLUTION.reset(tokens[0])
             if solution:
                 if not result:
                     raise AssertionError(f"the reference solution of {key} fails its checker: "
@@ -139,8 +151,7 @@ def exercise(key: str, title: str, *, hints: tuple[str, str, str]) -> Callable:
                 return type(result)(True, "Reference solution: it passes the checker. This does "
                                           "not count as your pass; your own function does.")
             _RESULTS[key] = bool(result)
-            if result:
-                _record_pass(key)
+            _record(key, bool(result))
             return result
 
         checked.exercise_key = key
@@ -211,8 +222,9 @@ def hint(key: str, level: int = 1) -> None:
 
 
 def progress(slug: str | None = None, *, show: bool = True) -> dict[str, dict[str, bool | None]]:
-    """The learner's exercises, per notebook: ``{slug: {key: True (passed, in this kernel or an
-    earlier session), False (the last check in this kernel failed) or None (not tried)}}``.
+    """The learner's exercises, per notebook: ``{slug: {key: True (passed), False (not passed) or
+    None (not tried)}}``. The latest check wins: this kernel's last verdict, else the one saved
+    by an earlier session (a pass saved earlier and failed since counts as not passed).
 
     ``slug``: one notebook's (``"masking"``), or ``None`` for the whole course. Printed unless
     ``show=False``. Reference solutions never count (see :func:`exercise`)."""
@@ -225,7 +237,7 @@ def progress(slug: str | None = None, *, show: bool = True) -> dict[str, dict[st
     for key, ex in EXERCISES.items():
         if slug is not None and ex.slug != slug:
             continue
-        state = True if key in passed_before else _RESULTS.get(key)
+        state = _RESULTS[key] if key in _RESULTS else (True if key in passed_before else None)
         table.setdefault(ex.slug, {})[key] = state
     if show:
         for lesson in COURSE:

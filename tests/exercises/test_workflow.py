@@ -216,3 +216,108 @@ def test_the_course_own_code_or_a_solution_never_passes_as_the_learners():
         assert check_double(lambda x: x + x)
     finally:
         _unregister_double()
+
+
+def test_the_latest_verdict_wins_a_failure_after_a_saved_pass_removes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTN_COURSE_PROGRESS_DIR", str(tmp_path / "p"))
+    check_double = _register_double()
+
+    def stub(x):
+        raise NotImplementedError
+
+    try:
+        assert check_double(lambda x: x + x)
+        workflow._RESULTS.clear()                                    # a new kernel: the saved pass
+        assert _state() is True
+        assert not check_double(stub)                                # Run All on the stub
+        assert _state() is False
+        workflow._RESULTS.clear()                                    # and the file says so too
+        assert _state() is None and "start_here.test_double" not in workflow._read_passes()
+        assert check_double(lambda x: x + x)
+        assert check_double(lambda x: x + x, solution=True)          # never touches the record
+        assert not check_double(lambda x: x)
+        assert check_double(lambda x: x + x, solution=True)
+        assert _state() is False
+    finally:
+        _unregister_double()
+
+
+def test_wrapping_a_solution_a_reference_or_a_mistake_is_refused_by_name():
+    import attn_helpers.exercises.start_here as start_here
+
+    def softmax_with_temperature_solution(scores, t):
+        e = torch.exp(scores / t - (scores / t).amax(-1, keepdim=True))
+        return e / e.sum(-1, keepdim=True)
+
+    namespace = {"softmax_with_temperature_solution": softmax_with_temperature_solution,
+                 "start_here": start_here, "torch": torch}
+    exec("def wrapper_a(s, t):\n    return softmax_with_temperature_solution(s, t)\n"   # noqa: S102
+         "def wrap_reference(s, t):\n    return start_here.softmax_with_temperature_reference(s, t)\n"
+         "def own(s, t):\n    e = torch.exp(s / t - (s / t).amax(-1, keepdim=True))\n"
+         "    return e / e.sum(-1, keepdim=True)\n", namespace)
+    check = start_here.check_softmax_with_temperature
+    result = check(namespace["wrapper_a"])
+    assert not result and "called softmax_with_temperature_solution, the reference solution" in (
+        result.message) and "never counts as your pass" in result.message
+    assert namespace["softmax_with_temperature_solution"] is softmax_with_temperature_solution
+    result = check(namespace["wrap_reference"])
+    assert not result and "softmax_with_temperature_reference, the checker's own reference" in (
+        result.message)
+    assert start_here.softmax_with_temperature_reference.__name__.endswith("_reference")  # restored
+
+    def closure(s, t):                                           # reached through a closure
+        return softmax_with_temperature_solution(s, t)
+
+    assert "the reference solution" in check(closure).message
+    assert check(namespace["own"])
+    assert check(softmax_with_temperature_solution, solution=True)  # a solution may run itself
+    # a class's method reaching the checker's reference, through the module attribute
+    from attn_helpers.exercises import multi_head
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.h = num_heads
+            self.in_proj = torch.nn.Linear(d_model, 3 * d_model)
+            self.out_proj = torch.nn.Linear(d_model, d_model)
+
+        def forward(self, x, mask=None):
+            return multi_head._reference(x, mask, self.h, 0)
+
+    result = multi_head.check_multi_head_module(Wrapper)
+    assert not result and "the checker's" in result.message
+
+
+def test_refusing_ops_catches_every_route_to_an_aten_op():
+    import torch.nn.functional as F  # noqa: N812
+
+    from attn_helpers.exercises.core import Refused, refusing_ops
+
+    guard = refusing_ops(["_softmax_backward_data"], "write it yourself", autograd=True)
+    s, g = torch.randn(3, 5), torch.randn(3, 5)
+
+    def backward():
+        x = s.clone().requires_grad_()
+        torch.softmax(x, -1).backward(g)
+
+    routes = [
+        lambda: torch.ops.aten._softmax_backward_data(g, torch.softmax(s, -1), -1, s.dtype),
+        lambda: torch.softmax(s.clone().requires_grad_(), -1).grad_fn(g),
+        lambda: torch.func.jvp(lambda x: torch.softmax(x, -1), (s,), (g,)),
+        lambda: torch.func.vjp(lambda x: torch.softmax(x, -1), s)[1](g),
+        lambda: torch.autograd.grad(torch.softmax(s.clone().requires_grad_(), -1), s, g),
+        backward,
+    ]
+    for route in routes:
+        with pytest.raises(Refused, match="write it yourself"), guard({}):
+            route()
+    with guard({}):                                              # the formula itself runs
+        a = torch.softmax(s, -1)
+        a * (g - (a * g).sum(-1, keepdim=True))
+    assert torch.autograd.grad is not None and torch.Tensor.backward.__name__ == "backward"
+    sdpa = refusing_ops(["scaled_dot_product_attention", "_scaled_dot_product_*"], "no sdpa")
+    q, k = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 3, 8)
+    for route in (lambda: torch.ops.aten.scaled_dot_product_attention(q, k, k, enable_gqa=True),
+                  lambda: F.scaled_dot_product_attention(q, q, q)):
+        with pytest.raises(Refused, match="no sdpa"), sdpa({}):
+            route()
