@@ -1,7 +1,8 @@
-r"""Checkers for notebook 06 (cross-attention): a pre-norm decoder layer run one step at a time,
-with a growing self-attention cache and the memory's keys and values projected once
-(``cross_attention.decode``; the layer's and torch's attention modules are blocked while it runs,
-and the projections' calls are counted), and the hard alignment read off trained cross-attention
+r"""Checkers for notebook 06 (cross-attention): a pre-norm decoder layer's cross-attention run one
+target position at a time, the memory's keys and values projected once (``cross_attention.decode``;
+the causal self-attention block is given in the stub, the layer's ``forward``, its cross-attention
+module's and torch's attention modules are blocked while it runs, and the projections' calls are
+counted), and the hard alignment read off trained cross-attention
 weights, scored against a gold alignment with padded sources and targets
 (``cross_attention.alignment``). (The attention step itself is notebook 02's exercise, the cache
 update with preallocated slots notebook 05's.)"""
@@ -15,16 +16,26 @@ import torch
 from torch import nn
 
 from ..attention import scaled_dot_product_attention
-from ..multihead import merge_heads, split_heads
+from ..masks import causal_mask
+from ..multihead import MultiHeadAttention, merge_heads, split_heads
 from ..transformer import DecoderLayer
 from .core import CheckResult, Mistake, check_function, describe, seeded
 from .workflow import exercise
 
-__all__ = ["check_decode_layer", "decode_layer_reference",
+__all__ = ["check_decode_layer", "decode_layer_reference", "given_self_attention",
            "check_alignment_accuracy", "alignment_accuracy_reference"]
 
 
 # --- exercise 1: a decoder layer, one step at a time ------------------------------------------
+
+
+class _CrossAttention(MultiHeadAttention):
+    """The cases' cross-attention modules: calling one whole (``layer.cross_attn(...)``) would do
+    exercise 1 for the learner, so the checker blocks this class's ``forward``; the
+    self-attention module (given in the stub) stays callable."""
+
+
+_CrossAttention.__name__ = _CrossAttention.__qualname__ = "layer.cross_attn"
 
 
 class _DecoderLayer(DecoderLayer):
@@ -40,6 +51,7 @@ class _DecoderLayer(DecoderLayer):
                     1.0 if "norm" in name else 1 / math.sqrt(p.shape[-1]))
                 base = 1.0 if "norm" in name and name.endswith("weight") else 0.0
                 p.copy_(base + scale * torch.randn(p.shape, generator=generator))
+        self.cross_attn.__class__ = _CrossAttention
         self.to(dtype).requires_grad_(False)
         self.calls: dict[str, list[int]] = {}
         for attention in ("self_attn", "cross_attn"):
@@ -63,33 +75,33 @@ def decode_layer_reference(layer, y, memory, memory_real):
     return layer(y, memory, memory_padding=memory_real)
 
 
-def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, post_norm=False, cache=True,
-                 cross_out=True, cross_residual=True, query_before_self=False, one_head=False):
-    """Step-by-step decoding with one known mistake (all off: the right answer)."""
-    h = 1 if one_head else layer.self_attn.num_heads
-    sa, ca = layer.self_attn, layer.cross_attn
+def given_self_attention(layer, y):
+    """The part of exercise 1 the stub gives: ``y`` plus the pre-norm causal self-attention block
+    over all ``T`` target positions at once, ``(b, T, d)`` (the cache for it is notebook 05's
+    skill)."""
+    z = layer.norm1(y)
+    return y + layer.self_attn(z, z, z, causal_mask(y.shape[1]))[0]
+
+
+def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, post_norm=False,
+                 cross_out=True, cross_residual=True, query_before_self=False, one_head=False,
+                 memory_queries=False):
+    """Exercise 1's answer with one known mistake (all off: the right answer): the given
+    self-attention, then the cross-attention and the feed-forward one position at a time."""
+    ca = layer.cross_attn
+    h = 1 if one_head else ca.num_heads
     K_m, V_m = split_heads(ca.k_proj(memory), h), split_heads(ca.v_proj(memory), h)
     real = memory_real[:, None, None, :] if mask_memory else None
-    keys, values, outputs = [], [], []
+    x_all = given_self_attention(layer, y)
+    outputs = []
 
-    def block(x, norm, fn, *, out=True, residual=True):
+    def block(x, norm, fn, *, residual=True):
         if post_norm:
             return norm(x + fn(x))
         return (x if residual else 0) + fn(norm(x))
 
-    def self_attention(z):
-        k, v = split_heads(sa.k_proj(z), h), split_heads(sa.v_proj(z), h)
-        if cache:
-            keys.append(k)
-            values.append(v)
-            k, v = torch.cat(keys, 2), torch.cat(values, 2)
-        o, _ = scaled_dot_product_attention(split_heads(sa.q_proj(z), h), k, v)
-        return sa.out_proj(merge_heads(o))
-
     for t in range(y.shape[1]):
-        x = y[:, t:t + 1]                                               # (b, 1, d)
-        before = x
-        x = block(x, layer.norm1, self_attention)
+        x = x_all[:, t:t + 1]                                           # (b, 1, d)
 
         def cross_attention(z):
             o, _ = scaled_dot_product_attention(split_heads(ca.q_proj(z), h), K_m, V_m, real)
@@ -97,7 +109,11 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, post_norm=F
             return ca.out_proj(o) if cross_out else o
 
         if query_before_self:
-            x = x + cross_attention(layer.norm2(before))
+            x = x + cross_attention(layer.norm2(y[:, t:t + 1]))
+        elif memory_queries:                          # queries and keys swapped: (b, n_m, d)
+            q = split_heads(ca.q_proj(layer.norm2(x)), h)
+            o, _ = scaled_dot_product_attention(K_m, q, q)
+            x = x + ca.out_proj(merge_heads(o))
         else:
             x = block(x, layer.norm2, cross_attention, residual=cross_residual)
         x = block(x, layer.norm3, layer.feed_forward)
@@ -122,67 +138,67 @@ def _layer_cases() -> list[dict]:
 
 
 def _library_shortcuts():
-    """Library code that would do exercise 1 for the learner: whole layers and attention modules
-    (the learner writes the blocks from the layer's projections, norms and feed-forward), and the
-    lesson's memory-once cross-attention."""
+    """Library code that would do exercise 1 for the learner: whole layers, the cases' whole
+    cross-attention modules (the learner writes it from its projections), torch's attention
+    modules, and the lesson's memory-once cross-attention. The self-attention module, which the
+    stub calls, stays allowed."""
     from ..lessons import cross_attention as lesson
-    from ..multihead import MultiHeadAttention
 
-    return [(DecoderLayer, "forward"), (MultiHeadAttention, "forward"),
+    return [(DecoderLayer, "forward"), (_CrossAttention, "forward"),
             (lesson, "cross_attention_memory_once"), (nn.TransformerDecoderLayer, "forward"),
             (nn.MultiheadAttention, "forward")]
 
 
-@exercise("cross_attention.decode", "a decoder layer step by step: a growing self-attention "
-          "cache, the memory's keys and values projected once", hints=(
-    "At step t only y[:, t:t+1] enters. Pre-norm: x = x + block(norm(x)) for three blocks in turn "
-    "(self-attention with norm1, cross-attention with norm2, feed-forward with norm3). The "
-    "self-attention keeps every earlier step's keys and values; the cross-attention's keys and "
-    "values come from the memory, which never changes.",
-    "Before the loop: K_m = split_heads(cross.k_proj(memory), h), V_m likewise (once). Step t: "
-    "z = norm1(x_t); append split_heads(self.k_proj(z), h) and v to lists; o = attention(q_t, "
-    "cat(keys), cat(values)); x = x_t + self.out_proj(merge_heads(o)); then the cross-attention "
-    "with q from norm2(x), over K_m, V_m, mask memory_real[:, None, None, :], out_proj, residual; "
-    "then x = x + feed_forward(norm3(x)).",
-    "sa, ca, h = layer.self_attn, layer.cross_attn, layer.self_attn.num_heads\n"
-    "K_m, V_m = ah.split_heads(ca.k_proj(memory), h), ah.split_heads(ca.v_proj(memory), h)\n"
-    "keys, values, outputs = [], [], []\n"
+@exercise("cross_attention.decode", "a decoder layer's cross-attention step by step, the "
+          "memory's keys and values projected once", hints=(
+    "The stub gives x: y after the causal self-attention block. What is left is the "
+    "cross-attention and the feed-forward, one target position at a time. The memory does not "
+    "change while the decoder writes: project its keys and values once, before the loop; at step "
+    "t only x[:, t:t+1] makes a query. Pre-norm: x = x + block(norm(x)), norm2 for the "
+    "cross-attention, norm3 for the feed-forward.",
+    "Before the loop: K_m = split_heads(ca.k_proj(memory), h), V_m likewise (once). Step t: "
+    "q = split_heads(ca.q_proj(norm2(x_t)), h); o = attention(q, K_m, V_m, mask "
+    "memory_real[:, None, None, :]); x_t = x_t + ca.out_proj(merge_heads(o)); then "
+    "x_t + feed_forward(norm3(x_t)). Concatenate the steps along dim 1.",
+    "ca, h = layer.cross_attn, layer.cross_attn.num_heads\n"
+    "K_m = ...                          # (b, h, n_m, d_head): ca.k_proj(memory) split, ONCE\n"
+    "V_m = ...                          # the same with ca.v_proj\n"
+    "outputs = []\n"
     "for t in range(y.shape[1]):\n"
-    "    x = y[:, t:t + 1]                                      # (b, 1, d): only the new position\n"
-    "    z = layer.norm1(x)\n"
-    "    keys.append(ah.split_heads(sa.k_proj(z), h)); values.append(ah.split_heads(sa.v_proj(z), h))\n"
-    "    o, _ = ah.scaled_dot_product_attention(ah.split_heads(sa.q_proj(z), h),\n"
-    "                                           torch.cat(keys, 2), torch.cat(values, 2))\n"
-    "    x = x + sa.out_proj(ah.merge_heads(o))\n"
-    "    q = ah.split_heads(ca.q_proj(layer.norm2(x)), h)\n"
-    "    o, _ = ah.scaled_dot_product_attention(q, K_m, V_m, memory_real[:, None, None, :])\n"
-    "    x = x + ca.out_proj(ah.merge_heads(o))\n"
-    "    outputs.append(x + layer.feed_forward(layer.norm3(x)))\n"
-    "return torch.cat(outputs, 1)                               # (b, T, d)"))
+    "    x_t = x[:, t:t + 1]                                  # (b, 1, d): one position\n"
+    "    q = ah.split_heads(ca.q_proj(layer.norm2(x_t)), h)   # (b, h, 1, d_head)\n"
+    "    o, _ = ...                     # attention over K_m, V_m; padded memory masked (b, 1, 1, n_m)\n"
+    "    x_t = x_t + ca.out_proj(ah.merge_heads(o))\n"
+    "    outputs.append(x_t + layer.feed_forward(layer.norm3(x_t)))\n"
+    "return torch.cat(outputs, 1)                             # (b, T, d)"))
 def check_decode_layer(decode_layer: Callable) -> CheckResult:
     """Exercise: ``decode_layer(layer, y (b, T, d), memory (b, n_m, d_m), memory_real (b, n_m))
-    -> (b, T, d)``: the pre-norm ``layer``'s causal output, computed one target position at a
-    time (its self-attention projections see one position per call) with the memory's keys and
-    values projected once. The layer's and torch's attention modules are blocked while it runs."""
+    -> (b, T, d)``: the pre-norm ``layer``'s causal output. The stub gives the self-attention
+    block (:func:`given_self_attention`); the learner writes the cross-attention one target
+    position at a time (its query projection sees one position per call) with the memory's keys
+    and values projected once, and the feed-forward. The layer's ``forward``, its whole
+    cross-attention module and torch's attention modules are blocked while it runs."""
     mistakes = [Mistake(lambda *a, _f=flaw: _decode_with(*a, **_f), hint) for hint, flaw in [
         ("padded memory positions were read: mask the cross-attention with memory_real "
          "(True = real), as (b, 1, 1, n_m) for the heads.", {"mask_memory": False}),
         ("the blocks were written post-norm, norm(x + block(x)); this layer is pre-norm "
          "(norm_first=True): x + block(norm(x)).", {"post_norm": True}),
-        ("the self-attention saw only the new position: keep every earlier step's keys and "
-         "values (a growing cache) and attend to all of them, 0..t.", {"cache": False}),
+        ("the memory made the queries and the decoder the keys and values; in cross-attention "
+         "the decoder asks (q from x_t) and the memory answers (K_m, V_m).", {"memory_queries": True}),
         ("the cross-attention's heads were merged but not sent through its out_proj.",
          {"cross_out": False}),
         ("the cross-attention's output must be ADDED to x (the residual), not replace it.",
          {"cross_residual": False}),
-        ("the cross-attention's query came from the state before the self-attention block; it "
-         "reads x after it: q from norm2(x + self-attention).", {"query_before_self": True}),
+        ("the cross-attention's query came from y, the state before the self-attention block; "
+         "it reads x, the state after it: q from norm2(x[:, t:t+1]).", {"query_before_self": True}),
         ("the heads were not split: split q, k, v into num_heads heads of d_model / num_heads "
          "(ah.split_heads), attend per head, merge.", {"one_head": True}),
     ]]
     result = check_function(decode_layer, decode_layer_reference, _layer_cases(),
                             what="decode_layer", output_names=("the outputs",), mistakes=mistakes,
-                            forbid=_library_shortcuts())
+                            forbid=_library_shortcuts(),
+                            instead="Write the cross-attention from layer.cross_attn's q_proj, "
+                                    "k_proj, v_proj and out_proj")
     if not result:  # wrong numbers first; then how the projections were called
         return result
     case = _layer_cases()[2]                                            # T = 5 steps
@@ -195,12 +211,12 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
                 f"Not yet: the numbers are right, but for {T} decoding steps {name} ran "
                 f"{len(layer.calls[name])} times. The memory does not change while the decoder "
                 "writes: project it once, before the loop, and reuse its keys and values."))
-    for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
-        if any(n != 1 for n in layer.calls.get(name, [])):
-            return CheckResult(False, (
-                f"Not yet: the numbers are right, but {name} ran on {max(layer.calls[name])} "
-                "positions at once. Decode one step at a time: at step t only y[:, t:t+1] goes "
-                "through the layer; earlier keys and values come from your cache."))
+    name = "cross_attn.q_proj"
+    if any(n != 1 for n in layer.calls.get(name, [])):
+        return CheckResult(False, (
+            f"Not yet: the numbers are right, but {name} ran on {max(layer.calls[name])} "
+            "positions at once. Decode one step at a time: at step t only x[:, t:t+1] makes a "
+            "query; the memory's keys and values are the ones projected before the loop."))
     return result
 
 
@@ -291,10 +307,10 @@ def _same_answer(got, expected, *, alignment_only: bool = False) -> bool:
     "position is never an answer, and a padded output step is never scored.",
     "alignment[i, t] = argmax over j with src_real[i, j] of weights[i, t, j] (-1 where tgt_real is "
     "False); accuracy = #(real steps with alignment == gold) / #(real steps), over the whole batch.",
-    "scores = weights.masked_fill(~src_real[:, None, :], float('-inf'))\n"
+    "scores = ...                       # (b, n_out, n_src): the weights, padded sources at -inf\n"
     "alignment = scores.argmax(-1).masked_fill(~tgt_real, -1)         # (b, n_out)\n"
-    "hits = (alignment == gold) & tgt_real\n"
-    "return alignment, hits.sum() / tgt_real.sum()"))
+    "hits = (alignment == gold) & tgt_real                             # real steps only\n"
+    "return alignment, ...              # pooled: the hits over ALL real steps of the batch"))
 def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
     """Exercise: ``alignment_accuracy(weights (b, n_out, n_src), src_real (b, n_src), gold (b,
     n_out), tgt_real (b, n_out)) -> (alignment (b, n_out) long, accuracy)``; see

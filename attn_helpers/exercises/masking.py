@@ -88,9 +88,9 @@ def _window_mistake(hint: str, **flaw) -> Mistake:
     "real[b, j] = j >= n - lengths[b]  (b, n);  local[i, j] = 0 <= i - j < window  (n, n);  "
     "mask[b, i, j] = real[b, j] and local[i, j]: broadcast real as (b, 1, n) over the queries.",
     "j = torch.arange(n)\n"
-    "real = j[None, :] >= n - lengths[:, None]                 # (b, n): the last lengths[b] slots\n"
-    "offset = j[:, None] - j[None, :]                           # i - j, (n, n)\n"
-    "return real[:, None, :] & (offset >= 0) & (offset < window)"))
+    "real = ...                         # (b, n): True at sentence b's last lengths[b] positions\n"
+    "offset = j[:, None] - j[None, :]   # i - j, (n, n)\n"
+    "return ...                         # (b, n, n): real[:, None, :] AND the causal window on offset"))
 def check_window_mask(window_mask: Callable) -> CheckResult:
     """Exercise: ``window_mask(lengths (b,), n, window) -> (b, n, n) bool``, for LEFT-padded
     sentences (real tokens at positions ``n - lengths[b] .. n - 1``): True where key ``j`` is real
@@ -193,34 +193,52 @@ def _wrong_step(visible: Callable, *, write_at=0, scale=None, dim=-1, write_v=Tr
 
 
 def _cache_helpers():
-    """The course's cache, which would do exercise 2's bookkeeping for the learner: blocked."""
+    """The course's cache, which would do exercise 2's bookkeeping for the learner, is blocked;
+    so is torch's fused attention, as in notebooks 02, 04 and 08. The course's own attention
+    (``ah.scaled_dot_product_attention``, notebook 02's exercise) is allowed: the skill here is
+    the cache."""
     import importlib
 
     from .. import kv_cache
 
     return [(kv_cache.KVCache, "append"), (kv_cache.KVCache, "attend"),
             (kv_cache, "decode_with_cache"),
-            (importlib.import_module("attn_helpers"), "decode_with_cache")]
+            (importlib.import_module("attn_helpers"), "decode_with_cache"),
+            (torch.nn.functional, "scaled_dot_product_attention")]
 
 
 def _right_visible(t, n_max):
     return 0, t + 1
 
 
+def _unwritten_step(k_cache, v_cache, t, q_t, k_t, v_t):
+    """Right output, but the caches are never written: the new key and value are concatenated."""
+    keys = torch.cat([k_cache[..., :t, :], k_t], dim=-2)
+    values = torch.cat([v_cache[..., :t, :], v_t], dim=-2)
+    return scaled_dot_product_attention(q_t, keys, values)[0]
+
+
 @exercise("masking.kv_cache_step", "one KV-cache step", hints=(
     "The cache already holds the keys and values of positions 0..t-1. Store the new token's key "
     "and value in slot t, then let its query attend to every slot filled so far, and to none of "
-    "the slots after it, which hold garbage.",
-    "k_cache[:, :, t] = k_t, v_cache[:, :, t] = v_t; "
-    "output = softmax(q_t K_{0..t}^T / sqrt(d_k)) V_{0..t}, with K_{0..t} the first t + 1 slots.",
-    "k_cache[..., t, :] = k_t[..., 0, :]   # the same for v_cache\n"
-    "keys, values = k_cache[..., :t + 1, :], v_cache[..., :t + 1, :]\n"
-    "return torch.softmax(q_t @ keys.transpose(-2, -1) / math.sqrt(q_t.shape[-1]), dim=-1) @ values"))
+    "the slots after it, which hold garbage. The attention itself is notebook 02's: call "
+    "ah.scaled_dot_product_attention.",
+    "k_cache[:, :, t] = k_t[:, :, 0], v_cache[:, :, t] = v_t[:, :, 0]; "
+    "output = ah.scaled_dot_product_attention(q_t, K_{0..t}, V_{0..t})[0], with K_{0..t} the "
+    "first t + 1 slots of the key cache (no mask: every filled slot is visible).",
+    "k_cache[:, :, t] = ...                   # slot t gets the new key, (b, h, d_k)\n"
+    "v_cache[:, :, t] = ...                   # and the new value, (b, h, d_v)\n"
+    "keys = ...                              # the filled slots 0..t: (b, h, t + 1, d_k)\n"
+    "values = ...                            # the same slots of v_cache\n"
+    "out, _ = ah.scaled_dot_product_attention(q_t, keys, values)\n"
+    "return out                              # (b, h, 1, d_v)"))
 def check_kv_cache_step(kv_cache_step: Callable) -> CheckResult:
     """Exercise: ``kv_cache_step(k_cache (b, h, n_max, d_k), v_cache (b, h, n_max, d_v), t,
     q_t (b, h, 1, d_k), k_t (b, h, 1, d_k), v_t (b, h, 1, d_v)) -> (b, h, 1, d_v)``: writes
     ``k_t`` and ``v_t`` into slot ``t`` of the preallocated caches, in place, and attends with
-    ``q_t`` to slots ``0..t``. Run for ``t = 0..n-1`` it must equal full causal attention."""
+    ``q_t`` to slots ``0..t``. Run for ``t = 0..n-1`` it must equal full causal attention. It may
+    call the course's ``ah.scaled_dot_product_attention``; the course's cache and torch's fused
+    attention are blocked."""
     if not callable(kv_cache_step):
         return CheckResult(False, "Not yet: kv_cache_step is not a function "
                                   f"(got {type(kv_cache_step).__name__}).")
@@ -229,7 +247,12 @@ def check_kv_cache_step(kv_cache_step: Callable) -> CheckResult:
         output_names=("the outputs of steps 0..n-1", "the key cache's slots 0..n-1",
                       "the value cache's slots 0..n-1"),
         atol=1e-5, rtol=1e-4, forbid=_cache_helpers(),
+        instead="Write slot t and call ah.scaled_dot_product_attention (notebook 02's) on slots 0..t",
         mistakes=[
+            Mistake(_decode(_unwritten_step),
+                    "slot t was never written: the outputs are right, but the caches still hold "
+                    "garbage. A preallocated cache is filled in place: k_cache[:, :, t] = "
+                    "k_t[:, :, 0] (and the value), then attend to slots 0..t of the cache."),
             Mistake(_decode(_wrong_step(lambda t, n_max: (0, n_max))),
                     "the query attended to the whole preallocated cache, garbage slots included: "
                     "only slots 0..t are filled, so use k_cache[..., :t + 1, :]."),

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from _exercises import assert_rejected, from_hint
+from _exercises import assert_rejected, filled_skeleton
 
 import attn_helpers as ah
 from attn_helpers.exercises import cross_attention as ex
@@ -67,10 +67,17 @@ def _to_torch(ours, torch_layer):
     return state
 
 
+GIVEN = ("z = layer.norm1(y)\n"
+         "x = y + layer.self_attn(z, z, z, ah.causal_mask(y.shape[1]))[0]\n")
+
+
 def learner_decode(layer, y, memory, memory_real, *, memory_per_step=False, all_at_once=False):
-    """A learner's loop written another way (concatenated caches, explicit heads)."""
-    h, d = layer.self_attn.num_heads, layer.d_model
-    sa, ca = layer.self_attn, layer.cross_attn
+    """A learner's loop written another way (explicit heads, own attention), after the stub's
+    given self-attention lines."""
+    h, d = layer.cross_attn.num_heads, layer.d_model
+    ca = layer.cross_attn
+    z = layer.norm1(y)
+    x = y + layer.self_attn(z, z, z, ah.causal_mask(y.shape[1]))[0]     # given in the stub
 
     def heads(x):                                                     # (b, n, d) -> (b, h, n, d/h)
         return x.view(x.shape[0], x.shape[1], h, d // h).transpose(1, 2)
@@ -82,29 +89,18 @@ def learner_decode(layer, y, memory, memory_real, *, memory_per_step=False, all_
         return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(q.shape[0], q.shape[2], d)
 
     K_m, V_m = heads(ca.k_proj(memory)), heads(ca.v_proj(memory))
-    K = V = None
-    out = []
     if all_at_once:
-        z = layer.norm1(y)
-        T = y.shape[1]
-        causal = torch.ones(T, T, dtype=torch.bool).tril()
-        x = y + sa.out_proj(attend(heads(sa.q_proj(z)), heads(sa.k_proj(z)), heads(sa.v_proj(z)),
-                                   causal))
         x = x + ca.out_proj(attend(heads(ca.q_proj(layer.norm2(x))), K_m, V_m,
                                    memory_real[:, None, None, :]))
         return x + layer.feed_forward(layer.norm3(x))
+    out = []
     for t in range(y.shape[1]):
         if memory_per_step:
             K_m, V_m = heads(ca.k_proj(memory)), heads(ca.v_proj(memory))
-        x = y[:, t:t + 1]
-        z = layer.norm1(x)
-        k, v = heads(sa.k_proj(z)), heads(sa.v_proj(z))
-        K = k if K is None else torch.cat([K, k], 2)
-        V = v if V is None else torch.cat([V, v], 2)
-        x = x + sa.out_proj(attend(heads(sa.q_proj(z)), K, V))
-        x = x + ca.out_proj(attend(heads(ca.q_proj(layer.norm2(x))), K_m, V_m,
-                                   memory_real[:, None, None, :]))
-        out.append(x + layer.feed_forward(layer.norm3(x)))
+        x_t = x[:, t:t + 1]
+        x_t = x_t + ca.out_proj(attend(heads(ca.q_proj(layer.norm2(x_t))), K_m, V_m,
+                                       memory_real[:, None, None, :]))
+        out.append(x_t + layer.feed_forward(layer.norm3(x_t)))
     return torch.cat(out, 1)
 
 
@@ -113,10 +109,18 @@ def test_decode_checker_accepts_the_reference_loop_and_another_loop():
     assert ex.check_decode_layer(learner_decode)
 
 
+def test_the_given_self_attention_is_the_layers_first_block():
+    case = ex._layer_cases()[0]
+    layer, y = case["layer"], case["y"]
+    scope = {"ah": ah, "layer": layer, "y": y}
+    exec(GIVEN, scope)  # noqa: S102 - the stub's given lines
+    assert torch.allclose(scope["x"], ex.given_self_attention(layer, y))
+
+
 @pytest.mark.parametrize("flaw, words", [
     ({"mask_memory": False}, "padded memory positions were read"),
     ({"post_norm": True}, "post-norm"),
-    ({"cache": False}, "saw only the new position"),
+    ({"memory_queries": True}, "the decoder asks"),
     ({"cross_out": False}, "out_proj"),
     ({"cross_residual": False}, "the residual"),
     ({"query_before_self": True}, "before the self-attention block"),
@@ -140,6 +144,7 @@ def test_decode_checker_counts_the_projections():
 ])
 def test_decode_checker_blocks_the_layers_own_forward(shortcut):
     assert_rejected(ex.check_decode_layer(shortcut), "which does this exercise for you")
+    assert layer_cross_attention_works_again()
     case = ex._layer_cases()[0]
     assert ex.decode_layer_reference(*case.values()).shape == case["y"].shape   # restored
 
@@ -214,8 +219,18 @@ def test_alignment_reference_on_the_reversal_model_is_the_mirror_share_of_the_no
     assert got["accuracy"] == pytest.approx(got["mirror share"], abs=1e-9)
 
 
-def test_the_level_3_hints_are_working_code():
-    decode = from_hint("cross_attention.decode", "layer, y, memory, memory_real", ah=ah)
+def layer_cross_attention_works_again():
+    case = ex._layer_cases()[0]
+    layer, y, m = case["layer"], case["y"], case["memory"]
+    return layer.cross_attn(y, m, m)[0].shape == y.shape
+
+
+def test_the_level_3_skeletons_filled_in_pass():
+    decode = filled_skeleton("cross_attention.decode", "layer, y, memory, memory_real", (
+        "ah.split_heads(ca.k_proj(memory), h)", "ah.split_heads(ca.v_proj(memory), h)",
+        "ah.scaled_dot_product_attention(q, K_m, V_m, memory_real[:, None, None, :])"),
+        prefix=GIVEN, ah=ah)
     assert ex.check_decode_layer(decode)
-    alignment = from_hint("cross_attention.alignment", "weights, src_real, gold, tgt_real")
+    alignment = filled_skeleton("cross_attention.alignment", "weights, src_real, gold, tgt_real", (
+        "weights.masked_fill(~src_real[:, None, :], float('-inf'))", "hits.sum() / tgt_real.sum()"))
     assert ex.check_alignment_accuracy(alignment)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from _exercises import assert_rejected, from_hint
+from _exercises import assert_rejected, filled_skeleton
 
 from attn_helpers import exercises
 from attn_helpers.exercises.masking import (
@@ -92,7 +92,26 @@ def test_kv_cache_step_reports_stubs_shapes_and_concatenation():
         values = torch.cat([v_cache[..., :t, :], v_t], dim=-2)
         return torch.softmax(q_t @ keys.transpose(-2, -1) / math.sqrt(q_t.shape[-1]), -1) @ values
 
-    assert not check_kv_cache_step(concatenates)
+    assert_rejected(check_kv_cache_step(concatenates), "\nHint: ", "slot t was never written")
+
+
+def test_kv_cache_step_accepts_the_course_attention_and_the_filled_skeleton():
+    import attn_helpers as ah
+
+    signature = "k_cache, v_cache, t, q_t, k_t, v_t"
+    assert check_kv_cache_step(filled_skeleton("masking.kv_cache_step", signature, (
+        "k_t[:, :, 0]", "v_t[:, :, 0]", "k_cache[:, :, :t + 1]", "v_cache[:, :, :t + 1]"), ah=ah))
+
+
+def test_kv_cache_step_blocks_torchs_fused_attention():
+    import torch.nn.functional as F
+
+    def fused(k_cache, v_cache, t, q_t, k_t, v_t):
+        k_cache[..., t, :], v_cache[..., t, :] = k_t[..., 0, :], v_t[..., 0, :]
+        return F.scaled_dot_product_attention(q_t, k_cache[..., :t + 1, :], v_cache[..., :t + 1, :])
+
+    assert_rejected(check_kv_cache_step(fused), "scaled_dot_product_attention",
+                    "which does this exercise for you")
 
 
 def test_kv_cache_step_blocks_the_course_cache():
@@ -117,9 +136,10 @@ def window_mask(lengths, n, window):
     return real[:, None, :] & (offset >= 0) & (offset < window)
 
 
-def test_window_mask_accepts_the_reference_and_the_level_3_hint():
+def test_window_mask_accepts_the_reference_and_the_level_3_skeleton_filled_in():
     assert check_window_mask(window_mask)
-    assert check_window_mask(from_hint("masking.window_mask", "lengths, n, window"))
+    assert check_window_mask(filled_skeleton("masking.window_mask", "lengths, n, window", (
+        "j[None, :] >= n - lengths[:, None]", "real[:, None, :] & (offset >= 0) & (offset < window)")))
 
 
 def test_the_answer_is_left_padded_with_empty_pad_rows():
