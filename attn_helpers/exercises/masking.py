@@ -11,7 +11,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
-from .core import CheckResult, Mistake, check_function, seeded
+from .core import CheckResult, Mistake, check_function, refusing_ops, seeded
 from .workflow import exercise
 
 __all__ = ["check_window_mask", "check_kv_cache_step"]
@@ -248,6 +248,9 @@ def check_kv_cache_step(kv_cache_step: Callable) -> CheckResult:
                       "the value cache's slots 0..n-1"),
         atol=1e-5, rtol=1e-4, forbid=_cache_helpers(),
         instead="Write slot t and call ah.scaled_dot_product_attention (notebook 02's) on slots 0..t",
+        guard=refusing_ops(["scaled_dot_product_attention", "_scaled_dot_product_*"],
+                           "torch's fused attention does this step for you; call notebook 02's "
+                           "ah.scaled_dot_product_attention on slots 0..t instead"),
         mistakes=[
             Mistake(_decode(_unwritten_step),
                     "slot t was never written: the outputs are right, but the caches still hold "

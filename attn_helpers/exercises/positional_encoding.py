@@ -57,9 +57,9 @@ def _table(n, d, *, positions=None, exponents=None):
     "omega_i = 10000^(-2i/d) for i = 0 .. d/2 - 1; PE[p, 2i] = sin(p omega_i), "
     "PE[p, 2i+1] = cos(p omega_i).",
     "p = torch.arange(n_positions, dtype=torch.float64)[:, None]            # (n, 1)\n"
-    "omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)\n"
+    "omega = ...                       # (d/2,): omega_i = 10000^(-2i/d), float64\n"
     "angles = p * omega                                                    # (n, d/2)\n"
-    "return torch.stack([angles.sin(), angles.cos()], -1).reshape(n_positions, d_model).float()"))
+    "return ...                        # (n, d) float32: sin and cos interleaved, sin at 2i"))
 def check_sinusoidal(sinusoidal: Callable) -> CheckResult:
     """Exercise: ``sinusoidal(n_positions, d_model) -> PE (n_positions, d_model)`` float32, with
     ``PE[p, 2i] = sin(p / 10000^(2i/d))`` and ``PE[p, 2i+1] = cos(p / 10000^(2i/d))``."""
@@ -183,11 +183,11 @@ def _offsets_only(candidate: Callable) -> CheckResult | None:
     "sin, x'[2i+1] = x[2i] sin + x[2i+1] cos; rotate q and k alike.",
     "d, n = q.shape[-1], q.shape[-2]\n"
     "omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)       # (d/2,)\n"
-    "angles = (t + torch.arange(n, dtype=torch.float64))[:, None] * omega       # (n, d/2)\n"
+    "angles = ...                      # (n, d/2): the new tokens' positions times omega\n"
     "cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)\n"
     "def turn(x):\n"
     "    even, odd = x[..., 0::2], x[..., 1::2]                               # (b, h, n, d/2)\n"
-    "    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)\n"
+    "    return ...                    # (b, h, n, d): the pairs rotated, interleaved back\n"
     "return turn(q), turn(k)"))
 def check_rope(rope_step: Callable) -> CheckResult:
     """Exercise: ``rope_step(q (b, h, n, d), k (b, h, n, d), t: int) -> (q', k')``, RoPE for the
@@ -300,9 +300,9 @@ ALIBI_INSTEAD = ("Write the slopes m_h = 2^(-8h/H) for h = 1 .. H and the bias -
     "m_h = 2^(-8h/H) for h = 1 .. H (head h sits at index h - 1); bias[h - 1, i, j] = -m_h (i - j) "
     "for j <= i, and -inf for j > i. Shapes: slopes (H, 1, 1) times distances (n, n).",
     "h = torch.arange(1, H + 1, dtype=torch.float64)\n"
-    "m = 2.0 ** (-8.0 * h / H)                                  # (H,): the slopes\n"
+    "m = ...                                                    # (H,): the slopes\n"
     "i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]  # query rows, key columns\n"
-    "bias = -m[:, None, None] * (i - j)                         # (H, n, n)\n"
+    "bias = ...                                                 # (H, n, n): -m_h (i - j)\n"
     "return bias.masked_fill(j > i, float('-inf')).float()"))
 def check_alibi(alibi: Callable) -> CheckResult:
     """Exercise: ``alibi(n, H) -> (H, n, n)``, the causal ALiBi bias of notebook 07's section 5:

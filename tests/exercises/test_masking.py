@@ -113,6 +113,14 @@ def test_kv_cache_step_blocks_torchs_fused_attention():
     assert_rejected(check_kv_cache_step(fused), "scaled_dot_product_attention",
                     "which does this exercise for you")
 
+    def through_aten(k_cache, v_cache, t, q_t, k_t, v_t):
+        k_cache[..., t, :], v_cache[..., t, :] = k_t[..., 0, :], v_t[..., 0, :]
+        return torch.ops.aten.scaled_dot_product_attention(q_t, k_cache[..., :t + 1, :],
+                                                           v_cache[..., :t + 1, :])
+
+    assert_rejected(check_kv_cache_step(through_aten), "torch's fused attention",
+                    "torch.ops.aten._scaled_dot_product")
+
 
 def test_kv_cache_step_blocks_the_course_cache():
     import attn_helpers as ah
