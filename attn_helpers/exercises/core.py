@@ -272,6 +272,7 @@ def check_function(
     forbid: Sequence[tuple[object, str]] = (),
     instead: str = "Write the steps yourself",
     guard: Callable[[dict], contextlib.AbstractContextManager] | None = None,
+    error_hints: Sequence[tuple[str, str]] = (),
 ) -> CheckResult:
     """Run ``candidate(*case.values())`` and the reference on every case; explain the first miss.
 
@@ -294,6 +295,8 @@ def check_function(
         guard: ``guard(inputs)`` returns a context manager entered around each candidate call; it
             raises :class:`Refused` to fail the check with its own message (used to watch for a
             tensor the exercise says not to build).
+        error_hints: ``(fragment, hint)`` pairs: when the candidate raises an exception whose
+            text contains ``fragment``, the likely mistake ``hint`` is named after it.
     """
     if not callable(candidate):
         return CheckResult(False, f"Not yet: {what} is not a function (got {type(candidate).__name__}).")
@@ -333,6 +336,10 @@ def check_function(
         except Refused as exc:
             return CheckResult(False, f"Not yet: on {where}, {exc}")
         except Exception as exc:  # the learner's bug, reported in words
+            for fragment, hint in error_hints:
+                if fragment in str(exc):
+                    return CheckResult(False, f"Not yet: on {where}, {what} failed: the shapes do "
+                                              f"not fit ({exc}).\nHint: {hint}")
             return CheckResult(False, f"Not yet: on {where}, {what} raised "
                                       f"{type(exc).__name__}: {exc}")
         for name, value in case.items():

@@ -13,7 +13,7 @@ from torch import nn
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from ..multihead import MultiHeadAttention
-from .core import CheckResult, Mistake, _namespaces, blocking, check_function, seeded
+from .core import CheckResult, Mistake, _namespaces, blocking, check_function, refusing_ops, seeded
 from .workflow import exercise
 
 __all__ = ["check_multi_head_module", "check_grouped_query_attention"]
@@ -188,11 +188,10 @@ def _trainable(module_class, case: dict) -> str | None:
     "heads, _ = ah.scaled_dot_product_attention(q, k, v, mask); merge back to (b, n, d_model); "
     "output = out_proj(concat).",
     "b, n, d_model = x.shape\nh = self.num_heads\n"
-    "q, k, v = (t.reshape(b, n, h, d_model // h).transpose(1, 2)\n"
-    "           for t in self.in_proj(x).chunk(3, dim=-1))\n"
+    "q, k, v = (... for t in self.in_proj(x).chunk(3, dim=-1))   # each (b, h, n, d_head)\n"
     "if mask is not None and mask.dim() == 3: mask = mask[:, None]\n"
     "heads, _ = ah.scaled_dot_product_attention(q, k, v, mask)\n"
-    "return self.out_proj(heads.transpose(1, 2).reshape(b, n, d_model))"))
+    "return self.out_proj(...)                                   # merged: (b, n, d_model)"))
 def check_multi_head_module(module_class) -> CheckResult:
     """Exercise: a class ``module_class(d_model, num_heads)``, an ``nn.Module`` with its own
     ``nn.Linear`` layers ``in_proj`` (d_model -> 3 d_model, W_Q, W_K, W_V fused as in
@@ -226,6 +225,11 @@ def check_multi_head_module(module_class) -> CheckResult:
                     "the split scrambles the features: reshaping (b, n, d_model) straight to "
                     "(b, h, n, d_head) mixes positions into heads. Reshape to (b, n, h, d_head) "
                     "first, then swap the n and h axes (transpose(1, 2))."),
+            Mistake(_wrong(split="no transpose", merge="no transpose"),
+                    "the heads were split by reshaping (b, n, d_model) straight to (b, h, n, "
+                    "d_head), which mixes positions into heads (and merged back the same way). "
+                    "Reshape to (b, n, h, d_head) first, then transpose(1, 2); to merge, "
+                    "transpose(1, 2) back before the reshape to (b, n, d_model)."),
             Mistake(_wrong(split="interleaved"),
                     "the heads are split on the wrong axis: head i must get the consecutive "
                     "features i*d_head .. (i+1)*d_head - 1, not every h-th feature: reshape to "
@@ -296,14 +300,23 @@ def _gqa(q, k, v, *, group_of=None, scale=None, dim=-1):
     return torch.softmax(s, dim=dim) @ v
 
 
+_NO_FUSED_GQA = refusing_ops(
+    ["scaled_dot_product_attention", "_scaled_dot_product_*"],
+    "grouped_query_attention reached PyTorch's fused attention, which groups the heads for you "
+    "(enable_gqa). Repeat the key/value heads yourself, then call the course's attention from "
+    "notebook 02, ah.scaled_dot_product_attention")
+
+
 @exercise("multi_head.grouped_query", "grouped-query attention", hints=(
     "There are h query heads but only g key/value heads. Consecutive query heads form g groups of "
-    "h/g, and every head of a group reads the same key/value head. Then it is ordinary scaled "
-    "dot-product attention per head.",
-    "query head i uses key/value head i // (h/g); output_i = softmax(q_i k_{i//(h/g)}^T / "
-    "sqrt(d_head)) v_{i//(h/g)}.",
-    "k = k.repeat_interleave(h // g, dim=1)   # (b, h, n, d_head); the same for v\n"
-    "return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_head), dim=-1) @ v"))
+    "h/g, and every head of a group reads the same key/value head. Give each query head its "
+    "key/value head; the attention itself is notebook 02's, ah.scaled_dot_product_attention.",
+    "query head i uses key/value head i // (h/g): repeat each key/value head h/g times in a row "
+    "along the head axis, so k and v become (b, h, n, d_head) like q.",
+    "h, g = q.shape[1], k.shape[1]\n"
+    "k = ...   # (b, h, n, d_head): each key/value head h // g times in a row; the same for v\n"
+    "v = ...\n"
+    "return ah.scaled_dot_product_attention(q, k, v)[0]"))
 def check_grouped_query_attention(grouped_query_attention: Callable) -> CheckResult:
     """Exercise: ``grouped_query_attention(q (b, h, n, d_head), k (b, g, n, d_head), v (b, g, n,
     d_head)) -> (b, h, n, d_head)``; query head ``i`` attends with key/value head ``i // (h/g)``,
@@ -312,7 +325,8 @@ def check_grouped_query_attention(grouped_query_attention: Callable) -> CheckRes
     return check_function(
         grouped_query_attention, _gqa, _gqa_cases(), what="grouped_query_attention",
         output_names=("the output",), atol=1e-5, rtol=1e-4,
-        forbid=[(nn.functional, "scaled_dot_product_attention")],
+        forbid=[(nn.functional, "scaled_dot_product_attention")], guard=_NO_FUSED_GQA,
+        instead="Repeat the key/value heads yourself, then call ah.scaled_dot_product_attention",
         mistakes=[
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: i % g),
                     "query head i must use key/value head i // (h/g): consecutive query heads "

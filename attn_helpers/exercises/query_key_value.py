@@ -109,8 +109,8 @@ def _attention_calls() -> tuple[tuple[object, str], ...]:
     "keys; the weighted sum of the values. A query with no allowed key must read nothing (zeros).",
     "A = softmax(Q K^T / sqrt(d_k) + M), with M = 0 where allowed and -inf where not (rows with "
     "no allowed key: A = 0);  O = A V.",
-    "scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5        # (..., n_q, n_k)\n"
-    "scores = scores.masked_fill(~mask, float('-inf'))              # forbidden keys\n"
+    "scores = ...                                                   # (..., n_q, n_k), scaled\n"
+    "scores = scores.masked_fill(..., float('-inf'))                # forbidden keys\n"
     "weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)   # empty rows: 0\n"
     "return weights @ v, weights                                     # (..., n_q, d_v), weights"))
 def check_attention(attention: Callable) -> CheckResult:
@@ -235,8 +235,8 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
               "n = X.shape[0]\n"
               "P = torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=1)   # P[i, i+1] = 1\n"
               "c = 10.0\n"
-              "W_Q = c * torch.linalg.pinv(X)                           # X W_Q = c I\n"
-              "return W_Q, W_Q @ P.T                                    # X W_K = c P^T"))
+              "W_Q = ...                                                # X W_Q = c I\n"
+              "return W_Q, ...                                          # X W_K = c P^T"))
 def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
     """Exercise: ``next_token_projections(X (n, d_model)) -> (W_Q, W_K)``, each ``(d_model, d_k)``,
     under which every token ``i`` puts at least ``NEXT_WEIGHT`` of its attention on token

@@ -98,7 +98,7 @@ RNN_INSTEAD = ("Write the loop yourself: for each j, h = torch.tanh(x[..., j, :]
     "h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)\n"
     "states = []\n"
     "for j in range(x.shape[-2]):\n"
-    "    h = torch.tanh(x[..., j, :] @ W_x + h @ W_h + b)\n"
+    "    h = ...                                # the new state from x[..., j, :] and h\n"
     "    states.append(h)\n"
     "return torch.stack(states, dim=-2), h"))
 def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
@@ -178,20 +178,28 @@ def _features(f: Callable, combine: Callable = torch.add) -> Callable:
     return wrong
 
 
+_NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis for the "
+             "positions j, PyTorch lines b up with n. Write (s @ U_q)[:, None, :], (b, 1, d_a), "
+             "so the decoder state is added to every encoder state.")
+
+
 @exercise("rnn_bottleneck.additive_scores", "the additive score e_tj", hints=(
     "Project the decoder state and every encoder state into the same d_a-dimensional space, add "
     "them, squash with tanh, and let v_a turn each d_a-vector into one number.",
     "e_tj = tanh(s_t U_q + h_j U_k) v_a^T: s_t U_q is (b, d_a), H U_k is (b, n, d_a); add them "
     "with a new axis for j.",
-    "features = torch.tanh((s @ U_q)[:, None, :] + H @ U_k)   # (b, n, d_a)\n"
-    "return features @ v_a                                     # (b, n)"))
+    "query = ...                      # s @ U_q with a new axis for j: (b, 1, d_a)\n"
+    "features = torch.tanh(query + H @ U_k)                    # (b, n, d_a)\n"
+    "return ...                                                # (b, n)"))
 def check_additive_scores(additive_scores: Callable) -> CheckResult:
     """Exercise: ``additive_scores(s (b, d_dec), H (b, n, d_enc), U_q (d_dec, d_a),
     U_k (d_enc, d_a), v_a (d_a,)) -> e (b, n)``."""
     return check_function(
         additive_scores, additive_scores_reference, _additive_cases(), what="additive_scores",
         output_names=("the scores e",),
+        error_hints=[("must match the size of tensor", _NEW_AXIS)],
         mistakes=[
+            Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a, _NEW_AXIS),
             Mistake(_features(lambda x, v: x @ v),
                     "the tanh is missing: without it the score is linear, s_t U_q v_a^T + "
                     "h_j U_k v_a^T, and the query part is the same for every j."),

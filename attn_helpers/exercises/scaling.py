@@ -4,6 +4,7 @@ entropy."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -12,7 +13,7 @@ import torch
 from ..entropy import attention_entropy
 from ..lessons import scaling as _scaling_lesson
 from ..lessons.scaling import temperature_for_entropy
-from .core import CheckResult, Mistake, as_number, check_function, seeded
+from .core import CheckResult, Mistake, as_number, check_function, refusing_ops, seeded
 from .workflow import exercise
 
 __all__ = ["check_choose_scale", "check_softmax_backward",
@@ -69,7 +70,9 @@ def _choose_scale_cases() -> list[dict]:
     "the scores are within each row (one query against every key), not across the matrix.",
     "Q = x W_Q, K = x W_K, S = Q K^T; v = the variance of each row of S (over the keys, the last "
     "axis), averaged over the rows; Var(c S) = c^2 Var(S), so c = 1 / sqrt(v).",
-    "S = (x @ W_Q) @ (x @ W_K).T\nreturn 1 / S.var(dim=-1).mean().sqrt().item()"))
+    "S = (x @ W_Q) @ (x @ W_K).T                  # (n, n)\n"
+    "v = ...                                      # each row's variance, averaged over rows\n"
+    "return ...                                   # c with Var(c S) = 1, as a float"))
 def check_choose_scale(choose_scale: Callable) -> CheckResult:
     """Exercise: ``choose_scale(x (n, d_model), W_Q (d_model, d_k), W_K (d_model, d_k)) -> c``,
     the number that makes the variance within each row of the ``n x n`` scores
@@ -195,8 +198,18 @@ class _NoJacobian(torch.overrides.TorchFunctionMode):
         return out
 
 
-def _no_jacobian(inputs: dict) -> _NoJacobian:
-    return _NoJacobian(next(iter(inputs.values())))
+_NO_AUTOGRAD = refusing_ops(
+    ["_softmax_backward_data"],
+    "softmax_backward used PyTorch's own softmax backward or autograd (torch.ops.aten, a grad_fn, "
+    "backward, torch.autograd.grad, torch.func), which does this exercise for you. "
+    + _BACKWARD_INSTEAD, autograd=True)
+
+
+@contextlib.contextmanager
+def _no_jacobian(inputs: dict):
+    """Neither J (any tensor as big as it) nor autograd's softmax backward, by any route."""
+    with _NO_AUTOGRAD(inputs), _NoJacobian(next(iter(inputs.values()))):
+        yield
 
 
 @exercise("scaling.softmax_backward", "the softmax backward pass, without building J", hints=(
@@ -205,7 +218,8 @@ def _no_jacobian(inputs: dict) -> _NoJacobian:
     "grad_s = a * (g - <a, g>), with a = softmax(s) over the last axis (the row's max subtracted "
     "first) and <a, g> = sum over the last axis of a * g, kept as (..., 1) so it broadcasts.",
     "a = torch.softmax(scores, dim=-1)\n"
-    "return a * (grad_weights - (a * grad_weights).sum(dim=-1, keepdim=True))"))
+    "dot = ...                                    # <a, g> per row, kept (..., 1)\n"
+    "return a * (grad_weights - dot)"))
 def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
     """Exercise: ``softmax_backward(scores (..., n), grad_weights (..., n)) -> (..., n)``, the
     gradient of the loss at the scores given its gradient ``g`` at the weights ``a =

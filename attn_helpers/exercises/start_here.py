@@ -71,6 +71,11 @@ def _softmax_cases() -> list[dict]:
     ]
 
 
+def _normalised_over(z: torch.Tensor, dim: int) -> torch.Tensor:
+    e = torch.exp(z - z.amax(-1, keepdim=True))
+    return e / e.sum(dim, keepdim=True)
+
+
 def softmax_with_temperature_reference(scores: torch.Tensor, temperature: float) -> torch.Tensor:
     """``(..., n) -> (..., n)``: softmax over the last dim of ``scores / temperature``."""
     return torch.softmax(scores.double() / temperature, dim=-1).to(scores.dtype)
@@ -83,9 +88,9 @@ def softmax_with_temperature_reference(scores: torch.Tensor, temperature: float)
               "1000 must not overflow.",
               "a_j = exp((s_j - m) / T) / sum_k exp((s_k - m) / T), with m = max_k s_k the "
               "row's own maximum (subtracting it changes nothing mathematically).",
-              "z = scores / temperature\n"
-              "e = torch.exp(z - z.amax(dim=-1, keepdim=True))\n"
-              "return e / e.sum(dim=-1, keepdim=True)"))
+              "z = scores / temperature                   # (..., n)\n"
+              "e = torch.exp(z - ...)                     # minus each row's max, kept (..., 1)\n"
+              "return e / ...                             # each row's sum, kept (..., 1)"))
 def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckResult:
     """Exercise: ``softmax_with_temperature(scores (..., n), temperature) -> (..., n)``."""
     return check_function(
@@ -100,6 +105,10 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
             Mistake(lambda s, t: torch.softmax(s / t, 0),
                     "the softmax ran over the first dimension; each row (the last dimension, "
                     "dim=-1) must sum to one."),
+            Mistake(lambda s, t: _normalised_over(s / t, 0),
+                    "the exponentials were divided by a sum over the wrong axis (dim=0, down the "
+                    "columns); each row (the last dimension, dim=-1) must sum to one: "
+                    "e.sum(dim=-1, keepdim=True)."),
             Mistake(lambda s, t: torch.exp(s / t - (s / t).amax(-1, keepdim=True)),
                     "the exponentials were not normalised: divide them by their row's sum so the "
                     "row sums to one."),
@@ -160,8 +169,8 @@ def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
     "Entropy measures how spread out a row is: 0 when one key takes all the weight, ln n when "
     "all n keys share it equally. A key with weight 0 adds nothing.",
     "H = -sum_j a_j ln a_j over the last dimension, in nats (natural log), with 0 ln 0 = 0.",
-    "terms = torch.where(weights > 0, weights * torch.log(weights), torch.zeros_like(weights))\n"
-    "return 0.0 - terms.sum(dim=-1)  # 0.0 - x: a one-hot row gives 0, not -0"))
+    "terms = torch.where(weights > 0, ..., torch.zeros_like(weights))   # a ln a, 0 where a = 0\n"
+    "return 0.0 - ...  # sum over the last axis; 0.0 - x: a one-hot row gives 0, not -0"))
 def check_entropy(entropy: Callable) -> CheckResult:
     """Exercise: ``entropy(weights (..., n)) -> (...)`` in nats, with ``0 ln 0 = 0``."""
     ref = entropy_reference

@@ -20,7 +20,7 @@ from attn_helpers.exercises.multi_head import (
     check_grouped_query_attention,
     check_multi_head_module,
 )
-from tests._exercises import from_hint
+from tests._hint_skeleton import assert_skeleton, skeleton
 
 
 def _stub(*args):
@@ -192,10 +192,29 @@ def test_module_stub_and_non_class():
     assert not verdict and "pass the class itself" in verdict.message
 
 
-def test_module_level_3_hint_is_the_forward_of_a_passing_module():
-    forward = from_hint("multi_head.module", "self, x, mask=None", ah=ah)
-    module = type("FromHint", (make_module(),), {"forward": forward})
-    assert check_multi_head_module(module)
+def test_module_level_3_hint_is_a_skeleton_of_a_passing_forward():
+    def module(fills):
+        forward = skeleton("multi_head.module", "self, x, mask=None", fills, ah=ah)
+        return type("FromHint", (make_module(),), {"forward": forward})
+
+    assert not check_multi_head_module(module(()))
+    assert check_multi_head_module(module((
+        "t.reshape(b, n, h, d_model // h).transpose(1, 2)",
+        "heads.transpose(1, 2).reshape(b, n, d_model)")))
+
+
+def test_gqa_level_3_hint_is_a_skeleton_that_calls_the_course_attention():
+    fills = ("k.repeat_interleave(h // g, dim=1)", "v.repeat_interleave(h // g, dim=1)")
+    assert_skeleton("multi_head.grouped_query", "q, k, v", check_grouped_query_attention, fills,
+                    ah=ah)
+
+
+def test_gqa_refuses_the_fused_attention_by_any_route():
+    def aten(q, k, v):
+        return torch.ops.aten.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    result = check_grouped_query_attention(aten)
+    assert not result and "fused attention" in result.message
 
 
 # --- grouped_query_attention -----------------------------------------------------------------

@@ -10,7 +10,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
-from _exercises import assert_rejected, from_hint, stub
+from _exercises import assert_rejected, stub
+from _hint_skeleton import assert_skeleton
 
 import attn_helpers
 import attn_helpers as ah
@@ -206,12 +207,15 @@ def test_check_function_generic():
 
 
 
-@pytest.mark.parametrize("key, signature, check", [
-    ("query_key_value.attention", "q, k, v, mask", ex.check_attention),
-    ("query_key_value.asymmetric_relation", "X", ex.check_asymmetric_relation),
+@pytest.mark.parametrize("key, signature, check, fills", [
+    ("query_key_value.attention", "q, k, v, mask", ex.check_attention,
+     ("q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5", "~mask")),
+    ("query_key_value.asymmetric_relation", "X", ex.check_asymmetric_relation,
+     ("c * torch.linalg.pinv(X)", "W_Q @ P.T")),
 ])
-def test_the_third_hint_passes_once_it_is_in_the_stub(key, signature, check):
-    assert check(from_hint(key, signature))
+def test_the_third_hint_is_a_skeleton_that_passes_once_its_key_lines_are_written(
+        key, signature, check, fills):
+    assert_skeleton(key, signature, check, fills)
 
 
 @pytest.mark.parametrize("shortcut, name", [

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _exercises import assert_rejected, from_hint, stub
+from _exercises import assert_rejected, stub
+from _hint_skeleton import assert_skeleton
 
 from attn_helpers import AdditiveScore
 from attn_helpers.exercises import EXERCISES
@@ -177,7 +178,7 @@ def test_additive_scores_stub_says_only_not_implemented():
     (lambda s, H, U_q, U_k, v_a: torch.relu((s @ U_q).unsqueeze(1) + H @ U_k) @ v_a, ["ReLU"]),
     (lambda s, H, U_q, U_k, v_a: scores(s, H, U_q, U_k, v_a).softmax(-1), ["after a softmax"]),
     (lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a,        # no axis for j
-     ["raised RuntimeError", "case 1 of 5"]),
+     ["new axis for the positions j", "case 1 of 5"]),
     (lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k),
      ["shape (2, 5, 3)", "shape (2, 5)"]),
 ])
@@ -186,9 +187,21 @@ def test_additive_scores_rejects_and_names_mistakes(wrong, fragments):
 
 
 
-@pytest.mark.parametrize("key, signature, check", [
-    ("rnn_bottleneck.rnn_encoder", "x, W_x, W_h, b", ex.check_rnn_encoder),
-    ("rnn_bottleneck.additive_scores", "s, H, U_q, U_k, v_a", ex.check_additive_scores),
+@pytest.mark.parametrize("key, signature, check, fills", [
+    ("rnn_bottleneck.rnn_encoder", "x, W_x, W_h, b", ex.check_rnn_encoder,
+     ("torch.tanh(x[..., j, :] @ W_x + h @ W_h + b)",)),
+    ("rnn_bottleneck.additive_scores", "s, H, U_q, U_k, v_a", ex.check_additive_scores,
+     ("(s @ U_q)[:, None, :]", "features @ v_a")),
 ])
-def test_the_third_hint_passes_once_it_is_in_the_stub(key, signature, check):
-    assert check(from_hint(key, signature))
+def test_the_third_hint_is_a_skeleton_that_passes_once_its_key_lines_are_written(
+        key, signature, check, fills):
+    assert_skeleton(key, signature, check, fills)
+
+
+def test_the_missing_new_axis_is_named_not_a_raw_broadcasting_error():
+    def no_axis(s, H, U_q, U_k, v_a):  # noqa: N803
+        return torch.tanh(s @ U_q + H @ U_k) @ v_a
+
+    result = ex.check_additive_scores(no_axis)
+    assert_rejected(result, "Hint: ", "new axis")
+    assert "RuntimeError" not in result.message

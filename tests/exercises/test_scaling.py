@@ -16,6 +16,7 @@ from attn_helpers.exercises.scaling import (
     check_softmax_backward,
 )
 from attn_helpers.lessons import scaling
+from tests._hint_skeleton import assert_skeleton
 
 
 def _stub(*args):
@@ -261,3 +262,32 @@ def test_exercises_are_registered_with_three_hints(capsys):
         assert "Hint 3 of 3" in capsys.readouterr().out
     check_choose_scale(choose_scale)
     assert exercises.progress(show=False)["scaling"]["scaling.choose_scale"] is True
+
+
+@pytest.mark.parametrize("key, signature, check, fills", [
+    ("scaling.choose_scale", "x, W_Q, W_K", check_choose_scale,
+     ("S.var(dim=-1).mean()", "1 / v.sqrt().item()")),
+    ("scaling.softmax_backward", "scores, grad_weights", check_softmax_backward,
+     ("(a * grad_weights).sum(dim=-1, keepdim=True)",)),
+])
+def test_the_third_hint_is_a_skeleton_that_passes_once_its_key_lines_are_written(
+        key, signature, check, fills):
+    assert_skeleton(key, signature, check, fills)
+
+
+def _aten(s, g):
+    return torch.ops.aten._softmax_backward_data(g, torch.softmax(s, -1), -1, s.dtype)
+
+
+def _grad_fn(s, g):
+    return torch.softmax(s.clone().requires_grad_(), -1).grad_fn(g)
+
+
+def _jvp(s, g):  # J is symmetric: J g by forward mode is the answer
+    return torch.func.jvp(lambda x: torch.softmax(x, -1), (s,), (g,))[1]
+
+
+@pytest.mark.parametrize("route", [_aten, _grad_fn, _jvp])
+def test_softmax_backward_refuses_autograd_by_any_route(route):
+    result = check_softmax_backward(route)
+    assert not result and "does this exercise for you" in result.message, result.message

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _exercises import assert_rejected, from_hint, stub
+from _exercises import assert_rejected, stub
+from _hint_skeleton import assert_skeleton
 
 import attn_helpers as ah
 from attn_helpers.exercises import EXERCISES
@@ -139,13 +140,25 @@ def test_hints_are_printed_on_demand_and_a_solution_never_counts(capsys):
     assert ex.progress(show=False)["start_here"]["start_here.entropy"] is not True
 
 
-@pytest.mark.parametrize("key, signature, check", [
+@pytest.mark.parametrize("key, signature, check, fills", [
     ("start_here.softmax_with_temperature", "scores, temperature",
-     ex.check_softmax_with_temperature),
-    ("start_here.entropy", "weights", ex.check_entropy),
+     ex.check_softmax_with_temperature,
+     ("z.amax(dim=-1, keepdim=True)", "e.sum(dim=-1, keepdim=True)")),
+    ("start_here.entropy", "weights", ex.check_entropy,
+     ("weights * torch.log(weights)", "terms.sum(dim=-1)")),
 ])
-def test_the_third_hint_passes_once_it_is_in_the_stub(key, signature, check):
-    assert check(from_hint(key, signature))
+def test_the_third_hint_is_a_skeleton_that_passes_once_its_key_lines_are_written(
+        key, signature, check, fills):
+    assert_skeleton(key, signature, check, fills)
+
+
+def test_a_softmax_normalised_over_the_wrong_axis_is_named():
+    def wrong(scores, temperature):
+        z = scores / temperature
+        e = torch.exp(z - z.amax(-1, keepdim=True))
+        return e / e.sum(0, keepdim=True)
+
+    assert_rejected(ex.check_softmax_with_temperature(wrong), "Hint: ", "wrong axis")
 
 
 def test_check_cases_names_a_mistake_even_where_it_gives_nan():
