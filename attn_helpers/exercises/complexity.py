@@ -137,9 +137,9 @@ def _merge_mistakes() -> list[Mistake]:
               "merged max first, then re-express both sums against it before adding them.",
               "m = max(m1, m2);  l = exp(m1 - m) l1 + exp(m2 - m) l2;  "
               "acc = exp(m1 - m) acc1 + exp(m2 - m) acc2.",
-              "m = torch.maximum(m1, m2)\n"
-              "c1, c2 = torch.exp(m1 - m), torch.exp(m2 - m)\n"
-              "return m, c1 * l1 + c2 * l2, c1 * acc1 + c2 * acc2"))
+              "m = torch.maximum(m1, m2)                     # (..., n_q, 1): the merged max\n"
+              "c1, c2 = ...                                  # each state's rescaling factor\n"
+              "return m, ..., ...                            # l and acc, both rescaled and added"))
 def check_merge_states(merge: Callable) -> CheckResult:
     """Exercise: ``merge(m1, l1, acc1, m2, l2, acc2) -> (m, l, acc)``: ``m_i``, ``l_i``
     ``(..., n_q, 1)``, ``acc_i`` ``(..., n_q, d_v)``, the states of two disjoint sets of keys."""
@@ -265,9 +265,9 @@ def _causal_mistakes() -> list[Mistake]:
               "keys = torch.arange(j, j + k_j.shape[-2])\n"
               "allowed = keys[None, :] <= torch.arange(i, i + q_i.shape[-2])[:, None]\n"
               "S = (q_i @ k_j.mT * scale).masked_fill(~allowed, float('-inf'))\n"
-              "P = torch.exp(S - lse_i)\n"
+              "P = ...                                       # (..., B_q, B_k): from the saved lse\n"
               "dS = P * (d_out_i @ v_j.mT - D_i)\n"
-              "return dS @ k_j * scale, dS.mT @ q_i * scale, P.mT @ d_out_i"))
+              "return ..., ..., ...                          # dq_i, dk_j, dv_j"))
 def check_causal_backward_tile(tile: Callable) -> CheckResult:
     """Exercise: ``tile(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j) -> (dq_i, dk_j, dv_j)``: the
     tile of queries ``i..i+B_q`` and keys ``j..j+B_k`` of causal attention; ``lse_i``, ``D_i``

@@ -92,9 +92,9 @@ def _linear_mistakes() -> list[Mistake]:
               "S_t = S + phi(k_t) v_t^T;  z_t = z + phi(k_t);  "
               "o_t = phi(q_t)^T S_t / (phi(q_t)^T z_t).",
               "pq, pk = torch.nn.functional.elu(q_t) + 1, torch.nn.functional.elu(k_t) + 1\n"
-              "S_t = S + pk[..., :, None] * v_t[..., None, :]\n"
+              "S_t = ...                            # (..., d_k, d_v): S plus phi(k_t) v_t^T\n"
               "z_t = z + pk\n"
-              "o_t = (pq[..., None, :] @ S_t).squeeze(-2) / (pq * z_t).sum(-1, keepdim=True)\n"
+              "o_t = ...                            # (..., d_v): phi(q_t)^T S_t / phi(q_t)^T z_t\n"
               "return o_t, S_t, z_t"))
 def check_linear_step(step: Callable) -> CheckResult:
     """Exercise: ``step(S, z, q_t, k_t, v_t) -> (o_t, S_t, z_t)``: ``S`` ``(..., d_k, d_v)``,
