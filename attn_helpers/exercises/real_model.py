@@ -92,9 +92,11 @@ HINTS: dict[str, tuple[str, str, str]] = {
         "i = torch.arange(1, n) and weights[..., i, i - 1] pick the entries just left of the "
         "diagonal: shape (L, b, h, n - 1), one per query 1..n-1. Which of these queries are real? "
         "mask[:, 1:] (b, n - 1).",
-        "valid = mask[:, 1:][None, :, None, :].float() (1, b, 1, n - 1); then "
-        "(on_previous * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3)) averages over sentences "
-        "and queries at once, leaving (L, h).",
+        "n = weights.shape[-1]\n"
+        "i = torch.arange(1, n)\n"
+        "on_previous = ...                               # (L, b, h, n - 1): weights[..., i, i - 1]\n"
+        "valid = mask[:, 1:][None, :, None, :].float()   # (1, b, 1, n - 1): real queries i >= 1\n"
+        "return ...                                      # (L, h): pooled over sentences AND queries",
     ),
 }
 
@@ -113,6 +115,11 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
 
     def everyone(m):
         return torch.ones_like(m)
+
+    def mean_of_means(w, m):                             # each sentence's mean, then their mean
+        valid = _real_queries(m, 1)                                  # (1, b, 1, n)
+        per_sentence = (_diagonal(w, -1) * valid).sum(3) / valid.sum(3)   # (L, b, h)
+        return per_sentence.mean(1)
 
     if label := _is_forbidden(candidate, FORBID_PREVIOUS):
         return _handed_in("previous_token_scores", label)
@@ -138,6 +145,10 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
             Mistake(shifted(-1, 0),
                     "the first token ([CLS], i = 0) has no previous token: leave it out of the "
                     "mean instead of counting it as 0."),
+            Mistake(mean_of_means,
+                    "you averaged each sentence's queries, then averaged the sentences: a mean of "
+                    "per-sentence means, which the task rules out. Pool instead: sum over "
+                    "sentences AND queries at once, divide by the number of real queries i >= 1."),
             Mistake(lambda w, m: shifted(-1, 1)(w, m) * _real_queries(m, 1).sum(dim=(1, 3)),
                     "you summed over the queries: divide by how many real queries you counted, "
                     "so that a perfect previous-token head scores 1."),
@@ -179,9 +190,9 @@ HINTS["value_norms"] = (
     "@ v_j. All heads at once: W_O.view(d, h, d_head).permute(1, 2, 0) is (h, d_head, d). Since "
     "a_ij >= 0, ||a_ij f|| = a_ij ||f||.",
     "b, h, n, d_head = values.shape\n"
-    "W_h = W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)  # (h, d_head, d)\n"
-    "f = torch.einsum('bhjk,hkd->bhjd', values, W_h)  # (b, h, n, d)\n"
-    "return weights * f.norm(dim=-1)[:, :, None, :]",
+    "W_h = ...                                         # (h, d_head, d): head h's columns of W_O\n"
+    "f = torch.einsum('bhjk,hkd->bhjd', values, W_h)   # (b, h, n, d): f_h(x_j)\n"
+    "return ...                                        # (b, h, n, n): a_ij ||f_h(x_j)||",
 )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _exercises import filled_skeleton
 
 from attn_helpers.exercises import hint
 from attn_helpers.exercises import real_model as ex
@@ -70,6 +71,14 @@ def summed(weights, mask):
     return (weights[..., i, i - 1] * mask[:, 1:][None, :, None, :]).sum(dim=(1, 3))
 
 
+def mean_of_sentence_means(weights, mask):  # each sentence's mean, then the mean of those
+    n = weights.shape[-1]
+    i = torch.arange(1, n)
+    valid = mask[:, 1:][None, :, None, :].float()
+    per_sentence = (weights[..., i, i - 1] * valid).sum(3) / valid.sum(3)     # (L, b, h)
+    return per_sentence.mean(1)
+
+
 def per_sentence_mean(weights, mask):  # the right shape, but no mean over the batch
     return previous_reference(weights, mask)[None].expand(weights.shape[1], -1, -1)
 
@@ -82,6 +91,7 @@ PREVIOUS_WRONG = [
     (first_counts_as_zero, "no previous token"),
     (summed, "you summed"),
     (per_sentence_mean, "has shape"),
+    (mean_of_sentence_means, "mean of per-sentence means"),
 ]
 
 
@@ -266,3 +276,12 @@ def test_hints_come_in_three_levels(name, capsys):
         hint(f"real_model.{name}", level)
         texts.append(capsys.readouterr().out)
     assert len(set(texts)) == 3 and all(f"Hint {k} of 3" in t for k, t in enumerate(texts, 1))
+
+
+def test_the_level_3_skeletons_filled_in_pass():
+    previous = filled_skeleton("real_model.previous_token", "weights, mask", (
+        "weights[..., i, i - 1]", "(on_previous * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))"))
+    assert ex.check_previous_token_scores(previous)
+    norms = filled_skeleton("real_model.value_norms", "weights, values, W_O", (
+        "W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)", "weights * f.norm(dim=-1)[:, :, None, :]"))
+    assert ex.check_value_norms(norms)
