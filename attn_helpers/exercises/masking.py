@@ -16,6 +16,10 @@ from .workflow import exercise
 
 __all__ = ["check_window_mask", "check_kv_cache_step"]
 
+#: Right with its default arguments, so a learner's function may not call it while it is checked
+#: (see ``core.check_function``): it builds the known mistakes of exercise 1.
+REFUSED_WHILE_CHECKING = ("left_padded_window_mask",)
+
 
 # --- exercise 1: a batched sliding-window mask for left-padded sequences ----------------------
 

@@ -234,3 +234,11 @@ def test_the_level_3_skeletons_filled_in_pass():
     alignment = filled_skeleton("cross_attention.alignment", "weights, src_real, gold, tgt_real", (
         "weights.masked_fill(~src_real[:, None, :], float('-inf'))", "hits.sum() / tgt_real.sum()"))
     assert ex.check_alignment_accuracy(alignment)
+
+
+def test_alignment_checker_refuses_a_wrapper_around_the_reference():
+    def wrapper(*args):
+        return ex.alignment_accuracy_reference(*args)
+
+    assert_rejected(ex.check_alignment_accuracy(wrapper), "alignment_accuracy_reference",
+                    "never counts as your pass")

@@ -204,6 +204,17 @@ def test_window_mask_blocks_the_library_mask_builders(helper):
     assert ah.sliding_window_mask(3, 2).shape == (3, 3)              # restored afterwards
 
 
+def test_window_mask_refuses_a_wrapper_around_the_checkers_own_answer():
+    from attn_helpers.exercises import masking
+
+    def wrapper(lengths, n, window):
+        return masking.left_padded_window_mask(lengths, n, window)
+
+    assert_rejected(check_window_mask(wrapper), "left_padded_window_mask")
+    assert_rejected(check_window_mask(lambda L, n, w: left_padded_window_mask(L, n, w)),
+                    "left_padded_window_mask")
+
+
 def test_window_mask_stub_and_dtype():
     assert check_window_mask(_stub).message == "window_mask is not implemented yet."
     verdict = check_window_mask(lambda L, n, w: window_mask(L, n, w).int())
