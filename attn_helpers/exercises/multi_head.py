@@ -300,6 +300,10 @@ def _gqa(q, k, v, *, group_of=None, scale=None, dim=-1):
     return torch.softmax(s, dim=dim) @ v
 
 
+# Right with their default arguments: refused while the learner's function runs.
+REFUSED_WHILE_CHECKING = ("_gqa", "_wrong")
+
+
 _NO_FUSED_GQA = refusing_ops(
     ["scaled_dot_product_attention", "_scaled_dot_product_*"],
     "grouped_query_attention reached PyTorch's fused attention, which groups the heads for you "

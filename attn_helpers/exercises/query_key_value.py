@@ -91,6 +91,10 @@ def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v",
     return attention
 
 
+# Right with their default arguments: refused while the learner's function runs.
+REFUSED_WHILE_CHECKING = ("_attention",)
+
+
 def _attention_calls() -> tuple[tuple[object, str], ...]:
     """Library calls that would do exercise 1 for the learner, blocked while their function runs:
     the course's own attention and masked softmax (shown in this notebook) and PyTorch's fused

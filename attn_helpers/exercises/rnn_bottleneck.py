@@ -178,6 +178,10 @@ def _features(f: Callable, combine: Callable = torch.add) -> Callable:
     return wrong
 
 
+# Right with their default arguments: refused while the learner's function runs.
+REFUSED_WHILE_CHECKING = ("_rnn",)
+
+
 _NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis for the "
              "positions j, PyTorch lines b up with n. Write (s @ U_q)[:, None, :], (b, 1, d_a), "
              "so the decoder state is added to every encoder state.")

@@ -1,6 +1,6 @@
 """Checkers for notebook 03 (why scale by sqrt(d_k)): choose the scale from a measured variance,
-the softmax backward pass without building the Jacobian, and the temperature that halves a row's
-entropy."""
+the softmax backward pass without building the Jacobian, and the gradient norm through the softmax
+against d_k, with and without the 1/sqrt(d_k) scale."""
 
 from __future__ import annotations
 
@@ -10,14 +10,12 @@ from collections.abc import Callable
 
 import torch
 
-from ..entropy import attention_entropy
 from ..lessons import scaling as _scaling_lesson
-from ..lessons.scaling import temperature_for_entropy
+from ..lessons.scaling import jacobian_norm
 from .core import CheckResult, Mistake, as_number, check_function, refusing_ops, seeded
 from .workflow import exercise
 
-__all__ = ["check_choose_scale", "check_softmax_backward",
-           "check_half_entropy_temperature"]
+__all__ = ["check_choose_scale", "check_softmax_backward", "check_gradient_norm"]
 
 
 def _number(f: Callable) -> Callable:
@@ -260,58 +258,88 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
     )
 
 
-# --- exercise 3: the temperature that halves the entropy -------------------------------------
+# --- exercise 3: the gradient through the softmax, against d_k, with and without the scale ---------
 
 
-def _temperature_cases() -> list[dict]:
+def _gradient_cases() -> list[dict]:
     g = seeded(32)
-    cases = [{"scores": 2 * torch.randn(n, generator=g, dtype=torch.float64)} for n in (4, 8, 16)]
-    cases.append({"scores": torch.tensor([3.0, 1.0, 0.0, 0.0, -1.0], dtype=torch.float64)})
-    cases.append({"scores": torch.tensor([0.3, 0.0])})                            # float32, n = 2
+    cases = []
+    for m, n, d_k, scaled, dtype in [(6, 8, 16, True, torch.float64), (6, 8, 16, False, torch.float64),
+                                     (4, 5, 256, False, torch.float64), (4, 5, 256, True, torch.float64),
+                                     (3, 2, 1, True, torch.float32), (5, 16, 64, False, torch.float32),
+                                     (1, 7, 4, True, torch.float32)]:
+        cases.append({"q": torch.randn(m, d_k, generator=g, dtype=dtype),
+                      "k": torch.randn(n, d_k, generator=g, dtype=dtype), "scaled": scaled})
     return cases
 
 
-def _entropy(scores: torch.Tensor, temperature: float = 1.0) -> float:
-    return attention_entropy(torch.softmax(scores.double() / temperature, -1)).item()
+def _gradient_norm(q, k, scaled, *, divisor=None, dim=-1, norm=None, reduce="mean"):
+    """Mean over the queries of |J|_F, J = diag(a) - a a^T at a = softmax(q k^T / c); the keyword
+    arguments make the known mistakes."""
+    d_k = q.shape[-1]
+    c = (math.sqrt(d_k) if scaled else 1.0) if divisor is None else divisor(d_k, scaled)
+    a = torch.softmax((q.double() @ k.double().T) / c, dim=dim)          # (m, n)
+    norms = (jacobian_norm(a) if norm is None else norm(a))
+    return float(norms.sum() if reduce == "sum" else norms.mean())
 
 
-def _half_entropy_temperature(scores: torch.Tensor) -> float:
-    return temperature_for_entropy(scores.double(), 0.5 * _entropy(scores))
+# Right with their default arguments: refused while the learner's function runs.
+REFUSED_WHILE_CHECKING = ("_gradient_norm",)
 
 
-@exercise("scaling.half_entropy_temperature", "the temperature that halves the entropy", hints=(
-    "The entropy of softmax(s / T) grows steadily with T, from 0 to ln n. So you can search for "
-    "T: if the entropy is too high, T is too large.",
-    "target = H(softmax(s)) / 2; bisect on log T between, say, 1e-4 and 1 (the answer is below 1): "
-    "take the middle m, compare H(softmax(s / e^m)) with the target, keep the half that brackets "
-    "it, about 60 times.",
-    "low, high = math.log(1e-4), 0.0\nfor _ in range(60):\n    m = (low + high) / 2\n"
-    "    if entropy(math.exp(m)) < target: low = m\n    else: high = m\nreturn math.exp(low)"))
-def check_half_entropy_temperature(find: Callable) -> CheckResult:
-    """Exercise: ``find(scores (n,)) -> T`` such that the entropy of ``softmax(scores / T)`` is
-    half the entropy of ``softmax(scores)``, to 0.1%."""
+_GRADIENT_FORBID = [(_scaling_lesson, "jacobian_norm"), (_scaling_lesson, "softmax_jacobian"),
+                    (_scaling_lesson, "saturation_stats"), (_scaling_lesson, "saturation_table"),
+                    (_scaling_lesson, "jacobian_curve")]
+
+
+@exercise("scaling.gradient_norm", "the gradient through the softmax, scaled and unscaled", hints=(
+    "Compute the scores as attention does, divided by sqrt(d_k) only when scaled is True. Each "
+    "query's softmax over the keys has a Jacobian J = diag(a) - a a^T; its size (the Frobenius "
+    "norm) says how much gradient gets through that row. Average it over the queries.",
+    "S = q k^T (divided by sqrt(d_k) if scaled); a = softmax(S) over the keys (the last axis); "
+    "J_i = diag(a_i) - a_i a_i^T, (n, n) for query i; return mean_i |J_i|_F as a float.",
+    "S = q @ k.T                                  # (m, n)\n"
+    "if scaled:\n"
+    "    S = ...                                  # the 1/sqrt(d_k) scale\n"
+    "a = torch.softmax(S, dim=-1)                 # (m, n)\n"
+    "J = ...                                      # (m, n, n): diag(a) - a a^T, one per query\n"
+    "return torch.linalg.matrix_norm(J).mean().item()"))
+def check_gradient_norm(gradient_norm: Callable) -> CheckResult:
+    """Exercise: ``gradient_norm(q (m, d_k), k (n, d_k), scaled) -> float``, the mean over the
+    queries of the Frobenius norm of the softmax Jacobian at ``softmax(q k^T [/ sqrt(d_k)])``."""
     return check_function(
-        as_number(find, "half_entropy_temperature should return a number"),
-        _number(_half_entropy_temperature),
-        _temperature_cases(), what="half_entropy_temperature", output_names=("the temperature",),
-        atol=1e-6, rtol=1e-3, forbid=[(_scaling_lesson, "temperature_for_entropy")],
+        as_number(gradient_norm, "gradient_norm should return a number"),
+        _number(_gradient_norm), _gradient_cases(), what="gradient_norm",
+        output_names=("the mean gradient norm",), atol=1e-6, rtol=1e-4,
+        forbid=_GRADIENT_FORBID,
+        instead="Build J = diag(a) - a a^T from a = softmax(S) and take its norm",
         mistakes=[
-            Mistake(_number(lambda s: 0.5),
-                    "the entropy is not proportional to T. Search for T instead: the entropy "
-                    "grows with T, so a bisection between a small and a large T converges."),
-            Mistake(_number(lambda s: 2.0),
-                    "a larger T flattens the softmax and *raises* the entropy; you need T < 1, "
-                    "and it is not simply 1/2 either: search for it."),
-            Mistake(_number(lambda s: 1 / _half_entropy_temperature(s)),
-                    "you found 1/T: the temperature divides the scores, softmax(s / T), it does "
-                    "not multiply them."),
-            Mistake(_number(lambda s: temperature_for_entropy(s.double(), 0.5 * math.log(len(s)))),
-                    "the target is half the entropy of softmax(s) at T = 1, not half the ceiling "
-                    "ln n."),
-            Mistake(_number(lambda s: 0.5 * _entropy(s)),
-                    "you returned the target entropy; return the temperature T that reaches it."),
-            Mistake(_number(lambda s: round(_half_entropy_temperature(s), 1)),
-                    "close, but not to 0.1%: a grid in steps of 0.1 is too coarse. Bisect until "
-                    "the interval is tiny (60 halvings are plenty)."),
+            Mistake(_number(lambda q, k, sc: _gradient_norm(q, k, False)),
+                    "the scale was ignored: with scaled=True divide the scores by sqrt(d_k) "
+                    "before the softmax."),
+            Mistake(_number(lambda q, k, sc: _gradient_norm(
+                q, k, sc, divisor=lambda d, s: d if s else 1)),
+                    "you divided by d_k; the scale is 1/sqrt(d_k), which brings the scores' "
+                    "variance from d_k back to 1."),
+            Mistake(_number(lambda q, k, sc: _gradient_norm(
+                q, k, sc, divisor=lambda d, s: 1 / math.sqrt(d) if s else 1)),
+                    "you multiplied by sqrt(d_k); divide the scores by it."),
+            Mistake(_number(lambda q, k, sc: _gradient_norm(q, k, sc, dim=0)),
+                    "the softmax ran over the queries (dim=0); each query's weights over the keys "
+                    "(the last axis) form one distribution."),
+            Mistake(_number(lambda q, k, sc: _gradient_norm(q, k, sc, norm=lambda a: a.norm(dim=-1))),
+                    "that is the norm of the weights a (or of diag(a) alone); the gradient goes "
+                    "through J = diag(a) - a a^T: subtract the outer product a a^T."),
+            Mistake(_number(lambda q, k, sc: _gradient_norm(
+                q, k, sc, norm=lambda a: a.pow(2).sum(-1))),
+                    "that is the norm of a a^T alone; J = diag(a) - a a^T has the diagonal too."),
+            Mistake(_number(lambda q, k, sc: _gradient_norm(
+                q, k, sc, norm=lambda a: torch.linalg.matrix_norm(
+                    torch.diag_embed(a) - a[:, :, None] * a[:, None, :], ord=2))),
+                    "that is the spectral norm (the largest singular value); use the Frobenius "
+                    "norm, torch.linalg.matrix_norm's default."),
+            Mistake(_number(lambda q, k, sc: _gradient_norm(q, k, sc, reduce="sum")),
+                    "you summed over the queries; take the mean, so the number does not grow "
+                    "with the number of queries."),
         ],
     )

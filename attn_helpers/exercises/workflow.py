@@ -4,13 +4,13 @@ levels, and the learner's progress, kept across notebooks.
 Each notebook's checker module registers its exercises with :func:`exercise`::
 
     @exercise("masking.kv_cache_step", "one KV-cache step", hints=(
-        "what to think about", "the formula", "nearly the code"))
+        "what to think about", "the formula", "a skeleton: key line left as ..."))
     def check_kv_cache_step(step): ...
 
 A stored notebook shows every exercise unsolved: the learner's function is a stub that raises
 ``NotImplementedError``, on which the checker says "not implemented yet" and nothing more. Hints
 come only when asked for, ``hint("masking.kv_cache_step", 1)`` (1: what to think about, 2: the
-formula, 3: nearly the code).
+formula, 3: a skeleton of the code with the key line left as ``...``).
 
 **Honest progress.** Only the learner's own function can pass: a reference solution is checked
 with ``check_kv_cache_step(kv_cache_step_solution, solution=True)``, which runs the same checker
@@ -206,7 +206,7 @@ def _load_all() -> None:
 
 
 def hint(key: str, level: int = 1) -> None:
-    """Print hint ``level`` (1: what to think about, 2: the formula, 3: nearly the code) for
+    """Print hint ``level`` (1: what to think about, 2: the formula, 3: a skeleton) for
     exercise ``key``, e.g. ``hint("masking.kv_cache_step", 2)``."""
     if not isinstance(key, str):
         raise TypeError(f"key must be a string like 'masking.kv_cache_step', got {type(key).__name__}")

@@ -9,10 +9,9 @@ import pytest
 import torch
 
 from attn_helpers import exercises
-from attn_helpers.entropy import attention_entropy
 from attn_helpers.exercises.scaling import (
     check_choose_scale,
-    check_half_entropy_temperature,
+    check_gradient_norm,
     check_softmax_backward,
 )
 from attn_helpers.lessons import scaling
@@ -202,61 +201,63 @@ def test_softmax_backward_stub():
     assert check_softmax_backward(_stub).message == "softmax_backward is not implemented yet."
 
 
-# --- half_entropy_temperature ----------------------------------------------------------------
+# --- gradient_norm -----------------------------------------------------------------------------
 
 
-def _entropy(scores, T):
-    return attention_entropy(torch.softmax(scores.double() / T, -1)).item()
+def gradient_norm(q, k, scaled, *, divisor=None, dim=-1, what="J", reduce="mean"):
+    d_k = q.shape[-1]
+    c = (d_k ** 0.5 if scaled else 1.0) if divisor is None else divisor(d_k, scaled)
+    a = torch.softmax(q @ k.T / c, dim=dim)
+    outer = a[:, :, None] * a[:, None, :]
+    J = {"J": torch.diag_embed(a) - outer, "diag": torch.diag_embed(a), "outer": outer}[what]
+    norms = torch.linalg.matrix_norm(J)
+    return (norms.sum() if reduce == "sum" else norms.mean()).item()
 
 
-def _bisect(scores, target, *, steps=100, multiply=False):
-    low, high = math.log(1e-4), math.log(1e4)
-    for _ in range(steps):
-        m = 0.5 * (low + high)
-        T = math.exp(m)
-        h = _entropy(scores, 1 / T if multiply else T)
-        if (h < target) != multiply:
-            low = m
-        else:
-            high = m
-    return math.exp(0.5 * (low + high))
+def test_gradient_norm_accepts_the_reference_and_a_loop():
+    assert check_gradient_norm(gradient_norm)
 
+    def loop(q, k, scaled):
+        total = 0.0
+        for row in q:
+            s = k @ row / (q.shape[-1] ** 0.5 if scaled else 1.0)
+            a = torch.exp(s - s.max())
+            a = a / a.sum()
+            total += float((torch.diag(a) - torch.outer(a, a)).norm())
+        return total / q.shape[0]
 
-def half_entropy_temperature(scores):
-    return _bisect(scores, 0.5 * _entropy(scores, 1.0))
-
-
-def test_half_entropy_temperature_accepts_the_reference():
-    assert check_half_entropy_temperature(half_entropy_temperature)
+    assert check_gradient_norm(loop)
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (lambda s: 0.5, "not proportional to T"),
-    (lambda s: 2.0, "*raises* the entropy"),
-    (lambda s: _bisect(s, 0.5 * _entropy(s, 1.0), multiply=True), "you found 1/T"),
-    (lambda s: _bisect(s, 0.5 * math.log(len(s))), "not half the ceiling"),
-    (lambda s: 0.5 * _entropy(s, 1.0), "you returned the target entropy"),
-    (lambda s: round(half_entropy_temperature(s), 1), "too coarse"),
+    (lambda q, k, s: gradient_norm(q, k, False), "the scale was ignored"),
+    (lambda q, k, s: gradient_norm(q, k, s, divisor=lambda d, sc: d if sc else 1), "divided by d_k"),
+    (lambda q, k, s: gradient_norm(q, k, s, divisor=lambda d, sc: d ** -0.5 if sc else 1),
+     "multiplied by sqrt(d_k)"),
+    (lambda q, k, s: gradient_norm(q, k, s, dim=0), "over the queries"),
+    (lambda q, k, s: gradient_norm(q, k, s, what="diag"), "norm of the weights a"),
+    (lambda q, k, s: gradient_norm(q, k, s, what="outer"), "a a^T alone"),
+    (lambda q, k, s: torch.linalg.matrix_norm(
+        torch.diag_embed(a := torch.softmax(q @ k.T / (q.shape[-1] ** 0.5 if s else 1), -1))
+        - a[:, :, None] * a[:, None, :], ord=2).mean().item(), "spectral norm"),
+    (lambda q, k, s: gradient_norm(q, k, s, reduce="sum"), "summed over the queries"),
 ])
-def test_half_entropy_temperature_rejects_known_mistakes_with_their_hint(wrong, words):
-    verdict = check_half_entropy_temperature(wrong)
+def test_gradient_norm_rejects_known_mistakes_with_their_hint(wrong, words):
+    verdict = check_gradient_norm(wrong)
     assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
 
 
-def test_half_entropy_temperature_blocks_the_package_search():
-    verdict = check_half_entropy_temperature(
-        lambda s: scaling.temperature_for_entropy(s.double(), 0.5 * _entropy(s, 1.0)))
-    assert not verdict and "temperature_for_entropy" in verdict.message, verdict.message
-
-
-def test_half_entropy_temperature_stub_and_a_few_bisection_steps():
-    verdict = check_half_entropy_temperature(_stub)
-    assert verdict.message == "half_entropy_temperature is not implemented yet."
-    assert not check_half_entropy_temperature(lambda s: _bisect(s, 0.5 * _entropy(s, 1.0), steps=4))
+def test_gradient_norm_blocks_the_lessons_measurement_and_reports_the_stub():
+    verdict = check_gradient_norm(
+        lambda q, k, s: scaling.jacobian_norm(torch.softmax(q @ k.T, -1)).mean().item())
+    assert not verdict and "jacobian_norm" in verdict.message, verdict.message
+    assert check_gradient_norm(_stub).message == "gradient_norm is not implemented yet."
+    verdict = check_gradient_norm(lambda q, k, s: torch.ones(2))
+    assert not verdict and "should return a number" in verdict.message, verdict.message
 
 
 def test_exercises_are_registered_with_three_hints(capsys):
-    for key in ("scaling.choose_scale", "scaling.softmax_backward", "scaling.half_entropy_temperature"):
+    for key in ("scaling.choose_scale", "scaling.softmax_backward", "scaling.gradient_norm"):
         assert key in exercises.EXERCISES and len(exercises.EXERCISES[key].hints) == 3
         exercises.hint(key, 3)
         assert "Hint 3 of 3" in capsys.readouterr().out
@@ -269,6 +270,8 @@ def test_exercises_are_registered_with_three_hints(capsys):
      ("S.var(dim=-1).mean()", "1 / v.sqrt().item()")),
     ("scaling.softmax_backward", "scores, grad_weights", check_softmax_backward,
      ("(a * grad_weights).sum(dim=-1, keepdim=True)",)),
+    ("scaling.gradient_norm", "q, k, scaled", check_gradient_norm,
+     ("S / q.shape[-1] ** 0.5", "torch.diag_embed(a) - a[:, :, None] * a[:, None, :]")),
 ])
 def test_the_third_hint_is_a_skeleton_that_passes_once_its_key_lines_are_written(
         key, signature, check, fills):

@@ -135,3 +135,74 @@ def test_every_notebook_with_exercises_is_in_the_course():
     _load_all()
     slugs = {lesson.slug for lesson in COURSE}
     assert {ex.slug for ex in EXERCISES.values()} <= slugs
+
+
+def _stubs(nb) -> list[int]:
+    """The cells that hold an exercise's stub: a checker call on a function that raises
+    NotImplementedError, outside a solution cell."""
+    return [i for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" and not _is_solution(c) and "raise NotImplementedError" in c.source
+            and re.search(r"\bcheck_\w+\(", c.source)]
+
+
+def _learner_name(source: str) -> str:
+    match = re.search(r"^(?:def|class) (\w+)", source, re.M)
+    assert match, source[:200]
+    return match.group(1)
+
+
+def test_every_exercise_follows_the_template(notebook):
+    """Issue 24: the same scaffolding everywhere. Each exercise: a markdown cell naming it
+    "Exercise N" (1, 2, 3 in order), the stub with its checker call, a "Stuck?" cell, the hidden
+    solution (tag ``solution``, collapsed, defining ``<name>_solution``, checked with
+    ``solution=True``), then a follow-up cell that uses the learner's function (falling back to the
+    solution with a printed line). The exercises end with a progress cell,
+    ``exercises.progress(slug=...)`` from the package ``attn_helpers.exercises``, after a one-
+    sentence intro."""
+    path, nb = notebook
+    stubs = _stubs(nb)
+    _load_all()
+    if not any(ex.slug == _slug(path) for ex in EXERCISES.values()):
+        pytest.skip("no exercises")
+    assert stubs, "no cell holds a stub (raise NotImplementedError) together with its checker call"
+    problems = []
+    imports = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    if re.search(r"import \w+ as exercises\b", imports) or "from attn_helpers import" not in imports \
+            or not re.search(r"from attn_helpers import [^\n]*\bexercises\b", imports):
+        problems.append("`exercises` must be the package: from attn_helpers import exercises")
+    progress = [i for i, c in enumerate(nb.cells)
+                if c.cell_type == "code" and "exercises.progress(slug=" in c.source]
+    if len(progress) != 1:
+        problems.append(f"{len(progress)} progress cells, expected 1")
+    else:
+        intro = nb.cells[progress[0] - 1]
+        words = intro.source.split()
+        if intro.cell_type != "markdown" or not words or len(words) > 40 \
+                or len(re.findall(r"[.:](?:\s|$)", intro.source.strip())) != 1:
+            problems.append(f"cell {progress[0]}: the progress cell needs a one-sentence intro")
+    bounds = [*stubs[1:], progress[0] if progress else len(nb.cells)]
+    for number, (i, end) in enumerate(zip(stubs, bounds, strict=True), start=1):
+        name = _learner_name(nb.cells[i].source)
+        start = stubs[number - 2] + 1 if number > 1 else 0
+        heading = "\n".join(c.source for c in nb.cells[start:i] if c.cell_type == "markdown")
+        if f"Exercise {number}" not in heading:
+            problems.append(f"cell {i} ({name}): its task is not headed 'Exercise {number}'")
+        after = nb.cells[i + 1:end]
+        if len(after) < 3:
+            problems.append(f"cell {i} ({name}): expected Stuck?, solution and follow-up cells")
+            continue
+        if not (after[0].cell_type == "markdown" and after[0].source.startswith("Stuck?")):
+            problems.append(f"cell {i + 1} ({name}): a 'Stuck?' cell must follow the stub")
+        solution = after[1]
+        meta = solution.get("metadata", {})
+        if not ("solution" in meta.get("tags", []) and meta.get("jupyter", {}).get("source_hidden")
+                and f"{name}_solution" in solution.source and "solution=True" in solution.source):
+            problems.append(f"cell {i + 2} ({name}): the hidden, tagged solution must define "
+                            f"{name}_solution and check it with solution=True")
+        uses = [j for j, c in enumerate(after[2:], start=i + 3)
+                if c.cell_type == "code" and not _is_solution(c)
+                and re.search(rf"\b{re.escape(name)}\b(?!_solution)", c.source)]
+        if not uses:
+            problems.append(f"exercise {number} ({name}): no follow-up cell uses the learner's "
+                            f"function before the next exercise")
+    assert not problems, "\n".join(problems)
