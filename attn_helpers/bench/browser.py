@@ -28,8 +28,7 @@ jumps with the bin, not with the work. ``--disable-frame-rate-limit`` only unthr
 together with ``--run-all-compositor-stages-before-draw``, and then an idle JupyterLab page draws
 frames back to back (a CPU core busy), so the frame wait is left out instead: it is the same wait,
 up to one frame, behind every widget. The wait for the picture is event driven (no polling by
-animation frames). The next key is pressed only once the last picture is on screen, so moves
-never queue.
+animation frames). The next key is pressed only once the last picture is on screen (no queue).
 
 Prints the floor and, per notebook, the median and p90 of its moves and the ratio of its median
 to the floor's; writes every record to ``artifacts/browser/results.json``. Exits 1 when a check

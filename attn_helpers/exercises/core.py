@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.utils._python_dispatch
+
+from .borrowing import (  # noqa: F401  (re-exported: checkers import them from here)
+    BlockedCall,
+    BorrowedCall,
+    _borrowable,
+    _checker_modules,
+    _closure_cells,
+    _defined_in_checkers,
+    _namespaces,
+    blocking,
+)
 
 __all__ = ["CheckResult", "Mistake", "Refused", "as_number", "blocking", "check_function", "describe",
            "refusing_ops", "seeded"]
@@ -94,83 +103,10 @@ def _compare(got, expected, name: str, atol: float, rtol: float) -> str | None:
     return None
 
 
-class BlockedCall(Exception):
-    """Raised when a learner's function calls a library function the exercise asks them to write."""
-
-
 class Refused(Exception):
     """Raised by a checker's ``guard`` (see :func:`check_function`) when the learner's function
     does something the exercise rules out (builds the matrix it must avoid); its text is the
     whole explanation the learner sees."""
-
-
-class BorrowedCall(BlockedCall):
-    """Raised when a learner's function calls a reference solution, a checker's reference or one
-    of its known mistakes: code that answers the exercise without the learner writing it."""
-
-
-@contextlib.contextmanager
-def blocking(targets: Sequence[tuple[object, str]], *, namespaces: Sequence[dict] = (),
-             borrowed: dict[int, tuple[Callable, str]] | None = None,
-             cells: Sequence = ()) -> Iterator[None]:
-    """While the block runs, every ``getattr(owner, name)`` in ``targets`` raises
-    :class:`BlockedCall` when called: the library functions that would do the exercise for the
-    learner (``(attn_helpers, "scaled_dot_product_attention")``, ``(torch.nn.functional,
-    "scaled_dot_product_attention")``). ``namespaces`` (a learner's function's globals: the
-    notebook's) are searched too, so a name imported with ``from ... import`` is blocked as well.
-    ``borrowed`` (``{id(fn): (fn, why)}``) names more objects refused wherever ``namespaces`` or the
-    closure ``cells`` hold them, with :class:`BorrowedCall` and the reason ``why``.
-    Everything is restored afterwards, whatever happens."""
-    saved: list[tuple[object, str, object]] = []
-    blocked_objects: dict[int, str] = {}
-    borrowed = borrowed or {}
-    try:
-        for owner, name in targets:
-            original = getattr(owner, name)
-            label = f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"
-            blocked_objects.setdefault(id(original), label)
-            saved.append((owner, name, original))
-            setattr(owner, name, _blocker(label))
-        for namespace in namespaces:
-            for name, value in list(namespace.items()):
-                if id(value) in blocked_objects:
-                    saved.append((namespace, name, value))
-                    namespace[name] = _blocker(blocked_objects[id(value)])
-                elif id(value) in borrowed and borrowed[id(value)][0] is value:
-                    saved.append((namespace, name, value))
-                    namespace[name] = _borrowed_blocker(borrowed[id(value)][1])
-        for cell in cells:
-            try:
-                value = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-            if id(value) in blocked_objects:
-                saved.append((cell, "cell_contents", value))
-                cell.cell_contents = _blocker(blocked_objects[id(value)])
-            elif id(value) in borrowed and borrowed[id(value)][0] is value:
-                saved.append((cell, "cell_contents", value))
-                cell.cell_contents = _borrowed_blocker(borrowed[id(value)][1])
-        yield
-    finally:
-        for owner, name, original in reversed(saved):
-            if isinstance(owner, dict):
-                owner[name] = original
-            else:
-                setattr(owner, name, original)
-
-
-def _blocker(label: str) -> Callable:
-    def blocked(*args, **kwargs):
-        raise BlockedCall(label)
-
-    return blocked
-
-
-def _borrowed_blocker(why: str) -> Callable:
-    def blocked(*args, **kwargs):
-        raise BorrowedCall(why)
-
-    return blocked
 
 
 #: True while a checker runs a reference solution (``check(fn_solution, solution=True)``, set by
@@ -178,84 +114,9 @@ def _borrowed_blocker(why: str) -> Callable:
 CHECKING_A_SOLUTION: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "checking_a_solution", default=False)
 
-_PACKAGE = __name__.rpartition(".")[0]  # attn_helpers.exercises
-_FRAMEWORK = {f"{_PACKAGE}.core", f"{_PACKAGE}.workflow"}
-
-
-def _checker_modules() -> list:
-    return [m for name, m in list(sys.modules.items())
-            if name.startswith(_PACKAGE + ".") and name not in _FRAMEWORK and m is not None]
-
-
-def _defined_in_checkers(obj) -> bool:
-    module = getattr(obj, "__module__", None)
-    return isinstance(module, str) and module.startswith(_PACKAGE + ".") and module not in _FRAMEWORK
-
-
-def _functions(candidate) -> list:
-    """The candidate and, for a class, its own methods: where its code looks names up."""
-    found = [candidate]
-    if isinstance(candidate, type):
-        found += [v for k, v in vars(candidate).items() if callable(v) and not k.startswith("__")
-                  or k in ("__init__", "__call__")]
-    else:
-        found += [getattr(candidate, "forward", None), getattr(candidate, "__init__", None)]
-    return [getattr(f, "__func__", f) for f in found if f is not None]
-
-
-def _closure_cells(candidate) -> list:
-    cells = []
-    for fn in _functions(candidate):
-        cells += list(getattr(fn, "__closure__", None) or ())
-    return cells
-
-
-def _borrowable(root, reference: Callable, mistakes: Sequence[Mistake]
-                ) -> dict[int, tuple[Callable, str]]:
-    """What the learner's function must not call while it is checked: every ``*_solution`` in its
-    globals or closure (the collapsed cells' reference solutions), every checker module's
-    ``*_reference`` and the names in its ``REFUSED_WHILE_CHECKING`` (e.g. a mistake generator
-    that is right with its default arguments), this check's reference and its known mistakes."""
-    found: dict[int, tuple[Callable, str]] = {}
-
-    def add(obj, why):
-        if callable(obj):
-            found.setdefault(id(obj), (obj, why))
-
-    values = [v for ns in _namespaces(root) for v in ns.values()]
-    for cell in _closure_cells(root):
-        with contextlib.suppress(ValueError):
-            values.append(cell.cell_contents)
-    for value in values:
-        name = getattr(value, "__name__", "")
-        if isinstance(name, str) and name.endswith("_solution") and callable(value):
-            add(value, f"{name}, the reference solution from the collapsed cell")
-    for module in _checker_modules():
-        extra = set(getattr(module, "REFUSED_WHILE_CHECKING", ()))
-        for name, value in list(vars(module).items()):
-            if (name.endswith("_reference") or name in extra) and callable(value) and not (
-                    isinstance(value, type) or getattr(value, "exercise_key", None)):
-                add(value, f"{module.__name__.rpartition('.')[2]}.{name}, the checker's own "
-                           "reference")
-    add(reference, f"{getattr(reference, '__name__', 'the reference')}, the checker's reference")
-    for mistake in mistakes:
-        add(mistake.produce, "one of the checker's known mistakes")
-    return found
-
-
 #: The object the learner handed to a registered checker (set by the workflow while it runs):
 #: its globals and closure are searched for solutions even when the checker wraps it.
 LEARNER: contextvars.ContextVar[object] = contextvars.ContextVar("learner", default=None)
-
-
-def _namespaces(candidate: Callable) -> list[dict]:
-    """The globals a learner's function (or a class's methods) looks names up in."""
-    found = []
-    for fn in _functions(candidate):
-        namespace = getattr(fn, "__globals__", None)
-        if isinstance(namespace, dict) and all(namespace is not n for n in found):
-            found.append(namespace)
-    return found
 
 
 def check_function(
@@ -403,91 +264,5 @@ def as_number(fn: Callable, expected: str) -> Callable:
     return wrapped
 
 
-class _RefuseOps(torch.utils._python_dispatch.TorchDispatchMode):
-    """Refuses the given aten ops below autograd, however they are reached: ``torch.ops.aten.*``,
-    a ``grad_fn`` called by hand, ``backward``/``autograd.grad``, forward-mode (``_make_dual``,
-    which ``torch.func.jvp`` uses)."""
-
-    def __init__(self, packets: frozenset, why: str):
-        super().__init__()
-        self.packets = packets
-        self.why = why
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        packet = getattr(func, "overloadpacket", func)
-        if packet in self.packets:
-            raise Refused(f"{self.why} (it reached torch.ops.aten.{packet.__name__}).")
-        return func(*args, **(kwargs or {}))
-
-
-class _RefuseFunctions(torch.overrides.TorchFunctionMode):
-    def __init__(self, names: frozenset, why: str):
-        super().__init__()
-        self.names = names
-        self.why = why
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", "")
-        if name in self.names:
-            raise Refused(f"{self.why} (it called {name}).")
-        return func(*args, **(kwargs or {}))
-
-
-def refusing_ops(ops: Iterable[str], why: str, *, autograd: bool = False
-                 ) -> Callable[[dict], contextlib.AbstractContextManager]:
-    """A ``guard`` for :func:`check_function` that refuses a set of aten ops (names such as
-    ``"_softmax_backward_data"``, ``"scaled_dot_product_attention"``; a name ending in ``*``
-    matches every op with that prefix) whatever route reaches them, with the message ``why``.
-    ``autograd=True`` also refuses autograd itself: ``backward``, ``torch.autograd.grad``,
-    calling a ``grad_fn``, and forward mode (``torch.func.jvp``, dual numbers)."""
-    wanted = list(ops) + (["_make_dual", "_unpack_dual"] if autograd else [])
-    packets = set()
-    for name in wanted:
-        if name.endswith("*"):
-            packets |= {getattr(torch.ops.aten, n) for n in dir(torch.ops.aten)
-                        if n.startswith(name[:-1]) and not n.startswith("__")}
-        elif hasattr(torch.ops.aten, name):
-            packets.add(getattr(torch.ops.aten, name))
-    packets = frozenset(packets)
-
-    @contextlib.contextmanager
-    def guard(inputs: dict) -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            if autograd:
-                stack.enter_context(_RefuseFunctions(frozenset({"backward", "grad"}), why))
-                stack.enter_context(_no_autograd_engine(why))
-            stack.enter_context(_RefuseOps(packets, why))
-            yield
-
-    return guard
-
-
-@contextlib.contextmanager
-def _no_autograd_engine(why: str) -> Iterator[None]:
-    """``torch.autograd.grad``/``backward`` and ``torch.func``'s transforms refused by name while
-    the block runs (the aten guard catches a ``grad_fn`` called by hand)."""
-    import torch.func  # noqa: PLC0415, F401
-
-    def refuse(label):
-        def refused(*args, **kwargs):
-            raise Refused(f"{why} (it called {label}).")
-        return refused
-
-    import torch.autograd.forward_ad  # noqa: PLC0415
-
-    targets = [(torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward"),
-               (torch.autograd.forward_ad, "make_dual"),
-               *((torch.func, n) for n in ("grad", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
-                                           "linearize", "grad_and_value")),
-               *((torch.autograd.functional, n) for n in ("jacobian", "vjp", "jvp", "vhp", "hvp",
-                                                          "hessian"))]
-    saved = []
-    try:
-        for owner, name in targets:
-            if hasattr(owner, name):
-                saved.append((owner, name, getattr(owner, name)))
-                setattr(owner, name, refuse(f"{getattr(owner, '__name__', 'Tensor')}.{name}"))
-        yield
-    finally:
-        for owner, name, original in reversed(saved):
-            setattr(owner, name, original)
+# The low-level guards (refusing aten ops however they are reached) live in .guards.
+from .guards import refusing_ops  # noqa: E402

@@ -22,6 +22,7 @@ from .. import positional as _positional
 from ..lessons import rope as _rope
 from ..positional import apply_rope, sinusoidal_encoding
 from .core import CheckResult, Mistake, check_function, seeded
+from .positional_mistakes import _alibi
 from .workflow import exercise
 
 __all__ = ["ALIBI_FORBID", "FORBID", "alibi_reference", "check_alibi", "check_rope",
@@ -240,29 +241,6 @@ def check_rope(rope_step: Callable) -> CheckResult:
 # --- exercise 3: the ALiBi bias ----------------------------------------------------------------
 
 
-def _alibi(n: int, H: int, *, first: int = 1, sign: float = -1.0, distance: str = "signed",  # noqa: N803
-           future: float = float("-inf"), base: float = 2.0, per: str = "head", H_for_ratio=None,
-           diagonal: bool = True, order: str = "up", transpose: bool = False) -> torch.Tensor:
-    """The causal ALiBi bias ``(H, n, n)`` with one thing changed (the known mistakes); with the
-    defaults it is the right answer: ``-m_h (i - j)`` for ``j <= i``, ``-inf`` above, ``m_h =
-    2^(-8h/H)`` for ``h = 1 .. H``."""
-    h = torch.arange(first, first + H, dtype=torch.float64)
-    h = h.flip(0) if order == "down" else h
-    m = base ** (-8.0 * h / (H if H_for_ratio is None else H_for_ratio))        # (H,)
-    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-    gap = (i - j).to(torch.float64)                                             # (n, n): i - j
-    gap = gap.abs() if distance == "abs" else gap
-    if per == "head":
-        bias = sign * m[:, None, None] * gap                                    # (H, n, n)
-    else:                                                 # a slope per query row or key column
-        bias = sign * (m[:, None] if per == "query" else m[None, :]) * gap      # (n, n) if H == n
-    visible = (j <= i) if diagonal else (j < i)
-    if future is not None:
-        bias = bias.masked_fill(~visible, future)
-    bias = bias.transpose(-1, -2) if transpose else bias
-    return bias.float()
-
-
 def alibi_reference(n: int, H: int) -> torch.Tensor:  # noqa: N803
     """``(H, n, n)`` float32: the package's :func:`~attn_helpers.positional.alibi_bias` below the
     diagonal (``-m_h (i - j)``), ``-inf`` on the future keys."""
@@ -289,6 +267,8 @@ def _alibi_forbid() -> list[tuple[object, str]]:
     lesson = importlib.import_module("attn_helpers.lessons.positional_encoding")
     return ALIBI_FORBID + [(package, "alibi_bias"), (package, "alibi_slopes"),
                            (lesson, "alibi_bias")]
+
+
 ALIBI_INSTEAD = ("Write the slopes m_h = 2^(-8h/H) for h = 1 .. H and the bias -m_h (i - j) with "
                  "torch.arange, then mask the future keys with -inf")
 

@@ -1,0 +1,105 @@
+"""Low-level guards for :func:`.core.check_function`: refuse a set of aten ops (and, if asked,
+autograd itself) however a learner's function reaches them, below the names that
+:func:`.core.blocking` swaps."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+
+import torch
+import torch.utils._python_dispatch
+
+from .core import Refused
+
+__all__ = ["refusing_ops"]
+
+
+class _RefuseOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Refuses the given aten ops below autograd, however they are reached: ``torch.ops.aten.*``,
+    a ``grad_fn`` called by hand, ``backward``/``autograd.grad``, forward-mode (``_make_dual``,
+    which ``torch.func.jvp`` uses)."""
+
+    def __init__(self, packets: frozenset, why: str):
+        super().__init__()
+        self.packets = packets
+        self.why = why
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        packet = getattr(func, "overloadpacket", func)
+        if packet in self.packets:
+            raise Refused(f"{self.why} (it reached torch.ops.aten.{packet.__name__}).")
+        return func(*args, **(kwargs or {}))
+
+
+class _RefuseFunctions(torch.overrides.TorchFunctionMode):
+    def __init__(self, names: frozenset, why: str):
+        super().__init__()
+        self.names = names
+        self.why = why
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.names:
+            raise Refused(f"{self.why} (it called {name}).")
+        return func(*args, **(kwargs or {}))
+
+
+def refusing_ops(ops: Iterable[str], why: str, *, autograd: bool = False
+                 ) -> Callable[[dict], contextlib.AbstractContextManager]:
+    """A ``guard`` for :func:`check_function` that refuses a set of aten ops (names such as
+    ``"_softmax_backward_data"``, ``"scaled_dot_product_attention"``; a name ending in ``*``
+    matches every op with that prefix) whatever route reaches them, with the message ``why``.
+    ``autograd=True`` also refuses autograd itself: ``backward``, ``torch.autograd.grad``,
+    calling a ``grad_fn``, and forward mode (``torch.func.jvp``, dual numbers)."""
+    wanted = list(ops) + (["_make_dual", "_unpack_dual"] if autograd else [])
+    packets = set()
+    for name in wanted:
+        if name.endswith("*"):
+            packets |= {getattr(torch.ops.aten, n) for n in dir(torch.ops.aten)
+                        if n.startswith(name[:-1]) and not n.startswith("__")}
+        elif hasattr(torch.ops.aten, name):
+            packets.add(getattr(torch.ops.aten, name))
+    packets = frozenset(packets)
+
+    @contextlib.contextmanager
+    def guard(inputs: dict) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            if autograd:
+                stack.enter_context(_RefuseFunctions(frozenset({"backward", "grad"}), why))
+                stack.enter_context(_no_autograd_engine(why))
+            stack.enter_context(_RefuseOps(packets, why))
+            yield
+
+    return guard
+
+
+@contextlib.contextmanager
+def _no_autograd_engine(why: str) -> Iterator[None]:
+    """``torch.autograd.grad``/``backward`` and ``torch.func``'s transforms refused by name while
+    the block runs (the aten guard catches a ``grad_fn`` called by hand)."""
+    import torch.func  # noqa: PLC0415, F401
+
+    def refuse(label):
+        def refused(*args, **kwargs):
+            raise Refused(f"{why} (it called {label}).")
+        return refused
+
+    import torch.autograd.forward_ad  # noqa: PLC0415
+
+    targets = [(torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward"),
+               (torch.autograd.forward_ad, "make_dual"),
+               *((torch.func, n) for n in ("grad", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
+                                           "linearize", "grad_and_value")),
+               *((torch.autograd.functional, n) for n in ("jacobian", "vjp", "jvp", "vhp", "hvp",
+                                                          "hessian"))]
+    saved = []
+    try:
+        for owner, name in targets:
+            if hasattr(owner, name):
+                saved.append((owner, name, getattr(owner, name)))
+                setattr(owner, name, refuse(f"{getattr(owner, '__name__', 'Tensor')}.{name}"))
+        yield
+    finally:
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)

@@ -1,0 +1,71 @@
+"""The cases of notebook 04's module exercise (see :func:`.multi_head.check_multi_head_module`):
+inputs with every mask shape, PyTorch's ``nn.MultiheadAttention`` with random weights built
+without moving the global seed, and the copy of its fused weights into the learner's module."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..masks import causal_mask
+from .core import seeded
+
+__all__: list[str] = []
+
+
+def _module_cases() -> list[dict]:
+    """``x``, a bool ``mask`` (True = may attend; ``(n, n)``, ``(b, n, n)`` or None), the number
+    of heads and the seed of the ``nn.MultiheadAttention`` whose weights are copied in. Every
+    query keeps at least its own key (PyTorch gives NaN for a row with none)."""
+    g = seeded(41)
+    cases = []
+    for b, n, d_model, h, mask, dtype in [
+            (2, 5, 12, 3, None, torch.float32), (1, 6, 16, 4, "causal", torch.float32),
+            (2, 4, 8, 1, None, torch.float32), (3, 1, 12, 3, None, torch.float32),
+            (2, 7, 16, 2, "random", torch.float64), (2, 6, 8, 2, "causal", torch.float32),
+            (3, 5, 12, 3, "batch", torch.float32), (2, 6, 16, 4, "batch", torch.float32)]:
+        if mask == "causal":
+            mask = causal_mask(n)
+        elif mask == "random":
+            mask = (torch.rand(n, n, generator=g) < 0.5) | torch.eye(n, dtype=torch.bool)
+        elif mask == "batch":                        # (b, n, n): causal, sequences padded
+            lengths = torch.randint(1, n + 1, (b,), generator=g)
+            real = torch.arange(n)[None, :] < lengths[:, None]
+            mask = (causal_mask(n) & real[:, None, :]) | torch.eye(n, dtype=torch.bool)
+        cases.append({"x": torch.randn(b, n, d_model, generator=g, dtype=dtype), "mask": mask,
+                      "num_heads": h, "seed": len(cases)})
+    return cases
+
+
+def _torch_module(d_model: int, num_heads: int, seed: int, dtype) -> nn.MultiheadAttention:
+    """PyTorch's module with random weights and non-zero biases, built without moving the global
+    seed."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        m = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(dtype).eval()
+        with torch.no_grad():
+            m.in_proj_bias.normal_(0, 0.3)
+            m.out_proj.bias.normal_(0, 0.3)
+    return m
+
+
+def _weights(m: nn.MultiheadAttention) -> dict:
+    """``{name: (weight (d_out, d_in), bias)}``: the fused ``in_proj`` (rows: W_Q, W_K, W_V
+    stacked) and ``out_proj``, as ``nn.Linear`` stores them."""
+    return {"in_proj": (m.in_proj_weight.detach(), m.in_proj_bias.detach()),
+            "out_proj": (m.out_proj.weight.detach(), m.out_proj.bias.detach())}
+
+
+def _copy_weights(module: nn.Module, m: nn.MultiheadAttention) -> None:
+    """Copy ``m``'s weights into the learner's ``in_proj`` and ``out_proj``."""
+    d = m.embed_dim
+    for name, (weight, bias) in _weights(m).items():
+        layer = getattr(module, name, None)
+        if (not isinstance(layer, nn.Linear) or tuple(layer.weight.shape) != tuple(weight.shape)
+                or layer.bias is None):
+            d_out = "3 * d_model" if name == "in_proj" else "d_model"
+            raise TypeError(f"the module needs its own {name} = nn.Linear(d_model, {d_out}) with a "
+                            f"bias (d_model = {d}); got {layer!r}")
+        with torch.no_grad():
+            layer.weight.copy_(weight)
+            layer.bias.copy_(bias)
