@@ -11,6 +11,8 @@ reference attention, the model the reference blocks), so each checker judges one
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 from collections.abc import Callable
 
 import torch
@@ -18,6 +20,7 @@ from torch import nn
 
 from ..kv_cache import KVCache
 from ..lessons import build_gpt as bg
+from ..lessons import build_gpt_train as bgt
 from .build_gpt_mistakes import (
     ATTENTION_MISTAKES,
     BLOCK_MISTAKES,
@@ -30,7 +33,16 @@ from .build_gpt_mistakes import (
     model_variant,
     train_variant,
 )
-from .core import CheckResult, Mistake, check_function, seeded
+from .core import (
+    CHECKING_A_SOLUTION,
+    LEARNER,
+    CheckResult,
+    Mistake,
+    Refused,
+    blocking,
+    check_function,
+    seeded,
+)
 from .workflow import _RESULTS, exercise
 
 __all__ = ["check_attention", "check_block", "check_model", "check_train_step", "check_generate",
@@ -54,6 +66,94 @@ def pieces(learner: dict, solutions: dict) -> tuple[dict, str]:
         chosen[name] = learner[name] if mine else solutions[name]
         words.append(f"{'your' if mine else 'the reference'} {name.replace('_', ' ')}")
     return chosen, "Training with " + " and ".join(words) + "."
+
+
+# --- the learner's own work only ---------------------------------------------------------------
+# While the learner's object runs, the course's own code that does a whole exercise raises
+# (patched and restored around each call by core.blocking); the reference the checker compares
+# against runs outside that window. Before anything runs, a class that derives from a course class
+# or a *_solution class, or that takes a method from one, is refused, as is a partial or bound
+# method of a solution or of the course's code.
+
+#: What does each exercise for the learner: the course's classes' forward, whole-exercise functions.
+COURSE_CODE = {
+    "attention": [(bg.CausalSelfAttention, "forward")],
+    "block": [(bg.Block, "forward")],
+    "model": [(bg.GPT, "forward")],
+    "train_step": [(bg, "next_token_loss"), (bgt, "train_step"), (bgt, "next_token_loss")],
+    "generate": [(bg, "generate")],
+}
+_INSTEAD = ("This is the course's own code: write it yourself (the course's classes and functions "
+            "that do the exercise are refused while yours runs)")
+_COURSE_MODULES = ("attn_helpers.lessons.build_gpt", "attn_helpers.exercises")
+
+
+def _own_work() -> bool:
+    """True while a registered checker runs the learner's object (not a reference solution, not
+    the tests' direct calls of the bare checker with the course's known mistakes)."""
+    return LEARNER.get() is not None and not CHECKING_A_SOLUTION.get()
+
+
+def _unwrap(obj):
+    """The function behind partials, bound methods, static/class methods and decorators."""
+    for _ in range(20):
+        if isinstance(obj, functools.partial | functools.partialmethod):
+            obj = obj.func
+        elif isinstance(obj, staticmethod | classmethod) or inspect.ismethod(obj):
+            obj = obj.__func__
+        elif getattr(obj, "__wrapped__", None) is not None:
+            obj = obj.__wrapped__
+        else:
+            return obj
+    return obj
+
+
+def _not_yours(obj) -> str | None:
+    """Why ``obj`` (after unwrapping) is someone else's code, or None."""
+    obj = _unwrap(obj)
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", "")
+    name = name if isinstance(name, str) else ""
+    module = getattr(obj, "__module__", "")
+    module = module if isinstance(module, str) else ""
+    if any(part.endswith("_solution") for part in name.split(".")):
+        return f"{name} comes from the reference solution in the collapsed cell"
+    if module.startswith(_COURSE_MODULES):
+        return f"{name} is the course's own {module}.{name}"
+    return None
+
+
+def _refuse_borrowed(obj, what: str) -> CheckResult | None:
+    """A refusal when the learner's ``obj`` is, derives from or takes its code from a solution or
+    the course's own code; None for the learner's own work (or outside a learner's check)."""
+    if not _own_work():
+        return None
+    why = None
+    if isinstance(obj, type):
+        for base in obj.__mro__[1:]:
+            base_module = getattr(base, "__module__", "")
+            if base.__name__.endswith("_solution") or (
+                    isinstance(base_module, str) and base_module.startswith("attn_helpers")):
+                why = (f"{what} derives from {base.__qualname__}, "
+                       + ("the reference solution in the collapsed cell" if base.__name__.endswith(
+                           "_solution") else f"the course's own {base_module}.{base.__qualname__}"))
+                break
+        for key, value in vars(obj).items():
+            if why is None and (key == "forward" or callable(_unwrap(value))):
+                reason = _not_yours(value)
+                if reason:
+                    why = f"{what}.{key} is not your code: {reason}"
+    else:
+        reason = _not_yours(obj)
+        if reason:
+            why = f"{what} is not your code: {reason}"
+    if why is None:
+        return None
+    return CheckResult(False, f"Not yet: {why}. Passing it never counts as your pass; write "
+                              f"{what} yourself.")
+
+
+def _forbid(exercise_name: str) -> list:
+    return COURSE_CODE[exercise_name] if _own_work() else []
 
 
 def _safe(produce: Callable) -> Callable:
@@ -162,6 +262,9 @@ def check_attention(cls) -> CheckResult:
     :class:`~attn_helpers.kv_cache.KVCache` holding ``start`` positions, appends the new keys and
     values and lets new query ``i`` see keys ``0..start+i`` (``cache.attend`` is blocked: that
     is the exercise)."""
+    refusal = _refuse_borrowed(cls, "CausalSelfAttention")
+    if refusal is not None:
+        return refusal
     results = []
     for d, h, seed in [(16, 4, 101), (12, 2, 102), (8, 1, 103)]:
         reference = _randomise(bg.CausalSelfAttention(d, h), seed)
@@ -172,7 +275,7 @@ def check_attention(cls) -> CheckResult:
             _attention_runner(lambda x, c, m=module: m(x, c)),
             _attention_runner(lambda x, c, r=reference: r(x, c)), _attention_cases(d, seed),
             what="CausalSelfAttention", output_names=("the outputs of every call",),
-            forbid=[(KVCache, "attend")],
+            forbid=[(KVCache, "attend"), *_forbid("attention")], instead=_INSTEAD,
             mistakes=[Mistake(_safe(_attention_runner(attention_variant(reference, **kw))), hint)
                       for kw, hint in ATTENTION_MISTAKES]))
         if not results[-1]:
@@ -196,14 +299,18 @@ def with_attention(model: bg.GPT, cls) -> bg.GPT:
 
 @exercise("build_gpt.block", "a pre-norm Transformer block", hints=(
     "Two sub-layers, attention then feed-forward. Each reads a normalised copy of the stream and "
-    "adds its result back onto the stream itself.",
-    "x = x + attn(LN_1(x)); x = x + ff(LN_2(x))",
-    "x = x + self.attn(self.norm1(x))\n"
+    "adds its result back onto the stream itself. The cache goes to the attention.",
+    "x = x + attn(LN_1(x), cache); x = x + ff(LN_2(x))",
+    "x = x + self.attn(self.norm1(x), cache)\n"
     "x = x + self.ff(self.norm2(x))\n"
     "return x"))
 def check_block(cls) -> CheckResult:
     """Exercise: ``cls(d_model, num_heads, d_ff)`` with the stub's ``__init__`` (``norm1``,
-    ``attn``, ``norm2``, ``ff``); ``forward(x) -> x``. The reference attention is put inside it."""
+    ``attn``, ``norm2``, ``ff``); ``forward(x, cache=None) -> x``, the cache handed to the
+    attention. The reference attention is put inside it."""
+    refusal = _refuse_borrowed(cls, "Block")
+    if refusal is not None:
+        return refusal
     results = []
     for d, h, d_ff, seed in [(16, 4, 32, 201), (12, 3, 20, 202)]:
         reference = _randomise(bg.Block(d, h, d_ff), seed)
@@ -214,9 +321,11 @@ def check_block(cls) -> CheckResult:
         if isinstance(module, CheckResult):
             return module
         results.append(check_function(
-            lambda x, m=module: m(x), lambda x, r=reference: r(x), _x_cases(d, seed),
-            what="Block", output_names=("the block's output",),
-            mistakes=[Mistake(_safe(block_variant(reference, kind)), hint)
+            _attention_runner(_with_cache_argument(module, "Block.forward(x, cache=None)")),
+            _attention_runner(lambda x, c, r=reference: r(x, c)), _attention_cases(d, seed),
+            what="Block", output_names=("the outputs of every call",), forbid=_forbid("block"),
+            instead=_INSTEAD,
+            mistakes=[Mistake(_safe(_attention_runner(block_variant(reference, kind))), hint)
                       for kind, hint in BLOCK_MISTAKES]))
         if not results[-1]:
             return results[-1]
@@ -233,16 +342,22 @@ def _model_cfg(vocab=11, context=16, d=16, h=4, layers=2, d_ff=32):
 
 @exercise("build_gpt.model", "the GPT: embeddings, blocks, final norm, output head", hints=(
     "Each token becomes its embedding plus the embedding of its position; the sum goes through "
-    "every block in turn; a final LayerNorm, then the output head gives one score per character.",
-    "x = E_tok[tokens] + E_pos[0..n-1]; for each block: x = block(x); logits = head(LN(x))",
-    "positions = torch.arange(tokens.shape[1])\n"
+    "every block in turn; a final LayerNorm, then the output head gives one score per character. "
+    "With caches the tokens sit at positions start..start+n-1, and block i reads caches[i].",
+    "x = E_tok[tokens] + E_pos[start..start+n-1]; for each block i: x = block(x, caches[i] or "
+    "None); logits = head(LN(x))",
+    "positions = torch.arange(start, start + tokens.shape[1])\n"
     "x = self.token_embedding(tokens) + self.position_embedding(positions)\n"
-    "for block in self.blocks:\n"
-    "    x = block(x)\n"
+    "for i, block in enumerate(self.blocks):\n"
+    "    x = block(x, None if caches is None else caches[i])\n"
     "return self.head(self.norm(x))"))
 def check_model(cls) -> CheckResult:
-    """Exercise: ``cls(cfg)`` with the stub's ``__init__``; ``forward(tokens (b, n)) -> logits
-    (b, n, vocab)``. The reference blocks are put inside it."""
+    """Exercise: ``cls(cfg)`` with the stub's ``__init__``; ``forward(tokens (b, n), start=0,
+    caches=None) -> logits (b, n, vocab)``, positions ``start..start+n-1``, block ``i`` given
+    ``caches[i]``. The reference blocks are put inside it; cached calls must equal one call."""
+    refusal = _refuse_borrowed(cls, "GPT")
+    if refusal is not None:
+        return refusal
     cfg = _model_cfg()
     reference = _randomise(bg.GPT(cfg), 301, std=0.3)
     with torch.no_grad():
@@ -251,13 +366,50 @@ def check_model(cls) -> CheckResult:
     if isinstance(module, CheckResult):
         return module
     g = seeded(302)
-    cases = [{"tokens": torch.randint(0, cfg.vocab_size, (b, n), generator=g)}
-             for b, n in [(1, 6), (2, 9), (3, 1), (2, cfg.context)]]
+    cases = [{"tokens": torch.randint(0, cfg.vocab_size, (b, n), generator=g), "split": split,
+              "step": step}
+             for b, n, split, step in [(1, 6, 0, 0), (2, 9, 0, 0), (3, 1, 0, 0),
+                                       (2, cfg.context, 0, 0), (2, 9, 4, 1), (1, 12, 5, 3)]]
     return check_function(
-        lambda t: module(t), lambda t: reference(t), cases, what="GPT",
-        output_names=("the logits",),
-        mistakes=[Mistake(_safe(model_variant(reference, kind)), hint)
+        _model_runner(_with_cache_argument(module, "GPT.forward(tokens, start=0, caches=None)"),
+                      cfg), _model_runner(reference, cfg), cases, what="GPT",
+        output_names=("the logits of every call",), forbid=_forbid("model"), instead=_INSTEAD,
+        mistakes=[Mistake(_safe(_model_runner(model_variant(reference, kind), cfg)), hint)
                   for kind, hint in MODEL_MISTAKES])
+
+
+def _with_cache_argument(module: nn.Module, signature: str) -> Callable:
+    """``module(*args)``, called with the input alone when there is no cache, and a forward that
+    takes no cache arguments explained in words."""
+    def run(*args):
+        if all(a is None or a == 0 for a in args[1:]):
+            return module(args[0])
+        try:
+            return module(*args)
+        except TypeError as exc:
+            if "positional argument" in str(exc):
+                raise Refused(f"{signature.split('(')[0]} takes no cache ({exc}). Keep the "
+                              f"stub's signature, {signature}, and hand the cache on.") from exc
+            raise
+
+    return run
+
+
+def _model_runner(forward: Callable, cfg) -> Callable:
+    """``run(tokens, split, step)``: split 0, one call ``forward(tokens)``; else caches, the
+    prompt ``tokens[:, :split]`` at start 0, then ``step`` tokens at a time at their start."""
+    def run(tokens, split, step):
+        if not split:
+            return forward(tokens)
+        caches = [KVCache(cfg.context) for _ in range(cfg.num_layers)]
+        outs = [forward(tokens[:, :split], 0, caches)]
+        for t in range(split, tokens.shape[1], step):
+            outs.append(forward(tokens[:, t:t + step], t, caches))
+        if any(o is None for o in outs):
+            return None
+        return torch.cat(outs, dim=1)
+
+    return run
 
 
 # --- 4. the training step ------------------------------------------------------------------
@@ -283,12 +435,16 @@ def check_train_step(train_step: Callable) -> CheckResult:
     if not callable(train_step):
         return CheckResult(False, "Not yet: train_step is not a function "
                                   f"(got {type(train_step).__name__}).")
+    refusal = _refuse_borrowed(train_step, "train_step")
+    if refusal is not None:
+        return refusal
     g = seeded(401)
     cases = [{"chunks": torch.randint(0, 11, (2, b, n + 1), generator=g), "seed": s}
              for b, n, s in [(2, 8, 1), (3, 16, 2), (1, 4, 3)]]
     return check_function(
         _two_steps(train_step), _two_steps(train_variant("right")), cases, what="train_step",
         output_names=("the two losses returned", "the weights after two steps"), atol=1e-5,
+        forbid=_forbid("train_step"), instead=_INSTEAD,
         mistakes=[Mistake(_safe(_two_steps(train_variant(kind))), hint)
                   for kind, hint in TRAIN_MISTAKES])
 
@@ -303,7 +459,8 @@ def _two_steps(step: Callable) -> Callable:
         for chunk in chunks:
             loss = step(model, optimizer, chunk.clone())
             if loss is None:
-                return None
+                raise Refused("train_step returned None: after the optimizer's step, return the "
+                              "loss, a float (loss.item()).")
             losses.append(float(loss.detach() if isinstance(loss, torch.Tensor) else loss))
         weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         return torch.tensor(losses, dtype=torch.float64), weights
@@ -335,6 +492,9 @@ def check_generate(generate: Callable) -> CheckResult:
     if not callable(generate):
         return CheckResult(False, "Not yet: generate is not a function "
                                   f"(got {type(generate).__name__}).")
+    refusal = _refuse_borrowed(generate, "generate")
+    if refusal is not None:
+        return refusal
     model = _randomise(bg.GPT(_model_cfg(vocab=13, context=24, layers=2)), 501, std=0.4)
     g = seeded(502)
     cases = []
@@ -347,8 +507,15 @@ def check_generate(generate: Callable) -> CheckResult:
 
     def runner(fn):
         def run(prompt, steps, temperature, top_k, use_cache, seed):
-            out = fn(model, prompt, steps, temperature, top_k, use_cache,
-                     torch.Generator().manual_seed(seed))
+            try:
+                out = fn(model, prompt, steps, temperature, top_k, use_cache,
+                         torch.Generator().manual_seed(seed))
+            except ValueError as exc:
+                if use_cache and ("cache is full" in str(exc) or "past the context" in str(exc)):
+                    raise Refused(f"with use_cache=True generate ran past the cache ({exc}).\n"
+                                  f"Hint: {dict(GENERATE_MISTAKES)['whole_sequence_cached']}"
+                                  ) from exc
+                raise
             if out is None:
                 return None
             if not isinstance(out, torch.Tensor) or out.shape != (prompt.shape[0],
@@ -361,8 +528,8 @@ def check_generate(generate: Callable) -> CheckResult:
 
     result = check_function(
         runner(generate), runner(generate_variant("right")), cases, what="generate",
-        output_names=("the tokens",), atol=0, rtol=0,
-        mistakes=[Mistake(_safe(runner(generate_variant(kind))), hint)
+        output_names=("the tokens",), atol=0, rtol=0, forbid=_forbid("generate"),
+        instead=_INSTEAD, mistakes=[Mistake(_safe(runner(generate_variant(kind))), hint)
                   for kind, hint in GENERATE_MISTAKES])
     if not result:
         # Sampling among the k largest (topk's values and indices) is right too; it only draws
@@ -390,8 +557,9 @@ def _check_cache_used(generate: Callable, model: bg.GPT, cases: list[dict]) -> C
         n0 = case["prompt"].shape[1]
         model.forward = recording
         try:
-            generate(model, case["prompt"], case["steps"], case["temperature"], case["top_k"],
-                     True, torch.Generator().manual_seed(case["seed"]))
+            with blocking(_forbid("generate")):
+                generate(model, case["prompt"], case["steps"], case["temperature"], case["top_k"],
+                         True, torch.Generator().manual_seed(case["seed"]))
         finally:
             del model.forward
         for j, (n, start, cached) in enumerate(calls[1:], 1):

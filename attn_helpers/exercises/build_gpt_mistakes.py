@@ -20,10 +20,15 @@ __all__ = ["ATTENTION_MISTAKES", "BLOCK_MISTAKES", "MODEL_MISTAKES", "TRAIN_MIST
            "GENERATE_MISTAKES", "attention_variant", "block_variant", "model_variant", "train_variant",
            "generate_variant"]
 
+#: The mistake generators give the right answer with their default arguments: refused while a
+#: learner's object runs (core's borrowed-code check).
+REFUSED_WHILE_CHECKING = ("attention_variant", "block_variant", "model_variant", "train_variant",
+                          "generate_variant")
+
 
 def attention_variant(ref: bg.CausalSelfAttention, *, mask="causal", split="ok", merge="ok",
                       order="qkv", out_proj=True, scale="d_h", heads=None,
-                      cache_use="ok") -> Callable:
+                      cache_use="ok", softmax_dim=-1) -> Callable:
     """``forward(x, cache=None)`` of the attention with one mistake, with ``ref``'s weights."""
 
     def run(x, cache=None):
@@ -51,9 +56,17 @@ def attention_variant(ref: bg.CausalSelfAttention, *, mask="causal", split="ok",
         start = total - n
         allowed = {"causal": lambda: causal_mask(total)[start:], "none": lambda: None,
                    "upper": lambda: causal_mask(total).T[start:],
-                   "not_offset": lambda: causal_mask(total)[:n]}[mask]()
+                   "not_offset": lambda: causal_mask(total)[:n],
+                   "multiplied": lambda: None}[mask]()
         c = {"d_h": None, "d_model": 1 / math.sqrt(d), "none": 1.0}[scale]
-        out, _ = scaled_dot_product_attention(q, k, v, allowed, scale=c)
+        if mask == "multiplied" or softmax_dim != -1:      # written out: scores * mask, dim=-2
+            scores = q @ k.transpose(-2, -1) * (c or 1 / math.sqrt(d // h))
+            kept = causal_mask(total)[start:]
+            scores = (scores * kept if mask == "multiplied"
+                      else scores.masked_fill(~kept, float("-inf")))
+            out = torch.softmax(scores, dim=softmax_dim) @ v
+        else:
+            out, _ = scaled_dot_product_attention(q, k, v, allowed, scale=c)
         out = out.reshape(b, n, d) if merge == "view" else out.transpose(1, 2).reshape(b, n, d)
         return ref.out(out) if out_proj else out
 
@@ -61,9 +74,13 @@ def attention_variant(ref: bg.CausalSelfAttention, *, mask="causal", split="ok",
 
 
 def block_variant(ref: bg.Block, kind: str) -> Callable:
-    attn, ff, n1, n2 = ref.attn, ref.ff, ref.norm1, ref.norm2
+    """``forward(x, cache=None)`` of the block with one mistake, with ``ref``'s parts."""
+    ff, n1, n2 = ref.ff, ref.norm1, ref.norm2
 
-    def run(x):
+    def run(x, cache=None):
+        def attn(y):
+            return ref.attn(y, None if kind == "cache_not_passed" else cache)
+
         if kind == "post_norm":
             x = n1(x + attn(x))
             return n2(x + ff(x))
@@ -89,27 +106,35 @@ def block_variant(ref: bg.Block, kind: str) -> Callable:
         if kind == "ff_first":
             x = x + ff(n2(x))
             return x + attn(n1(x))
+        if kind in ("right", "cache_not_passed"):
+            x = x + attn(n1(x))
+            return x + ff(n2(x))
         raise ValueError(kind)
 
     return run
 
 
 def model_variant(ref: bg.GPT, kind: str) -> Callable:
+    """``forward(tokens, start=0, caches=None)`` of the model with one mistake."""
     d = ref.cfg.d_model
 
-    def run(tokens):
+    def run(tokens, start=0, caches=None):
         n = tokens.shape[1]
+        s = 0 if kind == "positions_not_offset" else start
         tok = ref.token_embedding(tokens)
         pos = {"positions_from_tokens": lambda: ref.position_embedding(tokens),
-               "positions_from_one": lambda: ref.position_embedding(torch.arange(1, n + 1)),
-               "no_positions": lambda: 0}.get(kind, lambda: ref.position_embedding(torch.arange(n)))()
+               "positions_from_one": lambda: ref.position_embedding(torch.arange(s + 1, s + n + 1)),
+               "no_positions": lambda: 0}.get(
+                   kind, lambda: ref.position_embedding(torch.arange(s, s + n)))()
         x = tok + pos
         if kind == "scaled_embeddings":
             x = x * math.sqrt(d)
         blocks = {"first_block_only": ref.blocks[:1], "no_blocks": []}.get(kind, ref.blocks)
-        for block in blocks:
-            x = block(x)
+        for i, block in enumerate(blocks):
+            x = block(x, None if caches is None or kind == "caches_not_passed" else caches[i])
         logits = ref.head(x if kind == "no_final_norm" else ref.norm(x))
+        if kind == "log_softmax_output":
+            return torch.log_softmax(logits, dim=-1)
         return torch.softmax(logits, dim=-1) if kind == "softmax_output" else logits
 
     return run
@@ -120,6 +145,8 @@ def train_variant(kind: str) -> Callable:
         inputs, targets = chunk[:, :-1], chunk[:, 1:]
         if kind == "not_shifted":
             targets = inputs
+        elif kind == "whole_chunk":
+            inputs = targets = chunk
         elif kind == "shifted_backwards":
             inputs, targets = chunk[:, 1:], chunk[:, :-1]
         logits = model(inputs)
@@ -135,6 +162,8 @@ def train_variant(kind: str) -> Callable:
         if kind != "no_zero_grad":
             optimizer.zero_grad()
         loss.backward()
+        if kind == "clipped":
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         if kind != "no_step":
             optimizer.step()
         return loss.item()
@@ -201,7 +230,8 @@ ATTENTION_MISTAKES = [
                         "diagonal (a query sees its past); you let each query see its future."),
     ({"mask": "not_offset"}, "the mask is not offset by start: with start positions in the "
                              "cache, new query i sits at position start + i and sees keys "
-                             "0..start+i, the LAST n rows of causal_mask(start + n), [start:]."),
+                             "0..start+i, the LAST n rows of causal_mask(start + n), [start:]. "
+                             "(torch's is_causal=True aligns its mask top-left: this mistake.)"),
     ({"cache_use": "not_read"}, "the cache is not appended to or not read: the new queries saw "
                                 "only the new keys. cache.append(k, v), then attend over "
                                 "cache.keys and cache.values (all start + n positions)."),
@@ -221,6 +251,12 @@ ATTENTION_MISTAKES = [
                            "own size, 1/sqrt(d_h) with d_h = d / h."),
     ({"scale": "none"}, "the scores are not scaled: divide q k^T by sqrt(d_h) (the course's "
                         "attention step does it for you)."),
+    ({"mask": "multiplied"}, "the scores were multiplied by the mask: a 0 score still gets "
+                             "weight e^0 > 0, so the future leaks. Set the masked scores to -inf "
+                             "before the softmax (masked_fill), or pass the mask to the course's "
+                             "attention step."),
+    ({"softmax_dim": -2}, "the softmax ran over dim=-2, the queries: each query's weights over "
+                          "the keys must sum to 1, so normalise over the last axis, dim=-1."),
     ({"heads": 1}, "one head of size d: split the d features into num_heads heads of d / h."),
 ]
 
@@ -239,6 +275,8 @@ BLOCK_MISTAKES = [
     ("parallel", "both sub-layers read the same input: the feed-forward must read the stream "
                  "after attention has been added, one after the other."),
     ("ff_first", "the feed-forward ran first: attention comes first, then the feed-forward."),
+    ("cache_not_passed", "the cache never reached the attention: with a cache the new tokens saw "
+                         "only themselves. Pass it on: self.attn(self.norm1(x), cache)."),
 ]
 
 
@@ -249,12 +287,19 @@ MODEL_MISTAKES = [
                               "the positions 0..n-1."),
     ("positions_from_one", "the positions start at 1: the first character is at position 0, "
                            "torch.arange(n)."),
+    ("positions_not_offset", "the positions ignore start: the new tokens sit at positions "
+                             "start..start+n-1, so look up position_embedding(arange(start, "
+                             "start + n))."),
+    ("caches_not_passed", "the caches never reached the blocks: block i gets caches[i] (or None "
+                          "without caches): x = block(x, None if caches is None else caches[i])."),
     ("no_final_norm", "the final LayerNorm is missing: logits = head(norm(x))."),
     ("first_block_only", "only one block ran: x goes through every block of self.blocks, in "
                          "turn."),
     ("scaled_embeddings", "the embeddings are multiplied by sqrt(d): this GPT adds the token and "
                           "position embeddings as they are."),
     ("no_blocks", "the blocks never ran: the logits come straight from the embeddings."),
+    ("log_softmax_output", "the model returns log_softmax(logits): return the raw logits; "
+                           "cross_entropy and sampling apply the (log-)softmax themselves."),
     ("softmax_output", "the model returns softmax(logits), probabilities: return the raw "
                        "logits; the loss (cross_entropy) and sampling apply the softmax "
                        "themselves."),
@@ -264,6 +309,11 @@ MODEL_MISTAKES = [
 TRAIN_MISTAKES = [
     ("not_shifted", "the targets are not shifted: position i must predict the NEXT character, "
                     "targets = chunk[:, 1:] for inputs = chunk[:, :-1]."),
+    ("whole_chunk", "the inputs and the targets are both the whole chunk, unshifted: the model "
+                    "then learns to copy the current character. Inputs chunk[:, :-1], targets "
+                    "chunk[:, 1:]."),
+    ("clipped", "you clipped the gradients: the training loop (train_gpt) already clips them "
+                "before each optimizer.step, so leave clipping out of train_step."),
     ("shifted_backwards", "the shift goes the wrong way: the inputs are chunk[:, :-1] and the "
                           "targets chunk[:, 1:], not the other way round."),
     ("no_zero_grad", "the gradients are never zeroed, so they pile up from step to step: call "
@@ -296,6 +346,9 @@ GENERATE_MISTAKES = [
                        "prediction for the next character is at the last position, [:, -1]."),
     ("top_k_off_by_one", "top-k keeps k - 1 characters: keep every logit >= the k-th largest "
                          "(mask only those strictly below it)."),
+    ("whole_sequence_cached", "every token was fed again while using the cache: with the cache, "
+                              "after the prompt feed only the token just sampled (new = nxt), "
+                              "at start = tokens.shape[1] - 1; the cache already holds the rest."),
     ("greedy", "the next character was the most likely one (argmax): sample it from the "
                "probabilities with torch.multinomial(probs, 1, generator=generator)."),
     ("no_top_k", "top_k was ignored: keep the k largest logits and set the others to -inf."),

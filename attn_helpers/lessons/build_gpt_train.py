@@ -23,7 +23,8 @@ from ..training import single_thread
 from .build_gpt import GPT, Corpus, GPTConfig, load_corpus, next_token_loss
 
 __all__ = ["Recipe", "FINAL", "FINAL_SIZE", "NANOGPT", "BAR_NATS", "claims", "build_and_train",
-           "cache_speed", "cache_claims", "final_config", "get_batch", "held_out_loss", "lr_at",
+           "cache_speed", "cache_claims", "final_config", "flop_checks", "nanogpt_claims",
+           "get_batch", "held_out_loss", "lr_at",
            "load_nanogpt_bar", "measure_nanogpt_bar", "train_flops", "TrainLog", "train_gpt",
            "train_step"]
 
@@ -253,19 +254,34 @@ def claims(log: TrainLog, recipe: Recipe = FINAL, cfg: GPTConfig | None = None,
     stored nanoGPT measurement, :func:`load_nanogpt_bar`)."""
     cfg = final_config(load_corpus().vocab_size) if cfg is None else cfg
     bar = load_nanogpt_bar() if bar is None else bar
-    share = train_flops(cfg, recipe) / train_flops(GPTConfig(cfg.vocab_size), NANOGPT)
     return {
         f"after {recipe.steps} steps the held-out loss is at most {BAR_NATS} nats per character "
-        "(the bar set for nanoGPT's CPU recipe)": log.final <= BAR_NATS,
-        f"it is within {LEVEL_NATS} nats of nanoGPT's recipe run on this split "
+        "(the course's target, about what nanoGPT's CPU settings reach on this split)":
+            log.final <= BAR_NATS,
+        f"it is at most {LEVEL_NATS} nats above this course's GPT trained with nanoGPT's settings "
         f"({bar['mean']:.3f}, recorded)": log.final <= bar["mean"] + LEVEL_NATS,
-        "its training took at most 60% of the matrix-product FLOPs of nanoGPT's recipe":
-            share <= 0.6,
         "the held-out loss was lower at each evaluation than at the one before (200 windows "
         "each, the last on the whole held-out text)":
             all(b < a for (_, a), (_, b) in zip(log.evaluations, log.evaluations[1:],
                                                 strict=False)),
     }
+
+
+def nanogpt_claims(bar: dict | None = None) -> dict:
+    """The recorded run of this course's GPT with nanoGPT's CPU settings (:data:`NANOGPT`: 4
+    layers, 4 heads, 128 dimensions, context 64, batch 12, 2,000 AdamW steps), read from the
+    shipped file: print with ``check_claims(..., recorded=bar["recorded"])``."""
+    bar = load_nanogpt_bar() if bar is None else bar
+    return {f"this course's GPT trained with nanoGPT's settings reaches {bar['mean']:.3f} nats "
+            f"per character (mean of seeds {bar['seeds']}), under the {BAR_NATS} target":
+            bar["mean"] <= BAR_NATS}
+
+
+def flop_checks(cfg: GPTConfig, recipe: Recipe = FINAL) -> dict:
+    """Counted, not measured: the recipe's matrix-product FLOPs against nanoGPT's settings."""
+    share = train_flops(cfg, recipe) / train_flops(GPTConfig(cfg.vocab_size), NANOGPT)
+    return {"counted, not measured: our recipe does at most 60% of the matrix-product FLOPs of "
+            "nanoGPT's settings": share <= 0.6}
 
 
 def cache_speed(model: GPT, generate: Callable, *, batch: int = 4, steps: int = 56,

@@ -36,16 +36,17 @@ def _attention_class(**mistake):
 
 def _block_class(kind):
     class Block(bg.Block):
-        def forward(self, x):
-            return block_variant(self, kind)(x) if kind else super().forward(x)
+        def forward(self, x, cache=None):
+            return block_variant(self, kind)(x, cache) if kind else super().forward(x, cache)
 
     return Block
 
 
 def _model_class(kind):
     class Model(bg.GPT):
-        def forward(self, tokens):
-            return model_variant(self, kind)(tokens) if kind else super().forward(tokens)
+        def forward(self, tokens, start=0, caches=None):
+            return (model_variant(self, kind)(tokens, start, caches) if kind
+                    else super().forward(tokens, start, caches))
 
     return Model
 
@@ -140,6 +141,27 @@ def test_train_step_names_unshifted_targets():
 
 def test_model_names_softmax_output():
     assert "returns softmax(logits)" in ex.check_model(_model_class("softmax_output")).message
+
+
+def test_the_cache_path_of_block_and_model_is_checked():
+    class BlockWithoutCache(bg.Block):
+        def forward(self, x, cache=None):
+            return super().forward(x)
+
+    class ModelAtZero(bg.GPT):
+        def forward(self, tokens, start=0, caches=None):
+            return super().forward(tokens, 0, caches)
+
+    assert "the cache never reached the attention" in ex.check_block(BlockWithoutCache).message
+    assert "the positions ignore start" in ex.check_model(ModelAtZero).message
+    message = ex.check_train_step(train_variant("whole_chunk")).message
+    assert "both the whole chunk, unshifted" in message
+    assert "already clips" in ex.check_train_step(train_variant("clipped")).message
+    assert "log_softmax" in ex.check_model(_model_class("log_softmax_output")).message
+    assert "multiplied by the mask" in ex.check_attention(_attention_class(mask="multiplied")).message
+    assert "dim=-2" in ex.check_attention(_attention_class(softmax_dim=-2)).message
+    message = ex.check_generate(generate_variant("whole_sequence_cached")).message
+    assert "every token was fed again" in message and "ValueError" not in message.split("\n")[0][:20]
 
 
 @pytest.mark.parametrize("kind, words", [(kind, hint[:30])
