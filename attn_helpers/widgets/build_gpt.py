@@ -23,7 +23,7 @@ from ..lessons import build_gpt as bg
 from ..lessons.build_gpt_heads import head_scores
 from ..masks import causal_mask
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
-from .panels import TITLE_PT, AttentionPanel, EntropyBars
+from .panels import AttentionPanel, EntropyBars
 
 __all__ = ["PromptRun", "GPTFrame", "GPTView", "GPTWidget", "LossCurve", "Sampler", "char_label",
            "gpt_frame",
@@ -124,17 +124,20 @@ class GPTView(BlitView):
                                  labels=[f"head {j + 1}" for j in range(num_heads)])
         self.heads.layout(num_heads, float(torch.log(torch.tensor(float(context)))))
         self.layer = 0
+        # The two titles name the layer and head shown: animated, so a move redraws them over the
+        # saved background instead of redrawing the whole figure.
+        self.panel.ax_map.title.set_text("layer 1, head 1: attention weights")
+        self.blit.animate(self.panel.ax_map.title, self.heads.ax.title)
 
     @staticmethod
     def _heads_title(layer: int) -> str:
         return f"layer {layer + 1}: mean\nentropy per head"
 
     def draw(self, frame: GPTFrame) -> None:
-        self.panel.set_title(f"layer {frame.layer + 1}, head {frame.head + 1}: attention weights")
-        if frame.layer != self.layer:                 # a new title: one full redraw
-            self.layer = frame.layer
-            self.heads.ax.set_title(self._heads_title(frame.layer), fontsize=TITLE_PT)
-            self.blit.invalidate()
+        self.panel.ax_map.title.set_text(
+            f"layer {frame.layer + 1}, head {frame.head + 1}: attention weights")
+        self.layer = frame.layer
+        self.heads.ax.title.set_text(self._heads_title(frame.layer))
         self.panel.set_frame(frame)
         h = len(frame.layer_entropy)
         self.heads.set(frame.layer_entropy, [frame.layer_ceiling] * h, highlight=frame.head)
