@@ -76,6 +76,11 @@ def test_the_picture_names_its_layer_and_head_and_the_dashed_ceiling(setup):
     widget = gw.gpt_widget(model, corpus, "The for statement")
     widget.set(layer=2, head=3)
     view = widget.view
-    assert view.panel.title == "layer 2, head 3: attention weights"
+    assert view.panel.ax_map.get_title() == "layer 2, head 3: attention weights"
+    # the titles are animated: a head move redraws them, not the whole figure
+    background = view.blit._background
+    widget.set(head=1)
+    assert view.panel.ax_map.get_title() == "layer 2, head 1: attention weights"
+    assert view.blit._background is background
     title = view.heads.ax.get_title()
     assert title.startswith("layer 2") and "dashes" in view.heads.ax.get_xlabel()
