@@ -128,8 +128,9 @@ class AttentionView(BlitView):
         self.panel.set_frame(frame)
 
 
-#: A move that arrives under the kernel's running event loop is drawn this many seconds later,
-#: once for every move that arrived meanwhile (the kernel reads the waiting messages first).
+#: A move that arrives under the kernel's running event loop within this many seconds of the last
+#: redraw (a drag: the moves queued while it drew) is drawn this much later, once for every move
+#: that arrived meanwhile (the kernel reads the waiting messages first); a lone move is drawn at once.
 COALESCE_S = 0.003
 
 
@@ -160,10 +161,11 @@ class LiveAttentionWidget:
     After every change, :attr:`frame` holds the frame shown, :attr:`readouts` its readouts and
     :attr:`error` the last error message (also shown in red in the widget), or ``None``.
 
-    A control moved by the browser while the kernel's event loop runs is redrawn
-    :data:`COALESCE_S` later, once for all the moves that arrived meanwhile: a fast drag does not
-    queue renders and ends on its last state. Without a running loop (a script, a test) and in
-    :meth:`set`, every change is drawn at once.
+    A lone move is drawn at once. A control moved by the browser within :data:`COALESCE_S` of the
+    last redraw while the kernel's event loop runs (a drag) is redrawn :data:`COALESCE_S` later,
+    once for all the moves that arrived meanwhile: a fast drag does not queue renders and ends on
+    its last state. Without a running loop (a script, a test) and in :meth:`set`, every change is
+    drawn at once.
     """
 
     def __init__(
@@ -192,6 +194,7 @@ class LiveAttentionWidget:
         self.renders = 0
         self._holding = False
         self._scheduled = False
+        self._drawn_at = float("-inf")  # the event loop's time at the end of the last redraw
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
         header = [widgets.HTML(f"<b>{html.escape(title)}</b>")] if title else []
@@ -235,8 +238,10 @@ class LiveAttentionWidget:
         if self._holding:
             return
         loop = _running_loop()
-        if loop is None:
-            self.refresh()
+        if loop is None or (not self._scheduled and loop.time() - self._drawn_at > COALESCE_S):
+            self.refresh()                  # a lone move: at once (a timer costs a frame here)
+            if loop is not None:
+                self._drawn_at = loop.time()
         elif not self._scheduled:
             self._scheduled = True
             loop.call_later(COALESCE_S, self._flush)
@@ -245,6 +250,9 @@ class LiveAttentionWidget:
         if self._scheduled:
             self._scheduled = False
             self.refresh()
+            loop = _running_loop()
+            if loop is not None:
+                self._drawn_at = loop.time()
 
     def refresh(self) -> None:
         """Recompute the frame from the controls and redraw; errors are shown, not swallowed."""

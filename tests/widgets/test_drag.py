@@ -11,20 +11,36 @@ from attn_helpers.widgets.core import COALESCE_S
 from attn_helpers.widgets.start_here import warmup_frame, warmup_widget
 
 
-def test_a_burst_of_moves_under_a_running_loop_draws_once_the_last_state():
+def test_a_burst_of_moves_under_a_running_loop_draws_the_first_at_once_then_once_the_last_state():
     widget = warmup_widget()
 
     async def drag():
         start = widget.renders
         for temperature in (0.2, 0.5, 2.0, 3.0, 4.0):
             widget.controls["temperature"].value = temperature
-        pending = widget.renders - start  # nothing drawn while the moves keep coming
+        during = widget.renders - start  # the first move at once; the rest wait for the burst
         await asyncio.sleep(10 * COALESCE_S)
-        return pending, widget.renders - start
+        return during, widget.renders - start
 
-    assert asyncio.run(drag()) == (0, 1)
+    assert asyncio.run(drag()) == (1, 2)
     assert widget.frame.readouts == warmup_frame(4.0).readouts
     assert widget.controls["temperature"].value == 4.0
+
+
+def test_a_lone_move_under_a_running_loop_is_drawn_at_once():
+    widget = warmup_widget()
+
+    async def moves():
+        drawn = []
+        for temperature in (0.3, 0.6):
+            start = widget.renders
+            widget.controls["temperature"].value = temperature
+            drawn.append(widget.renders - start)  # no timer: the picture is there already
+            await asyncio.sleep(10 * COALESCE_S)  # the learner looks, then moves again
+        return drawn
+
+    assert asyncio.run(moves()) == [1, 1]
+    assert widget.frame.readouts == warmup_frame(0.6).readouts
 
 
 def test_set_inside_a_running_loop_draws_at_once_and_cancels_the_pending_redraw():
@@ -32,13 +48,14 @@ def test_set_inside_a_running_loop_draws_at_once_and_cancels_the_pending_redraw(
 
     async def run():
         start = widget.renders
-        widget.controls["temperature"].value = 0.3
+        widget.controls["temperature"].value = 0.2   # drawn at once
+        widget.controls["temperature"].value = 0.3   # pending: it came during the burst
         readouts = widget.set(causal=True)  # a notebook cell reads the result at once
         await asyncio.sleep(10 * COALESCE_S)
         return readouts, widget.renders - start
 
     readouts, renders = asyncio.run(run())
-    assert renders == 1 and readouts == widget.readouts
+    assert renders == 2 and readouts == widget.readouts
     assert widget.frame.readouts == warmup_frame(0.3, causal=True).readouts
 
 
@@ -47,14 +64,14 @@ def test_reading_the_widget_draws_a_waiting_move_first():
 
     async def run():
         start = widget.renders
-        widget.controls["temperature"].value = 0.2
-        widget.controls["temperature"].value = 5.0
+        widget.controls["temperature"].value = 0.2   # drawn at once
+        widget.controls["temperature"].value = 5.0   # waiting: it came during the burst
         frame, error, renders = widget.frame, widget.error, widget.renders - start
         await asyncio.sleep(10 * COALESCE_S)  # the timer finds nothing left to draw
         return frame, error, renders, widget.renders - start
 
     frame, error, renders, later = asyncio.run(run())
-    assert error is None and renders == later == 1
+    assert error is None and renders == later == 2
     assert frame.readouts == warmup_frame(5.0).readouts
 
 
