@@ -15,20 +15,14 @@ plain ``jupyter lab`` is, Debian's Chromium driven by Playwright (see :mod:`.lab
   first widget before and after) and ``summary.json`` go to ``artifacts/browser/<notebook>/``.
 
 **How a move is timed**, identically for the floor and every widget, in the page
-(:data:`lab.PROBE`): from the ``keydown`` time stamp to the new picture *decoded*: a
-``MutationObserver`` sees the ``<img>``'s ``src`` swapped (the kernel's PNG arrived), then
-``img.decode()`` resolves (the next frame can show it); ``performance.now()`` there is the move's
-latency (``latencies_ms``, judged). Two more stages are recorded and printed: the ``src`` swap
-(``swapped_ms``: the key press's round trip through the kernel) and the first animation frame
-after the decode (``shown_ms``: on screen). The frame is not the judged end because Chromium draws
-at a fixed 60 Hz, also headless: whether a move makes a frame deadline flips its time by a whole
-16.7 ms, so with the key presses in step with the frames (each is sent when the last picture was
-shown) the times fall into two or three bins a frame apart, and the ratio of two such medians
-jumps with the bin, not with the work. ``--disable-frame-rate-limit`` only unthrottles frames
-together with ``--run-all-compositor-stages-before-draw``, and then an idle JupyterLab page draws
-frames back to back (a CPU core busy), so the frame wait is left out instead: it is the same wait,
-up to one frame, behind every widget. The wait for the picture is event driven (no polling by
-animation frames). The next key is pressed only once the last picture is on screen (no queue).
+(:data:`lab.PROBE`), from the ``keydown`` time stamp: a ``MutationObserver`` sees the ``<img>``'s
+``src`` swapped (``swapped_ms``: the kernel's PNG arrived), ``img.decode()`` resolves
+(``latencies_ms``: decoded), and the first animation frame after that shows it (``shown_ms``: on
+screen). The judged latency is **on screen**, what the learner sees; the other two are printed
+beside it. Chromium draws at a fixed 60 Hz, also headless, so on-screen times come a frame apart
+in bins; the next key is pressed only once the last picture is on screen (moves never queue), and
+the floor's moves are sampled between the notebooks' (the same machine load). The wait for the
+picture is event driven (no polling by animation frames).
 
 Prints the floor and, per notebook, the median and p90 of its moves and the ratio of its median
 to the floor's; writes every record to ``artifacts/browser/results.json``. Exits 1 when a check
@@ -50,8 +44,8 @@ from pathlib import Path
 from . import lab
 from .widget import summarize
 
-__all__ = ["MAX_RATIO", "KEYS_PER_SLIDER", "Floor", "browser_pass", "check_notebook", "measure_floor",
-           "verdict", "main"]
+__all__ = ["MAX_RATIO", "KEYS_PER_SLIDER", "Floor", "browser_pass", "check_notebook", "judged",
+           "measure_floor", "verdict", "main"]
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "browser"
@@ -206,8 +200,8 @@ FLOOR_STAGES = (("floor_ms", "decoded"), ("floor_swapped_ms", "swapped"),
 
 
 def _add_moves(record: dict, moves: list[dict], stages=STAGES) -> None:
-    """Append timed moves to ``record``'s lists: ``latencies_ms`` (judged: to the picture
-    decoded), ``swapped_ms`` (to the new PNG in the page) and ``shown_ms`` (to the next frame)."""
+    """Append timed moves to ``record``'s lists: ``swapped_ms`` (to the new PNG in the page),
+    ``latencies_ms`` (decoded) and ``shown_ms`` (on screen, the judged one)."""
     for name, stage in stages:
         record.setdefault(name, []).extend(round(m[stage], 2) for m in moves)
 
@@ -228,8 +222,8 @@ def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Pa
         floor = Floor(browser, base, token)
         try:
             _add_moves(results, floor.move(FLOOR_MOVES), FLOOR_STAGES)
-            report(f"{'floor':>24}: {len(results['floor_ms'])} moves, median "
-                   f"{summarize(results['floor_ms'])['median_ms']} ms")
+            report(f"{'floor':>24}: {len(results['floor_ms'])} moves, median on screen "
+                   f"{summarize(judged(results, floor=True))['median_ms']} ms")
             for name in names:
                 record = check_notebook(browser, base, token, name, artifacts / Path(name).stem,
                                         keys=keys)
@@ -251,23 +245,29 @@ def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Pa
     return results
 
 
-def _stages(swapped: list[float] | None, shown: list[float] | None) -> str:
+def _stages(swapped: list[float] | None, decoded: list[float] | None) -> str:
     """The medians of the other two stages, when recorded (older results have none)."""
-    if not swapped or not shown:
+    if not swapped or not decoded:
         return ""
-    return (f" (PNG in the page {summarize(swapped)['median_ms']:.1f} ms, on screen "
-            f"{summarize(shown)['median_ms']:.1f} ms)")
+    return (f" (PNG in the page {summarize(swapped)['median_ms']:.1f} ms, decoded "
+            f"{summarize(decoded)['median_ms']:.1f} ms)")
+
+
+def judged(record: dict, floor: bool = False) -> list[float]:
+    """The judged latencies: on screen (``shown_ms``), or an older record's ``latencies_ms``."""
+    shown, other = ("floor_shown_ms", "floor_ms") if floor else ("shown_ms", "latencies_ms")
+    return record.get(shown) or record.get(other) or []
 
 
 def _line(record: dict, floor: float | None) -> str:
     failed = [name for name, ok in record["checks"].items() if not ok]
     text = f"{record['notebook']:>24}: {len(record['latencies_ms']):3d} moves"
-    if record["latencies_ms"]:
-        s = summarize(record["latencies_ms"])
+    if judged(record):
+        s = summarize(judged(record))
         text += f", median {s['median_ms']:6.1f} ms, p90 {s['p90_ms']:6.1f} ms"
         if floor:
             text += f", {s['median_ms'] / floor:4.2f}x the floor"
-        text += _stages(record.get("swapped_ms"), record.get("shown_ms"))
+        text += _stages(record.get("swapped_ms"), record.get("latencies_ms"))
     text += f"; Run All {record['run_all_s']} s"
     return text + (f"; FAILED: {'; '.join(failed)}" if failed else "; checks pass")
 
@@ -276,23 +276,23 @@ def verdict(results: dict) -> tuple[bool, bool, str]:
     """``(checks pass, ratios met, text)`` for a pass: every notebook's checks, and every
     notebook's median at most :data:`MAX_RATIO` times the floor's (a notebook with no timed move
     does not meet it)."""
-    floor = summarize(results["floor_ms"]) if results["floor_ms"] else None
+    floor = summarize(judged(results, floor=True)) if judged(results, floor=True) else None
     lines = [f"server: {(results.get('server') or ['attn_helpers.labserver not loaded'])[0]}",
              f"floor (bare slider swapping a precomputed PNG): {len(results['floor_ms'])} moves, "
              + (f"median {floor['median_ms']:.1f} ms, p90 {floor['p90_ms']:.1f} ms"
-                + _stages(results.get("floor_swapped_ms"), results.get("floor_shown_ms"))
+                + _stages(results.get("floor_swapped_ms"), results.get("floor_ms"))
                 if floor else "NOT measured"),
-             "(each move: key press to the new picture decoded, img.decode(); on screen: the next "
-             "animation frame, a wait of up to one frame that no widget changes)"
-             if "floor_shown_ms" in results else
-             "(an older record: each move timed to the first animation frame after the decode)"]
+             "(each move: key press to the new picture on screen, the first animation frame after "
+             "img.decode(); PNG in the page and decoded: the earlier stages)"
+             if results.get("floor_shown_ms") else
+             "(an older record: each move timed as it was recorded)"]
     lines += [f"floor moves lost {problem}" for problem in results.get("floor_problems", [])]
     checks_ok, ratios_ok = bool(results["notebooks"]), floor is not None
     for record in results["notebooks"]:
         lines.append(_line(record, floor and floor["median_ms"]))
         lines += [f"{'':>26}{problem.splitlines()[0][:300]}" for problem in record["problems"]]
         checks_ok &= all(record["checks"].values()) and not record["problems"]
-        median = summarize(record["latencies_ms"])["median_ms"] if record["latencies_ms"] else None
+        median = summarize(judged(record))["median_ms"] if judged(record) else None
         ratios_ok &= bool(floor) and median is not None and median <= MAX_RATIO * floor["median_ms"]
     lines.append(f"checks (every cell ran without error, the first widget's picture and readouts "
                  f"change): {'pass' if checks_ok else 'FAIL'}")
@@ -336,11 +336,11 @@ def main(argv: list[str] | None = None) -> int:
         results = browser_pass(chosen, keys=args.keys, lab_args=tuple(args.lab_arg),
                                report=lambda line: print(line, file=sys.stderr, flush=True))
     checks_ok, ratios_ok, text = verdict(results)
-    print(json.dumps([{"notebook": r["notebook"], "moves": len(r["latencies_ms"]),
-                       **(summarize(r["latencies_ms"]) if r["latencies_ms"] else {})}
+    print(json.dumps([{"notebook": r["notebook"], "moves": len(judged(r)),
+                       **(summarize(judged(r)) if judged(r) else {})}
                       for r in results["notebooks"]]
-                     + [{"notebook": "floor", "moves": len(results["floor_ms"]),
-                         **(summarize(results["floor_ms"]) if results["floor_ms"] else {})}],
+                     + [{"notebook": "floor", "moves": len(judged(results, floor=True)),
+                         **(summarize(judged(results, floor=True)) if results["floor_ms"] else {})}],
                      indent=1))
     print(text, file=sys.stderr)
     return 0 if checks_ok and (ratios_ok or not args.check) else 1
