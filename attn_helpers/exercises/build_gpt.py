@@ -11,8 +11,6 @@ reference attention, the model the reference blocks), so each checker judges one
 from __future__ import annotations
 
 import copy
-import functools
-import inspect
 from collections.abc import Callable
 
 import torch
@@ -20,26 +18,30 @@ from torch import nn
 
 from ..kv_cache import KVCache
 from ..lessons import build_gpt as bg
-from ..lessons import build_gpt_train as bgt
-from .build_gpt_mistakes import (
+from .build_gpt_mistakes import (  # the mistake lists re-exported: tests read them here
     ATTENTION_MISTAKES,
     BLOCK_MISTAKES,
-    GENERATE_MISTAKES,
+    GENERATE_MISTAKES,  # noqa: F401
     MODEL_MISTAKES,
     TRAIN_MISTAKES,
     attention_variant,
     block_variant,
-    generate_variant,
     model_variant,
     train_variant,
 )
+from .build_gpt_support import (
+    _INSTEAD,
+    _build,
+    _first_failure,
+    _forbid,
+    _randomise,
+    _refuse_borrowed,
+    _safe,
+)
 from .core import (
-    CHECKING_A_SOLUTION,
-    LEARNER,
     CheckResult,
     Mistake,
     Refused,
-    blocking,
     check_function,
     seeded,
 )
@@ -66,150 +68,6 @@ def pieces(learner: dict, solutions: dict) -> tuple[dict, str]:
         chosen[name] = learner[name] if mine else solutions[name]
         words.append(f"{'your' if mine else 'the reference'} {name.replace('_', ' ')}")
     return chosen, "Training with " + " and ".join(words) + "."
-
-
-# --- the learner's own work only ---------------------------------------------------------------
-# While the learner's object runs, the course's own code that does a whole exercise raises
-# (patched and restored around each call by core.blocking); the reference the checker compares
-# against runs outside that window. Before anything runs, a class that derives from a course class
-# or a *_solution class, or that takes a method from one, is refused, as is a partial or bound
-# method of a solution or of the course's code.
-
-#: What does each exercise for the learner: the course's classes' forward, whole-exercise functions.
-COURSE_CODE = {
-    "attention": [(bg.CausalSelfAttention, "forward")],
-    "block": [(bg.Block, "forward")],
-    "model": [(bg.GPT, "forward")],
-    "train_step": [(bg, "next_token_loss"), (bgt, "train_step"), (bgt, "next_token_loss")],
-    "generate": [(bg, "generate")],
-}
-_INSTEAD = ("This is the course's own code: write it yourself (the course's classes and functions "
-            "that do the exercise are refused while yours runs)")
-_COURSE_MODULES = ("attn_helpers.lessons.build_gpt", "attn_helpers.exercises")
-
-
-def _own_work() -> bool:
-    """True while a registered checker runs the learner's object (not a reference solution, not
-    the tests' direct calls of the bare checker with the course's known mistakes)."""
-    return LEARNER.get() is not None and not CHECKING_A_SOLUTION.get()
-
-
-def _unwrap(obj):
-    """The function behind partials, bound methods, static/class methods and decorators."""
-    for _ in range(20):
-        if isinstance(obj, functools.partial | functools.partialmethod):
-            obj = obj.func
-        elif isinstance(obj, staticmethod | classmethod) or inspect.ismethod(obj):
-            obj = obj.__func__
-        elif getattr(obj, "__wrapped__", None) is not None:
-            obj = obj.__wrapped__
-        else:
-            return obj
-    return obj
-
-
-def _not_yours(obj) -> str | None:
-    """Why ``obj`` (after unwrapping) is someone else's code, or None."""
-    obj = _unwrap(obj)
-    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", "")
-    name = name if isinstance(name, str) else ""
-    module = getattr(obj, "__module__", "")
-    module = module if isinstance(module, str) else ""
-    if any(part.endswith("_solution") for part in name.split(".")):
-        return f"{name} comes from the reference solution in the collapsed cell"
-    if module.startswith(_COURSE_MODULES):
-        return f"{name} is the course's own {module}.{name}"
-    return None
-
-
-def _refuse_borrowed(obj, what: str) -> CheckResult | None:
-    """A refusal when the learner's ``obj`` is, derives from or takes its code from a solution or
-    the course's own code; None for the learner's own work (or outside a learner's check)."""
-    if not _own_work():
-        return None
-    why = None
-    if isinstance(obj, type):
-        for base in obj.__mro__[1:]:
-            base_module = getattr(base, "__module__", "")
-            if base.__name__.endswith("_solution") or (
-                    isinstance(base_module, str) and base_module.startswith("attn_helpers")):
-                why = (f"{what} derives from {base.__qualname__}, "
-                       + ("the reference solution in the collapsed cell" if base.__name__.endswith(
-                           "_solution") else f"the course's own {base_module}.{base.__qualname__}"))
-                break
-        for key, value in vars(obj).items():
-            if why is None and (key == "forward" or callable(_unwrap(value))):
-                reason = _not_yours(value)
-                if reason:
-                    why = f"{what}.{key} is not your code: {reason}"
-    else:
-        reason = _not_yours(obj)
-        if reason:
-            why = f"{what} is not your code: {reason}"
-    if why is None:
-        return None
-    return CheckResult(False, f"Not yet: {why}. Passing it never counts as your pass; write "
-                              f"{what} yourself.")
-
-
-def _forbid(exercise_name: str) -> list:
-    return COURSE_CODE[exercise_name] if _own_work() else []
-
-
-def _safe(produce: Callable) -> Callable:
-    """A mistake that crashes on a case simply does not match it."""
-
-    def run(*args):
-        try:
-            return produce(*args)
-        except Exception:
-            return None
-
-    return run
-
-
-def _first_failure(results) -> CheckResult:
-    results = list(results)
-    for result in results:
-        if not result:
-            return result
-    total = sum(int(r.message.split(" all ")[1].split()[0]) for r in results)
-    return CheckResult(True, f"Passed: matches the reference on all {total} cases, edge cases "
-                             "included.")
-
-
-def _build(cls, args: tuple, reference: nn.Module, what: str, swap: dict | None = None):
-    """The learner's module ``cls(*args)`` with the reference's weights, or a CheckResult."""
-    if not isinstance(cls, type) or not issubclass(cls, nn.Module):
-        return CheckResult(False, f"Not yet: {what} should be an nn.Module class, got "
-                                  f"{type(cls).__name__}.")
-    try:
-        module = cls(*args)
-        for name, part in (swap or {}).items():
-            setattr(module, name, copy.deepcopy(part))
-        module.load_state_dict(reference.state_dict())
-    except NotImplementedError:
-        return CheckResult(False, f"{what} is not implemented yet.")
-    except Exception as exc:
-        return CheckResult(False, f"Not yet: building {what}{args} and loading the reference's "
-                                  f"weights failed ({type(exc).__name__}: {exc}). Keep the stub's "
-                                  "__init__: the checker relies on its layer names.")
-    module.eval()
-    return module
-
-
-def _randomise(module: nn.Module, seed: int, std: float = 0.5) -> nn.Module:
-    """Weights far from the tiny training init, so every mistake shows in the output."""
-    g = seeded(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * (std if p.dim() > 1 else 0.3))
-    return module.eval()
-
-
-def _x_cases(d: int, seed: int) -> list[dict]:
-    g = seeded(seed)
-    return [{"x": torch.randn(b, n, d, generator=g)} for b, n in [(1, 5), (2, 7), (3, 1), (2, 12)]]
 
 
 # --- 1. causal multi-head self-attention with a KV cache -----------------------------------
@@ -468,110 +326,5 @@ def _two_steps(step: Callable) -> Callable:
     return run
 
 
-# --- 5. generation with a KV cache ---------------------------------------------------------
-
-
-@exercise("build_gpt.generate", "generation with a KV cache, temperature and top-k", hints=(
-    "With a cache the prompt goes through once; after that only the new character runs, at its "
-    "own position, and its keys and values join the cache. Temperature and top-k reshape the "
-    "logits before the softmax.",
-    "logits = model(new, start, caches)[:, -1] / T; keep the top k (others -inf); "
-    "p = softmax(logits); next ~ p; with the cache: new = next, start = length - 1; without: "
-    "new = all tokens, start = 0.",
-    "logits = model(new, start, caches)[:, -1] / temperature\n"
-    "if top_k is not None:\n"
-    "    kth = logits.topk(top_k, dim=-1).values[:, -1:]\n"
-    "    logits = logits.masked_fill(logits < kth, float('-inf'))\n"
-    "nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)\n"
-    "tokens = torch.cat([tokens, nxt], dim=1)\n"
-    "new, start = (nxt, tokens.shape[1] - 1) if use_cache else (tokens, 0)"))
-def check_generate(generate: Callable) -> CheckResult:
-    """Exercise: ``generate(model, prompt (b, n0), steps, temperature, top_k, use_cache,
-    generator) -> tokens (b, n0 + steps)``, sampling with ``torch.multinomial(probs, 1,
-    generator=generator)``; with and without the cache it must give the same tokens."""
-    if not callable(generate):
-        return CheckResult(False, "Not yet: generate is not a function "
-                                  f"(got {type(generate).__name__}).")
-    refusal = _refuse_borrowed(generate, "generate")
-    if refusal is not None:
-        return refusal
-    model = _randomise(bg.GPT(_model_cfg(vocab=13, context=24, layers=2)), 501, std=0.4)
-    g = seeded(502)
-    cases = []
-    for b, n0, steps, t, k, cache in [(2, 3, 12, 1.0, None, True), (2, 3, 12, 1.0, None, False),
-                                      (3, 5, 15, 0.5, None, True), (2, 1, 20, 2.0, 4, True),
-                                      (2, 4, 10, 0.7, 3, False), (1, 6, 18, 1.3, 1, True)]:
-        cases.append({"prompt": torch.randint(0, 13, (b, n0), generator=g), "steps": steps,
-                      "temperature": t, "top_k": k, "use_cache": cache,
-                      "seed": int(torch.randint(0, 1000, (1,), generator=g))})
-
-    def runner(fn):
-        def run(prompt, steps, temperature, top_k, use_cache, seed):
-            try:
-                out = fn(model, prompt, steps, temperature, top_k, use_cache,
-                         torch.Generator().manual_seed(seed))
-            except ValueError as exc:
-                if use_cache and ("cache is full" in str(exc) or "past the context" in str(exc)):
-                    raise Refused(f"with use_cache=True generate ran past the cache ({exc}).\n"
-                                  f"Hint: {dict(GENERATE_MISTAKES)['whole_sequence_cached']}"
-                                  ) from exc
-                raise
-            if out is None:
-                return None
-            if not isinstance(out, torch.Tensor) or out.shape != (prompt.shape[0],
-                                                                  prompt.shape[1] + steps):
-                got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-                raise ValueError(f"generate should return (b, n0 + steps) = "
-                                 f"{(prompt.shape[0], prompt.shape[1] + steps)} tokens, got {got}")
-            return out.double()
-        return run
-
-    result = check_function(
-        runner(generate), runner(generate_variant("right")), cases, what="generate",
-        output_names=("the tokens",), atol=0, rtol=0, forbid=_forbid("generate"),
-        instead=_INSTEAD, mistakes=[Mistake(_safe(runner(generate_variant(kind))), hint)
-                  for kind, hint in GENERATE_MISTAKES])
-    if not result:
-        # Sampling among the k largest (topk's values and indices) is right too; it only draws
-        # different random numbers, so it is compared with that way of sampling.
-        among_k = check_function(runner(generate), runner(generate_variant("top_k_indices")),
-                                 cases, what="generate", output_names=("the tokens",), atol=0,
-                                 rtol=0)
-        if among_k:
-            result = CheckResult(True, among_k.message + " (You sample among the k largest "
-                                 "logits' indices: right too; it draws different random numbers "
-                                 "than masking the others to -inf, so it was checked against that "
-                                 "way of sampling.)")
-    refusal = _check_cache_used(generate, model, cases) if result.passed else None
-    return result if refusal is None else refusal
-
-
-def _check_cache_used(generate: Callable, model: bg.GPT, cases: list[dict]) -> CheckResult | None:
-    """A failure (or None): with ``use_cache`` each call after the first runs one new token."""
-    def recording(tokens, start=0, caches=None):
-        calls.append((tokens.shape[1], start, caches is not None))
-        return type(model).forward(model, tokens, start, caches)
-
-    for case in (c for c in cases if c["use_cache"]):
-        calls = []
-        n0 = case["prompt"].shape[1]
-        model.forward = recording
-        try:
-            with blocking(_forbid("generate")):
-                generate(model, case["prompt"], case["steps"], case["temperature"], case["top_k"],
-                         True, torch.Generator().manual_seed(case["seed"]))
-        finally:
-            del model.forward
-        for j, (n, start, cached) in enumerate(calls[1:], 1):
-            if not cached or n != 1 or start != n0 + j - 1:
-                return CheckResult(False, (
-                    "Not yet: the tokens are right, but the cache was never used: with use_cache "
-                    "every call after the first should run only the new token (n = 1) at start = "
-                    f"length - 1, caches passed in; call {j + 1} (prompt of {n0}) ran n = {n}, "
-                    f"start = {start}, caches {'passed' if cached else 'not passed'} (expected n = 1, "
-                    f"start = {n0 + j - 1}).\nHint: the cache was never used: make it once with "
-                    "model.new_caches(), pass it to every call, and after the prompt feed only "
-                    "the token just sampled."))
-    return None
-
-
+# Exercise 5 in a module of its own, imported last: the exercises register in the notebook's order.
+from .build_gpt_generate import check_generate  # noqa: E402

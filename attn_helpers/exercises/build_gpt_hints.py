@@ -1,0 +1,139 @@
+"""The hints of notebook 10's checkers: for each exercise, a list of ``(the mistake's settings for
+its ``*_variant`` in :mod:`.build_gpt_mistakes`, the hint that names it)``."""
+
+from __future__ import annotations
+
+__all__ = ["ATTENTION_MISTAKES", "BLOCK_MISTAKES", "MODEL_MISTAKES", "TRAIN_MISTAKES",
+           "GENERATE_MISTAKES"]
+
+
+ATTENTION_MISTAKES = [
+    ({"mask": "none"}, "no causal mask, so the future leaks: new query i must not see the "
+                       "positions after it; mask = causal_mask(start + n)[start:]."),
+    ({"mask": "upper"}, "the mask is upside down: causal_mask(n) is True on and below the "
+                        "diagonal (a query sees its past); you let each query see its future."),
+    ({"mask": "not_offset"}, "the mask is not offset by start: with start positions in the "
+                             "cache, new query i sits at position start + i and sees keys "
+                             "0..start+i, the LAST n rows of causal_mask(start + n), [start:]. "
+                             "(torch's is_causal=True aligns its mask top-left: this mistake.)"),
+    ({"cache_use": "not_read"}, "the cache is not appended to or not read: the new queries saw "
+                                "only the new keys. cache.append(k, v), then attend over "
+                                "cache.keys and cache.values (all start + n positions)."),
+    ({"cache_use": "kv_swapped"}, "k and v are swapped in the cache: cache.append(k, v) takes "
+                                  "the keys first, then the values."),
+    ({"split": "view"}, "the heads are split wrong: view x as (b, n, h, d_h) and then transpose "
+                        "to (b, h, n, d_h); viewing straight to (b, h, n, d_h) mixes positions "
+                        "and heads."),
+    ({"split": "interleaved"}, "an interleaved q, k, v layout: qkv(x) holds all of q, then all "
+                               "of k, then all of v (split(d, dim=-1)), not (q, k, v) per head "
+                               "side by side."),
+    ({"merge": "view"}, "the heads are merged in the wrong order: transpose (b, h, n, d_h) back "
+                        "to (b, n, h, d_h) before reshaping to (b, n, d)."),
+    ({"order": "kqv"}, "q and k are swapped: qkv(x) holds q, then k, then v (in that order)."),
+    ({"out_proj": False}, "W_O is missing: the merged heads go through self.out."),
+    ({"scale": "d_model"}, "the scores are scaled by 1/sqrt(d_model); each head's scores use its "
+                           "own size, 1/sqrt(d_h) with d_h = d / h."),
+    ({"scale": "none"}, "the scores are not scaled: divide q k^T by sqrt(d_h) (the course's "
+                        "attention step does it for you)."),
+    ({"mask": "multiplied"}, "the scores were multiplied by the mask: a 0 score still gets "
+                             "weight e^0 > 0, so the future leaks. Set the masked scores to -inf "
+                             "before the softmax (masked_fill), or pass the mask to the course's "
+                             "attention step."),
+    ({"softmax_dim": -2}, "the softmax ran over dim=-2, the queries: each query's weights over "
+                          "the keys must sum to 1, so normalise over the last axis, dim=-1."),
+    ({"heads": 1}, "one head of size d: split the d features into num_heads heads of d / h."),
+]
+
+
+BLOCK_MISTAKES = [
+    ("post_norm", "norm after instead of before: that is the original post-norm block, "
+                  "LN(x + attn(x)). A pre-norm block normalises the sub-layer's input and leaves "
+                  "the residual stream alone: x + attn(LN(x))."),
+    ("no_attn_residual", "the residual is missing around attention: add attn(LN_1(x)) to x, "
+                         "don't replace x with it."),
+    ("no_ff_residual", "the residual is missing around the feed-forward: x = x + ff(LN_2(x))."),
+    ("no_norm", "the LayerNorms are missing: each sub-layer reads LN(x), not x."),
+    ("same_norm", "norm1 is used twice: the feed-forward reads norm2(x), its own LayerNorm."),
+    ("residual_from_normed", "the residual adds to the normalised x: keep the stream x itself, "
+                             "x + attn(LN(x)), not LN(x) + attn(LN(x))."),
+    ("parallel", "both sub-layers read the same input: the feed-forward must read the stream "
+                 "after attention has been added, one after the other."),
+    ("ff_first", "the feed-forward ran first: attention comes first, then the feed-forward."),
+    ("cache_not_passed", "the cache never reached the attention: with a cache the new tokens saw "
+                         "only themselves. Pass it on: self.attn(self.norm1(x), cache)."),
+]
+
+
+MODEL_MISTAKES = [
+    ("no_positions", "the position embedding is missing: without it attention cannot tell "
+                     "the order of the characters; add position_embedding(arange(n))."),
+    ("positions_from_tokens", "the position embedding is indexed by the token ids: index it by "
+                              "the positions 0..n-1."),
+    ("positions_from_one", "the positions start at 1: the first character is at position 0, "
+                           "torch.arange(n)."),
+    ("positions_not_offset", "the positions ignore start: the new tokens sit at positions "
+                             "start..start+n-1, so look up position_embedding(arange(start, "
+                             "start + n))."),
+    ("caches_not_passed", "the caches never reached the blocks: block i gets caches[i] (or None "
+                          "without caches): x = block(x, None if caches is None else caches[i])."),
+    ("no_final_norm", "the final LayerNorm is missing: logits = head(norm(x))."),
+    ("first_block_only", "only one block ran: x goes through every block of self.blocks, in "
+                         "turn."),
+    ("scaled_embeddings", "the embeddings are multiplied by sqrt(d): this GPT adds the token and "
+                          "position embeddings as they are."),
+    ("no_blocks", "the blocks never ran: the logits come straight from the embeddings."),
+    ("log_softmax_output", "the model returns log_softmax(logits): return the raw logits; "
+                           "cross_entropy and sampling apply the (log-)softmax themselves."),
+    ("softmax_output", "the model returns softmax(logits), probabilities: return the raw "
+                       "logits; the loss (cross_entropy) and sampling apply the softmax "
+                       "themselves."),
+]
+
+
+TRAIN_MISTAKES = [
+    ("not_shifted", "the targets are not shifted: position i must predict the NEXT character, "
+                    "targets = chunk[:, 1:] for inputs = chunk[:, :-1]."),
+    ("whole_chunk", "the inputs and the targets are both the whole chunk, unshifted: the model "
+                    "then learns to copy the current character. Inputs chunk[:, :-1], targets "
+                    "chunk[:, 1:]."),
+    ("clipped", "you clipped the gradients: the training loop (train_gpt) already clips them "
+                "before each optimizer.step, so leave clipping out of train_step."),
+    ("shifted_backwards", "the shift goes the wrong way: the inputs are chunk[:, :-1] and the "
+                          "targets chunk[:, 1:], not the other way round."),
+    ("no_zero_grad", "the gradients are never zeroed, so they pile up from step to step: call "
+                     "optimizer.zero_grad() before loss.backward()."),
+    ("no_step", "the weights did not change: call optimizer.step() after loss.backward() (and "
+                "zero the gradients before backward, not between backward and step)."),
+    ("sum", "the loss is summed over positions: take the mean (cross_entropy's default), so the "
+            "step size does not grow with the batch."),
+    ("softmax_first", "softmax was applied before cross_entropy, which takes raw logits (it "
+                      "does the log-softmax itself)."),
+    ("nll_on_logits", "F.nll_loss on raw logits: nll_loss expects log-probabilities; use "
+                      "F.cross_entropy(logits, targets), which takes the log-softmax itself."),
+    ("last_only", "only the last position is trained: every position of the chunk predicts its "
+                  "next character."),
+]
+
+
+GENERATE_MISTAKES = [
+    ("positions_restart", "the positions restart in the cached step: the new character sits at "
+                          "position len(tokens) - 1, so pass start = tokens.shape[1] - 1, not 0."),
+    ("start_is_length", "start = tokens.shape[1] in the cached step: after appending the new "
+                        "character, the sequence is tokens.shape[1] long and the new character "
+                        "sits at position tokens.shape[1] - 1."),
+    ("temperature_after_softmax", "temperature applied after the softmax: dividing the "
+                                  "probabilities by T changes nothing once they are renormalised; "
+                                  "divide the logits by T, then softmax."),
+    ("temperature_times", "the logits were multiplied by T: divide them by T (T < 1 sharpens, "
+                          "T > 1 flattens)."),
+    ("first_position", "the next character was sampled from the FIRST position's logits: the "
+                       "prediction for the next character is at the last position, [:, -1]."),
+    ("top_k_off_by_one", "top-k keeps k - 1 characters: keep every logit >= the k-th largest "
+                         "(mask only those strictly below it)."),
+    ("whole_sequence_cached", "every token was fed again while using the cache: with the cache, "
+                              "after the prompt feed only the token just sampled (new = nxt), "
+                              "at start = tokens.shape[1] - 1; the cache already holds the rest."),
+    ("greedy", "the next character was the most likely one (argmax): sample it from the "
+               "probabilities with torch.multinomial(probs, 1, generator=generator)."),
+    ("no_top_k", "top_k was ignored: keep the k largest logits and set the others to -inf."),
+]
