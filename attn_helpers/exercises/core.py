@@ -80,24 +80,25 @@ def _close(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, 
 
 
 def _compare(got, expected, name: str, atol: float, rtol: float) -> str | None:
-    """None if ``got`` matches ``expected``, else a sentence saying how it differs."""
+    """None if ``got`` matches ``expected``, else a sentence saying how it differs. ``name`` may
+    be singular or plural ("the output", "the tokens"), so no sentence has it as its subject."""
     if not isinstance(got, torch.Tensor):
-        return f"{name} should be a torch.Tensor, but it is a {type(got).__name__}."
+        return f"you returned {name} as a {type(got).__name__}; return a torch.Tensor."
     if got.shape != expected.shape:
-        return (f"{name} has shape {tuple(got.shape)}, but the right answer has shape "
-                f"{tuple(expected.shape)}.")
+        return (f"you returned {name} with shape {tuple(got.shape)}, but the right answer has "
+                f"shape {tuple(expected.shape)}.")
     if not got.is_floating_point():
-        return f"{name} has dtype {got.dtype}; expected a floating-point tensor."
+        return f"you returned {name} with dtype {got.dtype}; expected a floating-point tensor."
     bad = ~torch.isfinite(got) & torch.isfinite(expected)
     if bad.any():
         index = tuple(int(i) for i in bad.nonzero()[0])
-        return (f"{name} contains {got[index].item()} at index {index}, where the right answer is "
-                f"{expected[index].item():.4g}.")
+        return (f"you returned {name} with {got[index].item()} at index {index}, where the right "
+                f"answer is {expected[index].item():.4g}.")
     if not _close(got, expected, atol, rtol):
         diff = (got.double() - expected.double()).abs()
         diff = diff.masked_fill(got.double() == expected.double(), 0)  # equal infinities: no gap
         index = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
-        return (f"{name} differs from the right answer: at index {index} you gave "
+        return (f"you returned {name} with wrong values: at index {index} you gave "
                 f"{got[index].item():.4f}, expected {expected[index].item():.4f} "
                 f"(largest difference {diff.max().item():.2g}).")
     return None

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from _exercises import assert_rejected, filled_skeleton
+from _exercises import assert_rejected, skeleton
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,7 +76,7 @@ def test_merge_checker_accepts_the_reference_a_learner_solution_and_the_hint():
     verdict = ex.check_merge_states(learner_merge)
     assert verdict and verdict.message.endswith("on all 6 cases, edge cases included.")
     signature = "m1, l1, acc1, m2, l2, acc2"
-    assert ex.check_merge_states(filled_skeleton("complexity.merge_states", signature, (
+    assert ex.check_merge_states(skeleton("complexity.merge_states", signature, (
         "torch.exp(m1 - m), torch.exp(m2 - m)", "c1 * l1 + c2 * l2", "c1 * acc1 + c2 * acc2")))
 
 
@@ -168,7 +168,7 @@ def test_causal_checker_accepts_the_reference_a_learner_solution_and_the_hint():
     assert ex.check_causal_backward_tile(ex.causal_backward_tile_reference, solution=True)
     verdict = ex.check_causal_backward_tile(learner_causal)
     assert verdict and verdict.message.endswith("on all 7 cases, edge cases included.")
-    assert ex.check_causal_backward_tile(filled_skeleton(
+    assert ex.check_causal_backward_tile(skeleton(
         "complexity.causal_backward_tile", "q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j", (
             "torch.exp(S - lse_i)", "dS @ k_j * scale", "dS.mT @ q_i * scale", "P.mT @ d_out_i"),
         math=math))
@@ -243,7 +243,7 @@ def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=
 def test_step_checker_accepts_the_reference_a_learner_step_and_the_hint():
     assert ex.check_linear_step(ex.linear_step_reference, solution=True)
     assert ex.check_linear_step(learner_step)
-    assert ex.check_linear_step(filled_skeleton("complexity.linear_step", "S, z, q_t, k_t, v_t", (
+    assert ex.check_linear_step(skeleton("complexity.linear_step", "S, z, q_t, k_t, v_t", (
         "S + pk[..., :, None] * v_t[..., None, :]",
         "(pq[..., None, :] @ S_t).squeeze(-2) / (pq * z_t).sum(-1, keepdim=True)")))
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from _exercises import assert_rejected, filled_skeleton
+from _exercises import assert_rejected, skeleton
 
 import attn_helpers as ah
 from attn_helpers.exercises import cross_attention as ex
@@ -226,12 +226,12 @@ def layer_cross_attention_works_again():
 
 
 def test_the_level_3_skeletons_filled_in_pass():
-    decode = filled_skeleton("cross_attention.decode", "layer, y, memory, memory_real", (
+    decode = skeleton("cross_attention.decode", "layer, y, memory, memory_real", (
         "ah.split_heads(ca.k_proj(memory), h)", "ah.split_heads(ca.v_proj(memory), h)",
         "ah.scaled_dot_product_attention(q, K_m, V_m, memory_real[:, None, None, :])"),
         prefix=GIVEN, ah=ah)
     assert ex.check_decode_layer(decode)
-    alignment = filled_skeleton("cross_attention.alignment", "weights, src_real, gold, tgt_real", (
+    alignment = skeleton("cross_attention.alignment", "weights, src_real, gold, tgt_real", (
         "weights.masked_fill(~src_real[:, None, :], float('-inf'))", "hits.sum() / tgt_real.sum()"))
     assert ex.check_alignment_accuracy(alignment)
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from _exercises import assert_rejected, filled_skeleton
+from _exercises import assert_rejected, skeleton
 
 from attn_helpers import exercises
 from attn_helpers.exercises.masking import (
@@ -99,7 +99,7 @@ def test_kv_cache_step_accepts_the_course_attention_and_the_filled_skeleton():
     import attn_helpers as ah
 
     signature = "k_cache, v_cache, t, q_t, k_t, v_t"
-    assert check_kv_cache_step(filled_skeleton("masking.kv_cache_step", signature, (
+    assert check_kv_cache_step(skeleton("masking.kv_cache_step", signature, (
         "k_t[:, :, 0]", "v_t[:, :, 0]", "k_cache[:, :, :t + 1]", "v_cache[:, :, :t + 1]"), ah=ah))
 
 
@@ -146,7 +146,7 @@ def window_mask(lengths, n, window):
 
 def test_window_mask_accepts_the_reference_and_the_level_3_skeleton_filled_in():
     assert check_window_mask(window_mask)
-    assert check_window_mask(filled_skeleton("masking.window_mask", "lengths, n, window", (
+    assert check_window_mask(skeleton("masking.window_mask", "lengths, n, window", (
         "j[None, :] >= n - lengths[:, None]", "real[:, None, :] & (offset >= 0) & (offset < window)")))
 
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from _exercises import filled_skeleton
+from _exercises import skeleton
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -281,14 +281,14 @@ def test_alibi_checker_blocks_the_package(shortcut, name):
 
 
 def test_the_level_3_skeletons_filled_in_pass():
-    sinusoidal = filled_skeleton("positional_encoding.sinusoidal", "n_positions, d_model", (
+    sinusoidal = skeleton("positional_encoding.sinusoidal", "n_positions, d_model", (
         "10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)",
         "torch.stack([angles.sin(), angles.cos()], -1).reshape(n_positions, d_model).float()"))
     assert ex.check_sinusoidal(sinusoidal)
-    rope = filled_skeleton("positional_encoding.rope", "q, k, t", (
+    rope = skeleton("positional_encoding.rope", "q, k, t", (
         "(t + torch.arange(n, dtype=torch.float64))[:, None] * omega",
         "torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)"))
     assert ex.check_rope(rope)
-    alibi = filled_skeleton("positional_encoding.alibi", "n, H", (
+    alibi = skeleton("positional_encoding.alibi", "n, H", (
         "2.0 ** (-8.0 * h / H)", "-m[:, None, None] * (i - j)"))
     assert ex.check_alibi(alibi)

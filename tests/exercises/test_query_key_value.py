@@ -10,8 +10,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
-from _exercises import assert_rejected, stub
-from _hint_skeleton import assert_skeleton
+from _exercises import assert_rejected, assert_skeleton, stub
 
 import attn_helpers
 import attn_helpers as ah
@@ -96,7 +95,7 @@ def attention_with(*, scale=None, dim=-1, fill=-torch.inf, invert=False, mix="v"
     (attention_with(fill=-1e9), ["uniform weights", "case 6 of 7"]),
     (attention_with(zero=False), ["nan", "0 / 0 = NaN", "case 6 of 7"]),
     (lambda q, k, v, m: attention(q, k, v, m)[0], ["returned 1 value(s); expected 2"]),
-    (lambda q, k, v, m: attention(q, k, v, m)[::-1], ["the output has shape (3, 4)"]),
+    (lambda q, k, v, m: attention(q, k, v, m)[::-1], ["returned the output with shape (3, 4)"]),
 ])
 def test_attention_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_attention(wrong), *fragments)
@@ -192,7 +191,7 @@ def test_check_function_non_callable(candidate):
                           (lambda q, k, v, m: tuple(t.numpy() for t in attention(q, k, v, m)),
                            "ndarray")])
 def test_not_a_tensor_is_reported(solution, type_name):
-    assert_rejected(ex.check_attention(solution), "should be a torch.Tensor", type_name)
+    assert_rejected(ex.check_attention(solution), "return a torch.Tensor", type_name)
 
 
 def test_check_function_generic():

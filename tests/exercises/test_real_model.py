@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _exercises import filled_skeleton
+from _exercises import skeleton
 
 from attn_helpers.exercises import hint
 from attn_helpers.exercises import real_model as ex
@@ -90,7 +90,7 @@ PREVIOUS_WRONG = [
     (with_padding, "padding queries"),
     (first_counts_as_zero, "no previous token"),
     (summed, "you summed"),
-    (per_sentence_mean, "has shape"),
+    (per_sentence_mean, "with shape"),
     (mean_of_sentence_means, "mean of per-sentence means"),
 ]
 
@@ -279,9 +279,9 @@ def test_hints_come_in_three_levels(name, capsys):
 
 
 def test_the_level_3_skeletons_filled_in_pass():
-    previous = filled_skeleton("real_model.previous_token", "weights, mask", (
+    previous = skeleton("real_model.previous_token", "weights, mask", (
         "weights[..., i, i - 1]", "(on_previous * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))"))
     assert ex.check_previous_token_scores(previous)
-    norms = filled_skeleton("real_model.value_norms", "weights, values, W_O", (
+    norms = skeleton("real_model.value_norms", "weights, values, W_O", (
         "W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)", "weights * f.norm(dim=-1)[:, :, None, :]"))
     assert ex.check_value_norms(norms)

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _exercises import assert_rejected, stub
-from _hint_skeleton import assert_skeleton
+from _exercises import assert_rejected, assert_skeleton, stub
 
 from attn_helpers import AdditiveScore
 from attn_helpers.exercises import EXERCISES

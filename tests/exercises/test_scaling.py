@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from _exercises import assert_skeleton
 
 from attn_helpers import exercises
 from attn_helpers.exercises.scaling import (
@@ -15,7 +16,6 @@ from attn_helpers.exercises.scaling import (
     check_softmax_backward,
 )
 from attn_helpers.lessons import scaling
-from tests._hint_skeleton import assert_skeleton
 
 
 def _stub(*args):

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _exercises import assert_rejected, stub
-from _hint_skeleton import assert_skeleton
+from _exercises import assert_rejected, assert_skeleton, stub
 
 import attn_helpers as ah
 from attn_helpers.exercises import EXERCISES
@@ -58,7 +57,7 @@ def global_max(s, t):
     (lambda s, t: softmax_t(s, 1.0) / t, ["after the softmax"]),
     (no_max, ["nan", "overflows", "row's own maximum", "case 6 of 8"]),
     (global_max, ["nan", "one maximum for the whole tensor", "case 6 of 8"]),
-    (lambda s, t: softmax_t(s, t).sum(-1), ["has shape ()", "shape (5,)"]),
+    (lambda s, t: softmax_t(s, t).sum(-1), ["returned the weights with shape ()", "shape (5,)"]),
 ])
 def test_softmax_with_temperature_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_softmax_with_temperature(wrong), *fragments)
@@ -91,8 +90,8 @@ def test_entropy_stub_says_only_not_implemented():
     (lambda p: -torch.where(p > 0, torch.log(p), 0.0).sum(-1), ["weighted by a_j"]),
     (lambda p: -(p * torch.log(p)).sum(-1), ["nan", "0 * ln 0", "(3, 3)"]),
     (lambda p: entropy(p)[..., None], ["shape (1,)", "shape ()"]),
-    (lambda p: entropy(p) + 0.1, ["differs from the right answer", "largest difference 0.1"]),
-    (lambda p: entropy(p).tolist(), ["should be a torch.Tensor", "float"]),
+    (lambda p: entropy(p) + 0.1, ["returned the entropy with wrong values", "largest difference 0.1"]),
+    (lambda p: entropy(p).tolist(), ["returned the entropy as a float; return a torch.Tensor"]),
 ])
 def test_entropy_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_entropy(wrong), *fragments)
