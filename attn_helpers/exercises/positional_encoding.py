@@ -3,11 +3,9 @@ r"""Checkers for notebook 07 (positional encoding).
 * ``positional_encoding.sinusoidal``: :func:`check_sinusoidal`, the sinusoidal table
   :math:`PE_{p,2i} = \sin(p\,\omega_i)`, :math:`PE_{p,2i+1} = \cos(p\,\omega_i)`,
   :math:`\omega_i = 10000^{-2i/d}`.
-* ``positional_encoding.rope``: :func:`check_rope`, RoPE in a decoding step with a KV cache
-  (``rope_step(q, k, t)``): ``q, k (b, h, n, d)`` hold ``n`` new tokens at positions
-  ``t .. t + n - 1``; each pair :math:`(x_{2i}, x_{2i+1})` of the token at position :math:`m` is
-  rotated by :math:`m\,\omega_i`. The checker also checks that the new tokens' scores among
-  themselves do not depend on ``t`` (only on the offsets).
+* ``positional_encoding.rope``: :func:`check_rope`, the RoPE score from the offset alone
+  (``rope_score(q, k, delta)``): :math:`\mathrm{rope}(q, m)\cdot\mathrm{rope}(k, m - \delta)`
+  for any :math:`m`, written with :math:`R(m)^\top R(n) = R(n - m)` (section 4's property).
 * ``positional_encoding.alibi``: :func:`check_alibi`, the causal ALiBi bias of section 5:
   ``-m_h (i - j)`` for ``j <= i``, ``-inf`` above, slopes ``m_h = 2^(-8h/H)`` for ``h = 1 .. H``.
 """
@@ -26,7 +24,7 @@ from .positional_mistakes import _alibi
 from .workflow import exercise
 
 __all__ = ["ALIBI_FORBID", "FORBID", "alibi_reference", "check_alibi", "check_rope",
-           "check_sinusoidal", "rope_reference", "rope_step_reference"]
+           "check_sinusoidal", "rope_reference"]
 
 #: The package functions that would do exercises 1 and 2 for the learner: calling one (under any
 #: name, imported into the notebook too) while the learner's function runs fails the check.
@@ -105,137 +103,103 @@ def _handed_in(what: str, label: str) -> CheckResult:
                               "for you. Write the steps yourself; the checker blocks it here.")
 
 
-# --- exercise 2: RoPE in a decoding step -----------------------------------------------------
+# --- exercise 2: the RoPE score from the offset alone --------------------------------------------
 
 
-def rope_reference(x: torch.Tensor, p: int) -> torch.Tensor:
-    """``x (..., d)`` rotated as if it stood at position ``p``: pair ``(x[2i], x[2i+1])`` turned
-    by ``p * omega_i`` (:func:`attn_helpers.positional.apply_rope` on one position)."""
-    return apply_rope(x[..., None, :], torch.tensor([p]))[..., 0, :]
-
-
-def rope_step_reference(q: torch.Tensor, k: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``q, k (b, h, n, d)``: ``n`` new tokens at positions ``t .. t + n - 1`` (a decoding step
-    after ``t`` cached tokens), each rotated by its own position; returns ``(q', k')``."""
-    positions = t + torch.arange(q.shape[-2])
-    return apply_rope(q, positions), apply_rope(k, positions)
+def rope_reference(q: torch.Tensor, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """``q, k (..., d)``, ``delta (n,)`` -> ``(..., n)``: ``rope(q, m) . rope(k, m - delta_j)``, the
+    score of a query at any position ``m`` for a key ``delta_j`` positions back, rotated with
+    :func:`attn_helpers.positional.apply_rope` in float64 (here ``m = 0``)."""
+    n = delta.shape[0]
+    q_at = apply_rope(q.double()[..., None, :].expand(*q.shape[:-1], n, q.shape[-1]),
+                      torch.zeros(n, dtype=torch.long))
+    k_at = apply_rope(k.double()[..., None, :].expand(*k.shape[:-1], n, k.shape[-1]), -delta)
+    return (q_at * k_at).sum(-1).to(q.dtype)
 
 
 def _rope_cases() -> list[dict]:
     g = seeded(71)
-    shapes = [((1, 1, 1, 8), 5, torch.float32), ((2, 3, 4, 2), 3, torch.float32),
-              ((1, 2, 5, 16), 11, torch.float64), ((2, 1, 3, 8), 1000, torch.float64),
-              ((1, 2, 6, 6), 0, torch.float32)]
-    b, h, n, half, t = _sizes(g, 5, high=6)
-    shapes.append(((b, h, n, 2 * half), 10 * t, torch.float32))  # random shapes
-    return [{"q": torch.randn(*shape, generator=g).to(dtype),
-             "k": torch.randn(*shape, generator=g).to(dtype), "t": t} for shape, t, dtype in shapes]
+    specs = [((8,), [0, 1, 2, 3, 5], torch.float32), ((3, 16), [0, 4, 9, 1, 30, 2], torch.float64),
+             ((2,), [1, 0, 7], torch.float32), ((4, 8), [-3, -1, 0, 2], torch.float64),
+             ((2, 6), [1000, 1001, 4096], torch.float64)]
+    h, half = _sizes(g, 2, high=6)
+    specs.append(((h, 2 * half), torch.randint(0, 200, (5,), generator=g).tolist(), torch.float64))
+    return [{"q": torch.randn(*shape, generator=g).to(dtype), "k": torch.randn(*shape, generator=g)
+             .to(dtype), "delta": torch.tensor(delta)} for shape, delta, dtype in specs]
 
 
-def _step(q, k, t, **kw):
-    """The step with one thing changed, for the known mistakes (``shift`` moves the positions,
-    ``axis`` is the axis read as the positions)."""
-    shift, axis, only_q = kw.pop("shift", 0), kw.pop("axis", -2), kw.pop("only_q", False)
-
-    def one(x):
-        n = x.shape[axis]
-        angles_at = (t + shift + torch.arange(n)).view(-1, *([1] * (-axis - 2)))  # along axis
-        return _rotate_at(x, angles_at, **kw)
-    return one(q), (k if only_q else one(k))
-
-
-def _rotate_at(x, positions, *, sign=1.0, exponents=None, halves=False, interleave=True):
-    """RoPE with per-token ``positions`` (broadcast against ``x[..., :1]``), one thing changeable."""
-    d = x.shape[-1]
+def _score(q, k, delta, *, sign=1.0, exponents=None, halves=False, no_sin=False, omega_one=False,
+           both=False):
+    """The score by offset with one thing changed, for the known mistakes: ``sum_i (q_2i k_2i +
+    q_2i+1 k_2i+1) cos(delta w_i) + (q_2i k_2i+1 - q_2i+1 k_2i) sin(delta w_i)``."""
+    d = q.shape[-1]
     exponents = torch.arange(0, d, 2, dtype=torch.float64) / d if exponents is None else exponents
-    angles = sign * positions.to(torch.float64)[..., None] * 10000.0 ** (-exponents)  # (..., d/2)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    a, b = (x[..., : d // 2], x[..., d // 2:]) if halves else (x[..., 0::2], x[..., 1::2])
-    first, second = a * cos - b * sin, a * sin + b * cos  # (..., d/2) each
-    if halves or not interleave:
-        return torch.cat([first, second], -1)
-    return torch.stack([first, second], -1).flatten(-2)
+    omega = torch.ones(d // 2, dtype=torch.float64) if omega_one else 10000.0 ** (-exponents)
+    angles = delta.to(torch.float64)[:, None] * omega                                # (n, d/2)
+    q, k = q.double(), k.double()
+    split = (lambda x: (x[..., :d // 2], x[..., d // 2:])) if halves else (
+        lambda x: (x[..., 0::2], x[..., 1::2]))
+    (q0, q1), (k0, k1) = split(q), split(k)
+    dot, cross = (q0 * k0 + q1 * k1)[..., None, :], (q0 * k1 - q1 * k0)[..., None, :]  # (..., 1, d/2)
+    if both:
+        return dot.sum(-1).expand(*q.shape[:-1], len(delta)).to(q.dtype)
+    sin_term = 0.0 if no_sin else sign * cross * angles.sin()
+    return (dot * angles.cos() + sin_term).sum(-1)                                     # (..., n)
 
 
-def _offsets_only(candidate: Callable) -> CheckResult | None:
-    """The new tokens' scores among themselves must not change when the whole step moves."""
-    g = seeded(74)
-    q, k = torch.randn(2, 1, 2, 5, 8, generator=g, dtype=torch.float64)
-    try:
-        with torch.no_grad():
-            at_0, at_t = candidate(q.clone(), k.clone(), 0), candidate(q.clone(), k.clone(), 37)
-    except Exception:  # noqa: BLE001 - the main check already reported it
-        return None
-    scores = [a[0] @ a[1].transpose(-1, -2) for a in (at_0, at_t)]
-    gap = (scores[1] - scores[0]).abs().max().item()
-    if gap > 1e-8:
-        return CheckResult(False, f"Not yet: moving the whole step from t = 0 to t = 37 changed the "
-                                  f"new tokens' scores among themselves by {gap:.2g}; with RoPE they "
-                                  "depend only on the offsets between the tokens.")
-    return None
-
-
-@exercise("positional_encoding.rope", "RoPE in a decoding step (positions from t)", hints=(
-    "In a decoding step with a KV cache, t tokens are already cached, so the n new tokens stand at "
-    "positions t, t + 1, ..., t + n - 1: token m of the step is rotated by (t + m) omega_i, along "
-    "the n axis (dim -2), the same for every batch entry and head.",
-    "positions = t + torch.arange(n) (n,); omega_i = 10000^(-2i/d); angles = positions[:, None] * "
-    "omega (n, d/2) broadcasts against q[..., 0::2] (b, h, n, d/2). x'[2i] = x[2i] cos - x[2i+1] "
-    "sin, x'[2i+1] = x[2i] sin + x[2i+1] cos; rotate q and k alike.",
-    "d, n = q.shape[-1], q.shape[-2]\n"
-    "omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)       # (d/2,)\n"
-    "angles = ...                      # (n, d/2): the new tokens' positions times omega\n"
-    "cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)\n"
-    "def turn(x):\n"
-    "    even, odd = x[..., 0::2], x[..., 1::2]                               # (b, h, n, d/2)\n"
-    "    return ...                    # (b, h, n, d): the pairs rotated, interleaved back\n"
-    "return turn(q), turn(k)"))
-def check_rope(rope_step: Callable) -> CheckResult:
-    """Exercise: ``rope_step(q (b, h, n, d), k (b, h, n, d), t: int) -> (q', k')``, RoPE for the
-    ``n`` new tokens of a decoding step, at positions ``t .. t + n - 1`` (interleaved pairs,
-    ``omega_i = 10000^(-2i/d)``); the new tokens' scores among themselves depend on offsets only."""
-    if rope_step is rope_step_reference:
-        return _handed_in("rope_step", "rope_step_reference")
-    result = check_function(
-        rope_step, rope_step_reference, _rope_cases(), what="rope_step",
-        output_names=("the rotated queries", "the rotated keys"), forbid=FORBID,
+@exercise("positional_encoding.rope", "the RoPE score from the offset alone", hints=(
+    "rope(q, m) . rope(k, n) = q^T R(m)^T R(n) k, and R(m)^T R(n) = R(n - m): the score needs "
+    "only the offset. Put the query at position 0 and the key at -delta, or work pair by pair: "
+    "what is the dot product of a pair with another pair turned by an angle?",
+    "Pair i of q is (a, b), of k is (c, e); turning (c, e) by theta = -delta omega_i and dotting "
+    "with (a, b) gives (ac + be) cos(delta omega_i) + (ae - bc) sin(delta omega_i). Sum over the "
+    "d/2 pairs, omega_i = 10000^(-2i/d); compute the angles in float64.",
+    "d = q.shape[-1]\n"
+    "omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)   # (d/2,)\n"
+    "angles = delta.to(torch.float64)[:, None] * omega                    # (n, d/2)\n"
+    "a, b = q.double()[..., 0::2], q.double()[..., 1::2]                   # (..., d/2) each\n"
+    "c, e = k.double()[..., 0::2], k.double()[..., 1::2]\n"
+    "dot = ...                             # (..., 1, d/2): the part that goes with cos\n"
+    "cross = ...                           # (..., 1, d/2): the part that goes with sin\n"
+    "return (dot * angles.cos() + cross * angles.sin()).sum(-1).to(q.dtype)   # (..., n)"))
+def check_rope(rope_score: Callable) -> CheckResult:
+    """Exercise: ``rope_score(q (..., d), k (..., d), delta (n,)) -> (..., n)``: the score
+    ``rope(q, m) . rope(k, m - delta_j)`` of section 4 (interleaved pairs, ``omega_i =
+    10000^(-2i/d)``) for a key ``delta_j`` positions back, written from the offset alone (the
+    package's rotations are blocked while it runs)."""
+    if rope_score is rope_reference:
+        return _handed_in("rope_score", "rope_reference")
+    return check_function(
+        rope_score, rope_reference, _rope_cases(), what="rope_score", output_names=("the scores",),
+        forbid=FORBID, atol=1e-5, rtol=1e-4,
         mistakes=[
-            Mistake(lambda q, k, t: _step(q, k, t, shift=-t),
-                    "you started the positions at 0: after t cached tokens the new ones stand at "
-                    "t, t + 1, ..., so their scores against the cached keys would be wrong."),
-            Mistake(lambda q, k, t: _step(q, k, t, sign=-1.0),
-                    "you turned the pairs the wrong way (by -m omega_i): x'[2i] = x[2i] cos - "
-                    "x[2i+1] sin, x'[2i+1] = x[2i] sin + x[2i+1] cos."),
-            Mistake(lambda q, k, t: _step(q, k, t, halves=True),
+            Mistake(lambda q, k, delta: _score(q, k, delta, sign=-1.0),
+                    "the sin term has the wrong sign: you put the key delta positions AFTER the "
+                    "query (or turned the query instead of the key). With the key at m - delta, "
+                    "R(m)^T R(m - delta) = R(-delta)."),
+            Mistake(lambda q, k, delta: _score(q, k, delta, no_sin=True),
+                    "you kept only the cos term (q_2i k_2i + q_2i+1 k_2i+1) cos(delta w_i): "
+                    "turning a pair also mixes its two components, which gives the sin term "
+                    "(q_2i k_2i+1 - q_2i+1 k_2i) sin(delta w_i)."),
+            Mistake(lambda q, k, delta: _score(q, k, delta, both=True),
+                    "you turned the query and the key by the same angle: a shared rotation "
+                    "cancels in the dot product, so the score would not depend on delta at all. "
+                    "Only the difference of their positions turns one against the other."),
+            Mistake(lambda q, k, delta: _score(q, k, delta, halves=True),
                     "you paired dimension i with i + d/2 (the split-halves layout of GPT-NeoX and "
                     "LLaMA's Hugging Face code); here the pairs are neighbours (x[2i], x[2i+1])."),
-            Mistake(lambda q, k, t: _step(q, k, t, interleave=False),
-                    "the rotated pairs were not put back in place: you returned all first "
-                    "components, then all second ones. x'[2i] and x'[2i+1] stay side by side."),
-            Mistake(lambda q, k, t: _step(q, k, t, exponents=torch.arange(q.shape[-1] // 2)
-                                          / q.shape[-1]),
+            Mistake(lambda q, k, delta: _score(
+                        q, k, delta, exponents=torch.arange(q.shape[-1] // 2) / q.shape[-1]),
                     "the frequency of pair i is 10000^(-2i/d), not 10000^(-i/d)."),
-            Mistake(lambda q, k, t: _step(q, k, t, shift=1),
-                    "off by one: the first new token stands at position t (t tokens are cached at "
-                    "0 .. t - 1), not t + 1."),
-            Mistake(lambda q, k, t: _step(q, k, t, axis=-3),
-                    "you took the positions along the heads axis (dim -3): the tokens run along "
-                    "dim -2 of (b, h, n, d); every head sees the same positions."),
-            Mistake(lambda q, k, t: _step(q, k, t, only_q=True),
-                    "you rotated the queries only: the keys need their positions too, or the "
-                    "scores depend on the absolute position, not on the offset."),
-            Mistake(lambda q, k, t: _step(q, k, t, exponents=torch.arange(0, q.shape[-1], 2).flip(0)
-                                          / q.shape[-1]),
+            Mistake(lambda q, k, delta: _score(
+                        q, k, delta, exponents=torch.arange(0, q.shape[-1], 2).flip(0) / q.shape[-1]),
                     "the frequencies run the wrong way: pair 0 turns fastest (omega_0 = 1), the "
                     "last pair slowest."),
+            Mistake(lambda q, k, delta: _score(q, k, delta, omega_one=True),
+                    "every pair turned by the same angle delta: pair i turns by delta omega_i, "
+                    "with omega_i = 10000^(-2i/d)."),
         ],
     )
-    if result or "not implemented" in result.message or "blocks it" in result.message:
-        return result
-    extra = _offsets_only(rope_step)  # the property RoPE is for, checked on its own
-    if extra is None:
-        return result
-    return CheckResult(False, f"{result.message} Also: {extra.message.removeprefix('Not yet: ')}")
 
 
 # --- exercise 3: the ALiBi bias ----------------------------------------------------------------

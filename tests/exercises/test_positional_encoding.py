@@ -18,7 +18,7 @@ from attn_helpers.exercises.workflow import EXERCISES
 from attn_helpers.positional import sinusoidal_encoding
 
 CHECKERS = [(ex.check_sinusoidal, "sinusoidal", "positional_encoding.sinusoidal"),
-            (ex.check_rope, "rope_step", "positional_encoding.rope"),
+            (ex.check_rope, "rope_score", "positional_encoding.rope"),
             (ex.check_alibi, "alibi", "positional_encoding.alibi")]
 
 
@@ -69,7 +69,7 @@ def test_sinusoidal_checker_names_the_mistake(phrase):
     assert not verdict and "Not yet" in verdict.message and phrase in verdict.message
 
 
-# --- exercise 2: RoPE on a vector -------------------------------------------------------------
+# --- exercise 2: the RoPE score from the offset alone -------------------------------------------
 
 
 def rope_matrix(x, p, base=10000.0):
@@ -80,112 +80,122 @@ def rope_matrix(x, p, base=10000.0):
         theta = p * base ** (-2 * i / d)
         rotation[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor(
             [[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]])
-    return (x.double() @ rotation.T).to(x.dtype)
+    return x.double() @ rotation.T
 
 
 @settings(max_examples=30, deadline=None, derandomize=True)
-@given(half=st.integers(1, 8), p=st.integers(-50, 2000), heads=st.integers(1, 3),
+@given(half=st.integers(1, 8), m=st.integers(-50, 2000), delta=st.integers(-50, 2000),
        seed=st.integers(0, 1000))
-def test_rope_reference_is_the_rotation_matrix_and_keeps_the_norm(half, p, heads, seed):
-    x = torch.randn(heads, 2 * half, generator=torch.Generator().manual_seed(seed),
-                    dtype=torch.float64)
-    rotated = ex.rope_reference(x, p)
-    assert torch.allclose(rotated, rope_matrix(x, p), atol=1e-9)
-    assert torch.allclose(rotated.norm(dim=-1), x.norm(dim=-1), atol=1e-10)
+def test_rope_reference_is_the_score_of_the_rotation_matrices_at_any_position(half, m, delta, seed):
+    q, k = torch.randn(2, 2 * half, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    direct = rope_matrix(q, m) @ rope_matrix(k, m - delta)
+    assert torch.allclose(ex.rope_reference(q, k, torch.tensor([delta])), direct.reshape(1), atol=1e-9)
 
 
-def learner_rope_complex(x, p):
-    """A correct solution the other way round: each pair is a complex number times e^(i p w)."""
-    d = x.shape[-1]
+def loop_over_pairs(q, k, delta):
+    """A learner's loop: pair by pair, turn the key's pair by -delta omega_i and take the dot."""
+    d = q.shape[-1]
+    out = torch.zeros(*q.shape[:-1], len(delta), dtype=torch.float64)
+    for j, dl in enumerate(delta.tolist()):
+        for i in range(d // 2):
+            theta = -dl * 10000.0 ** (-2 * i / d)
+            c, e = k[..., 2 * i].double(), k[..., 2 * i + 1].double()
+            c, e = c * math.cos(theta) - e * math.sin(theta), c * math.sin(theta) + e * math.cos(theta)
+            out[..., j] += q[..., 2 * i].double() * c + q[..., 2 * i + 1].double() * e
+    return out.to(q.dtype)
+
+
+def complex_form(q, k, delta):
+    """Another correct answer: pairs as complex numbers, score = Re(sum q conj(k) e^(i delta w))."""
+    d = q.shape[-1]
     omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
-    return torch.view_as_real(pairs * torch.polar(torch.ones_like(omega), p * omega)) \
-        .flatten(-2).to(x.dtype)
+    zq = torch.view_as_complex(q.double().reshape(*q.shape[:-1], d // 2, 2).contiguous())
+    zk = torch.view_as_complex(k.double().reshape(*k.shape[:-1], d // 2, 2).contiguous())
+    turn = torch.polar(torch.ones(len(delta), d // 2, dtype=torch.float64),
+                       delta.double()[:, None] * omega)
+    return ((zq * zk.conj())[..., None, :] * turn).real.sum(-1).to(q.dtype)
 
 
-def step_with(rotate):
-    """A decoding step built from a one-vector rotation, token by token (a learner's loop)."""
-    def step(q, k, t):
-        qs, ks = q.clone(), k.clone()
-        for m in range(q.shape[-2]):
-            qs[..., m, :], ks[..., m, :] = rotate(q[..., m, :], t + m), rotate(k[..., m, :], t + m)
-        return qs, ks
-    return step
+def query_at_zero(q, k, delta):
+    """Another correct answer: section 4's rotation written out, query at 0, key at -delta."""
+    d = q.shape[-1]
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = -delta.double()[:, None] * omega                                   # (n, d/2)
+    even, odd = k.double()[..., None, 0::2], k.double()[..., None, 1::2]       # (..., 1, d/2)
+    k_at = torch.stack([even * angles.cos() - odd * angles.sin(),
+                        even * angles.sin() + odd * angles.cos()], -1).flatten(-2)  # (..., n, d)
+    return (q.double()[..., None, :] * k_at).sum(-1).to(q.dtype)
 
 
-def test_rope_checker_accepts_a_loop_over_the_matrix_and_the_complex_form():
-    assert ex.check_rope(step_with(rope_matrix))
-    assert ex.check_rope(step_with(learner_rope_complex))
+@pytest.mark.parametrize("answer", [loop_over_pairs, complex_form, query_at_zero])
+def test_rope_checker_accepts_other_correct_answers(answer):
+    verdict = ex.check_rope(answer)
+    assert verdict, verdict.message
 
 
 def test_rope_checker_blocks_the_package_functions():
     from attn_helpers import positional
 
-    def with_apply_rope(q, k, t):
-        positions = t + torch.arange(q.shape[-2])
-        return positional.apply_rope(q, positions), positional.apply_rope(k, positions)
+    def with_apply_rope(q, k, delta):
+        n = len(delta)
+        q_at = positional.apply_rope(q[..., None, :].expand(*q.shape[:-1], n, q.shape[-1]),
+                                     torch.zeros(n))
+        return (q_at * positional.apply_rope(k[..., None, :].expand_as(q_at), -delta)).sum(-1)
 
-    for answer in (ex.rope_step_reference, with_apply_rope):
+    for answer in (ex.rope_reference, with_apply_rope):
         verdict = ex.check_rope(answer)
-        assert not verdict and "does this exercise for you" in verdict.message
+        assert not verdict and "does this exercise for you" in verdict.message, verdict.message
     verdict = ex.check_sinusoidal(sinusoidal_encoding)
     assert not verdict and "sinusoidal_encoding" in verdict.message
 
 
-def learner_rope(q, k, t, *, sign=1, pairs="neighbours", back="interleave", exponent=None, shift=0,
-                 reverse=False, start=None, axis=-2, keys=True):
-    """A learner's decoding-step RoPE; each keyword plants one mistake."""
-    def turn(x):
-        d, n = x.shape[-1], x.shape[axis]
-        i = torch.arange(d // 2, dtype=torch.float64)
-        omega = 10000.0 ** (-(2 * i / d if exponent is None else exponent(i, d)))
-        omega = omega.flip(0) if reverse else omega
-        positions = (t if start is None else start) + shift + torch.arange(n, dtype=torch.float64)
-        theta = sign * positions.view(-1, *([1] * (-axis - 2)), 1) * omega
-        cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
-        halves = (x[..., :d // 2], x[..., d // 2:])
-        a, b = (x[..., 0::2], x[..., 1::2]) if pairs == "neighbours" else halves
-        first, second = a * cos - b * sin, a * sin + b * cos
-        if back == "interleave":
-            return torch.stack([first, second], -1).flatten(-2)
-        return torch.cat([first, second], -1)
-    return turn(q), (turn(k) if keys else k)
+def learner_score(q, k, delta, *, sign=1, halves=False, exponent=None, reverse=False, cos_only=False,
+                  same_angle=False, both=False):
+    """A learner's score by offset, written out; each keyword plants one mistake."""
+    d = q.shape[-1]
+    i = torch.arange(d // 2, dtype=torch.float64)
+    omega = 10000.0 ** (-(2 * i / d if exponent is None else exponent(i, d)))
+    omega = omega.flip(0) if reverse else omega
+    omega = torch.ones_like(omega) if same_angle else omega
+    angles = delta.double()[:, None] * omega
+    pick = (lambda x: (x[..., :d // 2], x[..., d // 2:])) if halves else (
+        lambda x: (x[..., 0::2], x[..., 1::2]))
+    (a, b), (c, e) = pick(q.double()), pick(k.double())
+    dot, cross = (a * c + b * e)[..., None, :], (a * e - b * c)[..., None, :]
+    if both:
+        angles = torch.zeros_like(angles)
+    score = dot * angles.cos() + (0 if cos_only else sign * cross * angles.sin())
+    return score.sum(-1).to(q.dtype)
 
 
 def test_the_learner_model_without_mistakes_passes():
-    assert ex.check_rope(learner_rope)
+    assert ex.check_rope(learner_score)
 
 
 ROPE_WRONG = {
-    "you started the positions at 0": dict(start=0),
-    "the wrong way": dict(sign=-1),
-    "the split-halves layout": dict(pairs="halves", back="concatenate"),
-    "were not put back in place": dict(back="concatenate"),
+    "the sin term has the wrong sign": dict(sign=-1),
+    "the split-halves layout": dict(halves=True),
     "not 10000^(-i/d)": dict(exponent=lambda i, d: i / d),
-    "off by one": dict(shift=1),
-    "along the heads axis": dict(axis=-3),
-    "you rotated the queries only": dict(keys=False),
     "the frequencies run the wrong way": dict(reverse=True),
+    "you kept only the cos term": dict(cos_only=True),
+    "every pair turned by the same angle": dict(same_angle=True),
+    "a shared rotation cancels": dict(both=True),
 }
 
 
 @pytest.mark.parametrize("phrase", ROPE_WRONG)
 def test_rope_checker_names_the_mistake(phrase):
-    verdict = ex.check_rope(lambda q, k, t: learner_rope(q, k, t, **ROPE_WRONG[phrase]))
-    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message
-
-
-def test_rope_checker_says_when_scores_depend_on_more_than_the_offset():
-    verdict = ex.check_rope(lambda q, k, t: learner_rope(q, k, t, keys=False))
-    assert "depend only on the offsets" in verdict.message
+    verdict = ex.check_rope(lambda q, k, delta: learner_score(q, k, delta, **ROPE_WRONG[phrase]))
+    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
 
 
 def test_rope_cases_cover_the_edge_cases():
     cases = ex._rope_cases()
-    assert all(c["q"].dim() == 4 and c["q"].shape == c["k"].shape for c in cases)
+    assert all(c["q"].shape == c["k"].shape and c["delta"].dim() == 1 for c in cases)
     assert {c["q"].dtype for c in cases} == {torch.float32, torch.float64}
-    assert any(c["t"] == 0 for c in cases) and any(c["t"] >= 1000 for c in cases)
-    assert any(c["q"].shape[-1] == 2 for c in cases) and any(c["q"].shape[1] > 1 for c in cases)
+    assert any((c["delta"] == 0).any() for c in cases) and any((c["delta"] < 0).any() for c in cases)
+    assert any(c["delta"].max() >= 1000 for c in cases)
+    assert any(c["q"].shape[-1] == 2 for c in cases) and any(c["q"].dim() == 2 for c in cases)
 
 
 # --- exercise 3: the ALiBi bias ------------------------------------------------------------------
@@ -285,9 +295,8 @@ def test_the_level_3_skeletons_filled_in_pass():
         "10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)",
         "torch.stack([angles.sin(), angles.cos()], -1).reshape(n_positions, d_model).float()"))
     assert ex.check_sinusoidal(sinusoidal)
-    rope = skeleton("positional_encoding.rope", "q, k, t", (
-        "(t + torch.arange(n, dtype=torch.float64))[:, None] * omega",
-        "torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)"))
+    rope = skeleton("positional_encoding.rope", "q, k, delta", (
+        "(a * c + b * e)[..., None, :]", "(a * e - b * c)[..., None, :]"))
     assert ex.check_rope(rope)
     alibi = skeleton("positional_encoding.alibi", "n, H", (
         "2.0 ** (-8.0 * h / H)", "-m[:, None, None] * (i - j)"))
