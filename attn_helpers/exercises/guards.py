@@ -32,6 +32,23 @@ class _RefuseOps(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class _RefuseOpCalls(torch.overrides.TorchFunctionMode):
+    """Refuses a call of ``torch.ops.aten.<op>`` (or one of its overloads) by name: a composite op
+    such as ``_scaled_dot_product_attention_math`` is decomposed before :class:`_RefuseOps` sees
+    it."""
+
+    def __init__(self, packets: frozenset, why: str):
+        super().__init__()
+        self.packets = packets
+        self.why = why
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        packet = getattr(func, "overloadpacket", func)
+        if isinstance(packet, torch._ops.OpOverloadPacket) and packet in self.packets:
+            raise Refused(f"{self.why} (it called torch.ops.aten.{packet.__name__}).")
+        return func(*args, **(kwargs or {}))
+
+
 class _RefuseFunctions(torch.overrides.TorchFunctionMode):
     def __init__(self, names: frozenset, why: str):
         super().__init__()
@@ -55,9 +72,10 @@ def refusing_ops(ops: Iterable[str], why: str, *, autograd: bool = False
     wanted = list(ops) + (["_make_dual", "_unpack_dual"] if autograd else [])
     packets = set()
     for name in wanted:
-        if name.endswith("*"):
-            packets |= {getattr(torch.ops.aten, n) for n in dir(torch.ops.aten)
-                        if n.startswith(name[:-1]) and not n.startswith("__")}
+        if name.endswith("*"):  # every registered aten op (dir() lists only those loaded so far)
+            registered = {n.split("::", 1)[1].split(".", 1)[0]
+                          for n in torch._C._dispatch_get_all_op_names() if n.startswith("aten::")}
+            packets |= {getattr(torch.ops.aten, n) for n in registered if n.startswith(name[:-1])}
         elif hasattr(torch.ops.aten, name):
             packets.add(getattr(torch.ops.aten, name))
     packets = frozenset(packets)
@@ -68,6 +86,7 @@ def refusing_ops(ops: Iterable[str], why: str, *, autograd: bool = False
             if autograd:
                 stack.enter_context(_RefuseFunctions(frozenset({"backward", "grad"}), why))
                 stack.enter_context(_no_autograd_engine(why))
+            stack.enter_context(_RefuseOpCalls(packets, why))
             stack.enter_context(_RefuseOps(packets, why))
             yield
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .core import CheckResult, Mistake, check_function, seeded
+from .core import CheckResult, Mistake, check_function, refusing_ops, seeded
 from .workflow import exercise, hint, progress
 
 __all__ = ["OVERFLOW_HINT", "check_cases", "check_entropy", "check_softmax_with_temperature",
@@ -53,6 +53,11 @@ SOFTMAX_CALLS = ((torch, "softmax"), (torch.nn.functional, "softmax"), (torch.Te
                  (torch.nn.functional, "softmin"))
 SOFTMAX_INSTEAD = ("Write it from torch.exp: subtract each row's maximum, exponentiate, divide by "
                    "the row's sum")
+#: The same below the names (torch.ops.aten._softmax, torch._C._VariableFunctions.softmax, ...).
+_NO_SOFTMAX_OPS = refusing_ops(
+    ["softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax", "special_softmax",
+     "special_log_softmax"],
+    f"the library softmax does this exercise for you. {SOFTMAX_INSTEAD}")
 
 
 def _softmax_cases() -> list[dict]:
@@ -117,7 +122,7 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
                     "so that the row still sums to one."),
         ],
         nan_hint=OVERFLOW_HINT,
-        forbid=SOFTMAX_CALLS, instead=SOFTMAX_INSTEAD,
+        forbid=SOFTMAX_CALLS, instead=SOFTMAX_INSTEAD, guard=_NO_SOFTMAX_OPS,
     )
 
 
@@ -147,6 +152,9 @@ def _entropy_calls() -> tuple[tuple[object, str], ...]:
 
 ENTROPY_INSTEAD = ("Write -sum_j a_j ln a_j with torch.log, giving the keys of weight 0 the term 0 "
                    "yourself (torch.where(weights > 0, ..., 0))")
+_NO_ENTROPY_OPS = refusing_ops(
+    ["special_entr", "xlogy*", "special_xlogy*"],
+    f"the library entropy term does this exercise for you. {ENTROPY_INSTEAD}")
 
 
 def _entropy_cases() -> list[dict]:
@@ -192,5 +200,5 @@ def check_entropy(entropy: Callable) -> CheckResult:
         ],
         nan_hint="0 * ln 0 is NaN in floating point, but its limit is 0: a key with zero weight "
                  "adds nothing. Use torch.where(weights > 0, ...) to give those keys 0.",
-        forbid=_entropy_calls(), instead=ENTROPY_INSTEAD,
+        forbid=_entropy_calls(), instead=ENTROPY_INSTEAD, guard=_NO_ENTROPY_OPS,
     )

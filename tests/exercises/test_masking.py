@@ -119,7 +119,7 @@ def test_kv_cache_step_blocks_torchs_fused_attention():
                                                            v_cache[..., :t + 1, :])
 
     assert_rejected(check_kv_cache_step(through_aten), "torch's fused attention",
-                    "torch.ops.aten._scaled_dot_product")
+                    "torch.ops.aten.scaled_dot_product_attention")
 
 
 def test_kv_cache_step_blocks_the_course_cache():

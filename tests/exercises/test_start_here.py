@@ -108,6 +108,9 @@ def test_entropy_rejects_and_names_mistakes(wrong, fragments):
     (lambda s, t: torch.nn.functional.softmin(-s / t, dim=-1), "softmin"),
     (lambda s, t: torch.nn.Softmax(dim=-1)(s / t), "softmax"),
     (torch.softmax, "torch.softmax"),                              # handed in as the answer
+    (lambda s, t: torch.ops.aten._softmax(s / t, -1, False), "torch.ops.aten._softmax"),  # below
+    (lambda s, t: torch._C._VariableFunctions.softmax(s / t, -1), "aten._softmax"),      # the names
+    (lambda s, t: torch.ops.aten._log_softmax(s / t, -1, False).exp(), "aten._log_softmax"),
 ])
 def test_softmax_checker_blocks_the_library_softmax(shortcut, name):
     assert_rejected(ex.check_softmax_with_temperature(shortcut), name, "does this exercise",
@@ -123,6 +126,9 @@ def test_softmax_checker_blocks_the_library_softmax(shortcut, name):
     (lambda p: -torch.xlogy(p, p).sum(-1), "torch.xlogy"),
     (lambda p: -torch.special.xlogy(p, p).sum(-1), "xlogy"),
     (lambda p: -p.xlogy(p).sum(-1), "Tensor.xlogy"),
+    (lambda p: torch.ops.aten.special_entr(p).sum(-1), "torch.ops.aten.special_entr"),   # below
+    (lambda p: torch._C._special.special_entr(p).sum(-1), "aten.special_entr"),          # the names
+    (lambda p: -torch.ops.aten.xlogy(p, p).sum(-1), "torch.ops.aten.xlogy"),
 ])
 def test_entropy_checker_blocks_the_library_entropy(shortcut, name):
     assert_rejected(ex.check_entropy(shortcut), name, "does this exercise",
