@@ -85,28 +85,30 @@ def given_self_attention(layer, y):
     return y + layer.self_attn(z, z, z, causal_mask(y.shape[1]))[0]
 
 
-def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, post_norm=False,
+def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, post_norm=(False, False),
                  cross_out=True, cross_residual=True, query_before_self=False, one_head=False,
-                 memory_queries=False):
+                 memory_queries=False, cross_norm=True, ff_residual=True, ff_norm="norm3",
+                 invert_memory=False, causal_memory=False):
     """Exercise 1's answer with one known mistake (all off: the right answer): the given
     self-attention, then the cross-attention and the feed-forward one position at a time."""
     ca = layer.cross_attn
     h = 1 if one_head else ca.num_heads
     K_m, V_m = split_heads(ca.k_proj(memory), h), split_heads(ca.v_proj(memory), h)
-    real = memory_real[:, None, None, :] if mask_memory else None
+    real = (~memory_real if invert_memory else memory_real)[:, None, None, :] if mask_memory else None
     x_all = given_self_attention(layer, y)
     outputs = []
 
-    def block(x, norm, fn, *, residual=True):
-        if post_norm:
-            return norm(x + fn(x))
+    def block(x, norm, fn, *, residual=True, post=False):
+        if post:  # "both": a norm before the block and after the sum
+            return norm(x + fn(norm(x) if post == "both" else x))
         return (x if residual else 0) + fn(norm(x))
 
     for t in range(y.shape[1]):
         x = x_all[:, t:t + 1]                                           # (b, 1, d)
 
-        def cross_attention(z):
-            o, _ = scaled_dot_product_attention(split_heads(ca.q_proj(z), h), K_m, V_m, real)
+        def cross_attention(z, t=t):
+            seen = real & (torch.arange(K_m.shape[-2]) <= t) if causal_memory else real
+            o, _ = scaled_dot_product_attention(split_heads(ca.q_proj(z), h), K_m, V_m, seen)
             o = merge_heads(o)
             return ca.out_proj(o) if cross_out else o
 
@@ -117,8 +119,10 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, post_norm=F
             o, _ = scaled_dot_product_attention(K_m, q, q)
             x = x + ca.out_proj(merge_heads(o))
         else:
-            x = block(x, layer.norm2, cross_attention, residual=cross_residual)
-        x = block(x, layer.norm3, layer.feed_forward)
+            x = block(x, layer.norm2 if cross_norm else nn.Identity(), cross_attention,
+                      residual=cross_residual, post=post_norm[0])
+        x = block(x, getattr(layer, ff_norm), layer.feed_forward, residual=ff_residual,
+                  post=post_norm[1])
         outputs.append(x)
     return torch.cat(outputs, 1)
 
@@ -158,10 +162,9 @@ def _library_shortcuts():
     "change while the decoder writes: project its keys and values once, before the loop; at step "
     "t only x[:, t:t+1] makes a query. Pre-norm: x = x + block(norm(x)), norm2 for the "
     "cross-attention, norm3 for the feed-forward.",
-    "Before the loop: K_m = split_heads(ca.k_proj(memory), h), V_m likewise (once). Step t: "
-    "q = split_heads(ca.q_proj(norm2(x_t)), h); o = attention(q, K_m, V_m, mask "
-    "memory_real[:, None, None, :]); x_t = x_t + ca.out_proj(merge_heads(o)); then "
-    "x_t + feed_forward(norm3(x_t)). Concatenate the steps along dim 1.",
+    "Once: K_m = memory W_K and V_m = memory W_V, split into heads. For each step t: "
+    "x_t <- x_t + W_O CrossAttn(LN_2(x_t) W_Q, K_m, V_m), the padded memory keys weighted 0; "
+    "then x_t <- x_t + FF(LN_3(x_t)). The output is the T steps side by side.",
     "ca, h = layer.cross_attn, layer.cross_attn.num_heads\n"
     "K_m = ...                          # (b, h, n_m, d_head): ca.k_proj(memory) split, ONCE\n"
     "V_m = ...                          # the same with ca.v_proj\n"
@@ -183,8 +186,12 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
     mistakes = [Mistake(lambda *a, _f=flaw: _decode_with(*a, **_f), hint) for hint, flaw in [
         ("padded memory positions were read: mask the cross-attention with memory_real "
          "(True = real), as (b, 1, 1, n_m) for the heads.", {"mask_memory": False}),
-        ("the blocks were written post-norm, norm(x + block(x)); this layer is pre-norm "
-         "(norm_first=True): x + block(norm(x)).", {"post_norm": True}),
+        *(("a block was written post-norm, norm(x + block(x)) (or norm(x + block(norm(x)))); this "
+           "layer is pre-norm (norm_first=True): x + block(norm(x)), nothing normalised after the "
+           "sum.", {"post_norm": (cross, ff)})
+          for cross in (False, True, "both") for ff in (False, True, "both") if cross or ff),
+        ("the memory was masked causally (step t read memory positions 0..t): the whole real "
+         "memory is visible at every step; only its padding is masked.", {"causal_memory": True}),
         ("the memory made the queries and the decoder the keys and values; in cross-attention "
          "the decoder asks (q from x_t) and the memory answers (K_m, V_m).", {"memory_queries": True}),
         ("the cross-attention's heads were merged but not sent through its out_proj.",
@@ -195,6 +202,15 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
          "it reads x, the state after it: q from norm2(x[:, t:t+1]).", {"query_before_self": True}),
         ("the heads were not split: split q, k, v into num_heads heads of d_model / num_heads "
          "(ah.split_heads), attend per head, merge.", {"one_head": True}),
+        ("the cross-attention's query read x_t itself; pre-norm reads the normalised state: "
+         "q from ca.q_proj(layer.norm2(x_t)).", {"cross_norm": False}),
+        ("the feed-forward's output must be ADDED to x_t (the residual), not replace it: "
+         "x_t + feed_forward(norm3(x_t)).", {"ff_residual": False}),
+        ("the feed-forward read norm2(x_t), the cross-attention's norm; each block has its own: "
+         "norm3 for the feed-forward.", {"ff_norm": "norm2"}),
+        ("the memory mask is inverted: memory_real is True at the REAL memory positions, the "
+         "ones that may be read (the opposite of nn.MultiheadAttention's key_padding_mask).",
+         {"invert_memory": True}),
     ]]
     result = check_function(decode_layer, decode_layer_reference, _layer_cases(),
                             what="decode_layer", output_names=("the outputs",), mistakes=mistakes,

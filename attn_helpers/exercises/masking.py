@@ -227,9 +227,9 @@ def _unwritten_step(k_cache, v_cache, t, q_t, k_t, v_t):
     "and value in slot t, then let its query attend to every slot filled so far, and to none of "
     "the slots after it, which hold garbage. The attention itself is notebook 02's: call "
     "ah.scaled_dot_product_attention.",
-    "k_cache[:, :, t] = k_t[:, :, 0], v_cache[:, :, t] = v_t[:, :, 0]; "
-    "output = ah.scaled_dot_product_attention(q_t, K_{0..t}, V_{0..t})[0], with K_{0..t} the "
-    "first t + 1 slots of the key cache (no mask: every filled slot is visible).",
+    "Write K[t] = k_t and V[t] = v_t; then o_t = softmax(q_t K_{0..t}^T / sqrt(d_k)) V_{0..t}: "
+    "the attention of the one query over slots 0..t, every one of them visible, slots after t "
+    "never read.",
     "k_cache[:, :, t] = ...                   # slot t gets the new key, (b, h, d_k)\n"
     "v_cache[:, :, t] = ...                   # and the new value, (b, h, d_v)\n"
     "keys = ...                              # the filled slots 0..t: (b, h, t + 1, d_k)\n"

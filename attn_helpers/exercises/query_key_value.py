@@ -70,6 +70,9 @@ def _attention_cases() -> list[dict]:
                   "k": torch.randn(batch, n_k, d_k, generator=g),
                   "v": torch.randn(batch, n_k, d_v, generator=g),
                   "mask": _random_mask(g, batch, n_q, n_k)})
+    q, k = (30 * torch.randn(2, 4, 4, generator=g) for _ in range(2))  # scores in the 1000s
+    cases.append({"q": q, "k": k, "v": torch.randn(2, 4, 3, generator=g),
+                  "mask": torch.ones(4, 4, dtype=torch.bool).tril()})
     return cases
 
 
@@ -78,13 +81,17 @@ def attention_reference(q, k, v, mask):
     return scaled_dot_product_attention(q, k, v, mask)
 
 
-def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v", zero_empty=True):
+def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v", zero_empty=True,
+               stable=True):
     """A learner's attention with one thing changed, for the known mistakes."""
     def attention(q, k, v, mask):
-        factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, v)
+        factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, k, v)
         scores = q @ k.transpose(-2, -1) * factor
         scores = scores.masked_fill(mask if invert else ~mask, fill)
-        weights = torch.softmax(scores, dim=dim)
+        if stable:
+            weights = torch.softmax(scores, dim=dim)
+        else:  # by hand, no maximum subtracted: exp overflows to inf, inf / inf = NaN
+            weights = scores.exp() / scores.exp().sum(dim, keepdim=True)
         if zero_empty and fill == float("-inf"):
             weights = torch.nan_to_num(weights, nan=0.0)
         return weights @ (v if mix == "v" else k), weights
@@ -125,12 +132,15 @@ def check_attention(attention: Callable) -> CheckResult:
         attention, attention_reference, _attention_cases(), what="attention",
         output_names=("the output", "the weights"),
         mistakes=[
-            Mistake(_attention(scale=lambda q, v: 1.0),
+            Mistake(_attention(scale=lambda q, k, v: 1.0),
                     "the scores were not scaled: divide q @ k^T by sqrt(d_k) before the softmax."),
-            Mistake(_attention(scale=lambda q, v: 1 / q.shape[-1]),
+            Mistake(_attention(scale=lambda q, k, v: 1 / q.shape[-1]),
                     "you divided by d_k; the scale is 1 / sqrt(d_k)."),
-            Mistake(_attention(scale=lambda q, v: 1 / math.sqrt(v.shape[-1])),
+            Mistake(_attention(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1])),
                     "you scaled by sqrt(d_v), the size of the values; the scale is 1 / sqrt(d_k)."),
+            Mistake(_attention(scale=lambda q, k, v: 1 / math.sqrt(k.shape[-2])),
+                    "you scaled by sqrt(n_k), the number of keys; the scale is 1 / sqrt(d_k), "
+                    "the size of each query and key vector."),
             *(Mistake(_attention(dim=-2, zero_empty=zero),
                       "the softmax ran over the queries (dim=-2); each query's weights over the "
                       "keys (dim=-1) must sum to one.") for zero in (True, False)),
@@ -147,6 +157,10 @@ def check_attention(attention: Callable) -> CheckResult:
                     "not see (the large negative fill makes all its scores equal); it must read "
                     "nothing: zero weights, zero output."),
             Mistake(_attention(zero_empty=False), FULLY_MASKED),
+            *(Mistake(_attention(stable=False, zero_empty=zero),
+                      "scores in the 1000s overflowed: exp(1000) is inf in floating point, and "
+                      "inf / inf is NaN. Subtract each row's maximum before exp (the softmax does "
+                      "not change), or use torch.softmax, which does.") for zero in (True, False)),
         ],
         nan_hint=FULLY_MASKED,
         forbid=_attention_calls(),

@@ -211,10 +211,10 @@ def _no_jacobian(inputs: dict):
 
 
 @exercise("scaling.softmax_backward", "the softmax backward pass, without building J", hints=(
-    "The gradient at the scores is J^T g with J = diag(a) - a a^T (symmetric). Multiply it out: "
-    "diag(a) g is a * g, and a a^T g is a times one number per row, the dot product <a, g>.",
-    "grad_s = a * (g - <a, g>), with a = softmax(s) over the last axis (the row's max subtracted "
-    "first) and <a, g> = sum over the last axis of a * g, kept as (..., 1) so it broadcasts.",
+    "Backpropagation needs only J^T g, and J = diag(a) - a a^T is symmetric. What are diag(a) g "
+    "and (a a^T) g, written so that no (n, n) matrix appears?",
+    "J_ij = a_i (delta_ij - a_j), so (J g)_i = a_i g_i - a_i sum_j a_j g_j. The sum is one number "
+    "per row, the same for every i; a = softmax(s) over the last axis.",
     "a = torch.softmax(scores, dim=-1)\n"
     "dot = ...                                    # <a, g> per row, kept (..., 1)\n"
     "return a * (grad_weights - dot)"))
@@ -287,22 +287,23 @@ def _gradient_norm(q, k, scaled, *, divisor=None, dim=-1, norm=None, reduce="mea
 REFUSED_WHILE_CHECKING = ("_gradient_norm",)
 
 
-_GRADIENT_FORBID = [(_scaling_lesson, "jacobian_norm"), (_scaling_lesson, "softmax_jacobian"),
-                    (_scaling_lesson, "saturation_stats"), (_scaling_lesson, "saturation_table"),
-                    (_scaling_lesson, "jacobian_curve")]
+#: The lesson's measurements, which would do exercise 3 for the learner. Section 2's
+#: ``softmax_jacobian`` is allowed: exercise 2 is about J; this one measures its norm against d_k.
+_GRADIENT_FORBID = [(_scaling_lesson, "jacobian_norm"), (_scaling_lesson, "saturation_stats"),
+                    (_scaling_lesson, "saturation_table"), (_scaling_lesson, "jacobian_curve")]
 
 
 @exercise("scaling.gradient_norm", "the gradient through the softmax, scaled and unscaled", hints=(
-    "Compute the scores as attention does, divided by sqrt(d_k) only when scaled is True. Each "
-    "query's softmax over the keys has a Jacobian J = diag(a) - a a^T; its size (the Frobenius "
-    "norm) says how much gradient gets through that row. Average it over the queries.",
-    "S = q k^T (divided by sqrt(d_k) if scaled); a = softmax(S) over the keys (the last axis); "
-    "J_i = diag(a_i) - a_i a_i^T, (n, n) for query i; return mean_i |J_i|_F as a float.",
+    "What does attention do to q and k before the softmax, and when does the scale enter? Each "
+    "query's row of weights has its own Jacobian, and its size (the Frobenius norm) says how much "
+    "gradient gets through that row. One number per call: an average over the queries.",
+    "S = q k^T, divided by sqrt(d_k) if scaled; a_i = softmax(S_i) over the keys; "
+    "J_i = diag(a_i) - a_i a_i^T (section 2's softmax_jacobian); return mean_i |J_i|_F.",
     "S = q @ k.T                                  # (m, n)\n"
     "if scaled:\n"
     "    S = ...                                  # the 1/sqrt(d_k) scale\n"
-    "a = torch.softmax(S, dim=-1)                 # (m, n)\n"
-    "J = ...                                      # (m, n, n): diag(a) - a a^T, one per query\n"
+    "a = ...                                      # (m, n): each query's weights over the keys\n"
+    "J = softmax_jacobian(a)                      # (m, n, n): section 2's J, one per query\n"
     "return torch.linalg.matrix_norm(J).mean().item()"))
 def check_gradient_norm(gradient_norm: Callable) -> CheckResult:
     """Exercise: ``gradient_norm(q (m, d_k), k (n, d_k), scaled) -> float``, the mean over the
@@ -312,7 +313,7 @@ def check_gradient_norm(gradient_norm: Callable) -> CheckResult:
         _number(_gradient_norm), _gradient_cases(), what="gradient_norm",
         output_names=("the mean gradient norm",), atol=1e-6, rtol=1e-4,
         forbid=_GRADIENT_FORBID,
-        instead="Build J = diag(a) - a a^T from a = softmax(S) and take its norm",
+        instead="Take J from section 2's softmax_jacobian and measure its norm yourself",
         mistakes=[
             Mistake(_number(lambda q, k, sc: _gradient_norm(q, k, False)),
                     "the scale was ignored: with scaled=True divide the scores by sqrt(d_k) "

@@ -119,12 +119,19 @@ def test_the_given_self_attention_is_the_layers_first_block():
 
 @pytest.mark.parametrize("flaw, words", [
     ({"mask_memory": False}, "padded memory positions were read"),
-    ({"post_norm": True}, "post-norm"),
+    ({"post_norm": (True, True)}, "post-norm"),
+    ({"post_norm": ("both", True)}, "post-norm"),
+    ({"post_norm": (False, "both")}, "post-norm"),
     ({"memory_queries": True}, "the decoder asks"),
     ({"cross_out": False}, "out_proj"),
     ({"cross_residual": False}, "the residual"),
     ({"query_before_self": True}, "before the self-attention block"),
     ({"one_head": True}, "heads were not split"),
+    ({"cross_norm": False}, "pre-norm reads the normalised state"),
+    ({"ff_residual": False}, "the feed-forward's output must be ADDED"),
+    ({"ff_norm": "norm2"}, "norm3 for the feed-forward"),
+    ({"invert_memory": True}, "the memory mask is inverted"),
+    ({"causal_memory": True}, "masked causally"),
 ])
 def test_decode_checker_names_the_mistake(flaw, words):
     assert_rejected(ex.check_decode_layer(lambda *a: ex._decode_with(*a, **flaw)), "\nHint: ", words)

@@ -73,27 +73,32 @@ def test_attention_accepts_right_answers():
         assert_passed(ex.check_attention(right))
 
 
-def attention_with(*, scale=None, dim=-1, fill=-torch.inf, invert=False, mix="v", zero=True):
+def attention_with(*, scale=None, dim=-1, fill=-torch.inf, invert=False, mix="v", zero=True,
+                   by_hand=False):
     def wrong(q, k, v, mask):
-        factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, v)
+        factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, k, v)
         scores = (q @ k.mT * factor).masked_fill(mask if invert else ~mask, fill)
-        w = torch.softmax(scores, dim)
+        w = torch.exp(scores) / torch.exp(scores).sum(dim, keepdim=True) if by_hand else \
+            torch.softmax(scores, dim)
         w = w.nan_to_num(0.0) if zero else w
         return w @ (v if mix == "v" else k), w
     return wrong
 
 
 @pytest.mark.parametrize("wrong, fragments", [
-    (attention_with(scale=lambda q, v: 1.0), ["not scaled"]),
-    (attention_with(scale=lambda q, v: 1 / q.shape[-1]), ["divided by d_k"]),
-    (attention_with(scale=lambda q, v: v.shape[-1] ** -0.5), ["sqrt(d_v)"]),
+    (attention_with(scale=lambda q, k, v: 1.0), ["not scaled"]),
+    (attention_with(scale=lambda q, k, v: 1 / q.shape[-1]), ["divided by d_k"]),
+    (attention_with(scale=lambda q, k, v: v.shape[-1] ** -0.5), ["sqrt(d_v)"]),
+    (attention_with(scale=lambda q, k, v: k.shape[-2] ** -0.5), ["sqrt(n_k), the number of keys"]),
+    (attention_with(by_hand=True), ["overflowed", "case 8 of 8", "Subtract each row's maximum"]),
+    (attention_with(by_hand=True, zero=False), ["0 / 0 = NaN", "case 6 of 8"]),  # that one first
     (attention_with(dim=-2), ["over the queries (dim=-2)"]),
     (attention_with(dim=-2, zero=False), ["over the queries (dim=-2)"]),
-    (attention_with(invert=True), ["mask is inverted", "case 1 of 7"]),
+    (attention_with(invert=True), ["mask is inverted", "case 1 of 8"]),
     (attention_with(fill=0.0), ["exp(0) = 1"]),
     (attention_with(mix="k"), ["mixes the keys"]),
-    (attention_with(fill=-1e9), ["uniform weights", "case 6 of 7"]),
-    (attention_with(zero=False), ["nan", "0 / 0 = NaN", "case 6 of 7"]),
+    (attention_with(fill=-1e9), ["uniform weights", "case 6 of 8"]),
+    (attention_with(zero=False), ["nan", "0 / 0 = NaN", "case 6 of 8"]),
     (lambda q, k, v, m: attention(q, k, v, m)[0], ["returned 1 value(s); expected 2"]),
     (lambda q, k, v, m: attention(q, k, v, m)[::-1], ["returned the output with shape (3, 4)"]),
 ])
@@ -109,7 +114,7 @@ def test_attention_reports_exceptions_and_in_place_changes():
 
     def scales_q_in_place(q, k, v, mask):
         q /= math.sqrt(q.shape[-1])
-        return attention_with(scale=lambda q, v: 1.0)(q, k, v, mask)
+        return attention_with(scale=lambda q, k, v: 1.0)(q, k, v, mask)
 
     assert_rejected(ex.check_attention(scales_q_in_place), "changed its input 'q' in place")
 

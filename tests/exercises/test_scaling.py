@@ -271,11 +271,24 @@ def test_exercises_are_registered_with_three_hints(capsys):
     ("scaling.softmax_backward", "scores, grad_weights", check_softmax_backward,
      ("(a * grad_weights).sum(dim=-1, keepdim=True)",)),
     ("scaling.gradient_norm", "q, k, scaled", check_gradient_norm,
-     ("S / q.shape[-1] ** 0.5", "torch.diag_embed(a) - a[:, :, None] * a[:, None, :]")),
+     ("S / q.shape[-1] ** 0.5", "torch.softmax(S, dim=-1)")),
 ])
 def test_the_third_hint_is_a_skeleton_that_passes_once_its_key_lines_are_written(
         key, signature, check, fills):
-    assert_skeleton(key, signature, check, fills)
+    assert_skeleton(key, signature, check, fills, softmax_jacobian=scaling.softmax_jacobian)
+
+
+def test_gradient_norm_allows_section_2s_jacobian_the_notebooks_copy_included():
+    """Exercise 2 asks for J (its product with g); exercise 3 measures J's norm, so J is given."""
+    def notebook_softmax_jacobian(a):  # cell 9's definition
+        return torch.diag_embed(a) - a[..., :, None] * a[..., None, :]
+
+    for jacobian in (scaling.softmax_jacobian, notebook_softmax_jacobian):
+        def measure(q, k, scaled, jacobian=jacobian):
+            S = q @ k.T / (q.shape[-1] ** 0.5 if scaled else 1.0)
+            return torch.linalg.matrix_norm(jacobian(torch.softmax(S, -1))).mean().item()
+        verdict = check_gradient_norm(measure)
+        assert verdict, verdict.message
 
 
 def _aten(s, g):
