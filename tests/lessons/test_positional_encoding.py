@@ -163,6 +163,40 @@ def test_claims_can_fail(shipped):
         "without positions, key 0 gets 0.9-1.1 times the mean weight on keys 1..i-1 (i >= 2)"]
 
 
+def _seed_group(seed: int) -> list[pt.PositionTaskModel]:
+    group = []
+    for scheme, _, base in [p for p in pt._plan() if p[1] == seed]:
+        torch.manual_seed(seed)
+        group.append(pt.PositionTaskModel(scheme, base=base))
+    return group
+
+
+def test_a_seeds_models_trained_together_equal_each_trained_alone():
+    """``train_all`` trains the seven models of a seed as one stacked model
+    (:mod:`attn_helpers.lessons.positional_together`): the same forward pass for every scheme and
+    base, and the same training steps as :func:`train_scheme` (equal here to the last bit; the
+    tolerance leaves room for another CPU's order of summation over 10 steps)."""
+    from attn_helpers.lessons import positional_together
+
+    group = _seed_group(2)
+    weights = {"embed": torch.stack([m.embed.weight for m in group]),
+               "qkv": torch.stack([m.qkv.weight for m in group]),
+               "head": torch.stack([m.head.weight for m in group]),
+               "positions": next(m for m in group if m.scheme == "learned").positions.weight}
+    tokens = torch.randint(0, pt.VOCAB, (5, 13), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        stacked = positional_together.stacked_logits(group, weights, tokens)
+        for model, logits in zip(group, stacked, strict=True):
+            torch.testing.assert_close(logits, model(tokens), atol=1e-6, rtol=0)
+    positional_together.train_together(group, seed=2, steps=10)
+    for (scheme, seed, base), together in zip([p for p in pt._plan() if p[1] == 2], group,
+                                              strict=True):
+        alone = pt.train_scheme(scheme, seed=seed, base=base, steps=10)
+        for (name, a), b in zip(alone.named_parameters(), together.parameters(), strict=True):
+            torch.testing.assert_close(b, a, atol=1e-4, rtol=0, msg=f"{scheme} {base} {name}")
+        assert not together.training
+
+
 @pytest.mark.slow
 def test_retraining_from_scratch_supports_the_same_claims():
     models, metadata, _ = run_recipe(pt.CHECKPOINT, save=False)
