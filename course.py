@@ -87,10 +87,10 @@ def lab(extra: list[str]) -> None:
 
 def nbval_command() -> list:
     """Strict nbval on every notebook: stored outputs must match a fresh run exactly
-    (after the sanitize file's substitutions)."""
+    (after the sanitize file's substitutions). The log ends with the 15 slowest cells."""
     return [PYTHON, "-m", "pytest", "--nbval", "--nbval-current-env",
             "--nbval-sanitize-with", SANITIZE, "--nbval-cell-timeout=600", "-p", "no:cacheprovider",
-            "-q", NOTEBOOKS]
+            "-q", "--durations=15", NOTEBOOKS]
 
 
 # The second strict nbval pass: another floating-point path through ATen and MKL (no AVX2/AVX-512
@@ -135,26 +135,30 @@ def run_tests(extra: list[str], scratch: Path) -> None:
         return
     ARTIFACTS.mkdir(exist_ok=True)
     # Four independent jobs, as many at a time as there are cores (at least two; every job is
-    # mostly one thread), each next job started as soon as a lane is free. The longest come
-    # first, so that no core idles while another finishes (longest-processing-time order). On a
-    # 2-core x86 laptop: the strict nbval pass on the other floating-point path ~400 s (one
-    # thread), the tests marked slow ~390 s (re-trainings, one thread each), the nbval pass with
-    # this environment's settings ~190 s alone on both cores, every other test ~215 s.
+    # mostly one thread), each next job started as soon as a lane is free. On 2 cores the lanes
+    # are (nbval on the other floating-point path, then nbval with this environment's settings)
+    # and (the tests marked slow, then every other test); in a quiet run on a 2-core x86 laptop,
+    # 2026-11-25: 322 + 277 s and 531 + 142 s before the positional re-training was batched.
+    # Splitting a pass in two (notebook 10 alone, its re-trainings alone) gains < 10 s here:
+    # the two lanes already hold about half the work each, so less work is the lever.
     other = " ".join(f"{k}={v}" for k, v in OTHER_FP_PATH.items())
     # The nbval pass with this environment's settings: its thread count too (a pin is dropped).
     default = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    # The pytest jobs on one thread each: two jobs on two cores, so a second thread per job only
+    # waits for a core held by the other lane (their results hold on any thread count).
+    one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     pytest = [PYTHON, "-m", "pytest", "tests", "-p", "no:cacheprovider", "--durations=25"]
     run_in_lanes([
         (f"strict nbval, {other}", "nbval_other_fp_path",
          nbval_command(), env("nbval-other-fp", **OTHER_FP_PATH)),
         ("tests marked slow (the re-trainings from scratch, among others)", "pytest_slow",
          [*pytest, "-m", "slow and not browser", "--basetemp", scratch / "tmp-slow", *extra],
-         env("pytest-slow"), NO_TESTS_OK),
+         env("pytest-slow", **one), NO_TESTS_OK),
         (f"strict nbval, default settings ({os.cpu_count()} cores)", "nbval_default",
          nbval_command(), env("nbval-default", default)),
         ("unit, property, widget, course-consistency and notebook-hygiene tests", "pytest",
          [*pytest, "-m", "not slow and not browser", "--basetemp", scratch / "tmp-rest", *extra],
-         env("pytest"), NO_TESTS_OK),
+         env("pytest", **one), NO_TESTS_OK),
     ], started, lanes=max(2, os.cpu_count() or 2))
     # Speed, alone on the machine: every target is a ratio to a baseline measured in the same run.
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
