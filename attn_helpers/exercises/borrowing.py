@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -66,6 +67,10 @@ def blocking(targets: Sequence[tuple[object, str]], *, namespaces: Sequence[dict
             elif id(value) in borrowed and borrowed[id(value)][0] is value:
                 saved.append((cell, "cell_contents", value))
                 cell.cell_contents = _borrowed_blocker(borrowed[id(value)][1])
+        for fn, why in borrowed.values():  # every other alias too: a default argument, a list,
+            if _own_code(fn):              # functools.partial, a class attribute
+                saved.append((fn, "__code__", fn.__code__))
+                fn.__code__ = _refusing_code(why, len(fn.__code__.co_freevars))
         yield
     finally:
         for owner, name, original in reversed(saved):
@@ -87,6 +92,27 @@ def _borrowed_blocker(why: str) -> Callable:
         raise BorrowedCall(why)
 
     return blocked
+
+
+def _own_code(fn) -> bool:
+    """A reference solution from the notebook, or a function of a checker module (its references
+    and known mistakes): code that may be swapped while a learner's function runs. The package's
+    library functions are left alone (they are blocked by name where an exercise forbids them)."""
+    return isinstance(fn, types.FunctionType) and (
+        fn.__name__.endswith("_solution") or _defined_in_checkers(fn))
+
+
+def _refusing_code(why: str, free: int) -> types.CodeType:
+    """A code object that raises :class:`BorrowedCall` with ``why``, with ``free`` free variables
+    (a function's ``__code__`` may only be swapped for one with as many)."""
+    names = [f"_v{i}" for i in range(free)]
+    lines = [f"def _outer({', '.join(names)}):", "    def refused(*args, **kwargs):",
+             f"        ({', '.join(names)}{',' if names else ''})",
+             "        raise __import__('attn_helpers.exercises.borrowing', fromlist=['_']"
+             f").BorrowedCall({why!r})", "    return refused"]
+    scope: dict = {}
+    exec("\n".join(lines), scope)  # noqa: S102 - the course's own text
+    return scope["_outer"](*([None] * free)).__code__
 
 
 _PACKAGE = __name__.rpartition(".")[0]  # attn_helpers.exercises

@@ -206,7 +206,7 @@ def _large_causal_cases() -> list[dict]:
 
 
 def _causal_with(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j, *, mask="causal", fill=-math.inf,  # noqa: C901
-                 mask_ds_only=False, tile_d=False, scale_grads=True):
+                 mask_ds_only=False, tile_d=False, scale_grads=True, local_softmax=None):
     """The causal tile with one thing changed, for the known mistakes."""
     n_i, n_j, scale = q_i.shape[-2], k_j.shape[-2], 1 / math.sqrt(q_i.shape[-1])
     allowed = {"causal": lambda: _causal_mask(n_i, n_j, i, j),
@@ -216,6 +216,9 @@ def _causal_with(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j, *, mask="causal", fil
                "local": lambda: _causal_mask(n_i, n_j, 0, 0)}[mask]()
     s = q_i @ k_j.mT * scale
     p = torch.exp((s if mask_ds_only else s.masked_fill(~allowed, fill)) - lse_i)
+    if local_softmax is not None:  # normalised over this tile's keys alone; "nan": rows unguarded
+        p = torch.softmax(s.masked_fill(~allowed, fill), -1)
+        p = p if local_softmax == "nan" else p.nan_to_num(0.0)
     dp = d_out_i @ v_j.mT
     D = (p * allowed * dp).sum(-1, keepdim=True) if tile_d else D_i
     ds = p * (dp - D)
@@ -245,6 +248,10 @@ def _causal_mistakes() -> list[Mistake]:
         Mistake(lambda *a: _causal_with(*a, tile_d=True),
                 "D was recomputed as rowsum(P * dP) over this tile alone; D = rowsum(dO * O) covers "
                 "the whole row: use the D you are given."),
+        *(Mistake(lambda *a, _k=kind: _causal_with(*a, local_softmax=_k),
+                  "P was normalised within this tile (a softmax over its keys): the row's other "
+                  "tiles hold the rest of its weight. P = exp(S - lse_i), with lse_i saved by the "
+                  "forward pass over the whole row.") for kind in ("zero", "nan")),
         Mistake(lambda *a: _causal_with(*a, scale_grads=False),
                 "dq_i and dk_j miss the scale: S = Q K^T / sqrt(d_k), so both gradients carry "
                 "1 / sqrt(d_k) (the chain rule through the scaling)."),
@@ -259,13 +266,12 @@ def _causal_mistakes() -> list[Mistake]:
               "allowed[a, b] = (j + b <= i + a);  S = Q_i K_j^T / sqrt(d_k) with -inf where not "
               "allowed;  P = exp(S - lse_i);  dS = P * (dO_i V_j^T - D_i);  dQ_i = dS K_j / sqrt(d_k);  "
               "dK_j = dS^T Q_i / sqrt(d_k);  dV_j = P^T dO_i.",
-              "if j >= i + q_i.shape[-2]:\n"
+              "if ...:                                       # a tile wholly above the diagonal\n"
               "    return torch.zeros_like(q_i), torch.zeros_like(k_j), torch.zeros_like(v_j)\n"
               "scale = 1 / math.sqrt(q_i.shape[-1])\n"
-              "keys = torch.arange(j, j + k_j.shape[-2])\n"
-              "allowed = keys[None, :] <= torch.arange(i, i + q_i.shape[-2])[:, None]\n"
+              "allowed = ...                                 # (B_q, B_k): key j + b <= query i + a\n"
               "S = (q_i @ k_j.mT * scale).masked_fill(~allowed, float('-inf'))\n"
-              "P = ...                                       # (..., B_q, B_k): from the saved lse\n"
+              "P = torch.exp(S - lse_i)                      # the whole row's normaliser, saved\n"
               "dS = P * (d_out_i @ v_j.mT - D_i)\n"
               "return ..., ..., ...                          # dq_i, dk_j, dv_j"))
 def check_causal_backward_tile(tile: Callable) -> CheckResult:

@@ -77,6 +77,9 @@ def _linear_mistakes() -> list[Mistake]:
         Mistake(lambda *a: _step_with(*a, phi=F.elu),
                 "phi = elu without the + 1: the feature map is elu(x) + 1, positive, so the "
                 "normaliser never reaches 0."),
+        Mistake(lambda *a: _step_with(*a, phi=F.relu),
+                "phi = relu: the feature map here is elu(x) + 1 (Katharopoulos et al.), which is "
+                "positive everywhere; relu zeroes the negative half and changes every output."),
         Mistake(lambda *a: _step_with(*a, phi=lambda x: x),
                 "no feature map: phi(x) = elu(x) + 1 is applied to q_t and k_t."),
         Mistake(lambda *a: _step_with(*a, phi_v=True),

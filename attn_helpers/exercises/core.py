@@ -79,7 +79,8 @@ def _close(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, 
     return torch.allclose(got.double(), expected.double(), atol=atol, rtol=rtol, equal_nan=equal_nan)
 
 
-def _compare(got, expected, name: str, atol: float, rtol: float) -> str | None:
+def _compare(got, expected, name: str, atol: float, rtol: float, *,
+             same_dtype: bool = False) -> str | None:
     """None if ``got`` matches ``expected``, else a sentence saying how it differs. ``name`` may
     be singular or plural ("the output", "the tokens"), so no sentence has it as its subject."""
     if not isinstance(got, torch.Tensor):
@@ -89,6 +90,9 @@ def _compare(got, expected, name: str, atol: float, rtol: float) -> str | None:
                 f"shape {tuple(expected.shape)}.")
     if not got.is_floating_point():
         return f"you returned {name} with dtype {got.dtype}; expected a floating-point tensor."
+    if same_dtype and got.dtype != expected.dtype:
+        return (f"you returned {name} as {got.dtype}; the right answer is {expected.dtype} (the "
+                "exercise says which: keep the input's dtype, or the one it names).")
     bad = ~torch.isfinite(got) & torch.isfinite(expected)
     if bad.any():
         index = tuple(int(i) for i in bad.nonzero()[0])
@@ -135,6 +139,7 @@ def check_function(
     instead: str = "Write the steps yourself",
     guard: Callable[[dict], contextlib.AbstractContextManager] | None = None,
     error_hints: Sequence[tuple[str, str]] = (),
+    same_dtype: bool = False,
 ) -> CheckResult:
     """Run ``candidate(*case.values())`` and the reference on every case; explain the first miss.
 
@@ -159,6 +164,8 @@ def check_function(
             tensor the exercise says not to build).
         error_hints: ``(fragment, hint)`` pairs: when the candidate raises an exception whose
             text contains ``fragment``, the likely mistake ``hint`` is named after it.
+        same_dtype: each returned tensor must have the reference's dtype (where the exercise
+            promises one: the input's, or a named one).
     """
     if not callable(candidate):
         return CheckResult(False, f"Not yet: {what} is not a function (got {type(candidate).__name__}).")
@@ -217,7 +224,7 @@ def check_function(
             return CheckResult(False, f"Not yet: on {where}, {what} returned {len(got)} value(s); "
                                       f"expected {len(expected)} ({', '.join(output_names)}).")
         for name, g, e in zip(output_names, got, expected, strict=False):
-            problem = _compare(g, e, name, atol, rtol)
+            problem = _compare(g, e, name, atol, rtol, same_dtype=same_dtype)
             if problem is None:
                 continue
             message = f"Not yet: on {where}, {problem}"

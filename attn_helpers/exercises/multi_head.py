@@ -58,7 +58,7 @@ def _learner(module_class) -> Callable:
 
 
 def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True,
-           invert_mask=None, fused="right", mask_heads=True) -> Callable:
+           invert_mask=None, fused="right", mask_heads=True, ignore_mask=False) -> Callable:
     """Multi-head self-attention with one known mistake, on a case's copied weights."""
 
     def forward(x, mask, h, seed):
@@ -83,7 +83,7 @@ def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True
         q, k, v = split_(q), split_(k), split_(v)
         c = {"d_head": d // h, "d_model": d, "none": 1}[scale]
         s = q @ k.transpose(-2, -1) / math.sqrt(c)
-        if mask is not None:
+        if mask is not None and not ignore_mask:
             allowed = ~mask if invert_mask else mask
             if allowed.dim() == 3:
                 if not mask_heads:                   # (b, n, n) against (b, h, n, n)
@@ -189,6 +189,9 @@ def check_multi_head_module(module_class) -> CheckResult:
                     "W_O is missing: the concatenated heads still go through out_proj."),
             Mistake(_wrong(invert_mask="nan"), mask_hint),
             Mistake(_wrong(invert_mask="zeros"), mask_hint),
+            Mistake(_wrong(ignore_mask=True),
+                    "the mask was ignored: every query read every key. Set the scores to -inf "
+                    "where mask is False (or pass mask to ah.scaled_dot_product_attention)."),
             Mistake(_wrong(mask_heads=False),
                     "a (b, n, n) mask was lined up with the heads axis: the scores are (b, h, n, "
                     "n), so give the mask a head axis, mask[:, None] -> (b, 1, n, n)."),

@@ -116,6 +116,12 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
     def everyone(m):
         return torch.ones_like(m)
 
+    def query_0_reads(key):                              # query 0 counted, reading key `key`
+        def produce(w, m):
+            i = torch.arange(w.shape[-1])
+            return _mean(w[..., i, torch.where(i == 0, key, i - 1)], _real_queries(m, 0))
+        return produce
+
     def mean_of_means(w, m):                             # each sentence's mean, then their mean
         valid = _real_queries(m, 1)                                  # (1, b, 1, n)
         per_sentence = (_diagonal(w, -1) * valid).sum(3) / valid.sum(3)   # (L, b, h)
@@ -145,6 +151,9 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
             Mistake(shifted(-1, 0),
                     "the first token ([CLS], i = 0) has no previous token: leave it out of the "
                     "mean instead of counting it as 0."),
+            *(Mistake(query_0_reads(key),
+                      "query 0 ([CLS]) was counted: it has no previous token (weights[..., 0, -1] "
+                      "is the LAST key, wrapped around). Start at query i = 1.") for key in (-1, 0)),
             Mistake(mean_of_means,
                     "you averaged each sentence's queries, then averaged the sentences: a mean of "
                     "per-sentence means, which the task rules out. Pool instead: sum over "

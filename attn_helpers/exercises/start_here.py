@@ -100,7 +100,7 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
     """Exercise: ``softmax_with_temperature(scores (..., n), temperature) -> (..., n)``."""
     return check_function(
         softmax_with_temperature, softmax_with_temperature_reference, _softmax_cases(),
-        what="softmax_with_temperature", output_names=("the weights",),
+        what="softmax_with_temperature", output_names=("the weights",), same_dtype=True,
         mistakes=[
             Mistake(lambda s, t: torch.softmax(s, -1),
                     "the temperature was ignored: divide the scores by T before the softmax."),
@@ -183,7 +183,7 @@ def check_entropy(entropy: Callable) -> CheckResult:
     """Exercise: ``entropy(weights (..., n)) -> (...)`` in nats, with ``0 ln 0 = 0``."""
     ref = entropy_reference
     return check_function(
-        entropy, ref, _entropy_cases(), what="entropy", output_names=("the entropy",),
+        entropy, ref, _entropy_cases(), what="entropy", output_names=("the entropy",), same_dtype=True,
         mistakes=[
             Mistake(lambda w: ref(w) / math.log(2),
                     "that is the entropy in bits (log base 2); use the natural log for nats."),

@@ -141,7 +141,8 @@ def test_causal_tiles_over_every_tile_give_autograd(n, b_q, b_k, d, d_v, seed):
 
 
 def learner_causal(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j, *, mask="causal", fill=-math.inf,
-                   mask_ds_only=False, tile_d=False, scale_grads=True, raw_exp=False):
+                   mask_ds_only=False, tile_d=False, scale_grads=True, raw_exp=False,
+                   local_softmax=False):
     """A learner's causal tile written with einsum; each keyword plants one mistake."""
     b_q, b_k = q_i.shape[-2], k_j.shape[-2]
     rows, cols = torch.arange(b_q)[:, None] + i, torch.arange(b_k)[None, :] + j
@@ -153,6 +154,8 @@ def learner_causal(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j, *, mask="causal", f
     if not mask_ds_only:
         s = torch.where(allowed, s, torch.tensor(fill, dtype=s.dtype))
     p = s.exp() / lse_i.exp() if raw_exp else (s - lse_i).exp()
+    if local_softmax:                                                    # this tile's keys only
+        p = torch.nan_to_num(torch.softmax(s, -1))
     dp = torch.einsum("...qv,...kv->...qk", d_out_i, v_j)
     D = (p * dp * allowed).sum(-1, keepdim=True) if tile_d else D_i
     ds = p * (dp - D)
@@ -170,7 +173,9 @@ def test_causal_checker_accepts_the_reference_a_learner_solution_and_the_hint():
     assert verdict and verdict.message.endswith("on all 7 cases, edge cases included.")
     assert ex.check_causal_backward_tile(skeleton(
         "complexity.causal_backward_tile", "q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j", (
-            "torch.exp(S - lse_i)", "dS @ k_j * scale", "dS.mT @ q_i * scale", "P.mT @ d_out_i"),
+            "j >= i + q_i.shape[-2]",
+            "torch.arange(j, j + k_j.shape[-2])[None, :] <= torch.arange(i, i + q_i.shape[-2])[:, None]",
+            "dS @ k_j * scale", "dS.mT @ q_i * scale", "P.mT @ d_out_i"),
         math=math))
 
 
@@ -188,6 +193,7 @@ CAUSAL_WRONG = {
     "D was recomputed as rowsum(P * dP) over this tile alone": _causal(tile_d=True),
     "dq_i and dk_j miss the scale": _causal(scale_grads=False),
     "exp(S) overflowed": _causal(raw_exp=True),
+    "P was normalised within this tile": _causal(local_softmax=True),
 }
 
 
@@ -259,6 +265,7 @@ STEP_WRONG = {
     "the outer product is transposed": _step(transpose=True),
     "z collected k_t itself": _step(raw_z=True),
     "phi = elu without the + 1": _step(phi=F.elu),
+    "phi = relu": _step(phi=F.relu),
     "no feature map": _step(phi=lambda x: x),
     "phi was applied to the value too": _step(phi_v=True),
 }

@@ -129,6 +129,7 @@ def test_module_check_does_not_move_the_global_seed():
     ({"mix": False}, "W_O is missing"),
     ({"mask_use": "inverted"}, "the mask is inverted"),
     ({"mask_use": "inverted, zeros"}, "the mask is inverted"),
+    ({"mask_use": "ignored"}, "the mask was ignored"),
     ({"mask_heads": False}, "mask[:, None]"),
     ({"dim": -2}, "softmax runs over the wrong axis"),
 ])

@@ -65,6 +65,12 @@ def first_counts_as_zero(weights, mask):
     return (on_previous * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
 
 
+def wrapped_around(weights, mask):  # i = 0 .. n-1 with key i - 1: query 0 reads key -1, the last
+    i = torch.arange(weights.shape[-1])
+    valid = mask[None, :, None, :].float()
+    return (weights[..., i, i - 1] * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+
+
 def summed(weights, mask):
     n = weights.shape[-1]
     i = torch.arange(1, n)
@@ -89,6 +95,7 @@ PREVIOUS_WRONG = [
     (transposed, "Rows are queries"),
     (with_padding, "padding queries"),
     (first_counts_as_zero, "no previous token"),
+    (wrapped_around, "wrapped around"),
     (summed, "you summed"),
     (per_sentence_mean, "with shape"),
     (mean_of_sentence_means, "mean of per-sentence means"),

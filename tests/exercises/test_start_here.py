@@ -58,6 +58,8 @@ def global_max(s, t):
     (no_max, ["nan", "overflows", "row's own maximum", "case 6 of 8"]),
     (global_max, ["nan", "one maximum for the whole tensor", "case 6 of 8"]),
     (lambda s, t: softmax_t(s, t).sum(-1), ["returned the weights with shape ()", "shape (5,)"]),
+    (lambda s, t: softmax_t(s, t).float(), ["returned the weights as torch.float32",
+                                             "the right answer is torch.float64"]),
 ])
 def test_softmax_with_temperature_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_softmax_with_temperature(wrong), *fragments)
@@ -90,6 +92,8 @@ def test_entropy_stub_says_only_not_implemented():
     (lambda p: -torch.where(p > 0, torch.log(p), 0.0).sum(-1), ["weighted by a_j"]),
     (lambda p: -(p * torch.log(p)).sum(-1), ["nan", "0 * ln 0", "(3, 3)"]),
     (lambda p: entropy(p)[..., None], ["shape (1,)", "shape ()"]),
+    (lambda p: entropy(p).float() if p.dtype == torch.float64 else entropy(p).double(),
+     ["as torch.float", "the right answer is torch.float"]),
     (lambda p: entropy(p) + 0.1, ["returned the entropy with wrong values", "largest difference 0.1"]),
     (lambda p: entropy(p).tolist(), ["returned the entropy as a float; return a torch.Tensor"]),
 ])

@@ -288,6 +288,37 @@ def test_wrapping_a_solution_a_reference_or_a_mistake_is_refused_by_name():
     assert not result and "the checker's" in result.message
 
 
+def test_a_solution_reached_by_any_alias_is_refused_and_restored():
+    """Review 3: a default argument, a list, functools.partial, a class attribute and a globals()
+    lookup all reach the same function object; its code refuses while the learner's runs."""
+    from attn_helpers.exercises.masking import check_window_mask
+
+    notebook = {"torch": torch}                                    # a notebook's globals
+    exec(  # noqa: S102 - the cells a learner might write
+        "import functools\n"
+        "def window_mask_solution(lengths, n, window):\n"
+        "    j = torch.arange(n)\n"
+        "    real = j[None, :] >= n - lengths[:, None]\n"
+        "    offset = j[:, None] - j[None, :]\n"
+        "    return real[:, None, :] & (offset >= 0) & (offset < window)\n"
+        "box, partial = [window_mask_solution], functools.partial(window_mask_solution)\n"
+        "class Holder:\n"
+        "    f = staticmethod(window_mask_solution)\n"
+        "def by_default(l, n, w, _f=window_mask_solution):\n    return _f(l, n, w)\n"
+        "def by_list(l, n, w):\n    return box[0](l, n, w)\n"
+        "def by_partial(l, n, w):\n    return partial(l, n, w)\n"
+        "def by_class(l, n, w):\n    return Holder.f(l, n, w)\n"
+        "def by_globals(l, n, w):\n    return globals()['window_mask_solution'](l, n, w)\n",
+        notebook)
+    solution = notebook["window_mask_solution"]
+    code = solution.__code__
+    for name in ("by_default", "by_list", "by_partial", "by_class", "by_globals"):
+        result = check_window_mask(notebook[name])
+        assert not result and "window_mask_solution, the reference solution" in result.message, name
+        assert solution.__code__ is code                                        # restored
+    assert check_window_mask(solution, solution=True)
+
+
 def test_refusing_ops_catches_every_route_to_an_aten_op():
     import torch.nn.functional as F  # noqa: N812
 
