@@ -1,8 +1,7 @@
 r"""Checkers for notebook 07 (positional encoding).
 
-* ``positional_encoding.sinusoidal``: :func:`check_sinusoidal`, the sinusoidal table
-  :math:`PE_{p,2i} = \sin(p\,\omega_i)`, :math:`PE_{p,2i+1} = \cos(p\,\omega_i)`,
-  :math:`\omega_i = 10000^{-2i/d}`.
+* ``positional_encoding.sinusoidal``: :func:`check_sinusoidal`, the matrix :math:`M_k` with
+  :math:`PE(p + k) = M_k\,PE(p)` for the sinusoidal table (section 2's :math:`R_i(k)` per pair).
 * ``positional_encoding.rope``: :func:`check_rope`, the RoPE score from the offset alone
   (``rope_score(q, k, delta)``): :math:`\mathrm{rope}(q, m)\cdot\mathrm{rope}(k, m - \delta)`
   for any :math:`m`, written with :math:`R(m)^\top R(n) = R(n - m)` (section 4's property).
@@ -18,13 +17,13 @@ import torch
 
 from .. import positional as _positional
 from ..lessons import rope as _rope
-from ..positional import apply_rope, sinusoidal_encoding
+from ..positional import apply_rope
 from .core import CheckResult, Mistake, check_function, seeded
-from .positional_mistakes import _alibi
+from .positional_mistakes import _alibi, _shift
 from .workflow import exercise
 
 __all__ = ["ALIBI_FORBID", "FORBID", "alibi_reference", "check_alibi", "check_rope",
-           "check_sinusoidal", "rope_reference"]
+           "check_sinusoidal", "rope_reference", "shift_matrix_reference"]
 
 #: The package functions that would do exercises 1 and 2 for the learner: calling one (under any
 #: name, imported into the notebook too) while the learner's function runs fails the check.
@@ -34,67 +33,62 @@ FORBID = [(_positional, name) for name in (
     (_rope, name) for name in ("apply_rope_half", "position_scores") if hasattr(_rope, name)]
 
 
-# --- exercise 1: the sinusoidal table --------------------------------------------------------
+# --- exercise 1: moving by k is a matrix ---------------------------------------------------------
 
 
 def _sizes(g: torch.Generator, k: int, high: int = 8) -> list[int]:  # a case's random shapes
     return torch.randint(1, high + 1, (k,), generator=g).tolist()
 
 
-def _table(n, d, *, positions=None, exponents=None):
-    """``sin``/``cos`` of ``positions[:, None] * 10000^(-exponents)``, interleaved: the encoding
-    with one thing changed, for the known mistakes."""
-    positions = torch.arange(n, dtype=torch.float64) if positions is None else positions
-    exponents = torch.arange(0, d, 2, dtype=torch.float64) / d if exponents is None else exponents
-    angles = positions[:, None] * 10000.0 ** (-exponents)  # (n, d/2)
-    return torch.stack([angles.sin(), angles.cos()], -1).reshape(n, d).float()
+def shift_matrix_reference(k: int, d_model: int) -> torch.Tensor:
+    """``(d, d)`` float64 ``M_k`` with ``PE(p + k) = M_k PE(p)`` for every ``p`` (section 2)."""
+    return _shift(k, d_model)
 
 
-@exercise("positional_encoding.sinusoidal", "the sinusoidal encoding table", hints=(
-    "Row p is position p, and its d numbers come in d/2 pairs (2i, 2i+1). Each pair turns at its "
-    "own frequency, fastest first; the even entry is a sine, the odd one a cosine.",
-    "omega_i = 10000^(-2i/d) for i = 0 .. d/2 - 1; PE[p, 2i] = sin(p omega_i), "
-    "PE[p, 2i+1] = cos(p omega_i).",
-    "p = torch.arange(n_positions, dtype=torch.float64)[:, None]            # (n, 1)\n"
-    "omega = ...                       # (d/2,): omega_i = 10000^(-2i/d), float64\n"
-    "angles = p * omega                                                    # (n, d/2)\n"
-    "return ...                        # (n, d) float32: sin and cos interleaved, sin at 2i"))
-def check_sinusoidal(sinusoidal: Callable) -> CheckResult:
-    """Exercise: ``sinusoidal(n_positions, d_model) -> PE (n_positions, d_model)`` float32, with
-    ``PE[p, 2i] = sin(p / 10000^(2i/d))`` and ``PE[p, 2i+1] = cos(p / 10000^(2i/d))``."""
-    n, half = _sizes(seeded(70), 2, high=40)  # and a case with random sizes
-    cases = [{"n_positions": n, "d_model": d}
-             for n, d in [(6, 8), (4, 2), (50, 16), (1, 4), (n, 2 * half)]]
-
-    def per_dimension(n, d):  # omega = 10000^(-j/d) for every dimension j, odd ones included
-        angles = torch.arange(n, dtype=torch.float64)[:, None] * 10000.0 ** (
-            -torch.arange(d, dtype=torch.float64) / d)
-        return torch.where(torch.arange(d) % 2 == 0, angles.sin(), angles.cos()).float()
-
-    if sinusoidal is sinusoidal_encoding:
-        return _handed_in("sinusoidal", "sinusoidal_encoding")
+@exercise("positional_encoding.sinusoidal", "moving the sinusoidal encoding by k: the matrix M_k",
+          hints=(
+    "PE(p) is d/2 pairs (sin a, cos a) with a = p omega_i. Moving k positions adds b = k omega_i "
+    "to each angle: which 2x2 matrix turns (sin a, cos a) into (sin(a + b), cos(a + b))? It must "
+    "not depend on a.",
+    "sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b, so pair i's "
+    "block is [[cos b, sin b], [-sin b, cos b]] with b = k omega_i, omega_i = 10000^(-2i/d), on "
+    "rows and columns 2i, 2i+1; zeros elsewhere.",
+    "omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)   # (d/2,)\n"
+    "c, s = (k * omega).cos(), (k * omega).sin()                          # (d/2,) each\n"
+    "M = torch.zeros(d_model, d_model, dtype=torch.float64)\n"
+    "even = torch.arange(0, d_model, 2)                                   # rows 2i\n"
+    "M[even, even], M[even, even + 1] = ...                              # the sin row of each pair\n"
+    "M[even + 1, even], M[even + 1, even + 1] = ...                      # the cos row\n"
+    "return M"))
+def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
+    """Exercise: ``shift_matrix(k, d_model) -> M_k (d_model, d_model)`` with ``PE(p + k) = M_k
+    PE(p)`` for every ``p``: block-diagonal, pair ``i``'s block ``[[cos b, sin b], [-sin b,
+    cos b]]``, ``b = k omega_i`` (section 2's :math:`R_i(k)`)."""
+    k, half = _sizes(seeded(70), 2, high=40)  # and a case with random sizes
+    cases = [{"k": k, "d_model": d} for k, d in [(1, 8), (3, 16), (0, 4), (-2, 8), (100, 32),
+                                                 (7, 2), (k, 2 * half)]]
     return check_function(
-        sinusoidal, sinusoidal_encoding, cases, what="sinusoidal", output_names=("PE",),
-        forbid=FORBID, mistakes=[
-            Mistake(lambda n, d: _table(n, d).view(n, d // 2, 2).flip(-1).reshape(n, d),
-                    "sin and cos are swapped: even dimensions 2i hold the sine, odd ones 2i+1 the "
-                    "cosine."),
-            Mistake(lambda n, d: torch.cat([_table(n, d)[:, 0::2], _table(n, d)[:, 1::2]], -1),
-                    "you put all sines first and all cosines after; in this course's layout they "
-                    "alternate: sin, cos, sin, cos, ..."),
-            Mistake(lambda n, d: _table(n, d, exponents=torch.arange(d // 2) / d),
-                    "the exponent is 2i/d, where 2i is the even dimension index (0, 2, 4, ...): "
-                    "pair i has frequency 10000^(-2i/d), not 10000^(-i/d)."),
-            Mistake(per_dimension,
-                    "the sine and the cosine of a pair share one frequency, 10000^(-2i/d); you "
-                    "gave dimension 2i+1 its own exponent (2i+1)/d."),
-            Mistake(lambda n, d: _table(n, d, positions=torch.arange(1, n + 1, dtype=torch.float64)),
-                    "off by one: the first row is position p = 0 (sin 0 = 0, cos 0 = 1), not 1."),
-            Mistake(lambda n, d: _table(n, d, exponents=-torch.arange(0, d, 2) / d),
-                    "the frequencies grow instead of shrinking: divide p by 10000^(2i/d), which "
-                    "is p * 10000^(-2i/d), so that the later pairs turn more slowly."),
+        shift_matrix, shift_matrix_reference, cases, what="shift_matrix", output_names=("M_k",),
+        forbid=FORBID, instead="Write M_k from the angle-addition formulas", atol=1e-6, mistakes=[
+            Mistake(lambda k, d: _shift(k, d, sign=-1.0),
+                    "the sin terms have the wrong signs (or M_k is transposed): that block is "
+                    "RoPE's rotation of a pair (x_2i, x_2i+1), which here moves PE(p) to PE(p - k). "
+                    "The pair is (sin, cos): sin(a + b) = sin a cos b + cos a sin b gives the row "
+                    "[cos b, sin b]."),
+            Mistake(lambda k, d: _shift(k, d, no_sin=True),
+                    "only the cos terms: moving the angle mixes the sine and the cosine of a pair, "
+                    "so each block also has sin b off its diagonal."),
+            Mistake(lambda k, d: _shift(k, d, exponents=torch.arange(d // 2) / d),
+                    "the frequency of pair i is 10000^(-2i/d), not 10000^(-i/d)."),
+            Mistake(lambda k, d: _shift(k, d, exponents=torch.arange(0, d, 2).flip(0) / d),
+                    "the frequencies run the wrong way: pair 0 turns fastest (omega_0 = 1), the "
+                    "last pair slowest."),
+            Mistake(lambda k, d: _shift(k, d, same_angle=True),
+                    "every pair turned by the same angle k: pair i turns by k omega_i."),
+            Mistake(lambda k, d: _shift(k, d, halves=True),
+                    "you paired dimension i with i + d/2; in PE the pair of frequency omega_i is "
+                    "(2i, 2i+1), side by side."),
         ],
-        atol=1e-4,
     )
 
 

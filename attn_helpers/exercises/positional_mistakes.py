@@ -30,3 +30,21 @@ def _alibi(n: int, H: int, *, first: int = 1, sign: float = -1.0, distance: str 
         bias = bias.masked_fill(~visible, future)
     bias = bias.transpose(-1, -2) if transpose else bias
     return bias.float()
+
+
+def _shift(k: int, d: int, *, sign: float = 1.0, exponents=None, halves: bool = False,
+           same_angle: bool = False, no_sin: bool = False) -> torch.Tensor:
+    """The ``(d, d)`` matrix ``M_k`` with ``PE(p + k) = M_k PE(p)`` for the interleaved sinusoidal
+    encoding (pair ``(sin, cos)``: block ``[[cos, sin], [-sin, cos]]`` of the angle ``k omega_i``),
+    with one thing changed (the known mistakes of notebook 07's exercise 1); with the defaults
+    it is the right answer."""
+    exponents = torch.arange(0, d, 2, dtype=torch.float64) / d if exponents is None else exponents
+    omega = torch.ones(d // 2) if same_angle else 10000.0 ** (-exponents.double())
+    omega = omega.double()
+    c, s = (k * omega).cos(), sign * (k * omega).sin() * (0.0 if no_sin else 1.0)
+    first = torch.arange(d // 2) if halves else torch.arange(0, d, 2)   # the pair's two rows
+    second = first + d // 2 if halves else first + 1
+    M = torch.zeros(d, d, dtype=torch.float64)
+    M[first, first], M[first, second] = c, s
+    M[second, first], M[second, second] = -s, c
+    return M

@@ -17,7 +17,7 @@ from attn_helpers.exercises import positional_encoding as ex
 from attn_helpers.exercises.workflow import EXERCISES
 from attn_helpers.positional import sinusoidal_encoding
 
-CHECKERS = [(ex.check_sinusoidal, "sinusoidal", "positional_encoding.sinusoidal"),
+CHECKERS = [(ex.check_sinusoidal, "shift_matrix", "positional_encoding.sinusoidal"),
             (ex.check_rope, "rope_score", "positional_encoding.rope"),
             (ex.check_alibi, "alibi", "positional_encoding.alibi")]
 
@@ -32,41 +32,62 @@ def test_a_stub_is_not_implemented_yet_and_nothing_more(check, what, key):
     assert check.exercise_key == key and key in EXERCISES
 
 
-# --- exercise 1: the sinusoidal table ---------------------------------------------------------
+# --- exercise 1: moving by k is a matrix -------------------------------------------------------
 
 
-def learner_sinusoidal(n, d, *, start=0, exponent=lambda j, d: j / d, layout="interleave"):
-    """A learner's table, loop by loop; each keyword plants one mistake. ``exponent(j, d)`` is
-    the exponent of dimension j's frequency (right: 2i/d for both 2i and 2i+1)."""
-    pe = torch.zeros(n, d, dtype=torch.float64)
-    for p in range(n):
-        for i in range(d // 2):
-            sin_at, cos_at = {"swapped": (2 * i + 1, 2 * i), "halves": (i, d // 2 + i)}.get(
-                layout, (2 * i, 2 * i + 1))
-            pe[p, sin_at] = math.sin((p + start) / 10000 ** exponent(2 * i, d))
-            pe[p, cos_at] = math.cos((p + start) / 10000 ** exponent(2 * i + (layout == "odd"), d))
-    return pe.float()
+@pytest.mark.parametrize("k, d", [(1, 8), (5, 16), (-3, 4), (250, 32), (0, 2)])
+def test_the_shift_matrix_moves_the_table_by_k(k, d):
+    PE = sinusoidal_encoding(300, d).double()                                 # (n, d)
+    M = ex.shift_matrix_reference(k, d)
+    start = max(0, -k)
+    moved = PE[start:300 - max(k, 0)] @ M.T                                   # rows: M_k PE(p)
+    assert torch.allclose(moved, PE[start + k:300 - max(k, 0) + k], atol=1e-5)
+    assert torch.allclose(M.T @ M, torch.eye(d, dtype=torch.float64), atol=1e-12)  # a rotation
 
 
-def test_sinusoidal_checker_accepts_a_loop_and_blocks_the_course_helper():
-    assert ex.check_sinusoidal(learner_sinusoidal)
-    assert not ex.check_sinusoidal(lambda n, d: sinusoidal_encoding(n, d))
+def learner_shift(k, d, *, sign=1, exponent=None, reverse=False, halves=False, same_angle=False,
+                  cos_only=False, transpose=False):
+    """A learner's M_k, pair by pair with math; each keyword plants one mistake."""
+    M = torch.zeros(d, d, dtype=torch.float64)
+    for i in range(d // 2):
+        j = (d // 2 - 1 - i) if reverse else i
+        b = k * (1.0 if same_angle else 10000.0 ** -(2 * j / d if exponent is None else exponent(j, d)))
+        a, c = (i, i + d // 2) if halves else (2 * i, 2 * i + 1)
+        sin = 0.0 if cos_only else sign * math.sin(b)
+        M[a, a], M[a, c], M[c, a], M[c, c] = math.cos(b), sin, -sin, math.cos(b)
+    return M.T if transpose else M
 
 
-SINUSOIDAL_WRONG = {
-    "sin and cos are swapped": dict(layout="swapped"),
-    "they alternate: sin, cos, sin, cos": dict(layout="halves"),
-    "not 10000^(-i/d)": dict(exponent=lambda j, d: (j // 2) / d),
-    "its own exponent (2i+1)/d": dict(layout="odd"),
-    "the first row is position p = 0": dict(start=1),
-    "the frequencies grow instead of shrinking": dict(exponent=lambda j, d: -j / d),
+def test_shift_checker_accepts_a_loop_and_blocks_the_package():
+    from attn_helpers import positional
+
+    assert ex.check_sinusoidal(learner_shift)
+    assert ex.check_sinusoidal(ex.shift_matrix_reference, solution=True)
+
+    def from_pair_rotation(k, d):
+        return torch.block_diag(*[positional.pair_rotation(k, d, i) for i in range(d // 2)])
+
+    verdict = ex.check_sinusoidal(from_pair_rotation)
+    assert not verdict and "pair_rotation" in verdict.message, verdict.message
+    verdict = ex.check_sinusoidal(ex.shift_matrix_reference)
+    assert not verdict and "the checker's own reference" in verdict.message, verdict.message
+
+
+SHIFT_WRONG = {
+    "the sin terms have the wrong signs": dict(sign=-1),
+    "only the cos terms": dict(cos_only=True),
+    "not 10000^(-i/d)": dict(exponent=lambda j, d: j / d),
+    "the frequencies run the wrong way": dict(reverse=True),
+    "every pair turned by the same angle k": dict(same_angle=True),
+    "you paired dimension i with i + d/2": dict(halves=True),
+    "(or M_k is transposed)": dict(transpose=True),
 }
 
 
-@pytest.mark.parametrize("phrase", SINUSOIDAL_WRONG)
-def test_sinusoidal_checker_names_the_mistake(phrase):
-    verdict = ex.check_sinusoidal(lambda n, d: learner_sinusoidal(n, d, **SINUSOIDAL_WRONG[phrase]))
-    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message
+@pytest.mark.parametrize("phrase", SHIFT_WRONG)
+def test_shift_checker_names_the_mistake(phrase):
+    verdict = ex.check_sinusoidal(lambda k, d: learner_shift(k, d, **SHIFT_WRONG[phrase]))
+    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
 
 
 # --- exercise 2: the RoPE score from the offset alone -------------------------------------------
@@ -291,10 +312,8 @@ def test_alibi_checker_blocks_the_package(shortcut, name):
 
 
 def test_the_level_3_skeletons_filled_in_pass():
-    sinusoidal = skeleton("positional_encoding.sinusoidal", "n_positions, d_model", (
-        "10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)",
-        "torch.stack([angles.sin(), angles.cos()], -1).reshape(n_positions, d_model).float()"))
-    assert ex.check_sinusoidal(sinusoidal)
+    shift = skeleton("positional_encoding.sinusoidal", "k, d_model", ("c, s", "-s, c"))
+    assert ex.check_sinusoidal(shift)
     rope = skeleton("positional_encoding.rope", "q, k, delta", (
         "(a * c + b * e)[..., None, :]", "(a * e - b * c)[..., None, :]"))
     assert ex.check_rope(rope)
