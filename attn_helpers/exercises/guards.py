@@ -15,15 +15,19 @@ from .core import Refused
 __all__ = ["refusing_ops"]
 
 
-class _RefuseOps(torch.utils._python_dispatch.TorchDispatchMode):
-    """Refuses the given aten ops below autograd, however they are reached: ``torch.ops.aten.*``,
-    a ``grad_fn`` called by hand, ``backward``/``autograd.grad``, forward-mode (``_make_dual``,
-    which ``torch.func.jvp`` uses)."""
+class _Refusing:
+    """What a refusing mode holds: the ops (or names) it refuses and the reason it gives."""
 
     def __init__(self, packets: frozenset, why: str):
         super().__init__()
         self.packets = packets
         self.why = why
+
+
+class _RefuseOps(_Refusing, torch.utils._python_dispatch.TorchDispatchMode):
+    """Refuses the given aten ops below autograd, however they are reached: ``torch.ops.aten.*``,
+    a ``grad_fn`` called by hand, ``backward``/``autograd.grad``, forward-mode (``_make_dual``,
+    which ``torch.func.jvp`` uses)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         packet = getattr(func, "overloadpacket", func)
@@ -32,15 +36,10 @@ class _RefuseOps(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-class _RefuseOpCalls(torch.overrides.TorchFunctionMode):
+class _RefuseOpCalls(_Refusing, torch.overrides.TorchFunctionMode):
     """Refuses a call of ``torch.ops.aten.<op>`` (or one of its overloads) by name: a composite op
     such as ``_scaled_dot_product_attention_math`` is decomposed before :class:`_RefuseOps` sees
     it."""
-
-    def __init__(self, packets: frozenset, why: str):
-        super().__init__()
-        self.packets = packets
-        self.why = why
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         packet = getattr(func, "overloadpacket", func)

@@ -95,8 +95,8 @@ HINTS: dict[str, tuple[str, str, str]] = {
         "n = weights.shape[-1]\n"
         "i = torch.arange(1, n)\n"
         "on_previous = ...                               # (L, b, h, n - 1): weights[..., i, i - 1]\n"
-        "valid = mask[:, 1:][None, :, None, :].float()   # (1, b, 1, n - 1): real queries i >= 1\n"
-        "return ...                                      # (L, h): pooled over sentences AND queries",
+        "valid = ...                                     # (1, b, 1, n - 1): real queries i >= 1\n"
+        "return pooled(on_previous, valid)               # (L, h): the stub's pooled mean",
     ),
 }
 

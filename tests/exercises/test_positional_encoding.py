@@ -73,23 +73,6 @@ def test_shift_checker_accepts_a_loop_and_blocks_the_package():
     assert not verdict and "the checker's own reference" in verdict.message, verdict.message
 
 
-SHIFT_WRONG = {
-    "the sin terms have the wrong signs": dict(sign=-1),
-    "only the cos terms": dict(cos_only=True),
-    "not 10000^(-i/d)": dict(exponent=lambda j, d: j / d),
-    "the frequencies run the wrong way": dict(reverse=True),
-    "every pair turned by the same angle k": dict(same_angle=True),
-    "you paired dimension i with i + d/2": dict(halves=True),
-    "(or M_k is transposed)": dict(transpose=True),
-}
-
-
-@pytest.mark.parametrize("phrase", SHIFT_WRONG)
-def test_shift_checker_names_the_mistake(phrase):
-    verdict = ex.check_sinusoidal(lambda k, d: learner_shift(k, d, **SHIFT_WRONG[phrase]))
-    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
-
-
 # --- exercise 2: the RoPE score from the offset alone -------------------------------------------
 
 
@@ -193,20 +176,28 @@ def test_the_learner_model_without_mistakes_passes():
     assert ex.check_rope(learner_score)
 
 
-ROPE_WRONG = {
-    "the sin term has the wrong sign": dict(sign=-1),
-    "the split-halves layout": dict(halves=True),
-    "not 10000^(-i/d)": dict(exponent=lambda i, d: i / d),
-    "the frequencies run the wrong way": dict(reverse=True),
-    "you kept only the cos term": dict(cos_only=True),
-    "every pair turned by the same angle": dict(same_angle=True),
-    "a shared rotation cancels": dict(both=True),
-}
+#: Exercises 1 and 2: a learner's answer with one planted mistake, and the phrase naming it.
+NAMED_MISTAKES = [
+    (ex.check_sinusoidal, learner_shift, "the sin terms have the wrong signs", dict(sign=-1)),
+    (ex.check_sinusoidal, learner_shift, "only the cos terms", dict(cos_only=True)),
+    (ex.check_sinusoidal, learner_shift, "not 10000^(-i/d)", dict(exponent=lambda j, d: j / d)),
+    (ex.check_sinusoidal, learner_shift, "the frequencies run the wrong way", dict(reverse=True)),
+    (ex.check_sinusoidal, learner_shift, "every pair turned by the same angle k", dict(same_angle=True)),
+    (ex.check_sinusoidal, learner_shift, "you paired dimension i with i + d/2", dict(halves=True)),
+    (ex.check_sinusoidal, learner_shift, "(or M_k is transposed)", dict(transpose=True)),
+    (ex.check_rope, learner_score, "the sin term has the wrong sign", dict(sign=-1)),
+    (ex.check_rope, learner_score, "the split-halves layout", dict(halves=True)),
+    (ex.check_rope, learner_score, "not 10000^(-i/d)", dict(exponent=lambda i, d: i / d)),
+    (ex.check_rope, learner_score, "the frequencies run the wrong way", dict(reverse=True)),
+    (ex.check_rope, learner_score, "you kept only the cos term", dict(cos_only=True)),
+    (ex.check_rope, learner_score, "every pair turned by the same angle", dict(same_angle=True)),
+    (ex.check_rope, learner_score, "a shared rotation cancels", dict(both=True)),
+]
 
 
-@pytest.mark.parametrize("phrase", ROPE_WRONG)
-def test_rope_checker_names_the_mistake(phrase):
-    verdict = ex.check_rope(lambda q, k, delta: learner_score(q, k, delta, **ROPE_WRONG[phrase]))
+@pytest.mark.parametrize("check, learner, phrase, flaw", NAMED_MISTAKES)
+def test_exercises_1_and_2_name_the_mistake(check, learner, phrase, flaw):
+    verdict = check(lambda *args: learner(*args, **flaw))
     assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
 
 

@@ -89,6 +89,23 @@ def per_sentence_mean(weights, mask):  # the right shape, but no mean over the b
     return previous_reference(weights, mask)[None].expand(weights.shape[1], -1, -1)
 
 
+#: The stub's given lines in notebook 09 (the pooled mean; notebook 06 asks for pooling).
+POOLED_GIVEN = ("def pooled(x, valid):\n"
+                "    return (x * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))\n")
+
+
+def test_the_stubs_given_pooling_is_the_checkers_and_passes_with_the_right_entries():
+    scope = {}
+    exec(POOLED_GIVEN, scope)  # noqa: S102 - the stub's given lines
+    pooled = scope["pooled"]
+
+    def answer(weights, mask):
+        i = torch.arange(1, weights.shape[-1])
+        return pooled(weights[..., i, i - 1], mask[:, 1:][None, :, None, :].float())
+
+    assert ex.check_previous_token_scores(answer)
+
+
 PREVIOUS_WRONG = [
     (next_token, "NEXT token"),
     (own_token, "on itself"),
@@ -287,7 +304,7 @@ def test_hints_come_in_three_levels(name, capsys):
 
 def test_the_level_3_skeletons_filled_in_pass():
     previous = skeleton("real_model.previous_token", "weights, mask", (
-        "weights[..., i, i - 1]", "(on_previous * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))"))
+        "weights[..., i, i - 1]", "mask[:, 1:][None, :, None, :].float()"), prefix=POOLED_GIVEN)
     assert ex.check_previous_token_scores(previous)
     norms = skeleton("real_model.value_norms", "weights, values, W_O", (
         "W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)", "weights * f.norm(dim=-1)[:, :, None, :]"))
