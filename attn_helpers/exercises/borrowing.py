@@ -169,15 +169,29 @@ def _borrowable(root, reference: Callable, mistakes: Sequence[Mistake]
             add(value, f"{name}, the reference solution from the collapsed cell")
     for module in _checker_modules():
         extra = set(getattr(module, "REFUSED_WHILE_CHECKING", ()))
+        short = module.__name__.rpartition(".")[2]
         for name, value in list(vars(module).items()):
             if (name.endswith("_reference") or name in extra) and callable(value) and not (
                     isinstance(value, type) or getattr(value, "exercise_key", None)):
-                add(value, f"{module.__name__.rpartition('.')[2]}.{name}, the checker's own "
-                           "reference")
+                add(value, f"{short}.{name}, the checker's own reference")
+            elif _checker_helper(module, name, value):
+                add(value, f"{short}.{name}, the checker's own code")
     add(reference, f"{getattr(reference, '__name__', 'the reference')}, the checker's reference")
     for mistake in mistakes:
         add(mistake.produce, "one of the checker's known mistakes")
     return found
+
+
+def _checker_helper(module, name: str, value) -> bool:
+    """A private function of a checker module (a mistake generator, a scorer, a case builder;
+    not in its ``__all__``): reaching it from a learner's function borrows the checker's answer.
+    Public names stay callable (``given_self_attention``: the stub calls it), and so do the
+    private helpers the checking itself runs around the learner's function (the module's
+    ``CALLED_WHILE_CHECKING``)."""
+    return (isinstance(value, types.FunctionType) and value.__module__ == module.__name__
+            and name not in getattr(module, "__all__", ()) and not name.startswith("check_")
+            and not getattr(value, "exercise_key", None)
+            and name not in getattr(module, "CALLED_WHILE_CHECKING", ()))
 
 
 def _namespaces(candidate: Callable) -> list[dict]:

@@ -34,6 +34,8 @@ from .build_gpt_support import (
     _build,
     _first_failure,
     _forbid,
+    _function_or_refusal,
+    _in_pieces,
     _randomise,
     _refuse_borrowed,
     _safe,
@@ -49,6 +51,8 @@ from .workflow import _RESULTS, exercise
 
 __all__ = ["check_attention", "check_block", "check_model", "check_train_step", "check_generate",
            "passed", "pieces", "with_attention"]
+#: Private helpers the checking runs while the learner's code does (see borrowing._checker_helper).
+CALLED_WHILE_CHECKING = ("_model_cfg",)
 
 KEYS = ("attention", "block", "model", "train_step", "generate")
 
@@ -88,14 +92,15 @@ def _attention_runner(forward: Callable) -> Callable:
         if not split:
             return forward(x, None)
         cache = KVCache(x.shape[1])
-        outs = [forward(x[:, :split], cache)]
-        for t in range(split, x.shape[1], step):
-            outs.append(forward(x[:, t:t + step], cache))
-        if any(o is None for o in outs):
-            return None
-        return torch.cat(outs, dim=1)
+        return _in_pieces(lambda part, start: forward(part, cache), x, split, step)
 
     return run
+
+
+_MASK_SHAPE_HINT = (
+    "the mask must be (n, start + n): the last n rows of causal_mask(start + n). If start was read "
+    "after cache.append, len(cache) already counts the n new tokens: read start = len(cache) "
+    "before appending (the stub does), then append.")
 
 
 @exercise("build_gpt.attention", "causal self-attention with a KV cache, at an offset", hints=(
@@ -135,7 +140,8 @@ def check_attention(cls) -> CheckResult:
             what="CausalSelfAttention", output_names=("the outputs of every call",),
             forbid=[(KVCache, "attend"), *_forbid("attention")], instead=_INSTEAD,
             mistakes=[Mistake(_safe(_attention_runner(attention_variant(reference, **kw))), hint)
-                      for kw, hint in ATTENTION_MISTAKES]))
+                      for kw, hint in ATTENTION_MISTAKES],
+            error_hints=[("does not broadcast", _MASK_SHAPE_HINT)]))
         if not results[-1]:
             return results[-1]
     return _first_failure(results)
@@ -260,12 +266,7 @@ def _model_runner(forward: Callable, cfg) -> Callable:
         if not split:
             return forward(tokens)
         caches = [KVCache(cfg.context) for _ in range(cfg.num_layers)]
-        outs = [forward(tokens[:, :split], 0, caches)]
-        for t in range(split, tokens.shape[1], step):
-            outs.append(forward(tokens[:, t:t + step], t, caches))
-        if any(o is None for o in outs):
-            return None
-        return torch.cat(outs, dim=1)
+        return _in_pieces(lambda part, start: forward(part, start, caches), tokens, split, step)
 
     return run
 
@@ -290,10 +291,7 @@ def check_train_step(train_step: Callable) -> CheckResult:
     """Exercise: ``train_step(model, optimizer, chunk (b, n + 1)) -> loss``: one step of
     next-character training; checked over two steps of SGD on a small reference GPT (the
     returned losses and the weights after)."""
-    if not callable(train_step):
-        return CheckResult(False, "Not yet: train_step is not a function "
-                                  f"(got {type(train_step).__name__}).")
-    refusal = _refuse_borrowed(train_step, "train_step")
+    refusal = _function_or_refusal(train_step, "train_step")
     if refusal is not None:
         return refusal
     g = seeded(401)

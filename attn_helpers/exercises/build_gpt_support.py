@@ -28,6 +28,9 @@ from .core import (
 # or a *_solution class, or that takes a method from one, is refused, as is a partial or bound
 # method of a solution or of the course's code.
 
+#: Private helpers the checking runs while the learner's code does (see borrowing._checker_helper).
+CALLED_WHILE_CHECKING = ("_in_pieces",)
+
 #: What does each exercise for the learner: the course's classes' forward, whole-exercise functions.
 COURSE_CODE = {
     "attention": [(bg.CausalSelfAttention, "forward")],
@@ -103,6 +106,25 @@ def _refuse_borrowed(obj, what: str) -> CheckResult | None:
         return None
     return CheckResult(False, f"Not yet: {why}. Passing it never counts as your pass; write "
                               f"{what} yourself.")
+
+
+def _function_or_refusal(fn, what: str) -> CheckResult | None:
+    """A refusal when the learner's ``fn`` is not a function or is borrowed (see
+    :func:`_refuse_borrowed`); None when it may be checked."""
+    if not callable(fn):
+        return CheckResult(False, f"Not yet: {what} is not a function (got {type(fn).__name__}).")
+    return _refuse_borrowed(fn, what)
+
+
+def _in_pieces(call: Callable, x: torch.Tensor, split: int, step: int):
+    """``call(x[:, :split], 0)``, then ``call(x[:, t:t + step], t)`` for ``t = split, split +
+    step, ...``: the outputs concatenated along the positions (None if any call returned None).
+    The checkers run a cache this way: a prompt, then new tokens a few at a time."""
+    starts = [0, *range(split, x.shape[1], step)]
+    outs = [call(x[:, s:e], s) for s, e in zip(starts, [*starts[1:], x.shape[1]], strict=True)]
+    if any(o is None for o in outs):
+        return None
+    return torch.cat(outs, dim=1)
 
 
 def _forbid(exercise_name: str) -> list:

@@ -95,6 +95,16 @@ def _large_merge_cases() -> list[dict]:
     return [{**case, "m1": case["m1"] + 1000.0, "m2": case["m2"] + 1000.0}]
 
 
+def _empty_merge_cases() -> list[dict]:
+    """Rows 0 and 2 with no key in either state (m1 = m2 = -inf): the merged row is empty too."""
+    case = _merge_case(seeded(82), (), 4, (3, 2), 3, offset=1.0)
+    empty = torch.tensor([True, False, True, False])[:, None]
+    for m, l, acc in (("m1", "l1", "acc1"), ("m2", "l2", "acc2")):  # noqa: E741
+        case[m] = case[m].masked_fill(empty, -math.inf)
+        case[l], case[acc] = case[l].masked_fill(empty, 0.0), case[acc].masked_fill(empty, 0.0)
+    return [case]
+
+
 def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=(True, True),  # noqa: E741
                 flip=False, swap=False, finish=False):
     """The merge with one thing changed, for the known mistakes."""
@@ -136,9 +146,12 @@ def _merge_mistakes() -> list[Mistake]:
               "Each state summed exp(s - m_i) over its own keys, against its own max. Pick the "
               "merged max first, then re-express both sums against it before adding them.",
               "m = max(m1, m2);  l = exp(m1 - m) l1 + exp(m2 - m) l2;  "
-              "acc = exp(m1 - m) acc1 + exp(m2 - m) acc2.",
+              "acc = exp(m1 - m) acc1 + exp(m2 - m) acc2. Where both states are empty, m = -inf "
+              "and m1 - m = -inf - (-inf) is NaN: subtract 0 there instead (the result is still "
+              "m = -inf, l = 0, acc = 0).",
               "m = torch.maximum(m1, m2)                     # (..., n_q, 1): the merged max\n"
-              "c1, c2 = ...                                  # each state's rescaling factor\n"
+              "safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))   # 0 if both empty\n"
+              "c1, c2 = ...                                  # each state's factor, against safe\n"
               "return m, ..., ...                            # l and acc, both rescaled and added"))
 def check_merge_states(merge: Callable) -> CheckResult:
     """Exercise: ``merge(m1, l1, acc1, m2, l2, acc2) -> (m, l, acc)``: ``m_i``, ``l_i``
@@ -147,8 +160,13 @@ def check_merge_states(merge: Callable) -> CheckResult:
                 "the differences m1 - m and m2 - m, which are at most 0.")
     forbid = [(efficient, "merge_states"), (ring, "merge_states"), (efficient, "online_softmax_step"),
               (efficient, "block_state"), (attn_helpers, "online_softmax_step"), *_EXACT]
+    both_empty = ("both states are empty in some rows (m1 = m2 = -inf), so m = -inf and m1 - m "
+                  "= -inf - (-inf) is NaN: rescale against a safe max, 0 where m is -inf "
+                  "(torch.where(torch.isfinite(m), m, 0)); the merged row is then empty too: "
+                  "m = -inf, l = 0, acc = 0.")
     return _stages(merge, merge_states_reference,
-                   [(_merge_cases(), _merge_mistakes(), overflow), (_large_merge_cases(), [], overflow)],
+                   [(_merge_cases(), _merge_mistakes(), overflow), (_large_merge_cases(), [], overflow),
+                    (_empty_merge_cases(), [], both_empty)],
                    what="merge_states", output_names=STATE, atol=1e-9, rtol=1e-7, forbid=forbid)
 
 

@@ -216,7 +216,8 @@ def _right_visible(t, n_max):
 
 
 def _unwritten_step(k_cache, v_cache, t, q_t, k_t, v_t):
-    """Right output, but the caches are never written: the new key and value are concatenated."""
+    """The caches are never written: the new key and value are concatenated to slots 0..t-1, which
+    no step wrote (garbage), so the outputs are wrong from step 1 on, and the caches too."""
     keys = torch.cat([k_cache[..., :t, :], k_t], dim=-2)
     values = torch.cat([v_cache[..., :t, :], v_t], dim=-2)
     return scaled_dot_product_attention(q_t, keys, values)[0]
@@ -252,14 +253,18 @@ def check_kv_cache_step(kv_cache_step: Callable) -> CheckResult:
                       "the value cache's slots 0..n-1"),
         atol=1e-5, rtol=1e-4, forbid=_cache_helpers(),
         instead="Write slot t and call ah.scaled_dot_product_attention (notebook 02's) on slots 0..t",
+        error_hints=[("expand", "k_t is (b, h, 1, d_k) and slot t of the cache, k_cache[:, :, t], is "
+                                "(b, h, d_k): write k_t[:, :, 0] there (and v_t[:, :, 0]).")],
         guard=refusing_ops(["scaled_dot_product_attention", "_scaled_dot_product_*"],
                            "torch's fused attention does this step for you; call notebook 02's "
                            "ah.scaled_dot_product_attention on slots 0..t instead"),
         mistakes=[
             Mistake(_decode(_unwritten_step),
-                    "slot t was never written: the outputs are right, but the caches still hold "
-                    "garbage. A preallocated cache is filled in place: k_cache[:, :, t] = "
-                    "k_t[:, :, 0] (and the value), then attend to slots 0..t of the cache."),
+                    "slot t was never written: the new key and value were joined to slots 0..t-1, "
+                    "but no step wrote those either, so every step after the first reads garbage "
+                    "(the outputs are wrong, and so are the caches). A preallocated cache is "
+                    "filled in place: k_cache[:, :, t] = k_t[:, :, 0] (and the value), then "
+                    "attend to slots 0..t of the cache."),
             Mistake(_decode(_wrong_step(lambda t, n_max: (0, n_max))),
                     "the query attended to the whole preallocated cache, garbage slots included: "
                     "only slots 0..t are filled, so use k_cache[..., :t + 1, :]."),

@@ -11,6 +11,8 @@ from ..masks import causal_mask
 from .core import seeded
 
 __all__: list[str] = []
+#: Private helpers the checking runs while the learner's code does (see borrowing._checker_helper).
+CALLED_WHILE_CHECKING = ("_torch_module", "_copy_weights", "_weights")
 
 
 def _module_cases() -> list[dict]:

@@ -69,7 +69,8 @@ def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
                                                  (7, 2), (k, 2 * half)]]
     return check_function(
         shift_matrix, shift_matrix_reference, cases, what="shift_matrix", output_names=("M_k",),
-        forbid=FORBID, instead="Write M_k from the angle-addition formulas", atol=1e-6, mistakes=[
+        forbid=FORBID, instead="Write M_k from the angle-addition formulas", atol=1e-6,
+        same_dtype=True, mistakes=[
             Mistake(lambda k, d: _shift(k, d, sign=-1.0),
                     "the sin terms have the wrong signs (or M_k is transposed): that block is "
                     "RoPE's rotation of a pair (x_2i, x_2i+1), which here moves PE(p) to PE(p - k). "
@@ -123,13 +124,15 @@ def _rope_cases() -> list[dict]:
 
 
 def _score(q, k, delta, *, sign=1.0, exponents=None, halves=False, no_sin=False, omega_one=False,
-           both=False):
+           both=False, single=False):
     """The score by offset with one thing changed, for the known mistakes: ``sum_i (q_2i k_2i +
     q_2i+1 k_2i+1) cos(delta w_i) + (q_2i k_2i+1 - q_2i+1 k_2i) sin(delta w_i)``."""
     d = q.shape[-1]
     exponents = torch.arange(0, d, 2, dtype=torch.float64) / d if exponents is None else exponents
     omega = torch.ones(d // 2, dtype=torch.float64) if omega_one else 10000.0 ** (-exponents)
     angles = delta.to(torch.float64)[:, None] * omega                                # (n, d/2)
+    if single:                        # omega and the angles in float32, as torch's default gives
+        angles = (delta[:, None] * 10000.0 ** (-(torch.arange(0, d, 2) / d))).double()
     q, k = q.double(), k.double()
     split = (lambda x: (x[..., :d // 2], x[..., d // 2:])) if halves else (
         lambda x: (x[..., 0::2], x[..., 1::2]))
@@ -192,6 +195,13 @@ def check_rope(rope_score: Callable) -> CheckResult:
             Mistake(lambda q, k, delta: _score(q, k, delta, omega_one=True),
                     "every pair turned by the same angle delta: pair i turns by delta omega_i, "
                     "with omega_i = 10000^(-2i/d)."),
+            Mistake(lambda q, k, delta: _score(q, k, delta, single=True),
+                    "the angles were computed in float32 (torch.arange gives integers, and "
+                    "dividing them gives float32): at offsets in the thousands, delta omega_i "
+                    "keeps only about 7 digits, an error of about 1e-4 of a radian at delta = "
+                    "4096, which moves the score. Compute omega and the angles in float64 "
+                    "(torch.arange(0, d, 2, dtype=torch.float64)) and cast the score back to "
+                    "q's dtype."),
         ],
     )
 
@@ -269,6 +279,11 @@ def check_alibi(alibi: Callable) -> CheckResult:
             Mistake(lambda n, H: _alibi(n, H, future=0.0),
                     "the future keys got bias 0, which the softmax still weighs; they must get "
                     "-inf (weight exactly 0)."),
+            Mistake(lambda n, H: _alibi(n, H, future=-1e9),
+                    "the future keys got a large finite number (-1e9) instead of -inf. After the "
+                    "softmax it rounds to a weight of 0 here, but it is a stand-in whose size must "
+                    "suit the dtype and the scores (float16 cannot hold -1e9); the exercise asks "
+                    "for the mask itself: float('-inf')."),
             Mistake(lambda n, H: _alibi(n, H, per="query"),
                     "the slopes went along the query rows (m[:, None] times an (n, n) grid): one "
                     "slope per HEAD, m[:, None, None], so each head has its own (n, n) bias."),

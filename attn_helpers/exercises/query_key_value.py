@@ -239,7 +239,7 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
         why = "every token attends to itself: the keys must be shifted by one position."
     else:
         why = "the pattern is not the next-token relation."
-    return f"{where}. {why}"
+    return f"{where}. {why[0].upper()}{why[1:]}"
 
 
 @exercise("query_key_value.asymmetric_relation", "choose W_Q, W_K: attend to the next token",

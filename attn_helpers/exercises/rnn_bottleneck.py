@@ -18,7 +18,9 @@ from collections.abc import Callable
 
 import torch
 
-from ..attention import additive_scores as _additive_scores
+import attn_helpers
+
+from .. import attention
 from .core import CheckResult, Mistake, check_function, seeded
 from .start_here import size
 from .workflow import exercise, hint, progress
@@ -168,8 +170,9 @@ def _additive_cases() -> list[dict]:
 
 def additive_scores_reference(s, H, U_q, U_k, v_a):  # noqa: N803
     """``s (b, d_dec), H (b, n, d_enc), U_q (d_dec, d_a), U_k (d_enc, d_a), v_a (d_a,)
-    -> e (b, n)``: the core's :func:`~attn_helpers.attention.additive_scores` with one query."""
-    return _additive_scores(s[:, None, :], H, U_q.T, U_k.T, v_a)[:, 0, :]
+    -> e (b, n)``, written out (the checker blocks the core's
+    :func:`~attn_helpers.attention.additive_scores`; a test checks the two agree)."""
+    return torch.tanh((s @ U_q)[:, None, :] + H @ U_k) @ v_a
 
 
 def _features(f: Callable, combine: Callable = torch.add) -> Callable:
@@ -201,7 +204,11 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
     return check_function(
         additive_scores, additive_scores_reference, _additive_cases(), what="additive_scores",
         output_names=("the scores e",),
-        error_hints=[("must match the size of tensor", _NEW_AXIS)],
+        forbid=[(attention, "additive_scores"), (attn_helpers, "additive_scores")],
+        instead="Write the tanh of the two projections and the product with v_a yourself",
+        error_hints=[("must match the size of tensor", _NEW_AXIS),
+                     ("same dtype", "make every tensor you create with the inputs' dtype "
+                      "(torch.zeros(..., dtype=s.dtype)): these cases mix float32 and float64.")],
         mistakes=[
             Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a, _NEW_AXIS),
             Mistake(_features(lambda x, v: x @ v),

@@ -101,6 +101,10 @@ def check_choose_scale(choose_scale: Callable) -> CheckResult:
                     "1/sqrt(d_k) is right only when the components of q and k have variance 1. "
                     "These weights are initialised differently: measure the spread of the "
                     "scores S = Q K^T within each row and take c = 1/sqrt(that variance)."),
+            Mistake(_number(lambda x, w_q, w_k: (1 / _scores(x, w_q, w_k).std(dim=-1)).mean().item()),
+                    "you averaged a scale per row, 1/std of each row; the exercise asks for one c "
+                    "that makes the rows' variances average to 1: average the variances first "
+                    "(S.var(dim=-1).mean()), then c = 1 / sqrt(that)."),
             Mistake(_number(lambda x, w_q, w_k: _row_scale(_scores(x, w_q, w_k)) ** 2),
                     "Var(c S) = c^2 Var(S): the scale is 1/sqrt(variance), the inverse of the "
                     "standard deviation, not of the variance."),

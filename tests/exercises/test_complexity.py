@@ -63,7 +63,8 @@ def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=(True, T
     if raw_exp:                                                      # exp(m_i) / exp(m): overflows
         w1, w2 = m1.exp() / m.exp(), m2.exp() / m.exp()
     else:
-        w1, w2 = ((m - m1).exp(), (m - m2).exp()) if flip else ((m1 - m).exp(), (m2 - m).exp())
+        m_ = torch.where(torch.isfinite(m), m, 0.0)                  # 0 where both are empty
+        w1, w2 = ((m_ - m1).exp(), (m_ - m2).exp()) if flip else ((m1 - m_).exp(), (m2 - m_).exp())
     if swap:
         w1, w2 = w2, w1
     l = w1 * l1 + w2 * l2 if rescale[0] else l1 + l2  # noqa: E741
@@ -74,10 +75,22 @@ def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=(True, T
 def test_merge_checker_accepts_the_reference_a_learner_solution_and_the_hint():
     assert ex.check_merge_states(ex.merge_states_reference, solution=True)
     verdict = ex.check_merge_states(learner_merge)
-    assert verdict and verdict.message.endswith("on all 6 cases, edge cases included.")
+    assert verdict and verdict.message.endswith("on all 7 cases, edge cases included.")
     signature = "m1, l1, acc1, m2, l2, acc2"
     assert ex.check_merge_states(skeleton("complexity.merge_states", signature, (
-        "torch.exp(m1 - m), torch.exp(m2 - m)", "c1 * l1 + c2 * l2", "c1 * acc1 + c2 * acc2")))
+        "torch.exp(m1 - safe), torch.exp(m2 - safe)", "c1 * l1 + c2 * l2",
+        "c1 * acc1 + c2 * acc2")))
+
+
+def test_merge_checker_names_the_nan_of_two_empty_states():
+    def unsafe(m1, l1, acc1, m2, l2, acc2):
+        m = torch.maximum(m1, m2)
+        c1, c2 = torch.exp(m1 - m), torch.exp(m2 - m)
+        return m, c1 * l1 + c2 * l2, c1 * acc1 + c2 * acc2
+
+    verdict = ex.check_merge_states(unsafe)
+    assert_rejected(verdict, "both states are empty in some rows")
+    assert "case 7 of 7" in verdict.message
 
 
 def _merge(**mistake):
@@ -102,13 +115,14 @@ def test_merge_checker_names_the_mistake(phrase):
 
 
 def test_merge_cases_cover_the_edge_cases():
-    cases = ex._merge_cases() + ex._large_merge_cases()
+    cases = ex._merge_cases() + ex._large_merge_cases() + ex._empty_merge_cases()
     assert any(c["m1"].dim() == 4 for c in cases)                                # batch, heads
     assert any(c["m1"].shape[-2] == 1 for c in cases)                            # one query
     assert any(torch.isinf(c["m2"]).all() for c in cases)                        # an empty split
     both_ways = [((c["m1"] > c["m2"]).any() and (c["m2"] > c["m1"]).any()) for c in cases]
     assert sum(both_ways) >= 3                                                   # either max wins
-    assert cases[-1]["m1"].min() > 709                                           # exp(m) overflows
+    assert cases[-2]["m1"].min() > 709                                           # exp(m) overflows
+    assert (torch.isinf(cases[-1]["m1"]) & torch.isinf(cases[-1]["m2"])).any()   # both empty
 
 
 # --- exercise 2: one tile of the causal backward ----------------------------------------------

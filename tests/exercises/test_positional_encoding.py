@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from _exercises import skeleton
+from _exercises import as_learner_code, skeleton
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -56,6 +56,11 @@ def learner_shift(k, d, *, sign=1, exponent=None, reverse=False, halves=False, s
         sin = 0.0 if cos_only else sign * math.sin(b)
         M[a, a], M[a, c], M[c, a], M[c, c] = math.cos(b), sin, -sin, math.cos(b)
     return M.T if transpose else M
+
+
+def test_shift_checker_wants_the_float64_matrix_the_exercise_names():
+    verdict = ex.check_sinusoidal(lambda k, d: learner_shift(k, d).float())
+    assert not verdict and "as torch.float32; the right answer is torch.float64" in verdict.message
 
 
 def test_shift_checker_accepts_a_loop_and_blocks_the_package():
@@ -245,7 +250,8 @@ def test_alibi_checker_accepts_a_loop_and_a_vectorised_answer():
 
 
 def _wrong(**flaw):
-    return lambda n, H: ex._alibi(n, H, **flaw)  # noqa: N803
+    alibi = as_learner_code(ex._alibi)               # made before the checker runs
+    return lambda n, H: alibi(n, H, **flaw)  # noqa: N803
 
 
 ALIBI_WRONG = {

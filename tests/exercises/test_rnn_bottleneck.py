@@ -204,3 +204,15 @@ def test_the_missing_new_axis_is_named_not_a_raw_broadcasting_error():
     result = ex.check_additive_scores(no_axis)
     assert_rejected(result, "Hint: ", "new axis")
     assert "RuntimeError" not in result.message
+
+
+def test_the_written_out_reference_equals_the_cores_additive_scores_and_the_core_is_blocked():
+    import attn_helpers as ah
+
+    case = ex._additive_cases()[0]
+    s, H, U_q, U_k, v_a = case.values()
+    core = ah.additive_scores(s[:, None, :], H, U_q.T, U_k.T, v_a)[:, 0, :]
+    torch.testing.assert_close(ex.additive_scores_reference(**case), core)
+    wrapped = ex.check_additive_scores(
+        lambda s, H, U_q, U_k, v_a: ah.additive_scores(s[:, None], H, U_q.T, U_k.T, v_a)[:, 0])
+    assert not wrapped and "attn_helpers.additive_scores" in wrapped.message
