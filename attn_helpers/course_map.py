@@ -58,7 +58,7 @@ COURSE = (
            "a pretrained Transformer runs on your attention; what its 72 heads do",
            ("04", "06", "07")),
     Lesson("10", "build_gpt", "Build a GPT",
-           "your pieces become a small GPT that trains in a minute and writes text",
+           "your pieces become a small GPT that trains on a CPU in minutes and writes text",
            ("04", "05", "07")),
 )
 

@@ -7,12 +7,18 @@ plain ``jupyter lab`` is, Debian's Chromium driven by Playwright (see :mod:`.lab
 * **The floor**: a bare ipywidgets slider that swaps precomputed PNGs in an ``ipywidgets.Image``,
   what any widget costs on this machine, browser, server and kernel included. Its page stays
   open for the whole pass: :data:`FLOOR_MOVES` moves first, then :data:`FLOOR_MOVES_BETWEEN`
-  after each notebook, so that the floor is sampled at the same moments as the notebooks on a
-  machine whose load changes (CI runners, other jobs).
-* **Every notebook**: *Run All*; no cell may show an error; then every slider of every live widget
-  gets :data:`KEYS_PER_SLIDER` arrow-key presses. The first widget's picture must change (pixel
-  difference) and its readouts, entropy included, must update. Screenshots (after Run All, the
-  first widget before and after) and ``summary.json`` go to ``artifacts/browser/<notebook>/``.
+  after each notebook's moves (that notebook still open, its kernel idle), so that the floor is
+  sampled at the same moments as the notebooks on a machine whose load changes (CI runners,
+  other jobs).
+* **Every notebook**, one after the other in one JupyterLab page, as a learner goes through the
+  course (JupyterLab's default windowing: every cell in the page, off-screen ones skipped by
+  layout and paint): *Run All*; no cell may show an error; then every slider of every live widget
+  gets :data:`KEYS_PER_SLIDER` arrow-key presses, more where a widget has few sliders
+  (:data:`MIN_MOVES_PER_WIDGET` in all), turning back at the slider's end. After the first move
+  the first widget's picture must have changed (pixel difference) and its readouts, entropy
+  included, too. Then the notebook is closed and its kernel shut down (in the background).
+  Screenshots (after Run All, the first widget before and after) and ``summary.json`` (with the
+  seconds each step took, ``phases_s``) go to ``artifacts/browser/<notebook>/``.
 
 **How a move is timed**, identically for the floor and every widget, in the page
 (:data:`lab.PROBE`), from the ``keydown`` time stamp: a ``MutationObserver`` sees the ``<img>``'s
@@ -35,13 +41,14 @@ pass (``tests/notebooks/test_browser.py`` records one) without starting a browse
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
 from . import lab
+from .browser_notebook import FLOOR_STAGES, KEYS_PER_SLIDER, add_moves, check_notebook
 from .widget import summarize
 
 __all__ = ["MAX_RATIO", "KEYS_PER_SLIDER", "Floor", "browser_pass", "check_notebook", "judged",
@@ -50,19 +57,8 @@ __all__ = ["MAX_RATIO", "KEYS_PER_SLIDER", "Floor", "browser_pass", "check_noteb
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "browser"
 MAX_RATIO = 2.0
-KEYS_PER_SLIDER = 4
 FLOOR_MOVES = 20
 FLOOR_MOVES_BETWEEN = 6
-RUN_ALL_TIMEOUT_S = 600
-
-
-def _changed_pixels(before: bytes, after: bytes) -> int:
-    import numpy as np
-    from PIL import Image
-
-    a, b = (np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.int16)
-            for png in (before, after))
-    return a.size if a.shape != b.shape else int((np.abs(a - b).sum(axis=-1) > 0).sum())
 
 
 class Floor:
@@ -114,98 +110,6 @@ def measure_floor(browser, base: str, token: str, moves: int = FLOOR_MOVES) -> l
         lab.shut_down_kernels(base, token)
 
 
-def _move_every_slider(page, widget, keys: int) -> list[dict]:
-    moves = []
-    handles = widget.locator(".widget-slider .noUi-handle")
-    for h in range(handles.count()):
-        handle = handles.nth(h)
-        handle.click()
-        key = ("ArrowLeft" if handle.get_attribute("aria-valuenow")
-               == handle.get_attribute("aria-valuemax") else "ArrowRight")
-        for _ in range(keys):
-            stages = lab.timed_key(page, key)
-            if stages is not None:
-                moves.append(stages)
-    return moves
-
-
-def check_notebook(browser, base: str, token: str, name: str, shots: Path, *,
-                   keys: int = KEYS_PER_SLIDER, run_timeout_s: float = RUN_ALL_TIMEOUT_S) -> dict:
-    """Run All in ``name``, check it and time every slider of every widget; returns the record
-    ``{"notebook", "run_all_s", "widgets", "latencies_ms", "checks": {name: bool}, "problems"}``."""
-    shots.mkdir(parents=True, exist_ok=True)
-    record = {"notebook": Path(name).stem, "run_all_s": None, "widgets": 0, "latencies_ms": [],
-              "swapped_ms": [], "shown_ms": [],
-              "checks": {"every cell ran, none shows an error": False,
-                         "a slider move changes the first widget's picture": False,
-                         "...and its readouts, entropy included": False},
-              "problems": []}
-    checks = record["checks"]
-    context = browser.new_context(viewport={"width": 1500, "height": 1100})
-    page = context.new_page()
-    try:
-        lab.open_notebook(page, base, token, name)
-        seconds, not_run = lab.run_all(page, run_timeout_s)
-        record["run_all_s"] = round(seconds, 1)
-        page.screenshot(path=str(shots / "after_run_all.png"), full_page=True)
-        errors = lab.error_outputs(page)
-        checks["every cell ran, none shows an error"] = not errors and not not_run
-        record["problems"] += [f"a cell shows an error:\n{text[:2000]}" for text in errors[:1]]
-        if not_run:
-            record["problems"].append(f"{len(not_run)} code cells did not run (Run All stopped)")
-        images = page.locator(".jp-OutputArea-output img.widget-image")
-        record["widgets"] = images.count()
-        if not record["widgets"]:
-            record["problems"].append("no live widget (an ipywidgets Image) after Run All")
-        elif not page.locator(".jp-OutputArea-output .attn-readouts").count():
-            record["problems"].append("no attention widget (with readouts) after Run All")
-        checked = False        # the first attention widget (one with readouts) is checked
-        for w in range(record["widgets"]):
-            image = images.nth(w)
-            widget = image.locator("xpath=ancestor::div[contains(@class, 'widget-vbox')][1]")
-            if not widget.count():     # a picture with no controls (a live loss curve): no moves
-                continue
-            widget.scroll_into_view_if_needed()
-            lab.wait(lambda image=image: image.evaluate("i => i.complete && i.naturalWidth > 0"),
-                     20, "the widget's image to load")
-            lab.watch_picture(image)
-            check = not checked and widget.locator(".attn-readouts").count() > 0
-            if check:
-                readouts = widget.locator(".attn-readouts")
-                before_png, before_text = image.screenshot(), readouts.inner_text()
-                widget.screenshot(path=str(shots / "widget_before.png"))
-            _add_moves(record, _move_every_slider(page, widget, keys))
-            if check:
-                checked = True
-                changed = _changed_pixels(before_png, image.screenshot())
-                checks["a slider move changes the first widget's picture"] = changed > 0
-                after_text = readouts.inner_text()
-                checks["...and its readouts, entropy included"] = (
-                    after_text != before_text and "entropy" in after_text)
-                widget.screenshot(path=str(shots / "widget_after.png"))
-                record.update(changed_pixels=changed, readouts_before=before_text,
-                              readouts_after=after_text)
-    except Exception as error:  # noqa: BLE001 - reported as the notebook's problem
-        record["problems"].append(f"{type(error).__name__}: {error}")
-    finally:
-        context.close()
-        lab.shut_down_kernels(base, token, keep=lab.FLOOR_NOTEBOOK)
-    (shots / "summary.json").write_text(json.dumps(record, indent=1))
-    return record
-
-
-STAGES = (("latencies_ms", "decoded"), ("swapped_ms", "swapped"), ("shown_ms", "shown"))
-FLOOR_STAGES = (("floor_ms", "decoded"), ("floor_swapped_ms", "swapped"),
-                ("floor_shown_ms", "shown"))
-
-
-def _add_moves(record: dict, moves: list[dict], stages=STAGES) -> None:
-    """Append timed moves to ``record``'s lists: ``swapped_ms`` (to the new PNG in the page),
-    ``latencies_ms`` (decoded) and ``shown_ms`` (on screen, the judged one)."""
-    for name, stage in stages:
-        record.setdefault(name, []).extend(round(m[stage], 2) for m in moves)
-
-
 def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Path = ARTIFACTS,
                  lab_args: tuple[str, ...] = (), report=print) -> dict:
     """The whole pass: the floor's first :data:`FLOOR_MOVES` moves, then every notebook of
@@ -219,23 +123,34 @@ def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Pa
     started = time.monotonic()
     with lab.chromium() as browser, lab.lab_server(ROOT / "notebooks", artifacts / "jupyterlab.log",
                                                    lab_args) as (base, token):
+        context = browser.new_context(viewport={"width": 1500, "height": 1100})
+        page = context.new_page()     # one JupyterLab for every notebook, as a learner has
+        lab.open_lab(page, base, token, wait=False)   # loads while the floor starts
         floor = Floor(browser, base, token)
         try:
-            _add_moves(results, floor.move(FLOOR_MOVES), FLOOR_STAGES)
+            lab.lab_ready(page)
+            add_moves(results, floor.move(FLOOR_MOVES), FLOOR_STAGES)
             report(f"{'floor':>24}: {len(results['floor_ms'])} moves, median on screen "
                    f"{summarize(judged(results, floor=True))['median_ms']} ms")
+            results["setup_s"] = round(time.monotonic() - started, 1)
             for name in names:
+                def floor_moves(name=name) -> None:   # the floor between the notebooks
+                    try:
+                        add_moves(results, floor.move(FLOOR_MOVES_BETWEEN), FLOOR_STAGES)
+                    except Exception as error:  # noqa: BLE001 - the first moves still judge
+                        results.setdefault("floor_problems", []).append(
+                            f"after {Path(name).stem}: {type(error).__name__}: {error}"[:300])
+
                 record = check_notebook(browser, base, token, name, artifacts / Path(name).stem,
-                                        keys=keys)
+                                        keys=keys, page=page, before_close=floor_moves)
                 results["notebooks"].append(record)
                 report(_line(record, None))
-                try:
-                    _add_moves(results, floor.move(FLOOR_MOVES_BETWEEN), FLOOR_STAGES)
-                except Exception as error:  # noqa: BLE001 - the floor's first moves still judge
-                    results.setdefault("floor_problems", []).append(
-                        f"after {record['notebook']}: {type(error).__name__}: {error}"[:300])
         finally:
+            context.close()
             floor.close()
+            for thread in threading.enumerate():   # kernels still shutting down
+                if thread.name == "shut-down-kernels":
+                    thread.join(timeout=30)
             lab.shut_down_kernels(base, token)
     results["seconds"] = round(time.monotonic() - started)
     results["server"] = [line.split("] ", 1)[-1] for line in
@@ -268,6 +183,8 @@ def _line(record: dict, floor: float | None) -> str:
         if floor:
             text += f", {s['median_ms'] / floor:4.2f}x the floor"
         text += _stages(record.get("swapped_ms"), record.get("latencies_ms"))
+    if record.get("inert_presses"):
+        text += f" ({record['inert_presses']} presses brought no new picture)"
     text += f"; Run All {record['run_all_s']} s"
     return text + (f"; FAILED: {'; '.join(failed)}" if failed else "; checks pass")
 

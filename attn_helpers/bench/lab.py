@@ -18,13 +18,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["CHROMIUM", "FLOOR_NOTEBOOK", "chromium", "lab_server", "open_notebook", "run_all",
-           "error_outputs", "shut_down_kernels", "watch_picture", "timed_key", "wait"]
+__all__ = ["CHROMIUM", "FLOOR_NOTEBOOK", "chromium", "lab_server", "open_notebook", "open_lab",
+           "lab_ready", "open_in_lab", "close_notebooks", "run_all", "error_outputs",
+           "shut_down_kernels", "watch_picture", "timed_key", "wait"]
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -127,8 +130,9 @@ def lab_server(notebooks_dir: Path, log_path: Path, lab_args: tuple[str, ...] = 
         for extension, name, value in (
                 ("apputils-extension", "notification", {"fetchNews": "false",
                                                         "checkForUpdates": False}),
-                # render every cell (no windowing), so every prompt and output is in the page
-                ("notebook-extension", "tracker", {"windowingMode": "none"})):
+                # JupyterLab 4's default, as a learner meets it: every cell in the page (every
+                # prompt and output readable), off-screen ones skipped by layout and paint
+                ("notebook-extension", "tracker", {"windowingMode": "contentVisibility"})):
             (settings / extension).mkdir(parents=True)
             (settings / extension / f"{name}.jupyterlab-settings").write_text(json.dumps(value))
         port, token = _free_port(), secrets.token_hex(16)
@@ -142,7 +146,8 @@ def lab_server(notebooks_dir: Path, log_path: Path, lab_args: tuple[str, ...] = 
                  "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
                  "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
                  f"--ServerApp.root_dir={home / 'notebooks'}", "--ServerApp.allow_root=True",
-                 *lab_args],
+                 # window.jupyterapp: notebooks opened and closed in one page (open_in_lab)
+                 "--LabApp.expose_app_in_browser=True", *lab_args],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home / "notebooks")
             base = f"http://127.0.0.1:{port}"
             try:
@@ -203,6 +208,40 @@ def open_notebook(page, base: str, token: str, name: str) -> None:
     wait(lambda: _idle(page), 60, "the kernel to start")
 
 
+def open_lab(page, base: str, token: str, wait: bool = True) -> None:
+    """JupyterLab in ``page`` with an empty workspace, for :func:`open_in_lab`; with ``wait``
+    False, only started (it loads while the caller goes on; :func:`lab_ready` waits for it)."""
+    page.goto(f"{base}/lab/workspaces/browser-pass?token={token}&reset", wait_until="commit")
+    if wait:
+        lab_ready(page)
+
+
+def lab_ready(page) -> None:
+    """Wait until the JupyterLab in ``page`` has started and restored its workspace."""
+    page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
+    page.evaluate("() => jupyterapp.started.then(() => jupyterapp.restored).then(() => null)")
+
+
+def open_in_lab(page, name: str) -> None:
+    """Open ``name`` in the JupyterLab of ``page`` (:func:`open_lab`), as a learner opens the
+    next notebook from the file browser: the app is not loaded again."""
+    page.evaluate("path => { jupyterapp.commands.execute('docmanager:open', "
+                  "{path, factory: 'Notebook'}); }", name)
+    page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=60_000)
+    wait(lambda: _idle(page), 60, "the kernel to start", interval_s=0.1)
+
+
+def close_notebooks(page) -> None:
+    """Close every notebook of the JupyterLab in ``page`` without saving (no dialog)."""
+    page.evaluate("""() => {
+      for (const widget of Array.from(jupyterapp.shell.widgets('main'))) {
+        if (widget.context) { widget.context.model.dirty = false; }
+        widget.close();
+      }
+    }""")
+    page.locator(".jp-NotebookPanel").first.wait_for(state="detached", timeout=30_000)
+
+
 def run_all(page, timeout_s: float) -> tuple[float, list[str]]:
     """*Run > Run All Cells*, then wait until the kernel is idle with no cell queued or running
     (every cell ran, or a cell's error stopped the run). Returns the seconds it took and the
@@ -222,7 +261,7 @@ def run_all(page, timeout_s: float) -> tuple[float, list[str]]:
         quiet[0] = quiet[0] + 1 if _idle(page) and "[*]:" not in _prompts(page) else 0
         return quiet[0] >= 3
 
-    wait(finished, timeout_s, "Run All to finish", interval_s=1.0)
+    wait(finished, timeout_s, "Run All to finish", interval_s=0.2)
     return (time.monotonic() - started,
             [p for p in _prompts(page) if not re.fullmatch(r"\[\d+\]:", p)])
 
@@ -233,17 +272,31 @@ def error_outputs(page) -> list[str]:
     return [t for t in errors.all_text_contents() if "Error" in t or "Traceback" in t]
 
 
-def shut_down_kernels(base: str, token: str, keep: str | None = None) -> None:
+def shut_down_kernels(base: str, token: str, keep: str | None = None,
+                      background: bool = False) -> threading.Thread | None:
     """Stop every kernel of the server (but the session of the notebook ``keep``), so that
-    notebooks do not compete for the CPU."""
+    notebooks do not compete for the CPU. A kernel takes seconds to exit, mostly waiting: with
+    ``background`` the requests run in a thread (returned, to join) while the pass goes on."""
     with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as response:
-        sessions = json.load(response)
-    for session in sessions:
-        if keep is not None and Path(session.get("path", "")).name == keep:
-            continue
-        request = urllib.request.Request(f"{base}/api/sessions/{session['id']}?token={token}",
-                                         method="DELETE")
-        urllib.request.urlopen(request, timeout=20).close()
+        sessions = [s for s in json.load(response)
+                    if keep is None or Path(s.get("path", "")).name != keep]
+
+    def delete() -> None:
+        for session in sessions:
+            request = urllib.request.Request(
+                f"{base}/api/sessions/{session['id']}?token={token}", method="DELETE")
+            try:
+                urllib.request.urlopen(request, timeout=20).close()
+            except urllib.error.HTTPError as error:
+                if error.code != 404:     # 404: already gone
+                    raise
+
+    if not background:
+        delete()
+        return None
+    thread = threading.Thread(target=delete, name="shut-down-kernels", daemon=True)
+    thread.start()
+    return thread
 
 
 def watch_picture(image) -> None:

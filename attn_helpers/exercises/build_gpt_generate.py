@@ -14,7 +14,7 @@ from .build_gpt_mistakes import (
     GENERATE_MISTAKES,
     generate_variant,
 )
-from .build_gpt_support import _INSTEAD, _forbid, _randomise, _refuse_borrowed, _safe
+from .build_gpt_support import _INSTEAD, _forbid, _function_or_refusal, _randomise, _safe
 from .core import (
     CheckResult,
     Mistake,
@@ -46,10 +46,7 @@ def check_generate(generate: Callable) -> CheckResult:
     """Exercise: ``generate(model, prompt (b, n0), steps, temperature, top_k, use_cache,
     generator) -> tokens (b, n0 + steps)``, sampling with ``torch.multinomial(probs, 1,
     generator=generator)``; with and without the cache it must give the same tokens."""
-    if not callable(generate):
-        return CheckResult(False, "Not yet: generate is not a function "
-                                  f"(got {type(generate).__name__}).")
-    refusal = _refuse_borrowed(generate, "generate")
+    refusal = _function_or_refusal(generate, "generate")
     if refusal is not None:
         return refusal
     model = _randomise(bg.GPT(_model_cfg(vocab=13, context=24, layers=2)), 501, std=0.4)
@@ -62,11 +59,16 @@ def check_generate(generate: Callable) -> CheckResult:
                       "temperature": t, "top_k": k, "use_cache": cache,
                       "seed": int(torch.randint(0, 1000, (1,), generator=g))})
 
-    def runner(fn):
+    global_draws = []     # the learner's calls that drew from torch's global random numbers
+
+    def runner(fn, learner=False):
         def run(prompt, steps, temperature, top_k, use_cache, seed):
+            state = torch.random.get_rng_state()
             try:
                 out = fn(model, prompt, steps, temperature, top_k, use_cache,
                          torch.Generator().manual_seed(seed))
+                if learner and not torch.equal(state, torch.random.get_rng_state()):
+                    global_draws.append(seed)
             except ValueError as exc:
                 if use_cache and ("cache is full" in str(exc) or "past the context" in str(exc)):
                     raise Refused(f"with use_cache=True generate ran past the cache ({exc}).\n"
@@ -84,7 +86,7 @@ def check_generate(generate: Callable) -> CheckResult:
         return run
 
     result = check_function(
-        runner(generate), runner(generate_variant("right")), cases, what="generate",
+        runner(generate, learner=True), runner(generate_variant("right")), cases, what="generate",
         output_names=("the tokens",), atol=0, rtol=0, forbid=_forbid("generate"),
         instead=_INSTEAD, mistakes=[Mistake(_safe(runner(generate_variant(kind))), hint)
                   for kind, hint in GENERATE_MISTAKES])
@@ -99,28 +101,34 @@ def check_generate(generate: Callable) -> CheckResult:
                                  "logits' indices: right too; it draws different random numbers "
                                  "than masking the others to -inf, so it was checked against that "
                                  "way of sampling.)")
+    if not result and global_draws and "\nHint: " not in result.message:
+        result = CheckResult(False, result.message + "\nHint: your generate drew from torch's "
+                             "global random numbers, not from the generator it was given: sample "
+                             "with torch.multinomial(probs, 1, generator=generator), so that the "
+                             "same seed gives the same tokens.")
     refusal = _check_cache_used(generate, model, cases) if result.passed else None
     return result if refusal is None else refusal
 
 
 def _check_cache_used(generate: Callable, model: bg.GPT, cases: list[dict]) -> CheckResult | None:
-    """A failure (or None): with ``use_cache`` each call after the first runs one new token."""
+    """A failure (or None): with ``use_cache`` each call after the first runs one new token at its
+    position; without it, each call re-runs the whole sequence from position 0, with no cache."""
     def recording(tokens, start=0, caches=None):
         calls.append((tokens.shape[1], start, caches is not None))
         return type(model).forward(model, tokens, start, caches)
 
-    for case in (c for c in cases if c["use_cache"]):
+    for case in cases:
         calls = []
-        n0 = case["prompt"].shape[1]
+        n0, use_cache = case["prompt"].shape[1], case["use_cache"]
         model.forward = recording
         try:
             with blocking(_forbid("generate")):
                 generate(model, case["prompt"], case["steps"], case["temperature"], case["top_k"],
-                         True, torch.Generator().manual_seed(case["seed"]))
+                         use_cache, torch.Generator().manual_seed(case["seed"]))
         finally:
             del model.forward
-        for j, (n, start, cached) in enumerate(calls[1:], 1):
-            if not cached or n != 1 or start != n0 + j - 1:
+        for j, (n, start, cached) in enumerate(calls):
+            if use_cache and j and (not cached or n != 1 or start != n0 + j - 1):
                 return CheckResult(False, (
                     "Not yet: the tokens are right, but the cache was never used: with use_cache "
                     "every call after the first should run only the new token (n = 1) at start = "
@@ -129,4 +137,12 @@ def _check_cache_used(generate: Callable, model: bg.GPT, cases: list[dict]) -> C
                     f"start = {n0 + j - 1}).\nHint: the cache was never used: make it once with "
                     "model.new_caches(), pass it to every call, and after the prompt feed only "
                     "the token just sampled."))
+            if not use_cache and (cached or n != n0 + j or start != 0):
+                return CheckResult(False, (
+                    "Not yet: the tokens are right, but use_cache=False did not run without the "
+                    f"cache: call {j + 1} (prompt of {n0}) ran n = {n}, start = {start}, caches "
+                    f"{'passed' if cached else 'not passed'} (expected n = {n0 + j}, start = 0, no "
+                    "caches).\nHint: without the cache, every step re-runs the whole sequence "
+                    "so far from position 0 with caches=None; the notebook times the two paths "
+                    "against each other."))
     return None

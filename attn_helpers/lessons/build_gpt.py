@@ -166,7 +166,8 @@ class GPT(nn.Module):
 
 
 def init_weights(module: nn.Module) -> None:
-    """GPT-2's start: every weight ~ N(0, 0.02^2), biases 0."""
+    """GPT-2's initialisation without its 1/sqrt(2 n_layers) scaling of the residual projections:
+    every weight ~ N(0, 0.02^2), biases 0."""
     if isinstance(module, nn.Linear):
         nn.init.normal_(module.weight, std=0.02)
         if module.bias is not None:

@@ -124,6 +124,7 @@ def head_claims(report: dict) -> dict:
     return {
         "at least two heads put over 3x a uniform head's weight on the previous character":
             prev["heads over 3x uniform"] >= 2,
-        "a word-start head exists: some head puts over 1.5x its weight on any key as far back "
-        "on the first character of the word": word["offset-matched"] > 1.5,
+        "a word-start head exists: some head puts over 1.5x as much weight on the first "
+        "character of the word as it puts, on average, on keys as far back":
+            word["offset-matched"] > 1.5,
     }

@@ -157,7 +157,7 @@ class GPTWidget(LiveAttentionWidget):
             "head": widgets.IntSlider(1, min=1, max=cfg.num_heads, description="head"),
         }
         super().__init__(self._compute, controls, GPTView(cfg.num_heads, cfg.context),
-                         title="your GPT: any prompt, any layer and head")
+                         title="the GPT just trained: any prompt, any layer and head")
 
     def run(self, text: str) -> PromptRun:
         if text not in self.runs:
@@ -179,7 +179,7 @@ def gpt_widget(model: bg.GPT, corpus: bg.Corpus | None = None,
 
 class LossCurve:
     """A live loss curve for training: the training loss (mean of every 20 steps) and the
-    held-out loss at each evaluation, with the bar to beat; redrawn into an
+    held-out loss at each evaluation, with the target to reach; redrawn into an
     ``ipywidgets.Image`` at each evaluation (pass :meth:`update` as ``on_eval``)."""
 
     def __init__(self, steps: int, bar: float, figsize=(7.0, 3.2)):
@@ -194,8 +194,9 @@ class LossCurve:
         ax.set_xlabel("training step")
         ax.set_ylabel("loss (nats per character)")
         ax.axhline(bar, color="#c0392b", linestyle="--", linewidth=1)
-        ax.text(steps, bar, f"bar: {bar}", color="#c0392b", ha="right", va="bottom", fontsize=9)
-        (self.train_line,) = ax.plot([], [], color="#3b75af", linewidth=1.2, label="training")
+        ax.text(steps, bar, f"target: {bar}", color="#c0392b", ha="right", va="bottom", fontsize=9)
+        (self.train_line,) = ax.plot([], [], color="#3b75af", linewidth=1.2,
+                                     label="training (mean of 20 steps)")
         (self.val_line,) = ax.plot([], [], "o-", color="#ff7f0e", label="held-out")
         ax.legend(loc="upper right", fontsize=9)
         ax.set_title("loss while training")

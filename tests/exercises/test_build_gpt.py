@@ -246,6 +246,15 @@ def test_generate_that_ignores_the_cache_is_refused():
     assert ex.check_generate(bg.generate)
 
 
+def test_generate_that_always_uses_the_cache_is_refused():
+    def always_cached(model, prompt, steps, temperature, top_k, use_cache, generator):
+        return bg.generate(model, prompt, steps, temperature, top_k, True, generator)
+
+    result = ex.check_generate(always_cached)
+    assert not result and "use_cache=False did not run without the cache" in result.message
+    assert "re-runs the whole sequence" in result.message
+
+
 def test_sampling_among_the_top_k_indices_passes_and_says_why():
     result = ex.check_generate(generate_variant("top_k_indices"))
     assert result and "among the k largest" in result.message
@@ -259,3 +268,43 @@ def test_the_learners_attention_can_run_inside_the_model():
     a = bg.generate(model, prompt, 15, 0.8, 5, True, torch.Generator().manual_seed(3))
     b = bg.generate(mine, prompt, 15, 0.8, 5, True, torch.Generator().manual_seed(3))
     assert torch.equal(a, b) and type(mine.blocks[0].attn) is not bg.CausalSelfAttention
+
+
+def test_sampling_without_the_generator_is_named():
+    def no_generator(model, prompt, steps, temperature, top_k, use_cache, generator):
+        tokens = prompt
+        for _ in range(steps):
+            logits = model(tokens)[:, -1] / temperature
+            if top_k is not None:
+                kth = logits.topk(top_k, dim=-1).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1)     # no generator=
+            tokens = torch.cat([tokens, nxt], dim=1)
+        return tokens
+
+    result = ex.check_generate(no_generator)
+    assert not result and "generator=generator" in result.message, result.message
+
+
+def test_start_read_after_the_append_gets_the_mask_shape_hint():
+    import attn_helpers as ah
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.num_heads = num_heads
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+            self.out = nn.Linear(d_model, d_model)
+
+        def forward(self, x, cache=None):
+            b, n, d = x.shape
+            q, k, v = self.qkv(x).split(d, dim=-1)
+            q, k, v = (t.view(b, n, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))
+            if cache is not None:
+                cache.append(k, v)
+                k, v = cache.keys, cache.values
+            start = 0 if cache is None else len(cache)      # read after the append
+            out, _ = ah.scaled_dot_product_attention(q, k, v, ah.causal_mask(start + n)[start:])
+            return self.out(out.transpose(1, 2).reshape(b, n, d))
+
+    assert_rejected(ex.check_attention(CausalSelfAttention), "read start = len(cache) before")
