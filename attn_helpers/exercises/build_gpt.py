@@ -239,7 +239,11 @@ def check_model(cls) -> CheckResult:
                       cfg), _model_runner(reference, cfg), cases, what="GPT",
         output_names=("the logits of every call",), forbid=_forbid("model"), instead=_INSTEAD,
         mistakes=[Mistake(_safe(_model_runner(model_variant(reference, kind), cfg)), hint)
-                  for kind, hint in MODEL_MISTAKES])
+                  for kind, hint in MODEL_MISTAKES],
+        error_hints=[("cache is full", "a cache filled up: each block keeps its own keys and "
+                                       "values, so block i gets caches[i] (not caches[0] for "
+                                       "all), and with a cache only the new tokens are fed, at "
+                                       "positions start..start+n-1.")])
 
 
 def _with_cache_argument(module: nn.Module, signature: str) -> Callable:

@@ -1,8 +1,9 @@
 """Notebook 10's ladder: from a bigram table to a small GPT, one idea per rung, each trained the
 same way for several seeds and scored on the held-out text in bits per character.
 
-Rungs (Karpathy's order): ``bigram`` (a table of next-character scores, counted: the best
-table for the training text, so no seed or recipe can do better); ``one head`` (+ one
+Rungs (after Karpathy's gpt-dev, which stacks blocks before it adds residuals; here depth comes
+last): ``bigram`` (a table of next-character frequencies counted from the training text, with
+0.1 added to every count: no seed or recipe involved); ``one head`` (+ one
 causal attention head of size d over token + position embeddings); ``multi-head`` (+ the same
 width split in 4 heads); ``feed-forward`` (+ a feed-forward layer after attention); ``residual +
 LayerNorm`` (three changes at once: each sub-layer as ``x + f(LN(x))``, i.e. residuals and a

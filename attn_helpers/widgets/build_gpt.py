@@ -229,6 +229,11 @@ class LossCurve:
         return bundle
 
 
+def _one_line(sample: str) -> str:
+    """A sample on one line: its newlines written as \\n."""
+    return sample.replace("\n", "\\n")
+
+
 class Sampler:
     """Temperature and top-k controls over samples of a trained GPT: ``generate(model, prompt,
     steps, temperature, top_k, use_cache, generator)`` makes three samples per setting."""
@@ -280,11 +285,12 @@ class Sampler:
         from matplotlib.figure import Figure
 
         v = {name: c.value for name, c in self.controls.items()}
-        figure = Figure(figsize=(8.0, 0.5 + 0.9 * len(self.samples)), dpi=80)
-        figure.text(0.01, 0.97, f"temperature {v['temperature']:.1f}, top-k "
-                                f"{v['top_k'] or 'off'}", va="top", fontsize=10)
-        for j, sample in enumerate(self.samples):
-            figure.text(0.01, 0.97 - (j + 1) / (len(self.samples) + 0.6), sample,
+        figure = Figure(figsize=(8.0, 0.6 + 0.3 * len(self.samples)), dpi=80)
+        figure.text(0.01, 0.95, f"temperature {v['temperature']:.1f}, top-k "
+                                f"{v['top_k'] or 'off'} (a line break shows as \\n)", va="top",
+                    fontsize=10)
+        for j, sample in enumerate(self.samples):   # one line each: a sample may hold newlines
+            figure.text(0.01, 0.95 - (j + 1) / (len(self.samples) + 1), _one_line(sample),
                         va="top", family="monospace", fontsize=9)
         buffer = io.BytesIO()
         FigureCanvasAgg(figure).print_png(buffer)
@@ -297,5 +303,6 @@ class Sampler:
         data = bundle[0] if isinstance(bundle, tuple) else bundle
         data["image/png"] = base64.b64encode(self.png()).decode("ascii")
         data["text/plain"] = "\n".join(["Samples (static here; run the notebook to move the "
-                                        "controls):", *self.samples])
+                                        "controls; a line break shows as \\n):",
+                                        *map(_one_line, self.samples)])
         return bundle

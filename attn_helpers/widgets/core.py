@@ -131,7 +131,11 @@ class AttentionView(BlitView):
 #: A move that arrives under the kernel's running event loop within this many seconds of the last
 #: redraw (a drag: the moves queued while it drew) is drawn this much later, once for every move
 #: that arrived meanwhile (the kernel reads the waiting messages first); a lone move is drawn at once.
-COALESCE_S = 0.003
+#: 3 ms was too short for a slower CPU beside another job (an AVX2 core, CI's second lane busy):
+#: a queued comm message took longer than that to read, and a burst of 20 drew 13 pictures. A key
+#: press comes at least a picture's trip to the browser and back after the last redraw (25 ms or
+#: more), so keyboard moves are still drawn at once.
+COALESCE_S = 0.010
 
 
 def _format_readout(value) -> str:

