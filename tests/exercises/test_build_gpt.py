@@ -225,20 +225,28 @@ def test_exercises_are_registered_with_three_hints():
         assert key in exercises.EXERCISES and len(exercises.EXERCISES[key].hints) == 3
 
 
+def _sample_whole_sequence(model, prompt, steps, temperature, top_k, generator):
+    """A learner's sampling loop that re-runs the whole sequence at every step (no cache);
+    ``generator=None`` draws from torch's global random numbers."""
+    tokens = prompt
+    for _ in range(steps):
+        logits = model(tokens)[:, -1] / temperature
+        if top_k is not None:
+            kth = logits.topk(top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
+        nxt = (torch.multinomial(probs, 1) if generator is None
+               else torch.multinomial(probs, 1, generator=generator))
+        tokens = torch.cat([tokens, nxt], dim=1)
+    return tokens
+
+
 def test_generate_that_ignores_the_cache_is_refused():
     def no_cache(model, prompt, steps, temperature, top_k, use_cache, generator):
         return bg.generate(model, prompt, steps, temperature, top_k, False, generator)
 
     def whole_with_start(model, prompt, steps, temperature, top_k, use_cache, generator):
-        tokens = prompt
-        for _ in range(steps):
-            logits = model(tokens)[:, -1] / temperature
-            if top_k is not None:
-                kth = logits.topk(top_k, dim=-1).values[:, -1:]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
-            tokens = torch.cat([tokens, nxt], dim=1)
-        return tokens
+        return _sample_whole_sequence(model, prompt, steps, temperature, top_k, generator)
 
     for fn in (no_cache, whole_with_start):
         result = ex.check_generate(fn)
@@ -272,15 +280,7 @@ def test_the_learners_attention_can_run_inside_the_model():
 
 def test_sampling_without_the_generator_is_named():
     def no_generator(model, prompt, steps, temperature, top_k, use_cache, generator):
-        tokens = prompt
-        for _ in range(steps):
-            logits = model(tokens)[:, -1] / temperature
-            if top_k is not None:
-                kth = logits.topk(top_k, dim=-1).values[:, -1:]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1)     # no generator=
-            tokens = torch.cat([tokens, nxt], dim=1)
-        return tokens
+        return _sample_whole_sequence(model, prompt, steps, temperature, top_k, None)
 
     result = ex.check_generate(no_generator)
     assert not result and "generator=generator" in result.message, result.message
