@@ -53,9 +53,10 @@ RECIPES: dict[str, str] = {
 def single_thread() -> Iterator[None]:
     """Run the block with one torch thread, then restore the previous count.
 
-    For the course's tiny models one thread is faster than several (no synchronisation, no
-    contention on a busy machine), and it makes the floating-point summation order, hence the
-    trained weights, the same whatever ``OMP_NUM_THREADS`` is.
+    One thread makes the floating-point summation order, hence the trained weights, the same
+    whatever ``OMP_NUM_THREADS`` is, and a run beside other work (CI's two lanes) never waits for
+    a busy core. It is not free on an idle machine: notebook 10's GPT, the largest model trained,
+    took 94-100 ms per step on one thread and 66-75 ms on two (idle 2-core AVX2 EPYC, 2026-11-26).
     """
     previous = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -18,6 +18,7 @@ from torch import nn
 
 from ..kv_cache import KVCache
 from ..lessons import build_gpt as bg
+from ..lessons import build_gpt_train as bgt
 from .build_gpt_mistakes import (  # the mistake lists re-exported: tests read them here
     ATTENTION_MISTAKES,
     BLOCK_MISTAKES,
@@ -108,17 +109,15 @@ _MASK_SHAPE_HINT = (
     "cache that already holds `start` positions, the n new tokens sit at positions "
     "start..start+n-1: add their keys and values to the cache, then let new query i see every "
     "cached key up to its own position, start + i.",
-    "q, k, v: (b, h, n, d_h); start = len(cache); cache.append(k, v); k, v = cache.keys, "
-    "cache.values: (b, h, start + n, d_h); mask = causal_mask(start + n)[start:] (the last n "
-    "rows); out = attention(q, k, v, mask); merge the heads; W_O.",
-    "q, k, v = self.qkv(x).split(d, dim=-1)\n"
-    "q, k, v = (t.view(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))\n"
-    "start = 0 if cache is None else len(cache)\n"
+    "Read start before appending (the stub does). With a cache, cache.append(k, v), then k and v "
+    "are cache.keys and cache.values, (b, h, start + n, d_h). The mask has one row per new query "
+    "and one column per visible key, (n, start + n): new query i is position start + i, so its "
+    "row is row start + i of the causal mask of size start + n.",
     "if cache is not None:\n"
-    "    cache.append(k, v)\n"
-    "    k, v = cache.keys, cache.values\n"
-    "out, _ = ah.scaled_dot_product_attention(q, k, v, ah.causal_mask(start + n)[start:])\n"
-    "return self.out(out.transpose(1, 2).reshape(b, n, d))"))
+    "    ...                                 # append k and v, then read every cached key and value\n"
+    "mask = ...                              # (n, start + n): new query i sees keys 0..start+i\n"
+    "out, _ = ah.scaled_dot_product_attention(q, k, v, mask)\n"
+    "return self.out(ah.merge_heads(out))   # the heads side by side, then W_O"))
 def check_attention(cls) -> CheckResult:
     """Exercise: ``cls(d_model, num_heads)`` with the stub's ``__init__`` (``qkv``, ``out``,
     ``num_heads``); ``forward(x (b, n, d), cache=None) -> (b, n, d)``: causal; with a
@@ -164,10 +163,11 @@ def with_attention(model: bg.GPT, cls) -> bg.GPT:
 @exercise("build_gpt.block", "a pre-norm Transformer block", hints=(
     "Two sub-layers, attention then feed-forward. Each reads a normalised copy of the stream and "
     "adds its result back onto the stream itself. The cache goes to the attention.",
-    "x = x + attn(LN_1(x), cache); x = x + ff(LN_2(x))",
-    "x = x + self.attn(self.norm1(x), cache)\n"
-    "x = x + self.ff(self.norm2(x))\n"
-    "return x"))
+    "Two updates in order, each of the form x = x + sublayer(norm(x)): first self.attn after "
+    "norm1, handed cache as its second argument; then self.ff after norm2, reading x as the "
+    "attention update left it.",
+    "x = x + ...          # attention on norm1's copy of x, handed the cache\n"
+    "return x + ...       # the feed-forward on norm2's copy of the updated x"))
 def check_block(cls) -> CheckResult:
     """Exercise: ``cls(d_model, num_heads, d_ff)`` with the stub's ``__init__`` (``norm1``,
     ``attn``, ``norm2``, ``ff``); ``forward(x, cache=None) -> x``, the cache handed to the
@@ -208,13 +208,15 @@ def _model_cfg(vocab=11, context=16, d=16, h=4, layers=2, d_ff=32):
     "Each token becomes its embedding plus the embedding of its position; the sum goes through "
     "every block in turn; a final LayerNorm, then the output head gives one score per character. "
     "With caches the tokens sit at positions start..start+n-1, and block i reads caches[i].",
-    "x = E_tok[tokens] + E_pos[start..start+n-1]; for each block i: x = block(x, caches[i] or "
-    "None); logits = head(LN(x))",
-    "positions = torch.arange(start, start + tokens.shape[1])\n"
-    "x = self.token_embedding(tokens) + self.position_embedding(positions)\n"
+    "The positions are the integers start..start+n-1, n = tokens.shape[1]: their embeddings, "
+    "(n, d), broadcast onto the token embeddings, (b, n, d). Loop over self.blocks with enumerate "
+    "so that block i can be handed caches[i] (None when caches is None); then self.norm and "
+    "self.head give (b, n, vocab).",
+    "positions = ...                           # (n,): start .. start + n - 1\n"
+    "x = ...                                   # (b, n, d): token plus position embeddings\n"
     "for i, block in enumerate(self.blocks):\n"
-    "    x = block(x, None if caches is None else caches[i])\n"
-    "return self.head(self.norm(x))"))
+    "    x = block(x, ...)                     # caches[i], or None without caches\n"
+    "return ...                                # (b, n, vocab): the final norm, then the head"))
 def check_model(cls) -> CheckResult:
     """Exercise: ``cls(cfg)`` with the stub's ``__init__``; ``forward(tokens (b, n), start=0,
     caches=None) -> logits (b, n, vocab)``, positions ``start..start+n-1``, block ``i`` given
@@ -282,14 +284,13 @@ def _model_runner(forward: Callable, cfg) -> Callable:
     "The model predicts the character after each position, so the inputs are the chunk without "
     "its last character and the targets the chunk without its first. Then the usual three "
     "optimizer moves.",
-    "loss = cross_entropy(model(chunk[:, :-1]) as (b n, V), chunk[:, 1:] as (b n,)); "
-    "zero the gradients, backward, step; return the loss.",
-    "inputs, targets = chunk[:, :-1], chunk[:, 1:]\n"
-    "logits = model(inputs)\n"
-    "loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))\n"
-    "optimizer.zero_grad()\n"
-    "loss.backward()\n"
-    "optimizer.step()\n"
+    "Two slices of the last axis give inputs and targets, both (b, n). F.cross_entropy wants "
+    "(N, vocab) logits against (N,) ids: flatten the (b, n, vocab) logits to (b * n, vocab) and "
+    "the targets to (b * n,); its default mean over the positions is the loss.",
+    "inputs, targets = ...                     # (b, n) each: the chunk shifted by one\n"
+    "logits = model(inputs)                    # (b, n, vocab)\n"
+    "loss = F.cross_entropy(..., ...)          # logits (b * n, vocab), targets (b * n,)\n"
+    "...                                       # the optimizer's three moves, in order\n"
     "return loss.item()"))
 def check_train_step(train_step: Callable) -> CheckResult:
     """Exercise: ``train_step(model, optimizer, chunk (b, n + 1)) -> loss``: one step of
@@ -303,7 +304,7 @@ def check_train_step(train_step: Callable) -> CheckResult:
              for b, n, s in [(2, 8, 1), (3, 16, 2), (1, 4, 3)]]
     return check_function(
         _two_steps(train_step), _two_steps(train_variant("right")), cases, what="train_step",
-        output_names=("the two losses returned", "the weights after two steps"), atol=1e-5,
+        output_names=("the two losses", "the weights after two steps"), atol=1e-5,
         forbid=_forbid("train_step"), instead=_INSTEAD,
         mistakes=[Mistake(_safe(_two_steps(train_variant(kind))), hint)
                   for kind, hint in TRAIN_MISTAKES])
@@ -313,7 +314,10 @@ def _two_steps(step: Callable) -> Callable:
     def run(chunks, seed):
         torch.manual_seed(seed)
         model = bg.GPT(_model_cfg())
+        # clipping inside step, as the optimizer train_gpt hands the learner (a step that also
+        # clips gives the same weights)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        optimizer.step = bgt.clipped_step(optimizer, model, 1.0)
         model.train()
         losses = []
         for chunk in chunks:

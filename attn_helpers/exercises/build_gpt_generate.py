@@ -32,16 +32,17 @@ from .workflow import exercise
     "With a cache the prompt goes through once; after that only the new character runs, at its "
     "own position, and its keys and values join the cache. Temperature and top-k reshape the "
     "logits before the softmax.",
-    "logits = model(new, start, caches)[:, -1] / T; keep the top k (others -inf); "
-    "p = softmax(logits); next ~ p; with the cache: new = next, start = length - 1; without: "
-    "new = all tokens, start = 0.",
-    "logits = model(new, start, caches)[:, -1] / temperature\n"
+    "The next character's logits are those of the last position of model(new, start, caches), "
+    "(b, vocab), divided by T. For top-k, each row's k-th largest logit, kept (b, 1), is a "
+    "threshold: the logits below it become -inf. After sampling (b, 1) ids from the softmax and "
+    "appending them on dim 1, the cached run feeds only them, at position tokens.shape[1] - 1.",
+    "logits = ...                              # (b, vocab): the last position's, over T\n"
     "if top_k is not None:\n"
-    "    kth = logits.topk(top_k, dim=-1).values[:, -1:]\n"
+    "    kth = ...                             # (b, 1): each row's k-th largest logit\n"
     "    logits = logits.masked_fill(logits < kth, float('-inf'))\n"
-    "nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)\n"
+    "nxt = torch.multinomial(..., 1, generator=generator)   # (b, 1), from the probabilities\n"
     "tokens = torch.cat([tokens, nxt], dim=1)\n"
-    "new, start = (nxt, tokens.shape[1] - 1) if use_cache else (tokens, 0)"))
+    "new, start = ...                          # cached: nxt at its position; else all, from 0"))
 def check_generate(generate: Callable) -> CheckResult:
     """Exercise: ``generate(model, prompt (b, n0), steps, temperature, top_k, use_cache,
     generator) -> tokens (b, n0 + steps)``, sampling with ``torch.multinomial(probs, 1,

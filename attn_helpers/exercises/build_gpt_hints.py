@@ -66,11 +66,11 @@ BLOCK_MISTAKES = [
 
 MODEL_MISTAKES = [
     ("no_positions", "the position embedding is missing: without it attention cannot tell "
-                     "the order of the characters; add position_embedding(arange(n))."),
+                     "the order of the characters; add position_embedding(arange(start, start + n))."),
     ("positions_from_tokens", "the position embedding is indexed by the token ids: index it by "
-                              "the positions 0..n-1."),
-    ("positions_from_one", "the positions start at 1: the first character is at position 0, "
-                           "torch.arange(n)."),
+                              "the positions start..start+n-1 (0..n-1 without a cache)."),
+    ("positions_from_one", "the positions start one too late: the first new character is at "
+                           "position start (0 without a cache): torch.arange(start, start + n)."),
     ("positions_not_offset", "the positions ignore start: the new tokens sit at positions "
                              "start..start+n-1, so look up position_embedding(arange(start, "
                              "start + n))."),
@@ -96,8 +96,6 @@ TRAIN_MISTAKES = [
     ("whole_chunk", "the inputs and the targets are both the whole chunk, unshifted: the model "
                     "then learns to copy the current character. Inputs chunk[:, :-1], targets "
                     "chunk[:, 1:]."),
-    ("clipped", "you clipped the gradients: the training loop (train_gpt) already clips them "
-                "before each optimizer.step, so leave clipping out of train_step."),
     ("shifted_backwards", "the shift goes the wrong way: the inputs are chunk[:, :-1] and the "
                           "targets chunk[:, 1:], not the other way round."),
     ("no_zero_grad", "the gradients are never zeroed, so they pile up from step to step: call "

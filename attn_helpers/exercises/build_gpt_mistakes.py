@@ -162,8 +162,6 @@ def train_variant(kind: str) -> Callable:
         if kind != "no_zero_grad":
             optimizer.zero_grad()
         loss.backward()
-        if kind == "clipped":
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         if kind != "no_step":
             optimizer.step()
         return loss.item()

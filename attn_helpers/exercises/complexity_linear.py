@@ -92,8 +92,10 @@ def _linear_mistakes() -> list[Mistake]:
               "The state is what the tokens so far left behind: a d_k x d_v matrix S and a d_k "
               "vector z. Add token t's terms first, then read the new state with phi(q_t). "
               "phi(x) = elu(x) + 1 (torch.nn.functional.elu).",
-              "S_t = S + phi(k_t) v_t^T;  z_t = z + phi(k_t);  "
-              "o_t = phi(q_t)^T S_t / (phi(q_t)^T z_t).",
+              "phi(k_t) v_t^T is an outer product: put phi(k_t) on a new last axis (..., d_k, 1) "
+              "and v_t on a new second-to-last (..., 1, d_v), multiply, add to S. The numerator "
+              "phi(q_t)^T S_t sums over the d_k axis and leaves (..., d_v); the denominator "
+              "phi(q_t)^T z_t is one number per batch entry, kept as (..., 1) to divide it.",
               "pq, pk = torch.nn.functional.elu(q_t) + 1, torch.nn.functional.elu(k_t) + 1\n"
               "S_t = ...                            # (..., d_k, d_v): S plus phi(k_t) v_t^T\n"
               "z_t = z + pk\n"

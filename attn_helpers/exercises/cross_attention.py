@@ -171,10 +171,10 @@ def _library_shortcuts():
     "outputs = []\n"
     "for t in range(y.shape[1]):\n"
     "    x_t = x[:, t:t + 1]                                  # (b, 1, d): one position\n"
-    "    q = ah.split_heads(ca.q_proj(layer.norm2(x_t)), h)   # (b, h, 1, d_head)\n"
+    "    q = ...                        # (b, h, 1, d_head): x_t through norm2 and ca.q_proj\n"
     "    o, _ = ...                     # attention over K_m, V_m; padded memory masked (b, 1, 1, n_m)\n"
-    "    x_t = x_t + ca.out_proj(ah.merge_heads(o))\n"
-    "    outputs.append(x_t + layer.feed_forward(layer.norm3(x_t)))\n"
+    "    x_t = x_t + ...                # the heads merged, through ca.out_proj\n"
+    "    outputs.append(...)            # x_t plus the feed-forward of norm3(x_t)\n"
     "return torch.cat(outputs, 1)                             # (b, T, d)"))
 def check_decode_layer(decode_layer: Callable) -> CheckResult:
     """Exercise: ``decode_layer(layer, y (b, T, d), memory (b, n_m, d_m), memory_real (b, n_m))
@@ -261,11 +261,13 @@ def _same_answer(got, expected, *, alignment_only: bool = False) -> bool:
 @exercise("cross_attention.alignment", "the hard alignment and its accuracy", hints=(
     "Each output step reads the source position with the most weight, but a padded source "
     "position is never an answer, and a padded output step is never scored.",
-    "alignment[i, t] = argmax over j with src_real[i, j] of weights[i, t, j] (-1 where tgt_real is "
-    "False); accuracy = #(real steps with alignment == gold) / #(real steps), over the whole batch.",
+    "Before the argmax over the last axis, set the padded sources' weights to -inf: src_real "
+    "as (b, 1, n_src) broadcasts over the output steps. Then write -1 where tgt_real is False. "
+    "The accuracy counts the steps with alignment == gold AND tgt_real, divided by the number "
+    "of real steps in the whole batch (one ratio, not a mean of per-sentence ratios).",
     "scores = ...                       # (b, n_out, n_src): the weights, padded sources at -inf\n"
     "alignment = scores.argmax(-1).masked_fill(~tgt_real, -1)         # (b, n_out)\n"
-    "hits = (alignment == gold) & tgt_real                             # real steps only\n"
+    "hits = ...                         # (b, n_out) bool: equal to gold, real steps only\n"
     "return alignment, ...              # pooled: the hits over ALL real steps of the batch"))
 def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
     """Exercise: ``alignment_accuracy(weights (b, n_out, n_src), src_real (b, n_src), gold (b,

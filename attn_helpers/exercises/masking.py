@@ -228,9 +228,10 @@ def _unwritten_step(k_cache, v_cache, t, q_t, k_t, v_t):
     "and value in slot t, then let its query attend to every slot filled so far, and to none of "
     "the slots after it, which hold garbage. The attention itself is notebook 02's: call "
     "ah.scaled_dot_product_attention.",
-    "Write K[t] = k_t and V[t] = v_t; then o_t = softmax(q_t K_{0..t}^T / sqrt(d_k)) V_{0..t}: "
-    "the attention of the one query over slots 0..t, every one of them visible, slots after t "
-    "never read.",
+    "Slot t is index t on axis 2 of a cache: k_cache[:, :, t] is (b, h, d_k) while k_t is "
+    "(b, h, 1, d_k), so drop k_t's length-1 axis as you write it (v_t likewise). Then slice the "
+    "first t + 1 slots on axis 2 of both caches and attend over them with q_t and no mask: every "
+    "slot in that slice is visible.",
     "k_cache[:, :, t] = ...                   # slot t gets the new key, (b, h, d_k)\n"
     "v_cache[:, :, t] = ...                   # and the new value, (b, h, d_v)\n"
     "keys = ...                              # the filled slots 0..t: (b, h, t + 1, d_k)\n"

@@ -53,8 +53,8 @@ def shift_matrix_reference(k: int, d_model: int) -> torch.Tensor:
     "sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b, so pair i's "
     "block is [[cos b, sin b], [-sin b, cos b]] with b = k omega_i, omega_i = 10000^(-2i/d), on "
     "rows and columns 2i, 2i+1; zeros elsewhere.",
-    "omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)   # (d/2,)\n"
-    "c, s = (k * omega).cos(), (k * omega).sin()                          # (d/2,) each\n"
+    "omega = ...                                    # (d/2,) float64: omega_i = 10000^(-2i/d)\n"
+    "c, s = ...                                     # (d/2,) each: cos b, sin b, b = k omega_i\n"
     "M = torch.zeros(d_model, d_model, dtype=torch.float64)\n"
     "even = torch.arange(0, d_model, 2)                                   # rows 2i\n"
     "M[even, even], M[even, even + 1] = ...                              # the sin row of each pair\n"
@@ -152,13 +152,13 @@ def _score(q, k, delta, *, sign=1.0, exponents=None, halves=False, no_sin=False,
     "with (a, b) gives (ac + be) cos(delta omega_i) + (ae - bc) sin(delta omega_i). Sum over the "
     "d/2 pairs, omega_i = 10000^(-2i/d); compute the angles in float64.",
     "d = q.shape[-1]\n"
-    "omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)   # (d/2,)\n"
-    "angles = delta.to(torch.float64)[:, None] * omega                    # (n, d/2)\n"
+    "omega = ...                           # (d/2,) float64: omega_i = 10000^(-2i/d)\n"
+    "angles = ...                          # (n, d/2) float64: delta_j omega_i\n"
     "a, b = q.double()[..., 0::2], q.double()[..., 1::2]                   # (..., d/2) each\n"
     "c, e = k.double()[..., 0::2], k.double()[..., 1::2]\n"
     "dot = ...                             # (..., 1, d/2): the part that goes with cos\n"
     "cross = ...                           # (..., 1, d/2): the part that goes with sin\n"
-    "return (dot * angles.cos() + cross * angles.sin()).sum(-1).to(q.dtype)   # (..., n)"))
+    "return ...                            # (..., n): summed over the pairs, in q's dtype"))
 def check_rope(rope_score: Callable) -> CheckResult:
     """Exercise: ``rope_score(q (..., d), k (..., d), delta (n,)) -> (..., n)``: the score
     ``rope(q, m) . rope(k, m - delta_j)`` of section 4 (interleaved pairs, ``omega_i =
@@ -245,8 +245,10 @@ ALIBI_INSTEAD = ("Write the slopes m_h = 2^(-8h/H) for h = 1 .. H and the bias -
     "Each head h = 1 .. H has one fixed slope m_h, the steepest first. The bias of query i for key "
     "j is the slope times how far back the key is, made negative: far keys lose more. Keys in "
     "the future (j > i) must get no weight at all after the softmax.",
-    "m_h = 2^(-8h/H) for h = 1 .. H (head h sits at index h - 1); bias[h - 1, i, j] = -m_h (i - j) "
-    "for j <= i, and -inf for j > i. Shapes: slopes (H, 1, 1) times distances (n, n).",
+    "No loops: the head numbers 1..H as floats give the (H,) slopes, and a column of query "
+    "indices minus a row of key indices gives the (n, n) distances i - j. The slopes viewed as "
+    "(H, 1, 1) times minus the distances broadcast to (H, n, n); then masked_fill puts -inf "
+    "wherever j > i (that (n, n) condition broadcasts over the heads).",
     "h = torch.arange(1, H + 1, dtype=torch.float64)\n"
     "m = ...                                                    # (H,): the slopes\n"
     "i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]  # query rows, key columns\n"

@@ -118,12 +118,14 @@ def _attention_calls() -> tuple[tuple[object, str], ...]:
 @exercise("query_key_value.attention", "scaled dot-product attention with a mask", hints=(
     "Four steps: scores q . k_j, scaled by 1/sqrt(d_k); masked keys get -inf; a softmax over the "
     "keys; the weighted sum of the values. A query with no allowed key must read nothing (zeros).",
-    "A = softmax(Q K^T / sqrt(d_k) + M), with M = 0 where allowed and -inf where not (rows with "
-    "no allowed key: A = 0);  O = A V.",
-    "scores = ...                                                   # (..., n_q, n_k), scaled\n"
-    "scores = scores.masked_fill(..., float('-inf'))                # forbidden keys\n"
-    "weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)   # empty rows: 0\n"
-    "return weights @ v, weights                                     # (..., n_q, d_v), weights"))
+    "Transpose k's last two axes so that q times it gives the (..., n_q, n_k) scores; divide by "
+    "sqrt(d_k), d_k = q.shape[-1]. Fill the entries where mask is False with -inf (masked_fill) "
+    "and softmax over the keys, dim=-1: a row with no allowed key comes out as NaN, so turn NaN "
+    "into 0 before multiplying the weights by v.",
+    "scores = ...                                     # (..., n_q, n_k), scaled by 1/sqrt(d_k)\n"
+    "scores = scores.masked_fill(..., float('-inf'))  # the keys the mask forbids\n"
+    "weights = ...                                    # softmax over the keys, NaN (no key) -> 0\n"
+    "return weights @ v, weights                      # (..., n_q, d_v), (..., n_q, n_k)"))
 def check_attention(attention: Callable) -> CheckResult:
     """Exercise: ``attention(q, k, v, mask) -> (output, weights)``; ``q (..., n_q, d_k)``,
     ``k (..., n_k, d_k)``, ``v (..., n_k, d_v)``, ``mask`` boolean broadcastable to
@@ -251,10 +253,9 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
               "Q K^T = c^2 P. A right inverse of X (torch.linalg.pinv(X), X pinv(X) = I) turns "
               "the wanted Q and K into W_Q and W_K; c makes the softmax sharp.",
               "n = X.shape[0]\n"
-              "P = torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=1)   # P[i, i+1] = 1\n"
-              "c = 10.0\n"
-              "W_Q = ...                                                # X W_Q = c I\n"
-              "return W_Q, ...                                          # X W_K = c P^T"))
+              "P = ...             # (n, n): P[i, i+1] = 1 and P[n-1, 0] = 1, 0 elsewhere\n"
+              "W_Q = ...           # (d_model, n) with X W_Q = c I, c about 10\n"
+              "return W_Q, ...     # W_K with X W_K = c P^T, so Q K^T = c^2 P"))
 def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
     """Exercise: ``next_token_projections(X (n, d_model)) -> (W_Q, W_K)``, each ``(d_model, d_k)``,
     under which every token ``i`` puts at least ``NEXT_WEIGHT`` of its attention on token

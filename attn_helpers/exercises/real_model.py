@@ -87,14 +87,16 @@ def _diagonal(weights, offset):
 
 HINTS: dict[str, tuple[str, str, str]] = {
     "previous_token": (
-        "A previous-token head puts (almost) all the weight of query i on key i - 1. Its score "
-        "is the mean of weights[..., i, i - 1] over the queries that have a previous real token.",
-        "i = torch.arange(1, n) and weights[..., i, i - 1] pick the entries just left of the "
-        "diagonal: shape (L, b, h, n - 1), one per query 1..n-1. Which of these queries are real? "
-        "mask[:, 1:] (b, n - 1).",
+        "A previous-token head puts (almost) all the weight of query i on key i - 1, the entry "
+        "just left of the diagonal. Its score is the mean of that entry over the queries that "
+        "are real and have a key before them (i >= 1).",
+        "Index the last two axes with two tensors at once, the rows 1..n-1 and the columns one "
+        "less: that picks the n - 1 entries just left of the diagonal, (L, b, h, n - 1). Their "
+        "queries are real where mask without its first column is True, (b, n - 1): give it the "
+        "missing axes so it broadcasts against (L, b, h, n - 1).",
         "n = weights.shape[-1]\n"
         "i = torch.arange(1, n)\n"
-        "on_previous = ...                               # (L, b, h, n - 1): weights[..., i, i - 1]\n"
+        "on_previous = ...                               # (L, b, h, n - 1): row i, column i - 1\n"
         "valid = ...                                     # (1, b, 1, n - 1): real queries i >= 1\n"
         "return pooled(on_previous, valid)               # (L, h): the stub's pooled mean",
     ),
@@ -121,6 +123,10 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
             i = torch.arange(w.shape[-1])
             return _mean(w[..., i, torch.where(i == 0, key, i - 1)], _real_queries(m, 0))
         return produce
+
+    def key_validity(w, m):                              # valid where the KEY i - 1 is real
+        valid = m[:, :-1][None, :, None, :].float()                   # (1, b, 1, n - 1)
+        return _mean(_diagonal(w, -1)[..., 1:], valid)
 
     def mean_of_means(w, m):                             # each sentence's mean, then their mean
         valid = _real_queries(m, 1)                                  # (1, b, 1, n)
@@ -151,6 +157,10 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
             Mistake(shifted(-1, 0),
                     "the first token ([CLS], i = 0) has no previous token: leave it out of the "
                     "mean instead of counting it as 0."),
+            Mistake(key_validity,
+                    "you took each query's validity from its key, mask[:, :-1] (token i - 1), so "
+                    "the first padding query after each sentence was counted. Query i counts "
+                    "where token i itself is real: mask[:, 1:]."),
             *(Mistake(query_0_reads(key),
                       "query 0 ([CLS]) was counted: it has no previous token (weights[..., 0, -1] "
                       "is the LAST key, wrapped around). Start at query i = 1.") for key in (-1, 0)),
@@ -195,12 +205,13 @@ HINTS["value_norms"] = (
     "Head h adds sum_j a_ij f_h(x_j) to token i, where f_h(x_j) is value vector v_j of head h "
     "multiplied by head h's part of the output projection W_O. Its norm times a_ij is what key j "
     "contributes; return it for every (b, h, i, j).",
-    "nn.Linear stores W_O as (out, in) = (d, h * d_head), so f_h(x_j) = W_O[:, h*d_head:(h+1)*d_head] "
-    "@ v_j. All heads at once: W_O.view(d, h, d_head).permute(1, 2, 0) is (h, d_head, d). Since "
-    "a_ij >= 0, ||a_ij f|| = a_ij ||f||.",
+    "nn.Linear stores W_O as (out, in) = (d, h * d_head): head h owns the d_head columns from "
+    "h * d_head on. Give the heads an axis of their own by reshaping W_O, contract each head's "
+    "(d_head) value vectors with its block to get f, (b, h, n, d), and take its norm over d. "
+    "Since a_ij >= 0, ||a_ij f|| = a_ij ||f||: broadcast the key's norm over the queries i.",
     "b, h, n, d_head = values.shape\n"
     "W_h = ...                                         # (h, d_head, d): head h's columns of W_O\n"
-    "f = torch.einsum('bhjk,hkd->bhjd', values, W_h)   # (b, h, n, d): f_h(x_j)\n"
+    "f = ...                                           # (b, h, n, d): f_h(x_j), summed over d_head\n"
     "return ...                                        # (b, h, n, n): a_ij ||f_h(x_j)||",
 )
 

@@ -95,8 +95,9 @@ RNN_INSTEAD = ("Write the loop yourself: for each j, h = torch.tanh(x[..., j, :]
     "Start from a zero state and walk along the time axis (dim -2), one token at a time: each new "
     "state mixes the current token with the previous state. Keep every state; the last one is the "
     "fixed-size summary the decoder gets.",
-    "h_j = tanh(x_j W_x + h_{j-1} W_h + b) for j = 0 .. n-1, with h_{-1} = 0;  "
-    "H = (h_0, ..., h_{n-1}) stacked on dim -2;  h_last = h_{n-1}.",
+    "There is no shortcut: loop j over range(n), read token j as x[..., j, :] (..., d_in) and "
+    "update one running state h (..., d), which starts as zeros of shape x.shape[:-2] + (d,) in "
+    "x's dtype. Append each new h to a list; torch.stack on dim -2 gives H (..., n, d).",
     "h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)\n"
     "states = []\n"
     "for j in range(x.shape[-2]):\n"
@@ -193,8 +194,9 @@ _NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis
 @exercise("rnn_bottleneck.additive_scores", "the additive score e_tj", hints=(
     "Project the decoder state and every encoder state into the same d_a-dimensional space, add "
     "them, squash with tanh, and let v_a turn each d_a-vector into one number.",
-    "e_tj = tanh(s_t U_q + h_j U_k) v_a^T: s_t U_q is (b, d_a), H U_k is (b, n, d_a); add them "
-    "with a new axis for j.",
+    "s @ U_q is (b, d_a) and H @ U_k is (b, n, d_a): give the first a middle axis, (b, 1, d_a), "
+    "so that it is added to all n encoder rows. After tanh the features are (b, n, d_a); a "
+    "matrix product with v_a (d_a,) contracts d_a and leaves (b, n).",
     "query = ...                      # s @ U_q with a new axis for j: (b, 1, d_a)\n"
     "features = torch.tanh(query + H @ U_k)                    # (b, n, d_a)\n"
     "return ...                                                # (b, n)"))

@@ -132,10 +132,9 @@ def check_choose_scale(choose_scale: Callable) -> CheckResult:
 
 def _backward_cases() -> list[dict]:
     g = seeded(31)
-    cases = []
-    for shape in [(5,), (3, 4), (2, 3, 6)]:
-        cases.append({"scores": 2 * torch.randn(shape, generator=g, dtype=torch.float64),
-                      "grad_weights": torch.randn(shape, generator=g, dtype=torch.float64)})
+    cases = [{"scores": 2 * torch.randn(shape, generator=g, dtype=torch.float64),
+              "grad_weights": torch.randn(shape, generator=g, dtype=torch.float64)}
+             for shape in [(5,), (3, 4), (2, 3, 6)]]
     cases.append({"scores": torch.randn(4, 7, generator=g),                      # float32
                   "grad_weights": torch.randn(4, 7, generator=g)})
     size = [int(i) for i in torch.randint(1, 6, (3,), generator=g)]               # random shape
@@ -143,10 +142,8 @@ def _backward_cases() -> list[dict]:
                   "grad_weights": torch.randn(*size, generator=g, dtype=torch.float64)})
     cases.append({"scores": torch.tensor([[3.0], [-2.0]], dtype=torch.float64),  # one key
                   "grad_weights": torch.tensor([[1.5], [-0.5]], dtype=torch.float64)})
-    cases.append({"scores": torch.tensor([[1000.0, 999.0, 0.0], [-5.0, 0.0, 5.0]],  # large
-                                         dtype=torch.float64),
-                  "grad_weights": torch.tensor([[1.0, -2.0, 0.5], [0.3, 1.0, -1.0]],
-                                               dtype=torch.float64)})
+    cases.append({"scores": torch.tensor([[1000.0, 999.0, 0.0], [-5.0, 0.0, 5.0]]).double(),
+                  "grad_weights": torch.tensor([[1.0, -2.0, 0.5], [0.3, 1.0, -1.0]]).double()})
     return cases
 
 
@@ -221,7 +218,7 @@ def _no_jacobian(inputs: dict):
     "per row, the same for every i; a = softmax(s) over the last axis.",
     "a = torch.softmax(scores, dim=-1)\n"
     "dot = ...                                    # <a, g> per row, kept (..., 1)\n"
-    "return a * (grad_weights - dot)"))
+    "return ...                                   # (J g)_i = a_i (g_i - <a, g>), row by row"))
 def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
     """Exercise: ``softmax_backward(scores (..., n), grad_weights (..., n)) -> (..., n)``, the
     gradient of the loss at the scores given its gradient ``g`` at the weights ``a =
@@ -289,10 +286,7 @@ def _gradient_norm(q, k, scaled, *, divisor=None, dim=-1, norm=None, reduce="mea
 
 # Right with their default arguments: refused while the learner's function runs.
 REFUSED_WHILE_CHECKING = ("_gradient_norm",)
-
-
-#: The lesson's measurements, which would do exercise 3 for the learner. Section 2's
-#: ``softmax_jacobian`` is allowed: exercise 2 is about J; this one measures its norm against d_k.
+#: The lesson's measurements would do exercise 3 (section 2's softmax_jacobian stays allowed).
 _GRADIENT_FORBID = [(_scaling_lesson, "jacobian_norm"), (_scaling_lesson, "saturation_stats"),
                     (_scaling_lesson, "saturation_table"), (_scaling_lesson, "jacobian_curve")]
 
@@ -301,8 +295,10 @@ _GRADIENT_FORBID = [(_scaling_lesson, "jacobian_norm"), (_scaling_lesson, "satur
     "What does attention do to q and k before the softmax, and when does the scale enter? Each "
     "query's row of weights has its own Jacobian, and its size (the Frobenius norm) says how much "
     "gradient gets through that row. One number per call: an average over the queries.",
-    "S = q k^T, divided by sqrt(d_k) if scaled; a_i = softmax(S_i) over the keys; "
-    "J_i = diag(a_i) - a_i a_i^T (section 2's softmax_jacobian); return mean_i |J_i|_F.",
+    "q @ k.T is (m, n), one row per query; when scaled, divide it by sqrt(d_k) with d_k = "
+    "q.shape[-1]. A softmax over the keys (dim=-1) gives the (m, n) weights, and "
+    "softmax_jacobian turns them into (m, n, n), one J per query: take each J's Frobenius norm "
+    "over its last two axes, average the m norms and return a float.",
     "S = q @ k.T                                  # (m, n)\n"
     "if scaled:\n"
     "    S = ...                                  # the 1/sqrt(d_k) scale\n"
@@ -329,6 +325,10 @@ def check_gradient_norm(gradient_norm: Callable) -> CheckResult:
             Mistake(_number(lambda q, k, sc: _gradient_norm(
                 q, k, sc, divisor=lambda d, s: 1 / math.sqrt(d) if s else 1)),
                     "you multiplied by sqrt(d_k); divide the scores by it."),
+            Mistake(_number(lambda q, k, sc: _gradient_norm(
+                q, k, sc, divisor=lambda d, s: math.sqrt(len(k)) if s else 1)),
+                    "you divided by sqrt(n), n the number of keys; d_k is the length of each "
+                    "query and key vector, the last axis: q.shape[-1]."),
             Mistake(_number(lambda q, k, sc: _gradient_norm(q, k, sc, dim=0)),
                     "the softmax ran over the queries (dim=0); each query's weights over the keys "
                     "(the last axis) form one distribution."),

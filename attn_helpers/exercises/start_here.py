@@ -91,8 +91,9 @@ def softmax_with_temperature_reference(scores: torch.Tensor, temperature: float)
               "A temperature T divides the scores before the softmax: small T sharpens the row, "
               "large T flattens it. Each row (the last dimension) must sum to one, and scores of "
               "1000 must not overflow.",
-              "a_j = exp((s_j - m) / T) / sum_k exp((s_k - m) / T), with m = max_k s_k the "
-              "row's own maximum (subtracting it changes nothing mathematically).",
+              "Work along the last axis, dim=-1, with keepdim=True, so that each row's maximum "
+              "and each row's sum come out as (..., 1) and broadcast back over its n entries. "
+              "Divide by T, subtract the row maximum, exponentiate, then divide by the row sum.",
               "z = scores / temperature                   # (..., n)\n"
               "e = torch.exp(z - ...)                     # minus each row's max, kept (..., 1)\n"
               "return e / ...                             # each row's sum, kept (..., 1)"))
@@ -176,7 +177,9 @@ def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
 @exercise("start_here.entropy", "the entropy of attention rows", hints=(
     "Entropy measures how spread out a row is: 0 when one key takes all the weight, ln n when "
     "all n keys share it equally. A key with weight 0 adds nothing.",
-    "H = -sum_j a_j ln a_j over the last dimension, in nats (natural log), with 0 ln 0 = 0.",
+    "Each key adds a_j ln a_j (torch.log, the natural log), but at a_j = 0 that is 0 * (-inf) "
+    "= nan: choose 0 there instead, with torch.where on a_j > 0. Then negate the sum of the "
+    "terms over the last axis, dim=-1, which leaves shape (...).",
     "terms = torch.where(weights > 0, ..., torch.zeros_like(weights))   # a ln a, 0 where a = 0\n"
     "return 0.0 - ...  # sum over the last axis; 0.0 - x: a one-hot row gives 0, not -0"))
 def check_entropy(entropy: Callable) -> CheckResult:

@@ -13,7 +13,9 @@ best head put less than an even spread on key 0.)
 Each score is compared with what a head spreading its weight evenly over the visible keys would
 get on the same queries (the ``uniform`` baseline). The word start is also compared with the head's
 own weight on any key at the same distance back (``offset-matched``): a head that simply favours
-recent keys scores high on the word start without looking for it.
+recent keys scores high on the word start without looking for it. For the same reason the best
+previous-character head is set beside its own weight on the query itself and on the character
+two back (``offsets``): a previous-character head peaks at distance 1, a recent-keys head at 0.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ import torch
 
 from .build_gpt import GPT, Corpus
 
-__all__ = ["RULES", "key_choices", "head_scores", "held_out_attention", "head_report", "head_claims"]
+__all__ = ["RULES", "PEAK_RATIO", "key_choices", "head_scores", "held_out_attention",
+           "offset_profile", "head_report", "head_claims"]
 
 RULES = ("previous character", "itself", "start of the word")
+#: The best previous-character head puts at least this many times the weight on distance 1 as on
+#: distance 0 (itself) and on distance 2 (seeds 0, 1, 2 of the final recipe: 1.6x, 2.8x, 2.0x).
+PEAK_RATIO = 1.3
 
 
 def key_choices(text: str) -> dict[str, torch.Tensor]:
@@ -81,13 +87,19 @@ def held_out_attention(model: GPT, corpus: Corpus, windows: int = 48):
     return weights.transpose(1, 2), [corpus.decode(row) for row in ids]
 
 
+def offset_profile(weights: torch.Tensor, distances: int | None = None) -> torch.Tensor:
+    """``(L, h, distances)``: each head's mean weight on the key ``o`` characters back, for
+    ``o = 0, 1, ...`` (over every query that has such a key, in all windows)."""
+    n = weights.shape[-1]
+    return torch.stack([weights[..., torch.arange(o, n), torch.arange(o, n) - o].double()
+                        .mean((-1, -2)) for o in range(distances or n)], -1)
+
+
 def offset_matched(weights: torch.Tensor, texts) -> torch.Tensor:
     """``(L, h)``: each head's mean weight on the word start divided by its mean weight on any key
     at the same distance back (over all queries of the same windows)."""
     texts = [texts] if isinstance(texts, str) else list(texts)
-    n = weights.shape[-1]
-    profile = torch.stack([weights[..., torch.arange(o, n), torch.arange(o, n) - o].double()
-                           .mean((-1, -2)) for o in range(n)], -1)          # (L, h, n) by offset
+    profile = offset_profile(weights)                                       # (L, h, n) by offset
     got = torch.zeros(profile.shape[:2], dtype=torch.float64)
     base = torch.zeros_like(got)
     for j, text in enumerate(texts):
@@ -115,15 +127,28 @@ def head_report(model: GPT, corpus: Corpus) -> dict:
     report["start of the word"]["offset-matched"] = float(ratio.max())
     prev = report["previous character"]
     prev["heads over 3x uniform"] = int((prev["grid"] > 3 * prev["uniform"]).sum())
+    l, i = prev["head"][0] - 1, prev["head"][1] - 1
+    prev["offsets"] = offset_profile(weights, 3)[l, i].tolist()   # distance 0 (itself), 1, 2
+    n = weights.shape[-1]
+    prev["largest on it"] = float((weights[l, i, :, 1:].argmax(-1) == torch.arange(n - 1)).double()
+                                  .mean())                        # share of queries i >= 1
     return report
 
 
 def head_claims(report: dict) -> dict:
     """The notebook's sentences about the trained model's heads, each a bool."""
+    from .real_model import PREVIOUS_TOKEN_MIN
+
     prev, word = report["previous character"], report["start of the word"]
+    itself, previous, two_back = prev["offsets"]
     return {
         "at least two heads put over 3x a uniform head's weight on the previous character":
             prev["heads over 3x uniform"] >= 2,
+        f"the best of them peaks there: at least {PEAK_RATIO}x its weight on the character itself "
+        "and on the one two back (not a head that merely favours recent keys)":
+            previous >= PEAK_RATIO * max(itself, two_back),
+        f"it is softer than notebook 09's previous-token head (under {PREVIOUS_TOKEN_MIN} of its "
+        "weight there)": prev["score"] < PREVIOUS_TOKEN_MIN,
         "a word-start head exists: some head puts over 1.5x as much weight on the first "
         "character of the word as it puts, on average, on keys as far back":
             word["offset-matched"] > 1.5,

@@ -81,14 +81,24 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAt
     controls = {
         "index": widgets.IntSlider(value=0, min=0, max=examples - 1, description="example",
                                    continuous_update=False),
-        "step": widgets.IntSlider(value=0, min=0, max=23, description="decoder step"),
+        "step": widgets.IntSlider(value=0, min=0, max=0, description="decoder step"),
     }
     decoded: dict = {}  # example index -> (source, target, output, weights)
 
-    def compute(index, step):
+    def example_at(index):
         if index not in decoded:
             decoded[index] = _decoded(model, task, index)
-        return _alignment(*decoded[index], step)
+        return decoded[index]
+
+    def fit_steps(change=None):
+        """The step slider ends at the example's last output step: no key press on it is dead."""
+        controls["step"].max = len(example_at(controls["index"].value)[2]) - 1
+
+    fit_steps()
+    controls["index"].observe(fit_steps, names="value")   # before the widget's own observer
+
+    def compute(index, step):
+        return _alignment(*example_at(index), step)
 
     # no room reserved for the largest example: the colour bar sits beside the example on show
     # (a larger one re-lays the panel out once)

@@ -7,8 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+import attn_helpers as ah
 from attn_helpers import exercises
 from attn_helpers.exercises import build_gpt as _ex
 from attn_helpers.exercises.build_gpt_mistakes import (
@@ -19,7 +21,7 @@ from attn_helpers.exercises.build_gpt_mistakes import (
     train_variant,
 )
 from attn_helpers.lessons import build_gpt as bg
-from tests._exercises import assert_rejected
+from tests._exercises import GAP, assert_rejected, skeleton
 
 # The checkers themselves, without the workflow's refusal of the package's own classes: these
 # tests hand in subclasses of the reference on purpose (the known mistakes).
@@ -156,7 +158,16 @@ def test_the_cache_path_of_block_and_model_is_checked():
     assert "the positions ignore start" in ex.check_model(ModelAtZero).message
     message = ex.check_train_step(train_variant("whole_chunk")).message
     assert "both the whole chunk, unshifted" in message
-    assert "already clips" in ex.check_train_step(train_variant("clipped")).message
+
+    def step_that_also_clips(model, optimizer, chunk):      # the optimizer clips too: no change
+        loss = F.cross_entropy(model(chunk[:, :-1]).flatten(0, 1), chunk[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        return loss.item()
+
+    assert ex.check_train_step(step_that_also_clips)
     assert "log_softmax" in ex.check_model(_model_class("log_softmax_output")).message
     assert "multiplied by the mask" in ex.check_attention(_attention_class(mask="multiplied")).message
     assert "dim=-2" in ex.check_attention(_attention_class(softmax_dim=-2)).message
@@ -337,3 +348,65 @@ def test_one_cache_for_every_block_is_named():
 
     result = ex.check_model(GPT)
     assert not result and "block i gets caches[i]" in result.message, result.message
+
+
+# --- level 3 hints: skeletons, not solutions ------------------------------------------------
+
+
+def _with_forward(base, key, signature, fills, prefix=""):
+    forward = skeleton(key, signature, fills, prefix=prefix, ah=ah, F=F)
+    return type("FromHint", (base,), {"forward": forward})
+
+
+def _generate_from_hint(fills):
+    """Hint 3 of generate is the loop's body: put it in the stub's loop."""
+    code = "\n".join(line.split("#", 1)[0].rstrip()
+                     for line in exercises.EXERCISES["build_gpt.generate"].hints[2].splitlines())
+    assert fills is None or len(GAP.findall(code)) == len(fills)
+    for fill in fills or ():
+        code = GAP.sub(lambda _, fill=fill: fill, code, count=1)
+    loop = "".join(f"        {line}\n" for line in code.splitlines())
+    scope = {"torch": torch}
+    exec("def generate(model, prompt, steps, temperature, top_k, use_cache, generator):\n"  # noqa: S102
+         "    tokens = prompt\n    caches = model.new_caches() if use_cache else None\n"
+         "    new, start = prompt, 0\n    for _ in range(steps):\n" + loop + "    return tokens\n",
+         scope)
+    return scope["generate"]
+
+
+ATTENTION_GIVEN = ("b, n, d = x.shape\nstart = 0 if cache is None else len(cache)\n"
+                   "q, k, v = (ah.split_heads(t, self.num_heads) for t in self.qkv(x).split(d, "
+                   "dim=-1))\n")
+
+
+@pytest.mark.parametrize("key, base, signature, check, fills, prefix", [
+    ("build_gpt.attention", bg.CausalSelfAttention, "self, x, cache=None", "check_attention",
+     ("cache.append(k, v); k, v = cache.keys, cache.values", "ah.causal_mask(start + n)[start:]"),
+     ATTENTION_GIVEN),
+    ("build_gpt.block", bg.Block, "self, x, cache=None", "check_block",
+     ("self.attn(self.norm1(x), cache)", "self.ff(self.norm2(x))"), ""),
+    ("build_gpt.model", bg.GPT, "self, tokens, start=0, caches=None", "check_model",
+     ("torch.arange(start, start + tokens.shape[1])",
+      "self.token_embedding(tokens) + self.position_embedding(positions)",
+      "None if caches is None else caches[i]", "self.head(self.norm(x))"), ""),
+])
+def test_the_third_hint_of_each_piece_is_a_skeleton(key, base, signature, check, fills, prefix):
+    check = getattr(ex, check)
+    assert not check(_with_forward(base, key, signature, None, prefix))
+    result = check(_with_forward(base, key, signature, fills, prefix))
+    assert result, result.message
+
+
+def test_the_third_hints_of_the_step_and_of_generate_are_skeletons():
+    key = "build_gpt.train_step"
+    assert not ex.check_train_step(skeleton(key, "model, optimizer, chunk", F=F))
+    result = ex.check_train_step(skeleton(key, "model, optimizer, chunk", (
+        "chunk[:, :-1], chunk[:, 1:]", "logits.reshape(-1, logits.shape[-1])",
+        "targets.reshape(-1)", "optimizer.zero_grad(); loss.backward(); optimizer.step()"), F=F))
+    assert result, result.message
+    assert not ex.check_generate(_generate_from_hint(None))
+    result = ex.check_generate(_generate_from_hint((
+        "model(new, start, caches)[:, -1] / temperature",
+        "logits.topk(top_k, dim=-1).values[:, -1:]", "torch.softmax(logits, dim=-1)",
+        "(nxt, tokens.shape[1] - 1) if use_cache else (tokens, 0)")))
+    assert result, result.message

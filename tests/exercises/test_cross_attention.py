@@ -237,11 +237,14 @@ def layer_cross_attention_works_again():
 def test_the_level_3_skeletons_filled_in_pass():
     decode = skeleton("cross_attention.decode", "layer, y, memory, memory_real", (
         "ah.split_heads(ca.k_proj(memory), h)", "ah.split_heads(ca.v_proj(memory), h)",
-        "ah.scaled_dot_product_attention(q, K_m, V_m, memory_real[:, None, None, :])"),
+        "ah.split_heads(ca.q_proj(layer.norm2(x_t)), h)",
+        "ah.scaled_dot_product_attention(q, K_m, V_m, memory_real[:, None, None, :])",
+        "ca.out_proj(ah.merge_heads(o))", "x_t + layer.feed_forward(layer.norm3(x_t))"),
         prefix=GIVEN, ah=ah)
     assert ex.check_decode_layer(decode)
     alignment = skeleton("cross_attention.alignment", "weights, src_real, gold, tgt_real", (
-        "weights.masked_fill(~src_real[:, None, :], float('-inf'))", "hits.sum() / tgt_real.sum()"))
+        "weights.masked_fill(~src_real[:, None, :], float('-inf'))", "(alignment == gold) & tgt_real",
+        "hits.sum() / tgt_real.sum()"))
     assert ex.check_alignment_accuracy(alignment)
 
 

@@ -309,10 +309,15 @@ def test_alibi_checker_blocks_the_package(shortcut, name):
 
 
 def test_the_level_3_skeletons_filled_in_pass():
-    shift = skeleton("positional_encoding.sinusoidal", "k, d_model", ("c, s", "-s, c"))
+    omega = "10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)"
+    shift = skeleton("positional_encoding.sinusoidal", "k, d_model", (
+        omega, "(k * omega).cos(), (k * omega).sin()", "c, s", "-s, c"))
     assert ex.check_sinusoidal(shift)
     rope = skeleton("positional_encoding.rope", "q, k, delta", (
-        "(a * c + b * e)[..., None, :]", "(a * e - b * c)[..., None, :]"))
+        "10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)",
+        "delta.to(torch.float64)[:, None] * omega",
+        "(a * c + b * e)[..., None, :]", "(a * e - b * c)[..., None, :]",
+        "(dot * angles.cos() + cross * angles.sin()).sum(-1).to(q.dtype)"))
     assert ex.check_rope(rope)
     alibi = skeleton("positional_encoding.alibi", "n, H", (
         "2.0 ** (-8.0 * h / H)", "-m[:, None, None] * (i - j)"))

@@ -213,9 +213,11 @@ def test_check_function_generic():
 
 @pytest.mark.parametrize("key, signature, check, fills", [
     ("query_key_value.attention", "q, k, v, mask", ex.check_attention,
-     ("q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5", "~mask")),
+     ("q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5", "~mask",
+      "torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)")),
     ("query_key_value.asymmetric_relation", "X", ex.check_asymmetric_relation,
-     ("c * torch.linalg.pinv(X)", "W_Q @ P.T")),
+     ("torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=1)", "10.0 * torch.linalg.pinv(X)",
+      "W_Q @ P.T")),
 ])
 def test_the_third_hint_is_a_skeleton_that_passes_once_its_key_lines_are_written(
         key, signature, check, fills):

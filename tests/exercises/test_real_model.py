@@ -106,7 +106,15 @@ def test_the_stubs_given_pooling_is_the_checkers_and_passes_with_the_right_entri
     assert ex.check_previous_token_scores(answer)
 
 
+def validity_from_the_key(weights, mask):
+    n = weights.shape[-1]
+    i = torch.arange(1, n)
+    valid = mask[:, :-1][None, :, None, :].float()                 # the key's, not the query's
+    return (weights[..., i, i - 1] * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+
+
 PREVIOUS_WRONG = [
+    (validity_from_the_key, "validity from its key"),
     (next_token, "NEXT token"),
     (own_token, "on itself"),
     (transposed, "Rows are queries"),
@@ -307,5 +315,6 @@ def test_the_level_3_skeletons_filled_in_pass():
         "weights[..., i, i - 1]", "mask[:, 1:][None, :, None, :].float()"), prefix=POOLED_GIVEN)
     assert ex.check_previous_token_scores(previous)
     norms = skeleton("real_model.value_norms", "weights, values, W_O", (
-        "W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)", "weights * f.norm(dim=-1)[:, :, None, :]"))
+        "W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)",
+        "torch.einsum('bhjk,hkd->bhjd', values, W_h)", "weights * f.norm(dim=-1)[:, :, None, :]"))
     assert ex.check_value_norms(norms)

@@ -235,6 +235,8 @@ def test_gradient_norm_accepts_the_reference_and_a_loop():
     (lambda q, k, s: gradient_norm(q, k, s, divisor=lambda d, sc: d ** -0.5 if sc else 1),
      "multiplied by sqrt(d_k)"),
     (lambda q, k, s: gradient_norm(q, k, s, dim=0), "over the queries"),
+    (lambda q, k, s: gradient_norm(q, k, s, divisor=lambda d, sc: k.shape[0] ** 0.5 if sc else 1),
+     "the number of keys"),
     (lambda q, k, s: gradient_norm(q, k, s, what="diag"), "norm of the weights a"),
     (lambda q, k, s: gradient_norm(q, k, s, what="outer"), "a a^T alone"),
     (lambda q, k, s: torch.linalg.matrix_norm(
@@ -269,7 +271,7 @@ def test_exercises_are_registered_with_three_hints(capsys):
     ("scaling.choose_scale", "x, W_Q, W_K", check_choose_scale,
      ("S.var(dim=-1).mean()", "1 / v.sqrt().item()")),
     ("scaling.softmax_backward", "scores, grad_weights", check_softmax_backward,
-     ("(a * grad_weights).sum(dim=-1, keepdim=True)",)),
+     ("(a * grad_weights).sum(dim=-1, keepdim=True)", "a * (grad_weights - dot)")),
     ("scaling.gradient_norm", "q, k, scaled", check_gradient_norm,
      ("S / q.shape[-1] ** 0.5", "torch.softmax(S, dim=-1)")),
 ])

@@ -114,6 +114,44 @@ def test_head_scores_find_a_previous_character_head():
     assert choices["start of the word"].tolist() == [-1, -1, 0, -1, -1, -1, -1, -1, -1, -1]
 
 
+def _report(offsets, score, over_3x=2, word=2.0):
+    return {"previous character": {"offsets": offsets, "score": score,
+                                   "heads over 3x uniform": over_3x},
+            "start of the word": {"offset-matched": word}}
+
+
+def test_the_head_claims_tell_a_previous_character_head_from_a_recent_keys_head():
+    n = 12
+    previous = torch.zeros(n, n)
+    previous[0, 0] = 1
+    previous[torch.arange(1, n), torch.arange(n - 1)] = 1
+    back = (torch.arange(n)[:, None] - torch.arange(n)[None]).double()       # i - j
+    recent = torch.where(back >= 0, torch.exp(-back), torch.zeros(()))
+    recent = recent / recent.sum(-1, keepdim=True)                           # most on itself
+    profile = heads.offset_profile(torch.stack([previous, recent.float()])[None, :, None], 3)
+    assert profile[0, 0].tolist() == pytest.approx([1 / n, 1.0, 0.0])
+    assert profile[0, 1, 0] > profile[0, 1, 1] > profile[0, 1, 2]
+    peak, soft = list(heads.head_claims(_report([0.2, 0.45, 0.16], 0.45)))[1:3]
+    assert all(heads.head_claims(_report([0.2, 0.45, 0.16], 0.45)).values())
+    recent_claims = heads.head_claims(_report(profile[0, 1].tolist(), 0.5))
+    assert not recent_claims[peak] and recent_claims[soft]
+    assert not heads.head_claims(_report([0.0, 1.0, 0.0], 0.95))[soft]      # as sharp as 09's
+    assert not heads.head_claims(_report([0.3, 0.35, 0.1], 0.35))[peak]     # under 1.3x itself
+
+
+def test_the_head_report_names_a_head_and_its_profile():
+    corpus = bg.load_corpus()
+    torch.manual_seed(0)
+    model = bg.GPT(bg.GPTConfig(corpus.vocab_size, context=16, d_model=16, num_heads=2,
+                                num_layers=2, d_ff=32)).eval()
+    report = heads.head_report(model, corpus)
+    prev = report["previous character"]
+    assert 1 <= prev["head"][0] <= 2 and 1 <= prev["head"][1] <= 2
+    assert len(prev["offsets"]) == 3 and all(0 <= x <= 1 for x in prev["offsets"])
+    assert 0 <= prev["largest on it"] <= 1 and set(heads.head_claims(report)) >= {
+        "at least two heads put over 3x a uniform head's weight on the previous character"}
+
+
 @pytest.mark.slow
 def test_the_ladder_re_trained_holds_the_claims_and_the_shipped_losses():
     shipped = ladder.load_ladder()

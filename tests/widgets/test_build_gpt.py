@@ -76,11 +76,15 @@ def test_the_picture_names_its_layer_and_head_and_the_dashed_ceiling(setup):
     widget = gw.gpt_widget(model, corpus, "The for statement")
     widget.set(layer=2, head=3)
     view = widget.view
-    assert view.panel.ax_map.get_title() == "layer 2, head 3: attention weights"
-    # the titles are animated: a head move redraws them, not the whole figure
+    assert view.title.texts == ["layer 2, head 3: attention weights"]
+    # the title is pasted text at matplotlib's title place: a head move does not redraw the figure
     background = view.blit._background
+    x, y = view.title.xy[0]
+    box = view.panel.ax_map.get_window_extent()
+    assert box.x0 < x < box.x1 and y > box.y1          # centred over the heatmap, above it
+    before = widget.image.value
     widget.set(head=1)
-    assert view.panel.ax_map.get_title() == "layer 2, head 1: attention weights"
-    assert view.blit._background is background
+    assert view.title.texts == ["layer 2, head 1: attention weights"]
+    assert view.blit._background is background and widget.image.value != before
     title = view.heads.ax.get_title()
-    assert title.startswith("layer 2") and "dashes" in view.heads.ax.get_xlabel()
+    assert title.startswith("this layer's heads") and "dashes" in view.heads.ax.get_xlabel()
