@@ -134,31 +134,33 @@ def run_tests(extra: list[str], scratch: Path) -> None:
         say(f"fast checks passed in {time.monotonic() - started:.0f} s")
         return
     ARTIFACTS.mkdir(exist_ok=True)
-    # Four independent jobs, as many at a time as there are cores (at least two; every job is
-    # mostly one thread), each next job started as soon as a lane is free. On 2 cores the lanes
-    # are (nbval on the other floating-point path, then nbval with this environment's settings)
-    # and (the tests marked slow, then every other test); in a quiet run on a 2-core x86 laptop,
-    # 2026-11-25: 322 + 277 s and 531 + 142 s before the positional re-training was batched.
-    # Splitting a pass in two (notebook 10 alone, its re-trainings alone) gains < 10 s here:
-    # the two lanes already hold about half the work each, so less work is the lever.
+    # Independent jobs, as many at a time as there are cores (at least two; every job is mostly
+    # one thread), each next job started as soon as a lane is free, in this order: nbval on the
+    # other floating-point path, the tests marked slow, nbval with this environment's settings,
+    # then the other tests in a few groups (see TEST_GROUPS). CI on a 2-core AVX2 EPYC,
+    # 2026-11-26: 360 s, 753 s, 346 s and 245 s for the four (the groups then one job). Less work
+    # is the main lever: the slow tests alone hold a lane for 10-12 minutes.
     other = " ".join(f"{k}={v}" for k, v in OTHER_FP_PATH.items())
     # The nbval pass with this environment's settings: its thread count too (a pin is dropped).
     default = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     # The pytest jobs on one thread each: two jobs on two cores, so a second thread per job only
     # waits for a core held by the other lane (their results hold on any thread count).
     one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    pytest = [PYTHON, "-m", "pytest", "tests", "-p", "no:cacheprovider", "--durations=25"]
+    pytest = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "--durations=25"]
     run_in_lanes([
         (f"strict nbval, {other}", "nbval_other_fp_path",
          nbval_command(), env("nbval-other-fp", **OTHER_FP_PATH)),
         ("tests marked slow (the re-trainings from scratch, among others)", "pytest_slow",
-         [*pytest, "-m", "slow and not browser", "--basetemp", scratch / "tmp-slow", *extra],
+         [*pytest, "tests", "-m", "slow and not browser", "--basetemp", scratch / "tmp-slow",
+          *extra],
          env("pytest-slow", **one), NO_TESTS_OK),
         (f"strict nbval, default settings ({os.cpu_count()} cores)", "nbval_default",
          nbval_command(), env("nbval-default", default)),
-        ("unit, property, widget, course-consistency and notebook-hygiene tests", "pytest",
-         [*pytest, "-m", "not slow and not browser", "--basetemp", scratch / "tmp-rest", *extra],
-         env("pytest", **one), NO_TESTS_OK),
+        *((f"unit, property, widget and hygiene tests: {', '.join(group)}", f"pytest_{i}",
+           [*pytest, *(f"tests/{d}" for d in group), "-m", "not slow and not browser",
+            "--basetemp", scratch / f"tmp-rest-{i}", *extra],
+           env(f"pytest-{i}", **one), NO_TESTS_OK)
+          for i, group in enumerate(test_groups(), start=1)),
     ], started, lanes=max(2, os.cpu_count() or 2))
     # Speed, alone on the machine: every target is a ratio to a baseline measured in the same run.
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -180,6 +182,21 @@ def run_tests(extra: list[str], scratch: Path) -> None:
     run([PYTHON, "-m", "attn_helpers", "bench", "widget", "--repeats", "20", "--check"],
         env=env("bench-widget"))
     say(f"all checks passed in {time.monotonic() - started:.0f} s")
+
+
+# The tests not marked slow, in a few groups of folders, each a job of its own: whichever lane
+# frees first takes the next group, so the lanes end within a group's time (about a minute) of each
+# other, instead of one lane running all of them while the other waits (CI, 2026-11-26: the
+# nbval lane freed 47 s before the slow tests ended and then ran all 245 s of them alone).
+TEST_GROUPS = (("core", "shared", "tools"), ("lessons",), ("exercises",), ("widgets", "notebooks"))
+
+
+def test_groups() -> list[tuple[str, ...]]:
+    """:data:`TEST_GROUPS`, plus any folder of ``tests/`` they do not name (in a group of its
+    own), so that a new folder of tests is never left out."""
+    named = {d for group in TEST_GROUPS for d in group}
+    found = sorted(p.parent.name for p in (ROOT / "tests").glob("*/test_*.py"))
+    return [*TEST_GROUPS, *((d,) for d in dict.fromkeys(found) if d not in named)]
 
 
 def run_in_lanes(jobs: list[tuple], started: float, lanes: int = 2) -> None:

@@ -99,9 +99,9 @@ def _attention_runner(forward: Callable) -> Callable:
 
 
 _MASK_SHAPE_HINT = (
-    "the mask must be (n, start + n): the last n rows of causal_mask(start + n). If start was read "
-    "after cache.append, len(cache) already counts the n new tokens: read start = len(cache) "
-    "before appending (the stub does), then append.")
+    "the mask must be (n, start + n): one row per new query, one column per visible key. If start "
+    "was read after cache.append, len(cache) already counts the n new tokens: read start = "
+    "len(cache) before appending (the stub does), then append.")
 
 
 @exercise("build_gpt.attention", "causal self-attention with a KV cache, at an offset", hints=(

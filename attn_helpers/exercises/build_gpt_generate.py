@@ -39,7 +39,7 @@ from .workflow import exercise
     "logits = ...                              # (b, vocab): the last position's, over T\n"
     "if top_k is not None:\n"
     "    kth = ...                             # (b, 1): each row's k-th largest logit\n"
-    "    logits = logits.masked_fill(logits < kth, float('-inf'))\n"
+    "    logits = ...                          # the logits below kth set to -inf\n"
     "nxt = torch.multinomial(..., 1, generator=generator)   # (b, 1), from the probabilities\n"
     "tokens = torch.cat([tokens, nxt], dim=1)\n"
     "new, start = ...                          # cached: nxt at its position; else all, from 0"))

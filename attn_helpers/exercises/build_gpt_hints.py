@@ -9,13 +9,14 @@ __all__ = ["ATTENTION_MISTAKES", "BLOCK_MISTAKES", "MODEL_MISTAKES", "TRAIN_MIST
 
 ATTENTION_MISTAKES = [
     ({"mask": "none"}, "no causal mask, so the future leaks: new query i must not see the "
-                       "positions after it; mask = causal_mask(start + n)[start:]."),
+                       "positions after its own, start + i (hint 2 says how to build the mask)."),
     ({"mask": "upper"}, "the mask is upside down: causal_mask(n) is True on and below the "
                         "diagonal (a query sees its past); you let each query see its future."),
     ({"mask": "not_offset"}, "the mask is not offset by start: with start positions in the "
                              "cache, new query i sits at position start + i and sees keys "
-                             "0..start+i, the LAST n rows of causal_mask(start + n), [start:]. "
-                             "(torch's is_causal=True aligns its mask top-left: this mistake.)"),
+                             "0..start+i: which rows of a causal mask of size start + n are "
+                             "those? (torch's is_causal=True aligns its mask top-left: this "
+                             "mistake.)"),
     ({"cache_use": "not_read"}, "the cache is not appended to or not read: the new queries saw "
                                 "only the new keys. cache.append(k, v), then attend over "
                                 "cache.keys and cache.values (all start + n positions)."),
@@ -74,8 +75,8 @@ MODEL_MISTAKES = [
     ("positions_not_offset", "the positions ignore start: the new tokens sit at positions "
                              "start..start+n-1, so look up position_embedding(arange(start, "
                              "start + n))."),
-    ("caches_not_passed", "the caches never reached the blocks: block i gets caches[i] (or None "
-                          "without caches): x = block(x, None if caches is None else caches[i])."),
+    ("caches_not_passed", "the caches never reached the blocks: each block must be handed its own "
+                          "cache, caches[i] for block i (and None when there are no caches)."),
     ("no_final_norm", "the final LayerNorm is missing: logits = head(norm(x))."),
     ("first_block_only", "only one block ran: x goes through every block of self.blocks, in "
                          "turn."),

@@ -150,7 +150,7 @@ def _merge_mistakes() -> list[Mistake]:
               "and m1 - m = -inf - (-inf) is NaN: subtract 0 there instead (the result is still "
               "m = -inf, l = 0, acc = 0).",
               "m = torch.maximum(m1, m2)                     # (..., n_q, 1): the merged max\n"
-              "safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))   # 0 if both empty\n"
+              "safe = ...                                    # m, but 0 where m = -inf (both empty)\n"
               "c1, c2 = ...                                  # each state's factor, against safe\n"
               "return m, ..., ...                            # l and acc, both rescaled and added"))
 def check_merge_states(merge: Callable) -> CheckResult:

@@ -27,8 +27,8 @@ from .borrowing import (  # noqa: F401  (re-exported: checkers import them from 
     blocking,
 )
 
-__all__ = ["CheckResult", "Mistake", "Refused", "as_number", "blocking", "check_function", "describe",
-           "refusing_ops", "seeded"]
+__all__ = ["BORROWED", "CheckResult", "Mistake", "Refused", "as_number", "blocking", "check_function",
+           "describe", "own_work_guard", "refusing_ops", "seeded"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,25 @@ CHECKING_A_SOLUTION: contextvars.ContextVar[bool] = contextvars.ContextVar(
 #: The object the learner handed to a registered checker (set by the workflow while it runs):
 #: its globals and closure are searched for solutions even when the checker wraps it.
 LEARNER: contextvars.ContextVar[object] = contextvars.ContextVar("learner", default=None)
+
+
+def own_work_guard(candidate: Callable, reference: Callable) -> Callable[[], object]:
+    """For a checker that calls the learner's function itself (not through
+    :func:`check_function`): ``guard()`` gives the context to enter around each call, in which,
+    as in :func:`check_function`, the collapsed cells' solutions, ``reference`` and the checkers'
+    own code are refused however they are reached (a wrapper, an alias), unless a reference
+    solution is being checked. A refusal raises :class:`BorrowedCall` (or :class:`BlockedCall`)."""
+    root = LEARNER.get() if LEARNER.get() is not None else candidate
+    own_work = not CHECKING_A_SOLUTION.get() and not _defined_in_checkers(root)
+    borrowed = _borrowable(root, reference, ()) if own_work else {}
+    namespaces = ([*_namespaces(root), *(vars(m) for m in _checker_modules())]
+                  if own_work else [])
+    cells = _closure_cells(root) if own_work else ()
+    return lambda: blocking((), namespaces=namespaces, borrowed=borrowed, cells=cells)
+
+
+BORROWED = ("Wrapping it does the exercise for you and never counts as your pass; write the steps "
+            "yourself.")
 
 
 def check_function(

@@ -277,25 +277,16 @@ def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
     if not callable(alignment_accuracy):
         return CheckResult(False, f"Not yet: {what} is not a function.")
     cases = _alignment_cases()
-    # As check_function does: while the learner's function runs, the collapsed cell's solution and
-    # the checkers' references are refused, however they are reached (a wrapper, an alias).
-    root = core.LEARNER.get() if core.LEARNER.get() is not None else alignment_accuracy
-    own_work = not core.CHECKING_A_SOLUTION.get() and not core._defined_in_checkers(root)
-    borrowed = core._borrowable(root, alignment_accuracy_reference, ()) if own_work else {}
-    namespaces = ([*core._namespaces(root), *(vars(m) for m in core._checker_modules())]
-                  if own_work else [])
-    cells = core._closure_cells(root) if own_work else ()
+    guard = core.own_work_guard(alignment_accuracy, alignment_accuracy_reference)
     for number, case in enumerate(cases, start=1):
         where = f"case {number} of {len(cases)} ({describe(case)})"
         try:
-            with core.blocking((), namespaces=namespaces, borrowed=borrowed, cells=cells):
+            with guard():
                 got = alignment_accuracy(*(v.clone() for v in case.values()))
         except NotImplementedError:
             return CheckResult(False, f"{what} is not implemented yet.")
         except core.BorrowedCall as exc:
-            return CheckResult(False, f"Not yet: {what} called {exc}. Wrapping it does the exercise "
-                                      "for you and never counts as your pass; write the steps "
-                                      "yourself.")
+            return CheckResult(False, f"Not yet: {what} called {exc}. {core.BORROWED}")
         except Exception as exc:
             return CheckResult(False, f"Not yet: on {where}, {what} raised {type(exc).__name__}: {exc}")
         if got is None and number == 1:

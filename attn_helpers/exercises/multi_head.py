@@ -280,7 +280,7 @@ def check_grouped_query_attention(grouped_query_attention: Callable) -> CheckRes
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: i % g),
                     "query head i must use key/value head i // (h/g): consecutive query heads "
                     "share one. k.repeat(1, h // g, 1, 1) cycles through the key/value heads "
-                    "instead; use k.repeat_interleave(h // g, dim=1)."),
+                    "instead: repeat each head in place, h // g times in a row."),
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: min(i // g, g - 1)),
                     "a group holds h/g query heads, so head i uses key/value head i // (h/g), "
                     "not i // g."),

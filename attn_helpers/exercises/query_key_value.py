@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 
 from ..attention import scaled_dot_product_attention
-from .core import CheckResult, Mistake, seeded
+from .core import BORROWED, BorrowedCall, CheckResult, Mistake, own_work_guard, seeded
 from .start_here import check_cases, size
 from .workflow import exercise, hint, progress
 
@@ -265,14 +265,18 @@ def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
         return CheckResult(False, f"Not yet: {what} is not a function "
                                   f"(got {type(next_token_projections).__name__}).")
     cases = _relation_cases()
+    guard = own_work_guard(next_token_projections, next_token_projections_reference)
     for number, case in enumerate(cases, start=1):
         X = case["X"]                                                         # noqa: N806
         where = f"case {number} of {len(cases)} (X: {str(X.dtype).removeprefix('torch.')} " \
                 f"{tuple(X.shape)})"
         try:
-            got = next_token_projections(X.clone())
+            with guard():
+                got = next_token_projections(X.clone())
         except NotImplementedError:
             return CheckResult(False, f"{what} is not implemented yet.")
+        except BorrowedCall as exc:
+            return CheckResult(False, f"Not yet: {what} called {exc}. {BORROWED}")
         except Exception as exc:  # the learner's bug, reported in words
             return CheckResult(False, f"Not yet: on {where}, {what} raised "
                                       f"{type(exc).__name__}: {exc}")

@@ -147,8 +147,8 @@ def head_claims(report: dict) -> dict:
         f"the best of them peaks there: at least {PEAK_RATIO}x its weight on the character itself "
         "and on the one two back (not a head that merely favours recent keys)":
             previous >= PEAK_RATIO * max(itself, two_back),
-        f"it is softer than notebook 09's previous-token head (under {PREVIOUS_TOKEN_MIN} of its "
-        "weight there)": prev["score"] < PREVIOUS_TOKEN_MIN,
+        f"it puts under {PREVIOUS_TOKEN_MIN} of its weight there, the share notebook 09's "
+        "previous-token head exceeds: a softer head": prev["score"] < PREVIOUS_TOKEN_MIN,
         "a word-start head exists: some head puts over 1.5x as much weight on the first "
         "character of the word as it puts, on average, on keys as far back":
             word["offset-matched"] > 1.5,

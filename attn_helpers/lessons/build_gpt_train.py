@@ -23,7 +23,8 @@ from .build_gpt import GPT, Corpus, GPTConfig, load_corpus, next_token_loss
 
 __all__ = ["Recipe", "FINAL", "FINAL_SIZE", "NANOGPT", "BAR_NATS", "claims", "build_and_train",
            "cache_speed", "cache_claims", "final_config", "get_batch", "held_out_loss", "lr_at",
-           "clipped_step", "make_optimizer", "train_flops", "TrainLog", "train_gpt", "train_step"]
+           "clipped_step", "make_optimizer", "same_samples_claims", "train_flops", "TrainLog",
+           "train_gpt", "train_step"]
 
 LN2 = math.log(2.0)
 
@@ -267,3 +268,11 @@ def cache_speed(model: GPT, generate: Callable, *, batch: int = 4, steps: int = 
 def cache_claims(speed: dict) -> dict:
     return {"generation with the KV cache is faster than without it, measured in this run":
             speed["ratio"] > 1.0}
+
+
+def same_samples_claims(cached: torch.Tensor, plain: torch.Tensor) -> dict:
+    """Generation with and without the cache, from the same random numbers: the same tokens
+    (the distributions agree up to rounding, so only a draw on a rounding edge could differ)."""
+    b, n = cached.shape
+    return {f"with and without the cache, the same {b} x {n} tokens from the same random numbers":
+            torch.equal(cached, plain)}

@@ -407,6 +407,7 @@ def test_the_third_hints_of_the_step_and_of_generate_are_skeletons():
     assert not ex.check_generate(_generate_from_hint(None))
     result = ex.check_generate(_generate_from_hint((
         "model(new, start, caches)[:, -1] / temperature",
-        "logits.topk(top_k, dim=-1).values[:, -1:]", "torch.softmax(logits, dim=-1)",
+        "logits.topk(top_k, dim=-1).values[:, -1:]",
+        "logits.masked_fill(logits < kth, float('-inf'))", "torch.softmax(logits, dim=-1)",
         "(nxt, tokens.shape[1] - 1) if use_cache else (tokens, 0)")))
     assert result, result.message

@@ -255,7 +255,7 @@ def test_gqa_reference_equals_torch_enable_gqa_on_every_case():
 
 
 @pytest.mark.parametrize("mistake, words", [
-    ({"share": "repeat"}, "repeat_interleave"),
+    ({"share": "repeat"}, "repeat each head in place"),
     ({"share": "first"}, "every query head read the first"),
     ({"scale": 1.0}, "not scaled"),
     ({"dim": -2}, "wrong axis"),

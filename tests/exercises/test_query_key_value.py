@@ -182,6 +182,14 @@ def test_asymmetric_relation_stub_and_solution():
     assert "does not count" in ex.check_asymmetric_relation(next_projections, solution=True).message
 
 
+def test_asymmetric_relation_refuses_a_wrapper_around_the_reference():
+    def wrapper(X):  # noqa: N803
+        return ex.next_token_projections_reference(X)
+
+    assert_rejected(ex.check_asymmetric_relation(wrapper), "next_token_projections_reference",
+                    "never counts as your pass")
+
+
 # --- the framework's generic verdicts ------------------------------------------------------------
 
 

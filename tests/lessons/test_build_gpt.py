@@ -183,3 +183,12 @@ def test_a_step_returning_the_loss_as_a_tensor_trains_without_a_warning():
         log = bgt.train_gpt(model, bgt.Recipe(steps=3, batch=2, warmup=1), corpus=corpus,
                             step_fn=step, eval_every=3, eval_windows=5, progress=False)
     assert len(log.losses) == 3 and all(isinstance(v, float) for v in log.losses)
+
+
+def test_the_same_samples_claim_names_the_shape_and_can_fail():
+    tokens = torch.arange(12).view(3, 4)
+    ((name, holds),) = bgt.same_samples_claims(tokens, tokens.clone()).items()
+    assert holds and "3 x 4 tokens" in name
+    other = tokens.clone()
+    other[1, 2] += 1
+    assert not any(bgt.same_samples_claims(tokens, other).values())
