@@ -38,11 +38,12 @@ def assert_rejected(result, *fragments):
         assert fragment in result.message, (fragment, result.message)
 
 
-def skeleton(key, signature, fills=None, *, prefix="", **namespace):
+def skeleton(key, signature, fills=None, *, prefix="", loop="", suffix="", **namespace):
     """The level-3 hint of ``key`` as the body of ``def f(signature)``, after the stub's given lines
     ``prefix``, its comments dropped and each blank ``...`` replaced, in order, by ``fills`` (none:
     the blanks stay, and running it fails). With ``fills`` the hint must hold exactly
-    ``len(fills)`` blanks."""
+    ``len(fills)`` blanks. ``loop``: a stub's loop line (e.g. ``for _ in range(steps):``) whose
+    body the hint is; ``suffix``: the stub's given lines after it."""
     code = "\n".join(line.split("#", 1)[0].rstrip() for line in EXERCISES[key].hints[2].splitlines())
     blanks = len(GAP.findall(code))
     assert blanks, f"hint 3 of {key} is not a skeleton: it has no '...' outside comments"
@@ -50,7 +51,9 @@ def skeleton(key, signature, fills=None, *, prefix="", **namespace):
         assert blanks == len(fills), (key, blanks, "blanks", len(fills), "fills")
         for fill in fills:
             code = GAP.sub(lambda _, fill=fill: fill, code, count=1)
-    body = "".join(f"    {line}\n" for line in (prefix + code).splitlines())
+    if loop:
+        code = loop + "".join(f"\n    {line}" for line in code.splitlines())
+    body = "".join(f"    {line}\n" for line in (prefix + code + "\n" + suffix).splitlines())
     scope = {"torch": torch, "math": math, **namespace}
     exec(f"def f({signature}):\n{body}", scope)  # noqa: S102 - the course's own hint text
     return scope["f"]

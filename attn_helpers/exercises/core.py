@@ -215,9 +215,7 @@ def check_function(
         except NotImplementedError:  # the stored stub: say so, and nothing more
             return CheckResult(False, f"{what} is not implemented yet.")
         except BorrowedCall as exc:
-            return CheckResult(False, f"Not yet: {what} called {exc}. Wrapping it does the "
-                                      "exercise for you and never counts as your pass; write the "
-                                      "steps yourself.")
+            return CheckResult(False, f"Not yet: {what} called {exc}. {BORROWED}")
         except BlockedCall as exc:
             return CheckResult(False, f"Not yet: {what} called {exc}, which does this exercise for "
                                       f"you. {instead}; the checker blocks it here.")

@@ -21,7 +21,7 @@ from attn_helpers.exercises.build_gpt_mistakes import (
     train_variant,
 )
 from attn_helpers.lessons import build_gpt as bg
-from tests._exercises import GAP, assert_rejected, skeleton
+from tests._exercises import assert_rejected, skeleton
 
 # The checkers themselves, without the workflow's refusal of the package's own classes: these
 # tests hand in subclasses of the reference on purpose (the known mistakes).
@@ -359,19 +359,12 @@ def _with_forward(base, key, signature, fills, prefix=""):
 
 
 def _generate_from_hint(fills):
-    """Hint 3 of generate is the loop's body: put it in the stub's loop."""
-    code = "\n".join(line.split("#", 1)[0].rstrip()
-                     for line in exercises.EXERCISES["build_gpt.generate"].hints[2].splitlines())
-    assert fills is None or len(GAP.findall(code)) == len(fills)
-    for fill in fills or ():
-        code = GAP.sub(lambda _, fill=fill: fill, code, count=1)
-    loop = "".join(f"        {line}\n" for line in code.splitlines())
-    scope = {"torch": torch}
-    exec("def generate(model, prompt, steps, temperature, top_k, use_cache, generator):\n"  # noqa: S102
-         "    tokens = prompt\n    caches = model.new_caches() if use_cache else None\n"
-         "    new, start = prompt, 0\n    for _ in range(steps):\n" + loop + "    return tokens\n",
-         scope)
-    return scope["generate"]
+    """Hint 3 of generate is the body of the stub's loop."""
+    return skeleton("build_gpt.generate",
+                    "model, prompt, steps, temperature, top_k, use_cache, generator", fills,
+                    prefix="tokens = prompt\ncaches = model.new_caches() if use_cache else None\n"
+                           "new, start = prompt, 0\n",
+                    loop="for _ in range(steps):", suffix="return tokens")
 
 
 ATTENTION_GIVEN = ("b, n, d = x.shape\nstart = 0 if cache is None else len(cache)\n"
