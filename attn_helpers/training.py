@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 __all__ = [
     "single_thread",
+    "torch_threads",
     "TrainResult",
     "train",
     "CHECKPOINT_DIR",
@@ -56,10 +57,20 @@ def single_thread() -> Iterator[None]:
     One thread makes the floating-point summation order, hence the trained weights, the same
     whatever ``OMP_NUM_THREADS`` is, and a run beside other work (CI's two lanes) never waits for
     a busy core. It is not free on an idle machine: notebook 10's GPT, the largest model trained,
-    took 94-100 ms per step on one thread and 66-75 ms on two (idle 2-core AVX2 EPYC, 2026-11-26).
+    took 94-100 ms per step on one thread and 66-75 ms on two (idle 2-core AVX2 EPYC, 2026-11-26);
+    beside one busy core, two threads took twice as long as one (230 against 115 ms).
     """
+    with torch_threads(1):
+        yield
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """Run the block with ``count`` torch threads, then restore the previous count."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be a positive int, got {count!r}")
     previous = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(count)
     try:
         yield
     finally:

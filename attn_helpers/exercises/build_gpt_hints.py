@@ -22,15 +22,6 @@ ATTENTION_MISTAKES = [
                                 "cache.keys and cache.values (all start + n positions)."),
     ({"cache_use": "kv_swapped"}, "k and v are swapped in the cache: cache.append(k, v) takes "
                                   "the keys first, then the values."),
-    ({"split": "view"}, "the heads are split wrong: view x as (b, n, h, d_h) and then transpose "
-                        "to (b, h, n, d_h); viewing straight to (b, h, n, d_h) mixes positions "
-                        "and heads."),
-    ({"split": "interleaved"}, "an interleaved q, k, v layout: qkv(x) holds all of q, then all "
-                               "of k, then all of v (split(d, dim=-1)), not (q, k, v) per head "
-                               "side by side."),
-    ({"merge": "view"}, "the heads are merged in the wrong order: transpose (b, h, n, d_h) back "
-                        "to (b, n, h, d_h) before reshaping to (b, n, d)."),
-    ({"order": "kqv"}, "q and k are swapped: qkv(x) holds q, then k, then v (in that order)."),
     ({"out_proj": False}, "W_O is missing: the merged heads go through self.out."),
     ({"scale": "d_model"}, "the scores are scaled by 1/sqrt(d_model); each head's scores use its "
                            "own size, 1/sqrt(d_h) with d_h = d / h."),
@@ -42,7 +33,6 @@ ATTENTION_MISTAKES = [
                              "attention step."),
     ({"softmax_dim": -2}, "the softmax ran over dim=-2, the queries: each query's weights over "
                           "the keys must sum to 1, so normalise over the last axis, dim=-1."),
-    ({"heads": 1}, "one head of size d: split the d features into num_heads heads of d / h."),
 ]
 
 

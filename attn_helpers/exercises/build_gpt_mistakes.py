@@ -26,25 +26,16 @@ REFUSED_WHILE_CHECKING = ("attention_variant", "block_variant", "model_variant",
                           "generate_variant")
 
 
-def attention_variant(ref: bg.CausalSelfAttention, *, mask="causal", split="ok", merge="ok",
-                      order="qkv", out_proj=True, scale="d_h", heads=None,
-                      cache_use="ok", softmax_dim=-1) -> Callable:
-    """``forward(x, cache=None)`` of the attention with one mistake, with ``ref``'s weights."""
+def attention_variant(ref: bg.CausalSelfAttention, *, mask="causal", out_proj=True,
+                      scale="d_h", cache_use="ok", softmax_dim=-1) -> Callable:
+    """``forward(x, cache=None)`` of the attention with one mistake, with ``ref``'s weights. The
+    head split and merge are given to the learner (``ah.split_heads``, ``ah.merge_heads``), so
+    their mistakes are not among these."""
 
     def run(x, cache=None):
         b, n, d = x.shape
-        h = heads or ref.num_heads
-        qkv = ref.qkv(x)
-        if split == "interleaved":                    # (q_j, k_j, v_j) side by side per head
-            q, k, v = (t.transpose(1, 2) for t in qkv.view(b, n, h, 3, d // h).unbind(3))
-        else:
-            q, k, v = qkv.split(d, dim=-1)
-            if order == "kqv":
-                q, k = k, q
-            if split == "view":
-                q, k, v = (t.reshape(b, h, n, d // h) for t in (q, k, v))
-            else:
-                q, k, v = (t.view(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))
+        h = ref.num_heads
+        q, k, v = (t.view(b, n, h, d // h).transpose(1, 2) for t in ref.qkv(x).split(d, dim=-1))
         if cache is not None:
             if cache_use == "kv_swapped":
                 cache.append(v, k)
@@ -67,7 +58,7 @@ def attention_variant(ref: bg.CausalSelfAttention, *, mask="causal", split="ok",
             out = torch.softmax(scores, dim=softmax_dim) @ v
         else:
             out, _ = scaled_dot_product_attention(q, k, v, allowed, scale=c)
-        out = out.reshape(b, n, d) if merge == "view" else out.transpose(1, 2).reshape(b, n, d)
+        out = out.transpose(1, 2).reshape(b, n, d)
         return ref.out(out) if out_proj else out
 
     return run

@@ -24,13 +24,16 @@ import torch
 
 from .build_gpt import GPT, Corpus
 
-__all__ = ["RULES", "PEAK_RATIO", "key_choices", "head_scores", "held_out_attention",
+__all__ = ["RULES", "PEAK_RATIO", "PREVIOUS_SHARE", "key_choices", "head_scores", "held_out_attention",
            "offset_profile", "head_report", "head_claims"]
 
 RULES = ("previous character", "itself", "start of the word")
 #: The best previous-character head puts at least this many times the weight on distance 1 as on
-#: distance 0 (itself) and on distance 2 (seeds 0, 1, 2 of the final recipe: 1.6x, 2.8x, 2.0x).
-PEAK_RATIO = 1.3
+#: distance 0 (itself) and on distance 2 (seeds 0, 1, 2 of the final recipe: 19x, 12x, 22x).
+PEAK_RATIO = 5.0
+#: ... and at least this share of its weight in all on the previous character (seeds 0, 1, 2:
+#: 0.92, 0.85, 0.92; notebook 09's previous-token head in MiniLM: over 0.9).
+PREVIOUS_SHARE = 0.75
 
 
 def key_choices(text: str) -> dict[str, torch.Tensor]:
@@ -147,8 +150,8 @@ def head_claims(report: dict) -> dict:
         f"the best of them peaks there: at least {PEAK_RATIO}x its weight on the character itself "
         "and on the one two back (not a head that merely favours recent keys)":
             previous >= PEAK_RATIO * max(itself, two_back),
-        f"it puts under {PREVIOUS_TOKEN_MIN} of its weight there, the share notebook 09's "
-        "previous-token head exceeds: a softer head": prev["score"] < PREVIOUS_TOKEN_MIN,
+        f"it puts over {PREVIOUS_SHARE} of its weight there, near notebook 09's previous-token "
+        f"head in MiniLM (over {PREVIOUS_TOKEN_MIN})": prev["score"] > PREVIOUS_SHARE,
         "a word-start head exists: some head puts over 1.5x as much weight on the first "
         "character of the word as it puts, on average, on keys as far back":
             word["offset-matched"] > 1.5,

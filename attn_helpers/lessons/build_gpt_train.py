@@ -1,10 +1,10 @@
 """Notebook 10's training: batches of the text, the held-out loss, and the recipe of the final
-model (AdamW, a short linear warmup to a high learning rate, then cosine decay), with a progress
-bar and an optional live loss curve.
+model (Muon for the blocks' matrices and AdamW for the rest, a short linear warmup to a high
+learning rate, then cosine decay), with a progress bar and an optional live loss curve.
 
-Training runs on one torch thread (:func:`~attn_helpers.training.single_thread`): the trained
-weights then do not depend on the thread count (on an idle machine a second thread would make a
-step about 1.3-1.5x faster; see that function).
+Training runs on one torch thread unless told otherwise (``threads``): the trained weights then
+do not depend on the thread count (on an idle 2-core machine a second thread makes a step about
+1.4-1.7x faster; beside other work, twice as slow; see :func:`~attn_helpers.training.single_thread`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..training import single_thread
+from ..training import single_thread, torch_threads
 from .build_gpt import GPT, Corpus, GPTConfig, load_corpus, next_token_loss
+from .build_gpt_muon import MuonWithAdamW
 
 __all__ = ["Recipe", "FINAL", "FINAL_SIZE", "NANOGPT", "BAR_NATS", "claims", "build_and_train",
            "cache_speed", "cache_claims", "final_config", "get_batch", "held_out_loss", "lr_at",
-           "clipped_step", "make_optimizer", "same_samples_claims", "train_flops", "TrainLog",
+           "clipped_step", "make_optimizer", "muon_flops_per_step", "same_samples_claims",
+           "train_flops", "TrainLog",
            "train_gpt", "train_step"]
 
 LN2 = math.log(2.0)
@@ -31,9 +33,11 @@ LN2 = math.log(2.0)
 
 @dataclass(frozen=True)
 class Recipe:
-    """How to train: ``steps`` AdamW steps of ``batch`` chunks of ``context + 1`` characters;
+    """How to train: ``steps`` optimizer steps of ``batch`` chunks of ``context + 1`` characters;
     learning rate rises linearly for ``warmup`` steps to ``lr`` then follows a cosine down to
-    ``lr * final_lr_share``."""
+    ``lr * final_lr_share``. ``optimizer``: ``"adamw"`` for every weight, or ``"muon"``:
+    :class:`~.build_gpt_muon.Muon` for the blocks' weight matrices (at ``muon_scale`` times the
+    rate) and AdamW for the rest."""
 
     steps: int = 1200
     batch: int = 16
@@ -43,11 +47,15 @@ class Recipe:
     weight_decay: float = 0.1
     betas: tuple = (0.9, 0.95)
     clip: float = 1.0
+    optimizer: str = "adamw"
+    muon_scale: float = 1.0
 
 
-#: The notebook's final recipe (tuned on this split): a higher learning rate and beta2 0.95,
-#: batch 16 for 1,200 steps, on nanoGPT's model with a feed-forward layer of 2d instead of 4d.
-FINAL = Recipe()
+#: The notebook's final recipe (tuned on this split): Muon for the blocks' matrices at 1.6 times
+#: the rate, AdamW for the rest, a short warmup to a high peak rate, a cosine down to zero; batch
+#: 16 for 550 steps, on nanoGPT's model with a feed-forward layer of 2d instead of 4d.
+FINAL = Recipe(steps=550, batch=16, lr=8e-3, warmup=30, final_lr_share=0.0, optimizer="muon",
+               muon_scale=1.6)
 #: The final model's size, on top of :class:`GPTConfig` (nanoGPT's CPU model otherwise).
 FINAL_SIZE = {"d_ff": 256}
 #: nanoGPT's README recipe for a CPU (lr 1e-3, warmup 100, cosine to 1e-4), for comparison; its
@@ -65,11 +73,24 @@ def final_config(vocab_size: int) -> GPTConfig:
 def train_flops(cfg: GPTConfig, recipe: Recipe) -> float:
     """Matrix-product FLOPs of training ``cfg`` with ``recipe``: 3x the forward's (forward,
     backward), the forward per token being the projections, the feed-forward, the scores and
-    weighted sums over the whole context (as the course computes them, masked), and the head."""
+    weighted sums over the whole context (as the course computes them, masked), and the head;
+    with Muon, plus its Newton-Schulz products at every step (:func:`muon_flops_per_step`)."""
     d, n = cfg.d_model, cfg.context
     per_layer = 2 * (4 * d * d + 2 * d * cfg.d_ff) + 2 * 2 * n * d
     per_token = cfg.num_layers * per_layer + 2 * d * cfg.vocab_size
-    return 3.0 * per_token * recipe.steps * recipe.batch * n
+    muon = muon_flops_per_step(cfg) if recipe.optimizer == "muon" else 0.0
+    return (3.0 * per_token * recipe.batch * n + muon) * recipe.steps
+
+
+def muon_flops_per_step(cfg: GPTConfig, ns_steps: int = 5) -> float:
+    """Muon's Newton-Schulz products for one step of ``cfg``'s block matrices: per iteration, on
+    an ``r x s`` matrix (r <= s), ``X X^T`` and ``B X`` (2 r^2 s FLOPs each) and ``A^2`` (2 r^3)."""
+    d, f = cfg.d_model, cfg.d_ff
+    per_block = 0.0
+    for m, k in ((3 * d, d), (d, d), (f, d), (d, f)):          # W_qkv, W_O, the feed-forward
+        r, s = sorted((m, k))
+        per_block += 4 * r * r * s + 2 * r ** 3
+    return ns_steps * cfg.num_layers * per_block
 
 
 def get_batch(data: torch.Tensor, batch: int, context: int,
@@ -138,13 +159,15 @@ def train_gpt(model: nn.Module, recipe: Recipe = FINAL, *,
               corpus: Corpus | None = None,
               seed: int = 0, step_fn: Callable | None = None, eval_every: int = 200,
               eval_windows: int | None = 200, progress: bool = True,
-              on_eval: Callable | None = None) -> TrainLog:
+              on_eval: Callable | None = None, threads: int = 1) -> TrainLog:
     """Train ``model`` with ``recipe`` on the training text, deterministically for ``seed``.
 
     ``step_fn(model, optimizer, chunk) -> loss``: the training step (default :func:`train_step`;
     the notebook passes the learner's). Every ``eval_every`` steps the held-out loss on
     ``eval_windows`` evenly spaced held-out windows is logged (and passed to ``on_eval(log)``,
-    e.g. to redraw a live curve); the last evaluation reads the whole held-out text.
+    e.g. to redraw a live curve); the last evaluation reads the whole held-out text. ``threads``:
+    torch threads for the steps (1, the default, gives the same weights whatever the machine's
+    thread count; more are faster on an idle machine, slower beside other work).
     """
     corpus = load_corpus() if corpus is None else corpus
     step_fn = train_step if step_fn is None else step_fn
@@ -159,7 +182,7 @@ def train_gpt(model: nn.Module, recipe: Recipe = FINAL, *,
 
         bar = tqdm(total=recipe.steps, desc="training", mininterval=5.0,
                    miniters=max(1, recipe.steps // 10), ncols=80, file=sys.stdout)
-    with single_thread():
+    with torch_threads(threads):
         for step in range(recipe.steps):
             cpu, wall = time.process_time(), time.perf_counter()
             for group in optimizer.param_groups:
@@ -190,15 +213,22 @@ def train_gpt(model: nn.Module, recipe: Recipe = FINAL, *,
     return log
 
 
-def make_optimizer(model: nn.Module, recipe: Recipe = FINAL) -> torch.optim.Optimizer:
-    """AdamW as ``recipe`` says, weight decay on the matrices only, in one fused kernel (the
-    same update, without a Python loop over the parameters); with ``recipe.clip``, its ``step``
-    first clips the gradient norm (so a learner's step clips too)."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=recipe.lr, betas=recipe.betas, fused=True)
+def make_optimizer(model: nn.Module, recipe: Recipe = FINAL):
+    """The optimizer ``recipe`` names: AdamW (weight decay on the matrices only, in one fused
+    kernel: the same update, without a Python loop over the parameters), or Muon for the blocks'
+    matrices with that AdamW for the rest (:class:`~.build_gpt_muon.MuonWithAdamW`). With
+    ``recipe.clip``, its ``step`` first clips the gradient norm (so a learner's step clips too)."""
+    if recipe.optimizer == "muon":
+        optimizer = MuonWithAdamW(model, lr=recipe.lr, betas=recipe.betas,
+                                  weight_decay=recipe.weight_decay, muon_scale=recipe.muon_scale)
+    elif recipe.optimizer == "adamw":
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
+                                       {"params": no_decay, "weight_decay": 0.0}],
+                                      lr=recipe.lr, betas=recipe.betas, fused=True)
+    else:
+        raise ValueError(f"recipe.optimizer must be 'adamw' or 'muon', got {recipe.optimizer!r}")
     if recipe.clip:
         optimizer.step = clipped_step(optimizer, model, recipe.clip)
     return optimizer
@@ -217,14 +247,15 @@ def clipped_step(optimizer, model, clip):
 
 
 def build_and_train(recipe: Recipe = FINAL, *, seed: int = 0, progress: bool = False,
-                    **config) -> tuple[GPT, TrainLog]:
+                    threads: int = 1, **config) -> tuple[GPT, TrainLog]:
     """A fresh :class:`GPT` (``config`` overrides :class:`GPTConfig`), trained with ``recipe``."""
     corpus = load_corpus()
     torch.manual_seed(seed)
     if recipe is FINAL:
         config = FINAL_SIZE | config
     model = GPT(GPTConfig(corpus.vocab_size, **config))
-    return model, train_gpt(model, recipe, corpus=corpus, seed=seed, progress=progress)
+    return model, train_gpt(model, recipe, corpus=corpus, seed=seed, progress=progress,
+                            threads=threads)
 
 
 #: The course's target, from issue 24's estimate of what nanoGPT's CPU recipe reaches on this split

@@ -150,15 +150,21 @@ class GPTView(BlitView):
 class GPTWidget(LiveAttentionWidget):
     """Notebook 10's live widget (build it with :func:`gpt_widget`)."""
 
-    def __init__(self, model: bg.GPT, corpus: bg.Corpus, prompt: str):
+    def __init__(self, model: bg.GPT, corpus: bg.Corpus, prompt: str, layer: int = 1,
+                 head: int = 1):
         self.model, self.corpus = model, corpus
         self.runs: OrderedDict = OrderedDict()
         cfg = model.cfg
+        for name, value, top in (("layer", layer, cfg.num_layers), ("head", head, cfg.num_heads)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int (counted from 1), got {type(value).__name__}")
+            if not 1 <= value <= top:
+                raise ValueError(f"{name} must be in 1..{top} (counted from 1), got {value}")
         controls = {
             "prompt": widgets.Text(prompt, description="prompt", continuous_update=False,
                                    layout=widgets.Layout(width="640px")),
-            "layer": widgets.IntSlider(1, min=1, max=cfg.num_layers, description="layer"),
-            "head": widgets.IntSlider(1, min=1, max=cfg.num_heads, description="head"),
+            "layer": widgets.IntSlider(layer, min=1, max=cfg.num_layers, description="layer"),
+            "head": widgets.IntSlider(head, min=1, max=cfg.num_heads, description="head"),
         }
         super().__init__(self._compute, controls, GPTView(cfg.num_heads, cfg.context),
                          title="the GPT just trained: any prompt, any layer and head")
@@ -175,10 +181,12 @@ class GPTWidget(LiveAttentionWidget):
 
 
 def gpt_widget(model: bg.GPT, corpus: bg.Corpus | None = None,
-               prompt: str = "The for statement loops over") -> GPTWidget:
-    """The widget on a trained :class:`~attn_helpers.lessons.build_gpt.GPT`."""
+               prompt: str = "The for statement loops over", *, layer: int = 1,
+               head: int = 1) -> GPTWidget:
+    """The widget on a trained :class:`~attn_helpers.lessons.build_gpt.GPT`, opened on ``layer``
+    and ``head`` (counted from 1, as the sliders count)."""
     corpus = bg.load_corpus() if corpus is None else corpus
-    return GPTWidget(model, corpus, prompt)
+    return GPTWidget(model, corpus, prompt, layer, head)
 
 
 class LossCurve:

@@ -131,12 +131,12 @@ def test_the_head_claims_tell_a_previous_character_head_from_a_recent_keys_head(
     profile = heads.offset_profile(torch.stack([previous, recent.float()])[None, :, None], 3)
     assert profile[0, 0].tolist() == pytest.approx([1 / n, 1.0, 0.0])
     assert profile[0, 1, 0] > profile[0, 1, 1] > profile[0, 1, 2]
-    peak, soft = list(heads.head_claims(_report([0.2, 0.45, 0.16], 0.45)))[1:3]
-    assert all(heads.head_claims(_report([0.2, 0.45, 0.16], 0.45)).values())
+    peak, sharp = list(heads.head_claims(_report([0.05, 0.85, 0.04], 0.85)))[1:3]
+    assert all(heads.head_claims(_report([0.05, 0.85, 0.04], 0.85)).values())
     recent_claims = heads.head_claims(_report(profile[0, 1].tolist(), 0.5))
-    assert not recent_claims[peak] and recent_claims[soft]
-    assert not heads.head_claims(_report([0.0, 1.0, 0.0], 0.95))[soft]      # as sharp as 09's
-    assert not heads.head_claims(_report([0.3, 0.35, 0.1], 0.35))[peak]     # under 1.3x itself
+    assert not recent_claims[peak] and not recent_claims[sharp]
+    assert not heads.head_claims(_report([0.2, 0.45, 0.16], 0.45))[sharp]   # a soft head
+    assert not heads.head_claims(_report([0.2, 0.8, 0.1], 0.8))[peak]       # under 5x itself
 
 
 def test_the_head_report_names_a_head_and_its_profile():

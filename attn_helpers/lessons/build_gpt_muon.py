@@ -1,0 +1,120 @@
+"""Muon, the optimizer of notebook 10's final recipe, for the blocks' weight matrices; AdamW for
+everything else (embeddings, LayerNorm gains and biases).
+
+Muon (Jordan et al. 2024, "Muon: an optimizer for hidden layers in neural networks") keeps a
+Nesterov momentum ``U`` of each weight matrix's gradient, as SGD with momentum does, but steps
+along its orthogonalised version ``O ~ U_s V_s^T`` (``U = U_s S V_s^T``, its SVD): every direction
+of the update gets about the same size, where a raw gradient step is dominated by a few.
+``O`` comes from five Newton-Schulz iterations of an odd quintic,
+``X <- a X + (b A + c A^2) X`` with ``A = X X^T``, started from ``U / ||U||_F``; Jordan's
+coefficients (3.4445, -4.7750, 2.0315) push every singular value to somewhere near 1 (roughly
+0.7 to 1.2), not exactly to 1, which trains as well.
+
+The step of a matrix ``W (m, n)`` is ``W <- W (1 - lr wd) - lr 0.2 sqrt(max(m, n)) O``: the
+factor ``0.2 sqrt(max(m, n))`` (Liu et al. 2025, "Muon is scalable for LLM training") gives the
+update about the root-mean-square size of an AdamW update, so AdamW's learning rate and weight
+decay carry over; the recipe's ``muon_scale`` multiplies it.
+
+This is ``torch.optim.Muon`` with ``adjust_lr_fn="match_rms_adamw"`` (tests/lessons check one step
+against it), with two differences that only change speed: the iterations run in float32, where
+torch's run in bfloat16, which a CPU without bfloat16 units computes several times slower; and the
+matrices of one shape are orthogonalised together, as one batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = ["NS_COEFFICIENTS", "Muon", "MuonWithAdamW", "orthogonalize"]
+
+#: Jordan's quintic: the largest slope at zero that still lands every singular value near 1.
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+
+
+def orthogonalize(update: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
+    """``(..., m, n) -> (..., m, n)``: each matrix's singular values pushed near 1 (its singular
+    vectors kept) by ``steps`` Newton-Schulz iterations, in float32."""
+    if update.dim() < 2:
+        raise ValueError(f"update must be a matrix or a batch of matrices, got shape "
+                         f"{tuple(update.shape)}")
+    a, b, c = NS_COEFFICIENTS
+    x = update.float()
+    tall = x.shape[-2] > x.shape[-1]
+    if tall:
+        x = x.mT                                        # (..., r, s) with r <= s: A is r x r
+    x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)   # every singular value <= 1
+    for _ in range(steps):
+        gram = x @ x.mT                                 # A = X X^T
+        x = a * x + (b * gram + c * gram @ gram) @ x    # X <- a X + (b A + c A^2) X
+    return (x.mT if tall else x).to(update.dtype)
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon for 2-D parameters: Nesterov momentum (``torch.optim.Muon``'s form), orthogonalised,
+    scaled to an AdamW-sized step, with decoupled weight decay."""
+
+    def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.1,
+                 momentum: float = 0.95, ns_steps: int = 5, scale: float = 1.0):
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum,
+                                  "ns_steps": ns_steps, "scale": scale})
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.dim() != 2:
+                    raise ValueError(f"Muon steps matrices only, got a parameter of shape "
+                                     f"{tuple(p.shape)}")
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None if closure is None else closure()
+        for group in self.param_groups:
+            lr, mu = group["lr"], group["momentum"]
+            by_shape: dict[torch.Size, list] = {}
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                buf = self.state[p].setdefault("momentum", torch.zeros_like(p))
+                buf.lerp_(p.grad, 1 - mu)                         # running mean of gradients
+                by_shape.setdefault(p.shape, []).append((p, p.grad.lerp(buf, mu)))  # Nesterov
+            for (m, n), items in by_shape.items():
+                ortho = orthogonalize(torch.stack([u for _, u in items]), group["ns_steps"])
+                step_size = lr * 0.2 * math.sqrt(max(m, n)) * group["scale"]
+                for (p, _), o in zip(items, ortho, strict=True):
+                    p.mul_(1 - lr * group["weight_decay"])
+                    p.add_(o, alpha=-step_size)
+        return loss
+
+
+class MuonWithAdamW:
+    """One optimizer for a GPT: :class:`Muon` for the blocks' weight matrices, fused AdamW for the
+    rest (weight decay on matrices only). ``param_groups`` lists both optimizers' groups, so a
+    learning-rate schedule that sets ``group["lr"]`` sets both (Muon scales its own)."""
+
+    def __init__(self, model: nn.Module, *, lr: float, betas: tuple, weight_decay: float,
+                 muon_scale: float = 1.0):
+        hidden, decay, no_decay = [], [], []
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and name.startswith("blocks."):
+                hidden.append(p)
+            else:
+                (decay if p.dim() >= 2 else no_decay).append(p)
+        self.muon = Muon(hidden, lr=lr, weight_decay=weight_decay, scale=muon_scale)
+        self.adamw = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                                        {"params": no_decay, "weight_decay": 0.0}],
+                                       lr=lr, betas=betas, fused=True)
+
+    @property
+    def param_groups(self) -> list:
+        return self.muon.param_groups + self.adamw.param_groups
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.muon.zero_grad(set_to_none=set_to_none)
+        self.adamw.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure=None):
+        loss = None if closure is None else closure()
+        self.muon.step()
+        self.adamw.step()
+        return loss
