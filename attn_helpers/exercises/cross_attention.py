@@ -1,4 +1,4 @@
-r"""Checkers for notebook 06 (cross-attention): a pre-norm decoder layer's cross-attention run one
+r"""Checkers for notebook 06 (cross-attention): a post-norm decoder layer's cross-attention run one
 target position at a time, the memory's keys and values projected once (``cross_attention.decode``;
 the causal self-attention block is given in the stub, the layer's ``forward``, its cross-attention
 module's and torch's attention modules are blocked while it runs, and the projections' calls are
@@ -41,12 +41,13 @@ _CrossAttention.__name__ = _CrossAttention.__qualname__ = "layer.cross_attn"
 
 
 class _DecoderLayer(DecoderLayer):
-    """A pre-norm :class:`~attn_helpers.DecoderLayer` with seeded weights that records how many
+    """A post-norm :class:`~attn_helpers.DecoderLayer` (the 2017 paper's, and ``DecoderLayer``'s
+    default; notebook 10's GPT blocks are pre-norm) with seeded weights that records how many
     positions each projection is called on (``calls[name]``: one entry per call), and prints
     briefly in a case's description."""
 
     def __init__(self, d_model, num_heads, d_ff, memory_dim, *, generator, dtype):
-        super().__init__(d_model, num_heads, d_ff, norm_first=True, memory_dim=memory_dim)
+        super().__init__(d_model, num_heads, d_ff, norm_first=False, memory_dim=memory_dim)
         with torch.no_grad():
             for name, p in self.named_parameters():
                 scale = 0.1 if "norm" in name and name.endswith("bias") else (
@@ -68,7 +69,7 @@ class _DecoderLayer(DecoderLayer):
 
     def __repr__(self) -> str:
         return (f"DecoderLayer(d_model={self.d_model}, num_heads={self.self_attn.num_heads}, "
-                f"memory_dim={self.cross_attn.kdim}, pre-norm)")
+                f"memory_dim={self.cross_attn.kdim}, post-norm)")
 
 
 def decode_layer_reference(layer, y, memory, memory_real):
@@ -78,14 +79,13 @@ def decode_layer_reference(layer, y, memory, memory_real):
 
 
 def given_self_attention(layer, y):
-    """The part of exercise 1 the stub gives: ``y`` plus the pre-norm causal self-attention block
-    over all ``T`` target positions at once, ``(b, T, d)`` (the cache for it is notebook 05's
-    skill)."""
-    z = layer.norm1(y)
-    return y + layer.self_attn(z, z, z, causal_mask(y.shape[1]))[0]
+    """The part of exercise 1 the stub gives: the post-norm causal self-attention block over all
+    ``T`` target positions at once, ``LN_1(y + SelfAttn(y))``, ``(b, T, d)`` (the cache for it is
+    notebook 05's skill)."""
+    return layer.norm1(y + layer.self_attn(y, y, y, causal_mask(y.shape[1]))[0])
 
 
-def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, post_norm=(False, False),
+def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(False, False),
                  cross_out=True, cross_residual=True, query_before_self=False, one_head=False,
                  memory_queries=False, cross_norm=True, ff_residual=True, ff_norm="norm3",
                  invert_memory=False, causal_memory=False):
@@ -98,10 +98,12 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, post_norm=(
     x_all = given_self_attention(layer, y)
     outputs = []
 
-    def block(x, norm, fn, *, residual=True, post=False):
-        if post:  # "both": a norm before the block and after the sum
-            return norm(x + fn(norm(x) if post == "both" else x))
-        return (x if residual else 0) + fn(norm(x))
+    def block(x, norm, fn, *, residual=True, pre=False):
+        if pre == "both":                             # a norm before the block and after the sum
+            return norm(x + fn(norm(x)))
+        if pre:                                       # pre-norm: x + block(LN(x))
+            return x + fn(norm(x))
+        return norm((x if residual else 0) + fn(x))   # post-norm: LN(x + block(x))
 
     for t in range(y.shape[1]):
         x = x_all[:, t:t + 1]                                           # (b, 1, d)
@@ -113,16 +115,16 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, post_norm=(
             return ca.out_proj(o) if cross_out else o
 
         if query_before_self:
-            x = x + cross_attention(layer.norm2(y[:, t:t + 1]))
+            x = layer.norm2(x + cross_attention(y[:, t:t + 1]))
         elif memory_queries:                          # queries and keys swapped: (b, n_m, d)
-            q = split_heads(ca.q_proj(layer.norm2(x)), h)
+            q = split_heads(ca.q_proj(x), h)
             o, _ = scaled_dot_product_attention(K_m, q, q)
-            x = x + ca.out_proj(merge_heads(o))
+            x = layer.norm2(x + ca.out_proj(merge_heads(o)))
         else:
             x = block(x, layer.norm2 if cross_norm else nn.Identity(), cross_attention,
-                      residual=cross_residual, post=post_norm[0])
+                      residual=cross_residual, pre=pre_norm[0])
         x = block(x, getattr(layer, ff_norm), layer.feed_forward, residual=ff_residual,
-                  post=post_norm[1])
+                  pre=pre_norm[1])
         outputs.append(x)
     return torch.cat(outputs, 1)
 
@@ -160,25 +162,25 @@ def _library_shortcuts():
     "The stub gives x: y after the causal self-attention block. What is left is the "
     "cross-attention and the feed-forward, one target position at a time. The memory does not "
     "change while the decoder writes: project its keys and values once, before the loop; at step "
-    "t only x[:, t:t+1] makes a query. Pre-norm: x = x + block(norm(x)), norm2 for the "
-    "cross-attention, norm3 for the feed-forward.",
+    "t only x[:, t:t+1] makes a query. Post-norm, as the 2017 paper: x = norm(x + block(x)), "
+    "norm2 after the cross-attention, norm3 after the feed-forward.",
     "Once: K_m = memory W_K and V_m = memory W_V, split into heads. For each step t: "
-    "x_t <- x_t + W_O CrossAttn(LN_2(x_t) W_Q, K_m, V_m), the padded memory keys weighted 0; "
-    "then x_t <- x_t + FF(LN_3(x_t)). The output is the T steps side by side.",
+    "x_t <- LN_2(x_t + W_O CrossAttn(x_t W_Q, K_m, V_m)), the padded memory keys weighted 0; "
+    "then x_t <- LN_3(x_t + FF(x_t)). The output is the T steps side by side.",
     "ca, h = layer.cross_attn, layer.cross_attn.num_heads\n"
     "K_m = ...                          # (b, h, n_m, d_head): ca.k_proj(memory) split, ONCE\n"
     "V_m = ...                          # the same with ca.v_proj\n"
     "outputs = []\n"
     "for t in range(y.shape[1]):\n"
     "    x_t = x[:, t:t + 1]                                  # (b, 1, d): one position\n"
-    "    q = ...                        # (b, h, 1, d_head): x_t through norm2 and ca.q_proj\n"
+    "    q = ...                        # (b, h, 1, d_head): x_t through ca.q_proj\n"
     "    o, _ = ...                     # attention over K_m, V_m; padded memory masked (b, 1, 1, n_m)\n"
-    "    x_t = x_t + ...                # the heads merged, through ca.out_proj\n"
-    "    outputs.append(...)            # x_t plus the feed-forward of norm3(x_t)\n"
+    "    x_t = ...                      # norm2 of: x_t plus the heads merged through ca.out_proj\n"
+    "    outputs.append(...)            # norm3 of: x_t plus its feed-forward\n"
     "return torch.cat(outputs, 1)                             # (b, T, d)"))
 def check_decode_layer(decode_layer: Callable) -> CheckResult:
     """Exercise: ``decode_layer(layer, y (b, T, d), memory (b, n_m, d_m), memory_real (b, n_m))
-    -> (b, T, d)``: the pre-norm ``layer``'s causal output. The stub gives the self-attention
+    -> (b, T, d)``: the post-norm ``layer``'s causal output. The stub gives the self-attention
     block (:func:`given_self_attention`); the learner writes the cross-attention one target
     position at a time (its query projection sees one position per call) with the memory's keys
     and values projected once, and the feed-forward. The layer's ``forward``, its whole
@@ -186,9 +188,9 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
     mistakes = [Mistake(lambda *a, _f=flaw: _decode_with(*a, **_f), hint) for hint, flaw in [
         ("padded memory positions were read: mask the cross-attention with memory_real "
          "(True = real), as (b, 1, 1, n_m) for the heads.", {"mask_memory": False}),
-        *(("a block was written post-norm, norm(x + block(x)) (or norm(x + block(norm(x)))); this "
-           "layer is pre-norm (norm_first=True): x + block(norm(x)), nothing normalised after the "
-           "sum.", {"post_norm": (cross, ff)})
+        *(("a block was written pre-norm, x + block(norm(x)) (or norm(x + block(norm(x)))); this "
+           "layer is post-norm (norm_first=False, as the 2017 paper): norm(x + block(x)), the "
+           "block reads x itself and the norm comes after the sum.", {"pre_norm": (cross, ff)})
           for cross in (False, True, "both") for ff in (False, True, "both") if cross or ff),
         ("the memory was masked causally (step t read memory positions 0..t): the whole real "
          "memory is visible at every step; only its padding is masked.", {"causal_memory": True}),
@@ -196,18 +198,18 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
          "the decoder asks (q from x_t) and the memory answers (K_m, V_m).", {"memory_queries": True}),
         ("the cross-attention's heads were merged but not sent through its out_proj.",
          {"cross_out": False}),
-        ("the cross-attention's output must be ADDED to x (the residual), not replace it.",
-         {"cross_residual": False}),
+        ("the cross-attention's output must be ADDED to x (the residual), then normalised: "
+         "norm2(x_t + ...), not norm2 of the cross-attention alone.", {"cross_residual": False}),
         ("the cross-attention's query came from y, the state before the self-attention block; "
-         "it reads x, the state after it: q from norm2(x[:, t:t+1]).", {"query_before_self": True}),
+         "it reads x, the state after it: q from x[:, t:t+1].", {"query_before_self": True}),
         ("the heads were not split: split q, k, v into num_heads heads of d_model / num_heads "
          "(ah.split_heads), attend per head, merge.", {"one_head": True}),
-        ("the cross-attention's query read x_t itself; pre-norm reads the normalised state: "
-         "q from ca.q_proj(layer.norm2(x_t)).", {"cross_norm": False}),
-        ("the feed-forward's output must be ADDED to x_t (the residual), not replace it: "
-         "x_t + feed_forward(norm3(x_t)).", {"ff_residual": False}),
-        ("the feed-forward read norm2(x_t), the cross-attention's norm; each block has its own: "
-         "norm3 for the feed-forward.", {"ff_norm": "norm2"}),
+        ("the sum after the cross-attention was not normalised; post-norm puts a LayerNorm "
+         "after each residual sum: norm2 after the cross-attention.", {"cross_norm": False}),
+        ("the feed-forward's output must be ADDED to x_t (the residual), then normalised, not "
+         "normalised alone.", {"ff_residual": False}),
+        ("the feed-forward's sum went through norm2, the cross-attention's norm; each block has "
+         "its own: norm3 for the feed-forward.", {"ff_norm": "norm2"}),
         ("the memory mask is inverted: memory_real is True at the REAL memory positions, the "
          "ones that may be read (the opposite of nn.MultiheadAttention's key_padding_mask).",
          {"invert_memory": True}),

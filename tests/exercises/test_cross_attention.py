@@ -36,7 +36,7 @@ def test_the_reference_is_torchs_decoder_layer_with_a_causal_mask():
         layer, y, memory, real = case.values()
         torch_layer = torch.nn.TransformerDecoderLayer(
             layer.d_model, layer.self_attn.num_heads, 2 * layer.d_model, dropout=0.0,
-            batch_first=True, norm_first=True, dtype=y.dtype)
+            batch_first=True, norm_first=False, dtype=y.dtype)
         if layer.cross_attn.kdim != layer.d_model:
             continue                          # torch's layer needs memory of the model's width
         ours = ah.DecoderLayer.from_torch(torch_layer)
@@ -67,8 +67,7 @@ def _to_torch(ours, torch_layer):
     return state
 
 
-GIVEN = ("z = layer.norm1(y)\n"
-         "x = y + layer.self_attn(z, z, z, ah.causal_mask(y.shape[1]))[0]\n")
+GIVEN = "x = layer.norm1(y + layer.self_attn(y, y, y, ah.causal_mask(y.shape[1]))[0])\n"
 
 
 def learner_decode(layer, y, memory, memory_real, *, memory_per_step=False, all_at_once=False):
@@ -76,8 +75,7 @@ def learner_decode(layer, y, memory, memory_real, *, memory_per_step=False, all_
     given self-attention lines."""
     h, d = layer.cross_attn.num_heads, layer.d_model
     ca = layer.cross_attn
-    z = layer.norm1(y)
-    x = y + layer.self_attn(z, z, z, ah.causal_mask(y.shape[1]))[0]     # given in the stub
+    x = layer.norm1(y + layer.self_attn(y, y, y, ah.causal_mask(y.shape[1]))[0])   # given
 
     def heads(x):                                                     # (b, n, d) -> (b, h, n, d/h)
         return x.view(x.shape[0], x.shape[1], h, d // h).transpose(1, 2)
@@ -90,17 +88,17 @@ def learner_decode(layer, y, memory, memory_real, *, memory_per_step=False, all_
 
     K_m, V_m = heads(ca.k_proj(memory)), heads(ca.v_proj(memory))
     if all_at_once:
-        x = x + ca.out_proj(attend(heads(ca.q_proj(layer.norm2(x))), K_m, V_m,
-                                   memory_real[:, None, None, :]))
-        return x + layer.feed_forward(layer.norm3(x))
+        x = layer.norm2(x + ca.out_proj(attend(heads(ca.q_proj(x)), K_m, V_m,
+                                               memory_real[:, None, None, :])))
+        return layer.norm3(x + layer.feed_forward(x))
     out = []
     for t in range(y.shape[1]):
         if memory_per_step:
             K_m, V_m = heads(ca.k_proj(memory)), heads(ca.v_proj(memory))
         x_t = x[:, t:t + 1]
-        x_t = x_t + ca.out_proj(attend(heads(ca.q_proj(layer.norm2(x_t))), K_m, V_m,
-                                       memory_real[:, None, None, :]))
-        out.append(x_t + layer.feed_forward(layer.norm3(x_t)))
+        x_t = layer.norm2(x_t + ca.out_proj(attend(heads(ca.q_proj(x_t)), K_m, V_m,
+                                                   memory_real[:, None, None, :])))
+        out.append(layer.norm3(x_t + layer.feed_forward(x_t)))
     return torch.cat(out, 1)
 
 
@@ -120,15 +118,15 @@ def test_the_given_self_attention_is_the_layers_first_block():
 
 @pytest.mark.parametrize("flaw, words", [
     ({"mask_memory": False}, "padded memory positions were read"),
-    ({"post_norm": (True, True)}, "post-norm"),
-    ({"post_norm": ("both", True)}, "post-norm"),
-    ({"post_norm": (False, "both")}, "post-norm"),
+    ({"pre_norm": (True, True)}, "written pre-norm"),
+    ({"pre_norm": ("both", True)}, "written pre-norm"),
+    ({"pre_norm": (False, "both")}, "written pre-norm"),
     ({"memory_queries": True}, "the decoder asks"),
     ({"cross_out": False}, "out_proj"),
     ({"cross_residual": False}, "the residual"),
     ({"query_before_self": True}, "before the self-attention block"),
     ({"one_head": True}, "heads were not split"),
-    ({"cross_norm": False}, "pre-norm reads the normalised state"),
+    ({"cross_norm": False}, "the sum after the cross-attention was not normalised"),
     ({"ff_residual": False}, "the feed-forward's output must be ADDED"),
     ({"ff_norm": "norm2"}, "norm3 for the feed-forward"),
     ({"invert_memory": True}, "the memory mask is inverted"),
@@ -237,9 +235,10 @@ def layer_cross_attention_works_again():
 def test_the_level_3_skeletons_filled_in_pass():
     decode = skeleton("cross_attention.decode", "layer, y, memory, memory_real", (
         "ah.split_heads(ca.k_proj(memory), h)", "ah.split_heads(ca.v_proj(memory), h)",
-        "ah.split_heads(ca.q_proj(layer.norm2(x_t)), h)",
+        "ah.split_heads(ca.q_proj(x_t), h)",
         "ah.scaled_dot_product_attention(q, K_m, V_m, memory_real[:, None, None, :])",
-        "ca.out_proj(ah.merge_heads(o))", "x_t + layer.feed_forward(layer.norm3(x_t))"),
+        "layer.norm2(x_t + ca.out_proj(ah.merge_heads(o)))",
+        "layer.norm3(x_t + layer.feed_forward(x_t))"),
         prefix=GIVEN, ah=ah)
     assert ex.check_decode_layer(decode)
     alignment = skeleton("cross_attention.alignment", "weights, src_real, gold, tgt_real", (
