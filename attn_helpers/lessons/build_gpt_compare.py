@@ -130,5 +130,5 @@ def flop_checks(cfg: GPTConfig, recipe: Recipe = FINAL, *, at_most: float = 0.4)
     step = muon / (1 - muon)                    # Newton-Schulz against a step's forward and backward
     return {f"counted, not measured: our recipe does at most {at_most:.0%} of the matrix-product "
             "FLOPs of nanoGPT's settings": share <= at_most,
-            "Muon's Newton-Schulz products are about 45% (40-50%) of a training step's at batch "
-            f"{recipe.batch}": 0.4 <= step <= 0.5}
+            "Muon's Newton-Schulz products are about 45% (40-50%) as many as a training step's "
+            f"forward and backward passes at batch {recipe.batch}": 0.4 <= step <= 0.5}

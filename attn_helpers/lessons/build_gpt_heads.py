@@ -150,8 +150,8 @@ def head_claims(report: dict) -> dict:
         f"the best of them peaks there: at least {PEAK_RATIO}x its weight on the character itself "
         "and on the one two back (not a head that merely favours recent keys)":
             previous >= PEAK_RATIO * max(itself, two_back),
-        f"it puts over {PREVIOUS_SHARE} of its weight there, near notebook 09's previous-token "
-        f"head in MiniLM (over {PREVIOUS_TOKEN_MIN})": prev["score"] > PREVIOUS_SHARE,
+        f"it puts over {PREVIOUS_SHARE} of its weight there (notebook 09's previous-token head in "
+        f"MiniLM: over {PREVIOUS_TOKEN_MIN})": prev["score"] > PREVIOUS_SHARE,
         "a word-start head exists: some head puts over 1.5x as much weight on the first "
         "character of the word as it puts, on average, on keys as far back":
             word["offset-matched"] > 1.5,

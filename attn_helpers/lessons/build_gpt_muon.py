@@ -2,23 +2,26 @@
 everything else (embeddings, LayerNorm gains and biases).
 
 Muon (Jordan et al. 2024, "Muon: an optimizer for hidden layers in neural networks") keeps a
-Nesterov momentum ``U`` of each weight matrix's gradient, as SGD with momentum does, but steps
-along its orthogonalised version ``O ~ U_s V_s^T`` (``U = U_s S V_s^T``, its SVD): every direction
-of the update gets about the same size, where a raw gradient step is dominated by a few.
+momentum ``M`` (a running average of each weight matrix's gradient ``G``) and steps along the
+orthogonalised Nesterov look-ahead ``G' = (1 - mu) G + mu M``: ``O ~ U V^T`` for ``G' = U S V^T``,
+its SVD, so the directions share the step about equally instead of a few dominating.
 ``O`` comes from five Newton-Schulz iterations of an odd quintic,
-``X <- a X + (b A + c A^2) X`` with ``A = X X^T``, started from ``U / ||U||_F``; Jordan's
-coefficients (3.4445, -4.7750, 2.0315) push every singular value to somewhere near 1 (roughly
-0.7 to 1.2), not exactly to 1, which trains as well.
+``X <- a X + (b A + c A^2) X`` with ``A = X X^T``, started from ``G' / ||G'||_F``; Jordan's
+coefficients (3.4445, -4.7750, 2.0315) land every singular value above about 1/600 of
+``||G'||_F`` between about 0.7 and 1.2, not exactly at 1, which trains as well (smaller ones
+stay smaller).
 
-The step of a matrix ``W (m, n)`` is ``W <- W (1 - lr wd) - lr 0.2 sqrt(max(m, n)) O``: the
-factor ``0.2 sqrt(max(m, n))`` (Liu et al. 2025, "Muon is scalable for LLM training") gives the
-update about the root-mean-square size of an AdamW update, so AdamW's learning rate and weight
-decay carry over; the recipe's ``muon_scale`` multiplies it.
+The step of a matrix ``W (m, n)`` is ``W <- W (1 - lr wd) - scale lr 0.2 sqrt(max(m, n)) O``: an
+orthogonal ``m x n`` matrix has root-mean-square entry ``1 / sqrt(max(m, n))``, so the factor
+``0.2 sqrt(max(m, n))`` (Liu et al. 2025, "Muon is scalable for LLM training") gives the update
+the root-mean-square size of a typical AdamW update, and AdamW's learning rate and weight decay
+carry over. ``scale`` (the recipe's ``muon_scale``) multiplies the update, not the decay.
 
-This is ``torch.optim.Muon`` with ``adjust_lr_fn="match_rms_adamw"`` (tests/lessons check one step
-against it), with two differences that only change speed: the iterations run in float32, where
-torch's run in bfloat16, which a CPU without bfloat16 units computes several times slower; and the
-matrices of one shape are orthogonalised together, as one batch.
+At ``scale`` 1 this is ``torch.optim.Muon`` with ``adjust_lr_fn="match_rms_adamw"`` (at any scale,
+``torch.optim.Muon(lr=scale lr, weight_decay=wd / scale)``; tests/lessons check steps against
+it), with two differences: the iterations run in float32, where torch's run in bfloat16, which a
+CPU without bfloat16 units computes far slower (the update differs by about 1%); and the matrices
+of one shape are orthogonalised together, as one batch (the same numbers).
 """
 
 from __future__ import annotations
@@ -30,13 +33,15 @@ from torch import nn
 
 __all__ = ["NS_COEFFICIENTS", "Muon", "MuonWithAdamW", "orthogonalize"]
 
-#: Jordan's quintic: the largest slope at zero that still lands every singular value near 1.
+#: Jordan's quintic: a steep slope at zero, so that five iterations bring every singular value that
+#: is not tiny to between about 0.7 and 1.2.
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 
 
 def orthogonalize(update: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
-    """``(..., m, n) -> (..., m, n)``: each matrix's singular values pushed near 1 (its singular
-    vectors kept) by ``steps`` Newton-Schulz iterations, in float32."""
+    """``(..., m, n) -> (..., m, n)``: each matrix's singular values brought to about 0.7-1.2
+    (those above about 1/600 of its Frobenius norm; its singular vectors kept) by ``steps``
+    Newton-Schulz iterations, in float32."""
     if update.dim() < 2:
         raise ValueError(f"update must be a matrix or a batch of matrices, got shape "
                          f"{tuple(update.shape)}")

@@ -95,3 +95,24 @@ def test_the_counted_newton_schulz_flops_are_what_torch_counts():
     with FlopCounterMode(display=False) as counter:
         opt.step()
     assert counter.get_total_flops() == bgt.muon_flops_per_step(cfg)
+
+
+def test_a_scaled_step_is_torch_muon_at_a_scaled_rate_and_an_unscaled_decay():
+    """``scale`` multiplies the update, not the decay: torch's Muon at lr s*lr, decay wd/s."""
+    g = torch.Generator().manual_seed(1)
+    start = torch.randn(12, 20, generator=g)
+    grad = torch.randn(12, 20, generator=g)
+    moved = {}
+    for name, make in {
+            "ours": lambda p: Muon([p], lr=0.02, weight_decay=0.1, scale=1.6),
+            "torch": lambda p: torch.optim.Muon([p], lr=0.032, weight_decay=0.1 / 1.6,
+                                                adjust_lr_fn="match_rms_adamw"),
+            "unscaled decay": lambda p: torch.optim.Muon([p], lr=0.032, weight_decay=0.1,
+                                                         adjust_lr_fn="match_rms_adamw")}.items():
+        p = torch.nn.Parameter(start.clone())
+        p.grad = grad.clone()
+        make(p).step()
+        moved[name] = p.detach() - start
+    gap = (moved["ours"] - moved["torch"]).norm() / moved["torch"].norm()
+    assert gap < 0.03                                           # torch's bfloat16: about 1%
+    assert (moved["ours"] - moved["unscaled decay"]).norm() > (moved["ours"] - moved["torch"]).norm()
