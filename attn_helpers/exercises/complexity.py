@@ -230,8 +230,7 @@ def _causal_with(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j, *, mask="causal", fil
     allowed = {"causal": lambda: _causal_mask(n_i, n_j, i, j),
                "none": lambda: torch.ones(n_i, n_j, dtype=torch.bool),
                "strict": lambda: _causal_mask(n_i, n_j, i, j + 1),       # key < query
-               "inverted": lambda: ~_causal_mask(n_i, n_j, i, j),        # key > query
-               "local": lambda: _causal_mask(n_i, n_j, 0, 0)}[mask]()
+               "inverted": lambda: ~_causal_mask(n_i, n_j, i, j)}[mask]()  # key > query
     s = q_i @ k_j.mT * scale
     p = torch.exp((s if mask_ds_only else s.masked_fill(~allowed, fill)) - lse_i)
     if local_softmax is not None:  # normalised over this tile's keys alone; "nan": rows unguarded
@@ -255,9 +254,6 @@ def _causal_mistakes() -> list[Mistake]:
                 "the diagonal was masked: query t may attend to key t itself (key <= query)."),
         Mistake(lambda *a: _causal_with(*a, mask="inverted"),
                 "the mask is inverted: it kept the future keys and removed the past ones."),
-        Mistake(lambda *a: _causal_with(*a, mask="local"),
-                "the mask compared positions within the tile, not in the sequence: query a of this "
-                "tile is token i + a and key b is token j + b; use those offsets."),
         Mistake(lambda *a: _causal_with(*a, fill=0.0),
                 "the masked scores were set to 0, not -inf: exp(0 - lse) is not 0, so future keys "
                 "still got weight; fill with -inf (or zero P where masked)."),
@@ -278,16 +274,17 @@ def _causal_mistakes() -> list[Mistake]:
 
 @exercise("complexity.causal_backward_tile", "one tile of the causal FlashAttention backward",
           hints=(
-              "Start from section 5's tile body. Query a of this tile is token i + a, key b is "
-              "token j + b; a key after its query gets P = 0. A tile wholly above the diagonal "
-              "(j >= i + number of queries) contributes nothing: return zeros of the right shapes.",
-              "allowed[a, b] = (j + b <= i + a);  S = Q_i K_j^T / sqrt(d_k) with -inf where not "
+              "Start from section 5's tile body. The stub gives the positions in the sequence: "
+              "query a of this tile is token rows[a], key b is token cols[b]; a key after its "
+              "query gets P = 0. A tile wholly above the diagonal (j >= i + number of queries) "
+              "contributes nothing: return zeros of the right shapes.",
+              "allowed = cols <= rows;  S = Q_i K_j^T / sqrt(d_k) with -inf where not "
               "allowed;  P = exp(S - lse_i);  dS = P * (dO_i V_j^T - D_i);  dQ_i = dS K_j / sqrt(d_k);  "
               "dK_j = dS^T Q_i / sqrt(d_k);  dV_j = P^T dO_i.",
               "if ...:                                       # a tile wholly above the diagonal\n"
               "    return torch.zeros_like(q_i), torch.zeros_like(k_j), torch.zeros_like(v_j)\n"
               "scale = 1 / math.sqrt(q_i.shape[-1])\n"
-              "allowed = ...                                 # (B_q, B_k): key j + b <= query i + a\n"
+              "allowed = ...                                 # (B_q, B_k) from rows and cols\n"
               "S = (q_i @ k_j.mT * scale).masked_fill(~allowed, float('-inf'))\n"
               "P = torch.exp(S - lse_i)                      # the whole row's normaliser, saved\n"
               "dS = P * (d_out_i @ v_j.mT - D_i)\n"

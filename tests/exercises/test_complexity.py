@@ -155,6 +155,10 @@ def test_causal_tiles_over_every_tile_give_autograd(n, b_q, b_k, d, d_v, seed):
     torch.testing.assert_close(dv, v.grad)
 
 
+GIVEN_POSITIONS = ("rows = torch.arange(i, i + q_i.shape[-2])[:, None]\n"
+                   "cols = torch.arange(j, j + k_j.shape[-2])[None, :]\n")
+
+
 def learner_causal(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j, *, mask="causal", fill=-math.inf,
                    mask_ds_only=False, tile_d=False, scale_grads=True, raw_exp=False,
                    local_softmax=False):
@@ -162,8 +166,7 @@ def learner_causal(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j, *, mask="causal", f
     b_q, b_k = q_i.shape[-2], k_j.shape[-2]
     rows, cols = torch.arange(b_q)[:, None] + i, torch.arange(b_k)[None, :] + j
     allowed = {"causal": cols <= rows, "none": torch.ones(b_q, b_k, dtype=torch.bool),
-               "strict": cols < rows, "inverted": cols > rows,
-               "local": torch.arange(b_k)[None, :] <= torch.arange(b_q)[:, None]}[mask]
+               "strict": cols < rows, "inverted": cols > rows}[mask]
     scale = q_i.shape[-1] ** -0.5
     s = torch.einsum("...qd,...kd->...qk", q_i, k_j) * scale
     if not mask_ds_only:
@@ -189,9 +192,9 @@ def test_causal_checker_accepts_the_reference_a_learner_solution_and_the_hint():
     assert ex.check_causal_backward_tile(skeleton(
         "complexity.causal_backward_tile", "q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j", (
             "j >= i + q_i.shape[-2]",
-            "torch.arange(j, j + k_j.shape[-2])[None, :] <= torch.arange(i, i + q_i.shape[-2])[:, None]",
+            "cols <= rows",
             "dS @ k_j * scale", "dS.mT @ q_i * scale", "P.mT @ d_out_i"),
-        math=math))
+        prefix=GIVEN_POSITIONS, math=math, torch=torch))
 
 
 def _causal(**mistake):
@@ -202,7 +205,6 @@ CAUSAL_WRONG = {
     "no causal mask": _causal(mask="none"),
     "the diagonal was masked": _causal(mask="strict"),
     "the mask is inverted": _causal(mask="inverted"),
-    "the mask compared positions within the tile": _causal(mask="local"),
     "the masked scores were set to 0, not -inf": _causal(fill=0.0),
     "dS was masked but P was not": _causal(mask_ds_only=True),
     "D was recomputed as rowsum(P * dP) over this tile alone": _causal(tile_d=True),
