@@ -31,7 +31,7 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["NS_COEFFICIENTS", "Muon", "MuonWithAdamW", "orthogonalize"]
+__all__ = ["NS_COEFFICIENTS", "Muon", "MuonWithAdamW", "adamw", "orthogonalize"]
 
 #: Jordan's quintic: a steep slope at zero, so that five iterations bring every singular value that
 #: is not tiny to between about 0.7 and 1.2.
@@ -92,6 +92,16 @@ class Muon(torch.optim.Optimizer):
         return loss
 
 
+def adamw(params, *, lr: float, betas: tuple, weight_decay: float) -> torch.optim.AdamW:
+    """Fused AdamW over ``params`` with weight decay on the matrices only (not on biases and
+    LayerNorm gains)."""
+    params = list(params)
+    return torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2],
+                               "weight_decay": weight_decay},
+                              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                             lr=lr, betas=betas, fused=True)
+
+
 class MuonWithAdamW:
     """One optimizer for a GPT: :class:`Muon` for the blocks' weight matrices, fused AdamW for the
     rest (weight decay on matrices only). ``param_groups`` lists both optimizers' groups, so a
@@ -99,16 +109,11 @@ class MuonWithAdamW:
 
     def __init__(self, model: nn.Module, *, lr: float, betas: tuple, weight_decay: float,
                  muon_scale: float = 1.0):
-        hidden, decay, no_decay = [], [], []
+        hidden, rest = [], []
         for name, p in model.named_parameters():
-            if p.dim() == 2 and name.startswith("blocks."):
-                hidden.append(p)
-            else:
-                (decay if p.dim() >= 2 else no_decay).append(p)
+            (hidden if p.dim() == 2 and name.startswith("blocks.") else rest).append(p)
         self.muon = Muon(hidden, lr=lr, weight_decay=weight_decay, scale=muon_scale)
-        self.adamw = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                                        {"params": no_decay, "weight_decay": 0.0}],
-                                       lr=lr, betas=betas, fused=True)
+        self.adamw = adamw(rest, lr=lr, betas=betas, weight_decay=weight_decay)
 
     @property
     def param_groups(self) -> list:

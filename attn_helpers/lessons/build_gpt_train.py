@@ -20,7 +20,7 @@ from torch import nn
 
 from ..training import single_thread, torch_threads
 from .build_gpt import GPT, Corpus, GPTConfig, load_corpus, next_token_loss
-from .build_gpt_muon import MuonWithAdamW
+from .build_gpt_muon import MuonWithAdamW, adamw
 
 __all__ = ["Recipe", "FINAL", "FINAL_SIZE", "NANOGPT", "BAR_NATS", "claims", "build_and_train",
            "cache_speed", "cache_claims", "final_config", "get_batch", "held_out_loss", "lr_at",
@@ -222,11 +222,8 @@ def make_optimizer(model: nn.Module, recipe: Recipe = FINAL):
         optimizer = MuonWithAdamW(model, lr=recipe.lr, betas=recipe.betas,
                                   weight_decay=recipe.weight_decay, muon_scale=recipe.muon_scale)
     elif recipe.optimizer == "adamw":
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
-                                       {"params": no_decay, "weight_decay": 0.0}],
-                                      lr=recipe.lr, betas=recipe.betas, fused=True)
+        optimizer = adamw(model.parameters(), lr=recipe.lr, betas=recipe.betas,
+                          weight_decay=recipe.weight_decay)
     else:
         raise ValueError(f"recipe.optimizer must be 'adamw' or 'muon', got {recipe.optimizer!r}")
     if recipe.clip:
