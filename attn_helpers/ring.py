@@ -22,9 +22,11 @@ condition); :func:`ring_attention` with ``return_stats=True`` measures both on e
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import statistics
 import sys
+import tempfile
 import time
 from datetime import timedelta
 
@@ -49,7 +51,7 @@ from .efficient import (
     merge_states,
 )
 
-__all__ = ["ring_schedule", "split_blocks", "simulate_ring", "ring_attention", "free_port"]
+__all__ = ["ring_schedule", "split_blocks", "simulate_ring", "ring_attention"]
 
 LOOPBACK = "127.0.0.1"
 #: How many times each rank times a lone block transfer for ``return_stats`` (the median is kept).
@@ -135,13 +137,6 @@ def simulate_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size:
     return torch.cat(outputs, dim=-2)
 
 
-def free_port() -> int:
-    """A TCP port that is free on the loopback address right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
 def _loopback_interface() -> str | None:
     """The name of the loopback network interface (``lo`` on Linux, ``lo0`` on macOS)."""
     try:
@@ -176,7 +171,7 @@ def _time_lone_transfer(k_block, v_block, rows_in: int, rank: int, world_size: i
     return statistics.median(times)
 
 
-def _worker(rank: int, world_size: int, port: int, blocks, shards, causal: bool, scale: float,
+def _worker(rank: int, world_size: int, store_file: str, blocks, shards, causal: bool, scale: float,
             timeout_s: float, out: torch.Tensor, record: torch.Tensor, transfer: torch.Tensor,
             measure: bool) -> None:
     """One rank of the ring (runs in its own process); writes its output block into ``out`` and
@@ -185,7 +180,10 @@ def _worker(rank: int, world_size: int, port: int, blocks, shards, causal: bool,
     interface = _loopback_interface()
     if interface is not None:  # gloo binds to this interface only: loopback traffic only
         os.environ["GLOO_SOCKET_IFNAME"] = interface
-    dist.init_process_group("gloo", init_method=f"tcp://{LOOPBACK}:{port}", rank=rank,
+    # the ranks meet through a file, not a TCP port chosen in advance: such a port can be taken
+    # by another program between the choice and the bind (EADDRINUSE); gloo's own connections
+    # then bind ephemeral ports, which the kernel hands out atomically
+    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank,
                             world_size=world_size, timeout=timedelta(seconds=timeout_s))
     try:
         q_block, k_held, v_held = (t.contiguous() for t in shards[rank])
@@ -260,22 +258,24 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size
     out = q.new_empty((*q.shape[:-1], v.shape[-1])).share_memory_()  # (..., n, d_v)
     record = torch.zeros(world_size, world_size, 4, dtype=torch.float64).share_memory_()
     transfer = torch.zeros(world_size, dtype=torch.float64).share_memory_()
-    args = (world_size, free_port(), blocks, shards, causal, scale, timeout_s, out, record,
-            transfer, return_stats)
-    context = mp.start_processes(_worker, args=args, nprocs=world_size, join=False,
-                                 daemon=True, start_method=start_method)
-    deadline = time.monotonic() + timeout_s
+    store_dir = tempfile.mkdtemp(prefix="ring_attention_")  # the ranks' rendezvous file lives here
+    args = (world_size, os.path.join(store_dir, "store"), blocks, shards, causal, scale, timeout_s,
+            out, record, transfer, return_stats)
+    deadline, context = time.monotonic() + timeout_s, None
     try:
+        context = mp.start_processes(_worker, args=args, nprocs=world_size, join=False,
+                                     daemon=True, start_method=start_method)
         while not context.join(timeout=max(0.0, deadline - time.monotonic())):
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"ring attention did not finish within timeout_s={timeout_s}")
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as error:
         raise RuntimeError(f"rank {error.error_index} of the ring failed:\n{error}") from error
     finally:
-        for process in context.processes:
+        for process in context.processes if context is not None else []:
             if process.is_alive():
                 process.terminate()
                 process.join(timeout=5.0)
+        shutil.rmtree(store_dir, ignore_errors=True)
     results, block_bytes = [out], [sum(t.numel() * t.element_size() for t in s[1:]) for s in shards]
     if return_log:
         results.append({rank: [(step, int(record[rank, step, 0]), bool(record[rank, step, 1]))

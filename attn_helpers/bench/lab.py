@@ -104,6 +104,9 @@ def _floor_notebook() -> dict:
             "nbformat": 4, "nbformat_minor": 5}
 
 
+PORT_ATTEMPTS = 3  # lab_server: ports tried before giving up
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -135,27 +138,31 @@ def lab_server(notebooks_dir: Path, log_path: Path, lab_args: tuple[str, ...] = 
                 ("notebook-extension", "tracker", {"windowingMode": "contentVisibility"})):
             (settings / extension).mkdir(parents=True)
             (settings / extension / f"{name}.jupyterlab-settings").write_text(json.dumps(value))
-        port, token = _free_port(), secrets.token_hex(16)
+        token = secrets.token_hex(16)
         env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
                    JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
                    JUPYTER_RUNTIME_DIR=str(home / "runtime"))
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "w") as log:
-            server = subprocess.Popen(
-                [sys.executable, "-m", "jupyter", "lab", "--no-browser",
-                 "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-                 "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-                 f"--ServerApp.root_dir={home / 'notebooks'}", "--ServerApp.allow_root=True",
-                 # window.jupyterapp: notebooks opened and closed in one page (open_in_lab)
-                 "--LabApp.expose_app_in_browser=True", *lab_args],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home / "notebooks")
-            base = f"http://127.0.0.1:{port}"
+            # a free port can be taken by another program before the server binds it; the server
+            # then exits at once (port_retries=0 keeps the URL known), and a new port is tried
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                port = _free_port()
+                server = subprocess.Popen(
+                    [sys.executable, "-m", "jupyter", "lab", "--no-browser",
+                     "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+                     "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+                     f"--ServerApp.root_dir={home / 'notebooks'}", "--ServerApp.allow_root=True",
+                     # window.jupyterapp: notebooks opened and closed in one page (open_in_lab)
+                     "--LabApp.expose_app_in_browser=True", *lab_args],
+                    stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home / "notebooks")
+                base = f"http://127.0.0.1:{port}"
+                if _wait_until_up(server, f"{base}/api/status?token={token}"):
+                    break
+                if attempt == PORT_ATTEMPTS:
+                    raise RuntimeError(f"JupyterLab did not start ({PORT_ATTEMPTS} ports tried); "
+                                       f"see {log_path}")
             try:
-                deadline = time.monotonic() + 90
-                while not _responds(f"{base}/api/status?token={token}"):
-                    if server.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"JupyterLab did not start; see {log_path}")
-                    time.sleep(0.5)
                 yield base, token
             finally:
                 server.terminate()
@@ -163,6 +170,20 @@ def lab_server(notebooks_dir: Path, log_path: Path, lab_args: tuple[str, ...] = 
                     server.wait(timeout=20)
                 except subprocess.TimeoutExpired:
                     server.kill()
+
+
+def _wait_until_up(server: subprocess.Popen, status_url: str, timeout_s: float = 90.0) -> bool:
+    """True once the server answers; False if it exited first (its port was taken); raises if it
+    neither answers nor exits within ``timeout_s`` (after stopping it)."""
+    deadline = time.monotonic() + timeout_s
+    while not _responds(status_url):
+        if server.poll() is not None:
+            return False
+        if time.monotonic() > deadline:
+            server.kill()
+            raise RuntimeError(f"JupyterLab did not answer {status_url} within {timeout_s:.0f} s")
+        time.sleep(0.5)
+    return True
 
 
 @contextmanager

@@ -241,7 +241,6 @@ TABLE: dict[str, Case] = {
     "simulate_ring": call(QS, KS, VS, 2, causal=True),
     "ring_attention": Case(skip="starts world_size processes (seconds per call); its arguments are "
                                 "checked by the same code as simulate_ring's, fuzzed above"),
-    "free_port": call(),
     # transformer, decoder_lm
     "FeedForward": call(8, 16, activation="gelu", bias=True),
     "FeedForward.forward": method(lambda: PUBLIC["FeedForward"](8, 16), randn(2, 3, 8)),

@@ -3,6 +3,7 @@ schedule, against full attention."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 
 import pytest
@@ -11,7 +12,7 @@ import torch.nn.functional as F
 
 import attn_helpers as ah
 import attn_helpers.ring as ring
-from attn_helpers.ring import free_port, ring_attention, ring_schedule, simulate_ring, split_blocks
+from attn_helpers.ring import ring_attention, ring_schedule, simulate_ring, split_blocks
 
 
 def test_schedule_visits_every_block_once_per_rank():
@@ -120,12 +121,35 @@ def test_spawned_processes_equal_full_attention(gen):
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
-def test_free_port_can_be_bound_on_loopback():
-    import socket
+@pytest.mark.parametrize("fail", [False, True])
+def test_ranks_meet_through_a_file_that_is_removed_afterwards(gen, monkeypatch, tmp_path, fail):
+    """No TCP port is chosen in advance (another program could take it before the ranks bind it:
+    EADDRINUSE, seen in CI); the rendezvous file is gone afterwards, also when a rank fails."""
+    scratch, log = tmp_path / "tmp", tmp_path / "init_methods"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    init = ring.dist.init_process_group
 
-    port = free_port()
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((ring.LOOPBACK, port))  # raises OSError if the port were taken
+    def logged(*args, init_method, **kwargs):
+        with open(log, "a") as f:
+            f.write(init_method + "\n")
+        if fail:
+            raise ConnectionError("rendezvous broke on purpose")
+        return init(*args, init_method=init_method, **kwargs)
+
+    monkeypatch.setattr(ring.dist, "init_process_group", logged)  # forked ranks inherit it
+    q = torch.randn(8, 4, generator=gen)
+    if fail:
+        with pytest.raises(RuntimeError, match="rendezvous broke on purpose"):
+            ring_attention(q, q, q, 2, timeout_s=30, start_method="fork")
+    else:
+        torch.testing.assert_close(ring_attention(q, q, q, 2, timeout_s=30, start_method="fork"),
+                                   F.scaled_dot_product_attention(q, q, q))
+    methods = log.read_text().split()
+    assert len(methods) >= 1 and all(m.startswith(f"file://{scratch}/") for m in methods)
+    assert len(set(methods)) == 1  # all ranks meet at one file
+    # (torch's own start_processes leaves its pytorch-errorfile-*.pickle when a rank fails)
+    assert [p for p in scratch.iterdir() if not p.name.startswith("pytorch-errorfile-")] == []
     assert ring.LOOPBACK == "127.0.0.1"
 
 
