@@ -89,8 +89,10 @@ def _linear_mistakes() -> list[Mistake]:
 
 @exercise("complexity.linear_step", "one step of causal linear attention: state in, state out",
           hints=(
-              "The state is what the tokens so far left behind: a d_k x d_v matrix S and a d_k "
-              "vector z. Add token t's terms first, then read the new state with phi(q_t). "
+              "Take phi(q_t)^T out of section 6's numerator and denominator: what is left inside "
+              "is a sum over j <= t of phi(k_j) v_j^T, a d_k x d_v matrix, and a sum of "
+              "phi(k_j), a d_k vector. Those are S_t and z_t; S and z are the same sums over "
+              "j < t. Add token t's terms first, then read the new state with phi(q_t). "
               "phi(x) = elu(x) + 1 (torch.nn.functional.elu).",
               "phi(k_t) v_t^T is an outer product: put phi(k_t) on a new last axis (..., d_k, 1) "
               "and v_t on a new second-to-last (..., 1, d_v), multiply, add to S. The numerator "

@@ -79,9 +79,9 @@ def decode_layer_reference(layer, y, memory, memory_real):
 
 
 def given_self_attention(layer, y):
-    """The part of exercise 1 the stub gives: the post-norm causal self-attention block over all
-    ``T`` target positions at once, ``LN_1(y + SelfAttn(y))``, ``(b, T, d)`` (the cache for it is
-    notebook 05's skill)."""
+    """The part of exercise 1 the stub gives, for all ``T`` target positions at once: the
+    post-norm causal self-attention block ``LN_1(y + SelfAttn(y))``, ``(b, T, d)``. The stub
+    computes it one step at a time with a cache (notebook 05's skill), row ``t`` at step ``t``."""
     return layer.norm1(y + layer.self_attn(y, y, y, causal_mask(y.shape[1]))[0])
 
 
@@ -159,32 +159,34 @@ def _library_shortcuts():
 
 @exercise("cross_attention.decode", "a decoder layer's cross-attention step by step, the "
           "memory's keys and values projected once", hints=(
-    "The stub gives x: y after the causal self-attention block. What is left is the "
-    "cross-attention and the feed-forward, one target position at a time. The memory does not "
-    "change while the decoder writes: project its keys and values once, before the loop; at step "
-    "t only x[:, t:t+1] makes a query. Post-norm, as the 2017 paper: x = norm(x + block(x)), "
-    "norm2 after the cross-attention, norm3 after the feed-forward.",
+    "The stub's loop gives x_t, target position t after the causal self-attention block. What is "
+    "left is its cross-attention and its feed-forward. The memory does not change while the "
+    "decoder writes: project its keys and values once, before the loop; at step t, x_t makes the "
+    "one query. Post-norm, as the 2017 paper: x = norm(x + block(x)), norm2 after the "
+    "cross-attention, norm3 after the feed-forward.",
     "Once: K_m = memory W_K and V_m = memory W_V, split into heads. For each step t: "
     "x_t <- LN_2(x_t + W_O CrossAttn(x_t W_Q, K_m, V_m)), the padded memory keys weighted 0; "
-    "then x_t <- LN_3(x_t + FF(x_t)). The output is the T steps side by side.",
+    "then x_t <- LN_3(x_t + FF(x_t)), appended to outputs.",
     "ca, h = layer.cross_attn, layer.cross_attn.num_heads\n"
     "K_m = ...                          # (b, h, n_m, d_head): ca.k_proj(memory) split, ONCE\n"
     "V_m = ...                          # the same with ca.v_proj\n"
     "outputs = []\n"
     "for t in range(y.shape[1]):\n"
-    "    x_t = x[:, t:t + 1]                                  # (b, 1, d): one position\n"
+    "    y_t = y[:, t:t + 1]                                             # given\n"
+    "    x_t = layer.norm1(y_t + layer.self_attn(y_t, y_t, y_t, cache=cache)[0])  # given\n"
     "    q = ...                        # (b, h, 1, d_head): x_t through ca.q_proj\n"
     "    o, _ = ...                     # attention over K_m, V_m; padded memory masked (b, 1, 1, n_m)\n"
     "    x_t = ...                      # norm2 of: x_t plus the heads merged through ca.out_proj\n"
     "    outputs.append(...)            # norm3 of: x_t plus its feed-forward\n"
-    "return torch.cat(outputs, 1)                             # (b, T, d)"))
+    "return torch.cat(outputs, 1)                                         # (b, T, d)"))
 def check_decode_layer(decode_layer: Callable) -> CheckResult:
     """Exercise: ``decode_layer(layer, y (b, T, d), memory (b, n_m, d_m), memory_real (b, n_m))
-    -> (b, T, d)``: the post-norm ``layer``'s causal output. The stub gives the self-attention
-    block (:func:`given_self_attention`); the learner writes the cross-attention one target
-    position at a time (its query projection sees one position per call) with the memory's keys
-    and values projected once, and the feed-forward. The layer's ``forward``, its whole
-    cross-attention module and torch's attention modules are blocked while it runs."""
+    -> (b, T, d)``: the post-norm ``layer``'s causal output. The stub's loop gives each step's
+    self-attention block, with a cache (equal to :func:`given_self_attention`'s rows); the learner
+    writes the cross-attention one target position at a time (its query projection sees one
+    position per call) with the memory's keys and values projected once, and the feed-forward.
+    The layer's ``forward``, its whole cross-attention module and torch's attention modules are
+    blocked while it runs."""
     mistakes = [Mistake(lambda *a, _f=flaw: _decode_with(*a, **_f), hint) for hint, flaw in [
         ("padded memory positions were read: mask the cross-attention with memory_real "
          "(True = real), as (b, 1, 1, n_m) for the heads.", {"mask_memory": False}),
@@ -201,7 +203,7 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
         ("the cross-attention's output must be ADDED to x (the residual), then normalised: "
          "norm2(x_t + ...), not norm2 of the cross-attention alone.", {"cross_residual": False}),
         ("the cross-attention's query came from y, the state before the self-attention block; "
-         "it reads x, the state after it: q from x[:, t:t+1].", {"query_before_self": True}),
+         "it reads x_t, the state after it: q from x_t.", {"query_before_self": True}),
         ("the heads were not split: split q, k, v into num_heads heads of d_model / num_heads "
          "(ah.split_heads), attend per head, merge.", {"one_head": True}),
         ("the sum after the cross-attention was not normalised; post-norm puts a LayerNorm "
@@ -235,8 +237,8 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
     if any(n != 1 for n in layer.calls.get(name, [])):
         return CheckResult(False, (
             f"Not yet: the numbers are right, but {name} ran on {max(layer.calls[name])} "
-            "positions at once. Decode one step at a time: at step t only x[:, t:t+1] makes a "
-            "query; the memory's keys and values are the ones projected before the loop."))
+            "positions at once. Decode one step at a time: at step t only x_t makes a query; "
+            "the memory's keys and values are the ones projected before the loop."))
     return result
 
 

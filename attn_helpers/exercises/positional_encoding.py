@@ -5,25 +5,28 @@ r"""Checkers for notebook 07 (positional encoding).
 * ``positional_encoding.rope``: :func:`check_rope`, the RoPE score from the offset alone
   (``rope_score(q, k, delta)``): :math:`\mathrm{rope}(q, m)\cdot\mathrm{rope}(k, m - \delta)`
   for any :math:`m`, written with :math:`R(m)^\top R(n) = R(n - m)` (section 4's property).
-* ``positional_encoding.alibi``: :func:`check_alibi`, the causal ALiBi bias of section 5:
-  ``-m_h (i - j)`` for ``j <= i``, ``-inf`` above, slopes ``m_h = 2^(-8h/H)`` for ``h = 1 .. H``.
+* ``positional_encoding.reach``: :func:`check_reach`, how far back an ALiBi head looks (section
+  5's bias alone): the half-weight reach ``ceil(-ln((1 + r^n) / 2) / m)``, ``r = e^{-m}``, the
+  fewest nearest keys that carry half a causal row's weight (:mod:`..lessons.positional_reach`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
 from .. import positional as _positional
+from ..lessons import positional_reach as _reach_lesson
 from ..lessons import rope as _rope
 from ..positional import apply_rope
 from .core import CheckResult, Mistake, check_function, seeded
-from .positional_mistakes import _alibi, _shift
+from .positional_mistakes import _reach, _shift
 from .workflow import exercise
 
-__all__ = ["ALIBI_FORBID", "FORBID", "alibi_reference", "check_alibi", "check_rope",
-           "check_sinusoidal", "rope_reference", "shift_matrix_reference"]
+__all__ = ["FORBID", "REACH_MARGIN", "check_reach", "check_rope", "check_sinusoidal",
+           "half_weight_reach_reference", "rope_reference", "shift_matrix_reference"]
 
 #: The package functions that would do exercises 1 and 2 for the learner: calling one (under any
 #: name, imported into the notebook too) while the learner's function runs fails the check.
@@ -64,6 +67,9 @@ def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
     """Exercise: ``shift_matrix(k, d_model) -> M_k (d_model, d_model)`` with ``PE(p + k) = M_k
     PE(p)`` for every ``p``: block-diagonal, pair ``i``'s block ``[[cos b, sin b], [-sin b,
     cos b]]``, ``b = k omega_i`` (section 2's :math:`R_i(k)`)."""
+    if getattr(shift_matrix, "__code__", None) is _shift.__code__:
+        return CheckResult(False, "Not yet: that is the checker's own code, which does this exercise "
+                                  "for you. Write M_k from the angle-addition formulas.")
     k, half = _sizes(seeded(70), 2, high=40)  # and a case with random sizes
     cases = [{"k": k, "d_model": d} for k, d in [(1, 8), (3, 16), (0, 4), (-2, 8), (100, 32),
                                                  (7, 2), (k, 2 * half)]]
@@ -206,105 +212,123 @@ def check_rope(rope_score: Callable) -> CheckResult:
     )
 
 
-# --- exercise 3: the ALiBi bias ----------------------------------------------------------------
+# --- exercise 3: how far back an ALiBi head looks ----------------------------------------------
 
 
-def alibi_reference(n: int, H: int) -> torch.Tensor:  # noqa: N803
-    """``(H, n, n)`` float32: the package's :func:`~attn_helpers.positional.alibi_bias` below the
-    diagonal (``-m_h (i - j)``), ``-inf`` on the future keys."""
-    causal = torch.ones(n, n, dtype=torch.bool).tril()
-    return _positional.alibi_bias(n, H).masked_fill(~causal, float("-inf"))
+def half_weight_reach_reference(m: torch.Tensor, n: int) -> torch.Tensor:
+    """``(H,)`` long: the package's :func:`~attn_helpers.lessons.positional_reach.half_weight_reach`,
+    ``ceil(-ln((1 + r^n) / 2) / m)`` with ``r = e^{-m}``."""
+    return _reach_lesson.half_weight_reach(m, n)
 
 
-def _alibi_cases() -> list[dict]:
-    # n = H first, so a slope per query (or key) gives a shape the checker can name
-    return [{"n": 8, "H": 8}, {"n": 5, "H": 4}, {"n": 12, "H": 16}, {"n": 6, "H": 2},
-            {"n": 1, "H": 4}, {"n": 7, "H": 1}, {"n": 20, "H": 8}]
+#: Every case keeps each head's real-valued k, x = -ln((1 + r^n) / 2) / m, at least this far from a
+#: whole number >= 1 (tested), so a float64 running sum and the closed form round it alike.
+REACH_MARGIN = 0.01
 
 
-ALIBI_FORBID = [(_positional, "alibi_bias"), (_positional, "alibi_slopes")]
+def _reach_cases() -> list[dict]:
+    """ALiBi's slopes for 8, 4 and 12 heads in rows of 1 to 3000 keys, tiny and large slopes (the
+    limits ceil(n / 2) and 1), and a random case; none within :data:`REACH_MARGIN` of a tie."""
+    g = seeded(72)
+    heads = int(torch.randint(2, 7, (1,), generator=g))
+    log_m = torch.empty(heads, dtype=torch.float64).uniform_(math.log(1e-3), math.log(2.0), generator=g)
+    n = int(torch.randint(2, 4001, (1,), generator=g))
+    slopes = _positional.alibi_slopes
+    return [{"m": m, "n": n} for m, n in [
+        (slopes(8), 24), (slopes(4), 1), (slopes(12), 100), (slopes(4), 7), (slopes(8), 3000),
+        (torch.tensor([1e-6, 1e-4, 1e-3], dtype=torch.float64), 1001),
+        (torch.tensor([0.3, 3.0, 40.0], dtype=torch.float64), 50), (log_m.exp(), n)]]
 
 
-def _alibi_forbid() -> list[tuple[object, str]]:
-    """:data:`ALIBI_FORBID` plus the same functions re-exported by the package and imported by
-    07's lesson (looked up when the checker runs: this module is imported while ``attn_helpers``
-    itself is still being imported)."""
+def _reach_forbid() -> list[tuple[object, str]]:
+    """The package's own reach, in its module and as 07's lesson re-exports it (looked up when the
+    checker runs: this module is imported while ``attn_helpers`` itself is still being imported)."""
     import importlib
 
-    package = importlib.import_module("attn_helpers")
     lesson = importlib.import_module("attn_helpers.lessons.positional_encoding")
-    return ALIBI_FORBID + [(package, "alibi_bias"), (package, "alibi_slopes"),
-                           (lesson, "alibi_bias")]
+    return [(_reach_lesson, "half_weight_reach"), (lesson, "half_weight_reach")]
 
 
-ALIBI_INSTEAD = ("Write the slopes m_h = 2^(-8h/H) for h = 1 .. H and the bias -m_h (i - j) with "
-                 "torch.arange, then mask the future keys with -inf")
+REACH_INSTEAD = "Write the reach from the geometric series, or add up the row's weights yourself"
+_ONE_SHORT = ("one short: k counts the keys at distances 0 .. k - 1, one more than the distance of "
+              "the farthest of them (the index where the running sum first reaches 1/2, plus 1). "
+              "Rounding x = -ln((1 + r^n) / 2) / m down (floor, int(), .long()) misses the same way: "
+              "the smallest whole k >= x is its ceiling.")
+_ENDLESS = ("ln 2 / m is the reach of an endless row (and the distance at which one key's weight "
+            "halves), but this row ends after n keys: share(k) = (1 - r^k) / (1 - r^n). A shallow "
+            "head in a short row reaches about n / 2, not ln 2 / m.")
+_MEAN = ("that is the row's mean distance, sum of delta w_delta, rounded: the reach is where the "
+         "nearest keys first hold half the weight, another statistic of the same row (in a long row "
+         "about ln 2 / m, against a mean of about 1 / m).")
 
 
-@exercise("positional_encoding.alibi", "the ALiBi bias (slopes per head, causal)", hints=(
-    "Each head h = 1 .. H has one fixed slope m_h, the steepest first. The bias of query i for key "
-    "j is the slope times how far back the key is, made negative: far keys lose more. Keys in "
-    "the future (j > i) must get no weight at all after the softmax.",
-    "No loops: the head numbers 1..H as floats give the (H,) slopes, and a column of query "
-    "indices minus a row of key indices gives the (n, n) distances i - j. The slopes viewed as "
-    "(H, 1, 1) times minus the distances broadcast to (H, n, n); then masked_fill puts -inf "
-    "wherever j > i (that (n, n) condition broadcasts over the heads).",
-    "h = torch.arange(1, H + 1, dtype=torch.float64)\n"
-    "m = ...                                                    # (H,): the slopes\n"
-    "i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]  # query rows, key columns\n"
-    "bias = ...                                                 # (H, n, n): -m_h (i - j)\n"
-    "return bias.masked_fill(j > i, float('-inf')).float()"))
-def check_alibi(alibi: Callable) -> CheckResult:
-    """Exercise: ``alibi(n, H) -> (H, n, n)``, the causal ALiBi bias of notebook 07's section 5:
-    ``bias[h - 1, i, j] = -m_h (i - j)`` for ``j <= i`` and ``-inf`` for ``j > i``, with ``m_h =
-    2^(-8h/H)``, ``h = 1 .. H`` (``H`` a power of two). Checked against the package's
-    :func:`~attn_helpers.positional.alibi_bias` (blocked while the learner's function runs)."""
-    if getattr(alibi, "__code__", None) is _alibi.__code__:
-        return CheckResult(False, "Not yet: that is the checker's own bias, which does this "
-                                  f"exercise for you. {ALIBI_INSTEAD}.")
+@exercise("positional_encoding.reach", "how far back an ALiBi head looks: its half-weight reach",
+          hints=(
+    "With equal content scores the bias alone sets the row: the key delta back gets weight "
+    "proportional to r^delta, r = e^{-m}, for delta = 0 .. n - 1, a geometric sequence. What share "
+    "of the row do its first k terms hold? The reach is the smallest k whose share reaches 1/2 "
+    "(adding up the row's softmax weights from delta = 0 works too).",
+    "The first k terms sum to (1 - r^k) / (1 - r), so share(k) = (1 - r^k) / (1 - r^n), and "
+    "share(k) >= 1/2 exactly when r^k <= (1 + r^n) / 2, that is k >= x = -ln((1 + r^n) / 2) / m "
+    "(ln r = -m < 0 turns the inequality around): round x UP. Numerically: softmax(-m delta) over "
+    "delta = 0 .. n - 1 in float64, a cumulative sum, and the count of keys up to the first whose "
+    "running sum reaches 1/2.",
+    "r_n = torch.exp(-m * n)                     # (H,): r^n, r = e^{-m}\n"
+    "x = ...                                     # (H,): -ln((1 + r^n) / 2) / m, where share = 1/2\n"
+    "return ...                                  # (H,) long: the smallest whole k >= x"))
+def check_reach(half_weight_reach: Callable) -> CheckResult:
+    """Exercise: ``half_weight_reach(m (H,), n) -> (H,)`` long, each head's half-weight reach: the
+    smallest ``k`` such that the keys at distances ``0 .. k - 1`` carry at least half the weight
+    of a causal row of ``n`` keys under ALiBi's bias ``-m delta`` (equal content scores); ``m``
+    float64, ``> 0``. The closed form ``ceil(-ln((1 + r^n) / 2) / m)`` and a float64 running sum
+    over the row both pass: no case is within :data:`REACH_MARGIN` of a tie."""
+    if getattr(half_weight_reach, "__code__", None) is _reach.__code__:
+        return CheckResult(False, "Not yet: that is the checker's own code, which does this exercise "
+                                  f"for you. {REACH_INSTEAD}.")
+
+    def whole(m, n):  # the learner's reaches as float64, for check_function to compare
+        k = half_weight_reach(m, n)
+        if k is not None and not (isinstance(k, torch.Tensor) and not k.is_floating_point()
+                                  and not k.is_complex() and k.dtype != torch.bool):
+            got = f"dtype {k.dtype}" if isinstance(k, torch.Tensor) else type(k).__name__
+            raise TypeError(f"the reaches count keys: return them as a LongTensor (H,) of whole "
+                            f"numbers (.long()), got {got}")
+        return None if k is None else k.double()
+
     return check_function(
-        alibi, alibi_reference, _alibi_cases(), what="alibi", output_names=("the bias",),
-        forbid=_alibi_forbid(), instead=ALIBI_INSTEAD,
-        mistakes=[
-            Mistake(lambda n, H: _alibi(n, H, first=0),
-                    "the heads are numbered from 0, so the first slope is 2^0 = 1. The paper and "
-                    "section 5 number them h = 1 .. H: m_h = 2^(-8h/H), the first 2^(-8/H)."),
-            Mistake(lambda n, H: _alibi(n, H, sign=1.0),
-                    "the sign is flipped (+m_h (i - j), or -m_h (j - i)): a key farther back must "
-                    "LOSE score, bias = -m_h (i - j) with i - j >= 0."),
-            Mistake(lambda n, H: _alibi(n, H, distance="abs", future=None),
-                    "the future keys (j > i) got the distance penalty -m_h |i - j| instead of the "
-                    "causal mask: a penalty still lets the next token through. Set them to -inf."),
-            Mistake(lambda n, H: _alibi(n, H, future=None),
-                    "there is no causal mask: for j > i, -m_h (i - j) is a BONUS for the future "
-                    "keys. Set them to -inf."),
-            Mistake(lambda n, H: _alibi(n, H, future=0.0),
-                    "the future keys got bias 0, which the softmax still weighs; they must get "
-                    "-inf (weight exactly 0)."),
-            Mistake(lambda n, H: _alibi(n, H, future=-1e9),
-                    "the future keys got a large finite number (-1e9) instead of -inf. After the "
-                    "softmax it rounds to a weight of 0 here, but it is a stand-in whose size must "
-                    "suit the dtype and the scores (float16 cannot hold -1e9); the exercise asks "
-                    "for the mask itself: float('-inf')."),
-            Mistake(lambda n, H: _alibi(n, H, per="query"),
-                    "the slopes went along the query rows (m[:, None] times an (n, n) grid): one "
-                    "slope per HEAD, m[:, None, None], so each head has its own (n, n) bias."),
-            Mistake(lambda n, H: _alibi(n, H, per="key"),
-                    "the slopes went along the key columns (m[None, :]): one slope per HEAD, "
-                    "m[:, None, None], so each head has its own (n, n) bias."),
-            Mistake(lambda n, H: _alibi(n, H, H_for_ratio=8),
-                    "the slopes are 2^(-h), right for H = 8 only: the ratio between heads is "
-                    "2^(-8/H), so H = 16 heads step by 2^(-1/2) and H = 4 by 2^(-2)."),
-            Mistake(lambda n, H: _alibi(n, H, base=torch.e),
-                    "the slopes use e instead of 2: m_h = 2^(-8h/H)."),
-            Mistake(lambda n, H: _alibi(n, H, order="down"),
-                    "the slopes run backwards: head h = 1 is the STEEPEST, m_1 = 2^(-8/H), and "
-                    "head H the shallowest, m_H = 2^(-8)."),
-            Mistake(lambda n, H: _alibi(n, H, diagonal=False),
-                    "the diagonal (j = i, the query's own token) is masked too; it is visible "
-                    "with bias 0. Mask only j > i."),
-            Mistake(lambda n, H: _alibi(n, H, transpose=True),
-                    "the bias is transposed: rows are queries i, columns keys j, and the keys a "
-                    "query may see are j <= i (the lower triangle)."),
+        whole, half_weight_reach_reference, _reach_cases(), what="half_weight_reach",
+        output_names=("the reaches",), forbid=_reach_forbid(), instead=REACH_INSTEAD, atol=0.0,
+        rtol=0.0, mistakes=[
+            Mistake(lambda m, n: _reach(m, n, rounding="floor"), _ONE_SHORT),
+            Mistake(lambda m, n: _reach(m, n, rounding="round"),
+                    "you rounded x = -ln((1 + r^n) / 2) / m to the nearest whole number: share(k) "
+                    "grows with k, so the smallest k with share(k) >= 1/2 is x rounded UP "
+                    "(torch.ceil)."),
+            Mistake(lambda m, n: _reach(m, n, endless=True), _ENDLESS),
+            Mistake(lambda m, n: _reach(m, n, endless=True, cap=True),
+                    f"capping at n does not mend it: {_ENDLESS}"),
+            Mistake(lambda m, n: _reach(m, n, sign=1.0),
+                    "the weights grow with the distance (e^{+m delta}): the bias is -m (i - j), so "
+                    "the key delta back gets e^{-m delta} and the nearest key weighs most."),
+            Mistake(lambda m, n: _reach(m, n, base=2.0),
+                    "you weighed the key delta back by 2^{-m delta}: the softmax exponentiates "
+                    "with e, so its weight is e^{-m delta} (r = e^{-m}). The slopes are powers of "
+                    "2; the weights are not."),
+            Mistake(lambda m, n: _reach(m, n, log2=True),
+                    "you took a base-2 logarithm: with r = e^{-m}, r^k <= (1 + r^n) / 2 gives "
+                    "k >= -ln((1 + r^n) / 2) / m, a natural log (torch.log)."),
+            *[Mistake(lambda m, n, r=r: _reach(m, n, statistic="mean", rounding=r), _MEAN)
+              for r in ("round", "ceil", "floor")],
+            Mistake(lambda m, n: _reach(m, n, keys=1),
+                    "your row has n + 1 keys (distances 0 .. n): a query that sees n keys has them "
+                    "at distances 0 .. n - 1, so the row's total is (1 - r^n) / (1 - r)."),
+            Mistake(lambda m, n: _reach(m, n, keys=-1),
+                    "your row has n - 1 keys (distances 0 .. n - 2, or 1 .. n - 1 without the "
+                    "query's own token): the query sees n keys, its own token at distance 0 "
+                    "included."),
+            Mistake(lambda m, n: _reach(m, n, statistic="uniform"),
+                    "your reaches ignore the slope: ceil(n / 2) is the reach of a uniform row, the "
+                    "limit m -> 0. The bias weighs the key delta back by e^{-m delta}, so a "
+                    "steeper head reaches less far."),
         ],
     )

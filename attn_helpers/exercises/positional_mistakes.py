@@ -1,35 +1,40 @@
-"""The known mistakes of notebook 07's ALiBi exercise, as one function with a switch per mistake
-(:func:`_alibi`); with its defaults it is the right answer, so the checker refuses it as a learner's
-answer (see :func:`.positional_encoding.check_alibi`)."""
+"""The known mistakes of notebook 07's exercises 1 and 3, each as one function with a switch per
+mistake (:func:`_shift`, :func:`_reach`); with their defaults they are the right answers (the
+checker of exercise 3 refuses :func:`_reach` itself as a learner's answer, see
+:func:`.positional_encoding.check_reach`)."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 __all__: list[str] = []
 
 
-def _alibi(n: int, H: int, *, first: int = 1, sign: float = -1.0, distance: str = "signed",  # noqa: N803
-           future: float = float("-inf"), base: float = 2.0, per: str = "head", H_for_ratio=None,
-           diagonal: bool = True, order: str = "up", transpose: bool = False) -> torch.Tensor:
-    """The causal ALiBi bias ``(H, n, n)`` with one thing changed (the known mistakes); with the
-    defaults it is the right answer: ``-m_h (i - j)`` for ``j <= i``, ``-inf`` above, ``m_h =
-    2^(-8h/H)`` for ``h = 1 .. H``."""
-    h = torch.arange(first, first + H, dtype=torch.float64)
-    h = h.flip(0) if order == "down" else h
-    m = base ** (-8.0 * h / (H if H_for_ratio is None else H_for_ratio))        # (H,)
-    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-    gap = (i - j).to(torch.float64)                                             # (n, n): i - j
-    gap = gap.abs() if distance == "abs" else gap
-    if per == "head":
-        bias = sign * m[:, None, None] * gap                                    # (H, n, n)
-    else:                                                 # a slope per query row or key column
-        bias = sign * (m[:, None] if per == "query" else m[None, :]) * gap      # (n, n) if H == n
-    visible = (j <= i) if diagonal else (j < i)
-    if future is not None:
-        bias = bias.masked_fill(~visible, future)
-    bias = bias.transpose(-1, -2) if transpose else bias
-    return bias.float()
+def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, sign: float = -1.0,
+           base: float = math.e, log2: bool = False, endless: bool = False, cap: bool = False,
+           statistic: str = "half") -> torch.Tensor:
+    """The half-weight reach ``(H,)`` long of slopes ``m (H,)`` in a causal row of ``n`` keys with one
+    thing changed (the known mistakes of exercise 3); with the defaults it is the right answer,
+    ``ceil(x)`` with ``x = -ln((1 + r^n) / 2) / m``, ``r = e^{-m}``. ``keys``: a row of ``n + keys``
+    keys; ``sign = +1``: weights ``e^{+m delta}``; ``base``: weights ``base^{-m delta}``; ``log2``:
+    ``log2`` in place of ``ln``; ``endless``: ``ln 2 / m`` (``cap``: at most ``n``); ``statistic``:
+    ``"mean"`` distance or ``"uniform"`` (``n / 2``, the slope ignored)."""
+    m, rows = m.double() * math.log(base), n + keys                  # base^(-m d) = e^(-m ln(base) d)
+    if statistic == "mean":
+        delta = torch.arange(n, dtype=torch.float64)                  # (n,): distances 0 .. n-1
+        x = (torch.softmax(-m[:, None] * delta, -1) * delta).sum(-1)  # (H,): the mean distance
+    elif statistic == "uniform":
+        x = torch.full_like(m, n / 2)
+    elif endless:
+        x = math.log(2) / m
+    else:
+        x = -torch.log1p(torch.expm1(-m * rows) / 2) / m               # (H,): share(x) = 1/2
+        x = x if sign < 0 else rows - x          # weights e^{+m d}: the row read from its far end
+    x = x / math.log(2) if log2 else x
+    k = {"ceil": torch.ceil, "floor": torch.floor, "round": torch.round}[rounding](x)
+    return (k.clamp(max=n) if cap else k).long()
 
 
 def _shift(k: int, d: int, *, sign: float = 1.0, exponents=None, halves: bool = False,

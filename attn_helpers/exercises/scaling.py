@@ -1,6 +1,6 @@
 """Checkers for notebook 03 (why scale by sqrt(d_k)): choose the scale from a measured variance,
-the softmax backward pass without building the Jacobian, and the gradient norm through the softmax
-against d_k, with and without the 1/sqrt(d_k) scale."""
+the softmax backward pass without building the Jacobian, and the Frobenius norm of the softmax
+Jacobian from sums over the weights, again without building it."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from collections.abc import Callable
 import torch
 
 from ..lessons import scaling as _scaling_lesson
-from ..lessons.scaling import jacobian_norm
+from ..lessons.scaling import jacobian_norm as _jacobian_norm
 from .core import CheckResult, Mistake, as_number, check_function, refusing_ops, seeded
+from .scaling_mistakes import NORM_MISTAKES, SUMS_CODE
 from .workflow import exercise
 
-__all__ = ["check_choose_scale", "check_softmax_backward", "check_gradient_norm"]
+__all__ = ["check_choose_scale", "check_softmax_backward", "check_jacobian_norm"]
 
 
 def _number(f: Callable) -> Callable:
@@ -171,17 +172,21 @@ _BACKWARD_FORBID = [
 ]
 _BACKWARD_INSTEAD = ("Write grad_s = a * (g - <a, g>) from a = softmax(scores): one dot product "
                      "per row, no n x n matrix")
+_BACKWARD_POINT = ("The point of this exercise is the backward pass WITHOUT J, which at n = 8,192 "
+                   f"and 64 rows would need 17 GB. {_BACKWARD_INSTEAD}.")
 
 
 class _NoJacobian(torch.overrides.TorchFunctionMode):
-    """Watches every torch operation the learner's function runs: a result with as many elements
-    as the ``(..., n, n)`` Jacobian (n times the scores') means J was built, whatever the route
-    (an outer product by broadcasting, a loop filling a matrix, ...)."""
+    """Watches every torch operation the learner's function ``what`` runs on the rows ``(..., n)``:
+    a result with as many elements as the ``(..., n, n)`` Jacobian (n times the rows') means J was
+    built, whatever the route (an outer product by broadcasting, a loop filling a matrix, ...);
+    ``point`` says why that fails the exercise."""
 
-    def __init__(self, scores: torch.Tensor):
+    def __init__(self, rows: torch.Tensor, what: str, point: str):
         super().__init__()
-        self.n = scores.shape[-1]
-        self.limit = scores.numel() * self.n
+        self.n = rows.shape[-1]
+        self.limit = rows.numel() * self.n
+        self.what, self.point = what, point
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -190,25 +195,25 @@ class _NoJacobian(torch.overrides.TorchFunctionMode):
                 from .core import Refused
 
                 raise Refused(
-                    f"softmax_backward built a tensor of shape {tuple(t.shape)}, as big as the "
-                    f"(..., n, n) Jacobian (n = {self.n}). The point of this exercise is the "
-                    "backward pass WITHOUT J, which at n = 8,192 and 64 rows would need 17 GB. "
-                    f"{_BACKWARD_INSTEAD}.")
+                    f"{self.what} built a tensor of shape {tuple(t.shape)}, as big as the "
+                    f"(..., n, n) Jacobian (n = {self.n}). {self.point}")
         return out
 
 
-_NO_AUTOGRAD = refusing_ops(
-    ["_softmax_backward_data"],
-    "softmax_backward used PyTorch's own softmax backward or autograd (torch.ops.aten, a grad_fn, "
-    "backward, torch.autograd.grad, torch.func), which does this exercise for you. "
-    + _BACKWARD_INSTEAD, autograd=True)
+def _no_jacobian(what: str, point: str, instead: str, ops: tuple[str, ...] = ()) -> Callable:
+    """A ``guard`` that refuses, while ``what`` runs, J (any tensor as big as it: ``point`` says
+    why), autograd by any route and the aten ``ops`` (``instead`` says what to write)."""
+    used = "PyTorch's own softmax backward or autograd" if ops else "autograd"
+    no_autograd = refusing_ops(ops, f"{what} used {used} (torch.ops.aten, a grad_fn, backward, "
+                                    "torch.autograd.grad, torch.func), which does this exercise "
+                                    f"for you. {instead}", autograd=True)
 
+    @contextlib.contextmanager
+    def guard(inputs: dict):
+        with no_autograd(inputs), _NoJacobian(next(iter(inputs.values())), what, point):
+            yield
 
-@contextlib.contextmanager
-def _no_jacobian(inputs: dict):
-    """Neither J (any tensor as big as it) nor autograd's softmax backward, by any route."""
-    with _NO_AUTOGRAD(inputs), _NoJacobian(next(iter(inputs.values()))):
-        yield
+    return guard
 
 
 @exercise("scaling.softmax_backward", "the softmax backward pass, without building J", hints=(
@@ -228,7 +233,9 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
     return check_function(
         softmax_backward, _softmax_backward, _backward_cases(), what="softmax_backward",
         output_names=("the gradient at the scores",), atol=1e-6, rtol=1e-5,
-        forbid=_BACKWARD_FORBID, instead=_BACKWARD_INSTEAD, guard=_no_jacobian,
+        forbid=_BACKWARD_FORBID, instead=_BACKWARD_INSTEAD,
+        guard=_no_jacobian("softmax_backward", _BACKWARD_POINT, _BACKWARD_INSTEAD,
+                           ("_softmax_backward_data",)),
         mistakes=[
             Mistake(_backward_from(lambda a, g: a * g),
                     "that is only diag(a) g: the outer-product term is missing. Raising s_j "
@@ -259,92 +266,69 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
     )
 
 
-# --- exercise 3: the gradient through the softmax, against d_k, with and without the scale ---------
+# --- exercise 3: the size of J from the weights alone -----------------------------------------
 
 
-def _gradient_cases() -> list[dict]:
+def _norm_cases() -> list[dict]:
     g = seeded(32)
-    cases = []
-    for m, n, d_k, scaled, dtype in [(6, 8, 16, True, torch.float64), (6, 8, 16, False, torch.float64),
-                                     (4, 5, 256, False, torch.float64), (4, 5, 256, True, torch.float64),
-                                     (3, 2, 1, True, torch.float32), (5, 16, 64, False, torch.float32),
-                                     (1, 7, 4, True, torch.float32)]:
-        cases.append({"q": torch.randn(m, d_k, generator=g, dtype=dtype),
-                      "k": torch.randn(n, d_k, generator=g, dtype=dtype), "scaled": scaled})
-    return cases
+
+    def rows(*shape, spread=2.0, dtype=torch.float64):     # rows of softmax weights
+        return torch.softmax(spread * torch.randn(*shape, generator=g, dtype=dtype), dim=-1)
+
+    one_hot = torch.eye(5, dtype=torch.float64)
+    special = torch.stack([one_hot[0], one_hot[3], torch.full((5,), 0.2, dtype=torch.float64),
+                           torch.tensor([0.5, 0.5, 0.0, 0.0, 0.0], dtype=torch.float64)])
+    # (3, 4) first among the batches: a sum over the wrong axis gives a shape the checker names.
+    # The last case is the unscaled d_k = 1024 softmax (score std 32): rows one-hot up to
+    # rounding, where the sums cancel and an unclamped squared norm goes below 0 on a few rows.
+    return [{"a": a} for a in (
+        rows(5), rows(3, 4), rows(2, 3, 6),
+        special,                                   # one-hot: 0; uniform: sqrt(n-1)/n; tie: 1/2
+        rows(4, 7, dtype=torch.float32), rows(3, 2, 9, dtype=torch.float32),
+        torch.ones(2, 1, dtype=torch.float64),     # one key: J = 0
+        rows(2048, 16, spread=32.0))]
 
 
-def _gradient_norm(q, k, scaled, *, divisor=None, dim=-1, norm=None, reduce="mean"):
-    """Mean over the queries of |J|_F, J = diag(a) - a a^T at a = softmax(q k^T / c); the keyword
-    arguments make the known mistakes."""
-    d_k = q.shape[-1]
-    c = (math.sqrt(d_k) if scaled else 1.0) if divisor is None else divisor(d_k, scaled)
-    a = torch.softmax((q.double() @ k.double().T) / c, dim=dim)          # (m, n)
-    norms = (jacobian_norm(a) if norm is None else norm(a))
-    return float(norms.sum() if reduce == "sum" else norms.mean())
+#: Every way of building J that the notebook shows, or that does it for the learner.
+_NORM_FORBID = [
+    (_scaling_lesson, "softmax_jacobian"), (_scaling_lesson, "jacobian_norm"),
+    (torch, "diag_embed"), (torch.Tensor, "diag_embed"), (torch.autograd.functional, "jacobian"),
+    (torch.func, "jacrev"), (torch.func, "jacfwd"),
+]
+_NORM_INSTEAD = ("Expand |J|_F^2 = |diag(a) - a a^T|_F^2 on paper into sums over each row's "
+                 "weights and compute those sums: n numbers per row, no n x n matrix")
+_NORM_POINT = ("The point of this exercise is |J|_F WITHOUT J: at n = 8,192 keys, 64 rows of J "
+               f"would take 17 GB. {_NORM_INSTEAD}.")
 
 
-# Right with their default arguments: refused while the learner's function runs.
-REFUSED_WHILE_CHECKING = ("_gradient_norm",)
-#: The lesson's measurements would do exercise 3 (section 2's softmax_jacobian stays allowed).
-_GRADIENT_FORBID = [(_scaling_lesson, "jacobian_norm"), (_scaling_lesson, "saturation_stats"),
-                    (_scaling_lesson, "saturation_table"), (_scaling_lesson, "jacobian_curve")]
-
-
-@exercise("scaling.gradient_norm", "the gradient through the softmax, scaled and unscaled", hints=(
-    "What does attention do to q and k before the softmax, and when does the scale enter? Each "
-    "query's row of weights has its own Jacobian, and its size (the Frobenius norm) says how much "
-    "gradient gets through that row. One number per call: an average over the queries.",
-    "q @ k.T is (m, n), one row per query; when scaled, divide it by sqrt(d_k) with d_k = "
-    "q.shape[-1]. A softmax over the keys (dim=-1) gives the (m, n) weights, and "
-    "softmax_jacobian turns them into (m, n, n), one J per query: take each J's Frobenius norm "
-    "over its last two axes, average the m norms and return a float.",
-    "S = q @ k.T                                  # (m, n)\n"
-    "if scaled:\n"
-    "    S = ...                                  # the 1/sqrt(d_k) scale\n"
-    "a = ...                                      # (m, n): each query's weights over the keys\n"
-    "J = softmax_jacobian(a)                      # (m, n, n): section 2's J, one per query\n"
-    "return torch.linalg.matrix_norm(J).mean().item()"))
-def check_gradient_norm(gradient_norm: Callable) -> CheckResult:
-    """Exercise: ``gradient_norm(q (m, d_k), k (n, d_k), scaled) -> float``, the mean over the
-    queries of the Frobenius norm of the softmax Jacobian at ``softmax(q k^T [/ sqrt(d_k)])``."""
+@exercise("scaling.jacobian_norm", "the size of the softmax Jacobian, without building it", hints=(
+    "|J|_F^2 is the sum of the squares of all of J's entries. Write J = D - P with D = diag(a) "
+    "and P = a a^T, and expand |D - P|^2 like (x - y)^2 = x^2 - 2xy + y^2, where xy becomes "
+    "<D, P> = sum_ij D_ij P_ij. Each of the three terms is a sum over the row's weights; the "
+    "norm is the square root at the end.",
+    "|D|^2 has only the diagonal entries a_i. In <D, P> only i = j survives, where P_ii = a_i a_i. "
+    "|P|^2 = sum_i sum_j (a_i a_j)^2 splits into a product of two identical sums. Sum over the "
+    "last axis (the keys): one number per row, shape (...).",
+    "s2 = ...                                   # (...): sum_i a_i^2 of each row (last axis)\n"
+    "s3 = ...                                   # (...): sum_i a_i^3\n"
+    "squared = ...                              # |D|^2 - 2 <D, P> + |P|^2 from s2 and s3\n"
+    "return squared.clamp(min=0).sqrt()         # rounding can leave -1e-17 on a one-hot row"))
+def check_jacobian_norm(jacobian_norm: Callable) -> CheckResult:
+    """Exercise: ``jacobian_norm(a (..., n)) -> (...)``, the Frobenius norm of each row's softmax
+    Jacobian ``diag(a) - a a^T`` from sums over the row's weights: no tensor as large as the
+    ``(..., n, n)`` Jacobians (any intermediate that large fails the check) and none of
+    :data:`_NORM_FORBID`. Checked against the norm of the built J (the lesson's
+    :func:`~attn_helpers.lessons.scaling.jacobian_norm`), one-hot and near one-hot rows included."""
+    if getattr(jacobian_norm, "__code__", None) is SUMS_CODE:
+        return CheckResult(False, "Not yet: that is the checker's own answer, which does this "
+                                  f"exercise for you. {_NORM_INSTEAD}.")
     return check_function(
-        as_number(gradient_norm, "gradient_norm should return a number"),
-        _number(_gradient_norm), _gradient_cases(), what="gradient_norm",
-        output_names=("the mean gradient norm",), atol=1e-6, rtol=1e-4,
-        forbid=_GRADIENT_FORBID,
-        instead="Take J from section 2's softmax_jacobian and measure its norm yourself",
-        mistakes=[
-            Mistake(_number(lambda q, k, sc: _gradient_norm(q, k, False)),
-                    "the scale was ignored: with scaled=True divide the scores by sqrt(d_k) "
-                    "before the softmax."),
-            Mistake(_number(lambda q, k, sc: _gradient_norm(
-                q, k, sc, divisor=lambda d, s: d if s else 1)),
-                    "you divided by d_k; the scale is 1/sqrt(d_k), which brings the scores' "
-                    "variance from d_k back to 1."),
-            Mistake(_number(lambda q, k, sc: _gradient_norm(
-                q, k, sc, divisor=lambda d, s: 1 / math.sqrt(d) if s else 1)),
-                    "you multiplied by sqrt(d_k); divide the scores by it."),
-            Mistake(_number(lambda q, k, sc: _gradient_norm(
-                q, k, sc, divisor=lambda d, s: math.sqrt(len(k)) if s else 1)),
-                    "you divided by sqrt(n), n the number of keys; d_k is the length of each "
-                    "query and key vector, the last axis: q.shape[-1]."),
-            Mistake(_number(lambda q, k, sc: _gradient_norm(q, k, sc, dim=0)),
-                    "the softmax ran over the queries (dim=0); each query's weights over the keys "
-                    "(the last axis) form one distribution."),
-            Mistake(_number(lambda q, k, sc: _gradient_norm(q, k, sc, norm=lambda a: a.norm(dim=-1))),
-                    "that is the norm of the weights a (or of diag(a) alone); the gradient goes "
-                    "through J = diag(a) - a a^T: subtract the outer product a a^T."),
-            Mistake(_number(lambda q, k, sc: _gradient_norm(
-                q, k, sc, norm=lambda a: a.pow(2).sum(-1))),
-                    "that is the norm of a a^T alone; J = diag(a) - a a^T has the diagonal too."),
-            Mistake(_number(lambda q, k, sc: _gradient_norm(
-                q, k, sc, norm=lambda a: torch.linalg.matrix_norm(
-                    torch.diag_embed(a) - a[:, :, None] * a[:, None, :], ord=2))),
-                    "that is the spectral norm (the largest singular value); use the Frobenius "
-                    "norm, torch.linalg.matrix_norm's default."),
-            Mistake(_number(lambda q, k, sc: _gradient_norm(q, k, sc, reduce="sum")),
-                    "you summed over the queries; take the mean, so the number does not grow "
-                    "with the number of queries."),
-        ],
+        jacobian_norm, _jacobian_norm, _norm_cases(), what="jacobian_norm",
+        output_names=("the norms",), atol=1e-6, rtol=1e-5,
+        forbid=_NORM_FORBID, instead=_NORM_INSTEAD,
+        guard=_no_jacobian("jacobian_norm", _NORM_POINT, _NORM_INSTEAD),
+        mistakes=NORM_MISTAKES,
+        nan_hint="on a row that is one-hot up to rounding the terms of |J|_F^2 nearly cancel, "
+                 "and rounding can leave the squared norm a hair below 0, whose square root is "
+                 "NaN. Clamp it at 0 before the square root (.clamp(min=0)).",
     )

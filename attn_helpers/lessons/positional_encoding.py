@@ -37,6 +37,7 @@ from ..masks import causal_mask
 from ..positional import LearnedPositionalEmbedding, alibi_bias, apply_rope, sinusoidal_encoding
 from ..training import load_checkpoint, single_thread, train
 from . import rope
+from .positional_reach import REACH_LENGTHS, half_weight_reach, reach_claims  # re-exported
 from .rope import collapse_position, wavelength  # re-exported: notebook 07 calls them from here
 
 __all__ = [
@@ -45,7 +46,7 @@ __all__ = [
     "offset_copy_batch", "PositionTaskModel", "model_key", "train_scheme", "train_all",
     "load_models", "position_accuracy", "accuracy_at", "extrapolation_table", "wavelength",
     "collapse_position", "attention_summary", "extrapolation_claims",
-    "claims", "recipe",
+    "claims", "recipe", "REACH_LENGTHS", "half_weight_reach", "reach_claims",
 ]
 
 SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")

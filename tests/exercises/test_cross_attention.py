@@ -67,15 +67,16 @@ def _to_torch(ours, torch_layer):
     return state
 
 
-GIVEN = "x = layer.norm1(y + layer.self_attn(y, y, y, ah.causal_mask(y.shape[1]))[0])\n"
+GIVEN = "cache = ah.KVCache(y.shape[1])\n"                  # the stub's lines before its loop
+GIVEN_STEP = "x_t = layer.norm1(y_t + layer.self_attn(y_t, y_t, y_t, cache=cache)[0])\n"
 
 
 def learner_decode(layer, y, memory, memory_real, *, memory_per_step=False, all_at_once=False):
-    """A learner's loop written another way (explicit heads, own attention), after the stub's
-    given self-attention lines."""
+    """A learner's answer written another way (explicit heads, own attention) in the stub's loop;
+    ``all_at_once``: the steps' x_t gathered, then one cross-attention over all of them."""
     h, d = layer.cross_attn.num_heads, layer.d_model
     ca = layer.cross_attn
-    x = layer.norm1(y + layer.self_attn(y, y, y, ah.causal_mask(y.shape[1]))[0])   # given
+    cache = ah.KVCache(y.shape[1])                                              # given
 
     def heads(x):                                                     # (b, n, d) -> (b, h, n, d/h)
         return x.view(x.shape[0], x.shape[1], h, d // h).transpose(1, 2)
@@ -87,18 +88,23 @@ def learner_decode(layer, y, memory, memory_real, *, memory_per_step=False, all_
         return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(q.shape[0], q.shape[2], d)
 
     K_m, V_m = heads(ca.k_proj(memory)), heads(ca.v_proj(memory))
-    if all_at_once:
-        x = layer.norm2(x + ca.out_proj(attend(heads(ca.q_proj(x)), K_m, V_m,
-                                               memory_real[:, None, None, :])))
-        return layer.norm3(x + layer.feed_forward(x))
     out = []
     for t in range(y.shape[1]):
+        y_t = y[:, t:t + 1]                                                     # given
+        x_t = layer.norm1(y_t + layer.self_attn(y_t, y_t, y_t, cache=cache)[0])  # given
+        if all_at_once:
+            out.append(x_t)
+            continue
         if memory_per_step:
             K_m, V_m = heads(ca.k_proj(memory)), heads(ca.v_proj(memory))
-        x_t = x[:, t:t + 1]
         x_t = layer.norm2(x_t + ca.out_proj(attend(heads(ca.q_proj(x_t)), K_m, V_m,
                                                    memory_real[:, None, None, :])))
         out.append(layer.norm3(x_t + layer.feed_forward(x_t)))
+    if all_at_once:
+        x = torch.cat(out, 1)
+        x = layer.norm2(x + ca.out_proj(attend(heads(ca.q_proj(x)), K_m, V_m,
+                                               memory_real[:, None, None, :])))
+        return layer.norm3(x + layer.feed_forward(x))
     return torch.cat(out, 1)
 
 
@@ -109,11 +115,17 @@ def test_decode_checker_accepts_the_reference_loop_and_another_loop():
 
 
 def test_the_given_self_attention_is_the_layers_first_block():
+    """The stub's per-step self-attention, with its cache, gives given_self_attention's rows."""
     case = ex._layer_cases()[0]
     layer, y = case["layer"], case["y"]
     scope = {"ah": ah, "layer": layer, "y": y}
     exec(GIVEN, scope)  # noqa: S102 - the stub's given lines
-    assert torch.allclose(scope["x"], ex.given_self_attention(layer, y))
+    rows = []
+    for t in range(y.shape[1]):
+        scope["y_t"] = y[:, t:t + 1]
+        exec(GIVEN_STEP, scope)  # noqa: S102
+        rows.append(scope["x_t"])
+    torch.testing.assert_close(torch.cat(rows, 1), ex.given_self_attention(layer, y))
 
 
 @pytest.mark.parametrize("flaw, words", [

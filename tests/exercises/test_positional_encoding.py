@@ -6,20 +6,22 @@ from __future__ import annotations
 
 import math
 
+import mpmath
 import pytest
 import torch
-from _exercises import as_learner_code, skeleton
+from _exercises import as_learner_code, assert_skeleton, skeleton
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attn_helpers as ah
 from attn_helpers.exercises import positional_encoding as ex
 from attn_helpers.exercises.workflow import EXERCISES
+from attn_helpers.lessons import positional_encoding as lesson
 from attn_helpers.positional import sinusoidal_encoding
 
 CHECKERS = [(ex.check_sinusoidal, "shift_matrix", "positional_encoding.sinusoidal"),
             (ex.check_rope, "rope_score", "positional_encoding.rope"),
-            (ex.check_alibi, "alibi", "positional_encoding.alibi")]
+            (ex.check_reach, "half_weight_reach", "positional_encoding.reach")]
 
 
 @pytest.mark.parametrize("check, what, key", CHECKERS)
@@ -215,97 +217,226 @@ def test_rope_cases_cover_the_edge_cases():
     assert any(c["q"].shape[-1] == 2 for c in cases) and any(c["q"].dim() == 2 for c in cases)
 
 
-# --- exercise 3: the ALiBi bias ------------------------------------------------------------------
+# --- exercise 3: how far back an ALiBi head looks -----------------------------------------------
+
+mpmath.mp.dps = 40
 
 
-def learner_alibi(n, H):  # noqa: N803 - a learner's loop, the paper's formula entry by entry
-    bias = torch.empty(H, n, n)
-    for h in range(1, H + 1):
-        for i in range(n):
-            for j in range(n):
-                bias[h - 1, i, j] = -(2 ** (-8 * h / H)) * (i - j) if j <= i else -math.inf
-    return bias
+def exact_x(m: float, n: int) -> mpmath.mpf:
+    """The real-valued k with share(k) = 1/2, to 40 digits: -ln((1 + r^n) / 2) / m, r = e^-m."""
+    m = mpmath.mpf(m)
+    return -mpmath.log((1 + mpmath.exp(-m * n)) / 2) / m
 
 
-def test_the_alibi_reference_is_the_papers_bias():
-    """Press, Smith & Lewis (2022): 8 heads get the slopes 1/2, 1/4, ..., 1/256; 16 heads the
-    geometric sequence with ratio 2^(-1/2); the bias is -m (i - j) on the keys a query sees."""
-    assert torch.allclose(ex.alibi_reference(3, 8)[:, 2, 0].double(),
-                          -2 * 2.0 ** -torch.arange(1, 9, dtype=torch.float64))
-    slopes = -ex.alibi_reference(2, 16)[:, 1, 0].double()
-    assert torch.allclose(slopes[1:] / slopes[:-1], torch.full((15,), 2 ** -0.5, dtype=torch.float64))
-    assert torch.isinf(ex.alibi_reference(4, 2)[:, 0, 1]).all()
-    assert torch.equal(ex.alibi_reference(6, 4), learner_alibi(6, 4))
+def summed_reach(m: float, n: int) -> int:
+    """The definition itself, to 40 digits: the fewest nearest keys whose weight reaches half."""
+    weights = [mpmath.exp(-mpmath.mpf(m) * delta) for delta in range(n)]
+    total, running = mpmath.fsum(weights), mpmath.mpf(0)
+    for k, w in enumerate(weights, start=1):
+        running += w
+        if running >= total / 2:
+            return k
+    raise AssertionError("unreachable: the whole row holds all its weight")
 
 
-def test_alibi_checker_accepts_a_loop_and_a_vectorised_answer():
-    assert ex.check_alibi(learner_alibi)
-
-    def vectorised(n, H):  # noqa: N803
-        m = torch.logspace(-8 / H, -8, H, base=2)                                # (H,)
-        distance = torch.arange(n)[:, None] - torch.arange(n)                     # (n, n): i - j
-        return (-m[:, None, None] * distance).masked_fill(distance < 0, -torch.inf)
-
-    assert ex.check_alibi(vectorised)
+def test_the_reach_reference_is_the_definition_on_every_case():
+    for case in ex._reach_cases():
+        got = ex.half_weight_reach_reference(case["m"], case["n"])
+        assert got.dtype == torch.long and got.shape == case["m"].shape
+        assert got.tolist() == [summed_reach(m, case["n"]) for m in case["m"].tolist()], case
 
 
-def _wrong(**flaw):
-    alibi = as_learner_code(ex._alibi)               # made before the checker runs
-    return lambda n, H: alibi(n, H, **flaw)  # noqa: N803
+def test_the_cases_cover_the_edges_and_stay_away_from_ties():
+    cases = ex._reach_cases()
+    for case in cases:
+        for m in case["m"].tolist():
+            x = exact_x(m, case["n"])
+            if x > 1:   # below 1 every route gives 1: the nearest key alone always holds half
+                assert min(x - mpmath.floor(x), mpmath.ceil(x) - x) >= ex.REACH_MARGIN, (m, case["n"])
+    assert {len(c["m"]) for c in cases} >= {4, 8, 12} and all(c["m"].dim() == 1 for c in cases)
+    assert {c["m"].dtype for c in cases} == {torch.float64}
+    assert min(c["n"] for c in cases) == 1 and max(c["n"] for c in cases) >= 3000
+    assert min(c["m"].min() for c in cases) < 1e-5 and max(c["m"].max() for c in cases) > 10
 
 
-ALIBI_WRONG = {
-    "numbered from 0": _wrong(first=0),
-    "the sign is flipped": _wrong(sign=1.0),
-    "got the distance penalty -m_h |i - j| instead of the causal mask":
-        _wrong(distance="abs", future=None),
-    "there is no causal mask": _wrong(future=None),
-    "the future keys got bias 0": _wrong(future=0.0),
-    "the slopes went along the query rows": _wrong(per="query"),
-    "the slopes went along the key columns": _wrong(per="key"),
-    "right for H = 8 only": _wrong(H_for_ratio=8),
-    "use e instead of 2": _wrong(base=math.e),
-    "the slopes run backwards": _wrong(order="down"),
-    "the diagonal (j = i, the query's own token) is masked too": _wrong(diagonal=False),
-    "the bias is transposed": _wrong(transpose=True),
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 11, 1001])
+def test_the_reach_limits(n):
+    """One key reaches 1; a vanishing slope makes the row uniform, ceil(n / 2); a long row gives an
+    endless row's ceil(ln 2 / m)."""
+    tiny = torch.tensor([1e-12], dtype=torch.float64)
+    assert ex.half_weight_reach_reference(tiny, n).item() == math.ceil(n / 2)
+    slopes = ah.alibi_slopes(8)
+    assert ex.half_weight_reach_reference(slopes, 1).tolist() == [1] * 8
+    assert torch.equal(ex.half_weight_reach_reference(slopes, 10**6),
+                       torch.ceil(math.log(2) / slopes).long())
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(log_m=st.floats(math.log(1e-4), math.log(50.0)), n=st.integers(1, 3000))
+def test_the_reach_is_between_1_and_n_and_matches_a_float64_running_sum(log_m, n):
+    m = torch.tensor([math.exp(log_m)], dtype=torch.float64)
+    k = ex.half_weight_reach_reference(m, n).item()
+    assert 1 <= k <= n
+    x = exact_x(m.item(), n)
+    if min(x - mpmath.floor(x), mpmath.ceil(x) - x) > 1e-6:      # away from a tie
+        assert k == summed_reach(m.item(), n)
+
+
+def closed_form(m, n):
+    r_n = torch.exp(-m * n)                                     # (H,): r^n
+    return torch.ceil(-torch.log((1 + r_n) / 2) / m).long()
+
+
+def running_sum(m, n, *, dtype=torch.float64):
+    delta = torch.arange(n, dtype=dtype)                        # (n,): distances 0 .. n-1
+    weights = torch.softmax(-m.to(dtype)[:, None] * delta, dim=-1)  # (H, n)
+    return (weights.cumsum(-1) < 0.5).sum(-1) + 1                # keys before half, plus one
+
+
+def python_loop(m, n):
+    reaches = []
+    for slope in m.tolist():
+        weights = [math.exp(-slope * delta) for delta in range(n)]
+        running = 0.0
+        for k, w in enumerate(weights, start=1):
+            running += w
+            if running >= sum(weights) / 2:
+                reaches.append(k)
+                break
+    return torch.tensor(reaches)
+
+
+def bisection(m, n):
+    """Search k in 1 .. n with the closed-form share (1 - r^k) / (1 - r^n) >= 1/2."""
+    def share(k):
+        return torch.expm1(-m * k) / torch.expm1(-m * n)
+    low, high = torch.ones_like(m, dtype=torch.long), torch.full_like(m, n, dtype=torch.long)
+    while bool((low < high).any()):
+        mid = (low + high) // 2
+        enough = share(mid) >= 0.5
+        high, low = torch.where(enough, mid, high), torch.where(enough, low, mid + 1)
+    return low
+
+
+@pytest.mark.parametrize("answer", [closed_form, running_sum, python_loop, bisection,
+                                    lambda m, n: running_sum(m, n, dtype=torch.float32)],
+                         ids=["closed form", "float64 running sum", "loop", "bisection",
+                              "float32 running sum"])
+def test_reach_checker_accepts_correct_answers(answer):
+    verdict = ex.check_reach(answer)
+    assert verdict, verdict.message
+
+
+def learner_reach(m, n, *, flaw=None):
+    """A learner's answer with one planted mistake (``flaw``), by the route a learner would take."""
+    if flaw in ("no plus one", "sign", "base 2", "n + 1 keys", "own token left out"):
+        delta = {"n + 1 keys": torch.arange(n + 1), "own token left out": torch.arange(1, n)}.get(
+            flaw, torch.arange(n)).double()
+        scores = {"sign": m[:, None] * delta,
+                  "base 2": -m[:, None] * delta * math.log(2)}.get(flaw, -m[:, None] * delta)
+        running = torch.softmax(scores, dim=-1).cumsum(-1)
+        return (running < 0.5).sum(-1) + (0 if flaw == "no plus one" else 1)
+    if flaw in ("mean, rounded", "mean, up"):
+        delta = torch.arange(n).double()
+        mean = (torch.softmax(-m[:, None] * delta, dim=-1) * delta).sum(-1)
+        return (mean.round() if flaw == "mean, rounded" else mean.ceil()).long()
+    log = torch.log2 if flaw == "log2" else torch.log
+    x = -log((1 + torch.exp(-m * n)) / 2) / m
+    if flaw in ("endless", "endless, capped"):
+        x = math.log(2) / m
+    if flaw == "uniform":
+        x = torch.full_like(m, n / 2)
+    k = {"floor": x.floor(), "truncated": x, "round": x.round()}.get(flaw, x.ceil()).long()
+    return k.clamp(max=n) if flaw == "endless, capped" else k
+
+
+REACH_WRONG = {
+    "no plus one": "one short",
+    "floor": "one short",
+    "truncated": "Rounding x = -ln((1 + r^n) / 2) / m down (floor, int(), .long())",
+    "round": "to the nearest whole number",
+    "endless": "ln 2 / m is the reach of an endless row",
+    "endless, capped": "capping at n does not mend it",
+    "sign": "the weights grow with the distance",
+    "base 2": "you weighed the key delta back by 2^{-m delta}",
+    "log2": "you took a base-2 logarithm",
+    "mean, rounded": "that is the row's mean distance",
+    "mean, up": "that is the row's mean distance",
+    "n + 1 keys": "your row has n + 1 keys",
+    "own token left out": "your row has n - 1 keys",
+    "uniform": "your reaches ignore the slope",
 }
 
 
-@pytest.mark.parametrize("phrase", ALIBI_WRONG)
-def test_alibi_checker_names_the_mistake(phrase):
-    verdict = ex.check_alibi(ALIBI_WRONG[phrase])
+def test_the_learner_model_without_a_flaw_passes():
+    assert ex.check_reach(learner_reach)
+
+
+@pytest.mark.parametrize("flaw", REACH_WRONG)
+def test_reach_checker_names_the_mistake(flaw):
+    verdict = ex.check_reach(lambda m, n: learner_reach(m, n, flaw=flaw))
+    assert not verdict and "Not yet" in verdict.message and REACH_WRONG[flaw] in verdict.message, (
+        verdict.message)
+
+
+def _wrong(**flaw):
+    reach = as_learner_code(ex._reach)               # made before the checker runs
+    return lambda m, n: reach(m, n, **flaw)
+
+
+#: The checker's own generator of each known mistake, copied as if a learner wrote it: every one is
+#: named by its own hint (the first failing case tells them apart).
+GENERATED_WRONG = {
+    "one short": _wrong(rounding="floor"),
+    "to the nearest whole number": _wrong(rounding="round"),
+    "reaches about n / 2, not ln 2 / m": _wrong(endless=True),
+    "capping at n does not mend it": _wrong(endless=True, cap=True),
+    "the weights grow with the distance": _wrong(sign=1.0),
+    "The slopes are powers of 2; the weights are not": _wrong(base=2.0),
+    "a natural log (torch.log)": _wrong(log2=True),
+    "that is the row's mean distance": _wrong(statistic="mean", rounding="floor"),
+    "your row has n + 1 keys": _wrong(keys=1),
+    "your row has n - 1 keys": _wrong(keys=-1),
+    "your reaches ignore the slope": _wrong(statistic="uniform"),
+}
+
+
+@pytest.mark.parametrize("phrase", GENERATED_WRONG)
+def test_each_generated_mistake_gets_its_own_hint(phrase):
+    verdict = ex.check_reach(GENERATED_WRONG[phrase])
     assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
+    assert verdict.message.count("Hint:") == 1
 
 
-def test_the_alibi_mistakes_come_from_learner_code_too():
-    """Two of the named mistakes, written as a learner would."""
-    def from_zero(n, H):  # noqa: N803
-        m = 2.0 ** (-8.0 * torch.arange(H) / H)
-        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-        return (-m[:, None, None] * (i - j)).masked_fill(j > i, -math.inf)
+def test_reach_checker_wants_whole_numbers_in_a_tensor():
+    def as_floats(m, n):
+        return torch.ceil(-torch.log((1 + torch.exp(-m * n)) / 2) / m)
 
-    def per_query(n, H):  # noqa: N803
-        m = 2.0 ** (-8.0 * torch.arange(1, H + 1) / H)
-        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-        return (-m[:, None] * (i - j)).masked_fill(j > i, -math.inf)
-
-    assert "numbered from 0" in ex.check_alibi(from_zero).message
-    assert "along the query rows" in ex.check_alibi(per_query).message
+    verdict = ex.check_reach(as_floats)
+    assert not verdict and "return them as a LongTensor (H,)" in verdict.message, verdict.message
+    verdict = ex.check_reach(lambda m, n: closed_form(m, n).tolist())
+    assert not verdict and "got list" in verdict.message, verdict.message
+    verdict = ex.check_reach(lambda m, n: closed_form(m, n)[:1])
+    assert not verdict and "shape (1,)" in verdict.message, verdict.message
 
 
 @pytest.mark.parametrize("shortcut, name", [
-    (lambda n, H: ah.alibi_bias(n, H).masked_fill(torch.ones(n, n).triu(1).bool(), -math.inf),
-     "alibi_bias"),
-    (lambda n, H: -ah.alibi_slopes(H)[:, None, None] * (torch.arange(n)[:, None] - torch.arange(n))
-     .clamp_min(0).double(), "alibi_slopes"),
-    (ex.alibi_reference, "the checker's own reference"),
-    (ex._alibi, "the checker's own bias"),
+    (lambda m, n: lesson.half_weight_reach(m, n), "half_weight_reach, which does this exercise"),
+    (lesson.half_weight_reach, "the course's own attn_helpers.lessons.positional_reach"),
+    (ex.half_weight_reach_reference, "the checker's own reference"),
+    (ex._reach, "the checker's own code"),
 ])
-def test_alibi_checker_blocks_the_package(shortcut, name):
-    verdict = ex.check_alibi(shortcut)
-    assert not verdict and name in verdict.message, verdict.message
-    assert "does this exercise" in verdict.message
-    assert ah.alibi_bias(2, 2).shape == (2, 2, 2)                                 # restored after
+def test_reach_checker_blocks_the_package(shortcut, name):
+    verdict = ex.check_reach(shortcut)
+    assert not verdict and name in verdict.message and "does this exercise" in verdict.message, (
+        verdict.message)
+    assert lesson.half_weight_reach(ah.alibi_slopes(2), 4).tolist() == [2, 2]   # restored after
+
+
+def test_sinusoidal_checker_refuses_its_own_mistake_generator():
+    """The checker's generator of wrong answers is right with its defaults: handed in, refused."""
+    verdict = ex.check_sinusoidal(ex._shift)
+    assert not verdict and "the checker's own code" in verdict.message, verdict.message
 
 
 def test_the_level_3_skeletons_filled_in_pass():
@@ -319,6 +450,5 @@ def test_the_level_3_skeletons_filled_in_pass():
         "(a * c + b * e)[..., None, :]", "(a * e - b * c)[..., None, :]",
         "(dot * angles.cos() + cross * angles.sin()).sum(-1).to(q.dtype)"))
     assert ex.check_rope(rope)
-    alibi = skeleton("positional_encoding.alibi", "n, H", (
-        "2.0 ** (-8.0 * h / H)", "-m[:, None, None] * (i - j)"))
-    assert ex.check_alibi(alibi)
+    assert_skeleton("positional_encoding.reach", "m, n", ex.check_reach, (
+        "-torch.log((1 + r_n) / 2) / m", "torch.ceil(x).long()"))

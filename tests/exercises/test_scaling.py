@@ -12,7 +12,7 @@ from _exercises import assert_skeleton
 from attn_helpers import exercises
 from attn_helpers.exercises.scaling import (
     check_choose_scale,
-    check_gradient_norm,
+    check_jacobian_norm,
     check_softmax_backward,
 )
 from attn_helpers.lessons import scaling
@@ -201,65 +201,182 @@ def test_softmax_backward_stub():
     assert check_softmax_backward(_stub).message == "softmax_backward is not implemented yet."
 
 
-# --- gradient_norm -----------------------------------------------------------------------------
+# --- jacobian_norm -----------------------------------------------------------------------------
 
 
-def gradient_norm(q, k, scaled, *, divisor=None, dim=-1, what="J", reduce="mean"):
-    d_k = q.shape[-1]
-    c = (d_k ** 0.5 if scaled else 1.0) if divisor is None else divisor(d_k, scaled)
-    a = torch.softmax(q @ k.T / c, dim=dim)
-    outer = a[:, :, None] * a[:, None, :]
-    J = {"J": torch.diag_embed(a) - outer, "diag": torch.diag_embed(a), "outer": outer}[what]
-    norms = torch.linalg.matrix_norm(J)
-    return (norms.sum() if reduce == "sum" else norms.mean()).item()
+def jacobian_norm(a):
+    s2 = (a * a).sum(dim=-1)                        # |diag(a)|^2
+    s3 = (a ** 3).sum(dim=-1)                       # <diag(a), a a^T>
+    return (s2 - 2 * s3 + s2 ** 2).clamp(min=0).sqrt()
 
 
-def test_gradient_norm_accepts_the_reference_and_a_loop():
-    assert check_gradient_norm(gradient_norm)
+def _per_row_loop(a):
+    """One row at a time, with dot products: the same sums, written differently."""
+    rows = a.reshape(-1, a.shape[-1])
+    norms = []
+    for row in rows:
+        s2 = torch.dot(row, row)
+        squared = s2 - 2 * torch.dot(row * row, row) + s2 * s2
+        norms.append(squared.clamp(min=0).sqrt())
+    return torch.stack(norms).reshape(a.shape[:-1])
 
-    def loop(q, k, scaled):
-        total = 0.0
-        for row in q:
-            s = k @ row / (q.shape[-1] ** 0.5 if scaled else 1.0)
-            a = torch.exp(s - s.max())
-            a = a / a.sum()
-            total += float((torch.diag(a) - torch.outer(a, a)).norm())
-        return total / q.shape[0]
 
-    assert check_gradient_norm(loop)
+def _diagonal_plus_off_diagonal(a):
+    """|J|^2 = sum_i a_i^2 (1 - a_i)^2 + sum_{i != j} a_i^2 a_j^2, every term >= 0: no clamp needed."""
+    b = a * a
+    return (b * ((1 - a) ** 2 + b.sum(-1, keepdim=True) - b)).sum(-1).sqrt()
+
+
+def _einsum(a):
+    s2 = torch.einsum("...i,...i->...", a, a)
+    s3 = torch.einsum("...i,...i,...i->...", a, a, a)
+    return (s2 * (1 + s2) - 2 * s3).clamp(min=0).sqrt()
+
+
+def test_jacobian_norm_accepts_the_reference_and_other_correct_forms():
+    for correct in (jacobian_norm, _per_row_loop, _diagonal_plus_off_diagonal, _einsum):
+        verdict = check_jacobian_norm(correct)
+        assert verdict, verdict.message
+
+
+def test_jacobian_norm_equals_the_norm_of_the_built_jacobian_on_known_rows():
+    from attn_helpers.exercises.scaling import _norm_cases
+    for case in _norm_cases():
+        torch.testing.assert_close(jacobian_norm(case["a"]), scaling.jacobian_norm(case["a"]),
+                                   atol=1e-6, rtol=1e-5)
+    n = 5
+    rows = torch.tensor([[1.0, 0, 0, 0, 0], [0.2] * 5, [0.5, 0.5, 0, 0, 0]], dtype=torch.float64)
+    torch.testing.assert_close(jacobian_norm(rows), torch.tensor(
+        [0.0, math.sqrt(n - 1) / n, 0.5], dtype=torch.float64))       # one-hot, uniform, a tie
+
+
+def test_jacobian_norm_cases_catch_the_missing_clamp():
+    """On the unscaled d_k = 1024 rows the three sums cancel, and rounding leaves a few squared
+    norms below 0: the check names the clamp."""
+    def unclamped(a):
+        s2, s3 = (a * a).sum(-1), (a ** 3).sum(-1)
+        return (s2 - 2 * s3 + s2 ** 2).sqrt()
+
+    verdict = check_jacobian_norm(unclamped)
+    assert not verdict and "nan" in verdict.message and "Clamp it at 0" in verdict.message, \
+        verdict.message
+
+
+def _sums(combine, dim=-1, keepdim=False, mean=False):
+    def norm(a):
+        reduce = (lambda x: x.mean() if mean else x.sum()) if dim is None else (
+            lambda x: x.mean(dim, keepdim=keepdim) if mean else x.sum(dim, keepdim=keepdim))
+        return combine(reduce(a ** 2), reduce(a ** 3), reduce(a ** 4))
+    return norm
+
+
+def _root(x):
+    return x.clamp(min=0).sqrt()
+
+
+def _right(s2, s3, s4):
+    return _root(s2 - 2 * s3 + s2 ** 2)
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (lambda q, k, s: gradient_norm(q, k, False), "the scale was ignored"),
-    (lambda q, k, s: gradient_norm(q, k, s, divisor=lambda d, sc: d if sc else 1), "divided by d_k"),
-    (lambda q, k, s: gradient_norm(q, k, s, divisor=lambda d, sc: d ** -0.5 if sc else 1),
-     "multiplied by sqrt(d_k)"),
-    (lambda q, k, s: gradient_norm(q, k, s, dim=0), "over the queries"),
-    (lambda q, k, s: gradient_norm(q, k, s, divisor=lambda d, sc: k.shape[0] ** 0.5 if sc else 1),
-     "the number of keys"),
-    (lambda q, k, s: gradient_norm(q, k, s, what="diag"), "norm of the weights a"),
-    (lambda q, k, s: gradient_norm(q, k, s, what="outer"), "a a^T alone"),
-    (lambda q, k, s: torch.linalg.matrix_norm(
-        torch.diag_embed(a := torch.softmax(q @ k.T / (q.shape[-1] ** 0.5 if s else 1), -1))
-        - a[:, :, None] * a[:, None, :], ord=2).mean().item(), "spectral norm"),
-    (lambda q, k, s: gradient_norm(q, k, s, reduce="sum"), "summed over the queries"),
+    (_sums(lambda s2, s3, s4: s2 - 2 * s3 + s2 ** 2), "the squared norm"),
+    (lambda a: _root((a ** 2 * (1 - a) ** 2).sum(-1)), "the diagonal of J alone"),
+    (_sums(lambda s2, s3, s4: _root(s2 - 2 * s3 + s4)), "the diagonal of J alone"),
+    (_sums(lambda s2, s3, s4: _root(s2 + 2 * s3 + s2 ** 2)), "the wrong sign"),
+    (_sums(lambda s2, s3, s4: _root(s2 - s3 + s2 ** 2)), "comes with a factor 2"),
+    (lambda a: a.norm(dim=-1), "the first term alone"),
+    (_sums(lambda s2, s3, s4: s2), "the outer product alone"),
+    (_sums(lambda s2, s3, s4: _root(s2 ** 2 - s4)), "the off-diagonal part"),
+    (_sums(_right, mean=True), "not a mean"),
+    (_sums(_right, dim=0), "wrong axis"),
+    (_sums(_right, dim=None), "the whole tensor"),
+    (_sums(_right, keepdim=True), "drop keepdim=True"),
+    (_sums(lambda s2, s3, s4: _root(2 * s2 - 2 * s3)), "not sum_i a_i^2 itself"),
+    (_sums(lambda s2, s3, s4: _root(s2 - 2 * s3 + 1)), "(sum_i a_i)^2 is 1"),
 ])
-def test_gradient_norm_rejects_known_mistakes_with_their_hint(wrong, words):
-    verdict = check_gradient_norm(wrong)
+def test_jacobian_norm_rejects_known_mistakes_with_their_hint(wrong, words):
+    verdict = check_jacobian_norm(wrong)
     assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
 
 
-def test_gradient_norm_blocks_the_lessons_measurement_and_reports_the_stub():
-    verdict = check_gradient_norm(
-        lambda q, k, s: scaling.jacobian_norm(torch.softmax(q @ k.T, -1)).mean().item())
-    assert not verdict and "jacobian_norm" in verdict.message, verdict.message
-    assert check_gradient_norm(_stub).message == "gradient_norm is not implemented yet."
-    verdict = check_gradient_norm(lambda q, k, s: torch.ones(2))
-    assert not verdict and "should return a number" in verdict.message, verdict.message
+def _notebook_softmax_jacobian(a):  # section 2's cell
+    return torch.diag_embed(a) - a[..., :, None] * a[..., None, :]
+
+
+def _via_autograd_jacobian(a):
+    rows = a.reshape(-1, a.shape[-1])
+    J = [torch.autograd.functional.jacobian(lambda s: torch.softmax(s, -1), r.log()) for r in rows]
+    return torch.stack([j.norm() for j in J]).reshape(a.shape[:-1])
+
+
+@pytest.mark.parametrize("shortcut, name", [
+    (lambda a: torch.linalg.matrix_norm(scaling.softmax_jacobian(a)), "scaling.softmax_jacobian"),
+    (lambda a: torch.linalg.matrix_norm(_notebook_softmax_jacobian(a)), "torch.diag_embed"),
+    (lambda a: scaling.jacobian_norm(a), "scaling.jacobian_norm"),
+    (_via_autograd_jacobian, "functional.jacobian"),
+    (lambda a: torch.func.vmap(torch.func.jacrev(lambda s: torch.softmax(s, -1)))(
+        a.reshape(-1, a.shape[-1]).log()).norm(dim=(-2, -1)).reshape(a.shape[:-1]), "jacrev"),
+    (lambda a: torch.func.vmap(torch.func.jacfwd(lambda s: torch.softmax(s, -1)))(
+        a.reshape(-1, a.shape[-1]).log()).norm(dim=(-2, -1)).reshape(a.shape[:-1]), "jacfwd"),
+])
+def test_jacobian_norm_blocks_the_ways_of_building_J(shortcut, name):
+    verdict = check_jacobian_norm(shortcut)
+    assert not verdict and "which does this exercise for you" in verdict.message, verdict.message
+    assert name in verdict.message and "sums over each row's weights" in verdict.message
+    assert torch.diag_embed(torch.ones(2, 3)).shape == (2, 3, 3)        # restored afterwards
+
+
+def _via_outer_product(a):
+    J = -a[..., :, None] * a[..., None, :]
+    i = torch.arange(a.shape[-1])
+    J[..., i, i] += a
+    return torch.linalg.matrix_norm(J)
+
+
+def _via_eye(a):
+    eye = torch.eye(a.shape[-1], dtype=a.dtype)
+    return (eye * a[..., None] - a[..., :, None] * a[..., None, :]).pow(2).sum((-2, -1)).sqrt()
+
+
+def _via_autograd_columns(a):  # J's columns one at a time: no n x n tensor, but autograd measures J
+    rows = a.reshape(-1, a.shape[-1])
+    s = rows.log().requires_grad_(True)
+    w = torch.softmax(s, -1)
+    squared = sum(torch.autograd.grad(w[:, j].sum(), s, retain_graph=True)[0].pow(2).sum(-1)
+                  for j in range(a.shape[-1]))
+    return squared.sqrt().reshape(a.shape[:-1])
+
+
+@pytest.mark.parametrize("shortcut, words", [
+    (_via_outer_product, "as big as the (..., n, n) Jacobian"),
+    (_via_eye, "as big as the (..., n, n) Jacobian"),
+    (_via_autograd_columns, "used autograd"),
+])
+def test_jacobian_norm_refuses_J_by_any_route(shortcut, words):
+    verdict = check_jacobian_norm(shortcut)
+    assert not verdict and words in verdict.message, verdict.message
+    assert "no n x n matrix" in verdict.message, verdict.message
+    assert torch.overrides._get_current_function_mode() is None
+
+
+def test_jacobian_norm_refuses_the_checkers_own_answer():
+    from attn_helpers.exercises import scaling_mistakes
+
+    verdict = check_jacobian_norm(scaling_mistakes._from_sums(scaling_mistakes._right))
+    assert not verdict and "the checker's own answer" in verdict.message, verdict.message
+    wrapped = check_jacobian_norm(lambda a: scaling_mistakes._right(
+        (a * a).sum(-1), (a ** 3).sum(-1), None))
+    assert not wrapped and "the checker's own code" in wrapped.message, wrapped.message
+
+
+def test_jacobian_norm_reports_the_stub_and_a_number():
+    assert check_jacobian_norm(_stub).message == "jacobian_norm is not implemented yet."
+    verdict = check_jacobian_norm(lambda a: float(jacobian_norm(a).mean()))
+    assert not verdict and "return a torch.Tensor" in verdict.message, verdict.message
 
 
 def test_exercises_are_registered_with_three_hints(capsys):
-    for key in ("scaling.choose_scale", "scaling.softmax_backward", "scaling.gradient_norm"):
+    for key in ("scaling.choose_scale", "scaling.softmax_backward", "scaling.jacobian_norm"):
         assert key in exercises.EXERCISES and len(exercises.EXERCISES[key].hints) == 3
         exercises.hint(key, 3)
         assert "Hint 3 of 3" in capsys.readouterr().out
@@ -272,25 +389,12 @@ def test_exercises_are_registered_with_three_hints(capsys):
      ("S.var(dim=-1).mean()", "1 / v.sqrt().item()")),
     ("scaling.softmax_backward", "scores, grad_weights", check_softmax_backward,
      ("(a * grad_weights).sum(dim=-1, keepdim=True)", "a * (grad_weights - dot)")),
-    ("scaling.gradient_norm", "q, k, scaled", check_gradient_norm,
-     ("S / q.shape[-1] ** 0.5", "torch.softmax(S, dim=-1)")),
+    ("scaling.jacobian_norm", "a", check_jacobian_norm,
+     ("(a * a).sum(dim=-1)", "(a ** 3).sum(dim=-1)", "s2 - 2 * s3 + s2 ** 2")),
 ])
 def test_the_third_hint_is_a_skeleton_that_passes_once_its_key_lines_are_written(
         key, signature, check, fills):
-    assert_skeleton(key, signature, check, fills, softmax_jacobian=scaling.softmax_jacobian)
-
-
-def test_gradient_norm_allows_section_2s_jacobian_the_notebooks_copy_included():
-    """Exercise 2 asks for J (its product with g); exercise 3 measures J's norm, so J is given."""
-    def notebook_softmax_jacobian(a):  # cell 9's definition
-        return torch.diag_embed(a) - a[..., :, None] * a[..., None, :]
-
-    for jacobian in (scaling.softmax_jacobian, notebook_softmax_jacobian):
-        def measure(q, k, scaled, jacobian=jacobian):
-            S = q @ k.T / (q.shape[-1] ** 0.5 if scaled else 1.0)
-            return torch.linalg.matrix_norm(jacobian(torch.softmax(S, -1))).mean().item()
-        verdict = check_gradient_norm(measure)
-        assert verdict, verdict.message
+    assert_skeleton(key, signature, check, fills)
 
 
 def _aten(s, g):
