@@ -89,19 +89,21 @@ def _linear_mistakes() -> list[Mistake]:
 
 @exercise("complexity.linear_step", "one step of causal linear attention: state in, state out",
           hints=(
-              "Take phi(q_t)^T out of section 6's numerator and denominator: what is left inside "
-              "is a sum over j <= t of phi(k_j) v_j^T, a d_k x d_v matrix, and a sum of "
-              "phi(k_j), a d_k vector. Those are S_t and z_t; S and z are the same sums over "
-              "j < t. Add token t's terms first, then read the new state with phi(q_t). "
-              "phi(x) = elu(x) + 1 (torch.nn.functional.elu).",
-              "phi(k_t) v_t^T is an outer product: put phi(k_t) on a new last axis (..., d_k, 1) "
-              "and v_t on a new second-to-last (..., 1, d_v), multiply, add to S. The numerator "
-              "phi(q_t)^T S_t sums over the d_k axis and leaves (..., d_v); the denominator "
-              "phi(q_t)^T z_t is one number per batch entry, kept as (..., 1) to divide it.",
+              "In section 6's formula, which factor of each term in the numerator and the "
+              "denominator depends on j, and which does not? Take the one that does not out of "
+              "the sums: what is left inside is the state. Add token t's terms first, then read "
+              "the new state with phi(q_t). phi(x) = elu(x) + 1 (torch.nn.functional.elu).",
+              "phi(q_t)^T comes out of both sums, leaving S_t = sum_{j <= t} phi(k_j) v_j^T, a "
+              "d_k x d_v matrix, and z_t = sum_{j <= t} phi(k_j), a d_k vector; S and z are the "
+              "same sums over j < t. phi(k_t) v_t^T is an outer product: put phi(k_t) on a new "
+              "last axis (..., d_k, 1) and v_t on a new second-to-last (..., 1, d_v), multiply, "
+              "add to S. The numerator phi(q_t)^T S_t sums over the d_k axis and leaves "
+              "(..., d_v); the denominator phi(q_t)^T z_t is one number per batch entry, kept as "
+              "(..., 1) to divide it.",
               "pq, pk = torch.nn.functional.elu(q_t) + 1, torch.nn.functional.elu(k_t) + 1\n"
-              "S_t = ...                            # (..., d_k, d_v): S plus phi(k_t) v_t^T\n"
-              "z_t = z + pk\n"
-              "o_t = ...                            # (..., d_v): phi(q_t)^T S_t / phi(q_t)^T z_t\n"
+              "S_t = ...                            # (..., d_k, d_v): S plus token t's term\n"
+              "z_t = ...                            # (..., d_k): z plus token t's term\n"
+              "o_t = ...                            # (..., d_v): the new state read with phi(q_t)\n"
               "return o_t, S_t, z_t"))
 def check_linear_step(step: Callable) -> CheckResult:
     """Exercise: ``step(S, z, q_t, k_t, v_t) -> (o_t, S_t, z_t)``: ``S`` ``(..., d_k, d_v)``,

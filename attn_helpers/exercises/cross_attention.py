@@ -88,13 +88,14 @@ def given_self_attention(layer, y):
 def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(False, False),
                  cross_out=True, cross_residual=True, query_before_self=False, one_head=False,
                  memory_queries=False, cross_norm=True, ff_residual=True, ff_norm="norm3",
-                 invert_memory=False, causal_memory=False):
+                 invert_memory=False, causal_memory=False, mask_3d=False):
     """Exercise 1's answer with one known mistake (all off: the right answer): the given
     self-attention, then the cross-attention and the feed-forward one position at a time."""
     ca = layer.cross_attn
     h = 1 if one_head else ca.num_heads
     K_m, V_m = split_heads(ca.k_proj(memory), h), split_heads(ca.v_proj(memory), h)
     real = (~memory_real if invert_memory else memory_real)[:, None, None, :] if mask_memory else None
+    real = real[:, 0] if mask_3d else real                # (b, 1, n_m): batch meets the heads
     x_all = given_self_attention(layer, y)
     outputs = []
 
@@ -215,6 +216,9 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
         ("the memory mask is inverted: memory_real is True at the REAL memory positions, the "
          "ones that may be read (the opposite of nn.MultiheadAttention's key_padding_mask).",
          {"invert_memory": True}),
+        ("the memory mask has shape (b, 1, n_m): against scores (b, h, 1, n_m) it lines up from "
+         "the right, so its batch axis meets the heads axis. Give it an axis per head and per "
+         "query: memory_real[:, None, None, :], (b, 1, 1, n_m).", {"mask_3d": True}),
     ]]
     result = check_function(decode_layer, decode_layer_reference, _layer_cases(),
                             what="decode_layer", output_names=("the outputs",), mistakes=mistakes,

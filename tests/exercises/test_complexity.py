@@ -267,7 +267,7 @@ def test_step_checker_accepts_the_reference_a_learner_step_and_the_hint():
     assert ex.check_linear_step(ex.linear_step_reference, solution=True)
     assert ex.check_linear_step(learner_step)
     assert ex.check_linear_step(skeleton("complexity.linear_step", "S, z, q_t, k_t, v_t", (
-        "S + pk[..., :, None] * v_t[..., None, :]",
+        "S + pk[..., :, None] * v_t[..., None, :]", "z + pk",
         "(pq[..., None, :] @ S_t).squeeze(-2) / (pq * z_t).sum(-1, keepdim=True)")))
 
 

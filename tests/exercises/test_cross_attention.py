@@ -134,6 +134,7 @@ def test_the_given_self_attention_is_the_layers_first_block():
     ({"pre_norm": ("both", True)}, "written pre-norm"),
     ({"pre_norm": (False, "both")}, "written pre-norm"),
     ({"memory_queries": True}, "the decoder asks"),
+    ({"mask_3d": True}, "its batch axis meets the heads axis"),
     ({"cross_out": False}, "out_proj"),
     ({"cross_residual": False}, "the residual"),
     ({"query_before_self": True}, "before the self-attention block"),

@@ -43,7 +43,7 @@ def test_reach_claims_can_fail():
     assert _failed(slopes, reaches, 24, reaches[24]) == set()
     assert "24 keys: no head reaches less far than the one before" in _failed(
         slopes, reaches, 24, torch.tensor([2, 3, 6, 8, 10, 13, 12, 12]))
-    assert any("the two shallowest heads reach 12" in k for k in _failed(
+    assert any("the two heads with the gentlest slopes reach 12" in k for k in _failed(
         slopes, reaches, 24, torch.tensor([2, 3, 6, 8, 10, 11, 11, 12])))
     long = reaches[2048].clone()
     long[-1] = 173                                   # the reach of 1024 keys, not an endless row's
@@ -54,6 +54,9 @@ def test_reach_claims_can_fail():
     long = reaches[2048].clone()
     long[-1] = 100
     assert any("over 100" in k for k in _failed(slopes, reaches, 2048, long))
+    long = reaches[2048].clone()
+    long[0] = 1
+    assert any("the steepest head reaches 2 keys" in k for k in _failed(slopes, reaches, 2048, long))
 
 
 def _failed(slopes, reaches, n, replaced) -> set[str]:
