@@ -236,13 +236,19 @@ def check_model(cls) -> CheckResult:
               "step": step}
              for b, n, split, step in [(1, 6, 0, 0), (2, 9, 0, 0), (3, 1, 0, 0),
                                        (2, cfg.context, 0, 0), (2, 9, 4, 1), (1, 12, 5, 3)]]
+    cases.append({"tokens": torch.randint(0, cfg.vocab_size, (2, 5), generator=g), "split": 0,
+                  "step": 0, "start": cfg.context - 5})       # a later window, without caches
     return check_function(
         _model_runner(_with_cache_argument(module, "GPT.forward(tokens, start=0, caches=None)"),
                       cfg), _model_runner(reference, cfg), cases, what="GPT",
         output_names=("the logits of every call",), forbid=_forbid("model"), instead=_INSTEAD,
         mistakes=[Mistake(_safe(_model_runner(model_variant(reference, kind), cfg)), hint)
                   for kind, hint in MODEL_MISTAKES],
-        error_hints=[("cache is full", "a cache filled up: each block keeps its own keys and "
+        error_hints=[("not subscriptable", "caches is None here, with start > 0: a window later "
+                                           "in the text, without caches. The positions come "
+                                           "from the start argument (not from len(caches[0])), "
+                                           "and block i gets None when caches is None."),
+                     ("cache is full", "a cache filled up: each block keeps its own keys and "
                                        "values, so block i gets caches[i] (not caches[0] for "
                                        "all), and with a cache only the new tokens are fed, at "
                                        "positions start..start+n-1.")])
@@ -266,11 +272,12 @@ def _with_cache_argument(module: nn.Module, signature: str) -> Callable:
 
 
 def _model_runner(forward: Callable, cfg) -> Callable:
-    """``run(tokens, split, step)``: split 0, one call ``forward(tokens)``; else caches, the
-    prompt ``tokens[:, :split]`` at start 0, then ``step`` tokens at a time at their start."""
-    def run(tokens, split, step):
+    """``run(tokens, split, step, start=0)``: split 0, one call ``forward(tokens)`` (or, with
+    ``start``, ``forward(tokens, start, None)``: a window later in the text, no caches); else
+    caches, the prompt ``tokens[:, :split]`` at start 0, then ``step`` tokens at a time."""
+    def run(tokens, split, step, start=0):
         if not split:
-            return forward(tokens)
+            return forward(tokens, start, None) if start else forward(tokens)
         caches = [KVCache(cfg.context) for _ in range(cfg.num_layers)]
         return _in_pieces(lambda part, start: forward(part, start, caches), tokens, split, step)
 

@@ -8,6 +8,10 @@ __all__ = ["ATTENTION_MISTAKES", "BLOCK_MISTAKES", "MODEL_MISTAKES", "TRAIN_MIST
 
 
 ATTENTION_MISTAKES = [
+    ({"mask": "cache_unmasked"}, "the mask is left out when there is a cache, as if a cached call "
+                                 "always brought one token (notebook 05's step). Here the prompt "
+                                 "arrives as n > 1 tokens at start 0 with a cache, and the n new "
+                                 "queries must not see each other's future: mask with a cache too."),
     ({"mask": "none"}, "no causal mask, so the future leaks: new query i must not see the "
                        "positions after its own, start + i (hint 2 says how to build the mask)."),
     ({"mask": "upper"}, "the mask is upside down: causal_mask(n) is True on and below the "

@@ -58,6 +58,13 @@ NORM_MISTAKES = [
     Mistake(_from_sums(lambda p2, p3, p4: _root(p2 - p3 + p2 ** 2)),
             "the cross term counts twice: with D = diag(a) and P = a a^T, |D - P|_F^2 = |D|^2 - "
             "2 <D, P> + |P|^2, so <D, P> = sum_i a_i^3 comes with a factor 2."),
+    Mistake(_from_sums(lambda p2, p3, p4: _root(p2 - 2 * p3)),
+            "the |P|^2 term is missing: |D - P|_F^2 = |D|^2 - 2 <D, P> + |P|^2, and P = a a^T has "
+            "|P|_F^2 = sum_i sum_j a_i^2 a_j^2 = (sum_i a_i^2)^2."),
+    Mistake(_from_sums(lambda p2, p3, p4: _root(p2 - 4 * p3 + p2 ** 2)),
+            "the cross term's factor is off: |D - P|_F^2 = |D|^2 - 2 <D, P> + |P|^2, and "
+            "<D, P> = sum_i D_ii P_ii = sum_i a_i^3 (only the diagonal of P meets D), so -2 "
+            "sum_i a_i^3."),
     Mistake(_from_sums(lambda p2, p3, p4: p2.sqrt()),
             "that is |diag(a)|_F = |a|, the first term alone: J = diag(a) - a a^T, and the outer "
             "product changes the norm."),

@@ -88,6 +88,7 @@ def test_attention_mistakes_are_those_the_stub_leaves_open():
 @pytest.mark.parametrize("mistake, words", [
     ({"mask": "none"}, "no causal mask, so the future leaks"),
     ({"mask": "not_offset"}, "the mask is not offset by start"),
+    ({"mask": "cache_unmasked"}, "the mask is left out when there is a cache"),
     ({"cache_use": "not_read"}, "the cache is not appended to or not read"),
     ({"cache_use": "kv_swapped"}, "k and v are swapped in the cache"),
     ({"scale": "d_model"}, "scaled by 1/sqrt(d_model)"),
@@ -142,6 +143,21 @@ def test_train_step_rejects_known_mistakes(kind, words):
 def test_train_step_names_unshifted_targets():
     assert "targets are not shifted" in ex.check_train_step(train_variant("not_shifted")).message
     assert "F.nll_loss on raw logits" in ex.check_train_step(train_variant("nll_on_logits")).message
+
+
+def test_model_takes_start_from_its_argument_not_from_the_caches():
+    """A window later in the text, without caches: positions from ``start`` itself."""
+    class FromCaches(bg.GPT):
+        def forward(self, tokens, start=0, caches=None):
+            return super().forward(tokens, len(caches[0]), caches)
+
+    assert_rejected(ex.check_model(FromCaches), "Hint: ", "not from len(caches[0])")
+
+    class IgnoresStartWithoutCaches(bg.GPT):
+        def forward(self, tokens, start=0, caches=None):
+            return super().forward(tokens, 0 if caches is None else len(caches[0]), caches)
+
+    assert_rejected(ex.check_model(IgnoresStartWithoutCaches), "Hint: ", "the positions ignore start")
 
 
 def test_model_names_softmax_output():

@@ -293,6 +293,8 @@ def _right(s2, s3, s4):
     (_sums(_right, keepdim=True), "drop keepdim=True"),
     (_sums(lambda s2, s3, s4: _root(2 * s2 - 2 * s3)), "not sum_i a_i^2 itself"),
     (_sums(lambda s2, s3, s4: _root(s2 - 2 * s3 + 1)), "(sum_i a_i)^2 is 1"),
+    (_sums(lambda s2, s3, s4: _root(s2 - 2 * s3)), "the |P|^2 term is missing"),
+    (_sums(lambda s2, s3, s4: _root(s2 - 4 * s3 + s2 ** 2)), "the cross term's factor is off"),
 ])
 def test_jacobian_norm_rejects_known_mistakes_with_their_hint(wrong, words):
     verdict = check_jacobian_norm(wrong)
