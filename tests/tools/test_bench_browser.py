@@ -81,3 +81,27 @@ def test_each_notebook_is_judged_against_the_floor_around_it():
     # too few moves around a notebook (lost floor moves): the pass's floor judges it
     rec["floor_marks"] = [20, 20, 20, 56]
     assert "the pass's floor" in browser.verdict(rec)[2]
+
+
+def test_confirm_measures_only_the_missed_notebooks_again(tmp_path, monkeypatch, capsys):
+    """``--check --confirm``: a notebook over the ratio is measured once more, alone; the check
+    fails only if it misses again (a pass of its own, with its own floor)."""
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results(record("00_a", [40.0] * 8), record("01_b", [90.0] * 8))))
+    passes = []
+
+    def again(names, **kwargs):
+        passes.append(names)
+        return results(record("01_b", [latency] * 8))
+
+    monkeypatch.setattr(browser, "browser_pass", again)
+    latency = 55.0                                   # 1.83x: confirmed within the target
+    assert bench.main(["browser", "--results", str(path), "--check", "--confirm"]) == 0
+    assert passes == [["01_b.ipynb"]] and "01_b.ipynb; measured once more" in capsys.readouterr().err
+    latency = 61.0                                   # 2.03x again: fails
+    assert bench.main(["browser", "--results", str(path), "--check", "--confirm"]) == 1
+    assert bench.main(["browser", "--results", str(path), "--check"]) == 1   # no second pass
+    assert len(passes) == 2
+    path.write_text(json.dumps(results(record("00_a", [40.0] * 8, ok=False))))
+    assert bench.main(["browser", "--results", str(path), "--check", "--confirm"]) == 1
+    assert len(passes) == 2                          # a failed check is never re-measured
