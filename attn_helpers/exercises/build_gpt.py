@@ -111,8 +111,8 @@ _MASK_SHAPE_HINT = (
     "cached key up to its own position, start + i.",
     "Read start before appending (the stub does). With a cache, cache.append(k, v), then k and v "
     "are cache.keys and cache.values, (b, h, start + n, d_h). The mask has one row per new query "
-    "and one column per visible key, (n, start + n): new query i is position start + i, so its "
-    "row is row start + i of the causal mask of size start + n.",
+    "and one column per visible key, (n, start + n). New query i is position start + i in the "
+    "text: which rows of a square causal mask describe exactly these queries?",
     "if cache is not None:\n"
     "    ...                                 # append k and v, then read every cached key and value\n"
     "mask = ...                              # (n, start + n): new query i sees keys 0..start+i\n"

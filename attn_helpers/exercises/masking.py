@@ -228,10 +228,9 @@ def _unwritten_step(k_cache, v_cache, t, q_t, k_t, v_t):
     "and value in slot t, then let its query attend to every slot filled so far, and to none of "
     "the slots after it, which hold garbage. The attention itself is notebook 02's: call "
     "ah.scaled_dot_product_attention.",
-    "Slot t is index t on axis 2 of a cache: k_cache[:, :, t] is (b, h, d_k) while k_t is "
-    "(b, h, 1, d_k), so drop k_t's length-1 axis as you write it (v_t likewise). Then slice the "
-    "first t + 1 slots on axis 2 of both caches and attend over them with q_t and no mask: every "
-    "slot in that slice is visible.",
+    "Let the shapes guide you: a cache is (b, h, n_max, d) and the new key (b, h, 1, d), so "
+    "mind that length-1 axis when you write slot t. Then: which slots may the query see, and "
+    "if you hand the attention only those, does it still need a mask?",
     "k_cache[:, :, t] = ...                   # slot t gets the new key, (b, h, d_k)\n"
     "v_cache[:, :, t] = ...                   # and the new value, (b, h, d_v)\n"
     "keys = ...                              # the filled slots 0..t: (b, h, t + 1, d_k)\n"

@@ -53,9 +53,10 @@ def shift_matrix_reference(k: int, d_model: int) -> torch.Tensor:
     "PE(p) is d/2 pairs (sin a, cos a) with a = p omega_i. Moving k positions adds b = k omega_i "
     "to each angle: which 2x2 matrix turns (sin a, cos a) into (sin(a + b), cos(a + b))? It must "
     "not depend on a.",
-    "sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b, so pair i's "
-    "block is [[cos b, sin b], [-sin b, cos b]] with b = k omega_i, omega_i = 10000^(-2i/d), on "
-    "rows and columns 2i, 2i+1; zeros elsewhere.",
+    "Write sin(a + b) and cos(a + b) with the angle-addition formulas: each is sin a times "
+    "something plus cos a times something, and those somethings depend on b alone: they are the "
+    "block's entries, in the pair's order (sin first). Pair i sits on rows and columns 2i, 2i+1, "
+    "with b = k omega_i (section 1's frequencies); nothing couples two pairs.",
     "omega = ...                                    # (d/2,) float64: omega_i = 10000^(-2i/d)\n"
     "c, s = ...                                     # (d/2,) each: cos b, sin b, b = k omega_i\n"
     "M = torch.zeros(d_model, d_model, dtype=torch.float64)\n"

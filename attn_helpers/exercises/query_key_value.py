@@ -183,7 +183,9 @@ def next_token_weights(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) ->
 def next_token_projections_reference(X: torch.Tensor):  # noqa: N803
     """``X (n, d_model)`` with independent rows -> ``(W_Q, W_K)``, ``(d_model, n)`` each:
     ``X W_Q = c I`` and ``X W_K = c P^T`` with ``P`` the cyclic shift, so ``Q K^T = c^2 P``."""
-    n, c = X.shape[0], 10.0                                  # c^2 / sqrt(d_k) = 100 / sqrt(n)
+    n = X.shape[0]
+    gap = math.log(99 * (n - 1))           # next score - others: weight 1 / (1 + (n-1) e^-gap) = 0.99
+    c = math.sqrt(gap * math.sqrt(n))                        # Q K^T / sqrt(d_k) = c^2 P / sqrt(n)
     pinv = torch.linalg.pinv(X.double())                     # (d_model, n): X pinv(X) = I
     shift = torch.roll(torch.eye(n, dtype=torch.float64), 1, dims=1)   # P[i, i+1] = 1 (cyclic)
     return (c * pinv).to(X.dtype), (c * pinv @ shift.T).to(X.dtype)
@@ -197,6 +199,7 @@ def _relation_cases() -> list[dict]:
         {"X": torch.randn(5, 5, generator=g)},                           # dense embeddings
         {"X": torch.randn(3, 6, generator=g, dtype=torch.float64)},
         {"X": torch.randn(size(g, 3, 8), 8, generator=g)},               # random length
+        {"X": torch.randn(200, 256, generator=g, dtype=torch.float64)},   # long: c must grow with n
     ]
 
 
@@ -232,8 +235,10 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
     elif bool((on_next[:-1] >= NEXT_WEIGHT).all()):
         why = "the last token must attend to the first (the relation wraps around)."
     elif bool((strongest == nxt).all()):
-        why = ("every token's strongest key is the next one, but not strongly enough: scale both "
-               f"projections up until each row puts at least {NEXT_WEIGHT} on the next token.")
+        why = ("every token's strongest key is the next one, but not strongly enough: the next "
+               "token's weight is 1 / (1 + (n - 1) e^-gap), with gap its score's lead over the "
+               f"other n - 1 = {n - 1} keys, so the gap must grow like ln(n - 1): scale both "
+               f"projections with n until each row puts at least {NEXT_WEIGHT} on the next token.")
     elif n > 1 and bool((strongest == (torch.arange(n) - 1) % n).all()):
         why = ("every token attends to the PREVIOUS token: the shift goes the wrong way (swap "
                "W_Q and W_K, or transpose the shift).")
@@ -251,10 +256,12 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
               "give it. That S is not symmetric, so W_Q and W_K must differ.",
               "Let P be the cyclic shift, P[i, i+1] = 1. If X W_Q = c I and X W_K = c P^T, then "
               "Q K^T = c^2 P. A right inverse of X (torch.linalg.pinv(X), X pinv(X) = I) turns "
-              "the wanted Q and K into W_Q and W_K; c makes the softmax sharp.",
+              "the wanted Q and K into W_Q and W_K. Then c: the next token's score leads the "
+              "other n - 1 by c^2 / sqrt(d_k) (here d_k = n), and they share what is left.",
               "n = X.shape[0]\n"
               "P = ...             # (n, n): P[i, i+1] = 1 and P[n-1, 0] = 1, 0 elsewhere\n"
-              "W_Q = ...           # (d_model, n) with X W_Q = c I, c about 10\n"
+              "c = ...             # from n: weight 1 / (1 + (n-1) e^(-c^2/sqrt(n))) >= 0.9\n"
+              "W_Q = ...           # (d_model, n) with X W_Q = c I\n"
               "return W_Q, ...     # W_K with X W_K = c P^T, so Q K^T = c^2 P"))
 def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
     """Exercise: ``next_token_projections(X (n, d_model)) -> (W_Q, W_K)``, each ``(d_model, d_k)``,

@@ -67,8 +67,9 @@ def _choose_scale_cases() -> list[dict]:
     "Compute the scores exactly as attention does, all n x n of them. The softmax of a row does "
     "not change if you add the same number to the whole row, so what matters is how spread out "
     "the scores are within each row (one query against every key), not across the matrix.",
-    "Q = x W_Q, K = x W_K, S = Q K^T; v = the variance of each row of S (over the keys, the last "
-    "axis), averaged over the rows; Var(c S) = c^2 Var(S), so c = 1 / sqrt(v).",
+    "Multiplying every score by c multiplies every row's variance by c^2. So you need one number "
+    "from S: the spread within its rows, as a variance. Which reduction, over which axis, gives "
+    "it, and which c then brings it to 1?",
     "S = (x @ W_Q) @ (x @ W_K).T                  # (n, n)\n"
     "v = ...                                      # each row's variance, averaged over rows\n"
     "return ...                                   # c with Var(c S) = 1, as a float"))

@@ -122,17 +122,19 @@ def test_attention_reports_exceptions_and_in_place_changes():
 # --- exercise 2: attend to the next token (separate W_Q and W_K) ----------------------------------
 
 
-def next_projections(X, c=10.0):  # noqa: N803
+def next_projections(X, c=None):  # noqa: N803 - c from n unless given (a fixed c fails long rows)
     n = X.shape[0]
+    c = math.sqrt(math.sqrt(n) * (math.log(n - 1) + 4)) if c is None else c
     W_Q = c * torch.linalg.pinv(X)                                        # noqa: N806
     return W_Q, W_Q @ torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=1).T
 
 
 def test_asymmetric_relation_accepts_right_answers():
-    def by_solve(X):  # noqa: N803 - X W_Q = 8 I, X W_K = 8 P^T, wider d_k
+    def by_solve(X):  # noqa: N803 - X W_Q = c I, X W_K = c P^T, wider d_k, c from n and d_k
         n = X.shape[0]
         target = torch.cat([torch.eye(n, dtype=X.dtype), torch.zeros(n, 2, dtype=X.dtype)], 1)
-        W_Q = (torch.linalg.pinv(X.double()) @ (8 * target.double())).to(X.dtype)  # noqa: N806
+        c = math.sqrt(math.sqrt(n + 2) * 2 * math.log(10 * n))
+        W_Q = (torch.linalg.pinv(X.double()) @ (c * target.double())).to(X.dtype)  # noqa: N806
         shift = torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=0)            # P^T
         W_K = torch.linalg.pinv(X.double()) @ shift.double() @ (X.double() @ W_Q.double())  # noqa: N806
         return W_Q, W_K.to(X.dtype)  # solved in float64: float32 lstsq/pinv varied with threads
@@ -166,7 +168,8 @@ def no_wrap(X):  # noqa: N803 - P without its corner: the last token finds no ne
     (lambda X: next_projections(X)[::-1], ["PREVIOUS token"]),
     (lambda X: (next_projections(X)[0], next_projections(X)[0] * 1.0001), ["attends to itself"]),
     (lambda X: next_projections(X, c=1.0), ["not strongly enough", "scale"]),
-    (one_hot_only, ["one-hot", "pinv", "case 3 of 5"]),
+    (lambda X: next_projections(X, c=10.0), ["case 6 of 6", "not strongly enough", "ln(n - 1)"]),
+    (one_hot_only, ["one-hot", "pinv", "case 3 of 6"]),
     (no_wrap, ["last token must attend to the first"]),
     (lambda X: (next_projections(X)[0], next_projections(X)[1][:, :-1]), ["same size d_k"]),
     (lambda X: next_projections(X)[0], ["should return a pair"]),
@@ -224,8 +227,8 @@ def test_check_function_generic():
      ("q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5", "~mask",
       "torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)")),
     ("query_key_value.asymmetric_relation", "X", ex.check_asymmetric_relation,
-     ("torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=1)", "10.0 * torch.linalg.pinv(X)",
-      "W_Q @ P.T")),
+     ("torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=1)",
+      "(math.sqrt(n) * math.log(99 * (n - 1))) ** 0.5", "c * torch.linalg.pinv(X)", "W_Q @ P.T")),
 ])
 def test_the_third_hint_is_a_skeleton_that_passes_once_its_key_lines_are_written(
         key, signature, check, fills):
