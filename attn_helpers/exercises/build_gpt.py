@@ -161,11 +161,14 @@ def with_attention(model: bg.GPT, cls) -> bg.GPT:
 
 
 @exercise("build_gpt.block", "a pre-norm Transformer block", hints=(
-    "Two sub-layers, attention then feed-forward. Each reads a normalised copy of the stream and "
-    "adds its result back onto the stream itself. The cache goes to the attention.",
-    "Two updates in order, each of the form x = x + sublayer(norm(x)): first self.attn after "
-    "norm1, handed cache as its second argument; then self.ff after norm2, reading x as the "
-    "attention update left it.",
+    "Two sub-layers, attention then feed-forward, each with a residual addition and a LayerNorm "
+    "of its own; the cache goes to the attention. Notebook 06's post-norm layer normalised each "
+    "sum. Follow the path from the block's input x to its output in that layout and in the other "
+    "one, the norm in front of the sub-layer: which leaves a path on which x is never normalised?",
+    "Pre-norm puts each LayerNorm on the branch, in front of its sub-layer: the sub-layer reads a "
+    "normalised copy of the stream, and its result is added to the stream itself, which nothing "
+    "normalises afterwards. Twice, in order: attention with norm1, handed cache as its second "
+    "argument, then the feed-forward with norm2, reading the stream as the attention left it.",
     "x = x + ...          # attention on norm1's copy of x, handed the cache\n"
     "return x + ...       # the feed-forward on norm2's copy of the updated x"))
 def check_block(cls) -> CheckResult:
@@ -207,7 +210,7 @@ def _model_cfg(vocab=11, context=16, d=16, h=4, layers=2, d_ff=32):
 @exercise("build_gpt.model", "the GPT: embeddings, blocks, final norm, output head", hints=(
     "Each token becomes its embedding plus the embedding of its position; the sum goes through "
     "every block in turn; a final LayerNorm, then the output head gives one score per character. "
-    "With caches the tokens sit at positions start..start+n-1, and block i reads caches[i].",
+    "With caches, which positions do the n new tokens hold, and which cache does block i read?",
     "The positions are the integers start..start+n-1, n = tokens.shape[1]: their embeddings, "
     "(n, d), broadcast onto the token embeddings, (b, n, d). Loop over self.blocks with enumerate "
     "so that block i can be handed caches[i] (None when caches is None); then self.norm and "

@@ -32,10 +32,10 @@ from .workflow import exercise
     "With a cache the prompt goes through once; after that only the new character runs, at its "
     "own position, and its keys and values join the cache. Temperature and top-k reshape the "
     "logits before the softmax.",
-    "The next character's logits are those of the last position of model(new, start, caches), "
-    "(b, vocab), divided by T. For top-k, each row's k-th largest logit, kept (b, 1), is a "
-    "threshold: the logits below it become -inf. After sampling (b, 1) ids from the softmax and "
-    "appending them on dim 1, the cached run feeds only them, at position tokens.shape[1] - 1.",
+    "The next character's logits are the last position's, (b, vocab), divided by T. For top-k: "
+    "which one number per row separates the k largest logits from the rest, and what must the "
+    "others become so that the softmax gives them nothing? With a cache: what goes into the next "
+    "call, and at which position?",
     "logits = ...                              # (b, vocab): the last position's, over T\n"
     "if top_k is not None:\n"
     "    kth = ...                             # (b, 1): each row's k-th largest logit\n"

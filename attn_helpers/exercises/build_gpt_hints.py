@@ -51,6 +51,10 @@ BLOCK_MISTAKES = [
     ("same_norm", "norm1 is used twice: the feed-forward reads norm2(x), its own LayerNorm."),
     ("residual_from_normed", "the residual adds to the normalised x: keep the stream x itself, "
                              "x + attn(LN(x)), not LN(x) + attn(LN(x))."),
+    ("residual_from_normed_attn", "the attention's residual adds to the normalised x: keep the "
+                                  "stream x itself, x + attn(LN_1(x)), not LN_1(x) + attn(...)."),
+    ("residual_from_normed_ff", "the feed-forward's residual adds to the normalised x: keep the "
+                                "stream x itself, x + ff(LN_2(x)), not LN_2(x) + ff(...)."),
     ("parallel", "both sub-layers read the same input: the feed-forward must read the stream "
                  "after attention has been added, one after the other."),
     ("ff_first", "the feed-forward ran first: attention comes first, then the feed-forward."),

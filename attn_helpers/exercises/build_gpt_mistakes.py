@@ -88,11 +88,11 @@ def block_variant(ref: bg.Block, kind: str) -> Callable:
         if kind == "same_norm":
             x = x + attn(n1(x))
             return x + ff(n1(x))
-        if kind == "residual_from_normed":
+        if kind.startswith("residual_from_normed"):       # both sub-layers, or _attn / _ff alone
             h = n1(x)
-            x = h + attn(h)
+            x = (h if kind != "residual_from_normed_ff" else x) + attn(h)
             h = n2(x)
-            return h + ff(h)
+            return (h if kind != "residual_from_normed_attn" else x) + ff(h)
         if kind == "parallel":
             return x + attn(n1(x)) + ff(n2(x))
         if kind == "ff_first":

@@ -1,7 +1,7 @@
 r"""Checkers for notebook 08 (complexity): merging two partial online-softmax states
-(``complexity.merge_states``), one tile of the causal FlashAttention backward
-(``complexity.causal_backward_tile``), and one step of causal linear attention as a recurrence
-(``complexity.linear_step``).
+(``complexity.merge_states``), FlashAttention-2's backward for causal attention in tiles
+(``complexity.causal_backward``, in :mod:`.complexity_backward`), and one step of causal linear
+attention as a recurrence (``complexity.linear_step``, in :mod:`.complexity_linear`).
 
 A state is the online softmax's ``(m, l, acc)``: ``m`` ``(..., n_q, 1)`` the running maximum of
 the scores (``-inf`` before any key), ``l`` ``(..., n_q, 1)`` the sum of ``exp(s - m)`` and ``acc``
@@ -26,8 +26,8 @@ from ..efficient import block_state
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_merge_states", "check_causal_backward_tile", "check_linear_step",
-           "merge_states_reference", "causal_backward_tile_reference", "linear_step_reference"]
+__all__ = ["check_merge_states", "check_causal_backward", "check_linear_step",
+           "merge_states_reference", "causal_backward_reference", "linear_step_reference"]
 
 F64 = torch.float64
 STATE = ("m (the merged max)", "l (the merged sum)", "acc (the merged output sum)")
@@ -36,15 +36,17 @@ _EXACT = [  # exact attention, blocked by every checker of notebook 08
     (F, "scaled_dot_product_attention"), (attn_helpers, "scaled_dot_product_attention")]
 
 
-def _stages(candidate, reference, stages, *, what, output_names, atol, rtol, forbid) -> CheckResult:
+def _stages(candidate, reference, stages, *, what, output_names, atol, rtol, forbid,
+            **more) -> CheckResult:
     """:func:`check_function` over groups ``(cases, mistakes, nan_hint)``; the first miss is
     reported (numbered among all cases), else one verdict. A later group is reached only by
-    answers that pass the earlier ones, where the known mistakes fail: it needs only its hint."""
+    answers that pass the earlier ones, where the known mistakes fail: it needs only its hint.
+    ``more``: further keywords of :func:`check_function` (``instead``, ``guard``)."""
     total, done = sum(len(cases) for cases, _, _ in stages), 0
     for cases, mistakes, nan_hint in stages:
         result = check_function(candidate, reference, cases, what=what, output_names=output_names,
                                 mistakes=mistakes, nan_hint=nan_hint, atol=atol, rtol=rtol,
-                                forbid=forbid)
+                                forbid=forbid, **more)
         if not result:
             return CheckResult(False, re.sub(r"on case (\d+) of \d+", lambda m, done=done: (
                 f"on case {int(m[1]) + done} of {total}"), result.message, count=1))
@@ -170,138 +172,8 @@ def check_merge_states(merge: Callable) -> CheckResult:
                    what="merge_states", output_names=STATE, atol=1e-9, rtol=1e-7, forbid=forbid)
 
 
-# --- exercise 2: one tile of the causal backward -------------------------------------------------
-
-
-GRADS = ("dq_i (this tile's share of dQ_i)", "dk_j (this tile's share)", "dv_j (this tile's share)")
-
-
-def _causal_mask(n_i: int, n_j: int, i: int, j: int) -> torch.Tensor:
-    """``True`` where query ``i + a`` may see key ``j + b`` (``j + b <= i + a``)."""
-    return torch.arange(j, j + n_j)[None, :] <= torch.arange(i, i + n_i)[:, None]
-
-
-def causal_backward_tile_reference(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j):
-    """The tile (queries ``i..``, keys ``j..``) of the causal backward: zeros above the diagonal."""
-    if j >= i + q_i.shape[-2]:                                      # above the diagonal: skipped
-        return torch.zeros_like(q_i), torch.zeros_like(k_j), torch.zeros_like(v_j)
-    scale = 1 / math.sqrt(q_i.shape[-1])                           # written out; tested equal to
-    allowed = _causal_mask(q_i.shape[-2], k_j.shape[-2], i, j)      # efficient.backward_tile
-    P = torch.exp((q_i @ k_j.mT * scale).masked_fill(~allowed, -math.inf) - lse_i)
-    dS = P * (d_out_i @ v_j.mT - D_i)
-    return dS @ k_j * scale, dS.mT @ q_i * scale, P.mT @ d_out_i
-
-
-def _causal_case(g, batch, n, d_k, d_v, i: slice, j: slice, *, large=False) -> dict:
-    """Tile ``(i, j)`` of causal attention over ``n`` tokens, with the lse and D of whole rows."""
-    def rand(*shape):
-        return torch.randn(*batch, *shape, generator=g, dtype=F64)
-
-    q, k, v, d_out = rand(n, d_k), rand(n, d_k), rand(n, d_v), rand(n, d_v)
-    if large:
-        q[..., 0], k[..., 0] = 1000.0 * math.sqrt(d_k), 1.0
-    s = (q @ k.mT / math.sqrt(d_k)).masked_fill(~_causal_mask(n, n, 0, 0), -math.inf)
-    lse = torch.logsumexp(s, dim=-1, keepdim=True)                  # (..., n, 1), causal rows
-    out = torch.softmax(s, dim=-1) @ v
-    D = (d_out * out).sum(dim=-1, keepdim=True)
-    return {"q_i": q[..., i, :], "k_j": k[..., j, :], "v_j": v[..., j, :], "d_out_i": d_out[..., i, :],
-            "lse_i": lse[..., i, :], "D_i": D[..., i, :], "i": i.start, "j": j.start}
-
-
-def _causal_cases() -> list[dict]:
-    g = seeded(84)
-    return [_causal_case(g, (), 12, 4, 4, slice(4, 8), slice(4, 8)),         # on the diagonal
-            _causal_case(g, (), 12, 4, 3, slice(3, 9), slice(5, 9)),         # crossing, B_q != B_k
-            _causal_case(g, (), 12, 4, 3, slice(8, 12), slice(0, 4)),        # below: no mask
-            _causal_case(g, (2, 3), 10, 4, 6, slice(8, 10), slice(8, 10)),   # a short last tile
-            _causal_case(g, (), 12, 4, 3, slice(0, 4), slice(8, 12)),        # above: zeros
-            _causal_case(g, (2,), 6, 2, 3, slice(5, 6), slice(5, 6))]        # one query, one key
-
-
-def _large_causal_cases() -> list[dict]:
-    """Scores near 1000: exp(S) overflows, exp(S - lse) does not."""
-    return [_causal_case(seeded(85), (), 8, 8, 4, slice(2, 6), slice(2, 6), large=True)]
-
-
-def _causal_with(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j, *, mask="causal", fill=-math.inf,  # noqa: C901
-                 mask_ds_only=False, tile_d=False, scale_grads=True, local_softmax=None):
-    """The causal tile with one thing changed, for the known mistakes."""
-    n_i, n_j, scale = q_i.shape[-2], k_j.shape[-2], 1 / math.sqrt(q_i.shape[-1])
-    allowed = {"causal": lambda: _causal_mask(n_i, n_j, i, j),
-               "none": lambda: torch.ones(n_i, n_j, dtype=torch.bool),
-               "strict": lambda: _causal_mask(n_i, n_j, i, j + 1),       # key < query
-               "inverted": lambda: ~_causal_mask(n_i, n_j, i, j)}[mask]()  # key > query
-    s = q_i @ k_j.mT * scale
-    p = torch.exp((s if mask_ds_only else s.masked_fill(~allowed, fill)) - lse_i)
-    if local_softmax is not None:  # normalised over this tile's keys alone; "nan": rows unguarded
-        p = torch.softmax(s.masked_fill(~allowed, fill), -1)
-        p = p if local_softmax == "nan" else p.nan_to_num(0.0)
-    dp = d_out_i @ v_j.mT
-    D = (p * allowed * dp).sum(-1, keepdim=True) if tile_d else D_i
-    ds = p * (dp - D)
-    if mask_ds_only:
-        ds = ds * allowed
-    g = scale if scale_grads else 1.0
-    return ds @ k_j * g, ds.mT @ q_i * g, p.mT @ d_out_i
-
-
-def _causal_mistakes() -> list[Mistake]:
-    return [
-        Mistake(lambda *a: _causal_with(*a, mask="none"),
-                "no causal mask: keys after a query leaked into its gradients. Mask key j + b for "
-                "query i + a when j + b > i + a (and a tile wholly above the diagonal gives zeros)."),
-        Mistake(lambda *a: _causal_with(*a, mask="strict"),
-                "the diagonal was masked: query t may attend to key t itself (key <= query)."),
-        Mistake(lambda *a: _causal_with(*a, mask="inverted"),
-                "the mask is inverted: it kept the future keys and removed the past ones."),
-        Mistake(lambda *a: _causal_with(*a, fill=0.0),
-                "the masked scores were set to 0, not -inf: exp(0 - lse) is not 0, so future keys "
-                "still got weight; fill with -inf (or zero P where masked)."),
-        Mistake(lambda *a: _causal_with(*a, mask_ds_only=True),
-                "dS was masked but P was not: dV_j = P^T dO still collected future keys; mask P."),
-        Mistake(lambda *a: _causal_with(*a, tile_d=True),
-                "D was recomputed as rowsum(P * dP) over this tile alone; D = rowsum(dO * O) covers "
-                "the whole row: use the D you are given."),
-        *(Mistake(lambda *a, _k=kind: _causal_with(*a, local_softmax=_k),
-                  "P was normalised within this tile (a softmax over its keys): the row's other "
-                  "tiles hold the rest of its weight. P = exp(S - lse_i), with lse_i saved by the "
-                  "forward pass over the whole row.") for kind in ("zero", "nan")),
-        Mistake(lambda *a: _causal_with(*a, scale_grads=False),
-                "dq_i and dk_j miss the scale: S = Q K^T / sqrt(d_k), so both gradients carry "
-                "1 / sqrt(d_k) (the chain rule through the scaling)."),
-    ]
-
-
-@exercise("complexity.causal_backward_tile", "one tile of the causal FlashAttention backward",
-          hints=(
-              "Start from section 5's tile body. The stub gives the positions in the sequence: "
-              "query a of this tile is token rows[a], key b is token cols[b]; a key after its "
-              "query gets P = 0. A tile wholly above the diagonal (j >= i + number of queries) "
-              "contributes nothing: return zeros of the right shapes.",
-              "allowed = cols <= rows;  S = Q_i K_j^T / sqrt(d_k) with -inf where not "
-              "allowed;  P = exp(S - lse_i);  dS = P * (dO_i V_j^T - D_i);  dQ_i = dS K_j / sqrt(d_k);  "
-              "dK_j = dS^T Q_i / sqrt(d_k);  dV_j = P^T dO_i.",
-              "if ...:                                       # a tile wholly above the diagonal\n"
-              "    return torch.zeros_like(q_i), torch.zeros_like(k_j), torch.zeros_like(v_j)\n"
-              "scale = 1 / math.sqrt(q_i.shape[-1])\n"
-              "allowed = ...                                 # (B_q, B_k) from rows and cols\n"
-              "S = (q_i @ k_j.mT * scale).masked_fill(~allowed, float('-inf'))\n"
-              "P = torch.exp(S - lse_i)                      # the whole row's normaliser, saved\n"
-              "dS = P * (d_out_i @ v_j.mT - D_i)\n"
-              "return ..., ..., ...                          # dq_i, dk_j, dv_j"))
-def check_causal_backward_tile(tile: Callable) -> CheckResult:
-    """Exercise: ``tile(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j) -> (dq_i, dk_j, dv_j)``: the
-    tile of queries ``i..i+B_q`` and keys ``j..j+B_k`` of causal attention; ``lse_i``, ``D_i``
-    ``(..., B_q, 1)`` over whole (causal) rows; zeros for a tile above the diagonal."""
-    overflow = "exp(S) overflowed: never exponentiate a raw score; P = exp(S - lse) is at most 1."
-    forbid = [(efficient, "backward_tile"), *_EXACT]
-    return _stages(tile, causal_backward_tile_reference,
-                   [(_causal_cases(), _causal_mistakes(), overflow),
-                    (_large_causal_cases(), [], overflow)],
-                   what="causal_backward_tile", output_names=GRADS, atol=1e-9, rtol=1e-7,
-                   forbid=forbid)
-
-
-# Exercise 3 (one step of causal linear attention) has its own file; imported last, so the
-# exercises register (and progress() lists them) in the notebook's order.
+# Exercises 2 (the causal backward, in tiles) and 3 (one step of causal linear attention) have
+# their own files; imported last, in this order, so the exercises register (and progress() lists
+# them) in the notebook's order.
+from .complexity_backward import causal_backward_reference, check_causal_backward  # noqa: E402
 from .complexity_linear import check_linear_step, linear_step_reference  # noqa: E402

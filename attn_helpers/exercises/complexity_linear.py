@@ -93,13 +93,11 @@ def _linear_mistakes() -> list[Mistake]:
               "denominator depends on j, and which does not? Take the one that does not out of "
               "the sums: what is left inside is the state. Add token t's terms first, then read "
               "the new state with phi(q_t). phi(x) = elu(x) + 1 (torch.nn.functional.elu).",
-              "phi(q_t)^T comes out of both sums, leaving S_t = sum_{j <= t} phi(k_j) v_j^T, a "
-              "d_k x d_v matrix, and z_t = sum_{j <= t} phi(k_j), a d_k vector; S and z are the "
-              "same sums over j < t. phi(k_t) v_t^T is an outer product: put phi(k_t) on a new "
-              "last axis (..., d_k, 1) and v_t on a new second-to-last (..., 1, d_v), multiply, "
-              "add to S. The numerator phi(q_t)^T S_t sums over the d_k axis and leaves "
-              "(..., d_v); the denominator phi(q_t)^T z_t is one number per batch entry, kept as "
-              "(..., 1) to divide it.",
+              "Once phi(q_t) is out, the sums over the past keys in the numerator and the "
+              "denominator no longer depend on the query: they can be carried from step to step "
+              "as a running state, S for the numerator and z for the denominator, and step t "
+              "updates each with token t's key (and value) alone. Then phi(q_t) reads the new "
+              "state; keep the denominator (..., 1) so that it divides the (..., d_v) numerator.",
               "pq, pk = torch.nn.functional.elu(q_t) + 1, torch.nn.functional.elu(k_t) + 1\n"
               "S_t = ...                            # (..., d_k, d_v): S plus token t's term\n"
               "z_t = ...                            # (..., d_k): z plus token t's term\n"

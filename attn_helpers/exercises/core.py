@@ -245,15 +245,20 @@ def check_function(
             if problem is None:
                 continue
             message = f"Not yet: on {where}, {problem}"
+            if same_dtype and _compare(g, e, name, atol, rtol) is None:
+                return CheckResult(False, message)           # right values, only the dtype is not
+
+            def same(xs, ys) -> bool:
+                return all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+                           and x.shape == y.shape and _close(y, x, atol, rtol, equal_nan=True)
+                           for x, y in zip(xs, ys, strict=False))
+
             for mistake in mistakes:  # a known mistake first, NaN equal to NaN: it may give NaN
                 try:
                     wrong = _as_tuple(mistake.produce(*_clone(case).values()))
                 except Exception:  # noqa: BLE001 - a mistake that cannot be made on this case
                     continue
-                if all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
-                       and x.shape == y.shape
-                       and _close(y, x, atol, rtol, equal_nan=True)
-                       for x, y in zip(wrong, got, strict=False)):
+                if same(wrong, got) and not same(wrong, expected):  # named only where it shows
                     return CheckResult(False, f"{message}\nHint: {mistake.hint}")
             if nan_hint and isinstance(g, torch.Tensor) and g.shape == e.shape and (
                     ~torch.isfinite(g) & torch.isfinite(e)).any():

@@ -269,12 +269,12 @@ def _same_answer(got, expected, *, alignment_only: bool = False) -> bool:
 @exercise("cross_attention.alignment", "the hard alignment and its accuracy", hints=(
     "Each output step reads the source position with the most weight, but a padded source "
     "position is never an answer, and a padded output step is never scored.",
-    "Before the argmax over the last axis, set the padded sources' weights to -inf: src_real "
-    "as (b, 1, n_src) broadcasts over the output steps. Then write -1 where tgt_real is False. "
-    "The accuracy counts the steps with alignment == gold AND tgt_real, divided by the number "
-    "of real steps in the whole batch (one ratio, not a mean of per-sentence ratios).",
+    "A padded source must lose every argmax, whatever weight it got: which value can no real "
+    "weight fall below, and how must src_real (b, n_src) be shaped to broadcast over the output "
+    "steps? A padded output step is neither a hit nor a miss: the accuracy is one ratio over all "
+    "the real steps of the batch, not a mean of per-sentence ratios.",
     "scores = ...                       # (b, n_out, n_src): the weights, padded sources at -inf\n"
-    "alignment = scores.argmax(-1).masked_fill(~tgt_real, -1)         # (b, n_out)\n"
+    "alignment = ...                    # (b, n_out) long: each step's best source, -1 if padded\n"
     "hits = ...                         # (b, n_out) bool: equal to gold, real steps only\n"
     "return alignment, ...              # pooled: the hits over ALL real steps of the batch"))
 def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:

@@ -89,8 +89,10 @@ def _window_mistake(hint: str, **flaw) -> Mistake:
     "Batched generation pads on the LEFT: sentence b's real tokens are its last lengths[b] "
     "positions. A key is visible when it is a real token AND inside query i's causal window. A "
     "pad query's window holds only pads, so its row is all False; leave it so.",
-    "real[b, j] = j >= n - lengths[b]  (b, n);  local[i, j] = 0 <= i - j < window  (n, n);  "
-    "mask[b, i, j] = real[b, j] and local[i, j]: broadcast real as (b, 1, n) over the queries.",
+    "Build two conditions and combine them with AND: which positions of sentence b are real, "
+    "with padding on the left, and which offsets i - j lie inside a causal window of size "
+    "window? One depends on (b, j), the other on (i, j): give the first the missing query axis "
+    "so that they broadcast to (b, n, n).",
     "j = torch.arange(n)\n"
     "real = ...                         # (b, n): True at sentence b's last lengths[b] positions\n"
     "offset = j[:, None] - j[None, :]   # i - j, (n, n)\n"

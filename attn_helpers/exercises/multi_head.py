@@ -1,6 +1,7 @@
 """Checkers for notebook 04 (multi-head attention): a trainable multi-head attention module with
-``nn.MultiheadAttention``'s fused ``in_proj``, proved equal to that module with the same weights,
-and grouped-query attention (h query heads sharing g key/value heads)."""
+``nn.MultiheadAttention``'s fused ``in_proj``, all heads at once (the head split and merge written
+by the learner), proved equal to that module with the same weights, and grouped-query attention
+(h query heads sharing g key/value heads)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+import attn_helpers
+
+from .. import multihead
 from ..attention import scaled_dot_product_attention
 from ..multihead import MultiHeadAttention
 from .core import CheckResult, Mistake, _namespaces, blocking, check_function, refusing_ops, seeded
-from .multi_head_cases import _copy_weights, _module_cases, _torch_module, _weights
+from .multi_head_cases import _AllHeadsAtOnce, _copy_weights, _module_cases, _torch_module, _weights
 from .workflow import exercise
 
 __all__ = ["check_multi_head_module", "check_grouped_query_attention"]
@@ -32,11 +36,16 @@ def _reference(x, mask, num_heads, seed):
         return m(x, x, x, attn_mask=None if mask is None else ~mask, need_weights=False)[0]
 
 
-# While the learner's module runs: the modules and functions that would do it for them.
+# While the learner's module runs: the modules and functions that would do it for them, and the
+# package's head split and merge (the skill this exercise asks for).
 _MODULE_FORBID = [
     (MultiHeadAttention, "forward"), (nn.MultiheadAttention, "forward"),
     (nn.functional, "multi_head_attention_forward"),
+    (multihead, "split_heads"), (multihead, "merge_heads"),
+    (attn_helpers, "split_heads"), (attn_helpers, "merge_heads"),
 ]
+_MODULE_INSTEAD = ("Write the steps yourself: the head split and merge included, all heads in one "
+                   "attention call")
 
 
 def _learner(module_class) -> Callable:
@@ -74,9 +83,9 @@ def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True
             q, k, v = qkv.chunk(3, dim=-1)
 
         def split_(t):
-            if split == "no transpose":
+            if split == "no transpose":              # (b, n, d) read as (b, h, n, d_head)
                 return t.reshape(b, h, n, d // h)
-            if split == "interleaved":
+            if split == "interleaved":               # from the wrong end: every h-th feature
                 return t.reshape(b, n, d // h, h).permute(0, 3, 1, 2)
             return t.reshape(b, n, h, d // h).transpose(1, 2)
 
@@ -97,8 +106,12 @@ def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True
         if invert_mask == "zeros":                  # a fully masked row gives zeros, not NaN
             a = a.nan_to_num(0.0)
         heads = a @ v                                                     # (b, h, n, d_head)
-        concat = (heads.reshape(b, n, d) if merge == "no transpose"
-                  else heads.transpose(1, 2).reshape(b, n, d))
+        if merge == "no transpose":
+            concat = heads.reshape(b, n, d)
+        elif merge == "interleaved":                 # head i to every h-th column
+            concat = heads.permute(0, 2, 3, 1).reshape(b, n, d)
+        else:
+            concat = heads.transpose(1, 2).reshape(b, n, d)
         return concat @ p["out_proj"][0].T + p["out_proj"][1] if use_w_o else concat
 
     return forward
@@ -119,21 +132,26 @@ def _trainable(module_class, case: dict) -> str | None:
     return f"no gradient reaches {', '.join(missing)}" if missing else None
 
 
-@exercise("multi_head.module", "a multi-head attention module with a fused in_proj", hints=(
+@exercise("multi_head.module", "all heads at once: a multi-head module with a fused in_proj", hints=(
     "In __init__ (after super().__init__()), keep num_heads and make two layers: in_proj = "
     "nn.Linear(d_model, 3 * d_model), whose output is [Q | K | V] side by side (the rows of its "
     "weight are W_Q, W_K, W_V stacked, as in nn.MultiheadAttention.in_proj_weight), and out_proj "
-    "= nn.Linear(d_model, d_model). In forward: project once, cut the result into Q, K, V, then "
-    "split heads, attend, merge, out_proj.",
-    "q, k, v = self.in_proj(x).chunk(3, dim=-1), each (b, n, d_model); then (b, n, h, d_head) -> "
-    "transpose(1, 2) -> (b, h, n, d_head). A (b, n, n) mask needs a head axis: mask[:, None]. "
-    "heads, _ = ah.scaled_dot_product_attention(q, k, v, mask); merge back to (b, n, d_model); "
-    "output = out_proj(concat).",
+    "= nn.Linear(d_model, d_model). In forward: project once and cut the result into Q, K, V. "
+    "Then no loop over heads: head i is a block of d_head consecutive features (section 1), so "
+    "the h heads are a reshape of the feature axis, and one attention call can serve them all.",
+    "Cut [Q | K | V] with chunk(3, dim=-1). Split the last axis of each, d_model, into two axes, "
+    "the head axis first and d_head second, since head i owns the consecutive features "
+    "i*d_head .. (i+1)*d_head - 1. ah.scaled_dot_product_attention multiplies the last two axes "
+    "and treats every axis before them as a batch, so the head axis must then come before n: "
+    "(b, h, n, d_head), one (n, d_head) matrix per head. The scores are (b, h, n, n), so a "
+    "(b, n, n) mask needs an axis of size 1 for the heads. The merge undoes the split in reverse "
+    "order: first put n back before the head axis, then join (h, d_head) into d_model, so that "
+    "head i fills the columns torch.cat gave it in section 1. Then out_proj.",
     "b, n, d_model = x.shape\nh = self.num_heads\n"
-    "q, k, v = (... for t in self.in_proj(x).chunk(3, dim=-1))   # each (b, h, n, d_head)\n"
-    "if mask is not None and mask.dim() == 3: mask = mask[:, None]\n"
-    "heads, _ = ah.scaled_dot_product_attention(q, k, v, mask)\n"
-    "return self.out_proj(...)                                   # merged: (b, n, d_model)"))
+    "q, k, v = (... for t in self.in_proj(x).chunk(3, dim=-1))   # split: each (b, h, n, d_head)\n"
+    "if mask is not None and mask.dim() == 3: mask = mask[:, None]   # (b, 1, n, n): every head\n"
+    "heads, _ = ah.scaled_dot_product_attention(q, k, v, mask)  # (b, h, n, d_head), one call\n"
+    "return self.out_proj(...)                  # merge first: (b, n, d_model), head i's columns"))
 def check_multi_head_module(module_class) -> CheckResult:
     """Exercise: a class ``module_class(d_model, num_heads)``, an ``nn.Module`` with its own
     ``nn.Linear`` layers ``in_proj`` (d_model -> 3 d_model, W_Q, W_K, W_V fused as in
@@ -141,9 +159,10 @@ def check_multi_head_module(module_class) -> CheckResult:
     bias, and ``forward(x (b, n, d_model), mask=None) -> (b, n, d_model)``, multi-head
     self-attention with an optional bool mask ``(n, n)`` or ``(b, n, n)`` (True = may attend).
     With the weights of a ``torch.nn.MultiheadAttention(d_model, num_heads, batch_first=True)``
-    copied in, it must give that module's output (the package's ``MultiHeadAttention`` and
-    PyTorch's module are blocked while it runs); then a loss on its output must reach both
-    projections."""
+    copied in, it must give that module's output, all heads in one attention call (a loop over
+    heads is refused, see :class:`._AllHeadsAtOnce`; the package's ``MultiHeadAttention``,
+    ``split_heads`` and ``merge_heads`` and PyTorch's module are blocked while it runs); then a
+    loss on its output must reach both projections."""
     name = getattr(module_class, "__name__", "your module")
     if not isinstance(module_class, type):
         return CheckResult(False, f"Not yet: pass the class itself (e.g. MultiHeadSelfAttention), "
@@ -154,7 +173,7 @@ def check_multi_head_module(module_class) -> CheckResult:
                  "and set the others to -inf (or pass mask to ah.scaled_dot_product_attention).")
     result = check_function(
         _learner(module_class), _reference, cases, what=name, output_names=("the output",),
-        atol=1e-5, rtol=1e-4,
+        atol=1e-5, rtol=1e-4, instead=_MODULE_INSTEAD, guard=_AllHeadsAtOnce,
         mistakes=[
             Mistake(_wrong(fused="per head"),
                     "in_proj's output is [Q | K | V]: its first d_model features are all of Q "
@@ -173,13 +192,23 @@ def check_multi_head_module(module_class) -> CheckResult:
                     "Reshape to (b, n, h, d_head) first, then transpose(1, 2); to merge, "
                     "transpose(1, 2) back before the reshape to (b, n, d_model)."),
             Mistake(_wrong(split="interleaved"),
-                    "the heads are split on the wrong axis: head i must get the consecutive "
-                    "features i*d_head .. (i+1)*d_head - 1, not every h-th feature: reshape to "
-                    "(b, n, h, d_head), not (b, n, d_head, h)."),
+                    "the heads are split on the wrong axis, from the wrong end: head i must get "
+                    "the consecutive features i*d_head .. (i+1)*d_head - 1, not every h-th "
+                    "feature: reshape to (b, n, h, d_head), not (b, n, d_head, h)."),
+            Mistake(_wrong(split="interleaved", merge="interleaved"),
+                    "the heads are split and merged from the wrong end: (b, n, d_head, h) gives "
+                    "head i every h-th feature, but head i owns the consecutive features "
+                    "i*d_head .. (i+1)*d_head - 1 of Q, K and V, and fills those columns before "
+                    "W_O. Reshape to (b, n, h, d_head), head axis first; merge back the same way."),
             Mistake(_wrong(merge="no transpose"),
                     "the heads are merged in the wrong order: move the head axis next to d_head "
                     "first (heads.transpose(1, 2) gives (b, n, h, d_head)), then reshape to "
                     "(b, n, d_model)."),
+            Mistake(_wrong(merge="interleaved"),
+                    "the heads are merged on the wrong axis, from the wrong end: head i's output "
+                    "goes to the consecutive columns i*d_head .. (i+1)*d_head - 1 (as torch.cat "
+                    "put the heads side by side), not to every h-th column: merge through "
+                    "(b, n, h, d_head), not (b, n, d_head, h)."),
             Mistake(_wrong(scale="none"),
                     "the 1/sqrt(d_head) scale is missing: divide Q K^T by sqrt(d_head) in every "
                     "head."),
@@ -204,6 +233,10 @@ def check_multi_head_module(module_class) -> CheckResult:
         if "must match the size" in result.message:
             return CheckResult(False, result.message + "\nHint: a (b, n, n) mask needs a head "
                                "axis to meet the (b, h, n, n) scores: mask[:, None].")
+        if "view size is not compatible" in result.message:
+            return CheckResult(False, result.message + "\nHint: after a transpose the heads are "
+                               "no longer contiguous in memory, so .view cannot merge them: use "
+                               ".reshape (or .contiguous().view).")
         return result
     problem = _trainable(module_class, cases[1])
     if problem:

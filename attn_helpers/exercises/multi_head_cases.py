@@ -1,14 +1,16 @@
 """The cases of notebook 04's module exercise (see :func:`.multi_head.check_multi_head_module`):
 inputs with every mask shape, PyTorch's ``nn.MultiheadAttention`` with random weights built
-without moving the global seed, and the copy of its fused weights into the learner's module."""
+without moving the global seed, the copy of its fused weights into the learner's module, and the
+guard that asks for all heads in one attention call, not a loop over heads."""
 
 from __future__ import annotations
 
 import torch
+import torch.utils._python_dispatch
 from torch import nn
 
 from ..masks import causal_mask
-from .core import seeded
+from .core import Refused, seeded
 
 __all__: list[str] = []
 #: Private helpers the checking runs while the learner's code does (see borrowing._checker_helper).
@@ -71,3 +73,46 @@ def _copy_weights(module: nn.Module, m: nn.MultiheadAttention) -> None:
         with torch.no_grad():
             layer.weight.copy_(weight)
             layer.bias.copy_(bias)
+
+
+class _AllHeadsAtOnce(torch.utils._python_dispatch.TorchDispatchMode):
+    """A ``guard`` for the module exercise: all heads attend in one call, not head by head.
+
+    It records the most attention scores one softmax (``_softmax``, ``_log_softmax``,
+    ``_safe_softmax``, or an ``exp`` of a hand-written one) or one fused attention kernel covered.
+    A loop over heads never covers more than ``b * n * n`` at once; all heads at once cover
+    ``b * h * n * n``. With two or more heads, an answer whose largest covers fewer than
+    ``h * n * n`` is refused (lenient: a loop over the batch, with every head at once, passes; so
+    does an answer that none of these ops sees)."""
+
+    SOFTMAX = frozenset({"_softmax", "_log_softmax", "_safe_softmax", "exp", "exp_"})
+
+    def __init__(self, inputs: dict):
+        super().__init__()
+        self.b, self.n = inputs["x"].shape[:2]
+        self.h = inputs["num_heads"]
+        self.largest = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "overloadpacket", func).__name__
+        size = None
+        if name in self.SOFTMAX and isinstance(args[0], torch.Tensor):
+            size = args[0].numel()
+        elif "scaled_dot_product" in name and len(args) > 1 and isinstance(args[1], torch.Tensor):
+            q, k = args[0], args[1]                   # scores: q's rows times the keys
+            size = q.numel() // max(q.shape[-1], 1) * k.shape[-2]
+        if size is not None:
+            self.largest = size if self.largest is None else max(self.largest, size)
+        return func(*args, **(kwargs or {}))
+
+    def __exit__(self, exc_type, exc, tb):
+        super().__exit__(exc_type, exc, tb)
+        b, h, n = self.b, self.h, self.n
+        if exc_type is None and h > 1 and self.largest is not None and self.largest < h * n * n:
+            raise Refused(
+                f"it attended head by head: its softmax covered at most {self.largest} scores at "
+                f"once, one head's worth, not the {b * h * n * n} of all {h} heads (b * h * n * n). "
+                "This exercise asks for all heads in one attention call, without a loop over "
+                "heads: turn each of Q, K, V into one (b, h, n, d_head) tensor (section 1's loop "
+                "says what each head computes).")
+        return False

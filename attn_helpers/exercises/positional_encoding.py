@@ -152,12 +152,12 @@ def _score(q, k, delta, *, sign=1.0, exponents=None, halves=False, no_sin=False,
 
 
 @exercise("positional_encoding.rope", "the RoPE score from the offset alone", hints=(
-    "rope(q, m) . rope(k, n) = q^T R(m)^T R(n) k, and R(m)^T R(n) = R(n - m): the score needs "
-    "only the offset. Put the query at position 0 and the key at -delta, or work pair by pair: "
-    "what is the dot product of a pair with another pair turned by an angle?",
-    "Pair i of q is (a, b), of k is (c, e); turning (c, e) by theta = -delta omega_i and dotting "
-    "with (a, b) gives (ac + be) cos(delta omega_i) + (ae - bc) sin(delta omega_i). Sum over the "
-    "d/2 pairs, omega_i = 10000^(-2i/d); compute the angles in float64.",
+    "Write the score as a product of matrices, q^T R(m)^T R(m - delta_j) k, and use section 4's "
+    "identity on the middle. R is block-diagonal: look at what it does to one pair.",
+    "R(m)^T R(n) = R(n - m): the score depends on the offset only, so no position is needed. Turn "
+    "one vector by the offset's rotation (k by R(-delta_j), each pair by its own angle) and dot "
+    "it with the other, unturned. The pairs are independent, so the score is a sum over the d/2 "
+    "pairs; compute the angles in float64.",
     "d = q.shape[-1]\n"
     "omega = ...                           # (d/2,) float64: omega_i = 10000^(-2i/d)\n"
     "angles = ...                          # (n, d/2) float64: delta_j omega_i\n"
@@ -265,17 +265,16 @@ _MEAN = ("that is the row's mean distance, sum of delta w_delta, rounded: the re
 
 @exercise("positional_encoding.reach", "how far back an ALiBi head looks: its half-weight reach",
           hints=(
-    "With equal content scores the bias alone sets the row: the key delta back gets weight "
-    "proportional to r^delta, r = e^{-m}, for delta = 0 .. n - 1, a geometric sequence. What share "
-    "of the row do its first k terms hold? The reach is the smallest k whose share reaches 1/2 "
-    "(adding up the row's softmax weights from delta = 0 works too).",
-    "The first k terms sum to (1 - r^k) / (1 - r), so share(k) = (1 - r^k) / (1 - r^n), and "
-    "share(k) >= 1/2 exactly when r^k <= (1 + r^n) / 2, that is k >= x = -ln((1 + r^n) / 2) / m "
-    "(ln r = -m < 0 turns the inequality around): round x UP. Numerically: softmax(-m delta) over "
-    "delta = 0 .. n - 1 in float64, a cumulative sum, and the count of keys up to the first whose "
-    "running sum reaches 1/2.",
+    "With equal content scores the bias -m (i - j) alone sets the row: the key delta back weighs "
+    "r^delta, r = e^{-m}, for delta = 0 .. n - 1. The definition compares two sums of these "
+    "powers: what kind of sums are they, and must you add them term by term?",
+    "The weights r^delta of a causal row form a geometric series, so both sums of the definition "
+    "are partial sums with a closed form, and the share held by the nearest k keys is their "
+    "ratio. Solve share = 1/2 for k (ln r = -m is negative: mind which way the inequality turns) "
+    "and take the smallest whole k where the share reaches 1/2. Or add up the row's softmax "
+    "weights in float64 and count keys until the running sum reaches 1/2.",
     "r_n = torch.exp(-m * n)                     # (H,): r^n, r = e^{-m}\n"
-    "x = ...                                     # (H,): -ln((1 + r^n) / 2) / m, where share = 1/2\n"
+    "x = ...                                     # (H,) float: the k where share(k) is exactly 1/2\n"
     "return ...                                  # (H,) long: the smallest whole k >= x"))
 def check_reach(half_weight_reach: Callable) -> CheckResult:
     """Exercise: ``half_weight_reach(m (H,), n) -> (H,)`` long, each head's half-weight reach: the

@@ -36,6 +36,14 @@ FULLY_MASKED = (
     "mask.any(dim=-1, keepdim=True), or torch.nan_to_num(weights, nan=0.0).")
 
 
+MASKED_AFTER = (
+    "the masked keys were removed after the exponent (weights times the mask, then renormalised). "
+    "In exact arithmetic that gives the same weights (notebook 05), but here a masked key scores "
+    "about 1000 more than the allowed ones, so every allowed key's exp(s - max) underflows to 0 "
+    "and the row is 0 / 0. Fill the masked scores with -inf before the softmax: they then never "
+    "set the maximum.")
+
+
 def _random_mask(g: torch.Generator, *shape: int) -> torch.Tensor:
     """A boolean mask in which every row allows at least one key and forbids at least one."""
     mask = torch.rand(*shape, generator=g) < 0.5
@@ -82,11 +90,19 @@ def attention_reference(q, k, v, mask):
 
 
 def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v", zero_empty=True,
-               stable=True):
-    """A learner's attention with one thing changed, for the known mistakes."""
+               stable=True, mask_after=None):
+    """A learner's attention with one thing changed, for the known mistakes. ``mask_after``: the
+    masked keys removed after the exponent ("softmax": then renormalised; "exp": exp(s - the
+    maximum over every key) times the mask, then normalised)."""
     def attention(q, k, v, mask):
         factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, k, v)
         scores = q @ k.transpose(-2, -1) * factor
+        if mask_after is not None:
+            raw = (torch.softmax(scores, dim=-1) if mask_after == "softmax"
+                   else (scores - scores.amax(-1, keepdim=True)).exp()) * mask
+            weights = raw / raw.sum(-1, keepdim=True)
+            weights = torch.nan_to_num(weights, nan=0.0) if zero_empty else weights
+            return weights @ v, weights
         scores = scores.masked_fill(mask if invert else ~mask, fill)
         if stable:
             weights = torch.softmax(scores, dim=dim)
@@ -118,10 +134,10 @@ def _attention_calls() -> tuple[tuple[object, str], ...]:
 @exercise("query_key_value.attention", "scaled dot-product attention with a mask", hints=(
     "Four steps: scores q . k_j, scaled by 1/sqrt(d_k); masked keys get -inf; a softmax over the "
     "keys; the weighted sum of the values. A query with no allowed key must read nothing (zeros).",
-    "Transpose k's last two axes so that q times it gives the (..., n_q, n_k) scores; divide by "
-    "sqrt(d_k), d_k = q.shape[-1]. Fill the entries where mask is False with -inf (masked_fill) "
-    "and softmax over the keys, dim=-1: a row with no allowed key comes out as NaN, so turn NaN "
-    "into 0 before multiplying the weights by v.",
+    "The scores need every query against every key: which axes of k must swap for q @ k to "
+    "give (..., n_q, n_k), and what scale? A forbidden key must get weight exactly 0 after the "
+    "softmax: which score gives that? And a row with no allowed key: what does the softmax of an "
+    "all -inf row give, and what must that row read instead?",
     "scores = ...                                     # (..., n_q, n_k), scaled by 1/sqrt(d_k)\n"
     "scores = scores.masked_fill(..., float('-inf'))  # the keys the mask forbids\n"
     "weights = ...                                    # softmax over the keys, NaN (no key) -> 0\n"
@@ -163,6 +179,8 @@ def check_attention(attention: Callable) -> CheckResult:
                       "scores in the 1000s overflowed: exp(1000) is inf in floating point, and "
                       "inf / inf is NaN. Subtract each row's maximum before exp (the softmax does "
                       "not change), or use torch.softmax, which does.") for zero in (True, False)),
+            *(Mistake(_attention(mask_after=after, zero_empty=zero), MASKED_AFTER)
+              for after in ("softmax", "exp") for zero in (True, False)),
         ],
         nan_hint=FULLY_MASKED,
         forbid=_attention_calls(),
@@ -254,10 +272,11 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
               "The scores are S = X W_Q (X W_K)^T / sqrt(d_k). Decide what S should look like (large "
               "on the entry (i, i+1), small elsewhere), then pick Q = X W_Q and K = X W_K that "
               "give it. That S is not symmetric, so W_Q and W_K must differ.",
-              "Let P be the cyclic shift, P[i, i+1] = 1. If X W_Q = c I and X W_K = c P^T, then "
-              "Q K^T = c^2 P. A right inverse of X (torch.linalg.pinv(X), X pinv(X) = I) turns "
-              "the wanted Q and K into W_Q and W_K. Then c: the next token's score leads the "
-              "other n - 1 by c^2 / sqrt(d_k) (here d_k = n), and they share what is left.",
+              "Aim for scores proportional to the cyclic shift P (P[i, i+1] = 1): choose Q and K "
+              "first, as simple matrices whose product Q K^T is a multiple of P, then get W_Q and "
+              "W_K from them through a right inverse of X (torch.linalg.pinv). Last, the size: "
+              "how far must the next token's score lead the n - 1 others for its weight to reach "
+              "0.9?",
               "n = X.shape[0]\n"
               "P = ...             # (n, n): P[i, i+1] = 1 and P[n-1, 0] = 1, 0 elsewhere\n"
               "c = ...             # from n: weight 1 / (1 + (n-1) e^(-c^2/sqrt(n))) >= 0.9\n"

@@ -90,10 +90,10 @@ HINTS: dict[str, tuple[str, str, str]] = {
         "A previous-token head puts (almost) all the weight of query i on key i - 1, the entry "
         "just left of the diagonal. Its score is the mean of that entry over the queries that "
         "are real and have a key before them (i >= 1).",
-        "Index the last two axes with two tensors at once, the rows 1..n-1 and the columns one "
-        "less: that picks the n - 1 entries just left of the diagonal, (L, b, h, n - 1). Their "
-        "queries are real where mask without its first column is True, (b, n - 1): give it the "
-        "missing axes so it broadcasts against (L, b, h, n - 1).",
+        "The entries (i, i - 1) form one diagonal of each (n, n) weight matrix, just below the "
+        "main one: indexing the last two axes with two index tensors at once (or torch.diagonal "
+        "with an offset) picks them all. Which of mask's columns belong to those queries, and "
+        "which axes must that mask gain to broadcast against the picked entries?",
         "n = weights.shape[-1]\n"
         "i = torch.arange(1, n)\n"
         "on_previous = ...                               # (L, b, h, n - 1): row i, column i - 1\n"
@@ -205,10 +205,11 @@ HINTS["value_norms"] = (
     "Head h adds sum_j a_ij f_h(x_j) to token i, where f_h(x_j) is value vector v_j of head h "
     "multiplied by head h's part of the output projection W_O. Its norm times a_ij is what key j "
     "contributes; return it for every (b, h, i, j).",
-    "nn.Linear stores W_O as (out, in) = (d, h * d_head): head h owns the d_head columns from "
-    "h * d_head on. Give the heads an axis of their own by reshaping W_O, contract each head's "
-    "(d_head) value vectors with its block to get f, (b, h, n, d), and take its norm over d. "
-    "Since a_ij >= 0, ||a_ij f|| = a_ij ||f||: broadcast the key's norm over the queries i.",
+    "nn.Linear stores W_O as (out, in) = (d, h * d_head), and head h's values meet only its own "
+    "d_head columns: give the heads an axis of their own in W_O, so that each head's value "
+    "vectors meet only its block. a_ij is a number >= 0, so ||a_ij f_h(x_j)|| = a_ij "
+    "||f_h(x_j)||: how many norms does that leave to compute, and over which axis do they "
+    "broadcast?",
     "b, h, n, d_head = values.shape\n"
     "W_h = ...                                         # (h, d_head, d): head h's columns of W_O\n"
     "f = ...                                           # (b, h, n, d): f_h(x_j), summed over d_head\n"

@@ -194,9 +194,10 @@ _NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis
 @exercise("rnn_bottleneck.additive_scores", "the additive score e_tj", hints=(
     "Project the decoder state and every encoder state into the same d_a-dimensional space, add "
     "them, squash with tanh, and let v_a turn each d_a-vector into one number.",
-    "s @ U_q is (b, d_a) and H @ U_k is (b, n, d_a): give the first a middle axis, (b, 1, d_a), "
-    "so that it is added to all n encoder rows. After tanh the features are (b, n, d_a); a "
-    "matrix product with v_a (d_a,) contracts d_a and leaves (b, n).",
+    "s @ U_q is one d_a-vector per sequence, (b, d_a), and H @ U_k one per encoder state, "
+    "(b, n, d_a). Broadcasting lines the axes up from the right: where must s @ U_q gain an axis "
+    "so that each sequence's vector is added to its own n rows? After the tanh, which product "
+    "with v_a (d_a,) contracts the last axis?",
     "query = ...                      # s @ U_q with a new axis for j: (b, 1, d_a)\n"
     "features = torch.tanh(query + H @ U_k)                    # (b, n, d_a)\n"
     "return ...                                                # (b, n)"))

@@ -171,8 +171,9 @@ _BACKWARD_FORBID = [
     (torch, "diag"), (torch.Tensor, "diag"), (torch, "diagflat"), (torch, "eye"),
     (_scaling_lesson, "softmax_jacobian"),
 ]
-_BACKWARD_INSTEAD = ("Write grad_s = a * (g - <a, g>) from a = softmax(scores): one dot product "
-                     "per row, no n x n matrix")
+_BACKWARD_INSTEAD = ("Multiply J = diag(a) - a a^T out on paper, a = softmax(scores), until only "
+                     "vectors of length n and numbers per row are left: no n x n matrix "
+                     "(exercises.hint('scaling.softmax_backward', 2) names the idea)")
 _BACKWARD_POINT = ("The point of this exercise is the backward pass WITHOUT J, which at n = 8,192 "
                    f"and 64 rows would need 17 GB. {_BACKWARD_INSTEAD}.")
 
@@ -220,11 +221,12 @@ def _no_jacobian(what: str, point: str, instead: str, ops: tuple[str, ...] = ())
 @exercise("scaling.softmax_backward", "the softmax backward pass, without building J", hints=(
     "Backpropagation needs only J^T g, and J = diag(a) - a a^T is symmetric. What are diag(a) g "
     "and (a a^T) g, written so that no (n, n) matrix appears?",
-    "J_ij = a_i (delta_ij - a_j), so (J g)_i = a_i g_i - a_i sum_j a_j g_j. The sum is one number "
-    "per row, the same for every i; a = softmax(s) over the last axis.",
+    "Write (J g)_i = sum_j J_ij g_j with J_ij = a_i (delta_ij - a_j) and split it in two sums. "
+    "In the first, delta_ij keeps only j = i; in the second, which factor does not depend on j "
+    "and comes out of the sum? What stays inside is the same for every i: one number per row.",
     "a = torch.softmax(scores, dim=-1)\n"
     "dot = ...                                    # <a, g> per row, kept (..., 1)\n"
-    "return ...                                   # (J g)_i = a_i (g_i - <a, g>), row by row"))
+    "return ...                                   # (..., n): J g from a, grad_weights and dot"))
 def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
     """Exercise: ``softmax_backward(scores (..., n), grad_weights (..., n)) -> (..., n)``, the
     gradient of the loss at the scores given its gradient ``g`` at the weights ``a =
@@ -297,19 +299,20 @@ _NORM_FORBID = [
     (torch.func, "jacrev"), (torch.func, "jacfwd"),
 ]
 _NORM_INSTEAD = ("Expand |J|_F^2 = |diag(a) - a a^T|_F^2 on paper into sums over each row's "
-                 "weights and compute those sums: n numbers per row, no n x n matrix")
+                 "weights and compute those sums: no n x n matrix "
+                 "(exercises.hint('scaling.jacobian_norm', 2) names the idea)")
 _NORM_POINT = ("The point of this exercise is |J|_F WITHOUT J: at n = 8,192 keys, 64 rows of J "
                f"would take 17 GB. {_NORM_INSTEAD}.")
 
 
 @exercise("scaling.jacobian_norm", "the size of the softmax Jacobian, without building it", hints=(
-    "|J|_F^2 is the sum of the squares of all of J's entries. Write J = D - P with D = diag(a) "
-    "and P = a a^T, and expand |D - P|^2 like (x - y)^2 = x^2 - 2xy + y^2, where xy becomes "
-    "<D, P> = sum_ij D_ij P_ij. Each of the three terms is a sum over the row's weights; the "
-    "norm is the square root at the end.",
-    "|D|^2 has only the diagonal entries a_i. In <D, P> only i = j survives, where P_ii = a_i a_i. "
-    "|P|^2 = sum_i sum_j (a_i a_j)^2 splits into a product of two identical sums. Sum over the "
-    "last axis (the keys): one number per row, shape (...).",
+    "Work with |J|_F^2, the sum of the squares of all of J's entries, and take the square root "
+    "at the end. J = diag(a) - a a^T is a difference of two simple matrices: what does the square "
+    "of a difference expand into?",
+    "Write J = D - P with D = diag(a), P = a a^T, and expand |D - P|_F^2 like (x - y)^2 = x^2 - "
+    "2xy + y^2, where xy is <D, P> = sum_ij D_ij P_ij. Then evaluate each of the three terms as "
+    "a sum over the row's weights: which entries of D are not zero, which entries of P do they "
+    "meet, and does the double sum in |P|^2 factor? One number per row, shape (...).",
     "s2 = ...                                   # (...): sum_i a_i^2 of each row (last axis)\n"
     "s3 = ...                                   # (...): sum_i a_i^3\n"
     "squared = ...                              # |D|^2 - 2 <D, P> + |P|^2 from s2 and s3\n"

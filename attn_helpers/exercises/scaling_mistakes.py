@@ -65,6 +65,10 @@ NORM_MISTAKES = [
             "the cross term's factor is off: |D - P|_F^2 = |D|^2 - 2 <D, P> + |P|^2, and "
             "<D, P> = sum_i D_ii P_ii = sum_i a_i^3 (only the diagonal of P meets D), so -2 "
             "sum_i a_i^3."),
+    Mistake(_from_sums(lambda p2, p3, p4: _root(p2 - p2 ** 2)),
+            "the cross term is off: <D, P> = sum_ij D_ij P_ij is not (sum_i a_i^2)^2, which is "
+            "|P|^2, the third term. D = diag(a) is zero off its diagonal, so only the diagonal "
+            "entries of P meet it."),
     Mistake(_from_sums(lambda p2, p3, p4: p2.sqrt()),
             "that is |diag(a)|_F = |a|, the first term alone: J = diag(a) - a a^T, and the outer "
             "product changes the norm."),

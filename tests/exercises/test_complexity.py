@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 import attn_helpers as ah
 from attn_helpers import efficient as eff
 from attn_helpers.exercises import complexity as ex
+from attn_helpers.exercises import complexity_backward as ex_bwd
 from attn_helpers.exercises import hint
 from attn_helpers.exercises.workflow import EXERCISES
 
 CHECKERS = [(ex.check_merge_states, "merge_states", "complexity.merge_states"),
-            (ex.check_causal_backward_tile, "causal_backward_tile", "complexity.causal_backward_tile"),
+            (ex.check_causal_backward, "causal_backward", "complexity.causal_backward"),
             (ex.check_linear_step, "linear_step", "complexity.linear_step")]
 F64 = torch.float64
 
@@ -126,112 +127,272 @@ def test_merge_cases_cover_the_edge_cases():
     assert (torch.isinf(cases[-1]["m1"]) & torch.isinf(cases[-1]["m2"])).any()   # both empty
 
 
-# --- exercise 2: one tile of the causal backward ----------------------------------------------
+# --- exercise 2: the causal backward, in tiles -------------------------------------------------
 
 
-@settings(max_examples=20, deadline=None, derandomize=True)
-@given(n=st.integers(1, 10), b_q=st.integers(1, 4), b_k=st.integers(1, 4), d=st.integers(1, 5),
-       d_v=st.integers(1, 4), seed=st.integers(0, 1000))
-def test_causal_tiles_over_every_tile_give_autograd(n, b_q, b_k, d, d_v, seed):
+BACKWARD_ARGS = "q, k, v, O, lse, d_out, B"
+
+
+def _autograd(case):
+    leaves = [case[x].clone().requires_grad_() for x in "qkv"]
+    n = case["q"].shape[-2]
+    out = ah.scaled_dot_product_attention(*leaves, ah.causal_mask(n))[0]
+    out.backward(case["d_out"])
+    return out.detach(), [leaf.grad for leaf in leaves]
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_the_backward_reference_equals_autograd_through_causal_attention(index):
+    case = (ex_bwd._cases() + ex_bwd._large_cases())[index]
+    out, grads = _autograd(case)
+    torch.testing.assert_close(out, case["O"])
+    _, lse = eff.tiled_attention(case["q"], case["k"], case["v"], causal=True, return_lse=True)
+    torch.testing.assert_close(case["lse"], lse)                  # as the forward saves it
+    for ours, theirs in zip(ex.causal_backward_reference(*case.values()), grads, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-9, rtol=1e-9)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(n=st.integers(1, 11), B=st.integers(1, 5), d_k=st.integers(1, 4), d_v=st.integers(1, 4),
+       seed=st.integers(0, 1000))
+def test_the_backward_reference_equals_autograd_for_any_n_and_B(n, B, d_k, d_v, seed):
     g = torch.Generator().manual_seed(seed)
-    q, k = (torch.randn(2, n, d, generator=g, dtype=F64, requires_grad=True) for _ in range(2))
-    v = torch.randn(2, n, d_v, generator=g, dtype=F64, requires_grad=True)
-    d_out = torch.randn(2, n, d_v, generator=g, dtype=F64)
-    out, lse = eff.tiled_attention(q, k, v, causal=True, return_lse=True)
-    out.backward(d_out)
-    lse, D = lse.detach().unsqueeze(-1), (d_out * out.detach()).sum(-1, keepdim=True)
+    case = ex_bwd._case(g, (2,), n, d_k, d_v, B)
+    _, grads = _autograd(case)
+    for ours, theirs in zip(ex.causal_backward_reference(*case.values()), grads, strict=True):
+        torch.testing.assert_close(ours, theirs)
+
+
+def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", fill=-math.inf,
+                     mask_ds_only=False, tile_d=False, local_softmax=False, scale=(True, True),
+                     scale_scores=True, assign=(), raw_exp=False, no_lse=False, lse_keys=False,
+                     d_keys=False):
+    """A learner's causal backward written another way: query tiles outside, key tiles inside,
+    einsum, the mask from torch.triu; each keyword plants one mistake."""
+    n, c = q.shape[-2], q.shape[-1] ** -0.5
+    D = torch.einsum("...nv,...nv->...n", d_out, O)
+    D = D if d_keys else D[..., None]
     dq, dk, dv = (torch.zeros_like(t) for t in (q, k, v))
-    for i in range(0, n, b_q):
-        for j in range(0, n, b_k):
-            I, J = slice(i, i + b_q), slice(j, j + b_k)
-            a, b, c = ex.causal_backward_tile_reference(q.detach()[:, I], k.detach()[:, J],
-                                                        v.detach()[:, J], d_out[:, I], lse[:, I],
-                                                        D[:, I], i, j)
-            dq[:, I] += a
-            dk[:, J] += b
-            dv[:, J] += c
-    torch.testing.assert_close(dq, q.grad)
-    torch.testing.assert_close(dk, k.grad)
-    torch.testing.assert_close(dv, v.grad)
+    for i in range(0, n, B):
+        Q, dO = q[..., i:i + B, :], d_out[..., i:i + B, :]
+        b_q = Q.shape[-2]
+        L = lse[..., i:i + B][..., None, :] if lse_keys else lse[..., i:i + B, None]
+        for j in range(0, n, B):
+            if {"causal": j > i + b_q - 1, "all": False, "below": j > i - 1}[visit]:
+                continue
+            K, V = k[..., j:j + B, :], v[..., j:j + B, :]
+            b_k = K.shape[-2]
+            offset = torch.ones(b_q, b_k, dtype=torch.bool)                # key j + b vs query i + a
+            allowed = {"causal": ~offset.triu(i - j + 1), "strict": ~offset.triu(i - j),
+                       "inverted": offset.triu(i - j + 1), "none": offset}[mask]
+            s = torch.einsum("...qd,...kd->...qk", Q, K) * (c if scale_scores else 1.0)
+            masked = torch.where(allowed, s, torch.tensor(fill, dtype=s.dtype))
+            p = (masked if not mask_ds_only else s)
+            p = p.exp() / lse[..., i:i + B, None].exp() if raw_exp else (p - (0 if no_lse else L)).exp()
+            if local_softmax:
+                p = torch.nan_to_num(torch.softmax(masked, -1))
+            dp = torch.einsum("...qv,...kv->...qk", dO, V)
+            D_i = (D[..., i:i + B][..., None, :] if d_keys else D[..., i:i + B, :])
+            if tile_d:
+                D_i = (p * dp * allowed).sum(-1, keepdim=True)
+            ds = p * (dp - D_i)
+            if mask_ds_only:
+                ds = torch.where(allowed, ds, 0.0)
+            shares = {"dq": (dq, slice(i, i + B), torch.einsum("...qk,...kd->...qd", ds, K)
+                             * (c if scale[0] else 1.0)),
+                      "dk": (dk, slice(j, j + B), torch.einsum("...qk,...qd->...kd", ds, Q)
+                             * (c if scale[1] else 1.0)),
+                      "dv": (dv, slice(j, j + B), torch.einsum("...qk,...qv->...kv", p, dO))}
+            for name, (grad, where, share) in shares.items():
+                if name in assign:
+                    grad[..., where, :] = share
+                else:
+                    grad[..., where, :] += share
+    return dq, dk, dv
 
 
-GIVEN_POSITIONS = ("rows = torch.arange(i, i + q_i.shape[-2])[:, None]\n"
-                   "cols = torch.arange(j, j + k_j.shape[-2])[None, :]\n")
+HINT_FILLS = ("(d_out * O).sum(-1, keepdim=True)", "j, n, B",
+              "(Q_i @ K_j.mT * scale).masked_fill(cols > rows, -math.inf)",
+              "torch.exp(S - lse[..., i:i + B, :])",
+              "dS @ K_j * scale", "dS.mT @ Q_i * scale", "P.mT @ dO_i")
 
 
-def learner_causal(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j, *, mask="causal", fill=-math.inf,
-                   mask_ds_only=False, tile_d=False, scale_grads=True, raw_exp=False,
-                   local_softmax=False):
-    """A learner's causal tile written with einsum; each keyword plants one mistake."""
-    b_q, b_k = q_i.shape[-2], k_j.shape[-2]
-    rows, cols = torch.arange(b_q)[:, None] + i, torch.arange(b_k)[None, :] + j
-    allowed = {"causal": cols <= rows, "none": torch.ones(b_q, b_k, dtype=torch.bool),
-               "strict": cols < rows, "inverted": cols > rows}[mask]
-    scale = q_i.shape[-1] ** -0.5
-    s = torch.einsum("...qd,...kd->...qk", q_i, k_j) * scale
-    if not mask_ds_only:
-        s = torch.where(allowed, s, torch.tensor(fill, dtype=s.dtype))
-    p = s.exp() / lse_i.exp() if raw_exp else (s - lse_i).exp()
-    if local_softmax:                                                    # this tile's keys only
-        p = torch.nan_to_num(torch.softmax(s, -1))
-    dp = torch.einsum("...qv,...kv->...qk", d_out_i, v_j)
-    D = (p * dp * allowed).sum(-1, keepdim=True) if tile_d else D_i
-    ds = p * (dp - D)
-    if mask_ds_only:
-        ds = ds * allowed
-    g = scale if scale_grads else 1.0
-    return (torch.einsum("...qk,...kd->...qd", ds, k_j) * g,
-            torch.einsum("...qk,...qd->...kd", ds, q_i) * g,
-            torch.einsum("...qk,...qv->...kv", p, d_out_i))
+def test_backward_checker_accepts_the_reference_a_learner_solution_and_the_hint():
+    assert ex.check_causal_backward(ex.causal_backward_reference, solution=True)
+    verdict = ex.check_causal_backward(learner_backward)
+    assert verdict and verdict.message.endswith("on all 6 cases, edge cases included.")
+    assert not ex.check_causal_backward(skeleton("complexity.causal_backward", BACKWARD_ARGS))
+    assert ex.check_causal_backward(skeleton("complexity.causal_backward", BACKWARD_ARGS, HINT_FILLS))
 
 
-def test_causal_checker_accepts_the_reference_a_learner_solution_and_the_hint():
-    assert ex.check_causal_backward_tile(ex.causal_backward_tile_reference, solution=True)
-    verdict = ex.check_causal_backward_tile(learner_causal)
-    assert verdict and verdict.message.endswith("on all 7 cases, edge cases included.")
-    assert ex.check_causal_backward_tile(skeleton(
-        "complexity.causal_backward_tile", "q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j", (
-            "j >= i + q_i.shape[-2]",
-            "cols <= rows",
-            "dS @ k_j * scale", "dS.mT @ q_i * scale", "P.mT @ d_out_i"),
-        prefix=GIVEN_POSITIONS, math=math, torch=torch))
+def test_no_backward_hint_states_the_solution():
+    hints = EXERCISES["complexity.causal_backward"].hints
+    assert not any(f in hints[0] + hints[1] for f in ("rowsum", "exp(", "+=", "sqrt", "masked_fill"))
+    for fill in ("j, n, B", "masked_fill", "(d_out * O)", "dS @ K_j", "P.mT"):
+        assert fill not in hints[2], fill
 
 
-def _causal(**mistake):
-    return lambda *args: learner_causal(*args, **mistake)
+def _backward(**mistake):
+    return lambda *args: learner_backward(*args, **mistake)
 
 
-CAUSAL_WRONG = {
-    "no causal mask": _causal(mask="none"),
-    "the diagonal was masked": _causal(mask="strict"),
-    "the mask is inverted": _causal(mask="inverted"),
-    "the masked scores were set to 0, not -inf": _causal(fill=0.0),
-    "dS was masked but P was not": _causal(mask_ds_only=True),
-    "D was recomputed as rowsum(P * dP) over this tile alone": _causal(tile_d=True),
-    "dq_i and dk_j miss the scale": _causal(scale_grads=False),
-    "exp(S) overflowed": _causal(raw_exp=True),
-    "P was normalised within this tile": _causal(local_softmax=True),
+BACKWARD_WRONG = {
+    "no causal mask": _backward(visit="all", mask="none"),
+    "the tiles that cross the diagonal were not masked": _backward(mask="none"),
+    "the diagonal tiles were skipped": _backward(visit="below"),
+    "the diagonal was masked": _backward(mask="strict"),
+    "the mask is inverted": _backward(mask="inverted"),
+    "the mask is inverted: it kept the future keys": _backward(mask="inverted", visit="all"),
+    "the masked scores were set to 0, not -inf": _backward(fill=0.0),
+    "the masked scores were set to 0, not -inf: exp(0 - lse)": _backward(fill=0.0, visit="all"),
+    "dS was masked but P was not": _backward(mask_ds_only=True),
+    "D was recomputed as rowsum(P * dP) over one tile": _backward(tile_d=True),
+    "P was normalised within the tile": _backward(local_softmax=True),
+    "P = exp(S) without the lse": _backward(no_lse=True),
+    "lse broadcast along the keys": _backward(lse_keys=True),
+    "D broadcast along the keys": _backward(d_keys=True),
+    "the scores miss the scale": _backward(scale_scores=False),
+    "dq or dk misses the scale": _backward(scale=(False, False)),
+    "dq or dk misses the scale: S = Q K^T": _backward(scale=(True, False)),
+    "dK_j or dV_j was assigned in each query tile, not added": _backward(assign=("dk", "dv")),
+    "the last query tile overwrote the others": _backward(assign=("dv",)),
+    "dQ_i was assigned in each key tile, not added": _backward(assign=("dq",)),
+    "exp(S) overflowed": _backward(raw_exp=True),
 }
 
 
-@pytest.mark.parametrize("phrase", CAUSAL_WRONG)
-def test_causal_checker_names_the_mistake(phrase):
-    assert_rejected(ex.check_causal_backward_tile(CAUSAL_WRONG[phrase]), phrase)
+@pytest.mark.parametrize("phrase", BACKWARD_WRONG)
+def test_backward_checker_names_the_mistake(phrase):
+    assert_rejected(ex.check_causal_backward(BACKWARD_WRONG[phrase]), phrase)
 
 
-def test_causal_cases_cover_the_edge_cases():
-    cases = ex._causal_cases() + ex._large_causal_cases()
-    kinds = set()
-    for c in cases:
-        b_q, b_k = c["q_i"].shape[-2], c["k_j"].shape[-2]
-        kinds.add("above" if c["j"] >= c["i"] + b_q else "below" if c["j"] + b_k - 1 <= c["i"]
-                  else "crossing")
-        if b_q != b_k and c["i"] != c["j"]:
-            kinds.add("unaligned")
-    assert kinds == {"above", "below", "crossing", "unaligned"}
-    assert any(c["q_i"].dim() == 4 for c in cases)
-    assert any(c["q_i"].shape[-1] != c["v_j"].shape[-1] for c in cases)
-    assert cases[-1]["lse_i"].min() > 709
+def test_every_known_backward_mistake_is_told_apart_on_the_cases():
+    """Each known mistake differs from the reference on some case, and on the first such case
+    no earlier mistake with another message gives the same answer (the checker would name it)."""
+    from attn_helpers.exercises.core import _close
+
+    cases, mistakes = ex_bwd._cases(), ex_bwd._mistakes()
+
+    def run(mistake, case):
+        try:
+            return mistake.produce(*case.values())
+        except RuntimeError:                                  # cannot be made on this case
+            return None
+
+    def same(a, b):
+        return a is not None and all(x.shape == y.shape and _close(x, y, 1e-9, 1e-7, equal_nan=True)
+                                     for x, y in zip(a, b, strict=True))
+
+    assert len({m.hint for m in mistakes}) >= 8
+    for index, mistake in enumerate(mistakes):
+        first = next((c for c in cases if (got := run(mistake, c)) is not None
+                      and not same(got, ex.causal_backward_reference(*c.values()))), None)
+        assert first is not None, mistake.hint
+        got = run(mistake, first)
+        assert not any(same(run(m, first), got) for m in mistakes[:index] if m.hint != mistake.hint), (
+            mistake.hint)
+
+
+def test_backward_cases_cover_the_edge_cases():
+    cases = ex_bwd._cases() + ex_bwd._large_cases()
+    n_and_B = [(c["q"].shape[-2], c["B"]) for c in cases]
+    assert any(n % B == 0 and B < n for n, B in n_and_B) and any(n % B for n, B in n_and_B)
+    assert any(B == 1 for _, B in n_and_B) and any(B >= n for n, B in n_and_B)
+    assert {c["q"].shape[:-2] for c in cases} >= {(), (2, 3)}
+    assert all(c["lse"].shape == c["q"].shape[:-1] for c in cases)
+    assert any(c["q"].shape[-1] != c["v"].shape[-1] for c in cases)
+    assert cases[-1]["lse"].min() > 709
+
+
+def full_matrix(q, k, v, O, lse, d_out, B):
+    """Right, but it holds the whole (n, n) score matrix."""
+    S = (q @ k.mT / math.sqrt(q.shape[-1])).masked_fill(~ah.causal_mask(q.shape[-2]), -math.inf)
+    P = torch.exp(S - lse[..., None])
+    dS = P * (d_out @ v.mT - (d_out * O).sum(-1, keepdim=True))
+    return dS @ k / math.sqrt(q.shape[-1]), dS.mT @ q / math.sqrt(q.shape[-1]), P.mT @ d_out
+
+
+def key_tiles_only(q, k, v, O, lse, d_out, B):
+    """Right, but section 5's loop with a mask: every query against one key tile at a time."""
+    n, c = q.shape[-2], 1 / math.sqrt(q.shape[-1])
+    D, L = (d_out * O).sum(-1, keepdim=True), lse[..., None]
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for j in range(0, n, B):
+        K, V = k[..., j:j + B, :], v[..., j:j + B, :]
+        future = torch.arange(j, min(j + B, n))[None, :] > torch.arange(n)[:, None]
+        P = torch.exp((q @ K.mT * c).masked_fill(future, -math.inf) - L)
+        dS = P * (d_out @ V.mT - D)
+        dq += dS @ K * c
+        dk[..., j:j + B, :], dv[..., j:j + B, :] = dS.mT @ q * c, P.mT @ d_out
+    return dq, dk, dv
+
+
+def test_the_backward_checker_refuses_the_n_by_n_matrix_and_key_tiles_alone():
+    verdict = ex.check_causal_backward(full_matrix)
+    assert_rejected(verdict, "case 1 of 6", "shape (16, 16)", "never to hold the n x n matrix")
+    assert_rejected(ex.check_causal_backward(key_tiles_only), "shape (16, 4)",
+                    "tile the queries too")
+
+
+def tile_of_B(q, k, v, O, lse, d_out, B):
+    """Right where n is a multiple of B; the positions of the last tile are taken from B."""
+    n, c = q.shape[-2], 1 / math.sqrt(q.shape[-1])
+    D, L = (d_out * O).sum(-1, keepdim=True), lse[..., None]
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for j in range(0, n, B):
+        for i in range(j, n, B):
+            I, J = slice(i, i + B), slice(j, j + B)
+            Q, K, V, dO = q[..., I, :], k[..., J, :], v[..., J, :], d_out[..., I, :]
+            future = torch.arange(j, j + B) > torch.arange(i, i + B)[:, None]
+            P = torch.exp((Q @ K.mT * c).masked_fill(future, -math.inf) - L[..., i:i + B, :])
+            dS = P * (dO @ V.mT - D[..., i:i + B, :])
+            dq[..., i:i + B, :] += dS @ K * c
+            dk[..., j:j + B, :] += dS.mT @ Q * c
+            dv[..., j:j + B, :] += P.mT @ dO
+    return dq, dk, dv
+
+
+def test_the_backward_checker_names_a_last_tile_sized_by_B_and_accepts_padding():
+    assert_rejected(ex.check_causal_backward(tile_of_B), "case 2 of 6", "the last tile is shorter")
+
+    def padded(q, k, v, O, lse, d_out, B):                    # pad n to a multiple of B, then cut
+        n, pad = q.shape[-2], -q.shape[-2] % B
+        grads = tile_of_B(*(F.pad(t, (0, 0, 0, pad)) for t in (q, k, v, O)), F.pad(lse, (0, pad)),
+                          F.pad(d_out, (0, 0, 0, pad)), B)
+        return tuple(g[..., :n, :] for g in grads)
+
+    assert ex.check_causal_backward(padded)
+
+
+def test_the_backward_through_autograd_or_the_package_is_refused():
+    ns = {"eff": eff, "ah": ah, "torch": torch, "F": F, "backward_tile": eff.backward_tile,
+          "learner": learner_backward}
+    exec("def tiles(q, k, v, O, lse, d_out, B):\n"  # noqa: S102 - test code
+         "    D = (d_out * O).sum(-1, keepdim=True)\n"
+         "    return backward_tile(q, k, v, d_out, lse[..., None], D)\n"
+         "def package(q, k, v, O, lse, d_out, B):\n"
+         "    leaves = [t.clone().requires_grad_() for t in (q, k, v)]\n"
+         "    out = ah.tiled_attention(*leaves, block_size=B, causal=True)\n"
+         "    return torch.autograd.grad(out, leaves, d_out)\n"
+         "def by_hand(q, k, v, O, lse, d_out, B):\n"
+         "    x = q.clone().requires_grad_()\n"
+         "    (x * 2).sum().backward()\n"
+         "    return learner(q, k, v, O, lse, d_out, B)\n"
+         "def vjp(q, k, v, O, lse, d_out, B):\n"
+         "    torch.func.vjp(torch.sin, q)\n"
+         "    return learner(q, k, v, O, lse, d_out, B)\n"
+         "def fused(q, k, v, O, lse, d_out, B):\n"
+         "    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=True)\n"
+         "    return learner(q, k, v, O, lse, d_out, B)\n", ns)
+    assert_rejected(ex.check_causal_backward(ns["tiles"]), "backward_tile")
+    assert_rejected(ex.check_causal_backward(ns["package"]), "attn_helpers.tiled_attention")
+    assert_rejected(ex.check_causal_backward(ns["by_hand"]), "used autograd", "Tensor.backward")
+    assert_rejected(ex.check_causal_backward(ns["vjp"]), "used autograd", "vjp")
+    assert_rejected(ex.check_causal_backward(ns["fused"]), "_scaled_dot_product_flash_attention")
+    assert ns["backward_tile"] is eff.backward_tile and eff.backward_tile.__name__ == "backward_tile"
+    x = torch.ones(2, requires_grad=True)
+    (x * 3).sum().backward()                                   # autograd is back afterwards
+    assert x.grad.tolist() == [3.0, 3.0]
 
 
 # --- exercise 3: one step of causal linear attention -------------------------------------------
@@ -313,14 +474,6 @@ def test_merge_through_the_package_or_an_imported_name_is_blocked():
     assert_rejected(ex.check_merge_states(ns["by_name"]), "attn_helpers.efficient.merge_states")
     assert_rejected(ex.check_merge_states(ns["by_step"]), "online_softmax_step")
     assert eff.merge_states is ns["merge_states"]                              # restored afterwards
-
-
-def test_causal_tile_through_the_package_is_blocked():
-    ns = _calls("backward_tile")
-    exec("def f(q_i, k_j, v_j, d_out_i, lse_i, D_i, i, j):\n"  # noqa: S102 - test code
-         "    return backward_tile(q_i, k_j, v_j, d_out_i, lse_i, D_i)\n", ns)
-    assert_rejected(ex.check_causal_backward_tile(ns["f"]), "backward_tile")
-    assert ns["backward_tile"] is eff.backward_tile
 
 
 def test_linear_step_through_the_package_is_blocked():

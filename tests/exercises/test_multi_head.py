@@ -79,8 +79,12 @@ def make_module(*, split="right", merge="right", d_scale="head", dim=-1, mix=Tru
                 heads, _ = ah.scaled_dot_product_attention(q, k, v, ~mask)
             else:
                 heads = torch.softmax(s, dim=dim) @ v
-            concat = (heads.reshape(b, n, d_model) if merge == "reshape only"
-                      else heads.transpose(1, 2).reshape(b, n, d_model))
+            if merge == "reshape only":
+                concat = heads.reshape(b, n, d_model)
+            elif merge == "strided":                    # head i to every h-th column
+                concat = heads.permute(0, 2, 3, 1).reshape(b, n, d_model)
+            else:
+                concat = heads.transpose(1, 2).reshape(b, n, d_model)
             out = self.out_proj(concat) if mix else concat
             return out.detach() if not trainable else out
 
@@ -122,8 +126,11 @@ def test_module_check_does_not_move_the_global_seed():
     ({"fused": "per head"}, "not [q k v] per head"),
     ({"fused": "k q v"}, "Q and K are swapped"),
     ({"split": "reshape only"}, "mixes positions into heads"),
-    ({"split": "strided"}, "split on the wrong axis"),
+    ({"split": "reshape only", "merge": "reshape only"}, "(and merged back the same way)"),
+    ({"split": "strided"}, "split on the wrong axis, from the wrong end"),
+    ({"split": "strided", "merge": "strided"}, "split and merged from the wrong end"),
     ({"merge": "reshape only"}, "merged in the wrong order"),
+    ({"merge": "strided"}, "merged on the wrong axis, from the wrong end"),
     ({"d_scale": "none"}, "scale is missing"),
     ({"d_scale": "model"}, "not 1/sqrt(d_model)"),
     ({"mix": False}, "W_O is missing"),
@@ -180,6 +187,139 @@ def test_module_cannot_wrap_the_packaged_modules():
         assert not verdict and name in verdict.message and "does this exercise" in verdict.message, (
             verdict.message)
     assert ah.MultiHeadAttention(8, 2)(*(torch.randn(1, 3, 8),) * 3)[0].shape == (1, 3, 8)  # restored
+
+
+def _heads_by_hand(x, in_proj, h, mask, *, softmax):
+    """Section 1's loop on the fused projection: each head's column block, one at a time."""
+    d_head = x.shape[-1] // h
+    q, k, v = in_proj(x).chunk(3, dim=-1)
+    heads = []
+    for i in range(h):
+        cols = slice(i * d_head, (i + 1) * d_head)
+        if softmax == "course":
+            heads.append(ah.scaled_dot_product_attention(q[..., cols], k[..., cols], v[..., cols],
+                                                         mask)[0])
+            continue
+        s = q[..., cols] @ k[..., cols].transpose(-2, -1) / math.sqrt(d_head)
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        e = (s - s.amax(-1, keepdim=True)).exp()                     # a hand-written softmax
+        heads.append(e / e.sum(-1, keepdim=True) @ v[..., cols])
+    return torch.cat(heads, dim=-1)
+
+
+@pytest.mark.parametrize("softmax", ["course", "by hand"])
+def test_module_refuses_a_loop_over_heads(softmax):
+    """The exercise asks for all heads in one attention call: section 1's loop, fused, is right
+    but refused, whichever softmax it runs."""
+
+    class Loop(make_module()):
+        def forward(self, x, mask=None):
+            return self.out_proj(_heads_by_hand(x, self.in_proj, self.num_heads, mask,
+                                                softmax=softmax))
+
+    verdict = check_multi_head_module(Loop)
+    assert not verdict and "attended head by head" in verdict.message, verdict.message
+    assert "without a loop over heads" in verdict.message
+
+
+def test_module_accepts_all_heads_at_once_by_other_routes():
+    """Not only the reference's layout: torch's fused attention on (b, h, n, d_head), or the heads
+    folded into the batch, (b * h, n, d_head)."""
+
+    class Fused(make_module()):
+        def forward(self, x, mask=None):
+            b, n, d = x.shape
+            h = self.num_heads
+            q, k, v = (t.reshape(b, n, h, d // h).transpose(1, 2) for t in self.in_proj(x).chunk(3, -1))
+            if mask is not None and mask.dim() == 3:
+                mask = mask[:, None]
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return self.out_proj(heads.transpose(1, 2).reshape(b, n, d))
+
+    class Folded(make_module()):
+        def forward(self, x, mask=None):
+            b, n, d = x.shape
+            h = self.num_heads
+            q, k, v = (t.reshape(b, n, h, d // h).transpose(1, 2).reshape(b * h, n, d // h)
+                       for t in self.in_proj(x).chunk(3, -1))
+            if mask is not None:
+                mask = mask.expand(b, n, n).repeat_interleave(h, dim=0)   # (b * h, n, n)
+            heads, _ = ah.scaled_dot_product_attention(q, k, v, mask)
+            return self.out_proj(heads.reshape(b, h, n, d // h).transpose(1, 2).reshape(b, n, d))
+
+    for module in (Fused, Folded):
+        verdict = check_multi_head_module(module)
+        assert verdict, verdict.message
+
+
+def test_module_refuses_the_packaged_split_and_merge():
+    """The head split and merge are the exercise: the package's split_heads and merge_heads are
+    blocked under every name (ah.*, attn_helpers.multihead.*, a name imported into the notebook),
+    and restored afterwards."""
+    from attn_helpers import multihead
+
+    imported = {"split_heads": multihead.split_heads, "merge_heads": multihead.merge_heads}
+
+    def with_helpers(split, merge):
+        class Module(make_module()):
+            def forward(self, x, mask=None):
+                h = self.num_heads
+                q, k, v = (split(t, h) for t in self.in_proj(x).chunk(3, dim=-1))
+                if mask is not None and mask.dim() == 3:
+                    mask = mask[:, None]
+                return self.out_proj(merge(ah.scaled_dot_product_attention(q, k, v, mask)[0]))
+
+        return Module
+
+    def right_split(t, h):
+        b, n, d = t.shape
+        return t.reshape(b, n, h, d // h).transpose(1, 2)
+
+    def right_merge(t):
+        b, h, n, d_head = t.shape
+        return t.transpose(1, 2).reshape(b, n, h * d_head)
+
+    for split, merge, name in [
+            (lambda t, h: ah.split_heads(t, h), lambda t: ah.merge_heads(t), "split_heads"),
+            (right_split, lambda t: ah.multihead.merge_heads(t), "merge_heads"),
+            (lambda t, h: multihead.split_heads(t, h), right_merge, "split_heads")]:
+        verdict = check_multi_head_module(with_helpers(split, merge))
+        assert not verdict and name in verdict.message and "does this exercise" in verdict.message, (
+            verdict.message)
+    assert check_multi_head_module(with_helpers(right_split, right_merge))
+    notebook = {"nn": nn, "ah": ah, **imported}          # cell 1 of a notebook that imports them
+    exec(  # noqa: S102 - the cell a learner might write
+        "class Module(nn.Module):\n"
+        "    def __init__(self, d_model, num_heads):\n"
+        "        super().__init__()\n"
+        "        self.num_heads = num_heads\n"
+        "        self.in_proj = nn.Linear(d_model, 3 * d_model)\n"
+        "        self.out_proj = nn.Linear(d_model, d_model)\n"
+        "    def forward(self, x, mask=None):\n"
+        "        q, k, v = (split_heads(t, self.num_heads) for t in self.in_proj(x).chunk(3, -1))\n"
+        "        mask = mask[:, None] if mask is not None and mask.dim() == 3 else mask\n"
+        "        return self.out_proj(merge_heads(ah.scaled_dot_product_attention(q, k, v, mask)[0]))\n",
+        notebook)
+    verdict = check_multi_head_module(notebook["Module"])
+    assert not verdict and "split_heads" in verdict.message, verdict.message
+    assert notebook["split_heads"] is imported["split_heads"]
+    assert ah.split_heads is multihead.split_heads is imported["split_heads"]        # restored
+    assert ah.merge_heads is multihead.merge_heads is imported["merge_heads"]
+
+
+def test_module_names_view_after_transpose():
+    class Viewed(make_module()):
+        def forward(self, x, mask=None):
+            b, n, d = x.shape
+            h = self.num_heads
+            q, k, v = (t.view(b, n, h, d // h).transpose(1, 2) for t in self.in_proj(x).chunk(3, -1))
+            heads, _ = ah.scaled_dot_product_attention(q, k, v, None if mask is None or mask.dim() == 2
+                                                       else mask[:, None])
+            return self.out_proj(heads.transpose(1, 2).view(b, n, d))
+
+    verdict = check_multi_head_module(Viewed)
+    assert not verdict and "no longer contiguous" in verdict.message, verdict.message
 
 
 def test_module_stub_and_non_class():

@@ -452,3 +452,12 @@ def test_the_level_3_skeletons_filled_in_pass():
     assert ex.check_rope(rope)
     assert_skeleton("positional_encoding.reach", "m, n", ex.check_reach, (
         "-torch.log((1 + r_n) / 2) / m", "torch.ceil(x).long()"))
+
+
+@pytest.mark.parametrize("key, answers", [
+    ("positional_encoding.rope", ("cos(delta omega_i)", "ac + be", "ae - bc")),
+    ("positional_encoding.reach", ("-ln(", "1 - r^k", "(1 + r^n) / 2", "round x UP")),
+])
+def test_the_first_two_hints_lead_without_stating_the_answer(key, answers):
+    for text in EXERCISES[key].hints[:2]:
+        assert not any(answer in text for answer in answers), text

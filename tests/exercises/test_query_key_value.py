@@ -85,12 +85,27 @@ def attention_with(*, scale=None, dim=-1, fill=-torch.inf, invert=False, mix="v"
     return wrong
 
 
+def mask_after_softmax(q, k, v, mask):  # right in exact arithmetic; 0 / 0 on scores in the 1000s
+    w = torch.softmax(q @ k.mT / q.shape[-1] ** 0.5, -1) * mask
+    w = torch.nan_to_num(w / w.sum(-1, keepdim=True))
+    return w @ v, w
+
+
+def mask_after_exp(q, k, v, mask):  # the maximum taken over every key, masked ones included
+    s = q @ k.mT / q.shape[-1] ** 0.5
+    e = (s - s.amax(-1, keepdim=True)).exp() * mask
+    w = e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+    return w @ v, w
+
+
 @pytest.mark.parametrize("wrong, fragments", [
     (attention_with(scale=lambda q, k, v: 1.0), ["not scaled"]),
     (attention_with(scale=lambda q, k, v: 1 / q.shape[-1]), ["divided by d_k"]),
     (attention_with(scale=lambda q, k, v: v.shape[-1] ** -0.5), ["sqrt(d_v)"]),
     (attention_with(scale=lambda q, k, v: k.shape[-2] ** -0.5), ["sqrt(n_k), the number of keys"]),
     (attention_with(by_hand=True), ["overflowed", "case 8 of 8", "Subtract each row's maximum"]),
+    (mask_after_softmax, ["case 8 of 8", "removed after the exponent", "underflows"]),
+    (mask_after_exp, ["case 8 of 8", "removed after the exponent", "before the softmax"]),
     (attention_with(by_hand=True, zero=False), ["0 / 0 = NaN", "case 6 of 8"]),  # that one first
     (attention_with(dim=-2), ["over the queries (dim=-2)"]),
     (attention_with(dim=-2, zero=False), ["over the queries (dim=-2)"]),

@@ -156,7 +156,7 @@ def test_softmax_backward_rejects_known_mistakes_with_their_hint(wrong, words):
 def test_softmax_backward_blocks_the_shortcuts(shortcut, name):
     verdict = check_softmax_backward(shortcut)
     assert not verdict and "which does this exercise for you" in verdict.message, verdict.message
-    assert name in verdict.message
+    assert name in verdict.message and "<a, g>" not in verdict.message
     a = torch.randn(2, 3)          # everything is restored afterwards
     assert torch.diag_embed(a).shape == (2, 3, 3)
 
@@ -192,7 +192,9 @@ def _via_zeros_filled(s, g):
 def test_softmax_backward_refuses_building_the_jacobian(shortcut, name):
     verdict = check_softmax_backward(shortcut)
     assert not verdict and name in verdict.message, verdict.message
-    assert "a * (g - <a, g>)" in verdict.message and "no n x n matrix" in verdict.message
+    assert "no n x n matrix" in verdict.message and "hint('scaling.softmax_backward', 2)" in (
+        verdict.message)
+    assert "<a, g>" not in verdict.message            # a refusal says why, not the answer
     assert torch.eye(2).shape == (2, 2)                                           # restored after
     assert torch.overrides._get_current_function_mode() is None
 
@@ -295,6 +297,7 @@ def _right(s2, s3, s4):
     (_sums(lambda s2, s3, s4: _root(s2 - 2 * s3 + 1)), "(sum_i a_i)^2 is 1"),
     (_sums(lambda s2, s3, s4: _root(s2 - 2 * s3)), "the |P|^2 term is missing"),
     (_sums(lambda s2, s3, s4: _root(s2 - 4 * s3 + s2 ** 2)), "the cross term's factor is off"),
+    (_sums(lambda s2, s3, s4: _root(s2 - 2 * s2 ** 2 + s2 ** 2)), "is not (sum_i a_i^2)^2"),
 ])
 def test_jacobian_norm_rejects_known_mistakes_with_their_hint(wrong, words):
     verdict = check_jacobian_norm(wrong)
@@ -384,6 +387,15 @@ def test_exercises_are_registered_with_three_hints(capsys):
         assert "Hint 3 of 3" in capsys.readouterr().out
     check_choose_scale(choose_scale)
     assert exercises.progress(show=False)["scaling"]["scaling.choose_scale"] is True
+
+
+@pytest.mark.parametrize("key, answers", [
+    ("scaling.softmax_backward", ("<a, g>", "a_i g_i - a_i", "g - ")),
+    ("scaling.jacobian_norm", ("a_i^3", "(sum_i a_i^2)^2", "s2 - 2", "P_ii = a_i")),
+])
+def test_the_first_two_hints_lead_without_stating_the_answer(key, answers):
+    for text in exercises.EXERCISES[key].hints[:2]:
+        assert not any(answer in text for answer in answers), text
 
 
 @pytest.mark.parametrize("key, signature, check, fills", [

@@ -200,3 +200,21 @@ def test_entropy_checker_blocks_scipy_when_it_is_installed():
 
     assert_rejected(ex.check_entropy(with_scipy), "entropy", "does this exercise")
     assert abs(stats.entropy([0.5, 0.5]) - 0.6931) < 1e-3                         # restored after
+
+
+def test_right_values_in_the_wrong_dtype_get_no_mistake_hint():
+    """Review 4: a float64 answer on float32 inputs was told "the temperature was ignored" (on
+    case 1, T = 1, that mistake equals the right answer). A dtype-only miss names no mistake, and
+    a mistake is named only on a case where it differs from the right answer."""
+    def softmax64(scores, temperature):
+        s = scores.double() / temperature
+        e = (s - s.max(-1, keepdim=True).values).exp()
+        return e / e.sum(-1, keepdim=True)
+
+    def entropy64(weights):
+        a = weights.double()
+        return -torch.where(a > 0, a * a.log(), torch.zeros_like(a)).sum(-1)
+
+    for verdict in (ex.check_softmax_with_temperature(softmax64), ex.check_entropy(entropy64)):
+        assert not verdict and "torch.float64" in verdict.message, verdict.message
+        assert "Hint" not in verdict.message, verdict.message
