@@ -96,7 +96,8 @@ def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", 
                 continue
             I, rows = slice(i, i + B), torch.arange(i, min(i + B, n))[:, None]
             allowed = {"causal": cols <= rows, "none": cols >= 0, "strict": cols < rows,
-                       "inverted": cols > rows}[mask]
+                       "inverted": cols > rows,                      # "local": the tile's own
+                       "local": cols - j <= rows - i}[mask]           # indices, not positions
             S = q[..., I, :] @ k[..., J, :].mT * (scale if scale_scores else 1.0)
             S_masked = S.masked_fill(~allowed, fill)
             row_lse = lse[..., I][..., None, :] if lse_keys else lse[..., I, None]
@@ -130,6 +131,10 @@ def _mistakes() -> list[Mistake]:
         *_wrong("the diagonal tiles were skipped (j >= i rather than j >= i + B): they hold each "
                 "token's own key and its nearest past keys; only a tile whose first key comes "
                 "after its last query is wholly above the diagonal.", {"visit": "below"}),
+        *_wrong("the mask was built from the tile's own indices (a tril of the tile, from 0): it "
+                "must compare token positions, i + a for query a and j + b for key b. A tile "
+                "below the diagonal needs no mask at all.", {"mask": "local"},
+                {"mask": "local", "visit": "all"}),
         *_wrong("the diagonal was masked: query t may attend to key t itself (key <= query).",
                 {"mask": "strict"}),
         *_wrong("the mask is inverted: it kept the future keys and removed the past ones.",

@@ -224,8 +224,10 @@ def check_function(
         except Exception as exc:  # the learner's bug, reported in words
             for fragment, hint in error_hints:
                 if fragment in str(exc):
-                    return CheckResult(False, f"Not yet: on {where}, {what} failed: the shapes do "
-                                              f"not fit ({exc}).\nHint: {hint}")
+                    why = "the dtypes do not match" if "dtype" in str(exc) or "scalar type" in \
+                        str(exc) else "the shapes do not fit"
+                    return CheckResult(False, f"Not yet: on {where}, {what} failed: {why} "
+                                              f"({exc}).\nHint: {hint}")
             return CheckResult(False, f"Not yet: on {where}, {what} raised "
                                       f"{type(exc).__name__}: {exc}")
         for name, value in case.items():

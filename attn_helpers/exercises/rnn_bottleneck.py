@@ -116,6 +116,10 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
         rnn_encoder, rnn_encoder_reference, _rnn_cases(), what="rnn_encoder",
         output_names=("the states H", "the last state h_last"),
         forbid=RNN_FORBID, instead=RNN_INSTEAD,
+        error_hints=[("same dtype", "make the zero start state with the inputs' dtype "
+                      "(torch.zeros(..., dtype=x.dtype)): these cases mix float32 and float64."),
+                     ("expected scalar type", "make the zero start state with the inputs' dtype "
+                      "(torch.zeros(..., dtype=x.dtype)): these cases mix float32 and float64.")],
         mistakes=[
             Mistake(_rnn(act=lambda z: z),
                     "the tanh is missing: h_j = tanh(x_j W_x + h_{j-1} W_h + b)."),

@@ -241,18 +241,18 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
                            ("_softmax_backward_data",)),
         mistakes=[
             Mistake(_backward_from(lambda a, g: a * g),
-                    "that is only diag(a) g: the outer-product term is missing. Raising s_j "
-                    "lowers every other weight, so subtract <a, g> inside: a * (g - <a, g>)."),
+                    "that is only diag(a) g: the a a^T term of J is missing. Raising s_j also "
+                    "lowers every other weight; what does (a a^T) g give, one row at a time?"),
             Mistake(_backward_from(lambda a, g: g - (a * g).sum(-1, keepdim=True)),
-                    "the factor a is missing in front: grad_s = a * (g - <a, g>)."),
+                    "the factor a_i is missing in front: both terms of (J g)_i carry it."),
             Mistake(_backward_from(lambda a, g: a * (g - g.sum(-1, keepdim=True))),
                     "<a, g> is the weighted sum of g, sum(a * g), not the plain sum of g."),
             Mistake(_backward_from(lambda a, g: a * ((a * g).sum(-1, keepdim=True) - g)),
-                    "the sign is flipped: grad_s = a * (g - <a, g>) (raising g_i raises the "
-                    "pull on s_i)."),
+                    "the sign is flipped: J = diag(a) - a a^T, so the diag(a) g term comes in "
+                    "with a plus (raising g_i raises the pull on s_i)."),
             Mistake(_backward_from(lambda a, g: a * (1 - a) * g),
                     "that is only the diagonal of J, a_i (1 - a_i): off the diagonal J_ij = "
-                    "-a_i a_j also contributes, which gives a * (g - <a, g>)."),
+                    "-a_i a_j also contributes, and its sum over j is one number per row."),
             Mistake(_backward_from(lambda a, g: a * (g - (a * g).sum(0, keepdim=True))),
                     "<a, g> is summed over the wrong axis: one dot product per row, over the "
                     "last axis (the keys), sum(dim=-1, keepdim=True)."),

@@ -184,7 +184,8 @@ def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal"
             b_k = K.shape[-2]
             offset = torch.ones(b_q, b_k, dtype=torch.bool)                # key j + b vs query i + a
             allowed = {"causal": ~offset.triu(i - j + 1), "strict": ~offset.triu(i - j),
-                       "inverted": offset.triu(i - j + 1), "none": offset}[mask]
+                       "inverted": offset.triu(i - j + 1), "none": offset,
+                       "local": ~offset.triu(1)}[mask]                  # the tile's tril, from 0
             s = torch.einsum("...qd,...kd->...qk", Q, K) * (c if scale_scores else 1.0)
             masked = torch.where(allowed, s, torch.tensor(fill, dtype=s.dtype))
             p = (masked if not mask_ds_only else s)
@@ -241,6 +242,7 @@ BACKWARD_WRONG = {
     "the tiles that cross the diagonal were not masked": _backward(mask="none"),
     "the diagonal tiles were skipped": _backward(visit="below"),
     "the diagonal was masked": _backward(mask="strict"),
+    "the mask was built from the tile's own indices": _backward(mask="local"),
     "the mask is inverted": _backward(mask="inverted"),
     "the mask is inverted: it kept the future keys": _backward(mask="inverted", visit="all"),
     "the masked scores were set to 0, not -inf": _backward(fill=0.0),

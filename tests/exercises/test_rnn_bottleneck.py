@@ -216,3 +216,17 @@ def test_the_written_out_reference_equals_the_cores_additive_scores_and_the_core
     wrapped = ex.check_additive_scores(
         lambda s, H, U_q, U_k, v_a: ah.additive_scores(s[:, None], H, U_q.T, U_k.T, v_a)[:, 0])
     assert not wrapped and "attn_helpers.additive_scores" in wrapped.message
+
+
+def test_a_float32_start_state_on_float64_inputs_is_named():
+    """Review 4: a zero start state made without the inputs' dtype gave a bare RuntimeError."""
+    def encoder(x, W_x, W_h, b):  # noqa: N803
+        h = torch.zeros(*x.shape[:-2], W_h.shape[0])                      # float32 always
+        states = []
+        for j in range(x.shape[-2]):
+            h = torch.tanh(x[..., j, :] @ W_x + h @ W_h + b)
+            states.append(h)
+        return torch.stack(states, dim=-2), h
+
+    assert_rejected(ex.check_rnn_encoder(encoder), "the dtypes do not match",
+                    "with the inputs' dtype")

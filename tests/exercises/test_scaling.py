@@ -132,8 +132,8 @@ def _via_backward(s, g):
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (_from_a(lambda a, g: a * g), "outer-product term is missing"),
-    (_from_a(lambda a, g: g - (a * g).sum(-1, keepdim=True)), "factor a is missing"),
+    (_from_a(lambda a, g: a * g), "a a^T term of J is missing"),
+    (_from_a(lambda a, g: g - (a * g).sum(-1, keepdim=True)), "factor a_i is missing"),
     (_from_a(lambda a, g: a * (g - g.sum(-1, keepdim=True))), "not the plain sum"),
     (_from_a(lambda a, g: a * ((a * g).sum(-1, keepdim=True) - g)), "the sign is flipped"),
     (_from_a(lambda a, g: a * (1 - a) * g), "only the diagonal"),
@@ -427,3 +427,14 @@ def _jvp(s, g):  # J is symmetric: J g by forward mode is the answer
 def test_softmax_backward_refuses_autograd_by_any_route(route):
     result = check_softmax_backward(route)
     assert not result and "does this exercise for you" in result.message, result.message
+
+
+def test_no_softmax_backward_verdict_gives_the_formula_away():
+    """Review 4: the mistake messages ended with the answer, a * (g - <a, g>)."""
+    wrong = [lambda s, g: torch.softmax(s, -1) * g,
+             lambda s, g: g - (torch.softmax(s, -1) * g).sum(-1, keepdim=True),
+             lambda s, g: -torch.softmax(s, -1) * (g - (torch.softmax(s, -1) * g).sum(-1, keepdim=True)),
+             lambda s, g: torch.softmax(s, -1) * (1 - torch.softmax(s, -1)) * g]
+    for answer in wrong:
+        message = check_softmax_backward(answer).message
+        assert "Hint:" in message and "(g - <a, g>)" not in message, message
