@@ -108,6 +108,18 @@ def _compare(got, expected, name: str, atol: float, rtol: float, *,
     return None
 
 
+def _why(exc: Exception) -> str:
+    """What an exception from a learner's function says, in words, before its own text."""
+    text = str(exc)
+    if "dtype" in text or "scalar type" in text:
+        return "the dtypes do not match"
+    if "out of bounds" in text or "out of range" in text:
+        return "an index is out of range"
+    if any(word in text for word in ("size", "shape", "dimension")):
+        return "the shapes do not fit"
+    return f"it raised {type(exc).__name__}"
+
+
 class Refused(Exception):
     """Raised by a checker's ``guard`` (see :func:`check_function`) when the learner's function
     does something the exercise rules out (builds the matrix it must avoid); its text is the
@@ -224,10 +236,8 @@ def check_function(
         except Exception as exc:  # the learner's bug, reported in words
             for fragment, hint in error_hints:
                 if fragment in str(exc):
-                    why = "the dtypes do not match" if "dtype" in str(exc) or "scalar type" in \
-                        str(exc) else "the shapes do not fit"
-                    return CheckResult(False, f"Not yet: on {where}, {what} failed: {why} "
-                                              f"({exc}).\nHint: {hint}")
+                    return CheckResult(False, f"Not yet: on {where}, {what} failed: "
+                                              f"{_why(exc)} ({exc}).\nHint: {hint}")
             return CheckResult(False, f"Not yet: on {where}, {what} raised "
                                       f"{type(exc).__name__}: {exc}")
         for name, value in case.items():

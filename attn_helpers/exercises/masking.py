@@ -1,6 +1,7 @@
 """Checkers for notebook 05 (masking): a batched causal sliding-window mask for LEFT-padded
-sentences (the library's mask builders blocked while it runs), and one step of a KV cache, which
-over a whole sequence must equal full causal attention."""
+sentences (the library's mask builders blocked while it runs), and one step of a rolling-buffer
+KV cache (Mistral 7B's "rolling buffer cache": w slots for a window of w keys), which over a whole
+sequence must equal sliding-window causal attention."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from collections.abc import Callable
 import torch
 
 from ..attention import scaled_dot_product_attention
-from ..masks import causal_mask
+from ..masks import sliding_window_mask
 from .core import CheckResult, Mistake, check_function, refusing_ops, seeded
 from .workflow import exercise
 
-__all__ = ["check_window_mask", "check_kv_cache_step"]
+__all__ = ["check_window_mask", "check_rolling_cache_step"]
 
 #: Right with its default arguments, so a learner's function may not call it while it is checked
 #: (see ``core.check_function``): it builds the known mistakes of exercise 1.
@@ -131,78 +132,116 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
     )
 
 
-# --- exercise 2: one KV-cache step ------------------------------------------------------------
+# --- exercise 2: a rolling-buffer KV cache for a sliding window -------------------------------
 
 
-def _kv_cases() -> list[dict]:
-    """q, k, v of a whole sequence, and preallocated caches for ``n + 3`` positions whose slots
-    hold garbage (as ``torch.empty`` would) until a step writes them."""
-    g = seeded(51)
-    rand = tuple(int(i) for i in torch.randint(1, 6, (5,), generator=g))           # random shape
+def _ring_cases() -> list[dict]:
+    """q, k, v of a whole sequence and two caches of ``w`` slots, which hold garbage (large
+    random numbers, as an unwritten buffer may) until a step writes them. The ring wraps several
+    times (n > 2w), w = 1, and w >= n (it never wraps)."""
+    g = seeded(52)
+    rb, rh, rk, rv = (int(i) for i in torch.randint(1, 5, (4,), generator=g))    # random shape
+    rw = int(torch.randint(2, 5, (1,), generator=g))                               # and window
     cases = []
-    for b, h, n, d_k, d_v, dtype in [(1, 1, 5, 4, 3, torch.float32), (2, 3, 6, 4, 4, torch.float32),
-                                     (1, 2, 1, 3, 2, torch.float32), (2, 2, 7, 8, 5, torch.float64),
-                                     (*rand, torch.float32)]:
-        def randn(*size, dtype=dtype):
-            return torch.randn(*size, generator=g, dtype=dtype)
+    for b, h, n, w, d_k, d_v, dtype in [(1, 1, 8, 3, 4, 4, torch.float64),
+                                        (2, 3, 11, 4, 4, 3, torch.float32),
+                                        (2, 2, 5, 1, 3, 2, torch.float64),
+                                        (1, 2, 4, 6, 4, 5, torch.float32),
+                                        (rb, rh, 2 * rw + 3, rw, rk, rv, torch.float32)]:
+        def randn(*size, scale=1.0, dtype=dtype):
+            return scale * torch.randn(*size, generator=g, dtype=dtype)
 
         cases.append({"q": randn(b, h, n, d_k), "k": randn(b, h, n, d_k), "v": randn(b, h, n, d_v),
-                      "k_cache": 5 * randn(b, h, n + 3, d_k), "v_cache": 5 * randn(b, h, n + 3, d_v)})
+                      "k_cache": randn(b, h, w, d_k, scale=100.0),
+                      "v_cache": randn(b, h, w, d_v, scale=100.0)})
     return cases
 
 
-def _full_causal(q, k, v, k_cache, v_cache):
-    """Full causal attention over the sequence; the caches end up holding k and v."""
-    n = q.shape[-2]
-    return scaled_dot_product_attention(q, k, v, causal_mask(n))[0], k, v
+def _sliding_window(q, k, v, k_cache, v_cache):
+    """Sliding-window causal attention over the whole sequence (key j visible to query t when
+    0 <= t - j < w), and the caches' filled slots at the end: slot s holds the last token t with
+    t mod w = s."""
+    n, w = q.shape[-2], k_cache.shape[-2]
+    out, _ = scaled_dot_product_attention(q, k, v, sliding_window_mask(n, w))
+    last = [s + w * ((n - 1 - s) // w) for s in range(min(n, w))]
+    return out, k[..., last, :], v[..., last, :]
 
 
-def _decode(step: Callable) -> Callable:
-    """Run ``step(k_cache, v_cache, t, q_t, k_t, v_t)`` for t = 0..n-1 on copies of the caches;
-    return the n outputs side by side, and the first n slots of each cache."""
+def _run_steps(step: Callable) -> Callable:
+    """Run ``step(k_cache, v_cache, t, q_t, k_t, v_t)`` for t = 0..n-1 on copies of the caches
+    (the checker owns them); return the n outputs side by side and the caches' filled slots."""
 
     def run(q, k, v, k_cache, v_cache):
         k_cache, v_cache = k_cache.clone(), v_cache.clone()
-        n = q.shape[-2]
+        n, w = q.shape[-2], k_cache.shape[-2]
         outputs = []
         for t in range(n):
-            out = step(k_cache, v_cache, t, q[..., t:t + 1, :], k[..., t:t + 1, :], v[..., t:t + 1, :])
+            new = slice(t, t + 1)
+            try:
+                out = step(k_cache, v_cache, t, q[..., new, :], k[..., new, :], v[..., new, :])
+            except (IndexError, ValueError, RuntimeError) as exc:
+                if type(exc) not in (IndexError, ValueError, RuntimeError):
+                    raise                                 # NotImplementedError: the stub
+                raise type(exc)(f"at step t={t} (w={w} slots): {exc}") from exc
             if out is None:
                 return None
-            if not isinstance(out, torch.Tensor) or out.shape != v[..., t:t + 1, :].shape:
+            if not isinstance(out, torch.Tensor) or out.shape != v[..., new, :].shape:
                 got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
                 raise ValueError(f"at step t={t} the output should have shape "
-                                 f"{tuple(v[..., t:t + 1, :].shape)} (b, h, 1, d_v), got {got}")
+                                 f"{tuple(v[..., new, :].shape)} (b, h, 1, d_v), got {got}")
             outputs.append(out)
-        return torch.cat(outputs, dim=-2), k_cache[..., :n, :], v_cache[..., :n, :]
+        filled = min(n, w)
+        return torch.cat(outputs, dim=-2), k_cache[..., :filled, :], v_cache[..., :filled, :]
 
     return run
 
 
-def _wrong_step(visible: Callable, *, write_at=0, scale=None, dim=-1, write_v=True) -> Callable:
-    """A cache step with one known mistake, for the checker's hints: writes slot ``t + write_at``
-    (the value too unless ``write_v`` is False) and attends to slots ``start..stop-1``, where
-    ``start, stop = visible(t, n_max)``."""
+def _ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | None = None,
+               lost_past_end: bool = False, write_v: bool = True, k_as_v: bool = False,
+               copy: bool = False, shift: bool = False, scale: float | None = None) -> Callable:
+    """A rolling-cache step with one known mistake (all off: right). It writes k_t and v_t (or
+    k_t into v, or no value) at slot ``(t + slot) mod w`` (``lost_past_end``: at slot t, which
+    a slice past the end silently drops; ``shift``: at the end of a cache kept in time order,
+    shifted by one slot once full), in the caches or in copies (``copy``), then attends to
+    the slots ``visible(t, w)`` lists, by default the ``min(t + 1, w)`` filled ones. ``early``:
+    attends before writing, to the filled slots alone ("missing") or with the new key ("extra")."""
 
     def step(k_cache, v_cache, t, q_t, k_t, v_t):
-        k_cache[..., t + write_at, :] = k_t[..., 0, :]
-        if write_v:
-            v_cache[..., t + write_at, :] = v_t[..., 0, :]
-        start, stop = visible(t, k_cache.shape[-2])
-        keys, values = k_cache[..., start:stop, :], v_cache[..., start:stop, :]
-        c = 1 / math.sqrt(q_t.shape[-1]) if scale is None else scale
+        w = k_cache.shape[-2]
+        old = list(range(min(t, w)))
+        keys = torch.cat([k_cache[..., old, :], k_t], dim=-2)       # before writing: the old
+        values = torch.cat([v_cache[..., old, :], v_t], dim=-2)     # filled slots and the new
+        if copy:
+            k_cache, v_cache = k_cache.clone(), v_cache.clone()
+        if shift and t >= w:                                    # oldest first, newest last
+            k_cache[:], v_cache[:] = k_cache.roll(-1, dims=-2), v_cache.roll(-1, dims=-2)
+        at = min(t, w - 1) if shift else (t + slot) % w
+        if not (lost_past_end and t >= w):
+            k_cache[..., at, :] = k_t[..., 0, :]
+            if write_v:
+                v_cache[..., at, :] = (k_t if k_as_v else v_t)[..., 0, :]
+        if early == "missing":
+            keys, values = keys[..., :-1, :], values[..., :-1, :]
+        elif early is None:
+            slots = list(visible(t, w) if visible is not None else range(min(t + 1, w)))
+            keys, values = k_cache[..., slots, :], v_cache[..., slots, :]
         if keys.shape[-2] == 0:
             return torch.zeros_like(v_t)
-        return torch.softmax(q_t @ keys.transpose(-2, -1) * c, dim=dim) @ values
+        c = 1 / math.sqrt(q_t.shape[-1]) if scale is None else scale
+        return torch.softmax(q_t @ keys.transpose(-2, -1) * c, dim=-1) @ values
 
     return step
 
 
+def _mistake(hint: str, **flaw) -> Mistake:
+    return Mistake(_run_steps(_ring_step(**flaw)), hint)
+
+
 def _cache_helpers():
-    """The course's cache, which would do exercise 2's bookkeeping for the learner, is blocked;
-    so is torch's fused attention, as in notebooks 02, 04 and 08. The course's own attention
-    (``ah.scaled_dot_product_attention``, notebook 02's exercise) is allowed: the skill here is
-    the cache."""
+    """The course's cache is blocked (it would do the bookkeeping), and so is torch's fused
+    attention, as in notebooks 02, 04 and 08. The course's own attention
+    (``ah.scaled_dot_product_attention``, notebook 02's exercise) is allowed: the skill is the
+    ring."""
     import importlib
 
     from .. import kv_cache
@@ -213,78 +252,85 @@ def _cache_helpers():
             (torch.nn.functional, "scaled_dot_product_attention")]
 
 
-def _right_visible(t, n_max):
-    return 0, t + 1
+_SLOT_T = ("the cache has w slots, so token t cannot go to slot t once t >= w. It goes where the "
+           "key that just left the window was stored: token t - w's slot.")
+_MISSING = ("off by one: the query attended before the new key was written, so token t missed "
+            "itself. The window 0 <= t - j < w includes j = t: write first, then attend.")
+_WRONG = [
+    ("the query attended to all w slots before the ring was full. Until then only the slots "
+     "written so far hold keys; the others hold garbage (whatever the buffer held before).",
+     {"visible": lambda t, w: range(w)}),
+    ("the ring never changed once full: slot t past the end (a slice such as "
+     "k_cache[..., t:t + 1, :] with t >= w) is empty, so the write was silently lost. Token t "
+     "goes where the key that just left the window was stored: token t - w's slot.",
+     {"lost_past_end": True}),
+    (_MISSING, {"early": "missing"}),
+    ("off by one: the query saw w + 1 keys, the ring's old contents and the new key. Token "
+     "t - w has left the window (0 <= t - j < w): overwrite its slot first, then attend.",
+     {"early": "extra"}),
+    ("off by one: once the ring was full, the query skipped the oldest slot and saw w - 1 keys. "
+     "The window 0 <= t - j < w holds w keys, t - w + 1..t, and a full ring holds exactly those.",
+     {"visible": lambda t, w: [s for s in range(min(t + 1, w)) if t < w - 1 or s != (t + 1) % w]}),
+    ("after the ring wrapped, the query saw only the slots up to the newest one; the slots after "
+     "it hold the oldest keys of the window, which it still sees. Once the ring is full, every "
+     "slot holds a key of the window.", {"visible": lambda t, w: range(t % w + 1)}),
+    ("the new key and value went one slot too far, to slot (t + 1) mod w: token t takes the slot "
+     "of the key that just left the window, token t - w.", {"slot": 1}),
+    ("the key was written but not the value: v_t goes into the same slot of v_cache.",
+     {"write_v": False}),
+    ("the value cache got the key: write v_t, not k_t, into v_cache.", {"k_as_v": True}),
+    ("the caches were written on a copy (a clone, torch.cat, a new tensor), so the caller's "
+     "caches never change and the next step has lost every earlier key: write into k_cache and "
+     "v_cache in place.", {"copy": True}),
+    ("the outputs are right, but the cache was kept in time order by shifting it every step, "
+     "which moves all w keys each time. A rolling buffer writes one slot per step, token t's "
+     "where token t - w was, and leaves the others where they are (to see the keys in time "
+     "order, roll a copy).", {"shift": True}),
+    ("the scores are not scaled: divide by sqrt(d_k) (ah.scaled_dot_product_attention does).",
+     {"scale": 1.0}),
+]
 
 
-def _unwritten_step(k_cache, v_cache, t, q_t, k_t, v_t):
-    """The caches are never written: the new key and value are concatenated to slots 0..t-1, which
-    no step wrote (garbage), so the outputs are wrong from step 1 on, and the caches too."""
-    keys = torch.cat([k_cache[..., :t, :], k_t], dim=-2)
-    values = torch.cat([v_cache[..., :t, :], v_t], dim=-2)
-    return scaled_dot_product_attention(q_t, keys, values)[0]
-
-
-@exercise("masking.kv_cache_step", "one KV-cache step", hints=(
-    "The cache already holds the keys and values of positions 0..t-1. Store the new token's key "
-    "and value in slot t, then let its query attend to every slot filled so far, and to none of "
-    "the slots after it, which hold garbage. The attention itself is notebook 02's: call "
-    "ah.scaled_dot_product_attention.",
-    "Let the shapes guide you: a cache is (b, h, n_max, d) and the new key (b, h, 1, d), so "
-    "mind that length-1 axis when you write slot t. Then: which slots may the query see, and "
-    "if you hand the attention only those, does it still need a mask?",
-    "k_cache[:, :, t] = ...                   # slot t gets the new key, (b, h, d_k)\n"
-    "v_cache[:, :, t] = ...                   # and the new value, (b, h, d_v)\n"
-    "keys = ...                              # the filled slots 0..t: (b, h, t + 1, d_k)\n"
-    "values = ...                            # the same slots of v_cache\n"
-    "out, _ = ah.scaled_dot_product_attention(q_t, keys, values)\n"
-    "return out                              # (b, h, 1, d_v)"))
-def check_kv_cache_step(kv_cache_step: Callable) -> CheckResult:
-    """Exercise: ``kv_cache_step(k_cache (b, h, n_max, d_k), v_cache (b, h, n_max, d_v), t,
-    q_t (b, h, 1, d_k), k_t (b, h, 1, d_k), v_t (b, h, 1, d_v)) -> (b, h, 1, d_v)``: writes
-    ``k_t`` and ``v_t`` into slot ``t`` of the preallocated caches, in place, and attends with
-    ``q_t`` to slots ``0..t``. Run for ``t = 0..n-1`` it must equal full causal attention. It may
-    call the course's ``ah.scaled_dot_product_attention``; the course's cache and torch's fused
-    attention are blocked."""
-    if not callable(kv_cache_step):
-        return CheckResult(False, "Not yet: kv_cache_step is not a function "
-                                  f"(got {type(kv_cache_step).__name__}).")
+@exercise("masking.rolling_cache_step", "a rolling-buffer KV cache for a sliding window", hints=(
+    "The cache has w slots and the window holds w keys. When token t arrives, which key leaves "
+    "the window, and in which slot was it stored? And before the ring is full: which slots "
+    "hold a key at all?",
+    "Token t - w leaves the window as token t enters: number the slots so that a token's slot "
+    "follows from its position alone, and token t can take the slot token t - w held. Until "
+    "the ring is full, how many slots hold keys? The ring does not keep the "
+    "keys in time order, and it need not: attention's weighted sum is the same in any order of "
+    "the keys (their positions are already inside them). The attention itself is notebook 02's.",
+    "w = k_cache.shape[-2]                     # the ring's slots, one per key of the window\n"
+    "s = ...                                   # token t's slot\n"
+    "k_cache[:, :, s] = k_t[:, :, 0]           # in place, (b, h, d_k)\n"
+    "v_cache[:, :, s] = v_t[:, :, 0]           # (b, h, d_v)\n"
+    "filled = ...                              # how many slots hold keys\n"
+    "out, _ = ah.scaled_dot_product_attention(q_t, k_cache[:, :, :filled], v_cache[:, :, :filled])\n"
+    "return out                                # (b, h, 1, d_v)"))
+def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
+    """Exercise: ``rolling_cache_step(k_cache (b, h, w, d_k), v_cache (b, h, w, d_v), t,
+    q_t (b, h, 1, d_k), k_t (b, h, 1, d_k), v_t (b, h, 1, d_v)) -> (b, h, 1, d_v)``: writes token
+    ``t``'s key and value into the ring of ``w`` slots, in place (slot ``t mod w``), and attends
+    with ``q_t`` to the filled slots. Run for ``t = 0..n-1`` it must equal sliding-window causal
+    attention (``0 <= t - j < w``), and the caches must end as the ring. It may call the course's
+    ``ah.scaled_dot_product_attention``; the course's cache and torch's fused attention are
+    blocked."""
+    if not callable(rolling_cache_step):
+        return CheckResult(False, "Not yet: rolling_cache_step is not a function "
+                                  f"(got {type(rolling_cache_step).__name__}).")
     return check_function(
-        _decode(kv_cache_step), _full_causal, _kv_cases(), what="kv_cache_step",
-        output_names=("the outputs of steps 0..n-1", "the key cache's slots 0..n-1",
-                      "the value cache's slots 0..n-1"),
+        _run_steps(rolling_cache_step), _sliding_window, _ring_cases(), what="rolling_cache_step",
+        output_names=("the outputs of steps 0..n-1", "the key cache's filled slots",
+                      "the value cache's filled slots"),
         atol=1e-5, rtol=1e-4, forbid=_cache_helpers(),
-        instead="Write slot t and call ah.scaled_dot_product_attention (notebook 02's) on slots 0..t",
-        error_hints=[("expand", "k_t is (b, h, 1, d_k) and slot t of the cache, k_cache[:, :, t], is "
-                                "(b, h, d_k): write k_t[:, :, 0] there (and v_t[:, :, 0]).")],
+        instead="Write the ring's slot and call notebook 02's ah.scaled_dot_product_attention "
+                "on the slots that hold keys",
+        error_hints=[("out of bounds for dimension", _SLOT_T),
+                     ("must hold at least one key", _MISSING),
+                     ("expand", "k_t is (b, h, 1, d_k) and one slot of the cache, k_cache[:, :, s], "
+                                "is (b, h, d_k): write k_t[:, :, 0] there (and v_t[:, :, 0]).")],
         guard=refusing_ops(["scaled_dot_product_attention", "_scaled_dot_product_*"],
                            "torch's fused attention does this step for you; call notebook 02's "
-                           "ah.scaled_dot_product_attention on slots 0..t instead"),
-        mistakes=[
-            Mistake(_decode(_unwritten_step),
-                    "slot t was never written: the new key and value were joined to slots 0..t-1, "
-                    "but no step wrote those either, so every step after the first reads garbage "
-                    "(the outputs are wrong, and so are the caches). A preallocated cache is "
-                    "filled in place: k_cache[:, :, t] = k_t[:, :, 0] (and the value), then "
-                    "attend to slots 0..t of the cache."),
-            Mistake(_decode(_wrong_step(lambda t, n_max: (0, n_max))),
-                    "the query attended to the whole preallocated cache, garbage slots included: "
-                    "only slots 0..t are filled, so use k_cache[..., :t + 1, :]."),
-            Mistake(_decode(_wrong_step(lambda t, n_max: (0, t))),
-                    "off by one: slots 0..t-1 leave out the new token itself; a causal query also "
-                    "sees its own position, so attend to slots 0..t (:t + 1)."),
-            Mistake(_decode(_wrong_step(_right_visible, write_at=1)),
-                    "off by one: with t positions already cached (slots 0..t-1), the new key and "
-                    "value go into slot t, not t + 1."),
-            Mistake(_decode(_wrong_step(lambda t, n_max: (t, t + 1))),
-                    "the query attended to the new token only; it must see every earlier token "
-                    "too: slots 0..t of the cache."),
-            Mistake(_decode(_wrong_step(_right_visible, write_v=False)),
-                    "the key was stored but not the value: write v_t into v_cache[..., t, :] too."),
-            Mistake(_decode(_wrong_step(_right_visible, scale=1.0)),
-                    "the scores are not scaled: divide by sqrt(d_k)."),
-            Mistake(_decode(_wrong_step(_right_visible, dim=-2)),
-                    "the softmax runs over the wrong axis (the single query): it must run over "
-                    "the cached keys, the last axis."),
-        ],
+                           "ah.scaled_dot_product_attention on the filled slots instead"),
+        mistakes=[_mistake(hint, **flaw) for hint, flaw in _WRONG],
     )

@@ -1,7 +1,8 @@
 r"""Checkers for notebook 07 (positional encoding).
 
 * ``positional_encoding.sinusoidal``: :func:`check_sinusoidal`, the matrix :math:`M_k` with
-  :math:`PE(p + k) = M_k\,PE(p)` for the sinusoidal table (section 2's :math:`R_i(k)` per pair).
+  :math:`PE(p + k) = M_k\,PE(p)` for the sinusoidal table (section 2 only fits it numerically;
+  a numerical fit is refused here).
 * ``positional_encoding.rope``: :func:`check_rope`, the RoPE score from the offset alone
   (``rope_score(q, k, delta)``): :math:`\mathrm{rope}(q, m)\cdot\mathrm{rope}(k, m - \delta)`
   for any :math:`m`, written with :math:`R(m)^\top R(n) = R(n - m)` (section 4's property).
@@ -15,13 +16,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy
 import torch
 
 from .. import positional as _positional
 from ..lessons import positional_reach as _reach_lesson
 from ..lessons import rope as _rope
 from ..positional import apply_rope
-from .core import CheckResult, Mistake, check_function, seeded
+from .core import CheckResult, Mistake, check_function, refusing_ops, seeded
 from .positional_mistakes import _reach, _shift
 from .workflow import exercise
 
@@ -37,6 +39,18 @@ FORBID = [(_positional, name) for name in (
 
 
 # --- exercise 1: moving by k is a matrix ---------------------------------------------------------
+
+
+#: Section 2 fits M_k by least squares: the same fit (or any solver or inverse) would hand the learner
+#: M_k without the derivation the exercise asks for, so exercise 1 refuses them while it runs.
+_NO_FIT = refusing_ops(["linalg_lstsq", "linalg_solve*", "_linalg_solve*", "linalg_inv*", "inverse",
+                        "linalg_pinv", "pinverse", "linalg_svd", "_linalg_svd", "svd", "linalg_qr",
+                        "qr", "geqrf", "triangular_solve", "linalg_lu*", "lu_solve", "_lu_with_info",
+                        "cholesky_*", "linalg_cholesky*", "linalg_tensor*", "linalg_ldl*"],
+                       "shift_matrix fitted M_k numerically (section 2's least squares, a solver or "
+                       "an inverse), which does this exercise for you: write M_k from the "
+                       "angle-addition formulas")
+_NO_FIT_NUMPY = [(numpy.linalg, name) for name in ("lstsq", "solve", "inv", "pinv", "svd", "qr")]
 
 
 def _sizes(g: torch.Generator, k: int, high: int = 8) -> list[int]:  # a case's random shapes
@@ -56,7 +70,7 @@ def shift_matrix_reference(k: int, d_model: int) -> torch.Tensor:
     "Write sin(a + b) and cos(a + b) with the angle-addition formulas: each is sin a times "
     "something plus cos a times something, and those somethings depend on b alone: they are the "
     "block's entries, in the pair's order (sin first). Pair i sits on rows and columns 2i, 2i+1, "
-    "with b = k omega_i (section 1's frequencies); nothing couples two pairs.",
+    "with b = k omega_i (section 2's frequencies); nothing couples two pairs.",
     "omega = ...                                    # (d/2,) float64: omega_i = 10000^(-2i/d)\n"
     "c, s = ...                                     # (d/2,) each: cos b, sin b, b = k omega_i\n"
     "M = torch.zeros(d_model, d_model, dtype=torch.float64)\n"
@@ -65,9 +79,9 @@ def shift_matrix_reference(k: int, d_model: int) -> torch.Tensor:
     "M[even + 1, even], M[even + 1, even + 1] = ...                      # the cos row\n"
     "return M"))
 def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
-    """Exercise: ``shift_matrix(k, d_model) -> M_k (d_model, d_model)`` with ``PE(p + k) = M_k
-    PE(p)`` for every ``p``: block-diagonal, pair ``i``'s block ``[[cos b, sin b], [-sin b,
-    cos b]]``, ``b = k omega_i`` (section 2's :math:`R_i(k)`)."""
+    """Exercise: ``shift_matrix(k, d_model) -> M_k (d_model, d_model)`` float64 with ``PE(p + k) =
+    M_k PE(p)`` for every ``p`` (section 2's table, derived by the learner; the package's
+    encoding and any numerical fit are refused while it runs)."""
     if getattr(shift_matrix, "__code__", None) is _shift.__code__:
         return CheckResult(False, "Not yet: that is the checker's own code, which does this exercise "
                                   "for you. Write M_k from the angle-addition formulas.")
@@ -76,8 +90,8 @@ def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
                                                  (7, 2), (k, 2 * half)]]
     return check_function(
         shift_matrix, shift_matrix_reference, cases, what="shift_matrix", output_names=("M_k",),
-        forbid=FORBID, instead="Write M_k from the angle-addition formulas", atol=1e-6,
-        same_dtype=True, mistakes=[
+        forbid=FORBID + _NO_FIT_NUMPY, instead="Write M_k from the angle-addition formulas",
+        guard=_NO_FIT, atol=1e-6, same_dtype=True, mistakes=[
             Mistake(lambda k, d: _shift(k, d, sign=-1.0),
                     "the sin terms have the wrong signs (or M_k is transposed): that block is "
                     "RoPE's rotation of a pair (x_2i, x_2i+1), which here moves PE(p) to PE(p - k). "

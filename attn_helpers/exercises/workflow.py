@@ -3,18 +3,18 @@ levels, and the learner's progress, kept across notebooks.
 
 Each notebook's checker module registers its exercises with :func:`exercise`::
 
-    @exercise("masking.kv_cache_step", "one KV-cache step", hints=(
+    @exercise("masking.rolling_cache_step", "a rolling-buffer KV cache", hints=(
         "what to think about", "the formula", "a skeleton: key line left as ..."))
-    def check_kv_cache_step(step): ...
+    def check_rolling_cache_step(step): ...
 
 A stored notebook shows every exercise unsolved: the learner's function is a stub that raises
 ``NotImplementedError``, on which the checker says "not implemented yet" and nothing more. Hints
-come only when asked for, ``hint("masking.kv_cache_step", 1)`` (1: what to think about, 2: the
-formula, 3: a skeleton of the code with the key line left as ``...``).
+come only when asked for, ``hint("masking.rolling_cache_step", 1)`` (1: what to think about, 2:
+the formula, 3: a skeleton of the code with the key line left as ``...``).
 
 **Honest progress.** Only the learner's own function can pass: a reference solution is checked
-with ``check_kv_cache_step(kv_cache_step_solution, solution=True)``, which runs the same checker
-(a broken reference raises ``AssertionError``) but records nothing. Each notebook runs in its own
+with ``check_rolling_cache_step(rolling_cache_step_solution, solution=True)``, which runs the same
+checker (a broken reference raises ``AssertionError``) but records nothing. Each notebook runs in its own
 kernel, so the latest verdict is kept in a small JSON file (a pass with its time; a later failed
 check, the stub included, removes it) in the learner's user data directory
 (:func:`progress_file`; never in the repository), and :func:`progress` reads it back for the whole
@@ -212,9 +212,10 @@ def _load_all() -> None:
 
 def hint(key: str, level: int = 1) -> None:
     """Print hint ``level`` (1: what to think about, 2: the formula, 3: a skeleton) for
-    exercise ``key``, e.g. ``hint("masking.kv_cache_step", 2)``."""
+    exercise ``key``, e.g. ``hint("masking.rolling_cache_step", 2)``."""
     if not isinstance(key, str):
-        raise TypeError(f"key must be a string like 'masking.kv_cache_step', got {type(key).__name__}")
+        raise TypeError("key must be a string like 'masking.rolling_cache_step', got "
+                        f"{type(key).__name__}")
     if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= 3:
         raise ValueError(f"level must be 1, 2 or 3, got {level!r}")
     _load_all()

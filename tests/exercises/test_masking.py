@@ -7,131 +7,230 @@ import math
 
 import pytest
 import torch
-from _exercises import assert_rejected, skeleton
+from _exercises import assert_rejected, assert_skeleton, skeleton
 
 from attn_helpers import exercises
 from attn_helpers.exercises.masking import (
-    _decode,
-    _full_causal,
-    _kv_cases,
-    check_kv_cache_step,
+    _WRONG,
+    _ring_cases,
+    _ring_step,
+    _run_steps,
+    _sliding_window,
+    check_rolling_cache_step,
     check_window_mask,
     left_padded_window_mask,
 )
-from attn_helpers.kv_cache import decode_with_cache
 
 
 def _stub(*args):
     raise NotImplementedError
 
 
-# --- kv_cache_step ---------------------------------------------------------------------------
+# --- rolling_cache_step (a rolling-buffer KV cache for a sliding window) ----------------------
 
 
-def kv_cache_step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=0, first=lambda t: 0,
-                  last=lambda t, n_max: t + 1, scale=None, dim=-1, store_value=True):
-    k_cache[..., t + slot, :] = k_t[..., 0, :]
-    if store_value:
-        v_cache[..., t + slot, :] = v_t[..., 0, :]
-    keys = k_cache[..., first(t):last(t, k_cache.shape[-2]), :]      # (b, h, t + 1, d_k)
-    values = v_cache[..., first(t):last(t, k_cache.shape[-2]), :]    # (b, h, t + 1, d_v)
-    scale = 1 / math.sqrt(q_t.shape[-1]) if scale is None else scale
-    return torch.softmax(q_t @ keys.transpose(-2, -1) * scale, dim=dim) @ values
+def rolling_cache_step(k_cache, v_cache, t, q_t, k_t, v_t):
+    w = k_cache.shape[-2]
+    k_cache[:, :, t % w] = k_t[:, :, 0]                               # overwrite token t - W
+    v_cache[:, :, t % w] = v_t[:, :, 0]
+    filled = min(t + 1, w)
+    scores = q_t @ k_cache[:, :, :filled].transpose(-2, -1) / math.sqrt(q_t.shape[-1])
+    return torch.softmax(scores, dim=-1) @ v_cache[:, :, :filled]     # (b, h, 1, d_v)
 
 
-def test_kv_cache_step_accepts_the_reference():
-    assert check_kv_cache_step(kv_cache_step)
+def in_time_order(k_cache, v_cache, t, q_t, k_t, v_t):                 # torch.roll, then attend
+    import attn_helpers as ah
+
+    w = k_cache.shape[-2]
+    k_cache[..., t % w, :], v_cache[..., t % w, :] = k_t[..., 0, :], v_t[..., 0, :]
+    if t < w:
+        keys, values = k_cache[..., :t + 1, :], v_cache[..., :t + 1, :]
+    else:                                                             # oldest first, newest last
+        keys = torch.roll(k_cache, -(t % w + 1), dims=-2)
+        values = torch.roll(v_cache, -(t % w + 1), dims=-2)
+    return ah.scaled_dot_product_attention(q_t, keys, values)[0]
 
 
-def test_the_reference_is_full_causal_attention_and_the_course_cache_agrees():
-    for case in _kv_cases():
-        out, k_filled, v_filled = _decode(kv_cache_step)(*case.values())
-        expected, k, v = _full_causal(*case.values())
-        assert torch.allclose(out, expected, atol=1e-5)
-        assert torch.equal(k_filled, k) and torch.equal(v_filled, v)
-        cached, _ = decode_with_cache(case["q"], case["k"], case["v"])
-        assert torch.allclose(cached, expected, atol=1e-5)
+def with_a_mask(k_cache, v_cache, t, q_t, k_t, v_t):                   # all W slots, masked
+    import attn_helpers as ah
+
+    w = k_cache.shape[-2]
+    k_cache[..., t % w, :], v_cache[..., t % w, :] = k_t[..., 0, :], v_t[..., 0, :]
+    filled = torch.arange(w) <= t                                     # (W,) bool
+    return ah.scaled_dot_product_attention(q_t, k_cache, v_cache, filled)[0]
 
 
-def test_cases_have_garbage_past_the_sequence_and_leave_the_inputs_alone():
-    case = _kv_cases()[0]
+@pytest.mark.parametrize("answer", [rolling_cache_step, in_time_order, with_a_mask])
+def test_rolling_cache_step_accepts_right_answers_in_any_order_of_the_slots(answer):
+    assert check_rolling_cache_step(answer)
+
+
+def test_the_reference_is_windowed_attention_and_the_cases_cover_the_edges():
+    shapes = []
+    for case in _ring_cases():
+        q, k, v, k_cache = case["q"], case["k"], case["v"], case["k_cache"]
+        n, w = q.shape[-2], k_cache.shape[-2]
+        out, k_ring, v_ring = _sliding_window(*case.values())
+        for t in range(n):                                             # keys max(0, t-W+1)..t
+            keys = slice(max(0, t - w + 1), t + 1)
+            scores = q[..., t:t + 1, :] @ k[..., keys, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
+            expected = torch.softmax(scores, -1) @ v[..., keys, :]
+            assert torch.allclose(out[..., t:t + 1, :], expected, atol=1e-5)
+        got, k_filled, v_filled = _run_steps(rolling_cache_step)(*case.values())
+        assert torch.allclose(got, out, atol=1e-5)
+        assert torch.equal(k_filled, k_ring) and torch.equal(v_filled, v_ring)
+        assert k_cache.abs().max() > 50                                # garbage, not zeros
+        shapes.append((n, w, q.shape[0] * q.shape[1], q.dtype))
+    assert any(n > 2 * w for n, w, _, _ in shapes)                     # wraps several times
+    assert any(w == 1 for _, w, _, _ in shapes) and any(w >= n for n, w, _, _ in shapes)
+    assert any(bh > 1 for _, _, bh, _ in shapes)
+    assert {dtype for *_, dtype in shapes} == {torch.float32, torch.float64}
+
+
+def test_the_checker_works_on_copies_of_its_caches():
+    case = _ring_cases()[0]
     before = case["k_cache"].clone()
-    _decode(kv_cache_step)(*case.values())
-    assert torch.equal(case["k_cache"], before)                       # the checker works on copies
-    assert case["k_cache"].abs().max() > 3                             # not zeros: garbage
+    _run_steps(rolling_cache_step)(*case.values())
+    assert torch.equal(case["k_cache"], before)
+
+
+def _step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=lambda t, w: t % w, seen=None,
+          attend_first=False, old_and_new=False, write_v=True, v_from_k=False, copy=False,
+          shift=False, scale=None):
+    """A learner's step with one mistake (all off: right), written as a learner would."""
+    w = k_cache.shape[-2]
+    old_k, old_v = k_cache[..., :min(t, w), :].clone(), v_cache[..., :min(t, w), :].clone()
+    if copy:
+        k_cache, v_cache = k_cache.clone(), v_cache.clone()
+    at = slot(t, w)
+    if shift:                                                         # keep the cache in time order
+        if t >= w:
+            k_cache[..., :-1, :] = k_cache[..., 1:, :].clone()
+            v_cache[..., :-1, :] = v_cache[..., 1:, :].clone()
+        at = min(t, w - 1)
+    k_cache[..., at:at + 1, :] = k_t                                  # a slice: empty past the end
+    if write_v:
+        v_cache[..., at:at + 1, :] = k_t if v_from_k else v_t
+    if attend_first:
+        keys, values = old_k, old_v
+    elif old_and_new:
+        keys, values = torch.cat([old_k, k_t], -2), torch.cat([old_v, v_t], -2)
+    else:
+        slots = seen(t, w) if seen is not None else slice(0, min(t + 1, w))
+        keys, values = k_cache[..., slots, :], v_cache[..., slots, :]
+    c = 1 / math.sqrt(q_t.shape[-1]) if scale is None else scale
+    return torch.softmax(q_t @ keys.transpose(-2, -1) * c, dim=-1) @ values
 
 
 @pytest.mark.parametrize("mistake, words", [
-    ({"last": lambda t, n_max: n_max}, "garbage slots included"),
-    ({"last": lambda t, n_max: t}, "leave out the new token itself"),
-    ({"slot": 1}, "not t + 1"),
-    ({"first": lambda t: t}, "the new token only"),
-    ({"store_value": False}, "write v_t into v_cache"),
+    ({"seen": lambda t, w: slice(0, w)}, "all w slots before the ring was full"),
+    ({"slot": lambda t, w: t}, "the ring never changed once full"),
+    ({"attend_first": True}, "token t missed itself"),
+    ({"old_and_new": True}, "w + 1 keys"),
+    ({"seen": lambda t, w: [s for s in range(min(t + 1, w)) if t < w - 1 or s != (t + 1) % w]},
+     "w - 1 keys"),
+    ({"seen": lambda t, w: slice(0, t % w + 1)}, "only the slots up to the newest one"),
+    ({"slot": lambda t, w: (t + 1) % w}, "one slot too far"),
+    ({"write_v": False}, "not the value"),
+    ({"v_from_k": True}, "the value cache got the key"),
+    ({"copy": True}, "written on a copy"),
+    ({"shift": True}, "kept in time order by shifting it"),
     ({"scale": 1.0}, "not scaled"),
-    ({"dim": -2}, "wrong axis"),
 ])
-def test_kv_cache_step_rejects_known_mistakes_with_their_hint(mistake, words):
-    verdict = check_kv_cache_step(lambda *args: kv_cache_step(*args, **mistake))
-    assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
+def test_rolling_cache_step_rejects_known_mistakes_with_their_hint(mistake, words):
+    assert_rejected(check_rolling_cache_step(lambda *args: _step(*args, **mistake)), "\nHint: ", words)
 
 
-def test_kv_cache_step_reports_stubs_shapes_and_concatenation():
-    assert check_kv_cache_step(_stub).message == "kv_cache_step is not implemented yet."
-    assert "not implemented yet" in check_kv_cache_step(lambda *args: None).message
-    assert not check_kv_cache_step("kv_cache_step")
+def test_every_known_mistake_shows_on_the_first_case_and_no_two_look_alike():
+    case = _ring_cases()[0]
+    expected = _sliding_window(*case.values())
+    outputs = [_run_steps(_ring_step(**flaw))(*case.values()) for _, flaw in _WRONG]
 
-    def whole_row(k_cache, v_cache, t, q_t, k_t, v_t):               # (b, h, t+1, d_v): wrong shape
-        kv_cache_step(k_cache, v_cache, t, q_t, k_t, v_t)
-        return v_cache[..., :t + 1, :]
+    def same(a, b):
+        return all(torch.allclose(x, y, atol=1e-5, rtol=1e-4, equal_nan=True)
+                   for x, y in zip(a, b, strict=True))
 
-    verdict = check_kv_cache_step(whole_row)
-    assert not verdict and "(b, h, 1, d_v)" in verdict.message
-
-    def concatenates(k_cache, v_cache, t, q_t, k_t, v_t):            # the cache is never written
-        keys = torch.cat([k_cache[..., :t, :], k_t], dim=-2)
-        values = torch.cat([v_cache[..., :t, :], v_t], dim=-2)
-        return torch.softmax(q_t @ keys.transpose(-2, -1) / math.sqrt(q_t.shape[-1]), -1) @ values
-
-    assert_rejected(check_kv_cache_step(concatenates), "\nHint: ", "slot t was never written")
+    assert len(outputs) == len({hint for hint, _ in _WRONG}) == 12
+    for i, got in enumerate(outputs):
+        assert not same(got, expected), _WRONG[i][0]
+        assert not any(same(got, other) for other in outputs[i + 1:]), _WRONG[i][0]
 
 
-def test_kv_cache_step_accepts_the_course_attention_and_the_filled_skeleton():
+def test_writing_slot_t_past_the_end_and_attending_before_writing_are_named():
+    def slot_t(k_cache, v_cache, t, q_t, k_t, v_t):                   # IndexError at t = W
+        k_cache[:, :, t], v_cache[:, :, t] = k_t[:, :, 0], v_t[:, :, 0]
+        return rolling_cache_step(k_cache, v_cache, t, q_t, k_t, v_t)
+
+    verdict = check_rolling_cache_step(slot_t)
+    assert_rejected(verdict, "at step t=3 (w=3 slots)", "out of bounds", "\nHint: ",
+                    "token t cannot go to slot t once t >= w")
+
+    def attends_first(k_cache, v_cache, t, q_t, k_t, v_t):            # ValueError at t = 0
+        import attn_helpers as ah
+
+        w = k_cache.shape[-2]
+        out, _ = ah.scaled_dot_product_attention(q_t, k_cache[:, :, :min(t, w)],
+                                                 v_cache[:, :, :min(t, w)])
+        k_cache[:, :, t % w], v_cache[:, :, t % w] = k_t[:, :, 0], v_t[:, :, 0]
+        return out
+
+    assert_rejected(check_rolling_cache_step(attends_first), "at step t=0", "\nHint: ",
+                    "token t missed itself")
+
+
+def test_rolling_cache_step_reports_stubs_and_shapes():
+    assert check_rolling_cache_step(_stub).message == "rolling_cache_step is not implemented yet."
+    assert "not implemented yet" in check_rolling_cache_step(lambda *args: None).message
+    assert_rejected(check_rolling_cache_step("rolling_cache_step"), "not a function")
+
+    def whole_ring(k_cache, v_cache, t, q_t, k_t, v_t):               # (b, h, W, d_v): wrong shape
+        rolling_cache_step(k_cache, v_cache, t, q_t, k_t, v_t)
+        return v_cache
+
+    assert_rejected(check_rolling_cache_step(whole_ring), "(b, h, 1, d_v)")
+
+
+def test_rolling_cache_step_accepts_the_level_3_skeleton_filled_in():
     import attn_helpers as ah
 
-    signature = "k_cache, v_cache, t, q_t, k_t, v_t"
-    assert check_kv_cache_step(skeleton("masking.kv_cache_step", signature, (
-        "k_t[:, :, 0]", "v_t[:, :, 0]", "k_cache[:, :, :t + 1]", "v_cache[:, :, :t + 1]"), ah=ah))
+    assert_skeleton("masking.rolling_cache_step", "k_cache, v_cache, t, q_t, k_t, v_t",
+                    check_rolling_cache_step, ("t % w", "min(t + 1, w)"), ah=ah)
 
 
-def test_kv_cache_step_blocks_torchs_fused_attention():
+def test_rolling_cache_step_blocks_torchs_fused_attention():
     import torch.nn.functional as F
 
     def fused(k_cache, v_cache, t, q_t, k_t, v_t):
-        k_cache[..., t, :], v_cache[..., t, :] = k_t[..., 0, :], v_t[..., 0, :]
-        return F.scaled_dot_product_attention(q_t, k_cache[..., :t + 1, :], v_cache[..., :t + 1, :])
+        w = k_cache.shape[-2]
+        k_cache[..., t % w, :], v_cache[..., t % w, :] = k_t[..., 0, :], v_t[..., 0, :]
+        f = min(t + 1, w)
+        return F.scaled_dot_product_attention(q_t, k_cache[..., :f, :], v_cache[..., :f, :])
 
-    assert_rejected(check_kv_cache_step(fused), "scaled_dot_product_attention",
+    assert_rejected(check_rolling_cache_step(fused), "scaled_dot_product_attention",
                     "which does this exercise for you")
 
     def through_aten(k_cache, v_cache, t, q_t, k_t, v_t):
-        k_cache[..., t, :], v_cache[..., t, :] = k_t[..., 0, :], v_t[..., 0, :]
-        return torch.ops.aten.scaled_dot_product_attention(q_t, k_cache[..., :t + 1, :],
-                                                           v_cache[..., :t + 1, :])
+        w = k_cache.shape[-2]
+        k_cache[..., t % w, :], v_cache[..., t % w, :] = k_t[..., 0, :], v_t[..., 0, :]
+        f = min(t + 1, w)
+        return torch.ops.aten.scaled_dot_product_attention(q_t, k_cache[..., :f, :],
+                                                           v_cache[..., :f, :])
 
-    assert_rejected(check_kv_cache_step(through_aten), "torch's fused attention",
+    assert_rejected(check_rolling_cache_step(through_aten), "torch's fused attention",
                     "torch.ops.aten.scaled_dot_product_attention")
 
 
-def test_kv_cache_step_blocks_the_course_cache():
+def test_rolling_cache_step_blocks_the_course_cache():
     import attn_helpers as ah
 
     def lazy(k_cache, v_cache, t, q_t, k_t, v_t):
-        k_cache[..., t, :], v_cache[..., t, :] = k_t[..., 0, :], v_t[..., 0, :]
-        cache = ah.KVCache(max_len=k_cache.shape[-2])
-        cache.append(k_cache[..., :t + 1, :], v_cache[..., :t + 1, :])
+        w = k_cache.shape[-2]
+        k_cache[..., t % w, :], v_cache[..., t % w, :] = k_t[..., 0, :], v_t[..., 0, :]
+        cache = ah.KVCache(max_len=w)
+        cache.append(k_cache[..., :min(t + 1, w), :], v_cache[..., :min(t + 1, w), :])
         return cache.attend(q_t)[0]
 
-    assert_rejected(check_kv_cache_step(lazy), "KVCache.append", "which does this exercise for you")
+    assert_rejected(check_rolling_cache_step(lazy), "KVCache.append", "which does this exercise for you")
 
 
 # --- window_mask (a sliding-window mask for a left-padded batch) --------------------------------
@@ -222,5 +321,6 @@ def test_window_mask_stub_and_dtype():
 
 
 def test_exercises_are_registered_with_three_hints():
-    for key in ("masking.kv_cache_step", "masking.window_mask"):
-        assert key in exercises.EXERCISES and len(exercises.EXERCISES[key].hints) == 3
+    keys = [key for key in exercises.EXERCISES if key.startswith("masking.")]
+    assert keys == ["masking.window_mask", "masking.rolling_cache_step"]      # the notebook's order
+    assert all(len(exercises.EXERCISES[key].hints) == 3 for key in keys)

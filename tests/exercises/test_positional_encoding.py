@@ -80,6 +80,57 @@ def test_shift_checker_accepts_a_loop_and_blocks_the_package():
     assert not verdict and "the checker's own reference" in verdict.message, verdict.message
 
 
+def own_table(n, d):
+    """A learner's own sinusoidal table (the package's is blocked), float64."""
+    angles = torch.arange(n, dtype=torch.float64)[:, None] * 10000.0 ** (
+        -torch.arange(0, d, 2, dtype=torch.float64) / d)
+    table = torch.empty(n, d, dtype=torch.float64)
+    table[:, 0::2], table[:, 1::2] = angles.sin(), angles.cos()
+    return table
+
+
+def fitted_shift(k, d, *, how="lstsq"):
+    """Section 2's demonstration turned into an answer: M_k fitted on positions far enough apart
+    that every pair turns (well conditioned, so the fit matches the reference to 1e-6)."""
+    start = max(0, -k)
+    X, Y = own_table(200_000, d)[start:100_000], own_table(200_000, d)[start + k:100_000 + k]
+    if how == "lstsq":
+        return torch.linalg.lstsq(X, Y).solution.T
+    if how == "normal equations":
+        return (torch.linalg.inv(X.T @ X) @ X.T @ Y).T
+    if how == "pinv":
+        return (torch.linalg.pinv(X) @ Y).T
+    import numpy as np
+
+    return torch.from_numpy(np.linalg.lstsq(X.numpy(), Y.numpy(), rcond=None)[0].T.copy())
+
+
+def test_a_least_squares_fit_would_pass_without_the_guard():
+    """Why exercise 1 refuses numerical fits: section 2 shows how to fit M_k, and a well-conditioned
+    fit is as close to the reference as the checker asks."""
+    for k, d in [(1, 8), (100, 32), (-2, 8)]:
+        assert torch.allclose(fitted_shift(k, d), ex.shift_matrix_reference(k, d), atol=1e-6)
+
+
+@pytest.mark.parametrize("how, named", [
+    ("lstsq", "linalg_lstsq"), ("normal equations", "linalg_inv"), ("pinv", "numerically"),
+    ("numpy", "numpy.linalg.lstsq")])
+def test_shift_checker_refuses_a_numerical_fit(how, named):
+    verdict = ex.check_sinusoidal(lambda k, d: fitted_shift(k, d, how=how))
+    assert not verdict and named in verdict.message and "angle-addition" in verdict.message, (
+        verdict.message)
+
+
+def test_shift_checker_accepts_a_matrix_exponential():
+    """Only fits are refused: a rotation built as exp(b J) per pair is a derivation, and passes."""
+    def by_exponential(k, d):
+        J = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)
+        omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        return torch.block_diag(*[torch.linalg.matrix_exp(k * w * J) for w in omega])
+
+    assert ex.check_sinusoidal(by_exponential)
+
+
 # --- exercise 2: the RoPE score from the offset alone -------------------------------------------
 
 
