@@ -165,10 +165,10 @@ def with_attention(model: bg.GPT, cls) -> bg.GPT:
     "of its own; the cache goes to the attention. Notebook 06's post-norm layer normalised each "
     "sum. Follow the path from the block's input x to its output in that layout and in the other "
     "one, the norm in front of the sub-layer: which leaves a path on which x is never normalised?",
-    "Pre-norm puts each LayerNorm on the branch, in front of its sub-layer: the sub-layer reads a "
-    "normalised copy of the stream, and its result is added to the stream itself, which nothing "
-    "normalises afterwards. Twice, in order: attention with norm1, handed cache as its second "
-    "argument, then the feed-forward with norm2, reading the stream as the attention left it.",
+    "If the stream x is never normalised, no LayerNorm can sit on a residual sum: where else can "
+    "norm1 and norm2 go, what does each sub-layer then read, and what is its output added to? "
+    "Attention first (handed cache as its second argument), then the feed-forward, which reads "
+    "the stream as the attention's addition left it.",
     "x = x + ...          # attention on norm1's copy of x, handed the cache\n"
     "return x + ...       # the feed-forward on norm2's copy of the updated x"))
 def check_block(cls) -> CheckResult:
@@ -211,10 +211,11 @@ def _model_cfg(vocab=11, context=16, d=16, h=4, layers=2, d_ff=32):
     "Each token becomes its embedding plus the embedding of its position; the sum goes through "
     "every block in turn; a final LayerNorm, then the output head gives one score per character. "
     "With caches, which positions do the n new tokens hold, and which cache does block i read?",
-    "The positions are the integers start..start+n-1, n = tokens.shape[1]: their embeddings, "
-    "(n, d), broadcast onto the token embeddings, (b, n, d). Loop over self.blocks with enumerate "
-    "so that block i can be handed caches[i] (None when caches is None); then self.norm and "
-    "self.head give (b, n, vocab).",
+    "start is the position in the text of tokens[:, 0], with caches or without. Look the n "
+    "positions up in position_embedding as one (n,) tensor: its (n, d) result broadcasts onto the "
+    "token embeddings, (b, n, d), the same positions for every sequence of the batch. "
+    "enumerate(self.blocks) gives each block its index i, and with it its own cache (None when "
+    "caches is None); then self.norm and self.head give (b, n, vocab).",
     "positions = ...                           # (n,): start .. start + n - 1\n"
     "x = ...                                   # (b, n, d): token plus position embeddings\n"
     "for i, block in enumerate(self.blocks):\n"
@@ -291,10 +292,11 @@ def _model_runner(forward: Callable, cfg) -> Callable:
 
 
 @exercise("build_gpt.train_step", "the training step: next-character loss", hints=(
-    "The model predicts the character after each position, so the inputs are the chunk without "
-    "its last character and the targets the chunk without its first. Then the usual three "
-    "optimizer moves.",
-    "Two slices of the last axis give inputs and targets, both (b, n). F.cross_entropy wants "
+    "At each position the model predicts the next character: so which character of the chunk is "
+    "the target of input position i, and how many predictions does a chunk of n + 1 characters "
+    "hold? Then the usual three optimizer moves.",
+    "Inputs and targets are two slices of the chunk's last axis, both (b, n), the targets one step "
+    "ahead of the inputs: which end does each slice drop? F.cross_entropy wants "
     "(N, vocab) logits against (N,) ids: flatten the (b, n, vocab) logits to (b * n, vocab) and "
     "the targets to (b * n,); its default mean over the positions is the loss.",
     "inputs, targets = ...                     # (b, n) each: the chunk shifted by one\n"

@@ -147,10 +147,11 @@ def _merge_mistakes() -> list[Mistake]:
           hints=(
               "Each state summed exp(s - m_i) over its own keys, against its own max. Pick the "
               "merged max first, then re-express both sums against it before adding them.",
-              "m = max(m1, m2);  l = exp(m1 - m) l1 + exp(m2 - m) l2;  "
-              "acc = exp(m1 - m) acc1 + exp(m2 - m) acc2. Where both states are empty, m = -inf "
-              "and m1 - m = -inf - (-inf) is NaN: subtract 0 there instead (the result is still "
-              "m = -inf, l = 0, acc = 0).",
+              "Both sums must be measured against the same max before they can be added, and the "
+              "merged m is the larger of m1 and m2. Which one factor turns every term exp(s - m_i) "
+              "of state i into exp(s - m), and why must l_i and acc_i both take it? Where both "
+              "states are empty, m1 - m is -inf - (-inf), NaN: what must you subtract there "
+              "instead so that the merged row stays empty (m = -inf, l = 0, acc = 0)?",
               "m = torch.maximum(m1, m2)                     # (..., n_q, 1): the merged max\n"
               "safe = ...                                    # m, but 0 where m = -inf (both empty)\n"
               "c1, c2 = ...                                  # each state's factor, against safe\n"

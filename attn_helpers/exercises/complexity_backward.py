@@ -82,7 +82,7 @@ def _large_cases() -> list[dict]:
 def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal",  # noqa: C901
                    fill=-math.inf, mask_ds_only=False, tile_d=False, local_softmax=False,
                    scale_grads=(True, True), scale_scores=True, assign=(), lse_keys=False,
-                   d_keys=False, no_lse=False):
+                   d_keys=False, no_lse=False, no_d=False):
     """The backward with one thing changed. ``visit``: which tiles are computed ("causal": all but
     those above the diagonal; "all"; "below": only ``j < i``, the diagonal tiles skipped);
     ``mask``: the mask in a visited tile; ``assign``: which of dq, dk, dv are assigned, not added."""
@@ -106,7 +106,7 @@ def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", 
                 P = torch.softmax(S_masked, dim=-1).nan_to_num(0.0)
             dP = d_out[..., I, :] @ v[..., J, :].mT
             D_i = D[..., I][..., None, :] if d_keys else D[..., I, :]
-            D_i = (P * allowed * dP).sum(-1, keepdim=True) if tile_d else D_i
+            D_i = (P * allowed * dP).sum(-1, keepdim=True) if tile_d else D_i * (not no_d)
             dS = P * (dP - D_i) * (allowed if mask_ds_only else True)
             shares = {"dq": (dq, I, dS @ k[..., J, :] * (scale if scale_grads[0] else 1.0)),
                       "dk": (dk, J, dS.mT @ q[..., I, :] * (scale if scale_grads[1] else 1.0)),
@@ -150,6 +150,9 @@ def _mistakes() -> list[Mistake]:
         *_wrong("P was normalised within the tile (a softmax over its keys): the row's other tiles "
                 "hold the rest of its weight. P = exp(S - lse), with the lse of the whole row "
                 "that the forward pass saved.", {"local_softmax": True}),
+        *_wrong("dS = P * dP misses its second term: the softmax's backward subtracts, in each "
+                "row, the weighted mean of dP (the same number for every key of the row), which "
+                "section 5 called D.", {"no_d": True}),
         *_wrong("P = exp(S) without the lse: the tile's P is exp(S - lse), each row normalised by "
                 "the log-sum-exp of its whole row.", {"no_lse": True}),
         *_wrong("lse broadcast along the keys: lse is (..., n), so its slice (..., B) lines up "
@@ -182,20 +185,52 @@ _INSTEAD = ("Recompute each tile's P from the saved lse and write its gradients 
             "B x B tile at a time")
 
 
+_PRODUCTS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__,
+             torch.bmm, torch.Tensor.bmm, torch.einsum, torch.mm, torch.Tensor.mm)
+
+
 class _TileWatch(torch.overrides.TorchFunctionMode):
     """Watches every torch operation the learner's function runs (when ``B < n``): a result as
     large as the ``(..., n, n)`` scores is refused, and so is one larger than what one tile of
     ``B`` queries by ``B`` keys (or the inputs and outputs) needs, e.g. section 5's strip of all
     the queries against one key tile."""
 
-    def __init__(self, q: torch.Tensor, v: torch.Tensor, B: int):
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, B: int):
         super().__init__()
-        self.n, self.B = q.shape[-2], B
+        self.q, self.k, self.n, self.B = q, k, q.shape[-2], B
         rows, d = q[..., 0].numel(), max(q.shape[-1], v.shape[-1], 1)   # batch * n; widest input
         self.full = rows * self.n
         self.tile = rows // self.n * max((self.n + B) * d, B * B * d)  # an input, padded to tiles
 
+    def _rows(self, t, source: torch.Tensor) -> tuple[int, int] | None:
+        """The positions ``(first, last)`` that ``t`` holds if it is a slice of ``source`` along
+        the tokens (a view, transposed or not), else None."""
+        if not isinstance(t, torch.Tensor) or t._base is not source or source.dim() < 2:
+            return None
+        step = source.stride(-2)
+        axes = [a for a in range(t.dim()) if t.stride(a) == step and t.shape[a] > 0]
+        if not axes or source.stride(-1) == step:
+            return None
+        first = t.storage_offset() % (self.n * step) // step
+        return first, first + t.shape[axes[-1]] - 1
+
+    def _scores_of(self, func, args) -> None:
+        """Refuses the scores of a tile wholly above the diagonal (every key after every query)."""
+        if func not in _PRODUCTS:
+            return
+        tensors = [a for a in (args[1:] if func is torch.einsum else args)
+                   for a in (a if isinstance(a, list | tuple) else (a,))]
+        queries = next((r for t in tensors if (r := self._rows(t, self.q))), None)
+        keys = next((r for t in tensors if (r := self._rows(t, self.k))), None)
+        if queries and keys and keys[0] > queries[1]:
+            raise Refused(f"causal_backward computed the scores of queries {queries[0]}..{queries[1]} "
+                          f"against keys {keys[0]}..{keys[1]}, a tile wholly above the diagonal: "
+                          "every key comes after every query, so the tile contributes nothing. "
+                          "Skip it: that is half of the causal backward's saving.")
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if self.B < self.n:
+            self._scores_of(func, args)
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, tuple | list) else (out,):
             if not isinstance(t, torch.Tensor) or self.B >= self.n:
@@ -220,7 +255,7 @@ def _guard() -> Callable[[dict], contextlib.AbstractContextManager]:
 
     @contextlib.contextmanager
     def guard(inputs: dict):
-        with no_autograd(inputs), _TileWatch(inputs["q"], inputs["v"], inputs["B"]):
+        with no_autograd(inputs), _TileWatch(inputs["q"], inputs["k"], inputs["v"], inputs["B"]):
             yield
 
     return guard
@@ -232,12 +267,11 @@ def _guard() -> Callable[[dict], contextlib.AbstractContextManager]:
               "step, and no tile was masked. Here the queries come in tiles of B too, and the mask "
               "is causal. Which pairs of tiles contribute anything, which need the mask, and which "
               "results are complete only once a loop has finished?",
-              "Loop over key tiles outside and query tiles inside (or the other way round). A tile "
-              "whose first key comes after its last query lies wholly above the diagonal: skip it. "
-              "A tile that crosses the diagonal needs the mask; one below it needs none. P and D "
-              "concern whole rows, which no tile sees: recompute P from the lse the forward saved "
-              "for each row, and compute D once from dO and O before the loops. dQ_i collects a "
-              "share from every key tile it meets; dK_j and dV_j from every query tile.",
+              "Compare a tile's last query position with its first key position: when can the "
+              "tile contribute nothing at all, and when does it need the mask? P and D are about "
+              "whole rows, which no tile sees: what did the forward pass save for each row, and "
+              "which of the saved tensors give D without any P? Which of dQ, dK, dV is complete "
+              "only after the inner loop, and which only after the outer one?",
               "n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])\n"
               "D = ...                                   # (..., n, 1), once, from whole rows\n"
               "lse = lse.unsqueeze(-1)                   # (..., n, 1): one value per row\n"

@@ -160,14 +160,16 @@ def _library_shortcuts():
 
 @exercise("cross_attention.decode", "a decoder layer's cross-attention step by step, the "
           "memory's keys and values projected once", hints=(
-    "The stub's loop gives x_t, target position t after the causal self-attention block. What is "
-    "left is its cross-attention and its feed-forward. The memory does not change while the "
-    "decoder writes: project its keys and values once, before the loop; at step t, x_t makes the "
-    "one query. Post-norm, as the 2017 paper: x = norm(x + block(x)), norm2 after the "
-    "cross-attention, norm3 after the feed-forward.",
-    "Once: K_m = memory W_K and V_m = memory W_V, split into heads. For each step t: "
-    "x_t <- LN_2(x_t + W_O CrossAttn(x_t W_Q, K_m, V_m)), the padded memory keys weighted 0; "
-    "then x_t <- LN_3(x_t + FF(x_t)), appended to outputs.",
+    "The stub's loop gives x_t, target position t after the causal self-attention block; what is "
+    "left at each step is its cross-attention, then its feed-forward, each wired post-norm as in "
+    "section 2. The memory does not change while the decoder writes: what, then, need not be "
+    "computed again at every step?",
+    "In cross-attention the decoder asks and the memory answers: which of x_t and memory makes "
+    "the query, which the keys and values, and which of these projections can run once, before "
+    "the loop? Post-norm, as in the 2017 paper: is each sub-layer's output added to its input "
+    "before or after the LayerNorm, and which of norm2, norm3 belongs to which sub-layer? The "
+    "padded memory must get weight 0: how must memory_real be shaped against the scores "
+    "(b, h, 1, n_m)?",
     "ca, h = layer.cross_attn, layer.cross_attn.num_heads\n"
     "K_m = ...                          # (b, h, n_m, d_head): ca.k_proj(memory) split, ONCE\n"
     "V_m = ...                          # the same with ca.v_proj\n"

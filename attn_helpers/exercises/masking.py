@@ -12,7 +12,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..masks import sliding_window_mask
-from .core import CheckResult, Mistake, check_function, refusing_ops, seeded
+from .core import CheckResult, Mistake, Refused, check_function, refusing_ops, seeded
 from .workflow import exercise
 
 __all__ = ["check_window_mask", "check_rolling_cache_step"]
@@ -159,17 +159,20 @@ def _ring_cases() -> list[dict]:
 
 def _sliding_window(q, k, v, k_cache, v_cache):
     """Sliding-window causal attention over the whole sequence (key j visible to query t when
-    0 <= t - j < w), and the caches' filled slots at the end: slot s holds the last token t with
-    t mod w = s."""
+    0 <= t - j < w), and what the caches must hold at the end: the window's last min(n, w) keys
+    and values, in time order (:func:`_run_steps` reads the ring in that order, whatever slot
+    each went to)."""
     n, w = q.shape[-2], k_cache.shape[-2]
     out, _ = scaled_dot_product_attention(q, k, v, sliding_window_mask(n, w))
-    last = [s + w * ((n - 1 - s) // w) for s in range(min(n, w))]
-    return out, k[..., last, :], v[..., last, :]
+    return out, k[..., n - min(n, w):, :], v[..., n - min(n, w):, :]
 
 
 def _run_steps(step: Callable) -> Callable:
     """Run ``step(k_cache, v_cache, t, q_t, k_t, v_t)`` for t = 0..n-1 on copies of the caches
-    (the checker owns them); return the n outputs side by side and the caches' filled slots."""
+    (the checker owns them); return the n outputs side by side and what the caches hold at the
+    end, read in time order: the slot of each of the last min(n, w) keys, wherever the step put
+    it (any slot rule that keeps the window passes). A step that changes more than one slot of a
+    cache is refused: a rolling buffer writes one slot per step."""
 
     def run(q, k, v, k_cache, v_cache):
         k_cache, v_cache = k_cache.clone(), v_cache.clone()
@@ -177,6 +180,7 @@ def _run_steps(step: Callable) -> Callable:
         outputs = []
         for t in range(n):
             new = slice(t, t + 1)
+            k_before, v_before = k_cache.clone(), v_cache.clone()
             try:
                 out = step(k_cache, v_cache, t, q[..., new, :], k[..., new, :], v[..., new, :])
             except (IndexError, ValueError, RuntimeError) as exc:
@@ -185,13 +189,21 @@ def _run_steps(step: Callable) -> Callable:
                 raise type(exc)(f"at step t={t} (w={w} slots): {exc}") from exc
             if out is None:
                 return None
+            moved = max(int((cache != copy).flatten(end_dim=-3).any(0).any(-1).sum())
+                        for cache, copy in ((k_cache, k_before), (v_cache, v_before)))
+            if moved > 1:
+                raise Refused(f"at step t={t} (w={w} slots) {moved} slots of a cache changed. "
+                              f"{_ONE_SLOT}")
             if not isinstance(out, torch.Tensor) or out.shape != v[..., new, :].shape:
                 got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
                 raise ValueError(f"at step t={t} the output should have shape "
                                  f"{tuple(v[..., new, :].shape)} (b, h, 1, d_v), got {got}")
             outputs.append(out)
-        filled = min(n, w)
-        return torch.cat(outputs, dim=-2), k_cache[..., :filled, :], v_cache[..., :filled, :]
+        slots = [next((s for s in range(w) if torch.equal(k_cache[..., s, :], k[..., t, :])), None)
+                 for t in range(n - min(n, w), n)]              # where each window key went
+        if None in slots or len(set(slots)) < len(slots):      # one missing: compare slot order
+            slots = list(range(min(n, w)))
+        return torch.cat(outputs, dim=-2), k_cache[..., slots, :], v_cache[..., slots, :]
 
     return run
 
@@ -252,6 +264,9 @@ def _cache_helpers():
             (torch.nn.functional, "scaled_dot_product_attention")]
 
 
+_ONE_SLOT = ("A rolling buffer writes one slot per step, where the key that just left the "
+             "window was, and leaves the others where they are; shifting the whole cache moves "
+             "all w keys every step (to see the keys in time order, roll a copy).")
 _SLOT_T = ("the cache has w slots, so token t cannot go to slot t once t >= w. It goes where the "
            "key that just left the window was stored: token t - w's slot.")
 _MISSING = ("off by one: the query attended before the new key was written, so token t missed "
@@ -282,10 +297,6 @@ _WRONG = [
     ("the caches were written on a copy (a clone, torch.cat, a new tensor), so the caller's "
      "caches never change and the next step has lost every earlier key: write into k_cache and "
      "v_cache in place.", {"copy": True}),
-    ("the outputs are right, but the cache was kept in time order by shifting it every step, "
-     "which moves all w keys each time. A rolling buffer writes one slot per step, token t's "
-     "where token t - w was, and leaves the others where they are (to see the keys in time "
-     "order, roll a copy).", {"shift": True}),
     ("the scores are not scaled: divide by sqrt(d_k) (ah.scaled_dot_product_attention does).",
      {"scale": 1.0}),
 ]
@@ -310,9 +321,11 @@ _WRONG = [
 def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
     """Exercise: ``rolling_cache_step(k_cache (b, h, w, d_k), v_cache (b, h, w, d_v), t,
     q_t (b, h, 1, d_k), k_t (b, h, 1, d_k), v_t (b, h, 1, d_v)) -> (b, h, 1, d_v)``: writes token
-    ``t``'s key and value into the ring of ``w`` slots, in place (slot ``t mod w``), and attends
-    with ``q_t`` to the filled slots. Run for ``t = 0..n-1`` it must equal sliding-window causal
-    attention (``0 <= t - j < w``), and the caches must end as the ring. It may call the course's
+    ``t``'s key and value into the ring of ``w`` slots, in place, over the key that left the
+    window (one slot per step; the reference uses slot ``t mod w``, any such rule passes), and
+    attends with ``q_t`` to the filled slots. Run for ``t = 0..n-1`` it must equal sliding-window
+    causal attention (``0 <= t - j < w``), and the caches must end holding the window's last
+    ``min(n, w)`` keys and values, each once. It may call the course's
     ``ah.scaled_dot_product_attention``; the course's cache and torch's fused attention are
     blocked."""
     if not callable(rolling_cache_step):

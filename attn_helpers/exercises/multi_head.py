@@ -139,14 +139,12 @@ def _trainable(module_class, case: dict) -> str | None:
     "= nn.Linear(d_model, d_model). In forward: project once and cut the result into Q, K, V. "
     "Then no loop over heads: head i is a block of d_head consecutive features (section 1), so "
     "the h heads are a reshape of the feature axis, and one attention call can serve them all.",
-    "Cut [Q | K | V] with chunk(3, dim=-1). Split the last axis of each, d_model, into two axes, "
-    "the head axis first and d_head second, since head i owns the consecutive features "
-    "i*d_head .. (i+1)*d_head - 1. ah.scaled_dot_product_attention multiplies the last two axes "
-    "and treats every axis before them as a batch, so the head axis must then come before n: "
-    "(b, h, n, d_head), one (n, d_head) matrix per head. The scores are (b, h, n, n), so a "
-    "(b, n, n) mask needs an axis of size 1 for the heads. The merge undoes the split in reverse "
-    "order: first put n back before the head axis, then join (h, d_head) into d_model, so that "
-    "head i fills the columns torch.cat gave it in section 1. Then out_proj.",
+    "Cut [Q | K | V] with chunk(3, dim=-1). Head i owns the consecutive features "
+    "i*d_head .. (i+1)*d_head - 1: splitting the last axis, d_model, in two, which comes first, "
+    "h or d_head? ah.scaled_dot_product_attention treats every axis before the last two as a "
+    "batch: where must the head axis then stand, and what does a (b, n, n) mask lack against the "
+    "scores (b, h, n, n)? The merge undoes the split: in which order, so that head i fills the "
+    "columns torch.cat gave it in section 1?",
     "b, n, d_model = x.shape\nh = self.num_heads\n"
     "q, k, v = (... for t in self.in_proj(x).chunk(3, dim=-1))   # split: each (b, h, n, d_head)\n"
     "if mask is not None and mask.dim() == 3: mask = mask[:, None]   # (b, 1, n, n): every head\n"
@@ -293,8 +291,10 @@ _NO_FUSED_GQA = refusing_ops(
     "There are h query heads but only g key/value heads. Consecutive query heads form g groups of "
     "h/g, and every head of a group reads the same key/value head. Give each query head its "
     "key/value head; the attention itself is notebook 02's, ah.scaled_dot_product_attention.",
-    "query head i uses key/value head i // (h/g): repeat each key/value head h/g times in a row "
-    "along the head axis, so k and v become (b, h, n, d_head) like q.",
+    "Query head i reads key/value head i // (h/g), and a batched attention call pairs query head "
+    "i with whatever stands at index i of k's and v's head axis. So once each key/value head is "
+    "copied h/g times, to make k and v (b, h, n, d_head) like q, must the copies of one head "
+    "stand in a row (0, 0, 1, 1 for h = 4, g = 2) or cycle (0, 1, 0, 1)?",
     "h, g = q.shape[1], k.shape[1]\n"
     "k = ...   # (b, h, n, d_head): each key/value head h // g times in a row; the same for v\n"
     "v = ...\n"

@@ -243,9 +243,12 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
     if bool((on_next >= NEXT_WEIGHT).all()):
         return None
     strongest = A.argmax(-1)
-    shown = ", ".join(f"{i}->{int(j)}" for i, j in enumerate(strongest.tolist()))
-    where = f"strongest key of each token: {shown}; weight on the next token: " + ", ".join(
-        f"{w:.2f}" for w in on_next.tolist())
+    shown = ", ".join(f"{i}->{int(j)}" for i, j in enumerate(strongest[:6].tolist()))
+    more = f", ... ({n} tokens)" if n > 6 else ""
+    weakest = int(on_next.argmin())
+    where = (f"strongest key of each token: {shown}{more}; weight on the next token: "
+             + ", ".join(f"{w:.2f}" for w in on_next[:6].tolist())
+             + f"{more}, smallest {on_next[weakest]:.2f} (token {weakest})")
     if torch.allclose(W_Q.double(), W_K.double()):
         why = ("W_Q = W_K, so the scores (X W)(X W)^T are symmetric: token i likes j exactly as "
                "much as j likes i, and the token with the largest score with itself attends most to "

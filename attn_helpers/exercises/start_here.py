@@ -86,6 +86,15 @@ def softmax_with_temperature_reference(scores: torch.Tensor, temperature: float)
     return torch.softmax(scores.double() / temperature, dim=-1).to(scores.dtype)
 
 
+KEEPDIM = ("each row's sum lost its axis: e.sum(dim=-1) is (...,), which broadcasts along the "
+           "last axis, against the columns; keep it as (..., 1) (keepdim=True) so that every "
+           "entry of a row is divided by that row's sum.")
+
+
+def _stable_exp(x: torch.Tensor) -> torch.Tensor:
+    return torch.exp(x - x.amax(-1, keepdim=True))
+
+
 @exercise("start_here.softmax_with_temperature", "softmax of a score row, with a temperature",
           hints=(
               "A temperature T divides the scores before the softmax: small T sharpens the row, "
@@ -121,7 +130,13 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
             Mistake(lambda s, t: torch.softmax(s, -1) / t,
                     "you divided the weights by T after the softmax; divide the scores before it, "
                     "so that the row still sums to one."),
+            Mistake(lambda s, t: _stable_exp(s / t) / _stable_exp(s / t).sum(),
+                    "the exponentials were divided by the sum of the whole tensor; each row must "
+                    "sum to one on its own: sum over the last axis only."),
+            Mistake(lambda s, t: _stable_exp(s / t) / _stable_exp(s / t).sum(-1),
+                    KEEPDIM),
         ],
+        error_hints=[("must match the size of tensor", KEEPDIM)],
         nan_hint=OVERFLOW_HINT,
         forbid=SOFTMAX_CALLS, instead=SOFTMAX_INSTEAD, guard=_NO_SOFTMAX_OPS,
     )

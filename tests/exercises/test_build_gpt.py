@@ -255,6 +255,17 @@ def test_exercises_are_registered_with_three_hints():
         assert key in exercises.EXERCISES and len(exercises.EXERCISES[key].hints) == 3
 
 
+@pytest.mark.parametrize("name, answers", [
+    ("block", ("self.attn(self.norm1", "x + attn(", "in front of its sub-layer")),
+    ("model", ("arange", "start..start+n-1", "start + n - 1", "caches[i]")),
+    ("train_step", ("[:, :-1]", "[:, 1:]", "without its last", "without its first")),
+])
+def test_hints_before_the_skeleton_do_not_state_the_solution(name, answers):
+    hints = exercises.EXERCISES[f"build_gpt.{name}"].hints
+    for fragment in answers:
+        assert fragment not in hints[0] + hints[1], fragment
+
+
 def _sample_whole_sequence(model, prompt, steps, temperature, top_k, generator):
     """A learner's sampling loop that re-runs the whole sequence at every step (no cache);
     ``generator=None`` draws from torch's global random numbers."""

@@ -84,6 +84,12 @@ def test_merge_checker_accepts_the_reference_a_learner_solution_and_the_hint():
         "c1 * acc1 + c2 * acc2")))
 
 
+def test_no_merge_hint_before_the_skeleton_states_the_solution():
+    hints = EXERCISES["complexity.merge_states"].hints
+    for fragment in ("exp(m1 - m)", "exp(m2 - m)", "exp(m_i - m)", "subtract 0", "torch."):
+        assert fragment not in hints[0] + hints[1], fragment
+
+
 def test_merge_checker_names_the_nan_of_two_empty_states():
     def unsafe(m1, l1, acc1, m2, l2, acc2):
         m = torch.maximum(m1, m2)
@@ -166,7 +172,7 @@ def test_the_backward_reference_equals_autograd_for_any_n_and_B(n, B, d_k, d_v, 
 def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", fill=-math.inf,
                      mask_ds_only=False, tile_d=False, local_softmax=False, scale=(True, True),
                      scale_scores=True, assign=(), raw_exp=False, no_lse=False, lse_keys=False,
-                     d_keys=False):
+                     d_keys=False, no_d=False):
     """A learner's causal backward written another way: query tiles outside, key tiles inside,
     einsum, the mask from torch.triu; each keyword plants one mistake."""
     n, c = q.shape[-2], q.shape[-1] ** -0.5
@@ -196,7 +202,7 @@ def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal"
             D_i = (D[..., i:i + B][..., None, :] if d_keys else D[..., i:i + B, :])
             if tile_d:
                 D_i = (p * dp * allowed).sum(-1, keepdim=True)
-            ds = p * (dp - D_i)
+            ds = p * (dp - D_i) if not no_d else p * dp
             if mask_ds_only:
                 ds = torch.where(allowed, ds, 0.0)
             shares = {"dq": (dq, slice(i, i + B), torch.einsum("...qk,...kd->...qd", ds, K)
@@ -233,20 +239,36 @@ def test_no_backward_hint_states_the_solution():
         assert fill not in hints[2], fill
 
 
-def _backward(**mistake):
+def _backward(prescaled=False, **mistake):
+    """``prescaled``: q is scaled by 1 before the loops, a copy whose slices the checker cannot
+    trace (so a learner who visits every tile meets the mistake's message, not the refusal)."""
+    if prescaled:
+        return lambda q, *args: learner_backward(q * 1.0, *args, **mistake)
     return lambda *args: learner_backward(*args, **mistake)
 
 
+@pytest.mark.parametrize("visit, fragments", [
+    ({"visit": "all"}, ["queries 0..3 against keys 4..7", "wholly above the diagonal", "Skip it"]),
+    ({"visit": "all", "mask": "none"}, ["wholly above the diagonal"])])
+def test_a_tile_above_the_diagonal_is_refused(visit, fragments):
+    """Review 5: visiting every tile and masking gave the right numbers and passed, though the
+    exercise is about skipping the tiles above the diagonal."""
+    assert_rejected(ex.check_causal_backward(_backward(**visit)), "case 1 of 6", *fragments)
+
+
 BACKWARD_WRONG = {
-    "no causal mask": _backward(visit="all", mask="none"),
+    "no causal mask": _backward(visit="all", mask="none", prescaled=True),
     "the tiles that cross the diagonal were not masked": _backward(mask="none"),
     "the diagonal tiles were skipped": _backward(visit="below"),
     "the diagonal was masked": _backward(mask="strict"),
     "the mask was built from the tile's own indices": _backward(mask="local"),
     "the mask is inverted": _backward(mask="inverted"),
-    "the mask is inverted: it kept the future keys": _backward(mask="inverted", visit="all"),
+    "the mask is inverted: it kept the future keys": _backward(mask="inverted", visit="all",
+                                                              prescaled=True),
     "the masked scores were set to 0, not -inf": _backward(fill=0.0),
-    "the masked scores were set to 0, not -inf: exp(0 - lse)": _backward(fill=0.0, visit="all"),
+    "the masked scores were set to 0, not -inf: exp(0 - lse)": _backward(fill=0.0, visit="all",
+                                                                        prescaled=True),
+    "misses its second term": _backward(no_d=True),
     "dS was masked but P was not": _backward(mask_ds_only=True),
     "D was recomputed as rowsum(P * dP) over one tile": _backward(tile_d=True),
     "P was normalised within the tile": _backward(local_softmax=True),

@@ -261,6 +261,12 @@ def test_the_level_3_skeletons_filled_in_pass():
     assert ex.check_alignment_accuracy(alignment)
 
 
+def test_decode_hints_before_the_skeleton_do_not_state_the_solution():
+    hints = EXERCISES["cross_attention.decode"].hints
+    for fragment in ("<-", "LN_2(", "LN_3(", "norm(x + block(x))", "norm2(x_t", "split_heads(ca"):
+        assert fragment not in hints[0] + hints[1], fragment
+
+
 def test_alignment_checker_refuses_a_wrapper_around_the_reference():
     def wrapper(*args):
         return ex.alignment_accuracy_reference(*args)

@@ -134,7 +134,6 @@ def _step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=lambda t, w: t % w, seen=N
     ({"write_v": False}, "not the value"),
     ({"v_from_k": True}, "the value cache got the key"),
     ({"copy": True}, "written on a copy"),
-    ({"shift": True}, "kept in time order by shifting it"),
     ({"scale": 1.0}, "not scaled"),
 ])
 def test_rolling_cache_step_rejects_known_mistakes_with_their_hint(mistake, words):
@@ -150,10 +149,28 @@ def test_every_known_mistake_shows_on_the_first_case_and_no_two_look_alike():
         return all(torch.allclose(x, y, atol=1e-5, rtol=1e-4, equal_nan=True)
                    for x, y in zip(a, b, strict=True))
 
-    assert len(outputs) == len({hint for hint, _ in _WRONG}) == 12
+    assert len(outputs) == len({hint for hint, _ in _WRONG}) == 11
     for i, got in enumerate(outputs):
         assert not same(got, expected), _WRONG[i][0]
         assert not any(same(got, other) for other in outputs[i + 1:]), _WRONG[i][0]
+
+
+def test_any_slot_rule_that_keeps_the_window_passes_and_shifting_is_refused():
+    """Review 5: a ring filled from the end (slot (-t - 1) mod w, the filled slots masked) is a
+    rolling buffer too; the checker reads the final cache in time order wherever each key went.
+    Shifting the whole cache every step is refused: one slot per step."""
+    def from_the_end(k_cache, v_cache, t, q_t, k_t, v_t):
+        import attn_helpers as ah
+
+        w = k_cache.shape[-2]
+        k_cache[:, :, (-t - 1) % w], v_cache[:, :, (-t - 1) % w] = k_t[:, :, 0], v_t[:, :, 0]
+        filled = torch.zeros(w, dtype=torch.bool)
+        filled[[(-u - 1) % w for u in range(max(0, t - w + 1), t + 1)]] = True
+        return ah.scaled_dot_product_attention(q_t, k_cache, v_cache, filled[None, :])[0]
+
+    assert check_rolling_cache_step(from_the_end)
+    assert_rejected(check_rolling_cache_step(lambda *args: _step(*args, shift=True)),
+                    "at step t=3 (w=3 slots) 3 slots of a cache changed", "one slot per step")
 
 
 def test_writing_slot_t_past_the_end_and_attending_before_writing_are_named():

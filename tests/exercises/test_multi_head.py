@@ -436,3 +436,13 @@ def test_gqa_stub_and_averaged_heads():
 def test_exercises_are_registered_with_three_hints():
     for key in ("multi_head.module", "multi_head.grouped_query"):
         assert key in exercises.EXERCISES and len(exercises.EXERCISES[key].hints) == 3
+
+
+@pytest.mark.parametrize("key, answers", [
+    ("multi_head.module", ("transpose(", "reshape(b", "head axis first", "[:, None]")),
+    ("multi_head.grouped_query", ("repeat_interleave", ".repeat(", "expand", "h/g times in a row")),
+])
+def test_hints_before_the_skeleton_do_not_state_the_solution(key, answers):
+    hints = exercises.EXERCISES[key].hints
+    for fragment in answers:
+        assert fragment not in hints[0] + hints[1], fragment

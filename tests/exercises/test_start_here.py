@@ -218,3 +218,15 @@ def test_right_values_in_the_wrong_dtype_get_no_mistake_hint():
     for verdict in (ex.check_softmax_with_temperature(softmax64), ex.check_entropy(entropy64)):
         assert not verdict and "torch.float64" in verdict.message, verdict.message
         assert "Hint" not in verdict.message, verdict.message
+
+
+def test_the_commonest_beginner_slips_in_the_softmax_are_named():
+    """Review 5: a row sum without keepdim raised a bare broadcasting error, and a sum over the
+    whole tensor got no hint."""
+    def stable(s, t):
+        return torch.exp(s / t - (s / t).amax(-1, keepdim=True))
+
+    assert_rejected(ex.check_softmax_with_temperature(lambda s, t: stable(s, t) / stable(s, t).sum(-1)),
+                    "the shapes do not fit", "keepdim=True")
+    assert_rejected(ex.check_softmax_with_temperature(lambda s, t: stable(s, t) / stable(s, t).sum()),
+                    "sum of the whole tensor")
