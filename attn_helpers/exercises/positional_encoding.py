@@ -3,17 +3,18 @@ r"""Checkers for notebook 07 (positional encoding).
 * ``positional_encoding.sinusoidal``: :func:`check_sinusoidal`, the matrix :math:`M_k` with
   :math:`PE(p + k) = M_k\,PE(p)` for the sinusoidal table (section 2 only fits it numerically;
   a numerical fit is refused here).
-* ``positional_encoding.rope``: :func:`check_rope`, the RoPE score from the offset alone
-  (``rope_score(q, k, delta)``): :math:`\mathrm{rope}(q, m)\cdot\mathrm{rope}(k, m - \delta)`
-  for any :math:`m`, written with :math:`R(m)^\top R(n) = R(n - m)` (section 4's property).
+* ``positional_encoding.rope``: :func:`check_rope`, RoPE's relative property made explicit
+  (``rope_coefficients(q, k) -> (a, b)``, each ``(..., d/2)``): for every offset :math:`\delta`,
+  :math:`\mathrm{rope}(q, m)\cdot\mathrm{rope}(k, m - \delta) = \sum_i a_i\cos\delta\omega_i +
+  b_i\sin\delta\omega_i`, no position entering (section 4's :math:`R(m)^\top R(n) = R(n - m)`).
 * ``positional_encoding.reach``: :func:`check_reach`, how far back an ALiBi head looks (section
   5's bias alone): the half-weight reach ``ceil(-ln((1 + r^n) / 2) / m)``, ``r = e^{-m}``, the
-  fewest nearest keys that carry half a causal row's weight (:mod:`..lessons.positional_reach`).
+  fewest nearest keys that carry half a causal row's weight (:mod:`..lessons.positional_reach`),
+  from the geometric series: a sum over a long row is refused.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy
@@ -23,12 +24,22 @@ from .. import positional as _positional
 from ..lessons import positional_reach as _reach_lesson
 from ..lessons import rope as _rope
 from ..positional import apply_rope
-from .core import CheckResult, Mistake, check_function, refusing_ops, seeded
-from .positional_mistakes import _reach, _shift
+from .core import CheckResult, Mistake, Refused, check_function, refusing_ops, seeded
+from .positional_mistakes import (
+    REACH_MARGIN,
+    _coefficients,
+    _no_row_sum,
+    _reach,
+    _reach_cases,
+    _rope_cases,
+    _series,
+    _shift,
+)
 from .workflow import exercise
 
 __all__ = ["FORBID", "REACH_MARGIN", "check_reach", "check_rope", "check_sinusoidal",
-           "half_weight_reach_reference", "rope_reference", "shift_matrix_reference"]
+           "half_weight_reach_reference", "rope_coefficients_reference", "rope_score_reference",
+           "shift_matrix_reference"]
 
 #: The package functions that would do exercises 1 and 2 for the learner: calling one (under any
 #: name, imported into the notebook too) while the learner's function runs fails the check.
@@ -43,13 +54,13 @@ FORBID = [(_positional, name) for name in (
 
 #: Section 2 fits M_k by least squares: the same fit (or any solver or inverse) would hand the learner
 #: M_k without the derivation the exercise asks for, so exercise 1 refuses them while it runs.
-_NO_FIT = refusing_ops(["linalg_lstsq", "linalg_solve*", "_linalg_solve*", "linalg_inv*", "inverse",
-                        "linalg_pinv", "pinverse", "linalg_svd", "_linalg_svd", "svd", "linalg_qr",
-                        "qr", "geqrf", "triangular_solve", "linalg_lu*", "lu_solve", "_lu_with_info",
-                        "cholesky_*", "linalg_cholesky*", "linalg_tensor*", "linalg_ldl*"],
-                       "shift_matrix fitted M_k numerically (section 2's least squares, a solver or "
-                       "an inverse), which does this exercise for you: write M_k from the "
-                       "angle-addition formulas")
+_FIT_OPS = ["linalg_lstsq", "linalg_solve*", "_linalg_solve*", "linalg_inv*", "inverse", "linalg_pinv",
+            "pinverse", "linalg_svd", "_linalg_svd", "svd", "linalg_qr", "qr", "geqrf",
+            "triangular_solve", "linalg_lu*", "lu_solve", "_lu_with_info", "cholesky_*",
+            "linalg_cholesky*", "linalg_tensor*", "linalg_ldl*"]
+_NO_FIT = refusing_ops(_FIT_OPS, "shift_matrix fitted M_k numerically (section 2's least squares, "
+                       "a solver or an inverse), which does this exercise for you: write M_k from "
+                       "the angle-addition formulas")
 _NO_FIT_NUMPY = [(numpy.linalg, name) for name in ("lstsq", "solve", "inv", "pinv", "svd", "qr")]
 
 
@@ -119,110 +130,103 @@ def _handed_in(what: str, label: str) -> CheckResult:
                               "for you. Write the steps yourself; the checker blocks it here.")
 
 
-# --- exercise 2: the RoPE score from the offset alone --------------------------------------------
+# --- exercise 2: the score depends on q, k and the offset through d/2 pairs of coefficients ------
 
 
-def rope_reference(q: torch.Tensor, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """``q, k (..., d)``, ``delta (n,)`` -> ``(..., n)``: ``rope(q, m) . rope(k, m - delta_j)``, the
-    score of a query at any position ``m`` for a key ``delta_j`` positions back, rotated with
-    :func:`attn_helpers.positional.apply_rope` in float64 (here ``m = 0``)."""
-    n = delta.shape[0]
-    q_at = apply_rope(q.double()[..., None, :].expand(*q.shape[:-1], n, q.shape[-1]),
-                      torch.zeros(n, dtype=torch.long))
-    k_at = apply_rope(k.double()[..., None, :].expand(*k.shape[:-1], n, k.shape[-1]), -delta)
-    return (q_at * k_at).sum(-1).to(q.dtype)
+def rope_score_reference(q: torch.Tensor, k: torch.Tensor, delta: torch.Tensor,
+                         m: torch.Tensor) -> torch.Tensor:
+    """``q, k (..., d)``, ``delta, m (n,)`` -> ``(..., n)``: ``rope(q, m_j) . rope(k, m_j - delta_j)``,
+    the score of a query at ``m_j`` for a key ``delta_j`` back, with section 4's rotations
+    (:func:`attn_helpers.positional.apply_rope`) in float64."""
+    n, d = delta.shape[0], q.shape[-1]
+    q_at = apply_rope(q.double()[..., None, :].expand(*q.shape[:-1], n, d), m)
+    k_at = apply_rope(k.double()[..., None, :].expand(*k.shape[:-1], n, d), m - delta)
+    return (q_at * k_at).sum(-1)
 
 
-def _rope_cases() -> list[dict]:
-    g = seeded(71)
-    specs = [((8,), [0, 1, 2, 3, 5], torch.float32), ((3, 16), [0, 4, 9, 1, 30, 2], torch.float64),
-             ((2,), [1, 0, 7], torch.float32), ((4, 8), [-3, -1, 0, 2], torch.float64),
-             ((2, 6), [1000, 1001, 4096], torch.float64)]
-    h, half = _sizes(g, 2, high=6)
-    specs.append(((h, 2 * half), torch.randint(0, 200, (5,), generator=g).tolist(), torch.float64))
-    return [{"q": torch.randn(*shape, generator=g).to(dtype), "k": torch.randn(*shape, generator=g)
-             .to(dtype), "delta": torch.tensor(delta)} for shape, delta, dtype in specs]
+def rope_coefficients_reference(q: torch.Tensor, k: torch.Tensor):
+    """``(a, b)``, each ``(..., d/2)`` float64: ``a_i = q_2i k_2i + q_2i+1 k_2i+1`` and ``b_i =
+    q_2i k_2i+1 - q_2i+1 k_2i``, so the score of a key ``delta`` back is ``sum_i a_i cos(delta w_i)
+    + b_i sin(delta w_i)`` at every query position."""
+    return _coefficients(q, k)
 
 
-def _score(q, k, delta, *, sign=1.0, exponents=None, halves=False, no_sin=False, omega_one=False,
-           both=False, single=False):
-    """The score by offset with one thing changed, for the known mistakes: ``sum_i (q_2i k_2i +
-    q_2i+1 k_2i+1) cos(delta w_i) + (q_2i k_2i+1 - q_2i+1 k_2i) sin(delta w_i)``."""
-    d = q.shape[-1]
-    exponents = torch.arange(0, d, 2, dtype=torch.float64) / d if exponents is None else exponents
-    omega = torch.ones(d // 2, dtype=torch.float64) if omega_one else 10000.0 ** (-exponents)
-    angles = delta.to(torch.float64)[:, None] * omega                                # (n, d/2)
-    if single:                        # omega and the angles in float32, as torch's default gives
-        angles = (delta[:, None] * 10000.0 ** (-(torch.arange(0, d, 2) / d))).double()
-    q, k = q.double(), k.double()
-    split = (lambda x: (x[..., :d // 2], x[..., d // 2:])) if halves else (
-        lambda x: (x[..., 0::2], x[..., 1::2]))
-    (q0, q1), (k0, k1) = split(q), split(k)
-    dot, cross = (q0 * k0 + q1 * k1)[..., None, :], (q0 * k1 - q1 * k0)[..., None, :]  # (..., 1, d/2)
-    if both:
-        return dot.sum(-1).expand(*q.shape[:-1], len(delta)).to(q.dtype)
-    sin_term = 0.0 if no_sin else sign * cross * angles.sin()
-    return (dot * angles.cos() + sin_term).sum(-1)                                     # (..., n)
+_ROPE_INSTEAD = "Write a and b from one pair's rotation; no position enters rope_coefficients"
+_NO_ROPE_FIT = refusing_ops(_FIT_OPS, "rope_coefficients solved for a and b numerically (a solver, a "
+                                      f"fit or an inverse), which does this exercise for you. "
+                                      f"{_ROPE_INSTEAD}")
+_PER_DIMENSION = ("one coefficient per dimension (..., d): the score mixes the two numbers of a "
+                  "pair, so there is one a_i and one b_i per pair (x_2i, x_2i+1): (..., d/2) each.")
 
 
-@exercise("positional_encoding.rope", "the RoPE score from the offset alone", hints=(
-    "Write the score as a product of matrices, q^T R(m)^T R(m - delta_j) k, and use section 4's "
-    "identity on the middle. R is block-diagonal: look at what it does to one pair.",
-    "R(m)^T R(n) = R(n - m): the score depends on the offset only, so no position is needed. Turn "
-    "one vector by the offset's rotation (k by R(-delta_j), each pair by its own angle) and dot "
-    "it with the other, unturned. The pairs are independent, so the score is a sum over the d/2 "
-    "pairs; compute the angles in float64.",
-    "d = q.shape[-1]\n"
-    "omega = ...                           # (d/2,) float64: omega_i = 10000^(-2i/d)\n"
-    "angles = ...                          # (n, d/2) float64: delta_j omega_i\n"
-    "a, b = q.double()[..., 0::2], q.double()[..., 1::2]                   # (..., d/2) each\n"
-    "c, e = k.double()[..., 0::2], k.double()[..., 1::2]\n"
-    "dot = ...                             # (..., 1, d/2): the part that goes with cos\n"
-    "cross = ...                           # (..., 1, d/2): the part that goes with sin\n"
-    "return ...                            # (..., n): summed over the pairs, in q's dtype"))
-def check_rope(rope_score: Callable) -> CheckResult:
-    """Exercise: ``rope_score(q (..., d), k (..., d), delta (n,)) -> (..., n)``: the score
-    ``rope(q, m) . rope(k, m - delta_j)`` of section 4 (interleaved pairs, ``omega_i =
-    10000^(-2i/d)``) for a key ``delta_j`` positions back, written from the offset alone (the
-    package's rotations are blocked while it runs)."""
-    if rope_score is rope_reference:
-        return _handed_in("rope_score", "rope_reference")
+@exercise("positional_encoding.rope", "the RoPE score: d/2 coefficients for every offset", hints=(
+    "Take one pair: its part of the score is q_pair^T R(m w_i)^T R((m - delta) w_i) k_pair, with "
+    "section 4's 2x2 rotation. What does R(m)^T R(m - delta) reduce to, and is m still there? "
+    "Write that 2x2 matrix out, with cos(delta w_i) and sin(delta w_i) as its entries.",
+    "The rotation by -delta w_i of k's pair, dotted with q's pair, is cos(delta w_i) times one "
+    "product of the pair's four numbers plus sin(delta w_i) times another: a dot product and a "
+    "cross product (a 2x2 determinant). Which two, with which sign? Multiply the matrix out; "
+    "those two numbers per pair are a_i and b_i.",
+    "q0, q1 = q[..., 0::2], q[..., 1::2]         # (..., d/2) each: q's pairs (q_2i, q_2i+1)\n"
+    "k0, k1 = k[..., 0::2], k[..., 1::2]         # k's pairs\n"
+    "a = ...                                     # (..., d/2): what multiplies cos(delta w_i)\n"
+    "b = ...                                     # (..., d/2): what multiplies sin(delta w_i)\n"
+    "return a, b"))
+def check_rope(rope_coefficients: Callable) -> CheckResult:
+    """Exercise: ``rope_coefficients(q (..., d), k (..., d))`` float64 -> ``(a, b)``, each ``(...,
+    d/2)`` float64, such that ``rope(q, m) . rope(k, m - delta) = sum_i a_i cos(delta w_i) + b_i
+    sin(delta w_i)`` for every ``delta`` and ``m`` (interleaved pairs, ``w_i = 10000^(-2i/d)``).
+    The checker scores each case with section 4's rotations at several ``(m, delta)`` and
+    compares; the package's rotations and numerical fits are blocked while it runs."""
+    if getattr(rope_coefficients, "__code__", None) is _coefficients.__code__:
+        return CheckResult(False, "Not yet: that is the checker's own code, which does this exercise "
+                                  f"for you. {_ROPE_INSTEAD}.")
+
+    def scores(q, k, delta, m):  # the learner's (a, b) as scores, for check_function to compare
+        out = rope_coefficients(q, k)
+        if out is None:
+            return None
+        if not (isinstance(out, tuple | list) and len(out) == 2
+                and all(isinstance(t, torch.Tensor) for t in out)):
+            raise Refused("rope_coefficients must return two tensors (a, b), got "
+                          f"{type(out).__name__}.")
+        want = (*q.shape[:-1], q.shape[-1] // 2)
+        for name, t in zip("ab", out, strict=True):
+            if t.shape == q.shape:
+                raise Refused(f"{name} has shape {tuple(t.shape)}, {_PER_DIMENSION}")
+            if t.shape != want:
+                raise Refused(f"{name} has shape {tuple(t.shape)}; expected {want}, one number per "
+                              "pair (x_2i, x_2i+1).")
+            if t.dtype != torch.float64:
+                raise Refused(f"{name} is {t.dtype}; q and k are float64, keep a and b float64.")
+        return _series(*out, delta)
+
+    def wrong(**flaw):
+        return lambda q, k, delta, m: _series(*_coefficients(q, k, **flaw), delta)
+
     return check_function(
-        rope_score, rope_reference, _rope_cases(), what="rope_score", output_names=("the scores",),
-        forbid=FORBID, atol=1e-5, rtol=1e-4,
+        scores, rope_score_reference, _rope_cases(), what="rope_coefficients",
+        output_names=("the scores sum_i a_i cos(delta w_i) + b_i sin(delta w_i)",),
+        forbid=FORBID, instead=_ROPE_INSTEAD, guard=_NO_ROPE_FIT, atol=1e-8, rtol=1e-8,
         mistakes=[
-            Mistake(lambda q, k, delta: _score(q, k, delta, sign=-1.0),
-                    "the sin term has the wrong sign: you put the key delta positions AFTER the "
-                    "query (or turned the query instead of the key). With the key at m - delta, "
-                    "R(m)^T R(m - delta) = R(-delta)."),
-            Mistake(lambda q, k, delta: _score(q, k, delta, no_sin=True),
-                    "you kept only the cos term (q_2i k_2i + q_2i+1 k_2i+1) cos(delta w_i): "
-                    "turning a pair also mixes its two components, which gives the sin term "
-                    "(q_2i k_2i+1 - q_2i+1 k_2i) sin(delta w_i)."),
-            Mistake(lambda q, k, delta: _score(q, k, delta, both=True),
-                    "you turned the query and the key by the same angle: a shared rotation "
-                    "cancels in the dot product, so the score would not depend on delta at all. "
-                    "Only the difference of their positions turns one against the other."),
-            Mistake(lambda q, k, delta: _score(q, k, delta, halves=True),
+            Mistake(wrong(sign=-1.0),
+                    "b has the wrong sign: your coefficients score the key delta positions AHEAD of "
+                    "the query, at m + delta. apply_rope turns a pair counter-clockwise, so "
+                    "R(m)^T R(m - delta) = R(-delta): multiply R(-delta w_i) out and read off the "
+                    "sign of the sin terms."),
+            Mistake(wrong(no_b=True),
+                    "b is zero: that keeps only the cos part, the pair's dot product. Turning a pair "
+                    "also mixes its two components, which is the sin part, the pair's cross "
+                    "product."),
+            Mistake(wrong(swap=True),
+                    "a and b are swapped: at delta = 0 the score is the plain dot product q . k, so "
+                    "a, the cos coefficient, must sum to it."),
+            Mistake(wrong(plus=True),
+                    "b is a sum of the two cross terms: it is a difference, q_2i k_2i+1 minus the "
+                    "other product, as a 2x2 determinant is."),
+            Mistake(wrong(halves=True),
                     "you paired dimension i with i + d/2 (the split-halves layout of GPT-NeoX and "
                     "LLaMA's Hugging Face code); here the pairs are neighbours (x[2i], x[2i+1])."),
-            Mistake(lambda q, k, delta: _score(
-                        q, k, delta, exponents=torch.arange(q.shape[-1] // 2) / q.shape[-1]),
-                    "the frequency of pair i is 10000^(-2i/d), not 10000^(-i/d)."),
-            Mistake(lambda q, k, delta: _score(
-                        q, k, delta, exponents=torch.arange(0, q.shape[-1], 2).flip(0) / q.shape[-1]),
-                    "the frequencies run the wrong way: pair 0 turns fastest (omega_0 = 1), the "
-                    "last pair slowest."),
-            Mistake(lambda q, k, delta: _score(q, k, delta, omega_one=True),
-                    "every pair turned by the same angle delta: pair i turns by delta omega_i, "
-                    "with omega_i = 10000^(-2i/d)."),
-            Mistake(lambda q, k, delta: _score(q, k, delta, single=True),
-                    "the angles were computed in float32 (torch.arange gives integers, and "
-                    "dividing them gives float32): at offsets in the thousands, delta omega_i "
-                    "keeps only about 7 digits, an error of about 1e-4 of a radian at delta = "
-                    "4096, which moves the score. Compute omega and the angles in float64 "
-                    "(torch.arange(0, d, 2, dtype=torch.float64)) and cast the score back to "
-                    "q's dtype."),
         ],
     )
 
@@ -236,25 +240,6 @@ def half_weight_reach_reference(m: torch.Tensor, n: int) -> torch.Tensor:
     return _reach_lesson.half_weight_reach(m, n)
 
 
-#: Every case keeps each head's real-valued k, x = -ln((1 + r^n) / 2) / m, at least this far from a
-#: whole number >= 1 (tested), so a float64 running sum and the closed form round it alike.
-REACH_MARGIN = 0.01
-
-
-def _reach_cases() -> list[dict]:
-    """ALiBi's slopes for 8, 4 and 12 heads in rows of 1 to 3000 keys, tiny and large slopes (the
-    limits ceil(n / 2) and 1), and a random case; none within :data:`REACH_MARGIN` of a tie."""
-    g = seeded(72)
-    heads = int(torch.randint(2, 7, (1,), generator=g))
-    log_m = torch.empty(heads, dtype=torch.float64).uniform_(math.log(1e-3), math.log(2.0), generator=g)
-    n = int(torch.randint(2, 4001, (1,), generator=g))
-    slopes = _positional.alibi_slopes
-    return [{"m": m, "n": n} for m, n in [
-        (slopes(8), 24), (slopes(4), 1), (slopes(12), 100), (slopes(4), 7), (slopes(8), 3000),
-        (torch.tensor([1e-6, 1e-4, 1e-3], dtype=torch.float64), 1001),
-        (torch.tensor([0.3, 3.0, 40.0], dtype=torch.float64), 50), (log_m.exp(), n)]]
-
-
 def _reach_forbid() -> list[tuple[object, str]]:
     """The package's own reach, in its module and as 07's lesson re-exports it (looked up when the
     checker runs: this module is imported while ``attn_helpers`` itself is still being imported)."""
@@ -264,7 +249,7 @@ def _reach_forbid() -> list[tuple[object, str]]:
     return [(_reach_lesson, "half_weight_reach"), (lesson, "half_weight_reach")]
 
 
-REACH_INSTEAD = "Write the reach from the geometric series, or add up the row's weights yourself"
+REACH_INSTEAD = "Write the reach from the geometric series"
 _ONE_SHORT = ("one short: k counts the keys at distances 0 .. k - 1, one more than the distance of "
               "the farthest of them (the index where the running sum first reaches 1/2, plus 1). "
               "Rounding x = -ln((1 + r^n) / 2) / m down (floor, int(), .long()) misses the same way: "
@@ -285,8 +270,9 @@ _MEAN = ("that is the row's mean distance, sum of delta w_delta, rounded: the re
     "The weights r^delta of a causal row form a geometric series, so both sums of the definition "
     "are partial sums with a closed form, and the share held by the nearest k keys is their "
     "ratio. Solve share = 1/2 for k (ln r = -m is negative: mind which way the inequality turns) "
-    "and take the smallest whole k where the share reaches 1/2. Or add up the row's softmax "
-    "weights in float64 and count keys until the running sum reaches 1/2.",
+    "and take the smallest whole k where the share reaches 1/2. No sum over the row is needed, "
+    "and the checker refuses one.",
+    "# To check yourself on a short row (not in here): count keys until the row's cumsum >= 1/2.\n"
     "r_n = torch.exp(-m * n)                     # (H,): r^n, r = e^{-m}\n"
     "x = ...                                     # (H,) float: the k where share(k) is exactly 1/2\n"
     "return ...                                  # (H,) long: the smallest whole k >= x"))
@@ -294,8 +280,9 @@ def check_reach(half_weight_reach: Callable) -> CheckResult:
     """Exercise: ``half_weight_reach(m (H,), n) -> (H,)`` long, each head's half-weight reach: the
     smallest ``k`` such that the keys at distances ``0 .. k - 1`` carry at least half the weight
     of a causal row of ``n`` keys under ALiBi's bias ``-m delta`` (equal content scores); ``m``
-    float64, ``> 0``. The closed form ``ceil(-ln((1 + r^n) / 2) / m)`` and a float64 running sum
-    over the row both pass: no case is within :data:`REACH_MARGIN` of a tie."""
+    float64, ``> 0``, from the closed form ``ceil(-ln((1 + r^n) / 2) / m)``: on rows of
+    ``ROW_GUARD_MIN`` keys or more a sum over the row (a tensor as long as the row, or a loop over
+    it) is refused while it runs. No case is within :data:`REACH_MARGIN` of a tie."""
     if getattr(half_weight_reach, "__code__", None) is _reach.__code__:
         return CheckResult(False, "Not yet: that is the checker's own code, which does this exercise "
                                   f"for you. {REACH_INSTEAD}.")
@@ -312,7 +299,7 @@ def check_reach(half_weight_reach: Callable) -> CheckResult:
     return check_function(
         whole, half_weight_reach_reference, _reach_cases(), what="half_weight_reach",
         output_names=("the reaches",), forbid=_reach_forbid(), instead=REACH_INSTEAD, atol=0.0,
-        rtol=0.0, mistakes=[
+        rtol=0.0, guard=_no_row_sum, mistakes=[
             Mistake(lambda m, n: _reach(m, n, rounding="floor"), _ONE_SHORT),
             Mistake(lambda m, n: _reach(m, n, rounding="round"),
                     "you rounded x = -ln((1 + r^n) / 2) / m to the nearest whole number: share(k) "

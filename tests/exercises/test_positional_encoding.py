@@ -5,6 +5,7 @@ the mistake. The references are checked against the papers' formulas."""
 from __future__ import annotations
 
 import math
+import sys
 
 import mpmath
 import pytest
@@ -15,12 +16,13 @@ from hypothesis import strategies as st
 
 import attn_helpers as ah
 from attn_helpers.exercises import positional_encoding as ex
+from attn_helpers.exercises.positional_mistakes import ROW_GUARD_MIN
 from attn_helpers.exercises.workflow import EXERCISES
 from attn_helpers.lessons import positional_encoding as lesson
 from attn_helpers.positional import sinusoidal_encoding
 
 CHECKERS = [(ex.check_sinusoidal, "shift_matrix", "positional_encoding.sinusoidal"),
-            (ex.check_rope, "rope_score", "positional_encoding.rope"),
+            (ex.check_rope, "rope_coefficients", "positional_encoding.rope"),
             (ex.check_reach, "half_weight_reach", "positional_encoding.reach")]
 
 
@@ -131,7 +133,25 @@ def test_shift_checker_accepts_a_matrix_exponential():
     assert ex.check_sinusoidal(by_exponential)
 
 
-# --- exercise 2: the RoPE score from the offset alone -------------------------------------------
+#: Exercise 1: a learner's answer with one planted mistake, and the phrase naming it.
+NAMED_MISTAKES = [
+    ("the sin terms have the wrong signs", dict(sign=-1)),
+    ("only the cos terms", dict(cos_only=True)),
+    ("not 10000^(-i/d)", dict(exponent=lambda j, d: j / d)),
+    ("the frequencies run the wrong way", dict(reverse=True)),
+    ("every pair turned by the same angle k", dict(same_angle=True)),
+    ("you paired dimension i with i + d/2", dict(halves=True)),
+    ("(or M_k is transposed)", dict(transpose=True)),
+]
+
+
+@pytest.mark.parametrize("phrase, flaw", NAMED_MISTAKES)
+def test_exercise_1_names_the_mistake(phrase, flaw):
+    verdict = ex.check_sinusoidal(lambda *args: learner_shift(*args, **flaw))
+    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
+
+
+# --- exercise 2: the score depends on q, k and delta through d/2 pairs of coefficients ----------
 
 
 def rope_matrix(x, p, base=10000.0):
@@ -141,131 +161,166 @@ def rope_matrix(x, p, base=10000.0):
     for i in range(d // 2):
         theta = p * base ** (-2 * i / d)
         rotation[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor(
-            [[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]])
+            [[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]],
+            dtype=torch.float64)
     return x.double() @ rotation.T
 
 
+def series(a, b, delta):
+    """sum_i a_i cos(delta w_i) + b_i sin(delta w_i), for one offset, written out."""
+    d = 2 * a.shape[-1]
+    return sum(a[i] * math.cos(delta * 10000.0 ** (-2 * i / d))
+               + b[i] * math.sin(delta * 10000.0 ** (-2 * i / d)) for i in range(d // 2))
+
+
 @settings(max_examples=30, deadline=None, derandomize=True)
-@given(half=st.integers(1, 8), m=st.integers(-50, 2000), delta=st.integers(-50, 2000),
+@given(half=st.integers(1, 8), m=st.integers(-50, 2000), delta=st.integers(-2000, 2000),
        seed=st.integers(0, 1000))
-def test_rope_reference_is_the_score_of_the_rotation_matrices_at_any_position(half, m, delta, seed):
+def test_the_references_are_the_score_of_the_rotation_matrices_at_any_position(half, m, delta, seed):
     q, k = torch.randn(2, 2 * half, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     direct = rope_matrix(q, m) @ rope_matrix(k, m - delta)
-    assert torch.allclose(ex.rope_reference(q, k, torch.tensor([delta])), direct.reshape(1), atol=1e-9)
+    score = ex.rope_score_reference(q, k, torch.tensor([delta]), torch.tensor([m]))
+    assert torch.allclose(score, direct.reshape(1), atol=1e-9)
+    assert math.isclose(float(series(*ex.rope_coefficients_reference(q, k), delta)), direct.item(),
+                        abs_tol=1e-9)
 
 
-def loop_over_pairs(q, k, delta):
-    """A learner's loop: pair by pair, turn the key's pair by -delta omega_i and take the dot."""
-    d = q.shape[-1]
-    out = torch.zeros(*q.shape[:-1], len(delta), dtype=torch.float64)
-    for j, dl in enumerate(delta.tolist()):
-        for i in range(d // 2):
-            theta = -dl * 10000.0 ** (-2 * i / d)
-            c, e = k[..., 2 * i].double(), k[..., 2 * i + 1].double()
-            c, e = c * math.cos(theta) - e * math.sin(theta), c * math.sin(theta) + e * math.cos(theta)
-            out[..., j] += q[..., 2 * i].double() * c + q[..., 2 * i + 1].double() * e
-    return out.to(q.dtype)
+def test_the_sign_convention():
+    """apply_rope turns a pair counter-clockwise, so R(m)^T R(m - delta) = R(-delta) = [[c, s], [-s, c]]
+    and b_i = q_2i k_2i+1 - q_2i+1 k_2i: q = e_0, k = e_1 (a quarter turn ahead) scores sin(delta)
+    for the key delta back, -sin(delta) for the key delta ahead."""
+    q, k = torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([0.0, 1.0], dtype=torch.float64)
+    a, b = ex.rope_coefficients_reference(q, k)
+    assert a.tolist() == [0.0] and b.tolist() == [1.0]
+    for delta in (1, 2, -3):
+        assert math.isclose((rope_matrix(q, 5) @ rope_matrix(k, 5 - delta)).item(), math.sin(delta),
+                            abs_tol=1e-12)
 
 
-def complex_form(q, k, delta):
-    """Another correct answer: pairs as complex numbers, score = Re(sum q conj(k) e^(i delta w))."""
-    d = q.shape[-1]
-    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    zq = torch.view_as_complex(q.double().reshape(*q.shape[:-1], d // 2, 2).contiguous())
-    zk = torch.view_as_complex(k.double().reshape(*k.shape[:-1], d // 2, 2).contiguous())
-    turn = torch.polar(torch.ones(len(delta), d // 2, dtype=torch.float64),
-                       delta.double()[:, None] * omega)
-    return ((zq * zk.conj())[..., None, :] * turn).real.sum(-1).to(q.dtype)
+def test_the_cases_pin_a_and_b_down():
+    """Every case has offsets enough that the (cos, sin) design matrix has full column rank, well
+    conditioned: only the right (a, b) gives all its scores, so any correct answer passes and
+    nothing else; the cases cover zero, negative and far offsets and many query positions."""
+    cases = ex._rope_cases()
+    for c in cases:
+        d = c["q"].shape[-1]
+        angles = c["delta"].double()[:, None] * 10000.0 ** (-torch.arange(0, d, 2).double() / d)
+        design = torch.cat([angles.cos(), angles.sin()], 1)                 # (n, d)
+        assert torch.linalg.svdvals(design)[-1] > 0.05, c["q"].shape
+        assert c["q"].dtype == c["k"].dtype == torch.float64 and c["delta"].shape == c["m"].shape
+        assert (c["delta"] == 0).any() and (c["delta"] < 0).any() and c["delta"].abs().max() >= 1000
+        assert len(set(c["m"].tolist())) > 10
+    assert any(c["q"].shape[-1] == 2 for c in cases) and any(c["q"].dim() == 2 for c in cases)
 
 
-def query_at_zero(q, k, delta):
-    """Another correct answer: section 4's rotation written out, query at 0, key at -delta."""
-    d = q.shape[-1]
-    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    angles = -delta.double()[:, None] * omega                                   # (n, d/2)
-    even, odd = k.double()[..., None, 0::2], k.double()[..., None, 1::2]       # (..., 1, d/2)
-    k_at = torch.stack([even * angles.cos() - odd * angles.sin(),
-                        even * angles.sin() + odd * angles.cos()], -1).flatten(-2)  # (..., n, d)
-    return (q.double()[..., None, :] * k_at).sum(-1).to(q.dtype)
+def by_pairs(q, k):
+    q0, q1, k0, k1 = q[..., 0::2], q[..., 1::2], k[..., 0::2], k[..., 1::2]
+    return q0 * k0 + q1 * k1, q0 * k1 - q1 * k0
 
 
-@pytest.mark.parametrize("answer", [loop_over_pairs, complex_form, query_at_zero])
-def test_rope_checker_accepts_other_correct_answers(answer):
+def complex_form(q, k):
+    """Pairs as complex numbers: the score is Re(z_q conj(z_k) e^(i delta w)), so a = Re, b = -Im."""
+    zq = torch.view_as_complex(q.reshape(*q.shape[:-1], -1, 2).contiguous())
+    zk = torch.view_as_complex(k.reshape(*k.shape[:-1], -1, 2).contiguous())
+    product = zq * zk.conj()
+    return product.real, -product.imag
+
+
+def quarter_turn(q, k):
+    """a_i: the pair's score at delta = 0; b_i: with the key's pair turned a quarter turn back,
+    written with the learner's own rotation (delta w_i = pi / 2)."""
+    k0, k1 = k[..., 0::2], k[..., 1::2]
+    turned = torch.stack([k1, -k0], -1).flatten(-2)            # R(-pi/2) on every pair
+    return (q * k).reshape(*q.shape[:-1], -1, 2).sum(-1), (q * turned).reshape(
+        *q.shape[:-1], -1, 2).sum(-1)
+
+
+@pytest.mark.parametrize("answer", [by_pairs, complex_form, quarter_turn])
+def test_rope_checker_accepts_correct_answers(answer):
     verdict = ex.check_rope(answer)
     assert verdict, verdict.message
 
 
-def test_rope_checker_blocks_the_package_functions():
+def test_rope_checker_blocks_the_package_and_numerical_fits():
     from attn_helpers import positional
 
-    def with_apply_rope(q, k, delta):
-        n = len(delta)
-        q_at = positional.apply_rope(q[..., None, :].expand(*q.shape[:-1], n, q.shape[-1]),
-                                     torch.zeros(n))
-        return (q_at * positional.apply_rope(k[..., None, :].expand_as(q_at), -delta)).sum(-1)
+    def with_apply_rope(q, k):
+        turned = positional.apply_rope(k[..., None, :], torch.zeros(1))[..., 0, :]
+        return by_pairs(q, turned)
 
-    for answer in (ex.rope_reference, with_apply_rope):
+    def fitted(q, k):
+        """The learner's own rotation at d offsets, then a and b solved for numerically."""
+        d = q.shape[-1]
+        delta = torch.arange(1, d + 1, dtype=torch.float64)
+        angles = delta[:, None] * 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        design = torch.cat([angles.cos(), angles.sin()], 1)                          # (d, d)
+        a, b = by_pairs(q, k)
+        scores = torch.cat([a, b], -1) @ design.T                                    # (..., d)
+        solved = torch.linalg.solve(design, scores[..., None])[..., 0]
+        return solved[..., :d // 2], solved[..., d // 2:]
+
+    for answer, phrase in [(with_apply_rope, "apply_rope"), (fitted, "numerically"),
+                           (ex.rope_coefficients_reference, "the checker's own reference"),
+                           (ex._coefficients, "the checker's own code")]:
         verdict = ex.check_rope(answer)
-        assert not verdict and "does this exercise for you" in verdict.message, verdict.message
-    verdict = ex.check_sinusoidal(sinusoidal_encoding)
-    assert not verdict and "sinusoidal_encoding" in verdict.message
+        assert not verdict and phrase in verdict.message and "does this exercise" in verdict.message, (
+            verdict.message)
+    assert ex.check_rope(ex.rope_coefficients_reference, solution=True)
 
 
-def learner_score(q, k, delta, *, sign=1, halves=False, exponent=None, reverse=False, cos_only=False,
-                  same_angle=False, both=False):
-    """A learner's score by offset, written out; each keyword plants one mistake."""
+def learner_coefficients(q, k, *, sign=1, no_b=False, swap=False, plus=False, halves=False,
+                         per_dimension=False, single=False):
+    """A learner's (a, b), written out; each keyword plants one mistake."""
     d = q.shape[-1]
-    i = torch.arange(d // 2, dtype=torch.float64)
-    omega = 10000.0 ** (-(2 * i / d if exponent is None else exponent(i, d)))
-    omega = omega.flip(0) if reverse else omega
-    omega = torch.ones_like(omega) if same_angle else omega
-    angles = delta.double()[:, None] * omega
-    pick = (lambda x: (x[..., :d // 2], x[..., d // 2:])) if halves else (
-        lambda x: (x[..., 0::2], x[..., 1::2]))
-    (a, b), (c, e) = pick(q.double()), pick(k.double())
-    dot, cross = (a * c + b * e)[..., None, :], (a * e - b * c)[..., None, :]
-    if both:
-        angles = torch.zeros_like(angles)
-    score = dot * angles.cos() + (0 if cos_only else sign * cross * angles.sin())
-    return score.sum(-1).to(q.dtype)
+    if per_dimension:
+        return q * k, q * k.roll(1, -1)
+    (q0, q1), (k0, k1) = [(x[..., :d // 2], x[..., d // 2:]) if halves else (x[..., 0::2], x[..., 1::2])
+                          for x in (q, k)]
+    a, b = q0 * k0 + q1 * k1, sign * (q0 * k1 + q1 * k0 if plus else q0 * k1 - q1 * k0)
+    b = torch.zeros_like(a) if no_b else b
+    a, b = (b, a) if swap else (a, b)
+    return (a.float(), b.float()) if single else (a, b)
+
+
+ROPE_WRONG = {
+    "key delta positions AHEAD of the query": dict(sign=-1),
+    "b is zero": dict(no_b=True),
+    "a and b are swapped": dict(swap=True),
+    "b is a sum of the two cross terms": dict(plus=True),
+    "the split-halves layout": dict(halves=True),
+    "one coefficient per dimension (..., d)": dict(per_dimension=True),
+    "keep a and b float64": dict(single=True),
+}
 
 
 def test_the_learner_model_without_mistakes_passes():
-    assert ex.check_rope(learner_score)
+    assert ex.check_rope(learner_coefficients)
 
 
-#: Exercises 1 and 2: a learner's answer with one planted mistake, and the phrase naming it.
-NAMED_MISTAKES = [
-    (ex.check_sinusoidal, learner_shift, "the sin terms have the wrong signs", dict(sign=-1)),
-    (ex.check_sinusoidal, learner_shift, "only the cos terms", dict(cos_only=True)),
-    (ex.check_sinusoidal, learner_shift, "not 10000^(-i/d)", dict(exponent=lambda j, d: j / d)),
-    (ex.check_sinusoidal, learner_shift, "the frequencies run the wrong way", dict(reverse=True)),
-    (ex.check_sinusoidal, learner_shift, "every pair turned by the same angle k", dict(same_angle=True)),
-    (ex.check_sinusoidal, learner_shift, "you paired dimension i with i + d/2", dict(halves=True)),
-    (ex.check_sinusoidal, learner_shift, "(or M_k is transposed)", dict(transpose=True)),
-    (ex.check_rope, learner_score, "the sin term has the wrong sign", dict(sign=-1)),
-    (ex.check_rope, learner_score, "the split-halves layout", dict(halves=True)),
-    (ex.check_rope, learner_score, "not 10000^(-i/d)", dict(exponent=lambda i, d: i / d)),
-    (ex.check_rope, learner_score, "the frequencies run the wrong way", dict(reverse=True)),
-    (ex.check_rope, learner_score, "you kept only the cos term", dict(cos_only=True)),
-    (ex.check_rope, learner_score, "every pair turned by the same angle", dict(same_angle=True)),
-    (ex.check_rope, learner_score, "a shared rotation cancels", dict(both=True)),
-]
-
-
-@pytest.mark.parametrize("check, learner, phrase, flaw", NAMED_MISTAKES)
-def test_exercises_1_and_2_name_the_mistake(check, learner, phrase, flaw):
-    verdict = check(lambda *args: learner(*args, **flaw))
+@pytest.mark.parametrize("phrase", ROPE_WRONG)
+def test_rope_checker_names_the_mistake(phrase):
+    verdict = ex.check_rope(lambda q, k: learner_coefficients(q, k, **ROPE_WRONG[phrase]))
     assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
+    others = [p for p in ROPE_WRONG if p != phrase]
+    assert not any(p in verdict.message for p in others), verdict.message
 
 
-def test_rope_cases_cover_the_edge_cases():
-    cases = ex._rope_cases()
-    assert all(c["q"].shape == c["k"].shape and c["delta"].dim() == 1 for c in cases)
-    assert {c["q"].dtype for c in cases} == {torch.float32, torch.float64}
-    assert any((c["delta"] == 0).any() for c in cases) and any((c["delta"] < 0).any() for c in cases)
-    assert any(c["delta"].max() >= 1000 for c in cases)
-    assert any(c["q"].shape[-1] == 2 for c in cases) and any(c["q"].dim() == 2 for c in cases)
+@pytest.mark.parametrize("flaw, phrase", [
+    (dict(sign=-1.0), "AHEAD"), (dict(no_b=True), "b is zero"), (dict(swap=True), "swapped"),
+    (dict(plus=True), "a sum of the two cross terms"), (dict(halves=True), "split-halves")])
+def test_each_generated_rope_mistake_gets_its_own_hint(flaw, phrase):
+    coefficients = as_learner_code(ex._coefficients)
+    assert ex.check_rope(lambda q, k: coefficients(q, k))  # a learner's copy of the right code
+    verdict = ex.check_rope(lambda q, k: coefficients(q, k, **flaw))
+    assert not verdict and phrase in verdict.message and verdict.message.count("Hint:") == 1, (
+        verdict.message)
+
+
+def test_rope_checker_wants_two_tensors():
+    verdict = ex.check_rope(lambda q, k: torch.stack(by_pairs(q, k)))
+    assert not verdict and "must return two tensors (a, b), got Tensor" in verdict.message
+    verdict = ex.check_rope(lambda q, k: tuple(t.sum(-1) for t in by_pairs(q, k)))
+    assert not verdict and "one number per pair" in verdict.message, verdict.message
 
 
 # --- exercise 3: how far back an ALiBi head looks -----------------------------------------------
@@ -369,13 +424,42 @@ def bisection(m, n):
     return low
 
 
-@pytest.mark.parametrize("answer", [closed_form, running_sum, python_loop, bisection,
-                                    lambda m, n: running_sum(m, n, dtype=torch.float32)],
-                         ids=["closed form", "float64 running sum", "loop", "bisection",
-                              "float32 running sum"])
+def log1p_form(m, n):
+    return torch.ceil(-torch.log1p(torch.expm1(-m * n) / 2) / m).long()
+
+
+@pytest.mark.parametrize("answer", [closed_form, log1p_form, bisection],
+                         ids=["closed form", "log1p closed form", "bisection on the closed share"])
 def test_reach_checker_accepts_correct_answers(answer):
     verdict = ex.check_reach(answer)
     assert verdict, verdict.message
+
+
+def test_a_row_sum_is_right_on_every_case():
+    """Why exercise 3 refuses row sums: without the guard they are right on every case."""
+    for case in ex._reach_cases():
+        expected = ex.half_weight_reach_reference(case["m"], case["n"])
+        assert torch.equal(running_sum(case["m"], case["n"]), expected)
+        assert torch.equal(python_loop(case["m"], case["n"]), expected)
+
+
+@pytest.mark.parametrize("answer, phrase", [
+    (running_sum, "built a tensor of shape"), (python_loop, "lines of Python"),
+    (lambda m, n: running_sum(m, n, dtype=torch.float32), "built a tensor of shape"),
+    (lambda m, n: torch.stack([running_sum(s[None], n)[0] for s in m]), "built a tensor of shape"),
+], ids=["float64 running sum", "python loop", "float32 running sum", "one head at a time"])
+def test_reach_checker_refuses_a_sum_over_the_row(answer, phrase):
+    verdict = ex.check_reach(answer)
+    assert not verdict and phrase in verdict.message and "a sum over the row" in verdict.message, (
+        verdict.message)
+    assert "even for an endless row" in verdict.message and "n = 3000" in verdict.message
+    assert sys.gettrace() is None                           # the line counter is gone afterwards
+
+
+def test_the_row_guard_watches_long_rows_only():
+    cases = ex._reach_cases()
+    assert max(c["n"] for c in cases) >= 2048 and sum(c["n"] >= ROW_GUARD_MIN for c in cases) >= 3
+    assert max(len(c["m"]) for c in cases) < ROW_GUARD_MIN  # a closed form's (H,) tensors pass
 
 
 def learner_reach(m, n, *, flaw=None):
@@ -495,18 +579,15 @@ def test_the_level_3_skeletons_filled_in_pass():
     shift = skeleton("positional_encoding.sinusoidal", "k, d_model", (
         omega, "(k * omega).cos(), (k * omega).sin()", "c, s", "-s, c"))
     assert ex.check_sinusoidal(shift)
-    rope = skeleton("positional_encoding.rope", "q, k, delta", (
-        "10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)",
-        "delta.to(torch.float64)[:, None] * omega",
-        "(a * c + b * e)[..., None, :]", "(a * e - b * c)[..., None, :]",
-        "(dot * angles.cos() + cross * angles.sin()).sum(-1).to(q.dtype)"))
-    assert ex.check_rope(rope)
+    assert_skeleton("positional_encoding.rope", "q, k", ex.check_rope, (
+        "q0 * k0 + q1 * k1", "q0 * k1 - q1 * k0"))
     assert_skeleton("positional_encoding.reach", "m, n", ex.check_reach, (
         "-torch.log((1 + r_n) / 2) / m", "torch.ceil(x).long()"))
 
 
 @pytest.mark.parametrize("key, answers", [
-    ("positional_encoding.rope", ("cos(delta omega_i)", "ac + be", "ae - bc")),
+    ("positional_encoding.rope", ("q0 * k0", "q0 * k1", "q_2i k_2i", "q_2i k_2i+1", "[[c, s]",
+                                  "[[cos", "q_2i+1 k_2i")),
     ("positional_encoding.reach", ("-ln(", "1 - r^k", "(1 + r^n) / 2", "round x UP")),
 ])
 def test_the_first_two_hints_lead_without_stating_the_answer(key, answers):
