@@ -12,6 +12,10 @@ ATTENTION_MISTAKES = [
                                  "always brought one token (notebook 05's step). Here the prompt "
                                  "arrives as n > 1 tokens at start 0 with a cache, and the n new "
                                  "queries must not see each other's future: mask with a cache too."),
+    ({"mask": "prompt_only"}, "only the prompt (start = 0) was masked, as if every later cached call "
+                              "brought one token: a later call can bring a chunk of several new "
+                              "tokens too, and each must not see the ones after it. Mask every "
+                              "call, at its offset."),
     ({"mask": "none"}, "no causal mask, so the future leaks: new query i must not see the "
                        "positions after its own, start + i (hint 2 says how to build the mask)."),
     ({"mask": "upper"}, "the mask is upside down: causal_mask(n) is True on and below the "
@@ -65,7 +69,8 @@ BLOCK_MISTAKES = [
 
 MODEL_MISTAKES = [
     ("no_positions", "the position embedding is missing: without it attention cannot tell "
-                     "the order of the characters; add position_embedding(arange(start, start + n))."),
+                     "the order of the characters; add the embedding of each new token's position "
+                     "in the text."),
     ("positions_from_tokens", "the position embedding is indexed by the token ids: index it by "
                               "the positions start..start+n-1 (0..n-1 without a cache)."),
     ("positions_from_one", "the positions start one too late: the first new character is at "
@@ -114,7 +119,7 @@ TRAIN_MISTAKES = [
 
 GENERATE_MISTAKES = [
     ("positions_restart", "the positions restart in the cached step: the new character sits at "
-                          "position len(tokens) - 1, so pass start = tokens.shape[1] - 1, not 0."),
+                          "position len(tokens) - 1 of the text, not 0."),
     ("start_is_length", "start = tokens.shape[1] in the cached step: after appending the new "
                         "character, the sequence is tokens.shape[1] long and the new character "
                         "sits at position tokens.shape[1] - 1."),
@@ -128,8 +133,8 @@ GENERATE_MISTAKES = [
     ("top_k_off_by_one", "top-k keeps k - 1 characters: keep every logit >= the k-th largest "
                          "(mask only those strictly below it)."),
     ("whole_sequence_cached", "every token was fed again while using the cache: with the cache, "
-                              "after the prompt feed only the token just sampled (new = nxt), "
-                              "at start = tokens.shape[1] - 1; the cache already holds the rest."),
+                              "after the prompt feed only the token just sampled, at its own "
+                              "position; the cache already holds the rest."),
     ("greedy", "the next character was the most likely one (argmax): sample it from the "
                "probabilities with torch.multinomial(probs, 1, generator=generator)."),
     ("no_top_k", "top_k was ignored: keep the k largest logits and set the others to -inf."),

@@ -49,6 +49,7 @@ def attention_variant(ref: bg.CausalSelfAttention, *, mask="causal", out_proj=Tr
                    "upper": lambda: causal_mask(total).T[start:],
                    "not_offset": lambda: causal_mask(total)[:n],
                    "cache_unmasked": lambda: None if cache is not None else causal_mask(total),
+                   "prompt_only": lambda: causal_mask(total)[start:] if start == 0 else None,
                    "multiplied": lambda: None}[mask]()
         c = {"d_h": None, "d_model": 1 / math.sqrt(d), "none": 1.0}[scale]
         if mask == "multiplied" or softmax_dim != -1:      # written out: scores * mask, dim=-2

@@ -164,9 +164,9 @@ def check_merge_states(merge: Callable) -> CheckResult:
     forbid = [(efficient, "merge_states"), (ring, "merge_states"), (efficient, "online_softmax_step"),
               (efficient, "block_state"), (attn_helpers, "online_softmax_step"), *_EXACT]
     both_empty = ("both states are empty in some rows (m1 = m2 = -inf), so m = -inf and m1 - m "
-                  "= -inf - (-inf) is NaN: rescale against a safe max, 0 where m is -inf "
-                  "(torch.where(torch.isfinite(m), m, 0)); the merged row is then empty too: "
-                  "m = -inf, l = 0, acc = 0.")
+                  "= -inf - (-inf) is NaN: rescale against a max that is finite in every row (what "
+                  "can stand in for m where it is -inf, without changing the other rows?); the "
+                  "merged row is then empty too: m = -inf, l = 0, acc = 0.")
     return _stages(merge, merge_states_reference,
                    [(_merge_cases(), _merge_mistakes(), overflow), (_large_merge_cases(), [], overflow),
                     (_empty_merge_cases(), [], both_empty)],

@@ -32,8 +32,9 @@ __all__ = ["NEXT_WEIGHT", "attention_reference", "check_asymmetric_relation", "c
 
 FULLY_MASKED = (
     "a row whose keys are all masked is all -inf, and softmax gives 0 / 0 = NaN there. Such a "
-    "query may read nothing: give it all-zero weights, e.g. multiply the weights by "
-    "mask.any(dim=-1, keepdim=True), or torch.nan_to_num(weights, nan=0.0).")
+    "query may read nothing: give it all-zero weights, e.g. torch.nan_to_num(weights, nan=0.0) "
+    "or torch.where(mask.any(dim=-1, keepdim=True), weights, 0.0). (Multiplying by mask.any "
+    "works only after a finite fill: after -inf the row is already NaN, and NaN * 0 is NaN.)")
 
 
 MASKED_AFTER = (

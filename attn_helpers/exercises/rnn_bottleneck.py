@@ -87,8 +87,8 @@ rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d)
 RNN_FORBID = [(torch.nn, "RNN"), (torch.nn, "RNNCell"), (torch.nn.modules.rnn, "RNN"),
               (torch.nn.modules.rnn, "RNNCell"), (torch, "rnn_tanh"), (torch, "rnn_tanh_cell"),
               (torch._VF, "rnn_tanh"), (torch._VF, "rnn_tanh_cell")]
-RNN_INSTEAD = ("Write the loop yourself: for each j, h = torch.tanh(x[..., j, :] @ W_x + h @ W_h + "
-               "b), keeping every h")
+RNN_INSTEAD = ("Write the recurrence yourself, one token at a time from the zero state, keeping "
+               "every state")
 
 
 @exercise("rnn_bottleneck.rnn_encoder", "a vanilla RNN encoder and its final state", hints=(

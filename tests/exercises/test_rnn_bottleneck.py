@@ -91,7 +91,7 @@ def _with_kernel(x, W_x, W_h, b):  # noqa: N803
 ])
 def test_rnn_encoder_blocks_pytorchs_recurrence(shortcut, name):
     assert_rejected(ex.check_rnn_encoder(shortcut), name, "does this exercise",
-                    "Write the loop yourself")
+                    "Write the recurrence yourself")
     assert torch.nn.RNN(2, 3)(torch.zeros(1, 2))[0].shape == (1, 3)             # restored after
 
 
