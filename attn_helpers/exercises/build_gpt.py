@@ -143,7 +143,7 @@ def check_attention(cls) -> CheckResult:
             error_hints=[("does not broadcast", _MASK_SHAPE_HINT)]))
         if not results[-1]:
             return results[-1]
-    return _first_failure(results)
+    return _first_failure(results, "CausalSelfAttention")
 
 
 def with_attention(model: bg.GPT, cls) -> bg.GPT:
@@ -196,7 +196,7 @@ def check_block(cls) -> CheckResult:
                       for kind, hint in BLOCK_MISTAKES]))
         if not results[-1]:
             return results[-1]
-    return _first_failure(results)
+    return _first_failure(results, "Block")
 
 
 # --- 3. the model --------------------------------------------------------------------------

@@ -108,6 +108,9 @@ TRAIN_MISTAKES = [
                 "zero the gradients before backward, not between backward and step)."),
     ("sum", "the loss is summed over positions: take the mean (cross_entropy's default), so the "
             "step size does not grow with the batch."),
+    ("sum_over_positions", "the loss is summed over each chunk's positions (then averaged over "
+                           "the batch): a per-character loss is the mean over every position, so "
+                           "the step does not grow with the context length."),
     ("softmax_first", "softmax was applied before cross_entropy, which takes raw logits (it "
                       "does the log-softmax itself)."),
     ("nll_on_logits", "F.nll_loss on raw logits: nll_loss expects log-probabilities; use "

@@ -149,7 +149,9 @@ def train_variant(kind: str) -> Callable:
             loss = F.nll_loss(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
         elif kind == "last_only":
             logits, targets = logits[:, -1:], targets[:, -1:]
-        if kind != "nll_on_logits":
+        if kind == "sum_over_positions":                  # summed over positions, mean over batch
+            loss = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").sum(1).mean()
+        elif kind != "nll_on_logits":
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                    reduction="sum" if kind == "sum" else "mean")
         if kind != "no_zero_grad":

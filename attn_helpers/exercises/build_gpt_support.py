@@ -143,14 +143,18 @@ def _safe(produce: Callable) -> Callable:
     return run
 
 
-def _first_failure(results) -> CheckResult:
+def _first_failure(results, what: str = "it") -> CheckResult:
+    """The first failed result, else one verdict: ``what`` matched the reference on every case of
+    every model size."""
     results = list(results)
     for result in results:
         if not result:
             return result
-    total = sum(int(r.message.split(" all ")[1].split()[0]) for r in results)
-    return CheckResult(True, f"Passed: matches the reference on all {total} cases, edge cases "
-                             "included.")
+    counts = [int(r.message.split(" all ")[1].split()[0]) for r in results]
+    sizes = f" ({counts[0]} cases at each of {len(counts)} model sizes)" if len(set(counts)) == 1 \
+        and len(counts) > 1 else ""
+    return CheckResult(True, f"Passed: {what} matches the reference on all {sum(counts)} "
+                             f"cases{sizes}, edge cases included.")
 
 
 def _build(cls, args: tuple, reference: nn.Module, what: str, swap: dict | None = None):

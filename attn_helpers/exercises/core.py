@@ -102,8 +102,10 @@ def _compare(got, expected, name: str, atol: float, rtol: float, *,
         diff = (got.double() - expected.double()).abs()
         diff = diff.masked_fill(got.double() == expected.double(), 0)  # equal infinities: no gap
         index = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
+        whole = bool((expected == expected.round()).all() and (got == got.round()).all())
+        form = ".0f" if whole else ".4f"                  # token ids and counts as whole numbers
         return (f"you returned {name} with wrong values: at index {index} you gave "
-                f"{got[index].item():.4f}, expected {expected[index].item():.4f} "
+                f"{got[index].item():{form}}, expected {expected[index].item():{form}} "
                 f"(largest difference {diff.max().item():.2g}).")
     return None
 

@@ -434,3 +434,10 @@ def test_the_third_hints_of_the_step_and_of_generate_are_skeletons():
         "logits.masked_fill(logits < kth, float('-inf'))", "torch.softmax(logits, dim=-1)",
         "(nxt, tokens.shape[1] - 1) if use_cache else (tokens, 0)")))
     assert result, result.message
+
+
+def test_the_pass_names_the_class_and_the_sizes():
+    """Review 6: "Passed: matches the reference on all 21 cases" named neither the class nor why 21."""
+    message = ex.check_attention(_attention_class()).message
+    assert message.startswith("Passed: CausalSelfAttention matches the reference on all "), message
+    assert "cases at each of" in message and "model sizes" in message, message
