@@ -1,7 +1,7 @@
 """Checkers for notebook 04 (multi-head attention): a trainable multi-head attention module with
 ``nn.MultiheadAttention``'s fused ``in_proj``, all heads at once (the head split and merge written
 by the learner), proved equal to that module with the same weights, and grouped-query attention
-(h query heads sharing g key/value heads)."""
+(h query heads sharing g key/value heads, which are never copied to h)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,16 @@ import attn_helpers
 from .. import multihead
 from ..attention import scaled_dot_product_attention
 from ..multihead import MultiHeadAttention
-from .core import CheckResult, Mistake, _namespaces, blocking, check_function, refusing_ops, seeded
-from .multi_head_cases import _AllHeadsAtOnce, _copy_weights, _module_cases, _torch_module, _weights
+from .core import CheckResult, Mistake, _namespaces, blocking, check_function
+from .multi_head_cases import (
+    _AllHeadsAtOnce,
+    _copy_weights,
+    _gqa_cases,
+    _module_cases,
+    _NoCopiedKV,
+    _torch_module,
+    _weights,
+)
 from .workflow import exercise
 
 __all__ = ["check_multi_head_module", "check_grouped_query_attention"]
@@ -249,77 +257,80 @@ def check_multi_head_module(module_class) -> CheckResult:
 # --- exercise 2: grouped-query attention -----------------------------------------------------
 
 
-def _gqa_cases() -> list[dict]:
-    g = seeded(42)
-    rb, rg, group, rn, rd = (int(i) for i in torch.randint(1, 5, (5,), generator=g))  # random shape
-    cases = []
-    for b, h, kv, n, d, dtype in [(2, 4, 2, 5, 3, torch.float32), (1, 6, 3, 4, 2, torch.float32),
-                                  (2, 8, 2, 4, 4, torch.float32), (2, 4, 1, 3, 4, torch.float32),
-                                  (1, 3, 3, 4, 2, torch.float32), (2, 8, 2, 1, 4, torch.float32),
-                                  (1, 6, 2, 5, 8, torch.float64),
-                                  (rb, rg * group, rg, rn, rd, torch.float32)]:
-        cases.append({"q": torch.randn(b, h, n, d, generator=g, dtype=dtype),
-                      "k": torch.randn(b, kv, n, d, generator=g, dtype=dtype),
-                      "v": torch.randn(b, kv, n, d, generator=g, dtype=dtype)})
-    return cases
-
-
 def _gqa(q, k, v, *, group_of=None, scale=None, dim=-1):
-    """Query head i reads key/value head ``group_of(i, h, g)`` (right: ``i // (h/g)``)."""
+    """Query head i reads key/value head ``group_of(i, h, g)`` (right: ``i // (h/g)``). The
+    checker's reference runs outside the guard: it may index (copy) the heads."""
     h, g = q.shape[1], k.shape[1]
     group_of = group_of or (lambda i, h, g: i // (h // g))
     index = torch.tensor([group_of(i, h, g) for i in range(h)])
-    k, v = k[:, index], v[:, index]                                  # (b, h, n, d_head)
+    k, v = k[:, index], v[:, index]                                  # (b, h, n_k, d_head)
     if dim == -1:
         return scaled_dot_product_attention(q, k, v, scale=scale)[0]
     s = q @ k.transpose(-2, -1) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
     return torch.softmax(s, dim=dim) @ v
 
 
+def _rows_mixed(q, k, v):
+    """A group's rows taken after moving n_q in front of the heads: query head i at position p
+    reads key/value head ``(p h + i) // (h/g n_q)``."""
+    b, h, n_q, d = q.shape
+    rows = q.transpose(1, 2).reshape(b, k.shape[1], -1, d)
+    return scaled_dot_product_attention(rows, k, v)[0].reshape(b, n_q, h, d).transpose(1, 2)
+
+
 # Right with their default arguments: refused while the learner's function runs.
 REFUSED_WHILE_CHECKING = ("_gqa", "_wrong")
 
 
-_NO_FUSED_GQA = refusing_ops(
-    ["scaled_dot_product_attention", "_scaled_dot_product_*"],
-    "grouped_query_attention reached PyTorch's fused attention, which groups the heads for you "
-    "(enable_gqa). Repeat the key/value heads yourself, then call the course's attention from "
-    "notebook 02, ah.scaled_dot_product_attention")
-
-
 @exercise("multi_head.grouped_query", "grouped-query attention", hints=(
-    "There are h query heads but only g key/value heads. Consecutive query heads form g groups of "
-    "h/g, and every head of a group reads the same key/value head. Give each query head its "
-    "key/value head; the attention itself is notebook 02's, ah.scaled_dot_product_attention.",
-    "Query head i reads key/value head i // (h/g), and a batched attention call pairs query head "
-    "i with whatever stands at index i of k's and v's head axis. So once each key/value head is "
-    "copied h/g times, to make k and v (b, h, n, d_head) like q, must the copies of one head "
-    "stand in a row (0, 0, 1, 1 for h = 4, g = 2) or cycle (0, 1, 0, 1)?",
-    "h, g = q.shape[1], k.shape[1]\n"
-    "k = ...   # (b, h, n, d_head): each key/value head h // g times in a row; the same for v\n"
-    "v = ...\n"
-    "return ah.scaled_dot_product_attention(q, k, v)[0]"))
+    "There are h query heads but only g key/value heads: consecutive query heads form g groups of "
+    "h/g, and group j reads key/value head j. The point is that K and V are never copied to h "
+    "heads, so a decoding step reads g heads of keys and values, not h; the checker refuses a "
+    "copy. So turn the sharing around: rather than bring a key/value head to each query head, "
+    "bring the h/g query heads of group j to key/value head j. The attention itself is notebook "
+    "02's, ah.scaled_dot_product_attention.",
+    "ah.scaled_dot_product_attention treats every axis before the last two as a batch and pairs "
+    "q's batch entries with k's. An axis of size 1 in k that has to broadcast against h/g query "
+    "heads is copied inside the matrix product, so let k's batch axes (b, g) meet q's exactly. "
+    "q's head axis splits into g groups of h/g: group first, or h/g first? Once it is split, can "
+    "the h/g axis join the n_q axis, so that one key/value head sees its group's queries as more "
+    "rows? Is that a view of q or a copy? And how does the output get back to (b, h, n_q, "
+    "d_head)?",
+    "b, h, n_q, d_head = q.shape\n"
+    "g = k.shape[1]\n"
+    "rows = ...   # (b, g, h/g * n_q, d_head): group j's query heads as rows against k[:, j]; a view\n"
+    "out, _ = ah.scaled_dot_product_attention(rows, k, v)   # (b, g, h/g * n_q, d_head)\n"
+    "return ...   # (b, h, n_q, d_head)"))
 def check_grouped_query_attention(grouped_query_attention: Callable) -> CheckResult:
-    """Exercise: ``grouped_query_attention(q (b, h, n, d_head), k (b, g, n, d_head), v (b, g, n,
-    d_head)) -> (b, h, n, d_head)``; query head ``i`` attends with key/value head ``i // (h/g)``,
-    as PyTorch's grouped-query attention does (its fused call is blocked while the candidate
-    runs)."""
+    """Exercise: ``grouped_query_attention(q (b, h, n_q, d_head), k (b, g, n_k, d_head), v (b, g,
+    n_k, d_head)) -> (b, h, n_q, d_head)``; query head ``i`` attends with key/value head
+    ``i // (h/g)``, as PyTorch's grouped-query attention does, without K or V ever copied to the
+    ``h`` query heads (on the decoding cases a tensor that large is refused, see
+    :class:`._NoCopiedKV`; PyTorch's fused attention is blocked while the candidate runs)."""
     return check_function(
         grouped_query_attention, _gqa, _gqa_cases(), what="grouped_query_attention",
         output_names=("the output",), atol=1e-5, rtol=1e-4,
-        forbid=[(nn.functional, "scaled_dot_product_attention")], guard=_NO_FUSED_GQA,
-        instead="Repeat the key/value heads yourself, then call ah.scaled_dot_product_attention",
+        forbid=[(nn.functional, "scaled_dot_product_attention")], guard=_NoCopiedKV,
+        instead="Group the heads yourself, without copying K or V, then call "
+                "ah.scaled_dot_product_attention",
         mistakes=[
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: i % g),
                     "query head i must use key/value head i // (h/g): consecutive query heads "
-                    "share one. k.repeat(1, h // g, 1, 1) cycles through the key/value heads "
-                    "instead: repeat each head in place, h // g times in a row."),
+                    "share one (for h = 4, g = 2, heads 0 and 1 read key/value head 0). Yours "
+                    "cycles through the key/value heads (0, 1, 0, 1), as splitting the head axis "
+                    "into (h/g, g) does, or k.repeat(1, h // g, 1, 1): the groups come first, "
+                    "(g, h/g)."),
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: min(i // g, g - 1)),
                     "a group holds h/g query heads, so head i uses key/value head i // (h/g), "
                     "not i // g."),
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: 0),
                     "every query head read the first key/value head; with g key/value heads "
                     "there are g groups (g = 1 is multi-query attention)."),
+            Mistake(_rows_mixed,
+                    "the rows of a group mix positions and heads: n_q was moved in front of the "
+                    "head axis before the heads were cut into groups, so group j got some heads "
+                    "of some positions. A group is h/g whole query heads, every position of each: "
+                    "cut the head axis where it stands."),
             Mistake(lambda q, k, v: _gqa(q, k, v, scale=1.0),
                     "the scores are not scaled: divide by sqrt(d_head)."),
             Mistake(lambda q, k, v: _gqa(q, k, v, scale=1 / math.sqrt(q.shape[1] * q.shape[-1])),

@@ -1,16 +1,21 @@
-"""The cases of notebook 04's module exercise (see :func:`.multi_head.check_multi_head_module`):
-inputs with every mask shape, PyTorch's ``nn.MultiheadAttention`` with random weights built
-without moving the global seed, the copy of its fused weights into the learner's module, and the
-guard that asks for all heads in one attention call, not a loop over heads."""
+"""The cases and guards of notebook 04's exercises. The module exercise (see
+:func:`.multi_head.check_multi_head_module`): inputs with every mask shape, PyTorch's
+``nn.MultiheadAttention`` with random weights built without moving the global seed, the copy of
+its fused weights into the learner's module, and the guard that asks for all heads in one
+attention call, not a loop over heads. Grouped-query attention (see
+:func:`.multi_head.check_grouped_query_attention`): prefill and decoding cases, and the guard that
+refuses keys or values copied to every query head."""
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.utils._python_dispatch
 from torch import nn
 
 from ..masks import causal_mask
-from .core import Refused, seeded
+from .core import Refused, refusing_ops, seeded
 
 __all__: list[str] = []
 #: Private helpers the checking runs while the learner's code does (see borrowing._checker_helper).
@@ -116,3 +121,118 @@ class _AllHeadsAtOnce(torch.utils._python_dispatch.TorchDispatchMode):
                 "heads: turn each of Q, K, V into one (b, h, n, d_head) tensor (section 1's loop "
                 "says what each head computes).")
         return False
+
+
+# --- grouped-query attention -------------------------------------------------------------------
+
+
+def _gqa_cases() -> list[dict]:
+    """``q (b, h, n_q, d_head)``, ``k`` and ``v (b, g, n_k, d_head)``: first prefill cases
+    (``n_q = n_k``; ``g = h`` and ``g = 1`` among them), then decoding cases, a few new queries
+    against a longer cache (``n_q < d_head``, ``n_q < n_k``, ``h/g >= 3``), on which
+    :class:`_NoCopiedKV` watches for copies of K and V."""
+    g = seeded(42)
+    rb, rg, group, rn, rd = (int(i) for i in torch.randint(1, 5, (5,), generator=g))  # random shape
+    shapes = [(b, h, kv, n, n, d, dtype) for b, h, kv, n, d, dtype in [
+        (2, 4, 2, 5, 3, torch.float32), (1, 6, 3, 4, 2, torch.float32),
+        (2, 8, 2, 4, 4, torch.float32), (2, 4, 1, 3, 4, torch.float32),
+        (1, 3, 3, 4, 2, torch.float32), (2, 8, 2, 1, 4, torch.float32),
+        (1, 6, 2, 5, 8, torch.float64), (rb, rg * group, rg, rn, rd, torch.float32)]]
+    shapes += [(2, 8, 2, 1, 32, 8, torch.float32), (1, 6, 2, 2, 16, 4, torch.float32),  # decoding
+               (2, 4, 1, 1, 24, 4, torch.float32), (1, 12, 3, 3, 20, 8, torch.float64)]
+    return [{"q": torch.randn(b, h, n_q, d, generator=g, dtype=dtype),
+             "k": torch.randn(b, kv, n_k, d, generator=g, dtype=dtype),
+             "v": torch.randn(b, kv, n_k, d, generator=g, dtype=dtype)}
+            for b, h, kv, n_q, n_k, d, dtype in shapes]
+
+
+_NO_FUSED_GQA = refusing_ops(
+    ["scaled_dot_product_attention", "_scaled_dot_product_*"],
+    "grouped_query_attention reached PyTorch's fused attention, which groups the heads for you "
+    "(enable_gqa). Group the heads yourself, without copying K or V, then call the course's "
+    "attention from notebook 02, ah.scaled_dot_product_attention")
+
+_PRODUCTS = frozenset({"matmul", "__matmul__", "__rmatmul__", "bmm", "einsum", "mm"})
+_ALLOWED = ("Views, which copy nothing, are fine (unsqueeze, expand, view, k[:, j]); copies are "
+            "refused (repeat_interleave, repeat, expand followed by reshape or contiguous, cat or "
+            "stack, indexing with a head repeated)")
+
+
+class _NoCopiedKV:
+    """The ``guard`` of the grouped-query exercise. PyTorch's fused attention is refused by any
+    route, and so is any tensor whose storage holds ``b * h * n_k * d_head`` numbers or more, as
+    many as K (or V) copied to every query head, on the cases where nothing an answer needs comes
+    near that size (``h >= 3 g``, ``n_q < d_head`` and ``n_q < n_k``: the queries, the scores
+    ``(b, h, n_q, n_k)`` and the output are smaller, and so are K and V side by side).
+
+    Storage, not shape: a view (``expand``, ``unsqueeze``) shares the storage it looks at and is
+    never refused. The allocations are watched below PyTorch's Python API (a dispatch mode), so a
+    copy inside a library call counts too: ``@`` on a size-1 head axis that broadcasts against
+    the h/g heads of a group copies it (``matmul`` expands and reshapes its batch axes before
+    ``bmm``); a function mode names the call that made it."""
+
+    class _Calls(torch.overrides.TorchFunctionMode):
+        name = None
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.name = getattr(func, "__name__", str(func))
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                self.name = None
+
+    class _Allocations(torch.utils._python_dispatch.TorchDispatchMode):
+        def __init__(self, watch: _NoCopiedKV):
+            super().__init__()
+            self.watch = watch
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, tuple | list) else (out,):
+                if isinstance(t, torch.Tensor):
+                    self.watch.refuse_if_copied(t)
+            return out
+
+    def __init__(self, inputs: dict):
+        (b, h, n_q, d), (g, n_k) = inputs["q"].shape, inputs["k"].shape[1:3]
+        self.b, self.h, self.g, self.n_k, self.d = b, h, g, n_k, d
+        self.limit = b * h * n_k * d
+        self.active = h >= 3 * g and n_q < min(n_k, d)
+        self.calls, self.stack = self._Calls(), contextlib.ExitStack()
+
+    def refuse_if_copied(self, t: torch.Tensor) -> None:
+        try:
+            held = t.untyped_storage().nbytes() // t.element_size()
+        except (RuntimeError, NotImplementedError):   # no storage to read (a meta or sparse tensor)
+            return
+        if held < self.limit:
+            return
+        b, h, g, n_k, d = self.b, self.h, self.g, self.n_k, self.d
+        name = self.calls.name or "an operation"
+        what = ("matmul (an @, yours or the one inside ah.scaled_dot_product_attention)"
+                if name in _PRODUCTS else {"__getitem__": "indexing ([...])"}.get(name, name))
+        copied = (f"{what} built a tensor of shape {tuple(t.shape)}, {held:,} numbers: as many as "
+                  f"K (or V) copied to all h = {h} query heads (b * h * n_k * d_head = "
+                  f"{b} * {h} * {n_k} * {d}).")
+        if name in _PRODUCTS:
+            raise Refused(
+                f"{copied} A head axis of size 1 that broadcasts through a matrix product is "
+                "copied: PyTorch's matmul expands the batch axes and reshapes them into one "
+                f"before it multiplies, so K or V was copied h/g = {h // g} times. Arrange the "
+                "queries so that no batch axis has to broadcast: a key/value head can meet the "
+                "query heads of its group as more query rows. Grouped-query attention exists so "
+                f"that a decoding step reads g = {g} heads of keys and values, not h = {h}.")
+        raise Refused(
+            f"{copied} That copy is what grouped-query attention exists to avoid: a decoding step "
+            f"would read h = {h} heads of keys and values, not g = {g}. {_ALLOWED}. Let each "
+            "key/value head serve its group without copying it.")
+
+    def __enter__(self):
+        self.stack.enter_context(_NO_FUSED_GQA({}))
+        if self.active:
+            self.stack.enter_context(self.calls)
+            self.stack.enter_context(self._Allocations(self))
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        return self.stack.__exit__(exc_type, exc, tb)

@@ -13,10 +13,12 @@ from torch import nn
 
 import attn_helpers as ah
 from attn_helpers import exercises
+from attn_helpers.exercises.core import Refused
 from attn_helpers.exercises.multi_head import (
     _gqa,
     _gqa_cases,
     _module_cases,
+    _NoCopiedKV,
     _reference,
     check_grouped_query_attention,
     check_multi_head_module,
@@ -345,7 +347,7 @@ def test_module_level_3_hint_is_a_skeleton_of_a_passing_forward():
 
 
 def test_gqa_level_3_hint_is_a_skeleton_that_calls_the_course_attention():
-    fills = ("k.repeat_interleave(h // g, dim=1)", "v.repeat_interleave(h // g, dim=1)")
+    fills = ("q.reshape(b, g, h // g * n_q, d_head)", "out.reshape(b, h, n_q, d_head)")
     assert_skeleton("multi_head.grouped_query", "q, k, v", check_grouped_query_attention, fills,
                     ah=ah)
 
@@ -367,6 +369,7 @@ def test_gqa_refuses_the_fused_attention_by_any_route(route):
 
 
 def grouped_query_attention(q, k, v, *, share="interleave", scale=None, dim=-1):
+    """A learner who copies the key/value heads to all h query heads (right, or with a mistake)."""
     h, g, d_head = q.shape[1], k.shape[1], q.shape[-1]
     if share == "interleave":
         k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
@@ -381,8 +384,55 @@ def grouped_query_attention(q, k, v, *, share="interleave", scale=None, dim=-1):
     return torch.softmax(q @ k.transpose(-2, -1) * scale, dim=dim) @ v
 
 
-def test_gqa_accepts_the_reference_and_blocks_torch_enable_gqa():
-    assert check_grouped_query_attention(grouped_query_attention)
+def _as_rows(q, k, v):
+    """Notebook 04's reference: each group's query heads as more query rows, a view of q."""
+    b, h, n_q, d_head = q.shape
+    g = k.shape[1]
+    out, _ = ah.scaled_dot_product_attention(q.reshape(b, g, h // g * n_q, d_head), k, v)
+    return out.reshape(b, h, n_q, d_head)
+
+
+def _unflattened(q, k, v):
+    g = k.shape[1]
+    rows = q.unflatten(1, (g, -1)).flatten(2, 3)             # (b, g, h/g * n_q, d_head)
+    out = ah.scaled_dot_product_attention(rows, k, v)[0]
+    return out.unflatten(2, (-1, q.shape[2])).flatten(1, 2)
+
+
+def _by_hand(q, k, v):
+    """The same rows, the attention written out (no call of the course's function)."""
+    b, h, n_q, d_head = q.shape
+    rows = q.view(b, k.shape[1], -1, d_head)
+    weights = torch.softmax(rows @ k.transpose(-2, -1) / math.sqrt(d_head), dim=-1)
+    return (weights @ v).view(b, h, n_q, d_head)
+
+
+def _group_by_group(q, k, v):
+    """A loop over the g groups: group j's heads as rows against k[:, j], a view."""
+    b, h, n_q, d_head = q.shape
+    g = k.shape[1]
+    outs = [ah.scaled_dot_product_attention(q[:, j * h // g:(j + 1) * h // g].reshape(b, -1, d_head),
+                                            k[:, j], v[:, j])[0] for j in range(g)]
+    return torch.stack(outs, dim=1).reshape(b, h, n_q, d_head)
+
+
+def _with_a_pure_view(q, k, v):
+    """Builds K expanded to every query head as a view (no copy) and reads it without a matmul."""
+    b, h, _, _ = q.shape
+    g = k.shape[1]
+    expanded = k[:, :, None].expand(-1, -1, h // g, -1, -1)   # (b, g, h/g, n_k, d_head): a view
+    assert expanded[:, 0, -1].data_ptr() == k[:, 0].data_ptr()
+    return _as_rows(q, k, v)
+
+
+@pytest.mark.parametrize("answer", [_as_rows, _unflattened, _by_hand, _group_by_group,
+                                    _with_a_pure_view])
+def test_gqa_accepts_answers_that_never_copy_k_or_v(answer):
+    verdict = check_grouped_query_attention(answer)
+    assert verdict, verdict.message
+
+
+def test_gqa_blocks_torch_enable_gqa():
     verdict = check_grouped_query_attention(
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
     assert not verdict and "scaled_dot_product_attention" in verdict.message, verdict.message
@@ -394,15 +444,114 @@ def test_gqa_reference_equals_torch_enable_gqa_on_every_case():
         assert torch.allclose(_gqa(*case.values()), expected, atol=1e-6)
 
 
+def test_gqa_decoding_cases_leave_room_below_a_copy_of_k():
+    """On the watched cases nothing an answer needs reaches b * h * n_k * d_head numbers: the
+    queries and the output (n_q < n_k), the scores (n_q < d_head), K and V side by side (h >= 3 g).
+    Prefill cases come first; the watched ones include multi-query (g = 1) and float64."""
+    cases = _gqa_cases()
+    watched = [c for c in cases if _NoCopiedKV(c).active]
+    assert len(watched) == 4 and all(a is c for a, c in zip(cases[-4:], watched, strict=True))
+    for c in watched:
+        (b, h, n_q, d), n_k = c["q"].shape, c["k"].shape[2]
+        copy = b * h * n_k * d
+        assert max(b * h * n_q * d, b * h * n_q * n_k, 2 * c["k"].numel()) < copy
+    assert {c["k"].shape[1] for c in watched} >= {1} and any(c["q"].dtype == torch.float64
+                                                            for c in watched)
+    assert all(c["q"].shape[2] == c["k"].shape[2] for c in cases[:-4])
+
+
+def _broadcast(q, k, v):
+    """The heads of a group against K and V with a head axis of size 1: @ copies them."""
+    g = k.shape[1]
+    out = ah.scaled_dot_product_attention(q.unflatten(1, (g, -1)), k[:, :, None], v[:, :, None])[0]
+    return out.flatten(1, 2)
+
+
+def _copy_then_attend(copy):
+    def answer(q, k, v):
+        r = q.shape[1] // k.shape[1]
+        return ah.scaled_dot_product_attention(q, copy(k, r), copy(v, r))[0]
+
+    return answer
+
+
+@pytest.mark.parametrize("copy, built", [
+    (lambda t, r: t.repeat_interleave(r, dim=1), "repeat_interleave built"),
+    (lambda t, r: t[:, :, None].repeat(1, 1, r, 1, 1).flatten(1, 2), "repeat built"),
+    (lambda t, r: t[:, :, None].expand(-1, -1, r, -1, -1).reshape(
+        t.shape[0], -1, *t.shape[2:]), "reshape built"),
+    (lambda t, r: t[:, :, None].expand(-1, -1, r, -1, -1).contiguous().flatten(1, 2),
+     "contiguous built"),
+    (lambda t, r: torch.cat([t[:, j:j + 1] for j in range(t.shape[1]) for _ in range(r)], dim=1),
+     "cat built"),
+    (lambda t, r: t.index_select(1, torch.arange(t.shape[1] * r) // r), "index_select built"),
+    (lambda t, r: t[:, torch.arange(t.shape[1] * r) // r], "indexing ([...]) built"),
+    (lambda t, r: torch.stack([t[:, i // r] for i in range(t.shape[1] * r)], dim=1),
+     "stack built"),                                    # a loop over query heads, stacked
+])
+def test_gqa_refuses_keys_or_values_copied_to_every_query_head(copy, built):
+    """Right values, but K and V copied to all h query heads: refused on the first decoding case
+    (case 9), with the call that built the copy, the size, and why that defeats GQA."""
+    verdict = check_grouped_query_attention(_copy_then_attend(copy))
+    assert not verdict and "on case 9 of 12" in verdict.message, verdict.message
+    for words in (built, "copied to all h = 8 query heads", "b * h * n_k * d_head = 2 * 8 * 32 * 8",
+                  "not g = 2", "Views, which copy nothing, are fine"):
+        assert words in verdict.message, (words, verdict.message)
+
+
+def test_gqa_refuses_a_head_axis_broadcast_through_matmul():
+    """The broadcast layout copies too, inside matmul (expand, then reshape before bmm): refused
+    with what happened and what to do instead, without the key line."""
+    verdict = check_grouped_query_attention(_broadcast)
+    assert not verdict and "on case 9 of 12" in verdict.message, verdict.message
+    for words in ("matmul (an @", "shape (2, 2, 4, 8, 32)", "broadcasts through a matrix product",
+                  "copied h/g = 4 times", "more query rows"):
+        assert words in verdict.message, (words, verdict.message)
+    assert "reshape(b, g" not in verdict.message
+
+
+def test_gqa_guard_leaves_pure_views_and_the_answer_alone():
+    case = _gqa_cases()[8]
+    q, k, v = case.values()
+    with _NoCopiedKV(case):
+        view = k[:, :, None].expand(-1, -1, 4, -1, -1)          # (b, g, h/g, n_k, d_head)
+        out = _as_rows(q, k, v)
+    assert view.shape == (2, 2, 4, 32, 8) and out.shape == q.shape
+    with pytest.raises(Refused, match="repeat_interleave built"), _NoCopiedKV(case):
+        k.repeat_interleave(4, dim=1)
+
+
 @pytest.mark.parametrize("mistake, words", [
-    ({"share": "repeat"}, "repeat each head in place"),
+    ({"share": "repeat"}, "cycles through the key/value heads"),
     ({"share": "first"}, "every query head read the first"),
     ({"scale": 1.0}, "not scaled"),
     ({"dim": -2}, "wrong axis"),
 ])
 def test_gqa_rejects_known_mistakes_with_their_hint(mistake, words):
+    """Named on the prefill cases, before a copy is refused on the decoding ones."""
     verdict = check_grouped_query_attention(lambda q, k, v: grouped_query_attention(q, k, v, **mistake))
     assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
+
+
+def test_gqa_names_the_wrong_grouping_order_written_without_copies():
+    def rows_cycling(q, k, v):                               # head axis split as (h/g, g)
+        b, h, n_q, d = q.shape
+        g = k.shape[1]
+        rows = q.unflatten(1, (h // g, g)).transpose(1, 2).reshape(b, g, -1, d)
+        out = ah.scaled_dot_product_attention(rows, k, v)[0]
+        return out.unflatten(2, (h // g, n_q)).transpose(1, 2).reshape(b, h, n_q, d)
+
+    def rows_mixed(q, k, v):                                 # n_q moved in front of the heads
+        b, h, n_q, d = q.shape
+        rows = q.transpose(1, 2).reshape(b, k.shape[1], -1, d)
+        out = ah.scaled_dot_product_attention(rows, k, v)[0]
+        return out.reshape(b, n_q, h, d).transpose(1, 2)
+
+    for answer, words in ((rows_cycling, "cycles through the key/value heads"),
+                          (rows_mixed, "mix positions and heads")):
+        verdict = check_grouped_query_attention(answer)
+        assert not verdict and "\nHint: " in verdict.message and words in verdict.message, (
+            verdict.message)
 
 
 def test_gqa_rejects_a_wrong_group_index_and_a_wrong_scale():
@@ -440,7 +589,8 @@ def test_exercises_are_registered_with_three_hints():
 
 @pytest.mark.parametrize("key, answers", [
     ("multi_head.module", ("transpose(", "reshape(b", "head axis first", "[:, None]")),
-    ("multi_head.grouped_query", ("repeat_interleave", ".repeat(", "expand", "h/g times in a row")),
+    ("multi_head.grouped_query", ("reshape(b, g", "view(b, g", "unflatten", "flatten(",
+                                  "h // g * n_q", "repeat_interleave", ".repeat(", "expand")),
 ])
 def test_hints_before_the_skeleton_do_not_state_the_solution(key, answers):
     hints = exercises.EXERCISES[key].hints
