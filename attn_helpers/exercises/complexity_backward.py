@@ -5,18 +5,19 @@ per-row ``lse``), in tiles of ``B`` queries by ``B`` keys (Dao 2023, Algorithm 2
 
 While the learner's function runs, autograd (by any route), the exact attention and the package's
 backward tile are refused, and so is any tensor as large as the ``(..., n, n)`` scores or larger
-than one tile of ``B`` queries by ``B`` keys needs (:class:`_TileWatch`)."""
+than one tile of ``B`` queries by ``B`` keys needs, and work on the tiles wholly above the diagonal
+(:mod:`.complexity_watch`)."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 
 import torch
 
 from .. import efficient
-from .core import CheckResult, Mistake, Refused, refusing_ops, seeded
+from .complexity_watch import INSTEAD, BackwardWatch
+from .core import CheckResult, Mistake, seeded
 from .workflow import exercise
 
 __all__ = ["check_causal_backward", "causal_backward_reference"]
@@ -176,91 +177,6 @@ def _mistakes() -> list[Mistake]:
     ]
 
 
-# --- what the learner's function may not do -----------------------------------------------------
-
-
-_POINT = ("The point of tiling is never to hold the n x n matrix: FlashAttention keeps one "
-          "B x B tile of scores at a time.")
-_INSTEAD = ("Recompute each tile's P from the saved lse and write its gradients yourself, one "
-            "B x B tile at a time")
-
-
-_PRODUCTS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__,
-             torch.bmm, torch.Tensor.bmm, torch.einsum, torch.mm, torch.Tensor.mm)
-
-
-class _TileWatch(torch.overrides.TorchFunctionMode):
-    """Watches every torch operation the learner's function runs (when ``B < n``): a result as
-    large as the ``(..., n, n)`` scores is refused, and so is one larger than what one tile of
-    ``B`` queries by ``B`` keys (or the inputs and outputs) needs, e.g. section 5's strip of all
-    the queries against one key tile."""
-
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, B: int):
-        super().__init__()
-        self.q, self.k, self.n, self.B = q, k, q.shape[-2], B
-        rows, d = q[..., 0].numel(), max(q.shape[-1], v.shape[-1], 1)   # batch * n; widest input
-        self.full = rows * self.n
-        self.tile = rows // self.n * max((self.n + B) * d, B * B * d)  # an input, padded to tiles
-
-    def _rows(self, t, source: torch.Tensor) -> tuple[int, int] | None:
-        """The positions ``(first, last)`` that ``t`` holds if it is a slice of ``source`` along
-        the tokens (a view, transposed or not), else None."""
-        if not isinstance(t, torch.Tensor) or t._base is not source or source.dim() < 2:
-            return None
-        step = source.stride(-2)
-        axes = [a for a in range(t.dim()) if t.stride(a) == step and t.shape[a] > 0]
-        if not axes or source.stride(-1) == step:
-            return None
-        first = t.storage_offset() % (self.n * step) // step
-        return first, first + t.shape[axes[-1]] - 1
-
-    def _scores_of(self, func, args) -> None:
-        """Refuses the scores of a tile wholly above the diagonal (every key after every query)."""
-        if func not in _PRODUCTS:
-            return
-        tensors = [a for a in (args[1:] if func is torch.einsum else args)
-                   for a in (a if isinstance(a, list | tuple) else (a,))]
-        queries = next((r for t in tensors if (r := self._rows(t, self.q))), None)
-        keys = next((r for t in tensors if (r := self._rows(t, self.k))), None)
-        if queries and keys and keys[0] > queries[1]:
-            raise Refused(f"causal_backward computed the scores of queries {queries[0]}..{queries[1]} "
-                          f"against keys {keys[0]}..{keys[1]}, a tile wholly above the diagonal: "
-                          "every key comes after every query, so the tile contributes nothing. "
-                          "Skip it: that is half of the causal backward's saving.")
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if self.B < self.n:
-            self._scores_of(func, args)
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, tuple | list) else (out,):
-            if not isinstance(t, torch.Tensor) or self.B >= self.n:
-                continue
-            if t.numel() >= self.full:
-                raise Refused(f"causal_backward built a tensor of shape {tuple(t.shape)}, as large "
-                              f"as the (..., n, n) scores (n = {self.n}). {_POINT}")
-            if t.numel() > self.tile:
-                raise Refused(f"causal_backward built a tensor of shape {tuple(t.shape)}, larger "
-                              f"than one tile of B queries by B keys needs (B = {self.B}, n = "
-                              f"{self.n}): tile the queries too, not only the keys.")
-        return out
-
-
-def _guard() -> Callable[[dict], contextlib.AbstractContextManager]:
-    no_autograd = refusing_ops(
-        ["scaled_dot_product_attention", "_scaled_dot_product_*", "_efficient_attention*",
-         "_flash_attention*", "_softmax_backward_data"],
-        "causal_backward used autograd or PyTorch's attention (torch.ops.aten, a grad_fn, "
-        f"backward, torch.autograd.grad, torch.func), which does this exercise for you. {_INSTEAD}",
-        autograd=True)
-
-    @contextlib.contextmanager
-    def guard(inputs: dict):
-        with no_autograd(inputs), _TileWatch(inputs["q"], inputs["k"], inputs["v"], inputs["B"]):
-            yield
-
-    return guard
-
-
 @exercise("complexity.causal_backward", "FlashAttention-2's backward for causal attention, in tiles",
           hints=(
               "Section 5 had one block of queries: each key tile's dK_j and dV_j were done in one "
@@ -300,8 +216,11 @@ def check_causal_backward(backward: Callable) -> CheckResult:
     short_tile = ("when n is not a multiple of B, the last tile is shorter than B: take each tile's "
                   "size (and its positions) from its slice, not from B.")
     forbid = [(efficient, "backward_tile"), (efficient, "_scores"), *_EXACT]
-    return _stages(backward, causal_backward_reference,
-                   [(_cases(), _mistakes(), overflow), (_large_cases(), [], overflow)],
-                   what="causal_backward", output_names=GRADS, atol=1e-9, rtol=1e-7,
-                   forbid=forbid, instead=_INSTEAD, guard=_guard(),
-                   error_hints=[("must match the size of tensor", short_tile)])
+    cases, large = _cases(), _large_cases()
+    watch = BackwardWatch(len(cases) + len(large))
+    result = _stages(backward, causal_backward_reference,
+                     [(cases, _mistakes(), overflow), (large, [], overflow)],
+                     what="causal_backward", output_names=GRADS, atol=1e-9, rtol=1e-7,
+                     forbid=forbid, instead=INSTEAD, guard=watch.guard,
+                     error_hints=[("must match the size of tensor", short_tile)])
+    return CheckResult(False, watch.excess) if result and watch.excess else result

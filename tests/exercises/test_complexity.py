@@ -18,6 +18,7 @@ import attn_helpers as ah
 from attn_helpers import efficient as eff
 from attn_helpers.exercises import complexity as ex
 from attn_helpers.exercises import complexity_backward as ex_bwd
+from attn_helpers.exercises import complexity_watch as ex_watch
 from attn_helpers.exercises import hint
 from attn_helpers.exercises.workflow import EXERCISES
 
@@ -241,7 +242,8 @@ def test_no_backward_hint_states_the_solution():
 
 def _backward(prescaled=False, **mistake):
     """``prescaled``: q is scaled by 1 before the loops, a copy whose slices the checker cannot
-    trace (so a learner who visits every tile meets the mistake's message, not the refusal)."""
+    trace (so a learner who visits every tile meets the mistake's message: the work count refuses
+    the tiles above the diagonal only once the gradients are right)."""
     if prescaled:
         return lambda q, *args: learner_backward(q * 1.0, *args, **mistake)
     return lambda *args: learner_backward(*args, **mistake)
@@ -254,6 +256,159 @@ def test_a_tile_above_the_diagonal_is_refused(visit, fragments):
     """Review 5: visiting every tile and masking gave the right numbers and passed, though the
     exercise is about skipping the tiles above the diagonal."""
     assert_rejected(ex.check_causal_backward(_backward(**visit)), "case 1 of 6", *fragments)
+
+
+PRODUCTS = {  # S = Q K^T, dQ = dS K, dK = dS^T Q: written three ways
+    "@": (lambda a, b: a @ b.mT, lambda a, b: a @ b, lambda a, b: a.mT @ b),
+    "einsum": (lambda a, b: torch.einsum("...id,...jd->...ij", a, b),
+               lambda a, b: torch.einsum("...ij,...jd->...id", a, b),
+               lambda a, b: torch.einsum("...ij,...id->...jd", a, b)),
+    "broadcast": (lambda a, b: (a[..., :, None, :] * b[..., None, :, :]).sum(-1),
+                  lambda a, b: (a[..., :, :, None] * b[..., None, :, :]).sum(-2),
+                  lambda a, b: (a[..., :, :, None] * b[..., :, None, :]).sum(-3)),
+}
+
+
+def variant_backward(q, k, v, O, lse, d_out, B, *, skip=True, prescale=False, clone=False,
+                     queries_outer=False, product="@", dv_first=False, d_per_tile=False,
+                     scores_twice=False, mask_after_exp=False):
+    """A right causal backward, each keyword one legitimate change: q scaled once before the loops,
+    q and k cloned, the query tiles outside, the products by einsum or broadcasting, dV before dS,
+    D recomputed in every tile (by einsum), S computed twice, P zeroed after the exponential.
+    ``skip=False`` computes the tiles above the diagonal too (masked: right numbers)."""
+    n, c = q.shape[-2], q.shape[-1] ** -0.5
+    q, k = (q.clone(), k.clone()) if clone else (q, k)
+    q, c_s, c_k = (q * c, 1.0, 1.0) if prescale else (q, c, c)      # scaled once, or in S and dK
+    nt, nn, tn = PRODUCTS[product]
+    D = torch.einsum("...iv,...iv->...i", d_out, O)[..., None]
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    starts = range(0, n, B)
+    pairs = [(i, j) for i in starts for j in starts] if queries_outer else \
+        [(i, j) for j in starts for i in starts]
+    for i, j in pairs:
+        if skip and j > min(i + B, n) - 1:                             # every key after every query
+            continue
+        I, J = slice(i, i + B), slice(j, j + B)
+        Q, K, V, dO = q[..., I, :], k[..., J, :], v[..., J, :], d_out[..., I, :]
+        rows, cols = torch.arange(i, min(i + B, n))[:, None], torch.arange(j, min(j + B, n))
+        S = nt(Q, K) * c_s
+        S = nt(Q, K) * c_s if scores_twice else S
+        L = lse[..., I, None]
+        P = (torch.where(cols <= rows, torch.exp(S - L), 0.0) if mask_after_exp
+             else torch.exp(S.masked_fill(cols > rows, -math.inf) - L))
+        if dv_first:
+            dv[..., J, :] += tn(P, dO)
+        D_i = (torch.einsum("...iv,...iv->...i", dO, O[..., I, :])[..., None] if d_per_tile
+               else D[..., I, :])
+        dS = P * (nt(dO, V) - D_i)
+        dq[..., I, :] += nn(dS, K) * c
+        dk[..., J, :] += tn(dS, Q) * c_k
+        if not dv_first:
+            dv[..., J, :] += tn(P, dO)
+    return dq, dk, dv
+
+
+LEGIT = [{}, {"prescale": True}, {"clone": True}, {"queries_outer": True},
+         {"prescale": True, "clone": True, "queries_outer": True}, {"product": "einsum"},
+         {"product": "broadcast", "prescale": True}, {"dv_first": True}, {"mask_after_exp": True},
+         {"d_per_tile": True}, {"scores_twice": True, "d_per_tile": True, "product": "einsum"}]
+
+
+def _variant(**keywords):
+    return lambda *args: variant_backward(*args, **keywords)
+
+
+@pytest.mark.parametrize("keywords", LEGIT, ids=lambda kw: "-".join(kw) or "plain")
+def test_the_backward_checker_accepts_right_answers_written_other_ways(keywords):
+    verdict = ex.check_causal_backward(_variant(**keywords))
+    assert verdict, verdict.message
+
+
+@pytest.mark.parametrize("keywords", LEGIT[1:], ids=lambda kw: "-".join(kw))
+def test_every_tile_computed_is_refused_however_the_products_are_written(keywords):
+    """Review 6: the lineage check saw only products of slices of q and k; q * scale or a clone
+    hid them, and a backward that computed (and masked) every tile passed."""
+    verdict = ex.check_causal_backward(_variant(skip=False, **keywords))
+    assert_rejected(verdict, "case 1 of 6", "wholly above the diagonal")
+    if keywords.get("prescale") or keywords.get("clone"):               # no lineage: the count
+        assert_rejected(verdict, "gradients are right", "the work of 16",
+                        "on and below the diagonal, all that a causal backward needs, are 10 of the 16",
+                        "skip it")
+    assert "range(j" not in verdict.message and "i + B" not in verdict.message
+
+
+def test_the_reviewers_backward_on_a_rescaled_q_is_refused():
+    def no_skip(q, k, v, O, lse, d_out, B):
+        n, sc = q.shape[-2], 1 / math.sqrt(q.shape[-1])
+        D, L = (d_out * O).sum(-1, keepdim=True), lse[..., None]
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        qs = q * sc
+        for j in range(0, n, B):
+            cols = torch.arange(j, min(j + B, n))
+            for i in range(0, n, B):                                    # no skip
+                rows = torch.arange(i, min(i + B, n))[:, None]
+                S = (qs[..., i:i + B, :] @ k[..., j:j + B, :].mT).masked_fill(cols > rows, -math.inf)
+                P = torch.exp(S - L[..., i:i + B, :])
+                dS = P * (d_out[..., i:i + B, :] @ v[..., j:j + B, :].mT - D[..., i:i + B, :])
+                dq[..., i:i + B, :] += dS @ k[..., j:j + B, :] * sc
+                dk[..., j:j + B, :] += dS.mT @ qs[..., i:i + B, :]
+                dv[..., j:j + B, :] += P.mT @ d_out[..., i:i + B, :]
+        return dq, dk, dv
+
+    assert_rejected(ex.check_causal_backward(no_skip), "case 1 of 6", "the work of 16 tiles",
+                    "wholly above the diagonal")
+
+
+def _work(fn, case) -> int:
+    count = ex_watch._WorkCount()
+    with count:
+        fn(*case.values())
+    return count.macs
+
+
+def test_the_work_count_separates_the_causal_tiles_from_every_tile_on_the_counted_cases():
+    """The count is each product's multiply-adds: the reference's equals the causal tiles' on every
+    case and the backward without the skip's equals all the tiles'. On the counted cases (n/B >= 4)
+    every right answer above stays below two thirds of the way from one to the other, where the
+    refusal starts, and each of them without the skip reaches it."""
+    cases = ex_bwd._cases() + ex_bwd._large_cases()
+    counted = []
+    for case in cases:
+        q, v, B = case["q"], case["v"], case["B"]
+        n, d_k, d_v, batch = q.shape[-2], q.shape[-1], v.shape[-1], q[..., 0, 0].numel()
+        needed = ex_watch.tile_work(n, B, d_k, d_v, batch)
+        every = ex_watch.tile_work(n, B, d_k, d_v, batch, causal=False)
+        assert _work(ex.causal_backward_reference, case) == needed
+        assert _work(lambda *a: ex_bwd._backward_with(*a, visit="all"), case) == every
+        if not ex_watch.counted(n, B):
+            continue
+        counted.append((n, B))
+        assert n // B >= 4 and 8 * (every - needed) >= 3 * every           # >= 3/8 of the work
+        for keywords in LEGIT:
+            assert 3 * _work(_variant(**keywords), case) < needed + 2 * every, keywords
+            assert 3 * _work(_variant(skip=False, **keywords), case) >= needed + 2 * every, keywords
+    assert counted == [(16, 4)]
+
+
+def test_the_work_count_sees_every_route_to_a_product():
+    a, b = torch.randn(3, 4, 5, dtype=F64), torch.randn(3, 5, 2, dtype=F64)
+    routes = [lambda: a @ b, lambda: torch.bmm(a, b), lambda: torch.einsum("bij,bjk->bik", a, b),
+              lambda: torch.baddbmm(torch.zeros(3, 4, 2, dtype=F64), a, b),
+              lambda: torch.ops.aten.bmm(a, b), lambda: (a[..., None] * b[:, None]).sum(-2),
+              lambda: torch.stack([F.linear(x, y.mT) for x, y in zip(a, b, strict=True)]),
+              lambda: torch.stack([torch.tensordot(x, y, 1) for x, y in zip(a, b, strict=True)])]
+    expected = a @ b
+    for route in routes:
+        count = ex_watch._WorkCount()
+        with count:
+            got = route()
+        torch.testing.assert_close(got, expected)
+        assert count.macs == 3 * 4 * 5 * 2
+    count = ex_watch._WorkCount()
+    with count:
+        a[0, 0] @ a[0, 1], a[0] @ a[0, 0]                                  # dot, mv
+        a * 2.0, a * a, a * b[..., :1].mT[..., :1, :]                      # no larger than a factor
+    assert count.macs == 5 + 4 * 5
 
 
 BACKWARD_WRONG = {
