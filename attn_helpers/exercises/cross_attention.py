@@ -194,8 +194,9 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
         ("padded memory positions were read: mask the cross-attention with memory_real "
          "(True = real), as (b, 1, 1, n_m) for the heads.", {"mask_memory": False}),
         *(("a block was written pre-norm, x + block(norm(x)) (or norm(x + block(norm(x)))); this "
-           "layer is post-norm (norm_first=False, as the 2017 paper): norm(x + block(x)), the "
-           "block reads x itself and the norm comes after the sum.", {"pre_norm": (cross, ff)})
+           "layer is post-norm (norm_first=False, as the 2017 paper): what does each block read, "
+           "and does its LayerNorm come before the residual sum or after it?",
+           {"pre_norm": (cross, ff)})
           for cross in (False, True, "both") for ff in (False, True, "both") if cross or ff),
         ("the memory was masked causally (step t read memory positions 0..t): the whole real "
          "memory is visible at every step; only its padding is masked.", {"causal_memory": True}),
@@ -203,8 +204,9 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
          "the decoder asks (q from x_t) and the memory answers (K_m, V_m).", {"memory_queries": True}),
         ("the cross-attention's heads were merged but not sent through its out_proj.",
          {"cross_out": False}),
-        ("the cross-attention's output must be ADDED to x (the residual), then normalised: "
-         "norm2(x_t + ...), not norm2 of the cross-attention alone.", {"cross_residual": False}),
+        ("the residual is missing: norm2 got the cross-attention's output alone, so x_t itself "
+         "was lost. In post-norm, what does a sub-layer's output join before its LayerNorm?",
+         {"cross_residual": False}),
         ("the cross-attention's query came from y, the state before the self-attention block; "
          "it reads x_t, the state after it: q from x_t.", {"query_before_self": True}),
         ("the heads were not split: split q, k, v into num_heads heads of d_model / num_heads "
@@ -219,8 +221,9 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
          "ones that may be read (the opposite of nn.MultiheadAttention's key_padding_mask).",
          {"invert_memory": True}),
         ("the memory mask has shape (b, 1, n_m): against scores (b, h, 1, n_m) it lines up from "
-         "the right, so its batch axis meets the heads axis. Give it an axis per head and per "
-         "query: memory_real[:, None, None, :], (b, 1, 1, n_m).", {"mask_3d": True}),
+         "the right, so its batch axis meets the heads axis. Which axes must memory_real "
+         "(b, n_m) gain so that its batch meets the scores' batch and it broadcasts over the "
+         "heads and the query?", {"mask_3d": True}),
     ]]
     result = check_function(decode_layer, decode_layer_reference, _layer_cases(),
                             what="decode_layer", output_names=("the outputs",), mistakes=mistakes,
@@ -260,6 +263,23 @@ def alignment_accuracy_reference(weights, src_real, gold, tgt_real):
     alignment = scores.argmax(-1).masked_fill(~tgt_real, -1)             # (b, n_out)
     hits = (alignment == gold) & tgt_real                                # real steps only
     return alignment, hits.sum() / tgt_real.sum()
+
+
+def _first_difference(alignment, accuracy, expected, expected_accuracy) -> str:
+    """Where an answer first differs from the right one, in one sentence: the first output step
+    whose alignment is wrong (only that step, not the whole expected alignment), else the
+    accuracy."""
+    if alignment.shape != expected.shape:
+        return (f"you returned the alignment with shape {tuple(alignment.shape)}, but the right "
+                f"answer has shape {tuple(expected.shape)}.")
+    wrong = (alignment.long() != expected).nonzero()
+    if len(wrong):
+        b, t = (int(i) for i in wrong[0])
+        return (f"the alignment first differs at sentence {b}, output step {t}: you gave "
+                f"{int(alignment[b, t])}, expected {int(expected[b, t])} ({len(wrong)} of "
+                f"{expected.numel()} steps differ).")
+    return (f"the alignment is right, but you gave accuracy {float(accuracy):.4f}, expected "
+            f"{float(expected_accuracy):.4f}.")
 
 
 def _same_answer(got, expected, *, alignment_only: bool = False) -> bool:
@@ -310,9 +330,7 @@ def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
                                       "tensor of source positions (argmax gives one), not the weights.")
         if _same_answer(got, expected):
             continue
-        message = (f"Not yet: on {where}, you gave alignment {alignment.tolist()} and accuracy "
-                   f"{float(accuracy):.4f}; expected {expected[0].tolist()} and "
-                   f"{float(expected[1]):.4f}.")
+        message = f"Not yet: on {where}, {_first_difference(alignment, accuracy, *expected)}"
         for hint, produce in _alignment_mistakes():
             wrong = produce(*case.values())
             if _same_answer(got, wrong, alignment_only=alignment.shape != expected[0].shape):

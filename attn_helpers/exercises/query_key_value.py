@@ -32,9 +32,17 @@ __all__ = ["NEXT_WEIGHT", "attention_reference", "check_asymmetric_relation", "c
 
 FULLY_MASKED = (
     "a row whose keys are all masked is all -inf, and softmax gives 0 / 0 = NaN there. Such a "
-    "query may read nothing: give it all-zero weights, e.g. torch.nan_to_num(weights, nan=0.0) "
-    "or torch.where(mask.any(dim=-1, keepdim=True), weights, 0.0). (Multiplying by mask.any "
-    "works only after a finite fill: after -inf the row is already NaN, and NaN * 0 is NaN.)")
+    "query may read nothing: its weights must be all zeros, and its output then zero too. After "
+    "the softmax, how can you turn exactly those NaN rows into zeros? (Multiplying the weights by "
+    "whether a row has an allowed key works only after a finite fill: after -inf the row is "
+    "already NaN, and NaN * 0 is NaN.)")
+
+
+ZEROED_AFTER = (
+    "the masked keys were zeroed after the softmax (the weights times the mask) and the row was "
+    "not renormalised: the share the softmax gave the forbidden keys is lost, so the allowed "
+    "keys' weights no longer sum to one. A forbidden key must get weight 0 from the softmax "
+    "itself: which score makes its exp exactly 0?")
 
 
 MASKED_AFTER = (
@@ -93,14 +101,16 @@ def attention_reference(q, k, v, mask):
 def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v", zero_empty=True,
                stable=True, mask_after=None):
     """A learner's attention with one thing changed, for the known mistakes. ``mask_after``: the
-    masked keys removed after the exponent ("softmax": then renormalised; "exp": exp(s - the
-    maximum over every key) times the mask, then normalised)."""
+    masked keys removed after the exponent ("softmax": then renormalised; "zeroed": not
+    renormalised; "exp": exp(s - the maximum over every key) times the mask, then normalised)."""
     def attention(q, k, v, mask):
         factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, k, v)
         scores = q @ k.transpose(-2, -1) * factor
         if mask_after is not None:
-            raw = (torch.softmax(scores, dim=-1) if mask_after == "softmax"
+            raw = (torch.softmax(scores, dim=-1) if mask_after in ("softmax", "zeroed")
                    else (scores - scores.amax(-1, keepdim=True)).exp()) * mask
+            if mask_after == "zeroed":
+                return raw @ v, raw
             weights = raw / raw.sum(-1, keepdim=True)
             weights = torch.nan_to_num(weights, nan=0.0) if zero_empty else weights
             return weights @ v, weights
@@ -152,7 +162,8 @@ def check_attention(attention: Callable) -> CheckResult:
         output_names=("the output", "the weights"),
         mistakes=[
             Mistake(_attention(scale=lambda q, k, v: 1.0),
-                    "the scores were not scaled: divide q @ k^T by sqrt(d_k) before the softmax."),
+                    "the scores were not scaled: the softmax got the raw dot products, whose "
+                    "spread grows with d_k. By what must they be divided before the softmax?"),
             Mistake(_attention(scale=lambda q, k, v: 1 / q.shape[-1]),
                     "you divided by d_k; the scale is 1 / sqrt(d_k)."),
             Mistake(_attention(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1])),
@@ -164,8 +175,8 @@ def check_attention(attention: Callable) -> CheckResult:
                       "the softmax ran over the queries (dim=-2); each query's weights over the "
                       "keys (dim=-1) must sum to one.") for zero in (True, False)),
             Mistake(_attention(invert=True),
-                    "the mask is inverted: True means 'may attend', so fill the scores with -inf "
-                    "where the mask is False (~mask)."),
+                    "the mask is inverted: your -inf went to the keys the mask allows. True means "
+                    "'may attend': which keys must masked_fill fill?"),
             Mistake(_attention(fill=0.0),
                     "masked scores were set to 0, and exp(0) = 1 still gives them weight: set "
                     "them to -inf."),
@@ -182,6 +193,7 @@ def check_attention(attention: Callable) -> CheckResult:
                       "not change), or use torch.softmax, which does.") for zero in (True, False)),
             *(Mistake(_attention(mask_after=after, zero_empty=zero), MASKED_AFTER)
               for after in ("softmax", "exp") for zero in (True, False)),
+            Mistake(_attention(mask_after="zeroed"), ZEROED_AFTER),     # after: they agree on 8
         ],
         nan_hint=FULLY_MASKED,
         forbid=_attention_calls(),
@@ -276,16 +288,17 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
               "The scores are S = X W_Q (X W_K)^T / sqrt(d_k). Decide what S should look like (large "
               "on the entry (i, i+1), small elsewhere), then pick Q = X W_Q and K = X W_K that "
               "give it. That S is not symmetric, so W_Q and W_K must differ.",
-              "Aim for scores proportional to the cyclic shift P (P[i, i+1] = 1): choose Q and K "
-              "first, as simple matrices whose product Q K^T is a multiple of P, then get W_Q and "
-              "W_K from them through a right inverse of X (torch.linalg.pinv). Last, the size: "
-              "how far must the next token's score lead the n - 1 others for its weight to reach "
-              "0.9?",
+              "Forget X for a moment: what must the (n, n) matrix Q K^T look like for every row "
+              "i to peak at column i + 1 (the last row at column 0)? Which simple Q and K have "
+              "that product? Then X stands between you and them, as Q = X W_Q: which matrix, "
+              "put to the right of X, undoes it (X times it is the identity)? Last, the size: how "
+              "far must the next token's score lead the n - 1 others for its weight to reach 0.9?",
               "n = X.shape[0]\n"
-              "P = ...             # (n, n): P[i, i+1] = 1 and P[n-1, 0] = 1, 0 elsewhere\n"
+              "P = ...             # (n, n) cyclic shift: P[i, i+1] = 1, P[n-1, 0] = 1, 0 elsewhere\n"
               "c = ...             # from n: weight 1 / (1 + (n-1) e^(-c^2/sqrt(n))) >= 0.9\n"
-              "W_Q = ...           # (d_model, n) with X W_Q = c I\n"
-              "return W_Q, ...     # W_K with X W_K = c P^T, so Q K^T = c^2 P"))
+              "W_Q = ...           # (d_model, n): c times a right inverse of X (torch.linalg.pinv),\n"
+              "                    # so that Q = X W_Q = c I\n"
+              "return W_Q, ...     # W_K with K = X W_K = c P^T, so Q K^T = c^2 P"))
 def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
     """Exercise: ``next_token_projections(X (n, d_model)) -> (W_Q, W_K)``, each ``(d_model, d_k)``,
     under which every token ``i`` puts at least ``NEXT_WEIGHT`` of its attention on token
@@ -322,8 +335,9 @@ def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
                     works_on_one_hot = False
                 if works_on_one_hot:
                     problem += (" Your projections work for one-hot embeddings, where X W_Q is W_Q "
-                                "itself, but not for dense ones: undo the embedding first "
-                                "(torch.linalg.pinv(X) is a right inverse: X pinv(X) = I).")
+                                "itself, but not for dense ones, where X stands between W_Q and "
+                                "Q = X W_Q: which matrix M, with X M = I (a right inverse of X), "
+                                "undoes the embedding?")
             return CheckResult(False, f"Not yet: on {where}, {problem}")
     return CheckResult(True, f"Passed: on all {len(cases)} cases every token puts at least "
                              f"{NEXT_WEIGHT} of its attention on the next one.")

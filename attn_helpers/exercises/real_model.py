@@ -138,19 +138,20 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
     return check_function(
         candidate, lambda w, m: offset_scores(w, m, -1), make_cases(91),
         what="previous_token_scores", output_names=("the scores",), forbid=FORBID_PREVIOUS,
-        instead=("Pick weights[..., i, i - 1] for i = 1 .. n-1 and average them over the real "
-                 "queries yourself (a masked sum divided by a count)"),
+        instead=("Pick each query's weight on its previous token for i = 1 .. n-1 and average them "
+                 "over the real queries yourself (a masked sum divided by a count)"),
         mistakes=[
             Mistake(shifted(+1, 0),
                     "you read a[i, i + 1], the weight on the NEXT token. The previous token of "
-                    "query i is key i - 1: weights[..., i, i - 1]."),
+                    "query i is key i - 1: which entry of row i holds the weight on it?"),
             Mistake(shifted(0, 0),
                     "you read the diagonal a[i, i]: the weight a token puts on itself. The "
-                    "previous token is one step to the left: weights[..., i, i - 1]."),
+                    "previous token is one step to the left of it: which column is that, in row "
+                    "i?"),
             Mistake(lambda w, m: shifted(-1, 1)(w.transpose(-1, -2), m),
-                    "you read weights[..., i - 1, i]: what query i - 1 puts on key i, the NEXT "
-                    "token. Rows are queries and columns keys: the previous token of query i is "
-                    "weights[..., i, i - 1]."),
+                    "you read a[i - 1, i]: what query i - 1 puts on key i, the NEXT token (row "
+                    "and column swapped). Rows are queries and columns keys: which row and which "
+                    "column hold what query i puts on its previous token?"),
             Mistake(shifted(-1, 1, everyone),
                     "you also averaged over padding queries: their rows mean nothing. Average only "
                     "over the real queries (mask True), from the second one on."),
@@ -158,9 +159,9 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
                     "the first token ([CLS], i = 0) has no previous token: leave it out of the "
                     "mean instead of counting it as 0."),
             Mistake(key_validity,
-                    "you took each query's validity from its key, mask[:, :-1] (token i - 1), so "
-                    "the first padding query after each sentence was counted. Query i counts "
-                    "where token i itself is real: mask[:, 1:]."),
+                    "you took each query's validity from its key (token i - 1), so the first "
+                    "padding query after each sentence was counted. Query i counts where token i "
+                    "itself is real: which columns of mask belong to the queries i = 1 .. n-1?"),
             *(Mistake(query_0_reads(key),
                       "query 0 ([CLS]) was counted: it has no previous token (weights[..., 0, -1] "
                       "is the LAST key, wrapped around). Start at query i = 1.") for key in (-1, 0)),
@@ -255,11 +256,11 @@ def check_value_norms(candidate: Callable) -> CheckResult:
                     "you returned ||f_h(x_j)|| without the attention weight: multiply by a_ij, "
                     "the norm of a_ij f_h(x_j) is a_ij ||f_h(x_j)||."),
             Mistake(lambda w, v, W: times(w, _f(v, W).pow(2).sum(dim=-1)),
-                    "you returned the squared norm: take the square root (torch.linalg.norm or "
-                    ".norm(dim=-1))."),
+                    "you returned the squared norm, a sum of squares with no square root: "
+                    "||a_ij f_h(x_j)|| is a length, not its square."),
             Mistake(lambda w, v, W: w * _f(v, W).norm(dim=-1)[:, :, :, None],
                     "you scaled row i by the norm of the QUERY's vector f(x_i): the vector that "
-                    "key j contributes is f(x_j), so broadcast the norms along the keys, "
-                    "[:, :, None, :]."),
+                    "key j contributes is f(x_j), so its norm must change along the keys (the "
+                    "last axis) and be the same for every query: which axis must the norms gain?"),
         ],
     )

@@ -122,15 +122,17 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
                       "(torch.zeros(..., dtype=x.dtype)): these cases mix float32 and float64.")],
         mistakes=[
             Mistake(_rnn(act=lambda z: z),
-                    "the tanh is missing: h_j = tanh(x_j W_x + h_{j-1} W_h + b)."),
+                    "the tanh is missing: your states are linear in the inputs, never "
+                    "squashed into (-1, 1)."),
             Mistake(_rnn(recur=False),
-                    "the previous state is never used, so there is no recurrence: add "
-                    "h_{j-1} W_h inside the tanh."),
+                    "the previous state is never used, so there is no recurrence: each state "
+                    "saw only its own token. Which term of h_j carries h_{j-1}?"),
             Mistake(_rnn(bias=False),
                     "the bias b is missing inside the tanh."),
             Mistake(_rnn(transpose=True),
-                    "W_h is transposed: with row vectors the previous state multiplies from the "
-                    "left, h_{j-1} @ W_h."),
+                    "W_h is transposed: the states are row vectors, and a matrix acts on a row "
+                    "vector from the right, as x_j W_x does. On which side of W_h must the "
+                    "previous state stand?"),
             Mistake(_rnn(reverse=True),
                     "you read the sequence backwards (from the last token to the first); this "
                     "encoder reads left to right, j = 0 .. n-1."),
@@ -191,8 +193,10 @@ REFUSED_WHILE_CHECKING = ("_rnn",)
 
 
 _NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis for the "
-             "positions j, PyTorch lines b up with n. Write (s @ U_q)[:, None, :], (b, 1, d_a), "
-             "so the decoder state is added to every encoder state.")
+             "positions j, broadcasting lines the axes up from the right and meets b with n, so "
+             "the sum fails, or mixes up the sequences when b = n. Where must s @ U_q gain an "
+             "axis so that each sequence's decoder state is added to all n of its own encoder "
+             "states?")
 
 
 @exercise("rnn_bottleneck.additive_scores", "the additive score e_tj", hints=(

@@ -40,7 +40,7 @@ def check_cases(candidate: Callable, reference: Callable, cases: list[dict], *,
 OVERFLOW_HINT = (
     "exp of a large number overflows to inf, and inf / inf is NaN; if you subtracted one maximum "
     "for the whole tensor, a row far below it underflows to 0 / 0 instead. Subtract each row's own "
-    "maximum before exp (x.amax(dim=-1, keepdim=True)): the constant cancels in the ratio.")
+    "maximum, one number per row, before exp: the constant cancels in the ratio.")
 
 
 # --- exercise 1: softmax with a temperature ----------------------------------------------------
@@ -86,9 +86,10 @@ def softmax_with_temperature_reference(scores: torch.Tensor, temperature: float)
     return torch.softmax(scores.double() / temperature, dim=-1).to(scores.dtype)
 
 
-KEEPDIM = ("each row's sum lost its axis: e.sum(dim=-1) is (...,), which broadcasts along the "
-           "last axis, against the columns; keep it as (..., 1) (keepdim=True) so that every "
-           "entry of a row is divided by that row's sum.")
+KEEPDIM = ("each row's sum lost its axis: a sum over the last axis has shape (...,), and "
+           "broadcasting lines that up with the last axis, the columns, so row sums divide "
+           "columns. Which shape must the sums have, and how do you keep the summed axis, so "
+           "that every entry of a row is divided by its own row's sum?")
 
 
 def _stable_exp(x: torch.Tensor) -> torch.Tensor:
@@ -122,8 +123,8 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
                     "dim=-1) must sum to one."),
             Mistake(lambda s, t: _normalised_over(s / t, 0),
                     "the exponentials were divided by a sum over the wrong axis (dim=0, down the "
-                    "columns); each row (the last dimension, dim=-1) must sum to one: "
-                    "e.sum(dim=-1, keepdim=True)."),
+                    "columns); each row (the last dimension, dim=-1) must sum to one: over which "
+                    "axis must the normalising sum run?"),
             Mistake(lambda s, t: torch.exp(s / t - (s / t).amax(-1, keepdim=True)),
                     "the exponentials were not normalised: divide them by their row's sum so the "
                     "row sums to one."),
@@ -166,8 +167,8 @@ def _entropy_calls() -> tuple[tuple[object, str], ...]:
     return tuple(calls)
 
 
-ENTROPY_INSTEAD = ("Write -sum_j a_j ln a_j with torch.log, giving the keys of weight 0 the term 0 "
-                   "yourself (torch.where(weights > 0, ..., 0))")
+ENTROPY_INSTEAD = ("Write -sum_j a_j ln a_j yourself with torch.log: the keys of weight 0, where "
+                   "0 * ln 0 is NaN in floating point, are the point of this exercise")
 _NO_ENTROPY_OPS = refusing_ops(
     ["special_entr", "xlogy*", "special_xlogy*"],
     f"the library entropy term does this exercise for you. {ENTROPY_INSTEAD}")
@@ -181,7 +182,50 @@ def _entropy_cases() -> list[dict]:
     cases.append({"weights": torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])})
     shape = (size(g, 1, 5), size(g, 1, 9))                                      # random shape
     cases.append({"weights": torch.softmax(2 * torch.randn(shape, generator=g), -1)})
+    cases.append({"weights": _peaked()})
     return cases
+
+
+def _peaked() -> torch.Tensor:
+    """``(3, 5)`` float32 rows as a softmax of widely spread scores gives them: weights of about
+    1e-6, 1e-20, a subnormal (about 4e-44, below float32's smallest normal 1.2e-38) and 0 beside
+    a top weight that, in rows 1 and 2, is exactly 1.0 (its term exactly 0). Those rows' entropy
+    is then the tiny terms' own (row 1: about 4.8e-19), so a threshold or an eps of 1e-12 or more
+    shows; the checker's tolerance is relative there (``atol=1e-30``)."""
+    scores = torch.tensor([[0.0, -13.8155, -46.0517, -100.0, -1e4],
+                           [0.0, -46.0, -1e4, -1e4, -1e4],
+                           [0.0, -100.0, -101.0, -1e4, -1e4]])
+    return torch.softmax(scores, -1)
+
+
+TINY_WEIGHTS = (
+    "a threshold or an eps changed your terms for positive weights: a threshold (a > eps) drops "
+    "them, a clamp or ln(a + eps) computes them from a changed weight. Every a_j > 0, however "
+    "small, adds its own finite -a_j ln a_j, and softmax rows do hold tiny weights: the last case "
+    "has weights of 1e-6, 1e-20 and a subnormal float (about 4e-44), in rows whose entropy is made "
+    "of exactly those terms. Only a weight of exactly 0 is the special case: which of your "
+    "conditions or constants touches a positive weight?")
+
+
+def _tiny_weight_mistakes() -> list[Mistake]:
+    """A threshold or an eps that changes positive weights: dropped below eps, clamped to eps
+    inside the log, or eps added inside it, for eps = 1e-1 .. 1e-20 and the dtype's eps."""
+    def dropped(eps):
+        return lambda w: torch.where(w > eps, -w * torch.log(w), torch.zeros_like(w)).sum(-1)
+
+    def clamped(eps):
+        return lambda w: -(w * torch.log(w.clamp_min(eps))).sum(-1)
+
+    def added(eps):
+        return lambda w: -(w * torch.log(w + eps)).sum(-1)
+
+    def machine(form):
+        return lambda w: form(torch.finfo(w.dtype).eps)(w)
+
+    epsilons = [10.0 ** -k for k in range(1, 21)]
+    return [Mistake(form(eps), TINY_WEIGHTS) for form in (dropped, clamped, added)
+            for eps in epsilons] + [Mistake(machine(form), TINY_WEIGHTS)
+                                    for form in (dropped, clamped, added)]
 
 
 def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
@@ -215,8 +259,10 @@ def check_entropy(entropy: Callable) -> CheckResult:
                     "you summed over the first dimension; sum over the keys (dim=-1)."),
             Mistake(lambda w: torch.where(w > 0, -torch.log(w), torch.zeros_like(w)).sum(-1),
                     "each term is -a_j ln a_j: the log must be weighted by a_j."),
+            *_tiny_weight_mistakes(),
         ],
-        nan_hint="0 * ln 0 is NaN in floating point, but its limit is 0: a key with zero weight "
-                 "adds nothing. Use torch.where(weights > 0, ...) to give those keys 0.",
+        nan_hint="a key of weight 0 gave 0 * ln 0 = 0 * (-inf), which is NaN in floating point; "
+                 "the limit of a ln a as a -> 0 is 0, so such a key must add exactly 0.",
         forbid=_entropy_calls(), instead=ENTROPY_INSTEAD, guard=_NO_ENTROPY_OPS,
+        atol=1e-30,          # relative where a row's entropy is tiny (the peaked case), see _peaked
     )

@@ -273,3 +273,22 @@ def test_alignment_checker_refuses_a_wrapper_around_the_reference():
 
     assert_rejected(ex.check_alignment_accuracy(wrapper), "alignment_accuracy_reference",
                     "never counts as your pass")
+
+
+def test_an_alignment_miss_shows_only_its_first_differing_step():
+    """Review 6: a miss printed the whole expected alignment and accuracy, the answer to copy. It
+    now names the first output step that differs (as the framework's comparison does), or the
+    accuracy alone when the alignment is right."""
+    case = ex._alignment_cases()[0]
+    expected, accuracy = ex.alignment_accuracy_reference(*case.values())
+    verdict = ex.check_alignment_accuracy(lambda *a: learner_alignment(*a, mask_pad=False))
+    assert_rejected(verdict, "case 1 of 4", "the alignment first differs at sentence",
+                    "steps differ", "padding won the argmax")
+    assert str(expected.tolist()) not in verdict.message
+    assert str(expected[0].tolist()) not in verdict.message
+    assert f"{float(accuracy):.4f}" not in verdict.message
+    verdict = ex.check_alignment_accuracy(lambda *a: learner_alignment(*a, per_sentence=True))
+    assert_rejected(verdict, "the alignment is right, but you gave accuracy", "per-sentence")
+    assert "[" not in verdict.message.split("\n")[0].split("), ", 1)[1]     # no list printed
+    verdict = ex.check_alignment_accuracy(lambda *a: learner_alignment(*a, dim=1, mark=False))
+    assert_rejected(verdict, "you returned the alignment with shape", "output steps (dim 1)")

@@ -123,6 +123,7 @@ def _step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=lambda t, w: t % w, seen=N
 
 
 @pytest.mark.parametrize("mistake, words", [
+    ({"seen": lambda t, w: slice(0, min(t, w))}, "did not see the key just written"),
     ({"seen": lambda t, w: slice(0, w)}, "all w slots before the ring was full"),
     ({"slot": lambda t, w: t}, "the ring never changed once full"),
     ({"attend_first": True}, "token t missed itself"),
@@ -149,7 +150,7 @@ def test_every_known_mistake_shows_on_the_first_case_and_no_two_look_alike():
         return all(torch.allclose(x, y, atol=1e-5, rtol=1e-4, equal_nan=True)
                    for x, y in zip(a, b, strict=True))
 
-    assert len(outputs) == len({hint for hint, _ in _WRONG}) == 11
+    assert len(outputs) == len({hint for hint, _ in _WRONG}) == 12
     for i, got in enumerate(outputs):
         assert not same(got, expected), _WRONG[i][0]
         assert not any(same(got, other) for other in outputs[i + 1:]), _WRONG[i][0]
@@ -296,6 +297,8 @@ def _offsets(n):
                                              & ~(_j(n)[None, :, None] >= n - L[:, None, None])),
      "see themselves"),
     (lambda L, n, w: ~window_mask(L, n, w), "inverted"),
+    (lambda L, n, w: (_j(n)[None, :] > n - L[:, None])[:, None, :] & window_mask(L * 0 + n, n, w),
+     "first real token was treated as padding"),
 ])
 def test_window_mask_rejects_known_mistakes_with_their_hint(wrong, words):
     assert_rejected(check_window_mask(wrong), "\nHint: ", words)
@@ -341,3 +344,22 @@ def test_exercises_are_registered_with_three_hints():
     keys = [key for key in exercises.EXERCISES if key.startswith("masking.")]
     assert keys == ["masking.window_mask", "masking.rolling_cache_step"]      # the notebook's order
     assert all(len(exercises.EXERCISES[key].hints) == 3 for key in keys)
+
+
+def test_a_filled_count_that_leaves_the_newest_key_out_is_named_with_the_course_attention():
+    """Review 6: ``filled = min(t, w)`` (the key just written not attended until the ring is full)
+    got no named mistake. With notebook 02's attention it fails at t = 0 (no key at all), and the
+    hint names both ways to get there; with a hand-written softmax it gets its own hint."""
+    import attn_helpers as ah
+
+    def newest_left_out(k_cache, v_cache, t, q_t, k_t, v_t):
+        w = k_cache.shape[-2]
+        k_cache[:, :, t % w], v_cache[:, :, t % w] = k_t[:, :, 0], v_t[:, :, 0]
+        filled = min(t, w)
+        return ah.scaled_dot_product_attention(q_t, k_cache[:, :, :filled], v_cache[:, :, :filled])[0]
+
+    verdict = check_rolling_cache_step(newest_left_out)
+    assert_rejected(verdict, "at step t=0", "\nHint: ", "token t missed itself",
+                    "left the newest key out")
+    for key_line in ("min(t + 1, w)", "t + 1", "t % w"):
+        assert key_line not in verdict.message, key_line

@@ -91,6 +91,11 @@ def mask_after_softmax(q, k, v, mask):  # right in exact arithmetic; 0 / 0 on sc
     return w @ v, w
 
 
+def mask_zeroed_after_softmax(q, k, v, mask):  # the forbidden keys' share is simply lost
+    w = torch.softmax(q @ k.mT / q.shape[-1] ** 0.5, -1) * mask
+    return w @ v, w
+
+
 def mask_after_exp(q, k, v, mask):  # the maximum taken over every key, masked ones included
     s = q @ k.mT / q.shape[-1] ** 0.5
     e = (s - s.amax(-1, keepdim=True)).exp() * mask
@@ -106,6 +111,7 @@ def mask_after_exp(q, k, v, mask):  # the maximum taken over every key, masked o
     (attention_with(by_hand=True), ["overflowed", "case 8 of 8", "Subtract each row's maximum"]),
     (mask_after_softmax, ["case 8 of 8", "removed after the exponent", "underflows"]),
     (mask_after_exp, ["case 8 of 8", "removed after the exponent", "before the softmax"]),
+    (mask_zeroed_after_softmax, ["case 1 of 8", "not renormalised", "no longer sum to one"]),
     (attention_with(by_hand=True, zero=False), ["0 / 0 = NaN", "case 6 of 8"]),  # that one first
     (attention_with(dim=-2), ["over the queries (dim=-2)"]),
     (attention_with(dim=-2, zero=False), ["over the queries (dim=-2)"]),
@@ -184,7 +190,7 @@ def no_wrap(X):  # noqa: N803 - P without its corner: the last token finds no ne
     (lambda X: (next_projections(X)[0], next_projections(X)[0] * 1.0001), ["attends to itself"]),
     (lambda X: next_projections(X, c=1.0), ["not strongly enough", "scale"]),
     (lambda X: next_projections(X, c=10.0), ["case 6 of 6", "not strongly enough", "ln(n - 1)"]),
-    (one_hot_only, ["one-hot", "pinv", "case 3 of 6"]),
+    (one_hot_only, ["one-hot", "right inverse", "case 3 of 6"]),
     (no_wrap, ["last token must attend to the first"]),
     (lambda X: (next_projections(X)[0], next_projections(X)[1][:, :-1]), ["same size d_k"]),
     (lambda X: next_projections(X)[0], ["should return a pair"]),
@@ -265,3 +271,14 @@ def test_attention_checker_blocks_the_library_attention(shortcut, name):
     q = torch.randn(3, 4)
     assert torch.allclose(ah.scaled_dot_product_attention(q, q, q)[0],     # restored after
                           F.scaled_dot_product_attention(q, q, q), atol=1e-6)
+
+
+def test_the_asymmetric_relations_second_hint_asks_and_the_third_gives_the_construction():
+    """Review 6: hint 2 handed over the whole construction (the cyclic shift, Q = cI, K = cP^T,
+    pinv). It now asks what Q K^T must look like and how to undo X; hint 3 builds it."""
+    first, second, third = EXERCISES["query_key_value.asymmetric_relation"].hints
+    for fragment in ("pinv", "cyclic shift", "c I", "cI", "P^T", "torch.roll", "right inverse"):
+        assert fragment not in first + second, fragment
+    assert "Q K^T" in second and "undoes" in second
+    for fragment in ("cyclic shift", "torch.linalg.pinv", "c I", "c P^T"):
+        assert fragment in third, fragment

@@ -135,8 +135,9 @@ def test_softmax_checker_blocks_the_library_softmax(shortcut, name):
     (lambda p: -torch.ops.aten.xlogy(p, p).sum(-1), "torch.ops.aten.xlogy"),
 ])
 def test_entropy_checker_blocks_the_library_entropy(shortcut, name):
-    assert_rejected(ex.check_entropy(shortcut), name, "does this exercise",
-                    "giving the keys of weight 0 the term 0 yourself")
+    verdict = ex.check_entropy(shortcut)
+    assert_rejected(verdict, name, "does this exercise", "the keys of weight 0")
+    assert "torch.where" not in verdict.message and "> 0" not in verdict.message  # no method
     assert ah.attention_entropy(torch.ones(2) / 2).item() > 0.69                 # restored after
 
 
@@ -227,6 +228,62 @@ def test_the_commonest_beginner_slips_in_the_softmax_are_named():
         return torch.exp(s / t - (s / t).amax(-1, keepdim=True))
 
     assert_rejected(ex.check_softmax_with_temperature(lambda s, t: stable(s, t) / stable(s, t).sum(-1)),
-                    "the shapes do not fit", "keepdim=True")
+                    "the shapes do not fit", "lost its axis", "keep the summed axis")
     assert_rejected(ex.check_softmax_with_temperature(lambda s, t: stable(s, t) / stable(s, t).sum()),
                     "sum of the whole tensor")
+
+
+# --- review 6: tiny weights, and a threshold or an eps that changes them ------------------------
+
+
+def test_the_peaked_case_has_tiny_subnormal_and_zero_weights_and_an_exact_top_weight():
+    w = ex._peaked()
+    assert w.dtype == torch.float32 and (w[1:, 0] == 1.0).all()             # its term is exactly 0
+    positive = w[w > 0]
+    tiny = torch.finfo(torch.float32).tiny                                    # smallest normal
+    assert ((positive > 5e-7) & (positive < 2e-6)).any()                      # about 1e-6
+    assert ((positive > 5e-21) & (positive < 2e-20)).any()                    # about 1e-20
+    assert (positive < tiny).any()                                            # a subnormal
+    assert (w == 0).any()
+    assert 1e-19 < ex.entropy_reference(w)[1] < 1e-18                          # tiny terms only
+
+
+def xlogy_style(p):
+    """x log y with 0 log 0 = 0, as torch.xlogy does it (blocked in the checker): log only where
+    x > 0."""
+    safe = torch.where(p > 0, p, torch.ones_like(p))
+    return 0.0 - torch.where(p > 0, p * torch.log(safe), torch.zeros_like(p)).sum(-1)
+
+
+@pytest.mark.parametrize("right", [
+    entropy, xlogy_style,
+    lambda p: -torch.nan_to_num(p * torch.log(p)).sum(-1),
+    lambda p: -(p * torch.log(p)).nansum(-1),
+    lambda p: -(p * torch.log(p.clamp_min(1e-30))).sum(-1),                   # an eps far below
+    lambda p: (-torch.where(p > 0, p.double() * p.double().log(), 0.0).sum(-1)).to(p.dtype),
+], ids=["where", "xlogy_style", "nan_to_num", "nansum", "clamp_1e-30", "float64_inside"])
+def test_right_answers_pass_and_give_the_reference_on_the_peaked_case(right):
+    assert ex.check_entropy(right)
+    w = ex._peaked()
+    expected = ex.entropy_reference(w)
+    assert torch.allclose(right(w).double(), expected.double(), atol=1e-30, rtol=1e-4)
+    assert torch.equal(-torch.xlogy(w, w).sum(-1), expected) or torch.allclose(
+        -torch.xlogy(w, w).sum(-1), expected, atol=1e-30, rtol=1e-6)          # xlogy itself
+
+
+@pytest.mark.parametrize("eps", [1e-3, 1e-6, 1e-8, 1e-10, 1e-12, 1e-15])
+@pytest.mark.parametrize("form", ["where", "clamp", "add", "masked_fill"])
+def test_a_threshold_or_an_eps_too_large_is_caught_and_named(eps, form):
+    def wrong(p):
+        if form == "where":
+            return -torch.where(p > eps, p * torch.log(p), torch.zeros_like(p)).sum(-1)
+        if form == "clamp":
+            return -(p * torch.log(p.clamp_min(eps))).sum(-1)
+        if form == "add":
+            return -(p * torch.log(p + eps)).sum(-1)
+        return -(p * torch.log(p)).masked_fill(p < eps, 0.0).sum(-1)
+
+    verdict = ex.check_entropy(wrong)
+    assert_rejected(verdict, "Hint: a threshold or an eps changed your terms for positive weights")
+    for fix in ("w > 0", "weights > 0", "torch.where(", "clamp_min(", "torch.log("):
+        assert fix not in verdict.message, fix

@@ -1,0 +1,177 @@
+"""Review 6: a checker's feedback never hands out the answer's key line. A level-3 hint is a
+skeleton whose key lines are ``...``; a Mistake hint that a likely wrong answer triggers on its
+own (or a refusal, an ``instead=`` text, an error or NaN hint) must name the mistake and ask the
+question that leads to the fix, never contain the expression the skeleton leaves blank.
+
+For the exercises of notebooks 00, 01, 02, 05, 06 and 09, each checker is run on a stub with
+``check_function`` replaced by a spy that records what it was handed (the known mistakes, the
+``instead=`` text, the error and NaN hints, the guard's refusal); the texts are searched for a
+small explicit list of key expressions per exercise, taken from the reference solutions (the
+skeletons' fills in the tests of each notebook). The module-level texts of each checker module
+are searched for every key expression of that module's exercises.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_helpers.exercises import (
+    cross_attention,
+    cross_attention_cases,
+    masking,
+    masking_ring,
+    query_key_value,
+    real_model,
+    rnn_bottleneck,
+    start_here,
+)
+from attn_helpers.exercises.core import CheckResult
+
+#: Per exercise: the checker, and the key expressions of its reference solution (the level-3
+#: skeleton's fills and their usual spellings) that no feedback text may contain.
+KEY_EXPRESSIONS = {
+    "start_here.softmax_with_temperature": (
+        start_here.check_softmax_with_temperature,
+        ("amax(dim=-1, keepdim=True)", "sum(dim=-1, keepdim=True)", "keepdim")),
+    "start_here.entropy": (
+        start_here.check_entropy,
+        ("weights * torch.log(weights)", "torch.where(", "weights > 0", "terms.sum(dim=-1)")),
+    "rnn_bottleneck.rnn_encoder": (
+        rnn_bottleneck.check_rnn_encoder,
+        ("torch.tanh(x[..., j, :]", "x[..., j, :] @ W_x", "h @ W_h")),
+    "rnn_bottleneck.additive_scores": (
+        rnn_bottleneck.check_additive_scores,
+        ("(s @ U_q)[:, None", "[:, None, :]", "unsqueeze(1)", "features @ v_a")),
+    "query_key_value.attention": (
+        query_key_value.check_attention,
+        ("k.transpose(-2, -1)", "q.shape[-1] ** 0.5", "~mask", "nan_to_num(", "mask.any(dim=-1",
+         "torch.softmax(scores")),
+    "query_key_value.asymmetric_relation": (
+        query_key_value.check_asymmetric_relation,
+        ("pinv", "torch.roll(", "W_Q @ P.T", "math.log(99")),
+    "masking.window_mask": (
+        masking.check_window_mask,
+        ("n - lengths", "n - length", "offset >= 0", "offset < window", "i - j >= 0",
+         "i - j < w", "real[:, None, :]")),
+    "masking.rolling_cache_step": (
+        masking.check_rolling_cache_step,
+        ("t % w", "t mod w", "min(t + 1, w)", "min(t+1, w)")),
+    "cross_attention.decode": (
+        cross_attention.check_decode_layer,
+        ("memory_real[:, None, None, :]", "[:, None, None, :]", "split_heads(ca.",
+         "norm2(x_t +", "norm3(x_t +", "out_proj(ah.merge_heads", "norm(x + block(x))")),
+    "cross_attention.alignment": (
+        cross_attention.check_alignment_accuracy,
+        ("masked_fill(~src_real", "argmax(-1).masked_fill", "(alignment == gold) & tgt_real",
+         "hits.sum() / tgt_real.sum()")),
+    "real_model.previous_token": (
+        real_model.check_previous_token_scores,
+        ("weights[..., i, i - 1]", "[..., i, i - 1]", "mask[:, 1:]", "[None, :, None, :]")),
+    "real_model.value_norms": (
+        real_model.check_value_norms,
+        ("view(W_O.shape[0], h, d_head)", "permute(1, 2, 0)", "einsum(", ".norm(dim=-1)",
+         "[:, :, None, :]")),
+}
+
+#: The modules whose ``check_function`` (and ``refusing_ops``) the spy replaces: notebook 02's
+#: attention goes through ``start_here.check_cases``, which calls ``start_here.check_function``.
+SPIED = (start_here, rnn_bottleneck, masking, cross_attention, real_model)
+
+#: Each checker module (and its siblings), with the exercises whose keys its own texts must avoid.
+MODULES = {
+    start_here: ("start_here.",), rnn_bottleneck: ("rnn_bottleneck.",),
+    query_key_value: ("query_key_value.",), masking: ("masking.",), masking_ring: ("masking.",),
+    cross_attention: ("cross_attention.",), cross_attention_cases: ("cross_attention.",),
+    real_model: ("real_model.",),
+}
+
+
+def _stub(*args):
+    raise NotImplementedError
+
+
+def _one_hot_only(X):  # noqa: N803 - right for X = I only: the checker tells how to undo X
+    n, d = X.shape
+    W_Q = torch.zeros(d, n, dtype=X.dtype)                                    # noqa: N806
+    W_Q[:n] = 10 * torch.eye(n, dtype=X.dtype)
+    return W_Q, W_Q @ torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=1).T
+
+
+def _weak(X):  # noqa: N803 - the right pattern, a fixed size that is too small for long rows
+    W_Q = 3.0 * torch.linalg.pinv(X)                                          # noqa: N806
+    return W_Q, W_Q @ torch.roll(torch.eye(X.shape[0], dtype=X.dtype), 1, dims=1).T
+
+
+#: The checkers that build their verdicts themselves: wrong answers whose messages are read.
+OWN_VERDICTS = {
+    "query_key_value.asymmetric_relation": [
+        _one_hot_only, _weak, lambda X: (_weak(X)[0],) * 2, lambda X: _weak(X)[::-1]],
+}
+
+
+def _feedback(key) -> list[str]:
+    """Every text the checker of ``key`` may show for a wrong answer (not its hints)."""
+    seen: list[str] = []
+
+    def spy(candidate, reference, cases, **kwargs):
+        seen.extend(m.hint for m in kwargs.get("mistakes", ()))
+        seen.extend(hint for _, hint in kwargs.get("error_hints", ()))
+        seen.extend(kwargs[name] for name in ("instead", "nan_hint") if kwargs.get(name))
+        return CheckResult(False, "Not yet: spied.")
+
+    def refusing(names, message):
+        seen.append(message)
+        return lambda inputs: None
+
+    check = KEY_EXPRESSIONS[key][0]
+    with pytest.MonkeyPatch.context() as spying:
+        for module in SPIED:
+            spying.setattr(module, "check_function", spy)
+            if hasattr(module, "refusing_ops"):
+                spying.setattr(module, "refusing_ops", refusing)
+        check(_stub)
+    if key == "cross_attention.alignment":
+        seen.extend(hint for hint, _ in cross_attention_cases._alignment_mistakes())
+    for wrong in OWN_VERDICTS.get(key, ()):
+        verdict = check(wrong)
+        assert not verdict, verdict.message
+        seen.append(verdict.message)
+    return seen
+
+
+@pytest.mark.parametrize("key", sorted(KEY_EXPRESSIONS))
+def test_no_feedback_text_contains_a_key_expression_of_its_exercise(key):
+    texts = _feedback(key)
+    assert texts, f"the spy saw no feedback for {key}"
+    leaks = [(expression, text) for text in texts for expression in KEY_EXPRESSIONS[key][1]
+             if expression in text]
+    assert not leaks, "\n\n".join(f"{e!r} in: {t}" for e, t in leaks)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES, key=lambda m: m.__name__),
+                         ids=lambda m: m.__name__.rpartition(".")[2])
+def test_no_module_level_text_contains_a_key_expression_of_its_exercises(module):
+    prefixes = MODULES[module]
+    expressions = {e for key, (_, keys) in KEY_EXPRESSIONS.items() if key.startswith(prefixes)
+                   for e in keys}
+    texts = [(name, value) for name, value in vars(module).items()
+             if isinstance(value, str) and not name.startswith("__")]
+    texts += [(name, hint) for name, value in vars(module).items() if name == "_WRONG"
+              for hint, _ in value]
+    leaks = [(name, e) for name, text in texts for e in expressions if e in text]
+    assert not leaks, leaks
+
+
+def test_the_spy_sees_the_messages_the_review_named():
+    """The spy is no blind spot: the new texts of the review's examples are among those read."""
+    additive = " ".join(_feedback("rnn_bottleneck.additive_scores"))
+    previous = " ".join(_feedback("real_model.previous_token"))
+    decode = " ".join(_feedback("cross_attention.decode"))
+    softmax = " ".join(_feedback("start_here.softmax_with_temperature"))
+    entropy = " ".join(_feedback("start_here.entropy"))
+    assert "without a new axis for the positions j" in additive
+    assert "validity from its key" in previous and "the NEXT token" in previous
+    assert "its batch axis meets the heads axis" in decode
+    assert "lost its axis" in softmax
+    assert "a threshold or an eps" in entropy and "the keys of weight 0" in entropy
