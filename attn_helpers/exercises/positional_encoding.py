@@ -3,10 +3,11 @@ r"""Checkers for notebook 07 (positional encoding).
 * ``positional_encoding.sinusoidal``: :func:`check_sinusoidal`, the matrix :math:`M_k` with
   :math:`PE(p + k) = M_k\,PE(p)` for the sinusoidal table (section 2 only fits it numerically;
   a numerical fit is refused here).
-* ``positional_encoding.rope``: :func:`check_rope`, RoPE's relative property made explicit
-  (``rope_coefficients(q, k) -> (a, b)``, each ``(..., d/2)``): for every offset :math:`\delta`,
-  :math:`\mathrm{rope}(q, m)\cdot\mathrm{rope}(k, m - \delta) = \sum_i a_i\cos\delta\omega_i +
-  b_i\sin\delta\omega_i`, no position entering (section 4's :math:`R(m)^\top R(n) = R(n - m)`).
+* ``positional_encoding.rope_layout``: :func:`check_rope_layout`, loading a checkpoint trained with
+  RoPE's other layout (``to_interleaved(W_Q, W_K, h, g) -> (W_Q', W_K')``): the rows of each head
+  of a layer's query and key weights moved from split-half RoPE (GPT-NeoX, Hugging Face's
+  ``rotate_half``) to the course's interleaved pairs, so that every head keeps its scores (each
+  message measures what the learner's weights do to them).
 * ``positional_encoding.reach``: :func:`check_reach`, how far back an ALiBi head looks (section
   5's bias alone): the half-weight reach ``ceil(-ln((1 + r^n) / 2) / m)``, ``r = e^{-m}``, the
   fewest nearest keys that carry half a causal row's weight (:mod:`..lessons.positional_reach`),
@@ -23,26 +24,29 @@ import torch
 from .. import positional as _positional
 from ..lessons import positional_reach as _reach_lesson
 from ..lessons import rope as _rope
-from ..positional import apply_rope
 from .core import CheckResult, Mistake, Refused, check_function, refusing_ops, seeded
 from .positional_mistakes import (
+    LAYOUT_MISTAKES,
     REACH_MARGIN,
-    _coefficients,
+    SCORE_POSITIONS,
+    _layout,
+    _layout_cases,
     _no_row_sum,
     _reach,
     _reach_cases,
-    _rope_cases,
-    _series,
+    _score_line,
+    _scores,
     _shift,
 )
 from .workflow import exercise
 
-__all__ = ["FORBID", "REACH_MARGIN", "check_reach", "check_rope", "check_sinusoidal",
-           "half_weight_reach_reference", "rope_coefficients_reference", "rope_score_reference",
-           "shift_matrix_reference"]
+__all__ = ["FORBID", "LAYOUT_FORBID", "REACH_MARGIN", "check_reach", "check_rope_layout",
+           "check_sinusoidal", "half_weight_reach_reference", "shift_matrix_reference",
+           "to_interleaved_reference"]
 
-#: The package functions that would do exercises 1 and 2 for the learner: calling one (under any
-#: name, imported into the notebook too) while the learner's function runs fails the check.
+#: The package functions that would do exercise 1 for the learner (exercise 2 refuses more):
+#: calling one (under any name, imported into the notebook too) while the learner's function runs
+#: fails the check.
 FORBID = [(_positional, name) for name in (
     "sinusoidal_encoding", "apply_rope", "frequencies", "_omega", "pair_rotation",
     "SinusoidalPositionalEncoding", "RotaryEmbedding") if hasattr(_positional, name)] + [
@@ -130,105 +134,87 @@ def _handed_in(what: str, label: str) -> CheckResult:
                               "for you. Write the steps yourself; the checker blocks it here.")
 
 
-# --- exercise 2: the score depends on q, k and the offset through d/2 pairs of coefficients ------
+# --- exercise 2: a checkpoint trained with RoPE's other layout ----------------------------------
 
 
-def rope_score_reference(q: torch.Tensor, k: torch.Tensor, delta: torch.Tensor,
-                         m: torch.Tensor) -> torch.Tensor:
-    """``q, k (..., d)``, ``delta, m (n,)`` -> ``(..., n)``: ``rope(q, m_j) . rope(k, m_j - delta_j)``,
-    the score of a query at ``m_j`` for a key ``delta_j`` back, with section 4's rotations
-    (:func:`attn_helpers.positional.apply_rope`) in float64."""
-    n, d = delta.shape[0], q.shape[-1]
-    q_at = apply_rope(q.double()[..., None, :].expand(*q.shape[:-1], n, d), m)
-    k_at = apply_rope(k.double()[..., None, :].expand(*k.shape[:-1], n, d), m - delta)
-    return (q_at * k_at).sum(-1)
+#: Exercise 2 refuses, on top of :data:`FORBID`'s rotations, the lesson's own layout code: the
+#: reordering itself (the other way round) and a layer's scores in either layout (a search).
+LAYOUT_FORBID = FORBID + [(_rope, name) for name in (
+    "interleaved_to_half", "permute_rows", "layer_scores") if hasattr(_rope, name)]
+_LAYOUT_INSTEAD = "Work out from the two layouts which row goes where, and move the rows yourself"
 
 
-def rope_coefficients_reference(q: torch.Tensor, k: torch.Tensor):
-    """``(a, b)``, each ``(..., d/2)`` float64: ``a_i = q_2i k_2i + q_2i+1 k_2i+1`` and ``b_i =
-    q_2i k_2i+1 - q_2i+1 k_2i``, so the score of a key ``delta`` back is ``sum_i a_i cos(delta w_i)
-    + b_i sin(delta w_i)`` at every query position."""
-    return _coefficients(q, k)
+def to_interleaved_reference(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int):
+    """``(W_Q', W_K')``: the rows of each of the ``h`` query heads of ``W_Q`` and ``g`` key/value
+    heads of ``W_K`` moved from split-half RoPE (pair ``i`` = rows ``i, i + d/2`` of a head) to the
+    interleaved layout (rows ``2i, 2i+1``), so that :func:`~attn_helpers.positional.apply_rope`
+    gives the layer's scores."""
+    return _layout(W_Q, W_K, h, g)
 
 
-_ROPE_INSTEAD = "Write a and b from one pair's rotation; no position enters rope_coefficients"
-_NO_ROPE_FIT = refusing_ops(_FIT_OPS, "rope_coefficients solved for a and b numerically (a solver, a "
-                                      f"fit or an inverse), which does this exercise for you. "
-                                      f"{_ROPE_INSTEAD}")
-_PER_DIMENSION = ("one coefficient per dimension (..., d): the score mixes the two numbers of a "
-                  "pair, so there is one a_i and one b_i per pair (x_2i, x_2i+1): (..., d/2) each.")
-
-
-@exercise("positional_encoding.rope", "the RoPE score: d/2 coefficients for every offset", hints=(
-    "Take one pair: its part of the score is q_pair^T R(m w_i)^T R((m - delta) w_i) k_pair, with "
-    "section 4's 2x2 rotation. What does R(m)^T R(m - delta) reduce to, and is m still there? "
-    "Write that 2x2 matrix out, with cos(delta w_i) and sin(delta w_i) as its entries.",
-    "The rotation by -delta w_i of k's pair, dotted with q's pair, is cos(delta w_i) times one "
-    "product of the pair's four numbers plus sin(delta w_i) times another: a dot product and a "
-    "cross product (a 2x2 determinant). Which two, with which sign? Multiply the matrix out; "
-    "those two numbers per pair are a_i and b_i.",
-    "q0, q1 = q[..., 0::2], q[..., 1::2]         # (..., d/2) each: q's pairs (q_2i, q_2i+1)\n"
-    "k0, k1 = k[..., 0::2], k[..., 1::2]         # k's pairs\n"
-    "a = ...                                     # (..., d/2): what multiplies cos(delta w_i)\n"
-    "b = ...                                     # (..., d/2): what multiplies sin(delta w_i)\n"
-    "return a, b"))
-def check_rope(rope_coefficients: Callable) -> CheckResult:
-    """Exercise: ``rope_coefficients(q (..., d), k (..., d))`` float64 -> ``(a, b)``, each ``(...,
-    d/2)`` float64, such that ``rope(q, m) . rope(k, m - delta) = sum_i a_i cos(delta w_i) + b_i
-    sin(delta w_i)`` for every ``delta`` and ``m`` (interleaved pairs, ``w_i = 10000^(-2i/d)``).
-    The checker scores each case with section 4's rotations at several ``(m, delta)`` and
-    compares; the package's rotations and numerical fits are blocked while it runs."""
-    if getattr(rope_coefficients, "__code__", None) is _coefficients.__code__:
+@exercise("positional_encoding.rope_layout", "loading weights trained with RoPE's other layout",
+          hints=(
+    "Reordering the rows of W_Q and W_K alike reorders the numbers of every query and key alike, "
+    "and a dot product does not care about order; the rotation does care which two numbers form "
+    "a pair, at which omega_i, and which of the two comes first. Take one head: for each row of "
+    "the interleaved head, which row of the split-half head holds the number that belongs there?",
+    "Work head by head: W_Q is h blocks of d_head = W_Q.shape[0] / h rows, W_K g blocks of the same "
+    "d_head. Inside a block, write an index of d_head entries with new rows = old_rows[index]: "
+    "index[r] is the old row that new row r copies, the same in every head. Its inverse reorders "
+    "the other way (the two agree for d_head = 4, not for 6 or more: check yours by hand for "
+    "d_head = 8), and swapping a pair's two members turns the rotation backwards.",
+    "def convert(W, heads):                      # one weight: heads blocks of d_head rows\n"
+    "    d_head = ...                            # rows per head\n"
+    "    index = ...                             # (d_head,) long: new row r copies old row index[r]\n"
+    "    blocks = W.view(heads, d_head, -1)      # (heads, d_head, d_in): head after head\n"
+    "    return blocks[:, index].reshape(W.shape)\n"
+    "return convert(W_Q, h), convert(W_K, g)"))
+def check_rope_layout(to_interleaved: Callable) -> CheckResult:
+    """Exercise: ``to_interleaved(W_Q (h d_head, d_in), W_K (g d_head, d_in), h, g) -> (W_Q', W_K')``:
+    the ``nn.Linear`` weights of a layer trained with split-half RoPE (GPT-NeoX, Hugging Face's
+    ``rotate_half``; pair ``i`` = rows ``i, i + d/2`` of a head), their rows reordered per head so
+    that interleaved RoPE (:func:`~attn_helpers.positional.apply_rope`) gives every head the same
+    scores. Compared with the reference's rows (to 1e-12: exactly), in the input's dtype, on
+    layers with one head, ``g = h``, ``g < h`` and ``g = 1``; each message also measures what the
+    learner's weights do to the layer's scores. The package's rotations and layout code are
+    refused."""
+    if getattr(to_interleaved, "__code__", None) is _layout.__code__:
         return CheckResult(False, "Not yet: that is the checker's own code, which does this exercise "
-                                  f"for you. {_ROPE_INSTEAD}.")
+                                  f"for you. {_LAYOUT_INSTEAD}.")
+    for owner, name in LAYOUT_FORBID:
+        if to_interleaved is getattr(owner, name, None):
+            return _handed_in(f"rope.{name}" if owner is _rope else name, "own layout code")
+    answers = []
 
-    def scores(q, k, delta, m):  # the learner's (a, b) as scores, for check_function to compare
-        out = rope_coefficients(q, k)
+    def run(W_Q, W_K, h, g):  # the learner's function; its answers are kept for the Scores line
+        out = to_interleaved(W_Q, W_K, h, g)
         if out is None:
             return None
         if not (isinstance(out, tuple | list) and len(out) == 2
                 and all(isinstance(t, torch.Tensor) for t in out)):
-            raise Refused("rope_coefficients must return two tensors (a, b), got "
-                          f"{type(out).__name__}.")
-        want = (*q.shape[:-1], q.shape[-1] // 2)
-        for name, t in zip("ab", out, strict=True):
-            if t.shape == q.shape:
-                raise Refused(f"{name} has shape {tuple(t.shape)}, {_PER_DIMENSION}")
-            if t.shape != want:
-                raise Refused(f"{name} has shape {tuple(t.shape)}; expected {want}, one number per "
-                              "pair (x_2i, x_2i+1).")
-            if t.dtype != torch.float64:
-                raise Refused(f"{name} is {t.dtype}; q and k are float64, keep a and b float64.")
-        return _series(*out, delta)
+            got = type(out).__name__ if not isinstance(out, tuple | list) else f"{len(out)} values"
+            raise Refused(f"to_interleaved must return two tensors (W_Q', W_K'), got {got}.")
+        answers.append(((W_Q, W_K, h, g), tuple(out)))
+        return tuple(out)
 
-    def wrong(**flaw):
-        return lambda q, k, delta, m: _series(*_coefficients(q, k, **flaw), delta)
-
-    return check_function(
-        scores, rope_score_reference, _rope_cases(), what="rope_coefficients",
-        output_names=("the scores sum_i a_i cos(delta w_i) + b_i sin(delta w_i)",),
-        forbid=FORBID, instead=_ROPE_INSTEAD, guard=_NO_ROPE_FIT, atol=1e-8, rtol=1e-8,
-        mistakes=[
-            Mistake(wrong(sign=-1.0),
-                    "b has the wrong sign: your coefficients score the key delta positions AHEAD of "
-                    "the query, at m + delta. apply_rope turns a pair counter-clockwise, so "
-                    "R(m)^T R(m - delta) = R(-delta): multiply R(-delta w_i) out and read off the "
-                    "sign of the sin terms."),
-            Mistake(wrong(no_b=True),
-                    "b is zero: that keeps only the cos part, the pair's dot product. Turning a pair "
-                    "also mixes its two components, which is the sin part, the pair's cross "
-                    "product."),
-            Mistake(wrong(swap=True),
-                    "a and b are swapped: at delta = 0 the score is the plain dot product q . k, so "
-                    "a, the cos coefficient, must sum to it."),
-            Mistake(wrong(plus=True),
-                    "b is a sum of the two cross terms: it is a difference, q_2i k_2i+1 minus the "
-                    "other product, as a 2x2 determinant is."),
-            Mistake(wrong(halves=True),
-                    "you paired dimension i with i + d/2 (the split-halves layout of GPT-NeoX and "
-                    "LLaMA's Hugging Face code); here the pairs are neighbours (x[2i], x[2i+1])."),
-        ],
-    )
+    result = check_function(
+        run, to_interleaved_reference, _layout_cases(), what="to_interleaved",
+        output_names=("W_Q'", "W_K'"), forbid=LAYOUT_FORBID, instead=_LAYOUT_INSTEAD, atol=1e-12,
+        rtol=0.0, same_dtype=True, mistakes=LAYOUT_MISTAKES)  # rows only move: exact, in effect
+    if result.passed:
+        gaps = [(_scores(*mine, h, g, layout="interleaved") - _scores(W_Q, W_K, h, g, layout="half"))
+                .abs().max().item() for (W_Q, W_K, h, g), mine in answers]
+        return CheckResult(True, f"{result.message} Scores: with your weights, apply_rope gives every "
+                                 "head of every layer the original model's scores (split-half RoPE "
+                                 "on W_Q, W_K) for every pair of 16 positions from 0 to "
+                                 f"{int(SCORE_POSITIONS[-1])} (largest difference {max(gaps):.1g}).")
+    if "with wrong values" not in result.message or not answers:
+        return result
+    (W_Q, W_K, h, g), mine = answers[-1]
+    try:
+        return CheckResult(False, result.message + _score_line(W_Q, W_K, h, g, mine))
+    except Exception:  # noqa: BLE001 - the other weight has a wrong shape: no scores to measure
+        return result
 
 
 # --- exercise 3: how far back an ALiBi head looks ----------------------------------------------

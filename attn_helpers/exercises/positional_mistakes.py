@@ -1,8 +1,8 @@
 """The known mistakes of notebook 07's exercises, each as one function with a switch per mistake
-(:func:`_shift`, :func:`_coefficients`, :func:`_reach`); with their defaults they are the right
-answers (the checkers refuse them as a learner's answer, see :mod:`.positional_encoding`). Also
-exercise 2's cases and series (:func:`_rope_cases`, :func:`_series`) and exercise 3's guard
-against a sum over the row (:func:`_no_row_sum`)."""
+(:func:`_shift`, :func:`_layout`, :func:`_reach`); with their defaults they are the right answers
+(the checkers refuse them as a learner's answer, see :mod:`.positional_encoding`). Also exercise
+2's cases and the scores its messages measure (:func:`_layout_cases`, :func:`_scores`) and
+exercise 3's guard against a sum over the row (:func:`_no_row_sum`)."""
 
 from __future__ import annotations
 
@@ -14,62 +14,146 @@ from collections.abc import Iterator
 
 import torch
 
+from ..lessons import rope as _rope
 from ..positional import alibi_slopes
-from .core import Refused, seeded
+from .core import Mistake, Refused, seeded
 
 __all__: list[str] = []
 
-#: Run around the learner's function while it is checked (exercise 2's scores from its (a, b)).
-CALLED_WHILE_CHECKING = ("_series",)
+# --- exercise 2: a checkpoint's rows, from RoPE's split-half layout to the interleaved one -------
 
 
-# --- exercise 2: the score from d/2 coefficients -------------------------------------------------
+def _layout(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int, *, inverse: bool = False,
+            swap: bool = False, negate: bool = False, one_head: bool = False,
+            head_minor: bool = False, columns: bool = False, keep_k: bool = False,
+            counts: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(W_Q', W_K')``: the rows of each head of ``W_Q`` (``h`` heads) and ``W_K`` (``g`` heads),
+    ``nn.Linear`` weights trained with split-half RoPE (pair ``i`` = rows ``i, i + d/2`` of a head),
+    moved so that interleaved RoPE (pair ``i`` = rows ``2i, 2i+1``) computes the same scores:
+    new row ``2i`` is old row ``i``, new row ``2i+1`` old row ``i + d/2``. With one thing changed
+    (exercise 2's known mistakes); with the defaults it is the right answer. ``inverse``: the other
+    direction; ``swap``: each pair's members swapped; ``negate``: the second member negated;
+    ``one_head``: all rows as one head; ``head_minor``: rows read as ``(d_head, heads)``;
+    ``columns``: the columns moved instead; ``keep_k``: ``W_K`` left as it is; ``counts``: the
+    head counts used for ``(W_Q, W_K)``."""
+    def convert(W: torch.Tensor, heads: int) -> torch.Tensor:
+        rows = W.shape[0]
+        heads = 1 if one_head else heads
+        if rows % heads or (rows // heads) % 2:
+            raise ValueError(f"{rows} rows do not split into {heads} heads of even size")
+        d = rows // heads
+        i = torch.arange(d // 2)
+        index = torch.stack([i + d // 2, i] if swap else [i, i + d // 2], -1).flatten()  # (d,)
+        index = index.argsort() if inverse else index              # new row r <- old row index[r]
+        block = torch.arange(heads)
+        full = (index[:, None] * heads + block).flatten() if head_minor else (
+            block[:, None] * d + index).flatten()                  # (rows,): over all the heads
+        moved = W[:, full] if columns else W[full]
+        if negate:
+            moved = moved.clone()
+            moved[1::2] = -moved[1::2]
+        return moved
+
+    h_used, g_used = counts if counts is not None else (h, g)
+    return convert(W_Q, h_used), W_K.clone() if keep_k else convert(W_K, g_used)
 
 
-def _series(a: torch.Tensor, b: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """``a, b (..., d/2)``, ``delta (n,)`` -> ``(..., n)``: ``sum_i a_i cos(delta_j w_i) + b_i
-    sin(delta_j w_i)`` in float64, ``w_i = 10000^(-2i/d)``."""
-    d = 2 * a.shape[-1]
-    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)     # (d/2,)
-    angles = delta.to(torch.float64)[:, None] * omega                        # (n, d/2)
-    return (a.double()[..., None, :] * angles.cos() + b.double()[..., None, :] * angles.sin()).sum(-1)
-
-
-def _coefficients(q: torch.Tensor, k: torch.Tensor, *, sign: float = 1.0, no_b: bool = False,
-                  swap: bool = False, halves: bool = False, plus: bool = False):
-    """``(a, b)``, each ``(..., d/2)`` float64: the per-pair dot ``q_2i k_2i + q_2i+1 k_2i+1`` and
-    cross ``q_2i k_2i+1 - q_2i+1 k_2i`` (apply_rope turns a pair counter-clockwise, so
-    ``R(m)^T R(m - delta) = R(-delta)``), with one thing changed (exercise 2's known mistakes)."""
-    d = q.shape[-1]
-    split = (lambda x: (x[..., :d // 2], x[..., d // 2:])) if halves else (
-        lambda x: (x[..., 0::2], x[..., 1::2]))
-    (q0, q1), (k0, k1) = split(q.double()), split(k.double())
-    a = q0 * k0 + q1 * k1                                                    # (..., d/2)
-    b = sign * (q0 * k1 + q1 * k0 if plus else q0 * k1 - q1 * k0)            # (..., d/2)
-    b = torch.zeros_like(a) if no_b else b
-    return (b, a) if swap else (a, b)
-
-
-_FAR = [50, -300, 1000, -2500, 6000, -15000, 40000]  # offsets that tell the slow pairs apart
-
-
-def _rope_cases() -> list[dict]:
-    """Queries and keys ``(..., d)`` float64, each with the offsets ``delta = -d .. d`` and a few
-    far ones (to 40000, both ways), and the query's position ``m`` for each offset
-    (random, up to 5000): enough offsets that only the right ``(a, b)`` fits them all."""
-    g = seeded(71)
-    h, half = torch.randint(1, 7, (2,), generator=g).tolist()
-    specs = [((8,), [40, 1000]), ((3, 16), [100, 4096]), ((2,), [7, -7, 300]),
-             ((4, 8), [-300, 2048]), ((2, 6), [1000, -1001, 4096]), ((h, 2 * half), [-999, 3000])]
+def _layout_cases() -> list[dict]:
+    """A layer's ``W_Q`` ``(h d_head, d_in)`` and ``W_K`` ``(g d_head, d_in)`` with ``h`` query and
+    ``g`` key/value heads: one head; ``g = h``; grouped-query (``g < h``) and multi-query
+    (``g = 1``) layers; ``d_head = 2`` (nothing to move) and ``4`` (a reordering that is its own
+    inverse); ``d_in`` equal to the rows and not; one float32 layer and a random one."""
+    gen = seeded(71)
+    g_rand = int(torch.randint(1, 4, (1,), generator=gen))
+    h_rand = g_rand * int(torch.randint(1, 4, (1,), generator=gen))
+    d_rand, d_in_rand = (2 * int(torch.randint(1, 9, (1,), generator=gen)),
+                         int(torch.randint(1, 41, (1,), generator=gen)))
     cases = []
-    for shape, far in specs:
-        d = shape[-1]
-        delta = torch.cat([torch.arange(-d, d + 1), torch.tensor(far + _FAR)])    # (n,)
-        m = torch.randint(-100, 5001, delta.shape, generator=g)                   # (n,)
-        cases.append({"q": torch.randn(*shape, generator=g, dtype=torch.float64),
-                      "k": torch.randn(*shape, generator=g, dtype=torch.float64),
-                      "delta": delta, "m": m})
+    for h, g, d_head, d_in, dtype in [(1, 1, 8, 8, torch.float64), (4, 4, 6, 24, torch.float64),
+                                      (4, 2, 8, 20, torch.float64), (3, 1, 4, 10, torch.float64),
+                                      (2, 2, 2, 5, torch.float64), (8, 2, 16, 48, torch.float32),
+                                      (h_rand, g_rand, d_rand, d_in_rand, torch.float64)]:
+        cases.append({"W_Q": torch.randn(h * d_head, d_in, generator=gen, dtype=dtype),
+                      "W_K": torch.randn(g * d_head, d_in, generator=gen, dtype=dtype),
+                      "h": h, "g": g})
     return cases
+
+
+#: Where a layer's scores are taken: far apart, so that even the slowest pairs turn.
+SCORE_POSITIONS = torch.arange(16) ** 2 * 7                                   # 0 .. 1575
+
+
+def _scores(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int, *, layout: str,
+            sign: int = 1) -> torch.Tensor:
+    """``(h, 16, 16)`` float64: every head's scores of 16 seeded tokens at :data:`SCORE_POSITIONS`
+    (times ``sign``) under RoPE in ``layout`` (``"interleaved"``, the course's, or ``"half"``)."""
+    d_in = W_Q.shape[1]
+    x = torch.randn(16, d_in, generator=seeded(73), dtype=torch.float64) / d_in ** 0.5  # (16, d_in)
+    return _rope.layer_scores(W_Q.double(), W_K.double(), x, h, g, layout=layout,
+                              positions=sign * SCORE_POSITIONS)
+
+
+def _kept(W_Q, W_K, h, g):  # nothing moved
+    return W_Q.clone(), W_K.clone()
+
+
+_BACKWARDS = ("mirrors the pair, and a mirrored rotation turns the other way: your scores are the "
+              "original model's with every position negated, so the key delta back scores as the "
+              "key delta ahead did (the Scores line measures it).")
+_COUNTS = ("you cut one weight into the other's number of heads: W_Q holds h query heads and W_K "
+           "g key/value heads (grouped-query attention, notebook 04), each of d_head rows; "
+           "Hugging Face's Llama conversion, too, reorders k_proj with the key/value head count.")
+#: Exercise 2's known mistakes, each with its explanation (the first that matches is named).
+LAYOUT_MISTAKES = [
+    Mistake(_kept, "nothing moved: loaded as they are, the weights run under apply_rope without an "
+                   "error, but each number is paired with the wrong partner and turned at the "
+                   "wrong frequency. Move rows so that each split-half pair lands on an "
+                   "interleaved pair with the same omega_i."),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, inverse=True),
+            "your reordering is the inverse of the right one: it turns an interleaved head into a "
+            "split-half one (the direction of Hugging Face's conversion of Meta's Llama weights). "
+            "W[index] puts old row index[r] at new row r: for each new row, which old row holds "
+            "its number?"),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, swap=True),
+            f"each pair's two members are swapped: that {_BACKWARDS}"),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, negate=True),
+            f"you negated one member of each pair: rows only move here. A sign flip {_BACKWARDS}"),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, columns=True),
+            "you moved the columns: they are the input features, which RoPE never touches. "
+            "nn.Linear computes x @ W.T, so the numbers RoPE pairs (each head's queries and keys) "
+            "come from the rows of W."),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, keep_k=True),
+            "W_K' is W_K unchanged: keys are rotated like queries, so k_proj needs the same move, "
+            "head by head (it is v_proj and o_proj that stay as they are)."),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, one_head=True),
+            "you reordered all the rows as one head: each head is its own block of d_head rows, "
+            "and the move happens inside every block, the same in each."),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, head_minor=True),
+            "you read the rows as (d_head, heads): nn.Linear's rows are head after head, so "
+            "head j is the block of rows j * d_head .. (j + 1) * d_head - 1."),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, counts=(h, h)), _COUNTS),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, counts=(g, g)), _COUNTS),
+]
+
+
+def _score_line(W_Q, W_K, h, g, mine) -> str:
+    """What the learner's ``(W_Q', W_K')`` do to the layer's scores, measured: apply_rope on them
+    against split-half RoPE on ``W_Q, W_K`` (:func:`.positional_mistakes._scores`)."""
+    original = _scores(W_Q, W_K, h, g, layout="half")
+    yours = _scores(*mine, h, g, layout="interleaved")
+    gap, top = (yours - original).abs().max().item(), original.abs().max().item()
+    if gap <= 1e-9 * top:
+        return (f"\nScores: your weights still give every head the original model's scores "
+                f"(largest difference {gap:.1g}), but they are not W_Q's and W_K's rows moved; "
+                "only rows move here, unchanged.")
+    said = (f"\nScores: with your weights, apply_rope's scores differ from the original model's "
+            f"(split-half RoPE on W_Q, W_K) by up to {gap:.2g}, against a largest score of "
+            f"{top:.2g}")
+    negated = _scores(W_Q, W_K, h, g, layout="half", sign=-1)
+    if (yours - negated).abs().max().item() <= 1e-9 * top:
+        return (f"{said}; they equal its scores with every position negated: the key delta back "
+                "scores as the key delta ahead did.")
+    return f"{said}. Such weights load without an error and compute something else."
 
 
 # --- exercise 3: its cases, and no sum over the row -------------------------------------------

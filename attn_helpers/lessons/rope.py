@@ -19,7 +19,7 @@ interleaved pairs ``(x[2i], x[2i+1])``. GPT-NeoX, and Llama in Hugging Face ``tr
 ``W_K`` by it (:func:`permute_rows`, per head) turns a model trained in one layout into the same
 model in the other. Loading weights without it silently gives a different model (scores still
 depend on the offset only, but each dimension is paired with the wrong partner and turned at the
-wrong frequency).
+wrong frequency). :func:`layer_scores` gives a layer's scores, per head, in either layout.
 
 **Where RoPE breaks down.** :func:`wavelength` is the number of positions in which one pair turns
 once; :func:`collapse_position` finds where an accuracy curve breaks down, and
@@ -53,6 +53,7 @@ __all__ = [
     "apply_rope_half",
     "interleaved_to_half",
     "permute_rows",
+    "layer_scores",
     "rope_claims",
     "wavelength",
     "collapse_position",
@@ -200,6 +201,32 @@ def permute_rows(W: torch.Tensor, num_heads: int) -> torch.Tensor:
     d_head = W.shape[0] // num_heads
     perm = interleaved_to_half(d_head)
     return W.view(num_heads, d_head, -1)[:, perm].reshape(W.shape)
+
+
+def layer_scores(W_Q: torch.Tensor, W_K: torch.Tensor, x: torch.Tensor, h: int, g: int, *,
+                 layout: str = "interleaved", positions: torch.Tensor | None = None) -> torch.Tensor:
+    """``(h, n, n)`` scores ``q_m . k_n`` (no scaling, no mask) of each query head of one layer for
+    tokens ``x`` ``(n, d_in)`` at ``positions`` (default ``0..n-1``). ``W_Q`` ``(h d_head, d_in)`` and
+    ``W_K`` ``(g d_head, d_in)`` are ``nn.Linear`` weights, head after head; query head ``j`` reads
+    key/value head ``j // (h/g)`` (notebook 04). RoPE in ``layout``: ``"interleaved"``
+    (:func:`~attn_helpers.positional.apply_rope`) or ``"half"`` (:func:`apply_rope_half`)."""
+    for name, value in (("W_Q", W_Q), ("W_K", W_K), ("x", x)):
+        require_tensor(name, value, floating=True)
+    require_positive_int("h", h)
+    require_positive_int("g", g)
+    if layout not in ("interleaved", "half"):
+        raise ValueError(f"layout must be 'interleaved' or 'half', got {layout!r}")
+    d_head = W_Q.shape[0] // h if W_Q.dim() == 2 else 0
+    if (W_Q.dim() != 2 or W_K.dim() != 2 or x.dim() != 2 or h % g or d_head % 2 or not d_head
+            or W_Q.shape != (h * d_head, x.shape[1]) or W_K.shape != (g * d_head, x.shape[1])):
+        raise ValueError(f"need W_Q (h d_head, d_in), W_K (g d_head, d_in) and x (n, d_in) with "
+                         f"d_head even and g dividing h; got W_Q {shape(W_Q)}, W_K {shape(W_K)}, "
+                         f"x {shape(x)}, h={h}, g={g}")
+    n = x.shape[0]
+    q = (x @ W_Q.T).view(n, h, d_head).transpose(0, 1)                          # (h, n, d_head)
+    k = (x @ W_K.T).view(n, g, d_head).transpose(0, 1).repeat_interleave(h // g, 0)
+    rotate = apply_rope if layout == "interleaved" else apply_rope_half
+    return rotate(q, positions) @ rotate(k, positions).transpose(-2, -1)         # (h, n, n)
 
 
 def wavelength(base: float, d_head: int = 8, pair: int = 1) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+import types
 
 import mpmath
 import pytest
@@ -16,13 +17,14 @@ from hypothesis import strategies as st
 
 import attn_helpers as ah
 from attn_helpers.exercises import positional_encoding as ex
-from attn_helpers.exercises.positional_mistakes import ROW_GUARD_MIN
+from attn_helpers.exercises.positional_mistakes import LAYOUT_MISTAKES, ROW_GUARD_MIN
 from attn_helpers.exercises.workflow import EXERCISES
 from attn_helpers.lessons import positional_encoding as lesson
-from attn_helpers.positional import sinusoidal_encoding
+from attn_helpers.lessons import rope
+from attn_helpers.positional import apply_rope, sinusoidal_encoding
 
 CHECKERS = [(ex.check_sinusoidal, "shift_matrix", "positional_encoding.sinusoidal"),
-            (ex.check_rope, "rope_coefficients", "positional_encoding.rope"),
+            (ex.check_rope_layout, "to_interleaved", "positional_encoding.rope_layout"),
             (ex.check_reach, "half_weight_reach", "positional_encoding.reach")]
 
 
@@ -151,176 +153,301 @@ def test_exercise_1_names_the_mistake(phrase, flaw):
     assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
 
 
-# --- exercise 2: the score depends on q, k and delta through d/2 pairs of coefficients ----------
+# --- exercise 2: a checkpoint trained with RoPE's other layout ----------------------------------
 
 
-def rope_matrix(x, p, base=10000.0):
-    """RoFormer's eq. 34 for one vector: the block-diagonal rotation matrix, built explicitly."""
-    d = x.shape[-1]
-    rotation = torch.zeros(d, d, dtype=torch.float64)
-    for i in range(d // 2):
-        theta = p * base ** (-2 * i / d)
-        rotation[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor(
-            [[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]],
-            dtype=torch.float64)
-    return x.double() @ rotation.T
+def hf_rotate(x, positions, base=10000.0):
+    """Hugging Face Llama's rotation: ``LlamaRotaryEmbedding`` for cos/sin, ``apply_rotary_pos_emb``
+    (``rotate_half``) on ``x`` ``(heads, n, d)``, as ``transformers`` ships it."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    heads, _, d = x.shape
+    config = LlamaConfig(hidden_size=heads * d, num_attention_heads=heads,
+                         max_position_embeddings=4096, rope_theta=base)
+    config.rope_parameters = {"rope_type": "default", "rope_theta": base}
+    cos, sin = LlamaRotaryEmbedding(config)(x[None].float(), positions[None])
+    return apply_rotary_pos_emb(x[None].double(), x[None].double(), cos.double(), sin.double())[0][0]
 
 
-def series(a, b, delta):
-    """sum_i a_i cos(delta w_i) + b_i sin(delta w_i), for one offset, written out."""
-    d = 2 * a.shape[-1]
-    return sum(a[i] * math.cos(delta * 10000.0 ** (-2 * i / d))
-               + b[i] * math.sin(delta * 10000.0 ** (-2 * i / d)) for i in range(d // 2))
+def hf_permute(W, heads):
+    """Hugging Face's conversion of Meta's Llama weights (interleaved RoPE) to its split halves:
+    ``permute`` of ``convert_llama_weights_to_hf.py``, per head (``n_heads`` for ``wq``,
+    ``num_key_value_heads`` for ``wk``)."""
+    rows, d_in = W.shape
+    return W.view(heads, rows // heads // 2, 2, d_in).transpose(1, 2).reshape(rows, d_in)
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(half=st.integers(1, 8), m=st.integers(-50, 2000), delta=st.integers(-2000, 2000),
-       seed=st.integers(0, 1000))
-def test_the_references_are_the_score_of_the_rotation_matrices_at_any_position(half, m, delta, seed):
-    q, k = torch.randn(2, 2 * half, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    direct = rope_matrix(q, m) @ rope_matrix(k, m - delta)
-    score = ex.rope_score_reference(q, k, torch.tensor([delta]), torch.tensor([m]))
-    assert torch.allclose(score, direct.reshape(1), atol=1e-9)
-    assert math.isclose(float(series(*ex.rope_coefficients_reference(q, k), delta)), direct.item(),
-                        abs_tol=1e-9)
+@pytest.mark.parametrize("h, g, d_head, d_in", [(1, 1, 8, 8), (4, 2, 8, 20), (6, 1, 16, 12),
+                                                (2, 2, 2, 3), (8, 4, 64, 40)])
+def test_the_reference_keeps_the_scores_of_hugging_faces_llama(h, g, d_head, d_in):
+    """Split-half scores as Hugging Face's Llama computes them, on the original weights, equal the
+    course's apply_rope on the converted ones, head by head (query head j reads key/value head
+    j // (h/g)), at positions up to 4000; and the reference undoes the conversion script's move."""
+    gen = torch.Generator().manual_seed(h * 100 + d_head)
+    W_Q, W_K = (torch.randn(n * d_head, d_in, generator=gen, dtype=torch.float64) for n in (h, g))
+    x = torch.randn(9, d_in, generator=gen, dtype=torch.float64)                # (n, d_in)
+    positions = torch.tensor([0, 1, 2, 5, 30, 31, 400, 2500, 4000])
+
+    def heads(W, n):                                                            # (n, 9, d_head)
+        return (x @ W.T).view(9, n, d_head).transpose(0, 1)
+
+    k_hf = hf_rotate(heads(W_K, g), positions).repeat_interleave(h // g, 0)
+    hf_scores = hf_rotate(heads(W_Q, h), positions) @ k_hf.transpose(-2, -1)
+    new_Q, new_K = ex.to_interleaved_reference(W_Q, W_K, h, g)
+    k_ours = apply_rope(heads(new_K, g), positions).repeat_interleave(h // g, 0)
+    ours = apply_rope(heads(new_Q, h), positions) @ k_ours.transpose(-2, -1)
+    assert torch.allclose(ours, hf_scores, atol=1e-4 * hf_scores.abs().max().item())  # float32 angles
+    assert torch.equal(ours, rope.layer_scores(new_Q, new_K, x, h, g, positions=positions))
+    assert torch.allclose(rope.layer_scores(W_Q, W_K, x, h, g, layout="half", positions=positions),
+                          hf_scores, atol=1e-4 * hf_scores.abs().max().item())
+    assert torch.equal(hf_permute(new_Q, h), W_Q) and torch.equal(hf_permute(new_K, g), W_K)
+    assert sorted(new_Q.tolist()) == sorted(W_Q.tolist())                       # rows only move
 
 
-def test_the_sign_convention():
-    """apply_rope turns a pair counter-clockwise, so R(m)^T R(m - delta) = R(-delta) = [[c, s], [-s, c]]
-    and b_i = q_2i k_2i+1 - q_2i+1 k_2i: q = e_0, k = e_1 (a quarter turn ahead) scores sin(delta)
-    for the key delta back, -sin(delta) for the key delta ahead."""
-    q, k = torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([0.0, 1.0], dtype=torch.float64)
-    a, b = ex.rope_coefficients_reference(q, k)
-    assert a.tolist() == [0.0] and b.tolist() == [1.0]
-    for delta in (1, 2, -3):
-        assert math.isclose((rope_matrix(q, 5) @ rope_matrix(k, 5 - delta)).item(), math.sin(delta),
-                            abs_tol=1e-12)
+def test_layer_scores_is_the_dot_product_of_rotated_heads():
+    """rope.layer_scores, entry by entry: query head j at position m against key/value head
+    j // (h/g) at position n, each rotated on its own."""
+    h, g, d_head, d_in = 4, 2, 6, 5
+    gen = torch.Generator().manual_seed(3)
+    W_Q, W_K, x = (torch.randn(rows, d_in, generator=gen, dtype=torch.float64)
+                   for rows in (h * d_head, g * d_head, 4))
+    positions = torch.tensor([3, 7, 100, 1000])
+    for layout, rotate in (("interleaved", apply_rope), ("half", rope.apply_rope_half)):
+        S = rope.layer_scores(W_Q, W_K, x, h, g, layout=layout, positions=positions)
+        for j in range(h):
+            kv = j // (h // g)
+            for m in range(4):
+                for n in range(4):
+                    q = rotate((x[m] @ W_Q[j * d_head:(j + 1) * d_head].T)[None], positions[m:m + 1])
+                    k = rotate((x[n] @ W_K[kv * d_head:(kv + 1) * d_head].T)[None], positions[n:n + 1])
+                    assert math.isclose(S[j, m, n].item(), (q @ k.T).item(), abs_tol=1e-12)
+    with pytest.raises(ValueError, match="layout must be"):
+        rope.layer_scores(W_Q, W_K, x, h, g, layout="sideways")
+    with pytest.raises(ValueError, match=r"W_K \(g d_head, d_in\)"):
+        rope.layer_scores(W_Q, W_K, x, h, 3)
 
 
-def test_the_cases_pin_a_and_b_down():
-    """Every case has offsets enough that the (cos, sin) design matrix has full column rank, well
-    conditioned: only the right (a, b) gives all its scores, so any correct answer passes and
-    nothing else; the cases cover zero, negative and far offsets and many query positions."""
-    cases = ex._rope_cases()
+def test_the_layout_cases_cover_the_layers_that_matter():
+    cases = ex._layout_cases()
+    shapes = [(c["h"], c["g"], c["W_Q"].shape[0] // c["h"], c["W_Q"].shape[1]) for c in cases]
+    assert any(h == g == 1 for h, g, _, _ in shapes) and any(h == g > 1 for h, g, _, _ in shapes)
+    assert any(1 < g < h for h, g, _, _ in shapes) and any(g == 1 < h for h, g, _, _ in shapes)
+    assert {2, 4} <= {d for _, _, d, _ in shapes} and any(d >= 6 for _, _, d, _ in shapes)
+    square = [h * d == d_in for h, _, d, d_in in shapes]
+    assert any(square) and not all(square)
+    assert {c["W_Q"].dtype for c in cases} == {torch.float32, torch.float64}
     for c in cases:
-        d = c["q"].shape[-1]
-        angles = c["delta"].double()[:, None] * 10000.0 ** (-torch.arange(0, d, 2).double() / d)
-        design = torch.cat([angles.cos(), angles.sin()], 1)                 # (n, d)
-        assert torch.linalg.svdvals(design)[-1] > 0.05, c["q"].shape
-        assert c["q"].dtype == c["k"].dtype == torch.float64 and c["delta"].shape == c["m"].shape
-        assert (c["delta"] == 0).any() and (c["delta"] < 0).any() and c["delta"].abs().max() >= 1000
-        assert len(set(c["m"].tolist())) > 10
-    assert any(c["q"].shape[-1] == 2 for c in cases) and any(c["q"].dim() == 2 for c in cases)
+        assert c["W_K"].shape == (c["g"] * c["W_Q"].shape[0] // c["h"], c["W_Q"].shape[1])
+        assert c["h"] % c["g"] == 0
 
 
-def by_pairs(q, k):
-    q0, q1, k0, k1 = q[..., 0::2], q[..., 1::2], k[..., 0::2], k[..., 1::2]
-    return q0 * k0 + q1 * k1, q0 * k1 - q1 * k0
+def test_every_known_layout_mistake_differs_from_the_answer_on_some_case():
+    cases = ex._layout_cases()
+    for mistake in LAYOUT_MISTAKES:
+        differs = []
+        for c in cases:
+            try:
+                wrong = mistake.produce(*c.values())
+            except (ValueError, IndexError):      # a mistake that cannot be made on this layer
+                continue
+            right = ex.to_interleaved_reference(*c.values())
+            differs.append(any(w.shape != r.shape or not torch.equal(w, r)
+                               for w, r in zip(wrong, right, strict=True)))
+        assert any(differs), mistake.hint
 
 
-def complex_form(q, k):
-    """Pairs as complex numbers: the score is Re(z_q conj(z_k) e^(i delta w)), so a = Re, b = -Im."""
-    zq = torch.view_as_complex(q.reshape(*q.shape[:-1], -1, 2).contiguous())
-    zk = torch.view_as_complex(k.reshape(*k.shape[:-1], -1, 2).contiguous())
-    product = zq * zk.conj()
-    return product.real, -product.imag
+def by_index(W_Q, W_K, h, g):
+    """A learner's answer: each head's new row r copies old row index[r]."""
+    def convert(W, heads):
+        d = W.shape[0] // heads
+        index = torch.tensor([r // 2 + (r % 2) * (d // 2) for r in range(d)])
+        return W.view(heads, d, -1)[:, index].reshape(W.shape)
+    return convert(W_Q, h), convert(W_K, g)
 
 
-def quarter_turn(q, k):
-    """a_i: the pair's score at delta = 0; b_i: with the key's pair turned a quarter turn back,
-    written with the learner's own rotation (delta w_i = pi / 2)."""
-    k0, k1 = k[..., 0::2], k[..., 1::2]
-    turned = torch.stack([k1, -k0], -1).flatten(-2)            # R(-pi/2) on every pair
-    return (q * k).reshape(*q.shape[:-1], -1, 2).sum(-1), (q * turned).reshape(
-        *q.shape[:-1], -1, 2).sum(-1)
+def by_transpose(W_Q, W_K, h, g):
+    """The conversion script's reshape, the other way round: halves (2, d/2) read as pairs."""
+    def convert(W, heads):
+        rows, d_in = W.shape
+        return W.view(heads, 2, rows // heads // 2, d_in).transpose(1, 2).reshape(rows, d_in)
+    return convert(W_Q, h), convert(W_K, g)
 
 
-@pytest.mark.parametrize("answer", [by_pairs, complex_form, quarter_turn])
-def test_rope_checker_accepts_correct_answers(answer):
-    verdict = ex.check_rope(answer)
+def by_rows(W_Q, W_K, h, g):
+    """Row by row, with a loop over heads and pairs."""
+    out = []
+    for W, heads in ((W_Q, h), (W_K, g)):
+        d, new = W.shape[0] // heads, torch.empty_like(W)
+        for j in range(heads):
+            for i in range(d // 2):
+                new[j * d + 2 * i] = W[j * d + i]
+                new[j * d + 2 * i + 1] = W[j * d + i + d // 2]
+        out.append(new)
+    return out
+
+
+def by_matrix(W_Q, W_K, h, g):
+    """A permutation matrix per weight, block-diagonal over the heads, in the weight's dtype."""
+    def convert(W, heads):
+        d = W.shape[0] // heads
+        P = torch.zeros(d, d, dtype=W.dtype)
+        for i in range(d // 2):
+            P[2 * i, i] = P[2 * i + 1, i + d // 2] = 1
+        return torch.block_diag(*[P] * heads) @ W
+    return convert(W_Q, h), convert(W_K, g)
+
+
+@pytest.mark.parametrize("answer", [by_index, by_transpose, by_rows, by_matrix])
+def test_layout_checker_accepts_correct_answers_and_says_what_the_scores_do(answer):
+    verdict = ex.check_rope_layout(answer)
     assert verdict, verdict.message
+    assert "apply_rope gives every head of every layer the original model's scores" in verdict.message
 
 
-def test_rope_checker_blocks_the_package_and_numerical_fits():
-    from attn_helpers import positional
+def test_layout_checker_blocks_the_package():
+    def via_lesson(W_Q, W_K, h, g):              # the lesson's reordering, inverted
+        def convert(W, heads):
+            d = W.shape[0] // heads
+            return W.view(heads, d, -1)[:, rope.interleaved_to_half(d).argsort()].reshape(W.shape)
+        return convert(W_Q, h), convert(W_K, g)
 
-    def with_apply_rope(q, k):
-        turned = positional.apply_rope(k[..., None, :], torch.zeros(1))[..., 0, :]
-        return by_pairs(q, turned)
+    def via_permute_rows(W_Q, W_K, h, g):        # the lesson's conversion, run until it comes round
+        out = []
+        for W, heads in ((W_Q, h), (W_K, g)):
+            previous, current = W, rope.permute_rows(W, heads)
+            while not torch.equal(current, W):
+                previous, current = current, rope.permute_rows(current, heads)
+            out.append(previous)
+        return out
 
-    def fitted(q, k):
-        """The learner's own rotation at d offsets, then a and b solved for numerically."""
-        d = q.shape[-1]
-        delta = torch.arange(1, d + 1, dtype=torch.float64)
-        angles = delta[:, None] * 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-        design = torch.cat([angles.cos(), angles.sin()], 1)                          # (d, d)
-        a, b = by_pairs(q, k)
-        scores = torch.cat([a, b], -1) @ design.T                                    # (..., d)
-        solved = torch.linalg.solve(design, scores[..., None])[..., 0]
-        return solved[..., :d // 2], solved[..., d // 2:]
+    def by_search(W_Q, W_K, h, g):               # where each number goes, by probing the rotations
+        eye = torch.eye(W_Q.shape[0] // h, dtype=torch.float64)
+        moved = rope.apply_rope_half(eye, torch.ones(len(eye)))
+        return by_index(W_Q, W_K, h, g) if moved.shape == apply_rope(eye).shape else None
 
-    for answer, phrase in [(with_apply_rope, "apply_rope"), (fitted, "numerically"),
-                           (ex.rope_coefficients_reference, "the checker's own reference"),
-                           (ex._coefficients, "the checker's own code")]:
-        verdict = ex.check_rope(answer)
+    for answer, phrase in [(via_lesson, "interleaved_to_half"), (via_permute_rows, "permute_rows"),
+                           (by_search, "apply_rope"),
+                           (ex.to_interleaved_reference, "the checker's own reference"),
+                           (ex._layout, "the checker's own code")]:
+        verdict = ex.check_rope_layout(answer)
         assert not verdict and phrase in verdict.message and "does this exercise" in verdict.message, (
             verdict.message)
-    assert ex.check_rope(ex.rope_coefficients_reference, solution=True)
+    assert ex.check_rope_layout(ex.to_interleaved_reference, solution=True)
+    assert rope.interleaved_to_half(6).tolist() == [0, 2, 4, 1, 3, 5]           # restored after
 
 
-def learner_coefficients(q, k, *, sign=1, no_b=False, swap=False, plus=False, halves=False,
-                         per_dimension=False, single=False):
-    """A learner's (a, b), written out; each keyword plants one mistake."""
-    d = q.shape[-1]
-    if per_dimension:
-        return q * k, q * k.roll(1, -1)
-    (q0, q1), (k0, k1) = [(x[..., :d // 2], x[..., d // 2:]) if halves else (x[..., 0::2], x[..., 1::2])
-                          for x in (q, k)]
-    a, b = q0 * k0 + q1 * k1, sign * (q0 * k1 + q1 * k0 if plus else q0 * k1 - q1 * k0)
-    b = torch.zeros_like(a) if no_b else b
-    a, b = (b, a) if swap else (a, b)
-    return (a.float(), b.float()) if single else (a, b)
+def learner_layout(W_Q, W_K, h, g, *, flaw=None):
+    """A learner's answer written out (index arithmetic per head), with one planted mistake."""
+    def convert(W, heads):
+        if flaw == "one head":
+            heads = 1
+        d = W.shape[0] // heads
+        index = [r // 2 + (r % 2) * (d // 2) for r in range(d)]            # new row r <- old row
+        if flaw == "inverse":
+            index = [2 * r if r < d // 2 else 2 * (r - d // 2) + 1 for r in range(d)]
+        if flaw == "swap":
+            index = [r // 2 + (1 - r % 2) * (d // 2) for r in range(d)]
+        index = torch.tensor(index)
+        if flaw == "columns":
+            full = (torch.arange(heads)[:, None] * d + index).flatten()
+            return W[:, full]
+        if flaw == "head minor":
+            return W.reshape(d, heads, -1)[index].reshape(W.shape)
+        new = W.view(heads, d, -1)[:, index].reshape(W.shape)
+        if flaw == "negate":
+            new = new * torch.tensor([1.0, -1.0], dtype=W.dtype).repeat(W.shape[0] // 2)[:, None]
+        return new
+
+    if flaw == "nothing":
+        return W_Q, W_K
+    if flaw == "only W_Q":
+        return convert(W_Q, h), W_K
+    if flaw == "h for both":
+        return convert(W_Q, h), convert(W_K, h)
+    if flaw == "g for both":
+        return convert(W_Q, g), convert(W_K, g)
+    return convert(W_Q, h), convert(W_K, g)
 
 
-ROPE_WRONG = {
-    "key delta positions AHEAD of the query": dict(sign=-1),
-    "b is zero": dict(no_b=True),
-    "a and b are swapped": dict(swap=True),
-    "b is a sum of the two cross terms": dict(plus=True),
-    "the split-halves layout": dict(halves=True),
-    "one coefficient per dimension (..., d)": dict(per_dimension=True),
-    "keep a and b float64": dict(single=True),
+LAYOUT_WRONG = {
+    "nothing": "nothing moved",
+    "inverse": "your reordering is the inverse of the right one",
+    "swap": "each pair's two members are swapped",
+    "negate": "you negated one member of each pair",
+    "columns": "you moved the columns",
+    "only W_Q": "W_K' is W_K unchanged",
+    "one head": "you reordered all the rows as one head",
+    "head minor": "you read the rows as (d_head, heads)",
+    "h for both": "you cut one weight into the other's number of heads",
+    "g for both": "you cut one weight into the other's number of heads",
 }
 
 
-def test_the_learner_model_without_mistakes_passes():
-    assert ex.check_rope(learner_coefficients)
+def test_the_learner_model_of_the_layout_passes():
+    assert ex.check_rope_layout(learner_layout)
 
 
-@pytest.mark.parametrize("phrase", ROPE_WRONG)
-def test_rope_checker_names_the_mistake(phrase):
-    verdict = ex.check_rope(lambda q, k: learner_coefficients(q, k, **ROPE_WRONG[phrase]))
+@pytest.mark.parametrize("flaw", LAYOUT_WRONG)
+def test_layout_checker_names_the_mistake(flaw):
+    verdict = ex.check_rope_layout(lambda *args: learner_layout(*args, flaw=flaw))
+    phrase = LAYOUT_WRONG[flaw]
     assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
-    others = [p for p in ROPE_WRONG if p != phrase]
-    assert not any(p in verdict.message for p in others), verdict.message
+    assert not any(p in verdict.message for p in set(LAYOUT_WRONG.values()) - {phrase}), verdict.message
+    assert verdict.message.count("Hint:") == 1 and "\nScores: with your weights" in verdict.message
 
 
-@pytest.mark.parametrize("flaw, phrase", [
-    (dict(sign=-1.0), "AHEAD"), (dict(no_b=True), "b is zero"), (dict(swap=True), "swapped"),
-    (dict(plus=True), "a sum of the two cross terms"), (dict(halves=True), "split-halves")])
-def test_each_generated_rope_mistake_gets_its_own_hint(flaw, phrase):
-    coefficients = as_learner_code(ex._coefficients)
-    assert ex.check_rope(lambda q, k: coefficients(q, k))  # a learner's copy of the right code
-    verdict = ex.check_rope(lambda q, k: coefficients(q, k, **flaw))
-    assert not verdict and phrase in verdict.message and verdict.message.count("Hint:") == 1, (
+@pytest.mark.parametrize("flaw", ["swap", "negate"])
+def test_a_mirrored_pair_is_measured_as_scores_at_minus_delta(flaw):
+    """Swapping or negating a pair's members reverses the rotation: the Scores line finds the
+    original model's scores with every position negated (the key delta back scoring as delta
+    ahead), and says so; a plain wrong reordering does not get that sentence."""
+    verdict = ex.check_rope_layout(lambda *args: learner_layout(*args, flaw=flaw))
+    assert "they equal its scores with every position negated" in verdict.message, verdict.message
+    verdict = ex.check_rope_layout(lambda *args: learner_layout(*args, flaw="inverse"))
+    assert "every position negated: the key" not in verdict.message.split("Scores:")[1]
+    assert "compute something else" in verdict.message
+
+
+def test_the_scores_line_says_when_the_scores_are_right_but_the_rows_are_not():
+    """Negating both weights keeps every score (q . k = (-q) . (-k)) but is no reordering."""
+    verdict = ex.check_rope_layout(lambda *args: tuple(-w for w in by_index(*args)))
+    assert not verdict and "still give every head the original model's scores" in verdict.message, (
         verdict.message)
 
 
-def test_rope_checker_wants_two_tensors():
-    verdict = ex.check_rope(lambda q, k: torch.stack(by_pairs(q, k)))
-    assert not verdict and "must return two tensors (a, b), got Tensor" in verdict.message
-    verdict = ex.check_rope(lambda q, k: tuple(t.sum(-1) for t in by_pairs(q, k)))
-    assert not verdict and "one number per pair" in verdict.message, verdict.message
+@pytest.mark.parametrize("mistake", LAYOUT_MISTAKES, ids=lambda m: m.hint[:40])
+def test_each_generated_layout_mistake_gets_its_own_hint(mistake):
+    """The checker's own generator of each known mistake, copied as if a learner wrote it."""
+    layout = as_learner_code(ex._layout)
+    assert ex.check_rope_layout(lambda *args: layout(*args))  # a learner's copy of the right code
+    copied = types.FunctionType(mistake.produce.__code__,
+                                {**mistake.produce.__globals__, "_layout": layout})
+    verdict = ex.check_rope_layout(copied)
+    assert not verdict and mistake.hint in verdict.message and verdict.message.count("Hint:") == 1, (
+        verdict.message)
+
+
+def test_no_layout_feedback_holds_the_answers_key_line():
+    """The mistake hints, the refusal text and the Scores lines name what went wrong and what the
+    scores do; none holds the index the skeleton leaves blank."""
+    keys = ("torch.stack", "d_head // 2", "arange(d_head", "transpose(1, 2)", "view(heads, 2",
+            "[0, 4, 1, 5", "i + d/2 ->", "copies old row i ")
+    texts = [m.hint for m in LAYOUT_MISTAKES] + [ex._LAYOUT_INSTEAD]
+    texts += [ex.check_rope_layout(lambda *args, f=f: learner_layout(*args, flaw=f)).message
+              for f in LAYOUT_WRONG]
+    for text in texts:
+        assert not any(key in text for key in keys), text
+
+
+def test_layout_checker_wants_two_tensors_in_the_inputs_dtype():
+    verdict = ex.check_rope_layout(lambda *args: by_index(*args)[0])
+    assert not verdict and "must return two tensors (W_Q', W_K'), got Tensor" in verdict.message
+    verdict = ex.check_rope_layout(lambda *args: [*by_index(*args), None])
+    assert not verdict and "got 3 values" in verdict.message, verdict.message
+    verdict = ex.check_rope_layout(lambda *args: tuple(w.double() for w in by_index(*args)))
+    assert not verdict and "the right answer is torch.float32" in verdict.message, verdict.message
+    assert "Scores:" not in verdict.message
 
 
 # --- exercise 3: how far back an ALiBi head looks -----------------------------------------------
@@ -579,15 +706,18 @@ def test_the_level_3_skeletons_filled_in_pass():
     shift = skeleton("positional_encoding.sinusoidal", "k, d_model", (
         omega, "(k * omega).cos(), (k * omega).sin()", "c, s", "-s, c"))
     assert ex.check_sinusoidal(shift)
-    assert_skeleton("positional_encoding.rope", "q, k", ex.check_rope, (
-        "q0 * k0 + q1 * k1", "q0 * k1 - q1 * k0"))
+    assert_skeleton("positional_encoding.rope_layout", "W_Q, W_K, h, g", ex.check_rope_layout, (
+        "W.shape[0] // heads",
+        "torch.stack([torch.arange(d_head // 2), torch.arange(d_head // 2) + d_head // 2], -1)"
+        ".flatten()"))
     assert_skeleton("positional_encoding.reach", "m, n", ex.check_reach, (
         "-torch.log((1 + r_n) / 2) / m", "torch.ceil(x).long()"))
 
 
 @pytest.mark.parametrize("key, answers", [
-    ("positional_encoding.rope", ("q0 * k0", "q0 * k1", "q_2i k_2i", "q_2i k_2i+1", "[[c, s]",
-                                  "[[cos", "q_2i+1 k_2i")),
+    ("positional_encoding.rope_layout", ("i + d/2 ->", "-> 2i", "row 2i is", "copies old row i",
+                                         "[0, 4, 1, 5", "[0, 2, 4", "(0, d/2", "arange(d_head // 2)",
+                                         "stack", "transpose(1, 2)", "view(heads, 2")),
     ("positional_encoding.reach", ("-ln(", "1 - r^k", "(1 + r^n) / 2", "round x UP")),
 ])
 def test_the_first_two_hints_lead_without_stating_the_answer(key, answers):
