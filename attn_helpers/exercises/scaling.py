@@ -1,6 +1,6 @@
 """Checkers for notebook 03 (why scale by sqrt(d_k)): choose the scale from a measured variance,
-the softmax backward pass without building the Jacobian, and the Frobenius norm of the softmax
-Jacobian from sums over the weights, again without building it."""
+the softmax backward pass without building the Jacobian, and the chain on from the weights to the
+gradients at W_Q and W_K, by hand."""
 
 from __future__ import annotations
 
@@ -11,12 +11,18 @@ from collections.abc import Callable
 import torch
 
 from ..lessons import scaling as _scaling_lesson
-from ..lessons.scaling import jacobian_norm as _jacobian_norm
-from .core import CheckResult, Mistake, as_number, check_function, refusing_ops, seeded
-from .scaling_mistakes import NORM_MISTAKES, SUMS_CODE
+from .core import CheckResult, Mistake, Refused, as_number, check_function, refusing_ops, seeded
+from .scaling_mistakes import (
+    CHAIN_CODE,
+    PROJECTION_FORBID,
+    PROJECTION_INSTEAD,
+    PROJECTION_MISTAKES,
+    _projection_cases,
+    projection_guard,
+)
 from .workflow import exercise
 
-__all__ = ["check_choose_scale", "check_softmax_backward", "check_jacobian_norm"]
+__all__ = ["check_choose_scale", "check_softmax_backward", "check_projection_gradients"]
 
 
 def _number(f: Callable) -> Callable:
@@ -194,8 +200,6 @@ class _NoJacobian(torch.overrides.TorchFunctionMode):
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, tuple | list) else (out,):
             if isinstance(t, torch.Tensor) and self.n >= 3 and t.numel() >= self.limit:
-                from .core import Refused
-
                 raise Refused(
                     f"{self.what} built a tensor of shape {tuple(t.shape)}, as big as the "
                     f"(..., n, n) Jacobian (n = {self.n}). {self.point}")
@@ -269,70 +273,72 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
     )
 
 
-# --- exercise 3: the size of J from the weights alone -----------------------------------------
+# --- exercise 3: the gradient that reaches W_Q and W_K ------------------------------------------
 
 
-def _norm_cases() -> list[dict]:
-    g = seeded(32)
-
-    def rows(*shape, spread=2.0, dtype=torch.float64):     # rows of softmax weights
-        return torch.softmax(spread * torch.randn(*shape, generator=g, dtype=dtype), dim=-1)
-
-    one_hot = torch.eye(5, dtype=torch.float64)
-    special = torch.stack([one_hot[0], one_hot[3], torch.full((5,), 0.2, dtype=torch.float64),
-                           torch.tensor([0.5, 0.5, 0.0, 0.0, 0.0], dtype=torch.float64)])
-    # (3, 4) first among the batches: a sum over the wrong axis gives a shape the checker names.
-    # The last case is the unscaled d_k = 1024 softmax (score std 32): rows one-hot up to
-    # rounding, where the sums cancel and an unclamped squared norm goes below 0 on a few rows.
-    return [{"a": a} for a in (
-        rows(5), rows(3, 4), rows(2, 3, 6),
-        special,                                   # one-hot: 0; uniform: sqrt(n-1)/n; tie: 1/2
-        rows(4, 7, dtype=torch.float32), rows(3, 2, 9, dtype=torch.float32),
-        torch.ones(2, 1, dtype=torch.float64),     # one key: J = 0
-        rows(2048, 16, spread=32.0))]
+def _projection_gradients(x, w_q, w_k, scale, grad_weights):
+    """The reference: autograd's gradients of ``<softmax(scale (x W_Q)(x W_K)^T), grad_weights>``
+    at ``W_Q`` and ``W_K`` (summed over the sequences of a batch)."""
+    w_q, w_k = (w.detach().clone().requires_grad_(True) for w in (w_q, w_k))
+    weights = torch.softmax(scale * (x @ w_q) @ (x @ w_k).mT, dim=-1)
+    return torch.autograd.grad((weights * grad_weights).sum(), (w_q, w_k))
 
 
-#: Every way of building J that the notebook shows, or that does it for the learner.
-_NORM_FORBID = [
-    (_scaling_lesson, "softmax_jacobian"), (_scaling_lesson, "jacobian_norm"),
-    (torch, "diag_embed"), (torch.Tensor, "diag_embed"), (torch.autograd.functional, "jacobian"),
-    (torch.func, "jacrev"), (torch.func, "jacfwd"),
-]
-_NORM_INSTEAD = ("Expand |J|_F^2 = |diag(a) - a a^T|_F^2 on paper into sums over each row's "
-                 "weights and compute those sums: no n x n matrix "
-                 "(exercises.hint('scaling.jacobian_norm', 2) names the idea)")
-_NORM_POINT = ("The point of this exercise is |J|_F WITHOUT J: at n = 8,192 keys, 64 rows of J "
-               f"would take 17 GB. {_NORM_INSTEAD}.")
+def _about_exercise_2(fn: Callable, result: CheckResult) -> CheckResult:
+    """``result``, with a line for a learner whose function leans on exercise 2: its reference
+    solution (refused here, as every solution is inside a learner's check) or its stub."""
+    if result:
+        return result
+    if "softmax_backward_solution" in result.message:
+        return CheckResult(False, f"{result.message}\nHint: that solution is exercise 2's, not "
+                                  "this one's, but no reference solution runs inside your own "
+                                  "work: call your own softmax_backward once it passes, or copy "
+                                  "softmax_backward_solution's three lines into "
+                                  "projection_gradients.")
+    names = getattr(getattr(fn, "__code__", None), "co_names", ())
+    if result.message.endswith("not implemented yet.") and "softmax_backward" in names:
+        return CheckResult(False, f"{result.message} (Or the softmax_backward it calls is still "
+                                  "exercise 2's stub: until yours passes, write the softmax "
+                                  "backward inside projection_gradients.)")
+    return result
 
 
-@exercise("scaling.jacobian_norm", "the size of the softmax Jacobian, without building it", hints=(
-    "Work with |J|_F^2, the sum of the squares of all of J's entries, and take the square root "
-    "at the end. J = diag(a) - a a^T is a difference of two simple matrices: what does the square "
-    "of a difference expand into?",
-    "Write J = D - P with D = diag(a), P = a a^T, and expand |D - P|_F^2 like (x - y)^2 = x^2 - "
-    "2xy + y^2, where xy is <D, P> = sum_ij D_ij P_ij. Then evaluate each of the three terms as "
-    "a sum over the row's weights: which entries of D are not zero, which entries of P do they "
-    "meet, and does the double sum in |P|^2 factor? One number per row, shape (...).",
-    "s2 = ...                                   # (...): sum_i a_i^2 of each row (last axis)\n"
-    "s3 = ...                                   # (...): sum_i a_i^3\n"
-    "squared = ...                              # |D|^2 - 2 <D, P> + |P|^2 from s2 and s3\n"
-    "return squared.clamp(min=0).sqrt()         # rounding can leave -1e-17 on a one-hot row"))
-def check_jacobian_norm(jacobian_norm: Callable) -> CheckResult:
-    """Exercise: ``jacobian_norm(a (..., n)) -> (...)``, the Frobenius norm of each row's softmax
-    Jacobian ``diag(a) - a a^T`` from sums over the row's weights: no tensor as large as the
-    ``(..., n, n)`` Jacobians (any intermediate that large fails the check) and none of
-    :data:`_NORM_FORBID`. Checked against the norm of the built J (the lesson's
-    :func:`~attn_helpers.lessons.scaling.jacobian_norm`), one-hot and near one-hot rows included."""
-    if getattr(jacobian_norm, "__code__", None) is SUMS_CODE:
-        return CheckResult(False, "Not yet: that is the checker's own answer, which does this "
-                                  f"exercise for you. {_NORM_INSTEAD}.")
-    return check_function(
-        jacobian_norm, _jacobian_norm, _norm_cases(), what="jacobian_norm",
-        output_names=("the norms",), atol=1e-6, rtol=1e-5,
-        forbid=_NORM_FORBID, instead=_NORM_INSTEAD,
-        guard=_no_jacobian("jacobian_norm", _NORM_POINT, _NORM_INSTEAD),
-        mistakes=NORM_MISTAKES,
-        nan_hint="on a row that is one-hot up to rounding the terms of |J|_F^2 nearly cancel, "
-                 "and rounding can leave the squared norm a hair below 0, whose square root is "
-                 "NaN. Clamp it at 0 before the square root (.clamp(min=0)).",
+@exercise("scaling.projection_gradients", "backpropagate by hand to W_Q and W_K", hints=(
+    "Go back through the forward pass, last step first: A = softmax(S), S = scale * Q K^T, "
+    "Q = x W_Q, K = x W_K. Exercise 2 did the first step. Every gradient has the shape of what it "
+    "is the gradient of: write those shapes down before any product.",
+    "For a product C = A B, the gradients are dA = dC B^T and dB = A^T dC (the shapes check it). "
+    "In S = scale * Q K^T the scale is a constant factor: where does it come back? Q is "
+    "multiplied by K^T, not K: which of dS and dS^T reaches K? Q = x W_Q is one more product. And "
+    "with a batch, every sequence uses the same W_Q: how do their gradients combine?",
+    "Q, K = x @ W_Q, x @ W_K                       # (..., n, d_k)\n"
+    "S = scale * Q @ K.mT                          # (..., n, n): the scores the softmax saw\n"
+    "dS = softmax_backward(S, grad_weights)        # exercise 2: dL/dS\n"
+    "dQ = ...                                      # (..., n, d_k)\n"
+    "dK = ...                                      # (..., n, d_k)\n"
+    "grad_W_Q = ...                                # (d_model, d_k), summed over a batch\n"
+    "grad_W_K = ...\n"
+    "return grad_W_Q, grad_W_K"))
+def check_projection_gradients(projection_gradients: Callable) -> CheckResult:
+    """Exercise: ``projection_gradients(x, W_Q, W_K, scale, grad_weights) -> (grad_W_Q,
+    grad_W_K)``, ``x`` ``(n, d_model)`` or a batch ``(b, n, d_model)``, ``W_Q``, ``W_K``
+    ``(d_model, d_k)``, ``grad_weights`` ``(..., n, n)`` the gradient of the loss at
+    ``A = softmax(scale * (x W_Q)(x W_K)^T)``: the gradients at ``W_Q`` and ``W_K``, each
+    ``(d_model, d_k)`` (summed over a batch), chained by hand (autograd is refused by any route
+    while it runs). Checked against autograd; 17 named mistakes (:mod:`.scaling_mistakes`)."""
+    if getattr(projection_gradients, "__code__", None) is CHAIN_CODE:
+        return CheckResult(False, "Not yet: that is the checker's own code, which does this "
+                                  f"exercise for you. {PROJECTION_INSTEAD}.")
+    result = check_function(
+        projection_gradients, _projection_gradients, _projection_cases(),
+        what="projection_gradients", output_names=("the gradient at W_Q", "the gradient at W_K"),
+        atol=1e-6, rtol=1e-5, forbid=PROJECTION_FORBID, instead=PROJECTION_INSTEAD,
+        guard=projection_guard(), mistakes=PROJECTION_MISTAKES,
+        error_hints=[("must match the size of tensor",
+                      "if this is the batch case (x is (b, n, d_model)): .T reverses all three "
+                      "axes of a batch; .mT (or .transpose(-2, -1)) swaps the last two.")],
+        nan_hint="exp of a score in the thousands overflows to inf, and inf / inf is NaN. Subtract each "
+                 "row's max before exponentiating (the softmax does not change), or use "
+                 "torch.softmax.",
     )
+    return _about_exercise_2(projection_gradients, result)

@@ -26,6 +26,7 @@ from .._checks import require_min_dim, require_positive_int, require_tensor
 from ..entropy import attention_entropy
 from ..measure import fit_power_law
 from ..training import TrainResult
+from .scaling_gradients import PROJECTION_SEEDS, projection_claims, projection_gradient_table
 from .scaling_training import (
     LOGIT_GROWTH,
     LOWER_END,
@@ -57,7 +58,7 @@ __all__ = [
     "mean_loss", "spikes", "claims", "init_gradients", "sgd_study", "SPREADS",
     "train_retrieval_sgd", "SLOW_START",
     "SOLVED", "SPIKE", "SPIKES",
-    "LOWER_END", "LOGIT_GROWTH",
+    "LOWER_END", "LOGIT_GROWTH", "projection_gradient_table", "projection_claims", "PROJECTION_SEEDS",
 ]
 
 D_KS = (4, 16, 64, 256, 1024)
@@ -249,6 +250,7 @@ def claims(
     curve: Sequence[float] | None = None, init_stds: dict[int, float] | None = None,
     mha_init_stds: dict[int, float] | None = None, runs: dict[bool, TrainResult] | None = None,
     temperature: tuple | None = None, widget: tuple | None = None, sgd: list[dict] | None = None,
+    projections: list[dict] | None = None, projection_parts: list[dict] | None = None,
 ) -> dict[str, bool]:
     """Notebook 03's statements, each checked on the measurements given (the others are skipped):
     ``variance`` (:func:`variance_table`), ``example`` ``(raw weights, scaled weights)`` of one
@@ -257,7 +259,9 @@ def claims(
     ``{d_k: default_init_score_std(d_k)}``, ``mha_init_stds`` (the same, ``module="multihead"``),
     ``runs`` ``{True: scaled, False: unscaled}`` (:func:`train_retrieval`), ``temperature``
     ``(row of scores, T_half)`` and ``widget`` ``(unscaled, scaled, cold)``: the widget's readouts
-    for rising ``d_k`` without scaling (a list), at the last ``d_k`` scaled, and scaled at T = 0.1."""
+    for rising ``d_k`` without scaling (a list), at the last ``d_k`` scaled, and scaled at T = 0.1;
+    ``projections`` and ``projection_parts`` (:func:`projection_gradient_table`): the gradient at
+    ``W_Q``, and where it comes from (:func:`projection_claims`)."""
     out = {}
     if variance is not None:
         d_ks = [r["d_k"] for r in variance]
@@ -317,6 +321,10 @@ def claims(
         out.update(training_claims(runs))
     if sgd is not None:                              # sgd_study(): plain SGD, several seeds
         out.update(sgd_claims(sgd))
+    if projections is not None:                      # after exercise 3
+        out.update(projection_claims(projections))
+    if projection_parts is not None:
+        out.update(projection_claims(projection_parts, why=True))
     if temperature is not None:
         row, t_half = temperature
         ts = torch.logspace(-2, 2, 81, dtype=torch.float64)

@@ -12,7 +12,7 @@ from _exercises import assert_skeleton
 from attn_helpers import exercises
 from attn_helpers.exercises.scaling import (
     check_choose_scale,
-    check_jacobian_norm,
+    check_projection_gradients,
     check_softmax_backward,
 )
 from attn_helpers.lessons import scaling
@@ -203,185 +203,309 @@ def test_softmax_backward_stub():
     assert check_softmax_backward(_stub).message == "softmax_backward is not implemented yet."
 
 
-# --- jacobian_norm -----------------------------------------------------------------------------
+# --- projection_gradients --------------------------------------------------------------------
 
 
-def jacobian_norm(a):
-    s2 = (a * a).sum(dim=-1)                        # |diag(a)|^2
-    s3 = (a ** 3).sum(dim=-1)                       # <diag(a), a a^T>
-    return (s2 - 2 * s3 + s2 ** 2).clamp(min=0).sqrt()
+def _chain(x, W_Q, W_K, scale, g, backward=softmax_backward):
+    Q, K = x @ W_Q, x @ W_K                         # (..., n, d_k)
+    dS = backward(scale * Q @ K.mT, g)              # (..., n, n)
+    dQ, dK = scale * dS @ K, scale * dS.mT @ Q      # (..., n, d_k)
+    return x.mT @ dQ, x.mT @ dK                     # (..., d_model, d_k)
 
 
-def _per_row_loop(a):
-    """One row at a time, with dot products: the same sums, written differently."""
-    rows = a.reshape(-1, a.shape[-1])
-    norms = []
-    for row in rows:
-        s2 = torch.dot(row, row)
-        squared = s2 - 2 * torch.dot(row * row, row) + s2 * s2
-        norms.append(squared.clamp(min=0).sqrt())
-    return torch.stack(norms).reshape(a.shape[:-1])
+def projection_gradients(x, W_Q, W_K, scale, grad_weights):
+    grad_W_Q, grad_W_K = _chain(x, W_Q, W_K, scale, grad_weights)
+    if x.dim() == 3:                                # a batch: W_Q, W_K serve every sequence
+        return grad_W_Q.sum(0), grad_W_K.sum(0)
+    return grad_W_Q, grad_W_K
 
 
-def _diagonal_plus_off_diagonal(a):
-    """|J|^2 = sum_i a_i^2 (1 - a_i)^2 + sum_{i != j} a_i^2 a_j^2, every term >= 0: no clamp needed."""
-    b = a * a
-    return (b * ((1 - a) ** 2 + b.sum(-1, keepdim=True) - b)).sum(-1).sqrt()
+def _flattened(x, W_Q, W_K, scale, g):
+    """Every token of every sequence as one row of x: the batch's sum comes out of the product."""
+    Q, K = x @ W_Q, x @ W_K
+    dS = softmax_backward(scale * Q @ K.transpose(-2, -1), g)
+    dQ, dK = scale * dS @ K, scale * dS.transpose(-2, -1) @ Q
+    rows = x.reshape(-1, x.shape[-1])
+    return rows.T @ dQ.reshape(-1, dQ.shape[-1]), rows.T @ dK.reshape(-1, dK.shape[-1])
 
 
-def _einsum(a):
-    s2 = torch.einsum("...i,...i->...", a, a)
-    s3 = torch.einsum("...i,...i,...i->...", a, a, a)
-    return (s2 * (1 + s2) - 2 * s3).clamp(min=0).sqrt()
+def _einsum(x, W_Q, W_K, scale, g):
+    Q, K = x @ W_Q, x @ W_K
+    a = torch.softmax(scale * torch.einsum("...ik,...jk->...ij", Q, K), -1)
+    dS = a * (g - (a * g).sum(-1, keepdim=True))
+    dW_Q = scale * torch.einsum("...id,...ij,...jk->dk", x, dS, K)
+    dW_K = scale * torch.einsum("...jd,...ij,...ik->dk", x, dS, Q)
+    return dW_Q, dW_K
 
 
-def test_jacobian_norm_accepts_the_reference_and_other_correct_forms():
-    for correct in (jacobian_norm, _per_row_loop, _diagonal_plus_off_diagonal, _einsum):
-        verdict = check_jacobian_norm(correct)
+def _scale_late(x, W_Q, W_K, scale, g):
+    """The scale applied once, at the end: past dS the gradients are linear in it."""
+    Q, K = x @ W_Q, x @ W_K
+    dS = softmax_backward(scale * Q @ K.mT, g)
+    gq, gk = (x.mT @ (dS @ K)), (x.mT @ (dS.mT @ Q))
+    if x.dim() == 3:
+        gq, gk = gq.sum(0), gk.sum(0)
+    return scale * gq, scale * gk
+
+
+def test_projection_gradients_accepts_the_reference_and_other_correct_forms():
+    for correct in (projection_gradients, _flattened, _einsum, _scale_late):
+        verdict = check_projection_gradients(correct)
         assert verdict, verdict.message
 
 
-def test_jacobian_norm_equals_the_norm_of_the_built_jacobian_on_known_rows():
-    from attn_helpers.exercises.scaling import _norm_cases
-    for case in _norm_cases():
-        torch.testing.assert_close(jacobian_norm(case["a"]), scaling.jacobian_norm(case["a"]),
-                                   atol=1e-6, rtol=1e-5)
-    n = 5
-    rows = torch.tensor([[1.0, 0, 0, 0, 0], [0.2] * 5, [0.5, 0.5, 0, 0, 0]], dtype=torch.float64)
-    torch.testing.assert_close(jacobian_norm(rows), torch.tensor(
-        [0.0, math.sqrt(n - 1) / n, 0.5], dtype=torch.float64))       # one-hot, uniform, a tie
+def test_the_reference_equals_autograd_and_finite_differences():
+    from attn_helpers.exercises.scaling import _projection_gradients
+    from attn_helpers.exercises.scaling_mistakes import _projection_cases
+
+    for case in _projection_cases():
+        expected = _projection_gradients(*case.values())
+        for got, want in zip(projection_gradients(*case.values()), expected, strict=True):
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    x, W_Q, W_K, scale, g = _projection_cases()[1].values()        # float64, scale 0.3
+
+    def loss(w_q, w_k):
+        return (torch.softmax(scale * (x @ w_q) @ (x @ w_k).T, -1) * g).sum().item()
+
+    grad_W_Q, grad_W_K = _projection_gradients(x, W_Q, W_K, scale, g)
+    h = 1e-6
+    for (i, j) in [(0, 0), (3, 1), (5, 0)]:
+        bump = torch.zeros_like(W_Q)
+        bump[i, j] = h
+        assert (loss(W_Q + bump, W_K) - loss(W_Q - bump, W_K)) / (2 * h) == pytest.approx(
+            grad_W_Q[i, j].item(), abs=1e-7)
+        assert (loss(W_Q, W_K + bump) - loss(W_Q, W_K - bump)) / (2 * h) == pytest.approx(
+            grad_W_K[i, j].item(), abs=1e-7)
 
 
-def test_jacobian_norm_cases_catch_the_missing_clamp():
-    """On the unscaled d_k = 1024 rows the three sums cancel, and rounding leaves a few squared
-    norms below 0: the check names the clamp."""
-    def unclamped(a):
-        s2, s3 = (a * a).sum(-1), (a ** 3).sum(-1)
-        return (s2 - 2 * s3 + s2 ** 2).sqrt()
+def test_the_saturated_case_passes_back_almost_nothing():
+    from attn_helpers.exercises.scaling_mistakes import _projection_cases
 
-    verdict = check_jacobian_norm(unclamped)
-    assert not verdict and "nan" in verdict.message and "Clamp it at 0" in verdict.message, \
-        verdict.message
+    x, W_Q, W_K, scale, g = _projection_cases()[-1].values()
+    assert (scale * (x @ W_Q) @ (x @ W_K).T).abs().max() > 1000
+    assert max(grad.abs().max().item() for grad in projection_gradients(x, W_Q, W_K, scale, g)) < 1e-15
 
 
-def _sums(combine, dim=-1, keepdim=False, mean=False):
-    def norm(a):
-        reduce = (lambda x: x.mean() if mean else x.sum()) if dim is None else (
-            lambda x: x.mean(dim, keepdim=keepdim) if mean else x.sum(dim, keepdim=keepdim))
-        return combine(reduce(a ** 2), reduce(a ** 3), reduce(a ** 4))
-    return norm
+def test_every_named_mistake_is_separated_from_the_answer_by_a_case():
+    from attn_helpers.exercises.scaling import _projection_gradients
+    from attn_helpers.exercises.scaling_mistakes import PROJECTION_MISTAKES, _projection_cases
+
+    for mistake in PROJECTION_MISTAKES:
+        separated = []
+        for case in _projection_cases():
+            wrong = mistake.produce(*case.values())
+            right = _projection_gradients(*case.values())
+            separated.append(any(w.shape != r.shape or not torch.allclose(w, r, atol=1e-6, rtol=1e-5)
+                                 for w, r in zip(wrong, right, strict=True)))
+        assert any(separated), mistake.hint
 
 
-def _root(x):
-    return x.clamp(min=0).sqrt()
+def _sum_batch(gq, gk, x):
+    return (gq.sum(0), gk.sum(0)) if x.dim() == 3 else (gq, gk)
 
 
-def _right(s2, s3, s4):
-    return _root(s2 - 2 * s3 + s2 ** 2)
+def _chain_with(x, W_Q, W_K, scale, g, *, dq=None, dk=None, dS=None, wrt_w=True):
+    """A learner's chain with one step written differently: dq(dS, Q, K), dk(dS, Q, K)."""
+    Q, K = x @ W_Q, x @ W_K
+    dS = softmax_backward(scale * Q @ K.mT, g) if dS is None else dS
+    dQ = dq(dS, Q, K) if dq else scale * dS @ K
+    dK = dk(dS, Q, K) if dk else scale * dS.mT @ Q
+    if not wrt_w:
+        return dQ, dK
+    return _sum_batch(x.mT @ dQ, x.mT @ dK, x)
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (_sums(lambda s2, s3, s4: s2 - 2 * s3 + s2 ** 2), "the squared norm"),
-    (lambda a: _root((a ** 2 * (1 - a) ** 2).sum(-1)), "the diagonal of J alone"),
-    (_sums(lambda s2, s3, s4: _root(s2 - 2 * s3 + s4)), "the diagonal of J alone"),
-    (_sums(lambda s2, s3, s4: _root(s2 + 2 * s3 + s2 ** 2)), "the wrong sign"),
-    (_sums(lambda s2, s3, s4: _root(s2 - s3 + s2 ** 2)), "comes with a factor 2"),
-    (lambda a: a.norm(dim=-1), "the first term alone"),
-    (_sums(lambda s2, s3, s4: s2), "the outer product alone"),
-    (_sums(lambda s2, s3, s4: _root(s2 ** 2 - s4)), "the off-diagonal part"),
-    (_sums(_right, mean=True), "not a mean"),
-    (_sums(_right, dim=0), "wrong axis"),
-    (_sums(_right, dim=None), "the whole tensor"),
-    (_sums(_right, keepdim=True), "drop keepdim=True"),
-    (_sums(lambda s2, s3, s4: _root(2 * s2 - 2 * s3)), "not sum_i a_i^2 itself"),
-    (_sums(lambda s2, s3, s4: _root(s2 - 2 * s3 + 1)), "(sum_i a_i)^2 is 1"),
-    (_sums(lambda s2, s3, s4: _root(s2 - 2 * s3)), "the |P|^2 term is missing"),
-    (_sums(lambda s2, s3, s4: _root(s2 - 4 * s3 + s2 ** 2)), "the cross term's factor is off"),
-    (_sums(lambda s2, s3, s4: _root(s2 - 2 * s2 ** 2 + s2 ** 2)), "is not (sum_i a_i^2)^2"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(x, W_Q, W_K, c, g, dS=g), "not at the scores"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(
+        x, W_Q, W_K, c, g, dS=softmax_backward(torch.softmax(c * (x @ W_Q) @ (x @ W_K).mT, -1), g)),
+     "a softmax of a softmax"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(
+        x, W_Q, W_K, c, g, dS=torch.softmax(c * (x @ W_Q) @ (x @ W_K).mT, -1) * g),
+     "misses the a a^T part"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(
+        x, W_Q, W_K, c, g, dS=softmax_backward((x @ W_Q) @ (x @ W_K).mT, g)), "without the scale"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(
+        x, W_Q, W_K, c, g, dq=lambda dS, Q, K: dS @ K, dk=lambda dS, Q, K: dS.mT @ Q),
+     "the scale is missing from dQ and dK"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(
+        x, W_Q, W_K, c, g, dq=lambda dS, Q, K: c * c * dS @ K, dk=lambda dS, Q, K: c * c * dS.mT @ Q),
+     "the scale came in twice"),
+    (lambda x, W_Q, W_K, c, g: projection_gradients(x, W_Q, W_K, 1 / math.sqrt(W_Q.shape[1]), g),
+     "you used 1/sqrt(d_k)"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(x, W_Q, W_K, c, g, dk=lambda dS, Q, K: c * dS @ Q),
+     "not its transpose"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(
+        x, W_Q, W_K, c, g, dq=lambda dS, Q, K: c * dS.mT @ K, dk=lambda dS, Q, K: c * dS @ Q),
+     "swapped between dQ and dK"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(x, W_Q, W_K, c, g, dq=lambda dS, Q, K: c * dS.mT @ K),
+     "dQ was computed from dS^T"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(
+        x, W_Q, W_K, c, g, dq=lambda dS, Q, K: c * dS @ Q, dk=lambda dS, Q, K: c * dS.mT @ K),
+     "Q and K are swapped in the chain"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(x, W_Q, W_K, c, g, wrt_w=False), "the gradient at Q and K"),
+    (lambda x, W_Q, W_K, c, g: tuple(grad.T for grad in projection_gradients(x, W_Q, W_K, c, g)),
+     "came out transposed"),
+    (lambda x, W_Q, W_K, c, g: projection_gradients(x, W_Q, W_K, c, g)[::-1], "are swapped"),
+    (lambda x, W_Q, W_K, c, g: _chain(x, W_Q, W_K, c, g), "one gradient per sequence"),
+    (lambda x, W_Q, W_K, c, g: tuple(t.mean(0) if x.dim() == 3 else t
+                                     for t in _chain(x, W_Q, W_K, c, g)), "not the means"),
+    (lambda x, W_Q, W_K, c, g: tuple(-t for t in projection_gradients(x, W_Q, W_K, c, g)),
+     "the sign is flipped"),
 ])
-def test_jacobian_norm_rejects_known_mistakes_with_their_hint(wrong, words):
-    verdict = check_jacobian_norm(wrong)
+def test_projection_gradients_rejects_known_mistakes_with_their_hint(wrong, words):
+    verdict = check_projection_gradients(wrong)
     assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
 
 
-def _notebook_softmax_jacobian(a):  # section 2's cell
-    return torch.diag_embed(a) - a[..., :, None] * a[..., None, :]
+def test_projection_gradients_names_overflow_and_a_batch_transposed_with_T():
+    def naive(x, W_Q, W_K, scale, g):
+        s = scale * (x @ W_Q) @ (x @ W_K).mT
+        a = s.exp() / s.exp().sum(-1, keepdim=True)
+        return _sum_batch(*_chain(x, W_Q, W_K, scale, g,
+                                  backward=lambda _s, g: a * (g - (a * g).sum(-1, keepdim=True))), x)
+
+    verdict = check_projection_gradients(naive)
+    assert not verdict and "case 6 of 6" in verdict.message and "Subtract each row's max" in (
+        verdict.message), verdict.message
+
+    def with_T(x, W_Q, W_K, scale, g):
+        Q, K = x @ W_Q, x @ W_K
+        dS = softmax_backward(scale * Q @ K.T, g)
+        return x.T @ (scale * dS @ K), x.T @ (scale * dS.T @ Q)
+
+    with pytest.warns(UserWarning):
+        verdict = check_projection_gradients(with_T)
+    assert not verdict and "case 5 of 6" in verdict.message and ".mT" in verdict.message, \
+        verdict.message
 
 
-def _via_autograd_jacobian(a):
-    rows = a.reshape(-1, a.shape[-1])
-    J = [torch.autograd.functional.jacobian(lambda s: torch.softmax(s, -1), r.log()) for r in rows]
-    return torch.stack([j.norm() for j in J]).reshape(a.shape[:-1])
+_NOTEBOOK = """
+import torch
+
+def softmax_backward(scores, grad_weights):          # the learner's exercise 2
+    a = torch.softmax(scores, dim=-1)
+    return a * (grad_weights - (a * grad_weights).sum(dim=-1, keepdim=True))
+
+def softmax_backward_solution(scores, grad_weights):  # the collapsed cell's
+    a = torch.softmax(scores, dim=-1)
+    return a * (grad_weights - (a * grad_weights).sum(dim=-1, keepdim=True))
+
+def chain(x, W_Q, W_K, scale, grad_weights, backward):
+    Q, K = x @ W_Q, x @ W_K
+    dS = backward(scale * Q @ K.mT, grad_weights)
+    dW_Q, dW_K = x.mT @ (scale * dS @ K), x.mT @ (scale * dS.mT @ Q)
+    return (dW_Q.sum(0), dW_K.sum(0)) if x.dim() == 3 else (dW_Q, dW_K)
+
+def projection_gradients(x, W_Q, W_K, scale, grad_weights):
+    return chain(x, W_Q, W_K, scale, grad_weights, softmax_backward)
+
+def leans_on_exercise_2(x, W_Q, W_K, scale, grad_weights):
+    return chain(x, W_Q, W_K, scale, grad_weights, softmax_backward_solution)
+"""
 
 
-@pytest.mark.parametrize("shortcut, name", [
-    (lambda a: torch.linalg.matrix_norm(scaling.softmax_jacobian(a)), "scaling.softmax_jacobian"),
-    (lambda a: torch.linalg.matrix_norm(_notebook_softmax_jacobian(a)), "torch.diag_embed"),
-    (lambda a: scaling.jacobian_norm(a), "scaling.jacobian_norm"),
-    (_via_autograd_jacobian, "functional.jacobian"),
-    (lambda a: torch.func.vmap(torch.func.jacrev(lambda s: torch.softmax(s, -1)))(
-        a.reshape(-1, a.shape[-1]).log()).norm(dim=(-2, -1)).reshape(a.shape[:-1]), "jacrev"),
-    (lambda a: torch.func.vmap(torch.func.jacfwd(lambda s: torch.softmax(s, -1)))(
-        a.reshape(-1, a.shape[-1]).log()).norm(dim=(-2, -1)).reshape(a.shape[:-1]), "jacfwd"),
+def test_a_learners_own_softmax_backward_may_be_called_and_the_solution_is_refused_with_a_way_out():
+    """Exercise 3 leans on exercise 2: the learner's notebook-level softmax_backward runs inside
+    the check; the collapsed cell's softmax_backward_solution is refused (no solution runs inside
+    a learner's work), with a hint saying what to do instead."""
+    notebook: dict = {}
+    exec(_NOTEBOOK, notebook)  # noqa: S102 - a notebook's globals, as a kernel holds them
+    verdict = check_projection_gradients(notebook["projection_gradients"])
+    assert verdict, verdict.message
+    verdict = check_projection_gradients(notebook["leans_on_exercise_2"])
+    assert not verdict and "softmax_backward_solution" in verdict.message, verdict.message
+    assert "call your own softmax_backward once it passes" in verdict.message
+    assert notebook["softmax_backward_solution"].__code__.co_name == "softmax_backward_solution"
+
+    exec("def softmax_backward(scores, grad_weights):\n    raise NotImplementedError\n",  # noqa: S102
+         notebook)
+    verdict = check_projection_gradients(notebook["projection_gradients"])
+    assert not verdict and "still exercise 2's stub" in verdict.message, verdict.message
+    assert check_projection_gradients(_stub).message == "projection_gradients is not implemented yet."
+
+
+def _grad(x, W_Q, W_K, scale, g):
+    wq, wk = W_Q.clone().requires_grad_(), W_K.clone().requires_grad_()
+    return torch.autograd.grad((torch.softmax(scale * (x @ wq) @ (x @ wk).mT, -1) * g).sum(), (wq, wk))
+
+
+def _backward(x, W_Q, W_K, scale, g):
+    wq, wk = W_Q.clone().requires_grad_(), W_K.clone().requires_grad_()
+    (torch.softmax(scale * (x @ wq) @ (x @ wk).mT, -1) * g).sum().backward()
+    return wq.grad, wk.grad
+
+
+def _grad_fn_by_hand(x, W_Q, W_K, scale, g):
+    """The softmax backward written out; the products' backward taken from autograd's nodes."""
+    Q, K = (x @ W_Q).requires_grad_(), (x @ W_K).requires_grad_()
+    S = scale * Q @ K.mT
+    return S.grad_fn(softmax_backward(S.detach(), g))
+
+
+def _engine(x, W_Q, W_K, scale, g):
+    wq, wk = W_Q.clone(), W_K.clone()
+    wq.requires_grad = wk.requires_grad = True
+    loss = (torch.softmax(scale * (x @ wq) @ (x @ wk).mT, -1) * g).sum()
+    return torch.autograd.Variable._execution_engine.run_backward(
+        (loss,), (torch.ones_like(loss),), False, False, (wq, wk), False, False)
+
+
+def _parameter(x, W_Q, W_K, scale, g):
+    wq, wk = torch.nn.Parameter(W_Q.clone()), torch.nn.Parameter(W_K.clone())
+    loss = (torch.softmax(scale * (x @ wq) @ (x @ wk).mT, -1) * g).sum()
+    return torch.autograd.Variable._execution_engine.run_backward(
+        (loss,), (torch.ones_like(loss),), False, False, (wq, wk), False, False)
+
+
+def _func_grad(x, W_Q, W_K, scale, g):
+    def loss(wq, wk):
+        return (torch.softmax(scale * (x @ wq) @ (x @ wk).mT, -1) * g).sum()
+    return torch.func.grad(loss, argnums=(0, 1))(W_Q, W_K)
+
+
+def _vjp(x, W_Q, W_K, scale, g):
+    _, pull = torch.func.vjp(lambda wq, wk: torch.softmax(scale * (x @ wq) @ (x @ wk).mT, -1),
+                             W_Q, W_K)
+    return pull(g)
+
+
+def _aten_softmax_backward(x, W_Q, W_K, scale, g):
+    def backward(s, g):
+        return torch.ops.aten._softmax_backward_data(g, torch.softmax(s, -1), -1, s.dtype)
+    return _sum_batch(*_chain(x, W_Q, W_K, scale, g, backward=backward), x)
+
+
+@pytest.mark.parametrize("route, words", [
+    (_grad, "torch.autograd.grad"), (_backward, "backward"), (_grad_fn_by_hand, "requires grad"),
+    (_engine, "requires grad"), (_parameter, "requires grad"), (_func_grad, "grad"),
+    (_vjp, "vjp"), (_aten_softmax_backward, "_softmax_backward_data"),
 ])
-def test_jacobian_norm_blocks_the_ways_of_building_J(shortcut, name):
-    verdict = check_jacobian_norm(shortcut)
-    assert not verdict and "which does this exercise for you" in verdict.message, verdict.message
-    assert name in verdict.message and "sums over each row's weights" in verdict.message
-    assert torch.diag_embed(torch.ones(2, 3)).shape == (2, 3, 3)        # restored afterwards
-
-
-def _via_outer_product(a):
-    J = -a[..., :, None] * a[..., None, :]
-    i = torch.arange(a.shape[-1])
-    J[..., i, i] += a
-    return torch.linalg.matrix_norm(J)
-
-
-def _via_eye(a):
-    eye = torch.eye(a.shape[-1], dtype=a.dtype)
-    return (eye * a[..., None] - a[..., :, None] * a[..., None, :]).pow(2).sum((-2, -1)).sqrt()
-
-
-def _via_autograd_columns(a):  # J's columns one at a time: no n x n tensor, but autograd measures J
-    rows = a.reshape(-1, a.shape[-1])
-    s = rows.log().requires_grad_(True)
-    w = torch.softmax(s, -1)
-    squared = sum(torch.autograd.grad(w[:, j].sum(), s, retain_graph=True)[0].pow(2).sum(-1)
-                  for j in range(a.shape[-1]))
-    return squared.sqrt().reshape(a.shape[:-1])
-
-
-@pytest.mark.parametrize("shortcut, words", [
-    (_via_outer_product, "as big as the (..., n, n) Jacobian"),
-    (_via_eye, "as big as the (..., n, n) Jacobian"),
-    (_via_autograd_columns, "used autograd"),
-])
-def test_jacobian_norm_refuses_J_by_any_route(shortcut, words):
-    verdict = check_jacobian_norm(shortcut)
-    assert not verdict and words in verdict.message, verdict.message
-    assert "no n x n matrix" in verdict.message, verdict.message
+def test_projection_gradients_refuses_autograd_by_any_route(route, words):
+    verdict = check_projection_gradients(route)
+    assert not verdict and "does this exercise for you" in verdict.message, verdict.message
+    assert words in verdict.message, verdict.message
+    assert "hint('scaling.projection_gradients', 2)" in verdict.message
     assert torch.overrides._get_current_function_mode() is None
+    x = torch.ones(2, requires_grad=True)
+    (x * 3).sum().backward()                                        # autograd is back afterwards
+    assert x.grad.tolist() == [3.0, 3.0]
 
 
-def test_jacobian_norm_refuses_the_checkers_own_answer():
+def test_projection_gradients_refuses_the_checkers_own_code():
     from attn_helpers.exercises import scaling_mistakes
 
-    verdict = check_jacobian_norm(scaling_mistakes._from_sums(scaling_mistakes._right))
-    assert not verdict and "the checker's own answer" in verdict.message, verdict.message
-    wrapped = check_jacobian_norm(lambda a: scaling_mistakes._right(
-        (a * a).sum(-1), (a ** 3).sum(-1), None))
+    verdict = check_projection_gradients(scaling_mistakes._backward_with)
+    assert not verdict and "the checker's own code" in verdict.message, verdict.message
+    wrapped = check_projection_gradients(
+        lambda x, W_Q, W_K, c, g: scaling_mistakes._backward_with(x, W_Q, W_K, c, g))
     assert not wrapped and "the checker's own code" in wrapped.message, wrapped.message
-
-
-def test_jacobian_norm_reports_the_stub_and_a_number():
-    assert check_jacobian_norm(_stub).message == "jacobian_norm is not implemented yet."
-    verdict = check_jacobian_norm(lambda a: float(jacobian_norm(a).mean()))
-    assert not verdict and "return a torch.Tensor" in verdict.message, verdict.message
+    verdict = check_projection_gradients(lambda x, W_Q, W_K, c, g: float(x.sum()))
+    assert not verdict and "returned 1 value(s); expected 2" in verdict.message, verdict.message
 
 
 def test_exercises_are_registered_with_three_hints(capsys):
-    for key in ("scaling.choose_scale", "scaling.softmax_backward", "scaling.jacobian_norm"):
+    for key in ("scaling.choose_scale", "scaling.softmax_backward", "scaling.projection_gradients"):
         assert key in exercises.EXERCISES and len(exercises.EXERCISES[key].hints) == 3
         exercises.hint(key, 3)
         assert "Hint 3 of 3" in capsys.readouterr().out
@@ -391,7 +515,8 @@ def test_exercises_are_registered_with_three_hints(capsys):
 
 @pytest.mark.parametrize("key, answers", [
     ("scaling.softmax_backward", ("<a, g>", "a_i g_i - a_i", "g - ")),
-    ("scaling.jacobian_norm", ("a_i^3", "(sum_i a_i^2)^2", "s2 - 2", "P_ii = a_i")),
+    ("scaling.projection_gradients", ("dS @ K", "dS.mT @ Q", "dS^T Q", "x^T dQ", "x.mT @ dQ",
+                                      "sum(0)")),
 ])
 def test_the_first_two_hints_lead_without_stating_the_answer(key, answers):
     for text in exercises.EXERCISES[key].hints[:2]:
@@ -403,12 +528,13 @@ def test_the_first_two_hints_lead_without_stating_the_answer(key, answers):
      ("S.var(dim=-1).mean()", "1 / v.sqrt().item()")),
     ("scaling.softmax_backward", "scores, grad_weights", check_softmax_backward,
      ("(a * grad_weights).sum(dim=-1, keepdim=True)", "a * (grad_weights - dot)")),
-    ("scaling.jacobian_norm", "a", check_jacobian_norm,
-     ("(a * a).sum(dim=-1)", "(a ** 3).sum(dim=-1)", "s2 - 2 * s3 + s2 ** 2")),
+    ("scaling.projection_gradients", "x, W_Q, W_K, scale, grad_weights", check_projection_gradients,
+     ("scale * dS @ K", "scale * dS.mT @ Q", "(x.mT @ dQ).reshape(-1, *W_Q.shape).sum(0)",
+      "(x.mT @ dK).reshape(-1, *W_K.shape).sum(0)")),
 ])
 def test_the_third_hint_is_a_skeleton_that_passes_once_its_key_lines_are_written(
         key, signature, check, fills):
-    assert_skeleton(key, signature, check, fills)
+    assert_skeleton(key, signature, check, fills, softmax_backward=softmax_backward)
 
 
 def _aten(s, g):

@@ -296,3 +296,45 @@ def test_sgd_runs_use_plain_sgd_and_share_the_first_batch():
     assert set(grads) == {"scores", "weights"} and all(v > 0 for v in grads.values())
     with pytest.raises(ValueError, match="lr"):
         scaling.train_retrieval_sgd(scaled=True, lr=0.0)
+
+
+# --- after exercise 3: the gradient that reaches W_Q ----------------------------------------
+
+
+@pytest.mark.parametrize("seeds", [(5, 6, 7, 8, 9),
+                                   pytest.param(tuple(range(10, 30)), marks=pytest.mark.slow)])
+def test_projection_claims_hold_on_other_seeds_and_can_fail(seeds):
+    """What the notebook says after exercise 3, re-measured on seeds it does not use; with the
+    scaled and unscaled rows swapped, no claim holds."""
+    rows = scaling.projection_gradient_table(None, scaling.D_KS, seeds)
+    for part in ("projections", "projection_parts"):
+        result = scaling.claims(**{part: rows})
+        assert len(result) == 3
+        assert all(result.values()), [claim for claim, holds in result.items() if not holds]
+        swapped = scaling.claims(**{part: [{**r, "scaled": not r["scaled"]} for r in rows]})
+        assert not any(swapped.values()), swapped
+
+
+def _written_out(x, W_Q, W_K, scale, g):
+    """Exercise 3's chain by hand, on a batch."""
+    Q, K = x @ W_Q, x @ W_K
+    a = torch.softmax(scale * Q @ K.mT, dim=-1)
+    dS = a * (g - (a * g).sum(-1, keepdim=True))
+    return (x.mT @ (scale * dS @ K)).sum(0), (x.mT @ (scale * dS.mT @ Q)).sum(0)
+
+
+def test_projection_table_runs_a_learners_function_and_equals_autograd():
+    mine = scaling.projection_gradient_table(_written_out, (4, 256), (0, 1), batch=4)
+    auto = scaling.projection_gradient_table(None, (4, 256), (0, 1), batch=4)
+    assert [(r["d_k"], r["seed"], r["scaled"]) for r in mine] == [
+        (d, s, scaled) for d in (4, 256) for s in (0, 1) for scaled in (False, True)]
+    for a, b in zip(mine, auto, strict=True):
+        assert (a["W_Q"], a["W_K"]) == pytest.approx((b["W_Q"], b["W_K"]), rel=1e-10)
+        assert {k: v for k, v in a.items() if k not in ("W_Q", "W_K")} == {
+            k: v for k, v in b.items() if k not in ("W_Q", "W_K")}
+        assert 0 < a["median row"] <= a["scores"] and 0.1 <= a["top share"] <= 1
+    wrong = scaling.projection_gradient_table(                       # the scale left out of dQ
+        lambda x, W_Q, W_K, c, g: tuple(t / c for t in _written_out(x, W_Q, W_K, c, g)),
+        (256,), (0,), batch=4)
+    scaled_256 = next(r for r in auto if r["d_k"] == 256 and r["seed"] == 0 and r["scaled"])
+    assert wrong[1]["scaled"] and wrong[1]["W_Q"] == pytest.approx(16 * scaled_256["W_Q"])
