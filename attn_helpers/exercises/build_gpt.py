@@ -2,10 +2,9 @@
 model, training step and generation with a KV cache, each run against the reference of
 :mod:`attn_helpers.lessons.build_gpt` with the same weights.
 
-A module exercise gives the learner ``__init__`` (the layers, named as the reference names them)
-and asks for ``forward``. The checker builds the learner's module, loads the reference's weights
-into it, and puts reference parts inside it where they are not the exercise (the block gets the
-reference attention, the model the reference blocks), so each checker judges one piece.
+A module exercise gives ``__init__`` and asks for ``forward``; the checker loads the reference's
+weights into the learner's module, with reference parts where they are not the exercise (the
+block gets the reference attention, the model the reference blocks): one piece per checker.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from torch import nn
 from ..kv_cache import KVCache
 from ..lessons import build_gpt as bg
 from ..lessons import build_gpt_train as bgt
+from .build_gpt_hints import TRAIN_ERROR_HINTS
 from .build_gpt_mistakes import (  # the mistake lists re-exported: tests read them here
     ATTENTION_MISTAKES,
     BLOCK_MISTAKES,
@@ -59,8 +59,7 @@ KEYS = ("attention", "block", "model", "train_step", "generate")
 
 
 def passed(name: str) -> bool:
-    """Did the learner's own ``name`` (one of :data:`KEYS`) pass its checker in this kernel?
-    (A pass from an earlier session does not count here: the function now defined may differ.)"""
+    """Did the learner's own ``name`` (one of :data:`KEYS`) pass its checker in this kernel?"""
     return bool(_RESULTS.get(f"build_gpt.{name}"))
 
 
@@ -211,7 +210,8 @@ def _model_cfg(vocab=11, context=16, d=16, h=4, layers=2, d_ff=32):
     "Each token becomes its embedding plus the embedding of its position; the sum goes through "
     "every block in turn; a final LayerNorm, then the output head gives one score per character. "
     "With caches, which positions do the n new tokens hold, and which cache does block i read?",
-    "start is the position in the text of tokens[:, 0], with caches or without. Look the n "
+    "start is the position of tokens[:, 0] in the sequence the model reads, with caches or "
+    "without. Look the n "
     "positions up in position_embedding as one (n,) tensor: its (n, d) result broadcasts onto the "
     "token embeddings, (b, n, d), the same positions for every sequence of the batch. "
     "enumerate(self.blocks) gives each block its index i, and with it its own cache (None when "
@@ -241,15 +241,16 @@ def check_model(cls) -> CheckResult:
              for b, n, split, step in [(1, 6, 0, 0), (2, 9, 0, 0), (3, 1, 0, 0),
                                        (2, cfg.context, 0, 0), (2, 9, 4, 1), (1, 12, 5, 3)]]
     cases.append({"tokens": torch.randint(0, cfg.vocab_size, (2, 5), generator=g), "split": 0,
-                  "step": 0, "start": cfg.context - 5})       # a later window, without caches
+                  "step": 0, "start": cfg.context - 5})       # start on its own, no caches
     return check_function(
         _model_runner(_with_cache_argument(module, "GPT.forward(tokens, start=0, caches=None)"),
                       cfg), _model_runner(reference, cfg), cases, what="GPT",
         output_names=("the logits of every call",), forbid=_forbid("model"), instead=_INSTEAD,
         mistakes=[Mistake(_safe(_model_runner(model_variant(reference, kind), cfg)), hint)
                   for kind, hint in MODEL_MISTAKES],
-        error_hints=[("not subscriptable", "caches is None here, with start > 0: a window later "
-                                           "in the text, without caches. The positions come "
+        error_hints=[("not subscriptable", "caches is None here, with start > 0: the checker "
+                                           "calls the model at an offset without caches, to "
+                                           "test start on its own. The positions come "
                                            "from the start argument (not from len(caches[0])), "
                                            "and block i gets None when caches is None."),
                      ("cache is full", "a cache filled up: each block keeps its own keys and "
@@ -277,7 +278,7 @@ def _with_cache_argument(module: nn.Module, signature: str) -> Callable:
 
 def _model_runner(forward: Callable, cfg) -> Callable:
     """``run(tokens, split, step, start=0)``: split 0, one call ``forward(tokens)`` (or, with
-    ``start``, ``forward(tokens, start, None)``: a window later in the text, no caches); else
+    ``start``, ``forward(tokens, start, None)``: start tested on its own, no caches); else
     caches, the prompt ``tokens[:, :split]`` at start 0, then ``step`` tokens at a time."""
     def run(tokens, split, step, start=0):
         if not split:
@@ -319,7 +320,8 @@ def check_train_step(train_step: Callable) -> CheckResult:
         output_names=("the two losses", "the weights after two steps"), atol=1e-5,
         forbid=_forbid("train_step"), instead=_INSTEAD,
         mistakes=[Mistake(_safe(_two_steps(train_variant(kind))), hint)
-                  for kind, hint in TRAIN_MISTAKES])
+                  for kind, hint in TRAIN_MISTAKES],
+        error_hints=TRAIN_ERROR_HINTS)
 
 
 def _two_steps(step: Callable) -> Callable:

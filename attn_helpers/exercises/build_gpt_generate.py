@@ -10,6 +10,7 @@ import torch
 
 from ..lessons import build_gpt as bg
 from .build_gpt import _model_cfg
+from .build_gpt_hints import PAST_CONTEXT
 from .build_gpt_mistakes import (
     GENERATE_MISTAKES,
     generate_variant,
@@ -31,22 +32,29 @@ from .workflow import exercise
 @exercise("build_gpt.generate", "generation with a KV cache, temperature and top-k", hints=(
     "With a cache the prompt goes through once; after that only the new character runs, at its "
     "own position, and its keys and values join the cache. Temperature and top-k reshape the "
-    "logits before the softmax.",
+    "logits before the softmax. Past the context n_ctx, each character's position is counted from "
+    "the start of the window the model reads, not from the start of the text.",
     "The next character's logits are the last position's, (b, vocab), divided by T. For top-k: "
     "which one number per row separates the k largest logits from the rest, and what must the "
     "others become so that the softmax gives them nothing? With a cache: what goes into the next "
-    "call, and at which position?",
+    "call, and at which position? Once the text is longer than the context, every character in "
+    "the window has moved one position down since the last step: what does that do to keys and "
+    "values computed earlier?",
     "logits = ...                              # (b, vocab): the last position's, over T\n"
     "if top_k is not None:\n"
     "    kth = ...                             # (b, 1): each row's k-th largest logit\n"
     "    logits = ...                          # the logits below kth set to -inf\n"
     "nxt = torch.multinomial(..., 1, generator=generator)   # (b, 1), from the probabilities\n"
     "tokens = torch.cat([tokens, nxt], dim=1)\n"
-    "new, start = ...                          # cached: nxt at its position; else all, from 0"))
+    "if use_cache and ...:                     # the cache still has room\n"
+    "    new, start = ...                      # nxt at its position\n"
+    "else:                                     # no cache, or past the context\n"
+    "    new, start, caches = ...              # the window the model reads, from position 0"))
 def check_generate(generate: Callable) -> CheckResult:
     """Exercise: ``generate(model, prompt (b, n0), steps, temperature, top_k, use_cache,
     generator) -> tokens (b, n0 + steps)``, sampling with ``torch.multinomial(probs, 1,
-    generator=generator)``; with and without the cache it must give the same tokens."""
+    generator=generator)``; with and without the cache it must give the same tokens, also once
+    the text outgrows the context (three of the eight cases do)."""
     refusal = _function_or_refusal(generate, "generate")
     if refusal is not None:
         return refusal
@@ -55,27 +63,49 @@ def check_generate(generate: Callable) -> CheckResult:
     cases = []
     for b, n0, steps, t, k, cache in [(2, 3, 12, 1.0, None, True), (2, 3, 12, 1.0, None, False),
                                       (3, 5, 15, 0.5, None, True), (2, 1, 20, 2.0, 4, True),
-                                      (2, 4, 10, 0.7, 3, False), (1, 6, 18, 1.3, 1, True)]:
+                                      (2, 4, 10, 0.7, 3, False), (1, 6, 18, 1.3, 1, True),
+                                      (2, 4, 36, 0.9, None, True), (2, 4, 36, 0.9, None, False),
+                                      (1, 20, 14, 1.0, 5, True)]:
         cases.append({"prompt": torch.randint(0, 13, (b, n0), generator=g), "steps": steps,
                       "temperature": t, "top_k": k, "use_cache": cache,
                       "seed": int(torch.randint(0, 1000, (1,), generator=g))})
 
     global_draws = []     # the learner's calls that drew from torch's global random numbers
 
+    def past_hint(exc, cached):                 # cached: the failing call was given caches
+        if "cache is full" in str(exc):
+            return "stale"
+        return "cached" if cached else "plain"
+
     def runner(fn, learner=False):
         def run(prompt, steps, temperature, top_k, use_cache, seed):
             state = torch.random.get_rng_state()
+            calls = []                       # the learner's model calls, to place an error
+
+            def counting(tokens, start=0, caches=None):
+                calls.append(caches is not None)
+                return type(model).forward(model, tokens, start, caches)
+
+            model.forward = counting
             try:
                 out = fn(model, prompt, steps, temperature, top_k, use_cache,
                          torch.Generator().manual_seed(seed))
                 if learner and not torch.equal(state, torch.random.get_rng_state()):
                     global_draws.append(seed)
             except ValueError as exc:
-                if use_cache and ("cache is full" in str(exc) or "past the context" in str(exc)):
+                full = "cache is full" in str(exc) or "past the context" in str(exc)
+                past = prompt.shape[1] + len(calls) - 1 > model.cfg.context
+                if full and past:            # the text had outgrown the context
+                    raise Refused(f"generate failed once the text was longer than the context "
+                                  f"n_ctx = {model.cfg.context} ({exc}).\nHint: "
+                                  f"{PAST_CONTEXT[past_hint(exc, calls[-1])]}") from exc
+                if use_cache and full:
                     raise Refused(f"with use_cache=True generate ran past the cache ({exc}).\n"
                                   f"Hint: {dict(GENERATE_MISTAKES)['whole_sequence_cached']}"
                                   ) from exc
                 raise
+            finally:
+                del model.forward
             if out is None:
                 return None
             if not isinstance(out, torch.Tensor) or out.shape != (prompt.shape[0],
@@ -114,8 +144,9 @@ def check_generate(generate: Callable) -> CheckResult:
 def _check_cache_used(generate: Callable, model: bg.GPT, cases: list[dict]) -> CheckResult | None:
     """A failure (or None): with ``use_cache`` each call after the first runs one new token at its
     position; without it, each call re-runs the whole sequence from position 0, with no cache."""
-    def recording(tokens, start=0, caches=None):
-        calls.append((tokens.shape[1], start, caches is not None))
+    def recording(tokens, start=0, caches=None):     # an empty cache counts as none
+        calls.append((tokens.shape[1], start, caches is not None and caches[0].length > 0
+                       if tokens.shape[1] > 1 else caches is not None))
         return type(model).forward(model, tokens, start, caches)
 
     for case in cases:
@@ -128,16 +159,36 @@ def _check_cache_used(generate: Callable, model: bg.GPT, cases: list[dict]) -> C
                          use_cache, torch.Generator().manual_seed(case["seed"]))
         finally:
             del model.forward
+        T = model.cfg.context
         for j, (n, start, cached) in enumerate(calls):
-            if use_cache and j and (not cached or n != 1 or start != n0 + j - 1):
+            length = n0 + j                          # the text's length before call j
+            if j and length > T and (cached or n != T or start != 0):
                 return CheckResult(False, (
-                    "Not yet: the tokens are right, but the cache was never used: with use_cache "
-                    "every call after the first should run only the new token (n = 1) at start = "
-                    f"length - 1, caches passed in; call {j + 1} (prompt of {n0}) ran n = {n}, "
-                    f"start = {start}, caches {'passed' if cached else 'not passed'} (expected n = 1, "
-                    f"start = {n0 + j - 1}).\nHint: the cache was never used: make it once with "
-                    "model.new_caches(), pass it to every call, and after the prompt feed only "
-                    "the token just sampled."))
+                    f"Not yet: the tokens are right, but past the context n_ctx = {T} call {j + 1} "
+                    f"(the text {length} characters long) ran n = {n}, start = {start}, caches "
+                    f"{'passed' if cached else 'not passed'}; expected the last n_ctx = {T} "
+                    f"characters at start = 0, with no cache (or a new, empty one).\nHint: "
+                    f"{PAST_CONTEXT['stale']}"))
+            if length > T:
+                continue
+            if use_cache and not j and (n != n0 or start != 0):
+                return CheckResult(False, (
+                    f"Not yet: the tokens are right, but the prompt of {n0} did not run in one "
+                    f"call: the first call ran n = {n} at start = {start}.\nHint: with the cache, "
+                    "the prompt goes through the model once, as one block at position 0; after "
+                    "that, one new token per call."))
+            if use_cache and j and not cached:
+                return CheckResult(False, (
+                    f"Not yet: the tokens are right, but the cache was never used: call {j + 1} "
+                    f"(prompt of {n0}) got no caches.\nHint: make the caches once with "
+                    "model.new_caches() and hand the same ones to every call."))
+            if use_cache and j and (n != 1 or start != n0 + j - 1):
+                return CheckResult(False, (
+                    f"Not yet: the tokens are right, but call {j + 1} (prompt of {n0}) ran n = {n} "
+                    f"at start = {start}, caches passed; with the cache each call after the "
+                    f"prompt runs only the token just sampled (n = 1), at its own position (here "
+                    f"{n0 + j - 1}).\nHint: the cache already holds the keys and values of every "
+                    "earlier position: feed it only what it has not seen."))
             if not use_cache and (cached or n != n0 + j or start != 0):
                 return CheckResult(False, (
                     "Not yet: the tokens are right, but use_cache=False did not run without the "

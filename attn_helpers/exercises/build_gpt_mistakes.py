@@ -48,6 +48,7 @@ def attention_variant(ref: bg.CausalSelfAttention, *, mask="causal", out_proj=Tr
         allowed = {"causal": lambda: causal_mask(total)[start:], "none": lambda: None,
                    "upper": lambda: causal_mask(total).T[start:],
                    "not_offset": lambda: causal_mask(total)[:n],
+                   "no_diagonal": lambda: torch.ones(total, total, dtype=torch.bool).tril(-1)[start:],
                    "cache_unmasked": lambda: None if cache is not None else causal_mask(total),
                    "prompt_only": lambda: causal_mask(total)[start:] if start == 0 else None,
                    "multiplied": lambda: None}[mask]()
@@ -88,6 +89,9 @@ def block_variant(ref: bg.Block, kind: str) -> Callable:
             return x + ff(x)
         if kind == "same_norm":
             x = x + attn(n1(x))
+            return x + ff(n1(x))
+        if kind == "norms_swapped":
+            x = x + attn(n2(x))
             return x + ff(n1(x))
         if kind.startswith("residual_from_normed"):       # both sub-layers, or _attn / _ff alone
             h = n1(x)
@@ -164,8 +168,27 @@ def train_variant(kind: str) -> Callable:
     return step
 
 
+def _advance(kind: str, tokens, nxt, caches, use_cache: bool, T: int):
+    """What the next call gets, ``(new, start, caches)``, with ``kind``'s mistake."""
+    L = tokens.shape[1]
+    if use_cache and L <= T:                          # the cache has room
+        if kind == "positions_restart":
+            return nxt, 0, caches
+        if kind == "start_is_length":
+            return nxt, L, caches
+        if kind == "whole_sequence_cached":
+            return tokens, caches[0].length, caches
+        return nxt, L - 1, caches
+    if kind == "crop_first":                          # past T (or no cache): the window
+        return tokens[:, :T], 0, None
+    if kind == "crop_short":
+        return tokens[:, -(T - 1):], 0, None
+    return tokens[:, -T:], 0, None
+
+
 def generate_variant(kind: str) -> Callable:
     def generate(model, prompt, steps, temperature, top_k, use_cache, generator):
+        T = model.cfg.context
         tokens = prompt
         caches = model.new_caches() if use_cache else None
         new, start = prompt, 0
@@ -178,6 +201,8 @@ def generate_variant(kind: str) -> Callable:
                 logits = logits / temperature
             if top_k is not None and kind != "no_top_k":
                 kth = logits.topk(top_k, dim=-1).values[:, -1:]
+                if kind == "top_k_plus_one" and top_k < logits.shape[-1]:
+                    kth = logits.topk(top_k + 1, dim=-1).values[:, -1:]
                 if kind == "top_k_off_by_one":
                     logits = logits.masked_fill(logits <= kth, float("-inf"))
                     logits = torch.where(torch.isinf(logits).all(-1, keepdim=True),
@@ -188,27 +213,18 @@ def generate_variant(kind: str) -> Callable:
                 values, indices = logits.topk(top_k, dim=-1)
                 pick = torch.multinomial(torch.softmax(values, dim=-1), 1, generator=generator)
                 nxt = indices.gather(-1, pick)
-                tokens = torch.cat([tokens, nxt], dim=1)
-                new, start = (nxt, tokens.shape[1] - 1) if use_cache else (tokens, 0)
-                continue
-            probs = torch.softmax(logits, dim=-1)
-            if kind == "temperature_after_softmax":
-                probs = probs / temperature
-            if kind == "greedy":
-                nxt = probs.argmax(-1, keepdim=True)
             else:
-                nxt = torch.multinomial(probs, 1, generator=generator)
+                probs = torch.softmax(logits, dim=-1)
+                if kind == "temperature_after_softmax":
+                    probs = probs / temperature
+                if kind == "greedy":
+                    nxt = probs.argmax(-1, keepdim=True)
+                else:
+                    nxt = torch.multinomial(probs, 1, generator=generator)
             tokens = torch.cat([tokens, nxt], dim=1)
-            if not use_cache:
-                new, start = tokens, 0
-            elif kind == "positions_restart":
-                new, start = nxt, 0
-            elif kind == "start_is_length":
-                new, start = nxt, tokens.shape[1]
-            elif kind == "whole_sequence_cached":
-                new, start = tokens, caches[0].length
-            else:
-                new, start = nxt, tokens.shape[1] - 1
+            new, start, caches = _advance(kind, tokens, nxt, caches, use_cache, T)
+            if kind == "start_frozen" and use_cache and caches is not None:
+                start = prompt.shape[1]
         return tokens
 
     return generate

@@ -101,9 +101,11 @@ def _compare(got, expected, name: str, atol: float, rtol: float, *,
     if not _close(got, expected, atol, rtol):
         diff = (got.double() - expected.double()).abs()
         diff = diff.masked_fill(got.double() == expected.double(), 0)  # equal infinities: no gap
-        index = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
+        over = diff / (atol + rtol * expected.double().abs())  # > 1 where the tolerance breaks
+        over = torch.where(diff > 0, torch.nan_to_num(over, nan=float("inf")), 0)  # 0/0, inf/inf
+        index = tuple(int(i) for i in (over == over.max()).nonzero()[0])
         whole = bool((expected == expected.round()).all() and (got == got.round()).all())
-        form = ".0f" if whole else ".4f"                  # token ids and counts as whole numbers
+        form = ".0f" if whole else ".4g"                  # token ids and counts as whole numbers
         return (f"you returned {name} with wrong values: at index {index} you gave "
                 f"{got[index].item():{form}}, expected {expected[index].item():{form}} "
                 f"(largest difference {diff.max().item():.2g}).")

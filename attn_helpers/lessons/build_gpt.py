@@ -187,11 +187,16 @@ def next_token_loss(model: nn.Module, chunk: torch.Tensor) -> torch.Tensor:
 def generate(model: GPT, prompt: torch.Tensor, steps: int, temperature: float = 1.0,
              top_k: int | None = None, use_cache: bool = True,
              generator: torch.Generator | None = None) -> torch.Tensor:
-    """Sample ``steps`` tokens after ``prompt (b, n0)``; returns ``(b, n0 + steps)``.
+    """Sample ``steps`` tokens after ``prompt (b, n0)``, ``n0 <= context``; returns
+    ``(b, n0 + steps)``.
 
     With the cache, the prompt runs once and then each step runs only the new token, at its
-    position ``start``; without it, each step re-runs the whole sequence from position 0.
+    position ``start``; without it, each step re-runs the whole sequence from position 0. Once
+    the text outgrows the context ``n_ctx``, the model reads its last ``n_ctx`` tokens at
+    positions ``0..n_ctx-1`` (nanoGPT's crop): every token has moved to a new position, so every
+    cached key and value is stale, and both ways re-run the window at each step.
     """
+    n_ctx = model.cfg.context
     tokens = prompt
     caches = model.new_caches() if use_cache else None
     new, start = prompt, 0
@@ -203,8 +208,8 @@ def generate(model: GPT, prompt: torch.Tensor, steps: int, temperature: float = 
         probs = torch.softmax(logits, dim=-1)
         nxt = torch.multinomial(probs, 1, generator=generator)       # (b, 1)
         tokens = torch.cat([tokens, nxt], dim=1)
-        if use_cache:
+        if use_cache and tokens.shape[1] <= n_ctx:                   # the cache has room
             new, start = nxt, tokens.shape[1] - 1
-        else:
-            new = tokens
+        else:                                                        # no cache, or past n_ctx
+            new, start, caches = tokens[:, -n_ctx:], 0, None
     return tokens

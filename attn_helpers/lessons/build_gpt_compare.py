@@ -24,8 +24,8 @@ from .build_gpt_train import (
     train_flops,
 )
 
-__all__ = ["LEVEL_NATS", "load_nanogpt_bar", "measure_nanogpt_bar", "nanogpt_claims",
-           "level_claims", "load_final_seeds", "measure_final_seeds", "seed_claims",
+__all__ = ["load_nanogpt_bar", "measure_nanogpt_bar", "nanogpt_claims",
+           "load_final_seeds", "measure_final_seeds", "seed_claims",
            "rerun_claims", "flop_checks"]
 
 _DATA = Path(__file__).resolve().parent.parent / "data"
@@ -36,9 +36,6 @@ FINAL_SEEDS_FILE = _DATA / "build_gpt_final_seeds.json"
 #: How close a re-run of the final recipe lands to its recorded seed (another CPU, instruction set
 #: or thread count changes the last bits of every step, and so the trajectory a little).
 RERUN_NATS = 0.03
-#: How far above nanoGPT's settings' recorded loss the final model may land and still count as
-#: "a few hundredths above".
-LEVEL_NATS = 0.05
 
 _RECIPE_KEYS = ("steps", "batch", "lr", "warmup", "final_lr_share", "betas", "weight_decay",
                 "clip", "optimizer", "muon_scale")
@@ -112,14 +109,6 @@ def rerun_claims(log: TrainLog, seeds: dict | None = None) -> dict:
     return {f"this run lands within {RERUN_NATS} nats of the recorded run of seed "
             f"{seeds['seeds'][0]} ({seeds['nats'][0]:.3f})":
             abs(log.final - seeds["nats"][0]) <= RERUN_NATS}
-
-
-def level_claims(log: TrainLog, bar: dict | None = None) -> dict:
-    """This run's final model against the recorded nanoGPT-settings loss."""
-    bar = load_nanogpt_bar() if bar is None else bar
-    return {f"this run's held-out loss is at most {LEVEL_NATS} nats above this course's GPT "
-            f"trained with nanoGPT's settings ({bar['mean']:.3f}, recorded)":
-            log.final <= bar["mean"] + LEVEL_NATS}
 
 
 def flop_checks(cfg: GPTConfig, recipe: Recipe = FINAL, *, at_most: float = 0.4) -> dict:

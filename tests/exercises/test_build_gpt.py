@@ -200,6 +200,57 @@ def test_generate_rejects_known_mistakes(kind, words):
     assert_rejected(ex.check_generate(generate_variant(kind)), "Hint: ", words)
 
 
+def _past_context(update):
+    """A generate whose step after sampling is ``update(tokens, nxt, caches, use_cache, n_ctx)``."""
+    @torch.no_grad()
+    def generate(model, prompt, steps, temperature, top_k, use_cache, generator):
+        n_ctx, tokens = model.cfg.context, prompt
+        caches = model.new_caches() if use_cache else None
+        new, start = prompt, 0
+        for _ in range(steps):
+            logits = model(new, start, caches)[:, -1] / temperature
+            if top_k is not None:
+                kth = logits.topk(top_k, dim=-1).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+            tokens = torch.cat([tokens, nxt], dim=1)
+            new, start, caches = update(tokens, nxt, caches, use_cache, n_ctx)
+        return tokens
+    return generate
+
+
+def _cached_while_room(past):
+    def update(tokens, nxt, caches, use_cache, n_ctx):
+        if use_cache and tokens.shape[1] <= n_ctx:
+            return nxt, tokens.shape[1] - 1, caches
+        return past(tokens, caches, use_cache, n_ctx)
+    return update
+
+
+def test_generate_past_the_context_accepts_a_fresh_cache_and_names_each_mistake():
+    fresh = _cached_while_room(lambda t, c, use, n: (t[:, -n:], 0,
+                                                     None if c is None else MODEL_CACHES(c)))
+    assert ex.check_generate(_past_context(fresh))
+    never_crops = _past_context(lambda t, nxt, c, use, n: (nxt, t.shape[1] - 1, c) if use
+                                else (t, 0, None))
+    assert "had nowhere to go" in ex.check_generate(never_crops).message
+    crops_without_cache_only = _past_context(lambda t, nxt, c, use, n: (nxt, t.shape[1] - 1, c)
+                                             if use else (t[:, -n:], 0, None))
+    assert "had nowhere to go" in ex.check_generate(crops_without_cache_only).message
+    stale = _cached_while_room(lambda t, c, use, n: (t[:, -n:], 0, c))
+    message = ex.check_generate(_past_context(stale)).message
+    assert "what is a cached key worth" in message and "cache is full" in message
+    plain = _cached_while_room(lambda t, c, use, n: (t, 0, None))
+    assert "which n_ctx?" in ex.check_generate(_past_context(plain)).message
+    keeps_positions = _cached_while_room(lambda t, c, use, n: (t[:, -n:], max(0, t.shape[1] - n),
+                                                               None))
+    assert "positions 0..n_ctx-1" in ex.check_generate(_past_context(keeps_positions)).message
+
+
+def MODEL_CACHES(caches):                       # a new, empty cache of the same size per layer
+    return [type(c)(c.max_len) for c in caches]
+
+
 def test_generate_names_restarting_positions_and_late_temperature():
     assert "positions restart" in ex.check_generate(generate_variant("positions_restart")).message
     assert "start = tokens.shape[1]" in ex.check_generate(generate_variant("start_is_length")).message
@@ -271,7 +322,7 @@ def _sample_whole_sequence(model, prompt, steps, temperature, top_k, generator):
     ``generator=None`` draws from torch's global random numbers."""
     tokens = prompt
     for _ in range(steps):
-        logits = model(tokens)[:, -1] / temperature
+        logits = model(tokens[:, -model.cfg.context:])[:, -1] / temperature
         if top_k is not None:
             kth = logits.topk(top_k, dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -392,7 +443,8 @@ def _generate_from_hint(fills):
     """Hint 3 of generate is the body of the stub's loop."""
     return skeleton("build_gpt.generate",
                     "model, prompt, steps, temperature, top_k, use_cache, generator", fills,
-                    prefix="tokens = prompt\ncaches = model.new_caches() if use_cache else None\n"
+                    prefix="n_ctx = model.cfg.context\ntokens = prompt\n"
+                           "caches = model.new_caches() if use_cache else None\n"
                            "new, start = prompt, 0\n",
                     loop="for _ in range(steps):", suffix="return tokens")
 
@@ -432,7 +484,7 @@ def test_the_third_hints_of_the_step_and_of_generate_are_skeletons():
         "model(new, start, caches)[:, -1] / temperature",
         "logits.topk(top_k, dim=-1).values[:, -1:]",
         "logits.masked_fill(logits < kth, float('-inf'))", "torch.softmax(logits, dim=-1)",
-        "(nxt, tokens.shape[1] - 1) if use_cache else (tokens, 0)")))
+        "tokens.shape[1] <= n_ctx", "nxt, tokens.shape[1] - 1", "tokens[:, -n_ctx:], 0, None")))
     assert result, result.message
 
 
