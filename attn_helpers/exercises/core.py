@@ -252,11 +252,12 @@ def check_function(
         if got is None and number == 1:
             return CheckResult(False, f"{what} is not implemented yet (it returned None).")
         expected = _as_tuple(reference(*_clone(case).values()))
-        got = _as_tuple(got)
+        got = tuple(got) if isinstance(got, list) and len(expected) > 1 else _as_tuple(got)
         if len(got) != len(expected):
             return CheckResult(False, f"Not yet: on {where}, {what} returned {len(got)} value(s); "
                                       f"expected {len(expected)} ({', '.join(output_names)}).")
-        for name, g, e in zip(output_names, got, expected, strict=False):
+        names = [*output_names, *(f"output {i + 1}" for i in range(len(output_names), len(got)))]
+        for name, g, e in zip(names, got, expected, strict=False):
             problem = _compare(g, e, name, atol, rtol, same_dtype=same_dtype)
             if problem is None:
                 continue

@@ -285,17 +285,16 @@ REFUSED_WHILE_CHECKING = ("_gqa", "_wrong")
 @exercise("multi_head.grouped_query", "grouped-query attention", hints=(
     "There are h query heads but only g key/value heads: consecutive query heads form g groups of "
     "h/g, and group j reads key/value head j. The point is that K and V are never copied to h "
-    "heads, so a decoding step reads g heads of keys and values, not h; the checker refuses a "
-    "copy. So turn the sharing around: rather than bring a key/value head to each query head, "
-    "bring the h/g query heads of group j to key/value head j. The attention itself is notebook "
-    "02's, ah.scaled_dot_product_attention.",
+    "heads, so a decoding step reads g heads of keys and values, not h; the checker refuses any "
+    "allocation that large. Nothing may be copied: which tensor can change its shape for free, "
+    "and into what? The attention itself is notebook 02's, ah.scaled_dot_product_attention.",
     "ah.scaled_dot_product_attention treats every axis before the last two as a batch and pairs "
-    "q's batch entries with k's. An axis of size 1 in k that has to broadcast against h/g query "
-    "heads is copied inside the matrix product, so let k's batch axes (b, g) meet q's exactly. "
-    "q's head axis splits into g groups of h/g: group first, or h/g first? Once it is split, can "
-    "the h/g axis join the n_q axis, so that one key/value head sees its group's queries as more "
-    "rows? Is that a view of q or a copy? And how does the output get back to (b, h, n_q, "
-    "d_head)?",
+    "q's batch entries with k's; an axis of size 1 in k that has to broadcast against several "
+    "query heads is copied inside the matrix product. So k's batch axes, (b, g), must meet q's "
+    "exactly. q's head axis splits into g groups of h/g: group first, or h/g first? What is "
+    "left of the h/g axis after that, and where can it go so that q keeps only (b, g) in front of "
+    "its last two axes? Is that a view of q or a copy? And how does the output get back to "
+    "(b, h, n_q, d_head)?",
     "b, h, n_q, d_head = q.shape\n"
     "g = k.shape[1]\n"
     "rows = ...   # (b, g, h/g * n_q, d_head): group j's query heads as rows against k[:, j]; a view\n"

@@ -218,9 +218,8 @@ class _NoCopiedKV:
             raise Refused(
                 f"{copied} A head axis of size 1 that broadcasts through a matrix product is "
                 "copied: PyTorch's matmul expands the batch axes and reshapes them into one "
-                f"before it multiplies, so K or V was copied h/g = {h // g} times. Arrange the "
-                "queries so that no batch axis has to broadcast: a key/value head can meet the "
-                "query heads of its group as more query rows. Grouped-query attention exists so "
+                f"before it multiplies, so K or V was copied h/g = {h // g} times: no batch axis may "
+                "broadcast here. Grouped-query attention exists so "
                 f"that a decoding step reads g = {g} heads of keys and values, not h = {h}.")
         raise Refused(
             f"{copied} That copy is what grouped-query attention exists to avoid: a decoding step "

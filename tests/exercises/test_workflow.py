@@ -352,3 +352,17 @@ def test_refusing_ops_catches_every_route_to_an_aten_op():
                   lambda: F.scaled_dot_product_attention(q, q, q)):
         with pytest.raises(Refused, match="no sdpa"), sdpa({}):
             route()
+
+
+def test_a_list_of_outputs_counts_as_the_tuple_the_reference_returns():
+    """Review 7: returning [dW_Q, dW_K] was refused as "1 value(s); expected 2"."""
+    from attn_helpers.exercises.core import check_function
+
+    def reference(x):
+        return x * 2, x + 1
+
+    cases = [{"x": torch.arange(3.0)}]
+    assert check_function(lambda x: [x * 2, x + 1], reference, cases)
+    assert not check_function(lambda x: [x * 2, x + 2], reference, cases)
+    one = check_function(lambda x: [x * 2], lambda x: x * 2, cases)
+    assert not one            # a list where one tensor is expected is still not that tensor
