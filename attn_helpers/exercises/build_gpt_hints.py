@@ -94,6 +94,9 @@ MODEL_MISTAKES = [
                          "turn."),
     ("scaled_embeddings", "the embeddings are multiplied by sqrt(d): this GPT adds the token and "
                           "position embeddings as they are."),
+    ("token_scaled", "the token embeddings are multiplied by sqrt(d) before the positions are "
+                     "added (the 2017 paper's convention, with its fixed sinusoids): this GPT "
+                     "adds both learned embeddings as they are."),
     ("no_blocks", "the blocks never ran: the logits come straight from the embeddings."),
     ("log_softmax_output", "the model returns log_softmax(logits): return the raw logits; "
                            "cross_entropy and sampling apply the (log-)softmax themselves."),

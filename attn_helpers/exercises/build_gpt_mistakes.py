@@ -123,7 +123,7 @@ def model_variant(ref: bg.GPT, kind: str) -> Callable:
                "positions_from_one": lambda: ref.position_embedding(torch.arange(s + 1, s + n + 1)),
                "no_positions": lambda: 0}.get(
                    kind, lambda: ref.position_embedding(torch.arange(s, s + n)))()
-        x = tok + pos
+        x = tok * math.sqrt(d) + pos if kind == "token_scaled" else tok + pos
         if kind == "scaled_embeddings":
             x = x * math.sqrt(d)
         blocks = {"first_block_only": ref.blocks[:1], "no_blocks": []}.get(kind, ref.blocks)

@@ -48,6 +48,40 @@ class _RefuseOpCalls(_Refusing, torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+class _NoGraph(torch.overrides.TorchFunctionMode):
+    """Refuses every tensor that requires grad made while the learner's function runs. Autograd
+    only differentiates through such tensors, so this closes the routes the named refusals miss:
+    a ``grad_fn`` called by hand (``(q @ k.mT).grad_fn(g)``), ``torch.autograd.graph``, the
+    engine's ``Variable._execution_engine.run_backward``, an ``nn.Parameter``. The inputs are
+    handed to the learner detached (:func:`_detached`), so none of them requires grad."""
+
+    def __init__(self, why: str):
+        super().__init__()
+        self.why = why
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, tuple | list) else (out,):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                raise Refused(f"{self.why} (it made a tensor that requires grad, which autograd "
+                              "differentiates through).")
+        return out
+
+
+def _detached(inputs: dict) -> None:
+    """Replaces, in place, each input tensor (or tensor in a tuple or list) that requires grad by
+    its detached view: the learner's function gets the same values and storage, without a graph
+    to differentiate through, and :class:`_NoGraph` refuses none of them or their results."""
+    def detach(v):
+        if isinstance(v, torch.Tensor):
+            return v.detach() if v.requires_grad else v
+        if isinstance(v, tuple | list):
+            return type(v)(detach(x) for x in v)
+        return v
+    for name, value in inputs.items():
+        inputs[name] = detach(value)
+
+
 class _RefuseFunctions(torch.overrides.TorchFunctionMode):
     def __init__(self, names: frozenset, why: str):
         super().__init__()
@@ -67,7 +101,10 @@ def refusing_ops(ops: Iterable[str], why: str, *, autograd: bool = False
     ``"_softmax_backward_data"``, ``"scaled_dot_product_attention"``; a name ending in ``*``
     matches every op with that prefix) whatever route reaches them, with the message ``why``.
     ``autograd=True`` also refuses autograd itself: ``backward``, ``torch.autograd.grad``,
-    calling a ``grad_fn``, and forward mode (``torch.func.jvp``, dual numbers)."""
+    ``torch.func``, forward mode (``torch.func.jvp``, dual numbers), and every route through a
+    graph (a ``grad_fn`` called by hand, the engine's ``run_backward``): any tensor that requires
+    grad made while the guarded code runs (:class:`_NoGraph`; input tensors that require grad are
+    handed over detached, in ``inputs`` itself, so a right answer is never refused for them)."""
     wanted = list(ops) + (["_make_dual", "_unpack_dual"] if autograd else [])
     packets = set()
     for name in wanted:
@@ -83,10 +120,13 @@ def refusing_ops(ops: Iterable[str], why: str, *, autograd: bool = False
     def guard(inputs: dict) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
             if autograd:
+                _detached(inputs)
                 stack.enter_context(_RefuseFunctions(frozenset({"backward", "grad"}), why))
                 stack.enter_context(_no_autograd_engine(why))
             stack.enter_context(_RefuseOpCalls(packets, why))
             stack.enter_context(_RefuseOps(packets, why))
+            if autograd:
+                stack.enter_context(_NoGraph(why))
             yield
 
     return guard
@@ -95,7 +135,7 @@ def refusing_ops(ops: Iterable[str], why: str, *, autograd: bool = False
 @contextlib.contextmanager
 def _no_autograd_engine(why: str) -> Iterator[None]:
     """``torch.autograd.grad``/``backward`` and ``torch.func``'s transforms refused by name while
-    the block runs (the aten guard catches a ``grad_fn`` called by hand)."""
+    the block runs (:class:`_NoGraph` catches a ``grad_fn`` called by hand, the engine)."""
     import torch.func  # noqa: PLC0415, F401
 
     def refuse(label):

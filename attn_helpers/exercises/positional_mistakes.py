@@ -26,7 +26,8 @@ __all__: list[str] = []
 def _layout(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int, *, inverse: bool = False,
             swap: bool = False, negate: bool = False, one_head: bool = False,
             head_minor: bool = False, columns: bool = False, keep_k: bool = False,
-            counts: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            counts: tuple[int, int] | None = None,
+            reverse: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``(W_Q', W_K')``: the rows of each head of ``W_Q`` (``h`` heads) and ``W_K`` (``g`` heads),
     ``nn.Linear`` weights trained with split-half RoPE (pair ``i`` = rows ``i, i + d/2`` of a head),
     moved so that interleaved RoPE (pair ``i`` = rows ``2i, 2i+1``) computes the same scores:
@@ -35,14 +36,14 @@ def _layout(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int, *, inverse: bo
     direction; ``swap``: each pair's members swapped; ``negate``: the second member negated;
     ``one_head``: all rows as one head; ``head_minor``: rows read as ``(d_head, heads)``;
     ``columns``: the columns moved instead; ``keep_k``: ``W_K`` left as it is; ``counts``: the
-    head counts used for ``(W_Q, W_K)``."""
+    head counts used for ``(W_Q, W_K)``; ``reverse``: the pairs in reverse order."""
     def convert(W: torch.Tensor, heads: int) -> torch.Tensor:
         rows = W.shape[0]
         heads = 1 if one_head else heads
         if rows % heads or (rows // heads) % 2:
             raise ValueError(f"{rows} rows do not split into {heads} heads of even size")
         d = rows // heads
-        i = torch.arange(d // 2)
+        i = torch.arange(d // 2).flip(0) if reverse else torch.arange(d // 2)
         index = torch.stack([i + d // 2, i] if swap else [i, i + d // 2], -1).flatten()  # (d,)
         index = index.argsort() if inverse else index              # new row r <- old row index[r]
         block = torch.arange(heads)
@@ -131,6 +132,10 @@ LAYOUT_MISTAKES = [
     Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, head_minor=True),
             "you read the rows as (d_head, heads): nn.Linear's rows are head after head, so "
             "head j is the block of rows j * d_head .. (j + 1) * d_head - 1."),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, reverse=True),
+            "your pairs are in reverse order: split-half pair i landed on interleaved pair "
+            "d/2 - 1 - i, which turns at another frequency. Both layouts give pair i the same "
+            "omega_i: which interleaved pair must each split-half pair become?"),
     Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, counts=(h, h)), _COUNTS),
     Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, counts=(g, g)), _COUNTS),
 ]

@@ -325,7 +325,7 @@ def check_projection_gradients(projection_gradients: Callable) -> CheckResult:
     ``(d_model, d_k)``, ``grad_weights`` ``(..., n, n)`` the gradient of the loss at
     ``A = softmax(scale * (x W_Q)(x W_K)^T)``: the gradients at ``W_Q`` and ``W_K``, each
     ``(d_model, d_k)`` (summed over a batch), chained by hand (autograd is refused by any route
-    while it runs). Checked against autograd; 17 named mistakes (:mod:`.scaling_mistakes`)."""
+    while it runs). Checked against autograd; 18 named mistakes (:mod:`.scaling_mistakes`)."""
     if getattr(projection_gradients, "__code__", None) is CHAIN_CODE:
         return CheckResult(False, "Not yet: that is the checker's own code, which does this "
                                   f"exercise for you. {PROJECTION_INSTEAD}.")

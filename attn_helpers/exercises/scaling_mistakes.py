@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from .core import Mistake, Refused, refusing_ops, seeded
+from .core import Mistake, refusing_ops, seeded
 
 __all__ = ["CHAIN_CODE", "PROJECTION_FORBID", "PROJECTION_INSTEAD", "PROJECTION_MISTAKES",
            "projection_guard"]
@@ -23,26 +23,29 @@ __all__ = ["CHAIN_CODE", "PROJECTION_FORBID", "PROJECTION_INSTEAD", "PROJECTION_
 F64 = torch.float64
 
 
-def _softmax_grad(s: torch.Tensor, g: torch.Tensor, *, diagonal_only: bool = False) -> torch.Tensor:
-    """The softmax backward at the scores ``s`` (rows on the last axis), for ``g = dL/dA``."""
-    a = torch.softmax(s, dim=-1)
+def _softmax_grad(s: torch.Tensor, g: torch.Tensor, *, diagonal_only: bool = False,
+                  dim: int = -1) -> torch.Tensor:
+    """The softmax backward at the scores ``s`` (rows on the last axis), for ``g = dL/dA``;
+    ``dim``: the axis its weights are recomputed over (-1, the keys, is right)."""
+    a = torch.softmax(s, dim=dim)
     return a * g if diagonal_only else a * (g - (a * g).sum(-1, keepdim=True))
 
 
 def _backward_with(x, w_q, w_k, scale, up, *, power=1, given_scale=True,  # noqa: C901
                    softmax_at="scores", dq_rows=True, dk_columns=True, swap_qk=False,
-                   wrt="weights", batch="sum", swap_outputs=False, sign=1.0):
+                   wrt="weights", batch="sum", swap_outputs=False, sign=1.0, weights_dim=-1):
     """``(dL/dW_Q, dL/dW_K)`` written out, with one thing changed. ``power``: how many times the
     scale multiplies dQ and dK; ``given_scale=False``: 1/sqrt(d_k) in place of ``scale``;
     ``softmax_at``: where the softmax backward runs ("scores": S; "raw": Q K^T, the scale left
     out; "weights": A, the softmax taken twice; "skipped": none, dS = dL/dA; "diagonal": only the
     diag(a) part of J); ``dq_rows=False``: dQ from dS^T; ``dk_columns=False``: dK from dS;
     ``swap_qk``: dQ from Q and dK from K; ``wrt``: "weights", "qk" (dQ, dK) or "transposed";
-    ``batch``: how the sequences of a batch combine ("sum", "mean", "kept")."""
+    ``batch``: how the sequences of a batch combine ("sum", "mean", "kept"); ``weights_dim``: the
+    axis the softmax backward recomputes the weights over (-2: down the columns, over queries)."""
     c = scale if given_scale else 1 / math.sqrt(w_q.shape[-1])
     q, k = x @ w_q, x @ w_k                                           # (..., n, d_k)
     s = c * q @ k.mT                                                  # (..., n, n)
-    d_s = {"scores": lambda: _softmax_grad(s, up),
+    d_s = {"scores": lambda: _softmax_grad(s, up, dim=weights_dim),
            "raw": lambda: _softmax_grad(q @ k.mT, up),
            "weights": lambda: _softmax_grad(torch.softmax(s, dim=-1), up),
            "skipped": lambda: up,
@@ -99,6 +102,10 @@ PROJECTION_MISTAKES = [
             {"softmax_at": "weights"}),
     *_wrong("dS misses the a a^T part of the softmax's Jacobian (that is only diag(a) g): use "
             "the whole softmax backward of exercise 2.", {"softmax_at": "diagonal"}),
+    *_wrong("the softmax backward recomputed the weights over dim -2, down each column of S (over "
+            "the queries): A = softmax(S) normalises each row, one query's scores against every "
+            "key, so the weights it differentiates are the softmax over the last axis.",
+            {"weights_dim": -2}),
     *_wrong("the softmax backward ran at Q K^T, without the scale: it needs the scores the "
             "softmax saw, S = scale * Q K^T, since the weights A = softmax(S) depend on them.",
             {"softmax_at": "raw"}),
@@ -139,25 +146,6 @@ PROJECTION_MISTAKES = [
 # --- what the learner's function may not do -------------------------------------------------
 
 
-class _NoGraph(torch.overrides.TorchFunctionMode):
-    """Refuses every tensor that requires grad while the learner's function runs. Autograd only
-    differentiates through such tensors, so this closes the routes the named refusals of
-    :func:`.guards.refusing_ops` miss: a matmul's ``grad_fn`` called by hand, the engine's
-    ``run_backward``."""
-
-    def __init__(self, why: str):
-        super().__init__()
-        self.why = why
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, tuple | list) else (out,):
-            if isinstance(t, torch.Tensor) and t.requires_grad:
-                raise Refused(f"{self.why} (it made a tensor that requires grad, which autograd "
-                              "differentiates through).")
-        return out
-
-
 PROJECTION_FORBID = [
     (torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward"),
     (torch.autograd.functional, "vjp"), (torch.autograd.functional, "jacobian"),
@@ -175,13 +163,7 @@ _PROJECTION_WHY = ("projection_gradients used autograd (backward, torch.autograd
 
 def projection_guard() -> Callable[[dict], contextlib.AbstractContextManager]:
     """A ``guard`` for :func:`.core.check_function`: while the learner's function runs, autograd
-    by any route (:func:`.guards.refusing_ops` and :class:`_NoGraph`) and PyTorch's own softmax
-    backward are refused."""
-    no_autograd = refusing_ops(("_softmax_backward_data",), _PROJECTION_WHY, autograd=True)
-
-    @contextlib.contextmanager
-    def guard(inputs: dict):
-        with no_autograd(inputs), _NoGraph(_PROJECTION_WHY):
-            yield
-
-    return guard
+    by any route (:func:`.guards.refusing_ops` with ``autograd=True``: the named functions, and
+    any tensor that requires grad, so no ``grad_fn`` or engine call either) and PyTorch's own
+    softmax backward are refused."""
+    return refusing_ops(("_softmax_backward_data",), _PROJECTION_WHY, autograd=True)

@@ -302,5 +302,6 @@ def same_samples_claims(cached: torch.Tensor, plain: torch.Tensor) -> dict:
     """Generation with and without the cache, from the same random numbers: the same tokens
     (the distributions agree up to rounding, so only a draw on a rounding edge could differ)."""
     b, n = cached.shape
-    return {f"with and without the cache, the same {b} x {n} tokens from the same random numbers":
+    return {f"with and without the cache, the same {b} x {n} tokens from the same random numbers "
+            "(the cache is used up to the context; past it both re-encode the window)":
             torch.equal(cached, plain)}

@@ -550,12 +550,18 @@ def test_the_backward_through_autograd_or_the_package_is_refused():
          "    D = (d_out * O).sum(-1, keepdim=True)\n"
          "    return backward_tile(q, k, v, d_out, lse[..., None], D)\n"
          "def package(q, k, v, O, lse, d_out, B):\n"
+         "    ah.tiled_attention(q, k, v, block_size=B, causal=True)\n"
+         "    return learner(q, k, v, O, lse, d_out, B)\n"
+         "def package_grad(q, k, v, O, lse, d_out, B):\n"
          "    leaves = [t.clone().requires_grad_() for t in (q, k, v)]\n"
          "    out = ah.tiled_attention(*leaves, block_size=B, causal=True)\n"
          "    return torch.autograd.grad(out, leaves, d_out)\n"
          "def by_hand(q, k, v, O, lse, d_out, B):\n"
          "    x = q.clone().requires_grad_()\n"
          "    (x * 2).sum().backward()\n"
+         "    return learner(q, k, v, O, lse, d_out, B)\n"
+         "def backward_named(q, k, v, O, lse, d_out, B):\n"
+         "    torch.Tensor.backward(q)\n"
          "    return learner(q, k, v, O, lse, d_out, B)\n"
          "def vjp(q, k, v, O, lse, d_out, B):\n"
          "    torch.func.vjp(torch.sin, q)\n"
@@ -565,10 +571,72 @@ def test_the_backward_through_autograd_or_the_package_is_refused():
          "    return learner(q, k, v, O, lse, d_out, B)\n", ns)
     assert_rejected(ex.check_causal_backward(ns["tiles"]), "backward_tile")
     assert_rejected(ex.check_causal_backward(ns["package"]), "attn_helpers.tiled_attention")
-    assert_rejected(ex.check_causal_backward(ns["by_hand"]), "used autograd", "Tensor.backward")
+    assert_rejected(ex.check_causal_backward(ns["package_grad"]), "used autograd", "requires grad")
+    assert_rejected(ex.check_causal_backward(ns["by_hand"]), "used autograd", "requires grad")
+    assert_rejected(ex.check_causal_backward(ns["backward_named"]), "used autograd",
+                    "Tensor.backward")
     assert_rejected(ex.check_causal_backward(ns["vjp"]), "used autograd", "vjp")
     assert_rejected(ex.check_causal_backward(ns["fused"]), "_scaled_dot_product_flash_attention")
     assert ns["backward_tile"] is eff.backward_tile and eff.backward_tile.__name__ == "backward_tile"
+    x = torch.ones(2, requires_grad=True)
+    (x * 3).sum().backward()                                   # autograd is back afterwards
+    assert x.grad.tolist() == [3.0, 3.0]
+
+
+def _tiled_dv(q, k, v, lse, d_out, B, product_backward):
+    """dV = P^T dO one causal B x B tile at a time, each tile's ``P^T dO_I`` taken from
+    ``product_backward(P_IJ, v_J, dO_I)``: autograd's backward of ``P_IJ @ v_J`` at ``v_J``."""
+    n, scale, dv = q.shape[-2], 1 / math.sqrt(q.shape[-1]), torch.zeros_like(v)
+    for i in range(0, n, B):
+        for j in range(0, i + 1, B):
+            rows, cols = torch.arange(i, min(i + B, n))[:, None], torch.arange(j, min(j + B, n))
+            s = q[..., i:i + B, :] @ k[..., j:j + B, :].mT * scale
+            p = torch.exp(s - lse[..., i:i + B, None]).masked_fill(cols > rows, 0.0)
+            dv[..., j:j + B, :] += product_backward(p, v[..., j:j + B, :], d_out[..., i:i + B, :])
+    return dv
+
+
+def _grad_fn_by_hand(q, k, v, O, lse, d_out, B):
+    """dV from the grad_fn of each tile's P @ V, called by hand; dQ, dK the learner's own."""
+    def product_backward(p, v_j, d_o):  # one 2-D product per sequence: MmBackward0's outputs
+        flat = [t.reshape(-1, *t.shape[-2:]) for t in (p, v_j, d_o)]
+        return torch.stack([(p_b @ v_b.clone().requires_grad_()).grad_fn(d_b)[1]
+                            for p_b, v_b, d_b in zip(*flat, strict=True)]).reshape(v_j.shape)
+    dq, dk, _ = learner_backward(q, k, v, O, lse, d_out, B)
+    return dq, dk, _tiled_dv(q, k, v, lse, d_out, B, product_backward)
+
+
+def _engine(q, k, v, O, lse, d_out, B):
+    """dV through the engine's run_backward, with no backward or autograd.grad named."""
+    def product_backward(p, v_j, d_o):
+        leaf = v_j.clone()
+        leaf.requires_grad = True
+        return torch.autograd.Variable._execution_engine.run_backward(
+            (p @ leaf,), (d_o,), False, False, (leaf,), False, False)[0]
+    dq, dk, _ = learner_backward(q, k, v, O, lse, d_out, B)
+    return dq, dk, _tiled_dv(q, k, v, lse, d_out, B, product_backward)
+
+
+def _graph_node(q, k, v, O, lse, d_out, B):
+    """dV from a torch.autograd.graph Node of an nn.Parameter's product."""
+    def product_backward(p, v_j, d_o):
+        flat = [t.reshape(-1, *t.shape[-2:]) for t in (p, v_j, d_o)]
+        nodes: list[torch.autograd.graph.Node] = [
+            (p_b @ torch.nn.Parameter(v_b.clone())).grad_fn for p_b, v_b in zip(*flat[:2], strict=True)]
+        return torch.stack([node(d_b)[1] for node, d_b in zip(nodes, flat[2], strict=True)]
+                           ).reshape(v_j.shape)
+    dq, dk, _ = learner_backward(q, k, v, O, lse, d_out, B)
+    return dq, dk, _tiled_dv(q, k, v, lse, d_out, B, product_backward)
+
+
+@pytest.mark.parametrize("route", [_grad_fn_by_hand, _engine, _graph_node])
+def test_the_backward_through_a_grad_fn_or_the_engine_is_refused(route):
+    q, k, v, O, lse, d_out, B = ex_bwd._cases()[0].values()
+    grads = route(q, k, v, O, lse, d_out, B)              # outside the checker, the route works
+    assert all(torch.allclose(g, e) for g, e in zip(grads, learner_backward(
+        q, k, v, O, lse, d_out, B), strict=True))
+    assert_rejected(ex.check_causal_backward(route), "used autograd", "requires grad")
+    assert torch.overrides._get_current_function_mode() is None
     x = torch.ones(2, requires_grad=True)
     (x * 3).sum().backward()                                   # autograd is back afterwards
     assert x.grad.tolist() == [3.0, 3.0]

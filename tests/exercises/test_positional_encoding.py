@@ -723,3 +723,17 @@ def test_the_level_3_skeletons_filled_in_pass():
 def test_the_first_two_hints_lead_without_stating_the_answer(key, answers):
     for text in EXERCISES[key].hints[:2]:
         assert not any(answer in text for answer in answers), text
+
+
+def test_rope_layout_names_pairs_in_reverse_order():
+    """Review 7b: the pairs placed in reverse order (wrong omega) got only "wrong values"."""
+    def reversed_pairs(W_Q, W_K, h, g):
+        def convert(W, heads):
+            d = W.shape[0] // heads
+            i = torch.arange(d // 2).flip(0)
+            index = torch.stack([i, i + d // 2], dim=-1).flatten()
+            return W[(torch.arange(heads)[:, None] * d + index).flatten()]
+        return convert(W_Q, h), convert(W_K, g)
+
+    verdict = ex.check_rope_layout(as_learner_code(reversed_pairs))
+    assert not verdict and "reverse order" in verdict.message, verdict.message

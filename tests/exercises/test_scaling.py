@@ -315,6 +315,12 @@ def _chain_with(x, W_Q, W_K, scale, g, *, dq=None, dk=None, dS=None, wrt_w=True)
     return _sum_batch(x.mT @ dQ, x.mT @ dK, x)
 
 
+def _softmax_backward_over_columns(S, g):
+    """A learner's softmax backward whose weights are recomputed with dim=-2 (down the columns)."""
+    a = torch.softmax(S, dim=-2)
+    return a * (g - (a * g).sum(-1, keepdim=True))
+
+
 @pytest.mark.parametrize("wrong, words", [
     (lambda x, W_Q, W_K, c, g: _chain_with(x, W_Q, W_K, c, g, dS=g), "not at the scores"),
     (lambda x, W_Q, W_K, c, g: _chain_with(
@@ -325,6 +331,8 @@ def _chain_with(x, W_Q, W_K, scale, g, *, dq=None, dk=None, dS=None, wrt_w=True)
      "misses the a a^T part"),
     (lambda x, W_Q, W_K, c, g: _chain_with(
         x, W_Q, W_K, c, g, dS=softmax_backward((x @ W_Q) @ (x @ W_K).mT, g)), "without the scale"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(x, W_Q, W_K, c, g, dS=_softmax_backward_over_columns(
+        c * (x @ W_Q) @ (x @ W_K).mT, g)), "recomputed the weights over dim -2"),
     (lambda x, W_Q, W_K, c, g: _chain_with(
         x, W_Q, W_K, c, g, dq=lambda dS, Q, K: dS @ K, dk=lambda dS, Q, K: dS.mT @ Q),
      "the scale is missing from dQ and dK"),

@@ -354,6 +354,25 @@ def test_refusing_ops_catches_every_route_to_an_aten_op():
             route()
 
 
+def test_refusing_autograd_refuses_a_graph_but_not_inputs_that_require_grad():
+    """A grad_fn called by hand or the engine needs a tensor that requires grad: refused when made
+    inside the guard; an input that requires grad is handed over detached, so using it is not."""
+    from attn_helpers.exercises.core import Refused, refusing_ops
+
+    guard = refusing_ops([], "write it yourself", autograd=True)
+    s, g = torch.randn(3, 5), torch.randn(3, 5)
+    routes = [lambda: (s.clone().requires_grad_() * 2).grad_fn(g),
+              lambda: torch.nn.Parameter(s.clone()) @ g.mT]
+    for route in routes:
+        with pytest.raises(Refused, match="write it yourself.*requires grad"), guard({}):
+            route()
+    inputs = {"s": s.clone().requires_grad_(), "pair": (g.clone().requires_grad_(), 3)}
+    with guard(inputs):
+        out = torch.softmax(inputs["s"], -1) * inputs["pair"][0]
+    assert not out.requires_grad and not inputs["s"].requires_grad
+    assert torch.equal(inputs["s"], s) and inputs["pair"][1] == 3
+
+
 def test_a_list_of_outputs_counts_as_the_tuple_the_reference_returns():
     """Review 7: returning [dW_Q, dW_K] was refused as "1 value(s); expected 2"."""
     from attn_helpers.exercises.core import check_function
