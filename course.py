@@ -4,6 +4,9 @@
     python3 course.py lab     set everything up (first time only) and open JupyterLab on the course
     python3 course.py test    set everything up and run the whole test suite, exactly as CI does
     python3 course.py progress [--reset]   which exercises you have passed, across all notebooks
+    python3 course.py studies --check | NAME ... | --all
+                              the long experiments (studies/): check their records' fingerprints,
+                              or re-run studies and record new fingerprints
 
 For contributors, the quick loop while you work (lint, import tiers, unit tests; no browser, no
 slow re-training, no nbval):
@@ -121,6 +124,8 @@ def run_tests(extra: list[str], scratch: Path) -> None:
     run([PYTHON, "-m", "ruff", "check", "attn_helpers", "tests", "notebooks", "course.py"])
     step("import tiers: lint-imports (contracts in pyproject.toml)")
     run([BIN / "lint-imports", "--no-cache"])
+    step("studies: every shipped record's fingerprint matches today's code (studies/README.md)")
+    studies(["--check"])
 
     def env(name: str, base: dict | None = None, **settings: str) -> dict:
         (scratch / name).mkdir()
@@ -250,13 +255,152 @@ def execute(paths: list[str]) -> None:
                 env=dict(os.environ, ATTN_COURSE_PROGRESS_DIR=progress_dir))
 
 
+# --- studies: long experiments whose records ship in the package (studies/README.md) ---------------
+
+STUDIES = ROOT / "studies"
+FINGERPRINTS = STUDIES / "fingerprints.json"
+
+
+def _module_imports(path: Path, module: str) -> set[str]:
+    """The ``attn_helpers`` modules that ``path`` (module name ``module``) imports, by its import
+    statements (absolute and relative; any depth of the file)."""
+    import ast
+
+    found, package = set(), module.rsplit(".", 1)[0] if module else ""
+    if path.name == "__init__.py":
+        package = module
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{a.name}" for a in node.names)
+    return {name for name in found if name == "attn_helpers" or name.startswith("attn_helpers.")}
+
+
+def _module_file(name: str) -> Path | None:
+    base = ROOT.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def study_sources(study: Path) -> list[Path]:
+    """The study's own file and every package module it imports, transitively (each package on
+    the way counts too: importing ``attn_helpers.lessons.x`` runs ``attn_helpers/__init__.py``)."""
+    seen: dict[str, Path] = {}
+    todo = sorted(_module_imports(study, ""))
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):                      # the packages on the way in
+            prefix = ".".join(parts[:i])
+            file = _module_file(prefix)
+            if file is not None and prefix not in seen:
+                seen[prefix] = file
+                todo.extend(_module_imports(file, prefix))
+    return [study, *sorted(set(seen.values()))]
+
+
+def torch_version() -> str:
+    ask = "import importlib.metadata as m; print(m.version('torch'))"
+    out = subprocess.run([str(PYTHON), "-c", ask], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def study_records(study: Path) -> list[str]:
+    """The study's ``RECORDS``: a literal list of repository-relative paths it writes."""
+    import ast
+
+    for node in ast.parse(study.read_text()).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["RECORDS"]:
+            return list(ast.literal_eval(node.value))
+    sys.exit(f"course.py: {study.relative_to(ROOT)} has no literal RECORDS = [...] list")
+
+
+def fingerprint(study: Path, torch: str) -> str:
+    digest = hashlib.sha256(f"torch {torch}\n".encode())
+    for source in study_sources(study):
+        digest.update(f"{source.relative_to(ROOT).as_posix()}\n".encode())
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def all_studies() -> list[Path]:
+    return sorted(p for p in STUDIES.glob("*.py") if not p.name.startswith("_"))
+
+
+def studies(extra: list[str]) -> None:
+    """``--check``: every study's fingerprint and records match today's code (seconds).
+    ``NAME ...`` or ``--all``: re-run those studies, then record their fingerprints."""
+    import json
+
+    setup()
+    known = json.loads(FINGERPRINTS.read_text()) if FINGERPRINTS.exists() else {}
+    torch = torch_version()
+    if extra == ["--check"]:
+        stale = []
+        for study in all_studies():
+            name, entry = study.stem, known.get(study.stem)
+            problems = []
+            if entry is None:
+                problems.append("never recorded")
+            else:
+                if entry["fingerprint"] != fingerprint(study, torch):
+                    problems.append("its source, a package module it imports or torch changed")
+                for record in study_records(study):
+                    path = ROOT / record
+                    if not path.is_file():
+                        problems.append(f"{record} is missing")
+                    elif entry["records"].get(record) != sha256(path):
+                        problems.append(f"{record} is not the file it wrote")
+            print(f"{'stale' if problems else 'ok':5} {name}"
+                  + (f": {'; '.join(problems)}" if problems else ""))
+            if problems:
+                stale.append(name)
+        for name in sorted(set(known) - {s.stem for s in all_studies()}):
+            print(f"stale {name}: recorded in {FINGERPRINTS.name} but studies/{name}.py is gone")
+            stale.append(name)
+        if stale:
+            sys.exit("course.py: stale studies; re-run each with: "
+                     + "; ".join(f"python3 course.py studies {n}" for n in stale))
+        print(f"all {len(all_studies())} studies' fingerprints match today's code")
+        return
+    names = [n.removesuffix(".py") for n in extra]
+    chosen = all_studies() if extra == ["--all"] else [STUDIES / f"{n}.py" for n in names]
+    if not chosen or any(not p.is_file() for p in chosen) or "--check" in extra:
+        sys.exit("usage: python3 course.py studies --check | NAME ... | --all   (studies: "
+                 + ", ".join(p.stem for p in all_studies()) + ")")
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path)
+    for study in chosen:
+        say(f"study {study.stem}: re-running {study.relative_to(ROOT)}")
+        began = time.monotonic()
+        run([PYTHON, study], env=env)
+        known[study.stem] = {"fingerprint": fingerprint(study, torch),
+                             "records": {r: sha256(ROOT / r) for r in study_records(study)}}
+        FINGERPRINTS.write_text(json.dumps(dict(sorted(known.items())), indent=1) + "\n")
+        say(f"study {study.stem}: passed in {time.monotonic() - began:.0f} s; fingerprint recorded")
+
+
 def progress(extra: list[str]) -> None:
     setup()
     run([PYTHON, "-m", "attn_helpers", "progress", *extra])
 
 
 def main(argv: list[str]) -> None:
-    commands = {"lab": lab, "test": test, "execute": execute, "progress": progress}
+    commands = {"lab": lab, "test": test, "execute": execute, "progress": progress,
+                "studies": studies}
     if not argv or argv[0] not in commands:
         print(__doc__)
         sys.exit(2)

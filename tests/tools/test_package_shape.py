@@ -1,25 +1,43 @@
-"""The package's shape (COURSE_DESIGN.md, "The helper package"): every notebook has its stem,
-no module is over 350 lines, and the tools are imported by nothing."""
+"""The package's shape (COURSE_DESIGN.md, "The helper package"): every notebook has its modules,
+imports run one way (no circles), private names stay in their module, nothing is loaded by name,
+and the tools are imported by nothing."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-import pytest
-
 from attn_helpers.course_map import COURSE
 
 PACKAGE = Path(__file__).resolve().parents[2] / "attn_helpers"
-MODULES = sorted(PACKAGE.rglob("*.py"))
-TOOLS = {"attn_helpers.__main__", "attn_helpers.train", "attn_helpers.bench",
-         "attn_helpers.labserver"}
+MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+           for p in sorted(PACKAGE.rglob("*.py"))}
+TOOLS = ("attn_helpers.__main__", "attn_helpers.train", "attn_helpers.bench", "attn_helpers.labserver")
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(PACKAGE)) for p in MODULES])
-def test_no_module_over_350_lines(path):
-    lines = len(path.read_text().splitlines())
-    assert lines <= 350, f"{path.relative_to(PACKAGE)} has {lines} lines; split it by concern"
+def imports(module: str) -> list[tuple[str, list[str]]]:
+    """``(target module, imported names)`` for every import statement of ``module``."""
+    path, found = MODULES[module], []
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            found.append((target, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names]
+    return found
+
+
+def edges(module: str) -> set[str]:
+    """The package's modules that ``module`` imports (a package's ``__init__`` is not followed:
+    it re-exports, it is no step of a circle)."""
+    out = set()
+    for target, names in imports(module):
+        for candidate in (target, *(f"{target}.{n}" for n in names)):
+            if candidate in MODULES and candidate != module and MODULES[candidate].name != "__init__.py":
+                out.add(candidate)
+    return out
 
 
 def test_every_notebook_has_its_lesson_widget_and_exercises():
@@ -28,15 +46,29 @@ def test_every_notebook_has_its_lesson_widget_and_exercises():
             assert (PACKAGE / tier / f"{lesson.slug}.py").exists(), (tier, lesson.slug)
 
 
-def test_nothing_imports_the_tools():
-    for path in MODULES:
-        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if any(module == t or module.startswith(t + ".") for t in TOOLS):
+def test_no_import_circles():
+    graph = {m: edges(m) for m in MODULES}
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            assert m != start, f"{start} imports itself through {sorted(seen)}"
+            if m not in seen:
+                seen.add(m)
+                todo += graph[m]
+
+
+def test_private_names_stay_in_their_module():
+    private = [f"{m}: from {t} import {n}" for m in MODULES for t, names in imports(m)
+               if t.startswith("attn_helpers") for n in names
+               if n.startswith("_") and not n.startswith("__")]
+    assert len(private) <= 5, "\n".join(private)
+
+
+def test_nothing_is_loaded_by_name_and_nothing_imports_the_tools():
+    for module in MODULES:
+        if module.startswith(TOOLS):
             continue
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                base = module.rsplit(".", node.level)[0] if node.level else ""
-                target = f"{base}.{node.module}" if node.level else node.module
-                assert not any(target == t or target.startswith(t + ".") for t in TOOLS), (
-                    f"{module} imports the tool {target}")
+        for target, _ in imports(module):
+            assert not target.startswith(TOOLS), f"{module} imports the tool {target}"
+        assert "import_module(" not in MODULES[module].read_text(), f"{module} uses import_module"
