@@ -139,49 +139,53 @@ def run_tests(extra: list[str], scratch: Path) -> None:
         say(f"fast checks passed in {time.monotonic() - started:.0f} s")
         return
     ARTIFACTS.mkdir(exist_ok=True)
-    # Independent jobs, as many at a time as there are cores (at least two; every job is mostly
-    # one thread), each next job started as soon as a lane is free, in this order: nbval on the
-    # other floating-point path, the tests marked slow, nbval with this environment's settings,
-    # then the other tests in a few groups (see TEST_GROUPS). CI on a 2-core AVX2 EPYC,
-    # 2026-11-26: 360 s, 753 s, 346 s and 245 s for the four (the groups then one job). Less work
-    # is the main lever: the slow tests alone hold a lane for 10-12 minutes.
+    # Independent jobs, each started as soon as a lane is free, longest first: the browser pass
+    # (every notebook run in JupyterLab in Chromium, its sliders moved and timed), strict nbval on
+    # the other floating-point path and with this environment's settings, the tests marked slow,
+    # then the other tests in a few groups (see TEST_GROUPS). One lane per core, plus one for the
+    # browser pass: it waits on Chromium and the server as much as it computes. Its timings are
+    # judged only as ratios to a floor sampled just before and after each notebook (the same
+    # machine load), and a notebook over the ratio is measured again, alone, below (--confirm).
     other = " ".join(f"{k}={v}" for k, v in OTHER_FP_PATH.items())
     # The nbval pass with this environment's settings: its thread count too (a pin is dropped).
     default = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    # The pytest jobs on one thread each: two jobs on two cores, so a second thread per job only
-    # waits for a core held by the other lane (their results hold on any thread count).
+    # The pytest jobs on one thread each: jobs share the cores, so a second thread per job only
+    # waits for a core held by another lane (their results hold on any thread count).
     one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     pytest = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "--durations=25"]
-    run_in_lanes([
+    chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    browser = Path(chromium).exists() or os.environ.get("CI") == "true"
+    jobs = [
         (f"strict nbval, {other}", "nbval_other_fp_path",
          nbval_command(), env("nbval-other-fp", **OTHER_FP_PATH)),
-        ("tests marked slow (the re-trainings from scratch, among others)", "pytest_slow",
+        (f"strict nbval, default settings ({os.cpu_count()} cores)", "nbval_default",
+         nbval_command(), env("nbval-default", default)),
+        ("tests marked slow", "pytest_slow",
          [*pytest, "tests", "-m", "slow and not browser", "--basetemp", scratch / "tmp-slow",
           *extra],
          env("pytest-slow", **one), NO_TESTS_OK),
-        (f"strict nbval, default settings ({os.cpu_count()} cores)", "nbval_default",
-         nbval_command(), env("nbval-default", default)),
         *((f"unit, property, widget and hygiene tests: {', '.join(group)}", f"pytest_{i}",
            [*pytest, *(f"tests/{d}" for d in group), "-m", "not slow and not browser",
             "--basetemp", scratch / f"tmp-rest-{i}", *extra],
            env(f"pytest-{i}", **one), NO_TESTS_OK)
           for i, group in enumerate(test_groups(), start=1)),
-    ], started, lanes=max(2, os.cpu_count() or 2))
-    # Speed, alone on the machine: every target is a ratio to a baseline measured in the same run.
-    chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-    if Path(chromium).exists() or os.environ.get("CI") == "true":
-        step("JupyterLab in Chromium, one pass: every notebook run and checked (no error; a "
-             "slider move changes the picture and the readouts), every slider move timed")
-        run([PYTHON, "-m", "pytest", "tests/notebooks/test_browser.py", "-p", "no:cacheprovider",
-             "-m", "browser"], env=env("browser"))
-        # Each notebook's median against 2x the floor moves just before and after it (the floor
-        # rose from 36 to about 60 ms over one CI pass). A notebook over the ratio is measured
-        # again in a pass of its own (--confirm): the check fails only when that confirms it.
+    ]
+    if browser:
+        jobs.insert(0, ("JupyterLab in Chromium: every notebook run and checked (no error; a slider "
+                        "move changes the picture and the readouts), every slider move timed",
+                        "browser", [PYTHON, "-m", "pytest", "tests/notebooks/test_browser.py",
+                                    "-p", "no:cacheprovider", "-m", "browser"], env("browser")))
+    else:
+        say(f"no Chromium at {chromium}: the browser pass is skipped (see README)")
+    cores = max(2, os.cpu_count() or 2)
+    run_in_lanes(jobs, started, lanes=cores + 1 if browser else cores)
+    if browser:
+        # Each notebook's median against 2x the floor moves just before and after it. A notebook
+        # over the ratio is measured again in a pass of its own, now alone on the machine
+        # (--confirm): the check fails only when that confirms it.
         step("speed in the browser: every notebook's median at most 2x the floor around it")
         run([PYTHON, "-m", "attn_helpers", "bench", "browser", "--check", "--confirm",
              "--results", ARTIFACTS / "browser" / "results.json"], env=env("bench-browser"))
-    else:
-        say(f"no Chromium at {chromium}: the browser pass is skipped (see README)")
     step("speed in the kernel: a slider move at most 1/10 of re-creating a seaborn heatmap")
     run([PYTHON, "-m", "attn_helpers", "bench", "widget", "--repeats", "20", "--check"],
         env=env("bench-widget"))
