@@ -14,9 +14,8 @@ from collections.abc import Callable
 import torch
 
 from ..lessons import real_model as _rm
-from ..lessons import real_model_studies as _studies
-from ..lessons.real_model import offset_scores
-from ..lessons.real_model_studies import value_norms
+from ..lessons import real_model as _studies
+from ..lessons.real_model import offset_scores, value_norms
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
@@ -25,10 +24,10 @@ __all__ = ["FORBID_NORMS", "FORBID_PREVIOUS", "HINTS", "check_previous_token_sco
 
 #: The package functions that would do each exercise for the learner: calling one (under any name,
 #: imported into the notebook too) while the learner's function runs fails the check.
-FORBID_PREVIOUS = [(_rm, "offset_scores"), (_rm, "analyse"), (_rm, "_mean_over_queries"),
+FORBID_PREVIOUS = [(_rm, "offset_scores"), (_rm, "_mean_over_queries"),
                    (_rm, "entropy_grid")]
 FORBID_NORMS = [(_studies, "value_norms"), (_studies, "run_value_norms"),
-                (_studies, "value_vector_norms"), (_rm, "analyse")]
+                (_studies, "value_vector_norms")]
 
 
 def _is_forbidden(candidate: Callable, forbid) -> str | None:

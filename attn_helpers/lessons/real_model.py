@@ -1,24 +1,19 @@
-r"""Notebook 09 (real_model): what the 72 heads of a real pretrained model do, measured.
+r"""Notebook 09 (real_model): the measurements on all-MiniLM-L6-v2's 72 heads that the notebook
+runs in view, on the sentences it ships (``data/real_model_sentences.json``).
 
-The model is all-MiniLM-L6-v2 (6 layers x 12 heads) from :mod:`attn_helpers.pretrained`; the
-sentences are a small shipped set (``data/real_model_sentences.json``, written for this course):
-varied English sentences, and pairs that do or do not mean the same. Every analysis averages over
-real tokens only: padding is never a query and never a key.
+Every average is over real tokens only: padding is never a query and never a key.
 
-- :func:`entropy_grid`: each head's mean entropy (nats) against the ``ln n`` ceiling;
-- :func:`sink_shares`: how much attention goes to ``[CLS]`` and to ``[SEP]`` (attention sinks);
-- :func:`offset_scores`: the mean weight a head puts on the token ``offset`` places away, which
-  finds previous-token (``offset = -1``) and next-token (``+1``) heads without hand-picking;
-- :func:`ablation`: how switching heads off changes the gap
-  ``mean cos(paraphrase pairs) - mean cos(non-paraphrase pairs)`` on the shipped pairs;
-- value-weighted norms and the "it" study: :mod:`.real_model_studies`.
-
-:func:`analyse` runs them all; :func:`claims` states what the notebook says, as named booleans.
+- :func:`entropy_grid`, :func:`sink_shares`, :func:`offset_scores`: one ``(L, h)`` grid per head
+  score (mean entropy, weight on a token such as ``[CLS]``, weight on the key ``offset`` away);
+- :func:`ablation`: how switching heads off changes the similarity gap of the shipped pairs;
+- :func:`run_value_norms`: Kobayashi et al.'s value-weighted norms on every head;
+- :func:`coreference` and :func:`sign_test`: which noun "it" reads, pair by pair.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,25 +22,21 @@ import torch
 from .._checks import require_int_in, require_tensor, shape
 from ..entropy import attention_entropy, normalized_entropy
 from ..masks import key_padding_to_attention_mask
-from ..pretrained import Encoder, load_encoder, mean_pool
-from ..training import single_thread
-from .real_model_studies import (
-    Coreference,
-)
+from ..multihead import split_heads
+from ..pretrained import Encoder, mean_pool
 
 __all__ = [
-    "Ablation", "Analysis", "Attention", "DATA_FILE", "ablation", "analyse", "claims",
-    "entropy_grid", "load_sentences", "offset_scores", "pair_similarities", "run_attention",
-    "sink_shares", "top_heads", "transformers_claims",
+    "Ablation", "Attention", "Coreference", "DATA_FILE", "PASS_RIGHT_FLIPS",
+    "ablation", "coreference", "entropy_grid", "load_sentences", "offset_scores",
+    "pair_similarities", "row_shares", "run_attention", "run_value_norms", "sign_test",
+    "sink_shares", "top_heads", "value_norms", "value_vector_norms",
 ]
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "real_model_sentences.json"
-# The thresholds of the claims, defined once (see claims()).
-UNIFORM_MAX = 0.95          # every head's mean entropy stays below 0.95 ln n (measured: <= 0.88)
-PREVIOUS_TOKEN_MIN = 0.9    # the best previous-token head puts > 90 % of its weight on i - 1
-NEXT_TOKEN_MIN = 0.5        # the best next-token head puts > half of its weight on i + 1
-CLS_SINK_MIN = 0.5          # in layers 2-5, more than half of all attention lands on [CLS]
-SINGLE_HEAD_MAX = 0.1       # no single head moves the similarity gap by a tenth of it or more
+#: The pass criterion of the "it" study, fixed before looking at the heads: right flips in at
+#: least 15 of the 16 pairs. A head flipping at random does so with probability 17 / 2^16 < 3e-4,
+#: so the chance that any of 72 such heads passes is below 0.02 (Bonferroni).
+PASS_RIGHT_FLIPS = 15
 
 
 def load_sentences() -> dict[str, list]:
@@ -65,12 +56,15 @@ class Attention:
     tokens: list[list[str]]
 
 
+@torch.no_grad()
 def run_attention(enc: Encoder, sentences: list[str]) -> Attention:
     """Tokenise ``sentences`` and run the encoder once, keeping every head's weights."""
     batch = enc.tokenize(sentences)
     _, weights = enc(batch["input_ids"], batch["attention_mask"])
     return Attention(weights, batch["input_ids"], batch["attention_mask"], batch["tokens"])
 
+
+# --- head scores: (L, b, h, n, n) weights in, an (L, h) grid out ---------------------------------
 
 def _check(weights: torch.Tensor, mask: torch.Tensor) -> None:
     require_tensor("weights", weights, floating=True)
@@ -88,36 +82,24 @@ def _mean_over_queries(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 
 def entropy_grid(weights: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Each head's mean entropy over the real queries, in nats, and as a fraction of its ceiling.
-
-    Returns ``(grid (L, h), normalised (L, h))``: ``grid`` is the mean of :math:`H_i`, the
-    entropy of query ``i``'s row (padding keys carry weight 0, so it is over real keys);
-    ``normalised`` the mean of :math:`H_i / \ln n`, ``n`` the sentence's number of real tokens
-    (:func:`~attn_helpers.entropy.normalized_entropy`)."""
+    r"""Each head's mean entropy over the real queries in nats, and the mean of :math:`H_i / \ln n`
+    (``n`` the sentence's real tokens): ``(grid (L, h), normalised (L, h))``."""
     _check(weights, mask)
     entropy = attention_entropy(weights)                                  # (L, b, h, n)
     normalised = normalized_entropy(weights, mask[None, :, None, None, :])  # (L, b, h, n)
     return _mean_over_queries(entropy, mask), _mean_over_queries(normalised, mask)
 
 
-def mean_ceiling(mask: torch.Tensor) -> float:
-    """``ln n`` averaged over the same real queries as :func:`entropy_grid` (its grid's ceiling)."""
-    n = mask.sum(dim=1).to(torch.float32)                    # (b,)
-    return float((n * torch.log(n)).sum() / n.sum())
-
-
 def sink_shares(weights: torch.Tensor, mask: torch.Tensor, input_ids: torch.Tensor,
                 token_id: int) -> torch.Tensor:
     """Mean weight that a real query puts on the keys holding ``token_id`` (e.g. ``enc.cls_id``),
-    ``(L, h)``. Averaging over heads gives the share by layer (every head has the same queries).
-    """
+    ``(L, h)``. Averaging over heads gives the share by layer (every head has the same queries)."""
     _check(weights, mask)
     require_tensor("input_ids", input_ids)
     if input_ids.shape != mask.shape:
         raise ValueError(f"input_ids {shape(input_ids)} must have the shape of mask {shape(mask)}")
     is_token = (input_ids == token_id)[None, :, None, None, :]       # (1, b, 1, 1, n)
-    share = (weights * is_token).sum(dim=-1)                         # (L, b, h, n)
-    return _mean_over_queries(share, mask)
+    return _mean_over_queries((weights * is_token).sum(dim=-1), mask)
 
 
 def offset_scores(weights: torch.Tensor, mask: torch.Tensor, offset: int) -> torch.Tensor:
@@ -129,8 +111,7 @@ def offset_scores(weights: torch.Tensor, mask: torch.Tensor, offset: int) -> tor
     i = torch.arange(n)
     j = (i + offset).clamp(0, n - 1)                                  # (n,) the key of query i
     valid = mask & mask[:, j] & (i + offset >= 0) & (i + offset < n)  # (b, n)
-    on_key = weights[..., i, j]                                       # (L, b, h, n)
-    return _mean_over_queries(on_key, valid)
+    return _mean_over_queries(weights[..., i, j], valid)
 
 
 def top_heads(scores: torch.Tensor, k: int = 3) -> list[tuple[int, int, float]]:
@@ -143,6 +124,8 @@ def top_heads(scores: torch.Tensor, k: int = 3) -> list[tuple[int, int, float]]:
     h = scores.shape[1]
     return [(int(f) // h, int(f) % h, float(v)) for v, f in zip(values, index, strict=True)]
 
+
+# --- switching heads off ---------------------------------------------------------------------------
 
 def pair_similarities(enc: Encoder, pairs: list, head_mask=None) -> torch.Tensor:
     """Cosine similarity of each ``[a, b]`` pair's sentence embeddings: ``(p,)``."""
@@ -158,8 +141,7 @@ class Ablation:
     ``layer_delta (L,)``: change when all heads of layer ``l`` are off; ``head_delta (L, h)``:
     when head ``(l, i)`` alone is off; ``layer_separation (L,)``: with layer ``l`` off, the
     lowest paraphrase similarity minus the highest non-paraphrase one (> 0: still separated);
-    ``head_separation (L, h)``: the same with head ``(l, i)`` alone off.
-    """
+    ``head_separation (L, h)``: the same with head ``(l, i)`` alone off."""
 
     paraphrase: torch.Tensor
     non_paraphrase: torch.Tensor
@@ -175,9 +157,8 @@ def ablation(enc: Encoder, paraphrases: list, non_paraphrases: list) -> Ablation
     """Switch off each layer's 12 heads, then each single head, and measure the gap.
 
     The same numbers as ``pair_similarities(enc, pairs, head_mask)`` for each of the 78 head
-    masks, computed faster: the layers before the ablated one are run once, and the 13 variants
-    of a layer (all heads off, then each head off) run through the later layers as one batch.
-    """
+    masks, computed faster: the layers before the ablated one run once, and the 13 variants of a
+    layer (all heads off, then each head off) run through the later layers as one batch."""
     pairs = [*paraphrases, *non_paraphrases]
     unique = sorted({s for pair in pairs for s in pair})
     first = torch.tensor([unique.index(a) for a, _ in pairs])
@@ -212,124 +193,124 @@ def ablation(enc: Encoder, paraphrases: list, non_paraphrases: list) -> Ablation
                     separation[:, 0], separation[:, 1:])
 
 
+# --- value-weighted norms (Kobayashi et al., 2020) -------------------------------------------------
+
+def value_norms(weights: torch.Tensor, values: torch.Tensor, W_O: torch.Tensor) -> torch.Tensor:
+    r""":math:`\lVert a_{ij} f_h(x_j) \rVert` with :math:`f_h(x_j) = W_O^{(h)} v^{(h)}_j`.
+
+    ``weights (b, h, n, n)``, ``values (b, h, n, d_head)`` (bias included), ``W_O (d, h * d_head)``
+    (``out_proj.weight``: head ``h`` owns columns ``h * d_head .. (h + 1) * d_head - 1``).
+    Returns ``(b, h, n, n)``."""
+    require_tensor("weights", weights, floating=True)
+    require_tensor("values", values, floating=True)
+    require_tensor("W_O", W_O, floating=True)
+    b, h, n, d_head = values.shape if values.dim() == 4 else (0, 0, 0, 0)
+    if (values.dim() != 4 or weights.shape != (b, h, n, n) or W_O.dim() != 2
+            or W_O.shape[1] != h * d_head):
+        raise ValueError(f"need weights (b, h, n, n), values (b, h, n, d_head), W_O (d, h * d_head); "
+                         f"got {shape(weights)}, {shape(values)}, {shape(W_O)}")
+    W_h = W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)   # (h, d_head, d): head h's slice
+    f = torch.einsum("bhjk,hkd->bhjd", values, W_h)            # f_h(x_j): (b, h, n, d)
+    return weights * f.norm(dim=-1)[:, :, None, :]             # a_ij ||f_h(x_j)||, a_ij >= 0
+
+
+def _head_vectors(att, x: torch.Tensor) -> torch.Tensor:
+    """``f_h(x_j) = W_O^(h) v_j^(h)`` of one attention module on ``x (b, n, d)``: ``(b, h, n, d)``."""
+    v = split_heads(att.v_proj(x), att.num_heads)               # (b, h, n, d_head)
+    W_h = att.out_proj.weight.view(-1, att.num_heads, att.d_head).permute(1, 2, 0)
+    return torch.einsum("bhjk,hkd->bhjd", v, W_h)
+
+
+@torch.no_grad()
+def run_value_norms(enc: Encoder, input_ids: torch.Tensor, real: torch.Tensor):
+    """Every layer's weights and value-weighted norms on a padded batch: two ``(L, b, h, n, n)``
+    tensors. Checks on the way that the heads' terms add up to the attention block's output."""
+    mask = key_padding_to_attention_mask(real)                  # (b, 1, n)
+    x, weights, norms = enc.embeddings(input_ids), [], []
+    for layer in enc.layers:
+        att = layer.attention
+        out, w = att(x, x, x, mask)                             # (b, n, d), (b, h, n, n)
+        f = _head_vectors(att, x)                               # (b, h, n, d)
+        summed = torch.einsum("bhij,bhjd->bid", w, f) + att.out_proj.bias
+        if not torch.allclose(summed, out, atol=1e-4):          # sum_h sum_j a_ij f_h(x_j) + b_O
+            raise AssertionError("the heads' terms do not add up to the attention output")
+        weights.append(w)
+        norms.append(w * f.norm(dim=-1)[:, :, None, :])         # value_norms, unchecked
+        x, _ = layer(x, mask)
+    return torch.stack(weights), torch.stack(norms)
+
+
+@torch.no_grad()
+def value_vector_norms(enc: Encoder, input_ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """``||f_h(x_j)||`` for every layer, sentence, head and key: ``(L, b, h, n)`` (padding keys
+    included; mask them out with ``real``)."""
+    mask = key_padding_to_attention_mask(real)                  # (b, 1, n)
+    x, out = enc.embeddings(input_ids), []
+    for layer in enc.layers:
+        out.append(_head_vectors(layer.attention, x).norm(dim=-1))   # (b, h, n)
+        x, _ = layer(x, mask)
+    return torch.stack(out)
+
+
+def row_shares(grid: torch.Tensor) -> torch.Tensor:
+    """Each row of a non-negative ``(..., n, n)`` grid scaled to sum to one (rows of zeros stay 0),
+    so norms and weights can be compared as shares of a query's total."""
+    return grid / grid.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(grid.dtype).tiny)
+
+
+# --- which noun does "it" read? ----------------------------------------------------------------------
+
 @dataclass(frozen=True)
-class Analysis:
-    """Everything notebook 09 measures on the shipped sentences; see :func:`analyse`."""
+class Coreference:
+    """Weights from "it" to the two nouns of each sentence: ``antecedent (S, L, h)``,
+    ``other (S, L, h)``; ``correct (L, h)``: in how many of the ``S`` sentences the head puts more
+    weight on the antecedent; ``on_nouns (L, h)``: mean weight on the two nouns together. Per pair
+    (sentences ``2k``, ``2k + 1``): ``right (L, h)`` right flips (the preferred noun follows the
+    antecedent), ``wrong (L, h)`` wrong flips; the other pairs are no flips."""
 
-    attention: Attention
-    entropy: torch.Tensor           # (L, h) mean entropy, nats
-    normalised_entropy: torch.Tensor  # (L, h) mean H / ln n
-    ceiling: float                  # mean ln n over the same queries
-    cls_share: torch.Tensor         # (L, h) mean weight on [CLS]
-    sep_share: torch.Tensor         # (L, h) mean weight on [SEP]
-    chance: float                   # mean 1/n: the weight any one key gets from a uniform row
-    previous_token: torch.Tensor    # (L, h) offset_scores(-1)
-    next_token: torch.Tensor        # (L, h) offset_scores(+1)
-    ablation: Ablation
-    norms: torch.Tensor             # (L, b, h, n, n) ||a_ij f(x_j)||
-    cls_norm_share: torch.Tensor    # (L, h) [CLS]'s share of each row's summed norms
-    sep_norm_share: torch.Tensor    # (L, h) the same for [SEP]
-    previous_token_norm: torch.Tensor  # (L, h) offset_scores(-1) on the norm shares
-    cls_vector_ratio: torch.Tensor  # (L, h) mean over sentences of ||f(x_CLS)|| / median ||f(x_j)||
-    coreference: Coreference
+    sentences: list[str]
+    antecedent: torch.Tensor
+    other: torch.Tensor
+    correct: torch.Tensor
+    on_nouns: torch.Tensor
+    right: torch.Tensor
+    wrong: torch.Tensor
 
-
-def analyse(enc: Encoder | None = None, data: dict | None = None) -> Analysis:
-    """Run every analysis on the shipped set (or on ``data`` with the same keys)."""
-    from .real_model_norms import beyond_weights  # value-weighted norms, the "it" study
-
-    enc = load_encoder() if enc is None else enc
-    data = load_sentences() if data is None else data
-    # One thread: many small forward passes, where a second thread beside other work only waits
-    # for its core (6 s on one thread, 35 s on two beside CI's other lane, on 2 cores).
-    with single_thread():
-        att = run_attention(enc, data["sentences"])
-        w, m = att.weights, att.mask
-        entropy, normalised = entropy_grid(w, m)
-        n = m.sum(dim=1).to(torch.float32)
-        return Analysis(
-            attention=att, entropy=entropy, normalised_entropy=normalised,
-            ceiling=mean_ceiling(m),
-            cls_share=sink_shares(w, m, att.input_ids, enc.cls_id),
-            sep_share=sink_shares(w, m, att.input_ids, enc.sep_id),
-            chance=float(len(n) / n.sum()),  # mean over real queries of 1/n
-            previous_token=offset_scores(w, m, -1), next_token=offset_scores(w, m, +1),
-            ablation=ablation(enc, data["paraphrases"], data["non_paraphrases"]),
-            **beyond_weights(enc, att, data),
-        )
+    @property
+    def pairs(self) -> int:
+        return len(self.sentences) // 2
 
 
-def transformers_claims(hidden, hidden_ref, attentions, attentions_ref, real) -> dict[str, bool]:
-    """Section 2's finding: the rebuilt model equals ``transformers``' ``BertModel`` at the real
-    positions (``hidden (b, n, d)``, ``attentions (L, b, h, n, n)``, ``real (b, n)``)."""
-    real_rows = real[None, :, None, :, None].expand_as(attentions)     # real queries only
-    return {
-        "hidden states equal transformers' within 1e-4": bool(
-            (hidden - hidden_ref).abs()[real].max() < 1e-4),
-        "all 72 heads' weights equal transformers' within 1e-5": bool(
-            (attentions - attentions_ref).abs()[real_rows].max() < 1e-5),
-    }
+def sign_test(right: torch.Tensor, wrong: torch.Tensor) -> torch.Tensor:
+    """One-sided sign test per head: ``P(X >= right)`` for ``X ~ Binomial(right + wrong, 1/2)``
+    (pairs with no flip are ties and drop out; no flip at all gives 1)."""
+    def tail(r: int, w: int) -> float:
+        return sum(math.comb(r + w, k) for k in range(r, r + w + 1)) / 2 ** (r + w)
+    return torch.tensor([tail(int(r), int(w)) for r, w in zip(right.flatten(), wrong.flatten(),
+                                                               strict=True)],
+                        dtype=torch.float64).view(right.shape)
 
 
-#: The notebook's sections and how many claims each has, in the order claims() states them.
-SECTIONS = {"entropy": 2, "positional": 4, "sinks": 3, "ablation": 5, "norms": 5, "coreference": 5,
-            "norm_heads": 2}
-
-
-def claims(a: Analysis, section: str | None = None) -> dict[str, bool]:
-    """The statements notebook 09 makes, each checked on the measured numbers; ``section`` (one
-    of :data:`SECTIONS`) keeps the claims of one section of the notebook.
-
-    Layers are 0-based here; the notebook says "layer 1" for layer 0.
-    """
-    if not isinstance(a, Analysis):
-        raise TypeError(f"a must be the Analysis returned by analyse(), got {type(a).__name__}")
-    if section is not None and section not in SECTIONS:
-        raise ValueError(f"section must be one of {', '.join(SECTIONS)}, got {section!r}")
-    every = _claims(a)
-    if section is None:
-        return every
-    start = sum(list(SECTIONS.values())[: list(SECTIONS).index(section)])
-    return dict(list(every.items())[start: start + SECTIONS[section]])
-
-
-def _claims(a: Analysis) -> dict[str, bool]:
-    from .real_model_norms import claims_beyond_weights  # it imports this module
-
-    layer_entropy = a.entropy.mean(dim=1)                          # (L,)
-    middle = slice(1, -1)                                           # layers 2..5 in the notebook
-    cls_by_layer, sep_by_layer = a.cls_share.mean(dim=1), a.sep_share.mean(dim=1)
-    sinks = cls_by_layer + sep_by_layer
-    prev_l, prev_h, prev_score = top_heads(a.previous_token, 1)[0]
-    next_l, _, next_score = top_heads(a.next_token, 1)[0]
-    sharpest = divmod(int(a.entropy.argmin()), a.entropy.shape[1])
-    abl = a.ablation
-    return {
-        f"no head is uniform (every head below {UNIFORM_MAX} ln n)": bool(
-            (a.normalised_entropy < UNIFORM_MAX).all()),
-        "middle layers are sharper than the first and the last": bool(
-            layer_entropy[middle].max() < min(layer_entropy[0], layer_entropy[-1])),
-        "the sharpest head is the previous-token head": sharpest == (prev_l, prev_h),
-        f"a previous-token head puts > {PREVIOUS_TOKEN_MIN} of its weight on the previous token": (
-            prev_score > PREVIOUS_TOKEN_MIN),
-        f"a next-token head puts > {NEXT_TOKEN_MIN} of its weight on the next token": (
-            next_score > NEXT_TOKEN_MIN),
-        "both positional heads sit in the first two layers": prev_l <= 1 and next_l <= 1,
-        f"more than {CLS_SINK_MIN} of the attention goes to [CLS] in layers 2-5": bool(
-            (cls_by_layer[middle] > CLS_SINK_MIN).all()),
-        "[CLS] gets more attention than [SEP] in every layer": bool(
-            (cls_by_layer > sep_by_layer).all()),
-        "sinks take more in the middle layers than in the first and the last": bool(
-            sinks[middle].min() > max(sinks[0], sinks[-1])),
-        "on these pairs, every paraphrase is more similar than every non-paraphrase": bool(
-            abl.paraphrase.min() > abl.non_paraphrase.max()),
-        "switching off the last layer's heads narrows the gap most": bool(
-            abl.layer_delta[-1] < 0 and abl.layer_delta.argmin() == len(abl.layer_delta) - 1),
-        f"no single head moves the gap by {SINGLE_HEAD_MAX} of it": bool(
-            (abl.head_delta.abs() < SINGLE_HEAD_MAX * abl.gap).all()),
-        "with any one layer's heads off, these pairs stay separated": bool(
-            (abl.layer_separation > 0).all()),
-        "with any single head off, these pairs stay separated": bool(
-            (abl.head_separation > 0).all()),
-        **claims_beyond_weights(a),
-    }
+@torch.no_grad()
+def coreference(enc: Encoder, items: list) -> Coreference:
+    """``items``: ``[sentence, antecedent, other noun]``, each word one word piece that occurs
+    once, and "it" once; items ``2k`` and ``2k + 1`` are a pair with the nouns' roles swapped."""
+    if len(items) % 2 or any(items[k][1:] != items[k + 1][2:0:-1] for k in range(0, len(items), 2)):
+        raise ValueError("items must come in pairs: the second of each pair swaps the two nouns")
+    sentences = [s for s, _, _ in items]
+    batch = enc.tokenize(sentences)
+    _, A = enc(batch["input_ids"], batch["attention_mask"])     # (L, S, h, n, n)
+    ant, oth = [], []
+    for s, (sentence, a, o) in enumerate(items):
+        tokens = batch["tokens"][s]
+        if any(tokens.count(word) != 1 for word in ("it", a, o)):
+            raise ValueError(f"{sentence!r}: 'it', {a!r} and {o!r} must each be one word piece "
+                             f"that occurs once; word pieces: {tokens}")
+        i = tokens.index("it")
+        ant.append(A[:, s, :, i, tokens.index(a)])
+        oth.append(A[:, s, :, i, tokens.index(o)])
+    ant, oth = torch.stack(ant), torch.stack(oth)               # (S, L, h)
+    first = ant[0::2] > oth[0::2]      # (P, L, h): prefers the antecedent when it is the first noun
+    second = ant[1::2] > oth[1::2]     # ... and when it is the second noun
+    return Coreference(sentences, ant, oth, (ant > oth).sum(dim=0), (ant + oth).mean(dim=0),
+                       right=(first & second).sum(dim=0), wrong=(~first & ~second).sum(dim=0))

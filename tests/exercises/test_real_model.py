@@ -10,8 +10,7 @@ from _exercises import skeleton
 
 from attn_helpers.exercises import hint
 from attn_helpers.exercises import real_model as ex
-from attn_helpers.lessons.real_model import offset_scores
-from attn_helpers.lessons.real_model_studies import value_norms
+from attn_helpers.lessons.real_model import offset_scores, value_norms
 
 # --- learner-style answers to exercise 1: previous_token_scores(weights, mask) -> (L, h) --------
 
@@ -252,7 +251,7 @@ def test_norms_checker_accepts_correct_answers():
 
 
 def test_norms_checker_blocks_the_package_function():
-    from attn_helpers.lessons import real_model_studies as studies
+    from attn_helpers.lessons import real_model as studies
 
     for answer in (value_norms, lambda w, v, W: value_norms(w, v, W),
                    lambda w, v, W: studies.value_norms(w, v, W)):
@@ -270,7 +269,7 @@ def test_norms_checker_names_the_mistake(wrong, named):
 
 
 def test_norms_on_the_real_model_add_up_to_the_attention_output():
-    from attn_helpers.lessons.real_model_studies import run_value_norms
+    from attn_helpers.lessons.real_model import run_value_norms
     from attn_helpers.pretrained import load_encoder
 
     enc = load_encoder()
