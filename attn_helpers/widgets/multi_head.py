@@ -21,8 +21,14 @@ from matplotlib.transforms import offset_copy
 
 from .._checks import shape
 from ..entropy import attention_entropy, max_entropy
-from ..lessons.multi_head import CONFIG, RELATIONS
-from ..lessons.multi_head_study import AblationData, AblationFrame, ablation_data, ablation_frame
+from ..lessons.multi_head import (
+    CONFIG,
+    RELATIONS,
+    AblationData,
+    AblationFrame,
+    ablation_data,
+    ablation_frame,
+)
 from ..plots import to_numpy
 from .core import (
     AttentionFrame,
@@ -89,10 +95,10 @@ def multihead_frame(
         labels: one list of ``n`` token labels per example.
         example: which example; ``head``: a head index or ``"all"``.
         mask: optional ``(n, n)`` bool (True = may attend), e.g. the causal mask.
-        ablation: optional :func:`~attn_helpers.lessons.multi_head_study.ablation_data` of the
+        ablation: optional :func:`~attn_helpers.lessons.multi_head.ablation_data` of the
             model whose first examples ``weights`` shows; then ``heads_on`` (``h`` bools, all
             True by default) picks the heads switched on, ``frame.ablation`` is
-            :func:`~attn_helpers.lessons.multi_head_study.ablation_frame`'s and the readouts
+            :func:`~attn_helpers.lessons.multi_head.ablation_frame`'s and the readouts
             add the held-out accuracy per relation and the letters named at each position.
     """
     weights = torch.as_tensor(weights)
@@ -274,7 +280,7 @@ def multihead_widget(
     ``(m, n)`` and ``eval_targets`` ``(m, n, 2)``, whose first examples ``weights`` shows, it also
     gets one checkbox per head (``head_0_on``, ``head_1_on``, ...): the model is run once per
     subset of heads when the widget is built
-    (:func:`~attn_helpers.lessons.multi_head_study.ablation_data`), and a checkbox move only looks
+    (:func:`~attn_helpers.lessons.multi_head.ablation_data`), and a checkbox move only looks
     up the held-out accuracy and the letters named. ``example``, ``head`` and ``heads_on`` set
     the first picture (the one a page without a kernel shows).
     """

@@ -1,0 +1,78 @@
+"""Notebook 04's seed study: the two-relation model with two heads and with one, on five seeds.
+
+Trains `TwoRelationModel` (d_model 32, 600 Adam steps, one CPU thread) with 2 heads and with 1 head
+on seeds 0-4: ten runs with the same task, parameters, batches and budget. Per run it records the
+held-out accuracy per relation, the final loss (mean of the last 10% of the steps), each head's mean
+weight on key i-1 and on key 0 (`head_relation_scores`) and the loss curve in means of 10 steps.
+It asserts `multi_head.study_claims` on the fresh rows (the notebook asserts it on the shipped
+ones), checks the fresh rows against the shipped ones, and writes two checkpoints: the two-head
+model of seed 0 (the model notebook 04 ablates) and the one-head model of seed 0 with every row.
+Re-run: python3 course.py studies multi_head_seeds      (about 1-2 minutes on 2 cores)
+"""
+import itertools
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from attn_helpers.lessons import multi_head
+from attn_helpers.training import save_checkpoint
+
+RECORDS = ["attn_helpers/checkpoints/multihead_two_relations.pt",
+           "attn_helpers/checkpoints/multihead_one_head.pt"]
+HEADS = (1, 2)
+EVERY = multi_head.LOSS_EVERY
+
+
+def run(num_heads, seed, tokens, targets):
+    config = replace(multi_head.CONFIG, num_heads=num_heads, seed=seed)
+    model, result = multi_head.train_two_relations(config)
+    with torch.no_grad():
+        _, weights = model(tokens)                                   # (512, h, n, n)
+    losses = result.losses
+    return model, {"num_heads": num_heads, "seed": seed,
+                   "accuracy": multi_head.relation_accuracy(model, tokens, targets),
+                   "final_loss": result.final_loss,
+                   "relation_scores": multi_head.head_relation_scores(weights).tolist(),
+                   "loss_curve": [sum(losses[i:i + EVERY]) / EVERY
+                                  for i in range(0, len(losses), EVERY)]}
+
+
+def main():
+    tokens, targets = multi_head.evaluation_batch()
+    models, rows = {}, []
+    for num_heads, seed in itertools.product(HEADS, multi_head.STUDY_SEEDS):
+        models[num_heads, seed], row = run(num_heads, seed, tokens, targets)
+        rows.append(row)
+        print(f"{num_heads} head(s), seed {seed}: accuracy {row['accuracy']}, "
+              f"final loss {row['final_loss']:.1e}", flush=True)
+
+    claims = multi_head.study_claims(rows)
+    for claim, holds in claims.items():
+        print("✓" if holds else "✗", claim)
+    assert all(claims.values()), "a claim of notebook 04 fails on the fresh study"
+
+    try:
+        _, shipped = multi_head.load_one_head()
+    except FileNotFoundError:
+        shipped = None
+    if shipped is not None:          # the fresh rows against the shipped ones (any CPU)
+        for fresh, old in zip(rows, shipped["study"], strict=True):
+            assert (fresh["num_heads"], fresh["seed"]) == (old["num_heads"], old["seed"])
+            for relation, accuracy in fresh["accuracy"].items():
+                assert abs(accuracy - old["accuracy"][relation]) <= 0.01, (fresh, old)
+            assert torch.allclose(torch.tensor(fresh["relation_scores"]),
+                                  torch.tensor(old["relation_scores"]), atol=0.05), (fresh, old)
+            assert 0.5 < fresh["final_loss"] / old["final_loss"] < 2, (fresh, old)
+
+    two, one = models[2, 0], models[1, 0]
+    row = rows[HEADS.index(2) * len(multi_head.STUDY_SEEDS)]
+    save_checkpoint(two, Path(RECORDS[0]), {"config": two.config.__dict__, "loss_every": EVERY,
+                                            "loss_curve": [round(x, 4) for x in row["loss_curve"]],
+                                            "accuracy": row["accuracy"]})
+    save_checkpoint(one, Path(RECORDS[1]), {"config": one.config.__dict__, "loss_every": EVERY,
+                                            "study": rows})
+
+
+if __name__ == "__main__":
+    main()
