@@ -1,26 +1,186 @@
-"""Notebook 01: the RNN bottleneck. GRU encoder-decoders (:mod:`.seq2seq`) reverse digit
-sequences, one through a fixed context vector, one with attention, and a wider no-attention
-control: their training recipes, evaluation, input gradients, and :func:`claims`, the statements
-the notebook asserts (its thresholds are the module's constants, defined once)."""
+r"""Notebook 01, the RNN bottleneck: the GRU encoder-decoder of notebooks 01 and 06, its training
+recipe and checkpoints, and what notebook 01 measures with it.
+
+:class:`Seq2Seq` reads the source with a bidirectional GRU: states :math:`h_j` (the memory
+:math:`H`) and a fixed context vector :math:`c = [\overrightarrow{h}_{n-1}; \overleftarrow{h}_0]`.
+A GRU decoder started from :math:`\tanh(c W_b)` predicts :math:`p(y_t) =
+\mathrm{softmax}(\tanh([s_t; c_t] W_c) W_y)`. Only the context :math:`c_t` differs (``attention=``):
+``"none"``, :math:`c_t = c` (Cho et al., 2014); ``"additive"``, :math:`c_t = \sum_j a_{tj} h_j` with
+Bahdanau et al.'s (2015) score :math:`\tanh(s_t U_q + h_j U_k)\, v_a^\top`; ``"general"``, Luong
+et al.'s (2015) :math:`s_t (h_j W_k)^\top / \sqrt{d}`. The query is the current state :math:`s_t`,
+wired as Luong et al.'s global attention without input feeding (notebook 01's Going deeper).
+
+The four checkpoints the notebooks load are trained from :data:`CONFIGS` by
+``studies/seq2seq_checkpoints.py``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..training import TrainResult, load_checkpoint, single_thread, token_accuracy, train
-from .seq2seq import ATTENTION_KINDS, Seq2Seq
-from .tasks import EOS, PAD, Batch, eval_batches, example, get_task, make_batch
-from .tasks import collate as tasks_collate
+from .._checks import require_positive_int, require_tensor, shape
+from ..attention import AdditiveScore, masked_softmax, scaled_dot_product_scores
+from ..masks import padding_mask
+from ..training import TrainResult, load_checkpoint, token_accuracy, train
+from .tasks import EOS, PAD, SOS, Batch, get_task, make_batch
 
 __all__ = ["ATTENTION_KINDS", "Seq2Seq", "seq2seq_loss", "predict", "accuracy_by_length",
-           "input_gradient_norms", "copy_gradients", "path_length_fit", "untrained_model",
-           "gradient_batch", "accuracy_by_position", "TrainConfig", "CONFIGS",
-           "recipe_reversal_none", "recipe_reversal_additive", "recipe_reversal_none_wide",
-           "recipe_dates_general", "untrained_gradients", "claims", "train_seq2seq", "build_model",
-           "load_pretrained", "widget_claims"]
+           "accuracy_by_position", "input_gradient_norms", "copy_gradients", "path_length_fit",
+           "TrainConfig", "CONFIGS", "build_model", "train_seq2seq", "load_pretrained"]
+
+ATTENTION_KINDS = ("none", "additive", "general")
+
+
+def _check_src(src, src_lengths) -> None:
+    require_tensor("src", src)
+    require_tensor("src_lengths", src_lengths)
+    if src.dim() != 2 or src.is_floating_point() or src.dtype == torch.bool:
+        raise ValueError(f"src must be a 2-D integer tensor (batch, n_src), got {src.dtype} "
+                         f"{shape(src)}")
+    if src_lengths.shape != (src.shape[0],) or src_lengths.is_floating_point():
+        raise ValueError(f"src_lengths must be an integer tensor of shape (batch,) = "
+                         f"({src.shape[0]},), got {src_lengths.dtype} {shape(src_lengths)}")
+    if src.shape[0] and (int(src_lengths.min()) < 1 or int(src_lengths.max()) > src.shape[1]):
+        raise ValueError(f"every source length must lie in 1..n_src={src.shape[1]}, got "
+                         f"{src_lengths.tolist()}")
+
+
+class Seq2Seq(nn.Module):
+    r"""GRU encoder-decoder with ``attention`` in ``"none"``, ``"additive"`` or ``"general"``.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (ids 0, 1, 2 are ``<pad>``, ``<s>``,
+            ``</s>``).
+        d_emb: embedding size; d_enc: encoder GRU size per direction (the memory and the
+            context vector have ``2 * d_enc`` features); the decoder state has ``2 * d_enc``.
+        d_attn: hidden size :math:`d_a` of the additive scorer (``scorer``: ``w_q``, ``w_k``,
+            ``w_v`` hold :math:`U_q^\top`, :math:`U_k^\top`, :math:`v_a`; ``nn.Linear`` stores
+            the transposed matrix). ``key_proj`` (``"general"``) holds :math:`W_k^\top`.
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, attention: str = "additive",
+                 d_emb: int = 32, d_enc: int = 32, d_attn: int = 32):
+        super().__init__()
+        for name, value in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size),
+                            ("d_emb", d_emb), ("d_enc", d_enc), ("d_attn", d_attn)):
+            require_positive_int(name, value)
+        if attention not in ATTENTION_KINDS:
+            raise ValueError(f"attention must be one of {ATTENTION_KINDS}, got {attention!r}")
+        self.attention = attention
+        self.d_memory = d_dec = 2 * d_enc
+        self.d_dec = d_dec
+        self.src_embed = nn.Embedding(src_vocab_size, d_emb, padding_idx=PAD)
+        self.encoder = nn.GRU(d_emb, d_enc, batch_first=True, bidirectional=True)
+        self.bridge = nn.Linear(2 * d_enc, d_dec)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, d_emb, padding_idx=PAD)
+        self.decoder = nn.GRU(d_emb, d_dec, batch_first=True)
+        if attention == "additive":
+            self.scorer = AdditiveScore(d_dec, 2 * d_enc, d_attn)
+        elif attention == "general":
+            self.key_proj = nn.Linear(2 * d_enc, d_dec, bias=False)
+        self.combine = nn.Linear(d_dec + 2 * d_enc, d_dec)
+        self.out = nn.Linear(d_dec, tgt_vocab_size)
+
+    # -- the pieces ---------------------------------------------------------------------------
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor,
+               src_embedded: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Read the source.
+
+        Args:
+            src: ``(b, n_src)`` ids, padded with 0; src_lengths: ``(b,)``.
+            src_embedded: optional ``(b, n_src, d_emb)`` to use instead of the embedding of
+                ``src`` (to take gradients with respect to the inputs).
+
+        Returns:
+            ``(memory, context)``: memory ``(b, n_src, 2 d_enc)`` (zero at padding), context
+            ``(b, 2 d_enc)``: the last forward state and the first backward state.
+        """
+        _check_src(src, src_lengths)
+        embedded = self.src_embed(src) if src_embedded is None else src_embedded
+        packed = pack_padded_sequence(embedded, src_lengths.cpu(), batch_first=True,
+                                      enforce_sorted=False)
+        states, last = self.encoder(packed)
+        memory, _ = pad_packed_sequence(states, batch_first=True, total_length=src.shape[1])
+        return memory, torch.cat([last[0], last[1]], dim=-1)
+
+    def attend(self, s: torch.Tensor, H: torch.Tensor, c: torch.Tensor,
+               src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        r"""The context :math:`c_t` of every decoder state :math:`s_t`.
+
+        Args: ``s`` ``(b, n_t, d_dec)`` decoder states (the queries); ``H`` ``(b, n, 2 d_enc)``
+        encoder states :math:`h_j` (keys and values); ``c`` ``(b, 2 d_enc)`` the fixed context
+        vector; ``src_mask`` ``(b, n)``, True at real source tokens.
+
+        Returns ``(c_t (b, n_t, 2 d_enc), a (b, n_t, n) or None)``: without attention every step
+        gets the same ``c``, and there are no weights.
+        """
+        if self.attention == "none":
+            return c[:, None, :].expand(-1, s.shape[1], -1), None  # c_t = c at every step t
+        if self.attention == "additive":
+            e = self.scorer(s, H)  # (b, n_t, n): e_tj = tanh(s_t U_q + h_j U_k) v_a^T
+        else:
+            e = scaled_dot_product_scores(s, self.key_proj(H))  # e_tj = s_t (h_j W_k)^T / sqrt(d)
+        a = masked_softmax(e, src_mask[:, None, :])  # (b, n_t, n): a_t = softmax_j(e_tj)
+        return a @ H, a  # (b, n_t, 2 d_enc): c_t = sum_j a_tj h_j
+
+    def readout(self, states, memory, context, src_mask):
+        r"""Decoder states ``(b, n_t, d_dec)`` -> ``(logits (b, n_t, V), weights or None)``:
+        :math:`\mathrm{logits}_t = \tanh([s_t; c_t] W_c) W_y` (``combine`` is :math:`W_c`,
+        ``out`` is :math:`W_y`)."""
+        contexts, weights = self.attend(states, memory, context, src_mask)
+        return self.out(torch.tanh(self.combine(torch.cat([states, contexts], -1)))), weights
+
+    def initial_state(self, context: torch.Tensor) -> torch.Tensor:
+        r"""``(b, 2 d_enc)`` context :math:`c` -> ``(1, b, d_dec)`` first decoder state
+        :math:`\tanh(c W_b)` (``bridge`` is :math:`W_b`)."""
+        return torch.tanh(self.bridge(context))[None]
+
+    # -- training and decoding ----------------------------------------------------------------
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
+                src_embedded: torch.Tensor | None = None):
+        """Teacher forcing: ``tgt_in`` ``(b, n_t)`` starts with ``<s>``.
+
+        Returns ``(logits (b, n_t, tgt_vocab), weights (b, n_t, n_src) or None)``.
+        """
+        require_tensor("tgt_in", tgt_in)
+        if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0] or tgt_in.is_floating_point():
+            raise ValueError(f"tgt_in must be an integer tensor (batch={src.shape[0]}, n_t), got "
+                             f"{tgt_in.dtype} {shape(tgt_in)}")
+        memory, context = self.encode(src, src_lengths, src_embedded)
+        states, _ = self.decoder(self.tgt_embed(tgt_in), self.initial_state(context))
+        src_mask = padding_mask(src_lengths, src.shape[1])
+        return self.readout(states, memory, context, src_mask)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, src_lengths: torch.Tensor, steps: int):
+        """Decode ``steps`` tokens, each the most likely one given the previous ones.
+
+        Returns ``(tokens (b, steps), weights (b, steps, n_src) or None)``: row ``t`` of the
+        weights is the cross-attention of output step ``t`` over the source tokens. Tokens after
+        a ``</s>`` are left as the model predicted them (:meth:`Vocab.decode` stops at ``</s>``).
+        """
+        require_positive_int("steps", steps)
+        memory, context = self.encode(src, src_lengths)
+        src_mask = padding_mask(src_lengths, src.shape[1])
+        hidden = self.initial_state(context)
+        previous = torch.full((src.shape[0], 1), SOS, dtype=torch.long)
+        tokens, rows = [], []
+        for _ in range(steps):
+            state, hidden = self.decoder(self.tgt_embed(previous), hidden)
+            logits, weights = self.readout(state, memory, context, src_mask)
+            previous = logits.argmax(-1)
+            tokens.append(previous)
+            rows.append(weights)
+        weights = None if self.attention == "none" else torch.cat(rows, dim=1)
+        return torch.cat(tokens, dim=1), weights
+
 
 # --- loss, evaluation, gradients --------------------------------------------------------------
 
@@ -29,10 +189,6 @@ def seq2seq_loss(model: Seq2Seq, src, src_lengths, tgt_in, tgt_out) -> torch.Ten
     """Mean cross-entropy of the next-token predictions over real target tokens and ``</s>``."""
     logits, _ = model(src, src_lengths, tgt_in)
     return F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)
-
-
-def _batch_tuple(batch: Batch) -> tuple:
-    return batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out
 
 
 def predict(model: Seq2Seq, batch: Batch):
@@ -108,18 +264,7 @@ def path_length_fit(gradient: torch.Tensor) -> tuple[float, float]:
     return fit[0, 0].item(), 1 - residual.item()
 
 
-def untrained_model(name: str, seed: int) -> Seq2Seq:
-    """A freshly initialised model of checkpoint ``name``'s recipe, seeded with ``seed``."""
-    return build_model(replace(CONFIGS[name], seed=seed))
-
-
-def gradient_batch(length: int = 24, examples: int = 20) -> Batch:
-    """The first ``examples`` test sequences of length ``length``: the gradient experiment's data."""
-    full = eval_batches("reversal", 100)[length]
-    return Batch(*(getattr(full, f.name)[:examples] for f in fields(Batch)))
-
-
-# --- recipes ----------------------------------------------------------------------------------
+# --- the recipe and the checkpoints ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -168,7 +313,8 @@ def train_seq2seq(config: TrainConfig, *, progress: bool = True) -> tuple[Seq2Se
     model = build_model(config)
 
     def batches(step, generator):
-        return _batch_tuple(make_batch(task, config.batch_size, generator))
+        b = make_batch(task, config.batch_size, generator)
+        return b.src, b.src_lengths, b.tgt_in, b.tgt_out
 
     description = f"{config.task}, attention={config.attention}"
     result = train(model, batches, seq2seq_loss, steps=config.steps, lr=config.lr,
@@ -182,42 +328,6 @@ def train_seq2seq(config: TrainConfig, *, progress: bool = True) -> tuple[Seq2Se
     return model, result
 
 
-def _metadata(config: TrainConfig, model: Seq2Seq, result: TrainResult) -> dict:
-    accuracy = accuracy_by_length(model, eval_batches(config.task, 100))
-    return {
-        **{k: v for k, v in config.__dict__.items()},
-        "final_loss": round(result.final_loss, 4),
-        "accuracy": {str(k): round(v, 4) for k, v in accuracy.items()},
-    }
-
-
-def _recipe(name: str):
-    config = CONFIGS[name]
-    model, result = train_seq2seq(config)
-    return model, _metadata(config, model, result)
-
-
-def recipe_reversal_none():
-    """``python -m attn_helpers train seq2seq_reversal_none``: the no-attention baseline."""
-    return _recipe("seq2seq_reversal_none")
-
-
-def recipe_reversal_additive():
-    """``python -m attn_helpers train seq2seq_reversal_additive``: additive attention."""
-    return _recipe("seq2seq_reversal_additive")
-
-
-def recipe_reversal_none_wide():
-    """``python -m attn_helpers train seq2seq_reversal_none_wide``: the no-attention control with
-    a wider encoder and at least as many parameters as the attention model."""
-    return _recipe("seq2seq_reversal_none_wide")
-
-
-def recipe_dates_general():
-    """``python -m attn_helpers train seq2seq_dates_general``: the dates model of notebook 06."""
-    return _recipe("seq2seq_dates_general")
-
-
 def load_pretrained(name: str) -> Seq2Seq:
     """The shipped checkpoint ``name`` (a key of :data:`CONFIGS`), in eval mode."""
     if name not in CONFIGS:
@@ -225,126 +335,3 @@ def load_pretrained(name: str) -> Seq2Seq:
     model = build_model(CONFIGS[name])
     load_checkpoint(model, name)
     return model
-
-
-# --- the claims of notebook 01 -----------------------------------------------------------------
-
-SHORT = 7                   # "up to 7 digits both models are near perfect" ...
-NEAR_PERFECT = 0.95         # ... meaning a token accuracy of at least 0.95
-LONG_PLAIN_BELOW = 0.4      # "about a third" at 24 digits: below 0.4
-GAP = 0.5                   # attention beats no attention (and the wide control) by >= 0.5 at 24
-FIRST, LAST = 3, 8          # n = 24: the first 3 outputs are right (> 0.7), the last 8 not (< 0.3)
-CHANCE = 0.1                # a guessed digit: 1 in 10; the last output is right less often
-ENDS_EARLY = 0.5            # the last output is </s> in more than half of the examples
-GRADIENT_SEEDS = (0, 1, 2)  # untrained models: three initialisations each
-ORDERS = 100                # "two orders of magnitude": a ratio > 100
-DECAY, R2 = -0.15, 0.95     # "exponential decay": log10 slope < -0.15 per step, R^2 > 0.95
-FLAT, FLAT_ALL, DILUTED = 2.0, 4.0, 0.5   # attention: gradient within 2x over t >= 1, 4x over all t,
-#                                           and at both ends < 0.5x no attention's (1/n dilution)
-SHARE_FIRST, SHARE_LATE, SHARE_ATTENDED = 4.0, 1.25, 2.0   # in units of 1/n
-
-
-def untrained_gradients(seeds=GRADIENT_SEEDS) -> dict[str, list[torch.Tensor]]:
-    """``{"no attention" | "additive attention": [gradient (n,) per seed]}``: the gradient from
-    output ``t`` to the input it copies (:func:`copy_gradients`) for freshly initialised models."""
-    batch = gradient_batch()
-    with single_thread():
-        return {label: [copy_gradients(input_gradient_norms(untrained_model(name, seed), batch))[0]
-                        for seed in seeds]
-                for label, name in (("no attention", "seq2seq_reversal_none"),
-                                    ("additive attention", "seq2seq_reversal_additive"))}
-
-
-def claims(plain: Seq2Seq, attended: Seq2Seq, *, wide: Seq2Seq | None = None,
-           group: str | None = None) -> dict[str, bool]:
-    """Notebook 01's statements about the reversal models, as named booleans; the notebook asserts
-    them on the shipped checkpoints, the tests on freshly re-trained models. ``wide`` (optional)
-    is the no-attention control. Names start with their group (``length``, ``position``,
-    ``control``, ``gradient``); ``group`` keeps one. Computed once, on one thread."""
-    key = (plain, attended, wide)                # the models themselves: no stale id() matches
-    if _COMPUTED.get("models") != key:
-        with single_thread():
-            _COMPUTED.update(models=key, claims=_claims(plain, attended, wide))
-    chosen = {k: v for k, v in _COMPUTED["claims"].items() if group is None or k.startswith(group)}
-    if not chosen:
-        raise ValueError(f"no claim of notebook 01 starts with {group!r}")
-    return chosen
-
-
-_COMPUTED: dict = {}   # the last three models and their claims
-
-
-def widget_claims(attended: Seq2Seq, n: int = 24) -> dict[str, bool]:
-    """Notebook 01's statement about its widget's opening picture (example 0 of ``n`` digits)."""
-    _, weights = predict(attended, tasks_collate("reversal", [example("reversal", 0, n)]))
-    offsets = None if weights is None else (weights[0].argmax(-1) - torch.arange(n - 1, -1, -1)).abs()
-    return {f"widget: with attention, example 0 of {n} digits: every output's strongest input is "
-            "within one position of the digit it copies (n-1-t)":
-            offsets is not None and bool((offsets <= 1).all())}
-
-
-def _claims(plain: Seq2Seq, attended: Seq2Seq, wide: Seq2Seq | None) -> dict[str, bool]:
-    test_sets = eval_batches("reversal", 100)
-    acc_plain, acc_attn = accuracy_by_length(plain, test_sets), accuracy_by_length(attended, test_sets)
-    n = max(test_sets)
-    by_position, end_share = accuracy_by_position(plain, test_sets[n])
-    short = [k for k in test_sets if k <= SHORT]
-    result = {
-        f"length: with attention, token accuracy >= {NEAR_PERFECT} at every length":
-            min(acc_attn.values()) >= NEAR_PERFECT,
-        f"length: up to {SHORT} digits, both models get >= {NEAR_PERFECT} of the tokens right":
-            min(min(acc_plain[k], acc_attn[k]) for k in short) >= NEAR_PERFECT,
-        f"length: without attention, accuracy falls ({SHORT} > 12 > {n} digits), "
-        f"to < {LONG_PLAIN_BELOW} at {n}":
-            acc_plain[n] < acc_plain[12] < acc_plain[SHORT] and acc_plain[n] < LONG_PLAIN_BELOW,
-        f"length: at {n} digits attention is >= {GAP} more accurate":
-            acc_attn[n] - acc_plain[n] >= GAP,
-        f"position: without attention, n = {n}: the first {FIRST} outputs > 0.7 right, "
-        f"the last {LAST} < 0.3, the last one below chance (< {CHANCE})":
-            by_position[:FIRST].mean() > 0.7 and by_position[-LAST:].mean() < 0.3
-            and by_position[-1].item() < CHANCE,
-        f"position: without attention, n = {n}: the last output is </s> in > {ENDS_EARLY} "
-        "of the examples":
-            end_share[-1].item() > ENDS_EARLY,
-    }
-    if wide is not None:
-        size_wide, size_attn = (sum(p.numel() for p in m.parameters()) for m in (wide, attended))
-        acc_wide = accuracy_by_length(wide, {n: test_sets[n]})[n]
-        result[f"control: the wide no-attention model has >= the attention model's parameters, "
-               f"and attention is >= {GAP} more accurate than it at {n}"] = (
-            size_wide >= size_attn and acc_attn[n] - acc_wide >= GAP)
-    untrained, middle = untrained_gradients(), range(n)[n // 3: n - n // 3]
-    result[f"gradient, untrained, no attention: > {ORDERS}x smaller in the middle than at either "
-           f"end (each of {len(GRADIENT_SEEDS)} seeds)"] = all(
-        int(g.argmin()) in middle and min(g[0], g[-1]) > ORDERS * g.min()
-        for g in untrained["no attention"])
-    result[f"gradient, untrained, no attention: log10 falls linearly with the path length "
-           f"min(t, n-1-t), slope < {DECAY} per step, R^2 > {R2} (each seed)"] = all(
-        slope < DECAY and r2 > R2 for slope, r2 in map(path_length_fit, untrained["no attention"]))
-    result[f"gradient, untrained, attention: varies < {FLAT}x over t >= 1; the first output's "
-           f"is the largest, < {FLAT_ALL}x the smallest (each seed)"] = all(
-        g[1:].max() < FLAT * g[1:].min() and g[0] > g[1:].max() and g[0] < FLAT_ALL * g.min()
-        for g in untrained["additive attention"])
-    result[f"gradient, untrained, attention: at both ends (t = 0 and n-1) < {DILUTED}x the "
-           "no-attention model's (each seed): weights of about 1/n dilute each input"] = all(
-        a[0] < DILUTED * p[0] and a[-1] < DILUTED * p[-1]
-        for p, a in zip(untrained["no attention"], untrained["additive attention"], strict=True))
-    batch = gradient_batch()
-    cut = [untrained_model("seq2seq_reversal_additive", seed) for seed in GRADIENT_SEEDS]
-    for model in cut:
-        torch.nn.init.zeros_(model.bridge.weight)     # W_b = 0: c no longer starts the decoder
-    result[f"gradient, untrained, attention: with W_b = 0 the first output's excess is gone "
-           f"(varies < {FLAT}x over all t, each seed)"] = all(
-        g.max() < FLAT * g.min()
-        for g in (copy_gradients(input_gradient_norms(m, batch))[0] for m in cut))
-    no_attention = [plain] if wide is None else [plain, wide]
-    shares = [copy_gradients(input_gradient_norms(m, batch))[1] * n            # in units of 1/n
-              for m in [*no_attention, attended]]
-    result[f"gradient, trained, no attention{'' if wide is None else ' (and the wide control)'}: "
-           f"the copied digit's share falls from > {SHARE_FIRST}/n (t = 0) to < {SHARE_LATE}/n "
-           "(mean over t >= n/2, and at the last output)"] = all(
-        share[0] > SHARE_FIRST and share[n // 2:].mean() < SHARE_LATE and share[-1] < SHARE_LATE
-        for share in shares[:-1])
-    result[f"gradient, trained, attention: the copied digit's share is > {SHARE_ATTENDED}/n "
-           "at every t"] = shares[-1].min() > SHARE_ATTENDED
-    return {claim: bool(holds) for claim, holds in result.items()}

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import require_positive_int, require_tensor, shape
+from .._checks import require_positive_int
 
 __all__ = [
     "PAD",
@@ -294,10 +294,3 @@ def eval_batches(task: str | Task, per_length: int = 200, *, seed: int = 1234) -
     low, high = task.lengths
     return {n: make_batch(task, per_length, generator, n) for n in range(low, high + 1)}
 
-
-def check_batch_tokens(name: str, ids: torch.Tensor) -> None:
-    """Raise unless ``ids`` is a 2-D integer tensor ``(batch, n)``."""
-    require_tensor(name, ids)
-    if ids.dim() != 2 or ids.is_floating_point() or ids.dtype == torch.bool:
-        raise ValueError(f"{name} must be a 2-D integer tensor (batch, n), got {ids.dtype} "
-                         f"{shape(ids)}")

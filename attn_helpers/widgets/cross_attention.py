@@ -15,7 +15,7 @@ from ..lessons.rnn_bottleneck import Seq2Seq
 from ..lessons.tasks import example, get_task
 from .core import AttentionFrame, LiveAttentionWidget
 from .masking import CaptionedView
-from .rnn_bottleneck import _check_model, decode_examples
+from .rnn_bottleneck import check_model, decode_examples
 
 __all__ = ["alignment_frame", "alignment_widget"]
 
@@ -54,7 +54,7 @@ def _alignment(source, target, output, weights, step: int) -> AttentionFrame:
 
 
 def _check(model, step) -> None:
-    _check_model(model)
+    check_model(model)
     if model.attention == "none":
         raise ValueError("model has no attention (attention='none'): there is no alignment to show")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:

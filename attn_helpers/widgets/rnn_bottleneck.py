@@ -61,7 +61,7 @@ def decode_examples(model: Seq2Seq, task, pairs):
              None if weights is None else weights[b]) for b in range(len(pairs))]
 
 
-def _check_model(model) -> None:
+def check_model(model) -> None:
     if not isinstance(model, Seq2Seq):
         raise TypeError(f"model must be a seq2seq.Seq2Seq, got {type(model).__name__}")
 
@@ -109,7 +109,7 @@ def decode_frame(length: int, model_name: str, index: int,
     if model_name not in models:
         raise ValueError(f"model_name must be one of {sorted(models)}, got {model_name!r}")
     model = models[model_name]
-    _check_model(model)
+    check_model(model)
     source, target = example(task, index, length)
     ((output, weights),) = decode_examples(model, task, [(source, target)])
     return _frame(model_name, source, target, output, weights)
@@ -195,7 +195,7 @@ def bottleneck_widget(models: Mapping[str, Seq2Seq], *, lengths: tuple[int, int]
     length is shown; every later move to them only redraws.
     """
     for model in models.values():
-        _check_model(model)
+        check_model(model)
     names = list(models)
     if model_name is not None and model_name not in names:
         raise ValueError(f"model_name must be one of {names}, got {model_name!r}")

@@ -1,5 +1,5 @@
-"""The GRU encoder-decoder of notebook 01 (``lessons.rnn_bottleneck``): shapes, padding, greedy
-decoding, references."""
+"""The GRU encoder-decoder of notebooks 01 and 06 (``lessons.rnn_bottleneck``): shapes, padding,
+greedy decoding, references, and the shipped checkpoints."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 from attn_helpers.lessons import rnn_bottleneck as seq2seq
 from attn_helpers.lessons import tasks
 from attn_helpers.lessons.rnn_bottleneck import Seq2Seq
+from attn_helpers.training import checkpoint_path
 
 KINDS = seq2seq.ATTENTION_KINDS
 
@@ -145,35 +146,6 @@ def test_path_length_fit_recovers_an_exponential_and_rejects_noise(gen):
     assert r2_noise < 0.9
 
 
-def test_untrained_attention_spreads_the_gradient_and_the_recurrence_does_not():
-    """The architecture claim of notebook 01 on small fresh models: without attention the middle
-    input's gradient is far below the ends'; with attention it is not."""
-    gradients = seq2seq.untrained_gradients(seeds=(0,))
-    plain, attended = gradients["no attention"][0], gradients["additive attention"][0]
-    assert plain.shape == attended.shape == (24,)
-    assert plain[[0, -1]].min() > 100 * plain[8:16].min()
-    assert attended[1:].max() < 2 * attended[1:].min()
-    assert attended[1:].max() < attended[0] < 4 * attended.min()   # the first gets the most, < 4x
-
-
-def test_accuracy_by_position_counts_end_tokens(same_length):
-    model = small_model("none")
-    accuracy, end_share = seq2seq.accuracy_by_position(model, same_length)
-    tokens, _ = seq2seq.predict(model, same_length)
-    assert accuracy.shape == end_share.shape == (6,)
-    assert torch.equal(accuracy, (tokens == same_length.tgt_out[:, :6]).float().mean(0))
-    assert torch.equal(end_share, (tokens == tasks.EOS).float().mean(0))
-
-
-def test_gradient_batch_and_untrained_model():
-    batch = seq2seq.gradient_batch(length=10, examples=5)
-    assert batch.src.shape == (5, 10) and bool((batch.src_lengths == 10).all())
-    a = seq2seq.untrained_model("seq2seq_reversal_none", 1)
-    b = seq2seq.untrained_model("seq2seq_reversal_none", 1)
-    c = seq2seq.untrained_model("seq2seq_reversal_none", 2)
-    assert torch.equal(a.out.weight, b.out.weight) and not torch.equal(a.out.weight, c.out.weight)
-
-
 def test_loss_and_accuracy(batch):
     model = small_model("additive")
     loss = seq2seq.seq2seq_loss(model, batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
@@ -210,17 +182,11 @@ def test_model_bad_inputs(batch):
         seq2seq.train_seq2seq({"task": "reversal"})
 
 
-def test_widget_claim_holds_for_the_attention_model_and_fails_without_attention():
-    attended = seq2seq.load_pretrained("seq2seq_reversal_additive")
-    plain = seq2seq.load_pretrained("seq2seq_reversal_none")
-    assert all(seq2seq.widget_claims(attended).values())
-    assert not any(seq2seq.widget_claims(plain).values())
-
-
-def test_claims_by_group_select_by_prefix_and_reject_an_unknown_group():
-    plain, attended = (seq2seq.load_pretrained(f"seq2seq_reversal_{k}") for k in ("none", "additive"))
-    position = seq2seq.claims(plain, attended, group="position")
-    assert position and all(name.startswith("position") for name in position)
-    assert set(position) <= set(seq2seq.claims(plain, attended))
-    with pytest.raises(ValueError, match="no claim"):
-        seq2seq.claims(plain, attended, group="nothing")
+@pytest.mark.parametrize("name", list(seq2seq.CONFIGS))
+def test_checkpoints_load_small_with_the_metadata_of_their_recipe(name):
+    """The four checkpoints ``studies/seq2seq_checkpoints.py`` writes."""
+    model = seq2seq.load_pretrained(name)
+    assert not model.training and checkpoint_path(name).stat().st_size < 250_000
+    metadata = torch.load(checkpoint_path(name), weights_only=True)["metadata"]
+    config = seq2seq.CONFIGS[name]
+    assert {k: metadata[k] for k in config.__dict__} == config.__dict__
