@@ -19,9 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._checks import require_bool, require_positive_int, require_size, require_tensor, shape
+from ._checks import require_bool, require_positive_int, require_tensor, shape
 from .kv_cache import KVCache
-from .multihead import parameter_count
 from .transformer import DecoderLayer
 
 __all__ = ["TinyCausalLM", "StepCost", "Generation"]
@@ -80,14 +79,6 @@ class TinyCausalLM(nn.Module):
         for name, value in (("vocab_size", vocab_size), ("d_model", d_model),
                             ("num_layers", num_layers), ("max_len", max_len)):
             require_positive_int(name, value)
-        require_size(f"vocab_size={vocab_size}, d_model={d_model}: the embedding", vocab_size,
-                     d_model)
-        require_size(f"max_len={max_len}, d_model={d_model}: the positions", max_len, d_model)
-        require_positive_int("d_ff", d_ff)
-        per_layer = (parameter_count(d_model, num_heads, num_kv_heads=num_kv_heads)  # attention
-                     + 2 * d_model * d_ff + d_ff + d_model + 4 * d_model)  # feed-forward, 2 norms
-        require_size(f"num_layers={num_layers} decoder layers of {per_layer} parameters each "
-                     f"(d_model={d_model}, d_ff={d_ff})", num_layers, per_layer)
         self.vocab_size, self.max_len = vocab_size, max_len
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.position_embedding = nn.Embedding(max_len, d_model)
@@ -100,15 +91,12 @@ class TinyCausalLM(nn.Module):
 
     def _check_tokens(self, name: str, tokens, start: int = 0) -> None:
         require_tensor(name, tokens)
-        if tokens.dim() != 2 or tokens.dtype != torch.long:
-            raise ValueError(f"{name} must be a long tensor (b, n), got {tokens.dtype} "
-                             f"shape {shape(tokens)}")
-        if tokens.numel() == 0:
-            raise ValueError(f"{name} (b, n) must hold b >= 1 sequences of n >= 1 tokens, got "
+        if tokens.dim() != 2 or tokens.dtype != torch.long or tokens.numel() == 0:
+            raise ValueError(f"{name} must be a long tensor (b >= 1, n >= 1), got {tokens.dtype} "
                              f"shape {shape(tokens)}")
         if start + tokens.shape[1] > self.max_len:
             raise ValueError(f"{name} {shape(tokens)} goes past max_len={self.max_len} positions")
-        if tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < self.vocab_size:
+        if not 0 <= int(tokens.min()) <= int(tokens.max()) < self.vocab_size:
             raise ValueError(f"{name} must hold ids in 0..{self.vocab_size - 1}, got "
                              f"{int(tokens.min())}..{int(tokens.max())}")
 

@@ -4,7 +4,11 @@ Shapes as :func:`attn_helpers.scaled_dot_product_attention`: ``q (..., n_q, d_k)
 d_k)``, ``v (..., n_k, d_v)``, leading dims broadcast. **Online softmax**: running max ``m`` and
 ``l = sum exp(s - m)`` (Milakov & Gimelshein, 2018) and the output sum ``acc = sum exp(s - m) v``
 (Rabe & Staats, 2021; FlashAttention): ``m' = max(m, max s)``, ``l' = e^(m - m') l + sum e^(s - m')``,
-``acc' = e^(m - m') acc + e^(s - m') V``. :func:`tiled_attention` (FlashAttention-2, Dao 2023)."""
+``acc' = e^(m - m') acc + e^(s - m') V``. :func:`tiled_attention` (FlashAttention-2, Dao 2023).
+
+Each public function checks its arguments, then calls the math (:func:`fold_block`,
+:func:`tile_scores`, :func:`flash_backward_tile`, ``_TiledAttention``), which takes checked ones.
+"""
 
 from __future__ import annotations
 
@@ -16,15 +20,10 @@ from torch.autograd.function import once_differentiable
 
 from ._checks import (
     broadcast_batch,
-    check_backward_tile,
-    check_block,
     check_qkv,
     require_bool,
-    require_device,
-    require_dtype,
-    require_min_dim,
+    require_mask,
     require_positive_int,
-    require_shape,
     require_size,
     require_tensor,
     resolve_scale,
@@ -34,7 +33,8 @@ from .kv_cache import kv_cache_bytes
 
 __all__ = ["OnlineSoftmaxState", "init_state", "block_state", "online_softmax_step", "merge_states",
            "finalize", "tiled_attention", "backward_tile", "elu_feature_map", "linear_attention",
-           "LinearAttentionState", "linear_attention_step", "decoding_memory", "local_attention"]
+           "LinearAttentionState", "linear_attention_step", "decoding_memory", "local_attention",
+           "tile_scores"]
 
 
 class OnlineSoftmaxState(NamedTuple):
@@ -50,16 +50,17 @@ def init_state(batch_shape, n_q: int, d_v: int, *, dtype=torch.float32, device=N
                ) -> OnlineSoftmaxState:
     """The state before any key: max ``-inf``, total 0, acc 0 (shapes as in the class);
     ``batch_shape`` the batch dims ``(...)``, a tuple of ints."""
-    batch = require_shape("batch_shape", batch_shape)
+    if not isinstance(batch_shape, (tuple, list)):
+        raise TypeError(f"batch_shape must be a tuple of ints such as (2, 4) or (), "
+                        f"got {type(batch_shape).__name__}")
+    for i, size in enumerate(batch_shape):
+        require_positive_int(f"batch_shape[{i}]", size, allow_zero=True)
     require_positive_int("n_q", n_q, allow_zero=True)
     require_positive_int("d_v", d_v, allow_zero=True)
-    dtype, device = require_dtype("dtype", dtype), require_device("device", device)
-    require_size(f"batch_shape={batch}, n_q={n_q}, d_v={d_v}: the state's (..., n_q, 1 + 1 + d_v) "
-                 "numbers", *batch, n_q, d_v + 2, bytes_per_element=dtype.itemsize)
-    rows = (*batch, n_q, 1)
+    rows = (*batch_shape, n_q, 1)
     return OnlineSoftmaxState(torch.full(rows, float("-inf"), dtype=dtype, device=device),
                               torch.zeros(rows, dtype=dtype, device=device),
-                              torch.zeros((*batch, n_q, d_v), dtype=dtype, device=device))
+                              torch.zeros((*batch_shape, n_q, d_v), dtype=dtype, device=device))
 
 
 def _safe(m: torch.Tensor) -> torch.Tensor:
@@ -67,14 +68,38 @@ def _safe(m: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(m), m, torch.zeros((), dtype=m.dtype, device=m.device))
 
 
-def _step(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Tensor
-          ) -> OnlineSoftmaxState:
+def fold_block(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Tensor
+               ) -> OnlineSoftmaxState:
+    """:func:`online_softmax_step` on checked arguments."""
     m, l, acc = state
     m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))   # (..., n_q, 1)
     correction = torch.exp(m - _safe(m_new))                        # e^{m - m'}
     p = torch.exp(scores - _safe(m_new))                            # (..., n_q, block)
     return OnlineSoftmaxState(m_new, correction * l + p.sum(dim=-1, keepdim=True),
                               correction * acc + p @ values)
+
+
+def _check_block(scores, values, acc=None) -> torch.Size:
+    """``scores (..., n_q, block >= 1)`` and ``values (..., block, d_v)`` of one floating dtype
+    (and a state's ``acc (..., n_q, d_v)``); returns their broadcast batch dims."""
+    for name, t, layout in (("scores", scores, "(..., n_q, block)"),
+                            ("values", values, "(..., block, d_v)")):
+        require_tensor(name, t, floating=True)
+        if t.dim() < 2 or t.dtype != scores.dtype:
+            raise ValueError(f"{name} must be {layout} in scores' dtype, got shape {shape(t)} "
+                             f"and dtype {t.dtype}")
+    if scores.shape[-1] != values.shape[-2] or scores.shape[-1] == 0:
+        raise ValueError(f"scores (..., n_q, block) and values (..., block, d_v) must share the "
+                         f"block size >= 1, got scores {shape(scores)} and values {shape(values)}")
+    if acc is not None and (acc.shape[-2:] != (scores.shape[-2], values.shape[-1])
+                            or acc.dtype != scores.dtype):
+        raise ValueError(f"the state's acc {shape(acc)} {acc.dtype} does not fit scores "
+                         f"{shape(scores)} and values {shape(values)} {values.dtype}")
+    named = [("scores", scores, 2), ("values", values, 2)]
+    batch = broadcast_batch(*named)
+    if acc is not None:
+        broadcast_batch(("the state's acc", acc, 2), *named)
+    return batch
 
 
 def online_softmax_step(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Tensor
@@ -84,17 +109,17 @@ def online_softmax_step(state: OnlineSoftmaxState, scores: torch.Tensor, values:
     the block's keys (``block >= 1``), ``-inf`` = masked; ``values`` ``(..., block, d_v)``."""
     if not isinstance(state, OnlineSoftmaxState):
         raise TypeError(f"state must be an OnlineSoftmaxState, got {type(state).__name__}")
-    check_block(scores, values, state.acc)
-    return _step(state, scores, values)
+    _check_block(scores, values, state.acc)
+    return fold_block(state, scores, values)
 
 
 def block_state(scores: torch.Tensor, values: torch.Tensor) -> OnlineSoftmaxState:
     """The state of one block on its own: ``scores`` ``(..., n_q, block >= 1)``, ``values``
     ``(..., block, d_v)``. Equal to ``online_softmax_step(init_state(...), scores, values)``."""
-    batch = check_block(scores, values)
-    empty = init_state(batch, scores.shape[-2], values.shape[-1], dtype=scores.dtype,
+    batch = _check_block(scores, values)
+    empty = init_state(tuple(batch), scores.shape[-2], values.shape[-1], dtype=scores.dtype,
                        device=scores.device)
-    return _step(empty, scores, values)
+    return fold_block(empty, scores, values)
 
 
 def merge_states(a: OnlineSoftmaxState, b: OnlineSoftmaxState) -> OnlineSoftmaxState:
@@ -117,24 +142,30 @@ def finalize(state: OnlineSoftmaxState) -> torch.Tensor:
     return state.acc / state.total.clamp_min(torch.finfo(state.acc.dtype).tiny)
 
 
-def _check_qkv(q, k, v, *, keys_may_be_empty: bool = False) -> torch.Size:
-    """``check_qkv`` where the ``(..., n_q, n_k)`` scores are never held; q, k, v's batch dims."""
-    check_qkv(q, k, v, keys_may_be_empty=keys_may_be_empty, holds_scores=False)
-    return broadcast_batch(("q", q, 2), ("k", k, 2), ("v", v, 2))
-
-
 def _blocks(n: int, size: int) -> list[slice]:
     """Consecutive blocks of ``size`` positions covering ``0..n`` (the last may be shorter)."""
     return [slice(start, min(start + size, n)) for start in range(0, n, size)]
 
 
-def _scores(q_i, k_j, i: slice, j: slice, *, scale: float, causal: bool) -> torch.Tensor:
-    """One tile ``S_ij = Q_i K_j^T * scale`` ``(..., B_q, B_k)``; ``-inf`` at keys after the query."""
+def tile_scores(q_i, k_j, i: slice, j: slice, *, scale: float, causal: bool) -> torch.Tensor:
+    """One tile ``S_ij = Q_i K_j^T * scale`` ``(..., B_q, B_k)`` of queries at positions ``i`` and
+    keys at positions ``j``; with ``causal``, ``-inf`` at keys after the query."""
     s = (q_i @ k_j.mT) * scale
     if causal and j.stop - 1 > i.start:                               # the tile crosses the diagonal
         future = torch.arange(j.start, j.stop)[None, :] > torch.arange(i.start, i.stop)[:, None]
         s = s.masked_fill(future.to(s.device), float("-inf"))
     return s
+
+
+def flash_backward_tile(q, k, v, d_out, lse, D, scale, mask=None):
+    """:func:`backward_tile` on checked arguments."""
+    s = (q @ k.mT) * scale                                            # S (..., n_q, b_k)
+    if mask is not None:
+        s = s.masked_fill(~mask.to(s.device), float("-inf"))
+    p = torch.exp(s - lse)                                            # P, recomputed from lse
+    dp = d_out @ v.mT                                                 # dP = dO V_j^T
+    ds = p * (dp - D)                                                 # dS = P * (dP - D)
+    return (ds @ k) * scale, (ds.mT @ q) * scale, p.mT @ d_out      # dQ, dK_j, dV_j
 
 
 class _TiledAttention(torch.autograd.Function):
@@ -148,8 +179,8 @@ class _TiledAttention(torch.autograd.Function):
         for i in _blocks(n_q, block_q):                               # outer loop: query blocks Q_i
             state = init_state(q.shape[:-2], i.stop - i.start, d_v, dtype=q.dtype, device=q.device)
             for j in _blocks(i.stop if causal else n_k, block_k):     # inner loop: K_j, V_j
-                s = _scores(q[..., i, :], k[..., j, :], i, j, scale=scale, causal=causal)
-                state = _step(state, s, v[..., j, :])                 # m, l, acc; the tile is dropped
+                s = tile_scores(q[..., i, :], k[..., j, :], i, j, scale=scale, causal=causal)
+                state = fold_block(state, s, v[..., j, :])            # m, l, acc; the tile is dropped
             out[..., i, :] = finalize(state)                          # O_i = acc / l
             lse[..., i] = (state.max + state.total.log()).squeeze(-1)  # lse_i = m + log l
         ctx.save_for_backward(q, k, v, out, lse)
@@ -169,9 +200,9 @@ class _TiledAttention(torch.autograd.Function):
                     continue
                 mask = (torch.arange(j.start, j.stop)[None, :] <= torch.arange(i.start, i.stop)[:, None]
                         if causal and j.stop - 1 > i.start else None)   # the tile crosses the diagonal
-                dq_i, dk_j, dv_j = backward_tile(q[..., i, :], k[..., j, :], v[..., j, :],
-                                                 d_out[..., i, :], lse[..., i, :], D[..., i, :],
-                                                 scale=scale, mask=mask)
+                dq_i, dk_j, dv_j = flash_backward_tile(q[..., i, :], k[..., j, :], v[..., j, :],
+                                                       d_out[..., i, :], lse[..., i, :],
+                                                       D[..., i, :], scale, mask)
                 dq[..., i, :] += dq_i                                 # dQ_i += dS K_j * scale
                 dk[..., j, :] += dk_j                                 # dK_j += dS^T Q_i * scale
                 dv[..., j, :] += dv_j                                 # dV_j += P^T dO_i
@@ -187,15 +218,23 @@ def backward_tile(q, k, v, d_out, lse, D, *, scale=None, mask=None):
     ``dK_j``, ``dV_j``: ``P = exp(S - lse)``, ``dV_j = P^T dO``, ``dP = dO V_j^T``,
     ``dS = P * (dP - D)``, ``dQ = dS K_j * scale``, ``dK_j = dS^T Q * scale``.
     """
-    check_backward_tile(q, k, v, d_out, lse, D, mask)
-    scale = resolve_scale(scale, q.shape[-1])
-    s = (q @ k.mT) * scale                                          # S (..., n_q, b_k)
+    batch = check_qkv(q, k, v)
+    n_q = q.shape[-2]
+    for name, t, last in (("d_out", d_out, v.shape[-1]), ("lse", lse, 1), ("D", D, 1)):
+        require_tensor(name, t, floating=True)
+        if t.shape[-2:] != (n_q, last) or t.dtype != q.dtype:
+            raise ValueError(f"{name} must be (..., n_q={n_q}, {last}) in q's dtype {q.dtype} for "
+                             f"q {shape(q)} and v {shape(v)}, got {shape(t)} {t.dtype}")
+        broadcast_batch(("q", q, 2), (name, t, 2))
     if mask is not None:
-        s = s.masked_fill(~mask.to(s.device), float("-inf"))
-    p = torch.exp(s - lse)                                            # P, recomputed from lse
-    dp = d_out @ v.mT                                                 # dP = dO V_j^T
-    ds = p * (dp - D)                                                 # dS = P * (dP - D)
-    return (ds @ k) * scale, (ds.mT @ q) * scale, p.mT @ d_out      # dQ, dK_j, dV_j
+        require_mask("mask", mask, (*batch, n_q, k.shape[-2]), "the tile's scores (..., n_q, b_k)")
+    return flash_backward_tile(q, k, v, d_out, lse, D, resolve_scale(scale, q.shape[-1]), mask)
+
+
+def _check_causal(q, k, causal: bool) -> None:
+    require_bool("causal", causal)
+    if causal and q.shape[-2] != k.shape[-2]:
+        raise ValueError(f"causal attention needs n_q == n_k, got q {shape(q)} and k {shape(k)}")
 
 
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_size: int = 64,
@@ -218,14 +257,12 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_
     Returns ``O`` ``(..., n_q, d_v)`` (``(O, lse)`` with ``return_lse``), equal to softmax
     attention. A row with no key (``n_k = 0``) gets ``O = 0``, ``lse = -inf``, zero gradients.
     """
-    batch = _check_qkv(q, k, v, keys_may_be_empty=True)                 # n_k = 0: O = 0, lse = -inf
+    batch = check_qkv(q, k, v, keys_may_be_empty=True)              # n_k = 0: O = 0, lse = -inf
     require_positive_int("block_size", block_size)
     query_block_size = require_positive_int(
         "query_block_size", block_size if query_block_size is None else query_block_size)
-    require_bool("causal", causal)
+    _check_causal(q, k, causal)
     require_bool("return_lse", return_lse)
-    if causal and q.shape[-2] != k.shape[-2]:
-        raise ValueError(f"causal attention needs n_q == n_k, got q {shape(q)} and k {shape(k)}")
     scale = resolve_scale(scale, q.shape[-1])
     q, k, v = (t.expand(*batch, *t.shape[-2:]) for t in (q, k, v))  # views; autograd sums back
     out, lse = _TiledAttention.apply(q, k, v, scale, causal, query_block_size, block_size)
@@ -252,15 +289,13 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
 
     q: ``(..., n_q, d_k)``; k: ``(..., n_k, d_k)``; v: ``(..., n_k, d_v)``. Returns ``(..., n_q, d_v)``.
     """
-    batch = _check_qkv(q, k, v)
-    require_bool("causal", causal)
+    batch = check_qkv(q, k, v)
+    _check_causal(q, k, causal)
     require_positive_int("chunk_size", chunk_size)
-    if causal and q.shape[-2] != k.shape[-2]:
-        raise ValueError(f"causal attention needs n_q == n_k, got q {shape(q)} and k {shape(k)}")
     rows = min(chunk_size, q.shape[-2]) if causal else 0             # of one causal chunk
     require_size(f"chunk_size={chunk_size}, q {shape(q)}: a (..., chunk, chunk) causal kernel",
                  *batch, rows, rows)
-    phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
+    phi_q, phi_k = F.elu(q) + 1.0, F.elu(k) + 1.0
     if not causal:
         S = phi_k.transpose(-2, -1) @ v                               # (..., d_k, d_v)
         z = phi_k.sum(dim=-2).unsqueeze(-1)                           # (..., d_k, 1)
@@ -295,9 +330,9 @@ def linear_attention_step(state: LinearAttentionState | None, q_t: torch.Tensor,
         raise TypeError(f"state must be a LinearAttentionState or None, got {type(state).__name__}")
     for name, t in (("q_t", q_t), ("k_t", k_t), ("v_t", v_t)):
         require_tensor(name, t, floating=True)
-        require_min_dim(name, t, 1, "(..., d)")
-        if t.dtype != q_t.dtype:
-            raise TypeError(f"{name} must have q_t's dtype {q_t.dtype}, got {t.dtype}")
+        if t.dim() < 1 or t.dtype != q_t.dtype:
+            raise ValueError(f"{name} must be (..., d) in q_t's dtype {q_t.dtype}, got shape "
+                             f"{shape(t)} {t.dtype}")
     d_k, d_v = k_t.shape[-1], v_t.shape[-1]
     S_shape = (d_k, d_v) if state is None else tuple(state.S.shape[-2:])
     if q_t.shape[-1] != d_k or S_shape != (d_k, d_v) or d_k == 0:
@@ -305,7 +340,7 @@ def linear_attention_step(state: LinearAttentionState | None, q_t: torch.Tensor,
                          f"each other (d_k >= 1) or the state's S (..., d_k, d_v) = (..., *{S_shape})")
     broadcast_batch(("q_t", q_t, 1), ("k_t", k_t, 1), ("v_t", v_t, 1),
                     *([] if state is None else [("state.S", state.S, 2)]))
-    phi_q, phi_k = elu_feature_map(q_t), elu_feature_map(k_t)         # (..., d_k)
+    phi_q, phi_k = F.elu(q_t) + 1.0, F.elu(k_t) + 1.0                 # (..., d_k)
     S, z = phi_k.unsqueeze(-1) * v_t.unsqueeze(-2), phi_k             # phi(k_t) v_t^T (..., d_k, d_v)
     if state is not None:
         S, z = state.S + S, state.z + z                               # S_t = S_{t-1} + phi(k_t) v_t^T
@@ -332,7 +367,7 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: i
     with :func:`attn_helpers.sliding_window_mask` (``causal``: ``0 <= i - j < window``, else
     ``|i - j| < window``); each block of ``block_size`` queries (default ``window``) scores only
     the keys in its reach. q, k: ``(..., n, d_k)``; v: ``(..., n, d_v)``; returns ``(..., n, d_v)``."""
-    batch = _check_qkv(q, k, v, keys_may_be_empty=True)                 # n = 0: an empty output
+    batch = check_qkv(q, k, v, keys_may_be_empty=True)              # n = 0: an empty output
     require_positive_int("window", window)
     require_bool("causal", causal)
     block_size = require_positive_int("block_size", window if block_size is None else block_size)

@@ -28,8 +28,7 @@ def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
 
 def max_entropy(n: int) -> float:
     """``ln n``: the entropy of the uniform distribution over ``n`` keys (the ceiling)."""
-    require_positive_int("n", n)
-    return math.log(n)
+    return math.log(require_positive_int("n", n))
 
 
 def normalized_entropy(weights: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -38,14 +37,13 @@ def normalized_entropy(weights: torch.Tensor, mask: torch.Tensor | None = None) 
     ``mask`` (bool, broadcastable to ``weights``, True = visible) says which keys count; without
     it every key does. A row with a single visible key (ceiling 0) gets 0.
     """
-    require_distribution("weights", weights)
+    entropy = attention_entropy(weights)  # (...)
     if mask is None:
-        visible = torch.full(weights.shape[:-1], weights.shape[-1], dtype=weights.dtype)
+        visible = torch.full_like(entropy, weights.shape[-1])
     else:
         require_mask("mask", mask, weights.shape, of="the weights' shape (..., n_k)")
         visible = torch.broadcast_to(mask, weights.shape).sum(dim=-1).to(weights.dtype)  # (...)
     ceiling = torch.log(visible.clamp_min(1.0))  # (...): ln(visible keys)
-    entropy = torch.special.entr(weights).sum(dim=-1)  # (...)
     return torch.where(ceiling > 0, entropy / ceiling.clamp_min(1e-12), torch.zeros_like(entropy))
 
 
@@ -56,5 +54,4 @@ def effective_keys(weights: torch.Tensor) -> torch.Tensor:
 
 def max_weight(weights: torch.Tensor) -> torch.Tensor:
     """The largest weight in each row: ``(..., n_k) -> (...)``."""
-    require_distribution("weights", weights)
-    return weights.amax(dim=-1)
+    return require_distribution("weights", weights).amax(dim=-1)

@@ -23,14 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import (
-    require_bool,
-    require_int_in,
-    require_positive_int,
-    require_size,
-    require_tensor,
-    shape,
-)
+from ._checks import require_bool, require_int_in, require_positive_int, require_tensor, shape
 from .attention import scaled_dot_product_attention
 from .kv_cache import KVCache
 
@@ -75,8 +68,8 @@ def _check_sizes(d_model, num_heads, num_kv_heads, kdim, vdim) -> tuple[int, int
     require_positive_int("num_heads", num_heads)
     if d_model % num_heads:
         raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
-    g = num_heads if num_kv_heads is None else require_int_in("num_kv_heads", num_kv_heads, 1,
-                                                               num_heads)
+    g = num_heads if num_kv_heads is None else num_kv_heads
+    require_int_in("num_kv_heads", g, 1, num_heads)
     if num_heads % g:
         raise ValueError(f"num_kv_heads={g} must divide num_heads={num_heads}")
     kdim = d_model if kdim is None else require_positive_int("kdim", kdim)
@@ -150,9 +143,6 @@ class MultiHeadAttention(nn.Module):
         g, kdim, vdim = _check_sizes(d_model, num_heads, num_kv_heads, kdim, vdim)
         require_bool("bias", bias)
         d_head = d_model // num_heads
-        for name, size in (("d_model", d_model), ("kdim", kdim), ("vdim", vdim)):
-            require_size(f"{name}={size}, d_model={d_model}: a ({size}, d_model) projection",
-                         size, d_model)
         self.d_model, self.num_heads, self.num_kv_heads, self.d_head = d_model, num_heads, g, d_head
         self.kdim, self.vdim = kdim, vdim
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -170,15 +160,12 @@ class MultiHeadAttention(nn.Module):
         for name, t, last in (("query", query, self.d_model), ("key", key, self.kdim),
                               ("value", value, self.vdim)):
             require_tensor(name, t, floating=True)
-            if t.dim() != 3 or t.shape[-1] != last:
-                raise ValueError(f"{name} must have shape (b, n, {last}) (batch first), got "
+            if t.dim() != 3 or t.shape[-1] != last or t.shape[1] == 0:
+                raise ValueError(f"{name} must have shape (b, n >= 1, {last}) (batch first), got "
                                  f"{shape(t)}")
-        if query.shape[1] == 0:
-            raise ValueError(f"query must hold at least one position (n_q >= 1), got {shape(query)}")
-        if key.shape[:2] != value.shape[:2]:
-            raise ValueError(f"key {shape(key)} and value {shape(value)} must share (b, n_k)")
-        if query.shape[0] != key.shape[0]:
-            raise ValueError(f"query {shape(query)} and key {shape(key)} must share the batch size")
+        if key.shape[:2] != value.shape[:2] or query.shape[0] != key.shape[0]:
+            raise ValueError(f"query {shape(query)}, key {shape(key)} and value {shape(value)} "
+                             f"must share the batch size b, key and value their n_k")
         h, g = self.num_heads, self.num_kv_heads
         if head_mask is not None:
             require_tensor("head_mask", head_mask)

@@ -24,16 +24,7 @@ import math
 import torch
 from torch import nn
 
-from ._checks import (
-    require_bytes,
-    require_dtype,
-    require_int_in,
-    require_min_dim,
-    require_number,
-    require_positive_int,
-    require_tensor,
-    shape,
-)
+from ._checks import require_int_in, require_number, require_positive_int, require_tensor, shape
 
 __all__ = [
     "frequencies",
@@ -46,54 +37,47 @@ __all__ = [
 ]
 
 
-def _require_even(name: str, value: int) -> int:
-    require_positive_int(name, value)
-    if value % 2:
-        raise ValueError(f"{name} must be even (sin/cos pairs), got {value}")
-    return value
-
-
-def _require_base(base) -> float:
+def _check(base, d_model=None) -> float:
+    """Check ``d_model`` (when given) positive and even, and ``base > 1``; return ``base``."""
+    if d_model is not None and require_positive_int("d_model", d_model) % 2:
+        raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
     base = require_number("base", base)
     if not base > 1:
         raise ValueError(f"base must be a number > 1, got {base!r}")
     return base
 
 
-def _omega(d_model: int, base: float) -> torch.Tensor:
-    """``(d_model / 2,)`` float64 ``omega_i = base^(-2i / d_model)``; arguments already checked."""
-    return base ** -(torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+def _omega(d_model: int, base: float, device=None) -> torch.Tensor:
+    """``(d_model / 2,)`` float64 ``omega_i = base^(-2i / d_model)``."""
+    return base ** -(torch.arange(0, d_model, 2, dtype=torch.float64, device=device) / d_model)
 
 
 def frequencies(d_model: int, base: float = 10000.0, *, dtype=torch.float64) -> torch.Tensor:
     """``(d_model // 2,)`` angular frequencies ``omega_i = base^(-2i / d_model)``, fastest first."""
-    _require_even("d_model", d_model)
-    base = _require_base(base)
-    require_dtype("dtype", dtype)
-    require_bytes(f"d_model = {d_model}: the (d_model / 2,) float64 frequencies", 8 * d_model)
-    return _omega(d_model, base).to(dtype)
+    return _omega(d_model, _check(base, d_model)).to(dtype)
 
 
-def sinusoidal_encoding(
-    n_positions: int, d_model: int, *, base: float = 10000.0, dtype=torch.float32
-) -> torch.Tensor:
-    """The fixed sinusoidal encoding of Vaswani et al. (2017): ``(n_positions, d_model)``.
-
-    ``PE[p, 2i] = sin(p / base^(2i/d))`` and ``PE[p, 2i+1] = cos(p / base^(2i/d))``. Every row has
-    squared norm ``d_model / 2``. Computed in float64, returned in ``dtype``.
-    """
-    require_positive_int("n_positions", n_positions)
-    _require_even("d_model", d_model)
-    base = _require_base(base)
-    require_dtype("dtype", dtype)
-    require_bytes(f"n_positions = {n_positions} and d_model = {d_model}: the (n_positions, "
-                  "d_model) encoding and its float64 angles", 24 * n_positions * d_model)
+def sinusoidal_table(n_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
+    """:func:`sinusoidal_encoding` on checked arguments, in float64."""
     p = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (n, 1)
     angles = p * _omega(d_model, base)  # (n, d/2): p omega_i
     pe = torch.empty(n_positions, d_model, dtype=torch.float64)  # (n, d)
     pe[:, 0::2] = torch.sin(angles)  # PE[p, 2i]
     pe[:, 1::2] = torch.cos(angles)  # PE[p, 2i+1]
-    return pe.to(dtype)
+    return pe
+
+
+def sinusoidal_encoding(n_positions: int, d_model: int, *, base: float = 10000.0,
+                        dtype=torch.float32) -> torch.Tensor:
+    """The fixed sinusoidal encoding of Vaswani et al. (2017): ``(n_positions, d_model)``.
+
+    ``PE[p, 2i] = sin(p / base^(2i/d))`` and ``PE[p, 2i+1] = cos(p / base^(2i/d))``. Every row has
+    squared norm ``d_model / 2``. Computed in float64 (:func:`sinusoidal_table`), returned in
+    ``dtype``.
+    """
+    require_positive_int("n_positions", n_positions)
+    base = _check(base, d_model)
+    return sinusoidal_table(n_positions, d_model, base).to(dtype)
 
 
 def pair_rotation(offset: float, d_model: int, pair: int, *, base: float = 10000.0) -> torch.Tensor:
@@ -104,9 +88,9 @@ def pair_rotation(offset: float, d_model: int, pair: int, *, base: float = 10000
     ``-b`` that depends on the offset but not on ``p``. Returned in float64.
     """
     offset = require_number("offset", offset)
-    _require_even("d_model", d_model)
+    base = _check(base, d_model)
     require_int_in("pair", pair, 0, d_model // 2 - 1)
-    b = offset * _require_base(base) ** (-2 * pair / d_model)  # offset * omega_i
+    b = offset * base ** (-2 * pair / d_model)  # offset * omega_i
     c, s = math.cos(b), math.sin(b)
     return torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
 
@@ -123,35 +107,34 @@ class LearnedPositionalEmbedding(nn.Module):
         super().__init__()
         require_positive_int("max_len", max_len)
         require_positive_int("d_model", d_model)
-        init_std = require_number("init_std", init_std)
-        if init_std < 0:
-            raise ValueError(f"init_std must be >= 0, got {init_std}")
-        require_bytes(f"max_len = {max_len} and d_model = {d_model}: the (max_len, d_model) table",
-                      8 * max_len * d_model)
         self.max_len, self.d_model = max_len, d_model
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * init_std)  # (max_len, d_model)
 
     def encoding(self, n: int) -> torch.Tensor:
         """``(n, d_model)``: the rows for positions ``0..n-1``."""
-        require_positive_int("n", n)
-        if n > self.max_len:
-            raise ValueError(f"sequence length n={n} is longer than max_len={self.max_len}")
+        require_int_in("n", n, 1, self.max_len)
         return self.weight[:n]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         require_tensor("x", x, floating=True)
-        require_min_dim("x", x, 2, "(..., n, d_model)")
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must end in d_model={self.d_model}, got shape {shape(x)}")
-        if x.shape[-2] > self.max_len:
-            raise ValueError(f"x has sequence length n={x.shape[-2]} (shape {shape(x)}), longer "
-                             f"than max_len={self.max_len}")
+        if x.dim() < 2 or x.shape[-1] != self.d_model or x.shape[-2] > self.max_len:
+            raise ValueError(f"x must be (..., n <= max_len={self.max_len}, "
+                             f"d_model={self.d_model}), got shape {shape(x)}")
         return x + self.weight[: x.shape[-2]].to(x.dtype)  # (..., n, d_model): x + P[:n]
 
 
-def apply_rope(
-    x: torch.Tensor, positions: torch.Tensor | None = None, *, base: float = 10000.0
-) -> torch.Tensor:
+def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """:func:`apply_rope` on checked arguments."""
+    omega = _omega(x.shape[-1], base, x.device)  # (d/2,): omega_i
+    angles = positions.to(torch.float64)[..., None] * omega  # (..., n, d/2): p omega_i
+    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., n, d/2): x[2i], x[2i+1]
+    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)  # (..., n, d/2, 2)
+    return rotated.flatten(-2)  # (..., n, d), pairs back in place
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, *,
+               base: float = 10000.0) -> torch.Tensor:
     """Rotary position embedding (RoFormer): rotate each pair ``(x[2i], x[2i+1])`` by ``p * omega_i``.
 
     ``x'[2i] = x[2i] cos(p w_i) - x[2i+1] sin(p w_i)``,
@@ -168,11 +151,9 @@ def apply_rope(
         ``(..., n, d)``, same dtype as ``x``.
     """
     require_tensor("x", x, floating=True)
-    require_min_dim("x", x, 2, "(..., n, d)")
-    d = x.shape[-1]
-    if d == 0 or d % 2:
-        raise ValueError(f"the last dimension of x must be even (pairs), got shape {shape(x)}")
-    base = _require_base(base)
+    if x.dim() < 2 or x.shape[-1] == 0 or x.shape[-1] % 2:
+        raise ValueError(f"x must be (..., n, d) with d even (pairs), got shape {shape(x)}")
+    base = _check(base)
     if positions is None:
         positions = torch.arange(x.shape[-2], device=x.device)
     require_tensor("positions", positions)
@@ -183,15 +164,9 @@ def apply_rope(
     except RuntimeError:
         ok = False
     if not ok:
-        raise ValueError(
-            f"positions of shape {shape(positions)} do not broadcast to x's (..., n) = "
-            f"{tuple(x.shape[:-1])}"
-        )
-    angles = positions.to(torch.float64)[..., None] * _omega(d, base).to(x.device)  # (..., n, d/2)
-    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
-    even, odd = x[..., 0::2], x[..., 1::2]  # (..., n, d/2): x[2i], x[2i+1]
-    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)  # (..., n, d/2, 2)
-    return rotated.flatten(-2)  # (..., n, d), pairs back in place
+        raise ValueError(f"positions of shape {shape(positions)} do not broadcast to x's "
+                         f"(..., n) = {tuple(x.shape[:-1])}")
+    return rope(x, positions, base)
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
@@ -203,7 +178,6 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     (``2^(-4/c), 2^(-12/c), ...``) until there are ``h``.
     """
     require_positive_int("num_heads", num_heads)
-    require_bytes(f"num_heads = {num_heads}: the float64 slopes", 8 * 4 * num_heads)
 
     def geometric(h: int) -> torch.Tensor:  # (h,): 2^(-8/h), 2^(-16/h), ..., 2^(-8)
         return 2.0 ** (-8.0 / h * torch.arange(1, h + 1, dtype=torch.float64))
@@ -220,10 +194,6 @@ def alibi_bias(n: int, num_heads: int, *, dtype=torch.float32) -> torch.Tensor:
     on both sides.
     """
     require_positive_int("n", n)
-    require_positive_int("num_heads", num_heads)
-    require_dtype("dtype", dtype)
-    require_bytes(f"n = {n} and num_heads = {num_heads}: the (num_heads, n, n) bias (built in "
-                  "float64)", 8 * n * n + 16 * num_heads * n * n)
     m = alibi_slopes(num_heads)[:, None, None]  # (h, 1, 1)
     positions = torch.arange(n, dtype=torch.float64)
     distance = (positions[:, None] - positions[None, :]).abs()  # (n, n): |i - j|

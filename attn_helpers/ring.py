@@ -34,54 +34,27 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ._checks import (
-    check_qkv,
-    require_bool,
-    require_number,
-    require_positive_int,
-    resolve_scale,
-    shape,
-)
-from .efficient import (
-    OnlineSoftmaxState,
-    _scores,
-    block_state,
-    finalize,
-    init_state,
-    merge_states,
-)
+from ._checks import check_qkv, require_bool, require_number, require_positive_int, resolve_scale, shape
+from .efficient import OnlineSoftmaxState, block_state, finalize, init_state, merge_states, tile_scores
 
 __all__ = ["ring_schedule", "split_blocks", "simulate_ring", "ring_attention"]
 
 LOOPBACK = "127.0.0.1"
 #: How many times each rank times a lone block transfer for ``return_stats`` (the median is kept).
 TRANSFER_REPEATS = 5
-#: The most ranks a ring here may have: the schedule has ``world_size**2`` entries, and
-#: :func:`simulate_ring` scores as many blocks.
-MAX_WORLD_SIZE = 1024
-
-
-def _require_world_size(world_size) -> int:
-    require_positive_int("world_size", world_size)
-    if world_size > MAX_WORLD_SIZE:
-        raise ValueError(f"world_size={world_size} is more ranks than a ring here may have "
-                         f"({MAX_WORLD_SIZE}): its schedule alone would be world_size**2 = "
-                         f"{world_size**2:.3g} entries")
-    return world_size
 
 
 def ring_schedule(world_size: int) -> list[list[int]]:
     """``schedule[step][rank]``: the key/value block rank ``rank`` holds at step ``step``,
-    ``(rank - step) mod world_size``: each rank starts with its own and passes it on
-    (``world_size <= MAX_WORLD_SIZE``)."""
-    _require_world_size(world_size)
+    ``(rank - step) mod world_size``: each rank starts with its own and passes it on."""
+    require_positive_int("world_size", world_size)
     return [[(rank - step) % world_size for rank in range(world_size)] for step in range(world_size)]
 
 
 def split_blocks(n: int, world_size: int) -> list[tuple[int, int]]:
     """Contiguous ``(start, end)`` ranges of the ``world_size`` blocks (sizes differ by at most 1)."""
     require_positive_int("n", n)
-    _require_world_size(world_size)
+    require_positive_int("world_size", world_size)
     if world_size > n:
         raise ValueError(f"world_size={world_size} is larger than the sequence length n={n}")
     bounds = [round(i * n / world_size) for i in range(world_size + 1)]
@@ -94,8 +67,8 @@ def _partial(q_block, k_block, v_block, q_range, kv_range, *, causal: bool, scal
     the causal mask hides the whole key block (it lies entirely after the queries)."""
     if causal and kv_range[0] >= q_range[1]:
         return None
-    scores = _scores(q_block, k_block, slice(*q_range), slice(*kv_range), scale=scale,
-                     causal=causal)                                   # (..., n/P, n/P)
+    scores = tile_scores(q_block, k_block, slice(*q_range), slice(*kv_range), scale=scale,
+                         causal=causal)                               # (..., n/P, n/P)
     return block_state(scores, v_block)
 
 
@@ -104,8 +77,7 @@ def _fold(state: OnlineSoftmaxState, part: OnlineSoftmaxState | None) -> OnlineS
 
 
 def _prepare(q, k, v, world_size, causal):
-    check_qkv(q, k, v, holds_scores=False)                            # one (n/P, n/P) tile at a time
-    _require_world_size(world_size)
+    check_qkv(q, k, v)
     require_bool("causal", causal)
     if not q.shape[-2] == k.shape[-2]:
         raise ValueError(f"ring attention splits one sequence: q and k need the same n, "

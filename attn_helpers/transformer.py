@@ -24,14 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import (
-    require_bool,
-    require_number,
-    require_positive_int,
-    require_size,
-    require_tensor,
-    shape,
-)
+from ._checks import require_bool, require_number, require_positive_int, require_tensor, shape
 from .kv_cache import KVCache
 from .masks import causal_mask
 from .multihead import MultiHeadAttention
@@ -59,7 +52,6 @@ class FeedForward(nn.Module):
         super().__init__()
         require_positive_int("d_model", d_model)
         require_positive_int("d_ff", d_ff)
-        require_size(f"d_model={d_model}, d_ff={d_ff}: the (d_ff, d_model) weight", d_ff, d_model)
         self.activation = _require_activation(activation)
         require_bool("bias", bias)
         self.d_model = d_model
@@ -74,8 +66,6 @@ class FeedForward(nn.Module):
         require_tensor("x", x, floating=True)
         if x.dim() == 0 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (..., d_model={self.d_model}), got {shape(x)}")
-        if x.dtype != self.linear1.weight.dtype:
-            raise TypeError(f"x must have the layer's dtype {self.linear1.weight.dtype}, got {x.dtype}")
         hidden = ACTIVATIONS[self.activation](self.linear1(x))    # (..., d_ff)
         return self.linear2(hidden)                               # (..., d_model)
 
@@ -122,8 +112,6 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(d_model, num_heads, **heads)
         if memory_dim is not None:                              # named here, not as kdim below
             require_positive_int("memory_dim", memory_dim)
-            require_size(f"memory_dim={memory_dim}, d_model={d_model}: the cross-attention's "
-                         f"(memory_dim, d_model) key projection", memory_dim, d_model)
         self.cross_attn = (MultiHeadAttention(d_model, num_heads, kdim=memory_dim,
                                               vdim=memory_dim, **heads) if cross_attention else None)
         self.feed_forward = FeedForward(d_model, d_ff, activation=activation, bias=bias)
@@ -133,10 +121,8 @@ class DecoderLayer(nn.Module):
 
     def _check_inputs(self, x, memory, causal, memory_padding, need_weights, cache):
         require_tensor("x", x, floating=True)
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have shape (b, n, d_model={self.d_model}), got {shape(x)}")
-        if x.shape[1] == 0:
-            raise ValueError(f"x must hold at least one position (n >= 1), got {shape(x)}")
+        if x.dim() != 3 or x.shape[-1] != self.d_model or x.shape[1] == 0:
+            raise ValueError(f"x must have shape (b, n >= 1, d_model={self.d_model}), got {shape(x)}")
         require_bool("causal", causal)
         require_bool("need_weights", need_weights)
         if cache is not None and not causal:
@@ -148,12 +134,9 @@ class DecoderLayer(nn.Module):
             return None
         require_tensor("memory", memory, floating=True)
         b, width = x.shape[0], self.cross_attn.kdim
-        if memory.dim() != 3 or memory.shape[0] != b or memory.shape[-1] != width:
-            raise ValueError(f"memory must have shape (b={b}, n_m, memory_dim={width}), got "
+        if memory.dim() != 3 or memory.shape[0] != b or memory.shape[-1] != width or not memory.shape[1]:
+            raise ValueError(f"memory must have shape (b={b}, n_m >= 1, memory_dim={width}), got "
                              f"{shape(memory)} (x {shape(x)})")
-        if memory.shape[1] == 0:
-            raise ValueError(f"memory must hold at least one position (n_m >= 1), got "
-                             f"{shape(memory)}")
         if memory_padding is None:
             return None
         require_tensor("memory_padding", memory_padding)

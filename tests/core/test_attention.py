@@ -52,35 +52,30 @@ def check_against_torch(q, k, v, mask=None, scale=None):
     return out, weights
 
 
-# --- scaled_dot_product_attention vs torch ---------------------------------------------------
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_no_mask_matches_torch(gen, dtype):
-    q, k, v = (randn(gen, 5, 8, dtype=dtype) for _ in range(3))
-    check_against_torch(q, k, v)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_causal_mask_matches_torch(gen, dtype):
-    q, k, v = (randn(gen, 2, 7, 4, dtype=dtype) for _ in range(3))
-    mask = causal_mask(7)
+@pytest.mark.parametrize("batch, n_q, n_k, d_k, d_v, mask", [
+    ((), 5, 5, 8, 8, None),
+    ((2,), 7, 7, 4, 4, "causal"),
+    ((), 1, 1, 5, 3, "random"),
+    ((), 3, 9, 5, 3, "random"),
+    ((), 9, 3, 5, 3, "random"),
+    ((), 3, 11, 16, 2, None),          # n_q != n_k and d_k != d_v
+    ((2, 3), 5, 7, 4, 6, None),        # batch and head dims
+    ((2, 3), 5, 7, 4, 6, "random"),
+])
+def test_matches_torch(gen, dtype, batch, n_q, n_k, d_k, d_v, mask):
+    q, k, v = (randn(gen, *batch, n, d, dtype=dtype) for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
+    if mask == "causal":
+        mask = causal_mask(n_q)
+        expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.testing.assert_close(check_against_torch(q, k, v, mask)[0], expected,
+                                   atol=TOL[dtype], rtol=TOL[dtype])
+    elif mask == "random":
+        mask = random_mask(gen, n_q, n_k, *batch, p=0.3)
     out, weights = check_against_torch(q, k, v, mask)
-    assert torch.all(weights[..., ~mask] == 0)
-    # torch's own causal flag means the same thing as our causal mask
-    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    torch.testing.assert_close(out, expected, atol=TOL[dtype], rtol=TOL[dtype])
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_random_masks_match_torch(gen, dtype):
-    for n_q, n_k in [(1, 1), (3, 9), (9, 3), (6, 6)]:
-        q = randn(gen, n_q, 5, dtype=dtype)
-        k = randn(gen, n_k, 5, dtype=dtype)
-        v = randn(gen, n_k, 3, dtype=dtype)
-        mask = random_mask(gen, n_q, n_k, p=0.3)
-        _, weights = check_against_torch(q, k, v, mask)
-        assert torch.all(weights[~mask] == 0)
+    assert out.shape == (*batch, n_q, d_v) and weights.shape == (*batch, n_q, n_k)
+    if mask is not None:
+        assert torch.all(weights[~mask.expand_as(weights)] == 0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -97,42 +92,6 @@ def test_broadcast_masks_match_torch(gen, dtype, mask_shape):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_batch_and_head_dims_match_torch(gen, dtype):
-    b, h, n_q, n_k, d_k, d_v = 2, 3, 5, 7, 4, 6
-    q = randn(gen, b, h, n_q, d_k, dtype=dtype)
-    k = randn(gen, b, h, n_k, d_k, dtype=dtype)
-    v = randn(gen, b, h, n_k, d_v, dtype=dtype)
-    out, weights = check_against_torch(q, k, v)
-    assert out.shape == (b, h, n_q, d_v)
-    assert weights.shape == (b, h, n_q, n_k)
-    out, weights = check_against_torch(q, k, v, random_mask(gen, n_q, n_k, b, h))
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_broadcast_batch_dims(gen, dtype):
-    """q with batch (2, 3), k and v shared across the batch: same as repeating them."""
-    q = randn(gen, 2, 3, 4, 5, dtype=dtype)
-    k = randn(gen, 6, 5, dtype=dtype)
-    v = randn(gen, 1, 6, 2, dtype=dtype)
-    out, weights = scaled_dot_product_attention(q, k, v)
-    assert out.shape == (2, 3, 4, 2) and weights.shape == (2, 3, 4, 6)
-    np.testing.assert_allclose(as_np(weights), attention_weights(q, k), atol=TOL[dtype], rtol=0)
-    for a in range(2):
-        for c in range(3):
-            single, _ = scaled_dot_product_attention(q[a, c], k, v[0])
-            torch.testing.assert_close(out[a, c], single, atol=TOL[dtype], rtol=TOL[dtype])
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_nq_differs_from_nk_and_dk_from_dv(gen, dtype):
-    q = randn(gen, 3, 16, dtype=dtype)
-    k = randn(gen, 11, 16, dtype=dtype)
-    v = randn(gen, 11, 2, dtype=dtype)
-    out, weights = check_against_torch(q, k, v)
-    assert out.shape == (3, 2) and weights.shape == (3, 11)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("scale", [0.05, 1.0, 2.5, 7])
 def test_explicit_scale_matches_torch(gen, dtype, scale):
     q = randn(gen, 4, 6, dtype=dtype)
@@ -140,28 +99,8 @@ def test_explicit_scale_matches_torch(gen, dtype, scale):
     v = randn(gen, 5, 3, dtype=dtype)
     check_against_torch(q, k, v, scale=scale)
     check_against_torch(q, k, v, random_mask(gen, 4, 5), scale=scale)
-
-
-def test_default_scale_is_one_over_sqrt_dk(gen):
-    q, k, v = randn(gen, 4, 9), randn(gen, 5, 9), randn(gen, 5, 3)
-    default = scaled_dot_product_attention(q, k, v)
-    explicit = scaled_dot_product_attention(q, k, v, scale=1 / 3)
-    torch.testing.assert_close(default, explicit, atol=1e-12, rtol=0)
-    unscaled = scaled_dot_product_attention(q, k, v, scale=1.0)
-    assert not torch.allclose(default[1], unscaled[1])
-
-
-def test_rows_with_no_allowed_key_are_zero_and_match_torch_elsewhere(gen):
-    q, k, v = randn(gen, 4, 3), randn(gen, 5, 3), randn(gen, 5, 2)
-    mask = random_mask(gen, 4, 5)
-    mask[2] = False
-    out, weights = scaled_dot_product_attention(q, k, v, mask)
-    assert torch.isfinite(out).all() and torch.isfinite(weights).all()
-    assert torch.equal(weights[2], torch.zeros(5, dtype=weights.dtype))
-    assert torch.equal(out[2], torch.zeros(2, dtype=out.dtype))
-    keep = [0, 1, 3]
-    expected = F.scaled_dot_product_attention(q[keep], k, v, attn_mask=mask[keep])
-    torch.testing.assert_close(out[keep], expected, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v),     # default 1 / sqrt(d_k)
+                               scaled_dot_product_attention(q, k, v, scale=1 / math.sqrt(6)))
 
 
 def test_gradients_match_torch(gen):
@@ -191,29 +130,15 @@ def test_fully_masked_row_gives_finite_zero_gradients(gen, dtype):
     assert q.grad[0].abs().sum() > 0
 
 
-# --- scores ---------------------------------------------------------------------------------
-
-
-def test_dot_product_scores_loop(gen):
-    q, k = randn(gen, 2, 3, 5), randn(gen, 2, 4, 5)
-    scores = dot_product_scores(q, k)
-    assert scores.shape == (2, 3, 4)
-    for b in range(2):
-        for i in range(3):
-            for j in range(4):
-                expected = sum(q[b, i, t].item() * k[b, j, t].item() for t in range(5))
-                assert scores[b, i, j].item() == pytest.approx(expected, abs=1e-12)
-
-
 @pytest.mark.parametrize("scale", [None, 0.3])
-def test_scaled_dot_product_scores_loop(gen, scale):
-    q, k = randn(gen, 3, 7), randn(gen, 4, 7)
-    scores = scaled_dot_product_scores(q, k, scale=scale)
-    factor = 1 / math.sqrt(7) if scale is None else scale
-    for i in range(3):
-        for j in range(4):
-            expected = factor * sum(q[i, t].item() * k[j, t].item() for t in range(7))
-            assert scores[i, j].item() == pytest.approx(expected, abs=1e-12)
+def test_dot_product_scores_loop(gen, scale):
+    q, k = randn(gen, 2, 3, 5), randn(gen, 2, 4, 5)
+    raw, scaled = dot_product_scores(q, k), scaled_dot_product_scores(q, k, scale=scale)
+    factor = 1 / math.sqrt(5) if scale is None else scale
+    for b, i, j in np.ndindex(2, 3, 4):
+        expected = sum(q[b, i, t].item() * k[b, j, t].item() for t in range(5))
+        assert raw[b, i, j].item() == pytest.approx(expected, abs=1e-12)
+        assert scaled[b, i, j].item() == pytest.approx(factor * expected, abs=1e-12)
 
 
 def additive_loop(q, k, w_q, w_k, v_a):
@@ -233,22 +158,13 @@ def additive_loop(q, k, w_q, w_k, v_a):
 
 
 def test_additive_scores_loop(gen):
-    q, k = randn(gen, 3, 4), randn(gen, 5, 6)  # d_q != d_k is allowed
+    q, k = randn(gen, 2, 3, 4), randn(gen, 2, 5, 6)  # d_q != d_k is allowed
     w_q, w_k, v_a = randn(gen, 7, 4), randn(gen, 7, 6), randn(gen, 7)
     scores = additive_scores(q, k, w_q=w_q, w_k=w_k, v_a=v_a)
-    assert scores.shape == (3, 5)
-    np.testing.assert_allclose(as_np(scores), additive_loop(q, k, w_q, w_k, v_a), atol=1e-12)
-
-
-def test_additive_scores_batched(gen):
-    q, k = randn(gen, 2, 3, 4), randn(gen, 2, 5, 2)
-    w_q, w_k, v_a = randn(gen, 3, 4), randn(gen, 3, 2), randn(gen, 3)
-    scores = additive_scores(q, k, w_q, w_k, v_a)
     assert scores.shape == (2, 3, 5)
     for b in range(2):
-        np.testing.assert_allclose(
-            as_np(scores[b]), additive_loop(q[b], k[b], w_q, w_k, v_a), atol=1e-12
-        )
+        np.testing.assert_allclose(as_np(scores[b]), additive_loop(q[b], k[b], w_q, w_k, v_a),
+                                   atol=1e-12)
 
 
 def test_additive_score_module_matches_function_and_trains(gen):
@@ -258,8 +174,6 @@ def test_additive_score_module_matches_function_and_trains(gen):
     q.requires_grad_()
     scores = module(q, k)
     assert scores.shape == (3, 2)
-    expected = additive_loop(q, k, module.w_q.weight, module.w_k.weight, module.w_v.weight[0])
-    np.testing.assert_allclose(as_np(scores), expected, atol=1e-5)
     expected_fn = additive_scores(
         q, k, module.w_q.weight, module.w_k.weight, module.w_v.weight.reshape(-1)
     )
@@ -271,9 +185,6 @@ def test_additive_score_module_matches_function_and_trains(gen):
         assert p.grad is not None, name
         assert torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
     assert q.grad is not None and q.grad.abs().sum() > 0
-
-
-# --- masked_softmax ------------------------------------------------------------------------
 
 
 def test_masked_softmax_matches_reference(gen):

@@ -9,25 +9,56 @@ import pytest
 import torch
 
 from attn_helpers import (
+    DecoderLayer,
+    KVCache,
+    MultiHeadAttention,
+    TinyCausalLM,
     additive_scores,
+    alibi_bias,
+    apply_rope,
     attention_entropy,
     causal_mask,
+    decode_with_cache,
     dot_product_scores,
     effective_keys,
+    generate_with_cache,
     key_padding_to_attention_mask,
+    kv_cache_bytes,
+    linear_attention,
+    local_attention,
     masked_softmax,
     max_entropy,
+    max_weight,
     normalized_entropy,
     padding_mask,
     scaled_dot_product_attention,
+    sinusoidal_encoding,
     sliding_window_mask,
+    split_heads,
+    tiled_attention,
 )
+from attn_helpers.efficient import (
+    backward_tile,
+    block_state,
+    init_state,
+    linear_attention_step,
+    online_softmax_step,
+)
+from attn_helpers.multihead import parameter_count
 from attn_helpers.notebook import setup
+from attn_helpers.positional import LearnedPositionalEmbedding, pair_rotation
+from attn_helpers.ring import simulate_ring
 from attn_helpers.widgets import AttentionFrame
 
 
 def t(*shape, dtype=torch.float32):
     return torch.ones(*shape, dtype=dtype)
+
+
+def cache_of(n, max_len):
+    cache = KVCache(max_len)
+    cache.append(t(n, 4), t(n, 3))
+    return cache
 
 
 def sdpa(q, k, v, mask=None, **kwargs):
@@ -64,7 +95,7 @@ CASES = {
         sdpa(t(2, 3, 4), t(2, 5, 4), t(3, 5, 2)), ValueError, r"\bv\b \(3, 5, 2\)"),
     "q and k dtype mismatch": (
         sdpa(t(3, 4), t(5, 4, dtype=torch.float64), t(5, 2)),
-        TypeError, r"q and k.*torch\.float32.*torch\.float64"),
+        TypeError, r"\bk\b.*torch\.float32.*torch\.float64"),
     "v dtype mismatch": (
         sdpa(t(3, 4), t(5, 4), t(5, 2, dtype=torch.float64)), TypeError, r"\bv\b.*float64"),
     "negative scale": (sdpa(t(3, 4), t(5, 4), t(5, 2), scale=-0.5), ValueError, r"scale.*-0\.5"),
@@ -149,6 +180,144 @@ CASES = {
         lambda: AttentionFrame(t(2, 3) / 3, ["a", "b"], ["x", "y", "z"], mask=t(3, 2, dtype=bool)),
         ValueError, r"mask.*\(2, 3\).*\(3, 2\)"),
     "setup('x')": (lambda: setup("x"), TypeError, r"seed.*int.*str"),
+    "sdpa with no keys": (sdpa(t(3, 4), t(0, 4), t(0, 2)), ValueError, r"n_k >= 1.*\(0, 4\)"),
+    "sdpa with no features": (sdpa(t(3, 0), t(5, 0), t(5, 2)), ValueError, r"d_k >= 1.*\(3, 0\)"),
+    "sdpa scores too large (notebook 08's sizes)": (
+        sdpa(t(40_000, 1), t(40_000, 1), t(40_000, 1)), ValueError, r"scores would need 6.4e\+09"),
+    "masked_softmax no keys": (lambda: masked_softmax(t(3, 0)), ValueError, r"scores.*\(3, 0\)"),
+    # entropy: weights that are not attention weights
+    "entropy of negative weights": (
+        lambda: attention_entropy(torch.tensor([1.5, -0.5])), ValueError, r"non-negative.*-0\.5"),
+    "entropy of rows not summing to 1": (
+        lambda: effective_keys(torch.tensor([0.5, 0.2])), ValueError, r"sum to 1.*0\.7"),
+    "entropy of NaN weights": (
+        lambda: normalized_entropy(torch.tensor([float("nan"), 1.0])), ValueError, r"NaN"),
+    "max_weight of no keys": (lambda: max_weight(t(3, 0)), ValueError, r"weights.*\(3, 0\)"),
+    # positional encodings
+    "sinusoidal odd d_model": (lambda: sinusoidal_encoding(4, 5), ValueError, r"d_model.*even.*5"),
+    "sinusoidal no positions": (lambda: sinusoidal_encoding(0, 4), ValueError, r"n_positions.*0"),
+    "sinusoidal base 1": (lambda: sinusoidal_encoding(4, 4, base=1.0), ValueError, r"base.*> 1"),
+    "pair_rotation pair out of range": (
+        lambda: pair_rotation(1.0, 8, 4), ValueError, r"pair.*between 0 and 3.*4"),
+    "rope odd d": (lambda: apply_rope(t(3, 5)), ValueError, r"\bx\b.*even.*\(3, 5\)"),
+    "rope integer x": (lambda: apply_rope(t(3, 4, dtype=torch.int64)), TypeError, r"\bx\b.*int64"),
+    "rope positions shape": (
+        lambda: apply_rope(t(3, 4), torch.arange(4)), ValueError, r"positions.*\(4,\).*\(3,\)"),
+    "rope bool positions": (
+        lambda: apply_rope(t(3, 4), torch.ones(3, dtype=torch.bool)), TypeError, r"positions.*bool"),
+    "alibi no heads": (lambda: alibi_bias(4, 0), ValueError, r"num_heads.*0"),
+    "alibi float n": (lambda: alibi_bias(4.0, 2), TypeError, r"\bn\b.*float"),
+    "learned positions past max_len": (
+        lambda: LearnedPositionalEmbedding(4, 8)(t(5, 8)), ValueError, r"max_len=4.*\(5, 8\)"),
+    # multi-head attention
+    "num_heads does not divide d_model": (
+        lambda: MultiHeadAttention(10, 3), ValueError, r"d_model=10.*num_heads=3"),
+    "num_kv_heads does not divide num_heads": (
+        lambda: MultiHeadAttention(16, 8, num_kv_heads=3), ValueError, r"num_kv_heads=3.*num_heads=8"),
+    "num_kv_heads above num_heads": (
+        lambda: parameter_count(16, 8, num_kv_heads=16), ValueError, r"num_kv_heads.*1 and 8.*16"),
+    "num_kv_heads float": (
+        lambda: MultiHeadAttention(16, 8, num_kv_heads=2.0), TypeError, r"num_kv_heads.*float"),
+    "bias not a bool": (lambda: parameter_count(8, 2, bias="False"), TypeError, r"bias.*bool.*str"),
+    "mha query width": (
+        lambda: MultiHeadAttention(8, 2)(t(2, 3, 7), t(2, 5, 8), t(2, 5, 8)),
+        ValueError, r"query.*\(2, 3, 7\)"),
+    "mha empty query": (
+        lambda: MultiHeadAttention(8, 2)(t(2, 0, 8), t(2, 5, 8), t(2, 5, 8)),
+        ValueError, r"query.*n >= 1.*\(2, 0, 8\)"),
+    "mha key and value lengths": (
+        lambda: MultiHeadAttention(8, 2)(t(2, 3, 8), t(2, 5, 8), t(2, 4, 8)),
+        ValueError, r"key \(2, 5, 8\) and value \(2, 4, 8\)"),
+    "mha not batch first": (
+        lambda: MultiHeadAttention(8, 2)(t(3, 8), t(5, 8), t(5, 8)), ValueError, r"batch first"),
+    "mha mask shape": (
+        lambda: MultiHeadAttention(8, 2)(t(2, 3, 8), t(2, 5, 8), t(2, 5, 8), t(3, 4, dtype=bool)),
+        ValueError, r"mask of shape \(3, 4\).*\(2, 2, 3, 5\)"),
+    "mha head_mask shape": (
+        lambda: MultiHeadAttention(8, 2)(t(1, 3, 8), t(1, 3, 8), t(1, 3, 8), head_mask=t(3)),
+        ValueError, r"head_mask.*\(2,\).*\(3,\)"),
+    "mha cache and mask": (
+        lambda: MultiHeadAttention(8, 2)(t(1, 2, 8), t(1, 2, 8), t(1, 2, 8), causal_mask(2),
+                                         cache=KVCache(4)), ValueError, r"mask must be None"),
+    "mha from_torch of a Linear": (
+        lambda: MultiHeadAttention.from_torch(torch.nn.Linear(2, 2)), TypeError, r"MultiheadAttention"),
+    "split_heads not divisible": (
+        lambda: split_heads(t(1, 2, 10), 3), ValueError, r"d_model=10.*\(1, 2, 10\).*num_heads=3"),
+    # the KV cache
+    "KVCache max_len 0": (lambda: KVCache(0), ValueError, r"max_len.*>= 1"),
+    "attend on an empty cache": (lambda: KVCache(3).attend(t(1, 2)), ValueError, r"empty"),
+    "append past max_len": (
+        lambda: cache_of(2, max_len=3).append(t(2, 4), t(2, 3)),
+        ValueError, r"full: it holds 2 of max_len=3.*t=2"),
+    "kv_cache_bytes no layers": (
+        lambda: kv_cache_bytes(10, num_layers=0, num_kv_heads=1, head_dim=4), ValueError,
+        r"num_layers.*>= 1"),
+    "kv_cache_bytes float tokens": (
+        lambda: kv_cache_bytes(1.5, num_layers=1, num_kv_heads=1, head_dim=4), TypeError,
+        r"n_tokens.*float"),
+    "decode_with_cache lengths differ": (
+        lambda: decode_with_cache(t(3, 2), t(4, 2), t(4, 2)), ValueError, r"q \(3, 2\), k \(4, 2\)"),
+    "generate weights of the wrong width": (
+        lambda: generate_with_cache(t(3, 4), t(4, 2), t(5, 2), t(4, 2)), ValueError,
+        r"w_k.*d_model=4.*\(5, 2\)"),
+    "generate an empty x": (
+        lambda: generate_with_cache(t(0, 4), t(4, 2), t(4, 2), t(4, 2)), ValueError,
+        r"x must be 2-D.*\(0, 4\)"),
+    # efficient attention
+    "tiled block_size 0": (
+        lambda: tiled_attention(t(6, 4), t(6, 4), t(6, 4), block_size=0), ValueError, r"block_size"),
+    "tiled causal n_q != n_k": (
+        lambda: tiled_attention(t(6, 4), t(4, 4), t(4, 4), causal=True), ValueError, r"n_q == n_k"),
+    "tiled return_lse not a bool": (
+        lambda: tiled_attention(t(6, 4), t(6, 4), t(6, 4), return_lse=1), TypeError, r"return_lse"),
+    "tiled batch dims": (
+        lambda: tiled_attention(t(2, 6, 4), t(3, 6, 4), t(6, 4)), ValueError, r"do not broadcast"),
+    "linear attention no keys": (
+        lambda: linear_attention(t(3, 4), t(0, 4), t(0, 2)), ValueError, r"n_k >= 1"),
+    "linear attention huge causal chunk": (
+        lambda: linear_attention(t(40_000, 1), t(40_000, 1), t(40_000, 1), causal=True,
+                                 chunk_size=10**9), ValueError, r"chunk_size=1000000000.*bytes"),
+    "local attention window 0": (
+        lambda: local_attention(t(6, 4), t(6, 4), t(6, 4), 0), ValueError, r"window"),
+    "init_state batch_shape": (lambda: init_state("2", 3, 4), TypeError, r"batch_shape.*str"),
+    "init_state negative n_q": (lambda: init_state((2,), -3, 4), ValueError, r"n_q.*-3"),
+    "online step, state not a state": (
+        lambda: online_softmax_step((1, 2, 3), t(6, 6), t(6, 4)), TypeError, r"state"),
+    "online step, block sizes differ": (
+        lambda: online_softmax_step(init_state((), 6, 4), t(6, 6), t(5, 4)), ValueError,
+        r"block size.*\(6, 6\).*\(5, 4\)"),
+    "online step, state does not fit": (
+        lambda: online_softmax_step(init_state((), 6, 4), t(2, 6), t(6, 4)), ValueError,
+        r"acc \(6, 4\)"),
+    "block_state with no keys": (lambda: block_state(t(3, 0), t(0, 2)), ValueError, r"block size >= 1"),
+    "backward_tile lse shape": (
+        lambda: backward_tile(t(3, 4), t(5, 4), t(5, 2), t(3, 2), t(3), t(3, 1)), ValueError,
+        r"lse.*n_q=3.*\(3,\)"),
+    "linear step d_k": (
+        lambda: linear_attention_step(None, t(3), t(4), t(4)), ValueError, r"q_t \(3,\)"),
+    "ring n_q != n_k": (lambda: simulate_ring(t(6, 4), t(4, 4), t(4, 4)), ValueError, r"same n"),
+    "ring world_size above n": (
+        lambda: simulate_ring(t(2, 4), t(2, 4), t(2, 4), 3), ValueError, r"world_size=3.*n=2"),
+    # the decoder layer and the tiny language model
+    "decoder x width": (
+        lambda: DecoderLayer(8, 2, 16)(t(2, 3, 7), t(2, 4, 8)), ValueError, r"\bx\b.*\(2, 3, 7\)"),
+    "decoder memory batch": (
+        lambda: DecoderLayer(8, 2, 16)(t(2, 3, 8), t(3, 4, 8)), ValueError, r"memory.*\(3, 4, 8\)"),
+    "decoder memory_padding shape": (
+        lambda: DecoderLayer(8, 2, 16)(t(2, 3, 8), t(2, 4, 8), memory_padding=t(2, 3, dtype=bool)),
+        ValueError, r"memory_padding.*\(2, 4\).*\(2, 3\)"),
+    "decoder activation": (lambda: DecoderLayer(8, 2, 16, activation="tanh"), ValueError, r"tanh"),
+    "decoder cache without causal": (
+        lambda: DecoderLayer(8, 2, 16, cross_attention=False)(t(1, 2, 8), causal=False,
+                                                              cache=KVCache(4)),
+        ValueError, r"causal=True"),
+    "language model token ids": (
+        lambda: TinyCausalLM(5, 8, 2, 1, 16)(torch.tensor([[1, 7]])), ValueError, r"0\.\.4.*7"),
+    "language model float tokens": (
+        lambda: TinyCausalLM(5, 8, 2, 1, 16)(t(1, 2)), ValueError, r"tokens.*long.*float32"),
+    "language model prompt past max_len": (
+        lambda: TinyCausalLM(5, 8, 2, 1, 16, max_len=4).generate(
+            torch.zeros(1, 3, dtype=torch.long), 2, use_cache=True), ValueError, r"max_len=4"),
 }
 
 
@@ -161,5 +330,3 @@ def test_bad_input_raises_clear_error(name):
     assert not re.search(r"RuntimeError|Traceback", str(info.value))
 
 
-def test_enough_cases():
-    assert len(CASES) >= 14

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 import attn_helpers as ah
 from attn_helpers.efficient import (
     LinearAttentionState,
-    OnlineSoftmaxState,
     block_state,
     decoding_memory,
     elu_feature_map,
@@ -38,17 +37,6 @@ def qkv(gen, *shape_qk, d_v=None, n_k=None, dtype=torch.float64):
             torch.randn(*batch, n_k, d_v, generator=gen, dtype=dtype))
 
 
-@pytest.mark.parametrize("n", [1, 5, 63, 64, 65, 130])
-@pytest.mark.parametrize("causal", [False, True])
-def test_tiled_equals_exact_attention_float64(gen, n, causal):
-    q, k, v = qkv(gen, 2, 3, n, 16, d_v=5)
-    mask = ah.causal_mask(n) if causal else None
-    expected = ah.scaled_dot_product_attention(q, k, v, mask)[0]
-    got = tiled_attention(q, k, v, block_size=16, causal=causal)
-    assert got.shape == expected.shape and got.dtype == torch.float64
-    torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-10)
-
-
 def test_tiled_float32_matches_torch_sdpa_with_uneven_blocks(gen):
     q, k, v = qkv(gen, 1, 8, 300, 64, dtype=torch.float32)
     for causal in (False, True):
@@ -57,61 +45,12 @@ def test_tiled_float32_matches_torch_sdpa_with_uneven_blocks(gen):
         torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-4)
 
 
-def test_tiled_cross_attention_and_broadcast_batch(gen):
-    q = torch.randn(4, 7, 8, generator=gen, dtype=torch.float64)
-    k = torch.randn(1, 11, 8, generator=gen, dtype=torch.float64)
-    v = torch.randn(1, 11, 3, generator=gen, dtype=torch.float64)
-    torch.testing.assert_close(tiled_attention(q, k, v, block_size=4),
-                               ah.scaled_dot_product_attention(q, k, v)[0])
-
-
 def test_tiled_large_scores_do_not_overflow(gen):
     q, k, v = qkv(gen, 2, 50, 4, dtype=torch.float32)
     q = q * 300  # scores in the thousands: a softmax without the running max overflows
     got = tiled_attention(q, k, v, block_size=8)
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v), atol=1e-4, rtol=1e-4)
-
-
-def test_tiled_forward_and_backward_hold_one_tile_of_scores(gen, monkeypatch):
-    """Every score tensor tiled_attention creates, forward or backward, is one (B_q, B_k) tile."""
-    import attn_helpers.efficient as eff
-
-    seen = []
-    real_scores = eff._scores
-
-    def spy(*args, **kwargs):
-        scores = real_scores(*args, **kwargs)
-        seen.append(tuple(scores.shape[-2:]))
-        return scores
-
-    real_tile = eff.backward_tile
-
-    def spy_tile(q, k_j, *args, **kwargs):                  # the backward scores one tile per call
-        seen.append((q.shape[-2], k_j.shape[-2]))
-        return real_tile(q, k_j, *args, **kwargs)
-
-    monkeypatch.setattr(eff, "_scores", spy)
-    monkeypatch.setattr(eff, "backward_tile", spy_tile)
-    q, k, v = (t.requires_grad_() for t in qkv(gen, 100, 8))
-    out = eff.tiled_attention(q, k, v, block_size=32, query_block_size=16)
-    tiles = math.ceil(100 / 16) * math.ceil(100 / 32)
-    assert len(seen) == tiles and all(r <= 16 and c <= 32 for r, c in seen)
-    out.sum().backward()
-    assert len(seen) == 2 * tiles and all(r <= 16 and c <= 32 for r, c in seen)
-
-
-def test_causal_tiled_skips_tiles_above_the_diagonal(gen, monkeypatch):
-    import attn_helpers.efficient as eff
-
-    calls = []
-    real_scores = eff._scores
-    real_tile = eff.backward_tile
-    monkeypatch.setattr(eff, "_scores", lambda *a, **kw: calls.append(1) or real_scores(*a, **kw))
-    monkeypatch.setattr(eff, "backward_tile", lambda *a, **kw: calls.append(1) or real_tile(*a, **kw))
-    q, k, v = (t.requires_grad_() for t in qkv(gen, 64, 4))
-    eff.tiled_attention(q, k, v, block_size=16, causal=True).sum().backward()
-    assert len(calls) == 2 * (4 * 5 // 2)  # forward and backward: the 10 tiles on or below it
 
 
 def sdpa_reference(q, k, v, causal, scale=None):
@@ -277,21 +216,13 @@ def linear_reference(q, k, v, causal):
     return (weights / weights.sum(-1, keepdim=True)) @ v
 
 
-@pytest.mark.parametrize("n", [1, 7, 129])
+@pytest.mark.parametrize("n", [1, 7, 50, 129])
 @pytest.mark.parametrize("causal", [False, True])
-def test_linear_attention_equals_its_quadratic_form(gen, n, causal):
+@pytest.mark.parametrize("chunk", [1, 7, 32, 64])
+def test_linear_attention_equals_its_quadratic_form(gen, n, causal, chunk):
     q, k, v = qkv(gen, 2, n, 8, d_v=3)
-    torch.testing.assert_close(linear_attention(q, k, v, causal=causal, chunk_size=32),
+    torch.testing.assert_close(linear_attention(q, k, v, causal=causal, chunk_size=chunk),
                                linear_reference(q, k, v, causal), atol=1e-12, rtol=1e-10)
-
-
-def test_linear_attention_features_are_positive_and_rows_are_convex(gen):
-    x = 3 * torch.randn(50, generator=gen, dtype=torch.float64)
-    assert (elu_feature_map(x) > 0).all()
-    q, k, _ = qkv(gen, 9, 4)
-    out = linear_attention(q, k, torch.eye(9, dtype=torch.float64))  # output = weights
-    torch.testing.assert_close(out.sum(-1), torch.ones(9, dtype=torch.float64))
-    assert (out > 0).all()
 
 
 def test_linear_attention_is_not_softmax_attention(gen):
@@ -308,66 +239,6 @@ def test_local_attention_equals_masked_attention(gen, n, window, causal):
     expected = ah.scaled_dot_product_attention(q, k, v, ah.sliding_window_mask(n, window, causal))[0]
     for block in (None, 3):
         torch.testing.assert_close(local_attention(q, k, v, window, causal, block_size=block),
-                                   expected, atol=1e-12, rtol=1e-10)
-
-
-def test_local_attention_float32_matches_torch(gen):
-    q, k, v = qkv(gen, 1, 2, 200, 16, dtype=torch.float32)
-    mask = ah.sliding_window_mask(200, 24, causal=True)
-    torch.testing.assert_close(local_attention(q, k, v, 24),
-                               F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
-                               atol=1e-5, rtol=1e-4)
-
-
-@pytest.mark.parametrize("fn", [
-    lambda q, k, v: tiled_attention(q, k, v),
-    lambda q, k, v: linear_attention(q, k, v),
-    lambda q, k, v: local_attention(q, k, v, 4),
-])
-def test_bad_inputs_name_the_argument(gen, fn):
-    q, k, v = qkv(gen, 6, 4)
-    with pytest.raises(TypeError, match="q must be a torch.Tensor"):
-        fn([[1.0]], k, v)
-    with pytest.raises(ValueError, match="d_k"):
-        fn(q, k[..., :3], v)
-    with pytest.raises(ValueError, match="n_k"):
-        fn(q, k, v[:5])
-    with pytest.raises(ValueError, match=r"at least 2 dimensions"):
-        fn(q[0], k, v)
-    with pytest.raises(TypeError, match="dtype"):
-        fn(q.float(), k, v)
-
-
-def test_bad_options(gen):
-    q, k, v = qkv(gen, 6, 4)
-    with pytest.raises(ValueError, match="block_size"):
-        tiled_attention(q, k, v, block_size=0)
-    with pytest.raises(TypeError, match="block_size"):
-        tiled_attention(q, k, v, block_size=2.5)
-    with pytest.raises(ValueError, match="n_q == n_k"):
-        tiled_attention(q, k[:4], v[:4], causal=True)
-    with pytest.raises(ValueError, match="window"):
-        local_attention(q, k, v, 0)
-    with pytest.raises(ValueError, match="n_q == n_k"):
-        local_attention(q[:3], k, v, 2)
-    with pytest.raises(ValueError, match="n_q == n_k"):
-        linear_attention(q[:3], k, v, causal=True)
-    with pytest.raises(TypeError, match="causal"):
-        linear_attention(q, k, v, causal="yes")
-    with pytest.raises(TypeError, match="state"):
-        online_softmax_step((1, 2, 3), q, v)
-    state = init_state((), 6, 4, dtype=torch.float64)
-    with pytest.raises(ValueError, match="block size"):
-        online_softmax_step(state, q @ k.T, v[:5])
-    assert isinstance(state, OnlineSoftmaxState)
-
-
-@pytest.mark.parametrize("causal", [False, True])
-def test_linear_attention_chunk_size_does_not_change_the_result(gen, causal):
-    q, k, v = qkv(gen, 2, 3, 50, 8, d_v=4)
-    expected = linear_reference(q, k, v, causal)
-    for chunk in (1, 7, 50, 64):
-        torch.testing.assert_close(linear_attention(q, k, v, causal=causal, chunk_size=chunk),
                                    expected, atol=1e-12, rtol=1e-10)
 
 
@@ -392,136 +263,6 @@ def test_decoding_memory_kv_cache_grows_linear_state_does_not():
     state = linear_attention_step(None, *(torch.randn(8, 64) for _ in range(3)))[1]
     assert decoding_memory(1, d_k=64, d_v=64, num_heads=8, bytes_per_value=4)["linear_state"] == (
         state.S.numel() + state.z.numel()) * 4
-    with pytest.raises(ValueError, match="d_k"):
-        decoding_memory(10, d_k=0, d_v=4)
-    with pytest.raises(TypeError, match="n_tokens"):
-        decoding_memory(1.5, d_k=4, d_v=4)
-
-
-def test_linear_attention_step_bad_inputs(gen):
-    q, k, v = (torch.randn(4, generator=gen) for _ in range(3))
-    with pytest.raises(TypeError, match="state"):
-        linear_attention_step((1, 2), q, k, v)
-    with pytest.raises(TypeError, match="k_t must be a torch.Tensor"):
-        linear_attention_step(None, q, [0.0], v)
-    with pytest.raises(ValueError, match=r"q_t \(3,\)"):
-        linear_attention_step(None, q[:3], k, v)
-    _, state = linear_attention_step(None, q, k, v)
-    with pytest.raises(ValueError, match="state"):
-        linear_attention_step(state, q, k, v[:2])
-
-
-def test_tiled_bad_options(gen):
-    q, k, v = qkv(gen, 6, 4)
-    with pytest.raises(TypeError, match="return_lse"):
-        tiled_attention(q, k, v, return_lse=1)
-    with pytest.raises(TypeError, match="causal"):
-        tiled_attention(q, k, v, causal=None)
-    with pytest.raises(ValueError, match="query_block_size"):
-        tiled_attention(q, k, v, query_block_size=0)
-    with pytest.raises(ValueError, match="scale"):
-        tiled_attention(q, k, v, scale=-1.0)
-    with pytest.raises(ValueError, match="do not broadcast"):
-        tiled_attention(q.expand(2, 6, 4), k.expand(3, 6, 4), v)
-
-
-# --- bad input at each entry point (issue 17's fuzz findings) ----------------------------------
-
-
-def test_init_state_checks_every_argument():
-    for bad, error, pattern in [("2", TypeError, r"batch_shape must be a tuple of ints.*str"),
-                                (torch.tensor([2]), TypeError, "batch_shape.*Tensor"),
-                                ((2, -1), ValueError, r"batch_shape\[1\] must be >= 0, got -1"),
-                                ((2, 1.5), TypeError, r"batch_shape\[1\] must be an int")]:
-        with pytest.raises(error, match=pattern):
-            init_state(bad, 3, 4)
-    for name, value, error in [("n_q", -3, ValueError), ("n_q", "3", TypeError),
-                               ("d_v", None, TypeError), ("d_v", -1, ValueError)]:
-        with pytest.raises(error, match=rf"\b{name} must"):
-            init_state((2,), **{"n_q": 3, "d_v": 4, name: value})
-    with pytest.raises(TypeError, match=r"dtype must be a torch.dtype.*NoneType"):
-        init_state((2,), 3, 4, dtype=None)                                  # was accepted silently
-    with pytest.raises(TypeError, match="dtype must be a floating-point dtype"):
-        init_state((2,), 3, 4, dtype=torch.long)
-    with pytest.raises(ValueError, match=r"device='junk' is not a device"):
-        init_state((2,), 3, 4, device="junk")
-    with pytest.raises(TypeError, match="device must be a torch.device"):
-        init_state((2,), 3, 4, device=0)
-    # refused before allocating: (10**9, 1 + 1 + 6) float32 numbers
-    with pytest.raises(ValueError, match=r"n_q=1000000000, d_v=6.*3.2e\+10 bytes"):
-        init_state((), 10**9, 6)
-    # a torch.Size, a list and empty sizes are shapes too
-    state = init_state(torch.Size([2]), 0, 3, dtype=torch.float64)
-    assert state.acc.shape == (2, 0, 3) and state.acc.dtype == torch.float64
-    assert init_state([], 2, 1).max.tolist() == [[float("-inf")], [float("-inf")]]
-
-
-def test_block_state_checks_shapes_and_dtypes(gen):
-    scores, values = torch.randn(2, 3, 5, generator=gen), torch.randn(2, 5, 6, generator=gen)
-    with pytest.raises(ValueError, match=r"scores must have at least 2 dimensions.*\(5,\)"):
-        block_state(scores[0, 0], values)
-    with pytest.raises(ValueError, match=r"values must have at least 2 dimensions.*\(\)"):
-        block_state(scores, torch.tensor(0.5))
-    with pytest.raises(ValueError, match=r"share the block size.*\(2, 3, 4\).*\(2, 5, 6\)"):
-        block_state(scores[..., :4], values)
-    with pytest.raises(ValueError, match=r"scores \(\.\.\., n_q, block\) must have at least one"):
-        block_state(scores[..., :0], values[:, :0])                         # a max over no key
-    with pytest.raises(ValueError, match=r"scores \(0, 3, 5\), values \(2, 5, 6\) do not broadcast"):
-        block_state(scores[:0], values)
-    with pytest.raises(TypeError, match="scores and values must have the same dtype"):
-        block_state(scores, values.double())
-    # what still works: batch dims that broadcast, and the result equals one online step
-    state = block_state(scores[:1], values)
-    torch.testing.assert_close(finalize(state), torch.softmax(scores[:1], -1) @ values)
-    step = online_softmax_step(init_state((2,), 3, 6), scores[:1], values)
-    assert all(torch.equal(a, b) for a, b in zip(state, step, strict=True))
-
-
-def test_online_softmax_step_checks_the_state_against_the_block(gen):
-    scores, values = torch.randn(2, 3, 5, generator=gen), torch.randn(2, 5, 6, generator=gen)
-    state = init_state((2,), 3, 6)
-    with pytest.raises(ValueError, match=r"the state's acc \(2, 3, 6\), scores \(0, 3, 5\)"):
-        online_softmax_step(state, scores[:0], values[:0])                  # was a RuntimeError
-    with pytest.raises(ValueError, match=r"state for \(n_q, d_v\) = \(3, 6\) does not fit"):
-        online_softmax_step(state, scores[:, :2], values)
-    with pytest.raises(TypeError, match="state's dtype torch.float32, got torch.float64"):
-        online_softmax_step(state, scores.double(), values.double())
-    with pytest.raises(ValueError, match="at least one entry in its last dimension"):
-        online_softmax_step(state, scores[..., :0], values[:, :0])
-
-
-def test_linear_attention_step_checks_batch_dims_and_dtypes(gen):
-    q, k, v = (torch.randn(2, 4, generator=gen) for _ in range(3))
-    with pytest.raises(ValueError, match=r"q_t \(0, 4\), k_t \(2, 4\), v_t \(2, 4\) do not broadcast"):
-        linear_attention_step(None, q[:0], k, v)                            # was a RuntimeError
-    _, state = linear_attention_step(None, q, k, v)
-    with pytest.raises(ValueError, match=r"q_t \(3, 4\).*state.S \(2, 4, 4\) do not broadcast"):
-        linear_attention_step(state, *(torch.randn(3, 4, generator=gen) for _ in range(3)))
-    with pytest.raises(TypeError, match="v_t must have q_t's dtype torch.float32"):
-        linear_attention_step(None, q, k, v.double())
-    with pytest.raises(ValueError, match=r"d_k >= 1"):                      # was 0 / 0 = NaN
-        linear_attention_step(None, q[:, :0], k[:, :0], v)
-
-
-def test_elu_feature_map_needs_a_floating_tensor():
-    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
-        elu_feature_map([1.0, 2.0])
-    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
-        elu_feature_map(torch.arange(3))
-    assert elu_feature_map(torch.tensor([-1e9, 0.0, 2.0])).tolist() == [0.0, 1.0, 3.0]
-
-
-def test_linear_attention_no_keys_and_huge_chunks_are_refused(gen):
-    q = torch.randn(3, 4, generator=gen)
-    with pytest.raises(ValueError, match=r"k and v must hold at least one key \(n_k >= 1\)"):
-        linear_attention(q, torch.zeros(0, 4), torch.zeros(0, 2))           # was 0 / 0 = NaN
-    with pytest.raises(ValueError, match=r"k and v must hold at least one key"):
-        linear_attention(q[:0], q[:0], q[:0], causal=True)                  # was torch.cat([])
-    x = torch.zeros(40_000, 1)   # a (40000, 40000) causal kernel: refused before it is computed
-    with pytest.raises(ValueError, match=r"chunk_size=1000000000.*causal kernel.*6.4e\+09 bytes"):
-        linear_attention(x, x, x, causal=True, chunk_size=10**9)
-    # linear attention never holds the (n_q, n_k) scores, so that product is no bound on n
-    assert linear_attention(x, x, x).shape == (40_000, 1)
 
 
 def test_tiled_and_local_attention_still_accept_no_keys():
@@ -530,21 +271,6 @@ def test_tiled_and_local_attention_still_accept_no_keys():
     out, lse = tiled_attention(torch.ones(3, 4), torch.zeros(0, 4), torch.zeros(0, 2),
                                return_lse=True)
     assert torch.equal(out, torch.zeros(3, 2)) and torch.isneginf(lse).all()
-
-
-def test_check_qkv_options_and_the_default_scale_of_no_features():
-    from attn_helpers._checks import check_qkv, resolve_scale
-
-    q, k, v = torch.zeros(40_000, 1), torch.zeros(40_000, 1), torch.zeros(40_000, 2)
-    with pytest.raises(ValueError, match=r"the \(\.\.\., n_q, n_k\) scores would need 6.4e\+09"):
-        check_qkv(q, k, v)
-    assert check_qkv(q, k, v, holds_scores=False) == ()
-    with pytest.raises(ValueError, match="n_k >= 1"):
-        check_qkv(q, k[:0], v[:0], holds_scores=False)
-    assert check_qkv(q, k[:0], v[:0], keys_may_be_empty=True) == ()
-    with pytest.raises(ValueError, match=r"1/sqrt\(d_k\) needs d_k >= 1 features, got d_k = 0"):
-        resolve_scale(None, 0)                                              # was ZeroDivisionError
-    assert resolve_scale(None, 4) == 0.5 and resolve_scale(0.25, 0) == 0.25
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -22,8 +22,6 @@ from attn_helpers import (
     sliding_window_mask,
 )
 
-# --- masks ---------------------------------------------------------------------------------
-
 
 def loop_mask(n, rule):
     return torch.tensor([[rule(i, j) for j in range(n)] for i in range(n)], dtype=torch.bool)
@@ -36,26 +34,12 @@ def test_causal_mask(n):
     assert torch.equal(mask, loop_mask(n, lambda i, j: j <= i))
 
 
-def test_causal_mask_small_literal():
-    expected = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool)
-    assert torch.equal(causal_mask(3), expected)
-
-
 @pytest.mark.parametrize("n", [1, 4, 7])
 @pytest.mark.parametrize("window", [1, 2, 3, 7, 20])
-def test_sliding_window_causal(n, window):
-    mask = sliding_window_mask(n, window)
-    assert mask.dtype == torch.bool and mask.shape == (n, n)
-    assert torch.equal(mask, loop_mask(n, lambda i, j: 0 <= i - j < window))
-    assert torch.equal(sliding_window_mask(n, window, causal=True), mask)
-
-
-@pytest.mark.parametrize("n", [1, 4, 7])
-@pytest.mark.parametrize("window", [1, 2, 3, 7, 20])
-def test_sliding_window_non_causal(n, window):
-    mask = sliding_window_mask(n, window, causal=False)
-    assert mask.dtype == torch.bool and mask.shape == (n, n)
-    assert torch.equal(mask, loop_mask(n, lambda i, j: abs(i - j) < window))
+def test_sliding_window(n, window):
+    assert torch.equal(sliding_window_mask(n, window), loop_mask(n, lambda i, j: 0 <= i - j < window))
+    assert torch.equal(sliding_window_mask(n, window, causal=False),
+                       loop_mask(n, lambda i, j: abs(i - j) < window))
 
 
 def test_sliding_window_examples():
@@ -67,30 +51,16 @@ def test_sliding_window_examples():
     assert int(sliding_window_mask(6, 2).sum()) == 6 + 5
 
 
-def test_padding_mask_from_list():
-    mask = padding_mask([3, 1, 0, 4])
-    expected = torch.tensor(
-        [[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool
-    )
-    assert mask.dtype == torch.bool
-    assert torch.equal(mask, expected)
-
-
-@pytest.mark.parametrize("lengths", [[2, 5, 1], (2, 5, 1), torch.tensor([2, 5, 1])])
+@pytest.mark.parametrize("lengths", [[2, 5, 1], (2, 5, 1), torch.tensor([2, 5, 1]),
+                                     torch.tensor([2, 5, 1], dtype=torch.int32)])
 @pytest.mark.parametrize("max_len", [None, 5, 8])
 def test_padding_mask_loop(lengths, max_len):
     mask = padding_mask(lengths, max_len)
     width = 5 if max_len is None else max_len
     assert mask.shape == (3, width)
     values = [2, 5, 1]
-    for b in range(3):
-        for t in range(width):
-            assert bool(mask[b, t]) == (t < values[b])
-
-
-def test_padding_mask_int32_tensor():
-    mask = padding_mask(torch.tensor([1, 2], dtype=torch.int32), 3)
-    assert torch.equal(mask, torch.tensor([[1, 0, 0], [1, 1, 0]], dtype=torch.bool))
+    assert mask.dtype == torch.bool
+    assert mask.tolist() == [[t < values[b] for t in range(width)] for b in range(3)]
 
 
 def test_key_padding_to_attention_mask(gen):
@@ -107,9 +77,6 @@ def test_key_padding_to_attention_mask(gen):
         assert (weights[b, :, length:] == 0).all()
         expected, _ = scaled_dot_product_attention(q[b], k[b, :length], v[b, :length])
         torch.testing.assert_close(out[b], expected, atol=1e-12, rtol=0)
-
-
-# --- entropy -------------------------------------------------------------------------------
 
 
 def test_attention_entropy_hand_formula(gen):
@@ -161,9 +128,7 @@ def test_effective_keys_and_max_weight():
     uniform = torch.full((2, n), 1 / n, dtype=torch.float64)
     one_hot = torch.zeros(2, n, dtype=torch.float64)
     one_hot[0, 3] = one_hot[1, 0] = 1.0
-    torch.testing.assert_close(
-        effective_keys(uniform), torch.full((2,), float(n), dtype=torch.float64)
-    )
+    torch.testing.assert_close(effective_keys(uniform), torch.full((2,), float(n), dtype=torch.float64))
     torch.testing.assert_close(effective_keys(one_hot), torch.ones(2, dtype=torch.float64))
     half = torch.tensor([0.5, 0.5, 0.0])
     torch.testing.assert_close(effective_keys(half), torch.tensor(2.0))

@@ -22,8 +22,6 @@ from attn_helpers.multihead import (
     to_torch_key_padding_mask,
 )
 
-# --- equality with torch.nn.MultiheadAttention ---------------------------------------------
-
 
 def offset_causal(n_q: int, n_k: int) -> torch.Tensor:
     """``(n_q, n_k)`` causal-style mask, True = may attend; every row keeps key 0."""
@@ -74,24 +72,6 @@ def compare_with_torch(*, b, h, d_head, n_q, n_k, kdim, vdim, batch_first, bias,
     torch.testing.assert_close(weights.mean(1), averaged, atol=atol, rtol=1e-4)
 
 
-GRID = list(itertools.product(
-    [1, 4],            # batch
-    [1, 3, 8],         # heads
-    [(5, 5), (3, 7)],  # (n_q, n_k)
-    [(None, None), (6, 10)],  # kdim, vdim
-    [True, False],     # batch_first
-))
-
-
-@pytest.mark.parametrize("b, h, sizes, dims, batch_first", GRID)
-def test_equals_torch_grid(b, h, sizes, dims, batch_first):
-    n_q, n_k = sizes
-    for use_mask, use_padding in [(False, False), (True, False), (False, True), (True, True)]:
-        compare_with_torch(b=b, h=h, d_head=4, n_q=n_q, n_k=n_k, kdim=dims[0], vdim=dims[1],
-                           batch_first=batch_first, bias=True, use_mask=use_mask,
-                           use_padding=use_padding, seed=b * 100 + h)
-
-
 @settings(max_examples=40, deadline=None)
 @given(
     b=st.integers(1, 4), h=st.integers(1, 8), d_head=st.integers(1, 6), n_q=st.integers(1, 7),
@@ -110,20 +90,6 @@ def test_equals_torch_in_float64_to_high_precision():
     compare_with_torch(b=2, h=4, d_head=8, n_q=6, n_k=9, kdim=5, vdim=7, batch_first=False,
                        bias=True, use_mask=True, use_padding=True, seed=3, dtype=torch.float64,
                        atol=1e-12)
-
-
-def test_per_head_mask_matches_torch_3d_attn_mask(gen):
-    b, h, n = 2, 3, 5
-    reference = torch.nn.MultiheadAttention(6, h, batch_first=True).eval()
-    ours = MultiHeadAttention.from_torch(reference)
-    x = torch.randn(b, n, 6, generator=gen)
-    mask = torch.rand(b, h, n, n, generator=gen) > 0.4
-    mask[..., 0] = True  # no empty row
-    out, weights = ours(x, x, x, mask)
-    t_out, t_weights = reference(x, x, x, attn_mask=to_torch_attn_mask(mask.reshape(b * h, n, n)),
-                                 average_attn_weights=False)
-    torch.testing.assert_close(out, t_out, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(weights, t_weights, atol=1e-5, rtol=1e-4)
 
 
 def test_gradients_equal_torch(gen):
@@ -151,16 +117,6 @@ def test_from_torch_with_packed_and_separate_projections_keeps_dtype():
     assert no_bias.q_proj.bias is None and no_bias.out_proj.bias is None
 
 
-def test_fully_masked_row_gives_zeros_not_nan(gen):
-    mha = MultiHeadAttention(8, 2, bias=False)
-    x = torch.randn(1, 3, 8, generator=gen)
-    mask = torch.ones(3, 3, dtype=torch.bool)
-    mask[1] = False
-    out, weights = mha(x, x, x, mask)
-    assert torch.isfinite(out).all()
-    assert torch.all(weights[:, :, 1] == 0) and torch.allclose(out[0, 1], torch.zeros(8))
-
-
 def test_head_mask_switches_off_exactly_one_head(gen):
     mha = MultiHeadAttention(12, 3)
     x = torch.randn(2, 4, 12, generator=gen)
@@ -173,9 +129,6 @@ def test_head_mask_switches_off_exactly_one_head(gen):
     heads[..., 4:8] = 0
     torch.testing.assert_close(ablated, mha.out_proj(heads))
     torch.testing.assert_close(ablated_weights, weights)  # the pattern itself is unchanged
-
-
-# --- grouped-query attention against F.scaled_dot_product_attention(enable_gqa=True) ----------
 
 
 def reference_gqa(mha, query, key, value, mask):
@@ -210,7 +163,7 @@ def random_mask(kind, b, h, n_q, n_k, g):
 
 
 GQA_CASES = list(itertools.product(
-    [(8, 8), (8, 4), (8, 2), (8, 1), (6, 3), (3, 1)],   # (num_heads, num_kv_heads)
+    [(8, 8), (8, 2), (8, 1), (6, 3)],                   # (num_heads, num_kv_heads)
     [None, "causal", "padding", "per-head"],
     [(None, None), (5, 7)],                              # self-attention, cross-attention sizes
 ))
@@ -232,17 +185,6 @@ def test_grouped_query_equals_torch_enable_gqa(heads, mask_kind, dims):
     assert out.shape == (b, n_q, d_model) and weights.shape == (b, h, n_q, n_k)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(weights, ref_weights, atol=1e-5, rtol=1e-4)
-
-
-@pytest.mark.parametrize("g_kv", [1, 2, 4])
-def test_grouped_query_float64_to_high_precision(g_kv):
-    torch.manual_seed(g_kv)
-    mha = MultiHeadAttention(32, 4, num_kv_heads=g_kv).double()
-    x = torch.randn(2, 9, 32, dtype=torch.float64)
-    out, weights = mha(x, x, x, causal_mask(9))
-    ref_out, ref_weights = reference_gqa(mha, x, x, x, causal_mask(9))
-    torch.testing.assert_close(out, ref_out, atol=1e-12, rtol=1e-10)
-    torch.testing.assert_close(weights, ref_weights, atol=1e-12, rtol=1e-10)
 
 
 @settings(max_examples=30, deadline=None)
@@ -307,20 +249,6 @@ def test_incremental_decoding_with_a_cache_equals_the_causal_forward(gen, g_kv):
     assert cache.score_counts == [9, 4, 5, 6, 7]
 
 
-def test_cache_arguments_are_checked(gen):
-    mha = MultiHeadAttention(8, 2)
-    x = torch.randn(1, 2, 8, generator=gen)
-    with pytest.raises(TypeError, match="cache must be a KVCache"):
-        mha(x, x, x, cache=[])
-    with pytest.raises(ValueError, match="mask must be None"):
-        mha(x, x, x, causal_mask(2), cache=KVCache(4))
-    with pytest.raises(ValueError, match="same new positions"):
-        mha(x, torch.randn(1, 3, 8), torch.randn(1, 3, 8), cache=KVCache(4))
-
-
-# --- split, merge and parameter counts ------------------------------------------------------
-
-
 @settings(max_examples=50, deadline=None)
 @given(b=st.integers(1, 3), n=st.integers(1, 6), h=st.integers(1, 6), d_head=st.integers(1, 5))
 def test_split_merge_are_inverse_and_split_takes_consecutive_features(b, n, h, d_head):
@@ -354,130 +282,10 @@ def test_grouped_parameter_count_matches_the_module(d_model, h, g_kv, kdim, vdim
         p.numel() for p in ours.parameters())
 
 
-def test_llama_2_70b_sized_attention_parameter_count():
+def test_llama_2_70b_and_bert_base_sized_attention_parameter_counts():
+    assert parameter_count(768, 12) == parameter_count(768, 768) == 2_362_368
     # d = 8192, 64 query heads of 128, 8 kv heads, no biases: W_Q, W_O 8192^2; W_K, W_V 8192 x 1024
     assert parameter_count(8192, 64, num_kv_heads=8, bias=False) == 2 * 8192**2 + 2 * 8192 * 1024
     assert parameter_count(8192, 64, bias=False) == 4 * 8192**2
 
 
-def test_bert_base_parameter_count():
-    assert parameter_count(768, 12) == 2_362_368
-    assert parameter_count(768, 1) == parameter_count(768, 768) == 2_362_368
-
-
-# --- bad inputs -------------------------------------------------------------------------------
-
-
-def test_d_model_not_divisible_by_heads():
-    with pytest.raises(ValueError, match=r"d_model=10.*num_heads=3"):
-        MultiHeadAttention(10, 3)
-    with pytest.raises(ValueError, match="divisible"):
-        split_heads(torch.zeros(1, 2, 10), 3)
-    with pytest.raises(ValueError, match="divisible"):
-        parameter_count(10, 4)
-
-
-@pytest.mark.parametrize("args, error, pattern", [
-    ((0, 1), ValueError, "d_model"),
-    ((8, 0), ValueError, "num_heads"),
-    ((8.0, 2), TypeError, "d_model"),
-])
-def test_bad_constructor_arguments(args, error, pattern):
-    with pytest.raises(error, match=pattern):
-        MultiHeadAttention(*args)
-
-
-@pytest.mark.parametrize("num_kv_heads, error, pattern", [
-    (3, ValueError, "num_kv_heads=3 must divide num_heads=8"),
-    (0, ValueError, "num_kv_heads must be between 1 and 8, got 0"),
-    (16, ValueError, "num_kv_heads must be between 1 and 8, got 16"),
-    (True, TypeError, "num_kv_heads must be an int, got bool"),
-    (2.0, TypeError, "num_kv_heads must be an int, got float"),
-])
-def test_bad_num_kv_heads(num_kv_heads, error, pattern):
-    with pytest.raises(error, match=pattern):
-        MultiHeadAttention(16, 8, num_kv_heads=num_kv_heads)
-    with pytest.raises(error, match=pattern):
-        parameter_count(16, 8, num_kv_heads=num_kv_heads)
-
-
-@pytest.mark.parametrize("kwargs, pattern", [
-    (dict(d_model=10**9, num_heads=1), r"d_model=1000000000.*bytes"),
-    (dict(d_model=8, num_heads=2, kdim=10**9), r"kdim=1000000000.*bytes"),
-])
-def test_absurd_sizes_are_refused_before_allocating(kwargs, pattern):
-    with pytest.raises(ValueError, match=pattern):
-        MultiHeadAttention(**kwargs)
-
-
-def test_bias_must_be_a_bool():
-    with pytest.raises(TypeError, match="bias must be a bool"):
-        MultiHeadAttention(8, 2, bias=1)
-
-
-def test_bad_forward_inputs_name_argument_and_shapes():
-    mha = MultiHeadAttention(8, 2, kdim=4)
-    q, k, v = torch.zeros(2, 3, 8), torch.zeros(2, 5, 4), torch.zeros(2, 5, 8)
-    with pytest.raises(ValueError, match=r"query.*\(2, 3, 7\)"):
-        mha(torch.zeros(2, 3, 7), k, v)
-    with pytest.raises(ValueError, match=r"key.*\(2, 5, 8\)"):
-        mha(q, torch.zeros(2, 5, 8), v)
-    with pytest.raises(ValueError, match=r"key \(2, 5, 4\) and value \(2, 4, 8\)"):
-        mha(q, k, torch.zeros(2, 4, 8))
-    with pytest.raises(ValueError, match="batch size"):
-        mha(torch.zeros(3, 3, 8), k, v)
-    with pytest.raises(ValueError, match="batch first"):
-        mha(torch.zeros(3, 8), k, v)
-    with pytest.raises(TypeError, match="query"):
-        mha(q.tolist(), k, v)
-    with pytest.raises(TypeError, match="floating"):
-        mha(q.long(), k, v)
-    with pytest.raises(ValueError, match=r"mask of shape \(3, 4\)"):
-        mha(q, k, v, torch.ones(3, 4, dtype=torch.bool))
-    with pytest.raises(TypeError, match="boolean"):
-        mha(q, k, v, torch.ones(3, 5))
-    with pytest.raises(ValueError, match="head_mask"):
-        mha(q, k, v, head_mask=torch.ones(3))
-
-
-def test_bad_from_torch_and_mask_conversions():
-    with pytest.raises(TypeError, match="MultiheadAttention"):
-        MultiHeadAttention.from_torch(torch.nn.Linear(2, 2))
-    with pytest.raises(ValueError, match="add_bias_kv"):
-        MultiHeadAttention.from_torch(torch.nn.MultiheadAttention(4, 2, add_bias_kv=True))
-    with pytest.raises(TypeError, match="boolean"):
-        to_torch_attn_mask(torch.ones(2, 2))
-    with pytest.raises(ValueError, match="key_padding"):
-        to_torch_key_padding_mask(torch.ones(2, 2, 2, dtype=torch.bool))
-    with pytest.raises(ValueError, match="4-D"):
-        merge_heads(torch.zeros(2, 3, 4))
-    with pytest.raises(ValueError, match="3-D"):
-        split_heads(torch.zeros(2, 3), 1)
-
-
-def test_mask_conversions_invert():
-    mask = causal_mask(4)
-    assert torch.equal(to_torch_attn_mask(mask), ~mask)
-    real = padding_mask([2, 4], 4)
-    assert torch.equal(to_torch_key_padding_mask(real), ~real)
-
-
-# --- bad input at each entry point (issue 17's fuzz findings) ----------------------------------
-
-
-@pytest.mark.parametrize("bias", [None, "False", [1], torch.tensor(1.0)])
-def test_parameter_count_bias_must_be_a_bool(bias):
-    # only its truthiness was used: "False" counted the biases, a tensor raised torch's error
-    with pytest.raises(TypeError, match=rf"bias must be a bool, got {type(bias).__name__}"):
-        parameter_count(8, 2, bias=bias)
-    assert parameter_count(8, 2, bias=False) == sum(
-        p.numel() for p in MultiHeadAttention(8, 2, bias=False).parameters())
-
-
-def test_forward_names_an_empty_query(gen):
-    m = MultiHeadAttention(8, 2)
-    key = torch.randn(2, 5, 8, generator=gen)
-    mask = torch.ones(3, 5, dtype=torch.bool)
-    for mask_or_none in (mask, None):                                   # with a mask: named mask
-        with pytest.raises(ValueError, match=r"query must hold at least one position.*\(2, 0, 8\)"):
-            m(torch.zeros(2, 0, 8), key, key, mask_or_none)

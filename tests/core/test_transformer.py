@@ -16,8 +16,6 @@ from attn_helpers.kv_cache import KVCache, kv_cache_bytes
 from attn_helpers.masks import causal_mask, padding_mask
 from attn_helpers.transformer import DecoderLayer, DecoderWeights, FeedForward
 
-# --- DecoderLayer == nn.TransformerDecoderLayer --------------------------------------------------
-
 
 def torch_layer(d_model=16, heads=4, d_ff=24, *, norm_first, activation="relu", bias=True,
                 batch_first=True, dtype=torch.float32, seed=0):
@@ -95,12 +93,6 @@ def test_cross_attention_to_a_memory_of_another_width():
                                torch_output(layer, x, memory, real), atol=1e-5, rtol=1e-4)
 
 
-def test_parameter_count_equals_torch():
-    layer = torch_layer(norm_first=False)
-    ours = DecoderLayer(16, 4, 24)
-    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in layer.parameters())
-
-
 def test_weights_are_causal_and_skip_padded_memory(gen):
     ours = DecoderLayer(16, 4, 24, norm_first=True)
     x, memory, real = inputs()
@@ -148,54 +140,6 @@ def test_layer_with_a_cache_equals_the_causal_pass(gen):
     cache = KVCache(6)
     steps = [ours(x[:, :2], cache=cache)] + [ours(x[:, t:t + 1], cache=cache) for t in range(2, 6)]
     torch.testing.assert_close(torch.cat(steps, 1), ours(x), atol=1e-12, rtol=1e-10)
-
-
-def test_decoder_layer_bad_inputs():
-    ours = DecoderLayer(16, 4, 24)
-    x, memory, real = inputs()
-    with pytest.raises(ValueError, match=r"x must have shape \(b, n, d_model=16\), got \(3, 5\)"):
-        ours(x[..., 0], memory)
-    with pytest.raises(ValueError, match=r"memory must have shape \(b=3, n_m, memory_dim=16\)"):
-        ours(x, memory[:2])
-    with pytest.raises(TypeError, match="memory must be a torch.Tensor"):
-        ours(x)
-    with pytest.raises(ValueError, match=r"memory_padding must be a bool tensor \(b, n_m\)"):
-        ours(x, memory, memory_padding=real.float())
-    with pytest.raises(ValueError, match=r"memory_padding.*\(3, 6\)"):
-        ours(x, memory, memory_padding=real[:, :6])
-    with pytest.raises(TypeError, match="causal must be a bool"):
-        ours(x, memory, causal=1)
-    with pytest.raises(ValueError, match="memory and memory_padding must be None"):
-        DecoderLayer(16, 4, 24, cross_attention=False)(x, memory)
-    with pytest.raises(ValueError, match="causal=True with a cache"):
-        DecoderLayer(16, 4, 24, cross_attention=False)(x, causal=False, cache=KVCache(8))
-
-
-@pytest.mark.parametrize("kwargs, error, pattern", [
-    (dict(activation="tanh"), ValueError, "activation must be one of"),
-    (dict(norm_first=1), TypeError, "norm_first must be a bool"),
-    (dict(layer_norm_eps=0), ValueError, "layer_norm_eps"),
-    (dict(num_kv_heads=3), ValueError, "num_kv_heads=3 must divide num_heads=4"),
-])
-def test_decoder_layer_bad_arguments(kwargs, error, pattern):
-    with pytest.raises(error, match=pattern):
-        DecoderLayer(16, 4, 24, **kwargs)
-    with pytest.raises(ValueError, match="d_ff"):
-        DecoderLayer(16, 4, 0)
-    with pytest.raises(ValueError, match=r"d_ff=1000000000.*bytes"):
-        FeedForward(16, 10**9)
-
-
-def test_from_torch_bad_layers():
-    with pytest.raises(TypeError, match="TransformerDecoderLayer"):
-        DecoderLayer.from_torch(nn.TransformerEncoderLayer(8, 2))
-    with pytest.raises(ValueError, match="relu and gelu"):
-        DecoderLayer.from_torch(nn.TransformerDecoderLayer(8, 2, activation=torch.tanh))
-    with pytest.raises(ValueError, match="relu and gelu"):
-        DecoderLayer.from_torch(nn.TransformerDecoderLayer(8, 2, activation=nn.GELU("tanh")))
-
-
-# --- the tiny decoder-only language model ---------------------------------------------------------
 
 
 def tiny_lm(num_kv_heads=None, dtype=torch.float32, seed=0):
@@ -252,105 +196,3 @@ def test_language_model_is_causal_and_returns_weights(gen):
     assert logits.shape == (2, 8, 11) and len(weights) == 3 and weights[0].shape == (2, 4, 8, 8)
     torch.testing.assert_close(model(changed)[:, :5], logits[:, :5])
     assert not torch.allclose(model(changed)[:, 5:], logits[:, 5:])
-
-
-def test_language_model_bad_inputs():
-    model = tiny_lm()
-    prompt = torch.zeros(1, 3, dtype=torch.long)
-    with pytest.raises(ValueError, match="long tensor"):
-        model(prompt.float())
-    with pytest.raises(ValueError, match=r"ids in 0..10, got 0..11"):
-        model(torch.tensor([[0, 11]]))
-    with pytest.raises(ValueError, match="max_len=24"):
-        model(torch.zeros(1, 25, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"n_prompt \+ steps <= max_len=24"):
-        model.generate(prompt, 22, use_cache=True)
-    with pytest.raises(ValueError, match="steps must be >= 1"):
-        model.generate(prompt, 0, use_cache=True)
-    with pytest.raises(TypeError, match="use_cache must be a bool"):
-        model.generate(prompt, 2, use_cache=1)
-    with pytest.raises(TypeError):
-        model.generate(prompt, 2)                                           # use_cache is required
-    with pytest.raises(ValueError, match="num_layers must be >= 1"):
-        TinyCausalLM(11, 16, 4, 0, 32)
-    with pytest.raises(ValueError, match=r"vocab_size=1000000000.*bytes"):
-        TinyCausalLM(10**9, 16, 4, 1, 32)
-
-
-# --- bad input at each entry point (issue 17's fuzz findings) ----------------------------------
-
-
-@pytest.mark.parametrize("make", [lambda a: FeedForward(8, 16, activation=a),
-                                  lambda a: DecoderLayer(8, 2, 16, activation=a),
-                                  lambda a: TinyCausalLM(11, 8, 2, 1, 16, activation=a)],
-                         ids=["FeedForward", "DecoderLayer", "TinyCausalLM"])
-def test_activation_must_be_a_string(make):
-    with pytest.raises(TypeError, match=r"activation must be a string.*got list"):
-        make(["relu"])                                                      # was 'unhashable'
-    with pytest.raises(ValueError, match="activation must be one of"):
-        make("tanh")
-
-
-def test_feed_forward_checks_bias_and_its_input(gen):
-    for bias in (None, "False", torch.tensor(1.0)):                        # only truthiness was used
-        with pytest.raises(TypeError, match="bias must be a bool"):
-            FeedForward(8, 16, bias=bias)
-    ff = FeedForward(8, 16)
-    for x, error, pattern in [([1.0] * 8, TypeError, "x must be a torch.Tensor, got list"),
-                              (torch.ones(2, 8, dtype=torch.long), TypeError, "x must be a floating"),
-                              (torch.tensor(0.5), ValueError, r"x must have shape \(\.\.\., "
-                                                              r"d_model=8\), got \(\)"),
-                              (torch.ones(2, 3, 4), ValueError, r"d_model=8\), got \(2, 3, 4\)"),
-                              (torch.ones(2, 8, dtype=torch.float64), TypeError,
-                               "x must have the layer's dtype torch.float32, got torch.float64")]:
-        with pytest.raises(error, match=pattern):                          # torch's linear() errors
-            ff(x)
-    x = torch.randn(2, 3, 8, generator=gen)
-    torch.testing.assert_close(ff(x), ff.linear2(torch.relu(ff.linear1(x))))
-    assert ff(torch.zeros(0, 8)).shape == (0, 8)
-
-
-@pytest.mark.parametrize("memory_dim, error, pattern", [
-    (0, ValueError, "memory_dim must be >= 1, got 0"),
-    ("6", TypeError, "memory_dim must be an int, got str"),
-    (torch.tensor(6), TypeError, "memory_dim must be an int, got Tensor"),
-    (10**9, ValueError, r"memory_dim=1000000000, d_model=8.*bytes"),
-])
-def test_decoder_layer_names_memory_dim(memory_dim, error, pattern):
-    with pytest.raises(error, match=pattern):                              # was named kdim
-        DecoderLayer(8, 2, 16, memory_dim=memory_dim)
-
-
-def test_decoder_layer_names_an_empty_x_or_memory(gen):
-    layer = DecoderLayer(8, 2, 16, memory_dim=6)
-    x, memory = torch.randn(2, 3, 8, generator=gen), torch.randn(2, 5, 6, generator=gen)
-    with pytest.raises(ValueError, match=r"x must hold at least one position.*\(2, 0, 8\)"):
-        layer(x[:, :0], memory)                                             # was causal_mask's n
-    padding = torch.ones(2, 5, dtype=torch.bool)
-    with pytest.raises(ValueError, match=r"memory must hold at least one position.*\(2, 0, 6\)"):
-        layer(x, memory[:, :0], memory_padding=padding)                     # was memory_padding
-    assert layer(x, memory, memory_padding=padding).shape == (2, 3, 8)
-
-
-def test_language_model_size_guard_is_the_exact_parameter_count():
-    for args, kwargs in [((11, 8, 2, 2, 16), {}), ((50, 16, 4, 3, 24), {"num_kv_heads": 2}),
-                         ((7, 12, 3, 1, 5), {"num_kv_heads": 1, "activation": "relu"})]:
-        model = TinyCausalLM(*args, **kwargs)
-        per_layer = sum(p.numel() for p in model.layers[0].parameters())
-        with pytest.raises(ValueError, match=rf"num_layers=10000000 decoder layers of {per_layer} "
-                                             rf"parameters each"):
-            TinyCausalLM(*args[:3], 10**7, *args[4:], **kwargs)
-    with pytest.raises(ValueError, match=r"num_layers=1000000000 decoder layers.*bytes"):
-        TinyCausalLM(11, 8, 2, 10**9, 16)                                   # was a hang
-    with pytest.raises(ValueError, match=r"d_ff=1000000000"):
-        TinyCausalLM(11, 8, 2, 2, 10**9)
-
-
-def test_language_model_refuses_an_empty_batch():
-    model = tiny_lm()
-    for tokens in (torch.zeros(0, 3, dtype=torch.long), torch.zeros(2, 0, dtype=torch.long)):
-        with pytest.raises(ValueError, match=r"tokens \(b, n\) must hold b >= 1 sequences of "
-                                             r"n >= 1 tokens"):
-            model(tokens)                                                   # was an IndexError
-        with pytest.raises(ValueError, match=r"prompt \(b, n\) must hold b >= 1"):
-            model.generate(tokens, 2, use_cache=True)
