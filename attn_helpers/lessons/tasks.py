@@ -24,28 +24,9 @@ import torch
 
 from .._checks import require_positive_int
 
-__all__ = [
-    "PAD",
-    "SOS",
-    "EOS",
-    "SPECIALS",
-    "Vocab",
-    "Batch",
-    "Task",
-    "REVERSAL",
-    "DATES",
-    "TASKS",
-    "get_task",
-    "reversal_pair",
-    "date_pair",
-    "date_to_words",
-    "date_fields",
-    "ISO_STEP_FIELDS",
-    "make_batch",
-    "collate",
-    "example",
-    "eval_batches",
-]
+__all__ = ["PAD", "SOS", "EOS", "SPECIALS", "Vocab", "Batch", "Task", "REVERSAL", "DATES", "TASKS",
+           "get_task", "reversal_pair", "date_pair", "date_to_words", "date_fields",
+           "ISO_STEP_FIELDS", "make_batch", "collate", "example", "eval_batches"]
 
 PAD, SOS, EOS = 0, 1, 2
 SPECIALS = ("<pad>", "<s>", "</s>")

@@ -146,14 +146,6 @@ def test_path_length_fit_recovers_an_exponential_and_rejects_noise(gen):
     assert r2_noise < 0.9
 
 
-def test_loss_and_accuracy(batch):
-    model = small_model("additive")
-    loss = seq2seq.seq2seq_loss(model, batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
-    assert loss.dim() == 0 and 1.0 < loss.item() < 5.0  # about ln(13) for an untrained model
-    accuracy = seq2seq.accuracy_by_length(model, {"all": batch})
-    assert list(accuracy) == ["all"] and 0.0 <= accuracy["all"] <= 1.0
-
-
 def test_model_bad_inputs(batch):
     with pytest.raises(ValueError, match="attention must be one of"):
         Seq2Seq(13, 13, attention="luong")
