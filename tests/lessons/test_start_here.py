@@ -1,5 +1,5 @@
 """Notebook 00's lesson (``lessons.start_here``): the environment check warns for a different
-version and fails only for a missing or too old one; the claims about the warm-up."""
+version and fails only for a missing or too old one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from attn_helpers.lessons import start_here as lesson
-from attn_helpers.widgets.start_here import warmup_frame
 
 
 def requirements(tmp_path, **pins):
@@ -61,22 +60,3 @@ def test_too_old_fails_with_a_message_naming_the_package(tmp_path, monkeypatch):
     monkeypatch.setattr(lesson.metadata, "version", versions.__getitem__)
     with pytest.raises(RuntimeError, match=r"torch >= 2.3 \(found 2.1.0\), ipywidgets >= 8.1"):
         lesson.check_environment(tmp_path / "none.txt")
-
-
-def test_the_claims_of_notebook_00_hold_and_can_fail():
-    claims = lesson.claims(lambda temperature, causal: warmup_frame(temperature, causal).weights)
-    assert len(claims) == 3 and all(claims.values())
-    # a "widget" that ignores the temperature and the mask breaks both widget claims
-    uniform = lesson.claims(lambda temperature, causal: torch.full((6, 6), 1 / 6))
-    assert [holds for name, holds in uniform.items() if not name.startswith("entropy")] == [False] * 2
-
-
-def test_claims_by_group_and_the_row_claims():
-    from attn_helpers.exercises.start_here import softmax_with_temperature_reference
-    temperature = lesson.claims(lambda t, c: warmup_frame(t, c).weights, group="temperature")
-    assert len(temperature) == 1 and all(temperature.values())
-    with pytest.raises(ValueError, match="no claim"):
-        lesson.claims(lambda t, c: warmup_frame(t, c).weights, group="nothing")
-    assert all(lesson.row_claims(softmax_with_temperature_reference).values())
-    ignores_t = lesson.row_claims(lambda s, t: torch.softmax(s, -1))     # no temperature: both fail
-    assert not any(ignores_t.values())
