@@ -1,140 +1,44 @@
-r"""Why attention divides the scores by :math:`\sqrt{d_k}`: the measurements behind notebook 03.
+r"""Notebook 03, why attention divides the scores by :math:`\sqrt{d_k}`: what the notebook, its
+widget, its exercises and ``studies/scaling_retrieval.py`` share. The measurements themselves
+(variances, saturation, the Jacobian's gain) are in the notebook's cells.
 
-If the components of ``q`` and ``k`` are independent with mean 0 and variance 1, then
-:math:`q \cdot k = \sum_{i=1}^{d_k} q_i k_i` has mean 0 and variance :math:`d_k`, so the scores
-grow like :math:`\sqrt{d_k}` and the softmax saturates (one weight near 1, the others near 0).
-A saturated softmax has a Jacobian :math:`J = \mathrm{diag}(a) - a a^\top` near zero, so almost no
-gradient reaches the scores. Dividing by :math:`\sqrt{d_k}` brings the variance back to 1.
-A temperature ``T`` divides the scores once more: ``softmax(s / T)``.
-The argument assumes unit-variance components, i.e. holds at such an initialisation;
-``nn.Linear``'s default init gives score std about :math:`\sqrt{d_k}/3`, that of
-``nn.MultiheadAttention`` about :math:`\sqrt{d_k}/2`, and training can grow the scores.
-:func:`claims` states, as named booleans, what the notebook says about each measurement; the
-thresholds are defined once, below (the training ones in ``scaling_training``).
+* :func:`softmax_jacobian` and :func:`jacobian_norm`: :math:`J = \mathrm{diag}(a) - a a^\top` and
+  its Frobenius norm, the gain from the scores to the weights (the widget draws it).
+* :func:`temperature_for_entropy`: the temperature that gives a row a chosen entropy (bisection).
+* :class:`RetrievalModel`, :func:`retrieval_batch`, :func:`train_retrieval`: the toy retrieval
+  model of section 4, trained with Adam; :func:`training_claims` and :func:`sgd_claims` are the
+  statements the notebook asserts on one run and the study on every seed.
+* :func:`projection_gradient_table` and :func:`projection_claims`: exercise 3's measurement of the
+  gradient at :math:`W_Q`, and where it comes from.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Sequence
 from itertools import pairwise
+from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
-from .._checks import require_min_dim, require_positive_int, require_tensor
+from .._checks import require_min_dim, require_positive_int, require_tensor, shape
 from ..entropy import attention_entropy
 from ..measure import fit_power_law
-from ..training import TrainResult
-from .scaling_gradients import PROJECTION_SEEDS, projection_claims, projection_gradient_table
-from .scaling_training import (
-    LOGIT_GROWTH,
-    LOWER_END,
-    SLOW_START,
-    SOLVED,
-    SPIKE,
-    SPIKES,
-    RetrievalModel,
-    _check_scaled,
-    _check_temperature,
-    init_gradients,
-    mean_loss,
-    retrieval_batch,
-    sgd_claims,
-    sgd_study,
-    spikes,
-    temperature_for_entropy,
-    temperature_softmax,
-    train_retrieval,
-    train_retrieval_sgd,
-    training_claims,
-)
+from ..training import TrainResult, single_thread, train
 
 __all__ = [
-    "D_KS", "dot_products", "variance_table", "loglog_slope",
-    "random_scores", "softmax_jacobian", "jacobian_norm", "saturation_stats",
-    "saturation_table", "temperature_softmax", "temperature_for_entropy", "jacobian_curve",
-    "default_init_score_std", "RetrievalModel", "retrieval_batch", "train_retrieval",
-    "mean_loss", "spikes", "claims", "init_gradients", "sgd_study", "SPREADS",
-    "train_retrieval_sgd", "SLOW_START",
-    "SOLVED", "SPIKE", "SPIKES",
-    "LOWER_END", "LOGIT_GROWTH", "projection_gradient_table", "projection_claims", "PROJECTION_SEEDS",
+    "D_KS", "softmax_jacobian", "jacobian_norm", "temperature_for_entropy", "RetrievalModel",
+    "retrieval_batch", "train_retrieval", "mean_loss", "spikes", "training_claims", "sgd_claims",
+    "SPIKE", "RECORD", "PROJECTION_SEEDS", "projection_gradient_table", "projection_claims",
 ]
 
 D_KS = (4, 16, 64, 256, 1024)
-SPREADS = tuple(2.0 ** (i / 4) for i in range(-16, 29))  # score std 1/16 .. 128, for jacobian_curve
-
-# The thresholds of the claims, defined once (see claims()).
-REL_TOL = 0.1               # measured variances and stds within 10 % of the formula
-SLOPE_TOL = 0.05            # log-log slopes within 0.05 of 1 (unscaled) and 0 (scaled)
-ONE_HOT = (0.95, 0.15)      # unscaled at d_k = 1024: mean largest weight above, entropy below
-AT_64 = (0.8, 2 / 3)        # unscaled at d_k = 64: mean largest weight above, |J| / scaled below
-SHARP_ROWS = (0.95, 0.75)   # raw example: at least 3/4 of the rows put > 0.95 on one key
-FLAT = (0.06, 0.1, 0.02)    # scaled: spread over d_k of the mean largest weight, entropy, |J|
-J_FRACTION = 0.2            # unscaled |J| at d_k = 1024 below this fraction of the scaled one
-J_SLOPE = (-0.7, -0.3)      # unscaled |J|: log-log slope against d_k from 64 on
-TYPICAL_ROW = 0.1           # unscaled, d_k >= 256: median |J| below this fraction of the mean
-UNIFORM_BELOW_PEAK = 0.8    # |J| of near-uniform rows below this fraction of the peak
-WIDGET = (0.5, 0.9)         # widget, d_k = 1024: scaled largest weight below; at T = 0.1 above
-# the training thresholds (SLOW_START ... LOGIT_GROWTH) live in scaling_training
 
 
-def _generator(generator: torch.Generator | None, seed: int = 0) -> torch.Generator:
-    return generator if generator is not None else torch.Generator().manual_seed(seed)
-
-
-def dot_products(
-    d_k: int, n_samples: int, *, scaled: bool = False, generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    r"""``(n_samples,)`` float64 samples of :math:`q \cdot k` (divided by :math:`\sqrt{d_k}` when
-    ``scaled``) for independent ``q, k`` with standard normal components."""
-    require_positive_int("d_k", d_k)
-    require_positive_int("n_samples", n_samples)
-    _check_scaled(scaled)
-    g = _generator(generator)
-    q = torch.randn(n_samples, d_k, generator=g, dtype=torch.float64)
-    k = torch.randn(n_samples, d_k, generator=g, dtype=torch.float64)
-    dots = (q * k).sum(-1)
-    return dots / math.sqrt(d_k) if scaled else dots
-
-
-def variance_table(
-    d_ks: Sequence[int] = D_KS, *, n_samples: int = 10_000, seed: int = 0,
-) -> list[dict[str, float]]:
-    """For each ``d_k``: ``{"d_k", "variance", "scaled variance"}`` (the same samples, divided by
-    ``sqrt(d_k)`` for the second)."""
-    rows = []
-    for d_k in d_ks:
-        dots = dot_products(d_k, n_samples, generator=torch.Generator().manual_seed(seed + d_k))
-        rows.append({"d_k": d_k, "variance": dots.var().item(),
-                     "scaled variance": (dots / math.sqrt(d_k)).var().item()})
-    return rows
-
-
-def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Slope of ``log y`` against ``log x`` (1 for ``y ∝ x``, 0 for constant ``y``)."""
-    return fit_power_law(xs, ys).slope
-
-
-def random_scores(
-    d_k: int, n_queries: int, n_keys: int, *, scaled: bool, temperature: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """``(n_queries, n_keys)`` float64 scores ``q . k / (sqrt(d_k) if scaled else 1) / T`` for
-    standard normal queries and keys of size ``d_k``, every query with its own ``n_keys`` keys.
-
-    For a fixed ``q``, ``q . k`` with ``k`` standard normal is exactly normal with variance
-    ``|q|^2``: each row is drawn that way, without storing ``n_queries * n_keys`` keys."""
-    require_positive_int("d_k", d_k)
-    require_positive_int("n_queries", n_queries)
-    require_positive_int("n_keys", n_keys)
-    _check_scaled(scaled)
-    _check_temperature(temperature)
-    g = _generator(generator)
-    q = torch.randn(n_queries, 1, d_k, generator=g, dtype=torch.float64)
-    z = torch.randn(n_queries, n_keys, generator=g, dtype=torch.float64)
-    scores = q.norm(dim=-1) * z / (math.sqrt(d_k) if scaled else 1.0)   # (n_queries, n_keys)
-    return scores / temperature
+# --- the softmax's Jacobian and the temperature (sections 3 and 5) -------------------------------
 
 
 def softmax_jacobian(weights: torch.Tensor) -> torch.Tensor:
@@ -147,202 +51,271 @@ def softmax_jacobian(weights: torch.Tensor) -> torch.Tensor:
 
 
 def jacobian_norm(weights: torch.Tensor) -> torch.Tensor:
-    """Frobenius norm of :func:`softmax_jacobian` for each row: ``(..., n) -> (...)``.
-
-    Zero for a one-hot row, ``sqrt(n - 1) / n`` (about ``1/sqrt(n)``) for a uniform row of ``n``,
-    and 1/2 for two keys tied at 1/2 each, the largest value it takes (a property test checks
-    this): the norm peaks at intermediate sharpness, not at either extreme.
-    """
+    """Frobenius norm of :func:`softmax_jacobian` for each row, ``(..., n) -> (...)``: 0 for a
+    one-hot row, ``sqrt(n - 1) / n`` for a uniform row of ``n``, 1/2 (its largest value) for two
+    keys tied at 1/2."""
     return torch.linalg.matrix_norm(softmax_jacobian(weights))
 
 
-def saturation_stats(
-    d_k: int, *, scaled: bool, n_keys: int = 16, n_queries: int = 2000, seed: int = 0,
-) -> dict[str, float]:
-    """Means over random queries of the largest weight, the entropy (nats) and the softmax
-    Jacobian norm, and the median Jacobian norm (a typical row), for scores of size ``d_k`` with
-    or without the ``1/sqrt(d_k)`` scaling."""
-    scores = random_scores(d_k, n_queries, n_keys, scaled=scaled,
-                           generator=torch.Generator().manual_seed(seed))
-    weights = torch.softmax(scores, dim=-1)
-    norms = jacobian_norm(weights)
-    return {"max weight": weights.amax(-1).mean().item(),
-            "entropy": attention_entropy(weights).mean().item(),
-            "jacobian norm": norms.mean().item(), "median jacobian norm": norms.median().item()}
-
-
-def saturation_table(
-    d_ks: Sequence[int] = D_KS, *, n_keys: int = 16, n_queries: int = 2000, seed: int = 0,
-) -> list[dict]:
-    """:func:`saturation_stats` for every ``d_k``, unscaled and scaled: a list of rows
-    ``{"d_k", "scaled", "max weight", "entropy", "jacobian norm", "median jacobian norm"}``."""
-    return [{"d_k": d_k, "scaled": scaled,
-             **saturation_stats(d_k, scaled=scaled, n_keys=n_keys, n_queries=n_queries, seed=seed)}
-            for scaled in (False, True) for d_k in d_ks]
-
-
-def jacobian_curve(
-    spreads: Sequence[float] = SPREADS, *, n_keys: int = 16, n_queries: int = 2000, seed: int = 0,
-) -> list[float]:
-    """Mean :func:`jacobian_norm` over ``n_queries`` rows of ``n_keys`` independent scores of
-    standard deviation ``spread``, for each spread (the same rows, multiplied by each spread).
-
-    Small spreads give near-uniform rows (norm ``sqrt(n-1)/n``), large ones near one-hot rows
-    (norm near 0); in between the curve has a peak.
-    """
-    require_positive_int("n_keys", n_keys)
-    require_positive_int("n_queries", n_queries)
-    z = torch.randn(n_queries, n_keys, generator=torch.Generator().manual_seed(seed),
-                    dtype=torch.float64)
-    return [jacobian_norm(torch.softmax(spread * z, dim=-1)).mean().item() for spread in spreads]
-
-
-def default_init_score_std(
-    d_k: int, *, d_model: int = 256, n_samples: int = 4000, seed: int = 0,
-    module: str = "linear",
+def temperature_for_entropy(
+    scores: torch.Tensor, target: float, *, low: float = 1e-4, high: float = 1e4,
+    iterations: int = 200,
 ) -> float:
-    """Standard deviation of the raw score ``q . k`` of one head of size ``d_k`` at PyTorch's
-    default initialisation, for inputs ``x, y`` with independent standard normal components.
+    """The temperature ``T`` at which ``softmax(scores / T)`` has entropy ``target`` nats.
 
-    ``module="linear"``: ``q = x W_Q + b_Q``, ``k = y W_K + b_K`` from two
-    ``nn.Linear(d_model, d_k)``, whose weights (and biases) are uniform in ``±1/sqrt(d_model)``,
-    variance ``1/(3 d_model)``: components of variance about 1/3, score std about ``sqrt(d_k)/3``.
-    ``module="multihead"``: head 0 of ``nn.MultiheadAttention(d_model, d_model // d_k)``, whose
-    packed ``in_proj_weight`` ``(3 d_model, d_model)`` is ``xavier_uniform_`` (variance
-    ``1/(2 d_model)``) and bias 0: components of variance about 1/2, score std about ``sqrt(d_k)/2``.
+    The entropy grows monotonically with ``T`` (from 0 for a unique maximum to ``ln n``), so a
+    bisection on ``log T`` finds it. ``scores`` is one row ``(n,)`` whose entries are not all equal.
     """
-    require_positive_int("d_k", d_k)
-    require_positive_int("d_model", d_model)
+    require_tensor("scores", scores, floating=True)
+    if scores.dim() != 1 or len(scores) < 2:
+        raise ValueError(f"scores must be one row (n,) with n >= 2, got shape {shape(scores)}")
+    if torch.all(scores == scores[0]):
+        raise ValueError("scores are all equal: the entropy is ln n at every temperature")
+    scores = scores.double()
+
+    def entropy(t: float) -> float:
+        return attention_entropy(torch.softmax(scores / t, dim=-1)).item()
+
+    if not entropy(low) <= target <= entropy(high):
+        raise ValueError(f"target={target} is outside the reachable entropies "
+                         f"[{entropy(low):.4g}, {entropy(high):.4g}] for T in [{low}, {high}]")
+    lo, hi = math.log(low), math.log(high)
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        if entropy(math.exp(mid)) < target:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(0.5 * (lo + hi))
+
+
+# --- the retrieval experiment (section 4) ---------------------------------------------------------
+
+
+class RetrievalModel(nn.Module):
+    r"""One attention step that must find, among ``n`` keys, the one the query is a noisy copy of,
+    and return that key's value. ``forward(query (b, d_in), keys (b, n, d_in), values (b, n, d_v))
+    -> (b, d_v)``; the scores are divided by :math:`\sqrt{d_k}` only when ``scaled``."""
+
+    def __init__(self, d_in: int, d_k: int, *, scaled: bool):
+        super().__init__()
+        if not isinstance(scaled, bool):
+            raise TypeError(f"scaled must be a bool, got {type(scaled).__name__}")
+        self.scaled, self.d_k = scaled, require_positive_int("d_k", d_k)
+        self.w_q = nn.Linear(require_positive_int("d_in", d_in), d_k, bias=False)
+        self.w_k = nn.Linear(d_in, d_k, bias=False)
+        for layer in (self.w_q, self.w_k):                  # every component of q and k: variance ~1
+            nn.init.normal_(layer.weight, std=1.0 / math.sqrt(d_in))
+
+    def scores(self, query, keys):
+        """The scores that enter the softmax, ``(b, n)``."""
+        q = self.w_q(query)[:, None, :]                     # (b, 1, d_k)
+        k = self.w_k(keys)                                  # (b, n, d_k)
+        scores = (q * k).sum(-1)                            # (b, n)
+        return scores / math.sqrt(self.d_k) if self.scaled else scores
+
+    def forward(self, query, keys, values):
+        a = torch.softmax(self.scores(query, keys), dim=-1)    # (b, n)
+        return (a[:, :, None] * values).sum(1)                 # (b, d_v)
+
+
+def retrieval_batch(
+    batch: int, generator: torch.Generator, *, n_keys: int = 16, d_in: int = 64, d_v: int = 8,
+    noise: float = 0.5,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(query (b, d_in), keys (b, n, d_in), values (b, n, d_v), target (b, d_v))``: the query is
+    one of the keys plus Gaussian noise, the target is that key's value."""
+    keys = torch.randn(batch, n_keys, d_in, generator=generator)
+    values = torch.randn(batch, n_keys, d_v, generator=generator)
+    index = torch.randint(n_keys, (batch,), generator=generator)
+    rows = torch.arange(batch)
+    query = keys[rows, index] + noise * torch.randn(batch, d_in, generator=generator)
+    return query, keys, values, values[rows, index]
+
+
+def train_retrieval(
+    *, scaled: bool, d_k: int = 256, seed: int = 0, steps: int = 300, lr: float = 3e-3,
+    batch: int = 64, d_in: int = 64,
+) -> TrainResult:
+    """Train a :class:`RetrievalModel` with Adam (mean squared error to the target value, gradient
+    norm clipped at 1, one thread). Both settings of ``scaled`` share the seed: the same initial
+    weights and batches. ``result.evaluations`` holds ``(step, {"score std": ...})`` at step 0 and
+    every 50 steps: the standard deviation of the scores entering the softmax on a probe batch."""
     torch.manual_seed(seed)
-    if module == "linear":
-        w_q, w_k = nn.Linear(d_model, d_k), nn.Linear(d_model, d_k)
-    elif module == "multihead" and d_model % d_k == 0:
-        w = nn.MultiheadAttention(d_model, d_model // d_k).in_proj_weight     # (3 d_model, d_model)
-        w_q, w_k = (lambda x: x @ w[:d_k].T), (lambda y: y @ w[d_model:d_model + d_k].T)
-    else:
-        raise ValueError(f"module must be 'linear' or 'multihead' (with d_k dividing d_model), "
-                         f"got {module!r} with d_k={d_k}, d_model={d_model}")
-    g = torch.Generator().manual_seed(seed)
-    x, y = torch.randn(2, n_samples, d_model, generator=g)
-    with torch.no_grad():
-        return (w_q(x) * w_k(y)).sum(-1).std().item()
+    model = RetrievalModel(d_in, d_k, scaled=scaled)
+    probe = retrieval_batch(256, torch.Generator().manual_seed(10_000 + seed), d_in=d_in)
+
+    def score_std(m):
+        with torch.no_grad():
+            return {"score std": m.scores(*probe[:2]).std().item()}
+
+    def loss_fn(m, query, keys, values, target):
+        return F.mse_loss(m(query, keys, values), target)
+
+    start = score_std(model)
+    result = train(model, lambda _step, g: retrieval_batch(batch, g, d_in=d_in), loss_fn,
+                   steps=steps, lr=lr, seed=seed, progress=False, single_threaded=True,
+                   evaluate=score_std, eval_every=50)
+    result.evaluations.insert(0, (0, start))
+    return result
 
 
-def _within(measured: float, expected: float, tol: float = REL_TOL) -> bool:
-    return abs(measured / expected - 1) < tol
+def mean_loss(losses: Sequence[float], start: int = 0, stop: int | None = None) -> float:
+    """Mean of ``losses[start:stop]`` (e.g. the first 100 steps of a :class:`TrainResult`)."""
+    part = list(losses)[start:stop]
+    if not part:
+        raise ValueError(f"no losses in [{start}:{stop}] of {len(losses)}")
+    return sum(part) / len(part)
 
 
-def _rising(xs: Sequence[float]) -> bool:
-    return all(a < b for a, b in pairwise(xs))
+def spikes(losses: Sequence[float], threshold: float, start: int = 100) -> int:
+    """How many of ``losses[start:]`` exceed ``threshold`` (one query of 64 answered with a wrong
+    value already costs about 0.03)."""
+    return sum(loss > threshold for loss in list(losses)[start:])
 
 
-def _spread(xs: Sequence[float]) -> float:
-    return max(xs) - min(xs)
+SPIKE = 0.01                # a step after step 100 is a spike when its loss exceeds this
 
 
-def _column(rows: list[dict], name: str, scaled: bool) -> list[float]:
-    return [r[name] for r in rows if r["scaled"] == scaled]
+def training_claims(runs: dict[bool, TrainResult]) -> dict[str, bool]:
+    """The statements about two Adam runs ``{True: scaled, False: unscaled}`` of
+    :func:`train_retrieval` on one seed (the notebook's seed 0, and every seed of the study)."""
+    on, off = runs[True].losses, runs[False].losses
+    stds = [e["score std"] for _, e in runs[True].evaluations]
+    return {
+        "unscaled: a higher loss at step 1": off[0] > on[0],
+        "unscaled: first 100 steps' mean loss > 3x the scaled one":
+            mean_loss(off, 0, 100) > 3 * mean_loss(on, 0, 100),
+        "scaled, from step 50 on: every loss < 0.03 (one wrong answer in 64), and < 0.005 on "
+        "average over steps 50-100": max(on[49:]) < 0.03 and mean_loss(on, 49, 100) < 0.005,
+        f"after step 100: unscaled >= 20 spikes above {SPIKE}, scaled <= 2; so the unscaled mean "
+        "over the last 100 steps is higher": spikes(off, SPIKE) >= 20 and spikes(on, SPIKE) <= 2
+            and mean_loss(off, -100) > mean_loss(on, -100),
+        "not a worse end: the unscaled median over the last 100 steps is > 100x lower":
+            100 * statistics.median(off[-100:]) < statistics.median(on[-100:]),
+        "training multiplies the scaled model's score std by > 2": stds[-1] > 2 * stds[0],
+    }
 
 
-def claims(
-    *, variance: list[dict] | None = None, example: tuple | None = None,
-    saturation: list[dict] | None = None, gradients: list[dict] | None = None,
-    curve: Sequence[float] | None = None, init_stds: dict[int, float] | None = None,
-    mha_init_stds: dict[int, float] | None = None, runs: dict[bool, TrainResult] | None = None,
-    temperature: tuple | None = None, widget: tuple | None = None, sgd: list[dict] | None = None,
-    projections: list[dict] | None = None, projection_parts: list[dict] | None = None,
-) -> dict[str, bool]:
-    """Notebook 03's statements, each checked on the measurements given (the others are skipped):
-    ``variance`` (:func:`variance_table`), ``example`` ``(raw weights, scaled weights)`` of one
-    set of queries and keys, ``saturation`` and ``gradients`` (both :func:`saturation_table` over
-    :data:`D_KS`), ``curve`` (:func:`jacobian_curve` over :data:`SPREADS`, 16 keys), ``init_stds``
-    ``{d_k: default_init_score_std(d_k)}``, ``mha_init_stds`` (the same, ``module="multihead"``),
-    ``runs`` ``{True: scaled, False: unscaled}`` (:func:`train_retrieval`), ``temperature``
-    ``(row of scores, T_half)`` and ``widget`` ``(unscaled, scaled, cold)``: the widget's readouts
-    for rising ``d_k`` without scaling (a list), at the last ``d_k`` scaled, and scaled at T = 0.1;
-    ``projections`` and ``projection_parts`` (:func:`projection_gradient_table`): the gradient at
-    ``W_Q``, and where it comes from (:func:`projection_claims`)."""
-    out = {}
-    if variance is not None:
-        d_ks = [r["d_k"] for r in variance]
-        raw, scaled = [r["variance"] for r in variance], [r["scaled variance"] for r in variance]
-        out[f"Var(q.k) within {REL_TOL:.0%} of d_k, Var(q.k/sqrt(d_k)) within {REL_TOL:.0%} of 1"] = (
-            all(_within(v, d) and _within(s, 1) for v, s, d in zip(raw, scaled, d_ks, strict=True)))
-        out["log-log slope 1 unscaled, 0 scaled"] = (
-            abs(loglog_slope(d_ks, raw) - 1) < SLOPE_TOL
-            and abs(loglog_slope(d_ks, scaled)) < SLOPE_TOL)
-    if example is not None:
-        raw, scaled = example
-        out["the raw example is nearly one-hot (mean largest weight > 0.9), the scaled < 0.5"] = (
-            raw.amax(-1).mean().item() > 0.9 and scaled.amax(-1).mean().item() < 0.5)
-        sharp = (raw.amax(-1) > SHARP_ROWS[0]).float().mean().item()
-        out[f"at least {SHARP_ROWS[1]:.0%} of the raw rows put > {SHARP_ROWS[0]} on one key"] = (
-            sharp >= SHARP_ROWS[1])
-        out["same best key with and without the scaling"] = bool(
-            (raw.argmax(-1) == scaled.argmax(-1)).all())
-    if saturation is not None:
-        top, ent = _column(saturation, "max weight", False), _column(saturation, "entropy", False)
-        out["unscaled: the largest weight rises and the entropy falls with every d_k step"] = (
-            _rising(top) and _rising([-e for e in ent]))
-        out[f"unscaled, d_k = 1024: largest weight > {ONE_HOT[0]}, entropy < {ONE_HOT[1]}"] = (
-            top[-1] > ONE_HOT[0] and ent[-1] < ONE_HOT[1])
-        out[f"unscaled, d_k = 64: largest weight > {AT_64[0]}"] = top[D_KS.index(64)] > AT_64[0]
-        out["scaled: largest weight and entropy flat in d_k"] = (
-            _spread(_column(saturation, "max weight", True)) < FLAT[0]
-            and _spread(_column(saturation, "entropy", True)) < FLAT[1])
+RECORD = Path(__file__).resolve().parent.parent / "data" / "scaling_retrieval.json"  # the study's
+
+
+def sgd_claims(runs: list[dict]) -> dict[str, bool]:
+    """The statements about the plain-SGD runs of ``studies/scaling_retrieval.py`` (its record,
+    ``attn_helpers/data/scaling_retrieval.json``): rows ``{"lr", "seed", "scaled", "losses",
+    "gradients": {"scores", "weights"}}`` at two learning rates, every seed."""
+    def run(lr, seed, scaled):
+        return next(r for r in runs if r["lr"] == lr and r["seed"] == seed and r["scaled"] == scaled)
+
+    seeds = sorted({r["seed"] for r in runs})
+    small, large = min(r["lr"] for r in runs), max(r["lr"] for r in runs)
+    grads = [(run(small, s, True)["gradients"], run(small, s, False)["gradients"]) for s in seeds]
+    alike = [mean_loss(run(small, s, False)["losses"]) / mean_loss(run(small, s, True)["losses"])
+             for s in seeds]
+    return {
+        "step 0, unscaled: gradient at the scores < 0.5x the scaled one (every seed)":
+            all(off["scores"] < 0.5 * on["scores"] for on, off in grads),
+        "step 0, unscaled: gradient at W_Q, W_K > 4x the scaled one (every seed)":
+            all(off["weights"] > 4 * on["weights"] for on, off in grads),
+        f"SGD, lr {small:g}: both learn (last 50 steps < 0.05) and their mean losses are within "
+        "1.5x (every seed)": all(1 / 1.5 < a < 1.5 for a in alike)
+            and all(mean_loss(r["losses"], -50) < 0.05 for r in runs if r["lr"] == small),
+        f"SGD, lr {large:g}: scaled ends below 0.005, unscaled stays above 1.0 (last 50 steps, "
+        "every seed)": all(mean_loss(run(large, s, True)["losses"], -50) < 0.005
+                           and mean_loss(run(large, s, False)["losses"], -50) > 1.0 for s in seeds),
+    }
+
+
+# --- exercise 3's measurement: the gradient at W_Q ------------------------------------------------
+
+PROJECTION_SEEDS = (0, 1, 2, 3, 4)
+
+
+def projection_gradient_table(
+    gradients: Callable | None, d_ks: Sequence[int], seeds: Sequence[int] = PROJECTION_SEEDS, *,
+    batch: int = 32, n: int = 16, d_model: int = 64,
+) -> list[dict]:
+    r"""For each ``d_k``, seed and setting of the scale (:math:`1/\sqrt{d_k}` or 1): ``batch``
+    sequences of ``n`` tokens ``x`` with standard normal components, ``W_Q``, ``W_K``
+    ``(d_model, d_k)`` of variance ``1/d_model`` (unit-variance ``q`` and ``k``) and a fixed
+    upstream gradient ``dL/dA`` (the same for both settings). A row ``{"d_k", "seed", "scaled",
+    "W_Q", "W_K", "scores", "mean row", "median row", "top share"}``: ``"W_Q"``, ``"W_K"`` are the
+    norms of ``gradients(x, W_Q, W_K, scale, dL/dA)`` (exercise 3's function; ``None``: autograd's);
+    the rest describe ``dS``, autograd's gradient at the scores: its norm over all rows, the mean
+    and median of its rows' norms, and the share of its squared norm held by the top tenth of rows."""
+    rows = []
+    with single_thread():
+        for d_k in d_ks:
+            for seed in seeds:
+                g = torch.Generator().manual_seed(1000 * seed + d_k)
+                x = torch.randn(batch, n, d_model, generator=g, dtype=torch.float64)
+                w_q, w_k = (torch.randn(d_model, d_k, generator=g, dtype=torch.float64)
+                            / math.sqrt(d_model) for _ in range(2))
+                up = torch.randn(batch, n, n, generator=g, dtype=torch.float64)    # dL/dA
+                rows += [_measure(gradients, x, w_q, w_k, up, d_k, seed, scaled)
+                         for scaled in (False, True)]
+    return rows
+
+
+def _measure(gradients, x, w_q, w_k, up, d_k, seed, scaled) -> dict:
+    scale = 1 / math.sqrt(d_k) if scaled else 1.0
+    w_q, w_k = (w.clone().requires_grad_(True) for w in (w_q, w_k))
+    scores = scale * (x @ w_q) @ (x @ w_k).mT                            # (b, n, n)
+    scores.retain_grad()
+    (torch.softmax(scores, dim=-1) * up).sum().backward()                 # L = <A, dL/dA>
+    grad_w_q, grad_w_k, d_s = w_q.grad, w_k.grad, scores.grad
     if gradients is not None:
-        jac, jac_on = (_column(gradients, "jacobian norm", on) for on in (False, True))
-        out[f"unscaled |J| falls with d_k, below {J_FRACTION} of the scaled one at 1024"] = (
-            _rising([-j for j in jac]) and jac[-1] < J_FRACTION * jac_on[-1])
-        out[f"unscaled |J| ~ 1/sqrt(d_k) from d_k = 64 on (slope in {J_SLOPE})"] = (
-            J_SLOPE[0] < loglog_slope(D_KS[2:], jac[2:]) < J_SLOPE[1])
-        at = D_KS.index(64)
-        out[f"unscaled, d_k = 64: |J| below {AT_64[1]:.2f} of the scaled one"] = (
-            jac[at] < AT_64[1] * jac_on[at])
-        out[f"scaled |J| does not depend on d_k (spread < {FLAT[2]})"] = _spread(jac_on) < FLAT[2]
-        out[f"unscaled, d_k >= 256: the median row's |J| is below {TYPICAL_ROW} of the mean"] = all(
-            r["median jacobian norm"] < TYPICAL_ROW * r["jacobian norm"]
-            for r in gradients if not r["scaled"] and r["d_k"] >= 256)
-        out["at d_k = 4 the unscaled |J| is larger than the scaled one"] = jac[0] > jac_on[0]
-    if curve is not None:
-        peak = max(curve)
-        at = SPREADS[curve.index(peak)]
-        out["|J| peaks at a score std between 1 (scaled) and 4 (unscaled d_k = 16)"] = 1 < at < 4
-        out[f"near-uniform rows pass less than {UNIFORM_BELOW_PEAK} of the peak, sqrt(n-1)/n"] = (
-            curve[0] < UNIFORM_BELOW_PEAK * peak and _within(curve[0], math.sqrt(15) / 16, 0.01))
-        out["near-one-hot rows pass almost nothing (< 0.1 of the peak)"] = curve[-1] < 0.1 * peak
-    if init_stds is not None:
-        out[f"default nn.Linear init: score std within {REL_TOL:.0%} of sqrt(d_k)/3"] = all(
-            _within(std, math.sqrt(d_k) / 3) for d_k, std in init_stds.items())
-    if mha_init_stds is not None:
-        out[f"nn.MultiheadAttention init: score std within {REL_TOL:.0%} of sqrt(d_k)/2"] = all(
-            _within(std, math.sqrt(d_k) / 2) for d_k, std in mha_init_stds.items())
-    if runs is not None:
-        out.update(training_claims(runs))
-    if sgd is not None:                              # sgd_study(): plain SGD, several seeds
-        out.update(sgd_claims(sgd))
-    if projections is not None:                      # after exercise 3
-        out.update(projection_claims(projections))
-    if projection_parts is not None:
-        out.update(projection_claims(projection_parts, why=True))
-    if temperature is not None:
-        row, t_half = temperature
-        ts = torch.logspace(-2, 2, 81, dtype=torch.float64)
-        h = attention_entropy(torch.softmax(row / ts[:, None], dim=-1)).tolist()
-        half = 0.5 * attention_entropy(torch.softmax(row, -1)).item()
-        out["the entropy rises with T from near 0 (T = 0.01) to near ln n (T = 100)"] = (
-            all(a <= b + 1e-12 for a, b in pairwise(h)) and h[0] < 0.01
-            and h[-1] > 0.99 * math.log(len(row)))
-        out["halving the entropy takes a T below 1/2 (by more than 0.05), not T = 1/2"] = (
-            abs(attention_entropy(torch.softmax(row / t_half, -1)).item() - half) < 1e-6
-            and t_half < 0.5 - 0.05)
-    if widget is not None:
-        unscaled, scaled, cold = widget
-        top = [r["largest weight (mean over rows)"] for r in unscaled]
-        jac = [r["gradient norm |J| (mean over rows)"] for r in unscaled]
-        out["widget, unscaled: the largest weight rises and |J| falls with d_k"] = (
-            _rising(top) and _rising([-j for j in jac]))
-        out[f"widget: scaling brings the largest weight below {WIDGET[0]}, T = 0.1 above "
-            f"{WIDGET[1]}"] = (scaled["largest weight (mean over rows)"] < WIDGET[0]
-                               and cold["largest weight (mean over rows)"] > WIDGET[1])
-    return out
+        grad_w_q, grad_w_k = gradients(x, w_q.detach(), w_k.detach(), scale, up)
+    per_row = d_s.norm(dim=-1).flatten()                                  # (b * n,)
+    squares = per_row.square().sort(descending=True).values
+    top = squares[:max(1, round(0.1 * len(squares)))].sum() / squares.sum()
+    return {"d_k": d_k, "seed": seed, "scaled": scaled, "W_Q": grad_w_q.norm().item(),
+            "W_K": grad_w_k.norm().item(), "scores": d_s.norm().item(),
+            "mean row": per_row.mean().item(), "median row": per_row.median().item(),
+            "top share": top.item()}
+
+
+def projection_claims(rows: list[dict], *, why: bool = False) -> dict[str, bool]:
+    """The statements about :func:`projection_gradient_table` (every seed, or the median over
+    seeds where named): what the gradient at ``W_Q`` does, or (``why``) where it comes from."""
+    by = {(r["d_k"], r["seed"], r["scaled"]): r for r in rows}
+    pairs = {(d, s): (by[d, s, False], by[d, s, True]) for d, s, scaled in by if scaled}
+    d_ks = sorted({d for d, _ in pairs})
+    ratio = {key: off["W_Q"] / on["W_Q"] for key, (off, on) in pairs.items()}
+    top = max(d_ks)
+
+    def medians(key, scaled, sizes=d_ks):
+        return [statistics.median(r[key] for r in rows if r["d_k"] == d and r["scaled"] == scaled)
+                for d in sizes]
+
+    if not why:
+        median_ratio = [statistics.median(r for (d, _), r in ratio.items() if d == d_k)
+                        for d_k in d_ks]
+        scaled = medians("W_Q", True)
+        return {
+            "unscaled: more gradient reaches W_Q and W_K than scaled (> 1.5x) at every d_k, on "
+            "every seed": all(off[w] > 1.5 * on[w] for off, on in pairs.values()
+                              for w in ("W_Q", "W_K")),
+            f"the W_Q ratio rises with every d_k step (median over seeds), > 8x at d_k = {top} "
+            "on every seed": all(a < b for a, b in pairwise(median_ratio))
+            and all(r > 8 for (d, _), r in ratio.items() if d == top),
+            "scaled: |dW_Q| flat in d_k (medians over seeds within 20% of each other)":
+                max(scaled) < 1.2 * min(scaled),
+        }
+    mid = [d for d in d_ks if d >= 64]
+    root, mean = medians("scores", False, mid), medians("mean row", False, mid)
+    off_top, on_top = zip(*(pairs[d, s] for d, s in pairs if d == top), strict=True)
+    return {
+        "the W_Q ratio is sqrt(d_k) x the ratio of |dS| over all rows, within 20% (every d_k and "
+        "seed)": all(abs(ratio[d, s] / (math.sqrt(d) * off["scores"] / on["scores"]) - 1) < 0.2
+                     for (d, s), (off, on) in pairs.items()),
+        "unscaled, from d_k = 64 on: |dS| over all rows falls like d_k^-1/4 (slope in (-0.35, "
+        "-0.1)), the mean row like d_k^-1/2 (slope in (-0.6, -0.35))":
+            -0.35 < fit_power_law(mid, root).slope < -0.1
+            and -0.6 < fit_power_law(mid, mean).slope < -0.35,
+        f"d_k = {top}: the top 10% of rows hold > 90% of |dS|^2 unscaled, < 40% scaled; the "
+        "median row passes back < 0.001x the scaled one":
+            all(r["top share"] > 0.9 for r in off_top) and all(r["top share"] < 0.4 for r in on_top)
+            and all(off["median row"] < 1e-3 * on["median row"]
+                    for off, on in zip(off_top, on_top, strict=True)),
+    }

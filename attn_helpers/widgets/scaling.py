@@ -33,7 +33,8 @@ def scaling_frame(
 
     Scores are ``q . k / (sqrt(d_k) if scaled else 1) / temperature``. Readouts: the divisor, the
     standard deviation of the scores, the mean largest weight, the mean entropy and the mean
-    Frobenius norm of the softmax Jacobian (how much gradient can reach the scores).
+    Frobenius norm of the softmax Jacobian (its gain from scores to weights, which bounds the
+    gradient that can reach the scores).
     """
     if d_k not in D_K_OPTIONS:
         raise ValueError(f"d_k must be a power of two in {D_K_OPTIONS}, got {d_k!r}")
@@ -74,7 +75,7 @@ def readout_line(frame: AttentionFrame) -> str:
     """The readouts as the picture states them (rounded for the eye)."""
     r = frame.readouts
     return (f"largest weight {r['largest weight (mean over rows)']:.2f}   |   entropy "
-            f"{r['entropy (mean, nats)']:.2f} nats   |   gradient |J| "
+            f"{r['entropy (mean, nats)']:.2f} nats   |   softmax gain |J| "
             f"{r['gradient norm |J| (mean over rows)']:.3f}   (means over rows)")
 
 
