@@ -1,0 +1,336 @@
+"""The course's static site (``docs/site/build.py``, run by ``python3 course.py site``) and the
+GitHub workflows a fork runs (``.github/workflows/``).
+
+The site is built once per session from the stored notebooks (nothing is executed) into a
+temporary folder, then checked: a page per notebook, the landing page is the course map, previous
+and next links on every page, every internal link and picture resolves, nothing loads from the
+network (scanned in the HTML and CSS, and watched in Chromium), and it stays under 60 MB. Headless
+Chromium (Debian's ``chromium``, at /usr/bin/chromium or ``$CHROMIUM``, driven by Playwright)
+opens the landing page and notebook 03's page from the file system, checks that the math is
+typeset (no raw ``$...$`` left, no MathJax error) and that every picture loaded, and saves
+full-page screenshots to ``artifacts/site/`` (or ``$SITE_ARTIFACTS``), which CI keeps.
+
+Without the site's generator (Sphinx, MyST-NB, ... from requirements.txt), Chromium, Playwright or
+check-jsonschema, the tests that need them skip with the reason, except under ``CI=true``, where
+they fail. The site-building tests are marked ``slow`` (the build takes about a minute on a
+2-core CPU): ``course.py test --fast`` leaves them out.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+from functools import cache
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "docs" / "site" / "build.py"
+WORKFLOWS = ROOT / ".github" / "workflows"
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+ARTIFACTS = Path(os.environ.get("SITE_ARTIFACTS", ROOT / "artifacts" / "site"))
+IN_CI = os.environ.get("CI", "").lower() == "true"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run"]
+GENERATOR = {"sphinx": "Sphinx", "myst_nb": "myst-nb", "sphinx_book_theme": "sphinx-book-theme",
+             "sphinx_togglebutton": "sphinx-togglebutton", "sphinx_design": "sphinx-design",
+             "sphinx-mathjax-offline": "sphinx-mathjax-offline"}
+MAX_MB = 60
+TEST_COMMAND = "python3 course.py test"
+# Attributes through which a page loads something by itself (an <a href> is only followed).
+LOADING = {"script": "src", "link": "href", "img": "src", "source": "src", "iframe": "src",
+           "embed": "src", "object": "data", "video": "src", "audio": "src", "track": "src",
+           "input": "src"}
+REMOTE = re.compile(r"^(https?:)?//", re.I)
+
+
+def need(missing: list[str]) -> None:
+    if missing:
+        reason = "; ".join(missing)
+        if IN_CI:
+            pytest.fail(f"CI=true but this test cannot run: {reason}")
+        pytest.skip(reason)
+
+
+def load_build_module():
+    spec = importlib.util.spec_from_file_location("site_build", BUILD)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    """The site, built once for the session into a temporary folder."""
+    absent = [name for module, name in GENERATOR.items() if importlib.util.find_spec(module) is None]
+    need([f"the site's generator is not installed: {', '.join(absent)} "
+          "(pip install -r requirements.txt)"] if absent else [])
+    out = tmp_path_factory.mktemp("site") / "site"
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, str(BUILD), "--strict", "--out", str(out)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, (
+        "the site build failed (--strict: any Sphinx warning fails it):\n"
+        f"{result.stdout}\n{result.stderr}")
+    print(f"site built in {time.monotonic() - started:.0f} s: {result.stdout.strip()}")
+    return out
+
+
+@cache
+def soup(path: Path):
+    from bs4 import BeautifulSoup
+    return BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
+
+
+def pages(site: Path) -> list[Path]:
+    """The site's pages (the themes also copy Jinja macro files named *.html into _static/)."""
+    return sorted(p for p in site.rglob("*.html") if "_static" not in p.relative_to(site).parts)
+
+
+def course_pages() -> list[str]:
+    """index, then every notebook's page, in the course's order."""
+    return ["index", *(f"{lesson['number']}_{lesson['slug']}"
+                       for lesson in load_build_module().course())]
+
+
+# --- the build and its pages ------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_one_page_per_notebook(site):
+    assert (site / "index.html").is_file()
+    built = {p.stem for p in site.glob("*.html")} - {"index", "search", "genindex"}
+    assert built == {nb.stem for nb in NOTEBOOKS}, "expected exactly one page per notebook"
+    assert course_pages()[1:] == [nb.stem for nb in NOTEBOOKS], (
+        "attn_helpers/course_map.py's COURSE and notebooks/ disagree")
+
+
+@pytest.mark.slow
+def test_the_landing_page_is_the_course_map(site):
+    article = soup(site / "index.html").select_one("article")
+    links = [a["href"] for a in article.select("a[href]")]
+    positions = []
+    for lesson in load_build_module().course():
+        page = f"{lesson['number']}_{lesson['slug']}.html"
+        assert page in links, f"the course map does not link {page}"
+        positions.append(links.index(page))
+        card = next(a for a in article.select("a[href]") if a["href"] == page).find_parent(
+            class_="sd-card")
+        text = " ".join(card.get_text(" ").split())
+        assert " ".join(lesson["idea"].split()) in text, f"{page}: its one idea is missing"
+        assert card.select_one(f'img[src$="{lesson["number"]}.png"]'), f"{page}: no thumbnail"
+    assert positions == sorted(positions), "the course map is not in the course's order"
+
+
+@pytest.mark.slow
+def test_every_page_has_previous_and_next_links(site):
+    order = course_pages()
+    for i, name in enumerate(order):
+        page = soup(site / f"{name}.html")
+        prev, nxt = page.select_one("a.left-prev"), page.select_one("a.right-next")
+        if i > 0:
+            assert prev is not None and prev["href"] == f"{order[i - 1]}.html", f"{name}: previous"
+        if i < len(order) - 1:
+            assert nxt is not None and nxt["href"] == f"{order[i + 1]}.html", f"{name}: next"
+
+
+@pytest.mark.slow
+def test_solutions_going_deeper_and_widgets_are_presented_as_promised(site):
+    """Reference solutions folded, Going deeper folded (its toggle), and a caption under every
+    widget's picture saying it is live in JupyterLab."""
+    import json
+    for nb in NOTEBOOKS:
+        cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+        solutions = sum("solution" in c.get("metadata", {}).get("tags", []) for c in cells)
+        widgets = sum(any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+                          for o in c.get("outputs", [])) for c in cells)
+        collapsed = sum(bool(c.get("metadata", {}).get("jp-MarkdownHeadingCollapsed"))
+                        for c in cells)
+        page = soup(site / f"{nb.stem}.html")
+        folded = page.select("details.hide.above-input")
+        assert len(folded) == solutions, f"{nb.stem}: {len(folded)} folded cells, {solutions} solutions"
+        assert all("reference solution" in d.summary.get_text() for d in folded)
+        captions = [f for f in page.select("figure.widget-picture")
+                    if f.select_one("img") and "Live in JupyterLab" in f.get_text()]
+        assert len(captions) == widgets, f"{nb.stem}: {len(captions)} captions for {widgets} widgets"
+        toggles = page.select("section div.toggle")
+        assert len(toggles) == collapsed, f"{nb.stem}: {len(toggles)} folded sections"
+
+
+@pytest.mark.slow
+def test_every_internal_link_and_picture_resolves(site):
+    broken, ids = [], {}
+    for page in pages(site):
+        for tag in soup(page).find_all(["a", *LOADING]):
+            attr = "href" if tag.name == "a" else LOADING[tag.name]
+            url = tag.get(attr)
+            if not url or url.startswith(("mailto:", "data:", "javascript:")) or REMOTE.match(url):
+                continue     # remote loads are test_nothing_loads_from_the_network's
+            parts = urlsplit(url)
+            target = (page.parent / unquote(parts.path)).resolve() if parts.path else page
+            if not target.is_file():
+                broken.append(f"{page.relative_to(site)}: <{tag.name} {attr}={url!r}>")
+            elif parts.fragment and target.suffix == ".html":
+                if target not in ids:
+                    ids[target] = {t["id"] for t in soup(target).find_all(id=True)}
+                if unquote(parts.fragment) not in ids[target]:
+                    broken.append(f"{page.relative_to(site)}: {url!r} (no such anchor)")
+    for css in site.rglob("*.css"):
+        for url in re.findall(r"url\(\s*['\"]?([^'\")]+)", css.read_text(encoding="utf-8")):
+            if url.startswith("data:") or REMOTE.match(url) or url.startswith("#"):
+                continue
+            if not (css.parent / unquote(urlsplit(url).path)).is_file():
+                broken.append(f"{css.relative_to(site)}: url({url})")
+    assert not broken, "broken internal links or pictures:\n" + "\n".join(sorted(set(broken)))
+
+
+@pytest.mark.slow
+def test_nothing_loads_from_the_network(site):
+    remote = []
+    for page in pages(site):
+        for name, attr in LOADING.items():
+            for tag in soup(page).find_all(name):
+                for value in (tag.get(attr), tag.get("srcset")):
+                    if value and REMOTE.match(value.strip()):
+                        remote.append(f"{page.relative_to(site)}: <{name} {attr}={value!r}>")
+        for tag in soup(page).find_all("link", rel=True):
+            if {"preconnect", "dns-prefetch"} & set(tag["rel"]):
+                remote.append(f"{page.relative_to(site)}: <link rel={tag['rel']}>")
+    for css in site.rglob("*.css"):
+        text = css.read_text(encoding="utf-8")
+        for url in re.findall(r"url\(\s*['\"]?([^'\")]+)", text) + re.findall(
+                r"@import\s+['\"]([^'\"]+)", text):
+            if REMOTE.match(url.strip()):
+                remote.append(f"{css.relative_to(site)}: {url}")
+    assert not remote, "the site would load these from the network:\n" + "\n".join(remote)
+
+
+@pytest.mark.slow
+def test_the_site_is_small_enough_to_publish_anywhere(site):
+    size = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
+    assert size <= MAX_MB * 2**20, f"the site is {size / 2**20:.1f} MB, over {MAX_MB} MB"
+
+
+# --- in Chromium ------------------------------------------------------------------------------
+
+RENDERED = """async () => {
+    if (window.MathJax && MathJax.startup) { await MathJax.startup.promise; }
+    await document.fonts.ready;
+    const images = [...document.images];
+    images.forEach(i => { i.loading = "eager"; });
+    await Promise.all(images.map(i => i.complete ? null
+        : new Promise(done => { i.onload = i.onerror = done; })));
+    const article = document.querySelector("article").cloneNode(true);
+    article.querySelectorAll("pre, code, mjx-container, script, style, .cell_output, .output")
+        .forEach(e => e.remove());
+    return {
+        prose: article.textContent,
+        math: document.querySelectorAll("article mjx-container").length,
+        math_errors: [...document.querySelectorAll("mjx-merror")].map(e => e.textContent),
+        broken_images: images.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src),
+        images: images.length,
+    };
+}"""
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    missing = []
+    if not (Path(CHROMIUM).exists() and os.access(CHROMIUM, os.X_OK)):
+        missing.append(f"Chromium not found at {CHROMIUM} (install Debian's 'chromium' package "
+                       "or set $CHROMIUM)")
+    if importlib.util.find_spec("playwright") is None:
+        missing.append("Playwright for Python is not installed (pip install -r requirements.txt)")
+    need(missing)
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                             args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, min_math", [("index", 0), ("03_scaling", 20)])
+def test_chromium_shows_math_and_pictures_offline(site, chromium, name, min_math):
+    """The page opened from the file system: every request stays local, the math is typeset
+    (no raw ``$...$``, no MathJax error), every picture loaded. Full-page screenshot kept."""
+    page = chromium.new_page(viewport={"width": 1280, "height": 900})
+    remote = []
+
+    def route(r):
+        if urlsplit(r.request.url).scheme in ("file", "data", "blob", "about"):
+            r.continue_()
+        else:
+            remote.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.goto((site / f"{name}.html").as_uri(), wait_until="load")
+    seen = page.evaluate(RENDERED)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    page.close()
+    assert not remote, f"{name}: requests to the network: {remote}"
+    raw = re.findall(r"\$[^$\n]{1,80}\$|\\\(.{1,80}?\\\)|\\\[", seen["prose"])
+    assert not raw, f"{name}: raw math left in the rendered text: {raw[:5]}"
+    assert not seen["math_errors"], f"{name}: MathJax errors: {seen['math_errors'][:5]}"
+    assert seen["math"] >= min_math, f"{name}: only {seen['math']} typeset formulas"
+    assert seen["images"] >= (11 if name == "index" else 5), f"{name}: {seen['images']} images"
+    assert not seen["broken_images"], f"{name}: pictures that did not load: {seen['broken_images']}"
+
+
+# --- the GitHub workflows ---------------------------------------------------------------------
+
+def workflow(name: str) -> dict:
+    import yaml
+    data = yaml.safe_load((WORKFLOWS / name).read_text(encoding="utf-8"))
+    data["on"] = data.pop(True, data.get("on"))        # YAML 1.1 reads the key `on` as True
+    return data
+
+
+def steps(data: dict) -> list[dict]:
+    return [step for job in data["jobs"].values() for step in job.get("steps", [])]
+
+
+def test_workflows_validate_against_githubs_schema():
+    need([] if importlib.util.find_spec("check_jsonschema") else
+         ["check-jsonschema is not installed (pip install -r requirements.txt)"])
+    files = sorted(WORKFLOWS.glob("*.yml"))
+    assert {f.name for f in files} >= {"test.yml", "site.yml"}
+    result = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema",
+                             "vendor.github-workflows", *map(str, files)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_test_workflow_runs_the_readme_test_command():
+    assert TEST_COMMAND in (ROOT / "README.md").read_text(encoding="utf-8"), (
+        "the README no longer gives this test command")
+    data = workflow("test.yml")
+    assert {"push", "pull_request"} <= set(data["on"])
+    runs = "\n".join(step.get("run", "") for step in steps(data))
+    assert re.search(rf"^\s*{re.escape(TEST_COMMAND)}\s*$", runs, flags=re.M), runs
+    assert re.search(r"apt-get install .*\bchromium\b", runs), "Chromium from Debian's packages"
+    caches = [s for s in steps(data) if s.get("uses", "").startswith("actions/cache@")]
+    assert any("~/.cache/pip" in s["with"]["path"] and "requirements.txt" in s["with"]["key"]
+               for s in caches), "the pip cache, keyed on requirements.txt"
+
+
+def test_the_site_workflow_builds_and_publishes_to_pages():
+    data = workflow("site.yml")
+    uses = [step.get("uses", "") for step in steps(data)]
+    assert any(u.startswith("actions/upload-pages-artifact@") for u in uses)
+    assert any(u.startswith("actions/deploy-pages@") for u in uses)
+    permissions = {**data.get("permissions", {}),
+                   **{k: v for job in data["jobs"].values()
+                      for k, v in job.get("permissions", {}).items()}}
+    assert permissions.get("pages") == "write" and permissions.get("id-token") == "write"
+    runs = "\n".join(step.get("run", "") for step in steps(data))
+    assert "python3 course.py site" in runs
