@@ -22,8 +22,8 @@ import numpy
 import torch
 
 from .. import positional as _positional
-from ..lessons import positional_reach as _reach_lesson
-from ..lessons import rope as _rope
+from ..lessons import positional_encoding as _reach_lesson
+from ..lessons import positional_encoding as _rope
 from .core import CheckResult, Mistake, Refused, check_function, refusing_ops, seeded
 from .positional_mistakes import (
     LAYOUT_MISTAKES,

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ..lessons import rope as _rope
+from ..lessons import positional_encoding as _rope
 from ..positional import alibi_slopes
 from .core import Mistake, Refused, seeded
 

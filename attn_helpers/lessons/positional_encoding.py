@@ -1,26 +1,26 @@
-"""Notebook 07's trained experiment: a task that needs two offsets, a tiny model with pluggable
-position schemes, length extrapolation over several seeds, and the RoPE wrap-around study.
+r"""Notebook 07's shared pieces: the offset-copy task and its tiny model with pluggable position
+schemes, RoPE's two layouts, and ALiBi's half-weight reach.
 
-The task, "copy from 1 and 3 back": given random tokens ``x_0 .. x_{n-1}``, predict at every
+**The task**, "copy from 1 and 3 back": given random tokens ``x_0 .. x_{n-1}``, predict at every
 position ``i`` both ``x_{i-1}`` and ``x_{i-3}`` (where they exist). The model is one causal
 attention layer (3 heads of ``d_head = 8``) over token embeddings, a residual connection and a
 linear read-out with one group of ``VOCAB`` logits per offset. Its scores see token contents only,
-unless a position scheme is plugged in:
+unless a position scheme is plugged in: ``none``; ``sinusoidal`` (added to the embeddings);
+``learned`` (one trained vector per position, added); ``rope`` (queries and keys rotated by
+:func:`attn_helpers.positional.apply_rope`); ``alibi`` (``-slope * distance`` added to the scores).
+Every scheme trains on lengths ``TRAIN_MIN_LEN..TRAIN_MAX_LEN`` with ``SEEDS``; RoPE also with the
+bases ``WRAP_BASES``. All the models ship in one checkpoint, made by ``studies/positional_offsets.py``.
 
-=============  ===================================================================
-``none``       no position information (but see the NoPE effect below)
-``sinusoidal`` fixed sin/cos encoding added to the token embeddings
-``learned``    one trained vector per position (``MAX_LEN`` rows), added
-``rope``       queries and keys rotated by :func:`attn_helpers.positional.apply_rope`
-``alibi``      ``-slope * distance`` added to each head's scores
-=============  ===================================================================
+**The two layouts.** RoFormer (and ``apply_rope``) rotates the interleaved pairs
+``(x[2i], x[2i+1])``; GPT-NeoX and Hugging Face's Llama (``rotate_half``) rotate the split halves
+``(x[i], x[i + d/2])`` with the same frequencies (:func:`apply_rope_half`). They differ by the
+permutation :func:`interleaved_to_half` of each head's features; :func:`permute_rows` applies it
+to a projection's rows, and :func:`layer_scores` gives a layer's scores in either layout.
 
-Every scheme trains with ``SEEDS`` on lengths ``TRAIN_MIN_LEN..TRAIN_MAX_LEN`` and is tested on
-positions up to ``4 * TRAIN_MAX_LEN`` (:func:`position_accuracy`); RoPE also trains with the bases
-``WRAP_BASES``, which set how fast its second pair turns (:func:`wrap_study`). The causal mask
-alone leaks position (query ``i`` sees ``i + 1`` keys; Haviv et al., 2022, Kazemnejad et al.,
-2023), so even ``none`` is right on the first positions. All the models ship in one checkpoint,
-``python -m attn_helpers train positional_offsets`` re-trains it (a few minutes on one core).
+**The reach.** With equal content scores, a query that sees ``n`` keys puts weight proportional to
+``r^delta``, ``r = e^{-m}``, on the key ``delta`` back under ALiBi's bias ``-m delta``. The keys at
+distances ``0 .. k - 1`` hold ``share(k) = (1 - r^k) / (1 - r^n)`` of it, and ``share(k) >= 1/2``
+exactly when ``k >= x = -ln((1 + r^n) / 2) / m``: :func:`half_weight_reach` is ``ceil(x)``.
 """
 
 from __future__ import annotations
@@ -31,22 +31,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import require_int_in, require_positive_int, require_tensor, shape
+from .._checks import require_positive_int, require_tensor, shape
 from ..attention import masked_softmax
 from ..masks import causal_mask
-from ..positional import LearnedPositionalEmbedding, alibi_bias, apply_rope, sinusoidal_encoding
+from ..positional import (
+    LearnedPositionalEmbedding,
+    alibi_bias,
+    apply_rope,
+    frequencies,
+    sinusoidal_encoding,
+)
 from ..training import load_checkpoint, single_thread, train
-from . import rope
-from .positional_reach import REACH_LENGTHS, half_weight_reach, reach_claims  # re-exported
-from .rope import collapse_position, wavelength  # re-exported: notebook 07 calls them from here
 
 __all__ = [
     "SCHEMES", "VOCAB", "OFFSETS", "D_MODEL", "NUM_HEADS", "TRAIN_MIN_LEN", "TRAIN_MAX_LEN",
-    "TEST_LENGTHS", "SEEDS", "WRAP_BASES", "WRAP_LENGTH", "CHECKPOINT",
-    "offset_copy_batch", "PositionTaskModel", "model_key", "train_scheme", "train_all",
-    "load_models", "position_accuracy", "accuracy_at", "extrapolation_table", "wavelength",
-    "collapse_position", "attention_summary", "extrapolation_claims",
-    "claims", "recipe", "REACH_LENGTHS", "half_weight_reach", "reach_claims",
+    "TEST_LENGTHS", "SEEDS", "BASE", "WRAP_BASES", "WRAP_LENGTH", "MODELS",
+    "offset_copy_batch", "PositionTaskModel", "model_key", "train_scheme", "load_models",
+    "position_accuracy", "apply_rope_half", "interleaved_to_half", "permute_rows", "layer_scores",
+    "half_weight_reach",
 ]
 
 SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
@@ -57,8 +59,11 @@ TEST_LENGTHS = (16, 32, 64)  # 1x, 2x and 4x the training length
 MAX_LEN = 64  # rows of the learned table; rows 16..63 exist but are never trained
 SEEDS, BASE = (0, 1, 2), 10000.0
 WRAP_BASES = (625.0, BASE, 160000.0)  # second pair at 0.2, 0.1, 0.05 rad per position
-WRAP_LENGTH, CHECKPOINT = 160, "positional_offsets"
+WRAP_LENGTH = 160
 STEPS, BATCH, LR = 1200, 64, 5e-3
+#: ``(scheme, seed, base)`` of every shipped model: all schemes, then RoPE's other bases.
+MODELS = ([(s, seed, BASE) for s in SCHEMES for seed in SEEDS]
+          + [("rope", seed, b) for b in WRAP_BASES if b != BASE for seed in SEEDS])
 
 
 def offset_copy_batch(batch: int, n: int, generator: torch.Generator, *, vocab: int = VOCAB,
@@ -97,7 +102,7 @@ class PositionTaskModel(nn.Module):
         self.embed = nn.Embedding(vocab, d_model)
         if scheme == "learned":
             self.positions = LearnedPositionalEmbedding(max_len, d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)  # no biases: a smaller checkpoint
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)  # rows: Q heads, K heads, V heads
         self.head = nn.Linear(d_model, len(self.offsets) * vocab, bias=False)
         self.last_weights: torch.Tensor | None = None
 
@@ -135,10 +140,11 @@ def _loss(model: PositionTaskModel, tokens: torch.Tensor, targets: torch.Tensor)
                            ignore_index=-1)
 
 
-def train_scheme(scheme: str, *, seed: int = 0, base: float = BASE, steps: int = STEPS,
-                 progress: bool = False) -> PositionTaskModel:
-    """Train one model on lengths ``TRAIN_MIN_LEN..TRAIN_MAX_LEN`` on one CPU thread (faster for a
-    model this small, and the weights no longer depend on ``OMP_NUM_THREADS``)."""
+def train_scheme(scheme: str, *, seed: int = 0, base: float = BASE,
+                 steps: int = STEPS) -> PositionTaskModel:
+    """Train one model on lengths ``TRAIN_MIN_LEN..TRAIN_MAX_LEN`` (Adam at ``LR``, batches of
+    ``BATCH``, gradient norm clipped to 1) on one CPU thread: the weights do not depend on
+    ``OMP_NUM_THREADS``."""
     torch.manual_seed(seed)
     model = PositionTaskModel(scheme, base=base)
 
@@ -146,40 +152,16 @@ def train_scheme(scheme: str, *, seed: int = 0, base: float = BASE, steps: int =
         n = int(torch.randint(TRAIN_MIN_LEN, TRAIN_MAX_LEN + 1, (), generator=generator))
         return offset_copy_batch(BATCH, n, generator)
 
-    train(model, make_batch, _loss, steps=steps, lr=LR, seed=seed, progress=progress,
+    train(model, make_batch, _loss, steps=steps, lr=LR, seed=seed, progress=False,
           description=model_key(scheme, seed, base), single_threaded=True)
     return model
 
 
-def _plan() -> list[tuple[str, int, float]]:
-    """``(scheme, seed, base)`` of every shipped model: all schemes, then RoPE's other bases."""
-    return ([(s, seed, BASE) for s in SCHEMES for seed in SEEDS]
-            + [("rope", seed, b) for b in WRAP_BASES if b != BASE for seed in SEEDS])
-
-
-def train_all(*, steps: int = STEPS) -> nn.ModuleDict:
-    """Every shipped model, trained from scratch, in a ``ModuleDict`` keyed by :func:`model_key`:
-    the models of one seed together (:func:`.positional_together.train_together`, the same
-    arithmetic as :func:`train_scheme` for each, in fewer operations)."""
-    from .positional_together import train_together  # it imports this module
-
-    models = {}
-    for seed in SEEDS:
-        group = {}
-        for s, _, b in [p for p in _plan() if p[1] == seed]:
-            torch.manual_seed(seed)                     # as train_scheme builds each model
-            group[model_key(s, seed, b)] = PositionTaskModel(s, base=b)
-        train_together(list(group.values()), seed=seed, steps=steps)
-        models.update(group)
-    return nn.ModuleDict({model_key(s, seed, b): models[model_key(s, seed, b)]
-                          for s, seed, b in _plan()})
-
-
-def load_models(name: str = CHECKPOINT) -> tuple[nn.ModuleDict, dict]:
+def load_models() -> tuple[nn.ModuleDict, dict]:
     """The shipped trained models (keyed by :func:`model_key`) and the checkpoint's metadata."""
     models = nn.ModuleDict({model_key(s, seed, b): PositionTaskModel(s, base=b)
-                            for s, seed, b in _plan()})
-    return models, load_checkpoint(models, name)
+                            for s, seed, b in MODELS})
+    return models, load_checkpoint(models, "positional_offsets")
 
 
 @torch.no_grad()
@@ -197,144 +179,87 @@ def position_accuracy(model: PositionTaskModel, n: int = 4 * TRAIN_MAX_LEN, *, b
     return correct.masked_fill(targets[0] < 0, math.nan)
 
 
-def accuracy_at(curve: torch.Tensor, n: int, offset: int | None = None) -> float:
-    """Accuracy on sequences of length ``n`` (positions ``0..n-1``), from a
-    :func:`position_accuracy` curve; over all offsets, or column ``offset`` (an index)."""
-    require_tensor("curve", curve, floating=True)
-    require_int_in("n", n, 1, curve.shape[0])
-    part = curve[:n] if offset is None else curve[:n, offset]
-    return part.nanmean().item()
+# --- RoPE's two layouts ----------------------------------------------------------------------
 
 
-def extrapolation_table(curves: dict[str, torch.Tensor], lengths=TEST_LENGTHS,
-                        offset: int | None = None) -> dict[str, dict[int, list[float]]]:
-    """``{scheme: {n: [accuracy of each seed]}}`` for the base-10000 models of every scheme."""
-    return {s: {n: [accuracy_at(curves[model_key(s, seed)], n, offset) for seed in SEEDS]
-                for n in lengths} for s in SCHEMES}
+def apply_rope_half(x: torch.Tensor, positions: torch.Tensor | None = None, *,
+                    base: float = 10000.0) -> torch.Tensor:
+    """RoPE in the split-halves layout (GPT-NeoX; Hugging Face Llama's ``rotate_half``): each pair
+    ``(x[i], x[i + d/2])`` turns by ``p * omega_i``, ``x * cos + rotate_half(x) * sin``.
+    ``x`` is ``(..., n, d)``, ``d`` even; ``positions`` ``(n,)``, default ``0..n-1``."""
+    require_tensor("x", x, floating=True)
+    d = x.shape[-1] if x.dim() >= 2 else 0
+    if d == 0 or d % 2:
+        raise ValueError(f"x must be (..., n, d) with d even (pairs), got shape {shape(x)}")
+    if positions is None:
+        positions = torch.arange(x.shape[-2])
+    angles = positions.to(torch.float64)[..., None] * frequencies(d, base)  # (n, d/2): p omega_i
+    cos, sin = (f(torch.cat([angles, angles], -1)).to(x.dtype) for f in (torch.cos, torch.sin))
+    first, second = x[..., : d // 2], x[..., d // 2:]  # (..., n, d/2) each
+    return x * cos + torch.cat([-second, first], -1) * sin  # (..., n, d)
 
 
-@torch.no_grad()
-def attention_summary(models: nn.ModuleDict, n: int = TRAIN_MAX_LEN, *, batch: int = 128,
-                      seed: int = 1) -> dict[str, dict[int, torch.Tensor]]:
-    """What the trained heads look at, on ``batch`` random sequences of length ``n``, per seed:
-
-    * ``"none_first_key"``: ``(n,)`` weight of query ``i`` on key 0 in the ``none`` model (mean
-      over sequences and heads) over its mean weight on keys ``1 .. i-1``; NaN for ``i < 2``;
-    * ``"rope_offset_weight"``: ``(len(OFFSETS), num_heads)`` mean weight each RoPE head puts on
-      the key ``k`` back, for each offset ``k``;
-    * ``"sinusoidal_relative_gap"``: ``(num_heads,)`` diagonal spread over largest value of each
-      sinusoidal head's ``(W_Q PE_p) . (W_K PE_q)`` (0: a function of ``q - p`` only).
-    """
-    tokens, _ = offset_copy_batch(batch, n, torch.Generator().manual_seed(seed))
-    summary = {"none_first_key": {}, "rope_offset_weight": {}, "sinusoidal_relative_gap": {}}
-    zero = torch.zeros(D_MODEL, dtype=torch.float64)
-    for s in SEEDS:
-        W = models[model_key("sinusoidal", s)].qkv.weight
-        grids = [rope.position_scores("add, then project", *rope.head_projections(W, NUM_HEADS, h),
-                                      zero, n) for h in range(NUM_HEADS)]  # (n, n) each
-        summary["sinusoidal_relative_gap"][s] = torch.tensor(
-            [rope.diagonal_spread(g) / g.abs().max().item() for g in grids])
-        none, rotary = models[model_key("none", s)].eval(), models[model_key("rope", s)].eval()
-        with single_thread():
-            none(tokens)
-            rotary(tokens)
-        w = none.last_weights.mean((0, 1))  # (n, n)
-        summary["none_first_key"][s] = torch.tensor(
-            [w[i, 0] / w[i, 1:i].mean() if i >= 2 else math.nan for i in range(n)])  # (n,)
-        weights = rotary.last_weights.mean(0)  # (h, n, n)
-        summary["rope_offset_weight"][s] = torch.stack(
-            [weights.diagonal(-k, -2, -1).mean(-1) for k in OFFSETS])  # (K, h)
-    return summary
+def interleaved_to_half(d: int) -> torch.Tensor:
+    """``(d,)`` index ``perm`` with ``half = interleaved[..., perm]``: ``(0, 2, 4, ..., 1, 3, ...)``,
+    so ``apply_rope_half(x[..., perm]) == apply_rope(x)[..., perm]``."""
+    require_positive_int("d", d)
+    if d % 2:
+        raise ValueError(f"d must be even (sin/cos pairs), got {d}")
+    return torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
 
 
-def extrapolation_claims(curves: dict[str, torch.Tensor],
-                         attention: dict[str, dict[int, torch.Tensor]]) -> dict[str, bool]:
-    """What notebook 07 says about the schemes' accuracy, each claim with its verdict.
-
-    ``curves``: :func:`position_accuracy` (``n = 64``) of every base-10000 model by :func:`model_key`;
-    ``attention``: :func:`attention_summary`. "Every seed above" is checked on the worst seed (min),
-    "every seed below" on the best (max).
-    """
-    t, chance = extrapolation_table(curves), 1 / VOCAB
-    lo = {s: {n: min(v) for n, v in row.items()} for s, row in t.items()}
-    hi = {s: {n: max(v) for n, v in row.items()} for s, row in t.items()}
-    one, three = OFFSETS.index(1), OFFSETS.index(3)
-    by_offset = {j: extrapolation_table(curves, (16, 64), offset=j) for j in (one, three)}
-    kept = {s: [(t[s][64][i] - chance) / (t[s][16][i] - chance) for i in range(len(SEEDS))]
-            for s in SCHEMES}  # share of the above-chance accuracy kept from 16 to 64 tokens
-    seeds = {s: [curves[model_key(s, seed)] for seed in SEEDS] for s in SCHEMES}
-    first_key = [w[2:] for w in attention["none_first_key"].values()]  # ratios for i >= 2
-    return {
-        "without positions every seed stays below 0.5 at the training length":
-            hi["none"][16] < 0.5,
-        "sinusoidal, learned and RoPE: every seed above 0.95 at the training length":
-            all(lo[s][16] > 0.95 for s in ("sinusoidal", "learned", "rope")),
-        "positions add more than 0.5 accuracy at the training length (worst seed vs best none)":
-            min(lo[s][16] for s in ("sinusoidal", "learned", "rope")) - hi["none"][16] > 0.5,
-        "NoPE effect: without positions, position 1 is solved (> 0.95) by every seed":
-            min(c[1, one].item() for c in seeds["none"]) > 0.95,
-        "NoPE effect fades: without positions, every seed is below 0.15 on positions 32-63":
-            max(c[32:].nanmean().item() for c in seeds["none"]) < 0.15,
-        "without positions, key 0 gets 0.9-1.1 times the mean weight on keys 1..i-1 (i >= 2)":
-            all(((w > 0.9) & (w < 1.1)).all() for w in first_key),
-        "RoPE: in every seed one head puts over half its weight on 1 back, one on 3 back":
-            all(w.max(-1).values.min() > 0.5 for w in attention["rope_offset_weight"].values()),
-        "sinusoidal: every trained head's position term varies along its diagonals (> 0.5 max)":
-            min(g.min().item() for g in attention["sinusoidal_relative_gap"].values()) > 0.5,
-        "ALiBi (one layer) learns offset 1: every seed above 0.75 at the training length":
-            min(by_offset[one]["alibi"][16]) > 0.75,
-        "ALiBi (one layer) is no better than no positions at offset 3 (within 0.03)":
-            max(by_offset[three]["alibi"][16]) < min(by_offset[three]["none"][16]) + 0.03,
-        "learned and sinusoidal: every seed below 0.7 at twice the training length":
-            hi["learned"][32] < 0.7 and hi["sinusoidal"][32] < 0.7,
-        "learned: every seed below 0.15 already on positions 16-23":
-            max(c[16:24].nanmean().item() for c in seeds["learned"]) < 0.15,
-        "learned and sinusoidal: every seed below 0.15 on positions 24-63":
-            max(c[24:].nanmean().item() for c in seeds["learned"] + seeds["sinusoidal"]) < 0.15,
-        "RoPE: every seed above 0.9 at twice the training length":
-            lo["rope"][32] > 0.9,
-        "RoPE: every seed above 0.9 on positions 16-31 alone, and above 0.65 at each of them":
-            all(c[16:32].nanmean().item() > 0.9 and c[16:32].nanmean(-1).min().item() > 0.65
-                for c in seeds["rope"]),
-        "RoPE: every seed below 0.7 at four times the training length":
-            hi["rope"][64] < 0.7,
-        "every scheme and seed is worse at 4x than at 1x the training length":
-            all(t[s][64][i] < t[s][16][i] for s in SCHEMES for i in range(len(SEEDS))),
-        "from 16 to 64 tokens ALiBi keeps the largest share of its above-chance accuracy":
-            min(kept["alibi"]) > max(max(kept[s]) for s in SCHEMES if s != "alibi"),
-        "at 4x, ALiBi's worst seed beats every other model on offset 1":
-            min(by_offset[one]["alibi"][64])
-            > max(max(row[64]) for s, row in by_offset[one].items() if s != "alibi"),
-    }
+def permute_rows(W: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """``W (num_heads * d_head, d_in)`` with each head's rows reordered by
+    :func:`interleaved_to_half`: a query/key projection for the interleaved layout becomes the same
+    projection for the split-halves layout."""
+    require_tensor("W", W)
+    require_positive_int("num_heads", num_heads)
+    if W.dim() != 2 or W.shape[0] % num_heads or (W.shape[0] // num_heads) % 2:
+        raise ValueError(f"W must be (num_heads * d_head, d_in) with d_head even, got {shape(W)} "
+                         f"for num_heads={num_heads}")
+    d_head = W.shape[0] // num_heads
+    return W.view(num_heads, d_head, -1)[:, interleaved_to_half(d_head)].reshape(W.shape)
 
 
-def claims(curves: dict[str, torch.Tensor], attention: dict[str, dict[int, torch.Tensor]],
-           wrap: dict[float, dict]) -> dict[str, bool]:
-    """Every claim notebook 07 makes about its trained models: :func:`extrapolation_claims` and
-    :func:`wrap_claims` together."""
-    from .positional_wrap import wrap_claims  # it imports this module
+def layer_scores(W_Q: torch.Tensor, W_K: torch.Tensor, x: torch.Tensor, h: int, g: int, *,
+                 layout: str = "interleaved", positions: torch.Tensor | None = None) -> torch.Tensor:
+    """``(h, n, n)`` scores ``q_m . k_n`` (no scaling, no mask) of each query head of one layer for
+    tokens ``x (n, d_in)``. ``W_Q (h d_head, d_in)`` and ``W_K (g d_head, d_in)`` are ``nn.Linear``
+    weights, head after head; query head ``j`` reads key/value head ``j // (h/g)``. RoPE in
+    ``layout``: ``"interleaved"`` (``apply_rope``) or ``"half"`` (:func:`apply_rope_half`)."""
+    for name, value in (("W_Q", W_Q), ("W_K", W_K), ("x", x)):
+        require_tensor(name, value, floating=True)
+    require_positive_int("h", h)
+    require_positive_int("g", g)
+    if layout not in ("interleaved", "half"):
+        raise ValueError(f"layout must be 'interleaved' or 'half', got {layout!r}")
+    d_head = W_Q.shape[0] // h if W_Q.dim() == 2 else 0
+    if (W_Q.dim() != 2 or W_K.dim() != 2 or x.dim() != 2 or h % g or d_head % 2 or not d_head
+            or W_Q.shape != (h * d_head, x.shape[1]) or W_K.shape != (g * d_head, x.shape[1])):
+        raise ValueError(f"need W_Q (h d_head, d_in), W_K (g d_head, d_in) and x (n, d_in) with "
+                         f"d_head even and g dividing h; got W_Q {shape(W_Q)}, W_K {shape(W_K)}, "
+                         f"x {shape(x)}, h={h}, g={g}")
+    n = x.shape[0]
+    q = (x @ W_Q.T).view(n, h, d_head).transpose(0, 1)                          # (h, n, d_head)
+    k = (x @ W_K.T).view(n, g, d_head).transpose(0, 1).repeat_interleave(h // g, 0)
+    rotate = apply_rope if layout == "interleaved" else apply_rope_half
+    return rotate(q, positions) @ rotate(k, positions).transpose(-2, -1)         # (h, n, n)
 
-    return {**extrapolation_claims(curves, attention), **wrap_claims(wrap)}
+
+# --- ALiBi's reach ---------------------------------------------------------------------------
 
 
-def recipe():
-    """``python -m attn_helpers train positional_offsets``: train every model of the lesson."""
-    models = train_all()
-    curves = {key: position_accuracy(model) for key, model in models.items()}
-    return models, {"task": "copy from offsets 1 and 3", "steps": STEPS, "batch": BATCH, "lr": LR,
-                    "train_lengths": [TRAIN_MIN_LEN, TRAIN_MAX_LEN], "seeds": list(SEEDS),
-                    "accuracy": {key: {str(n): round(accuracy_at(c, n), 4) for n in TEST_LENGTHS}
-                                 for key, c in curves.items()}}
-
-
-_WRAP = ("wrap_study", "offset_head_crossing", "wrap_claims", "CROSSING_TOLERANCE")
-
-
-def __getattr__(name: str):
-    """The wrap-around study lives in :mod:`.positional_wrap` (it reads this module's models and
-    constants); its names are reachable from here too, as notebook 07 calls them."""
-    if name in _WRAP:
-        from . import positional_wrap
-
-        return getattr(positional_wrap, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def half_weight_reach(m: torch.Tensor, n: int) -> torch.Tensor:
+    """``(H,)`` long: the fewest nearest keys holding half a causal row's weight, for ALiBi slopes
+    ``m (H,)`` (``> 0``) and ``n >= 1`` keys with equal content scores (float64)."""
+    require_tensor("m", m, floating=True)
+    if m.dim() != 1 or m.numel() == 0:
+        raise ValueError(f"m must be a 1-D tensor (H,) of slopes, H >= 1, got shape {shape(m)}")
+    bad = (~(torch.isfinite(m) & (m > 0))).nonzero()
+    if len(bad):
+        raise ValueError(f"m must hold positive, finite slopes, got m[{int(bad[0])}] = "
+                         f"{m[bad[0]].item()}")
+    require_positive_int("n", n)
+    m = m.double()
+    x = -torch.log1p(torch.expm1(-m * n) / 2) / m     # (H,): -ln((1 + r^n) / 2) / m, exact as m n -> 0
+    return torch.ceil(x).clamp(1, n).long()           # (H,): the smallest whole k >= x (1 <= k <= n)

@@ -34,7 +34,6 @@ from matplotlib.patches import Circle, Rectangle
 from ..attention import masked_softmax
 from ..entropy import attention_entropy
 from ..lessons import positional_encoding as lesson
-from ..lessons.rope import head_projections
 from ..masks import causal_mask
 from ..plots import MASKED_COLOR, SCORES_CMAP, to_numpy
 from ..positional import apply_rope, sinusoidal_encoding
@@ -53,7 +52,6 @@ __all__ = [
     "causal_diagonal_spread",
     "positional_frame",
     "positional_widget",
-    "tour_claims",
 ]
 
 ENCODINGS = ("sinusoidal (E E^T)", "learned, untrained (E E^T)", "add PE, then project (W_Q, W_K)",
@@ -102,7 +100,9 @@ def queries_and_keys(encoding: str, head: int = 0) -> tuple[torch.Tensor, torch.
         raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
     order, scheme = _TRAINED[encoding]
     model = _trained_models()[lesson.model_key(scheme, 0)]
-    W_Q, W_K = head_projections(model.qkv.weight, lesson.NUM_HEADS, head)  # (d_head, d_model) each
+    W = model.qkv.weight.detach().to(torch.float64)  # (3 d_model, d_model): Q, K, V heads' rows
+    rows = slice(head * D_HEAD, (head + 1) * D_HEAD)
+    W_Q, W_K = W[:lesson.D_MODEL][rows], W[lesson.D_MODEL:2 * lesson.D_MODEL][rows]  # (d_head, d_model)
     X = model.embed.weight[0].detach().to(torch.float64).expand(n, lesson.D_MODEL)  # (n, d_model)
     if order == "add, then project":
         X = X + sinusoidal_encoding(n, lesson.D_MODEL, dtype=torch.float64)
@@ -259,26 +259,6 @@ class PositionalView(BlitView):
         self.profile.set_data(np.arange(k, n), values)
         self.level.set_data([-0.5, n - 0.5], [values[0]] * 2)
         self.marker.set_data([p], [values[max(p - k, 0)]])
-
-
-def tour_claims() -> dict[str, bool]:
-    """What notebook 07 says a learner sees when moving the widget, from :func:`positional_frame`."""
-    def spread(mode):
-        return positional_frame(mode, 20, 3, 1, 1).readouts[
-            "largest spread of S along one diagonal (0: relative)"]
-
-    def back(mode, head):  # p minus the key with the largest weight in row p, p = 4 .. 23
-        return [p - positional_frame(mode, p, 0, 0, head).readouts[
-            "key with the largest weight in row p"] for p in range(4, N_POSITIONS)]
-
-    return {
-        "RoPE and sinusoidal E E^T: S[p, p-k] = S[k, 0] everywhere; the other two modes: not": all(
-            (spread(m) < 1e-9) == (m in (ENCODINGS[0], ENCODINGS[3])) for m in ENCODINGS),
-        "RoPE head 1 puts its largest weight 1 back, head 2 3 back, at every position":
-            set(back(ENCODINGS[3], 1)) == {1} and set(back(ENCODINGS[3], 2)) == {3},
-        "the trained sinusoidal head 1 picks its own position up to p = 16, then stays on key 16":
-            back(ENCODINGS[2], 1) == [0] * 13 + list(range(1, 8)),
-    }
 
 
 def positional_widget(encoding: str = ENCODINGS[0], position: int = 5, offset: int = 3,

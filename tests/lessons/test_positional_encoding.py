@@ -1,24 +1,20 @@
-"""The two-offset copy task, the model with pluggable position schemes, the shipped checkpoint
-(every scheme x 3 seeds, RoPE x 3 bases) and a re-training from scratch that must support the same
-claims as notebook 07."""
+"""Notebook 07's lessons module: the two-offset copy task and its model, the shipped checkpoint,
+RoPE's split-halves layout against Hugging Face Llama and its conversion script, and ALiBi's
+half-weight reach against exact arithmetic. The notebook asserts its claims itself (nbval);
+``studies/positional_offsets.py`` re-trains the models."""
 
 from __future__ import annotations
 
 import math
 
+import mpmath
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attn_helpers.lessons import positional_encoding as pt
-from attn_helpers.training import RECIPES, checkpoint_path, run_recipe
-
-
-@pytest.fixture(scope="module")
-def shipped():
-    models, metadata = pt.load_models()
-    keys = [pt.model_key(scheme, seed) for scheme in pt.SCHEMES for seed in pt.SEEDS]
-    curves = {key: pt.position_accuracy(models[key]) for key in keys}
-    return models, metadata, curves, pt.attention_summary(models), pt.wrap_study(models)
+from attn_helpers.positional import alibi_slopes, apply_rope
 
 
 def test_batch_targets_are_the_tokens_at_each_offset():
@@ -44,16 +40,11 @@ def test_model_shapes_and_causality(scheme):
     assert torch.allclose(model(changed)[:, :6], logits[:, :6], atol=1e-6)
 
 
-def test_without_positions_scores_see_content_only():
-    """With scheme 'none', the last token's attention over an all-equal prefix is uniform."""
+def test_without_positions_scores_see_content_only_and_rope_uses_its_base():
     torch.manual_seed(0)
     model = pt.PositionTaskModel("none").eval()
-    model(torch.full((1, 8), 3))
+    model(torch.full((1, 8), 3))            # an all-equal prefix: uniform weights in every head
     assert torch.allclose(model.last_weights[0, :, -1], torch.full((3, 8), 1 / 8), atol=1e-6)
-
-
-def test_rope_base_is_used():
-    torch.manual_seed(0)
     slow = pt.PositionTaskModel("rope", base=160000.0).eval()
     fast = pt.PositionTaskModel("rope", base=625.0).eval()
     fast.load_state_dict(slow.state_dict())
@@ -67,139 +58,113 @@ def test_model_bad_inputs():
     with pytest.raises(ValueError, match="heads of even size"):
         pt.PositionTaskModel("rope", d_model=12, num_heads=4)
     model = pt.PositionTaskModel("learned")
-    with pytest.raises(ValueError, match="longer than max_len=64"):
+    with pytest.raises(ValueError, match="max_len=64"):
         model(torch.zeros(1, 65, dtype=torch.long))
     with pytest.raises(ValueError, match="integer tensor"):
         model(torch.zeros(1, 5))
 
 
-def test_accuracy_helpers():
-    curve = torch.tensor([[math.nan, math.nan], [1.0, math.nan], [0.5, math.nan], [0.0, 1.0]],
-                         dtype=torch.float64)
-    assert pt.accuracy_at(curve, 3) == 0.75
-    assert pt.accuracy_at(curve, 4) == pytest.approx(2.5 / 4)
-    assert pt.accuracy_at(curve, 4, offset=1) == 1.0
-    with pytest.raises(ValueError, match="n must be"):
-        pt.accuracy_at(curve, 5)
-    flat = torch.cat([torch.ones(20, 1), torch.zeros(12, 1)]).double()
-    assert pt.collapse_position(flat, window=4) == 19  # 18..21: 0.5, 19..22: 0.25 < 0.5
-    assert pt.collapse_position(torch.ones(10, 1).double()) == 10
-    assert pt.wavelength(10000.0) == pytest.approx(2 * math.pi / 0.1)
+def test_shipped_checkpoint_holds_every_model_and_its_recorded_accuracy():
+    models, metadata = pt.load_models()
+    assert list(models) == [pt.model_key(s, seed, b) for s, seed, b in pt.MODELS]
+    assert len(models) == 5 * 3 + 2 * 3 and metadata["task"] == "copy from offsets 1 and 3"
     assert pt.model_key("rope", 1) == "rope_s1" and pt.model_key("rope", 2, 625.0) == "rope_b625_s2"
-
-
-def test_recipe_is_registered_and_checkpoint_is_small():
-    assert pt.CHECKPOINT in RECIPES
-    assert pt.CHECKPOINT.startswith("positional_")
-    assert checkpoint_path(pt.CHECKPOINT).stat().st_size < 300_000
-
-
-def test_shipped_checkpoint_supports_the_notebook_claims(shipped):
-    models, metadata, curves, attention, wrap = shipped
-    assert len(models) == 5 * 3 + 2 * 3
-    verdicts = pt.claims(curves, attention, wrap)
-    assert all(verdicts.values()), {k: v for k, v in verdicts.items() if not v}
-    assert metadata["task"] == "copy from offsets 1 and 3"
-    for key, curve in curves.items():
+    for key in ("none_s0", "rope_s1", "rope_b625_s2"):
+        curve = pt.position_accuracy(models[key])                      # (64, 2), NaN before k
+        assert curve.shape == (64, 2) and curve[:3, 1].isnan().all() and not curve[3:].isnan().any()
         for n in pt.TEST_LENGTHS:
-            assert pt.accuracy_at(curve, n) == pytest.approx(metadata["accuracy"][key][str(n)],
-                                                             abs=0.01)
+            assert curve[:n].nanmean().item() == pytest.approx(metadata["accuracy"][key][str(n)],
+                                                               abs=0.01)
 
 
-def test_claims_can_fail(shipped):
-    _, _, curves, attention, wrap = shipped
-
-    def verdict(name, curves=curves, wrap=wrap):
-        return pt.claims(curves, attention, wrap)[name]
-
-    solved = dict(curves, none_s1=torch.ones_like(curves["none_s1"]))
-    assert not verdict("without positions every seed stays below 0.5 at the training length",
-                       curves=solved)
-    weak = dict(curves, rope_s2=curves["rope_s2"] * 0.5)
-    assert not verdict("sinusoidal, learned and RoPE: every seed above 0.95 at the training length",
-                       curves=weak)
-    swapped = dict(wrap)
-    swapped[625.0] = dict(wrap[625.0], collapse=[500, 500, 500])
-    assert not verdict("RoPE's collapse point moves with the base: later for a larger base (every "
-                       "seed, in order)", wrap=swapped)
-    assert not verdict("every collapse point lies between 0.45 and 0.7 of the second pair's "
-                       "wavelength (these nine runs)", wrap=swapped)
-    flat = {b: dict(w, crossing=[40, 40, 40]) for b, w in wrap.items()}
-    assert not verdict("direct test: the distance where a farther key first outscores 3 back "
-                       "(offset-3 head, mean tokens) grows with the base (every seed, in order)",
-                       wrap=flat)
-    assert not verdict("it lies within 6 positions of each seed's first position below 0.5 (these "
-                       "nine runs)", wrap=flat)
-    same = {b: dict(w, collapse=[40, 40, 40]) for b, w in wrap.items()}  # "unseen offsets" alone
-    assert not verdict("collapse point ~ base^s with 0.1 < s < 0.35 (second pair: 0.25, third: 0.5, "
-                       "none: 0)", wrap=same)
-    third = {b: dict(w, collapse=[round(20 * (b / 625) ** 0.5)] * 3) for b, w in wrap.items()}
-    assert not verdict("collapse point ~ base^s with 0.1 < s < 0.35 (second pair: 0.25, third: 0.5, "
-                       "none: 0)", wrap=third)
-    steady = {b: dict(w, collapse=[round(0.55 * w["wavelength"])] * 3) for b, w in wrap.items()}
-    assert not verdict("that fraction shrinks as the base grows (mean of the seeds)", wrap=steady)
-    late = dict(wrap)
-    late[160000.0] = dict(wrap[160000.0], collapse=[70, 62, 60])
-    assert not verdict("largest base: every seed above 0.9 on windows starting before 48, collapses "
-                       "at 60-63", wrap=late)
-    rope_dip = curves["rope_s2"].clone()
-    rope_dip[20] = 0.5
-    assert not verdict("RoPE: every seed above 0.9 on positions 16-31 alone, and above 0.65 at each "
-                       "of them", curves=dict(curves, rope_s2=rope_dip))
-    echo = curves["sinusoidal_s1"].clone()
-    echo[40:] = 0.5
-    assert not verdict("learned and sinusoidal: every seed below 0.15 on positions 24-63",
-                       curves=dict(curves, sinusoidal_s1=echo))
-    slow = curves["learned_s0"].clone()
-    slow[16:20] = 1.0
-    assert not verdict("learned: every seed below 0.15 already on positions 16-23",
-                       curves=dict(curves, learned_s0=slow))
-    to_first = dict(attention, none_first_key={s: w * 1.15 for s, w in
-                                               attention["none_first_key"].items()})
-    relative = dict(attention, sinusoidal_relative_gap={s: torch.zeros(3) for s in pt.SEEDS})
-    assert not pt.extrapolation_claims(curves, relative)[
-        "sinusoidal: every trained head's position term varies along its diagonals (> 0.5 max)"]
-    assert not pt.extrapolation_claims(curves, to_first)[
-        "without positions, key 0 gets 0.9-1.1 times the mean weight on keys 1..i-1 (i >= 2)"]
+# --- RoPE's two layouts ------------------------------------------------------------------------
 
 
-def _seed_group(seed: int) -> list[pt.PositionTaskModel]:
-    group = []
-    for scheme, _, base in [p for p in pt._plan() if p[1] == seed]:
-        torch.manual_seed(seed)
-        group.append(pt.PositionTaskModel(scheme, base=base))
-    return group
+def hf_rope_half(x: torch.Tensor, base: float, positions: torch.Tensor) -> torch.Tensor:
+    """Hugging Face Llama: ``LlamaRotaryEmbedding`` gives cos/sin, ``apply_rotary_pos_emb`` rotates."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    heads, d = x.shape[1], x.shape[-1]
+    config = LlamaConfig(hidden_size=heads * d, num_attention_heads=heads,
+                         max_position_embeddings=4096, rope_theta=base)
+    config.rope_parameters = {"rope_type": "default", "rope_theta": base}
+    cos, sin = LlamaRotaryEmbedding(config)(x, positions[None].expand(x.shape[0], -1))
+    return apply_rotary_pos_emb(x, x, cos, sin)[0]
 
 
-def test_a_seeds_models_trained_together_equal_each_trained_alone():
-    """``train_all`` trains the seven models of a seed as one stacked model
-    (:mod:`attn_helpers.lessons.positional_together`): the same forward pass for every scheme and
-    base, and the same training steps as :func:`train_scheme` (equal here to the last bit; the
-    tolerance leaves room for another CPU's order of summation over 10 steps)."""
-    from attn_helpers.lessons import positional_together
-
-    group = _seed_group(2)
-    weights = {"embed": torch.stack([m.embed.weight for m in group]),
-               "qkv": torch.stack([m.qkv.weight for m in group]),
-               "head": torch.stack([m.head.weight for m in group]),
-               "positions": next(m for m in group if m.scheme == "learned").positions.weight}
-    tokens = torch.randint(0, pt.VOCAB, (5, 13), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        stacked = positional_together.stacked_logits(group, weights, tokens)
-        for model, logits in zip(group, stacked, strict=True):
-            torch.testing.assert_close(logits, model(tokens), atol=1e-6, rtol=0)
-    positional_together.train_together(group, seed=2, steps=10)
-    for (scheme, seed, base), together in zip([p for p in pt._plan() if p[1] == 2], group,
-                                              strict=True):
-        alone = pt.train_scheme(scheme, seed=seed, base=base, steps=10)
-        for (name, a), b in zip(alone.named_parameters(), together.parameters(), strict=True):
-            torch.testing.assert_close(b, a, atol=1e-4, rtol=0, msg=f"{scheme} {base} {name}")
-        assert not together.training
+@pytest.mark.parametrize(("d", "base"), [(8, 10000.0), (16, 10000.0), (64, 500000.0)])
+def test_half_layout_equals_hugging_face_llama(d, base):
+    x = torch.randn(2, 3, 40, d, generator=torch.Generator().manual_seed(d))  # (b, heads, n, d)
+    positions = torch.arange(40) * 3 + 5
+    ours = pt.apply_rope_half(x, positions, base=base)
+    assert torch.allclose(ours, hf_rope_half(x, base, positions), atol=2e-4)
+    assert not torch.allclose(ours, apply_rope(x, positions, base=base), atol=1e-2)
 
 
-@pytest.mark.slow
-def test_retraining_from_scratch_supports_the_same_claims():
-    models, metadata, _ = run_recipe(pt.CHECKPOINT, save=False)
-    curves = {key: pt.position_accuracy(model) for key, model in models.items()}
-    verdicts = pt.claims(curves, pt.attention_summary(models), pt.wrap_study(models))
-    assert all(verdicts.values()), {k: v for k, v in verdicts.items() if not v}
+def test_row_permutation_equals_the_conversion_scripts_reshape():
+    """Hugging Face's Llama conversion permutes q/k rows with ``view(heads, d/2, 2, d_in)
+    .transpose(1, 2)``; :func:`permute_rows` must be that same reordering."""
+    heads, d_head, d_in = 4, 8, 12
+    W = torch.randn(heads * d_head, d_in, generator=torch.Generator().manual_seed(0))
+    reference = W.view(heads, d_head // 2, 2, d_in).transpose(1, 2).reshape(heads * d_head, d_in)
+    assert torch.equal(pt.permute_rows(W, heads), reference)
+    assert pt.interleaved_to_half(6).tolist() == [0, 2, 4, 1, 3, 5]
+
+
+@settings(max_examples=30, deadline=None)
+@given(pairs=st.integers(1, 8), n=st.integers(1, 20), seed=st.integers(0, 10_000),
+       base=st.floats(2.0, 1e6))
+def test_layouts_differ_by_the_permutation_only(pairs, n, seed, base):
+    x = torch.randn(n, 2 * pairs, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    perm = pt.interleaved_to_half(2 * pairs)
+    assert torch.allclose(pt.apply_rope_half(x[..., perm], base=base),
+                          apply_rope(x, base=base)[..., perm], atol=1e-10)
+
+
+def test_layout_bad_inputs_name_the_argument():
+    with pytest.raises(ValueError, match=r"x must be \(\.\.\., n, d\) with d even.*\(2, 3\)"):
+        pt.apply_rope_half(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="d must be even"):
+        pt.interleaved_to_half(5)
+    with pytest.raises(ValueError, match=r"W must be \(num_heads \* d_head, d_in\).*\(6, 2\)"):
+        pt.permute_rows(torch.zeros(6, 2), 2)
+
+
+# --- ALiBi's reach -----------------------------------------------------------------------------
+
+
+def test_reach_is_the_fewest_keys_holding_half_the_row():
+    """Against the sum itself, and the reaches notebook 07 prints for its eight heads."""
+    slopes = alibi_slopes(8)
+    for n in (1, 2, 5, 24, 300):
+        weights = torch.exp(-slopes[:, None] * torch.arange(n, dtype=torch.float64))  # (H, n)
+        share = weights.cumsum(-1) / weights.sum(-1, keepdim=True)
+        assert torch.equal(pt.half_weight_reach(slopes, n), (share < 0.5 - 1e-12).sum(-1) + 1)
+    assert pt.half_weight_reach(slopes, 24).tolist() == [2, 3, 6, 8, 10, 11, 12, 12]
+    assert pt.half_weight_reach(slopes, 2048).tolist() == [2, 3, 6, 12, 23, 45, 89, 178]
+
+
+@pytest.mark.parametrize("m, n, error, match", [
+    ([0.5], 3, TypeError, "m must be a torch.Tensor"),
+    (torch.tensor([1, 2]), 3, TypeError, "m must be a floating-point tensor"),
+    (torch.ones(2, 2), 3, ValueError, r"m must be a 1-D tensor \(H,\).*\(2, 2\)"),
+    (torch.tensor([0.5, 0.0]), 3, ValueError, r"positive, finite slopes, got m\[1\] = 0.0"),
+    (torch.tensor([math.nan]), 3, ValueError, "positive, finite slopes"),
+    (torch.tensor([0.5]), 0, ValueError, "n must be >= 1"),
+    (torch.tensor([0.5]), True, TypeError, "n must be an int"),
+])
+def test_reach_bad_inputs_name_the_argument(m, n, error, match):
+    with pytest.raises(error, match=match):
+        pt.half_weight_reach(m, n)
+
+
+def test_extreme_slopes_stay_between_1_and_n():
+    m = torch.tensor([5e-324, 1e-300, 1e-12, 1e300], dtype=torch.float64)
+    for n in (1, 2, 10**9):
+        k = pt.half_weight_reach(m, n)
+        assert k.dtype == torch.long and ((k >= 1) & (k <= n)).all()
+    mpmath.mp.dps = 40
+    x = -mpmath.log((1 + mpmath.exp(mpmath.mpf(-1e-12) * 10**9)) / 2) / mpmath.mpf(1e-12)
+    assert pt.half_weight_reach(torch.tensor([1e-12], dtype=torch.float64), 10**9).item() == int(
+        mpmath.ceil(x))                              # m n = 1e-3: k just under n / 2
