@@ -1,52 +1,60 @@
-r"""The cost of attention, counted and measured (notebook 08): the FLOPs and bytes of each stage of
-exact attention and of a generated token with and without a KV cache; :func:`tile_stepper`,
-FlashAttention's tiled forward tile by tile as arrays for a live view; :func:`claims`, every
-statement the notebook makes about a measurement, as named booleans. Re-exported from
-:mod:`.complexity_bench`: the benchmark, its records (:func:`load_benchmark`, the committed CPU
-run) and power-law fits; the live studies :func:`claims` reads are in :mod:`.complexity_studies`.
+r"""The cost of attention, counted and measured (notebook 08).
+
+- Counting: :func:`attention_costs` (FLOPs and bytes of each stage of textbook attention),
+  :func:`score_matrix_bytes`, :func:`kv_cache_flops`, :func:`traffic_bytes`,
+  :func:`tile_working_set_bytes`.
+- The benchmark behind ``python -m attn_helpers bench attention``: :func:`bench_attention` returns
+  JSON records ``{"method", "n", "median_ms", "peak_bytes", "gflops"}`` for the forward methods
+  (:data:`ATTENTION_METHODS`) and for forward + backward (:data:`FWD_BWD_METHODS`), one
+  ``{"method": "matmul_peak", "gflops"}`` and one ``{"method": "machine", "cache_bytes",
+  "copy_gbps"}``. Every call runs 8 heads of 64 in float32; on CPU, times are medians of the
+  process's CPU clock. :func:`load_benchmark` reads the committed CPU run.
+- The notebook's longer live measurements: :func:`roofline_study`, :func:`block_sweep`,
+  :func:`fwd_bwd_study`.
+- :func:`tile_stepper`: FlashAttention's tiled forward, one tile at a time, as arrays for the
+  widget.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
 import torch
+import torch.nn.functional as F
 
-from .._checks import require_positive_int
-from ..measure import PowerLaw, fit_power_law, format_bytes
-from .complexity_bench import (
-    ATTENTION_FUNCTIONS,
-    ATTENTION_METHODS,
-    BENCHMARK_FILE,
-    FIT_N_MIN,
-    FWD_BWD_METHODS,
-    attention_flops,
-    attention_sizes,
-    bench_attention,
-    fit_methods,
-    load_benchmark,
-    machine,
-    matmul_peak,
-    naive_attention,
-    series,
-    validate_records,
+from .._checks import require_bool, require_int_in, require_positive_int
+from ..efficient import (
+    linear_attention,
+    local_attention,
+    tiled_attention,
 )
-from .complexity_tiles import TileFrame, tile_schedule, tile_scores, tile_stepper
+from ..entropy import attention_entropy
+from ..measure import PowerLaw, fit_power_law, format_bytes, peak_bytes, time_call
 
-__all__ = ["BENCHMARK_FILE", "SOFTMAX_FLOPS_PER_SCORE", "FIT_N_MIN", "element_size", "roof",
-           "attention_costs", "score_matrix_bytes", "kv_cache_flops", "PowerLaw", "fit_power_law",
-           "series", "fit_methods", "matmul_peak", "machine", "load_benchmark", "validate_records",
-           "format_bytes", "ATTENTION_METHODS", "FWD_BWD_METHODS", "ATTENTION_FUNCTIONS",
-           "naive_attention", "attention_flops", "attention_sizes", "bench_attention", "TileFrame",
-           "tile_schedule", "tile_scores", "tile_stepper", "claims"]
+__all__ = [
+    "ATTENTION_FUNCTIONS", "ATTENTION_METHODS", "BENCHMARK_FILE", "FIT_N_MIN", "FWD_BWD_METHODS",
+    "PowerLaw", "TileFrame", "attention_costs", "attention_flops", "attention_sizes",
+    "bench_attention", "block_sweep", "cache_sizes", "copy_bandwidth_gbps",
+    "fit_methods", "fit_power_law", "format_bytes", "fwd_bwd_call", "fwd_bwd_study",
+    "kv_cache_flops", "last_level_cache", "load_benchmark", "machine",
+    "matmul_gflops", "naive_attention", "naive_stage_times", "roofline_study",
+    "saved_bytes", "score_matrix_bytes", "series", "tile_schedule", "tile_scores", "tile_stepper",
+    "tile_working_set_bytes", "time_ms", "traffic_bytes", "validate_records",
+]
+
+
+# --- counting: FLOPs and bytes ---------------------------------------------------------------
 
 #: per score: subtract the row maximum, exponentiate, add to the row sum, divide (plus the max).
 SOFTMAX_FLOPS_PER_SCORE = 5
-
-
-def element_size(dtype: torch.dtype) -> int:
-    """Bytes per element of ``dtype`` (4 for float32, 2 for float16 and bfloat16, 8 for float64)."""
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
-    return torch.empty((), dtype=dtype).element_size()
 
 
 def attention_costs(n: int, d: int, *, heads: int = 1, batch: int = 1,
@@ -67,7 +75,7 @@ def attention_costs(n: int, d: int, *, heads: int = 1, batch: int = 1,
     """
     for name, value in (("n", n), ("d", d), ("heads", heads), ("batch", batch)):
         require_positive_int(name, value)
-    size, copies = element_size(dtype), batch * heads
+    size, copies = torch.empty((), dtype=dtype).element_size(), batch * heads
     stages = {
         "QK^T": (2 * n * n * d + n * n, 2 * n * d + 3 * n * n),
         "softmax": (SOFTMAX_FLOPS_PER_SCORE * n * n, 2 * n * n),
@@ -83,7 +91,7 @@ def score_matrix_bytes(n: int, *, heads: int = 1, batch: int = 1,
     """Bytes of one ``(batch, heads, n, n)`` score (or weight) matrix."""
     for name, value in (("n", n), ("heads", heads), ("batch", batch)):
         require_positive_int(name, value)
-    return batch * heads * n * n * element_size(dtype)
+    return batch * heads * n * n * torch.empty((), dtype=dtype).element_size()
 
 
 def kv_cache_flops(t: int, d_model: int) -> dict[str, int]:
@@ -97,185 +105,494 @@ def kv_cache_flops(t: int, d_model: int) -> dict[str, int]:
             "with_cache": 6 * d_model**2 + 4 * m * d_model}
 
 
+# --- the benchmark and its records -------------------------------------------------------------
 
-# The claims of notebook 08: every threshold once, here.
-MEMORY_FRACTION = 0.05          # tiled's and sdpa's peak memory against naive's (committed run)
-CLIFF_RATE_RATIO, STEADY_RATE_RATIO = 0.6, 0.8  # best GFLOP/s out of L3 / in L3 / 4: naive; sdpa, tiled
-TRAINING_MEMORY_FRACTION = 1 / 6  # tiled's fwd + bwd peak against naive autograd's (live, n = 1024)
-GRAD_TOLERANCE, RING_TOLERANCE = 1e-4, 1e-5   # largest gaps: gradients to SDPA's, ring to full
-SMALL_TILE_SLOWDOWN = OUT_OF_CACHE_SLOWDOWN = 2.0  # the smallest tile / the best; softmax in / out of L3
-CACHE_OVER_STATE, CACHE_FLOP_SAVING = 30, 100  # cache / linear state; FLOPs without / with cache
-ROOF_NOISE = 1.25                # a measured point may sit this much above its roof (timing noise)
-CAUSAL_GROWTH = 1.5              # live: causal sdpa's time growth over causal linear's and local's
-LIVE_SLOPES = {"naive": (1.3, 3.2), "linear": (0.4, 1.6), "local": (0.4, 1.6)}  # noisy live run
-
-
-def _record_claims(records: list[dict]) -> dict[str, bool]:
-    by = {(r["method"], r.get("n")): r for r in records}
-    time_fit, memory_fit = (fit_methods(records, key, n_min=FIT_N_MIN)
-                            for key in ("median_ms", "peak_bytes"))
-
-    def ratio(a, b, n, key="peak_bytes"):
-        return by[(a, n)][key] / by[(b, n)][key]
-
-    l3 = (machine(records) or {}).get("cache_bytes", {}).get("L3", 0)
-    ns = series(records, "naive", "gflops")[0]
-    in_l3 = [n for n in ns if 2 * score_matrix_bytes(n, heads=8) <= l3 // 4]   # S and P fit
-    out_l3 = [n for n in ns if 2 * score_matrix_bytes(n, heads=8) > l3]        # they do not
-
-    def rate(m, sizes):                                                         # best GFLOP/s
-        return max((by[(m, n)]["gflops"] for n in sizes), default=0.0)
-
-    return {
-        "naive: time slope 1.6..2.4 and memory slope 1.7..2.3 (n^2)": (
-            1.6 <= time_fit["naive"].slope <= 2.4 and 1.7 <= memory_fit["naive"].slope <= 2.3),
-        "tiled: time slope >= 1.5 (it still does all n^2 work)": time_fit["tiled"].slope >= 1.5,
-        "sdpa and tiled: memory slope <= 1.2 (no n x n matrix)": max(
-            memory_fit["sdpa"].slope, memory_fit["tiled"].slope) <= 1.2,
-        "causal linear and local: time slope 0.6..1.4, memory slope <= 1.4": all(
-            0.6 <= time_fit[m].slope <= 1.4 and memory_fit[m].slope <= 1.4
-            for m in ("linear", "local")),
-        "n = 8192: tiled's peak <= 5% of naive's": ratio("tiled", "naive", 8192) <= MEMORY_FRACTION,
-        "n = 1024 to 8192: naive's peak memory grows > 50x, tiled's < 3x": (
-            by[("naive", 8192)]["peak_bytes"] > 50 * by[("naive", 1024)]["peak_bytes"]
-            and by[("tiled", 8192)]["peak_bytes"] < 3 * by[("tiled", 1024)]["peak_bytes"]),
-        "n = 4096, forward + backward: tiled's and sdpa's peak <= 5% of naive autograd's": max(
-            ratio("tiled_fwd_bwd", "naive_fwd_bwd", 4096),
-            ratio("sdpa_fwd_bwd", "naive_fwd_bwd", 4096)) <= MEMORY_FRACTION,
-        "n = 4096: tiled takes <= 3x sdpa's time": ratio("tiled", "sdpa", 4096, "median_ms") <= 3,
-        "n = 4096: sdpa > 2x and tiled > 1x naive's GFLOP/s": (
-            ratio("sdpa", "naive", 4096, "gflops") > 2 and ratio("tiled", "naive", 4096, "gflops") > 1),
-        "naive: best GFLOP/s once S and P outgrow L3 < 0.6x its best while they fit in L3 / 4": (
-            bool(in_l3 and out_l3) and rate("naive", out_l3) < CLIFF_RATE_RATIO * rate("naive", in_l3)),
-        "naive, n = 512 (S and P: half of L3): GFLOP/s < 0.6x its best at n <= 256": bool(
-            l3 and 2 * score_matrix_bytes(512, heads=8) <= l3 // 2) and by[("naive", 512)]["gflops"]
-            < CLIFF_RATE_RATIO * rate("naive", [n for n in ns if n <= 256]),
-        "sdpa and tiled: best GFLOP/s at those sizes >= 0.8x their best at the small ones": (
-            bool(in_l3 and out_l3) and all(rate(m, out_l3) >= STEADY_RATE_RATIO * rate(m, in_l3)
-                                           for m in ("sdpa", "tiled"))),
-    }
+BENCHMARK_FILE = "bench_attention_cpu.json"
+ATTENTION_HEADS = 8
+ATTENTION_HEAD_DIM = 64
+ATTENTION_METHODS = ("naive", "sdpa", "tiled", "linear", "local")
+FWD_BWD_METHODS = ("naive_fwd_bwd", "sdpa_fwd_bwd", "tiled_fwd_bwd")
+#: measured on request only: exact causal attention, the like-for-like reference of linear and local
+EXTRA_METHODS = ("sdpa_causal",)
+TILED_QUERY_BLOCK = 1024
+TILED_KEY_BLOCK = 512
+#: square tiles of the tiled forward + backward (128: a block size FlashAttention-2 uses on GPUs)
+TILED_FWD_BWD_BLOCK = 128
+LOCAL_WINDOW = 256
+#: power laws are fitted on n >= FIT_N_MIN (below it, naive's matrices still fit in the cache)
+FIT_N_MIN = 1024
+#: forward + backward is measured up to this n (naive autograd at 8192 would need ~12 GiB)
+FWD_BWD_MAX_N = 4096
 
 
-def _live_claims(live: list[dict]) -> dict[str, bool]:
-    by = {(r["method"], r["n"]): r.get("peak_bytes") for r in live}
-    ms = {(r["method"], r["n"]): r["median_ms"] for r in live}
-    causal = sorted(r["n"] for r in live if r["method"] == "sdpa_causal")
-    time_fit, memory_fit = (fit_methods(live, key, n_min=256, methods=("naive", "linear", "local"))
-                            for key in ("median_ms", "peak_bytes"))
-    n_t = max((r["n"] for r in live if r["method"] == "tiled"), default=0)
-
-    def growth(m):                 # time at the largest causal n over time at the smallest
-        return ms[(m, causal[-1])] / ms[(m, causal[0])]
-
-    return {
-        "live: time slopes naive 1.3..3.2, causal linear and local 0.4..1.6": all(
-            low <= time_fit[m].slope <= high for m, (low, high) in LIVE_SLOPES.items()),
-        "live: memory slopes naive 1.8..2.2, causal linear and local <= 1.2": (
-            1.8 <= memory_fit["naive"].slope <= 2.2
-            and max(memory_fit["linear"].slope, memory_fit["local"].slope) <= 1.2),
-        "live, n = 1024: tiled's peak < naive's, sdpa's < a tenth of naive's": (
-            by[("tiled", 1024)] < by[("naive", 1024)] > 10 * by[("sdpa", 1024)]),
-    } | ({f"live, n = 1024 to {n_t} (4x the tokens): tiled's peak grows < 2x": (
-        by[("tiled", n_t)] < 2 * by[("tiled", 1024)])} if n_t >= 4096 else {}) | ({
-        f"live, n = {causal[0]} to {causal[-1]}: causal sdpa's time grows > {CAUSAL_GROWTH}x "
-        "as much as causal linear's and local's": all(
-            growth("sdpa_causal") > CAUSAL_GROWTH * growth(m) for m in ("linear", "local"))
-    } if len(causal) >= 2 else {})
+def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Textbook attention that materialises the ``(..., n, n)`` score and weight matrices."""
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores, dim=-1) @ v
 
 
-def _training_claims(t: dict) -> dict[str, bool]:
-    peak, saved, error = t["peak_bytes"], t["saved_bytes"], t["grad_error"]
-    return {
-        "tiled's and naive's gradients equal SDPA's (gap < 1e-4)": max(
-            error["tiled"], error["naive"]) < GRAD_TOLERANCE,
-        "naive autograd saves at least one n x n matrix per head": saved["naive"] >= t["score_bytes"],
-        "tiled saves exactly q, k, v, O and lse": saved["tiled"] == 4 * 8 * t["n"] * (4 * 64 + 1),
-        "naive's forward + backward peak >= 2 score matrices": peak["naive"] >= 2 * t["score_bytes"],
-        "tiled's forward + backward peak < 1/6 of naive's": (
-            peak["tiled"] < TRAINING_MEMORY_FRACTION * peak["naive"]),
-    }
+#: every method by name; ``linear`` and ``local`` are both causal, so they compare like for like
+ATTENTION_FUNCTIONS: dict[str, Callable] = {
+    "naive": naive_attention,
+    "sdpa": F.scaled_dot_product_attention,
+    "tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=TILED_KEY_BLOCK,
+                                             query_block_size=TILED_QUERY_BLOCK),
+    "linear": lambda q, k, v: linear_attention(q, k, v, causal=True),
+    "local": lambda q, k, v: local_attention(q, k, v, LOCAL_WINDOW, causal=True),
+    "sdpa_causal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    "naive_fwd_bwd": naive_attention,
+    "sdpa_fwd_bwd": F.scaled_dot_product_attention,
+    "tiled_fwd_bwd": lambda q, k, v: tiled_attention(q, k, v, block_size=TILED_FWD_BWD_BLOCK),
+}
 
 
-def roof(r: dict, point: dict) -> float:
-    """The roof over ``point`` of ``roofline_study`` ``r``: ``min(peak, intensity x bandwidth)``,
-    with the in-cache copy bandwidth for an in-cache point, main memory's for the others."""
-    bandwidth = r["cache_gbps"] if point["roof"] == "cache" else r["dram_gbps"]
-    return min(r["peak_gflops"], point["intensity"] * bandwidth)
+def fwd_bwd_call(fn: Callable, q, k, v, d_out) -> Callable[[], tuple]:
+    """A call that runs ``fn(q, k, v)`` forward and backward for the output gradient ``d_out``
+    and returns ``(dq, dk, dv)`` (fresh tensors: nothing accumulates between calls)."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    return lambda: torch.autograd.grad(fn(q, k, v), (q, k, v), d_out)
 
 
-def _roofline_claims(r: dict) -> dict[str, bool]:
-    large, p, ms = r["n_large"], r["points"], r["stage_ms"]
-    return {
-        "the softmax lies left of the measured ridge point": (
-            p[f"softmax n={large}"]["intensity"] < r["ridge"]),
-        "every point lies below the roof that applies to it (25% timing noise allowed)": all(
-            q["gflops"] <= ROOF_NOISE * roof(r, q) for q in p.values()),
-        f"n = {large}: the softmax takes > 2x a plain copy of its matrix": (
-            ms["softmax"] > OUT_OF_CACHE_SLOWDOWN * ms["copy S"]),
-        f"n = {large}: sdpa's GFLOP/s > naive's": (
-            p[f"sdpa n={large}"]["gflops"] > p[f"naive n={large}"]["gflops"]),
-    }
+def saved_bytes(fn: Callable, q, k, v) -> int:
+    """Bytes of the tensors autograd saves for the backward of ``fn(q, k, v)`` (each storage
+    counted once), seen through ``torch.autograd.graph.saved_tensors_hooks``."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(q, k, v)
+    return sum(seen.values())
 
 
-def _sweep_claims(s: dict) -> dict[str, bool]:
-    rows, llc = s["rows"], max(s["cache_bytes"].values(), default=0)   # 0: sizes unknown
-    best = min(rows, key=lambda row: row["median_ms"])
-    return {
-        "the smallest tile is > 2x slower than the best (a fixed cost per tile)": (
-            rows[0]["median_ms"] > SMALL_TILE_SLOWDOWN * best["median_ms"]),
-        "the largest tile is slower than the best": rows[-1]["median_ms"] > best["median_ms"],
-    } | ({"the fastest tile's working set fits in the last-level cache": (
-        best["working_set_bytes"] <= llc)} if llc else {})
+def attention_flops(method: str, n: int, heads: int = ATTENTION_HEADS,
+                    d: int = ATTENTION_HEAD_DIM) -> float:
+    """Useful floating-point operations of one call: the two matrix products of exact attention
+    ``4 n^2 d`` per head (``12 n^2 d`` forward + backward: the backward's four products, no
+    recomputation); ``4 n d^2`` for linear attention; ``4 n w d`` for a window ``w``."""
+    if method in ("naive", "sdpa", "tiled"):
+        return 4.0 * heads * n * n * d
+    if method in FWD_BWD_METHODS:
+        return 12.0 * heads * n * n * d
+    if method == "linear":
+        return 4.0 * heads * n * d * d
+    if method == "sdpa_causal":                                      # the pairs j <= i: about half
+        return 2.0 * heads * n * (n + 1) * d
+    if method == "local":
+        return 4.0 * heads * n * min(n, LOCAL_WINDOW) * d
+    raise ValueError(f"method must be one of {ATTENTION_METHODS + FWD_BWD_METHODS}, got {method!r}")
 
 
-def _ring_claims(ring: dict) -> dict[str, bool]:
-    return {
-        f"ring attention over P = {', '.join(map(str, sorted(ring)))} equals full attention": all(
-            r["max_error"] < RING_TOLERANCE for r in ring.values()),
-        "scoring a block takes longer than moving one (median, every P)": all(
-            r["compute_s"] >= r["transfer_s"] for r in ring.values()),
-        "after scoring, the wait is shorter than a lone transfer (median, every P)": all(
-            r["wait_s"] < r["transfer_s"] for r in ring.values()),
-    }
+def attention_sizes(max_n: int, min_n: int = 128) -> list[int]:
+    """``min_n, 2 min_n, ...`` up to ``max_n``."""
+    sizes, n = [], min_n
+    while n <= max_n:
+        sizes.append(n)
+        n *= 2
+    return sizes
 
 
-def _decoding_claims(s: dict) -> dict[str, bool]:
-    formula = s["formula"]
-    return {
-        "the RNN steps equal causal linear attention (gap < 1e-5)": s["max_error"] < 1e-5,
-        "linear attention's state never grows and matches decoding_memory": all(
-            b == f["linear_state"] for b, f in zip(s["state_bytes"], formula, strict=True)),
-        "the KV cache grows by the same bytes every token, as decoding_memory says": all(
-            b == f["kv_cache"] for b, f in zip(s["cache_bytes"], formula, strict=True)),
-        f"after {s['t'][-1]} tokens the KV cache is > {CACHE_OVER_STATE}x the state": (
-            s["cache_bytes"][-1] > CACHE_OVER_STATE * s["state_bytes"][-1]),
-    }
+def time_ms(fn: Callable[[], object], *, budget_s: float = 1.0, device: str = "cpu") -> float:
+    """Median milliseconds of one ``fn()`` (:func:`attn_helpers.measure.time_call`): on CPU, of
+    the process's CPU clock, so the time a busy, shared machine keeps the process waiting does not
+    count (with one torch thread it is the call's compute time); on CUDA, of the wall clock."""
+    return time_call(fn, budget_s=budget_s, cpu_clock=device == "cpu")
 
 
-def _generation_claims(g: dict) -> dict[str, bool]:
-    steps, counted = [kv_cache_flops(t, g["d"]) for t in range(g["n"])], g["counted"]
-    return {
-        "counted FLOPs equal kv_cache_flops summed over the steps": all(
-            counted[key] == sum(step[key] for step in steps)
-            for key in ("with_cache", "without_cache")),
-        f"over {g['n']} tokens the cache saves > {CACHE_FLOP_SAVING}x the FLOPs": (
-            counted["without_cache"] > CACHE_FLOP_SAVING * counted["with_cache"]),
-    } | ({"generating without a cache takes > 1.5x the time with one": g["seconds"][
-        "without_cache"] > 1.5 * g["seconds"]["with_cache"]} if "seconds" in g else {})
+def matmul_gflops(device: str = "cpu", sizes: tuple[int, ...] = (256, 512, 1024, 2048)) -> float:
+    """The best GFLOP/s of square float32 matrix products of the given ``sizes`` (``2 size^3``
+    operations each) timed with :func:`time_ms`: the practical compute peak, measured on the same
+    clock as the attention. Several sizes, because one large product alone is not the peak on a
+    CPU: on a 2-core AVX2 EPYC (2026-11-26) size 2048 ran at 62-69 GFLOP/s and size 256 at 83,
+    so notebook 08's (8, 256, 256) products sat up to 1.37x above a 2048-only roof."""
+    g = torch.Generator().manual_seed(0)
+    best = 0.0
+    for size in sizes:
+        a, b = (torch.randn(size, size, generator=g).to(device) for _ in range(2))
+        ms = time_ms(lambda a=a, b=b: a @ b, budget_s=0.5 / len(sizes), device=device)
+        best = max(best, 2.0 * size**3 / (ms / 1000.0) / 1e9)
+    return best
 
 
-def claims(*, records=None, live=None, training=None, roofline=None, sweep=None, ring=None,
-           decoding=None, generation=None) -> dict[str, bool]:
-    """The statements of notebook 08, each checked on the numbers given (only the sections
-    given): ``records`` the committed run (:func:`load_benchmark`), ``live`` a small live run,
-    ``training``/``roofline``/``decoding`` the studies of :mod:`.complexity_studies`, ``sweep``
-    ``{"rows": block_sweep(...), "cache_bytes"}``, ``ring`` ``{P: {"max_error", **ring_overlap}}``,
-    ``generation`` ``{"n", "d", "counted": generation_flops(...)}`` (and ``"seconds"`` if timed)."""
-    sections = ((records, _record_claims), (live, _live_claims), (training, _training_claims),
-                (roofline, _roofline_claims), (sweep, _sweep_claims), (ring, _ring_claims),
-                (decoding, _decoding_claims), (generation, _generation_claims))
-    out: dict[str, bool] = {}
-    for data, check in sections:
-        if data is not None:
-            out.update({name: bool(value) for name, value in check(data).items()})
-    return out
+def cache_sizes() -> dict[str, int]:
+    """This CPU's data caches, e.g. ``{"L1d": 49152, "L2": 1048576, "L3": 33554432}``: on Linux
+    those sysfs lists for CPU 0 (each shared with the CPUs its ``shared_cpu_list`` names), on
+    macOS those ``sysctl`` reports; empty where neither answers."""
+    sizes, units = {}, {"K": 2**10, "M": 2**20, "G": 2**30}
+    for folder in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind, size = ((folder / key).read_text().strip()
+                                 for key in ("level", "type", "size"))
+        except OSError:
+            continue
+        if kind != "Instruction":
+            value = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+            sizes[f"L{level}" + ("d" if kind == "Data" else "")] = value
+    if not sizes and sys.platform == "darwin":
+        for name in ("L1d", "L2", "L3"):
+            key = f"hw.{name.lower()}cachesize"                       # hw.l1dcachesize, ...
+            done = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True)
+            if done.returncode == 0 and done.stdout.strip().isdigit() and int(done.stdout) > 0:
+                sizes[name] = int(done.stdout)
+    return sizes
+
+
+def last_level_cache(sizes: dict[str, int]) -> int:
+    """The largest cache of :func:`cache_sizes` (the L3 on most x86 CPUs) in bytes, 0 if unknown."""
+    return max(sizes.values(), default=0)
+
+
+def copy_bandwidth_gbps(device: str = "cpu", n_bytes: int = 256 * 2**20,
+                        budget_s: float = 0.5) -> float:
+    """Main-memory bandwidth: a copy of ``n_bytes`` (far larger than any cache), counting one read
+    and one write of every byte, in GB/s (1e9 bytes per second)."""
+    src = torch.ones(n_bytes // 4, device=device)
+    dst = torch.empty_like(src)
+    return 2 * n_bytes / (time_ms(lambda: dst.copy_(src), budget_s=budget_s, device=device)
+                          / 1000.0) / 1e9
+
+
+def machine_record(device: str = "cpu") -> dict:
+    """``{"method": "machine", "cache_bytes": cache_sizes(), "copy_gbps": ...}``."""
+    return {"method": "machine", "cache_bytes": cache_sizes() if device == "cpu" else {},
+            "copy_gbps": round(copy_bandwidth_gbps(device), 3)}
+
+
+def bench_attention(max_n: int = 8192, device: str = "cpu",
+                    methods=ATTENTION_METHODS + FWD_BWD_METHODS, *, min_n: int = 128,
+                    budget_s: float = 1.0, seed: int = 0, fwd_bwd_max_n: int = FWD_BWD_MAX_N,
+                    references: bool = True, tiled_block: int | None = None) -> list[dict]:
+    """Measure every method at every ``n`` (forward + backward only up to ``fwd_bwd_max_n``);
+    return the JSON records of the module docstring, the matmul peak and the machine last
+    (``references=False`` leaves those two out, for a quick run). ``tiled_block``: square tiles
+    of this size for ``tiled`` instead of the committed run's 1024 x 512."""
+    known = ATTENTION_METHODS + FWD_BWD_METHODS + EXTRA_METHODS
+    unknown = set(methods) - set(known)
+    if unknown:
+        raise ValueError(f"methods must be among {known}, got {sorted(unknown)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was asked for, but torch.cuda.is_available() is False")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    records = []
+    g = torch.Generator().manual_seed(seed)
+    for n in attention_sizes(max_n, min_n):
+        shape = (1, ATTENTION_HEADS, n, ATTENTION_HEAD_DIM)
+        q, k, v, d_out = (torch.randn(shape, generator=g).to(device) for _ in range(4))
+        for method in methods:
+            fn = ATTENTION_FUNCTIONS[method]
+            if method == "tiled" and tiled_block is not None:
+                def fn(q, k, v, b=tiled_block):
+                    return tiled_attention(q, k, v, block_size=b)
+            if method in FWD_BWD_METHODS:
+                if n > fwd_bwd_max_n:
+                    continue
+                call = fwd_bwd_call(fn, q, k, v, d_out)
+            else:
+                def call(fn=fn, q=q, k=k, v=v):
+                    with torch.no_grad():
+                        return fn(q, k, v)
+
+            median_ms = time_ms(call, budget_s=budget_s, device=device)
+            records.append({
+                "method": method, "n": n, "median_ms": round(median_ms, 3),
+                "peak_bytes": peak_bytes(call, device),
+                "gflops": round(attention_flops(method, n) / (median_ms / 1000.0) / 1e9, 3),
+            })
+    if references:
+        records.append({"method": "matmul_peak", "gflops": round(matmul_gflops(device), 3)})
+        records.append(machine_record(device))
+    return records
+
+
+# The records: schema, the committed run, series and power-law fits.
+
+def validate_records(records) -> list[dict]:
+    """Check the benchmark's JSON schema (module docstring); return
+    the records. Raises ``ValueError`` naming the first bad record."""
+    if not isinstance(records, list) or not records:
+        raise ValueError(f"records must be a non-empty list, got {type(records).__name__}")
+    kinds = {"matmul_peak": 0, "machine": 0}
+    for i, r in enumerate(records):
+        if not isinstance(r, dict) or "method" not in r:
+            raise ValueError(f"record {i} must be a dict with a 'method', got {r!r}")
+        method = r["method"]
+        keys = {"matmul_peak": {"method", "gflops"},
+                "machine": {"method", "cache_bytes", "copy_gbps"}}.get(
+            method, {"method", "n", "median_ms", "peak_bytes", "gflops"})
+        if set(r) != keys:
+            raise ValueError(f"record {i} must have exactly the keys {sorted(keys)}, got {sorted(r)}")
+        if method in kinds:
+            kinds[method] += 1
+        if method == "machine":
+            caches = r["cache_bytes"]
+            if not isinstance(caches, dict) or not all(
+                    isinstance(v, int) and v > 0 for v in caches.values()) or not r["copy_gbps"] > 0:
+                raise ValueError(f"record {i}: cache_bytes must map names to ints > 0 and "
+                                 f"copy_gbps be > 0, got {r!r}")
+            continue
+        if method not in kinds:
+            if method not in ATTENTION_METHODS + FWD_BWD_METHODS + EXTRA_METHODS:
+                raise ValueError(f"record {i}: unknown method {method!r}")
+            if not isinstance(r["n"], int) or not isinstance(r["peak_bytes"], int):
+                raise ValueError(f"record {i}: n and peak_bytes must be ints, got {r!r}")
+            if r["median_ms"] <= 0 or r["peak_bytes"] < 0:
+                raise ValueError(f"record {i}: median_ms must be > 0 and peak_bytes >= 0, got {r!r}")
+        if not r["gflops"] > 0:
+            raise ValueError(f"record {i}: gflops must be > 0, got {r!r}")
+    if kinds["matmul_peak"] != 1 or kinds["machine"] > 1:
+        raise ValueError(f"records must hold exactly one 'matmul_peak' record and at most one "
+                         f"'machine' record, got {kinds}")
+    return records
+
+
+def series(records: list[dict], method: str, key: str, *, n_min: int = 0
+           ) -> tuple[list[int], list[float]]:
+    """``(ns, values)`` of one method, sorted by ``n``, keeping ``n >= n_min``."""
+    rows = sorted((r["n"], r[key]) for r in records
+                  if r["method"] == method and r["n"] >= n_min)
+    if not rows:
+        raise ValueError(f"no records for method {method!r} with n >= {n_min}")
+    return [n for n, _ in rows], [value for _, value in rows]
+
+
+def fit_methods(records: list[dict], key: str = "median_ms", *, n_min: int = 0,
+                methods=None) -> dict[str, PowerLaw]:
+    """A :class:`PowerLaw` of ``key`` against ``n`` for each method (``n >= n_min``); by default
+    the forward methods (:data:`ATTENTION_METHODS`) present in ``records``."""
+    if methods is None:
+        methods = [m for m in ATTENTION_METHODS if any(r["method"] == m for r in records)]
+    return {m: fit_power_law(*series(records, m, key, n_min=n_min)) for m in methods}
+
+
+def machine(records: list[dict]) -> dict | None:
+    """The run's ``machine`` record (cache sizes, copy bandwidth), or ``None``."""
+    return next((r for r in records if r["method"] == "machine"), None)
+
+
+def load_benchmark(name: str = BENCHMARK_FILE) -> list[dict]:
+    """The committed benchmark records shipped in ``attn_helpers/data/`` (validated)."""
+    text = resources.files("attn_helpers").joinpath("data", name).read_text()
+    return validate_records(json.loads(text))
+
+
+# --- the notebook's live measurements ----------------------------------------------------------
+
+H, D = ATTENTION_HEADS, ATTENTION_HEAD_DIM
+
+
+def _qkv(n: int, seed: int, count: int = 3) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(1, H, n, D, generator=g) for _ in range(count)]   # (1, h, n, d)
+
+
+def tile_working_set_bytes(block_q: int, block_k: int, *, heads: int = H, d: int = D,
+                           element_bytes: int = 4) -> int:
+    """Bytes one step of the tiled forward touches, all ``heads`` at once: ``Q_i`` and the running
+    ``acc`` (``B_q x d`` each), ``K_j`` and ``V_j`` (``B_k x d``), the score tile and its
+    exponentials (``2 B_q B_k``)."""
+    return heads * element_bytes * (2 * block_q * d + 2 * block_k * d + 2 * block_q * block_k)
+
+
+def block_sweep(n: int, blocks, *, budget_s: float = 0.2, seed: int = 0,
+                rounds: int = 3) -> list[dict]:
+    """Forward time of ``tiled_attention`` with square ``b x b`` tiles for each ``b`` in ``blocks``
+    (8 heads of 64, float32): ``[{"block", "median_ms", "working_set_bytes"}]``. Every size is
+    timed once per round, the rounds interleaved, and keeps its fastest round: a burst of other
+    work on a shared machine (CI, 2026-11-26: the next size's one sample, beside another job)
+    slows one round of one size, not all of them."""
+    q, k, v = _qkv(require_positive_int("n", n), seed)
+    sizes = [require_positive_int("block", b) for b in blocks]
+    best = dict.fromkeys(sizes, math.inf)
+    for _ in range(require_positive_int("rounds", rounds)):
+        for b in sizes:
+            with torch.no_grad():
+                ms = time_ms(lambda b=b: tiled_attention(q, k, v, block_size=b), budget_s=budget_s)
+            best[b] = min(best[b], ms)
+    return [{"block": b, "median_ms": best[b], "working_set_bytes": tile_working_set_bytes(b, b)}
+            for b in sizes]
+
+
+def traffic_bytes(method: str, n: int, *, heads: int = H, d: int = D, block_q: int = 256,
+                  element_bytes: int = 4) -> int:
+    r"""Main-memory traffic of one forward call when nothing of size :math:`n^2` fits in cache.
+
+    * ``naive``: :math:`Q, K` read, :math:`QK^\top` written, read and written again as :math:`S`
+      by the separate ``/ sqrt(d)`` pass, :math:`S` read and :math:`P` written, :math:`P` and
+      :math:`V` read, :math:`O` written: :math:`6n^2 + 4nd` elements per head.
+    * ``tiled``: :math:`Q` read and :math:`O` written once, :math:`K, V` read once per block of
+      ``block_q`` queries, :math:`2nd + 2nd\,\lceil n / B_q\rceil`, if a tile's working set
+      stays in cache (:func:`tile_working_set_bytes`).
+    * ``sdpa``: the least any exact method moves, its inputs and output once: :math:`4nd`.
+    """
+    elements = {"naive": 6 * n * n + 4 * n * d, "sdpa": 4 * n * d,
+                "tiled": 2 * n * d + 2 * n * d * math.ceil(n / block_q)}
+    if method not in elements:
+        raise ValueError(f"method must be 'naive', 'tiled' or 'sdpa', got {method!r}")
+    return heads * element_bytes * elements[method]
+
+
+def naive_stage_times(n: int, *, budget_s: float = 0.2, seed: int = 0, extras: bool = True
+                      ) -> dict[str, float]:
+    """Median milliseconds of each stage of naive attention on its own at length ``n``:
+    ``"QK^T"`` (``S = QK^T / sqrt(d)``, two passes), ``"softmax"``, ``"PV"``; with ``extras``
+    also ``"total"`` and, for the softmax's matrix ``S``, ``"copy S"`` (one read and one write of
+    it, the least a softmax can move) and ``"exp S"`` (one exponential per score)."""
+    q, k, v = _qkv(n, seed)
+    scale = 1 / math.sqrt(D)
+    s = q @ k.mT * scale                                               # (1, h, n, n)
+    p, out = torch.softmax(s, dim=-1), torch.empty_like(s)
+    calls = {"QK^T": lambda: q @ k.mT * scale, "softmax": lambda: torch.softmax(s, dim=-1),
+             "PV": lambda: p @ v}
+    if extras:
+        calls |= {"total": lambda: naive_attention(q, k, v), "copy S": lambda: out.copy_(s),
+                  "exp S": lambda: torch.exp(s, out=out)}
+    return {name: time_ms(call, budget_s=budget_s) for name, call in calls.items()}
+
+
+#: the roofline's sizes: 8 heads of (256, 256) float32 scores take 2 MiB (in the L2 or L3 of any
+#: recent CPU), of (2048, 2048) 128 MiB (more than the L3 of most); the tiled method's tiles
+ROOFLINE_N = (256, 2048)
+ROOFLINE_TILE = 256
+
+
+def roofline_study(*, budget_s: float = 0.2, seed: int = 0, tile: int = ROOFLINE_TILE) -> dict:
+    """The roofline of this machine, measured: the matmul peak (GFLOP/s), the copy bandwidth of
+    a 256 MiB buffer (``"dram_gbps"``) and of a 1 MiB one that stays in cache (``"cache_gbps"``),
+    the cache sizes; then points ``{label: {"n", "intensity", "gflops", "roof"}}``: naive's three
+    stages at both sizes of :data:`ROOFLINE_N` (``"roof"``: ``"cache"`` at the small one,
+    ``"dram"`` at the large one), naive as a whole, ``sdpa`` and ``tiled`` (``tile x tile``
+    tiles; ``"tile_fits"``: its working set fits in the last-level cache) at the large one.
+    Intensities: :func:`attention_costs` and :func:`traffic_bytes`; method FLOPs ``4 n^2 d`` per
+    head. ``"stage_ms"``: :func:`naive_stage_times` at the large size."""
+    caches = cache_sizes()
+    peak, dram = matmul_gflops(), copy_bandwidth_gbps(budget_s=budget_s)
+    cache_bw = copy_bandwidth_gbps(n_bytes=2**20, budget_s=budget_s)
+    points, (small, large) = {}, ROOFLINE_N
+    for n, roof in ((small, "cache"), (large, "dram")):
+        times = naive_stage_times(n, budget_s=budget_s, seed=seed, extras=n == large)
+        costs = attention_costs(n, D, heads=H)
+        for stage in ("QK^T", "softmax", "PV"):
+            c = costs[stage]
+            points[f"{stage} n={n}"] = {"n": n, "roof": roof, "intensity": c["flops"] / c["bytes"],
+                                        "gflops": c["flops"] / times[stage] / 1e6}
+    flops = 4.0 * H * large * large * D
+    points[f"naive n={large}"] = {"n": large, "roof": "dram", "gflops": flops / times["total"] / 1e6,
+                                  "intensity": flops / traffic_bytes("naive", large)}
+    q, k, v = _qkv(large, seed)
+    fns = {"sdpa": ATTENTION_FUNCTIONS["sdpa"],
+           "tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=tile)}
+    for method, fn in fns.items():
+        with torch.no_grad():
+            ms = time_ms(lambda fn=fn: fn(q, k, v), budget_s=budget_s)
+        points[f"{method} n={large}"] = {"n": large, "roof": "dram", "gflops": flops / ms / 1e6,
+                                         "intensity": flops / traffic_bytes(method, large, block_q=tile)}
+    llc = last_level_cache(caches)
+    return {"cache_bytes": caches, "peak_gflops": peak, "dram_gbps": dram, "cache_gbps": cache_bw,
+            "ridge": peak / dram, "n_small": small, "n_large": large, "points": points,
+            "tile": tile, "tile_bytes": tile_working_set_bytes(tile, tile),
+            "tile_fits": bool(llc) and tile_working_set_bytes(tile, tile) <= llc,
+            "stage_ms": times}
+
+
+def fwd_bwd_study(n: int = 1024, *, block_size: int = 128, budget_s: float | None = 0.3,
+                  seed: int = 0) -> dict:
+    """Forward + backward of naive attention (autograd), ``F.scaled_dot_product_attention`` and
+    ``tiled_attention`` (``block_size`` tiles) on the same ``q, k, v, dO`` (8 heads of 64):
+    ``{"n", "score_bytes", "peak_bytes", "saved_bytes", "median_ms", "grad_error"}``, the last
+    four keyed by method; ``grad_error`` the largest gap of ``dq, dk, dv`` to SDPA's;
+    ``median_ms`` is empty when ``budget_s`` is ``None`` (no timing)."""
+    q, k, v, d_out = _qkv(require_positive_int("n", n), seed, 4)
+    fns = {"naive": naive_attention, "sdpa": F.scaled_dot_product_attention,
+           "tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=block_size)}
+    calls = {m: fwd_bwd_call(fn, q, k, v, d_out) for m, fn in fns.items()}
+    grads = {m: call() for m, call in calls.items()}
+    return {"n": n, "score_bytes": score_matrix_bytes(n, heads=H),
+            "peak_bytes": {m: peak_bytes(call) for m, call in calls.items()},
+            "saved_bytes": {m: saved_bytes(fn, q, k, v) for m, fn in fns.items()},
+            "median_ms": {m: time_ms(call, budget_s=budget_s) for m, call in calls.items()
+                          if budget_s is not None},
+            "grad_error": {m: max(float((a - b).abs().max()) for a, b in zip(g, grads["sdpa"],
+                                                                              strict=True))
+                           for m, g in grads.items()}}
+
+
+# --- FlashAttention's forward, one tile at a time (the widget's arrays) --------------------------
+
+@dataclass(frozen=True)
+class TileFrame:
+    """The tiled forward after ``step`` of ``n_steps`` tiles. ``scores``, ``weights`` ``(n, n)``:
+    ``exp(s - m) / l`` on the keys a row has seen (the softmax once the row is finished), NaN on
+    the others; ``m``, ``l`` ``(n,)``: running max (``-inf`` before any tile) and sum; ``rescale``
+    ``(n,)``: ``exp(m_before - m_after)``, applied by the last tile to ``l`` and ``acc`` (1: row
+    not touched, 0: its first tile); ``tile``: ``(row_start, row_stop, col_start, col_stop)``,
+    ``None`` at step 0; ``finished``, ``entropy`` (nats, NaN until finished) and ``ceiling``
+    (``ln`` of the keys a row may see) ``(n,)``."""
+
+    step: int
+    n_steps: int
+    scores: np.ndarray
+    weights: np.ndarray
+    m: np.ndarray
+    l: np.ndarray  # noqa: E741 - the paper's name
+    rescale: np.ndarray
+    tile: tuple[int, int, int, int] | None
+    finished: np.ndarray
+    entropy: np.ndarray
+    ceiling: np.ndarray
+
+
+def tile_schedule(n: int, block_size: int, *, causal: bool = False
+                  ) -> list[tuple[int, int, int, int]]:
+    """The tiles in FlashAttention-2's forward order: for each block of queries (outer loop), each
+    block of keys (inner loop); with ``causal``, tiles wholly above the diagonal are skipped."""
+    starts = range(0, n, block_size)
+    return [(i, min(i + block_size, n), j, min(j + block_size, n))
+            for i in starts for j in starts if not (causal and j >= i + block_size)]
+
+
+def tile_scores(n: int, *, causal: bool = False, seed: int = 0, d: int = 16) -> torch.Tensor:
+    """Seeded scaled scores ``(n, n)`` (float64) for the stepper: ``q k^T / sqrt(d)`` plus a ramp
+    along the keys (later keys score higher, so the running max moves and rescaling shows);
+    ``-inf`` above the diagonal with ``causal``."""
+    g = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(n, d, generator=g, dtype=torch.float64) for _ in range(2))
+    s = q @ k.T / math.sqrt(d) + torch.linspace(0.0, 3.0, n, dtype=torch.float64)
+    return s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf) if causal else s
+
+
+def _running(s: torch.Tensor, seen: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Over the ``seen`` entries of each row: the running max ``m``, ``p = exp(s - m)`` (0 where
+    not seen) and the running sum ``l`` of ``p``."""
+    m = s.masked_fill(~seen, -math.inf).amax(dim=-1)                   # (n,)
+    safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    p = torch.where(seen, torch.exp(s - safe[:, None]), 0.0)          # (n, n)
+    return m, p, p.sum(dim=-1)
+
+
+def tile_stepper(n: int, block_size: int, step: int, *, causal: bool = False,
+                 seed: int = 0) -> TileFrame:
+    """The controls (``n`` in 2..64 tokens, ``block_size`` in 1..n, ``step`` in 0..number of
+    tiles) in, the arrays of :class:`TileFrame` out, for :func:`tile_scores` ``(n, seed)``."""
+    n, causal = require_int_in("n", n, 2, 64), require_bool("causal", causal)
+    block_size = require_int_in("block_size", block_size, 1, n)
+    tiles = tile_schedule(n, block_size, causal=causal)
+    step = require_int_in("step", step, 0, len(tiles))
+    s, block = tile_scores(n, causal=causal, seed=seed), torch.arange(n) // block_size
+    bi, bj = block[:, None], block[None, :]                           # tile row and column
+    order = bi * (bi + 1) // 2 + bj if causal else bi * math.ceil(n / block_size) + bj
+    order = order.masked_fill(causal & (bj > bi), len(tiles))         # position in tile_schedule
+    seen, before = order < step, order < step - 1
+    (m_before, _, _), (m, p, l) = _running(s, before), _running(s, seen)   # noqa: E741
+    touched = (seen != before).any(dim=-1)                            # the rows of the last tile
+    rescale = torch.where(touched, torch.exp(m_before - m).nan_to_num(0.0), 1.0)   # e^{m - m'}
+    weights = (p / l.clamp_min(1e-300)[:, None]).masked_fill(~seen, math.nan)   # p / l, seen keys
+    finished = (seen | torch.isinf(s)).all(dim=-1)
+    entropy = attention_entropy(torch.softmax(s, dim=-1)).masked_fill(~finished, math.nan)
+    tile = tiles[step - 1] if step else None
+    return TileFrame(step, len(tiles), s.numpy(), weights.numpy(), m.numpy(), l.numpy(),
+                     rescale.numpy(), tile, finished.numpy(), entropy.numpy(),
+                     np.log(torch.isfinite(s).sum(dim=-1).numpy().astype(float)))

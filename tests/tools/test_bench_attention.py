@@ -12,7 +12,7 @@ import torch
 from attn_helpers import bench, measure
 from attn_helpers.bench import attention as bench_attention_checks
 from attn_helpers.lessons import complexity as cx
-from attn_helpers.lessons import complexity_bench as cx_bench
+from attn_helpers.lessons import complexity as cx_bench
 from attn_helpers.lessons.complexity import validate_records
 
 

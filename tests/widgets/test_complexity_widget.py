@@ -1,6 +1,6 @@
 """Notebook 08's widget (``widgets.complexity``): the FlashAttention tile stepper. Its frame is
-``lessons.complexity.tile_stepper``'s, its last step is the softmax and its entropy, every step
-changes the picture by blitting only, and bad input is shown in the widget."""
+``lessons.complexity.tile_stepper``'s (tested against the online softmax in tests/lessons), every
+step changes the picture by blitting only, and bad input is shown in the widget."""
 
 from __future__ import annotations
 
@@ -8,11 +8,9 @@ import io
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
-from attn_helpers.entropy import attention_entropy
-from attn_helpers.lessons.complexity import TileFrame, tile_schedule, tile_scores, tile_stepper
+from attn_helpers.lessons.complexity import TileFrame, tile_schedule, tile_stepper
 from attn_helpers.widgets.complexity import (
     TileStepperView,
     tile_stepper_frame,
@@ -57,36 +55,6 @@ def test_frame_is_the_tile_steppers_and_its_readouts_count_the_rows(n, block, ca
         assert said.endswith(f"by e^(m - m') = {factors}")
     assert frame.readouts["rows starting here (first tile, nothing to rescale)"] == int(
         (rows == 0).sum())
-
-
-def test_the_readouts_name_a_rescaling_when_the_maximum_rises():
-    frame = tile_stepper_frame(8, 4, False, 2)           # keys 4..7 raise the max of rows 0..3
-    assert frame.readouts["rows rescaled by this tile"] == (
-        f"4 of 4, by e^(m - m') = {frame.tiles.rescale[:4].min():.4f}..."
-        f"{frame.tiles.rescale[:4].max():.4f}".replace("...", ".."))
-    assert (frame.tiles.rescale[:4] < 0.25).all()
-    first = tile_stepper_frame(8, 4, False, 1)
-    assert first.readouts["rows starting here (first tile, nothing to rescale)"] == 4
-    assert first.readouts["mean entropy of finished rows (nats)"] == "none finished yet"
-
-
-@pytest.mark.parametrize("causal", [False, True])
-def test_the_last_step_is_the_softmax_and_its_entropy(causal):
-    n = 21
-    frame = tile_stepper_frame(n, 6, causal, len(tile_schedule(n, 6, causal=causal)))
-    softmax = torch.softmax(tile_scores(n, causal=causal), dim=-1)      # (n, n)
-    weights = torch.from_numpy(frame.tiles.weights)
-    visible = torch.from_numpy(frame.visible)
-    assert torch.allclose(weights[visible], softmax[visible], atol=1e-12)
-    future = weights[~visible]          # 0 inside a scored diagonal tile, NaN in a skipped one
-    assert (future.nan_to_num(0.0) == 0).all() and (softmax[~visible] == 0).all()
-    assert torch.isnan(future).any() == causal
-    assert frame.tiles.finished.all()
-    entropy = attention_entropy(softmax)
-    assert torch.allclose(torch.from_numpy(frame.tiles.entropy), entropy, atol=1e-12)
-    assert np.allclose(frame.tiles.ceiling, np.log(visible.sum(-1).numpy()))
-    mean = frame.readouts["mean entropy of finished rows (nats)"]
-    assert mean.startswith(f"{entropy.mean().item():.4f} ")
 
 
 def test_every_step_changes_the_picture_by_blitting_only():
