@@ -95,11 +95,8 @@ def _check_block(scores, values, acc=None) -> torch.Size:
                             or acc.dtype != scores.dtype):
         raise ValueError(f"the state's acc {shape(acc)} {acc.dtype} does not fit scores "
                          f"{shape(scores)} and values {shape(values)} {values.dtype}")
-    named = [("scores", scores, 2), ("values", values, 2)]
-    batch = broadcast_batch(*named)
-    if acc is not None:
-        broadcast_batch(("the state's acc", acc, 2), *named)
-    return batch
+    return broadcast_batch(("scores", scores, 2), ("values", values, 2),
+                           *([] if acc is None else [("the state's acc", acc, 2)]))
 
 
 def online_softmax_step(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Tensor

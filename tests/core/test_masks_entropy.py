@@ -14,7 +14,6 @@ from attn_helpers import (
     causal_mask,
     effective_keys,
     key_padding_to_attention_mask,
-    max_entropy,
     max_weight,
     normalized_entropy,
     padding_mask,
@@ -86,21 +85,6 @@ def test_attention_entropy_hand_formula(gen):
     h = attention_entropy(weights)
     assert h.shape == (2, 3)
     np.testing.assert_allclose(h.numpy(), reference_entropy(weights), atol=1e-12)
-
-
-def test_attention_entropy_known_values():
-    weights = torch.tensor([[0.5, 0.5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.25] * 4])
-    h = attention_entropy(weights)
-    torch.testing.assert_close(h, torch.tensor([math.log(2), 0.0, math.log(4)]))
-    assert torch.isfinite(h).all()
-    # a single (..., n_k) row, and extra batch dims
-    assert attention_entropy(torch.tensor([0.2, 0.8])).shape == ()
-    assert attention_entropy(torch.rand(2, 3, 4, 5).softmax(-1)).shape == (2, 3, 4)
-
-
-@pytest.mark.parametrize("n", [1, 2, 3, 10, 64])
-def test_max_entropy(n):
-    assert max_entropy(n) == math.log(n)
 
 
 def test_normalized_entropy(gen):
