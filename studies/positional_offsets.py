@@ -6,7 +6,7 @@ and RoPE with the bases 625 and 160000 on the same seeds: 21 models in one check
 model's accuracy at 16, 32 and 64 tokens in its metadata. The notebook measures and asserts its
 claims on the shipped models (sections 6 and Going deeper); this study checks that a fresh
 training reproduces the shipped accuracies within 0.02 (any CPU), then writes the checkpoint.
-Re-run: python3 course.py studies positional_offsets      (about 4-6 minutes on 2 cores)
+Re-run: python3 course.py studies positional_offsets      (about 3-5 minutes on an idle 2-core CPU)
 """
 from pathlib import Path
 
