@@ -6,13 +6,13 @@ Three tiers; imports run only downward (import-linter contracts in ``pyproject.t
   ``efficient``, ``kv_cache``, ``ring``, ``transformer``, ``decoder_lm`` (and ``_checks``,
   every argument check). Its public names
   import from here: ``import attn_helpers as ah; ah.scaled_dot_product_attention(q, k, v)``;
-* shared machinery: ``training`` (the loop, checkpoints, ``RECIPES``), ``measure``, ``plots``,
+* shared machinery: ``training`` (the loop, checkpoints), ``measure``, ``plots``,
   ``notebook`` (``setup``) and ``course_map``;
 * one stem per notebook: ``lessons.<slug>``, ``widgets.<slug>``, ``exercises.<slug>``, where
   ``<slug>`` is the notebook's name without its number (``05_masking.ipynb`` -> ``masking``);
   and ``pretrained`` (notebook 09).
 
-The tools ``python -m attn_helpers train|bench|thumbnails`` are imported by nothing. Importing
+The tools ``python -m attn_helpers bench|thumbnails|progress`` are imported by nothing. Importing
 this package loads the core and ``setup`` only: no training stack, widgets or seaborn.
 """
 

@@ -1,15 +1,13 @@
 """A small, seeded training loop with a progress bar, and checkpoints saved in the repository.
 
 Every toy model in the course trains with :func:`train`; models that take longer than ~20 s to
-train on a 2-core CPU ship a checkpoint, listed in :data:`RECIPES`; notebooks load it with
-:func:`load_checkpoint` and ``python -m attn_helpers train NAME`` re-creates it from scratch.
+train on a 2-core CPU ship a checkpoint written by a study (``studies/``, re-run with
+``python3 course.py studies NAME``); notebooks load it with :func:`load_checkpoint`.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,26 +27,9 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "token_accuracy",
-    "RECIPES",
-    "run_recipe",
 ]
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
-
-#: Every shipped checkpoint and the lesson function that trains it from scratch, as
-#: ``"module:function"``; the function takes no argument and returns ``(model, metadata)``. The
-#: lessons sit above this module, so they are named here, not imported.
-RECIPES: dict[str, str] = {
-    "seq2seq_reversal_none": "attn_helpers.lessons.rnn_bottleneck:recipe_reversal_none",
-    "seq2seq_reversal_additive": "attn_helpers.lessons.rnn_bottleneck:recipe_reversal_additive",
-    "seq2seq_reversal_none_wide": "attn_helpers.lessons.rnn_bottleneck:recipe_reversal_none_wide",
-    "seq2seq_dates_general": "attn_helpers.lessons.rnn_bottleneck:recipe_dates_general",
-    "multihead_two_relations": "attn_helpers.lessons.multi_head:recipe",
-    "multihead_one_head": "attn_helpers.lessons.multi_head_study:recipe_one_head",
-    "positional_offsets": "attn_helpers.lessons.positional_encoding:recipe",
-    "build_gpt_ladder": "attn_helpers.lessons.build_gpt_ladder:recipe",
-}
-
 
 @contextmanager
 def single_thread() -> Iterator[None]:
@@ -180,7 +161,8 @@ def load_checkpoint(model: nn.Module, name_or_path: str | Path) -> dict:
     path = Path(name_or_path) if isinstance(name_or_path, Path) else checkpoint_path(name_or_path)
     if not path.exists():
         raise FileNotFoundError(
-            f"no checkpoint at {path}; create it with `python -m attn_helpers.train {path.stem}`"
+            f"no checkpoint at {path}; a study in studies/ writes it "
+            "(python3 course.py studies --check lists them)"
         )
     payload = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(payload["state_dict"])
@@ -206,17 +188,3 @@ def token_accuracy(
         total = int(mask.sum())
         return float("nan") if total == 0 else int((correct & mask).sum()) / total
     return correct.float().mean().item() if correct.numel() else math.nan
-
-
-def run_recipe(name: str, save: bool = True):
-    """Train checkpoint ``name`` (a key of :data:`RECIPES`) from scratch; save it unless
-    ``save=False``. Returns ``(model, metadata, seconds)``."""
-    if name not in RECIPES:
-        raise ValueError(f"unknown recipe {name!r}; available: {', '.join(RECIPES)}")
-    module, function = RECIPES[name].split(":")
-    started = time.monotonic()
-    model, metadata = getattr(importlib.import_module(module), function)()
-    seconds = time.monotonic() - started
-    if save:
-        save_checkpoint(model, name, {**metadata, "train_seconds": round(seconds, 1)})
-    return model, metadata, seconds

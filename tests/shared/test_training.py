@@ -110,7 +110,7 @@ def test_bad_inputs(tmp_path):
 
     with pytest.raises(FloatingPointError, match="loss became nan at step 1"):
         training.train(fresh_linear(), make_batch, nan_loss, steps=3, progress=False)
-    with pytest.raises(FileNotFoundError, match="python -m attn_helpers.train missing"):
+    with pytest.raises(FileNotFoundError, match="missing.pt; a study in studies/ writes it"):
         training.load_checkpoint(fresh_linear(), tmp_path / "missing.pt")
     with pytest.raises(ValueError, match="name must be letters"):
         training.checkpoint_path("../escape")
@@ -118,9 +118,3 @@ def test_bad_inputs(tmp_path):
         training.token_accuracy(torch.zeros(2, 3), torch.zeros(2, 2))
     with pytest.raises(ValueError, match="mask must be bool"):
         training.token_accuracy(torch.zeros(2, 2), torch.zeros(2, 2), torch.ones(2, 2))
-
-
-def test_seq2seq_recipes_are_registered():
-    found = training.RECIPES
-    for name in seq2seq.CONFIGS:
-        assert name in found and name.startswith("seq2seq_")

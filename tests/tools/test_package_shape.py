@@ -12,7 +12,7 @@ from attn_helpers.course_map import COURSE
 PACKAGE = Path(__file__).resolve().parents[2] / "attn_helpers"
 MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
            for p in sorted(PACKAGE.rglob("*.py"))}
-TOOLS = ("attn_helpers.__main__", "attn_helpers.train", "attn_helpers.bench", "attn_helpers.labserver")
+TOOLS = ("attn_helpers.__main__", "attn_helpers.bench", "attn_helpers.labserver")
 
 
 def imports(module: str) -> list[tuple[str, list[str]]]:
