@@ -4,6 +4,7 @@
     python3 course.py lab     set everything up (first time only) and open JupyterLab on the course
     python3 course.py test    set everything up and run the whole test suite, exactly as CI does
     python3 course.py progress [--reset]   which exercises you have passed, across all notebooks
+    python3 course.py site    build the static site into site/ from the stored notebooks ("Read online")
     python3 course.py studies --check | NAME ... | --all
                               the long experiments (studies/): check their records' fingerprints,
                               or re-run studies and record new fingerprints
@@ -121,7 +122,8 @@ def run_tests(extra: list[str], scratch: Path) -> None:
         say(f"[{time.monotonic() - started:.0f} s] {message}")
 
     step("lint: ruff on the package, the tests and the notebooks")
-    run([PYTHON, "-m", "ruff", "check", "attn_helpers", "tests", "notebooks", "course.py"])
+    run([PYTHON, "-m", "ruff", "check", "attn_helpers", "tests", "notebooks", "studies", "docs",
+         "course.py"])
     step("import tiers: lint-imports (contracts in pyproject.toml)")
     run([BIN / "lint-imports", "--no-cache"])
     step("studies: every shipped record's fingerprint matches today's code (studies/README.md)")
@@ -196,7 +198,8 @@ def run_tests(extra: list[str], scratch: Path) -> None:
 # frees first takes the next group, so the lanes end within a group's time (about a minute) of each
 # other, instead of one lane running all of them while the other waits (CI, 2026-11-26: the
 # nbval lane freed 47 s before the slow tests ended and then ran all 245 s of them alone).
-TEST_GROUPS = (("core", "shared", "tools"), ("lessons",), ("exercises",), ("widgets", "notebooks"))
+TEST_GROUPS = (("core", "shared", "tools", "site"), ("lessons",), ("exercises",),
+               ("widgets", "notebooks"))
 
 
 def test_groups() -> list[tuple[str, ...]]:
@@ -397,6 +400,13 @@ def studies(extra: list[str]) -> None:
         say(f"study {study.stem}: passed in {time.monotonic() - began:.0f} s; fingerprint recorded")
 
 
+def site(extra: list[str]) -> None:
+    """Build the static site into ``site/`` from the stored notebooks (``docs/site/build.py``)."""
+    setup()
+    say("building the static site into site/ from the stored notebooks (nothing is executed)")
+    run([PYTHON, ROOT / "docs" / "site" / "build.py", *extra])
+
+
 def progress(extra: list[str]) -> None:
     setup()
     run([PYTHON, "-m", "attn_helpers", "progress", *extra])
@@ -404,7 +414,7 @@ def progress(extra: list[str]) -> None:
 
 def main(argv: list[str]) -> None:
     commands = {"lab": lab, "test": test, "execute": execute, "progress": progress,
-                "studies": studies}
+                "studies": studies, "site": site}
     if not argv or argv[0] not in commands:
         print(__doc__)
         sys.exit(2)
