@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import re
-import types
 
 import torch
 
@@ -19,16 +18,6 @@ GAP = re.compile(r"(?<!\[)\.\.\.")
 
 def stub(*args):
     raise NotImplementedError
-
-
-def as_learner_code(fn):
-    """A copy of a checker's private generator (a function object of its own, the same code): it
-    stands for a learner who wrote that code, right or with one mistake. The original is refused
-    while a learner's function runs (the checker's own code); a learner's own text is not."""
-    copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
-                              fn.__closure__)
-    copy.__kwdefaults__ = fn.__kwdefaults__
-    return copy
 
 
 def assert_rejected(result, *fragments):

@@ -1,13 +1,11 @@
 r"""Checkers for notebook 08 (complexity): merging two partial online-softmax states
 (``complexity.merge_states``), FlashAttention-2's backward for causal attention in tiles
-(``complexity.causal_backward``, in :mod:`.complexity_backward`), and one step of causal linear
-attention as a recurrence (``complexity.linear_step``, in :mod:`.complexity_linear`).
+(``complexity.causal_backward``; never holding the n x n scores, which is the lesson), and one
+step of causal linear attention as a recurrence (``complexity.linear_step``).
 
 A state is the online softmax's ``(m, l, acc)``: ``m`` ``(..., n_q, 1)`` the running maximum of
 the scores (``-inf`` before any key), ``l`` ``(..., n_q, 1)`` the sum of ``exp(s - m)`` and ``acc``
-``(..., n_q, d_v)`` the sum of ``exp(s - m) v``; ``acc / l`` is the attention output. Each checker
-blocks the package functions that would do the exercise (``forbid=``), under any name the
-notebook imported them by.
+``(..., n_q, d_v)`` the sum of ``exp(s - m) v``; ``acc / l`` is the attention output.
 """
 
 from __future__ import annotations
@@ -19,11 +17,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-import attn_helpers
-
-from .. import efficient, ring
-from ..efficient import block_state
-from .core import CheckResult, Mistake, check_function, seeded
+from ..efficient import block_state, elu_feature_map
+from .core import AllocationWatch, CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
 __all__ = ["check_merge_states", "check_causal_backward", "check_linear_step",
@@ -31,22 +26,19 @@ __all__ = ["check_merge_states", "check_causal_backward", "check_linear_step",
 
 F64 = torch.float64
 STATE = ("m (the merged max)", "l (the merged sum)", "acc (the merged output sum)")
-_EXACT = [  # exact attention, blocked by every checker of notebook 08
-    (efficient, "tiled_attention"), (attn_helpers, "tiled_attention"),
-    (F, "scaled_dot_product_attention"), (attn_helpers, "scaled_dot_product_attention")]
 
 
-def _stages(candidate, reference, stages, *, what, output_names, atol, rtol, forbid,
+def _stages(candidate, reference, stages, *, what, output_names, atol, rtol,
             **more) -> CheckResult:
     """:func:`check_function` over groups ``(cases, mistakes, nan_hint)``; the first miss is
     reported (numbered among all cases), else one verdict. A later group is reached only by
     answers that pass the earlier ones, where the known mistakes fail: it needs only its hint.
-    ``more``: further keywords of :func:`check_function` (``instead``, ``guard``)."""
+    ``more``: further keywords of :func:`check_function` (``watch``, ``error_hints``)."""
     total, done = sum(len(cases) for cases, _, _ in stages), 0
     for cases, mistakes, nan_hint in stages:
         result = check_function(candidate, reference, cases, what=what, output_names=output_names,
                                 mistakes=mistakes, nan_hint=nan_hint, atol=atol, rtol=rtol,
-                                forbid=forbid, **more)
+                                **more)
         if not result:
             return CheckResult(False, re.sub(r"on case (\d+) of \d+", lambda m, done=done: (
                 f"on case {int(m[1]) + done} of {total}"), result.message, count=1))
@@ -59,8 +51,7 @@ def _stages(candidate, reference, stages, *, what, output_names, atol, rtol, for
 
 
 def merge_states_reference(m1, l1, acc1, m2, l2, acc2):  # noqa: E741 - the paper's names
-    """The state of the union of two disjoint sets of keys, from each set's state (written out, as
-    the checker blocks ``efficient.merge_states``; tested equal to it)."""
+    """The state of the union of two disjoint sets of keys, from each set's state."""
     m = torch.maximum(m1, m2)
     safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))   # both empty: 0, not NaN
     c1, c2 = torch.exp(m1 - safe), torch.exp(m2 - safe)
@@ -161,8 +152,6 @@ def check_merge_states(merge: Callable) -> CheckResult:
     ``(..., n_q, 1)``, ``acc_i`` ``(..., n_q, d_v)``, the states of two disjoint sets of keys."""
     overflow = ("exp of a max near 1000 overflows: never exponentiate m1 or m2 alone, only "
                 "the differences m1 - m and m2 - m, which are at most 0.")
-    forbid = [(efficient, "merge_states"), (ring, "merge_states"), (efficient, "online_softmax_step"),
-              (efficient, "block_state"), (attn_helpers, "online_softmax_step"), *_EXACT]
     both_empty = ("both states are empty in some rows (m1 = m2 = -inf), so m = -inf and m1 - m "
                   "= -inf - (-inf) is NaN: rescale against a max that is finite in every row (what "
                   "can stand in for m where it is -inf, without changing the other rows?); the "
@@ -170,11 +159,316 @@ def check_merge_states(merge: Callable) -> CheckResult:
     return _stages(merge, merge_states_reference,
                    [(_merge_cases(), _merge_mistakes(), overflow), (_large_merge_cases(), [], overflow),
                     (_empty_merge_cases(), [], both_empty)],
-                   what="merge_states", output_names=STATE, atol=1e-9, rtol=1e-7, forbid=forbid)
+                   what="merge_states", output_names=STATE, atol=1e-9, rtol=1e-7)
 
 
-# Exercises 2 (the causal backward, in tiles) and 3 (one step of causal linear attention) have
-# their own files; imported last, in this order, so the exercises register (and progress() lists
-# them) in the notebook's order.
-from .complexity_backward import causal_backward_reference, check_causal_backward  # noqa: E402
-from .complexity_linear import check_linear_step, linear_step_reference  # noqa: E402
+# --- exercise 2: the causal backward, in tiles (Dao 2023, Algorithm 2) -------------------------
+
+
+GRADS = ("dq", "dk", "dv")
+
+
+def causal_backward_reference(q, k, v, O, lse, d_out, B):
+    """FlashAttention-2's causal backward: key tiles outside, query tiles inside, from the first
+    query tile that reaches the diagonal."""
+    n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])
+    D = (d_out * O).sum(dim=-1, keepdim=True)                       # (..., n, 1), whole rows
+    lse = lse.unsqueeze(-1)                                         # (..., n, 1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for j in range(0, n, B):                                        # K_j, V_j
+        J, cols = slice(j, j + B), torch.arange(j, min(j + B, n))
+        for i in range(j, n, B):                                    # Q_i with i + B > j
+            I, rows = slice(i, i + B), torch.arange(i, min(i + B, n))
+            S = (q[..., I, :] @ k[..., J, :].mT * scale).masked_fill(cols > rows[:, None], -math.inf)
+            P = torch.exp(S - lse[..., I, :])
+            dS = P * (d_out[..., I, :] @ v[..., J, :].mT - D[..., I, :])
+            dq[..., I, :] += dS @ k[..., J, :] * scale
+            dk[..., J, :] += dS.mT @ q[..., I, :] * scale
+            dv[..., J, :] += P.mT @ d_out[..., I, :]
+    return dq, dk, dv
+
+
+def _no_full_scores(inputs: dict) -> AllocationWatch | None:
+    """The lesson's constraint: with tiles smaller than the sequence, no tensor as large as the
+    ``(..., n, n)`` scores; FlashAttention holds one B x B tile of them at a time."""
+    q, B = inputs["q"], inputs["B"]
+    n = q.shape[-2]
+    full = q[..., 0].numel() * n                                    # batch * n * n
+
+    def refuse(t: torch.Tensor, call: str) -> str | None:
+        if B < n and t.numel() >= full:
+            return (f"causal_backward built a tensor of shape {tuple(t.shape)} ({call}), as large "
+                    f"as the (..., n, n) scores (n = {n}). The point of tiling is never to hold "
+                    "the n x n matrix: recompute each B x B tile's P from the saved lse, one tile "
+                    "at a time.")
+        return None
+
+    return AllocationWatch(refuse)
+
+
+# --- the cases ----------------------------------------------------------------------------------
+
+
+def _case(g, batch, n, d_k, d_v, B, *, large=False) -> dict:
+    """Causal attention over ``n`` tokens: inputs, the forward's ``O`` and ``lse`` ``(..., n)``."""
+    def rand(*shape):
+        return torch.randn(*batch, *shape, generator=g, dtype=F64)
+
+    q, k, v, d_out = rand(n, d_k), rand(n, d_k), rand(n, d_v), rand(n, d_v)
+    if large:                                                       # scores near 1000
+        q[..., 0], k[..., 0] = 1000.0 * math.sqrt(d_k), 1.0
+    future = torch.ones(n, n, dtype=torch.bool).triu(1)
+    s = (q @ k.mT / math.sqrt(d_k)).masked_fill(future, -math.inf)
+    return {"q": q, "k": k, "v": v, "O": torch.softmax(s, dim=-1) @ v,
+            "lse": torch.logsumexp(s, dim=-1), "d_out": d_out, "B": B}
+
+
+def _cases() -> list[dict]:
+    g = seeded(84)
+    return [_case(g, (), 16, 3, 2, 4),            # n = 4 B; a tile is smaller than a strip
+            _case(g, (2, 3), 10, 2, 3, 4),        # batch and heads; a short last tile
+            _case(g, (), 5, 2, 3, 1),             # B = 1: one token per tile
+            _case(g, (2,), 6, 4, 3, 8),           # B >= n: one tile, on the diagonal
+            _case(g, (), 13, 4, 4, 5)]            # 13 = 2 * 5 + 3
+
+
+def _large_cases() -> list[dict]:
+    """Scores near 1000: exp(S) overflows, exp(S - lse) does not."""
+    return [_case(seeded(85), (), 8, 2, 2, 3, large=True)]
+
+
+# --- the known mistakes -------------------------------------------------------------------------
+
+
+def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal",  # noqa: C901
+                   fill=-math.inf, mask_ds_only=False, tile_d=False, local_softmax=False,
+                   scale_grads=(True, True), scale_scores=True, assign=(), lse_keys=False,
+                   d_keys=False, no_lse=False, no_d=False):
+    """The backward with one thing changed. ``visit``: which tiles are computed ("causal": all but
+    those above the diagonal; "all"; "below": only ``j < i``, the diagonal tiles skipped);
+    ``mask``: the mask in a visited tile; ``assign``: which of dq, dk, dv are assigned, not added."""
+    n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])
+    D = (d_out * O).sum(dim=-1, keepdim=not d_keys)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for j in range(0, n, B):
+        J, cols = slice(j, j + B), torch.arange(j, min(j + B, n))[None, :]
+        for i in range(0, n, B):
+            if {"causal": j >= i + B, "all": False, "below": j >= i}[visit]:
+                continue
+            I, rows = slice(i, i + B), torch.arange(i, min(i + B, n))[:, None]
+            allowed = {"causal": cols <= rows, "none": cols >= 0, "strict": cols < rows,
+                       "inverted": cols > rows,                      # "local": the tile's own
+                       "local": cols - j <= rows - i}[mask]           # indices, not positions
+            S = q[..., I, :] @ k[..., J, :].mT * (scale if scale_scores else 1.0)
+            S_masked = S.masked_fill(~allowed, fill)
+            row_lse = lse[..., I][..., None, :] if lse_keys else lse[..., I, None]
+            P = torch.exp((S if mask_ds_only else S_masked) - (0.0 if no_lse else row_lse))
+            if local_softmax:                                       # this tile's keys only
+                P = torch.softmax(S_masked, dim=-1).nan_to_num(0.0)
+            dP = d_out[..., I, :] @ v[..., J, :].mT
+            D_i = D[..., I][..., None, :] if d_keys else D[..., I, :]
+            D_i = (P * allowed * dP).sum(-1, keepdim=True) if tile_d else D_i * (not no_d)
+            dS = P * (dP - D_i) * (allowed if mask_ds_only else True)
+            shares = {"dq": (dq, I, dS @ k[..., J, :] * (scale if scale_grads[0] else 1.0)),
+                      "dk": (dk, J, dS.mT @ q[..., I, :] * (scale if scale_grads[1] else 1.0)),
+                      "dv": (dv, J, P.mT @ d_out[..., I, :])}
+            for name, (grad, rows_of, share) in shares.items():
+                grad[..., rows_of, :] = share + (0 if name in assign else grad[..., rows_of, :])
+    return dq, dk, dv
+
+
+def _wrong(message: str, *variants: dict) -> list[Mistake]:
+    return [Mistake(lambda *a, _v=v: _backward_with(*a, **_v), message) for v in variants]
+
+
+def _mistakes() -> list[Mistake]:
+    return [
+        *_wrong("no causal mask: keys after a query leaked into its gradients (every tile was "
+                "computed, none masked). A tile wholly above the diagonal contributes nothing; "
+                "skip it, and mask the future keys where a tile crosses the diagonal.",
+                {"visit": "all", "mask": "none"}),
+        *_wrong("the tiles that cross the diagonal were not masked: skipping the tiles above it is "
+                "not enough, a diagonal tile holds future keys too.", {"mask": "none"}),
+        *_wrong("the diagonal tiles were skipped (j >= i rather than j >= i + B): they hold each "
+                "token's own key and its nearest past keys; only a tile whose first key comes "
+                "after its last query is wholly above the diagonal.", {"visit": "below"}),
+        *_wrong("the mask was built from the tile's own indices (a tril of the tile, from 0): it "
+                "must compare token positions, i + a for query a and j + b for key b. A tile "
+                "below the diagonal needs no mask at all.", {"mask": "local"},
+                {"mask": "local", "visit": "all"}),
+        *_wrong("the diagonal was masked: query t may attend to key t itself (key <= query).",
+                {"mask": "strict"}),
+        *_wrong("the mask is inverted: it kept the future keys and removed the past ones.",
+                {"mask": "inverted"}, {"mask": "inverted", "visit": "all"}),
+        *_wrong("the masked scores were set to 0, not -inf: exp(0 - lse) is not 0, so future keys "
+                "still got weight; fill with -inf (or zero P where masked).",
+                {"fill": 0.0}, {"fill": 0.0, "visit": "all"}),
+        *_wrong("dS was masked but P was not: dV_j = P^T dO_i still collected future keys; mask "
+                "the scores before the exponential.", {"mask_ds_only": True}),
+        *_wrong("D was recomputed as rowsum(P * dP) over one tile: D = rowsum(dO * O) covers the "
+                "whole row, which no tile sees; compute it once, from O, before the loops.",
+                {"tile_d": True}),
+        *_wrong("P was normalised within the tile (a softmax over its keys): the row's other tiles "
+                "hold the rest of its weight. P = exp(S - lse), with the lse of the whole row "
+                "that the forward pass saved.", {"local_softmax": True}),
+        *_wrong("dS = P * dP misses its second term: the softmax's backward subtracts, in each "
+                "row, the weighted mean of dP (the same number for every key of the row), which "
+                "section 5 called D.", {"no_d": True}),
+        *_wrong("P = exp(S) without the lse: the tile's P is exp(S - lse), each row normalised by "
+                "the log-sum-exp of its whole row.", {"no_lse": True}),
+        *_wrong("lse broadcast along the keys: lse is (..., n), so its slice (..., B) lines up "
+                "with a tile's last axis (the keys); give each row its own, lse.unsqueeze(-1).",
+                {"lse_keys": True}),
+        *_wrong("D broadcast along the keys: rowsum(dO * O) without keepdim is (..., n) and its "
+                "slice lines up with a tile's last axis (the keys); keep it (..., n, 1).",
+                {"d_keys": True}),
+        *_wrong("the scores miss the scale: S = Q_i K_j^T / sqrt(d_k), as in the forward pass "
+                "that computed lse.", {"scale_scores": False}),
+        *_wrong("dq or dk misses the scale: S = Q K^T / sqrt(d_k), so both gradients carry "
+                "1 / sqrt(d_k) (the chain rule through the scaling).",
+                {"scale_grads": (False, False)}, {"scale_grads": (False, True)},
+                {"scale_grads": (True, False)}),
+        *_wrong("dK_j or dV_j was assigned in each query tile, not added: the last query tile "
+                "overwrote the others. Every query tile that sees key tile j adds its share.",
+                {"assign": ("dk", "dv")}, {"assign": ("dk",)}, {"assign": ("dv",)}),
+        *_wrong("dQ_i was assigned in each key tile, not added: the last key tile overwrote the "
+                "others. Every key tile that query tile i sees adds its share.",
+                {"assign": ("dq",)}, {"assign": ("dq", "dk", "dv")}),
+    ]
+
+
+@exercise("complexity.causal_backward", "FlashAttention-2's backward for causal attention, in tiles",
+          hints=(
+              "Section 5 had one block of queries: each key tile's dK_j and dV_j were done in one "
+              "step, and no tile was masked. Here the queries come in tiles of B too, and the mask "
+              "is causal. Which pairs of tiles contribute anything, which need the mask, and which "
+              "results are complete only once a loop has finished?",
+              "Compare a tile's last query position with its first key position: when can the "
+              "tile contribute nothing at all, and when does it need the mask? P and D are about "
+              "whole rows, which no tile sees: what did the forward pass save for each row, and "
+              "which of the saved tensors give D without any P? Which of dQ, dK, dV is complete "
+              "only after the inner loop, and which only after the outer one?",
+              "n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])\n"
+              "D = ...                                   # (..., n, 1), once, from whole rows\n"
+              "lse = lse.unsqueeze(-1)                   # (..., n, 1): one value per row\n"
+              "dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)\n"
+              "for j in range(0, n, B):                  # outer loop: the key tile K_j, V_j\n"
+              "    K_j, V_j = k[..., j:j + B, :], v[..., j:j + B, :]\n"
+              "    cols = torch.arange(j, min(j + B, n))             # the keys' positions\n"
+              "    for i in range(...):                  # inner loop: the query tiles that see K_j\n"
+              "        Q_i, dO_i = q[..., i:i + B, :], d_out[..., i:i + B, :]\n"
+              "        rows = torch.arange(i, min(i + B, n))[:, None]  # the queries' positions\n"
+              "        S = ...                           # (..., B_q, B_k), -inf at future keys\n"
+              "        P = ...                           # from the rows' saved lse\n"
+              "        dS = P * (dO_i @ V_j.mT - D[..., i:i + B, :])\n"
+              "        dq[..., i:i + B, :] += ...\n"
+              "        dk[..., j:j + B, :] += ...\n"
+              "        dv[..., j:j + B, :] += ...\n"
+              "return dq, dk, dv"))
+def check_causal_backward(backward: Callable) -> CheckResult:
+    """Exercise: ``backward(q, k, v, O, lse, d_out, B) -> (dq, dk, dv)`` for causal attention over
+    ``n`` tokens: ``q``, ``k`` ``(..., n, d_k)``, ``v``, ``O``, ``d_out`` ``(..., n, d_v)``, ``lse``
+    ``(..., n)``; tiles of ``B`` queries by ``B`` keys (``n`` need not be a multiple of ``B``).
+    Checked against the written-out reference (tested equal to autograd)."""
+    overflow = "exp(S) overflowed: never exponentiate a raw score; P = exp(S - lse) is at most 1."
+    short_tile = ("when n is not a multiple of B, the last tile is shorter than B: take each tile's "
+                  "size (and its positions) from its slice, not from B.")
+    return _stages(backward, causal_backward_reference,
+                   [(_cases(), _mistakes(), overflow), (_large_cases(), [], overflow)],
+                   what="causal_backward", output_names=GRADS, atol=1e-9, rtol=1e-7,
+                   watch=_no_full_scores,
+                   error_hints=[("must match the size of tensor", short_tile)])
+
+
+# --- exercise 3: one step of causal linear attention ---------------------------------------------
+
+
+def linear_step_reference(S, z, q_t, k_t, v_t):
+    """Add token t to ``(S, z)``, then read with ``phi(q_t)``: ``(o_t, S_t, z_t)``."""
+    phi_q, phi_k = F.elu(q_t) + 1, F.elu(k_t) + 1
+    S_t, z_t = S + phi_k[..., :, None] * v_t[..., None, :], z + phi_k
+    return (phi_q[..., None, :] @ S_t).squeeze(-2) / (phi_q * z_t).sum(-1, keepdim=True), S_t, z_t
+
+
+def _linear_case(g, batch, d_k, d_v, before: int) -> dict:
+    """The state after ``before`` earlier tokens, and token t."""
+    def rand(*shape):
+        return torch.randn(*batch, *shape, generator=g, dtype=F64)
+
+    k, v = rand(before, d_k), rand(before, d_v)
+    phi_k = elu_feature_map(k)
+    S, z = phi_k.mT @ v, phi_k.sum(-2)
+    return {"S": S, "z": z, "q_t": rand(d_k), "k_t": rand(d_k), "v_t": rand(d_v)}
+
+
+def _linear_cases() -> list[dict]:
+    g = seeded(86)
+    return [_linear_case(g, (), 4, 4, 5), _linear_case(g, (2, 3), 3, 5, 4),
+            _linear_case(g, (), 2, 3, 0), _linear_case(g, (2,), 6, 2, 9)]
+
+
+def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, normalise=True,
+               replace=False, transpose=False, raw_z=False, phi_v=False):
+    """One step with one thing changed, for the known mistakes."""
+    pq, pk = phi(q_t), phi(k_t)
+    v_t = elu_feature_map(v_t) if phi_v else v_t
+    outer = (v_t[..., :, None] * pk[..., None, :]) if transpose else pk[..., :, None] * v_t[..., None, :]
+    S_new = outer if replace else S + outer
+    z_new = (k_t if raw_z else pk) + (0 if replace else z)
+    S_read, z_read = (S, z) if read_first else (S_new, z_new)
+    num = (pq[..., None, :] @ S_read).squeeze(-2)
+    o = num / (pq * z_read).sum(-1, keepdim=True) if normalise else num
+    return o, S_new, z_new
+
+
+def _linear_mistakes() -> list[Mistake]:
+    return [
+        Mistake(lambda *a: _step_with(*a, read_first=True),
+                "o_t was read from the state before token t was added: token t must see itself "
+                "(add first, then read)."),
+        Mistake(lambda *a: _step_with(*a, normalise=False),
+                "the normaliser is missing: divide phi(q_t)^T S_t by phi(q_t)^T z_t."),
+        Mistake(lambda *a: _step_with(*a, replace=True),
+                "the state was replaced by token t's terms, not added to: S_t = S_{t-1} + "
+                "phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t)."),
+        Mistake(lambda *a: _step_with(*a, transpose=True),
+                "the outer product is transposed: S is (d_k, d_v), its new term phi(k_t) v_t^T."),
+        Mistake(lambda *a: _step_with(*a, raw_z=True),
+                "z collected k_t itself: the normaliser sums the features, z_t = z_{t-1} + phi(k_t)."),
+        Mistake(lambda *a: _step_with(*a, phi=F.elu),
+                "phi = elu without the + 1: the feature map is elu(x) + 1, positive, so the "
+                "normaliser never reaches 0."),
+        Mistake(lambda *a: _step_with(*a, phi=F.relu),
+                "phi = relu: the feature map here is elu(x) + 1 (Katharopoulos et al.), which is "
+                "positive everywhere; relu zeroes the negative half and changes every output."),
+        Mistake(lambda *a: _step_with(*a, phi=lambda x: x),
+                "no feature map: phi(x) = elu(x) + 1 is applied to q_t and k_t."),
+        Mistake(lambda *a: _step_with(*a, phi_v=True),
+                "phi was applied to the value too: only q_t and k_t go through the feature map."),
+    ]
+
+
+@exercise("complexity.linear_step", "one step of causal linear attention: state in, state out",
+          hints=(
+              "In section 6's formula, which factor of each term in the numerator and the "
+              "denominator depends on j, and which does not? Take the one that does not out of "
+              "the sums: what is left inside is the state. Add token t's terms first, then read "
+              "the new state with phi(q_t). phi(x) = elu(x) + 1 (torch.nn.functional.elu).",
+              "Once phi(q_t) is out, the sums over the past keys in the numerator and the "
+              "denominator no longer depend on the query: they can be carried from step to step "
+              "as a running state, S for the numerator and z for the denominator, and step t "
+              "updates each with token t's key (and value) alone. Then phi(q_t) reads the new "
+              "state; keep the denominator (..., 1) so that it divides the (..., d_v) numerator.",
+              "pq, pk = torch.nn.functional.elu(q_t) + 1, torch.nn.functional.elu(k_t) + 1\n"
+              "S_t = ...                            # (..., d_k, d_v): S plus token t's term\n"
+              "z_t = ...                            # (..., d_k): z plus token t's term\n"
+              "o_t = ...                            # (..., d_v): the new state read with phi(q_t)\n"
+              "return o_t, S_t, z_t"))
+def check_linear_step(step: Callable) -> CheckResult:
+    """Exercise: ``step(S, z, q_t, k_t, v_t) -> (o_t, S_t, z_t)``: ``S`` ``(..., d_k, d_v)``,
+    ``z``, ``q_t``, ``k_t`` ``(..., d_k)``, ``v_t`` ``(..., d_v)``; ``o_t`` ``(..., d_v)``."""
+    return check_function(step, linear_step_reference, _linear_cases(), what="linear_step",
+                          output_names=("o_t", "S_t", "z_t"), mistakes=_linear_mistakes(),
+                          nan_hint="a normaliser of 0: add token t before reading, and use "
+                                   "phi = elu + 1, which keeps it positive.",
+                          atol=1e-9, rtol=1e-7)

@@ -1,34 +1,25 @@
-"""Checkers for the "check yourself" exercises.
+"""The framework of the "check yourself" exercises.
 
-:func:`check_function` runs a learner's function and a reference on the same seeded inputs,
-edge cases included, and explains the first mismatch in plain words: which case, which input
-shapes, what went wrong (an exception, a wrong shape, NaN, a wrong number) and, when the answer
-matches a known mistake, a hint. Each notebook's checkers live in their own module of this
-package and are thin wrappers that fix the reference, the cases and the known mistakes.
+:func:`check_function` runs a learner's function and a reference on the same seeded inputs, edge
+cases included, and explains the first mismatch in plain words: which case, which input shapes,
+what went wrong (an exception, a wrong shape, NaN, a wrong number) and, when the answer matches a
+known mistake, what that mistake is. :func:`gradient_mismatch` compares a module's gradients after
+one backward. :class:`AllocationWatch` is the one watcher of the constraints that are a lesson
+itself (no n x n scores where the lesson is memory, no K/V copied to every head).
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
-from .borrowing import (  # noqa: F401  (re-exported: checkers import them from here)
-    BlockedCall,
-    BorrowedCall,
-    _borrowable,
-    _checker_modules,
-    _closure_cells,
-    _defined_in_checkers,
-    _namespaces,
-    blocking,
-)
-
-__all__ = ["BORROWED", "CheckResult", "Mistake", "Refused", "as_number", "blocking", "check_function",
-           "describe", "own_work_guard", "refusing_ops", "seeded"]
+__all__ = ["AllocationWatch", "CheckResult", "Mistake", "Refused", "as_number", "check_function",
+           "clone_inputs", "compare", "describe", "detached_parts", "gradient_mismatch", "held",
+           "seeded", "size"]
 
 
 @dataclass(frozen=True)
@@ -54,19 +45,33 @@ class Mistake:
     hint: str
 
 
+class Refused(Exception):
+    """Raised while a learner's function runs when it breaks a constraint that is the lesson
+    (builds the matrix it must avoid); its text is the whole explanation the learner sees."""
+
+
+def seeded(seed: int) -> torch.Generator:
+    """A generator for building an exercise's cases, so its verdicts are reproducible."""
+    return torch.Generator().manual_seed(seed)
+
+
+def size(g: torch.Generator, low: int, high: int) -> int:
+    """A seeded random size in ``[low, high]``, for cases with random shapes."""
+    return int(torch.randint(low, high + 1, (), generator=g))
+
+
 def describe(inputs: dict) -> str:
     """``q: float32 (2, 3, 4), mask: bool (3, 3)``: what a case's inputs look like."""
     parts = []
     for name, value in inputs.items():
         if isinstance(value, torch.Tensor):
-            dtype = str(value.dtype).removeprefix("torch.")
-            parts.append(f"{name}: {dtype} {tuple(value.shape)}")
+            parts.append(f"{name}: {str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}")
         else:
             parts.append(f"{name}={value!r}")
     return ", ".join(parts)
 
 
-def _clone(inputs: dict) -> dict:
+def clone_inputs(inputs: dict) -> dict:
     return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
@@ -79,8 +84,8 @@ def _close(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, 
     return torch.allclose(got.double(), expected.double(), atol=atol, rtol=rtol, equal_nan=equal_nan)
 
 
-def _compare(got, expected, name: str, atol: float, rtol: float, *,
-             same_dtype: bool = False) -> str | None:
+def compare(got, expected, name: str, atol: float = 1e-5, rtol: float = 1e-4, *,
+            same_dtype: bool = False) -> str | None:
     """None if ``got`` matches ``expected``, else a sentence saying how it differs. ``name`` may
     be singular or plural ("the output", "the tokens"), so no sentence has it as its subject."""
     if not isinstance(got, torch.Tensor):
@@ -88,7 +93,7 @@ def _compare(got, expected, name: str, atol: float, rtol: float, *,
     if got.shape != expected.shape:
         return (f"you returned {name} with shape {tuple(got.shape)}, but the right answer has "
                 f"shape {tuple(expected.shape)}.")
-    if not got.is_floating_point():
+    if expected.is_floating_point() and not got.is_floating_point():
         return f"you returned {name} with dtype {got.dtype}; expected a floating-point tensor."
     if same_dtype and got.dtype != expected.dtype:
         return (f"you returned {name} as {got.dtype}; the right answer is {expected.dtype} (the "
@@ -102,7 +107,7 @@ def _compare(got, expected, name: str, atol: float, rtol: float, *,
         diff = (got.double() - expected.double()).abs()
         diff = diff.masked_fill(got.double() == expected.double(), 0)  # equal infinities: no gap
         over = diff / (atol + rtol * expected.double().abs())  # > 1 where the tolerance breaks
-        over = torch.where(diff > 0, torch.nan_to_num(over, nan=float("inf")), 0)  # 0/0, inf/inf
+        over = torch.where(diff > 0, torch.nan_to_num(over, nan=float("inf")), 0)
         index = tuple(int(i) for i in (over == over.max()).nonzero()[0])
         whole = bool((expected == expected.round()).all() and (got == got.round()).all())
         form = ".0f" if whole else ".4g"                  # token ids and counts as whole numbers
@@ -124,39 +129,33 @@ def _why(exc: Exception) -> str:
     return f"it raised {type(exc).__name__}"
 
 
-class Refused(Exception):
-    """Raised by a checker's ``guard`` (see :func:`check_function`) when the learner's function
-    does something the exercise rules out (builds the matrix it must avoid); its text is the
-    whole explanation the learner sees."""
+class AllocationWatch(torch.overrides.TorchFunctionMode):
+    """The one watcher of allocated tensors: while it is entered, every tensor that a torch call
+    in the learner's own Python returns (``q @ k.mT``, ``k.repeat_interleave(...)``, an
+    ``nn.Linear``'s output) is handed to ``refuse(tensor, call_name)``, which returns None or the
+    text of a :class:`Refused`. What a library call allocates inside itself (``matmul``
+    broadcasting a size-1 axis) is not seen: only what the learner's code holds."""
+
+    def __init__(self, refuse: Callable[[torch.Tensor, str], str | None]):
+        super().__init__()
+        self.refuse = refuse
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, tuple | list) else (out,):
+            if isinstance(t, torch.Tensor):
+                why = self.refuse(t, getattr(func, "__name__", str(func)))
+                if why:
+                    raise Refused(why)
+        return out
 
 
-#: True while a checker runs a reference solution (``check(fn_solution, solution=True)``, set by
-#: the workflow): then a solution may call another, and nothing is refused as borrowed.
-CHECKING_A_SOLUTION: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "checking_a_solution", default=False)
-
-#: The object the learner handed to a registered checker (set by the workflow while it runs):
-#: its globals and closure are searched for solutions even when the checker wraps it.
-LEARNER: contextvars.ContextVar[object] = contextvars.ContextVar("learner", default=None)
-
-
-def own_work_guard(candidate: Callable, reference: Callable) -> Callable[[], object]:
-    """For a checker that calls the learner's function itself (not through
-    :func:`check_function`): ``guard()`` gives the context to enter around each call, in which,
-    as in :func:`check_function`, the collapsed cells' solutions, ``reference`` and the checkers'
-    own code are refused however they are reached (a wrapper, an alias), unless a reference
-    solution is being checked. A refusal raises :class:`BorrowedCall` (or :class:`BlockedCall`)."""
-    root = LEARNER.get() if LEARNER.get() is not None else candidate
-    own_work = not CHECKING_A_SOLUTION.get() and not _defined_in_checkers(root)
-    borrowed = _borrowable(root, reference, ()) if own_work else {}
-    namespaces = ([*_namespaces(root), *(vars(m) for m in _checker_modules())]
-                  if own_work else [])
-    cells = _closure_cells(root) if own_work else ()
-    return lambda: blocking((), namespaces=namespaces, borrowed=borrowed, cells=cells)
-
-
-BORROWED = ("Wrapping it does the exercise for you and never counts as your pass; write the steps "
-            "yourself.")
+def held(t: torch.Tensor) -> int:
+    """How many numbers the storage behind ``t`` holds (a view holds its base's)."""
+    try:
+        return t.untyped_storage().nbytes() // t.element_size()
+    except (RuntimeError, NotImplementedError):   # no storage to read (a meta or sparse tensor)
+        return 0
 
 
 def check_function(
@@ -170,71 +169,31 @@ def check_function(
     nan_hint: str | None = None,
     atol: float = 1e-5,
     rtol: float = 1e-4,
-    forbid: Sequence[tuple[object, str]] = (),
-    instead: str = "Write the steps yourself",
-    guard: Callable[[dict], contextlib.AbstractContextManager] | None = None,
+    watch: Callable[[dict], contextlib.AbstractContextManager] | None = None,
     error_hints: Sequence[tuple[str, str]] = (),
     same_dtype: bool = False,
 ) -> CheckResult:
     """Run ``candidate(*case.values())`` and the reference on every case; explain the first miss.
 
     Arguments are passed by position, in the order of each case's keys, so the learner may name
-    their parameters as they like.
-
-    Args:
-        candidate: the learner's function.
-        reference: the correct function; may return a tensor or a tuple of tensors.
-        cases: keyword-argument dicts, deterministic so the verdict is reproducible.
-        what: how to name the candidate in messages.
-        output_names: names of the returned tensors, in order, for messages.
-        mistakes: known wrong answers, checked in order, whose hint is added on a mismatch.
-        nan_hint: added when the candidate gives NaN or inf where the answer is finite.
-        forbid: ``(owner, name)`` pairs of library functions that would do the exercise for the
-            learner; calling one while the candidate runs fails the check with a message naming
-            it (see :func:`blocking`), and so does handing one in as the answer itself. The
-            reference and the known mistakes may use them.
-        instead: what the learner should write instead of a forbidden call (said in its message).
-        guard: ``guard(inputs)`` returns a context manager entered around each candidate call; it
-            raises :class:`Refused` to fail the check with its own message (used to watch for a
-            tensor the exercise says not to build).
-        error_hints: ``(fragment, hint)`` pairs: when the candidate raises an exception whose
-            text contains ``fragment``, the likely mistake ``hint`` is named after it.
-        same_dtype: each returned tensor must have the reference's dtype (where the exercise
-            promises one: the input's, or a named one).
+    their parameters as they like. ``mistakes`` are checked in order and the first whose output
+    equals the candidate's names what went wrong; ``nan_hint`` is added when the candidate gives
+    NaN or inf where the answer is finite; ``watch(inputs)`` gives a context entered around each
+    candidate call (an :class:`AllocationWatch`; a :class:`Refused` fails the check with its
+    text); ``error_hints`` are ``(fragment, hint)`` pairs for an exception whose text holds the
+    fragment; ``same_dtype``: each returned tensor must have the reference's dtype.
     """
     if not callable(candidate):
         return CheckResult(False, f"Not yet: {what} is not a function (got {type(candidate).__name__}).")
-    for owner, name in forbid:
-        if candidate is getattr(owner, name, None):
-            label = f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"
-            return CheckResult(False, f"Not yet: {what} is {label}, which does this exercise for "
-                                      f"you. {instead}; the checker refuses it here.")
     cases = list(cases)
-    # The learner's own work only: while it runs, the collapsed cells' solutions, the checkers'
-    # references and known mistakes are refused, however they are reached (a wrapper, an alias).
-    # Not for a reference solution, nor for the checkers' own known mistakes that tests hand in.
-    root = LEARNER.get() if LEARNER.get() is not None else candidate
-    own_work = not CHECKING_A_SOLUTION.get() and not _defined_in_checkers(root)
-    borrowed = _borrowable(root, reference, mistakes) if own_work else {}
-    namespaces = [*_namespaces(candidate), *(ns for ns in _namespaces(root) if all(
-        ns is not n for n in _namespaces(candidate)))] if (forbid or own_work) else []
-    if own_work:
-        namespaces += [vars(m) for m in _checker_modules()]
-    cells = _closure_cells(root) if own_work else ()
     for number, case in enumerate(cases, start=1):
         where = f"case {number} of {len(cases)} ({describe(case)})"
-        inputs = _clone(case)
+        inputs = clone_inputs(case)
         try:
-            watch = guard(inputs) if guard is not None else contextlib.nullcontext()
-            with blocking(forbid, namespaces=namespaces, borrowed=borrowed, cells=cells), watch:
+            with watch(inputs) if watch is not None else contextlib.nullcontext():
                 got = candidate(*inputs.values())
         except NotImplementedError:  # the stored stub: say so, and nothing more
             return CheckResult(False, f"{what} is not implemented yet.")
-        except BorrowedCall as exc:
-            return CheckResult(False, f"Not yet: {what} called {exc}. {BORROWED}")
-        except BlockedCall as exc:
-            return CheckResult(False, f"Not yet: {what} called {exc}, which does this exercise for "
-                                      f"you. {instead}; the checker blocks it here.")
         except Refused as exc:
             return CheckResult(False, f"Not yet: on {where}, {exc}")
         except Exception as exc:  # the learner's bug, reported in words
@@ -251,50 +210,87 @@ def check_function(
                                           f"'{name}' in place; work on a copy instead.")
         if got is None and number == 1:
             return CheckResult(False, f"{what} is not implemented yet (it returned None).")
-        expected = _as_tuple(reference(*_clone(case).values()))
+        expected = _as_tuple(reference(*clone_inputs(case).values()))
         got = tuple(got) if isinstance(got, list) and len(expected) > 1 else _as_tuple(got)
         if len(got) != len(expected):
             return CheckResult(False, f"Not yet: on {where}, {what} returned {len(got)} value(s); "
                                       f"expected {len(expected)} ({', '.join(output_names)}).")
         names = [*output_names, *(f"output {i + 1}" for i in range(len(output_names), len(got)))]
         for name, g, e in zip(names, got, expected, strict=False):
-            problem = _compare(g, e, name, atol, rtol, same_dtype=same_dtype)
+            problem = compare(g, e, name, atol, rtol, same_dtype=same_dtype)
             if problem is None:
                 continue
             message = f"Not yet: on {where}, {problem}"
-            if same_dtype and _compare(g, e, name, atol, rtol) is None:
+            if same_dtype and compare(g, e, name, atol, rtol) is None:
                 return CheckResult(False, message)           # right values, only the dtype is not
-
-            def same(xs, ys) -> bool:
-                return all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
-                           and x.shape == y.shape and _close(y, x, atol, rtol, equal_nan=True)
-                           for x, y in zip(xs, ys, strict=False))
-
-            for mistake in mistakes:  # a known mistake first, NaN equal to NaN: it may give NaN
-                try:
-                    wrong = _as_tuple(mistake.produce(*_clone(case).values()))
-                except Exception:  # noqa: BLE001 - a mistake that cannot be made on this case
-                    continue
-                if same(wrong, got) and not same(wrong, expected):  # named only where it shows
-                    return CheckResult(False, f"{message}\nHint: {mistake.hint}")
-            if nan_hint and isinstance(g, torch.Tensor) and g.shape == e.shape and (
-                    ~torch.isfinite(g) & torch.isfinite(e)).any():
-                return CheckResult(False, f"{message}\nHint: {nan_hint}")
-            return CheckResult(False, message)
+            hint = _named_mistake(mistakes, case, got, expected, atol, rtol)
+            if hint is None and nan_hint and isinstance(g, torch.Tensor) and g.shape == e.shape \
+                    and (~torch.isfinite(g) & torch.isfinite(e)).any():
+                hint = nan_hint
+            return CheckResult(False, message if hint is None else f"{message}\nHint: {hint}")
     return CheckResult(True, f"Passed: {what} matches the reference on all {len(cases)} cases, "
                              "edge cases included.")
 
 
-def seeded(seed: int) -> torch.Generator:
-    """A generator for building an exercise's cases, so its verdicts are reproducible."""
-    return torch.Generator().manual_seed(seed)
+def _named_mistake(mistakes, case, got, expected, atol, rtol) -> str | None:
+    """The hint of the first mistake whose output equals ``got`` (NaN equal to NaN: a mistake may
+    give NaN) and differs from ``expected`` on this case."""
+    def same(xs, ys) -> bool:
+        return all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+                   and x.shape == y.shape and _close(y, x, atol, rtol, equal_nan=True)
+                   for x, y in zip(xs, ys, strict=False))
+
+    for mistake in mistakes:
+        try:
+            wrong = _as_tuple(mistake.produce(*clone_inputs(case).values()))
+        except Exception:  # noqa: BLE001 - a mistake that cannot be made on this case
+            continue
+        if same(wrong, got) and not same(wrong, expected):
+            return mistake.hint
+    return None
+
+
+def gradient_mismatch(mine: nn.Module, reference: nn.Module, run: Callable, x: torch.Tensor,
+                      *, atol: float = 1e-5, rtol: float = 1e-4) -> dict:
+    """One backward through each module, ``run(module, x)`` then a fixed random weighting of
+    its output summed: ``{name: (got, expected)}`` for every gradient that differs (``"x"``, the
+    input, then the parameters by name; a parameter that gets no gradient where the reference's
+    does counts, as zeros). The modules hold the same weights; empty when every gradient matches."""
+    grads = []
+    for module in (mine, reference):
+        module.zero_grad(set_to_none=True)
+        xi = x.detach().clone().requires_grad_(x.is_floating_point())
+        out = run(module, xi)
+        weight = torch.randn(out.shape, generator=seeded(0), dtype=out.dtype)
+        if out.requires_grad:
+            (out * weight).sum().backward()
+        grads.append({"x": xi.grad, **{n: p.grad for n, p in module.named_parameters()}})
+    wrong = {}
+    for name, expected in grads[1].items():
+        if expected is None:
+            continue
+        got = grads[0].get(name)
+        got = torch.zeros_like(expected) if got is None else got
+        if got.shape != expected.shape or not _close(got, expected, atol, rtol):
+            wrong[name] = (got, expected)
+    return wrong
+
+
+def detached_parts(wrong: dict, fused: str) -> list[str]:
+    """Which of the query, key and value went wrong, read off the gradient of a fused projection
+    ``fused`` (``"qkv.weight"``: its rows are W_Q, W_K, W_V stacked) in :func:`gradient_mismatch`'s
+    answer: the thirds whose gradients differ."""
+    if fused not in wrong:
+        return []
+    got, expected = (t.reshape(3, -1) for t in wrong[fused])
+    return [name for name, g, e in zip(("query", "key", "value"), got, expected, strict=True)
+            if not _close(g, e, 1e-5, 1e-4)]
 
 
 def as_number(fn: Callable, expected: str) -> Callable:
     """Wrap a learner's function that returns a plain number so :func:`check_function` can
     compare it: the number comes back as a float64 scalar tensor (``None``, a stub's answer,
-    stays ``None``). Anything else raises a ``TypeError`` saying ``expected``, which the checker
-    reports in words."""
+    stays ``None``). Anything else raises a ``TypeError`` saying ``expected``."""
     if not callable(fn):
         return fn
 
@@ -309,7 +305,3 @@ def as_number(fn: Callable, expected: str) -> Callable:
         return torch.tensor(float(value), dtype=torch.float64)
 
     return wrapped
-
-
-# The low-level guards (refusing aten ops however they are reached) live in .guards.
-from .guards import refusing_ops  # noqa: E402

@@ -1,11 +1,8 @@
 r"""Checkers for notebook 06 (cross-attention): a post-norm decoder layer's cross-attention run one
 target position at a time, the memory's keys and values projected once (``cross_attention.decode``;
-the causal self-attention block is given in the stub, the layer's ``forward``, its cross-attention
-module's and torch's attention modules are blocked while it runs, and the projections' calls are
-counted), and the hard alignment read off trained cross-attention
-weights, scored against a gold alignment with padded sources and targets
-(``cross_attention.alignment``). (The attention step itself is notebook 02's exercise, the cache
-update with preallocated slots notebook 05's.)"""
+the causal self-attention block is given in the stub, and the projections' calls are counted),
+and the hard alignment read off trained cross-attention weights, scored against a gold alignment
+with padded sources and targets (``cross_attention.alignment``)."""
 
 from __future__ import annotations
 
@@ -17,11 +14,9 @@ from torch import nn
 
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
-from ..multihead import MultiHeadAttention, merge_heads, split_heads
+from ..multihead import merge_heads, split_heads
 from ..transformer import DecoderLayer
-from . import core
 from .core import CheckResult, Mistake, check_function, describe, seeded
-from .cross_attention_cases import _alignment_cases, _alignment_mistakes
 from .workflow import exercise
 
 __all__ = ["check_decode_layer", "decode_layer_reference", "given_self_attention",
@@ -29,15 +24,6 @@ __all__ = ["check_decode_layer", "decode_layer_reference", "given_self_attention
 
 
 # --- exercise 1: a decoder layer, one step at a time ------------------------------------------
-
-
-class _CrossAttention(MultiHeadAttention):
-    """The cases' cross-attention modules: calling one whole (``layer.cross_attn(...)``) would do
-    exercise 1 for the learner, so the checker blocks this class's ``forward``; the
-    self-attention module (given in the stub) stays callable."""
-
-
-_CrossAttention.__name__ = _CrossAttention.__qualname__ = "layer.cross_attn"
 
 
 class _DecoderLayer(DecoderLayer):
@@ -54,7 +40,6 @@ class _DecoderLayer(DecoderLayer):
                     1.0 if "norm" in name else 1 / math.sqrt(p.shape[-1]))
                 base = 1.0 if "norm" in name and name.endswith("weight") else 0.0
                 p.copy_(base + scale * torch.randn(p.shape, generator=generator))
-        self.cross_attn.__class__ = _CrossAttention
         self.to(dtype).requires_grad_(False)
         self.calls: dict[str, list[int]] = {}
         for attention in ("self_attn", "cross_attn"):
@@ -146,18 +131,6 @@ def _layer_cases() -> list[dict]:
     return cases
 
 
-def _library_shortcuts():
-    """Library code that would do exercise 1 for the learner: whole layers, the cases' whole
-    cross-attention modules (the learner writes it from its projections), torch's attention
-    modules, and the lesson's memory-once cross-attention. The self-attention module, which the
-    stub calls, stays allowed."""
-    from ..lessons import cross_attention as lesson
-
-    return [(DecoderLayer, "forward"), (_CrossAttention, "forward"),
-            (lesson, "cross_attention_memory_once"), (nn.TransformerDecoderLayer, "forward"),
-            (nn.MultiheadAttention, "forward")]
-
-
 @exercise("cross_attention.decode", "a decoder layer's cross-attention step by step, the "
           "memory's keys and values projected once", hints=(
     "The stub's loop gives x_t, target position t after the causal self-attention block; what is "
@@ -187,9 +160,7 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
     -> (b, T, d)``: the post-norm ``layer``'s causal output. The stub's loop gives each step's
     self-attention block, with a cache (equal to :func:`given_self_attention`'s rows); the learner
     writes the cross-attention one target position at a time (its query projection sees one
-    position per call) with the memory's keys and values projected once, and the feed-forward.
-    The layer's ``forward``, its whole cross-attention module and torch's attention modules are
-    blocked while it runs."""
+    position per call) with the memory's keys and values projected once, and the feed-forward."""
     mistakes = [Mistake(lambda *a, _f=flaw: _decode_with(*a, **_f), hint) for hint, flaw in [
         ("padded memory positions were read: mask the cross-attention with memory_real "
          "(True = real), as (b, 1, 1, n_m) for the heads.", {"mask_memory": False}),
@@ -226,10 +197,7 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
          "heads and the query?", {"mask_3d": True}),
     ]]
     result = check_function(decode_layer, decode_layer_reference, _layer_cases(),
-                            what="decode_layer", output_names=("the outputs",), mistakes=mistakes,
-                            forbid=_library_shortcuts(),
-                            instead="Write the cross-attention from layer.cross_attn's q_proj, "
-                                    "k_proj, v_proj and out_proj")
+                            what="decode_layer", output_names=("the outputs",), mistakes=mistakes)
     if not result:  # wrong numbers first; then how the projections were called
         return result
     case = _layer_cases()[2]                                            # T = 5 steps
@@ -252,6 +220,68 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
 
 
 # --- exercise 2: the hard alignment and its accuracy against a gold alignment ------------------
+
+def _alignment_case(g, b, n_out, n_src, *, pad_weight=0.0, dtype=torch.float32):
+    src_len = torch.randint(1, n_src + 1, (b,), generator=g)
+    src_len[0] = n_src - 1 if n_src > 1 else 1                         # one padded source at least
+    tgt_len = torch.randint(1, n_out + 1, (b,), generator=g)
+    tgt_len[-1] = n_out                                                # lengths differ by sentence
+    tgt_len[0] = max(1, n_out - 2)
+    src_real = torch.arange(n_src)[None, :] < src_len[:, None]
+    tgt_real = torch.arange(n_out)[None, :] < tgt_len[:, None]
+    logits = 3 * torch.randn(b, n_out, n_src, generator=g)
+    logits = logits.masked_fill(~src_real[:, None, :], math.log(pad_weight) if pad_weight else -math.inf)
+    weights = torch.softmax(logits, -1)
+    if pad_weight:                                # an unmasked model: padding may hold the most weight
+        weights = weights + (~src_real[:, None, :]) * pad_weight
+    best = weights.masked_fill(~src_real[:, None, :], -1).argmax(-1)
+    other = (best + 1) % src_len[:, None]
+    right = torch.rand(b, n_out, generator=g) < 0.6
+    gold = torch.where(right, best, other)
+    gold = gold.masked_fill(~tgt_real, -1)                   # padded steps: -1, like the answer
+    return {"weights": weights.to(dtype), "src_real": src_real, "gold": gold, "tgt_real": tgt_real}
+
+
+def _alignment_cases() -> list[dict]:
+    g = seeded(64)
+    return [_alignment_case(g, 3, 5, 6, pad_weight=0.9), _alignment_case(g, 2, 4, 4),
+            _alignment_case(g, 4, 7, 5, pad_weight=0.6, dtype=torch.float64),
+            _alignment_case(g, 1, 3, 8, pad_weight=0.9)]
+
+
+def _alignment_mistakes():
+    def pooled(alignment, gold, tgt_real):
+        return ((alignment == gold) & tgt_real).sum() / tgt_real.sum()
+
+    def unmasked(w, s, gold, t):
+        return w.argmax(-1).masked_fill(~t, -1)
+
+    def masked(w, s, gold, t):
+        return w.masked_fill(~s[:, None, :], -math.inf).argmax(-1).masked_fill(~t, -1)
+
+    return [
+        ("padding won the argmax: take it over the real source positions only (weights at "
+         "padded positions set to -inf first).", lambda w, s, g, t: (a := unmasked(w, s, g, t),
+                                                                    pooled(a, g, t))),
+        ("the mask is inverted: the argmax ran over the padded source positions.",
+         lambda w, s, g, t: (a := masked(w, ~s, g, t), pooled(a, g, t))),
+        ("the argmax ran over the output steps (dim 1); each output step's alignment is the "
+         "source position (the last dim) with the most weight.",
+         lambda w, s, g, t: (w.masked_fill(~s[:, None, :], -math.inf).argmax(1), math.nan)),
+        ("padded output steps counted in the accuracy: divide the hits on real steps by the "
+         "number of real steps.", lambda w, s, g, t: (a := masked(w, s, g, t),
+                                                     (a == g).float().mean())),
+        ("padded output steps counted as misses: divide by the number of real steps, not by "
+         "all b * n_out steps.", lambda w, s, g, t: (a := masked(w, s, g, t),
+                                                    ((a == g) & t).float().mean())),
+        ("the accuracy is a mean of per-sentence accuracies; pool the real steps of the whole "
+         "batch (every step counts the same).", lambda w, s, g, t: (
+             a := masked(w, s, g, t), (((a == g) & t).sum(1) / t.sum(1)).mean())),
+        ("padded output steps must be marked -1 in the alignment.",
+         lambda w, s, g, t: (a := w.masked_fill(~s[:, None, :], -math.inf).argmax(-1),
+                             pooled(a.masked_fill(~t, -1), g, t))),
+    ]
+
 
 
 def alignment_accuracy_reference(weights, src_real, gold, tgt_real):
@@ -307,16 +337,12 @@ def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
     if not callable(alignment_accuracy):
         return CheckResult(False, f"Not yet: {what} is not a function.")
     cases = _alignment_cases()
-    guard = core.own_work_guard(alignment_accuracy, alignment_accuracy_reference)
     for number, case in enumerate(cases, start=1):
         where = f"case {number} of {len(cases)} ({describe(case)})"
         try:
-            with guard():
-                got = alignment_accuracy(*(v.clone() for v in case.values()))
+            got = alignment_accuracy(*(v.clone() for v in case.values()))
         except NotImplementedError:
             return CheckResult(False, f"{what} is not implemented yet.")
-        except core.BorrowedCall as exc:
-            return CheckResult(False, f"Not yet: {what} called {exc}. {core.BORROWED}")
         except Exception as exc:
             return CheckResult(False, f"Not yet: on {where}, {what} raised {type(exc).__name__}: {exc}")
         if got is None and number == 1:

@@ -1,32 +1,21 @@
 """Checkers for notebook 05 (masking): a batched causal sliding-window mask for LEFT-padded
-sentences (the library's mask builders blocked while it runs), and one step of a rolling-buffer
+sentences, and one step of a rolling-buffer
 KV cache (Mistral 7B's "rolling buffer cache": w slots for a window of w keys), which over a whole
 sequence must equal sliding-window causal attention."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
-from .core import CheckResult, Mistake, check_function, refusing_ops
-from .masking_ring import (  # noqa: F401  (_ring_step: the tests import it from here)
-    _NO_KEY,
-    _SLOT_T,
-    _WRONG,
-    _mistake,
-    _ring_cases,
-    _ring_step,
-    _run_steps,
-    _sliding_window,
-)
+from ..attention import scaled_dot_product_attention
+from ..masks import sliding_window_mask
+from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_window_mask", "check_rolling_cache_step"]
-
-#: Right with its default arguments, so a learner's function may not call it while it is checked
-#: (see ``core.check_function``): it builds the known mistakes of exercise 1.
-REFUSED_WHILE_CHECKING = ("left_padded_window_mask",)
+__all__ = ["check_rolling_cache_step", "check_window_mask", "left_padded_window_mask", "ring_step"]
 
 
 # --- exercise 1: a batched sliding-window mask for left-padded sequences ----------------------
@@ -80,16 +69,6 @@ def _window_cases() -> list[dict]:
         ([1], 1, 1)]]
 
 
-def _mask_functions():
-    """The library's mask builders: they would do exercise 1 for the learner, so the checker
-    blocks them (in the package and in ``attn_helpers.masks``)."""
-    import importlib
-
-    owners = (importlib.import_module("attn_helpers"), importlib.import_module("attn_helpers.masks"))
-    names = ("causal_mask", "padding_mask", "sliding_window_mask", "key_padding_to_attention_mask")
-    return [(owner, name) for owner in owners for name in names]
-
-
 def _window_mistake(hint: str, **flaw) -> Mistake:
     return Mistake(lambda lengths, n, w: left_padded_window_mask(lengths, n, w, **flaw).double(), hint)
 
@@ -109,11 +88,11 @@ def _window_mistake(hint: str, **flaw) -> Mistake:
 def check_window_mask(window_mask: Callable) -> CheckResult:
     """Exercise: ``window_mask(lengths (b,), n, window) -> (b, n, n) bool``, for LEFT-padded
     sentences (real tokens at positions ``n - lengths[b] .. n - 1``): True where key ``j`` is real
-    and ``0 <= i - j < window``. The library's mask builders are blocked while it runs."""
+    and ``0 <= i - j < window``."""
     return check_function(
         _as_bool_mask(window_mask),
         lambda lengths, n, w: left_padded_window_mask(lengths, n, w).double(),
-        _window_cases(), what="window_mask", output_names=("the mask",), forbid=_mask_functions(),
+        _window_cases(), what="window_mask", output_names=("the mask",),
         mistakes=[
             _window_mistake("the real tokens were taken at the start (right padding: j < length); "
                             "a LEFT-padded sentence has its real tokens at the end. With n "
@@ -151,19 +130,165 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
 # --- exercise 2: a rolling-buffer KV cache for a sliding window -------------------------------
 
 
-def _cache_helpers():
-    """The course's cache is blocked (it would do the bookkeeping), and so is torch's fused
-    attention, as in notebooks 02, 04 and 08. The course's own attention
-    (``ah.scaled_dot_product_attention``, notebook 02's exercise) is allowed: the skill is the
-    ring."""
-    import importlib
+_ONE_SLOT = ("A rolling buffer writes one slot per step, where the key that just left the "
+             "window was, and leaves the others where they are; shifting the whole cache moves "
+             "all w keys every step (to see the keys in time order, roll a copy).")
+_SLOT_T = ("the cache has w slots, so token t cannot go to slot t once t >= w. It goes where the "
+           "key that just left the window was stored: token t - w's slot.")
+_MISSING = ("off by one: the query attended before the new key was written, so token t missed "
+            "itself. The window 0 <= t - j < w includes j = t: write first, then attend.")
+_NEWEST = ("off by one: until the ring was full, the query did not see the key just written, "
+           "token t's own; it read only the slots of the earlier keys. The window "
+           "0 <= t - j < w includes j = t: after the write, how many slots hold keys at step t?")
+_NO_KEY = ("off by one: at step t = 0 the query had no key to attend to, so token t missed itself. "
+           "The window 0 <= t - j < w includes j = t. Either the query attended before the new "
+           "key was written (write first, then attend), or the count of filled slots left the "
+           "newest key out: after the write, how many slots hold keys at step t?")
 
-    from .. import kv_cache
+_WRONG = [
+    ("the query attended to all w slots before the ring was full. Until then only the slots "
+     "written so far hold keys; the others hold garbage (whatever the buffer held before).",
+     {"visible": lambda t, w: range(w)}),
+    ("the ring never changed once full: slot t past the end (a slice such as "
+     "k_cache[..., t:t + 1, :] with t >= w) is empty, so the write was silently lost. Token t "
+     "goes where the key that just left the window was stored: token t - w's slot.",
+     {"lost_past_end": True}),
+    (_MISSING, {"early": "missing"}),
+    (_NEWEST, {"visible": lambda t, w: range(min(t, w))}),
+    ("off by one: the query saw w + 1 keys, the ring's old contents and the new key. Token "
+     "t - w has left the window (0 <= t - j < w): overwrite its slot first, then attend.",
+     {"early": "extra"}),
+    ("off by one: once the ring was full, the query skipped the oldest slot and saw w - 1 keys. "
+     "The window 0 <= t - j < w holds w keys, t - w + 1..t, and a full ring holds exactly those.",
+     {"visible": lambda t, w: [s for s in range(min(t + 1, w)) if t < w - 1 or s != (t + 1) % w]}),
+    ("after the ring wrapped, the query saw only the slots up to the newest one; the slots after "
+     "it hold the oldest keys of the window, which it still sees. Once the ring is full, every "
+     "slot holds a key of the window.", {"visible": lambda t, w: range(t % w + 1)}),
+    ("the new key and value went one slot too far, to slot (t + 1) mod w: token t takes the slot "
+     "of the key that just left the window, token t - w.", {"slot": 1}),
+    ("the key was written but not the value: v_t goes into the same slot of v_cache.",
+     {"write_v": False}),
+    ("the value cache got the key: write v_t, not k_t, into v_cache.", {"k_as_v": True}),
+    ("the caches were written on a copy (a clone, torch.cat, a new tensor), so the caller's "
+     "caches never change and the next step has lost every earlier key: write into k_cache and "
+     "v_cache in place.", {"copy": True}),
+    ("the scores are not scaled: divide by sqrt(d_k) (ah.scaled_dot_product_attention does).",
+     {"scale": 1.0}),
+]
 
-    return [(kv_cache.KVCache, "append"), (kv_cache.KVCache, "attend"),
-            (kv_cache, "decode_with_cache"),
-            (importlib.import_module("attn_helpers"), "decode_with_cache"),
-            (torch.nn.functional, "scaled_dot_product_attention")]
+
+def _ring_cases() -> list[dict]:
+    """q, k, v of a whole sequence and two caches of ``w`` slots, which hold garbage (large
+    random numbers, as an unwritten buffer may) until a step writes them. The ring wraps several
+    times (n > 2w), w = 1, and w >= n (it never wraps)."""
+    g = seeded(52)
+    rb, rh, rk, rv = (int(i) for i in torch.randint(1, 5, (4,), generator=g))    # random shape
+    rw = int(torch.randint(2, 5, (1,), generator=g))                               # and window
+    cases = []
+    for b, h, n, w, d_k, d_v, dtype in [(1, 1, 8, 3, 4, 4, torch.float64),
+                                        (2, 3, 11, 4, 4, 3, torch.float32),
+                                        (2, 2, 5, 1, 3, 2, torch.float64),
+                                        (1, 2, 4, 6, 4, 5, torch.float32),
+                                        (rb, rh, 2 * rw + 3, rw, rk, rv, torch.float32)]:
+        def randn(*size, scale=1.0, dtype=dtype):
+            return scale * torch.randn(*size, generator=g, dtype=dtype)
+
+        cases.append({"q": randn(b, h, n, d_k), "k": randn(b, h, n, d_k), "v": randn(b, h, n, d_v),
+                      "k_cache": randn(b, h, w, d_k, scale=100.0),
+                      "v_cache": randn(b, h, w, d_v, scale=100.0)})
+    return cases
+
+
+def _sliding_window(q, k, v, k_cache, v_cache):
+    """Sliding-window causal attention over the whole sequence (key j visible to query t when
+    0 <= t - j < w), and what the caches must hold at the end: the window's last min(n, w) keys
+    and values, in time order (:func:`_run_steps` reads the ring in that order, whatever slot
+    each went to)."""
+    n, w = q.shape[-2], k_cache.shape[-2]
+    out, _ = scaled_dot_product_attention(q, k, v, sliding_window_mask(n, w))
+    return out, k[..., n - min(n, w):, :], v[..., n - min(n, w):, :]
+
+
+def _run_steps(step: Callable) -> Callable:
+    """Run ``step(k_cache, v_cache, t, q_t, k_t, v_t)`` for t = 0..n-1 on copies of the caches
+    (the checker owns them); return the n outputs side by side and what the caches hold at the
+    end, read in time order: the slot of each of the last min(n, w) keys, wherever the step put
+    it (any slot rule that keeps the window passes). A step that changes more than one slot of a
+    cache is refused: a rolling buffer writes one slot per step."""
+
+    def run(q, k, v, k_cache, v_cache):
+        k_cache, v_cache = k_cache.clone(), v_cache.clone()
+        n, w = q.shape[-2], k_cache.shape[-2]
+        outputs = []
+        for t in range(n):
+            new = slice(t, t + 1)
+            k_before, v_before = k_cache.clone(), v_cache.clone()
+            try:
+                out = step(k_cache, v_cache, t, q[..., new, :], k[..., new, :], v[..., new, :])
+            except (IndexError, ValueError, RuntimeError) as exc:
+                if type(exc) not in (IndexError, ValueError, RuntimeError):
+                    raise                                 # NotImplementedError: the stub
+                raise type(exc)(f"at step t={t} (w={w} slots): {exc}") from exc
+            if out is None:
+                return None
+            moved = max(int((cache != copy).flatten(end_dim=-3).any(0).any(-1).sum())
+                        for cache, copy in ((k_cache, k_before), (v_cache, v_before)))
+            if moved > 1:
+                raise Refused(f"at step t={t} (w={w} slots) {moved} slots of a cache changed. "
+                              f"{_ONE_SLOT}")
+            if not isinstance(out, torch.Tensor) or out.shape != v[..., new, :].shape:
+                got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                raise ValueError(f"at step t={t} the output should have shape "
+                                 f"{tuple(v[..., new, :].shape)} (b, h, 1, d_v), got {got}")
+            outputs.append(out)
+        slots = [next((s for s in range(w) if torch.equal(k_cache[..., s, :], k[..., t, :])), None)
+                 for t in range(n - min(n, w), n)]              # where each window key went
+        if None in slots or len(set(slots)) < len(slots):      # one missing: compare slot order
+            slots = list(range(min(n, w)))
+        return torch.cat(outputs, dim=-2), k_cache[..., slots, :], v_cache[..., slots, :]
+
+    return run
+
+
+def ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | None = None,
+               lost_past_end: bool = False, write_v: bool = True, k_as_v: bool = False,
+               copy: bool = False, shift: bool = False, scale: float | None = None) -> Callable:
+    """A rolling-cache step with one known mistake (all off: right). It writes k_t and v_t (or
+    k_t into v, or no value) at slot ``(t + slot) mod w`` (``lost_past_end``: at slot t, which
+    a slice past the end silently drops; ``shift``: at the end of a cache kept in time order,
+    shifted by one slot once full), in the caches or in copies (``copy``), then attends to
+    the slots ``visible(t, w)`` lists, by default the ``min(t + 1, w)`` filled ones. ``early``:
+    attends before writing, to the filled slots alone ("missing") or with the new key ("extra")."""
+
+    def step(k_cache, v_cache, t, q_t, k_t, v_t):
+        w = k_cache.shape[-2]
+        old = list(range(min(t, w)))
+        keys = torch.cat([k_cache[..., old, :], k_t], dim=-2)       # before writing: the old
+        values = torch.cat([v_cache[..., old, :], v_t], dim=-2)     # filled slots and the new
+        if copy:
+            k_cache, v_cache = k_cache.clone(), v_cache.clone()
+        if shift and t >= w:                                    # oldest first, newest last
+            k_cache[:], v_cache[:] = k_cache.roll(-1, dims=-2), v_cache.roll(-1, dims=-2)
+        at = min(t, w - 1) if shift else (t + slot) % w
+        if not (lost_past_end and t >= w):
+            k_cache[..., at, :] = k_t[..., 0, :]
+            if write_v:
+                v_cache[..., at, :] = (k_t if k_as_v else v_t)[..., 0, :]
+        if early == "missing":
+            keys, values = keys[..., :-1, :], values[..., :-1, :]
+        elif early is None:
+            slots = list(visible(t, w) if visible is not None else range(min(t + 1, w)))
+            keys, values = k_cache[..., slots, :], v_cache[..., slots, :]
+        if keys.shape[-2] == 0:
+            return torch.zeros_like(v_t)
+        c = 1 / math.sqrt(q_t.shape[-1]) if scale is None else scale
+        return torch.softmax(q_t @ keys.transpose(-2, -1) * c, dim=-1) @ values
+
+    return step
+
+
+def _mistake(hint: str, **flaw) -> Mistake:
+    return Mistake(_run_steps(ring_step(**flaw)), hint)
 
 
 @exercise("masking.rolling_cache_step", "a rolling-buffer KV cache for a sliding window", hints=(
@@ -189,9 +314,7 @@ def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
     window (one slot per step; the reference uses slot ``t mod w``, any such rule passes), and
     attends with ``q_t`` to the filled slots. Run for ``t = 0..n-1`` it must equal sliding-window
     causal attention (``0 <= t - j < w``), and the caches must end holding the window's last
-    ``min(n, w)`` keys and values, each once. It may call the course's
-    ``ah.scaled_dot_product_attention``; the course's cache and torch's fused attention are
-    blocked."""
+    ``min(n, w)`` keys and values, each once."""
     if not callable(rolling_cache_step):
         return CheckResult(False, "Not yet: rolling_cache_step is not a function "
                                   f"(got {type(rolling_cache_step).__name__}).")
@@ -199,15 +322,10 @@ def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
         _run_steps(rolling_cache_step), _sliding_window, _ring_cases(), what="rolling_cache_step",
         output_names=("the outputs of steps 0..n-1", "the key cache's filled slots",
                       "the value cache's filled slots"),
-        atol=1e-5, rtol=1e-4, forbid=_cache_helpers(),
-        instead="Write the ring's slot and call notebook 02's ah.scaled_dot_product_attention "
-                "on the slots that hold keys",
+        atol=1e-5, rtol=1e-4,
         error_hints=[("out of bounds for dimension", _SLOT_T),
                      ("must hold at least one key", _NO_KEY),
                      ("expand", "k_t is (b, h, 1, d_k) and one slot of the cache, k_cache[:, :, s], "
                                 "is (b, h, d_k): write k_t[:, :, 0] there (and v_t[:, :, 0]).")],
-        guard=refusing_ops(["scaled_dot_product_attention", "_scaled_dot_product_*"],
-                           "torch's fused attention does this step for you; call notebook 02's "
-                           "ah.scaled_dot_product_attention on the filled slots instead"),
         mistakes=[_mistake(hint, **flaw) for hint, flaw in _WRONG],
     )

@@ -5,26 +5,25 @@ by the learner), proved equal to that module with the same weights, and grouped-
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-import attn_helpers
-
-from .. import multihead
 from ..attention import scaled_dot_product_attention
-from ..multihead import MultiHeadAttention
-from .core import CheckResult, Mistake, _namespaces, blocking, check_function
-from .multi_head_cases import (
-    _AllHeadsAtOnce,
-    _copy_weights,
-    _gqa_cases,
-    _module_cases,
-    _NoCopiedKV,
-    _torch_module,
-    _weights,
+from ..masks import causal_mask
+from .core import (
+    AllocationWatch,
+    CheckResult,
+    Mistake,
+    Refused,
+    check_function,
+    detached_parts,
+    gradient_mismatch,
+    held,
+    seeded,
 )
 from .workflow import exercise
 
@@ -32,9 +31,6 @@ __all__ = ["check_multi_head_module", "check_grouped_query_attention"]
 
 
 # --- exercise 1: a trainable multi-head attention module, nn.MultiheadAttention's fused layout --
-
-PROJECTIONS = ("in_proj", "out_proj")
-
 
 def _reference(x, mask, num_heads, seed):
     m = _torch_module(x.shape[-1], num_heads, seed, x.dtype)
@@ -44,21 +40,108 @@ def _reference(x, mask, num_heads, seed):
         return m(x, x, x, attn_mask=None if mask is None else ~mask, need_weights=False)[0]
 
 
-# While the learner's module runs: the modules and functions that would do it for them, and the
-# package's head split and merge (the skill this exercise asks for).
-_MODULE_FORBID = [
-    (MultiHeadAttention, "forward"), (nn.MultiheadAttention, "forward"),
-    (nn.functional, "multi_head_attention_forward"),
-    (multihead, "split_heads"), (multihead, "merge_heads"),
-    (attn_helpers, "split_heads"), (attn_helpers, "merge_heads"),
-]
-_MODULE_INSTEAD = ("Write the steps yourself: the head split and merge included, all heads in one "
-                   "attention call")
+def _module_cases() -> list[dict]:
+    """``x``, a bool ``mask`` (True = may attend; ``(n, n)``, ``(b, n, n)`` or None), the number
+    of heads and the seed of the ``nn.MultiheadAttention`` whose weights are copied in. Every
+    query keeps at least its own key (PyTorch gives NaN for a row with none)."""
+    g = seeded(41)
+    cases = []
+    for b, n, d_model, h, mask, dtype in [
+            (2, 5, 12, 3, None, torch.float32), (1, 6, 16, 4, "causal", torch.float32),
+            (2, 4, 8, 1, None, torch.float32), (3, 1, 12, 3, None, torch.float32),
+            (2, 7, 16, 2, "random", torch.float64), (2, 6, 8, 2, "causal", torch.float32),
+            (3, 5, 12, 3, "batch", torch.float32), (2, 6, 16, 4, "batch", torch.float32)]:
+        if mask == "causal":
+            mask = causal_mask(n)
+        elif mask == "random":
+            mask = (torch.rand(n, n, generator=g) < 0.5) | torch.eye(n, dtype=torch.bool)
+        elif mask == "batch":                        # (b, n, n): causal, sequences padded
+            lengths = torch.randint(1, n + 1, (b,), generator=g)
+            real = torch.arange(n)[None, :] < lengths[:, None]
+            mask = (causal_mask(n) & real[:, None, :]) | torch.eye(n, dtype=torch.bool)
+        cases.append({"x": torch.randn(b, n, d_model, generator=g, dtype=dtype), "mask": mask,
+                      "num_heads": h, "seed": len(cases)})
+    return cases
+
+
+def _torch_module(d_model: int, num_heads: int, seed: int, dtype) -> nn.MultiheadAttention:
+    """PyTorch's module with random weights and non-zero biases, built without moving the global
+    seed."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        m = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(dtype).eval()
+        with torch.no_grad():
+            m.in_proj_bias.normal_(0, 0.3)
+            m.out_proj.bias.normal_(0, 0.3)
+    return m
+
+
+def _weights(m: nn.MultiheadAttention) -> dict:
+    """``{name: (weight (d_out, d_in), bias)}``: the fused ``in_proj`` (rows: W_Q, W_K, W_V
+    stacked) and ``out_proj``, as ``nn.Linear`` stores them."""
+    return {"in_proj": (m.in_proj_weight.detach(), m.in_proj_bias.detach()),
+            "out_proj": (m.out_proj.weight.detach(), m.out_proj.bias.detach())}
+
+
+def _copy_weights(module: nn.Module, m: nn.MultiheadAttention) -> None:
+    """Copy ``m``'s weights into the learner's ``in_proj`` and ``out_proj``."""
+    d = m.embed_dim
+    for name, (weight, bias) in _weights(m).items():
+        layer = getattr(module, name, None)
+        if (not isinstance(layer, nn.Linear) or tuple(layer.weight.shape) != tuple(weight.shape)
+                or layer.bias is None):
+            d_out = "3 * d_model" if name == "in_proj" else "d_model"
+            raise TypeError(f"the module needs its own {name} = nn.Linear(d_model, {d_out}) with a "
+                            f"bias (d_model = {d}); got {layer!r}")
+        with torch.no_grad():
+            layer.weight.copy_(weight)
+            layer.bias.copy_(bias)
+
+
+class _Reference(nn.Module):
+    """The module exercise's answer, with the learner's layer names: gradients compare by name."""
+
+    def __init__(self, d_model: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        b, n, d_model = x.shape
+        q, k, v = (t.reshape(b, n, self.num_heads, -1).transpose(1, 2)
+                   for t in self.in_proj(x).chunk(3, dim=-1))
+        mask = mask[:, None] if mask is not None and mask.dim() == 3 else mask
+        heads, _ = scaled_dot_product_attention(q, k, v, mask)
+        return self.out_proj(heads.transpose(1, 2).reshape(b, n, d_model))
+
+
+@contextlib.contextmanager
+def _all_heads_at_once(inputs: dict):
+    """The lesson's constraint: all heads in one attention call. The largest ``(..., n, n)``
+    tensor the learner's code holds: a loop over heads never holds more than one head's scores,
+    ``b * n * n``; all heads at once hold ``b * h * n * n`` (an answer whose scores no torch call
+    returns, a fused kernel, passes)."""
+    (b, n), h = inputs["x"].shape[:2], inputs["num_heads"]
+    largest = [0]
+
+    def record(t: torch.Tensor, call: str) -> None:
+        if t.is_floating_point() and t.dim() >= 2 and tuple(t.shape[-2:]) == (n, n):
+            largest[0] = max(largest[0], t.numel())
+
+    with AllocationWatch(record):
+        yield
+    if h > 1 and n > 1 and 0 < largest[0] < b * h * n * n:
+        raise Refused(
+            f"it attended head by head: its largest (n, n) scores held {largest[0]} numbers, one "
+            f"head's worth, not the {b * h * n * n} of all {h} heads (b * h * n * n). This "
+            "exercise asks for all heads in one attention call, without a loop over heads: turn "
+            "each of Q, K, V into one (b, h, n, d_head) tensor (section 1's loop says what each "
+            "head computes).")
 
 
 def _learner(module_class) -> Callable:
-    """Build the learner's module for a case, with the case's weights copied in, and run it
-    (the package's and PyTorch's multi-head modules blocked)."""
+    """Build the learner's module for a case, with the case's weights copied in, and run it."""
 
     def run(x, mask, num_heads, seed):
         with torch.random.fork_rng(devices=[]):     # building it must not move the global seed
@@ -68,7 +151,7 @@ def _learner(module_class) -> Callable:
                             f"got {type(module).__name__}")
         module = module.to(x.dtype)
         _copy_weights(module, _torch_module(x.shape[-1], num_heads, seed, x.dtype))
-        with torch.no_grad(), blocking(_MODULE_FORBID, namespaces=_namespaces(module_class)):
+        with torch.no_grad():
             return module(x) if mask is None else module(x, mask)
 
     return run
@@ -125,19 +208,25 @@ def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True
     return forward
 
 
-def _trainable(module_class, case: dict) -> str | None:
-    """None if a loss on the module's output sends a gradient to every projection's weight."""
+def _gradients(module_class, case: dict) -> str | None:
+    """None if one backward through the learner's module gives the reference's gradients (at x
+    and at every weight), else what went wrong, named: a detached query, key or value, a
+    projection no gradient reaches."""
+    x, mask, h = case["x"], case["mask"], case["num_heads"]
     with torch.random.fork_rng(devices=[]):
-        module = module_class(case["x"].shape[-1], case["num_heads"]).to(case["x"].dtype)
-    with blocking(_MODULE_FORBID, namespaces=_namespaces(module_class)):
-        out = module(case["x"]) if case["mask"] is None else module(case["x"], case["mask"])
-    if not out.requires_grad:
-        return "its output does not depend on any trainable parameter (was it computed with .data, " \
-               "detach() or under torch.no_grad()?)"
-    out.square().sum().backward()
-    missing = [name for name in PROJECTIONS if getattr(module, name).weight.grad is None
-               or not getattr(module, name).weight.grad.abs().sum() > 0]
-    return f"no gradient reaches {', '.join(missing)}" if missing else None
+        mine = module_class(x.shape[-1], h).to(x.dtype)
+        reference = _Reference(x.shape[-1], h).to(x.dtype)
+    mine.load_state_dict(reference.state_dict())
+    wrong = gradient_mismatch(mine, reference, lambda m, x: m(x) if mask is None else m(x, mask), x)
+    parts = detached_parts(wrong, "in_proj.weight")
+    if parts:
+        return (f"the gradient at in_proj's {' and '.join(parts)} rows is wrong: was the "
+                f"{' or the '.join(parts)} detached (detach(), .data, torch.no_grad())? The output "
+                "is the same, but nothing would train W_Q, W_K or W_V through it")
+    if wrong:
+        return (f"the gradients at {', '.join(wrong)} differ from the reference's (was part of the "
+                "computation detached, or done under torch.no_grad()?)")
+    return None
 
 
 @exercise("multi_head.module", "all heads at once: a multi-head module with a fused in_proj", hints=(
@@ -166,9 +255,7 @@ def check_multi_head_module(module_class) -> CheckResult:
     self-attention with an optional bool mask ``(n, n)`` or ``(b, n, n)`` (True = may attend).
     With the weights of a ``torch.nn.MultiheadAttention(d_model, num_heads, batch_first=True)``
     copied in, it must give that module's output, all heads in one attention call (a loop over
-    heads is refused, see :class:`._AllHeadsAtOnce`; the package's ``MultiHeadAttention``,
-    ``split_heads`` and ``merge_heads`` and PyTorch's module are blocked while it runs); then a
-    loss on its output must reach both projections."""
+    heads is refused); then one backward must give the reference's gradients."""
     name = getattr(module_class, "__name__", "your module")
     if not isinstance(module_class, type):
         return CheckResult(False, f"Not yet: pass the class itself (e.g. MultiHeadSelfAttention), "
@@ -179,7 +266,7 @@ def check_multi_head_module(module_class) -> CheckResult:
                  "and set the others to -inf (or pass mask to ah.scaled_dot_product_attention).")
     result = check_function(
         _learner(module_class), _reference, cases, what=name, output_names=("the output",),
-        atol=1e-5, rtol=1e-4, instead=_MODULE_INSTEAD, guard=_AllHeadsAtOnce,
+        atol=1e-5, rtol=1e-4, watch=_all_heads_at_once,
         mistakes=[
             Mistake(_wrong(fused="per head"),
                     "in_proj's output is [Q | K | V]: its first d_model features are all of Q "
@@ -244,14 +331,14 @@ def check_multi_head_module(module_class) -> CheckResult:
                                "no longer contiguous in memory, so .view cannot merge them: use "
                                ".reshape (or .contiguous().view).")
         return result
-    problem = _trainable(module_class, cases[1])
+    problem = _gradients(module_class, cases[6])
     if problem:
-        return CheckResult(False, f"Not yet: {name} gives the right output, but it is not "
-                                  f"trainable: {problem}.")
+        return CheckResult(False, f"Not yet: {name} gives the right output, but after one "
+                                  f"backward {problem}.")
     return CheckResult(True, f"Passed: {name} equals nn.MultiheadAttention(batch_first=True) with "
                              f"the same weights on all {len(cases)} cases ((n, n) and (b, n, n) "
-                             "masks, one head, one token and float64 included), and gradients "
-                             "reach both projections.")
+                             "masks, one head, one token and float64 included), and so are its "
+                             "gradients.")
 
 
 # --- exercise 2: grouped-query attention -----------------------------------------------------
@@ -259,7 +346,7 @@ def check_multi_head_module(module_class) -> CheckResult:
 
 def _gqa(q, k, v, *, group_of=None, scale=None, dim=-1):
     """Query head i reads key/value head ``group_of(i, h, g)`` (right: ``i // (h/g)``). The
-    checker's reference runs outside the guard: it may index (copy) the heads."""
+    checker's reference runs outside the watcher: it may index (copy) the heads."""
     h, g = q.shape[1], k.shape[1]
     group_of = group_of or (lambda i, h, g: i // (h // g))
     index = torch.tensor([group_of(i, h, g) for i in range(h)])
@@ -278,8 +365,48 @@ def _rows_mixed(q, k, v):
     return scaled_dot_product_attention(rows, k, v)[0].reshape(b, n_q, h, d).transpose(1, 2)
 
 
-# Right with their default arguments: refused while the learner's function runs.
-REFUSED_WHILE_CHECKING = ("_gqa", "_wrong")
+def _gqa_cases() -> list[dict]:
+    """``q (b, h, n_q, d_head)``, ``k`` and ``v (b, g, n_k, d_head)``: first prefill cases
+    (``n_q = n_k``; ``g = h`` and ``g = 1`` among them), then decoding cases, a few new queries
+    against a longer cache (``n_q < d_head``, ``n_q < n_k``, ``h/g >= 3``), on which
+    :class:`_NoCopiedKV` watches for copies of K and V."""
+    g = seeded(42)
+    rb, rg, group, rn, rd = (int(i) for i in torch.randint(1, 5, (5,), generator=g))  # random shape
+    shapes = [(b, h, kv, n, n, d, dtype) for b, h, kv, n, d, dtype in [
+        (2, 4, 2, 5, 3, torch.float32), (1, 6, 3, 4, 2, torch.float32),
+        (2, 8, 2, 4, 4, torch.float32), (2, 4, 1, 3, 4, torch.float32),
+        (1, 3, 3, 4, 2, torch.float32), (2, 8, 2, 1, 4, torch.float32),
+        (1, 6, 2, 5, 8, torch.float64), (rb, rg * group, rg, rn, rd, torch.float32)]]
+    shapes += [(2, 8, 2, 1, 32, 8, torch.float32), (1, 6, 2, 2, 16, 4, torch.float32),  # decoding
+               (2, 4, 1, 1, 24, 4, torch.float32), (1, 12, 3, 3, 20, 8, torch.float64)]
+    return [{"q": torch.randn(b, h, n_q, d, generator=g, dtype=dtype),
+             "k": torch.randn(b, kv, n_k, d, generator=g, dtype=dtype),
+             "v": torch.randn(b, kv, n_k, d, generator=g, dtype=dtype)}
+            for b, h, kv, n_q, n_k, d, dtype in shapes]
+
+
+def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
+    """The lesson's constraint: K and V are never copied to the h query heads. On the decoding
+    cases (``h >= 3 g``, ``n_q < d_head`` and ``n_q < n_k``: the queries, the scores and the
+    output are all smaller) any tensor the learner's code holds whose storage has
+    ``b * h * n_k * d_head`` numbers or more is refused. A view (``expand``, ``unsqueeze``) shares
+    its base's storage and passes, and so does a size-1 axis broadcasting through ``@``."""
+    (b, h, n_q, d), (g, n_k) = inputs["q"].shape, inputs["k"].shape[1:3]
+    if not (h >= 3 * g and n_q < min(n_k, d)):
+        return contextlib.nullcontext()
+
+    def refuse(t: torch.Tensor, call: str) -> str | None:
+        if held(t) < b * h * n_k * d:
+            return None
+        return (f"{call} built a tensor of shape {tuple(t.shape)}, {held(t):,} numbers: as many "
+                f"as K (or V) copied to all h = {h} query heads (b * h * n_k * d_head = {b} * {h} "
+                f"* {n_k} * {d}). That copy is what grouped-query attention exists to avoid: a "
+                f"decoding step would read h = {h} heads of keys and values, not g = {g}. Views, "
+                "which copy nothing, are fine (unsqueeze, expand, view); copies are not "
+                "(repeat_interleave, repeat, expand then reshape, cat). Can each key/value head "
+                "serve its group without being copied?")
+
+    return AllocationWatch(refuse)
 
 
 @exercise("multi_head.grouped_query", "grouped-query attention", hints=(
@@ -288,13 +415,11 @@ REFUSED_WHILE_CHECKING = ("_gqa", "_wrong")
     "heads, so a decoding step reads g heads of keys and values, not h; the checker refuses any "
     "allocation that large. Nothing may be copied: which tensor can change its shape for free, "
     "and into what? The attention itself is notebook 02's, ah.scaled_dot_product_attention.",
-    "ah.scaled_dot_product_attention treats every axis before the last two as a batch and pairs "
-    "q's batch entries with k's; an axis of size 1 in k that has to broadcast against several "
-    "query heads is copied inside the matrix product. So k's batch axes, (b, g), must meet q's "
-    "exactly. q's head axis splits into g groups of h/g: group first, or h/g first? What is "
-    "left of the h/g axis after that, and where can it go so that q keeps only (b, g) in front of "
-    "its last two axes? Is that a view of q or a copy? And how does the output get back to "
-    "(b, h, n_q, d_head)?",
+    "ah.scaled_dot_product_attention (and @) treats every axis before the last two as a batch, "
+    "pairs q's batch entries with k's and broadcasts an axis of size 1. q's head axis splits into "
+    "g groups of h/g: group first, or h/g first? Then either give k and v an axis of size 1 where "
+    "q has its h/g axis, or fold the h/g axis into q's rows. Is each step a view or a copy? And "
+    "how does the output get back to (b, h, n_q, d_head)?",
     "b, h, n_q, d_head = q.shape\n"
     "g = k.shape[1]\n"
     "rows = ...   # (b, g, h/g * n_q, d_head): group j's query heads as rows against k[:, j]; a view\n"
@@ -304,14 +429,11 @@ def check_grouped_query_attention(grouped_query_attention: Callable) -> CheckRes
     """Exercise: ``grouped_query_attention(q (b, h, n_q, d_head), k (b, g, n_k, d_head), v (b, g,
     n_k, d_head)) -> (b, h, n_q, d_head)``; query head ``i`` attends with key/value head
     ``i // (h/g)``, as PyTorch's grouped-query attention does, without K or V ever copied to the
-    ``h`` query heads (on the decoding cases a tensor that large is refused, see
-    :class:`._NoCopiedKV`; PyTorch's fused attention is blocked while the candidate runs)."""
+    ``h`` query heads (on the decoding cases a tensor that large is refused)."""
     return check_function(
         grouped_query_attention, _gqa, _gqa_cases(), what="grouped_query_attention",
         output_names=("the output",), atol=1e-5, rtol=1e-4,
-        forbid=[(nn.functional, "scaled_dot_product_attention")], guard=_NoCopiedKV,
-        instead="Group the heads yourself, without copying K or V, then call "
-                "ah.scaled_dot_product_attention",
+        watch=_no_copied_kv,
         mistakes=[
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: i % g),
                     "query head i must use key/value head i // (h/g): consecutive query heads "

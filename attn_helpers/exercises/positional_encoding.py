@@ -1,8 +1,7 @@
 r"""Checkers for notebook 07 (positional encoding).
 
 * ``positional_encoding.sinusoidal``: :func:`check_sinusoidal`, the matrix :math:`M_k` with
-  :math:`PE(p + k) = M_k\,PE(p)` for the sinusoidal table (section 2 only fits it numerically;
-  a numerical fit is refused here).
+  :math:`PE(p + k) = M_k\,PE(p)` for the sinusoidal table (section 2 only fits it numerically).
 * ``positional_encoding.rope_layout``: :func:`check_rope_layout`, loading a checkpoint trained with
   RoPE's other layout (``to_interleaved(W_Q, W_K, h, g) -> (W_Q', W_K')``): the rows of each head
   of a layer's query and key weights moved from split-half RoPE (GPT-NeoX, Hugging Face's
@@ -10,62 +9,71 @@ r"""Checkers for notebook 07 (positional encoding).
   message measures what the learner's weights do to them).
 * ``positional_encoding.reach``: :func:`check_reach`, how far back an ALiBi head looks (section
   5's bias alone): the half-weight reach ``ceil(-ln((1 + r^n) / 2) / m)``, ``r = e^{-m}``, the
-  fewest nearest keys that carry half a causal row's weight (:mod:`..lessons.positional_reach`),
-  from the geometric series: a sum over a long row is refused.
+  fewest nearest keys that carry half a causal row's weight, from the geometric series.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
-import numpy
 import torch
 
-from .. import positional as _positional
-from ..lessons import positional_encoding as _reach_lesson
-from ..lessons import positional_encoding as _rope
-from .core import CheckResult, Mistake, Refused, check_function, refusing_ops, seeded
-from .positional_mistakes import (
-    LAYOUT_MISTAKES,
-    REACH_MARGIN,
-    SCORE_POSITIONS,
-    _layout,
-    _layout_cases,
-    _no_row_sum,
-    _reach,
-    _reach_cases,
-    _score_line,
-    _scores,
-    _shift,
-)
+from ..lessons import positional_encoding as lesson
+from ..positional import alibi_slopes
+from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["FORBID", "LAYOUT_FORBID", "REACH_MARGIN", "check_reach", "check_rope_layout",
-           "check_sinusoidal", "half_weight_reach_reference", "shift_matrix_reference",
-           "to_interleaved_reference"]
+__all__ = ["REACH_MARGIN", "check_reach", "check_rope_layout", "check_sinusoidal",
+           "half_weight_reach_reference", "shift_matrix_reference", "to_interleaved_reference"]
 
-#: The package functions that would do exercise 1 for the learner (exercise 2 refuses more):
-#: calling one (under any name, imported into the notebook too) while the learner's function runs
-#: fails the check.
-FORBID = [(_positional, name) for name in (
-    "sinusoidal_encoding", "apply_rope", "frequencies", "_omega", "pair_rotation",
-    "SinusoidalPositionalEncoding", "RotaryEmbedding") if hasattr(_positional, name)] + [
-    (_rope, name) for name in ("apply_rope_half", "position_scores") if hasattr(_rope, name)]
+# --- the known mistakes of exercises 1 and 3, each one switch of the right answer -------------
+
+
+def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, sign: float = -1.0,
+           base: float = math.e, log2: bool = False, endless: bool = False, cap: bool = False,
+           statistic: str = "half") -> torch.Tensor:
+    """The half-weight reach ``(H,)`` long of slopes ``m (H,)`` in a causal row of ``n`` keys with one
+    thing changed (the known mistakes of exercise 3); with the defaults it is the right answer,
+    ``ceil(x)`` with ``x = -ln((1 + r^n) / 2) / m``, ``r = e^{-m}``. ``keys``: a row of ``n + keys``
+    keys; ``sign = +1``: weights ``e^{+m delta}``; ``base``: weights ``base^{-m delta}``; ``log2``:
+    ``log2`` in place of ``ln``; ``endless``: ``ln 2 / m`` (``cap``: at most ``n``); ``statistic``:
+    ``"mean"`` distance or ``"uniform"`` (``n / 2``, the slope ignored)."""
+    m, rows = m.double() * math.log(base), n + keys                  # base^(-m d) = e^(-m ln(base) d)
+    if statistic == "mean":
+        delta = torch.arange(n, dtype=torch.float64)                  # (n,): distances 0 .. n-1
+        x = (torch.softmax(-m[:, None] * delta, -1) * delta).sum(-1)  # (H,): the mean distance
+    elif statistic == "uniform":
+        x = torch.full_like(m, n / 2)
+    elif endless:
+        x = math.log(2) / m
+    else:
+        x = -torch.log1p(torch.expm1(-m * rows) / 2) / m               # (H,): share(x) = 1/2
+        x = x if sign < 0 else rows - x          # weights e^{+m d}: the row read from its far end
+    x = x / math.log(2) if log2 else x
+    k = {"ceil": torch.ceil, "floor": torch.floor, "round": torch.round}[rounding](x)
+    return (k.clamp(max=n) if cap else k).long()
+
+
+def _shift(k: int, d: int, *, sign: float = 1.0, exponents=None, halves: bool = False,
+           same_angle: bool = False, no_sin: bool = False) -> torch.Tensor:
+    """The ``(d, d)`` matrix ``M_k`` with ``PE(p + k) = M_k PE(p)`` for the interleaved sinusoidal
+    encoding (pair ``(sin, cos)``: block ``[[cos, sin], [-sin, cos]]`` of the angle ``k omega_i``),
+    with one thing changed (the known mistakes of notebook 07's exercise 1); with the defaults
+    it is the right answer."""
+    exponents = torch.arange(0, d, 2, dtype=torch.float64) / d if exponents is None else exponents
+    omega = torch.ones(d // 2) if same_angle else 10000.0 ** (-exponents.double())
+    omega = omega.double()
+    c, s = (k * omega).cos(), sign * (k * omega).sin() * (0.0 if no_sin else 1.0)
+    first = torch.arange(d // 2) if halves else torch.arange(0, d, 2)   # the pair's two rows
+    second = first + d // 2 if halves else first + 1
+    M = torch.zeros(d, d, dtype=torch.float64)
+    M[first, first], M[first, second] = c, s
+    M[second, first], M[second, second] = -s, c
+    return M
 
 
 # --- exercise 1: moving by k is a matrix ---------------------------------------------------------
-
-
-#: Section 2 fits M_k by least squares: the same fit (or any solver or inverse) would hand the learner
-#: M_k without the derivation the exercise asks for, so exercise 1 refuses them while it runs.
-_FIT_OPS = ["linalg_lstsq", "linalg_solve*", "_linalg_solve*", "linalg_inv*", "inverse", "linalg_pinv",
-            "pinverse", "linalg_svd", "_linalg_svd", "svd", "linalg_qr", "qr", "geqrf",
-            "triangular_solve", "linalg_lu*", "lu_solve", "_lu_with_info", "cholesky_*",
-            "linalg_cholesky*", "linalg_tensor*", "linalg_ldl*"]
-_NO_FIT = refusing_ops(_FIT_OPS, "shift_matrix fitted M_k numerically (section 2's least squares, "
-                       "a solver or an inverse), which does this exercise for you: write M_k from "
-                       "the angle-addition formulas")
-_NO_FIT_NUMPY = [(numpy.linalg, name) for name in ("lstsq", "solve", "inv", "pinv", "svd", "qr")]
 
 
 def _sizes(g: torch.Generator, k: int, high: int = 8) -> list[int]:  # a case's random shapes
@@ -95,18 +103,13 @@ def shift_matrix_reference(k: int, d_model: int) -> torch.Tensor:
     "return M"))
 def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
     """Exercise: ``shift_matrix(k, d_model) -> M_k (d_model, d_model)`` float64 with ``PE(p + k) =
-    M_k PE(p)`` for every ``p`` (section 2's table, derived by the learner; the package's
-    encoding and any numerical fit are refused while it runs)."""
-    if getattr(shift_matrix, "__code__", None) is _shift.__code__:
-        return CheckResult(False, "Not yet: that is the checker's own code, which does this exercise "
-                                  "for you. Write M_k from the angle-addition formulas.")
+    M_k PE(p)`` for every ``p`` (section 2's table, derived by the learner)."""
     k, half = _sizes(seeded(70), 2, high=40)  # and a case with random sizes
     cases = [{"k": k, "d_model": d} for k, d in [(1, 8), (3, 16), (0, 4), (-2, 8), (100, 32),
                                                  (7, 2), (k, 2 * half)]]
     return check_function(
         shift_matrix, shift_matrix_reference, cases, what="shift_matrix", output_names=("M_k",),
-        forbid=FORBID + _NO_FIT_NUMPY, instead="Write M_k from the angle-addition formulas",
-        guard=_NO_FIT, atol=1e-6, same_dtype=True, mistakes=[
+        atol=1e-6, same_dtype=True, mistakes=[
             Mistake(lambda k, d: _shift(k, d, sign=-1.0),
                     "the sin terms have the wrong signs (or M_k is transposed): that block is "
                     "RoPE's rotation of a pair (x_2i, x_2i+1), which here moves PE(p) to PE(p - k). "
@@ -129,19 +132,145 @@ def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
     )
 
 
-def _handed_in(what: str, label: str) -> CheckResult:
-    return CheckResult(False, f"Not yet: {what} is the package's {label}, which does this exercise "
-                              "for you. Write the steps yourself; the checker blocks it here.")
-
-
 # --- exercise 2: a checkpoint trained with RoPE's other layout ----------------------------------
 
 
-#: Exercise 2 refuses, on top of :data:`FORBID`'s rotations, the lesson's own layout code: the
-#: reordering itself (the other way round) and a layer's scores in either layout (a search).
-LAYOUT_FORBID = FORBID + [(_rope, name) for name in (
-    "interleaved_to_half", "permute_rows", "layer_scores") if hasattr(_rope, name)]
-_LAYOUT_INSTEAD = "Work out from the two layouts which row goes where, and move the rows yourself"
+def _layout(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int, *, inverse: bool = False,
+            swap: bool = False, negate: bool = False, one_head: bool = False,
+            head_minor: bool = False, columns: bool = False, keep_k: bool = False,
+            counts: tuple[int, int] | None = None,
+            reverse: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(W_Q', W_K')``: the rows of each head of ``W_Q`` (``h`` heads) and ``W_K`` (``g`` heads),
+    ``nn.Linear`` weights trained with split-half RoPE (pair ``i`` = rows ``i, i + d/2`` of a head),
+    moved so that interleaved RoPE (pair ``i`` = rows ``2i, 2i+1``) computes the same scores:
+    new row ``2i`` is old row ``i``, new row ``2i+1`` old row ``i + d/2``. With one thing changed
+    (exercise 2's known mistakes); with the defaults it is the right answer. ``inverse``: the other
+    direction; ``swap``: each pair's members swapped; ``negate``: the second member negated;
+    ``one_head``: all rows as one head; ``head_minor``: rows read as ``(d_head, heads)``;
+    ``columns``: the columns moved instead; ``keep_k``: ``W_K`` left as it is; ``counts``: the
+    head counts used for ``(W_Q, W_K)``; ``reverse``: the pairs in reverse order."""
+    def convert(W: torch.Tensor, heads: int) -> torch.Tensor:
+        rows = W.shape[0]
+        heads = 1 if one_head else heads
+        if rows % heads or (rows // heads) % 2:
+            raise ValueError(f"{rows} rows do not split into {heads} heads of even size")
+        d = rows // heads
+        i = torch.arange(d // 2).flip(0) if reverse else torch.arange(d // 2)
+        index = torch.stack([i + d // 2, i] if swap else [i, i + d // 2], -1).flatten()  # (d,)
+        index = index.argsort() if inverse else index              # new row r <- old row index[r]
+        block = torch.arange(heads)
+        full = (index[:, None] * heads + block).flatten() if head_minor else (
+            block[:, None] * d + index).flatten()                  # (rows,): over all the heads
+        moved = W[:, full] if columns else W[full]
+        if negate:
+            moved = moved.clone()
+            moved[1::2] = -moved[1::2]
+        return moved
+
+    h_used, g_used = counts if counts is not None else (h, g)
+    return convert(W_Q, h_used), W_K.clone() if keep_k else convert(W_K, g_used)
+
+
+def _layout_cases() -> list[dict]:
+    """A layer's ``W_Q`` ``(h d_head, d_in)`` and ``W_K`` ``(g d_head, d_in)`` with ``h`` query and
+    ``g`` key/value heads: one head; ``g = h``; grouped-query (``g < h``) and multi-query
+    (``g = 1``) layers; ``d_head = 2`` (nothing to move) and ``4`` (a reordering that is its own
+    inverse); ``d_in`` equal to the rows and not; one float32 layer and a random one."""
+    gen = seeded(71)
+    g_rand = int(torch.randint(1, 4, (1,), generator=gen))
+    h_rand = g_rand * int(torch.randint(1, 4, (1,), generator=gen))
+    d_rand, d_in_rand = (2 * int(torch.randint(1, 9, (1,), generator=gen)),
+                         int(torch.randint(1, 41, (1,), generator=gen)))
+    cases = []
+    for h, g, d_head, d_in, dtype in [(1, 1, 8, 8, torch.float64), (4, 4, 6, 24, torch.float64),
+                                      (4, 2, 8, 20, torch.float64), (3, 1, 4, 10, torch.float64),
+                                      (2, 2, 2, 5, torch.float64), (8, 2, 16, 48, torch.float32),
+                                      (h_rand, g_rand, d_rand, d_in_rand, torch.float64)]:
+        cases.append({"W_Q": torch.randn(h * d_head, d_in, generator=gen, dtype=dtype),
+                      "W_K": torch.randn(g * d_head, d_in, generator=gen, dtype=dtype),
+                      "h": h, "g": g})
+    return cases
+
+
+#: Where a layer's scores are taken: far apart, so that even the slowest pairs turn.
+SCORE_POSITIONS = torch.arange(16) ** 2 * 7                                   # 0 .. 1575
+
+
+def _scores(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int, *, layout: str,
+            sign: int = 1) -> torch.Tensor:
+    """``(h, 16, 16)`` float64: every head's scores of 16 seeded tokens at :data:`SCORE_POSITIONS`
+    (times ``sign``) under RoPE in ``layout`` (``"interleaved"``, the course's, or ``"half"``)."""
+    d_in = W_Q.shape[1]
+    x = torch.randn(16, d_in, generator=seeded(73), dtype=torch.float64) / d_in ** 0.5  # (16, d_in)
+    return lesson.layer_scores(W_Q.double(), W_K.double(), x, h, g, layout=layout,
+                              positions=sign * SCORE_POSITIONS)
+
+
+def _kept(W_Q, W_K, h, g):  # nothing moved
+    return W_Q.clone(), W_K.clone()
+
+
+_BACKWARDS = ("mirrors the pair, and a mirrored rotation turns the other way: your scores are the "
+              "original model's with every position negated, so the key delta back scores as the "
+              "key delta ahead did (the Scores line measures it).")
+_COUNTS = ("you cut one weight into the other's number of heads: W_Q holds h query heads and W_K "
+           "g key/value heads (grouped-query attention, notebook 04), each of d_head rows; "
+           "Hugging Face's Llama conversion, too, reorders k_proj with the key/value head count.")
+#: Exercise 2's known mistakes, each with its explanation (the first that matches is named).
+LAYOUT_MISTAKES = [
+    Mistake(_kept, "nothing moved: loaded as they are, the weights run under apply_rope without an "
+                   "error, but each number is paired with the wrong partner and turned at the "
+                   "wrong frequency. Move rows so that each split-half pair lands on an "
+                   "interleaved pair with the same omega_i."),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, inverse=True),
+            "your reordering is the inverse of the right one: it turns an interleaved head into a "
+            "split-half one (the direction of Hugging Face's conversion of Meta's Llama weights). "
+            "W[index] puts old row index[r] at new row r: for each new row, which old row holds "
+            "its number?"),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, swap=True),
+            f"each pair's two members are swapped: that {_BACKWARDS}"),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, negate=True),
+            f"you negated one member of each pair: rows only move here. A sign flip {_BACKWARDS}"),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, columns=True),
+            "you moved the columns: they are the input features, which RoPE never touches. "
+            "nn.Linear computes x @ W.T, so the numbers RoPE pairs (each head's queries and keys) "
+            "come from the rows of W."),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, keep_k=True),
+            "W_K' is W_K unchanged: keys are rotated like queries, so k_proj needs the same move, "
+            "head by head (it is v_proj and o_proj that stay as they are)."),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, one_head=True),
+            "you reordered all the rows as one head: each head is its own block of d_head rows, "
+            "and the move happens inside every block, the same in each."),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, head_minor=True),
+            "you read the rows as (d_head, heads): nn.Linear's rows are head after head, so "
+            "head j is the block of rows j * d_head .. (j + 1) * d_head - 1."),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, reverse=True),
+            "your pairs are in reverse order: split-half pair i landed on interleaved pair "
+            "d/2 - 1 - i, which turns at another frequency. Both layouts give pair i the same "
+            "omega_i: which interleaved pair must each split-half pair become?"),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, counts=(h, h)), _COUNTS),
+    Mistake(lambda W_Q, W_K, h, g: _layout(W_Q, W_K, h, g, counts=(g, g)), _COUNTS),
+]
+
+
+def _score_line(W_Q, W_K, h, g, mine) -> str:
+    """What the learner's ``(W_Q', W_K')`` do to the layer's scores, measured: apply_rope on them
+    against split-half RoPE on ``W_Q, W_K`` (:func:`.positional_mistakes._scores`)."""
+    original = _scores(W_Q, W_K, h, g, layout="half")
+    yours = _scores(*mine, h, g, layout="interleaved")
+    gap, top = (yours - original).abs().max().item(), original.abs().max().item()
+    if gap <= 1e-9 * top:
+        return (f"\nScores: your weights still give every head the original model's scores "
+                f"(largest difference {gap:.1g}), but they are not W_Q's and W_K's rows moved; "
+                "only rows move here, unchanged.")
+    said = (f"\nScores: with your weights, apply_rope's scores differ from the original model's "
+            f"(split-half RoPE on W_Q, W_K) by up to {gap:.2g}, against a largest score of "
+            f"{top:.2g}")
+    negated = _scores(W_Q, W_K, h, g, layout="half", sign=-1)
+    if (yours - negated).abs().max().item() <= 1e-9 * top:
+        return (f"{said}; they equal its scores with every position negated: the key delta back "
+                "scores as the key delta ahead did.")
+    return f"{said}. Such weights load without an error and compute something else."
 
 
 def to_interleaved_reference(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int):
@@ -176,14 +305,7 @@ def check_rope_layout(to_interleaved: Callable) -> CheckResult:
     that interleaved RoPE (:func:`~attn_helpers.positional.apply_rope`) gives every head the same
     scores. Compared with the reference's rows (to 1e-12: exactly), in the input's dtype, on
     layers with one head, ``g = h``, ``g < h`` and ``g = 1``; each message also measures what the
-    learner's weights do to the layer's scores. The package's rotations and layout code are
-    refused."""
-    if getattr(to_interleaved, "__code__", None) is _layout.__code__:
-        return CheckResult(False, "Not yet: that is the checker's own code, which does this exercise "
-                                  f"for you. {_LAYOUT_INSTEAD}.")
-    for owner, name in LAYOUT_FORBID:
-        if to_interleaved is getattr(owner, name, None):
-            return _handed_in(f"rope.{name}" if owner is _rope else name, "own layout code")
+    learner's weights do to the layer's scores."""
     answers = []
 
     def run(W_Q, W_K, h, g):  # the learner's function; its answers are kept for the Scores line
@@ -199,7 +321,7 @@ def check_rope_layout(to_interleaved: Callable) -> CheckResult:
 
     result = check_function(
         run, to_interleaved_reference, _layout_cases(), what="to_interleaved",
-        output_names=("W_Q'", "W_K'"), forbid=LAYOUT_FORBID, instead=_LAYOUT_INSTEAD, atol=1e-12,
+        output_names=("W_Q'", "W_K'"), atol=1e-12,
         rtol=0.0, same_dtype=True, mistakes=LAYOUT_MISTAKES)  # rows only move: exact, in effect
     if result.passed:
         gaps = [(_scores(*mine, h, g, layout="interleaved") - _scores(W_Q, W_K, h, g, layout="half"))
@@ -219,23 +341,32 @@ def check_rope_layout(to_interleaved: Callable) -> CheckResult:
 
 # --- exercise 3: how far back an ALiBi head looks ----------------------------------------------
 
+#: Every case keeps each head's real-valued k, x = -ln((1 + r^n) / 2) / m, at least this far from a
+#: whole number >= 1 (tested), so any float64 closed form (log or log1p, ...) rounds it alike.
+REACH_MARGIN = 0.01
+
+
+def _reach_cases() -> list[dict]:
+    """ALiBi's slopes for 4, 8, 12 and 16 heads in rows of 1 to 3000 keys, tiny and large slopes (the
+    limits ceil(n / 2) and 1), and a random case; none within :data:`REACH_MARGIN` of a tie."""
+    g = seeded(72)
+    heads = int(torch.randint(2, 7, (1,), generator=g))
+    log_m = torch.empty(heads, dtype=torch.float64).uniform_(math.log(1e-3), math.log(2.0), generator=g)
+    n = int(torch.randint(2, 4001, (1,), generator=g))
+    slopes = alibi_slopes
+    return [{"m": m, "n": n} for m, n in [
+        (slopes(8), 24), (slopes(4), 1), (slopes(12), 100), (slopes(4), 7), (slopes(8), 3000),
+        (slopes(16), 2048),
+        (torch.tensor([1e-6, 1e-4, 1e-3], dtype=torch.float64), 1001),
+        (torch.tensor([0.3, 3.0, 40.0], dtype=torch.float64), 50), (log_m.exp(), n)]]
+
+
 
 def half_weight_reach_reference(m: torch.Tensor, n: int) -> torch.Tensor:
-    """``(H,)`` long: the package's :func:`~attn_helpers.lessons.positional_reach.half_weight_reach`,
-    ``ceil(-ln((1 + r^n) / 2) / m)`` with ``r = e^{-m}``."""
-    return _reach_lesson.half_weight_reach(m, n)
+    """``(H,)`` long: ``ceil(-ln((1 + r^n) / 2) / m)`` with ``r = e^{-m}``."""
+    return _reach(m, n)
 
 
-def _reach_forbid() -> list[tuple[object, str]]:
-    """The package's own reach, in its module and as 07's lesson re-exports it (looked up when the
-    checker runs: this module is imported while ``attn_helpers`` itself is still being imported)."""
-    import importlib
-
-    lesson = importlib.import_module("attn_helpers.lessons.positional_encoding")
-    return [(_reach_lesson, "half_weight_reach"), (lesson, "half_weight_reach")]
-
-
-REACH_INSTEAD = "Write the reach from the geometric series"
 _ONE_SHORT = ("one short: k counts the keys at distances 0 .. k - 1, one more than the distance of "
               "the farthest of them (the index where the running sum first reaches 1/2, plus 1). "
               "Rounding x = -ln((1 + r^n) / 2) / m down (floor, int(), .long()) misses the same way: "
@@ -256,8 +387,7 @@ _MEAN = ("that is the row's mean distance, sum of delta w_delta, rounded: the re
     "The weights r^delta of a causal row form a geometric series, so both sums of the definition "
     "are partial sums with a closed form, and the share held by the nearest k keys is their "
     "ratio. Solve share = 1/2 for k (ln r = -m is negative: mind which way the inequality turns) "
-    "and take the smallest whole k where the share reaches 1/2. No sum over the row is needed, "
-    "and the checker refuses one.",
+    "and take the smallest whole k where the share reaches 1/2. No sum over the row is needed.",
     "# To check yourself on a short row (not in here): count keys until the row's cumsum >= 1/2.\n"
     "r_n = torch.exp(-m * n)                     # (H,): r^n, r = e^{-m}\n"
     "x = ...                                     # (H,) float: the k where share(k) is exactly 1/2\n"
@@ -266,12 +396,8 @@ def check_reach(half_weight_reach: Callable) -> CheckResult:
     """Exercise: ``half_weight_reach(m (H,), n) -> (H,)`` long, each head's half-weight reach: the
     smallest ``k`` such that the keys at distances ``0 .. k - 1`` carry at least half the weight
     of a causal row of ``n`` keys under ALiBi's bias ``-m delta`` (equal content scores); ``m``
-    float64, ``> 0``, from the closed form ``ceil(-ln((1 + r^n) / 2) / m)``: on rows of
-    ``ROW_GUARD_MIN`` keys or more a sum over the row (a tensor as long as the row, or a loop over
-    it) is refused while it runs. No case is within :data:`REACH_MARGIN` of a tie."""
-    if getattr(half_weight_reach, "__code__", None) is _reach.__code__:
-        return CheckResult(False, "Not yet: that is the checker's own code, which does this exercise "
-                                  f"for you. {REACH_INSTEAD}.")
+    float64, ``> 0``: ``ceil(-ln((1 + r^n) / 2) / m)``. No case is within :data:`REACH_MARGIN`
+    of a tie."""
 
     def whole(m, n):  # the learner's reaches as float64, for check_function to compare
         k = half_weight_reach(m, n)
@@ -284,8 +410,7 @@ def check_reach(half_weight_reach: Callable) -> CheckResult:
 
     return check_function(
         whole, half_weight_reach_reference, _reach_cases(), what="half_weight_reach",
-        output_names=("the reaches",), forbid=_reach_forbid(), instead=REACH_INSTEAD, atol=0.0,
-        rtol=0.0, guard=_no_row_sum, mistakes=[
+        output_names=("the reaches",), atol=0.0, rtol=0.0, mistakes=[
             Mistake(lambda m, n: _reach(m, n, rounding="floor"), _ONE_SHORT),
             Mistake(lambda m, n: _reach(m, n, rounding="round"),
                     "you rounded x = -ln((1 + r^n) / 2) / m to the nearest whole number: share(k) "

@@ -23,12 +23,11 @@ from collections.abc import Callable
 import torch
 
 from ..attention import scaled_dot_product_attention
-from .core import BORROWED, BorrowedCall, CheckResult, Mistake, own_work_guard, seeded
-from .start_here import check_cases, size
-from .workflow import exercise, hint, progress
+from .core import CheckResult, Mistake, check_function, seeded, size
+from .workflow import exercise
 
 __all__ = ["NEXT_WEIGHT", "attention_reference", "check_asymmetric_relation", "check_attention",
-           "hint", "next_token_projections_reference", "next_token_weights", "progress"]
+           "next_token_projections_reference", "next_token_weights"]
 
 FULLY_MASKED = (
     "a row whose keys are all masked is all -inf, and softmax gives 0 / 0 = NaN there. Such a "
@@ -125,23 +124,6 @@ def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v",
     return attention
 
 
-# Right with their default arguments: refused while the learner's function runs.
-REFUSED_WHILE_CHECKING = ("_attention",)
-
-
-def _attention_calls() -> tuple[tuple[object, str], ...]:
-    """Library calls that would do exercise 1 for the learner, blocked while their function runs:
-    the course's own attention and masked softmax (shown in this notebook) and PyTorch's fused
-    call. Looked up when the checker runs: this module is imported while ``attn_helpers`` is."""
-    import importlib
-
-    package = importlib.import_module("attn_helpers")
-    module = importlib.import_module("attn_helpers.attention")
-    return ((package, "scaled_dot_product_attention"), (module, "scaled_dot_product_attention"),
-            (package, "masked_softmax"), (module, "masked_softmax"), (module, "_masked_softmax"),
-            (torch.nn.functional, "scaled_dot_product_attention"))
-
-
 @exercise("query_key_value.attention", "scaled dot-product attention with a mask", hints=(
     "Four steps: scores q . k_j, scaled by 1/sqrt(d_k); masked keys get -inf; a softmax over the "
     "keys; the weighted sum of the values. A query with no allowed key must read nothing (zeros).",
@@ -157,7 +139,7 @@ def check_attention(attention: Callable) -> CheckResult:
     """Exercise: ``attention(q, k, v, mask) -> (output, weights)``; ``q (..., n_q, d_k)``,
     ``k (..., n_k, d_k)``, ``v (..., n_k, d_v)``, ``mask`` boolean broadcastable to
     ``(..., n_q, n_k)``, True = may attend; fully masked queries get zero weights and output."""
-    return check_cases(
+    return check_function(
         attention, attention_reference, _attention_cases(), what="attention",
         output_names=("the output", "the weights"),
         mistakes=[
@@ -196,7 +178,6 @@ def check_attention(attention: Callable) -> CheckResult:
             Mistake(_attention(mask_after="zeroed"), ZEROED_AFTER),     # after: they agree on 8
         ],
         nan_hint=FULLY_MASKED,
-        forbid=_attention_calls(),
     )
 
 
@@ -308,18 +289,14 @@ def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
         return CheckResult(False, f"Not yet: {what} is not a function "
                                   f"(got {type(next_token_projections).__name__}).")
     cases = _relation_cases()
-    guard = own_work_guard(next_token_projections, next_token_projections_reference)
     for number, case in enumerate(cases, start=1):
         X = case["X"]                                                         # noqa: N806
         where = f"case {number} of {len(cases)} (X: {str(X.dtype).removeprefix('torch.')} " \
                 f"{tuple(X.shape)})"
         try:
-            with guard():
-                got = next_token_projections(X.clone())
+            got = next_token_projections(X.clone())
         except NotImplementedError:
             return CheckResult(False, f"{what} is not implemented yet.")
-        except BorrowedCall as exc:
-            return CheckResult(False, f"Not yet: {what} called {exc}. {BORROWED}")
         except Exception as exc:  # the learner's bug, reported in words
             return CheckResult(False, f"Not yet: on {where}, {what} raised "
                                       f"{type(exc).__name__}: {exc}")

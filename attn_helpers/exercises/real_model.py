@@ -13,35 +13,11 @@ from collections.abc import Callable
 
 import torch
 
-from ..lessons import real_model as _rm
-from ..lessons import real_model as _studies
-from ..lessons.real_model import offset_scores, value_norms
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["FORBID_NORMS", "FORBID_PREVIOUS", "HINTS", "check_previous_token_scores",
-           "check_value_norms", "make_cases", "make_norm_cases"]
-
-#: The package functions that would do each exercise for the learner: calling one (under any name,
-#: imported into the notebook too) while the learner's function runs fails the check.
-FORBID_PREVIOUS = [(_rm, "offset_scores"), (_rm, "_mean_over_queries"),
-                   (_rm, "entropy_grid")]
-FORBID_NORMS = [(_studies, "value_norms"), (_studies, "run_value_norms"),
-                (_studies, "value_vector_norms")]
-
-
-def _is_forbidden(candidate: Callable, forbid) -> str | None:
-    """The label of a forbidden function handed in as the answer itself, else None."""
-    for owner, name in forbid:
-        if candidate is getattr(owner, name):
-            return f"{owner.__name__}.{name}"
-    return None
-
-
-def _handed_in(what: str, label: str) -> CheckResult:
-    return CheckResult(False, f"Not yet: {what} is the package's {label}, which does this exercise "
-                              "for you. Write the steps yourself; the checker blocks it here.")
-
+__all__ = ["HINTS", "check_previous_token_scores", "check_value_norms", "make_cases",
+           "make_norm_cases", "previous_token_reference", "value_norms_reference"]
 
 def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int) -> torch.Tensor:
     """``(L, b, h, n, n)`` weights as the model makes them: every row (padding queries too) is a
@@ -82,6 +58,11 @@ def _diagonal(weights, offset):
     out = torch.zeros(weights.shape[:-1])
     out[..., i] = weights[..., i, i + offset]
     return out                                                     # (L, b, h, n)
+
+
+def previous_token_reference(weights, mask):
+    """``(L, h)``: the mean weight on key ``i - 1`` over the real queries ``i >= 1``."""
+    return _mean(_diagonal(weights, -1), _real_queries(mask, 1))
 
 
 HINTS: dict[str, tuple[str, str, str]] = {
@@ -132,13 +113,9 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
         per_sentence = (_diagonal(w, -1) * valid).sum(3) / valid.sum(3)   # (L, b, h)
         return per_sentence.mean(1)
 
-    if label := _is_forbidden(candidate, FORBID_PREVIOUS):
-        return _handed_in("previous_token_scores", label)
     return check_function(
-        candidate, lambda w, m: offset_scores(w, m, -1), make_cases(91),
-        what="previous_token_scores", output_names=("the scores",), forbid=FORBID_PREVIOUS,
-        instead=("Pick each query's weight on its previous token for i = 1 .. n-1 and average them "
-                 "over the real queries yourself (a masked sum divided by a count)"),
+        candidate, previous_token_reference, make_cases(91),
+        what="previous_token_scores", output_names=("the scores",),
         mistakes=[
             Mistake(shifted(+1, 0),
                     "you read a[i, i + 1], the weight on the NEXT token. The previous token of "
@@ -201,6 +178,11 @@ def _f(values, W_O, slice_of=None):
     return torch.einsum("bhjk,hkd->bhjd", values, W_h)               # (b, h, n, d)
 
 
+def value_norms_reference(weights, values, W_O):
+    """``(b, h, n, n)``: ``a_ij ||f_h(x_j)||``, ``f_h(x_j)`` the value through head h's columns."""
+    return weights * _f(values, W_O).norm(dim=-1)[:, :, None, :]
+
+
 HINTS["value_norms"] = (
     "Head h adds sum_j a_ij f_h(x_j) to token i, where f_h(x_j) is value vector v_j of head h "
     "multiplied by head h's part of the output projection W_O. Its norm times a_ij is what key j "
@@ -235,11 +217,9 @@ def check_value_norms(candidate: Callable) -> CheckResult:
     def first_slice(W, h, d_head):                       # every head through head 0's columns
         return W[:, :d_head].T.expand(h, d_head, W.shape[0])
 
-    if label := _is_forbidden(candidate, FORBID_NORMS):
-        return _handed_in("value_norms", label)
     return check_function(
-        candidate, value_norms, make_norm_cases(93), what="value_norms",
-        output_names=("the norms",), forbid=FORBID_NORMS,
+        candidate, value_norms_reference, make_norm_cases(93), what="value_norms",
+        output_names=("the norms",),
         mistakes=[
             Mistake(lambda w, v, W: times(w, v.norm(dim=-1)),
                     "you took the norm of the value vector v_j itself: Kobayashi et al. pass it "

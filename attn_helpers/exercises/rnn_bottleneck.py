@@ -18,15 +18,11 @@ from collections.abc import Callable
 
 import torch
 
-import attn_helpers
+from .core import CheckResult, Mistake, check_function, seeded, size
+from .workflow import exercise
 
-from .. import attention
-from .core import CheckResult, Mistake, check_function, seeded
-from .start_here import size
-from .workflow import exercise, hint, progress
-
-__all__ = ["additive_scores_reference", "check_additive_scores", "check_rnn_encoder", "hint",
-           "progress", "rnn_encoder_reference"]
+__all__ = ["additive_scores_reference", "check_additive_scores", "check_rnn_encoder",
+           "rnn_encoder_reference"]
 
 
 # --- exercise 1: the recurrent encoder ----------------------------------------------------------
@@ -82,15 +78,6 @@ rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d)
 (H (..., n, d), h_last (..., d))``: ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)`` from ``h_{-1} = 0``."""
 
 
-# PyTorch's own recurrences, which would run the loop for the learner: blocked while their function
-# runs (nn.RNN and nn.RNNCell call torch._VF's kernels, so those are blocked too).
-RNN_FORBID = [(torch.nn, "RNN"), (torch.nn, "RNNCell"), (torch.nn.modules.rnn, "RNN"),
-              (torch.nn.modules.rnn, "RNNCell"), (torch, "rnn_tanh"), (torch, "rnn_tanh_cell"),
-              (torch._VF, "rnn_tanh"), (torch._VF, "rnn_tanh_cell")]
-RNN_INSTEAD = ("Write the recurrence yourself, one token at a time from the zero state, keeping "
-               "every state")
-
-
 @exercise("rnn_bottleneck.rnn_encoder", "a vanilla RNN encoder and its final state", hints=(
     "Start from a zero state and walk along the time axis (dim -2), one token at a time: each new "
     "state mixes the current token with the previous state. Keep every state; the last one is the "
@@ -106,16 +93,10 @@ RNN_INSTEAD = ("Write the recurrence yourself, one token at a time from the zero
     "return torch.stack(states, dim=-2), h"))
 def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
     """Exercise: ``rnn_encoder(x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,)) ->
-    (H (..., n, d), h_last (..., d))``, ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)``, ``h_{-1} = 0``.
-    PyTorch's recurrences (``nn.RNN``, ``nn.RNNCell``, ``torch.rnn_tanh``) are blocked while it runs,
-    and the checker's own recurrence is refused."""
-    if getattr(rnn_encoder, "__code__", None) is rnn_encoder_reference.__code__:
-        return CheckResult(False, "Not yet: that is the checker's own recurrence (exercises."
-                                  f"rnn_bottleneck), which does this exercise for you. {RNN_INSTEAD}.")
+    (H (..., n, d), h_last (..., d))``, ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)``, ``h_{-1} = 0``."""
     return check_function(
         rnn_encoder, rnn_encoder_reference, _rnn_cases(), what="rnn_encoder",
         output_names=("the states H", "the last state h_last"),
-        forbid=RNN_FORBID, instead=RNN_INSTEAD,
         error_hints=[("same dtype", "make the zero start state with the inputs' dtype "
                       "(torch.zeros(..., dtype=x.dtype)): these cases mix float32 and float64."),
                      ("expected scalar type", "make the zero start state with the inputs' dtype "
@@ -177,8 +158,7 @@ def _additive_cases() -> list[dict]:
 
 def additive_scores_reference(s, H, U_q, U_k, v_a):  # noqa: N803
     """``s (b, d_dec), H (b, n, d_enc), U_q (d_dec, d_a), U_k (d_enc, d_a), v_a (d_a,)
-    -> e (b, n)``, written out (the checker blocks the core's
-    :func:`~attn_helpers.attention.additive_scores`; a test checks the two agree)."""
+    -> e (b, n)``."""
     return torch.tanh((s @ U_q)[:, None, :] + H @ U_k) @ v_a
 
 
@@ -186,10 +166,6 @@ def _features(f: Callable, combine: Callable = torch.add) -> Callable:
     def wrong(s, H, U_q, U_k, v_a):  # noqa: N803
         return f(combine((s @ U_q)[:, None, :], H @ U_k), v_a)
     return wrong
-
-
-# Right with their default arguments: refused while the learner's function runs.
-REFUSED_WHILE_CHECKING = ("_rnn",)
 
 
 _NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis for the "
@@ -215,8 +191,6 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
     return check_function(
         additive_scores, additive_scores_reference, _additive_cases(), what="additive_scores",
         output_names=("the scores e",),
-        forbid=[(attention, "additive_scores"), (attn_helpers, "additive_scores")],
-        instead="Write the tanh of the two projections and the product with v_a yourself",
         error_hints=[("must match the size of tensor", _NEW_AXIS),
                      ("same dtype", "make every tensor you create with the inputs' dtype "
                       "(torch.zeros(..., dtype=s.dtype)): these cases mix float32 and float64.")],

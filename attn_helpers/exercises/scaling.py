@@ -4,22 +4,12 @@ gradients at W_Q and W_K, by hand."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 
 import torch
 
-from ..lessons import scaling as _scaling_lesson
-from .core import CheckResult, Mistake, Refused, as_number, check_function, refusing_ops, seeded
-from .scaling_mistakes import (
-    CHAIN_CODE,
-    PROJECTION_FORBID,
-    PROJECTION_INSTEAD,
-    PROJECTION_MISTAKES,
-    _projection_cases,
-    projection_guard,
-)
+from .core import AllocationWatch, CheckResult, Mistake, as_number, check_function, seeded
 from .workflow import exercise
 
 __all__ = ["check_choose_scale", "check_softmax_backward", "check_projection_gradients"]
@@ -167,59 +157,21 @@ def _backward_from(f: Callable) -> Callable:
     return lambda s, g: f(torch.softmax(s, dim=-1), g)
 
 
-# What would do the exercise without it being written: autograd, PyTorch's own softmax backward,
-# and the Jacobian built in full (section 3's function, diag_embed).
-_BACKWARD_FORBID = [
-    (torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward"),
-    (torch.autograd.functional, "jacobian"), (torch.autograd.functional, "vjp"),
-    (torch.func, "vjp"), (torch.func, "jacrev"), (torch.func, "grad"),
-    (torch, "_softmax_backward_data"), (torch, "diag_embed"), (torch.Tensor, "diag_embed"),
-    (torch, "diag"), (torch.Tensor, "diag"), (torch, "diagflat"), (torch, "eye"),
-    (_scaling_lesson, "softmax_jacobian"),
-]
-_BACKWARD_INSTEAD = ("Multiply J = diag(a) - a a^T out on paper, a = softmax(scores), until only "
-                     "vectors of length n and numbers per row are left: no n x n matrix "
-                     "(exercises.hint('scaling.softmax_backward', 2) names the idea)")
-_BACKWARD_POINT = ("The point of this exercise is the backward pass WITHOUT J, which at n = 8,192 "
-                   f"and 64 rows would need 17 GB. {_BACKWARD_INSTEAD}.")
+def _no_jacobian(inputs: dict) -> AllocationWatch:
+    """The lesson's constraint: no tensor as big as the ``(..., n, n)`` Jacobian (at n = 8,192 and
+    64 rows it would need 17 GB)."""
+    rows = inputs["scores"]
+    n, limit = rows.shape[-1], rows.numel() * rows.shape[-1]
 
+    def refuse(t: torch.Tensor, call: str) -> str | None:
+        if n >= 3 and t.numel() >= limit:
+            return (f"softmax_backward built a tensor of shape {tuple(t.shape)} ({call}), as big as "
+                    f"the (..., n, n) Jacobian (n = {n}). The point of this exercise is the "
+                    "backward pass WITHOUT J: multiply J = diag(a) - a a^T out on paper until "
+                    "only vectors of length n and numbers per row are left.")
+        return None
 
-class _NoJacobian(torch.overrides.TorchFunctionMode):
-    """Watches every torch operation the learner's function ``what`` runs on the rows ``(..., n)``:
-    a result with as many elements as the ``(..., n, n)`` Jacobian (n times the rows') means J was
-    built, whatever the route (an outer product by broadcasting, a loop filling a matrix, ...);
-    ``point`` says why that fails the exercise."""
-
-    def __init__(self, rows: torch.Tensor, what: str, point: str):
-        super().__init__()
-        self.n = rows.shape[-1]
-        self.limit = rows.numel() * self.n
-        self.what, self.point = what, point
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, tuple | list) else (out,):
-            if isinstance(t, torch.Tensor) and self.n >= 3 and t.numel() >= self.limit:
-                raise Refused(
-                    f"{self.what} built a tensor of shape {tuple(t.shape)}, as big as the "
-                    f"(..., n, n) Jacobian (n = {self.n}). {self.point}")
-        return out
-
-
-def _no_jacobian(what: str, point: str, instead: str, ops: tuple[str, ...] = ()) -> Callable:
-    """A ``guard`` that refuses, while ``what`` runs, J (any tensor as big as it: ``point`` says
-    why), autograd by any route and the aten ``ops`` (``instead`` says what to write)."""
-    used = "PyTorch's own softmax backward or autograd" if ops else "autograd"
-    no_autograd = refusing_ops(ops, f"{what} used {used} (torch.ops.aten, a grad_fn, backward, "
-                                    "torch.autograd.grad, torch.func), which does this exercise "
-                                    f"for you. {instead}", autograd=True)
-
-    @contextlib.contextmanager
-    def guard(inputs: dict):
-        with no_autograd(inputs), _NoJacobian(next(iter(inputs.values())), what, point):
-            yield
-
-    return guard
+    return AllocationWatch(refuse)
 
 
 @exercise("scaling.softmax_backward", "the softmax backward pass, without building J", hints=(
@@ -235,14 +187,12 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
     """Exercise: ``softmax_backward(scores (..., n), grad_weights (..., n)) -> (..., n)``, the
     gradient of the loss at the scores given its gradient ``g`` at the weights ``a =
     softmax(scores)``: ``a * (g - <a, g>)``, without building the ``(..., n, n)`` Jacobian (any
-    intermediate that large fails the check) and without autograd (blocked while it runs);
+    intermediate that large fails the check);
     checked against autograd."""
     return check_function(
         softmax_backward, _softmax_backward, _backward_cases(), what="softmax_backward",
         output_names=("the gradient at the scores",), atol=1e-6, rtol=1e-5,
-        forbid=_BACKWARD_FORBID, instead=_BACKWARD_INSTEAD,
-        guard=_no_jacobian("softmax_backward", _BACKWARD_POINT, _BACKWARD_INSTEAD,
-                           ("_softmax_backward_data",)),
+        watch=_no_jacobian,
         mistakes=[
             Mistake(_backward_from(lambda a, g: a * g),
                     "that is only diag(a) g: the a a^T term of J is missing. Raising s_j also "
@@ -275,6 +225,124 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
 
 # --- exercise 3: the gradient that reaches W_Q and W_K ------------------------------------------
 
+F64 = torch.float64
+
+
+def _softmax_grad(s: torch.Tensor, g: torch.Tensor, *, diagonal_only: bool = False,
+                  dim: int = -1) -> torch.Tensor:
+    """The softmax backward at the scores ``s`` (rows on the last axis), for ``g = dL/dA``;
+    ``dim``: the axis its weights are recomputed over (-1, the keys, is right)."""
+    a = torch.softmax(s, dim=dim)
+    return a * g if diagonal_only else a * (g - (a * g).sum(-1, keepdim=True))
+
+
+def _backward_with(x, w_q, w_k, scale, up, *, power=1, given_scale=True,  # noqa: C901
+                   softmax_at="scores", dq_rows=True, dk_columns=True, swap_qk=False,
+                   wrt="weights", batch="sum", swap_outputs=False, sign=1.0, weights_dim=-1):
+    """``(dL/dW_Q, dL/dW_K)`` written out, with one thing changed. ``power``: how many times the
+    scale multiplies dQ and dK; ``given_scale=False``: 1/sqrt(d_k) in place of ``scale``;
+    ``softmax_at``: where the softmax backward runs ("scores": S; "raw": Q K^T, the scale left
+    out; "weights": A, the softmax taken twice; "skipped": none, dS = dL/dA; "diagonal": only the
+    diag(a) part of J); ``dq_rows=False``: dQ from dS^T; ``dk_columns=False``: dK from dS;
+    ``swap_qk``: dQ from Q and dK from K; ``wrt``: "weights", "qk" (dQ, dK) or "transposed";
+    ``batch``: how the sequences of a batch combine ("sum", "mean", "kept"); ``weights_dim``: the
+    axis the softmax backward recomputes the weights over (-2: down the columns, over queries)."""
+    c = scale if given_scale else 1 / math.sqrt(w_q.shape[-1])
+    q, k = x @ w_q, x @ w_k                                           # (..., n, d_k)
+    s = c * q @ k.mT                                                  # (..., n, n)
+    d_s = {"scores": lambda: _softmax_grad(s, up, dim=weights_dim),
+           "raw": lambda: _softmax_grad(q @ k.mT, up),
+           "weights": lambda: _softmax_grad(torch.softmax(s, dim=-1), up),
+           "skipped": lambda: up,
+           "diagonal": lambda: _softmax_grad(s, up, diagonal_only=True)}[softmax_at]()
+    first, second = (q, k) if swap_qk else (k, q)                     # what dQ, dK multiply
+    d_q = c ** power * (d_s if dq_rows else d_s.mT) @ first
+    d_k = c ** power * (d_s.mT if dk_columns else d_s) @ second
+    if wrt == "qk":
+        grads = (d_q, d_k)
+    else:
+        grads = tuple(d.mT @ x if wrt == "transposed" else x.mT @ d for d in (d_q, d_k))
+        if x.dim() == 3 and batch != "kept":
+            grads = tuple(g.mean(0) if batch == "mean" else g.sum(0) for g in grads)
+    grads = tuple(sign * g for g in grads)
+    return grads[::-1] if swap_outputs else grads
+
+
+def _projection_cases() -> list[dict]:
+    """``x (n, d_model)`` or ``(b, n, d_model)``, ``W_Q``, ``W_K`` ``(d_model, d_k)``, the scale
+    and ``grad_weights (..., n, n)``: n, d_model and d_k all different (so a missing or misplaced
+    transpose changes a shape), a scale that is not 1/sqrt(d_k) (0.3, then 2), float32, a batch,
+    and rows saturated by scores in the thousands, where the gradient underflows to almost 0."""
+    g = seeded(34)
+
+    def case(n, d_model, d_k, scale, *, batch=(), dtype=F64, spread=1.0):
+        x = torch.randn(*batch, n, d_model, generator=g, dtype=dtype)
+        w_q, w_k = (spread * torch.randn(d_model, d_k, generator=g, dtype=dtype) / math.sqrt(d_model)
+                    for _ in range(2))
+        return {"x": x, "W_Q": w_q, "W_K": w_k, "scale": scale,
+                "grad_weights": torch.randn(*batch, n, n, generator=g, dtype=dtype)}
+
+    return [case(5, 4, 3, 1 / math.sqrt(3)),
+            case(7, 6, 2, 0.3),
+            case(3, 8, 5, 1 / math.sqrt(5), dtype=torch.float32),
+            case(6, 3, 9, 2.0),                                       # d_k > d_model, scale > 1
+            case(4, 5, 3, 1 / math.sqrt(3), batch=(2,)),              # two sequences share W
+            case(6, 4, 4, 1.0, spread=48.0)]                  # scores in the thousands: saturated
+
+
+def _wrong(message: str, *variants: dict) -> list[Mistake]:
+    return [Mistake(lambda *a, _v=v: _backward_with(*a, **_v), message) for v in variants]
+
+
+PROJECTION_MISTAKES = [
+    *_wrong("grad_weights is the gradient at the weights A, not at the scores: pass it back "
+            "through the softmax first (exercise 2's softmax_backward).", {"softmax_at": "skipped"}),
+    *_wrong("softmax_backward takes the scores S and applies the softmax itself; you handed it "
+            "the weights A = softmax(S), so it differentiated a softmax of a softmax.",
+            {"softmax_at": "weights"}),
+    *_wrong("dS misses the a a^T part of the softmax's Jacobian (that is only diag(a) g): use "
+            "the whole softmax backward of exercise 2.", {"softmax_at": "diagonal"}),
+    *_wrong("the softmax backward recomputed the weights over dim -2, down each column of S (over "
+            "the queries): A = softmax(S) normalises each row, one query's scores against every "
+            "key, so the weights it differentiates are the softmax over the last axis.",
+            {"weights_dim": -2}),
+    *_wrong("the softmax backward ran at Q K^T, without the scale: it needs the scores the "
+            "softmax saw, S = scale * Q K^T, since the weights A = softmax(S) depend on them.",
+            {"softmax_at": "raw"}),
+    *_wrong("the scale is missing from dQ and dK. dS is the gradient at S = scale * Q K^T; going "
+            "from S back to Q K^T passes through that constant factor, which the chain rule "
+            "keeps.", {"power": 0}),
+    *_wrong("the scale came in twice. dS is the gradient at S = scale * Q K^T, so the way back "
+            "from S to Q K^T multiplies by the scale once; the softmax backward already ran at "
+            "the scaled scores.", {"power": 2}),
+    *_wrong("you used 1/sqrt(d_k); the scale is an argument (one case uses 0.3, another 2): use "
+            "it in the forward pass and on the way back.", {"given_scale": False}),
+    *_wrong("dK was computed from dS, not its transpose: S_ij = scale q_i . k_j, so key j collects "
+            "column j of dS (every query's pull on it); row j of dS belongs to query j.",
+            {"dk_columns": False}),
+    *_wrong("dS and dS^T are swapped between dQ and dK: query i collects row i of dS (its own "
+            "scores), key j collects column j.", {"dq_rows": False, "dk_columns": False}),
+    *_wrong("dQ was computed from dS^T: query i collects row i of dS, its own scores against "
+            "every key; only dK needs the transpose.", {"dq_rows": False}),
+    *_wrong("Q and K are swapped in the chain: in S = Q K^T each q_i is multiplied by the keys, "
+            "so the keys carry dS to Q, and the queries carry dS^T to K.", {"swap_qk": True}),
+    *_wrong("that is the gradient at Q and K, (..., n, d_k); the exercise asks for W_Q and W_K, "
+            "(d_model, d_k): one more step, through Q = x W_Q and K = x W_K.", {"wrt": "qk"}),
+    *_wrong("the gradients came out transposed, (d_k, d_model): W_Q is (d_model, d_k), and in "
+            "Q = x W_Q it is x that multiplies W_Q, from the left.", {"wrt": "transposed"}),
+    *_wrong("the two gradients are swapped: return (grad_W_Q, grad_W_K), in that order.",
+            {"swap_outputs": True}),
+    *_wrong("one gradient per sequence, (b, d_model, d_k): every sequence of the batch uses the "
+            "same W_Q and W_K, so their gradients add up to one (d_model, d_k) each.",
+            {"batch": "kept"}),
+    *_wrong("averaged over the batch: the loss adds the terms of every sequence, so the "
+            "gradients at the shared W_Q and W_K are the sums over the batch, not the means.",
+            {"batch": "mean"}),
+    *_wrong("the sign is flipped: return the gradient of the loss, not the step that descends "
+            "it.", {"sign": -1.0}),
+]
+
+
 
 def _projection_gradients(x, w_q, w_k, scale, grad_weights):
     """The reference: autograd's gradients of ``<softmax(scale (x W_Q)(x W_K)^T), grad_weights>``
@@ -285,16 +353,7 @@ def _projection_gradients(x, w_q, w_k, scale, grad_weights):
 
 
 def _about_exercise_2(fn: Callable, result: CheckResult) -> CheckResult:
-    """``result``, with a line for a learner whose function leans on exercise 2: its reference
-    solution (refused here, as every solution is inside a learner's check) or its stub."""
-    if result:
-        return result
-    if "softmax_backward_solution" in result.message:
-        return CheckResult(False, f"{result.message}\nHint: that solution is exercise 2's, not "
-                                  "this one's, but no reference solution runs inside your own "
-                                  "work: call your own softmax_backward once it passes, or copy "
-                                  "softmax_backward_solution's three lines into "
-                                  "projection_gradients.")
+    """``result``, with a line for a learner whose function calls exercise 2's stub."""
     names = getattr(getattr(fn, "__code__", None), "co_names", ())
     if result.message.endswith("not implemented yet.") and "softmax_backward" in names:
         return CheckResult(False, f"{result.message} (Or the softmax_backward it calls is still "
@@ -324,16 +383,11 @@ def check_projection_gradients(projection_gradients: Callable) -> CheckResult:
     grad_W_K)``, ``x`` ``(n, d_model)`` or a batch ``(b, n, d_model)``, ``W_Q``, ``W_K``
     ``(d_model, d_k)``, ``grad_weights`` ``(..., n, n)`` the gradient of the loss at
     ``A = softmax(scale * (x W_Q)(x W_K)^T)``: the gradients at ``W_Q`` and ``W_K``, each
-    ``(d_model, d_k)`` (summed over a batch), chained by hand (autograd is refused by any route
-    while it runs). Checked against autograd; 18 named mistakes (:mod:`.scaling_mistakes`)."""
-    if getattr(projection_gradients, "__code__", None) is CHAIN_CODE:
-        return CheckResult(False, "Not yet: that is the checker's own code, which does this "
-                                  f"exercise for you. {PROJECTION_INSTEAD}.")
+    ``(d_model, d_k)`` (summed over a batch), chained by hand. Checked against autograd."""
     result = check_function(
         projection_gradients, _projection_gradients, _projection_cases(),
         what="projection_gradients", output_names=("the gradient at W_Q", "the gradient at W_K"),
-        atol=1e-6, rtol=1e-5, forbid=PROJECTION_FORBID, instead=PROJECTION_INSTEAD,
-        guard=projection_guard(), mistakes=PROJECTION_MISTAKES,
+        atol=1e-6, rtol=1e-5, mistakes=PROJECTION_MISTAKES,
         error_hints=[("must match the size of tensor",
                       "if this is the batch case (x is (b, n, d_model)): .T reverses all three "
                       "axes of a batch; .mT (or .transpose(-2, -1)) swaps the last two.")],

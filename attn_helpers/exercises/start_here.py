@@ -12,29 +12,15 @@ checker then says only "... is not implemented yet.". Hints come on demand, in t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 
-from .core import CheckResult, Mistake, check_function, refusing_ops, seeded
-from .workflow import exercise, hint, progress
+from .core import CheckResult, Mistake, check_function, seeded, size
+from .workflow import exercise
 
-__all__ = ["OVERFLOW_HINT", "check_cases", "check_entropy", "check_softmax_with_temperature",
-           "entropy_reference", "hint", "progress", "size"]
-
-
-def size(g: torch.Generator, low: int, high: int) -> int:
-    """A seeded random size in ``[low, high]``, for cases with random shapes."""
-    return int(torch.randint(low, high + 1, (), generator=g))
-
-
-def check_cases(candidate: Callable, reference: Callable, cases: list[dict], *,
-                mistakes: Sequence[Mistake] = (), nan_hint: str | None = None,
-                **kwargs) -> CheckResult:
-    """:func:`~.core.check_function` (which recognises a known mistake even where it gives NaN,
-    and adds ``nan_hint`` only when no mistake matches); kept as the name the checkers use."""
-    return check_function(candidate, reference, cases, mistakes=mistakes, nan_hint=nan_hint,
-                          **kwargs)
+__all__ = ["OVERFLOW_HINT", "check_entropy", "check_softmax_with_temperature", "entropy_reference",
+           "softmax_with_temperature_reference"]
 
 
 OVERFLOW_HINT = (
@@ -44,21 +30,6 @@ OVERFLOW_HINT = (
 
 
 # --- exercise 1: softmax with a temperature ----------------------------------------------------
-
-# Library calls that would do exercise 1 for the learner: blocked while their function runs.
-SOFTMAX_CALLS = ((torch, "softmax"), (torch.nn.functional, "softmax"), (torch.Tensor, "softmax"),
-                 (torch.special, "softmax"), (torch, "_softmax"), (torch, "log_softmax"),
-                 (torch.nn.functional, "log_softmax"), (torch.Tensor, "log_softmax"),
-                 (torch.special, "log_softmax"), (torch, "_log_softmax"),
-                 (torch.nn.functional, "softmin"))
-SOFTMAX_INSTEAD = ("Write it from torch.exp: subtract each row's maximum, exponentiate, divide by "
-                   "the row's sum")
-#: The same below the names (torch.ops.aten._softmax, torch._C._VariableFunctions.softmax, ...).
-_NO_SOFTMAX_OPS = refusing_ops(
-    ["softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax", "special_softmax",
-     "special_log_softmax"],
-    f"the library softmax does this exercise for you. {SOFTMAX_INSTEAD}")
-
 
 def _softmax_cases() -> list[dict]:
     g = seeded(100)
@@ -139,39 +110,10 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
         ],
         error_hints=[("must match the size of tensor", KEEPDIM)],
         nan_hint=OVERFLOW_HINT,
-        forbid=SOFTMAX_CALLS, instead=SOFTMAX_INSTEAD, guard=_NO_SOFTMAX_OPS,
     )
 
 
 # --- exercise 2: the entropy of attention rows ---------------------------------------------------
-
-
-def _entropy_calls() -> tuple[tuple[object, str], ...]:
-    """Library calls that would do exercise 2 for the learner: blocked while their function runs
-    (the course's own ``ah.attention_entropy`` included). Looked up when the checker runs, because
-    this module is imported while ``attn_helpers`` itself is still being imported."""
-    import importlib
-    import importlib.util
-
-    package = importlib.import_module("attn_helpers")
-    module = importlib.import_module("attn_helpers.entropy")
-    calls = [(torch.special, "entr"), (package, "attention_entropy"), (module, "attention_entropy"),
-             (torch.distributions.Categorical, "entropy"),
-             # x log y with 0 log 0 = 0 built in: the zero-weight lesson done for the learner
-             (torch, "xlogy"), (torch.special, "xlogy"), (torch.Tensor, "xlogy"),
-             (torch.Tensor, "xlogy_")]
-    if importlib.util.find_spec("scipy") is not None:                    # scipy is optional
-        stats = importlib.import_module("scipy.stats")
-        special = importlib.import_module("scipy.special")
-        calls += [(stats, "entropy"), (special, "entr"), (special, "xlogy"), (special, "rel_entr")]
-    return tuple(calls)
-
-
-ENTROPY_INSTEAD = ("Write -sum_j a_j ln a_j yourself with torch.log: the keys of weight 0, where "
-                   "0 * ln 0 is NaN in floating point, are the point of this exercise")
-_NO_ENTROPY_OPS = refusing_ops(
-    ["special_entr", "xlogy*", "special_xlogy*"],
-    f"the library entropy term does this exercise for you. {ENTROPY_INSTEAD}")
 
 
 def _entropy_cases() -> list[dict]:
@@ -263,6 +205,5 @@ def check_entropy(entropy: Callable) -> CheckResult:
         ],
         nan_hint="a key of weight 0 gave 0 * ln 0 = 0 * (-inf), which is NaN in floating point; "
                  "the limit of a ln a as a -> 0 is 0, so such a key must add exactly 0.",
-        forbid=_entropy_calls(), instead=ENTROPY_INSTEAD, guard=_NO_ENTROPY_OPS,
         atol=1e-30,          # relative where a row's entropy is tiny (the peaked case), see _peaked
     )

@@ -12,7 +12,7 @@ A stored notebook shows every exercise unsolved: the learner's function is a stu
 come only when asked for, ``hint("masking.rolling_cache_step", 1)`` (1: what to think about, 2:
 the formula, 3: a skeleton of the code with the key line left as ``...``).
 
-**Honest progress.** Only the learner's own function can pass: a reference solution is checked
+**Honest progress.** A reference solution never counts as the learner's pass: it is checked
 with ``check_rolling_cache_step(rolling_cache_step_solution, solution=True)``, which runs the same
 checker (a broken reference raises ``AssertionError``) but records nothing. Each notebook runs in its own
 kernel, so the latest verdict is kept in a small JSON file (a pass with its time; a later failed
@@ -26,7 +26,6 @@ points it to a temporary folder, so a learner's progress never changes a stored 
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import os
 import sys
@@ -37,9 +36,9 @@ from pathlib import Path
 
 from ..course_map import COURSE
 from ..training import single_thread
-from .core import CHECKING_A_SOLUTION, LEARNER, CheckResult
 
-__all__ = ["Exercise", "EXERCISES", "exercise", "hint", "progress", "progress_file", "reset_progress"]
+__all__ = ["Exercise", "EXERCISES", "exercise", "hint", "passed", "progress", "progress_file",
+           "reset_progress"]
 
 
 @dataclass(frozen=True)
@@ -134,21 +133,10 @@ def exercise(key: str, title: str, *, hints: tuple[str, str, str]) -> Callable:
         def checked(*args, solution: bool = False, **kwargs):
             if not isinstance(solution, bool):
                 raise TypeError(f"solution must be True or False, got {type(solution).__name__}")
-            borrowed = None if solution or not args else _borrowed(args[0])
-            if borrowed:
-                _RESULTS[key] = False
-                _record(key, False)
-                return _refusal(borrowed)
-            tokens = (CHECKING_A_SOLUTION.set(solution), LEARNER.set(args[0] if args else None))
-            try:
-                # One thread: the cases are tiny, and a second thread on a busy machine (CI's
-                # other lane, a learner's browser) only waits for its core; notebook 10's
-                # generate checker took 4 s on one thread and 54 s on two beside another job.
-                with single_thread():
-                    result = checker(*args, **kwargs)
-            finally:
-                LEARNER.reset(tokens[1])
-                CHECKING_A_SOLUTION.reset(tokens[0])
+            # One thread: the cases are tiny, and a second thread on a busy machine only waits
+            # for its core (notebook 10's generate checker: 4 s on one thread, 54 s on two).
+            with single_thread():
+                result = checker(*args, **kwargs)
             if solution:
                 if not result:
                     raise AssertionError(f"the reference solution of {key} fails its checker: "
@@ -165,49 +153,9 @@ def exercise(key: str, title: str, *, hints: tuple[str, str, str]) -> Callable:
     return register
 
 
-def _borrowed(candidate) -> str | None:
-    """Why ``candidate`` is not the learner's own work, or None: the reference solution from the
-    collapsed cell (a name ending in ``_solution``), a checker's reference (``_reference``), or a
-    function or class of the course's own package or a subclass of one, which pass by
-    construction. (Objects defined in ``attn_helpers.exercises`` itself are the checkers' known
-    mistakes, which the tests hand in on purpose.)"""
-    name = getattr(candidate, "__name__", "")
-    name = name if isinstance(name, str) else ""
-    if name.endswith("_solution"):
-        return (f"{name} is the reference solution from the collapsed cell; it never counts as "
-                "your pass. Write your own function under the exercise's name.")
-    module = getattr(candidate, "__module__", None)
-    if not isinstance(module, str):
-        return None
-    if module.startswith(f"{__package__}."):                   # a checker module
-        return (f"{name} is the checker's own reference, which does this exercise for you; "
-                "write your own function.") if name.endswith("_reference") else None
-    # A class counts as borrowed when it is the course's or inherits a course class's forward
-    # without writing its own.
-    owners = ((candidate, *(c for c in candidate.__mro__[1:-1] if "forward" not in candidate.__dict__))
-              if isinstance(candidate, type) else (candidate,))
-    for owner in owners:
-        owner_module = getattr(owner, "__module__", "")
-        if owner_module == "attn_helpers" or owner_module.startswith("attn_helpers."):
-            what = "a subclass of " if owner is not candidate else ""
-            return (f"that is {what}the course's own {owner_module}."
-                    f"{getattr(owner, '__qualname__', name)}, which does this exercise for you. "
-                    "Write the steps yourself.")
-    return None
-
-
-def _refusal(reason: str) -> CheckResult:
-    return CheckResult(False, f"Not yet: {reason}")
-
-
-def _load_all() -> None:
-    """Import every notebook's checker module, so that all exercises are registered."""
-    for lesson in COURSE:
-        try:
-            importlib.import_module(f"{__package__}.{lesson.slug}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{lesson.slug}":
-                raise
+def passed(key: str) -> bool:
+    """Did the learner's own function pass exercise ``key`` in this kernel?"""
+    return bool(_RESULTS.get(key))
 
 
 def hint(key: str, level: int = 1) -> None:
@@ -218,7 +166,6 @@ def hint(key: str, level: int = 1) -> None:
                         f"{type(key).__name__}")
     if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= 3:
         raise ValueError(f"level must be 1, 2 or 3, got {level!r}")
-    _load_all()
     if key not in EXERCISES:
         slug = key.partition(".")[0]
         known = [k for k in EXERCISES if k.startswith(slug + ".")] or list(EXERCISES)
@@ -234,7 +181,6 @@ def progress(slug: str | None = None, *, show: bool = True) -> dict[str, dict[st
 
     ``slug``: one notebook's (``"masking"``), or ``None`` for the whole course. Printed unless
     ``show=False``. Reference solutions never count (see :func:`exercise`)."""
-    _load_all()
     slugs = [lesson.slug for lesson in COURSE]
     if slug is not None and slug not in slugs:
         raise ValueError(f"slug must be one of {', '.join(slugs)}, got {slug!r}")

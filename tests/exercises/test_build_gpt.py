@@ -3,8 +3,6 @@ least six plausible wrong answers with a hint that names the mistake."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,8 +10,8 @@ from torch import nn
 
 import attn_helpers as ah
 from attn_helpers import exercises
-from attn_helpers.exercises import build_gpt as _ex
-from attn_helpers.exercises.build_gpt_mistakes import (
+from attn_helpers.exercises import build_gpt as ex
+from attn_helpers.exercises.build_gpt import (
     attention_variant,
     block_variant,
     generate_variant,
@@ -22,10 +20,6 @@ from attn_helpers.exercises.build_gpt_mistakes import (
 )
 from attn_helpers.lessons import build_gpt as bg
 from tests._exercises import assert_rejected, skeleton
-
-# The checkers themselves, without the workflow's refusal of the package's own classes: these
-# tests hand in subclasses of the reference on purpose (the known mistakes).
-ex = SimpleNamespace(**{name: getattr(value, "__wrapped__", value) for name, value in vars(_ex).items()})
 
 
 def _attention_class(**mistake):
@@ -95,29 +89,6 @@ def test_attention_mistakes_are_those_the_stub_leaves_open():
 ])
 def test_attention_names_the_cache_mistakes(mistake, words):
     assert_rejected(ex.check_attention(_attention_class(**mistake)), "Hint: ", words)
-
-
-def test_attention_with_the_cache_must_do_the_offset_itself():
-    class UsesAttend(bg.CausalSelfAttention):
-        def forward(self, x, cache=None):
-            if cache is None:
-                return super().forward(x)
-            b, n, d = x.shape
-            h = self.num_heads
-            q, k, v = self.qkv(x).split(d, dim=-1)
-            q, k, v = (t.view(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))
-            cache.append(k, v)
-            out, _ = cache.attend(q)
-            return self.out(out.transpose(1, 2).reshape(b, n, d))
-
-    result = ex.check_attention(UsesAttend)
-    assert not result and "KVCache.attend" in result.message
-
-    class NoCacheArgument(bg.CausalSelfAttention):
-        def forward(self, x):
-            return super().forward(x)
-
-    assert not ex.check_attention(NoCacheArgument)
 
 
 @pytest.mark.parametrize("kind, words", [(kind, hint[:30]) for kind, hint in ex.BLOCK_MISTAKES])
@@ -292,7 +263,7 @@ def test_cached_and_uncached_generation_give_the_same_tokens():
 
 
 def test_solution_true_does_not_count_and_pieces_follow_the_learner():
-    result = _ex.check_block(bg.Block, solution=True)
+    result = ex.check_block(bg.Block, solution=True)
     assert result and "does not count" in result.message
     chosen, line = ex.pieces({"model": "mine", "train_step": "my step"},
                              {"model": "ref", "train_step": "ref step"})
@@ -493,3 +464,76 @@ def test_the_pass_names_the_class_and_the_sizes():
     message = ex.check_attention(_attention_class()).message
     assert message.startswith("Passed: CausalSelfAttention matches the reference on all "), message
     assert "cases at each of" in message and "model sizes" in message, message
+
+
+# --- gradients after one backward: a detached query, key or residual is named ---------------------
+
+
+def _detached_attention(part):
+    class Attention(bg.CausalSelfAttention):
+        def forward(self, x, cache=None):
+            b, n, d = x.shape
+            q, k, v = (ah.split_heads(t, self.num_heads) for t in self.qkv(x).split(d, dim=-1))
+            q = q.detach() if part == "query" else q
+            k = k.detach() if part == "key" else k
+            if cache is not None:
+                start = len(cache)
+                cache.append(k, v)
+                k, v = cache.keys, cache.values
+            else:
+                start = 0
+            mask = ah.causal_mask(start + n)[start:]
+            out, _ = ah.scaled_dot_product_attention(q, k, v, mask)
+            return self.out(ah.merge_heads(out))
+
+    return Attention
+
+
+@pytest.mark.parametrize("part", ["query", "key"])
+def test_a_detached_query_or_key_gives_the_right_outputs_and_is_named(part):
+    result = ex.check_attention(_detached_attention(part))
+    assert_rejected(result, "gives the right outputs, but after one backward",
+                    f"was the {part} detached")
+
+
+def test_a_detached_residual_is_named():
+    class Block(bg.Block):
+        def forward(self, x, cache=None):
+            x = x.detach() + self.attn(self.norm1(x), cache)
+            return x + self.ff(self.norm2(x))
+
+    assert_rejected(ex.check_block(Block), "after one backward", "was the residual detached")
+
+
+def test_the_module_passes_name_their_gradients():
+    for check, cls in ((ex.check_attention, bg.CausalSelfAttention), (ex.check_block, bg.Block),
+                       (ex.check_model, bg.GPT)):
+        result = check(cls)
+        assert result and "so are its gradients after one backward" in result.message, result.message
+
+
+def test_a_cache_dropped_one_step_early_is_named():
+    """Issue 33: ``tokens.shape[1] < n_ctx`` drops the cache when the text is exactly n_ctx long:
+    the tokens are right; the message names the step, not "the cache was never used"."""
+    @torch.no_grad()
+    def one_step_early(model, prompt, steps, temperature, top_k, use_cache, generator):
+        n_ctx, tokens = model.cfg.context, prompt
+        caches = model.new_caches() if use_cache else None
+        new, start = prompt, 0
+        for _ in range(steps):
+            logits = model(new, start, caches)[:, -1] / temperature
+            if top_k is not None:
+                kth = logits.topk(top_k, dim=-1).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+            tokens = torch.cat([tokens, nxt], dim=1)
+            if use_cache and tokens.shape[1] < n_ctx:        # off by one: <= is right
+                new, start = nxt, tokens.shape[1] - 1
+            else:
+                new, start, caches = tokens[:, -n_ctx:], 0, None
+        return tokens
+
+    result = ex.check_generate(one_step_early)
+    assert_rejected(result, "the cache was dropped one step early", "exactly n_ctx = 24",
+                    "Which comparison")
+    assert "never used" not in result.message

@@ -1,11 +1,11 @@
 """Review 6: a checker's feedback never hands out the answer's key line. A level-3 hint is a
 skeleton whose key lines are ``...``; a Mistake hint that a likely wrong answer triggers on its
-own (or a refusal, an ``instead=`` text, an error or NaN hint) must name the mistake and ask the
-question that leads to the fix, never contain the expression the skeleton leaves blank.
+own (or an error or NaN hint) must name the mistake and ask the question that leads to the fix,
+never contain the expression the skeleton leaves blank.
 
 For the exercises of notebooks 00, 01, 02, 05, 06 and 09, each checker is run on a stub with
 ``check_function`` replaced by a spy that records what it was handed (the known mistakes, the
-``instead=`` text, the error and NaN hints, the guard's refusal); the texts are searched for a
+error and NaN hints); the texts are searched for a
 small explicit list of key expressions per exercise, taken from the reference solutions (the
 skeletons' fills in the tests of each notebook). The module-level texts of each checker module
 are searched for every key expression of that module's exercises.
@@ -18,9 +18,7 @@ import torch
 
 from attn_helpers.exercises import (
     cross_attention,
-    cross_attention_cases,
     masking,
-    masking_ring,
     query_key_value,
     real_model,
     rnn_bottleneck,
@@ -74,16 +72,14 @@ KEY_EXPRESSIONS = {
          "[:, :, None, :]")),
 }
 
-#: The modules whose ``check_function`` (and ``refusing_ops``) the spy replaces: notebook 02's
-#: attention goes through ``start_here.check_cases``, which calls ``start_here.check_function``.
-SPIED = (start_here, rnn_bottleneck, masking, cross_attention, real_model)
+#: The modules whose ``check_function`` the spy replaces.
+SPIED = (start_here, rnn_bottleneck, query_key_value, masking, cross_attention, real_model)
 
 #: Each checker module (and its siblings), with the exercises whose keys its own texts must avoid.
 MODULES = {
     start_here: ("start_here.",), rnn_bottleneck: ("rnn_bottleneck.",),
-    query_key_value: ("query_key_value.",), masking: ("masking.",), masking_ring: ("masking.",),
-    cross_attention: ("cross_attention.",), cross_attention_cases: ("cross_attention.",),
-    real_model: ("real_model.",),
+    query_key_value: ("query_key_value.",), masking: ("masking.",),
+    cross_attention: ("cross_attention.",), real_model: ("real_model.",),
 }
 
 
@@ -117,22 +113,16 @@ def _feedback(key) -> list[str]:
     def spy(candidate, reference, cases, **kwargs):
         seen.extend(m.hint for m in kwargs.get("mistakes", ()))
         seen.extend(hint for _, hint in kwargs.get("error_hints", ()))
-        seen.extend(kwargs[name] for name in ("instead", "nan_hint") if kwargs.get(name))
+        seen.extend(kwargs[name] for name in ("nan_hint",) if kwargs.get(name))
         return CheckResult(False, "Not yet: spied.")
-
-    def refusing(names, message):
-        seen.append(message)
-        return lambda inputs: None
 
     check = KEY_EXPRESSIONS[key][0]
     with pytest.MonkeyPatch.context() as spying:
         for module in SPIED:
             spying.setattr(module, "check_function", spy)
-            if hasattr(module, "refusing_ops"):
-                spying.setattr(module, "refusing_ops", refusing)
         check(_stub)
     if key == "cross_attention.alignment":
-        seen.extend(hint for hint, _ in cross_attention_cases._alignment_mistakes())
+        seen.extend(hint for hint, _ in cross_attention._alignment_mistakes())
     for wrong in OWN_VERDICTS.get(key, ()):
         verdict = check(wrong)
         assert not verdict, verdict.message
@@ -174,4 +164,4 @@ def test_the_spy_sees_the_messages_the_review_named():
     assert "validity from its key" in previous and "the NEXT token" in previous
     assert "its batch axis meets the heads axis" in decode
     assert "lost its axis" in softmax
-    assert "a threshold or an eps" in entropy and "the keys of weight 0" in entropy
+    assert "a threshold or an eps" in entropy and "0 * ln 0" in entropy

@@ -12,9 +12,6 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from _exercises import assert_rejected, assert_skeleton, stub
 
-import attn_helpers
-import attn_helpers as ah
-import attn_helpers.attention
 from attn_helpers.exercises import EXERCISES, CheckResult, Mistake, check_function
 from attn_helpers.exercises import query_key_value as ex
 
@@ -206,17 +203,6 @@ def test_asymmetric_relation_stub_and_solution():
     assert "does not count" in ex.check_asymmetric_relation(next_projections, solution=True).message
 
 
-def test_asymmetric_relation_refuses_a_wrapper_around_the_reference():
-    def wrapper(X):  # noqa: N803
-        return ex.next_token_projections_reference(X)
-
-    assert_rejected(ex.check_asymmetric_relation(wrapper), "next_token_projections_reference",
-                    "never counts as your pass")
-
-
-# --- the framework's generic verdicts ------------------------------------------------------------
-
-
 @pytest.mark.parametrize("candidate", [None, 3, "softmax", torch.zeros(3)])
 def test_check_function_non_callable(candidate):
     result = check_function(candidate, torch.relu, [{"x": torch.ones(2)}], what="your relu")
@@ -254,23 +240,6 @@ def test_check_function_generic():
 def test_the_third_hint_is_a_skeleton_that_passes_once_its_key_lines_are_written(
         key, signature, check, fills):
     assert_skeleton(key, signature, check, fills)
-
-
-@pytest.mark.parametrize("shortcut, name", [
-    (lambda q, k, v, mask: ah.scaled_dot_product_attention(q, k, v, mask),
-     "scaled_dot_product_attention"),
-    (lambda q, k, v, mask: attn_helpers.attention.scaled_dot_product_attention(q, k, v, mask),
-     "scaled_dot_product_attention"),
-    (lambda q, k, v, mask: (lambda w: (w @ v, w))(ah.masked_softmax(
-        q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, mask)), "masked_softmax"),
-    (lambda q, k, v, mask: (F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None),
-     "scaled_dot_product_attention"),
-])
-def test_attention_checker_blocks_the_library_attention(shortcut, name):
-    assert_rejected(ex.check_attention(shortcut), name, "does this exercise")
-    q = torch.randn(3, 4)
-    assert torch.allclose(ah.scaled_dot_product_attention(q, q, q)[0],     # restored after
-                          F.scaled_dot_product_attention(q, q, q), atol=1e-6)
 
 
 def test_the_asymmetric_relations_second_hint_asks_and_the_third_gives_the_construction():

@@ -10,7 +10,6 @@ from _exercises import skeleton
 
 from attn_helpers.exercises import hint
 from attn_helpers.exercises import real_model as ex
-from attn_helpers.lessons.real_model import offset_scores, value_norms
 
 # --- learner-style answers to exercise 1: previous_token_scores(weights, mask) -> (L, h) --------
 
@@ -131,31 +130,6 @@ def test_previous_token_checker_accepts_correct_answers():
     assert ex.check_previous_token_scores(previous_loop)
 
 
-def test_previous_token_checker_blocks_the_package_helper():
-    from attn_helpers.lessons import real_model as rm
-
-    for answer in (lambda w, m: offset_scores(w, m, -1), lambda w, m: rm.offset_scores(w, m, -1)):
-        verdict = ex.check_previous_token_scores(answer)
-        assert not verdict and "offset_scores" in verdict.message and "blocks" in verdict.message
-
-
-def test_previous_token_checker_blocks_the_lessons_private_pooling():
-    from attn_helpers.lessons import real_model as rm
-
-    def pooled_by_the_lesson(w, m):
-        n = w.shape[-1]
-        i = torch.arange(1, n)
-        on_previous = torch.zeros(w.shape[:-1])
-        on_previous[..., i] = w[..., i, i - 1]
-        valid = m.clone()
-        valid[:, 0] = False
-        return rm._mean_over_queries(on_previous, valid)
-
-    verdict = ex.check_previous_token_scores(pooled_by_the_lesson)
-    assert not verdict and "_mean_over_queries" in verdict.message, verdict.message
-    assert "average them over the real queries yourself" in verdict.message
-
-
 @pytest.mark.parametrize("wrong, named", PREVIOUS_WRONG, ids=[w.__name__ for w, _ in PREVIOUS_WRONG])
 def test_previous_token_checker_names_the_mistake(wrong, named):
     verdict = ex.check_previous_token_scores(wrong)
@@ -250,34 +224,12 @@ def test_norms_checker_accepts_correct_answers():
     assert ex.check_value_norms(transposed_W_O)
 
 
-def test_norms_checker_blocks_the_package_function():
-    from attn_helpers.lessons import real_model as studies
-
-    for answer in (value_norms, lambda w, v, W: value_norms(w, v, W),
-                   lambda w, v, W: studies.value_norms(w, v, W)):
-        verdict = ex.check_value_norms(answer)
-        assert not verdict and "value_norms" in verdict.message and (
-            "blocks" in verdict.message or "the course's own" in verdict.message)
-
-
 @pytest.mark.parametrize("wrong, named", NORMS_WRONG, ids=[w.__name__ for w, _ in NORMS_WRONG])
 def test_norms_checker_names_the_mistake(wrong, named):
     verdict = ex.check_value_norms(wrong)
     assert not verdict
     assert verdict.message.startswith("Not yet")
     assert named in verdict.message, verdict.message
-
-
-def test_norms_on_the_real_model_add_up_to_the_attention_output():
-    from attn_helpers.lessons.real_model import run_value_norms
-    from attn_helpers.pretrained import load_encoder
-
-    enc = load_encoder()
-    batch = enc.tokenize(["The cat sat.", "A longer sentence with more words in it."])
-    weights, norms = run_value_norms(enc, batch["input_ids"], batch["attention_mask"])
-    assert norms.shape == weights.shape and (norms >= 0).all()
-    padding_keys = ~batch["attention_mask"][None, :, None, None, :].expand_as(norms)
-    assert padding_keys.any() and (norms[padding_keys] == 0).all()
 
 
 # --- stubs and hints ----------------------------------------------------------------------------

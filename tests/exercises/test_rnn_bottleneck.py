@@ -60,41 +60,6 @@ def test_rnn_encoder_accepts_right_answers():
         assert result and result.message.startswith("Passed"), result.message
 
 
-def _with_cell(x, W_x, W_h, b):  # noqa: N803
-    cell = torch.nn.RNNCell(W_x.shape[0], W_x.shape[1], dtype=x.dtype)
-    with torch.no_grad():
-        cell.weight_ih.copy_(W_x.T)
-        cell.weight_hh.copy_(W_h.T)
-        cell.bias_ih.copy_(b)
-        cell.bias_hh.zero_()
-        flat = x.reshape(-1, *x.shape[-2:])
-        h, states = None, []
-        for j in range(flat.shape[1]):
-            h = cell(flat[:, j], h)
-            states.append(h)
-    H = torch.stack(states, dim=1)  # noqa: N806
-    return H.reshape(*x.shape[:-1], -1), h.reshape(*x.shape[:-2], -1)
-
-
-def _with_kernel(x, W_x, W_h, b):  # noqa: N803
-    flat = x.reshape(-1, *x.shape[-2:])
-    h0 = flat.new_zeros(1, flat.shape[0], W_h.shape[0])
-    params = [W_x.T.contiguous(), W_h.T.contiguous(), b, torch.zeros_like(b)]
-    H, h = torch.rnn_tanh(flat, h0, params, True, 1, 0.0, False, False, True)
-    return H.reshape(*x.shape[:-1], -1), h[0].reshape(*x.shape[:-2], -1)
-
-
-@pytest.mark.parametrize("shortcut, name", [
-    (with_torch_rnn, "RNN"), (_with_cell, "RNNCell"), (_with_kernel, "rnn_tanh"),
-    (ex.rnn_encoder_reference, "the checker's own recurrence"),
-    (ex._rnn(), "the checker's own recurrence"),
-])
-def test_rnn_encoder_blocks_pytorchs_recurrence(shortcut, name):
-    assert_rejected(ex.check_rnn_encoder(shortcut), name, "does this exercise",
-                    "Write the recurrence yourself")
-    assert torch.nn.RNN(2, 3)(torch.zeros(1, 2))[0].shape == (1, 3)             # restored after
-
-
 def test_rnn_encoder_stub_says_only_not_implemented():
     assert ex.check_rnn_encoder(stub).message == "rnn_encoder is not implemented yet."
 
@@ -206,16 +171,13 @@ def test_the_missing_new_axis_is_named_not_a_raw_broadcasting_error():
     assert "RuntimeError" not in result.message
 
 
-def test_the_written_out_reference_equals_the_cores_additive_scores_and_the_core_is_blocked():
+def test_the_written_out_reference_equals_the_cores_additive_scores():
     import attn_helpers as ah
 
     case = ex._additive_cases()[0]
     s, H, U_q, U_k, v_a = case.values()
     core = ah.additive_scores(s[:, None, :], H, U_q.T, U_k.T, v_a)[:, 0, :]
     torch.testing.assert_close(ex.additive_scores_reference(**case), core)
-    wrapped = ex.check_additive_scores(
-        lambda s, H, U_q, U_k, v_a: ah.additive_scores(s[:, None], H, U_q.T, U_k.T, v_a)[:, 0])
-    assert not wrapped and "attn_helpers.additive_scores" in wrapped.message
 
 
 def test_a_float32_start_state_on_float64_inputs_is_named():

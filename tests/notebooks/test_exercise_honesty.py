@@ -16,7 +16,7 @@ import nbformat
 import pytest
 
 from attn_helpers.course_map import COURSE
-from attn_helpers.exercises.workflow import EXERCISES, _load_all
+from attn_helpers.exercises import EXERCISES
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 
@@ -110,7 +110,6 @@ def test_no_cell_passes_a_reference_solution_off_as_the_learners(notebook):
 def test_run_all_with_the_stubs_unsolved_reports_no_exercise_passed(notebook):
     path, nb = notebook
     slug = _slug(path)
-    _load_all()
     keys = [k for k, ex in EXERCISES.items() if ex.slug == slug]
     if not keys:
         pytest.skip(f"{path.name} has no registered exercises")
@@ -132,7 +131,6 @@ def test_run_all_with_the_stubs_unsolved_reports_no_exercise_passed(notebook):
 
 
 def test_every_notebook_with_exercises_is_in_the_course():
-    _load_all()
     slugs = {lesson.slug for lesson in COURSE}
     assert {ex.slug for ex in EXERCISES.values()} <= slugs
 
@@ -161,7 +159,6 @@ def test_every_exercise_follows_the_template(notebook):
     sentence intro."""
     path, nb = notebook
     stubs = _stubs(nb)
-    _load_all()
     if not any(ex.slug == _slug(path) for ex in EXERCISES.values()):
         pytest.skip("no exercises")
     assert stubs, "no cell holds a stub (raise NotImplementedError) together with its checker call"

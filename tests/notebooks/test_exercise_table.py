@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from attn_helpers.exercises.workflow import EXERCISES, _load_all
+from attn_helpers.exercises import EXERCISES
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 ROW = re.compile(r"^\|\s*(\d\d)\s*\|\s*`([a-z_]+\.[a-z_]+)`\s*\|([^|]+)\|([^|]+)\|\s*$")
@@ -22,7 +22,6 @@ def table_rows() -> list[tuple[str, str, str, str]]:
 
 
 def test_the_table_lists_every_registered_exercise_exactly_once():
-    _load_all()
     keys = [row[1] for row in table_rows()]
     assert len(keys) == len(set(keys)), f"listed twice: {sorted(k for k in keys if keys.count(k) > 1)}"
     assert set(keys) == set(EXERCISES), (f"missing from README: {sorted(set(EXERCISES) - set(keys))}; "
