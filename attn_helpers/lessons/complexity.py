@@ -9,8 +9,7 @@ r"""The cost of attention, counted and measured (notebook 08).
   ``{"method": "matmul_peak", "gflops"}`` and one ``{"method": "machine", "cache_bytes",
   "copy_gbps"}``. Every call runs 8 heads of 64 in float32; on CPU, times are medians of the
   process's CPU clock. :func:`load_benchmark` reads the committed CPU run.
-- The notebook's longer live measurements: :func:`roofline_study`, :func:`block_sweep`,
-  :func:`fwd_bwd_study`.
+- The notebook's longer live measurements: :func:`roofline_study`, :func:`block_sweep`.
 - :func:`tile_stepper`: FlashAttention's tiled forward, one tile at a time, as arrays for the
   widget.
 """
@@ -43,7 +42,7 @@ __all__ = [
     "ATTENTION_FUNCTIONS", "ATTENTION_METHODS", "BENCHMARK_FILE", "FIT_N_MIN", "FWD_BWD_METHODS",
     "PowerLaw", "TileFrame", "attention_costs", "attention_flops", "attention_sizes",
     "bench_attention", "block_sweep", "cache_sizes", "copy_bandwidth_gbps",
-    "fit_methods", "fit_power_law", "format_bytes", "fwd_bwd_call", "fwd_bwd_study",
+    "fit_methods", "fit_power_law", "format_bytes", "fwd_bwd_call",
     "kv_cache_flops", "last_level_cache", "load_benchmark", "machine",
     "matmul_gflops", "naive_attention", "naive_stage_times", "roofline_study",
     "saved_bytes", "score_matrix_bytes", "series", "tile_schedule", "tile_scores", "tile_stepper",
@@ -496,28 +495,6 @@ def roofline_study(*, budget_s: float = 0.2, seed: int = 0, tile: int = ROOFLINE
             "tile": tile, "tile_bytes": tile_working_set_bytes(tile, tile),
             "tile_fits": bool(llc) and tile_working_set_bytes(tile, tile) <= llc,
             "stage_ms": times}
-
-
-def fwd_bwd_study(n: int = 1024, *, block_size: int = 128, budget_s: float | None = 0.3,
-                  seed: int = 0) -> dict:
-    """Forward + backward of naive attention (autograd), ``F.scaled_dot_product_attention`` and
-    ``tiled_attention`` (``block_size`` tiles) on the same ``q, k, v, dO`` (8 heads of 64):
-    ``{"n", "score_bytes", "peak_bytes", "saved_bytes", "median_ms", "grad_error"}``, the last
-    four keyed by method; ``grad_error`` the largest gap of ``dq, dk, dv`` to SDPA's;
-    ``median_ms`` is empty when ``budget_s`` is ``None`` (no timing)."""
-    q, k, v, d_out = _qkv(require_positive_int("n", n), seed, 4)
-    fns = {"naive": naive_attention, "sdpa": F.scaled_dot_product_attention,
-           "tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=block_size)}
-    calls = {m: fwd_bwd_call(fn, q, k, v, d_out) for m, fn in fns.items()}
-    grads = {m: call() for m, call in calls.items()}
-    return {"n": n, "score_bytes": score_matrix_bytes(n, heads=H),
-            "peak_bytes": {m: peak_bytes(call) for m, call in calls.items()},
-            "saved_bytes": {m: saved_bytes(fn, q, k, v) for m, fn in fns.items()},
-            "median_ms": {m: time_ms(call, budget_s=budget_s) for m, call in calls.items()
-                          if budget_s is not None},
-            "grad_error": {m: max(float((a - b).abs().max()) for a, b in zip(g, grads["sdpa"],
-                                                                              strict=True))
-                           for m, g in grads.items()}}
 
 
 # --- FlashAttention's forward, one tile at a time (the widget's arrays) --------------------------
