@@ -39,7 +39,7 @@ from .workflow import passed as passed_key
 __all__ = ["ATTENTION_MISTAKES", "BLOCK_MISTAKES", "GENERATE_MISTAKES", "MODEL_MISTAKES",
            "TRAIN_MISTAKES", "attention_variant", "block_variant", "check_attention",
            "check_block", "check_generate", "check_model", "check_train_step", "generate_variant",
-           "in_pieces", "model_variant", "passed", "pieces", "train_variant", "with_attention"]
+           "in_pieces", "model_variant", "passed", "pieces", "train_variant"]
 
 KEYS = ("attention", "block", "model", "train_step", "generate")
 
@@ -127,11 +127,6 @@ def _randomise(module: nn.Module, seed: int, std: float = 0.5) -> nn.Module:
         for p in module.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * (std if p.dim() > 1 else 0.3))
     return module.eval()
-
-
-def _x_cases(d: int, seed: int) -> list[dict]:
-    g = seeded(seed)
-    return [{"x": torch.randn(b, n, d, generator=g)} for b, n in [(1, 5), (2, 7), (3, 1), (2, 12)]]
 
 
 # --- the known mistakes -------------------------------------------------------------------------
@@ -621,17 +616,6 @@ def check_attention(cls) -> CheckResult:
             return results[-1]
     return _with_gradients(_first_failure(results, "CausalSelfAttention"), cls, (16, 4),
                            _randomise(bg.CausalSelfAttention(16, 4), 101), "CausalSelfAttention")
-
-
-def with_attention(model: bg.GPT, cls) -> bg.GPT:
-    """A copy of ``model`` whose blocks run ``cls`` (the learner's attention) with the same
-    weights."""
-    model = copy.deepcopy(model)
-    for block in model.blocks:
-        mine = cls(model.cfg.d_model, model.cfg.num_heads)
-        mine.load_state_dict(block.attn.state_dict())
-        block.attn = mine
-    return model.eval()
 
 
 # --- 2. the pre-norm block -----------------------------------------------------------------

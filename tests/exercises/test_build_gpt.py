@@ -331,16 +331,6 @@ def test_sampling_among_the_top_k_indices_passes_and_says_why():
     assert result and "among the k largest" in result.message
 
 
-def test_the_learners_attention_can_run_inside_the_model():
-    torch.manual_seed(0)
-    model = bg.GPT(bg.GPTConfig(13, context=24, d_model=16, num_heads=4, num_layers=2, d_ff=32))
-    mine = ex.with_attention(model, _attention_class())
-    prompt = torch.randint(0, 13, (2, 4))
-    a = bg.generate(model, prompt, 15, 0.8, 5, True, torch.Generator().manual_seed(3))
-    b = bg.generate(mine, prompt, 15, 0.8, 5, True, torch.Generator().manual_seed(3))
-    assert torch.equal(a, b) and type(mine.blocks[0].attn) is not bg.CausalSelfAttention
-
-
 def test_sampling_without_the_generator_is_named():
     def no_generator(model, prompt, steps, temperature, top_k, use_cache, generator):
         return _sample_whole_sequence(model, prompt, steps, temperature, top_k, None)
