@@ -4,10 +4,12 @@ Trains notebook 03's `RetrievalModel` (d_k = 256) with and without the scaling. 
 seeds 0-4: `scaling.training_claims` must hold on every seed (the notebook trains seed 0 live).
 Plain SGD (no momentum, no clipping), 150 steps at learning rates 0.3 and 3, seeds 0-5, with the
 gradient that reaches the scores and W_Q, W_K at the initial weights: `scaling.sgd_claims`, which
-the notebook asserts on this record. Exercise 3's measurement of the gradient at W_Q on seeds
-5-29 (the notebook uses 0-4): `scaling.projection_claims`. It records the SGD runs (every loss,
-4 significant digits) and, per Adam seed, its claims, in attn_helpers/data/scaling_retrieval.json.
-Re-run: python3 course.py studies scaling_retrieval      (about 1 minute on 2 cores)
+the notebook asserts on this record. Plain SGD at seven rates from 0.03 to 30, seeds 0-2, brackets
+each model's best rate: `scaling.lr_claims`. Exercise 3's measurement of the gradient at W_Q on
+seeds 5-29 (the notebook uses 0-4): `scaling.projection_claims`. It records the SGD runs (every
+loss, 4 significant digits), the sweep's end losses and, per Adam seed, its claims, in
+attn_helpers/data/scaling_retrieval.json.
+Re-run: python3 course.py studies scaling_retrieval      (about 2 minutes on 2 cores)
 """
 import json
 import math
@@ -22,6 +24,7 @@ from attn_helpers.training import single_thread
 RECORDS = ["attn_helpers/data/scaling_retrieval.json"]
 ADAM_SEEDS = (0, 1, 2, 3, 4)
 SGD_LRS, SGD_SEEDS, SGD_STEPS = (0.3, 3.0), (0, 1, 2, 3, 4, 5), 150
+SWEEP_LRS, SWEEP_SEEDS = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0), (0, 1, 2)
 PROJECTION_SEEDS = tuple(range(5, 30))
 
 
@@ -69,6 +72,14 @@ def main():
     assert all(claims.values()), claims
     print(f"SGD, seeds {SGD_SEEDS}: all {len(claims)} claims hold")
 
+    with single_thread():
+        sweep = [{"lr": lr, "seed": seed, "scaled": scaled,
+                  "end": scaling.mean_loss(sgd_run(scaled, lr, seed)["losses"], -50)}
+                 for lr in SWEEP_LRS for seed in SWEEP_SEEDS for scaled in (True, False)]
+    claims = scaling.lr_claims(sweep)
+    assert all(claims.values()), claims
+    print(f"SGD sweep over {SWEEP_LRS}: both best rates bracketed, scaled >= 10x unscaled")
+
     table = scaling.projection_gradient_table(None, scaling.D_KS, PROJECTION_SEEDS)
     claims = {**scaling.projection_claims(table), **scaling.projection_claims(table, why=True)}
     assert all(claims.values()), claims
@@ -82,7 +93,9 @@ def main():
             for a, b in ((scaling.mean_loss(old["losses"], -50), scaling.mean_loss(new["losses"], -50)),
                          *zip(old["gradients"].values(), new["gradients"].values(), strict=True)):
                 assert math.isclose(a, b, rel_tol=0.25, abs_tol=1e-3), (old["seed"], a, b)
-    path.write_text(json.dumps({"adam": adam, "sgd": sgd}) + "\n")
+        for old, new in zip(shipped.get("sweep", sweep), sweep, strict=True):
+            assert math.isclose(old["end"], new["end"], rel_tol=0.25, abs_tol=1e-3), (old, new)
+    path.write_text(json.dumps({"adam": adam, "sgd": sgd, "sweep": sweep}) + "\n")
 
 
 if __name__ == "__main__":

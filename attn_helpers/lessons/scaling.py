@@ -6,8 +6,8 @@ widget, its exercises and ``studies/scaling_retrieval.py`` share. The measuremen
   its Frobenius norm, the gain from the scores to the weights (the widget draws it).
 * :func:`temperature_for_entropy`: the temperature that gives a row a chosen entropy (bisection).
 * :class:`RetrievalModel`, :func:`retrieval_batch`, :func:`train_retrieval`: the toy retrieval
-  model of section 4, trained with Adam; :func:`training_claims` and :func:`sgd_claims` are the
-  statements the notebook asserts on one run and the study on every seed.
+  model of section 4, trained with Adam; :func:`training_claims`, :func:`sgd_claims` and
+  :func:`lr_claims` are the statements the notebook and the study assert on the runs.
 * :func:`projection_gradient_table` and :func:`projection_claims`: exercise 3's measurement of the
   gradient at :math:`W_Q`, and where it comes from.
 """
@@ -32,7 +32,7 @@ from ..training import TrainResult, single_thread, train
 __all__ = [
     "D_KS", "softmax_jacobian", "jacobian_norm", "temperature_for_entropy", "RetrievalModel",
     "retrieval_batch", "train_retrieval", "mean_loss", "spikes", "training_claims", "sgd_claims",
-    "SPIKE", "RECORD", "PROJECTION_SEEDS", "projection_gradient_table", "projection_claims",
+    "lr_claims", "SPIKE", "RECORD", "PROJECTION_SEEDS", "projection_gradient_table", "projection_claims",
 ]
 
 D_KS = (4, 16, 64, 256, 1024)
@@ -223,6 +223,24 @@ def sgd_claims(runs: list[dict]) -> dict[str, bool]:
         f"SGD, lr {large:g}: scaled ends below 0.005, unscaled stays above 1.0 (last 50 steps, "
         "every seed)": all(mean_loss(run(large, s, True)["losses"], -50) < 0.005
                            and mean_loss(run(large, s, False)["losses"], -50) > 1.0 for s in seeds),
+    }
+
+
+def lr_claims(sweep: list[dict]) -> dict[str, bool]:
+    """The statements about the learning-rate sweep of ``studies/scaling_retrieval.py``: rows
+    ``{"lr", "seed", "scaled", "end"}``, ``end`` the mean of a plain-SGD run's last 50 losses."""
+    lrs = sorted({r["lr"] for r in sweep})
+
+    def mean_end(lr, scaled):                          # over the seeds
+        return statistics.mean(r["end"] for r in sweep if r["lr"] == lr and r["scaled"] == scaled)
+
+    best = {flag: min(lrs, key=lambda lr: mean_end(lr, flag)) for flag in (True, False)}
+    return {
+        f"SGD at {len(lrs)} rates from {lrs[0]:g} to {lrs[-1]:g}: each model's best rate (lowest "
+        "end loss, mean over the seeds) lies inside the sweep, not at an edge":
+            all(lrs[0] < best[flag] < lrs[-1] for flag in best),
+        "the scaled model's best rate is at least 10x the unscaled one's":
+            best[True] >= 10 * best[False],
     }
 
 

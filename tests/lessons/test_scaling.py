@@ -122,10 +122,13 @@ def test_mean_loss_bad_range():
 
 
 def test_sgd_claims_hold_on_the_shipped_record_and_can_fail():
-    runs = json.loads(scaling.RECORD.read_text())["sgd"]
-    assert all(scaling.sgd_claims(runs).values())
+    record = json.loads(scaling.RECORD.read_text())
+    runs, sweep = record["sgd"], record["sweep"]
+    assert all(scaling.sgd_claims(runs).values()) and all(scaling.lr_claims(sweep).values())
     swapped = list(scaling.sgd_claims([{**r, "scaled": not r["scaled"]} for r in runs]).values())
     assert not any(swapped[:2]) and not swapped[3]       # the lr 0.3 claim is symmetric
+    swapped = list(scaling.lr_claims([{**r, "scaled": not r["scaled"]} for r in sweep]).values())
+    assert not swapped[1]                                # best rates swapped: not 10x
 
 
 # --- after exercise 3: the gradient that reaches W_Q ----------------------------------------
