@@ -59,8 +59,8 @@ class KVCache:
     :meth:`append` writes the keys and values of ``t`` new positions; :meth:`attend` lets the
     queries of the *last* ``t`` positions attend causally: the query at absolute position ``p``
     sees cached positions ``0..p``. The usual step is ``append`` then ``attend`` with ``t = 1``.
-    The queries' batch dims need only broadcast with the cache's, so a grouped-query layer can
-    cache ``(b, g, 1, L, d)`` and attend with ``(b, g, h/g, t, d)``.
+    The queries' batch dims need only broadcast with the cache's; a grouped-query layer caches
+    ``(b, g, L, d)`` and attends with its ``h/g`` heads per group stacked as rows (``group``).
 
     Attributes: ``keys``, ``values`` (views of the filled part, ``None`` while empty);
     ``score_counts`` (per :meth:`attend` call, the ``t * len(cache)`` scores it computed per batch
@@ -139,34 +139,40 @@ class KVCache:
         self._keys[..., start : self.length, :] = k_new
         self._values[..., start : self.length, :] = v_new
 
-    def attend(self, q_new: torch.Tensor, *, scale: float | None = None
+    def attend(self, q_new: torch.Tensor, *, scale: float | None = None, group: int = 1
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Attention of the last ``t`` positions' queries ``q_new (..., t, d_k)`` over the cache
         (append their keys and values first), causal within the block. Returns
-        ``(output (..., t, d_v), weights (..., t, len))``."""
+        ``(output (..., t, d_v), weights (..., t, len))``.
+
+        ``group > 1`` (grouped-query attention): ``q_new`` holds ``group`` query heads per cached
+        key/value head, stacked as rows ``(..., group * t, d_k)``, so K and V are never copied.
+        """
         if not self.length:
             raise ValueError("the cache is empty: append the new keys and values before attend")
         require_tensor("q_new", q_new, floating=True)
-        t, length = (q_new.shape[-2], self.length) if q_new.dim() >= 2 else (0, 0)
-        if not 1 <= t <= length or q_new.shape[-1] != self._keys.shape[-1]:
-            raise ValueError(f"q_new (..., t, d_k) must have 1 <= t <= the {self.length} cached "
-                             f"positions and the keys' d_k, got q_new {shape(q_new)} and keys "
-                             f"{shape(self.keys)}")
+        require_positive_int("group", group)
+        rows = q_new.shape[-2] if q_new.dim() >= 2 else 0
+        t = rows // group
+        if not 1 <= t <= self.length or rows % group or q_new.shape[-1] != self._keys.shape[-1]:
+            raise ValueError(f"q_new (..., group * t, d_k) must have 1 <= t <= the {self.length} "
+                             f"cached positions (group={group}) and the keys' d_k, got q_new "
+                             f"{shape(q_new)} and keys {shape(self.keys)}")
         broadcast_batch(("q_new", q_new, 2), ("the cache's keys", self.keys, 2))
         if q_new.dtype != self._keys.dtype:
             raise TypeError(f"q_new must have the cache's dtype {self._keys.dtype}, got {q_new.dtype}")
-        self.score_counts.append(t * length)
-        return self._attend(q_new, resolve_scale(scale, q_new.shape[-1]))
+        self.score_counts.append(t * self.length)
+        return self._attend(q_new, resolve_scale(scale, q_new.shape[-1]), t)
 
-    def _attend(self, q_new: torch.Tensor, scale: float):
+    def _attend(self, q_new: torch.Tensor, scale: float, t: int):
         """:meth:`attend` on checked arguments: ``O(t * len)`` work and memory, no ``(len, len)``
-        mask. The newest query sees every cached key; for ``t > 1`` new queries, query ``i`` of
-        the block (position ``len - t + i``) sees keys ``0 .. len - t + i``."""
-        t, length = q_new.shape[-2], self.length
+        mask. The newest query sees every cached key; for ``t > 1`` new positions, the query at
+        position ``len - t + i`` sees keys ``0 .. len - t + i``."""
         mask = None
         if t > 1:
-            positions = torch.arange(length - t, length, device=q_new.device)       # (t,)
-            mask = torch.arange(length, device=q_new.device) <= positions[:, None]  # (t, len)
+            length, rows = self.length, q_new.shape[-2]
+            positions = torch.arange(length - t, length, device=q_new.device).repeat(rows // t)
+            mask = torch.arange(length, device=q_new.device) <= positions[:, None]  # (rows, len)
         return attention(q_new, self.keys, self.values, mask, scale)
 
 

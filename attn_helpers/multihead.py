@@ -196,10 +196,10 @@ class MultiHeadAttention(nn.Module):
         if not ok:
             raise ValueError(f"mask of shape {shape(mask)} does not broadcast to (b, h, n_q, n_k) = "
                              f"{target}; pass (n_q, n_k), (b, n_q, n_k) or (b, h, n_q, n_k)")
+        # to the layout of the scores, a group's h/g heads stacked as rows: (..., h/g * n_q, n_k)
         if mask.dim() == 2:
-            return mask
-        # (b, h or 1, n_q, n_k) -> (b, g, h/g, n_q, n_k), the grouped layout of the scores
-        return mask.unflatten(1, (g, h // g)) if mask.shape[1] == h else mask.unsqueeze(1)
+            return mask.expand(n_q, n_k).repeat(h // g, 1)
+        return mask.expand(mask.shape[0], h, n_q, n_k).reshape(mask.shape[0], g, h // g * n_q, n_k)
 
     def forward(
         self,
@@ -223,18 +223,20 @@ class MultiHeadAttention(nn.Module):
         None.
         """
         mask = self._check_inputs(query, key, value, mask, head_mask, cache)
-        h, g = self.num_heads, self.num_kv_heads
-        # query head i sits in group i // (h/g), next to the other h/g heads that share its K, V
-        q = split_heads(self.q_proj(query), h).unflatten(1, (g, h // g))  # (b, g, h/g, n_q, d_head)
-        k = split_heads(self.k_proj(key), g).unsqueeze(2)                  # (b, g, 1, n_k, d_head)
-        v = split_heads(self.v_proj(value), g).unsqueeze(2)                # (b, g, 1, n_k, d_head)
+        h, g, d_head = self.num_heads, self.num_kv_heads, self.d_head
+        b, n_q = query.shape[:2]
+        # the h/g query heads of group j, which share key/value head j, are stacked as rows: one
+        # matmul per group against its own K and V, never copied h/g times
+        q = split_heads(self.q_proj(query), h).reshape(b, g, h // g * n_q, d_head)
+        k = split_heads(self.k_proj(key), g)                    # (b, g, n_k, d_head)
+        v = split_heads(self.v_proj(value), g)                  # (b, g, n_k, d_head)
         if cache is None:
-            heads, weights = scaled_dot_product_attention(q, k, v, mask)   # K, V broadcast over h/g
+            heads, weights = scaled_dot_product_attention(q, k, v, mask)
         else:
-            cache.append(k, v)                                  # now holds (b, g, 1, len, d_head)
-            heads, weights = cache.attend(q)                    # the new queries over the cache
-        heads = heads.flatten(1, 2)                             # (b, h, n_q, d_head)
-        weights = weights.flatten(1, 2)                         # (b, h, n_q, n_k)
+            cache.append(k, v)                                  # now holds (b, g, len, d_head)
+            heads, weights = cache.attend(q, group=h // g)      # the new queries over the cache
+        heads = heads.reshape(b, h, n_q, d_head)                # (b, h, n_q, d_head)
+        weights = weights.reshape(b, h, n_q, -1)                # (b, h, n_q, n_k)
         if head_mask is not None:
             heads = heads * head_mask.to(heads.dtype)[:, None, None]
         return self.out_proj(merge_heads(heads)), weights       # (b, n_q, d_model)

@@ -221,6 +221,16 @@ def test_gradients_equal_torch_enable_gqa(gen):
         torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-4)
 
 
+def test_grouped_query_heads_never_copy_keys_and_values():
+    """Multi-query attention over 4096 keys: no allocation is as large as K repeated for h heads."""
+    b, h, d_head, n_k = 2, 8, 64, 4096
+    mqa = MultiHeadAttention(h * d_head, h, num_kv_heads=1).eval()
+    query, key = torch.randn(b, 3, h * d_head), torch.randn(b, n_k, h * d_head)
+    with torch.no_grad(), torch.profiler.profile(profile_memory=True) as profile:
+        mqa(query, key, key)
+    assert max(event.cpu_memory_usage for event in profile.events()) < b * h * n_k * d_head * 4
+
+
 def test_num_kv_heads_defaults_to_num_heads_and_sets_the_projection_sizes():
     assert MultiHeadAttention(12, 3).num_kv_heads == 3
     mqa = MultiHeadAttention(12, 3, num_kv_heads=1, kdim=5)
@@ -240,7 +250,7 @@ def test_incremental_decoding_with_a_cache_equals_the_causal_forward(gen, g_kv):
     steps = [mha(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], cache=cache) for t in range(3, 7)]
     torch.testing.assert_close(torch.cat([prefill] + [o for o, _ in steps], 1), full)
     torch.testing.assert_close(steps[-1][1], full_weights[:, :, 6:])
-    assert cache.keys.shape == (2, g_kv, 1, 7, 4)                   # g heads cached, not h
+    assert cache.keys.shape == (2, g_kv, 7, 4)                      # g heads cached, not h
     assert cache.score_counts == [9, 4, 5, 6, 7]
 
 
