@@ -9,14 +9,7 @@ import torch
 from _exercises import assert_rejected, assert_skeleton, stub
 
 from attn_helpers import AdditiveScore
-from attn_helpers.exercises import EXERCISES
 from attn_helpers.exercises import rnn_bottleneck as ex
-
-
-def test_the_exercises_are_registered_with_three_hints():
-    for key in ("rnn_bottleneck.rnn_encoder", "rnn_bottleneck.additive_scores"):
-        assert len(EXERCISES[key].hints) == 3
-
 
 # --- exercise 1: the recurrent encoder ----------------------------------------------------------
 

@@ -185,3 +185,15 @@ def test_a_list_of_outputs_counts_as_the_tuple_the_reference_returns():
     assert not check_function(lambda x: [x * 2, x + 2], reference, cases)
     one = check_function(lambda x: [x * 2], lambda x: x * 2, cases)
     assert not one            # a list where one tensor is expected is still not that tensor
+
+
+def test_every_notebook_registers_its_exercises_in_its_order_with_three_hints():
+    from attn_helpers.course_map import COURSE
+
+    by_notebook = {lesson.slug: [k for k in exercises.EXERCISES if k.startswith(lesson.slug + ".")]
+                   for lesson in COURSE}
+    assert by_notebook["masking"] == ["masking.window_mask", "masking.rolling_cache_step"]
+    assert by_notebook["build_gpt"] == [f"build_gpt.{k}" for k in
+                                        ("attention", "block", "model", "train_step", "generate")]
+    assert sum(map(len, by_notebook.values())) == len(exercises.EXERCISES) == 28
+    assert all(len(ex.hints) == 3 for ex in exercises.EXERCISES.values())
