@@ -9,7 +9,7 @@ r"""The cost of attention, counted and measured (notebook 08).
   ``{"method": "matmul_peak", "gflops"}`` and one ``{"method": "machine", "cache_bytes",
   "copy_gbps"}``. Every call runs 8 heads of 64 in float32; on CPU, times are medians of the
   process's CPU clock. :func:`load_benchmark` reads the committed CPU run.
-- The notebook's longer live measurements: :func:`roofline_study`, :func:`block_sweep`.
+- The notebook's timing helpers: :func:`naive_stage_times` (the roofline), :func:`block_sweep`.
 - :func:`tile_stepper`: FlashAttention's tiled forward, one tile at a time, as arrays for the
   widget.
 """
@@ -44,7 +44,7 @@ __all__ = [
     "bench_attention", "block_sweep", "cache_sizes", "copy_bandwidth_gbps",
     "fit_methods", "fit_power_law", "format_bytes", "fwd_bwd_call",
     "kv_cache_flops", "last_level_cache", "load_benchmark", "machine",
-    "matmul_gflops", "naive_attention", "naive_stage_times", "roofline_study",
+    "matmul_gflops", "naive_attention", "naive_stage_times",
     "saved_bytes", "score_matrix_bytes", "series", "tile_schedule", "tile_scores", "tile_stepper",
     "tile_working_set_bytes", "time_ms", "traffic_bytes", "validate_records",
 ]
@@ -450,51 +450,6 @@ def naive_stage_times(n: int, *, budget_s: float = 0.2, seed: int = 0, extras: b
         calls |= {"total": lambda: naive_attention(q, k, v), "copy S": lambda: out.copy_(s),
                   "exp S": lambda: torch.exp(s, out=out)}
     return {name: time_ms(call, budget_s=budget_s) for name, call in calls.items()}
-
-
-#: the roofline's sizes: 8 heads of (256, 256) float32 scores take 2 MiB (in the L2 or L3 of any
-#: recent CPU), of (2048, 2048) 128 MiB (more than the L3 of most); the tiled method's tiles
-ROOFLINE_N = (256, 2048)
-ROOFLINE_TILE = 256
-
-
-def roofline_study(*, budget_s: float = 0.2, seed: int = 0, tile: int = ROOFLINE_TILE) -> dict:
-    """The roofline of this machine, measured: the matmul peak (GFLOP/s), the copy bandwidth of
-    a 256 MiB buffer (``"dram_gbps"``) and of a 1 MiB one that stays in cache (``"cache_gbps"``),
-    the cache sizes; then points ``{label: {"n", "intensity", "gflops", "roof"}}``: naive's three
-    stages at both sizes of :data:`ROOFLINE_N` (``"roof"``: ``"cache"`` at the small one,
-    ``"dram"`` at the large one), naive as a whole, ``sdpa`` and ``tiled`` (``tile x tile``
-    tiles; ``"tile_fits"``: its working set fits in the last-level cache) at the large one.
-    Intensities: :func:`attention_costs` and :func:`traffic_bytes`; method FLOPs ``4 n^2 d`` per
-    head. ``"stage_ms"``: :func:`naive_stage_times` at the large size."""
-    caches = cache_sizes()
-    peak, dram = matmul_gflops(), copy_bandwidth_gbps(budget_s=budget_s)
-    cache_bw = copy_bandwidth_gbps(n_bytes=2**20, budget_s=budget_s)
-    points, (small, large) = {}, ROOFLINE_N
-    for n, roof in ((small, "cache"), (large, "dram")):
-        times = naive_stage_times(n, budget_s=budget_s, seed=seed, extras=n == large)
-        costs = attention_costs(n, D, heads=H)
-        for stage in ("QK^T", "softmax", "PV"):
-            c = costs[stage]
-            points[f"{stage} n={n}"] = {"n": n, "roof": roof, "intensity": c["flops"] / c["bytes"],
-                                        "gflops": c["flops"] / times[stage] / 1e6}
-    flops = 4.0 * H * large * large * D
-    points[f"naive n={large}"] = {"n": large, "roof": "dram", "gflops": flops / times["total"] / 1e6,
-                                  "intensity": flops / traffic_bytes("naive", large)}
-    q, k, v = _qkv(large, seed)
-    fns = {"sdpa": ATTENTION_FUNCTIONS["sdpa"],
-           "tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=tile)}
-    for method, fn in fns.items():
-        with torch.no_grad():
-            ms = time_ms(lambda fn=fn: fn(q, k, v), budget_s=budget_s)
-        points[f"{method} n={large}"] = {"n": large, "roof": "dram", "gflops": flops / ms / 1e6,
-                                         "intensity": flops / traffic_bytes(method, large, block_q=tile)}
-    llc = last_level_cache(caches)
-    return {"cache_bytes": caches, "peak_gflops": peak, "dram_gbps": dram, "cache_gbps": cache_bw,
-            "ridge": peak / dram, "n_small": small, "n_large": large, "points": points,
-            "tile": tile, "tile_bytes": tile_working_set_bytes(tile, tile),
-            "tile_fits": bool(llc) and tile_working_set_bytes(tile, tile) <= llc,
-            "stage_ms": times}
 
 
 # --- FlashAttention's forward, one tile at a time (the widget's arrays) --------------------------
