@@ -394,6 +394,8 @@ def studies(extra: list[str]) -> None:
         say(f"study {study.stem}: re-running {study.relative_to(ROOT)}")
         began = time.monotonic()
         run([PYTHON, study], env=env)
+        # Read again: another `course.py studies` may have recorded its own study meanwhile.
+        known = json.loads(FINGERPRINTS.read_text()) if FINGERPRINTS.exists() else {}
         known[study.stem] = {"fingerprint": fingerprint(study, torch),
                              "records": {r: sha256(ROOT / r) for r in study_records(study)}}
         FINGERPRINTS.write_text(json.dumps(dict(sorted(known.items())), indent=1) + "\n")
