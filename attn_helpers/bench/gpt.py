@@ -22,8 +22,17 @@ import time
 import torch
 from torch import nn
 
-from ..lessons.build_gpt import GPT, GPTConfig, load_corpus, next_token_loss
-from ..lessons.build_gpt_train import FINAL, build_and_train, final_config, get_batch, make_optimizer
+from ..lessons.build_gpt import (
+    FINAL,
+    GPT,
+    GPTConfig,
+    build_and_train,
+    final_config,
+    get_batch,
+    load_corpus,
+    make_optimizer,
+    next_token_loss,
+)
 from ..training import torch_threads
 
 __all__ = ["TorchGPT", "bench_gpt", "main", "TARGET"]

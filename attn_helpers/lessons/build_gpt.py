@@ -1,25 +1,26 @@
-r"""Notebook 10 (build a GPT): the text, and the reference pieces of a small character-level GPT.
+r"""Notebook 10 (build a GPT): the text, the reference GPT, its training, the head scores, and the
+records of the studies ``studies/build_gpt_*.py``.
 
-The data is real English that ships with Python: the help texts of ``pydoc_data.topics``, joined
-in sorted key order (about 465,000 characters), read one character at a time. The first 90% (by
-position) trains, the last 10% is held out.
+The text is Python's help pages, ``pydoc_data.topics`` (English prose about Python, with code),
+joined in sorted key order (about 465,000 characters), read one character at a time. The first
+90% (by position) trains; the last 10%, the alphabetically last topics, is held out.
 
-The model is the notebook's, piece by piece, each one the code the learner writes:
-
-* :class:`CausalSelfAttention`: ``q, k, v = x W_qkv`` split into heads, the course's own attention
-  step with a causal mask, heads merged, ``W_O``. With a :class:`~attn_helpers.kv_cache.KVCache`
-  holding ``start`` positions it appends the new keys and values and lets new query ``i`` attend
-  to keys ``0..start+i`` (the causal mask offset by ``start``).
-* :class:`Block`: pre-norm, ``x + attn(LN(x))`` then ``x + ff(LN(x))``.
-* :class:`GPT`: token + position embeddings, the blocks, a final LayerNorm and the output head
-  (tied to the token embedding). ``forward(tokens, start=0, caches=None)``: ``start`` is the
-  position of ``tokens[:, 0]`` (the length of the cache when generating with one).
+The model is the notebook's, piece by piece: :class:`CausalSelfAttention` (with a
+:class:`~attn_helpers.kv_cache.KVCache` holding ``start`` positions, new query ``i`` sees keys
+``0..start+i``), the pre-norm :class:`Block`, and :class:`GPT` (token + position embeddings, the
+blocks, a final LayerNorm, an output head tied to the token embedding).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -27,12 +28,23 @@ from torch import nn
 
 from ..attention import scaled_dot_product_attention
 from ..kv_cache import KVCache
-from ..masks import causal_mask
+from ..training import single_thread, torch_threads
 from ..transformer import FeedForward
+from .build_gpt_muon import MuonWithAdamW, adamw
 
 __all__ = ["Corpus", "load_corpus", "GPTConfig", "CausalSelfAttention", "Block", "GPT",
-           "next_token_loss", "generate", "init_weights"]
+           "init_weights", "next_token_loss", "generate",
+           "Recipe", "FINAL", "FINAL_SIZE", "NANOGPT", "BAR_NATS", "final_config", "get_batch",
+           "held_out_loss", "lr_at", "train_step", "TrainLog", "train_gpt", "make_optimizer",
+           "clipped_step", "build_and_train", "train_flops", "muon_flops_per_step",
+           "RULES", "key_choices", "head_scores", "offset_profile", "offset_matched",
+           "RUNGS", "load_record", "ladder_claims", "recipe_claims", "single_thread"]
 
+DATA = Path(__file__).resolve().parent.parent / "data"
+CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
+
+
+# --- the text ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Corpus:
@@ -74,6 +86,8 @@ def load_corpus(train_share: float = 0.9) -> Corpus:
     return Corpus(chars, ids[:cut], ids[cut:])
 
 
+# --- the model -----------------------------------------------------------------------------------
+
 @dataclass(frozen=True)
 class GPTConfig:
     vocab_size: int
@@ -104,7 +118,8 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             cache.append(k, v)                                       # keys of 0..start+n-1
             k, v = cache.keys, cache.values                          # (b, h, start + n, d_h)
-        mask = causal_mask(start + n)[start:]                        # (n, start + n): i sees 0..start+i
+        # (n, start + n), O(n L): query i (at position start + i) sees keys 0..start+i
+        mask = torch.arange(start + n) <= torch.arange(start, start + n)[:, None]
         out, weights = scaled_dot_product_attention(q, k, v, mask)   # (b, h, n, d_h)
         if self.keep_weights:
             self.weights = weights.detach()
@@ -187,14 +202,11 @@ def next_token_loss(model: nn.Module, chunk: torch.Tensor) -> torch.Tensor:
 def generate(model: GPT, prompt: torch.Tensor, steps: int, temperature: float = 1.0,
              top_k: int | None = None, use_cache: bool = True,
              generator: torch.Generator | None = None) -> torch.Tensor:
-    """Sample ``steps`` tokens after ``prompt (b, n0)``, ``n0 <= context``; returns
-    ``(b, n0 + steps)``.
+    """Sample ``steps`` tokens after ``prompt (b, n0)``, ``n0 <= context``: ``(b, n0 + steps)``.
 
-    With the cache, the prompt runs once and then each step runs only the new token, at its
-    position ``start``; without it, each step re-runs the whole sequence from position 0. Once
-    the text outgrows the context ``n_ctx``, the model reads its last ``n_ctx`` tokens at
-    positions ``0..n_ctx-1`` (nanoGPT's crop): every token has moved to a new position, so every
-    cached key and value is stale, and both ways re-run the window at each step.
+    With the cache, the prompt runs once, then each step runs only the new token at its position.
+    Past the context ``n_ctx`` the model reads the last ``n_ctx`` tokens at positions
+    ``0..n_ctx-1`` (nanoGPT's crop): every cached key is stale, so both ways re-run the window.
     """
     n_ctx = model.cfg.context
     tokens = prompt
@@ -213,3 +225,327 @@ def generate(model: GPT, prompt: torch.Tensor, steps: int, temperature: float = 
         else:                                                        # no cache, or past n_ctx
             new, start, caches = tokens[:, -n_ctx:], 0, None
     return tokens
+
+
+# --- training ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Recipe:
+    """``steps`` optimizer steps of ``batch`` chunks of ``context + 1`` characters; the learning
+    rate rises linearly for ``warmup`` steps to ``lr``, then follows a cosine down to ``lr *
+    final_lr_share``. ``optimizer``: ``"adamw"`` for every weight, or ``"muon"``: Muon for the
+    blocks' matrices (at ``muon_scale`` times the rate) and AdamW for the rest."""
+
+    steps: int = 1200
+    batch: int = 16
+    lr: float = 3e-3
+    warmup: int = 100
+    final_lr_share: float = 0.1
+    weight_decay: float = 0.1
+    betas: tuple = (0.9, 0.95)
+    clip: float = 1.0
+    optimizer: str = "adamw"
+    muon_scale: float = 1.0
+
+
+#: The notebook's recipe (tuned on this split): 550 steps of 16 chunks, Muon for the blocks'
+#: matrices at 1.6x the rate, a short warmup to a high peak, a cosine down to zero.
+FINAL = Recipe(steps=550, batch=16, lr=8e-3, warmup=30, final_lr_share=0.0, optimizer="muon",
+               muon_scale=1.6)
+#: The final model: nanoGPT's CPU model (:class:`GPTConfig`'s default) with a feed-forward of 2d.
+FINAL_SIZE = {"d_ff": 256}
+#: nanoGPT's README recipe for a CPU (lr 1e-3, warmup 100, cosine to 1e-4), on GPTConfig().
+NANOGPT = Recipe(steps=2000, batch=12, lr=1e-3, warmup=100, final_lr_share=0.1,
+                 betas=(0.9, 0.99))
+#: The course's target in nats per character (issue 24's estimate of nanoGPT's CPU recipe here).
+BAR_NATS = 1.43
+
+
+def final_config(vocab_size: int) -> GPTConfig:
+    return GPTConfig(vocab_size, **FINAL_SIZE)
+
+
+def get_batch(data: torch.Tensor, batch: int, context: int,
+              generator: torch.Generator) -> torch.Tensor:
+    """``(batch, context + 1)`` chunks of ``data`` at random positions."""
+    starts = torch.randint(0, len(data) - context - 1, (batch,), generator=generator)
+    return torch.stack([data[s:s + context + 1] for s in starts.tolist()])
+
+
+@torch.no_grad()
+def held_out_loss(model: nn.Module, data: torch.Tensor, context: int, *,
+                  windows: int | None = None) -> float:
+    """Mean next-character loss (nats) over ``data`` in non-overlapping windows of ``context + 1``
+    characters; ``windows``: only that many, evenly spaced (a quicker estimate)."""
+    count = (len(data) - 1) // context
+    chunks = data[: count * context + 1].unfold(0, context + 1, context)   # (count, context + 1)
+    if windows is not None and windows < count:
+        chunks = chunks[torch.linspace(0, count - 1, windows).long()]
+    model.eval()
+    total, n = 0.0, 0
+    with single_thread():
+        for chunk in chunks.split(256):
+            total += next_token_loss(model, chunk).item() * chunk[:, 1:].numel()
+            n += chunk[:, 1:].numel()
+    return total / n
+
+
+def lr_at(step: int, recipe: Recipe) -> float:
+    """Learning rate of step ``step`` (0-based)."""
+    if step < recipe.warmup:
+        return recipe.lr * (step + 1) / recipe.warmup
+    progress = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
+    low = recipe.lr * recipe.final_lr_share
+    return low + 0.5 * (recipe.lr - low) * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, chunk: torch.Tensor) -> float:
+    """One step of next-character training on ``chunk (b, n + 1)``; returns the loss (nats)."""
+    loss = next_token_loss(model, chunk)        # predict chunk[:, 1:] from chunk[:, :-1]
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+@dataclass
+class TrainLog:
+    """Losses of every step, held-out losses ``(step, nats)``, seconds of training."""
+
+    losses: list = field(default_factory=list)
+    evaluations: list = field(default_factory=list)
+    cpu_seconds: float = 0.0
+    wall_seconds: float = 0.0
+
+    @property
+    def final(self) -> float:
+        return self.evaluations[-1][1]
+
+    @property
+    def cpu_ms_per_step(self) -> float:
+        return 1000 * self.cpu_seconds / max(1, len(self.losses))
+
+
+def train_gpt(model: nn.Module, recipe: Recipe = FINAL, *, corpus: Corpus | None = None,
+              seed: int = 0, step_fn: Callable | None = None, eval_every: int = 200,
+              eval_windows: int | None = 200, progress: bool = True,
+              on_eval: Callable | None = None, threads: int = 1) -> TrainLog:
+    """Train ``model`` with ``recipe``, deterministically for ``seed``; ``step_fn(model,
+    optimizer, chunk) -> loss`` is the step (the notebook passes the learner's). Every
+    ``eval_every`` steps the held-out loss on ``eval_windows`` windows is logged (and passed to
+    ``on_eval(log)``); the last evaluation reads the whole held-out text. One torch thread by
+    default: the weights then do not depend on the machine's thread count."""
+    corpus = load_corpus() if corpus is None else corpus
+    step_fn = train_step if step_fn is None else step_fn
+    context = model.cfg.context
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = make_optimizer(model, recipe)
+    log = TrainLog()
+    bar = None
+    if progress:
+        from tqdm.std import tqdm  # text, not a widget: the stored notebook shows it as text
+
+        bar = tqdm(total=recipe.steps, desc="training", mininterval=5.0,
+                   miniters=max(1, recipe.steps // 10), ncols=80, file=sys.stdout)
+    with torch_threads(threads):
+        for step in range(recipe.steps):
+            cpu, wall = time.process_time(), time.perf_counter()
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, recipe)
+            model.train()
+            chunk = get_batch(corpus.train, recipe.batch, context, generator)
+            loss = step_fn(model, optimizer, chunk)
+            loss = float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
+            log.cpu_seconds += time.process_time() - cpu
+            log.wall_seconds += time.perf_counter() - wall
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"the loss became {loss} at step {step + 1}")
+            log.losses.append(loss)
+            last = step + 1 == recipe.steps
+            if eval_every and ((step + 1) % eval_every == 0 or last):
+                windows = None if last else eval_windows
+                log.evaluations.append((step + 1, held_out_loss(model, corpus.val, context,
+                                                                windows=windows)))
+                if on_eval is not None:
+                    on_eval(log)
+            if bar is not None:
+                bar.update(1)
+                if (step + 1) % 20 == 0:
+                    bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+    if bar is not None:
+        bar.close()
+    model.eval()
+    return log
+
+
+def make_optimizer(model: nn.Module, recipe: Recipe = FINAL):
+    """The optimizer ``recipe`` names: fused AdamW (weight decay on matrices only), or Muon for
+    the blocks' matrices with that AdamW for the rest. With ``recipe.clip``, its ``step`` first
+    clips the gradient norm (so a learner's step clips too)."""
+    if recipe.optimizer == "muon":
+        optimizer = MuonWithAdamW(model, lr=recipe.lr, betas=recipe.betas,
+                                  weight_decay=recipe.weight_decay, muon_scale=recipe.muon_scale)
+    elif recipe.optimizer == "adamw":
+        optimizer = adamw(model.parameters(), lr=recipe.lr, betas=recipe.betas,
+                          weight_decay=recipe.weight_decay)
+    else:
+        raise ValueError(f"recipe.optimizer must be 'adamw' or 'muon', got {recipe.optimizer!r}")
+    if recipe.clip:
+        optimizer.step = clipped_step(optimizer, model, recipe.clip)
+    return optimizer
+
+
+def clipped_step(optimizer, model, clip):
+    """``optimizer.step`` that first clips the gradient norm of ``model`` to ``clip``."""
+    step = type(optimizer).step
+
+    def step_with_clip(*args, **kwargs):
+        nn.utils.clip_grad_norm_(model.parameters(), clip, foreach=True)
+        return step(optimizer, *args, **kwargs)
+
+    return step_with_clip
+
+
+def build_and_train(recipe: Recipe = FINAL, *, seed: int = 0, progress: bool = False,
+                    threads: int = 1, **config) -> tuple[GPT, TrainLog]:
+    """A fresh :class:`GPT` (``config`` overrides :class:`GPTConfig`), trained with ``recipe``."""
+    corpus = load_corpus()
+    torch.manual_seed(seed)
+    if recipe is FINAL:
+        config = FINAL_SIZE | config
+    model = GPT(GPTConfig(corpus.vocab_size, **config))
+    return model, train_gpt(model, recipe, corpus=corpus, seed=seed, progress=progress,
+                            threads=threads)
+
+
+def train_flops(cfg: GPTConfig, recipe: Recipe) -> float:
+    """Matrix-product FLOPs of training: 3x the forward's per token (projections, feed-forward,
+    masked scores and weighted sums over the context, the head), plus Muon's at every step."""
+    d, n = cfg.d_model, cfg.context
+    per_layer = 2 * (4 * d * d + 2 * d * cfg.d_ff) + 2 * 2 * n * d
+    per_token = cfg.num_layers * per_layer + 2 * d * cfg.vocab_size
+    muon = muon_flops_per_step(cfg) if recipe.optimizer == "muon" else 0.0
+    return (3.0 * per_token * recipe.batch * n + muon) * recipe.steps
+
+
+def muon_flops_per_step(cfg: GPTConfig, ns_steps: int = 5) -> float:
+    """Muon's Newton-Schulz products for one step of the block matrices: per iteration on an
+    ``r x s`` matrix (r <= s), ``X X^T`` and ``B X`` (2 r^2 s FLOPs each) and ``A^2`` (2 r^3)."""
+    d, f = cfg.d_model, cfg.d_ff
+    per_block = 0.0
+    for m, k in ((3 * d, d), (d, d), (f, d), (d, f)):          # W_qkv, W_O, the feed-forward
+        r, s = sorted((m, k))
+        per_block += 4 * r * r * s + 2 * r ** 3
+    return ns_steps * cfg.num_layers * per_block
+
+
+# --- heads by score (as notebook 09 scores MiniLM's) -----------------------------------------------
+
+RULES = ("previous character", "itself", "start of the word")
+
+
+def key_choices(text: str) -> dict[str, torch.Tensor]:
+    """``{rule: (n,) long}``: the key each query's rule picks, ``-1`` where it does not apply;
+    the word start only for queries at least two characters into a word."""
+    i = torch.arange(len(text))
+    word = torch.tensor([c.isalnum() or c == "_" for c in text])
+    start, s = [], 0
+    for pos, c in enumerate(text):
+        if not (c.isalnum() or c == "_"):
+            s = pos + 1
+        start.append(s)
+    start = torch.tensor(start)
+    return {"previous character": torch.where(i >= 1, i - 1, -1), "itself": i,
+            "start of the word": torch.where((i - start >= 2) & word, start, -1)}
+
+
+def head_scores(weights: torch.Tensor, texts) -> dict:
+    """``weights (L, h, b, n, n)`` of ``b`` texts (a str or a list) -> ``{rule: (L, h)}``, each
+    head's mean weight on the rule's key, and ``{rule + " (uniform)": float}``, what a head
+    spreading its weight evenly over the visible keys gets on the same queries."""
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    L, h = weights.shape[:2]
+    scores, uniform = {}, {}
+    for rule in RULES:
+        total, count, even = torch.zeros(L, h, dtype=torch.float64), 0, 0.0
+        for j, text in enumerate(texts):
+            keys = key_choices(text)[rule]
+            queries = (keys >= 0).nonzero()[:, 0]
+            total += weights[:, :, j, queries, keys[queries]].double().sum(-1)   # (L, h)
+            count += len(queries)
+            even += float((1.0 / (queries + 1).double()).sum())
+        scores[rule] = total / max(count, 1)
+        uniform[rule + " (uniform)"] = even / max(count, 1)
+    return scores | uniform
+
+
+def offset_profile(weights: torch.Tensor, distances: int | None = None) -> torch.Tensor:
+    """``(L, h, distances)``: each head's mean weight on the key ``o`` characters back, for
+    ``o = 0, 1, ...`` (over every query that has such a key)."""
+    n = weights.shape[-1]
+    return torch.stack([weights[..., torch.arange(o, n), torch.arange(o, n) - o].double()
+                        .mean((-1, -2)) for o in range(distances or n)], -1)
+
+
+def offset_matched(weights: torch.Tensor, texts) -> torch.Tensor:
+    """``(L, h)``: each head's mean weight on the word start over its mean weight on any key as
+    far back (a head that merely favours recent keys scores about 1)."""
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    profile = offset_profile(weights)                                       # (L, h, n)
+    got = torch.zeros(profile.shape[:2], dtype=torch.float64)
+    base = torch.zeros_like(got)
+    for j, text in enumerate(texts):
+        keys = key_choices(text)["start of the word"]
+        q = (keys >= 0).nonzero()[:, 0]
+        got += weights[:, :, j, q, keys[q]].double().sum(-1)
+        base += profile[:, :, q - keys[q]].sum(-1)
+    return got / base
+
+
+# --- the studies' records --------------------------------------------------------------------------
+
+RUNGS = ("bigram", "one head", "multi-head", "feed-forward", "residual + LayerNorm", "depth")
+
+
+def load_record(name: str) -> dict:
+    """A study's record: ``"build_gpt_ladder"`` (the metadata of that checkpoint) or the json
+    ``"build_gpt_nanogpt_bar"`` / ``"build_gpt_final_seeds"``, with ``"mean"`` of its ``"nats"``."""
+    if name == "build_gpt_ladder":
+        return torch.load(CHECKPOINTS / f"{name}.pt", weights_only=True)["metadata"]
+    record = json.loads((DATA / f"{name}.json").read_text())
+    record["mean"] = sum(record["nats"]) / len(record["nats"])
+    return record
+
+
+def ladder_claims(results: dict) -> dict:
+    """The notebook's sentences about the ladder (``studies/build_gpt_ladder.py``), each a bool."""
+    bits = {rung: sum(v) / len(v) for rung, v in results["bits"].items()}
+    spread = max(max(v) - min(v) for v in results["bits"].values())
+    drops = [bits[a] - bits[b] for a, b in zip(RUNGS, RUNGS[1:], strict=False)]
+    return {
+        f"under the ladder's one recipe, every rung lowers the held-out loss (mean over "
+        f"{len(results['seeds'])} seeds)": all(s > 0 for s in drops),
+        "one head beats the counted bigram for every seed":
+            max(results["bits"]["one head"]) < bits["bigram"],
+        "from one head on, each drop is larger than the largest seed-to-seed spread":
+            all(s > spread for s in drops[1:]),
+        "depth gives the largest single drop": drops[-1] == max(drops),
+        "the deep model is at least 0.8 bits per character below the bigram":
+            bits["bigram"] - bits["depth"] >= 0.8,
+    }
+
+
+def recipe_claims(seeds: dict, bar: dict) -> dict:
+    """The notebook's sentences about the final recipe's seeds (``studies/build_gpt_final_seeds
+    .py``) and nanoGPT's settings on this GPT (``studies/build_gpt_nanogpt_bar.py``)."""
+    return {
+        f"this course's GPT trained with nanoGPT's settings reaches {bar['mean']:.3f} nats per "
+        f"character (mean of seeds {bar['seeds']}), under the {BAR_NATS} target":
+            bar["mean"] <= BAR_NATS,
+        f"the final recipe reaches at most {BAR_NATS} nats per character for each of seeds "
+        f"{seeds['seeds']} (worst {max(seeds['nats']):.2f})": max(seeds["nats"]) <= BAR_NATS,
+        "each of them ends below this course's GPT trained with nanoGPT's settings "
+        f"({bar['mean']:.3f})":
+            max(seeds["nats"]) < bar["mean"],
+    }

@@ -1,27 +1,14 @@
-"""Muon, the optimizer of notebook 10's final recipe, for the blocks' weight matrices; AdamW for
-everything else (embeddings, LayerNorm gains and biases).
+"""Muon, the optimizer of notebook 10's recipe, for the blocks' weight matrices; AdamW for the rest.
 
-Muon (Jordan et al. 2024, "Muon: an optimizer for hidden layers in neural networks") keeps a
-momentum ``M`` (a running average of each weight matrix's gradient ``G``) and steps along the
-orthogonalised Nesterov look-ahead ``G' = (1 - mu) G + mu M``: ``O ~ U V^T`` for ``G' = U S V^T``,
-its SVD, so the directions share the step about equally instead of a few dominating.
-``O`` comes from five Newton-Schulz iterations of an odd quintic,
-``X <- a X + (b A + c A^2) X`` with ``A = X X^T``, started from ``G' / ||G'||_F``; Jordan's
-coefficients (3.4445, -4.7750, 2.0315) land every singular value above about 1/600 of
-``||G'||_F`` between about 0.7 and 1.2, not exactly at 1, which trains as well (smaller ones
-stay smaller).
+Muon (Jordan et al. 2024) keeps a momentum ``M`` of each matrix's gradient ``G`` and steps along
+the orthogonalised Nesterov look-ahead ``G' = (1 - mu) G + mu M``: ``O ~ U V^T`` for ``G' = U S
+V^T``, by five Newton-Schulz iterations ``X <- a X + (b A + c A^2) X``, ``A = X X^T``, from ``G' /
+||G'||_F``. The step of ``W (m, n)`` is ``W <- W (1 - lr wd) - scale lr 0.2 sqrt(max(m, n)) O``: the
+factor (Liu et al. 2025) gives it the root-mean-square size of an AdamW step.
 
-The step of a matrix ``W (m, n)`` is ``W <- W (1 - lr wd) - scale lr 0.2 sqrt(max(m, n)) O``: an
-orthogonal ``m x n`` matrix has root-mean-square entry ``1 / sqrt(max(m, n))``, so the factor
-``0.2 sqrt(max(m, n))`` (Liu et al. 2025, "Muon is scalable for LLM training") gives the update
-the root-mean-square size of a typical AdamW update, and AdamW's learning rate and weight decay
-carry over. ``scale`` (the recipe's ``muon_scale``) multiplies the update, not the decay.
-
-At ``scale`` 1 this is ``torch.optim.Muon`` with ``adjust_lr_fn="match_rms_adamw"`` (at any scale,
-``torch.optim.Muon(lr=scale lr, weight_decay=wd / scale)``; tests/lessons check steps against
-it), with two differences: the iterations run in float32, where torch's run in bfloat16, which a
-CPU without bfloat16 units computes far slower (the update differs by about 1%); and the matrices
-of one shape are orthogonalised together, as one batch (the same numbers).
+At ``scale`` 1 this is ``torch.optim.Muon(adjust_lr_fn="match_rms_adamw")`` (tests/lessons check
+its steps against it), except that the iterations run in float32 (torch's run in bfloat16, far
+slower on a CPU without bfloat16 units) and the matrices of one shape are orthogonalised together.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from matplotlib.transforms import IdentityTransform
 
 from ..entropy import attention_entropy
 from ..lessons import build_gpt as bg
-from ..lessons.build_gpt_heads import head_scores
+from ..lessons.build_gpt import head_scores
 from ..masks import causal_mask
 from ..training import single_thread
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
@@ -43,7 +43,7 @@ def char_label(c: str) -> str:
 class PromptRun:
     """One prompt through the model: ``weights (L, h, n, n)``, the labels, each head's mean
     entropy ``(L, h)`` and the mean ceiling ``mean_i ln(i + 1)``, and the head scores of
-    :func:`~attn_helpers.lessons.build_gpt_heads.head_scores` (``{name: (L, h)}``)."""
+    :func:`~attn_helpers.lessons.build_gpt.head_scores` (``{name: (L, h)}``)."""
 
     text: str
     labels: list

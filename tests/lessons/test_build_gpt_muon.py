@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attn_helpers.lessons import build_gpt as bg
-from attn_helpers.lessons import build_gpt_train as bgt
 from attn_helpers.lessons.build_gpt_muon import Muon, MuonWithAdamW, orthogonalize
 
 
@@ -75,12 +74,12 @@ def test_the_combined_optimizer_splits_the_gpt_and_follows_the_schedule():
     for group in opt.param_groups:
         group["lr"] = 5e-3
     assert opt.muon.param_groups[0]["lr"] == opt.adamw.param_groups[0]["lr"] == 5e-3
-    recipe = bgt.Recipe(steps=3, batch=2, warmup=1, optimizer="muon", muon_scale=1.6)
+    recipe = bg.Recipe(steps=3, batch=2, warmup=1, optimizer="muon", muon_scale=1.6)
     before = [p.detach().clone() for p in model.parameters()]
-    bgt.train_gpt(model, recipe, corpus=corpus, eval_every=0, progress=False)
+    bg.train_gpt(model, recipe, corpus=corpus, eval_every=0, progress=False)
     assert all(not torch.equal(p0, p) for p0, p in zip(before, model.parameters(), strict=True))
     with pytest.raises(ValueError, match="recipe.optimizer"):
-        bgt.make_optimizer(model, bgt.Recipe(optimizer="sgd"))
+        bg.make_optimizer(model, bg.Recipe(optimizer="sgd"))
 
 
 def test_the_counted_newton_schulz_flops_are_what_torch_counts():
@@ -94,7 +93,7 @@ def test_the_counted_newton_schulz_flops_are_what_torch_counts():
     opt = Muon(hidden)
     with FlopCounterMode(display=False) as counter:
         opt.step()
-    assert counter.get_total_flops() == bgt.muon_flops_per_step(cfg)
+    assert counter.get_total_flops() == bg.muon_flops_per_step(cfg)
 
 
 def test_a_scaled_step_is_torch_muon_at_a_scaled_rate_and_an_unscaled_decay():

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from attn_helpers.lessons import build_gpt as bg
-from attn_helpers.lessons import build_gpt_train as bgt
 from attn_helpers.widgets import build_gpt as gw
 
 
@@ -57,9 +56,9 @@ def test_the_widget_moves_shows_errors_and_carries_a_static_picture(setup):
 
 def test_the_loss_curve_and_the_sampler(setup):
     model, corpus = setup
-    curve = gw.LossCurve(100, bgt.BAR_NATS)
+    curve = gw.LossCurve(100, bg.BAR_NATS)
     empty = curve.image.value
-    curve.update(bgt.TrainLog(losses=[3.0] * 40, evaluations=[(20, 2.5), (40, 2.2)]))
+    curve.update(bg.TrainLog(losses=[3.0] * 40, evaluations=[(20, 2.5), (40, 2.2)]))
     assert curve.image.value != empty
     sampler = gw.Sampler(model, corpus, bg.generate, prompt="The ")
     samples = sampler.set(temperature=0.5, top_k=3)
