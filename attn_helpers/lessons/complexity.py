@@ -9,7 +9,7 @@ r"""The cost of attention, counted and measured (notebook 08).
   ``{"method": "matmul_peak", "gflops"}`` and one ``{"method": "machine", "cache_bytes",
   "copy_gbps"}``. Every call runs 8 heads of 64 in float32; on CPU, times are medians of the
   process's CPU clock. :func:`load_benchmark` reads the committed CPU run.
-- The notebook's timing helpers: :func:`naive_stage_times` (the roofline), :func:`block_sweep`.
+- The roofline's timing helper: :func:`naive_stage_times`.
 - :func:`tile_stepper`: FlashAttention's tiled forward, one tile at a time, as arrays for the
   widget.
 """
@@ -41,7 +41,7 @@ from ..measure import PowerLaw, fit_power_law, format_bytes, peak_bytes, time_ca
 __all__ = [
     "ATTENTION_FUNCTIONS", "ATTENTION_METHODS", "BENCHMARK_FILE", "FIT_N_MIN", "FWD_BWD_METHODS",
     "PowerLaw", "TileFrame", "attention_costs", "attention_flops", "attention_sizes",
-    "bench_attention", "block_sweep", "cache_sizes", "copy_bandwidth_gbps",
+    "bench_attention", "cache_sizes", "copy_bandwidth_gbps",
     "fit_methods", "fit_power_law", "format_bytes", "fwd_bwd_call",
     "kv_cache_flops", "last_level_cache", "load_benchmark", "machine",
     "matmul_gflops", "naive_attention", "naive_stage_times",
@@ -394,25 +394,6 @@ def tile_working_set_bytes(block_q: int, block_k: int, *, heads: int = H, d: int
     ``acc`` (``B_q x d`` each), ``K_j`` and ``V_j`` (``B_k x d``), the score tile and its
     exponentials (``2 B_q B_k``)."""
     return heads * element_bytes * (2 * block_q * d + 2 * block_k * d + 2 * block_q * block_k)
-
-
-def block_sweep(n: int, blocks, *, budget_s: float = 0.2, seed: int = 0,
-                rounds: int = 3) -> list[dict]:
-    """Forward time of ``tiled_attention`` with square ``b x b`` tiles for each ``b`` in ``blocks``
-    (8 heads of 64, float32): ``[{"block", "median_ms", "working_set_bytes"}]``. Every size is
-    timed once per round, the rounds interleaved, and keeps its fastest round: a burst of other
-    work on a shared machine (CI, 2026-11-26: the next size's one sample, beside another job)
-    slows one round of one size, not all of them."""
-    q, k, v = _qkv(require_positive_int("n", n), seed)
-    sizes = [require_positive_int("block", b) for b in blocks]
-    best = dict.fromkeys(sizes, math.inf)
-    for _ in range(require_positive_int("rounds", rounds)):
-        for b in sizes:
-            with torch.no_grad():
-                ms = time_ms(lambda b=b: tiled_attention(q, k, v, block_size=b), budget_s=budget_s)
-            best[b] = min(best[b], ms)
-    return [{"block": b, "median_ms": best[b], "working_set_bytes": tile_working_set_bytes(b, b)}
-            for b in sizes]
 
 
 def traffic_bytes(method: str, n: int, *, heads: int = H, d: int = D, block_q: int = 256,
