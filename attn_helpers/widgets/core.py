@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 from ..entropy import attention_entropy
 from ..training import single_thread
 from .blit import BlitFigure
-from .controls import control_problem
+from .controls import control_problem, still_png
 from .panels import BAR_COLOR, HIGHLIGHT_COLOR, AttentionPanel, EntropyBars
 from .png import encode_png
 
@@ -304,12 +304,16 @@ class LiveAttentionWidget:
         return self.readouts
 
     def _repr_mimebundle_(self, **kwargs):
-        """The widget view, plus its current picture as ``image/png`` and a short
-        ``text/plain``: what GitHub, nbviewer and exported HTML show where no kernel runs."""
+        """The widget view, plus, for GitHub, nbviewer and exported HTML where no kernel runs,
+        a still of the whole widget as ``image/png`` (title, controls as set, picture, readouts)
+        and its controls' values as ``text/plain``."""
         bundle = self.ui._repr_mimebundle_(**kwargs)
         data = bundle[0] if isinstance(bundle, tuple) else bundle
-        data["image/png"] = base64.b64encode(self.image.value).decode("ascii")
-        controls = ", ".join(self.controls)
-        data["text/plain"] = (f"{self.title or 'Live widget'} (controls: {controls}; "
-                              "the picture is static here, run the notebook to move them)")
+        data["image/png"] = base64.b64encode(still_png(
+            self.title, self.controls, self.image.value, self.readouts,
+            self.view.figure.dpi if hasattr(self.view, "figure") else 80)).decode("ascii")
+        values = ", ".join(f"{c.description or name} = {c.value!r}"
+                           for name, c in self.controls.items())
+        data["text/plain"] = (f"{self.title or 'Live widget'} ({values}; a still picture here: "
+                              "run the notebook to move the controls)")
         return bundle

@@ -3,8 +3,12 @@ in the widget naming the control, nothing moves, and the last good picture stays
 
 from __future__ import annotations
 
+import base64
+import io
+
 import ipywidgets as widgets
 import pytest
+from PIL import Image
 
 from attn_helpers.bench.widget import NOTEBOOK_WIDGETS
 
@@ -46,3 +50,15 @@ def test_unknown_control_is_a_clear_error(widget):
     _, w = widget
     with pytest.raises(ValueError, match="unknown control"):
         w.set(no_such_control=1)
+
+
+def test_the_stored_still_shows_the_controls_above_the_picture(widget):
+    """What the stored notebook shows where no kernel runs (issue 33, 00): every control's value
+    in the text, and a still taller than the picture (the controls drawn above it)."""
+    slug, w = widget
+    bundle = w._repr_mimebundle_()
+    still = Image.open(io.BytesIO(base64.b64decode(bundle["image/png"])))
+    picture = Image.open(io.BytesIO(w.image.value))
+    assert still.width == picture.width and still.height >= picture.height + 40, slug
+    for name, control in w.controls.items():
+        assert f"{control.description or name} = " in bundle["text/plain"], (slug, name)

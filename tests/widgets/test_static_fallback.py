@@ -1,5 +1,6 @@
-"""Where no kernel runs (GitHub, nbviewer, exported HTML) a widget still shows its picture: the
-display bundle carries ``image/png`` and ``text/plain`` beside the widget view."""
+"""Where no kernel runs (GitHub, nbviewer, exported HTML, the static site) a widget still shows
+itself: the display bundle carries beside the widget view an ``image/png`` still (title, controls
+as set, picture, readouts) and ``text/plain`` naming each control's value."""
 
 from __future__ import annotations
 
@@ -26,19 +27,23 @@ def decode_png(text: str) -> np.ndarray:
     return np.asarray(image.convert("RGBA"))
 
 
-def test_bundle_has_the_view_the_current_picture_and_text():
+def test_bundle_has_the_view_and_a_still_with_the_controls_picture_and_readouts():
     widget = warmup_widget()
     bundle = widget._repr_mimebundle_()
     assert {WIDGET_VIEW, "image/png", "text/plain"} <= set(bundle)
     assert bundle[WIDGET_VIEW]["model_id"] == widget.ui.model_id
-    first = decode_png(bundle["image/png"])
-    figure = widget.view.figure
-    assert first.shape[:2] == tuple(round(x) for x in figure.get_size_inches()[::-1] * figure.dpi)
-    assert "VBox" not in bundle["text/plain"] and "temperature" in bundle["text/plain"]
-    widget.set(temperature=0.1)  # the bundle shows the picture on show now
-    second = decode_png(widget._repr_mimebundle_()["image/png"])
-    assert second.shape == first.shape and (second != first).any()
-    assert base64.b64decode(widget._repr_mimebundle_()["image/png"]) == widget.image.value
+    still, picture = decode_png(bundle["image/png"]), decode_png(
+        base64.b64encode(widget.image.value).decode())
+    assert still.shape[1] == picture.shape[1]
+    top = next(t for t in range(still.shape[0] - picture.shape[0] + 1)   # the picture, as drawn
+               if np.array_equal(still[t:t + picture.shape[0]], picture))
+    assert top >= 40 and still.shape[0] - top - picture.shape[0] >= 32  # controls; 2 readouts
+    assert "temperature = 1.0, causal mask = False" in bundle["text/plain"]
+    assert "VBox" not in bundle["text/plain"]
+    widget.set(temperature=0.1, causal=True)   # the still shows the controls as they are now
+    moved = decode_png(widget._repr_mimebundle_()["image/png"])
+    assert moved.shape == still.shape and (moved[:top] != still[:top]).any()
+    assert "temperature = 0.1, causal mask = True" in widget._repr_mimebundle_()["text/plain"]
 
 
 @pytest.mark.slow
