@@ -37,20 +37,16 @@ def qkv(gen, *shape_qk, d_v=None, n_k=None, dtype=torch.float64):
             torch.randn(*batch, n_k, d_v, generator=gen, dtype=dtype))
 
 
-def test_tiled_float32_matches_torch_sdpa_with_uneven_blocks(gen):
+def test_tiled_float32_matches_torch_sdpa_with_uneven_blocks_and_huge_scores(gen):
     q, k, v = qkv(gen, 1, 8, 300, 64, dtype=torch.float32)
     for causal in (False, True):
         expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         got = tiled_attention(q, k, v, block_size=128, query_block_size=96, causal=causal)
         torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-4)
-
-
-def test_tiled_large_scores_do_not_overflow(gen):
     q, k, v = qkv(gen, 2, 50, 4, dtype=torch.float32)
-    q = q * 300  # scores in the thousands: a softmax without the running max overflows
-    got = tiled_attention(q, k, v, block_size=8)
-    assert torch.isfinite(got).all()
-    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v), atol=1e-4, rtol=1e-4)
+    q = 300 * q  # scores in the thousands: a softmax without the running max overflows
+    torch.testing.assert_close(tiled_attention(q, k, v, block_size=8),
+                               F.scaled_dot_product_attention(q, k, v), atol=1e-4, rtol=1e-4)
 
 
 def sdpa_reference(q, k, v, causal, scale=None):
@@ -102,17 +98,12 @@ def test_return_lse_is_logsumexp_of_scaled_masked_scores(gen, causal, scale):
 
 
 def test_broadcast_batch_gradients_are_summed_back(gen):
-    q = torch.randn(4, 7, 8, generator=gen, dtype=torch.float64, requires_grad=True)
-    k = torch.randn(1, 11, 8, generator=gen, dtype=torch.float64, requires_grad=True)
-    v = torch.randn(11, 3, generator=gen, dtype=torch.float64, requires_grad=True)
-    tiled_attention(q, k, v, block_size=4).square().sum().backward()
-    got = [t.grad for t in (q, k, v)]
-    for t in (q, k, v):
-        t.grad = None
-    ah.scaled_dot_product_attention(q, k, v)[0].square().sum().backward()
-    for g, t in zip(got, (q, k, v), strict=True):
-        assert g.shape == t.shape
-        torch.testing.assert_close(g, t.grad)
+    q, k, v = (torch.randn(*shape, generator=gen, dtype=torch.float64, requires_grad=True)
+               for shape in ((4, 7, 8), (1, 11, 8), (11, 3)))
+    got = torch.autograd.grad(tiled_attention(q, k, v, block_size=4).square().sum(), (q, k, v))
+    expected = torch.autograd.grad(ah.scaled_dot_product_attention(q, k, v)[0].square().sum(), (q, k, v))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e)
 
 
 def saved_bytes(fn, *args):
@@ -142,13 +133,12 @@ def test_tiled_saves_O_n_d_for_backward_not_the_score_matrix(gen):
 
 def test_no_keys_give_zero_output_minus_inf_lse_and_zero_gradients(gen):
     q = torch.randn(2, 5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
-    k = torch.zeros(2, 0, 4, dtype=torch.float64, requires_grad=True)
-    v = torch.zeros(2, 0, 3, dtype=torch.float64, requires_grad=True)
+    k, v = torch.zeros(2, 0, 4, dtype=torch.float64), torch.zeros(2, 0, 3, dtype=torch.float64)
     out, lse = tiled_attention(q, k, v, return_lse=True)
-    assert torch.equal(out, torch.zeros(2, 5, 3, dtype=torch.float64))
-    assert torch.equal(lse, torch.full((2, 5), float("-inf"), dtype=torch.float64))
+    assert torch.equal(out, torch.zeros(2, 5, 3, dtype=torch.float64)) and torch.isneginf(lse).all()
     out.sum().backward()
-    assert torch.equal(q.grad, torch.zeros_like(q))
+    assert not q.grad.any()
+    assert local_attention(*(torch.zeros(2, 0, 4) for _ in range(3)), 3).shape == (2, 0, 4)
 
 
 @settings(max_examples=40, deadline=None)
@@ -205,19 +195,13 @@ def linear_reference(q, k, v, causal):
     return (weights / weights.sum(-1, keepdim=True)) @ v
 
 
-@pytest.mark.parametrize("n", [1, 7, 50, 129])
+@pytest.mark.parametrize("n", [1, 50, 129])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("chunk", [1, 7, 32, 64])
+@pytest.mark.parametrize("chunk", [1, 7, 64])
 def test_linear_attention_equals_its_quadratic_form(gen, n, causal, chunk):
     q, k, v = qkv(gen, 2, n, 8, d_v=3)
     torch.testing.assert_close(linear_attention(q, k, v, causal=causal, chunk_size=chunk),
                                linear_reference(q, k, v, causal), atol=1e-12, rtol=1e-10)
-
-
-def test_linear_attention_is_not_softmax_attention(gen):
-    q, k, v = qkv(gen, 16, 8)
-    gap = (linear_attention(q, k, v) - ah.scaled_dot_product_attention(q, k, v)[0]).abs().max()
-    assert gap > 1e-2
 
 
 @pytest.mark.parametrize("n", [1, 10, 33])
@@ -248,18 +232,7 @@ def test_linear_attention_rnn_view_equals_causal_linear_attention(gen):
 def test_decoding_memory_kv_cache_grows_linear_state_does_not():
     sizes = [decoding_memory(n, d_k=64, d_v=64, num_heads=8, num_layers=6) for n in (0, 1, 4096)]
     assert [s["kv_cache"] for s in sizes] == [0, 2 * 6 * 8 * 64 * 2, 4096 * 2 * 6 * 8 * 64 * 2]
-    assert {s["linear_state"] for s in sizes} == {(64 * 64 + 64) * 8 * 6 * 2}
-    state = linear_attention_step(None, *(torch.randn(8, 64) for _ in range(3)))[1]
-    assert decoding_memory(1, d_k=64, d_v=64, num_heads=8, bytes_per_value=4)["linear_state"] == (
-        state.S.numel() + state.z.numel()) * 4
-
-
-def test_tiled_and_local_attention_still_accept_no_keys():
-    out = local_attention(*(torch.zeros(2, 0, 4) for _ in range(3)), 3)
-    assert out.shape == (2, 0, 4)
-    out, lse = tiled_attention(torch.ones(3, 4), torch.zeros(0, 4), torch.zeros(0, 2),
-                               return_lse=True)
-    assert torch.equal(out, torch.zeros(3, 2)) and torch.isneginf(lse).all()
+    assert {s["linear_state"] for s in sizes} == {(64 * 64 + 64) * 8 * 6 * 2}  # S and z, per head
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -22,24 +22,14 @@ from attn_helpers.masks import causal_mask
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 12), d_k=st.integers(1, 6),
-       d_v=st.integers(1, 5), batch=st.sampled_from([(), (2,), (2, 3)]))
-def test_decode_with_cache_equals_full_causal_attention(seed, n, d_k, d_v, batch):
+       d_v=st.integers(1, 5), batch=st.sampled_from([(), (2,), (2, 3)]),
+       scale=st.sampled_from([None, 0.3]))
+def test_decode_with_cache_equals_full_causal_attention(seed, n, d_k, d_v, batch, scale):
     g = torch.Generator().manual_seed(seed)
-    q = torch.randn(*batch, n, d_k, generator=g, dtype=torch.float64)
-    k = torch.randn(*batch, n, d_k, generator=g, dtype=torch.float64)
-    v = torch.randn(*batch, n, d_v, generator=g, dtype=torch.float64)
-    output, counts = decode_with_cache(q, k, v)
-    full, _ = scaled_dot_product_attention(q, k, v, causal_mask(n))
-    assert torch.allclose(output, full, atol=1e-12)
-    assert torch.allclose(output, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-12)
-    assert counts == list(range(1, n + 1))
-
-
-def test_decode_with_cache_passes_the_scale_on(gen):
-    q, k, v = (torch.randn(5, 3, generator=gen, dtype=torch.float64) for _ in range(3))
-    output, _ = decode_with_cache(q, k, v, scale=0.3)
-    reference = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)
-    assert torch.allclose(output, reference, atol=1e-12)
+    q, k, v = (torch.randn(*batch, n, d, generator=g, dtype=torch.float64) for d in (d_k, d_k, d_v))
+    output, counts = decode_with_cache(q, k, v, scale=scale)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    assert torch.allclose(output, expected, atol=1e-12) and counts == list(range(1, n + 1))
 
 
 def test_cache_blocks_are_causal_within_the_block(gen):
@@ -68,40 +58,27 @@ def test_attend_costs_O_L_per_new_token_not_an_L_by_L_mask(t):
     assert max(event.cpu_memory_usage for event in profile.events()) <= 4 * t * L  # float32
 
 
-def test_cache_is_preallocated_and_never_reallocates(gen):
+def test_cache_is_preallocated_written_in_place_and_reset(gen):
     cache = KVCache(6)
-    assert cache.nbytes == 0 and cache.keys is None
+    assert cache.nbytes == 0 and cache.keys is None and "empty" in repr(cache)
     cache.append(torch.randn(2, 1, 4, generator=gen), torch.randn(2, 1, 3, generator=gen))
     buffer = cache._keys.data_ptr()
-    assert cache._keys.shape == (2, 6, 4) and cache._values.shape == (2, 6, 3)
-    assert cache.nbytes == 4 * 2 * 6 * (4 + 3)
+    assert cache._keys.shape == (2, 6, 4) and cache.nbytes == 4 * 2 * 6 * (4 + 3)
+    assert "len=1" in repr(cache) and "max_len=6" in repr(cache)
     for _ in range(5):
         cache.append(torch.randn(2, 1, 4, generator=gen), torch.randn(2, 1, 3, generator=gen))
-    assert len(cache) == 6 and cache._keys.data_ptr() == buffer       # written in place
-    assert cache.keys.shape == (2, 6, 4) and cache.keys.data_ptr() == buffer
-
-
-def test_cache_memory_is_the_formula_for_one_layer(gen):
-    # one layer, batch 1, g = 2 kv heads of 8, 16 positions, float16: 2 * 2 * 8 * 2 * 16 bytes
+    assert len(cache) == 6 and cache.keys.shape == (2, 6, 4) and cache.keys.data_ptr() == buffer
+    cache.reset()
+    assert len(cache) == 0 and cache.score_counts == [] and cache.keys is None
+    cache.append(torch.randn(2, 2, 4, generator=gen), torch.randn(2, 2, 3, generator=gen))
+    assert cache._keys.data_ptr() == buffer                              # the same buffer again
+    cache.reset()
+    cache.append(torch.randn(3, 1, 5, generator=gen), torch.randn(3, 1, 5, generator=gen))
+    assert cache.keys.shape == (3, 1, 5)                                 # a new shape, a new buffer
+    # one layer, batch 1, g = 2 kv heads of 8, 16 positions, float16: the formula's bytes
     cache = KVCache(16)
     cache.append(torch.randn(1, 2, 1, 8, generator=gen).half(), torch.randn(1, 2, 1, 8).half())
     assert cache.nbytes == kv_cache_bytes(16, num_layers=1, num_kv_heads=2, head_dim=8) == 1024
-
-
-def test_cache_reset_keeps_the_buffer_and_reallocates_for_new_shapes(gen):
-    cache = KVCache(4)
-    assert len(cache) == 0 and "empty" in repr(cache)
-    cache.append(torch.randn(1, 2, generator=gen), torch.randn(1, 3, generator=gen))
-    assert "len=1" in repr(cache) and "max_len=4" in repr(cache)
-    cache.attend(torch.randn(1, 2, generator=gen))
-    buffer = cache._keys.data_ptr()
-    cache.reset()
-    assert len(cache) == 0 and cache.score_counts == [] and cache.keys is None
-    cache.append(torch.randn(2, 2, generator=gen), torch.randn(2, 3, generator=gen))
-    assert cache._keys.data_ptr() == buffer and len(cache) == 2
-    cache.reset()
-    cache.append(torch.randn(3, 1, 5, generator=gen), torch.randn(3, 1, 5, generator=gen))
-    assert cache.keys.shape == (3, 1, 5)
 
 
 def test_cache_queries_broadcast_over_grouped_heads(gen):
@@ -117,17 +94,6 @@ def test_cache_queries_broadcast_over_grouped_heads(gen):
     assert torch.allclose(output, reference, atol=1e-6)
 
 
-def test_llama_2_7b_sized_cache_is_half_a_mebibyte_per_token():
-    per_token = kv_cache_bytes(1, num_layers=32, num_kv_heads=32, head_dim=128)
-    assert per_token == 524_288 == 2**19                                 # 0.5 MiB in fp16
-    assert kv_cache_bytes(4096, num_layers=32, num_kv_heads=32, head_dim=128) == 2 * 2**30
-    grouped = kv_cache_bytes(1, num_layers=32, num_kv_heads=8, head_dim=128)
-    assert grouped * 4 == per_token                                      # 8 kv heads: 4x less
-    assert kv_cache_bytes(1, num_layers=32, num_kv_heads=32, head_dim=128,
-                          bytes_per_value=4) == 2 * per_token           # float32: twice
-    assert kv_cache_bytes(0, num_layers=32, num_kv_heads=8, head_dim=128) == 0
-
-
 @settings(max_examples=50, deadline=None)
 @given(n=st.integers(0, 10**6), layers=st.integers(1, 100), g=st.integers(1, 64),
        d=st.integers(1, 256), bpv=st.sampled_from([1, 2, 4, 8]))
@@ -136,9 +102,8 @@ def test_kv_cache_bytes_is_the_formula(n, layers, g, d, bpv):
     assert type(got) is int and got == 2 * layers * g * d * bpv * n
 
 
-def test_kv_cache_bytes_arguments_are_keyword_only():
-    with pytest.raises(TypeError):
-        kv_cache_bytes(1, 32, 32, 128)
+def test_llama_2_7b_sized_cache_is_half_a_mebibyte_per_token():
+    assert kv_cache_bytes(1, num_layers=32, num_kv_heads=32, head_dim=128) == 2**19    # fp16
 
 
 def reference_generation(x, w_q, w_k, w_v):
@@ -164,17 +129,3 @@ def test_generation_with_and_without_cache_equal_torch(gen, n, d_model, d_k, d_v
     # and both equal one causal pass over the whole sequence
     full = F.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v, is_causal=True)
     torch.testing.assert_close(with_cache, full, atol=1e-12, rtol=1e-10)
-
-
-def test_attend_names_q_new_when_its_batch_dims_do_not_fit(gen):
-    cache = KVCache(8)
-    cache.append(torch.randn(2, 3, 4, generator=gen), torch.randn(2, 3, 6, generator=gen))
-    with pytest.raises(ValueError, match=r"q_new \(0, 1, 4\), the cache's keys \(2, 3, 4\) do not"):
-        cache.attend(torch.randn(0, 1, 4))                                  # error named q, not q_new
-    with pytest.raises(ValueError, match=r"q_new \(3, 1, 4\).*do not broadcast"):
-        cache.attend(torch.randn(3, 1, 4))
-    with pytest.raises(TypeError, match="q_new must have the cache's dtype torch.float32"):
-        cache.attend(torch.randn(2, 1, 4, dtype=torch.float64))
-    # batch dims that broadcast still work: (5, 2, t, d_k) queries over a (2, L, d_k) cache
-    out, weights = cache.attend(torch.randn(5, 2, 1, 4, generator=gen))
-    assert out.shape == (5, 2, 1, 6) and weights.shape == (5, 2, 1, 3)
