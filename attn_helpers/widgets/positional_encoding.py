@@ -1,7 +1,8 @@
 r"""Notebook 07's widget: what RoPE changes. One token placed at every position, the causal
 score grid ``S[p, q] = query_p . key_q`` (``q <= p``) it gets, one sin/cos pair of the query at
 ``p`` and the key ``k`` back on a circle, the scores along the diagonal ``q = p - k``, and the
-attention ``softmax(beta S)`` with its entropy.
+attention ``softmax(S / sqrt(d_head))`` with its entropy: in the two trained modes, the trained
+head's own weights on a sequence that repeats token 0 (the model applies the same scale).
 
 Four modes (:data:`ENCODINGS`):
 
@@ -45,7 +46,6 @@ __all__ = [
     "N_POSITIONS",
     "D_HEAD",
     "MAX_OFFSET",
-    "SHARPNESS",
     "PositionalFrame",
     "PositionalView",
     "queries_and_keys",
@@ -58,14 +58,13 @@ ENCODINGS = ("sinusoidal (E E^T)", "learned, untrained (E E^T)", "add PE, then p
              "project, then rotate (RoPE)")
 N_POSITIONS, MAX_OFFSET = 24, 8
 D_HEAD = lesson.D_MODEL // lesson.NUM_HEADS  # 8: the trained heads' size, 4 sin/cos pairs
-SHARPNESS = 8.0  # beta = SHARPNESS / max |S|: the largest visible score of every mode becomes 8
 _TRAINED = {ENCODINGS[2]: ("add, then project", "sinusoidal"),
             ENCODINGS[3]: ("project, then rotate", "rope")}
 
 
 @dataclass
 class PositionalFrame(AttentionFrame):
-    """An :class:`AttentionFrame` (weights: causal ``softmax(beta S)``, ``(n, n)``) plus the
+    """An :class:`AttentionFrame` (weights: causal ``softmax(S / sqrt(d_head))``) plus the
     score grid ``S / max |S|`` ``(n, n)`` (NaN above the diagonal), the scores along the diagonal
     ``q = p - k`` and the two hands."""
 
@@ -126,7 +125,7 @@ def _grids(encoding: str, head: int) -> dict:
     pairs = torch.cat([queries, keys]).view(-1, D_HEAD // 2, 2)  # (2 n, pairs, 2)
     return {"S": S, "top": top, "spread": causal_diagonal_spread(S), "mask": visible,
             "shown": torch.where(visible, S / top, torch.nan),
-            "weights": masked_softmax(SHARPNESS / top * S, visible),
+            "weights": masked_softmax(S / math.sqrt(D_HEAD), visible),  # the model's own scale
             "queries": queries, "keys": keys, "radius": pairs.norm(dim=-1).amax(0)}  # (pairs,)
 
 
@@ -146,8 +145,9 @@ def positional_frame(encoding: str, position: int, offset: int, pair: int,
         pair: the sin/cos pair ``i`` (dimensions ``2i, 2i+1``) drawn, ``0 .. D_HEAD/2 - 1``.
         head: the trained head ``h``, ``0 .. NUM_HEADS - 1`` (ignored by the ``E E^T`` modes).
 
-    The heatmap is the causal ``softmax(beta S)`` over ``N_POSITIONS`` positions with
-    ``beta = SHARPNESS / max |S|``; the readouts compare ``S[p, p-k]`` with ``S[k, 0]`` (``None``
+    The heatmap is the causal ``softmax(S / sqrt(d_head))`` over ``N_POSITIONS`` positions: in the
+    trained modes, that head's own attention on a sequence of token 0 repeated; the readouts
+    compare ``S[p, p-k]`` with ``S[k, 0]`` (``None``
     when ``p < k``: no key ``k`` back) and give the largest spread of ``S`` along one diagonal
     (zero: ``S`` depends on ``q - p`` only).
     """
@@ -188,7 +188,7 @@ def positional_frame(encoding: str, position: int, offset: int, pair: int,
 class PositionalView(BlitView):
     """Causal score grid with the cells ``(p, p-k)`` and ``(k, 0)`` and the diagonal ``q = p - k``
     marked, one pair of the query and the key on a circle, the scores along that diagonal, and
-    the causal ``softmax(beta S)`` with its entropy view."""
+    the causal ``softmax(S / sqrt(d_head))`` with its entropy view."""
 
     def __init__(self, figsize: tuple[float, float] = (10.5, 8.2)):
         super().__init__(figsize)
@@ -237,7 +237,8 @@ class PositionalView(BlitView):
         (self.level,) = ax.plot([], [], "--", color="black", linewidth=1)
         (self.marker,) = ax.plot([], [], "o", color=HIGHLIGHT_COLOR, markersize=8)
         self.panel = AttentionPanel(self.blit, grid[1, :], max_shape=(n, n),
-                                    title="causal softmax(beta S), beta = 8 / max|S|")
+                                    title="attention softmax(S / sqrt(d_head)), causal: in the trained "
+                                          "modes, the head's own weights on token 0 repeated")
         self.caption = TextSprites(self.blit, figure.transFigure, size=9, ha="left", va="top")
         self.blit.animate(self.box_p, self.box_0, self.diagonal_line, self.spoke_p, self.spoke_pk,
                           self.profile, self.level, self.marker)
