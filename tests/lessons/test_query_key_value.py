@@ -1,5 +1,5 @@
 """Notebook 02's lesson (``lessons.query_key_value``): the hard and the soft lookup against
-scaled attention and the widget, and the hand-set sentence. (The convex-hull helpers are tested
+scaled attention, and the hand-set sentence. (The convex-hull helpers are tested
 in ``test_query_key_value_geometry.py``; the notebook's claims are asserted in its cells.)"""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 
 import attn_helpers as ah
 from attn_helpers.lessons import query_key_value as lesson
-from attn_helpers.widgets.query_key_value import DEMO_KEYS, lookup_2d_frame
+from attn_helpers.widgets.query_key_value import DEMO_KEYS
 
 
 def plane(dtype=torch.float64):
@@ -26,14 +26,6 @@ def test_lookups_are_argmax_and_scaled_attention():
     best = int((keys @ query).argmax())
     assert torch.equal(hard_w, torch.eye(6, dtype=torch.float64)[best])
     assert torch.equal(hard_out, values[best])
-
-
-def test_section_1_and_the_widget_at_temperature_1_agree():
-    """Notebook 02 says T = 1 in the widget is section 1's scaled attention."""
-    keys, values = plane()
-    for x, y in [lesson.QUERY, (-2.5, 0.3), (0.0, 0.0)]:
-        _, soft_w, _, _ = lesson.lookups(torch.tensor([x, y], dtype=torch.float64), keys, values)
-        assert torch.allclose(lookup_2d_frame(x, y, 1.0).weights[0], soft_w, atol=1e-12)
 
 
 def test_sentence_projections_factor_the_affinities():
