@@ -51,42 +51,29 @@ def scores_shape(q, k):
 
 @SETTINGS
 @given(problems(), st.booleans())
-def test_rows_sum_to_one(problem, use_mask):
+def test_weights_are_distributions_and_outputs_convex_combinations(problem, use_mask):
+    """Rows of weights sum to one over the allowed keys; each output coordinate lies between the
+    smallest and largest allowed value's."""
     q, k, v, g = problem
-    mask = mask_with_allowed_key(g, scores_shape(q, k)) if use_mask else None
-    _, weights = scaled_dot_product_attention(q, k, v, mask)
-    assert (weights >= 0).all()
-    torch.testing.assert_close(
-        weights.sum(-1), torch.ones(weights.shape[:-1], dtype=weights.dtype), atol=1e-12, rtol=0
-    )
-    if mask is not None:
-        assert (weights[~mask] == 0).all()
-
-
-@SETTINGS
-@given(problems(), st.booleans())
-def test_output_is_within_the_values_range(problem, use_mask):
-    """Each output coordinate is a convex combination of the allowed values' coordinates."""
-    q, k, v, g = problem
-    mask = mask_with_allowed_key(g, scores_shape(q, k)) if use_mask else None
-    out, _ = scaled_dot_product_attention(q, k, v, mask)
-    allowed = torch.ones(scores_shape(q, k), dtype=torch.bool) if mask is None else mask
-    # values as seen by query i: (..., n_q, n_k, d_v), with the masked keys left out
-    seen = v.unsqueeze(-3).expand(*allowed.shape, v.shape[-1])
-    inf = torch.tensor(float("inf"), dtype=v.dtype)
-    low = torch.where(allowed[..., None], seen, inf).amin(-2)
-    high = torch.where(allowed[..., None], seen, -inf).amax(-2)
-    assert (out >= low - 1e-10).all()
-    assert (out <= high + 1e-10).all()
+    allowed = mask_with_allowed_key(g, scores_shape(q, k))
+    mask = allowed if use_mask else None
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    allowed = allowed if use_mask else torch.ones_like(allowed)
+    assert (weights >= 0).all() and (weights[~allowed] == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1], dtype=weights.dtype),
+                               atol=1e-12, rtol=0)
+    seen = v.unsqueeze(-3).expand(*allowed.shape, v.shape[-1])   # (..., n_q, n_k, d_v)
+    low = seen.masked_fill(~allowed[..., None], math.inf).amin(-2)
+    high = seen.masked_fill(~allowed[..., None], -math.inf).amax(-2)
+    assert (out >= low - 1e-10).all() and (out <= high + 1e-10).all()
 
 
 @SETTINGS
 @given(problems(), st.booleans())
 def test_permuting_keys_and_values_together(problem, use_mask):
     q, k, v, g = problem
-    n_k = k.shape[-2]
     mask = mask_with_allowed_key(g, scores_shape(q, k)) if use_mask else None
-    perm = torch.randperm(n_k, generator=g)
+    perm = torch.randperm(k.shape[-2], generator=g)
     out, weights = scaled_dot_product_attention(q, k, v, mask)
     out_p, weights_p = scaled_dot_product_attention(
         q, k[..., perm, :], v[..., perm, :], None if mask is None else mask[..., perm]
@@ -106,34 +93,22 @@ def test_fully_masked_rows_are_zero_never_nan(problem, dtype):
     out, weights = scaled_dot_product_attention(q, k, v, mask)
     assert not torch.isnan(out).any() and not torch.isnan(weights).any()
     empty = ~mask.any(-1)
-    assert (weights[empty] == 0).all()
-    assert (out[empty] == 0).all()
-    live = ~empty
-    torch.testing.assert_close(
-        weights.sum(-1)[live], torch.ones(int(live.sum()), dtype=dtype), atol=1e-5, rtol=0
-    )
+    assert (weights[empty] == 0).all() and (out[empty] == 0).all()
+    torch.testing.assert_close(weights.sum(-1)[~empty], torch.ones(int((~empty).sum()), dtype=dtype),
+                               atol=1e-5, rtol=0)
 
 
 @SETTINGS
-@given(
-    problems(dtype=torch.float32),
-    st.sampled_from([1e4, -1e4]),
-    st.booleans(),
-)
+@given(problems(dtype=torch.float32), st.sampled_from([1e4, -1e4]), st.booleans())
 def test_huge_logits_stay_finite(problem, target, use_mask):
     q, k, v, g = problem
     mask = mask_with_allowed_key(g, scores_shape(q, k)) if use_mask else None
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    biggest = scores.abs().max().clamp_min(1e-3)
-    # scale q so that the largest |score| is 1e4, and flip signs so both extremes appear
-    q_big = q * (abs(target) / biggest) * math.copysign(1.0, target)
-    for kwargs in ({"q": q_big, "scale": None}, {"q": q, "scale": 1e4}):
-        out, weights = scaled_dot_product_attention(kwargs["q"], k, v, mask, scale=kwargs["scale"])
-        assert torch.isfinite(out).all()
-        assert torch.isfinite(weights).all()
-        torch.testing.assert_close(
-            weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-5, rtol=0
-        )
+    biggest = (q @ k.mT / math.sqrt(q.shape[-1])).abs().max().clamp_min(1e-3)
+    # scale q so that the largest |score| is 1e4, or -1e4 so both extremes appear
+    for q_big, scale in ((q * target / biggest, None), (q, abs(target))):
+        out, weights = scaled_dot_product_attention(q_big, k, v, mask, scale=scale)
+        assert torch.isfinite(out).all() and torch.isfinite(weights).all()
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-5, rtol=0)
 
 
 @SETTINGS
@@ -159,13 +134,11 @@ def test_causal_mask_leaks_nothing_from_the_future(problem, data):
 @given(problems(), st.booleans())
 def test_entropy_between_zero_and_ln_n(problem, use_mask):
     q, k, v, g = problem
-    n_k = k.shape[-2]
     mask = mask_with_allowed_key(g, scores_shape(q, k)) if use_mask else None
     _, weights = scaled_dot_product_attention(4 * q, k, v, mask)
     h = attention_entropy(weights)
     assert h.shape == weights.shape[:-1]
-    assert (h >= 0).all()
-    assert (h <= math.log(n_k) + 1e-12).all()
+    assert (h >= 0).all() and (h <= math.log(k.shape[-2]) + 1e-12).all()
     if mask is not None:
         assert (h <= torch.log(mask.sum(-1).double()) + 1e-12).all()
 
