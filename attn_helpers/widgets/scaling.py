@@ -60,7 +60,7 @@ def scaling_frame(
         "std of scores": scores.std().item(),
         "largest weight (mean over rows)": weights.amax(-1).mean().item(),
         "entropy (mean, nats)": frame.entropy.mean().item(),
-        "gradient norm |J| (mean over rows)": jacobian_norm(weights).mean().item(),
+        "softmax gain |J| (mean over rows)": jacobian_norm(weights).mean().item(),
     }
     return frame
 
@@ -76,7 +76,7 @@ def readout_line(frame: AttentionFrame) -> str:
     r = frame.readouts
     return (f"largest weight {r['largest weight (mean over rows)']:.2f}   |   entropy "
             f"{r['entropy (mean, nats)']:.2f} nats   |   softmax gain |J| "
-            f"{r['gradient norm |J| (mean over rows)']:.3f}   (means over rows)")
+            f"{r['softmax gain |J| (mean over rows)']:.3f}   (means over rows)")
 
 
 class ScalingView(BlitView):

@@ -32,7 +32,7 @@ def test_scaling_frame_independent(d_k, scaled, temperature):
     assert r["scores divided by"] == pytest.approx(divisor, abs=1e-4)
     assert r["largest weight (mean over rows)"] == pytest.approx(weights.amax(-1).mean().item())
     jac = torch.diag_embed(weights) - weights[..., :, None] * weights[..., None, :]
-    assert r["gradient norm |J| (mean over rows)"] == pytest.approx(
+    assert r["softmax gain |J| (mean over rows)"] == pytest.approx(
         jac.square().sum((-2, -1)).sqrt().mean().item())
     assert r["entropy (mean, nats)"] == pytest.approx(attention_entropy(weights).mean().item())
 
