@@ -1,10 +1,14 @@
-"""``python -m attn_helpers bench attention``: time and peak memory of attention against ``n``.
-
-The sweep itself is :func:`attn_helpers.lessons.complexity.bench_attention` (notebook 08 runs a
-small one live); this module checks the targets on one run's records.
-"""
+"""``python -m attn_helpers bench attention``: time and peak memory of one attention call (batch 1,
+8 heads, head dimension 64, float32) against ``n``, doubling from 128 to ``--max-n``, for naive,
+sdpa, tiled, causal linear and causal local attention, and forward + backward up to 4096. The
+sweep is :func:`attn_helpers.lessons.complexity.bench_attention` (notebook 08 runs a small one);
+it prints JSON records, and the targets' ratios, all measured in the same run, to stderr."""
 
 from __future__ import annotations
+
+import argparse
+import json
+import sys
 
 #: (what, numerator method, denominator method, n, record key, largest ratio allowed)
 TARGETS = (
@@ -16,9 +20,7 @@ TARGETS = (
 
 
 def attention_verdict(records: list[dict]) -> tuple[bool, str]:
-    """Check the targets on one run, each only when its ``n`` was measured: tiled's peak memory
-    <= 5% of naive's at n = 8192; tiled's forward + backward peak <= 5% of naive autograd's at
-    n = 4096; tiled's median time <= 3x sdpa's at n = 4096."""
+    """Check :data:`TARGETS` on one run, each only when its ``n`` was measured."""
     by = {(r["method"], r.get("n")): r for r in records}
     lines, ok = [], True
     for what, top, bottom, n, key, limit in TARGETS:
@@ -35,13 +37,44 @@ def attention_verdict(records: list[dict]) -> tuple[bool, str]:
     peak = next((r["gflops"] for r in records if r["method"] == "matmul_peak"), None)
     rows = [r for r in records if "n" in r]
     largest = max((r["n"] for r in rows), default=None)
-    for r in rows:
-        if r["n"] == largest:
-            share = f", {100 * r['gflops'] / peak:.1f}% of the matmul peak" if peak else ""
-            lines.append(f"n={r['n']} {r['method']:>13}: {r['median_ms']:10.2f} ms, "
-                         f"{r['peak_bytes'] / 2**20:9.1f} MiB, {r['gflops']:7.2f} GFLOP/s{share}")
+    for r in (r for r in rows if r["n"] == largest):
+        share = f", {100 * r['gflops'] / peak:.1f}% of the matmul peak" if peak else ""
+        lines.append(f"n={r['n']} {r['method']:>13}: {r['median_ms']:10.2f} ms, "
+                     f"{r['peak_bytes'] / 2**20:9.1f} MiB, {r['gflops']:7.2f} GFLOP/s{share}")
     machine = next((r for r in records if r["method"] == "machine"), None)
     if machine:
         caches = ", ".join(f"{k} {v / 2**20:g} MiB" for k, v in machine["cache_bytes"].items())
         lines.append(f"machine: {caches or 'cache sizes unknown'}; copy {machine['copy_gbps']:.1f} GB/s")
     return bool(ok), "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    import torch
+
+    from ..lessons.complexity import bench_attention
+
+    parser = argparse.ArgumentParser(prog="python -m attn_helpers bench attention",
+                                     description=__doc__)
+    parser.add_argument("--max-n", type=int, default=8192, help="largest sequence length")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--budget-s", type=float, default=1.0,
+                        help="seconds of timed runs per method and n")
+    parser.add_argument("--check", action="store_true",
+                        help="exit with status 1 when the targets are not met")
+    args = parser.parse_args(argv)
+    if args.max_n < 128:
+        parser.error("--max-n must be >= 128")
+    if not args.budget_s > 0:
+        parser.error("--budget-s must be > 0")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch.cuda.is_available() is False on this machine")
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error("--threads must be >= 1")
+        torch.set_num_threads(args.threads)
+    records = bench_attention(args.max_n, args.device, budget_s=args.budget_s)
+    print(json.dumps(records, indent=1))
+    ok, verdict = attention_verdict(records)
+    print(verdict, file=sys.stderr)
+    return 0 if ok or not args.check else 1

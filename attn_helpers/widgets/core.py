@@ -1,15 +1,11 @@
 """Live attention widgets: sliders in, a redrawn heatmap and entropy view out.
 
-Architecture (see COURSE_DESIGN.md, "Live widgets"):
-
-* A pure *compute* function turns control values into a frame: a dataclass holding what to draw
-  and its explicit ``readouts`` (an :class:`AttentionFrame` for a heatmap). Tests call it directly.
-* A *view* (a :class:`BlitView`) owns one matplotlib figure, drawn once with its axes, colour bars
-  and static text. On each change only the animated artists (image data, token labels, bars,
-  markers) are redrawn over the saved background (blitting) and the canvas is encoded as PNG.
-* :class:`LiveAttentionWidget` glues controls, compute and view together and pushes the PNG into an
-  ``ipywidgets.Image``. No figure is created on a slider move, no JupyterLab extension is needed.
-  Its display bundle also carries the current picture as ``image/png`` for places with no kernel.
+* A pure *compute* function turns control values into a frame (an :class:`AttentionFrame` for a
+  heatmap) with its explicit ``readouts``. Tests call it directly.
+* A *view* (a :class:`BlitView`) owns one matplotlib figure drawn once; on each change only its
+  animated artists are redrawn over the saved background (blitting) and encoded as PNG.
+* :class:`LiveAttentionWidget` glues controls, compute and view together and pushes the PNG into
+  an ``ipywidgets.Image``: no figure is created on a slider move, no JupyterLab extension needed.
 """
 
 from __future__ import annotations
@@ -26,37 +22,20 @@ from matplotlib.figure import Figure
 
 from ..entropy import attention_entropy
 from ..training import single_thread
-from .blit import BlitFigure
+from .blit import BlitFigure, encode_png
 from .controls import control_problem, still_png
 from .panels import BAR_COLOR, HIGHLIGHT_COLOR, AttentionPanel, EntropyBars
-from .png import encode_png
 
-__all__ = [
-    "AttentionFrame",
-    "BlitFigure",
-    "BlitView",
-    "AttentionPanel",
-    "AttentionView",
-    "EntropyBars",
-    "LiveAttentionWidget",
-    "encode_png",
-    "BAR_COLOR",
-    "HIGHLIGHT_COLOR",
-]
+__all__ = ["AttentionFrame", "BlitFigure", "BlitView", "AttentionPanel", "AttentionView",
+           "EntropyBars", "LiveAttentionWidget", "encode_png", "BAR_COLOR", "HIGHLIGHT_COLOR"]
 
 
 @dataclass
 class AttentionFrame:
-    """Everything a view needs to draw one state of an attention widget.
-
-    Attributes:
-        weights: ``(n_q, n_k)`` attention weights in 0..1.
-        query_labels, key_labels: token labels for the rows and columns.
-        mask: optional ``(n_q, n_k)`` bool, False cells are drawn grey and lower the entropy ceiling.
-        highlight_row: optional row index drawn with a frame (e.g. the current decoder step).
-        readouts: name -> value shown under the figure (floats rounded to 4 decimals), exactly
-            the ones given: each compute function names its own entropy readout.
-    """
+    """One state of an attention widget: ``(n_q, n_k)`` ``weights`` in 0..1, the row and column
+    labels, an optional bool ``mask`` (False cells drawn grey, lowering the entropy ceiling), an
+    optional ``highlight_row`` drawn with a frame, and ``readouts`` (name -> value shown under
+    the figure, floats to 4 decimals)."""
 
     weights: torch.Tensor
     query_labels: tuple | list
@@ -90,15 +69,13 @@ class AttentionFrame:
         """``(n_q,)`` largest attainable entropy of each row: ``ln`` of its number of visible keys."""
         n_q, n_k = torch.as_tensor(self.weights).shape
         if self.mask is None:
-            visible = torch.full((n_q,), float(n_k), dtype=torch.float64)
-        else:
-            visible = torch.as_tensor(self.mask).sum(-1).double()
-        return torch.log(visible.clamp_min(1.0))
+            return torch.full((n_q,), float(n_k), dtype=torch.float64).clamp_min(1.0).log()
+        return torch.as_tensor(self.mask).sum(-1).double().clamp_min(1.0).log()
 
 
 class BlitView:
-    """Base of every view: owns a :class:`BlitFigure`; a subclass draws a frame into its animated
-    artists in :meth:`draw`, and :meth:`update` renders it. ``update(frame) -> PNG bytes``."""
+    """Base of every view: a subclass draws a frame into the animated artists of its
+    :class:`BlitFigure` in :meth:`draw`; ``update(frame)`` returns the PNG."""
 
     def __init__(self, figsize: tuple[float, float], dpi: int = 80):
         self.blit = BlitFigure(figsize, dpi)
@@ -129,21 +106,17 @@ class AttentionView(BlitView):
 
 
 #: A move that arrives under the kernel's running event loop within this many seconds of the last
-#: redraw (a drag: the moves queued while it drew) is drawn this much later, once for every move
-#: that arrived meanwhile (the kernel reads the waiting messages first); a lone move is drawn at once.
-#: 3 ms was too short for a slower CPU beside another job (an AVX2 core, CI's second lane busy):
-#: a queued comm message took longer than that to read, and a burst of 20 drew 13 pictures. A key
-#: press comes at least a picture's trip to the browser and back after the last redraw (25 ms or
-#: more), so keyboard moves are still drawn at once.
+#: redraw (a drag: moves queued while it drew) is drawn this much later, once for every move that
+#: arrived meanwhile; a lone move is drawn at once. 3 ms was too short on a slower, busy CPU (a
+#: burst of 20 drew 13 pictures); a key press comes at least a picture's round trip (25 ms or
+#: more) after the last redraw, so keyboard moves are still drawn at once.
 COALESCE_S = 0.010
 
 
 def _format_readout(value) -> str:
     if isinstance(value, torch.Tensor):
         value = value.item() if value.numel() == 1 else value.tolist()
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return str(value)
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
 def _running_loop():
@@ -156,57 +129,38 @@ def _running_loop():
 class LiveAttentionWidget:
     """Controls + pure compute function + view, shown as one ipywidgets box.
 
-    Args:
-        compute: ``compute(**control_values) -> frame`` (a dataclass with ``readouts``); must be
-            pure (tests call it).
-        controls: name -> ipywidgets control; each name is a keyword argument of ``compute``.
-        view: an object with ``update(frame) -> png bytes``; an :class:`AttentionView` by default.
+    ``compute(**control_values) -> frame`` (a dataclass with ``readouts``) must be pure;
+    ``controls``: name -> ipywidgets control, each name a keyword of ``compute``; ``view``: has
+    ``update(frame) -> PNG bytes`` (an :class:`AttentionView` by default). After every change
+    :attr:`frame` is the frame shown, :attr:`readouts` its readouts and :attr:`error` the last
+    error message (also shown in red in the widget) or ``None``.
 
-    After every change, :attr:`frame` holds the frame shown, :attr:`readouts` its readouts and
-    :attr:`error` the last error message (also shown in red in the widget), or ``None``.
-
-    A lone move is drawn at once. A control moved by the browser within :data:`COALESCE_S` of the
-    last redraw while the kernel's event loop runs (a drag) is redrawn :data:`COALESCE_S` later,
-    once for all the moves that arrived meanwhile: a fast drag does not queue renders and ends on
-    its last state. Without a running loop (a script, a test) and in :meth:`set`, every change is
-    drawn at once.
+    A lone move is drawn at once. A move from the browser within :data:`COALESCE_S` of the last
+    redraw while the kernel's event loop runs (a drag) is drawn :data:`COALESCE_S` later, once for
+    all the moves that arrived meanwhile: a fast drag does not queue renders and ends on its last
+    state. Without a running loop (a script, a test) and in :meth:`set`, every change draws at once.
     """
 
-    def __init__(
-        self,
-        compute: Callable,
-        controls: Mapping[str, widgets.ValueWidget],
-        view=None,
-        *,
-        title: str | None = None,
-    ):
+    def __init__(self, compute: Callable, controls: Mapping[str, widgets.ValueWidget], view=None,
+                 *, title: str | None = None):
         if not callable(compute):
             raise TypeError(f"compute must be callable, got {type(compute).__name__}")
         if not controls:
             raise ValueError("controls must name at least one control")
-        self.compute = compute
-        self.controls = dict(controls)
+        self.compute, self.controls, self.title = compute, dict(controls), title
         self.view = view if view is not None else AttentionView()
-        self.title = title
         # natural size, not stretched by the flex box; shrinks on narrow screens
         self.image = widgets.Image(format="png", layout=widgets.Layout(
             width="auto", max_width="100%", height="auto", align_self="flex-start"))
-        self.readout_html = widgets.HTML()
-        self.error_html = widgets.HTML()
-        self._frame = None
-        self._error: str | None = None
-        self.renders = 0
-        self._holding = False
-        self._scheduled = False
+        self.readout_html, self.error_html = widgets.HTML(), widgets.HTML()
+        self._frame, self._error, self.renders = None, None, 0
+        self._holding = self._scheduled = False
         self._drawn_at = float("-inf")  # the event loop's time at the end of the last redraw
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
         header = [widgets.HTML(f"<b>{html.escape(title)}</b>")] if title else []
-        self.ui = widgets.VBox(
-            [*header, widgets.HBox(list(self.controls.values()),
-                                   layout=widgets.Layout(flex_flow="row wrap")),
-             self.image, self.readout_html, self.error_html]
-        )
+        row = widgets.HBox(list(self.controls.values()), layout=widgets.Layout(flex_flow="row wrap"))
+        self.ui = widgets.VBox([*header, row, self.image, self.readout_html, self.error_html])
         self.refresh()
 
     @property
@@ -217,26 +171,22 @@ class LiveAttentionWidget:
     @property
     def frame(self):
         """The frame on show (a move still waiting to be drawn is drawn first)."""
-        self._settle()
+        if self._scheduled:
+            self.refresh()
         return self._frame
 
     @property
     def error(self) -> str | None:
         """The last error message, or ``None`` (a move still waiting is drawn first)."""
-        self._settle()
+        if self._scheduled:
+            self.refresh()
         return self._error
 
     @property
     def readouts(self) -> dict:
         """The readouts of the frame on show, formatted as text."""
         frame = self.frame
-        if frame is None:
-            return {}
-        return {name: _format_readout(value) for name, value in frame.readouts.items()}
-
-    def _settle(self) -> None:
-        if self._scheduled:
-            self.refresh()
+        return {} if frame is None else {k: _format_readout(v) for k, v in frame.readouts.items()}
 
     def _on_change(self, _change) -> None:
         if self._holding:
@@ -252,11 +202,13 @@ class LiveAttentionWidget:
 
     def _flush(self) -> None:
         if self._scheduled:
-            self._scheduled = False
             self.refresh()
-            loop = _running_loop()
-            if loop is not None:
-                self._drawn_at = loop.time()
+            self._drawn_at = asyncio.get_running_loop().time()
+
+    def _show_error(self, message: str) -> None:
+        self._error = message
+        self.error_html.value = (
+            f"<pre style='color:#b00020;white-space:pre-wrap'>{html.escape(message)}</pre>")
 
     def refresh(self) -> None:
         """Recompute the frame from the controls and redraw; errors are shown, not swallowed."""
@@ -266,34 +218,26 @@ class LiveAttentionWidget:
                 frame = self.compute(**self.values)
                 png = self.view.update(frame)
         except Exception as exc:  # shown to the learner inside the widget
-            self._error = f"{type(exc).__name__}: {exc}"
-            self.error_html.value = (
-                f"<pre style='color:#b00020;white-space:pre-wrap'>{html.escape(self._error)}</pre>"
-            )
+            self._show_error(f"{type(exc).__name__}: {exc}")
             return
-        self._frame, self._error = frame, None
-        self.error_html.value = ""
+        self._frame, self._error, self.error_html.value = frame, None, ""
         self.image.value = png
         self.renders += 1
-        rows = "".join(
-            f"<tr><td style='padding-right:1em'>{html.escape(k)}</td>"
-            f"<td><code>{html.escape(v)}</code></td></tr>"
-            for k, v in self.readouts.items()
-        )
+        rows = "".join(f"<tr><td style='padding-right:1em'>{html.escape(k)}</td>"
+                       f"<td><code>{html.escape(v)}</code></td></tr>"
+                       for k, v in self.readouts.items())
         self.readout_html.value = f"<table class='attn-readouts'>{rows}</table>"
 
     def set(self, **values) -> dict:
-        """Move several controls at once (one redraw) and return the new readouts."""
+        """Move several controls at once (one redraw) and return the new readouts. A value the
+        control would reject or clamp is refused with a message; the last picture stays."""
         unknown = set(values) - set(self.controls)
         if unknown:
             raise ValueError(f"unknown control(s) {sorted(unknown)}; known: {sorted(self.controls)}")
-        for name, value in values.items():  # a slider would clamp silently: refuse instead
-            problem = control_problem(name, self.controls[name], value)
-            if problem:
-                self._error = problem
-                self.error_html.value = (
-                    f"<pre style='color:#b00020;white-space:pre-wrap'>{html.escape(problem)}</pre>")
-                return self.readouts  # nothing moved: the last good picture stays
+        for name, value in values.items():
+            if problem := control_problem(name, self.controls[name], value):
+                self._show_error(problem)
+                return self.readouts
         self._holding = True
         try:
             for name, value in values.items():
@@ -309,9 +253,9 @@ class LiveAttentionWidget:
         and its controls' values as ``text/plain``."""
         bundle = self.ui._repr_mimebundle_(**kwargs)
         data = bundle[0] if isinstance(bundle, tuple) else bundle
-        data["image/png"] = base64.b64encode(still_png(
-            self.title, self.controls, self.image.value, self.readouts,
-            self.view.figure.dpi if hasattr(self.view, "figure") else 80)).decode("ascii")
+        dpi = self.view.figure.dpi if hasattr(self.view, "figure") else 80
+        still = still_png(self.title, self.controls, self.image.value, self.readouts, dpi)
+        data["image/png"] = base64.b64encode(still).decode("ascii")
         values = ", ".join(f"{c.description or name} = {c.value!r}"
                            for name, c in self.controls.items())
         data["text/plain"] = (f"{self.title or 'Live widget'} ({values}; a still picture here: "

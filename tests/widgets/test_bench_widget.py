@@ -15,15 +15,11 @@ from attn_helpers.widgets.masking import masking_widget
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def records(notebook_ms: dict[str, float], live32: float = 5.0, seaborn32: float = 300.0
-            ) -> list[dict]:
-    out = [{"widget": slug, "method": "live", "median_ms": ms, "p90_ms": ms * 1.5,
-            "cpu_median_ms": ms / 2} for slug, ms in notebook_ms.items()]
-    for n in bench.WIDGET_TOKENS:
-        out += [{"tokens": n, "method": "live", "median_ms": live32, "p90_ms": live32},
-                {"tokens": n, "method": "seaborn", "median_ms": seaborn32 if n == 32 else 300.0,
-                 "p90_ms": 300.0}]
-    return out
+def records(notebook_ms: dict[str, float], live: float = 5.0, seaborn: float = 300.0) -> list[dict]:
+    out = [{"widget": slug, "median_ms": ms, "p90_ms": ms * 1.5, "cpu_median_ms": ms / 2}
+           for slug, ms in notebook_ms.items()]
+    return out + [{"widget": "generic view", "median_ms": live, "p90_ms": live},
+                  {"widget": "seaborn", "median_ms": seaborn, "p90_ms": seaborn}]
 
 
 def test_every_notebook_with_a_widget_has_a_builder():
@@ -43,13 +39,13 @@ def test_verdict_fails_only_on_the_same_run_ratio_and_prints_it():
     ok, text = bench.widget_verdict(records({**fast, "multi_head": 30.1}))   # 30.1 > 300 / 10
     assert not ok and "NOT met" in text
     assert [line for line in text.splitlines() if "OVER" in line][0].strip().startswith("multi_head")
-    ok, _ = bench.widget_verdict(records(fast, live32=31.0))
+    ok, _ = bench.widget_verdict(records(fast, live=31.0))
     assert not ok
     # a machine 10x slower in every move (200 ms, where 15 ms was the old fixed target) passes
     # when seaborn is 10x slower too; a fast machine whose moves are slow relative to it fails
     slow = dict.fromkeys(bench.NOTEBOOK_WIDGETS, 200.0)
-    assert bench.widget_verdict(records(slow, live32=50.0, seaborn32=3000.0))[0]
-    assert not bench.widget_verdict(records(fast, live32=5.0, seaborn32=30.0))[0]
+    assert bench.widget_verdict(records(slow, live=50.0, seaborn=3000.0))[0]
+    assert not bench.widget_verdict(records(fast, live=5.0, seaborn=30.0))[0]
 
 
 def test_moves_step_every_control_and_come_back():
