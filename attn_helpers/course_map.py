@@ -13,12 +13,12 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from textwrap import fill
 
 from matplotlib.axes import Axes
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-__all__ = ["Lesson", "COURSE", "ROOT", "notebook_path", "draw_course_map", "first_figure_png",
-           "write_thumbnails"]
+__all__ = ["Lesson", "COURSE", "ROOT", "draw_course_map", "write_thumbnails"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -102,9 +102,9 @@ def draw_course_map(ax: Axes) -> None:
         ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
                                     boxstyle="round,pad=0.02", facecolor="#dbe9f6",
                                     edgecolor="#3b75af", linewidth=1.5))
-        ax.text(x, y + 0.27, _wrap(f"{lesson.number} {lesson.title}", 22), ha="center",
+        ax.text(x, y + 0.27, fill(f"{lesson.number} {lesson.title}", 22), ha="center",
                 va="center", fontsize=10.5, fontweight="bold")
-        ax.text(x, y - 0.1, _wrap(lesson.idea, 25), ha="center", va="center", fontsize=9,
+        ax.text(x, y - 0.1, fill(lesson.idea, 25), ha="center", va="center", fontsize=9,
                 linespacing=1.1)
     for source, target in edges:
         ax.add_patch(FancyArrowPatch((_LAYOUT[source][0] * _COLUMN + width / 2 + 0.02,
@@ -118,45 +118,22 @@ def draw_course_map(ax: Axes) -> None:
     ax.axis("off")
 
 
-def _wrap(text: str, width: int) -> str:
-    lines, line = [], ""
-    for word in text.split():
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}".strip()
-    return "\n".join([*lines, line])
-
-
-def first_figure_png(notebook: Path) -> bytes | None:
-    """The first PNG output stored in ``notebook``, or None."""
-    nb = json.loads(notebook.read_text())
-    for cell in nb["cells"]:
-        for output in cell.get("outputs", []):
-            data = output.get("data", {})
-            if "image/png" in data:
-                return base64.b64decode(data["image/png"])
-    return None
-
-
 def write_thumbnails(root: Path = ROOT, width: int = 260) -> list[Path]:
-    """Write ``docs/thumbnails/NN.png`` (``width`` px wide) for every notebook that exists."""
+    """Write ``docs/thumbnails/NN.png`` (``width`` px wide), each notebook's first stored figure."""
     from PIL import Image
 
-    out_dir = root / "docs" / "thumbnails"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    (root / "docs" / "thumbnails").mkdir(parents=True, exist_ok=True)
     written = []
     for lesson in COURSE:
-        path = notebook_path(lesson, root)
-        png = first_figure_png(path) if path.exists() else None
-        if png is None:
-            continue
-        image = Image.open(io.BytesIO(png)).convert("RGB")
-        image.thumbnail((width, width))
-        target = out_dir / f"{lesson.number}.png"
-        image.save(target, optimize=True)
-        written.append(target)
+        path = root / "notebooks" / lesson.filename
+        outputs = ([o for c in json.loads(path.read_text())["cells"] for o in c.get("outputs", [])
+                    if "image/png" in o.get("data", {})] if path.exists() else [])
+        if outputs:
+            image = Image.open(io.BytesIO(base64.b64decode(outputs[0]["data"]["image/png"])))
+            image = image.convert("RGB")
+            image.thumbnail((width, width))
+            written.append(root / "docs" / "thumbnails" / f"{lesson.number}.png")
+            image.save(written[-1], optimize=True)
     return written
 
 

@@ -1,32 +1,20 @@
 """Server-side setting for JupyterLab: the kernel websocket with ``TCP_NODELAY``.
 
-A slider move sends one small message to the kernel, and the kernel answers with a few small
-messages and the new picture. jupyter_server (2.21) and tornado (6.6) leave Nagle's algorithm on
-for that websocket, so after the first small reply the server holds the next ones back until the
-browser acknowledges it, and the browser delays its acknowledgement. Measured with ``python -m
-attn_helpers bench browser``'s floor (a bare ipywidgets slider swapping precomputed PNGs, key
-press to picture): a median of about 33 ms with this class against about 65 ms without, on the
-same 2-core machine in the same hour.
-
-Every ``jupyter lab`` (or ``jupyter server``) started from an environment where the package is
-installed uses it: the package installs ``etc/jupyter/jupyter_server_config.d/attn_helpers.json``
-(pyproject.toml, ``[tool.setuptools.data-files]``), which enables this module as a server
-extension, and :func:`_load_jupyter_server_extension` makes :class:`NoDelayChannels` the kernel
-websocket class, unless ``ServerApp.kernel_websocket_connection_class`` was set explicitly (on the
-command line or in a config file) or a gateway is in use. ``python3 course.py lab`` also sets it
-explicitly with :data:`SERVER_FLAG`.
-
-It runs in the Jupyter server process only; nothing in the package imports it.
+A slider move's reply is a few small messages and the picture. jupyter_server (2.21) and tornado
+(6.6) leave Nagle's algorithm on for that websocket, so the server holds small replies back until
+the browser acknowledges the first, which it delays: ``bench browser``'s floor (a bare slider
+swapping PNGs) took a median of about 65 ms without this class and 33 ms with it (same machine,
+same hour). The package installs ``etc/jupyter/jupyter_server_config.d/attn_helpers.json``, which
+enables this module as a server extension in every ``jupyter lab`` of the environment, unless
+``ServerApp.kernel_websocket_connection_class`` was set explicitly or a gateway is in use.
 """
 
 from __future__ import annotations
 
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 
-__all__ = ["NoDelayChannels", "SERVER_FLAG"]
+__all__ = ["NoDelayChannels"]
 
-SERVER_FLAG = ("--ServerApp.kernel_websocket_connection_class="
-               "attn_helpers.labserver.NoDelayChannels")
 SETTING = "kernel_websocket_connection_class"
 
 

@@ -17,17 +17,8 @@ from matplotlib.colors import Colormap
 
 from .entropy import attention_entropy
 
-__all__ = [
-    "WEIGHTS_CMAP",
-    "SCORES_CMAP",
-    "MASKED_COLOR",
-    "weights_cmap",
-    "ceiling_staircase",
-    "to_numpy",
-    "heatmap",
-    "entropy_bars",
-    "attention_figure",
-]
+__all__ = ["WEIGHTS_CMAP", "SCORES_CMAP", "MASKED_COLOR", "weights_cmap", "ceiling_staircase",
+           "to_numpy", "heatmap", "entropy_bars", "attention_figure"]
 
 WEIGHTS_CMAP = "viridis"
 SCORES_CMAP = "RdBu_r"
@@ -67,28 +58,14 @@ def ceiling_staircase(ceilings) -> tuple[np.ndarray, np.ndarray]:
     return np.repeat(ceilings, 2), np.stack([rows - 0.5, rows + 0.5], 1).ravel()
 
 
-def heatmap(
-    matrix,
-    x_labels: Sequence[str] | None = None,
-    y_labels: Sequence[str] | None = None,
-    *,
-    ax: Axes | None = None,
-    title: str | None = None,
-    mask=None,
-    vmin: float | None = 0.0,
-    vmax: float | None = 1.0,
-    cmap: str | Colormap | None = None,
-    annotate: bool = False,
-    colorbar: bool = True,
-    xlabel: str = "key",
-    ylabel: str = "query",
-):
-    """Draw a labelled ``(rows, cols)`` heatmap and return the image artist.
-
-    With the default ``vmin=0, vmax=1`` it shows attention weights; pass ``vmin=vmax=None``
-    and ``cmap=SCORES_CMAP`` for raw scores (the scale is then made symmetric around zero).
-    Cells where the boolean ``mask`` is False are drawn grey.
-    """
+def heatmap(matrix, x_labels: Sequence[str] | None = None, y_labels: Sequence[str] | None = None,
+            *, ax: Axes | None = None, title: str | None = None, mask=None,
+            vmin: float | None = 0.0, vmax: float | None = 1.0, cmap: str | Colormap | None = None,
+            annotate: bool = False, colorbar: bool = True, xlabel: str = "key",
+            ylabel: str = "query"):
+    """Draw a labelled ``(rows, cols)`` heatmap and return the image artist: attention weights
+    on a fixed 0..1 scale by default; ``vmin=vmax=None`` for raw scores (a scale symmetric
+    around zero, :data:`SCORES_CMAP`). Cells where the boolean ``mask`` is False are grey."""
     data = to_numpy(matrix)
     if data.ndim != 2:
         raise ValueError(f"matrix must be 2-D (rows, cols), got shape {data.shape}")
@@ -128,18 +105,10 @@ def heatmap(
     return image
 
 
-def entropy_bars(
-    weights,
-    labels: Sequence[str] | None = None,
-    *,
-    ax: Axes | None = None,
-    mask=None,
-    title: str = "entropy per query",
-):
-    """Horizontal bars of each query's entropy (nats) with its ceiling ``ln(visible keys)``.
-
-    ``weights`` is ``(n_q, n_k)``; returns the bar container.
-    """
+def entropy_bars(weights, labels: Sequence[str] | None = None, *, ax: Axes | None = None,
+                 mask=None, title: str = "entropy per query"):
+    """Horizontal bars of each query's entropy (nats) with its ceiling ``ln(visible keys)``;
+    ``weights`` is ``(n_q, n_k)``; returns the bar container."""
     w = torch.as_tensor(to_numpy(weights))
     if w.dim() != 2:
         raise ValueError(f"weights must be 2-D (n_q, n_k), got shape {tuple(w.shape)}")
@@ -163,14 +132,9 @@ def entropy_bars(
     return bars
 
 
-def attention_figure(
-    weights,
-    query_labels: Sequence[str] | None = None,
-    key_labels: Sequence[str] | None = None,
-    *,
-    title: str | None = None,
-    mask=None,
-):
+def attention_figure(weights, query_labels: Sequence[str] | None = None,
+                     key_labels: Sequence[str] | None = None, *, title: str | None = None,
+                     mask=None):
     """A heatmap of ``(n_q, n_k)`` weights beside the per-query entropy bars; returns the figure."""
     w = to_numpy(weights)
     n_q, n_k = w.shape

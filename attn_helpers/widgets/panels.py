@@ -1,11 +1,8 @@
-"""The two panels every attention view shares: a heatmap with token labels and its colour bar
-(:class:`AttentionPanel`), and horizontal entropy bars with their ``ln`` ceiling
-(:class:`EntropyBars`). Both live in a :class:`~attn_helpers.widgets.core.BlitFigure`: axes,
-colour bar and titles are drawn once; the image, the token labels and the bars are animated.
-
-The heatmap's axes are sized for the largest shape seen so far (square cells), so a frame with
-fewer tokens or other labels still only blits; only a larger frame triggers one full redraw.
-"""
+"""What the views draw with, in a :class:`~attn_helpers.widgets.blit.BlitFigure`: a heatmap with
+token labels and its colour bar (:class:`AttentionPanel`, sized for the largest frame so far, so a
+smaller frame or other labels only blit), entropy bars with their ``ln`` ceiling
+(:class:`EntropyBars`), and the painters that make a move cheap (:class:`TextSprites`,
+:class:`CellPainter`)."""
 
 from __future__ import annotations
 
@@ -24,10 +21,8 @@ from mpl_toolkits.axes_grid1.axes_size import Fixed
 
 from ..plots import ceiling_staircase, to_numpy, weights_cmap
 
-__all__ = [
-    "BAR_COLOR", "HIGHLIGHT_COLOR", "CEILING_COLOR", "EntropyBars", "TextSprites", "CellPainter",
-    "AttentionPanel",
-]
+__all__ = ["BAR_COLOR", "HIGHLIGHT_COLOR", "CEILING_COLOR", "EntropyBars", "TextSprites",
+           "CellPainter", "AttentionPanel"]
 
 BAR_COLOR = "#3b75af"
 HIGHLIGHT_COLOR = "#ff7f0e"
@@ -36,12 +31,9 @@ TITLE_PT, LABEL_PT, MIN_PT, MAX_PT = 10, 9, 8, 10
 
 
 class EntropyBars:
-    """One horizontal bar per row (an animated ``LineCollection`` of thick segments, much faster
-    than bar patches), the ceiling of each row as a dashed staircase, one row highlighted.
-
-    Used per query beside a heatmap and per head in notebook 04. ``labels``: static row labels
-    (``None``: rows aligned with a heatmap's rows, no labels).
-    """
+    """One horizontal bar per row (thick segments of a ``LineCollection``: much faster than bar
+    patches), each row's ceiling as a dashed staircase, one row highlighted. ``labels``: static
+    row labels (``None``: rows aligned with a heatmap's, unlabelled)."""
 
     def __init__(self, blit, ax, *, title: str, xlabel: str = "nats",
                  labels: Sequence[str] | None = None):
@@ -86,14 +78,10 @@ class EntropyBars:
 
 
 class TextSprites:
-    """Text pasted into the rendered canvas from cached glyph bitmaps (FreeType, as Agg draws
-    text): no layout and no font lookup per frame, so a label costs tens of microseconds instead
-    of a ``Text`` artist's fraction of a millisecond, and token labels can change at every move
-    while the figure only blits.
-
-    ``set(texts, xy)``: one text per point ``xy`` ``(n, 2)`` in ``transform``'s coordinates,
-    anchored by ``ha`` (left, center, right) and ``va`` (top, center, bottom).
-    """
+    """Text pasted into the canvas from cached glyph bitmaps (FreeType, as Agg draws text): tens
+    of microseconds a label instead of a ``Text`` artist's fraction of a millisecond, so labels
+    change at every move while the figure only blits. ``set(texts, xy)``: one text per point of
+    ``xy`` ``(n, 2)`` in ``transform``'s coordinates, anchored by ``ha`` and ``va``."""
 
     _bitmaps: dict = {}
 
@@ -146,10 +134,9 @@ class TextSprites:
 
 
 class CellPainter:
-    """An ``(n_q, n_k)`` grid of weights painted into the canvas, one colour per data cell (what
-    ``imshow`` with nearest interpolation draws, in a fraction of its time). Masked cells get the
-    colormap's "bad" colour; cell ``(i, j)`` covers data ``[j - 0.5, j + 0.5] x [i - 0.5, i + 0.5]``.
-    """
+    """An ``(n_q, n_k)`` grid of weights painted into the canvas (what ``imshow`` draws with
+    nearest interpolation, in a fraction of its time); masked cells get the colormap's "bad"
+    colour; cell ``(i, j)`` covers data ``[j - 0.5, j + 0.5] x [i - 0.5, i + 0.5]``."""
 
     def __init__(self, blit, ax, cmap, norm: Normalize | None = None, zorder: float = 0.5):
         self.ax, self.cmap, self.norm = ax, cmap, norm or Normalize(0.0, 1.0, clip=True)
@@ -175,8 +162,8 @@ class CellPainter:
 
 
 class _Labels:
-    """Token labels along one side of the heatmap: above it (keys) or left of it (queries), as
-    :class:`TextSprites`, with a size, rotation and spacing chosen so that none overlap."""
+    """Token labels above the heatmap (keys) or left of it (queries), sized, rotated and spaced
+    so that none overlap."""
 
     def __init__(self, blit, ax, axis: str):
         self.ax, self.axis = ax, axis
@@ -202,9 +189,8 @@ class _Labels:
         return px * 72 / self.ax.figure.dpi
 
     def style(self, cell_pt: float, widest: float) -> float:
-        """Choose the font size (8 to 10 pt), whether to rotate key labels and which labels to
-        show (every one, or every second...) so that none overlap; return the room the labels
-        take beside the axes, in points."""
+        """Choose the size (8 to 10 pt), the rotation and which labels to show (every one, every
+        second...) so none overlap; return the room they take beside the axes, in points."""
         size = float(np.clip(0.8 * cell_pt, MIN_PT, MAX_PT))
         self.every = max(1, math.ceil(1.15 * MIN_PT / cell_pt))
         width = max(widest, 4.0) * size / 10 + 1
@@ -222,9 +208,9 @@ class _Labels:
 
 
 class AttentionPanel:
-    """A heatmap (square cells, fixed 0..1 colour scale, token labels, colour bar right beside it)
-    and an entropy view per query with its ``ln(visible keys)`` ceiling, in one region of a
-    :class:`BlitFigure`. ``max_shape``: the largest ``(n_q, n_k)`` to make room for at once."""
+    """A heatmap (square cells, 0..1 colour scale, token labels, colour bar) and the entropy of
+    each query with its ``ln(visible keys)`` ceiling, in one region of a :class:`BlitFigure`.
+    ``max_shape``: the largest ``(n_q, n_k)`` to make room for at once."""
 
     def __init__(self, blit, region, *, title: str = "attention weights",
                  max_shape: tuple[int, int] | None = None, entropy_width: float = 1.5,
@@ -297,8 +283,8 @@ class AttentionPanel:
         self.blit.invalidate()
 
     def set_frame(self, frame) -> None:
-        """Update the animated artists from an ``AttentionFrame`` (a full redraw only when it is
-        larger than any frame before, or its labels longer)."""
+        """Draw an ``AttentionFrame`` (a full redraw only when it is larger than any before, or its
+        labels longer)."""
         weights = to_numpy(frame.weights)
         n_q, n_k = weights.shape
         if frame.highlight_row is not None and not 0 <= frame.highlight_row < n_q:

@@ -65,4 +65,3 @@ def test_the_extension_module_is_a_server_extension_with_the_no_delay_class():
 
     assert issubclass(labserver.NoDelayChannels, ZMQChannelsWebsocketConnection)
     assert labserver._jupyter_server_extension_points() == [{"module": "attn_helpers.labserver"}]
-    assert labserver.SERVER_FLAG.endswith("=attn_helpers.labserver.NoDelayChannels")

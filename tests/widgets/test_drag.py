@@ -75,14 +75,6 @@ def test_reading_the_widget_draws_a_waiting_move_first():
     assert frame.readouts == warmup_frame(5.0).readouts
 
 
-def test_without_a_loop_every_move_draws():
-    widget = warmup_widget()
-    start = widget.renders
-    for temperature in (0.2, 0.5, 2.0):
-        widget.controls["temperature"].value = temperature
-    assert widget.renders == start + 3
-
-
 @pytest.mark.slow
 def test_a_burst_of_comm_updates_in_a_real_kernel_coalesces():
     """The browser's side of a drag: 20 ``comm_msg`` updates of a slider sent at once to an
