@@ -17,6 +17,11 @@ condition); :func:`ring_attention` with ``return_stats=True`` measures both on e
 ``torch.multiprocessing.start_processes`` and joined with a timeout, talking through
 ``torch.distributed`` with the ``gloo`` backend on the loopback address ``127.0.0.1`` only.
 :func:`simulate_ring` runs the same schedule in one process (for tests and for reading).
+
+With ``causal=True`` the contiguous split is unbalanced: rank ``r`` scores ``r + 1`` of the ``P``
+key blocks and skips the rest. Striped (Brandon et al., 2023) or zigzag layouts balance the work;
+notebook 08 counts it. On one machine the "transfers" are memory copies through the loopback
+interface, not network traffic.
 """
 
 from __future__ import annotations

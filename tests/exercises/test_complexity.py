@@ -436,7 +436,7 @@ def test_linear_steps_equal_causal_linear_attention_and_the_package_step():
 
 
 def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=False,
-                 normalise=True, replace=False, transpose=False, raw_z=False, phi_v=False):
+                 normalise=True, replace=False, transpose=False, raw_z=False, phi_v=False, eps=0.0):
     """A learner's step written with einsum; each keyword plants one mistake."""
     pq, pk = phi(q_t), phi(k_t)
     v_t = F.elu(v_t) + 1 if phi_v else v_t
@@ -446,7 +446,8 @@ def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=
     z_t = (k_t if raw_z else pk) + (0 if replace else z)
     S_r, z_r = (S, z) if read_first else (S_t, z_t)
     num = torch.einsum("...d,...de->...e", pq, S_r)
-    return (num / torch.einsum("...d,...d->...", pq, z_r)[..., None] if normalise else num), S_t, z_t
+    den = torch.einsum("...d,...d->...", pq, z_r)[..., None] + eps
+    return (num / den if normalise else num), S_t, z_t
 
 
 def test_step_checker_accepts_the_reference_a_learner_step_and_the_hint():
@@ -455,6 +456,15 @@ def test_step_checker_accepts_the_reference_a_learner_step_and_the_hint():
     assert ex.check_linear_step(skeleton("complexity.linear_step", "S, z, q_t, k_t, v_t", (
         "S + pk[..., :, None] * v_t[..., None, :]", "z + pk",
         "(pq[..., None, :] @ S_t).squeeze(-2) / (pq * z_t).sum(-1, keepdim=True)")))
+
+
+@pytest.mark.parametrize("eps", [1e-9, 1e-7, 1e-6])
+def test_step_checker_accepts_the_usual_eps_in_the_normaliser(eps):
+    assert ex.check_linear_step(lambda *args: learner_step(*args, eps=eps))
+
+
+def test_step_checker_still_refuses_an_eps_that_moves_the_output():
+    assert not ex.check_linear_step(lambda *args: learner_step(*args, eps=1e-3))
 
 
 def _step(**mistake):
