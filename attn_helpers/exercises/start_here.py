@@ -145,10 +145,11 @@ ATOL, RTOL = 1e-9, 1e-4
 
 TINY_WEIGHTS = (
     "a threshold or an eps moved your entropy by more than the checker allows (1e-9 nats plus "
-    "0.01%). The last case has rows made of tiny weights (1e-6, 1e-20, a subnormal float about "
-    "4e-44) beside a weight of exactly 1, so their entropy is tiny too. A threshold drops those "
-    "terms; a clamp or ln(a + eps) computes them from a changed weight. Only a weight of exactly 0 "
-    "needs special care: which of your constants touches a positive weight?")
+    "0.01%). Where a row's entropy is near 0, that margin is tiny: a one-hot row, or the last "
+    "case's rows of tiny weights (1e-6, 1e-20, a subnormal float about 4e-44) beside a weight of "
+    "exactly 1. A threshold drops tiny terms; a clamp or ln(a + eps) computes terms from a changed "
+    "weight. Only a weight of exactly 0 needs special care: which of your constants touches a "
+    "positive weight?")
 
 
 def _tiny_weight_mistakes() -> list[Mistake]:
