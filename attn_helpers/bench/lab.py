@@ -202,13 +202,24 @@ def close_notebooks(page) -> None:
     page.locator(".jp-NotebookPanel").first.wait_for(state="detached", timeout=30_000)
 
 
-def run_all(page, timeout_s: float) -> tuple[float, list[str]]:
-    """*Run > Run All Cells*, then wait until the kernel is idle with no cell queued or running.
-    Returns the seconds it took and the prompts of the cells that did not run."""
+def run_all(page, timeout_s: float, upto: int | None = None) -> tuple[float, list[str]]:
+    """*Run > Run All Cells* (with ``upto``: only the cells up to that index, the ones a widget
+    there needs), then wait until the kernel is idle with no cell queued or running. Returns the
+    seconds it took and the prompts of the cells that did not run."""
     started = time.monotonic()
     for _attempt in range(3):  # a click before the kernel is connected can be lost
-        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-        page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+        if upto is None:
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+        else:
+            page.evaluate("""i => {
+              const notebook = jupyterapp.shell.currentWidget.content;
+              notebook.activeCellIndex = i;
+              jupyterapp.commands.execute('notebook:run-all-above').then(() => {
+                notebook.activeCellIndex = i;
+                return jupyterapp.commands.execute('notebook:run-cell');
+              });
+            }""", upto)
         try:
             wait(lambda: any(p != "[ ]:" for p in _prompts(page)), 20, "Run All to start")
             break

@@ -49,7 +49,7 @@ class _Strip:
 
     def __init__(self, width: int, dpi: float):
         self.width, self.dpi, self.ops = width, dpi, []
-        self.renderer = FigureCanvasAgg(Figure(dpi=dpi)).get_renderer()
+        self.renderer = FigureCanvasAgg(Figure(dpi=dpi, layout="none")).get_renderer()
 
     def measure(self, text: str, font=FONT) -> float:
         return self.renderer.get_text_width_height_descent(text, font, ismath=False)[0]
@@ -71,7 +71,8 @@ class _Strip:
             edgecolor=edge, linewidth=1)))
 
     def render(self, height: int) -> np.ndarray:
-        figure = Figure(figsize=(self.width / self.dpi, height / self.dpi), dpi=self.dpi)
+        figure = Figure(figsize=(self.width / self.dpi, height / self.dpi), dpi=self.dpi,
+                        layout="none")   # not the notebooks' constrained layout
         canvas = FigureCanvasAgg(figure)
         ax = figure.add_axes((0, 0, 1, 1))
         ax.set_xlim(0, self.width)

@@ -12,8 +12,6 @@ import torch
 from attn_helpers import bench, measure
 from attn_helpers.bench import attention as bench_attention_checks
 from attn_helpers.lessons import complexity as cx
-from attn_helpers.lessons import complexity as cx_bench
-from attn_helpers.lessons.complexity import validate_records
 
 
 def test_cli_prints_the_schema_on_small_n():
@@ -21,7 +19,7 @@ def test_cli_prints_the_schema_on_small_n():
         [sys.executable, "-m", "attn_helpers.bench", "attention", "--max-n", "256", "--threads", "1",
          "--budget-s", "0.02"],
         capture_output=True, text=True, timeout=180, check=True)
-    records = validate_records(json.loads(done.stdout))
+    records = cx.validate_records(json.loads(done.stdout))
     methods = [r["method"] for r in records]
     assert methods[-2:] == ["matmul_peak", "machine"] and methods.count("matmul_peak") == 1
     assert {(r["method"], r["n"]) for r in records[:-2]} == {
@@ -59,7 +57,7 @@ def test_flop_counts_and_sizes():
     assert cx.attention_flops("naive", 1024) == 4 * 8 * 1024**2 * 64
     assert cx.attention_flops("tiled_fwd_bwd", 1024) == 12 * 8 * 1024**2 * 64
     assert cx.attention_flops("linear", 1024) == 4 * 8 * 1024 * 64**2
-    assert cx.attention_flops("local", 1024) == 4 * 8 * 1024 * cx_bench.LOCAL_WINDOW * 64
+    assert cx.attention_flops("local", 1024) == 4 * 8 * 1024 * cx.LOCAL_WINDOW * 64
     with pytest.raises(ValueError, match="method"):
         cx.attention_flops("fast", 128)
 
@@ -67,17 +65,17 @@ def test_flop_counts_and_sizes():
 def test_fwd_bwd_call_gives_sdpas_gradients_and_saved_bytes_count_the_saved_tensors():
     g = torch.Generator().manual_seed(0)
     q, k, v, d_out = (torch.randn(1, 2, 100, 16, generator=g) for _ in range(4))
-    grads = {m: cx_bench.fwd_bwd_call(cx.ATTENTION_FUNCTIONS[m], q, k, v, d_out)()
+    grads = {m: cx.fwd_bwd_call(cx.ATTENTION_FUNCTIONS[m], q, k, v, d_out)()
              for m in cx.FWD_BWD_METHODS}
     for m in ("naive_fwd_bwd", "tiled_fwd_bwd"):
         for ours, ref in zip(grads[m], grads["sdpa_fwd_bwd"], strict=True):
             torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-4)
     assert not q.requires_grad                                  # the inputs are left alone
-    tiled = cx_bench.saved_bytes(cx.ATTENTION_FUNCTIONS["tiled_fwd_bwd"], q, k, v)
-    naive = cx_bench.saved_bytes(cx.ATTENTION_FUNCTIONS["naive_fwd_bwd"], q, k, v)
+    tiled = cx.saved_bytes(cx.ATTENTION_FUNCTIONS["tiled_fwd_bwd"], q, k, v)
+    naive = cx.saved_bytes(cx.ATTENTION_FUNCTIONS["naive_fwd_bwd"], q, k, v)
     assert tiled == 4 * (4 * 2 * 100 * 16 + 2 * 100)             # q, k, v, O and lse
     assert naive >= 4 * 2 * 100 * 100                           # the weights P
-    assert cx_bench.saved_bytes(lambda q, k, v: q + k, q, k, v) == 0
+    assert cx.saved_bytes(lambda q, k, v: q + k, q, k, v) == 0
 
 
 def test_bench_records_forward_and_backward_up_to_their_limit():
@@ -89,13 +87,13 @@ def test_bench_records_forward_and_backward_up_to_their_limit():
 
 
 def test_cache_sizes_and_bandwidth():
-    sizes = cx_bench.cache_sizes()
+    sizes = cx.cache_sizes()
     assert all(isinstance(v, int) and v > 0 for v in sizes.values())
     if sizes:                                                    # Linux (sysfs) or macOS
         assert "L1d" in sizes and "L1i" not in sizes
-        assert cx_bench.last_level_cache(sizes) == max(sizes.values())
-    assert cx_bench.last_level_cache({}) == 0
-    assert 0.1 < cx_bench.copy_bandwidth_gbps(n_bytes=16 * 2**20, budget_s=0.05) < 10_000
+        assert cx.last_level_cache(sizes) == max(sizes.values())
+    assert cx.last_level_cache({}) == 0
+    assert 0.1 < cx.copy_bandwidth_gbps(n_bytes=16 * 2**20, budget_s=0.05) < 10_000
 
 
 def test_verdict_checks_the_three_targets():

@@ -94,6 +94,7 @@ def test_confirm_measures_only_the_missed_notebooks_again(tmp_path, monkeypatch,
     passes = []
 
     def again(names, **kwargs):
+        assert kwargs["widgets_only"]                # run up to the last widget: checked before
         passes.append(names)
         return results(record("01_b", [latency] * 8))
 
@@ -108,3 +109,10 @@ def test_confirm_measures_only_the_missed_notebooks_again(tmp_path, monkeypatch,
     path.write_text(json.dumps(results(record("00_a", [40.0] * 8, ok=False))))
     assert bench.main(["browser", "--results", str(path), "--check", "--confirm"]) == 1
     assert len(passes) == 2                          # a failed check is never re-measured
+
+
+def test_the_last_widget_cell_is_found_in_the_stored_outputs():
+    cell = json.loads((browser.ROOT / "notebooks" / "00_start_here.ipynb").read_text())["cells"][
+        browser.last_widget_cell("00_start_here.ipynb")]
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+               for o in cell["outputs"])

@@ -64,3 +64,12 @@ def test_exported_html_shows_the_widget_picture(tmp_path):
     picture = decode_png(images[0])
     assert picture.shape[0] > 200 and picture.shape[1] > 400
     assert "VBox(children" not in body
+
+
+def test_the_still_warns_nothing_under_the_notebooks_settings(recwarn):
+    """The notebooks' ``ah.setup()`` turns on constrained layout; the still must not warn."""
+    import attn_helpers as ah
+
+    ah.setup()
+    warmup_widget()._repr_mimebundle_()
+    assert not [w for w in recwarn if issubclass(w.category, UserWarning)]
