@@ -201,6 +201,9 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
                     "the factor a_i is missing in front: both terms of (J g)_i carry it."),
             Mistake(_backward_from(lambda a, g: a * (g - g.sum(-1, keepdim=True))),
                     "<a, g> is the weighted sum of g, sum(a * g), not the plain sum of g."),
+            Mistake(_backward_from(lambda a, g: a * (g - (a * g).mean(-1, keepdim=True))),
+                    "<a, g> is a sum over the keys, not a mean: dividing by n shrinks the a a^T "
+                    "term."),
             Mistake(_backward_from(lambda a, g: a * ((a * g).sum(-1, keepdim=True) - g)),
                     "the sign is flipped: J = diag(a) - a a^T, so the diag(a) g term comes in "
                     "with a plus (raising g_i raises the pull on s_i)."),

@@ -123,6 +123,7 @@ def _via_jacobian(s, g):
     (_from_a(lambda a, g: a * g), "a a^T term of J is missing"),
     (_from_a(lambda a, g: g - (a * g).sum(-1, keepdim=True)), "factor a_i is missing"),
     (_from_a(lambda a, g: a * (g - g.sum(-1, keepdim=True))), "not the plain sum"),
+    (_from_a(lambda a, g: a * (g - (a * g).mean(-1, keepdim=True))), "not a mean"),
     (_from_a(lambda a, g: a * ((a * g).sum(-1, keepdim=True) - g)), "the sign is flipped"),
     (_from_a(lambda a, g: a * (1 - a) * g), "only the diagonal"),
     (_from_a(lambda a, g: a * (g - (a * g).sum(0, keepdim=True))), "wrong axis"),
