@@ -47,9 +47,8 @@ def _softmax_cases() -> list[dict]:
     ]
 
 
-def _normalised_over(z: torch.Tensor, dim: int) -> torch.Tensor:
-    e = torch.exp(z - z.amax(-1, keepdim=True))
-    return e / e.sum(dim, keepdim=True)
+def _stable_exp(x: torch.Tensor) -> torch.Tensor:
+    return torch.exp(x - x.amax(-1, keepdim=True))
 
 
 def softmax_with_temperature_reference(scores: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -61,10 +60,6 @@ KEEPDIM = ("each row's sum lost its axis: a sum over the last axis has shape (..
            "broadcasting lines that up with the last axis, the columns, so row sums divide "
            "columns. Which shape must the sums have, and how do you keep the summed axis, so "
            "that every entry of a row is divided by its own row's sum?")
-
-
-def _stable_exp(x: torch.Tensor) -> torch.Tensor:
-    return torch.exp(x - x.amax(-1, keepdim=True))
 
 
 @exercise("start_here.softmax_with_temperature", "softmax of a score row, with a temperature",
@@ -92,7 +87,7 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
             Mistake(lambda s, t: torch.softmax(s / t, 0),
                     "the softmax ran over the first dimension; each row (the last dimension, "
                     "dim=-1) must sum to one."),
-            Mistake(lambda s, t: _normalised_over(s / t, 0),
+            Mistake(lambda s, t: _stable_exp(s / t) / _stable_exp(s / t).sum(0, keepdim=True),
                     "the exponentials were divided by a sum over the wrong axis (dim=0, down the "
                     "columns); each row (the last dimension, dim=-1) must sum to one: over which "
                     "axis must the normalising sum run?"),

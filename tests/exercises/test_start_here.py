@@ -66,13 +66,6 @@ def entropy(p):
     return -torch.where(p > 0, p * torch.log(p), torch.zeros_like(p)).sum(-1)
 
 
-def test_entropy_accepts_right_answers():
-    for right in (entropy, lambda p: -(p * torch.log(p.clamp_min(1e-30))).sum(-1),
-                  lambda p: -torch.nan_to_num(p * torch.log(p)).sum(-1)):
-        result = ex.check_entropy(right)
-        assert result and result.message.startswith("Passed"), result.message
-
-
 def test_entropy_stub_says_only_not_implemented():
     assert ex.check_entropy(stub).message == "entropy is not implemented yet."
 
