@@ -1,7 +1,8 @@
 """Notebook 06, cross-attention: the memory's keys and values projected once per sentence, the
 alignment of a trained model's dates (does each ISO step read its own field?), and a small
 Transformer encoder-decoder on the dates task, trained on three seeds by
-``studies/cross_attention_transformer.py`` (its record: :data:`TRANSFORMER_RECORD`)."""
+``studies/cross_attention_transformer.py`` (its record: :data:`TRANSFORMER_RECORD`; seed 0's
+weights: :func:`load_transformer`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from .._checks import require_tensor, shape
 from ..attention import scaled_dot_product_attention
 from ..entropy import attention_entropy
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
-from ..training import train
+from ..training import load_checkpoint, train
 from ..transformer import DecoderLayer, FeedForward
 from .rnn_bottleneck import Seq2Seq, predict
 from .tasks import (
@@ -33,7 +34,8 @@ from .tasks import (
 
 __all__ = ["cross_attention_memory_once", "date_field_hits", "reversal_alignment_accuracy",
            "EncoderLayer", "TransformerSeq2Seq", "train_transformer_dates", "alignment_table",
-           "TRANSFORMER_SEEDS", "TRANSFORMER_RECORD", "transformer_claims"]
+           "TRANSFORMER_SEEDS", "TRANSFORMER_RECORD", "TRANSFORMER_CHECKPOINT", "load_transformer",
+           "transformer_claims"]
 
 _DIGITS = [t for t, f in enumerate(ISO_STEP_FIELDS) if f != "-"]
 
@@ -227,6 +229,15 @@ def alignment_table(gru: Seq2Seq, transformer) -> dict[str, dict]:
 #: ``{"steps": 300, "tables": {seed: alignment_table(...)}}``
 TRANSFORMER_SEEDS = (0, 1, 2)
 TRANSFORMER_RECORD = Path(__file__).resolve().parent.parent / "data" / "cross_attention_transformer.json"
+TRANSFORMER_CHECKPOINT = "transformer_dates_seed0"
+
+
+def load_transformer() -> TransformerSeq2Seq:
+    """The study's seed-0 :class:`TransformerSeq2Seq` (:data:`TRANSFORMER_CHECKPOINT`), in eval
+    mode."""
+    model = TransformerSeq2Seq()
+    load_checkpoint(model, TRANSFORMER_CHECKPOINT)
+    return model
 
 
 def transformer_claims(tables: dict) -> dict[str, bool]:

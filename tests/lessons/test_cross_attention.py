@@ -72,3 +72,11 @@ def test_transformer_claims_hold_on_the_record_and_fail_for_an_untrained_model()
     table = cross_attention.alignment_table(rnn_bottleneck.load_pretrained("seq2seq_dates_general"),
                                             cross_attention.TransformerSeq2Seq().eval())
     assert not all(cross_attention.transformer_claims({"0": table}).values())
+
+
+def test_the_shipped_transformer_decodes_the_test_dates():
+    model = cross_attention.load_transformer()
+    test = tasks.collate("dates", [tasks.example("dates", i) for i in range(20)])
+    tokens, weights = model.greedy_decode(test.src, test.src_lengths, 10)
+    assert weights.shape == (20, 2, 10, test.src.shape[1]) and not model.training
+    assert (tokens == test.tgt_out[:, :10]).float().mean() >= 0.99
