@@ -258,6 +258,7 @@ class LiveAttentionWidget:
         data["image/png"] = base64.b64encode(still).decode("ascii")
         values = ", ".join(f"{c.description or name} = {c.value!r}"
                            for name, c in self.controls.items())
-        data["text/plain"] = (f"{self.title or 'Live widget'} ({values}; a still picture here: "
-                              "run the notebook to move the controls)")
+        data["text/plain"] = (f"{self.title or 'Live widget'} (controls: {', '.join(self.controls)};"
+                              f" set to {values}; a still picture here: run the notebook to move "
+                              "them)")
         return bundle

@@ -49,7 +49,7 @@ def _missing_requirements() -> list[str]:
 
 @pytest.fixture(scope="module")
 def browser_pass() -> dict:
-    """The one pass over every notebook: ``{"floor_ms", "notebooks": [record, ...]}``."""
+    """The one pass over every notebook: ``{"floor": [move, ...], "notebooks": [record, ...]}``."""
     missing = _missing_requirements()
     if missing:
         reason = "; ".join(missing)
