@@ -19,32 +19,30 @@ def progress_main(argv: list[str]) -> int:
                                      description="Which exercises you have passed, notebook by "
                                                  "notebook (your own functions only).")
     parser.add_argument("--reset", action="store_true", help="forget every recorded pass")
-    args = parser.parse_args(argv)
     from .exercises.workflow import progress, progress_file, reset_progress
 
-    if args.reset:
+    if parser.parse_args(argv).reset:
         print(f"progress reset: removed {reset_progress()}")
-        return 0
-    print(f"Your exercises (kept in {progress_file()}):")
-    progress()
+    else:
+        print(f"Your exercises (kept in {progress_file()}):")
+        progress()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in ("bench", "thumbnails", "progress"):
-        print(__doc__)
-        return 2
-    command, rest = argv[0], argv[1:]
+    command, *rest = (sys.argv[1:] if argv is None else argv) or [""]
     if command == "progress":
         return progress_main(rest)
     if command == "bench":
         from .bench import main as bench_main
 
         return bench_main(rest)
-    from .course_map import main as course_map_main
+    if command == "thumbnails":
+        from .course_map import main as course_map_main
 
-    return course_map_main(["thumbnails", *rest])
+        return course_map_main(["thumbnails", *rest])
+    print(__doc__)
+    return 2
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
-"""Shared test setup: a headless matplotlib backend, and figures closed after every test.
-
-The tests mirror the package: ``core/``, ``lessons/``, ``widgets/``, ``exercises/``, ``tools/``,
-and ``notebooks/`` (hygiene, consistency, the browser). ``_reference.py`` (independent reference
-formulas) sits here, importable from every folder.
+"""Shared test setup: a headless matplotlib backend, figures closed after every test, a private
+progress file, a seeded generator and the committed notebooks. The tests mirror the package
+(``core/``, ``lessons/``, ``widgets/``, ``exercises/``, ``tools/``) plus ``notebooks/``;
+``_reference.py`` (independent reference formulas) and ``_exercises.py`` are importable from all.
 """
 
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 import matplotlib
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `from _reference import ...`
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 matplotlib.use("Agg")  # before anything imports pyplot
 
@@ -35,3 +35,11 @@ def _private_progress_file(tmp_path_factory, monkeypatch):
 def gen() -> torch.Generator:
     """A freshly seeded generator, so every test draws the same numbers on every run."""
     return torch.Generator().manual_seed(1234)
+
+
+@pytest.fixture(params=NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def notebook(request):
+    """``(path, notebook node)`` for every committed notebook: one added later is checked too."""
+    import nbformat
+
+    return request.param, nbformat.read(request.param, as_version=4)

@@ -6,7 +6,7 @@ each other module holds one notebook's checkers, named by the notebook's slug. I
 package registers every exercise, so :func:`hint` and :func:`progress` know them all.
 """
 
-from . import (  # noqa: F401  (each registers its notebook's exercises, in the course's order)
+from . import (  # noqa: F401  (each registers its notebook's exercises)
     build_gpt,
     complexity,
     cross_attention,

@@ -17,10 +17,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["AllocationWatch", "CheckResult", "Mistake", "Refused", "as_number", "check_function",
-           "clone_inputs", "compare", "describe", "detached_parts", "gradient_mismatch", "held",
-           "seeded", "size"]
-
 
 @dataclass(frozen=True)
 class CheckResult:
@@ -62,13 +58,8 @@ def size(g: torch.Generator, low: int, high: int) -> int:
 
 def describe(inputs: dict) -> str:
     """``q: float32 (2, 3, 4), mask: bool (3, 3)``: what a case's inputs look like."""
-    parts = []
-    for name, value in inputs.items():
-        if isinstance(value, torch.Tensor):
-            parts.append(f"{name}: {str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}")
-        else:
-            parts.append(f"{name}={value!r}")
-    return ", ".join(parts)
+    return ", ".join(f"{name}: {str(v.dtype).removeprefix('torch.')} {tuple(v.shape)}"
+                     if isinstance(v, torch.Tensor) else f"{name}={v!r}" for name, v in inputs.items())
 
 
 def clone_inputs(inputs: dict) -> dict:
@@ -158,21 +149,12 @@ def held(t: torch.Tensor) -> int:
         return 0
 
 
-def check_function(
-    candidate: Callable,
-    reference: Callable,
-    cases: Iterable[dict],
-    *,
-    what: str = "your function",
-    output_names: Sequence[str] = ("the output",),
-    mistakes: Sequence[Mistake] = (),
-    nan_hint: str | None = None,
-    atol: float = 1e-5,
-    rtol: float = 1e-4,
-    watch: Callable[[dict], contextlib.AbstractContextManager] | None = None,
-    error_hints: Sequence[tuple[str, str]] = (),
-    same_dtype: bool = False,
-) -> CheckResult:
+def check_function(candidate: Callable, reference: Callable, cases: Iterable[dict], *,
+                   what: str = "your function", output_names: Sequence[str] = ("the output",),
+                   mistakes: Sequence[Mistake] = (), nan_hint: str | None = None,
+                   atol: float = 1e-5, rtol: float = 1e-4,
+                   watch: Callable[[dict], contextlib.AbstractContextManager] | None = None,
+                   error_hints: Sequence[tuple[str, str]] = (), same_dtype: bool = False) -> CheckResult:
     """Run ``candidate(*case.values())`` and the reference on every case; explain the first miss.
 
     Arguments are passed by position, in the order of each case's keys, so the learner may name
@@ -187,7 +169,7 @@ def check_function(
         return CheckResult(False, f"Not yet: {what} is not a function (got {type(candidate).__name__}).")
     cases = list(cases)
     for number, case in enumerate(cases, start=1):
-        where = f"case {number} of {len(cases)} ({describe(case)})"
+        where = f"Not yet: on case {number} of {len(cases)} ({describe(case)}),"
         inputs = clone_inputs(case)
         try:
             with watch(inputs) if watch is not None else contextlib.nullcontext():
@@ -195,39 +177,36 @@ def check_function(
         except NotImplementedError:  # the stored stub: say so, and nothing more
             return CheckResult(False, f"{what} is not implemented yet.")
         except Refused as exc:
-            return CheckResult(False, f"Not yet: on {where}, {exc}")
+            return CheckResult(False, f"{where} {exc}")
         except Exception as exc:  # the learner's bug, reported in words
-            for fragment, hint in error_hints:
-                if fragment in str(exc):
-                    return CheckResult(False, f"Not yet: on {where}, {what} failed: "
-                                              f"{_why(exc)} ({exc}).\nHint: {hint}")
-            return CheckResult(False, f"Not yet: on {where}, {what} raised "
-                                      f"{type(exc).__name__}: {exc}")
+            hint = next((hint for fragment, hint in error_hints if fragment in str(exc)), None)
+            if hint is None:
+                return CheckResult(False, f"{where} {what} raised {type(exc).__name__}: {exc}")
+            return CheckResult(False, f"{where} {what} failed: {_why(exc)} ({exc}).\nHint: {hint}")
         for name, value in case.items():
             if isinstance(value, torch.Tensor) and not torch.equal(
                     torch.nan_to_num(inputs[name]), torch.nan_to_num(value)):
-                return CheckResult(False, f"Not yet: on {where}, {what} changed its input "
-                                          f"'{name}' in place; work on a copy instead.")
+                return CheckResult(False, f"{where} {what} changed its input '{name}' in place; "
+                                          "work on a copy instead.")
         if got is None and number == 1:
             return CheckResult(False, f"{what} is not implemented yet (it returned None).")
         expected = _as_tuple(reference(*clone_inputs(case).values()))
         got = tuple(got) if isinstance(got, list) and len(expected) > 1 else _as_tuple(got)
         if len(got) != len(expected):
-            return CheckResult(False, f"Not yet: on {where}, {what} returned {len(got)} value(s); "
+            return CheckResult(False, f"{where} {what} returned {len(got)} value(s); "
                                       f"expected {len(expected)} ({', '.join(output_names)}).")
         names = [*output_names, *(f"output {i + 1}" for i in range(len(output_names), len(got)))]
         for name, g, e in zip(names, got, expected, strict=False):
             problem = compare(g, e, name, atol, rtol, same_dtype=same_dtype)
             if problem is None:
                 continue
-            message = f"Not yet: on {where}, {problem}"
             if same_dtype and compare(g, e, name, atol, rtol) is None:
-                return CheckResult(False, message)           # right values, only the dtype is not
+                return CheckResult(False, f"{where} {problem}")  # right values, only the dtype is not
             hint = _named_mistake(mistakes, case, got, expected, atol, rtol)
             if hint is None and nan_hint and isinstance(g, torch.Tensor) and g.shape == e.shape \
                     and (~torch.isfinite(g) & torch.isfinite(e)).any():
                 hint = nan_hint
-            return CheckResult(False, message if hint is None else f"{message}\nHint: {hint}")
+            return CheckResult(False, f"{where} {problem}" + ("" if hint is None else f"\nHint: {hint}"))
     return CheckResult(True, f"Passed: {what} matches the reference on all {len(cases)} cases, "
                              "edge cases included.")
 

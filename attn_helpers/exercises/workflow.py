@@ -7,20 +7,12 @@ Each notebook's checker module registers its exercises with :func:`exercise`::
         "what to think about", "the formula", "a skeleton: key line left as ..."))
     def check_rolling_cache_step(step): ...
 
-A stored notebook shows every exercise unsolved: the learner's function is a stub that raises
-``NotImplementedError``, on which the checker says "not implemented yet" and nothing more. Hints
-come only when asked for, ``hint("masking.rolling_cache_step", 1)`` (1: what to think about, 2:
-the formula, 3: a skeleton of the code with the key line left as ``...``).
-
-**Honest progress.** A reference solution never counts as the learner's pass: it is checked
-with ``check_rolling_cache_step(rolling_cache_step_solution, solution=True)``, which runs the same
-checker (a broken reference raises ``AssertionError``) but records nothing. Each notebook runs in its own
-kernel, so the latest verdict is kept in a small JSON file (a pass with its time; a later failed
-check, the stub included, removes it) in the learner's user data directory
-(:func:`progress_file`; never in the repository), and :func:`progress` reads it back for the whole
-course. ``python3 course.py progress`` prints the table; ``python3 course.py progress --reset``
-empties it. The environment variable ``ATTN_COURSE_PROGRESS_DIR`` moves the file (the test command
-points it to a temporary folder, so a learner's progress never changes a stored output).
+``hint("masking.rolling_cache_step", 2)`` prints a hint. A reference solution is checked with
+``check_rolling_cache_step(rolling_cache_step_solution, solution=True)``: the same checker (a broken
+reference raises ``AssertionError``), and nothing recorded. The learner's latest verdict is kept in a
+small JSON file in their user data directory (:func:`progress_file`; ``ATTN_COURSE_PROGRESS_DIR``
+moves it, as the test command does), so :func:`progress` covers the whole course, one kernel per
+notebook. ``python3 course.py progress [--reset]`` prints (or empties) it.
 """
 
 from __future__ import annotations
@@ -37,9 +29,6 @@ from pathlib import Path
 from ..course_map import COURSE
 from ..training import single_thread
 
-__all__ = ["Exercise", "EXERCISES", "exercise", "hint", "passed", "progress", "progress_file",
-           "reset_progress"]
-
 
 @dataclass(frozen=True)
 class Exercise:
@@ -54,7 +43,7 @@ class Exercise:
         return self.key.split(".", 1)[0]
 
 
-#: Every registered exercise, by key, in the order the checker modules define them.
+#: Every registered exercise, by key, in the order the checker modules are imported.
 EXERCISES: dict[str, Exercise] = {}
 _RESULTS: dict[str, bool] = {}  # key -> did the learner's last check in this kernel pass?
 _APP = "attention-step-by-step"
@@ -77,8 +66,8 @@ def progress_file() -> Path:
 
 
 def _read_passes() -> dict[str, str]:
-    """``{key: when it first passed (ISO time)}`` from the progress file; an unreadable file counts
-    as empty (progress is a convenience, never a reason for a cell to fail)."""
+    """``{key: when it passed (ISO time)}`` from the progress file; an unreadable file counts as
+    empty (progress is a convenience, never a reason for a cell to fail)."""
     try:
         data = json.loads(progress_file().read_text())
     except (OSError, ValueError):
@@ -187,16 +176,13 @@ def progress(slug: str | None = None, *, show: bool = True) -> dict[str, dict[st
     passed_before = _read_passes()
     table: dict[str, dict[str, bool | None]] = {}
     for key, ex in EXERCISES.items():
-        if slug is not None and ex.slug != slug:
-            continue
-        state = _RESULTS[key] if key in _RESULTS else (True if key in passed_before else None)
-        table.setdefault(ex.slug, {})[key] = state
-    if show:
-        for lesson in COURSE:
-            if slug is not None and lesson.slug != slug:
-                continue
+        if slug in (None, ex.slug):
+            state = _RESULTS[key] if key in _RESULTS else (True if key in passed_before else None)
+            table.setdefault(ex.slug, {})[key] = state
+    for lesson in COURSE if show else ():
+        if slug in (None, lesson.slug):
             rows = table.get(lesson.slug, {})
-            done = sum(1 for v in rows.values() if v)
+            done = sum(1 for state in rows.values() if state)
             print(f"{lesson.number} {lesson.slug}: {done} of {len(rows)} passed")
             for key, state in rows.items():
                 mark = {True: "passed", False: "not yet", None: "not tried"}[state]

@@ -1,20 +1,15 @@
-"""Review 6: a checker's feedback never hands out the answer's key line. A level-3 hint is a
-skeleton whose key lines are ``...``; a Mistake hint that a likely wrong answer triggers on its
-own (or an error or NaN hint) must name the mistake and ask the question that leads to the fix,
-never contain the expression the skeleton leaves blank.
-
-For the exercises of notebooks 00, 01, 02, 05, 06 and 09, each checker is run on a stub with
-``check_function`` replaced by a spy that records what it was handed (the known mistakes, the
-error and NaN hints); the texts are searched for a
-small explicit list of key expressions per exercise, taken from the reference solutions (the
-skeletons' fills in the tests of each notebook). The module-level texts of each checker module
-are searched for every key expression of that module's exercises.
+"""Review 6: a checker's feedback never hands out the answer's key line (the expression a level-3
+skeleton leaves as ``...``); a Mistake, error or NaN hint names the mistake and asks the question
+that leads to the fix. For notebooks 00, 01, 02, 05, 06 and 09, each checker runs on a stub with
+``check_function`` replaced by a spy that records the hints it was handed, and those texts (and the
+checker module's own strings) are searched for the key expressions of its reference solution.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from _exercises import stub
 
 from attn_helpers.exercises import (
     cross_attention,
@@ -72,19 +67,8 @@ KEY_EXPRESSIONS = {
          "[:, :, None, :]")),
 }
 
-#: The modules whose ``check_function`` the spy replaces.
-SPIED = (start_here, rnn_bottleneck, query_key_value, masking, cross_attention, real_model)
-
-#: Each checker module (and its siblings), with the exercises whose keys its own texts must avoid.
-MODULES = {
-    start_here: ("start_here.",), rnn_bottleneck: ("rnn_bottleneck.",),
-    query_key_value: ("query_key_value.",), masking: ("masking.",),
-    cross_attention: ("cross_attention.",), real_model: ("real_model.",),
-}
-
-
-def _stub(*args):
-    raise NotImplementedError
+#: The modules whose ``check_function`` the spy replaces, and whose own texts are searched.
+MODULES = (start_here, rnn_bottleneck, query_key_value, masking, cross_attention, real_model)
 
 
 def _one_hot_only(X):  # noqa: N803 - right for X = I only: the checker tells how to undo X
@@ -113,14 +97,14 @@ def _feedback(key) -> list[str]:
     def spy(candidate, reference, cases, **kwargs):
         seen.extend(m.hint for m in kwargs.get("mistakes", ()))
         seen.extend(hint for _, hint in kwargs.get("error_hints", ()))
-        seen.extend(kwargs[name] for name in ("nan_hint",) if kwargs.get(name))
+        seen.extend([kwargs["nan_hint"]] if kwargs.get("nan_hint") else [])
         return CheckResult(False, "Not yet: spied.")
 
     check = KEY_EXPRESSIONS[key][0]
     with pytest.MonkeyPatch.context() as spying:
-        for module in SPIED:
+        for module in MODULES:
             spying.setattr(module, "check_function", spy)
-        check(_stub)
+        check(stub)
     if key == "cross_attention.alignment":
         seen.extend(hint for hint, _ in cross_attention._alignment_mistakes())
     for wrong in OWN_VERDICTS.get(key, ()):
@@ -139,16 +123,14 @@ def test_no_feedback_text_contains_a_key_expression_of_its_exercise(key):
     assert not leaks, "\n\n".join(f"{e!r} in: {t}" for e, t in leaks)
 
 
-@pytest.mark.parametrize("module", sorted(MODULES, key=lambda m: m.__name__),
-                         ids=lambda m: m.__name__.rpartition(".")[2])
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__.rpartition(".")[2])
 def test_no_module_level_text_contains_a_key_expression_of_its_exercises(module):
-    prefixes = MODULES[module]
-    expressions = {e for key, (_, keys) in KEY_EXPRESSIONS.items() if key.startswith(prefixes)
-                   for e in keys}
+    prefix = module.__name__.rpartition(".")[2] + "."
+    expressions = {e for key, (_, found) in KEY_EXPRESSIONS.items() if key.startswith(prefix)
+                   for e in found}
     texts = [(name, value) for name, value in vars(module).items()
              if isinstance(value, str) and not name.startswith("__")]
-    texts += [(name, hint) for name, value in vars(module).items() if name == "_WRONG"
-              for hint, _ in value]
+    texts += [("_WRONG", hint) for hint, _ in getattr(module, "_WRONG", ())]
     leaks = [(name, e) for name, text in texts for e in expressions if e in text]
     assert not leaks, leaks
 
