@@ -101,6 +101,7 @@ def test_fast_ablation_equals_the_head_masked_encoder():
     sims = rm.pair_similarities(enc, pairs, off)
     assert float(sims[:n_p].min() - sims[n_p:].max()) == pytest.approx(
         float(abl.head_separation[2, 6]), abs=1e-5)
+    assert torch.allclose(abl.cosines[2, 1 + 6], sims, atol=1e-5)   # every pair's cosine is kept
 
 
 def test_value_norms_add_up_and_row_shares_sum_to_one():

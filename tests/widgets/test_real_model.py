@@ -151,7 +151,7 @@ def test_widget_starts_on_the_first_example_and_shows_a_static_picture(widget):
     assert widget.error is None and bytes(widget.image.value).startswith(b"\x89PNG")
     bundle = widget._repr_mimebundle_()
     data = bundle[0] if isinstance(bundle, tuple) else bundle
-    assert "image/png" in data and "static" in data["text/plain"]
+    assert "image/png" in data and "still picture" in data["text/plain"]
     assert widget.examples in widget.ui.children
 
 
