@@ -17,44 +17,29 @@ def as_np(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def softmax_row(scores: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-    """Softmax of a 1-D row over the allowed entries; zeros when nothing is allowed."""
-    out = np.zeros_like(scores, dtype=np.float64)
-    if not allowed.any():
-        return out
-    kept = scores[allowed]
-    e = np.exp(kept - kept.max())
-    out[allowed] = e / e.sum()
-    return out
-
-
 def attention_weights(q, k, *, scale=None, mask=None) -> np.ndarray:
-    """``softmax(q k^T * scale)`` with a boolean mask (True = may attend), row by row.
-
-    ``q`` ``(..., n_q, d)``, ``k`` ``(..., n_k, d)``; batch dims and the mask broadcast.
-    """
+    """``softmax(q k^T * scale)`` over the allowed keys (bool mask, True = may attend), row by row;
+    a row with no allowed key is all zeros. ``q`` ``(..., n_q, d)``, ``k`` ``(..., n_k, d)``; batch
+    dims and the mask broadcast."""
     q, k = as_np(q), as_np(k)
-    d = q.shape[-1]
+    (n_q, d), n_k = q.shape[-2:], k.shape[-2]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    n_q, n_k = q.shape[-2], k.shape[-2]
-    q = np.broadcast_to(q, (*batch, n_q, d))
-    k = np.broadcast_to(k, (*batch, n_k, d))
-    if mask is None:
-        allowed = np.ones((*batch, n_q, n_k), dtype=bool)
-    else:
-        allowed = np.broadcast_to(np.asarray(mask.cpu().numpy(), dtype=bool), (*batch, n_q, n_k))
+    q, k = np.broadcast_to(q, (*batch, n_q, d)), np.broadcast_to(k, (*batch, n_k, d))
+    allowed = np.broadcast_to(True if mask is None else mask.cpu().numpy(), (*batch, n_q, n_k))
     out = np.zeros((*batch, n_q, n_k))
     for index in np.ndindex(*batch):
         for i in range(n_q):
-            scores = np.array(
-                [sum(q[index][i, t] * k[index][j, t] for t in range(d)) * scale for j in range(n_k)]
-            )
-            out[index][i] = softmax_row(scores, allowed[index][i])
+            keep = [j for j in range(n_k) if allowed[index][i, j]]
+            scores = [sum(q[index][i, t] * k[index][j, t] for t in range(d)) * scale for j in keep]
+            e = [math.exp(s - max(scores)) for s in scores]
+            for j, e_j in zip(keep, e, strict=True):
+                out[index][i, j] = e_j / sum(e)
     return out
 
 
 def attention_output(weights: np.ndarray, v) -> np.ndarray:
+    """``sum_j weights[i, j] v[j]``, with batch dims broadcast."""
     v = as_np(v)
     batch = np.broadcast_shapes(weights.shape[:-2], v.shape[:-2])
     w = np.broadcast_to(weights, (*batch, *weights.shape[-2:]))
@@ -62,8 +47,7 @@ def attention_output(weights: np.ndarray, v) -> np.ndarray:
     out = np.zeros((*batch, w.shape[-2], v.shape[-1]))
     for index in np.ndindex(*batch):
         for i in range(w.shape[-2]):
-            for j in range(w.shape[-1]):
-                out[index][i] += w[index][i, j] * v[index][j]
+            out[index][i] = sum(w[index][i, j] * v[index][j] for j in range(w.shape[-1]))
     return out
 
 

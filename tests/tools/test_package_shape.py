@@ -53,9 +53,8 @@ def test_no_import_circles():
         while todo:
             m = todo.pop()
             assert m != start, f"{start} imports itself through {sorted(seen)}"
-            if m not in seen:
-                seen.add(m)
-                todo += graph[m]
+            todo += [] if m in seen else graph[m]
+            seen.add(m)
 
 
 def test_private_names_stay_in_their_module():
