@@ -95,7 +95,7 @@ def _control(strip: _Strip, control, x: float, y: float, room: float) -> float:
         return strip.text(x + BOX + 5, y, label)
     x = strip.text(x, y, label) + GAP if label else x
     if isinstance(control, widgets.ToggleButtons):
-        for option in control._options_labels:
+        for option in (o[0] if isinstance(o, tuple) else str(o) for o in control.options):
             w = strip.measure(option) + 16
             chosen = option == control.label
             strip.box(x, y, w, 20, *(BLUE, BLUE) if chosen else ("#eeeeee", EDGE))
