@@ -8,47 +8,14 @@ import re
 import pytest
 import torch
 
-from attn_helpers import (
-    DecoderLayer,
-    KVCache,
-    MultiHeadAttention,
-    TinyCausalLM,
-    additive_scores,
-    alibi_bias,
-    apply_rope,
-    attention_entropy,
-    causal_mask,
-    decode_with_cache,
-    dot_product_scores,
-    effective_keys,
-    generate_with_cache,
-    key_padding_to_attention_mask,
-    kv_cache_bytes,
-    linear_attention,
-    local_attention,
-    masked_softmax,
-    max_entropy,
-    max_weight,
-    normalized_entropy,
-    padding_mask,
-    scaled_dot_product_attention,
-    sinusoidal_encoding,
-    sliding_window_mask,
-    split_heads,
-    tiled_attention,
-)
-from attn_helpers.efficient import (
-    backward_tile,
-    block_state,
-    init_state,
-    linear_attention_step,
-    online_softmax_step,
-)
-from attn_helpers.multihead import parameter_count
-from attn_helpers.notebook import setup
-from attn_helpers.positional import LearnedPositionalEmbedding, pair_rotation
+import attn_helpers as ah
+from attn_helpers import efficient as eff
 from attn_helpers.ring import simulate_ring
 from attn_helpers.widgets import AttentionFrame
+
+V, T = ValueError, TypeError
+MHA, DECODER = ah.MultiHeadAttention(8, 2), ah.DecoderLayer(8, 2, 16)
+LM = ah.TinyCausalLM(5, 8, 2, 1, 16)
 
 
 def t(*shape, dtype=torch.float32):
@@ -56,17 +23,13 @@ def t(*shape, dtype=torch.float32):
 
 
 def cache_of(n, max_len, *batch):
-    cache = KVCache(max_len)
+    cache = ah.KVCache(max_len)
     cache.append(t(*batch, n, 4), t(*batch, n, 3))
     return cache
 
 
-V, T = ValueError, TypeError
-MHA, DECODER, LM = MultiHeadAttention(8, 2), DecoderLayer(8, 2, 16), TinyCausalLM(5, 8, 2, 1, 16)
-
-
 def sdpa(q, k, v, mask=None, **kwargs):
-    return lambda: scaled_dot_product_attention(q, k, v, mask, **kwargs)
+    return lambda: ah.scaled_dot_product_attention(q, k, v, mask, **kwargs)
 
 
 CASES = {
@@ -95,52 +58,49 @@ CASES = {
     "nan scale": (sdpa(t(3, 4), t(5, 4), t(5, 2), scale=float("nan")), V, r"scale.*nan"),
     "tensor scale": (sdpa(t(3, 4), t(5, 4), t(5, 2), scale=torch.tensor(0.5)), T, r"scale.*Tensor"),
     "dot_product_scores k not a tensor": (
-        lambda: dot_product_scores(t(3, 4), [[1.0] * 4]), T, r"\bk\b.*torch\.Tensor"),
+        lambda: ah.dot_product_scores(t(3, 4), [[1.0] * 4]), T, r"\bk\b.*torch\.Tensor"),
     "masked_softmax integer scores": (
-        lambda: masked_softmax(t(3, 4, dtype=torch.int32)), T, r"scores.*int32"),
+        lambda: ah.masked_softmax(t(3, 4, dtype=torch.int32)), T, r"scores.*int32"),
     "masked_softmax mask shape": (
-        lambda: masked_softmax(t(3, 4), t(3, 5, dtype=bool)), V, r"mask.*\(3, 5\).*\(3, 4\)"),
-    "causal_mask(0)": (lambda: causal_mask(0), V, r"\bn\b.*>= 1.*\b0\b"),
-    "causal_mask(2.5)": (lambda: causal_mask(2.5), T, r"\bn\b.*int.*float"),
-    "causal_mask(True)": (lambda: causal_mask(True), T, r"\bn\b.*int.*bool"),
-    "padding_mask length > max_len": (lambda: padding_mask([1, 5], 3), V, r"max_len=3.*\[1, 5\]"),
+        lambda: ah.masked_softmax(t(3, 4), t(3, 5, dtype=bool)), V, r"mask.*\(3, 5\).*\(3, 4\)"),
+    "causal_mask(0)": (lambda: ah.causal_mask(0), V, r"\bn\b.*>= 1.*\b0\b"),
+    "causal_mask(2.5)": (lambda: ah.causal_mask(2.5), T, r"\bn\b.*int.*float"),
+    "causal_mask(True)": (lambda: ah.causal_mask(True), T, r"\bn\b.*int.*bool"),
+    "padding_mask length > max_len": (lambda: ah.padding_mask([1, 5], 3), V, r"max_len=3.*\[1, 5\]"),
     "padding_mask negative length": (
-        lambda: padding_mask(torch.tensor([2, -1])), V, r"lengths.*\[2, -1\]"),
+        lambda: ah.padding_mask(torch.tensor([2, -1])), V, r"lengths.*\[2, -1\]"),
     "padding_mask 2-D lengths": (
-        lambda: padding_mask(torch.tensor([[1, 2], [2, 1]])), V, r"lengths.*\(2, 2\)"),
+        lambda: ah.padding_mask(torch.tensor([[1, 2], [2, 1]])), V, r"lengths.*\(2, 2\)"),
     "padding_mask float tensor lengths": (
-        lambda: padding_mask(torch.tensor([1.5, 2.0])), T, r"lengths.*float32"),
-    "padding_mask float list lengths": (
-        # torch.tensor([1.5, 2.0], dtype=long) would silently truncate 1.5 to 1
-        lambda: padding_mask([1.5, 2.0]), T, r"lengths"),
-    "padding_mask negative max_len": (lambda: padding_mask([0, 0], -1), V, r"max_len.*-1"),
-    "sliding_window_mask window 0": (lambda: sliding_window_mask(4, 0), V, r"window.*>= 1.*\b0\b"),
-    "sliding_window_mask float n": (lambda: sliding_window_mask(4.0, 2), T, r"\bn\b.*float"),
+        lambda: ah.padding_mask(torch.tensor([1.5, 2.0])), T, r"lengths.*float32"),
+    # torch.tensor([1.5, 2.0], dtype=long) would silently truncate 1.5 to 1
+    "padding_mask float list lengths": (lambda: ah.padding_mask([1.5, 2.0]), T, r"lengths"),
+    "padding_mask negative max_len": (lambda: ah.padding_mask([0, 0], -1), V, r"max_len.*-1"),
+    "sliding_window_mask window 0": (lambda: ah.sliding_window_mask(4, 0), V, r"window.*>= 1.*\b0\b"),
+    "sliding_window_mask float n": (lambda: ah.sliding_window_mask(4.0, 2), T, r"\bn\b.*float"),
     "key_padding_to_attention_mask 1-D": (
-        lambda: key_padding_to_attention_mask(t(4, dtype=bool)), V, r"key_padding.*\(4,\)"),
+        lambda: ah.key_padding_to_attention_mask(t(4, dtype=bool)), V, r"key_padding.*\(4,\)"),
     "additive_scores wrong w_q shape": (
-        lambda: additive_scores(t(3, 4), t(5, 6), t(3, 5), t(3, 6), t(3)), V, r"w_q.*\(3, 5\)"),
+        lambda: ah.additive_scores(t(3, 4), t(5, 6), t(3, 5), t(3, 6), t(3)), V, r"w_q.*\(3, 5\)"),
     "additive_scores wrong v_a shape": (
-        lambda: additive_scores(t(3, 4), t(5, 6), t(3, 4), t(3, 6), t(3, 1)), V, r"v_a.*\(3, 1\)"),
+        lambda: ah.additive_scores(t(3, 4), t(5, 6), t(3, 4), t(3, 6), t(3, 1)), V, r"v_a.*\(3, 1\)"),
     "additive_scores d_a mismatch": (
-        lambda: additive_scores(t(3, 4), t(5, 6), t(3, 4), t(2, 6), t(3)), V, r"w_k \(2, 6\)"),
+        lambda: ah.additive_scores(t(3, 4), t(5, 6), t(3, 4), t(2, 6), t(3)), V, r"w_k \(2, 6\)"),
+    # float64 q and k with float32 weights: torch's matmul raises a RuntimeError otherwise
     "additive_scores dtype mismatch": (
-        # float64 q and k with float32 weights: torch's matmul raises a RuntimeError otherwise
-        lambda: additive_scores(t(3, 4, dtype=torch.float64), t(5, 6, dtype=torch.float64),
-                                t(3, 4), t(3, 6), t(3)),
+        lambda: ah.additive_scores(t(3, 4).double(), t(5, 6).double(), t(3, 4), t(3, 6), t(3)),
         T, r"w_q.*float"),
-    "max_entropy(0)": (lambda: max_entropy(0), V, r"\bn\b.*>= 1.*\b0\b"),
-    "max_entropy(2.0)": (lambda: max_entropy(2.0), T, r"\bn\b.*float"),
+    "max_entropy(0)": (lambda: ah.max_entropy(0), V, r"\bn\b.*>= 1.*\b0\b"),
+    "max_entropy(2.0)": (lambda: ah.max_entropy(2.0), T, r"\bn\b.*float"),
     "attention_entropy non-tensor": (
-        lambda: attention_entropy([0.5, 0.5]), T, r"weights.*torch\.Tensor.*list"),
+        lambda: ah.attention_entropy([0.5, 0.5]), T, r"weights.*torch\.Tensor.*list"),
     "attention_entropy integer weights": (
-        lambda: attention_entropy(t(2, 3, dtype=torch.int64)), T, r"weights.*int64"),
-    "attention_entropy 0-D": (lambda: attention_entropy(torch.tensor(1.0)), V, r"weights.*\(\)"),
-    "effective_keys non-tensor": (lambda: effective_keys(0.5), T, r"weights.*torch\.Tensor"),
+        lambda: ah.attention_entropy(t(2, 3, dtype=torch.int64)), T, r"weights.*int64"),
+    "attention_entropy 0-D": (lambda: ah.attention_entropy(torch.tensor(1.0)), V, r"weights.*\(\)"),
+    "effective_keys non-tensor": (lambda: ah.effective_keys(0.5), T, r"weights.*torch\.Tensor"),
+    # broadcast_to raises a RuntimeError from inside torch otherwise
     "normalized_entropy mask shape": (
-        # broadcast_to raises a RuntimeError from inside torch otherwise
-        lambda: normalized_entropy(t(3, 5) / 5, t(4, 5, dtype=bool)),
-        V, r"mask.*\(4, 5\).*\(3, 5\)"),
+        lambda: ah.normalized_entropy(t(3, 5) / 5, t(4, 5, dtype=bool)), V, r"mask.*\(4, 5\).*\(3, 5\)"),
     "AttentionFrame wrong label counts": (
         lambda: AttentionFrame(t(3, 4) / 4, ["a", "b"], ["w", "x", "y", "z"]),
         V, r"2 query labels.*4 key labels.*\(3, 4\)"),
@@ -149,55 +109,52 @@ CASES = {
     "AttentionFrame mask shape": (
         lambda: AttentionFrame(t(2, 3) / 3, ["a", "b"], ["x", "y", "z"], mask=t(3, 2, dtype=bool)),
         V, r"mask.*\(2, 3\).*\(3, 2\)"),
-    "setup('x')": (lambda: setup("x"), T, r"seed.*int.*str"),
+    "setup('x')": (lambda: ah.setup("x"), T, r"seed.*int.*str"),
     "sdpa with no keys": (sdpa(t(3, 4), t(0, 4), t(0, 2)), V, r"n_k >= 1.*\(0, 4\)"),
     "sdpa with no features": (sdpa(t(3, 0), t(5, 0), t(5, 2)), V, r"d_k >= 1.*\(3, 0\)"),
     "sdpa scores too large (notebook 08's sizes)": (
         sdpa(t(40_000, 1), t(40_000, 1), t(40_000, 1)), V, r"scores would need 6.4e\+09"),
-    "masked_softmax no keys": (lambda: masked_softmax(t(3, 0)), V, r"scores.*\(3, 0\)"),
+    "masked_softmax no keys": (lambda: ah.masked_softmax(t(3, 0)), V, r"scores.*\(3, 0\)"),
     # entropy: weights that are not attention weights
     "entropy of negative weights": (
-        lambda: attention_entropy(torch.tensor([1.5, -0.5])), V, r"non-negative.*-0\.5"),
+        lambda: ah.attention_entropy(torch.tensor([1.5, -0.5])), V, r"non-negative.*-0\.5"),
     "entropy of rows not summing to 1": (
-        lambda: effective_keys(torch.tensor([0.5, 0.2])), V, r"sum to 1.*0\.7"),
-    "entropy of NaN weights": (lambda: normalized_entropy(torch.tensor([float("nan"), 1.0])), V, r"NaN"),
-    "max_weight of no keys": (lambda: max_weight(t(3, 0)), V, r"weights.*\(3, 0\)"),
+        lambda: ah.effective_keys(torch.tensor([0.5, 0.2])), V, r"sum to 1.*0\.7"),
+    "entropy of NaN weights": (
+        lambda: ah.normalized_entropy(torch.tensor([float("nan"), 1.0])), V, r"NaN"),
+    "max_weight of no keys": (lambda: ah.max_weight(t(3, 0)), V, r"weights.*\(3, 0\)"),
     # positional encodings
-    "sinusoidal odd d_model": (lambda: sinusoidal_encoding(4, 5), V, r"d_model.*even.*5"),
-    "sinusoidal no positions": (lambda: sinusoidal_encoding(0, 4), V, r"n_positions.*0"),
-    "sinusoidal base 1": (lambda: sinusoidal_encoding(4, 4, base=1.0), V, r"base.*> 1"),
+    "sinusoidal odd d_model": (lambda: ah.sinusoidal_encoding(4, 5), V, r"d_model.*even.*5"),
+    "sinusoidal no positions": (lambda: ah.sinusoidal_encoding(0, 4), V, r"n_positions.*0"),
+    "sinusoidal base 1": (lambda: ah.sinusoidal_encoding(4, 4, base=1.0), V, r"base.*> 1"),
     "pair_rotation pair out of range": (
-        lambda: pair_rotation(1.0, 8, 4), V, r"pair.*between 0 and 3.*4"),
-    "rope odd d": (lambda: apply_rope(t(3, 5)), V, r"\bx\b.*even.*\(3, 5\)"),
-    "rope integer x": (lambda: apply_rope(t(3, 4, dtype=torch.int64)), T, r"\bx\b.*int64"),
+        lambda: ah.positional.pair_rotation(1.0, 8, 4), V, r"pair.*between 0 and 3.*4"),
+    "rope odd d": (lambda: ah.apply_rope(t(3, 5)), V, r"\bx\b.*even.*\(3, 5\)"),
+    "rope integer x": (lambda: ah.apply_rope(t(3, 4, dtype=torch.int64)), T, r"\bx\b.*int64"),
     "rope positions shape": (
-        lambda: apply_rope(t(3, 4), torch.arange(4)), V, r"positions.*\(4,\).*\(3,\)"),
+        lambda: ah.apply_rope(t(3, 4), torch.arange(4)), V, r"positions.*\(4,\).*\(3,\)"),
     "rope bool positions": (
-        lambda: apply_rope(t(3, 4), torch.ones(3, dtype=bool)), T, r"positions.*bool"),
-    "alibi no heads": (lambda: alibi_bias(4, 0), V, r"num_heads.*0"),
-    "alibi float n": (lambda: alibi_bias(4.0, 2), T, r"\bn\b.*float"),
+        lambda: ah.apply_rope(t(3, 4), torch.ones(3, dtype=bool)), T, r"positions.*bool"),
+    "alibi no heads": (lambda: ah.alibi_bias(4, 0), V, r"num_heads.*0"),
+    "alibi float n": (lambda: ah.alibi_bias(4.0, 2), T, r"\bn\b.*float"),
     "learned positions past max_len": (
-        lambda: LearnedPositionalEmbedding(4, 8)(t(5, 8)), V, r"max_len=4.*\(5, 8\)"),
+        lambda: ah.positional.LearnedPositionalEmbedding(4, 8)(t(5, 8)), V, r"max_len=4.*\(5, 8\)"),
     # multi-head attention
     "num_heads does not divide d_model": (
-        lambda: MultiHeadAttention(10, 3), V, r"d_model=10.*num_heads=3"),
+        lambda: ah.MultiHeadAttention(10, 3), V, r"d_model=10.*num_heads=3"),
     "num_kv_heads does not divide num_heads": (
-        lambda: MultiHeadAttention(16, 8, num_kv_heads=3), V, r"num_kv_heads=3.*num_heads=8"),
+        lambda: ah.MultiHeadAttention(16, 8, num_kv_heads=3), V, r"num_kv_heads=3.*num_heads=8"),
     "num_kv_heads above num_heads": (
-        lambda: parameter_count(16, 8, num_kv_heads=16), V, r"num_kv_heads.*1 and 8.*16"),
+        lambda: ah.multihead.parameter_count(16, 8, num_kv_heads=16), V, r"num_kv_heads.*1 and 8.*16"),
     "num_kv_heads float": (
-        lambda: MultiHeadAttention(16, 8, num_kv_heads=2.0), T, r"num_kv_heads.*float"),
-    "bias not a bool": (lambda: parameter_count(8, 2, bias="False"), T, r"bias.*bool.*str"),
-    "mha query width": (
-        lambda: MHA(t(2, 3, 7), t(2, 5, 8), t(2, 5, 8)), V, r"query.*\(2, 3, 7\)"),
+        lambda: ah.MultiHeadAttention(16, 8, num_kv_heads=2.0), T, r"num_kv_heads.*float"),
+    "bias not a bool": (lambda: ah.multihead.parameter_count(8, 2, bias="False"), T, r"bias.*bool.*str"),
+    "mha query width": (lambda: MHA(t(2, 3, 7), t(2, 5, 8), t(2, 5, 8)), V, r"query.*\(2, 3, 7\)"),
     "mha empty query": (
-        lambda: MHA(t(2, 0, 8), t(2, 5, 8), t(2, 5, 8)),
-        V, r"query.*n >= 1.*\(2, 0, 8\)"),
+        lambda: MHA(t(2, 0, 8), t(2, 5, 8), t(2, 5, 8)), V, r"query.*n >= 1.*\(2, 0, 8\)"),
     "mha key and value lengths": (
-        lambda: MHA(t(2, 3, 8), t(2, 5, 8), t(2, 4, 8)),
-        V, r"key \(2, 5, 8\) and value \(2, 4, 8\)"),
-    "mha not batch first": (
-        lambda: MHA(t(3, 8), t(5, 8), t(5, 8)), V, r"batch first"),
+        lambda: MHA(t(2, 3, 8), t(2, 5, 8), t(2, 4, 8)), V, r"key \(2, 5, 8\) and value \(2, 4, 8\)"),
+    "mha not batch first": (lambda: MHA(t(3, 8), t(5, 8), t(5, 8)), V, r"batch first"),
     "mha mask shape": (
         lambda: MHA(t(2, 3, 8), t(2, 5, 8), t(2, 5, 8), t(3, 4, dtype=bool)),
         V, r"mask of shape \(3, 4\).*\(2, 2, 3, 5\)"),
@@ -205,15 +162,15 @@ CASES = {
         lambda: MHA(t(1, 3, 8), t(1, 3, 8), t(1, 3, 8), head_mask=t(3)),
         V, r"head_mask.*\(2,\).*\(3,\)"),
     "mha cache and mask": (
-        lambda: MHA(t(1, 2, 8), t(1, 2, 8), t(1, 2, 8), causal_mask(2),
-                                         cache=KVCache(4)), V, r"mask must be None"),
+        lambda: MHA(t(1, 2, 8), t(1, 2, 8), t(1, 2, 8), ah.causal_mask(2), cache=ah.KVCache(4)),
+        V, r"mask must be None"),
     "mha from_torch of a Linear": (
-        lambda: MultiHeadAttention.from_torch(torch.nn.Linear(2, 2)), T, r"MultiheadAttention"),
+        lambda: ah.MultiHeadAttention.from_torch(torch.nn.Linear(2, 2)), T, r"MultiheadAttention"),
     "split_heads not divisible": (
-        lambda: split_heads(t(1, 2, 10), 3), V, r"d_model=10.*\(1, 2, 10\).*num_heads=3"),
+        lambda: ah.split_heads(t(1, 2, 10), 3), V, r"d_model=10.*\(1, 2, 10\).*num_heads=3"),
     # the KV cache
-    "KVCache max_len 0": (lambda: KVCache(0), V, r"max_len.*>= 1"),
-    "attend on an empty cache": (lambda: KVCache(3).attend(t(1, 2)), V, r"empty"),
+    "KVCache max_len 0": (lambda: ah.KVCache(0), V, r"max_len.*>= 1"),
+    "attend on an empty cache": (lambda: ah.KVCache(3).attend(t(1, 2)), V, r"empty"),
     "attend with no batch": (
         lambda: cache_of(3, 8, 2).attend(t(0, 1, 4)), V, r"q_new \(0, 1, 4\).*keys \(2, 3, 4\)"),
     "attend with batch dims that do not fit": (
@@ -224,66 +181,64 @@ CASES = {
         lambda: cache_of(2, max_len=3).append(t(2, 4), t(2, 3)),
         V, r"full: it holds 2 of max_len=3.*t=2"),
     "kv_cache_bytes no layers": (
-        lambda: kv_cache_bytes(10, num_layers=0, num_kv_heads=1, head_dim=4), V, r"num_layers.*>= 1"),
-    "kv_cache_bytes positional sizes": (lambda: kv_cache_bytes(1, 32, 32, 128), T, r"positional"),
+        lambda: ah.kv_cache_bytes(10, num_layers=0, num_kv_heads=1, head_dim=4), V, r"num_layers.*>= 1"),
+    "kv_cache_bytes positional sizes": (lambda: ah.kv_cache_bytes(1, 32, 32, 128), T, r"positional"),
     "kv_cache_bytes float tokens": (
-        lambda: kv_cache_bytes(1.5, num_layers=1, num_kv_heads=1, head_dim=4), T, r"n_tokens.*float"),
+        lambda: ah.kv_cache_bytes(1.5, num_layers=1, num_kv_heads=1, head_dim=4), T, r"n_tokens.*float"),
     "decode_with_cache lengths differ": (
-        lambda: decode_with_cache(t(3, 2), t(4, 2), t(4, 2)), V, r"q \(3, 2\), k \(4, 2\)"),
+        lambda: ah.decode_with_cache(t(3, 2), t(4, 2), t(4, 2)), V, r"q \(3, 2\), k \(4, 2\)"),
     "generate weights of the wrong width": (
-        lambda: generate_with_cache(t(3, 4), t(4, 2), t(5, 2), t(4, 2)), V, r"w_k.*d_model=4.*\(5, 2\)"),
+        lambda: ah.generate_with_cache(t(3, 4), t(4, 2), t(5, 2), t(4, 2)),
+        V, r"w_k.*d_model=4.*\(5, 2\)"),
     "generate an empty x": (
-        lambda: generate_with_cache(t(0, 4), t(4, 2), t(4, 2), t(4, 2)), V, r"x must be 2-D.*\(0, 4\)"),
+        lambda: ah.generate_with_cache(t(0, 4), t(4, 2), t(4, 2), t(4, 2)),
+        V, r"x must be 2-D.*\(0, 4\)"),
     # efficient attention
     "tiled block_size 0": (
-        lambda: tiled_attention(t(6, 4), t(6, 4), t(6, 4), block_size=0), V, r"block_size"),
+        lambda: ah.tiled_attention(t(6, 4), t(6, 4), t(6, 4), block_size=0), V, r"block_size"),
     "tiled causal n_q != n_k": (
-        lambda: tiled_attention(t(6, 4), t(4, 4), t(4, 4), causal=True), V, r"n_q == n_k"),
+        lambda: ah.tiled_attention(t(6, 4), t(4, 4), t(4, 4), causal=True), V, r"n_q == n_k"),
     "tiled return_lse not a bool": (
-        lambda: tiled_attention(t(6, 4), t(6, 4), t(6, 4), return_lse=1), T, r"return_lse"),
+        lambda: ah.tiled_attention(t(6, 4), t(6, 4), t(6, 4), return_lse=1), T, r"return_lse"),
     "tiled batch dims": (
-        lambda: tiled_attention(t(2, 6, 4), t(3, 6, 4), t(6, 4)), V, r"do not broadcast"),
-    "linear attention no keys": (lambda: linear_attention(t(3, 4), t(0, 4), t(0, 2)), V, r"n_k >= 1"),
+        lambda: ah.tiled_attention(t(2, 6, 4), t(3, 6, 4), t(6, 4)), V, r"do not broadcast"),
+    "linear attention no keys": (lambda: ah.linear_attention(t(3, 4), t(0, 4), t(0, 2)), V, r"n_k >= 1"),
     "linear attention huge causal chunk": (
-        lambda: linear_attention(t(40_000, 1), t(40_000, 1), t(40_000, 1), causal=True,
-                                 chunk_size=10**9), V, r"chunk_size=1000000000.*bytes"),
-    "local attention window 0": (lambda: local_attention(t(6, 4), t(6, 4), t(6, 4), 0), V, r"window"),
-    "init_state batch_shape": (lambda: init_state("2", 3, 4), T, r"batch_shape.*str"),
-    "init_state negative n_q": (lambda: init_state((2,), -3, 4), V, r"n_q.*-3"),
+        lambda: ah.linear_attention(t(40_000, 1), t(40_000, 1), t(40_000, 1), causal=True,
+                                    chunk_size=10**9), V, r"chunk_size=1000000000.*bytes"),
+    "local attention window 0": (lambda: ah.local_attention(t(6, 4), t(6, 4), t(6, 4), 0), V, r"window"),
+    "init_state batch_shape": (lambda: eff.init_state("2", 3, 4), T, r"batch_shape.*str"),
+    "init_state negative n_q": (lambda: eff.init_state((2,), -3, 4), V, r"n_q.*-3"),
     "online step, state not a state": (
-        lambda: online_softmax_step((1, 2, 3), t(6, 6), t(6, 4)), T, r"state"),
+        lambda: eff.online_softmax_step((1, 2, 3), t(6, 6), t(6, 4)), T, r"state"),
     "online step, block sizes differ": (
-        lambda: online_softmax_step(init_state((), 6, 4), t(6, 6), t(5, 4)), V,
-        r"block size.*\(6, 6\).*\(5, 4\)"),
+        lambda: eff.online_softmax_step(eff.init_state((), 6, 4), t(6, 6), t(5, 4)),
+        V, r"block size.*\(6, 6\).*\(5, 4\)"),
     "online step, state does not fit": (
-        lambda: online_softmax_step(init_state((), 6, 4), t(2, 6), t(6, 4)), V, r"acc \(6, 4\)"),
-    "block_state with no keys": (lambda: block_state(t(3, 0), t(0, 2)), V, r"block size >= 1"),
+        lambda: eff.online_softmax_step(eff.init_state((), 6, 4), t(2, 6), t(6, 4)), V, r"acc \(6, 4\)"),
+    "block_state with no keys": (lambda: eff.block_state(t(3, 0), t(0, 2)), V, r"block size >= 1"),
     "backward_tile lse shape": (
-        lambda: backward_tile(t(3, 4), t(5, 4), t(5, 2), t(3, 2), t(3), t(3, 1)), V,
-        r"lse.*n_q=3.*\(3,\)"),
-    "linear step d_k": (lambda: linear_attention_step(None, t(3), t(4), t(4)), V, r"q_t \(3,\)"),
+        lambda: eff.backward_tile(t(3, 4), t(5, 4), t(5, 2), t(3, 2), t(3), t(3, 1)),
+        V, r"lse.*n_q=3.*\(3,\)"),
+    "linear step d_k": (lambda: eff.linear_attention_step(None, t(3), t(4), t(4)), V, r"q_t \(3,\)"),
     "ring n_q != n_k": (lambda: simulate_ring(t(6, 4), t(4, 4), t(4, 4)), V, r"same n"),
     "ring world_size above n": (
         lambda: simulate_ring(t(2, 4), t(2, 4), t(2, 4), 3), V, r"world_size=3.*n=2"),
     # the decoder layer and the tiny language model
-    "decoder x width": (
-        lambda: DECODER(t(2, 3, 7), t(2, 4, 8)), V, r"\bx\b.*\(2, 3, 7\)"),
-    "decoder memory batch": (
-        lambda: DECODER(t(2, 3, 8), t(3, 4, 8)), V, r"memory.*\(3, 4, 8\)"),
+    "decoder x width": (lambda: DECODER(t(2, 3, 7), t(2, 4, 8)), V, r"\bx\b.*\(2, 3, 7\)"),
+    "decoder memory batch": (lambda: DECODER(t(2, 3, 8), t(3, 4, 8)), V, r"memory.*\(3, 4, 8\)"),
     "decoder memory_padding shape": (
         lambda: DECODER(t(2, 3, 8), t(2, 4, 8), memory_padding=t(2, 3, dtype=bool)),
         V, r"memory_padding.*\(2, 4\).*\(2, 3\)"),
-    "decoder activation": (lambda: DecoderLayer(8, 2, 16, activation="tanh"), V, r"tanh"),
+    "decoder activation": (lambda: ah.DecoderLayer(8, 2, 16, activation="tanh"), V, r"tanh"),
     "decoder cache without causal": (
-        lambda: DecoderLayer(8, 2, 16, cross_attention=False)(t(1, 2, 8), causal=False,
-                                                              cache=KVCache(4)),
+        lambda: ah.DecoderLayer(8, 2, 16, cross_attention=False)(t(1, 2, 8), causal=False,
+                                                                 cache=ah.KVCache(4)),
         V, r"causal=True"),
-    "language model token ids": (
-        lambda: LM(torch.tensor([[1, 7]])), V, r"0\.\.4.*7"),
-    "language model float tokens": (
-        lambda: LM(t(1, 2)), V, r"tokens.*long.*float32"),
+    "language model token ids": (lambda: LM(torch.tensor([[1, 7]])), V, r"0\.\.4.*7"),
+    "language model float tokens": (lambda: LM(t(1, 2)), V, r"tokens.*long.*float32"),
     "language model prompt past max_len": (
-        lambda: TinyCausalLM(5, 8, 2, 1, 16, max_len=4).generate(
+        lambda: ah.TinyCausalLM(5, 8, 2, 1, 16, max_len=4).generate(
             torch.zeros(1, 3, dtype=torch.long), 2, use_cache=True), V, r"max_len=4"),
 }
 
