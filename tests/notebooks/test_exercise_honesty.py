@@ -40,9 +40,8 @@ def _defined_names(tree: ast.Module) -> list[str]:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.append(node.name)
         elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                names += [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+            names += [n.id for n in ast.walk(node)
+                      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
         elif isinstance(node, ast.Import | ast.ImportFrom):
             names += [(a.asname or a.name).split(".")[0] for a in node.names]
     return names
@@ -63,36 +62,28 @@ def _text(output) -> str:
     return output.get("data", {}).get("text/plain", "")
 
 
-def test_solution_cells_define_only_solution_names_and_check_with_solution_true(notebook):
+def test_a_reference_solution_never_stands_for_the_learners_function(notebook):
+    """A solution cell (tagged ``solution``, collapsed) defines only ``<name>_solution`` names and
+    checks them with ``solution=True``; no other cell checks a ``*_solution`` without the flag."""
     path, nb = notebook
     for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or not _is_solution(cell):
+        if cell.cell_type != "code":
             continue
-        tree = _tree(cell)
-        learner_names = [n for n in _defined_names(tree)
-                         if not n.endswith("_solution") and not n.startswith("_")]
-        assert not learner_names, (f"{path.name} cell {index}: a solution cell defines "
-                                   f"{learner_names}; name them '<name>_solution'")
-        for name, call in _checker_calls(tree):
-            flag = [k for k in call.keywords if k.arg == "solution"]
-            assert flag and isinstance(flag[0].value, ast.Constant) and flag[0].value.value is True, (
-                f"{path.name} cell {index}: {name}(...) in a solution cell needs solution=True")
-        assert cell.metadata.get("jupyter", {}).get("source_hidden") and "solution" in cell.metadata.get(
-            "tags", []), f"{path.name} cell {index}: a solution cell is tagged 'solution' and collapsed"
-
-
-def test_no_cell_passes_a_reference_solution_off_as_the_learners(notebook):
-    path, nb = notebook
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or _is_solution(cell):
-            continue
-        for name, call in _checker_calls(_tree(cell)):
-            args = [a.id for a in call.args if isinstance(a, ast.Name)]
-            solutions = [a for a in args if a.endswith("_solution")]
-            flagged = any(k.arg == "solution" for k in call.keywords)
-            assert not solutions or flagged, (
-                f"{path.name} cell {index}: {name}({solutions[0]}) outside a solution cell "
-                "would count the reference as the learner's pass")
+        where, tree = f"{path.name} cell {index}", _tree(cell)
+        flags = [(name, [k.value for k in call.keywords if k.arg == "solution"])
+                 for name, call in _checker_calls(tree)
+                 if _is_solution(cell) or any(isinstance(a, ast.Name) and a.id.endswith("_solution")
+                                              for a in call.args)]
+        for name, flag in flags:
+            assert flag and isinstance(flag[0], ast.Constant) and flag[0].value is True, (
+                f"{where}: {name}(...) on a reference solution needs solution=True, or it counts "
+                "as the learner's pass")
+        if _is_solution(cell):
+            learner_names = [n for n in _defined_names(tree) if not n.endswith("_solution")
+                             and not n.startswith("_")]
+            assert not learner_names, f"{where}: a solution cell defines {learner_names}"
+            assert cell.metadata.get("jupyter", {}).get("source_hidden") and "solution" in (
+                cell.metadata.get("tags", [])), f"{where}: a solution cell is tagged and collapsed"
 
 
 def test_run_all_with_the_stubs_unsolved_reports_no_exercise_passed(notebook):
