@@ -39,27 +39,21 @@ def compare_with_torch(*, b, h, d_head, n_q, n_k, kdim, vdim, batch_first, bias,
         for name, p in reference.named_parameters():
             if "bias" in name:
                 p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=dtype))
-    ours = MultiHeadAttention.from_torch(reference)
-    query = torch.randn(b, n_q, d_model, generator=g, dtype=dtype)
-    key = torch.randn(b, n_k, kdim or d_model, generator=g, dtype=dtype)
-    value = torch.randn(b, n_k, vdim or d_model, generator=g, dtype=dtype)
-    mask = offset_causal(n_q, n_k) if use_mask else None
-    real = None
-    if use_padding:
-        lengths = torch.randint(1, n_k + 1, (b,), generator=g)
-        real = padding_mask(lengths, n_k)
+    query, key, value = (torch.randn(b, n, d or d_model, generator=g, dtype=dtype)
+                         for n, d in ((n_q, d_model), (n_k, kdim), (n_k, vdim)))
+    causal = offset_causal(n_q, n_k) if use_mask else None
+    real = padding_mask(torch.randint(1, n_k + 1, (b,), generator=g), n_k) if use_padding else None
+    mask = causal
+    if real is not None:
         padding = key_padding_to_attention_mask(real)
-        mask = padding if mask is None else mask & padding
-    out, weights = ours(query, key, value, mask)
+        mask = padding if causal is None else causal & padding
+    out, weights = MultiHeadAttention.from_torch(reference)(query, key, value, mask)
     args = [query, key, value] if batch_first else [t.transpose(0, 1) for t in (query, key, value)]
     t_out, t_weights = reference(
-        *args,
-        attn_mask=None if not use_mask else to_torch_attn_mask(offset_causal(n_q, n_k)),
+        *args, attn_mask=None if causal is None else to_torch_attn_mask(causal),
         key_padding_mask=None if real is None else to_torch_key_padding_mask(real),
-        average_attn_weights=False, need_weights=True,
-    )
-    if not batch_first:
-        t_out = t_out.transpose(0, 1)
+        average_attn_weights=False)
+    t_out = t_out if batch_first else t_out.transpose(0, 1)
     assert out.shape == (b, n_q, d_model) and weights.shape == (b, h, n_q, n_k)
     torch.testing.assert_close(out, t_out, atol=atol, rtol=1e-4)
     torch.testing.assert_close(weights, t_weights, atol=atol, rtol=1e-4)
