@@ -5,10 +5,11 @@ Times one training step (forward, backward, optimizer) of notebook 10's model
 (:class:`~attn_helpers.lessons.build_gpt.GPT`, the course's own attention step) against the
 same-size model built from ``nn.TransformerEncoderLayer(norm_first=True)`` with a causal mask,
 interleaved in the same run on one thread (``--threads``: more), and reports the ratio of the
-medians (``--check``: at most 1.5x). Both step as notebook 10's training does (the recipe's Muon
-and AdamW, with its gradient clipping). It also reports what the final recipe's training costs at
-that speed: its steps times the median step. ``--train`` then trains the final recipe once, as
-notebook 10 does (seed 0), and reports its measured training time and held-out loss.
+medians (``--check``: at most 1.5x). Both step as notebook 10's training does
+(``build_gpt.train_step``: AdamW, the gradient clipped). It also reports what the final recipe's
+training costs at that speed: its steps times the median step. ``--train`` then trains the final
+recipe once with ``build_gpt.train``, the reference of notebook 10's loop (seed 0, evaluations
+included), and reports its measured time and the loss on the whole held-out text.
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ import torch
 from torch import nn
 
 from ..lessons.build_gpt import (
+    BAR_NATS,
     FINAL,
     GPT,
     GPTConfig,
     build_and_train,
+    estimate_loss,
     final_config,
     get_batch,
     load_corpus,
-    make_optimizer,
-    next_token_loss,
+    train_step,
 )
 from ..training import torch_threads
 
@@ -74,7 +76,8 @@ def bench_gpt(*, steps: int = 30, batch: int | None = None, tiny: bool = False,
     batch = batch or FINAL.batch
     models = {"course": GPT(cfg), "torch": TorchGPT(cfg)}
     params = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
-    optimizers = {name: make_optimizer(m, FINAL) for name, m in models.items()}
+    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=FINAL.lr, betas=FINAL.betas)
+                  for name, m in models.items()}
     generator = torch.Generator().manual_seed(0)
     times: dict[str, list[float]] = {name: [] for name in models}
     cpu: dict[str, list[float]] = {name: [] for name in models}
@@ -84,10 +87,7 @@ def bench_gpt(*, steps: int = 30, batch: int | None = None, tiny: bool = False,
             for name, model in models.items():
                 model.train()
                 start, start_cpu = time.perf_counter(), time.process_time()
-                loss = next_token_loss(model, chunk)
-                optimizers[name].zero_grad(set_to_none=True)
-                loss.backward()
-                optimizers[name].step()
+                train_step(model, optimizers[name], chunk)
                 if step >= 3:                                    # warm-up steps not timed
                     times[name].append(time.perf_counter() - start)
                     cpu[name].append(time.process_time() - start_cpu)
@@ -126,15 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"final recipe: {result['final_recipe_steps']} steps x the median step = "
           f"{result['final_recipe_seconds']:.0f} s of training at this speed, "
           f"{result['final_recipe_cpu_seconds']:.0f} s of CPU time ({args.threads} thread(s); "
-          "target <= 60 s)", file=sys.stderr)
+          "target <= 90 s)", file=sys.stderr)
     if args.train:
-        _, log = build_and_train(FINAL, seed=0, progress=False, threads=args.threads)
-        trained = {"steps": len(log.losses), "threads": args.threads,
-                   "wall_seconds": round(log.wall_seconds, 1),
-                   "cpu_seconds": round(log.cpu_seconds, 1), "held_out_nats": round(log.final, 4)}
+        model, _, seconds = build_and_train(FINAL, seed=0, threads=args.threads)
+        nats = estimate_loss(model, load_corpus().val, model.cfg.context, windows=None)
+        trained = {"steps": FINAL.steps, "threads": args.threads, "wall_seconds": round(seconds, 1),
+                   "held_out_nats": round(nats, 4)}
         print(json.dumps({"final_recipe_trained": trained}))
-        print(f"final recipe trained once (seed 0): {trained['wall_seconds']:.0f} s of training "
-              f"(wall), {trained['cpu_seconds']:.0f} s of CPU time, held-out "
-              f"{trained['held_out_nats']:.3f} nats per character (target <= 60 s)",
-              file=sys.stderr)
+        print(f"final recipe trained once (seed 0): {seconds:.0f} s of training (wall, "
+              f"evaluations included; target <= 90 s), held-out {nats:.3f} nats per character "
+              f"(target <= {BAR_NATS})", file=sys.stderr)
     return 1 if args.check and not ok else 0

@@ -37,11 +37,12 @@ from .workflow import exercise
 from .workflow import passed as passed_key
 
 __all__ = ["ATTENTION_MISTAKES", "BLOCK_MISTAKES", "GENERATE_MISTAKES", "MODEL_MISTAKES",
-           "TRAIN_MISTAKES", "attention_variant", "block_variant", "check_attention",
-           "check_block", "check_generate", "check_model", "check_train_step", "generate_variant",
-           "in_pieces", "model_variant", "passed", "pieces", "train_variant"]
+           "LOOP_MISTAKES", "SCHEDULE_MISTAKES", "TRAIN_MISTAKES", "attention_variant",
+           "block_variant", "check_attention", "check_block", "check_generate", "check_model",
+           "check_train", "check_train_step", "generate_variant", "in_pieces", "loop_variant",
+           "model_variant", "passed", "pieces", "schedule_variant", "train_variant"]
 
-KEYS = ("attention", "block", "model", "train_step", "generate")
+KEYS = ("attention", "block", "model", "train_step", "train", "generate")
 
 
 def passed(name: str) -> bool:
@@ -51,13 +52,14 @@ def passed(name: str) -> bool:
 
 def pieces(learner: dict, solutions: dict) -> tuple[dict, str]:
     """The learner's pieces where they passed, the reference solutions elsewhere, and a line
-    saying which ran. ``learner``/``solutions``: ``{"model": cls, "train_step": fn}``."""
+    saying which ran. ``learner``/``solutions``: ``{"model": cls, "train_step": fn, ...}``; the
+    model counts as the learner's when attention, block and model all passed."""
     chosen, words = {}, []
-    for name in ("model", "train_step"):
+    for name in learner:
         mine = passed(name) and (name != "model" or all(passed(k) for k in KEYS[:3]))
         chosen[name] = learner[name] if mine else solutions[name]
         words.append(f"{'your' if mine else 'the reference'} {name.replace('_', ' ')}")
-    return chosen, "Training with " + " and ".join(words) + "."
+    return chosen, "Training with " + ", ".join(words) + "."
 
 
 # --- shared by the checkers ------------------------------------------------------------------
@@ -267,6 +269,8 @@ def train_variant(kind: str) -> Callable:
         if kind != "no_zero_grad":
             optimizer.zero_grad()
         loss.backward()
+        if kind != "no_clip":
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         if kind != "no_step":
             optimizer.step()
         return loss.item()
@@ -458,6 +462,9 @@ TRAIN_MISTAKES = [
                       "F.cross_entropy(logits, targets), which takes the log-softmax itself."),
     ("last_only", "only the last position is trained: every position of the chunk predicts its "
                   "next character."),
+    ("no_clip", "the step used an unclipped gradient: call nn.utils.clip_grad_norm_(model."
+                "parameters(), 1.0) after loss.backward() and before optimizer.step() (before "
+                "backward there is no gradient yet; after step it is too late)."),
 ]
 
 
@@ -754,7 +761,7 @@ def _model_runner(forward: Callable, cfg) -> Callable:
 @exercise("build_gpt.train_step", "the training step: next-character loss", hints=(
     "At each position the model predicts the next character: so which character of the chunk is "
     "the target of input position i, and how many predictions does a chunk of n + 1 characters "
-    "hold? Then the usual three optimizer moves.",
+    "hold? Then the usual optimizer moves, with the gradient clipped before the step.",
     "Inputs and targets are two slices of the chunk's last axis, both (b, n), the targets one step "
     "ahead of the inputs: which end does each slice drop? F.cross_entropy wants "
     "(N, vocab) logits against (N,) ids: flatten the (b, n, vocab) logits to (b * n, vocab) and "
@@ -762,12 +769,14 @@ def _model_runner(forward: Callable, cfg) -> Callable:
     "inputs, targets = ...                     # (b, n) each: the chunk shifted by one\n"
     "logits = model(inputs)                    # (b, n, vocab)\n"
     "loss = F.cross_entropy(..., ...)          # logits (b * n, vocab), targets (b * n,)\n"
-    "...                                       # the optimizer's three moves, in order\n"
+    "optimizer.zero_grad()\n"
+    "...                                       # backward, clip the norm to 1, step\n"
     "return loss.item()"))
 def check_train_step(train_step: Callable) -> CheckResult:
     """Exercise: ``train_step(model, optimizer, chunk (b, n + 1)) -> loss``: one step of
-    next-character training; checked over two steps of SGD on a small reference GPT (the
-    returned losses and the weights after)."""
+    next-character training, the gradient norm clipped to 1; checked over two steps of SGD on a
+    small reference GPT with large weights, whose gradients are far over norm 1 (the returned
+    losses and the weights after)."""
     g = seeded(401)
     cases = [{"chunks": torch.randint(0, 11, (2, b, n + 1), generator=g), "seed": s}
              for b, n, s in [(2, 8, 1), (3, 16, 2), (1, 4, 3)]]
@@ -781,12 +790,8 @@ def check_train_step(train_step: Callable) -> CheckResult:
 
 def _two_steps(step: Callable) -> Callable:
     def run(chunks, seed):
-        torch.manual_seed(seed)
-        model = bg.GPT(model_cfg())
-        # clipping inside step, as the optimizer train_gpt hands the learner (a step that also
-        # clips gives the same weights)
+        model = _randomise(bg.GPT(model_cfg()), seed, std=0.3)   # gradients far over norm 1
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        optimizer.step = bg.clipped_step(optimizer, model, 1.0)
         model.train()
         losses = []
         for chunk in chunks:
@@ -801,7 +806,206 @@ def _two_steps(step: Callable) -> Callable:
     return run
 
 
-# --- 5. generation with a KV cache ---------------------------------------------------------
+# --- 5. the training loop ------------------------------------------------------------------------
+
+
+def schedule_variant(kind: str) -> Callable:
+    """``learning_rate(step, recipe)`` with ``kind``'s mistake (``"right"``: the reference)."""
+    def learning_rate(step, recipe):
+        peak, low, warmup, steps = recipe.lr, recipe.min_lr, recipe.warmup, recipe.steps
+        if kind == "constant":
+            return peak
+        if step < warmup and kind != "no_warmup":
+            return peak * (step if kind == "warmup_from_zero" else step + 1) / warmup
+        if kind in ("no_warmup", "cosine_over_all"):
+            progress = step / steps
+        else:
+            progress = (step - warmup) / max(1, steps - warmup)
+        if kind == "to_zero":
+            low = 0.0
+        if kind == "linear":
+            return low + (peak - low) * (1 - progress)
+        if kind == "no_half":
+            return low + (peak - low) * math.cos(math.pi * progress)
+        return low + 0.5 * (peak - low) * (1 + math.cos(math.pi * progress))
+
+    return learning_rate
+
+
+SCHEDULE_MISTAKES = [
+    ("constant", "the learning rate never changes: warm up linearly to recipe.lr, then follow a "
+                 "cosine down to recipe.min_lr."),
+    ("no_warmup", "there is no warm-up: for the first recipe.warmup steps the rate climbs "
+                  "linearly, step s getting recipe.lr * (s + 1) / recipe.warmup."),
+    ("warmup_from_zero", "the first warm-up step gets a learning rate of 0, a wasted step: step s "
+                         "(from 0) gets recipe.lr * (s + 1) / recipe.warmup."),
+    ("cosine_over_all", "the cosine counts from step 0, not from the end of the warm-up: its "
+                        "progress is (step - warmup) / (steps - warmup), from 0 to 1."),
+    ("to_zero", "the cosine ends at 0: it ends at recipe.min_lr."),
+    ("linear", "the decay is linear: after the warm-up, follow half a cosine period, "
+               "min_lr + (lr - min_lr) * (1 + cos(pi * progress)) / 2."),
+    ("no_half", "cos(pi * progress) runs from 1 to -1, so the rate goes negative: map it to 1..0 "
+                "with (1 + cos(pi * progress)) / 2."),
+]
+
+
+def loop_variant(kind: str) -> Callable:
+    """``train(model, train_step, corpus, recipe, generator, stop)`` with ``kind``'s mistake."""
+    learning_rate = schedule_variant("right")
+
+    def train(model, train_step, corpus, recipe, generator, stop=None):
+        matrices = [p for p in model.parameters() if p.dim() >= 2]
+        others = [p for p in model.parameters() if p.dim() < 2]
+
+        def new_optimizer():
+            return torch.optim.AdamW([{"params": matrices, "weight_decay": 0.1},
+                                      {"params": others, "weight_decay": 0.0}],
+                                     betas=recipe.betas)
+
+        optimizer = new_optimizer()
+        n = model.cfg.context
+        data = corpus.val if kind == "batches_from_val" else corpus.train
+        high = len(data) - n - (0 if kind == "randint_high" else 1)
+        width = n if kind == "chunk_short" else n + 1
+        curve, fixed = [], None
+        steps = recipe.steps if stop is None or kind == "stop_ignored" else stop
+        for step in range(steps):
+            if kind == "optimizer_each_step":
+                optimizer = new_optimizer()
+            if kind not in ("no_schedule", "lr_after_step"):
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate(step, recipe)
+            if fixed is None or kind != "same_batch":
+                starts = torch.randint(0, high, (recipe.batch,), generator=generator)
+                fixed = torch.stack([data[s:s + width] for s in starts.tolist()])
+            model.train()
+            train_step(model, optimizer, fixed)
+            if kind == "lr_after_step":
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate(step, recipe)
+            due = step % recipe.eval_every == 0 if kind == "eval_off_by_one" \
+                else (step + 1) % recipe.eval_every == 0
+            if due and kind != "no_eval":
+                train_loss = bg.estimate_loss(model, corpus.train, n)
+                val_loss = bg.estimate_loss(model, corpus.val, n)
+                if kind == "eval_swapped":
+                    train_loss, val_loss = val_loss, train_loss
+                curve.append((step + 1, train_loss, val_loss))
+        return curve
+
+    return train
+
+
+LOOP_MISTAKES = [
+    ("no_schedule", "the learning rate was never set, so AdamW kept its default of 0.001: at "
+                    "every step, before the update, set group['lr'] = learning_rate(step, recipe) "
+                    "in each of optimizer.param_groups."),
+    ("lr_after_step", "the learning rate is set after the step, so each step uses the previous "
+                      "step's rate: set it before calling train_step."),
+    ("optimizer_each_step", "a new AdamW is built at every step: its running averages of the "
+                            "gradient start from zero each time. Build it once, before the loop."),
+    ("batches_from_val", "the batches come from the held-out text: train on corpus.train only, "
+                         "or the held-out loss no longer measures anything."),
+    ("same_batch", "one batch is drawn once and used at every step: draw a fresh batch inside "
+                   "the loop."),
+    ("randint_high", "the starts are drawn from 0..len(corpus.train) - n - 1 inclusive: use "
+                     "torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), "
+                     "generator=generator), as the exercise says (the same draws as the "
+                     "reference)."),
+    ("chunk_short", "each chunk holds n characters: it needs n + 1, n inputs and the n "
+                    "characters that follow them."),
+    ("eval_off_by_one", "the evaluations come one step early (at step 0, eval_every, ...): "
+                        "evaluate after step + 1 steps, when (step + 1) % recipe.eval_every == 0."),
+    ("eval_swapped", "the curve's two losses are swapped: each entry is (steps done, training "
+                     "loss, held-out loss)."),
+    ("no_eval", "the curve is empty: every recipe.eval_every steps append (step + 1, the "
+                "training loss, the held-out loss), each from bg.estimate_loss."),
+    ("stop_ignored", "stop was ignored: with stop, run only steps 0..stop-1 (the schedule still "
+                     "spans recipe.steps)."),
+]
+
+
+def _toy_corpus() -> bg.Corpus:
+    g = seeded(601)
+    return bg.Corpus("abcdefghijk", torch.randint(0, 11, (500,), generator=g),
+                     torch.randint(0, 11, (150,), generator=g))
+
+
+def _run_loop(train: Callable) -> Callable:
+    def run(recipe, stop, seed):
+        torch.manual_seed(seed)
+        model = bg.GPT(model_cfg())
+        curve = train(model, bg.train_step, _toy_corpus(), recipe,
+                      torch.Generator().manual_seed(seed), stop)
+        if curve is None:
+            raise Refused("train returned None: return the curve, a list of (step, training "
+                          "loss, held-out loss).")
+        rows = [[float(x) for x in row] for row in curve]
+        if any(len(row) != 3 for row in rows):
+            raise Refused("each entry of the curve should be (step, training loss, held-out "
+                          "loss), three numbers.")
+        weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        return torch.tensor(rows, dtype=torch.float64).reshape(-1, 3), weights
+
+    return run
+
+
+def _schedule_values(learning_rate: Callable) -> Callable:
+    def run(recipe):
+        return torch.tensor([float(learning_rate(s, recipe)) for s in range(recipe.steps)],
+                            dtype=torch.float64)
+
+    return run
+
+
+@exercise("build_gpt.train", "the training loop: schedule, batches, evaluation", hints=(
+    "Two functions. learning_rate: a straight line up for the warm-up steps, then half a cosine "
+    "period down to min_lr. train: at every step, set the rate, draw a batch from the training "
+    "text, take one step; every eval_every steps, record both losses.",
+    "learning_rate: step s < warmup gets lr * (s + 1) / warmup; after that progress p = (s - "
+    "warmup) / (steps - warmup) runs from 0 to 1 and the rate is min_lr + (lr - min_lr) * (1 + "
+    "cos(pi p)) / 2. The batch: recipe.batch random starts from torch.randint with the "
+    "generator, then the n + 1 characters from each start, stacked.",
+    "for group in optimizer.param_groups:\n"
+    "    group[\"lr\"] = ...                     # this step's rate\n"
+    "starts = torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), generator=generator)\n"
+    "chunk = torch.stack([...])                # (b, n + 1): corpus.train[s:s + n + 1]\n"
+    "train_step(model, optimizer, chunk)\n"
+    "if (step + 1) % recipe.eval_every == 0:\n"
+    "    curve.append((step + 1, bg.estimate_loss(model, corpus.train, n), ...))"))
+def check_train(train: Callable, learning_rate: Callable) -> CheckResult:
+    """Exercise: ``learning_rate(step, recipe) -> float`` (a linear warm-up, then a cosine to
+    ``min_lr``) and ``train(model, train_step, corpus, recipe, generator, stop=None) -> curve``:
+    the schedule on every step of four recipes, then the loop on a small GPT and a toy text (the
+    curve and the weights after, against the reference's with the same draws)."""
+    schedules = [{"recipe": bg.Recipe(steps=s, batch=2, lr=lr, warmup=w, min_lr=m)}
+                 for s, lr, w, m in [(20, 0.1, 5, 0.01), (12, 3e-3, 1, 0.0),
+                                     (50, 1e-3, 10, 1e-4), (8, 0.5, 3, 0.05)]]
+    result = check_function(
+        _schedule_values(learning_rate), _schedule_values(schedule_variant("right")), schedules,
+        what="learning_rate", output_names=("the rates of every step",), atol=1e-9, rtol=1e-7,
+        mistakes=[Mistake(_safe(_schedule_values(schedule_variant(kind))), hint)
+                  for kind, hint in SCHEDULE_MISTAKES])
+    if not result:
+        return result
+    cases = [{"recipe": bg.Recipe(steps=s, batch=b, lr=lr, warmup=w, min_lr=m, eval_every=e),
+              "stop": stop, "seed": seed}
+             for s, b, lr, w, m, e, stop, seed in [(9, 3, 0.02, 3, 0.002, 3, None, 1),
+                                                   (8, 2, 0.05, 2, 0.0, 4, None, 2),
+                                                   (12, 2, 0.01, 4, 0.001, 2, 6, 3)]]
+    loop = check_function(
+        _run_loop(train), _run_loop(loop_variant("right")), cases, what="train",
+        output_names=("the curve (step, training loss, held-out loss)", "the weights after"),
+        atol=1e-5, mistakes=[Mistake(_safe(_run_loop(loop_variant(kind))), hint)
+                             for kind, hint in LOOP_MISTAKES])
+    if not loop:
+        return loop
+    return CheckResult(True, "Passed: learning_rate matches the reference on every step of "
+                             f"{len(schedules)} recipes, and train gives the reference's curve "
+                             f"and weights on all {len(cases)} runs.")
+
+
+# --- 6. generation with a KV cache ---------------------------------------------------------
 
 
 @exercise("build_gpt.generate", "generation with a KV cache, temperature and top-k", hints=(

@@ -27,7 +27,7 @@ from ..training import single_thread
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
 from .panels import TITLE_PT, AttentionPanel, EntropyBars, TextSprites
 
-__all__ = ["PromptRun", "GPTFrame", "GPTView", "GPTWidget", "LossCurve", "Sampler", "char_label",
+__all__ = ["PromptRun", "GPTFrame", "GPTView", "GPTWidget", "Sampler", "char_label",
            "gpt_frame",
            "gpt_widget", "run_prompt"]
 
@@ -187,58 +187,6 @@ def gpt_widget(model: bg.GPT, corpus: bg.Corpus | None = None,
     and ``head`` (counted from 1, as the sliders count)."""
     corpus = bg.load_corpus() if corpus is None else corpus
     return GPTWidget(model, corpus, prompt, layer, head)
-
-
-class LossCurve:
-    """A live loss curve for training: the training loss (mean of every 20 steps) and the
-    held-out loss at each evaluation, with the target to reach; redrawn into an
-    ``ipywidgets.Image`` at each evaluation (pass :meth:`update` as ``on_eval``)."""
-
-    def __init__(self, steps: int, bar: float, figsize=(7.0, 3.2)):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
-        self.figure = Figure(figsize=figsize, dpi=80, layout="constrained")
-        self.canvas = FigureCanvasAgg(self.figure)
-        ax = self.figure.add_subplot()
-        ax.set_xlim(0, steps)
-        ax.set_ylim(1.0, 4.8)
-        ax.set_xlabel("training step")
-        ax.set_ylabel("loss (nats per character)")
-        ax.axhline(bar, color="#c0392b", linestyle="--", linewidth=1)
-        ax.text(steps, bar, f"target: {bar}", color="#c0392b", ha="right", va="bottom", fontsize=9)
-        (self.train_line,) = ax.plot([], [], color="#3b75af", linewidth=1.2,
-                                     label="training (mean of 20 steps)")
-        (self.val_line,) = ax.plot([], [], "o-", color="#ff7f0e", label="held-out")
-        ax.legend(loc="upper right", fontsize=9)
-        ax.set_title("loss while training")
-        self.image = widgets.Image(format="png", value=self.png())
-
-    def png(self) -> bytes:
-        import io
-
-        buffer = io.BytesIO()
-        self.canvas.print_png(buffer)
-        return buffer.getvalue()
-
-    def update(self, log) -> None:
-        losses = torch.tensor(log.losses)
-        k = 20
-        if len(losses) >= k:
-            means = losses[: len(losses) // k * k].view(-1, k).mean(1)
-            self.train_line.set_data((torch.arange(len(means)) + 1) * k, means)
-        steps, values = zip(*log.evaluations, strict=True) if log.evaluations else ((), ())
-        self.val_line.set_data(steps, values)
-        self.image.value = self.png()
-
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = self.image._repr_mimebundle_(**kwargs)
-        data = bundle[0] if isinstance(bundle, tuple) else bundle
-        import base64
-
-        data["image/png"] = base64.b64encode(self.image.value).decode("ascii")
-        data["text/plain"] = "Loss curve (live while training; static here)"
-        return bundle
 
 
 def _one_line(sample: str) -> str:

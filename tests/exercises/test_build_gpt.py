@@ -15,7 +15,9 @@ from attn_helpers.exercises.build_gpt import (
     attention_variant,
     block_variant,
     generate_variant,
+    loop_variant,
     model_variant,
+    schedule_variant,
     train_variant,
 )
 from attn_helpers.lessons import build_gpt as bg
@@ -59,7 +61,27 @@ def test_the_references_pass():
     assert ex.check_block(bg.Block)
     assert ex.check_model(bg.GPT)
     assert ex.check_train_step(train_variant("right"))
+    assert ex.check_train_step(bg.train_step)
+    assert ex.check_train(bg.train, bg.learning_rate)
+    assert ex.check_train(loop_variant("right"), schedule_variant("right"))
     assert ex.check_generate(bg.generate)
+
+
+@pytest.mark.parametrize("kind, words", [(kind, hint[:30]) for kind, hint in ex.SCHEDULE_MISTAKES])
+def test_the_schedule_names_its_mistakes(kind, words):
+    assert_rejected(ex.check_train(bg.train, schedule_variant(kind)), "Hint: ", words)
+
+
+@pytest.mark.parametrize("kind, words", [(kind, hint[:30]) for kind, hint in ex.LOOP_MISTAKES])
+def test_the_loop_names_its_mistakes(kind, words):
+    assert_rejected(ex.check_train(loop_variant(kind), bg.learning_rate), "Hint: ", words)
+
+
+def test_a_loop_that_returns_nothing_is_told_to_return_the_curve():
+    def silent(model, train_step, corpus, recipe, generator, stop=None):
+        loop_variant("right")(model, train_step, corpus, recipe, generator, stop)
+
+    assert "return the curve" in ex.check_train(silent, bg.learning_rate).message
 
 
 @pytest.mark.parametrize("mistake, words", [(kw, hint.split(":")[0][:30])
@@ -149,7 +171,7 @@ def test_the_cache_path_of_block_and_model_is_checked():
     message = ex.check_train_step(train_variant("whole_chunk")).message
     assert "both the whole chunk, unshifted" in message
 
-    def step_that_also_clips(model, optimizer, chunk):      # the optimizer clips too: no change
+    def step_that_also_clips(model, optimizer, chunk):      # the right answer, written out
         loss = F.cross_entropy(model(chunk[:, :-1]).flatten(0, 1), chunk[:, 1:].flatten())
         optimizer.zero_grad()
         loss.backward()
@@ -231,7 +253,8 @@ def test_generate_names_restarting_positions_and_late_temperature():
 
 def test_each_checker_knows_at_least_six_mistakes():
     for mistakes in (ex.ATTENTION_MISTAKES, ex.BLOCK_MISTAKES, ex.MODEL_MISTAKES,
-                     ex.TRAIN_MISTAKES, ex.GENERATE_MISTAKES):
+                     ex.TRAIN_MISTAKES, ex.SCHEDULE_MISTAKES, ex.LOOP_MISTAKES,
+                     ex.GENERATE_MISTAKES):
         assert len(mistakes) >= 6
 
 
@@ -249,6 +272,8 @@ def test_stubs_are_not_implemented_yet():
     assert "not implemented yet" in ex.check_attention(ForwardStub).message
     assert "top_k_indices" not in [kind for kind, _ in ex.GENERATE_MISTAKES]
     assert "not implemented yet" in ex.check_train_step(stub).message
+    assert "not implemented yet" in ex.check_train(stub, stub).message
+    assert "not implemented yet" in ex.check_train(stub, bg.learning_rate).message
     assert "not implemented yet" in ex.check_generate(stub).message
     assert not ex.check_attention("CausalSelfAttention")
 
@@ -429,10 +454,12 @@ def test_the_third_hint_of_each_piece_is_a_skeleton(key, base, signature, check,
 
 def test_the_third_hints_of_the_step_and_of_generate_are_skeletons():
     key = "build_gpt.train_step"
-    assert not ex.check_train_step(skeleton(key, "model, optimizer, chunk", F=F))
+    assert not ex.check_train_step(skeleton(key, "model, optimizer, chunk", F=F, nn=nn))
     result = ex.check_train_step(skeleton(key, "model, optimizer, chunk", (
         "chunk[:, :-1], chunk[:, 1:]", "logits.reshape(-1, logits.shape[-1])",
-        "targets.reshape(-1)", "optimizer.zero_grad(); loss.backward(); optimizer.step()"), F=F))
+        "targets.reshape(-1)",
+        "loss.backward(); nn.utils.clip_grad_norm_(model.parameters(), 1.0); optimizer.step()"),
+        F=F, nn=nn))
     assert result, result.message
     assert not ex.check_generate(_generate_from_hint(None))
     result = ex.check_generate(_generate_from_hint((

@@ -66,24 +66,25 @@ def test_generation_with_and_without_the_cache_is_equal_and_respects_top_k():
 
 
 def test_the_learning_rate_warms_up_then_decays_to_its_floor():
-    r = bg.Recipe(steps=100, lr=1e-2, warmup=10, final_lr_share=0.1)
-    lrs = [bg.lr_at(s, r) for s in range(100)]
+    r = bg.Recipe(steps=100, batch=2, lr=1e-2, warmup=10, min_lr=1e-3)
+    lrs = [bg.learning_rate(s, r) for s in range(100)]
     assert lrs[0] == pytest.approx(1e-3) and lrs[9] == pytest.approx(1e-2)
     assert all(b <= a + 1e-12 for a, b in zip(lrs[9:], lrs[10:], strict=False))
     assert lrs[-1] == pytest.approx(1e-3, rel=0.01)
 
 
-def test_a_short_training_run_lowers_the_held_out_loss():
+def test_a_short_training_run_lowers_the_held_out_loss_and_logs_a_curve():
     corpus = bg.load_corpus()
     torch.manual_seed(0)
     model = bg.GPT(bg.GPTConfig(corpus.vocab_size, context=16, d_model=32, num_heads=2,
                                 num_layers=1, d_ff=64))
-    before = bg.held_out_loss(model, corpus.val, 16, windows=50)
-    log = bg.train_gpt(model, bg.Recipe(steps=60, batch=8, lr=3e-3, warmup=5),
-                       corpus=corpus, eval_every=30, eval_windows=50, progress=False)
+    before = bg.estimate_loss(model, corpus.val, 16, windows=50)
+    recipe = bg.Recipe(steps=60, batch=8, lr=3e-3, warmup=5, eval_every=30)
+    curve = bg.train(model, bg.train_step, corpus, recipe, torch.Generator().manual_seed(0))
     assert before == pytest.approx(math.log(corpus.vocab_size), rel=0.05)
-    assert log.evaluations[-1][1] < before - 0.5
-    assert len(log.losses) == 60 and log.cpu_seconds > 0
+    assert [s for s, _, _ in curve] == [30, 60] and curve[-1][2] < before - 0.5
+    stopped = bg.train(model, bg.train_step, corpus, recipe, torch.Generator(), stop=10)
+    assert stopped == []                                           # no evaluation before step 30
 
 
 def test_a_step_returning_the_loss_as_a_tensor_trains_without_a_warning():
@@ -101,9 +102,9 @@ def test_a_step_returning_the_loss_as_a_tensor_trains_without_a_warning():
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        log = bg.train_gpt(model, bg.Recipe(steps=3, batch=2, warmup=1), corpus=corpus,
-                           step_fn=step, eval_every=3, eval_windows=5, progress=False)
-    assert len(log.losses) == 3 and all(isinstance(v, float) for v in log.losses)
+        curve = bg.train(model, step, corpus, bg.Recipe(steps=3, batch=2, lr=1e-3, warmup=1,
+                                                        eval_every=3), torch.Generator())
+    assert len(curve) == 1 and all(isinstance(v, float) for v in curve[0][1:])
 
 
 def test_head_scores_find_a_previous_character_head():
@@ -142,7 +143,9 @@ def test_the_shipped_records_are_the_code_s_recipes_and_their_claims_can_fail():
     bar, seeds = bg.load_record("build_gpt_nanogpt_bar"), bg.load_record("build_gpt_final_seeds")
     assert {k: bar["recipe"][k] for k in ("steps", "batch", "lr")} == {
         "steps": bg.NANOGPT.steps, "batch": bg.NANOGPT.batch, "lr": bg.NANOGPT.lr}
-    assert seeds["recipe"]["lr"] == bg.FINAL.lr and seeds["size"] == bg.FINAL_SIZE
+    assert seeds["recipe"]["steps"] == bg.FINAL.steps and seeds["recipe"]["lr"] == bg.FINAL.lr
+    assert seeds["size"] == bg.FINAL_SIZE
+    assert len(seeds["curves"]) == len(seeds["seeds"])
     assert all(bg.recipe_claims(seeds, bar).values())
     worse = seeds | {"nats": [n + 0.1 for n in seeds["nats"]]}
     assert not all(bg.recipe_claims(worse, bar).values())
