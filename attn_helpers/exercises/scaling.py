@@ -220,6 +220,9 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
                     "<a, g> is one number per row: sum over the last axis with keepdim=True, "
                     "not over the whole tensor."),
         ],
+        error_hints=[("must match the size of tensor",
+                      "<a, g> must keep its last axis to broadcast against the row: "
+                      "sum(dim=-1, keepdim=True) gives (..., 1); without keepdim it is (...,).")],
         nan_hint="exp of a large score overflows to inf, and inf / inf is NaN. Subtract each "
                  "row's max before exponentiating (the softmax does not change), or use "
                  "torch.softmax.",

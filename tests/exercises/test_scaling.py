@@ -129,6 +129,7 @@ def _via_jacobian(s, g):
     (_from_a(lambda a, g: a * (g - (a * g).sum(0, keepdim=True))), "wrong axis"),
     (lambda s, g: s * (g - (s * g).sum(-1, keepdim=True)), "not the raw scores"),
     (_from_a(lambda a, g: a * (g - (a * g).sum())), "not over the whole tensor"),
+    (_from_a(lambda a, g: a * (g - (a * g).sum(-1))), "without keepdim it is (...,)"),
     (lambda s, g: (lambda a: a * (g - (a * g).sum(-1, keepdim=True)))(_naive_softmax(s)),
      "Subtract each row's max"),
 ])
