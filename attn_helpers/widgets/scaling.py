@@ -71,21 +71,13 @@ def settings_line(d_k: int, scaled: bool, temperature: float) -> str:
             f"temperature T = {temperature:.3g}")
 
 
-def readout_line(frame: AttentionFrame) -> str:
-    """The readouts as the picture states them (rounded for the eye)."""
-    r = frame.readouts
-    return (f"largest weight {r['largest weight (mean over rows)']:.2f}   |   entropy "
-            f"{r['entropy (mean, nats)']:.2f} nats   |   softmax gain |J| "
-            f"{r['softmax gain |J| (mean over rows)']:.3f}   (means over rows)")
-
-
 class ScalingView(BlitView):
-    """The heatmap and entropy view, with the settings and the readouts written into the
-    picture (two pasted lines under the map: no full redraw on a move)."""
+    """The heatmap and entropy view, with the settings written into the picture (one pasted
+    line under the map: no full redraw on a move). The readouts are the widget's table only."""
 
-    def __init__(self, figsize: tuple[float, float] = (6.8, 4.7)):
+    def __init__(self, figsize: tuple[float, float] = (6.8, 4.4)):
         super().__init__(figsize)
-        grid = self.figure.add_gridspec(1, 1, left=0.01, right=0.99, bottom=0.13, top=0.99)
+        grid = self.figure.add_gridspec(1, 1, left=0.01, right=0.99, bottom=0.08, top=0.99)
         self.panel = AttentionPanel(self.blit, grid[0],
                                     title="attention weights of 8 random queries")
         self.lines = TextSprites(self.blit, self.figure.transFigure, size=9, ha="left",
@@ -93,8 +85,7 @@ class ScalingView(BlitView):
 
     def draw(self, frame: AttentionFrame) -> None:
         self.panel.set_frame(frame)
-        self.lines.set([settings_line(**frame.settings), readout_line(frame)],
-                       [(0.02, 0.085), (0.02, 0.03)])
+        self.lines.set([settings_line(**frame.settings)], [(0.02, 0.035)])
 
 
 def scaling_widget(seed: int = 0, *, d_k: int = 64, scaled: bool = True,
@@ -115,5 +106,7 @@ def scaling_widget(seed: int = 0, *, d_k: int = 64, scaled: bool = True,
     def compute(d_k, scaled, temperature):
         return scaling_frame(d_k, scaled, temperature, seed=seed)
 
-    return LiveAttentionWidget(compute, controls, ScalingView(),
-                               title="Scores of size d_k: with and without the scaling")
+    title = ("Move d_k, the 1/sqrt(d_k) scaling and the temperature T. Left: the attention "
+             "weights of 8 random queries over 8 keys. Right: each query's entropy. Below: means "
+             "over the rows.")
+    return LiveAttentionWidget(compute, controls, ScalingView(), title=title)

@@ -11,7 +11,6 @@ import torch
 from attn_helpers.entropy import attention_entropy
 from attn_helpers.widgets.scaling import (
     D_K_OPTIONS,
-    readout_line,
     scaling_frame,
     scaling_widget,
     settings_line,
@@ -58,17 +57,19 @@ def test_scaling_widget_redraws_and_reports():
     assert list(widget.controls["d_k"].options) == list(D_K_OPTIONS)
 
 
-def test_the_picture_states_the_settings_and_the_readouts():
-    """The stored picture opens on the state the notebook asks for, and the text pasted into it
-    names the settings and the readouts of the frame on show."""
+def test_the_picture_states_the_settings_and_the_table_the_readouts():
+    """The stored picture opens on the state the notebook asks for; the text pasted into it names
+    the settings, and the readouts appear once, in the widget's table; the title names the three
+    controls."""
     widget = scaling_widget(d_k=1024, scaled=False)
     assert widget.values == {"d_k": 1024, "scaled": False, "temperature": 1.0}
     frame = widget.frame
     assert frame.settings == {"d_k": 1024, "scaled": False, "temperature": 1.0}
     texts = widget.view.lines.texts
-    assert texts == [settings_line(**frame.settings), readout_line(frame)]
+    assert texts == [settings_line(**frame.settings)]
     assert "d_k = 1024" in texts[0] and "divided by sqrt(d_k): no" in texts[0]
-    assert f"largest weight {frame.readouts['largest weight (mean over rows)']:.2f}" in texts[1]
+    assert "largest weight" in widget.readout_html.value and "largest weight" not in texts[0]
+    assert all(word in widget.title for word in ("d_k", "scaling", "temperature", "entropy"))
     before = widget.image.value
     widget.set(scaled=True)
     assert "divided by sqrt(d_k): yes" in widget.view.lines.texts[0]
