@@ -155,16 +155,12 @@ def check_function(candidate: Callable, reference: Callable, cases: Iterable[dic
                    atol: float = 1e-5, rtol: float = 1e-4,
                    watch: Callable[[dict], contextlib.AbstractContextManager] | None = None,
                    error_hints: Sequence[tuple[str, str]] = (), same_dtype: bool = False) -> CheckResult:
-    """Run ``candidate(*case.values())`` and the reference on every case; explain the first miss.
-
-    Arguments are passed by position, in the order of each case's keys, so the learner may name
-    their parameters as they like. ``mistakes`` are checked in order and the first whose output
-    equals the candidate's names what went wrong; ``nan_hint`` is added when the candidate gives
-    NaN or inf where the answer is finite; ``watch(inputs)`` gives a context entered around each
-    candidate call (an :class:`AllocationWatch`; a :class:`Refused` fails the check with its
-    text); ``error_hints`` are ``(fragment, hint)`` pairs for an exception whose text holds the
-    fragment; ``same_dtype``: each returned tensor must have the reference's dtype.
-    """
+    """Run ``candidate(*case.values())`` (by position, so the learner names the parameters) and
+    the reference on every case; explain the first miss. The first of ``mistakes`` whose output
+    equals the candidate's names what went wrong; ``nan_hint`` is added for NaN or inf where the
+    answer is finite; ``watch(inputs)`` is a context around each call (an :class:`AllocationWatch`,
+    whose :class:`Refused` fails the check with its text); ``error_hints`` are ``(fragment, hint)``
+    for an exception whose text holds the fragment; ``same_dtype``: keep the reference's dtype."""
     if not callable(candidate):
         return CheckResult(False, f"Not yet: {what} is not a function (got {type(candidate).__name__}).")
     cases = list(cases)
@@ -231,10 +227,9 @@ def _named_mistake(mistakes, case, got, expected, atol, rtol) -> str | None:
 
 def gradient_mismatch(mine: nn.Module, reference: nn.Module, run: Callable, x: torch.Tensor,
                       *, atol: float = 1e-5, rtol: float = 1e-4) -> dict:
-    """One backward through each module, ``run(module, x)`` then a fixed random weighting of
-    its output summed: ``{name: (got, expected)}`` for every gradient that differs (``"x"``, the
-    input, then the parameters by name; a parameter that gets no gradient where the reference's
-    does counts, as zeros). The modules hold the same weights; empty when every gradient matches."""
+    """One backward through each module (``run(module, x)``, weighted by fixed random numbers and
+    summed) holding the same weights: ``{name: (got, expected)}`` for every gradient that differs,
+    ``"x"`` (the input) then the parameters; a missing gradient counts as zeros."""
     grads = []
     for module in (mine, reference):
         module.zero_grad(set_to_none=True)
