@@ -73,7 +73,8 @@ def given_self_attention(layer, y):
 def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(False, False),
                  cross_out=True, cross_residual=True, query_before_self=False, one_head=False,
                  memory_queries=False, cross_norm=True, ff_residual=True, ff_norm="norm3",
-                 invert_memory=False, causal_memory=False, mask_3d=False):
+                 invert_memory=False, causal_memory=False, mask_3d=False, unscaled=False,
+                 norm_outside=False):
     """Exercise 1's answer with one known mistake (all off: the right answer): the given
     self-attention, then the cross-attention and the feed-forward one position at a time."""
     ca = layer.cross_attn
@@ -87,6 +88,8 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
     def block(x, norm, fn, *, residual=True, pre=False):
         if pre == "both":                             # a norm before the block and after the sum
             return norm(x + fn(norm(x)))
+        if pre == "outside":                          # the norm on x alone: LN(x) + block(x)
+            return norm(x) + fn(x)
         if pre:                                       # pre-norm: x + block(LN(x))
             return x + fn(norm(x))
         return norm((x if residual else 0) + fn(x))   # post-norm: LN(x + block(x))
@@ -96,7 +99,8 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
 
         def cross_attention(z, t=t):
             seen = real & (torch.arange(K_m.shape[-2]) <= t) if causal_memory else real
-            o, _ = scaled_dot_product_attention(split_heads(ca.q_proj(z), h), K_m, V_m, seen)
+            o, _ = scaled_dot_product_attention(split_heads(ca.q_proj(z), h), K_m, V_m, seen,
+                                                scale=1.0 if unscaled else None)
             o = merge_heads(o)
             return ca.out_proj(o) if cross_out else o
 
@@ -108,7 +112,7 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
             x = layer.norm2(x + ca.out_proj(merge_heads(o)))
         else:
             x = block(x, layer.norm2 if cross_norm else nn.Identity(), cross_attention,
-                      residual=cross_residual, pre=pre_norm[0])
+                      residual=cross_residual, pre="outside" if norm_outside else pre_norm[0])
         x = block(x, getattr(layer, ff_norm), layer.feed_forward, residual=ff_residual,
                   pre=pre_norm[1])
         outputs.append(x)
@@ -180,6 +184,11 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
          {"cross_residual": False}),
         ("the cross-attention's query came from y, the state before the self-attention block; "
          "it reads x_t, the state after it: q from x_t.", {"query_before_self": True}),
+        ("the scores were not scaled: scaled dot-product attention divides q k^T by "
+         "sqrt(d_head), the width of one head (ah.scaled_dot_product_attention does it when "
+         "given no scale).", {"unscaled": True}),
+        ("the LayerNorm went on x_t alone, norm2(x_t) + block(x_t); post-norm normalises the "
+         "SUM: norm2(x_t + block(x_t)).", {"norm_outside": True}),
         ("the heads were not split: split q, k, v into num_heads heads of d_model / num_heads "
          "(ah.split_heads), attend per head, merge.", {"one_head": True}),
         ("the sum after the cross-attention was not normalised; post-norm puts a LayerNorm "
@@ -271,6 +280,9 @@ def _alignment_mistakes():
         ("padded output steps counted in the accuracy: divide the hits on real steps by the "
          "number of real steps.", lambda w, s, g, t: (a := masked(w, s, g, t),
                                                      (a == g).float().mean())),
+        ("padded output steps counted as hits: both the alignment and gold are -1 there, so "
+         "(alignment == gold) is True at them; keep only the real steps' hits (& tgt_real).",
+         lambda w, s, g, t: (a := masked(w, s, g, t), (a == g).sum() / t.sum())),
         ("padded output steps counted as misses: divide by the number of real steps, not by "
          "all b * n_out steps.", lambda w, s, g, t: (a := masked(w, s, g, t),
                                                     ((a == g) & t).float().mean())),

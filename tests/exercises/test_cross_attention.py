@@ -144,6 +144,8 @@ def test_the_given_self_attention_is_the_layers_first_block():
     ({"ff_norm": "norm2"}, "norm3 for the feed-forward"),
     ({"invert_memory": True}, "the memory mask is inverted"),
     ({"causal_memory": True}, "masked causally"),
+    ({"unscaled": True}, "the scores were not scaled"),
+    ({"norm_outside": True}, "the LayerNorm went on x_t alone"),
 ])
 def test_decode_checker_names_the_mistake(flaw, words):
     decode = ex._decode_with
@@ -158,7 +160,8 @@ def test_decode_checker_counts_the_projections():
 
 
 def learner_alignment(weights, src_real, gold, tgt_real, *, mask_pad=True, invert=False, dim=-1,
-                      count_padded=False, padded_as_miss=False, per_sentence=False, mark=True):
+                      count_padded=False, padded_as_miss=False, per_sentence=False, mark=True,
+                      padded_as_hit=False):
     """A learner's answer written out by hand, with a loop; each keyword plants one mistake."""
     keep = ~src_real if invert else src_real
     scores = weights.clone()
@@ -170,6 +173,8 @@ def learner_alignment(weights, src_real, gold, tgt_real, *, mask_pad=True, inver
     if dim != -1:
         return alignment, 0.0
     hits = alignment == gold
+    if padded_as_hit:                                 # -1 == -1 at padded steps: counted as hits
+        return alignment, hits.sum().item() / tgt_real.sum().item()
     if count_padded:
         return alignment, hits.double().mean().item()
     hits = hits & tgt_real
@@ -194,6 +199,7 @@ ALIGNMENT_WRONG = {
     "padded output steps counted as misses": dict(padded_as_miss=True),
     "mean of per-sentence accuracies": dict(per_sentence=True),
     "must be marked -1": dict(mark=False),
+    "padded output steps counted as hits": dict(padded_as_hit=True),
 }
 
 
