@@ -106,7 +106,5 @@ def scaling_widget(seed: int = 0, *, d_k: int = 64, scaled: bool = True,
     def compute(d_k, scaled, temperature):
         return scaling_frame(d_k, scaled, temperature, seed=seed)
 
-    title = ("Move d_k, the 1/sqrt(d_k) scaling and the temperature T. Left: the attention "
-             "weights of 8 random queries over 8 keys. Right: each query's entropy. Below: means "
-             "over the rows.")
+    title = "d_k, 1/sqrt(d_k) scaling, temperature: weights of 8 queries (left), entropy (right)"
     return LiveAttentionWidget(compute, controls, ScalingView(), title=title)
