@@ -113,10 +113,22 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
         per_sentence = (_diagonal(w, -1) * valid).sum(3) / valid.sum(3)   # (L, b, h)
         return per_sentence.mean(1)
 
+    def diagonal_above(w, m):                           # w.diagonal(offset=+1), mask[:, :-1]
+        valid = m[:, :-1][None, :, None, :].float()                   # (1, b, 1, n - 1)
+        return _mean(w.diagonal(offset=1, dim1=-2, dim2=-1), valid)
+
+    no_axes = ("the mask is (b, n - 1) but the picked entries are (L, b, h, n - 1): a mask without "
+               "axes for the layers and the heads does not broadcast against them. Give it those "
+               "axes with mask[:, 1:][None, :, None, :] (and .float() to multiply).")
     return check_function(
         candidate, previous_token_reference, make_cases(91),
         what="previous_token_scores", output_names=("the scores",),
+        error_hints=[("must match the size of tensor", no_axes), ("Dimension out of range", no_axes)],
         mistakes=[
+            Mistake(diagonal_above,
+                    "you took w.diagonal(offset=+1): the entries a[i, i + 1], the weight on the "
+                    "NEXT token (the diagonal ABOVE the main one). The previous token sits just "
+                    "below it: offset=-1, whose entries belong to the queries i = 1 .. n-1."),
             Mistake(shifted(+1, 0),
                     "you read a[i, i + 1], the weight on the NEXT token. The previous token of "
                     "query i is key i - 1: which entry of row i holds the weight on it?"),
@@ -214,6 +226,11 @@ def check_value_norms(candidate: Callable) -> CheckResult:
             return torch.full((h, d_head, 1), float("nan"))
         return W[: h * d_head].view(h, d_head, -1)
 
+    def merged(w, v, W):                                 # heads merged, the whole W_O: (b, n, d)
+        b, h, n, d_head = v.shape
+        f = v.transpose(1, 2).reshape(b, n, h * d_head) @ W.T
+        return w * f.norm(dim=-1)[:, None, None, :]
+
     def first_slice(W, h, d_head):                       # every head through head 0's columns
         return W[:, :d_head].T.expand(h, d_head, W.shape[0])
 
@@ -221,6 +238,10 @@ def check_value_norms(candidate: Callable) -> CheckResult:
         candidate, value_norms_reference, make_norm_cases(93), what="value_norms",
         output_names=("the norms",),
         mistakes=[
+            Mistake(merged,
+                    "you merged the heads and applied the whole W_O, so every head got one norm: "
+                    "that of all heads' values summed through W_O. Kobayashi et al. measure each "
+                    "head on its own: head h's value v_j^(h) through head h's block of W_O only."),
             Mistake(lambda w, v, W: times(w, v.norm(dim=-1)),
                     "you took the norm of the value vector v_j itself: Kobayashi et al. pass it "
                     "through the head's slice of the output projection first, f_h(x_j) = "

@@ -111,7 +111,21 @@ def validity_from_the_key(weights, mask):
     return (weights[..., i, i - 1] * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
 
 
+def diagonal_next(weights, mask):  # torch.diagonal with offset +1: the diagonal above
+    valid = mask[:, :-1][None, :, None, :].float()
+    on = weights.diagonal(offset=1, dim1=-2, dim2=-1)               # (L, b, h, n - 1)
+    return (on * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+
+
+def mask_without_axes(weights, mask):  # mask (b, n - 1) against entries (L, b, h, n - 1)
+    i = torch.arange(1, weights.shape[-1])
+    valid = mask[:, 1:].float()
+    return (weights[..., i, i - 1] * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+
+
 PREVIOUS_WRONG = [
+    (diagonal_next, "diagonal ABOVE"),
+    (mask_without_axes, "[None, :, None, :]"),
     (validity_from_the_key, "validity from its key"),
     (next_token, "NEXT token"),
     (own_token, "on itself"),
@@ -207,7 +221,14 @@ def norm_of_output(weights, values, W_O):  # the norm of the head's whole output
     return (weights @ f).norm(dim=-1)[..., None].expand_as(weights)
 
 
+def merged_heads(weights, values, W_O):  # heads merged, then the whole W_O: one norm per key
+    b, h, n, d_head = values.shape
+    f = values.transpose(1, 2).reshape(b, n, h * d_head) @ W_O.T        # (b, n, d)
+    return weights * f.norm(dim=-1)[:, None, None, :]
+
+
 NORMS_WRONG = [
+    (merged_heads, "merged the heads"),
     (value_only, "through the head's slice"),
     (rows_of_W_O, "COLUMNS"),
     (whole_W_O_on_head_0, "first head's columns"),
