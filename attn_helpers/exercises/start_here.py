@@ -176,11 +176,14 @@ def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
 @exercise("start_here.entropy", "the entropy of attention rows", hints=(
     "Entropy measures how spread out a row is: 0 when one key takes all the weight, ln n when "
     "all n keys share it equally. A key with weight 0 adds nothing.",
-    "Each key adds a_j ln a_j (torch.log, the natural log), but at a_j = 0 that is 0 * (-inf) "
-    "= nan: choose 0 there instead, with torch.where on a_j > 0. Then negate the sum of the "
-    "terms over the last axis, dim=-1, which leaves shape (...).",
-    "terms = torch.where(weights > 0, ..., torch.zeros_like(weights))   # a ln a, 0 where a = 0\n"
-    "return 0.0 - ...  # sum over the last axis; 0.0 - x: a one-hot row gives 0, not -0"))
+    "Each key adds -a_j ln a_j (torch.log, the natural log), but at a_j = 0 that is 0 * (-inf) "
+    "= nan: choose 0 there instead, with torch.where on a_j > 0. Then sum the terms "
+    "over the last axis, dim=-1, which leaves shape (...). Keep every positive weight as "
+    "it is: the checker allows 1e-9 nats plus 0.01% of the entropy, and its rows hold tiny "
+    "weights. So torch.log(a + 1e-12) passes, but torch.log(a + 1e-6) or a threshold at 1e-3 is "
+    "refused.",
+    "terms = torch.where(weights > 0, -..., torch.zeros_like(weights))  # -a ln a, 0 where a = 0\n"
+    "return ...        # the sum over the last axis, dim=-1: shape (...)"))
 def check_entropy(entropy: Callable) -> CheckResult:
     """Exercise: ``entropy(weights (..., n)) -> (...)`` in nats, with ``0 ln 0 = 0``."""
     ref = entropy_reference
