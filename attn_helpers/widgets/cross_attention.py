@@ -36,7 +36,7 @@ def _alignment(source, target, output, weights, step: int) -> AttentionFrame:
     frame = AttentionFrame(
         weights=weights, query_labels=labels, key_labels=source, mask=mask, highlight_row=step,
         readouts={
-            "step": f"{step} of {n_q - 1}",
+            "step": f"{step} (steps 0 to {n_q - 1})",
             "output token": f"{output[step]} (target {target[step]})",
             "strongest source token": f"{source[best]} (position {best})",
             "its weight": row[best].item(),
@@ -46,7 +46,7 @@ def _alignment(source, target, output, weights, step: int) -> AttentionFrame:
     )
     entropy, ceiling = attention_entropy(row).item(), max_entropy(n_k)
     frame.caption = (
-        f"{' '.join(source)}  |  decoder step {step} of {n_q - 1}: wrote {output[step]!r} "
+        f"{' '.join(source)}  |  decoder step {step} (0 to {n_q - 1}): wrote {output[step]!r} "
         f"(target {target[step]!r})",
         f"strongest input word: {source[best]!r} with weight {row[best].item():.2f}  |  "
         f"entropy {entropy:.2f} of at most ln {n_k} = {ceiling:.2f} nats")
