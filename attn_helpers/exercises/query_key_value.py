@@ -124,6 +124,12 @@ def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v",
     return attention
 
 
+TRANSPOSE_ALL = (
+    "if you wrote k.T: on a batched tensor .T reverses every axis, so k (2, 5, 16) becomes "
+    "(16, 5, 2) and the batch axes no longer line up. Swap only the last two axes: "
+    "k.transpose(-2, -1) (or k.mT) gives (..., d_k, n_k).")
+
+
 @exercise("query_key_value.attention", "scaled dot-product attention with a mask", hints=(
     "Four steps: scores q . k_j, scaled by 1/sqrt(d_k); masked keys get -inf; a softmax over the "
     "keys; the weighted sum of the values. A query with no allowed key must read nothing (zeros).",
@@ -177,6 +183,8 @@ def check_attention(attention: Callable) -> CheckResult:
               for after in ("softmax", "exp") for zero in (True, False)),
             Mistake(_attention(mask_after="zeroed"), ZEROED_AFTER),     # after: they agree on 8
         ],
+        error_hints=[("must match the size of tensor", TRANSPOSE_ALL),
+                     ("Expected size for first two dimensions", TRANSPOSE_ALL)],
         nan_hint=FULLY_MASKED,
     )
 

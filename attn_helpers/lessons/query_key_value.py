@@ -12,8 +12,9 @@ import torch.nn.functional as F
 
 from .._checks import require_tensor, shape
 
-__all__ = ["convex_hull_2d", "inside_convex_hull", "QUERY", "CATEGORIES", "PLANE_VALUES",
-           "lookups", "TOKENS", "FEATURES", "EMBEDDING", "LOOKS_FOR", "sentence_projections"]
+__all__ = ["convex_hull_2d", "inside_convex_hull", "draw_hull_figure", "QUERY", "CATEGORIES",
+           "PLANE_VALUES", "lookups", "TOKENS", "FEATURES", "EMBEDDING", "LOOKS_FOR",
+           "sentence_projections"]
 
 
 def _check_points(name: str, points) -> torch.Tensor:
@@ -60,6 +61,32 @@ def inside_convex_hull(queries: torch.Tensor, points: torch.Tensor, tol: float =
     to_query = queries[:, None, :] - start[None, :, :]  # (m, h, 2)
     cross = edge[None, :, 0] * to_query[..., 1] - edge[None, :, 1] * to_query[..., 0]
     return (cross >= -tol).all(dim=1)
+
+
+LABEL_OFFSETS = {"cat": (8, -4), "dog": (6, 6), "car": (-9, -4), "bus": (-8, 6),
+                 "apple": (-9, -10), "pear": (9, -4)}   # points: each label beside its marker
+
+
+def draw_hull_figure(ax, keys: torch.Tensor, key_names, queries: torch.Tensor,
+                     outputs: torch.Tensor) -> None:
+    """Section 3's picture on ``ax``: the convex hull of the values (= ``keys`` ``(n, 2)``), the
+    ``queries`` ``(m, 2)``, their ``outputs`` ``(m, 2)`` and the labelled keys, all in view."""
+    for name, points in (("keys", keys), ("queries", queries), ("outputs", outputs)):
+        _check_points(name, points)
+    hull = convex_hull_2d(keys)
+    ax.fill(*torch.cat([hull, hull[:1]]).T, alpha=0.15, color="#3b75af",
+            label="convex hull of values")
+    ax.scatter(*queries.T, s=6, color="grey", alpha=0.4, label="queries")
+    ax.scatter(*outputs.T, s=8, color="#ff7f0e", label="outputs")
+    ax.scatter(*keys.T, s=60, color="#3b75af", edgecolor="black", label="values (= keys)")
+    for name, (x, y) in zip(key_names, keys.tolist(), strict=True):
+        dx, dy = LABEL_OFFSETS.get(name, (8, 4))
+        ax.annotate(name, (x, y), xytext=(dx, dy), textcoords="offset points",
+                    ha="right" if dx < 0 else "left",
+                    bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "alpha": 0.8, "lw": 0})
+    limit = 1.05 * torch.cat([queries, keys]).abs().max().item()      # every point in view
+    ax.set(aspect="equal", xlim=(-limit, limit), ylim=(-limit, limit))
+    ax.legend(fontsize=8, loc="lower left")
 
 
 # --- section 1: a hard and a soft lookup in the plane ------------------------------------------

@@ -209,5 +209,5 @@ def lookup_2d_widget(keys: Mapping[str, tuple[float, float]] = DEMO_KEYS, *,
         return lookup_2d_frame(query_x, query_y, temperature, keys)
 
     return LiveAttentionWidget(compute, controls, LookupView(),
-                               title="Soft lookup: drag the query, change the temperature")
+                               title="Soft lookup: move the query, change the temperature")
 

@@ -119,6 +119,16 @@ def test_attention_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_attention(wrong), *fragments)
 
 
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")
+def test_k_dot_T_on_batched_inputs_gets_a_named_hint():
+    def with_dot_T(q, k, v, mask):                      # noqa: N802 - .T reverses every axis
+        weights = masked_softmax(q @ k.T / math.sqrt(q.shape[-1]), mask)
+        return weights @ v, weights
+
+    assert_rejected(ex.check_attention(with_dot_T), "Hint: ", "reverses every axis",
+                    "k.transpose(-2, -1)")
+
+
 def test_attention_reports_exceptions_and_in_place_changes():
     def raises(*_args):
         raise ZeroDivisionError("learner bug")

@@ -48,3 +48,21 @@ def test_convex_combinations_are_inside_and_far_points_outside(n, m, seed):
     assert inside_convex_hull(outputs, values).all()
     far = values.abs().max() * 3 + 1
     assert not inside_convex_hull(torch.tensor([[far, far]], dtype=torch.float64), values).any()
+
+
+def test_the_hull_figure_keeps_every_point_in_view_and_names_bad_input():
+    import matplotlib.pyplot as plt
+
+    from attn_helpers.lessons.query_key_value import draw_hull_figure
+
+    queries = torch.tensor([[-3.0, 0.5], [0.2, 2.5]])
+    fig, ax = plt.subplots()
+    try:
+        draw_hull_figure(ax, SQUARE, [str(i) for i in range(len(SQUARE))], queries, queries / 4)
+        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+        assert x0 <= -3.0 and x1 >= 1.0 and y0 <= 0.0 and y1 >= 2.5
+        assert len(ax.texts) == len(SQUARE)
+        with pytest.raises(ValueError, match="queries must have shape"):
+            draw_hull_figure(ax, SQUARE, ["a"] * 6, queries[:, :1], queries)
+    finally:
+        plt.close(fig)
