@@ -164,12 +164,9 @@ def hint(key: str, level: int = 1) -> None:
 
 
 def progress(slug: str | None = None, *, show: bool = True) -> dict[str, dict[str, bool | None]]:
-    """The learner's exercises, per notebook: ``{slug: {key: True (passed), False (not passed) or
-    None (not tried)}}``. The latest check wins: this kernel's last verdict, else the one saved
-    by an earlier session (a pass saved earlier and failed since counts as not passed).
-
-    ``slug``: one notebook's (``"masking"``), or ``None`` for the whole course. Printed unless
-    ``show=False``. Reference solutions never count (see :func:`exercise`)."""
+    """The learner's exercises of one notebook (``slug``) or the whole course, printed unless
+    ``show=False``: ``{slug: {key: True (passed), False (not passed) or None (not tried)}}``. This
+    kernel's last verdict wins, else the saved one; reference solutions never count."""
     slugs = [lesson.slug for lesson in COURSE]
     if slug is not None and slug not in slugs:
         raise ValueError(f"slug must be one of {', '.join(slugs)}, got {slug!r}")

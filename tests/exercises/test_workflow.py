@@ -68,6 +68,10 @@ def test_progress_and_hints(check_double, capsys):
         exercises.hint(KEY, level)
         out = capsys.readouterr().out
         assert f"Hint {level} of 3" in out and text in out
+    table = workflow.progress("masking")                             # one notebook's table
+    assert list(table) == ["masking"] and all(v is None for v in table["masking"].values())
+    out = capsys.readouterr().out
+    assert out.startswith("05 masking: 0 of ") and "01 rnn" not in out
 
 
 def test_bad_keys_levels_and_slugs_are_refused():
@@ -113,13 +117,6 @@ def test_the_latest_verdict_is_kept_across_kernels_in_the_progress_file(check_do
     assert state() is None
     assert workflow.reset_progress() == workflow.progress_file()
     assert not workflow.progress_file().exists()
-
-
-def test_progress_of_one_notebook(capsys):
-    table = workflow.progress("masking")
-    assert list(table) == ["masking"] and all(v is None for v in table["masking"].values())
-    out = capsys.readouterr().out
-    assert out.startswith("05 masking: 0 of ") and "01 rnn" not in out
 
 
 def test_the_progress_file_lives_in_the_user_data_directory_by_default(monkeypatch, tmp_path):
