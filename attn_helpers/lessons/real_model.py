@@ -27,7 +27,7 @@ from ..pretrained import Encoder, mean_pool
 
 __all__ = [
     "Ablation", "Attention", "Coreference", "DATA_FILE", "PASS_SHARE",
-    "ablation", "coreference", "entropy_grid", "load_sentences", "offset_scores",
+    "ablation", "bootstrap_gap", "coreference", "entropy_grid", "load_sentences", "offset_scores",
     "pair_similarities", "row_shares", "run_attention", "run_value_norms", "sign_test",
     "sink_shares", "top_heads", "value_norms", "value_vector_norms",
 ]
@@ -166,44 +166,64 @@ def ablation(enc: Encoder, paraphrases: list, non_paraphrases: list) -> Ablation
     unique = sorted({s for pair in pairs for s in pair})
     first = torch.tensor([unique.index(a) for a, _ in pairs])
     second = torch.tensor([unique.index(b) for _, b in pairs])
-    batch = enc.tokenize(unique, max_length=enc.cfg.sentence_max_tokens)
-    real = batch["attention_mask"]                                   # (s, n)
-    mask = key_padding_to_attention_mask(real)                       # (s, 1, n)
-    L, h = enc.cfg.num_layers, enc.cfg.num_heads
-
-    def cosines(hidden, copies=1):                                   # (copies * s, n, d)
-        e = mean_pool(hidden, real.repeat(copies, 1)).view(copies, len(unique), -1)
-        return (e[:, first] * e[:, second]).sum(dim=-1)              # (copies, pairs)
-
-    x, layer_inputs = enc.embeddings(batch["input_ids"]), []
-    for layer in enc.layers:                                         # the clean run
-        layer_inputs.append(x)
-        x, _ = layer(x, mask)
-    sims = cosines(x)[0]
+    full = enc.tokenize(unique, max_length=enc.cfg.sentence_max_tokens)
+    L, h, d = enc.cfg.num_layers, enc.cfg.num_heads, enc.cfg.d_model
+    variants = torch.cat([torch.zeros(1, h), 1 - torch.eye(h)]).bool()   # (1 + h, h): off = False
+    clean, off = torch.zeros(len(unique), d), torch.zeros(L, 1 + h, len(unique), d)
+    # two buckets of similar lengths, each padded only to its own longest sentence: less padding
+    for bucket in full["attention_mask"].sum(dim=1).argsort(stable=True).chunk(2):
+        real = full["attention_mask"][bucket]
+        n = int(real.sum(dim=1).max())
+        real, ids = real[:, :n], full["input_ids"][bucket, :n]           # (s, n): padding at the end
+        mask = key_padding_to_attention_mask(real)                       # (s, 1, n)
+        x, layer_inputs = enc.embeddings(ids), []
+        for layer in enc.layers:                                         # the clean run
+            layer_inputs.append(x)
+            x, _ = layer(x, mask)
+        clean[bucket] = mean_pool(x, real)
+        for l in range(L):
+            x = torch.cat([enc.layers[l](layer_inputs[l], mask, v)[0] for v in variants])
+            for later in enc.layers[l + 1:]:
+                x, _ = later(x, mask.repeat(1 + h, 1, 1))
+            off[l][:, bucket] = mean_pool(x, real.repeat(1 + h, 1)).view(1 + h, len(bucket), d)
+    sims = (clean[first] * clean[second]).sum(dim=-1)                    # (pairs,)
+    every = (off[:, :, first] * off[:, :, second]).sum(dim=-1)          # (L, 1 + h, pairs)
     n_p = len(paraphrases)
     base = float(sims[:n_p].mean() - sims[n_p:].mean())
-
-    variants = torch.cat([torch.zeros(1, h), 1 - torch.eye(h)]).bool()   # (1 + h, h): off = False
-    gaps, separation = torch.zeros(L, 1 + h), torch.zeros(L, 1 + h)
-    every = torch.zeros(L, 1 + h, len(pairs))
-    for l in range(L):
-        x = torch.cat([enc.layers[l](layer_inputs[l], mask, v)[0] for v in variants])
-        for later in enc.layers[l + 1:]:
-            x, _ = later(x, mask.repeat(1 + h, 1, 1))
-        s = every[l] = cosines(x, 1 + h)                             # (1 + h, pairs)
-        gaps[l] = s[:, :n_p].mean(dim=1) - s[:, n_p:].mean(dim=1)
-        separation[l] = s[:, :n_p].min(dim=1).values - s[:, n_p:].max(dim=1).values
+    gaps = every[..., :n_p].mean(dim=-1) - every[..., n_p:].mean(dim=-1)
+    separation = every[..., :n_p].amin(dim=-1) - every[..., n_p:].amax(dim=-1)
     return Ablation(sims[:n_p], sims[n_p:], base, gaps[:, 0] - base, gaps[:, 1:] - base,
                     separation[:, 0], separation[:, 1:], every)
+
+
+def bootstrap_gap(cosines: torch.Tensor, first: range, second: range, generator: torch.Generator,
+                  resamples: int = 1000) -> torch.Tensor:
+    """The gap ``mean cos(first pairs) - mean cos(second pairs)`` on ``resamples`` resamples: the
+    pairs of each group drawn with replacement, within the group. ``cosines (..., p)`` (e.g.
+    :attr:`Ablation.cosines`), ``first``/``second`` ranges of pair indices. Returns
+    ``(..., resamples)``; the same draws serve every leading index (every ablated head)."""
+    require_tensor("cosines", cosines, floating=True)
+    p = cosines.shape[-1]
+    for name, group in (("first", first), ("second", second)):
+        if not isinstance(group, range) or len(group) == 0 or group.start < 0 or group.stop > p:
+            raise ValueError(f"{name} must be a non-empty range of pair indices below {p}, "
+                             f"got {group!r}")
+    require_int_in("resamples", resamples, 1, 10 ** 6)
+
+    def draw(group):                                                  # (resamples, len(group))
+        return group.start + torch.randint(len(group), (resamples, len(group)), generator=generator)
+
+    return cosines[..., draw(first)].mean(-1) - cosines[..., draw(second)].mean(-1)
 
 
 # --- value-weighted norms (Kobayashi et al., 2020) -------------------------------------------------
 
 def value_norms(weights: torch.Tensor, values: torch.Tensor, W_O: torch.Tensor) -> torch.Tensor:
-    r""":math:`\lVert a_{ij} f_h(x_j) \rVert` with :math:`f_h(x_j) = W_O^{(h)} v^{(h)}_j`.
+    r""":math:`\lVert a_{ij} f_h(x_j) \rVert` with :math:`f_h(x_j) = v^{(h)}_j W_O^{(h)}`.
 
     ``weights (b, h, n, n)``, ``values (b, h, n, d_head)`` (bias included), ``W_O (d, h * d_head)``
-    (``out_proj.weight``: head ``h`` owns columns ``h * d_head .. (h + 1) * d_head - 1``).
+    (``out_proj.weight``, which stores :math:`W_O` transposed: head ``h``'s block of rows of
+    :math:`W_O` is its columns ``h * d_head .. (h + 1) * d_head - 1``).
     Returns ``(b, h, n, n)``."""
     require_tensor("weights", weights, floating=True)
     require_tensor("values", values, floating=True)
@@ -219,7 +239,7 @@ def value_norms(weights: torch.Tensor, values: torch.Tensor, W_O: torch.Tensor) 
 
 
 def _head_vectors(att, x: torch.Tensor) -> torch.Tensor:
-    """``f_h(x_j) = W_O^(h) v_j^(h)`` of one attention module on ``x (b, n, d)``: ``(b, h, n, d)``."""
+    """``f_h(x_j) = v_j^(h) W_O^(h)`` of one attention module on ``x (b, n, d)``: ``(b, h, n, d)``."""
     v = split_heads(att.v_proj(x), att.num_heads)               # (b, h, n, d_head)
     W_h = att.out_proj.weight.view(-1, att.num_heads, att.d_head).permute(1, 2, 0)
     return torch.einsum("bhjk,hkd->bhjd", v, W_h)

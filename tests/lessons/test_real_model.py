@@ -140,3 +140,16 @@ def test_positional_head_and_cls_sink_hold_on_each_half_of_the_sentences(half):
     cls = rm.sink_shares(att.weights, att.mask, att.input_ids, enc.cls_id).mean(dim=1)
     assert rm.top_heads(previous, 1)[0][:2] == (0, 2) and previous[0, 2] > 0.9
     assert (cls[1:-1] > 0.5).all()
+
+
+def test_bootstrap_gap_resamples_each_group_within_itself():
+    cosines = torch.tensor([[1.0, 1.0, 0.0, 0.0, 0.0], [0.9, 0.7, 0.1, 0.2, 0.3]])   # (2, pairs)
+    g = torch.Generator().manual_seed(0)
+    boot = rm.bootstrap_gap(cosines, range(0, 2), range(2, 5), g, resamples=200)
+    assert boot.shape == (2, 200)
+    assert torch.equal(boot[0], torch.ones(200))                    # constant groups: no spread
+    assert (boot[1] >= 0.4 - 1e-6).all() and (boot[1] <= 0.8 + 1e-6).all()     # within the extremes
+    assert boot[1].mean() == pytest.approx(0.8 - 0.2, abs=0.03)
+    for bad in (range(0), range(3, 9), [0, 1]):
+        with pytest.raises(ValueError, match="first"):
+            rm.bootstrap_gap(cosines, bad, range(2, 5), g)
