@@ -9,7 +9,8 @@ r"""The cost of attention, counted and measured (notebook 08).
   ``{"method": "matmul_peak", "gflops"}`` and one ``{"method": "machine", "cache_bytes",
   "copy_gbps"}``. Every call runs 8 heads of 64 in float32; on CPU, times are medians of the
   process's CPU clock. :func:`load_benchmark` reads the committed CPU run.
-- The roofline's timing helper: :func:`naive_stage_times`.
+- The roofline's timing helpers: :func:`naive_stage_times`, :func:`stage_points`.
+- Figures: :func:`plot_scaling` (time and memory against ``n``), :func:`plot_roofline`.
 - :func:`tile_stepper`: FlashAttention's tiled forward, one tile at a time, as arrays for the
   widget.
 """
@@ -44,7 +45,8 @@ __all__ = [
     "bench_attention", "cache_sizes", "copy_bandwidth_gbps",
     "fit_methods", "fit_power_law", "format_bytes", "fwd_bwd_call",
     "kv_cache_flops", "last_level_cache", "load_benchmark", "machine",
-    "matmul_gflops", "naive_attention", "naive_stage_times",
+    "matmul_gflops", "naive_attention", "naive_stage_times", "plot_roofline", "plot_scaling",
+    "stage_points",
     "saved_bytes", "score_matrix_bytes", "series", "tile_schedule", "tile_scores", "tile_stepper",
     "tile_working_set_bytes", "time_ms", "traffic_bytes", "validate_records",
 ]
@@ -431,6 +433,86 @@ def naive_stage_times(n: int, *, budget_s: float = 0.2, seed: int = 0, extras: b
         calls |= {"total": lambda: naive_attention(q, k, v), "copy S": lambda: out.copy_(s),
                   "exp S": lambda: torch.exp(s, out=out)}
     return {name: time_ms(call, budget_s=budget_s) for name, call in calls.items()}
+
+
+def stage_points(n: int, *, budget_s: float = 0.05, seed: int = 0, heads: int = H, d: int = D
+                 ) -> dict[str, dict[str, float]]:
+    r"""Each stage of naive attention at length ``n``, timed alone: ``{stage: {"flops", "bytes",
+    "ms"}}`` for ``"QK^T"`` (the product alone: :math:`2n^2d` FLOPs, reads :math:`Q, K`, writes
+    :math:`n^2`), ``"/sqrt(d)"`` (the separate scale pass: :math:`n^2` FLOPs, reads and writes
+    :math:`n^2`), ``"softmax"`` and ``"PV"`` (as in :func:`attention_costs`). Per ``heads``,
+    float32."""
+    require_positive_int("n", n)
+    q, k, _ = _qkv(n, seed)
+    raw = q @ k.mT                                                     # (1, h, n, n)
+    costs = attention_costs(n, d, heads=heads)
+    out = {"QK^T": {"flops": heads * 2 * n * n * d, "bytes": heads * 4 * (2 * n * d + n * n),
+                    "ms": time_ms(lambda: q @ k.mT, budget_s=budget_s)},
+           "/sqrt(d)": {"flops": heads * n * n, "bytes": heads * 4 * 2 * n * n,
+                        "ms": time_ms(lambda: raw / math.sqrt(d), budget_s=budget_s)}}
+    stages = naive_stage_times(n, budget_s=budget_s, seed=seed, extras=False)
+    for name in ("softmax", "PV"):
+        out[name] = dict(costs[name], ms=stages[name])
+    return out
+
+
+def plot_scaling(records: list[dict], colors: dict[str, str]):
+    """Two log-log panels from :func:`bench_attention` records: each method's median time (with
+    its slope fitted on ``n >= 256``) and its peak extra memory, against ``n``; ``linear`` and
+    ``local`` dashed (causal), with causal ``sdpa`` as white diamonds. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4))
+    for m in ("naive", "sdpa", "tiled", "linear", "local"):
+        ns, ms = series(records, m, "median_ms")
+        _, peak = series(records, m, "peak_bytes")
+        slope = fit_power_law(*series(records, m, "median_ms", n_min=256)).slope
+        style = "o--" if m in ("linear", "local") else "o-"
+        ax_t.loglog(ns, ms, style, color=colors[m], label=f"{m} (fitted slope {slope:.1f})")
+        ax_m.loglog(ns, [b / 2**20 for b in peak], style, color=colors[m], label=m)
+    ax_t.loglog(*series(records, "sdpa_causal", "median_ms"), "D--", color=colors["sdpa"],
+                markerfacecolor="white", label="sdpa, causal")
+    for ax, what in ((ax_t, "median time (ms)"), (ax_m, "peak extra memory (MiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set(xlabel="sequence length n", ylabel=what)
+        ax.legend(fontsize=8)
+    ax_t.set_title("time of one call (dashed: causal)")
+    ax_m.set_title("memory allocated during one call (inputs excluded)")
+    return fig
+
+
+#: roofline markers: a shape and an Okabe-Ito colour per stage or method
+ROOF_STYLES = {"QK^T": ("s", "#56B4E9"), "/sqrt(d)": ("<", "#000000"), "softmax": ("v", "#D55E00"),
+               "PV": ("^", "#009E73"), "naive": ("o", "#E69F00"), "sdpa": ("D", "#0072B2"),
+               "tiled": ("P", "#CC79A7")}
+
+
+def plot_roofline(roof: dict):
+    """The roofline of ``roof`` (``peak_gflops``, ``dram_gbps``, ``cache_gbps``, ``ridge`` and
+    ``points``: ``{label: {"roof": "cache" | "dram", "intensity", "gflops"}}``): both roofs, the
+    ridge, every point. White fill: a point in cache; a large ring: naive attention's whole call.
+    Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    intensity = torch.logspace(-1.5, 3.5, 200)
+    for bw, style, name in ((roof["dram_gbps"], "-", "main memory"), (roof["cache_gbps"], ":", "cache")):
+        ax.loglog(intensity, torch.clamp(intensity * bw, max=roof["peak_gflops"]), style,
+                  color="black", label=f"roof, {name}")
+    for label, p in roof["points"].items():
+        marker, color = ROOF_STYLES[label.split()[0]]
+        in_cache, whole = p["roof"] == "cache", label.startswith("naive")
+        note = " (whole call)" if whole else " (intensity: upper bound)" if label.startswith(
+            "sdpa") or (label.startswith("tiled") and not roof.get("tile_fits", True)) else ""
+        ax.plot(p["intensity"], p["gflops"], marker, color=color, markersize=15 if whole else 9,
+                markerfacecolor="none" if whole else "white" if in_cache else color,
+                markeredgewidth=2 if whole else 1, label=label + note)
+    ax.axvline(roof["ridge"], color="grey", linestyle="--", linewidth=0.8, label="ridge, main memory")
+    low = min(p["gflops"] for p in roof["points"].values()) / 2        # every point in view
+    ax.set(xlabel="arithmetic intensity (FLOP per byte moved)", ylabel="GFLOP/s", ylim=(low, None),
+           title="Roofline of this machine (white fill: n = 256, in cache)")
+    ax.legend(fontsize=7, ncol=2, loc="lower right")
+    return fig
 
 
 # --- FlashAttention's forward, one tile at a time (the widget's arrays) --------------------------

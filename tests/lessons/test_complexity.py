@@ -136,3 +136,34 @@ def test_tile_stepper_checks_its_controls():
         cx.tile_stepper(8, 4, 5)
     with pytest.raises(TypeError, match="step must be an int"):
         cx.tile_stepper(8, 4, 1.0)
+
+
+def test_stage_points_split_the_scale_pass_from_the_product():
+    points = cx.stage_points(64, budget_s=0.01)
+    costs = cx.attention_costs(64, 64, heads=8)
+    assert list(points) == ["QK^T", "/sqrt(d)", "softmax", "PV"]
+    for key in ("flops", "bytes"):                       # the two halves add up to the lumped stage
+        assert points["QK^T"][key] + points["/sqrt(d)"][key] == costs["QK^T"][key]
+    assert points["softmax"]["bytes"] == costs["softmax"]["bytes"]
+    assert all(p["ms"] > 0 for p in points.values())
+    with pytest.raises(ValueError, match="n"):
+        cx.stage_points(0)
+
+
+def test_plots_draw_every_record_and_point():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = cx.bench_attention(512, methods=("naive", "sdpa", "tiled", "linear", "local",
+                                                "sdpa_causal"), budget_s=0.01, references=False)
+    colors = dict.fromkeys(("naive", "sdpa", "tiled", "linear", "local"), "black")
+    fig = cx.plot_scaling(records, colors)
+    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 6
+    roof = {"peak_gflops": 100.0, "dram_gbps": 10.0, "cache_gbps": 30.0, "ridge": 10.0,
+            "points": {"softmax n=2048": {"roof": "dram", "intensity": 0.6, "gflops": 0.2},
+                       "naive n=2048": {"roof": "dram", "intensity": 10.0, "gflops": 20.0}}}
+    ax = cx.plot_roofline(roof).axes[0]
+    assert ax.get_ylim()[0] <= 0.1                        # the lowest point is not clipped
+    plt.close("all")
