@@ -190,7 +190,9 @@ def causal_backward_reference(q, k, v, O, lse, d_out, B):
 
 def _no_full_scores(inputs: dict) -> AllocationWatch | None:
     """The lesson's constraint: with tiles smaller than the sequence, no tensor as large as the
-    ``(..., n, n)`` scores; FlashAttention holds one B x B tile of them at a time."""
+    ``(..., n, n)`` scores in the learner's own code; FlashAttention holds one B x B tile of them at
+    a time. The watch sees the tensors the learner's Python gets back, not a fused kernel's
+    insides (by design: no library function is blocked)."""
     q, B = inputs["q"], inputs["B"]
     n = q.shape[-2]
     full = q[..., 0].numel() * n                                    # batch * n * n
