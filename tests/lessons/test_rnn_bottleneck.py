@@ -182,3 +182,16 @@ def test_checkpoints_load_small_with_the_metadata_of_their_recipe(name):
     metadata = torch.load(checkpoint_path(name), weights_only=True)["metadata"]
     config = seq2seq.CONFIGS[name]
     assert {k: metadata[k] for k in config.__dict__} == config.__dict__
+
+
+def test_wide_context_claims_hold_on_the_record_and_can_fail():
+    """``studies/seq2seq_wide_context.py``'s record: three seeds of the 256-number control."""
+    from attn_helpers.lessons import rnn_bottleneck_wide
+
+    record = rnn_bottleneck_wide.load_record()
+    assert list(record["wide"]) == ["0", "1", "2"]
+    assert all(rnn_bottleneck_wide.claims(record).values())
+    assert all(row["context"] == 256 for row in record["wide"].values())
+    closed = {**record, "wide": {seed: {**row, "accuracy": {**row["accuracy"], "24": 0.98}}
+                                 for seed, row in record["wide"].items()}}
+    assert not all(rnn_bottleneck_wide.claims(closed).values())      # the gap closed: it says so
