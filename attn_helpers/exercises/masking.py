@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 from ..attention import scaled_dot_product_attention
 from ..masks import sliding_window_mask
@@ -43,7 +44,7 @@ def left_padded_window_mask(lengths: torch.Tensor, n: int, window: int, *, left:
                             both_ways: bool = False, reach: int = 0, keys: bool = True,
                             windowed: bool = True, pads_see_themselves: bool = False,
                             one_length: bool = False, transpose: bool = False,
-                            drop_first: bool = False) -> torch.Tensor:
+                            drop_first: bool = False, one_pad: bool = False) -> torch.Tensor:
     """The answer of exercise 1, ``(b, n, n)`` bool: sentence ``b`` has its ``lengths[b]`` real
     tokens at the END (positions ``n - lengths[b] .. n - 1``); query ``i`` may attend to key ``j``
     when ``j`` is a real token and ``0 <= i - j < window``. The keyword arguments build the known
@@ -51,7 +52,7 @@ def left_padded_window_mask(lengths: torch.Tensor, n: int, window: int, *, left:
     if one_length:
         lengths = lengths[:1].expand(len(lengths))
     positions = torch.arange(n)
-    start = n - lengths[:, None] + int(drop_first) if left else None    # (b, 1): first real slot
+    start = n - lengths[:, None] + int(drop_first) - int(one_pad) if left else None  # (b, 1)
     real = positions[None, :] >= start if left else positions[None, :] < lengths[:, None]  # (b, n)
     offset = _offsets(n)
     local = offset.abs() < window if both_ways else (offset >= 0) & (offset < window + reach)
@@ -103,6 +104,11 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
                             "Sentence b's lengths[b] real tokens fill the last lengths[b] "
                             "positions: does your comparison keep the first of them?",
                             drop_first=True),
+            _window_mistake("off by one: each sentence's last pad was treated as a real token "
+                            "(a key one step before the sentence is visible). Sentence b's "
+                            "lengths[b] real tokens fill the last lengths[b] positions: the "
+                            "first sits at n - lengths[b], and j >= n - lengths[b] - 1 lets "
+                            "one pad through.", one_pad=True),
             _window_mistake("your window looks both ways: query i also sees keys after it (j > i). "
                             "A causal window sees only the present and the past: which sign of "
                             "i - j must it refuse?", both_ways=True),
@@ -174,6 +180,10 @@ _WRONG = [
      "v_cache in place.", {"copy": True}),
     ("the scores are not scaled: divide by sqrt(d_k) (ah.scaled_dot_product_attention does).",
      {"scale": 1.0}),
+    ("is_causal=True hid every slot but the first: torch anchors its causal mask top-left "
+     "(j <= i), as if the one query were position 0 (Going deeper). The ring holds only keys of "
+     "the window already, none from the future: attend to every filled slot with no mask.",
+     {"top_left": True}),
 ]
 
 
@@ -252,12 +262,14 @@ def _run_steps(step: Callable) -> Callable:
 
 def ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | None = None,
                lost_past_end: bool = False, write_v: bool = True, k_as_v: bool = False,
-               copy: bool = False, shift: bool = False, scale: float | None = None) -> Callable:
+               copy: bool = False, shift: bool = False, scale: float | None = None,
+               top_left: bool = False) -> Callable:
     """A rolling-cache step with one known mistake (all off: right). It writes k_t and v_t (or
     k_t into v, or no value) at slot ``(t + slot) mod w`` (``lost_past_end``: at slot t, which
     a slice past the end silently drops; ``shift``: at the end of a cache kept in time order,
     shifted by one slot once full), in the caches or in copies (``copy``), then attends to
-    the slots ``visible(t, w)`` lists, by default the ``min(t + 1, w)`` filled ones. ``early``:
+    the slots ``visible(t, w)`` lists, by default the ``min(t + 1, w)`` filled ones (``top_left``:
+    with torch's ``is_causal=True``, which shows one query the first slot only). ``early``:
     attends before writing, to the filled slots alone ("missing") or with the new key ("extra")."""
 
     def step(k_cache, v_cache, t, q_t, k_t, v_t):
@@ -279,6 +291,8 @@ def ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | No
         elif early is None:
             slots = list(visible(t, w) if visible is not None else range(min(t + 1, w)))
             keys, values = k_cache[..., slots, :], v_cache[..., slots, :]
+            if top_left:
+                return F.scaled_dot_product_attention(q_t, keys, values, is_causal=True)
         if keys.shape[-2] == 0:
             return torch.zeros_like(v_t)
         c = 1 / math.sqrt(q_t.shape[-1]) if scale is None else scale

@@ -95,7 +95,7 @@ def test_the_checker_works_on_copies_of_its_caches():
 
 def _step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=lambda t, w: t % w, seen=None,
           attend_first=False, old_and_new=False, write_v=True, v_from_k=False, copy=False,
-          shift=False, scale=None):
+          shift=False, scale=None, is_causal=False):
     """A learner's step with one mistake (all off: right), written as a learner would."""
     w = k_cache.shape[-2]
     old_k, old_v = k_cache[..., :min(t, w), :].clone(), v_cache[..., :min(t, w), :].clone()
@@ -117,6 +117,8 @@ def _step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=lambda t, w: t % w, seen=N
     else:
         slots = seen(t, w) if seen is not None else slice(0, min(t + 1, w))
         keys, values = k_cache[..., slots, :], v_cache[..., slots, :]
+    if is_causal:                                                     # torch's fused kernel, top-left
+        return torch.nn.functional.scaled_dot_product_attention(q_t, keys, values, is_causal=True)
     c = 1 / math.sqrt(q_t.shape[-1]) if scale is None else scale
     return torch.softmax(q_t @ keys.transpose(-2, -1) * c, dim=-1) @ values
 
@@ -135,6 +137,7 @@ def _step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=lambda t, w: t % w, seen=N
     ({"v_from_k": True}, "the value cache got the key"),
     ({"copy": True}, "written on a copy"),
     ({"scale": 1.0}, "not scaled"),
+    ({"is_causal": True}, "anchors its causal mask top-left"),
 ])
 def test_rolling_cache_step_rejects_known_mistakes_with_their_hint(mistake, words):
     assert_rejected(check_rolling_cache_step(lambda *args: _step(*args, **mistake)), "\nHint: ", words)
@@ -149,7 +152,7 @@ def test_every_known_mistake_shows_on_the_first_case_and_no_two_look_alike():
         return all(torch.allclose(x, y, atol=1e-5, rtol=1e-4, equal_nan=True)
                    for x, y in zip(a, b, strict=True))
 
-    assert len(outputs) == len({hint for hint, _ in _WRONG}) == 12
+    assert len(outputs) == len({hint for hint, _ in _WRONG}) == 13
     for i, got in enumerate(outputs):
         assert not same(got, expected), _WRONG[i][0]
         assert not any(same(got, other) for other in outputs[i + 1:]), _WRONG[i][0]
@@ -259,6 +262,8 @@ def _offsets(n):
     (lambda L, n, w: ~window_mask(L, n, w), "inverted"),
     (lambda L, n, w: (_j(n)[None, :] > n - L[:, None])[:, None, :] & window_mask(L * 0 + n, n, w),
      "first real token was treated as padding"),
+    (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None] - 1)[:, None, :] & window_mask(L * 0 + n, n, w),
+     "last pad was treated as a real token"),
 ])
 def test_window_mask_rejects_known_mistakes_with_their_hint(wrong, words):
     assert_rejected(check_window_mask(wrong), "\nHint: ", words)
