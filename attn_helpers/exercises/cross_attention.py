@@ -187,8 +187,8 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
         ("the scores were not scaled: scaled dot-product attention divides q k^T by "
          "sqrt(d_head), the width of one head (ah.scaled_dot_product_attention does it when "
          "given no scale).", {"unscaled": True}),
-        ("the LayerNorm went on x_t alone, norm2(x_t) + block(x_t); post-norm normalises the "
-         "SUM: norm2(x_t + block(x_t)).", {"norm_outside": True}),
+        ("the LayerNorm went on x_t alone, before the residual sum. Post-norm normalises "
+         "the SUM of x_t and the block's output.", {"norm_outside": True}),
         ("the heads were not split: split q, k, v into num_heads heads of d_model / num_heads "
          "(ah.split_heads), attend per head, merge.", {"one_head": True}),
         ("the sum after the cross-attention was not normalised; post-norm puts a LayerNorm "
