@@ -112,6 +112,11 @@ def check_choose_scale(choose_scale: Callable) -> CheckResult:
             Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q, w_k).pow(2).mean().sqrt().item()),
                     "mean(S**2) is the variance only when the scores have mean 0, and here they "
                     "do not: subtract each row's mean (S.var(dim=-1) does)."),
+            Mistake(_number(lambda x, w_q, w_k: 1 / math.sqrt(
+                        w_q.shape[1] * (x @ w_q).var().item() * (x @ w_k).var().item())),
+                    "that is the independence prediction, 1/sqrt(d_k Var(q) Var(k)); it assumes "
+                    "independent components and scores of mean 0 in every row. Measure S itself: "
+                    "c = 1 / sqrt(S.var(dim=-1).mean()) with S = (x W_Q)(x W_K)^T."),
             Mistake(_number(lambda x, w_q, w_k: 1 / ((x @ w_q).var() * (x @ w_k).var()).sqrt().item()),
                     "you measured the components of q and k; the scale multiplies the scores "
                     "q . k, a sum of d_k products: measure the spread of S = Q K^T itself."),

@@ -68,6 +68,8 @@ def test_choose_scale_makes_the_within_row_variance_one():
     (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).var(-1).mean().item(), "not of the variance"),
     (lambda x, W_Q, W_K: _S(x, W_Q, W_K).var(-1).mean().sqrt().item(), "divides by it"),
     (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).pow(2).mean().sqrt().item(), "subtract each row's mean"),
+    (lambda x, W_Q, W_K: 1 / (W_Q.shape[1] * (x @ W_Q).var() * (x @ W_K).var()).sqrt().item(),
+     "the independence prediction"),
     (lambda x, W_Q, W_K: 1 / ((x @ W_Q).var() * (x @ W_K).var()).sqrt().item(),
      "you measured the components"),
     (lambda x, W_Q, W_K: 1 / _S(x, W_Q.T, W_K.T).var(-1).mean().sqrt().item(), "not x @ W_Q.T"),
