@@ -119,7 +119,7 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
 
     no_axes = ("the mask is (b, n - 1) but the picked entries are (L, b, h, n - 1): a mask without "
                "axes for the layers and the heads does not broadcast against them. Give it those "
-               "axes with mask[:, 1:][None, :, None, :] (and .float() to multiply).")
+               "axes: index it with None where the layer and head axes go (and .float() to multiply).")
     return check_function(
         candidate, previous_token_reference, make_cases(91),
         what="previous_token_scores", output_names=("the scores",),

@@ -125,7 +125,7 @@ def mask_without_axes(weights, mask):  # mask (b, n - 1) against entries (L, b, 
 
 PREVIOUS_WRONG = [
     (diagonal_next, "diagonal ABOVE"),
-    (mask_without_axes, "[None, :, None, :]"),
+    (mask_without_axes, "where the layer and head axes go"),
     (validity_from_the_key, "validity from its key"),
     (next_token, "NEXT token"),
     (own_token, "on itself"),
