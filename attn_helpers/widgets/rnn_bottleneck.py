@@ -2,7 +2,7 @@
 
 :func:`decode_frame` / :func:`bottleneck_widget`: pick a sequence length, a model and an example;
 the source, the target and the model's output are drawn as token strips with the errors
-highlighted, and below them the model's cross-attention (for a model with attention) with the
+highlighted, and below them the model's attention weights (for a model with attention) with the
 entropy of every decoder step.
 """
 
@@ -36,6 +36,17 @@ __all__ = [
 STRIP_COLORS = ["#ffffff", "#e8eef6", "#cde3f5", "#e69f00"]
 EMPTY, PLAIN, RIGHT, WRONG = range(4)
 
+
+
+class _DecodePanel(AttentionPanel):
+    """An :class:`AttentionPanel` whose axes name notebook 01's symbols: rows are output steps
+    ``t``, columns input positions ``j`` (queries and keys come only in notebook 02)."""
+
+    def _layout(self, *args) -> None:
+        super()._layout(*args)
+        self.ax_map.xaxis.label.set_text("input position j")
+        self.ax_map.yaxis.label.set_text("output step t")
+        self.ax_entropy.xaxis.label.set_text("nats (dashes: ln n, uniform weights)")
 
 @dataclass
 class DecodeFrame(AttentionFrame):
@@ -143,8 +154,9 @@ class DecodeView(BlitView):
             size=8, va="top")
         self.strip_title = TextSprites(self.blit, offset_copy(
             self.ax_strip.transAxes, fig=figure, y=4, units="points"), size=10, va="bottom")
-        self.panel = AttentionPanel(self.blit, grid[1], max_shape=(max_len, max_len),
-                                    title="cross-attention: output step x source")
+        self.panel = _DecodePanel(self.blit, grid[1], max_shape=(max_len, max_len),
+                                  title="attention weights: output step t x input position j",
+                                  entropy_title="entropy per output step")
         self.notice = TextSprites(self.blit, self.panel.ax_map.transAxes, size=10)
         self.notice.set(["no attention: every step", "reads the same context vector"],
                         [(0.5, 0.55), (0.5, 0.45)])
