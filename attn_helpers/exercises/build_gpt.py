@@ -269,7 +269,12 @@ def train_variant(kind: str) -> Callable:
         if kind != "no_zero_grad":
             optimizer.zero_grad()
         loss.backward()
-        if kind != "no_clip":
+        if kind == "clip_each":                           # each gradient's norm on its own
+            for p in model.parameters():
+                nn.utils.clip_grad_norm_([p], 1.0)
+        elif kind == "clip_value":
+            nn.utils.clip_grad_value_(model.parameters(), 1.0)
+        elif kind != "no_clip":
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         if kind != "no_step":
             optimizer.step()
@@ -462,9 +467,14 @@ TRAIN_MISTAKES = [
                       "F.cross_entropy(logits, targets), which takes the log-softmax itself."),
     ("last_only", "only the last position is trained: every position of the chunk predicts its "
                   "next character."),
-    ("no_clip", "the step used an unclipped gradient: call nn.utils.clip_grad_norm_(model."
-                "parameters(), 1.0) after loss.backward() and before optimizer.step() (before "
-                "backward there is no gradient yet; after step it is too late)."),
+    ("no_clip", "the step used an unclipped gradient, or clipped each gradient on its own: "
+                "clip the joint norm of all gradients together, not each one or by value. Call "
+                "nn.utils.clip_grad_norm_(model.parameters(), 1.0) once, after loss.backward() "
+                "and before optimizer.step() (before backward there is no gradient yet; after "
+                "step it is too late)."),
+    ("clip_value", "clip the joint norm of all gradients together, not each one or by value: "
+                   "clip_grad_value_ cuts each entry at 1 and turns the gradient's direction; "
+                   "use nn.utils.clip_grad_norm_(model.parameters(), 1.0)."),
 ]
 
 
@@ -879,7 +889,7 @@ def loop_variant(kind: str) -> Callable:
                 starts = torch.randint(0, high, (recipe.batch,), generator=generator)
                 fixed = torch.stack([data[s:s + width] for s in starts.tolist()])
             model.train()
-            train_step(model, optimizer, fixed)
+            batch_loss = train_step(model, optimizer, fixed)
             if kind == "lr_after_step":
                 for group in optimizer.param_groups:
                     group["lr"] = learning_rate(step, recipe)
@@ -888,6 +898,8 @@ def loop_variant(kind: str) -> Callable:
             if due and kind != "no_eval":
                 train_loss = bg.estimate_loss(model, corpus.train, n)
                 val_loss = bg.estimate_loss(model, corpus.val, n)
+                if kind == "batch_loss":
+                    train_loss = batch_loss
                 if kind == "eval_swapped":
                     train_loss, val_loss = val_loss, train_loss
                 curve.append((step + 1, train_loss, val_loss))
@@ -918,6 +930,9 @@ LOOP_MISTAKES = [
                         "evaluate after step + 1 steps, when (step + 1) % recipe.eval_every == 0."),
     ("eval_swapped", "the curve's two losses are swapped: each entry is (steps done, training "
                      "loss, held-out loss)."),
+    ("batch_loss", "the curve's training loss is the last batch's loss: that is one noisy "
+                   "batch, measured before the step. Use bg.estimate_loss(model, corpus.train, "
+                   "n), the same 100 windows as the held-out loss."),
     ("no_eval", "the curve is empty: every recipe.eval_every steps append (step + 1, the "
                 "training loss, the held-out loss), each from bg.estimate_loss."),
     ("stop_ignored", "stop was ignored: with stop, run only steps 0..stop-1 (the schedule still "

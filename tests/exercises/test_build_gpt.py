@@ -548,3 +548,14 @@ def test_a_cache_dropped_one_step_early_is_named():
     assert_rejected(result, "the cache was dropped one step early", "exactly n_ctx = 24",
                     "Which comparison")
     assert "never used" not in result.message
+
+
+@pytest.mark.parametrize("kind", ["clip_each", "clip_value"])
+def test_clipping_each_gradient_or_by_value_is_named(kind):
+    assert_rejected(ex.check_train_step(train_variant(kind)), "Hint: ",
+                    "clip the joint norm of all gradients together, not each one or by value")
+
+
+def test_the_batch_loss_as_the_curves_training_loss_is_named():
+    assert_rejected(ex.check_train(loop_variant("batch_loss"), bg.learning_rate), "Hint: ",
+                    "the curve's training loss is the last batch's loss")
