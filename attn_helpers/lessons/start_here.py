@@ -14,6 +14,9 @@ __all__ = ["PACKAGES", "MINIMUM", "pinned_versions", "environment_report", "chec
 
 #: The distributions the notebooks need, by their name on PyPI.
 PACKAGES = ("torch", "numpy", "matplotlib", "ipywidgets", "jupyterlab")
+#: Front ends the notebooks can do without (any Jupyter client with ipywidgets 8 runs them):
+#: missing, they get a warning, not an error.
+OPTIONAL = ("jupyterlab",)
 #: Below these versions the course does not run (``pyproject.toml``'s ranges; ipywidgets 8 is
 #: the widget protocol the notebooks' widgets speak). Any other difference only gets a warning.
 MINIMUM = {"python": (3, 11), "torch": (2, 3), "numpy": (1, 26), "matplotlib": (3, 8),
@@ -52,7 +55,8 @@ def pinned_versions(path: Path | str = REQUIREMENTS) -> dict[str, str]:
 def environment_report(path: Path | str = REQUIREMENTS) -> list[dict]:
     """One row per package (and Python): ``name``, ``installed``, ``pinned`` (or ``None``) and
     ``status``: ``"ok"``, ``"different"`` (runs, but stored outputs may differ in the last
-    digits) or ``"too old"`` (the course will not run)."""
+    digits), ``"optional"`` (an :data:`OPTIONAL` front end that is not installed) or
+    ``"too old"``/``"missing"`` (the course will not run)."""
     pins = pinned_versions(path)
     rows = [{"name": "python", "installed": platform.python_version(), "pinned": None}]
     for name in PACKAGES:
@@ -63,7 +67,9 @@ def environment_report(path: Path | str = REQUIREMENTS) -> list[dict]:
         rows.append({"name": name, "installed": installed, "pinned": pins.get(name)})
     for row in rows:
         release = _release(row["installed"])
-        if row["installed"] == "missing" or release < MINIMUM.get(row["name"], ()):
+        if row["installed"] == "missing" and row["name"] in OPTIONAL:
+            row["status"] = "optional"
+        elif row["installed"] == "missing" or release < MINIMUM.get(row["name"], ()):
             row["status"] = "too old" if row["installed"] != "missing" else "missing"
         elif row["pinned"] and release != _release(row["pinned"]):
             row["status"] = "different"
@@ -73,7 +79,8 @@ def environment_report(path: Path | str = REQUIREMENTS) -> list[dict]:
 
 
 def check_environment(path: Path | str = REQUIREMENTS) -> list[dict]:
-    """Print nothing; warn for each package whose version differs from the pinned one, and raise
+    """Print nothing; warn for each package whose version differs from the pinned one (or that
+    is an optional front end and missing), and raise
     ``RuntimeError`` naming every package that is missing or too old. Returns the report."""
     rows = environment_report(path)
     for row in rows:
@@ -81,6 +88,9 @@ def check_environment(path: Path | str = REQUIREMENTS) -> list[dict]:
             warnings.warn(f"{row['name']} {row['installed']} is installed; the course was tested "
                           f"with {row['pinned']} (requirements.txt). It should run, but stored "
                           "outputs may differ in the last digits.", stacklevel=2)
+        elif row["status"] == "optional":
+            warnings.warn(f"{row['name']} is not installed. The notebooks run in any Jupyter "
+                          "front end with ipywidgets 8; install it for JupyterLab.", stacklevel=2)
     broken = [row for row in rows if row["status"] in ("too old", "missing")]
     if broken:
         raise RuntimeError("the course needs " + ", ".join(

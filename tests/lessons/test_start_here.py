@@ -60,3 +60,17 @@ def test_too_old_fails_with_a_message_naming_the_package(tmp_path, monkeypatch):
     monkeypatch.setattr(lesson.metadata, "version", versions.__getitem__)
     with pytest.raises(RuntimeError, match=r"torch >= 2.3 \(found 2.1.0\), ipywidgets >= 8.1"):
         lesson.check_environment(tmp_path / "none.txt")
+
+
+def test_a_missing_jupyterlab_only_warns(tmp_path, monkeypatch):
+    versions = {"torch": "2.13.0", "numpy": "2.4.6", "matplotlib": "3.11.2", "ipywidgets": "8.1.9"}
+
+    def version(name):
+        if name not in versions:
+            raise lesson.metadata.PackageNotFoundError(name)
+        return versions[name]
+
+    monkeypatch.setattr(lesson.metadata, "version", version)
+    with pytest.warns(UserWarning, match=r"jupyterlab is not installed"):
+        rows = lesson.check_environment(tmp_path / "none.txt")
+    assert {row["name"]: row["status"] for row in rows}["jupyterlab"] == "optional"
