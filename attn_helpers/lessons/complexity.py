@@ -46,7 +46,7 @@ __all__ = [
     "fit_methods", "fit_power_law", "format_bytes", "fwd_bwd_call",
     "kv_cache_flops", "last_level_cache", "load_benchmark", "machine",
     "matmul_gflops", "naive_attention", "naive_stage_times", "plot_roofline", "plot_scaling",
-    "stage_points",
+    "measure_roofline", "minor_page_faults", "roof_at", "stage_points",
     "saved_bytes", "score_matrix_bytes", "series", "tile_schedule", "tile_scores", "tile_stepper",
     "tile_working_set_bytes", "time_ms", "traffic_bytes", "validate_records",
 ]
@@ -454,6 +454,61 @@ def stage_points(n: int, *, budget_s: float = 0.05, seed: int = 0, heads: int = 
     for name in ("softmax", "PV"):
         out[name] = dict(costs[name], ms=stages[name])
     return out
+
+
+def measure_roofline(*, n_large: int = 2048, n_small: int = 256, tile: int = 256,
+                     budget_s: float = 0.05) -> dict:
+    r"""Everything notebook 08's roofline plots, measured on this CPU with one call.
+
+    :math:`\pi` is the best GFLOP/s of four square products (:func:`matmul_gflops`) and of
+    ``sdpa`` at ``n_large``; :math:`\beta` comes from a 256 MiB copy (``"dram_gbps"``) and a 1 MiB
+    copy (``"cache_gbps"``). ``"points"`` holds naive attention's stages at ``n_small`` (under the
+    cache's roof) and ``n_large`` (main memory), and ``naive``, ``sdpa`` and ``tiled`` at
+    ``n_large``, each ``{"roof", "intensity", "gflops"}``. 8 heads of 64, float32."""
+    for name, value in (("n_large", n_large), ("n_small", n_small), ("tile", tile)):
+        require_positive_int(name, value)
+    caches = cache_sizes()                                             # this CPU's caches (sysfs)
+    roof = {"cache_bytes": caches, "peak_gflops": matmul_gflops(),
+            "dram_gbps": copy_bandwidth_gbps(budget_s=budget_s),
+            "cache_gbps": copy_bandwidth_gbps(n_bytes=2**20, budget_s=budget_s),
+            "n_large": n_large, "tile": tile, "tile_bytes": tile_working_set_bytes(tile, tile),
+            "points": {}}
+    roof["tile_fits"] = bool(caches) and roof["tile_bytes"] <= max(caches.values())
+    for n, memory in ((n_small, "cache"), (n_large, "dram")):        # S and P: 2 MiB each at 256
+        for stage, c in stage_points(n, budget_s=budget_s).items():  # each stage timed alone
+            roof["points"][f"{stage} n={n}"] = {"roof": memory, "intensity": c["flops"] / c["bytes"],
+                                                "gflops": c["flops"] / c["ms"] / 1e6}
+    flops = 4.0 * H * n_large**2 * D                                   # QK^T and PV
+    q, k, v = _qkv(n_large, 0)
+    calls = {"naive": lambda: naive_attention(q, k, v),
+             "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
+             "tiled": lambda: tiled_attention(q, k, v, block_size=tile)}
+    with torch.no_grad():
+        for method, call in calls.items():
+            ms = time_ms(call, budget_s=budget_s)                      # median, CPU clock
+            roof["points"][f"{method} n={n_large}"] = {               # sdpa: an upper bound
+                "roof": "dram", "gflops": flops / ms / 1e6,
+                "intensity": flops / traffic_bytes(method, n_large, block_q=tile)}
+    roof["peak_gflops"] = max(roof["peak_gflops"], roof["points"][f"sdpa n={n_large}"]["gflops"])
+    roof["ridge"] = roof["peak_gflops"] / roof["dram_gbps"]            # FLOP per byte
+    return roof
+
+
+def minor_page_faults() -> int:
+    """This process's minor page faults so far (``getrusage``): each is a fresh page the system
+    mapped, and zeroed, on first touch. 0 where the ``resource`` module does not exist (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def roof_at(roof: dict, point: dict) -> float:
+    """The roof over one of :func:`measure_roofline`'s points: ``min(pi, intensity x the
+    bandwidth of its memory)``, in GFLOP/s."""
+    bandwidth = roof["cache_gbps"] if point["roof"] == "cache" else roof["dram_gbps"]
+    return min(roof["peak_gflops"], point["intensity"] * bandwidth)
 
 
 def plot_scaling(records: list[dict], colors: dict[str, str]):

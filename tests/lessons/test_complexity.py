@@ -167,3 +167,25 @@ def test_plots_draw_every_record_and_point():
     ax = cx.plot_roofline(roof).axes[0]
     assert ax.get_ylim()[0] <= 0.1                        # the lowest point is not clipped
     plt.close("all")
+
+
+def test_roof_at_takes_the_lower_roof_of_its_memory():
+    from attn_helpers.lessons import complexity as cx
+    roof = {"peak_gflops": 100.0, "cache_gbps": 50.0, "dram_gbps": 10.0}
+    assert cx.roof_at(roof, {"roof": "dram", "intensity": 2.0}) == 20.0
+    assert cx.roof_at(roof, {"roof": "cache", "intensity": 1.0}) == 50.0
+    assert cx.roof_at(roof, {"roof": "dram", "intensity": 1000.0}) == 100.0
+
+
+def test_minor_page_faults_counts_up():
+    from attn_helpers.lessons import complexity as cx
+    before = cx.minor_page_faults()
+    assert isinstance(before, int) and cx.minor_page_faults() >= before >= 0
+
+
+def test_measure_roofline_rejects_a_bad_size():
+    import pytest
+
+    from attn_helpers.lessons import complexity as cx
+    with pytest.raises((ValueError, TypeError), match="n_large"):
+        cx.measure_roofline(n_large=0)
