@@ -126,8 +126,8 @@ def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v",
 
 TRANSPOSE_ALL = (
     "if you wrote k.T: on a batched tensor .T reverses every axis, so k (2, 5, 16) becomes "
-    "(16, 5, 2) and the batch axes no longer line up. Swap only the last two axes: "
-    "k.transpose(-2, -1) (or k.mT) gives (..., d_k, n_k).")
+    "(16, 5, 2) and the batch axes no longer line up. Swap only the last two axes, so that "
+    "k becomes (..., d_k, n_k).")
 
 
 @exercise("query_key_value.attention", "scaled dot-product attention with a mask", hints=(

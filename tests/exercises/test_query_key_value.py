@@ -126,7 +126,7 @@ def test_k_dot_T_on_batched_inputs_gets_a_named_hint():
         return weights @ v, weights
 
     assert_rejected(ex.check_attention(with_dot_T), "Hint: ", "reverses every axis",
-                    "k.transpose(-2, -1)")
+                    "Swap only the last two axes")
 
 
 def test_attention_reports_exceptions_and_in_place_changes():
