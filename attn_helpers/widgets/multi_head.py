@@ -3,9 +3,10 @@ given the model, switch heads off and read the held-out accuracy and the letters
 
 The view keeps two persistent figures, drawn once each: one head (heatmap + entropy per query)
 and the all-heads grid (one heatmap + entropy panel per head). Both show the mean entropy of
-every head as bars, the selected head in orange. A control change (another example, another
-head, a head switched off) only redraws animated artists and pasted text; a switched-off head's
-heatmap is painted faded, with "switched off" over it.
+every head as bars, the selected head in orange, against a dashed ceiling: the mean over query
+rows of ln(visible keys). A control change (another example, another head, a head switched off)
+only redraws animated artists and pasted text; a switched-off head's heatmap is painted faded,
+with "switched off" over it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from matplotlib.transforms import offset_copy
 
 from .._checks import shape
-from ..entropy import attention_entropy, max_entropy
+from ..entropy import attention_entropy
 from ..lessons.multi_head import (
     CONFIG,
     RELATIONS,
@@ -70,6 +71,12 @@ class MultiHeadFrame(AttentionFrame):
     def head_entropy(self) -> torch.Tensor:
         """``(h,)`` mean entropy (nats) of each head's query rows."""
         return attention_entropy(torch.as_tensor(self.head_weights, dtype=torch.float64)).mean(-1)
+
+    @property
+    def head_entropy_ceiling(self) -> float:
+        """The ceiling of :attr:`head_entropy`: the mean over query rows of ``ln(visible keys)``
+        (``ln n_k`` without a mask; under a causal mask ``ln(n!) / n``, below ``ln n``)."""
+        return float(self.ceiling.mean())
 
     def head_frame(self, head: int) -> AttentionFrame:
         """The plain frame of one head."""
@@ -177,7 +184,8 @@ class MultiHeadView(BlitView):
                                         va="bottom")
         self.single_bars = EntropyBars(self.single, self.single.figure.add_subplot(
             grid[1].subgridspec(3, 1, height_ratios=[1, 2, 1])[1]),
-            title="mean entropy\nper head", labels=heads)
+            title="mean entropy\nper head", labels=heads,
+            xlabel="nats; dashed:\nmean ln(keys seen)")
         self.single_bars.ax.set_ylabel("head", fontsize=9)
         self.grid = BlitFigure((head_width * num_heads + 1.2, height))
         ratios = [head_width] * num_heads + [0.7]
@@ -190,7 +198,8 @@ class MultiHeadView(BlitView):
         # to it so a near-zero bar still reads
         self.grid_bars = EntropyBars(self.grid, self.grid.figure.add_subplot(
             grid[-1].subgridspec(3, 1, height_ratios=[1, 2, 1])[1]),
-            title="mean entropy\nper head", labels=heads)
+            title="mean entropy\nper head", labels=heads,
+            xlabel="nats; dashed:\nmean ln(keys seen)")
         self.grid_bars.ax.set_ylabel("head", fontsize=9)
         # a switched-off head: its heatmap painted faded, "switched off" pasted over it
         self.bar_values = {id(bars): TextSprites(view, bars.ax.transData, size=8, ha="left")
@@ -233,7 +242,7 @@ class MultiHeadView(BlitView):
             raise ValueError(f"this view draws {self.num_heads} heads; the frame has "
                              f"{None if frame.head_weights is None else frame.head_weights.shape[0]}")
         entropy = to_numpy(frame.head_entropy)
-        ceiling = np.full(self.num_heads, max_entropy(len(frame.key_labels)))
+        ceiling = np.full(self.num_heads, frame.head_entropy_ceiling)  # mean ln(visible keys)
         if frame.head is None:
             for i, panel in enumerate(self.grid_panels):
                 panel.set_title(frame.head_names[i])

@@ -212,3 +212,11 @@ def test_the_first_picture_can_open_with_a_head_switched_off(example_weights):
     assert "switched off: head 1" in widget.view.grid_lines.texts[1]
     with pytest.raises(ValueError, match="heads_on"):
         multihead_widget(*example_weights, heads_on=[True, False])
+
+
+def test_entropy_ceiling_is_the_mean_of_each_rows_ceiling(example_weights):
+    weights, labels = example_weights
+    assert multihead_frame(weights, labels, 0, 0).head_entropy_ceiling == pytest.approx(np.log(4))
+    causal = multihead_frame(weights, labels, 0, ALL_HEADS, mask=causal_mask(4))
+    # rows see 1, 2, 3, 4 keys: the mean of ln 1 .. ln 4 is ln(4!) / 4, below ln 4
+    assert causal.head_entropy_ceiling == pytest.approx(np.log(24) / 4)
