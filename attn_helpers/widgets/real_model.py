@@ -198,7 +198,7 @@ def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: i
     readouts["notes"] = _notes(run)
     title = (f"layer {layer}, head {head}" + (" (switched off)" if ablate else "")
              + f": entropy/ln n {run.fraction[l, i]:.2f}, on [CLS] {run.cls[l, i]:.2f}, "
-             f"on previous {run.previous[l, i]:.2f}, similarity {similarity:.2f}")
+             f"on previous {run.previous[l, i]:.2f}, similarity to the second sentence {similarity:.2f}")
     return RealModelFrame(run.weights[l, i], labels, labels, readouts=readouts,
                           head_map=run.fraction, cell=(l, i), title=title)
 
