@@ -106,9 +106,9 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
                             drop_first=True),
             _window_mistake("off by one: each sentence's last pad was treated as a real token "
                             "(a key one step before the sentence is visible). Sentence b's "
-                            "lengths[b] real tokens fill the last lengths[b] positions: the "
-                            "first sits at n - lengths[b], and j >= n - lengths[b] - 1 lets "
-                            "one pad through.", one_pad=True),
+                            "lengths[b] real tokens fill the last lengths[b] positions: at "
+                            "which position does the first one sit? Your comparison starts one "
+                            "key earlier.", one_pad=True),
             _window_mistake("your window looks both ways: query i also sees keys after it (j > i). "
                             "A causal window sees only the present and the past: which sign of "
                             "i - j must it refuse?", both_ways=True),
