@@ -167,7 +167,7 @@ class GPTWidget(LiveAttentionWidget):
             "head": widgets.IntSlider(head, min=1, max=cfg.num_heads, description="head"),
         }
         super().__init__(self._compute, controls, GPTView(cfg.num_heads, cfg.context),
-                         title="the GPT just trained: any prompt, any layer and head")
+                         title="the stored GPT (study seed 0): any prompt, any layer and head")
 
     def run(self, text: str) -> PromptRun:
         if text not in self.runs:
