@@ -198,7 +198,7 @@ def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: i
     readouts["notes"] = _notes(run)
     title = (f"layer {layer}, head {head}" + (" (switched off)" if ablate else "")
              + f": entropy/ln n {run.fraction[l, i]:.2f}, on [CLS] {run.cls[l, i]:.2f}, "
-             f"on previous {run.previous[l, i]:.2f}, similarity to the second sentence {similarity:.2f}")
+             f"on previous {run.previous[l, i]:.2f}, similarity {similarity:.2f}")
     return RealModelFrame(run.weights[l, i], labels, labels, readouts=readouts,
                           head_map=run.fraction, cell=(l, i), title=title)
 
@@ -254,12 +254,12 @@ class RealModelView(BlitView):
                                         bottom=0.02, top=0.97, wspace=0.08)
         self.panel = AttentionPanel(self.blit, grid[0], title=" ")
         # the heatmap's title changes with every move: pasted text, not a redraw
-        self.title = TextSprites(self.blit, self.figure.transFigure, size=10, va="top")
+        self.title = TextSprites(self.blit, self.figure.transFigure, size=10, ha="left", va="top")
         self.map = _HeadMap(self.blit, self.figure.add_subplot(grid[1]), shape)
 
     def draw(self, frame: RealModelFrame) -> None:
         self.panel.set_frame(frame)
-        self.title.set([frame.title], [(0.3, 0.995)])
+        self.title.set([frame.title], [(0.01, 0.995)])
         self.map.set(frame.head_map, frame.cell)
 
 
