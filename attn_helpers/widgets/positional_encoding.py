@@ -39,7 +39,7 @@ from ..masks import causal_mask
 from ..plots import MASKED_COLOR, SCORES_CMAP, to_numpy
 from ..positional import apply_rope, sinusoidal_encoding
 from .core import HIGHLIGHT_COLOR, AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
-from .panels import CellPainter, TextSprites
+from .panels import CellPainter
 
 __all__ = [
     "ENCODINGS",
@@ -74,7 +74,6 @@ class PositionalFrame(AttentionFrame):
     offset: int = 0
     pair: int = 0
     pair_points: torch.Tensor | None = None  # (2, 2): pair i of query_p, key_{p-k}; longest = 1
-    caption: str = ""  # the settings and the main readouts, drawn above the figure
 
 
 @lru_cache(maxsize=1)
@@ -163,14 +162,10 @@ def positional_frame(encoding: str, position: int, offset: int, pair: int,
     has_key = p >= k
     q_pair, k_pair = g["queries"][p, pair_of], g["keys"][max(p - k, 0), pair_of]
     labels = [str(i) for i in range(N_POSITIONS)]
-    here = f"S[p, p-k] {S[p, p - k].item():.2f}, " if has_key else ""
-    caption = (f"{encoding}{f', head {head}' if encoding in ENCODINGS[2:] else ''}  |  p = {p}, "
-               f"k = {k}, pair {pair}  |  {here}S[k, 0] {S[k, 0].item():.2f}, spread along "
-               f"diagonals {g['spread']:.2f}  |  row p's largest weight: key {int(weights[p].argmax())}")
     return PositionalFrame(
         weights=weights, query_labels=labels, key_labels=labels, mask=g["mask"], highlight_row=p,
         scores=g["shown"], diagonal=S.diagonal(-k) / g["top"], position=p, offset=k, pair=pair,
-        pair_points=torch.stack([q_pair, k_pair]) / g["radius"][pair], caption=caption,
+        pair_points=torch.stack([q_pair, k_pair]) / g["radius"][pair],
         readouts={
             "S[p, p-k]": round(S[p, p - k].item(), 4) if has_key else None,
             "S[k, 0]": round(S[k, 0].item(), 4),
@@ -190,11 +185,11 @@ class PositionalView(BlitView):
     marked, one pair of the query and the key on a circle, the scores along that diagonal, and
     the causal ``softmax(S / sqrt(d_head))`` with its entropy view."""
 
-    def __init__(self, figsize: tuple[float, float] = (10.5, 8.2)):
+    def __init__(self, figsize: tuple[float, float] = (10.5, 7.8)):
         super().__init__(figsize)
         figure, n = self.figure, N_POSITIONS
         grid = figure.add_gridspec(2, 3, width_ratios=[1.25, 1, 1.25], height_ratios=[1, 1.3],
-                                   left=0.06, right=0.98, bottom=0.01, top=0.89, wspace=0.42,
+                                   left=0.06, right=0.98, bottom=0.01, top=0.935, wspace=0.42,
                                    hspace=0.2)
         ax = self.ax_scores = figure.add_subplot(grid[0, 0])
         ax.set(xlim=(-0.5, n - 0.5), ylim=(n - 0.5, -0.5), aspect="equal")
@@ -239,13 +234,11 @@ class PositionalView(BlitView):
         self.panel = AttentionPanel(self.blit, grid[1, :], max_shape=(n, n),
                                     title="attention softmax(S / sqrt(d_head)), causal: in the trained "
                                           "modes, the head's own weights on token 0 repeated")
-        self.caption = TextSprites(self.blit, figure.transFigure, size=9, ha="left", va="top")
         self.blit.animate(self.box_p, self.box_0, self.diagonal_line, self.spoke_p, self.spoke_pk,
                           self.profile, self.level, self.marker)
 
     def draw(self, frame: PositionalFrame) -> None:
         self.panel.set_frame(frame)
-        self.caption.set([frame.caption], [[0.01, 0.995]])
         self.cells.set(to_numpy(frame.scores))
         p, k, n = frame.position, frame.offset, N_POSITIONS
         for artist in (self.box_p, self.spoke_pk, self.marker):

@@ -82,18 +82,17 @@ class LookupView(BlitView):
         self.output_artist = self.ax_plane.scatter([0], [0], marker="X", s=120,
                                                    color=HIGHLIGHT_COLOR, edgecolor="black",
                                                    zorder=6, label="output")  # above the star
-        self.settings_text = self.ax_plane.text(   # the settings and readouts, in the picture
-            0.02, 0.98, "", transform=self.ax_plane.transAxes, va="top", ha="left", fontsize=8)
+        # the settings and numbers are the controls and readouts around the picture: text drawn
+        # in it would cost a third of every move (Agg lays out each glyph afresh)
         self.blit.animate(self.query_artist, self.output_artist, self.curve_line,
-                          self.curve_marker, self.settings_text)
+                          self.curve_marker)
         self._keys_drawn = None
 
     def _draw_keys(self, keys_xy: np.ndarray, labels: Sequence[str], temperatures) -> None:
         if self.keys_artist is not None:
             self.blit.forget(self.keys_artist)
         for text in list(self.ax_plane.texts) + list(self.ax_curve.texts):
-            if text is not self.settings_text:
-                text.remove()
+            text.remove()
         self.keys_artist = self.ax_plane.scatter(
             keys_xy[:, 0], keys_xy[:, 1], s=40, c=np.zeros(len(keys_xy)), cmap=weights_cmap(),
             vmin=0, vmax=1, edgecolor="black", zorder=3, label="key (size, colour: weight)",
@@ -126,11 +125,6 @@ class LookupView(BlitView):
         self.output_artist.set_offsets(to_numpy(frame.output_xy)[None, :])
         self.curve_line.set_data(temperatures, to_numpy(frame.curve_entropy))
         self.curve_marker.set_data([frame.temperature], [frame.entropy[0].item()])
-        q, o, best = to_numpy(frame.query_xy), to_numpy(frame.output_xy), int(weights.argmax())
-        self.settings_text.set_text(
-            f"q = ({q[0]:.1f}, {q[1]:.1f}), T = {frame.temperature:.2f}\n"
-            f"strongest: {frame.key_labels[best]} ({weights[best]:.2f}), "
-            f"entropy {frame.entropy[0].item():.2f} nats\noutput = ({o[0]:.2f}, {o[1]:.2f})")
 
 
 DEMO_KEYS = {
