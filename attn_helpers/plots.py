@@ -1,8 +1,8 @@
 """Static figures: attention heatmaps with token labels and entropy bars.
 
 Every function draws into a given ``ax`` (or a new figure) and returns what it drew, so notebooks
-can compose panels. Attention weights use a colour-blind-safe colormap on a fixed 0..1 scale;
-masked cells are shown in light grey.
+can compose panels. Heatmaps are seaborn's; attention weights use a colour-blind-safe colormap on
+a fixed 0..1 scale; masked cells are shown in light grey.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.colors import Colormap
+from matplotlib.transforms import Affine2D
 
 from .entropy import attention_entropy
 
@@ -63,9 +64,13 @@ def heatmap(matrix, x_labels: Sequence[str] | None = None, y_labels: Sequence[st
             vmin: float | None = 0.0, vmax: float | None = 1.0, cmap: str | Colormap | None = None,
             annotate: bool = False, colorbar: bool = True, xlabel: str = "key",
             ylabel: str = "query"):
-    """Draw a labelled ``(rows, cols)`` heatmap and return the image artist: attention weights
-    on a fixed 0..1 scale by default; ``vmin=vmax=None`` for raw scores (a scale symmetric
-    around zero, :data:`SCORES_CMAP`). Cells where the boolean ``mask`` is False are grey."""
+    """Draw a labelled ``(rows, cols)`` heatmap with seaborn's ``heatmap`` and return its colour
+    mesh: attention weights on a fixed 0..1 scale by default; ``vmin=vmax=None`` for raw scores
+    (a scale symmetric around zero, :data:`SCORES_CMAP`). Cells where the boolean ``mask`` is
+    False are grey. Cell ``(i, j)`` is centred on ``x = j, y = i`` (as ``imshow`` places it), so
+    a notebook marks a cell at its (column, row)."""
+    import seaborn as sns  # here, not at import: the widgets use this module's small helpers
+
     data = to_numpy(matrix)
     if data.ndim != 2:
         raise ValueError(f"matrix must be 2-D (rows, cols), got shape {data.shape}")
@@ -79,13 +84,14 @@ def heatmap(matrix, x_labels: Sequence[str] | None = None, y_labels: Sequence[st
         vmin, vmax = -bound, bound
         cmap = cmap or SCORES_CMAP
     cmap = weights_cmap(cmap or WEIGHTS_CMAP) if not isinstance(cmap, Colormap) else cmap
-    shown = data if mask is None else np.ma.masked_where(~to_numpy(mask).astype(bool), data)
-    image = ax.imshow(shown, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+    hidden = None if mask is None else ~to_numpy(mask).astype(bool)
+    sns.heatmap(data, mask=hidden, ax=ax, cmap=cmap, vmin=vmin, vmax=vmax, cbar=False)
+    mesh = ax.collections[-1]
+    mesh.set_transform(Affine2D().translate(-0.5, -0.5) + ax.transData)  # centres on integers
     size = label_fontsize(max(rows, cols))
     ax.set_xticks(range(cols), x_labels, rotation=90 if cols > 8 else 0, fontsize=size)
-    ax.set_yticks(range(rows), y_labels, fontsize=size)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set_yticks(range(rows), y_labels, rotation=0, fontsize=size)
+    ax.set(xlim=(-0.5, cols - 0.5), ylim=(rows - 0.5, -0.5), xlabel=xlabel, ylabel=ylabel)
     if title:
         ax.set_title(title)
     if annotate:
@@ -94,15 +100,15 @@ def heatmap(matrix, x_labels: Sequence[str] | None = None, y_labels: Sequence[st
         dark = np.abs(position - 0.5) > 0.3 if diverging else position < 0.6
         for i in range(rows):
             for j in range(cols):
-                if np.ma.is_masked(shown[i, j]):
+                if hidden is not None and hidden[i, j]:
                     continue
                 colour = "white" if dark[i, j] else "black"
                 value = 0.0 if abs(data[i, j]) < 0.005 else data[i, j]  # no "-0.00"
                 ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=size - 1,
                         color=colour)
     if colorbar:
-        ax.figure.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
-    return image
+        ax.figure.colorbar(mesh, ax=ax, fraction=0.05, pad=0.02)
+    return mesh
 
 
 def entropy_bars(weights, labels: Sequence[str] | None = None, *, ax: Axes | None = None,
