@@ -6,6 +6,7 @@ Every average is over real tokens only: padding is never a query and never a key
 - :func:`entropy_grid`, :func:`sink_shares`, :func:`offset_scores`: one ``(L, h)`` grid per head
   score (mean entropy, weight on a token such as ``[CLS]``, weight on the key ``offset`` away);
 - :func:`ablation`: how switching heads off changes the similarity gap of the shipped pairs;
+  :func:`gap_change` (and :func:`bootstrap_gap`): one gap's relative change, resampled;
 - :func:`run_value_norms`: Kobayashi et al.'s value-weighted norms on every head;
 - :func:`coreference` and :func:`sign_test`: which noun "it" reads, pair by pair.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +28,9 @@ from ..multihead import split_heads
 from ..pretrained import Encoder, mean_pool
 
 __all__ = [
-    "Ablation", "Attention", "Coreference", "DATA_FILE", "PASS_SHARE",
-    "ablation", "bootstrap_gap", "coreference", "entropy_grid", "load_sentences", "offset_scores",
+    "Ablation", "Attention", "Coreference", "DATA_FILE", "GapChange", "PASS_SHARE",
+    "ablation", "bootstrap_gap", "coreference", "draw_ablation", "draw_flips", "entropy_grid",
+    "gap_change", "load_sentences", "offset_scores",
     "pair_similarities", "row_shares", "run_attention", "run_value_norms", "sign_test",
     "sink_shares", "top_heads", "value_norms", "value_vector_norms",
 ]
@@ -214,6 +217,109 @@ def bootstrap_gap(cosines: torch.Tensor, first: range, second: range, generator:
         return group.start + torch.randint(len(group), (resamples, len(group)), generator=generator)
 
     return cosines[..., draw(first)].mean(-1) - cosines[..., draw(second)].mean(-1)
+
+
+@dataclass(frozen=True)
+class GapChange:
+    """One similarity gap ``mean cos(first pairs) - mean cos(second pairs)`` under ablation.
+
+    ``gap``: with every head on. ``off (L, 1 + h)``: the gap with layer ``l``'s heads off
+    (``[:, 0]``) or head ``(l, i)`` alone off (``[:, 1 + i]``). ``change (L, 1 + h)``:
+    ``(off - gap) / |gap|``, so that > 0 always means the gap grew (moved the right way) and < 0
+    that it shrank, whatever the gap's sign. ``boot (L, 1 + h, resamples)``: ``change`` on pairs
+    resampled within each group (:func:`bootstrap_gap`), each resample against its own gap."""
+
+    gap: float
+    off: torch.Tensor
+    change: torch.Tensor
+    boot: torch.Tensor
+
+
+def gap_change(abl: Ablation, first: range, second: range, generator: torch.Generator,
+               resamples: int = 1000) -> GapChange:
+    """The gap of :class:`GapChange` from an :func:`ablation`'s cosines: ``first``/``second`` are
+    ranges of pair indices (paraphrases first, then non-paraphrases, as passed to ablation)."""
+    L, variants, p = abl.cosines.shape
+    on = torch.cat([abl.paraphrase, abl.non_paraphrase])                   # (p,) every head on
+    every = torch.cat([on[None], abl.cosines.flatten(0, 1)])               # (1 + L (1 + h), p)
+    value = every[:, list(first)].mean(-1) - every[:, list(second)].mean(-1)
+    boot = bootstrap_gap(every, first, second, generator, resamples)       # (1 + L (1 + h), R)
+    return GapChange(float(value[0]), value[1:].view(L, variants),
+                     ((value[1:] - value[0]) / value[0].abs()).view(L, variants),
+                     ((boot[1:] - boot[0]) / boot[0].abs()).view(L, variants, -1))
+
+
+def draw_ablation(groups: dict, changes: dict, bounds: dict) -> None:
+    """Notebook 09's ablation figure: the pairs' cosines by group (all heads on), each gap's
+    change with one layer's heads off (95% of resamples as error bars), and with one head off
+    (a heatmap per gap on the scale ``+-bounds[name]``). ``changes``: name -> :class:`GapChange`."""
+    import matplotlib.pyplot as plt
+
+    from ..plots import heatmap
+    fig, axes = plt.subplot_mosaic([["pairs", "layers"], ["easy", "swap"]], figsize=(16, 8.4),
+                                   gridspec_kw={"width_ratios": [1, 1.6]}, layout="constrained")
+    colors = ("#1f77b4", "#17becf", "#ff7f0e", "#d62728")
+    for x, (cos, color) in enumerate(zip(groups.values(), colors, strict=True)):
+        spread = torch.linspace(-0.3, 0.3, len(cos))                 # sideways in order of value
+        axes["pairs"].scatter(x + spread[cos.argsort().argsort()], cos, s=24, facecolors="none",
+                              edgecolors=color, linewidths=1.3)
+    axes["pairs"].set(xticks=range(len(groups)), ylabel="cosine similarity", xlim=(-0.6, 3.6),
+                      title="the pairs, all heads on")
+    axes["pairs"].set_xticklabels([textwrap.fill(name, 11) for name in groups], fontsize=8)
+    for shift, name, color in ((-0.2, "g_easy", "#3b75af"), (0.2, "g_swap", "#f28e2b")):
+        c = changes[name]
+        lo, hi = c.boot[:, 0].quantile(0.025, dim=-1), c.boot[:, 0].quantile(0.975, dim=-1)
+        mid = c.change[:, 0]
+        axes["layers"].bar(torch.arange(1, len(mid) + 1) + shift, mid, width=0.4, color=color,
+                           label=f"{name} = {c.gap:.3f}", yerr=torch.stack([mid - lo, hi - mid]),
+                           capsize=3)
+    axes["layers"].axhline(0, color="black", linewidth=0.8)
+    axes["layers"].set(xlabel="layer switched off (all 12 heads)",
+                       ylabel="(gap off - gap on) / |gap on|\n> 0: the gap rises (better)",
+                       title="one layer's heads off (bars: 95% of resamples)")
+    axes["layers"].legend(fontsize=8)
+    for key, name in (("easy", "g_easy"), ("swap", "g_swap")):
+        c, bound = changes[name], bounds[name]
+        h = c.change.shape[1] - 1
+        heatmap(c.change[:, 1:], [str(i) for i in range(1, h + 1)],
+                [str(i) for i in range(1, len(c.change) + 1)], ax=axes[key], vmin=-bound,
+                vmax=bound, cmap="RdBu", xlabel="head", ylabel="layer",
+                title=f"one head off: change of {name} / |{name}| (blue: rises, red: falls; "
+                      f"scale: the bound, ±{bound})")
+        axes[key].tick_params(axis="x", labelrotation=0)
+    plt.show()
+
+
+def draw_flips(enc: Encoder, co: Coreference, layer: int, head: int, need: int) -> None:
+    """Notebook 09's figure of the "it" test: each head's right flips out of ``co.pairs`` (the pass
+    criterion ``need`` in the title), and the row of "it" of head ``(layer, head)`` (0-based) on
+    the first pair's two sentences."""
+    import matplotlib.pyplot as plt
+
+    from ..plots import heatmap
+    P, (L, h) = co.pairs, co.right.shape
+    fig, (ax_grid, ax_row) = plt.subplots(1, 2, figsize=(15, 3.8),
+                                          gridspec_kw={"width_ratios": [1.6, 1]})
+    heatmap(co.right.float(), [str(i) for i in range(1, h + 1)], [str(i) for i in range(1, L + 1)],
+            ax=ax_grid, vmin=0, vmax=P, xlabel="head", ylabel="layer",
+            title=f"right flips of each head, out of {P} pairs (pass: {need})")
+    for (l, i), count in zip(torch.cartesian_prod(torch.arange(L), torch.arange(h)).tolist(),
+                             co.right.flatten().tolist(), strict=True):   # counts in the cells
+        ax_grid.text(i, l, str(count), ha="center", va="center", fontsize=8,
+                     color="white" if count < P / 2 else "black")
+    ax_grid.tick_params(axis="x", labelrotation=0)
+    batch = enc.tokenize(co.sentences[:2])
+    with torch.no_grad():
+        _, pair = enc(batch["input_ids"], batch["attention_mask"])
+    for s, shift in ((0, -0.2), (1, 0.2)):
+        toks = batch["tokens"][s]
+        row = pair[layer, s, head, toks.index("it"), : len(toks)]
+        ax_row.bar(torch.arange(len(toks)) + shift, row, width=0.4, label=co.sentences[s][-14:])
+    ax_row.set_xticks(range(len(toks)), toks, rotation=90)
+    ax_row.set(ylabel="weight from 'it'", ylim=(0, 1),
+               title=f"layer {layer + 1} head {head + 1}: the row of 'it' in the first pair")
+    ax_row.legend(fontsize=8)
+    plt.show()
 
 
 # --- value-weighted norms (Kobayashi et al., 2020) -------------------------------------------------

@@ -153,3 +153,18 @@ def test_bootstrap_gap_resamples_each_group_within_itself():
     for bad in (range(0), range(3, 9), [0, 1]):
         with pytest.raises(ValueError, match="first"):
             rm.bootstrap_gap(cosines, bad, range(2, 5), g)
+
+
+def test_gap_change_reads_the_right_way_for_a_negative_gap():
+    """change > 0 means the gap rose, whatever the gap's sign: a gap of -1 that falls to -2 is -1."""
+    para, non = torch.tensor([0.0, 0.0]), torch.tensor([1.0, 1.0])         # gap on: 0 - 1 = -1
+    cosines = torch.zeros(1, 2, 4)                                         # (L=1, 1 + h=1, pairs)
+    cosines[0, 0] = torch.tensor([0.0, 0.0, 2.0, 2.0])                    # the layer off: -2
+    cosines[0, 1] = torch.tensor([0.5, 0.5, 1.0, 1.0])                    # the head off: -0.5
+    abl = rm.Ablation(para, non, -1.0, torch.zeros(1), torch.zeros(1, 1), torch.zeros(1),
+                      torch.zeros(1, 1), cosines)
+    c = rm.gap_change(abl, range(0, 2), range(2, 4), torch.Generator().manual_seed(0), 50)
+    assert c.gap == pytest.approx(-1.0)
+    assert torch.allclose(c.off, torch.tensor([[-2.0, -0.5]]))
+    assert torch.allclose(c.change, torch.tensor([[-1.0, 0.5]]))          # fell by |gap|; rose by half
+    assert c.boot.shape == (1, 2, 50) and torch.allclose(c.boot, c.change[..., None])  # no spread
