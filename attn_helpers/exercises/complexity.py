@@ -189,20 +189,33 @@ def causal_backward_reference(q, k, v, O, lse, d_out, B):
 
 
 def _no_full_scores(inputs: dict) -> AllocationWatch | None:
-    """The lesson's constraint: with tiles smaller than the sequence, no tensor as large as the
-    ``(..., n, n)`` scores in the learner's own code; FlashAttention holds one B x B tile of them at
-    a time. The watch sees the tensors the learner's Python gets back, not a fused kernel's
-    insides (by design: no library function is blocked)."""
-    q, B = inputs["q"], inputs["B"]
-    n = q.shape[-2]
-    full = q[..., 0].numel() * n                                    # batch * n * n
+    """The lesson's constraint, with tiles smaller than the sequence (``B < n``): FlashAttention-2
+    holds one ``B x B`` tile of scores at a time, so the learner's own code may not build
+
+    * a tensor as large as the ``(..., n, n)`` scores, nor
+    * one that holds more numbers than both a padded input, ``(..., n + B - 1, d)``, and a
+      ``(..., B, B, d)`` broadcast product: all ``n`` queries against one key tile,
+      ``(..., n, B)``, does on the tiled cases 1 and 6 (``d`` the larger of ``d_k`` and ``d_v``).
+
+    The watch sees the tensors the learner's Python gets back, not a fused kernel's insides (by
+    design: no library function is blocked)."""
+    q, v, B = inputs["q"], inputs["v"], inputs["B"]
+    n, d, batch = q.shape[-2], max(q.shape[-1], v.shape[-1]), q[..., 0, 0].numel()
+    full, tile_room = batch * n * n, batch * d * max(B * B, n + B - 1)
 
     def refuse(t: torch.Tensor, call: str) -> str | None:
-        if B < n and t.numel() >= full:
+        if B >= n:
+            return None
+        if t.numel() >= full:
             return (f"causal_backward built a tensor of shape {tuple(t.shape)} ({call}), as large "
                     f"as the (..., n, n) scores (n = {n}). The point of tiling is never to hold "
                     "the n x n matrix: recompute each B x B tile's P from the saved lse, one tile "
                     "at a time.")
+        if t.numel() > tile_room:
+            return (f"causal_backward built a tensor of shape {tuple(t.shape)} ({call}), more "
+                    f"than one tile needs (n = {n}, B = {B}): the queries were not tiled. Section "
+                    "5's loop took all n queries against each key tile; FlashAttention-2 takes "
+                    "B queries by B keys at a time, so that a tile's scores stay B x B.")
         return None
 
     return AllocationWatch(refuse)

@@ -390,6 +390,31 @@ def test_the_backward_checker_refuses_the_n_by_n_matrix():
     assert_rejected(verdict, "case 1 of 6", "shape (16, 16)", "never to hold the n x n matrix")
 
 
+def untiled_queries(q, k, v, O, lse, d_out, B):
+    """Right, but like section 5's loop: all n queries against each key tile, (..., n, B)."""
+    n, c = q.shape[-2], 1 / math.sqrt(q.shape[-1])
+    D, L = (d_out * O).sum(-1, keepdim=True), lse[..., None]
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    rows = torch.arange(n)[:, None]
+    for j in range(0, n, B):
+        K, V, cols = k[..., j:j + B, :], v[..., j:j + B, :], torch.arange(j, min(j + B, n))
+        P = torch.exp((q @ K.mT * c).masked_fill(cols > rows, -math.inf) - L)
+        dS = P * (d_out @ V.mT - D)
+        dq += dS @ K * c
+        dk[..., j:j + B, :] = dS.mT @ q * c
+        dv[..., j:j + B, :] = P.mT @ d_out
+    return dq, dk, dv
+
+
+def test_the_backward_checker_refuses_untiled_queries():
+    case = ex._cases()[1]                                     # right numbers: only the tiling is wrong
+    reference = ex.causal_backward_reference(*case.values())
+    for ours, theirs in zip(untiled_queries(*case.values()), reference, strict=True):
+        torch.testing.assert_close(ours, theirs)
+    assert_rejected(ex.check_causal_backward(untiled_queries), "case 1 of 6", "shape (16, 4)",
+                    "the queries were not tiled")
+
+
 def tile_of_B(q, k, v, O, lse, d_out, B):
     """Right where n is a multiple of B; the positions of the last tile are taken from B."""
     n, c = q.shape[-2], 1 / math.sqrt(q.shape[-1])
