@@ -460,17 +460,21 @@ def measure_roofline(*, n_large: int = 2048, n_small: int = 256, tile: int = 256
                      budget_s: float = 0.05) -> dict:
     r"""Everything notebook 08's roofline plots, measured on this CPU with one call.
 
-    :math:`\pi` is the best GFLOP/s of four square products (:func:`matmul_gflops`) and of
-    ``sdpa`` at ``n_large``; :math:`\beta` comes from a 256 MiB copy (``"dram_gbps"``) and a 1 MiB
-    copy (``"cache_gbps"``). ``"points"`` holds naive attention's stages at ``n_small`` (under the
-    cache's roof) and ``n_large`` (main memory), and ``naive``, ``sdpa`` and ``tiled`` at
-    ``n_large``, each ``{"roof", "intensity", "gflops"}``. 8 heads of 64, float32."""
+    :math:`\pi` is the best GFLOP/s of three square products (:func:`matmul_gflops`, sizes 256 to
+    1024) and of ``sdpa`` at ``n_large``; :math:`\beta` is the best of three 256 MiB copies
+    (``"dram_gbps"``) and of three 1 MiB copies (``"cache_gbps"``), interleaved: a roof is a
+    bound, and on a busy machine a single measurement can fall short of it. ``"points"`` holds
+    naive attention's stages at ``n_small`` (under the cache's roof) and ``n_large`` (main memory),
+    and ``naive``, ``sdpa`` and ``tiled`` at ``n_large``, each ``{"roof", "intensity",
+    "gflops"}``. 8 heads of 64, float32."""
     for name, value in (("n_large", n_large), ("n_small", n_small), ("tile", tile)):
         require_positive_int(name, value)
     caches = cache_sizes()                                             # this CPU's caches (sysfs)
-    roof = {"cache_bytes": caches, "peak_gflops": matmul_gflops(),
-            "dram_gbps": copy_bandwidth_gbps(budget_s=budget_s),
-            "cache_gbps": copy_bandwidth_gbps(n_bytes=2**20, budget_s=budget_s),
+    copies = [(copy_bandwidth_gbps(budget_s=budget_s),
+               copy_bandwidth_gbps(n_bytes=2**20, budget_s=budget_s)) for _ in range(3)]
+    roof = {"cache_bytes": caches, "peak_gflops": matmul_gflops(sizes=(256, 512, 1024)),
+            "dram_gbps": max(dram for dram, _ in copies),
+            "cache_gbps": max(cache for _, cache in copies),
             "n_large": n_large, "tile": tile, "tile_bytes": tile_working_set_bytes(tile, tile),
             "points": {}}
     roof["tile_fits"] = bool(caches) and roof["tile_bytes"] <= max(caches.values())
