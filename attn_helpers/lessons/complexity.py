@@ -247,13 +247,16 @@ def last_level_cache(sizes: dict[str, int]) -> int:
 
 
 def copy_bandwidth_gbps(device: str = "cpu", n_bytes: int = 256 * 2**20,
-                        budget_s: float = 0.5) -> float:
+                        budget_s: float = 0.5, repeats: int = 1) -> float:
     """Main-memory bandwidth: a copy of ``n_bytes`` (far larger than any cache), counting one read
-    and one write of every byte, in GB/s (1e9 bytes per second)."""
+    and one write of every byte, in GB/s (1e9 bytes per second); the best of ``repeats`` medians
+    (a bound: on a busy machine one median can fall short of it)."""
+    require_positive_int("repeats", repeats)
     src = torch.ones(n_bytes // 4, device=device)
     dst = torch.empty_like(src)
-    return 2 * n_bytes / (time_ms(lambda: dst.copy_(src), budget_s=budget_s, device=device)
-                          / 1000.0) / 1e9
+    best_ms = min(time_ms(lambda: dst.copy_(src), budget_s=budget_s, device=device)
+                  for _ in range(repeats))
+    return 2 * n_bytes / (best_ms / 1000.0) / 1e9
 
 
 def machine_record(device: str = "cpu") -> dict:
@@ -461,20 +464,18 @@ def measure_roofline(*, n_large: int = 2048, n_small: int = 256, tile: int = 256
     r"""Everything notebook 08's roofline plots, measured on this CPU with one call.
 
     :math:`\pi` is the best GFLOP/s of three square products (:func:`matmul_gflops`, sizes 256 to
-    1024) and of ``sdpa`` at ``n_large``; :math:`\beta` is the best of three 256 MiB copies
-    (``"dram_gbps"``) and of three 1 MiB copies (``"cache_gbps"``), interleaved: a roof is a
-    bound, and on a busy machine a single measurement can fall short of it. ``"points"`` holds
+    1024) and of ``sdpa`` at ``n_large``; :math:`\beta` is the best of three timings of a 256 MiB
+    copy (``"dram_gbps"``) and of a 1 MiB copy (``"cache_gbps"``): a roof is a bound, and on a
+    busy machine a single measurement can fall short of it. ``"points"`` holds
     naive attention's stages at ``n_small`` (under the cache's roof) and ``n_large`` (main memory),
     and ``naive``, ``sdpa`` and ``tiled`` at ``n_large``, each ``{"roof", "intensity",
     "gflops"}``. 8 heads of 64, float32."""
     for name, value in (("n_large", n_large), ("n_small", n_small), ("tile", tile)):
         require_positive_int(name, value)
     caches = cache_sizes()                                             # this CPU's caches (sysfs)
-    copies = [(copy_bandwidth_gbps(budget_s=budget_s),
-               copy_bandwidth_gbps(n_bytes=2**20, budget_s=budget_s)) for _ in range(3)]
     roof = {"cache_bytes": caches, "peak_gflops": matmul_gflops(sizes=(256, 512, 1024)),
-            "dram_gbps": max(dram for dram, _ in copies),
-            "cache_gbps": max(cache for _, cache in copies),
+            "dram_gbps": copy_bandwidth_gbps(budget_s=budget_s, repeats=3),
+            "cache_gbps": copy_bandwidth_gbps(n_bytes=2**20, budget_s=budget_s, repeats=3),
             "n_large": n_large, "tile": tile, "tile_bytes": tile_working_set_bytes(tile, tile),
             "points": {}}
     roof["tile_fits"] = bool(caches) and roof["tile_bytes"] <= max(caches.values())

@@ -189,3 +189,12 @@ def test_measure_roofline_rejects_a_bad_size():
     from attn_helpers.lessons import complexity as cx
     with pytest.raises((ValueError, TypeError), match="n_large"):
         cx.measure_roofline(n_large=0)
+
+
+def test_copy_bandwidth_takes_the_best_of_its_repeats_and_rejects_a_bad_count():
+    import pytest
+
+    from attn_helpers.lessons import complexity as cx
+    assert 0.1 < cx.copy_bandwidth_gbps(n_bytes=2**20, budget_s=0.01, repeats=2) < 10_000
+    with pytest.raises((ValueError, TypeError), match="repeats"):
+        cx.copy_bandwidth_gbps(n_bytes=2**20, repeats=0)
