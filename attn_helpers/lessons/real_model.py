@@ -139,22 +139,13 @@ def pair_similarities(enc: Encoder, pairs: list, head_mask=None) -> torch.Tensor
 
 @dataclass(frozen=True)
 class Ablation:
-    """Similarity gap ``mean cos(paraphrases) - mean cos(non-paraphrases)`` and its changes.
-
-    ``layer_delta (L,)``: change when all heads of layer ``l`` are off; ``head_delta (L, h)``:
-    when head ``(l, i)`` alone is off; ``layer_separation (L,)``: with layer ``l`` off, the
-    lowest paraphrase similarity minus the highest non-paraphrase one (> 0: still separated);
-    ``head_separation (L, h)``: the same with head ``(l, i)`` alone off. ``cosines (L, 1 + h, p)``:
-    every pair's cosine with layer ``l``'s heads off (``[:, 0]``) or head ``(l, i)`` off
-    (``[:, 1 + i]``), for gaps over other subsets of the pairs."""
+    """Every pair's cosine similarity with all heads on (``paraphrase (p_1,)``,
+    ``non_paraphrase (p_2,)``) and with heads off: ``cosines (L, 1 + h, p_1 + p_2)``, with layer
+    ``l``'s heads off (``[:, 0]``) or head ``(l, i)`` alone off (``[:, 1 + i]``). A gap over any
+    subsets of the pairs follows from these (:func:`gap_change`)."""
 
     paraphrase: torch.Tensor
     non_paraphrase: torch.Tensor
-    gap: float
-    layer_delta: torch.Tensor
-    head_delta: torch.Tensor
-    layer_separation: torch.Tensor
-    head_separation: torch.Tensor
     cosines: torch.Tensor
 
 
@@ -192,11 +183,7 @@ def ablation(enc: Encoder, paraphrases: list, non_paraphrases: list) -> Ablation
     sims = (clean[first] * clean[second]).sum(dim=-1)                    # (pairs,)
     every = (off[:, :, first] * off[:, :, second]).sum(dim=-1)          # (L, 1 + h, pairs)
     n_p = len(paraphrases)
-    base = float(sims[:n_p].mean() - sims[n_p:].mean())
-    gaps = every[..., :n_p].mean(dim=-1) - every[..., n_p:].mean(dim=-1)
-    separation = every[..., :n_p].amin(dim=-1) - every[..., n_p:].amax(dim=-1)
-    return Ablation(sims[:n_p], sims[n_p:], base, gaps[:, 0] - base, gaps[:, 1:] - base,
-                    separation[:, 0], separation[:, 1:], every)
+    return Ablation(sims[:n_p], sims[n_p:], every)
 
 
 def bootstrap_gap(cosines: torch.Tensor, first: range, second: range, generator: torch.Generator,
