@@ -56,10 +56,10 @@ def softmax_with_temperature_reference(scores: torch.Tensor, temperature: float)
     return torch.softmax(scores.double() / temperature, dim=-1).to(scores.dtype)
 
 
-KEEPDIM = ("each row's sum lost its axis: a sum over the last axis has shape (...,), and "
-           "broadcasting lines that up with the last axis, the columns, so row sums divide "
-           "columns. Which shape must the sums have, and how do you keep the summed axis, so "
-           "that every entry of a row is divided by its own row's sum?")
+KEEPDIM = ("a row maximum or a row sum lost its axis: a max or a sum over the last axis has "
+           "shape (...,), and broadcasting lines that up with the last axis, the columns, so one "
+           "row's number meets a whole column. Use keepdim=True on both, so that each comes out "
+           "as (..., 1) and every entry of a row meets its own row's maximum and sum.")
 
 
 @exercise("start_here.softmax_with_temperature", "softmax of a score row, with a temperature",

@@ -158,6 +158,13 @@ def test_right_values_in_the_wrong_dtype_get_no_mistake_hint():
         assert "Hint" not in verdict.message, verdict.message
 
 
+def no_keepdim_max(s, t):
+    """Review 7: the row maximum without keepdim passes the 1-D cases, then fails to broadcast."""
+    z = s / t
+    e = torch.exp(z - z.amax(-1))
+    return e / e.sum(-1, keepdim=True)
+
+
 def test_the_commonest_beginner_slips_in_the_softmax_are_named():
     """Review 5: a row sum without keepdim raised a bare broadcasting error, and a sum over the
     whole tensor got no hint."""
@@ -165,7 +172,11 @@ def test_the_commonest_beginner_slips_in_the_softmax_are_named():
         return torch.exp(s / t - (s / t).amax(-1, keepdim=True))
 
     assert_rejected(ex.check_softmax_with_temperature(lambda s, t: stable(s, t) / stable(s, t).sum(-1)),
-                    "the shapes do not fit", "lost its axis", "keep the summed axis")
+                    "the shapes do not fit", "a row maximum or a row sum lost its axis",
+                    "keepdim=True on both")
+    assert_rejected(ex.check_softmax_with_temperature(no_keepdim_max),
+                    "the shapes do not fit", "a row maximum or a row sum lost its axis",
+                    "keepdim=True on both")
     assert_rejected(ex.check_softmax_with_temperature(lambda s, t: stable(s, t) / stable(s, t).sum()),
                     "sum of the whole tensor")
 
