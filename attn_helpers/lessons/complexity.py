@@ -518,9 +518,9 @@ def roof_at(roof: dict, point: dict) -> float:
 
 
 def plot_scaling(records: list[dict], colors: dict[str, str]):
-    """Two log-log panels from :func:`bench_attention` records: each method's median time (with
-    its slope fitted on ``n >= 256``) and its peak extra memory, against ``n``; ``linear`` and
-    ``local`` dashed (causal), with causal ``sdpa`` as white diamonds. Returns the figure."""
+    """Two log-log panels from :func:`bench_attention` records: each method's median time (its
+    slope fitted on ``n >= 256``: rough on few sizes) and peak extra memory, against ``n``; ``linear``
+    and ``local`` dashed (causal), causal ``sdpa`` as white diamonds. Returns the figure."""
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4))
@@ -529,7 +529,7 @@ def plot_scaling(records: list[dict], colors: dict[str, str]):
         _, peak = series(records, m, "peak_bytes")
         slope = fit_power_law(*series(records, m, "median_ms", n_min=256)).slope
         style = "o--" if m in ("linear", "local") else "o-"
-        ax_t.loglog(ns, ms, style, color=colors[m], label=f"{m} (fitted slope {slope:.1f})")
+        ax_t.loglog(ns, ms, style, color=colors[m], label=f"{m} (rough fit: slope {slope:.1f})")
         ax_m.loglog(ns, [b / 2**20 for b in peak], style, color=colors[m], label=m)
     ax_t.loglog(*series(records, "sdpa_causal", "median_ms"), "D--", color=colors["sdpa"],
                 markerfacecolor="white", label="sdpa, causal")
@@ -537,7 +537,7 @@ def plot_scaling(records: list[dict], colors: dict[str, str]):
         ax.set_xscale("log", base=2)
         ax.set(xlabel="sequence length n", ylabel=what)
         ax.legend(fontsize=8)
-    ax_t.set_title("time of one call (dashed: causal)")
+    ax_t.set_title("time of one call (dashed: causal; few sizes, so the fits are noisy)")
     ax_m.set_title("memory allocated during one call (inputs excluded)")
     return fig
 
