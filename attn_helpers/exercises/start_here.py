@@ -58,8 +58,8 @@ def softmax_with_temperature_reference(scores: torch.Tensor, temperature: float)
 
 KEEPDIM = ("a row maximum or a row sum lost its axis: a max or a sum over the last axis has "
            "shape (...,), and broadcasting lines that up with the last axis, the columns, so one "
-           "row's number meets a whole column. Use keepdim=True on both, so that each comes out "
-           "as (..., 1) and every entry of a row meets its own row's maximum and sum.")
+           "row's number meets a whole column. Keep the reduced axis on both, so that each comes "
+           "out as (..., 1) and every entry of a row meets its own row's maximum and sum.")
 
 
 @exercise("start_here.softmax_with_temperature", "softmax of a score row, with a temperature",

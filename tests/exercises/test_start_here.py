@@ -173,10 +173,10 @@ def test_the_commonest_beginner_slips_in_the_softmax_are_named():
 
     assert_rejected(ex.check_softmax_with_temperature(lambda s, t: stable(s, t) / stable(s, t).sum(-1)),
                     "the shapes do not fit", "a row maximum or a row sum lost its axis",
-                    "keepdim=True on both")
+                    "Keep the reduced axis on both")
     assert_rejected(ex.check_softmax_with_temperature(no_keepdim_max),
                     "the shapes do not fit", "a row maximum or a row sum lost its axis",
-                    "keepdim=True on both")
+                    "Keep the reduced axis on both")
     assert_rejected(ex.check_softmax_with_temperature(lambda s, t: stable(s, t) / stable(s, t).sum()),
                     "sum of the whole tensor")
 
