@@ -156,9 +156,8 @@ class CellPainter:
         y = np.rint(height - self.ax.transData.transform(
             np.stack([np.zeros(n_q + 1), np.arange(n_q + 1) - 0.5], 1))[:, 1]).astype(int)
         x, y = np.clip(x, 0, buffer.shape[1]), np.clip(y, 0, height)
-        columns = np.repeat(np.arange(n_k), np.diff(x))
-        rows = np.repeat(np.arange(n_q), np.diff(y))
-        buffer[y[0]:y[-1], x[0]:x[-1]] = self.colors[rows[:, None], columns[None, :]]
+        cells = np.repeat(self.colors, np.diff(y), axis=0)           # each row of cells, its pixels
+        buffer[y[0]:y[-1], x[0]:x[-1]] = np.repeat(cells, np.diff(x), axis=1)
 
 
 class _Labels:
