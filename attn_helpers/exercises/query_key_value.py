@@ -1,19 +1,6 @@
-"""Checkers for notebook 02 (query, key, value): the attention step, and a relation that needs
-separate query and key projections.
-
-1. ``attention(q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask) ->
-   (output (..., n_q, d_v), weights (..., n_q, n_k))``: scaled dot-product attention with a
-   boolean mask (True = may attend); a fully masked query reads nothing (zero weights, zero
-   output), as :func:`attn_helpers.scaled_dot_product_attention` does. The only place in the course
-   where the learner writes scores, masked softmax and weighted sum.
-2. ``next_token_projections(X (n, d_model)) -> (W_Q (d_model, d_k), W_K (d_model, d_k))``:
-   projections under which every token puts at least 90% of its attention on the NEXT token
-   (the last one on the first), a relation that ``W_Q = W_K`` cannot express.
-
-The stored notebook calls each checker on a stub that raises ``NotImplementedError``; the
-checker then says only "... is not implemented yet.". Hints come on demand, in three levels:
-``exercises.hint("query_key_value.attention", 1)``.
-"""
+"""Checkers for notebook 02: masked scaled dot-product attention that returns its weights (a query
+with no allowed key reads nothing), and projections W_Q, W_K under which every token attends to the
+next one, a relation that W_Q = W_K cannot express."""
 
 from __future__ import annotations
 
@@ -23,11 +10,10 @@ from collections.abc import Callable
 import torch
 
 from ..attention import scaled_dot_product_attention
-from .core import CheckResult, Mistake, check_function, seeded, size
+from .core import CheckResult, Mistake, check_function, describe, seeded, size
 from .workflow import exercise
 
-__all__ = ["NEXT_WEIGHT", "attention_reference", "check_asymmetric_relation", "check_attention",
-           "next_token_projections_reference", "next_token_weights"]
+__all__ = ["NEXT_WEIGHT", "check_asymmetric_relation", "check_attention", "next_token_weights"]
 
 FULLY_MASKED = (
     "a row whose keys are all masked is all -inf, and softmax gives 0 / 0 = NaN there. Such a "
@@ -92,16 +78,10 @@ def _attention_cases() -> list[dict]:
     return cases
 
 
-def attention_reference(q, k, v, mask):
-    """``(output (..., n_q, d_v), weights (..., n_q, n_k))``; fully masked queries get zeros."""
-    return scaled_dot_product_attention(q, k, v, mask)
-
-
 def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v", zero_empty=True,
                stable=True, mask_after=None):
-    """A learner's attention with one thing changed, for the known mistakes. ``mask_after``: the
-    masked keys removed after the exponent ("softmax": then renormalised; "zeroed": not
-    renormalised; "exp": exp(s - the maximum over every key) times the mask, then normalised)."""
+    """Attention with one known mistake. ``mask_after``: the mask applied after the exponent
+    ("softmax" or "exp": then renormalised; "zeroed": not)."""
     def attention(q, k, v, mask):
         factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, k, v)
         scores = q @ k.transpose(-2, -1) * factor
@@ -142,11 +122,10 @@ TRANSPOSE_ALL = (
     "weights = ...                                    # softmax over the keys, NaN (no key) -> 0\n"
     "return weights @ v, weights                      # (..., n_q, d_v), (..., n_q, n_k)"))
 def check_attention(attention: Callable) -> CheckResult:
-    """Exercise: ``attention(q, k, v, mask) -> (output, weights)``; ``q (..., n_q, d_k)``,
-    ``k (..., n_k, d_k)``, ``v (..., n_k, d_v)``, ``mask`` boolean broadcastable to
-    ``(..., n_q, n_k)``, True = may attend; fully masked queries get zero weights and output."""
+    """Exercise: ``attention(q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask) ->
+    (output (..., n_q, d_v), weights (..., n_q, n_k))``; ``mask`` True = may attend."""
     return check_function(
-        attention, attention_reference, _attention_cases(), what="attention",
+        attention, scaled_dot_product_attention, _attention_cases(), what="attention",
         output_names=("the output", "the weights"),
         mistakes=[
             Mistake(_attention(scale=lambda q, k, v: 1.0),
@@ -200,17 +179,6 @@ def next_token_weights(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) ->
     return torch.softmax(Q @ K.T / math.sqrt(Q.shape[-1]), dim=-1)
 
 
-def next_token_projections_reference(X: torch.Tensor):  # noqa: N803
-    """``X (n, d_model)`` with independent rows -> ``(W_Q, W_K)``, ``(d_model, n)`` each:
-    ``X W_Q = c I`` and ``X W_K = c P^T`` with ``P`` the cyclic shift, so ``Q K^T = c^2 P``."""
-    n = X.shape[0]
-    gap = math.log(99 * (n - 1))           # next score - others: weight 1 / (1 + (n-1) e^-gap) = 0.99
-    c = math.sqrt(gap * math.sqrt(n))                        # Q K^T / sqrt(d_k) = c^2 P / sqrt(n)
-    pinv = torch.linalg.pinv(X.double())                     # (d_model, n): X pinv(X) = I
-    shift = torch.roll(torch.eye(n, dtype=torch.float64), 1, dims=1)   # P[i, i+1] = 1 (cyclic)
-    return (c * pinv).to(X.dtype), (c * pinv @ shift.T).to(X.dtype)
-
-
 def _relation_cases() -> list[dict]:
     g = seeded(123)
     return [
@@ -244,11 +212,11 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
     on_next = A[torch.arange(n), nxt]
     if bool((on_next >= NEXT_WEIGHT).all()):
         return None
-    strongest = A.argmax(-1)
-    shown = ", ".join(f"{i}->{int(j)}" for i, j in enumerate(strongest[:6].tolist()))
+    strongest, weakest = A.argmax(-1), int(on_next.argmin())
     more = f", ... ({n} tokens)" if n > 6 else ""
-    weakest = int(on_next.argmin())
-    where = (f"strongest key of each token: {shown}{more}; weight on the next token: "
+    where = ("strongest key of each token: "
+             + ", ".join(f"{i}->{j}" for i, j in enumerate(strongest[:6].tolist()))
+             + f"{more}; weight on the next token: "
              + ", ".join(f"{w:.2f}" for w in on_next[:6].tolist())
              + f"{more}, smallest {on_next[weakest]:.2f} (token {weakest})")
     if torch.allclose(W_Q.double(), W_K.double()):
@@ -289,9 +257,8 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
               "                    # so that Q = X W_Q = c I\n"
               "return W_Q, ...     # W_K with K = X W_K = c P^T, so Q K^T = c^2 P"))
 def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
-    """Exercise: ``next_token_projections(X (n, d_model)) -> (W_Q, W_K)``, each ``(d_model, d_k)``,
-    under which every token ``i`` puts at least ``NEXT_WEIGHT`` of its attention on token
-    ``i + 1`` (the last on token 0). ``X`` has linearly independent rows, ``n >= 3``."""
+    """Exercise: ``next_token_projections(X (n, d_model)) -> (W_Q, W_K)``, each ``(d_model, d_k)``:
+    every token puts at least ``NEXT_WEIGHT`` on the next one (the last on token 0)."""
     what = "next_token_projections"
     if not callable(next_token_projections):
         return CheckResult(False, f"Not yet: {what} is not a function "
@@ -299,8 +266,7 @@ def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
     cases = _relation_cases()
     for number, case in enumerate(cases, start=1):
         X = case["X"]                                                         # noqa: N806
-        where = f"case {number} of {len(cases)} (X: {str(X.dtype).removeprefix('torch.')} " \
-                f"{tuple(X.shape)})"
+        where = f"case {number} of {len(cases)} ({describe(case)})"
         try:
             got = next_token_projections(X.clone())
         except NotImplementedError:
@@ -313,16 +279,16 @@ def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
         problem = _verdict(X, got)
         if problem is not None:
             one_hot = torch.eye(*X.shape, dtype=X.dtype)
-            if not torch.equal(X, one_hot):
-                try:
-                    works_on_one_hot = _verdict(one_hot, next_token_projections(one_hot)) is None
-                except Exception:  # noqa: BLE001 - only a hint: any failure means "no"
-                    works_on_one_hot = False
-                if works_on_one_hot:
-                    problem += (" Your projections work for one-hot embeddings, where X W_Q is W_Q "
-                                "itself, but not for dense ones, where X stands between W_Q and "
-                                "Q = X W_Q: which matrix M, with X M = I (a right inverse of X), "
-                                "undoes the embedding?")
+            try:
+                only_one_hot = not torch.equal(X, one_hot) and _verdict(
+                    one_hot, next_token_projections(one_hot)) is None
+            except Exception:  # noqa: BLE001 - only a hint: any failure means "no"
+                only_one_hot = False
+            if only_one_hot:
+                problem += (" Your projections work for one-hot embeddings, where X W_Q is W_Q "
+                            "itself, but not for dense ones, where X stands between W_Q and "
+                            "Q = X W_Q: which matrix M, with X M = I (a right inverse of X), "
+                            "undoes the embedding?")
             return CheckResult(False, f"Not yet: on {where}, {problem}")
     return CheckResult(True, f"Passed: on all {len(cases)} cases every token puts at least "
                              f"{NEXT_WEIGHT} of its attention on the next one.")

@@ -1,7 +1,6 @@
-"""Notebook 02's checkers (``exercises.query_key_value``): the references pass and agree with
-PyTorch, a stub is "not implemented yet" and nothing more, and every plausible wrong answer is
-rejected with a message that names the mistake. Also the framework's generic verdicts
-(``check_function``: wrong type, shape, in-place changes, exceptions)."""
+"""Notebook 02's checkers (``exercises.query_key_value``): right answers pass, a stub is "not
+implemented yet" and nothing more, and every named mistake gets its hint. Also the framework's
+generic verdicts (``check_function``: wrong type, shape, in-place changes, exceptions)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F  # noqa: N812
 from _exercises import assert_rejected, assert_skeleton, stub
 
 from attn_helpers.exercises import EXERCISES, CheckResult, check_function
@@ -38,21 +36,6 @@ def attention(q, k, v, mask):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])   # (..., n_q, n_k)
     weights = masked_softmax(scores, mask)                       # (..., n_q, n_k)
     return weights @ v, weights                                  # (..., n_q, d_v)
-
-
-def test_the_reference_matches_pytorch_and_gives_zeros_on_fully_masked_rows():
-    """Rows with an allowed key: equal to ``F.scaled_dot_product_attention``; a query that may
-    see nothing: zero weights and zero output, never NaN."""
-    for case in ex._attention_cases():
-        out, weights = ex.attention_reference(*case.values())
-        q, k, v, mask = case.values()
-        mask = mask.expand(weights.shape)
-        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        some = mask.any(-1)
-        assert torch.isfinite(out).all() and torch.isfinite(weights).all()
-        assert torch.allclose(out[some], expected[some], atol=1e-6)
-        assert (out[~some] == 0).all() and (weights[~some] == 0).all()
-    assert any((~case["mask"].any(-1)).any() for case in ex._attention_cases())  # one is tried
 
 
 def test_attention_accepts_right_answers():
@@ -164,13 +147,6 @@ def test_asymmetric_relation_accepts_right_answers():
 
     for right in (next_projections, by_solve):
         assert_passed(ex.check_asymmetric_relation(right))
-    assert ex.check_asymmetric_relation(ex.next_token_projections_reference, solution=True)
-
-
-def test_the_references_attention_is_the_next_token_relation():
-    X = torch.randn(6, 9, generator=torch.Generator().manual_seed(1))  # noqa: N806
-    A = ex.next_token_weights(X, *ex.next_token_projections_reference(X))  # noqa: N806
-    assert (A.argmax(-1) == (torch.arange(6) + 1) % 6).all() and (A.diagonal(1) > 0.9).all()
 
 
 def one_hot_only(X):  # noqa: N803 - ignores the embedding: right for X = I only
@@ -208,18 +184,17 @@ def test_asymmetric_relation_stub_and_solution():
     assert "does not count" in ex.check_asymmetric_relation(next_projections, solution=True).message
 
 
-@pytest.mark.parametrize("candidate", [None, 3, "softmax", torch.zeros(3)])
+@pytest.mark.parametrize("candidate", [None, torch.zeros(3)])
 def test_check_function_non_callable(candidate):
     result = check_function(candidate, torch.relu, [{"x": torch.ones(2)}], what="your relu")
     assert_rejected(result, "your relu is not a function", type(candidate).__name__)
 
 
-@pytest.mark.parametrize("solution, type_name",
-                         [(lambda q, k, v, m: tuple(t.tolist() for t in attention(q, k, v, m)), "list"),
-                          (lambda q, k, v, m: tuple(t.numpy() for t in attention(q, k, v, m)),
-                           "ndarray")])
-def test_not_a_tensor_is_reported(solution, type_name):
-    assert_rejected(ex.check_attention(solution), "return a torch.Tensor", type_name)
+def test_not_a_tensor_is_reported():
+    def as_lists(q, k, v, mask):
+        return tuple(t.tolist() for t in attention(q, k, v, mask))
+
+    assert_rejected(ex.check_attention(as_lists), "return a torch.Tensor", "list")
 
 
 @pytest.mark.parametrize("key, signature, check, fills", [
