@@ -3,7 +3,8 @@ is also the speed benchmark's (``python -m attn_helpers bench browser``, :mod:`a
 browser`).
 
 The pass (run once for this module, notebooks found by glob, so a new notebook is covered without
-editing this file): open each notebook, Run All, check that no cell shows an error, move every
+editing this file): open each notebook, run its cells up to its last widget (the cells after it
+draw no widget and strict nbval runs them twice), check that no cell shows an error, move every
 slider of every live widget with the arrow keys, check that the first widget's picture (pixel
 difference) and its readouts, entropy included, changed. Screenshots and ``summary.json`` per
 notebook go to ``artifacts/browser/<notebook>/`` (or ``$BROWSER_ARTIFACTS``), which CI keeps. The
@@ -57,7 +58,8 @@ def browser_pass() -> dict:
             pytest.fail(f"CI=true but the browser test cannot run: {reason}")
         pytest.skip(reason)
     (ARTIFACTS / "results.json").unlink(missing_ok=True)     # never judge a stale pass
-    return bench_browser.browser_pass([p.name for p in NOTEBOOKS], artifacts=ARTIFACTS)
+    return bench_browser.browser_pass([p.name for p in NOTEBOOKS], artifacts=ARTIFACTS,
+                                      widgets_only=True)
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

@@ -112,7 +112,10 @@ def test_confirm_measures_only_the_missed_notebooks_again(tmp_path, monkeypatch,
 
 
 def test_the_last_widget_cell_is_found_in_the_stored_outputs():
-    cell = json.loads((browser.ROOT / "notebooks" / "00_start_here.ipynb").read_text())["cells"][
-        browser.last_widget_cell("00_start_here.ipynb")]
+    cells = json.loads((browser.ROOT / "notebooks" / "00_start_here.ipynb").read_text())["cells"]
+    last, code_cells = browser.last_widget_cell("00_start_here.ipynb")
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
-               for o in cell["outputs"])
+               for o in cells[last]["outputs"])
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+                   for cell in cells[last + 1:] for o in cell.get("outputs", []))
+    assert 0 < code_cells <= last + 1
