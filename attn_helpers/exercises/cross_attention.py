@@ -1,8 +1,6 @@
-r"""Checkers for notebook 06 (cross-attention): a post-norm decoder layer's cross-attention run one
-target position at a time, the memory's keys and values projected once (``cross_attention.decode``;
-the causal self-attention block is given in the stub, and the projections' calls are counted),
-and the hard alignment read off trained cross-attention weights, scored against a gold alignment
-with padded sources and targets (``cross_attention.alignment``)."""
+"""Checkers for notebook 06: a post-norm decoder layer's cross-attention one target position at a
+time, the memory projected once (``cross_attention.decode``), and the hard alignment's accuracy
+against a gold alignment, with padding (``cross_attention.alignment``)."""
 
 from __future__ import annotations
 
@@ -16,7 +14,7 @@ from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from ..multihead import merge_heads, split_heads
 from ..transformer import DecoderLayer
-from .core import CheckResult, Mistake, check_function, describe, seeded
+from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
 __all__ = ["check_decode_layer", "decode_layer_reference", "given_self_attention",
@@ -27,10 +25,9 @@ __all__ = ["check_decode_layer", "decode_layer_reference", "given_self_attention
 
 
 class _DecoderLayer(DecoderLayer):
-    """A post-norm :class:`~attn_helpers.DecoderLayer` (the 2017 paper's, and ``DecoderLayer``'s
-    default; notebook 10's GPT blocks are pre-norm) with seeded weights that records how many
-    positions each projection is called on (``calls[name]``: one entry per call), and prints
-    briefly in a case's description."""
+    """A post-norm ``DecoderLayer`` with seeded weights; ``calls[name]`` records how many positions
+    each cross-attention projection saw, one entry per call (projecting the memory once, one query
+    per step, is the lesson)."""
 
     def __init__(self, d_model, num_heads, d_ff, memory_dim, *, generator, dtype):
         super().__init__(d_model, num_heads, d_ff, norm_first=False, memory_dim=memory_dim)
@@ -42,15 +39,10 @@ class _DecoderLayer(DecoderLayer):
                 p.copy_(base + scale * torch.randn(p.shape, generator=generator))
         self.to(dtype).requires_grad_(False)
         self.calls: dict[str, list[int]] = {}
-        for attention in ("self_attn", "cross_attn"):
-            for proj in ("q_proj", "k_proj", "v_proj"):
-                module = getattr(getattr(self, attention), proj)
-                module.register_forward_hook(self._recorder(f"{attention}.{proj}"))
-
-    def _recorder(self, name):
-        def hook(module, inputs, output):
-            self.calls.setdefault(name, []).append(inputs[0].shape[-2] if inputs[0].dim() > 1 else 1)
-        return hook
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            getattr(self.cross_attn, proj).register_forward_hook(
+                lambda module, inputs, output, name=f"cross_attn.{proj}":
+                self.calls.setdefault(name, []).append(inputs[0].shape[-2]))
 
     def __repr__(self) -> str:
         return (f"DecoderLayer(d_model={self.d_model}, num_heads={self.self_attn.num_heads}, "
@@ -64,9 +56,8 @@ def decode_layer_reference(layer, y, memory, memory_real):
 
 
 def given_self_attention(layer, y):
-    """The part of exercise 1 the stub gives, for all ``T`` target positions at once: the
-    post-norm causal self-attention block ``LN_1(y + SelfAttn(y))``, ``(b, T, d)``. The stub
-    computes it one step at a time with a cache (notebook 05's skill), row ``t`` at step ``t``."""
+    """What the stub's loop gives, for all ``T`` positions at once: ``LN_1(y + SelfAttn(y))``,
+    causal, ``(b, T, d)`` (the stub computes row ``t`` at step ``t``, with a cache)."""
     return layer.norm1(y + layer.self_attn(y, y, y, causal_mask(y.shape[1]))[0])
 
 
@@ -75,8 +66,7 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
                  memory_queries=False, cross_norm=True, ff_residual=True, ff_norm="norm3",
                  invert_memory=False, causal_memory=False, mask_3d=False, unscaled=False,
                  norm_outside=False):
-    """Exercise 1's answer with one known mistake (all off: the right answer): the given
-    self-attention, then the cross-attention and the feed-forward one position at a time."""
+    """Exercise 1's answer with one known mistake (all off: the right answer)."""
     ca = layer.cross_attn
     h = 1 if one_head else ca.num_heads
     K_m, V_m = split_heads(ca.k_proj(memory), h), split_heads(ca.v_proj(memory), h)
@@ -161,10 +151,8 @@ def _layer_cases() -> list[dict]:
     "return torch.cat(outputs, 1)                                         # (b, T, d)"))
 def check_decode_layer(decode_layer: Callable) -> CheckResult:
     """Exercise: ``decode_layer(layer, y (b, T, d), memory (b, n_m, d_m), memory_real (b, n_m))
-    -> (b, T, d)``: the post-norm ``layer``'s causal output. The stub's loop gives each step's
-    self-attention block, with a cache (equal to :func:`given_self_attention`'s rows); the learner
-    writes the cross-attention one target position at a time (its query projection sees one
-    position per call) with the memory's keys and values projected once, and the feed-forward."""
+    -> (b, T, d)``, the post-norm ``layer``'s causal output, one target position per step, the
+    memory's keys and values projected once."""
     mistakes = [Mistake(lambda *a, _f=flaw: _decode_with(*a, **_f), hint) for hint, flaw in [
         ("padded memory positions were read: mask the cross-attention with memory_real "
          "(True = real), as (b, 1, 1, n_m) for the heads.", {"mask_memory": False}),
@@ -210,21 +198,20 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
     if not result:  # wrong numbers first; then how the projections were called
         return result
     case = _layer_cases()[2]                                            # T = 5 steps
-    layer, T = case["layer"], case["y"].shape[1]
     with torch.no_grad():
         decode_layer(*case.values())
+    calls = case["layer"].calls
     for name in ("cross_attn.k_proj", "cross_attn.v_proj"):
-        if len(layer.calls.get(name, [])) > 1:
+        if len(calls.get(name, [])) > 1:
             return CheckResult(False, (
-                f"Not yet: the numbers are right, but for {T} decoding steps {name} ran "
-                f"{len(layer.calls[name])} times. The memory does not change while the decoder "
+                f"Not yet: the numbers are right, but for 5 decoding steps {name} ran "
+                f"{len(calls[name])} times. The memory does not change while the decoder "
                 "writes: project it once, before the loop, and reuse its keys and values."))
-    name = "cross_attn.q_proj"
-    if any(n != 1 for n in layer.calls.get(name, [])):
+    if max(calls.get("cross_attn.q_proj", [1])) > 1:
         return CheckResult(False, (
-            f"Not yet: the numbers are right, but {name} ran on {max(layer.calls[name])} "
-            "positions at once. Decode one step at a time: at step t only x_t makes a query; "
-            "the memory's keys and values are the ones projected before the loop."))
+            f"Not yet: the numbers are right, but cross_attn.q_proj ran on "
+            f"{max(calls['cross_attn.q_proj'])} positions at once. Decode one step at a time: at "
+            "step t only x_t makes a query."))
     return result
 
 
@@ -244,10 +231,8 @@ def _alignment_case(g, b, n_out, n_src, *, pad_weight=0.0, dtype=torch.float32):
     if pad_weight:                                # an unmasked model: padding may hold the most weight
         weights = weights + (~src_real[:, None, :]) * pad_weight
     best = weights.masked_fill(~src_real[:, None, :], -1).argmax(-1)
-    other = (best + 1) % src_len[:, None]
     right = torch.rand(b, n_out, generator=g) < 0.6
-    gold = torch.where(right, best, other)
-    gold = gold.masked_fill(~tgt_real, -1)                   # padded steps: -1, like the answer
+    gold = torch.where(right, best, (best + 1) % src_len[:, None]).masked_fill(~tgt_real, -1)
     return {"weights": weights.to(dtype), "src_real": src_real, "gold": gold, "tgt_real": tgt_real}
 
 
@@ -256,44 +241,6 @@ def _alignment_cases() -> list[dict]:
     return [_alignment_case(g, 3, 5, 6, pad_weight=0.9), _alignment_case(g, 2, 4, 4),
             _alignment_case(g, 4, 7, 5, pad_weight=0.6, dtype=torch.float64),
             _alignment_case(g, 1, 3, 8, pad_weight=0.9)]
-
-
-def _alignment_mistakes():
-    def pooled(alignment, gold, tgt_real):
-        return ((alignment == gold) & tgt_real).sum() / tgt_real.sum()
-
-    def unmasked(w, s, gold, t):
-        return w.argmax(-1).masked_fill(~t, -1)
-
-    def masked(w, s, gold, t):
-        return w.masked_fill(~s[:, None, :], -math.inf).argmax(-1).masked_fill(~t, -1)
-
-    return [
-        ("padding won the argmax: take it over the real source positions only (weights at "
-         "padded positions set to -inf first).", lambda w, s, g, t: (a := unmasked(w, s, g, t),
-                                                                    pooled(a, g, t))),
-        ("the mask is inverted: the argmax ran over the padded source positions.",
-         lambda w, s, g, t: (a := masked(w, ~s, g, t), pooled(a, g, t))),
-        ("the argmax ran over the output steps (dim 1); each output step's alignment is the "
-         "source position (the last dim) with the most weight.",
-         lambda w, s, g, t: (w.masked_fill(~s[:, None, :], -math.inf).argmax(1), math.nan)),
-        ("padded output steps counted in the accuracy: divide the hits on real steps by the "
-         "number of real steps.", lambda w, s, g, t: (a := masked(w, s, g, t),
-                                                     (a == g).float().mean())),
-        ("padded output steps counted as hits: both the alignment and gold are -1 there, so "
-         "(alignment == gold) is True at them; keep only the real steps' hits (& tgt_real).",
-         lambda w, s, g, t: (a := masked(w, s, g, t), (a == g).sum() / t.sum())),
-        ("padded output steps counted as misses: divide by the number of real steps, not by "
-         "all b * n_out steps.", lambda w, s, g, t: (a := masked(w, s, g, t),
-                                                    ((a == g) & t).float().mean())),
-        ("the accuracy is a mean of per-sentence accuracies; pool the real steps of the whole "
-         "batch (every step counts the same).", lambda w, s, g, t: (
-             a := masked(w, s, g, t), (((a == g) & t).sum(1) / t.sum(1)).mean())),
-        ("padded output steps must be marked -1 in the alignment.",
-         lambda w, s, g, t: (a := w.masked_fill(~s[:, None, :], -math.inf).argmax(-1),
-                             pooled(a.masked_fill(~t, -1), g, t))),
-    ]
-
 
 
 def alignment_accuracy_reference(weights, src_real, gold, tgt_real):
@@ -307,27 +254,38 @@ def alignment_accuracy_reference(weights, src_real, gold, tgt_real):
     return alignment, hits.sum() / tgt_real.sum()
 
 
-def _first_difference(alignment, accuracy, expected, expected_accuracy) -> str:
-    """Where an answer first differs from the right one, in one sentence: the first output step
-    whose alignment is wrong (only that step, not the whole expected alignment), else the
-    accuracy."""
-    if alignment.shape != expected.shape:
-        return (f"you returned the alignment with shape {tuple(alignment.shape)}, but the right "
-                f"answer has shape {tuple(expected.shape)}.")
-    wrong = (alignment.long() != expected).nonzero()
-    if len(wrong):
-        b, t = (int(i) for i in wrong[0])
-        return (f"the alignment first differs at sentence {b}, output step {t}: you gave "
-                f"{int(alignment[b, t])}, expected {int(expected[b, t])} ({len(wrong)} of "
-                f"{expected.numel()} steps differ).")
-    return (f"the alignment is right, but you gave accuracy {float(accuracy):.4f}, expected "
-            f"{float(expected_accuracy):.4f}.")
+def _alignment_mistakes():
+    """``(hint, produce)`` per known mistake; ``produce`` gives its ``(alignment, accuracy)``, or
+    the alignment alone where its accuracy could be anything."""
+    def masked(w, s, t):
+        return w.masked_fill(~s[:, None, :], -math.inf).argmax(-1).masked_fill(~t, -1)
 
+    def pooled(a, g, t):
+        return a, ((a == g) & t).sum() / t.sum()
 
-def _same_answer(got, expected, *, alignment_only: bool = False) -> bool:
-    (a, acc), (b, acc_b) = got, expected
-    return (isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a.long(), b)
-            and (alignment_only or abs(float(acc) - float(acc_b)) < 1e-6))
+    return [
+        ("padding won the argmax: take it over the real source positions only (weights at "
+         "padded positions set to -inf first).",
+         lambda w, s, g, t: pooled(w.argmax(-1).masked_fill(~t, -1), g, t)),
+        ("the mask is inverted: the argmax ran over the padded source positions.",
+         lambda w, s, g, t: pooled(masked(w, ~s, t), g, t)),
+        ("the argmax ran over the output steps (dim 1); each output step's alignment is the "
+         "source position (the last dim) with the most weight.",
+         lambda w, s, g, t: w.masked_fill(~s[:, None, :], -math.inf).argmax(1)),
+        ("padded output steps counted in the accuracy: divide the hits on real steps by the "
+         "number of real steps.", lambda w, s, g, t: (a := masked(w, s, t), (a == g).float().mean())),
+        ("padded output steps counted as hits: both the alignment and gold are -1 there, so "
+         "(alignment == gold) is True at them; keep only the real steps' hits (& tgt_real).",
+         lambda w, s, g, t: (a := masked(w, s, t), (a == g).sum() / t.sum())),
+        ("padded output steps counted as misses: divide by the number of real steps, not by "
+         "all b * n_out steps.",
+         lambda w, s, g, t: (a := masked(w, s, t), ((a == g) & t).float().mean())),
+        ("the accuracy is a mean of per-sentence accuracies; pool the real steps of the whole "
+         "batch (every step counts the same).",
+         lambda w, s, g, t: (a := masked(w, s, t), (((a == g) & t).sum(1) / t.sum(1)).mean())),
+        ("padded output steps must be marked -1 in the alignment.",
+         lambda w, s, g, t: pooled(w.masked_fill(~s[:, None, :], -math.inf).argmax(-1), g, t)),
+    ]
 
 
 @exercise("cross_attention.alignment", "the hard alignment and its accuracy", hints=(
@@ -345,34 +303,18 @@ def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
     """Exercise: ``alignment_accuracy(weights (b, n_out, n_src), src_real (b, n_src), gold (b,
     n_out), tgt_real (b, n_out)) -> (alignment (b, n_out) long, accuracy)``; see
     :func:`alignment_accuracy_reference`."""
-    what = "alignment_accuracy"
-    if not callable(alignment_accuracy):
-        return CheckResult(False, f"Not yet: {what} is not a function.")
-    cases = _alignment_cases()
-    for number, case in enumerate(cases, start=1):
-        where = f"case {number} of {len(cases)} ({describe(case)})"
-        try:
-            got = alignment_accuracy(*(v.clone() for v in case.values()))
-        except NotImplementedError:
-            return CheckResult(False, f"{what} is not implemented yet.")
-        except Exception as exc:
-            return CheckResult(False, f"Not yet: on {where}, {what} raised {type(exc).__name__}: {exc}")
-        if got is None and number == 1:
-            return CheckResult(False, f"{what} is not implemented yet (it returned None).")
-        expected = alignment_accuracy_reference(*case.values())
-        if not (isinstance(got, tuple) and len(got) == 2):
-            return CheckResult(False, f"Not yet: on {where}, return a pair (alignment, accuracy).")
-        alignment, accuracy = got
-        if not isinstance(alignment, torch.Tensor) or alignment.is_floating_point():
-            return CheckResult(False, f"Not yet: on {where}, the alignment must be an integer "
-                                      "tensor of source positions (argmax gives one), not the weights.")
-        if _same_answer(got, expected):
-            continue
-        message = f"Not yet: on {where}, {_first_difference(alignment, accuracy, *expected)}"
-        for hint, produce in _alignment_mistakes():
-            wrong = produce(*case.values())
-            if _same_answer(got, wrong, alignment_only=alignment.shape != expected[0].shape):
-                return CheckResult(False, f"{message}\nHint: {hint}")
-        return CheckResult(False, message)
-    return CheckResult(True, f"Passed: {what} matches the reference on all {len(cases)} cases, "
-                             "edge cases included.")
+    def run(*inputs):  # the learner's answer; the accuracy (a tensor or a number) as a tensor
+        got = alignment_accuracy(*inputs)
+        if got is None:
+            return None
+        if not (isinstance(got, tuple | list) and len(got) == 2):
+            raise Refused("return a pair (alignment, accuracy).")
+        if not isinstance(got[0], torch.Tensor) or got[0].is_floating_point():
+            raise Refused("the alignment must be an integer tensor of source positions (argmax "
+                          "gives one), not the weights.")
+        return got[0], torch.tensor(float(got[1]), dtype=torch.float64)
+
+    return check_function(
+        run if callable(alignment_accuracy) else alignment_accuracy, alignment_accuracy_reference,
+        _alignment_cases(), what="alignment_accuracy", output_names=("the alignment", "the accuracy"),
+        mistakes=[Mistake(produce, hint) for hint, produce in _alignment_mistakes()])

@@ -1,16 +1,6 @@
-r"""Checkers for notebook 07 (positional encoding).
-
-* ``positional_encoding.sinusoidal``: :func:`check_sinusoidal`, the matrix :math:`M_k` with
-  :math:`PE(p + k) = M_k\,PE(p)` for the sinusoidal table (section 2 only fits it numerically).
-* ``positional_encoding.rope_layout``: :func:`check_rope_layout`, loading a checkpoint trained with
-  RoPE's other layout (``to_interleaved(W_Q, W_K, h, g) -> (W_Q', W_K')``): the rows of each head
-  of a layer's query and key weights moved from split-half RoPE (GPT-NeoX, Hugging Face's
-  ``rotate_half``) to the course's interleaved pairs, so that every head keeps its scores (each
-  message measures what the learner's weights do to them).
-* ``positional_encoding.reach``: :func:`check_reach`, how far back an ALiBi head looks (section
-  5's bias alone): the half-weight reach ``ceil(-ln((1 + r^n) / 2) / m)``, ``r = e^{-m}``, the
-  fewest nearest keys that carry half a causal row's weight, from the geometric series.
-"""
+"""Checkers for notebook 07: the matrix M_k with PE(p + k) = M_k PE(p) (``sinusoidal``), a RoPE
+checkpoint moved from split halves to interleaved pairs (``rope_layout``), and an ALiBi head's
+half-weight reach (``reach``)."""
 
 from __future__ import annotations
 
@@ -19,7 +9,6 @@ from collections.abc import Callable
 
 import torch
 
-from ..lessons import positional_encoding as lesson
 from ..positional import alibi_slopes
 from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
@@ -27,18 +16,11 @@ from .workflow import exercise
 __all__ = ["REACH_MARGIN", "check_reach", "check_rope_layout", "check_sinusoidal",
            "half_weight_reach_reference", "shift_matrix_reference", "to_interleaved_reference"]
 
-# --- the known mistakes of exercises 1 and 3, each one switch of the right answer -------------
-
-
 def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, sign: float = -1.0,
            base: float = math.e, log2: bool = False, endless: bool = False, cap: bool = False,
            statistic: str = "half") -> torch.Tensor:
-    """The half-weight reach ``(H,)`` long of slopes ``m (H,)`` in a causal row of ``n`` keys with one
-    thing changed (the known mistakes of exercise 3); with the defaults it is the right answer,
-    ``ceil(x)`` with ``x = -ln((1 + r^n) / 2) / m``, ``r = e^{-m}``. ``keys``: a row of ``n + keys``
-    keys; ``sign = +1``: weights ``e^{+m delta}``; ``base``: weights ``base^{-m delta}``; ``log2``:
-    ``log2`` in place of ``ln``; ``endless``: ``ln 2 / m`` (``cap``: at most ``n``); ``statistic``:
-    ``"mean"`` distance or ``"uniform"`` (``n / 2``, the slope ignored)."""
+    """Exercise 3's reach ``(H,)`` long with one known mistake (the defaults: the right answer,
+    ``ceil(-ln((1 + r^n) / 2) / m)``, ``r = e^{-m}``)."""
     m, rows = m.double() * math.log(base), n + keys                  # base^(-m d) = e^(-m ln(base) d)
     if statistic == "mean":
         delta = torch.arange(n, dtype=torch.float64)                  # (n,): distances 0 .. n-1
@@ -57,10 +39,8 @@ def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, si
 
 def _shift(k: int, d: int, *, sign: float = 1.0, exponents=None, halves: bool = False,
            same_angle: bool = False, no_sin: bool = False) -> torch.Tensor:
-    """The ``(d, d)`` matrix ``M_k`` with ``PE(p + k) = M_k PE(p)`` for the interleaved sinusoidal
-    encoding (pair ``(sin, cos)``: block ``[[cos, sin], [-sin, cos]]`` of the angle ``k omega_i``),
-    with one thing changed (the known mistakes of notebook 07's exercise 1); with the defaults
-    it is the right answer."""
+    """Exercise 1's ``M_k`` ``(d, d)`` with one known mistake (the defaults: the right answer, one
+    block ``[[cos, sin], [-sin, cos]]`` of the angle ``k omega_i`` per (sin, cos) pair)."""
     exponents = torch.arange(0, d, 2, dtype=torch.float64) / d if exponents is None else exponents
     omega = torch.ones(d // 2) if same_angle else 10000.0 ** (-exponents.double())
     omega = omega.double()
@@ -74,10 +54,6 @@ def _shift(k: int, d: int, *, sign: float = 1.0, exponents=None, halves: bool = 
 
 
 # --- exercise 1: moving by k is a matrix ---------------------------------------------------------
-
-
-def _sizes(g: torch.Generator, k: int, high: int = 8) -> list[int]:  # a case's random shapes
-    return torch.randint(1, high + 1, (k,), generator=g).tolist()
 
 
 def shift_matrix_reference(k: int, d_model: int) -> torch.Tensor:
@@ -104,7 +80,7 @@ def shift_matrix_reference(k: int, d_model: int) -> torch.Tensor:
 def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
     """Exercise: ``shift_matrix(k, d_model) -> M_k (d_model, d_model)`` float64 with ``PE(p + k) =
     M_k PE(p)`` for every ``p`` (section 2's table, derived by the learner)."""
-    k, half = _sizes(seeded(70), 2, high=40)  # and a case with random sizes
+    k, half = torch.randint(1, 41, (2,), generator=seeded(70)).tolist()  # a random case too
     cases = [{"k": k, "d_model": d} for k, d in [(1, 8), (3, 16), (0, 4), (-2, 8), (100, 32),
                                                  (7, 2), (k, 2 * half)]]
     return check_function(
@@ -140,15 +116,8 @@ def _layout(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int, *, inverse: bo
             head_minor: bool = False, columns: bool = False, keep_k: bool = False,
             counts: tuple[int, int] | None = None,
             reverse: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(W_Q', W_K')``: the rows of each head of ``W_Q`` (``h`` heads) and ``W_K`` (``g`` heads),
-    ``nn.Linear`` weights trained with split-half RoPE (pair ``i`` = rows ``i, i + d/2`` of a head),
-    moved so that interleaved RoPE (pair ``i`` = rows ``2i, 2i+1``) computes the same scores:
-    new row ``2i`` is old row ``i``, new row ``2i+1`` old row ``i + d/2``. With one thing changed
-    (exercise 2's known mistakes); with the defaults it is the right answer. ``inverse``: the other
-    direction; ``swap``: each pair's members swapped; ``negate``: the second member negated;
-    ``one_head``: all rows as one head; ``head_minor``: rows read as ``(d_head, heads)``;
-    ``columns``: the columns moved instead; ``keep_k``: ``W_K`` left as it is; ``counts``: the
-    head counts used for ``(W_Q, W_K)``; ``reverse``: the pairs in reverse order."""
+    """Exercise 2's ``(W_Q', W_K')`` with one known mistake (the defaults: the right answer, new
+    row ``2i`` of each head = old row ``i``, new row ``2i+1`` = old row ``i + d/2``)."""
     def convert(W: torch.Tensor, heads: int) -> torch.Tensor:
         rows = W.shape[0]
         heads = 1 if one_head else heads
@@ -172,10 +141,8 @@ def _layout(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int, *, inverse: bo
 
 
 def _layout_cases() -> list[dict]:
-    """A layer's ``W_Q`` ``(h d_head, d_in)`` and ``W_K`` ``(g d_head, d_in)`` with ``h`` query and
-    ``g`` key/value heads: one head; ``g = h``; grouped-query (``g < h``) and multi-query
-    (``g = 1``) layers; ``d_head = 2`` (nothing to move) and ``4`` (a reordering that is its own
-    inverse); ``d_in`` equal to the rows and not; one float32 layer and a random one."""
+    """``W_Q (h d_head, d_in)``, ``W_K (g d_head, d_in)``: one head, g = h, g < h, g = 1;
+    d_head = 2 (nothing moves), 4 (its own inverse) and more; a float32 layer; a random one."""
     gen = seeded(71)
     g_rand = int(torch.randint(1, 4, (1,), generator=gen))
     h_rand = g_rand * int(torch.randint(1, 4, (1,), generator=gen))
@@ -192,31 +159,16 @@ def _layout_cases() -> list[dict]:
     return cases
 
 
-#: Where a layer's scores are taken: far apart, so that even the slowest pairs turn.
-SCORE_POSITIONS = torch.arange(16) ** 2 * 7                                   # 0 .. 1575
-
-
-def _scores(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int, *, layout: str,
-            sign: int = 1) -> torch.Tensor:
-    """``(h, 16, 16)`` float64: every head's scores of 16 seeded tokens at :data:`SCORE_POSITIONS`
-    (times ``sign``) under RoPE in ``layout`` (``"interleaved"``, the course's, or ``"half"``)."""
-    d_in = W_Q.shape[1]
-    x = torch.randn(16, d_in, generator=seeded(73), dtype=torch.float64) / d_in ** 0.5  # (16, d_in)
-    return lesson.layer_scores(W_Q.double(), W_K.double(), x, h, g, layout=layout,
-                              positions=sign * SCORE_POSITIONS)
-
-
 def _kept(W_Q, W_K, h, g):  # nothing moved
     return W_Q.clone(), W_K.clone()
 
 
 _BACKWARDS = ("mirrors the pair, and a mirrored rotation turns the other way: your scores are the "
               "original model's with every position negated, so the key delta back scores as the "
-              "key delta ahead did (the Scores line measures it).")
+              "key delta ahead did.")
 _COUNTS = ("you cut one weight into the other's number of heads: W_Q holds h query heads and W_K "
            "g key/value heads (grouped-query attention, notebook 04), each of d_head rows; "
            "Hugging Face's Llama conversion, too, reorders k_proj with the key/value head count.")
-#: Exercise 2's known mistakes, each with its explanation (the first that matches is named).
 LAYOUT_MISTAKES = [
     Mistake(_kept, "nothing moved: loaded as they are, the weights run under apply_rope without an "
                    "error, but each number is paired with the wrong partner and turned at the "
@@ -253,31 +205,10 @@ LAYOUT_MISTAKES = [
 ]
 
 
-def _score_line(W_Q, W_K, h, g, mine) -> str:
-    """What the learner's ``(W_Q', W_K')`` do to the layer's scores, measured: apply_rope on them
-    against split-half RoPE on ``W_Q, W_K`` (:func:`.positional_mistakes._scores`)."""
-    original = _scores(W_Q, W_K, h, g, layout="half")
-    yours = _scores(*mine, h, g, layout="interleaved")
-    gap, top = (yours - original).abs().max().item(), original.abs().max().item()
-    if gap <= 1e-9 * top:
-        return (f"\nScores: your weights still give every head the original model's scores "
-                f"(largest difference {gap:.1g}), but they are not W_Q's and W_K's rows moved; "
-                "only rows move here, unchanged.")
-    said = (f"\nScores: with your weights, apply_rope's scores differ from the original model's "
-            f"(split-half RoPE on W_Q, W_K) by up to {gap:.2g}, against a largest score of "
-            f"{top:.2g}")
-    negated = _scores(W_Q, W_K, h, g, layout="half", sign=-1)
-    if (yours - negated).abs().max().item() <= 1e-9 * top:
-        return (f"{said}; they equal its scores with every position negated: the key delta back "
-                "scores as the key delta ahead did.")
-    return f"{said}. Such weights load without an error and compute something else."
-
-
 def to_interleaved_reference(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int):
-    """``(W_Q', W_K')``: the rows of each of the ``h`` query heads of ``W_Q`` and ``g`` key/value
-    heads of ``W_K`` moved from split-half RoPE (pair ``i`` = rows ``i, i + d/2`` of a head) to the
-    interleaved layout (rows ``2i, 2i+1``), so that :func:`~attn_helpers.positional.apply_rope`
-    gives the layer's scores."""
+    """``(W_Q', W_K')``: each of the ``h`` query heads of ``W_Q`` and ``g`` key/value heads of
+    ``W_K`` moved from split-half RoPE (pair ``i`` = rows ``i, i + d/2``) to interleaved pairs
+    (rows ``2i, 2i+1``), so that ``apply_rope`` gives the layer's scores."""
     return _layout(W_Q, W_K, h, g)
 
 
@@ -299,56 +230,32 @@ def to_interleaved_reference(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: in
     "    return blocks[:, index].reshape(W.shape)\n"
     "return convert(W_Q, h), convert(W_K, g)"))
 def check_rope_layout(to_interleaved: Callable) -> CheckResult:
-    """Exercise: ``to_interleaved(W_Q (h d_head, d_in), W_K (g d_head, d_in), h, g) -> (W_Q', W_K')``:
-    the ``nn.Linear`` weights of a layer trained with split-half RoPE (GPT-NeoX, Hugging Face's
-    ``rotate_half``; pair ``i`` = rows ``i, i + d/2`` of a head), their rows reordered per head so
-    that interleaved RoPE (:func:`~attn_helpers.positional.apply_rope`) gives every head the same
-    scores. Compared with the reference's rows (to 1e-12: exactly), in the input's dtype, on
-    layers with one head, ``g = h``, ``g < h`` and ``g = 1``; each message also measures what the
-    learner's weights do to the layer's scores."""
-    answers = []
-
-    def run(W_Q, W_K, h, g):  # the learner's function; its answers are kept for the Scores line
+    """Exercise: ``to_interleaved(W_Q (h d_head, d_in), W_K (g d_head, d_in), h, g) -> (W_Q',
+    W_K')``, see :func:`to_interleaved_reference`; rows only move, so compared exactly, in the
+    input's dtype."""
+    def run(W_Q, W_K, h, g):
         out = to_interleaved(W_Q, W_K, h, g)
-        if out is None:
-            return None
-        if not (isinstance(out, tuple | list) and len(out) == 2
-                and all(isinstance(t, torch.Tensor) for t in out)):
+        if out is not None and not (isinstance(out, tuple | list) and len(out) == 2
+                                    and all(isinstance(t, torch.Tensor) for t in out)):
             got = type(out).__name__ if not isinstance(out, tuple | list) else f"{len(out)} values"
             raise Refused(f"to_interleaved must return two tensors (W_Q', W_K'), got {got}.")
-        answers.append(((W_Q, W_K, h, g), tuple(out)))
-        return tuple(out)
+        return None if out is None else tuple(out)
 
-    result = check_function(
-        run, to_interleaved_reference, _layout_cases(), what="to_interleaved",
-        output_names=("W_Q'", "W_K'"), atol=1e-12,
-        rtol=0.0, same_dtype=True, mistakes=LAYOUT_MISTAKES)  # rows only move: exact, in effect
-    if result.passed:
-        gaps = [(_scores(*mine, h, g, layout="interleaved") - _scores(W_Q, W_K, h, g, layout="half"))
-                .abs().max().item() for (W_Q, W_K, h, g), mine in answers]
-        return CheckResult(True, f"{result.message} Scores: with your weights, apply_rope gives every "
-                                 "head of every layer the original model's scores (split-half RoPE "
-                                 "on W_Q, W_K) for every pair of 16 positions from 0 to "
-                                 f"{int(SCORE_POSITIONS[-1])} (largest difference {max(gaps):.1g}).")
-    if "with wrong values" not in result.message or not answers:
-        return result
-    (W_Q, W_K, h, g), mine = answers[-1]
-    try:
-        return CheckResult(False, result.message + _score_line(W_Q, W_K, h, g, mine))
-    except Exception:  # noqa: BLE001 - the other weight has a wrong shape: no scores to measure
-        return result
+    return check_function(run, to_interleaved_reference, _layout_cases(), what="to_interleaved",
+                          output_names=("W_Q'", "W_K'"), atol=1e-12, rtol=0.0, same_dtype=True,
+                          mistakes=LAYOUT_MISTAKES)
 
 
 # --- exercise 3: how far back an ALiBi head looks ----------------------------------------------
 
-#: Every case keeps each head's real-valued k, x = -ln((1 + r^n) / 2) / m, at least this far from a
-#: whole number >= 1 (tested), so any float64 closed form (log or log1p, ...) rounds it alike.
+#: Every case's real-valued reach x = -ln((1 + r^n) / 2) / m is this far from a whole number >= 1
+#: (tested), so any float64 closed form rounds it alike.
 REACH_MARGIN = 0.01
 
 
 def _reach_cases() -> list[dict]:
-    """ALiBi's slopes for 4, 8, 12 and 16 heads in rows of 1 to 3000 keys, tiny and large slopes (the
-    limits ceil(n / 2) and 1), and a random case; none within :data:`REACH_MARGIN` of a tie."""
+    """ALiBi's slopes for 4 to 16 heads, rows of 1 to 3000 keys, tiny and large slopes (the limits
+    ceil(n / 2) and 1), and a random case."""
     g = seeded(72)
     heads = int(torch.randint(2, 7, (1,), generator=g))
     log_m = torch.empty(heads, dtype=torch.float64).uniform_(math.log(1e-3), math.log(2.0), generator=g)
@@ -393,11 +300,8 @@ _MEAN = ("that is the row's mean distance, sum of delta w_delta, rounded: the re
     "x = ...                                     # (H,) float: the k where share(k) is exactly 1/2\n"
     "return ...                                  # (H,) long: the smallest whole k >= x"))
 def check_reach(half_weight_reach: Callable) -> CheckResult:
-    """Exercise: ``half_weight_reach(m (H,), n) -> (H,)`` long, each head's half-weight reach: the
-    smallest ``k`` such that the keys at distances ``0 .. k - 1`` carry at least half the weight
-    of a causal row of ``n`` keys under ALiBi's bias ``-m delta`` (equal content scores); ``m``
-    float64, ``> 0``: ``ceil(-ln((1 + r^n) / 2) / m)``. No case is within :data:`REACH_MARGIN`
-    of a tie."""
+    """Exercise: ``half_weight_reach(m (H,), n) -> (H,)`` long: the fewest nearest keys holding half
+    the weight of a causal row of ``n`` keys under ALiBi's bias ``-m delta``."""
 
     def whole(m, n):  # the learner's reaches as float64, for check_function to compare
         k = half_weight_reach(m, n)
