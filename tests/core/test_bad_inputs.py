@@ -37,25 +37,20 @@ CASES = {
     "q not a tensor": (sdpa([[1.0, 2.0]], t(3, 2), t(3, 2)), T, r"q must be a torch\.Tensor.*list"),
     "integer q": (sdpa(t(3, 4, dtype=torch.int64), t(5, 4), t(5, 2)), T, r"\bq\b.*torch\.int64"),
     "q 1-D": (sdpa(t(4), t(5, 4), t(5, 2)), V, r"\bq\b.*\(4,\)"),
-    "k 1-D": (sdpa(t(3, 4), t(4), t(5, 2)), V, r"\bk\b.*\(4,\)"),
-    "v not a tensor": (sdpa(t(3, 4), t(5, 4), 1.0), T, r"\bv\b.*torch\.Tensor.*float"),
     "q and k last dim mismatch": (
         sdpa(t(2, 3, 4), t(2, 5, 6), t(2, 5, 2)), V, r"\bq\b.*\(2, 3, 4\).*\bk\b.*\(2, 5, 6\)"),
     "k and v n_k mismatch": (sdpa(t(3, 4), t(5, 4), t(6, 2)), V, r"\bk\b.*\(5, 4\).*\bv\b.*\(6, 2\)"),
     "mask float dtype": (sdpa(t(3, 4), t(5, 4), t(5, 2), t(3, 5)), T, r"mask.*bool.*torch\.float32"),
     "mask not broadcastable": (
         sdpa(t(3, 4), t(5, 4), t(5, 2), t(4, 5, dtype=bool)), V, r"mask.*\(4, 5\).*\(3, 5\)"),
-    "mask with too many batch dims": (
+    "mask that adds batch dims": (
         sdpa(t(3, 4), t(5, 4), t(5, 2), t(2, 3, 5, dtype=bool)), V, r"mask.*\(2, 3, 5\).*\(3, 5\)"),
     "batch dims of q and k do not broadcast": (
         sdpa(t(2, 3, 4), t(3, 5, 4), t(3, 5, 2)), V, r"q \(2, 3, 4\).*k \(3, 5, 4\)"),
-    "batch dims of v do not broadcast": (
-        sdpa(t(2, 3, 4), t(2, 5, 4), t(3, 5, 2)), V, r"\bv\b \(3, 5, 2\)"),
     "q and k dtype mismatch": (
         sdpa(t(3, 4), t(5, 4, dtype=torch.float64), t(5, 2)),
         T, r"\bk\b.*torch\.float32.*torch\.float64"),
     "negative scale": (sdpa(t(3, 4), t(5, 4), t(5, 2), scale=-0.5), V, r"scale.*-0\.5"),
-    "nan scale": (sdpa(t(3, 4), t(5, 4), t(5, 2), scale=float("nan")), V, r"scale.*nan"),
     "tensor scale": (sdpa(t(3, 4), t(5, 4), t(5, 2), scale=torch.tensor(0.5)), T, r"scale.*Tensor"),
     "dot_product_scores k not a tensor": (
         lambda: ah.dot_product_scores(t(3, 4), [[1.0] * 4]), T, r"\bk\b.*torch\.Tensor"),
@@ -65,14 +60,9 @@ CASES = {
         lambda: ah.masked_softmax(t(3, 4), t(3, 5, dtype=bool)), V, r"mask.*\(3, 5\).*\(3, 4\)"),
     "causal_mask(0)": (lambda: ah.causal_mask(0), V, r"\bn\b.*>= 1.*\b0\b"),
     "causal_mask(2.5)": (lambda: ah.causal_mask(2.5), T, r"\bn\b.*int.*float"),
-    "causal_mask(True)": (lambda: ah.causal_mask(True), T, r"\bn\b.*int.*bool"),
     "padding_mask length > max_len": (lambda: ah.padding_mask([1, 5], 3), V, r"max_len=3.*\[1, 5\]"),
-    "padding_mask negative length": (
-        lambda: ah.padding_mask(torch.tensor([2, -1])), V, r"lengths.*\[2, -1\]"),
     "padding_mask 2-D lengths": (
         lambda: ah.padding_mask(torch.tensor([[1, 2], [2, 1]])), V, r"lengths.*\(2, 2\)"),
-    "padding_mask float tensor lengths": (
-        lambda: ah.padding_mask(torch.tensor([1.5, 2.0])), T, r"lengths.*float32"),
     # torch.tensor([1.5, 2.0], dtype=long) would silently truncate 1.5 to 1
     "padding_mask float list lengths": (lambda: ah.padding_mask([1.5, 2.0]), T, r"lengths"),
     "padding_mask negative max_len": (lambda: ah.padding_mask([0, 0], -1), V, r"max_len.*-1"),
@@ -84,8 +74,6 @@ CASES = {
         lambda: ah.additive_scores(t(3, 4), t(5, 6), t(3, 5), t(3, 6), t(3)), V, r"w_q.*\(3, 5\)"),
     "additive_scores wrong v_a shape": (
         lambda: ah.additive_scores(t(3, 4), t(5, 6), t(3, 4), t(3, 6), t(3, 1)), V, r"v_a.*\(3, 1\)"),
-    "additive_scores d_a mismatch": (
-        lambda: ah.additive_scores(t(3, 4), t(5, 6), t(3, 4), t(2, 6), t(3)), V, r"w_k \(2, 6\)"),
     # float64 q and k with float32 weights: torch's matmul raises a RuntimeError otherwise
     "additive_scores dtype mismatch": (
         lambda: ah.additive_scores(t(3, 4).double(), t(5, 6).double(), t(3, 4), t(3, 6), t(3)),
@@ -97,24 +85,19 @@ CASES = {
     "attention_entropy integer weights": (
         lambda: ah.attention_entropy(t(2, 3, dtype=torch.int64)), T, r"weights.*int64"),
     "attention_entropy 0-D": (lambda: ah.attention_entropy(torch.tensor(1.0)), V, r"weights.*\(\)"),
-    "effective_keys non-tensor": (lambda: ah.effective_keys(0.5), T, r"weights.*torch\.Tensor"),
     # broadcast_to raises a RuntimeError from inside torch otherwise
     "normalized_entropy mask shape": (
         lambda: ah.normalized_entropy(t(3, 5) / 5, t(4, 5, dtype=bool)), V, r"mask.*\(4, 5\).*\(3, 5\)"),
     "AttentionFrame wrong label counts": (
         lambda: AttentionFrame(t(3, 4) / 4, ["a", "b"], ["w", "x", "y", "z"]),
         V, r"2 query labels.*4 key labels.*\(3, 4\)"),
-    "AttentionFrame 1-D weights": (
-        lambda: AttentionFrame(t(4) / 4, ["a"], ["w", "x", "y", "z"]), V, r"weights.*\(4,\)"),
     "AttentionFrame mask shape": (
         lambda: AttentionFrame(t(2, 3) / 3, ["a", "b"], ["x", "y", "z"], mask=t(3, 2, dtype=bool)),
         V, r"mask.*\(2, 3\).*\(3, 2\)"),
     "setup('x')": (lambda: ah.setup("x"), T, r"seed.*int.*str"),
     "sdpa with no keys": (sdpa(t(3, 4), t(0, 4), t(0, 2)), V, r"n_k >= 1.*\(0, 4\)"),
-    "sdpa with no features": (sdpa(t(3, 0), t(5, 0), t(5, 2)), V, r"d_k >= 1.*\(3, 0\)"),
     "sdpa scores too large (notebook 08's sizes)": (
         sdpa(t(40_000, 1), t(40_000, 1), t(40_000, 1)), V, r"scores would need 6.4e\+09"),
-    "masked_softmax no keys": (lambda: ah.masked_softmax(t(3, 0)), V, r"scores.*\(3, 0\)"),
     # entropy: weights that are not attention weights
     "entropy of negative weights": (
         lambda: ah.attention_entropy(torch.tensor([1.5, -0.5])), V, r"non-negative.*-0\.5"),
@@ -133,8 +116,6 @@ CASES = {
     "rope integer x": (lambda: ah.apply_rope(t(3, 4, dtype=torch.int64)), T, r"\bx\b.*int64"),
     "rope positions shape": (
         lambda: ah.apply_rope(t(3, 4), torch.arange(4)), V, r"positions.*\(4,\).*\(3,\)"),
-    "rope bool positions": (
-        lambda: ah.apply_rope(t(3, 4), torch.ones(3, dtype=bool)), T, r"positions.*bool"),
     "alibi no heads": (lambda: ah.alibi_bias(4, 0), V, r"num_heads.*0"),
     "alibi float n": (lambda: ah.alibi_bias(4.0, 2), T, r"\bn\b.*float"),
     "learned positions past max_len": (
@@ -144,14 +125,10 @@ CASES = {
         lambda: ah.MultiHeadAttention(10, 3), V, r"d_model=10.*num_heads=3"),
     "num_kv_heads does not divide num_heads": (
         lambda: ah.MultiHeadAttention(16, 8, num_kv_heads=3), V, r"num_kv_heads=3.*num_heads=8"),
-    "num_kv_heads above num_heads": (
-        lambda: ah.multihead.parameter_count(16, 8, num_kv_heads=16), V, r"num_kv_heads.*1 and 8.*16"),
     "num_kv_heads float": (
         lambda: ah.MultiHeadAttention(16, 8, num_kv_heads=2.0), T, r"num_kv_heads.*float"),
     "bias not a bool": (lambda: ah.multihead.parameter_count(8, 2, bias="False"), T, r"bias.*bool.*str"),
     "mha query width": (lambda: MHA(t(2, 3, 7), t(2, 5, 8), t(2, 5, 8)), V, r"query.*\(2, 3, 7\)"),
-    "mha empty query": (
-        lambda: MHA(t(2, 0, 8), t(2, 5, 8), t(2, 5, 8)), V, r"query.*n >= 1.*\(2, 0, 8\)"),
     "mha key and value lengths": (
         lambda: MHA(t(2, 3, 8), t(2, 5, 8), t(2, 4, 8)), V, r"key \(2, 5, 8\) and value \(2, 4, 8\)"),
     "mha not batch first": (lambda: MHA(t(3, 8), t(5, 8), t(5, 8)), V, r"batch first"),
@@ -171,8 +148,6 @@ CASES = {
     # the KV cache
     "KVCache max_len 0": (lambda: ah.KVCache(0), V, r"max_len.*>= 1"),
     "attend on an empty cache": (lambda: ah.KVCache(3).attend(t(1, 2)), V, r"empty"),
-    "attend with no batch": (
-        lambda: cache_of(3, 8, 2).attend(t(0, 1, 4)), V, r"q_new \(0, 1, 4\).*keys \(2, 3, 4\)"),
     "attend with batch dims that do not fit": (
         lambda: cache_of(3, 8, 2).attend(t(3, 1, 4)), V, r"q_new \(3, 1, 4\).*do not broadcast"),
     "attend with another dtype": (
@@ -190,9 +165,6 @@ CASES = {
     "generate weights of the wrong width": (
         lambda: ah.generate_with_cache(t(3, 4), t(4, 2), t(5, 2), t(4, 2)),
         V, r"w_k.*d_model=4.*\(5, 2\)"),
-    "generate an empty x": (
-        lambda: ah.generate_with_cache(t(0, 4), t(4, 2), t(4, 2), t(4, 2)),
-        V, r"x must be 2-D.*\(0, 4\)"),
     # efficient attention
     "tiled block_size 0": (
         lambda: ah.tiled_attention(t(6, 4), t(6, 4), t(6, 4), block_size=0), V, r"block_size"),
@@ -208,15 +180,11 @@ CASES = {
                                     chunk_size=10**9), V, r"chunk_size=1000000000.*bytes"),
     "local attention window 0": (lambda: ah.local_attention(t(6, 4), t(6, 4), t(6, 4), 0), V, r"window"),
     "init_state batch_shape": (lambda: eff.init_state("2", 3, 4), T, r"batch_shape.*str"),
-    "init_state negative n_q": (lambda: eff.init_state((2,), -3, 4), V, r"n_q.*-3"),
     "online step, state not a state": (
         lambda: eff.online_softmax_step((1, 2, 3), t(6, 6), t(6, 4)), T, r"state"),
     "online step, block sizes differ": (
         lambda: eff.online_softmax_step(eff.init_state((), 6, 4), t(6, 6), t(5, 4)),
         V, r"block size.*\(6, 6\).*\(5, 4\)"),
-    "online step, state does not fit": (
-        lambda: eff.online_softmax_step(eff.init_state((), 6, 4), t(2, 6), t(6, 4)), V, r"acc \(6, 4\)"),
-    "block_state with no keys": (lambda: eff.block_state(t(3, 0), t(0, 2)), V, r"block size >= 1"),
     "backward_tile lse shape": (
         lambda: eff.backward_tile(t(3, 4), t(5, 4), t(5, 2), t(3, 2), t(3), t(3, 1)),
         V, r"lse.*n_q=3.*\(3,\)"),
@@ -226,7 +194,6 @@ CASES = {
         lambda: simulate_ring(t(2, 4), t(2, 4), t(2, 4), 3), V, r"world_size=3.*n=2"),
     # the decoder layer and the tiny language model
     "decoder x width": (lambda: DECODER(t(2, 3, 7), t(2, 4, 8)), V, r"\bx\b.*\(2, 3, 7\)"),
-    "decoder memory batch": (lambda: DECODER(t(2, 3, 8), t(3, 4, 8)), V, r"memory.*\(3, 4, 8\)"),
     "decoder memory_padding shape": (
         lambda: DECODER(t(2, 3, 8), t(2, 4, 8), memory_padding=t(2, 3, dtype=bool)),
         V, r"memory_padding.*\(2, 4\).*\(2, 3\)"),
