@@ -28,8 +28,7 @@ def _scores(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor) -> torch.Tens
 
 
 def _row_scale(scores: torch.Tensor, dim: int = -1) -> float:
-    """1 / sqrt(mean over rows of the variance within each row): softmax(s + b) = softmax(s)
-    for a constant b per row, so only the spread within a row matters."""
+    """1 / sqrt(the rows' variances, averaged): only the spread within a softmax row matters."""
     return 1 / scores.var(dim=dim).mean().sqrt().item()
 
 
@@ -45,10 +44,8 @@ def _weight(g: torch.Generator, d_model: int, d_k: int, init: str, dtype) -> tor
 def _choose_scale_cases() -> list[dict]:
     g = seeded(33)
     cases = []
-    # (n, d_model, d_k, init, input mean, dtype): a square W first (catches W^T), the default
-    # nn.Linear init, weights of variance 1, inputs with a mean (where the whole matrix's
-    # variance is about twice the within-row one), float64. n >= 200, so the biased and the
-    # unbiased variance give the same scale to 0.3%.
+    # (n, d_model, d_k, init, input mean, dtype): a square W first (catches W^T), inputs with a
+    # mean (the whole matrix's variance about twice the rows'); n >= 200: biased = unbiased.
     for n, d_model, d_k, init, mean, dtype in [
             (200, 32, 32, "unit", 0.0, torch.float32), (256, 64, 16, "default", 0.0, torch.float32),
             (200, 16, 8, "one", 0.0, torch.float32), (256, 24, 12, "default", 2.0, torch.float32),
@@ -71,15 +68,10 @@ def _choose_scale_cases() -> list[dict]:
     "return ...                                   # c with Var(c S) = 1, as a float"))
 def check_choose_scale(choose_scale: Callable) -> CheckResult:
     """Exercise: ``choose_scale(x (n, d_model), W_Q (d_model, d_k), W_K (d_model, d_k)) -> c``,
-    the number that makes the variance within each row of the ``n x n`` scores
-    ``c * (x W_Q)(x W_K)^T``, averaged over the rows, equal to 1 (biased or unbiased variance:
-    both pass)."""
-
-    def scale(x, w_q, w_k):
-        return _row_scale(_scores(x, w_q, w_k))
-
+    with which the rows of the scores ``c (x W_Q)(x W_K)^T`` have variance 1 on average."""
     return check_function(
-        as_number(choose_scale, "choose_scale should return a number"), _number(scale),
+        as_number(choose_scale, "choose_scale should return a number"),
+        _number(lambda x, w_q, w_k: _row_scale(_scores(x, w_q, w_k))),
         _choose_scale_cases(),
         what="choose_scale", output_names=("the scale",), atol=0.0, rtol=5e-3,
         mistakes=[
@@ -163,8 +155,7 @@ def _backward_from(f: Callable) -> Callable:
 
 
 def _no_jacobian(inputs: dict) -> AllocationWatch:
-    """The lesson's constraint: no tensor as big as the ``(..., n, n)`` Jacobian (at n = 8,192 and
-    64 rows it would need 17 GB)."""
+    """The lesson's constraint: no tensor as big as the ``(..., n, n)`` Jacobian."""
     rows = inputs["scores"]
     n, limit = rows.shape[-1], rows.numel() * rows.shape[-1]
 
@@ -190,10 +181,8 @@ def _no_jacobian(inputs: dict) -> AllocationWatch:
     "return ...                                   # (..., n): J g from a, grad_weights and dot"))
 def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
     """Exercise: ``softmax_backward(scores (..., n), grad_weights (..., n)) -> (..., n)``, the
-    gradient of the loss at the scores given its gradient ``g`` at the weights ``a =
-    softmax(scores)``: ``a * (g - <a, g>)``, without building the ``(..., n, n)`` Jacobian (any
-    intermediate that large fails the check);
-    checked against autograd."""
+    gradient at the scores, without a tensor as big as the ``(..., n, n)`` Jacobian; against
+    autograd."""
     return check_function(
         softmax_backward, _softmax_backward, _backward_cases(), what="softmax_backward",
         output_names=("the gradient at the scores",), atol=1e-6, rtol=1e-5,
@@ -236,13 +225,9 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
 
 # --- exercise 3: the gradient that reaches W_Q and W_K ------------------------------------------
 
-F64 = torch.float64
-
-
 def _softmax_grad(s: torch.Tensor, g: torch.Tensor, *, diagonal_only: bool = False,
                   dim: int = -1) -> torch.Tensor:
-    """The softmax backward at the scores ``s`` (rows on the last axis), for ``g = dL/dA``;
-    ``dim``: the axis its weights are recomputed over (-1, the keys, is right)."""
+    """The softmax backward at the scores ``s``, its weights taken over ``dim``."""
     a = torch.softmax(s, dim=dim)
     return a * g if diagonal_only else a * (g - (a * g).sum(-1, keepdim=True))
 
@@ -250,14 +235,8 @@ def _softmax_grad(s: torch.Tensor, g: torch.Tensor, *, diagonal_only: bool = Fal
 def _backward_with(x, w_q, w_k, scale, up, *, power=1, given_scale=True,  # noqa: C901
                    softmax_at="scores", dq_rows=True, dk_columns=True, swap_qk=False,
                    wrt="weights", batch="sum", swap_outputs=False, sign=1.0, weights_dim=-1):
-    """``(dL/dW_Q, dL/dW_K)`` written out, with one thing changed. ``power``: how many times the
-    scale multiplies dQ and dK; ``given_scale=False``: 1/sqrt(d_k) in place of ``scale``;
-    ``softmax_at``: where the softmax backward runs ("scores": S; "raw": Q K^T, the scale left
-    out; "weights": A, the softmax taken twice; "skipped": none, dS = dL/dA; "diagonal": only the
-    diag(a) part of J); ``dq_rows=False``: dQ from dS^T; ``dk_columns=False``: dK from dS;
-    ``swap_qk``: dQ from Q and dK from K; ``wrt``: "weights", "qk" (dQ, dK) or "transposed";
-    ``batch``: how the sequences of a batch combine ("sum", "mean", "kept"); ``weights_dim``: the
-    axis the softmax backward recomputes the weights over (-2: down the columns, over queries)."""
+    """``(dL/dW_Q, dL/dW_K)`` by hand, with one named mistake (each keyword: one way to go wrong;
+    ``PROJECTION_MISTAKES`` says which)."""
     c = scale if given_scale else 1 / math.sqrt(w_q.shape[-1])
     q, k = x @ w_q, x @ w_k                                           # (..., n, d_k)
     s = c * q @ k.mT                                                  # (..., n, n)
@@ -280,13 +259,11 @@ def _backward_with(x, w_q, w_k, scale, up, *, power=1, given_scale=True,  # noqa
 
 
 def _projection_cases() -> list[dict]:
-    """``x (n, d_model)`` or ``(b, n, d_model)``, ``W_Q``, ``W_K`` ``(d_model, d_k)``, the scale
-    and ``grad_weights (..., n, n)``: n, d_model and d_k all different (so a missing or misplaced
-    transpose changes a shape), a scale that is not 1/sqrt(d_k) (0.3, then 2), float32, a batch,
-    and rows saturated by scores in the thousands, where the gradient underflows to almost 0."""
+    """n, d_model and d_k all different (a misplaced transpose changes a shape), scales other than
+    1/sqrt(d_k), float32, a batch, and rows saturated by scores in the thousands."""
     g = seeded(34)
 
-    def case(n, d_model, d_k, scale, *, batch=(), dtype=F64, spread=1.0):
+    def case(n, d_model, d_k, scale, *, batch=(), dtype=torch.float64, spread=1.0):
         x = torch.randn(*batch, n, d_model, generator=g, dtype=dtype)
         w_q, w_k = (spread * torch.randn(d_model, d_k, generator=g, dtype=dtype) / math.sqrt(d_model)
                     for _ in range(2))
@@ -354,10 +331,8 @@ PROJECTION_MISTAKES = [
 ]
 
 
-
 def _projection_gradients(x, w_q, w_k, scale, grad_weights):
-    """The reference: autograd's gradients of ``<softmax(scale (x W_Q)(x W_K)^T), grad_weights>``
-    at ``W_Q`` and ``W_K`` (summed over the sequences of a batch)."""
+    """The reference: autograd's gradients at ``W_Q`` and ``W_K``."""
     w_q, w_k = (w.detach().clone().requires_grad_(True) for w in (w_q, w_k))
     weights = torch.softmax(scale * (x @ w_q) @ (x @ w_k).mT, dim=-1)
     return torch.autograd.grad((weights * grad_weights).sum(), (w_q, w_k))
@@ -390,11 +365,9 @@ def _about_exercise_2(fn: Callable, result: CheckResult) -> CheckResult:
     "grad_W_K = ...\n"
     "return grad_W_Q, grad_W_K"))
 def check_projection_gradients(projection_gradients: Callable) -> CheckResult:
-    """Exercise: ``projection_gradients(x, W_Q, W_K, scale, grad_weights) -> (grad_W_Q,
-    grad_W_K)``, ``x`` ``(n, d_model)`` or a batch ``(b, n, d_model)``, ``W_Q``, ``W_K``
-    ``(d_model, d_k)``, ``grad_weights`` ``(..., n, n)`` the gradient of the loss at
-    ``A = softmax(scale * (x W_Q)(x W_K)^T)``: the gradients at ``W_Q`` and ``W_K``, each
-    ``(d_model, d_k)`` (summed over a batch), chained by hand. Checked against autograd."""
+    """Exercise: ``projection_gradients(x (..., n, d_model), W_Q, W_K (d_model, d_k), scale,
+    grad_weights (..., n, n)) -> (grad_W_Q, grad_W_K)``, each ``(d_model, d_k)`` (summed over a
+    batch), chained by hand from the gradient at ``A = softmax(scale (x W_Q)(x W_K)^T)``."""
     result = check_function(
         projection_gradients, _projection_gradients, _projection_cases(),
         what="projection_gradients", output_names=("the gradient at W_Q", "the gradient at W_K"),

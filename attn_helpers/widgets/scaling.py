@@ -18,24 +18,11 @@ D_K_OPTIONS = tuple(2 ** i for i in range(11))  # 1 .. 1024
 N_TOKENS = 8
 
 
-def _vectors(seed: int, n_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(n_tokens, D_K_OPTIONS[-1], generator=g, dtype=torch.float64)
-    k = torch.randn(n_tokens, D_K_OPTIONS[-1], generator=g, dtype=torch.float64)
-    return q, k
-
-
 def scaling_frame(
     d_k: int, scaled: bool, temperature: float, *, n_tokens: int = N_TOKENS, seed: int = 0,
 ) -> AttentionFrame:
-    """Self-attention weights of ``n_tokens`` random standard-normal queries and keys, using the
-    first ``d_k`` components (so growing ``d_k`` adds components to the same vectors).
-
-    Scores are ``q . k / (sqrt(d_k) if scaled else 1) / temperature``. Readouts: the divisor, the
-    standard deviation of the scores, the mean largest weight, the mean entropy and the mean
-    Frobenius norm of the softmax Jacobian (its gain from scores to weights, which bounds the
-    gradient that can reach the scores).
-    """
+    """The weights of ``n_tokens`` random standard-normal queries and keys, cut to their first
+    ``d_k`` components, from the scores ``q . k / (sqrt(d_k) if scaled else 1) / temperature``."""
     if d_k not in D_K_OPTIONS:
         raise ValueError(f"d_k must be a power of two in {D_K_OPTIONS}, got {d_k!r}")
     if not isinstance(scaled, bool):
@@ -44,8 +31,8 @@ def scaling_frame(
         raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
     if not (math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    q, k = _vectors(seed, n_tokens)
-    q, k = q[:, :d_k], k[:, :d_k]
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(2, n_tokens, D_K_OPTIONS[-1], generator=g, dtype=torch.float64)[..., :d_k]
     divisor = (math.sqrt(d_k) if scaled else 1.0) * temperature
     scores = q @ k.T / divisor
     weights = torch.softmax(scores, dim=-1)
@@ -72,14 +59,15 @@ def settings_line(d_k: int, scaled: bool, temperature: float) -> str:
 
 
 class ScalingView(BlitView):
-    """The heatmap and entropy view, with the settings written into the picture (one pasted
-    line under the map: no full redraw on a move). The readouts are the widget's table only."""
+    """The heatmap and entropy view, the settings pasted in a line under the map (no full redraw
+    on a move)."""
 
     def __init__(self, figsize: tuple[float, float] = (6.8, 4.4)):
         super().__init__(figsize)
         grid = self.figure.add_gridspec(1, 1, left=0.01, right=0.99, bottom=0.08, top=0.99)
         self.panel = AttentionPanel(self.blit, grid[0],
                                     title="attention weights of 8 random queries")
+        self.panel.ax_entropy.set_xlabel("nats (dashes: ln n)", fontsize=8)
         self.lines = TextSprites(self.blit, self.figure.transFigure, size=9, ha="left",
                                  va="center")
 
