@@ -1,13 +1,13 @@
 """Checkers for notebook 10 (build a GPT): the learner's causal self-attention, pre-norm block,
-model, training step and generation with a KV cache, each run against the reference of
-:mod:`attn_helpers.lessons.build_gpt` with the same weights.
+model, training step, training loop and generation, each run against the reference of
+:mod:`attn_helpers.lessons.build_gpt` on the same weights and random numbers.
 
 A module exercise gives ``__init__`` and asks for ``forward``; the checker loads the reference's
 weights into the learner's module, with reference parts where they are not the exercise (the
-block gets the reference attention, the model the reference blocks): one piece per checker. Its
-outputs are compared (cached calls included), then its gradients after one backward. Each
-``*_variant(...)`` builds what one known mistake gives (``"right"``: the correct answer); the
-``*_MISTAKES`` lists pair each with the hint that names it.
+block gets the reference attention, the model the reference blocks). Its outputs are compared,
+cached calls included, then its gradients after one backward. Each exercise has one table of
+known mistakes, ``(kind, hint)``: ``*_variant(..., kind)`` computes what that mistake gives, and
+a learner's answer that gives the same gets the hint.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ..attention import scaled_dot_product_attention
 from ..kv_cache import KVCache
 from ..lessons import build_gpt as bg
 from ..masks import causal_mask
+from ..multihead import merge_heads, split_heads
 from .core import (
     CheckResult,
     Mistake,
@@ -36,11 +37,11 @@ from .core import (
 from .workflow import exercise
 from .workflow import passed as passed_key
 
-__all__ = ["ATTENTION_MISTAKES", "BLOCK_MISTAKES", "GENERATE_MISTAKES", "MODEL_MISTAKES",
-           "LOOP_MISTAKES", "SCHEDULE_MISTAKES", "TRAIN_MISTAKES", "attention_variant",
+__all__ = ["ATTENTION_MISTAKES", "BLOCK_MISTAKES", "GENERATE_MISTAKES", "LOOP_MISTAKES",
+           "MODEL_MISTAKES", "SCHEDULE_MISTAKES", "TRAIN_MISTAKES", "attention_variant",
            "block_variant", "check_attention", "check_block", "check_generate", "check_model",
-           "check_train", "check_train_step", "generate_variant", "in_pieces", "loop_variant",
-           "model_variant", "passed", "pieces", "schedule_variant", "train_variant"]
+           "check_train", "check_train_step", "generate_variant", "loop_variant", "model_variant",
+           "passed", "pieces", "schedule_variant", "train_variant"]
 
 KEYS = ("attention", "block", "model", "train_step", "train", "generate")
 
@@ -62,54 +63,17 @@ def pieces(learner: dict, solutions: dict) -> tuple[dict, str]:
     return chosen, "Training with " + ", ".join(words) + "."
 
 
-# --- shared by the checkers ------------------------------------------------------------------
+# --- the module exercises: build, run in pieces through a cache, compare gradients ---------------
 
 
-def in_pieces(call: Callable, x: torch.Tensor, split: int, step: int):
-    """``call(x[:, :split], 0)``, then ``call(x[:, t:t + step], t)`` for ``t = split, split +
-    step, ...``: the outputs concatenated along the positions (None if any call returned None).
-    The checkers run a cache this way: a prompt, then new tokens a few at a time."""
-    starts = [0, *range(split, x.shape[1], step)]
-    outs = [call(x[:, s:e], s) for s, e in zip(starts, [*starts[1:], x.shape[1]], strict=True)]
-    if any(o is None for o in outs):
-        return None
-    return torch.cat(outs, dim=1)
-
-
-def _safe(produce: Callable) -> Callable:
-    """A mistake that crashes on a case simply does not match it."""
-
-    def run(*args):
-        try:
-            return produce(*args)
-        except Exception:
-            return None
-
-    return run
-
-
-def _first_failure(results, what: str = "it") -> CheckResult:
-    """The first failed result, else one verdict: ``what`` matched the reference on every case of
-    every model size."""
-    results = list(results)
-    for result in results:
-        if not result:
-            return result
-    counts = [int(r.message.split(" all ")[1].split()[0]) for r in results]
-    sizes = f" ({counts[0]} cases at each of {len(counts)} model sizes)" if len(set(counts)) == 1 \
-        and len(counts) > 1 else ""
-    return CheckResult(True, f"Passed: {what} matches the reference on all {sum(counts)} "
-                             f"cases{sizes}, edge cases included.")
-
-
-def _build(cls, args: tuple, reference: nn.Module, what: str, swap: dict | None = None):
-    """The learner's module ``cls(*args)`` with the reference's weights, or a CheckResult."""
+def _build(cls, args: tuple, reference: nn.Module, what: str, swap: dict):
+    """The learner's module ``cls(*args)`` holding the reference's weights, or a CheckResult."""
     if not isinstance(cls, type) or not issubclass(cls, nn.Module):
         return CheckResult(False, f"Not yet: {what} should be an nn.Module class, got "
                                   f"{type(cls).__name__}.")
     try:
         module = cls(*args)
-        for name, part in (swap or {}).items():
+        for name, part in swap.items():
             setattr(module, name, copy.deepcopy(part))
         module.load_state_dict(reference.state_dict())
     except NotImplementedError:
@@ -118,8 +82,7 @@ def _build(cls, args: tuple, reference: nn.Module, what: str, swap: dict | None 
         return CheckResult(False, f"Not yet: building {what}{args} and loading the reference's "
                                   f"weights failed ({type(exc).__name__}: {exc}). Keep the stub's "
                                   "__init__: the checker relies on its layer names.")
-    module.eval()
-    return module
+    return module.eval()
 
 
 def _randomise(module: nn.Module, seed: int, std: float = 0.5) -> nn.Module:
@@ -131,424 +94,52 @@ def _randomise(module: nn.Module, seed: int, std: float = 0.5) -> nn.Module:
     return module.eval()
 
 
-# --- the known mistakes -------------------------------------------------------------------------
-
-
-def attention_variant(ref: bg.CausalSelfAttention, *, mask="causal", out_proj=True,
-                      scale="d_h", cache_use="ok", softmax_dim=-1) -> Callable:
-    """``forward(x, cache=None)`` of the attention with one mistake, with ``ref``'s weights. The
-    head split and merge are given to the learner (``ah.split_heads``, ``ah.merge_heads``), so
-    their mistakes are not among these."""
-
-    def run(x, cache=None):
-        b, n, d = x.shape
-        h = ref.num_heads
-        q, k, v = (t.view(b, n, h, d // h).transpose(1, 2) for t in ref.qkv(x).split(d, dim=-1))
-        if cache is not None:
-            if cache_use == "kv_swapped":
-                cache.append(v, k)
-            else:
-                cache.append(k, v)
-            if cache_use != "not_read":
-                k, v = cache.keys, cache.values
-        total = k.shape[-2]
-        start = total - n
-        allowed = {"causal": lambda: causal_mask(total)[start:], "none": lambda: None,
-                   "upper": lambda: causal_mask(total).T[start:],
-                   "not_offset": lambda: causal_mask(total)[:n],
-                   "no_diagonal": lambda: torch.ones(total, total, dtype=torch.bool).tril(-1)[start:],
-                   "cache_unmasked": lambda: None if cache is not None else causal_mask(total),
-                   "prompt_only": lambda: causal_mask(total)[start:] if start == 0 else None,
-                   "multiplied": lambda: None}[mask]()
-        c = {"d_h": None, "d_model": 1 / math.sqrt(d), "none": 1.0}[scale]
-        if mask == "multiplied" or softmax_dim != -1:      # written out: scores * mask, dim=-2
-            scores = q @ k.transpose(-2, -1) * (c or 1 / math.sqrt(d // h))
-            kept = causal_mask(total)[start:]
-            scores = (scores * kept if mask == "multiplied"
-                      else scores.masked_fill(~kept, float("-inf")))
-            out = torch.softmax(scores, dim=softmax_dim) @ v
-        else:
-            out, _ = scaled_dot_product_attention(q, k, v, allowed, scale=c)
-        out = out.transpose(1, 2).reshape(b, n, d)
-        return ref.out(out) if out_proj else out
+def _calls(forward: Callable, new_cache: Callable) -> Callable:
+    """``run(x, split, step, start=0)``: ``split`` 0, one call ``forward(x, start, None)``; else a
+    cache ``new_cache(x)``, the prompt ``x[:, :split]`` at 0, then ``step`` tokens a call at their
+    offsets. The outputs are concatenated along the positions."""
+    def run(x, split, step, start=0):
+        if not split:
+            return forward(x, start, None)
+        cache, ends = new_cache(x), [split, *range(split + step, x.shape[1], step), x.shape[1]]
+        outs = [forward(x[:, s:e], s, cache) for s, e in zip([0, *ends[:-1]], ends, strict=True)]
+        return None if any(o is None for o in outs) else torch.cat(outs, dim=1)
 
     return run
 
 
-def block_variant(ref: bg.Block, kind: str) -> Callable:
-    """``forward(x, cache=None)`` of the block with one mistake, with ``ref``'s parts."""
-    ff, n1, n2 = ref.ff, ref.norm1, ref.norm2
+def _check_module(cls, what: str, sizes: list, make, forward: Callable, new_cache: Callable,
+                  cases: Callable, variant: Callable, mistakes: list, *, swap: tuple = (),
+                  error_hints: tuple = ()) -> CheckResult:
+    """``cls`` against the reference ``make(*args, seed)`` at each ``(args, seed)`` of ``sizes``
+    (``swap``: the reference parts put inside it), on ``cases(args, seed)`` run by :func:`_calls`
+    with ``forward(module, x, start, cache)``; then one backward through the last size's: a
+    detached query, key or residual is named."""
+    for args, seed in sizes:
+        ref = make(*args, seed)
+        module = _build(cls, args, ref, what, {name: getattr(ref, name) for name in swap})
+        if isinstance(module, CheckResult):
+            return module
 
-    def run(x, cache=None):
-        def attn(y):
-            return ref.attn(y, None if kind == "cache_not_passed" else cache)
+        def run(m):
+            return _calls(lambda x, start, cache: forward(m, x, start, cache), new_cache)
 
-        if kind == "post_norm":
-            x = n1(x + attn(x))
-            return n2(x + ff(x))
-        if kind == "no_attn_residual":
-            x = attn(n1(x))
-            return x + ff(n2(x))
-        if kind == "no_ff_residual":
-            x = x + attn(n1(x))
-            return ff(n2(x))
-        if kind == "no_norm":
-            x = x + attn(x)
-            return x + ff(x)
-        if kind == "same_norm":
-            x = x + attn(n1(x))
-            return x + ff(n1(x))
-        if kind == "norms_swapped":
-            x = x + attn(n2(x))
-            return x + ff(n1(x))
-        if kind.startswith("residual_from_normed"):       # both sub-layers, or _attn / _ff alone
-            h = n1(x)
-            x = (h if kind != "residual_from_normed_ff" else x) + attn(h)
-            h = n2(x)
-            return (h if kind != "residual_from_normed_attn" else x) + ff(h)
-        if kind == "parallel":
-            return x + attn(n1(x)) + ff(n2(x))
-        if kind == "ff_first":
-            x = x + ff(n2(x))
-            return x + attn(n1(x))
-        if kind in ("right", "cache_not_passed"):
-            x = x + attn(n1(x))
-            return x + ff(n2(x))
-        raise ValueError(kind)
-
-    return run
-
-
-def model_variant(ref: bg.GPT, kind: str) -> Callable:
-    """``forward(tokens, start=0, caches=None)`` of the model with one mistake."""
-    d = ref.cfg.d_model
-
-    def run(tokens, start=0, caches=None):
-        n = tokens.shape[1]
-        s = 0 if kind == "positions_not_offset" else start
-        tok = ref.token_embedding(tokens)
-        pos = {"positions_from_tokens": lambda: ref.position_embedding(tokens),
-               "positions_from_one": lambda: ref.position_embedding(torch.arange(s + 1, s + n + 1)),
-               "no_positions": lambda: 0}.get(
-                   kind, lambda: ref.position_embedding(torch.arange(s, s + n)))()
-        x = tok * math.sqrt(d) + pos if kind == "token_scaled" else tok + pos
-        if kind == "scaled_embeddings":
-            x = x * math.sqrt(d)
-        blocks = {"first_block_only": ref.blocks[:1], "no_blocks": []}.get(kind, ref.blocks)
-        for i, block in enumerate(blocks):
-            x = block(x, None if caches is None or kind == "caches_not_passed" else caches[i])
-        logits = ref.head(x if kind == "no_final_norm" else ref.norm(x))
-        if kind == "log_softmax_output":
-            return torch.log_softmax(logits, dim=-1)
-        return torch.softmax(logits, dim=-1) if kind == "softmax_output" else logits
-
-    return run
-
-
-def train_variant(kind: str) -> Callable:
-    def step(model: nn.Module, optimizer, chunk):
-        inputs, targets = chunk[:, :-1], chunk[:, 1:]
-        if kind == "not_shifted":
-            targets = inputs
-        elif kind == "whole_chunk":
-            inputs = targets = chunk
-        elif kind == "shifted_backwards":
-            inputs, targets = chunk[:, 1:], chunk[:, :-1]
-        logits = model(inputs)
-        if kind == "softmax_first":
-            logits = torch.softmax(logits, dim=-1)
-        if kind == "nll_on_logits":
-            loss = F.nll_loss(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        elif kind == "last_only":
-            logits, targets = logits[:, -1:], targets[:, -1:]
-        if kind == "sum_over_positions":                  # summed over positions, mean over batch
-            loss = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").sum(1).mean()
-        elif kind != "nll_on_logits":
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                   reduction="sum" if kind == "sum" else "mean")
-        if kind != "no_zero_grad":
-            optimizer.zero_grad()
-        loss.backward()
-        if kind == "clip_each":                           # each gradient's norm on its own
-            for p in model.parameters():
-                nn.utils.clip_grad_norm_([p], 1.0)
-        elif kind == "clip_value":
-            nn.utils.clip_grad_value_(model.parameters(), 1.0)
-        elif kind != "no_clip":
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        if kind != "no_step":
-            optimizer.step()
-        return loss.item()
-
-    return step
-
-
-def _advance(kind: str, tokens, nxt, caches, use_cache: bool, T: int):
-    """What the next call gets, ``(new, start, caches)``, with ``kind``'s mistake."""
-    L = tokens.shape[1]
-    if use_cache and L <= T:                          # the cache has room
-        if kind == "positions_restart":
-            return nxt, 0, caches
-        if kind == "start_is_length":
-            return nxt, L, caches
-        if kind == "whole_sequence_cached":
-            return tokens, caches[0].length, caches
-        return nxt, L - 1, caches
-    if kind == "crop_first":                          # past T (or no cache): the window
-        return tokens[:, :T], 0, None
-    if kind == "crop_short":
-        return tokens[:, -(T - 1):], 0, None
-    return tokens[:, -T:], 0, None
-
-
-def generate_variant(kind: str) -> Callable:
-    def generate(model, prompt, steps, temperature, top_k, use_cache, generator):
-        T = model.cfg.context
-        tokens = prompt
-        caches = model.new_caches() if use_cache else None
-        new, start = prompt, 0
-        for _ in range(steps):
-            logits = model(new, start, caches)
-            logits = logits[:, 0] if kind == "first_position" else logits[:, -1]
-            if kind == "temperature_times":
-                logits = logits * temperature
-            elif kind != "temperature_after_softmax":
-                logits = logits / temperature
-            if top_k is not None and kind != "no_top_k":
-                kth = logits.topk(top_k, dim=-1).values[:, -1:]
-                if kind == "top_k_plus_one" and top_k < logits.shape[-1]:
-                    kth = logits.topk(top_k + 1, dim=-1).values[:, -1:]
-                if kind == "top_k_off_by_one":
-                    logits = logits.masked_fill(logits <= kth, float("-inf"))
-                    logits = torch.where(torch.isinf(logits).all(-1, keepdim=True),
-                                         torch.zeros_like(logits), logits)
-                else:
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-            if kind == "top_k_indices" and top_k is not None:   # correct too: sample among k
-                values, indices = logits.topk(top_k, dim=-1)
-                pick = torch.multinomial(torch.softmax(values, dim=-1), 1, generator=generator)
-                nxt = indices.gather(-1, pick)
-            else:
-                probs = torch.softmax(logits, dim=-1)
-                if kind == "temperature_after_softmax":
-                    probs = probs / temperature
-                if kind == "greedy":
-                    nxt = probs.argmax(-1, keepdim=True)
-                else:
-                    nxt = torch.multinomial(probs, 1, generator=generator)
-            tokens = torch.cat([tokens, nxt], dim=1)
-            new, start, caches = _advance(kind, tokens, nxt, caches, use_cache, T)
-            if kind == "start_frozen" and use_cache and caches is not None:
-                start = prompt.shape[1]
-        return tokens
-
-    return generate
-
-
-ATTENTION_MISTAKES = [
-    ({"mask": "cache_unmasked"}, "the mask is left out when there is a cache, as if a cached call "
-                                 "always brought one token (notebook 05's step). Here the prompt "
-                                 "arrives as n > 1 tokens at start 0 with a cache, and the n new "
-                                 "queries must not see each other's future: mask with a cache too."),
-    ({"mask": "prompt_only"}, "only the prompt (start = 0) was masked, as if every later cached call "
-                              "brought one token: a later call can bring a chunk of several new "
-                              "tokens too, and each must not see the ones after it. Mask every "
-                              "call, at its offset."),
-    ({"mask": "none"}, "no causal mask, so the future leaks: new query i must not see the "
-                       "positions after its own, start + i (hint 2 says how to build the mask)."),
-    ({"mask": "upper"}, "the mask is upside down: causal_mask(n) is True on and below the "
-                        "diagonal (a query sees its past); you let each query see its future."),
-    ({"mask": "not_offset"}, "the mask is not offset by start: with start positions in the "
-                             "cache, new query i sits at position start + i and sees keys "
-                             "0..start+i: which rows of a causal mask of size start + n are "
-                             "those? (torch's is_causal=True aligns its mask top-left: this "
-                             "mistake.)"),
-    ({"cache_use": "not_read"}, "the cache is not appended to or not read: the new queries saw "
-                                "only the new keys, not the start earlier ones the cache "
-                                "holds: every call adds its keys and values to the cache and "
-                                "attends over all start + n of them."),
-    ({"cache_use": "kv_swapped"}, "k and v are swapped in the cache: cache.append(k, v) takes "
-                                  "the keys first, then the values."),
-    ({"out_proj": False}, "W_O is missing: the merged heads go through self.out."),
-    ({"scale": "d_model"}, "the scores are scaled by 1/sqrt(d_model); each head's scores use its "
-                           "own size, 1/sqrt(d_h) with d_h = d / h."),
-    ({"scale": "none"}, "the scores are not scaled: divide q k^T by sqrt(d_h) (the course's "
-                        "attention step does it for you)."),
-    ({"mask": "multiplied"}, "the scores were multiplied by the mask: a 0 score still gets "
-                             "weight e^0 > 0, so the future leaks. Set the masked scores to -inf "
-                             "before the softmax (masked_fill), or pass the mask to the course's "
-                             "attention step."),
-    ({"mask": "no_diagonal"}, "the mask hides each query's own position: new query i may see the "
-                              "keys up to AND including its own, start + i, so the diagonal "
-                              "stays open (the first position would otherwise see nothing)."),
-    ({"softmax_dim": -2}, "the softmax ran over dim=-2, the queries: each query's weights over "
-                          "the keys must sum to 1, so normalise over the last axis, dim=-1."),
-]
-
-
-BLOCK_MISTAKES = [
-    ("post_norm", "norm after instead of before: that is the original post-norm block, "
-                  "LN(x + attn(x)). A pre-norm block normalises the sub-layer's input and leaves "
-                  "the residual stream alone: which of the two, the stream or the sub-layer's input, "
-                  "passes through the LayerNorm?"),
-    ("no_attn_residual", "the residual is missing around attention: add attn(LN_1(x)) to x, "
-                         "don't replace x with it."),
-    ("no_ff_residual", "the residual is missing around the feed-forward: its output replaced the "
-                       "stream instead of being added to it, as attention's is."),
-    ("no_norm", "the LayerNorms are missing: each sub-layer reads LN(x), not x."),
-    ("same_norm", "norm1 is used twice: the feed-forward reads norm2(x), its own LayerNorm."),
-    ("residual_from_normed", "the residual adds to the normalised x: keep the stream x itself, "
-                             "x + attn(LN(x)), not LN(x) + attn(LN(x))."),
-    ("residual_from_normed_attn", "the attention's residual adds to the normalised x: keep the "
-                                  "stream x itself, x + attn(LN_1(x)), not LN_1(x) + attn(...)."),
-    ("residual_from_normed_ff", "the feed-forward's residual adds to the normalised x: keep the "
-                                "stream x itself, x + ff(LN_2(x)), not LN_2(x) + ff(...)."),
-    ("norms_swapped", "the two LayerNorms are swapped: attention read norm2's output and the "
-                      "feed-forward norm1's; each sub-layer has its own, in the stub's order."),
-    ("parallel", "both sub-layers read the same input: the feed-forward must read the stream "
-                 "after attention has been added, one after the other."),
-    ("ff_first", "the feed-forward ran first: attention comes first, then the feed-forward."),
-    ("cache_not_passed", "the cache never reached the attention: with a cache the new tokens saw "
-                         "only themselves. The block is handed the layer's cache: who needs it?"),
-]
-
-
-MODEL_MISTAKES = [
-    ("no_positions", "the position embedding is missing: without it attention cannot tell "
-                     "the order of the characters; add the embedding of each new token's position "
-                     "in the sequence."),
-    ("positions_from_tokens", "the position embedding is indexed by the token ids: index it by "
-                              "the positions start..start+n-1 (0..n-1 without a cache)."),
-    ("positions_from_one", "the positions start one too late: the first new character is at "
-                           "position start (0 without a cache): where does the range begin?"),
-    ("positions_not_offset", "the positions ignore start: with start characters already in "
-                             "the cache, the new ones come after them, not at 0..n-1."),
-    ("caches_not_passed", "the caches never reached the blocks: each block must be handed its own "
-                          "cache, caches[i] for block i (and None when there are no caches)."),
-    ("no_final_norm", "the final LayerNorm is missing: a pre-norm stack leaves the stream "
-                      "unnormalised after the last block, so something must normalise it before "
-                      "the output head."),
-    ("first_block_only", "only one block ran: x goes through every block of self.blocks, in "
-                         "turn."),
-    ("scaled_embeddings", "the embeddings are multiplied by sqrt(d): this GPT adds the token and "
-                          "position embeddings as they are."),
-    ("token_scaled", "the token embeddings are multiplied by sqrt(d) before the positions are "
-                     "added (the 2017 paper's convention, with its fixed sinusoids): this GPT "
-                     "adds both learned embeddings as they are."),
-    ("no_blocks", "the blocks never ran: the logits come straight from the embeddings."),
-    ("log_softmax_output", "the model returns log_softmax(logits): return the raw logits; "
-                           "cross_entropy and sampling apply the (log-)softmax themselves."),
-    ("softmax_output", "the model returns softmax(logits), probabilities: return the raw "
-                       "logits; the loss (cross_entropy) and sampling apply the softmax "
-                       "themselves."),
-]
-
-
-TRAIN_MISTAKES = [
-    ("not_shifted", "the targets are not shifted: position i must predict the NEXT character, "
-                    "so the target at position i is the character that comes one after input i."),
-    ("whole_chunk", "the inputs and the targets are both the whole chunk, unshifted: the model "
-                    "then learns to copy the current character. A chunk of n + 1 characters gives "
-                    "n inputs and n targets: which n of each?"),
-    ("shifted_backwards", "the shift goes the wrong way: the model predicts each character from "
-                          "the ones BEFORE it, so the targets are the later of the two slices."),
-    ("no_zero_grad", "the gradients are never zeroed, so they pile up from step to step: call "
-                     "optimizer.zero_grad() before loss.backward()."),
-    ("no_step", "the weights did not change: call optimizer.step() after loss.backward() (and "
-                "zero the gradients before backward, not between backward and step)."),
-    ("sum", "the loss is summed over positions: take the mean (cross_entropy's default), so the "
-            "step size does not grow with the batch."),
-    ("sum_over_positions", "the loss is summed over each chunk's positions (then averaged over "
-                           "the batch): a per-character loss is the mean over every position, so "
-                           "the step does not grow with the context length."),
-    ("softmax_first", "softmax was applied before cross_entropy, which takes raw logits (it "
-                      "does the log-softmax itself)."),
-    ("nll_on_logits", "F.nll_loss on raw logits: nll_loss expects log-probabilities; use "
-                      "F.cross_entropy(logits, targets), which takes the log-softmax itself."),
-    ("last_only", "only the last position is trained: every position of the chunk predicts its "
-                  "next character."),
-    ("no_clip", "the step used an unclipped gradient, or clipped each gradient on its own: "
-                "clip the joint norm of all gradients together, not each one or by value. Call "
-                "nn.utils.clip_grad_norm_(model.parameters(), 1.0) once, after loss.backward() "
-                "and before optimizer.step() (before backward there is no gradient yet; after "
-                "step it is too late)."),
-    ("clip_value", "clip the joint norm of all gradients together, not each one or by value: "
-                   "clip_grad_value_ cuts each entry at 1 and turns the gradient's direction; "
-                   "use nn.utils.clip_grad_norm_(model.parameters(), 1.0)."),
-]
-
-
-GENERATE_MISTAKES = [
-    ("positions_restart", "the positions restart in the cached step: the new character sits "
-                          "after every character already in the cache, not at 0."),
-    ("start_is_length", "start = tokens.shape[1] in the cached step, one past the new character: "
-                        "after appending it, how many characters come before it?"),
-    ("temperature_after_softmax", "temperature applied after the softmax: dividing the "
-                                  "probabilities by T changes nothing once they are renormalised; "
-                                  "divide the logits by T, then softmax."),
-    ("temperature_times", "the logits were multiplied by T: divide them by T (T < 1 sharpens, "
-                          "T > 1 flattens)."),
-    ("first_position", "the next character was sampled from the FIRST position's logits: the "
-                       "prediction for the next character is at the last position, [:, -1]."),
-    ("top_k_off_by_one", "top-k keeps k - 1 characters: keep every logit >= the k-th largest "
-                         "(mask only those strictly below it)."),
-    ("whole_sequence_cached", "every token was fed again while using the cache: with the cache, "
-                              "after the prompt feed only the token just sampled, at its own "
-                              "position; the cache already holds the rest."),
-    ("greedy", "the next character was the most likely one (argmax): sample it from the "
-               "probabilities with torch.multinomial(probs, 1, generator=generator)."),
-    ("no_top_k", "top_k was ignored: keep the k largest logits and set the others to -inf."),
-    ("top_k_plus_one", "top-k kept k + 1 characters: the cut-off is the k-th largest logit, "
-                       "not the (k + 1)-th."),
-    ("start_frozen", "start stayed at the prompt's length in every cached step: each new "
-                     "character sits one position after the previous one."),
-    ("crop_first", "past the context you kept the text's FIRST n_ctx characters: the next "
-                   "character follows the last ones, so the window is the last n_ctx."),
-    ("crop_short", "past the context the window held n_ctx - 1 characters: the model reads up to "
-                   "n_ctx = model.cfg.context of them, at positions 0..n_ctx-1."),
-]
-
-#: Named from what a learner's generate does once the text outgrows the context.
-PAST_CONTEXT = {
-    "cached": "with the cache, the step after the text reached n_ctx = model.cfg.context characters "
-              "had nowhere to go: positions stop at n_ctx - 1, and the cache holds n_ctx keys. Once "
-              "the text is longer, the model reads only its last n_ctx characters: at which "
-              "positions do they sit now, and at which positions were the cached keys and values "
-              "computed?",
-    "stale": "past the context the window went into a cache that already held keys and values: "
-             "they were computed when each character sat one or more positions further on. With "
-             "learned absolute positions, what is a cached key worth once its character has moved?",
-    "plain": "without the cache the whole text went in, but past n_ctx = model.cfg.context "
-             "characters the model reads only a window of n_ctx of them, at positions "
-             "0..n_ctx-1: which n_ctx?",
-}
-
-
-#: The train step's likely exceptions, named (check_function's error_hints).
-TRAIN_ERROR_HINTS = [
-    ("Expected target size", "F.cross_entropy reads the classes on dim 1: the logits came as "
-                             "(b, n, vocab), with the characters on the last axis. Flatten logits "
-                             "and targets over the positions (or move the vocabulary axis to dim 1)."),
-    ("past the context", "the whole chunk of n + 1 characters went into the model: the last "
-                         "character has nothing to predict, so it is never an input."),
-]
-
-
-def _with_gradients(result: CheckResult, cls, args: tuple, reference: nn.Module, what: str, *,
-                    swap: dict | None = None, x: torch.Tensor | None = None) -> CheckResult:
-    """``result``, unless it passed and one backward through the learner's module gives other
-    gradients than the reference's (at ``x`` and at every weight): then what went wrong, named
-    (a detached query, key or value; a detached residual; a weight no gradient reaches)."""
-    if not result:
-        return result
-    module = _build(cls, args, reference, what, swap)
-    if isinstance(module, CheckResult):
-        return module
-    if x is None:
-        x = torch.randn(2, 7, args[0], generator=seeded(9))
-    wrong = gradient_mismatch(module, reference, lambda m, x: m(x), x)
-    parts = next((p for name in wrong if name.endswith("qkv.weight")
-                  for p in [detached_parts(wrong, name)] if p), [])
+        result = check_function(
+            run(module), run(ref), cases(args, seed), what=what,
+            output_names=("the outputs of every call",),
+            mistakes=[Mistake(run(variant(ref, kind)), hint) for kind, hint in mistakes],
+            error_hints=[*error_hints, ("positional argument", "keep the stub's signature of "
+                                        "forward, and hand the cache on.")])
+        if not result:
+            return result
+    count = len(cases(args, seed))
+    if len(sizes) > 1:
+        result = CheckResult(True, f"Passed: {what} matches the reference on all "
+                                   f"{count * len(sizes)} cases ({count} cases at each of "
+                                   f"{len(sizes)} model sizes), edge cases included.")
+    x = next(iter(cases(args, seed)[1].values()))
+    wrong = gradient_mismatch(module, ref, lambda m, x: forward(m, x, 0, None), x)
+    parts = detached_parts(wrong, next((name for name in wrong if name.endswith("qkv.weight")), ""))
     if parts:
         why = (f"the gradient at qkv's {' and '.join(parts)} rows is wrong: was the "
                f"{' or the '.join(parts)} detached (detach(), .data, torch.no_grad())? The output "
@@ -567,10 +158,7 @@ def _with_gradients(result: CheckResult, cls, args: tuple, reference: nn.Module,
                               f"{why}.")
 
 
-# --- 1. causal multi-head self-attention with a KV cache -----------------------------------
-
-
-def _attention_cases(d: int, seed: int) -> list[dict]:
+def _sequences(d: int, seed: int) -> list[dict]:
     """``x (b, n, d)``; ``split`` 0: one call without a cache; else a cache, a first call on
     ``x[:, :split]``, then calls of ``step`` tokens each at offsets ``split, split + step, ...``."""
     g = seeded(seed)
@@ -579,21 +167,72 @@ def _attention_cases(d: int, seed: int) -> list[dict]:
                                       (2, 8, 3, 5), (1, 12, 5, 3), (2, 6, 1, 1)]]
 
 
-def _attention_runner(forward: Callable) -> Callable:
-    """``run(x, split, step)``: the outputs of every call, concatenated to ``(b, n, d)``."""
-    def run(x, split, step):
-        if not split:
-            return forward(x, None)
-        cache = KVCache(x.shape[1])
-        return in_pieces(lambda part, start: forward(part, cache), x, split, step)
+# --- 1. causal multi-head self-attention with a KV cache -----------------------------------------
+
+
+def attention_variant(ref: bg.CausalSelfAttention, kind: str = "right") -> Callable:
+    """``forward(x, cache=None)`` with ``ref``'s weights and ``kind``'s mistake. The head split and
+    merge are given to the learner, so their mistakes are not among these."""
+    def run(x, cache=None):
+        b, n, d = x.shape
+        q, k, v = (split_heads(t, ref.num_heads) for t in ref.qkv(x).split(d, dim=-1))
+        if cache is not None:
+            cache.append(*((v, k) if kind == "kv_swapped" else (k, v)))
+            if kind != "not_read":
+                k, v = cache.keys, cache.values
+        start = k.shape[-2] - n
+        causal = causal_mask(start + n)
+        mask = {"no_mask": None, "upper": causal.T[start:], "not_offset": causal[:n],
+                "no_diagonal": causal.tril(-1)[start:],
+                "cache_unmasked": None if cache is not None else causal,
+                "prompt_only": None if start else causal}.get(kind, causal[start:])
+        scale = {"scale_d_model": 1 / math.sqrt(d), "no_scale": 1.0}.get(kind)
+        if kind in ("multiplied", "softmax_over_queries"):        # the softmax written out
+            scores = q @ k.mT / math.sqrt(d // ref.num_heads)
+            scores = scores * mask if kind == "multiplied" else scores.masked_fill(~mask, -math.inf)
+            out = scores.softmax(dim=-1 if kind == "multiplied" else -2) @ v
+        else:
+            out, _ = scaled_dot_product_attention(q, k, v, mask, scale=scale)
+        return merge_heads(out) if kind == "no_out_proj" else ref.out(merge_heads(out))
 
     return run
 
 
-_MASK_SHAPE_HINT = (
-    "the mask must be (n, start + n): one row per new query, one column per visible key. If start "
-    "was read after cache.append, len(cache) already counts the n new tokens: read start = "
-    "len(cache) before appending (the stub does), then append.")
+ATTENTION_MISTAKES = [
+    ("cache_unmasked", "the mask is left out when there is a cache, as if a cached call always "
+                       "brought one token (notebook 05's step). Here the prompt arrives as n > 1 "
+                       "tokens at start 0 with a cache, and the n new queries must not see each "
+                       "other's future: mask with a cache too."),
+    ("prompt_only", "only the prompt (start = 0) was masked, as if every later cached call brought "
+                    "one token: a later call can bring a chunk of several new tokens too, and each "
+                    "must not see the ones after it. Mask every call, at its offset."),
+    ("no_mask", "no causal mask, so the future leaks: new query i must not see the positions after "
+                "its own, start + i (hint 2 says how to build the mask)."),
+    ("upper", "the mask is upside down: causal_mask(n) is True on and below the diagonal (a query "
+              "sees its past); you let each query see its future."),
+    ("not_offset", "the mask is not offset by start: with start positions in the cache, new query "
+                   "i sits at position start + i and sees keys 0..start+i: which rows of a causal "
+                   "mask of size start + n are those? (torch's is_causal=True aligns its mask "
+                   "top-left: this mistake.)"),
+    ("not_read", "the cache is not appended to or not read: the new queries saw only the new keys, "
+                 "not the start earlier ones the cache holds: every call adds its keys and values "
+                 "to the cache and attends over all start + n of them."),
+    ("kv_swapped", "k and v are swapped in the cache: cache.append(k, v) takes the keys first, "
+                   "then the values."),
+    ("no_out_proj", "W_O is missing: the merged heads go through self.out."),
+    ("scale_d_model", "the scores are scaled by 1/sqrt(d_model); each head's scores use its own "
+                      "size, 1/sqrt(d_h) with d_h = d / h."),
+    ("no_scale", "the scores are not scaled: divide q k^T by sqrt(d_h) (the course's attention "
+                 "step does it for you)."),
+    ("multiplied", "the scores were multiplied by the mask: a 0 score still gets weight e^0 > 0, "
+                   "so the future leaks. Set the masked scores to -inf before the softmax "
+                   "(masked_fill), or pass the mask to the course's attention step."),
+    ("no_diagonal", "the mask hides each query's own position: new query i may see the keys up to "
+                    "AND including its own, start + i, so the diagonal stays open (the first "
+                    "position would otherwise see nothing)."),
+    ("softmax_over_queries", "the softmax ran over dim=-2, the queries: each query's weights over "
+                             "the keys must sum to 1, so normalise over the last axis, dim=-1."),
+]
 
 
 @exercise("build_gpt.attention", "causal self-attention with a KV cache, at an offset", hints=(
@@ -614,28 +253,83 @@ def check_attention(cls) -> CheckResult:
     """Exercise: ``cls(d_model, num_heads)`` with the stub's ``__init__`` (``qkv``, ``out``,
     ``num_heads``); ``forward(x (b, n, d), cache=None) -> (b, n, d)``: causal; with a
     :class:`~attn_helpers.kv_cache.KVCache` holding ``start`` positions, appends the new keys and
-    values and lets new query ``i`` see keys ``0..start+i``; then one backward must give the
-    reference's gradients."""
-    results = []
-    for d, h, seed in [(16, 4, 101), (12, 2, 102), (8, 1, 103)]:
-        reference = _randomise(bg.CausalSelfAttention(d, h), seed)
-        module = _build(cls, (d, h), reference, "CausalSelfAttention")
-        if isinstance(module, CheckResult):
-            return module
-        results.append(check_function(
-            _attention_runner(lambda x, c, m=module: m(x, c)),
-            _attention_runner(lambda x, c, r=reference: r(x, c)), _attention_cases(d, seed),
-            what="CausalSelfAttention", output_names=("the outputs of every call",),
-            mistakes=[Mistake(_safe(_attention_runner(attention_variant(reference, **kw))), hint)
-                      for kw, hint in ATTENTION_MISTAKES],
-            error_hints=[("does not broadcast", _MASK_SHAPE_HINT)]))
-        if not results[-1]:
-            return results[-1]
-    return _with_gradients(_first_failure(results, "CausalSelfAttention"), cls, (16, 4),
-                           _randomise(bg.CausalSelfAttention(16, 4), 101), "CausalSelfAttention")
+    values and lets new query ``i`` see keys ``0..start+i``; then one backward."""
+    return _check_module(
+        cls, "CausalSelfAttention", [((16, 4), 101), ((12, 2), 102), ((8, 1), 103)],
+        lambda d, h, seed: _randomise(bg.CausalSelfAttention(d, h), seed),
+        lambda m, x, start, cache: m(x, cache), lambda x: KVCache(x.shape[1]),
+        lambda args, seed: _sequences(args[0], seed), attention_variant, ATTENTION_MISTAKES,
+        error_hints=[("does not broadcast", "the mask must be (n, start + n): one row per new "
+                      "query, one column per visible key. If start was read after cache.append, "
+                      "len(cache) already counts the n new tokens: read start = len(cache) before "
+                      "appending (the stub does), then append.")])
 
 
-# --- 2. the pre-norm block -----------------------------------------------------------------
+# --- 2. the pre-norm block -----------------------------------------------------------------------
+
+
+def block_variant(ref: bg.Block, kind: str = "right") -> Callable:
+    """``forward(x, cache=None)`` with ``ref``'s parts and ``kind``'s mistake."""
+    n1, n2, ff = ref.norm1, ref.norm2, ref.ff
+
+    def run(x, cache=None):
+        def attn(y):
+            return ref.attn(y, None if kind == "cache_not_passed" else cache)
+
+        if kind == "post_norm":
+            x = n1(x + attn(x))
+            return n2(x + ff(x))
+        if kind == "parallel":
+            return x + attn(n1(x)) + ff(n2(x))
+        if kind == "ff_first":
+            x = x + ff(n2(x))
+            return x + attn(n1(x))
+        na, nf = {"no_norm": (nn.Identity(), nn.Identity()), "same_norm": (n1, n1),
+                  "norms_swapped": (n2, n1)}.get(kind, (n1, n2))
+        h = na(x)
+        x = {"no_attn_residual": 0, "residual_from_normed": h,
+             "residual_from_normed_attn": h}.get(kind, x) + attn(h)
+        h = nf(x)
+        return {"no_ff_residual": 0, "residual_from_normed": h,
+                "residual_from_normed_ff": h}.get(kind, x) + ff(h)
+
+    return run
+
+
+BLOCK_MISTAKES = [
+    ("post_norm", "norm after instead of before: that is the original post-norm block, "
+                  "LN(x + attn(x)). A pre-norm block normalises the sub-layer's input and leaves "
+                  "the residual stream alone: which of the two, the stream or the sub-layer's "
+                  "input, passes through the LayerNorm?"),
+    ("no_attn_residual", "the residual is missing around attention: add attn(LN_1(x)) to x, don't "
+                         "replace x with it."),
+    ("no_ff_residual", "the residual is missing around the feed-forward: its output replaced the "
+                       "stream instead of being added to it, as attention's is."),
+    ("no_norm", "the LayerNorms are missing: each sub-layer reads LN(x), not x."),
+    ("same_norm", "norm1 is used twice: the feed-forward reads norm2(x), its own LayerNorm."),
+    ("residual_from_normed", "the residual adds to the normalised x: keep the stream x itself, "
+                             "x + attn(LN(x)), not LN(x) + attn(LN(x))."),
+    ("residual_from_normed_attn", "the attention's residual adds to the normalised x: keep the "
+                                  "stream x itself, x + attn(LN_1(x)), not LN_1(x) + attn(...)."),
+    ("residual_from_normed_ff", "the feed-forward's residual adds to the normalised x: keep the "
+                                "stream x itself, x + ff(LN_2(x)), not LN_2(x) + ff(...)."),
+    ("norms_swapped", "the two LayerNorms are swapped: attention read norm2's output and the "
+                      "feed-forward norm1's; each sub-layer has its own, in the stub's order."),
+    ("parallel", "both sub-layers read the same input: the feed-forward must read the stream "
+                 "after attention has been added, one after the other."),
+    ("ff_first", "the feed-forward ran first: attention comes first, then the feed-forward."),
+    ("cache_not_passed", "the cache never reached the attention: with a cache the new tokens saw "
+                         "only themselves. The block is handed the layer's cache: who needs it?"),
+]
+
+
+def _block(d, h, d_ff, seed):
+    """A reference block with large weights, its LayerNorm gains away from 1."""
+    block = _randomise(bg.Block(d, h, d_ff), seed)
+    with torch.no_grad():
+        for norm in (block.norm1, block.norm2):
+            norm.weight.add_(1.0)
+    return block
 
 
 @exercise("build_gpt.block", "a pre-norm Transformer block", hints=(
@@ -652,35 +346,95 @@ def check_attention(cls) -> CheckResult:
 def check_block(cls) -> CheckResult:
     """Exercise: ``cls(d_model, num_heads, d_ff)`` with the stub's ``__init__`` (``norm1``,
     ``attn``, ``norm2``, ``ff``); ``forward(x, cache=None) -> x``, the cache handed to the
-    attention. The reference attention is put inside it; then one backward must give the
-    reference's gradients."""
-    results = []
-    for d, h, d_ff, seed in [(16, 4, 32, 201), (12, 3, 20, 202)]:
-        reference = _randomise(bg.Block(d, h, d_ff), seed)
-        with torch.no_grad():                      # LayerNorm gains away from 1, shifts from 0
-            for norm in (reference.norm1, reference.norm2):
-                norm.weight.add_(1.0)
-        module = _build(cls, (d, h, d_ff), reference, "Block", swap={"attn": reference.attn})
-        if isinstance(module, CheckResult):
-            return module
-        results.append(check_function(
-            _attention_runner(_with_cache_argument(module, "Block.forward(x, cache=None)")),
-            _attention_runner(lambda x, c, r=reference: r(x, c)), _attention_cases(d, seed),
-            what="Block", output_names=("the outputs of every call",),
-            mistakes=[Mistake(_safe(_attention_runner(block_variant(reference, kind))), hint)
-                      for kind, hint in BLOCK_MISTAKES]))
-        if not results[-1]:
-            return results[-1]
-    return _with_gradients(_first_failure(results, "Block"), cls, (d, h, d_ff), reference, "Block",
-                           swap={"attn": reference.attn})
+    attention. The reference attention is put inside it; then one backward."""
+    return _check_module(
+        cls, "Block", [((16, 4, 32), 201), ((12, 3, 20), 202)], _block,
+        lambda m, x, start, cache: m(x, cache), lambda x: KVCache(x.shape[1]),
+        lambda args, seed: _sequences(args[0], seed), block_variant, BLOCK_MISTAKES,
+        swap=("attn",))
 
 
-# --- 3. the model --------------------------------------------------------------------------
+# --- 3. the model --------------------------------------------------------------------------------
 
 
-def model_cfg(vocab=11, context=16, d=16, h=4, layers=2, d_ff=32):
+def model_cfg(vocab=11, context=16, d=16, h=4, layers=2, d_ff=32) -> bg.GPTConfig:
     return bg.GPTConfig(vocab, context=context, d_model=d, num_heads=h, num_layers=layers,
                         d_ff=d_ff)
+
+
+def model_variant(ref: bg.GPT, kind: str = "right") -> Callable:
+    """``forward(tokens, start=0, caches=None)`` with ``ref``'s parts and ``kind``'s mistake."""
+    d = ref.cfg.d_model
+
+    def run(tokens, start=0, caches=None):
+        n, s = tokens.shape[1], 0 if kind == "positions_not_offset" else start
+        tok = ref.token_embedding(tokens)
+        pos = {"positions_from_tokens": lambda: ref.position_embedding(tokens),
+               "positions_from_one": lambda: ref.position_embedding(torch.arange(s + 1, s + n + 1)),
+               "no_positions": lambda: 0}.get(
+                   kind, lambda: ref.position_embedding(torch.arange(s, s + n)))()
+        x = tok * math.sqrt(d) + pos if kind == "token_scaled" else tok + pos
+        if kind == "scaled_embeddings":
+            x = x * math.sqrt(d)
+        blocks = {"first_block_only": ref.blocks[:1], "no_blocks": []}.get(kind, ref.blocks)
+        for i, block in enumerate(blocks):
+            x = block(x, None if caches is None or kind == "caches_not_passed" else caches[i])
+        logits = ref.head(x if kind == "no_final_norm" else ref.norm(x))
+        if kind == "log_softmax_output":
+            return torch.log_softmax(logits, dim=-1)
+        return torch.softmax(logits, dim=-1) if kind == "softmax_output" else logits
+
+    return run
+
+
+MODEL_MISTAKES = [
+    ("no_positions", "the position embedding is missing: without it attention cannot tell the "
+                     "order of the characters; add the embedding of each new token's position in "
+                     "the sequence."),
+    ("positions_from_tokens", "the position embedding is indexed by the token ids: index it by the "
+                              "positions start..start+n-1 (0..n-1 without a cache)."),
+    ("positions_from_one", "the positions start one too late: the first new character is at "
+                           "position start (0 without a cache): where does the range begin?"),
+    ("positions_not_offset", "the positions ignore start: with start characters already in the "
+                             "cache, the new ones come after them, not at 0..n-1."),
+    ("caches_not_passed", "the caches never reached the blocks: each block must be handed its own "
+                          "cache, caches[i] for block i (and None when there are no caches)."),
+    ("no_final_norm", "the final LayerNorm is missing: a pre-norm stack leaves the stream "
+                      "unnormalised after the last block, so something must normalise it before "
+                      "the output head."),
+    ("first_block_only", "only one block ran: x goes through every block of self.blocks, in "
+                         "turn."),
+    ("scaled_embeddings", "the embeddings are multiplied by sqrt(d): this GPT adds the token and "
+                          "position embeddings as they are."),
+    ("token_scaled", "the token embeddings are multiplied by sqrt(d) before the positions are "
+                     "added (the 2017 paper's convention, with its fixed sinusoids): this GPT adds "
+                     "both learned embeddings as they are."),
+    ("no_blocks", "the blocks never ran: the logits come straight from the embeddings."),
+    ("log_softmax_output", "the model returns log_softmax(logits): return the raw logits; "
+                           "cross_entropy and sampling apply the (log-)softmax themselves."),
+    ("softmax_output", "the model returns softmax(logits), probabilities: return the raw logits; "
+                       "the loss (cross_entropy) and sampling apply the softmax themselves."),
+]
+
+
+def _gpt(cfg, seed):
+    """A reference GPT with large weights, its final LayerNorm's gain away from 1."""
+    model = _randomise(bg.GPT(cfg), seed, std=0.3)
+    with torch.no_grad():
+        model.norm.weight.add_(1.0)
+    return model
+
+
+def _token_cases(cfg, seed):
+    """``tokens (b, n)`` with ``split``/``step`` as in :func:`_sequences`; the last case runs at
+    ``start`` = context - 5 without caches, to test start on its own."""
+    g = seeded(seed)
+    cases = [{"tokens": torch.randint(0, cfg.vocab_size, (b, n), generator=g), "split": split,
+              "step": step}
+             for b, n, split, step in [(1, 6, 0, 0), (2, 9, 0, 0), (3, 1, 0, 0),
+                                       (2, cfg.context, 0, 0), (2, 9, 4, 1), (1, 12, 5, 3)]]
+    return [*cases, {"tokens": torch.randint(0, cfg.vocab_size, (2, 5), generator=g), "split": 0,
+                     "step": 0, "start": cfg.context - 5}]
 
 
 @exercise("build_gpt.model", "the GPT: embeddings, blocks, final norm, output head", hints=(
@@ -701,71 +455,88 @@ def model_cfg(vocab=11, context=16, d=16, h=4, layers=2, d_ff=32):
 def check_model(cls) -> CheckResult:
     """Exercise: ``cls(cfg)`` with the stub's ``__init__``; ``forward(tokens (b, n), start=0,
     caches=None) -> logits (b, n, vocab)``, positions ``start..start+n-1``, block ``i`` given
-    ``caches[i]``. The reference blocks are put inside it; cached calls must equal one call."""
+    ``caches[i]``. The reference blocks are put inside it; cached calls must equal one call, and
+    one backward the reference's gradients."""
     cfg = model_cfg()
-    reference = _randomise(bg.GPT(cfg), 301, std=0.3)
-    with torch.no_grad():
-        reference.norm.weight.add_(1.0)
-    module = _build(cls, (cfg,), reference, "GPT", swap={"blocks": reference.blocks})
-    if isinstance(module, CheckResult):
-        return module
-    g = seeded(302)
-    cases = [{"tokens": torch.randint(0, cfg.vocab_size, (b, n), generator=g), "split": split,
-              "step": step}
-             for b, n, split, step in [(1, 6, 0, 0), (2, 9, 0, 0), (3, 1, 0, 0),
-                                       (2, cfg.context, 0, 0), (2, 9, 4, 1), (1, 12, 5, 3)]]
-    cases.append({"tokens": torch.randint(0, cfg.vocab_size, (2, 5), generator=g), "split": 0,
-                  "step": 0, "start": cfg.context - 5})       # start on its own, no caches
-    result = check_function(
-        _model_runner(_with_cache_argument(module, "GPT.forward(tokens, start=0, caches=None)"),
-                      cfg), _model_runner(reference, cfg), cases, what="GPT",
-        output_names=("the logits of every call",),
-        mistakes=[Mistake(_safe(_model_runner(model_variant(reference, kind), cfg)), hint)
-                  for kind, hint in MODEL_MISTAKES],
-        error_hints=[("not subscriptable", "caches is None here, with start > 0: the checker "
-                                           "calls the model at an offset without caches, to "
-                                           "test start on its own. The positions come "
-                                           "from the start argument (not from len(caches[0])), "
-                                           "and block i gets None when caches is None."),
+    return _check_module(
+        cls, "GPT", [((cfg,), 301)], _gpt, lambda m, x, start, caches: m(x, start, caches),
+        lambda x: [KVCache(cfg.context) for _ in range(cfg.num_layers)],
+        lambda args, seed: _token_cases(cfg, seed + 1), model_variant, MODEL_MISTAKES,
+        swap=("blocks",),
+        error_hints=[("not subscriptable", "caches is None here, with start > 0: the checker calls "
+                      "the model at an offset without caches, to test start on its own. The "
+                      "positions come from the start argument (not from len(caches[0])), and "
+                      "block i gets None when caches is None."),
                      ("cache is full", "a cache filled up: each block keeps its own keys and "
-                                       "values, so block i gets caches[i] (not caches[0] for "
-                                       "all), and with a cache only the new tokens are fed, at "
-                                       "positions start..start+n-1.")])
-    return _with_gradients(result, cls, (cfg,), reference, "GPT", swap={"blocks": reference.blocks},
-                           x=cases[1]["tokens"])
+                      "values, so block i gets caches[i] (not caches[0] for all), and with a cache "
+                      "only the new tokens are fed, at positions start..start+n-1.")])
 
 
-def _with_cache_argument(module: nn.Module, signature: str) -> Callable:
-    """``module(*args)``, called with the input alone when there is no cache, and a forward that
-    takes no cache arguments explained in words."""
-    def run(*args):
-        if all(a is None or a == 0 for a in args[1:]):
-            return module(args[0])
-        try:
-            return module(*args)
-        except TypeError as exc:
-            if "positional argument" in str(exc):
-                raise Refused(f"{signature.split('(')[0]} takes no cache ({exc}). Keep the "
-                              f"stub's signature, {signature}, and hand the cache on.") from exc
-            raise
-
-    return run
+# --- 4. the training step ------------------------------------------------------------------------
 
 
-def _model_runner(forward: Callable, cfg) -> Callable:
-    """``run(tokens, split, step, start=0)``: split 0, one call ``forward(tokens)`` (or, with
-    ``start``, ``forward(tokens, start, None)``: start tested on its own, no caches); else
-    caches, the prompt ``tokens[:, :split]`` at start 0, then ``step`` tokens at a time."""
-    def run(tokens, split, step, start=0):
-        if not split:
-            return forward(tokens, start, None) if start else forward(tokens)
-        caches = [KVCache(cfg.context) for _ in range(cfg.num_layers)]
-        return in_pieces(lambda part, start: forward(part, start, caches), tokens, split, step)
+def train_variant(kind: str = "right") -> Callable:
+    """``train_step(model, optimizer, chunk)`` with ``kind``'s mistake."""
+    def step(model: nn.Module, optimizer, chunk):
+        inputs, targets = {"not_shifted": (chunk[:, :-1], chunk[:, :-1]),
+                           "whole_chunk": (chunk, chunk),
+                           "shifted_backwards": (chunk[:, 1:], chunk[:, :-1])}.get(
+                               kind, (chunk[:, :-1], chunk[:, 1:]))
+        logits = model(inputs)
+        if kind == "softmax_first":
+            logits = torch.softmax(logits, dim=-1)
+        if kind == "last_only":
+            logits, targets = logits[:, -1:], targets[:, -1:]
+        loss = {"nll_on_logits": F.nll_loss, "sum": lambda *a: F.cross_entropy(*a, reduction="sum")
+                }.get(kind, F.cross_entropy)(logits.flatten(0, 1), targets.flatten())
+        if kind == "sum_over_positions":                  # summed over positions, mean over batch
+            loss = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").sum(1).mean()
+        if kind != "no_zero_grad":
+            optimizer.zero_grad()
+        loss.backward()
+        if kind == "clip_each":                           # each gradient's norm on its own
+            for p in model.parameters():
+                nn.utils.clip_grad_norm_([p], 1.0)
+        elif kind == "clip_value":
+            nn.utils.clip_grad_value_(model.parameters(), 1.0)
+        elif kind != "no_clip":
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if kind != "no_step":
+            optimizer.step()
+        return loss.item()
 
-    return run
+    return step
 
 
-# --- 4. the training step ------------------------------------------------------------------
+TRAIN_MISTAKES = [
+    ("not_shifted", "the targets are not shifted: position i must predict the NEXT character, so "
+                    "the target at position i is the character that comes one after input i."),
+    ("whole_chunk", "the inputs and the targets are both the whole chunk, unshifted: the model "
+                    "then learns to copy the current character. A chunk of n + 1 characters gives "
+                    "n inputs and n targets: which n of each?"),
+    ("shifted_backwards", "the shift goes the wrong way: the model predicts each character from "
+                          "the ones BEFORE it, so the targets are the later of the two slices."),
+    ("no_zero_grad", "the gradients are never zeroed, so they pile up from step to step: call "
+                     "optimizer.zero_grad() before loss.backward()."),
+    ("no_step", "the weights did not change: call optimizer.step() after loss.backward() (and zero "
+                "the gradients before backward, not between backward and step)."),
+    ("sum", "the loss is summed over positions: take the mean (cross_entropy's default), so the "
+            "step size does not grow with the batch."),
+    ("sum_over_positions", "the loss is summed over each chunk's positions (then averaged over the "
+                           "batch): a per-character loss is the mean over every position, so the "
+                           "step does not grow with the context length."),
+    ("softmax_first", "softmax was applied before cross_entropy, which takes raw logits (it does "
+                      "the log-softmax itself)."),
+    ("nll_on_logits", "F.nll_loss on raw logits: nll_loss expects log-probabilities; use "
+                      "F.cross_entropy(logits, targets), which takes the log-softmax itself."),
+    ("last_only", "only the last position is trained: every position of the chunk predicts its "
+                  "next character."),
+    ("no_clip", "the step used an unclipped gradient, or clipped each gradient on its own: clip "
+                "the joint norm of all gradients together, not each one or by value. Call "
+                "nn.utils.clip_grad_norm_(model.parameters(), 1.0) once, after loss.backward() and "
+                "before optimizer.step() (before backward there is no gradient yet; after step it "
+                "is too late)."),      # clipping each gradient or by value gives this step too
+]
 
 
 @exercise("build_gpt.train_step", "the training step: next-character loss", hints=(
@@ -785,24 +556,27 @@ def _model_runner(forward: Callable, cfg) -> Callable:
 def check_train_step(train_step: Callable) -> CheckResult:
     """Exercise: ``train_step(model, optimizer, chunk (b, n + 1)) -> loss``: one step of
     next-character training, the gradient norm clipped to 1; checked over two steps of SGD on a
-    small reference GPT with large weights, whose gradients are far over norm 1 (the returned
-    losses and the weights after)."""
+    small GPT with large weights, whose gradients are far over norm 1 (the returned losses and
+    the weights after)."""
     g = seeded(401)
     cases = [{"chunks": torch.randint(0, 11, (2, b, n + 1), generator=g), "seed": s}
              for b, n, s in [(2, 8, 1), (3, 16, 2), (1, 4, 3)]]
     return check_function(
-        _two_steps(train_step), _two_steps(train_variant("right")), cases, what="train_step",
+        _two_steps(train_step), _two_steps(bg.train_step), cases, what="train_step",
         output_names=("the two losses", "the weights after two steps"), atol=1e-5,
-        mistakes=[Mistake(_safe(_two_steps(train_variant(kind))), hint)
-                  for kind, hint in TRAIN_MISTAKES],
-        error_hints=TRAIN_ERROR_HINTS)
+        mistakes=[Mistake(_two_steps(train_variant(kind)), hint) for kind, hint in TRAIN_MISTAKES],
+        error_hints=[
+            ("Expected target size", "F.cross_entropy reads the classes on dim 1: the logits came "
+             "as (b, n, vocab), with the characters on the last axis. Flatten logits and targets "
+             "over the positions (or move the vocabulary axis to dim 1)."),
+            ("past the context", "the whole chunk of n + 1 characters went into the model: the "
+             "last character has nothing to predict, so it is never an input.")])
 
 
 def _two_steps(step: Callable) -> Callable:
     def run(chunks, seed):
-        model = _randomise(bg.GPT(model_cfg()), seed, std=0.3)   # gradients far over norm 1
+        model = _randomise(bg.GPT(model_cfg()), seed, std=0.3).train()   # gradients far over 1
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        model.train()
         losses = []
         for chunk in chunks:
             loss = step(model, optimizer, chunk.clone())
@@ -816,23 +590,20 @@ def _two_steps(step: Callable) -> Callable:
     return run
 
 
-# --- 5. the training loop ------------------------------------------------------------------------
+# --- 5. the training loop and its schedule -------------------------------------------------------
 
 
-def schedule_variant(kind: str) -> Callable:
-    """``learning_rate(step, recipe)`` with ``kind``'s mistake (``"right"``: the reference)."""
+def schedule_variant(kind: str = "right") -> Callable:
+    """``learning_rate(step, recipe)`` with ``kind``'s mistake."""
     def learning_rate(step, recipe):
         peak, low, warmup, steps = recipe.lr, recipe.min_lr, recipe.warmup, recipe.steps
         if kind == "constant":
             return peak
         if step < warmup and kind != "no_warmup":
             return peak * (step if kind == "warmup_from_zero" else step + 1) / warmup
-        if kind in ("no_warmup", "cosine_over_all"):
-            progress = step / steps
-        else:
-            progress = (step - warmup) / max(1, steps - warmup)
-        if kind == "to_zero":
-            low = 0.0
+        progress = step / steps if kind in ("no_warmup", "cosine_over_all") \
+            else (step - warmup) / max(1, steps - warmup)
+        low = 0.0 if kind == "to_zero" else low
         if kind == "linear":
             return low + (peak - low) * (1 - progress)
         if kind == "no_half":
@@ -859,43 +630,36 @@ SCHEDULE_MISTAKES = [
 ]
 
 
-def loop_variant(kind: str) -> Callable:
+def loop_variant(kind: str = "right") -> Callable:
     """``train(model, train_step, corpus, recipe, generator, stop)`` with ``kind``'s mistake."""
-    learning_rate = schedule_variant("right")
-
     def train(model, train_step, corpus, recipe, generator, stop=None):
-        matrices = [p for p in model.parameters() if p.dim() >= 2]
-        others = [p for p in model.parameters() if p.dim() < 2]
-
         def new_optimizer():
-            return torch.optim.AdamW([{"params": matrices, "weight_decay": 0.1},
-                                      {"params": others, "weight_decay": 0.0}],
-                                     betas=recipe.betas)
+            return torch.optim.AdamW(
+                [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.1},
+                 {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}],
+                betas=recipe.betas)
 
-        optimizer = new_optimizer()
-        n = model.cfg.context
+        def set_rate(step):
+            for group in optimizer.param_groups:
+                group["lr"] = bg.learning_rate(step, recipe)
+
+        optimizer, n, curve, chunk = new_optimizer(), model.cfg.context, [], None
         data = corpus.val if kind == "batches_from_val" else corpus.train
         high = len(data) - n - (0 if kind == "randint_high" else 1)
         width = n if kind == "chunk_short" else n + 1
-        curve, fixed = [], None
-        steps = recipe.steps if stop is None or kind == "stop_ignored" else stop
-        for step in range(steps):
+        for step in range(recipe.steps if stop is None or kind == "stop_ignored" else stop):
             if kind == "optimizer_each_step":
                 optimizer = new_optimizer()
             if kind not in ("no_schedule", "lr_after_step"):
-                for group in optimizer.param_groups:
-                    group["lr"] = learning_rate(step, recipe)
-            if fixed is None or kind != "same_batch":
+                set_rate(step)
+            if chunk is None or kind != "same_batch":
                 starts = torch.randint(0, high, (recipe.batch,), generator=generator)
-                fixed = torch.stack([data[s:s + width] for s in starts.tolist()])
-            model.train()
-            batch_loss = train_step(model, optimizer, fixed)
+                chunk = torch.stack([data[s:s + width] for s in starts.tolist()])
+            batch_loss = train_step(model, optimizer, chunk)
             if kind == "lr_after_step":
-                for group in optimizer.param_groups:
-                    group["lr"] = learning_rate(step, recipe)
-            due = step % recipe.eval_every == 0 if kind == "eval_off_by_one" \
-                else (step + 1) % recipe.eval_every == 0
-            if due and kind != "no_eval":
+                set_rate(step)
+            done = step if kind == "eval_off_by_one" else step + 1
+            if done % recipe.eval_every == 0 and kind != "no_eval":
                 train_loss = bg.estimate_loss(model, corpus.train, n)
                 val_loss = bg.estimate_loss(model, corpus.val, n)
                 if kind == "batch_loss":
@@ -909,49 +673,55 @@ def loop_variant(kind: str) -> Callable:
 
 
 LOOP_MISTAKES = [
-    ("no_schedule", "the learning rate was never set, so AdamW kept its default of 0.001: at "
-                    "every step, before the update, set group['lr'] = learning_rate(step, recipe) "
-                    "in each of optimizer.param_groups."),
+    ("no_schedule", "the learning rate was never set, so AdamW kept its default of 0.001: at every "
+                    "step, before the update, set group['lr'] = learning_rate(step, recipe) in "
+                    "each of optimizer.param_groups."),
     ("lr_after_step", "the learning rate is set after the step, so each step uses the previous "
                       "step's rate: set it before calling train_step."),
     ("optimizer_each_step", "a new AdamW is built at every step: its running averages of the "
                             "gradient start from zero each time. Build it once, before the loop."),
-    ("batches_from_val", "the batches come from the held-out text: train on corpus.train only, "
-                         "or the held-out loss no longer measures anything."),
-    ("same_batch", "one batch is drawn once and used at every step: draw a fresh batch inside "
-                   "the loop."),
+    ("batches_from_val", "the batches come from the held-out text: train on corpus.train only, or "
+                         "the held-out loss no longer measures anything."),
+    ("same_batch", "one batch is drawn once and used at every step: draw a fresh batch inside the "
+                   "loop."),
     ("randint_high", "the starts are drawn from 0..len(corpus.train) - n - 1 inclusive: use "
                      "torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), "
                      "generator=generator), as the exercise says (the same draws as the "
                      "reference)."),
-    ("chunk_short", "each chunk holds n characters: it needs n + 1, n inputs and the n "
-                    "characters that follow them."),
+    ("chunk_short", "each chunk holds n characters: it needs n + 1, n inputs and the n characters "
+                    "that follow them."),
     ("eval_off_by_one", "the evaluations come one step early (at step 0, eval_every, ...): "
                         "evaluate after step + 1 steps, when (step + 1) % recipe.eval_every == 0."),
     ("eval_swapped", "the curve's two losses are swapped: each entry is (steps done, training "
                      "loss, held-out loss)."),
-    ("batch_loss", "the curve's training loss is the last batch's loss: that is one noisy "
-                   "batch, measured before the step. Use bg.estimate_loss(model, corpus.train, "
-                   "n), the same 100 windows as the held-out loss."),
-    ("no_eval", "the curve is empty: every recipe.eval_every steps append (step + 1, the "
-                "training loss, the held-out loss), each from bg.estimate_loss."),
+    ("batch_loss", "the curve's training loss is the last batch's loss: that is one noisy batch, "
+                   "measured before the step. Use bg.estimate_loss(model, corpus.train, n), the "
+                   "same 100 windows as the held-out loss."),
+    ("no_eval", "the curve is empty: every recipe.eval_every steps append (step + 1, the training "
+                "loss, the held-out loss), each from bg.estimate_loss."),
     ("stop_ignored", "stop was ignored: with stop, run only steps 0..stop-1 (the schedule still "
                      "spans recipe.steps)."),
 ]
 
 
-def _toy_corpus() -> bg.Corpus:
-    g = seeded(601)
-    return bg.Corpus("abcdefghijk", torch.randint(0, 11, (500,), generator=g),
-                     torch.randint(0, 11, (150,), generator=g))
+def _rates(learning_rate: Callable) -> Callable:
+    def run(recipe):
+        return torch.tensor([float(learning_rate(s, recipe)) for s in range(recipe.steps)],
+                            dtype=torch.float64)
+
+    return run
 
 
 def _run_loop(train: Callable) -> Callable:
+    """``run(recipe, stop, seed)``: ``train`` on a small GPT and a random 11-letter text, with
+    the reference step; the curve and the weights after."""
     def run(recipe, stop, seed):
+        g = seeded(601)
+        corpus = bg.Corpus("abcdefghijk", torch.randint(0, 11, (500,), generator=g),
+                           torch.randint(0, 11, (150,), generator=g))
         torch.manual_seed(seed)
         model = bg.GPT(model_cfg())
-        curve = train(model, bg.train_step, _toy_corpus(), recipe,
-                      torch.Generator().manual_seed(seed), stop)
+        curve = train(model, bg.train_step, corpus, recipe, torch.Generator().manual_seed(seed), stop)
         if curve is None:
             raise Refused("train returned None: return the curve, a list of (step, training "
                           "loss, held-out loss).")
@@ -961,14 +731,6 @@ def _run_loop(train: Callable) -> Callable:
                           "loss), three numbers.")
         weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         return torch.tensor(rows, dtype=torch.float64).reshape(-1, 3), weights
-
-    return run
-
-
-def _schedule_values(learning_rate: Callable) -> Callable:
-    def run(recipe):
-        return torch.tensor([float(learning_rate(s, recipe)) for s in range(recipe.steps)],
-                            dtype=torch.float64)
 
     return run
 
@@ -993,34 +755,166 @@ def check_train(train: Callable, learning_rate: Callable) -> CheckResult:
     ``min_lr``) and ``train(model, train_step, corpus, recipe, generator, stop=None) -> curve``:
     the schedule on every step of four recipes, then the loop on a small GPT and a toy text (the
     curve and the weights after, against the reference's with the same draws)."""
-    schedules = [{"recipe": bg.Recipe(steps=s, batch=2, lr=lr, warmup=w, min_lr=m)}
-                 for s, lr, w, m in [(20, 0.1, 5, 0.01), (12, 3e-3, 1, 0.0),
-                                     (50, 1e-3, 10, 1e-4), (8, 0.5, 3, 0.05)]]
+    recipes = [{"recipe": bg.Recipe(steps=s, batch=2, lr=lr, warmup=w, min_lr=m)}
+               for s, lr, w, m in [(20, 0.1, 5, 0.01), (12, 3e-3, 1, 0.0), (50, 1e-3, 10, 1e-4),
+                                   (8, 0.5, 3, 0.05)]]
     result = check_function(
-        _schedule_values(learning_rate), _schedule_values(schedule_variant("right")), schedules,
-        what="learning_rate", output_names=("the rates of every step",), atol=1e-9, rtol=1e-7,
-        mistakes=[Mistake(_safe(_schedule_values(schedule_variant(kind))), hint)
-                  for kind, hint in SCHEDULE_MISTAKES])
+        _rates(learning_rate), _rates(bg.learning_rate), recipes, what="learning_rate",
+        output_names=("the rates of every step",), atol=1e-9, rtol=1e-7,
+        mistakes=[Mistake(_rates(schedule_variant(kind)), hint) for kind, hint in SCHEDULE_MISTAKES])
     if not result:
         return result
-    cases = [{"recipe": bg.Recipe(steps=s, batch=b, lr=lr, warmup=w, min_lr=m, eval_every=e),
-              "stop": stop, "seed": seed}
-             for s, b, lr, w, m, e, stop, seed in [(9, 3, 0.02, 3, 0.002, 3, None, 1),
-                                                   (8, 2, 0.05, 2, 0.0, 4, None, 2),
-                                                   (12, 2, 0.01, 4, 0.001, 2, 6, 3)]]
-    loop = check_function(
-        _run_loop(train), _run_loop(loop_variant("right")), cases, what="train",
+    runs = [{"recipe": bg.Recipe(steps=s, batch=b, lr=lr, warmup=w, min_lr=m, eval_every=e),
+             "stop": stop, "seed": seed}
+            for s, b, lr, w, m, e, stop, seed in [(9, 3, 0.02, 3, 0.002, 3, None, 1),
+                                                  (8, 2, 0.05, 2, 0.0, 4, None, 2),
+                                                  (12, 2, 0.01, 4, 0.001, 2, 6, 3)]]
+    result = check_function(
+        _run_loop(train), _run_loop(bg.train), runs, what="train",
         output_names=("the curve (step, training loss, held-out loss)", "the weights after"),
-        atol=1e-5, mistakes=[Mistake(_safe(_run_loop(loop_variant(kind))), hint)
+        atol=1e-5, mistakes=[Mistake(_run_loop(loop_variant(kind)), hint)
                              for kind, hint in LOOP_MISTAKES])
-    if not loop:
-        return loop
-    return CheckResult(True, "Passed: learning_rate matches the reference on every step of "
-                             f"{len(schedules)} recipes, and train gives the reference's curve "
-                             f"and weights on all {len(cases)} runs.")
+    return result if not result else CheckResult(
+        True, f"Passed: learning_rate matches the reference on every step of {len(recipes)} "
+              f"recipes, and train gives the reference's curve and weights on all {len(runs)} runs.")
 
 
-# --- 6. generation with a KV cache ---------------------------------------------------------
+# --- 6. generation with a KV cache ---------------------------------------------------------------
+
+
+def generate_variant(kind: str = "right") -> Callable:
+    """``generate(model, prompt, steps, temperature, top_k, use_cache, generator)`` with ``kind``'s
+    mistake (``"top_k_indices"``, sampling among the k largest, is right too)."""
+    @torch.no_grad()
+    def generate(model, prompt, steps, temperature, top_k, use_cache, generator):
+        T, tokens = model.cfg.context, prompt
+        caches = model.new_caches() if use_cache else None
+        new, start = prompt, 0
+        for _ in range(steps):
+            logits = model(new, start, caches)[:, 0 if kind == "first_position" else -1]
+            logits = {"temperature_times": logits * temperature,
+                      "temperature_after_softmax": logits}.get(kind, logits / temperature)
+            if top_k is not None and kind != "no_top_k":
+                k = top_k + 1 if kind == "top_k_plus_one" and top_k < logits.shape[-1] else top_k
+                kth = logits.topk(k, dim=-1).values[:, -1:]
+                if kind == "top_k_off_by_one":                   # all masked at k = 1: uniform
+                    logits = logits.masked_fill(logits <= kth, -math.inf)
+                    logits = torch.where(logits.isinf().all(-1, keepdim=True), 0.0, logits)
+                else:
+                    logits = logits.masked_fill(logits < kth, -math.inf)
+            probs = torch.softmax(logits, dim=-1)
+            if kind == "temperature_after_softmax":
+                probs = probs / temperature
+            if kind == "greedy":
+                nxt = probs.argmax(-1, keepdim=True)
+            elif kind == "no_generator":
+                nxt = torch.multinomial(probs, 1)
+            elif kind == "top_k_indices" and top_k is not None:
+                values, indices = logits.topk(top_k, dim=-1)
+                nxt = indices.gather(-1, torch.multinomial(values.softmax(-1), 1, generator=generator))
+            else:
+                nxt = torch.multinomial(probs, 1, generator=generator)
+            tokens = torch.cat([tokens, nxt], dim=1)
+            L = tokens.shape[1]
+            if use_cache and L <= T:                            # the cache has room
+                new, start = (tokens, len(caches[0])) if kind == "whole_sequence_cached" else (nxt, {
+                    "positions_restart": 0, "start_is_length": L,
+                    "start_frozen": prompt.shape[1]}.get(kind, L - 1))
+            else:                                               # past T (or no cache): the window
+                new = {"crop_first": tokens[:, :T], "crop_short": tokens[:, -(T - 1):]}.get(
+                    kind, tokens[:, -T:])
+                start, caches = 0, None
+        return tokens
+
+    return generate
+
+
+GENERATE_MISTAKES = [
+    ("positions_restart", "the positions restart in the cached step: the new character sits after "
+                          "every character already in the cache, not at 0."),
+    ("start_is_length", "start = tokens.shape[1] in the cached step, one past the new character: "
+                        "after appending it, how many characters come before it?"),
+    ("temperature_after_softmax", "temperature applied after the softmax: dividing the "
+                                  "probabilities by T changes nothing once they are renormalised; "
+                                  "divide the logits by T, then softmax."),
+    ("temperature_times", "the logits were multiplied by T: divide them by T (T < 1 sharpens, "
+                          "T > 1 flattens)."),
+    ("first_position", "the next character was sampled from the FIRST position's logits: the "
+                       "prediction for the next character is at the last position, [:, -1]."),
+    ("top_k_off_by_one", "top-k keeps k - 1 characters: keep every logit >= the k-th largest (mask "
+                         "only those strictly below it)."),
+    ("whole_sequence_cached", "every token was fed again while using the cache: with the cache, "
+                              "after the prompt feed only the token just sampled, at its own "
+                              "position; the cache already holds the rest."),
+    ("greedy", "the next character was the most likely one (argmax): sample it from the "
+               "probabilities with torch.multinomial(probs, 1, generator=generator)."),
+    ("no_generator", "your generate drew from torch's global random numbers, not from the "
+                     "generator it was given: sample with torch.multinomial(probs, 1, "
+                     "generator=generator), so that the same seed gives the same tokens."),
+    ("no_top_k", "top_k was ignored: keep the k largest logits and set the others to -inf."),
+    ("top_k_plus_one", "top-k kept k + 1 characters: the cut-off is the k-th largest logit, not "
+                       "the (k + 1)-th."),
+    ("start_frozen", "start stayed at the prompt's length in every cached step: each new "
+                     "character sits one position after the previous one."),
+    ("crop_first", "past the context you kept the text's FIRST n_ctx characters: the next "
+                   "character follows the last ones, so the window is the last n_ctx."),
+    ("crop_short", "past the context the window held n_ctx - 1 characters: the model reads up to "
+                   "n_ctx = model.cfg.context of them, at positions 0..n_ctx-1."),
+]
+
+#: Named from what a learner's generate does once the text outgrows the context.
+PAST_CONTEXT = {
+    "cached": "with the cache, the step after the text reached n_ctx = model.cfg.context characters "
+              "had nowhere to go: positions stop at n_ctx - 1, and the cache holds n_ctx keys. Once "
+              "the text is longer, the model reads only its last n_ctx characters: at which "
+              "positions do they sit now, and at which positions were the cached keys and values "
+              "computed?",
+    "stale": "past the context the window went into a cache that already held keys and values: "
+             "they were computed when each character sat one or more positions further on. With "
+             "learned absolute positions, what is a cached key worth once its character has moved?",
+    "plain": "without the cache the whole text went in, but past n_ctx = model.cfg.context "
+             "characters the model reads only a window of n_ctx of them, at positions "
+             "0..n_ctx-1: which n_ctx?",
+}
+
+
+class _Recording(bg.GPT):
+    """The checker's GPT: it records each call as ``(n, start, cache used)`` (an empty cache
+    counts as none when several tokens come in: a fresh cache for a new window is right)."""
+
+    def forward(self, tokens, start=0, caches=None):
+        n = tokens.shape[1]
+        self.calls.append((n, start, caches is not None and (n == 1 or len(caches[0]) > 0)))
+        return super().forward(tokens, start, caches)
+
+
+def _sampler(generate: Callable, model: _Recording) -> Callable:
+    """``run(prompt, steps, temperature, top_k, use_cache, seed)``: the tokens ``generate``
+    samples with a generator seeded ``seed`` (torch's own random numbers seeded ``seed + 1``, so
+    that sampling without the generator is named); running out of context is explained."""
+    def run(prompt, steps, temperature, top_k, use_cache, seed):
+        model.calls, T = [], model.cfg.context
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 1)
+            try:
+                return generate(model, prompt, steps, temperature, top_k, use_cache,
+                                torch.Generator().manual_seed(seed))
+            except ValueError as exc:
+                full = "cache is full" in str(exc)
+                if not (full or "past the context" in str(exc)):
+                    raise
+                n, _, used = model.calls[-1]
+                if prompt.shape[1] + len(model.calls) - 1 > T:      # the text outgrew n_ctx
+                    why = "stale" if full and n > 1 else "cached" if used else "plain"
+                    raise Refused(f"generate failed once the text was longer than the context "
+                                  f"n_ctx = {T} ({exc}).\nHint: {PAST_CONTEXT[why]}") from exc
+                if use_cache:
+                    raise Refused(f"with use_cache=True generate ran past the cache ({exc}).\n"
+                                  f"Hint: {dict(GENERATE_MISTAKES)['whole_sequence_cached']}"
+                                  ) from exc
+                raise
+
+    return run
 
 
 @exercise("build_gpt.generate", "generation with a KV cache, temperature and top-k", hints=(
@@ -1047,159 +941,72 @@ def check_train(train: Callable, learning_rate: Callable) -> CheckResult:
 def check_generate(generate: Callable) -> CheckResult:
     """Exercise: ``generate(model, prompt (b, n0), steps, temperature, top_k, use_cache,
     generator) -> tokens (b, n0 + steps)``, sampling with ``torch.multinomial(probs, 1,
-    generator=generator)``; with and without the cache it must give the same tokens, also once
-    the text outgrows the context (three of the eight cases do)."""
-    model = _randomise(bg.GPT(model_cfg(vocab=13, context=24, layers=2)), 501, std=0.4)
+    generator=generator)``; the reference's tokens with and without the cache, also once the text
+    outgrows the context; then how it called the model: the cache used, and only with use_cache."""
+    model = _randomise(_Recording(model_cfg(vocab=13, context=24, layers=2)), 501, std=0.4)
     g = seeded(502)
-    cases = []
-    for b, n0, steps, t, k, cache in [(2, 3, 12, 1.0, None, True), (2, 3, 12, 1.0, None, False),
-                                      (3, 5, 15, 0.5, None, True), (2, 1, 20, 2.0, 4, True),
-                                      (2, 4, 10, 0.7, 3, False), (1, 6, 18, 1.3, 1, True),
-                                      (2, 4, 36, 0.9, None, True), (2, 4, 36, 0.9, None, False),
-                                      (1, 20, 14, 1.0, 5, True)]:
-        cases.append({"prompt": torch.randint(0, 13, (b, n0), generator=g), "steps": steps,
-                      "temperature": t, "top_k": k, "use_cache": cache,
-                      "seed": int(torch.randint(0, 1000, (1,), generator=g))})
-
-    global_draws = []     # the learner's calls that drew from torch's global random numbers
-
-    def past_hint(exc, call):                   # call: (caches given?, tokens fed) when it failed
-        cached, n = call
-        if "cache is full" in str(exc) and n > 1:
-            return "stale"                          # a window fed into the old cache
-        return "cached" if cached else "plain"
-
-    def runner(fn, learner=False):
-        def run(prompt, steps, temperature, top_k, use_cache, seed):
-            state = torch.random.get_rng_state()
-            calls = []                       # the learner's model calls, to place an error
-
-            def counting(tokens, start=0, caches=None):
-                calls.append((caches is not None, tokens.shape[1]))
-                return type(model).forward(model, tokens, start, caches)
-
-            model.forward = counting
-            try:
-                out = fn(model, prompt, steps, temperature, top_k, use_cache,
-                         torch.Generator().manual_seed(seed))
-                if learner and not torch.equal(state, torch.random.get_rng_state()):
-                    global_draws.append(seed)
-            except ValueError as exc:
-                full = "cache is full" in str(exc) or "past the context" in str(exc)
-                past = prompt.shape[1] + len(calls) - 1 > model.cfg.context
-                if full and past:            # the text had outgrown the context
-                    raise Refused(f"generate failed once the text was longer than the context "
-                                  f"n_ctx = {model.cfg.context} ({exc}).\nHint: "
-                                  f"{PAST_CONTEXT[past_hint(exc, calls[-1])]}") from exc
-                if use_cache and full:
-                    raise Refused(f"with use_cache=True generate ran past the cache ({exc}).\n"
-                                  f"Hint: {dict(GENERATE_MISTAKES)['whole_sequence_cached']}"
-                                  ) from exc
-                raise
-            finally:
-                del model.forward
-            if out is None:
-                return None
-            if not isinstance(out, torch.Tensor) or out.shape != (prompt.shape[0],
-                                                                  prompt.shape[1] + steps):
-                got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-                raise ValueError(f"generate should return (b, n0 + steps) = "
-                                 f"{(prompt.shape[0], prompt.shape[1] + steps)} tokens, got {got}")
-            return out.double()
-        return run
-
+    cases = [{"prompt": torch.randint(0, 13, (b, n0), generator=g), "steps": steps,
+              "temperature": t, "top_k": k, "use_cache": cache,
+              "seed": int(torch.randint(0, 1000, (1,), generator=g))}
+             for b, n0, steps, t, k, cache in [
+                 (2, 3, 12, 1.0, None, True), (2, 3, 12, 1.0, None, False),
+                 (3, 5, 15, 0.5, None, True), (2, 1, 20, 2.0, 4, True), (2, 4, 10, 0.7, 3, False),
+                 (1, 6, 18, 1.3, 1, True), (2, 4, 36, 0.9, None, True),
+                 (2, 4, 36, 0.9, None, False), (1, 20, 14, 1.0, 5, True)]]
     result = check_function(
-        runner(generate, learner=True), runner(generate_variant("right")), cases, what="generate",
+        _sampler(generate, model), _sampler(bg.generate, model), cases, what="generate",
         output_names=("the tokens",), atol=0, rtol=0,
-        mistakes=[Mistake(_safe(runner(generate_variant(kind))), hint)
+        mistakes=[Mistake(_sampler(generate_variant(kind), model), hint)
                   for kind, hint in GENERATE_MISTAKES])
-    if not result:
-        # Sampling among the k largest (topk's values and indices) is right too; it only draws
-        # different random numbers, so it is compared with that way of sampling.
-        among_k = check_function(runner(generate), runner(generate_variant("top_k_indices")),
-                                 cases, what="generate", output_names=("the tokens",), atol=0,
-                                 rtol=0)
-        if among_k:
-            result = CheckResult(True, among_k.message + " (You sample among the k largest "
-                                 "logits' indices: right too; it draws different random numbers "
-                                 "than masking the others to -inf, so it was checked against that "
-                                 "way of sampling.)")
-    if not result and global_draws and "\nHint: " not in result.message:
-        result = CheckResult(False, result.message + "\nHint: your generate drew from torch's "
-                             "global random numbers, not from the generator it was given: sample "
-                             "with torch.multinomial(probs, 1, generator=generator), so that the "
-                             "same seed gives the same tokens.")
-    refusal = _check_cache_used(generate, model, cases) if result.passed else None
-    return result if refusal is None else refusal
-
-
-def _check_cache_used(generate: Callable, model: bg.GPT, cases: list[dict]) -> CheckResult | None:
-    """A failure (or None): with ``use_cache`` each call after the first runs one new token at its
-    position; without it, each call re-runs the whole sequence from position 0, with no cache."""
-    def recording(tokens, start=0, caches=None):     # an empty cache counts as none
-        calls.append((tokens.shape[1], start, caches is not None and caches[0].length > 0
-                       if tokens.shape[1] > 1 else caches is not None))
-        return type(model).forward(model, tokens, start, caches)
-
+    if not result:      # sampling among the k largest draws other random numbers, and is right
+        among_k = check_function(_sampler(generate, model),
+                                 _sampler(generate_variant("top_k_indices"), model), cases,
+                                 what="generate", output_names=("the tokens",), atol=0, rtol=0)
+        if not among_k:
+            return result
+        result = CheckResult(True, among_k.message + " (You sample among the k largest logits' "
+                             "indices: right too; it draws different random numbers than masking "
+                             "the others to -inf, so it was checked against that way of sampling.)")
     for case in cases:
-        calls = []
-        n0, use_cache = case["prompt"].shape[1], case["use_cache"]
-        model.forward = recording
-        try:
-            generate(model, case["prompt"], case["steps"], case["temperature"], case["top_k"],
-                     use_cache, torch.Generator().manual_seed(case["seed"]))
-        finally:
-            del model.forward
-        T = model.cfg.context
-        for j, (n, start, cached) in enumerate(calls):
-            length = n0 + j                          # the text's length before call j
-            if j and length > T and (cached or n != T or start != 0):
-                return CheckResult(False, (
-                    f"Not yet: the tokens are right, but past the context n_ctx = {T} call {j + 1} "
-                    f"(the text {length} characters long) ran n = {n}, start = {start}, caches "
-                    f"{'passed' if cached else 'not passed'}; expected the last n_ctx = {T} "
-                    f"characters at start = 0, with no cache (or a new, empty one).\nHint: "
-                    f"{PAST_CONTEXT['stale']}"))
-            if length > T:
-                continue
-            if use_cache and not j and (n != n0 or start != 0):
-                return CheckResult(False, (
-                    f"Not yet: the tokens are right, but the prompt of {n0} did not run in one "
-                    f"call: the first call ran n = {n} at start = {start}.\nHint: with the cache, "
+        _sampler(generate, model)(**case)
+        if misuse := _cache_misuse(model.calls, case["prompt"].shape[1], case["use_cache"],
+                                   model.cfg.context):
+            return CheckResult(False, "Not yet: the tokens are right, but " + misuse)
+    return result
+
+
+def _cache_misuse(calls: list, n0: int, use_cache: bool, T: int) -> str | None:
+    """What went wrong in ``calls``, or None: with the cache the prompt runs once at 0, then each
+    call the new token at its position; without it, and past n_ctx = ``T``, each call runs the
+    text (its last ``T``) from 0 with no cache."""
+    for j, (n, start, used) in enumerate(calls):
+        L = n0 + j                                       # the text's length before call j + 1
+        want = (min(L, T), 0, False) if L > T or not use_cache or not j else (1, L - 1, True)
+        if (n, start) == want[:2] and (used == want[2] or (use_cache and not j)):
+            continue
+        ran = (f"call {j + 1} (prompt of {n0}, the text {L} characters long) ran n = {n} at "
+               f"start = {start}, {'with' if used else 'without'} the cache, where n = {want[0]} "
+               f"at start = {want[1]}, {'with' if want[2] else 'without'} it was expected")
+        if not use_cache:
+            return ("use_cache=False did not run without the cache: " + ran + ".\nHint: without "
+                    "the cache, every step re-runs the whole sequence so far from position 0 with "
+                    "caches=None; the notebook times the two paths against each other.")
+        if L > T:
+            return f"past the context n_ctx = {T} {ran}.\nHint: {PAST_CONTEXT['stale']}"
+        if not j:
+            return (f"the prompt of {n0} did not run in one call: {ran}.\nHint: with the cache, "
                     "the prompt goes through the model once, as one block at position 0; after "
-                    "that, one new token per call."))
-            if use_cache and j and not cached and length == T and n == T and start == 0:
-                return CheckResult(False, (
-                    f"Not yet: the tokens are right, but the cache was dropped one step early: "
-                    f"call {j + 1} (prompt of {n0}), with the text exactly n_ctx = {T} characters "
-                    "long, re-ran the whole window from position 0 without the cache, though calls "
-                    f"2..{j} used it.\nHint: a text of n_ctx characters still fits: its last "
+                    "that, one new token per call.")
+        if not used and (L, n, start) == (T, T, 0):
+            return (f"the cache was dropped one step early: {ran}, with the text exactly n_ctx = "
+                    f"{T} characters long.\nHint: a text of n_ctx characters still fits: its last "
                     f"character sits at position n_ctx - 1 = {T - 1}, and the cache has room for "
-                    "it. Which comparison of the text's length with n_ctx says the cache is full?"))
-            if use_cache and j > 1 and not cached:
-                return CheckResult(False, (
-                    f"Not yet: the tokens are right, but call {j + 1} (prompt of {n0}, the text "
-                    f"{length} characters long) got no caches, though calls 2..{j} used them."
-                    "\nHint: within the context the same caches go to every call; only past "
-                    "n_ctx does the window start again without them."))
-            if use_cache and j and not cached:
-                return CheckResult(False, (
-                    f"Not yet: the tokens are right, but the cache was never used: call {j + 1} "
-                    f"(prompt of {n0}) got no caches.\nHint: make the caches once with "
-                    "model.new_caches() and hand the same ones to every call."))
-            if use_cache and j and (n != 1 or start != n0 + j - 1):
-                return CheckResult(False, (
-                    f"Not yet: the tokens are right, but call {j + 1} (prompt of {n0}) ran n = {n} "
-                    f"at start = {start}, caches passed; with the cache each call after the "
-                    f"prompt runs only the token just sampled (n = 1), at its own position (here "
-                    f"{n0 + j - 1}).\nHint: the cache already holds the keys and values of every "
-                    "earlier position: feed it only what it has not seen."))
-            if not use_cache and (cached or n != n0 + j or start != 0):
-                return CheckResult(False, (
-                    "Not yet: the tokens are right, but use_cache=False did not run without the "
-                    f"cache: call {j + 1} (prompt of {n0}) ran n = {n}, start = {start}, caches "
-                    f"{'passed' if cached else 'not passed'} (expected n = {n0 + j}, start = 0, no "
-                    "caches).\nHint: without the cache, every step re-runs the whole sequence "
-                    "so far from position 0 with caches=None; the notebook times the two paths "
-                    "against each other."))
+                    "it. Which comparison of the text's length with n_ctx says the cache is full?")
+        if not used:
+            return (("the cache was never used: " if j == 1 else
+                     f"the cache was dropped after call {j}: ") + ran + ".\nHint: make the caches "
+                    "once with model.new_caches() and hand the same ones to every call; only "
+                    "past n_ctx does the window start again without them.")
+        return (f"{ran}.\nHint: the cache already holds the keys and values of every earlier "
+                "position: feed it only the token just sampled (n = 1), at its own position.")
     return None
