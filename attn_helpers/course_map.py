@@ -1,16 +1,10 @@
-"""The course's table of contents: the notebooks, their order and prerequisites, and the map figure.
-
-``python -m attn_helpers.course_map thumbnails`` refreshes the small pictures the README shows for
-each notebook (``docs/thumbnails/NN.png``), cut from each notebook's own first figure.
-"""
+"""The course's table of contents: the notebooks, their prerequisites, and the map figure."""
 
 from __future__ import annotations
 
-import argparse
 import base64
 import io
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from textwrap import fill
@@ -18,7 +12,7 @@ from textwrap import fill
 from matplotlib.axes import Axes
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-__all__ = ["Lesson", "COURSE", "ROOT", "draw_course_map", "write_thumbnails"]
+__all__ = ["Lesson", "COURSE", "draw_course_map", "write_thumbnails"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,10 +68,6 @@ _LAYOUT = {"00": (0, 2.9), "01": (1, 4.2), "02": (1, 2.1), "06": (2, 4.2), "03":
 _COLUMN, _BOX_WIDTH, _BOX_HEIGHT = 1.25, 0.9, 0.88
 
 
-def notebook_path(lesson: Lesson, root: Path = ROOT) -> Path:
-    return root / "notebooks" / lesson.filename
-
-
 def _anchors(count: int, centre: float) -> list[float]:
     """``count`` separate heights on one side of a box, spread around its centre."""
     step = min(0.22, 0.7 * _BOX_HEIGHT / max(count, 1))
@@ -85,11 +75,8 @@ def _anchors(count: int, centre: float) -> list[float]:
 
 
 def draw_course_map(ax: Axes) -> None:
-    """Draw the notebooks as boxes, left to right, with an arrow from each prerequisite.
-
-    Every arrow has its own start on the right side of its source and its own end on the left side
-    of its target (ordered by height, so that arrows leaving or entering one box never cross there);
-    titles are 10.5 pt and descriptions 9 pt (drawn for a 12.5 x 6 inch figure, constrained layout)."""
+    """The notebooks as boxes, left to right, an arrow from each prerequisite (for a 12.5 x 6 inch
+    figure). Each arrow has its own ends, ordered by height, so none cross at a box."""
     width, height = _BOX_WIDTH, _BOX_HEIGHT
     by_number = {lesson.number: lesson for lesson in COURSE}
     edges = [(required, lesson.number) for lesson in COURSE for required in lesson.requires]
@@ -141,13 +128,7 @@ def write_thumbnails(root: Path = ROOT, width: int = 260) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attn_helpers.course_map")
-    parser.add_argument("command", choices=["thumbnails"])
-    parser.parse_args(argv)
+    """``python -m attn_helpers thumbnails``: refresh the README's pictures."""
     for path in write_thumbnails():
         print(path.relative_to(ROOT))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

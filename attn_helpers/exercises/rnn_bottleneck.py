@@ -1,16 +1,6 @@
-r"""Checkers for notebook 01 (RNN bottleneck): the encoder and the additive score, written by hand.
-
-1. ``rnn_encoder(x (..., n, d_in), W_x, W_h, b) -> (H (..., n, d), h_last (..., d))``: the vanilla
-   RNN :math:`h_j = \tanh(x_j W_x + h_{j-1} W_h + b)` from a zero state; every state and the
-   last one, the fixed-size context vector.
-2. ``additive_scores(s (b, d_dec), H (b, n, d_enc), U_q (d_dec, d_a), U_k (d_enc, d_a),
-   v_a (d_a,)) -> e (b, n)``: Bahdanau's score :math:`e_{tj} = \tanh(s_t U_q + h_j U_k)\,
-   v_a^\top` of one decoder state against every encoder state.
-
-The stored notebook calls each checker on a stub that raises ``NotImplementedError``; the
-checker then says only "... is not implemented yet.". Hints come on demand, in three levels:
-``exercises.hint("rnn_bottleneck.rnn_encoder", 1)``.
-"""
+r"""Checkers for notebook 01: ``rnn_encoder(x, W_x, W_h, b) -> (H, h_last)``, the vanilla RNN
+:math:`h_j = \tanh(x_j W_x + h_{j-1} W_h + b)` from a zero state, and ``additive_scores(s, H, U_q,
+U_k, v_a) -> e (b, n)``, Bahdanau's :math:`e_{tj} = \tanh(s_t U_q + h_j U_k)\, v_a^\top`."""
 
 from __future__ import annotations
 
@@ -24,36 +14,33 @@ from .workflow import exercise
 __all__ = ["additive_scores_reference", "check_additive_scores", "check_rnn_encoder",
            "rnn_encoder_reference"]
 
-
-# --- exercise 1: the recurrent encoder ----------------------------------------------------------
+_DTYPE = ("make the zero start state with the inputs' dtype (torch.zeros(..., dtype=x.dtype)): "
+          "these cases mix float32 and float64.")
 
 
 def _rnn_cases() -> list[dict]:
     g = seeded(110)
     cases = []
-    for batch, n, d_in, d, dtype in [((2,), 5, 3, 4, torch.float32),
-                                     ((3,), 7, 4, 4, torch.float32),       # d_in = d
-                                     ((1,), 1, 3, 5, torch.float32),       # one token
-                                     ((2, 3), 4, 2, 3, torch.float64),     # two batch dims
-                                     ((), 6, 3, 3, torch.float32)]:        # no batch dim
+    for spec in [((2,), 5, 3, 4, torch.float32),
+                 ((3,), 7, 4, 4, torch.float32),       # d_in = d
+                 ((1,), 1, 3, 5, torch.float32),       # one token
+                 ((2, 3), 4, 2, 3, torch.float64),     # two batch dims
+                 ((), 6, 3, 3, torch.float32),         # no batch dim
+                 None]:                                # random shapes, drawn when it comes
+        batch, n, d_in, d, dtype = spec or ((size(g, 1, 4),), size(g, 2, 9), size(g, 1, 6),
+                                            size(g, 2, 6), torch.float32)
         cases.append({
             "x": torch.randn(*batch, n, d_in, generator=g, dtype=dtype),
             "W_x": torch.randn(d_in, d, generator=g, dtype=dtype) / d_in ** 0.5,
             "W_h": torch.randn(d, d, generator=g, dtype=dtype) / d ** 0.5,
             "b": 0.5 * torch.randn(d, generator=g, dtype=dtype),
         })
-    b, n, d_in, d = size(g, 1, 4), size(g, 2, 9), size(g, 1, 6), size(g, 2, 6)  # random shapes
-    cases.append({"x": torch.randn(b, n, d_in, generator=g),
-                  "W_x": torch.randn(d_in, d, generator=g) / d_in ** 0.5,
-                  "W_h": torch.randn(d, d, generator=g) / d ** 0.5,
-                  "b": 0.5 * torch.randn(d, generator=g)})
     return cases
 
 
 def _rnn(*, act=torch.tanh, recur=True, bias=True, reverse=False, transpose=False,
          keep_first=False, last="last"):
-    """The recurrence with one thing changed, for the known mistakes (and, unchanged, the
-    reference)."""
+    """The recurrence with one thing changed: a known mistake (unchanged: the reference)."""
     def rnn(x, W_x, W_h, b):  # noqa: N803
         W = W_h.transpose(0, 1) if transpose else W_h                 # noqa: N806
         h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)    # h_{-1} = 0: (..., d)
@@ -93,14 +80,11 @@ rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d)
     "return torch.stack(states, dim=-2), h"))
 def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
     """Exercise: ``rnn_encoder(x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,)) ->
-    (H (..., n, d), h_last (..., d))``, ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)``, ``h_{-1} = 0``."""
+    (H (..., n, d), h_last (..., d))``."""
     return check_function(
         rnn_encoder, rnn_encoder_reference, _rnn_cases(), what="rnn_encoder",
         output_names=("the states H", "the last state h_last"),
-        error_hints=[("same dtype", "make the zero start state with the inputs' dtype "
-                      "(torch.zeros(..., dtype=x.dtype)): these cases mix float32 and float64."),
-                     ("expected scalar type", "make the zero start state with the inputs' dtype "
-                      "(torch.zeros(..., dtype=x.dtype)): these cases mix float32 and float64.")],
+        error_hints=[("same dtype", _DTYPE), ("expected scalar type", _DTYPE)],
         mistakes=[
             Mistake(_rnn(act=lambda z: z),
                     "the tanh is missing: your states are linear in the inputs, never "
@@ -128,9 +112,6 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
                     "h_{n-1}."),
         ],
     )
-
-
-# --- exercise 2: the additive score e_tj -------------------------------------------------------
 
 
 def _additive_cases() -> list[dict]:

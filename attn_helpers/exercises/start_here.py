@@ -1,13 +1,5 @@
-"""Checkers for notebook 00 (start here): a softmax row and its entropy, written by hand.
-
-1. ``softmax_with_temperature(scores (..., n), temperature) -> weights (..., n)``: the softmax of
-   each row of scores divided by the temperature, with the row's maximum subtracted first.
-2. ``entropy(weights (..., n)) -> (...)``: the entropy of each row in nats, with ``0 ln 0 = 0``.
-
-The stored notebook calls each checker on a stub that raises ``NotImplementedError``; the
-checker then says only "... is not implemented yet.". Hints come on demand, in three levels:
-``exercises.hint("start_here.entropy", 1)``.
-"""
+"""Checkers for notebook 00: ``softmax_with_temperature(scores (..., n), T) -> (..., n)`` and
+``entropy(weights (..., n)) -> (...)`` in nats, with ``0 ln 0 = 0``."""
 
 from __future__ import annotations
 
@@ -29,8 +21,6 @@ OVERFLOW_HINT = (
     "maximum, one number per row, before exp: the constant cancels in the ratio.")
 
 
-# --- exercise 1: softmax with a temperature ----------------------------------------------------
-
 def _softmax_cases() -> list[dict]:
     g = seeded(100)
     return [
@@ -47,7 +37,7 @@ def _softmax_cases() -> list[dict]:
     ]
 
 
-def _stable_exp(x: torch.Tensor) -> torch.Tensor:
+def _stable_exp(x: torch.Tensor) -> torch.Tensor:   # the wrong normalisations' numerators
     return torch.exp(x - x.amax(-1, keepdim=True))
 
 
@@ -108,9 +98,6 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
     )
 
 
-# --- exercise 2: the entropy of attention rows ---------------------------------------------------
-
-
 def _entropy_cases() -> list[dict]:
     g = seeded(122)
     cases = [{"weights": torch.softmax(torch.randn(shape, generator=g), -1)}
@@ -124,18 +111,15 @@ def _entropy_cases() -> list[dict]:
 
 
 def _peaked() -> torch.Tensor:
-    """``(3, 5)`` float32 rows as a softmax of widely spread scores gives them: weights of about
-    1e-6, 1e-20, a subnormal (about 4e-44) and 0 beside a top weight that, in rows 1 and 2, is
-    exactly 1.0. Their entropy is near 0, so the tolerance there is ``ATOL`` nats: an eps that
-    moves it by more shows."""
+    """``(3, 5)`` float32: weights of about 1e-6, 1e-20, a subnormal (4e-44) and 0 beside a top
+    weight that is exactly 1.0 in rows 1 and 2. An eps that moves their entropy shows."""
     scores = torch.tensor([[0.0, -13.8155, -46.0517, -100.0, -1e4],
                            [0.0, -46.0, -1e4, -1e4, -1e4],
                            [0.0, -100.0, -101.0, -1e4, -1e4]])
     return torch.softmax(scores, -1)
 
 
-#: The entropy checker accepts an answer within ATOL nats plus RTOL of the entropy: an eps that
-#: moves the answer by less than 1e-9 nats passes, ``ln(a + 1e-12)`` for one.
+#: An eps that moves the entropy by less than 1e-9 nats passes, ``ln(a + 1e-12)`` for one.
 ATOL, RTOL = 1e-9, 1e-4
 
 TINY_WEIGHTS = (
@@ -148,24 +132,14 @@ TINY_WEIGHTS = (
 
 
 def _tiny_weight_mistakes() -> list[Mistake]:
-    """A threshold or an eps large enough to move the entropy past the tolerance: terms dropped
-    below eps, the weight clamped to eps inside the log, or eps added inside it, for eps = 1e-1 ..
-    1e-8 and the dtype's machine eps."""
-    def dropped(eps):
-        return lambda w: torch.where(w > eps, -w * torch.log(w), torch.zeros_like(w)).sum(-1)
-
-    def clamped(eps):
-        return lambda w: -(w * torch.log(w.clamp_min(eps))).sum(-1)
-
-    def added(eps):
-        return lambda w: -(w * torch.log(w + eps)).sum(-1)
-
-    def machine(form):
-        return lambda w: form(torch.finfo(w.dtype).eps)(w)
-
-    forms = (dropped, clamped, added)
-    return ([Mistake(form(10.0 ** -k), TINY_WEIGHTS) for form in forms for k in range(1, 9)]
-            + [Mistake(machine(form), TINY_WEIGHTS) for form in forms])
+    """Terms dropped below eps, the weight clamped to eps in the log, or eps added inside it, for
+    eps = 1e-1 .. 1e-8 and the dtype's machine eps (``None``)."""
+    forms = (lambda w, eps: torch.where(w > eps, -w * torch.log(w), torch.zeros_like(w)).sum(-1),
+             lambda w, eps: -(w * torch.log(w.clamp_min(eps))).sum(-1),
+             lambda w, eps: -(w * torch.log(w + eps)).sum(-1))
+    return [Mistake(lambda w, form=form, eps=eps: form(w, eps or torch.finfo(w.dtype).eps),
+                    TINY_WEIGHTS)
+            for form in forms for eps in [10.0 ** -k for k in range(1, 9)] + [None]]
 
 
 def entropy_reference(weights: torch.Tensor) -> torch.Tensor:

@@ -1,10 +1,5 @@
-"""Notebook 01's widget: a trained sequence-to-sequence model decodes one example.
-
-:func:`decode_frame` / :func:`bottleneck_widget`: pick a sequence length, a model and an example;
-the source, the target and the model's output are drawn as token strips with the errors
-highlighted, and below them the model's attention weights (for a model with attention) with the
-entropy of every decoder step.
-"""
+"""Notebook 01's widget: a trained sequence-to-sequence model reverses one digit sequence, drawn
+as token strips (errors in orange) above its attention weights and their entropy."""
 
 from __future__ import annotations
 
@@ -23,19 +18,12 @@ from ..lessons.tasks import collate, example, get_task
 from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
 from .panels import CellPainter, TextSprites
 
-__all__ = [
-    "DecodeFrame",
-    "DecodeView",
-    "decode_examples",
-    "position_labels",
-    "decode_frame",
-    "bottleneck_widget",
-]
+__all__ = ["DecodeFrame", "DecodeView", "decode_examples", "decode_frames", "bottleneck_widget"]
 
-# Token-strip cell colours: empty, plain token, correct output, wrong output (Okabe-Ito orange).
-STRIP_COLORS = ["#ffffff", "#e8eef6", "#cde3f5", "#e69f00"]
-EMPTY, PLAIN, RIGHT, WRONG = range(4)
-
+# Token-strip cell colours: a token, a correct output, a wrong output (Okabe-Ito orange).
+STRIP_COLORS = ["#e8eef6", "#cde3f5", "#e69f00"]
+PLAIN, RIGHT, WRONG = range(3)
+LENGTHS, EXAMPLES = (4, 24), 20     # the length slider's range; examples per length
 
 
 class _DecodePanel(AttentionPanel):
@@ -48,18 +36,21 @@ class _DecodePanel(AttentionPanel):
         self.ax_map.yaxis.label.set_text("output step t")
         self.ax_entropy.xaxis.label.set_text("nats (dashes: ln n, uniform weights)")
 
+
 @dataclass
 class DecodeFrame(AttentionFrame):
-    """An :class:`AttentionFrame` plus the decoded example: ``source``, ``target`` and
-    ``output`` tokens and, per output step, whether it is ``correct``. ``has_attention`` is False
-    for a model without attention (its weights are all masked)."""
+    """An :class:`AttentionFrame` plus the decoded example and, per output step, whether it is
+    ``correct``. A model without attention has all its weights masked."""
 
     source: Sequence[str] = ()
     target: Sequence[str] = ()
     output: Sequence[str] = ()
     correct: Sequence[bool] = ()
-    has_attention: bool = True
     title: str = ""
+
+    @property
+    def has_attention(self) -> bool:
+        return self.mask is None
 
 
 def decode_examples(model: Seq2Seq, task, pairs):
@@ -80,61 +71,44 @@ def check_model(model) -> None:
 _SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 
 
-def position_labels(tokens) -> list[str]:
-    """Each token with its position as a subscript (``9₀ 5₁ …``): digits repeat, positions don't,
-    so the heatmap's rows and columns say which output ``t`` and which input ``j`` they are."""
+def _positioned(tokens) -> list[str]:
+    """``9₀ 5₁ 9₂``: digits repeat, positions don't, so each row and column says which it is."""
     return [f"{token}{str(i).translate(_SUBSCRIPTS)}" for i, token in enumerate(tokens)]
 
 
-def _frame(model_name: str, source, target, output, weights) -> DecodeFrame:
-    correct = [o == t for o, t in zip(output, target, strict=True)]
-    n_q, n_k = len(target), len(source)
-    if weights is None:
-        weights, mask = torch.zeros(n_q, n_k), torch.zeros(n_q, n_k, dtype=torch.bool)
-        entropy = "no attention"
-    else:
-        mask = None
-        entropy = attention_entropy(weights.double()).mean().item()
-    readouts = {
-        "model": model_name,
-        "token accuracy": sum(correct) / len(correct),
-        "errors": f"{len(correct) - sum(correct)} of {len(correct)}",
-        "mean entropy (nats)": entropy,
-    }
-    return DecodeFrame(weights=weights, query_labels=position_labels(output),
-                       key_labels=position_labels(source), mask=mask,
-                       readouts=readouts, source=source, target=target, output=output,
-                       correct=correct, has_attention=mask is None,
-                       title=f"{model_name}: {len(source)} tokens, "
-                             f"{len(correct) - sum(correct)} wrong output tokens")
-
-
-def decode_frame(length: int, model_name: str, index: int,
-                 models: Mapping[str, Seq2Seq], task: str = "reversal") -> DecodeFrame:
-    """Decode example ``index`` of ``length`` source tokens with ``models[model_name]``.
-
-    Returns a :class:`DecodeFrame` whose weights are ``(length, length)`` (all masked for a model
-    without attention) and whose readouts give the token accuracy, the number of errors and the
-    mean entropy of the attention rows.
-    """
+def decode_frames(models: Mapping[str, Seq2Seq], model_name: str, length: int) -> list[DecodeFrame]:
+    """Reversal examples ``0..EXAMPLES-1`` of ``length`` digits, decoded in one batch by
+    ``models[model_name]``: weights ``(length, length)``, readouts the token accuracy, the errors
+    and the mean entropy of the attention rows."""
     if model_name not in models:
         raise ValueError(f"model_name must be one of {sorted(models)}, got {model_name!r}")
-    model = models[model_name]
-    check_model(model)
-    source, target = example(task, index, length)
-    ((output, weights),) = decode_examples(model, task, [(source, target)])
-    return _frame(model_name, source, target, output, weights)
+    check_model(models[model_name])
+    pairs = [example("reversal", i, length) for i in range(EXAMPLES)]
+    frames = []
+    for (source, target), (output, weights) in zip(
+            pairs, decode_examples(models[model_name], "reversal", pairs), strict=True):
+        correct = [o == t for o, t in zip(output, target, strict=True)]
+        errors = len(correct) - sum(correct)
+        mask = None if weights is not None else torch.zeros(length, length, dtype=torch.bool)
+        readouts = {"model": model_name, "token accuracy": sum(correct) / len(correct),
+                    "errors": f"{errors} of {len(correct)}",
+                    "mean entropy (nats)": "no attention" if weights is None
+                    else attention_entropy(weights.double()).mean().item()}
+        frames.append(DecodeFrame(
+            weights=torch.zeros(length, length) if weights is None else weights,
+            query_labels=_positioned(output), key_labels=_positioned(source), mask=mask,
+            readouts=readouts, source=source, target=target, output=output, correct=correct,
+            title=f"{model_name}: {length} tokens, {errors} wrong output tokens"))
+    return frames
 
 
 class DecodeView(BlitView):
-    """Token strips (source, target, output with errors in orange) above an attention panel
-    laid out once for ``max_len`` tokens. A shorter example zooms the strips, the heatmap and
-    the entropy bars to its own length (new axis limits: nothing static depends on them, so
-    every length only blits, and the example fills the view). A model without attention has no
-    entropy ceiling to mark: its dashes are hidden."""
+    """Token strips (source, target, output) above an attention panel laid out once for
+    ``max_len`` tokens. A shorter example zooms all three to its length (new axis limits only:
+    every move blits). Without attention the entropy ceiling is hidden."""
 
-    def __init__(self, max_len: int = 24, figsize: tuple[float, float] = (8.4, 6.9)):
-        super().__init__(figsize)
+    def __init__(self, max_len: int = LENGTHS[1]):
+        super().__init__((8.4, 6.9))
         self.max_len = max_len
         figure = self.figure
         figure.set_layout_engine("none")   # the gridspec below, not the notebooks' constrained layout
@@ -143,7 +117,7 @@ class DecodeView(BlitView):
         self.ax_strip = figure.add_subplot(grid[0])
         self.ax_strip.set(xlim=(-0.5, max_len - 0.5), ylim=(2.5, -0.5))
         self.strip = CellPainter(self.blit, self.ax_strip, ListedColormap(STRIP_COLORS),
-                                 Normalize(-0.5, 3.5))
+                                 Normalize(-0.5, 2.5))
         self.ax_strip.set_yticks(range(3), ["source", "target", "output"], fontsize=9)
         self.ax_strip.set_xticks([])          # position numbers: sprites, they follow the zoom
         self.ax_strip.set_xlabel("position (output errors in orange)", fontsize=9, labelpad=13)
@@ -178,17 +152,13 @@ class DecodeView(BlitView):
         self.panel.entropy.bars.set_linewidth(0.7 * row_pt)
 
     def draw(self, frame: DecodeFrame) -> None:
-        n = max(len(frame.source), len(frame.target), len(frame.output))
+        n = len(frame.source)                       # = len(target) = len(output): a reversal
         if n > self.max_len:
             raise ValueError(f"the view holds at most {self.max_len} tokens, got {n}")
-        cells = np.full((3, n), EMPTY)
-        rows = [frame.source, frame.target, frame.output]
-        for i, tokens in enumerate(rows):
-            cells[i, :len(tokens)] = PLAIN
-        self.tokens.set([t for tokens in rows for t in tokens],
-                        [(j, i) for i, tokens in enumerate(rows) for j in range(len(tokens))])
-        cells[2, :len(frame.correct)] = np.where(frame.correct, RIGHT, WRONG)
-        self.strip.set(cells)
+        self.tokens.set([*frame.source, *frame.target, *frame.output],
+                        [(j, i) for i in range(3) for j in range(n)])
+        self.strip.set(np.stack([np.full(n, PLAIN), np.full(n, PLAIN),
+                                 np.where(frame.correct, RIGHT, WRONG)]))
         self.strip_title.set([frame.title], [(0.5, 1.0)])
         self.notice.visible = not frame.has_attention
         self.panel.set_frame(frame)         # may lay the panel out again, for max_len tokens
@@ -196,38 +166,29 @@ class DecodeView(BlitView):
         self._zoom(n)
 
 
-def bottleneck_widget(models: Mapping[str, Seq2Seq], *, lengths: tuple[int, int] = (4, 24),
-                      examples: int = 20, length: int = 20,
+def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
                       model_name: str | None = None) -> LiveAttentionWidget:
-    """Notebook 01's widget: sequence length slider, model dropdown and example picker.
-
-    It opens on ``length`` tokens and ``model_name`` (by default the first model of ``models``).
-
-    Each model decodes the ``examples`` examples of a length in one batch, the first time that
-    length is shown; every later move to them only redraws.
-    """
+    """Sliders for the length and the example, a menu of ``models``; it opens on ``length`` and
+    ``model_name`` (default: the first). A length is decoded the first time it is shown."""
     for model in models.values():
         check_model(model)
     names = list(models)
     if model_name is not None and model_name not in names:
         raise ValueError(f"model_name must be one of {names}, got {model_name!r}")
     controls = {
-        "length": widgets.IntSlider(value=length, min=lengths[0], max=lengths[1],
+        "length": widgets.IntSlider(value=length, min=LENGTHS[0], max=LENGTHS[1],
                                     description="length", continuous_update=False),
         "model_name": widgets.Dropdown(options=names, value=model_name or names[0],
                                        description="model"),
-        "index": widgets.IntSlider(value=0, min=0, max=examples - 1, description="example",
+        "index": widgets.IntSlider(value=0, min=0, max=EXAMPLES - 1, description="example",
                                    continuous_update=False),
     }
     decoded: dict = {}  # (model name, length) -> one frame per example
 
     def compute(length, model_name, index):
         if (model_name, length) not in decoded:
-            pairs = [example("reversal", i, length) for i in range(examples)]
-            outputs = decode_examples(models[model_name], "reversal", pairs)
-            decoded[model_name, length] = [_frame(model_name, *pair, *out)
-                                           for pair, out in zip(pairs, outputs, strict=True)]
+            decoded[model_name, length] = decode_frames(models, model_name, length)
         return decoded[model_name, length][index]
 
-    return LiveAttentionWidget(compute, controls, DecodeView(max_len=lengths[1]),
+    return LiveAttentionWidget(compute, controls, DecodeView(),
                                title="Reverse a digit sequence: where do the errors start?")

@@ -24,15 +24,14 @@ def warmup_scores(seed: int = WARMUP_SEED) -> torch.Tensor:
     return queries @ keys.T
 
 
-def warmup_frame(temperature: float, causal: bool = False, seed: int = WARMUP_SEED) -> AttentionFrame:
+def warmup_frame(temperature: float, causal: bool = False) -> AttentionFrame:
     """Weights ``softmax(scores / temperature)``, optionally with a causal mask."""
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    n = len(WARMUP_TOKENS)
-    mask = causal_mask(n) if causal else None
-    weights = masked_softmax(warmup_scores(seed) / temperature, mask)
+    mask = causal_mask(len(WARMUP_TOKENS)) if causal else None
+    weights = masked_softmax(warmup_scores() / temperature, mask)
     frame = AttentionFrame(weights, WARMUP_TOKENS, WARMUP_TOKENS, mask=mask)
     frame.readouts = {
         "mean entropy (nats)": frame.entropy.mean().item(),

@@ -1,5 +1,5 @@
 """The GRU encoder-decoder of notebooks 01 and 06 (``lessons.rnn_bottleneck``): shapes, padding,
-greedy decoding, references, and the shipped checkpoints."""
+greedy decoding and the gradient measures, against torch's own references."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import torch
 from attn_helpers.lessons import rnn_bottleneck as seq2seq
 from attn_helpers.lessons import tasks
 from attn_helpers.lessons.rnn_bottleneck import Seq2Seq
-from attn_helpers.training import checkpoint_path
 
 KINDS = seq2seq.ATTENTION_KINDS
 
@@ -22,9 +21,6 @@ def small_model(kind: str, seed: int = 0) -> Seq2Seq:
 @pytest.fixture
 def batch(gen):
     return tasks.collate("reversal", [tasks.reversal_pair(n, gen) for n in (5, 2, 7, 1)])
-
-
-# --- Seq2Seq ----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -42,19 +38,15 @@ def test_shapes(kind, batch):
         assert weights.shape == (4, 8, 7) and greedy_weights.shape == (4, 6, 7)
 
 
-@pytest.mark.parametrize("kind", ["additive", "general"])
-def test_weights_are_distributions_that_skip_padding(kind, batch):
-    _, weights = small_model(kind)(batch.src, batch.src_lengths, batch.tgt_in)
-    real = torch.arange(7)[None, :] < batch.src_lengths[:, None]
-    assert torch.allclose(weights.sum(-1), torch.ones(4, 8), atol=1e-6)
-    assert torch.all(weights.masked_select(~real[:, None, :].expand_as(weights)) == 0)
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_padded_batch_equals_one_by_one(kind, batch):
-    """Padding must change nothing: the encoder is packed and attention masks the pads."""
+    """Padding changes nothing: the encoder is packed and attention gives the pads weight 0."""
     model = small_model(kind)
     logits, weights = model(batch.src, batch.src_lengths, batch.tgt_in)
+    if weights is not None:
+        real = torch.arange(7)[None, :] < batch.src_lengths[:, None]
+        assert torch.allclose(weights.sum(-1), torch.ones(4, 8), atol=1e-6)
+        assert torch.all(weights.masked_select(~real[:, None, :].expand_as(weights)) == 0)
     for i in range(len(batch)):
         n, m = int(batch.src_lengths[i]), int(batch.tgt_lengths[i]) + 1
         alone, alone_w = model(batch.src[i:i + 1, :n], batch.src_lengths[i:i + 1],
@@ -149,13 +141,9 @@ def test_path_length_fit_recovers_an_exponential_and_rejects_noise(gen):
 def test_model_bad_inputs(batch):
     with pytest.raises(ValueError, match="attention must be one of"):
         Seq2Seq(13, 13, attention="luong")
-    with pytest.raises(ValueError, match="d_enc must be >= 1"):
-        Seq2Seq(13, 13, d_enc=0)
     model = small_model("additive")
     with pytest.raises(ValueError, match=r"src must be a 2-D integer tensor.*\(7,\)"):
         model.encode(batch.src[0], batch.src_lengths)
-    with pytest.raises(ValueError, match=r"src_lengths must be an integer tensor of shape"):
-        model.encode(batch.src, batch.src_lengths[:2])
     with pytest.raises(ValueError, match=r"every source length must lie in 1..n_src=7"):
         model.encode(batch.src, torch.tensor([5, 2, 8, 1]))
     with pytest.raises(ValueError, match=r"tgt_in must be an integer tensor"):
@@ -165,33 +153,8 @@ def test_model_bad_inputs(batch):
     with pytest.raises(ValueError, match=r"same length, got \[5, 2, 7, 1\]"):
         seq2seq.input_gradient_norms(model, batch)
     with pytest.raises(TypeError, match="batch must be a tasks.Batch"):
-        seq2seq.input_gradient_norms(model, batch.src)
-    with pytest.raises(TypeError, match="batch must be a tasks.Batch"):
         seq2seq.predict(model, batch.src)
     with pytest.raises(ValueError, match="unknown checkpoint"):
         seq2seq.load_pretrained("seq2seq_nothing")
     with pytest.raises(TypeError, match="config must be a TrainConfig"):
         seq2seq.train_seq2seq({"task": "reversal"})
-
-
-@pytest.mark.parametrize("name", list(seq2seq.CONFIGS))
-def test_checkpoints_load_small_with_the_metadata_of_their_recipe(name):
-    """The four checkpoints ``studies/seq2seq_checkpoints.py`` writes."""
-    model = seq2seq.load_pretrained(name)
-    assert not model.training and checkpoint_path(name).stat().st_size < 250_000
-    metadata = torch.load(checkpoint_path(name), weights_only=True)["metadata"]
-    config = seq2seq.CONFIGS[name]
-    assert {k: metadata[k] for k in config.__dict__} == config.__dict__
-
-
-def test_wide_context_claims_hold_on_the_record_and_can_fail():
-    """``studies/seq2seq_wide_context.py``'s record: three seeds of the 256-number control."""
-    from attn_helpers.lessons import rnn_bottleneck_wide
-
-    record = rnn_bottleneck_wide.load_record()
-    assert list(record["wide"]) == ["0", "1", "2"]
-    assert all(rnn_bottleneck_wide.claims(record).values())
-    assert all(row["context"] == 256 for row in record["wide"].values())
-    closed = {**record, "wide": {seed: {**row, "accuracy": {**row["accuracy"], "24": 0.98}}
-                                 for seed, row in record["wide"].items()}}
-    assert not all(rnn_bottleneck_wide.claims(closed).values())      # the gap closed: it says so

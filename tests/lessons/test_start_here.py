@@ -1,5 +1,4 @@
-"""Notebook 00's lesson (``lessons.start_here``): the environment check warns for a different
-version and fails only for a missing or too old one."""
+"""Notebook 00's environment check: a different version warns, a missing or too old one fails."""
 
 from __future__ import annotations
 
@@ -12,58 +11,37 @@ import torch
 from attn_helpers.lessons import start_here as lesson
 
 
-def requirements(tmp_path, **pins):
+def requirements(tmp_path, torch_version):
     path = tmp_path / "requirements.txt"
-    path.write_text("# a comment\n" + "".join(f"{k}=={v}  # why\n" for k, v in pins.items())
-                    + "some-tool>=1\n")
+    path.write_text(f"# a comment\ntorch=={torch_version}  # why\nsome-tool>=1\n")
     return path
 
 
-def test_pinned_versions_reads_exact_pins(tmp_path):
-    path = requirements(tmp_path, torch="2.13.0", jupyterlab_server="2.28.1")
-    assert lesson.pinned_versions(path) == {"torch": "2.13.0", "jupyterlab-server": "2.28.1"}
-    assert lesson.pinned_versions(tmp_path / "missing.txt") == {}
-
-
 def test_the_shipped_requirements_pin_every_checked_package():
-    pins = lesson.pinned_versions()
-    assert set(lesson.PACKAGES) <= set(pins)
+    rows = lesson.check_environment()
+    assert all(row["pinned"] for row in rows[1:]), rows
 
 
 def test_release_parses_local_and_pre_release_versions():
-    assert lesson._release("2.13.0+cpu") == (2, 13, 0)
-    assert lesson._release("8.1.9") == (8, 1, 9)
-    assert lesson._release("2.14.0rc1") == (2, 14, 0)
-    assert lesson._release("2.12.0.dev20250101") == (2, 12, 0)
+    for version, release in [("2.13.0+cpu", (2, 13, 0)), ("8.1.9", (8, 1, 9)),
+                             ("2.14.0rc1", (2, 14, 0)), ("2.12.0.dev20250101", (2, 12, 0))]:
+        assert lesson._release(version) == release
 
 
-def test_a_different_version_warns_and_does_not_fail(tmp_path):
+def test_a_different_version_warns_and_matching_ones_are_silent(tmp_path):
     installed = torch.__version__.split("+")[0]
     other = "2.12.0" if not installed.startswith("2.12") else "2.14.0"
-    path = requirements(tmp_path, torch=other)
     with pytest.warns(UserWarning, match=rf"torch {re.escape(torch.__version__)}.*tested with {other}"):
-        rows = lesson.check_environment(path)
-    assert {row["name"]: row["status"] for row in rows}["torch"] == "different"
-
-
-def test_matching_versions_are_silent(tmp_path):
-    path = requirements(tmp_path, torch=torch.__version__.split("+")[0])
+        rows = lesson.check_environment(requirements(tmp_path, other))
+    assert rows[1]["name"] == "torch" and rows[1]["status"] == "different"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        rows = lesson.check_environment(path)
+        rows = lesson.check_environment(requirements(tmp_path, installed))
     assert all(row["status"] == "ok" for row in rows)
 
 
-def test_too_old_fails_with_a_message_naming_the_package(tmp_path, monkeypatch):
-    versions = {"torch": "2.1.0", "numpy": "2.4.6", "matplotlib": "3.11.2", "ipywidgets": "7.8.1",
-                "jupyterlab": "4.6.6"}
-    monkeypatch.setattr(lesson.metadata, "version", versions.__getitem__)
-    with pytest.raises(RuntimeError, match=r"torch >= 2.3 \(found 2.1.0\), ipywidgets >= 8.1"):
-        lesson.check_environment(tmp_path / "none.txt")
-
-
-def test_a_missing_jupyterlab_only_warns(tmp_path, monkeypatch):
-    versions = {"torch": "2.13.0", "numpy": "2.4.6", "matplotlib": "3.11.2", "ipywidgets": "8.1.9"}
+def test_too_old_fails_naming_the_package_and_a_missing_jupyterlab_only_warns(tmp_path, monkeypatch):
+    versions = {"torch": "2.1.0", "numpy": "2.4.6", "matplotlib": "3.11.2", "ipywidgets": "7.8.1"}
 
     def version(name):
         if name not in versions:
@@ -71,6 +49,10 @@ def test_a_missing_jupyterlab_only_warns(tmp_path, monkeypatch):
         return versions[name]
 
     monkeypatch.setattr(lesson.metadata, "version", version)
-    with pytest.warns(UserWarning, match=r"jupyterlab is not installed"):
+    with pytest.warns(UserWarning, match="jupyterlab is not installed"), pytest.raises(
+            RuntimeError, match=r"torch >= 2.3 \(found 2.1.0\), ipywidgets >= 8.1"):
+        lesson.check_environment(tmp_path / "none.txt")
+    versions.update(torch="2.13.0", ipywidgets="8.1.9")
+    with pytest.warns(UserWarning, match="jupyterlab is not installed"):
         rows = lesson.check_environment(tmp_path / "none.txt")
-    assert {row["name"]: row["status"] for row in rows}["jupyterlab"] == "optional"
+    assert rows[-1]["name"] == "jupyterlab" and rows[-1]["status"] == "optional"

@@ -22,33 +22,25 @@ def models():
     return {"no attention": small_model("none"), "additive attention": small_model("additive")}
 
 
-def test_decode_frame(models):
-    frame = wd.decode_frame(9, "additive attention", 2, models)
+def test_decode_frames_and_the_widget(models):
+    frames = wd.decode_frames(models, "additive attention", 9)
+    frame = frames[2]
     source, target = tasks.example("reversal", 2, 9)
-    assert list(frame.source) == source and list(frame.target) == target
+    assert len(frames) == wd.EXAMPLES and list(frame.source) == source and list(frame.target) == target
     assert frame.weights.shape == (9, 9) and frame.has_attention and frame.mask is None
     assert frame.readouts["token accuracy"] == sum(frame.correct) / 9
     assert [o == t for o, t in zip(frame.output, target, strict=True)] == list(frame.correct)
-    plain = wd.decode_frame(9, "no attention", 2, models)
+    assert frame.key_labels[:2] == [f"{source[0]}₀", f"{source[1]}₁"]    # digits repeat: positions
+    plain = wd.decode_frames(models, "no attention", 9)[2]
     assert not plain.has_attention and not plain.mask.any()
     assert plain.readouts["mean entropy (nats)"] == "no attention"
     with pytest.raises(ValueError, match="model_name must be one of"):
-        wd.decode_frame(9, "general", 2, models)
-
-
-def test_bottleneck_widget_moves(models):
-    w = wd.bottleneck_widget(models)
-    assert w.error is None and w.frame.weights.shape == (20, 20)
-    readouts = w.set(length=6, model_name="no attention", index=3)
-    assert w.error is None and readouts["model"] == "no attention"
-    assert w.frame.readouts == wd.decode_frame(6, "no attention", 3, models).readouts
-    assert w.image.value[:4] == b"\x89PNG"
-
-
-def test_bottleneck_widget_opens_on_the_model_and_length_it_is_given(models):
+        wd.decode_frames(models, "general", 9)
     w = wd.bottleneck_widget(models, model_name="additive attention", length=24)
     assert w.error is None and w.frame.has_attention and w.frame.weights.shape == (24, 24)
-    assert "wrong output tokens" in w.frame.title
+    readouts = w.set(length=6, model_name="no attention", index=3)
+    assert w.error is None and readouts["model"] == "no attention"
+    assert w.frame.readouts == wd.decode_frames(models, "no attention", 6)[3].readouts
     with pytest.raises(ValueError, match="model_name must be one of"):
         wd.bottleneck_widget(models, model_name="general")
 
@@ -98,8 +90,3 @@ def test_bottleneck_view_zooms_to_the_example_and_hides_a_missing_ceiling(models
     # the gridspec holds, not the notebooks' constrained layout: the strip title has room above
     top = view.ax_strip.get_position().y1 * view.figure.get_figheight() * 72
     assert view.figure.get_figheight() * 72 - top > 12
-
-
-def test_heatmap_rows_and_columns_are_labelled_digit_and_position():
-    assert wd.position_labels(["9", "5", "9"]) == ["9₀", "5₁", "9₂"]
-    assert wd.position_labels(list("0123456789ab"))[11] == "b₁₁"
