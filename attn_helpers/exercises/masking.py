@@ -1,6 +1,5 @@
-"""Checkers for notebook 05 (masking): a batched causal sliding-window mask for LEFT-padded
-sentences, and one step of a rolling-buffer
-KV cache (Mistral 7B's "rolling buffer cache": w slots for a window of w keys), which over a whole
+"""Checkers for notebook 05 (masking): a causal sliding-window mask for a LEFT-padded batch, and one
+step of a rolling-buffer KV cache (Mistral 7B's: w slots for a window of w keys), which over a whole
 sequence must equal sliding-window causal attention."""
 
 from __future__ import annotations
@@ -12,23 +11,33 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import scaled_dot_product_attention
-from ..masks import sliding_window_mask
+from ..masks import padding_mask, sliding_window_mask
 from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_rolling_cache_step", "check_window_mask", "left_padded_window_mask", "ring_step"]
+__all__ = ["check_rolling_cache_step", "check_window_mask"]
 
 
-# --- exercise 1: a batched sliding-window mask for left-padded sequences ----------------------
+# --- exercise 1: a sliding-window mask for a left-padded batch --------------------------------
 
 
-def _as_bool_mask(fn: Callable) -> Callable:
-    """Masks are bool; the comparison machinery wants floats. Non-bool answers are reported."""
-    if not callable(fn):
-        return fn
+def _real(lengths: torch.Tensor, n: int, shift: int = 0) -> torch.Tensor:
+    """``(b, n)``: True at sentence b's last ``lengths[b]`` positions (``shift``: an off-by-one)."""
+    return torch.arange(n)[None, :] >= n - lengths[:, None] + shift
+
+
+def _window_mask(lengths: torch.Tensor, n: int, window: int) -> torch.Tensor:
+    """The answer, ``(b, n, n)`` bool: key j real and ``0 <= i - j < window``."""
+    return _real(lengths, n)[:, None, :] & sliding_window_mask(n, window)
+
+
+def _as_float(window_mask: Callable) -> Callable:
+    """The learner's mask must be bool; it is compared as float64."""
+    if not callable(window_mask):
+        return window_mask
 
     def wrapped(*args):
-        out = fn(*args)
+        out = window_mask(*args)
         if isinstance(out, torch.Tensor) and out.dtype != torch.bool:
             raise TypeError(f"the mask must be a bool tensor (True = may attend), got dtype {out.dtype}")
         return out.double() if isinstance(out, torch.Tensor) else out
@@ -36,42 +45,43 @@ def _as_bool_mask(fn: Callable) -> Callable:
     return wrapped
 
 
-def _offsets(n: int) -> torch.Tensor:
-    return torch.arange(n)[:, None] - torch.arange(n)[None, :]       # i - j, (n, n)
-
-
-def left_padded_window_mask(lengths: torch.Tensor, n: int, window: int, *, left: bool = True,
-                            both_ways: bool = False, reach: int = 0, keys: bool = True,
-                            windowed: bool = True, pads_see_themselves: bool = False,
-                            one_length: bool = False, transpose: bool = False,
-                            drop_first: bool = False, one_pad: bool = False) -> torch.Tensor:
-    """The answer of exercise 1, ``(b, n, n)`` bool: sentence ``b`` has its ``lengths[b]`` real
-    tokens at the END (positions ``n - lengths[b] .. n - 1``); query ``i`` may attend to key ``j``
-    when ``j`` is a real token and ``0 <= i - j < window``. The keyword arguments build the known
-    mistakes (all off: the right answer)."""
-    if one_length:
-        lengths = lengths[:1].expand(len(lengths))
-    positions = torch.arange(n)
-    start = n - lengths[:, None] + int(drop_first) - int(one_pad) if left else None  # (b, 1)
-    real = positions[None, :] >= start if left else positions[None, :] < lengths[:, None]  # (b, n)
-    offset = _offsets(n)
-    local = offset.abs() < window if both_ways else (offset >= 0) & (offset < window + reach)
-    if not windowed:
-        local = offset >= 0
-    visible = (real[:, None, :] if keys else real[:, :, None]) & local   # (b, n, n)
-    if pads_see_themselves:
-        visible = visible | (torch.eye(n, dtype=torch.bool) & ~real[:, :, None])
-    return visible.transpose(-2, -1) if transpose else visible
-
-
-def _window_cases() -> list[dict]:
-    return [{"lengths": torch.tensor(lengths), "n": n, "window": w} for lengths, n, w in [
-        ([5, 3, 1], 5, 2), ([4, 2], 4, 1), ([7, 4, 0], 7, 3), ([3], 3, 5), ([2, 6, 5], 6, 6),
-        ([1], 1, 1)]]
-
-
-def _window_mistake(hint: str, **flaw) -> Mistake:
-    return Mistake(lambda lengths, n, w: left_padded_window_mask(lengths, n, w, **flaw).double(), hint)
+_WINDOW_MISTAKES = [   # (what the mistake computes from lengths, n, window; its hint)
+    (lambda L, n, w: padding_mask(L, n)[:, None, :] & sliding_window_mask(n, w),
+     "the real tokens were taken at the start (right padding: j < length); a LEFT-padded sentence "
+     "has its real tokens at the end. With n positions and lengths[b] real tokens, at which "
+     "position does sentence b's first real token sit?"),
+    (lambda L, n, w: _real(L, n, 1)[:, None, :] & sliding_window_mask(n, w),
+     "off by one: each sentence's first real token was treated as padding (its column is all "
+     "False), so every sentence lost one real token. Sentence b's lengths[b] real tokens fill the "
+     "last lengths[b] positions: does your comparison keep the first of them?"),
+    (lambda L, n, w: _real(L, n, -1)[:, None, :] & sliding_window_mask(n, w),
+     "off by one: each sentence's last pad was treated as a real token (a key one step before the "
+     "sentence is visible). Sentence b's lengths[b] real tokens fill the last lengths[b] "
+     "positions: at which position does the first one sit? Your comparison starts one key earlier."),
+    (lambda L, n, w: _real(L, n)[:, None, :] & sliding_window_mask(n, w, causal=False),
+     "your window looks both ways: query i also sees keys after it (j > i). A causal window sees "
+     "only the present and the past: which sign of i - j must it refuse?"),
+    (lambda L, n, w: _window_mask(L, n, w + 1),
+     "off by one: each query sees w + 1 keys. With window w a query sees itself and the w - 1 keys "
+     "before it: which offsets i - j is that, and which one does your condition let through?"),
+    (lambda L, n, w: _window_mask(L, n, w).mT,
+     "each sentence's mask is transposed: rows are queries i, columns are keys j, and a query "
+     "looks back, at keys j <= i."),
+    (lambda L, n, w: _real(L, n)[:, :, None] & sliding_window_mask(n, w),
+     "the padding was applied to the queries (rows) instead of the keys (columns): a real query "
+     "must not see a pad key inside its window."),
+    (lambda L, n, w: _window_mask(L, n, n),
+     "that is causal + padding with no window: also hide the keys that are window or more "
+     "positions back."),
+    (lambda L, n, w: _window_mask(L[:1].expand(len(L)), n, w),
+     "every sentence got the first sentence's length: real[b, j] depends on lengths[b], one "
+     "length per sentence."),
+    (lambda L, n, w: _window_mask(L, n, w) | (torch.eye(n, dtype=torch.bool)
+                                              & ~_real(L, n)[:, :, None]),
+     "pad queries were allowed to see themselves. Leave a pad query's row all False: nothing "
+     "reads its output, and the attention step turns an empty row into zeros (section 4)."),
+    (lambda L, n, w: ~_window_mask(L, n, w), "the mask is inverted: True means 'may attend'."),
+]
 
 
 @exercise("masking.window_mask", "a sliding-window mask for a left-padded batch", hints=(
@@ -90,47 +100,13 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
     """Exercise: ``window_mask(lengths (b,), n, window) -> (b, n, n) bool``, for LEFT-padded
     sentences (real tokens at positions ``n - lengths[b] .. n - 1``): True where key ``j`` is real
     and ``0 <= i - j < window``."""
+    cases = [{"lengths": torch.tensor(lengths), "n": n, "window": w} for lengths, n, w in [
+        ([5, 3, 1], 5, 2), ([4, 2], 4, 1), ([7, 4, 0], 7, 3), ([3], 3, 5), ([2, 6, 5], 6, 6),
+        ([1], 1, 1)]]
     return check_function(
-        _as_bool_mask(window_mask),
-        lambda lengths, n, w: left_padded_window_mask(lengths, n, w).double(),
-        _window_cases(), what="window_mask", output_names=("the mask",),
-        mistakes=[
-            _window_mistake("the real tokens were taken at the start (right padding: j < length); "
-                            "a LEFT-padded sentence has its real tokens at the end. With n "
-                            "positions and lengths[b] real tokens, at which position does "
-                            "sentence b's first real token sit?", left=False),
-            _window_mistake("off by one: each sentence's first real token was treated as padding "
-                            "(its column is all False), so every sentence lost one real token. "
-                            "Sentence b's lengths[b] real tokens fill the last lengths[b] "
-                            "positions: does your comparison keep the first of them?",
-                            drop_first=True),
-            _window_mistake("off by one: each sentence's last pad was treated as a real token "
-                            "(a key one step before the sentence is visible). Sentence b's "
-                            "lengths[b] real tokens fill the last lengths[b] positions: at "
-                            "which position does the first one sit? Your comparison starts one "
-                            "key earlier.", one_pad=True),
-            _window_mistake("your window looks both ways: query i also sees keys after it (j > i). "
-                            "A causal window sees only the present and the past: which sign of "
-                            "i - j must it refuse?", both_ways=True),
-            _window_mistake("off by one: each query sees w + 1 keys. With window w a query sees "
-                            "itself and the w - 1 keys before it: which offsets i - j is that, "
-                            "and which one does your condition let through?", reach=1),
-            _window_mistake("each sentence's mask is transposed: rows are queries i, columns are "
-                            "keys j, and a query looks back, at keys j <= i.", transpose=True),
-            _window_mistake("the padding was applied to the queries (rows) instead of the keys "
-                            "(columns): a real query must not see a pad key inside its window.",
-                            keys=False),
-            _window_mistake("that is causal + padding with no window: also hide the keys that are "
-                            "window or more positions back.", windowed=False),
-            _window_mistake("every sentence got the first sentence's length: real[b, j] depends on "
-                            "lengths[b], one length per sentence.", one_length=True),
-            _window_mistake("pad queries were allowed to see themselves. Leave a pad query's row "
-                            "all False: nothing reads its output, and the attention step turns an "
-                            "empty row into zeros (section 4).", pads_see_themselves=True),
-            Mistake(lambda lengths, n, w: (~left_padded_window_mask(lengths, n, w)).double(),
-                    "the mask is inverted: True means 'may attend'."),
-        ],
-    )
+        _as_float(window_mask), lambda lengths, n, w: _window_mask(lengths, n, w).double(), cases,
+        what="window_mask", output_names=("the mask",),
+        mistakes=[Mistake(wrong, hint) for wrong, hint in _WINDOW_MISTAKES])
 
 
 # --- exercise 2: a rolling-buffer KV cache for a sliding window -------------------------------
@@ -139,19 +115,8 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
 _ONE_SLOT = ("A rolling buffer writes one slot per step, where the key that just left the "
              "window was, and leaves the others where they are; shifting the whole cache moves "
              "all w keys every step (to see the keys in time order, roll a copy).")
-_SLOT_T = ("the cache has w slots, so token t cannot go to slot t once t >= w. It goes where the "
-           "key that just left the window was stored: token t - w's slot.")
-_MISSING = ("off by one: the query attended before the new key was written, so token t missed "
-            "itself. The window 0 <= t - j < w includes j = t: write first, then attend.")
-_NEWEST = ("off by one: until the ring was full, the query did not see the key just written, "
-           "token t's own; it read only the slots of the earlier keys. The window "
-           "0 <= t - j < w includes j = t: after the write, how many slots hold keys at step t?")
-_NO_KEY = ("off by one: at step t = 0 the query had no key to attend to, so token t missed itself. "
-           "The window 0 <= t - j < w includes j = t. Either the query attended before the new "
-           "key was written (write first, then attend), or the count of filled slots left the "
-           "newest key out: after the write, how many slots hold keys at step t?")
 
-_WRONG = [
+_WRONG = [   # (hint, the flaw of ring_step that makes the mistake)
     ("the query attended to all w slots before the ring was full. Until then only the slots "
      "written so far hold keys; the others hold garbage (whatever the buffer held before).",
      {"visible": lambda t, w: range(w)}),
@@ -159,8 +124,13 @@ _WRONG = [
      "k_cache[..., t:t + 1, :] with t >= w) is empty, so the write was silently lost. Token t "
      "goes where the key that just left the window was stored: token t - w's slot.",
      {"lost_past_end": True}),
-    (_MISSING, {"early": "missing"}),
-    (_NEWEST, {"visible": lambda t, w: range(min(t, w))}),
+    ("off by one: the query attended before the new key was written, so token t missed "
+     "itself. The window 0 <= t - j < w includes j = t: write first, then attend.",
+     {"early": "missing"}),
+    ("off by one: until the ring was full, the query did not see the key just written, "
+     "token t's own; it read only the slots of the earlier keys. The window "
+     "0 <= t - j < w includes j = t: after the write, how many slots hold keys at step t?",
+     {"visible": lambda t, w: range(min(t, w))}),
     ("off by one: the query saw w + 1 keys, the ring's old contents and the new key. Token "
      "t - w has left the window (0 <= t - j < w): overwrite its slot first, then attend.",
      {"early": "extra"}),
@@ -188,9 +158,8 @@ _WRONG = [
 
 
 def _ring_cases() -> list[dict]:
-    """q, k, v of a whole sequence and two caches of ``w`` slots, which hold garbage (large
-    random numbers, as an unwritten buffer may) until a step writes them. The ring wraps several
-    times (n > 2w), w = 1, and w >= n (it never wraps)."""
+    """q, k, v of a whole sequence and two caches of ``w`` slots holding garbage (large random
+    numbers) until written: the ring wraps several times (n > 2w), w = 1, and w >= n."""
     g = seeded(52)
     rb, rh, rk, rv = (int(i) for i in torch.randint(1, 5, (4,), generator=g))    # random shape
     rw = int(torch.randint(2, 5, (1,), generator=g))                               # and window
@@ -210,21 +179,17 @@ def _ring_cases() -> list[dict]:
 
 
 def _sliding_window(q, k, v, k_cache, v_cache):
-    """Sliding-window causal attention over the whole sequence (key j visible to query t when
-    0 <= t - j < w), and what the caches must hold at the end: the window's last min(n, w) keys
-    and values, in time order (:func:`_run_steps` reads the ring in that order, whatever slot
-    each went to)."""
+    """Sliding-window causal attention over the whole sequence, and what the caches must hold at
+    the end: the last ``min(n, w)`` keys and values, in time order."""
     n, w = q.shape[-2], k_cache.shape[-2]
     out, _ = scaled_dot_product_attention(q, k, v, sliding_window_mask(n, w))
     return out, k[..., n - min(n, w):, :], v[..., n - min(n, w):, :]
 
 
 def _run_steps(step: Callable) -> Callable:
-    """Run ``step(k_cache, v_cache, t, q_t, k_t, v_t)`` for t = 0..n-1 on copies of the caches
-    (the checker owns them); return the n outputs side by side and what the caches hold at the
-    end, read in time order: the slot of each of the last min(n, w) keys, wherever the step put
-    it (any slot rule that keeps the window passes). A step that changes more than one slot of a
-    cache is refused: a rolling buffer writes one slot per step."""
+    """Run ``step(k_cache, v_cache, t, q_t, k_t, v_t)`` for t = 0..n-1 on copies of the caches;
+    return the n outputs side by side and the caches' last ``min(n, w)`` keys and values in time
+    order, wherever the step put them. A step that changes more than one slot is refused."""
 
     def run(q, k, v, k_cache, v_cache):
         k_cache, v_cache = k_cache.clone(), v_cache.clone()
@@ -261,16 +226,13 @@ def _run_steps(step: Callable) -> Callable:
 
 
 def ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | None = None,
-               lost_past_end: bool = False, write_v: bool = True, k_as_v: bool = False,
-               copy: bool = False, shift: bool = False, scale: float | None = None,
-               top_left: bool = False) -> Callable:
-    """A rolling-cache step with one known mistake (all off: right). It writes k_t and v_t (or
-    k_t into v, or no value) at slot ``(t + slot) mod w`` (``lost_past_end``: at slot t, which
-    a slice past the end silently drops; ``shift``: at the end of a cache kept in time order,
-    shifted by one slot once full), in the caches or in copies (``copy``), then attends to
-    the slots ``visible(t, w)`` lists, by default the ``min(t + 1, w)`` filled ones (``top_left``:
-    with torch's ``is_causal=True``, which shows one query the first slot only). ``early``:
-    attends before writing, to the filled slots alone ("missing") or with the new key ("extra")."""
+              lost_past_end: bool = False, write_v: bool = True, k_as_v: bool = False,
+              copy: bool = False, scale: float | None = None, top_left: bool = False) -> Callable:
+    """A rolling-cache step with one known mistake (all off: right). It writes at slot
+    ``(t + slot) mod w`` (``lost_past_end``: at slot t, lost past the end), in the caches or in
+    copies, then attends to the slots ``visible(t, w)`` (default: the filled ones; ``top_left``:
+    with torch's ``is_causal=True``). ``early``: attends before writing, to the filled slots
+    alone ("missing") or with the new key ("extra")."""
 
     def step(k_cache, v_cache, t, q_t, k_t, v_t):
         w = k_cache.shape[-2]
@@ -279,13 +241,10 @@ def ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | No
         values = torch.cat([v_cache[..., old, :], v_t], dim=-2)     # filled slots and the new
         if copy:
             k_cache, v_cache = k_cache.clone(), v_cache.clone()
-        if shift and t >= w:                                    # oldest first, newest last
-            k_cache[:], v_cache[:] = k_cache.roll(-1, dims=-2), v_cache.roll(-1, dims=-2)
-        at = min(t, w - 1) if shift else (t + slot) % w
         if not (lost_past_end and t >= w):
-            k_cache[..., at, :] = k_t[..., 0, :]
+            k_cache[..., (t + slot) % w, :] = k_t[..., 0, :]
             if write_v:
-                v_cache[..., at, :] = (k_t if k_as_v else v_t)[..., 0, :]
+                v_cache[..., (t + slot) % w, :] = (k_t if k_as_v else v_t)[..., 0, :]
         if early == "missing":
             keys, values = keys[..., :-1, :], values[..., :-1, :]
         elif early is None:
@@ -299,10 +258,6 @@ def ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | No
         return torch.softmax(q_t @ keys.transpose(-2, -1) * c, dim=-1) @ values
 
     return step
-
-
-def _mistake(hint: str, **flaw) -> Mistake:
-    return Mistake(_run_steps(ring_step(**flaw)), hint)
 
 
 @exercise("masking.rolling_cache_step", "a rolling-buffer KV cache for a sliding window", hints=(
@@ -337,9 +292,16 @@ def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
         output_names=("the outputs of steps 0..n-1", "the key cache's filled slots",
                       "the value cache's filled slots"),
         atol=1e-5, rtol=1e-4,
-        error_hints=[("out of bounds for dimension", _SLOT_T),
-                     ("must hold at least one key", _NO_KEY),
+        error_hints=[("out of bounds for dimension",
+                      "the cache has w slots, so token t cannot go to slot t once t >= w. It goes "
+                      "where the key that just left the window was stored: token t - w's slot."),
+                     ("must hold at least one key",
+                      "off by one: at step t = 0 the query had no key to attend to, so token t "
+                      "missed itself. The window 0 <= t - j < w includes j = t. Either the query "
+                      "attended before the new key was written (write first, then attend), or the "
+                      "count of filled slots left the newest key out: after the write, how many "
+                      "slots hold keys at step t?"),
                      ("expand", "k_t is (b, h, 1, d_k) and one slot of the cache, k_cache[:, :, s], "
                                 "is (b, h, d_k): write k_t[:, :, 0] there (and v_t[:, :, 0]).")],
-        mistakes=[_mistake(hint, **flaw) for hint, flaw in _WRONG],
+        mistakes=[Mistake(_run_steps(ring_step(**flaw)), hint) for hint, flaw in _WRONG],
     )

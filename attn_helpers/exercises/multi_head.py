@@ -1,7 +1,6 @@
-"""Checkers for notebook 04 (multi-head attention): a trainable multi-head attention module with
-``nn.MultiheadAttention``'s fused ``in_proj``, all heads at once (the head split and merge written
-by the learner), proved equal to that module with the same weights, and grouped-query attention
-(h query heads sharing g key/value heads, which are never copied to h)."""
+"""Checkers for notebook 04: a multi-head attention module with ``nn.MultiheadAttention``'s fused
+``in_proj``, all heads in one call, and grouped-query attention (h query heads share g key/value
+heads, never copied to h)."""
 
 from __future__ import annotations
 
@@ -41,9 +40,8 @@ def _reference(x, mask, num_heads, seed):
 
 
 def _module_cases() -> list[dict]:
-    """``x``, a bool ``mask`` (True = may attend; ``(n, n)``, ``(b, n, n)`` or None), the number
-    of heads and the seed of the ``nn.MultiheadAttention`` whose weights are copied in. Every
-    query keeps at least its own key (PyTorch gives NaN for a row with none)."""
+    """``x``, a bool ``mask`` (``(n, n)``, ``(b, n, n)`` or None; every query keeps its own key),
+    the number of heads and the seed of the ``nn.MultiheadAttention`` whose weights are copied in."""
     g = seeded(41)
     cases = []
     for b, n, d_model, h, mask, dtype in [
@@ -65,8 +63,7 @@ def _module_cases() -> list[dict]:
 
 
 def _torch_module(d_model: int, num_heads: int, seed: int, dtype) -> nn.MultiheadAttention:
-    """PyTorch's module with random weights and non-zero biases, built without moving the global
-    seed."""
+    """PyTorch's module with non-zero biases, built without moving the global seed."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         m = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(dtype).eval()
@@ -76,26 +73,27 @@ def _torch_module(d_model: int, num_heads: int, seed: int, dtype) -> nn.Multihea
     return m
 
 
-def _weights(m: nn.MultiheadAttention) -> dict:
-    """``{name: (weight (d_out, d_in), bias)}``: the fused ``in_proj`` (rows: W_Q, W_K, W_V
-    stacked) and ``out_proj``, as ``nn.Linear`` stores them."""
-    return {"in_proj": (m.in_proj_weight.detach(), m.in_proj_bias.detach()),
-            "out_proj": (m.out_proj.weight.detach(), m.out_proj.bias.detach())}
-
-
-def _copy_weights(module: nn.Module, m: nn.MultiheadAttention) -> None:
-    """Copy ``m``'s weights into the learner's ``in_proj`` and ``out_proj``."""
-    d = m.embed_dim
-    for name, (weight, bias) in _weights(m).items():
+def _build(module_class, x: torch.Tensor, num_heads: int, seed: int) -> nn.Module:
+    """``module_class(d_model, num_heads)`` in ``x``'s dtype, with the weights of the case's
+    ``nn.MultiheadAttention`` copied into its ``in_proj`` and ``out_proj``."""
+    with torch.random.fork_rng(devices=[]):         # building it must not move the global seed
+        module = module_class(x.shape[-1], num_heads)
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"{module_class.__name__}(d_model, num_heads) should be an nn.Module, "
+                        f"got {type(module).__name__}")
+    module, m = module.to(x.dtype), _torch_module(x.shape[-1], num_heads, seed, x.dtype)
+    for name, weight, bias in (("in_proj", m.in_proj_weight, m.in_proj_bias),
+                               ("out_proj", m.out_proj.weight, m.out_proj.bias)):
         layer = getattr(module, name, None)
-        if (not isinstance(layer, nn.Linear) or tuple(layer.weight.shape) != tuple(weight.shape)
+        if (not isinstance(layer, nn.Linear) or layer.weight.shape != weight.shape
                 or layer.bias is None):
             d_out = "3 * d_model" if name == "in_proj" else "d_model"
             raise TypeError(f"the module needs its own {name} = nn.Linear(d_model, {d_out}) with a "
-                            f"bias (d_model = {d}); got {layer!r}")
+                            f"bias (d_model = {x.shape[-1]}); got {layer!r}")
         with torch.no_grad():
             layer.weight.copy_(weight)
             layer.bias.copy_(bias)
+    return module
 
 
 class _Reference(nn.Module):
@@ -118,10 +116,8 @@ class _Reference(nn.Module):
 
 @contextlib.contextmanager
 def _all_heads_at_once(inputs: dict):
-    """The lesson's constraint: all heads in one attention call. The largest ``(..., n, n)``
-    tensor the learner's code holds: a loop over heads never holds more than one head's scores,
-    ``b * n * n``; all heads at once hold ``b * h * n * n`` (an answer whose scores no torch call
-    returns, a fused kernel, passes)."""
+    """The lesson's constraint, all heads in one call: a loop over heads never holds more than one
+    head's ``(b, n, n)`` scores (a fused kernel, whose scores no call returns, passes)."""
     (b, n), h = inputs["x"].shape[:2], inputs["num_heads"]
     largest = [0]
 
@@ -141,16 +137,10 @@ def _all_heads_at_once(inputs: dict):
 
 
 def _learner(module_class) -> Callable:
-    """Build the learner's module for a case, with the case's weights copied in, and run it."""
+    """Build the learner's module for a case, with the case's weights, and run it."""
 
     def run(x, mask, num_heads, seed):
-        with torch.random.fork_rng(devices=[]):     # building it must not move the global seed
-            module = module_class(x.shape[-1], num_heads)
-        if not isinstance(module, nn.Module):
-            raise TypeError(f"{module_class.__name__}(d_model, num_heads) should be an nn.Module, "
-                            f"got {type(module).__name__}")
-        module = module.to(x.dtype)
-        _copy_weights(module, _torch_module(x.shape[-1], num_heads, seed, x.dtype))
+        module = _build(module_class, x, num_heads, seed)
         with torch.no_grad():
             return module(x) if mask is None else module(x, mask)
 
@@ -162,9 +152,9 @@ def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True
     """Multi-head self-attention with one known mistake, on a case's copied weights."""
 
     def forward(x, mask, h, seed):
-        p = _weights(_torch_module(x.shape[-1], h, seed, x.dtype))
+        p = _build(_Reference, x, h, seed)
         b, n, d = x.shape
-        qkv = x @ p["in_proj"][0].T + p["in_proj"][1]                     # (b, n, 3 d)
+        qkv = p.in_proj(x)                                                # (b, n, 3 d)
         if fused == "per head":                      # [q k v] of head 0, then of head 1, ...
             q, k, v = qkv.reshape(b, n, h, 3 * (d // h)).chunk(3, dim=-1)
             q, k, v = (t.reshape(b, n, d) for t in (q, k, v))
@@ -185,13 +175,8 @@ def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True
         s = q @ k.transpose(-2, -1) / math.sqrt(c)
         if mask is not None and not ignore_mask:
             allowed = ~mask if invert_mask else mask
-            if allowed.dim() == 3:
-                if not mask_heads:                   # (b, n, n) against (b, h, n, n)
-                    if b != h:                       # PyTorch raises here: no match
-                        return torch.full((0,), float("nan"), dtype=x.dtype)
-                    allowed = allowed[None]
-                else:
-                    allowed = allowed[:, None]
+            if allowed.dim() == 3 and mask_heads:
+                allowed = allowed[:, None]           # without: meets (b, h, n, n) as (1, b, n, n)
             s = s.masked_fill(~allowed, float("-inf"))
         a = torch.softmax(s, dim=dim)
         if invert_mask == "zeros":                  # a fully masked row gives zeros, not NaN
@@ -203,20 +188,16 @@ def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True
             concat = heads.permute(0, 2, 3, 1).reshape(b, n, d)
         else:
             concat = heads.transpose(1, 2).reshape(b, n, d)
-        return concat @ p["out_proj"][0].T + p["out_proj"][1] if use_w_o else concat
+        return p.out_proj(concat) if use_w_o else concat
 
     return forward
 
 
 def _gradients(module_class, case: dict) -> str | None:
-    """None if one backward through the learner's module gives the reference's gradients (at x
-    and at every weight), else what went wrong, named: a detached query, key or value, a
-    projection no gradient reaches."""
-    x, mask, h = case["x"], case["mask"], case["num_heads"]
-    with torch.random.fork_rng(devices=[]):
-        mine = module_class(x.shape[-1], h).to(x.dtype)
-        reference = _Reference(x.shape[-1], h).to(x.dtype)
-    mine.load_state_dict(reference.state_dict())
+    """None if one backward gives the reference's gradients (at x and every weight), else what
+    went wrong: a detached query, key or value is named."""
+    x, mask, h, seed = case.values()
+    mine, reference = _build(module_class, x, h, seed), _build(_Reference, x, h, seed)
     wrong = gradient_mismatch(mine, reference, lambda m, x: m(x) if mask is None else m(x, mask), x)
     parts = detached_parts(wrong, "in_proj.weight")
     if parts:
@@ -248,14 +229,11 @@ def _gradients(module_class, case: dict) -> str | None:
     "heads, _ = ah.scaled_dot_product_attention(q, k, v, mask)  # (b, h, n, d_head), one call\n"
     "return self.out_proj(...)                  # merge first: (b, n, d_model), head i's columns"))
 def check_multi_head_module(module_class) -> CheckResult:
-    """Exercise: a class ``module_class(d_model, num_heads)``, an ``nn.Module`` with its own
-    ``nn.Linear`` layers ``in_proj`` (d_model -> 3 d_model, W_Q, W_K, W_V fused as in
-    ``nn.MultiheadAttention.in_proj_weight``) and ``out_proj`` (d_model -> d_model), both with a
-    bias, and ``forward(x (b, n, d_model), mask=None) -> (b, n, d_model)``, multi-head
-    self-attention with an optional bool mask ``(n, n)`` or ``(b, n, n)`` (True = may attend).
-    With the weights of a ``torch.nn.MultiheadAttention(d_model, num_heads, batch_first=True)``
-    copied in, it must give that module's output, all heads in one attention call (a loop over
-    heads is refused); then one backward must give the reference's gradients."""
+    """Exercise: ``module_class(d_model, num_heads)``, an ``nn.Module`` with ``nn.Linear`` layers
+    ``in_proj`` (d_model -> 3 d_model, W_Q, W_K, W_V stacked) and ``out_proj``, and ``forward(x
+    (b, n, d_model), mask=None) -> (b, n, d_model)`` (mask ``(n, n)`` or ``(b, n, n)``, True = may
+    attend). With a ``torch.nn.MultiheadAttention``'s weights copied in it must give that module's
+    output, all heads in one call, and after one backward the reference's gradients."""
     name = getattr(module_class, "__name__", "your module")
     if not isinstance(module_class, type):
         return CheckResult(False, f"Not yet: pass the class itself (e.g. MultiHeadSelfAttention), "
@@ -265,8 +243,12 @@ def check_multi_head_module(module_class) -> CheckResult:
                  "key (PyTorch's attn_mask means the opposite). Keep the scores where mask is True "
                  "and set the others to -inf (or pass mask to ah.scaled_dot_product_attention).")
     result = check_function(
-        _learner(module_class), _reference, cases, what=name, output_names=("the output",),
-        atol=1e-5, rtol=1e-4, watch=_all_heads_at_once,
+        _learner(module_class), _reference, cases, what=name, watch=_all_heads_at_once,
+        error_hints=[("must match the size", "a (b, n, n) mask needs a head axis to meet the "
+                                             "(b, h, n, n) scores: mask[:, None]."),
+                     ("view size is not compatible", "after a transpose the heads are no longer "
+                      "contiguous in memory, so .view cannot merge them: use .reshape (or "
+                      ".contiguous().view).")],
         mistakes=[
             Mistake(_wrong(fused="per head"),
                     "in_proj's output is [Q | K | V]: its first d_model features are all of Q "
@@ -323,13 +305,6 @@ def check_multi_head_module(module_class) -> CheckResult:
         ],
     )
     if not result:
-        if "must match the size" in result.message:
-            return CheckResult(False, result.message + "\nHint: a (b, n, n) mask needs a head "
-                               "axis to meet the (b, h, n, n) scores: mask[:, None].")
-        if "view size is not compatible" in result.message:
-            return CheckResult(False, result.message + "\nHint: after a transpose the heads are "
-                               "no longer contiguous in memory, so .view cannot merge them: use "
-                               ".reshape (or .contiguous().view).")
         return result
     problem = _gradients(module_class, cases[6])
     if problem:
@@ -345,8 +320,8 @@ def check_multi_head_module(module_class) -> CheckResult:
 
 
 def _gqa(q, k, v, *, group_of=None, scale=None, dim=-1):
-    """Query head i reads key/value head ``group_of(i, h, g)`` (right: ``i // (h/g)``). The
-    checker's reference runs outside the watcher: it may index (copy) the heads."""
+    """Query head i reads key/value head ``group_of(i, h, g)`` (right: ``i // (h/g)``); the
+    reference runs outside the watcher, so it may copy."""
     h, g = q.shape[1], k.shape[1]
     group_of = group_of or (lambda i, h, g: i // (h // g))
     index = torch.tensor([group_of(i, h, g) for i in range(h)])
@@ -358,18 +333,15 @@ def _gqa(q, k, v, *, group_of=None, scale=None, dim=-1):
 
 
 def _rows_mixed(q, k, v):
-    """A group's rows taken after moving n_q in front of the heads: query head i at position p
-    reads key/value head ``(p h + i) // (h/g n_q)``."""
+    """A mistake: a group's rows taken after moving n_q in front of the heads."""
     b, h, n_q, d = q.shape
     rows = q.transpose(1, 2).reshape(b, k.shape[1], -1, d)
     return scaled_dot_product_attention(rows, k, v)[0].reshape(b, n_q, h, d).transpose(1, 2)
 
 
 def _gqa_cases() -> list[dict]:
-    """``q (b, h, n_q, d_head)``, ``k`` and ``v (b, g, n_k, d_head)``: first prefill cases
-    (``n_q = n_k``; ``g = h`` and ``g = 1`` among them), then decoding cases, a few new queries
-    against a longer cache (``n_q < d_head``, ``n_q < n_k``, ``h/g >= 3``), on which
-    :class:`_NoCopiedKV` watches for copies of K and V."""
+    """``q (b, h, n_q, d_head)``, ``k``, ``v (b, g, n_k, d_head)``: prefill cases (``n_q = n_k``),
+    then decoding cases (``n_q < d_head``, ``n_q < n_k``, ``h/g >= 3``), where copies are watched."""
     g = seeded(42)
     rb, rg, group, rn, rd = (int(i) for i in torch.randint(1, 5, (5,), generator=g))  # random shape
     shapes = [(b, h, kv, n, n, d, dtype) for b, h, kv, n, d, dtype in [
@@ -386,11 +358,9 @@ def _gqa_cases() -> list[dict]:
 
 
 def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
-    """The lesson's constraint: K and V are never copied to the h query heads. On the decoding
-    cases (``h >= 3 g``, ``n_q < d_head`` and ``n_q < n_k``: the queries, the scores and the
-    output are all smaller) any tensor the learner's code holds whose storage has
-    ``b * h * n_k * d_head`` numbers or more is refused. A view (``expand``, ``unsqueeze``) shares
-    its base's storage and passes, and so does a size-1 axis broadcasting through ``@``."""
+    """The lesson's constraint, K and V never copied to the h query heads: on the decoding cases
+    (where queries, scores and output are all smaller) any tensor whose storage holds
+    ``b * h * n_k * d_head`` numbers is refused. Views and broadcasting through ``@`` pass."""
     (b, h, n_q, d), (g, n_k) = inputs["q"].shape, inputs["k"].shape[1:3]
     if not (h >= 3 * g and n_q < min(n_k, d)):
         return contextlib.nullcontext()
@@ -427,12 +397,10 @@ def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
     "return ...   # (b, h, n_q, d_head)"))
 def check_grouped_query_attention(grouped_query_attention: Callable) -> CheckResult:
     """Exercise: ``grouped_query_attention(q (b, h, n_q, d_head), k (b, g, n_k, d_head), v (b, g,
-    n_k, d_head)) -> (b, h, n_q, d_head)``; query head ``i`` attends with key/value head
-    ``i // (h/g)``, as PyTorch's grouped-query attention does, without K or V ever copied to the
-    ``h`` query heads (on the decoding cases a tensor that large is refused)."""
+    n_k, d_head)) -> (b, h, n_q, d_head)``: query head ``i`` attends with key/value head
+    ``i // (h/g)``, without K or V ever copied to the ``h`` query heads."""
     return check_function(
         grouped_query_attention, _gqa, _gqa_cases(), what="grouped_query_attention",
-        output_names=("the output",), atol=1e-5, rtol=1e-4,
         watch=_no_copied_kv,
         mistakes=[
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: i % g),

@@ -30,12 +30,8 @@ class _NamedPanel(AttentionPanel):
 
 class CaptionedView(BlitView):
     """An attention heatmap with its entropy view and, under them, the frame's ``caption`` lines
-    (its settings and readouts), so that the picture alone, stored in the notebook or exported,
-    says what state it shows. ``axis_names``: the heatmap's (x, y) axis names.
-
-    The caption is pasted from cached glyph bitmaps (:class:`TextSprites`), one sprite a line, as
-    the other widgets' picture lines are: a ``Text`` artist re-laid out at every move cost most
-    of a move's time."""
+    (pasted glyph sprites), so that the picture alone says what state it shows. ``axis_names``:
+    the heatmap's (x, y) axis names."""
 
     CAPTION_PT, LINE_SPACING = 9, 1.35
 
@@ -80,45 +76,24 @@ def build_mask(mask_type: str, n: int, window: int, length: int) -> torch.Tensor
     ``n``; ``None`` for ``"none"``. Combinations are the logical AND of their parts."""
     if mask_type not in MASK_TYPES:
         raise ValueError(f"mask_type must be one of {MASK_TYPES}, got {mask_type!r}")
-    parts = []
-    if "causal" in mask_type and "window" not in mask_type:
-        parts.append(causal_mask(n))
-    if "window" in mask_type:
-        parts.append(sliding_window_mask(n, window, causal="causal" in mask_type))
-    if "padding" in mask_type:
-        parts.append(padding_mask([length], n)[0][None, :].expand(n, n))  # keys beyond length
-    if not parts:
+    if mask_type == "none":
         return None
-    mask = parts[0]
-    for part in parts[1:]:
-        mask = mask & part
+    mask = torch.ones(n, n, dtype=torch.bool)
+    if mask_type in ("causal", "causal + padding"):
+        mask = mask & causal_mask(n)
+    if "window" in mask_type:
+        mask = mask & sliding_window_mask(n, window, causal="causal" in mask_type)
+    if "padding" in mask_type:
+        mask = mask & padding_mask([length], n)          # (1, n): keys beyond length, every row
     return mask
-
-
-def _demo_qk(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(5)
-    q = torch.randn(2, n, 8, generator=g, dtype=torch.float64)
-    k = torch.randn(2, n, 8, generator=g, dtype=torch.float64)
-    v = torch.randn(2, n, 8, generator=g, dtype=torch.float64)
-    return q, k, v
 
 
 def masking_frame(
     mask_type: str, window: int, length_a: int, length_b: int, sequence: str = "A"
 ) -> AttentionFrame:
-    """Attention weights of one sentence of a padded batch of two, under the chosen mask.
-
-    Args:
-        mask_type: one of :data:`MASK_TYPES`.
-        window: sliding-window size, as in :func:`attn_helpers.masks.sliding_window_mask`.
-        length_a, length_b: true lengths of the two sentences (``1..8``); the batch is padded to
-            the longer one, and the rest is ``<pad>``.
-        sequence: ``"A"`` or ``"B"``, which sentence to show.
-
-    Returns:
-        An :class:`AttentionFrame` with the mask (masked cells drawn grey, entropy ceiling
-        ``ln(visible keys)`` per row) and readouts.
-    """
+    """The attention weights of sentence ``sequence`` ("A" or "B") of a batch of two, of true
+    lengths ``length_a`` and ``length_b`` (1..8) padded to the longer, under ``mask_type`` (one of
+    :data:`MASK_TYPES`; ``window`` as in :func:`~attn_helpers.masks.sliding_window_mask`)."""
     if sequence not in ("A", "B"):
         raise ValueError(f"sequence must be 'A' or 'B', got {sequence!r}")
     full = len(BATCH_SENTENCES[0])
@@ -133,8 +108,9 @@ def masking_frame(
     length = lengths[index]
     labels = [*BATCH_SENTENCES[index][:length], *[PAD] * (n - length)]
     mask = build_mask(mask_type, n, window, length)
-    q, k, v = _demo_qk(n)
-    _, weights = scaled_dot_product_attention(q[index], k[index], v[index], mask)
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, n, 8, generator=g, dtype=torch.float64)[index] for _ in range(3))
+    _, weights = scaled_dot_product_attention(q, k, v, mask)
     shown_mask = torch.ones(n, n, dtype=torch.bool) if mask is None else mask
     visible = shown_mask.sum(-1)
     frame = AttentionFrame(weights, labels, labels, mask=shown_mask)

@@ -1,13 +1,6 @@
-"""Notebook 04's widget: pick an example and a head (or all heads in a grid); per-head entropy;
-given the model, switch heads off and read the held-out accuracy and the letters it names.
-
-The view keeps two persistent figures, drawn once each: one head (heatmap + entropy per query)
-and the all-heads grid (one heatmap + entropy panel per head). Both show the mean entropy of
-every head as bars, the selected head in orange, against a dashed ceiling: the mean over query
-rows of ln(visible keys). A control change (another example, another head, a head switched off)
-only redraws animated artists and pasted text; a switched-off head's heatmap is painted faded,
-with "switched off" over it.
-"""
+"""Notebook 04's widget: pick an example and a head (or all heads in a grid), read each head's
+mean entropy; given the model, switch heads off and read the held-out accuracy and the letters
+it names. Two persistent figures, one head and the grid; a switched-off head is painted faded."""
 
 from __future__ import annotations
 
@@ -49,12 +42,8 @@ OFF_CONTRAST = 0.25  # a switched-off head's heatmap keeps this share of its con
 
 @dataclass
 class MultiHeadFrame(AttentionFrame):
-    """An :class:`AttentionFrame` holding every head.
-
-    ``head_weights`` ``(h, n_q, n_k)``; ``head`` the head shown (``None`` = all heads in a grid,
-    then ``weights`` is the head average, what ``nn.MultiheadAttention`` returns by default);
-    ``head_names`` one name per head.
-    """
+    """An :class:`AttentionFrame` holding every head: ``head_weights`` ``(h, n_q, n_k)``, ``head``
+    the head shown (``None``: all, and ``weights`` is their average), one name per head."""
 
     head_weights: torch.Tensor | None = None
     head: int | None = None
@@ -74,8 +63,7 @@ class MultiHeadFrame(AttentionFrame):
 
     @property
     def head_entropy_ceiling(self) -> float:
-        """The ceiling of :attr:`head_entropy`: the mean over query rows of ``ln(visible keys)``
-        (``ln n_k`` without a mask; under a causal mask ``ln(n!) / n``, below ``ln n``)."""
+        """The ceiling of :attr:`head_entropy`: the mean over query rows of ``ln(visible keys)``."""
         return float(self.ceiling.mean())
 
     def head_frame(self, head: int) -> AttentionFrame:
@@ -95,19 +83,10 @@ def multihead_frame(
     ablation: AblationData | None = None,
     heads_on: Sequence[bool] | None = None,
 ) -> MultiHeadFrame:
-    """The frame for one example and one head (or :data:`ALL_HEADS`).
-
-    Args:
-        weights: ``(examples, h, n, n)`` self-attention weights of every example and head.
-        labels: one list of ``n`` token labels per example.
-        example: which example; ``head``: a head index or ``"all"``.
-        mask: optional ``(n, n)`` bool (True = may attend), e.g. the causal mask.
-        ablation: optional :func:`~attn_helpers.lessons.multi_head.ablation_data` of the
-            model whose first examples ``weights`` shows; then ``heads_on`` (``h`` bools, all
-            True by default) picks the heads switched on, ``frame.ablation`` is
-            :func:`~attn_helpers.lessons.multi_head.ablation_frame`'s and the readouts
-            add the held-out accuracy per relation and the letters named at each position.
-    """
+    """The frame of one example and one head (or :data:`ALL_HEADS`) of ``weights`` ``(examples,
+    h, n, n)``, with one list of ``n`` labels per example and an optional ``(n, n)`` mask. With
+    ``ablation`` (:func:`~attn_helpers.lessons.multi_head.ablation_data`), ``heads_on`` picks the
+    heads switched on and the readouts add the held-out accuracy and the letters named."""
     weights = torch.as_tensor(weights)
     if weights.dim() != 4:
         raise ValueError(f"weights must be 4-D (examples, h, n, n), got shape {shape(weights)}")
@@ -150,8 +129,8 @@ def multihead_frame(
 
 
 def _ablation_readouts(ablation: AblationFrame, names: Sequence[str]) -> dict:
-    """Which heads are off, the held-out accuracy per relation (chance ``1/vocab``) and, per
-    position ``i >= 1``, the letter named for each relation, marked right (✓) or wrong (✗)."""
+    """The heads off, the held-out accuracy per relation and, per position ``i >= 1``, the letter
+    named for each relation, right (✓) or wrong (✗)."""
     off = [name for name, on in zip(names, ablation.heads_on, strict=True) if not on]
     readouts = {"heads switched off": ", ".join(off) or "none"}
     for relation in RELATIONS:
@@ -165,61 +144,65 @@ def _ablation_readouts(ablation: AblationFrame, names: Sequence[str]) -> dict:
     return readouts
 
 
-class MultiHeadView(BlitView):
-    """Two persistent figures: one head, or all heads side by side, each with the mean entropy
-    of every head as bars (the selected head in orange). ``update(frame) -> png``."""
+class _HeadsFigure(BlitFigure):
+    """A figure of ``panels`` heatmaps side by side and the mean entropy of each of ``num_heads``
+    heads as bars (their values beside them); "switched off" marks and the picture lines under the
+    maps are pasted text."""
 
-    def __init__(self, num_heads: int, *, single_size=(8.4, 4.6), head_width: float = 5.0,
-                 height: float = 4.8):
+    def __init__(self, num_heads: int, panels: int, size, ratios, *, right: float, bottom: float,
+                 top: float, wspace: float, **panel):
+        super().__init__(size)
+        grid = self.figure.add_gridspec(1, panels + 1, width_ratios=ratios, left=0.01, right=right,
+                                        bottom=bottom, top=top, wspace=wspace)
+        self.panels = [AttentionPanel(self, grid[i], **panel) for i in range(panels)]
+        self.bars = EntropyBars(self, self.figure.add_subplot(
+            grid[-1].subgridspec(3, 1, height_ratios=[1, 2, 1])[1]), title="mean entropy\nper head",
+            labels=[str(i) for i in range(num_heads)], xlabel="nats; dashed:\nmean ln(keys seen)")
+        self.bars.ax.set_ylabel("head", fontsize=9)
+        self.values = TextSprites(self, self.bars.ax.transData, size=8, ha="left")
+        self.off = [TextSprites(self, p.ax_map.transAxes, size=13, color="#b00020", zorder=4.0)
+                    for p in self.panels]
+        self.lines = TextSprites(self, self.figure.transFigure, size=9, ha="left")
+
+    def mark(self, i: int, on: bool) -> None:
+        """Panel ``i``'s head on, or off: its cells faded to a quarter of their contrast."""
+        if not on:
+            colors = self.panels[i].cells.colors.astype(np.float32)
+            colors[..., :3] = 255 - (255 - colors[..., :3]) * OFF_CONTRAST
+            self.panels[i].cells.colors = colors.astype(np.uint8)
+        self.off[i].set([] if on else ["switched off"], [(0.5, 0.5)])
+
+    def set_bars(self, frame: MultiHeadFrame, lines: list[str]) -> None:
+        entropy = to_numpy(frame.head_entropy)
+        ceiling = np.full(len(entropy), frame.head_entropy_ceiling)  # mean ln(visible keys)
+        self.bars.layout(len(entropy), float(ceiling.max()))
+        self.bars.set(entropy, ceiling, frame.head)
+        self.values.set([f"{e:.2f}" for e in entropy], [(e + 0.08, i) for i, e in enumerate(entropy)])
+        self.lines.set(lines, [(0.015, 0.075 if len(lines) > 1 else 0.04), (0.015, 0.03)][:len(lines)])
+
+
+class MultiHeadView(BlitView):
+    """Two persistent figures: one head, or all heads side by side; ``update(frame) -> png``."""
+
+    def __init__(self, num_heads: int):
         if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
             raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
         self.num_heads = num_heads
-        heads = [str(i) for i in range(num_heads)]
-        self.single = BlitFigure(single_size)
-        grid = self.single.figure.add_gridspec(1, 2, width_ratios=[4.4, 0.8], left=0.01,
-                                               right=0.97, bottom=0.17, top=0.9, wspace=0.3)
-        self.single_panel = AttentionPanel(self.single, grid[0], title=" ")
-        # The head's name changes with the selector: pasted text avoids a full redraw.
+        self.single = _HeadsFigure(num_heads, 1, (8.4, 4.6), [4.4, 0.8], right=0.97, bottom=0.17,
+                                   top=0.9, wspace=0.3, title=" ")
+        # the head's name changes with the selector: pasted text avoids a full redraw
         self.single_title = TextSprites(self.single, self.single.figure.transFigure, size=10,
                                         va="bottom")
-        self.single_bars = EntropyBars(self.single, self.single.figure.add_subplot(
-            grid[1].subgridspec(3, 1, height_ratios=[1, 2, 1])[1]),
-            title="mean entropy\nper head", labels=heads,
-            xlabel="nats; dashed:\nmean ln(keys seen)")
-        self.single_bars.ax.set_ylabel("head", fontsize=9)
-        self.grid = BlitFigure((head_width * num_heads + 1.2, height))
-        ratios = [head_width] * num_heads + [0.7]
-        grid = self.grid.figure.add_gridspec(1, num_heads + 1, width_ratios=ratios, left=0.01,
-                                             right=0.96, bottom=0.18, top=0.88, wspace=0.12)
-        self.grid_panels = [AttentionPanel(self.grid, grid[i], title=f"head {i}",
-                                           entropy_width=1.1, entropy_title="entropy")
-                            for i in range(num_heads)]
-        # a short panel (one bar per head), centred beside the maps, each bar's value written next
-        # to it so a near-zero bar still reads
-        self.grid_bars = EntropyBars(self.grid, self.grid.figure.add_subplot(
-            grid[-1].subgridspec(3, 1, height_ratios=[1, 2, 1])[1]),
-            title="mean entropy\nper head", labels=heads,
-            xlabel="nats; dashed:\nmean ln(keys seen)")
-        self.grid_bars.ax.set_ylabel("head", fontsize=9)
-        # a switched-off head: its heatmap painted faded, "switched off" pasted over it
-        self.bar_values = {id(bars): TextSprites(view, bars.ax.transData, size=8, ha="left")
-                           for view, bars in ((self.single, self.single_bars),
-                                              (self.grid, self.grid_bars))}
-        self.grid_off = [TextSprites(self.grid, panel.ax_map.transAxes, size=13, color="#b00020",
-                                     zorder=4.0) for panel in self.grid_panels]
-        self.single_off = TextSprites(self.single, self.single_panel.ax_map.transAxes, size=13,
-                                      color="#b00020", zorder=4.0)
-        # the settings and readouts, written into each picture under the maps
-        self.single_lines = TextSprites(self.single, self.single.figure.transFigure, size=9,
-                                        ha="left")
-        self.grid_lines = TextSprites(self.grid, self.grid.figure.transFigure, size=9, ha="left")
+        self.grid = _HeadsFigure(num_heads, num_heads, (5.0 * num_heads + 1.2, 4.8),
+                                 [5.0] * num_heads + [0.7], right=0.96, bottom=0.18, top=0.88,
+                                 wspace=0.12, entropy_width=1.1, entropy_title="entropy")
         self.blit = self.grid
         self.last_mode: str | None = None
 
     @staticmethod
     def picture_lines(frame: MultiHeadFrame) -> list[str]:
-        """What the picture states under the maps: the example and the head shown, and with
-        ablation data the heads switched off and the held-out accuracy per relation."""
+        """What the picture states under the maps: the example, the head shown and, with ablation
+        data, the heads switched off and the held-out accuracy per relation."""
         r = frame.readouts
         lines = [f"example: {r['example']}   |   showing: {r['showing']}"]
         if frame.ablation is not None:
@@ -229,44 +212,26 @@ class MultiHeadView(BlitView):
                          f"{accuracy} (chance {1 / CONFIG.vocab:.3f})")
         return lines
 
-    @staticmethod
-    def _mark(panel: AttentionPanel, sprites: TextSprites, on: bool) -> None:
-        if not on:  # fade the painted cells to a quarter of their contrast with white
-            colors = panel.cells.colors.astype(np.float32)
-            colors[..., :3] = 255 - (255 - colors[..., :3]) * OFF_CONTRAST
-            panel.cells.colors = colors.astype(np.uint8)
-        sprites.set([] if on else ["switched off"], [(0.5, 0.5)])
-
     def draw(self, frame: MultiHeadFrame) -> None:
         if frame.head_weights is None or frame.head_weights.shape[0] != self.num_heads:
             raise ValueError(f"this view draws {self.num_heads} heads; the frame has "
                              f"{None if frame.head_weights is None else frame.head_weights.shape[0]}")
-        entropy = to_numpy(frame.head_entropy)
-        ceiling = np.full(self.num_heads, frame.head_entropy_ceiling)  # mean ln(visible keys)
         if frame.head is None:
-            for i, panel in enumerate(self.grid_panels):
+            for i, panel in enumerate(self.grid.panels):
                 panel.set_title(frame.head_names[i])
                 panel.set_frame(frame.head_frame(i))
-                self._mark(panel, self.grid_off[i], frame.heads_on[i])
-            bars, self.blit, self.last_mode = self.grid_bars, self.grid, "grid"
-            lines = self.grid_lines
+                self.grid.mark(i, frame.heads_on[i])
+            self.blit, self.last_mode = self.grid, "grid"
         else:
-            self.single_panel.set_frame(frame)
+            panel, on = self.single.panels[0], frame.heads_on[frame.head]
+            panel.set_frame(frame)
             self.single_title.transform = offset_copy(  # where the panel's title goes
-                self.single_panel.ax_map.transAxes, fig=self.single.figure,
-                y=self.single_panel.title_pad + 2, units="points")
-            on = frame.heads_on[frame.head]
+                panel.ax_map.transAxes, fig=self.single.figure, y=panel.title_pad + 2, units="points")
             self.single_title.set([frame.head_names[frame.head] + ("" if on else " (off)")],
                                   [(0.5, 1.0)])
-            self._mark(self.single_panel, self.single_off, on)
-            bars, self.blit, self.last_mode = self.single_bars, self.single, "single"
-            lines = self.single_lines
-        bars.layout(self.num_heads, float(ceiling.max()))
-        bars.set(entropy, ceiling, frame.head)
-        self.bar_values[id(bars)].set([f"{e:.2f}" for e in entropy],
-                                      [(e + 0.08, i) for i, e in enumerate(entropy)])
-        text = self.picture_lines(frame)
-        lines.set(text, [(0.015, 0.075 if len(text) > 1 else 0.04), (0.015, 0.03)][:len(text)])
+            self.single.mark(0, on)
+            self.blit, self.last_mode = self.single, "single"
+        self.blit.set_bars(frame, self.picture_lines(frame))
 
 
 def multihead_widget(
@@ -283,23 +248,16 @@ def multihead_widget(
     heads_on: Sequence[bool] | None = None,
 ) -> LiveAttentionWidget:
     """The live widget of notebook 04 over precomputed ``(examples, h, n, n)`` weights: an example
-    slider and a head selector with an all-heads grid.
-
-    Given the notebook's ``model`` (a ``TwoRelationModel``) with its held-out ``eval_tokens``
-    ``(m, n)`` and ``eval_targets`` ``(m, n, 2)``, whose first examples ``weights`` shows, it also
-    gets one checkbox per head (``head_0_on``, ``head_1_on``, ...): the model is run once per
-    subset of heads when the widget is built
-    (:func:`~attn_helpers.lessons.multi_head.ablation_data`), and a checkbox move only looks
-    up the held-out accuracy and the letters named. ``example``, ``head`` and ``heads_on`` set
-    the first picture (the one a page without a kernel shows).
-    """
+    slider and a head selector. Given the ``model`` (a ``TwoRelationModel``) with its held-out
+    ``eval_tokens`` ``(m, n)`` and ``eval_targets`` ``(m, n, 2)``, one checkbox per head
+    (``head_0_on``, ...): every subset of heads is evaluated once, when the widget is built.
+    ``example``, ``head`` and ``heads_on`` set the first picture."""
     weights = torch.as_tensor(weights)
     if weights.dim() != 4:
         raise ValueError(f"weights must be 4-D (examples, h, n, n), got shape {shape(weights)}")
     h = weights.shape[1]
     names = list(head_names) if head_names is not None else [f"head {i}" for i in range(h)]
     controls = {
-        # a slider, so a learner can step through the examples; the readouts name the tokens
         "example": widgets.IntSlider(value=example, min=0, max=len(labels) - 1, description="example",
                                      layout=widgets.Layout(width="320px")),
         "head": widgets.Dropdown(options=[("all heads (grid)", ALL_HEADS)]

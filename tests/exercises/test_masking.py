@@ -10,14 +10,12 @@ import torch
 from _exercises import assert_rejected, assert_skeleton, skeleton
 
 from attn_helpers.exercises.masking import (
-    _WRONG,
     _ring_cases,
     _run_steps,
     _sliding_window,
+    _window_mask,
     check_rolling_cache_step,
     check_window_mask,
-    left_padded_window_mask,
-    ring_step,
 )
 
 
@@ -75,22 +73,17 @@ def test_the_reference_is_windowed_attention_and_the_cases_cover_the_edges():
             scores = q[..., t:t + 1, :] @ k[..., keys, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
             expected = torch.softmax(scores, -1) @ v[..., keys, :]
             assert torch.allclose(out[..., t:t + 1, :], expected, atol=1e-5)
+        before = k_cache.clone()
         got, k_filled, v_filled = _run_steps(rolling_cache_step)(*case.values())
         assert torch.allclose(got, out, atol=1e-5)
         assert torch.equal(k_filled, k_ring) and torch.equal(v_filled, v_ring)
         assert k_cache.abs().max() > 50                                # garbage, not zeros
+        assert torch.equal(k_cache, before)                            # the checker ran on copies
         shapes.append((n, w, q.shape[0] * q.shape[1], q.dtype))
     assert any(n > 2 * w for n, w, _, _ in shapes)                     # wraps several times
     assert any(w == 1 for _, w, _, _ in shapes) and any(w >= n for n, w, _, _ in shapes)
     assert any(bh > 1 for _, _, bh, _ in shapes)
     assert {dtype for *_, dtype in shapes} == {torch.float32, torch.float64}
-
-
-def test_the_checker_works_on_copies_of_its_caches():
-    case = _ring_cases()[0]
-    before = case["k_cache"].clone()
-    _run_steps(rolling_cache_step)(*case.values())
-    assert torch.equal(case["k_cache"], before)
 
 
 def _step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=lambda t, w: t % w, seen=None,
@@ -141,21 +134,6 @@ def _step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=lambda t, w: t % w, seen=N
 ])
 def test_rolling_cache_step_rejects_known_mistakes_with_their_hint(mistake, words):
     assert_rejected(check_rolling_cache_step(lambda *args: _step(*args, **mistake)), "\nHint: ", words)
-
-
-def test_every_known_mistake_shows_on_the_first_case_and_no_two_look_alike():
-    case = _ring_cases()[0]
-    expected = _sliding_window(*case.values())
-    outputs = [_run_steps(ring_step(**flaw))(*case.values()) for _, flaw in _WRONG]
-
-    def same(a, b):
-        return all(torch.allclose(x, y, atol=1e-5, rtol=1e-4, equal_nan=True)
-                   for x, y in zip(a, b, strict=True))
-
-    assert len(outputs) == len({hint for hint, _ in _WRONG}) == 13
-    for i, got in enumerate(outputs):
-        assert not same(got, expected), _WRONG[i][0]
-        assert not any(same(got, other) for other in outputs[i + 1:]), _WRONG[i][0]
 
 
 def test_any_slot_rule_that_keeps_the_window_passes_and_shifting_is_refused():
@@ -231,7 +209,7 @@ def test_window_mask_accepts_the_reference_and_the_level_3_skeleton_filled_in():
 
 
 def test_the_answer_is_left_padded_with_empty_pad_rows():
-    mask = left_padded_window_mask(torch.tensor([3, 5]), 5, 2)
+    mask = _window_mask(torch.tensor([3, 5]), 5, 2)
     assert mask.shape == (2, 5, 5)
     assert not mask[0, :2].any() and not mask[0, :, :2].any()        # two pads at the start
     assert mask[0, 2:].sum(-1).tolist() == [1, 2, 2] and mask[1].sum(-1).tolist() == [1, 2, 2, 2, 2]

@@ -149,20 +149,20 @@ def test_a_switched_off_head_is_marked_and_only_blitted(trained):
     widget, _, heads = trained
     off = heads["previous"]
     widget.set(example=1, head=ALL_HEADS, head_0_on=True, head_1_on=True)
-    panel, sprites = widget.view.grid_panels[off], widget.view.grid_off[off]
+    panel, sprites = widget.view.grid.panels[off], widget.view.grid.off[off]
     background, before = widget.view.grid._background, panel.cells.colors.copy()
     png_on = decode(widget.image.value)
     widget.set(**{f"head_{off}_on": False})
     assert widget.view.grid._background is background                 # no full redraw
-    assert sprites.texts == ["switched off"] and widget.view.grid_off[1 - off].texts == []
+    assert sprites.texts == ["switched off"] and widget.view.grid.off[1 - off].texts == []
     faded = panel.cells.colors.astype(int)
     assert (faded[..., :3] >= before[..., :3]).all() and faded[..., :3].mean() > 200
     assert not np.array_equal(png_on, decode(widget.image.value))
     widget.set(head=off)                                               # one head: its title says so
     assert widget.view.single_title.texts == [f"head {off} (off)"]
-    assert widget.view.single_off.texts == ["switched off"]
+    assert widget.view.single.off[0].texts == ["switched off"]
     widget.set(**{f"head_{off}_on": True})
-    assert widget.view.single_title.texts == [f"head {off}"] and widget.view.single_off.texts == []
+    assert widget.view.single_title.texts == [f"head {off}"] and widget.view.single.off[0].texts == []
     assert widget.error is None
 
 
@@ -188,15 +188,15 @@ def test_the_picture_states_the_settings_and_the_readouts(trained):
     off = heads["previous"]
     widget.set(example=2, head=ALL_HEADS, head_0_on=True, head_1_on=True)
     widget.set(**{f"head_{off}_on": False})
-    lines = widget.view.grid_lines.texts
+    lines = widget.view.grid.lines.texts
     assert lines[0].startswith("example: " + widget.readouts["example"])
     assert "showing: all heads" in lines[0]
     assert f"switched off: head {off}" in lines[1]
     assert f"previous letter {accuracy(widget, 'previous'):.2f}" in lines[1]
     widget.set(head=heads["first"])
-    assert f"showing: head {heads['first']}" in widget.view.single_lines.texts[0]
+    assert f"showing: head {heads['first']}" in widget.view.single.lines.texts[0]
     widget.set(**{f"head_{off}_on": True}, head=ALL_HEADS)
-    assert "switched off: none" in widget.view.grid_lines.texts[1]
+    assert "switched off: none" in widget.view.grid.lines.texts[1]
 
 
 def test_the_first_picture_can_open_with_a_head_switched_off(example_weights):
@@ -209,7 +209,7 @@ def test_the_first_picture_can_open_with_a_head_switched_off(example_weights):
                               eval_targets=targets, example=2, heads_on=[True, False])
     assert widget.values["example"] == 2 and widget.values["head_1_on"] is False
     assert widget.frame.heads_on == (True, False)
-    assert "switched off: head 1" in widget.view.grid_lines.texts[1]
+    assert "switched off: head 1" in widget.view.grid.lines.texts[1]
     with pytest.raises(ValueError, match="heads_on"):
         multihead_widget(*example_weights, heads_on=[True, False])
 
