@@ -1,9 +1,5 @@
-"""Notebook 06's widget: decode an example step by step and watch the cross-attention.
-
-:func:`alignment_frame` / :func:`alignment_widget`: pick an example and a decoder step; the
-alignment is shown up to that step (later rows are still grey), the current row is framed, and
-the entropy view marks it.
-"""
+"""Notebook 06's widget: decode an example step by step and watch the cross-attention. Rows after
+the decoder step are grey (not decoded yet), the step's row is framed, the entropy view marks it."""
 
 from __future__ import annotations
 
@@ -27,24 +23,18 @@ def _decoded(model: Seq2Seq, task, index: int):
 
 
 def _alignment(source, target, output, weights, step: int) -> AttentionFrame:
-    step = min(step, len(output) - 1)
+    step = min(step, len(output) - 1)                    # one slider serves every length
     n_q, n_k = weights.shape
-    mask = (torch.arange(n_q) <= step)[:, None].expand(n_q, n_k).clone()
     row = weights[step].double()
-    best = int(row.argmax())
-    labels = [f"{t} ({i})" for i, t in enumerate(output)]
+    best, entropy, ceiling = int(row.argmax()), attention_entropy(row).item(), max_entropy(n_k)
     frame = AttentionFrame(
-        weights=weights, query_labels=labels, key_labels=source, mask=mask, highlight_row=step,
-        readouts={
+        weights=weights, query_labels=[f"{t} ({i})" for i, t in enumerate(output)],
+        key_labels=source, mask=(torch.arange(n_q) <= step)[:, None].expand(n_q, n_k).clone(),
+        highlight_row=step, readouts={
             "step": f"{step} (steps 0 to {n_q - 1})",
             "output token": f"{output[step]} (target {target[step]})",
             "strongest source token": f"{source[best]} (position {best})",
-            "its weight": row[best].item(),
-            "entropy (nats)": attention_entropy(row).item(),
-            "ceiling ln n": max_entropy(n_k),
-        },
-    )
-    entropy, ceiling = attention_entropy(row).item(), max_entropy(n_k)
+            "its weight": row[best].item(), "entropy (nats)": entropy, "ceiling ln n": ceiling})
     frame.caption = (
         f"{' '.join(source)}  |  decoder step {step} (0 to {n_q - 1}): wrote {output[step]!r} "
         f"(target {target[step]!r})",
@@ -62,20 +52,14 @@ def _check(model, step) -> None:
 
 
 def alignment_frame(model: Seq2Seq, task: str, index: int, step: int) -> AttentionFrame:
-    """The alignment of example ``index`` of ``task`` decoded by ``model``, up to decoder ``step``.
-
-    Rows after ``step`` are masked (not decoded yet), row ``step`` is highlighted. ``step`` is
-    clamped to the last output step, so the same slider serves examples of any length. Readouts:
-    the step, its output token, the strongest source token and its weight, the row's entropy
-    and its ceiling ``ln n_src``.
-    """
+    """The alignment ``(n_out, n_src)`` of example ``index`` of ``task`` decoded by ``model``, up to
+    decoder ``step`` (clamped to the last output step)."""
     _check(model, step)
     return _alignment(*_decoded(model, get_task(task), index), step)
 
 
 def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAttentionWidget:
-    """Notebook 06's widget: an example picker and a decoder-step slider. Each example is decoded
-    once, the first time it is shown; moving the step only redraws."""
+    """An example picker and a decoder-step slider; each example is decoded once, when first shown."""
     _check(model, 0)
     task = get_task(task)
     controls = {
@@ -90,19 +74,13 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAt
             decoded[index] = _decoded(model, task, index)
         return decoded[index]
 
-    def fit_steps(change=None):
-        """The step slider ends at the example's last output step: no key press on it is dead."""
+    def fit_steps(change=None):  # the step slider ends at the example's last output step
         controls["step"].max = len(example_at(controls["index"].value)[2]) - 1
 
     fit_steps()
     controls["index"].observe(fit_steps, names="value")   # before the widget's own observer
-
-    def compute(index, step):
-        return _alignment(*example_at(index), step)
-
-    # no room reserved for the largest example: the colour bar sits beside the example on show
-    # (a larger one re-lays the panel out once)
     view = CaptionedView((7.8, 5.4), title="cross-attention: output step x input word",
                          axis_names=("input position (word)", "output step (token)"),
                          entropy_title="entropy per output step")
-    return LiveAttentionWidget(compute, controls, view, title=f"Decoding step by step ({task.name})")
+    return LiveAttentionWidget(lambda index, step: _alignment(*example_at(index), step), controls,
+                               view, title=f"Decoding step by step ({task.name})")

@@ -1,22 +1,9 @@
-r"""Notebook 07's widget: what RoPE changes. One token placed at every position, the causal
-score grid ``S[p, q] = query_p . key_q`` (``q <= p``) it gets, one sin/cos pair of the query at
-``p`` and the key ``k`` back on a circle, the scores along the diagonal ``q = p - k``, and the
-attention ``softmax(S / sqrt(d_head))`` with its entropy: in the two trained modes, the trained
-head's own weights on a sequence that repeats token 0 (the model applies the same scale).
-
-Four modes (:data:`ENCODINGS`):
-
-* ``sinusoidal (E E^T)``: positions alone, no projection: ``query_p = key_p = PE_p``;
-* ``learned, untrained (E E^T)``: the same with a seeded random table, as a learned one starts;
-* ``add PE, then project (W_Q, W_K)``: ``query_p = W_Q (x + PE_p)``, ``key_q = W_K (x + PE_q)``
-  with head ``h`` of the trained sinusoidal model of section 6 (seed 0) and its embedding ``x``
-  of token 0;
-* ``project, then rotate (RoPE)``: ``query_p = R_p W_Q x``, ``key_q = R_q W_K x`` with head ``h``
-  of the trained RoPE model (seed 0, base 10 000) and its embedding ``x`` of token 0.
-
-``S`` depends on ``q - p`` only (its spread along each diagonal is ~1e-14) in the first and the
-last mode, not in the other two.
-"""
+r"""Notebook 07's widget, what RoPE changes: one token (token 0) at every position, its causal score
+grid ``S[p, q] = query_p . key_q``, one sin/cos pair of the query at ``p`` and the key ``k`` back
+on a circle, the scores along the diagonal ``q = p - k``, and the causal ``softmax(S /
+sqrt(d_head))``, in the trained modes the head's own attention. Modes (:data:`ENCODINGS`):
+sinusoidal or untrained learned positions alone (``query_p = key_p = PE_p``), and head ``h`` of
+section 6's trained sinusoidal model (``W_Q (x + PE_p)``) or RoPE model (``R_p W_Q x``), seed 0."""
 
 from __future__ import annotations
 
@@ -41,32 +28,20 @@ from ..positional import apply_rope, sinusoidal_encoding
 from .core import HIGHLIGHT_COLOR, AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
 from .panels import CellPainter
 
-__all__ = [
-    "ENCODINGS",
-    "N_POSITIONS",
-    "D_HEAD",
-    "MAX_OFFSET",
-    "PositionalFrame",
-    "PositionalView",
-    "queries_and_keys",
-    "causal_diagonal_spread",
-    "positional_frame",
-    "positional_widget",
-]
+__all__ = ["ENCODINGS", "N_POSITIONS", "queries_and_keys", "causal_diagonal_spread",
+           "positional_frame", "positional_widget"]
 
 ENCODINGS = ("sinusoidal (E E^T)", "learned, untrained (E E^T)", "add PE, then project (W_Q, W_K)",
              "project, then rotate (RoPE)")
 N_POSITIONS, MAX_OFFSET = 24, 8
 D_HEAD = lesson.D_MODEL // lesson.NUM_HEADS  # 8: the trained heads' size, 4 sin/cos pairs
-_TRAINED = {ENCODINGS[2]: ("add, then project", "sinusoidal"),
-            ENCODINGS[3]: ("project, then rotate", "rope")}
+_TRAINED = {ENCODINGS[2]: "sinusoidal", ENCODINGS[3]: "rope"}
 
 
 @dataclass
 class PositionalFrame(AttentionFrame):
-    """An :class:`AttentionFrame` (weights: causal ``softmax(S / sqrt(d_head))``) plus the
-    score grid ``S / max |S|`` ``(n, n)`` (NaN above the diagonal), the scores along the diagonal
-    ``q = p - k`` and the two hands."""
+    """An :class:`AttentionFrame` (weights: causal ``softmax(S / sqrt(d_head))``) plus what the
+    top row draws."""
 
     scores: torch.Tensor | None = None  # (n, n): S / max |S|, NaN where q > p
     diagonal: torch.Tensor | None = None  # (n - k,): S[p', p' - k] / max |S| for p' = k .. n-1
@@ -84,8 +59,7 @@ def _trained_models():
 
 def queries_and_keys(encoding: str, head: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``(queries, keys)``, each ``(N_POSITIONS, D_HEAD)`` float64: row ``p`` is the query (key)
-    of one token at position ``p`` in the mode ``encoding`` (see the module's text; ``head`` only
-    matters for the trained modes). ``S = queries @ keys.T``."""
+    of token 0 at position ``p`` in the mode ``encoding``. ``S = queries @ keys.T``."""
     n = N_POSITIONS
     if encoding == ENCODINGS[0]:
         table = sinusoidal_encoding(n, D_HEAD, dtype=torch.float64)
@@ -96,27 +70,26 @@ def queries_and_keys(encoding: str, head: int = 0) -> tuple[torch.Tensor, torch.
         return table, table
     if encoding not in _TRAINED:
         raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
-    order, scheme = _TRAINED[encoding]
-    model = _trained_models()[lesson.model_key(scheme, 0)]
+    model = _trained_models()[lesson.model_key(_TRAINED[encoding], 0)]
     W = model.qkv.weight.detach().to(torch.float64)  # (3 d_model, d_model): Q, K, V heads' rows
     rows = slice(head * D_HEAD, (head + 1) * D_HEAD)
     W_Q, W_K = W[:lesson.D_MODEL][rows], W[lesson.D_MODEL:2 * lesson.D_MODEL][rows]  # (d_head, d_model)
     X = model.embed.weight[0].detach().to(torch.float64).expand(n, lesson.D_MODEL)  # (n, d_model)
-    if order == "add, then project":
+    if encoding == ENCODINGS[2]:
         X = X + sinusoidal_encoding(n, lesson.D_MODEL, dtype=torch.float64)
         return X @ W_Q.T, X @ W_K.T  # (n, d_head): W_Q (x + PE_p), W_K (x + PE_q)
     return apply_rope(X @ W_Q.T), apply_rope(X @ W_K.T)  # (n, d_head): R_p W_Q x, R_q W_K x
 
 
 def causal_diagonal_spread(S: torch.Tensor) -> float:
-    """``max_k (max - min)`` of ``S`` ``(n, n)`` along each diagonal ``q = p - k``, ``k >= 0``
-    (the part a causal head sees): zero when it depends on ``q - p`` only."""
+    """The largest ``max - min`` of ``S (n, n)`` along one diagonal ``q = p - k``, ``k >= 0``:
+    zero when the causal part depends on ``q - p`` only."""
     return max((line.max() - line.min()).item() for line in (S.diagonal(-k) for k in range(len(S))))
 
 
 @lru_cache(maxsize=len(ENCODINGS) * lesson.NUM_HEADS)
 def _grids(encoding: str, head: int) -> dict:
-    """Everything a move does not change, once per ``(mode, head)`` (never modified in place)."""
+    """What a move does not change, once per ``(mode, head)``."""
     queries, keys = queries_and_keys(encoding, head)
     S = queries @ keys.T  # (n, n): S[p, q]
     visible = causal_mask(N_POSITIONS)  # (n, n): q <= p
@@ -135,23 +108,9 @@ def _angle(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def positional_frame(encoding: str, position: int, offset: int, pair: int,
                      head: int = 0) -> PositionalFrame:
-    """Everything the positional widget shows, from its controls.
-
-    Args:
-        encoding: one of :data:`ENCODINGS`.
-        position: the query's position ``p`` in ``0 .. N_POSITIONS - 1``.
-        offset: ``k`` in ``0 .. MAX_OFFSET``: the key ``k`` back, at ``p - k``.
-        pair: the sin/cos pair ``i`` (dimensions ``2i, 2i+1``) drawn, ``0 .. D_HEAD/2 - 1``.
-        head: the trained head ``h``, ``0 .. NUM_HEADS - 1`` (ignored by the ``E E^T`` modes).
-
-    The heatmap is the causal ``softmax(S / sqrt(d_head))`` over ``N_POSITIONS`` positions: in the
-    trained modes, that head's own attention on a sequence of token 0 repeated; the readouts
-    compare ``S[p, p-k]`` with ``S[k, 0]`` (``None``
-    when ``p < k``: no key ``k`` back) and give the largest spread of ``S`` along one diagonal
-    (zero: ``S`` depends on ``q - p`` only).
-    """
-    if encoding not in ENCODINGS:
-        raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
+    """What the widget shows for mode ``encoding``, query position ``p`` (``0 .. 23``), offset
+    ``k`` (``0 .. 8``: the key at ``p - k``), sin/cos pair ``i`` (``0 .. 3``) and trained head
+    ``h`` (``0 .. 2``). Readouts compare ``S[p, p-k]`` with ``S[k, 0]`` (None when ``p < k``)."""
     for name, value, top in (("position", position, N_POSITIONS - 1), ("offset", offset, MAX_OFFSET),
                              ("pair", pair, D_HEAD // 2 - 1), ("head", head, lesson.NUM_HEADS - 1)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
@@ -180,54 +139,48 @@ def positional_frame(encoding: str, position: int, offset: int, pair: int,
     )
 
 
+def _axes(figure, cell, xlabel: str, ylabel: str, title: str, **limits):
+    ax = figure.add_subplot(cell)
+    ax.set(**limits)
+    ax.tick_params(labelsize=8)
+    ax.set_xlabel(xlabel, fontsize=9)
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.set_title(title, fontsize=10)
+    return ax
+
+
 class PositionalView(BlitView):
-    """Causal score grid with the cells ``(p, p-k)`` and ``(k, 0)`` and the diagonal ``q = p - k``
-    marked, one pair of the query and the key on a circle, the scores along that diagonal, and
-    the causal ``softmax(S / sqrt(d_head))`` with its entropy view."""
+    """Top: the score grid, the pair on a circle, the diagonal's scores; bottom: the attention."""
 
     def __init__(self, figsize: tuple[float, float] = (10.5, 7.8)):
         super().__init__(figsize)
-        figure, n = self.figure, N_POSITIONS
+        figure, n, train = self.figure, N_POSITIONS, lesson.TRAIN_MAX_LEN
         grid = figure.add_gridspec(2, 3, width_ratios=[1.25, 1, 1.25], height_ratios=[1, 1.3],
                                    left=0.06, right=0.98, bottom=0.01, top=0.935, wspace=0.42,
                                    hspace=0.2)
-        ax = self.ax_scores = figure.add_subplot(grid[0, 0])
-        ax.set(xlim=(-0.5, n - 0.5), ylim=(n - 0.5, -0.5), aspect="equal")
+        ax = _axes(figure, grid[0, 0], "key position q", "query position p",
+                   "S[p, q] / max|S|, q <= p\n(orange: p, p-k; black: k, 0)",
+                   xlim=(-0.5, n - 0.5), ylim=(n - 0.5, -0.5), aspect="equal",
+                   xticks=range(0, n, 4), yticks=range(0, n, 4))
         self.cells = CellPainter(self.blit, ax, plt_colormaps[SCORES_CMAP].with_extremes(
             bad=MASKED_COLOR), Normalize(-1.0, 1.0, clip=True))
         figure.colorbar(ScalarMappable(Normalize(-1.0, 1.0), SCORES_CMAP), ax=ax, fraction=0.046,
                         pad=0.03).ax.tick_params(labelsize=8)
-        ax.set_xticks(range(0, n, 4))
-        ax.set_yticks(range(0, n, 4))
-        ax.tick_params(labelsize=8)
-        ax.set_xlabel("key position q", fontsize=9)
-        ax.set_ylabel("query position p", fontsize=9)
-        ax.set_title("S[p, q] / max|S|, q <= p\n(orange: p, p-k; black: k, 0)", fontsize=10)
-        self.box_p = Rectangle((0, 0), 1, 1, fill=False, edgecolor=HIGHLIGHT_COLOR, linewidth=3)
-        self.box_0 = Rectangle((0, 0), 1, 1, fill=False, edgecolor="black", linewidth=2)
-        ax.add_patch(self.box_p)
-        ax.add_patch(self.box_0)
+        self.box_p = ax.add_patch(Rectangle((0, 0), 1, 1, fill=False, edgecolor=HIGHLIGHT_COLOR,
+                                            linewidth=3))
+        self.box_0 = ax.add_patch(Rectangle((0, 0), 1, 1, fill=False, edgecolor="black", linewidth=2))
         (self.diagonal_line,) = ax.plot([], [], color="black", linestyle=":", linewidth=1.2)
-        self.ax_circle = figure.add_subplot(grid[0, 1])
-        self.ax_circle.add_patch(Circle((0, 0), 1, fill=False, color="grey", linestyle=":"))
-        self.ax_circle.set(xlim=(-1.15, 1.15), ylim=(-1.15, 1.15), aspect="equal")
-        self.ax_circle.set_xlabel("dimension 2i", fontsize=9)
-        self.ax_circle.set_ylabel("dimension 2i+1", fontsize=9)
-        self.ax_circle.tick_params(labelsize=8)
-        self.ax_circle.set_title("pair i of the query at p (orange)\nand the key at p-k (black)",
-                                 fontsize=10)
-        (self.spoke_p,) = self.ax_circle.plot([], [], "-o", color=HIGHLIGHT_COLOR, linewidth=2)
-        (self.spoke_pk,) = self.ax_circle.plot([], [], "--o", color="black", linewidth=2)
-        ax = self.ax_diagonal = figure.add_subplot(grid[0, 2])
-        ax.set(xlim=(-0.5, n - 0.5), ylim=(-1.1, 1.1))
-        ax.tick_params(labelsize=8)
-        ax.set_xlabel("query position p' (key p' - k)", fontsize=9)
-        ax.set_ylabel("S[p', p'-k] / max|S|", fontsize=9)
-        ax.set_title("along the diagonal q = p - k\n(flat: relative; dashes: S[k, 0])",
-                     fontsize=10)
-        ax.axvspan(lesson.TRAIN_MAX_LEN - 0.5, n - 0.5, color="#eeeeee", zorder=0)
-        ax.text((lesson.TRAIN_MAX_LEN + n - 1) / 2, -1.05, "never in\ntraining", fontsize=8,
-                ha="center", va="bottom")
+        ax = _axes(figure, grid[0, 1], "dimension 2i", "dimension 2i+1",
+                   "pair i of the query at p (orange)\nand the key at p-k (black)",
+                   xlim=(-1.15, 1.15), ylim=(-1.15, 1.15), aspect="equal")
+        ax.add_patch(Circle((0, 0), 1, fill=False, color="grey", linestyle=":"))
+        (self.spoke_p,) = ax.plot([], [], "-o", color=HIGHLIGHT_COLOR, linewidth=2)
+        (self.spoke_pk,) = ax.plot([], [], "--o", color="black", linewidth=2)
+        ax = _axes(figure, grid[0, 2], "query position p' (key p' - k)", "S[p', p'-k] / max|S|",
+                   "along the diagonal q = p - k\n(flat: relative; dashes: S[k, 0])",
+                   xlim=(-0.5, n - 0.5), ylim=(-1.1, 1.1))
+        ax.axvspan(train - 0.5, n - 0.5, color="#eeeeee", zorder=0)
+        ax.text((train + n - 1) / 2, -1.05, "never in\ntraining", fontsize=8, ha="center", va="bottom")
         (self.profile,) = ax.plot([], [], "-", color="#3b75af", linewidth=1.5, marker=".")
         (self.level,) = ax.plot([], [], "--", color="black", linewidth=1)
         (self.marker,) = ax.plot([], [], "o", color=HIGHLIGHT_COLOR, markersize=8)
@@ -257,8 +210,7 @@ class PositionalView(BlitView):
 
 def positional_widget(encoding: str = ENCODINGS[0], position: int = 5, offset: int = 3,
                       pair: int = 0, head: int = 1) -> LiveAttentionWidget:
-    """The live widget of notebook 07: mode, position ``p``, offset ``k``, pair ``i`` and the
-    trained head ``h`` (for the two projected modes), opening on the given values."""
+    """Notebook 07's live widget (mode, p, k, i, h), opening on the given values."""
     positional_frame(encoding, position, offset, pair, head)  # refuses bad opening values
     controls = {
         "encoding": widgets.Dropdown(options=ENCODINGS, value=encoding, description="mode",
