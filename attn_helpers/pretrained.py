@@ -13,14 +13,6 @@ The whole model is the parts the notebooks built:
   (notebook 05), then ``x = LN(x + W_2 GELU(W_1 x))``;
 - for a sentence embedding: the mean of the last hidden states over real tokens, scaled to unit
   length.
-
->>> enc = load_encoder()
->>> batch = enc.tokenize(["The cat sat.", "Attention is all you need."])
->>> hidden, attentions = enc(batch["input_ids"], batch["attention_mask"])
->>> hidden.shape, attentions.shape  # (b, n, d), (layers, b, heads, n, n)
-(torch.Size([2, 8, 384]), torch.Size([6, 2, 12, 8, 8]))
->>> enc.encode(["The cat sat."]).shape
-torch.Size([1, 384])
 """
 
 from __future__ import annotations
@@ -144,14 +136,7 @@ def _our_name(hf_name: str) -> str:
 
 
 class Encoder(nn.Module):
-    """all-MiniLM-L6-v2 on the course's modules. Build it with :func:`load_encoder`.
-
-    - ``tokenize(sentences)`` -> dict of ``input_ids (b, n)``, ``attention_mask (b, n)`` (bool,
-      True = real token), ``tokens`` (word pieces of each sentence, ``[CLS]`` and ``[SEP]``
-      included, padding not) and ``truncated`` (one bool per sentence).
-    - ``enc(input_ids, attention_mask)`` -> ``(hidden (b, n, d), attentions (L, b, h, n, n))``.
-    - ``encode(sentences)`` -> ``(b, d)`` unit-length sentence embeddings.
-    """
+    """all-MiniLM-L6-v2 on the course's modules. Build it with :func:`load_encoder`."""
 
     def __init__(self, cfg: EncoderConfig, tokenizer):
         super().__init__()
@@ -163,16 +148,10 @@ class Encoder(nn.Module):
         self.cls_id = tokenizer.token_to_id("[CLS]")
         self.sep_id = tokenizer.token_to_id("[SEP]")
 
-    # --- tokenisation -------------------------------------------------------------------------
     def tokenize(self, sentences: list[str], *, max_length: int | None = None) -> dict:
-        """Word pieces of a batch of sentences, padded on the right to the longest.
-
-        Each sentence becomes ``[CLS] pieces... [SEP]``, cut to ``max_length`` word pieces
-        (default and most: 512, the model's number of positions) counting ``[CLS]`` and
-        ``[SEP]``. Returns ``input_ids`` (b, n) int64, ``attention_mask`` (b, n) bool,
-        ``tokens`` (list of b lists of str, ``tokens[i]`` labels the first
-        ``attention_mask[i].sum()`` positions) and ``truncated`` (list of b bools).
-        """
+        """``[CLS] word pieces [SEP]`` of each sentence, cut to ``max_length`` (default and most:
+        512) and padded on the right: ``input_ids (b, n)``, ``attention_mask (b, n)`` (bool,
+        True = real token), ``tokens`` (the real tokens of each sentence) and ``truncated``."""
         _check_sentences(sentences)
         limit = self.cfg.max_positions if max_length is None else max_length
         require_int_in("max_length", limit, 2, self.cfg.max_positions)
@@ -187,28 +166,12 @@ class Encoder(nn.Module):
             "truncated": [len(e.overflowing) > 0 for e in batch],
         }
 
-    # --- the model ----------------------------------------------------------------------------
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        *,
-        head_mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run the encoder.
-
-        Args:
-            input_ids: ``(b, n)`` integer word-piece ids, ``n <= 512``.
-            attention_mask: ``(b, n)`` bool, True = real token (0/1 integers are accepted);
-                default: every token is real. Padding is masked as a key; a padding position's
-                own row is computed but means nothing.
-            head_mask: optional ``(L, h) = (6, 12)`` bool or float; ``False``/0 switches head
-                ``(l, i)`` off (its output is zeroed before the output projection).
-
-        Returns:
-            ``hidden (b, n, d)``, the last layer's states, and ``attentions (L, b, h, n, n)``,
-            every head's weights (each row sums to one over the real keys).
-        """
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                head_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``input_ids (b, n)``, ``attention_mask (b, n)`` (True or 1 = real token; default: all
+        real) -> ``(hidden (b, n, d), attentions (L, b, h, n, n))``. Padding is masked as a key
+        (its own row means nothing). ``head_mask (L, h)``: False/0 switches head ``(l, i)`` off,
+        its output zeroed before the output projection."""
         ids, key_padding, head_mask = self._check_forward(input_ids, attention_mask, head_mask)
         mask = key_padding_to_attention_mask(key_padding)     # (b, 1, n): all queries, real keys
         x = self.embeddings(ids)                              # (b, n, d)
@@ -220,15 +183,12 @@ class Encoder(nn.Module):
 
     @torch.no_grad()
     def encode(self, sentences: list[str], *, head_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Sentence embeddings ``(b, d)``: mean of the last hidden states over the real tokens,
-        scaled to unit length (as sentence-transformers, which also cuts each sentence to 256
-        word pieces, its ``max_seq_length`` at inference; the fine-tuning used at most 128, as the
-        model card says). ``head_mask`` as in ``forward``."""
+        """Sentence embeddings ``(b, d)``: the unit-length mean of the last hidden states over the
+        real tokens, each sentence cut to 256 word pieces, as sentence-transformers does."""
         batch = self.tokenize(sentences, max_length=self.cfg.sentence_max_tokens)
         hidden, _ = self(batch["input_ids"], batch["attention_mask"], head_mask=head_mask)
         return mean_pool(hidden, batch["attention_mask"])
 
-    # --- checks -------------------------------------------------------------------------------
     def _check_forward(self, input_ids, attention_mask, head_mask):
         require_tensor("input_ids", input_ids)
         dtype = input_ids.dtype

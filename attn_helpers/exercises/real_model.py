@@ -1,11 +1,6 @@
-"""Checkers for notebook 09 (a real pretrained model): find the previous-token heads by a score
-(every head's weights of a padded batch, ``weights (L, b, h, n, n)`` and ``mask (b, n)``, True =
-a real token, in; an ``(L, h)`` grid out, pooled over sentences and queries), and compute
-Kobayashi et al.'s value-weighted norms ``||a_ij f_h(x_j)||`` of one layer's heads.
-The notebook stores them unsolved, as stubs that raise ``NotImplementedError``: the checker then
-says only that they are not implemented yet. ``exercises.hint("real_model.previous_token", 1)``
-gives hints in levels, on demand (:mod:`attn_helpers.exercises.workflow`).
-"""
+"""Checkers for notebook 09 (a real pretrained model): a previous-token score of every head,
+pooled over the real queries of a padded batch, and Kobayashi et al.'s value-weighted norms
+``||a_ij f_h(x_j)||`` of one layer's heads."""
 
 from __future__ import annotations
 
@@ -29,7 +24,7 @@ def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int
 
 
 def make_cases(seed: int) -> list[dict]:
-    """Seeded cases: padded batches of several lengths, and one sentence with no padding."""
+    """Padded batches of several lengths, and one sentence with no padding."""
     g = seeded(seed)
     cases = []
     for L, lengths, h, n in [(2, [6, 4], 3, 6), (1, [5, 2, 3], 2, 5), (3, [4], 4, 4),
@@ -168,8 +163,8 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
 
 
 def make_norm_cases(seed: int) -> list[dict]:
-    """Seeded cases: weights of padded batches, each head's value vectors and an output
-    projection ``W_O (d, h * d_head)`` with ``d`` equal to, and once unequal to, ``h * d_head``."""
+    """Padded batches' weights, each head's values and ``W_O (d, h * d_head)``, ``d`` once
+    unequal to ``h * d_head``."""
     g = seeded(seed)
     cases = []
     for lengths, h, n, d_head, d in [([5, 3], 3, 5, 4, 12), ([4], 2, 4, 3, 6), ([6, 2, 4], 4, 6, 2, 8),
@@ -215,8 +210,7 @@ HINTS["value_norms"] = (
           hints=HINTS["value_norms"])
 def check_value_norms(candidate: Callable) -> CheckResult:
     """Exercise: ``value_norms(weights (b, h, n, n), values (b, h, n, d_head), W_O (d, h * d_head))
-    -> (b, h, n, n)``, the norm of ``a_ij f_h(x_j)``, ``f_h(x_j)`` head ``h``'s value vector of
-    key ``j`` through head ``h``'s columns of ``W_O``."""
+    -> (b, h, n, n)``, the norm of ``a_ij f_h(x_j)``."""
 
     def times(w, norm):                                  # a_ij * norm_j, norm (b, h, n)
         return w * norm[:, :, None, :]

@@ -1,15 +1,7 @@
 """Notebook 09's widget: type a sentence, pick a layer and a head of all-MiniLM-L6-v2, switch the
-head off and watch the similarity to a second sentence change.
-
-* :func:`run_sentence` runs the model once on a text and keeps what every move needs: each head's
-  weights ``(L, h, n, n)``, the per-head statistics of notebook 09 and the inputs of every layer.
-* :func:`ablated_embeddings` reruns only the layers from the switched-off head's layer onwards,
-  for the 12 heads of that layer at once.
-* :func:`real_model_frame` is the pure function: two runs and the controls in, a frame out.
-* :func:`real_model_widget` caches runs by text: a new sentence runs the model once, a move only
-  redraws (a switched-off head reruns the later layers once per layer and sentence, cached).
-
-Layers and heads are numbered from 1 here, as in the notebook's text (layer 1 = ``weights[0]``).
+head off and watch the similarity to a second sentence change. A new sentence runs the model
+once (:func:`run_sentence`); a move only redraws; a head switched off reruns its layer and the
+later ones once per layer and sentence (cached). Layers and heads are numbered from 1 here.
 """
 
 from __future__ import annotations
@@ -60,15 +52,10 @@ def token_label(token: str) -> str:
 
 @dataclass(frozen=True)
 class SentenceRun:
-    """One sentence through the model, kept so that a move only redraws.
-
-    ``tokens``: the ``n`` word pieces shown (at most 512), ``labels`` the same as the plot draws
-    them (:func:`token_label`); ``weights (L, h, n, n)`` of every head;
-    ``entropy``/``fraction``/``cls``/``previous``/``following`` ``(L, h)``: each head's mean
-    entropy (nats), mean entropy / ln n, weight on ``[CLS]``, on the previous and on the next
-    token; ``embedding (d,)``: the sentence embedding, as ``enc.encode`` (first 256 pieces);
-    ``layer_inputs (L, 1, n_e, d)``: the input of every layer of that embedding's run.
-    """
+    """One sentence through the model, kept so that a move only redraws: the ``n`` word pieces
+    (at most 512) and their ``labels`` as the plot draws them, ``weights (L, h, n, n)``, each
+    head's scores ``(L, h)``, the ``embedding (d,)`` as ``enc.encode`` gives it (first 256
+    pieces) and ``layer_inputs (L, 1, n_e, d)``, every layer's input in that embedding's run."""
 
     text: str
     tokens: list
@@ -86,40 +73,35 @@ class SentenceRun:
 
 
 @torch.no_grad()
-def _layers(enc: Encoder, x: torch.Tensor, start: int = 0, head_mask=None):
-    """Run layers ``start..L-1`` on one unpadded sentence ``x (1, n, d)``; ``head_mask (h,)``
-    applies to layer ``start``. Returns ``(hidden (1, n, d), weights (L', 1, h, n, n), inputs)``."""
-    inputs, weights = [], []
-    for l, layer in enumerate(enc.layers[start:], start):
+def _layers(enc: Encoder, ids: torch.Tensor):
+    """The model on one unpadded sentence ``ids (1, n)``: ``(hidden (1, n, d), weights
+    (L, 1, h, n, n), the input of every layer (L, 1, n, d))``."""
+    x, inputs, weights = enc.embeddings(ids), [], []
+    for layer in enc.layers:
         inputs.append(x)
-        x, w = layer(x, None, head_mask if l == start else None)
+        x, w = layer(x, None)
         weights.append(w)
     return x, torch.stack(weights), torch.stack(inputs)
-
-
-def _check_text(name: str, text) -> str:
-    if not isinstance(text, str):
-        raise TypeError(f"{name} must be a str, got {type(text).__name__}")
-    if not text.strip():
-        raise SentenceError(f"{name} is empty: type a sentence (or pick an example). "
-                            "The last picture stays on show.")
-    return text
 
 
 @torch.no_grad()
 def run_sentence(enc: Encoder, text: str, *, name: str = "sentence") -> SentenceRun:
     """Tokenise ``text`` (at most 512 word pieces) and run the model once."""
-    _check_text(name, text)
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, got {type(text).__name__}")
+    if not text.strip():
+        raise SentenceError(f"{name} is empty: type a sentence (or pick an example). "
+                            "The last picture stays on show.")
     batch = enc.tokenize([text])
     tokens, ids = batch["tokens"][0], batch["input_ids"]        # ids (1, n)
     if len(tokens) <= 2:
         raise SentenceError(f"{name} {text!r} gives no word pieces, only [CLS] and [SEP]: "
                             "type some words.")
-    hidden, w, inputs = _layers(enc, enc.embeddings(ids))       # w (L, 1, h, n, n)
+    hidden, w, inputs = _layers(enc, ids)         # w (L, 1, h, n, n)
     n_e = enc.cfg.sentence_max_tokens
     if ids.shape[1] > n_e:                                      # encode() reads 256 pieces
         cut = enc.tokenize([text], max_length=n_e)["input_ids"]
-        hidden, _, inputs = _layers(enc, enc.embeddings(cut))
+        hidden, _, inputs = _layers(enc, cut)
     mask = torch.ones(1, ids.shape[1], dtype=torch.bool)
     entropy, fraction = rm.entropy_grid(w, mask)
     return SentenceRun(
@@ -132,17 +114,12 @@ def run_sentence(enc: Encoder, text: str, *, name: str = "sentence") -> Sentence
         unknown=sum(t == "[UNK]" for t in tokens))
 
 
-@torch.no_grad()
 def ablated_embeddings(enc: Encoder, run: SentenceRun, layer: int) -> torch.Tensor:
     """``(h, d)``: row ``i`` is the sentence embedding with head ``i + 1`` of layer ``layer``
-    (1-based) switched off, equal to ``enc.encode([run.text], head_mask=...)``. Only layer
-    ``layer`` (once per head) and the later layers (once, on a batch of ``h``) are rerun."""
-    l, h = layer - 1, enc.cfg.num_heads
-    keep = ~torch.eye(h, dtype=torch.bool)                       # row i: head i off
-    x = torch.cat([enc.layers[l](run.layer_inputs[l], None, k)[0] for k in keep])  # (h, n, d)
-    for later in enc.layers[l + 1:]:
-        x, _ = later(x, None)
-    return mean_pool(x, torch.ones(x.shape[:2], dtype=torch.bool))   # (h, d)
+    (1-based) switched off, equal to ``enc.encode([run.text], head_mask=...)``."""
+    x = run.layer_inputs[layer - 1]                                        # (1, n, d)
+    keep = ~torch.eye(enc.cfg.num_heads, dtype=torch.bool)                 # row i: head i off
+    return rm.heads_off(enc, x, torch.ones(x.shape[:2], dtype=torch.bool), layer - 1, keep)[:, 0]
 
 
 @dataclass

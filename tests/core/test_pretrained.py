@@ -94,8 +94,8 @@ def test_forward_matches_hf_bert_with_padding(enc, hf):
 
 @pytest.mark.slow
 def test_forward_matches_hf_bert_with_long_input(enc, hf):
-    """A 512-piece input padded with short ones: every real position (see the note in the
-    module: rows of padding queries only carry float noise, amplified over 6 layers)."""
+    """A 512-piece input padded with short ones: every real position (rows of padding queries
+    carry only float noise, amplified over 6 layers)."""
     batch = enc.tokenize([SENTENCES[1], LONG, SENTENCES[3]])
     hidden, attentions = enc(batch["input_ids"], batch["attention_mask"])
     ref_hidden, ref_attentions = hf_forward(hf[0], batch)
@@ -207,11 +207,3 @@ def test_bad_forward_inputs(enc):
             enc(*args, **kwargs)
     with pytest.raises(ValueError, match="max_length"):
         enc.tokenize(["x"], max_length=513)
-
-
-def test_module_docstring_example(enc):
-    import doctest
-
-    import attn_helpers.pretrained as module
-
-    assert doctest.testmod(module).failed == 0

@@ -1,5 +1,5 @@
 """Notebook 09's head scores on hand-made weights (exact answers), the fast ablation against the
-plain head-masked encoder, the norms, the sign test, and the findings on each half of the data."""
+plain head-masked encoder, and the value-weighted norms against their definition."""
 
 from __future__ import annotations
 
@@ -77,87 +77,38 @@ def test_bad_inputs_name_the_argument():
         rm.entropy_grid(w, mask[:, :-1])
     with pytest.raises(ValueError, match="k must be"):
         rm.top_heads(torch.zeros(2, 3), 7)
-    with pytest.raises(ValueError, match="W_O"):
-        rm.value_norms(w[0], torch.zeros(2, 3, 6, 4), torch.zeros(8, 5))
+
+
+def pair_similarities(enc, pairs, head_mask=None):
+    """The plain way: each pair's cosine from ``enc.encode`` with one head mask."""
+    e = enc.encode([s for pair in pairs for s in pair], head_mask=head_mask)    # (2p, d)
+    return (e[0::2] * e[1::2]).sum(dim=-1)
 
 
 def test_fast_ablation_equals_the_head_masked_encoder():
-    """The batched ablation gives the same cosines as enc.encode(..., head_mask) run plainly."""
     enc, data = load_encoder(), rm.load_sentences()
-    abl = rm.ablation(enc, data["paraphrases"], data["non_paraphrases"])
-    pairs, n_p = data["paraphrases"] + data["non_paraphrases"], len(data["paraphrases"])
-    on = rm.pair_similarities(enc, pairs)
-    assert torch.allclose(torch.cat([abl.paraphrase, abl.non_paraphrase]), on, atol=1e-5)
-    off = torch.ones(6, 12, dtype=torch.bool)
-    off[5] = False                                                  # layer 6's heads off
-    assert torch.allclose(abl.cosines[5, 0], rm.pair_similarities(enc, pairs, off), atol=1e-5)
-    off = torch.ones(6, 12, dtype=torch.bool)
-    off[2, 6] = False                                               # head (3, 7) alone off
-    assert torch.allclose(abl.cosines[2, 1 + 6], rm.pair_similarities(enc, pairs, off), atol=1e-5)
-    c = rm.gap_change(abl, range(n_p), range(n_p, len(pairs)), torch.Generator().manual_seed(0), 5)
-    assert c.gap == pytest.approx(float(on[:n_p].mean() - on[n_p:].mean()), abs=1e-5)
+    pairs = data["paraphrases"] + data["non_paraphrases"]
+    on, off = rm.ablation(enc, pairs)
+    assert off.shape == (6, 13, len(pairs))
+    assert torch.allclose(on, pair_similarities(enc, pairs), atol=1e-5)
+    layer_off, head_off = torch.ones(2, 6, 12, dtype=torch.bool)
+    layer_off[5] = False                                            # layer 6's heads off
+    head_off[2, 6] = False                                          # head (3, 7) alone off
+    for got, head_mask in ((off[5, 0], layer_off), (off[2, 1 + 6], head_off)):
+        assert torch.allclose(got, pair_similarities(enc, pairs, head_mask), atol=1e-5)
 
 
-def test_value_norms_add_up_and_row_shares_sum_to_one():
+def test_value_norms_are_the_definition_and_the_weights_are_the_encoders():
     enc = load_encoder()
-    att = rm.run_attention(enc, ["The cat sat on the mat.", "It was tired."])
-    weights, norms = rm.run_value_norms(enc, att.input_ids, att.mask)   # checks the heads' sum
-    assert torch.allclose(weights, att.weights, atol=1e-6)
-    f = rm.value_vector_norms(enc, att.input_ids, att.mask)             # (L, b, h, n)
-    assert torch.allclose(norms, weights * f[:, :, :, None, :], atol=1e-5)
-    shares = rm.row_shares(norms)
-    real_rows = att.mask[None, :, None, :].expand(shares.shape[:-1])
-    assert torch.allclose(shares.sum(-1)[real_rows], torch.ones(()), atol=1e-5)
-
-
-def test_sign_test_is_the_binomial_tail():
-    p = rm.sign_test(torch.tensor([16, 5, 0, 3]), torch.tensor([0, 0, 0, 3]))
-    assert p[0] == pytest.approx(2.0 ** -16) and p[1] == pytest.approx(1 / 32)
-    assert p[2] == 1 and p[3] == pytest.approx(42 / 64)
-
-
-def test_coreference_counts_flips_and_items_must_come_in_pairs():
-    co = rm.coreference(load_encoder(), rm.load_sentences()["coreference"])
-    assert co.pairs == 16 and co.correct.shape == (6, 12)
-    assert ((co.right + co.wrong) <= co.pairs).all() and int(co.correct.max()) <= 2 * co.pairs
-    with pytest.raises(ValueError, match="pairs"):
-        rm.coreference(None, [["The cat sat because it was tired.", "cat", "mat"]])
-
-
-@pytest.mark.parametrize("half", [0, 1])
-def test_positional_head_and_cls_sink_hold_on_each_half_of_the_sentences(half):
-    """Not a property of a few sentences: each half of the shipped set shows the previous-token
-    head (> 0.9) and the [CLS] sink (> 0.5 in layers 2-5) that the notebook reports."""
-    enc = load_encoder()
-    att = rm.run_attention(enc, rm.load_sentences()["sentences"][6 * half: 6 * half + 6])
-    previous = rm.offset_scores(att.weights, att.mask, -1)
-    cls = rm.sink_shares(att.weights, att.mask, att.input_ids, enc.cls_id).mean(dim=1)
-    assert rm.top_heads(previous, 1)[0][:2] == (0, 2) and previous[0, 2] > 0.9
-    assert (cls[1:-1] > 0.5).all()
-
-
-def test_bootstrap_gap_resamples_each_group_within_itself():
-    cosines = torch.tensor([[1.0, 1.0, 0.0, 0.0, 0.0], [0.9, 0.7, 0.1, 0.2, 0.3]])   # (2, pairs)
-    g = torch.Generator().manual_seed(0)
-    boot = rm.bootstrap_gap(cosines, range(0, 2), range(2, 5), g, resamples=200)
-    assert boot.shape == (2, 200)
-    assert torch.equal(boot[0], torch.ones(200))                    # constant groups: no spread
-    assert (boot[1] >= 0.4 - 1e-6).all() and (boot[1] <= 0.8 + 1e-6).all()     # within the extremes
-    assert boot[1].mean() == pytest.approx(0.8 - 0.2, abs=0.03)
-    for bad in (range(0), range(3, 9), [0, 1]):
-        with pytest.raises(ValueError, match="first"):
-            rm.bootstrap_gap(cosines, bad, range(2, 5), g)
-
-
-def test_gap_change_reads_the_right_way_for_a_negative_gap():
-    """change > 0 means the gap rose, whatever the gap's sign: a gap of -1 that falls to -2 is -1."""
-    para, non = torch.tensor([0.0, 0.0]), torch.tensor([1.0, 1.0])         # gap on: 0 - 1 = -1
-    cosines = torch.zeros(1, 2, 4)                                         # (L=1, 1 + h=1, pairs)
-    cosines[0, 0] = torch.tensor([0.0, 0.0, 2.0, 2.0])                    # the layer off: -2
-    cosines[0, 1] = torch.tensor([0.5, 0.5, 1.0, 1.0])                    # the head off: -0.5
-    abl = rm.Ablation(para, non, cosines)
-    c = rm.gap_change(abl, range(0, 2), range(2, 4), torch.Generator().manual_seed(0), 50)
-    assert c.gap == pytest.approx(-1.0)
-    assert torch.allclose(c.off, torch.tensor([[-2.0, -0.5]]))
-    assert torch.allclose(c.change, torch.tensor([[-1.0, 0.5]]))          # fell by |gap|; rose by half
-    assert c.boot.shape == (1, 2, 50) and torch.allclose(c.boot, c.change[..., None])  # no spread
+    batch = enc.tokenize(["The cat sat on the mat.", "It was tired."])
+    ids, real = batch["input_ids"], batch["attention_mask"]
+    weights, norms, f = rm.run_value_norms(enc, ids, real)      # checks the heads' sum itself
+    with torch.no_grad():
+        assert torch.allclose(weights, enc(ids, real)[1], atol=1e-6)
+        att, x = enc.layers[0].attention, enc.embeddings(ids)
+        v = att.v_proj(x)                                          # (b, n, h * d_head)
+        for head in (0, 11):                                       # f_h(x_j) = v_j^(h) W_O^(h)
+            cols = slice(32 * head, 32 * (head + 1))
+            f_h = v[..., cols] @ att.out_proj.weight[:, cols].T    # (b, n, d)
+            assert torch.allclose(f[0, :, head], f_h.norm(dim=-1), atol=1e-5)
+    assert torch.allclose(norms, weights * f[:, :, :, None, :])

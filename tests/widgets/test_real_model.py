@@ -109,8 +109,7 @@ def test_frame_readouts_and_weights(enc, runs):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"layer": 0}, "layer"), ({"layer": 7}, "layer"), ({"head": 13}, "head"),
-    ({"head": True}, "head"), ({"ablate": True}, "ablated"),
+    ({"layer": 7}, "layer"), ({"head": True}, "head"), ({"ablate": True}, "ablated"),
 ])
 def test_frame_bad_arguments(runs, kwargs, match):
     args = {"layer": 1, "head": 1, **kwargs}
@@ -185,7 +184,7 @@ def test_ablation_toggle_changes_the_similarity_readout(enc, widget):
     widget.set(sentence=A, partner=B, layer=6, head=4, ablate=True)
     head_mask = torch.ones(6, 12, dtype=torch.bool)
     head_mask[5, 3] = False
-    expected = float(rm.pair_similarities(enc, [[A, B]], head_mask)[0])
+    expected = float(enc.encode([A, B], head_mask=head_mask).prod(dim=0).sum())
     assert float(widget.readouts["similarity with this head off"]) == pytest.approx(expected,
                                                                                     abs=2e-4)
     before = float(widget.readouts["similarity to the second sentence"])
