@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..lessons.positional_encoding import half_weight_reach
 from ..positional import alibi_slopes
 from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
@@ -270,8 +271,8 @@ def _reach_cases() -> list[dict]:
 
 
 def half_weight_reach_reference(m: torch.Tensor, n: int) -> torch.Tensor:
-    """``(H,)`` long: ``ceil(-ln((1 + r^n) / 2) / m)`` with ``r = e^{-m}``."""
-    return _reach(m, n)
+    """``(H,)`` long: ``ceil(-ln((1 + r^n) / 2) / m)`` with ``r = e^{-m}`` (the lesson's function)."""
+    return half_weight_reach(m, n)
 
 
 _ONE_SHORT = ("one short: k counts the keys at distances 0 .. k - 1, one more than the distance of "
