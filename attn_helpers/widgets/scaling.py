@@ -52,12 +52,6 @@ def scaling_frame(
     return frame
 
 
-def settings_line(d_k: int, scaled: bool, temperature: float) -> str:
-    """The settings as the picture states them: ``d_k = 1024 | divided by sqrt(d_k): no | T = 1``."""
-    return (f"d_k = {d_k}   |   divided by sqrt(d_k): {'yes' if scaled else 'no'}   |   "
-            f"temperature T = {temperature:.3g}")
-
-
 class ScalingView(BlitView):
     """The heatmap and entropy view, the settings pasted in a line under the map (no full redraw
     on a move)."""
@@ -73,7 +67,9 @@ class ScalingView(BlitView):
 
     def draw(self, frame: AttentionFrame) -> None:
         self.panel.set_frame(frame)
-        self.lines.set([settings_line(**frame.settings)], [(0.02, 0.035)])
+        d_k, scaled, temperature = frame.settings.values()
+        self.lines.set([f"d_k = {d_k}   |   divided by sqrt(d_k): {'yes' if scaled else 'no'}   |   "
+                        f"temperature T = {temperature:.3g}"], [(0.02, 0.035)])
 
 
 def scaling_widget(seed: int = 0, *, d_k: int = 64, scaled: bool = True,

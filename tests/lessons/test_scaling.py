@@ -1,6 +1,7 @@
-"""Notebook 03's lesson module: the softmax Jacobian and its gain, the temperature bisection, the
-retrieval model and the claims about its runs, and exercise 3's gradient table. The notebook's
-measurements are asserted in its cells; the multi-seed runs are studies/scaling_retrieval.py."""
+"""Notebook 03's lesson module: the softmax Jacobian against autograd, the temperature bisection,
+the retrieval model, the recorded claims (they can fail) and exercise 3's gradient table. The
+notebook's measurements are asserted in its cells; the multi-seed runs are
+studies/scaling_retrieval.py."""
 
 from __future__ import annotations
 
@@ -33,11 +34,6 @@ def test_jacobian_batched_and_norm_extremes():
     assert J.shape == (2, 3, 5, 5)
     torch.testing.assert_close(J[1, 2], scaling.softmax_jacobian(a[1, 2]))
     assert scaling.jacobian_norm(torch.tensor([0.0, 1.0, 0.0])) == 0
-    n = 4
-    uniform = torch.full((n,), 1 / n, dtype=torch.float64)
-    assert scaling.jacobian_norm(uniform).item() == pytest.approx(math.sqrt(n - 1) / n)
-    tie = torch.tensor([0.5, 0.5, 0.0, 0.0], dtype=torch.float64)
-    assert scaling.jacobian_norm(tie).item() == pytest.approx(0.5)   # more than the uniform row
     with pytest.raises(TypeError, match="floating"):
         scaling.softmax_jacobian(torch.ones(3, dtype=torch.long))
 
@@ -98,17 +94,6 @@ def test_retrieval_model_differs_only_by_the_scale(gen):
         (torch.softmax(scores / 4.0, -1)[..., None] * values).sum(1))
     torch.testing.assert_close(
         unscaled(query, keys, values), (torch.softmax(scores, -1)[..., None] * values).sum(1))
-
-
-def test_training_claims_hold_on_seed_1_and_can_fail():
-    """The claims the notebook asserts on seed 0 (and the study on seeds 0-4), on seed 1; with the
-    runs swapped, the first four fail."""
-    runs = {flag: scaling.train_retrieval(scaled=flag, seed=1) for flag in (True, False)}
-    result = scaling.training_claims(runs)
-    assert len(result) == 5 and all(result.values()), result
-    assert [step for step, _ in runs[True].evaluations] == list(range(0, 301, 50))
-    swapped = scaling.training_claims({True: runs[False], False: runs[True]})
-    assert not any(list(swapped.values())[:4])
 
 
 def test_spikes_counts_losses_above_the_threshold_after_start():
