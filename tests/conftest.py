@@ -1,8 +1,6 @@
 """Shared test setup: a headless matplotlib backend, figures closed after every test, a private
-progress file, a seeded generator and the committed notebooks. The tests mirror the package
-(``core/``, ``lessons/``, ``widgets/``, ``exercises/``, ``tools/``) plus ``notebooks/``;
-``_reference.py`` (independent reference formulas) and ``_exercises.py`` are importable from all.
-"""
+progress file, a seeded generator and the committed notebooks; ``_reference.py`` (independent
+reference formulas) and ``_exercises.py`` are importable from every test."""
 
 import sys
 from pathlib import Path

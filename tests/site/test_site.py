@@ -1,20 +1,9 @@
 """The course's static site (``docs/site/build.py``, run by ``python3 course.py site``) and the
-GitHub workflows a fork runs (``.github/workflows/``).
-
-The site is built once per session from the stored notebooks (nothing is executed) into a
-temporary folder, then checked: a page per notebook, the landing page is the course map, previous
-and next links on every page, every internal link and picture resolves, nothing loads from the
-network (scanned in the HTML and CSS, and watched in Chromium), and it stays under 60 MB. Headless
-Chromium (Debian's ``chromium``, at /usr/bin/chromium or ``$CHROMIUM``, driven by Playwright)
-opens the landing page and notebook 03's page from the file system, checks that the math is
-typeset (no raw ``$...$`` left, no MathJax error) and that every picture loaded, and saves
-full-page screenshots to ``artifacts/site/`` (or ``$SITE_ARTIFACTS``), which CI keeps.
-
-Without the site's generator (Sphinx, MyST-NB, ... from requirements.txt), Chromium, Playwright or
-check-jsonschema, the tests that need them skip with the reason, except under ``CI=true``, where
-they fail. The site-building tests are marked ``slow`` (the build takes about a minute on a
-2-core CPU): ``course.py test --fast`` leaves them out.
-"""
+GitHub workflows a fork runs (``.github/workflows/``). The site is built once per session from the
+stored notebooks into a temporary folder: a page per notebook, the course map, previous and next
+links, every link resolves, nothing loads from the network, under 60 MB; headless Chromium checks
+the typeset math and saves screenshots to ``artifacts/site/`` (``$SITE_ARTIFACTS``). Missing tools
+skip a test, except under ``CI=true``, where they fail. The build is marked ``slow``."""
 
 from __future__ import annotations
 
@@ -29,6 +18,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+
+from attn_helpers.course_map import COURSE
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "docs" / "site" / "build.py"
@@ -57,13 +48,6 @@ def need(missing: list[str]) -> None:
         if IN_CI:
             pytest.fail(f"CI=true but this test cannot run: {reason}")
         pytest.skip(reason)
-
-
-def load_build_module():
-    spec = importlib.util.spec_from_file_location("site_build", BUILD)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session")
@@ -96,41 +80,34 @@ def pages(site: Path) -> list[Path]:
 
 def course_pages() -> list[str]:
     """index, then every notebook's page, in the course's order."""
-    return ["index", *(f"{lesson['number']}_{lesson['slug']}"
-                       for lesson in load_build_module().course())]
+    return ["index", *(f"{lesson.number}_{lesson.slug}" for lesson in COURSE)]
 
 
 # --- the build and its pages ------------------------------------------------------------------
-
-@pytest.mark.slow
-def test_one_page_per_notebook(site):
-    assert (site / "index.html").is_file()
-    built = {p.stem for p in site.glob("*.html")} - {"index", "search", "genindex"}
-    assert built == {nb.stem for nb in NOTEBOOKS}, "expected exactly one page per notebook"
-    assert course_pages()[1:] == [nb.stem for nb in NOTEBOOKS], (
-        "attn_helpers/course_map.py's COURSE and notebooks/ disagree")
-
 
 @pytest.mark.slow
 def test_the_landing_page_is_the_course_map(site):
     article = soup(site / "index.html").select_one("article")
     links = [a["href"] for a in article.select("a[href]")]
     positions = []
-    for lesson in load_build_module().course():
-        page = f"{lesson['number']}_{lesson['slug']}.html"
+    for lesson in COURSE:
+        page = f"{lesson.number}_{lesson.slug}.html"
         assert page in links, f"the course map does not link {page}"
         positions.append(links.index(page))
         card = next(a for a in article.select("a[href]") if a["href"] == page).find_parent(
             class_="sd-card")
         text = " ".join(card.get_text(" ").split())
-        assert " ".join(lesson["idea"].split()) in text, f"{page}: its one idea is missing"
-        assert card.select_one(f'img[src$="{lesson["number"]}.png"]'), f"{page}: no thumbnail"
+        assert " ".join(lesson.idea.split()) in text, f"{page}: its one idea is missing"
+        assert card.select_one(f'img[src$="{lesson.number}.png"]'), f"{page}: no thumbnail"
     assert positions == sorted(positions), "the course map is not in the course's order"
 
 
 @pytest.mark.slow
-def test_every_page_has_previous_and_next_links(site):
+def test_one_page_per_notebook_linked_in_the_course_order(site):
     order = course_pages()
+    built = {p.stem for p in site.glob("*.html")} - {"search", "genindex"}
+    assert built == set(order) and order[1:] == [nb.stem for nb in NOTEBOOKS], (
+        "expected index and one page per notebook; COURSE and notebooks/ must agree")
     for i, name in enumerate(order):
         page = soup(site / f"{name}.html")
         prev, nxt = page.select_one("a.left-prev"), page.select_one("a.right-next")
@@ -164,50 +141,38 @@ def test_solutions_going_deeper_and_widgets_are_presented_as_promised(site):
 
 
 @pytest.mark.slow
-def test_every_internal_link_and_picture_resolves(site):
-    broken, ids = [], {}
+def test_every_internal_link_resolves_and_nothing_loads_from_the_network(site):
+    broken, remote, ids = [], [], {}
     for page in pages(site):
+        where = page.relative_to(site)
         for tag in soup(page).find_all(["a", *LOADING]):
             attr = "href" if tag.name == "a" else LOADING[tag.name]
             url = tag.get(attr)
+            if tag.name != "a" and any(v and REMOTE.match(v.strip()) for v in (url, tag.get("srcset"))):
+                remote.append(f"{where}: <{tag.name} {attr}={url!r}>")
             if not url or url.startswith(("mailto:", "data:", "javascript:")) or REMOTE.match(url):
-                continue     # remote loads are test_nothing_loads_from_the_network's
+                continue
             parts = urlsplit(url)
             target = (page.parent / unquote(parts.path)).resolve() if parts.path else page
             if not target.is_file():
-                broken.append(f"{page.relative_to(site)}: <{tag.name} {attr}={url!r}>")
+                broken.append(f"{where}: <{tag.name} {attr}={url!r}>")
             elif parts.fragment and target.suffix == ".html":
                 if target not in ids:
                     ids[target] = {t["id"] for t in soup(target).find_all(id=True)}
                 if unquote(parts.fragment) not in ids[target]:
-                    broken.append(f"{page.relative_to(site)}: {url!r} (no such anchor)")
-    for css in site.rglob("*.css"):
-        for url in re.findall(r"url\(\s*['\"]?([^'\")]+)", css.read_text(encoding="utf-8")):
-            if url.startswith("data:") or REMOTE.match(url) or url.startswith("#"):
-                continue
-            if not (css.parent / unquote(urlsplit(url).path)).is_file():
-                broken.append(f"{css.relative_to(site)}: url({url})")
-    assert not broken, "broken internal links or pictures:\n" + "\n".join(sorted(set(broken)))
-
-
-@pytest.mark.slow
-def test_nothing_loads_from_the_network(site):
-    remote = []
-    for page in pages(site):
-        for name, attr in LOADING.items():
-            for tag in soup(page).find_all(name):
-                for value in (tag.get(attr), tag.get("srcset")):
-                    if value and REMOTE.match(value.strip()):
-                        remote.append(f"{page.relative_to(site)}: <{name} {attr}={value!r}>")
-        for tag in soup(page).find_all("link", rel=True):
-            if {"preconnect", "dns-prefetch"} & set(tag["rel"]):
-                remote.append(f"{page.relative_to(site)}: <link rel={tag['rel']}>")
+                    broken.append(f"{where}: {url!r} (no such anchor)")
+        remote += [f"{where}: <link rel={t['rel']}>" for t in soup(page).find_all("link", rel=True)
+                   if {"preconnect", "dns-prefetch"} & set(t["rel"])]
     for css in site.rglob("*.css"):
         text = css.read_text(encoding="utf-8")
         for url in re.findall(r"url\(\s*['\"]?([^'\")]+)", text) + re.findall(
                 r"@import\s+['\"]([^'\"]+)", text):
             if REMOTE.match(url.strip()):
                 remote.append(f"{css.relative_to(site)}: {url}")
+            elif not url.startswith(("data:", "#")) and not (
+                    css.parent / unquote(urlsplit(url).path)).is_file():
+                broken.append(f"{css.relative_to(site)}: url({url})")
+    assert not broken, "broken internal links or pictures:\n" + "\n".join(sorted(set(broken)))
     assert not remote, "the site would load these from the network:\n" + "\n".join(remote)
 
 
@@ -317,10 +282,6 @@ def test_the_test_workflow_runs_the_readme_test_command():
     assert {"push", "pull_request"} <= set(data["on"])
     runs = "\n".join(step.get("run", "") for step in steps(data))
     assert re.search(rf"^\s*{re.escape(TEST_COMMAND)}\s*$", runs, flags=re.M), runs
-    assert re.search(r"apt-get install .*\bchromium\b", runs), "Chromium from Debian's packages"
-    caches = [s for s in steps(data) if s.get("uses", "").startswith("actions/cache@")]
-    assert any("~/.cache/pip" in s["with"]["path"] and "requirements.txt" in s["with"]["key"]
-               for s in caches), "the pip cache, keyed on requirements.txt"
 
 
 def test_the_site_workflow_builds_and_publishes_to_pages():
