@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import ipywidgets as widgets
@@ -43,21 +42,20 @@ class LookupFrame(AttentionFrame):
 
 
 class LookupView(BlitView):
-    """The plane with the labelled ``keys``, the query and the output; the weights with their
-    entropy; and the entropy against the temperature."""
+    """The plane with the labelled ``DEMO_KEYS``, the query and the output; the weights with
+    their entropy; and the entropy against the temperature."""
 
-    def __init__(self, keys: Mapping[str, tuple[float, float]] = DEMO_KEYS,
-                 figsize: tuple[float, float] = (9.6, 5.4), limit: float = 3.0):
-        super().__init__(figsize)
+    def __init__(self):
+        super().__init__((9.6, 5.4))
         self.figure.set_layout_engine("none")  # the gridspec below, not the notebooks' layout
         grid = self.figure.add_gridspec(2, 2, width_ratios=[1, 1.45], height_ratios=[1.1, 1],
                                         left=0.06, right=0.94, bottom=0.09, top=0.95, wspace=0.2,
                                         hspace=0.3)
         plane = self.figure.add_subplot(grid[:, 0])
-        plane.set(xlim=(-limit, limit), ylim=(-limit, limit), aspect="equal")
+        plane.set(xlim=(-3, 3), ylim=(-3, 3), aspect="equal")
         plane.grid(alpha=0.3)
         plane.set_title("keys, query and output", fontsize=10)
-        xy = np.array(list(keys.values()))                                         # (n_k, 2)
+        xy = np.array(list(DEMO_KEYS.values()))                                    # (n_k, 2)
         self.query_artist = plane.scatter([0], [0], marker="*", s=260, color="#d62728", zorder=5,
                                           label="query q")
         self.output_artist = plane.scatter([0], [0], marker="X", s=120, color=HIGHLIGHT_COLOR,
@@ -65,7 +63,7 @@ class LookupView(BlitView):
         self.keys_artist = plane.scatter(*xy.T, s=40, c=np.zeros(len(xy)), cmap=weights_cmap(),
                                          vmin=0, vmax=1, edgecolor="black", zorder=3,
                                          label="key (size, colour: weight)")
-        for (x, y), label in zip(xy, keys, strict=True):
+        for (x, y), label in zip(xy, DEMO_KEYS, strict=True):
             plane.annotate(label, (x, y), xytext=(7, 7), textcoords="offset points", fontsize=10)
         plane.legend(loc="lower left", fontsize=8, markerscale=0.6)
         self.panel = AttentionPanel(self.blit, grid[0, 1], title="weights a_j of the query q",
@@ -73,13 +71,13 @@ class LookupView(BlitView):
         self.panel.ax_entropy.set_xlabel("nats (dashes: ln n)", fontsize=8)
         curve = self.figure.add_subplot(grid[1, 1])
         t_min, t_max, ceiling = CURVE_TEMPERATURES.min().item(), CURVE_TEMPERATURES.max().item(), \
-            max_entropy(len(keys))
+            max_entropy(len(DEMO_KEYS))
         curve.set(xscale="log", xlim=(t_min / 1.25, t_max * 1.25), ylim=(0, ceiling * 1.15))
         curve.set_xlabel("temperature T", fontsize=9)  # the margins keep the end markers whole
         curve.set_ylabel("entropy (nats)", fontsize=9)
         curve.set_title("entropy of this query's weights against T", fontsize=10)
         curve.axhline(ceiling, color="#c0392b", linestyle="--")
-        curve.text(t_min * 1.1, ceiling * 1.02, f"ceiling ln {len(keys)} = {ceiling:.2f}",
+        curve.text(t_min * 1.1, ceiling * 1.02, f"ceiling ln {len(DEMO_KEYS)} = {ceiling:.2f}",
                    color="#c0392b", fontsize=8, va="bottom")
         (self.curve_line,) = curve.plot([], [], color=BAR_COLOR)
         (self.curve_marker,) = curve.plot([], [], "o", color=HIGHLIGHT_COLOR, markersize=8)
@@ -99,16 +97,15 @@ class LookupView(BlitView):
         self.curve_marker.set_data([frame.temperature], [frame.entropy[0].item()])
 
 
-def lookup_2d_frame(query_x: float, query_y: float, temperature: float,
-                    keys: Mapping[str, tuple[float, float]] = DEMO_KEYS) -> LookupFrame:
+def lookup_2d_frame(query_x: float, query_y: float, temperature: float) -> LookupFrame:
     r"""One soft lookup in the plane, each value its key's own position, so the output
     :math:`\sum_j a_j k_j` is a point of the picture. Scores: :math:`q \cdot k_j / (\sqrt{2}\,T)`."""
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    labels = list(keys)
-    keys_xy = torch.tensor([keys[name] for name in labels], dtype=torch.float64)   # (n_k, 2)
+    labels = list(DEMO_KEYS)
+    keys_xy = torch.tensor(list(DEMO_KEYS.values()), dtype=torch.float64)         # (n_k, 2)
     query = torch.tensor([query_x, query_y], dtype=torch.float64)                  # (2,)
     output, weights = scaled_dot_product_attention(
         query[None, :], keys_xy, keys_xy, scale=1.0 / (math.sqrt(2.0) * temperature))
@@ -127,9 +124,8 @@ def lookup_2d_frame(query_x: float, query_y: float, temperature: float,
     )
 
 
-def lookup_2d_widget(keys: Mapping[str, tuple[float, float]] = DEMO_KEYS, *,
-                     query: tuple[float, float] = QUERY) -> LiveAttentionWidget:
-    """The live widget of notebook 02: move a query among labelled keys, change the temperature.
+def lookup_2d_widget(*, query: tuple[float, float] = QUERY) -> LiveAttentionWidget:
+    """The live widget of notebook 02: move a query among ``DEMO_KEYS``, change the temperature.
     It opens on ``query`` (by default section 1's, so the first picture shows its weights)."""
     slider = dict(min=-3.0, max=3.0, step=0.1, continuous_update=True,
                   layout=widgets.Layout(width="300px"))
@@ -140,9 +136,5 @@ def lookup_2d_widget(keys: Mapping[str, tuple[float, float]] = DEMO_KEYS, *,
                                               description="temperature",
                                               layout=widgets.Layout(width="300px")),
     }
-
-    def compute(query_x, query_y, temperature):
-        return lookup_2d_frame(query_x, query_y, temperature, keys)
-
-    return LiveAttentionWidget(compute, controls, LookupView(keys),
+    return LiveAttentionWidget(lookup_2d_frame, controls, LookupView(),
                                title="Soft lookup: move the query, change the temperature")

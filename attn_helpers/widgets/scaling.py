@@ -18,10 +18,8 @@ D_K_OPTIONS = tuple(2 ** i for i in range(11))  # 1 .. 1024
 N_TOKENS = 8
 
 
-def scaling_frame(
-    d_k: int, scaled: bool, temperature: float, *, n_tokens: int = N_TOKENS, seed: int = 0,
-) -> AttentionFrame:
-    """The weights of ``n_tokens`` random standard-normal queries and keys, cut to their first
+def scaling_frame(d_k: int, scaled: bool, temperature: float, *, seed: int = 0) -> AttentionFrame:
+    """The weights of ``N_TOKENS`` random standard-normal queries and keys, cut to their first
     ``d_k`` components, from the scores ``q . k / (sqrt(d_k) if scaled else 1) / temperature``."""
     if d_k not in D_K_OPTIONS:
         raise ValueError(f"d_k must be a power of two in {D_K_OPTIONS}, got {d_k!r}")
@@ -32,14 +30,14 @@ def scaling_frame(
     if not (math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be > 0, got {temperature}")
     g = torch.Generator().manual_seed(seed)
-    q, k = torch.randn(2, n_tokens, D_K_OPTIONS[-1], generator=g, dtype=torch.float64)[..., :d_k]
+    q, k = torch.randn(2, N_TOKENS, D_K_OPTIONS[-1], generator=g, dtype=torch.float64)[..., :d_k]
     divisor = (math.sqrt(d_k) if scaled else 1.0) * temperature
     scores = q @ k.T / divisor
     weights = torch.softmax(scores, dim=-1)
     frame = AttentionFrame(
         weights=weights,
-        query_labels=[f"q{i}" for i in range(n_tokens)],
-        key_labels=[f"k{i}" for i in range(n_tokens)],
+        query_labels=[f"q{i}" for i in range(N_TOKENS)],
+        key_labels=[f"k{i}" for i in range(N_TOKENS)],
     )
     frame.settings = {"d_k": d_k, "scaled": scaled, "temperature": temperature}  # drawn in
     frame.readouts = {
@@ -56,8 +54,8 @@ class ScalingView(BlitView):
     """The heatmap and entropy view, the settings pasted in a line under the map (no full redraw
     on a move)."""
 
-    def __init__(self, figsize: tuple[float, float] = (6.8, 4.4)):
-        super().__init__(figsize)
+    def __init__(self):
+        super().__init__((6.8, 4.4))
         grid = self.figure.add_gridspec(1, 1, left=0.01, right=0.99, bottom=0.08, top=0.99)
         self.panel = AttentionPanel(self.blit, grid[0],
                                     title="attention weights of 8 random queries")
