@@ -11,7 +11,7 @@ import torch
 
 from ..lessons.positional_encoding import half_weight_reach
 from ..positional import alibi_slopes
-from .core import CheckResult, Mistake, Refused, check_function, seeded
+from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
 __all__ = ["REACH_MARGIN", "check_reach", "check_rope_layout", "check_sinusoidal",
@@ -234,17 +234,9 @@ def check_rope_layout(to_interleaved: Callable) -> CheckResult:
     """Exercise: ``to_interleaved(W_Q (h d_head, d_in), W_K (g d_head, d_in), h, g) -> (W_Q',
     W_K')``, see :func:`to_interleaved_reference`; rows only move, so compared exactly, in the
     input's dtype."""
-    def run(W_Q, W_K, h, g):
-        out = to_interleaved(W_Q, W_K, h, g)
-        if out is not None and not (isinstance(out, tuple | list) and len(out) == 2
-                                    and all(isinstance(t, torch.Tensor) for t in out)):
-            got = type(out).__name__ if not isinstance(out, tuple | list) else f"{len(out)} values"
-            raise Refused(f"to_interleaved must return two tensors (W_Q', W_K'), got {got}.")
-        return None if out is None else tuple(out)
-
-    return check_function(run, to_interleaved_reference, _layout_cases(), what="to_interleaved",
-                          output_names=("W_Q'", "W_K'"), atol=1e-12, rtol=0.0, same_dtype=True,
-                          mistakes=LAYOUT_MISTAKES)
+    return check_function(to_interleaved, to_interleaved_reference, _layout_cases(),
+                          what="to_interleaved", output_names=("W_Q'", "W_K'"), atol=1e-12, rtol=0.0,
+                          same_dtype=True, mistakes=LAYOUT_MISTAKES)
 
 
 # --- exercise 3: how far back an ALiBi head looks ----------------------------------------------
@@ -267,7 +259,6 @@ def _reach_cases() -> list[dict]:
         (slopes(16), 2048),
         (torch.tensor([1e-6, 1e-4, 1e-3], dtype=torch.float64), 1001),
         (torch.tensor([0.3, 3.0, 40.0], dtype=torch.float64), 50), (log_m.exp(), n)]]
-
 
 
 def half_weight_reach_reference(m: torch.Tensor, n: int) -> torch.Tensor:
@@ -304,14 +295,13 @@ def check_reach(half_weight_reach: Callable) -> CheckResult:
     """Exercise: ``half_weight_reach(m (H,), n) -> (H,)`` long: the fewest nearest keys holding half
     the weight of a causal row of ``n`` keys under ALiBi's bias ``-m delta``."""
 
-    def whole(m, n):  # the learner's reaches as float64, for check_function to compare
+    def whole(m, n):  # the reaches count keys: an integer tensor
         k = half_weight_reach(m, n)
-        if k is not None and not (isinstance(k, torch.Tensor) and not k.is_floating_point()
-                                  and not k.is_complex() and k.dtype != torch.bool):
-            got = f"dtype {k.dtype}" if isinstance(k, torch.Tensor) else type(k).__name__
+        if isinstance(k, torch.Tensor) and (k.is_floating_point() or k.is_complex()
+                                            or k.dtype == torch.bool):
             raise TypeError(f"the reaches count keys: return them as a LongTensor (H,) of whole "
-                            f"numbers (.long()), got {got}")
-        return None if k is None else k.double()
+                            f"numbers (.long()), got dtype {k.dtype}")
+        return k
 
     return check_function(
         whole, half_weight_reach_reference, _reach_cases(), what="half_weight_reach",
