@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import math
 
 import numpy as np
 import pytest
@@ -44,12 +43,6 @@ def test_build_mask_is_the_and_of_its_parts():
                        sliding_window_mask(n, 2, causal=False))
     assert torch.equal(build_mask("sliding window (causal) + padding", n, 2, 4),
                        sliding_window_mask(n, 2) & padding)
-
-
-def test_causal_ceilings_are_ln_of_one_to_n():
-    frame = masking_frame("causal", 3, 8, 5, "A")
-    assert frame.readouts["visible keys per query"] == list(range(1, 9))
-    assert frame.readouts["entropy ceilings ln(visible)"] == [round(math.log(i), 3) for i in range(1, 9)]
 
 
 @pytest.mark.parametrize("kwargs, match", [

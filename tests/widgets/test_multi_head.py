@@ -114,33 +114,19 @@ def trained():
     return widget, ablation_data(model, tokens, targets), heads
 
 
-def accuracy(widget, relation: str) -> float:
-    return float(widget.readouts[f"held-out accuracy, {relation} letter (chance 0.125)"])
-
-
-@pytest.mark.parametrize("off", ["previous", "first"])
-def test_switching_a_head_off_drops_its_relation_to_chance(trained, off):
+def test_the_widget_shows_the_pure_functions_ablation(trained):
+    """A checkbox move looks up ablation_frame's answer (the accuracies themselves are asserted in
+    notebook 04's cell, which nbval runs)."""
     widget, data, heads = trained
-    kept = "first" if off == "previous" else "previous"
-    widget.set(example=2, head=ALL_HEADS, head_0_on=True, head_1_on=True)
-    assert accuracy(widget, off) >= 0.99
-    assert accuracy(widget, kept) >= 0.99
-    widget.set(**{f"head_{heads[off]}_on": False})
-    chance = 1 / heads_task.CONFIG.vocab
-    assert abs(accuracy(widget, off) - chance) <= 0.03
-    assert accuracy(widget, kept) > 0.95
-    assert widget.readouts["heads switched off"] == f"head {heads[off]}"
-    heads_on = tuple(i != heads[off] for i in range(2))
-    expected = ablation_frame(data, 2, heads_on)                       # the pure function's frame
+    off = heads["previous"]
+    widget.set(example=2, head=ALL_HEADS, **{f"head_{i}_on": i != off for i in range(2)})
+    expected = ablation_frame(data, 2, widget.frame.heads_on)
     shown = widget.frame.ablation
-    assert shown.heads_on == heads_on == widget.frame.heads_on
-    assert torch.equal(shown.predictions, expected.predictions)
-    assert torch.equal(shown.correct, expected.correct)
-    assert torch.equal(shown.weights, expected.weights) and shown.accuracy == expected.accuracy
-    strip = widget.readouts[f"{off} letter named at positions 1.. (✓ right, ✗ wrong)"].split()
-    relation = heads_task.RELATIONS.index(off)
-    assert [s[1] == "✓" for s in strip] == expected.correct[1:, relation].tolist()
-    assert len(strip) == data.tokens.shape[1] - 1
+    assert widget.frame.heads_on == tuple(i != off for i in range(2))
+    assert torch.equal(shown.predictions, expected.predictions) and shown.accuracy == expected.accuracy
+    assert widget.readouts["heads switched off"] == f"head {off}"
+    strip = widget.readouts["previous letter named at positions 1.. (✓ right, ✗ wrong)"].split()
+    assert [s[1] == "✓" for s in strip] == expected.correct[1:, 0].tolist()
     widget.set(head_0_on=True, head_1_on=True)
     assert widget.error is None
 
@@ -192,7 +178,8 @@ def test_the_picture_states_the_settings_and_the_readouts(trained):
     assert lines[0].startswith("example: " + widget.readouts["example"])
     assert "showing: all heads" in lines[0]
     assert f"switched off: head {off}" in lines[1]
-    assert f"previous letter {accuracy(widget, 'previous'):.2f}" in lines[1]
+    accuracy = float(widget.readouts["held-out accuracy, previous letter (chance 0.125)"])
+    assert f"previous letter {accuracy:.2f}" in lines[1]
     widget.set(head=heads["first"])
     assert f"showing: head {heads['first']}" in widget.view.single.lines.texts[0]
     widget.set(**{f"head_{off}_on": True}, head=ALL_HEADS)
