@@ -286,15 +286,6 @@ def test_exercise_2s_stub_inside_exercise_3_is_named():
     assert not verdict and "still exercise 2's stub" in verdict.message, verdict.message
 
 
-def test_exercises_are_registered_with_three_hints(capsys):
-    for key in ("scaling.choose_scale", "scaling.softmax_backward", "scaling.projection_gradients"):
-        assert key in exercises.EXERCISES and len(exercises.EXERCISES[key].hints) == 3
-        exercises.hint(key, 3)
-        assert "Hint 3 of 3" in capsys.readouterr().out
-    check_choose_scale(choose_scale)
-    assert exercises.progress(show=False)["scaling"]["scaling.choose_scale"] is True
-
-
 @pytest.mark.parametrize("key, answers", [
     ("scaling.softmax_backward", ("<a, g>", "a_i g_i - a_i", "g - ")),
     ("scaling.projection_gradients", ("dS @ K", "dS.mT @ Q", "dS^T Q", "x^T dQ", "x.mT @ dQ",
