@@ -159,8 +159,7 @@ def _check_module(cls, what: str, sizes: list, make, forward: Callable, new_cach
 
 
 def _sequences(d: int, seed: int) -> list[dict]:
-    """``x (b, n, d)``; ``split`` 0: one call without a cache; else a cache, a first call on
-    ``x[:, :split]``, then calls of ``step`` tokens each at offsets ``split, split + step, ...``."""
+    """``x (b, n, d)``, run by :func:`_calls` in pieces ``split``, ``step`` (0: one call)."""
     g = seeded(seed)
     return [{"x": torch.randn(b, n, d, generator=g), "split": split, "step": step}
             for b, n, split, step in [(1, 5, 0, 0), (2, 7, 0, 0), (3, 1, 0, 0), (2, 9, 4, 1),
@@ -200,38 +199,36 @@ def attention_variant(ref: bg.CausalSelfAttention, kind: str = "right") -> Calla
 
 ATTENTION_MISTAKES = [
     ("cache_unmasked", "the mask is left out when there is a cache, as if a cached call always "
-                       "brought one token (notebook 05's step). Here the prompt arrives as n > 1 "
-                       "tokens at start 0 with a cache, and the n new queries must not see each "
-                       "other's future: mask with a cache too."),
+     "brought one token (notebook 05's step). Here the prompt arrives as n > 1 tokens at start 0 with "
+     "a cache, and the n new queries must not see each other's future: mask with a cache too."),
     ("prompt_only", "only the prompt (start = 0) was masked, as if every later cached call brought "
-                    "one token: a later call can bring a chunk of several new tokens too, and each "
-                    "must not see the ones after it. Mask every call, at its offset."),
+     "one token: a later call can bring a chunk of several new tokens too, and each must not see the "
+     "ones after it. Mask every call, at its offset."),
     ("no_mask", "no causal mask, so the future leaks: new query i must not see the positions after "
-                "its own, start + i (hint 2 says how to build the mask)."),
+     "its own, start + i (hint 2 says how to build the mask)."),
     ("upper", "the mask is upside down: causal_mask(n) is True on and below the diagonal (a query "
-              "sees its past); you let each query see its future."),
-    ("not_offset", "the mask is not offset by start: with start positions in the cache, new query "
-                   "i sits at position start + i and sees keys 0..start+i: which rows of a causal "
-                   "mask of size start + n are those? (torch's is_causal=True aligns its mask "
-                   "top-left: this mistake.)"),
+     "sees its past); you let each query see its future."),
+    ("not_offset", "the mask is not offset by start: with start positions in the cache, new query i "
+     "sits at position start + i and sees keys 0..start+i: which rows of a causal mask of size start "
+     "+ n are those? (torch's is_causal=True aligns its mask top-left: this mistake.)"),
     ("not_read", "the cache is not appended to or not read: the new queries saw only the new keys, "
-                 "not the start earlier ones the cache holds: every call adds its keys and values "
-                 "to the cache and attends over all start + n of them."),
-    ("kv_swapped", "k and v are swapped in the cache: cache.append(k, v) takes the keys first, "
-                   "then the values."),
+     "not the start earlier ones the cache holds: every call adds its keys and values to the cache "
+     "and attends over all start + n of them."),
+    ("kv_swapped", "k and v are swapped in the cache: cache.append(k, v) takes the keys first, then "
+     "the values."),
     ("no_out_proj", "W_O is missing: the merged heads go through self.out."),
-    ("scale_d_model", "the scores are scaled by 1/sqrt(d_model); each head's scores use its own "
-                      "size, 1/sqrt(d_h) with d_h = d / h."),
-    ("no_scale", "the scores are not scaled: divide q k^T by sqrt(d_h) (the course's attention "
-                 "step does it for you)."),
-    ("multiplied", "the scores were multiplied by the mask: a 0 score still gets weight e^0 > 0, "
-                   "so the future leaks. Set the masked scores to -inf before the softmax "
-                   "(masked_fill), or pass the mask to the course's attention step."),
-    ("no_diagonal", "the mask hides each query's own position: new query i may see the keys up to "
-                    "AND including its own, start + i, so the diagonal stays open (the first "
-                    "position would otherwise see nothing)."),
-    ("softmax_over_queries", "the softmax ran over dim=-2, the queries: each query's weights over "
-                             "the keys must sum to 1, so normalise over the last axis, dim=-1."),
+    ("scale_d_model", "the scores are scaled by 1/sqrt(d_model); each head's scores use its own size, "
+     "1/sqrt(d_h) with d_h = d / h."),
+    ("no_scale", "the scores are not scaled: divide q k^T by sqrt(d_h) (the course's attention step "
+     "does it for you)."),
+    ("multiplied", "the scores were multiplied by the mask: a 0 score still gets weight e^0 > 0, so "
+     "the future leaks. Set the masked scores to -inf before the softmax (masked_fill), or pass the "
+     "mask to the course's attention step."),
+    ("no_diagonal", "the mask hides each query's own position: new query i may see the keys up to AND "
+     "including its own, start + i, so the diagonal stays open (the first position would otherwise "
+     "see nothing)."),
+    ("softmax_over_queries", "the softmax ran over dim=-2, the queries: each query's weights over the "
+     "keys must sum to 1, so normalise over the last axis, dim=-1."),
 ]
 
 
@@ -250,10 +247,9 @@ ATTENTION_MISTAKES = [
     "out, _ = ah.scaled_dot_product_attention(q, k, v, mask)\n"
     "return self.out(ah.merge_heads(out))   # the heads side by side, then W_O"))
 def check_attention(cls) -> CheckResult:
-    """Exercise: ``cls(d_model, num_heads)`` with the stub's ``__init__`` (``qkv``, ``out``,
-    ``num_heads``); ``forward(x (b, n, d), cache=None) -> (b, n, d)``: causal; with a
-    :class:`~attn_helpers.kv_cache.KVCache` holding ``start`` positions, appends the new keys and
-    values and lets new query ``i`` see keys ``0..start+i``; then one backward."""
+    """Exercise: ``cls(d_model, num_heads)``, the stub's ``__init__``; ``forward(x (b, n, d),
+    cache=None) -> (b, n, d)``, causal; with a cache holding ``start`` positions, it appends the
+    new keys and values, and new query ``i`` sees keys ``0..start+i``."""
     return _check_module(
         cls, "CausalSelfAttention", [((16, 4), 101), ((12, 2), 102), ((8, 1), 103)],
         lambda d, h, seed: _randomise(bg.CausalSelfAttention(d, h), seed),
@@ -297,29 +293,28 @@ def block_variant(ref: bg.Block, kind: str = "right") -> Callable:
 
 
 BLOCK_MISTAKES = [
-    ("post_norm", "norm after instead of before: that is the original post-norm block, "
-                  "LN(x + attn(x)). A pre-norm block normalises the sub-layer's input and leaves "
-                  "the residual stream alone: which of the two, the stream or the sub-layer's "
-                  "input, passes through the LayerNorm?"),
+    ("post_norm", "norm after instead of before: that is the original post-norm block, LN(x + "
+     "attn(x)). A pre-norm block normalises the sub-layer's input and leaves the residual stream "
+     "alone: which of the two, the stream or the sub-layer's input, passes through the LayerNorm?"),
     ("no_attn_residual", "the residual is missing around attention: add attn(LN_1(x)) to x, don't "
-                         "replace x with it."),
+     "replace x with it."),
     ("no_ff_residual", "the residual is missing around the feed-forward: its output replaced the "
-                       "stream instead of being added to it, as attention's is."),
+     "stream instead of being added to it, as attention's is."),
     ("no_norm", "the LayerNorms are missing: each sub-layer reads LN(x), not x."),
     ("same_norm", "norm1 is used twice: the feed-forward reads norm2(x), its own LayerNorm."),
-    ("residual_from_normed", "the residual adds to the normalised x: keep the stream x itself, "
-                             "x + attn(LN(x)), not LN(x) + attn(LN(x))."),
-    ("residual_from_normed_attn", "the attention's residual adds to the normalised x: keep the "
-                                  "stream x itself, x + attn(LN_1(x)), not LN_1(x) + attn(...)."),
+    ("residual_from_normed", "the residual adds to the normalised x: keep the stream x itself, x + "
+     "attn(LN(x)), not LN(x) + attn(LN(x))."),
+    ("residual_from_normed_attn", "the attention's residual adds to the normalised x: keep the stream "
+     "x itself, x + attn(LN_1(x)), not LN_1(x) + attn(...)."),
     ("residual_from_normed_ff", "the feed-forward's residual adds to the normalised x: keep the "
-                                "stream x itself, x + ff(LN_2(x)), not LN_2(x) + ff(...)."),
+     "stream x itself, x + ff(LN_2(x)), not LN_2(x) + ff(...)."),
     ("norms_swapped", "the two LayerNorms are swapped: attention read norm2's output and the "
-                      "feed-forward norm1's; each sub-layer has its own, in the stub's order."),
-    ("parallel", "both sub-layers read the same input: the feed-forward must read the stream "
-                 "after attention has been added, one after the other."),
+     "feed-forward norm1's; each sub-layer has its own, in the stub's order."),
+    ("parallel", "both sub-layers read the same input: the feed-forward must read the stream after "
+     "attention has been added, one after the other."),
     ("ff_first", "the feed-forward ran first: attention comes first, then the feed-forward."),
-    ("cache_not_passed", "the cache never reached the attention: with a cache the new tokens saw "
-                         "only themselves. The block is handed the layer's cache: who needs it?"),
+    ("cache_not_passed", "the cache never reached the attention: with a cache the new tokens saw only "
+     "themselves. The block is handed the layer's cache: who needs it?"),
 ]
 
 
@@ -344,9 +339,8 @@ def _block(d, h, d_ff, seed):
     "x = x + ...          # attention on norm1's copy of x, handed the cache\n"
     "return x + ...       # the feed-forward on norm2's copy of the updated x"))
 def check_block(cls) -> CheckResult:
-    """Exercise: ``cls(d_model, num_heads, d_ff)`` with the stub's ``__init__`` (``norm1``,
-    ``attn``, ``norm2``, ``ff``); ``forward(x, cache=None) -> x``, the cache handed to the
-    attention. The reference attention is put inside it; then one backward."""
+    """Exercise: ``cls(d_model, num_heads, d_ff)``, the stub's ``__init__``; ``forward(x,
+    cache=None) -> x``, pre-norm, the cache handed to the attention (the reference's, put in)."""
     return _check_module(
         cls, "Block", [((16, 4, 32), 201), ((12, 3, 20), 202)], _block,
         lambda m, x, start, cache: m(x, cache), lambda x: KVCache(x.shape[1]),
@@ -388,32 +382,29 @@ def model_variant(ref: bg.GPT, kind: str = "right") -> Callable:
 
 
 MODEL_MISTAKES = [
-    ("no_positions", "the position embedding is missing: without it attention cannot tell the "
-                     "order of the characters; add the embedding of each new token's position in "
-                     "the sequence."),
+    ("no_positions", "the position embedding is missing: without it attention cannot tell the order "
+     "of the characters; add the embedding of each new token's position in the sequence."),
     ("positions_from_tokens", "the position embedding is indexed by the token ids: index it by the "
-                              "positions start..start+n-1 (0..n-1 without a cache)."),
-    ("positions_from_one", "the positions start one too late: the first new character is at "
-                           "position start (0 without a cache): where does the range begin?"),
-    ("positions_not_offset", "the positions ignore start: with start characters already in the "
-                             "cache, the new ones come after them, not at 0..n-1."),
+     "positions start..start+n-1 (0..n-1 without a cache)."),
+    ("positions_from_one", "the positions start one too late: the first new character is at position "
+     "start (0 without a cache): where does the range begin?"),
+    ("positions_not_offset", "the positions ignore start: with start characters already in the cache, "
+     "the new ones come after them, not at 0..n-1."),
     ("caches_not_passed", "the caches never reached the blocks: each block must be handed its own "
-                          "cache, caches[i] for block i (and None when there are no caches)."),
+     "cache, caches[i] for block i (and None when there are no caches)."),
     ("no_final_norm", "the final LayerNorm is missing: a pre-norm stack leaves the stream "
-                      "unnormalised after the last block, so something must normalise it before "
-                      "the output head."),
-    ("first_block_only", "only one block ran: x goes through every block of self.blocks, in "
-                         "turn."),
+     "unnormalised after the last block, so something must normalise it before the output head."),
+    ("first_block_only", "only one block ran: x goes through every block of self.blocks, in turn."),
     ("scaled_embeddings", "the embeddings are multiplied by sqrt(d): this GPT adds the token and "
-                          "position embeddings as they are."),
-    ("token_scaled", "the token embeddings are multiplied by sqrt(d) before the positions are "
-                     "added (the 2017 paper's convention, with its fixed sinusoids): this GPT adds "
-                     "both learned embeddings as they are."),
+     "position embeddings as they are."),
+    ("token_scaled", "the token embeddings are multiplied by sqrt(d) before the positions are added "
+     "(the 2017 paper's convention, with its fixed sinusoids): this GPT adds both learned embeddings "
+     "as they are."),
     ("no_blocks", "the blocks never ran: the logits come straight from the embeddings."),
     ("log_softmax_output", "the model returns log_softmax(logits): return the raw logits; "
-                           "cross_entropy and sampling apply the (log-)softmax themselves."),
-    ("softmax_output", "the model returns softmax(logits), probabilities: return the raw logits; "
-                       "the loss (cross_entropy) and sampling apply the softmax themselves."),
+     "cross_entropy and sampling apply the (log-)softmax themselves."),
+    ("softmax_output", "the model returns softmax(logits), probabilities: return the raw logits; the "
+     "loss (cross_entropy) and sampling apply the softmax themselves."),
 ]
 
 
@@ -453,10 +444,9 @@ def _token_cases(cfg, seed):
     "    x = block(x, ...)                     # caches[i], or None without caches\n"
     "return ...                                # (b, n, vocab): the final norm, then the head"))
 def check_model(cls) -> CheckResult:
-    """Exercise: ``cls(cfg)`` with the stub's ``__init__``; ``forward(tokens (b, n), start=0,
-    caches=None) -> logits (b, n, vocab)``, positions ``start..start+n-1``, block ``i`` given
-    ``caches[i]``. The reference blocks are put inside it; cached calls must equal one call, and
-    one backward the reference's gradients."""
+    """Exercise: ``cls(cfg)``, the stub's ``__init__``; ``forward(tokens (b, n), start=0,
+    caches=None) -> logits (b, n, vocab)`` at positions ``start..start+n-1``, block ``i`` given
+    ``caches[i]`` (the reference blocks, put in)."""
     cfg = model_cfg()
     return _check_module(
         cls, "GPT", [((cfg,), 301)], _gpt, lambda m, x, start, caches: m(x, start, caches),
@@ -509,33 +499,32 @@ def train_variant(kind: str = "right") -> Callable:
 
 
 TRAIN_MISTAKES = [
-    ("not_shifted", "the targets are not shifted: position i must predict the NEXT character, so "
-                    "the target at position i is the character that comes one after input i."),
-    ("whole_chunk", "the inputs and the targets are both the whole chunk, unshifted: the model "
-                    "then learns to copy the current character. A chunk of n + 1 characters gives "
-                    "n inputs and n targets: which n of each?"),
-    ("shifted_backwards", "the shift goes the wrong way: the model predicts each character from "
-                          "the ones BEFORE it, so the targets are the later of the two slices."),
+    ("not_shifted", "the targets are not shifted: position i must predict the NEXT character, so the "
+     "target at position i is the character that comes one after input i."),
+    ("whole_chunk", "the inputs and the targets are both the whole chunk, unshifted: the model then "
+     "learns to copy the current character. A chunk of n + 1 characters gives n inputs and n targets: "
+     "which n of each?"),
+    ("shifted_backwards", "the shift goes the wrong way: the model predicts each character from the "
+     "ones BEFORE it, so the targets are the later of the two slices."),
     ("no_zero_grad", "the gradients are never zeroed, so they pile up from step to step: call "
-                     "optimizer.zero_grad() before loss.backward()."),
+     "optimizer.zero_grad() before loss.backward()."),
     ("no_step", "the weights did not change: call optimizer.step() after loss.backward() (and zero "
-                "the gradients before backward, not between backward and step)."),
-    ("sum", "the loss is summed over positions: take the mean (cross_entropy's default), so the "
-            "step size does not grow with the batch."),
+     "the gradients before backward, not between backward and step)."),
+    ("sum", "the loss is summed over positions: take the mean (cross_entropy's default), so the step "
+     "size does not grow with the batch."),
     ("sum_over_positions", "the loss is summed over each chunk's positions (then averaged over the "
-                           "batch): a per-character loss is the mean over every position, so the "
-                           "step does not grow with the context length."),
-    ("softmax_first", "softmax was applied before cross_entropy, which takes raw logits (it does "
-                      "the log-softmax itself)."),
+     "batch): a per-character loss is the mean over every position, so the step does not grow with "
+     "the context length."),
+    ("softmax_first", "softmax was applied before cross_entropy, which takes raw logits (it does the "
+     "log-softmax itself)."),
     ("nll_on_logits", "F.nll_loss on raw logits: nll_loss expects log-probabilities; use "
-                      "F.cross_entropy(logits, targets), which takes the log-softmax itself."),
-    ("last_only", "only the last position is trained: every position of the chunk predicts its "
-                  "next character."),
-    ("no_clip", "the step used an unclipped gradient, or clipped each gradient on its own: clip "
-                "the joint norm of all gradients together, not each one or by value. Call "
-                "nn.utils.clip_grad_norm_(model.parameters(), 1.0) once, after loss.backward() and "
-                "before optimizer.step() (before backward there is no gradient yet; after step it "
-                "is too late)."),      # clipping each gradient or by value gives this step too
+     "F.cross_entropy(logits, targets), which takes the log-softmax itself."),
+    ("last_only", "only the last position is trained: every position of the chunk predicts its next "
+     "character."),
+    ("no_clip", "the step used an unclipped gradient, or clipped each gradient on its own: clip the "
+     "joint norm of all gradients together, not each one or by value. Call "
+     "nn.utils.clip_grad_norm_(model.parameters(), 1.0) once, after loss.backward() and before "
+     "optimizer.step() (before backward there is no gradient yet; after step it is too late)."),
 ]
 
 
@@ -615,18 +604,18 @@ def schedule_variant(kind: str = "right") -> Callable:
 
 SCHEDULE_MISTAKES = [
     ("constant", "the learning rate never changes: warm up linearly to recipe.lr, then follow a "
-                 "cosine down to recipe.min_lr."),
-    ("no_warmup", "there is no warm-up: for the first recipe.warmup steps the rate climbs "
-                  "linearly, step s getting recipe.lr * (s + 1) / recipe.warmup."),
+     "cosine down to recipe.min_lr."),
+    ("no_warmup", "there is no warm-up: for the first recipe.warmup steps the rate climbs linearly, "
+     "step s getting recipe.lr * (s + 1) / recipe.warmup."),
     ("warmup_from_zero", "the first warm-up step gets a learning rate of 0, a wasted step: step s "
-                         "(from 0) gets recipe.lr * (s + 1) / recipe.warmup."),
-    ("cosine_over_all", "the cosine counts from step 0, not from the end of the warm-up: its "
-                        "progress is (step - warmup) / (steps - warmup), from 0 to 1."),
+     "(from 0) gets recipe.lr * (s + 1) / recipe.warmup."),
+    ("cosine_over_all", "the cosine counts from step 0, not from the end of the warm-up: its progress "
+     "is (step - warmup) / (steps - warmup), from 0 to 1."),
     ("to_zero", "the cosine ends at 0: it ends at recipe.min_lr."),
-    ("linear", "the decay is linear: after the warm-up, follow half a cosine period, "
-               "min_lr + (lr - min_lr) * (1 + cos(pi * progress)) / 2."),
-    ("no_half", "cos(pi * progress) runs from 1 to -1, so the rate goes negative: map it to 1..0 "
-                "with (1 + cos(pi * progress)) / 2."),
+    ("linear", "the decay is linear: after the warm-up, follow half a cosine period, min_lr + (lr - "
+     "min_lr) * (1 + cos(pi * progress)) / 2."),
+    ("no_half", "cos(pi * progress) runs from 1 to -1, so the rate goes negative: map it to 1..0 with "
+     "(1 + cos(pi * progress)) / 2."),
 ]
 
 
@@ -674,33 +663,32 @@ def loop_variant(kind: str = "right") -> Callable:
 
 LOOP_MISTAKES = [
     ("no_schedule", "the learning rate was never set, so AdamW kept its default of 0.001: at every "
-                    "step, before the update, set group['lr'] = learning_rate(step, recipe) in "
-                    "each of optimizer.param_groups."),
-    ("lr_after_step", "the learning rate is set after the step, so each step uses the previous "
-                      "step's rate: set it before calling train_step."),
-    ("optimizer_each_step", "a new AdamW is built at every step: its running averages of the "
-                            "gradient start from zero each time. Build it once, before the loop."),
-    ("batches_from_val", "the batches come from the held-out text: train on corpus.train only, or "
-                         "the held-out loss no longer measures anything."),
+     "step, before the update, set group['lr'] = learning_rate(step, recipe) in each of "
+     "optimizer.param_groups."),
+    ("lr_after_step", "the learning rate is set after the step, so each step uses the previous step's "
+     "rate: set it before calling train_step."),
+    ("optimizer_each_step", "a new AdamW is built at every step: its running averages of the gradient "
+     "start from zero each time. Build it once, before the loop."),
+    ("batches_from_val", "the batches come from the held-out text: train on corpus.train only, or the "
+     "held-out loss no longer measures anything."),
     ("same_batch", "one batch is drawn once and used at every step: draw a fresh batch inside the "
-                   "loop."),
+     "loop."),
     ("randint_high", "the starts are drawn from 0..len(corpus.train) - n - 1 inclusive: use "
-                     "torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), "
-                     "generator=generator), as the exercise says (the same draws as the "
-                     "reference)."),
+     "torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), generator=generator), as the "
+     "exercise says (the same draws as the reference)."),
     ("chunk_short", "each chunk holds n characters: it needs n + 1, n inputs and the n characters "
-                    "that follow them."),
-    ("eval_off_by_one", "the evaluations come one step early (at step 0, eval_every, ...): "
-                        "evaluate after step + 1 steps, when (step + 1) % recipe.eval_every == 0."),
-    ("eval_swapped", "the curve's two losses are swapped: each entry is (steps done, training "
-                     "loss, held-out loss)."),
+     "that follow them."),
+    ("eval_off_by_one", "the evaluations come one step early (at step 0, eval_every, ...): evaluate "
+     "after step + 1 steps, when (step + 1) % recipe.eval_every == 0."),
+    ("eval_swapped", "the curve's two losses are swapped: each entry is (steps done, training loss, "
+     "held-out loss)."),
     ("batch_loss", "the curve's training loss is the last batch's loss: that is one noisy batch, "
-                   "measured before the step. Use bg.estimate_loss(model, corpus.train, n), the "
-                   "same 100 windows as the held-out loss."),
+     "measured before the step. Use bg.estimate_loss(model, corpus.train, n), the same 100 windows as "
+     "the held-out loss."),
     ("no_eval", "the curve is empty: every recipe.eval_every steps append (step + 1, the training "
-                "loss, the held-out loss), each from bg.estimate_loss."),
-    ("stop_ignored", "stop was ignored: with stop, run only steps 0..stop-1 (the schedule still "
-                     "spans recipe.steps)."),
+     "loss, the held-out loss), each from bg.estimate_loss."),
+    ("stop_ignored", "stop was ignored: with stop, run only steps 0..stop-1 (the schedule still spans "
+     "recipe.steps)."),
 ]
 
 
@@ -817,9 +805,10 @@ def generate_variant(kind: str = "right") -> Callable:
             tokens = torch.cat([tokens, nxt], dim=1)
             L = tokens.shape[1]
             if use_cache and L <= T:                            # the cache has room
-                new, start = (tokens, len(caches[0])) if kind == "whole_sequence_cached" else (nxt, {
-                    "positions_restart": 0, "start_is_length": L,
-                    "start_frozen": prompt.shape[1]}.get(kind, L - 1))
+                new, start = nxt, {"positions_restart": 0, "start_is_length": L,
+                                   "start_frozen": prompt.shape[1]}.get(kind, L - 1)
+                if kind == "whole_sequence_cached":
+                    new, start = tokens, len(caches[0])
             else:                                               # past T (or no cache): the window
                 new = {"crop_first": tokens[:, :T], "crop_short": tokens[:, -(T - 1):]}.get(
                     kind, tokens[:, -T:])
@@ -831,35 +820,34 @@ def generate_variant(kind: str = "right") -> Callable:
 
 GENERATE_MISTAKES = [
     ("positions_restart", "the positions restart in the cached step: the new character sits after "
-                          "every character already in the cache, not at 0."),
+     "every character already in the cache, not at 0."),
     ("start_is_length", "start = tokens.shape[1] in the cached step, one past the new character: "
-                        "after appending it, how many characters come before it?"),
-    ("temperature_after_softmax", "temperature applied after the softmax: dividing the "
-                                  "probabilities by T changes nothing once they are renormalised; "
-                                  "divide the logits by T, then softmax."),
-    ("temperature_times", "the logits were multiplied by T: divide them by T (T < 1 sharpens, "
-                          "T > 1 flattens)."),
+     "after appending it, how many characters come before it?"),
+    ("temperature_after_softmax", "temperature applied after the softmax: dividing the probabilities "
+     "by T changes nothing once they are renormalised; divide the logits by T, then softmax."),
+    ("temperature_times", "the logits were multiplied by T: divide them by T (T < 1 sharpens, T > 1 "
+     "flattens)."),
     ("first_position", "the next character was sampled from the FIRST position's logits: the "
-                       "prediction for the next character is at the last position, [:, -1]."),
+     "prediction for the next character is at the last position, [:, -1]."),
     ("top_k_off_by_one", "top-k keeps k - 1 characters: keep every logit >= the k-th largest (mask "
-                         "only those strictly below it)."),
-    ("whole_sequence_cached", "every token was fed again while using the cache: with the cache, "
-                              "after the prompt feed only the token just sampled, at its own "
-                              "position; the cache already holds the rest."),
-    ("greedy", "the next character was the most likely one (argmax): sample it from the "
-               "probabilities with torch.multinomial(probs, 1, generator=generator)."),
-    ("no_generator", "your generate drew from torch's global random numbers, not from the "
-                     "generator it was given: sample with torch.multinomial(probs, 1, "
-                     "generator=generator), so that the same seed gives the same tokens."),
+     "only those strictly below it)."),
+    ("whole_sequence_cached", "every token was fed again while using the cache: with the cache, after "
+     "the prompt feed only the token just sampled, at its own position; the cache already holds the "
+     "rest."),
+    ("greedy", "the next character was the most likely one (argmax): sample it from the probabilities "
+     "with torch.multinomial(probs, 1, generator=generator)."),
+    ("no_generator", "your generate drew from torch's global random numbers, not from the generator "
+     "it was given: sample with torch.multinomial(probs, 1, generator=generator), so that the same "
+     "seed gives the same tokens."),
     ("no_top_k", "top_k was ignored: keep the k largest logits and set the others to -inf."),
-    ("top_k_plus_one", "top-k kept k + 1 characters: the cut-off is the k-th largest logit, not "
-                       "the (k + 1)-th."),
-    ("start_frozen", "start stayed at the prompt's length in every cached step: each new "
-                     "character sits one position after the previous one."),
-    ("crop_first", "past the context you kept the text's FIRST n_ctx characters: the next "
-                   "character follows the last ones, so the window is the last n_ctx."),
+    ("top_k_plus_one", "top-k kept k + 1 characters: the cut-off is the k-th largest logit, not the "
+     "(k + 1)-th."),
+    ("start_frozen", "start stayed at the prompt's length in every cached step: each new character "
+     "sits one position after the previous one."),
+    ("crop_first", "past the context you kept the text's FIRST n_ctx characters: the next character "
+     "follows the last ones, so the window is the last n_ctx."),
     ("crop_short", "past the context the window held n_ctx - 1 characters: the model reads up to "
-                   "n_ctx = model.cfg.context of them, at positions 0..n_ctx-1."),
+     "n_ctx = model.cfg.context of them, at positions 0..n_ctx-1."),
 ]
 
 #: Named from what a learner's generate does once the text outgrows the context.

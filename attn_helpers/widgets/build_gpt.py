@@ -1,22 +1,21 @@
-"""Notebook 10's widget: type a prompt, pick a layer and a head of the GPT you trained, and see
-that head's attention over the characters, the entropy of each query with its ``ln(visible
-keys)`` ceiling, and the mean entropy of every head of the layer.
-
-* :func:`run_prompt` runs the model once on a text and keeps every head's weights.
-* :func:`gpt_frame` is the pure function: a run and the controls in, a frame out.
-* :func:`gpt_widget` caches runs by text: a new prompt runs the model once, moving the layer or
-  head only redraws.
-
-Layers and heads are numbered from 1, as in the notebook's text.
-"""
+"""Notebook 10's widgets: :func:`gpt_widget`, one head of a trained GPT on any prompt (its
+attention, each query's entropy under ``ln(visible keys)``, every head of the layer), and
+:class:`Sampler`, temperature and top-k over samples. :func:`run_prompt` runs a prompt once (the
+widget caches runs by text), :func:`gpt_frame` is the pure function. Layers and heads count
+from 1, as the notebook's text does."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import base64
+import html
+import io
 from dataclasses import dataclass
+from functools import lru_cache
 
 import ipywidgets as widgets
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from matplotlib.transforms import IdentityTransform
 
 from ..entropy import attention_entropy
@@ -27,11 +26,18 @@ from ..training import single_thread
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
 from .panels import TITLE_PT, AttentionPanel, EntropyBars, TextSprites
 
-__all__ = ["PromptRun", "GPTFrame", "GPTView", "GPTWidget", "Sampler", "char_label",
-           "gpt_frame",
-           "gpt_widget", "run_prompt"]
+__all__ = ["GPTFrame", "GPTView", "PromptRun", "Sampler", "char_label", "gpt_frame", "gpt_widget",
+           "run_prompt"]
 
 SHOWN = {" ": "␣", "\n": "⏎", "\t": "⇥"}
+
+
+def _index(name: str, value, top: int) -> None:
+    """``value`` must be an int in ``1..top`` (a layer or head, counted from 1)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int (counted from 1), got {type(value).__name__}")
+    if not 1 <= value <= top:
+        raise ValueError(f"{name} must be in 1..{top} (counted from 1), got {value}")
 
 
 def char_label(c: str) -> str:
@@ -61,12 +67,9 @@ def run_prompt(model: bg.GPT, corpus: bg.Corpus, text: str) -> PromptRun:
         raise TypeError(f"the prompt must be a str, got {type(text).__name__}")
     if not text:
         raise ValueError("the prompt is empty: type a few characters. The last picture stays.")
-    unknown = sorted({c for c in text if c not in corpus.chars})
-    if unknown:
-        raise ValueError(f"the prompt has characters the model never saw: {unknown!r}")
     context = model.cfg.context
+    ids = corpus.encode(text)[None, -context:]                       # (1, n); unknown: ValueError
     shown = text[-context:]
-    ids = corpus.encode(shown)[None]                                 # (1, n)
     model.keep_weights(True)
     try:
         model(ids)
@@ -93,10 +96,8 @@ class GPTFrame(AttentionFrame):
 
 def gpt_frame(run: PromptRun, layer: int, head: int) -> GPTFrame:
     """The frame of head ``head`` of layer ``layer`` (both 1-based) on ``run``."""
-    L, h = run.head_entropy.shape
-    for name, value, top in (("layer", layer, L), ("head", head, h)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
-            raise ValueError(f"{name} must be an int in 1..{top}, got {value!r}")
+    _index("layer", layer, run.head_entropy.shape[0])
+    _index("head", head, run.head_entropy.shape[1])
     l, i = layer - 1, head - 1
     n = len(run.labels)
     readouts = {"characters n": n, "head": f"layer {layer}, head {head}",
@@ -114,10 +115,7 @@ def gpt_frame(run: PromptRun, layer: int, head: int) -> GPTFrame:
 
 class GPTView(BlitView):
     """The head's heatmap with its entropy per query (left), every head of the layer (right).
-
-    The heatmap's title names the layer and head shown and changes with every move: it is pasted
-    text (:class:`~.panels.TextSprites`, cached bitmaps) at the place matplotlib lays the title
-    out, not a ``Text`` artist redrawn per move (that cost about 6 ms a title)."""
+    The title, new at every move, is pasted text (cached bitmaps) where matplotlib lays it out."""
 
     def __init__(self, num_heads: int, context: int, figsize=(11.0, 7.0)):
         super().__init__(figsize)
@@ -147,59 +145,36 @@ class GPTView(BlitView):
         self.heads.set(frame.layer_entropy, [frame.layer_ceiling] * h, highlight=frame.head)
 
 
-class GPTWidget(LiveAttentionWidget):
-    """Notebook 10's live widget (build it with :func:`gpt_widget`)."""
-
-    def __init__(self, model: bg.GPT, corpus: bg.Corpus, prompt: str, layer: int = 1,
-                 head: int = 1):
-        self.model, self.corpus = model, corpus
-        self.runs: OrderedDict = OrderedDict()
-        cfg = model.cfg
-        for name, value, top in (("layer", layer, cfg.num_layers), ("head", head, cfg.num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int (counted from 1), got {type(value).__name__}")
-            if not 1 <= value <= top:
-                raise ValueError(f"{name} must be in 1..{top} (counted from 1), got {value}")
-        controls = {
-            "prompt": widgets.Text(prompt, description="prompt", continuous_update=False,
-                                   layout=widgets.Layout(width="640px")),
-            "layer": widgets.IntSlider(layer, min=1, max=cfg.num_layers, description="layer"),
-            "head": widgets.IntSlider(head, min=1, max=cfg.num_heads, description="head"),
-        }
-        super().__init__(self._compute, controls, GPTView(cfg.num_heads, cfg.context),
-                         title="the stored GPT (study seed 0): any prompt, any layer and head")
-
-    def run(self, text: str) -> PromptRun:
-        if text not in self.runs:
-            self.runs[text] = run_prompt(self.model, self.corpus, text)
-            if len(self.runs) > 16:
-                self.runs.popitem(last=False)
-        return self.runs[text]
-
-    def _compute(self, prompt, layer, head):
-        return gpt_frame(self.run(prompt), layer, head)
-
-
 def gpt_widget(model: bg.GPT, corpus: bg.Corpus | None = None,
                prompt: str = "The for statement loops over", *, layer: int = 1,
-               head: int = 1) -> GPTWidget:
+               head: int = 1) -> LiveAttentionWidget:
     """The widget on a trained :class:`~attn_helpers.lessons.build_gpt.GPT`, opened on ``layer``
-    and ``head`` (counted from 1, as the sliders count)."""
-    corpus = bg.load_corpus() if corpus is None else corpus
-    return GPTWidget(model, corpus, prompt, layer, head)
+    and ``head`` (counted from 1, as the sliders count). A new prompt runs the model once; moving
+    the layer or head only redraws."""
+    corpus, cfg = bg.load_corpus() if corpus is None else corpus, model.cfg
+    _index("layer", layer, cfg.num_layers)
+    _index("head", head, cfg.num_heads)
+    run = lru_cache(maxsize=16)(lambda text: run_prompt(model, corpus, text))
 
+    def compute(prompt, layer, head):
+        return gpt_frame(run(prompt), layer, head)
 
-def _one_line(sample: str) -> str:
-    """A sample on one line: its newlines written as \\n."""
-    return sample.replace("\n", "\\n")
+    controls = {
+        "prompt": widgets.Text(prompt, description="prompt", continuous_update=False,
+                               layout=widgets.Layout(width="640px")),
+        "layer": widgets.IntSlider(layer, min=1, max=cfg.num_layers, description="layer"),
+        "head": widgets.IntSlider(head, min=1, max=cfg.num_heads, description="head"),
+    }
+    return LiveAttentionWidget(compute, controls, GPTView(cfg.num_heads, cfg.context),
+                               title="the stored GPT (study seed 0): any prompt, any layer and head")
 
 
 class Sampler:
-    """Temperature and top-k controls over samples of a trained GPT: ``generate(model, prompt,
-    steps, temperature, top_k, use_cache, generator)`` makes three samples per setting."""
+    """Temperature and top-k controls over three samples of a trained GPT, drawn by
+    ``generate(model, prompt, steps, temperature, top_k, use_cache, generator)``."""
 
     def __init__(self, model: bg.GPT, corpus: bg.Corpus, generate, prompt: str = "The "):
-        self.model, self.corpus, self.generate = model, corpus, generate
+        self.model, self.corpus, self.generate, self.samples = model, corpus, generate, []
         self.controls = {
             "prompt": widgets.Text(prompt, description="prompt", continuous_update=False),
             "temperature": widgets.FloatSlider(1.0, min=0.1, max=2.0, step=0.1,
@@ -212,7 +187,6 @@ class Sampler:
         self.ui = widgets.VBox([widgets.HBox(list(self.controls.values()),
                                              layout=widgets.Layout(flex_flow="row wrap")),
                                 self.output])
-        self.samples: list[str] = []
         self.refresh()
 
     def set(self, **values) -> list[str]:
@@ -221,49 +195,36 @@ class Sampler:
         return self.samples
 
     def refresh(self) -> None:
-        import html
-
         v = {name: c.value for name, c in self.controls.items()}
         try:
-            prompt = self.corpus.encode(v["prompt"] or "\n")[None].repeat(3, 1)
-            prompt = prompt[:, -(self.model.cfg.context // 2):]
-            steps = self.model.cfg.context - prompt.shape[1]
+            prompt = self.corpus.encode(v["prompt"] or "\n")[None, -(self.model.cfg.context // 2):]
             with single_thread():    # tiny steps: a second thread only waits for its core
-                tokens = self.generate(self.model, prompt, steps, v["temperature"],
+                tokens = self.generate(self.model, prompt.repeat(3, 1),
+                                       self.model.cfg.context - prompt.shape[1], v["temperature"],
                                        v["top_k"] or None, True, torch.Generator().manual_seed(0))
             self.samples = [self.corpus.decode(row) for row in tokens]
-            rows = "".join(f"<pre style='margin:2px'>{html.escape(s)}</pre>" for s in self.samples)
-            self.output.value = rows
+            self.output.value = "".join(f"<pre style='margin:2px'>{html.escape(s)}</pre>"
+                                        for s in self.samples)
         except Exception as exc:      # shown in the widget, never swallowed
             self.output.value = (f"<pre style='color:#b00020'>{html.escape(type(exc).__name__)}: "
                                  f"{html.escape(str(exc))}</pre>")
 
-    def png(self) -> bytes:
-        """The samples as a picture (for places with no kernel)."""
-        import io
-
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
-        v = {name: c.value for name, c in self.controls.items()}
-        figure = Figure(figsize=(8.0, 0.6 + 0.3 * len(self.samples)), dpi=80)
-        figure.text(0.01, 0.95, f"temperature {v['temperature']:.1f}, top-k "
-                                f"{v['top_k'] or 'off'} (a line break shows as \\n)", va="top",
-                    fontsize=10)
-        for j, sample in enumerate(self.samples):   # one line each: a sample may hold newlines
-            figure.text(0.01, 0.95 - (j + 1) / (len(self.samples) + 1), _one_line(sample),
-                        va="top", family="monospace", fontsize=9)
-        buffer = io.BytesIO()
-        FigureCanvasAgg(figure).print_png(buffer)
-        return buffer.getvalue()
-
     def _repr_mimebundle_(self, **kwargs):
-        import base64
-
+        """The widget, plus (for places with no kernel) the samples as a picture and as text, one
+        line each, a line break written as \\n."""
         bundle = self.ui._repr_mimebundle_(**kwargs)
         data = bundle[0] if isinstance(bundle, tuple) else bundle
-        data["image/png"] = base64.b64encode(self.png()).decode("ascii")
+        lines = [s.replace("\n", "\\n") for s in self.samples]
+        v = {name: c.value for name, c in self.controls.items()}
+        figure = Figure(figsize=(8.0, 0.6 + 0.3 * len(lines)), dpi=80)
+        figure.text(0.01, 0.95, f"temperature {v['temperature']:.1f}, top-k {v['top_k'] or 'off'} "
+                                "(a line break shows as \\n)", va="top", fontsize=10)
+        for j, line in enumerate(lines):
+            figure.text(0.01, 0.95 - (j + 1) / (len(lines) + 1), line, va="top",
+                        family="monospace", fontsize=9)
+        png = io.BytesIO()
+        FigureCanvasAgg(figure).print_png(png)
+        data["image/png"] = base64.b64encode(png.getvalue()).decode("ascii")
         data["text/plain"] = "\n".join(["Samples (static here; run the notebook to move the "
-                                        "controls; a line break shows as \\n):",
-                                        *map(_one_line, self.samples)])
+                                        "controls; a line break shows as \\n):", *lines])
         return bundle

@@ -1,5 +1,5 @@
 """Notebook 10's widgets: the attention view on a GPT (pure frame function, readouts, errors
-shown, static picture), the live loss curve and the sampler."""
+shown, static picture) and the sampler."""
 
 from __future__ import annotations
 
