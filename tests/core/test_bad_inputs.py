@@ -43,47 +43,33 @@ CASES = {
     "mask float dtype": (sdpa(t(3, 4), t(5, 4), t(5, 2), t(3, 5)), T, r"mask.*bool.*torch\.float32"),
     "mask not broadcastable": (
         sdpa(t(3, 4), t(5, 4), t(5, 2), t(4, 5, dtype=bool)), V, r"mask.*\(4, 5\).*\(3, 5\)"),
-    "mask that adds batch dims": (
-        sdpa(t(3, 4), t(5, 4), t(5, 2), t(2, 3, 5, dtype=bool)), V, r"mask.*\(2, 3, 5\).*\(3, 5\)"),
     "batch dims of q and k do not broadcast": (
         sdpa(t(2, 3, 4), t(3, 5, 4), t(3, 5, 2)), V, r"q \(2, 3, 4\).*k \(3, 5, 4\)"),
     "q and k dtype mismatch": (
         sdpa(t(3, 4), t(5, 4, dtype=torch.float64), t(5, 2)),
         T, r"\bk\b.*torch\.float32.*torch\.float64"),
     "negative scale": (sdpa(t(3, 4), t(5, 4), t(5, 2), scale=-0.5), V, r"scale.*-0\.5"),
-    "tensor scale": (sdpa(t(3, 4), t(5, 4), t(5, 2), scale=torch.tensor(0.5)), T, r"scale.*Tensor"),
     "dot_product_scores k not a tensor": (
         lambda: ah.dot_product_scores(t(3, 4), [[1.0] * 4]), T, r"\bk\b.*torch\.Tensor"),
-    "masked_softmax integer scores": (
-        lambda: ah.masked_softmax(t(3, 4, dtype=torch.int32)), T, r"scores.*int32"),
     "masked_softmax mask shape": (
         lambda: ah.masked_softmax(t(3, 4), t(3, 5, dtype=bool)), V, r"mask.*\(3, 5\).*\(3, 4\)"),
     "causal_mask(0)": (lambda: ah.causal_mask(0), V, r"\bn\b.*>= 1.*\b0\b"),
-    "causal_mask(2.5)": (lambda: ah.causal_mask(2.5), T, r"\bn\b.*int.*float"),
     "padding_mask length > max_len": (lambda: ah.padding_mask([1, 5], 3), V, r"max_len=3.*\[1, 5\]"),
-    "padding_mask 2-D lengths": (
-        lambda: ah.padding_mask(torch.tensor([[1, 2], [2, 1]])), V, r"lengths.*\(2, 2\)"),
     # torch.tensor([1.5, 2.0], dtype=long) would silently truncate 1.5 to 1
     "padding_mask float list lengths": (lambda: ah.padding_mask([1.5, 2.0]), T, r"lengths"),
-    "padding_mask negative max_len": (lambda: ah.padding_mask([0, 0], -1), V, r"max_len.*-1"),
     "sliding_window_mask window 0": (lambda: ah.sliding_window_mask(4, 0), V, r"window.*>= 1.*\b0\b"),
     "sliding_window_mask float n": (lambda: ah.sliding_window_mask(4.0, 2), T, r"\bn\b.*float"),
     "key_padding_to_attention_mask 1-D": (
         lambda: ah.key_padding_to_attention_mask(t(4, dtype=bool)), V, r"key_padding.*\(4,\)"),
     "additive_scores wrong w_q shape": (
         lambda: ah.additive_scores(t(3, 4), t(5, 6), t(3, 5), t(3, 6), t(3)), V, r"w_q.*\(3, 5\)"),
-    "additive_scores wrong v_a shape": (
-        lambda: ah.additive_scores(t(3, 4), t(5, 6), t(3, 4), t(3, 6), t(3, 1)), V, r"v_a.*\(3, 1\)"),
     # float64 q and k with float32 weights: torch's matmul raises a RuntimeError otherwise
     "additive_scores dtype mismatch": (
         lambda: ah.additive_scores(t(3, 4).double(), t(5, 6).double(), t(3, 4), t(3, 6), t(3)),
         T, r"w_q.*float"),
     "max_entropy(0)": (lambda: ah.max_entropy(0), V, r"\bn\b.*>= 1.*\b0\b"),
-    "max_entropy(2.0)": (lambda: ah.max_entropy(2.0), T, r"\bn\b.*float"),
     "attention_entropy non-tensor": (
         lambda: ah.attention_entropy([0.5, 0.5]), T, r"weights.*torch\.Tensor.*list"),
-    "attention_entropy integer weights": (
-        lambda: ah.attention_entropy(t(2, 3, dtype=torch.int64)), T, r"weights.*int64"),
     "attention_entropy 0-D": (lambda: ah.attention_entropy(torch.tensor(1.0)), V, r"weights.*\(\)"),
     # broadcast_to raises a RuntimeError from inside torch otherwise
     "normalized_entropy mask shape": (
@@ -99,25 +85,19 @@ CASES = {
     "sdpa scores too large (notebook 08's sizes)": (
         sdpa(t(40_000, 1), t(40_000, 1), t(40_000, 1)), V, r"scores would need 6.4e\+09"),
     # entropy: weights that are not attention weights
-    "entropy of negative weights": (
-        lambda: ah.attention_entropy(torch.tensor([1.5, -0.5])), V, r"non-negative.*-0\.5"),
     "entropy of rows not summing to 1": (
         lambda: ah.effective_keys(torch.tensor([0.5, 0.2])), V, r"sum to 1.*0\.7"),
     "entropy of NaN weights": (
         lambda: ah.normalized_entropy(torch.tensor([float("nan"), 1.0])), V, r"NaN"),
-    "max_weight of no keys": (lambda: ah.max_weight(t(3, 0)), V, r"weights.*\(3, 0\)"),
     # positional encodings
     "sinusoidal odd d_model": (lambda: ah.sinusoidal_encoding(4, 5), V, r"d_model.*even.*5"),
-    "sinusoidal no positions": (lambda: ah.sinusoidal_encoding(0, 4), V, r"n_positions.*0"),
     "sinusoidal base 1": (lambda: ah.sinusoidal_encoding(4, 4, base=1.0), V, r"base.*> 1"),
     "pair_rotation pair out of range": (
         lambda: ah.positional.pair_rotation(1.0, 8, 4), V, r"pair.*between 0 and 3.*4"),
     "rope odd d": (lambda: ah.apply_rope(t(3, 5)), V, r"\bx\b.*even.*\(3, 5\)"),
-    "rope integer x": (lambda: ah.apply_rope(t(3, 4, dtype=torch.int64)), T, r"\bx\b.*int64"),
     "rope positions shape": (
         lambda: ah.apply_rope(t(3, 4), torch.arange(4)), V, r"positions.*\(4,\).*\(3,\)"),
     "alibi no heads": (lambda: ah.alibi_bias(4, 0), V, r"num_heads.*0"),
-    "alibi float n": (lambda: ah.alibi_bias(4.0, 2), T, r"\bn\b.*float"),
     "learned positions past max_len": (
         lambda: ah.positional.LearnedPositionalEmbedding(4, 8)(t(5, 8)), V, r"max_len=4.*\(5, 8\)"),
     # multi-head attention
@@ -125,8 +105,6 @@ CASES = {
         lambda: ah.MultiHeadAttention(10, 3), V, r"d_model=10.*num_heads=3"),
     "num_kv_heads does not divide num_heads": (
         lambda: ah.MultiHeadAttention(16, 8, num_kv_heads=3), V, r"num_kv_heads=3.*num_heads=8"),
-    "num_kv_heads float": (
-        lambda: ah.MultiHeadAttention(16, 8, num_kv_heads=2.0), T, r"num_kv_heads.*float"),
     "bias not a bool": (lambda: ah.multihead.parameter_count(8, 2, bias="False"), T, r"bias.*bool.*str"),
     "mha query width": (lambda: MHA(t(2, 3, 7), t(2, 5, 8), t(2, 5, 8)), V, r"query.*\(2, 3, 7\)"),
     "mha key and value lengths": (
@@ -158,8 +136,6 @@ CASES = {
     "kv_cache_bytes no layers": (
         lambda: ah.kv_cache_bytes(10, num_layers=0, num_kv_heads=1, head_dim=4), V, r"num_layers.*>= 1"),
     "kv_cache_bytes positional sizes": (lambda: ah.kv_cache_bytes(1, 32, 32, 128), T, r"positional"),
-    "kv_cache_bytes float tokens": (
-        lambda: ah.kv_cache_bytes(1.5, num_layers=1, num_kv_heads=1, head_dim=4), T, r"n_tokens.*float"),
     "decode_with_cache lengths differ": (
         lambda: ah.decode_with_cache(t(3, 2), t(4, 2), t(4, 2)), V, r"q \(3, 2\), k \(4, 2\)"),
     "generate weights of the wrong width": (

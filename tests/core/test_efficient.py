@@ -106,11 +106,7 @@ def test_tiled_saves_O_n_d_for_backward_not_the_score_matrix(gen):
     q, k, v = (t.float().requires_grad_() for t in qkv(gen, 2, n, d))
     total, largest = saved_bytes(lambda q, k, v: eff.tiled_attention(q, k, v, causal=True), q, k, v)
     assert total == (4 * 2 * n * d + 2 * n) * 4     # q, k, v, O and lse, in float32
-    assert largest < n * n * 4
-    # the control: plain autograd through softmax(Q K^T / sqrt d) V saves (n, n) matrices
-    total_naive, largest_naive = saved_bytes(
-        lambda q, k, v: torch.softmax(q @ k.mT / math.sqrt(d), -1) @ v, q, k, v)
-    assert largest_naive == 2 * n * n * 4 and total_naive > 10 * total
+    assert largest < n * n * 4          # notebook 08 shows the control: naive autograd saves (n, n)
 
 
 def test_no_keys_give_zero_output_minus_inf_lse_and_zero_gradients(gen):

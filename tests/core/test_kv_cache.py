@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_helpers.attention import scaled_dot_product_attention
 from attn_helpers.kv_cache import (
     KVCache,
     decode_with_cache,
@@ -17,7 +16,6 @@ from attn_helpers.kv_cache import (
     generate_without_cache,
     kv_cache_bytes,
 )
-from attn_helpers.masks import causal_mask
 
 
 @settings(max_examples=30, deadline=None)
@@ -30,22 +28,6 @@ def test_decode_with_cache_equals_full_causal_attention(seed, n, d_k, d_v, batch
     output, counts = decode_with_cache(q, k, v, scale=scale)
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     assert torch.allclose(output, expected, atol=1e-12) and counts == list(range(1, n + 1))
-
-
-def test_cache_blocks_are_causal_within_the_block(gen):
-    q, k, v = (torch.randn(2, 7, 4, generator=gen) for _ in range(3))
-    cache = KVCache(7)
-    cache.append(k[:, :3], v[:, :3])
-    first, _ = cache.attend(q[:, :3])
-    cache.append(k[:, 3:], v[:, 3:])
-    second, weights = cache.attend(q[:, 3:])
-    full, full_weights = scaled_dot_product_attention(q, k, v, causal_mask(7))
-    assert len(cache) == 7 and cache.score_counts == [9, 28]
-    assert torch.allclose(torch.cat([first, second], 1), full, atol=1e-6)
-    assert weights.shape == (2, 4, 7) and torch.allclose(weights, full_weights[:, 3:], atol=1e-6)
-    # queries with more batch dims broadcast over the cache's: (3, 2, 1, d) over (2, 7, d)
-    out, _ = cache.attend(q[:, 6:].expand(3, 2, 1, 4))
-    assert out.shape == (3, 2, 1, 4) and torch.allclose(out[1], full[:, 6:], atol=1e-6)
 
 
 @pytest.mark.parametrize("t", [1, 4])

@@ -60,13 +60,15 @@ def test_key_padding_to_attention_mask(gen):
         torch.testing.assert_close(out[b], expected, atol=1e-12, rtol=0)
 
 
-def test_attention_entropy_hand_formula(gen):
+def test_entropy_effective_keys_and_max_weight_hand_formulas(gen):
     logits = torch.randn(2, 3, 7, generator=gen, dtype=torch.float64)
     logits[0, 1, 2:] = -torch.inf  # exact zeros in some rows
     weights = torch.softmax(logits, -1)
     h = attention_entropy(weights)
     assert h.shape == (2, 3)
     np.testing.assert_allclose(h.numpy(), reference_entropy(weights), atol=1e-12)
+    np.testing.assert_allclose(effective_keys(weights).numpy(), np.exp(reference_entropy(weights)))
+    assert torch.equal(max_weight(weights), weights.amax(-1))
 
 
 def test_normalized_entropy_uses_the_visible_keys_ceiling(gen):
@@ -82,8 +84,3 @@ def test_normalized_entropy_uses_the_visible_keys_ceiling(gen):
     got = normalized_entropy(w, visible)
     np.testing.assert_allclose(got.numpy(), reference_entropy(w) / math.log(3), atol=1e-12)
 
-
-def test_effective_keys_and_max_weight():
-    weights = torch.tensor([[0.25] * 4, [0, 1.0, 0, 0], [0.5, 0.5, 0, 0], [0.1, 0.6, 0.2, 0.1]])
-    torch.testing.assert_close(effective_keys(weights)[:3], torch.tensor([4.0, 1.0, 2.0]))
-    assert torch.equal(max_weight(weights), torch.tensor([0.25, 1.0, 0.5, 0.6]))

@@ -43,29 +43,24 @@ def torch_output(layer, x, memory, real, *, causal=True):
                  memory_key_padding_mask=None if real is None else ~real)
 
 
-CASES = list(itertools.product([False, True], ["relu", "gelu", nn.GELU(), F.relu], [True, False]))
+CASES = [(*case, torch.float32, 16) for case in itertools.product(
+    [False, True], ["relu", "gelu", nn.GELU(), F.relu], [True, False])]
+CASES += [(False, "gelu", True, torch.float64, 16), (True, "gelu", True, torch.float64, 16),
+          (True, "relu", True, torch.float32, 10)]          # a memory of another width (kdim, vdim)
 
 
-@pytest.mark.parametrize("norm_first, activation, bias", CASES)
-def test_from_torch_equals_torch_decoder_layer(norm_first, activation, bias):
-    layer = torch_layer(norm_first=norm_first, activation=activation, bias=bias)
+@pytest.mark.parametrize("norm_first, activation, bias, dtype, d_memory", CASES)
+def test_from_torch_equals_torch_decoder_layer(norm_first, activation, bias, dtype, d_memory):
+    layer = torch_layer(norm_first=norm_first, activation=activation, bias=bias, dtype=dtype)
+    if d_memory != 16:
+        layer.multihead_attn = nn.MultiheadAttention(16, 4, kdim=d_memory, vdim=d_memory,
+                                                     batch_first=True).eval()
     ours = DecoderLayer.from_torch(layer)
-    x, memory, real = inputs()
+    x, memory, real = inputs(d_memory=d_memory, dtype=dtype)
+    tol = {"atol": 1e-12, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 1e-5, "rtol": 1e-4}
     for causal, padding in [(True, real), (True, None), (False, real)]:
-        out = ours(x, memory, causal=causal, memory_padding=padding)
-        assert out.shape == x.shape
-        torch.testing.assert_close(out, torch_output(layer, x, memory, padding, causal=causal),
-                                   atol=1e-5, rtol=1e-4)
-
-
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_from_torch_float64_to_high_precision(norm_first):
-    layer = torch_layer(32, 8, 40, norm_first=norm_first, activation="gelu", dtype=torch.float64)
-    ours = DecoderLayer.from_torch(layer)
-    assert ours.feed_forward.linear1.weight.dtype == torch.float64
-    x, memory, real = inputs(n=6, n_m=4, d_model=32, d_memory=32, dtype=torch.float64)
-    torch.testing.assert_close(ours(x, memory, memory_padding=real),
-                               torch_output(layer, x, memory, real), atol=1e-12, rtol=1e-10)
+        torch.testing.assert_close(ours(x, memory, causal=causal, memory_padding=padding),
+                                   torch_output(layer, x, memory, padding, causal=causal), **tol)
 
 
 def test_from_torch_of_a_sequence_first_layer_and_gradients(gen):
@@ -80,16 +75,6 @@ def test_from_torch_of_a_sequence_first_layer_and_gradients(gen):
     mine = torch.autograd.grad(out.square().sum(), x)[0]
     theirs = torch.autograd.grad(reference.square().sum(), x)[0]
     torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-4)
-
-
-def test_cross_attention_to_a_memory_of_another_width():
-    layer = torch_layer(norm_first=True)
-    layer.multihead_attn = nn.MultiheadAttention(16, 4, kdim=10, vdim=10, batch_first=True).eval()
-    ours = DecoderLayer.from_torch(layer)
-    assert ours.cross_attn.kdim == ours.cross_attn.vdim == 10
-    x, memory, real = inputs(d_memory=10)
-    torch.testing.assert_close(ours(x, memory, memory_padding=real),
-                               torch_output(layer, x, memory, real), atol=1e-5, rtol=1e-4)
 
 
 def test_weights_are_causal_and_skip_padded_memory(gen):

@@ -283,15 +283,3 @@ def test_the_test_workflow_runs_the_readme_test_command():
     runs = "\n".join(step.get("run", "") for step in steps(data))
     assert re.search(rf"^\s*{re.escape(TEST_COMMAND)}\s*$", runs, flags=re.M), runs
 
-
-def test_the_site_workflow_builds_and_publishes_to_pages():
-    data = workflow("site.yml")
-    uses = [step.get("uses", "") for step in steps(data)]
-    assert any(u.startswith("actions/upload-pages-artifact@") for u in uses)
-    assert any(u.startswith("actions/deploy-pages@") for u in uses)
-    permissions = {**data.get("permissions", {}),
-                   **{k: v for job in data["jobs"].values()
-                      for k, v in job.get("permissions", {}).items()}}
-    assert permissions.get("pages") == "write" and permissions.get("id-token") == "write"
-    runs = "\n".join(step.get("run", "") for step in steps(data))
-    assert "python3 course.py site" in runs
