@@ -116,7 +116,7 @@ _ONE_SLOT = ("A rolling buffer writes one slot per step, where the key that just
              "window was, and leaves the others where they are; shifting the whole cache moves "
              "all w keys every step (to see the keys in time order, roll a copy).")
 
-_WRONG = [   # (hint, the flaw of ring_step that makes the mistake)
+_WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
     ("the query attended to all w slots before the ring was full. Until then only the slots "
      "written so far hold keys; the others hold garbage (whatever the buffer held before).",
      {"visible": lambda t, w: range(w)}),
@@ -225,7 +225,7 @@ def _run_steps(step: Callable) -> Callable:
     return run
 
 
-def ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | None = None,
+def _ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | None = None,
               lost_past_end: bool = False, write_v: bool = True, k_as_v: bool = False,
               copy: bool = False, scale: float | None = None, top_left: bool = False) -> Callable:
     """A rolling-cache step with one known mistake (all off: right). It writes at slot
@@ -303,5 +303,5 @@ def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
                       "slots hold keys at step t?"),
                      ("expand", "k_t is (b, h, 1, d_k) and one slot of the cache, k_cache[:, :, s], "
                                 "is (b, h, d_k): write k_t[:, :, 0] there (and v_t[:, :, 0]).")],
-        mistakes=[Mistake(_run_steps(ring_step(**flaw)), hint) for hint, flaw in _WRONG],
+        mistakes=[Mistake(_run_steps(_ring_step(**flaw)), hint) for hint, flaw in _WRONG],
     )
