@@ -106,17 +106,13 @@ def _entropy_cases() -> list[dict]:
     cases.append({"weights": torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])})
     shape = (size(g, 1, 5), size(g, 1, 9))                                      # random shape
     cases.append({"weights": torch.softmax(2 * torch.randn(shape, generator=g), -1)})
-    cases.append({"weights": _peaked()})
-    return cases
-
-
-def _peaked() -> torch.Tensor:
-    """``(3, 5)`` float32: weights of about 1e-6, 1e-20, a subnormal (4e-44) and 0 beside a top
-    weight that is exactly 1.0 in rows 1 and 2. An eps that moves their entropy shows."""
-    scores = torch.tensor([[0.0, -13.8155, -46.0517, -100.0, -1e4],
+    # weights of about 1e-6, 1e-20, a subnormal (4e-44) and 0 beside a top weight of exactly 1.0
+    # (rows 1 and 2): an eps that moves their entropy, near 0, shows
+    peaked = torch.tensor([[0.0, -13.8155, -46.0517, -100.0, -1e4],
                            [0.0, -46.0, -1e4, -1e4, -1e4],
                            [0.0, -100.0, -101.0, -1e4, -1e4]])
-    return torch.softmax(scores, -1)
+    cases.append({"weights": torch.softmax(peaked, -1)})
+    return cases
 
 
 #: An eps that moves the entropy by less than 1e-9 nats passes, ``ln(a + 1e-12)`` for one.
