@@ -1,27 +1,13 @@
-"""Ring attention: exact attention over a sequence split across processes.
+"""Ring attention (Liu et al., 2023): exact attention over a sequence split across processes.
 
-The ``n`` positions are cut into ``P = world_size`` contiguous blocks. Rank ``r`` keeps the
-queries of block ``r`` for the whole computation, and the key/value blocks travel around a ring:
-at every step rank ``r`` sends the block it holds to rank ``r + 1`` and receives one from rank
-``r - 1``, so at step ``s`` it holds block ``(r - s) mod P`` (:func:`ring_schedule`). After ``P``
-steps every rank has folded every key/value block into its online-softmax state
-(:func:`attn_helpers.efficient.merge_states`), and its output block is exact.
-
-The transfer of the next block runs while the current one is scored, so during a step a rank
-needs its queries, the key/value block it is computing on, the incoming key/value block and one
-``(n/P, n/P)`` tile of scores: ``O(n d / P + (n/P)^2)`` numbers, not ``O(n d + n^2)``. The
-transfer is hidden when scoring a block takes at least as long as moving one (the overlap
-condition); :func:`ring_attention` with ``return_stats=True`` measures both on every rank.
-
-:func:`ring_attention` really runs it: ``P`` processes started with
-``torch.multiprocessing.start_processes`` and joined with a timeout, talking through
-``torch.distributed`` with the ``gloo`` backend on the loopback address ``127.0.0.1`` only.
-:func:`simulate_ring` runs the same schedule in one process (for tests and for reading).
-
-With ``causal=True`` the contiguous split is unbalanced: rank ``r`` scores ``r + 1`` of the ``P``
-key blocks and skips the rest. Striped (Brandon et al., 2023) or zigzag layouts balance the work;
-notebook 08 counts it. On one machine the "transfers" are memory copies through the loopback
-interface, not network traffic.
+The ``n`` positions are cut into ``P = world_size`` contiguous blocks. Rank ``r`` keeps query block
+``r``; the key/value blocks travel around the ring, so at step ``s`` rank ``r`` holds block
+``(r - s) mod P`` (:func:`ring_schedule`) and folds it into its online-softmax state. The next
+block's transfer runs while the current one is scored: a rank holds ``O(n d / P + (n/P)^2)``
+numbers. :func:`ring_attention` runs ``P`` real processes (``torch.distributed``, gloo, on
+``127.0.0.1`` only: on one machine a "transfer" is a memory copy); :func:`simulate_ring` runs the
+same schedule in one process. With ``causal=True`` rank ``r`` scores ``r + 1`` of the ``P`` blocks
+(the contiguous split's load imbalance, which notebook 08 counts).
 """
 
 from __future__ import annotations
@@ -45,8 +31,7 @@ from .efficient import OnlineSoftmaxState, block_state, finalize, init_state, me
 __all__ = ["ring_schedule", "split_blocks", "simulate_ring", "ring_attention"]
 
 LOOPBACK = "127.0.0.1"
-#: How many times each rank times a lone block transfer for ``return_stats`` (the median is kept).
-TRANSFER_REPEATS = 5
+TRANSFER_REPEATS = 5                  # timings of a lone transfer for ``return_stats`` (median kept)
 
 
 def ring_schedule(world_size: int) -> list[list[int]]:
@@ -194,32 +179,17 @@ def _worker(rank: int, world_size: int, store_file: str, blocks, shards, causal:
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size: int = 2, *,
                    causal: bool = False, timeout_s: float = 120.0, return_log: bool = False,
-                   return_stats: bool = False, start_method: str | None = None):
+                   return_stats: bool = False):
     """Exact attention computed by ``world_size`` processes passing key/value blocks in a ring.
 
-    The processes are started here (``torch.multiprocessing.start_processes``) and joined with a
-    timeout before the function returns; they talk through ``torch.distributed`` (gloo) on
-    ``127.0.0.1`` only, and write their output blocks into one shared-memory tensor.
-
-    Args:
-        q, k: ``(..., n, d_k)``; v: ``(..., n, d_v)`` (CPU tensors, same batch dimensions).
-        world_size: number of processes ``P`` (``<= n``).
-        causal: query ``i`` sees keys ``0..i``; a rank skips the blocks wholly after its queries.
-        timeout_s: the whole run must finish in this time, else the processes are stopped and a
-            ``TimeoutError`` raised.
-        return_log: also return ``{rank: [(step, kv_block, computed), ...]}``: the key/value block
-            each rank held at each step and whether it had to score it.
-        return_stats: also return ``{rank: {"compute_s": [...], "wait_s": [...], "transfer_s",
-            "block_bytes"}}``: per step, the seconds spent scoring and folding the held block and
-            the seconds then still spent waiting for the transfer (0 once it is hidden); and the
-            median seconds one block's transfer takes alone (measured before the ring starts) and
-            that block's bytes (keys and values). The overlap condition is
-            ``compute_s >= transfer_s``.
-        start_method: ``"fork"`` (default on Linux: no re-import of torch) or ``"spawn"``.
-
-    Returns:
-        ``(..., n, d_v)``, equal to exact attention; then the log and the stats when asked, in
-        that order.
+    q, k: ``(..., n, d_k)``; v: ``(..., n, d_v)``: CPU tensors with the same batch dimensions,
+    ``world_size <= n``. The processes are started here and must finish within ``timeout_s``
+    (else ``TimeoutError``). Returns ``(..., n, d_v)``, equal to exact attention, then, when asked:
+    ``return_log``: ``{rank: [(step, kv_block, computed), ...]}``, the block each rank held at each
+    step and whether it scored it (causal ranks skip blocks wholly after their queries);
+    ``return_stats``: ``{rank: {"compute_s": [...], "wait_s": [...], "transfer_s", "block_bytes"}}``,
+    per step the seconds spent scoring the held block and then still waiting for the transfer, the
+    median seconds of one block's transfer alone, and that block's bytes (keys and values).
     """
     blocks, scale = _prepare(q, k, v, world_size, causal)
     if q.device.type != "cpu":
@@ -227,10 +197,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size
     timeout_s = require_number("timeout_s", timeout_s, positive=True)
     require_bool("return_log", return_log)
     require_bool("return_stats", return_stats)
-    if start_method is None:
-        start_method = "fork" if sys.platform.startswith("linux") else "spawn"
-    if start_method not in ("fork", "spawn", "forkserver"):
-        raise ValueError(f"start_method must be 'fork', 'spawn' or 'forkserver', got {start_method!r}")
+    start_method = "fork" if sys.platform.startswith("linux") else "spawn"   # fork: no re-import
     shards = [tuple(t[..., s:e, :].clone() for t in (q, k, v)) for s, e in blocks]
     out = q.new_empty((*q.shape[:-1], v.shape[-1])).share_memory_()  # (..., n, d_v)
     record = torch.zeros(world_size, world_size, 4, dtype=torch.float64).share_memory_()

@@ -1,5 +1,4 @@
-"""Notebook 08's counting formulas, the committed benchmark's records, the tile stepper against the
-core's online softmax, and the traffic counts.
+"""Notebook 08's committed benchmark records, and the tile stepper against the core's online softmax.
 (The widget: tests/widgets/test_complexity_widget.py; the checkers: tests/exercises/.)"""
 
 from __future__ import annotations
@@ -11,36 +10,6 @@ import torch
 from attn_helpers.efficient import init_state, online_softmax_step
 from attn_helpers.entropy import attention_entropy
 from attn_helpers.lessons import complexity as cx
-
-
-def test_attention_costs_formulas():
-    costs = cx.attention_costs(1024, 64, heads=8)
-    assert costs["PV"]["flops"] == 8 * 2 * 1024**2 * 64
-    assert costs["QK^T"]["flops"] == 8 * (2 * 1024**2 * 64 + 1024**2)       # + the / sqrt(d) pass
-    assert costs["QK^T"]["bytes"] == 8 * 4 * (2 * 1024 * 64 + 3 * 1024**2)  # S written, read, written
-    assert costs["softmax"]["bytes"] == 8 * 2 * 1024**2 * 4
-    assert costs["total"]["flops"] == sum(costs[s]["flops"] for s in ("QK^T", "softmax", "PV"))
-    half = cx.attention_costs(1024, 64, heads=8, dtype=torch.float16)
-    assert half["total"]["bytes"] * 2 == costs["total"]["bytes"]
-    assert cx.score_matrix_bytes(1024, heads=8) == 32 * 2**20
-    with pytest.raises(ValueError, match="n"):
-        cx.score_matrix_bytes(0)
-
-
-def test_kv_cache_flops_grow_linearly_with_cache_and_quadratically_without():
-    small, large = cx.kv_cache_flops(1023, 64), cx.kv_cache_flops(2047, 64)
-    assert large["with_cache"] < 2.1 * small["with_cache"]
-    assert large["without_cache"] > 3.5 * small["without_cache"]
-    assert cx.kv_cache_flops(0, 8)["with_cache"] == cx.kv_cache_flops(0, 8)["without_cache"]
-
-
-def test_traffic_and_working_set_bytes():
-    assert cx.traffic_bytes("naive", 1024) == 8 * 4 * (6 * 1024**2 + 4 * 1024 * 64)
-    assert cx.traffic_bytes("sdpa", 1024) == 8 * 4 * 4 * 1024 * 64
-    assert cx.traffic_bytes("tiled", 2048) == 8 * 4 * (2 * 2048 * 64 * 9)          # 256-row blocks
-    with pytest.raises(ValueError, match="method"):
-        cx.traffic_bytes("linear", 128)
-    assert cx.tile_working_set_bytes(128, 128) == 8 * 4 * (4 * 128 * 64 + 2 * 128 * 128)
 
 
 def test_committed_benchmark_holds_every_method_and_the_machine():
@@ -63,8 +32,8 @@ def test_validate_records_names_the_bad_record():
     assert cx.validate_records(good[:2]) == good[:2]          # the machine record is optional
     for bad, match in (([{"method": "naive", "n": 128}, good[1]], "record 0"),
                        (good[:1], "matmul_peak"), ([], "non-empty"),
-                       ([{**good[0], "method": "fast"}, good[1]], "unknown method 'fast'"),
-                       ([*good[:2], {**good[2], "cache_bytes": {"L3": "32M"}}], "record 2: cache_bytes"),
+                       ([{**good[0], "method": "fast"}, good[1]], "record 0"),
+                       ([*good[:2], {**good[2], "cache_bytes": {"L3": "32M"}}], "record 2"),
                        ([*good, good[2]], "at most one 'machine'")):
         with pytest.raises(ValueError, match=match):
             cx.validate_records(bad)
@@ -138,63 +107,7 @@ def test_tile_stepper_checks_its_controls():
         cx.tile_stepper(8, 4, 1.0)
 
 
-def test_stage_points_split_the_scale_pass_from_the_product():
-    points = cx.stage_points(64, budget_s=0.01)
-    costs = cx.attention_costs(64, 64, heads=8)
-    assert list(points) == ["QK^T", "/sqrt(d)", "softmax", "PV"]
-    for key in ("flops", "bytes"):                       # the two halves add up to the lumped stage
-        assert points["QK^T"][key] + points["/sqrt(d)"][key] == costs["QK^T"][key]
-    assert points["softmax"]["bytes"] == costs["softmax"]["bytes"]
-    assert all(p["ms"] > 0 for p in points.values())
-    with pytest.raises(ValueError, match="n"):
-        cx.stage_points(0)
-
-
-def test_plots_draw_every_record_and_point():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    records = cx.bench_attention(512, methods=("naive", "sdpa", "tiled", "linear", "local",
-                                                "sdpa_causal"), budget_s=0.01, references=False)
-    colors = dict.fromkeys(("naive", "sdpa", "tiled", "linear", "local"), "black")
-    fig = cx.plot_scaling(records, colors)
-    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 6
-    roof = {"peak_gflops": 100.0, "dram_gbps": 10.0, "cache_gbps": 30.0, "ridge": 10.0,
-            "points": {"softmax n=2048": {"roof": "dram", "intensity": 0.6, "gflops": 0.2},
-                       "naive n=2048": {"roof": "dram", "intensity": 10.0, "gflops": 20.0}}}
-    ax = cx.plot_roofline(roof).axes[0]
-    assert ax.get_ylim()[0] <= 0.1                        # the lowest point is not clipped
-    plt.close("all")
-
-
-def test_roof_at_takes_the_lower_roof_of_its_memory():
-    from attn_helpers.lessons import complexity as cx
-    roof = {"peak_gflops": 100.0, "cache_gbps": 50.0, "dram_gbps": 10.0}
-    assert cx.roof_at(roof, {"roof": "dram", "intensity": 2.0}) == 20.0
-    assert cx.roof_at(roof, {"roof": "cache", "intensity": 1.0}) == 50.0
-    assert cx.roof_at(roof, {"roof": "dram", "intensity": 1000.0}) == 100.0
-
-
-def test_minor_page_faults_counts_up():
-    from attn_helpers.lessons import complexity as cx
-    before = cx.minor_page_faults()
-    assert isinstance(before, int) and cx.minor_page_faults() >= before >= 0
-
-
-def test_measure_roofline_rejects_a_bad_size():
-    import pytest
-
-    from attn_helpers.lessons import complexity as cx
-    with pytest.raises((ValueError, TypeError), match="n_large"):
-        cx.measure_roofline(n_large=0)
-
-
 def test_copy_bandwidth_takes_the_best_of_its_repeats_and_rejects_a_bad_count():
-    import pytest
-
-    from attn_helpers.lessons import complexity as cx
     assert 0.1 < cx.copy_bandwidth_gbps(n_bytes=2**20, budget_s=0.01, repeats=2) < 10_000
     with pytest.raises((ValueError, TypeError), match="repeats"):
         cx.copy_bandwidth_gbps(n_bytes=2**20, repeats=0)
