@@ -17,25 +17,8 @@ from .workflow import exercise
 __all__ = ["REACH_MARGIN", "check_reach", "check_rope_layout", "check_sinusoidal",
            "half_weight_reach_reference", "shift_matrix_reference", "to_interleaved_reference"]
 
-def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, sign: float = -1.0,
-           base: float = math.e, log2: bool = False, endless: bool = False, cap: bool = False,
-           statistic: str = "half") -> torch.Tensor:
-    """Exercise 3's reach ``(H,)`` long with one known mistake (the defaults: the right answer,
-    ``ceil(-ln((1 + r^n) / 2) / m)``, ``r = e^{-m}``)."""
-    m, rows = m.double() * math.log(base), n + keys                  # base^(-m d) = e^(-m ln(base) d)
-    if statistic == "mean":
-        delta = torch.arange(n, dtype=torch.float64)                  # (n,): distances 0 .. n-1
-        x = (torch.softmax(-m[:, None] * delta, -1) * delta).sum(-1)  # (H,): the mean distance
-    elif statistic == "uniform":
-        x = torch.full_like(m, n / 2)
-    elif endless:
-        x = math.log(2) / m
-    else:
-        x = -torch.log1p(torch.expm1(-m * rows) / 2) / m               # (H,): share(x) = 1/2
-        x = x if sign < 0 else rows - x          # weights e^{+m d}: the row read from its far end
-    x = x / math.log(2) if log2 else x
-    k = {"ceil": torch.ceil, "floor": torch.floor, "round": torch.round}[rounding](x)
-    return (k.clamp(max=n) if cap else k).long()
+
+# --- exercise 1: moving by k is a matrix ---------------------------------------------------------
 
 
 def _shift(k: int, d: int, *, sign: float = 1.0, exponents=None, halves: bool = False,
@@ -52,9 +35,6 @@ def _shift(k: int, d: int, *, sign: float = 1.0, exponents=None, halves: bool = 
     M[first, first], M[first, second] = c, s
     M[second, first], M[second, second] = -s, c
     return M
-
-
-# --- exercise 1: moving by k is a matrix ---------------------------------------------------------
 
 
 def shift_matrix_reference(k: int, d_model: int) -> torch.Tensor:
@@ -240,6 +220,28 @@ def check_rope_layout(to_interleaved: Callable) -> CheckResult:
 
 
 # --- exercise 3: how far back an ALiBi head looks ----------------------------------------------
+
+
+def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, sign: float = -1.0,
+           base: float = math.e, log2: bool = False, endless: bool = False, cap: bool = False,
+           statistic: str = "half") -> torch.Tensor:
+    """Exercise 3's reach ``(H,)`` long with one known mistake (the defaults: the right answer,
+    ``ceil(-ln((1 + r^n) / 2) / m)``, ``r = e^{-m}``)."""
+    m, rows = m.double() * math.log(base), n + keys                  # base^(-m d) = e^(-m ln(base) d)
+    if statistic == "mean":
+        delta = torch.arange(n, dtype=torch.float64)                  # (n,): distances 0 .. n-1
+        x = (torch.softmax(-m[:, None] * delta, -1) * delta).sum(-1)  # (H,): the mean distance
+    elif statistic == "uniform":
+        x = torch.full_like(m, n / 2)
+    elif endless:
+        x = math.log(2) / m
+    else:
+        x = -torch.log1p(torch.expm1(-m * rows) / 2) / m               # (H,): share(x) = 1/2
+        x = x if sign < 0 else rows - x          # weights e^{+m d}: the row read from its far end
+    x = x / math.log(2) if log2 else x
+    k = {"ceil": torch.ceil, "floor": torch.floor, "round": torch.round}[rounding](x)
+    return (k.clamp(max=n) if cap else k).long()
+
 
 #: Every case's real-valued reach x = -ln((1 + r^n) / 2) / m is this far from a whole number >= 1
 #: (tested), so any float64 closed form rounds it alike.
