@@ -163,7 +163,8 @@ class DecodeView(BlitView):
         self.notice.visible = not frame.has_attention
         self.panel.set_frame(frame)         # may lay the panel out again, for max_len tokens
         self.panel.entropy.ceiling.set_visible(frame.has_attention)
-        self._zoom(n)
+        if self.panel.ax_map.get_xlim() != (-0.5, n - 0.5):    # a new length, or a new layout
+            self._zoom(n)
 
 
 def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
