@@ -477,10 +477,13 @@ def train_variant(kind: str = "right") -> Callable:
             logits = torch.softmax(logits, dim=-1)
         if kind == "last_only":
             logits, targets = logits[:, -1:], targets[:, -1:]
-        loss = {"nll_on_logits": F.nll_loss, "sum": lambda *a: F.cross_entropy(*a, reduction="sum")
-                }.get(kind, F.cross_entropy)(logits.flatten(0, 1), targets.flatten())
-        if kind == "sum_over_positions":                  # summed over positions, mean over batch
+        flat = logits.flatten(0, 1), targets.flatten()
+        if kind == "nll_on_logits":
+            loss = F.nll_loss(*flat)
+        elif kind == "sum_over_positions":                # summed over positions, mean over batch
             loss = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").sum(1).mean()
+        else:
+            loss = F.cross_entropy(*flat, reduction="sum" if kind == "sum" else "mean")
         if kind != "no_zero_grad":
             optimizer.zero_grad()
         loss.backward()
@@ -973,21 +976,22 @@ def _cache_misuse(calls: list, n0: int, use_cache: bool, T: int) -> str | None:
         if (n, start) == want[:2] and (used == want[2] or (use_cache and not j)):
             continue
         ran = (f"call {j + 1} (prompt of {n0}, the text {L} characters long) ran n = {n} at "
-               f"start = {start}, {'with' if used else 'without'} the cache, where n = {want[0]} "
-               f"at start = {want[1]}, {'with' if want[2] else 'without'} it was expected")
+               f"start = {start} {'with' if used else 'without'} the cache (expected: n = "
+               f"{want[0]} at start = {want[1]} {'with' if want[2] else 'without'} it)")
         if not use_cache:
             return ("use_cache=False did not run without the cache: " + ran + ".\nHint: without "
                     "the cache, every step re-runs the whole sequence so far from position 0 with "
                     "caches=None; the notebook times the two paths against each other.")
         if L > T:
-            return f"past the context n_ctx = {T} {ran}.\nHint: {PAST_CONTEXT['stale']}"
+            return f"past the context n_ctx = {T}, {ran}.\nHint: {PAST_CONTEXT['stale']}"
         if not j:
             return (f"the prompt of {n0} did not run in one call: {ran}.\nHint: with the cache, "
                     "the prompt goes through the model once, as one block at position 0; after "
                     "that, one new token per call.")
         if not used and (L, n, start) == (T, T, 0):
-            return (f"the cache was dropped one step early: {ran}, with the text exactly n_ctx = "
-                    f"{T} characters long.\nHint: a text of n_ctx characters still fits: its last "
+            return ("the cache was dropped one step early: " + (f"calls 2..{j} used it, but "
+                    if j > 1 else "") + f"{ran}: that text is exactly n_ctx = {T} characters long."
+                    "\nHint: a text of n_ctx characters still fits: its last "
                     f"character sits at position n_ctx - 1 = {T - 1}, and the cache has room for "
                     "it. Which comparison of the text's length with n_ctx says the cache is full?")
         if not used:
