@@ -1,11 +1,7 @@
-r"""Checkers for notebook 08 (complexity): merging two partial online-softmax states
-(``complexity.merge_states``), FlashAttention-2's backward for causal attention in tiles
-(``complexity.causal_backward``; never holding the n x n scores, which is the lesson), and one
-step of causal linear attention as a recurrence (``complexity.linear_step``).
-
-A state is the online softmax's ``(m, l, acc)``: ``m`` ``(..., n_q, 1)`` the running maximum of
-the scores (``-inf`` before any key), ``l`` ``(..., n_q, 1)`` the sum of ``exp(s - m)`` and ``acc``
-``(..., n_q, d_v)`` the sum of ``exp(s - m) v``; ``acc / l`` is the attention output.
+r"""Checkers for notebook 08: merging two online-softmax states ``(m, l, acc)``
+(``complexity.merge_states``), FlashAttention-2's causal backward in tiles, never holding the
+n x n scores (``complexity.causal_backward``), and one step of causal linear attention
+(``complexity.linear_step``).
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from ..efficient import block_state, elu_feature_map
+from ..efficient import OnlineSoftmaxState, block_state, elu_feature_map, merge_states
 from .core import AllocationWatch, CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
@@ -30,10 +26,8 @@ STATE = ("m (the merged max)", "l (the merged sum)", "acc (the merged output sum
 
 def _stages(candidate, reference, stages, *, what, output_names, atol, rtol,
             **more) -> CheckResult:
-    """:func:`check_function` over groups ``(cases, mistakes, nan_hint)``; the first miss is
-    reported (numbered among all cases), else one verdict. A later group is reached only by
-    answers that pass the earlier ones, where the known mistakes fail: it needs only its hint.
-    ``more``: further keywords of :func:`check_function` (``watch``, ``error_hints``)."""
+    """:func:`check_function` over groups ``(cases, mistakes, nan_hint)``, each with its own NaN
+    hint; the first miss is reported (numbered among all cases), else one verdict."""
     total, done = sum(len(cases) for cases, _, _ in stages), 0
     for cases, mistakes, nan_hint in stages:
         result = check_function(candidate, reference, cases, what=what, output_names=output_names,
@@ -51,11 +45,8 @@ def _stages(candidate, reference, stages, *, what, output_names, atol, rtol,
 
 
 def merge_states_reference(m1, l1, acc1, m2, l2, acc2):  # noqa: E741 - the paper's names
-    """The state of the union of two disjoint sets of keys, from each set's state."""
-    m = torch.maximum(m1, m2)
-    safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))   # both empty: 0, not NaN
-    c1, c2 = torch.exp(m1 - safe), torch.exp(m2 - safe)
-    return m, c1 * l1 + c2 * l2, c1 * acc1 + c2 * acc2
+    """The state of the union of two disjoint sets of keys: the core's ``merge_states``."""
+    return tuple(merge_states(OnlineSoftmaxState(m1, l1, acc1), OnlineSoftmaxState(m2, l2, acc2)))
 
 
 def _merge_case(g, batch, n_q, keys, d_v, *, offset=0.0, empty2=False, size=1.0) -> dict:
@@ -189,16 +180,10 @@ def causal_backward_reference(q, k, v, O, lse, d_out, B):
 
 
 def _no_full_scores(inputs: dict) -> AllocationWatch | None:
-    """The lesson's constraint, with tiles smaller than the sequence (``B < n``): FlashAttention-2
-    holds one ``B x B`` tile of scores at a time, so the learner's own code may not build
-
-    * a tensor as large as the ``(..., n, n)`` scores, nor
-    * one that holds more numbers than both a padded input, ``(..., n + B - 1, d)``, and a
-      ``(..., B, B, d)`` broadcast product: all ``n`` queries against one key tile,
-      ``(..., n, B)``, does on the tiled cases 1 and 6 (``d`` the larger of ``d_k`` and ``d_v``).
-
-    The watch sees the tensors the learner's Python gets back, not a fused kernel's insides (by
-    design: no library function is blocked)."""
+    """The lesson's constraint when ``B < n``: the learner's code may build no tensor as large as
+    the ``(..., n, n)`` scores, nor one larger than both a padded input ``(..., n + B - 1, d)`` and
+    a ``(..., B, B, d)`` broadcast product (all ``n`` queries against one key tile is larger on
+    cases 1 and 6). Only the tensors Python gets back are seen, not a fused kernel's insides."""
     q, v, B = inputs["q"], inputs["v"], inputs["B"]
     n, d, batch = q.shape[-2], max(q.shape[-1], v.shape[-1]), q[..., 0, 0].numel()
     full, tile_room = batch * n * n, batch * d * max(B * B, n + B - 1)

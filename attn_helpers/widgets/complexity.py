@@ -3,17 +3,18 @@ r"""Notebook 08's widget: FlashAttention's forward, one tile at a time.
 Step through the tiles of a seeded example in FlashAttention-2's order and watch the attention
 matrix fill in: a tile of queries against a tile of keys is scored, each of its rows updates its
 running maximum :math:`m` and sum :math:`\ell`, and whatever the row had summed before is
-multiplied by :math:`e^{m - m'}` when its maximum rises. The numbers come from
-:func:`attn_helpers.lessons.complexity.tile_stepper`; this module only draws them.
+multiplied by :math:`e^{m - m'}` when its maximum rises.
 """
 
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass, field
 
 import ipywidgets as widgets
 import numpy as np
+import torch
 from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
 from matplotlib.colors import PowerNorm, to_rgba
@@ -21,14 +22,15 @@ from matplotlib.patches import Rectangle
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from .._checks import require_bool, require_int_in
-from ..lessons.complexity import TileFrame, tile_schedule, tile_stepper
+from ..entropy import attention_entropy
 from ..plots import ceiling_staircase, weights_cmap
 from ..training import single_thread
 from .core import BAR_COLOR, HIGHLIGHT_COLOR, BlitView, LiveAttentionWidget
 from .panels import CellPainter, EntropyBars, TextSprites
 
 __all__ = ["METHOD_COLORS", "N_RANGE", "MAX_BLOCK", "TileStepperFrame", "TileStepperView",
-           "TileStepperWidget", "tile_stepper_frame", "tile_stepper_widget"]
+           "TileStepperWidget", "tile_schedule", "tile_scores", "tile_stepper_frame",
+           "tile_stepper_widget"]
 
 #: Okabe-Ito colours (colour-blind safe) of the benchmarked methods, for the notebook's figures.
 METHOD_COLORS = {"naive": "#D55E00", "sdpa": "#0072B2", "tiled": "#009E73", "linear": "#CC79A7",
@@ -40,29 +42,95 @@ M_LIMITS, L_LIMITS = (-3.0, 8.0), (0.0, 16.0)   # every (n, block, step) of the 
 
 @dataclass
 class TileStepperFrame:
-    """One state of the stepper: ``tiles``, exactly :func:`tile_stepper`'s :class:`TileFrame`
-    (``weights`` ``(n, n)`` NaN on keys not yet seen, ``m``, ``l``, ``rescale``, ``entropy``,
-    ``ceiling`` ``(n,)``, ``tile``); ``visible`` ``(n, n)`` bool, the keys each query may see
-    (all, or causal); ``labels`` the token positions; ``readouts`` what is shown in words."""
+    """The tiled forward on :func:`tile_scores` after ``step`` of ``n_steps`` tiles. ``scores``,
+    ``weights`` ``(n, n)``: ``exp(s - m) / l`` on the keys a row has seen (the softmax once the
+    row is finished), NaN on the others; ``m``, ``l`` ``(n,)``: running max (``-inf`` before any
+    tile) and sum; ``rescale`` ``(n,)``: ``exp(m_before - m_after)``, applied by the last tile to
+    ``l`` and ``acc`` (1: row not touched, 0: its first tile); ``tile``: ``(row_start, row_stop,
+    col_start, col_stop)``, ``None`` at step 0; ``finished``, ``entropy`` (nats, NaN until
+    finished) and ``ceiling`` (``ln`` of the keys a row may see) ``(n,)``; ``readouts``: words."""
 
     n: int
     block_size: int
     causal: bool
-    tiles: TileFrame
-    visible: np.ndarray
-    labels: list[str]
+    step: int
+    n_steps: int
+    scores: np.ndarray
+    weights: np.ndarray
+    m: np.ndarray
+    l: np.ndarray  # noqa: E741 - the paper's name
+    rescale: np.ndarray
+    tile: tuple[int, int, int, int] | None
+    finished: np.ndarray
+    entropy: np.ndarray
+    ceiling: np.ndarray
     readouts: dict = field(default_factory=dict)
 
     @property
     def rows(self) -> np.ndarray:
         """``(n,)`` bool, the rows (queries) of the last tile."""
         rows = np.zeros(self.n, dtype=bool)
-        if self.tiles.tile is not None:
-            rows[self.tiles.tile[0]:self.tiles.tile[1]] = True
+        if self.tile is not None:
+            rows[self.tile[0]:self.tile[1]] = True
         return rows
 
 
-def _readouts(t: TileFrame, rows: np.ndarray) -> dict:
+def tile_schedule(n: int, block_size: int, *, causal: bool = False
+                  ) -> list[tuple[int, int, int, int]]:
+    """The tiles in FlashAttention-2's forward order: for each block of queries (outer loop), each
+    block of keys (inner loop); with ``causal``, tiles wholly above the diagonal are skipped."""
+    starts = range(0, n, block_size)
+    return [(i, min(i + block_size, n), j, min(j + block_size, n))
+            for i in starts for j in starts if not (causal and j >= i + block_size)]
+
+
+def tile_scores(n: int, *, causal: bool = False) -> torch.Tensor:
+    """Seeded scaled scores ``(n, n)`` (float64): ``q k^T / sqrt(d)`` plus a ramp along the keys
+    (later keys score higher, so the running max moves and rescaling shows); ``-inf`` above the
+    diagonal with ``causal``."""
+    g, d = torch.Generator().manual_seed(0), 16
+    q, k = (torch.randn(n, d, generator=g, dtype=torch.float64) for _ in range(2))
+    s = q @ k.T / math.sqrt(d) + torch.linspace(0.0, 3.0, n, dtype=torch.float64)
+    return s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf) if causal else s
+
+
+def _running(s: torch.Tensor, seen: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Over the ``seen`` entries of each row: the running max ``m``, ``p = exp(s - m)`` (0 where
+    not seen) and the running sum ``l`` of ``p``."""
+    m = s.masked_fill(~seen, -math.inf).amax(dim=-1)                   # (n,)
+    safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    p = torch.where(seen, torch.exp(s - safe[:, None]), 0.0)          # (n, n)
+    return m, p, p.sum(dim=-1)
+
+
+def tile_stepper_frame(n: int, block_size: int, causal: bool, step: int) -> TileStepperFrame:
+    """The widget's pure compute: ``n`` in :data:`N_RANGE`, ``block_size`` in
+    ``2..min(MAX_BLOCK, n)``, ``step`` in ``0..number of tiles``."""
+    n, causal = require_int_in("n", n, *N_RANGE), require_bool("causal", causal)
+    block_size = require_int_in("block_size", block_size, 2, min(MAX_BLOCK, n))
+    tiles = tile_schedule(n, block_size, causal=causal)
+    step = require_int_in("step", step, 0, len(tiles))
+    s, block = tile_scores(n, causal=causal), torch.arange(n) // block_size
+    bi, bj = block[:, None], block[None, :]                           # tile row and column
+    order = bi * (bi + 1) // 2 + bj if causal else bi * math.ceil(n / block_size) + bj
+    order = order.masked_fill(causal & (bj > bi), len(tiles))         # position in tile_schedule
+    seen, before = order < step, order < step - 1
+    (m_before, _, _), (m, p, l) = _running(s, before), _running(s, seen)   # noqa: E741
+    touched = (seen != before).any(dim=-1)                            # the rows of the last tile
+    rescale = torch.where(touched, torch.exp(m_before - m).nan_to_num(0.0), 1.0)   # e^{m - m'}
+    weights = (p / l.clamp_min(1e-300)[:, None]).masked_fill(~seen, math.nan)   # p / l, seen keys
+    finished = (seen | torch.isinf(s)).all(dim=-1)
+    entropy = attention_entropy(torch.softmax(s, dim=-1)).masked_fill(~finished, math.nan)
+    frame = TileStepperFrame(n, block_size, causal, step, len(tiles), s.numpy(), weights.numpy(),
+                             m.numpy(), l.numpy(), rescale.numpy(), tiles[step - 1] if step else None,
+                             finished.numpy(), entropy.numpy(),
+                             np.log(torch.isfinite(s).sum(dim=-1).numpy().astype(float)))
+    frame.readouts = _readouts(frame)
+    return frame
+
+
+def _readouts(t: TileStepperFrame) -> dict:
+    rows = t.rows
     if t.tile is None:
         tile = "none yet: every key is unseen"
     else:
@@ -83,19 +151,6 @@ def _readouts(t: TileFrame, rows: np.ndarray) -> dict:
             f"{t.entropy[done].mean():.4f} (ceiling ln(visible keys): {t.ceiling[done].mean():.4f})"
             if done.any() else "none finished yet"),
     }
-
-
-def tile_stepper_frame(n: int, block_size: int, causal: bool, step: int) -> TileStepperFrame:
-    """The widget's pure compute: :func:`tile_stepper` ``(n, block_size, step, causal=causal)``
-    with ``n`` in :data:`N_RANGE` and ``block_size`` in ``2..min(MAX_BLOCK, n)``, and readouts."""
-    n = require_int_in("n", n, *N_RANGE)
-    block_size = require_int_in("block_size", block_size, 2, min(MAX_BLOCK, n))
-    causal = require_bool("causal", causal)
-    t = tile_stepper(n, block_size, step, causal=causal)
-    visible = np.isfinite(t.scores)                                   # (n, n)
-    frame = TileStepperFrame(n, block_size, causal, t, visible, [str(i) for i in range(n)])
-    frame.readouts = _readouts(t, frame.rows)
-    return frame
 
 
 class _RowBars:
@@ -203,11 +258,11 @@ class TileStepperView(BlitView):
         self.width = 0.7 * row_pt
 
     def draw(self, frame: TileStepperFrame) -> None:
-        t, n, rows = frame.tiles, frame.n, frame.rows
+        t, n, rows = frame, frame.n, frame.rows
         if n != self.n:
             self._resize(n)
         colors = self.cells.cmap(self.cells.norm(np.ma.masked_invalid(t.weights)), bytes=True)
-        colors[~frame.visible] = self.future
+        colors[~np.isfinite(t.scores)] = self.future
         self.cells.colors = colors                                      # (n, n, 4)
         edges = np.arange(frame.block_size, n, frame.block_size) - 0.5
         self.grid.set_segments([[(x, -0.5), (x, n - 0.5)] for x in edges]
@@ -217,12 +272,12 @@ class TileStepperView(BlitView):
             r0, r1, c0, c1 = t.tile
             self.frame_box.set_bounds(c0 - 0.5, r0 - 0.5, c1 - c0, r1 - r0)
         shown = np.arange(0, n, self.every)
-        labels = [frame.labels[i] for i in shown]
+        labels = [str(i) for i in shown]
         self.key_labels.set(labels, np.stack([shown, np.ones_like(shown)], 1))      # top edge
         self.query_labels.set(labels, np.stack([np.zeros_like(shown), shown], 1))   # left edge
         self._draw_rows(t, rows)
 
-    def _draw_rows(self, t: TileFrame, rows: np.ndarray) -> None:
+    def _draw_rows(self, t: TileStepperFrame, rows: np.ndarray) -> None:
         index = np.arange(len(rows), dtype=float)
         m = np.where(np.isfinite(t.m), t.m, np.nan)
         moved = rows & (t.rescale > 0) & (t.rescale < 1)
@@ -321,7 +376,7 @@ def tile_stepper_widget(n: int = 16, block_size: int = 4, causal: bool = False,
                                         description="tile size", layout=wide),
         "causal": widgets.Checkbox(value=causal, description="causal", indent=False,
                                    layout=widgets.Layout(width="90px")),
-        "step": widgets.IntSlider(value=step, min=0, max=frame.tiles.n_steps, description="step",
+        "step": widgets.IntSlider(value=step, min=0, max=frame.n_steps, description="step",
                                   layout=widgets.Layout(width="420px")),
     }
     return TileStepperWidget(tile_stepper_frame, controls, TileStepperView(),

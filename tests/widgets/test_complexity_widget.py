@@ -1,6 +1,6 @@
-"""Notebook 08's widget (``widgets.complexity``): the FlashAttention tile stepper. Its frame is
-``lessons.complexity.tile_stepper``'s (tested against the online softmax in tests/lessons), every
-step changes the picture by blitting only, and bad input is shown in the widget."""
+"""Notebook 08's widget (``widgets.complexity``): the FlashAttention tile stepper. Its frames follow
+the core's online softmax tile by tile and end at the softmax, every step changes the picture by
+blitting only, and bad input is shown in the widget."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ import io
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
-from attn_helpers.lessons.complexity import TileFrame, tile_schedule, tile_stepper
+from attn_helpers.efficient import init_state, online_softmax_step
+from attn_helpers.entropy import attention_entropy
 from attn_helpers.widgets.complexity import (
     TileStepperView,
+    tile_schedule,
+    tile_scores,
     tile_stepper_frame,
     tile_stepper_widget,
 )
@@ -24,35 +28,79 @@ def decode(png: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
 
 
-def assert_same_tiles(got: TileFrame, expected: TileFrame) -> None:
-    assert (got.step, got.n_steps, got.tile) == (expected.step, expected.n_steps, expected.tile)
-    for name in ("scores", "weights", "m", "l", "rescale", "finished", "entropy", "ceiling"):
-        np.testing.assert_array_equal(getattr(got, name), getattr(expected, name), err_msg=name)
+def reference_states(scores, block, causal):
+    """Row block by row block, the core's online_softmax_step over the same tiles: the (m, l)
+    after every tile, in FlashAttention-2's order."""
+    n, states = scores.shape[0], []
+    for i in range(0, n, block):
+        rows = slice(i, min(i + block, n))
+        state = init_state((), rows.stop - rows.start, 1, dtype=torch.float64)
+        for j in range(0, rows.stop if causal else n, block):
+            cols = slice(j, min(j + block, n))
+            state = online_softmax_step(state, scores[rows, cols],
+                                        torch.ones(cols.stop - cols.start, 1, dtype=torch.float64))
+            states.append((rows, state.max.squeeze(-1), state.total.squeeze(-1)))
+    return states
+
+
+@pytest.mark.parametrize("n, block, causal", [(12, 4, False), (10, 3, False), (11, 4, True),
+                                              (8, 8, False), (9, 2, True)])
+def test_frames_follow_the_online_softmax(n, block, causal):
+    scores = tile_scores(n, causal=causal)
+    states = reference_states(scores, block, causal)
+    assert len(states) == tile_stepper_frame(n, block, causal, 0).n_steps
+    for step, (rows, m, l) in enumerate(states, start=1):
+        frame = tile_stepper_frame(n, block, causal, step)
+        assert frame.tile[:2] == (rows.start, rows.stop)
+        np.testing.assert_allclose(frame.m[rows], m.numpy())
+        np.testing.assert_allclose(frame.l[rows], l.numpy())
+        previous = tile_stepper_frame(n, block, causal, step - 1)
+        expected = np.where(np.isfinite(previous.m[rows]), np.exp(previous.m[rows] - m.numpy()), 0)
+        np.testing.assert_allclose(frame.rescale[rows], expected)
+        untouched = np.ones(n, bool)
+        untouched[rows] = False
+        assert (frame.rescale[untouched] == 1).all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_last_frame_is_the_softmax_and_its_entropy(causal):
+    n, block = 13, 4
+    first = tile_stepper_frame(n, block, causal, 0)
+    assert first.tile is None and np.isnan(first.weights).all() and not first.finished.any()
+    last = tile_stepper_frame(n, block, causal, first.n_steps)
+    weights = torch.softmax(tile_scores(n, causal=causal), dim=-1)
+    np.testing.assert_allclose(np.nan_to_num(last.weights, nan=0.0), weights.numpy(), atol=1e-12)
+    np.testing.assert_allclose(last.entropy, attention_entropy(weights).numpy())
+    visible = np.arange(1, n + 1) if causal else np.full(n, n)
+    np.testing.assert_allclose(last.ceiling, np.log(visible))
+
+
+def test_tile_schedule_is_flashattention2s_order():
+    assert tile_schedule(5, 2, causal=True) == [(0, 2, 0, 2), (2, 4, 0, 2), (2, 4, 2, 4),
+                                                (4, 5, 0, 2), (4, 5, 2, 4), (4, 5, 4, 5)]
+    assert len(tile_schedule(5, 2)) == 9 and tile_schedule(5, 2)[:2] == [(0, 2, 0, 2), (0, 2, 2, 4)]
+    assert len(tile_schedule(12, 4, causal=True)) == 6                    # not 9
 
 
 @pytest.mark.parametrize("n, block, causal, step", CASES)
-def test_frame_is_the_tile_steppers_and_its_readouts_count_the_rows(n, block, causal, step):
+def test_readouts_count_the_rows(n, block, causal, step):
     frame = tile_stepper_frame(n, block, causal, step)
-    expected = tile_stepper(n, block, step, causal=causal)
-    assert_same_tiles(frame.tiles, expected)
-    np.testing.assert_array_equal(frame.visible, np.isfinite(expected.scores))
     assert frame.readouts["step"] == f"{step} of {len(tile_schedule(n, block, causal=causal))}"
-    assert frame.readouts["rows finished"] == f"{int(expected.finished.sum())} of {n}"
+    assert frame.readouts["rows finished"] == f"{int(frame.finished.sum())} of {n}"
     if step == 0:
-        assert frame.tiles.tile is None and not frame.rows.any()
+        assert frame.tile is None and not frame.rows.any()
         assert frame.readouts["tile"].startswith("none yet")
         return
-    r0, r1, c0, c1 = expected.tile
+    r0, r1, c0, c1 = frame.tile
     assert frame.readouts["tile"] == f"queries {r0}..{r1 - 1} x keys {c0}..{c1 - 1}"
-    rows = expected.rescale[r0:r1]
+    rows = frame.rescale[r0:r1]
     moved = rows[(rows > 0) & (rows < 1)]
-    assert frame.readouts["rows rescaled by this tile"].startswith(f"{len(moved)} of {r1 - r0}")
     said = frame.readouts["rows rescaled by this tile"]
     if len(moved) == 0:
         assert said == f"0 of {r1 - r0}"
     else:
         factors = f"{moved[0]:.4f}" if len(moved) == 1 else f"{moved.min():.4f}..{moved.max():.4f}"
-        assert said.endswith(f"by e^(m - m') = {factors}")
+        assert said == f"{len(moved)} of {r1 - r0}, by e^(m - m') = {factors}"
     assert frame.readouts["rows starting here (first tile, nothing to rescale)"] == int(
         (rows == 0).sum())
 
@@ -67,7 +115,7 @@ def test_every_step_changes_the_picture_by_blitting_only():
     unseen = [(np.abs(pictures[0] - grey).max(-1) <= 2).sum()]
     for step in range(1, widget.controls["step"].max + 1):
         widget.controls["step"].value = step
-        assert widget.error is None and widget.frame.tiles.step == step
+        assert widget.error is None and widget.frame.step == step
         pictures.append(decode(widget.image.value))
         unseen.append((np.abs(pictures[-1] - grey).max(-1) <= 2).sum())
     assert all((a != b).any() for a, b in zip(pictures, pictures[1:], strict=False))
@@ -85,12 +133,12 @@ def test_the_step_slider_spans_the_tiles_and_an_ended_stepper_stays_at_the_end()
     assert step.max == 16 and block.max == 16
     widget.set(n=10, block_size=3, causal=True, step=4)
     assert step.max == len(tile_schedule(10, 3, causal=True)) and block.max == 10
-    assert widget.frame.tiles.step == 4
-    assert widget.frame.tiles.tile == tile_schedule(10, 3, causal=True)[3]
+    assert widget.frame.step == 4
+    assert widget.frame.tile == tile_schedule(10, 3, causal=True)[3]
     widget.set(step=step.max)
     widget.controls["block_size"].value = 2                              # more tiles: still at the end
     assert step.value == step.max == len(tile_schedule(10, 2, causal=True))
-    assert widget.frame.tiles.finished.all()
+    assert widget.frame.finished.all()
     widget.controls["n"].value = 8
     assert block.max == 8 and widget.error is None
 
@@ -101,6 +149,7 @@ def test_the_step_slider_spans_the_tiles_and_an_ended_stepper_stays_at_the_end()
     ({"n": 8, "block_size": 12}, "block_size must be between 2 and 8, got 12"),
     ({"causal": "yes"}, "causal must be a bool, got str"),
     ({"block_size": 0}, "block_size must be between 2 and 16, got 0"),
+    ({"step": 1.0}, "step must be an int"),
 ])
 def test_bad_input_is_shown_in_the_widget_and_moves_nothing(values, message):
     widget = tile_stepper_widget()
@@ -135,7 +184,7 @@ def test_a_tile_as_wide_as_n_never_rescales(n):
     for causal in (False, True):
         for step in range(1, len(tile_schedule(n, n, causal=causal)) + 1):
             frame = tile_stepper_frame(n, n, causal, step)
-            assert set(np.unique(frame.tiles.rescale)) <= {0.0, 1.0}
+            assert set(np.unique(frame.rescale)) <= {0.0, 1.0}
             assert frame.readouts["rows rescaled by this tile"] == f"0 of {n}"
     assert any(not tile_stepper_frame(n, 4, False, s).readouts["rows rescaled by this tile"]
                .startswith("0 of") for s in range(1, len(tile_schedule(n, 4)) + 1))   # smaller tiles do
