@@ -1,11 +1,8 @@
 """The course's tools: ``python -m attn_helpers COMMAND``.
 
-    bench widget|attention|browser ...  the speed and memory benchmarks (see attn_helpers.bench)
-    thumbnails                          refresh the README's notebook pictures (docs/thumbnails/)
-    progress [--reset]                  the learner's exercise table, kept across notebooks
-
-``python -m attn_helpers.bench ...`` is an alias of ``bench``. Shipped checkpoints are re-created
-by the studies (``python3 course.py studies``). Nothing in the package imports this module.
+    bench widget|browser|attention|gpt ...  the speed and memory benchmarks (attn_helpers.bench)
+    thumbnails                              refresh the README's notebook pictures
+    progress [--reset]                      the learner's exercise table, kept across notebooks
 """
 
 from __future__ import annotations
@@ -14,25 +11,20 @@ import argparse
 import sys
 
 
-def progress_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attn_helpers progress",
-                                     description="Which exercises you have passed, notebook by "
-                                                 "notebook (your own functions only).")
-    parser.add_argument("--reset", action="store_true", help="forget every recorded pass")
-    from .exercises.workflow import progress, progress_file, reset_progress
-
-    if parser.parse_args(argv).reset:
-        print(f"progress reset: removed {reset_progress()}")
-    else:
-        print(f"Your exercises (kept in {progress_file()}):")
-        progress()
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     command, *rest = (sys.argv[1:] if argv is None else argv) or [""]
     if command == "progress":
-        return progress_main(rest)
+        parser = argparse.ArgumentParser(prog="python -m attn_helpers progress",
+                                         description="Which exercises you have passed.")
+        parser.add_argument("--reset", action="store_true", help="forget every recorded pass")
+        from .exercises.workflow import progress, progress_file, reset_progress
+
+        if parser.parse_args(rest).reset:
+            print(f"progress reset: removed {reset_progress()}")
+        else:
+            print(f"Your exercises (kept in {progress_file()}):")
+            progress()
+        return 0
     if command == "bench":
         from .bench import main as bench_main
 

@@ -1,13 +1,7 @@
-"""Server-side setting for JupyterLab: the kernel websocket with ``TCP_NODELAY``.
-
-A slider move's reply is a few small messages and the picture. jupyter_server (2.21) and tornado
-(6.6) leave Nagle's algorithm on for that websocket, so the server holds small replies back until
-the browser acknowledges the first, which it delays: ``bench browser``'s floor (a bare slider
-swapping PNGs) took a median of about 65 ms without this class and 33 ms with it (same machine,
-same hour). The package installs ``etc/jupyter/jupyter_server_config.d/attn_helpers.json``, which
-enables this module as a server extension in every ``jupyter lab`` of the environment, unless
-``ServerApp.kernel_websocket_connection_class`` was set explicitly or a gateway is in use.
-"""
+"""JupyterLab's kernel websocket with ``TCP_NODELAY``: jupyter_server leaves Nagle's algorithm on,
+which holds a slider move's small replies back (``bench browser``'s floor: a median of 65 ms
+without, 33 ms with). The package's ``jupyter_server_config.d/attn_helpers.json`` enables this
+server extension in every ``jupyter lab`` of the environment, unless another class was chosen."""
 
 from __future__ import annotations
 
@@ -31,14 +25,12 @@ def _jupyter_server_extension_points() -> list[dict]:
 
 
 def _load_jupyter_server_extension(serverapp) -> None:
-    """Make :class:`NoDelayChannels` the server's kernel websocket class (read by the websocket
-    handler on each connection), unless another one was chosen."""
+    """Make :class:`NoDelayChannels` the kernel websocket class, unless another one was chosen."""
     settings = serverapp.web_app.settings
-    chosen = SETTING in serverapp.config.get("ServerApp", {})
-    if chosen or settings.get(SETTING) is not ZMQChannelsWebsocketConnection:
-        serverapp.log.info("attn_helpers.labserver: kernel websocket class left as configured "
-                           "(%s)", getattr(settings.get(SETTING), "__name__", None))
+    if (SETTING in serverapp.config.get("ServerApp", {})
+            or settings.get(SETTING) is not ZMQChannelsWebsocketConnection):
+        serverapp.log.info("attn_helpers.labserver: kernel websocket class left as configured (%s)",
+                           getattr(settings.get(SETTING), "__name__", None))
         return
     settings[SETTING] = NoDelayChannels
-    serverapp.log.info("attn_helpers.labserver: kernel websocket without Nagle's delay "
-                       "(NoDelayChannels)")
+    serverapp.log.info("attn_helpers.labserver: kernel websocket without Nagle's delay")

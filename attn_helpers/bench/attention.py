@@ -1,8 +1,8 @@
-"""``python -m attn_helpers bench attention``: time and peak memory of one attention call (batch 1,
-8 heads, head dimension 64, float32) against ``n``, doubling from 128 to ``--max-n``, for naive,
-sdpa, tiled, causal linear and causal local attention, and forward + backward up to 4096. The
-sweep is :func:`attn_helpers.lessons.complexity.bench_attention` (notebook 08 runs a small one);
-it prints JSON records, and the targets' ratios, all measured in the same run, to stderr."""
+"""``python -m attn_helpers bench attention [--max-n 8192] [--device cpu|cuda] [--check]``: time
+and peak memory of one attention call (batch 1, 8 heads of 64, float32) against ``n``, doubling from
+128, for naive, sdpa, tiled, causal linear and causal local attention, and forward + backward up to
+4096 (:func:`attn_helpers.lessons.complexity.bench_attention`). Prints the JSON records, then the
+targets' ratios, all measured in the same run, to stderr."""
 
 from __future__ import annotations
 
@@ -28,16 +28,15 @@ def attention_verdict(records: list[dict]) -> tuple[bool, str]:
             lines.append(f"n={n} {top} / {bottom} not measured: target not checked")
             continue
         ratio = by[(top, n)][key] / by[(bottom, n)][key]
-        met = ratio <= limit
-        ok &= met
+        ok &= ratio <= limit
         memory = key == "peak_bytes"
         shown = f"{100 * ratio:.2f}% of {bottom}'s" if memory else f"{ratio:.2f}x {bottom}'s"
         target = f"<= {100 * limit:.0f}%" if memory else f"<= {limit:.0f}x"
-        lines.append(f"n={n}: {what} = {shown} (target {target}): {'met' if met else 'NOT met'}")
+        lines.append(f"n={n}: {what} = {shown} (target {target}): "
+                     f"{'met' if ratio <= limit else 'NOT met'}")
     peak = next((r["gflops"] for r in records if r["method"] == "matmul_peak"), None)
-    rows = [r for r in records if "n" in r]
-    largest = max((r["n"] for r in rows), default=None)
-    for r in (r for r in rows if r["n"] == largest):
+    largest = max((r["n"] for r in records if "n" in r), default=None)
+    for r in (r for r in records if r.get("n") == largest):
         share = f", {100 * r['gflops'] / peak:.1f}% of the matmul peak" if peak else ""
         lines.append(f"n={r['n']} {r['method']:>13}: {r['median_ms']:10.2f} ms, "
                      f"{r['peak_bytes'] / 2**20:9.1f} MiB, {r['gflops']:7.2f} GFLOP/s{share}")
@@ -53,25 +52,16 @@ def main(argv: list[str]) -> int:
 
     from ..lessons.complexity import bench_attention
 
-    parser = argparse.ArgumentParser(prog="python -m attn_helpers bench attention",
-                                     description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m attn_helpers bench attention", description=__doc__)
     parser.add_argument("--max-n", type=int, default=8192, help="largest sequence length")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--budget-s", type=float, default=1.0,
-                        help="seconds of timed runs per method and n")
-    parser.add_argument("--check", action="store_true",
-                        help="exit with status 1 when the targets are not met")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--budget-s", type=float, default=1.0, help="seconds of timed runs per case")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
-    if args.max_n < 128:
-        parser.error("--max-n must be >= 128")
-    if not args.budget_s > 0:
-        parser.error("--budget-s must be > 0")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: torch.cuda.is_available() is False on this machine")
-    if args.threads is not None:
-        if args.threads < 1:
-            parser.error("--threads must be >= 1")
+    if args.max_n < 128 or not args.budget_s > 0 or (args.threads or 1) < 1:
+        parser.error("--max-n must be >= 128, --budget-s > 0 and --threads >= 1")
+    if args.threads:
         torch.set_num_threads(args.threads)
     records = bench_attention(args.max_n, args.device, budget_s=args.budget_s)
     print(json.dumps(records, indent=1))

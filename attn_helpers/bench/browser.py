@@ -1,25 +1,12 @@
-"""``python -m attn_helpers bench browser [notebooks...] [--check]``: every notebook as a learner
-meets it, checked and timed in one pass of JupyterLab in headless Chromium (:mod:`.lab`).
+"""``python -m attn_helpers bench browser [notebooks...] [--check] [--confirm] [--results FILE]``:
+every notebook run, checked and timed in JupyterLab in headless Chromium (:mod:`.lab`).
 
-* **The floor**: a bare ipywidgets slider swapping precomputed PNGs, what any widget costs on
-  this machine, browser, server and kernel included. Its page stays open for the whole pass:
-  :data:`FLOOR_MOVES` moves first, then :data:`FLOOR_MOVES_BETWEEN` after each notebook's, so the
-  floor is sampled at the same moments as the notebooks on a machine whose load changes. Each
-  notebook is judged against the floor moves just before and after its own (``floor_marks``), or
-  the whole pass's floor when fewer than :data:`MIN_LOCAL_FLOOR` were recorded there.
-* **Every notebook**, one after the other in one JupyterLab page: *Run All*; no cell may show an
-  error; then every slider of every live widget gets :data:`KEYS_PER_SLIDER` arrow-key presses
-  (:data:`MIN_MOVES_PER_WIDGET` at least per widget). After the first move the first attention
-  widget's picture (pixels) and its readouts, entropy included, must have changed. Screenshots
-  and ``summary.json`` go to ``artifacts/browser/<notebook>/``.
-
-A move is timed identically for the floor and every widget, from the key press to the new picture
-on screen (:func:`lab.press_keys`). Writes every record to ``artifacts/browser/results.json``.
-Exits 1 when a check fails; with ``--check`` also when a notebook's median is over
-:data:`MAX_RATIO` times the floor around it (with ``--confirm``, only when a pass of its own,
-each notebook run up to its last widget with :data:`CONFIRM_KEYS` times the key presses,
-confirms the miss). Nothing is compared with a fixed
-number of milliseconds. ``--results FILE`` judges a recorded pass without a browser.
+A bare slider swapping precomputed PNGs is the floor: :data:`FLOOR_MOVES` moves first, then
+:data:`FLOOR_MOVES_BETWEEN` after each notebook. Each notebook: Run All, no cell may show an error,
+every slider of every widget moved with the arrow keys (timed from the key press to the new picture
+on screen); the first widget's picture and readouts must change. ``--check`` also fails a notebook
+whose median is over :data:`MAX_RATIO` times the floor moves around it; ``--confirm`` first
+measures it again in a pass of its own. ``--results`` judges a recorded ``results.json``.
 """
 
 from __future__ import annotations
@@ -61,8 +48,8 @@ def shown(moves: list[dict]) -> list[float]:
 
 
 def last_widget_cell(name: str) -> tuple[int | None, int]:
-    """The index of the last cell whose stored output is a live widget (``None``: none), and the
-    number of code cells up to it (all of them when there is none)."""
+    """Index of the last cell whose stored output is a widget (``None``: none), and the number of
+    code cells up to it."""
     cells = json.loads((ROOT / "notebooks" / name).read_text())["cells"]
     last = max((i for i, cell in enumerate(cells) for output in cell.get("outputs", [])
                 if "application/vnd.jupyter.widget-view+json" in output.get("data", {})),
@@ -71,16 +58,30 @@ def last_widget_cell(name: str) -> tuple[int | None, int]:
     return last, sum(cell["cell_type"] == "code" for cell in upto)
 
 
+def check_first_widget(record: dict, image, widget, readouts, shots: Path):
+    """Screenshot the first widget with readouts; returns the check to run after its first move."""
+    before_png, before_text = image.screenshot(), readouts.inner_text()
+    widget.screenshot(path=str(shots / "widget_before.png"))
+
+    def after_first():
+        if "changed_pixels" in record:
+            return
+        changed, after_text = _changed_pixels(before_png, image.screenshot()), readouts.inner_text()
+        record["checks"][CHECKS[1]] = changed > 0
+        record["checks"][CHECKS[2]] = after_text != before_text and "entropy" in after_text
+        widget.screenshot(path=str(shots / "widget_after.png"))
+        record.update(changed_pixels=changed, readouts_before=before_text, readouts_after=after_text)
+
+    return after_first
+
+
 def check_notebook(page, name: str, shots: Path, keys: int = KEYS_PER_SLIDER,
                    widgets_only: bool = False) -> dict:
-    """Open ``name`` in the JupyterLab of ``page``, Run All, check it and time every slider of
-    every widget; returns its record. ``widgets_only``: run only the cells up to the last widget
-    (CI's pass: the cells after it draw no widget, and both strict nbval passes run them; and the
-    confirming re-measure). The caller closes the notebook."""
+    """Open ``name``, Run All (``widgets_only``: up to its last widget), check it and time every
+    slider of every widget; returns its record. The caller closes the notebook."""
     shots.mkdir(parents=True, exist_ok=True)
     record = {"notebook": Path(name).stem, "run_all_s": None, "widgets": 0, "moves": [],
               "inert_presses": 0, "checks": dict.fromkeys(CHECKS, False), "problems": []}
-    checks = record["checks"]
     try:
         lab.open_in_lab(page, name)
         last, code_cells = last_widget_cell(name)
@@ -89,7 +90,7 @@ def check_notebook(page, name: str, shots: Path, keys: int = KEYS_PER_SLIDER,
         record["run_all_s"] = round(seconds, 1)
         page.screenshot(path=str(shots / "after_run_all.png"), full_page=True)
         errors = lab.error_outputs(page)
-        checks[CHECKS[0]] = not errors and not not_run
+        record["checks"][CHECKS[0]] = not errors and not not_run
         record["problems"] += [f"a cell shows an error:\n{text[:2000]}" for text in errors[:1]]
         if not_run:
             record["problems"].append(f"{len(not_run)} code cells did not run (Run All stopped)")
@@ -97,11 +98,11 @@ def check_notebook(page, name: str, shots: Path, keys: int = KEYS_PER_SLIDER,
         record["widgets"] = images.count()
         if not page.locator(".jp-OutputArea-output .attn-readouts").count():
             record["problems"].append("no attention widget (with readouts) after Run All")
-        checked = False          # the first widget with readouts is checked
+        checked = False
         for w in range(record["widgets"]):
             image = images.nth(w)
             widget = image.locator("xpath=ancestor::div[contains(@class, 'widget-vbox')][1]")
-            if not widget.count():     # a picture with no controls: no moves
+            if not widget.count():     # a picture with no controls
                 continue
             widget.scroll_into_view_if_needed()
             lab.wait(lambda image=image: image.evaluate("i => i.complete && i.naturalWidth > 0"),
@@ -109,26 +110,11 @@ def check_notebook(page, name: str, shots: Path, keys: int = KEYS_PER_SLIDER,
             after_first, readouts = None, widget.locator(".attn-readouts")
             if not checked and readouts.count():
                 checked = True
-                before_png, before_text = image.screenshot(), readouts.inner_text()
-                widget.screenshot(path=str(shots / "widget_before.png"))
-
-                def after_first(image=image, widget=widget, readouts=readouts,
-                                before_png=before_png, before_text=before_text):
-                    if "changed_pixels" in record:     # once, after the widget's first move
-                        return
-                    changed = _changed_pixels(before_png, image.screenshot())
-                    after_text = readouts.inner_text()
-                    checks[CHECKS[1]] = changed > 0
-                    checks[CHECKS[2]] = after_text != before_text and "entropy" in after_text
-                    widget.screenshot(path=str(shots / "widget_after.png"))
-                    record.update(changed_pixels=changed, readouts_before=before_text,
-                                  readouts_after=after_text)
+                after_first = check_first_widget(record, image, widget, readouts, shots)
             handles = widget.locator(".widget-slider .noUi-handle")
-            count = handles.count()
-            for h in range(count):
-                moves, inert = lab.press_keys(page, image, handles.nth(h),
-                                              max(keys, -(-MIN_MOVES_PER_WIDGET // count)),
-                                              after_first)
+            for h in range(handles.count()):
+                presses = max(keys, -(-MIN_MOVES_PER_WIDGET // handles.count()))
+                moves, inert = lab.press_keys(page, image, handles.nth(h), presses, after_first)
                 record["moves"] += moves
                 record["inert_presses"] += inert
     except Exception as error:  # noqa: BLE001 - reported as the notebook's problem
@@ -138,14 +124,14 @@ def check_notebook(page, name: str, shots: Path, keys: int = KEYS_PER_SLIDER,
 
 
 def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Path = ARTIFACTS,
-                 lab_args: tuple[str, ...] = (), report=print, widgets_only: bool = False) -> dict:
-    """The whole pass over ``names`` (files in ``notebooks/``), the floor sampled before and
-    between them; returns the results and writes them to ``artifacts/results.json``."""
+                 report=print, widgets_only: bool = False) -> dict:
+    """The pass over ``names`` (files in ``notebooks/``), the floor sampled before and between
+    them; returns the results and writes them to ``artifacts/results.json``."""
     artifacts.mkdir(parents=True, exist_ok=True)
-    results = {"floor": [], "floor_marks": [], "notebooks": [], "lab_args": list(lab_args)}
+    results = {"floor": [], "floor_marks": [], "notebooks": []}
     started = time.monotonic()
-    with lab.chromium() as browser, lab.lab_server(ROOT / "notebooks", artifacts / "jupyterlab.log",
-                                                   lab_args) as (base, token):
+    with lab.chromium() as browser, lab.lab_server(ROOT / "notebooks",
+                                                   artifacts / "jupyterlab.log") as (base, token):
         page, floor_page = (browser.new_context(viewport={"width": 1500, "height": 1100}).new_page()
                             for _ in range(2))
         lab.open_lab(page, base, token, ready=False)   # loads while the floor starts
@@ -167,7 +153,6 @@ def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Pa
         lab.lab_ready(page)
         floor_moves(FLOOR_MOVES)
         report(f"{'floor':>24}: median {summarize(shown(results['floor']))['median_ms']} ms")
-        results["setup_s"] = round(time.monotonic() - started, 1)
         closing = []           # kernels take seconds to exit, mostly waiting: in threads
         for name in names:
             record = check_notebook(page, name, artifacts / Path(name).stem, keys, widgets_only)
@@ -217,9 +202,8 @@ def local_floor(results: dict, index: int) -> list[float]:
 
 
 def verdict(results: dict) -> tuple[bool, bool, str]:
-    """``(checks pass, ratios met, text)`` for a pass: every notebook's checks, and its median at
-    most :data:`MAX_RATIO` times the floor around it (or the pass's floor). The notebooks that
-    miss the ratio are listed in ``results["missed"]``."""
+    """``(checks pass, ratios met, text)``: every notebook's checks, and its median at most
+    :data:`MAX_RATIO` times the floor around it (or the pass's floor). Sets ``results["missed"]``."""
     results["missed"] = []
     floor = summarize(shown(results["floor"])) if results["floor"] else None
     lines = [f"server: {(results.get('server') or ['attn_helpers.labserver not loaded'])[0]}",
@@ -249,12 +233,9 @@ def verdict(results: dict) -> tuple[bool, bool, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attn_helpers bench browser",
-                                     description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m attn_helpers bench browser", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebooks", nargs="*", help="notebook files or stems (default: all)")
-    parser.add_argument("--keys", type=int, default=KEYS_PER_SLIDER,
-                        help="arrow-key presses per slider")
     parser.add_argument("--check", action="store_true",
                         help=f"exit 1 also when a notebook's median is over {MAX_RATIO:g}x the floor")
     parser.add_argument("--confirm", action="store_true",
@@ -262,11 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                              "in a pass of their own, and fail only if one misses it again")
     parser.add_argument("--results", type=Path, metavar="FILE",
                         help="judge a recorded pass (results.json) instead of running one")
-    parser.add_argument("--lab-arg", action="append", default=[], metavar="ARG",
-                        help="extra JupyterLab argument, e.g. to compare server settings")
     args = parser.parse_args(argv)
-    if args.keys < 1:
-        parser.error("--keys must be >= 1")
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if args.results is not None:
         if not args.results.exists():
@@ -280,24 +257,15 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"no notebook matches {args.notebooks}; known: {every}")
         if not Path(lab.CHROMIUM).exists():
             parser.error(f"Chromium not found at {lab.CHROMIUM} (Debian's 'chromium', or $CHROMIUM)")
-        results = browser_pass(chosen, keys=args.keys, lab_args=tuple(args.lab_arg), report=say)
+        results = browser_pass(chosen, report=say)
     checks_ok, ratios_ok, text = verdict(results)
-    print(json.dumps([{"notebook": r["notebook"], "moves": len(r["moves"]),
-                       **(summarize(shown(r["moves"])) if r["moves"] else {})}
-                      for r in [*results["notebooks"], {"notebook": "floor",
-                                                        "moves": results["floor"]}]], indent=1))
     say(text)
     if checks_ok and not ratios_ok and args.check and args.confirm:
         missed = [f"{name}.ipynb" for name in results["missed"]]
         say(f"over {MAX_RATIO:g}x the floor around it: {', '.join(missed)}; measured once more, "
-            f"in a pass of their own (each run up to its last widget, {CONFIRM_KEYS}x the key "
-            "presses: a median of 12 moves drifts by up to 20 % from pass to pass)")
-        again = browser_pass(missed, keys=CONFIRM_KEYS * args.keys, lab_args=tuple(args.lab_arg),
-                             artifacts=ARTIFACTS / "confirm", report=say, widgets_only=True)
+            f"in a pass of their own (up to the last widget, {CONFIRM_KEYS}x the key presses)")
+        again = browser_pass(missed, keys=CONFIRM_KEYS * KEYS_PER_SLIDER, report=say,
+                             artifacts=ARTIFACTS / "confirm", widgets_only=True)
         checks_ok, ratios_ok, text = verdict(again)
         say(text)
     return 0 if checks_ok and (ratios_ok or not args.check) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,10 +1,6 @@
-"""Plumbing of ``bench browser``: JupyterLab on loopback over a copy of the notebooks, Debian's
-Chromium through Playwright, and the page helpers (Run All, a key press timed to the new picture).
-
-The server starts as a learner's plain ``jupyter lab`` does, so it reads the package's
-``jupyter_server_config.d/attn_helpers.json`` (the kernel websocket without Nagle's delay,
-:mod:`attn_helpers.labserver`); ``lab_args`` adds or overrides settings.
-"""
+"""Plumbing of ``bench browser``: JupyterLab on loopback over a copy of the notebooks (started as a
+learner's plain ``jupyter lab``, so with :mod:`attn_helpers.labserver`), Debian's Chromium through
+Playwright, and the page helpers (Run All, a key press timed to the new picture)."""
 
 from __future__ import annotations
 
@@ -24,8 +20,7 @@ from pathlib import Path
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 FLOOR_NOTEBOOK = "_floor.ipynb"
 
-# The floor: a bare ipywidgets slider that swaps precomputed PNGs (heatmaps the size of a
-# notebook widget's picture) in an ipywidgets.Image. What any widget costs on this machine.
+# The floor: a bare slider swapping precomputed PNGs the size of a widget's picture.
 FLOOR_SOURCE = """\
 import io
 import ipywidgets as widgets
@@ -45,9 +40,8 @@ slider.observe(lambda change: setattr(image, "value", frames[change["new"]]), na
 widgets.VBox([slider, image])
 """
 
-# In the page, for a widget's <img>: when its src is swapped (the kernel's PNG arrived), when the
-# new picture is decoded and the first animation frame after that (on screen), each in ms after
-# the last keydown. Event driven: nothing polls, so the page draws no frame for the waiting.
+# In the page, for a widget's <img>: ms from the last keydown to its src swapped, the picture
+# decoded and the next animation frame (on screen). Event driven: nothing polls.
 PROBE = """
 (img) => {
   const a = window.__attn = window.__attn || {key: 0, waiter: null};
@@ -89,9 +83,9 @@ def wait(condition, timeout_s: float, what: str, interval_s: float = 0.25):
 
 
 @contextmanager
-def lab_server(notebooks_dir: Path, log_path: Path, lab_args: tuple[str, ...] = ()):
-    """JupyterLab over a copy of ``notebooks_dir`` (plus the floor notebook) on 127.0.0.1, a port
-    the OS chooses and a random token: yields ``(base_url, token)``."""
+def lab_server(notebooks_dir: Path, log_path: Path):
+    """JupyterLab over a copy of ``notebooks_dir`` plus the floor notebook, on 127.0.0.1 with a
+    random token: yields ``(base_url, token)``."""
     with tempfile.TemporaryDirectory() as home:
         home = Path(home)
         shutil.copytree(notebooks_dir, home / "notebooks")
@@ -100,14 +94,9 @@ def lab_server(notebooks_dir: Path, log_path: Path, lab_args: tuple[str, ...] = 
                        "metadata": {}, "outputs": [], "source": FLOOR_SOURCE}],
             "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                         "name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}))
-        settings = home / "settings" / "@jupyterlab"
-        for extension, name, value in (
-                ("apputils-extension", "notification", {"fetchNews": "false",
-                                                        "checkForUpdates": False}),
-                # JupyterLab 4's default, as a learner meets it: every cell in the page
-                ("notebook-extension", "tracker", {"windowingMode": "contentVisibility"})):
-            (settings / extension).mkdir(parents=True)
-            (settings / extension / f"{name}.jupyterlab-settings").write_text(json.dumps(value))
+        settings = home / "settings" / "@jupyterlab" / "apputils-extension"
+        settings.mkdir(parents=True)      # no "fetch the news?" toast over the widgets
+        (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
         token, runtime = secrets.token_hex(16), home / "runtime"
         env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
                    JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"), JUPYTER_RUNTIME_DIR=str(runtime))
@@ -117,7 +106,7 @@ def lab_server(notebooks_dir: Path, log_path: Path, lab_args: tuple[str, ...] = 
                 [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
                  "--ServerApp.port=0", f"--IdentityProvider.token={token}",
                  f"--ServerApp.root_dir={home / 'notebooks'}", "--ServerApp.allow_root=True",
-                 "--LabApp.expose_app_in_browser=True", *lab_args],   # window.jupyterapp
+                 "--LabApp.expose_app_in_browser=True"],   # window.jupyterapp
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home / "notebooks")
             try:
                 def up() -> str | None:    # the server writes its URL once it listens
@@ -170,8 +159,7 @@ def _prompts(page) -> list[str]:
 
 
 def open_lab(page, base: str, token: str, ready: bool = True) -> None:
-    """JupyterLab in ``page``, an empty workspace; ``ready=False``: only started (it loads while
-    the caller goes on; :func:`lab_ready` waits for it)."""
+    """JupyterLab in ``page``, an empty workspace (``ready=False``: :func:`lab_ready` waits)."""
     page.goto(f"{base}/lab/workspaces/{secrets.token_hex(4)}?token={token}&reset",
               wait_until="commit")
     if ready:
@@ -184,7 +172,7 @@ def lab_ready(page) -> None:
 
 
 def open_in_lab(page, name: str) -> None:
-    """Open ``name`` in the JupyterLab of ``page``, as a learner opens the next notebook."""
+    """Open ``name`` in the JupyterLab of ``page`` and wait for its kernel."""
     page.evaluate("path => { jupyterapp.commands.execute('docmanager:open', "
                   "{path, factory: 'Notebook'}); }", name)
     page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=60_000)
@@ -192,7 +180,7 @@ def open_in_lab(page, name: str) -> None:
 
 
 def close_notebooks(page) -> None:
-    """Close every notebook of the JupyterLab in ``page`` without saving (no dialog)."""
+    """Close every notebook in ``page`` without saving (no dialog)."""
     page.evaluate("""() => {
       for (const widget of Array.from(jupyterapp.shell.widgets('main'))) {
         if (widget.context) { widget.context.model.dirty = false; }
@@ -203,23 +191,19 @@ def close_notebooks(page) -> None:
 
 
 def run_all(page, timeout_s: float, upto: int | None = None) -> tuple[float, list[str]]:
-    """*Run > Run All Cells* (with ``upto``: only the cells up to that index, the ones a widget
-    there needs), then wait until the kernel is idle with no cell queued or running. Returns the
-    seconds it took and the prompts of the cells that did not run."""
+    """Run all cells (``upto``: only the cells up to that index), then wait until the kernel is
+    idle with nothing queued. Returns the seconds and the prompts of cells not run."""
     started = time.monotonic()
-    for _attempt in range(3):  # a click before the kernel is connected can be lost
-        if upto is None:
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
-        else:
-            page.evaluate("""i => {
-              const notebook = jupyterapp.shell.currentWidget.content;
-              notebook.activeCellIndex = i;
-              jupyterapp.commands.execute('notebook:run-all-above').then(() => {
-                notebook.activeCellIndex = i;
-                return jupyterapp.commands.execute('notebook:run-cell');
-              });
-            }""", upto)
+    for _attempt in range(3):  # a command before the kernel is connected can be lost
+        page.evaluate("""i => {
+          const notebook = jupyterapp.shell.currentWidget.content, commands = jupyterapp.commands;
+          if (i === null) return void commands.execute('notebook:run-all-cells');
+          notebook.activeCellIndex = i;
+          commands.execute('notebook:run-all-above').then(() => {
+            notebook.activeCellIndex = i;
+            return commands.execute('notebook:run-cell');
+          });
+        }""", upto)
         try:
             wait(lambda: any(p != "[ ]:" for p in _prompts(page)), 20, "Run All to start")
             break
@@ -242,10 +226,10 @@ def error_outputs(page) -> list[str]:
     return [t for t in errors.all_text_contents() if "Error" in t or "Traceback" in t]
 
 
-def shut_down_kernels(base: str, token: str, keep: str = FLOOR_NOTEBOOK) -> None:
-    """Stop every kernel of the server but the floor's, so notebooks do not compete for the CPU."""
+def shut_down_kernels(base: str, token: str) -> None:
+    """Stop every kernel but the floor's, so notebooks do not compete for the CPU."""
     with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as response:
-        sessions = [s for s in json.load(response) if Path(s.get("path", "")).name != keep]
+        sessions = [s for s in json.load(response) if Path(s.get("path", "")).name != FLOOR_NOTEBOOK]
     for session in sessions:
         request = urllib.request.Request(f"{base}/api/sessions/{session['id']}?token={token}",
                                          method="DELETE")
@@ -256,12 +240,10 @@ def shut_down_kernels(base: str, token: str, keep: str = FLOOR_NOTEBOOK) -> None
 
 
 def press_keys(page, image, handle, presses: int, after_first=None) -> tuple[list[dict], int]:
-    """``presses`` arrow keys on a slider ``handle`` (turning back at its ends), each timed from
-    the key press to ``image``'s new picture: ``{"swapped", "decoded", "shown"}`` ms (the src
-    swapped, the picture decoded, the first animation frame after: on screen, the judged one).
-    The next key waits until the last picture is on screen, so moves never queue. Returns the
-    moves and the number of presses that brought no picture within 3 s. ``after_first()`` runs
-    once the first picture is on screen."""
+    """``presses`` arrow keys on a slider ``handle`` (turning back at its ends), each timed to
+    ``image``'s new picture (``{"swapped", "decoded", "shown"}`` ms; the next key waits for it).
+    Returns the moves and the count of presses with no picture within 3 s; ``after_first()`` runs
+    after the first move."""
     image.evaluate(PROBE)
     handle.click()
     moves, inert, key = [], 0, "ArrowRight"

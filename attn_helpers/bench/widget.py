@@ -1,13 +1,8 @@
 """``python -m attn_helpers bench widget [--repeats N] [--check]``: one slider move in the kernel
-(the pure compute + rendering + PNG into the ``ipywidgets.Image``).
-
-Every notebook's widget is built as its notebook builds it and driven through its controls as
-arrow keys would move them, one control after the other (records ``{"widget", "median_ms",
-"p90_ms", "cpu_median_ms"}``: wall clock, and the CPU time of this process, both threads of the
-PNG encoder, which a busy machine does not inflate). Beside them, in the same run, the generic
-live view at :data:`TOKENS` tokens and the naive approach, re-creating a seaborn heatmap figure on
-every change. The target is a ratio: every move's median at most :data:`MAX_RATIO` of the seaborn
-re-plot's.
+(compute, rendering, PNG into the ``ipywidgets.Image``) for every notebook's widget, built as its
+notebook builds it and driven through its controls as arrow keys would move them. Beside them, in
+the same run at :data:`TOKENS` tokens, the generic live view and the baseline: re-creating a
+seaborn heatmap on every change. Target: every median at most :data:`MAX_RATIO` of seaborn's.
 """
 
 from __future__ import annotations
@@ -28,20 +23,18 @@ from matplotlib.figure import Figure
 from ..entropy import attention_entropy
 from ..lessons import build_gpt, multi_head, rnn_bottleneck
 from ..masks import causal_mask
-from ..widgets import build_gpt as build_gpt_widgets
-from ..widgets import (
-    complexity,
-    cross_attention,
-    masking,
-    positional_encoding,
-    query_key_value,
-    real_model,
-    scaling,
-    start_here,
-)
-from ..widgets import multi_head as multi_head_widgets
-from ..widgets import rnn_bottleneck as rnn_bottleneck_widgets
+from ..widgets.build_gpt import gpt_widget
+from ..widgets.complexity import tile_stepper_widget
 from ..widgets.core import AttentionFrame, AttentionView, LiveAttentionWidget
+from ..widgets.cross_attention import alignment_widget
+from ..widgets.masking import masking_widget
+from ..widgets.multi_head import multihead_widget
+from ..widgets.positional_encoding import positional_widget
+from ..widgets.query_key_value import lookup_2d_widget
+from ..widgets.real_model import real_model_widget
+from ..widgets.rnn_bottleneck import bottleneck_widget
+from ..widgets.scaling import scaling_widget
+from ..widgets.start_here import warmup_widget
 from . import summarize
 
 TOKENS = 32
@@ -49,9 +42,9 @@ MAX_RATIO = 0.1
 
 
 def _rnn_bottleneck():
-    models = {"no attention": rnn_bottleneck.load_pretrained("seq2seq_reversal_none"),
-              "additive attention": rnn_bottleneck.load_pretrained("seq2seq_reversal_additive")}
-    return rnn_bottleneck_widgets.bottleneck_widget(models)
+    return bottleneck_widget({
+        "no attention": rnn_bottleneck.load_pretrained("seq2seq_reversal_none"),
+        "additive attention": rnn_bottleneck.load_pretrained("seq2seq_reversal_additive")})
 
 
 def _multi_head():
@@ -60,36 +53,32 @@ def _multi_head():
     with torch.no_grad():
         _, weights = model(tokens[:6])  # (6, h, n, n)
     labels = [multi_head.token_labels(t) for t in tokens[:6]]
-    return multi_head_widgets.multihead_widget(   # as notebook 04
-        weights, labels, head_names=["head 0", "head 1"], mask=causal_mask(len(labels[0])),
-        model=model, eval_tokens=tokens, eval_targets=targets)
-
-
-def _cross_attention():
-    model = rnn_bottleneck.load_pretrained("seq2seq_dates_general")
-    return cross_attention.alignment_widget(model, "dates")
+    return multihead_widget(weights, labels, head_names=["head 0", "head 1"],
+                            mask=causal_mask(len(labels[0])), model=model, eval_tokens=tokens,
+                            eval_targets=targets)
 
 
 def _build_gpt():
     corpus = build_gpt.load_corpus()
     torch.manual_seed(0)   # untrained: a move's cost does not depend on training
     model = build_gpt.GPT(build_gpt.GPTConfig(corpus.vocab_size)).eval()
-    return build_gpt_widgets.gpt_widget(model, corpus, "The for statement loops over")  # as 10
+    return gpt_widget(model, corpus, "The for statement loops over")
 
 
 #: notebook slug -> its widget, built as the notebook builds it
 NOTEBOOK_WIDGETS = {
-    "start_here": start_here.warmup_widget, "rnn_bottleneck": _rnn_bottleneck,
-    "query_key_value": query_key_value.lookup_2d_widget, "scaling": scaling.scaling_widget,
-    "multi_head": _multi_head, "masking": masking.masking_widget,
-    "cross_attention": _cross_attention, "positional_encoding": positional_encoding.positional_widget,
-    "complexity": complexity.tile_stepper_widget, "real_model": real_model.real_model_widget,
-    "build_gpt": _build_gpt}
+    "start_here": warmup_widget, "rnn_bottleneck": _rnn_bottleneck,
+    "query_key_value": lookup_2d_widget, "scaling": scaling_widget, "multi_head": _multi_head,
+    "masking": masking_widget,
+    "cross_attention": lambda: alignment_widget(
+        rnn_bottleneck.load_pretrained("seq2seq_dates_general"), "dates"),
+    "positional_encoding": positional_widget, "complexity": tile_stepper_widget,
+    "real_model": real_model_widget, "build_gpt": _build_gpt}
 
 
 def control_values(control, most: int = 12) -> list:
-    """Values a learner reaches with the arrow keys on ``control`` (at most ``most``, evenly
-    spread); none for a text box (typing a sentence is not a move)."""
+    """Values the arrow keys reach on ``control`` (at most ``most``, evenly spread); none for a
+    text box."""
     if isinstance(control, widgets.Text):
         return []
     if isinstance(control, widgets.Checkbox):
@@ -114,6 +103,17 @@ def moves(widget: LiveAttentionWidget) -> list[tuple[str, object]]:
     return sequence
 
 
+def time_moves(step, repeats: int) -> tuple[list[float], list[float]]:
+    """``(wall ms, CPU ms of this process)`` of ``step(i)`` for ``i < repeats``."""
+    wall, cpu = [], []
+    for i in range(repeats):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        step(i)
+        cpu.append((time.process_time() - start_cpu) * 1000.0)
+        wall.append((time.perf_counter() - start) * 1000.0)
+    return wall, cpu
+
+
 def notebook_widget_step(slug: str):
     """``(step(i), number of distinct moves)`` for the widget of notebook ``slug``."""
     widget = NOTEBOOK_WIDGETS[slug]()
@@ -128,20 +128,9 @@ def notebook_widget_step(slug: str):
     return step, len(sequence)
 
 
-def time_moves(step, repeats: int) -> tuple[list[float], list[float]]:
-    """``(wall ms, CPU ms of this process)`` of ``step(i)`` for ``i < repeats``."""
-    wall, cpu = [], []
-    for i in range(repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        step(i)
-        cpu.append((time.process_time() - start_cpu) * 1000.0)
-        wall.append((time.perf_counter() - start) * 1000.0)
-    return wall, cpu
-
-
 def generic_steps(n: int = TOKENS):
     """``(live step, seaborn step)``: softmax of fixed scores at a sweep of temperatures, drawn
-    by the live view, and by a new seaborn figure each move (what the live widget avoids)."""
+    by the live view, and by a new seaborn figure each move."""
     scores = torch.randn(n, n, generator=torch.Generator().manual_seed(n)) * 2
     labels = [f"t{i}" for i in range(n)]
 
@@ -174,8 +163,8 @@ def generic_steps(n: int = TOKENS):
 
 
 def bench_widget(repeats: int = 60) -> list[dict]:
-    """Every notebook widget (at least one pass through its moves), then the generic view and
-    the seaborn re-plot (``repeats // 5`` moves, at least 3, after 2 untimed)."""
+    """Records for every notebook widget (at least one pass through its moves), the generic view
+    and the seaborn re-plot (``repeats // 5`` moves, at least 3, after 2 untimed)."""
     records = []
     for slug in NOTEBOOK_WIDGETS:
         step, count = notebook_widget_step(slug)
@@ -183,15 +172,14 @@ def bench_widget(repeats: int = 60) -> list[dict]:
         records.append({"widget": slug, **summarize(wall),
                         "cpu_median_ms": summarize(cpu)["median_ms"]})
     for name, step in zip(("generic view", "seaborn"), generic_steps(), strict=True):
-        count = repeats if name == "generic view" else max(3, repeats // 5)
         time_moves(step, 2)
+        count = repeats if name == "generic view" else max(3, repeats // 5)
         records.append({"widget": name, **summarize(time_moves(step, count)[0])})
     return records
 
 
 def widget_verdict(records: list[dict]) -> tuple[bool, str]:
-    """Every move's median (the notebooks' and the generic view's) at most :data:`MAX_RATIO` of
-    the seaborn re-plot's median, same run. Returns ``(met, text)`` with every ratio."""
+    """``(met, text)``: every median at most :data:`MAX_RATIO` of the seaborn re-plot's."""
     baseline = next(r["median_ms"] for r in records if r["widget"] == "seaborn")
     lines, ok = [], True
     for r in records:
@@ -209,13 +197,10 @@ def widget_verdict(records: list[dict]) -> tuple[bool, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attn_helpers bench widget",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m attn_helpers bench widget", description=__doc__)
     parser.add_argument("--repeats", type=int, default=60, help="timed moves per live case")
-    parser.add_argument("--check", action="store_true",
-                        help="exit with status 1 when a ratio is over the target")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    parser.add_argument("--check", action="store_true", help="exit 1 when a ratio is over the target")
+    args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     records = bench_widget(args.repeats)

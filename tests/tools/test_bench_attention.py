@@ -1,4 +1,5 @@
-"""``python -m attn_helpers.bench attention``: JSON schema on small n, memory accounting, targets."""
+"""``bench attention`` (JSON records on small n, memory accounting, the targets) and the tools'
+entry points."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 import torch
 
 from attn_helpers import bench, measure
-from attn_helpers.bench import attention as bench_attention_checks
+from attn_helpers.__main__ import main as tools_main
+from attn_helpers.bench.attention import attention_verdict
 from attn_helpers.lessons import complexity as cx
 
 
@@ -20,36 +22,27 @@ def test_cli_prints_the_schema_on_small_n():
          "--budget-s", "0.02"],
         capture_output=True, text=True, timeout=180, check=True)
     records = cx.validate_records(json.loads(done.stdout))
-    methods = [r["method"] for r in records]
-    assert methods[-2:] == ["matmul_peak", "machine"] and methods.count("matmul_peak") == 1
+    assert [r["method"] for r in records[-2:]] == ["matmul_peak", "machine"]
     assert {(r["method"], r["n"]) for r in records[:-2]} == {
         (m, n) for m in cx.ATTENTION_METHODS + cx.FWD_BWD_METHODS for n in (128, 256)}
     assert records[-1]["copy_gbps"] > 0
     assert done.stderr.count("not measured") == 3  # the targets at 4096/8192 are not checked
 
 
-def test_peak_bytes_sees_tensor_allocations():
-    size = 4 * 2**20  # 4 MiB
+def test_peak_bytes_counts_the_buffers_alive_at_once():
+    size = 4 * 2**20
     assert measure.peak_bytes(lambda: torch.empty(size // 4)) >= size
-    # two live buffers at once count twice; one freed before the next counts once
     assert measure.peak_bytes(lambda: (torch.empty(size // 4), torch.empty(size // 4))) >= 2 * size
-
-    def sequential():
-        for _ in range(3):
-            torch.empty(size // 4)
-
-    assert measure.peak_bytes(sequential) < 2 * size
+    assert measure.peak_bytes(lambda: [torch.empty(size // 4).sum() for _ in range(3)]) < 2 * size
 
 
 def test_naive_materialises_the_scores_and_tiled_does_not():
     q, k, v = (torch.randn(1, 8, 1024, 64) for _ in range(3))
-    scores = 8 * 1024 * 1024 * 4
     naive = measure.peak_bytes(lambda: cx.ATTENTION_FUNCTIONS["naive"](q, k, v))
     tiled = measure.peak_bytes(lambda: cx.ATTENTION_FUNCTIONS["tiled"](q, k, v))
-    assert naive >= scores and tiled < naive
+    assert naive >= 8 * 1024 * 1024 * 4 and tiled < naive       # the (8, n, n) scores
     for method, fn in cx.ATTENTION_FUNCTIONS.items():
-        torch.testing.assert_close(fn(q[..., :200, :], k[..., :200, :], v[..., :200, :]).shape,
-                                   torch.Size([1, 8, 200, 64]), msg=method)
+        assert fn(q[..., :200, :], k[..., :200, :], v[..., :200, :]).shape == (1, 8, 200, 64), method
 
 
 def test_flop_counts_and_sizes():
@@ -72,18 +65,24 @@ def test_fwd_bwd_call_gives_sdpas_gradients_and_saved_bytes_count_the_saved_tens
             torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-4)
     assert not q.requires_grad                                  # the inputs are left alone
     tiled = cx.saved_bytes(cx.ATTENTION_FUNCTIONS["tiled_fwd_bwd"], q, k, v)
-    naive = cx.saved_bytes(cx.ATTENTION_FUNCTIONS["naive_fwd_bwd"], q, k, v)
     assert tiled == 4 * (4 * 2 * 100 * 16 + 2 * 100)             # q, k, v, O and lse
-    assert naive >= 4 * 2 * 100 * 100                           # the weights P
+    assert cx.saved_bytes(cx.ATTENTION_FUNCTIONS["naive_fwd_bwd"], q, k, v) >= 4 * 2 * 100 * 100
     assert cx.saved_bytes(lambda q, k, v: q + k, q, k, v) == 0
 
 
-def test_bench_records_forward_and_backward_up_to_their_limit():
+def test_bench_records_forward_and_backward_up_to_their_limit_and_rejects_bad_arguments():
     records = cx.bench_attention(256, methods=("sdpa", "tiled_fwd_bwd"), budget_s=0.01,
                                  fwd_bwd_max_n=128, references=False)
     assert [(r["method"], r["n"]) for r in records] == [
         ("sdpa", 128), ("tiled_fwd_bwd", 128), ("sdpa", 256)]
     assert records[1]["peak_bytes"] > records[0]["peak_bytes"]   # gradients cost memory
+    with pytest.raises(ValueError, match="methods"):
+        cx.bench_attention(128, methods=("fast",))
+    with pytest.raises(ValueError, match="device"):
+        cx.bench_attention(128, device="tpu")
+    for bad in (["--max-n", "64"], ["--budget-s", "0"]):
+        with pytest.raises(SystemExit):
+            bench.main(["attention", *bad])
 
 
 def test_cache_sizes_and_bandwidth():
@@ -104,58 +103,33 @@ def test_verdict_checks_the_three_targets():
                                 ("tiled_fwd_bwd", 4096, 5.0, 30)]]
     rows += [{"method": "matmul_peak", "gflops": 10.0},
              {"method": "machine", "cache_bytes": {"L3": 2**25}, "copy_gbps": 12.0}]
-    ok, text = bench_attention_checks.attention_verdict(rows)
+    ok, text = attention_verdict(rows)
     assert ok and "4.00% of naive's" in text and "2.50x sdpa's" in text
     assert "3.00% of naive_fwd_bwd's" in text and "L3 32 MiB; copy 12.0 GB/s" in text
     rows[3]["median_ms"] = 3.5
-    assert not bench_attention_checks.attention_verdict(rows)[0]
+    assert not attention_verdict(rows)[0]
     rows[3]["median_ms"] = 2.5
     rows[5]["peak_bytes"] = 60
-    ok, text = bench_attention_checks.attention_verdict(rows)
+    ok, text = attention_verdict(rows)
     assert not ok and "6.00% of naive_fwd_bwd's (target <= 5%): NOT met" in text
 
 
-def test_bench_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="methods"):
-        cx.bench_attention(128, methods=("fast",))
-    with pytest.raises(ValueError, match="device"):
-        cx.bench_attention(128, device="tpu")
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="cuda"):
-            cx.bench_attention(128, device="cuda")
-    with pytest.raises(SystemExit):
-        bench.main(["attention", "--max-n", "64"])
-    with pytest.raises(SystemExit):
-        bench.main(["attention", "--budget-s", "0"])
-
-
-def test_every_subcommand_is_registered(capsys):
-    """``--help`` of each subcommand exits 0 (an unknown name exits 2), and a bad value of a
-    registered subcommand's own option is refused by that subcommand."""
+def test_every_command_is_registered(capsys):
+    """``--help`` of each bench command exits 0; an unknown name, or none, prints the usage."""
     for name in bench.COMMANDS:
         with pytest.raises(SystemExit) as info:
             bench.main([name, "--help"])
-        assert info.value.code == 0, name
-        assert "--check" in capsys.readouterr().out
+        assert info.value.code == 0 and "--check" in capsys.readouterr().out, name
     assert bench.main(["nothing"]) == 2 and "widget" in capsys.readouterr().out
+    assert tools_main([]) == 2 and "bench" in capsys.readouterr().out
     with pytest.raises(SystemExit) as info:
         bench.main(["widget", "--repeats", "0"])
     assert info.value.code == 2 and "--repeats must be >= 1" in capsys.readouterr().err
 
 
-def test_tools_entry_points(capsys):
-    """``python -m attn_helpers`` with no command prints its usage; ``bench`` runs."""
-    from attn_helpers.__main__ import main
-
-    assert main([]) == 2 and "bench" in capsys.readouterr().out
-    done = subprocess.run([sys.executable, "-m", "attn_helpers.bench", "--help"],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode in (0, 2) and "widget" in done.stdout + done.stderr
-
-
 def test_import_attn_helpers_stays_light():
     """``import attn_helpers`` adds no training stack, widgets, lessons, seaborn or tqdm of its
-    own (torch itself may import tqdm, so only what the package adds beyond torch counts)."""
+    own (only what the package adds beyond torch counts)."""
     code = ("import sys, torch; before = set(sys.modules); import attn_helpers; "
             "print(sorted(set(sys.modules) - before))")
     added = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

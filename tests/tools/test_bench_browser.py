@@ -1,6 +1,5 @@
-"""``bench browser``'s verdict on a recorded pass (no browser started): checks fail on an error or
-an unchanged picture; speed fails only on the same-run ratio to the floor; the numbers and ratios
-are printed; ``--results`` judges a recorded pass."""
+"""``bench browser``'s verdict on a recorded pass (no browser): checks fail on an error or an
+unchanged picture; speed fails only on the same-run ratio to the floor around each notebook."""
 
 from __future__ import annotations
 
@@ -9,8 +8,6 @@ import json
 from attn_helpers import bench
 from attn_helpers.bench import browser
 
-CHECKS = browser.CHECKS
-
 
 def moves(latencies) -> list[dict]:
     return [{"swapped": ms / 2, "decoded": ms - 1, "shown": ms} for ms in latencies]
@@ -18,7 +15,7 @@ def moves(latencies) -> list[dict]:
 
 def record(name: str, latencies: list[float], ok: bool = True, problems=()) -> dict:
     return {"notebook": name, "run_all_s": 12.0, "widgets": 1, "moves": moves(latencies),
-            "checks": dict.fromkeys(CHECKS, ok), "problems": list(problems)}
+            "checks": dict.fromkeys(browser.CHECKS, ok), "problems": list(problems)}
 
 
 def results(*records, floor=(30.0,) * 30) -> dict:
@@ -26,7 +23,7 @@ def results(*records, floor=(30.0,) * 30) -> dict:
             "server": ["attn_helpers.labserver: kernel websocket without Nagle's delay"]}
 
 
-def test_the_ratio_to_the_floor_decides_speed_and_is_printed():
+def test_the_ratio_to_the_floor_decides_speed_and_a_failed_check_always_fails():
     checks, fast, text = browser.verdict(results(record("00_a", [40.0] * 8),
                                                  record("01_b", [59.0] * 8)))
     assert checks and fast
@@ -39,33 +36,13 @@ def test_the_ratio_to_the_floor_decides_speed_and_is_printed():
     # no timed move, or no floor: the ratio is not met
     assert not browser.verdict(results(record("00_a", [])))[1]
     assert not browser.verdict(results(record("00_a", [40.0] * 8), floor=[]))[1]
-
-
-def test_a_failed_check_or_a_problem_fails_the_checks_whatever_the_speed():
     assert not browser.verdict(results(record("00_a", [31.0] * 8, ok=False)))[0]
     checks, _, text = browser.verdict(results(record("00_a", [31.0] * 8,
                                                      problems=["TimeoutError: Run All"])))
     assert not checks and "TimeoutError: Run All" in text
 
 
-def test_results_file_is_judged_with_check(tmp_path, capsys):
-    path = tmp_path / "results.json"
-    path.write_text(json.dumps(results(record("00_a", [40.0] * 8))))
-    assert bench.main(["browser", "--results", str(path), "--check"]) == 0
-    out = capsys.readouterr()
-    assert json.loads(out.out)[0] == {"notebook": "00_a", "moves": 8, "median_ms": 40.0,
-                                      "p90_ms": 40.0}
-    assert "2x the floor around it: met" in out.err
-    path.write_text(json.dumps(results(record("00_a", [90.0] * 8))))
-    assert bench.main(["browser", "--results", str(path)]) == 0            # printed, not failed
-    assert bench.main(["browser", "--results", str(path), "--check"]) == 1
-    path.write_text(json.dumps(results(record("00_a", [40.0] * 8, ok=False))))
-    assert bench.main(["browser", "--results", str(path)]) == 1            # a check always fails
-
-
 def test_each_notebook_is_judged_against_the_floor_around_it():
-    """The floor drifts with the machine's load: a notebook is judged by the floor moves just
-    before and after its own, not by the pass's median."""
     floor = [20.0] * 20 + [20.0] * 12 + [60.0] * 12 + [60.0] * 12   # the load rises mid-pass
     rec = results(record("00_a", [39.0] * 8), record("01_b", [110.0] * 8), record("02_c", [119.0] * 8),
                   floor=floor)
@@ -79,18 +56,21 @@ def test_each_notebook_is_judged_against_the_floor_around_it():
     assert "2.75x the floor around it (40.0 ms)" in text and not fast  # 01_b: the mean of 20, 60
     rec["notebooks"][1]["moves"] = moves([79.0] * 8)
     assert browser.verdict(rec)[1]
-    # by the pass's floor (median 20 ms) the last two would fail; by a fixed number all would
+    # by the pass's floor (median 20 ms) the last two would fail
     assert not browser.verdict({**rec, "floor_marks": None})[1]
     # too few moves around a notebook (lost floor moves): the pass's floor judges it
     rec["floor_marks"] = [20, 20, 20, 56]
     assert "the pass's floor" in browser.verdict(rec)[2]
 
 
-def test_confirm_measures_only_the_missed_notebooks_again(tmp_path, monkeypatch, capsys):
-    """``--check --confirm``: a notebook over the ratio is measured once more, alone; the check
-    fails only if it misses again (a pass of its own, with its own floor)."""
+def test_results_are_judged_and_confirm_measures_only_the_missed_notebooks(tmp_path, monkeypatch,
+                                                                           capsys):
+    """``--results`` judges a recorded pass; with ``--check --confirm`` a notebook over the ratio
+    is measured once more, alone, and fails only if it misses again."""
     path = tmp_path / "results.json"
     path.write_text(json.dumps(results(record("00_a", [40.0] * 8), record("01_b", [90.0] * 8))))
+    assert bench.main(["browser", "--results", str(path)]) == 0            # printed, not failed
+    assert "x the floor around it: NOT met" in capsys.readouterr().err
     passes = []
 
     def again(names, **kwargs):
@@ -107,6 +87,7 @@ def test_confirm_measures_only_the_missed_notebooks_again(tmp_path, monkeypatch,
     assert bench.main(["browser", "--results", str(path), "--check"]) == 1   # no second pass
     assert len(passes) == 2
     path.write_text(json.dumps(results(record("00_a", [40.0] * 8, ok=False))))
+    assert bench.main(["browser", "--results", str(path)]) == 1            # a check always fails
     assert bench.main(["browser", "--results", str(path), "--check", "--confirm"]) == 1
     assert len(passes) == 2                          # a failed check is never re-measured
 
@@ -114,8 +95,6 @@ def test_confirm_measures_only_the_missed_notebooks_again(tmp_path, monkeypatch,
 def test_the_last_widget_cell_is_found_in_the_stored_outputs():
     cells = json.loads((browser.ROOT / "notebooks" / "00_start_here.ipynb").read_text())["cells"]
     last, code_cells = browser.last_widget_cell("00_start_here.ipynb")
-    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
-               for o in cells[last]["outputs"])
-    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
-                   for cell in cells[last + 1:] for o in cell.get("outputs", []))
-    assert 0 < code_cells <= last + 1
+    widget = ["application/vnd.jupyter.widget-view+json" in "".join(map(str, c.get("outputs", [])))
+              for c in cells]
+    assert widget[last] and not any(widget[last + 1:]) and 0 < code_cells <= last + 1

@@ -1,4 +1,4 @@
-"""``python -m attn_helpers bench gpt``, run tiny: both models train, the ratio is reported."""
+"""``bench gpt``, run tiny: both models train, the ratio and the recipe's time are reported."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Both routes to JupyterLab get the same server: the package installs a jupyter_server config
-file that enables :mod:`attn_helpers.labserver`, which makes the kernel websocket skip Nagle's
-delay in any ``jupyter lab`` / ``jupyter server`` started from the environment, unless another
-class was chosen explicitly."""
+"""The package's jupyter_server config file enables :mod:`attn_helpers.labserver` in any ``jupyter
+lab`` of the environment: the kernel websocket without Nagle's delay, unless another class was
+chosen."""
 
 from __future__ import annotations
 
@@ -14,30 +13,28 @@ from pathlib import Path
 
 import pytest
 
+from attn_helpers import labserver
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = "jupyter-config/jupyter_server_config.d/attn_helpers.json"
 PLAIN = "jupyter_server.services.kernels.connection.channels.ZMQChannelsWebsocketConnection"
 
 
-def test_the_config_file_enables_the_extension_and_is_installed_with_the_package():
-    assert json.loads((ROOT / CONFIG).read_text()) == {
-        "ServerApp": {"jpserver_extensions": {"attn_helpers.labserver": True}}}
+def test_the_config_file_enables_the_extension_and_is_installed():
+    config = json.loads((ROOT / CONFIG).read_text())
+    assert config == {"ServerApp": {"jpserver_extensions": {"attn_helpers.labserver": True}}}
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    data_files = pyproject["tool"]["setuptools"]["data-files"]
-    assert data_files == {"etc/jupyter/jupyter_server_config.d": [CONFIG]}
-
-
-def test_the_environment_has_the_config_file():
-    """``pip install -e .`` (requirements.txt) put it into this environment's etc/jupyter (an
-    editable install does so only through setup.py's workaround)."""
+    assert pyproject["tool"]["setuptools"]["data-files"] == {
+        "etc/jupyter/jupyter_server_config.d": [CONFIG]}
     installed = Path(sys.prefix) / "etc" / "jupyter" / "jupyter_server_config.d" / "attn_helpers.json"
     assert installed.exists(), f"{installed} is missing: reinstall with pip install -e ."
-    assert json.loads(installed.read_text()) == json.loads((ROOT / CONFIG).read_text())
+    assert json.loads(installed.read_text()) == config
+    assert labserver._jupyter_server_extension_points() == [{"module": "attn_helpers.labserver"}]
 
 
 def _websocket_class(tmp_path: Path, *argv: str) -> str:
-    """The kernel websocket class of a jupyter server initialised from this environment's
-    config, as a plain ``jupyter server`` or ``jupyter lab`` would be (nothing is listened on)."""
+    """The kernel websocket class of a jupyter server initialised from this environment's config
+    (nothing is listened on)."""
     code = ("import sys\nfrom jupyter_server.serverapp import ServerApp\napp = ServerApp()\n"
             "app.initialize(argv=sys.argv[1:], new_httpserver=False)\n"
             "c = app.web_app.settings['kernel_websocket_connection_class']\n"
@@ -54,14 +51,3 @@ def test_a_plain_server_uses_the_no_delay_websocket_unless_told_otherwise(tmp_pa
     assert _websocket_class(tmp_path) == "attn_helpers.labserver.NoDelayChannels"
     assert _websocket_class(tmp_path, f"--ServerApp.kernel_websocket_connection_class={PLAIN}") \
         == PLAIN
-
-
-def test_the_extension_module_is_a_server_extension_with_the_no_delay_class():
-    from jupyter_server.services.kernels.connection.channels import (
-        ZMQChannelsWebsocketConnection,
-    )
-
-    from attn_helpers import labserver
-
-    assert issubclass(labserver.NoDelayChannels, ZMQChannelsWebsocketConnection)
-    assert labserver._jupyter_server_extension_points() == [{"module": "attn_helpers.labserver"}]
