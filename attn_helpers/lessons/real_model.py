@@ -3,8 +3,8 @@ r"""Notebook 09 (real_model): all-MiniLM-L6-v2's heads, measured on the sentence
 
 - :func:`entropy_grid`, :func:`sink_shares`, :func:`offset_scores`: one ``(L, h)`` grid per head
   score; every average is over real queries only, and padding is never a key;
-- :func:`heads_off` and :func:`ablation`: sentence embeddings with heads switched off, faster
-  than ``enc.encode(..., head_mask=...)`` once per mask and equal to it;
+- :func:`heads_off`: sentence embeddings with heads switched off, equal to
+  ``enc.encode(..., head_mask=...)`` but running only the layers from the ablated one on;
 - :func:`run_value_norms`: Kobayashi et al.'s value-weighted norms on every head.
 """
 
@@ -21,8 +21,8 @@ from ..masks import key_padding_to_attention_mask
 from ..multihead import split_heads
 from ..pretrained import Encoder, mean_pool
 
-__all__ = ["DATA_FILE", "ablation", "entropy_grid", "heads_off", "load_sentences",
-           "offset_scores", "run_value_norms", "sink_shares", "top_heads"]
+__all__ = ["DATA_FILE", "entropy_grid", "heads_off", "load_sentences", "offset_scores",
+           "run_value_norms", "sink_shares"]
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "real_model_sentences.json"
 
@@ -83,17 +83,6 @@ def offset_scores(weights: torch.Tensor, mask: torch.Tensor, offset: int) -> tor
     return _mean_over_queries(weights[..., i, j], valid)
 
 
-def top_heads(scores: torch.Tensor, k: int = 3) -> list[tuple[int, int, float]]:
-    """The ``k`` highest entries of an ``(L, h)`` grid as ``(layer, head, score)``, 0-based."""
-    require_tensor("scores", scores, floating=True)
-    if scores.dim() != 2:
-        raise ValueError(f"scores must be an (L, h) grid, got shape {shape(scores)}")
-    require_int_in("k", k, 1, scores.numel())
-    values, index = scores.flatten().topk(k)
-    h = scores.shape[1]
-    return [(int(f) // h, int(f) % h, float(v)) for v, f in zip(values, index, strict=True)]
-
-
 # --- switching heads off ---------------------------------------------------------------------------
 
 @torch.no_grad()
@@ -107,29 +96,6 @@ def heads_off(enc: Encoder, x: torch.Tensor, real: torch.Tensor, layer: int,
     for later in enc.layers[layer + 1:]:
         x, _ = later(x, mask.repeat(len(keep), 1, 1))
     return mean_pool(x, real.repeat(len(keep), 1)).view(len(keep), len(real), -1)
-
-
-@torch.no_grad()
-def ablation(enc: Encoder, pairs: list) -> tuple[torch.Tensor, torch.Tensor]:
-    """The cosine similarity of each ``[a, b]`` pair's embeddings with every head on, ``(p,)``,
-    and with layer ``l``'s heads off (``[l, 0]``) or head ``(l, i)`` alone off (``[l, 1 + i]``),
-    ``(L, 1 + h, p)``: ``enc.encode(..., head_mask=...)`` for each of the 78 masks, but the layers
-    before the ablated one run once, on two buckets of sentences of similar lengths."""
-    unique = sorted({s for pair in pairs for s in pair})
-    a, b = (torch.tensor([unique.index(pair[k]) for pair in pairs]) for k in (0, 1))
-    full = enc.tokenize(unique, max_length=enc.cfg.sentence_max_tokens)
-    L, h, d = enc.cfg.num_layers, enc.cfg.num_heads, enc.cfg.d_model
-    keep = torch.cat([torch.zeros(1, h), 1 - torch.eye(h)]).bool()     # (1 + h, h): False = off
-    on, off = torch.zeros(len(unique), d), torch.zeros(L, 1 + h, len(unique), d)
-    for bucket in full["attention_mask"].sum(dim=1).argsort(stable=True).chunk(2):
-        n = int(full["attention_mask"][bucket].sum(dim=1).max())         # padding only to here
-        real, ids = full["attention_mask"][bucket, :n], full["input_ids"][bucket, :n]
-        x, mask = enc.embeddings(ids), key_padding_to_attention_mask(real)
-        for l, layer in enumerate(enc.layers):
-            off[l][:, bucket] = heads_off(enc, x, real, l, keep)
-            x, _ = layer(x, mask)
-        on[bucket] = mean_pool(x, real)
-    return (on[a] * on[b]).sum(dim=-1), (off[:, :, a] * off[:, :, b]).sum(dim=-1)
 
 
 # --- value-weighted norms (Kobayashi et al., 2020) -------------------------------------------------

@@ -11,7 +11,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import ipywidgets as widgets
-import numpy as np
 import torch
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
@@ -181,12 +180,10 @@ def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: i
 
 
 class _HeadMap:
-    """The ``L x h`` map of the heads' mean entropy / ln n, with the values written in the
-    cells and the head shown framed."""
+    """The ``L x h`` map of the heads' mean entropy / ln n, the head shown framed."""
 
     def __init__(self, blit, ax, shape: tuple[int, int]):
         L, h = shape
-        self.ax, self.shape = ax, shape
         ax.set_xlim(-0.5, h - 0.5)
         ax.set_ylim(L - 0.5, -0.5)
         ax.set_aspect("equal")
@@ -200,8 +197,6 @@ class _HeadMap:
         bar = make_axes_locatable(ax).append_axes("bottom", size=Fixed(0.12), pad=Fixed(0.55))
         ax.figure.colorbar(ScalarMappable(norm, weights_cmap()), cax=bar, orientation="horizontal")
         bar.tick_params(labelsize=8)
-        self.dark = TextSprites(blit, ax.transData, size=6.5, color="white")
-        self.light = TextSprites(blit, ax.transData, size=6.5, color="black")
         self.frame = Rectangle((-0.5, -0.5), 1, 1, fill=False, edgecolor=HIGHLIGHT_COLOR,
                                linewidth=2.5)
         ax.add_patch(self.frame)
@@ -211,14 +206,7 @@ class _HeadMap:
     def set(self, values: torch.Tensor, cell: tuple[int, int]) -> None:
         if self.values is None or not torch.equal(values, self.values):
             self.values = values
-            v = to_numpy(values)
-            self.cells.set(v)
-            rows, cols = np.indices(v.shape)
-            xy = np.stack([cols.ravel(), rows.ravel()], 1)
-            text = [f"{x:.2f}"[1:] if x < 1 else "1" for x in v.ravel()]  # ".88"
-            dark = v.ravel() < 0.6
-            self.dark.set([t for t, d in zip(text, dark, strict=True) if d], xy[dark])
-            self.light.set([t for t, d in zip(text, dark, strict=True) if not d], xy[~dark])
+            self.cells.set(to_numpy(values))
         self.frame.set_xy((cell[1] - 0.5, cell[0] - 0.5))
 
 

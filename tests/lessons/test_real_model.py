@@ -1,4 +1,4 @@
-"""Notebook 09's head scores on hand-made weights (exact answers), the fast ablation against the
+"""Notebook 09's head scores on hand-made weights (exact answers), heads switched off against the
 plain head-masked encoder, and the value-weighted norms against their definition."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attn_helpers.lessons import real_model as rm
+from attn_helpers.masks import key_padding_to_attention_mask
 from attn_helpers.pretrained import load_encoder
 
 
@@ -56,15 +57,13 @@ def test_offset_scores_exact_on_hand_made_weights():
         rm.offset_scores(w, mask, 6)
 
 
-def test_sink_shares_and_top_heads_on_hand_made_weights():
+def test_sink_shares_on_hand_made_weights():
     w, mask = hand_made()
     ids = torch.where(mask, 7, 0)
     ids[:, 0] = 101                                                # a [CLS] at position 0
     cls = rm.sink_shares(w, mask, ids, 101)
     assert torch.allclose(cls[:, 2], torch.ones(2))                # head 2 looks only at [CLS]
     assert torch.allclose(cls[:, 0], torch.full((2,), 2 / 10))    # uniform: 1/n per query
-    grid = torch.tensor([[0.1, 0.5, 0.2], [0.9, 0.0, 0.3]])
-    assert rm.top_heads(grid, 2) == [(1, 0, pytest.approx(0.9)), (0, 1, 0.5)]
     with pytest.raises(ValueError, match="shape"):
         rm.sink_shares(w, mask, ids[:, :-1], 101)
 
@@ -75,27 +74,25 @@ def test_bad_inputs_name_the_argument():
         rm.entropy_grid(w[0], mask)
     with pytest.raises(ValueError, match="mask"):
         rm.entropy_grid(w, mask[:, :-1])
-    with pytest.raises(ValueError, match="k must be"):
-        rm.top_heads(torch.zeros(2, 3), 7)
 
 
-def pair_similarities(enc, pairs, head_mask=None):
-    """The plain way: each pair's cosine from ``enc.encode`` with one head mask."""
-    e = enc.encode([s for pair in pairs for s in pair], head_mask=head_mask)    # (2p, d)
-    return (e[0::2] * e[1::2]).sum(dim=-1)
-
-
-def test_fast_ablation_equals_the_head_masked_encoder():
-    enc, data = load_encoder(), rm.load_sentences()
-    pairs = data["paraphrases"] + data["non_paraphrases"]
-    on, off = rm.ablation(enc, pairs)
-    assert off.shape == (6, 13, len(pairs))
-    assert torch.allclose(on, pair_similarities(enc, pairs), atol=1e-5)
-    layer_off, head_off = torch.ones(2, 6, 12, dtype=torch.bool)
-    layer_off[5] = False                                            # layer 6's heads off
-    head_off[2, 6] = False                                          # head (3, 7) alone off
-    for got, head_mask in ((off[5, 0], layer_off), (off[2, 1 + 6], head_off)):
-        assert torch.allclose(got, pair_similarities(enc, pairs, head_mask), atol=1e-5)
+def test_heads_off_equals_the_head_masked_encoder_on_a_padded_batch():
+    enc = load_encoder()
+    sentences = ["The cat sat.", "A much longer sentence, with many more word pieces in it.", "Hi"]
+    batch = enc.tokenize(sentences)
+    real = batch["attention_mask"]
+    with torch.no_grad():
+        x = enc.embeddings(batch["input_ids"])
+        for layer in enc.layers[:2]:
+            x, _ = layer(x, key_padding_to_attention_mask(real))        # layer 3's input
+    keep = torch.ones(2, 12, dtype=torch.bool)
+    keep[0] = False                                                     # every head of layer 3 off
+    keep[1, 6] = False                                                  # head (3, 7) alone off
+    off = rm.heads_off(enc, x, real, 2, keep)                           # (2, s, d)
+    for row, heads in zip(off, keep, strict=True):
+        head_mask = torch.ones(6, 12, dtype=torch.bool)
+        head_mask[2] = heads
+        assert torch.allclose(row, enc.encode(sentences, head_mask=head_mask), atol=1e-5)
 
 
 def test_value_norms_are_the_definition_and_the_weights_are_the_encoders():
