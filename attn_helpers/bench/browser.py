@@ -15,7 +15,6 @@ import argparse
 import io
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -60,7 +59,8 @@ def last_widget_cell(name: str) -> tuple[int | None, int]:
 
 def check_first_widget(record: dict, image, widget, readouts, shots: Path):
     """Screenshot the first widget with readouts; returns the check to run after its first move."""
-    before_png, before_text = image.screenshot(), readouts.inner_text()
+    before_png = image.screenshot()
+    record["readouts_before"] = before_text = readouts.inner_text()
     widget.screenshot(path=str(shots / "widget_before.png"))
 
     def after_first():
@@ -70,7 +70,7 @@ def check_first_widget(record: dict, image, widget, readouts, shots: Path):
         record["checks"][CHECKS[1]] = changed > 0
         record["checks"][CHECKS[2]] = after_text != before_text and "entropy" in after_text
         widget.screenshot(path=str(shots / "widget_after.png"))
-        record.update(changed_pixels=changed, readouts_before=before_text, readouts_after=after_text)
+        record.update(changed_pixels=changed, readouts_after=after_text)
 
     return after_first
 
@@ -98,7 +98,6 @@ def check_notebook(page, name: str, shots: Path, keys: int = KEYS_PER_SLIDER,
         record["widgets"] = images.count()
         if not page.locator(".jp-OutputArea-output .attn-readouts").count():
             record["problems"].append("no attention widget (with readouts) after Run All")
-        checked = False
         for w in range(record["widgets"]):
             image = images.nth(w)
             widget = image.locator("xpath=ancestor::div[contains(@class, 'widget-vbox')][1]")
@@ -108,8 +107,7 @@ def check_notebook(page, name: str, shots: Path, keys: int = KEYS_PER_SLIDER,
             lab.wait(lambda image=image: image.evaluate("i => i.complete && i.naturalWidth > 0"),
                      20, "the widget's image to load")
             after_first, readouts = None, widget.locator(".attn-readouts")
-            if not checked and readouts.count():
-                checked = True
+            if "readouts_before" not in record and readouts.count():     # the first widget's
                 after_first = check_first_widget(record, image, widget, readouts, shots)
             handles = widget.locator(".widget-slider .noUi-handle")
             for h in range(handles.count()):
@@ -123,8 +121,12 @@ def check_notebook(page, name: str, shots: Path, keys: int = KEYS_PER_SLIDER,
     return record
 
 
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Path = ARTIFACTS,
-                 report=print, widgets_only: bool = False) -> dict:
+                 widgets_only: bool = False) -> dict:
     """The pass over ``names`` (files in ``notebooks/``), the floor sampled before and between
     them; returns the results and writes them to ``artifacts/results.json``."""
     artifacts.mkdir(parents=True, exist_ok=True)
@@ -152,8 +154,7 @@ def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Pa
 
         lab.lab_ready(page)
         floor_moves(FLOOR_MOVES)
-        report(f"{'floor':>24}: median {summarize(shown(results['floor']))['median_ms']} ms")
-        closing = []           # kernels take seconds to exit, mostly waiting: in threads
+        say(f"{'floor':>24}: median {summarize(shown(results['floor']))['median_ms']} ms")
         for name in names:
             record = check_notebook(page, name, artifacts / Path(name).stem, keys, widgets_only)
             floor_moves(FLOOR_MOVES_BETWEEN)      # its kernel still idle, the notebook open
@@ -162,12 +163,8 @@ def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Pa
             except Exception as error:  # noqa: BLE001 - a fresh JupyterLab for the next one
                 record["problems"].append(f"closing it: {type(error).__name__}: {error}"[:300])
                 lab.open_lab(page, base, token)
-            closing.append(threading.Thread(target=lab.shut_down_kernels, args=(base, token)))
-            closing[-1].start()
             results["notebooks"].append(record)
-            report(_line(record, None))
-        for thread in closing:
-            thread.join(timeout=30)
+            say(_line(record, None))
     results["seconds"] = round(time.monotonic() - started)
     results["server"] = [line.split("] ", 1)[-1] for line in
                          (artifacts / "jupyterlab.log").read_text().splitlines()
@@ -244,7 +241,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, metavar="FILE",
                         help="judge a recorded pass (results.json) instead of running one")
     args = parser.parse_args(argv)
-    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if args.results is not None:
         if not args.results.exists():
             parser.error(f"--results: no file {args.results}")
@@ -257,14 +253,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"no notebook matches {args.notebooks}; known: {every}")
         if not Path(lab.CHROMIUM).exists():
             parser.error(f"Chromium not found at {lab.CHROMIUM} (Debian's 'chromium', or $CHROMIUM)")
-        results = browser_pass(chosen, report=say)
+        results = browser_pass(chosen)
     checks_ok, ratios_ok, text = verdict(results)
     say(text)
     if checks_ok and not ratios_ok and args.check and args.confirm:
         missed = [f"{name}.ipynb" for name in results["missed"]]
         say(f"over {MAX_RATIO:g}x the floor around it: {', '.join(missed)}; measured once more, "
             f"in a pass of their own (up to the last widget, {CONFIRM_KEYS}x the key presses)")
-        again = browser_pass(missed, keys=CONFIRM_KEYS * KEYS_PER_SLIDER, report=say,
+        again = browser_pass(missed, keys=CONFIRM_KEYS * KEYS_PER_SLIDER,
                              artifacts=ARTIFACTS / "confirm", widgets_only=True)
         checks_ok, ratios_ok, text = verdict(again)
         say(text)

@@ -94,9 +94,12 @@ def lab_server(notebooks_dir: Path, log_path: Path):
                        "metadata": {}, "outputs": [], "source": FLOOR_SOURCE}],
             "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                         "name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}))
-        settings = home / "settings" / "@jupyterlab" / "apputils-extension"
-        settings.mkdir(parents=True)      # no "fetch the news?" toast over the widgets
-        (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+        for extension, name, value in (
+                ("apputils-extension", "notification", {"fetchNews": "false"}),  # no news toast
+                ("notebook-extension", "tracker", {"kernelShutdown": True})):   # close stops it
+            (home / "settings" / "@jupyterlab" / extension).mkdir(parents=True)
+            (home / "settings" / "@jupyterlab" / extension / f"{name}.jupyterlab-settings"
+             ).write_text(json.dumps(value))
         token, runtime = secrets.token_hex(16), home / "runtime"
         env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
                    JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"), JUPYTER_RUNTIME_DIR=str(runtime))
@@ -180,7 +183,7 @@ def open_in_lab(page, name: str) -> None:
 
 
 def close_notebooks(page) -> None:
-    """Close every notebook in ``page`` without saving (no dialog)."""
+    """Close every notebook in ``page`` without saving (no dialog); their kernels shut down."""
     page.evaluate("""() => {
       for (const widget of Array.from(jupyterapp.shell.widgets('main'))) {
         if (widget.context) { widget.context.model.dirty = false; }
@@ -224,19 +227,6 @@ def error_outputs(page) -> list[str]:
     """The texts of error outputs (a traceback, or stderr naming an error) in the page."""
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     return [t for t in errors.all_text_contents() if "Error" in t or "Traceback" in t]
-
-
-def shut_down_kernels(base: str, token: str) -> None:
-    """Stop every kernel but the floor's, so notebooks do not compete for the CPU."""
-    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as response:
-        sessions = [s for s in json.load(response) if Path(s.get("path", "")).name != FLOOR_NOTEBOOK]
-    for session in sessions:
-        request = urllib.request.Request(f"{base}/api/sessions/{session['id']}?token={token}",
-                                         method="DELETE")
-        try:
-            urllib.request.urlopen(request, timeout=20).close()
-        except OSError:
-            pass   # already gone
 
 
 def press_keys(page, image, handle, presses: int, after_first=None) -> tuple[list[dict], int]:
