@@ -2,7 +2,7 @@
 and peak memory of one attention call (batch 1, 8 heads of 64, float32) against ``n``, doubling from
 128, for naive, sdpa, tiled, causal linear and causal local attention, and forward + backward up to
 4096 (:func:`attn_helpers.lessons.complexity.bench_attention`). Prints the JSON records, then the
-targets' ratios, all measured in the same run, to stderr."""
+targets' ratios (same run) to stderr."""
 
 from __future__ import annotations
 
@@ -34,16 +34,6 @@ def attention_verdict(records: list[dict]) -> tuple[bool, str]:
         target = f"<= {100 * limit:.0f}%" if memory else f"<= {limit:.0f}x"
         lines.append(f"n={n}: {what} = {shown} (target {target}): "
                      f"{'met' if ratio <= limit else 'NOT met'}")
-    peak = next((r["gflops"] for r in records if r["method"] == "matmul_peak"), None)
-    largest = max((r["n"] for r in records if "n" in r), default=None)
-    for r in (r for r in records if r.get("n") == largest):
-        share = f", {100 * r['gflops'] / peak:.1f}% of the matmul peak" if peak else ""
-        lines.append(f"n={r['n']} {r['method']:>13}: {r['median_ms']:10.2f} ms, "
-                     f"{r['peak_bytes'] / 2**20:9.1f} MiB, {r['gflops']:7.2f} GFLOP/s{share}")
-    machine = next((r for r in records if r["method"] == "machine"), None)
-    if machine:
-        caches = ", ".join(f"{k} {v / 2**20:g} MiB" for k, v in machine["cache_bytes"].items())
-        lines.append(f"machine: {caches or 'cache sizes unknown'}; copy {machine['copy_gbps']:.1f} GB/s")
     return bool(ok), "\n".join(lines)
 
 
@@ -59,7 +49,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--budget-s", type=float, default=1.0, help="seconds of timed runs per case")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
-    if args.max_n < 128 or not args.budget_s > 0 or (args.threads or 1) < 1:
+    if args.max_n < 128 or not args.budget_s > 0 or (args.threads is not None and args.threads < 1):
         parser.error("--max-n must be >= 128, --budget-s > 0 and --threads >= 1")
     if args.threads:
         torch.set_num_threads(args.threads)

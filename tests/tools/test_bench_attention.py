@@ -80,19 +80,18 @@ def test_bench_records_forward_and_backward_up_to_their_limit_and_rejects_bad_ar
         cx.bench_attention(128, methods=("fast",))
     with pytest.raises(ValueError, match="device"):
         cx.bench_attention(128, device="tpu")
-    for bad in (["--max-n", "64"], ["--budget-s", "0"]):
+    for bad in (["--max-n", "64"], ["--budget-s", "0"], ["--threads", "0"]):
         with pytest.raises(SystemExit):
             bench.main(["attention", *bad])
 
 
-def test_cache_sizes_and_bandwidth():
+def test_cache_sizes():
     sizes = cx.cache_sizes()
     assert all(isinstance(v, int) and v > 0 for v in sizes.values())
     if sizes:                                                    # Linux (sysfs) or macOS
         assert "L1d" in sizes and "L1i" not in sizes
         assert cx.last_level_cache(sizes) == max(sizes.values())
     assert cx.last_level_cache({}) == 0
-    assert 0.1 < cx.copy_bandwidth_gbps(n_bytes=16 * 2**20, budget_s=0.05) < 10_000
 
 
 def test_verdict_checks_the_three_targets():
@@ -101,11 +100,10 @@ def test_verdict_checks_the_three_targets():
                                 ("sdpa", 4096, 1.0, 10), ("tiled", 4096, 2.5, 10),
                                 ("naive_fwd_bwd", 4096, 5.0, 1000),
                                 ("tiled_fwd_bwd", 4096, 5.0, 30)]]
-    rows += [{"method": "matmul_peak", "gflops": 10.0},
-             {"method": "machine", "cache_bytes": {"L3": 2**25}, "copy_gbps": 12.0}]
+    rows += [{"method": "matmul_peak", "gflops": 10.0}]
     ok, text = attention_verdict(rows)
     assert ok and "4.00% of naive's" in text and "2.50x sdpa's" in text
-    assert "3.00% of naive_fwd_bwd's" in text and "L3 32 MiB; copy 12.0 GB/s" in text
+    assert "3.00% of naive_fwd_bwd's" in text
     rows[3]["median_ms"] = 3.5
     assert not attention_verdict(rows)[0]
     rows[3]["median_ms"] = 2.5
