@@ -1,5 +1,5 @@
-"""``bench attention`` (JSON records on small n, memory accounting, the targets) and the tools'
-entry points."""
+"""The benchmarks' commands: ``bench attention`` (JSON records on small n, memory accounting, the
+targets), ``bench gpt`` run tiny, and the tools' entry points."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 
 from attn_helpers import bench, measure
 from attn_helpers.__main__ import main as tools_main
+from attn_helpers.bench import gpt
 from attn_helpers.bench.attention import attention_verdict
 from attn_helpers.lessons import complexity as cx
 
@@ -110,6 +111,15 @@ def test_verdict_checks_the_three_targets():
     rows[5]["peak_bytes"] = 60
     ok, text = attention_verdict(rows)
     assert not ok and "6.00% of naive_fwd_bwd's (target <= 5%): NOT met" in text
+
+
+def test_bench_gpt_runs_tiny_and_reports_the_ratio_and_the_recipe_time(capsys):
+    assert gpt.main(["--tiny", "--steps", "3"]) == 0
+    out = capsys.readouterr()
+    result = json.loads(out.out)
+    assert result["ratio"] > 0 and set(result["median_step_ms"]) == {"course", "torch"}
+    assert result["params"]["course"] == result["params"]["torch"]
+    assert "training step" in out.err and "final recipe" in out.err
 
 
 def test_every_command_is_registered(capsys):
