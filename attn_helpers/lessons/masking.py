@@ -1,13 +1,23 @@
-"""Notebook 05: the associative-recall task on which Going deeper trains a small model with ``g``
-key/value heads (the training itself runs in the notebook's cell)."""
+"""Notebook 05: the associative-recall task, the small model with ``g`` key/value heads trained on
+it (``train_recall``), and the claims on the record of ``studies/masking_gqa_recall.py``, which
+trains it on many seeds (notebook 05's Going deeper loads that record and asserts
+``gqa_claims`` on it)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
+from torch.nn import functional as F
 
 from .._checks import require_positive_int
+from ..decoder_lm import TinyCausalLM
+from ..training import train
 
-__all__ = ["recall_batch"]
+__all__ = ["recall_batch", "train_recall", "RECORD", "load_record", "summary", "gqa_claims"]
+
+RECORD = Path(__file__).resolve().parent.parent / "data" / "masking_gqa_recall.json"  # the study's
 
 
 def recall_batch(batch_size: int, generator: torch.Generator, *, num_keys: int = 16,
@@ -23,3 +33,59 @@ def recall_batch(batch_size: int, generator: torch.Generator, *, num_keys: int =
     rows = torch.arange(batch_size)
     query = num_keys * num_values + keys[rows, pick]                                   # (b,)
     return torch.cat([keys * num_values + values, query[:, None]], 1), values[rows, pick]
+
+
+def train_recall(g: int, seed: int) -> dict:
+    """h = 4 query heads, g key/value heads: 300 Adam steps on batches of 32, one thread.
+    Returns the accuracy on 2,000 new questions and the final loss (mean of the last 30 steps)."""
+    torch.manual_seed(seed)
+    model = TinyCausalLM(16 * 8 + 16, 32, 4, 1, 64, num_kv_heads=g, max_len=7)  # 6 pairs + query
+
+    def loss_fn(model, tokens, answers):                    # the answer: one of 8 values, last position
+        return F.cross_entropy(model(tokens)[:, -1, :8], answers)
+
+    result = train(model, lambda step, gen: recall_batch(32, gen), loss_fn, steps=300, lr=1e-2,
+                   seed=seed, progress=False, single_threaded=True)
+    tokens, answers = recall_batch(2000, torch.Generator().manual_seed(10_000 + seed))
+    with torch.no_grad():
+        accuracy = (model(tokens)[:, -1, :8].argmax(-1) == answers).float().mean().item()
+    return {"g": g, "seed": seed, "accuracy": accuracy, "final_loss": sum(result.losses[-30:]) / 30}
+
+
+def summary(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per ``g`` (a string key, as in JSON): the mean, lowest and highest accuracy over the seeds."""
+    out = {}
+    for g in sorted({r["g"] for r in rows}, reverse=True):
+        accuracy = [r["accuracy"] for r in rows if r["g"] == g]
+        out[str(g)] = {"mean": round(sum(accuracy) / len(accuracy), 4),
+                       "min": min(accuracy), "max": max(accuracy)}
+    return out
+
+
+def load_record(path: Path = RECORD) -> dict:
+    """The record of ``studies/masking_gqa_recall.py``: ``gs``, ``seeds``, ``rows`` (one per g and
+    seed: ``g``, ``seed``, ``accuracy``, ``final_loss``) and ``summary`` (per g)."""
+    return json.loads(Path(path).read_text())
+
+
+def gqa_claims(record: dict) -> dict[str, bool]:
+    """The statements about the study's runs (its record, see :func:`load_record`) that notebook 05
+    and ``studies/masking_gqa_recall.py`` assert. Runs with the same seed share their batches."""
+    rows, seeds = record["rows"], record["seeds"]
+    accuracy = {(r["g"], r["seed"]): r["accuracy"] for r in rows}
+    mean = {g: sum(accuracy[g, s] for s in seeds) / len(seeds) for g in (4, 2, 1)}
+    seed_range = max(max(accuracy[g, s] for s in seeds) - min(accuracy[g, s] for s in seeds)
+                     for g in (4, 2, 1))
+    below_mha = {g: sum(accuracy[g, s] < accuracy[4, s] for s in seeds) for g in (2, 1)}
+    n = len(seeds)
+    return {
+        f"every run (g = 4, 2, 1; {n} seeds, at least 10) beats chance (1/8) over 4x: accuracy > 0.5":
+            n >= 10 and len(accuracy) == 3 * n and all(a > 0.5 for a in accuracy.values()),
+        f"g = 1 (multi-query) scores below g = 4 on at least 18 of the {n} seeds":
+            below_mha[1] >= 18,
+        f"g = 2 scores below g = 4 on at least 15 of the {n} seeds": below_mha[2] >= 15,
+        "each mean drop from g = 4 is under 0.1 (a few points, not a collapse)":
+            0 < mean[4] - mean[2] < 0.1 and 0 < mean[4] - mean[1] < 0.1,
+        "one setting's seed range is wider than either mean drop: a few seeds cannot rank them":
+            seed_range > max(mean[4] - mean[2], mean[4] - mean[1]),
+    }
