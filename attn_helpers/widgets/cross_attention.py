@@ -59,7 +59,8 @@ def alignment_frame(model: Seq2Seq, task: str, index: int, step: int) -> Attenti
 
 
 def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAttentionWidget:
-    """An example picker and a decoder-step slider; each example is decoded once, when first shown."""
+    """An example picker and a decoder-step slider. Every example is decoded here, once (a few
+    tenths of a second), so that no move decodes: a move only redraws."""
     _check(model, 0)
     task = get_task(task)
     controls = {
@@ -67,20 +68,16 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAt
                                    continuous_update=False),
         "step": widgets.IntSlider(value=0, min=0, max=0, description="decoder step"),
     }
-    decoded: dict = {}  # example index -> (source, target, output, weights)
-
-    def example_at(index):
-        if index not in decoded:
-            decoded[index] = _decoded(model, task, index)
-        return decoded[index]
+    # example index -> (source, target, output, weights)
+    decoded = [_decoded(model, task, index) for index in range(examples)]
 
     def fit_steps(change=None):  # the step slider ends at the example's last output step
-        controls["step"].max = len(example_at(controls["index"].value)[2]) - 1
+        controls["step"].max = len(decoded[controls["index"].value][2]) - 1
 
     fit_steps()
     controls["index"].observe(fit_steps, names="value")   # before the widget's own observer
     view = CaptionedView((7.8, 5.4), title="cross-attention: output step x input word",
                          axis_names=("input position (word)", "output step (token)"),
                          entropy_title="entropy per output step")
-    return LiveAttentionWidget(lambda index, step: _alignment(*example_at(index), step), controls,
+    return LiveAttentionWidget(lambda index, step: _alignment(*decoded[index], step), controls,
                                view, title=f"Decoding step by step ({task.name})")
