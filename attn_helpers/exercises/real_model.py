@@ -252,6 +252,11 @@ def check_value_norms(candidate: Callable) -> CheckResult:
             Mistake(lambda w, v, W: times(w, _f(v, W).pow(2).sum(dim=-1)),
                     "you returned the squared norm, a sum of squares with no square root: "
                     "||a_ij f_h(x_j)|| is a length, not its square."),
+            Mistake(lambda w, v, W: (lambda x: x / x.sum(dim=-1, keepdim=True))(
+                        times(w, _f(v, W).norm(dim=-1))),
+                    "you divided each row by its sum: those are the shares that section 4.4 "
+                    "prints, not the norms. Return ||a_ij f_h(x_j)|| itself; the notebook "
+                    "normalises the rows afterwards."),
             Mistake(lambda w, v, W: w * _f(v, W).norm(dim=-1)[:, :, :, None],
                     "you scaled row i by the norm of the QUERY's vector f(x_i): the vector that "
                     "key j contributes is f(x_j), so its norm must change along the keys (the "

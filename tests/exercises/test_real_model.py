@@ -227,7 +227,13 @@ def merged_heads(weights, values, W_O):  # heads merged, then the whole W_O: one
     return weights * f.norm(dim=-1)[:, None, None, :]
 
 
+def row_shares(weights, values, W_O):  # each row divided by its sum: the shares of 4.4
+    x = norms_reference(weights, values, W_O)
+    return x / x.sum(dim=-1, keepdim=True)
+
+
 NORMS_WRONG = [
+    (row_shares, "divided each row by its sum"),
     (merged_heads, "merged the heads"),
     (value_only, "through the head's slice"),
     (rows_of_W_O, "COLUMNS"),
