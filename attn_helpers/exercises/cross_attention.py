@@ -1,9 +1,10 @@
 """Checkers for notebook 06: a post-norm decoder layer's cross-attention one target position at a
-time (``cross_attention.decode``), and the hard alignment's accuracy against a gold alignment,
-with padding (``cross_attention.alignment``)."""
+time, the memory projected once (``cross_attention.decode``), and the hard alignment's accuracy
+against a gold alignment, with padding (``cross_attention.alignment``)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -118,6 +119,36 @@ def _layer_cases() -> list[dict]:
     return cases
 
 
+@contextlib.contextmanager
+def _memory_projected_once(inputs: dict):
+    """The lesson's constraint: the memory's keys and values projected once per call, and one
+    query per step. Forward hooks record how many positions each cross-attention projection saw."""
+    ca, steps = inputs["layer"].cross_attn, inputs["y"].shape[1]
+    seen = {"q_proj": [], "k_proj": [], "v_proj": []}
+    hooks = [getattr(ca, name).register_forward_hook(
+        lambda module, args, output, name=name: seen[name].append(args[0].shape[-2]))
+        for name in seen]
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if max(seen["q_proj"], default=1) > 1:
+        raise Refused(
+            f"cross_attn.q_proj ran on {max(seen['q_proj'])} target positions in one call, so the "
+            "layer did not run step by step.\nHint: returning layer(y, memory, "
+            "memory_padding=memory_real), the whole layer at once, does that (so does one "
+            "cross-attention over all the x_t after the loop). A decoder that "
+            "generates has only x_t at step t: make step t's query from x_t alone, in the loop.")
+    name = max(("k_proj", "v_proj"), key=lambda name: len(seen[name]))
+    if len(seen[name]) > 1:
+        raise Refused(
+            f"cross_attn.{name} ran {len(seen[name])} times in {steps} decoding steps: the "
+            "memory was projected again at every step.\nHint: calling layer.cross_attn(x_t, "
+            "memory, memory, mask) in the loop does that. The memory does not change while the "
+            "decoder writes: project its keys and values once, before the loop, and reuse them.")
+
+
 @exercise("cross_attention.decode", "a decoder layer's cross-attention step by step, the "
           "memory's keys and values projected once", hints=(
     "The stub's loop gives x_t, target position t after the causal self-attention block; what is "
@@ -144,7 +175,8 @@ def _layer_cases() -> list[dict]:
     "return torch.cat(outputs, 1)                                         # (b, T, d)"))
 def check_decode_layer(decode_layer: Callable) -> CheckResult:
     """Exercise: ``decode_layer(layer, y (b, T, d), memory (b, n_m, d_m), memory_real (b, n_m))
-    -> (b, T, d)``, the post-norm ``layer``'s causal output, one target position per step."""
+    -> (b, T, d)``, the post-norm ``layer``'s causal output, one target position per step, the
+    memory's keys and values projected once."""
     mistakes = [Mistake(lambda *a, _f=flaw: _decode_with(*a, **_f), hint) for hint, flaw in [
         ("padded memory positions were read: mask the cross-attention with memory_real "
          "(True = real), as (b, 1, 1, n_m) for the heads.", {"mask_memory": False}),
@@ -186,7 +218,8 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
          "heads and the query?", {"mask_3d": True}),
     ]]
     return check_function(decode_layer, decode_layer_reference, _layer_cases(),
-                          what="decode_layer", output_names=("the outputs",), mistakes=mistakes)
+                          what="decode_layer", output_names=("the outputs",), mistakes=mistakes,
+                          watch=_memory_projected_once)
 
 
 # --- exercise 2: the hard alignment and its accuracy against a gold alignment ------------------

@@ -104,6 +104,28 @@ def test_decode_checker_names_the_mistake(flaw, words):
     assert_rejected(ex.check_decode_layer(lambda *a: decode(*a, **flaw)), "\nHint: ", words)
 
 
+def cross_attn_per_step(layer, y, memory, memory_real):
+    """Right numbers, but the memory projected at every step: layer.cross_attn in the loop."""
+    cache = ah.KVCache(y.shape[1])                                              # given
+    out = []
+    for t in range(y.shape[1]):
+        y_t = y[:, t:t + 1]                                                     # given
+        x_t = layer.norm1(y_t + layer.self_attn(y_t, y_t, y_t, cache=cache)[0])  # given
+        x_t = layer.norm2(x_t + layer.cross_attn(x_t, memory, memory, memory_real[:, None, :])[0])
+        out.append(layer.norm3(x_t + layer.feed_forward(x_t)))
+    return torch.cat(out, 1)
+
+
+def test_decode_checker_refuses_the_whole_layer_and_the_memory_projected_per_step():
+    whole = ex.check_decode_layer(lambda layer, y, memory, real: layer(y, memory,
+                                                                       memory_padding=real))
+    assert_rejected(whole, "case 1 of 4", "q_proj ran on 4 target positions in one call",
+                    "\nHint: returning layer(y, memory, memory_padding=memory_real)")
+    per_step = ex.check_decode_layer(cross_attn_per_step)
+    assert_rejected(per_step, "cross_attn.k_proj ran 4 times in 4 decoding steps",
+                    "\nHint: calling layer.cross_attn(x_t, memory, memory, mask) in the loop")
+
+
 def learner_alignment(weights, src_real, gold, tgt_real, *, mask_pad=True, invert=False, dim=-1,
                       count_padded=False, padded_as_miss=False, per_sentence=False, mark=True,
                       padded_as_hit=False):
