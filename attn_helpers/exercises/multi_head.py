@@ -360,7 +360,9 @@ def _gqa_cases() -> list[dict]:
 def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
     """The lesson's constraint, K and V never copied to the h query heads: on the decoding cases
     (where queries, scores and output are all smaller) any tensor whose storage holds
-    ``b * h * n_k * d_head`` numbers is refused. Views and broadcasting through ``@`` pass."""
+    ``b * h * n_k * d_head`` numbers that the learner's code builds is refused. Views and
+    broadcasting through ``@`` pass, although ``@`` may expand a broadcast axis inside itself (an
+    AllocationWatch does not see that; folding the h/g axis into q's rows avoids it)."""
     (b, h, n_q, d), (g, n_k) = inputs["q"].shape, inputs["k"].shape[1:3]
     if not (h >= 3 * g and n_q < min(n_k, d)):
         return contextlib.nullcontext()
@@ -383,13 +385,15 @@ def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
     "There are h query heads but only g key/value heads: consecutive query heads form g groups of "
     "h/g, and group j reads key/value head j. The point is that K and V are never copied to h "
     "heads, so a decoding step reads g heads of keys and values, not h; the checker refuses any "
-    "allocation that large. Nothing may be copied: which tensor can change its shape for free, "
-    "and into what? The attention itself is notebook 02's, ah.scaled_dot_product_attention.",
+    "tensor that large that your code builds. Which tensor can change its shape for free (a "
+    "view), and into what? The attention itself is notebook 02's, ah.scaled_dot_product_attention.",
     "ah.scaled_dot_product_attention (and @) treats every axis before the last two as a batch, "
     "pairs q's batch entries with k's and broadcasts an axis of size 1. q's head axis splits into "
     "g groups of h/g: group first, or h/g first? Then either give k and v an axis of size 1 where "
-    "q has its h/g axis, or fold the h/g axis into q's rows. Is each step a view or a copy? And "
-    "how does the output get back to (b, h, n_q, d_head)?",
+    "q has its h/g axis, or fold the h/g axis into q's rows. Both pass the checker, which sees "
+    "only the tensors your code builds; but a broadcasting @ may still copy k to h heads inside "
+    "PyTorch, and folding into the rows avoids even that. Is each step a view or a copy? And how "
+    "does the output get back to (b, h, n_q, d_head)?",
     "b, h, n_q, d_head = q.shape\n"
     "g = k.shape[1]\n"
     "rows = ...   # (b, g, h/g * n_q, d_head): group j's query heads as rows against k[:, j]; a view\n"
