@@ -74,10 +74,11 @@ def gqa_claims(record: dict) -> dict[str, bool]:
     rows, seeds = record["rows"], record["seeds"]
     accuracy = {(r["g"], r["seed"]): r["accuracy"] for r in rows}
     mean = {g: sum(accuracy[g, s] for s in seeds) / len(seeds) for g in (4, 2, 1)}
-    seed_range = max(max(accuracy[g, s] for s in seeds) - min(accuracy[g, s] for s in seeds)
-                     for g in (4, 2, 1))
     below_mha = {g: sum(accuracy[g, s] < accuracy[4, s] for s in seeds) for g in (2, 1)}
     n = len(seeds)
+    drop = [accuracy[4, s] - accuracy[1, s] for s in seeds]      # paired: same seed, same batches
+    drop_mean = sum(drop) / n
+    drop_sd = (sum((d - drop_mean) ** 2 for d in drop) / (n - 1)) ** 0.5 if n > 1 else float("inf")
     return {
         f"every run (g = 4, 2, 1; {n} seeds, at least 10) beats chance (1/8) over 4x: accuracy > 0.5":
             n >= 10 and len(accuracy) == 3 * n and all(a > 0.5 for a in accuracy.values()),
@@ -86,6 +87,6 @@ def gqa_claims(record: dict) -> dict[str, bool]:
         f"g = 2 scores below g = 4 on at least 15 of the {n} seeds": below_mha[2] >= 15,
         "each mean drop from g = 4 is under 0.1 (a few points, not a collapse)":
             0 < mean[4] - mean[2] < 0.1 and 0 < mean[4] - mean[1] < 0.1,
-        "one setting's seed range is wider than either mean drop: a few seeds cannot rank them":
-            seed_range > max(mean[4] - mean[2], mean[4] - mean[1]),
+        "paired per seed, g = 4 minus g = 1 has a mean over 3 standard errors (sd / sqrt(seeds))":
+            drop_mean > 3 * drop_sd / n ** 0.5,
     }

@@ -34,5 +34,11 @@ def test_gqa_claims_hold_on_a_small_cost_and_fail_without_one():
     assert cost["summary"]["1"] == pytest.approx({"mean": 0.888, "min": 0.85, "max": 0.926})
     free = masking.gqa_claims(_record({4: high, 2: high, 1: high}))     # no run below g = 4
     assert not free["g = 1 (multi-query) scores below g = 4 on at least 18 of the 20 seeds"]
+    spread = [0.001] * 19 + [0.5]                    # g = 1 below g = 4 on every seed, one big gap
+    noisy = masking.gqa_claims(_record({4: high, 2: [a - 0.03 for a in high],
+                                        1: [a - d for a, d in zip(high, spread, strict=True)]}))
+    assert noisy["g = 1 (multi-query) scores below g = 4 on at least 18 of the 20 seeds"]
+    assert not noisy["paired per seed, g = 4 minus g = 1 has a mean over 3 standard errors "
+                     "(sd / sqrt(seeds))"]
     few = masking.gqa_claims(_record({4: high[:5], 2: high[:5], 1: high[:5]}))
     assert not next(iter(few.values()))                                 # fewer than 10 seeds
