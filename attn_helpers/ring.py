@@ -188,8 +188,10 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size
     ``return_log``: ``{rank: [(step, kv_block, computed), ...]}``, the block each rank held at each
     step and whether it scored it (causal ranks skip blocks wholly after their queries);
     ``return_stats``: ``{rank: {"compute_s": [...], "wait_s": [...], "transfer_s", "block_bytes"}}``,
-    per step the seconds spent scoring the held block and then still waiting for the transfer, the
-    median seconds of one block's transfer alone, and that block's bytes (keys and values).
+    per step the seconds spent scoring the held block and then still waiting for the transfer (the
+    last step has no transfer pending: its wait is only the bookkeeping, so leave it out of any
+    statistic of the overlap, ``wait_s[:-1]``), the median seconds of one block's transfer alone,
+    and that block's bytes (keys and values).
     """
     blocks, scale = _prepare(q, k, v, world_size, causal)
     if q.device.type != "cpu":
