@@ -104,6 +104,12 @@ def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v",
     return attention
 
 
+WRONG_AXIS = (
+    "d_k was taken from the wrong axis of q (q.shape[1] or q.shape[-2]?). q.shape[1] is d_k only "
+    "for a 2-D q: with batch or head axes in front it is another size, and q.shape[-2] is n_q. "
+    "d_k is the last axis: q.shape[-1].")
+
+
 TRANSPOSE_ALL = (
     "if you wrote k.T: on a batched tensor .T reverses every axis, so k (2, 5, 16) becomes "
     "(16, 5, 2) and the batch axes no longer line up. Swap only the last two axes, so that "
@@ -135,6 +141,9 @@ def check_attention(attention: Callable) -> CheckResult:
                     "you divided by d_k; the scale is 1 / sqrt(d_k)."),
             Mistake(_attention(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1])),
                     "you scaled by sqrt(d_v), the size of the values; the scale is 1 / sqrt(d_k)."),
+            *(Mistake(_attention(scale=scale), WRONG_AXIS)
+              for scale in (lambda q, k, v: 1 / math.sqrt(q.shape[1]),
+                            lambda q, k, v: 1 / math.sqrt(q.shape[-2]))),
             Mistake(_attention(scale=lambda q, k, v: 1 / math.sqrt(k.shape[-2])),
                     "you scaled by sqrt(n_k), the number of keys; the scale is 1 / sqrt(d_k), "
                     "the size of each query and key vector."),

@@ -85,6 +85,8 @@ def mask_after_exp(q, k, v, mask):  # the maximum taken over every key, masked o
     (attention_with(scale=lambda q, k, v: 1 / q.shape[-1]), ["divided by d_k"]),
     (attention_with(scale=lambda q, k, v: v.shape[-1] ** -0.5), ["sqrt(d_v)"]),
     (attention_with(scale=lambda q, k, v: k.shape[-2] ** -0.5), ["sqrt(n_k), the number of keys"]),
+    (attention_with(scale=lambda q, k, v: q.shape[1] ** -0.5), ["wrong axis of q", "case 2 of 8"]),
+    (attention_with(scale=lambda q, k, v: q.shape[-2] ** -0.5), ["wrong axis of q", "q.shape[-1]"]),
     (attention_with(by_hand=True), ["overflowed", "case 8 of 8", "Subtract each row's maximum"]),
     (mask_after_softmax, ["case 8 of 8", "removed after the exponent", "underflows"]),
     (mask_after_exp, ["case 8 of 8", "removed after the exponent", "before the softmax"]),
