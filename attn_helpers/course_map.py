@@ -33,14 +33,15 @@ class Lesson:
 COURSE = (
     Lesson("00", "start_here", "Start here", "how the course works", ()),
     Lesson("01", "rnn_bottleneck", "The RNN bottleneck",
-           "one context vector forgets; attention keeps a path to every input", ("00",)),
+           "trained on the same small budget, one context vector forgets; attention keeps a path to "
+           "every input", ("00",)),
     Lesson("02", "query_key_value", "Query, key, value", "attention is a soft dictionary lookup",
            ("00",)),
     Lesson("03", "scaling", "Why scale by sqrt(d_k)",
            "variance, softmax saturation and the usable learning rate",
            ("02",)),
-    Lesson("04", "multi_head", "Multi-head attention", "two heads can split two relations between them",
-           ("03",)),
+    Lesson("04", "multi_head", "Multi-head attention",
+           "two heads can split two relations between them, on a task built for two", ("03",)),
     Lesson("05", "masking", "Masking", "causal, padding and local masks decide who sees whom",
            ("02",)),
     Lesson("06", "cross_attention", "Cross-attention", "decoder queries read encoder keys/values",
@@ -65,7 +66,7 @@ COURSE = (
 _LAYOUT = {"00": (0, 2.9), "01": (1, 4.2), "02": (1, 2.1), "06": (2, 4.2), "03": (2, 2.9),
            "05": (2, 1.1), "04": (3, 2.9), "07": (3, 1.85), "08": (3, 0.2), "09": (4, 3.9),
            "10": (4, 1.0)}
-_COLUMN, _BOX_WIDTH, _BOX_HEIGHT = 1.25, 0.9, 0.88
+_COLUMN, _BOX_WIDTH, _BOX_HEIGHT = 1.25, 0.96, 0.88
 
 
 def _anchors(count: int, centre: float) -> list[float]:
@@ -94,7 +95,7 @@ def draw_course_map(ax: Axes) -> None:
                                     edgecolor="#3b75af", linewidth=1.5))
         ax.text(x, y + 0.27, fill(f"{lesson.number} {lesson.title}", 22), ha="center",
                 va="center", fontsize=10.5, fontweight="bold")
-        ax.text(x, y - 0.1, fill(lesson.idea, 25), ha="center", va="center", fontsize=9,
+        ax.text(x, y - 0.1, fill(lesson.idea, 27), ha="center", va="center", fontsize=8.5,
                 linespacing=1.1)
     for source, target in edges:
         ax.add_patch(FancyArrowPatch((_LAYOUT[source][0] * _COLUMN + width / 2 + 0.02,
