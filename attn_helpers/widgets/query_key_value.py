@@ -136,5 +136,5 @@ def lookup_2d_widget(*, query: tuple[float, float] = QUERY) -> LiveAttentionWidg
                                               description="temperature",
                                               layout=widgets.Layout(width="300px")),
     }
-    return LiveAttentionWidget(lookup_2d_frame, controls, LookupView(),
-                               title="Soft lookup: move the query, change the temperature")
+    title = "Where the weights go as the query moves: weights, output, entropy vs T"
+    return LiveAttentionWidget(lookup_2d_frame, controls, LookupView(), title=title)
