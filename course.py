@@ -87,7 +87,9 @@ def install() -> None:
     if subprocess.run([*pip, "-q", "uv"], cwd=ROOT).returncode == 0:
         options, env = uv_options()
         uv = [PYTHON, "-m", "uv", "pip", "install", "--python", PYTHON, "-r", "requirements.txt",
-              "--index-strategy", "unsafe-best-match", *options]   # pip's choice among indexes
+              "--index-strategy", "unsafe-best-match",   # pip's choice among indexes
+              "--compile-bytecode",   # as pip does: with PYTHONDONTWRITEBYTECODE set, nothing else
+              *options]               # would, and every kernel would compile torch at import
         if subprocess.run([str(a) for a in uv], cwd=ROOT, env=env).returncode == 0:
             return
         say("uv could not install the requirements; pip installs them")
