@@ -2,7 +2,8 @@
 every notebook run, checked and timed in JupyterLab in headless Chromium (:mod:`.lab`).
 
 A bare slider swapping precomputed PNGs is the floor: :data:`FLOOR_MOVES` moves first, then
-:data:`FLOOR_MOVES_BETWEEN` after each notebook. Each notebook: Run All, no cell may show an error,
+:data:`FLOOR_MOVES_BETWEEN` after each notebook (both times :data:`CONFIRM_KEYS` in the confirming
+pass, which presses each slider that many times more). Each notebook: Run All, no cell may show an error,
 every slider of every widget moved with the arrow keys (timed from the key press to the new picture
 on screen); the first widget's picture and readouts must change. ``--check`` also fails a notebook
 whose median is over :data:`MAX_RATIO` times the floor moves around it; ``--confirm`` first
@@ -153,11 +154,13 @@ def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Pa
             results["floor_marks"].append(len(results["floor"]))
 
         lab.lab_ready(page)
-        floor_moves(FLOOR_MOVES)
+        # as many more floor moves as key presses: the floor's median is as steady as the notebooks'
+        scale = max(1, keys // KEYS_PER_SLIDER)
+        floor_moves(FLOOR_MOVES * scale)
         say(f"{'floor':>24}: median {summarize(shown(results['floor']))['median_ms']} ms")
         for name in names:
             record = check_notebook(page, name, artifacts / Path(name).stem, keys, widgets_only)
-            floor_moves(FLOOR_MOVES_BETWEEN)      # its kernel still idle, the notebook open
+            floor_moves(FLOOR_MOVES_BETWEEN * scale)   # its kernel still idle, the notebook open
             try:
                 lab.close_notebooks(page)
             except Exception as error:  # noqa: BLE001 - a fresh JupyterLab for the next one
