@@ -46,8 +46,13 @@ def test_the_fingerprint_follows_every_imported_module_and_nothing_else(course):
     before = course.fingerprint(study, "2.13.0")
     (course.ROOT / "attn_helpers" / "unused.py").write_text("x = 2\n")
     assert course.fingerprint(study, "2.13.0") == before
+    (course.ROOT / "attn_helpers" / "core.py").write_text(
+        '# a comment\n\ndef f():\n    """A docstring."""\n    return 1\n')
+    assert course.fingerprint(study, "2.13.0") == before          # comments and docstrings
     (course.ROOT / "attn_helpers" / "core.py").write_text("def f(): return 2\n")
     assert course.fingerprint(study, "2.13.0") != before
+    (course.ROOT / "attn_helpers" / "core.py").write_text('def f(): return "2"\n')
+    assert course.fingerprint(study, "2.13.0") != before          # a string that is not a docstring
     assert course.fingerprint(study, "2.14.0") != course.fingerprint(study, "2.13.0")
 
 
