@@ -69,6 +69,6 @@ def test_check_passes_on_a_recorded_study_and_names_the_command_when_stale(cours
     course.FINGERPRINTS.write_text(json.dumps(entry))
     course.studies(["--check"])
     assert "ok    toy" in capsys.readouterr().out
-    (course.ROOT / "attn_helpers" / "lessons" / "toy.py").write_text("from ..core import f  # edited\n")
+    (course.ROOT / "attn_helpers" / "lessons" / "toy.py").write_text("from ..core import f as g\n")
     with pytest.raises(SystemExit, match="python3 course.py studies toy"):
         course.studies(["--check"])
