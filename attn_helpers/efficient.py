@@ -1,13 +1,8 @@
 r"""Efficient attention from scratch: tiled (FlashAttention), linear (and its RNN view), local.
 
-Shapes as :func:`attn_helpers.scaled_dot_product_attention`: ``q (..., n_q, d_k)``, ``k (..., n_k,
-d_k)``, ``v (..., n_k, d_v)``, leading dims broadcast. **Online softmax**: running max ``m`` and
-``l = sum exp(s - m)`` (Milakov & Gimelshein, 2018) and the output sum ``acc = sum exp(s - m) v``
-(Rabe & Staats, 2021; FlashAttention): ``m' = max(m, max s)``, ``l' = e^(m - m') l + sum e^(s - m')``,
-``acc' = e^(m - m') acc + e^(s - m') V``. :func:`tiled_attention` (FlashAttention-2, Dao 2023).
-
-Each public function checks its arguments, then calls the math (:func:`fold_block`,
-:func:`tile_scores`, :func:`flash_backward_tile`, ``_TiledAttention``), which takes checked ones.
+Shapes as :func:`attn_helpers.scaled_dot_product_attention`. Online softmax (Milakov & Gimelshein,
+2018; FlashAttention) keeps a running max ``m``, ``l = sum e^(s - m)`` and ``acc = sum e^(s - m) v``:
+``m' = max(m, max s)``, ``l' = e^(m - m') l + sum e^(s - m')``, ``acc' = e^(m - m') acc + e^(s - m') V``.
 """
 
 from __future__ import annotations
@@ -23,6 +18,7 @@ from ._checks import (
     check_qkv,
     require_bool,
     require_mask,
+    require_min_dim,
     require_positive_int,
     require_size,
     require_tensor,
@@ -38,8 +34,8 @@ __all__ = ["OnlineSoftmaxState", "init_state", "block_state", "online_softmax_st
 
 
 class OnlineSoftmaxState(NamedTuple):
-    """Online-softmax statistics so far: ``max`` ``(..., n_q, 1)`` the running max ``m`` (``-inf``
-    before any key), ``total`` the sum ``l`` of ``exp(s - m)``, ``acc`` that of ``exp(s - m) v``."""
+    """``max`` ``(..., n_q, 1)`` the running max ``m`` (``-inf`` before any key), ``total`` the sum
+    ``l``, ``acc`` ``(..., n_q, d_v)``."""
 
     max: torch.Tensor
     total: torch.Tensor
@@ -48,15 +44,13 @@ class OnlineSoftmaxState(NamedTuple):
 
 def init_state(batch_shape, n_q: int, d_v: int, *, dtype=torch.float32, device=None
                ) -> OnlineSoftmaxState:
-    """The state before any key: max ``-inf``, total 0, acc 0 (shapes as in the class);
-    ``batch_shape`` the batch dims ``(...)``, a tuple of ints."""
+    """The state before any key (max ``-inf``, total 0, acc 0); ``batch_shape`` a tuple of ints."""
     if not isinstance(batch_shape, (tuple, list)):
         raise TypeError(f"batch_shape must be a tuple of ints such as (2, 4) or (), "
                         f"got {type(batch_shape).__name__}")
-    for i, size in enumerate(batch_shape):
-        require_positive_int(f"batch_shape[{i}]", size, allow_zero=True)
-    require_positive_int("n_q", n_q, allow_zero=True)
-    require_positive_int("d_v", d_v, allow_zero=True)
+    for name, size in (*((f"batch_shape[{i}]", s) for i, s in enumerate(batch_shape)),
+                       ("n_q", n_q), ("d_v", d_v)):
+        require_positive_int(name, size, allow_zero=True)
     rows = (*batch_shape, n_q, 1)
     return OnlineSoftmaxState(torch.full(rows, float("-inf"), dtype=dtype, device=device),
                               torch.zeros(rows, dtype=dtype, device=device),
@@ -64,7 +58,7 @@ def init_state(batch_shape, n_q: int, d_v: int, *, dtype=torch.float32, device=N
 
 
 def _safe(m: torch.Tensor) -> torch.Tensor:
-    """``-inf`` (a row with no key yet) replaced by 0, so that ``exp(-inf - 0) = 0``, not NaN."""
+    """``-inf`` (no key yet) replaced by 0, so that ``exp(-inf - 0) = 0``, not NaN."""
     return torch.where(torch.isfinite(m), m, torch.zeros((), dtype=m.dtype, device=m.device))
 
 
@@ -80,17 +74,15 @@ def fold_block(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Te
 
 
 def _check_block(scores, values, acc=None) -> torch.Size:
-    """``scores (..., n_q, block >= 1)`` and ``values (..., block, d_v)`` of one floating dtype
-    (and a state's ``acc (..., n_q, d_v)``); returns their broadcast batch dims."""
-    for name, t, layout in (("scores", scores, "(..., n_q, block)"),
-                            ("values", values, "(..., block, d_v)")):
+    """``scores (..., n_q, block >= 1)``, ``values (..., block, d_v)`` and a state's ``acc``, one
+    dtype; returns their broadcast batch dims."""
+    for name, t in (("scores", scores), ("values", values)):
         require_tensor(name, t, floating=True)
-        if t.dim() < 2 or t.dtype != scores.dtype:
-            raise ValueError(f"{name} must be {layout} in scores' dtype, got shape {shape(t)} "
-                             f"and dtype {t.dtype}")
-    if scores.shape[-1] != values.shape[-2] or scores.shape[-1] == 0:
+        require_min_dim(name, t, 2, "(..., n_q, block) and (..., block, d_v)")
+    if values.dtype != scores.dtype or not scores.shape[-1] == values.shape[-2] >= 1:
         raise ValueError(f"scores (..., n_q, block) and values (..., block, d_v) must share the "
-                         f"block size >= 1, got scores {shape(scores)} and values {shape(values)}")
+                         f"block size >= 1 and the dtype, got scores {shape(scores)} "
+                         f"{scores.dtype} and values {shape(values)} {values.dtype}")
     if acc is not None and (acc.shape[-2:] != (scores.shape[-2], values.shape[-1])
                             or acc.dtype != scores.dtype):
         raise ValueError(f"the state's acc {shape(acc)} {acc.dtype} does not fit scores "
@@ -101,9 +93,8 @@ def _check_block(scores, values, acc=None) -> torch.Size:
 
 def online_softmax_step(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Tensor
                         ) -> OnlineSoftmaxState:
-    """Fold one block of keys into ``state`` (:func:`init_state` before the first block) with the
-    recurrence in the module docstring. ``scores`` ``(..., n_q, block)``: scaled scores against
-    the block's keys (``block >= 1``), ``-inf`` = masked; ``values`` ``(..., block, d_v)``."""
+    """Fold one block of keys into ``state``: ``scores`` ``(..., n_q, block)`` (scaled, ``-inf`` =
+    masked), ``values`` ``(..., block, d_v)``."""
     if not isinstance(state, OnlineSoftmaxState):
         raise TypeError(f"state must be an OnlineSoftmaxState, got {type(state).__name__}")
     _check_block(scores, values, state.acc)
@@ -111,8 +102,7 @@ def online_softmax_step(state: OnlineSoftmaxState, scores: torch.Tensor, values:
 
 
 def block_state(scores: torch.Tensor, values: torch.Tensor) -> OnlineSoftmaxState:
-    """The state of one block on its own: ``scores`` ``(..., n_q, block >= 1)``, ``values``
-    ``(..., block, d_v)``. Equal to ``online_softmax_step(init_state(...), scores, values)``."""
+    """The state of one block on its own (shapes as :func:`online_softmax_step`)."""
     batch = _check_block(scores, values)
     empty = init_state(tuple(batch), scores.shape[-2], values.shape[-1], dtype=scores.dtype,
                        device=scores.device)
@@ -120,8 +110,7 @@ def block_state(scores: torch.Tensor, values: torch.Tensor) -> OnlineSoftmaxStat
 
 
 def merge_states(a: OnlineSoftmaxState, b: OnlineSoftmaxState) -> OnlineSoftmaxState:
-    """Combine the states of two disjoint sets of keys (same queries), in either order: what
-    ring attention does with the partial result of each key/value block."""
+    """Combine the states of two disjoint sets of keys (same queries), in either order."""
     for name, s in (("a", a), ("b", b)):
         if not isinstance(s, OnlineSoftmaxState):
             raise TypeError(f"{name} must be an OnlineSoftmaxState, got {type(s).__name__}")
@@ -140,13 +129,11 @@ def finalize(state: OnlineSoftmaxState) -> torch.Tensor:
 
 
 def _blocks(n: int, size: int) -> list[slice]:
-    """Consecutive blocks of ``size`` positions covering ``0..n`` (the last may be shorter)."""
     return [slice(start, min(start + size, n)) for start in range(0, n, size)]
 
 
 def tile_scores(q_i, k_j, i: slice, j: slice, *, scale: float, causal: bool) -> torch.Tensor:
-    """One tile ``S_ij = Q_i K_j^T * scale`` ``(..., B_q, B_k)`` of queries at positions ``i`` and
-    keys at positions ``j``; with ``causal``, ``-inf`` at keys after the query."""
+    """The tile ``S_ij = Q_i K_j^T * scale`` ``(..., B_q, B_k)``; ``causal``: ``-inf`` past the query."""
     s = (q_i @ k_j.mT) * scale
     if causal and j.stop - 1 > i.start:                               # the tile crosses the diagonal
         future = torch.arange(j.start, j.stop)[None, :] > torch.arange(i.start, i.stop)[:, None]
@@ -207,14 +194,9 @@ class _TiledAttention(torch.autograd.Function):
 
 
 def backward_tile(q, k, v, d_out, lse, D, *, scale=None, mask=None):
-    r"""One key/value tile of FlashAttention-2's backward (Dao, 2023), from what the forward saved.
-
-    ``q``, ``d_out`` ``(..., n_q, d_k/d_v)``; the tile ``k = K_j``, ``v = V_j`` ``(..., b_k, d_k/d_v)``;
-    ``lse``, ``D = rowsum(dO * O)`` ``(..., n_q, 1)``; ``mask`` (``True`` = may attend) broadcastable
-    to ``(..., n_q, b_k)``. Returns ``(dq, dk_j, dv_j)``, the tile's share of ``dQ`` and its
-    ``dK_j``, ``dV_j``: ``P = exp(S - lse)``, ``dV_j = P^T dO``, ``dP = dO V_j^T``,
-    ``dS = P * (dP - D)``, ``dQ = dS K_j * scale``, ``dK_j = dS^T Q * scale``.
-    """
+    """One key/value tile of FlashAttention-2's backward: ``q``, ``d_out`` ``(..., n_q, d_k/d_v)``,
+    ``k = K_j``, ``v = V_j`` ``(..., b_k, d_k/d_v)``, ``lse``, ``D = rowsum(dO * O)`` ``(..., n_q,
+    1)``, ``mask`` (True = may attend). Returns ``(dQ share, dK_j, dV_j)``."""
     batch = check_qkv(q, k, v)
     n_q = q.shape[-2]
     for name, t, last in (("d_out", d_out, v.shape[-1]), ("lse", lse, 1), ("D", D, 1)):
@@ -237,24 +219,14 @@ def _check_causal(q, k, causal: bool) -> None:
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_size: int = 64,
                     causal: bool = False, return_lse: bool = False,
                     query_block_size: int | None = None, scale: float | None = None):
-    """Exact attention, FlashAttention's way: tiles of scores, online softmax, recomputing backward.
+    """Exact attention, FlashAttention's way: tiles of scores folded by online softmax, and a
+    backward that recomputes them from ``q, k, v, O, lse``.
 
-    Forward (FlashAttention-2's loop order): for each block ``Q_i`` of queries, fold each tile
-    ``S_ij = Q_i K_j^T * scale`` into the running ``m, l, acc`` and drop it. Saved for backward:
-    ``q, k, v``, ``O`` and ``lse = m + log l``; the backward is :func:`backward_tile` per tile.
-
-    Args:
-        q: ``(..., n_q, d_k)``; k: ``(..., n_k, d_k)``; v: ``(..., n_k, d_v)``; batch dims broadcast.
-        block_size: keys per block (any ``n_k``); query_block_size: queries per block (default
-            ``block_size``); scale: ``1/sqrt(d_k)`` by default.
-        causal: query ``i`` sees keys ``0..i`` (needs ``n_q == n_k``); tiles above the diagonal
-            are skipped. return_lse: also return ``lse`` ``(..., n_q)``, the log-sum-exp of the
-            scaled, masked scores.
-
-    Returns ``O`` ``(..., n_q, d_v)`` (``(O, lse)`` with ``return_lse``), equal to softmax
-    attention. A row with no key (``n_k = 0``) gets ``O = 0``, ``lse = -inf``, zero gradients.
+    q ``(..., n_q, d_k)``, k ``(..., n_k, d_k)``, v ``(..., n_k, d_v)``; ``block_size`` keys and
+    ``query_block_size`` (default ``block_size``) queries per tile; ``causal`` needs ``n_q == n_k``.
+    Returns ``O`` ``(..., n_q, d_v)``, or ``(O, lse)`` with ``lse`` ``(..., n_q)``; no keys: 0, -inf.
     """
-    batch = check_qkv(q, k, v, keys_may_be_empty=True)              # n_k = 0: O = 0, lse = -inf
+    batch = check_qkv(q, k, v, keys_may_be_empty=True)
     require_positive_int("block_size", block_size)
     query_block_size = require_positive_int(
         "query_block_size", block_size if query_block_size is None else query_block_size)
@@ -267,25 +239,16 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
-    """``phi(x) = elu(x) + 1`` (same shape): positive features, a positive kernel ``phi(q).phi(k)``."""
+    """``phi(x) = elu(x) + 1``, same shape: positive features."""
     require_tensor("x", x, floating=True)
     return F.elu(x) + 1.0
 
 
 def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                      chunk_size: int = 128) -> torch.Tensor:
-    r"""Linear attention of Katharopoulos et al. (2020), feature map ``phi(x) = elu(x) + 1``.
-
-    The kernel :math:`e^{q \cdot k}` becomes :math:`\phi(q)\cdot\phi(k)`, so the product
-    re-associates: :math:`o_i = \phi(q_i)^\top S / \phi(q_i)^\top z` with
-    :math:`S = \sum_j \phi(k_j) v_j^\top` ``(d_k, d_v)`` and :math:`z = \sum_j \phi(k_j)`,
-    ``O(n d_k d_v)`` time and memory. ``causal=True`` (needs ``n_q == n_k``) sums over ``j <= i``
-    only, ``chunk_size`` rows at a time: earlier chunks through the carried ``S, z``, the current
-    one through its masked ``(chunk, chunk)`` kernel matrix. A different model from softmax
-    attention (its weights are not a softmax), not an approximation of it.
-
-    q: ``(..., n_q, d_k)``; k: ``(..., n_k, d_k)``; v: ``(..., n_k, d_v)``. Returns ``(..., n_q, d_v)``.
-    """
+    """Linear attention (Katharopoulos et al., 2020), ``phi(x) = elu(x) + 1``: ``o_i = phi(q_i)^T S
+    / phi(q_i)^T z`` with ``S = sum_j phi(k_j) v_j^T``, ``z = sum_j phi(k_j)``. ``causal`` (needs
+    ``n_q == n_k``) sums ``j <= i``, ``chunk_size`` rows at a time. Shapes as softmax attention."""
     batch = check_qkv(q, k, v)
     _check_causal(q, k, causal)
     require_positive_int("chunk_size", chunk_size)
@@ -311,8 +274,7 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
 
 
 class LinearAttentionState(NamedTuple):
-    """Causal linear attention as an RNN: ``S = sum_j phi(k_j) v_j^T`` ``(..., d_k, d_v)`` and
-    ``z = sum_j phi(k_j)`` ``(..., d_k)`` over the tokens so far; its size does not grow with them."""
+    """Causal linear attention as an RNN: ``S`` ``(..., d_k, d_v)`` and ``z`` ``(..., d_k)``."""
 
     S: torch.Tensor
     z: torch.Tensor
@@ -320,21 +282,19 @@ class LinearAttentionState(NamedTuple):
 
 def linear_attention_step(state: LinearAttentionState | None, q_t: torch.Tensor,
                           k_t: torch.Tensor, v_t: torch.Tensor):
-    """One decoding step of causal linear attention: add token ``t`` (``q_t, k_t`` ``(..., d_k)``,
-    ``v_t`` ``(..., d_v)``) to ``state`` (``None`` before the first), then read it with ``q_t``.
-    Returns ``(o_t, new_state)``, ``o_t`` equal to row ``t`` of ``linear_attention(causal=True)``."""
+    """Add token ``t`` (``q_t, k_t`` ``(..., d_k)``, ``v_t`` ``(..., d_v)``) to ``state`` (None at
+    first), read it with ``q_t``; returns ``(o_t, new_state)``, row ``t`` of causal linear attention."""
     if state is not None and not isinstance(state, LinearAttentionState):
         raise TypeError(f"state must be a LinearAttentionState or None, got {type(state).__name__}")
     for name, t in (("q_t", q_t), ("k_t", k_t), ("v_t", v_t)):
         require_tensor(name, t, floating=True)
-        if t.dim() < 1 or t.dtype != q_t.dtype:
-            raise ValueError(f"{name} must be (..., d) in q_t's dtype {q_t.dtype}, got shape "
-                             f"{shape(t)} {t.dtype}")
+        require_min_dim(name, t, 1, "(..., d)")
     d_k, d_v = k_t.shape[-1], v_t.shape[-1]
     S_shape = (d_k, d_v) if state is None else tuple(state.S.shape[-2:])
-    if q_t.shape[-1] != d_k or S_shape != (d_k, d_v) or d_k == 0:
-        raise ValueError(f"q_t {shape(q_t)}, k_t {shape(k_t)} and v_t {shape(v_t)} do not fit "
-                         f"each other (d_k >= 1) or the state's S (..., d_k, d_v) = (..., *{S_shape})")
+    if q_t.shape[-1] != d_k or S_shape != (d_k, d_v) or d_k == 0 or not (
+            q_t.dtype == k_t.dtype == v_t.dtype):
+        raise ValueError(f"q_t {shape(q_t)}, k_t {shape(k_t)} and v_t {shape(v_t)} must share one "
+                         f"dtype and d_k >= 1 and fit the state's S (..., d_k, d_v) = (..., *{S_shape})")
     broadcast_batch(("q_t", q_t, 1), ("k_t", k_t, 1), ("v_t", v_t, 1),
                     *([] if state is None else [("state.S", state.S, 2)]))
     phi_q, phi_k = F.elu(q_t) + 1.0, F.elu(k_t) + 1.0                 # (..., d_k)
@@ -347,9 +307,8 @@ def linear_attention_step(state: LinearAttentionState | None, q_t: torch.Tensor,
 
 def decoding_memory(n_tokens: int, *, d_k: int, d_v: int, num_heads: int = 1, num_layers: int = 1,
                     bytes_per_value: int = 2) -> dict[str, int]:
-    """Bytes a decoder keeps per sequence after ``n_tokens``: ``"kv_cache"`` (``n_tokens * (d_k +
-    d_v)`` numbers per head and layer, growing) and ``"linear_state"`` (linear attention's ``S``
-    and ``z``, ``d_k * d_v + d_k``, constant)."""
+    """Bytes a decoder keeps per sequence: ``"kv_cache"`` (``n_tokens * (d_k + d_v)`` per head and
+    layer) and ``"linear_state"`` (``S`` and ``z``, ``d_k * d_v + d_k``, constant)."""
     for name, value in dict(d_k=d_k, d_v=d_v, num_heads=num_heads).items():
         require_positive_int(name, value)
     kv = kv_cache_bytes(n_tokens, num_layers=num_layers, num_kv_heads=num_heads,  # 2 x head_dim
@@ -360,10 +319,9 @@ def decoding_memory(n_tokens: int, *, d_k: int, d_v: int, num_heads: int = 1, nu
 def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
                     causal: bool = True, *, block_size: int | None = None,
                     scale: float | None = None) -> torch.Tensor:
-    """Sliding-window attention block by block, ``O(n * window)`` time and memory: exact attention
-    with :func:`attn_helpers.sliding_window_mask` (``causal``: ``0 <= i - j < window``, else
-    ``|i - j| < window``); each block of ``block_size`` queries (default ``window``) scores only
-    the keys in its reach. q, k: ``(..., n, d_k)``; v: ``(..., n, d_v)``; returns ``(..., n, d_v)``."""
+    """Sliding-window attention (:func:`attn_helpers.sliding_window_mask`) in ``O(n * window)``:
+    each block of ``block_size`` queries (default ``window``) scores only the keys in its reach.
+    q, k ``(..., n, d_k)``, v ``(..., n, d_v)``; returns ``(..., n, d_v)``."""
     batch = check_qkv(q, k, v, keys_may_be_empty=True)              # n = 0: an empty output
     require_positive_int("window", window)
     require_bool("causal", causal)
