@@ -1,9 +1,5 @@
-"""Checkers for the "check yourself" exercises.
-
-``core`` holds the framework (:func:`check_function` runs a learner's function against a reference
-on seeded cases and explains the first mismatch), ``workflow`` the registry, hints and progress;
-each other module holds one notebook's checkers, named by the notebook's slug. Importing the
-package registers every exercise, so :func:`hint` and :func:`progress` know them all.
+"""Checkers for the "check yourself" exercises: ``core`` is the framework, ``workflow`` the
+registry, hints and progress, each other module one notebook's checkers (importing registers them).
 """
 
 from . import (  # noqa: F401  (each registers its notebook's exercises)

@@ -1,12 +1,6 @@
-"""The framework of the "check yourself" exercises.
-
-:func:`check_function` runs a learner's function and a reference on the same seeded inputs, edge
-cases included, and explains the first mismatch in plain words: which case, which input shapes,
-what went wrong (an exception, a wrong shape, NaN, a wrong number) and, when the answer matches a
-known mistake, what that mistake is. :func:`gradient_mismatch` compares a module's gradients after
-one backward. :class:`AllocationWatch` is the one watcher of the constraints that are a lesson
-itself (no n x n scores where the lesson is memory, no K/V copied to every head).
-"""
+"""The framework of the exercises: :func:`check_function` runs a learner's function and a
+reference on seeded cases and explains the first mismatch (and the known mistake it matches);
+:class:`AllocationWatch` is the one watcher of the constraints that are a lesson."""
 
 from __future__ import annotations
 
@@ -34,30 +28,28 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Mistake:
-    """A known wrong answer: ``produce(*inputs)`` computes what that mistake gives, and
-    ``hint`` explains it. A learner whose output equals ``produce``'s gets the hint."""
+    """A known wrong answer: a learner whose output equals ``produce(*inputs)`` gets ``hint``."""
 
     produce: Callable
     hint: str
 
 
 class Refused(Exception):
-    """Raised while a learner's function runs when it breaks a constraint that is the lesson
-    (builds the matrix it must avoid); its text is the whole explanation the learner sees."""
+    """A learner's function broke a constraint that is the lesson; the text explains it."""
 
 
 def seeded(seed: int) -> torch.Generator:
-    """A generator for building an exercise's cases, so its verdicts are reproducible."""
+    """A seeded generator for an exercise's cases."""
     return torch.Generator().manual_seed(seed)
 
 
 def size(g: torch.Generator, low: int, high: int) -> int:
-    """A seeded random size in ``[low, high]``, for cases with random shapes."""
+    """A seeded random size in ``[low, high]``."""
     return int(torch.randint(low, high + 1, (), generator=g))
 
 
 def describe(inputs: dict) -> str:
-    """``q: float32 (2, 3, 4), mask: bool (3, 3)``: what a case's inputs look like."""
+    """``q: float32 (2, 3, 4), mask: bool (3, 3)``."""
     return ", ".join(f"{name}: {str(v.dtype).removeprefix('torch.')} {tuple(v.shape)}"
                      if isinstance(v, torch.Tensor) else f"{name}={v!r}" for name, v in inputs.items())
 
@@ -77,8 +69,8 @@ def _close(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, 
 
 def compare(got, expected, name: str, atol: float = 1e-5, rtol: float = 1e-4, *,
             same_dtype: bool = False) -> str | None:
-    """None if ``got`` matches ``expected``, else a sentence saying how it differs. ``name`` may
-    be singular or plural ("the output", "the tokens"), so no sentence has it as its subject."""
+    """None if ``got`` matches ``expected``, else a sentence saying how it differs (``name``, as
+    "the output" or "the tokens", is never its subject)."""
     if not isinstance(got, torch.Tensor):
         return f"you returned {name} as a {type(got).__name__}; return a torch.Tensor."
     if got.shape != expected.shape:
@@ -108,24 +100,21 @@ def compare(got, expected, name: str, atol: float = 1e-5, rtol: float = 1e-4, *,
     return None
 
 
+_WHY = ((("dtype", "scalar type"), "the dtypes do not match"),
+        (("out of bounds", "out of range"), "an index is out of range"),
+        (("size", "shape", "dimension"), "the shapes do not fit"))
+
+
 def _why(exc: Exception) -> str:
-    """What an exception from a learner's function says, in words, before its own text."""
-    text = str(exc)
-    if "dtype" in text or "scalar type" in text:
-        return "the dtypes do not match"
-    if "out of bounds" in text or "out of range" in text:
-        return "an index is out of range"
-    if any(word in text for word in ("size", "shape", "dimension")):
-        return "the shapes do not fit"
-    return f"it raised {type(exc).__name__}"
+    """An exception from a learner's function, in words."""
+    return next((why for words, why in _WHY if any(w in str(exc) for w in words)),
+                f"it raised {type(exc).__name__}")
 
 
 class AllocationWatch(torch.overrides.TorchFunctionMode):
-    """The one watcher of allocated tensors: while it is entered, every tensor that a torch call
-    in the learner's own Python returns (``q @ k.mT``, ``k.repeat_interleave(...)``, an
-    ``nn.Linear``'s output) is handed to ``refuse(tensor, call_name)``, which returns None or the
-    text of a :class:`Refused`. What a library call allocates inside itself (``matmul``
-    broadcasting a size-1 axis) is not seen: only what the learner's code holds."""
+    """While entered, every tensor a torch call in the learner's code returns (``q @ k.mT``,
+    ``k.repeat_interleave(...)``) goes to ``refuse(tensor, call_name)``: None, or the text of a
+    :class:`Refused`. What a library call allocates inside itself is not seen."""
 
     def __init__(self, refuse: Callable[[torch.Tensor, str], str | None]):
         super().__init__()
@@ -142,7 +131,7 @@ class AllocationWatch(torch.overrides.TorchFunctionMode):
 
 
 def held(t: torch.Tensor) -> int:
-    """How many numbers the storage behind ``t`` holds (a view holds its base's)."""
+    """How many numbers the storage behind ``t`` (or its base) holds."""
     try:
         return t.untyped_storage().nbytes() // t.element_size()
     except (RuntimeError, NotImplementedError):   # no storage to read (a meta or sparse tensor)
@@ -155,12 +144,10 @@ def check_function(candidate: Callable, reference: Callable, cases: Iterable[dic
                    atol: float = 1e-5, rtol: float = 1e-4,
                    watch: Callable[[dict], contextlib.AbstractContextManager] | None = None,
                    error_hints: Sequence[tuple[str, str]] = (), same_dtype: bool = False) -> CheckResult:
-    """Run ``candidate(*case.values())`` (by position, so the learner names the parameters) and
-    the reference on every case; explain the first miss. The first of ``mistakes`` whose output
-    equals the candidate's names what went wrong; ``nan_hint`` is added for NaN or inf where the
-    answer is finite; ``watch(inputs)`` is a context around each call (an :class:`AllocationWatch`,
-    whose :class:`Refused` fails the check with its text); ``error_hints`` are ``(fragment, hint)``
-    for an exception whose text holds the fragment; ``same_dtype``: keep the reference's dtype."""
+    """Run ``candidate(*case.values())`` and the reference on every case; explain the first miss.
+    ``mistakes``: the first whose output equals the candidate's gives its hint; ``nan_hint``: for
+    NaN or inf where the answer is finite; ``watch(inputs)``: a context around each call (an
+    :class:`AllocationWatch`); ``error_hints``: ``(fragment, hint)`` for an exception's text."""
     if not callable(candidate):
         return CheckResult(False, f"Not yet: {what} is not a function (got {type(candidate).__name__}).")
     cases = list(cases)
@@ -208,13 +195,11 @@ def check_function(candidate: Callable, reference: Callable, cases: Iterable[dic
 
 
 def _named_mistake(mistakes, case, got, expected, atol, rtol) -> str | None:
-    """The hint of the first mistake whose output equals ``got`` (NaN equal to NaN: a mistake may
-    give NaN) and differs from ``expected`` on this case."""
+    """The hint of the first mistake whose output equals ``got`` (NaN == NaN), not ``expected``."""
     def same(xs, ys) -> bool:
         return all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
                    and x.shape == y.shape and _close(y, x, atol, rtol, equal_nan=True)
                    for x, y in zip(xs, ys, strict=False))
-
     for mistake in mistakes:
         try:
             wrong = _as_tuple(mistake.produce(*clone_inputs(case).values()))
@@ -227,9 +212,8 @@ def _named_mistake(mistakes, case, got, expected, atol, rtol) -> str | None:
 
 def gradient_mismatch(mine: nn.Module, reference: nn.Module, run: Callable, x: torch.Tensor,
                       *, atol: float = 1e-5, rtol: float = 1e-4) -> dict:
-    """One backward through each module (``run(module, x)``, weighted by fixed random numbers and
-    summed) holding the same weights: ``{name: (got, expected)}`` for every gradient that differs,
-    ``"x"`` (the input) then the parameters; a missing gradient counts as zeros."""
+    """One backward of ``run(module, x)`` (summed with fixed random weights) through each module:
+    ``{name: (got, expected)}`` for each gradient that differs, ``"x"`` then the parameters."""
     grads = []
     for module in (mine, reference):
         module.zero_grad(set_to_none=True)
@@ -251,9 +235,8 @@ def gradient_mismatch(mine: nn.Module, reference: nn.Module, run: Callable, x: t
 
 
 def detached_parts(wrong: dict, fused: str) -> list[str]:
-    """Which of the query, key and value went wrong, read off the gradient of a fused projection
-    ``fused`` (``"qkv.weight"``: its rows are W_Q, W_K, W_V stacked) in :func:`gradient_mismatch`'s
-    answer: the thirds whose gradients differ."""
+    """Which of query, key and value have wrong gradients, read off the thirds of the fused
+    projection ``fused`` (``"qkv.weight"``) in :func:`gradient_mismatch`'s answer."""
     if fused not in wrong:
         return []
     got, expected = (t.reshape(3, -1) for t in wrong[fused])
@@ -262,9 +245,8 @@ def detached_parts(wrong: dict, fused: str) -> list[str]:
 
 
 def as_number(fn: Callable, expected: str) -> Callable:
-    """Wrap a learner's function that returns a plain number so :func:`check_function` can
-    compare it: the number comes back as a float64 scalar tensor (``None``, a stub's answer,
-    stays ``None``). Anything else raises a ``TypeError`` saying ``expected``."""
+    """``fn`` returning a plain number, as a float64 scalar tensor (``None`` stays ``None``);
+    anything else raises a ``TypeError`` saying ``expected``."""
     if not callable(fn):
         return fn
 

@@ -1,18 +1,6 @@
-"""The exercise workflow: a registry of every "check yourself" exercise, hints on demand in three
-levels, and the learner's progress, kept across notebooks.
-
-Each notebook's checker module registers its exercises with :func:`exercise`::
-
-    @exercise("masking.rolling_cache_step", "a rolling-buffer KV cache", hints=(
-        "what to think about", "the formula", "a skeleton: key line left as ..."))
-    def check_rolling_cache_step(step): ...
-
-``hint("masking.rolling_cache_step", 2)`` prints a hint. A reference solution is checked with
-``check_rolling_cache_step(rolling_cache_step_solution, solution=True)``: the same checker (a broken
-reference raises ``AssertionError``), and nothing recorded. The learner's latest verdict is kept in a
-small JSON file in their user data directory (:func:`progress_file`; ``ATTN_COURSE_PROGRESS_DIR``
-moves it, as the test command does), so :func:`progress` covers the whole course, one kernel per
-notebook. ``python3 course.py progress [--reset]`` prints (or empties) it.
+"""The exercise workflow: the registry of every "check yourself" exercise, hints in three levels,
+and the learner's progress, kept across notebooks in a small JSON file (:func:`progress_file`).
+A checker registers with ``@exercise("masking.rolling_cache_step", title, hints=(h1, h2, h3))``.
 """
 
 from __future__ import annotations
@@ -46,15 +34,12 @@ class Exercise:
 #: Every registered exercise, by key, in the order the checker modules are imported.
 EXERCISES: dict[str, Exercise] = {}
 _RESULTS: dict[str, bool] = {}  # key -> did the learner's last check in this kernel pass?
-_APP = "attention-step-by-step"
 
 
 def progress_file() -> Path:
-    """Where the learner's passes are kept: ``$ATTN_COURSE_PROGRESS_DIR/progress.json`` if that is
-    set, else the user data directory (``~/.local/share``, ``~/Library/Application Support`` or
-    ``%APPDATA%``) under ``attention-step-by-step``."""
-    folder = os.environ.get("ATTN_COURSE_PROGRESS_DIR")
-    if folder:
+    """``$ATTN_COURSE_PROGRESS_DIR/progress.json`` if set, else ``progress.json`` in the user data
+    directory (``~/.local/share``, ``~/Library/Application Support`` or ``%APPDATA%``)."""
+    if folder := os.environ.get("ATTN_COURSE_PROGRESS_DIR"):
         return Path(folder) / "progress.json"
     if sys.platform == "win32":
         base = Path(os.environ.get("APPDATA") or Path.home() / "AppData" / "Roaming")
@@ -62,12 +47,11 @@ def progress_file() -> Path:
         base = Path.home() / "Library" / "Application Support"
     else:
         base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / _APP / "progress.json"
+    return base / "attention-step-by-step" / "progress.json"
 
 
 def _read_passes() -> dict[str, str]:
-    """``{key: when it passed (ISO time)}`` from the progress file; an unreadable file counts as
-    empty (progress is a convenience, never a reason for a cell to fail)."""
+    """``{key: ISO time of the pass}``; an unreadable file reads as empty."""
     try:
         data = json.loads(progress_file().read_text())
     except (OSError, ValueError):
@@ -77,8 +61,7 @@ def _read_passes() -> dict[str, str]:
 
 
 def _record(key: str, passed: bool) -> None:
-    """Save the learner's latest verdict: a pass (with its time, if not saved already), or a
-    failure after a saved pass, which removes it: the latest check wins."""
+    """Save the latest verdict: a pass adds the key, a failure removes it."""
     passes = _read_passes()
     if passed == (key in passes):
         return
@@ -105,11 +88,9 @@ def reset_progress() -> Path:
 
 
 def exercise(key: str, title: str, *, hints: tuple[str, str, str]) -> Callable:
-    """Register the decorated checker as exercise ``key``.
-
-    The registered checker takes one more keyword, ``solution``: ``check(fn)`` checks the learner's
-    function and records the verdict for :func:`progress`; ``check(fn_solution, solution=True)``
-    checks a reference solution, records nothing, and raises ``AssertionError`` if it fails."""
+    """Register the decorated checker as exercise ``key``. ``check(fn)`` records the learner's
+    verdict; ``check(fn_solution, solution=True)`` records nothing and raises ``AssertionError``
+    if the reference solution fails."""
     slug, _, name = key.partition(".")
     if not name or slug not in {lesson.slug for lesson in COURSE}:
         raise ValueError(f"key must be '<notebook slug>.<name>' with a slug of the course, got {key!r}")
@@ -122,9 +103,7 @@ def exercise(key: str, title: str, *, hints: tuple[str, str, str]) -> Callable:
         def checked(*args, solution: bool = False, **kwargs):
             if not isinstance(solution, bool):
                 raise TypeError(f"solution must be True or False, got {type(solution).__name__}")
-            # One thread: the cases are tiny, and a second thread on a busy machine only waits
-            # for its core (notebook 10's generate checker: 4 s on one thread, 54 s on two).
-            with single_thread():
+            with single_thread():  # tiny cases: a second thread on a busy machine only waits
                 result = checker(*args, **kwargs)
             if solution:
                 if not result:
@@ -148,8 +127,7 @@ def passed(key: str) -> bool:
 
 
 def hint(key: str, level: int = 1) -> None:
-    """Print hint ``level`` (1: what to think about, 2: the formula, 3: a skeleton) for
-    exercise ``key``, e.g. ``hint("masking.rolling_cache_step", 2)``."""
+    """Print hint ``level`` (1: what to think about, 2: the formula, 3: a skeleton) of ``key``."""
     if not isinstance(key, str):
         raise TypeError("key must be a string like 'masking.rolling_cache_step', got "
                         f"{type(key).__name__}")
@@ -164,22 +142,20 @@ def hint(key: str, level: int = 1) -> None:
 
 
 def progress(slug: str | None = None, *, show: bool = True) -> dict[str, dict[str, bool | None]]:
-    """The learner's exercises of one notebook (``slug``) or the whole course, printed unless
-    ``show=False``: ``{slug: {key: True (passed), False (not passed) or None (not tried)}}``. This
-    kernel's last verdict wins, else the saved one; reference solutions never count."""
+    """``{slug: {key: True (passed), False (not yet) or None (not tried)}}`` for one notebook or
+    the course, printed unless ``show=False``. This kernel's verdict wins, else the saved one."""
     slugs = [lesson.slug for lesson in COURSE]
     if slug is not None and slug not in slugs:
         raise ValueError(f"slug must be one of {', '.join(slugs)}, got {slug!r}")
-    passed_before = _read_passes()
+    saved = _read_passes()
     table: dict[str, dict[str, bool | None]] = {}
     for key, ex in EXERCISES.items():
         if slug in (None, ex.slug):
-            state = _RESULTS[key] if key in _RESULTS else (True if key in passed_before else None)
-            table.setdefault(ex.slug, {})[key] = state
+            table.setdefault(ex.slug, {})[key] = _RESULTS.get(key, True if key in saved else None)
     for lesson in COURSE if show else ():
         if slug in (None, lesson.slug):
             rows = table.get(lesson.slug, {})
-            done = sum(1 for state in rows.values() if state)
+            done = sum(map(bool, rows.values()))
             print(f"{lesson.number} {lesson.slug}: {done} of {len(rows)} passed")
             for key, state in rows.items():
                 mark = {True: "passed", False: "not yet", None: "not tried"}[state]

@@ -1,7 +1,3 @@
-"""One module per notebook, named by the notebook's slug (``09_real_model.ipynb`` -> ``real_model``):
-what its notebook and its studies (``studies/``) share: toy tasks, small models, training loops and
-the claims checked on a study's record.
-
-Lessons import the core and the shared machinery (``training``, ``plots``), never widgets,
-exercises or the tools.
-"""
+"""One module per notebook, named by its slug (``09_real_model.ipynb`` -> ``real_model``): what the
+notebook and its studies share (toy tasks, small models, the claims checked on a study's record).
+Lessons import the core and the shared machinery, never widgets, exercises or the tools."""
