@@ -1,15 +1,6 @@
-r"""Notebook 10 (build a GPT): the text, the reference GPT, its training, the head scores, and the
-records of the studies ``studies/build_gpt_*.py``.
-
-The text is Python's help pages, ``pydoc_data.topics`` (English prose about Python, with code),
-joined in sorted key order (about 465,000 characters), read one character at a time. The first
-90% (by position) trains; the last 10%, the alphabetically last topics, is held out.
-
-The model is the notebook's, piece by piece: :class:`CausalSelfAttention` (with a
-:class:`~attn_helpers.kv_cache.KVCache` holding ``start`` positions, new query ``i`` sees keys
-``0..start+i``), the pre-norm :class:`Block`, and :class:`GPT` (token + position embeddings, the
-blocks, a final LayerNorm, an output head tied to the token embedding).
-"""
+r"""Notebook 10 (build a GPT): the text (Python's help pages, ``pydoc_data.topics``, read one
+character at a time; the first 90% trains), the reference GPT, its training loop, the head scores,
+and the records of the studies ``studies/build_gpt_*.py``."""
 
 from __future__ import annotations
 
@@ -68,7 +59,6 @@ class Corpus:
 
 
 def corpus_text() -> str:
-    """The help topics of ``pydoc_data.topics``, joined in sorted key order."""
     from pydoc_data.topics import topics
 
     return "".join(topics[key] for key in sorted(topics))
@@ -158,8 +148,7 @@ class GPT(nn.Module):
 
     def forward(self, tokens: torch.Tensor, start: int = 0,
                 caches: list[KVCache] | None = None) -> torch.Tensor:
-        """``tokens (b, n)`` at positions ``start..start+n-1`` -> logits ``(b, n, vocab)``."""
-        n = tokens.shape[1]
+        n = tokens.shape[1]                                          # at start..start+n-1
         if start + n > self.cfg.context:
             raise ValueError(f"positions {start}..{start + n - 1} go past the context "
                              f"{self.cfg.context}")
@@ -179,8 +168,7 @@ class GPT(nn.Module):
 
 
 def init_weights(module: nn.Module) -> None:
-    """GPT-2's initialisation without its 1/sqrt(2 n_layers) scaling of the residual projections:
-    every weight ~ N(0, 0.02^2), biases 0."""
+    """GPT-2's initialisation (without its scaled residual projections): N(0, 0.02^2), biases 0."""
     if isinstance(module, nn.Linear):
         nn.init.normal_(module.weight, std=0.02)
         if module.bias is not None:
@@ -201,11 +189,7 @@ def generate(model: GPT, prompt: torch.Tensor, steps: int, temperature: float = 
              top_k: int | None = None, use_cache: bool = True,
              generator: torch.Generator | None = None) -> torch.Tensor:
     """Sample ``steps`` tokens after ``prompt (b, n0)``, ``n0 <= context``: ``(b, n0 + steps)``.
-
-    With the cache, the prompt runs once, then each step runs only the new token at its position.
-    Past the context ``n_ctx`` the model reads the last ``n_ctx`` tokens at positions
-    ``0..n_ctx-1`` (nanoGPT's crop): every cached key is stale, so both ways re-run the window.
-    """
+    Past the context the model re-reads the last ``n_ctx`` tokens (nanoGPT's crop), cache or not."""
     n_ctx = model.cfg.context
     tokens = prompt
     caches = model.new_caches() if use_cache else None
@@ -229,9 +213,7 @@ def generate(model: GPT, prompt: torch.Tensor, steps: int, temperature: float = 
 
 @dataclass(frozen=True)
 class Recipe:
-    """``steps`` AdamW steps of ``batch`` chunks of ``context + 1`` characters. The learning rate
-    rises linearly for ``warmup`` steps to ``lr``, then follows a cosine down to ``min_lr``. Every
-    ``eval_every`` steps the loop estimates the training and held-out loss."""
+    """``steps`` AdamW steps of ``batch`` chunks; a linear warm-up to ``lr``, a cosine to ``min_lr``."""
 
     steps: int
     batch: int
@@ -242,8 +224,7 @@ class Recipe:
     betas: tuple = (0.9, 0.95)
 
 
-#: The notebook's recipe, found by measurement on this split (a validation split, not a test set):
-#: nanoGPT's CPU recipe with a 3x higher peak rate, beta2 0.95, batch 16 and 1,200 steps.
+#: The notebook's recipe: nanoGPT's CPU recipe with a 3x higher peak rate, beta2 0.95, batch 16.
 FINAL = Recipe(steps=1200, batch=16, lr=3e-3, warmup=100, min_lr=3e-4, eval_every=100)
 #: The final model: nanoGPT's CPU model (:class:`GPTConfig`'s default) with a feed-forward of 2d.
 FINAL_SIZE = {"d_ff": 256}
@@ -260,7 +241,7 @@ def final_config(vocab_size: int) -> GPTConfig:
 
 def get_batch(data: torch.Tensor, batch: int, context: int,
               generator: torch.Generator) -> torch.Tensor:
-    """``(batch, context + 1)`` chunks of ``data`` at random positions (the training loop's draw)."""
+    """``(batch, context + 1)`` chunks of ``data`` at random positions."""
     starts = torch.randint(0, len(data) - context - 1, (batch,), generator=generator)
     return torch.stack([data[s:s + context + 1] for s in starts.tolist()])
 
@@ -268,8 +249,7 @@ def get_batch(data: torch.Tensor, batch: int, context: int,
 @torch.no_grad()
 def estimate_loss(model: nn.Module, data: torch.Tensor, context: int,
                   windows: int | None = 100) -> float:
-    """Mean next-character loss (nats) over ``windows`` evenly spaced, non-overlapping windows of
-    ``context + 1`` characters of ``data`` (``None``: all of them, the whole text)."""
+    """Mean next-character loss (nats) on ``windows`` evenly spaced windows (``None``: all)."""
     count = (len(data) - 1) // context
     chunks = data[: count * context + 1].unfold(0, context + 1, context)   # (count, context + 1)
     if windows is not None and windows < count:
@@ -285,11 +265,8 @@ def estimate_loss(model: nn.Module, data: torch.Tensor, context: int,
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, chunk: torch.Tensor) -> float:
-    """One step of next-character training on ``chunk (b, n + 1)``, the gradient norm clipped to 1;
-    returns the loss (nats). Notebook 10's exercise 4."""
-    inputs, targets = chunk[:, :-1], chunk[:, 1:]                    # shifted by one
-    logits = model(inputs)                                           # (b, n, vocab)
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    """Exercise 4: one step on ``chunk (b, n + 1)``, gradient norm clipped to 1; the loss."""
+    loss = next_token_loss(model, chunk)
     optimizer.zero_grad()
     loss.backward()
     nn.utils.clip_grad_norm_(model.parameters(), 1.0)                # the gradient's norm <= 1
@@ -298,7 +275,6 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, chunk: torch.
 
 
 def learning_rate(step: int, recipe: Recipe) -> float:
-    """Step ``step`` (0-based): a linear warm-up to ``recipe.lr``, then a cosine to ``min_lr``."""
     if step < recipe.warmup:
         return recipe.lr * (step + 1) / recipe.warmup
     progress = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)   # 0 -> 1
@@ -307,9 +283,7 @@ def learning_rate(step: int, recipe: Recipe) -> float:
 
 def train(model: nn.Module, train_step: Callable, corpus: Corpus, recipe: Recipe,
           generator: torch.Generator, stop: int | None = None) -> list:
-    """Notebook 10's exercise 5, the training loop: steps ``0..stop-1`` of ``recipe`` (all of them
-    when ``stop`` is None). Returns the curve: ``(step, training loss, held-out loss)`` every
-    ``recipe.eval_every`` steps, each an estimate on 100 windows."""
+    """Exercise 5: steps ``0..stop-1`` of ``recipe``; the curve ``(step, train, held-out)``."""
     matrices = [p for p in model.parameters() if p.dim() >= 2]     # weight decay on these only
     others = [p for p in model.parameters() if p.dim() < 2]        # biases, LayerNorm gains
     optimizer = torch.optim.AdamW([{"params": matrices, "weight_decay": 0.1},
@@ -319,9 +293,7 @@ def train(model: nn.Module, train_step: Callable, corpus: Corpus, recipe: Recipe
     for step in range(recipe.steps if stop is None else stop):
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, recipe)
-        starts = torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), generator=generator)
-        chunk = torch.stack([corpus.train[s:s + n + 1] for s in starts.tolist()])  # (b, n + 1)
-        train_step(model, optimizer, chunk)
+        train_step(model, optimizer, get_batch(corpus.train, recipe.batch, n, generator))
         if (step + 1) % recipe.eval_every == 0:
             curve.append((step + 1, estimate_loss(model, corpus.train, n),
                           estimate_loss(model, corpus.val, n)))
@@ -330,9 +302,8 @@ def train(model: nn.Module, train_step: Callable, corpus: Corpus, recipe: Recipe
 
 def build_and_train(recipe: Recipe = FINAL, *, seed: int = 0, threads: int = 1,
                     **config) -> tuple[GPT, list, float]:
-    """A fresh :class:`GPT` (``config`` overrides :class:`GPTConfig`; the final size for
-    ``FINAL``) trained by :func:`train` with ``recipe`` on ``threads`` threads: the model, its
-    curve and the seconds the loop took (wall)."""
+    """A fresh :class:`GPT` (``config`` overrides the size) trained with ``recipe``: the model,
+    its curve and the loop's wall seconds."""
     corpus = load_corpus()
     torch.manual_seed(seed)
     model = GPT(GPTConfig(corpus.vocab_size, **((FINAL_SIZE if recipe is FINAL else {}) | config)))
@@ -349,8 +320,8 @@ RULES = ("previous character", "itself", "start of the word")
 
 
 def key_choices(text: str) -> dict[str, torch.Tensor]:
-    """``{rule: (n,) long}``: the key each query's rule picks, ``-1`` where it does not apply;
-    the word start only for queries at least two characters into a word."""
+    """``{rule: (n,) long}``: the key each query's rule picks (``-1``: none; the word start only
+    two or more characters into a word)."""
     i = torch.arange(len(text))
     word = torch.tensor([c.isalnum() or c == "_" for c in text])
     start, s = [], 0
@@ -364,9 +335,8 @@ def key_choices(text: str) -> dict[str, torch.Tensor]:
 
 
 def head_scores(weights: torch.Tensor, texts) -> dict:
-    """``weights (L, h, b, n, n)`` of ``b`` texts (a str or a list) -> ``{rule: (L, h)}``, each
-    head's mean weight on the rule's key, and ``{rule + " (uniform)": float}``, what a head
-    spreading its weight evenly over the visible keys gets on the same queries."""
+    """``weights (L, h, b, n, n)`` of ``b`` texts -> ``{rule: (L, h)}`` mean weight on the rule's
+    key, and ``{rule + " (uniform)": float}``, what an even spread over visible keys gets."""
     texts = [texts] if isinstance(texts, str) else list(texts)
     L, h = weights.shape[:2]
     scores, uniform = {}, {}
@@ -384,16 +354,14 @@ def head_scores(weights: torch.Tensor, texts) -> dict:
 
 
 def offset_profile(weights: torch.Tensor, distances: int | None = None) -> torch.Tensor:
-    """``(L, h, distances)``: each head's mean weight on the key ``o`` characters back, for
-    ``o = 0, 1, ...`` (over every query that has such a key)."""
+    """``(L, h, distances)``: each head's mean weight on the key ``o = 0, 1, ...`` characters back."""
     n = weights.shape[-1]
     return torch.stack([weights[..., torch.arange(o, n), torch.arange(o, n) - o].double()
                         .mean((-1, -2)) for o in range(distances or n)], -1)
 
 
 def offset_matched(weights: torch.Tensor, texts) -> torch.Tensor:
-    """``(L, h)``: each head's mean weight on the word start over its mean weight on any key as
-    far back (a head that merely favours recent keys scores about 1)."""
+    """``(L, h)``: mean weight on the word start over mean weight on any key as far back."""
     texts = [texts] if isinstance(texts, str) else list(texts)
     profile = offset_profile(weights)                                       # (L, h, n)
     got = torch.zeros(profile.shape[:2], dtype=torch.float64)
@@ -412,8 +380,7 @@ RUNGS = ("bigram", "one head", "multi-head", "feed-forward", "residual + LayerNo
 
 
 def load_record(name: str) -> dict:
-    """A study's record: ``"build_gpt_ladder"`` (the metadata of that checkpoint) or the json
-    ``"build_gpt_nanogpt_bar"`` / ``"build_gpt_final_seeds"``, with ``"mean"`` of its ``"nats"``."""
+    """A study's record (``"build_gpt_ladder"``, ``"..._nanogpt_bar"``, ``"..._final_seeds"``)."""
     if name == "build_gpt_ladder":
         return torch.load(CHECKPOINTS / f"{name}.pt", weights_only=True)["metadata"]
     record = json.loads((DATA / f"{name}.json").read_text())
@@ -422,8 +389,7 @@ def load_record(name: str) -> dict:
 
 
 def load_final_model(vocab_size: int) -> GPT:
-    """Seed 0 of ``studies/build_gpt_final_seeds.py``: the final recipe's GPT, its weights stored
-    in float16 (``checkpoints/build_gpt_final.pt``), loaded as float32."""
+    """Seed 0 of ``studies/build_gpt_final_seeds.py`` (stored in float16), as float32."""
     model = GPT(final_config(vocab_size))
     state = torch.load(CHECKPOINTS / "build_gpt_final.pt", weights_only=True)
     model.load_state_dict({k: v.float() for k, v in state.items()})
@@ -431,7 +397,7 @@ def load_final_model(vocab_size: int) -> GPT:
 
 
 def ladder_claims(results: dict) -> dict:
-    """The notebook's sentences about the ladder (``studies/build_gpt_ladder.py``), each a bool."""
+    """The notebook's claims about the ladder (``studies/build_gpt_ladder.py``)."""
     bits = {rung: sum(v) / len(v) for rung, v in results["bits"].items()}
     spread = max(max(v) - min(v) for v in results["bits"].values())
     drops = [bits[a] - bits[b] for a, b in zip(RUNGS, RUNGS[1:], strict=False)]
@@ -449,8 +415,7 @@ def ladder_claims(results: dict) -> dict:
 
 
 def recipe_claims(seeds: dict, bar: dict) -> dict:
-    """The notebook's sentences about the final recipe's seeds (``studies/build_gpt_final_seeds
-    .py``) and nanoGPT's settings on this GPT (``studies/build_gpt_nanogpt_bar.py``)."""
+    """The notebook's claims about the final recipe's seeds and nanoGPT's settings on this GPT."""
     return {
         f"the final recipe reaches at most {BAR_NATS} nats per character held out for each of "
         f"seeds {seeds['seeds']} (worst {max(seeds['nats']):.2f})": max(seeds["nats"]) <= BAR_NATS,
