@@ -1,21 +1,7 @@
-r"""Multi-head attention, batch-first, with per-head weights; grouped-query attention built in.
-
-With ``h`` heads of size ``d_head = d_model / h`` (Vaswani et al., 2017):
-
-.. math::
-    \mathrm{head}_i = \mathrm{Attention}(Q W^Q_i, K W^K_i, V W^V_i), \qquad
-    \mathrm{MultiHead}(Q, K, V) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\, W^O .
-
-All heads' projections are stored side by side in one matrix per role: :func:`split_heads` cuts
-the projected ``(b, n, h * d_head)`` tensor into ``(b, h, n, d_head)`` and :func:`merge_heads`
-glues the heads' outputs back together.
-
-**Grouped-query attention** (Ainslie et al., 2023) keeps ``h`` query heads but only ``g`` key/value
-heads (``g`` divides ``h``): query head ``i`` uses key/value head ``i // (h / g)``, so each group of
-``h / g`` consecutive query heads shares one. ``g = h`` is ordinary multi-head attention,
-``g = 1`` multi-query attention (Shazeer, 2019). The grouping is the one of
-``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``. A KV cache then
-stores ``g`` heads instead of ``h``: ``h / g`` times less memory.
+r"""Multi-head attention, batch-first, with per-head weights (Vaswani et al., 2017), and
+grouped-query attention (Ainslie et al., 2023): ``h`` query heads share ``g`` key/value heads, query
+head ``i`` using head ``i // (h / g)`` as ``F.scaled_dot_product_attention(..., enable_gqa=True)``
+does; ``g = 1`` is multi-query attention (Shazeer, 2019).
 """
 
 from __future__ import annotations
@@ -27,29 +13,20 @@ from ._checks import require_bool, require_int_in, require_positive_int, require
 from .attention import scaled_dot_product_attention
 from .kv_cache import KVCache
 
-__all__ = [
-    "MultiHeadAttention",
-    "split_heads",
-    "merge_heads",
-    "parameter_count",
-    "to_torch_attn_mask",
-    "to_torch_key_padding_mask",
-]
+__all__ = ["MultiHeadAttention", "split_heads", "merge_heads", "parameter_count",
+           "to_torch_attn_mask", "to_torch_key_padding_mask"]
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """``(b, n, h * d_head) -> (b, h, n, d_head)``: head ``i`` gets the consecutive features
-    ``i*d_head .. (i+1)*d_head - 1``."""
+    """``(b, n, h * d_head) -> (b, h, n, d_head)``: head ``i`` gets features ``i*d_head`` onwards."""
     require_tensor("x", x)
     require_positive_int("num_heads", num_heads)
     if x.dim() != 3:
         raise ValueError(f"x must be 3-D (b, n, d_model), got shape {shape(x)}")
     b, n, d_model = x.shape
     if d_model % num_heads:
-        raise ValueError(
-            f"the last dimension of x (d_model={d_model}, x shape {shape(x)}) must be divisible by "
-            f"num_heads={num_heads}"
-        )
+        raise ValueError(f"the last dimension of x (d_model={d_model}, x shape {shape(x)}) must be "
+                         f"divisible by num_heads={num_heads}")
     return x.reshape(b, n, num_heads, d_model // num_heads).transpose(1, 2)
 
 
@@ -77,18 +54,10 @@ def _check_sizes(d_model, num_heads, num_kv_heads, kdim, vdim) -> tuple[int, int
     return g, kdim, vdim
 
 
-def parameter_count(
-    d_model: int, num_heads: int, *, num_kv_heads: int | None = None, bias: bool = True,
-    kdim: int | None = None, vdim: int | None = None,
-) -> int:
-    r"""Number of parameters of :class:`MultiHeadAttention` (and of ``nn.MultiheadAttention``).
-
-    With ``g = num_kv_heads`` (default ``num_heads``) the keys and values have ``g`` heads of
-    ``d_head = d_model / num_heads``, so ``d_kv = g * d_head``: :math:`W^Q` is
-    ``d_model x d_model``, :math:`W^K` ``kdim x d_kv``, :math:`W^V` ``vdim x d_kv``, :math:`W^O`
-    ``d_model x d_model``, plus one bias per output feature. With ``g = num_heads`` it does not
-    depend on ``num_heads`` (which must divide ``d_model``).
-    """
+def parameter_count(d_model: int, num_heads: int, *, num_kv_heads: int | None = None,
+                    bias: bool = True, kdim: int | None = None, vdim: int | None = None) -> int:
+    """Parameters of :class:`MultiHeadAttention` (and ``nn.MultiheadAttention``): ``W^Q``, ``W^O``
+    ``d_model x d_model``, ``W^K``, ``W^V`` ``kdim``/``vdim x g * d_head``, plus the biases."""
     g, kdim, vdim = _check_sizes(d_model, num_heads, num_kv_heads, kdim, vdim)
     require_bool("bias", bias)
     d_kv = g * (d_model // num_heads)
@@ -97,8 +66,7 @@ def parameter_count(
 
 
 def to_torch_attn_mask(mask: torch.Tensor) -> torch.Tensor:
-    """Our boolean mask (True = may attend) as ``nn.MultiheadAttention``'s boolean ``attn_mask``,
-    where True means the opposite (NOT allowed)."""
+    """Our bool mask (True = may attend) as ``nn.MultiheadAttention``'s (True = may NOT attend)."""
     require_tensor("mask", mask)
     if mask.dtype != torch.bool:
         raise TypeError(f"mask must be a boolean tensor, got dtype {mask.dtype}")
@@ -106,8 +74,7 @@ def to_torch_attn_mask(mask: torch.Tensor) -> torch.Tensor:
 
 
 def to_torch_key_padding_mask(key_padding: torch.Tensor) -> torch.Tensor:
-    """A ``(b, n_k)`` padding mask (True = real token, see ``padding_mask``) as torch's
-    ``key_padding_mask`` (True = ignore this key)."""
+    """A ``(b, n_k)`` padding mask (True = real token) as torch's (True = ignore this key)."""
     require_tensor("key_padding", key_padding)
     if key_padding.dtype != torch.bool or key_padding.dim() != 2:
         raise ValueError(f"key_padding must be a bool tensor (b, n_k), got {key_padding.dtype} "
@@ -118,23 +85,12 @@ def to_torch_key_padding_mask(key_padding: torch.Tensor) -> torch.Tensor:
 class MultiHeadAttention(nn.Module):
     """Multi-head (or grouped-query) attention that returns every head's weights.
 
-    Args:
-        d_model: size of the queries and of the output; split into ``num_heads`` heads.
-        num_heads: number of query heads ``h``; must divide ``d_model``.
-        num_kv_heads: number of key/value heads ``g`` (must divide ``h``; default ``h``). Query
-            head ``i`` uses key/value head ``i // (h / g)``; ``g = 1`` is multi-query attention.
-        bias: add a bias to the four projections.
-        kdim, vdim: sizes of the key and value inputs (default ``d_model``); cross-attention to
-            an encoder of another width is ``MultiHeadAttention(d_model, h, kdim=d_enc, vdim=d_enc)``.
-
-    Attributes: ``d_model``, ``num_heads``, ``num_kv_heads``, ``d_head``, ``kdim``, ``vdim`` and the
-    ``nn.Linear`` projections ``q_proj`` (d_model -> d_model), ``k_proj`` (kdim -> g * d_head),
-    ``v_proj`` (vdim -> g * d_head), ``out_proj`` (d_model -> d_model).
-
-    ``forward(query (b, n_q, d_model), key (b, n_k, kdim), value (b, n_k, vdim), mask=None)``
-    returns ``(output (b, n_q, d_model), weights (b, h, n_q, n_k))``. ``mask`` is boolean, True =
-    may attend, of shape ``(n_q, n_k)``, ``(b, n_q, n_k)`` (e.g. a padding mask from
-    ``key_padding_to_attention_mask``) or ``(b, h, n_q, n_k)``.
+    ``num_heads`` ``h`` divides ``d_model``; ``num_kv_heads`` ``g`` (default ``h``) divides ``h``;
+    ``kdim``, ``vdim`` the key and value widths (default ``d_model``). Projections ``q_proj``,
+    ``k_proj``, ``v_proj`` (to ``g * d_head``), ``out_proj``. ``forward(query (b, n_q, d_model),
+    key (b, n_k, kdim), value (b, n_k, vdim), mask=None)`` returns ``(output (b, n_q, d_model),
+    weights (b, h, n_q, n_k))``; ``mask`` bool, True = may attend, ``(n_q, n_k)``, ``(b, n_q,
+    n_k)`` or ``(b, h, n_q, n_k)``.
     """
 
     def __init__(self, d_model: int, num_heads: int, *, num_kv_heads: int | None = None,
@@ -201,27 +157,12 @@ class MultiHeadAttention(nn.Module):
             return mask.expand(n_q, n_k).repeat(h // g, 1)
         return mask.expand(mask.shape[0], h, n_q, n_k).reshape(mask.shape[0], g, h // g * n_q, n_k)
 
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        *,
-        head_mask: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Multi-head attention; see the class docstring for shapes.
-
-        ``head_mask`` (optional, ``(h,)`` bool or float) multiplies each head's output before the
-        output projection: ``False``/0 switches a head off (head ablation).
-
-        ``cache`` (optional, a :class:`~attn_helpers.kv_cache.KVCache`) is incremental decoding
-        in self-attention: ``query``, ``key`` and ``value`` are the inputs of the ``t`` new
-        positions; their keys and values (``g`` heads) are appended to the cache and their queries
-        attend causally to every cached position. Then ``n_k = len(cache)`` and ``mask`` must be
-        None.
-        """
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                mask: torch.Tensor | None = None, *, head_mask: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Shapes in the class docstring. ``head_mask`` ``(h,)`` scales each head's output (0 =
+        off). ``cache``: the new positions' keys and values are appended to a :class:`KVCache`
+        and their queries attend causally to all of it (``n_k = len(cache)``, ``mask`` None)."""
         mask = self._check_inputs(query, key, value, mask, head_mask, cache)
         h, g, d_head = self.num_heads, self.num_kv_heads, self.d_head
         b, n_q = query.shape[:2]
@@ -243,9 +184,8 @@ class MultiHeadAttention(nn.Module):
 
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
-        """A copy of ``torch.nn.MultiheadAttention`` ``m`` (any ``kdim``/``vdim``, either
-        ``batch_first`` setting; ours is always batch-first; ``num_kv_heads = num_heads``).
-        ``add_bias_kv`` and ``add_zero_attn`` are not supported."""
+        """A copy of ``torch.nn.MultiheadAttention`` ``m`` (without ``add_bias_kv`` or
+        ``add_zero_attn``); ours is always batch-first."""
         if not isinstance(m, nn.MultiheadAttention):
             raise TypeError(f"m must be a torch.nn.MultiheadAttention, got {type(m).__name__}")
         if m.bias_k is not None or m.add_zero_attn:
