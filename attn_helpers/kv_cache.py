@@ -1,18 +1,6 @@
-r"""A key/value cache for incremental (autoregressive) decoding, and what it costs in memory.
-
-A causal model generating token ``t`` needs the keys and values of tokens ``0..t`` in every layer.
-Those of ``0..t-1`` were computed at earlier steps and never change (the causal mask guarantees
-that no earlier position depends on a later one), so a cache keeps them: each step projects only
-the new token, appends its key and value, and scores its one query against the ``t + 1`` cached
-keys: ``O(t)`` work and memory a step. Without a cache, every step runs the whole prefix through
-every layer again.
-
-The cache is preallocated: ``KVCache(max_len)`` reserves room for ``max_len`` positions at the
-first :meth:`KVCache.append` (whose shapes fix the batch dims, ``d_k`` and ``d_v``), and each
-append writes into that buffer. Its memory, over a whole model, is :func:`kv_cache_bytes`:
-
-.. math::  2 \times \text{layers} \times \text{kv heads} \times \text{head dim}
-           \times \text{bytes per value} \times \text{tokens}
+"""A key/value cache for incremental decoding: each step projects only the new token, appends
+its key and value to preallocated buffers and scores its one query against the cached keys, ``O(L)``
+a step; and :func:`kv_cache_bytes`, what the cache costs.
 """
 
 from __future__ import annotations
@@ -31,20 +19,14 @@ from ._checks import (
 from .attention import attention, scaled_dot_product_attention
 from .masks import causal_mask
 
-__all__ = [
-    "KVCache",
-    "decode_with_cache",
-    "kv_cache_bytes",
-    "generate_with_cache",
-    "generate_without_cache",
-]
+__all__ = ["KVCache", "decode_with_cache", "kv_cache_bytes", "generate_with_cache",
+           "generate_without_cache"]
 
 
 def kv_cache_bytes(n_tokens: int, *, num_layers: int, num_kv_heads: int, head_dim: int,
                    bytes_per_value: int = 2) -> int:
-    """Bytes of a KV cache holding ``n_tokens`` positions of one sequence:
-    ``2 * num_layers * num_kv_heads * head_dim * bytes_per_value * n_tokens`` (the 2: keys and
-    values). ``bytes_per_value`` is 2 for float16/bfloat16, 4 for float32."""
+    """``2 * num_layers * num_kv_heads * head_dim * bytes_per_value * n_tokens``: the bytes of the
+    keys and values of ``n_tokens`` positions of one sequence (2 bytes a value in float16)."""
     require_positive_int("n_tokens", n_tokens, allow_zero=True)
     for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads),
                         ("head_dim", head_dim), ("bytes_per_value", bytes_per_value)):
@@ -53,19 +35,10 @@ def kv_cache_bytes(n_tokens: int, *, num_layers: int, num_kv_heads: int, head_di
 
 
 class KVCache:
-    """Keys ``(..., L, d_k)`` and values ``(..., L, d_v)`` of the ``L`` positions decoded so far,
-    in buffers preallocated for ``max_len`` positions.
-
-    :meth:`append` writes the keys and values of ``t`` new positions; :meth:`attend` lets the
-    queries of the *last* ``t`` positions attend causally: the query at absolute position ``p``
-    sees cached positions ``0..p``. The usual step is ``append`` then ``attend`` with ``t = 1``.
-    The queries' batch dims need only broadcast with the cache's; a grouped-query layer caches
-    ``(b, g, L, d)`` and attends with its ``h/g`` heads per group stacked as rows (``group``).
-
-    Attributes: ``keys``, ``values`` (views of the filled part, ``None`` while empty);
-    ``score_counts`` (per :meth:`attend` call, the ``t * len(cache)`` scores it computed per batch
-    element); ``nbytes`` (bytes of the two buffers, 0 before the first append).
-    """
+    """Keys ``(..., L, d_k)`` and values ``(..., L, d_v)`` of the ``L`` positions so far, in
+    buffers for ``max_len``. :meth:`append` adds ``t`` positions; :meth:`attend` lets the last
+    ``t`` positions' queries attend causally. ``keys``/``values``: the filled part (None while
+    empty); ``score_counts``: the scores each :meth:`attend` computed; ``nbytes``: the buffers."""
 
     def __init__(self, max_len: int):
         self.max_len = require_positive_int("max_len", max_len)
@@ -103,18 +76,14 @@ class KVCache:
         self.score_counts = []
 
     def _fits(self, k_new: torch.Tensor, v_new: torch.Tensor) -> bool:
-        """Whether the buffers exist and take ``k_new``, ``v_new``'s batch dims, sizes, dtype."""
         return (self._keys is not None and self._keys.shape[:-2] == k_new.shape[:-2]
                 and self._keys.shape[-1] == k_new.shape[-1]
                 and self._values.shape[-1] == v_new.shape[-1]
                 and self._keys.dtype == k_new.dtype and self._keys.device == k_new.device)
 
     def append(self, k_new: torch.Tensor, v_new: torch.Tensor) -> None:
-        """Write ``t`` new positions: ``k_new (..., t, d_k)``, ``v_new (..., t, d_v)``.
-
-        The first append (after creation, or after :meth:`reset` with new shapes) allocates the
-        buffers ``(..., max_len, d_k)`` and ``(..., max_len, d_v)``; later ones must fit them.
-        """
+        """Write ``t`` new positions ``k_new (..., t, d_k)``, ``v_new (..., t, d_v)``; the first
+        append (or one after :meth:`reset`, with new shapes) allocates the buffers."""
         for name, t, layout in (("k_new", k_new, "(..., t, d_k)"), ("v_new", v_new, "(..., t, d_v)")):
             require_tensor(name, t, floating=True)
             if t.dim() < 2:
@@ -126,10 +95,11 @@ class KVCache:
         if self.length + t > self.max_len:
             raise ValueError(f"the cache is full: it holds {self.length} of max_len={self.max_len} "
                              f"positions and cannot take t={t} more (k_new {shape(k_new)})")
-        if self.length and not self._fits(k_new, v_new):
+        fits = self._fits(k_new, v_new)
+        if self.length and not fits:
             raise ValueError(f"k_new {shape(k_new)} and v_new {shape(v_new)} do not fit the cache's "
                              f"keys {shape(self.keys)} and values {shape(self.values)}")
-        if not self._fits(k_new, v_new):
+        if not fits:
             *batch, _, d_k = k_new.shape
             require_size(f"max_len={self.max_len}: the (..., max_len, d) cache for k_new "
                          f"{shape(k_new)}", *batch, self.max_len, max(d_k, v_new.shape[-1]))
@@ -141,13 +111,9 @@ class KVCache:
 
     def attend(self, q_new: torch.Tensor, *, scale: float | None = None, group: int = 1
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Attention of the last ``t`` positions' queries ``q_new (..., t, d_k)`` over the cache
-        (append their keys and values first), causal within the block. Returns
-        ``(output (..., t, d_v), weights (..., t, len))``.
-
-        ``group > 1`` (grouped-query attention): ``q_new`` holds ``group`` query heads per cached
-        key/value head, stacked as rows ``(..., group * t, d_k)``, so K and V are never copied.
-        """
+        """The last ``t`` positions' queries ``q_new (..., t, d_k)`` over the cache, causal: returns
+        ``(output (..., t, d_v), weights (..., t, len))``. ``group > 1``: ``group`` query heads per
+        cached head, stacked as rows ``(..., group * t, d_k)``, so K and V are never copied."""
         if not self.length:
             raise ValueError("the cache is empty: append the new keys and values before attend")
         require_tensor("q_new", q_new, floating=True)
@@ -165,9 +131,7 @@ class KVCache:
         return self._attend(q_new, resolve_scale(scale, q_new.shape[-1]), t)
 
     def _attend(self, q_new: torch.Tensor, scale: float, t: int):
-        """:meth:`attend` on checked arguments: ``O(t * len)`` work and memory, no ``(len, len)``
-        mask. The newest query sees every cached key; for ``t > 1`` new positions, the query at
-        position ``len - t + i`` sees keys ``0 .. len - t + i``."""
+        """:meth:`attend` on checked arguments, ``O(t * len)``: no ``(len, len)`` mask."""
         mask = None
         if t > 1:
             length, rows = self.length, q_new.shape[-2]
@@ -178,13 +142,8 @@ class KVCache:
 
 def decode_with_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                       scale: float | None = None) -> tuple[torch.Tensor, list[int]]:
-    """Causal attention computed one position at a time with a :class:`KVCache`.
-
-    At step ``t`` the key and value of position ``t`` are appended and the query of position
-    ``t`` attends to the ``t + 1`` cached positions. q, k: ``(..., n, d_k)``; v: ``(..., n, d_v)``.
-    Returns ``(output (..., n, d_v), counts)``, ``counts[t] = t + 1`` the scores step ``t``
-    computed; the output equals ``scaled_dot_product_attention(q, k, v, causal_mask(n))[0]``.
-    """
+    """Causal attention one position at a time with a :class:`KVCache`: q, k ``(..., n, d_k)``,
+    v ``(..., n, d_v)``. Returns ``(output (..., n, d_v), counts)``, ``counts[t] = t + 1``."""
     check_qkv(q, k, v)
     if not q.shape[:-1] == k.shape[:-1] == v.shape[:-1]:
         raise ValueError(f"q, k and v must share their batch dims and n, got q {shape(q)}, "
@@ -215,12 +174,8 @@ def _check_decode(x, w_q, w_k, w_v) -> None:
 
 def generate_without_cache(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,
                            w_v: torch.Tensor) -> torch.Tensor:
-    """Generate step by step the way a model without a cache does: at step ``t`` the whole
-    prefix ``x[:t + 1]`` goes through the layer again, and only the last row is kept.
-
-    x: ``(n, d_model)`` one token embedding per step; w_q, w_k: ``(d_model, d_k)``; w_v:
-    ``(d_model, d_v)``. Returns ``(n, d_v)``: row ``t`` is token ``t``'s output over ``0..t``.
-    """
+    """Decoding without a cache: step ``t`` runs the whole prefix ``x[:t + 1]`` again. x ``(n,
+    d_model)``, w_q, w_k ``(d_model, d_k)``, w_v ``(d_model, d_v)``; returns ``(n, d_v)``."""
     _check_decode(x, w_q, w_k, w_v)
     rows = x.new_empty((x.shape[0], w_v.shape[1]))
     for t in range(x.shape[0]):
@@ -232,9 +187,7 @@ def generate_without_cache(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor
 
 def generate_with_cache(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,
                         w_v: torch.Tensor) -> torch.Tensor:
-    """The same outputs as :func:`generate_without_cache`, with a :class:`KVCache`: at step ``t``
-    only the new token is projected, its key and value are appended to the cache, and its one
-    query attends to the ``t + 1`` cached keys."""
+    """:func:`generate_without_cache` with a :class:`KVCache`: only the new token is projected."""
     _check_decode(x, w_q, w_k, w_v)
     cache = KVCache(x.shape[0])
     rows = x.new_empty((x.shape[0], w_v.shape[1]))
