@@ -1,17 +1,10 @@
-r"""Notebook 01, the RNN bottleneck: the GRU encoder-decoder of notebooks 01 and 06, its training
-recipe and checkpoints, and what notebook 01 measures with it.
+r"""Notebook 01's GRU encoder-decoder (also notebook 06's), its training recipe and checkpoints.
 
-:class:`Seq2Seq` reads the source with a bidirectional GRU: states :math:`h_j` (the memory
-:math:`H`) and a fixed context vector :math:`c = [\overrightarrow{h}_{n-1}; \overleftarrow{h}_0]`.
-A GRU decoder started from :math:`\tanh(c W_b)` predicts :math:`p(y_t) =
-\mathrm{softmax}(\tanh([s_t; c_t] W_c) W_y)`. Only the context :math:`c_t` differs (``attention=``):
-``"none"``, :math:`c_t = c` (Cho et al., 2014); ``"additive"``, :math:`c_t = \sum_j a_{tj} h_j` with
-Bahdanau et al.'s (2015) score :math:`\tanh(s_t U_q + h_j U_k)\, v_a^\top`; ``"general"``, Luong
-et al.'s (2015) :math:`s_t (h_j W_k)^\top / \sqrt{d}`. The query is the current state :math:`s_t`,
-wired as Luong et al.'s global attention without input feeding (notebook 01's Going deeper).
-
-The four checkpoints the notebooks load are trained from :data:`CONFIGS` by
-``studies/seq2seq_checkpoints.py``.
+A bidirectional GRU reads the source into states :math:`H` and a context vector :math:`c`; a GRU
+decoder starts from :math:`\tanh(c W_b)` and predicts :math:`\mathrm{softmax}(\tanh([s_t; c_t] W_c)
+W_y)`. With ``attention="none"``, :math:`c_t = c`: a Sutskever et al. (2014) style model whose
+readout also sees :math:`c` (Cho et al., 2014, also fed :math:`c` into every GRU update; not here).
+``"additive"`` (Bahdanau et al., 2015) and ``"general"`` (Luong et al., 2015) attend from :math:`s_t`.
 """
 
 from __future__ import annotations
@@ -51,16 +44,10 @@ def _check_src(src, src_lengths) -> None:
 
 
 class Seq2Seq(nn.Module):
-    r"""GRU encoder-decoder with ``attention`` in ``"none"``, ``"additive"`` or ``"general"``.
+    r"""GRU encoder-decoder; ``attention`` is ``"none"``, ``"additive"`` or ``"general"``.
 
-    Args:
-        src_vocab_size, tgt_vocab_size: vocabulary sizes (ids 0, 1, 2 are ``<pad>``, ``<s>``,
-            ``</s>``).
-        d_emb: embedding size; d_enc: encoder GRU size per direction (the memory and the
-            context vector have ``2 * d_enc`` features); the decoder state has ``2 * d_enc``.
-        d_attn: hidden size :math:`d_a` of the additive scorer (``scorer``: ``w_q``, ``w_k``,
-            ``w_v`` hold :math:`U_q^\top`, :math:`U_k^\top`, :math:`v_a`; ``nn.Linear`` stores
-            the transposed matrix). ``key_proj`` (``"general"``) holds :math:`W_k^\top`.
+    The encoder has ``d_enc`` per direction; :math:`H`, :math:`c` and the decoder state have
+    ``2 * d_enc`` features. ``d_attn`` is the additive scorer's hidden size :math:`d_a`.
     """
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, attention: str = "additive",
@@ -72,8 +59,7 @@ class Seq2Seq(nn.Module):
         if attention not in ATTENTION_KINDS:
             raise ValueError(f"attention must be one of {ATTENTION_KINDS}, got {attention!r}")
         self.attention = attention
-        self.d_memory = d_dec = 2 * d_enc
-        self.d_dec = d_dec
+        self.d_dec = d_dec = 2 * d_enc
         self.src_embed = nn.Embedding(src_vocab_size, d_emb, padding_idx=PAD)
         self.encoder = nn.GRU(d_emb, d_enc, batch_first=True, bidirectional=True)
         self.bridge = nn.Linear(2 * d_enc, d_dec)
@@ -86,21 +72,10 @@ class Seq2Seq(nn.Module):
         self.combine = nn.Linear(d_dec + 2 * d_enc, d_dec)
         self.out = nn.Linear(d_dec, tgt_vocab_size)
 
-    # -- the pieces ---------------------------------------------------------------------------
-
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor,
                src_embedded: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Read the source.
-
-        Args:
-            src: ``(b, n_src)`` ids, padded with 0; src_lengths: ``(b,)``.
-            src_embedded: optional ``(b, n_src, d_emb)`` to use instead of the embedding of
-                ``src`` (to take gradients with respect to the inputs).
-
-        Returns:
-            ``(memory, context)``: memory ``(b, n_src, 2 d_enc)`` (zero at padding), context
-            ``(b, 2 d_enc)``: the last forward state and the first backward state.
-        """
+        """``src`` ``(b, n_src)`` padded ids, ``src_lengths`` ``(b,)`` -> ``(memory (b, n_src, 2 d_enc),
+        context (b, 2 d_enc))``; ``src_embedded`` ``(b, n_src, d_emb)`` replaces the embedding."""
         _check_src(src, src_lengths)
         embedded = self.src_embed(src) if src_embedded is None else src_embedded
         packed = pack_padded_sequence(embedded, src_lengths.cpu(), batch_first=True,
@@ -111,15 +86,8 @@ class Seq2Seq(nn.Module):
 
     def attend(self, s: torch.Tensor, H: torch.Tensor, c: torch.Tensor,
                src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        r"""The context :math:`c_t` of every decoder state :math:`s_t`.
-
-        Args: ``s`` ``(b, n_t, d_dec)`` decoder states (the queries); ``H`` ``(b, n, 2 d_enc)``
-        encoder states :math:`h_j` (keys and values); ``c`` ``(b, 2 d_enc)`` the fixed context
-        vector; ``src_mask`` ``(b, n)``, True at real source tokens.
-
-        Returns ``(c_t (b, n_t, 2 d_enc), a (b, n_t, n) or None)``: without attention every step
-        gets the same ``c``, and there are no weights.
-        """
+        r"""``s`` ``(b, n_t, d_dec)``, ``H`` ``(b, n, 2 d_enc)``, ``c`` ``(b, 2 d_enc)``, ``src_mask``
+        ``(b, n)`` -> ``(c_t (b, n_t, 2 d_enc), a (b, n_t, n) or None)``."""
         if self.attention == "none":
             return c[:, None, :].expand(-1, s.shape[1], -1), None  # c_t = c at every step t
         if self.attention == "additive":
@@ -130,25 +98,18 @@ class Seq2Seq(nn.Module):
         return a @ H, a  # (b, n_t, 2 d_enc): c_t = sum_j a_tj h_j
 
     def readout(self, states, memory, context, src_mask):
-        r"""Decoder states ``(b, n_t, d_dec)`` -> ``(logits (b, n_t, V), weights or None)``:
-        :math:`\mathrm{logits}_t = \tanh([s_t; c_t] W_c) W_y` (``combine`` is :math:`W_c`,
-        ``out`` is :math:`W_y`)."""
+        r"""``(b, n_t, d_dec)`` states -> ``(logits (b, n_t, V), weights)``: :math:`\tanh([s_t; c_t]
+        W_c) W_y`."""
         contexts, weights = self.attend(states, memory, context, src_mask)
         return self.out(torch.tanh(self.combine(torch.cat([states, contexts], -1)))), weights
 
     def initial_state(self, context: torch.Tensor) -> torch.Tensor:
-        r"""``(b, 2 d_enc)`` context :math:`c` -> ``(1, b, d_dec)`` first decoder state
-        :math:`\tanh(c W_b)` (``bridge`` is :math:`W_b`)."""
+        r"""``(b, 2 d_enc)`` :math:`c` -> ``(1, b, d_dec)`` first state :math:`\tanh(c W_b)`."""
         return torch.tanh(self.bridge(context))[None]
-
-    # -- training and decoding ----------------------------------------------------------------
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
                 src_embedded: torch.Tensor | None = None):
-        """Teacher forcing: ``tgt_in`` ``(b, n_t)`` starts with ``<s>``.
-
-        Returns ``(logits (b, n_t, tgt_vocab), weights (b, n_t, n_src) or None)``.
-        """
+        """Teacher forcing: ``tgt_in`` ``(b, n_t)`` -> ``(logits (b, n_t, V), weights)``."""
         require_tensor("tgt_in", tgt_in)
         if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0] or tgt_in.is_floating_point():
             raise ValueError(f"tgt_in must be an integer tensor (batch={src.shape[0]}, n_t), got "
@@ -160,12 +121,7 @@ class Seq2Seq(nn.Module):
 
     @torch.no_grad()
     def greedy_decode(self, src: torch.Tensor, src_lengths: torch.Tensor, steps: int):
-        """Decode ``steps`` tokens, each the most likely one given the previous ones.
-
-        Returns ``(tokens (b, steps), weights (b, steps, n_src) or None)``: row ``t`` of the
-        weights is the cross-attention of output step ``t`` over the source tokens. Tokens after
-        a ``</s>`` are left as the model predicted them (:meth:`Vocab.decode` stops at ``</s>``).
-        """
+        """Greedy decoding: ``(tokens (b, steps), weights (b, steps, n_src) or None)``."""
         require_positive_int("steps", steps)
         memory, context = self.encode(src, src_lengths)
         src_mask = padding_mask(src_lengths, src.shape[1])
@@ -182,9 +138,6 @@ class Seq2Seq(nn.Module):
         return torch.cat(tokens, dim=1), weights
 
 
-# --- loss, evaluation, gradients --------------------------------------------------------------
-
-
 def seq2seq_loss(model: Seq2Seq, src, src_lengths, tgt_in, tgt_out) -> torch.Tensor:
     """Mean cross-entropy of the next-token predictions over real target tokens and ``</s>``."""
     logits, _ = model(src, src_lengths, tgt_in)
@@ -192,8 +145,7 @@ def seq2seq_loss(model: Seq2Seq, src, src_lengths, tgt_in, tgt_out) -> torch.Ten
 
 
 def predict(model: Seq2Seq, batch: Batch):
-    """Greedy predictions for a batch: ``(tokens (b, n_tgt), weights (b, n_tgt, n_src) or None)``,
-    one step per target token (the ``</s>`` step is left out)."""
+    """Greedy ``(tokens (b, n_tgt), weights (b, n_tgt, n_src) or None)``, without the ``</s>`` step."""
     if not isinstance(batch, Batch):
         raise TypeError(f"batch must be a tasks.Batch, got {type(batch).__name__}")
     model.eval()
@@ -201,8 +153,7 @@ def predict(model: Seq2Seq, batch: Batch):
 
 
 def accuracy_by_length(model: Seq2Seq, batches: dict) -> dict:
-    """Greedy token accuracy for each ``{key: Batch}`` (e.g. each source length); ``{key: float}``.
-    Only real target tokens count; padding and ``</s>`` do not."""
+    """``{key: Batch}`` -> ``{key: greedy token accuracy}`` over real target tokens."""
     result = {}
     for key, batch in batches.items():
         tokens, _ = predict(model, batch)
@@ -212,18 +163,16 @@ def accuracy_by_length(model: Seq2Seq, batches: dict) -> dict:
 
 
 def accuracy_by_position(model: Seq2Seq, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """For a batch of sources of one length ``n``: ``(accuracy, end_share)``, both ``(n,)`` over
-    the output position ``t``: the share of greedy tokens that are right, and the share that are
-    ``</s>`` (the model ending the sequence there)."""
+    """Sources of one length ``n`` -> ``(accuracy, end_share)``, both ``(n,)`` over output steps:
+    the share of greedy tokens that are right, and the share that are ``</s>``."""
     tokens, _ = predict(model, batch)
     n = tokens.shape[1]
     return ((tokens == batch.tgt_out[:, :n]).float().mean(0), (tokens == EOS).float().mean(0))
 
 
 def input_gradient_norms(model: Seq2Seq, batch: Batch) -> torch.Tensor:
-    r"""``(b, n, n)``: entry ``[i, t, j]`` is :math:`\lVert \partial \log p(y_t) / \partial x_j
-    \rVert` for example ``i`` (teacher forcing): how strongly input ``j`` can move output ``t``.
-    Every source in ``batch`` has the same length ``n``; ``</s>`` is left out."""
+    r"""``(b, n, n)``: ``[i, t, j]`` is :math:`\lVert \partial \log p(y_t) / \partial x_j \rVert`
+    for example ``i`` (teacher forcing); every source has the same length ``n``."""
     if not isinstance(batch, Batch):
         raise TypeError(f"batch must be a tasks.Batch, got {type(batch).__name__}")
     n = int(batch.src_lengths[0])
@@ -242,10 +191,8 @@ def input_gradient_norms(model: Seq2Seq, batch: Batch) -> torch.Tensor:
 
 
 def copy_gradients(norms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reversal (output ``t`` copies input ``n-1-t``), from ``norms`` ``(b, n, n)``:
-    ``(gradient, share)``, both ``(n,)``: the gradient norm from output ``t`` to the input it
-    copies (geometric mean over the examples), and that norm over the sum over all inputs (mean
-    over the examples; ``1/n``: as much as an average input)."""
+    """``norms`` ``(b, n, n)`` -> ``(gradient, share)``, both ``(n,)``: the norm from output ``t`` to
+    input ``n-1-t`` (geometric mean over examples), and its share of the row's sum (mean)."""
     n = norms.shape[-1]
     t = torch.arange(n)
     own = norms[:, t, n - 1 - t]                          # (b, n): d log p(y_t) / d x_{n-1-t}
@@ -253,8 +200,7 @@ def copy_gradients(norms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def path_length_fit(gradient: torch.Tensor) -> tuple[float, float]:
-    """``(slope, r2)`` of the least-squares line through ``log10 gradient[t]`` against the path
-    length ``min(t, n-1-t)`` from output ``t``'s digit to the nearer end of the encoder."""
+    """``(slope, r2)`` of the least-squares line of ``log10 gradient[t]`` on ``min(t, n-1-t)``."""
     n = len(gradient)
     t = torch.arange(n)
     design = torch.stack([torch.minimum(t, n - 1 - t), torch.ones(n, dtype=torch.long)], 1).double()
@@ -262,9 +208,6 @@ def path_length_fit(gradient: torch.Tensor) -> tuple[float, float]:
     fit = torch.linalg.lstsq(design, y).solution
     residual = ((y - design @ fit) ** 2).sum() / ((y - y.mean()) ** 2).sum()
     return fit[0, 0].item(), 1 - residual.item()
-
-
-# --- the recipe and the checkpoints ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -284,19 +227,17 @@ class TrainConfig:
     d_attn: int = 32
 
 
-# The two reversal models share the task, the sizes and the budget; only the attention differs.
 CONFIGS = {
     "seq2seq_reversal_none": TrainConfig("reversal", "none"),
     "seq2seq_reversal_additive": TrainConfig("reversal", "additive"),
-    # the control: no attention, but a wider encoder (context vector 68 instead of 64) and at least
-    # as many parameters as the attention model, so parameters alone cannot explain the gap
+    # no attention, c of 68 numbers: at least as many parameters as the attention model
     "seq2seq_reversal_none_wide": TrainConfig("reversal", "none", d_enc=34),
     "seq2seq_dates_general": TrainConfig("dates", "general", steps=500, finetune_steps=100),
 }
 
 
 def build_model(config: TrainConfig) -> Seq2Seq:
-    """A freshly initialised :class:`Seq2Seq` for ``config`` (seeded with ``config.seed``)."""
+    """A fresh :class:`Seq2Seq` for ``config``, seeded with ``config.seed``."""
     task = get_task(config.task)
     torch.manual_seed(config.seed)
     return Seq2Seq(len(task.src_vocab), len(task.tgt_vocab), attention=config.attention,
@@ -304,9 +245,7 @@ def build_model(config: TrainConfig) -> Seq2Seq:
 
 
 def train_seq2seq(config: TrainConfig, *, progress: bool = True) -> tuple[Seq2Seq, TrainResult]:
-    """Train ``config`` from scratch (:func:`attn_helpers.training.train`): ``steps`` at ``lr``,
-    then ``finetune_steps`` at ``finetune_lr`` (a fresh Adam and batch stream), on one thread.
-    The losses of both phases are returned."""
+    """``steps`` at ``lr``, then ``finetune_steps`` at ``finetune_lr`` (a fresh Adam), one thread."""
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
     task = get_task(config.task)

@@ -1,11 +1,6 @@
-"""Notebook 01's controls: the record of ``studies/seq2seq_wide_context.py`` and the claims that
-notebook 01 and the study assert on it.
-
-The study trains notebook 01's two models (no attention, additive attention) on two more seeds,
-and the no-attention model with a context vector of 256 numbers instead of 64 (``d_enc = 128``) on
-three seeds; seed 0 of the two models is the shipped checkpoint. This module stays apart from
-:mod:`.rnn_bottleneck` because the studies that train the shipped checkpoints import that one: an
-edit there re-trains them.
+"""Notebook 01's controls: the record of ``studies/seq2seq_wide_context.py`` (three seeds of each
+model, and a context vector of 256 numbers) and the claims notebook 01 and the study assert on it.
+Kept apart from :mod:`.rnn_bottleneck`, whose edits re-train the shipped checkpoints.
 """
 
 from __future__ import annotations
@@ -16,8 +11,7 @@ from pathlib import Path
 __all__ = ["RECORD", "load_record", "claims"]
 
 #: ``{"narrow" | "attention" | "wide": {seed: {"accuracy": {n: share}, "parameters", "context",
-#: ("final_loss", "loss_per_100_steps")}}}``: the greedy token accuracy on 100 test sequences of
-#: length n; the losses only for the runs the study trained (not the shipped seed-0 checkpoints)
+#: ("final_loss", "loss_per_100_steps") for the runs the study trained}}}``
 RECORD = Path(__file__).resolve().parent.parent / "data" / "seq2seq_wide_context.json"
 
 
@@ -27,8 +21,7 @@ def load_record() -> dict:
 
 
 def claims(record: dict) -> dict[str, bool]:
-    """Notebook 01's statements on ``record``: the gap between the models holds on every seed; a
-    context vector four times wider helps the no-attention model, but does not close the gap."""
+    """Notebook 01's statements on ``record``: ``{statement: holds}``."""
     acc = {kind: {seed: row["accuracy"] for seed, row in rows.items()} for kind, rows in record.items()}
     narrow, attention, wide = acc["narrow"].values(), acc["attention"].values(), acc["wide"].values()
     seeds = {kind: ", ".join(rows) for kind, rows in acc.items()}

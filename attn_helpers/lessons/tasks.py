@@ -1,17 +1,6 @@
-"""Toy sequence-to-sequence tasks with readable tokens, generated deterministically from a seed.
-
-Two tasks, both small enough to train on a laptop CPU in seconds to a minute:
-
-* :data:`REVERSAL`: a sequence of digits in, the same digits in reverse order out
-  (``3 1 4 1 5 -> 5 1 4 1 3``). Every output token is a copy of exactly one input token, so a
-  good model's alignment is the anti-diagonal. Lengths vary (``4..24`` by default).
-* :data:`DATES`: a date in words in, the ISO date out, one character per token
-  (``twenty one march nineteen ninety nine -> 1 9 9 9 - 0 3 - 2 1``). The year comes last in the
-  input but first in the output, and one word can give two digits (``march -> 0 3``), so the
-  alignment is readable but not a diagonal.
-
-Token ids: 0 is padding, 1 starts a target (``<s>``), 2 ends it (``</s>``); real tokens follow.
-A :class:`Batch` holds padded tensors; see :func:`make_batch`.
+"""Notebooks 01 and 06's toy tasks, seeded: :data:`REVERSAL` (``3 1 4 -> 4 1 3``, 4 to 24 digits)
+and :data:`DATES` (``twenty one march nineteen ninety nine -> 1 9 9 9 - 0 3 - 2 1``). Ids 0, 1, 2
+are ``<pad>``, ``<s>``, ``</s>``; a :class:`Batch` holds padded tensors.
 """
 
 from __future__ import annotations
@@ -24,32 +13,27 @@ import torch
 
 from .._checks import require_positive_int
 
-__all__ = ["PAD", "SOS", "EOS", "SPECIALS", "Vocab", "Batch", "Task", "REVERSAL", "DATES", "TASKS",
+__all__ = ["PAD", "SOS", "EOS", "Vocab", "Batch", "Task", "REVERSAL", "DATES", "TASKS",
            "get_task", "reversal_pair", "date_pair", "date_to_words", "date_fields",
            "ISO_STEP_FIELDS", "make_batch", "collate", "example", "eval_batches"]
 
 PAD, SOS, EOS = 0, 1, 2
-SPECIALS = ("<pad>", "<s>", "</s>")
 
 
 class Vocab:
-    """Token strings <-> ids, with the three special tokens first (``<pad>``, ``<s>``, ``</s>``)."""
+    """Token strings <-> ids, after the special tokens ``<pad>``, ``<s>``, ``</s>``."""
 
     def __init__(self, tokens: Sequence[str]):
-        tokens = list(tokens)
-        if len(set(tokens)) != len(tokens) or set(tokens) & set(SPECIALS):
+        self.itos: list[str] = ["<pad>", "<s>", "</s>", *tokens]
+        if len(set(self.itos)) != len(self.itos):
             raise ValueError("tokens must be unique and must not repeat the special tokens")
-        self.itos: list[str] = [*SPECIALS, *tokens]
         self.stoi: dict[str, int] = {t: i for i, t in enumerate(self.itos)}
 
     def __len__(self) -> int:
         return len(self.itos)
 
-    def __contains__(self, token: str) -> bool:
-        return token in self.stoi
-
     def encode(self, tokens: Sequence[str]) -> list[int]:
-        """Token strings -> ids; an unknown token raises ``ValueError`` naming it."""
+        """Token strings -> ids; an unknown token raises ``ValueError``."""
         unknown = [t for t in tokens if t not in self.stoi]
         if unknown:
             raise ValueError(f"unknown token(s) {unknown[:5]}; the vocabulary has {self.itos[3:]}")
@@ -70,27 +54,14 @@ class Vocab:
 
 @dataclass
 class Batch:
-    """A padded batch of ``b`` (source, target) pairs.
-
-    Attributes:
-        src: ``(b, n_src)`` source ids, padded with 0.
-        src_lengths: ``(b,)`` true source lengths.
-        tgt_in: ``(b, n_tgt + 1)`` decoder inputs: ``<s>`` followed by the target (teacher forcing).
-        tgt_out: ``(b, n_tgt + 1)`` what the decoder must predict: the target followed by ``</s>``.
-        tgt_lengths: ``(b,)`` true target lengths (without ``</s>``).
-    """
+    """``b`` padded pairs: ``src`` ``(b, n_src)``, ``tgt_in`` (``<s>`` + target) and ``tgt_out``
+    (target + ``</s>``) ``(b, n_tgt + 1)``, lengths ``(b,)`` without ``</s>``."""
 
     src: torch.Tensor
     src_lengths: torch.Tensor
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
     tgt_lengths: torch.Tensor
-
-    @property
-    def tgt_mask(self) -> torch.Tensor:
-        """``(b, n_tgt + 1)`` bool, True where ``tgt_out`` holds a real token or the ``</s>``."""
-        steps = torch.arange(self.tgt_out.shape[1])
-        return steps[None, :] <= self.tgt_lengths[:, None]
 
     @property
     def content_mask(self) -> torch.Tensor:
@@ -101,8 +72,6 @@ class Batch:
     def __len__(self) -> int:
         return self.src.shape[0]
 
-
-# --- the tasks --------------------------------------------------------------------------------
 
 DIGITS = [str(d) for d in range(10)]
 
@@ -134,11 +103,7 @@ def _number_words(n: int) -> list[str]:
 
 
 def date_to_words(year: int, month: int, day: int) -> list[str]:
-    """``(1999, 3, 21) -> ['twenty', 'one', 'march', 'nineteen', 'ninety', 'nine']``.
-
-    Years from 1950 to 2029: ``nineteen fifty two``, ``two thousand``, ``two thousand seven``,
-    ``two thousand twenty one``.
-    """
+    """``(1999, 3, 21) -> ['twenty', 'one', 'march', 'nineteen', 'ninety', 'nine']``, 1950-2029."""
     if not YEAR_RANGE[0] <= year <= YEAR_RANGE[1]:
         raise ValueError(f"year must lie in {YEAR_RANGE[0]}..{YEAR_RANGE[1]}, got {year}")
     if not 1 <= month <= 12 or not 1 <= day <= _DAYS_IN_MONTH[month - 1]:
@@ -174,11 +139,7 @@ def date_pair(generator: torch.Generator) -> tuple[list[str], list[str]]:
 
 @dataclass(frozen=True)
 class Task:
-    """A toy task: vocabularies and ``sample(generator, length) -> (source, target)`` tokens.
-
-    ``lengths`` is the range of source lengths the task is trained on (reversal), or ``None``
-    when the task draws its own lengths (dates).
-    """
+    """Vocabularies and a sampler; ``lengths`` is the source length range, or ``None`` (dates)."""
 
     name: str
     src_vocab: Vocab
@@ -205,15 +166,12 @@ TASKS = {task.name: task for task in (REVERSAL, DATES)}
 
 
 def get_task(task: str | Task) -> Task:
-    """A :class:`Task` from its name (``"reversal"`` or ``"dates"``) or the task itself."""
+    """A :class:`Task` from its name (``"reversal"`` or ``"dates"``), or the task itself."""
     if isinstance(task, Task):
         return task
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; known: {sorted(TASKS)}")
     return TASKS[task]
-
-
-# --- batches ----------------------------------------------------------------------------------
 
 
 def collate(task: str | Task, pairs: Sequence[tuple[Sequence[str], Sequence[str]]]) -> Batch:
@@ -239,8 +197,7 @@ def collate(task: str | Task, pairs: Sequence[tuple[Sequence[str], Sequence[str]
 def make_batch(
     task: str | Task, batch_size: int, generator: torch.Generator, length: int | None = None
 ) -> Batch:
-    """``batch_size`` random pairs of ``task`` drawn from ``generator`` (all of ``length``
-    source tokens if given, else lengths drawn from the task's range)."""
+    """``batch_size`` random pairs drawn from ``generator``, all of ``length`` source tokens if given."""
     task = get_task(task)
     require_positive_int("batch_size", batch_size)
     if not isinstance(generator, torch.Generator):
@@ -248,25 +205,20 @@ def make_batch(
     return collate(task, [task.sample(generator, length) for _ in range(batch_size)])
 
 
-def _seed_for(*parts) -> int:
-    digest = hashlib.sha256(repr(parts).encode()).digest()
-    return int.from_bytes(digest[:6], "little")
-
-
 def example(task: str | Task, index: int, length: int | None = None):
-    """Example number ``index`` of ``task`` (of ``length`` tokens for reversal): always the same
-    pair for the same arguments, on every machine. Returns ``(source tokens, target tokens)``."""
+    """``(source, target)`` tokens of example ``index``: the same pair on every machine."""
     task = get_task(task)
     require_positive_int("index", index, allow_zero=True)
     if length is not None:
         require_positive_int("length", length)
-    generator = torch.Generator().manual_seed(_seed_for(task.name, index, length))
+    digest = hashlib.sha256(repr((task.name, index, length)).encode()).digest()
+    generator = torch.Generator().manual_seed(int.from_bytes(digest[:6], "little"))
     return task.sample(generator, length)
 
 
 def eval_batches(task: str | Task, per_length: int = 200, *, seed: int = 1234) -> dict:
-    """A fixed evaluation set: ``{length: Batch}`` for every length of the task's range (reversal),
-    or ``{None: Batch}`` of ``per_length`` dates. Seeded apart from training."""
+    """A fixed test set, seeded apart from training: ``{length: Batch}`` for every length of the
+    task's range, or ``{None: Batch}`` (dates)."""
     task = get_task(task)
     require_positive_int("per_length", per_length)
     generator = torch.Generator().manual_seed(seed)

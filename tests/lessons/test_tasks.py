@@ -72,8 +72,7 @@ def test_make_batch_layout(gen):
         assert target == source[::-1]
         assert batch.tgt_out[i, n] == EOS and torch.all(batch.tgt_out[i, n + 1:] == PAD)
         assert torch.equal(batch.tgt_in[i, 1:n + 1], batch.tgt_out[i, :n])
-    assert torch.equal(batch.tgt_mask, batch.tgt_out != PAD)
-    assert torch.equal(batch.content_mask, batch.tgt_mask & (batch.tgt_out != EOS))
+    assert torch.equal(batch.content_mask, (batch.tgt_out != PAD) & (batch.tgt_out != EOS))
 
 
 def test_make_batch_fixed_length_dates_and_determinism(gen):
