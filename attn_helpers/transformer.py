@@ -1,19 +1,7 @@
-r"""The Transformer decoder layer, built from the course's parts; equal to
-``torch.nn.TransformerDecoderLayer``.
-
-A decoder layer (Vaswani et al., 2017) applies three blocks to the target sequence ``x``, each
-wrapped in a residual connection and a LayerNorm:
-
-1. causal self-attention: position ``i`` attends to target positions ``0..i``;
-2. cross-attention: every target position attends to the encoder's output ``memory`` (queries
-   from ``x``, keys and values from ``memory``; padded memory positions are masked);
-3. a position-wise feed-forward network ``W_2 act(W_1 x + b_1) + b_2``.
-
-Post-norm (the 2017 paper, ``norm_first=False``): ``x <- LN(x + block(x))``.
-Pre-norm (``norm_first=True``): ``x <- x + block(LN(x))``.
-
-A decoder-only language model (GPT-style) uses the same layer without the cross-attention block
-(``cross_attention=False``); see :mod:`attn_helpers.decoder_lm`. The layers here have no dropout.
+"""The Transformer decoder layer (Vaswani et al., 2017) from the course's parts, equal to
+``torch.nn.TransformerDecoderLayer``: causal self-attention, cross-attention to ``memory``, then a
+feed-forward block, each with its residual and LayerNorm (post-norm ``LN(x + block(x))`` or pre-norm
+``x + block(LN(x))``). ``cross_attention=False`` gives a decoder-only (GPT) layer. No dropout.
 """
 
 from __future__ import annotations
@@ -45,8 +33,7 @@ def _require_activation(activation) -> str:
 
 
 class FeedForward(nn.Module):
-    """The position-wise feed-forward block ``linear2(act(linear1(x)))``:
-    ``(..., d_model) -> (..., d_ff) -> (..., d_model)``, the same at every position."""
+    """``linear2(act(linear1(x)))`` at every position: ``(..., d_model) -> (..., d_model)``."""
 
     def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu", bias: bool = True):
         super().__init__()
@@ -71,33 +58,18 @@ class FeedForward(nn.Module):
 
 
 class DecoderWeights(NamedTuple):
-    """The attention weights of one decoder layer: ``self_attention`` ``(b, h, n, n)`` and
-    ``cross_attention`` ``(b, h, n, n_m)`` (``None`` in a layer without cross-attention)."""
+    """``self_attention`` ``(b, h, n, n)`` and ``cross_attention`` ``(b, h, n, n_m)`` (or None)."""
 
     self_attention: torch.Tensor
     cross_attention: torch.Tensor | None
 
 
 class DecoderLayer(nn.Module):
-    """One Transformer decoder layer, batch-first, dropout-free.
-
-    Args:
-        d_model: width of the target sequence ``x``; ``num_heads`` must divide it.
-        num_heads: attention heads (self- and cross-attention).
-        d_ff: hidden width of the feed-forward block.
-        norm_first: pre-norm (``x + block(LN(x))``) instead of post-norm (``LN(x + block(x))``).
-        activation: ``"relu"`` or ``"gelu"`` (the exact, erf-based GELU).
-        num_kv_heads: key/value heads of both attentions (grouped-query; default ``num_heads``).
-        memory_dim: width of ``memory`` (default ``d_model``): cross-attention is
-            ``MultiHeadAttention(d_model, num_heads, kdim=memory_dim, vdim=memory_dim)``.
-        cross_attention: ``False`` drops the cross-attention block (a decoder-only layer).
-        layer_norm_eps, bias: as in ``torch.nn.TransformerDecoderLayer``.
-
-    Submodules: ``self_attn``, ``cross_attn`` (or ``None``), ``feed_forward`` and the LayerNorms
-    ``norm1`` (self-attention), ``norm2`` (cross-attention, or ``None``), ``norm3``
-    (feed-forward), the same roles as torch's ``self_attn``, ``multihead_attn``,
-    ``linear1``/``linear2`` and ``norm1..3``.
-    """
+    """One Transformer decoder layer, batch-first, dropout-free. ``activation``: ``"relu"`` or
+    ``"gelu"`` (exact); ``num_kv_heads``: grouped-query heads of both attentions; ``memory_dim``:
+    the width of ``memory`` (default ``d_model``). Submodules ``self_attn``, ``cross_attn``,
+    ``feed_forward``, ``norm1..3``, in the roles of torch's ``self_attn``, ``multihead_attn``,
+    ``linear1/2``, ``norm1..3``."""
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, *, norm_first: bool = False,
                  activation: str = "relu", num_kv_heads: int | None = None,
@@ -157,21 +129,9 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, *, causal: bool = True,
                 memory_padding: torch.Tensor | None = None, need_weights: bool = False,
                 cache: KVCache | None = None):
-        """Run the layer.
-
-        Args:
-            x: ``(b, n, d_model)`` the target sequence (with a ``cache``: only its new positions).
-            memory: ``(b, n_m, memory_dim)`` the encoder output (``None`` without cross-attention).
-            causal: target position ``i`` sees only ``0..i`` (``False``: every target position).
-            memory_padding: optional bool ``(b, n_m)``, True = a real memory token.
-            need_weights: also return the :class:`DecoderWeights`.
-            cache: optional :class:`~attn_helpers.kv_cache.KVCache` of this layer's self-attention
-                (incremental decoding: the new positions' keys and values are appended, their
-                queries attend to every cached position).
-
-        Returns:
-            ``(b, n, d_model)``, or ``(output, DecoderWeights)`` with ``need_weights=True``.
-        """
+        """``x (b, n, d_model)``, ``memory (b, n_m, memory_dim)``, ``memory_padding (b, n_m)``
+        (True = real) -> ``(b, n, d_model)``, with ``need_weights`` also the
+        :class:`DecoderWeights`. ``cache``: a :class:`KVCache` for the new positions ``x``."""
         memory_mask = self._check_inputs(x, memory, causal, memory_padding, need_weights, cache)
         self_mask = causal_mask(x.shape[1], device=x.device) if causal and cache is None else None
 
@@ -190,9 +150,8 @@ class DecoderLayer(nn.Module):
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerDecoderLayer) -> DecoderLayer:
-        """A copy of ``torch.nn.TransformerDecoderLayer`` ``layer`` (either ``norm_first``,
-        ``"relu"`` or ``"gelu"``, with or without biases). Ours is always batch-first and has no
-        dropout, so it gives the same output as ``layer`` in eval mode (or with ``dropout=0``)."""
+        """A copy of ``torch.nn.TransformerDecoderLayer`` ``layer`` (relu or gelu); equal to it in
+        eval mode. Ours is always batch-first."""
         if not isinstance(layer, nn.TransformerDecoderLayer):
             raise TypeError(f"layer must be a torch.nn.TransformerDecoderLayer, got "
                             f"{type(layer).__name__}")
