@@ -1,20 +1,7 @@
-r"""Position information for attention: sinusoidal, learned, rotary (RoPE) and ALiBi.
-
-Attention on its own is order-blind: permuting the tokens permutes the outputs. Each scheme here
-injects position in a different place:
-
-* :func:`sinusoidal_encoding` (Vaswani et al., 2017) and :class:`LearnedPositionalEmbedding` are
-  *added* to the token embeddings;
-* :func:`apply_rope` (Su et al., RoFormer, 2021) *rotates* queries and keys, so their dot product
-  depends on the offset ``m - n`` only;
-* :func:`alibi_bias` (Press et al., ALiBi, 2022) *adds* ``-slope * distance`` to the scores.
-
-Layout of the sinusoidal encoding (the course's contract), for ``i = 0 .. d/2 - 1``:
-
-.. math::  PE[p, 2i] = \sin(p\,\omega_i),\quad PE[p, 2i+1] = \cos(p\,\omega_i),
-           \quad \omega_i = 10000^{-2i/d}.
-
-RoPE uses the same pairs ``(2i, 2i+1)`` and the same frequencies ``omega_i``.
+"""Position information for attention: sinusoidal (Vaswani et al., 2017) and learned encodings
+are added to the embeddings, RoPE (Su et al., 2021) rotates queries and keys by ``p * omega_i`` on
+pairs ``(2i, 2i+1)``, ALiBi (Press et al., 2022) adds ``-slope * distance`` to the scores.
+``omega_i = base^(-2i/d)``, ``PE[p, 2i] = sin(p omega_i)``, ``PE[p, 2i+1] = cos(p omega_i)``.
 """
 
 from __future__ import annotations
@@ -26,15 +13,8 @@ from torch import nn
 
 from ._checks import require_int_in, require_number, require_positive_int, require_tensor, shape
 
-__all__ = [
-    "frequencies",
-    "sinusoidal_encoding",
-    "pair_rotation",
-    "LearnedPositionalEmbedding",
-    "apply_rope",
-    "alibi_slopes",
-    "alibi_bias",
-]
+__all__ = ["frequencies", "sinusoidal_encoding", "pair_rotation", "LearnedPositionalEmbedding",
+           "apply_rope", "alibi_slopes", "alibi_bias"]
 
 
 def _check(base, d_model=None) -> float:
@@ -69,24 +49,16 @@ def sinusoidal_table(n_positions: int, d_model: int, base: float = 10000.0) -> t
 
 def sinusoidal_encoding(n_positions: int, d_model: int, *, base: float = 10000.0,
                         dtype=torch.float32) -> torch.Tensor:
-    """The fixed sinusoidal encoding of Vaswani et al. (2017): ``(n_positions, d_model)``.
-
-    ``PE[p, 2i] = sin(p / base^(2i/d))`` and ``PE[p, 2i+1] = cos(p / base^(2i/d))``. Every row has
-    squared norm ``d_model / 2``. Computed in float64 (:func:`sinusoidal_table`), returned in
-    ``dtype``.
-    """
+    """``(n_positions, d_model)``: ``PE[p, 2i] = sin(p / base^(2i/d))``, ``PE[p, 2i+1] =
+    cos(p / base^(2i/d))``, computed in float64 and returned in ``dtype``."""
     require_positive_int("n_positions", n_positions)
     base = _check(base, d_model)
     return sinusoidal_table(n_positions, d_model, base).to(dtype)
 
 
 def pair_rotation(offset: float, d_model: int, pair: int, *, base: float = 10000.0) -> torch.Tensor:
-    """The ``(2, 2)`` matrix ``R`` with ``R @ PE[p, 2i:2i+2] = PE[p + offset, 2i:2i+2]`` for every ``p``.
-
-    With ``(sin a, cos a)`` in a pair and ``b = offset * omega_i``:
-    ``(sin(a+b), cos(a+b)) = [[cos b, sin b], [-sin b, cos b]] @ (sin a, cos a)``, a rotation by
-    ``-b`` that depends on the offset but not on ``p``. Returned in float64.
-    """
+    """The float64 ``(2, 2)`` rotation ``R`` with ``R @ PE[p, 2i:2i+2] = PE[p + offset, 2i:2i+2]``
+    for every ``p``: ``[[cos b, sin b], [-sin b, cos b]]``, ``b = offset * omega_i``."""
     offset = require_number("offset", offset)
     base = _check(base, d_model)
     require_int_in("pair", pair, 0, d_model // 2 - 1)
@@ -96,12 +68,8 @@ def pair_rotation(offset: float, d_model: int, pair: int, *, base: float = 10000
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """One trainable vector per absolute position (BERT, GPT-2), added to the token embeddings.
-
-    ``forward(x (..., n, d_model)) -> x + P[:n]``; ``n`` may not exceed ``max_len``: a learned
-    table has nothing to say about positions it never had a row for. The table starts as
-    ``N(0, init_std^2)`` noise.
-    """
+    """One trainable vector per position (BERT, GPT-2), ``N(0, init_std^2)`` at first:
+    ``forward(x (..., n <= max_len, d_model)) -> x + P[:n]``."""
 
     def __init__(self, max_len: int, d_model: int, *, init_std: float = 0.02):
         super().__init__()
@@ -135,21 +103,8 @@ def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> tor
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, *,
                base: float = 10000.0) -> torch.Tensor:
-    """Rotary position embedding (RoFormer): rotate each pair ``(x[2i], x[2i+1])`` by ``p * omega_i``.
-
-    ``x'[2i] = x[2i] cos(p w_i) - x[2i+1] sin(p w_i)``,
-    ``x'[2i+1] = x[2i] sin(p w_i) + x[2i+1] cos(p w_i)``.
-    Applied to queries at positions ``m`` and keys at positions ``n``, the score
-    ``rope(q, m) . rope(k, n)`` depends on ``m - n`` only, and norms are unchanged.
-
-    Args:
-        x: ``(..., n, d)`` with ``d`` even.
-        positions: ``(n,)`` (or broadcastable to ``x.shape[:-1]``) positions, integer or float;
-            defaults to ``0..n-1``.
-
-    Returns:
-        ``(..., n, d)``, same dtype as ``x``.
-    """
+    """Rotary embedding: rotate each pair ``(x[2i], x[2i+1])`` of ``x (..., n, d)`` (``d`` even) by
+    ``p * omega_i``; ``positions`` broadcast to ``(..., n)``, default ``0..n-1``. Same shape, dtype."""
     require_tensor("x", x, floating=True)
     if x.dim() < 2 or x.shape[-1] == 0 or x.shape[-1] % 2:
         raise ValueError(f"x must be (..., n, d) with d even (pairs), got shape {shape(x)}")
@@ -170,13 +125,8 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, *,
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
-    """``(num_heads,)`` ALiBi slopes (Press et al., 2022), float64.
-
-    For ``h`` a power of two the slopes are the geometric sequence ``2^(-8/h), 2^(-16/h), ...,
-    2^(-8)``. Otherwise, with ``c`` the largest power of two below ``h``, the paper takes the ``c``
-    slopes for ``c`` heads, then every other slope of the sequence for ``2c`` heads
-    (``2^(-4/c), 2^(-12/c), ...``) until there are ``h``.
-    """
+    """``(num_heads,)`` float64 ALiBi slopes ``2^(-8/h), 2^(-16/h), ..., 2^(-8)``; for ``h`` not a
+    power of two, the paper's: those of ``c < h`` heads, then every other one of ``2c`` heads."""
     require_positive_int("num_heads", num_heads)
 
     def geometric(h: int) -> torch.Tensor:  # (h,): 2^(-8/h), 2^(-16/h), ..., 2^(-8)
@@ -187,12 +137,8 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
 
 
 def alibi_bias(n: int, num_heads: int, *, dtype=torch.float32) -> torch.Tensor:
-    """``(num_heads, n, n)`` ALiBi bias ``-m_h * |i - j|``, added to the scores before the softmax.
-
-    Below the diagonal (the keys a causal model sees) this is the paper's ``-m_h * (i - j)``; the
-    part above the diagonal is removed by a causal mask, or, without one, penalises the distance
-    on both sides.
-    """
+    """``(num_heads, n, n)`` ALiBi bias ``-m_h * |i - j|``, added to the scores (below the
+    diagonal, the paper's ``-m_h * (i - j)``)."""
     require_positive_int("n", n)
     m = alibi_slopes(num_heads)[:, None, None]  # (h, 1, 1)
     positions = torch.arange(n, dtype=torch.float64)
