@@ -1,7 +1,5 @@
-"""Notebook 05: the associative-recall task, the small model with ``g`` key/value heads trained on
-it (``train_recall``), and the claims on the record of ``studies/masking_gqa_recall.py``, which
-trains it on many seeds (notebook 05's Going deeper loads that record and asserts
-``gqa_claims`` on it)."""
+"""Notebook 05's associative-recall task, a small model with ``g`` key/value heads trained on it,
+and the claims on the record of ``studies/masking_gqa_recall.py``."""
 
 from __future__ import annotations
 
@@ -22,10 +20,8 @@ RECORD = Path(__file__).resolve().parent.parent / "data" / "masking_gqa_recall.j
 
 def recall_batch(batch_size: int, generator: torch.Generator, *, num_keys: int = 16,
                  num_values: int = 8, pairs: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
-    """Associative recall: ``pairs`` (key, value) tokens with distinct keys (token ``key *
-    num_values + value``), then a query key (token ``num_keys * num_values + key``).
-
-    Returns ``(tokens (b, pairs + 1), answers (b,))``: the value stored with the queried key."""
+    """``pairs`` (key, value) tokens ``key * num_values + value`` with distinct keys, then a query
+    token ``num_keys * num_values + key``. -> ``(tokens (b, pairs + 1), answers (b,))``."""
     require_positive_int("batch_size", batch_size)
     keys = torch.rand(batch_size, num_keys, generator=generator).argsort(-1)[:, :pairs]  # (b, pairs)
     values = torch.randint(0, num_values, (batch_size, pairs), generator=generator)   # (b, pairs)
@@ -36,8 +32,8 @@ def recall_batch(batch_size: int, generator: torch.Generator, *, num_keys: int =
 
 
 def train_recall(g: int, seed: int) -> dict:
-    """h = 4 query heads, g key/value heads: 300 Adam steps on batches of 32, one thread.
-    Returns the accuracy on 2,000 new questions and the final loss (mean of the last 30 steps)."""
+    """h = 4 query heads, g key/value heads, 300 Adam steps on batches of 32, one thread ->
+    accuracy on 2,000 new questions and the mean loss of the last 30 steps."""
     torch.manual_seed(seed)
     model = TinyCausalLM(16 * 8 + 16, 32, 4, 1, 64, num_kv_heads=g, max_len=7)  # 6 pairs + query
 
@@ -53,7 +49,7 @@ def train_recall(g: int, seed: int) -> dict:
 
 
 def summary(rows: list[dict]) -> dict[str, dict[str, float]]:
-    """Per ``g`` (a string key, as in JSON): the mean, lowest and highest accuracy over the seeds."""
+    """Per ``g`` (a string key): the mean, lowest and highest accuracy over the seeds."""
     out = {}
     for g in sorted({r["g"] for r in rows}, reverse=True):
         accuracy = [r["accuracy"] for r in rows if r["g"] == g]
@@ -63,14 +59,12 @@ def summary(rows: list[dict]) -> dict[str, dict[str, float]]:
 
 
 def load_record(path: Path = RECORD) -> dict:
-    """The record of ``studies/masking_gqa_recall.py``: ``gs``, ``seeds``, ``rows`` (one per g and
-    seed: ``g``, ``seed``, ``accuracy``, ``final_loss``) and ``summary`` (per g)."""
+    """The study's record: ``gs``, ``seeds``, ``rows`` (per g and seed) and ``summary`` (per g)."""
     return json.loads(Path(path).read_text())
 
 
 def gqa_claims(record: dict) -> dict[str, bool]:
-    """The statements about the study's runs (its record, see :func:`load_record`) that notebook 05
-    and ``studies/masking_gqa_recall.py`` assert. Runs with the same seed share their batches."""
+    """Notebook 05's statements about the study's record (same seed: same batches)."""
     rows, seeds = record["rows"], record["seeds"]
     accuracy = {(r["g"], r["seed"]): r["accuracy"] for r in rows}
     mean = {g: sum(accuracy[g, s] for s in seeds) / len(seeds) for g in (4, 2, 1)}

@@ -1,10 +1,6 @@
-"""Notebook 04's toy task: two relations at once, and a tiny transformer whose heads split them.
-
-The task: a sequence of ``n`` random letters. At every position ``i >= 1`` the model must name
-two things, the **previous** letter ``x[i-1]`` and the **first** letter ``x[0]``. No single
-attention pattern puts all its weight on both: two heads can give one relation to each, while one
-head has to blend them. The shipped checkpoints (two heads; one head, with the seed study of both
-in its metadata) come from ``studies/multi_head_seeds.py``, which asserts :func:`study_claims`.
+"""Notebook 04's toy task: at every position ``i >= 1`` of ``n`` random letters, name the previous
+letter ``x[i-1]`` and the first letter ``x[0]``; a tiny transformer whose heads can split the two.
+The shipped checkpoints come from ``studies/multi_head_seeds.py``, which asserts :func:`study_claims`.
 """
 
 from __future__ import annotations
@@ -20,13 +16,13 @@ from torch.nn import functional as F
 from .._checks import require_int_in, require_positive_int, require_tensor, shape
 from ..masks import causal_mask
 from ..multihead import MultiHeadAttention
-from ..training import TrainResult, load_checkpoint, train
+from ..training import load_checkpoint, train
 
 __all__ = [
     "RELATIONS", "TaskConfig", "CONFIG", "ONE_HEAD", "LOSS_EVERY", "STUDY_SEEDS",
     "make_batch", "token_labels", "TwoRelationModel", "relation_accuracy", "head_relation_scores",
     "evaluation_batch", "train_two_relations", "load_two_relations", "load_one_head", "steps_to",
-    "study_claims", "ModuleAttention", "train_with_module",
+    "study_claims",
     "AblationData", "AblationFrame", "ablation_data", "ablation_frame",
 ]
 
@@ -37,7 +33,7 @@ STUDY_SEEDS = (0, 1, 2, 3, 4)
 
 @dataclass(frozen=True)
 class TaskConfig:
-    """Sizes of the task and the model (the defaults are what the checkpoint was trained with)."""
+    """Sizes of the task and the model (defaults: the checkpoint's)."""
 
     vocab: int = 8
     length: int = 10
@@ -56,9 +52,7 @@ ONE_HEAD = replace(CONFIG, num_heads=1)     # the same task, d_model, MLP, steps
 
 def make_batch(batch: int, generator: torch.Generator, *, vocab: int = CONFIG.vocab,
                length: int = CONFIG.length) -> tuple[torch.Tensor, torch.Tensor]:
-    """``tokens (batch, length)`` and ``targets (batch, length, 2)``: ``targets[:, i, 0] =
-    tokens[:, i-1]`` (previous), ``targets[:, i, 1] = tokens[:, 0]`` (first); ``-100`` (ignored)
-    at position 0."""
+    """``tokens (batch, length)``, ``targets (batch, length, 2)``: previous, first letter (-100 at 0)."""
     require_positive_int("batch", batch)
     require_positive_int("vocab", vocab)
     require_positive_int("length", length)
@@ -80,11 +74,8 @@ def token_labels(tokens: torch.Tensor) -> list[str]:
 
 
 class TwoRelationModel(nn.Module):
-    """A one-layer transformer: embeddings + learned positions, one causal
-    :class:`MultiHeadAttention`, a residual MLP and two read-outs (previous, first).
-
-    ``forward(tokens (b, n), head_mask=None) -> (logits (b, n, 2, vocab), weights (b, h, n, n))``.
-    """
+    """Embeddings + learned positions, one causal :class:`MultiHeadAttention`, a residual MLP, two
+    read-outs. ``forward(tokens (b, n), head_mask=None) -> (logits (b, n, 2, vocab), weights)``."""
 
     def __init__(self, config: TaskConfig = CONFIG):
         super().__init__()
@@ -113,8 +104,8 @@ class TwoRelationModel(nn.Module):
 
 def relation_accuracy(model: TwoRelationModel, tokens: torch.Tensor, targets: torch.Tensor,
                       head_mask: torch.Tensor | None = None) -> dict[str, float]:
-    """Share of positions ``i >= 2`` where each relation is named correctly (position 1 is left
-    out: there the previous letter *is* the first one). Returns ``{"previous": .., "first": ..}``."""
+    """``{"previous": .., "first": ..}``: share of positions ``i >= 2`` named correctly (at 1 the
+    previous letter is the first)."""
     with torch.no_grad():
         logits, _ = model(tokens, head_mask=head_mask)
     correct = logits.argmax(-1)[:, 2:] == targets[:, 2:]
@@ -122,8 +113,7 @@ def relation_accuracy(model: TwoRelationModel, tokens: torch.Tensor, targets: to
 
 
 def head_relation_scores(weights: torch.Tensor) -> torch.Tensor:
-    """``weights (b, h, n, n) -> (h, 2)``: each head's mean weight of query ``i`` on key ``i-1``
-    (column 0) and on key ``0`` (column 1), over queries ``i >= 2``."""
+    """``weights (b, h, n, n) -> (h, 2)``: mean weight on key ``i-1``, on key 0 (queries ``i >= 2``)."""
     require_tensor("weights", weights, floating=True)
     if weights.dim() != 4 or weights.shape[-1] != weights.shape[-2] or weights.shape[-1] < 3:
         raise ValueError(f"weights must be (b, h, n, n) with n >= 3, got shape {shape(weights)}")
@@ -134,7 +124,7 @@ def head_relation_scores(weights: torch.Tensor) -> torch.Tensor:
 
 
 def evaluation_batch(config: TaskConfig = CONFIG, seed: int = 1234):
-    """A fixed held-out batch of 512 sequences: ``(tokens, targets)``."""
+    """A fixed held-out batch of 512: ``(tokens, targets)``."""
     return make_batch(512, torch.Generator().manual_seed(seed), vocab=config.vocab,
                       length=config.length)
 
@@ -145,9 +135,8 @@ def _loss(model: nn.Module, tokens, targets) -> torch.Tensor:
 
 
 def train_two_relations(config: TaskConfig = CONFIG, *, build=None):
-    """Train :class:`TwoRelationModel` from scratch (seeded by ``config.seed``), on one thread.
-    ``build(config)`` may build another model (notebook 04's exercise swaps in the learner's
-    attention). -> ``(model, TrainResult)``."""
+    """Train a :class:`TwoRelationModel` (or ``build(config)``) seeded by ``config.seed``, one thread.
+    -> ``(model, TrainResult)``."""
     torch.manual_seed(config.seed)
     model = TwoRelationModel(config) if build is None else build(config)
 
@@ -160,21 +149,19 @@ def train_two_relations(config: TaskConfig = CONFIG, *, build=None):
 
 
 def load_two_relations() -> tuple[TwoRelationModel, dict]:
-    """The shipped two-head model (seed 0) and its metadata (config, loss curve, accuracy)."""
+    """The shipped two-head model (seed 0) and its metadata."""
     model = TwoRelationModel(CONFIG)
     return model, load_checkpoint(model, "multihead_two_relations")
 
 
 def load_one_head() -> tuple[TwoRelationModel, dict]:
-    """The shipped one-head model (seed 0) and its metadata, whose ``"study"`` holds one row per
-    run of ``studies/multi_head_seeds.py`` (one and two heads, :data:`STUDY_SEEDS`)."""
+    """The shipped one-head model (seed 0); its metadata's ``"study"`` holds the seed study's rows."""
     model = TwoRelationModel(ONE_HEAD)
     return model, load_checkpoint(model, "multihead_one_head")
 
 
 def steps_to(run: dict, loss: float) -> int:
-    """The step at which a study run's loss curve (means of :data:`LOSS_EVERY` steps) first falls
-    below ``loss`` (the end of that block), or ``CONFIG.steps + LOSS_EVERY`` if it never does."""
+    """The step where a loss curve first falls below ``loss``, else ``CONFIG.steps + LOSS_EVERY``."""
     blocks = (i for i, mean in enumerate(run["loss_curve"]) if mean < loss)
     return LOSS_EVERY * (next(blocks, CONFIG.steps // LOSS_EVERY) + 1)
 
@@ -188,8 +175,7 @@ def _split(scores) -> bool:
 
 
 def study_claims(study: list[dict]) -> dict[str, bool]:
-    """What notebook 04 says about the seed study (rows of ``studies/multi_head_seeds.py``);
-    the study script asserts the same on a fresh run."""
+    """Notebook 04's statements about the seed study's rows."""
     runs = {h: sorted((r for r in study if r["num_heads"] == h), key=lambda r: r["seed"])
             for h in (1, 2)}
     pairs = list(zip(runs[1], runs[2], strict=True))
@@ -214,41 +200,10 @@ def study_claims(study: list[dict]) -> dict[str, bool]:
     }
 
 
-class ModuleAttention(nn.Module):
-    """Puts a learner's self-attention module, ``module(x, mask) -> (b, n, d_model)``, where
-    :class:`TwoRelationModel` expects ``MultiHeadAttention``'s ``(query, key, value, mask) ->
-    (output, weights)``; the weights are not returned (``None``)."""
-
-    def __init__(self, module: nn.Module):
-        super().__init__()
-        self.inner = module
-
-    def forward(self, query, key, value, mask=None, *, head_mask=None):
-        if head_mask is not None or key is not query or value is not query:
-            raise ValueError("a learner's module does self-attention, without head_mask")
-        return self.inner(query, mask), None
-
-
-def train_with_module(module_class, config=CONFIG) -> tuple[TwoRelationModel, TrainResult, dict]:
-    """The checkpoint's recipe (same seed, steps, learning rate and batches) with the attention
-    replaced by ``module_class(d_model, num_heads)``. -> ``(model, result, held-out accuracy)``."""
-    def build(cfg):
-        model = TwoRelationModel(cfg)
-        model.attention = ModuleAttention(module_class(cfg.d_model, cfg.num_heads))
-        return model
-
-    model, result = train_two_relations(config, build=build)
-    return model, result, relation_accuracy(model, *evaluation_batch(config))
-
-
-# --- the widget's head ablation: every subset of heads, evaluated once ------------------------
-
-
 @dataclass(frozen=True)
 class AblationData:
-    """``tokens (m, n)``, ``targets (m, n, 2)``, ``weights (m, h, n, n)`` (a one-layer model's
-    weights do not depend on which heads are off) and, per ``heads_on`` tuple of ``h`` bools,
-    the letters named ``predictions[heads_on] (m, n, 2)`` and ``accuracy[heads_on]``."""
+    """``tokens (m, n)``, ``targets (m, n, 2)``, ``weights (m, h, n, n)``; per ``heads_on`` tuple:
+    ``predictions[heads_on] (m, n, 2)`` and ``accuracy[heads_on]``."""
 
     tokens: torch.Tensor
     targets: torch.Tensor
@@ -259,9 +214,8 @@ class AblationData:
 
 @dataclass(frozen=True)
 class AblationFrame:
-    """One example with some heads off: ``weights (h, n, n)``, ``heads_on``, ``labels``,
-    ``predictions (n, 2)``, ``correct (n, 2)`` (False where there is no target) and ``accuracy``
-    over the whole held-out batch with these heads."""
+    """One example with some heads off: ``weights (h, n, n)``, ``predictions``/``correct (n, 2)``,
+    and the batch's ``accuracy`` with these heads."""
 
     weights: torch.Tensor
     heads_on: tuple
@@ -272,7 +226,7 @@ class AblationFrame:
 
 
 def ablation_data(model: TwoRelationModel, tokens: torch.Tensor, targets: torch.Tensor):
-    """Run ``model`` once per subset of heads (``2^h`` runs); :func:`ablation_frame` looks up."""
+    """Run ``model`` once per subset of heads (``2^h`` runs)."""
     require_tensor("tokens", tokens)
     if tokens.dim() != 2 or targets.shape != (*tokens.shape, 2):
         raise ValueError(f"tokens must be (m, n) and targets (m, n, 2); got {shape(tokens)} and "
@@ -288,7 +242,7 @@ def ablation_data(model: TwoRelationModel, tokens: torch.Tensor, targets: torch.
 
 
 def ablation_frame(data: AblationData, example: int, heads_on) -> AblationFrame:
-    """Example ``example`` of ``data`` with the heads where ``heads_on`` is False switched off."""
+    """Example ``example`` with the heads where ``heads_on`` is False switched off."""
     m, h = data.weights.shape[:2]
     require_int_in("example", example, 0, m - 1)
     heads_on = tuple(bool(on) for on in heads_on)
