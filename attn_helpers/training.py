@@ -1,9 +1,5 @@
-"""A small, seeded training loop with a progress bar, and checkpoints saved in the repository.
-
-Every toy model in the course trains with :func:`train`; models that take longer than ~20 s to
-train on a 2-core CPU ship a checkpoint written by a study (``studies/``, re-run with
-``python3 course.py studies NAME``); notebooks load it with :func:`load_checkpoint`.
-"""
+"""A small, seeded training loop with a progress bar, and the checkpoints studies write
+(``studies/``) and notebooks load with :func:`load_checkpoint`."""
 
 from __future__ import annotations
 
@@ -17,30 +13,16 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-__all__ = [
-    "single_thread",
-    "torch_threads",
-    "TrainResult",
-    "train",
-    "CHECKPOINT_DIR",
-    "checkpoint_path",
-    "save_checkpoint",
-    "load_checkpoint",
-    "token_accuracy",
-]
+__all__ = ["single_thread", "torch_threads", "TrainResult", "train", "CHECKPOINT_DIR",
+           "checkpoint_path", "save_checkpoint", "load_checkpoint", "token_accuracy"]
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
 
+
 @contextmanager
 def single_thread() -> Iterator[None]:
-    """Run the block with one torch thread, then restore the previous count.
-
-    One thread makes the floating-point summation order, hence the trained weights, the same
-    whatever ``OMP_NUM_THREADS`` is, and a run beside other work (CI's two lanes) never waits for
-    a busy core. It is not free on an idle machine: notebook 10's GPT, the largest model trained,
-    took 94-100 ms per step on one thread and 66-75 ms on two (idle 2-core AVX2 EPYC, 2026-11-26);
-    beside one busy core, two threads took twice as long as one (230 against 115 ms).
-    """
+    """Run the block on one torch thread: the summation order, hence the trained weights, then
+    do not depend on ``OMP_NUM_THREADS``, and a busy core never stalls the run."""
     with torch_threads(1):
         yield
 
@@ -60,7 +42,7 @@ def torch_threads(count: int) -> Iterator[None]:
 
 @dataclass
 class TrainResult:
-    """What :func:`train` returns: the loss of every step and the evaluations it logged."""
+    """The loss of every step and the ``(step, evaluate(model))`` pairs logged."""
 
     losses: list[float] = field(default_factory=list)
     evaluations: list[tuple[int, dict]] = field(default_factory=list)
@@ -72,34 +54,14 @@ class TrainResult:
         return sum(tail) / len(tail)
 
 
-def train(
-    model: nn.Module,
-    make_batch: Callable[[int, torch.Generator], tuple],
-    loss_fn: Callable[..., torch.Tensor],
-    *,
-    steps: int,
-    lr: float = 3e-3,
-    seed: int = 0,
-    clip_grad: float | None = 1.0,
-    evaluate: Callable[[nn.Module], dict] | None = None,
-    eval_every: int = 0,
-    progress: bool = True,
-    description: str = "training",
-    single_threaded: bool = False,
-) -> TrainResult:
-    """Train ``model`` with Adam for ``steps`` steps, deterministically for a given ``seed``.
-
-    Args:
-        make_batch: ``make_batch(step, generator) -> batch`` (a tuple); draw all randomness from
-            ``generator`` so the run is reproducible.
-        loss_fn: ``loss_fn(model, *batch) -> scalar loss``.
-        evaluate: optional ``evaluate(model) -> dict`` called every ``eval_every`` steps and at
-            the end, in eval mode and without gradients.
-        progress: show a progress bar (tqdm; a widget in notebooks). Pass ``False`` in cells whose
-            output nbval compares.
-        single_threaded: train on one torch thread (see :func:`single_thread`): faster for tiny
-            models, and the result no longer depends on ``OMP_NUM_THREADS``.
-    """
+def train(model: nn.Module, make_batch: Callable[[int, torch.Generator], tuple],
+          loss_fn: Callable[..., torch.Tensor], *, steps: int, lr: float = 3e-3, seed: int = 0,
+          clip_grad: float | None = 1.0, evaluate: Callable[[nn.Module], dict] | None = None,
+          eval_every: int = 0, progress: bool = True, description: str = "training",
+          single_threaded: bool = False) -> TrainResult:
+    """Adam for ``steps`` steps, deterministic for a ``seed``: ``make_batch(step, generator)``
+    draws from ``generator``, ``loss_fn(model, *batch)`` is a scalar, ``evaluate(model) -> dict``
+    runs every ``eval_every`` steps and at the end (eval mode, no gradients)."""
     if single_threaded:
         with single_thread():
             return train(model, make_batch, loss_fn, steps=steps, lr=lr, seed=seed,
@@ -143,11 +105,8 @@ def checkpoint_path(name: str) -> Path:
 
 
 def save_checkpoint(model: nn.Module, name_or_path: str | Path, metadata: dict | None = None) -> Path:
-    """Save ``model``'s weights and JSON-like ``metadata`` (numbers, strings, lists, dicts).
-
-    Weights are stored in float32 as plain tensors, so :func:`load_checkpoint` can use
-    ``torch.load(..., weights_only=True)``.
-    """
+    """Save ``model``'s weights in float32 and JSON-like ``metadata`` (loadable with
+    ``weights_only=True``)."""
     path = Path(name_or_path) if isinstance(name_or_path, Path) else checkpoint_path(name_or_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to(torch.float32) if v.is_floating_point() else v.detach()
@@ -160,26 +119,20 @@ def load_checkpoint(model: nn.Module, name_or_path: str | Path) -> dict:
     """Load weights saved by :func:`save_checkpoint` into ``model`` (strictly); return metadata."""
     path = Path(name_or_path) if isinstance(name_or_path, Path) else checkpoint_path(name_or_path)
     if not path.exists():
-        raise FileNotFoundError(
-            f"no checkpoint at {path}; a study in studies/ writes it "
-            "(python3 course.py studies --check lists them)"
-        )
+        raise FileNotFoundError(f"no checkpoint at {path}; a study in studies/ writes it "
+                                "(python3 course.py studies --check lists them)")
     payload = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(payload["state_dict"])
     model.eval()
     return payload["metadata"]
 
 
-def token_accuracy(
-    predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None
-) -> float:
-    """Share of positions where ``predictions == targets`` (both ``(batch, n)`` integer tensors),
-    counting only positions where the boolean ``mask`` is True."""
+def token_accuracy(predictions: torch.Tensor, targets: torch.Tensor,
+                   mask: torch.Tensor | None = None) -> float:
+    """Share of positions (where the bool ``mask`` is True) with ``predictions == targets``."""
     if predictions.shape != targets.shape:
-        raise ValueError(
-            f"predictions {tuple(predictions.shape)} and targets {tuple(targets.shape)} must have "
-            "the same shape"
-        )
+        raise ValueError(f"predictions {tuple(predictions.shape)} and targets "
+                         f"{tuple(targets.shape)} must have the same shape")
     correct = predictions == targets
     if mask is not None:
         if mask.shape != targets.shape or mask.dtype != torch.bool:
