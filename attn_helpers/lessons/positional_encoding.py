@@ -1,26 +1,6 @@
-r"""Notebook 07's shared pieces: the offset-copy task and its tiny model with pluggable position
-schemes, RoPE's two layouts, and ALiBi's half-weight reach.
-
-**The task**, "copy from 1 and 3 back": given random tokens ``x_0 .. x_{n-1}``, predict at every
-position ``i`` both ``x_{i-1}`` and ``x_{i-3}`` (where they exist). The model is one causal
-attention layer (3 heads of ``d_head = 8``) over token embeddings, a residual connection and a
-linear read-out with one group of ``VOCAB`` logits per offset. Its scores see token contents only,
-unless a position scheme is plugged in: ``none``; ``sinusoidal`` (added to the embeddings);
-``learned`` (one trained vector per position, added); ``rope`` (queries and keys rotated by
-:func:`attn_helpers.positional.apply_rope`); ``alibi`` (``-slope * distance`` added to the scores).
-Every scheme trains on lengths ``TRAIN_MIN_LEN..TRAIN_MAX_LEN`` with ``SEEDS``; RoPE also with the
-bases ``WRAP_BASES``. All the models ship in one checkpoint, made by ``studies/positional_offsets.py``.
-
-**The two layouts.** RoFormer (and ``apply_rope``) rotates the interleaved pairs
-``(x[2i], x[2i+1])``; GPT-NeoX and Hugging Face's Llama (``rotate_half``) rotate the split halves
-``(x[i], x[i + d/2])`` with the same frequencies (:func:`apply_rope_half`). They differ by the
-permutation :func:`interleaved_to_half` of each head's features; :func:`permute_rows` applies it
-to a projection's rows, and :func:`layer_scores` gives a layer's scores in either layout.
-
-**The reach.** With equal content scores, a query that sees ``n`` keys puts weight proportional to
-``r^delta``, ``r = e^{-m}``, on the key ``delta`` back under ALiBi's bias ``-m delta``. The keys at
-distances ``0 .. k - 1`` hold ``share(k) = (1 - r^k) / (1 - r^n)`` of it, and ``share(k) >= 1/2``
-exactly when ``k >= x = -ln((1 + r^n) / 2) / m``: :func:`half_weight_reach` is ``ceil(x)``.
+r"""Notebook 07: the offset-copy task ("copy from 1 and 3 back") and its one-layer model with a
+pluggable position scheme (trained by ``studies/positional_offsets.py``), RoPE's interleaved and
+split-halves layouts, and ALiBi's half-weight reach.
 """
 
 from __future__ import annotations
@@ -68,8 +48,8 @@ MODELS = ([(s, seed, BASE) for s in SCHEMES for seed in SEEDS]
 
 def offset_copy_batch(batch: int, n: int, generator: torch.Generator, *, vocab: int = VOCAB,
                       offsets: tuple[int, ...] = OFFSETS) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(tokens (batch, n), targets (batch, n, len(offsets)))``: uniform random tokens and
-    ``targets[:, i, j] = tokens[:, i - offsets[j]]``, or ``-1`` (ignored) where ``i < offsets[j]``."""
+    """``(tokens (batch, n), targets (batch, n, len(offsets)))``, ``targets[:, i, j] =
+    tokens[:, i - offsets[j]]`` or ``-1`` (ignored) where ``i < offsets[j]``."""
     require_positive_int("batch", batch)
     require_positive_int("n", n)
     require_positive_int("vocab", vocab)
@@ -81,12 +61,9 @@ def offset_copy_batch(batch: int, n: int, generator: torch.Generator, *, vocab: 
 
 
 class PositionTaskModel(nn.Module):
-    """One causal multi-head attention layer with a pluggable position scheme.
-
-    ``forward(tokens (b, n)) -> logits (b, n, len(offsets), vocab)``: ``head(x + attention(x))``.
-    :attr:`last_weights` keeps the attention weights ``(b, num_heads, n, n)`` of the latest call.
-    ``base`` is RoPE's (only used by ``scheme="rope"``).
-    """
+    """One causal multi-head attention layer with position scheme ``scheme`` (one of
+    :data:`SCHEMES`; ``base`` is RoPE's). ``forward(tokens (b, n)) -> logits (b, n, len(offsets),
+    vocab)``, ``head(x + attention(x))``; :attr:`last_weights` ``(b, h, n, n)`` of the latest call."""
 
     def __init__(self, scheme: str, *, vocab: int = VOCAB, d_model: int = D_MODEL,
                  num_heads: int = NUM_HEADS, offsets: tuple[int, ...] = OFFSETS,
@@ -142,9 +119,7 @@ def _loss(model: PositionTaskModel, tokens: torch.Tensor, targets: torch.Tensor)
 
 def train_scheme(scheme: str, *, seed: int = 0, base: float = BASE,
                  steps: int = STEPS) -> PositionTaskModel:
-    """Train one model on lengths ``TRAIN_MIN_LEN..TRAIN_MAX_LEN`` (Adam at ``LR``, batches of
-    ``BATCH``, gradient norm clipped to 1) on one CPU thread: the weights do not depend on
-    ``OMP_NUM_THREADS``."""
+    """Train one model on lengths ``TRAIN_MIN_LEN..TRAIN_MAX_LEN`` (Adam, one CPU thread)."""
     torch.manual_seed(seed)
     model = PositionTaskModel(scheme, base=base)
 
@@ -167,9 +142,8 @@ def load_models() -> tuple[nn.ModuleDict, dict]:
 @torch.no_grad()
 def position_accuracy(model: PositionTaskModel, n: int = 4 * TRAIN_MAX_LEN, *, batch: int = 128,
                       seed: int = 1) -> torch.Tensor:
-    """``(n, len(offsets))`` share of ``batch`` sequences (drawn with ``seed``) in which the model
-    gets position ``i``'s target for each offset; NaN where ``i < offset``. The model is causal,
-    so row ``i`` is also what any sequence of length ``> i`` gets there."""
+    """``(n, len(offsets))``: the share of ``batch`` random sequences in which the model gets
+    position ``i``'s target for each offset; NaN where ``i < offset``."""
     require_positive_int("n", n)
     tokens, targets = offset_copy_batch(batch, n, torch.Generator().manual_seed(seed),
                                         vocab=model.vocab, offsets=model.offsets)
@@ -179,14 +153,10 @@ def position_accuracy(model: PositionTaskModel, n: int = 4 * TRAIN_MAX_LEN, *, b
     return correct.masked_fill(targets[0] < 0, math.nan)
 
 
-# --- RoPE's two layouts ----------------------------------------------------------------------
-
-
 def apply_rope_half(x: torch.Tensor, positions: torch.Tensor | None = None, *,
                     base: float = 10000.0) -> torch.Tensor:
-    """RoPE in the split-halves layout (GPT-NeoX; Hugging Face Llama's ``rotate_half``): each pair
-    ``(x[i], x[i + d/2])`` turns by ``p * omega_i``, ``x * cos + rotate_half(x) * sin``.
-    ``x`` is ``(..., n, d)``, ``d`` even; ``positions`` ``(n,)``, default ``0..n-1``."""
+    """RoPE in the split-halves layout (GPT-NeoX, Llama's ``rotate_half``): pair ``(x[i], x[i +
+    d/2])`` turns by ``p * omega_i``. ``x (..., n, d)``, ``d`` even; ``positions (n,)``."""
     require_tensor("x", x, floating=True)
     d = x.shape[-1] if x.dim() >= 2 else 0
     if d == 0 or d % 2:
@@ -200,8 +170,8 @@ def apply_rope_half(x: torch.Tensor, positions: torch.Tensor | None = None, *,
 
 
 def interleaved_to_half(d: int) -> torch.Tensor:
-    """``(d,)`` index ``perm`` with ``half = interleaved[..., perm]``: ``(0, 2, 4, ..., 1, 3, ...)``,
-    so ``apply_rope_half(x[..., perm]) == apply_rope(x)[..., perm]``."""
+    """``(d,)`` index ``perm = (0, 2, 4, ..., 1, 3, ...)``:
+    ``apply_rope_half(x[..., perm]) == apply_rope(x)[..., perm]``."""
     require_positive_int("d", d)
     if d % 2:
         raise ValueError(f"d must be even (sin/cos pairs), got {d}")
@@ -210,8 +180,7 @@ def interleaved_to_half(d: int) -> torch.Tensor:
 
 def permute_rows(W: torch.Tensor, num_heads: int) -> torch.Tensor:
     """``W (num_heads * d_head, d_in)`` with each head's rows reordered by
-    :func:`interleaved_to_half`: a query/key projection for the interleaved layout becomes the same
-    projection for the split-halves layout."""
+    :func:`interleaved_to_half`: the same projection for the split-halves layout."""
     require_tensor("W", W)
     require_positive_int("num_heads", num_heads)
     if W.dim() != 2 or W.shape[0] % num_heads or (W.shape[0] // num_heads) % 2:
@@ -223,10 +192,9 @@ def permute_rows(W: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 def layer_scores(W_Q: torch.Tensor, W_K: torch.Tensor, x: torch.Tensor, h: int, g: int, *,
                  layout: str = "interleaved", positions: torch.Tensor | None = None) -> torch.Tensor:
-    """``(h, n, n)`` scores ``q_m . k_n`` (no scaling, no mask) of each query head of one layer for
-    tokens ``x (n, d_in)``. ``W_Q (h d_head, d_in)`` and ``W_K (g d_head, d_in)`` are ``nn.Linear``
-    weights, head after head; query head ``j`` reads key/value head ``j // (h/g)``. RoPE in
-    ``layout``: ``"interleaved"`` (``apply_rope``) or ``"half"`` (:func:`apply_rope_half`)."""
+    """``(h, n, n)`` unscaled RoPE scores of one layer's query heads for ``x (n, d_in)``;
+    ``W_Q (h d_head, d_in)``, ``W_K (g d_head, d_in)``, query head ``j`` reads key head
+    ``j // (h/g)``; ``layout`` ``"interleaved"`` or ``"half"``."""
     for name, value in (("W_Q", W_Q), ("W_K", W_K), ("x", x)):
         require_tensor(name, value, floating=True)
     require_positive_int("h", h)
@@ -246,12 +214,9 @@ def layer_scores(W_Q: torch.Tensor, W_K: torch.Tensor, x: torch.Tensor, h: int, 
     return rotate(q, positions) @ rotate(k, positions).transpose(-2, -1)         # (h, n, n)
 
 
-# --- ALiBi's reach ---------------------------------------------------------------------------
-
-
 def half_weight_reach(m: torch.Tensor, n: int) -> torch.Tensor:
-    """``(H,)`` long: the fewest nearest keys holding half a causal row's weight, for ALiBi slopes
-    ``m (H,)`` (``> 0``) and ``n >= 1`` keys with equal content scores (float64)."""
+    r"""``(H,)`` long: the fewest nearest keys holding half a causal row's weight under ALiBi
+    slopes ``m (H,) > 0``, ``n`` keys, equal content scores: ``ceil(-ln((1 + e^{-mn}) / 2) / m)``."""
     require_tensor("m", m, floating=True)
     if m.dim() != 1 or m.numel() == 0:
         raise ValueError(f"m must be a 1-D tensor (H,) of slopes, H >= 1, got shape {shape(m)}")
