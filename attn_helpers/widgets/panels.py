@@ -94,6 +94,7 @@ class TextSprites:
         self.texts: list[str] = []
         self.xy = np.zeros((0, 2))
         self.visible = True
+        self._blends: dict = {}
         blit.overlay(self.paint, zorder)
 
     def set(self, texts: Sequence[str], xy) -> None:
@@ -112,6 +113,15 @@ class TextSprites:
             self._bitmaps[key] = np.ascontiguousarray(np.rot90(alpha) if self.rotate else alpha)
         return self._bitmaps[key]
 
+    def _blend(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(1 - a, colour * a)`` of ``text``'s bitmap ``a``: a paint is ``pixel * (1 - a) +
+        colour * a``, two operations."""
+        key = (text, self.size, self.rotate)
+        if key not in self._blends:
+            a = self.bitmap(text)[:, :, None]
+            self._blends[key] = (1 - a, self.color * a)
+        return self._blends[key]
+
     def paint(self, buffer: np.ndarray) -> None:
         if not self.visible or not self.texts:
             return
@@ -119,18 +129,18 @@ class TextSprites:
         anchors = self.transform.transform(self.xy)
         fx = {"left": 0.0, "center": 0.5, "right": 1.0}[self.ha]
         fy = {"top": 0.0, "center": 0.5, "bottom": 1.0}[self.va]
-        for text, (x, y) in zip(self.texts, anchors, strict=False):
+        for text, (x, y) in zip(self.texts, anchors.tolist(), strict=False):
             if not text:
                 continue
-            alpha = self.bitmap(text)
-            h, w = alpha.shape
+            keep, ink = self._blend(text)
+            h, w = keep.shape[:2]
             top, left = int(round(height - y - fy * h)), int(round(x - fx * w))
             r0, c0, r1, c1 = max(top, 0), max(left, 0), min(top + h, height), min(left + w, width)
             if r0 >= r1 or c0 >= c1:
                 continue
-            a = alpha[r0 - top:r1 - top, c0 - left:c1 - left, None]
+            rows, cols = slice(r0 - top, r1 - top), slice(c0 - left, c1 - left)
             region = buffer[r0:r1, c0:c1, :3]
-            region[:] = (region * (1 - a) + self.color * a).astype(np.uint8)
+            np.add(region * keep[rows, cols], ink[rows, cols], out=region, casting="unsafe")
 
 
 class CellPainter:
