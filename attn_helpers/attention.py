@@ -1,14 +1,6 @@
-r"""Attention scores and scaled dot-product attention.
-
-Notation follows Vaswani et al. (2017): queries ``q`` ``(..., n_q, d_k)``, keys ``k``
-``(..., n_k, d_k)``, values ``v`` ``(..., n_k, d_v)``. A boolean ``mask`` is ``True`` where a query
-may attend to a key, the same meaning as a boolean ``attn_mask`` in
-``torch.nn.functional.scaled_dot_product_attention``.
-
-.. math::  \mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right) V
-
-Each public function checks its arguments, then calls the math: :func:`attention`,
-:func:`softmax_with_mask` and :func:`bahdanau_scores` take checked arguments.
+"""Attention scores and scaled dot-product attention (Vaswani et al., 2017):
+``softmax(Q K^T / sqrt(d_k)) V`` with ``q (..., n_q, d_k)``, ``k (..., n_k, d_k)``,
+``v (..., n_k, d_v)``; a bool ``mask`` is True where a query may attend to a key, as in torch.
 """
 
 from __future__ import annotations
@@ -27,14 +19,8 @@ from ._checks import (
     shape,
 )
 
-__all__ = [
-    "dot_product_scores",
-    "scaled_dot_product_scores",
-    "additive_scores",
-    "AdditiveScore",
-    "masked_softmax",
-    "scaled_dot_product_attention",
-]
+__all__ = ["dot_product_scores", "scaled_dot_product_scores", "additive_scores", "AdditiveScore",
+           "masked_softmax", "scaled_dot_product_attention"]
 
 
 def dot_product_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -60,12 +46,9 @@ def bahdanau_scores(q, k, w_q, w_k, v_a):
 
 def additive_scores(q: torch.Tensor, k: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,
                     v_a: torch.Tensor) -> torch.Tensor:
-    r"""Additive scores (Bahdanau et al., 2015) :math:`e_{ij} = v_a^\top \tanh(W_q q_i + W_k k_j)`.
-
-    Unlike dot-product scores, queries and keys may have different sizes: ``q (..., n_q, d_q)``,
-    ``k (..., n_k, d_k)``, ``w_q (d_a, d_q)``, ``w_k (d_a, d_k)``, ``v_a (d_a,)``. Returns
-    ``(..., n_q, n_k)``.
-    """
+    """Additive scores (Bahdanau et al., 2015) ``e_ij = v_a . tanh(W_q q_i + W_k k_j)``: ``q (...,
+    n_q, d_q)``, ``k (..., n_k, d_k)``, ``w_q (d_a, d_q)``, ``w_k (d_a, d_k)``, ``v_a (d_a,)`` ->
+    ``(..., n_q, n_k)``."""
     for name, t in (("q", q), ("k", k), ("w_q", w_q), ("w_k", w_k), ("v_a", v_a)):
         require_tensor(name, t, floating=True)
         if t.dtype != q.dtype:
@@ -101,12 +84,8 @@ class AdditiveScore(nn.Module):
 
 
 def softmax_with_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """:func:`masked_softmax` on checked arguments.
-
-    Blocked keys (and scores of ``-inf``) get the dtype's most negative number, so the softmax
-    gives them exactly 0 (Hugging Face's BERT does the same); a row with no allowed key would come
-    out uniform, and is multiplied by 0.
-    """
+    """:func:`masked_softmax` on checked arguments: blocked keys get the dtype's most negative
+    number (exactly 0 after the softmax); a row with no allowed key is multiplied by 0."""
     allowed = scores != float("-inf")                              # (..., n_q, n_k); NaN stays NaN
     if mask is not None:
         allowed = allowed & mask
@@ -116,9 +95,8 @@ def softmax_with_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Softmax over the last dim of ``scores (..., n_q, n_k)`` that ignores keys where ``mask``
-    (bool, broadcastable to ``scores``) is False. A row with no allowed key gets all-zero weights
-    (not NaN), and so does its gradient."""
+    """Softmax over the last dim of ``scores (..., n_q, n_k)`` ignoring keys where the bool
+    ``mask`` is False; a row with no allowed key gets zero weights (not NaN)."""
     require_tensor("scores", scores, floating=True)
     if scores.dim() == 0 or scores.shape[-1] == 0:
         raise ValueError(f"scores (..., n_q, n_k) must have n_k >= 1 keys, got shape "
@@ -138,17 +116,9 @@ def attention(q, k, v, mask, scale):
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  mask: torch.Tensor | None = None, *, scale: float | None = None
                                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scaled dot-product attention that also returns its weights.
-
-    Args:
-        q: ``(..., n_q, d_k)`` queries; k: ``(..., n_k, d_k)`` keys; v: ``(..., n_k, d_v)`` values.
-        mask: optional boolean tensor broadcastable to ``(..., n_q, n_k)``; ``True`` = may attend.
-        scale: multiplies the scores; defaults to ``1/sqrt(d_k)``.
-
-    Returns:
-        ``(output (..., n_q, d_v), weights (..., n_q, n_k))``; each row of weights sums to one,
-        except rows with no allowed key, which are all zero (output zero).
-    """
+    """``(output (..., n_q, d_v), weights (..., n_q, n_k))`` of q ``(..., n_q, d_k)``, k ``(...,
+    n_k, d_k)``, v ``(..., n_k, d_v)``; ``mask`` bool, True = may attend; ``scale`` default
+    ``1/sqrt(d_k)``. A row with no allowed key gets zero weights and output."""
     batch = check_qkv(q, k, v)
     scale = resolve_scale(scale, q.shape[-1])
     target = (*batch, q.shape[-2], k.shape[-2])

@@ -1,15 +1,6 @@
-r"""A tiny decoder-only language model (GPT-style) from the course's parts, and greedy generation
-with and without a KV cache.
-
-``tokens -> token + learned position embeddings -> num_layers pre-norm decoder layers without
-cross-attention (causal self-attention, feed-forward) -> LayerNorm -> logits over the vocabulary``.
-
-**Generation.** Without a cache, every step runs the whole prefix through every layer again and
-keeps the last position's logits. With a cache (one :class:`~attn_helpers.kv_cache.KVCache` per
-layer), the prompt goes through once, and each later step runs only the new token: in every layer
-it is projected, its key and value are appended to that layer's cache, and its one query attends
-to the cached keys. The tokens and logits are the same; :class:`StepCost` records, per step, how
-many positions went through the layers and how many attention scores were computed.
+"""A tiny decoder-only (GPT-style) language model from the course's parts, and greedy generation
+with and without a KV cache: tokens, token + learned position embeddings, pre-norm decoder layers
+without cross-attention, LayerNorm, logits.
 """
 
 from __future__ import annotations
@@ -28,13 +19,8 @@ __all__ = ["TinyCausalLM", "StepCost", "Generation"]
 
 @dataclass(frozen=True)
 class StepCost:
-    """The work of one generation step, per sequence, read off the tensors actually computed.
-
-    Attributes:
-        positions: positions run through each layer (each one projected to q, k, v and output,
-            and through the feed-forward): the whole prefix without a cache, the new ones with it.
-        scores: attention score entries computed, summed over layers and heads.
-    """
+    """One generation step's work per sequence: ``positions`` run through each layer, ``scores``
+    computed over all layers and heads."""
 
     positions: int
     scores: int
@@ -42,14 +28,8 @@ class StepCost:
 
 @dataclass
 class Generation:
-    """What :meth:`TinyCausalLM.generate` returns.
-
-    Attributes:
-        tokens: ``(b, n_prompt + steps)`` the prompt followed by the generated tokens.
-        logits: ``(b, steps, vocab_size)`` the logits each generated token was chosen from.
-        costs: one :class:`StepCost` per step.
-        cache_bytes: bytes of the KV caches (0 without a cache).
-    """
+    """``tokens (b, n_prompt + steps)``, ``logits (b, steps, vocab_size)`` each new token came
+    from, one :class:`StepCost` per step, and ``cache_bytes`` (0 without a cache)."""
 
     tokens: torch.Tensor
     logits: torch.Tensor
@@ -58,19 +38,8 @@ class Generation:
 
 
 class TinyCausalLM(nn.Module):
-    """A small decoder-only Transformer language model.
-
-    Args:
-        vocab_size: number of token ids.
-        d_model, num_heads, d_ff: layer sizes (see :class:`~attn_helpers.transformer.DecoderLayer`).
-        num_layers: number of decoder layers.
-        num_kv_heads: key/value heads per layer (grouped-query attention; default ``num_heads``).
-        max_len: the longest sequence (learned position embeddings, and the caches' size).
-        activation: ``"gelu"`` (default) or ``"relu"``.
-
-    ``forward(tokens (b, n))`` returns logits ``(b, n, vocab_size)``; logit ``i`` predicts token
-    ``i + 1`` from tokens ``0..i``.
-    """
+    """A small decoder-only Transformer: ``forward(tokens (b, n))`` gives logits ``(b, n,
+    vocab_size)``, row ``i`` predicting token ``i + 1``; ``max_len`` bounds positions and caches."""
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
                  *, num_kv_heads: int | None = None, max_len: int = 128,
@@ -127,25 +96,15 @@ class TinyCausalLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, prompt: torch.Tensor, steps: int, *, use_cache: bool) -> Generation:
-        """Greedy decoding: ``steps`` times, append the most likely next token.
-
-        Args:
-            prompt: ``(b, n_prompt)`` token ids, ``n_prompt >= 1``, ``n_prompt + steps <= max_len``.
-            steps: number of tokens to generate.
-            use_cache: keep each layer's keys and values (one ``KVCache`` per layer) and run only
-                the new token at each step; otherwise re-run the whole prefix every step.
-
-        Returns:
-            a :class:`Generation`; the tokens and logits do not depend on ``use_cache`` (up to
-            float rounding in the logits).
-        """
+        """Greedy decoding of ``steps`` tokens after ``prompt (b, n_prompt)``; ``use_cache``: one
+        :class:`KVCache` per layer, only the new token runs. Returns a :class:`Generation`."""
         self._check_tokens("prompt", prompt)
         require_positive_int("steps", steps)
         require_bool("use_cache", use_cache)
         b, n_prompt = prompt.shape
-        if n_prompt == 0 or n_prompt + steps > self.max_len:
-            raise ValueError(f"need 1 <= n_prompt and n_prompt + steps <= max_len={self.max_len}, "
-                             f"got prompt {shape(prompt)} and steps={steps}")
+        if n_prompt + steps > self.max_len:
+            raise ValueError(f"need n_prompt + steps <= max_len={self.max_len}, got prompt "
+                             f"{shape(prompt)} and steps={steps}")
         tokens = prompt.new_empty((b, n_prompt + steps))
         tokens[:, :n_prompt] = prompt
         logits = torch.empty((b, steps, self.vocab_size), dtype=self.lm_head.weight.dtype,
