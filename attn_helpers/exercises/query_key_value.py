@@ -1,6 +1,5 @@
-"""Checkers for notebook 02: masked scaled dot-product attention that returns its weights (a query
-with no allowed key reads nothing), and projections W_Q, W_K under which every token attends to the
-next one, a relation that W_Q = W_K cannot express."""
+"""Checkers for notebook 02: masked attention returning its weights, and W_Q, W_K under which
+every token attends to the next one (a relation W_Q = W_K cannot express)."""
 
 from __future__ import annotations
 
@@ -17,38 +16,25 @@ __all__ = ["NEXT_WEIGHT", "check_asymmetric_relation", "check_attention", "next_
 
 FULLY_MASKED = (
     "a row whose keys are all masked is all -inf, and softmax gives 0 / 0 = NaN there. Such a "
-    "query may read nothing: its weights must be all zeros, and its output then zero too. After "
-    "the softmax, how can you turn exactly those NaN rows into zeros? (Multiplying the weights by "
-    "whether a row has an allowed key works only after a finite fill: after -inf the row is "
-    "already NaN, and NaN * 0 is NaN.)")
-
-
+    "query reads nothing: zero weights, zero output. After the softmax, how can you turn exactly "
+    "those NaN rows into zeros? (NaN * 0 is still NaN.)")
 ZEROED_AFTER = (
-    "the masked keys were zeroed after the softmax (the weights times the mask) and the row was "
-    "not renormalised: the share the softmax gave the forbidden keys is lost, so the allowed "
-    "keys' weights no longer sum to one. A forbidden key must get weight 0 from the softmax "
-    "itself: which score makes its exp exactly 0?")
-
-
+    "the masked keys were zeroed after the softmax and the row was not renormalised, so the "
+    "allowed keys' weights no longer sum to one. Which score makes a forbidden key's exp exactly 0?")
 MASKED_AFTER = (
-    "the masked keys were removed after the exponent (weights times the mask, then renormalised). "
-    "In exact arithmetic that gives the same weights (notebook 05), but here a masked key scores "
-    "about 1000 more than the allowed ones, so every allowed key's exp(s - max) underflows to 0 "
-    "and the row is 0 / 0. Fill the masked scores with -inf before the softmax: they then never "
-    "set the maximum.")
+    "the masked keys were removed after the exponent. Exact arithmetic agrees (notebook 05), but "
+    "here a masked key scores about 1000 more, so every allowed exp(s - max) underflows to 0 and "
+    "the row is 0 / 0. Fill the masked scores with -inf before the softmax.")
 
 
 def _random_mask(g: torch.Generator, *shape: int) -> torch.Tensor:
-    """A boolean mask in which every row allows at least one key and forbids at least one."""
+    """Every row allows at least one key and forbids at least one."""
     mask = torch.rand(*shape, generator=g) < 0.5
     n_k = shape[-1]
     first = torch.randint(0, n_k, shape[:-1], generator=g)
     mask.scatter_(-1, first[..., None], True)
     mask.scatter_(-1, ((first + 1) % n_k)[..., None], False)
     return mask
-
-
-# --- exercise 1: scaled dot-product attention, masked, returning its weights -----------------
 
 
 def _attention_cases() -> list[dict]:
@@ -80,8 +66,7 @@ def _attention_cases() -> list[dict]:
 
 def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v", zero_empty=True,
                stable=True, mask_after=None):
-    """Attention with one known mistake. ``mask_after``: the mask applied after the exponent
-    ("softmax" or "exp": then renormalised; "zeroed": not)."""
+    """Attention with one known mistake; ``mask_after``: "softmax"/"exp" (renormalised), "zeroed"."""
     def attention(q, k, v, mask):
         factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, k, v)
         scores = q @ k.transpose(-2, -1) * factor
@@ -104,39 +89,31 @@ def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v",
     return attention
 
 
-WRONG_AXIS = (
-    "d_k was taken from the wrong axis of q (q.shape[1] or q.shape[-2]?). q.shape[1] is d_k only "
-    "for a 2-D q: with batch or head axes in front it is another size, and q.shape[-2] is n_q. "
-    "d_k is the last axis: q.shape[-1].")
-
-
-TRANSPOSE_ALL = (
-    "if you wrote k.T: on a batched tensor .T reverses every axis, so k (2, 5, 16) becomes "
-    "(16, 5, 2) and the batch axes no longer line up. Swap only the last two axes, so that "
-    "k becomes (..., d_k, n_k).")
+WRONG_AXIS = ("d_k was taken from the wrong axis of q: q.shape[1] is d_k only for a 2-D q, and "
+              "q.shape[-2] is n_q. d_k is the last axis: q.shape[-1].")
+TRANSPOSE_ALL = ("if you wrote k.T: on a batched tensor .T reverses every axis, (2, 5, 16) -> "
+                 "(16, 5, 2). Swap only the last two axes: (..., d_k, n_k).")
 
 
 @exercise("query_key_value.attention", "scaled dot-product attention with a mask", hints=(
-    "Four steps: scores q . k_j, scaled by 1/sqrt(d_k); masked keys get -inf; a softmax over the "
-    "keys; the weighted sum of the values. A query with no allowed key must read nothing (zeros).",
-    "The scores need every query against every key: which axes of k must swap for q @ k to "
-    "give (..., n_q, n_k), and what scale? A forbidden key must get weight exactly 0 after the "
-    "softmax: which score gives that? And a row with no allowed key: what does the softmax of an "
-    "all -inf row give, and what must that row read instead?",
+    "Four steps: scores q . k_j scaled by 1/sqrt(d_k); masked keys get -inf; a softmax over the "
+    "keys; the weighted sum of the values. A query with no allowed key reads nothing (zeros).",
+    "Which axes of k must swap for q @ k to give (..., n_q, n_k)? Which score gets weight exactly "
+    "0 after the softmax? What does the softmax of an all -inf row give, and what must it read?",
     "scores = ...                                     # (..., n_q, n_k), scaled by 1/sqrt(d_k)\n"
     "scores = scores.masked_fill(..., float('-inf'))  # the keys the mask forbids\n"
     "weights = ...                                    # softmax over the keys, NaN (no key) -> 0\n"
     "return weights @ v, weights                      # (..., n_q, d_v), (..., n_q, n_k)"))
 def check_attention(attention: Callable) -> CheckResult:
-    """Exercise: ``attention(q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask) ->
-    (output (..., n_q, d_v), weights (..., n_q, n_k))``; ``mask`` True = may attend."""
+    """``attention(q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask) -> (output
+    (..., n_q, d_v), weights (..., n_q, n_k))``; ``mask`` True = may attend."""
     return check_function(
         attention, scaled_dot_product_attention, _attention_cases(), what="attention",
         output_names=("the output", "the weights"),
         mistakes=[
             Mistake(_attention(scale=lambda q, k, v: 1.0),
-                    "the scores were not scaled: the softmax got the raw dot products, whose "
-                    "spread grows with d_k. By what must they be divided before the softmax?"),
+                    "the scores were not scaled: their spread grows with d_k. By what must they "
+                    "be divided?"),
             Mistake(_attention(scale=lambda q, k, v: 1 / q.shape[-1]),
                     "you divided by d_k; the scale is 1 / sqrt(d_k)."),
             Mistake(_attention(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1])),
@@ -145,28 +122,25 @@ def check_attention(attention: Callable) -> CheckResult:
               for scale in (lambda q, k, v: 1 / math.sqrt(q.shape[1]),
                             lambda q, k, v: 1 / math.sqrt(q.shape[-2]))),
             Mistake(_attention(scale=lambda q, k, v: 1 / math.sqrt(k.shape[-2])),
-                    "you scaled by sqrt(n_k), the number of keys; the scale is 1 / sqrt(d_k), "
-                    "the size of each query and key vector."),
+                    "you scaled by sqrt(n_k), the number of keys; the scale is 1 / sqrt(d_k)."),
             *(Mistake(_attention(dim=-2, zero_empty=zero),
                       "the softmax ran over the queries (dim=-2); each query's weights over the "
                       "keys (dim=-1) must sum to one.") for zero in (True, False)),
             Mistake(_attention(invert=True),
-                    "the mask is inverted: your -inf went to the keys the mask allows. True means "
-                    "'may attend': which keys must masked_fill fill?"),
+                    "the mask is inverted: True means 'may attend'; fill the other keys."),
             Mistake(_attention(fill=0.0),
                     "masked scores were set to 0, and exp(0) = 1 still gives them weight: set "
                     "them to -inf."),
             Mistake(_attention(mix="k"),
                     "the output mixes the keys; it must mix the values: output = weights @ v."),
             Mistake(_attention(fill=-1e9),
-                    "a query with no allowed key came out with uniform weights over keys it may "
-                    "not see (the large negative fill makes all its scores equal); it must read "
-                    "nothing: zero weights, zero output."),
+                    "a query with no allowed key got uniform weights over keys it may not see; it "
+                    "must read nothing: zero weights, zero output."),
             Mistake(_attention(zero_empty=False), FULLY_MASKED),
             *(Mistake(_attention(stable=False, zero_empty=zero),
-                      "scores in the 1000s overflowed: exp(1000) is inf in floating point, and "
-                      "inf / inf is NaN. Subtract each row's maximum before exp (the softmax does "
-                      "not change), or use torch.softmax, which does.") for zero in (True, False)),
+                      "scores in the 1000s overflowed: exp(1000) is inf, and inf / inf is NaN. "
+                      "Subtract each row's maximum before exp, or use torch.softmax.")
+              for zero in (True, False)),
             *(Mistake(_attention(mask_after=after, zero_empty=zero), MASKED_AFTER)
               for after in ("softmax", "exp") for zero in (True, False)),
             Mistake(_attention(mask_after="zeroed"), ZEROED_AFTER),     # after: they agree on 8
@@ -177,13 +151,11 @@ def check_attention(attention: Callable) -> CheckResult:
     )
 
 
-# --- exercise 2: a relation that needs separate W_Q and W_K -------------------------------------
-
 NEXT_WEIGHT = 0.9   # each token must put at least this much of its attention on the next token
 
 
 def next_token_weights(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:  # noqa: N803
-    """``A = softmax((X W_Q)(X W_K)^T / sqrt(d_k))``, ``(n, n)``: the attention the projections give."""
+    """``A = softmax((X W_Q)(X W_K)^T / sqrt(d_k))``, ``(n, n)``."""
     Q, K = X @ W_Q, X @ W_K                                                # (n, d_k) each  # noqa: N806
     return torch.softmax(Q @ K.T / math.sqrt(Q.shape[-1]), dim=-1)
 
@@ -204,16 +176,15 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
     """None if ``got = (W_Q, W_K)`` makes every token attend to the next one, else why not."""
     n, d_model = X.shape
     if not isinstance(got, tuple) or len(got) != 2:
-        return ("it should return a pair (W_Q, W_K), but returned "
-                f"{type(got).__name__ if not isinstance(got, tuple) else f'{len(got)} values'}.")
+        what = f"{len(got)} values" if isinstance(got, tuple) else type(got).__name__
+        return f"it should return a pair (W_Q, W_K), but returned {what}."
     W_Q, W_K = got                                                          # noqa: N806
     for name, W in (("W_Q", W_Q), ("W_K", W_K)):                            # noqa: N806
         if not isinstance(W, torch.Tensor) or W.dim() != 2 or W.shape[0] != d_model:
             shape = tuple(W.shape) if isinstance(W, torch.Tensor) else type(W).__name__
             return f"{name} must be a (d_model, d_k) = ({d_model}, d_k) tensor, got {shape}."
     if W_Q.shape[1] != W_K.shape[1]:
-        return (f"W_Q has {W_Q.shape[1]} columns and W_K {W_K.shape[1]}: queries and keys must "
-                "have the same size d_k to take their dot products.")
+        return f"W_Q has {W_Q.shape[1]} columns and W_K {W_K.shape[1]}: they need the same size d_k."
     A = next_token_weights(X.double(), W_Q.double(), W_K.double())          # noqa: N806
     if not torch.isfinite(A).all():
         return "the attention weights contain NaN or inf: are your projections finite?"
@@ -223,25 +194,21 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
         return None
     strongest, weakest = A.argmax(-1), int(on_next.argmin())
     more = f", ... ({n} tokens)" if n > 6 else ""
-    where = ("strongest key of each token: "
-             + ", ".join(f"{i}->{j}" for i, j in enumerate(strongest[:6].tolist()))
-             + f"{more}; weight on the next token: "
-             + ", ".join(f"{w:.2f}" for w in on_next[:6].tolist())
-             + f"{more}, smallest {on_next[weakest]:.2f} (token {weakest})")
+    arrows = ", ".join(f"{i}->{j}" for i, j in enumerate(strongest[:6].tolist()))
+    shares = ", ".join(f"{w:.2f}" for w in on_next[:6].tolist())
+    where = (f"strongest key of each token: {arrows}{more}; weight on the next token: {shares}"
+             f"{more}, smallest {on_next[weakest]:.2f} (token {weakest})")
     if torch.allclose(W_Q.double(), W_K.double()):
-        why = ("W_Q = W_K, so the scores (X W)(X W)^T are symmetric: token i likes j exactly as "
-               "much as j likes i, and the token with the largest score with itself attends most to "
-               "itself. Use two different matrices.")
+        why = ("W_Q = W_K, so the scores (X W)(X W)^T are symmetric: i likes j as much as j likes "
+               "i. Use two different matrices.")
     elif bool((on_next[:-1] >= NEXT_WEIGHT).all()):
         why = "the last token must attend to the first (the relation wraps around)."
     elif bool((strongest == nxt).all()):
-        why = ("every token's strongest key is the next one, but not strongly enough: the next "
-               "token's weight is 1 / (1 + (n - 1) e^-gap), with gap its score's lead over the "
-               f"other n - 1 = {n - 1} keys, so the gap must grow like ln(n - 1): scale both "
-               f"projections with n until each row puts at least {NEXT_WEIGHT} on the next token.")
+        why = ("every token's strongest key is the next one, but not strongly enough: its weight "
+               f"is 1 / (1 + (n - 1) e^-gap), so the gap must grow like ln(n - 1) = ln {n - 1}: "
+               f"scale both projections with n until each row puts {NEXT_WEIGHT} on the next token.")
     elif n > 1 and bool((strongest == (torch.arange(n) - 1) % n).all()):
-        why = ("every token attends to the PREVIOUS token: the shift goes the wrong way (swap "
-               "W_Q and W_K, or transpose the shift).")
+        why = "every token attends to the PREVIOUS token: the shift goes the wrong way."
     elif bool((strongest == torch.arange(n)).all()):
         why = "every token attends to itself: the keys must be shifted by one position."
     else:
@@ -251,9 +218,8 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
 
 @exercise("query_key_value.asymmetric_relation", "choose W_Q, W_K: attend to the next token",
           hints=(
-              "The scores are S = X W_Q (X W_K)^T / sqrt(d_k). Decide what S should look like (large "
-              "on the entry (i, i+1), small elsewhere), then pick Q = X W_Q and K = X W_K that "
-              "give it. That S is not symmetric, so W_Q and W_K must differ.",
+              "The scores are S = X W_Q (X W_K)^T / sqrt(d_k). S must be large at (i, i+1), small "
+              "elsewhere. That S is not symmetric, so W_Q and W_K must differ.",
               "Forget X for a moment: what must the (n, n) matrix Q K^T look like for every row "
               "i to peak at column i + 1 (the last row at column 0)? Which simple Q and K have "
               "that product? Then X stands between you and them, as Q = X W_Q: which matrix, "
@@ -266,8 +232,8 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
               "                    # so that Q = X W_Q = c I\n"
               "return W_Q, ...     # W_K with K = X W_K = c P^T, so Q K^T = c^2 P"))
 def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
-    """Exercise: ``next_token_projections(X (n, d_model)) -> (W_Q, W_K)``, each ``(d_model, d_k)``:
-    every token puts at least ``NEXT_WEIGHT`` on the next one (the last on token 0)."""
+    """``next_token_projections(X (n, d_model)) -> (W_Q, W_K)``, each ``(d_model, d_k)``: every
+    token puts at least ``NEXT_WEIGHT`` on the next one (the last on token 0)."""
     what = "next_token_projections"
     if not callable(next_token_projections):
         return CheckResult(False, f"Not yet: {what} is not a function "
@@ -294,10 +260,8 @@ def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
             except Exception:  # noqa: BLE001 - only a hint: any failure means "no"
                 only_one_hot = False
             if only_one_hot:
-                problem += (" Your projections work for one-hot embeddings, where X W_Q is W_Q "
-                            "itself, but not for dense ones, where X stands between W_Q and "
-                            "Q = X W_Q: which matrix M, with X M = I (a right inverse of X), "
-                            "undoes the embedding?")
+                problem += (" Your projections work for one-hot embeddings, not dense ones: "
+                            "which M, with X M = I (a right inverse of X), undoes X?")
             return CheckResult(False, f"Not yet: on {where}, {problem}")
     return CheckResult(True, f"Passed: on all {len(cases)} cases every token puts at least "
                              f"{NEXT_WEIGHT} of its attention on the next one.")

@@ -1,6 +1,4 @@
-r"""Checkers for notebook 01: ``rnn_encoder(x, W_x, W_h, b) -> (H, h_last)``, the vanilla RNN
-:math:`h_j = \tanh(x_j W_x + h_{j-1} W_h + b)` from a zero state, and ``additive_scores(s, H, U_q,
-U_k, v_a) -> e (b, n)``, Bahdanau's :math:`e_{tj} = \tanh(s_t U_q + h_j U_k)\, v_a^\top`."""
+"""Checkers for notebook 01: a vanilla RNN encoder, and Bahdanau's additive score."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ from .workflow import exercise
 __all__ = ["additive_scores_reference", "check_additive_scores", "check_rnn_encoder",
            "rnn_encoder_reference"]
 
-_DTYPE = ("make the zero start state with the inputs' dtype (torch.zeros(..., dtype=x.dtype)): "
+_DTYPE = ("make every tensor you create with the inputs' dtype (torch.zeros(..., dtype=x.dtype)): "
           "these cases mix float32 and float64.")
 
 
@@ -40,7 +38,7 @@ def _rnn_cases() -> list[dict]:
 
 def _rnn(*, act=torch.tanh, recur=True, bias=True, reverse=False, transpose=False,
          keep_first=False, last="last"):
-    """The recurrence with one thing changed: a known mistake (unchanged: the reference)."""
+    """The recurrence with one known mistake (no arguments: the reference)."""
     def rnn(x, W_x, W_h, b):  # noqa: N803
         W = W_h.transpose(0, 1) if transpose else W_h                 # noqa: N806
         h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)    # h_{-1} = 0: (..., d)
@@ -66,12 +64,10 @@ rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d)
 
 
 @exercise("rnn_bottleneck.rnn_encoder", "a vanilla RNN encoder and its final state", hints=(
-    "Start from a zero state and walk along the time axis (dim -2), one token at a time: each new "
-    "state mixes the current token with the previous state. Keep every state; the last one is the "
-    "fixed-size summary the decoder gets.",
-    "There is no shortcut: loop j over range(n), read token j as x[..., j, :] (..., d_in) and "
-    "update one running state h (..., d), which starts as zeros of shape x.shape[:-2] + (d,) in "
-    "x's dtype. Append each new h to a list; torch.stack on dim -2 gives H (..., n, d).",
+    "Start from a zero state and walk along the time axis (dim -2): each new state mixes the "
+    "current token with the previous state. Keep every state; the last one is the summary.",
+    "Loop j over range(n): token j is x[..., j, :] (..., d_in); one running state h (..., d) "
+    "starts as zeros in x's dtype. Append each h to a list; torch.stack on dim -2 gives H.",
     "h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)\n"
     "states = []\n"
     "for j in range(x.shape[-2]):\n"
@@ -79,34 +75,30 @@ rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d)
     "    states.append(h)\n"
     "return torch.stack(states, dim=-2), h"))
 def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
-    """Exercise: ``rnn_encoder(x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,)) ->
-    (H (..., n, d), h_last (..., d))``."""
+    """``rnn_encoder(x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,)) -> (H (..., n, d),
+    h_last (..., d))``: ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)``, ``h_{-1} = 0``."""
     return check_function(
         rnn_encoder, rnn_encoder_reference, _rnn_cases(), what="rnn_encoder",
         output_names=("the states H", "the last state h_last"),
         error_hints=[("same dtype", _DTYPE), ("expected scalar type", _DTYPE)],
         mistakes=[
             Mistake(_rnn(act=lambda z: z),
-                    "the tanh is missing: your states are linear in the inputs, never "
-                    "squashed into (-1, 1)."),
+                    "the tanh is missing: your states are linear in the inputs."),
             Mistake(_rnn(recur=False),
-                    "the previous state is never used, so there is no recurrence: each state "
-                    "saw only its own token. Which term of h_j carries h_{j-1}?"),
+                    "the previous state is never used, so there is no recurrence: which term of "
+                    "h_j carries h_{j-1}?"),
             Mistake(_rnn(bias=False),
                     "the bias b is missing inside the tanh."),
             Mistake(_rnn(transpose=True),
-                    "W_h is transposed: the states are row vectors, and a matrix acts on a row "
-                    "vector from the right, as x_j W_x does. On which side of W_h must the "
-                    "previous state stand?"),
+                    "W_h is transposed: the states are row vectors, multiplied from the right "
+                    "as in x_j W_x. On which side of W_h must h_{j-1} stand?"),
             Mistake(_rnn(reverse=True),
-                    "you read the sequence backwards (from the last token to the first); this "
-                    "encoder reads left to right, j = 0 .. n-1."),
+                    "you read the sequence backwards; this encoder reads j = 0 .. n-1."),
             Mistake(_rnn(keep_first=True),
-                    "the states are shifted by one: H must hold h_0 .. h_{n-1} (the state AFTER "
-                    "each token), not the zero start state h_{-1} and h_0 .. h_{n-2}."),
+                    "the states are shifted by one: H holds h_0 .. h_{n-1} (the state AFTER each "
+                    "token), not h_{-1} .. h_{n-2}."),
             Mistake(_rnn(last="first"),
-                    "h_last is the first state; the context vector is the LAST state, h_{n-1}, "
-                    "after the whole input has been read."),
+                    "h_last is the first state; the context vector is the LAST state, h_{n-1}."),
             Mistake(_rnn(last="mean"),
                     "h_last is the mean of the states; the context vector is the last state, "
                     "h_{n-1}."),
@@ -117,29 +109,23 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
 def _additive_cases() -> list[dict]:
     g = seeded(111)
     cases = []
-    for b, n, d_dec, d_enc, d_a, dtype in [(2, 5, 4, 4, 3, torch.float32),
-                                           (3, 4, 6, 8, 5, torch.float32),
-                                           (1, 1, 3, 2, 4, torch.float32),       # one source token
-                                           (2, 6, 5, 3, 7, torch.float64)]:
+    for spec in [(2, 5, 4, 4, 3, torch.float32), (3, 4, 6, 8, 5, torch.float32),
+                 (1, 1, 3, 2, 4, torch.float32),       # one source token
+                 (2, 6, 5, 3, 7, torch.float64), None]:  # random shapes, drawn when it comes
+        b, n, d_dec, d_enc, d_a, dtype = spec or (*(size(g, 1, 8) for _ in range(5)), None)
+        scale_q, scale_k = (1.0, 1.0) if spec is None else (d_dec ** 0.5, d_enc ** 0.5)
         cases.append({
             "s": torch.randn(b, d_dec, generator=g, dtype=dtype),
             "H": torch.randn(b, n, d_enc, generator=g, dtype=dtype),
-            "U_q": torch.randn(d_dec, d_a, generator=g, dtype=dtype) / d_dec ** 0.5,
-            "U_k": torch.randn(d_enc, d_a, generator=g, dtype=dtype) / d_enc ** 0.5,
+            "U_q": torch.randn(d_dec, d_a, generator=g, dtype=dtype) / scale_q,
+            "U_k": torch.randn(d_enc, d_a, generator=g, dtype=dtype) / scale_k,
             "v_a": torch.randn(d_a, generator=g, dtype=dtype),
         })
-    b, n, d_dec, d_enc, d_a = (size(g, 1, 8) for _ in range(5))                # random shapes
-    cases.append({"s": torch.randn(b, d_dec, generator=g),
-                  "H": torch.randn(b, n, d_enc, generator=g),
-                  "U_q": torch.randn(d_dec, d_a, generator=g),
-                  "U_k": torch.randn(d_enc, d_a, generator=g),
-                  "v_a": torch.randn(d_a, generator=g)})
     return cases
 
 
 def additive_scores_reference(s, H, U_q, U_k, v_a):  # noqa: N803
-    """``s (b, d_dec), H (b, n, d_enc), U_q (d_dec, d_a), U_k (d_enc, d_a), v_a (d_a,)
-    -> e (b, n)``."""
+    """``s (b, d_dec), H (b, n, d_enc), U_q (d_dec, d_a), U_k (d_enc, d_a), v_a (d_a,) -> e (b, n)``."""
     return torch.tanh((s @ U_q)[:, None, :] + H @ U_k) @ v_a
 
 
@@ -150,47 +136,35 @@ def _features(f: Callable, combine: Callable = torch.add) -> Callable:
 
 
 _NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis for the "
-             "positions j, broadcasting lines the axes up from the right and meets b with n, so "
-             "the sum fails, or mixes up the sequences when b = n. Where must s @ U_q gain an "
-             "axis so that each sequence's decoder state is added to all n of its own encoder "
-             "states?")
+             "positions j, broadcasting meets b with n. Where must s @ U_q gain an axis?")
 
 
 @exercise("rnn_bottleneck.additive_scores", "the additive score e_tj", hints=(
-    "Project the decoder state and every encoder state into the same d_a-dimensional space, add "
-    "them, squash with tanh, and let v_a turn each d_a-vector into one number.",
-    "s @ U_q is one d_a-vector per sequence, (b, d_a), and H @ U_k one per encoder state, "
-    "(b, n, d_a). Broadcasting lines the axes up from the right: where must s @ U_q gain an axis "
-    "so that each sequence's vector is added to its own n rows? After the tanh, which product "
-    "with v_a (d_a,) contracts the last axis?",
+    "Project the decoder state and every encoder state into d_a dimensions, add them, squash "
+    "with tanh, and let v_a turn each d_a-vector into one number.",
+    "s @ U_q is (b, d_a) and H @ U_k is (b, n, d_a): where must s @ U_q gain an axis? After the "
+    "tanh, which product with v_a (d_a,) contracts the last axis?",
     "query = ...                      # s @ U_q with a new axis for j: (b, 1, d_a)\n"
     "features = torch.tanh(query + H @ U_k)                    # (b, n, d_a)\n"
     "return ...                                                # (b, n)"))
 def check_additive_scores(additive_scores: Callable) -> CheckResult:
-    """Exercise: ``additive_scores(s (b, d_dec), H (b, n, d_enc), U_q (d_dec, d_a),
-    U_k (d_enc, d_a), v_a (d_a,)) -> e (b, n)``."""
+    """``additive_scores(s, H, U_q, U_k, v_a) -> e (b, n)``: ``tanh(s_t U_q + h_j U_k) v_a^T``."""
     return check_function(
         additive_scores, additive_scores_reference, _additive_cases(), what="additive_scores",
         output_names=("the scores e",),
-        error_hints=[("must match the size of tensor", _NEW_AXIS),
-                     ("same dtype", "make every tensor you create with the inputs' dtype "
-                      "(torch.zeros(..., dtype=s.dtype)): these cases mix float32 and float64.")],
+        error_hints=[("must match the size of tensor", _NEW_AXIS), ("same dtype", _DTYPE)],
         mistakes=[
             Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a, _NEW_AXIS),
             Mistake(_features(lambda x, v: x @ v),
-                    "the tanh is missing: without it the score is linear, s_t U_q v_a^T + "
-                    "h_j U_k v_a^T, and the query part is the same for every j."),
+                    "the tanh is missing: without it the query's part is the same for every j."),
             Mistake(_features(lambda x, v: torch.tanh(x @ v)),
-                    "tanh comes before v_a: e_tj = tanh(s_t U_q + h_j U_k) v_a^T, not "
-                    "tanh((s_t U_q + h_j U_k) v_a^T)."),
+                    "tanh comes before v_a: e_tj = tanh(s_t U_q + h_j U_k) v_a^T."),
             Mistake(_features(lambda x, v: torch.tanh(x) @ v, torch.mul),
-                    "you multiplied the two projections; the additive score adds them: "
-                    "s_t U_q + h_j U_k."),
+                    "you multiplied the two projections; the additive score adds them."),
             Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(H @ U_k) @ v_a,
                     "the decoder state s_t is missing: add s_t U_q to every h_j U_k."),
             Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_k)[:, None, :] + H @ U_q) @ v_a,
-                    "U_q and U_k are swapped: the decoder state s_t goes through U_q, the "
-                    "encoder states h_j through U_k."),
+                    "U_q and U_k are swapped: s_t goes through U_q, h_j through U_k."),
             Mistake(_features(lambda x, v: torch.relu(x) @ v),
                     "that is a ReLU; the additive score squashes with tanh."),
             Mistake(_features(lambda x, v: torch.softmax(torch.tanh(x) @ v, -1)),

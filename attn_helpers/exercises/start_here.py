@@ -1,5 +1,4 @@
-"""Checkers for notebook 00: ``softmax_with_temperature(scores (..., n), T) -> (..., n)`` and
-``entropy(weights (..., n)) -> (...)`` in nats, with ``0 ln 0 = 0``."""
+"""Checkers for notebook 00: a softmax with a temperature, and the entropy of attention rows."""
 
 from __future__ import annotations
 
@@ -11,14 +10,12 @@ import torch
 from .core import CheckResult, Mistake, check_function, seeded, size
 from .workflow import exercise
 
-__all__ = ["OVERFLOW_HINT", "check_entropy", "check_softmax_with_temperature", "entropy_reference",
+__all__ = ["check_entropy", "check_softmax_with_temperature", "entropy_reference",
            "softmax_with_temperature_reference"]
 
-
-OVERFLOW_HINT = (
-    "exp of a large number overflows to inf, and inf / inf is NaN; if you subtracted one maximum "
-    "for the whole tensor, a row far below it underflows to 0 / 0 instead. Subtract each row's own "
-    "maximum, one number per row, before exp: the constant cancels in the ratio.")
+OVERFLOW = ("exp of a large number overflows to inf, and inf / inf is NaN; with one maximum for the "
+            "whole tensor, a row far below it underflows to 0 / 0. Subtract each row's own maximum "
+            "before exp: the constant cancels in the ratio.")
 
 
 def _softmax_cases() -> list[dict]:
@@ -37,7 +34,7 @@ def _softmax_cases() -> list[dict]:
     ]
 
 
-def _stable_exp(x: torch.Tensor) -> torch.Tensor:   # the wrong normalisations' numerators
+def _stable_exp(x: torch.Tensor) -> torch.Tensor:
     return torch.exp(x - x.amax(-1, keepdim=True))
 
 
@@ -46,25 +43,22 @@ def softmax_with_temperature_reference(scores: torch.Tensor, temperature: float)
     return torch.softmax(scores.double() / temperature, dim=-1).to(scores.dtype)
 
 
-KEEPDIM = ("a row maximum or a row sum lost its axis: a max or a sum over the last axis has "
-           "shape (...,), and broadcasting lines that up with the last axis, the columns, so one "
-           "row's number meets a whole column. Keep the reduced axis on both, so that each comes "
-           "out as (..., 1) and every entry of a row meets its own row's maximum and sum.")
+KEEPDIM = ("a row maximum or a row sum lost its axis: shape (...,) broadcasts against the "
+           "columns. Keep the reduced axis on both, (..., 1), so each row meets its own numbers.")
 
 
 @exercise("start_here.softmax_with_temperature", "softmax of a score row, with a temperature",
           hints=(
-              "A temperature T divides the scores before the softmax: small T sharpens the row, "
-              "large T flattens it. Each row (the last dimension) must sum to one, and scores of "
-              "1000 must not overflow.",
-              "Work along the last axis, dim=-1, with keepdim=True, so that each row's maximum "
-              "and each row's sum come out as (..., 1) and broadcast back over its n entries. "
-              "Divide by T, subtract the row maximum, exponentiate, then divide by the row sum.",
+              "T divides the scores before the softmax: small T sharpens the row, large T "
+              "flattens it. Each row (the last dimension) sums to one; scores of 1000 must not "
+              "overflow.",
+              "Divide by T, subtract the row maximum, exponentiate, divide by the row sum: along "
+              "dim=-1 with keepdim=True, so each row's max and sum are (..., 1).",
               "z = scores / temperature                   # (..., n)\n"
               "e = torch.exp(z - ...)                     # minus each row's max, kept (..., 1)\n"
               "return e / ...                             # each row's sum, kept (..., 1)"))
 def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckResult:
-    """Exercise: ``softmax_with_temperature(scores (..., n), temperature) -> (..., n)``."""
+    """``softmax_with_temperature(scores (..., n), temperature) -> (..., n)``."""
     return check_function(
         softmax_with_temperature, softmax_with_temperature_reference, _softmax_cases(),
         what="softmax_with_temperature", output_names=("the weights",), same_dtype=True,
@@ -72,29 +66,22 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
             Mistake(lambda s, t: torch.softmax(s, -1),
                     "the temperature was ignored: divide the scores by T before the softmax."),
             Mistake(lambda s, t: torch.softmax(s * t, -1),
-                    "you multiplied the scores by T; divide them by T (a small T must sharpen "
-                    "the row)."),
+                    "you multiplied the scores by T; divide them by T."),
             Mistake(lambda s, t: torch.softmax(s / t, 0),
-                    "the softmax ran over the first dimension; each row (the last dimension, "
-                    "dim=-1) must sum to one."),
+                    "the softmax ran over the first dimension; each row (dim=-1) must sum to one."),
             Mistake(lambda s, t: _stable_exp(s / t) / _stable_exp(s / t).sum(0, keepdim=True),
-                    "the exponentials were divided by a sum over the wrong axis (dim=0, down the "
-                    "columns); each row (the last dimension, dim=-1) must sum to one: over which "
-                    "axis must the normalising sum run?"),
+                    "the exponentials were divided by a sum over the wrong axis (dim=0); each row "
+                    "(dim=-1) must sum to one."),
             Mistake(lambda s, t: torch.exp(s / t - (s / t).amax(-1, keepdim=True)),
-                    "the exponentials were not normalised: divide them by their row's sum so the "
-                    "row sums to one."),
+                    "the exponentials were not normalised: divide them by their row's sum."),
             Mistake(lambda s, t: torch.softmax(s, -1) / t,
-                    "you divided the weights by T after the softmax; divide the scores before it, "
-                    "so that the row still sums to one."),
+                    "you divided the weights by T after the softmax; divide the scores before it."),
             Mistake(lambda s, t: _stable_exp(s / t) / _stable_exp(s / t).sum(),
-                    "the exponentials were divided by the sum of the whole tensor; each row must "
-                    "sum to one on its own: sum over the last axis only."),
-            Mistake(lambda s, t: _stable_exp(s / t) / _stable_exp(s / t).sum(-1),
-                    KEEPDIM),
+                    "the exponentials were divided by the sum of the whole tensor; sum each row."),
+            Mistake(lambda s, t: _stable_exp(s / t) / _stable_exp(s / t).sum(-1), KEEPDIM),
         ],
         error_hints=[("must match the size of tensor", KEEPDIM)],
-        nan_hint=OVERFLOW_HINT,
+        nan_hint=OVERFLOW,
     )
 
 
@@ -106,8 +93,7 @@ def _entropy_cases() -> list[dict]:
     cases.append({"weights": torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])})
     shape = (size(g, 1, 5), size(g, 1, 9))                                      # random shape
     cases.append({"weights": torch.softmax(2 * torch.randn(shape, generator=g), -1)})
-    # weights of about 1e-6, 1e-20, a subnormal (4e-44) and 0 beside a top weight of exactly 1.0
-    # (rows 1 and 2): an eps that moves their entropy, near 0, shows
+    # weights of about 1e-6, 1e-20, a subnormal (4e-44) and 0 beside a weight of exactly 1.0
     peaked = torch.tensor([[0.0, -13.8155, -46.0517, -100.0, -1e4],
                            [0.0, -46.0, -1e4, -1e4, -1e4],
                            [0.0, -100.0, -101.0, -1e4, -1e4]])
@@ -120,16 +106,12 @@ ATOL, RTOL = 1e-9, 1e-4
 
 TINY_WEIGHTS = (
     "a threshold or an eps moved your entropy by more than the checker allows (1e-9 nats plus "
-    "0.01%). Where a row's entropy is near 0, that margin is tiny: a one-hot row, or the last "
-    "case's rows of tiny weights (1e-6, 1e-20, a subnormal float about 4e-44) beside a weight of "
-    "exactly 1. A threshold drops tiny terms; a clamp or ln(a + eps) computes terms from a changed "
-    "weight. Only a weight of exactly 0 needs special care: which of your constants touches a "
-    "positive weight?")
+    "0.01%). The last case has weights of 1e-6, 1e-20 and 4e-44 beside a weight of 1, so the "
+    "entropy is near 0. Only a weight of exactly 0 needs care: which constant touches a positive one?")
 
 
 def _tiny_weight_mistakes() -> list[Mistake]:
-    """Terms dropped below eps, the weight clamped to eps in the log, or eps added inside it, for
-    eps = 1e-1 .. 1e-8 and the dtype's machine eps (``None``)."""
+    """A threshold, a clamp or ``ln(a + eps)`` for eps = 1e-1 .. 1e-8 and the machine eps."""
     forms = (lambda w, eps: torch.where(w > eps, -w * torch.log(w), torch.zeros_like(w)).sum(-1),
              lambda w, eps: -(w * torch.log(w.clamp_min(eps))).sum(-1),
              lambda w, eps: -(w * torch.log(w + eps)).sum(-1))
@@ -144,18 +126,15 @@ def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
 
 
 @exercise("start_here.entropy", "the entropy of attention rows", hints=(
-    "Entropy measures how spread out a row is: 0 when one key takes all the weight, ln n when "
-    "all n keys share it equally. A key with weight 0 adds nothing.",
-    "Each key adds -a_j ln a_j (torch.log, the natural log), but at a_j = 0 that is 0 * (-inf) "
-    "= nan: choose 0 there instead, with torch.where on a_j > 0. Then sum the terms "
-    "over the last axis, dim=-1, which leaves shape (...). Keep every positive weight as "
-    "it is: the checker allows 1e-9 nats plus 0.01% of the entropy, and its rows hold tiny "
-    "weights. So torch.log(a + 1e-12) passes, but torch.log(a + 1e-6) or a threshold at 1e-3 is "
-    "refused.",
+    "Entropy is 0 when one key takes all the weight, ln n when n keys share it equally. A key "
+    "with weight 0 adds nothing.",
+    "Each key adds -a_j ln a_j (torch.log), but at a_j = 0 that is 0 * (-inf) = nan: use "
+    "torch.where on a_j > 0. Sum over dim=-1. Keep positive weights as they are: "
+    "torch.log(a + 1e-12) passes, torch.log(a + 1e-6) does not.",
     "terms = torch.where(weights > 0, -..., torch.zeros_like(weights))  # -a ln a, 0 where a = 0\n"
     "return ...        # the sum over the last axis, dim=-1: shape (...)"))
 def check_entropy(entropy: Callable) -> CheckResult:
-    """Exercise: ``entropy(weights (..., n)) -> (...)`` in nats, with ``0 ln 0 = 0``."""
+    """``entropy(weights (..., n)) -> (...)`` in nats, with ``0 ln 0 = 0``."""
     ref = entropy_reference
     return check_function(
         entropy, ref, _entropy_cases(), what="entropy", output_names=("the entropy",), same_dtype=True,
@@ -174,7 +153,7 @@ def check_entropy(entropy: Callable) -> CheckResult:
                     "each term is -a_j ln a_j: the log must be weighted by a_j."),
             *_tiny_weight_mistakes(),
         ],
-        nan_hint="a key of weight 0 gave 0 * ln 0 = 0 * (-inf), which is NaN in floating point; "
-                 "the limit of a ln a as a -> 0 is 0, so such a key must add exactly 0.",
+        nan_hint="a key of weight 0 gave 0 * ln 0 = 0 * (-inf) = NaN; the limit of a ln a at 0 "
+                 "is 0, so such a key adds exactly 0.",
         atol=ATOL, rtol=RTOL,
     )
