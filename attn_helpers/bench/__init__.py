@@ -1,10 +1,6 @@
-"""Benchmarks behind the course's speed claims: ``python -m attn_helpers bench NAME [--help]``.
-Every target is a ratio to a baseline measured in the same run, never a number of milliseconds;
-``--check`` exits 1 only when a ratio is missed. ``widget``: a slider move in the kernel against a
-seaborn re-plot. ``browser``: every notebook in JupyterLab in Chromium against a bare slider.
-``attention``: time and peak memory of attention against ``n``. ``gpt``: notebook 10's training
-step against ``nn.TransformerEncoderLayer``.
-"""
+"""Benchmarks behind the course's speed claims: ``python -m attn_helpers bench NAME [--help]``, NAME
+one of widget, browser, attention, gpt. Every target is a ratio to a baseline measured in the same
+run; ``--check`` exits 1 only when a ratio is missed."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ COMMANDS = ("widget", "browser", "attention", "gpt")
 
 
 def summarize(durations: list[float]) -> dict:
-    """Median and 90th percentile of a list of durations (ms), rounded to 3 decimals."""
+    """Median and 90th percentile of durations (ms), rounded to 3 decimals."""
     ordered = sorted(durations)
     p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
     return {"median_ms": round(statistics.median(ordered), 3), "p90_ms": round(p90, 3)}

@@ -1,14 +1,9 @@
 """``python -m attn_helpers bench browser [notebooks...] [--check] [--confirm] [--results FILE]``:
-every notebook run, checked and timed in JupyterLab in headless Chromium (:mod:`.lab`).
-
-A bare slider swapping precomputed PNGs is the floor: :data:`FLOOR_MOVES` moves first, then
-:data:`FLOOR_MOVES_BETWEEN` after each notebook (both times :data:`CONFIRM_KEYS` in the confirming
-pass, which presses each slider that many times more). Each notebook: Run All, no cell may show an error,
-every slider of every widget moved with the arrow keys (timed from the key press to the new picture
-on screen); the first widget's picture and readouts must change. ``--check`` also fails a notebook
-whose median is over :data:`MAX_RATIO` times the floor moves around it; ``--confirm`` first
-measures it again in a pass of its own. ``--results`` judges a recorded ``results.json``.
-"""
+each notebook run in JupyterLab in headless Chromium (:mod:`.lab`), checked (no error; the first
+widget's picture and readouts change) and every slider moved, timed from key press to picture.
+``--check``: each median at most :data:`MAX_RATIO` times the floor moves (a bare slider swapping
+PNGs) around it; ``--confirm`` re-measures a miss in a pass of its own, pressing each slider and
+taking floor moves :data:`CONFIRM_KEYS` times as often. ``--results`` judges a recorded pass."""
 
 from __future__ import annotations
 
@@ -27,7 +22,7 @@ MAX_RATIO = 2.0
 KEYS_PER_SLIDER = 4
 MIN_MOVES_PER_WIDGET = 12
 FLOOR_MOVES, FLOOR_MOVES_BETWEEN = 20, 12
-CONFIRM_KEYS = 3          # the confirming pass presses each slider this many times more
+CONFIRM_KEYS = 3
 MIN_LOCAL_FLOOR = 8       # floor moves around a notebook needed to judge it by them
 CHECKS = ("every cell ran, none shows an error", "a slider move changes the first widget's picture",
           "...and its readouts, entropy included")
@@ -48,8 +43,8 @@ def shown(moves: list[dict]) -> list[float]:
 
 
 def last_widget_cell(name: str) -> tuple[int | None, int]:
-    """Index of the last cell whose stored output is a widget (``None``: none), and the number of
-    code cells up to it."""
+    """Index of the last cell with a stored widget output (or ``None``), and the code cells up to
+    it."""
     cells = json.loads((ROOT / "notebooks" / name).read_text())["cells"]
     last = max((i for i, cell in enumerate(cells) for output in cell.get("outputs", [])
                 if "application/vnd.jupyter.widget-view+json" in output.get("data", {})),
@@ -59,7 +54,7 @@ def last_widget_cell(name: str) -> tuple[int | None, int]:
 
 
 def check_first_widget(record: dict, image, widget, readouts, shots: Path):
-    """Screenshot the first widget with readouts; returns the check to run after its first move."""
+    """Screenshot the first widget; returns the check to run after its first move."""
     before_png = image.screenshot()
     record["readouts_before"] = before_text = readouts.inner_text()
     widget.screenshot(path=str(shots / "widget_before.png"))
@@ -79,7 +74,7 @@ def check_first_widget(record: dict, image, widget, readouts, shots: Path):
 def check_notebook(page, name: str, shots: Path, keys: int = KEYS_PER_SLIDER,
                    widgets_only: bool = False) -> dict:
     """Open ``name``, Run All (``widgets_only``: up to its last widget), check it and time every
-    slider of every widget; returns its record. The caller closes the notebook."""
+    slider of every widget; returns its record."""
     shots.mkdir(parents=True, exist_ok=True)
     record = {"notebook": Path(name).stem, "run_all_s": None, "widgets": 0, "moves": [],
               "inert_presses": 0, "checks": dict.fromkeys(CHECKS, False), "problems": []}
@@ -128,8 +123,8 @@ def say(line: str) -> None:
 
 def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Path = ARTIFACTS,
                  widgets_only: bool = False) -> dict:
-    """The pass over ``names`` (files in ``notebooks/``), the floor sampled before and between
-    them; returns the results and writes them to ``artifacts/results.json``."""
+    """The pass over ``names`` (in ``notebooks/``), floor moves before and after each; returns the
+    results and writes ``results.json``."""
     artifacts.mkdir(parents=True, exist_ok=True)
     results = {"floor": [], "floor_marks": [], "notebooks": []}
     started = time.monotonic()
@@ -154,7 +149,6 @@ def browser_pass(names: list[str], *, keys: int = KEYS_PER_SLIDER, artifacts: Pa
             results["floor_marks"].append(len(results["floor"]))
 
         lab.lab_ready(page)
-        # as many more floor moves as key presses: the floor's median is as steady as the notebooks'
         scale = max(1, keys // KEYS_PER_SLIDER)
         floor_moves(FLOOR_MOVES * scale)
         say(f"{'floor':>24}: median {summarize(shown(results['floor']))['median_ms']} ms")
@@ -202,8 +196,8 @@ def local_floor(results: dict, index: int) -> list[float]:
 
 
 def verdict(results: dict) -> tuple[bool, bool, str]:
-    """``(checks pass, ratios met, text)``: every notebook's checks, and its median at most
-    :data:`MAX_RATIO` times the floor around it (or the pass's floor). Sets ``results["missed"]``."""
+    """``(checks pass, ratios met, text)``: each notebook's median at most :data:`MAX_RATIO` times
+    the floor around it (or the pass's floor). Sets ``results["missed"]``."""
     results["missed"] = []
     floor = summarize(shown(results["floor"])) if results["floor"] else None
     lines = [f"server: {(results.get('server') or ['attn_helpers.labserver not loaded'])[0]}",
@@ -254,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             n == a or n.startswith(Path(a).stem) for a in args.notebooks)]
         if not chosen:
             parser.error(f"no notebook matches {args.notebooks}; known: {every}")
-        if not Path(lab.CHROMIUM).exists():
-            parser.error(f"Chromium not found at {lab.CHROMIUM} (Debian's 'chromium', or $CHROMIUM)")
+        if lacking := lab.missing():
+            parser.error("; ".join(lacking))
         results = browser_pass(chosen)
     checks_ok, ratios_ok, text = verdict(results)
     say(text)

@@ -1,10 +1,7 @@
-"""``python -m attn_helpers bench gpt [--train] [--check]``: one training step (forward, backward,
-AdamW, clipping: ``build_gpt.train_step``) of notebook 10's GPT against the same-size model built
-from ``nn.TransformerEncoderLayer(norm_first=True)``, interleaved in one run on ``--threads``
-threads; ``--check``: the ratio of the medians at most :data:`TARGET`. Also prints the final
-recipe's steps times the median step. ``--train`` then trains the final recipe once (seed 0) and
-prints its time and its loss on the whole held-out text.
-"""
+"""``python -m attn_helpers bench gpt [--train] [--check]``: a training step (``build_gpt.train_step``)
+of notebook 10's GPT against the same model from ``nn.TransformerEncoderLayer(norm_first=True)``,
+interleaved in one run; ``--check``: the ratio of the medians at most :data:`TARGET`. ``--train``
+then trains the final recipe once (seed 0) and prints its time and held-out loss."""
 
 from __future__ import annotations
 

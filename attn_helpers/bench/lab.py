@@ -1,6 +1,5 @@
-"""Plumbing of ``bench browser``: JupyterLab on loopback over a copy of the notebooks (started as a
-learner's plain ``jupyter lab``, so with :mod:`attn_helpers.labserver`), Debian's Chromium through
-Playwright, and the page helpers (Run All, a key press timed to the new picture)."""
+"""Plumbing of ``bench browser``: a learner's plain ``jupyter lab`` on loopback over a copy of the
+notebooks, Debian's Chromium through Playwright, and the page helpers (Run All, a timed key press)."""
 
 from __future__ import annotations
 
@@ -40,8 +39,8 @@ slider.observe(lambda change: setattr(image, "value", frames[change["new"]]), na
 widgets.VBox([slider, image])
 """
 
-# In the page, for a widget's <img>: ms from the last keydown to its src swapped, the picture
-# decoded and the next animation frame (on screen). Event driven: nothing polls.
+# For a widget's <img>: ms from the last keydown to its src swapped, decoded, and on screen (the
+# next animation frame). Event driven: nothing polls.
 PROBE = """
 (img) => {
   const a = window.__attn = window.__attn || {key: 0, waiter: null};
@@ -73,7 +72,7 @@ _ARIA = "h => ['aria-valuenow', 'aria-valuemin', 'aria-valuemax'].map(a => h.get
 
 
 def wait(condition, timeout_s: float, what: str, interval_s: float = 0.25):
-    """Poll ``condition()`` until it is truthy (returned) or raise ``TimeoutError``."""
+    """Poll ``condition()`` until it returns something truthy, or raise ``TimeoutError``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if value := condition():
@@ -84,7 +83,7 @@ def wait(condition, timeout_s: float, what: str, interval_s: float = 0.25):
 
 @contextmanager
 def lab_server(notebooks_dir: Path, log_path: Path):
-    """JupyterLab over a copy of ``notebooks_dir`` plus the floor notebook, on 127.0.0.1 with a
+    """JupyterLab over a copy of ``notebooks_dir`` and the floor notebook, on 127.0.0.1 with a
     random token: yields ``(base_url, token)``."""
     with tempfile.TemporaryDirectory() as home:
         home = Path(home)
@@ -94,12 +93,11 @@ def lab_server(notebooks_dir: Path, log_path: Path):
                        "metadata": {}, "outputs": [], "source": FLOOR_SOURCE}],
             "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                         "name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}))
-        for extension, name, value in (
-                ("apputils-extension", "notification", {"fetchNews": "false"}),  # no news toast
-                ("notebook-extension", "tracker", {"kernelShutdown": True})):   # close stops it
-            (home / "settings" / "@jupyterlab" / extension).mkdir(parents=True)
-            (home / "settings" / "@jupyterlab" / extension / f"{name}.jupyterlab-settings"
-             ).write_text(json.dumps(value))
+        for name, value in (("apputils-extension/notification", {"fetchNews": "false"}),  # no toast
+                            ("notebook-extension/tracker", {"kernelShutdown": True})):  # close stops it
+            path = home / "settings" / "@jupyterlab" / f"{name}.jupyterlab-settings"
+            path.parent.mkdir(parents=True)
+            path.write_text(json.dumps(value))
         token, runtime = secrets.token_hex(16), home / "runtime"
         env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
                    JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"), JUPYTER_RUNTIME_DIR=str(runtime))
@@ -112,18 +110,15 @@ def lab_server(notebooks_dir: Path, log_path: Path):
                  "--LabApp.expose_app_in_browser=True"],   # window.jupyterapp
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home / "notebooks")
             try:
-                def up() -> str | None:    # the server writes its URL once it listens
+                def up() -> str | None:    # the server writes its port once it listens
                     if server.poll() is not None:
                         raise RuntimeError(f"JupyterLab exited; see {log_path}")
                     try:
                         port = json.loads(next(runtime.glob("jpserver-*.json")).read_text())["port"]
-                    except (StopIteration, ValueError, KeyError):   # not written yet
-                        return None
-                    base = f"http://127.0.0.1:{port}"
-                    try:
-                        with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2):
-                            return base
-                    except OSError:
+                        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}",
+                                                    timeout=2):
+                            return f"http://127.0.0.1:{port}"
+                    except (StopIteration, ValueError, KeyError, OSError):   # not yet
                         return None
 
                 yield wait(up, 90, "JupyterLab to answer", 0.5), token
@@ -133,6 +128,19 @@ def lab_server(notebooks_dir: Path, log_path: Path):
                     server.wait(timeout=20)
                 except subprocess.TimeoutExpired:
                     server.kill()
+
+
+def missing() -> list[str]:
+    """What the browser pass needs and this machine lacks (Chromium, Playwright for Python)."""
+    lacking = []
+    if not (Path(CHROMIUM).exists() and os.access(CHROMIUM, os.X_OK)):
+        lacking.append(f"Chromium not found at {CHROMIUM} (install Debian's 'chromium' package "
+                       "or set $CHROMIUM)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        lacking.append("Playwright for Python is not installed (pip install -r requirements.txt)")
+    return lacking
 
 
 @contextmanager
@@ -156,7 +164,7 @@ def _idle(page) -> bool:
 
 
 def _prompts(page) -> list[str]:
-    """The code cells' input prompts: '[ ]:' not run, '[*]:' running, '[3]:' done."""
+    """The code cells' prompts: '[ ]:' not run, '[*]:' running, '[3]:' done."""
     return [t.strip() for t in page.locator(".jp-CodeCell .jp-InputPrompt").all_text_contents()
             if t.strip()]
 
@@ -194,8 +202,8 @@ def close_notebooks(page) -> None:
 
 
 def run_all(page, timeout_s: float, upto: int | None = None) -> tuple[float, list[str]]:
-    """Run all cells (``upto``: only the cells up to that index), then wait until the kernel is
-    idle with nothing queued. Returns the seconds and the prompts of cells not run."""
+    """Run all cells (or up to index ``upto``) and wait until the kernel is idle with nothing
+    queued; returns the seconds and the prompts of cells not run."""
     started = time.monotonic()
     for _attempt in range(3):  # a command before the kernel is connected can be lost
         page.evaluate("""i => {
@@ -224,16 +232,15 @@ def run_all(page, timeout_s: float, upto: int | None = None) -> tuple[float, lis
 
 
 def error_outputs(page) -> list[str]:
-    """The texts of error outputs (a traceback, or stderr naming an error) in the page."""
+    """The texts of the page's error outputs (a traceback, or stderr naming an error)."""
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     return [t for t in errors.all_text_contents() if "Error" in t or "Traceback" in t]
 
 
 def press_keys(page, image, handle, presses: int, after_first=None) -> tuple[list[dict], int]:
-    """``presses`` arrow keys on a slider ``handle`` (turning back at its ends), each timed to
-    ``image``'s new picture (``{"swapped", "decoded", "shown"}`` ms; the next key waits for it).
-    Returns the moves and the count of presses with no picture within 3 s; ``after_first()`` runs
-    after the first move."""
+    """``presses`` arrow keys on a slider ``handle`` (turning at its ends), each timed to ``image``'s
+    new picture (``{"swapped", "decoded", "shown"}`` ms); returns the moves and the number of
+    presses with no picture within 3 s. ``after_first()`` runs after the first move."""
     image.evaluate(PROBE)
     handle.click()
     moves, inert, key = [], 0, "ArrowRight"

@@ -1,9 +1,7 @@
 """``python -m attn_helpers bench widget [--repeats N] [--check]``: one slider move in the kernel
-(compute, rendering, PNG into the ``ipywidgets.Image``) for every notebook's widget, built as its
-notebook builds it and driven through its controls as arrow keys would move them. Beside them, in
-the same run at :data:`TOKENS` tokens, the generic live view and the baseline: re-creating a
-seaborn heatmap on every change. Target: every median at most :data:`MAX_RATIO` of seaborn's.
-"""
+(compute, draw, PNG into the ``ipywidgets.Image``) for every notebook's widget, and the generic view
+at :data:`TOKENS` tokens. Target: every median at most :data:`MAX_RATIO` of re-creating a seaborn
+heatmap, measured in the same run."""
 
 from __future__ import annotations
 
@@ -77,8 +75,7 @@ NOTEBOOK_WIDGETS = {
 
 
 def control_values(control, most: int = 12) -> list:
-    """Values the arrow keys reach on ``control`` (at most ``most``, evenly spread); none for a
-    text box."""
+    """Values the arrow keys reach on ``control`` (at most ``most``); none for a text box."""
     if isinstance(control, widgets.Text):
         return []
     if isinstance(control, widgets.Checkbox):
@@ -129,8 +126,8 @@ def notebook_widget_step(slug: str):
 
 
 def generic_steps(n: int = TOKENS):
-    """``(live step, seaborn step)``: softmax of fixed scores at a sweep of temperatures, drawn
-    by the live view, and by a new seaborn figure each move."""
+    """``(live, seaborn)`` steps: softmax of fixed scores at a sweep of temperatures, drawn by the
+    live view or by a new seaborn figure."""
     scores = torch.randn(n, n, generator=torch.Generator().manual_seed(n)) * 2
     labels = [f"t{i}" for i in range(n)]
 
@@ -164,7 +161,7 @@ def generic_steps(n: int = TOKENS):
 
 def bench_widget(repeats: int = 60) -> list[dict]:
     """Records for every notebook widget (at least one pass through its moves), the generic view
-    and the seaborn re-plot (``repeats // 5`` moves, at least 3, after 2 untimed)."""
+    and seaborn (``repeats // 5`` moves, at least 3; both after 2 untimed)."""
     records = []
     for slug in NOTEBOOK_WIDGETS:
         step, count = notebook_widget_step(slug)
