@@ -1,7 +1,5 @@
-"""Helpers shared by the checker tests in ``tests/exercises/``: a stub, the rejection assert, and
-the level-3 hint turned into code. Level-3 hints are skeletons (issue 24): the key lines are left
-as ``...``; the skeleton alone does not pass, and filled with the key lines it does (so "nearly the
-code" is the code once it sits in the stub)."""
+"""Helpers of the checker tests: a stub, the rejection assert, and the level-3 hint (a skeleton
+whose key lines are ``...``) turned into code, which fails as it is and passes once filled."""
 
 from __future__ import annotations
 
@@ -28,11 +26,9 @@ def assert_rejected(result, *fragments):
 
 
 def skeleton(key, signature, fills=None, *, prefix="", loop="", suffix="", **namespace):
-    """The level-3 hint of ``key`` as the body of ``def f(signature)``, after the stub's given lines
-    ``prefix``, its comments dropped and each blank ``...`` replaced, in order, by ``fills`` (none:
-    the blanks stay, and running it fails). With ``fills`` the hint must hold exactly
-    ``len(fills)`` blanks. ``loop``: a stub's loop line (e.g. ``for _ in range(steps):``) whose
-    body the hint is; ``suffix``: the stub's given lines after it."""
+    """Hint 3 of ``key`` as the body of ``def f(signature)`` after ``prefix``, comments dropped, its
+    blanks ``...`` replaced in order by ``fills`` (exactly as many; none: left as they are);
+    ``loop``: a loop line (``for _ in range(steps):``) the hint is the body of; ``suffix`` after."""
     code = "\n".join(line.split("#", 1)[0].rstrip() for line in EXERCISES[key].hints[2].splitlines())
     blanks = len(GAP.findall(code))
     assert blanks, f"hint 3 of {key} is not a skeleton: it has no '...' outside comments"

@@ -1,9 +1,6 @@
-"""Review 6: a checker's feedback never hands out the answer's key line (the expression a level-3
-skeleton leaves as ``...``); a Mistake, error or NaN hint names the mistake and asks the question
-that leads to the fix. For notebooks 00, 01, 02, 05, 06 and 09, each checker runs on a stub with
-``check_function`` replaced by a spy that records the hints it was handed, and those texts (and the
-checker module's own strings) are searched for the key expressions of its reference solution.
-"""
+"""A checker's feedback never hands out the answer's key line (what a level-3 skeleton leaves as
+``...``): a spy in place of ``check_function`` collects the hints each checker hands it, and those
+texts (and the module's own strings) are searched for the reference solution's key expressions."""
 
 from __future__ import annotations
 

@@ -1,22 +1,9 @@
-"""End to end, as a learner: every notebook in JupyterLab, in headless Chromium, in ONE pass that
-is also the speed benchmark's (``python -m attn_helpers bench browser``, :mod:`attn_helpers.bench.
-browser`).
-
-The pass (run once for this module, notebooks found by glob, so a new notebook is covered without
-editing this file): open each notebook, run its cells up to its last widget (the cells after it
-draw no widget and strict nbval runs them twice), check that no cell shows an error, move every
-slider of every live widget with the arrow keys, check that the first widget's picture (pixel
-difference) and its readouts, entropy included, changed. Screenshots and ``summary.json`` per
-notebook go to ``artifacts/browser/<notebook>/`` (or ``$BROWSER_ARTIFACTS``), which CI keeps. The
-same pass times each move from the key press to the new picture (decoded, and its stages), and a
-bare slider's floor; these tests assert no time: the timings go to ``results.json`` there, and
-``python -m attn_helpers bench browser --check --results artifacts/browser/results.json`` (run by
-``course.py test`` right after pytest) judges them as same-run ratios.
-
-Needs Chromium (Debian's ``chromium`` package, at /usr/bin/chromium or ``$CHROMIUM``) and
-Playwright for Python (in requirements.txt; its own browser download is not used). Without
-Chromium the tests skip with the reason, except under ``CI=true``, where they fail.
-"""
+"""End to end, as a learner: every notebook in JupyterLab in headless Chromium, in ONE pass that is
+also the speed benchmark's (:mod:`attn_helpers.bench.browser`): run up to its last widget, no cell
+shows an error, every slider moved, the first widget's picture and readouts change. Screenshots and
+timings go to ``artifacts/browser/`` (``$BROWSER_ARTIFACTS``); ``bench browser --check --results``
+judges the timings, these tests assert no time. Without Chromium or Playwright they skip, except
+under ``CI=true``, where they fail."""
 
 from __future__ import annotations
 
@@ -31,32 +18,17 @@ from attn_helpers.bench import lab
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 ARTIFACTS = Path(os.environ.get("BROWSER_ARTIFACTS", ROOT / "artifacts" / "browser"))
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 pytestmark = pytest.mark.browser
-
-
-def _missing_requirements() -> list[str]:
-    missing = []
-    if not (Path(lab.CHROMIUM).exists() and os.access(lab.CHROMIUM, os.X_OK)):
-        missing.append(f"Chromium not found at {lab.CHROMIUM} (install Debian's 'chromium' "
-                       "package or set $CHROMIUM)")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        missing.append("Playwright for Python is not installed (pip install -r requirements.txt)")
-    return missing
 
 
 @pytest.fixture(scope="module")
 def browser_pass() -> dict:
     """The one pass over every notebook: ``{"floor": [move, ...], "notebooks": [record, ...]}``."""
-    missing = _missing_requirements()
-    if missing:
-        reason = "; ".join(missing)
-        if IN_CI:
-            pytest.fail(f"CI=true but the browser test cannot run: {reason}")
-        pytest.skip(reason)
+    if missing := lab.missing():
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but the browser test cannot run: {'; '.join(missing)}")
+        pytest.skip("; ".join(missing))
     (ARTIFACTS / "results.json").unlink(missing_ok=True)     # never judge a stale pass
     return bench_browser.browser_pass([p.name for p in NOTEBOOKS], artifacts=ARTIFACTS,
                                       widgets_only=True)

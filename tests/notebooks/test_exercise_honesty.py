@@ -1,6 +1,5 @@
-"""Honest progress in every stored notebook (issue 24): a reference solution never defines a
-learner's name and never counts as the learner's pass, and Run All with the stubs unsolved reports
-no exercise passed (strict nbval makes the stored outputs what a fresh Run All prints)."""
+"""Honest progress in every stored notebook: a reference solution never defines a learner's name
+nor counts as their pass, and the stored Run All (stubs unsolved) reports no exercise passed."""
 
 from __future__ import annotations
 
@@ -50,9 +49,7 @@ def _text(output) -> str:
 
 
 def test_a_reference_solution_never_stands_for_the_learners_function(notebook):
-    """A solution cell is tagged ``solution``, stored collapsed, and defines only
-    ``<name>_solution`` names. (One checked without ``solution=True`` would count as the learner's
-    pass: the next test finds it in the stored progress.)"""
+    """A solution cell is tagged ``solution``, stored collapsed, and defines only ``*_solution``."""
     path, nb = notebook
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "code" and _is_solution(cell):
@@ -88,18 +85,16 @@ def test_run_all_with_the_stubs_unsolved_reports_no_exercise_passed(notebook):
 
 
 def _stubs(nb) -> list[int]:
-    """The cells that hold an exercise's stub: a checker call on a function that raises
-    NotImplementedError, outside a solution cell."""
+    """The cells with a stub (raises NotImplementedError) and a checker call, not solutions."""
     return [i for i, c in enumerate(nb.cells)
             if c.cell_type == "code" and not _is_solution(c) and "raise NotImplementedError" in c.source
             and re.search(r"\bcheck_\w+\(", c.source)]
 
 
 def test_every_exercise_follows_the_template(notebook):
-    """Issue 24: the same scaffolding everywhere. Each exercise: a markdown cell naming it
-    "Exercise N" (1, 2, 3 in order), the stub with its checker call, a "Stuck?" cell, the hidden
-    solution defining ``<name>_solution``, then a cell that uses the learner's function; one
-    progress cell, ``exercises.progress(slug=...)``, ends them."""
+    """Each exercise: "Exercise N" (in order) in markdown, the stub with its checker call, a "Stuck?"
+    cell, the hidden ``<name>_solution``, a cell using the learner's function; one progress cell
+    (``exercises.progress(slug=...)``) ends them."""
     path, nb = notebook
     if not any(ex.slug == _slug(path) for ex in EXERCISES.values()):
         pytest.skip("no exercises")

@@ -1,9 +1,7 @@
-"""The course's static site (``docs/site/build.py``, run by ``python3 course.py site``) and the
-GitHub workflows a fork runs (``.github/workflows/``). The site is built once per session from the
-stored notebooks into a temporary folder: a page per notebook, the course map, previous and next
-links, every link resolves, nothing loads from the network, under 60 MB; headless Chromium checks
-the typeset math and saves screenshots to ``artifacts/site/`` (``$SITE_ARTIFACTS``). Missing tools
-skip a test, except under ``CI=true``, where they fail. The build is marked ``slow``."""
+"""The static site (``docs/site/build.py``), built once per session from the stored notebooks (marked
+``slow``): a page per notebook in order, every link resolves, nothing loads from the network, under
+60 MB, math typeset in Chromium (screenshots in ``artifacts/site/``). And the GitHub workflows.
+Missing tools skip a test, except under ``CI=true``, where they fail."""
 
 from __future__ import annotations
 
@@ -19,6 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from attn_helpers.bench import lab
 from attn_helpers.course_map import COURSE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,9 +26,6 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 ARTIFACTS = Path(os.environ.get("SITE_ARTIFACTS", ROOT / "artifacts" / "site"))
 IN_CI = os.environ.get("CI", "").lower() == "true"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run"]
 GENERATOR = {"sphinx": "Sphinx", "myst_nb": "myst-nb", "sphinx_book_theme": "sphinx-book-theme",
              "sphinx_togglebutton": "sphinx-togglebutton", "sphinx_design": "sphinx-design",
              "sphinx-mathjax-offline": "sphinx-mathjax-offline"}
@@ -73,18 +69,6 @@ def soup(path: Path):
     return BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
 
 
-def pages(site: Path) -> list[Path]:
-    """The site's pages (the themes also copy Jinja macro files named *.html into _static/)."""
-    return sorted(p for p in site.rglob("*.html") if "_static" not in p.relative_to(site).parts)
-
-
-def course_pages() -> list[str]:
-    """index, then every notebook's page, in the course's order."""
-    return ["index", *(f"{lesson.number}_{lesson.slug}" for lesson in COURSE)]
-
-
-# --- the build and its pages ------------------------------------------------------------------
-
 @pytest.mark.slow
 def test_the_landing_page_is_the_course_map(site):
     article = soup(site / "index.html").select_one("article")
@@ -104,7 +88,7 @@ def test_the_landing_page_is_the_course_map(site):
 
 @pytest.mark.slow
 def test_one_page_per_notebook_linked_in_the_course_order(site):
-    order = course_pages()
+    order = ["index", *(f"{lesson.number}_{lesson.slug}" for lesson in COURSE)]
     built = {p.stem for p in site.glob("*.html")} - {"search", "genindex"}
     assert built == set(order) and order[1:] == [nb.stem for nb in NOTEBOOKS], (
         "expected index and one page per notebook; COURSE and notebooks/ must agree")
@@ -143,7 +127,8 @@ def test_solutions_going_deeper_and_widgets_are_presented_as_promised(site):
 @pytest.mark.slow
 def test_every_internal_link_resolves_and_nothing_loads_from_the_network(site):
     broken, remote, ids = [], [], {}
-    for page in pages(site):
+    # the themes also copy Jinja macro files named *.html into _static/: not pages
+    for page in sorted(p for p in site.rglob("*.html") if "_static" not in p.relative_to(site).parts):
         where = page.relative_to(site)
         for tag in soup(page).find_all(["a", *LOADING]):
             attr = "href" if tag.name == "a" else LOADING[tag.name]
@@ -182,8 +167,6 @@ def test_the_site_is_small_enough_to_publish_anywhere(site):
     assert size <= MAX_MB * 2**20, f"the site is {size / 2**20:.1f} MB, over {MAX_MB} MB"
 
 
-# --- in Chromium ------------------------------------------------------------------------------
-
 RENDERED = """async () => {
     if (window.MathJax && MathJax.startup) { await MathJax.startup.promise; }
     await document.fonts.ready;
@@ -206,19 +189,9 @@ RENDERED = """async () => {
 
 @pytest.fixture(scope="session")
 def chromium():
-    missing = []
-    if not (Path(CHROMIUM).exists() and os.access(CHROMIUM, os.X_OK)):
-        missing.append(f"Chromium not found at {CHROMIUM} (install Debian's 'chromium' package "
-                       "or set $CHROMIUM)")
-    if importlib.util.find_spec("playwright") is None:
-        missing.append("Playwright for Python is not installed (pip install -r requirements.txt)")
-    need(missing)
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                             args=CHROMIUM_FLAGS)
+    need(lab.missing())
+    with lab.chromium() as browser:
         yield browser
-        browser.close()
 
 
 @pytest.mark.slow
@@ -251,19 +224,6 @@ def test_chromium_shows_math_and_pictures_offline(site, chromium, name, min_math
     assert not seen["broken_images"], f"{name}: pictures that did not load: {seen['broken_images']}"
 
 
-# --- the GitHub workflows ---------------------------------------------------------------------
-
-def workflow(name: str) -> dict:
-    import yaml
-    data = yaml.safe_load((WORKFLOWS / name).read_text(encoding="utf-8"))
-    data["on"] = data.pop(True, data.get("on"))        # YAML 1.1 reads the key `on` as True
-    return data
-
-
-def steps(data: dict) -> list[dict]:
-    return [step for job in data["jobs"].values() for step in job.get("steps", [])]
-
-
 def test_workflows_validate_against_githubs_schema():
     need([] if importlib.util.find_spec("check_jsonschema") else
          ["check-jsonschema is not installed (pip install -r requirements.txt)"])
@@ -278,8 +238,10 @@ def test_workflows_validate_against_githubs_schema():
 def test_the_test_workflow_runs_the_readme_test_command():
     assert TEST_COMMAND in (ROOT / "README.md").read_text(encoding="utf-8"), (
         "the README no longer gives this test command")
-    data = workflow("test.yml")
-    assert {"push", "pull_request"} <= set(data["on"])
-    runs = "\n".join(step.get("run", "") for step in steps(data))
+    import yaml
+    data = yaml.safe_load((WORKFLOWS / "test.yml").read_text(encoding="utf-8"))
+    assert {"push", "pull_request"} <= set(data.get("on", data.get(True)))  # YAML 1.1: `on` is True
+    runs = "\n".join(step.get("run", "") for job in data["jobs"].values()
+                     for step in job.get("steps", []))
     assert re.search(rf"^\s*{re.escape(TEST_COMMAND)}\s*$", runs, flags=re.M), runs
 
