@@ -1,9 +1,5 @@
-r"""How focused is an attention row? Entropy and related measures.
-
-For one query's weights :math:`a_1..a_n` (non-negative, summing to one) the Shannon entropy is
-:math:`H = -\sum_j a_j \ln a_j` nats, with :math:`0 \ln 0 = 0`. It is 0 when all weight sits on one
-key and :math:`\ln n` when the weight is spread evenly over ``n`` keys.
-"""
+"""How focused is an attention row: the Shannon entropy ``H = -sum_j a_j ln a_j`` nats
+(``0 ln 0 = 0``), 0 for one key, ``ln n`` spread evenly over ``n``, and related measures."""
 
 from __future__ import annotations
 
@@ -17,11 +13,8 @@ __all__ = ["attention_entropy", "max_entropy", "normalized_entropy", "effective_
 
 
 def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy in nats over the last dim: ``(..., n_k) -> (...)``; ``0 * ln 0 = 0``.
-
-    Every row of ``weights`` must be a distribution (non-negative, summing to one) or all zero (a
-    query with no visible key, entropy 0); anything else is a ``ValueError``.
-    """
+    """Shannon entropy in nats over the last dim: ``(..., n_k) -> (...)``; ``0 * ln 0 = 0``. Each
+    row must be a distribution or all zero (no visible key), else ``ValueError``."""
     require_distribution("weights", weights)
     return torch.special.entr(weights).sum(dim=-1)  # (...): H = -sum_j a_j ln a_j
 
@@ -32,11 +25,8 @@ def max_entropy(n: int) -> float:
 
 
 def normalized_entropy(weights: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Entropy divided by its ceiling ``ln(visible keys)``, in ``[0, 1]``: ``(..., n_k) -> (...)``.
-
-    ``mask`` (bool, broadcastable to ``weights``, True = visible) says which keys count; without
-    it every key does. A row with a single visible key (ceiling 0) gets 0.
-    """
+    """Entropy over its ceiling ``ln(visible keys)``, in ``[0, 1]``: ``(..., n_k) -> (...)``;
+    ``mask`` (bool, True = visible) picks the keys that count; one visible key gives 0."""
     entropy = attention_entropy(weights)  # (...)
     if mask is None:
         visible = torch.full_like(entropy, weights.shape[-1])

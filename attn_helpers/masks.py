@@ -1,9 +1,5 @@
-"""Boolean attention masks. ``True`` means "this query may attend to this key".
-
-Every mask here has the same meaning as a boolean ``attn_mask`` for
-``torch.nn.functional.scaled_dot_product_attention`` and for
-:func:`attn_helpers.scaled_dot_product_attention`.
-"""
+"""Boolean attention masks: True = this query may attend to this key, as a bool ``attn_mask`` in
+``torch.nn.functional.scaled_dot_product_attention``."""
 
 from __future__ import annotations
 
@@ -28,8 +24,7 @@ def causal_mask(n: int, *, device: torch.device | str | None = None) -> torch.Te
 
 def sliding_window_mask(n: int, window: int, causal: bool = True, *,
                         device: torch.device | str | None = None) -> torch.Tensor:
-    """``(n, n)`` bool local-attention mask: True where ``0 <= i - j < window`` (each query sees
-    itself and the ``window - 1`` keys before it); with ``causal=False``, where ``|i - j| < window``."""
+    """``(n, n)`` bool, True where ``0 <= i - j < window`` (``causal=False``: ``|i - j| < window``)."""
     require_positive_int("n", n)
     require_positive_int("window", window)
     require_bool("causal", causal)
@@ -40,11 +35,8 @@ def sliding_window_mask(n: int, window: int, causal: bool = True, *,
 
 
 def padding_mask(lengths, max_len: int | None = None) -> torch.Tensor:
-    """``(batch, max_len)`` bool, True at the real (non-pad) positions of each sequence.
-
-    ``lengths``: ``(batch,)`` integer tensor (or list) of true lengths, each in ``0..max_len``;
-    ``max_len`` defaults to the largest length.
-    """
+    """``(batch, max_len)`` bool, True at the real positions; ``lengths`` ``(batch,)`` ints in
+    ``0..max_len`` (default: the largest)."""
     if isinstance(lengths, (list, tuple)):
         if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
             raise TypeError(f"lengths must be a list of ints or an integer tensor, got {lengths!r}")
@@ -65,8 +57,7 @@ def padding_mask(lengths, max_len: int | None = None) -> torch.Tensor:
 
 
 def key_padding_to_attention_mask(key_padding: torch.Tensor) -> torch.Tensor:
-    """Turn a ``(batch, n_k)`` padding mask into ``(batch, 1, n_k)``, broadcastable to the
-    ``(batch, n_q, n_k)`` attention scores (every query sees only the real keys)."""
+    """A ``(batch, n_k)`` padding mask as ``(batch, 1, n_k)``, broadcastable to the scores."""
     require_tensor("key_padding", key_padding)
     if key_padding.dtype != torch.bool or key_padding.dim() != 2:
         raise ValueError(f"key_padding must be a bool tensor (batch, n_k), got "

@@ -28,12 +28,8 @@ PLOT_STYLE = {
 
 
 def setup(seed: int = 0) -> torch.Generator:
-    """Seed every random source, set readable print options and the course's plot style.
-
-    ``seed``: an int, ``0 <= seed < 2**32`` (the range numpy accepts). Returns a
-    ``torch.Generator`` seeded with ``seed`` for cells that want their own stream.
-    Printed tensors show 4 decimals, so stored outputs reproduce across machines.
-    """
+    """Seed every random source (``0 <= seed < 2**32``), print 4 decimals, set the plot style;
+    returns a ``torch.Generator`` seeded with ``seed``."""
     require_int_in("seed", seed, 0, 2**32 - 1)                 # numpy's legacy seeds: 0 <= seed < 2**32
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 (seeds the legacy global stream learners may use)
@@ -62,12 +58,8 @@ def _report(checks, arg: str, what: str) -> None:
 
 
 def check_claims(claims: dict, *, recorded: str | None = None) -> None:
-    """Print each claim of a lesson's ``claims(...)`` as ``✓ statement`` (``✗`` when it fails), then
-    assert that all hold. The one way every notebook shows its claims.
-
-    ``recorded``: for claims read from a committed file rather than measured in the reader's run,
-    where and when they were measured (``"2-core x86 CPU, 2026-11-21"``); printed above them.
-    """
+    """Print each ``{statement: bool}`` as ``✓``/``✗ statement``, then assert all hold;
+    ``recorded``: where claims read from a stored record were measured, printed above them."""
     if recorded is not None and not isinstance(recorded, str):
         raise TypeError(f"recorded must be a string (where and when), got {type(recorded).__name__}")
     if recorded is not None:
@@ -76,7 +68,6 @@ def check_claims(claims: dict, *, recorded: str | None = None) -> None:
 
 
 def sanity_checks(checks: dict) -> None:
-    """Print and assert checks that cannot fail unless the code is broken (equalities with torch,
-    shapes, sums to one): shown apart from claims about results, one per line."""
+    """Print and assert checks that hold by construction, apart from claims about results."""
     print("Sanity checks (these hold by construction; they guard the code, not a finding):")
     _report(checks, "checks", "sanity checks")
