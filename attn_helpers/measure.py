@@ -1,9 +1,5 @@
-r"""Measuring, shared by the lessons and the benchmarks: time a call, find its peak memory, and
-fit a power law :math:`y = c\,n^p` on log-log axes.
-
-Timings use ``torch.utils.benchmark.Timer`` (warm-up, blocks of runs, the median), so a busy
-machine moves them little; conclusions are drawn from ratios measured in the same run.
-"""
+"""Measuring, shared by the lessons and the benchmarks: time a call (the median of
+``torch.utils.benchmark.Timer`` blocks), its peak memory, and a power law ``y = c n^p`` fit."""
 
 from __future__ import annotations
 
@@ -21,17 +17,12 @@ from torch.utils import benchmark
 
 from ._checks import require_number
 
-__all__ = ["time_call", "peak_bytes", "PowerLaw", "fit_power_law",
-           "format_bytes"]
+__all__ = ["time_call", "peak_bytes", "PowerLaw", "fit_power_law", "format_bytes"]
 
 
 def time_call(fn: Callable[[], object], *, budget_s: float = 1.0, cpu_clock: bool = False) -> float:
-    """Median duration of one ``fn()`` call in milliseconds, over about ``budget_s`` seconds of
-    runs (at least one block), with torch's current thread count. CUDA work is synchronised.
-
-    ``cpu_clock=True`` times with the process's CPU clock (``time.process_time``) instead of the
-    wall clock: time a busy, shared machine keeps the process waiting does not count, and with one
-    torch thread it is the call's compute time (with several, their sum)."""
+    """Median milliseconds of one ``fn()`` over about ``budget_s`` seconds of runs;
+    ``cpu_clock``: the process's CPU time, so waiting on a busy machine does not count."""
     require_number("budget_s", budget_s, positive=True)
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(),
                             timer=time.process_time if cpu_clock else time.perf_counter)
@@ -40,7 +31,7 @@ def time_call(fn: Callable[[], object], *, budget_s: float = 1.0, cpu_clock: boo
 
 @contextlib.contextmanager
 def _silence_fd2():
-    """Silence C++ writes to file descriptor 2 (the profiler's start/stop log lines)."""
+    """Silence C++ writes to file descriptor 2 (the profiler's log lines)."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:
@@ -53,12 +44,8 @@ def _silence_fd2():
 
 
 def peak_bytes(fn: Callable[[], object], device: str = "cpu") -> int:
-    """Peak of the memory allocated by ``fn()`` above what was allocated before the call.
-
-    On CUDA, torch's allocator statistics (``max_memory_allocated`` after
-    ``reset_peak_memory_stats``). On CPU, the PyTorch profiler's memory records: every tensor
-    allocation and free in time order, summed as a running total whose maximum is the peak.
-    """
+    """Peak bytes ``fn()`` allocates above what was allocated before: on CUDA the allocator's
+    statistics, on CPU the running total of the profiler's allocation and free records."""
     if device == "cuda":
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
@@ -81,7 +68,7 @@ def peak_bytes(fn: Callable[[], object], device: str = "cpu") -> int:
 
 @dataclass(frozen=True)
 class PowerLaw:
-    r"""``y = coefficient * n ** slope``, fitted by least squares on log-log axes."""
+    """``y = coefficient * n ** slope``, fitted by least squares on log-log axes."""
 
     slope: float
     coefficient: float
@@ -94,12 +81,8 @@ class PowerLaw:
 
 
 def fit_power_law(ns, ys) -> PowerLaw:
-    """Least-squares line through ``(log n, log y)`` (``np.polyfit``): its slope is the exponent.
-
-    Args:
-        ns: sizes (at least two distinct, all > 0).
-        ys: the measured values (all > 0), one per ``n``.
-    """
+    """Least-squares line through ``(log n, log y)``: ``ns`` (two distinct at least) and ``ys``
+    all > 0, one ``y`` per ``n``."""
     ns, ys = [float(x) for x in ns], [float(y) for y in ys]
     if len(ns) != len(ys):
         raise ValueError(f"ns and ys must have the same length, got {len(ns)} and {len(ys)}")
