@@ -1,19 +1,8 @@
-"""attn_helpers: the small, tested helper package behind the course "Attention, step by step".
+"""attn_helpers: the tested helper package behind "Attention, step by step".
 
-Three tiers; imports run only downward (import-linter contracts in ``pyproject.toml``):
-
-* the core, torch only: ``attention``, ``masks``, ``entropy``, ``positional``, ``multihead``,
-  ``efficient``, ``kv_cache``, ``ring``, ``transformer``, ``decoder_lm`` (and ``_checks``,
-  every argument check). Its public names
-  import from here: ``import attn_helpers as ah; ah.scaled_dot_product_attention(q, k, v)``;
-* shared machinery: ``training`` (the loop, checkpoints), ``measure``, ``plots``,
-  ``notebook`` (``setup``) and ``course_map``;
-* one stem per notebook: ``lessons.<slug>``, ``widgets.<slug>``, ``exercises.<slug>``, where
-  ``<slug>`` is the notebook's name without its number (``05_masking.ipynb`` -> ``masking``);
-  and ``pretrained`` (notebook 09).
-
-The tools ``python -m attn_helpers bench|thumbnails|progress`` are imported by nothing. Importing
-this package loads the core and ``setup`` only: no training stack, widgets or seaborn.
+Tiers, imports only downward: the core (torch only; its public names import from here), shared
+machinery (``training``, ``measure``, ``plots``, ``notebook``, ``course_map``), then per notebook
+``lessons.<slug>``, ``widgets.<slug>``, ``exercises.<slug>`` and ``pretrained``. Importing it is light.
 """
 
 from .attention import (
@@ -46,45 +35,13 @@ from .positional import (
 )
 from .transformer import DecoderLayer, FeedForward
 
-__all__ = [
-    "check_claims",
-    "sanity_checks",
-    "parameter_count",
-    "generate_without_cache",
-    "generate_with_cache",
-    "kv_cache_bytes",
-    "FeedForward",
-    "DecoderLayer",
-    "TinyCausalLM",
-    "AdditiveScore",
-    "KVCache",
-    "LearnedPositionalEmbedding",
-    "MultiHeadAttention",
-    "additive_scores",
-    "alibi_bias",
-    "alibi_slopes",
-    "apply_rope",
-    "attention_entropy",
-    "causal_mask",
-    "decode_with_cache",
-    "dot_product_scores",
-    "effective_keys",
-    "key_padding_to_attention_mask",
-    "linear_attention",
-    "local_attention",
-    "masked_softmax",
-    "max_entropy",
-    "max_weight",
-    "merge_heads",
-    "normalized_entropy",
-    "online_softmax_step",
-    "padding_mask",
-    "scaled_dot_product_attention",
-    "scaled_dot_product_scores",
-    "setup",
-    "sinusoidal_encoding",
-    "sliding_window_mask",
-    "split_heads",
-    "tiled_attention",
-]
+__all__ = ["check_claims", "sanity_checks", "parameter_count", "generate_without_cache",
+           "generate_with_cache", "kv_cache_bytes", "FeedForward", "DecoderLayer", "TinyCausalLM",
+           "AdditiveScore", "KVCache", "LearnedPositionalEmbedding", "MultiHeadAttention",
+           "additive_scores", "alibi_bias", "alibi_slopes", "apply_rope", "attention_entropy",
+           "causal_mask", "decode_with_cache", "dot_product_scores", "effective_keys",
+           "key_padding_to_attention_mask", "linear_attention", "local_attention", "masked_softmax",
+           "max_entropy", "max_weight", "merge_heads", "normalized_entropy", "online_softmax_step",
+           "padding_mask", "scaled_dot_product_attention", "scaled_dot_product_scores", "setup",
+           "sinusoidal_encoding", "sliding_window_mask", "split_heads", "tiled_attention"]
 __version__ = "0.1.0"
