@@ -1,14 +1,7 @@
-"""Checkers for notebook 10 (build a GPT): the learner's causal self-attention, pre-norm block,
-model, training step, training loop and generation, each run against the reference of
-:mod:`attn_helpers.lessons.build_gpt` on the same weights and random numbers.
-
-A module exercise gives ``__init__`` and asks for ``forward``; the checker loads the reference's
-weights into the learner's module, with reference parts where they are not the exercise (the
-block gets the reference attention, the model the reference blocks). Its outputs are compared,
-cached calls included, then its gradients after one backward. Each exercise has one table of
-known mistakes, ``(kind, hint)``: ``*_variant(..., kind)`` computes what that mistake gives, and
-a learner's answer that gives the same gets the hint.
-"""
+"""Checkers for notebook 10 (build a GPT): the learner's attention, block, model, training step,
+training loop and generation, each against :mod:`attn_helpers.lessons.build_gpt` on the same
+weights and random numbers. Each exercise has a table of named mistakes, ``(kind, hint)``;
+``*_variant(..., kind)`` computes what that mistake gives."""
 
 from __future__ import annotations
 
@@ -47,14 +40,13 @@ KEYS = ("attention", "block", "model", "train_step", "train", "generate")
 
 
 def passed(name: str) -> bool:
-    """Did the learner's own ``name`` (one of :data:`KEYS`) pass its checker in this kernel?"""
+    """Did the learner's own ``name`` (one of :data:`KEYS`) pass in this kernel?"""
     return passed_key(f"build_gpt.{name}")
 
 
 def pieces(learner: dict, solutions: dict) -> tuple[dict, str]:
-    """The learner's pieces where they passed, the reference solutions elsewhere, and a line
-    saying which ran. ``learner``/``solutions``: ``{"model": cls, "train_step": fn, ...}``; the
-    model counts as the learner's when attention, block and model all passed."""
+    """The learner's pieces where they passed (the model: with attention and block), the
+    reference elsewhere, and a line saying which ran."""
     chosen, words = {}, []
     for name in learner:
         mine = passed(name) and (name != "model" or all(passed(k) for k in KEYS[:3]))
@@ -65,9 +57,7 @@ def pieces(learner: dict, solutions: dict) -> tuple[dict, str]:
 
 # --- the module exercises: build, run in pieces through a cache, compare gradients ---------------
 
-
 def _build(cls, args: tuple, reference: nn.Module, what: str, swap: dict):
-    """The learner's module ``cls(*args)`` holding the reference's weights, or a CheckResult."""
     if not isinstance(cls, type) or not issubclass(cls, nn.Module):
         return CheckResult(False, f"Not yet: {what} should be an nn.Module class, got "
                                   f"{type(cls).__name__}.")
@@ -86,7 +76,7 @@ def _build(cls, args: tuple, reference: nn.Module, what: str, swap: dict):
 
 
 def _randomise(module: nn.Module, seed: int, std: float = 0.5) -> nn.Module:
-    """Weights far from the tiny training init, so every mistake shows in the output."""
+    """Weights far from the training init, so that every mistake shows."""
     g = seeded(seed)
     with torch.no_grad():
         for p in module.parameters():
@@ -95,9 +85,8 @@ def _randomise(module: nn.Module, seed: int, std: float = 0.5) -> nn.Module:
 
 
 def _calls(forward: Callable, new_cache: Callable) -> Callable:
-    """``run(x, split, step, start=0)``: ``split`` 0, one call ``forward(x, start, None)``; else a
-    cache ``new_cache(x)``, the prompt ``x[:, :split]`` at 0, then ``step`` tokens a call at their
-    offsets. The outputs are concatenated along the positions."""
+    """``run(x, split, step, start=0)``: one call (``split`` 0), or ``x[:, :split]`` into a new
+    cache, then ``step`` tokens a call; the outputs concatenated."""
     def run(x, split, step, start=0):
         if not split:
             return forward(x, start, None)
@@ -111,10 +100,8 @@ def _calls(forward: Callable, new_cache: Callable) -> Callable:
 def _check_module(cls, what: str, sizes: list, make, forward: Callable, new_cache: Callable,
                   cases: Callable, variant: Callable, mistakes: list, *, swap: tuple = (),
                   error_hints: tuple = ()) -> CheckResult:
-    """``cls`` against the reference ``make(*args, seed)`` at each ``(args, seed)`` of ``sizes``
-    (``swap``: the reference parts put inside it), on ``cases(args, seed)`` run by :func:`_calls`
-    with ``forward(module, x, start, cache)``; then one backward through the last size's: a
-    detached query, key or residual is named."""
+    """``cls`` against ``make(*args, seed)`` for each of ``sizes`` (``swap``: reference parts put
+    in it), then one backward: a detached query, key or residual is named."""
     for args, seed in sizes:
         ref = make(*args, seed)
         module = _build(cls, args, ref, what, {name: getattr(ref, name) for name in swap})
@@ -159,7 +146,6 @@ def _check_module(cls, what: str, sizes: list, make, forward: Callable, new_cach
 
 
 def _sequences(d: int, seed: int) -> list[dict]:
-    """``x (b, n, d)``, run by :func:`_calls` in pieces ``split``, ``step`` (0: one call)."""
     g = seeded(seed)
     return [{"x": torch.randn(b, n, d, generator=g), "split": split, "step": step}
             for b, n, split, step in [(1, 5, 0, 0), (2, 7, 0, 0), (3, 1, 0, 0), (2, 9, 4, 1),
@@ -168,10 +154,8 @@ def _sequences(d: int, seed: int) -> list[dict]:
 
 # --- 1. causal multi-head self-attention with a KV cache -----------------------------------------
 
-
 def attention_variant(ref: bg.CausalSelfAttention, kind: str = "right") -> Callable:
-    """``forward(x, cache=None)`` with ``ref``'s weights and ``kind``'s mistake. The head split and
-    merge are given to the learner, so their mistakes are not among these."""
+    """``forward(x, cache=None)`` with ``ref``'s weights and ``kind``'s mistake."""
     def run(x, cache=None):
         b, n, d = x.shape
         q, k, v = (split_heads(t, ref.num_heads) for t in ref.qkv(x).split(d, dim=-1))
@@ -198,71 +182,58 @@ def attention_variant(ref: bg.CausalSelfAttention, kind: str = "right") -> Calla
 
 
 ATTENTION_MISTAKES = [
-    ("cache_unmasked", "the mask is left out when there is a cache, as if a cached call always "
-     "brought one token (notebook 05's step). Here the prompt arrives as n > 1 tokens at start 0 with "
-     "a cache, and the n new queries must not see each other's future: mask with a cache too."),
-    ("prompt_only", "only the prompt (start = 0) was masked, as if every later cached call brought "
-     "one token: a later call can bring a chunk of several new tokens too, and each must not see the "
-     "ones after it. Mask every call, at its offset."),
-    ("no_mask", "no causal mask, so the future leaks: new query i must not see the positions after "
-     "its own, start + i (hint 2 says how to build the mask)."),
+    ("cache_unmasked", "no mask with a cache, as if a cached call always brought one token: the "
+     "prompt comes as n > 1 tokens with a cache, and they must not see each other's future."),
+    ("prompt_only", "only the prompt (start = 0) was masked: a later cached call can bring several "
+     "tokens too, each blind to the ones after it. Mask every call, at its offset."),
+    ("no_mask", "no causal mask, so the future leaks: new query i sees keys 0..start+i only."),
     ("upper", "the mask is upside down: causal_mask(n) is True on and below the diagonal (a query "
      "sees its past); you let each query see its future."),
-    ("not_offset", "the mask is not offset by start: with start positions in the cache, new query i "
-     "sits at position start + i and sees keys 0..start+i: which rows of a causal mask of size start "
-     "+ n are those? (torch's is_causal=True aligns its mask top-left: this mistake.)"),
-    ("not_read", "the cache is not appended to or not read: the new queries saw only the new keys, "
-     "not the start earlier ones the cache holds: every call adds its keys and values to the cache "
-     "and attends over all start + n of them."),
+    ("not_offset", "the mask is not offset by start: new query i sits at position start + i; which "
+     "rows of a causal mask of size start + n are those? (torch's is_causal=True does this.)"),
+    ("not_read", "the cache is not appended to or not read: every call adds its keys and values "
+     "to the cache and attends over all start + n of them."),
     ("kv_swapped", "k and v are swapped in the cache: cache.append(k, v) takes the keys first, then "
      "the values."),
     ("no_out_proj", "W_O is missing: the merged heads go through self.out."),
-    ("scale_d_model", "the scores are scaled by 1/sqrt(d_model); each head's scores use its own size, "
-     "1/sqrt(d_h) with d_h = d / h."),
-    ("no_scale", "the scores are not scaled: divide q k^T by sqrt(d_h) (the course's attention step "
-     "does it for you)."),
-    ("multiplied", "the scores were multiplied by the mask: a 0 score still gets weight e^0 > 0, so "
-     "the future leaks. Set the masked scores to -inf before the softmax (masked_fill), or pass the "
-     "mask to the course's attention step."),
-    ("no_diagonal", "the mask hides each query's own position: new query i may see the keys up to AND "
-     "including its own, start + i, so the diagonal stays open (the first position would otherwise "
-     "see nothing)."),
-    ("softmax_over_queries", "the softmax ran over dim=-2, the queries: each query's weights over the "
-     "keys must sum to 1, so normalise over the last axis, dim=-1."),
+    ("scale_d_model", "the scores are scaled by 1/sqrt(d_model): each head uses 1/sqrt(d_h), "
+     "d_h = d / h."),
+    ("no_scale", "the scores are not scaled: divide q k^T by sqrt(d_h)."),
+    ("multiplied", "the scores were multiplied by the mask: a 0 score still gets weight e^0 > 0. "
+     "Set masked scores to -inf before the softmax, or pass the mask to the attention step."),
+    ("no_diagonal", "the mask hides each query's own position: new query i sees keys up to AND "
+     "including start + i."),
+    ("softmax_over_queries", "the softmax ran over dim=-2, the queries: each query's weights over "
+     "the keys sum to 1, so use dim=-1."),
 ]
 
 
 @exercise("build_gpt.attention", "causal self-attention with a KV cache, at an offset", hints=(
-    "Without a cache this is the causal multi-head attention of notebooks 04 and 05. With a "
-    "cache that already holds `start` positions, the n new tokens sit at positions "
-    "start..start+n-1: add their keys and values to the cache, then let new query i see every "
-    "cached key up to its own position, start + i.",
-    "Read start before appending (the stub does). With a cache, cache.append(k, v), then k and v "
-    "are cache.keys and cache.values, (b, h, start + n, d_h). The mask has one row per new query "
-    "and one column per visible key, (n, start + n). New query i is position start + i in the "
-    "text: which rows of a square causal mask describe exactly these queries?",
+    "Without a cache this is notebook 05's causal attention. With a cache holding `start` "
+    "positions, the n new tokens sit at start..start+n-1: add their keys and values to the "
+    "cache, then let new query i see every key up to start + i.",
+    "With a cache, cache.append(k, v), then k and v are cache.keys and cache.values, (b, h, "
+    "start + n, d_h). The mask is (n, start + n): which rows of a square causal mask are the "
+    "new queries?",
     "if cache is not None:\n"
     "    ...                                 # append k and v, then read every cached key and value\n"
     "mask = ...                              # (n, start + n): new query i sees keys 0..start+i\n"
     "out, _ = ah.scaled_dot_product_attention(q, k, v, mask)\n"
     "return self.out(ah.merge_heads(out))   # the heads side by side, then W_O"))
 def check_attention(cls) -> CheckResult:
-    """Exercise: ``cls(d_model, num_heads)``, the stub's ``__init__``; ``forward(x (b, n, d),
-    cache=None) -> (b, n, d)``, causal; with a cache holding ``start`` positions, it appends the
-    new keys and values, and new query ``i`` sees keys ``0..start+i``."""
+    """Exercise: ``cls(d_model, num_heads)``; ``forward(x (b, n, d), cache=None) -> (b, n, d)``,
+    new query ``i`` seeing keys ``0..start+i``."""
     return _check_module(
         cls, "CausalSelfAttention", [((16, 4), 101), ((12, 2), 102), ((8, 1), 103)],
         lambda d, h, seed: _randomise(bg.CausalSelfAttention(d, h), seed),
         lambda m, x, start, cache: m(x, cache), lambda x: KVCache(x.shape[1]),
         lambda args, seed: _sequences(args[0], seed), attention_variant, ATTENTION_MISTAKES,
-        error_hints=[("does not broadcast", "the mask must be (n, start + n): one row per new "
-                      "query, one column per visible key. If start was read after cache.append, "
-                      "len(cache) already counts the n new tokens: read start = len(cache) before "
-                      "appending (the stub does), then append.")])
+        error_hints=[("does not broadcast", "the mask must be (n, start + n). After "
+                      "cache.append, len(cache) counts the new tokens too: read start = "
+                      "len(cache) before appending (the stub does).")])
 
 
 # --- 2. the pre-norm block -----------------------------------------------------------------------
-
 
 def block_variant(ref: bg.Block, kind: str = "right") -> Callable:
     """``forward(x, cache=None)`` with ``ref``'s parts and ``kind``'s mistake."""
@@ -294,32 +265,28 @@ def block_variant(ref: bg.Block, kind: str = "right") -> Callable:
 
 BLOCK_MISTAKES = [
     ("post_norm", "norm after instead of before: that is the original post-norm block, LN(x + "
-     "attn(x)). A pre-norm block normalises the sub-layer's input and leaves the residual stream "
-     "alone: which of the two, the stream or the sub-layer's input, passes through the LayerNorm?"),
-    ("no_attn_residual", "the residual is missing around attention: add attn(LN_1(x)) to x, don't "
-     "replace x with it."),
-    ("no_ff_residual", "the residual is missing around the feed-forward: its output replaced the "
-     "stream instead of being added to it, as attention's is."),
+     "attn(x)). Pre-norm normalises the sub-layer's input and leaves the stream alone."),
+    ("no_attn_residual", "the residual is missing around attention: add attn(LN_1(x)) to x."),
+    ("no_ff_residual", "the residual is missing around the feed-forward: add its output to the "
+     "stream."),
     ("no_norm", "the LayerNorms are missing: each sub-layer reads LN(x), not x."),
     ("same_norm", "norm1 is used twice: the feed-forward reads norm2(x), its own LayerNorm."),
-    ("residual_from_normed", "the residual adds to the normalised x: keep the stream x itself, x + "
-     "attn(LN(x)), not LN(x) + attn(LN(x))."),
-    ("residual_from_normed_attn", "the attention's residual adds to the normalised x: keep the stream "
-     "x itself, x + attn(LN_1(x)), not LN_1(x) + attn(...)."),
-    ("residual_from_normed_ff", "the feed-forward's residual adds to the normalised x: keep the "
-     "stream x itself, x + ff(LN_2(x)), not LN_2(x) + ff(...)."),
-    ("norms_swapped", "the two LayerNorms are swapped: attention read norm2's output and the "
-     "feed-forward norm1's; each sub-layer has its own, in the stub's order."),
-    ("parallel", "both sub-layers read the same input: the feed-forward must read the stream after "
-     "attention has been added, one after the other."),
-    ("ff_first", "the feed-forward ran first: attention comes first, then the feed-forward."),
-    ("cache_not_passed", "the cache never reached the attention: with a cache the new tokens saw only "
-     "themselves. The block is handed the layer's cache: who needs it?"),
+    ("residual_from_normed", "the residuals add to the normalised x: x + attn(LN(x)), not "
+     "LN(x) + attn(LN(x))."),
+    ("residual_from_normed_attn", "the attention's residual adds to the normalised x: x + "
+     "attn(LN_1(x)), not LN_1(x) + attn(...)."),
+    ("residual_from_normed_ff", "the feed-forward's residual adds to the normalised x: x + "
+     "ff(LN_2(x)), not LN_2(x) + ff(...)."),
+    ("norms_swapped", "the two LayerNorms are swapped: attention reads norm1, the feed-forward "
+     "norm2."),
+    ("parallel", "both sub-layers read the same input: the feed-forward reads the stream after "
+     "attention's addition."),
+    ("ff_first", "the feed-forward ran first: attention comes first."),
+    ("cache_not_passed", "the cache never reached the attention: the block hands it on."),
 ]
 
 
 def _block(d, h, d_ff, seed):
-    """A reference block with large weights, its LayerNorm gains away from 1."""
     block = _randomise(bg.Block(d, h, d_ff), seed)
     with torch.no_grad():
         for norm in (block.norm1, block.norm2):
@@ -328,19 +295,16 @@ def _block(d, h, d_ff, seed):
 
 
 @exercise("build_gpt.block", "a pre-norm Transformer block", hints=(
-    "Two sub-layers, attention then feed-forward, each with a residual addition and a LayerNorm "
-    "of its own; the cache goes to the attention. Notebook 06's post-norm layer normalised each "
-    "sum. Follow the path from the block's input x to its output in that layout and in the other "
-    "one, the norm in front of the sub-layer: which leaves a path on which x is never normalised?",
-    "If the stream x is never normalised, no LayerNorm can sit on a residual sum: where else can "
-    "norm1 and norm2 go, what does each sub-layer then read, and what is its output added to? "
-    "Attention first (handed cache as its second argument), then the feed-forward, which reads "
-    "the stream as the attention's addition left it.",
+    "Two sub-layers, attention then feed-forward, each with a residual addition and its own "
+    "LayerNorm; the cache goes to the attention. Notebook 06's post-norm layer normalised each "
+    "sum: which layout leaves a path on which x is never normalised?",
+    "No LayerNorm on a residual sum: where else can norm1 and norm2 go, what does each sub-layer "
+    "read, and what is its output added to? Attention first (handed the cache), then the "
+    "feed-forward on the updated stream.",
     "x = x + ...          # attention on norm1's copy of x, handed the cache\n"
     "return x + ...       # the feed-forward on norm2's copy of the updated x"))
 def check_block(cls) -> CheckResult:
-    """Exercise: ``cls(d_model, num_heads, d_ff)``, the stub's ``__init__``; ``forward(x,
-    cache=None) -> x``, pre-norm, the cache handed to the attention (the reference's, put in)."""
+    """Exercise: ``cls(d_model, num_heads, d_ff)``; ``forward(x, cache=None) -> x``, pre-norm."""
     return _check_module(
         cls, "Block", [((16, 4, 32), 201), ((12, 3, 20), 202)], _block,
         lambda m, x, start, cache: m(x, cache), lambda x: KVCache(x.shape[1]),
@@ -349,7 +313,6 @@ def check_block(cls) -> CheckResult:
 
 
 # --- 3. the model --------------------------------------------------------------------------------
-
 
 def model_cfg(vocab=11, context=16, d=16, h=4, layers=2, d_ff=32) -> bg.GPTConfig:
     return bg.GPTConfig(vocab, context=context, d_model=d, num_heads=h, num_layers=layers,
@@ -382,34 +345,30 @@ def model_variant(ref: bg.GPT, kind: str = "right") -> Callable:
 
 
 MODEL_MISTAKES = [
-    ("no_positions", "the position embedding is missing: without it attention cannot tell the order "
-     "of the characters; add the embedding of each new token's position in the sequence."),
+    ("no_positions", "the position embedding is missing: without it attention cannot tell the "
+     "order of the characters."),
     ("positions_from_tokens", "the position embedding is indexed by the token ids: index it by the "
-     "positions start..start+n-1 (0..n-1 without a cache)."),
-    ("positions_from_one", "the positions start one too late: the first new character is at position "
-     "start (0 without a cache): where does the range begin?"),
-    ("positions_not_offset", "the positions ignore start: with start characters already in the cache, "
-     "the new ones come after them, not at 0..n-1."),
-    ("caches_not_passed", "the caches never reached the blocks: each block must be handed its own "
-     "cache, caches[i] for block i (and None when there are no caches)."),
-    ("no_final_norm", "the final LayerNorm is missing: a pre-norm stack leaves the stream "
-     "unnormalised after the last block, so something must normalise it before the output head."),
-    ("first_block_only", "only one block ran: x goes through every block of self.blocks, in turn."),
-    ("scaled_embeddings", "the embeddings are multiplied by sqrt(d): this GPT adds the token and "
-     "position embeddings as they are."),
-    ("token_scaled", "the token embeddings are multiplied by sqrt(d) before the positions are added "
-     "(the 2017 paper's convention, with its fixed sinusoids): this GPT adds both learned embeddings "
-     "as they are."),
+     "positions start..start+n-1."),
+    ("positions_from_one", "the positions start one too late: the first new character is at "
+     "position start."),
+    ("positions_not_offset", "the positions ignore start: the new tokens come after the start "
+     "already cached, not at 0..n-1."),
+    ("caches_not_passed", "the caches never reached the blocks: block i gets caches[i] (None "
+     "without caches)."),
+    ("no_final_norm", "the final LayerNorm is missing: pre-norm leaves the stream unnormalised "
+     "after the last block."),
+    ("first_block_only", "only one block ran: x goes through every block of self.blocks."),
+    ("scaled_embeddings", "the embeddings are multiplied by sqrt(d): add them as they are."),
+    ("token_scaled", "the token embeddings are multiplied by sqrt(d) (the 2017 paper's convention, "
+     "with fixed sinusoids): this GPT adds both learned embeddings as they are."),
     ("no_blocks", "the blocks never ran: the logits come straight from the embeddings."),
-    ("log_softmax_output", "the model returns log_softmax(logits): return the raw logits; "
-     "cross_entropy and sampling apply the (log-)softmax themselves."),
-    ("softmax_output", "the model returns softmax(logits), probabilities: return the raw logits; the "
-     "loss (cross_entropy) and sampling apply the softmax themselves."),
+    ("log_softmax_output", "the model returns log_softmax(logits): return the raw logits."),
+    ("softmax_output", "the model returns softmax(logits): return the raw logits; cross_entropy and "
+     "sampling apply the softmax themselves."),
 ]
 
 
 def _gpt(cfg, seed):
-    """A reference GPT with large weights, its final LayerNorm's gain away from 1."""
     model = _randomise(bg.GPT(cfg), seed, std=0.3)
     with torch.no_grad():
         model.norm.weight.add_(1.0)
@@ -417,8 +376,7 @@ def _gpt(cfg, seed):
 
 
 def _token_cases(cfg, seed):
-    """``tokens (b, n)`` with ``split``/``step`` as in :func:`_sequences`; the last case runs at
-    ``start`` = context - 5 without caches, to test start on its own."""
+    """As :func:`_sequences`, and one at ``start = context - 5`` without caches."""
     g = seeded(seed)
     cases = [{"tokens": torch.randint(0, cfg.vocab_size, (b, n), generator=g), "split": split,
               "step": step}
@@ -429,41 +387,33 @@ def _token_cases(cfg, seed):
 
 
 @exercise("build_gpt.model", "the GPT: embeddings, blocks, final norm, output head", hints=(
-    "Each token becomes its embedding plus the embedding of its position; the sum goes through "
-    "every block in turn; a final LayerNorm, then the output head gives one score per character. "
-    "With caches, which positions do the n new tokens hold, and which cache does block i read?",
-    "start is the position of tokens[:, 0] in the sequence the model reads, with caches or "
-    "without. Look the n "
-    "positions up in position_embedding as one (n,) tensor: its (n, d) result broadcasts onto the "
-    "token embeddings, (b, n, d), the same positions for every sequence of the batch. "
-    "enumerate(self.blocks) gives each block its index i, and with it its own cache (None when "
-    "caches is None); then self.norm and self.head give (b, n, vocab).",
+    "Each token becomes its embedding plus its position's; the sum goes through every block, a "
+    "final LayerNorm, then the output head. With caches, which positions do the n new tokens "
+    "hold, and which cache does block i read?",
+    "start is the position of tokens[:, 0], with caches or without. Look the n positions up as "
+    "one (n,) tensor: its (n, d) result broadcasts onto the (b, n, d) token embeddings. "
+    "enumerate(self.blocks) gives block i its own cache (None when caches is None).",
     "positions = ...                           # (n,): start .. start + n - 1\n"
     "x = ...                                   # (b, n, d): token plus position embeddings\n"
     "for i, block in enumerate(self.blocks):\n"
     "    x = block(x, ...)                     # caches[i], or None without caches\n"
     "return ...                                # (b, n, vocab): the final norm, then the head"))
 def check_model(cls) -> CheckResult:
-    """Exercise: ``cls(cfg)``, the stub's ``__init__``; ``forward(tokens (b, n), start=0,
-    caches=None) -> logits (b, n, vocab)`` at positions ``start..start+n-1``, block ``i`` given
-    ``caches[i]`` (the reference blocks, put in)."""
+    """Exercise: ``cls(cfg)``; ``forward(tokens (b, n), start=0, caches=None) -> (b, n, vocab)``."""
     cfg = model_cfg()
     return _check_module(
         cls, "GPT", [((cfg,), 301)], _gpt, lambda m, x, start, caches: m(x, start, caches),
         lambda x: [KVCache(cfg.context) for _ in range(cfg.num_layers)],
         lambda args, seed: _token_cases(cfg, seed + 1), model_variant, MODEL_MISTAKES,
         swap=("blocks",),
-        error_hints=[("not subscriptable", "caches is None here, with start > 0: the checker calls "
-                      "the model at an offset without caches, to test start on its own. The "
-                      "positions come from the start argument (not from len(caches[0])), and "
-                      "block i gets None when caches is None."),
-                     ("cache is full", "a cache filled up: each block keeps its own keys and "
-                      "values, so block i gets caches[i] (not caches[0] for all), and with a cache "
-                      "only the new tokens are fed, at positions start..start+n-1.")])
+        error_hints=[("not subscriptable", "caches is None here, with start > 0: the positions "
+                      "come from the start argument (not from len(caches[0])), and block i gets "
+                      "None when caches is None."),
+                     ("cache is full", "a cache filled up: block i gets caches[i] (not caches[0] "
+                      "for all).")])
 
 
 # --- 4. the training step ------------------------------------------------------------------------
-
 
 def train_variant(kind: str = "right") -> Callable:
     """``train_step(model, optimizer, chunk)`` with ``kind``'s mistake."""
@@ -502,43 +452,33 @@ def train_variant(kind: str = "right") -> Callable:
 
 
 TRAIN_MISTAKES = [
-    ("not_shifted", "the targets are not shifted: position i must predict the NEXT character, so the "
-     "target at position i is the character that comes one after input i."),
-    ("whole_chunk", "the inputs and the targets are both the whole chunk, unshifted: the model then "
-     "learns to copy the current character. A chunk of n + 1 characters gives n inputs and n targets: "
-     "which n of each?"),
-    ("shifted_backwards", "the shift goes the wrong way: the model predicts each character from the "
-     "ones BEFORE it, so the targets are the later of the two slices."),
-    ("no_zero_grad", "the gradients are never zeroed, so they pile up from step to step: call "
-     "optimizer.zero_grad() before loss.backward()."),
-    ("no_step", "the weights did not change: call optimizer.step() after loss.backward() (and zero "
-     "the gradients before backward, not between backward and step)."),
-    ("sum", "the loss is summed over positions: take the mean (cross_entropy's default), so the step "
-     "size does not grow with the batch."),
-    ("sum_over_positions", "the loss is summed over each chunk's positions (then averaged over the "
-     "batch): a per-character loss is the mean over every position, so the step does not grow with "
-     "the context length."),
-    ("softmax_first", "softmax was applied before cross_entropy, which takes raw logits (it does the "
-     "log-softmax itself)."),
-    ("nll_on_logits", "F.nll_loss on raw logits: nll_loss expects log-probabilities; use "
-     "F.cross_entropy(logits, targets), which takes the log-softmax itself."),
-    ("last_only", "only the last position is trained: every position of the chunk predicts its next "
-     "character."),
-    ("no_clip", "the step used an unclipped gradient, or clipped each gradient on its own: clip the "
-     "joint norm of all gradients together, not each one or by value. Call "
-     "nn.utils.clip_grad_norm_(model.parameters(), 1.0) once, after loss.backward() and before "
-     "optimizer.step() (before backward there is no gradient yet; after step it is too late)."),
+    ("not_shifted", "the targets are not shifted: the target at position i is the character one "
+     "after input i."),
+    ("whole_chunk", "inputs and targets are both the whole chunk: the model learns to copy. A "
+     "chunk of n + 1 characters gives n inputs and n targets: which n of each?"),
+    ("shifted_backwards", "the shift goes the wrong way: the targets are the later of the two "
+     "slices."),
+    ("no_zero_grad", "the gradients are never zeroed, so they pile up: call optimizer.zero_grad() "
+     "before loss.backward()."),
+    ("no_step", "the weights did not change: call optimizer.step() after loss.backward()."),
+    ("sum", "the loss is summed over positions: take the mean (cross_entropy's default)."),
+    ("sum_over_positions", "the loss is summed over each chunk's positions: a per-character loss "
+     "is the mean over every position."),
+    ("softmax_first", "softmax before cross_entropy, which takes raw logits."),
+    ("nll_on_logits", "F.nll_loss on raw logits expects log-probabilities: use F.cross_entropy."),
+    ("last_only", "only the last position is trained: every position predicts its next character."),
+    ("no_clip", "the gradient was unclipped, or clipped piece by piece: clip the joint norm of all "
+     "gradients together, not each one or by value, with nn.utils.clip_grad_norm_"
+     "(model.parameters(), 1.0) between loss.backward() and optimizer.step()."),
 ]
 
 
 @exercise("build_gpt.train_step", "the training step: next-character loss", hints=(
-    "At each position the model predicts the next character: so which character of the chunk is "
-    "the target of input position i, and how many predictions does a chunk of n + 1 characters "
-    "hold? Then the usual optimizer moves, with the gradient clipped before the step.",
-    "Inputs and targets are two slices of the chunk's last axis, both (b, n), the targets one step "
-    "ahead of the inputs: which end does each slice drop? F.cross_entropy wants "
-    "(N, vocab) logits against (N,) ids: flatten the (b, n, vocab) logits to (b * n, vocab) and "
-    "the targets to (b * n,); its default mean over the positions is the loss.",
+    "Each position predicts the next character: which character is the target of input i, and "
+    "how many predictions does a chunk of n + 1 hold? Then the usual optimizer moves, the "
+    "gradient clipped before the step.",
+    "Inputs and targets are two (b, n) slices, the targets one step ahead: which end does each "
+    "drop? F.cross_entropy wants (N, vocab) logits against (N,) ids: flatten both.",
     "inputs, targets = ...                     # (b, n) each: the chunk shifted by one\n"
     "logits = model(inputs)                    # (b, n, vocab)\n"
     "loss = F.cross_entropy(..., ...)          # logits (b * n, vocab), targets (b * n,)\n"
@@ -546,10 +486,8 @@ TRAIN_MISTAKES = [
     "...                                       # backward, clip the norm to 1, step\n"
     "return loss.item()"))
 def check_train_step(train_step: Callable) -> CheckResult:
-    """Exercise: ``train_step(model, optimizer, chunk (b, n + 1)) -> loss``: one step of
-    next-character training, the gradient norm clipped to 1; checked over two steps of SGD on a
-    small GPT with large weights, whose gradients are far over norm 1 (the returned losses and
-    the weights after)."""
+    """Exercise: ``train_step(model, optimizer, chunk (b, n + 1)) -> loss``, checked over two SGD
+    steps whose gradients are far over norm 1."""
     g = seeded(401)
     cases = [{"chunks": torch.randint(0, 11, (2, b, n + 1), generator=g), "seed": s}
              for b, n, s in [(2, 8, 1), (3, 16, 2), (1, 4, 3)]]
@@ -558,11 +496,10 @@ def check_train_step(train_step: Callable) -> CheckResult:
         output_names=("the two losses", "the weights after two steps"), atol=1e-5,
         mistakes=[Mistake(_two_steps(train_variant(kind)), hint) for kind, hint in TRAIN_MISTAKES],
         error_hints=[
-            ("Expected target size", "F.cross_entropy reads the classes on dim 1: the logits came "
-             "as (b, n, vocab), with the characters on the last axis. Flatten logits and targets "
-             "over the positions (or move the vocabulary axis to dim 1)."),
-            ("past the context", "the whole chunk of n + 1 characters went into the model: the "
-             "last character has nothing to predict, so it is never an input.")])
+            ("Expected target size", "F.cross_entropy reads the classes on dim 1: flatten "
+             "the (b, n, vocab) logits and the targets over the positions."),
+            ("past the context", "the whole chunk of n + 1 characters went in: the last one has "
+             "nothing to predict, so it is never an input.")])
 
 
 def _two_steps(step: Callable) -> Callable:
@@ -573,8 +510,7 @@ def _two_steps(step: Callable) -> Callable:
         for chunk in chunks:
             loss = step(model, optimizer, chunk.clone())
             if loss is None:
-                raise Refused("train_step returned None: after the optimizer's step, return the "
-                              "loss, a float (loss.item()).")
+                raise Refused("train_step returned None: return the loss (loss.item()).")
             losses.append(float(loss.detach() if isinstance(loss, torch.Tensor) else loss))
         weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         return torch.tensor(losses, dtype=torch.float64), weights
@@ -583,7 +519,6 @@ def _two_steps(step: Callable) -> Callable:
 
 
 # --- 5. the training loop and its schedule -------------------------------------------------------
-
 
 def schedule_variant(kind: str = "right") -> Callable:
     """``learning_rate(step, recipe)`` with ``kind``'s mistake."""
@@ -606,19 +541,17 @@ def schedule_variant(kind: str = "right") -> Callable:
 
 
 SCHEDULE_MISTAKES = [
-    ("constant", "the learning rate never changes: warm up linearly to recipe.lr, then follow a "
-     "cosine down to recipe.min_lr."),
-    ("no_warmup", "there is no warm-up: for the first recipe.warmup steps the rate climbs linearly, "
-     "step s getting recipe.lr * (s + 1) / recipe.warmup."),
-    ("warmup_from_zero", "the first warm-up step gets a learning rate of 0, a wasted step: step s "
-     "(from 0) gets recipe.lr * (s + 1) / recipe.warmup."),
-    ("cosine_over_all", "the cosine counts from step 0, not from the end of the warm-up: its progress "
-     "is (step - warmup) / (steps - warmup), from 0 to 1."),
+    ("constant", "the rate never changes: a linear warm-up, then a cosine to recipe.min_lr."),
+    ("no_warmup", "there is no warm-up: step s < recipe.warmup gets recipe.lr * (s + 1) / "
+     "recipe.warmup."),
+    ("warmup_from_zero", "the first step gets a rate of 0, a wasted step: step s gets recipe.lr * "
+     "(s + 1) / recipe.warmup."),
+    ("cosine_over_all", "the cosine counts from step 0: its progress is (step - warmup) / (steps - "
+     "warmup)."),
     ("to_zero", "the cosine ends at 0: it ends at recipe.min_lr."),
-    ("linear", "the decay is linear: after the warm-up, follow half a cosine period, min_lr + (lr - "
-     "min_lr) * (1 + cos(pi * progress)) / 2."),
-    ("no_half", "cos(pi * progress) runs from 1 to -1, so the rate goes negative: map it to 1..0 with "
-     "(1 + cos(pi * progress)) / 2."),
+    ("linear", "the decay is linear: it is half a cosine period."),
+    ("no_half", "cos(pi * progress) runs from 1 to -1, so the rate goes negative: use (1 + cos(pi "
+     "* progress)) / 2."),
 ]
 
 
@@ -665,32 +598,24 @@ def loop_variant(kind: str = "right") -> Callable:
 
 
 LOOP_MISTAKES = [
-    ("no_schedule", "the learning rate was never set, so AdamW kept its default of 0.001: at every "
-     "step, before the update, set group['lr'] = learning_rate(step, recipe) in each of "
-     "optimizer.param_groups."),
-    ("lr_after_step", "the learning rate is set after the step, so each step uses the previous step's "
-     "rate: set it before calling train_step."),
-    ("optimizer_each_step", "a new AdamW is built at every step: its running averages of the gradient "
-     "start from zero each time. Build it once, before the loop."),
-    ("batches_from_val", "the batches come from the held-out text: train on corpus.train only, or the "
-     "held-out loss no longer measures anything."),
-    ("same_batch", "one batch is drawn once and used at every step: draw a fresh batch inside the "
-     "loop."),
-    ("randint_high", "the starts are drawn from 0..len(corpus.train) - n - 1 inclusive: use "
-     "torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), generator=generator), as the "
-     "exercise says (the same draws as the reference)."),
-    ("chunk_short", "each chunk holds n characters: it needs n + 1, n inputs and the n characters "
-     "that follow them."),
-    ("eval_off_by_one", "the evaluations come one step early (at step 0, eval_every, ...): evaluate "
-     "after step + 1 steps, when (step + 1) % recipe.eval_every == 0."),
-    ("eval_swapped", "the curve's two losses are swapped: each entry is (steps done, training loss, "
+    ("no_schedule", "the rate was never set, so AdamW kept 0.001: before each step set "
+     "group['lr'] = learning_rate(step, recipe) in optimizer.param_groups."),
+    ("lr_after_step", "the rate is set after the step: set it before calling train_step."),
+    ("optimizer_each_step", "a new AdamW at every step restarts its running averages: build it "
+     "once."),
+    ("batches_from_val", "the batches come from the held-out text: train on corpus.train only."),
+    ("same_batch", "one batch is used at every step: draw a fresh one inside the loop."),
+    ("randint_high", "the starts are drawn one too high: torch.randint(0, len(corpus.train) - n - "
+     "1, (recipe.batch,), generator=generator)."),
+    ("chunk_short", "each chunk holds n characters: it needs n + 1."),
+    ("eval_off_by_one", "the evaluations come one step early: evaluate when (step + 1) % "
+     "recipe.eval_every == 0."),
+    ("eval_swapped", "the curve's two losses are swapped: (steps done, training, held-out)."),
+    ("batch_loss", "the curve's training loss is one noisy batch's: use bg.estimate_loss(model, "
+     "corpus.train, n)."),
+    ("no_eval", "the curve is empty: every recipe.eval_every steps append (step + 1, training loss, "
      "held-out loss)."),
-    ("batch_loss", "the curve's training loss is the last batch's loss: that is one noisy batch, "
-     "measured before the step. Use bg.estimate_loss(model, corpus.train, n), the same 100 windows as "
-     "the held-out loss."),
-    ("no_eval", "the curve is empty: every recipe.eval_every steps append (step + 1, the training "
-     "loss, the held-out loss), each from bg.estimate_loss."),
-    ("stop_ignored", "stop was ignored: with stop, run only steps 0..stop-1 (the schedule still spans "
+    ("stop_ignored", "stop was ignored: run only steps 0..stop-1 (the schedule still spans "
      "recipe.steps)."),
 ]
 
@@ -704,8 +629,7 @@ def _rates(learning_rate: Callable) -> Callable:
 
 
 def _run_loop(train: Callable) -> Callable:
-    """``run(recipe, stop, seed)``: ``train`` on a small GPT and a random 11-letter text, with
-    the reference step; the curve and the weights after."""
+    """``run(recipe, stop, seed)``: the curve and the weights after, on a random 11-letter text."""
     def run(recipe, stop, seed):
         g = seeded(601)
         corpus = bg.Corpus("abcdefghijk", torch.randint(0, 11, (500,), generator=g),
@@ -714,12 +638,10 @@ def _run_loop(train: Callable) -> Callable:
         model = bg.GPT(model_cfg())
         curve = train(model, bg.train_step, corpus, recipe, torch.Generator().manual_seed(seed), stop)
         if curve is None:
-            raise Refused("train returned None: return the curve, a list of (step, training "
-                          "loss, held-out loss).")
+            raise Refused("train returned None: return the curve.")
         rows = [[float(x) for x in row] for row in curve]
         if any(len(row) != 3 for row in rows):
-            raise Refused("each entry of the curve should be (step, training loss, held-out "
-                          "loss), three numbers.")
+            raise Refused("each entry of the curve should be (step, training, held-out loss).")
         weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         return torch.tensor(rows, dtype=torch.float64).reshape(-1, 3), weights
 
@@ -727,13 +649,12 @@ def _run_loop(train: Callable) -> Callable:
 
 
 @exercise("build_gpt.train", "the training loop: schedule, batches, evaluation", hints=(
-    "Two functions. learning_rate: a straight line up for the warm-up steps, then half a cosine "
-    "period down to min_lr. train: at every step, set the rate, draw a batch from the training "
-    "text, take one step; every eval_every steps, record both losses.",
-    "learning_rate: step s < warmup gets lr * (s + 1) / warmup; after that progress p = (s - "
-    "warmup) / (steps - warmup) runs from 0 to 1 and the rate is min_lr + (lr - min_lr) * (1 + "
-    "cos(pi p)) / 2. The batch: recipe.batch random starts from torch.randint with the "
-    "generator, then the n + 1 characters from each start, stacked.",
+    "learning_rate: a straight line up for the warm-up, then half a cosine period down to "
+    "min_lr. train: each step set the rate, draw a batch, take one step; every eval_every steps "
+    "record both losses.",
+    "Step s < warmup gets lr * (s + 1) / warmup; then p = (s - warmup) / (steps - warmup) runs 0 "
+    "to 1 and the rate is min_lr + (lr - min_lr) * (1 + cos(pi p)) / 2. The batch: recipe.batch "
+    "starts from torch.randint with the generator, n + 1 characters from each.",
     "for group in optimizer.param_groups:\n"
     "    group[\"lr\"] = ...                     # this step's rate\n"
     "starts = torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), generator=generator)\n"
@@ -742,10 +663,8 @@ def _run_loop(train: Callable) -> Callable:
     "if (step + 1) % recipe.eval_every == 0:\n"
     "    curve.append((step + 1, bg.estimate_loss(model, corpus.train, n), ...))"))
 def check_train(train: Callable, learning_rate: Callable) -> CheckResult:
-    """Exercise: ``learning_rate(step, recipe) -> float`` (a linear warm-up, then a cosine to
-    ``min_lr``) and ``train(model, train_step, corpus, recipe, generator, stop=None) -> curve``:
-    the schedule on every step of four recipes, then the loop on a small GPT and a toy text (the
-    curve and the weights after, against the reference's with the same draws)."""
+    """Exercise: ``learning_rate(step, recipe) -> float`` and ``train(model, train_step, corpus,
+    recipe, generator, stop=None) -> curve``, with the reference's draws."""
     recipes = [{"recipe": bg.Recipe(steps=s, batch=2, lr=lr, warmup=w, min_lr=m)}
                for s, lr, w, m in [(20, 0.1, 5, 0.01), (12, 3e-3, 1, 0.0), (50, 1e-3, 10, 1e-4),
                                    (8, 0.5, 3, 0.05)]]
@@ -772,10 +691,8 @@ def check_train(train: Callable, learning_rate: Callable) -> CheckResult:
 
 # --- 6. generation with a KV cache ---------------------------------------------------------------
 
-
 def generate_variant(kind: str = "right") -> Callable:
-    """``generate(model, prompt, steps, temperature, top_k, use_cache, generator)`` with ``kind``'s
-    mistake (``"top_k_indices"``, sampling among the k largest, is right too)."""
+    """``generate(...)`` with ``kind``'s mistake (``"top_k_indices"`` is right too)."""
     @torch.no_grad()
     def generate(model, prompt, steps, temperature, top_k, use_cache, generator):
         T, tokens = model.cfg.context, prompt
@@ -823,55 +740,47 @@ def generate_variant(kind: str = "right") -> Callable:
 
 GENERATE_MISTAKES = [
     ("positions_restart", "the positions restart in the cached step: the new character sits after "
-     "every character already in the cache, not at 0."),
-    ("start_is_length", "start = tokens.shape[1] in the cached step, one past the new character: "
-     "after appending it, how many characters come before it?"),
-    ("temperature_after_softmax", "temperature applied after the softmax: dividing the probabilities "
-     "by T changes nothing once they are renormalised; divide the logits by T, then softmax."),
-    ("temperature_times", "the logits were multiplied by T: divide them by T (T < 1 sharpens, T > 1 "
-     "flattens)."),
-    ("first_position", "the next character was sampled from the FIRST position's logits: the "
-     "prediction for the next character is at the last position, [:, -1]."),
-    ("top_k_off_by_one", "top-k keeps k - 1 characters: keep every logit >= the k-th largest (mask "
-     "only those strictly below it)."),
-    ("whole_sequence_cached", "every token was fed again while using the cache: with the cache, after "
-     "the prompt feed only the token just sampled, at its own position; the cache already holds the "
-     "rest."),
-    ("greedy", "the next character was the most likely one (argmax): sample it from the probabilities "
-     "with torch.multinomial(probs, 1, generator=generator)."),
-    ("no_generator", "your generate drew from torch's global random numbers, not from the generator "
-     "it was given: sample with torch.multinomial(probs, 1, generator=generator), so that the same "
-     "seed gives the same tokens."),
-    ("no_top_k", "top_k was ignored: keep the k largest logits and set the others to -inf."),
-    ("top_k_plus_one", "top-k kept k + 1 characters: the cut-off is the k-th largest logit, not the "
-     "(k + 1)-th."),
-    ("start_frozen", "start stayed at the prompt's length in every cached step: each new character "
-     "sits one position after the previous one."),
-    ("crop_first", "past the context you kept the text's FIRST n_ctx characters: the next character "
-     "follows the last ones, so the window is the last n_ctx."),
-    ("crop_short", "past the context the window held n_ctx - 1 characters: the model reads up to "
-     "n_ctx = model.cfg.context of them, at positions 0..n_ctx-1."),
+     "every one already cached."),
+    ("start_is_length", "start = tokens.shape[1] is one past the new character: how many come "
+     "before it?"),
+    ("temperature_after_softmax", "temperature after the softmax changes nothing once renormalised: "
+     "divide the logits by T."),
+    ("temperature_times", "the logits were multiplied by T: divide them by T."),
+    ("first_position", "the next character was sampled from the FIRST position's logits: use the "
+     "last, [:, -1]."),
+    ("top_k_off_by_one", "top-k keeps k - 1 characters: mask only logits strictly below the k-th "
+     "largest."),
+    ("whole_sequence_cached", "every token was fed again while using the cache: after the prompt "
+     "feed only the token just sampled, at its own position."),
+    ("greedy", "the next character was the argmax: sample it with torch.multinomial(probs, 1, "
+     "generator=generator)."),
+    ("no_generator", "your generate drew from torch's global random numbers: sample with "
+     "torch.multinomial(probs, 1, generator=generator)."),
+    ("no_top_k", "top_k was ignored: set all but the k largest logits to -inf."),
+    ("top_k_plus_one", "top-k kept k + 1 characters: the cut-off is the k-th largest logit."),
+    ("start_frozen", "start stayed at the prompt's length: each new character sits one position "
+     "after the previous one."),
+    ("crop_first", "past the context you kept the FIRST n_ctx characters: the window is the last "
+     "n_ctx."),
+    ("crop_short", "past the context the window held n_ctx - 1 characters: the model reads n_ctx, "
+     "at positions 0..n_ctx-1."),
 ]
 
-#: Named from what a learner's generate does once the text outgrows the context.
+#: What a learner's generate does once the text outgrows the context.
 PAST_CONTEXT = {
     "cached": "with the cache, the step after the text reached n_ctx = model.cfg.context characters "
-              "had nowhere to go: positions stop at n_ctx - 1, and the cache holds n_ctx keys. Once "
-              "the text is longer, the model reads only its last n_ctx characters: at which "
-              "positions do they sit now, and at which positions were the cached keys and values "
-              "computed?",
-    "stale": "past the context the window went into a cache that already held keys and values: "
-             "they were computed when each character sat one or more positions further on. With "
-             "learned absolute positions, what is a cached key worth once its character has moved?",
-    "plain": "without the cache the whole text went in, but past n_ctx = model.cfg.context "
-             "characters the model reads only a window of n_ctx of them, at positions "
-             "0..n_ctx-1: which n_ctx?",
+              "had nowhere to go: positions stop at n_ctx - 1. Past that the model reads the last "
+              "n_ctx characters: at which positions now, and at which were the cached keys made?",
+    "stale": "past the context the window went into a cache whose keys were computed when each "
+             "character sat further on. With learned absolute positions, what is a cached key "
+             "worth once its character has moved?",
+    "plain": "without the cache the whole text went in, but the model reads a window of n_ctx = "
+             "model.cfg.context characters, at positions 0..n_ctx-1: which n_ctx?",
 }
 
 
 class _Recording(bg.GPT):
-    """The checker's GPT: it records each call as ``(n, start, cache used)`` (an empty cache
-    counts as none when several tokens come in: a fresh cache for a new window is right)."""
+    """Records each call as ``(n, start, cache used)``; an empty cache with n > 1 counts as none."""
 
     def forward(self, tokens, start=0, caches=None):
         n = tokens.shape[1]
@@ -880,9 +789,7 @@ class _Recording(bg.GPT):
 
 
 def _sampler(generate: Callable, model: _Recording) -> Callable:
-    """``run(prompt, steps, temperature, top_k, use_cache, seed)``: the tokens ``generate``
-    samples with a generator seeded ``seed`` (torch's own random numbers seeded ``seed + 1``, so
-    that sampling without the generator is named); running out of context is explained."""
+    """The tokens ``generate`` samples with a generator seeded ``seed`` (torch's own: ``seed + 1``)."""
     def run(prompt, steps, temperature, top_k, use_cache, seed):
         model.calls, T = [], model.cfg.context
         with torch.random.fork_rng(devices=[]):
@@ -909,16 +816,12 @@ def _sampler(generate: Callable, model: _Recording) -> Callable:
 
 
 @exercise("build_gpt.generate", "generation with a KV cache, temperature and top-k", hints=(
-    "With a cache the prompt goes through once; after that only the new character runs, at its "
-    "own position, and its keys and values join the cache. Temperature and top-k reshape the "
-    "logits before the softmax. Past the context n_ctx, each character's position is counted from "
-    "the start of the window the model reads, not from the start of the text.",
-    "The next character's logits are the last position's, (b, vocab), divided by T. For top-k: "
-    "which one number per row separates the k largest logits from the rest, and what must the "
-    "others become so that the softmax gives them nothing? With a cache: what goes into the next "
-    "call, and at which position? Once the text is longer than the context, every character in "
-    "the window has moved one position down since the last step: what does that do to keys and "
-    "values computed earlier?",
+    "With a cache the prompt runs once; after that only the new character runs, at its own "
+    "position. Temperature and top-k reshape the logits before the softmax. Past the context, "
+    "positions count from the start of the window the model reads.",
+    "The logits are the last position's, (b, vocab), over T. Top-k: which number per row "
+    "separates the k largest, and what must the others become? Past the context every character "
+    "moves one position down each step: what does that do to cached keys?",
     "logits = ...                              # (b, vocab): the last position's, over T\n"
     "if top_k is not None:\n"
     "    kth = ...                             # (b, 1): each row's k-th largest logit\n"
@@ -931,9 +834,7 @@ def _sampler(generate: Callable, model: _Recording) -> Callable:
     "    new, start, caches = ...              # the window the model reads, from position 0"))
 def check_generate(generate: Callable) -> CheckResult:
     """Exercise: ``generate(model, prompt (b, n0), steps, temperature, top_k, use_cache,
-    generator) -> tokens (b, n0 + steps)``, sampling with ``torch.multinomial(probs, 1,
-    generator=generator)``; the reference's tokens with and without the cache, also once the text
-    outgrows the context; then how it called the model: the cache used, and only with use_cache."""
+    generator) -> (b, n0 + steps)``: the reference's tokens, then how it used the cache."""
     model = _randomise(_Recording(model_cfg(vocab=13, context=24, layers=2)), 501, std=0.4)
     g = seeded(502)
     cases = [{"prompt": torch.randint(0, 13, (b, n0), generator=g), "steps": steps,
@@ -955,9 +856,8 @@ def check_generate(generate: Callable) -> CheckResult:
                                  what="generate", output_names=("the tokens",), atol=0, rtol=0)
         if not among_k:
             return result
-        result = CheckResult(True, among_k.message + " (You sample among the k largest logits' "
-                             "indices: right too; it draws different random numbers than masking "
-                             "the others to -inf, so it was checked against that way of sampling.)")
+        result = CheckResult(True, among_k.message + " (You sample among the k largest logits: "
+                             "right too, checked against that way of sampling.)")
     for case in cases:
         _sampler(generate, model)(**case)
         if misuse := _cache_misuse(model.calls, case["prompt"].shape[1], case["use_cache"],
@@ -967,9 +867,7 @@ def check_generate(generate: Callable) -> CheckResult:
 
 
 def _cache_misuse(calls: list, n0: int, use_cache: bool, T: int) -> str | None:
-    """What went wrong in ``calls``, or None: with the cache the prompt runs once at 0, then each
-    call the new token at its position; without it, and past n_ctx = ``T``, each call runs the
-    text (its last ``T``) from 0 with no cache."""
+    """What went wrong in ``calls``, or None."""
     for j, (n, start, used) in enumerate(calls):
         L = n0 + j                                       # the text's length before call j + 1
         want = (min(L, T), 0, False) if L > T or not use_cache or not j else (1, L - 1, True)
@@ -980,25 +878,21 @@ def _cache_misuse(calls: list, n0: int, use_cache: bool, T: int) -> str | None:
                f"{want[0]} at start = {want[1]} {'with' if want[2] else 'without'} it)")
         if not use_cache:
             return ("use_cache=False did not run without the cache: " + ran + ".\nHint: without "
-                    "the cache, every step re-runs the whole sequence so far from position 0 with "
-                    "caches=None; the notebook times the two paths against each other.")
+                    "it, every step re-runs the whole sequence from position 0, caches=None.")
         if L > T:
             return f"past the context n_ctx = {T}, {ran}.\nHint: {PAST_CONTEXT['stale']}"
         if not j:
             return (f"the prompt of {n0} did not run in one call: {ran}.\nHint: with the cache, "
-                    "the prompt goes through the model once, as one block at position 0; after "
-                    "that, one new token per call.")
+                    "the prompt runs once, at position 0; then one new token per call.")
         if not used and (L, n, start) == (T, T, 0):
             return ("the cache was dropped one step early: " + (f"calls 2..{j} used it, but "
                     if j > 1 else "") + f"{ran}: that text is exactly n_ctx = {T} characters long."
-                    "\nHint: a text of n_ctx characters still fits: its last "
-                    f"character sits at position n_ctx - 1 = {T - 1}, and the cache has room for "
-                    "it. Which comparison of the text's length with n_ctx says the cache is full?")
+                    f"\nHint: its last character sits at position {T - 1}, and the cache has "
+                    "room for it. Which comparison of the length with n_ctx says it is full?")
         if not used:
             return (("the cache was never used: " if j == 1 else
-                     f"the cache was dropped after call {j}: ") + ran + ".\nHint: make the caches "
-                    "once with model.new_caches() and hand the same ones to every call; only "
-                    "past n_ctx does the window start again without them.")
-        return (f"{ran}.\nHint: the cache already holds the keys and values of every earlier "
-                "position: feed it only the token just sampled (n = 1), at its own position.")
+                     f"the cache was dropped after call {j}: ") + ran + ".\nHint: hand the "
+                    "same caches to every call; only past n_ctx does the window drop them.")
+        return (f"{ran}.\nHint: the cache holds every earlier position: feed only the token just "
+                "sampled (n = 1), at its own position.")
     return None

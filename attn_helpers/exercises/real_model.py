@@ -1,6 +1,5 @@
-"""Checkers for notebook 09 (a real pretrained model): a previous-token score of every head,
-pooled over the real queries of a padded batch, and Kobayashi et al.'s value-weighted norms
-``||a_ij f_h(x_j)||`` of one layer's heads."""
+"""Checkers for notebook 09: every head's previous-token score, pooled over the real queries of
+a padded batch, and Kobayashi et al.'s value-weighted norms ``||a_ij f_h(x_j)||``."""
 
 from __future__ import annotations
 
@@ -11,12 +10,12 @@ import torch
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["HINTS", "check_previous_token_scores", "check_value_norms", "make_cases",
-           "make_norm_cases", "previous_token_reference", "value_norms_reference"]
+__all__ = ["check_previous_token_scores", "check_value_norms", "previous_token_reference",
+           "value_norms_reference"]
+
 
 def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int) -> torch.Tensor:
-    """``(L, b, h, n, n)`` weights as the model makes them: every row (padding queries too) is a
-    distribution over the real keys of its sentence; some rows are sharp, some flat."""
+    """``(L, b, h, n, n)``: every row (padding queries too) a distribution over real keys."""
     scores = torch.randn(L, len(lengths), h, n, n, generator=g) * 3
     real = torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]      # (b, n)
     scores = scores.masked_fill(~real[None, :, None, None, :], float("-inf"))
@@ -35,7 +34,6 @@ def make_cases(seed: int) -> list[dict]:
 
 
 # --- exercise 1: previous-token scores ---------------------------------------------------------
-
 
 def _real_queries(mask, first: int) -> torch.Tensor:
     valid = mask.clone()
@@ -60,29 +58,19 @@ def previous_token_reference(weights, mask):
     return _mean(_diagonal(weights, -1), _real_queries(mask, 1))
 
 
-HINTS: dict[str, tuple[str, str, str]] = {
-    "previous_token": (
-        "A previous-token head puts (almost) all the weight of query i on key i - 1, the entry "
-        "just left of the diagonal. Its score is the mean of that entry over the queries that "
-        "are real and have a key before them (i >= 1).",
-        "The entries (i, i - 1) form one diagonal of each (n, n) weight matrix, just below the "
-        "main one: indexing the last two axes with two index tensors at once (or torch.diagonal "
-        "with an offset) picks them all. Which of mask's columns belong to those queries, and "
-        "which axes must that mask gain to broadcast against the picked entries?",
-        "n = weights.shape[-1]\n"
-        "i = torch.arange(1, n)\n"
-        "on_previous = ...                               # (L, b, h, n - 1): row i, column i - 1\n"
-        "valid = ...                                     # (1, b, 1, n - 1): real queries i >= 1\n"
-        "return pooled(on_previous, valid)               # (L, h): the stub's pooled mean",
-    ),
-}
-
-
-@exercise("real_model.previous_token", "find the previous-token heads by a score",
-          hints=HINTS["previous_token"])
+@exercise("real_model.previous_token", "find the previous-token heads by a score", hints=(
+    "A previous-token head puts (almost) all the weight of query i on key i - 1, just left of "
+    "the diagonal. Its score is the mean of that entry over the real queries i >= 1.",
+    "The entries (i, i - 1) form one diagonal of each (n, n) matrix: indexing the last two axes "
+    "with two index tensors picks them all. Which of mask's columns are those queries, and "
+    "which axes must it gain to broadcast?",
+    "n = weights.shape[-1]\n"
+    "i = torch.arange(1, n)\n"
+    "on_previous = ...                               # (L, b, h, n - 1): row i, column i - 1\n"
+    "valid = ...                                     # (1, b, 1, n - 1): real queries i >= 1\n"
+    "return pooled(on_previous, valid)               # (L, h): the stub's pooled mean"))
 def check_previous_token_scores(candidate: Callable) -> CheckResult:
-    """Exercise: ``previous_token_scores(weights, mask) -> (L, h)``, the mean weight that a real
-    query ``i >= 1`` puts on key ``i - 1`` (query 0 has no previous token)."""
+    """Exercise: ``previous_token_scores(weights, mask) -> (L, h)``."""
 
     def shifted(offset, first, valid_mask=None):
         def produce(w, m):
@@ -112,59 +100,50 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
         valid = m[:, :-1][None, :, None, :].float()                   # (1, b, 1, n - 1)
         return _mean(w.diagonal(offset=1, dim1=-2, dim2=-1), valid)
 
-    no_axes = ("the mask is (b, n - 1) but the picked entries are (L, b, h, n - 1): a mask without "
-               "axes for the layers and the heads does not broadcast against them. Give it those "
-               "axes: index it with None where the layer and head axes go (and .float() to multiply).")
+    no_axes = ("the mask is (b, n - 1) but the entries are (L, b, h, n - 1): index it with None "
+               "where the layer and head axes go (and .float() to multiply).")
     return check_function(
         candidate, previous_token_reference, make_cases(91),
         what="previous_token_scores", output_names=("the scores",),
         error_hints=[("must match the size of tensor", no_axes), ("Dimension out of range", no_axes)],
         mistakes=[
             Mistake(diagonal_above,
-                    "you took w.diagonal(offset=+1): the entries a[i, i + 1], the weight on the "
-                    "NEXT token (the diagonal ABOVE the main one). The previous token sits just "
-                    "below it: offset=-1, whose entries belong to the queries i = 1 .. n-1."),
+                    "you took w.diagonal(offset=+1), a[i, i + 1]: the NEXT token, the diagonal "
+                    "ABOVE the main one. The previous token is offset=-1."),
             Mistake(shifted(+1, 0),
-                    "you read a[i, i + 1], the weight on the NEXT token. The previous token of "
-                    "query i is key i - 1: which entry of row i holds the weight on it?"),
+                    "you read a[i, i + 1], the weight on the NEXT token: the previous token "
+                    "of query i is key i - 1."),
             Mistake(shifted(0, 0),
-                    "you read the diagonal a[i, i]: the weight a token puts on itself. The "
-                    "previous token is one step to the left of it: which column is that, in row "
-                    "i?"),
+                    "you read the diagonal a[i, i], the weight a token puts on itself: the "
+                    "previous token is one column to the left."),
             Mistake(lambda w, m: shifted(-1, 1)(w.transpose(-1, -2), m),
-                    "you read a[i - 1, i]: what query i - 1 puts on key i, the NEXT token (row "
-                    "and column swapped). Rows are queries and columns keys: which row and which "
-                    "column hold what query i puts on its previous token?"),
+                    "you read a[i - 1, i], the NEXT token (row and column swapped). Rows are "
+                    "queries and columns keys."),
             Mistake(shifted(-1, 1, everyone),
-                    "you also averaged over padding queries: their rows mean nothing. Average only "
-                    "over the real queries (mask True), from the second one on."),
+                    "you also averaged over padding queries: average only over the real "
+                    "queries i >= 1."),
             Mistake(shifted(-1, 0),
                     "the first token ([CLS], i = 0) has no previous token: leave it out of the "
                     "mean instead of counting it as 0."),
             Mistake(key_validity,
                     "you took each query's validity from its key (token i - 1), so the first "
-                    "padding query after each sentence was counted. Query i counts where token i "
-                    "itself is real: which columns of mask belong to the queries i = 1 .. n-1?"),
+                    "padding query was counted: query i counts where token i is real."),
             *(Mistake(query_0_reads(key),
-                      "query 0 ([CLS]) was counted: it has no previous token (weights[..., 0, -1] "
-                      "is the LAST key, wrapped around). Start at query i = 1.") for key in (-1, 0)),
+                      "query 0 ([CLS]) was counted: it has no previous token (key -1 is the LAST "
+                      "key, wrapped around). Start at query i = 1.") for key in (-1, 0)),
             Mistake(mean_of_means,
-                    "you averaged each sentence's queries, then averaged the sentences: a mean of "
-                    "per-sentence means, which the task rules out. Pool instead: sum over "
-                    "sentences AND queries at once, divide by the number of real queries i >= 1."),
+                    "you took a mean of per-sentence means, which the task rules out: sum over "
+                    "sentences AND queries, then divide by the number of real queries i >= 1."),
             Mistake(lambda w, m: shifted(-1, 1)(w, m) * _real_queries(m, 1).sum(dim=(1, 3)),
-                    "you summed over the queries: divide by how many real queries you counted, "
-                    "so that a perfect previous-token head scores 1."),
+                    "you summed over the queries: divide by how many you counted."),
         ],
     )
 
 
 # --- exercise 2: value-weighted norms --------------------------------------------------------
 
-
 def make_norm_cases(seed: int) -> list[dict]:
-    """Padded batches' weights, each head's values and ``W_O (d, h * d_head)``, ``d`` once
-    unequal to ``h * d_head``."""
+    """Weights, values and ``W_O (d, h * d_head)``, ``d`` once unequal to ``h * d_head``."""
     g = seeded(seed)
     cases = []
     for lengths, h, n, d_head, d in [([5, 3], 3, 5, 4, 12), ([4], 2, 4, 3, 6), ([6, 2, 4], 4, 6, 2, 8),
@@ -190,27 +169,20 @@ def value_norms_reference(weights, values, W_O):
     return weights * _f(values, W_O).norm(dim=-1)[:, :, None, :]
 
 
-HINTS["value_norms"] = (
-    "Head h adds sum_j a_ij f_h(x_j) to token i, where f_h(x_j) is value vector v_j of head h "
-    "multiplied by head h's part of the output projection W_O. Its norm times a_ij is what key j "
-    "contributes; return it for every (b, h, i, j).",
-    "nn.Linear stores W_O as (out, in) = (d, h * d_head), and head h's values meet only its own "
-    "d_head columns: give the heads an axis of their own in W_O, so that each head's value "
-    "vectors meet only its block. a_ij is a number >= 0, so ||a_ij f_h(x_j)|| = a_ij "
-    "||f_h(x_j)||: how many norms does that leave to compute, and over which axis do they "
-    "broadcast?",
+@exercise("real_model.value_norms", "value-weighted norms ||a_ij f(x_j)|| (Kobayashi et al.)",
+          hints=(
+    "Head h adds sum_j a_ij f_h(x_j) to token i, f_h(x_j) being head h's value v_j times head h's "
+    "part of W_O. Its norm times a_ij is what key j contributes, for every (b, h, i, j).",
+    "nn.Linear stores W_O as (out, in) = (d, h * d_head): give the heads an axis of their own in "
+    "W_O. ||a_ij f_h(x_j)|| = a_ij ||f_h(x_j)||: how many norms is that, broadcast over which "
+    "axis?",
     "b, h, n, d_head = values.shape\n"
     "W_h = ...                                         # (h, d_head, d): head h's columns of W_O\n"
     "f = ...                                           # (b, h, n, d): f_h(x_j), summed over d_head\n"
-    "return ...                                        # (b, h, n, n): a_ij ||f_h(x_j)||",
-)
-
-
-@exercise("real_model.value_norms", "value-weighted norms ||a_ij f(x_j)|| (Kobayashi et al.)",
-          hints=HINTS["value_norms"])
+    "return ...                                        # (b, h, n, n): a_ij ||f_h(x_j)||"))
 def check_value_norms(candidate: Callable) -> CheckResult:
     """Exercise: ``value_norms(weights (b, h, n, n), values (b, h, n, d_head), W_O (d, h * d_head))
-    -> (b, h, n, n)``, the norm of ``a_ij f_h(x_j)``."""
+    -> (b, h, n, n)``."""
 
     def times(w, norm):                                  # a_ij * norm_j, norm (b, h, n)
         return w * norm[:, :, None, :]
@@ -233,33 +205,26 @@ def check_value_norms(candidate: Callable) -> CheckResult:
         output_names=("the norms",),
         mistakes=[
             Mistake(merged,
-                    "you merged the heads and applied the whole W_O, so every head got one norm: "
-                    "that of all heads' values summed through W_O. Kobayashi et al. measure each "
-                    "head on its own: head h's value v_j^(h) through head h's block of W_O only."),
+                    "you merged the heads and applied the whole W_O, one norm for all heads: "
+                    "measure each head on its own, through its block of W_O only."),
             Mistake(lambda w, v, W: times(w, v.norm(dim=-1)),
-                    "you took the norm of the value vector v_j itself: Kobayashi et al. pass it "
-                    "through the head's slice of the output projection first, f_h(x_j) = "
-                    "W_O[:, head's columns] @ v_j, because that is what is added to the token."),
+                    "you took the norm of v_j itself: pass it through the head's slice of the "
+                    "output projection first, f_h(x_j) = W_O[:, head's columns] @ v_j."),
             Mistake(lambda w, v, W: times(w, _f(v, W, rows_slice).norm(dim=-1)),
-                    "you took a slice of W_O's rows. nn.Linear stores weight as (out, in) = "
-                    "(d, h * d_head): head h owns the COLUMNS h*d_head .. (h+1)*d_head - 1."),
+                    "you sliced W_O's rows: its weight is (out, in) = (d, h * d_head), so head "
+                    "h owns the COLUMNS h*d_head .. (h+1)*d_head - 1."),
             Mistake(lambda w, v, W: times(w, _f(v, W, first_slice).norm(dim=-1)),
-                    "every head went through the first head's columns of W_O: head h owns its "
-                    "own columns h*d_head .. (h+1)*d_head - 1."),
+                    "every head went through the first head's columns of W_O."),
             Mistake(lambda w, v, W: _f(v, W).norm(dim=-1)[:, :, None, :].expand_as(w),
-                    "you returned ||f_h(x_j)|| without the attention weight: multiply by a_ij, "
-                    "the norm of a_ij f_h(x_j) is a_ij ||f_h(x_j)||."),
+                    "you returned ||f_h(x_j)|| without the attention weight: multiply by a_ij."),
             Mistake(lambda w, v, W: times(w, _f(v, W).pow(2).sum(dim=-1)),
-                    "you returned the squared norm, a sum of squares with no square root: "
-                    "||a_ij f_h(x_j)|| is a length, not its square."),
+                    "you returned the squared norm: take the square root."),
             Mistake(lambda w, v, W: (lambda x: x / x.sum(dim=-1, keepdim=True))(
                         times(w, _f(v, W).norm(dim=-1))),
-                    "you divided each row by its sum: those are the shares that section 4.4 "
-                    "prints, not the norms. Return ||a_ij f_h(x_j)|| itself; the notebook "
-                    "normalises the rows afterwards."),
+                    "you divided each row by its sum: those are section 4.4's shares; return "
+                    "the norms themselves."),
             Mistake(lambda w, v, W: w * _f(v, W).norm(dim=-1)[:, :, :, None],
-                    "you scaled row i by the norm of the QUERY's vector f(x_i): the vector that "
-                    "key j contributes is f(x_j), so its norm must change along the keys (the "
-                    "last axis) and be the same for every query: which axis must the norms gain?"),
+                    "you scaled row i by the norm of the QUERY's vector f(x_i): key j "
+                    "contributes f(x_j), so the norm varies along the last axis."),
         ],
     )

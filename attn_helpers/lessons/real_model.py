@@ -1,12 +1,6 @@
-r"""Notebook 09 (real_model): all-MiniLM-L6-v2's heads, measured on the sentences the package ships
-(``data/real_model_sentences.json``). The notebook and its widget share these.
-
-- :func:`entropy_grid`, :func:`sink_shares`, :func:`offset_scores`: one ``(L, h)`` grid per head
-  score; every average is over real queries only, and padding is never a key;
-- :func:`heads_off`: sentence embeddings with heads switched off, equal to
-  ``enc.encode(..., head_mask=...)`` but running only the layers from the ablated one on;
-- :func:`run_value_norms`: Kobayashi et al.'s value-weighted norms on every head.
-"""
+r"""Notebook 09: all-MiniLM-L6-v2's heads measured on the shipped sentences. Head scores, one
+``(L, h)`` grid each, average over real queries only (padding is never a key); :func:`heads_off`
+switches heads off; :func:`run_value_norms` gives Kobayashi et al.'s value-weighted norms."""
 
 from __future__ import annotations
 
@@ -45,14 +39,13 @@ def _check(weights: torch.Tensor, mask: torch.Tensor) -> None:
 
 
 def _mean_over_queries(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Mean of ``x (L, b, h, n)`` over the ``(b, n)`` queries where ``valid`` -> ``(L, h)``."""
     v = valid[None, :, None, :].to(x.dtype)        # (1, b, 1, n)
     return (x * v).sum(dim=(1, 3)) / v.sum(dim=(1, 3))
 
 
 def entropy_grid(weights: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Each head's mean entropy over the real queries in nats, and the mean of :math:`H_i / \ln n`
-    (``n`` the sentence's real tokens): ``(grid (L, h), normalised (L, h))``."""
+    r"""``(L, h)`` mean entropy over the real queries (nats) and ``(L, h)`` mean of
+    :math:`H_i / \ln n`, ``n`` the sentence's real tokens."""
     _check(weights, mask)
     entropy = attention_entropy(weights)                                  # (L, b, h, n)
     normalised = normalized_entropy(weights, mask[None, :, None, None, :])  # (L, b, h, n)
@@ -61,8 +54,7 @@ def entropy_grid(weights: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tenso
 
 def sink_shares(weights: torch.Tensor, mask: torch.Tensor, input_ids: torch.Tensor,
                 token_id: int) -> torch.Tensor:
-    """Mean weight that a real query puts on the keys holding ``token_id`` (e.g. ``enc.cls_id``),
-    ``(L, h)``. Averaging over heads gives the share by layer (every head has the same queries)."""
+    """``(L, h)``: mean weight a real query puts on the keys holding ``token_id``."""
     _check(weights, mask)
     require_tensor("input_ids", input_ids)
     if input_ids.shape != mask.shape:
@@ -72,8 +64,7 @@ def sink_shares(weights: torch.Tensor, mask: torch.Tensor, input_ids: torch.Tens
 
 
 def offset_scores(weights: torch.Tensor, mask: torch.Tensor, offset: int) -> torch.Tensor:
-    """Mean weight on the key ``offset`` positions away, ``a[i, i + offset]``, over the real
-    queries whose key ``i + offset`` is real: ``(L, h)``. ``offset = -1``: previous token."""
+    """``(L, h)``: mean ``a[i, i + offset]`` over real queries whose key ``i + offset`` is real."""
     _check(weights, mask)
     n = weights.shape[-1]
     require_int_in("offset", offset, -(n - 1), n - 1)
@@ -88,9 +79,8 @@ def offset_scores(weights: torch.Tensor, mask: torch.Tensor, offset: int) -> tor
 @torch.no_grad()
 def heads_off(enc: Encoder, x: torch.Tensor, real: torch.Tensor, layer: int,
               keep: torch.Tensor) -> torch.Tensor:
-    """Sentence embeddings with layer ``layer``'s heads (0-based) switched off as each row of
-    ``keep (k, h)`` says (False = off): ``x (s, n, d)`` is that layer's input, ``real (s, n)``
-    True at real tokens. Only that layer and the later ones run. Returns ``(k, s, d)``."""
+    """``(k, s, d)`` sentence embeddings, layer ``layer``'s (0-based) heads off where ``keep (k, h)``
+    is False; ``x (s, n, d)`` is that layer's input, ``real (s, n)`` True at real tokens."""
     mask = key_padding_to_attention_mask(real)                           # (s, 1, n)
     x = torch.cat([enc.layers[layer](x, mask, row)[0] for row in keep])  # (k s, n, d)
     for later in enc.layers[layer + 1:]:
@@ -102,10 +92,9 @@ def heads_off(enc: Encoder, x: torch.Tensor, real: torch.Tensor, layer: int,
 
 @torch.no_grad()
 def run_value_norms(enc: Encoder, input_ids: torch.Tensor, real: torch.Tensor):
-    r"""Every layer's weights :math:`a_{ij}` and value-weighted norms
-    :math:`\lVert a_{ij} f_h(x_j) \rVert`, two ``(L, b, h, n, n)`` tensors, and
-    :math:`\lVert f_h(x_j) \rVert` ``(L, b, h, n)``, with :math:`f_h(x_j) = v^{(h)}_j W_O^{(h)}`,
-    on a padded batch. Checks on the way that the heads' terms add up to the attention output."""
+    r"""Weights :math:`a_{ij}` and norms :math:`\lVert a_{ij} f_h(x_j) \rVert`, both
+    ``(L, b, h, n, n)``, and :math:`\lVert f_h(x_j) \rVert` ``(L, b, h, n)``, with
+    :math:`f_h(x_j) = v^{(h)}_j W_O^{(h)}`."""
     mask = key_padding_to_attention_mask(real)                  # (b, 1, n)
     x, out = enc.embeddings(input_ids), []
     for layer in enc.layers:

@@ -1,8 +1,6 @@
-"""Notebook 10's widgets: :func:`gpt_widget`, one head of a trained GPT on any prompt (its
-attention, each query's entropy under ``ln(visible keys)``, every head of the layer), and
-:class:`Sampler`, temperature and top-k over samples. :func:`run_prompt` runs a prompt once (the
-widget caches runs by text), :func:`gpt_frame` is the pure function. Layers and heads count
-from 1, as the notebook's text does."""
+"""Notebook 10's widgets: :func:`gpt_widget`, one head of a trained GPT on any prompt (a new
+prompt runs the model once, :func:`run_prompt`; a move redraws), and :class:`Sampler`, temperature
+and top-k over samples. Layers and heads count from 1."""
 
 from __future__ import annotations
 
@@ -18,6 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.transforms import IdentityTransform
 
+from .._checks import require_int_in
 from ..entropy import attention_entropy
 from ..lessons import build_gpt as bg
 from ..lessons.build_gpt import head_scores
@@ -32,24 +31,15 @@ __all__ = ["GPTFrame", "GPTView", "PromptRun", "Sampler", "char_label", "gpt_fra
 SHOWN = {" ": "␣", "\n": "⏎", "\t": "⇥"}
 
 
-def _index(name: str, value, top: int) -> None:
-    """``value`` must be an int in ``1..top`` (a layer or head, counted from 1)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int (counted from 1), got {type(value).__name__}")
-    if not 1 <= value <= top:
-        raise ValueError(f"{name} must be in 1..{top} (counted from 1), got {value}")
-
-
 def char_label(c: str) -> str:
-    """How a character is drawn on the heatmap's axes (space, newline and tab made visible)."""
+    """The character as the axes draw it (space, newline and tab made visible)."""
     return SHOWN.get(c, c)
 
 
 @dataclass(frozen=True)
 class PromptRun:
-    """One prompt through the model: ``weights (L, h, n, n)``, the labels, each head's mean
-    entropy ``(L, h)`` and the mean ceiling ``mean_i ln(i + 1)``, and the head scores of
-    :func:`~attn_helpers.lessons.build_gpt.head_scores` (``{name: (L, h)}``)."""
+    """One prompt through the model: ``weights (L, h, n, n)``, each head's mean entropy ``(L, h)``,
+    the mean ceiling ``mean_i ln(i + 1)`` and the head scores ``{name: (L, h)}``."""
 
     text: str
     labels: list
@@ -85,8 +75,7 @@ def run_prompt(model: bg.GPT, corpus: bg.Corpus, text: str) -> PromptRun:
 
 @dataclass
 class GPTFrame(AttentionFrame):
-    """One head's frame plus every head of its layer: ``layer_entropy (h,)`` mean entropy per
-    head, ``layer_ceiling`` the mean ``ln(visible keys)``, ``head`` the 0-based head shown."""
+    """One head's frame plus its layer's mean entropy per head, ``layer_entropy (h,)`` (0-based)."""
 
     layer_entropy: torch.Tensor | None = None
     layer_ceiling: float = 0.0
@@ -96,8 +85,8 @@ class GPTFrame(AttentionFrame):
 
 def gpt_frame(run: PromptRun, layer: int, head: int) -> GPTFrame:
     """The frame of head ``head`` of layer ``layer`` (both 1-based) on ``run``."""
-    _index("layer", layer, run.head_entropy.shape[0])
-    _index("head", head, run.head_entropy.shape[1])
+    require_int_in("layer", layer, 1, run.head_entropy.shape[0])
+    require_int_in("head", head, 1, run.head_entropy.shape[1])
     l, i = layer - 1, head - 1
     n = len(run.labels)
     readouts = {"characters n": n, "head": f"layer {layer}, head {head}",
@@ -114,8 +103,8 @@ def gpt_frame(run: PromptRun, layer: int, head: int) -> GPTFrame:
 
 
 class GPTView(BlitView):
-    """The head's heatmap with its entropy per query (left), every head of the layer (right).
-    The title, new at every move, is pasted text (cached bitmaps) where matplotlib lays it out."""
+    """The head's heatmap and entropy per query (left), every head of the layer (right); the
+    title, new at every move, is pasted text."""
 
     def __init__(self, num_heads: int, context: int, figsize=(11.0, 7.0)):
         super().__init__(figsize)
@@ -132,7 +121,6 @@ class GPTView(BlitView):
         self.blit.on_layout(self._place_title)
 
     def _place_title(self) -> None:
-        """Where matplotlib put the (blank) heatmap title at the last full redraw, in pixels."""
         title = self.panel.ax_map.title
         self.title_xy = tuple(title.get_transform().transform(title.get_position()))
         self.title.set(self.title.texts, [self.title_xy] * len(self.title.texts))
@@ -148,12 +136,10 @@ class GPTView(BlitView):
 def gpt_widget(model: bg.GPT, corpus: bg.Corpus | None = None,
                prompt: str = "The for statement loops over", *, layer: int = 1,
                head: int = 1) -> LiveAttentionWidget:
-    """The widget on a trained :class:`~attn_helpers.lessons.build_gpt.GPT`, opened on ``layer``
-    and ``head`` (counted from 1, as the sliders count). A new prompt runs the model once; moving
-    the layer or head only redraws."""
+    """The widget on a trained GPT, opened on ``layer`` and ``head`` (counted from 1)."""
     corpus, cfg = bg.load_corpus() if corpus is None else corpus, model.cfg
-    _index("layer", layer, cfg.num_layers)
-    _index("head", head, cfg.num_heads)
+    require_int_in("layer", layer, 1, cfg.num_layers)
+    require_int_in("head", head, 1, cfg.num_heads)
     run = lru_cache(maxsize=16)(lambda text: run_prompt(model, corpus, text))
 
     def compute(prompt, layer, head):
@@ -170,8 +156,7 @@ def gpt_widget(model: bg.GPT, corpus: bg.Corpus | None = None,
 
 
 class Sampler:
-    """Temperature and top-k controls over three samples of a trained GPT, drawn by
-    ``generate(model, prompt, steps, temperature, top_k, use_cache, generator)``."""
+    """Temperature and top-k over three samples drawn by ``generate`` (the notebook's)."""
 
     def __init__(self, model: bg.GPT, corpus: bg.Corpus, generate, prompt: str = "The "):
         self.model, self.corpus, self.generate, self.samples = model, corpus, generate, []
@@ -210,8 +195,7 @@ class Sampler:
                                  f"{html.escape(str(exc))}</pre>")
 
     def _repr_mimebundle_(self, **kwargs):
-        """The widget, plus (for places with no kernel) the samples as a picture and as text, one
-        line each, a line break written as \\n."""
+        """The widget, plus the samples as a picture and as text for places with no kernel."""
         bundle = self.ui._repr_mimebundle_(**kwargs)
         data = bundle[0] if isinstance(bundle, tuple) else bundle
         lines = [s.replace("\n", "\\n") for s in self.samples]

@@ -1,14 +1,11 @@
-"""Notebook 09's widget: type a sentence, pick a layer and a head of all-MiniLM-L6-v2, switch the
-head off and watch the similarity to a second sentence change. A new sentence runs the model
-once (:func:`run_sentence`); a move only redraws; a head switched off reruns its layer and the
-later ones once per layer and sentence (cached). Layers and heads are numbered from 1 here.
-"""
+"""Notebook 09's widget: a sentence, a layer and a head of all-MiniLM-L6-v2, and a switch that turns
+the head off to show the similarity to a second sentence change. A sentence runs once; a move
+redraws; switching a head off reruns its layer and the later ones once per layer (cached)."""
 
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import ipywidgets as widgets
 import torch
@@ -31,7 +28,7 @@ __all__ = ["SentenceError", "SentenceRun", "RealModelFrame", "RealModelView", "R
            "ablated_embeddings", "example_pairs", "real_model_frame", "real_model_widget",
            "run_sentence", "token_label"]
 
-CACHE_SIZE = 16  # sentences kept (a 512-piece sentence holds 75 MB of weights)
+CACHE_SIZE = 16  # sentence runs kept (a 512-piece sentence holds 75 MB of weights)
 
 
 class SentenceError(ValueError):
@@ -51,10 +48,9 @@ def token_label(token: str) -> str:
 
 @dataclass(frozen=True)
 class SentenceRun:
-    """One sentence through the model, kept so that a move only redraws: the ``n`` word pieces
-    (at most 512) and their ``labels`` as the plot draws them, ``weights (L, h, n, n)``, each
-    head's scores ``(L, h)``, the ``embedding (d,)`` as ``enc.encode`` gives it (first 256
-    pieces) and ``layer_inputs (L, 1, n_e, d)``, every layer's input in that embedding's run."""
+    """One sentence through the model: ``n <= 512`` word pieces, ``weights (L, h, n, n)``, the
+    head scores ``(L, h)``, the ``embedding (d,)`` of ``enc.encode`` (first 256 pieces) and every
+    layer's input in that run, ``layer_inputs (L, 1, n_e, d)``."""
 
     text: str
     tokens: list
@@ -73,8 +69,7 @@ class SentenceRun:
 
 @torch.no_grad()
 def _layers(enc: Encoder, ids: torch.Tensor):
-    """The model on one unpadded sentence ``ids (1, n)``: ``(hidden (1, n, d), weights
-    (L, 1, h, n, n), the input of every layer (L, 1, n, d))``."""
+    """``ids (1, n)`` -> ``hidden (1, n, d), weights (L, 1, h, n, n), layer inputs (L, 1, n, d)``."""
     x, inputs, weights = enc.embeddings(ids), [], []
     for layer in enc.layers:
         inputs.append(x)
@@ -114,8 +109,7 @@ def run_sentence(enc: Encoder, text: str, *, name: str = "sentence") -> Sentence
 
 
 def ablated_embeddings(enc: Encoder, run: SentenceRun, layer: int) -> torch.Tensor:
-    """``(h, d)``: row ``i`` is the sentence embedding with head ``i + 1`` of layer ``layer``
-    (1-based) switched off, equal to ``enc.encode([run.text], head_mask=...)``."""
+    """``(h, d)``: row ``i``, the embedding with head ``i + 1`` of ``layer`` (1-based) off."""
     x = run.layer_inputs[layer - 1]                                        # (1, n, d)
     keep = ~torch.eye(enc.cfg.num_heads, dtype=torch.bool)                 # row i: head i off
     return rm.heads_off(enc, x, torch.ones(x.shape[:2], dtype=torch.bool), layer - 1, keep)[:, 0]
@@ -123,8 +117,7 @@ def ablated_embeddings(enc: Encoder, run: SentenceRun, layer: int) -> torch.Tens
 
 @dataclass
 class RealModelFrame(AttentionFrame):
-    """The frame of one head on one sentence, plus the 6 x 12 map of every head's mean entropy
-    as a fraction of ``ln n`` (``head_map (L, h)``) and the head shown (0-based ``cell``)."""
+    """One head's frame, plus every head's mean entropy / ``ln n``, ``head_map (L, h)``."""
 
     head_map: torch.Tensor | None = None
     cell: tuple = (0, 0)
@@ -146,8 +139,7 @@ def _notes(run: SentenceRun) -> str:
 
 def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: int,
                      ablate: bool = False, ablated: tuple | None = None) -> RealModelFrame:
-    """The frame for head ``head`` of layer ``layer`` (both 1-based) on ``run``. ``ablated``:
-    the two sentences' embeddings with that head off (:func:`ablated_embeddings`), for ``ablate``."""
+    """Head ``head`` of ``layer`` (1-based) on ``run``; ``ablated``: both embeddings, head off."""
     require_int_in("layer", layer, 1, run.entropy.shape[0])
     require_int_in("head", head, 1, run.entropy.shape[1])
     if ablate and ablated is None:
@@ -228,41 +220,21 @@ class RealModelView(BlitView):
         self.map.set(frame.head_map, frame.cell)
 
 
-@dataclass
-class _Cache:
-    enc: Encoder
-    runs: OrderedDict = field(default_factory=OrderedDict)
-    ablated: dict = field(default_factory=dict)
-
-    def run(self, text: str, name: str) -> SentenceRun:
-        if text not in self.runs:
-            self.runs[text] = run_sentence(self.enc, text, name=name)
-            if len(self.runs) > CACHE_SIZE:
-                old, _ = self.runs.popitem(last=False)
-                self.ablated = {k: v for k, v in self.ablated.items() if k[0] != old}
-        self.runs.move_to_end(text)
-        return self.runs[text]
-
-    def off(self, run: SentenceRun, layer: int, head: int) -> torch.Tensor:
-        key = (run.text, layer)                 # every head of the layer at once
-        if key not in self.ablated:
-            self.ablated[key] = ablated_embeddings(self.enc, run, layer)
-        return self.ablated[key][head - 1]
-
-
 def example_pairs() -> list[tuple[str, str]]:
-    """The dropdown's examples: the shipped paraphrase pairs, then two non-paraphrase pairs."""
+    """The shipped paraphrase pairs, then two non-paraphrase pairs."""
     data = rm.load_sentences()
     return [tuple(p) for p in data["paraphrases"]] + [tuple(p) for p in
                                                       data["non_paraphrases"][:2]]
 
 
 class RealModelWidget(LiveAttentionWidget):
-    """The live widget of notebook 09 (build it with :func:`real_model_widget`). ``examples``
-    (a dropdown outside ``controls``) fills both text boxes with one redraw."""
+    """Notebook 09's widget; the ``examples`` dropdown fills both text boxes with one redraw."""
 
     def __init__(self, enc: Encoder, pairs: list[tuple[str, str]], layer: int = 1, head: int = 1):
-        self.cache = _Cache(enc)
+        self.run = functools.lru_cache(CACHE_SIZE)(
+            lambda text, name: run_sentence(enc, text, name=name))
+        self.off = functools.lru_cache(4 * CACHE_SIZE)(         # every head of a layer at once
+            lambda text, name, layer: ablated_embeddings(enc, self.run(text, name), layer))
         L, h = enc.cfg.num_layers, enc.cfg.num_heads
         wide = widgets.Layout(width="640px")
         controls = {
@@ -291,20 +263,15 @@ class RealModelWidget(LiveAttentionWidget):
         self.set(sentence=a, partner=b)
 
     def _compute(self, sentence, partner, layer, head, ablate):
-        run = self.cache.run(sentence, "sentence")
-        other = self.cache.run(partner, "the second sentence (compare with)")
-        ablated = None
-        if ablate:
-            ablated = (self.cache.off(run, layer, head), self.cache.off(other, layer, head))
-        return real_model_frame(run, other, layer, head, ablate, ablated)
+        a, b = (sentence, "sentence"), (partner, "the second sentence (compare with)")
+        ablated = (self.off(*a, layer)[head - 1], self.off(*b, layer)[head - 1]) if ablate else None
+        return real_model_frame(self.run(*a), self.run(*b), layer, head, ablate, ablated)
 
 
 def real_model_widget(enc: Encoder | None = None,
                       pairs: list[tuple[str, str]] | None = None, *, layer: int = 1,
                       head: int = 1) -> RealModelWidget:
-    """Notebook 09's widget: a sentence and a second one to compare with (examples in a
-    dropdown), layer and head sliders (opening on ``layer``, ``head``, 1-based), a toggle that
-    switches the shown head off."""
+    """Notebook 09's widget, opening on ``layer`` and ``head`` (1-based)."""
     enc = load_encoder() if enc is None else enc
     pairs = example_pairs() if pairs is None else [tuple(p) for p in pairs]
     if not pairs or any(len(p) != 2 or not all(isinstance(s, str) for s in p) for p in pairs):

@@ -1,6 +1,5 @@
-"""Notebook 09's checkers (``exercises.real_model``): the references pass, stubs are "not
-implemented yet", and plausible wrong answers, written as a learner would, are rejected with a
-message naming the mistake."""
+"""Notebook 09's checkers: correct answers written several ways pass, and wrong answers written
+as a learner would are rejected with a message naming the mistake."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import pytest
 import torch
 from _exercises import skeleton
 
-from attn_helpers.exercises import hint
 from attn_helpers.exercises import real_model as ex
 
 # --- learner-style answers to exercise 1: previous_token_scores(weights, mask) -> (L, h) --------
@@ -90,18 +88,6 @@ def per_sentence_mean(weights, mask):  # the right shape, but no mean over the b
 #: The stub's given lines in notebook 09 (the pooled mean; notebook 06 asks for pooling).
 POOLED_GIVEN = ("def pooled(x, valid):\n"
                 "    return (x * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))\n")
-
-
-def test_the_stubs_given_pooling_is_the_checkers_and_passes_with_the_right_entries():
-    scope = {}
-    exec(POOLED_GIVEN, scope)  # noqa: S102 - the stub's given lines
-    pooled = scope["pooled"]
-
-    def answer(weights, mask):
-        i = torch.arange(1, weights.shape[-1])
-        return pooled(weights[..., i, i - 1], mask[:, 1:][None, :, None, :].float())
-
-    assert ex.check_previous_token_scores(answer)
 
 
 def validity_from_the_key(weights, mask):
@@ -266,26 +252,10 @@ def stub(*args):
     raise NotImplementedError("write this function")
 
 
-@pytest.mark.parametrize("checker, what", [(ex.check_previous_token_scores, "previous_token_scores"),
-                                           (ex.check_value_norms, "value_norms")])
-def test_a_stub_is_not_implemented_yet_and_nothing_more(checker, what):
-    verdict = checker(stub)
-    assert not verdict and verdict.message == f"{what} is not implemented yet."
-
-
-def test_a_crash_is_reported_with_its_case():
+def test_a_stub_is_not_implemented_yet_and_a_crash_is_reported_with_its_case():
+    assert ex.check_value_norms(stub).message == "value_norms is not implemented yet."
     verdict = ex.check_previous_token_scores(lambda w, m: w[..., 99])
     assert not verdict and "IndexError" in verdict.message and "case 1 of 4" in verdict.message
-    assert not ex.check_value_norms("not a function")
-
-
-@pytest.mark.parametrize("name", sorted(ex.HINTS))
-def test_hints_come_in_three_levels(name, capsys):
-    texts = []
-    for level in (1, 2, 3):
-        hint(f"real_model.{name}", level)
-        texts.append(capsys.readouterr().out)
-    assert len(set(texts)) == 3 and all(f"Hint {k} of 3" in t for k, t in enumerate(texts, 1))
 
 
 def test_the_level_3_skeletons_filled_in_pass():

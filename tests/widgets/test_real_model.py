@@ -161,8 +161,8 @@ def test_moves_only_redraw_and_new_sentences_run_once(enc, widget):
         counter.embeddings = 0
         for layer, head in [(2, 5), (3, 5), (3, 9), (6, 12), (1, 3)]:
             widget.set(layer=layer, head=head)
-            assert torch.equal(widget.frame.weights, widget.cache.runs[A].weights[layer - 1,
-                                                                                   head - 1])
+            assert torch.equal(widget.frame.weights,
+                               widget.run(A, "sentence").weights[layer - 1, head - 1])
         assert counter.embeddings == 0                      # no model run on a move
         widget.set(sentence="A brand new sentence about a red kite.")
         assert counter.embeddings == 1                      # one run, the partner is cached
