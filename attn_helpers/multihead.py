@@ -9,7 +9,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import require_bool, require_int_in, require_positive_int, require_tensor, shape
+from ._checks import (
+    require_bool,
+    require_int_in,
+    require_mask,
+    require_positive_int,
+    require_tensor,
+    shape,
+)
 from .attention import scaled_dot_product_attention
 from .kv_cache import KVCache
 
@@ -138,22 +145,13 @@ class MultiHeadAttention(nn.Module):
                                  f"the same new positions (the same n)")
         if mask is None:
             return None
-        require_tensor("mask", mask)
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
         b, n_q, n_k = query.shape[0], query.shape[1], key.shape[1]
-        if mask.dim() == 3:
+        if require_tensor("mask", mask).dim() == 3:
             mask = mask.unsqueeze(1)  # (b, 1, n_q, n_k): the same mask for every head
-        target = (b, h, n_q, n_k)
-        try:
-            ok = mask.dim() in (2, 4) and torch.broadcast_shapes(mask.shape, target) == target
-        except RuntimeError:
-            ok = False
-        if not ok:
-            raise ValueError(f"mask of shape {shape(mask)} does not broadcast to (b, h, n_q, n_k) = "
-                             f"{target}; pass (n_q, n_k), (b, n_q, n_k) or (b, h, n_q, n_k)")
+        require_mask("mask", mask, (b, h, n_q, n_k), "(b, h, n_q, n_k) (pass (n_q, n_k), "
+                     "(b, n_q, n_k) or (b, h, n_q, n_k))")
         # to the layout of the scores, a group's h/g heads stacked as rows: (..., h/g * n_q, n_k)
-        if mask.dim() == 2:
+        if mask.dim() <= 2:
             return mask.expand(n_q, n_k).repeat(h // g, 1)
         return mask.expand(mask.shape[0], h, n_q, n_k).reshape(mask.shape[0], g, h // g * n_q, n_k)
 
