@@ -32,9 +32,8 @@ GENERATOR = {"sphinx": "Sphinx", "myst_nb": "myst-nb", "sphinx_book_theme": "sph
 MAX_MB = 60
 TEST_COMMAND = "python3 course.py test"
 # Attributes through which a page loads something by itself (an <a href> is only followed).
-LOADING = {"script": "src", "link": "href", "img": "src", "source": "src", "iframe": "src",
-           "embed": "src", "object": "data", "video": "src", "audio": "src", "track": "src",
-           "input": "src"}
+LOADING = {**dict.fromkeys(("script", "img", "source", "iframe", "embed", "video", "audio", "track",
+                            "input"), "src"), "link": "href", "object": "data"}
 REMOTE = re.compile(r"^(https?:)?//", re.I)
 
 

@@ -123,7 +123,6 @@ def test_bench_gpt_runs_tiny_and_reports_the_ratio_and_the_recipe_time(capsys):
 
 
 def test_every_command_is_registered(capsys):
-    """``--help`` of each bench command exits 0; an unknown name, or none, prints the usage."""
     for name in bench.COMMANDS:
         with pytest.raises(SystemExit) as info:
             bench.main([name, "--help"])
@@ -136,8 +135,7 @@ def test_every_command_is_registered(capsys):
 
 
 def test_import_attn_helpers_stays_light():
-    """``import attn_helpers`` adds no training stack, widgets, lessons, seaborn or tqdm of its
-    own (only what the package adds beyond torch counts)."""
+    """Only what the package adds beyond torch counts."""
     code = ("import sys, torch; before = set(sys.modules); import attn_helpers; "
             "print(sorted(set(sys.modules) - before))")
     added = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
