@@ -1,6 +1,5 @@
-"""Checkers for notebook 06: a post-norm decoder layer's cross-attention one target position at a
-time, the memory projected once (``cross_attention.decode``), and the hard alignment's accuracy
-against a gold alignment, with padding (``cross_attention.alignment``)."""
+"""Checkers for notebook 06: a post-norm decoder layer one target position at a time, the memory
+projected once, and a hard alignment's accuracy against a gold one, with padding."""
 
 from __future__ import annotations
 
@@ -22,11 +21,8 @@ __all__ = ["check_decode_layer", "decode_layer_reference", "given_self_attention
            "check_alignment_accuracy", "alignment_accuracy_reference"]
 
 
-# --- exercise 1: a decoder layer, one step at a time ------------------------------------------
-
-
 class _DecoderLayer(DecoderLayer):
-    """A post-norm ``DecoderLayer`` with seeded weights that prints briefly in a case's description."""
+    """A post-norm ``DecoderLayer`` with seeded weights and a short repr."""
 
     def __init__(self, d_model, num_heads, d_ff, memory_dim, *, generator, dtype):
         super().__init__(d_model, num_heads, d_ff, norm_first=False, memory_dim=memory_dim)
@@ -44,14 +40,12 @@ class _DecoderLayer(DecoderLayer):
 
 
 def decode_layer_reference(layer, y, memory, memory_real):
-    """What exercise 1 must return: ``layer``'s output ``(b, T, d)`` for the whole target ``y``
-    at once, causal, padded memory positions masked (``memory_real`` True = real)."""
+    """``layer``'s causal output ``(b, T, d)`` for all of ``y``, padded memory masked."""
     return layer(y, memory, memory_padding=memory_real)
 
 
 def given_self_attention(layer, y):
-    """What the stub's loop gives, for all ``T`` positions at once: ``LN_1(y + SelfAttn(y))``,
-    causal, ``(b, T, d)`` (the stub computes row ``t`` at step ``t``, with a cache)."""
+    """What the stub's loop gives, all ``T`` rows at once: ``LN_1(y + SelfAttn(y))``, causal."""
     return layer.norm1(y + layer.self_attn(y, y, y, causal_mask(y.shape[1]))[0])
 
 
@@ -60,7 +54,7 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
                  memory_queries=False, cross_norm=True, ff_residual=True, ff_norm="norm3",
                  invert_memory=False, causal_memory=False, mask_3d=False, unscaled=False,
                  norm_outside=False):
-    """Exercise 1's answer with one known mistake (all off: the right answer)."""
+    """Exercise 1's answer with one named mistake (all off: the right answer)."""
     ca = layer.cross_attn
     h = 1 if one_head else ca.num_heads
     K_m, V_m = split_heads(ca.k_proj(memory), h), split_heads(ca.v_proj(memory), h)
@@ -121,8 +115,7 @@ def _layer_cases() -> list[dict]:
 
 @contextlib.contextmanager
 def _memory_projected_once(inputs: dict):
-    """The lesson's constraint: the memory's keys and values projected once per call, and one
-    query per step. Forward hooks record how many positions each cross-attention projection saw."""
+    """The lesson's constraint: the memory projected once per call, one query per step."""
     ca, steps = inputs["layer"].cross_attn, inputs["y"].shape[1]
     seen = {"q_proj": [], "k_proj": [], "v_proj": []}
     hooks = [getattr(ca, name).register_forward_hook(
@@ -135,32 +128,25 @@ def _memory_projected_once(inputs: dict):
             hook.remove()
     if max(seen["q_proj"], default=1) > 1:
         raise Refused(
-            f"cross_attn.q_proj ran on {max(seen['q_proj'])} target positions in one call, so the "
-            "layer did not run step by step.\nHint: returning layer(y, memory, "
-            "memory_padding=memory_real), the whole layer at once, does that (so does one "
-            "cross-attention over all the x_t after the loop). A decoder that "
-            "generates has only x_t at step t: make step t's query from x_t alone, in the loop.")
+            f"cross_attn.q_proj ran on {max(seen['q_proj'])} target positions in one call: not step "
+            "by step.\nHint: returning layer(y, memory, memory_padding=memory_real) does that. A "
+            "generating decoder has only x_t at step t: make step t's query from x_t, in the loop.")
     name = max(("k_proj", "v_proj"), key=lambda name: len(seen[name]))
     if len(seen[name]) > 1:
         raise Refused(
             f"cross_attn.{name} ran {len(seen[name])} times in {steps} decoding steps: the "
-            "memory was projected again at every step.\nHint: calling layer.cross_attn(x_t, "
-            "memory, memory, mask) in the loop does that. The memory does not change while the "
-            "decoder writes: project its keys and values once, before the loop, and reuse them.")
+            "memory was projected at every step.\nHint: calling layer.cross_attn(x_t, memory, "
+            "memory, mask) in the loop does that. Project the memory once, before the loop.")
 
 
 @exercise("cross_attention.decode", "a decoder layer's cross-attention step by step, the "
           "memory's keys and values projected once", hints=(
-    "The stub's loop gives x_t, target position t after the causal self-attention block; what is "
-    "left at each step is its cross-attention, then its feed-forward, each wired post-norm as in "
-    "section 2. The memory does not change while the decoder writes: what, then, need not be "
-    "computed again at every step?",
-    "In cross-attention the decoder asks and the memory answers: which of x_t and memory makes "
-    "the query, which the keys and values, and which of these projections can run once, before "
-    "the loop? Post-norm, as in the 2017 paper: is each sub-layer's output added to its input "
-    "before or after the LayerNorm, and which of norm2, norm3 belongs to which sub-layer? The "
-    "padded memory must get weight 0: how must memory_real be shaped against the scores "
-    "(b, h, 1, n_m)?",
+    "The stub's loop gives x_t after the causal self-attention block; left at each step are the "
+    "cross-attention and the feed-forward, each post-norm. The memory does not change while the "
+    "decoder writes: what need not be computed again at every step?",
+    "The decoder asks, the memory answers: which makes the query, which the keys and values? "
+    "Post-norm: is a sub-layer's output added before or after its LayerNorm, and which of norm2, "
+    "norm3 is whose? How must memory_real be shaped against the scores (b, h, 1, n_m)?",
     "ca, h = layer.cross_attn, layer.cross_attn.num_heads\n"
     "K_m = ...                          # (b, h, n_m, d_head): ca.k_proj(memory) split, ONCE\n"
     "V_m = ...                          # the same with ca.v_proj\n"
@@ -175,54 +161,44 @@ def _memory_projected_once(inputs: dict):
     "return torch.cat(outputs, 1)                                         # (b, T, d)"))
 def check_decode_layer(decode_layer: Callable) -> CheckResult:
     """Exercise: ``decode_layer(layer, y (b, T, d), memory (b, n_m, d_m), memory_real (b, n_m))
-    -> (b, T, d)``, the post-norm ``layer``'s causal output, one target position per step, the
-    memory's keys and values projected once."""
+    -> (b, T, d)``, one target position per step, the memory projected once."""
     mistakes = [Mistake(lambda *a, _f=flaw: _decode_with(*a, **_f), hint) for hint, flaw in [
         ("padded memory positions were read: mask the cross-attention with memory_real "
-         "(True = real), as (b, 1, 1, n_m) for the heads.", {"mask_memory": False}),
+         "(True = real).", {"mask_memory": False}),
         *(("a block was written pre-norm, x + block(norm(x)) (or norm(x + block(norm(x)))); this "
-           "layer is post-norm (norm_first=False, as the 2017 paper): what does each block read, "
-           "and does its LayerNorm come before the residual sum or after it?",
+           "layer is post-norm: does its LayerNorm come before the residual sum or after it?",
            {"pre_norm": (cross, ff)})
           for cross in (False, True, "both") for ff in (False, True, "both") if cross or ff),
-        ("the memory was masked causally (step t read memory positions 0..t): the whole real "
-         "memory is visible at every step; only its padding is masked.", {"causal_memory": True}),
-        ("the memory made the queries and the decoder the keys and values; in cross-attention "
-         "the decoder asks (q from x_t) and the memory answers (K_m, V_m).", {"memory_queries": True}),
+        ("the memory was masked causally: the whole real memory is visible at every step.",
+         {"causal_memory": True}),
+        ("the memory made the queries; in cross-attention the decoder asks (q from x_t) and the "
+         "memory answers.", {"memory_queries": True}),
         ("the cross-attention's heads were merged but not sent through its out_proj.",
          {"cross_out": False}),
-        ("the residual is missing: norm2 got the cross-attention's output alone, so x_t itself "
-         "was lost. In post-norm, what does a sub-layer's output join before its LayerNorm?",
-         {"cross_residual": False}),
+        ("the residual is missing: norm2 got the cross-attention's output alone, and x_t was "
+         "lost.", {"cross_residual": False}),
         ("the cross-attention's query came from y, the state before the self-attention block; "
-         "it reads x_t, the state after it: q from x_t.", {"query_before_self": True}),
-        ("the scores were not scaled: scaled dot-product attention divides q k^T by "
-         "sqrt(d_head), the width of one head (ah.scaled_dot_product_attention does it when "
-         "given no scale).", {"unscaled": True}),
-        ("the LayerNorm went on x_t alone, before the residual sum. Post-norm normalises "
-         "the SUM of x_t and the block's output.", {"norm_outside": True}),
-        ("the heads were not split: split q, k, v into num_heads heads of d_model / num_heads "
-         "(ah.split_heads), attend per head, merge.", {"one_head": True}),
-        ("the sum after the cross-attention was not normalised; post-norm puts a LayerNorm "
-         "after each residual sum: norm2 after the cross-attention.", {"cross_norm": False}),
-        ("the feed-forward's output must be ADDED to x_t (the residual), then normalised, not "
-         "normalised alone.", {"ff_residual": False}),
-        ("the feed-forward's sum went through norm2, the cross-attention's norm; each block has "
-         "its own: norm3 for the feed-forward.", {"ff_norm": "norm2"}),
-        ("the memory mask is inverted: memory_real is True at the REAL memory positions, the "
-         "ones that may be read (the opposite of nn.MultiheadAttention's key_padding_mask).",
-         {"invert_memory": True}),
-        ("the memory mask has shape (b, 1, n_m): against scores (b, h, 1, n_m) it lines up from "
-         "the right, so its batch axis meets the heads axis. Which axes must memory_real "
-         "(b, n_m) gain so that its batch meets the scores' batch and it broadcasts over the "
-         "heads and the query?", {"mask_3d": True}),
+         "q comes from x_t.", {"query_before_self": True}),
+        ("the scores were not scaled by 1/sqrt(d_head), the width of one head.", {"unscaled": True}),
+        ("the LayerNorm went on x_t alone, before the residual sum: post-norm normalises the SUM.",
+         {"norm_outside": True}),
+        ("the heads were not split: attend per head (ah.split_heads), then merge.",
+         {"one_head": True}),
+        ("the sum after the cross-attention was not normalised: norm2 follows it.",
+         {"cross_norm": False}),
+        ("the feed-forward's output must be ADDED to x_t (the residual), then normalised.",
+         {"ff_residual": False}),
+        ("the feed-forward's sum went through norm2; each block has its own: norm3 for the "
+         "feed-forward.", {"ff_norm": "norm2"}),
+        ("the memory mask is inverted: memory_real is True at the REAL positions, the ones that "
+         "may be read.", {"invert_memory": True}),
+        ("the memory mask has shape (b, 1, n_m): against scores (b, h, 1, n_m) its batch axis "
+         "meets the heads axis. Which axes must memory_real gain?", {"mask_3d": True}),
     ]]
     return check_function(decode_layer, decode_layer_reference, _layer_cases(),
                           what="decode_layer", output_names=("the outputs",), mistakes=mistakes,
                           watch=_memory_projected_once)
 
-
-# --- exercise 2: the hard alignment and its accuracy against a gold alignment ------------------
 
 def _alignment_case(g, b, n_out, n_src, *, pad_weight=0.0, dtype=torch.float32):
     src_len = torch.randint(1, n_src + 1, (b,), generator=g)
@@ -251,10 +227,9 @@ def _alignment_cases() -> list[dict]:
 
 
 def alignment_accuracy_reference(weights, src_real, gold, tgt_real):
-    """``(alignment (b, n_out) long, accuracy 0-dim float)``: the strongest *real* source position
-    of each output step (``-1`` at padded steps), and the share of real output steps, pooled over
-    the batch, whose alignment equals ``gold``. ``weights (b, n_out, n_src)``, ``src_real (b,
-    n_src)`` and ``tgt_real (b, n_out)`` bool (True = real), ``gold (b, n_out)`` long."""
+    """``(alignment (b, n_out) long, accuracy)``: each output step's strongest real source position
+    (``-1`` at padded steps), and the pooled share of real steps equal to ``gold (b, n_out)``.
+    ``weights (b, n_out, n_src)``; ``src_real (b, n_src)``, ``tgt_real (b, n_out)`` True = real."""
     scores = weights.masked_fill(~src_real[:, None, :], -math.inf)       # padding never wins
     alignment = scores.argmax(-1).masked_fill(~tgt_real, -1)             # (b, n_out)
     hits = (alignment == gold) & tgt_real                                # real steps only
@@ -262,8 +237,8 @@ def alignment_accuracy_reference(weights, src_real, gold, tgt_real):
 
 
 def _alignment_mistakes():
-    """``(hint, produce)`` per known mistake; ``produce`` gives its ``(alignment, accuracy)``, or
-    the alignment alone where its accuracy could be anything."""
+    """``(hint, produce)`` per named mistake; ``produce`` gives ``(alignment, accuracy)`` or the
+    alignment alone."""
     def masked(w, s, t):
         return w.masked_fill(~s[:, None, :], -math.inf).argmax(-1).masked_fill(~t, -1)
 
@@ -271,24 +246,19 @@ def _alignment_mistakes():
         return a, ((a == g) & t).sum() / t.sum()
 
     return [
-        ("padding won the argmax: take it over the real source positions only (weights at "
-         "padded positions set to -inf first).",
+        ("padding won the argmax: take it over the real source positions only.",
          lambda w, s, g, t: pooled(w.argmax(-1).masked_fill(~t, -1), g, t)),
         ("the mask is inverted: the argmax ran over the padded source positions.",
          lambda w, s, g, t: pooled(masked(w, ~s, t), g, t)),
-        ("the argmax ran over the output steps (dim 1); each output step's alignment is the "
-         "source position (the last dim) with the most weight.",
+        ("the argmax ran over the output steps (dim 1), not the source positions (the last dim).",
          lambda w, s, g, t: w.masked_fill(~s[:, None, :], -math.inf).argmax(1)),
         ("padded output steps counted in the accuracy: divide the hits on real steps by the "
          "number of real steps.", lambda w, s, g, t: (a := masked(w, s, t), (a == g).float().mean())),
-        ("padded output steps counted as hits: both the alignment and gold are -1 there, so "
-         "(alignment == gold) is True at them; keep only the real steps' hits (& tgt_real).",
+        ("padded output steps counted as hits: alignment and gold are both -1 there.",
          lambda w, s, g, t: (a := masked(w, s, t), (a == g).sum() / t.sum())),
-        ("padded output steps counted as misses: divide by the number of real steps, not by "
-         "all b * n_out steps.",
+        ("padded output steps counted as misses: divide by the real steps, not all b * n_out.",
          lambda w, s, g, t: (a := masked(w, s, t), ((a == g) & t).float().mean())),
-        ("the accuracy is a mean of per-sentence accuracies; pool the real steps of the whole "
-         "batch (every step counts the same).",
+        ("the accuracy is a mean of per-sentence accuracies; pool the real steps of the batch.",
          lambda w, s, g, t: (a := masked(w, s, t), (((a == g) & t).sum(1) / t.sum(1)).mean())),
         ("padded output steps must be marked -1 in the alignment.",
          lambda w, s, g, t: pooled(w.masked_fill(~s[:, None, :], -math.inf).argmax(-1), g, t)),
@@ -298,18 +268,16 @@ def _alignment_mistakes():
 @exercise("cross_attention.alignment", "the hard alignment and its accuracy", hints=(
     "Each output step reads the source position with the most weight, but a padded source "
     "position is never an answer, and a padded output step is never scored.",
-    "A padded source must lose every argmax, whatever weight it got: which value can no real "
-    "weight fall below, and how must src_real (b, n_src) be shaped to broadcast over the output "
-    "steps? A padded output step is neither a hit nor a miss: the accuracy is one ratio over all "
-    "the real steps of the batch, not a mean of per-sentence ratios.",
+    "A padded source must lose every argmax: which value can no real weight fall below, and how "
+    "must src_real broadcast over the output steps? The accuracy is one ratio over all the real "
+    "steps of the batch.",
     "scores = ...                       # (b, n_out, n_src): the weights, padded sources at -inf\n"
     "alignment = ...                    # (b, n_out) long: each step's best source, -1 if padded\n"
     "hits = ...                         # (b, n_out) bool: equal to gold, real steps only\n"
     "return alignment, ...              # pooled: the hits over ALL real steps of the batch"))
 def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
-    """Exercise: ``alignment_accuracy(weights (b, n_out, n_src), src_real (b, n_src), gold (b,
-    n_out), tgt_real (b, n_out)) -> (alignment (b, n_out) long, accuracy)``; see
-    :func:`alignment_accuracy_reference`."""
+    """Exercise: ``alignment_accuracy(weights, src_real, gold, tgt_real) -> (alignment, accuracy)``
+    (:func:`alignment_accuracy_reference`)."""
     def run(*inputs):  # the learner's answer; the accuracy (a tensor or a number) as a tensor
         got = alignment_accuracy(*inputs)
         if got is None:
@@ -317,8 +285,7 @@ def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
         if not (isinstance(got, tuple | list) and len(got) == 2):
             raise Refused("return a pair (alignment, accuracy).")
         if not isinstance(got[0], torch.Tensor) or got[0].is_floating_point():
-            raise Refused("the alignment must be an integer tensor of source positions (argmax "
-                          "gives one), not the weights.")
+            raise Refused("the alignment must be an integer tensor of source positions.")
         return got[0], torch.tensor(float(got[1]), dtype=torch.float64)
 
     return check_function(

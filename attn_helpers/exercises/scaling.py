@@ -1,6 +1,5 @@
-"""Checkers for notebook 03 (why scale by sqrt(d_k)): choose the scale from a measured variance,
-the softmax backward pass without building the Jacobian, and the chain on from the weights to the
-gradients at W_Q and W_K, by hand."""
+"""Checkers for notebook 03: choose the scale from a measured variance, the softmax backward pass
+without the Jacobian, and the gradients at W_Q and W_K by hand."""
 
 from __future__ import annotations
 
@@ -20,9 +19,6 @@ def _number(f: Callable) -> Callable:
     return lambda *args: torch.tensor(float(f(*args)), dtype=torch.float64)
 
 
-# --- exercise 1: choose the scale from the spread of the scores within a row ---------------
-
-
 def _scores(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor) -> torch.Tensor:
     return (x @ w_q) @ (x @ w_k).T                                  # S = Q K^T, (n, n)
 
@@ -33,8 +29,7 @@ def _row_scale(scores: torch.Tensor, dim: int = -1) -> float:
 
 
 def _weight(g: torch.Generator, d_model: int, d_k: int, init: str, dtype) -> torch.Tensor:
-    """W (d_model, d_k): PyTorch's default nn.Linear init (uniform in +-1/sqrt(d_model)), a
-    variance-preserving one (std 1/sqrt(d_model)) or weights of variance 1."""
+    """W (d_model, d_k): nn.Linear's default init, std 1/sqrt(d_model) ("unit") or std 1."""
     if init == "default":
         return (2 * torch.rand(d_model, d_k, generator=g, dtype=dtype) - 1) / math.sqrt(d_model)
     std = 1 / math.sqrt(d_model) if init == "unit" else 1.0
@@ -57,18 +52,16 @@ def _choose_scale_cases() -> list[dict]:
 
 
 @exercise("scaling.choose_scale", "choose the scale from the spread within a row", hints=(
-    "Compute the scores exactly as attention does, all n x n of them. The softmax of a row does "
-    "not change if you add the same number to the whole row, so what matters is how spread out "
-    "the scores are within each row (one query against every key), not across the matrix.",
-    "Multiplying every score by c multiplies every row's variance by c^2. So you need one number "
-    "from S: the spread within its rows, as a variance. Which reduction, over which axis, gives "
-    "it, and which c then brings it to 1?",
+    "Compute all n x n scores as attention does. A row's softmax ignores a constant added to the "
+    "row: what matters is the spread within each row (one query against every key).",
+    "Multiplying the scores by c multiplies each row's variance by c^2. Which reduction, over "
+    "which axis, gives the spread within the rows, and which c brings it to 1?",
     "S = (x @ W_Q) @ (x @ W_K).T                  # (n, n)\n"
     "v = ...                                      # each row's variance, averaged over rows\n"
     "return ...                                   # c with Var(c S) = 1, as a float"))
 def check_choose_scale(choose_scale: Callable) -> CheckResult:
-    """Exercise: ``choose_scale(x (n, d_model), W_Q (d_model, d_k), W_K (d_model, d_k)) -> c``,
-    with which the rows of the scores ``c (x W_Q)(x W_K)^T`` have variance 1 on average."""
+    """Exercise: ``choose_scale(x (n, d_model), W_Q, W_K (d_model, d_k)) -> c`` with which the rows
+    of ``c (x W_Q)(x W_K)^T`` have variance 1 on average."""
     return check_function(
         as_number(choose_scale, "choose_scale should return a number"),
         _number(lambda x, w_q, w_k: _row_scale(_scores(x, w_q, w_k))),
@@ -76,53 +69,42 @@ def check_choose_scale(choose_scale: Callable) -> CheckResult:
         what="choose_scale", output_names=("the scale",), atol=0.0, rtol=5e-3,
         mistakes=[
             Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q, w_k).var().sqrt().item()),
-                    "you took the variance of the whole score matrix. The softmax runs along each "
-                    "row and softmax(s + b) = softmax(s) for any constant b added to a row, so "
-                    "differences between the rows' means do not matter: measure the variance "
-                    "within each row (S.var(dim=-1)) and average it over the rows."),
+                    "you took the variance of the whole score matrix; softmax(s + b) = softmax(s), "
+                    "so the rows' means do not matter: average the variances within the rows."),
             Mistake(_number(lambda x, w_q, w_k: _row_scale(_scores(x, w_q, w_k), dim=0)),
-                    "wrong axis: you measured the spread within each column (one key against "
-                    "every query). A softmax row is one query against every key: take the "
-                    "variance over the last axis, dim=-1."),
+                    "wrong axis: you measured each column (one key against every query); a "
+                    "softmax row is one query against every key, the last axis."),
             Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q, w_k).std(dim=-1).mean().item()),
-                    "you averaged the rows' standard deviations; the variance of c S is what must "
-                    "be 1: average the rows' variances, then take the square root."),
+                    "you averaged the rows' standard deviations; Var(c S) must be 1: average the "
+                    "variances, then take the square root."),
             Mistake(_number(lambda x, w_q, w_k: 1 / math.sqrt(w_q.shape[1])),
-                    "1/sqrt(d_k) is right only when the components of q and k have variance 1. "
-                    "These weights are initialised differently: measure the spread of the "
-                    "scores S = Q K^T within each row and take c = 1/sqrt(that variance)."),
+                    "1/sqrt(d_k) is right only when the components of q and k have variance 1; "
+                    "these weights differ: measure the spread of S = Q K^T within its rows."),
             Mistake(_number(lambda x, w_q, w_k: (1 / _scores(x, w_q, w_k).std(dim=-1)).mean().item()),
-                    "you averaged a scale per row, 1/std of each row; the exercise asks for one c "
-                    "that makes the rows' variances average to 1: average the variances first "
-                    "(S.var(dim=-1).mean()), then c = 1 / sqrt(that)."),
+                    "you averaged a scale per row (1/std of each row); one c must bring the "
+                    "rows' average variance to 1: average the variances first."),
             Mistake(_number(lambda x, w_q, w_k: _row_scale(_scores(x, w_q, w_k)) ** 2),
-                    "Var(c S) = c^2 Var(S): the scale is 1/sqrt(variance), the inverse of the "
-                    "standard deviation, not of the variance."),
+                    "Var(c S) = c^2 Var(S): c is the inverse of the standard deviation, not of "
+                    "the variance."),
             Mistake(_number(lambda x, w_q, w_k: 1 / _row_scale(_scores(x, w_q, w_k))),
-                    "you returned the spread of the scores; the scale divides by it: "
-                    "c = 1 / std."),
+                    "you returned the spread of the scores; the scale divides by it."),
             Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q, w_k).pow(2).mean().sqrt().item()),
-                    "mean(S**2) is the variance only when the scores have mean 0, and here they "
-                    "do not: subtract each row's mean (S.var(dim=-1) does)."),
+                    "mean(S**2) is the variance only for scores of mean 0, and these are not: "
+                    "subtract each row's mean (S.var(dim=-1) does)."),
             Mistake(_number(lambda x, w_q, w_k: 1 / math.sqrt(
                         w_q.shape[1] * (x @ w_q).var().item() * (x @ w_k).var().item())),
                     "that is the independence prediction, 1/sqrt(d_k Var(q) Var(k)); it assumes "
-                    "independent components and scores of mean 0 in every row. Measure S itself: "
-                    "c = 1 / sqrt(S.var(dim=-1).mean()) with S = (x W_Q)(x W_K)^T."),
+                    "independent components and rows of mean 0: measure S itself."),
             Mistake(_number(lambda x, w_q, w_k: 1 / ((x @ w_q).var() * (x @ w_k).var()).sqrt().item()),
                     "you measured the components of q and k; the scale multiplies the scores "
-                    "q . k, a sum of d_k products: measure the spread of S = Q K^T itself."),
+                    "q . k: measure the spread of S = Q K^T itself."),
             Mistake(_number(lambda x, w_q, w_k: _row_scale(_scores(x, w_q.T, w_k.T))),
-                    "W_Q has shape (d_model, d_k) and acts from the right: Q = x @ W_Q, not "
-                    "x @ W_Q.T (that is nn.Linear's weight layout)."),
+                    "W_Q is (d_model, d_k): Q = x @ W_Q, not x @ W_Q.T (nn.Linear's layout)."),
             Mistake(_number(lambda x, w_q, w_k: 1 / ((x @ w_q) * (x @ w_k)).sum(-1).std().item()),
-                    "you scored each token's query against its own key only (the diagonal); "
-                    "attention scores every query against every key: S = Q K^T is (n, n)."),
+                    "you scored each query against its own key only; attention scores every "
+                    "query against every key: S is (n, n)."),
         ],
     )
-
-
-# --- exercise 2: the backward pass of the softmax, without building J ------------------------
 
 
 def _backward_cases() -> list[dict]:
@@ -162,68 +144,58 @@ def _no_jacobian(inputs: dict) -> AllocationWatch:
     def refuse(t: torch.Tensor, call: str) -> str | None:
         if n >= 3 and t.numel() >= limit:
             return (f"softmax_backward built a tensor of shape {tuple(t.shape)} ({call}), as big as "
-                    f"the (..., n, n) Jacobian (n = {n}). The point of this exercise is the "
-                    "backward pass WITHOUT J: multiply J = diag(a) - a a^T out on paper until "
-                    "only vectors of length n and numbers per row are left.")
+                    f"the (..., n, n) Jacobian (n = {n}). This exercise is the backward pass WITHOUT "
+                    "J: multiply J = diag(a) - a a^T out on paper, down to vectors and row numbers.")
         return None
 
     return AllocationWatch(refuse)
 
 
 @exercise("scaling.softmax_backward", "the softmax backward pass, without building J", hints=(
-    "Backpropagation needs only J^T g, and J = diag(a) - a a^T is symmetric. What are diag(a) g "
-    "and (a a^T) g, written so that no (n, n) matrix appears?",
-    "Write (J g)_i = sum_j J_ij g_j with J_ij = a_i (delta_ij - a_j) and split it in two sums. "
-    "In the first, delta_ij keeps only j = i; in the second, which factor does not depend on j "
-    "and comes out of the sum? What stays inside is the same for every i: one number per row.",
+    "Backpropagation needs only J^T g = J g (J = diag(a) - a a^T is symmetric). Write diag(a) g "
+    "and (a a^T) g with no (n, n) matrix.",
+    "Split (J g)_i = sum_j a_i (delta_ij - a_j) g_j in two sums. In the second, which factor "
+    "leaves the sum? What stays inside is one number per row.",
     "a = torch.softmax(scores, dim=-1)\n"
     "dot = ...                                    # <a, g> per row, kept (..., 1)\n"
     "return ...                                   # (..., n): J g from a, grad_weights and dot"))
 def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
     """Exercise: ``softmax_backward(scores (..., n), grad_weights (..., n)) -> (..., n)``, the
-    gradient at the scores, without a tensor as big as the ``(..., n, n)`` Jacobian; against
-    autograd."""
+    gradient at the scores, with no tensor as big as the ``(..., n, n)`` Jacobian."""
     return check_function(
         softmax_backward, _softmax_backward, _backward_cases(), what="softmax_backward",
         output_names=("the gradient at the scores",), atol=1e-6, rtol=1e-5,
         watch=_no_jacobian,
         mistakes=[
             Mistake(_backward_from(lambda a, g: a * g),
-                    "that is only diag(a) g: the a a^T term of J is missing. Raising s_j also "
-                    "lowers every other weight; what does (a a^T) g give, one row at a time?"),
+                    "that is only diag(a) g: the a a^T term of J is missing (raising s_j also "
+                    "lowers every other weight)."),
             Mistake(_backward_from(lambda a, g: g - (a * g).sum(-1, keepdim=True)),
                     "the factor a_i is missing in front: both terms of (J g)_i carry it."),
             Mistake(_backward_from(lambda a, g: a * (g - g.sum(-1, keepdim=True))),
                     "<a, g> is the weighted sum of g, sum(a * g), not the plain sum of g."),
             Mistake(_backward_from(lambda a, g: a * (g - (a * g).mean(-1, keepdim=True))),
-                    "<a, g> is a sum over the keys, not a mean: dividing by n shrinks the a a^T "
-                    "term."),
+                    "<a, g> is a sum over the keys, not a mean."),
             Mistake(_backward_from(lambda a, g: a * ((a * g).sum(-1, keepdim=True) - g)),
-                    "the sign is flipped: J = diag(a) - a a^T, so the diag(a) g term comes in "
-                    "with a plus (raising g_i raises the pull on s_i)."),
+                    "the sign is flipped: J = diag(a) - a a^T, the diag(a) g term comes with a plus."),
             Mistake(_backward_from(lambda a, g: a * (1 - a) * g),
-                    "that is only the diagonal of J, a_i (1 - a_i): off the diagonal J_ij = "
-                    "-a_i a_j also contributes, and its sum over j is one number per row."),
+                    "that is only the diagonal of J, a_i (1 - a_i): off it, J_ij = -a_i a_j also "
+                    "contributes."),
             Mistake(_backward_from(lambda a, g: a * (g - (a * g).sum(0, keepdim=True))),
-                    "<a, g> is summed over the wrong axis: one dot product per row, over the "
-                    "last axis (the keys), sum(dim=-1, keepdim=True)."),
+                    "<a, g> is summed over the wrong axis: one dot product per row, over the keys "
+                    "(the last axis)."),
             Mistake(lambda s, g: s * (g - (s * g).sum(-1, keepdim=True)),
-                    "the formula takes the weights a = softmax(s), not the raw scores: apply the "
-                    "softmax first."),
+                    "the formula takes the weights a = softmax(s), not the raw scores."),
             Mistake(_backward_from(lambda a, g: a * (g - (a * g).sum())),
-                    "<a, g> is one number per row: sum over the last axis with keepdim=True, "
-                    "not over the whole tensor."),
+                    "<a, g> is one number per row: sum over the last axis, not over the whole tensor."),
         ],
         error_hints=[("must match the size of tensor",
                       "<a, g> must keep its last axis to broadcast against the row: "
                       "sum(dim=-1, keepdim=True) gives (..., 1); without keepdim it is (...,).")],
-        nan_hint="exp of a large score overflows to inf, and inf / inf is NaN. Subtract each "
-                 "row's max before exponentiating (the softmax does not change), or use "
-                 "torch.softmax.",
+        nan_hint="exp of a large score overflows and inf / inf is NaN. Subtract each row's max "
+                 "first, or use torch.softmax.",
     )
 
-
-# --- exercise 3: the gradient that reaches W_Q and W_K ------------------------------------------
 
 def _softmax_grad(s: torch.Tensor, g: torch.Tensor, *, diagonal_only: bool = False,
                   dim: int = -1) -> torch.Tensor:
@@ -235,8 +207,7 @@ def _softmax_grad(s: torch.Tensor, g: torch.Tensor, *, diagonal_only: bool = Fal
 def _backward_with(x, w_q, w_k, scale, up, *, power=1, given_scale=True,  # noqa: C901
                    softmax_at="scores", dq_rows=True, dk_columns=True, swap_qk=False,
                    wrt="weights", batch="sum", swap_outputs=False, sign=1.0, weights_dim=-1):
-    """``(dL/dW_Q, dL/dW_K)`` by hand, with one named mistake (each keyword: one way to go wrong;
-    ``PROJECTION_MISTAKES`` says which)."""
+    """``(dL/dW_Q, dL/dW_K)`` by hand, with the named mistake each keyword sets."""
     c = scale if given_scale else 1 / math.sqrt(w_q.shape[-1])
     q, k = x @ w_q, x @ w_k                                           # (..., n, d_k)
     s = c * q @ k.mT                                                  # (..., n, n)
@@ -259,8 +230,8 @@ def _backward_with(x, w_q, w_k, scale, up, *, power=1, given_scale=True,  # noqa
 
 
 def _projection_cases() -> list[dict]:
-    """n, d_model and d_k all different (a misplaced transpose changes a shape), scales other than
-    1/sqrt(d_k), float32, a batch, and rows saturated by scores in the thousands."""
+    """n, d_model, d_k all different, scales other than 1/sqrt(d_k), float32, a batch, and rows
+    saturated by scores in the thousands."""
     g = seeded(34)
 
     def case(n, d_model, d_k, scale, *, batch=(), dtype=torch.float64, spread=1.0):
@@ -284,50 +255,41 @@ def _wrong(message: str, *variants: dict) -> list[Mistake]:
 
 PROJECTION_MISTAKES = [
     *_wrong("grad_weights is the gradient at the weights A, not at the scores: pass it back "
-            "through the softmax first (exercise 2's softmax_backward).", {"softmax_at": "skipped"}),
-    *_wrong("softmax_backward takes the scores S and applies the softmax itself; you handed it "
-            "the weights A = softmax(S), so it differentiated a softmax of a softmax.",
-            {"softmax_at": "weights"}),
-    *_wrong("dS misses the a a^T part of the softmax's Jacobian (that is only diag(a) g): use "
-            "the whole softmax backward of exercise 2.", {"softmax_at": "diagonal"}),
-    *_wrong("the softmax backward recomputed the weights over dim -2, down each column of S (over "
-            "the queries): A = softmax(S) normalises each row, one query's scores against every "
-            "key, so the weights it differentiates are the softmax over the last axis.",
+            "through the softmax first (exercise 2).", {"softmax_at": "skipped"}),
+    *_wrong("softmax_backward takes the scores S; you handed it A = softmax(S), so it "
+            "differentiated a softmax of a softmax.", {"softmax_at": "weights"}),
+    *_wrong("dS misses the a a^T part of the softmax's Jacobian: use exercise 2's whole backward.",
+            {"softmax_at": "diagonal"}),
+    *_wrong("the softmax backward recomputed the weights over dim -2, down the columns: A "
+            "normalises each row (one query against every key), the last axis.",
             {"weights_dim": -2}),
     *_wrong("the softmax backward ran at Q K^T, without the scale: it needs the scores the "
-            "softmax saw, S = scale * Q K^T, since the weights A = softmax(S) depend on them.",
-            {"softmax_at": "raw"}),
-    *_wrong("the scale is missing from dQ and dK. dS is the gradient at S = scale * Q K^T; going "
-            "from S back to Q K^T passes through that constant factor, which the chain rule "
-            "keeps.", {"power": 0}),
-    *_wrong("the scale came in twice. dS is the gradient at S = scale * Q K^T, so the way back "
-            "from S to Q K^T multiplies by the scale once; the softmax backward already ran at "
-            "the scaled scores.", {"power": 2}),
-    *_wrong("you used 1/sqrt(d_k); the scale is an argument (one case uses 0.3, another 2): use "
-            "it in the forward pass and on the way back.", {"given_scale": False}),
-    *_wrong("dK was computed from dS, not its transpose: S_ij = scale q_i . k_j, so key j collects "
-            "column j of dS (every query's pull on it); row j of dS belongs to query j.",
-            {"dk_columns": False}),
-    *_wrong("dS and dS^T are swapped between dQ and dK: query i collects row i of dS (its own "
-            "scores), key j collects column j.", {"dq_rows": False, "dk_columns": False}),
-    *_wrong("dQ was computed from dS^T: query i collects row i of dS, its own scores against "
-            "every key; only dK needs the transpose.", {"dq_rows": False}),
-    *_wrong("Q and K are swapped in the chain: in S = Q K^T each q_i is multiplied by the keys, "
-            "so the keys carry dS to Q, and the queries carry dS^T to K.", {"swap_qk": True}),
-    *_wrong("that is the gradient at Q and K, (..., n, d_k); the exercise asks for W_Q and W_K, "
-            "(d_model, d_k): one more step, through Q = x W_Q and K = x W_K.", {"wrt": "qk"}),
-    *_wrong("the gradients came out transposed, (d_k, d_model): W_Q is (d_model, d_k), and in "
-            "Q = x W_Q it is x that multiplies W_Q, from the left.", {"wrt": "transposed"}),
-    *_wrong("the two gradients are swapped: return (grad_W_Q, grad_W_K), in that order.",
-            {"swap_outputs": True}),
-    *_wrong("one gradient per sequence, (b, d_model, d_k): every sequence of the batch uses the "
-            "same W_Q and W_K, so their gradients add up to one (d_model, d_k) each.",
-            {"batch": "kept"}),
-    *_wrong("averaged over the batch: the loss adds the terms of every sequence, so the "
-            "gradients at the shared W_Q and W_K are the sums over the batch, not the means.",
-            {"batch": "mean"}),
-    *_wrong("the sign is flipped: return the gradient of the loss, not the step that descends "
-            "it.", {"sign": -1.0}),
+            "softmax saw, S = scale * Q K^T.", {"softmax_at": "raw"}),
+    *_wrong("the scale is missing from dQ and dK: the way back from S = scale * Q K^T to Q K^T "
+            "passes through that factor.", {"power": 0}),
+    *_wrong("the scale came in twice: the way back from S to Q K^T multiplies by it once.",
+            {"power": 2}),
+    *_wrong("you used 1/sqrt(d_k); the scale is an argument (0.3 or 2 in some cases).",
+            {"given_scale": False}),
+    *_wrong("dK was computed from dS, not its transpose: key j collects column j of dS (every "
+            "query's pull on it).", {"dk_columns": False}),
+    *_wrong("dS and dS^T are swapped between dQ and dK: query i collects row i of dS, key j "
+            "column j.", {"dq_rows": False, "dk_columns": False}),
+    *_wrong("dQ was computed from dS^T: query i collects row i of dS; only dK needs the "
+            "transpose.", {"dq_rows": False}),
+    *_wrong("Q and K are swapped in the chain: the keys carry dS to Q, the queries carry dS^T "
+            "to K.", {"swap_qk": True}),
+    *_wrong("that is the gradient at Q and K, (..., n, d_k): one more step, through Q = x W_Q "
+            "and K = x W_K.", {"wrt": "qk"}),
+    *_wrong("the gradients came out transposed, (d_k, d_model): in Q = x W_Q, x multiplies W_Q "
+            "from the left.", {"wrt": "transposed"}),
+    *_wrong("the two gradients are swapped: return (grad_W_Q, grad_W_K).", {"swap_outputs": True}),
+    *_wrong("one gradient per sequence, (b, d_model, d_k): the sequences share W_Q and W_K, so "
+            "their gradients add up.", {"batch": "kept"}),
+    *_wrong("averaged over the batch: the gradients at the shared W_Q and W_K are the sums over "
+            "the batch, not the means.", {"batch": "mean"}),
+    *_wrong("the sign is flipped: return the gradient, not the step that descends it.",
+            {"sign": -1.0}),
 ]
 
 
@@ -343,19 +305,15 @@ def _about_exercise_2(fn: Callable, result: CheckResult) -> CheckResult:
     names = getattr(getattr(fn, "__code__", None), "co_names", ())
     if result.message.endswith("not implemented yet.") and "softmax_backward" in names:
         return CheckResult(False, f"{result.message} (Or the softmax_backward it calls is still "
-                                  "exercise 2's stub: until yours passes, write the softmax "
-                                  "backward inside projection_gradients.)")
+                                  "exercise 2's stub: write it inside projection_gradients.)")
     return result
 
 
 @exercise("scaling.projection_gradients", "backpropagate by hand to W_Q and W_K", hints=(
     "Go back through the forward pass, last step first: A = softmax(S), S = scale * Q K^T, "
-    "Q = x W_Q, K = x W_K. Exercise 2 did the first step. Every gradient has the shape of what it "
-    "is the gradient of: write those shapes down before any product.",
-    "For a product C = A B, the gradients are dA = dC B^T and dB = A^T dC (the shapes check it). "
-    "In S = scale * Q K^T the scale is a constant factor: where does it come back? Q is "
-    "multiplied by K^T, not K: which of dS and dS^T reaches K? Q = x W_Q is one more product. And "
-    "with a batch, every sequence uses the same W_Q: how do their gradients combine?",
+    "Q = x W_Q, K = x W_K (exercise 2 did the first). Each gradient has its variable's shape.",
+    "For C = A B: dA = dC B^T, dB = A^T dC. Where does the scale come back? Which of dS and dS^T "
+    "reaches K? And in a batch, how do the sequences' gradients at the shared W_Q combine?",
     "Q, K = x @ W_Q, x @ W_K                       # (..., n, d_k)\n"
     "S = scale * Q @ K.mT                          # (..., n, n): the scores the softmax saw\n"
     "dS = softmax_backward(S, grad_weights)        # exercise 2: dL/dS\n"
@@ -366,17 +324,15 @@ def _about_exercise_2(fn: Callable, result: CheckResult) -> CheckResult:
     "return grad_W_Q, grad_W_K"))
 def check_projection_gradients(projection_gradients: Callable) -> CheckResult:
     """Exercise: ``projection_gradients(x (..., n, d_model), W_Q, W_K (d_model, d_k), scale,
-    grad_weights (..., n, n)) -> (grad_W_Q, grad_W_K)``, each ``(d_model, d_k)`` (summed over a
-    batch), chained by hand from the gradient at ``A = softmax(scale (x W_Q)(x W_K)^T)``."""
+    grad_weights (..., n, n)) -> (grad_W_Q, grad_W_K)``, each ``(d_model, d_k)``, by hand."""
     result = check_function(
         projection_gradients, _projection_gradients, _projection_cases(),
         what="projection_gradients", output_names=("the gradient at W_Q", "the gradient at W_K"),
         atol=1e-6, rtol=1e-5, mistakes=PROJECTION_MISTAKES,
         error_hints=[("must match the size of tensor",
-                      "if this is the batch case (x is (b, n, d_model)): .T reverses all three "
-                      "axes of a batch; .mT (or .transpose(-2, -1)) swaps the last two.")],
-        nan_hint="exp of a score in the thousands overflows to inf, and inf / inf is NaN. Subtract each "
-                 "row's max before exponentiating (the softmax does not change), or use "
-                 "torch.softmax.",
+                      "in a batch (x is (b, n, d_model)) .T reverses all three axes; .mT swaps the "
+                      "last two.")],
+        nan_hint="exp of a score in the thousands overflows and inf / inf is NaN. Subtract each "
+                 "row's max first, or use torch.softmax.",
     )
     return _about_exercise_2(projection_gradients, result)

@@ -28,9 +28,6 @@ def test_a_stub_is_not_implemented_yet_and_nothing_more(check, what, key):
     assert check.exercise_key == key and key in EXERCISES
 
 
-# --- exercise 1: a decoder layer step by step ---------------------------------------------------
-
-
 def test_the_reference_is_torchs_decoder_layer_with_a_causal_mask():
     for case in ex._layer_cases():
         layer, y, memory, real = case.values()

@@ -35,9 +35,6 @@ def test_a_stub_is_not_implemented_yet_and_nothing_more(check, what, key):
     assert check.exercise_key == key and key in EXERCISES
 
 
-# --- exercise 1: moving by k is a matrix -------------------------------------------------------
-
-
 @pytest.mark.parametrize("k, d", [(1, 8), (5, 16), (-3, 4), (250, 32), (0, 2)])
 def test_the_shift_matrix_moves_the_table_by_k(k, d):
     PE = sinusoidal_encoding(300, d).double()                                 # (n, d)
@@ -92,9 +89,6 @@ NAMED_MISTAKES = [
 def test_exercise_1_names_the_mistake(phrase, flaw):
     verdict = ex.check_sinusoidal(lambda *args: learner_shift(*args, **flaw))
     assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
-
-
-# --- exercise 2: a checkpoint trained with RoPE's other layout ----------------------------------
 
 
 def hf_rotate(x, positions, base=10000.0):
@@ -262,8 +256,6 @@ def test_layout_checker_wants_two_tensors_in_the_inputs_dtype():
     verdict = ex.check_rope_layout(lambda *args: tuple(w.double() for w in learner_layout(*args)))
     assert not verdict and "the right answer is torch.float32" in verdict.message, verdict.message
 
-
-# --- exercise 3: how far back an ALiBi head looks -----------------------------------------------
 
 mpmath.mp.dps = 40
 

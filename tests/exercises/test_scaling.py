@@ -21,9 +21,6 @@ def _stub(*args):
     raise NotImplementedError
 
 
-# --- choose_scale ----------------------------------------------------------------------------
-
-
 def choose_scale(x, W_Q, W_K):
     S = (x @ W_Q) @ (x @ W_K).T                 # (n, n)
     return 1 / S.var(dim=-1).mean().sqrt().item()
@@ -72,9 +69,6 @@ def test_stubs_say_only_not_implemented_and_non_numbers_are_named():
     assert "not implemented yet" in check_choose_scale(lambda x, W_Q, W_K: None).message
     verdict = check_choose_scale(lambda x, W_Q, W_K: x @ W_Q)
     assert not verdict and "should return a number" in verdict.message
-
-
-# --- softmax_backward ------------------------------------------------------------------------
 
 
 def softmax_backward(scores, grad_weights):
@@ -135,9 +129,6 @@ def test_softmax_backward_refuses_building_the_jacobian(shortcut):
     verdict = check_softmax_backward(shortcut)
     assert not verdict and "as big as the (..., n, n) Jacobian" in verdict.message, verdict.message
     assert "WITHOUT J" in verdict.message and "<a, g>" not in verdict.message  # why, not the answer
-
-
-# --- projection_gradients --------------------------------------------------------------------
 
 
 def _chain(x, W_Q, W_K, scale, g, backward=softmax_backward):

@@ -1,6 +1,5 @@
-"""Notebook 07's lessons module: the two-offset copy task and its model, RoPE's split-halves
-layout against Hugging Face Llama and its conversion script, and ALiBi's half-weight reach at the
-extremes (against the definition: tests/exercises). The notebook asserts its claims itself."""
+"""Notebook 07's lessons module: the two-offset copy task and its model, RoPE's split-halves layout
+(against Hugging Face Llama: tests/exercises) and ALiBi's half-weight reach at the extremes."""
 
 from __future__ import annotations
 
@@ -63,31 +62,6 @@ def test_model_bad_inputs():
         model(torch.zeros(1, 5))
 
 
-# --- RoPE's two layouts ------------------------------------------------------------------------
-
-
-def hf_rope_half(x: torch.Tensor, base: float, positions: torch.Tensor) -> torch.Tensor:
-    """Hugging Face Llama: ``LlamaRotaryEmbedding`` gives cos/sin, ``apply_rotary_pos_emb`` rotates."""
-    from transformers import LlamaConfig
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
-
-    heads, d = x.shape[1], x.shape[-1]
-    config = LlamaConfig(hidden_size=heads * d, num_attention_heads=heads,
-                         max_position_embeddings=4096, rope_theta=base)
-    config.rope_parameters = {"rope_type": "default", "rope_theta": base}
-    cos, sin = LlamaRotaryEmbedding(config)(x, positions[None].expand(x.shape[0], -1))
-    return apply_rotary_pos_emb(x, x, cos, sin)[0]
-
-
-@pytest.mark.parametrize(("d", "base"), [(8, 10000.0), (16, 10000.0), (64, 500000.0)])
-def test_half_layout_equals_hugging_face_llama(d, base):
-    x = torch.randn(2, 3, 40, d, generator=torch.Generator().manual_seed(d))  # (b, heads, n, d)
-    positions = torch.arange(40) * 3 + 5
-    ours = pt.apply_rope_half(x, positions, base=base)
-    assert torch.allclose(ours, hf_rope_half(x, base, positions), atol=2e-4)
-    assert not torch.allclose(ours, apply_rope(x, positions, base=base), atol=1e-2)
-
-
 def test_row_permutation_equals_the_conversion_scripts_reshape():
     """Hugging Face's Llama conversion permutes q/k rows with ``view(heads, d/2, 2, d_in)
     .transpose(1, 2)``; :func:`permute_rows` must be that same reordering."""
@@ -120,9 +94,6 @@ def test_layout_bad_inputs_name_the_argument():
         pt.layer_scores(W, W, torch.zeros(4, 5, dtype=torch.float64), 2, 2, layout="sideways")
     with pytest.raises(ValueError, match=r"W_K \(g d_head, d_in\)"):
         pt.layer_scores(W, W, torch.zeros(4, 5, dtype=torch.float64), 2, 3)
-
-
-# --- ALiBi's reach -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("m, n, error, match", [
