@@ -1,13 +1,7 @@
-"""Ring attention (Liu et al., 2023): exact attention over a sequence split across processes.
-
-The ``n`` positions are cut into ``P = world_size`` contiguous blocks. Rank ``r`` keeps query block
-``r``; the key/value blocks travel around the ring, so at step ``s`` rank ``r`` holds block
-``(r - s) mod P`` (:func:`ring_schedule`) and folds it into its online-softmax state. The next
-block's transfer runs while the current one is scored: a rank holds ``O(n d / P + (n/P)^2)``
-numbers. :func:`ring_attention` runs ``P`` real processes (``torch.distributed``, gloo, on
-``127.0.0.1`` only: on one machine a "transfer" is a memory copy); :func:`simulate_ring` runs the
-same schedule in one process. With ``causal=True`` rank ``r`` scores ``r + 1`` of the ``P`` blocks
-(the contiguous split's load imbalance, which notebook 08 counts).
+"""Ring attention (Liu et al., 2023): rank ``r`` of ``P`` keeps query block ``r`` while the key/value
+blocks travel the ring (block ``(r - s) mod P`` at step ``s``), each folded into its online-softmax
+state as the next one arrives. :func:`ring_attention` runs ``P`` processes (gloo on 127.0.0.1);
+:func:`simulate_ring` runs the same schedule in one process.
 """
 
 from __future__ import annotations
@@ -31,18 +25,17 @@ from .efficient import OnlineSoftmaxState, block_state, finalize, init_state, me
 __all__ = ["ring_schedule", "split_blocks", "simulate_ring", "ring_attention"]
 
 LOOPBACK = "127.0.0.1"
-TRANSFER_REPEATS = 5                  # timings of a lone transfer for ``return_stats`` (median kept)
+TRANSFER_REPEATS = 5                  # timings of a lone transfer (median kept)
 
 
 def ring_schedule(world_size: int) -> list[list[int]]:
-    """``schedule[step][rank]``: the key/value block rank ``rank`` holds at step ``step``,
-    ``(rank - step) mod world_size``: each rank starts with its own and passes it on."""
+    """``schedule[step][rank] = (rank - step) mod world_size``: the block ``rank`` holds at ``step``."""
     require_positive_int("world_size", world_size)
     return [[(rank - step) % world_size for rank in range(world_size)] for step in range(world_size)]
 
 
 def split_blocks(n: int, world_size: int) -> list[tuple[int, int]]:
-    """Contiguous ``(start, end)`` ranges of the ``world_size`` blocks (sizes differ by at most 1)."""
+    """Contiguous ``(start, end)`` of the ``world_size`` blocks (sizes differ by at most 1)."""
     require_positive_int("n", n)
     require_positive_int("world_size", world_size)
     if world_size > n:
@@ -53,8 +46,7 @@ def split_blocks(n: int, world_size: int) -> list[tuple[int, int]]:
 
 def _partial(q_block, k_block, v_block, q_range, kv_range, *, causal: bool, scale: float
              ) -> OnlineSoftmaxState | None:
-    """The online-softmax state of a query block against one key/value block, or ``None`` when
-    the causal mask hides the whole key block (it lies entirely after the queries)."""
+    """The state of a query block against one key/value block; ``None`` if the causal mask hides it."""
     if causal and kv_range[0] >= q_range[1]:
         return None
     scores = tile_scores(q_block, k_block, slice(*q_range), slice(*kv_range), scale=scale,
@@ -80,11 +72,8 @@ def _prepare(q, k, v, world_size, causal):
 
 def simulate_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size: int = 2, *,
                   causal: bool = False) -> torch.Tensor:
-    """Ring attention's schedule in one process: same blocks, same order, same merges.
-
-    q, k: ``(..., n, d_k)``; v: ``(..., n, d_v)``. Returns ``(..., n, d_v)``, equal to exact
-    attention (with a causal mask if ``causal``).
-    """
+    """Ring attention's schedule in one process. q, k ``(..., n, d_k)``, v ``(..., n, d_v)`` ->
+    ``(..., n, d_v)``, equal to exact attention (causal if ``causal``)."""
     blocks, scale = _prepare(q, k, v, world_size, causal)
     outputs = []
     for rank, (start, end) in enumerate(blocks):
@@ -100,7 +89,7 @@ def simulate_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size:
 
 
 def _loopback_interface() -> str | None:
-    """The name of the loopback network interface (``lo`` on Linux, ``lo0`` on macOS)."""
+    """``lo`` on Linux, ``lo0`` on macOS."""
     try:
         names = [name for _, name in socket.if_nameindex()]
     except (OSError, AttributeError):
@@ -109,19 +98,17 @@ def _loopback_interface() -> str | None:
 
 
 def _exchange(send: list[torch.Tensor], receive: list[torch.Tensor], rank: int, world_size: int):
-    """Start sending ``send`` to rank + 1 and receiving ``receive`` from rank - 1; return the
-    requests to wait on."""
+    """Start sending ``send`` to rank + 1 and receiving ``receive`` from rank - 1 -> requests."""
     return ([dist.isend(t, (rank + 1) % world_size) for t in send]
             + [dist.irecv(t, (rank - 1) % world_size) for t in receive])
 
 
 def _empty_block(k_block, v_block, rows: int) -> list[torch.Tensor]:
-    """Buffers for an incoming key/value block of ``rows`` positions."""
     return [t.new_empty((*t.shape[:-2], rows, t.shape[-1])) for t in (k_block, v_block)]
 
 
 def _time_lone_transfer(k_block, v_block, rows_in: int, rank: int, world_size: int) -> float:
-    """Median seconds to pass one key/value block around the ring with nothing to overlap it."""
+    """Median seconds of one block's transfer with nothing to overlap it."""
     times = []
     for _ in range(TRANSFER_REPEATS):
         incoming = _empty_block(k_block, v_block, rows_in)
@@ -136,15 +123,13 @@ def _time_lone_transfer(k_block, v_block, rows_in: int, rank: int, world_size: i
 def _worker(rank: int, world_size: int, store_file: str, blocks, shards, causal: bool, scale: float,
             timeout_s: float, out: torch.Tensor, record: torch.Tensor, transfer: torch.Tensor,
             measure: bool) -> None:
-    """One rank of the ring (runs in its own process); writes its output block into ``out`` and
-    ``(held block, computed, compute_s, wait_s)`` per step into ``record[rank]`` (shared memory)."""
+    """One rank, in its own process: writes its output block into ``out`` and ``(held block,
+    computed, compute_s, wait_s)`` per step into ``record[rank]`` (shared memory)."""
     torch.set_num_threads(1)
     interface = _loopback_interface()
     if interface is not None:  # gloo binds to this interface only: loopback traffic only
         os.environ["GLOO_SOCKET_IFNAME"] = interface
-    # the ranks meet through a file, not a TCP port chosen in advance: such a port can be taken
-    # by another program between the choice and the bind (EADDRINUSE); gloo's own connections
-    # then bind ephemeral ports, which the kernel hands out atomically
+    # the ranks meet through a file: a TCP port chosen in advance can be taken before the bind
     dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank,
                             world_size=world_size, timeout=timedelta(seconds=timeout_s))
     try:
@@ -180,18 +165,11 @@ def _worker(rank: int, world_size: int, store_file: str, blocks, shards, causal:
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size: int = 2, *,
                    causal: bool = False, timeout_s: float = 120.0, return_log: bool = False,
                    return_stats: bool = False):
-    """Exact attention computed by ``world_size`` processes passing key/value blocks in a ring.
-
-    q, k: ``(..., n, d_k)``; v: ``(..., n, d_v)``: CPU tensors with the same batch dimensions,
-    ``world_size <= n``. The processes are started here and must finish within ``timeout_s``
-    (else ``TimeoutError``). Returns ``(..., n, d_v)``, equal to exact attention, then, when asked:
-    ``return_log``: ``{rank: [(step, kv_block, computed), ...]}``, the block each rank held at each
-    step and whether it scored it (causal ranks skip blocks wholly after their queries);
-    ``return_stats``: ``{rank: {"compute_s": [...], "wait_s": [...], "transfer_s", "block_bytes"}}``,
-    per step the seconds spent scoring the held block and then still waiting for the transfer (the
-    last step has no transfer pending: its wait is only the bookkeeping, so leave it out of any
-    statistic of the overlap, ``wait_s[:-1]``), the median seconds of one block's transfer alone,
-    and that block's bytes (keys and values).
+    """Exact attention by ``world_size`` processes passing key/value blocks in a ring (within
+    ``timeout_s``, else ``TimeoutError``). q, k ``(..., n, d_k)``, v ``(..., n, d_v)`` on CPU ->
+    ``(..., n, d_v)``, then if asked ``return_log``: ``{rank: [(step, kv_block, computed), ...]}``;
+    ``return_stats``: ``{rank: {"compute_s": [...], "wait_s": [...], "transfer_s", "block_bytes"}}``
+    (per step: scoring, then waiting for the transfer; the last step has none pending).
     """
     blocks, scale = _prepare(q, k, v, world_size, causal)
     if q.device.type != "cpu":

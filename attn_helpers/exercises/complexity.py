@@ -1,8 +1,5 @@
-r"""Checkers for notebook 08: merging two online-softmax states ``(m, l, acc)``
-(``complexity.merge_states``), FlashAttention-2's causal backward in tiles, never holding the
-n x n scores (``complexity.causal_backward``), and one step of causal linear attention
-(``complexity.linear_step``).
-"""
+"""Checkers for notebook 08: merging two online-softmax states, FlashAttention-2's causal backward
+in tiles (never holding the n x n scores), and one step of causal linear attention."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ STATE = ("m (the merged max)", "l (the merged sum)", "acc (the merged output sum
 
 def _stages(candidate, reference, stages, *, what, output_names, atol, rtol,
             **more) -> CheckResult:
-    """:func:`check_function` over groups ``(cases, mistakes, nan_hint)``, each with its own NaN
-    hint; the first miss is reported (numbered among all cases), else one verdict."""
+    """:func:`check_function` over groups ``(cases, mistakes, nan_hint)``; the first miss is reported."""
     total, done = sum(len(cases) for cases, _, _ in stages), 0
     for cases, mistakes, nan_hint in stages:
         result = check_function(candidate, reference, cases, what=what, output_names=output_names,
@@ -41,17 +37,13 @@ def _stages(candidate, reference, stages, *, what, output_names, atol, rtol,
                              "edge cases included.")
 
 
-# --- exercise 1: merge two partial states -------------------------------------------------------
-
-
 def merge_states_reference(m1, l1, acc1, m2, l2, acc2):  # noqa: E741 - the paper's names
-    """The state of the union of two disjoint sets of keys: the core's ``merge_states``."""
+    """The state of two disjoint sets of keys together: the core's ``merge_states``."""
     return tuple(merge_states(OnlineSoftmaxState(m1, l1, acc1), OnlineSoftmaxState(m2, l2, acc2)))
 
 
 def _merge_case(g, batch, n_q, keys, d_v, *, offset=0.0, empty2=False, size=1.0) -> dict:
-    """Two states of ``keys`` keys each; ``offset`` shifts half the rows' second scores up, half
-    down, so that either state may hold the larger max."""
+    """Two states of ``keys`` keys; ``offset`` shifts half the rows' second scores up, half down."""
     def rand(*shape):
         return torch.randn(*batch, *shape, generator=g, dtype=F64)
 
@@ -80,7 +72,7 @@ def _large_merge_cases() -> list[dict]:
 
 
 def _empty_merge_cases() -> list[dict]:
-    """Rows 0 and 2 with no key in either state (m1 = m2 = -inf): the merged row is empty too."""
+    """Rows 0 and 2 with no key in either state (m1 = m2 = -inf)."""
     case = _merge_case(seeded(82), (), 4, (3, 2), 3, offset=1.0)
     empty = torch.tensor([True, False, True, False])[:, None]
     for m, l, acc in (("m1", "l1", "acc1"), ("m2", "l2", "acc2")):  # noqa: E741
@@ -91,7 +83,7 @@ def _empty_merge_cases() -> list[dict]:
 
 def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=(True, True),  # noqa: E741
                 flip=False, swap=False, finish=False):
-    """The merge with one thing changed, for the known mistakes."""
+    """The merge with one thing changed."""
     m = new_max(m1, m2)
     c1, c2 = (torch.exp(m - m1), torch.exp(m - m2)) if flip else (torch.exp(m1 - m), torch.exp(m2 - m))
     c1, c2 = (c2, c1) if swap else (c1, c2)
@@ -103,25 +95,22 @@ def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=(T
 def _merge_mistakes() -> list[Mistake]:
     return [
         Mistake(lambda *a: _merge_with(*a, rescale=(False, False)),
-                "the sums were added without rescaling: l1 and acc1 are measured against m1, l2 and "
-                "acc2 against m2; bring both to the new max m first, multiplying by exp(m1 - m) and "
-                "exp(m2 - m)."),
+                "the sums were added without rescaling: l_i and acc_i are measured against m_i; "
+                "bring both to the new max m first (times exp(m1 - m), exp(m2 - m))."),
         Mistake(lambda *a: _merge_with(*a, rescale=(True, False)),
-                "l was rescaled but acc was not: acc's terms were measured against the old maxima "
-                "too, so acc1 and acc2 need the same factors as l1 and l2."),
+                "l was rescaled but acc was not: acc1 and acc2 need the same factors as l1 and l2."),
         Mistake(lambda *a: _merge_with(*a, flip=True),
-                "the factors are upside down: exp(m - m1) is at least 1; the factor that re-expresses "
-                "exp(s - m1) as exp(s - m) is exp(m1 - m), at most 1."),
+                "the factors are upside down: exp(s - m1) becomes exp(s - m) times exp(m1 - m), "
+                "at most 1, not exp(m - m1)."),
         Mistake(lambda *a: _merge_with(*a, swap=True),
                 "the factors were swapped: state 1 takes exp(m1 - m), state 2 exp(m2 - m)."),
         Mistake(lambda *a: _merge_with(*a, new_max=lambda x, y: x),
-                "m was kept from state 1: the merged m is the larger of the two maxima, "
-                "max(m1, m2), so that no factor exceeds 1 and nothing overflows later."),
+                "m was kept from state 1: the merged m is max(m1, m2), so no factor exceeds 1."),
         Mistake(lambda *a: _merge_with(*a, new_max=torch.minimum),
                 "m is the smaller of the two maxima: the merged m is max(m1, m2)."),
         Mistake(lambda *a: _merge_with(*a, finish=True),
                 "acc came back divided by l: that is the output, not the state; keep acc "
-                "unnormalised so that further states can still be merged into it."),
+                "unnormalised so that more states can be merged into it."),
     ]
 
 
@@ -140,20 +129,16 @@ def _merge_mistakes() -> list[Mistake]:
               "return m, ..., ...                            # l and acc, both rescaled and added"))
 def check_merge_states(merge: Callable) -> CheckResult:
     """Exercise: ``merge(m1, l1, acc1, m2, l2, acc2) -> (m, l, acc)``: ``m_i``, ``l_i``
-    ``(..., n_q, 1)``, ``acc_i`` ``(..., n_q, d_v)``, the states of two disjoint sets of keys."""
+    ``(..., n_q, 1)``, ``acc_i (..., n_q, d_v)``, the states of two disjoint sets of keys."""
     overflow = ("exp of a max near 1000 overflows: never exponentiate m1 or m2 alone, only "
                 "the differences m1 - m and m2 - m, which are at most 0.")
-    both_empty = ("both states are empty in some rows (m1 = m2 = -inf), so m = -inf and m1 - m "
-                  "= -inf - (-inf) is NaN: rescale against a max that is finite in every row (what "
-                  "can stand in for m where it is -inf, without changing the other rows?); the "
-                  "merged row is then empty too: m = -inf, l = 0, acc = 0.")
+    both_empty = ("both states are empty in some rows (m1 = m2 = -inf), so m1 - m is NaN: "
+                  "rescale against a max that is finite in every row; the merged row is then "
+                  "empty too: m = -inf, l = 0, acc = 0.")
     return _stages(merge, merge_states_reference,
                    [(_merge_cases(), _merge_mistakes(), overflow), (_large_merge_cases(), [], overflow),
                     (_empty_merge_cases(), [], both_empty)],
                    what="merge_states", output_names=STATE, atol=1e-9, rtol=1e-7)
-
-
-# --- exercise 2: the causal backward, in tiles (Dao 2023, Algorithm 2) -------------------------
 
 
 GRADS = ("dq", "dk", "dv")
@@ -180,10 +165,8 @@ def causal_backward_reference(q, k, v, O, lse, d_out, B):
 
 
 def _no_full_scores(inputs: dict) -> AllocationWatch | None:
-    """The lesson's constraint when ``B < n``: the learner's code may build no tensor as large as
-    the ``(..., n, n)`` scores, nor one larger than both a padded input ``(..., n + B - 1, d)`` and
-    a ``(..., B, B, d)`` broadcast product (all ``n`` queries against one key tile is larger on
-    cases 1 and 6). Only the tensors Python gets back are seen, not a fused kernel's insides."""
+    """The lesson's constraint when ``B < n``: no tensor as large as the ``(..., n, n)`` scores,
+    nor one larger than both a padded input ``(..., n + B - 1, d)`` and a ``(..., B, B, d)`` product."""
     q, v, B = inputs["q"], inputs["v"], inputs["B"]
     n, d, batch = q.shape[-2], max(q.shape[-1], v.shape[-1]), q[..., 0, 0].numel()
     full, tile_room = batch * n * n, batch * d * max(B * B, n + B - 1)
@@ -194,19 +177,14 @@ def _no_full_scores(inputs: dict) -> AllocationWatch | None:
         if t.numel() >= full:
             return (f"causal_backward built a tensor of shape {tuple(t.shape)} ({call}), as large "
                     f"as the (..., n, n) scores (n = {n}). The point of tiling is never to hold "
-                    "the n x n matrix: recompute each B x B tile's P from the saved lse, one tile "
-                    "at a time.")
+                    "the n x n matrix: recompute each tile's P from the saved lse.")
         if t.numel() > tile_room:
             return (f"causal_backward built a tensor of shape {tuple(t.shape)} ({call}), more "
-                    f"than one tile needs (n = {n}, B = {B}): the queries were not tiled. Section "
-                    "5's loop took all n queries against each key tile; FlashAttention-2 takes "
-                    "B queries by B keys at a time, so that a tile's scores stay B x B.")
+                    f"than one tile needs (n = {n}, B = {B}): the queries were not tiled. "
+                    "FlashAttention-2 takes B queries by B keys at a time.")
         return None
 
     return AllocationWatch(refuse)
-
-
-# --- the cases ----------------------------------------------------------------------------------
 
 
 def _case(g, batch, n, d_k, d_v, B, *, large=False) -> dict:
@@ -237,15 +215,11 @@ def _large_cases() -> list[dict]:
     return [_case(seeded(85), (), 8, 2, 2, 3, large=True)]
 
 
-# --- the known mistakes -------------------------------------------------------------------------
-
-
 def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal",  # noqa: C901
                    fill=-math.inf, mask_ds_only=False, tile_d=False, local_softmax=False,
                    scale_grads=(True, True), scale_scores=True, assign=(), lse_keys=False,
                    d_keys=False, no_lse=False, no_d=False):
-    """The backward with one thing changed. ``visit``: which tiles are computed ("causal": all but
-    those above the diagonal; "all"; "below": only ``j < i``, the diagonal tiles skipped);
+    """The backward with one thing changed. ``visit``: "causal", "all" or "below" (``j < i``);
     ``mask``: the mask in a visited tile; ``assign``: which of dq, dk, dv are assigned, not added."""
     n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])
     D = (d_out * O).sum(dim=-1, keepdim=not d_keys)
@@ -283,57 +257,46 @@ def _wrong(message: str, *variants: dict) -> list[Mistake]:
 
 def _mistakes() -> list[Mistake]:
     return [
-        *_wrong("no causal mask: keys after a query leaked into its gradients (every tile was "
-                "computed, none masked). A tile wholly above the diagonal contributes nothing; "
-                "skip it, and mask the future keys where a tile crosses the diagonal.",
+        *_wrong("no causal mask: keys after a query leaked into its gradients. Skip the tiles "
+                "wholly above the diagonal and mask the future keys in the tiles that cross it.",
                 {"visit": "all", "mask": "none"}),
-        *_wrong("the tiles that cross the diagonal were not masked: skipping the tiles above it is "
-                "not enough, a diagonal tile holds future keys too.", {"mask": "none"}),
+        *_wrong("the tiles that cross the diagonal were not masked: they hold future keys too.",
+                {"mask": "none"}),
         *_wrong("the diagonal tiles were skipped (j >= i rather than j >= i + B): they hold each "
-                "token's own key and its nearest past keys; only a tile whose first key comes "
-                "after its last query is wholly above the diagonal.", {"visit": "below"}),
-        *_wrong("the mask was built from the tile's own indices (a tril of the tile, from 0): it "
-                "must compare token positions, i + a for query a and j + b for key b. A tile "
-                "below the diagonal needs no mask at all.", {"mask": "local"},
+                "token's own key and its nearest past keys.", {"visit": "below"}),
+        *_wrong("the mask was built from the tile's own indices (a tril from 0): compare token "
+                "positions, i + a for query a and j + b for key b.", {"mask": "local"},
                 {"mask": "local", "visit": "all"}),
         *_wrong("the diagonal was masked: query t may attend to key t itself (key <= query).",
                 {"mask": "strict"}),
         *_wrong("the mask is inverted: it kept the future keys and removed the past ones.",
                 {"mask": "inverted"}, {"mask": "inverted", "visit": "all"}),
         *_wrong("the masked scores were set to 0, not -inf: exp(0 - lse) is not 0, so future keys "
-                "still got weight; fill with -inf (or zero P where masked).",
-                {"fill": 0.0}, {"fill": 0.0, "visit": "all"}),
+                "still got weight.", {"fill": 0.0}, {"fill": 0.0, "visit": "all"}),
         *_wrong("dS was masked but P was not: dV_j = P^T dO_i still collected future keys; mask "
                 "the scores before the exponential.", {"mask_ds_only": True}),
         *_wrong("D was recomputed as rowsum(P * dP) over one tile: D = rowsum(dO * O) covers the "
-                "whole row, which no tile sees; compute it once, from O, before the loops.",
-                {"tile_d": True}),
-        *_wrong("P was normalised within the tile (a softmax over its keys): the row's other tiles "
-                "hold the rest of its weight. P = exp(S - lse), with the lse of the whole row "
-                "that the forward pass saved.", {"local_softmax": True}),
-        *_wrong("dS = P * dP misses its second term: the softmax's backward subtracts, in each "
-                "row, the weighted mean of dP (the same number for every key of the row), which "
-                "section 5 called D.", {"no_d": True}),
-        *_wrong("P = exp(S) without the lse: the tile's P is exp(S - lse), each row normalised by "
-                "the log-sum-exp of its whole row.", {"no_lse": True}),
-        *_wrong("lse broadcast along the keys: lse is (..., n), so its slice (..., B) lines up "
-                "with a tile's last axis (the keys); give each row its own, lse.unsqueeze(-1).",
-                {"lse_keys": True}),
-        *_wrong("D broadcast along the keys: rowsum(dO * O) without keepdim is (..., n) and its "
-                "slice lines up with a tile's last axis (the keys); keep it (..., n, 1).",
-                {"d_keys": True}),
-        *_wrong("the scores miss the scale: S = Q_i K_j^T / sqrt(d_k), as in the forward pass "
-                "that computed lse.", {"scale_scores": False}),
+                "whole row; compute it once, from O, before the loops.", {"tile_d": True}),
+        *_wrong("P was normalised within the tile (a softmax over its keys): P = exp(S - lse), "
+                "with the whole row's lse from the forward pass.", {"local_softmax": True}),
+        *_wrong("dS = P * dP misses its second term: subtract each row's D (section 5).",
+                {"no_d": True}),
+        *_wrong("P = exp(S) without the lse: P = exp(S - lse), each row by its own lse.",
+                {"no_lse": True}),
+        *_wrong("lse broadcast along the keys: its slice (..., B) meets a tile's last axis; give "
+                "each row its own, lse.unsqueeze(-1).", {"lse_keys": True}),
+        *_wrong("D broadcast along the keys: rowsum(dO * O) without keepdim is (..., n); keep it "
+                "(..., n, 1).", {"d_keys": True}),
+        *_wrong("the scores miss the scale: S = Q_i K_j^T / sqrt(d_k), as in the forward pass.",
+                {"scale_scores": False}),
         *_wrong("dq or dk misses the scale: S = Q K^T / sqrt(d_k), so both gradients carry "
-                "1 / sqrt(d_k) (the chain rule through the scaling).",
-                {"scale_grads": (False, False)}, {"scale_grads": (False, True)},
+                "1 / sqrt(d_k).", {"scale_grads": (False, False)}, {"scale_grads": (False, True)},
                 {"scale_grads": (True, False)}),
         *_wrong("dK_j or dV_j was assigned in each query tile, not added: the last query tile "
-                "overwrote the others. Every query tile that sees key tile j adds its share.",
-                {"assign": ("dk", "dv")}, {"assign": ("dk",)}, {"assign": ("dv",)}),
+                "overwrote the others.", {"assign": ("dk", "dv")}, {"assign": ("dk",)},
+                {"assign": ("dv",)}),
         *_wrong("dQ_i was assigned in each key tile, not added: the last key tile overwrote the "
-                "others. Every key tile that query tile i sees adds its share.",
-                {"assign": ("dq",)}, {"assign": ("dq", "dk", "dv")}),
+                "others.", {"assign": ("dq",)}, {"assign": ("dq", "dk", "dv")}),
     ]
 
 
@@ -366,21 +329,16 @@ def _mistakes() -> list[Mistake]:
               "        dv[..., j:j + B, :] += ...\n"
               "return dq, dk, dv"))
 def check_causal_backward(backward: Callable) -> CheckResult:
-    """Exercise: ``backward(q, k, v, O, lse, d_out, B) -> (dq, dk, dv)`` for causal attention over
-    ``n`` tokens: ``q``, ``k`` ``(..., n, d_k)``, ``v``, ``O``, ``d_out`` ``(..., n, d_v)``, ``lse``
-    ``(..., n)``; tiles of ``B`` queries by ``B`` keys (``n`` need not be a multiple of ``B``).
-    Checked against the written-out reference (tested equal to autograd)."""
+    """Exercise: ``backward(q, k, v, O, lse, d_out, B) -> (dq, dk, dv)``, causal: ``q``, ``k``
+    ``(..., n, d_k)``, ``v``, ``O``, ``d_out`` ``(..., n, d_v)``, ``lse (..., n)``; B x B tiles."""
     overflow = "exp(S) overflowed: never exponentiate a raw score; P = exp(S - lse) is at most 1."
     short_tile = ("when n is not a multiple of B, the last tile is shorter than B: take each tile's "
-                  "size (and its positions) from its slice, not from B.")
+                  "size and positions from its slice.")
     return _stages(backward, causal_backward_reference,
                    [(_cases(), _mistakes(), overflow), (_large_cases(), [], overflow)],
                    what="causal_backward", output_names=GRADS, atol=1e-9, rtol=1e-7,
                    watch=_no_full_scores,
                    error_hints=[("must match the size of tensor", short_tile)])
-
-
-# --- exercise 3: one step of causal linear attention ---------------------------------------------
 
 
 def linear_step_reference(S, z, q_t, k_t, v_t):
@@ -409,7 +367,7 @@ def _linear_cases() -> list[dict]:
 
 def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, normalise=True,
                replace=False, transpose=False, raw_z=False, phi_v=False):
-    """One step with one thing changed, for the known mistakes."""
+    """One step with one thing changed."""
     pq, pk = phi(q_t), phi(k_t)
     v_t = elu_feature_map(v_t) if phi_v else v_t
     outer = (v_t[..., :, None] * pk[..., None, :]) if transpose else pk[..., :, None] * v_t[..., None, :]
@@ -422,30 +380,21 @@ def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, no
 
 
 def _linear_mistakes() -> list[Mistake]:
-    return [
-        Mistake(lambda *a: _step_with(*a, read_first=True),
-                "o_t was read from the state before token t was added: token t must see itself "
-                "(add first, then read)."),
-        Mistake(lambda *a: _step_with(*a, normalise=False),
-                "the normaliser is missing: divide phi(q_t)^T S_t by phi(q_t)^T z_t."),
-        Mistake(lambda *a: _step_with(*a, replace=True),
-                "the state was replaced by token t's terms, not added to: S_t = S_{t-1} + "
-                "phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t)."),
-        Mistake(lambda *a: _step_with(*a, transpose=True),
-                "the outer product is transposed: S is (d_k, d_v), its new term phi(k_t) v_t^T."),
-        Mistake(lambda *a: _step_with(*a, raw_z=True),
-                "z collected k_t itself: the normaliser sums the features, z_t = z_{t-1} + phi(k_t)."),
-        Mistake(lambda *a: _step_with(*a, phi=F.elu),
-                "phi = elu without the + 1: the feature map is elu(x) + 1, positive, so the "
-                "normaliser never reaches 0."),
-        Mistake(lambda *a: _step_with(*a, phi=F.relu),
-                "phi = relu: the feature map here is elu(x) + 1 (Katharopoulos et al.), which is "
-                "positive everywhere; relu zeroes the negative half and changes every output."),
-        Mistake(lambda *a: _step_with(*a, phi=lambda x: x),
-                "no feature map: phi(x) = elu(x) + 1 is applied to q_t and k_t."),
-        Mistake(lambda *a: _step_with(*a, phi_v=True),
-                "phi was applied to the value too: only q_t and k_t go through the feature map."),
-    ]
+    return [Mistake(lambda *a, _f=flaw: _step_with(*a, **_f), hint) for flaw, hint in [
+        ({"read_first": True}, "o_t was read from the state before token t was added: token t "
+                               "must see itself (add first, then read)."),
+        ({"normalise": False}, "the normaliser is missing: divide phi(q_t)^T S_t by phi(q_t)^T z_t."),
+        ({"replace": True}, "the state was replaced by token t's terms, not added to: "
+                            "S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t)."),
+        ({"transpose": True}, "the outer product is transposed: S is (d_k, d_v), its new term "
+                              "phi(k_t) v_t^T."),
+        ({"raw_z": True}, "z collected k_t itself: z_t = z_{t-1} + phi(k_t)."),
+        ({"phi": F.elu}, "phi = elu without the + 1: elu(x) + 1 is positive, so the normaliser "
+                         "never reaches 0."),
+        ({"phi": F.relu}, "phi = relu: the feature map here is elu(x) + 1 (Katharopoulos et al.)."),
+        ({"phi": lambda x: x}, "no feature map: phi(x) = elu(x) + 1 is applied to q_t and k_t."),
+        ({"phi_v": True}, "phi was applied to the value too: only q_t and k_t go through it."),
+    ]]
 
 
 @exercise("complexity.linear_step", "one step of causal linear attention: state in, state out",
@@ -465,9 +414,8 @@ def _linear_mistakes() -> list[Mistake]:
               "o_t = ...                            # (..., d_v): the new state read with phi(q_t)\n"
               "return o_t, S_t, z_t"))
 def check_linear_step(step: Callable) -> CheckResult:
-    """Exercise: ``step(S, z, q_t, k_t, v_t) -> (o_t, S_t, z_t)``: ``S`` ``(..., d_k, d_v)``,
-    ``z``, ``q_t``, ``k_t`` ``(..., d_k)``, ``v_t`` ``(..., d_v)``; ``o_t`` ``(..., d_v)``.
-    A small ``eps`` (up to 1e-6) added to the normaliser, as implementations do, is accepted."""
+    """Exercise: ``step(S (..., d_k, d_v), z, q_t, k_t (..., d_k), v_t (..., d_v)) -> (o_t, S_t,
+    z_t)``; an ``eps`` up to 1e-6 in the normaliser passes."""
     return check_function(step, linear_step_reference, _linear_cases(), what="linear_step",
                           output_names=("o_t", "S_t", "z_t"), mistakes=_linear_mistakes(),
                           nan_hint="a normaliser of 0: add token t before reading, and use "

@@ -1,6 +1,5 @@
-"""Checkers for notebook 05 (masking): a causal sliding-window mask for a LEFT-padded batch, and one
-step of a rolling-buffer KV cache (Mistral 7B's: w slots for a window of w keys), which over a whole
-sequence must equal sliding-window causal attention."""
+"""Checkers for notebook 05: a causal sliding-window mask for a LEFT-padded batch, and one step of a
+rolling-buffer KV cache (w slots for a window of w keys, as in Mistral 7B)."""
 
 from __future__ import annotations
 
@@ -18,21 +17,18 @@ from .workflow import exercise
 __all__ = ["check_rolling_cache_step", "check_window_mask"]
 
 
-# --- exercise 1: a sliding-window mask for a left-padded batch --------------------------------
-
-
 def _real(lengths: torch.Tensor, n: int, shift: int = 0) -> torch.Tensor:
-    """``(b, n)``: True at sentence b's last ``lengths[b]`` positions (``shift``: an off-by-one)."""
+    """``(b, n)``: True at sentence b's last ``lengths[b]`` positions (``shift``: off by one)."""
     return torch.arange(n)[None, :] >= n - lengths[:, None] + shift
 
 
 def _window_mask(lengths: torch.Tensor, n: int, window: int) -> torch.Tensor:
-    """The answer, ``(b, n, n)`` bool: key j real and ``0 <= i - j < window``."""
+    """``(b, n, n)``: key j real and ``0 <= i - j < window``."""
     return _real(lengths, n)[:, None, :] & sliding_window_mask(n, window)
 
 
 def _as_float(window_mask: Callable) -> Callable:
-    """The learner's mask must be bool; it is compared as float64."""
+    """The learner's mask must be bool; compared as float64."""
     if not callable(window_mask):
         return window_mask
 
@@ -47,39 +43,30 @@ def _as_float(window_mask: Callable) -> Callable:
 
 _WINDOW_MISTAKES = [   # (what the mistake computes from lengths, n, window; its hint)
     (lambda L, n, w: padding_mask(L, n)[:, None, :] & sliding_window_mask(n, w),
-     "the real tokens were taken at the start (right padding: j < length); a LEFT-padded sentence "
-     "has its real tokens at the end. With n positions and lengths[b] real tokens, at which "
-     "position does sentence b's first real token sit?"),
+     "the real tokens were taken at the start (right padding); a LEFT-padded sentence has its "
+     "real tokens at the end: where does sentence b's first real token sit?"),
     (lambda L, n, w: _real(L, n, 1)[:, None, :] & sliding_window_mask(n, w),
      "off by one: each sentence's first real token was treated as padding (its column is all "
-     "False), so every sentence lost one real token. Sentence b's lengths[b] real tokens fill the "
-     "last lengths[b] positions: does your comparison keep the first of them?"),
+     "False). Does your comparison keep the first of the last lengths[b] positions?"),
     (lambda L, n, w: _real(L, n, -1)[:, None, :] & sliding_window_mask(n, w),
-     "off by one: each sentence's last pad was treated as a real token (a key one step before the "
-     "sentence is visible). Sentence b's lengths[b] real tokens fill the last lengths[b] "
-     "positions: at which position does the first one sit? Your comparison starts one key earlier."),
+     "off by one: each sentence's last pad was treated as a real token: your comparison starts "
+     "one key before the sentence."),
     (lambda L, n, w: _real(L, n)[:, None, :] & sliding_window_mask(n, w, causal=False),
-     "your window looks both ways: query i also sees keys after it (j > i). A causal window sees "
-     "only the present and the past: which sign of i - j must it refuse?"),
+     "your window looks both ways: query i also sees keys after it (j > i)."),
     (lambda L, n, w: _window_mask(L, n, w + 1),
-     "off by one: each query sees w + 1 keys. With window w a query sees itself and the w - 1 keys "
-     "before it: which offsets i - j is that, and which one does your condition let through?"),
+     "off by one: each query sees w + 1 keys: itself and the w - 1 keys before it are w."),
     (lambda L, n, w: _window_mask(L, n, w).mT,
-     "each sentence's mask is transposed: rows are queries i, columns are keys j, and a query "
-     "looks back, at keys j <= i."),
+     "each sentence's mask is transposed: rows are queries i, columns keys j <= i."),
     (lambda L, n, w: _real(L, n)[:, :, None] & sliding_window_mask(n, w),
-     "the padding was applied to the queries (rows) instead of the keys (columns): a real query "
-     "must not see a pad key inside its window."),
+     "the padding was applied to the queries (rows) instead of the keys (columns)."),
     (lambda L, n, w: _window_mask(L, n, n),
-     "that is causal + padding with no window: also hide the keys that are window or more "
-     "positions back."),
+     "that is causal + padding with no window: also hide keys window or more positions back."),
     (lambda L, n, w: _window_mask(L[:1].expand(len(L)), n, w),
-     "every sentence got the first sentence's length: real[b, j] depends on lengths[b], one "
-     "length per sentence."),
+     "every sentence got the first sentence's length: real[b, j] depends on lengths[b]."),
     (lambda L, n, w: _window_mask(L, n, w) | (torch.eye(n, dtype=torch.bool)
                                               & ~_real(L, n)[:, :, None]),
-     "pad queries were allowed to see themselves. Leave a pad query's row all False: nothing "
-     "reads its output, and the attention step turns an empty row into zeros (section 4)."),
+     "pad queries were allowed to see themselves. Leave a pad query's row all False: the "
+     "attention step turns an empty row into zeros (section 4)."),
     (lambda L, n, w: ~_window_mask(L, n, w), "the mask is inverted: True means 'may attend'."),
 ]
 
@@ -97,9 +84,8 @@ _WINDOW_MISTAKES = [   # (what the mistake computes from lengths, n, window; its
     "offset = j[:, None] - j[None, :]   # i - j, (n, n)\n"
     "return ...                         # (b, n, n): real[:, None, :] AND the causal window on offset"))
 def check_window_mask(window_mask: Callable) -> CheckResult:
-    """Exercise: ``window_mask(lengths (b,), n, window) -> (b, n, n) bool``, for LEFT-padded
-    sentences (real tokens at positions ``n - lengths[b] .. n - 1``): True where key ``j`` is real
-    and ``0 <= i - j < window``."""
+    """Exercise: ``window_mask(lengths (b,), n, window) -> (b, n, n) bool`` for LEFT-padded
+    sentences: True where key ``j`` is real and ``0 <= i - j < window``."""
     cases = [{"lengths": torch.tensor(lengths), "n": n, "window": w} for lengths, n, w in [
         ([5, 3, 1], 5, 2), ([4, 2], 4, 1), ([7, 4, 0], 7, 3), ([3], 3, 5), ([2, 6, 5], 6, 6),
         ([1], 1, 1)]]
@@ -109,57 +95,46 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
         mistakes=[Mistake(wrong, hint) for wrong, hint in _WINDOW_MISTAKES])
 
 
-# --- exercise 2: a rolling-buffer KV cache for a sliding window -------------------------------
-
-
 _ONE_SLOT = ("A rolling buffer writes one slot per step, where the key that just left the "
-             "window was, and leaves the others where they are; shifting the whole cache moves "
-             "all w keys every step (to see the keys in time order, roll a copy).")
+             "window was; shifting the whole cache moves all w keys every step.")
 
 _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
-    ("the query attended to all w slots before the ring was full. Until then only the slots "
-     "written so far hold keys; the others hold garbage (whatever the buffer held before).",
+    ("the query attended to all w slots before the ring was full; the unwritten ones hold garbage.",
      {"visible": lambda t, w: range(w)}),
-    ("the ring never changed once full: slot t past the end (a slice such as "
-     "k_cache[..., t:t + 1, :] with t >= w) is empty, so the write was silently lost. Token t "
-     "goes where the key that just left the window was stored: token t - w's slot.",
+    ("the ring never changed once full: a slice at slot t >= w is empty, so the write was lost. "
+     "Token t goes to token t - w's slot.",
      {"lost_past_end": True}),
     ("off by one: the query attended before the new key was written, so token t missed "
-     "itself. The window 0 <= t - j < w includes j = t: write first, then attend.",
+     "itself: write first, then attend.",
      {"early": "missing"}),
-    ("off by one: until the ring was full, the query did not see the key just written, "
-     "token t's own; it read only the slots of the earlier keys. The window "
-     "0 <= t - j < w includes j = t: after the write, how many slots hold keys at step t?",
+    ("off by one: until the ring was full, the query did not see the key just written: after "
+     "the write, how many slots hold keys at step t?",
      {"visible": lambda t, w: range(min(t, w))}),
-    ("off by one: the query saw w + 1 keys, the ring's old contents and the new key. Token "
-     "t - w has left the window (0 <= t - j < w): overwrite its slot first, then attend.",
+    ("off by one: the query saw w + 1 keys, the ring's old contents and the new key: "
+     "overwrite token t - w's slot first, then attend.",
      {"early": "extra"}),
-    ("off by one: once the ring was full, the query skipped the oldest slot and saw w - 1 keys. "
-     "The window 0 <= t - j < w holds w keys, t - w + 1..t, and a full ring holds exactly those.",
+    ("off by one: once the ring was full, the query skipped the oldest slot and saw w - 1 keys; "
+     "a full ring holds exactly the window's w keys.",
      {"visible": lambda t, w: [s for s in range(min(t + 1, w)) if t < w - 1 or s != (t + 1) % w]}),
-    ("after the ring wrapped, the query saw only the slots up to the newest one; the slots after "
-     "it hold the oldest keys of the window, which it still sees. Once the ring is full, every "
-     "slot holds a key of the window.", {"visible": lambda t, w: range(t % w + 1)}),
-    ("the new key and value went one slot too far, to slot (t + 1) mod w: token t takes the slot "
-     "of the key that just left the window, token t - w.", {"slot": 1}),
+    ("after the ring wrapped, the query saw only the slots up to the newest one; once the ring "
+     "is full, every slot holds a key of the window.", {"visible": lambda t, w: range(t % w + 1)}),
+    ("the new key and value went one slot too far: token t takes token t - w's slot.",
+     {"slot": 1}),
     ("the key was written but not the value: v_t goes into the same slot of v_cache.",
      {"write_v": False}),
     ("the value cache got the key: write v_t, not k_t, into v_cache.", {"k_as_v": True}),
-    ("the caches were written on a copy (a clone, torch.cat, a new tensor), so the caller's "
-     "caches never change and the next step has lost every earlier key: write into k_cache and "
-     "v_cache in place.", {"copy": True}),
+    ("the caches were written on a copy (clone, torch.cat), so the caller's caches never change: "
+     "write into k_cache and v_cache in place.", {"copy": True}),
     ("the scores are not scaled: divide by sqrt(d_k) (ah.scaled_dot_product_attention does).",
      {"scale": 1.0}),
     ("is_causal=True hid every slot but the first: torch anchors its causal mask top-left "
-     "(j <= i), as if the one query were position 0 (Going deeper). The ring holds only keys of "
-     "the window already, none from the future: attend to every filled slot with no mask.",
+     "(Going deeper). The ring holds no future key: attend to every filled slot, no mask.",
      {"top_left": True}),
 ]
 
 
 def _ring_cases() -> list[dict]:
-    """q, k, v of a whole sequence and two caches of ``w`` slots holding garbage (large random
-    numbers) until written: the ring wraps several times (n > 2w), w = 1, and w >= n."""
+    """q, k, v of a sequence and two caches of ``w`` slots of garbage: n > 2w, w = 1, w >= n."""
     g = seeded(52)
     rb, rh, rk, rv = (int(i) for i in torch.randint(1, 5, (4,), generator=g))    # random shape
     rw = int(torch.randint(2, 5, (1,), generator=g))                               # and window
@@ -179,17 +154,15 @@ def _ring_cases() -> list[dict]:
 
 
 def _sliding_window(q, k, v, k_cache, v_cache):
-    """Sliding-window causal attention over the whole sequence, and what the caches must hold at
-    the end: the last ``min(n, w)`` keys and values, in time order."""
+    """Sliding-window causal attention, and the last ``min(n, w)`` keys and values in time order."""
     n, w = q.shape[-2], k_cache.shape[-2]
     out, _ = scaled_dot_product_attention(q, k, v, sliding_window_mask(n, w))
     return out, k[..., n - min(n, w):, :], v[..., n - min(n, w):, :]
 
 
 def _run_steps(step: Callable) -> Callable:
-    """Run ``step(k_cache, v_cache, t, q_t, k_t, v_t)`` for t = 0..n-1 on copies of the caches;
-    return the n outputs side by side and the caches' last ``min(n, w)`` keys and values in time
-    order, wherever the step put them. A step that changes more than one slot is refused."""
+    """Run ``step`` for t = 0..n-1 on copies of the caches -> the n outputs and the window's keys
+    and values in time order, wherever the step put them; more than one slot changed is refused."""
 
     def run(q, k, v, k_cache, v_cache):
         k_cache, v_cache = k_cache.clone(), v_cache.clone()
@@ -228,11 +201,9 @@ def _run_steps(step: Callable) -> Callable:
 def _ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | None = None,
               lost_past_end: bool = False, write_v: bool = True, k_as_v: bool = False,
               copy: bool = False, scale: float | None = None, top_left: bool = False) -> Callable:
-    """A rolling-cache step with one known mistake (all off: right). It writes at slot
-    ``(t + slot) mod w`` (``lost_past_end``: at slot t, lost past the end), in the caches or in
-    copies, then attends to the slots ``visible(t, w)`` (default: the filled ones; ``top_left``:
-    with torch's ``is_causal=True``). ``early``: attends before writing, to the filled slots
-    alone ("missing") or with the new key ("extra")."""
+    """A rolling-cache step with one known mistake (all off: right): writes at slot ``(t + slot)
+    mod w``, then attends to ``visible(t, w)``; ``early``: attends before writing, without
+    ("missing") or with ("extra") the new key."""
 
     def step(k_cache, v_cache, t, q_t, k_t, v_t):
         w = k_cache.shape[-2]
@@ -277,13 +248,10 @@ def _ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | N
     "out, _ = ah.scaled_dot_product_attention(q_t, k_cache[:, :, :filled], v_cache[:, :, :filled])\n"
     "return out                                # (b, h, 1, d_v)"))
 def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
-    """Exercise: ``rolling_cache_step(k_cache (b, h, w, d_k), v_cache (b, h, w, d_v), t,
-    q_t (b, h, 1, d_k), k_t (b, h, 1, d_k), v_t (b, h, 1, d_v)) -> (b, h, 1, d_v)``: writes token
-    ``t``'s key and value into the ring of ``w`` slots, in place, over the key that left the
-    window (one slot per step; the reference uses slot ``t mod w``, any such rule passes), and
-    attends with ``q_t`` to the filled slots. Run for ``t = 0..n-1`` it must equal sliding-window
-    causal attention (``0 <= t - j < w``), and the caches must end holding the window's last
-    ``min(n, w)`` keys and values, each once."""
+    """Exercise: ``rolling_cache_step(k_cache (b, h, w, d_k), v_cache (b, h, w, d_v), t, q_t, k_t
+    (b, h, 1, d_k), v_t (b, h, 1, d_v)) -> (b, h, 1, d_v)``: writes token ``t`` in place over the
+    key that left the window, then attends to the filled slots; over ``t = 0..n-1`` it must equal
+    sliding-window causal attention, the caches ending with the window's keys and values."""
     if not callable(rolling_cache_step):
         return CheckResult(False, "Not yet: rolling_cache_step is not a function "
                                   f"(got {type(rolling_cache_step).__name__}).")
@@ -296,11 +264,9 @@ def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
                       "the cache has w slots, so token t cannot go to slot t once t >= w. It goes "
                       "where the key that just left the window was stored: token t - w's slot."),
                      ("must hold at least one key",
-                      "off by one: at step t = 0 the query had no key to attend to, so token t "
-                      "missed itself. The window 0 <= t - j < w includes j = t. Either the query "
-                      "attended before the new key was written (write first, then attend), or the "
-                      "count of filled slots left the newest key out: after the write, how many "
-                      "slots hold keys at step t?"),
+                      "off by one: at step t = 0 the query had no key, so token t missed itself. "
+                      "Either it attended before the write (write first), or the count of filled "
+                      "slots left the newest key out."),
                      ("expand", "k_t is (b, h, 1, d_k) and one slot of the cache, k_cache[:, :, s], "
                                 "is (b, h, d_k): write k_t[:, :, 0] there (and v_t[:, :, 0]).")],
         mistakes=[Mistake(_run_steps(_ring_step(**flaw)), hint) for hint, flaw in _WRONG],

@@ -1,6 +1,5 @@
-"""Checkers for notebook 04: a multi-head attention module with ``nn.MultiheadAttention``'s fused
-``in_proj``, all heads in one call, and grouped-query attention (h query heads share g key/value
-heads, never copied to h)."""
+"""Checkers for notebook 04: a multi-head module with ``nn.MultiheadAttention``'s fused ``in_proj``,
+all heads in one call; grouped-query attention, K and V never copied to h heads."""
 
 from __future__ import annotations
 
@@ -29,8 +28,6 @@ from .workflow import exercise
 __all__ = ["check_multi_head_module", "check_grouped_query_attention"]
 
 
-# --- exercise 1: a trainable multi-head attention module, nn.MultiheadAttention's fused layout --
-
 def _reference(x, mask, num_heads, seed):
     m = _torch_module(x.shape[-1], num_heads, seed, x.dtype)
     if mask is not None and mask.dim() == 3:         # PyTorch wants (b * h, n, n)
@@ -40,8 +37,7 @@ def _reference(x, mask, num_heads, seed):
 
 
 def _module_cases() -> list[dict]:
-    """``x``, a bool ``mask`` (``(n, n)``, ``(b, n, n)`` or None; every query keeps its own key),
-    the number of heads and the seed of the ``nn.MultiheadAttention`` whose weights are copied in."""
+    """``x``, a bool ``mask`` (``(n, n)``, ``(b, n, n)`` or None), ``num_heads``, the weights' seed."""
     g = seeded(41)
     cases = []
     for b, n, d_model, h, mask, dtype in [
@@ -63,7 +59,7 @@ def _module_cases() -> list[dict]:
 
 
 def _torch_module(d_model: int, num_heads: int, seed: int, dtype) -> nn.MultiheadAttention:
-    """PyTorch's module with non-zero biases, built without moving the global seed."""
+    """PyTorch's module with non-zero biases, without moving the global seed."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         m = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(dtype).eval()
@@ -74,8 +70,7 @@ def _torch_module(d_model: int, num_heads: int, seed: int, dtype) -> nn.Multihea
 
 
 def _build(module_class, x: torch.Tensor, num_heads: int, seed: int) -> nn.Module:
-    """``module_class(d_model, num_heads)`` in ``x``'s dtype, with the weights of the case's
-    ``nn.MultiheadAttention`` copied into its ``in_proj`` and ``out_proj``."""
+    """``module_class(d_model, num_heads)`` in ``x``'s dtype with the case's torch weights copied in."""
     with torch.random.fork_rng(devices=[]):         # building it must not move the global seed
         module = module_class(x.shape[-1], num_heads)
     if not isinstance(module, nn.Module):
@@ -97,7 +92,7 @@ def _build(module_class, x: torch.Tensor, num_heads: int, seed: int) -> nn.Modul
 
 
 class _Reference(nn.Module):
-    """The module exercise's answer, with the learner's layer names: gradients compare by name."""
+    """The module exercise's answer, with the learner's layer names."""
 
     def __init__(self, d_model: int, num_heads: int):
         super().__init__()
@@ -116,8 +111,7 @@ class _Reference(nn.Module):
 
 @contextlib.contextmanager
 def _all_heads_at_once(inputs: dict):
-    """The lesson's constraint, all heads in one call: a loop over heads never holds more than one
-    head's ``(b, n, n)`` scores (a fused kernel, whose scores no call returns, passes)."""
+    """The lesson's constraint: a loop over heads holds only one head's ``(b, n, n)`` scores."""
     (b, n), h = inputs["x"].shape[:2], inputs["num_heads"]
     largest = [0]
 
@@ -130,14 +124,12 @@ def _all_heads_at_once(inputs: dict):
     if h > 1 and n > 1 and 0 < largest[0] < b * h * n * n:
         raise Refused(
             f"it attended head by head: its largest (n, n) scores held {largest[0]} numbers, one "
-            f"head's worth, not the {b * h * n * n} of all {h} heads (b * h * n * n). This "
-            "exercise asks for all heads in one attention call, without a loop over heads: turn "
-            "each of Q, K, V into one (b, h, n, d_head) tensor (section 1's loop says what each "
-            "head computes).")
+            f"head's worth, not the {b * h * n * n} of all {h} heads. This exercise asks for all "
+            "heads in one attention call, without a loop over heads: make each of Q, K, V one "
+            "(b, h, n, d_head) tensor.")
 
 
 def _learner(module_class) -> Callable:
-    """Build the learner's module for a case, with the case's weights, and run it."""
 
     def run(x, mask, num_heads, seed):
         module = _build(module_class, x, num_heads, seed)
@@ -194,19 +186,18 @@ def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True
 
 
 def _gradients(module_class, case: dict) -> str | None:
-    """None if one backward gives the reference's gradients (at x and every weight), else what
-    went wrong: a detached query, key or value is named."""
+    """None if one backward gives the reference's gradients, else what went wrong."""
     x, mask, h, seed = case.values()
     mine, reference = _build(module_class, x, h, seed), _build(_Reference, x, h, seed)
     wrong = gradient_mismatch(mine, reference, lambda m, x: m(x) if mask is None else m(x, mask), x)
     parts = detached_parts(wrong, "in_proj.weight")
     if parts:
         return (f"the gradient at in_proj's {' and '.join(parts)} rows is wrong: was the "
-                f"{' or the '.join(parts)} detached (detach(), .data, torch.no_grad())? The output "
-                "is the same, but nothing would train W_Q, W_K or W_V through it")
+                f"{' or the '.join(parts)} detached (detach(), .data, torch.no_grad())? Nothing "
+                "would train those weights")
     if wrong:
-        return (f"the gradients at {', '.join(wrong)} differ from the reference's (was part of the "
-                "computation detached, or done under torch.no_grad()?)")
+        return (f"the gradients at {', '.join(wrong)} differ from the reference's (was part of it "
+                "detached, or done under torch.no_grad()?)")
     return None
 
 
@@ -229,19 +220,17 @@ def _gradients(module_class, case: dict) -> str | None:
     "heads, _ = ah.scaled_dot_product_attention(q, k, v, mask)  # (b, h, n, d_head), one call\n"
     "return self.out_proj(...)                  # merge first: (b, n, d_model), head i's columns"))
 def check_multi_head_module(module_class) -> CheckResult:
-    """Exercise: ``module_class(d_model, num_heads)``, an ``nn.Module`` with ``nn.Linear`` layers
-    ``in_proj`` (d_model -> 3 d_model, W_Q, W_K, W_V stacked) and ``out_proj``, and ``forward(x
-    (b, n, d_model), mask=None) -> (b, n, d_model)`` (mask ``(n, n)`` or ``(b, n, n)``, True = may
-    attend). With a ``torch.nn.MultiheadAttention``'s weights copied in it must give that module's
-    output, all heads in one call, and after one backward the reference's gradients."""
+    """Exercise: ``module_class(d_model, num_heads)`` with ``nn.Linear`` layers ``in_proj`` (d_model
+    -> 3 d_model) and ``out_proj``; ``forward(x (b, n, d_model), mask=None) -> (b, n, d_model)``
+    (mask ``(n, n)`` or ``(b, n, n)``, True = may attend). It must equal ``nn.MultiheadAttention``
+    with the same weights, in one call for all heads, with the reference's gradients."""
     name = getattr(module_class, "__name__", "your module")
     if not isinstance(module_class, type):
         return CheckResult(False, f"Not yet: pass the class itself (e.g. MultiHeadSelfAttention), "
                                   f"not {type(module_class).__name__}.")
     cases = _module_cases()
-    mask_hint = ("the mask is inverted: in this course True means the query MAY attend to the "
-                 "key (PyTorch's attn_mask means the opposite). Keep the scores where mask is True "
-                 "and set the others to -inf (or pass mask to ah.scaled_dot_product_attention).")
+    mask_hint = ("the mask is inverted: in this course True means the query MAY attend (PyTorch's "
+                 "attn_mask means the opposite). Set the scores to -inf where mask is False.")
     result = check_function(
         _learner(module_class), _reference, cases, what=name, watch=_all_heads_at_once,
         error_hints=[("must match the size", "a (b, n, n) mask needs a head axis to meet the "
@@ -251,42 +240,32 @@ def check_multi_head_module(module_class) -> CheckResult:
                       ".contiguous().view).")],
         mistakes=[
             Mistake(_wrong(fused="per head"),
-                    "in_proj's output is [Q | K | V]: its first d_model features are all of Q "
-                    "(every head), then K, then V, as nn.MultiheadAttention stacks W_Q, W_K, W_V. "
-                    "Cut it with chunk(3, dim=-1) first, then split each into heads; it is not "
-                    "[q k v] per head."),
+                    "in_proj's output is [Q | K | V], all of Q first: cut it with chunk(3, dim=-1), "
+                    "then split each into heads; it is not [q k v] per head."),
             Mistake(_wrong(fused="k q v"),
                     "Q and K are swapped: in_proj's output is Q, K, V in that order."),
             Mistake(_wrong(split="no transpose"),
-                    "the split scrambles the features: reshaping (b, n, d_model) straight to "
-                    "(b, h, n, d_head) mixes positions into heads. Reshape to (b, n, h, d_head) "
-                    "first, then swap the n and h axes (transpose(1, 2))."),
+                    "reshaping (b, n, d_model) straight to (b, h, n, d_head) mixes positions into "
+                    "heads. Reshape to (b, n, h, d_head), then transpose(1, 2)."),
             Mistake(_wrong(split="no transpose", merge="no transpose"),
-                    "the heads were split by reshaping (b, n, d_model) straight to (b, h, n, "
-                    "d_head), which mixes positions into heads (and merged back the same way). "
-                    "Reshape to (b, n, h, d_head) first, then transpose(1, 2); to merge, "
-                    "transpose(1, 2) back before the reshape to (b, n, d_model)."),
+                    "reshaping (b, n, d_model) straight to (b, h, n, d_head) mixes positions into "
+                    "heads (and merged back the same way). Split through (b, n, h, d_head) and "
+                    "transpose(1, 2); merge by transposing back before the reshape."),
             Mistake(_wrong(split="interleaved"),
-                    "the heads are split on the wrong axis, from the wrong end: head i must get "
-                    "the consecutive features i*d_head .. (i+1)*d_head - 1, not every h-th "
-                    "feature: reshape to (b, n, h, d_head), not (b, n, d_head, h)."),
+                    "the heads are split on the wrong axis, from the wrong end: head i gets the "
+                    "consecutive features i*d_head .. (i+1)*d_head - 1: reshape to (b, n, h, d_head)."),
             Mistake(_wrong(split="interleaved", merge="interleaved"),
-                    "the heads are split and merged from the wrong end: (b, n, d_head, h) gives "
-                    "head i every h-th feature, but head i owns the consecutive features "
-                    "i*d_head .. (i+1)*d_head - 1 of Q, K and V, and fills those columns before "
-                    "W_O. Reshape to (b, n, h, d_head), head axis first; merge back the same way."),
+                    "the heads are split and merged from the wrong end: head i owns the "
+                    "consecutive features i*d_head .. (i+1)*d_head - 1. Go through (b, n, h, "
+                    "d_head), head axis first, both ways."),
             Mistake(_wrong(merge="no transpose"),
-                    "the heads are merged in the wrong order: move the head axis next to d_head "
-                    "first (heads.transpose(1, 2) gives (b, n, h, d_head)), then reshape to "
-                    "(b, n, d_model)."),
+                    "the heads are merged in the wrong order: heads.transpose(1, 2) to (b, n, h, "
+                    "d_head) first, then reshape to (b, n, d_model)."),
             Mistake(_wrong(merge="interleaved"),
-                    "the heads are merged on the wrong axis, from the wrong end: head i's output "
-                    "goes to the consecutive columns i*d_head .. (i+1)*d_head - 1 (as torch.cat "
-                    "put the heads side by side), not to every h-th column: merge through "
-                    "(b, n, h, d_head), not (b, n, d_head, h)."),
+                    "the heads are merged on the wrong axis, from the wrong end: head i fills the "
+                    "columns i*d_head .. (i+1)*d_head - 1: merge through (b, n, h, d_head)."),
             Mistake(_wrong(scale="none"),
-                    "the 1/sqrt(d_head) scale is missing: divide Q K^T by sqrt(d_head) in every "
-                    "head."),
+                    "the 1/sqrt(d_head) scale is missing."),
             Mistake(_wrong(scale="d_model"),
                     "each head scales by 1/sqrt(d_head), its own query size, not 1/sqrt(d_model)."),
             Mistake(_wrong(use_w_o=False),
@@ -294,14 +273,13 @@ def check_multi_head_module(module_class) -> CheckResult:
             Mistake(_wrong(invert_mask="nan"), mask_hint),
             Mistake(_wrong(invert_mask="zeros"), mask_hint),
             Mistake(_wrong(ignore_mask=True),
-                    "the mask was ignored: every query read every key. Set the scores to -inf "
-                    "where mask is False (or pass mask to ah.scaled_dot_product_attention)."),
+                    "the mask was ignored: every query read every key."),
             Mistake(_wrong(mask_heads=False),
-                    "a (b, n, n) mask was lined up with the heads axis: the scores are (b, h, n, "
-                    "n), so give the mask a head axis, mask[:, None] -> (b, 1, n, n)."),
+                    "a (b, n, n) mask was lined up with the heads axis of the (b, h, n, n) "
+                    "scores: give it a head axis, mask[:, None]."),
             Mistake(_wrong(dim=-2),
                     "the softmax runs over the wrong axis: each query's weights over the keys "
-                    "(the last axis) must sum to 1."),
+                    "must sum to 1."),
         ],
     )
     if not result:
@@ -311,17 +289,11 @@ def check_multi_head_module(module_class) -> CheckResult:
         return CheckResult(False, f"Not yet: {name} gives the right output, but after one "
                                   f"backward {problem}.")
     return CheckResult(True, f"Passed: {name} equals nn.MultiheadAttention(batch_first=True) with "
-                             f"the same weights on all {len(cases)} cases ((n, n) and (b, n, n) "
-                             "masks, one head, one token and float64 included), and so are its "
-                             "gradients.")
-
-
-# --- exercise 2: grouped-query attention -----------------------------------------------------
+                             f"the same weights on all {len(cases)} cases, and so are its gradients.")
 
 
 def _gqa(q, k, v, *, group_of=None, scale=None, dim=-1):
-    """Query head i reads key/value head ``group_of(i, h, g)`` (right: ``i // (h/g)``); the
-    reference runs outside the watcher, so it may copy."""
+    """Query head i reads key/value head ``group_of(i, h, g)`` (right: ``i // (h/g)``)."""
     h, g = q.shape[1], k.shape[1]
     group_of = group_of or (lambda i, h, g: i // (h // g))
     index = torch.tensor([group_of(i, h, g) for i in range(h)])
@@ -340,8 +312,7 @@ def _rows_mixed(q, k, v):
 
 
 def _gqa_cases() -> list[dict]:
-    """``q (b, h, n_q, d_head)``, ``k``, ``v (b, g, n_k, d_head)``: prefill cases (``n_q = n_k``),
-    then decoding cases (``n_q < d_head``, ``n_q < n_k``, ``h/g >= 3``), where copies are watched."""
+    """Prefill cases (``n_q = n_k``), then decoding cases (``n_q < d_head, n_k``; ``h/g >= 3``)."""
     g = seeded(42)
     rb, rg, group, rn, rd = (int(i) for i in torch.randint(1, 5, (5,), generator=g))  # random shape
     shapes = [(b, h, kv, n, n, d, dtype) for b, h, kv, n, d, dtype in [
@@ -358,11 +329,8 @@ def _gqa_cases() -> list[dict]:
 
 
 def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
-    """The lesson's constraint, K and V never copied to the h query heads: on the decoding cases
-    (where queries, scores and output are all smaller) any tensor whose storage holds
-    ``b * h * n_k * d_head`` numbers that the learner's code builds is refused. Views and
-    broadcasting through ``@`` pass, although ``@`` may expand a broadcast axis inside itself (an
-    AllocationWatch does not see that; folding the h/g axis into q's rows avoids it)."""
+    """The lesson's constraint on the decoding cases: no tensor the learner builds holds
+    ``b * h * n_k * d_head`` numbers (K or V copied to h heads); views pass."""
     (b, h, n_q, d), (g, n_k) = inputs["q"].shape, inputs["k"].shape[1:3]
     if not (h >= 3 * g and n_q < min(n_k, d)):
         return contextlib.nullcontext()
@@ -372,11 +340,10 @@ def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
             return None
         return (f"{call} built a tensor of shape {tuple(t.shape)}, {held(t):,} numbers: as many "
                 f"as K (or V) copied to all h = {h} query heads (b * h * n_k * d_head = {b} * {h} "
-                f"* {n_k} * {d}). That copy is what grouped-query attention exists to avoid: a "
-                f"decoding step would read h = {h} heads of keys and values, not g = {g}. Views, "
-                "which copy nothing, are fine (unsqueeze, expand, view); copies are not "
-                "(repeat_interleave, repeat, expand then reshape, cat). Can each key/value head "
-                "serve its group without being copied?")
+                f"* {n_k} * {d}). GQA exists to avoid that copy: a decoding step would read "
+                f"h = {h} heads of keys and values, not g = {g}. Views, which copy nothing, are "
+                "fine (unsqueeze, expand, view); copies are not (repeat_interleave, repeat, "
+                "expand then reshape, cat).")
 
     return AllocationWatch(refuse)
 
@@ -400,30 +367,25 @@ def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
     "out, _ = ah.scaled_dot_product_attention(rows, k, v)   # (b, g, h/g * n_q, d_head)\n"
     "return ...   # (b, h, n_q, d_head)"))
 def check_grouped_query_attention(grouped_query_attention: Callable) -> CheckResult:
-    """Exercise: ``grouped_query_attention(q (b, h, n_q, d_head), k (b, g, n_k, d_head), v (b, g,
-    n_k, d_head)) -> (b, h, n_q, d_head)``: query head ``i`` attends with key/value head
-    ``i // (h/g)``, without K or V ever copied to the ``h`` query heads."""
+    """Exercise: ``grouped_query_attention(q (b, h, n_q, d_head), k, v (b, g, n_k, d_head)) ->
+    (b, h, n_q, d_head)``: query head ``i`` uses key/value head ``i // (h/g)``, K and V not copied."""
     return check_function(
         grouped_query_attention, _gqa, _gqa_cases(), what="grouped_query_attention",
         watch=_no_copied_kv,
         mistakes=[
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: i % g),
-                    "query head i must use key/value head i // (h/g): consecutive query heads "
-                    "share one (for h = 4, g = 2, heads 0 and 1 read key/value head 0). Yours "
-                    "cycles through the key/value heads (0, 1, 0, 1), as splitting the head axis "
-                    "into (h/g, g) does, or k.repeat(1, h // g, 1, 1): the groups come first, "
-                    "(g, h/g)."),
+                    "query head i must use key/value head i // (h/g). Yours cycles through the "
+                    "key/value heads (0, 1, 0, 1), as splitting the head axis into (h/g, g) does: "
+                    "the groups come first, (g, h/g)."),
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: min(i // g, g - 1)),
                     "a group holds h/g query heads, so head i uses key/value head i // (h/g), "
                     "not i // g."),
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: 0),
-                    "every query head read the first key/value head; with g key/value heads "
-                    "there are g groups (g = 1 is multi-query attention)."),
+                    "every query head read the first key/value head; there are g groups."),
             Mistake(_rows_mixed,
                     "the rows of a group mix positions and heads: n_q was moved in front of the "
-                    "head axis before the heads were cut into groups, so group j got some heads "
-                    "of some positions. A group is h/g whole query heads, every position of each: "
-                    "cut the head axis where it stands."),
+                    "head axis before the cut. A group is h/g whole query heads: cut the head "
+                    "axis where it stands."),
             Mistake(lambda q, k, v: _gqa(q, k, v, scale=1.0),
                     "the scores are not scaled: divide by sqrt(d_head)."),
             Mistake(lambda q, k, v: _gqa(q, k, v, scale=1 / math.sqrt(q.shape[1] * q.shape[-1])),
@@ -431,6 +393,6 @@ def check_grouped_query_attention(grouped_query_attention: Callable) -> CheckRes
                     "1/sqrt(h * d_head)."),
             Mistake(lambda q, k, v: _gqa(q, k, v, dim=-2),
                     "the softmax runs over the wrong axis: each query's weights over the keys "
-                    "(the last axis) must sum to 1."),
+                    "must sum to 1."),
         ],
     )

@@ -1,13 +1,6 @@
-r"""The attention benchmark (notebook 08 and ``python -m attn_helpers bench attention``).
-
-- :func:`bench_attention`, behind ``python -m attn_helpers bench attention``: JSON records
-  ``{"method", "n", "median_ms", "peak_bytes", "gflops"}`` for the forward methods
-  (:data:`ATTENTION_METHODS`) and forward + backward (:data:`FWD_BWD_METHODS`), then one
-  ``{"method": "matmul_peak", "gflops"}`` and one ``{"method": "machine", "cache_bytes",
-  "copy_gbps"}``. 8 heads of 64, float32; on CPU, medians of the process's CPU clock.
-  :func:`load_benchmark` reads the committed CPU run; :func:`series` and :func:`fit_methods` read it.
-
-Notebook 08 runs its own live measurements (roofline, tile sweep) in view.
+"""Notebook 08's attention benchmark: :func:`bench_attention` (``python -m attn_helpers bench
+attention``) writes records ``{"method", "n", "median_ms", "peak_bytes", "gflops"}`` (8 heads of 64,
+float32), one ``matmul_peak`` and one ``machine`` record; :func:`load_benchmark` reads the committed run.
 """
 
 from __future__ import annotations
@@ -32,7 +25,7 @@ __all__ = [
     "LOCAL_WINDOW", "attention_flops", "attention_sizes", "bench_attention",
     "cache_sizes", "copy_bandwidth_gbps", "fit_methods", "fwd_bwd_call", "last_level_cache",
     "load_benchmark", "machine", "matmul_gflops", "naive_attention", "saved_bytes", "series",
-    "time_ms", "validate_records",
+    "validate_records",
 ]
 
 
@@ -44,22 +37,18 @@ FWD_BWD_METHODS = ("naive_fwd_bwd", "sdpa_fwd_bwd", "tiled_fwd_bwd")
 RECORD_KEYS = {"matmul_peak": {"method", "gflops"}, "machine": {"method", "cache_bytes", "copy_gbps"}}
 TILED_QUERY_BLOCK = 1024
 TILED_KEY_BLOCK = 512
-#: square tiles of the tiled forward + backward (128: a block size FlashAttention-2 uses on GPUs)
-TILED_FWD_BWD_BLOCK = 128
+TILED_FWD_BWD_BLOCK = 128       # a block size FlashAttention-2 uses on GPUs
 LOCAL_WINDOW = 256
-#: power laws are fitted on n >= FIT_N_MIN (below it, naive's matrices still fit in the cache)
-FIT_N_MIN = 1024
-#: forward + backward is measured up to this n (naive autograd at 8192 would need ~12 GiB)
-FWD_BWD_MAX_N = 4096
+FIT_N_MIN = 1024                # fits start here: below it naive's matrices fit in the cache
+FWD_BWD_MAX_N = 4096            # naive autograd at 8192 would need ~12 GiB
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Textbook attention that materialises the ``(..., n, n)`` score and weight matrices."""
+    """Textbook attention: materialises the ``(..., n, n)`` scores and weights."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     return torch.softmax(scores, dim=-1) @ v
 
 
-#: every method by name; ``linear`` and ``local`` are both causal, so they compare like for like
 ATTENTION_FUNCTIONS: dict[str, Callable] = {
     "naive": naive_attention,
     "sdpa": F.scaled_dot_product_attention,
@@ -74,15 +63,13 @@ ATTENTION_FUNCTIONS: dict[str, Callable] = {
 
 
 def fwd_bwd_call(fn: Callable, q, k, v, d_out) -> Callable[[], tuple]:
-    """A call that runs ``fn(q, k, v)`` forward and backward for the output gradient ``d_out``
-    and returns ``(dq, dk, dv)`` (fresh tensors: nothing accumulates between calls)."""
+    """A call running ``fn(q, k, v)`` forward and backward for ``d_out``, returning ``(dq, dk, dv)``."""
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     return lambda: torch.autograd.grad(fn(q, k, v), (q, k, v), d_out)
 
 
 def saved_bytes(fn: Callable, q, k, v) -> int:
-    """Bytes of the tensors autograd saves for the backward of ``fn(q, k, v)`` (each storage
-    counted once), seen through ``torch.autograd.graph.saved_tensors_hooks``."""
+    """Bytes autograd saves for the backward of ``fn(q, k, v)``, each storage once."""
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     seen: dict[int, int] = {}
 
@@ -97,9 +84,8 @@ def saved_bytes(fn: Callable, q, k, v) -> int:
 
 def attention_flops(method: str, n: int, heads: int = ATTENTION_HEADS,
                     d: int = ATTENTION_HEAD_DIM) -> float:
-    """Useful floating-point operations of one call: the two matrix products of exact attention
-    ``4 n^2 d`` per head (``12 n^2 d`` forward + backward: the backward's four products, no
-    recomputation); ``4 n d^2`` for linear attention; ``4 n w d`` for a window ``w``."""
+    """Useful FLOPs of one call per head: ``4 n^2 d`` exact (``12 n^2 d`` forward + backward),
+    ``4 n d^2`` linear, ``4 n w d`` local."""
     if method in ("naive", "sdpa", "tiled"):
         return 4.0 * heads * n * n * d
     if method in FWD_BWD_METHODS:
@@ -116,28 +102,20 @@ def attention_sizes(max_n: int) -> list[int]:
     return [n for n in (128 * 2**i for i in range(16)) if n <= max_n]
 
 
-def time_ms(fn: Callable[[], object], *, budget_s: float = 1.0, device: str = "cpu") -> float:
-    """Median milliseconds of one ``fn()``: on CPU, of the process's CPU clock (a busy machine's
-    waiting does not count); on CUDA, of the wall clock."""
-    return time_call(fn, budget_s=budget_s, cpu_clock=device == "cpu")
-
-
 def matmul_gflops(device: str = "cpu", sizes: tuple[int, ...] = (256, 512, 1024, 2048)) -> float:
-    """The best GFLOP/s of square float32 matrix products of these ``sizes`` (``2 size^3`` FLOPs
-    each), timed with :func:`time_ms`: the practical compute peak. Several sizes, because on a CPU
-    the largest product alone is not the fastest."""
+    """The compute peak: the best GFLOP/s of square float32 products of these ``sizes``."""
     g = torch.Generator().manual_seed(0)
     best = 0.0
     for size in sizes:
         a, b = (torch.randn(size, size, generator=g).to(device) for _ in range(2))
-        ms = time_ms(lambda a=a, b=b: a @ b, budget_s=0.5 / len(sizes), device=device)
+        ms = time_call(lambda a=a, b=b: a @ b, budget_s=0.5 / len(sizes), cpu_clock=device == "cpu")
         best = max(best, 2.0 * size**3 / (ms / 1000.0) / 1e9)
     return best
 
 
 def cache_sizes() -> dict[str, int]:
-    """This CPU's data caches, e.g. ``{"L1d": 49152, "L2": 1048576, "L3": 33554432}``, as Linux's
-    sysfs (CPU 0) or macOS's ``sysctl`` reports them; empty where neither answers."""
+    """This CPU's data caches in bytes (``{"L1d": .., "L2": .., "L3": ..}``) from Linux's sysfs or
+    macOS's ``sysctl``; empty where neither answers."""
     sizes, units = {}, {"K": 2**10, "M": 2**20, "G": 2**30}
     for folder in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         try:
@@ -158,19 +136,17 @@ def cache_sizes() -> dict[str, int]:
 
 
 def last_level_cache(sizes: dict[str, int]) -> int:
-    """The largest cache of :func:`cache_sizes` (the L3 on most x86 CPUs) in bytes, 0 if unknown."""
+    """The largest cache of :func:`cache_sizes` in bytes, 0 if unknown."""
     return max(sizes.values(), default=0)
 
 
 def copy_bandwidth_gbps(device: str = "cpu", n_bytes: int = 256 * 2**20,
                         budget_s: float = 0.5, repeats: int = 1) -> float:
-    """Main-memory bandwidth: a copy of ``n_bytes`` (far larger than any cache), counting one read
-    and one write of every byte, in GB/s (1e9 bytes per second); the best of ``repeats`` medians
-    (a bound: on a busy machine one median can fall short of it)."""
+    """GB/s of copying ``n_bytes`` (one read and one write per byte), best of ``repeats`` medians."""
     require_positive_int("repeats", repeats)
     src = torch.ones(n_bytes // 4, device=device)
     dst = torch.empty_like(src)
-    best_ms = min(time_ms(lambda: dst.copy_(src), budget_s=budget_s, device=device)
+    best_ms = min(time_call(lambda: dst.copy_(src), budget_s=budget_s, cpu_clock=device == "cpu")
                   for _ in range(repeats))
     return 2 * n_bytes / (best_ms / 1000.0) / 1e9
 
@@ -184,9 +160,8 @@ def machine_record(device: str = "cpu") -> dict:
 def bench_attention(max_n: int = 8192, device: str = "cpu",
                     methods=ATTENTION_METHODS + FWD_BWD_METHODS, *, budget_s: float = 1.0,
                     fwd_bwd_max_n: int = FWD_BWD_MAX_N, references: bool = True) -> list[dict]:
-    """Measure every method at every ``n`` from 128 (forward + backward only up to
-    ``fwd_bwd_max_n``); return the JSON records of the module docstring, the matmul peak and the
-    machine last (``references=False`` leaves those two out, for a quick run)."""
+    """Every method at every ``n`` from 128 (forward + backward up to ``fwd_bwd_max_n``) -> the
+    records, then the matmul peak and the machine (left out with ``references=False``)."""
     known = ATTENTION_METHODS + FWD_BWD_METHODS
     unknown = set(methods) - set(known)
     if unknown:
@@ -211,7 +186,7 @@ def bench_attention(max_n: int = 8192, device: str = "cpu",
                     with torch.no_grad():
                         return fn(q, k, v)
 
-            median_ms = time_ms(call, budget_s=budget_s, device=device)
+            median_ms = time_call(call, budget_s=budget_s, cpu_clock=device == "cpu")
             records.append({
                 "method": method, "n": n, "median_ms": round(median_ms, 3),
                 "peak_bytes": peak_bytes(call, device),
@@ -224,8 +199,7 @@ def bench_attention(max_n: int = 8192, device: str = "cpu",
 
 
 def validate_records(records) -> list[dict]:
-    """Check the benchmark's JSON schema (module docstring) and return the records; a
-    ``ValueError`` names the first bad record."""
+    """Return the records if they follow the schema; a ``ValueError`` names the first bad one."""
     if not isinstance(records, list) or not records:
         raise ValueError(f"records must be a non-empty list, got {records!r}")
     for i, r in enumerate(records):
@@ -258,19 +232,18 @@ def series(records: list[dict], method: str, key: str, *, n_min: int = 0
 
 def fit_methods(records: list[dict], key: str = "median_ms", *, n_min: int = 0,
                 methods=None) -> dict[str, PowerLaw]:
-    """A :class:`PowerLaw` of ``key`` against ``n`` for each method (``n >= n_min``); by default
-    the forward methods (:data:`ATTENTION_METHODS`) present in ``records``."""
+    """A :class:`PowerLaw` of ``key`` against ``n >= n_min`` per method (default: forward ones)."""
     if methods is None:
         methods = [m for m in ATTENTION_METHODS if any(r["method"] == m for r in records)]
     return {m: fit_power_law(*series(records, m, key, n_min=n_min)) for m in methods}
 
 
 def machine(records: list[dict]) -> dict | None:
-    """The run's ``machine`` record (cache sizes, copy bandwidth), or ``None``."""
+    """The run's ``machine`` record, or ``None``."""
     return next((r for r in records if r["method"] == "machine"), None)
 
 
 def load_benchmark(name: str = BENCHMARK_FILE) -> list[dict]:
-    """The committed benchmark records shipped in ``attn_helpers/data/`` (validated)."""
+    """The committed benchmark records in ``attn_helpers/data/``, validated."""
     text = resources.files("attn_helpers").joinpath("data", name).read_text()
     return validate_records(json.loads(text))

@@ -1,14 +1,8 @@
-r"""Notebook 08's widget: FlashAttention's forward, one tile at a time.
-
-Step through the tiles of a seeded example in FlashAttention-2's order and watch the attention
-matrix fill in: a tile of queries against a tile of keys is scored, each of its rows updates its
-running maximum :math:`m` and sum :math:`\ell`, and whatever the row had summed before is
-multiplied by :math:`e^{m - m'}` when its maximum rises.
-"""
+"""Notebook 08's widget: FlashAttention-2's forward one tile at a time, each row's running max m,
+sum l and rescale factor e^(m - m') beside the attention matrix as it fills in."""
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass, field
 
@@ -42,13 +36,10 @@ M_LIMITS, L_LIMITS = (-3.0, 8.0), (0.0, 16.0)   # every (n, block, step) of the 
 
 @dataclass
 class TileStepperFrame:
-    """The tiled forward on :func:`tile_scores` after ``step`` of ``n_steps`` tiles. ``scores``,
-    ``weights`` ``(n, n)``: ``exp(s - m) / l`` on the keys a row has seen (the softmax once the
-    row is finished), NaN on the others; ``m``, ``l`` ``(n,)``: running max (``-inf`` before any
-    tile) and sum; ``rescale`` ``(n,)``: ``exp(m_before - m_after)``, applied by the last tile to
-    ``l`` and ``acc`` (1: row not touched, 0: its first tile); ``tile``: ``(row_start, row_stop,
-    col_start, col_stop)``, ``None`` at step 0; ``finished``, ``entropy`` (nats, NaN until
-    finished) and ``ceiling`` (``ln`` of the keys a row may see) ``(n,)``; ``readouts``: words."""
+    """The tiled forward after ``step`` of ``n_steps`` tiles. ``scores``, ``weights (n, n)``
+    (``exp(s - m) / l``, NaN on unseen keys); ``m``, ``l``, ``rescale`` (``exp(m_before - m)``: 1
+    untouched, 0 first tile), ``finished``, ``entropy`` (NaN until finished), ``ceiling`` ``(n,)``;
+    ``tile = (row_start, row_stop, col_start, col_stop)`` or ``None`` at step 0."""
 
     n: int
     block_size: int
@@ -68,7 +59,7 @@ class TileStepperFrame:
 
     @property
     def rows(self) -> np.ndarray:
-        """``(n,)`` bool, the rows (queries) of the last tile."""
+        """``(n,)`` bool: the rows of the last tile."""
         rows = np.zeros(self.n, dtype=bool)
         if self.tile is not None:
             rows[self.tile[0]:self.tile[1]] = True
@@ -77,17 +68,16 @@ class TileStepperFrame:
 
 def tile_schedule(n: int, block_size: int, *, causal: bool = False
                   ) -> list[tuple[int, int, int, int]]:
-    """The tiles in FlashAttention-2's forward order: for each block of queries (outer loop), each
-    block of keys (inner loop); with ``causal``, tiles wholly above the diagonal are skipped."""
+    """FlashAttention-2's order: query blocks outside, key blocks inside; ``causal`` skips the tiles
+    wholly above the diagonal."""
     starts = range(0, n, block_size)
     return [(i, min(i + block_size, n), j, min(j + block_size, n))
             for i in starts for j in starts if not (causal and j >= i + block_size)]
 
 
 def tile_scores(n: int, *, causal: bool = False) -> torch.Tensor:
-    """Seeded scaled scores ``(n, n)`` (float64): ``q k^T / sqrt(d)`` plus a ramp along the keys
-    (later keys score higher, so the running max moves and rescaling shows); ``-inf`` above the
-    diagonal with ``causal``."""
+    """Seeded float64 scores ``(n, n)``: ``q k^T / sqrt(d)`` plus a ramp along the keys (so the
+    running max moves); ``-inf`` above the diagonal with ``causal``."""
     g, d = torch.Generator().manual_seed(0), 16
     q, k = (torch.randn(n, d, generator=g, dtype=torch.float64) for _ in range(2))
     s = q @ k.T / math.sqrt(d) + torch.linspace(0.0, 3.0, n, dtype=torch.float64)
@@ -95,8 +85,7 @@ def tile_scores(n: int, *, causal: bool = False) -> torch.Tensor:
 
 
 def _running(s: torch.Tensor, seen: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Over the ``seen`` entries of each row: the running max ``m``, ``p = exp(s - m)`` (0 where
-    not seen) and the running sum ``l`` of ``p``."""
+    """Per row over the ``seen`` entries: ``m``, ``p = exp(s - m)`` (0 unseen) and ``l = sum p``."""
     m = s.masked_fill(~seen, -math.inf).amax(dim=-1)                   # (n,)
     safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     p = torch.where(seen, torch.exp(s - safe[:, None]), 0.0)          # (n, n)
@@ -104,8 +93,7 @@ def _running(s: torch.Tensor, seen: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def tile_stepper_frame(n: int, block_size: int, causal: bool, step: int) -> TileStepperFrame:
-    """The widget's pure compute: ``n`` in :data:`N_RANGE`, ``block_size`` in
-    ``2..min(MAX_BLOCK, n)``, ``step`` in ``0..number of tiles``."""
+    """``n`` in :data:`N_RANGE`, ``block_size`` in ``2..min(MAX_BLOCK, n)``, ``step`` in ``0..tiles``."""
     n, causal = require_int_in("n", n, *N_RANGE), require_bool("causal", causal)
     block_size = require_int_in("block_size", block_size, 2, min(MAX_BLOCK, n))
     tiles = tile_schedule(n, block_size, causal=causal)
@@ -169,13 +157,9 @@ class _RowBars:
 
 
 class TileStepperView(BlitView):
-    """The attention matrix revealed tile by tile (grey: keys a query has not seen yet, white: keys
-    a causal query may never see, orange frame: the last tile, thin lines: the tiles) with its
-    colour bar, then one panel per row quantity, rows aligned with the matrix: the running max
-    ``m`` (the last tile's rows in orange, a hollow marker where the max was before), the running
-    sum ``l``, the factor ``e^(m - m')`` of the last tile, and the entropy of every finished row
-    against its ``ln(visible keys)`` ceiling. Everything is laid out once, for any ``n``: a move
-    changes data limits and animated artists only, and blits."""
+    """The matrix revealed tile by tile (grey: unseen, white: causal future, orange: the last
+    tile), then per row: ``m`` (hollow: before the tile), ``l``, ``e^(m - m')`` and the entropy
+    against ``ln(visible keys)``. Laid out once for any ``n``; a move only blits."""
 
     SIZE, LEFT, BOTTOM = 3.7, 0.72, 0.45          # the square map and its corner, in inches
 
@@ -309,17 +293,15 @@ def _left(ax):
 
 
 class TileStepperWidget(LiveAttentionWidget):
-    """The live stepper: the ``step`` slider always spans this ``(n, block_size, causal)``'s
-    tiles (a stepper at its last tile stays there when they change), ``block_size`` at most
-    ``n``. :meth:`set` checks the values it is given first and shows a bad one in the widget."""
+    """The ``step`` slider spans this ``(n, block_size, causal)``'s tiles (at the last tile it stays
+    there); :meth:`set` checks its values first and shows a bad one in the widget."""
 
     def refresh(self) -> None:
         self._fit_controls()
         super().refresh()
 
     def _fitted(self, values: dict) -> tuple[int, int, int]:
-        """``(largest tile, number of tiles, step)`` for the control ``values``: the step slider
-        spans the tiles, and a stepper at its last tile stays at the last tile."""
+        """``(largest tile, number of tiles, step)`` for the control ``values``."""
         step = self.controls["step"]
         n_steps = len(tile_schedule(values["n"], values["block_size"], causal=values["causal"]))
         at_end = step.value == step.max
@@ -347,9 +329,7 @@ class TileStepperWidget(LiveAttentionWidget):
                     wanted["step"] = self._fitted(wanted)[2]
                 self.compute(**wanted)
         except (TypeError, ValueError) as exc:                   # shown, the controls stay
-            self._error = f"{type(exc).__name__}: {exc}"
-            self.error_html.value = (
-                f"<pre style='color:#b00020;white-space:pre-wrap'>{html.escape(self._error)}</pre>")
+            self._show_error(f"{type(exc).__name__}: {exc}")
             return self.readouts
         self._holding = True
         try:

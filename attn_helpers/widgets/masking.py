@@ -1,11 +1,12 @@
-"""Notebook 05's widget: which keys may each query see? Causal, padding and sliding-window masks,
-alone and combined, on a padded batch of two sentences."""
+"""Notebook 05's widget: causal, padding and sliding-window masks, alone and combined, on a padded
+batch of two sentences."""
 
 from __future__ import annotations
 
 import ipywidgets as widgets
 import torch
 
+from .._checks import require_int_in
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask, padding_mask, sliding_window_mask
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
@@ -16,7 +17,7 @@ __all__ = ["MASK_TYPES", "BATCH_SENTENCES", "PAD", "build_mask", "masking_frame"
 
 
 class _NamedPanel(AttentionPanel):
-    """An :class:`AttentionPanel` whose axes carry other names than "key" and "query"."""
+    """An :class:`AttentionPanel` with other axis names than "key" and "query"."""
 
     def __init__(self, *args, axis_names: tuple[str, str], **kwargs):
         self.axis_names = axis_names
@@ -29,9 +30,8 @@ class _NamedPanel(AttentionPanel):
 
 
 class CaptionedView(BlitView):
-    """An attention heatmap with its entropy view and, under them, the frame's ``caption`` lines
-    (pasted glyph sprites), so that the picture alone says what state it shows. ``axis_names``:
-    the heatmap's (x, y) axis names."""
+    """An attention heatmap with its entropy view and the frame's ``caption`` lines under them;
+    ``axis_names``: the heatmap's (x, y) axis names."""
 
     CAPTION_PT, LINE_SPACING = 9, 1.35
 
@@ -72,8 +72,8 @@ MASK_TYPES = (
 
 
 def build_mask(mask_type: str, n: int, window: int, length: int) -> torch.Tensor | None:
-    """``(n, n)`` bool mask (True = may attend) of one sequence of true length ``length`` padded to
-    ``n``; ``None`` for ``"none"``. Combinations are the logical AND of their parts."""
+    """``(n, n)`` bool mask of one sequence of ``length`` real tokens padded to ``n`` (``None`` for
+    ``"none"``); combinations AND their parts."""
     if mask_type not in MASK_TYPES:
         raise ValueError(f"mask_type must be one of {MASK_TYPES}, got {mask_type!r}")
     if mask_type == "none":
@@ -91,17 +91,14 @@ def build_mask(mask_type: str, n: int, window: int, length: int) -> torch.Tensor
 def masking_frame(
     mask_type: str, window: int, length_a: int, length_b: int, sequence: str = "A"
 ) -> AttentionFrame:
-    """The attention weights of sentence ``sequence`` ("A" or "B") of a batch of two, of true
-    lengths ``length_a`` and ``length_b`` (1..8) padded to the longer, under ``mask_type`` (one of
-    :data:`MASK_TYPES`; ``window`` as in :func:`~attn_helpers.masks.sliding_window_mask`)."""
+    """The weights of sentence ``sequence`` ("A" or "B") of a batch of two with ``length_a``,
+    ``length_b`` (1..8) real tokens, padded to the longer, under ``mask_type`` (:data:`MASK_TYPES`)."""
     if sequence not in ("A", "B"):
         raise ValueError(f"sequence must be 'A' or 'B', got {sequence!r}")
     full = len(BATCH_SENTENCES[0])
-    for name, value in (("length_a", length_a), ("length_b", length_b)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= full:
-            raise ValueError(f"{name} must be an int in 1..{full}, got {value!r}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an int >= 1, got {window!r}")
+    require_int_in("length_a", length_a, 1, full)
+    require_int_in("length_b", length_b, 1, full)
+    require_int_in("window", window, 1)
     index = "AB".index(sequence)
     lengths = (length_a, length_b)
     n = max(lengths)
@@ -132,7 +129,7 @@ def masking_frame(
 
 
 def masking_widget() -> LiveAttentionWidget:
-    """The live widget of notebook 05: mask type, window size and the two sentences' lengths."""
+    """Notebook 05's widget: mask type, window size and the two sentences' lengths."""
     full = len(BATCH_SENTENCES[0])
     controls = {
         "mask_type": widgets.Dropdown(options=MASK_TYPES, value="causal", description="mask"),

@@ -1,6 +1,5 @@
-"""Notebook 04's widget: pick an example and a head (or all heads in a grid), read each head's
-mean entropy; given the model, switch heads off and read the held-out accuracy and the letters
-it names. Two persistent figures, one head and the grid; a switched-off head is painted faded."""
+"""Notebook 04's widget: an example and a head (or all heads in a grid) with each head's mean
+entropy; given the model, switch heads off and read the held-out accuracy and the letters named."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import numpy as np
 import torch
 from matplotlib.transforms import offset_copy
 
-from .._checks import shape
+from .._checks import require_int_in, require_positive_int, shape
 from ..entropy import attention_entropy
 from ..lessons.multi_head import (
     CONFIG,
@@ -42,8 +41,7 @@ OFF_CONTRAST = 0.25  # a switched-off head's heatmap keeps this share of its con
 
 @dataclass
 class MultiHeadFrame(AttentionFrame):
-    """An :class:`AttentionFrame` holding every head: ``head_weights`` ``(h, n_q, n_k)``, ``head``
-    the head shown (``None``: all, and ``weights`` is their average), one name per head."""
+    """Every head's ``head_weights (h, n_q, n_k)``; ``head`` shown (``None``: all, averaged)."""
 
     head_weights: torch.Tensor | None = None
     head: int | None = None
@@ -52,22 +50,20 @@ class MultiHeadFrame(AttentionFrame):
 
     @property
     def heads_on(self) -> tuple:
-        """One bool per head (all True without ablation data)."""
         h = 0 if self.head_weights is None else self.head_weights.shape[0]
         return self.ablation.heads_on if self.ablation is not None else (True,) * h
 
     @property
     def head_entropy(self) -> torch.Tensor:
-        """``(h,)`` mean entropy (nats) of each head's query rows."""
+        """``(h,)`` mean entropy (nats) of each head's rows."""
         return attention_entropy(torch.as_tensor(self.head_weights, dtype=torch.float64)).mean(-1)
 
     @property
     def head_entropy_ceiling(self) -> float:
-        """The ceiling of :attr:`head_entropy`: the mean over query rows of ``ln(visible keys)``."""
+        """The mean over rows of ``ln(visible keys)``."""
         return float(self.ceiling.mean())
 
     def head_frame(self, head: int) -> AttentionFrame:
-        """The plain frame of one head."""
         return AttentionFrame(self.head_weights[head], self.query_labels, self.key_labels,
                               mask=self.mask)
 
@@ -83,18 +79,16 @@ def multihead_frame(
     ablation: AblationData | None = None,
     heads_on: Sequence[bool] | None = None,
 ) -> MultiHeadFrame:
-    """The frame of one example and one head (or :data:`ALL_HEADS`) of ``weights`` ``(examples,
-    h, n, n)``, with one list of ``n`` labels per example and an optional ``(n, n)`` mask. With
-    ``ablation`` (:func:`~attn_helpers.lessons.multi_head.ablation_data`), ``heads_on`` picks the
-    heads switched on and the readouts add the held-out accuracy and the letters named."""
+    """One example and one head (or :data:`ALL_HEADS`) of ``weights (examples, h, n, n)``, ``n``
+    labels per example, an optional ``(n, n)`` mask; with ``ablation`` (``ablation_data``),
+    ``heads_on`` picks the heads switched on."""
     weights = torch.as_tensor(weights)
     if weights.dim() != 4:
         raise ValueError(f"weights must be 4-D (examples, h, n, n), got shape {shape(weights)}")
     n_examples, h = weights.shape[:2]
     if len(labels) != n_examples:
         raise ValueError(f"labels has {len(labels)} entries for {n_examples} examples")
-    if isinstance(example, bool) or not isinstance(example, int) or not 0 <= example < n_examples:
-        raise ValueError(f"example must be an int in 0..{n_examples - 1}, got {example!r}")
+    require_int_in("example", example, 0, n_examples - 1)
     if head != ALL_HEADS and (isinstance(head, bool) or not isinstance(head, int)
                               or not 0 <= head < h):
         raise ValueError(f"head must be an int in 0..{h - 1} or {ALL_HEADS!r}, got {head!r}")
@@ -129,8 +123,7 @@ def multihead_frame(
 
 
 def _ablation_readouts(ablation: AblationFrame, names: Sequence[str]) -> dict:
-    """The heads off, the held-out accuracy per relation and, per position ``i >= 1``, the letter
-    named for each relation, right (✓) or wrong (✗)."""
+    """The heads off, the accuracy per relation, and the letters named at ``i >= 1`` (✓ or ✗)."""
     off = [name for name, on in zip(names, ablation.heads_on, strict=True) if not on]
     readouts = {"heads switched off": ", ".join(off) or "none"}
     for relation in RELATIONS:
@@ -145,9 +138,7 @@ def _ablation_readouts(ablation: AblationFrame, names: Sequence[str]) -> dict:
 
 
 class _HeadsFigure(BlitFigure):
-    """A figure of ``panels`` heatmaps side by side and the mean entropy of each of ``num_heads``
-    heads as bars (their values beside them); "switched off" marks and the picture lines under the
-    maps are pasted text."""
+    """``panels`` heatmaps side by side and each head's mean entropy as bars; marks and lines pasted."""
 
     def __init__(self, num_heads: int, panels: int, size, ratios, *, right: float, bottom: float,
                  top: float, wspace: float, **panel):
@@ -165,7 +156,7 @@ class _HeadsFigure(BlitFigure):
         self.lines = TextSprites(self, self.figure.transFigure, size=9, ha="left")
 
     def mark(self, i: int, on: bool) -> None:
-        """Panel ``i``'s head on, or off: its cells faded to a quarter of their contrast."""
+        """Panel ``i``'s head on, or off (faded)."""
         if not on:
             colors = self.panels[i].cells.colors.astype(np.float32)
             colors[..., :3] = 255 - (255 - colors[..., :3]) * OFF_CONTRAST
@@ -182,15 +173,12 @@ class _HeadsFigure(BlitFigure):
 
 
 class MultiHeadView(BlitView):
-    """Two persistent figures: one head, or all heads side by side; ``update(frame) -> png``."""
+    """Two persistent figures: one head, or all heads side by side."""
 
     def __init__(self, num_heads: int):
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
-        self.num_heads = num_heads
+        self.num_heads = require_positive_int("num_heads", num_heads)
         self.single = _HeadsFigure(num_heads, 1, (8.4, 4.6), [4.4, 0.8], right=0.97, bottom=0.17,
                                    top=0.9, wspace=0.3, title=" ")
-        # the head's name changes with the selector: pasted text avoids a full redraw
         self.single_title = TextSprites(self.single, self.single.figure.transFigure, size=10,
                                         va="bottom")
         self.grid = _HeadsFigure(num_heads, num_heads, (5.0 * num_heads + 1.2, 4.8),
@@ -201,8 +189,7 @@ class MultiHeadView(BlitView):
 
     @staticmethod
     def picture_lines(frame: MultiHeadFrame) -> list[str]:
-        """What the picture states under the maps: the example, the head shown and, with ablation
-        data, the heads switched off and the held-out accuracy per relation."""
+        """The lines under the maps: example, head shown, heads off and accuracy."""
         r = frame.readouts
         lines = [f"example: {r['example']}   |   showing: {r['showing']}"]
         if frame.ablation is not None:
@@ -247,11 +234,9 @@ def multihead_widget(
     head: int | str = ALL_HEADS,
     heads_on: Sequence[bool] | None = None,
 ) -> LiveAttentionWidget:
-    """The live widget of notebook 04 over precomputed ``(examples, h, n, n)`` weights: an example
-    slider and a head selector. Given the ``model`` (a ``TwoRelationModel``) with its held-out
-    ``eval_tokens`` ``(m, n)`` and ``eval_targets`` ``(m, n, 2)``, one checkbox per head
-    (``head_0_on``, ...): every subset of heads is evaluated once, when the widget is built.
-    ``example``, ``head`` and ``heads_on`` set the first picture."""
+    """Notebook 04's widget over ``weights (examples, h, n, n)``: example slider, head selector and,
+    given the ``model`` with ``eval_tokens (m, n)``, ``eval_targets (m, n, 2)``, one checkbox per
+    head (every subset evaluated once, here)."""
     weights = torch.as_tensor(weights)
     if weights.dim() != 4:
         raise ValueError(f"weights must be 4-D (examples, h, n, n), got shape {shape(weights)}")

@@ -53,7 +53,7 @@ def test_multihead_frame_is_pure_and_correct(example_weights):
 ])
 def test_multihead_frame_bad_inputs(example_weights, example, head, pattern):
     weights, labels = example_weights
-    with pytest.raises(ValueError, match=pattern):
+    with pytest.raises((ValueError, TypeError), match=pattern):
         multihead_frame(weights, labels, example, head)
 
 
