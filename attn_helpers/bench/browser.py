@@ -209,13 +209,12 @@ def verdict(results: dict) -> tuple[bool, bool, str]:
     for index, record in enumerate(results["notebooks"]):
         around = local_floor(results, index)
         near = summarize(around)["median_ms"] if len(around) >= MIN_LOCAL_FLOOR else None
-        lines.append(_line(record, near or (floor and floor["median_ms"]),
-                           "the floor around it" if near else "the pass's floor"))
+        judge = near or (floor and floor["median_ms"])     # None: no floor, not met
+        lines.append(_line(record, judge, "the floor around it" if near else "the pass's floor"))
         lines += [f"{'':>26}{problem.splitlines()[0][:300]}" for problem in record["problems"]]
         checks_ok &= all(record["checks"].values()) and not record["problems"]
-        median = summarize(shown(record["moves"]))["median_ms"] if record["moves"] else None
-        met = bool(floor) and median is not None and median <= MAX_RATIO * (
-            near or floor["median_ms"])
+        met = bool(judge and record["moves"]) and (
+            summarize(shown(record["moves"]))["median_ms"] <= MAX_RATIO * judge)
         ratios_ok &= met
         if not met:
             results["missed"].append(record["notebook"])
