@@ -118,11 +118,9 @@ def _merge_mistakes() -> list[Mistake]:
           hints=(
               "Each state summed exp(s - m_i) over its own keys, against its own max. Pick the "
               "merged max first, then re-express both sums against it before adding them.",
-              "Both sums must be measured against the same max before they can be added, and the "
-              "merged m is the larger of m1 and m2. Which one factor turns every term exp(s - m_i) "
-              "of state i into exp(s - m), and why must l_i and acc_i both take it? Where both "
-              "states are empty, m1 - m is -inf - (-inf), NaN: what must you subtract there "
-              "instead so that the merged row stays empty (m = -inf, l = 0, acc = 0)?",
+              "The merged m is the larger of m1 and m2. Which factor turns every term "
+              "exp(s - m_i) of state i into exp(s - m)? Where both states are empty, m1 - m is "
+              "NaN: what can you subtract there so that the row stays empty?",
               "m = torch.maximum(m1, m2)                     # (..., n_q, 1): the merged max\n"
               "safe = ...                                    # m, but 0 where m = -inf (both empty)\n"
               "c1, c2 = ...                                  # each state's factor, against safe\n"
@@ -302,15 +300,13 @@ def _mistakes() -> list[Mistake]:
 
 @exercise("complexity.causal_backward", "FlashAttention-2's backward for causal attention, in tiles",
           hints=(
-              "Section 5 had one block of queries: each key tile's dK_j and dV_j were done in one "
-              "step, and no tile was masked. Here the queries come in tiles of B too, and the mask "
-              "is causal. Which pairs of tiles contribute anything, which need the mask, and which "
-              "results are complete only once a loop has finished?",
-              "Compare a tile's last query position with its first key position: when can the "
-              "tile contribute nothing at all, and when does it need the mask? P and D are about "
-              "whole rows, which no tile sees: what did the forward pass save for each row, and "
-              "which of the saved tensors give D without any P? Which of dQ, dK, dV is complete "
-              "only after the inner loop, and which only after the outer one?",
+              "Section 5 had one block of queries and no mask. Here the queries come in tiles of "
+              "B too, and the mask is causal. Which pairs of tiles contribute anything, which "
+              "need the mask, and which results are complete only once a loop has finished?",
+              "Compare a tile's last query position with its first key position. P and D are "
+              "about whole rows, which no tile sees: what did the forward pass save per row, and "
+              "which saved tensors give D without any P? Which of dQ, dK, dV is complete after "
+              "the inner loop, and which after the outer one?",
               "n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])\n"
               "D = ...                                   # (..., n, 1), once, from whole rows\n"
               "lse = lse.unsqueeze(-1)                   # (..., n, 1): one value per row\n"
@@ -399,15 +395,12 @@ def _linear_mistakes() -> list[Mistake]:
 
 @exercise("complexity.linear_step", "one step of causal linear attention: state in, state out",
           hints=(
-              "In section 6's formula, which factor of each term in the numerator and the "
-              "denominator depends on j, and which does not? Take the one that does not out of "
-              "the sums: what is left inside is the state. Add token t's terms first, then read "
-              "the new state with phi(q_t). phi(x) = elu(x) + 1 (torch.nn.functional.elu).",
-              "Once phi(q_t) is out, the sums over the past keys in the numerator and the "
-              "denominator no longer depend on the query: they can be carried from step to step "
-              "as a running state, S for the numerator and z for the denominator, and step t "
-              "updates each with token t's key (and value) alone. Then phi(q_t) reads the new "
-              "state; keep the denominator (..., 1) so that it divides the (..., d_v) numerator.",
+              "In section 6's formula, which factor of each term depends on j, and which does "
+              "not? Take the one that does not out of the sums: what is left is the state. Add "
+              "token t's terms first, then read with phi(q_t). phi(x) = elu(x) + 1.",
+              "Once phi(q_t) is out, the sums over past keys no longer depend on the query: S "
+              "(numerator) and z (denominator) carry them, and step t adds token t's terms. "
+              "Then phi(q_t) reads the new state; keep the denominator (..., 1).",
               "pq, pk = torch.nn.functional.elu(q_t) + 1, torch.nn.functional.elu(k_t) + 1\n"
               "S_t = ...                            # (..., d_k, d_v): S plus token t's term\n"
               "z_t = ...                            # (..., d_k): z plus token t's term\n"

@@ -73,11 +73,10 @@ _WINDOW_MISTAKES = [   # (what the mistake computes from lengths, n, window; its
 
 @exercise("masking.window_mask", "a sliding-window mask for a left-padded batch", hints=(
     "Batched generation pads on the LEFT: sentence b's real tokens are its last lengths[b] "
-    "positions. A key is visible when it is a real token AND inside query i's causal window. A "
-    "pad query's window holds only pads, so its row is all False; leave it so.",
-    "Build two conditions and combine them with AND: which positions of sentence b are real, "
-    "with padding on the left, and which offsets i - j lie inside a causal window of size "
-    "window? One depends on (b, j), the other on (i, j): give the first the missing query axis "
+    "positions. A key is visible when it is real AND inside query i's causal window; a pad "
+    "query's row stays all False.",
+    "Combine two conditions with AND: which positions of sentence b are real (b, j), and which "
+    "offsets i - j lie inside the causal window (i, j)? Give the first the missing query axis "
     "so that they broadcast to (b, n, n).",
     "j = torch.arange(n)\n"
     "real = ...                         # (b, n): True at sentence b's last lengths[b] positions\n"
@@ -233,13 +232,10 @@ def _ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | N
 
 @exercise("masking.rolling_cache_step", "a rolling-buffer KV cache for a sliding window", hints=(
     "The cache has w slots and the window holds w keys. When token t arrives, which key leaves "
-    "the window, and in which slot was it stored? And before the ring is full: which slots "
-    "hold a key at all?",
-    "Token t - w leaves the window as token t enters: number the slots so that a token's slot "
-    "follows from its position alone, and token t can take the slot token t - w held. Until "
-    "the ring is full, how many slots hold keys? The ring does not keep the "
-    "keys in time order, and it need not: attention's weighted sum is the same in any order of "
-    "the keys (their positions are already inside them). The attention itself is notebook 02's.",
+    "the window, and in which slot was it stored? Before the ring is full, which slots hold keys?",
+    "Token t - w leaves as token t enters: number the slots so that a token's slot follows from "
+    "its position alone. Until the ring is full, how many slots hold keys? The keys need not be "
+    "in time order: attention's weighted sum is the same in any order.",
     "w = k_cache.shape[-2]                     # the ring's slots, one per key of the window\n"
     "s = ...                                   # token t's slot\n"
     "k_cache[:, :, s] = k_t[:, :, 0]           # in place, (b, h, d_k)\n"

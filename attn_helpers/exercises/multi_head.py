@@ -202,18 +202,14 @@ def _gradients(module_class, case: dict) -> str | None:
 
 
 @exercise("multi_head.module", "all heads at once: a multi-head module with a fused in_proj", hints=(
-    "In __init__ (after super().__init__()), keep num_heads and make two layers: in_proj = "
-    "nn.Linear(d_model, 3 * d_model), whose output is [Q | K | V] side by side (the rows of its "
-    "weight are W_Q, W_K, W_V stacked, as in nn.MultiheadAttention.in_proj_weight), and out_proj "
-    "= nn.Linear(d_model, d_model). In forward: project once and cut the result into Q, K, V. "
-    "Then no loop over heads: head i is a block of d_head consecutive features (section 1), so "
-    "the h heads are a reshape of the feature axis, and one attention call can serve them all.",
-    "Cut [Q | K | V] with chunk(3, dim=-1). Head i owns the consecutive features "
-    "i*d_head .. (i+1)*d_head - 1: splitting the last axis, d_model, in two, which comes first, "
-    "h or d_head? ah.scaled_dot_product_attention treats every axis before the last two as a "
-    "batch: where must the head axis then stand, and what does a (b, n, n) mask lack against the "
-    "scores (b, h, n, n)? The merge undoes the split: in which order, so that head i fills the "
-    "columns torch.cat gave it in section 1?",
+    "In __init__ (after super().__init__()), keep num_heads and make in_proj = nn.Linear(d_model, "
+    "3 * d_model), whose output is [Q | K | V] side by side, and out_proj = nn.Linear(d_model, "
+    "d_model). In forward, project once and cut Q, K, V. Head i is a block of d_head consecutive "
+    "features (section 1), so the h heads are a reshape of the feature axis: one call serves all.",
+    "Cut [Q | K | V] with chunk(3, dim=-1). Splitting d_model in two, which comes first, h or "
+    "d_head? ah.scaled_dot_product_attention treats every axis before the last two as a batch: "
+    "where must the head axis stand, and what does a (b, n, n) mask lack against (b, h, n, n) "
+    "scores? The merge undoes the split, so that head i fills the columns torch.cat gave it.",
     "b, n, d_model = x.shape\nh = self.num_heads\n"
     "q, k, v = (... for t in self.in_proj(x).chunk(3, dim=-1))   # split: each (b, h, n, d_head)\n"
     "if mask is not None and mask.dim() == 3: mask = mask[:, None]   # (b, 1, n, n): every head\n"
@@ -349,18 +345,14 @@ def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
 
 
 @exercise("multi_head.grouped_query", "grouped-query attention", hints=(
-    "There are h query heads but only g key/value heads: consecutive query heads form g groups of "
-    "h/g, and group j reads key/value head j. The point is that K and V are never copied to h "
-    "heads, so a decoding step reads g heads of keys and values, not h; the checker refuses any "
-    "tensor that large that your code builds. Which tensor can change its shape for free (a "
-    "view), and into what? The attention itself is notebook 02's, ah.scaled_dot_product_attention.",
-    "ah.scaled_dot_product_attention (and @) treats every axis before the last two as a batch, "
-    "pairs q's batch entries with k's and broadcasts an axis of size 1. q's head axis splits into "
-    "g groups of h/g: group first, or h/g first? Then either give k and v an axis of size 1 where "
-    "q has its h/g axis, or fold the h/g axis into q's rows. Both pass the checker, which sees "
-    "only the tensors your code builds; but a broadcasting @ may still copy k to h heads inside "
-    "PyTorch, and folding into the rows avoids even that. Is each step a view or a copy? And how "
-    "does the output get back to (b, h, n_q, d_head)?",
+    "Consecutive query heads form g groups of h/g; group j reads key/value head j. K and V are "
+    "never copied to h heads (the checker refuses a tensor that large), so a decoding step reads "
+    "g heads, not h. Which tensor can change its shape for free (a view), and into what?",
+    "ah.scaled_dot_product_attention (and @) treats the axes before the last two as a batch and "
+    "broadcasts an axis of size 1. q's head axis splits into g groups of h/g: group first, or h/g "
+    "first? Then give k and v a size-1 axis where q has its h/g axis, or fold the h/g axis into "
+    "q's rows (a broadcasting @ may still copy inside PyTorch; folding avoids it). Is each step "
+    "a view? How does the output get back to (b, h, n_q, d_head)?",
     "b, h, n_q, d_head = q.shape\n"
     "g = k.shape[1]\n"
     "rows = ...   # (b, g, h/g * n_q, d_head): group j's query heads as rows against k[:, j]; a view\n"
