@@ -14,12 +14,10 @@ from ..attention import scaled_dot_product_attention
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
 from ..training import load_checkpoint
 from ..transformer import DecoderLayer, FeedForward
-from .rnn_bottleneck import Seq2Seq, predict
-from .tasks import DATES, ISO_STEP_FIELDS, PAD, SOS, Batch, collate, date_fields, example
+from .tasks import DATES, ISO_STEP_FIELDS, PAD, SOS, Batch, date_fields
 
-__all__ = ["cross_attention_memory_once", "date_field_hits", "reversal_alignment_accuracy",
-           "EncoderLayer", "TransformerSeq2Seq", "TRANSFORMER_RECORD", "TRANSFORMER_CHECKPOINT",
-           "load_transformer"]
+__all__ = ["cross_attention_memory_once", "date_field_hits", "EncoderLayer", "TransformerSeq2Seq",
+           "TRANSFORMER_RECORD", "TRANSFORMER_CHECKPOINT", "load_transformer"]
 
 
 def cross_attention_memory_once(cross: MultiHeadAttention, y: torch.Tensor,
@@ -76,22 +74,6 @@ def _check_weights_for(weights, batch: Batch) -> None:
     if weights.dim() != 3 or weights.shape[0] != len(batch) or weights.shape[2] != batch.src.shape[1]:
         raise ValueError(f"weights must have shape (b={len(batch)}, n_t, n_src={batch.src.shape[1]}), "
                          f"got {shape(weights)}")
-
-
-def reversal_alignment_accuracy(model: Seq2Seq, alignment_accuracy, *, per_length: int = 5) -> dict:
-    """Exercise 2's ``alignment_accuracy(weights, src_real, gold, tgt_real)`` on ``per_length``
-    reversals of every length 4..24, gold ``L - 1 - t``. Returns ``{"accuracy": its answer,
-    "mirror share": the same share counted here, "steps": the real steps}``."""
-    batch = collate("reversal", [example("reversal", i, length) for length in range(4, 25)
-                                 for i in range(per_length)])
-    _, weights = predict(model, batch)                                     # (b, n_t, n_src)
-    steps = torch.arange(weights.shape[1])[None, :]
-    gold = (batch.src_lengths[:, None] - 1 - steps).clamp(min=0)           # the mirror position
-    src_real = torch.arange(batch.src.shape[1])[None, :] < batch.src_lengths[:, None]
-    tgt_real = steps < batch.tgt_lengths[:, None]
-    _, accuracy = alignment_accuracy(weights, src_real, gold, tgt_real)
-    share = ((weights.argmax(-1) == gold) & tgt_real).sum() / tgt_real.sum()
-    return {"accuracy": float(accuracy), "mirror share": share.item(), "steps": int(tgt_real.sum())}
 
 
 class EncoderLayer(nn.Module):

@@ -1,6 +1,6 @@
 r"""Notebook 03, why attention divides the scores by :math:`\sqrt{d_k}`: the softmax's Jacobian,
-the temperature for a chosen entropy, the toy retrieval model of section 4 (also trained by
-``studies/scaling_retrieval.py``, which writes :data:`RECORD`) and exercise 3's gradient table.
+the toy retrieval model of section 4 (also trained by ``studies/scaling_retrieval.py``, which
+writes :data:`RECORD`) and exercise 3's gradient table.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .._checks import require_bool, require_min_dim, require_positive_int, require_tensor, shape
-from ..entropy import attention_entropy
+from .._checks import require_bool, require_min_dim, require_positive_int, require_tensor
 from ..training import TrainResult, single_thread, train
 
 __all__ = [
-    "D_KS", "softmax_jacobian", "jacobian_norm", "temperature_for_entropy", "RetrievalModel",
+    "D_KS", "softmax_jacobian", "jacobian_norm", "RetrievalModel",
     "retrieval_batch", "train_retrieval", "mean_loss", "spikes", "SPIKE", "RECORD",
     "PROJECTION_SEEDS", "projection_gradient_table",
 ]
@@ -37,35 +36,6 @@ def softmax_jacobian(weights: torch.Tensor) -> torch.Tensor:
 def jacobian_norm(weights: torch.Tensor) -> torch.Tensor:
     """Frobenius norm of :func:`softmax_jacobian` for each row, ``(..., n) -> (...)``."""
     return torch.linalg.matrix_norm(softmax_jacobian(weights))
-
-
-def temperature_for_entropy(
-    scores: torch.Tensor, target: float, *, low: float = 1e-4, high: float = 1e4,
-    iterations: int = 200,
-) -> float:
-    """The temperature ``T`` at which ``softmax(scores / T)`` has entropy ``target`` nats, by
-    bisection on ``log T``. ``scores`` is one row ``(n,)``, not all equal."""
-    require_tensor("scores", scores, floating=True)
-    if scores.dim() != 1 or len(scores) < 2:
-        raise ValueError(f"scores must be one row (n,) with n >= 2, got shape {shape(scores)}")
-    if torch.all(scores == scores[0]):
-        raise ValueError("scores are all equal: the entropy is ln n at every temperature")
-    scores = scores.double()
-
-    def entropy(t: float) -> float:
-        return attention_entropy(torch.softmax(scores / t, dim=-1)).item()
-
-    if not entropy(low) <= target <= entropy(high):
-        raise ValueError(f"target={target} is outside the reachable entropies "
-                         f"[{entropy(low):.4g}, {entropy(high):.4g}] for T in [{low}, {high}]")
-    lo, hi = math.log(low), math.log(high)
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        if entropy(math.exp(mid)) < target:
-            lo = mid
-        else:
-            hi = mid
-    return math.exp(0.5 * (lo + hi))
 
 
 class RetrievalModel(nn.Module):

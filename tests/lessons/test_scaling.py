@@ -1,16 +1,13 @@
-"""Notebook 03's lesson module: the softmax Jacobian against autograd, the temperature bisection,
-the retrieval model and exercise 3's gradient table (the claims are asserted in the notebook)."""
+"""Notebook 03's lesson module: the softmax Jacobian against autograd, the retrieval model and
+exercise 3's gradient table (the claims are asserted in the notebook)."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_helpers.entropy import attention_entropy
 from attn_helpers.lessons import scaling
 
 
@@ -45,23 +42,7 @@ def test_jacobian_norm_never_exceeds_one_half(n, concentration, seed):
     assert scaling.jacobian_norm(a).max().item() <= 0.5 + 1e-12
 
 
-@settings(max_examples=40, deadline=None)
-@given(n=st.integers(2, 12), fraction=st.floats(0.05, 0.95), seed=st.integers(0, 10_000))
-def test_temperature_for_entropy_hits_the_target(n, fraction, seed):
-    scores = 3 * torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    target = fraction * math.log(n)
-    T = scaling.temperature_for_entropy(scores, target)
-    entropy = attention_entropy(torch.softmax(scores / T, -1)).item()
-    assert entropy == pytest.approx(target, abs=1e-6)
-
-
-def test_temperature_bad_inputs():
-    with pytest.raises(ValueError, match="all equal"):
-        scaling.temperature_for_entropy(torch.ones(4), 0.5)
-    with pytest.raises(ValueError, match="outside"):
-        scaling.temperature_for_entropy(torch.tensor([1.0, 0.0]), 2.0)
-    with pytest.raises(ValueError, match=r"one row.*\(2, 2\)"):
-        scaling.temperature_for_entropy(torch.ones(2, 2), 0.5)
+def test_retrieval_model_refuses_a_non_bool_scaled():
     with pytest.raises(TypeError, match="scaled"):
         scaling.RetrievalModel(4, 4, scaled=1)
 
