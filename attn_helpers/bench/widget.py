@@ -179,9 +179,7 @@ def widget_verdict(records: list[dict]) -> tuple[bool, str]:
     """``(met, text)``: every median at most :data:`MAX_RATIO` of the seaborn re-plot's."""
     baseline = next(r["median_ms"] for r in records if r["widget"] == "seaborn")
     lines, ok = [], True
-    for r in records:
-        if r["widget"] == "seaborn":
-            continue
+    for r in (r for r in records if r["widget"] != "seaborn"):
         ratio = r["median_ms"] / baseline
         ok &= ratio <= MAX_RATIO
         cpu = f" (CPU {r['cpu_median_ms']:6.2f} ms)" if "cpu_median_ms" in r else ""
