@@ -48,11 +48,14 @@ class FeedForward(nn.Module):
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x (..., d_model) -> (..., d_model)``, ``x`` of the layer's dtype."""
+    def _check_inputs(self, x):
         require_tensor("x", x, floating=True)
         if x.dim() == 0 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (..., d_model={self.d_model}), got {shape(x)}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x (..., d_model) -> (..., d_model)``."""
+        self._check_inputs(x)
         hidden = ACTIVATIONS[self.activation](self.linear1(x))    # (..., d_ff)
         return self.linear2(hidden)                               # (..., d_model)
 
