@@ -1,10 +1,5 @@
-"""attn_helpers.pretrained against the real references: Hugging Face ``transformers``' BertModel
-and tokenizer, and ``sentence-transformers``, all loaded offline from the same package folder.
-
-Each model is loaded once for the module. The sentences cover padding (different lengths in one
-batch), non-ASCII text (accents, Greek, Cyrillic, Arabic, CJK, emoji) and one input longer than
-the model's 512 positions.
-"""
+"""attn_helpers.pretrained against ``transformers``' BertModel and tokenizer and
+``sentence-transformers``, offline: padding, non-ASCII text and an input past 512 positions."""
 
 from __future__ import annotations
 
@@ -56,9 +51,6 @@ def hf_forward(model, batch):
     return out.last_hidden_state, torch.stack(out.attentions)  # (b, n, d), (L, b, h, n, n)
 
 
-# --- equality with transformers and sentence-transformers ------------------------------------
-
-
 def test_offline_flags_are_set():
     assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["TRANSFORMERS_OFFLINE"] == "1"
 
@@ -105,10 +97,8 @@ def test_forward_matches_hf_bert_with_long_input(enc, hf):
     assert per_query[real].max() < ATTENTION_TOL
 
 
-@pytest.mark.parametrize(
-    "sentences", [SENTENCES, pytest.param([SENTENCES[0], LONG], marks=pytest.mark.slow)],
-    ids=["short", "long"],
-)
+@pytest.mark.parametrize("sentences", [
+    SENTENCES, pytest.param([SENTENCES[0], LONG], marks=pytest.mark.slow)], ids=["short", "long"])
 def test_encode_matches_sentence_transformers(enc, sbert, sentences):
     """Both cut the long input to 256 word pieces (sentence-transformers' max_seq_length)."""
     ours = enc.encode(sentences)
@@ -123,9 +113,6 @@ def test_encode_one_at_a_time_equals_batched(enc):
     batched = enc.encode(SENTENCES)
     alone = torch.cat([enc.encode([s]) for s in SENTENCES])
     assert (batched - alone).abs().max() < 1e-5
-
-
-# --- the model itself --------------------------------------------------------------------------
 
 
 def test_load_encoder_is_cached_frozen_and_in_eval_mode(enc):
@@ -163,18 +150,9 @@ def test_integer_attention_mask_is_accepted(enc):
     assert torch.equal(enc(ids[:1, :9])[0], enc(ids[:1, :9], mask[:1, :9])[0])  # no padding
 
 
-# --- bad input ---------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("sentences", "error", "match"),
-    [
-        ([], ValueError, "empty"),
-        ("a single string", TypeError, "list of str"),
-        (["fine", 3], TypeError, "int at index 1"),
-        (None, TypeError, "list of str"),
-    ],
-)
+@pytest.mark.parametrize(("sentences", "error", "match"), [
+    ([], ValueError, "empty"), ("a single string", TypeError, "list of str"),
+    (["fine", 3], TypeError, "int at index 1"), (None, TypeError, "list of str")])
 def test_bad_sentences(enc, sentences, error, match):
     with pytest.raises(error, match=match):
         enc.tokenize(sentences)
