@@ -1,7 +1,5 @@
-"""Live attention widgets. ``core`` holds what every notebook reuses (frames, the blitted view,
-:class:`LiveAttentionWidget`), ``panels`` the heatmap and entropy panels the views share, and each
-other module one notebook's pure compute functions and widget factory, named by its slug
-(``widgets.masking`` for ``05_masking.ipynb``)."""
+"""Live attention widgets: ``core``, ``blit``, ``panels`` and ``controls`` are shared; each other
+module holds one notebook's compute functions and widget, named by its slug (``widgets.masking``)."""
 
 from .blit import BlitFigure, encode_png
 from .core import AttentionFrame, AttentionView, BlitView, LiveAttentionWidget
