@@ -1,12 +1,6 @@
-"""Live attention widgets: sliders in, a redrawn heatmap and entropy view out.
-
-* A pure *compute* function turns control values into a frame (an :class:`AttentionFrame` for a
-  heatmap) with its explicit ``readouts``. Tests call it directly.
-* A *view* (a :class:`BlitView`) owns one matplotlib figure drawn once; on each change only its
-  animated artists are redrawn over the saved background (blitting) and encoded as PNG.
-* :class:`LiveAttentionWidget` glues controls, compute and view together and pushes the PNG into
-  an ``ipywidgets.Image``: no figure is created on a slider move, no JupyterLab extension needed.
-"""
+"""Sliders in, a redrawn heatmap and entropy view out: a pure compute function turns control
+values into a frame (:class:`AttentionFrame`), a view (:class:`BlitView`) blits it into a PNG, and
+:class:`LiveAttentionWidget` shows that PNG in an ``ipywidgets.Image`` under the controls."""
 
 from __future__ import annotations
 
@@ -32,10 +26,9 @@ __all__ = ["AttentionFrame", "BlitFigure", "BlitView", "AttentionPanel", "Attent
 
 @dataclass
 class AttentionFrame:
-    """One state of an attention widget: ``(n_q, n_k)`` ``weights`` in 0..1, the row and column
-    labels, an optional bool ``mask`` (False cells drawn grey, lowering the entropy ceiling), an
-    optional ``highlight_row`` drawn with a frame, and ``readouts`` (name -> value shown under
-    the figure, floats to 4 decimals)."""
+    """``(n_q, n_k)`` ``weights`` in 0..1 with their row and column labels, an optional bool
+    ``mask`` (False cells grey, a lower entropy ceiling), an optional ``highlight_row`` and
+    ``readouts`` (name -> value shown under the figure). Raises ValueError on mismatched shapes."""
 
     weights: torch.Tensor
     query_labels: tuple | list
@@ -50,14 +43,11 @@ class AttentionFrame:
             raise ValueError(f"weights must be 2-D (n_q, n_k), got shape {tuple(w.shape)}")
         n_q, n_k = w.shape
         if len(self.query_labels) != n_q or len(self.key_labels) != n_k:
-            raise ValueError(
-                f"got {len(self.query_labels)} query labels and {len(self.key_labels)} key labels "
-                f"for weights of shape (n_q, n_k) = {(n_q, n_k)}"
-            )
+            raise ValueError(f"got {len(self.query_labels)} query labels and {len(self.key_labels)}"
+                             f" key labels for weights of shape (n_q, n_k) = {(n_q, n_k)}")
         if self.mask is not None and tuple(torch.as_tensor(self.mask).shape) != (n_q, n_k):
-            raise ValueError(
-                f"mask must have the weights' shape {(n_q, n_k)}, got {tuple(self.mask.shape)}"
-            )
+            raise ValueError(f"mask must have the weights' shape {(n_q, n_k)}, got "
+                             f"{tuple(self.mask.shape)}")
 
     @property
     def entropy(self) -> torch.Tensor:
@@ -66,16 +56,15 @@ class AttentionFrame:
 
     @property
     def ceiling(self) -> torch.Tensor:
-        """``(n_q,)`` largest attainable entropy of each row: ``ln`` of its number of visible keys."""
+        """``(n_q,)`` ``ln`` of each row's number of visible keys: its largest entropy."""
         n_q, n_k = torch.as_tensor(self.weights).shape
-        if self.mask is None:
-            return torch.full((n_q,), float(n_k), dtype=torch.float64).clamp_min(1.0).log()
-        return torch.as_tensor(self.mask).sum(-1).double().clamp_min(1.0).log()
+        visible = torch.full((n_q,), n_k) if self.mask is None else torch.as_tensor(self.mask).sum(-1)
+        return visible.double().clamp_min(1.0).log()
 
 
 class BlitView:
-    """Base of every view: a subclass draws a frame into the animated artists of its
-    :class:`BlitFigure` in :meth:`draw`; ``update(frame)`` returns the PNG."""
+    """Base of every view: a subclass's :meth:`draw` puts a frame into the animated artists of
+    its :class:`BlitFigure`; ``update(frame)`` returns the PNG."""
 
     def __init__(self, figsize: tuple[float, float], dpi: int = 80):
         self.blit = BlitFigure(figsize, dpi)
@@ -105,11 +94,8 @@ class AttentionView(BlitView):
         self.panel.set_frame(frame)
 
 
-#: A move that arrives under the kernel's running event loop within this many seconds of the last
-#: redraw (a drag: moves queued while it drew) is drawn this much later, once for every move that
-#: arrived meanwhile; a lone move is drawn at once. 3 ms was too short on a slower, busy CPU (a
-#: burst of 20 drew 13 pictures); a key press comes at least a picture's round trip (25 ms or
-#: more) after the last redraw, so keyboard moves are still drawn at once.
+#: Moves within this many seconds of the last redraw (a drag) are drawn this much later, once for
+#: all; a key press comes a picture's round trip (25 ms or more) after it, so is drawn at once.
 COALESCE_S = 0.010
 
 
@@ -127,19 +113,11 @@ def _running_loop():
 
 
 class LiveAttentionWidget:
-    """Controls + pure compute function + view, shown as one ipywidgets box.
-
-    ``compute(**control_values) -> frame`` (a dataclass with ``readouts``) must be pure;
-    ``controls``: name -> ipywidgets control, each name a keyword of ``compute``; ``view``: has
-    ``update(frame) -> PNG bytes`` (an :class:`AttentionView` by default). After every change
-    :attr:`frame` is the frame shown, :attr:`readouts` its readouts and :attr:`error` the last
-    error message (also shown in red in the widget) or ``None``.
-
-    A lone move is drawn at once. A move from the browser within :data:`COALESCE_S` of the last
-    redraw while the kernel's event loop runs (a drag) is drawn :data:`COALESCE_S` later, once for
-    all the moves that arrived meanwhile: a fast drag does not queue renders and ends on its last
-    state. Without a running loop (a script, a test) and in :meth:`set`, every change draws at once.
-    """
+    """Controls, a pure ``compute(**control_values) -> frame`` (a dataclass with ``readouts``) and
+    a ``view`` with ``update(frame) -> PNG`` (default :class:`AttentionView`), as one ipywidgets
+    box. :attr:`frame`, :attr:`readouts` and :attr:`error` (also shown in red) follow each change.
+    Under a running event loop, a drag's moves coalesce (:data:`COALESCE_S`); elsewhere and in
+    :meth:`set`, every change draws at once."""
 
     def __init__(self, compute: Callable, controls: Mapping[str, widgets.ValueWidget], view=None,
                  *, title: str | None = None):
@@ -149,13 +127,12 @@ class LiveAttentionWidget:
             raise ValueError("controls must name at least one control")
         self.compute, self.controls, self.title = compute, dict(controls), title
         self.view = view if view is not None else AttentionView()
-        # natural size, not stretched by the flex box; shrinks on narrow screens
         self.image = widgets.Image(format="png", layout=widgets.Layout(
             width="auto", max_width="100%", height="auto", align_self="flex-start"))
         self.readout_html, self.error_html = widgets.HTML(), widgets.HTML()
         self._frame, self._error, self.renders = None, None, 0
         self._holding = self._scheduled = False
-        self._drawn_at = float("-inf")  # the event loop's time at the end of the last redraw
+        self._drawn_at = float("-inf")  # the event loop's time after the last redraw
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
         header = [widgets.HTML(f"<b>{html.escape(title)}</b>")] if title else []
@@ -170,16 +147,14 @@ class LiveAttentionWidget:
 
     @property
     def frame(self):
-        """The frame on show (a move still waiting to be drawn is drawn first)."""
-        if self._scheduled:
-            self.refresh()
+        """The frame on show (a move still waiting is drawn first)."""
+        self._flush()
         return self._frame
 
     @property
     def error(self) -> str | None:
-        """The last error message, or ``None`` (a move still waiting is drawn first)."""
-        if self._scheduled:
-            self.refresh()
+        """The last error message, or ``None``."""
+        self._flush()
         return self._error
 
     @property
@@ -193,17 +168,19 @@ class LiveAttentionWidget:
             return
         loop = _running_loop()
         if loop is None or (not self._scheduled and loop.time() - self._drawn_at > COALESCE_S):
-            self.refresh()                  # a lone move: at once (a timer costs a frame here)
-            if loop is not None:
-                self._drawn_at = loop.time()
+            self._draw()                    # a lone move: at once (a timer costs a frame here)
         elif not self._scheduled:
             self._scheduled = True
             loop.call_later(COALESCE_S, self._flush)
 
     def _flush(self) -> None:
         if self._scheduled:
-            self.refresh()
-            self._drawn_at = asyncio.get_running_loop().time()
+            self._draw()
+
+    def _draw(self) -> None:
+        self.refresh()
+        if loop := _running_loop():
+            self._drawn_at = loop.time()
 
     def _show_error(self, message: str) -> None:
         self._error = message
@@ -229,8 +206,8 @@ class LiveAttentionWidget:
         self.readout_html.value = f"<table class='attn-readouts'>{rows}</table>"
 
     def set(self, **values) -> dict:
-        """Move several controls at once (one redraw) and return the new readouts. A value the
-        control would reject or clamp is refused with a message; the last picture stays."""
+        """Move several controls with one redraw; return the readouts. A value the control would
+        reject or clamp is refused with a message in the widget; the picture stays."""
         unknown = set(values) - set(self.controls)
         if unknown:
             raise ValueError(f"unknown control(s) {sorted(unknown)}; known: {sorted(self.controls)}")
@@ -248,9 +225,8 @@ class LiveAttentionWidget:
         return self.readouts
 
     def _repr_mimebundle_(self, **kwargs):
-        """The widget view, plus, for GitHub, nbviewer and exported HTML where no kernel runs,
-        a still of the whole widget as ``image/png`` (title, controls as set, picture, readouts)
-        and its controls' values as ``text/plain``."""
+        """The widget view, plus, where no kernel runs, a still of the whole widget as
+        ``image/png`` and its controls' values as ``text/plain``."""
         bundle = self.ui._repr_mimebundle_(**kwargs)
         data = bundle[0] if isinstance(bundle, tuple) else bundle
         dpi = self.view.figure.dpi if hasattr(self.view, "figure") else 80
