@@ -1,11 +1,10 @@
-"""What the views draw with, in a :class:`~attn_helpers.widgets.blit.BlitFigure`: a heatmap with
-token labels and its colour bar (:class:`AttentionPanel`, sized for the largest frame so far, so a
-smaller frame or other labels only blit), entropy bars with their ``ln`` ceiling
-(:class:`EntropyBars`), and the painters that make a move cheap (:class:`TextSprites`,
-:class:`CellPainter`)."""
+"""What the views draw with: a heatmap with token labels, colour bar and entropy view
+(:class:`AttentionPanel`), entropy bars (:class:`EntropyBars`), and the painters that make a move
+cheap: text from cached glyph bitmaps (:class:`TextSprites`) and heatmap cells (:class:`CellPainter`)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -31,9 +30,8 @@ TITLE_PT, LABEL_PT, MIN_PT, MAX_PT = 10, 9, 8, 10
 
 
 class EntropyBars:
-    """One horizontal bar per row (thick segments of a ``LineCollection``: much faster than bar
-    patches), each row's ceiling as a dashed staircase, one row highlighted. ``labels``: static
-    row labels (``None``: rows aligned with a heatmap's, unlabelled)."""
+    """One horizontal bar per row (segments of a ``LineCollection``, faster than patches), each
+    row's ceiling as a dashed staircase, one row highlighted; ``labels``: row labels or none."""
 
     def __init__(self, blit, ax, *, title: str, xlabel: str = "nats",
                  labels: Sequence[str] | None = None):
@@ -53,7 +51,7 @@ class EntropyBars:
         self.rows, self.x_max = 0, 0.0
 
     def layout(self, rows: int, x_max: float) -> None:
-        """Room for ``rows`` bars up to ``x_max`` nats (grows only; a full redraw when it does)."""
+        """Room for ``rows`` bars up to ``x_max`` nats (grows only, with a full redraw)."""
         if rows > self.rows or x_max > self.x_max:
             self.rows, self.x_max = max(rows, self.rows), max(x_max, self.x_max)
             self.ax.set_ylim(self.rows - 0.5, -0.5)
@@ -77,13 +75,22 @@ class EntropyBars:
         self.ceiling.set_data(*ceiling_staircase(ceilings))
 
 
-class TextSprites:
-    """Text pasted into the canvas from cached glyph bitmaps (FreeType, as Agg draws text): tens
-    of microseconds a label instead of a ``Text`` artist's fraction of a millisecond, so labels
-    change at every move while the figure only blits. ``set(texts, xy)``: one text per point of
-    ``xy`` ``(n, 2)`` in ``transform``'s coordinates, anchored by ``ha`` and ``va``."""
+@functools.cache
+def _coverage(text: str, size: float, rotate: bool, dpi: float) -> np.ndarray:
+    """``(h, w)`` coverage in 0..1 of ``text``, drawn by FreeType as Agg draws text."""
+    font = get_font(findfont(FontProperties()))
+    font.clear()
+    font.set_size(size, dpi)
+    font.set_text(text, 0.0)
+    font.draw_glyphs_to_bitmap(antialiased=True)
+    alpha = np.asarray(font.get_image(), dtype=np.float32) / 255
+    return np.ascontiguousarray(np.rot90(alpha) if rotate else alpha)
 
-    _bitmaps: dict = {}
+
+class TextSprites:
+    """Text pasted into the canvas from cached glyph bitmaps: microseconds a label where a
+    ``Text`` artist takes a fraction of a millisecond. ``set(texts, xy)``: one text per point of
+    ``xy`` ``(n, 2)`` in ``transform``'s coordinates, anchored by ``ha`` and ``va``."""
 
     def __init__(self, blit, transform, *, size: float = 9, rotate: bool = False,
                  ha: str = "center", va: str = "center", color: str = "black",
@@ -100,25 +107,11 @@ class TextSprites:
     def set(self, texts: Sequence[str], xy) -> None:
         self.texts, self.xy = list(texts), np.asarray(xy, dtype=float).reshape(-1, 2)
 
-    def bitmap(self, text: str) -> np.ndarray:
-        """``(h, w)`` coverage in 0..1 of ``text`` at this size (rotated if asked), cached."""
-        key = (text, self.size, self.rotate, self.blit.figure.dpi)
-        if key not in self._bitmaps:
-            font = get_font(findfont(FontProperties()))
-            font.clear()
-            font.set_size(self.size, self.blit.figure.dpi)
-            font.set_text(text, 0.0)
-            font.draw_glyphs_to_bitmap(antialiased=True)
-            alpha = np.asarray(font.get_image(), dtype=np.float32) / 255
-            self._bitmaps[key] = np.ascontiguousarray(np.rot90(alpha) if self.rotate else alpha)
-        return self._bitmaps[key]
-
     def _blend(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        """``(1 - a, colour * a)`` of ``text``'s bitmap ``a``: a paint is ``pixel * (1 - a) +
-        colour * a``, two operations."""
+        """``(1 - a, colour * a)`` of ``text``'s coverage ``a``: a paint is two operations."""
         key = (text, self.size, self.rotate)
         if key not in self._blends:
-            a = self.bitmap(text)[:, :, None]
+            a = _coverage(text, self.size, self.rotate, self.blit.figure.dpi)[:, :, None]
             self._blends[key] = (1 - a, self.color * a)
         return self._blends[key]
 
@@ -144,9 +137,9 @@ class TextSprites:
 
 
 class CellPainter:
-    """An ``(n_q, n_k)`` grid of weights painted into the canvas (what ``imshow`` draws with
-    nearest interpolation, in a fraction of its time); masked cells get the colormap's "bad"
-    colour; cell ``(i, j)`` covers data ``[j - 0.5, j + 0.5] x [i - 0.5, i + 0.5]``."""
+    """An ``(n_q, n_k)`` grid of weights painted into the canvas (``imshow`` with nearest
+    interpolation, in a fraction of its time); cell ``(i, j)`` covers data ``[j +- 0.5] x
+    [i +- 0.5]``; masked cells get the colormap's "bad" colour."""
 
     def __init__(self, blit, ax, cmap, norm: Normalize | None = None, zorder: float = 0.5):
         self.ax, self.cmap, self.norm = ax, cmap, norm or Normalize(0.0, 1.0, clip=True)
@@ -171,34 +164,26 @@ class CellPainter:
 
 
 class _Labels:
-    """Token labels above the heatmap (keys) or left of it (queries), sized, rotated and spaced
-    so that none overlap."""
+    """Token labels above the heatmap (keys) or left of it (queries), none overlapping."""
 
     def __init__(self, blit, ax, axis: str):
-        self.ax, self.axis = ax, axis
+        self.ax, self.axis, self.every = ax, axis, 1
         if axis == "x":  # above the axes, x in data units
-            transform = offset_copy(blended_transform_factory(ax.transData, ax.transAxes),
-                                    fig=ax.figure, y=3, units="points")
-            self.sprites = TextSprites(blit, transform, ha="center", va="bottom")
+            self.sprites = TextSprites(blit, offset_copy(blended_transform_factory(
+                ax.transData, ax.transAxes), fig=ax.figure, y=3, units="points"), va="bottom")
         else:  # left of the axes, y in data units
-            transform = offset_copy(blended_transform_factory(ax.transAxes, ax.transData),
-                                    fig=ax.figure, x=-4, units="points")
-            self.sprites = TextSprites(blit, transform, ha="right", va="center")
-        self.every = 1
+            self.sprites = TextSprites(blit, offset_copy(blended_transform_factory(
+                ax.transAxes, ax.transData), fig=ax.figure, x=-4, units="points"), ha="right")
 
     def widest(self, labels: Sequence[str]) -> float:
-        """Width in points of the widest label at 10 pt (measured on its glyph bitmap)."""
-        size, rotate = self.sprites.size, self.sprites.rotate
-        self.sprites.size, self.sprites.rotate = 10.0, False
-        try:
-            px = max((self.sprites.bitmap(label).shape[1] for label in labels if label),
-                     default=0)
-        finally:
-            self.sprites.size, self.sprites.rotate = size, rotate
-        return px * 72 / self.ax.figure.dpi
+        """Width in points of the widest label at 10 pt."""
+        dpi = self.ax.figure.dpi
+        px = max((_coverage(label, 10.0, False, dpi).shape[1] for label in labels if label),
+                 default=0)
+        return px * 72 / dpi
 
     def style(self, cell_pt: float, widest: float) -> float:
-        """Choose the size (8 to 10 pt), the rotation and which labels to show (every one, every
+        """Choose the size (8 to 10 pt), rotation and which labels to show (every one, every
         second...) so none overlap; return the room they take beside the axes, in points."""
         size = float(np.clip(0.8 * cell_pt, MIN_PT, MAX_PT))
         self.every = max(1, math.ceil(1.15 * MIN_PT / cell_pt))
@@ -217,23 +202,22 @@ class _Labels:
 
 
 class AttentionPanel:
-    """A heatmap (square cells, 0..1 colour scale, token labels, colour bar) and the entropy of
-    each query with its ``ln(visible keys)`` ceiling, in one region of a :class:`BlitFigure`.
-    ``max_shape``: the largest ``(n_q, n_k)`` to make room for at once."""
+    """A heatmap (square cells, 0..1 colour scale, token labels, colour bar) and each query's
+    entropy with its ``ln(visible keys)`` ceiling, in one region of a :class:`BlitFigure`; room
+    made for the largest frame so far (or ``max_shape`` ``(n_q, n_k)``), so smaller ones only blit."""
 
     def __init__(self, blit, region, *, title: str = "attention weights",
                  max_shape: tuple[int, int] | None = None, entropy_width: float = 1.5,
                  entropy_title: str = "entropy per query"):
-        self.blit = blit
+        self.blit, self.title = blit, title
         figure = blit.figure
-        self.ax_map = figure.add_subplot(region)
-        self.title = title
-        self.ax_map.set_title(title, fontsize=TITLE_PT)
-        self.ax_map.set_aspect("equal")
-        self.cells = CellPainter(blit, self.ax_map, weights_cmap())
-        self.ax_map.set_xticks([])
-        self.ax_map.set_yticks([])
-        divider = make_axes_locatable(self.ax_map)
+        self.ax_map = ax = figure.add_subplot(region)
+        ax.set_title(title, fontsize=TITLE_PT)
+        ax.set_aspect("equal")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        self.cells = CellPainter(blit, ax, weights_cmap())
+        divider = make_axes_locatable(ax)
         self.ax_bar = divider.append_axes("right", size=Fixed(0.12), pad=Fixed(0.08))
         figure.colorbar(ScalarMappable(Normalize(0, 1), weights_cmap()), cax=self.ax_bar)
         self.ax_bar.tick_params(labelsize=MIN_PT)
@@ -246,9 +230,9 @@ class AttentionPanel:
             divider.append_axes(side, size=size, pad=0).set_axis_off()
         self.highlight = Rectangle((0, 0), 1, 1, fill=False, edgecolor=HIGHLIGHT_COLOR,
                                    linewidth=2.5)
-        self.ax_map.add_patch(self.highlight)
-        self.xlabels, self.ylabels = _Labels(blit, self.ax_map, "x"), _Labels(blit, self.ax_map, "y")
+        ax.add_patch(self.highlight)
         blit.animate(self.highlight)
+        self.xlabels, self.ylabels = _Labels(blit, ax, "x"), _Labels(blit, ax, "y")
         self.shape, self.longest, self.title_pad = (0, 0), (0.0, 0.0), 0.0
         if max_shape is not None:
             self._layout(*max_shape, (1, 1))
@@ -261,13 +245,12 @@ class AttentionPanel:
             self.blit.invalidate()
 
     def _cell_pt(self) -> tuple[float, float]:
-        """Width and height of one heatmap cell in points, in the box the map really gets."""
+        """Width and height of one cell in points, in the box the map really gets."""
         ax = self.ax_map
         ax.apply_aspect(ax.get_axes_locator()(ax, self.blit.canvas.get_renderer()))
         box = ax.get_position(original=False)
-        width_pt, height_pt = np.array(self.blit.figure.get_size_inches()) * 72 * (box.width,
-                                                                                  box.height)
-        return width_pt / self.shape[1], height_pt / self.shape[0]
+        size_pt = np.array(self.blit.figure.get_size_inches()) * 72 * (box.width, box.height)
+        return size_pt[0] / self.shape[1], size_pt[1] / self.shape[0]
 
     def _layout(self, n_q: int, n_k: int, longest: tuple[float, float]) -> None:
         self.shape, self.longest = (n_q, n_k), longest
@@ -292,8 +275,7 @@ class AttentionPanel:
         self.blit.invalidate()
 
     def set_frame(self, frame) -> None:
-        """Draw an ``AttentionFrame`` (a full redraw only when it is larger than any before, or its
-        labels longer)."""
+        """Draw an ``AttentionFrame``; raises ValueError if its ``highlight_row`` is no row."""
         weights = to_numpy(frame.weights)
         n_q, n_k = weights.shape
         if frame.highlight_row is not None and not 0 <= frame.highlight_row < n_q:
@@ -317,10 +299,3 @@ class AttentionPanel:
         self.highlight.set_visible(frame.highlight_row is not None)
         if frame.highlight_row is not None:
             self.highlight.set_bounds(-0.5, frame.highlight_row - 0.5, n_k, 1)
-
-    def key_labels(self) -> list[str]:
-        """The key labels on show (tests read them)."""
-        return self.xlabels.sprites.texts
-
-    def query_labels(self) -> list[str]:
-        return self.ylabels.sprites.texts
