@@ -1,6 +1,5 @@
-"""The widget's controls outside the kernel: :func:`control_problem` says why ``set`` refuses a
-value, and :func:`still_png` draws the controls, as set, above the picture (and the readouts
-under it) for the stored notebook, where no kernel draws the live controls."""
+"""A widget's controls outside the browser: why ``set`` refuses a value (:func:`control_problem`),
+and the still of the widget for a stored notebook, its controls drawn as set (:func:`still_png`)."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ BLUE, GREY, EDGE = "#2196f3", "#c8c8c8", "#9e9e9e"
 def control_problem(name: str, control, value) -> str | None:
     """Why ``value`` cannot be set on ``control`` (a message for the widget), or ``None``."""
     if isinstance(control, widgets.Checkbox | widgets.ToggleButton):
-        ok = isinstance(value, bool)
-        return None if ok else f"{name} must be True or False, got {value!r}"
+        return None if isinstance(value, bool) else f"{name} must be True or False, got {value!r}"
     if hasattr(control, "options"):
         allowed = [o[1] if isinstance(o, tuple) else o for o in control.options]
         return None if value in allowed else f"{name} must be one of {allowed}, got {value!r}"
@@ -136,10 +134,13 @@ def _controls_strip(title, controls, width: int, dpi: float) -> np.ndarray:
         strip.text(GAP, y, strip.fit(title, width - 2 * GAP), BOLD)
         y += ROW
     for control in controls.values():
-        probe = _Strip(width, dpi)   # a control that does not fit starts the next row
-        if x > GAP and _control(probe, control, x, y, float("inf")) > width - GAP:
-            x, y = GAP, y + ROW
-        x = _control(strip, control, x, y, width - GAP) + 3 * GAP
+        drawn = len(strip.ops)
+        end = _control(strip, control, x, y, float("inf"))
+        if end > width - GAP:   # too long: on the next row, or cut to fit a row of its own
+            del strip.ops[drawn:]
+            x, y = (GAP, y + ROW) if x > GAP else (x, y)
+            end = _control(strip, control, x, y, width - GAP)
+        x = end + 3 * GAP
     return strip.render(int(y + ROW / 2 + 2))
 
 
@@ -155,8 +156,7 @@ def _readouts_strip(readouts: dict, width: int, dpi: float) -> np.ndarray:
 
 def still_png(title: str | None, controls: dict, picture: bytes, readouts: dict,
               dpi: float = 80) -> bytes:
-    """The widget as it stands, in one PNG: its title and controls drawn with their values
-    above ``picture`` (a PNG), and ``readouts`` (name -> text) under it."""
+    """One PNG: the title and controls as set above ``picture`` (a PNG), ``readouts`` under it."""
     image = np.asarray(Image.open(io.BytesIO(picture)).convert("RGBA"))
     width = image.shape[1]
     parts = [_controls_strip(title, controls, width, dpi), image]
