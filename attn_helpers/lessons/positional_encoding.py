@@ -1,6 +1,6 @@
 r"""Notebook 07: the offset-copy task ("copy from 1 and 3 back") and its one-layer model with a
-pluggable position scheme (trained by ``studies/positional_offsets.py``), RoPE's interleaved and
-split-halves layouts, and ALiBi's half-weight reach.
+pluggable position scheme (trained by ``studies/positional_offsets.py``), and ALiBi's half-weight
+reach.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from ..positional import (
     LearnedPositionalEmbedding,
     alibi_bias,
     apply_rope,
-    frequencies,
     sinusoidal_encoding,
 )
 from ..training import load_checkpoint, single_thread, train
@@ -27,8 +26,7 @@ __all__ = [
     "SCHEMES", "VOCAB", "OFFSETS", "D_MODEL", "NUM_HEADS", "TRAIN_MIN_LEN", "TRAIN_MAX_LEN",
     "TEST_LENGTHS", "SEEDS", "BASE", "WRAP_BASES", "WRAP_LENGTH", "MODELS",
     "offset_copy_batch", "PositionTaskModel", "model_key", "train_scheme", "load_models",
-    "position_accuracy", "apply_rope_half", "interleaved_to_half", "permute_rows", "layer_scores",
-    "half_weight_reach",
+    "position_accuracy", "half_weight_reach",
 ]
 
 SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
@@ -151,67 +149,6 @@ def position_accuracy(model: PositionTaskModel, n: int = 4 * TRAIN_MAX_LEN, *, b
     with single_thread():  # far faster for a model this small, on a busy machine
         correct = (model(tokens).argmax(-1) == targets).double().mean(0)  # (n, K)
     return correct.masked_fill(targets[0] < 0, math.nan)
-
-
-def apply_rope_half(x: torch.Tensor, positions: torch.Tensor | None = None, *,
-                    base: float = 10000.0) -> torch.Tensor:
-    """RoPE in the split-halves layout (GPT-NeoX, Llama's ``rotate_half``): pair ``(x[i], x[i +
-    d/2])`` turns by ``p * omega_i``. ``x (..., n, d)``, ``d`` even; ``positions (n,)``."""
-    require_tensor("x", x, floating=True)
-    d = x.shape[-1] if x.dim() >= 2 else 0
-    if d == 0 or d % 2:
-        raise ValueError(f"x must be (..., n, d) with d even (pairs), got shape {shape(x)}")
-    if positions is None:
-        positions = torch.arange(x.shape[-2])
-    angles = positions.to(torch.float64)[..., None] * frequencies(d, base)  # (n, d/2): p omega_i
-    cos, sin = (f(torch.cat([angles, angles], -1)).to(x.dtype) for f in (torch.cos, torch.sin))
-    first, second = x[..., : d // 2], x[..., d // 2:]  # (..., n, d/2) each
-    return x * cos + torch.cat([-second, first], -1) * sin  # (..., n, d)
-
-
-def interleaved_to_half(d: int) -> torch.Tensor:
-    """``(d,)`` index ``perm = (0, 2, 4, ..., 1, 3, ...)``:
-    ``apply_rope_half(x[..., perm]) == apply_rope(x)[..., perm]``."""
-    require_positive_int("d", d)
-    if d % 2:
-        raise ValueError(f"d must be even (sin/cos pairs), got {d}")
-    return torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
-
-
-def permute_rows(W: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """``W (num_heads * d_head, d_in)`` with each head's rows reordered by
-    :func:`interleaved_to_half`: the same projection for the split-halves layout."""
-    require_tensor("W", W)
-    require_positive_int("num_heads", num_heads)
-    if W.dim() != 2 or W.shape[0] % num_heads or (W.shape[0] // num_heads) % 2:
-        raise ValueError(f"W must be (num_heads * d_head, d_in) with d_head even, got {shape(W)} "
-                         f"for num_heads={num_heads}")
-    d_head = W.shape[0] // num_heads
-    return W.view(num_heads, d_head, -1)[:, interleaved_to_half(d_head)].reshape(W.shape)
-
-
-def layer_scores(W_Q: torch.Tensor, W_K: torch.Tensor, x: torch.Tensor, h: int, g: int, *,
-                 layout: str = "interleaved", positions: torch.Tensor | None = None) -> torch.Tensor:
-    """``(h, n, n)`` unscaled RoPE scores of one layer's query heads for ``x (n, d_in)``;
-    ``W_Q (h d_head, d_in)``, ``W_K (g d_head, d_in)``, query head ``j`` reads key head
-    ``j // (h/g)``; ``layout`` ``"interleaved"`` or ``"half"``."""
-    for name, value in (("W_Q", W_Q), ("W_K", W_K), ("x", x)):
-        require_tensor(name, value, floating=True)
-    require_positive_int("h", h)
-    require_positive_int("g", g)
-    if layout not in ("interleaved", "half"):
-        raise ValueError(f"layout must be 'interleaved' or 'half', got {layout!r}")
-    d_head = W_Q.shape[0] // h if W_Q.dim() == 2 else 0
-    if (W_Q.dim() != 2 or W_K.dim() != 2 or x.dim() != 2 or h % g or d_head % 2 or not d_head
-            or W_Q.shape != (h * d_head, x.shape[1]) or W_K.shape != (g * d_head, x.shape[1])):
-        raise ValueError(f"need W_Q (h d_head, d_in), W_K (g d_head, d_in) and x (n, d_in) with "
-                         f"d_head even and g dividing h; got W_Q {shape(W_Q)}, W_K {shape(W_K)}, "
-                         f"x {shape(x)}, h={h}, g={g}")
-    n = x.shape[0]
-    q = (x @ W_Q.T).view(n, h, d_head).transpose(0, 1)                          # (h, n, d_head)
-    k = (x @ W_K.T).view(n, g, d_head).transpose(0, 1).repeat_interleave(h // g, 0)
-    rotate = apply_rope if layout == "interleaved" else apply_rope_half
-    return rotate(q, positions) @ rotate(k, positions).transpose(-2, -1)         # (h, n, n)
 
 
 def half_weight_reach(m: torch.Tensor, n: int) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""Notebook 06's widget: decode an example step by step and watch the cross-attention. Rows after
-the decoder step are grey (not decoded yet), the step's row is framed, the entropy view marks it."""
+"""Notebook 06's widget: decode an example step by step and watch the cross-attention (rows after
+the step grey, the step's row framed)."""
 
 from __future__ import annotations
 
@@ -59,8 +59,7 @@ def alignment_frame(model: Seq2Seq, task: str, index: int, step: int) -> Attenti
 
 
 def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAttentionWidget:
-    """An example picker and a decoder-step slider. Every example is decoded here, once (a few
-    tenths of a second), so that no move decodes: a move only redraws."""
+    """An example picker and a decoder-step slider; every example is decoded once, here."""
     _check(model, 0)
     task = get_task(task)
     controls = {
@@ -68,8 +67,7 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAt
                                    continuous_update=False),
         "step": widgets.IntSlider(value=0, min=0, max=0, description="decoder step"),
     }
-    # example index -> (source, target, output, weights)
-    decoded = [_decoded(model, task, index) for index in range(examples)]
+    decoded = [_decoded(model, task, index) for index in range(examples)]   # (src, tgt, out, w)
 
     def fit_steps(change=None):  # the step slider ends at the example's last output step
         controls["step"].max = len(decoded[controls["index"].value][2]) - 1

@@ -1,9 +1,6 @@
-r"""Notebook 07's widget, what RoPE changes: one token (token 0) at every position, its causal score
-grid ``S[p, q] = query_p . key_q``, one sin/cos pair of the query at ``p`` and the key ``k`` back
-on a circle, the scores along the diagonal ``q = p - k``, and the causal ``softmax(S /
-sqrt(d_head))``, in the trained modes the head's own attention. Modes (:data:`ENCODINGS`):
-sinusoidal or untrained learned positions alone (``query_p = key_p = PE_p``), and head ``h`` of
-section 6's trained sinusoidal model (``W_Q (x + PE_p)``) or RoPE model (``R_p W_Q x``), seed 0."""
+r"""Notebook 07's widget, what RoPE changes: token 0 at every position, its causal scores ``S[p, q]
+= query_p . key_q``, one sin/cos pair of query ``p`` and key ``p - k`` on a circle, the diagonal
+``q = p - k`` and ``softmax(S / sqrt(d_head))``, for each mode of :data:`ENCODINGS`."""
 
 from __future__ import annotations
 
@@ -40,8 +37,7 @@ _TRAINED = {ENCODINGS[2]: "sinusoidal", ENCODINGS[3]: "rope"}
 
 @dataclass
 class PositionalFrame(AttentionFrame):
-    """An :class:`AttentionFrame` (weights: causal ``softmax(S / sqrt(d_head))``) plus what the
-    top row draws."""
+    """An :class:`AttentionFrame` plus what the top row draws."""
 
     scores: torch.Tensor | None = None  # (n, n): S / max |S|, NaN where q > p
     diagonal: torch.Tensor | None = None  # (n - k,): S[p', p' - k] / max |S| for p' = k .. n-1
@@ -58,8 +54,8 @@ def _trained_models():
 
 
 def queries_and_keys(encoding: str, head: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(queries, keys)``, each ``(N_POSITIONS, D_HEAD)`` float64: row ``p`` is the query (key)
-    of token 0 at position ``p`` in the mode ``encoding``. ``S = queries @ keys.T``."""
+    """``(queries, keys)``, each ``(N_POSITIONS, D_HEAD)`` float64: token 0's query (key) at each
+    position in mode ``encoding``."""
     n = N_POSITIONS
     if encoding == ENCODINGS[0]:
         table = sinusoidal_encoding(n, D_HEAD, dtype=torch.float64)
@@ -109,8 +105,7 @@ def _angle(a: torch.Tensor, b: torch.Tensor) -> float:
 def positional_frame(encoding: str, position: int, offset: int, pair: int,
                      head: int = 0) -> PositionalFrame:
     """What the widget shows for mode ``encoding``, query position ``p`` (``0 .. 23``), offset
-    ``k`` (``0 .. 8``: the key at ``p - k``), sin/cos pair ``i`` (``0 .. 3``) and trained head
-    ``h`` (``0 .. 2``). Readouts compare ``S[p, p-k]`` with ``S[k, 0]`` (None when ``p < k``)."""
+    ``k`` (``0 .. 8``), pair ``i`` (``0 .. 3``) and trained head ``h`` (``0 .. 2``)."""
     for name, value, top in (("position", position, N_POSITIONS - 1), ("offset", offset, MAX_OFFSET),
                              ("pair", pair, D_HEAD // 2 - 1), ("head", head, lesson.NUM_HEADS - 1)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:

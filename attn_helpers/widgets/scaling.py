@@ -8,6 +8,7 @@ import math
 import ipywidgets as widgets
 import torch
 
+from .._checks import require_bool, require_number
 from ..lessons.scaling import jacobian_norm
 from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
 from .panels import TextSprites
@@ -23,22 +24,15 @@ def scaling_frame(d_k: int, scaled: bool, temperature: float, *, seed: int = 0) 
     ``d_k`` components, from the scores ``q . k / (sqrt(d_k) if scaled else 1) / temperature``."""
     if d_k not in D_K_OPTIONS:
         raise ValueError(f"d_k must be a power of two in {D_K_OPTIONS}, got {d_k!r}")
-    if not isinstance(scaled, bool):
-        raise TypeError(f"scaled must be a bool, got {type(scaled).__name__}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    require_bool("scaled", scaled)
+    require_number("temperature", temperature, positive=True)
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(2, N_TOKENS, D_K_OPTIONS[-1], generator=g, dtype=torch.float64)[..., :d_k]
     divisor = (math.sqrt(d_k) if scaled else 1.0) * temperature
     scores = q @ k.T / divisor
     weights = torch.softmax(scores, dim=-1)
-    frame = AttentionFrame(
-        weights=weights,
-        query_labels=[f"q{i}" for i in range(N_TOKENS)],
-        key_labels=[f"k{i}" for i in range(N_TOKENS)],
-    )
+    frame = AttentionFrame(weights=weights, query_labels=[f"q{i}" for i in range(N_TOKENS)],
+                           key_labels=[f"k{i}" for i in range(N_TOKENS)])
     frame.settings = {"d_k": d_k, "scaled": scaled, "temperature": temperature}  # drawn in
     frame.readouts = {
         "scores divided by": round(divisor, 4),
@@ -51,17 +45,14 @@ def scaling_frame(d_k: int, scaled: bool, temperature: float, *, seed: int = 0) 
 
 
 class ScalingView(BlitView):
-    """The heatmap and entropy view, the settings pasted in a line under the map (no full redraw
-    on a move)."""
+    """The heatmap and entropy view, with the settings in a line under the map."""
 
     def __init__(self):
         super().__init__((6.8, 4.4))
         grid = self.figure.add_gridspec(1, 1, left=0.01, right=0.99, bottom=0.08, top=0.99)
-        self.panel = AttentionPanel(self.blit, grid[0],
-                                    title="attention weights of 8 random queries")
+        self.panel = AttentionPanel(self.blit, grid[0], title="attention weights of 8 random queries")
         self.panel.ax_entropy.set_xlabel("nats (dashes: ln n)", fontsize=8)
-        self.lines = TextSprites(self.blit, self.figure.transFigure, size=9, ha="left",
-                                 va="center")
+        self.lines = TextSprites(self.blit, self.figure.transFigure, size=9, ha="left", va="center")
 
     def draw(self, frame: AttentionFrame) -> None:
         self.panel.set_frame(frame)
@@ -72,15 +63,13 @@ class ScalingView(BlitView):
 
 def scaling_widget(seed: int = 0, *, d_k: int = 64, scaled: bool = True,
                    temperature: float = 1.0) -> LiveAttentionWidget:
-    """The live widget of notebook 03: d_k (powers of two), scaling on/off, temperature; the
-    keywords set the first picture (the one a page without a kernel shows)."""
+    """Notebook 03's live widget: d_k (powers of two), scaling on/off, temperature; the keywords
+    set the first picture."""
     controls = {
         "d_k": widgets.SelectionSlider(options=list(D_K_OPTIONS), value=d_k, description="d_k",
-                                       continuous_update=True,
-                                       layout=widgets.Layout(width="320px")),
+                                       continuous_update=True, layout=widgets.Layout(width="320px")),
         "scaled": widgets.Checkbox(value=scaled, description="divide by sqrt(d_k)"),
-        "temperature": widgets.FloatLogSlider(value=temperature, base=10, min=-1.0, max=1.0,
-                                              step=0.05,
+        "temperature": widgets.FloatLogSlider(value=temperature, base=10, min=-1.0, max=1.0, step=0.05,
                                               description="temperature",
                                               layout=widgets.Layout(width="320px")),
     }

@@ -1,6 +1,5 @@
-"""The checkers of notebook 06 (``exercises.cross_attention``): each accepts the reference and a
-learner's other correct solutions, and names each known mistake. The decoder reference is checked
-against PyTorch's."""
+"""Notebook 06's checkers: each accepts correct answers and names each known mistake; the decoder
+reference is checked against PyTorch's."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Notebook 03's checkers (``exercises.scaling``): each accepts the reference and rejects known
-wrong answers with a hint that names the mistake."""
+"""Notebook 03's checkers: each accepts the reference and names each known mistake."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Notebook 06's lessons: the memory projected once, the dates alignment measure and the small
-Transformer encoder-decoder. The notebook asserts its claims itself (nbval)."""
+Transformer encoder-decoder."""
 
 from __future__ import annotations
 

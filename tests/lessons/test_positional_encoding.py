@@ -1,5 +1,5 @@
-"""Notebook 07's lessons module: the two-offset copy task and its model, RoPE's split-halves layout
-(against Hugging Face Llama: tests/exercises) and ALiBi's half-weight reach at the extremes."""
+"""Notebook 07's lessons module: the two-offset copy task and its model, and ALiBi's half-weight
+reach at the extremes (against the definition: tests/exercises)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ import math
 import mpmath
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from attn_helpers.lessons import positional_encoding as pt
-from attn_helpers.positional import apply_rope
 
 
 def test_batch_targets_are_the_tokens_at_each_offset():
@@ -60,40 +57,6 @@ def test_model_bad_inputs():
         model(torch.zeros(1, 65, dtype=torch.long))
     with pytest.raises(ValueError, match="integer tensor"):
         model(torch.zeros(1, 5))
-
-
-def test_row_permutation_equals_the_conversion_scripts_reshape():
-    """Hugging Face's Llama conversion permutes q/k rows with ``view(heads, d/2, 2, d_in)
-    .transpose(1, 2)``; :func:`permute_rows` must be that same reordering."""
-    heads, d_head, d_in = 4, 8, 12
-    W = torch.randn(heads * d_head, d_in, generator=torch.Generator().manual_seed(0))
-    reference = W.view(heads, d_head // 2, 2, d_in).transpose(1, 2).reshape(heads * d_head, d_in)
-    assert torch.equal(pt.permute_rows(W, heads), reference)
-    assert pt.interleaved_to_half(6).tolist() == [0, 2, 4, 1, 3, 5]
-
-
-@settings(max_examples=30, deadline=None)
-@given(pairs=st.integers(1, 8), n=st.integers(1, 20), seed=st.integers(0, 10_000),
-       base=st.floats(2.0, 1e6))
-def test_layouts_differ_by_the_permutation_only(pairs, n, seed, base):
-    x = torch.randn(n, 2 * pairs, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    perm = pt.interleaved_to_half(2 * pairs)
-    assert torch.allclose(pt.apply_rope_half(x[..., perm], base=base),
-                          apply_rope(x, base=base)[..., perm], atol=1e-10)
-
-
-def test_layout_bad_inputs_name_the_argument():
-    with pytest.raises(ValueError, match=r"x must be \(\.\.\., n, d\) with d even.*\(2, 3\)"):
-        pt.apply_rope_half(torch.zeros(2, 3))
-    with pytest.raises(ValueError, match="d must be even"):
-        pt.interleaved_to_half(5)
-    with pytest.raises(ValueError, match=r"W must be \(num_heads \* d_head, d_in\).*\(6, 2\)"):
-        pt.permute_rows(torch.zeros(6, 2), 2)
-    W = torch.zeros(8, 5, dtype=torch.float64)
-    with pytest.raises(ValueError, match="layout must be"):
-        pt.layer_scores(W, W, torch.zeros(4, 5, dtype=torch.float64), 2, 2, layout="sideways")
-    with pytest.raises(ValueError, match=r"W_K \(g d_head, d_in\)"):
-        pt.layer_scores(W, W, torch.zeros(4, 5, dtype=torch.float64), 2, 3)
 
 
 @pytest.mark.parametrize("m, n, error, match", [

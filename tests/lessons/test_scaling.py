@@ -64,19 +64,15 @@ def test_retrieval_model_differs_only_by_the_scale(gen):
     query, keys, values, _ = scaling.retrieval_batch(3, gen, n_keys=5, d_in=8, d_v=2)
     q, k = scaled.w_q(query), scaled.w_k(keys)
     scores = (q[:, None] * k).sum(-1)
-    torch.testing.assert_close(
-        scaled(query, keys, values),
-        (torch.softmax(scores / 4.0, -1)[..., None] * values).sum(1))
+    torch.testing.assert_close(scaled(query, keys, values),
+                               (torch.softmax(scores / 4.0, -1)[..., None] * values).sum(1))
     torch.testing.assert_close(
         unscaled(query, keys, values), (torch.softmax(scores, -1)[..., None] * values).sum(1))
 
 
-def test_spikes_counts_losses_above_the_threshold_after_start():
+def test_spikes_and_mean_loss():
     assert scaling.spikes([5.0] * 3 + [0.0, 0.02, 0.5, 0.001], 0.01, start=3) == 2
     assert scaling.spikes([0.5, 0.5], 0.01, start=2) == 0
-
-
-def test_mean_loss_bad_range():
     with pytest.raises(ValueError, match="no losses"):
         scaling.mean_loss([1.0, 2.0], 5)
 

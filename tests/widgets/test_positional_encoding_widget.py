@@ -1,5 +1,5 @@
-"""Notebook 07's widget (``widgets.positional_encoding``): the pure frame function against the
-scores computed directly from the trained models and the rotation angles, and the view over it."""
+"""Notebook 07's widget: the pure frame against the trained models' scores and the rotation
+angles, and the live view."""
 
 from __future__ import annotations
 

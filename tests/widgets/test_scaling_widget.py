@@ -1,5 +1,4 @@
-"""Notebook 03's widget (``widgets.scaling``): the pure frame against an independent
-computation, and the live widget."""
+"""Notebook 03's widget: the pure frame against an independent computation, and the live view."""
 
 from __future__ import annotations
 
