@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import attn_helpers as ah
-from attn_helpers.ring import ring_attention, ring_schedule, simulate_ring, split_blocks
+from attn_helpers.ring import ring_attention, ring_schedule, simulate_ring
 
 
 def test_schedule_visits_every_block_once_per_rank():
@@ -19,13 +19,6 @@ def test_schedule_visits_every_block_once_per_rank():
             assert sorted(step[rank] for step in schedule) == list(range(world))
         for step in range(1, world):  # what rank r holds now, rank r - 1 held one step before
             assert all(schedule[step][r] == schedule[step - 1][(r - 1) % world] for r in range(world))
-
-
-def test_split_blocks_cover_the_sequence():
-    assert split_blocks(10, 3) == [(0, 3), (3, 7), (7, 10)]
-    assert split_blocks(4, 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
-    with pytest.raises(ValueError, match="world_size"):
-        split_blocks(3, 4)
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])

@@ -118,17 +118,6 @@ def test_merge_checker_names_the_mistake(phrase):
     assert_rejected(ex.check_merge_states(MERGE_WRONG[phrase]), phrase)
 
 
-def test_merge_cases_cover_the_edge_cases():
-    cases = ex._merge_cases() + ex._large_merge_cases() + ex._empty_merge_cases()
-    assert any(c["m1"].dim() == 4 for c in cases)                                # batch, heads
-    assert any(c["m1"].shape[-2] == 1 for c in cases)                            # one query
-    assert any(torch.isinf(c["m2"]).all() for c in cases)                        # an empty split
-    both_ways = [((c["m1"] > c["m2"]).any() and (c["m2"] > c["m1"]).any()) for c in cases]
-    assert sum(both_ways) >= 3                                                   # either max wins
-    assert cases[-2]["m1"].min() > 709                                           # exp(m) overflows
-    assert (torch.isinf(cases[-1]["m1"]) & torch.isinf(cases[-1]["m2"])).any()   # both empty
-
-
 # --- exercise 2: the causal backward, in tiles -------------------------------------------------
 
 
@@ -335,44 +324,6 @@ BACKWARD_WRONG = {
 @pytest.mark.parametrize("phrase", BACKWARD_WRONG)
 def test_backward_checker_names_the_mistake(phrase):
     assert_rejected(ex.check_causal_backward(BACKWARD_WRONG[phrase]), phrase)
-
-
-def test_every_known_backward_mistake_is_told_apart_on_the_cases():
-    """Each known mistake differs from the reference on some case, and on the first such case
-    no earlier mistake with another message gives the same answer (the checker would name it)."""
-    from attn_helpers.exercises.core import _close
-
-    cases, mistakes = ex._cases(), ex._mistakes()
-
-    def run(mistake, case):
-        try:
-            return mistake.produce(*case.values())
-        except RuntimeError:                                  # cannot be made on this case
-            return None
-
-    def same(a, b):
-        return a is not None and all(x.shape == y.shape and _close(x, y, 1e-9, 1e-7, equal_nan=True)
-                                     for x, y in zip(a, b, strict=True))
-
-    assert len({m.hint for m in mistakes}) >= 8
-    for index, mistake in enumerate(mistakes):
-        first = next((c for c in cases if (got := run(mistake, c)) is not None
-                      and not same(got, ex.causal_backward_reference(*c.values()))), None)
-        assert first is not None, mistake.hint
-        got = run(mistake, first)
-        assert not any(same(run(m, first), got) for m in mistakes[:index] if m.hint != mistake.hint), (
-            mistake.hint)
-
-
-def test_backward_cases_cover_the_edge_cases():
-    cases = ex._cases() + ex._large_cases()
-    n_and_B = [(c["q"].shape[-2], c["B"]) for c in cases]
-    assert any(n % B == 0 and B < n for n, B in n_and_B) and any(n % B for n, B in n_and_B)
-    assert any(B == 1 for _, B in n_and_B) and any(B >= n for n, B in n_and_B)
-    assert {c["q"].shape[:-2] for c in cases} >= {(), (2, 3)}
-    assert all(c["lse"].shape == c["q"].shape[:-1] for c in cases)
-    assert any(c["q"].shape[-1] != c["v"].shape[-1] for c in cases)
-    assert cases[-1]["lse"].min() > 709
 
 
 def full_matrix(q, k, v, O, lse, d_out, B):

@@ -95,8 +95,6 @@ def test_multihead_view_rejects_wrong_number_of_heads(example_weights):
         MultiHeadView(0)
 
 
-
-
 # --- the live head ablation (notebook 04's trained model) ----------------------------------
 
 
@@ -165,6 +163,8 @@ def test_ablation_inputs_are_checked(trained, example_weights):
         multihead_widget(weights, labels, model=model)
     with pytest.raises(ValueError, match="need the model"):
         multihead_widget(weights, labels, eval_tokens=data.tokens, eval_targets=data.targets)
+    with pytest.raises(ValueError, match="heads_on"):
+        multihead_widget(weights, labels, heads_on=[True, False])
 
 
 def test_the_picture_states_the_settings_and_the_readouts(trained):
@@ -184,21 +184,6 @@ def test_the_picture_states_the_settings_and_the_readouts(trained):
     assert f"showing: head {heads['first']}" in widget.view.single.lines.texts[0]
     widget.set(**{f"head_{off}_on": True}, head=ALL_HEADS)
     assert "switched off: none" in widget.view.grid.lines.texts[1]
-
-
-def test_the_first_picture_can_open_with_a_head_switched_off(example_weights):
-    model, _ = heads_task.load_two_relations()
-    tokens, targets = heads_task.evaluation_batch()
-    with torch.no_grad():
-        _, weights = model(tokens[:6])
-    widget = multihead_widget(weights, [heads_task.token_labels(t) for t in tokens[:6]],
-                              mask=causal_mask(tokens.shape[1]), model=model, eval_tokens=tokens,
-                              eval_targets=targets, example=2, heads_on=[True, False])
-    assert widget.values["example"] == 2 and widget.values["head_1_on"] is False
-    assert widget.frame.heads_on == (True, False)
-    assert "switched off: head 1" in widget.view.grid.lines.texts[1]
-    with pytest.raises(ValueError, match="heads_on"):
-        multihead_widget(*example_weights, heads_on=[True, False])
 
 
 def test_entropy_ceiling_is_the_mean_of_each_rows_ceiling(example_weights):
