@@ -1,13 +1,8 @@
-"""Notebook 05's grouped-query trade-off on many seeds: recall accuracy with g = 4, 2, 1 key/value heads.
-
-Trains notebook 05's `masking.train_recall` (a one-layer `TinyCausalLM`, d_model 32, h = 4 query
-heads, g key/value heads; associative recall of 6 (key, value) pairs, 16 keys, 8 values; 300 Adam
-steps at lr 1e-2 on batches of 32, one thread) with g = 4 (multi-head), 2 and 1 (multi-query), on
-seeds 0-19 each: 60 runs with the same task, sizes, batches and budget. Per run it records the
-accuracy on 2,000 new questions (chance 1/8) and the final loss (mean of the last 30 steps); per g,
-the mean, lowest and highest accuracy. The runs train in two processes.
-It asserts `masking.gqa_claims` on the fresh record (notebook 05 asserts it on the shipped one),
-checks the fresh accuracies against the shipped ones, and writes
+"""Notebook 05's grouped-query trade-off: `masking.train_recall` (a one-layer `TinyCausalLM`, h = 4
+query heads; recall of 6 (key, value) pairs; 300 Adam steps, one thread) with g = 4, 2 and 1
+key/value heads on seeds 0-19, in two processes. Per run: accuracy on 2,000 new questions (chance
+1/8) and final loss; per g: mean, lowest and highest accuracy.
+Asserts `masking.gqa_claims` on the fresh record, compares it with the shipped one, and writes
 attn_helpers/data/masking_gqa_recall.json.
 Re-run: python3 course.py studies masking_gqa_recall      (about 2 minutes on 2 idle cores)
 """

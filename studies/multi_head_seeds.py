@@ -1,14 +1,9 @@
-"""Notebook 04's seed study: the two-relation model with two heads and with one, on five seeds.
-
-Trains `TwoRelationModel` (d_model 32, 600 Adam steps, one CPU thread) with 2 heads and with 1 head
-on seeds 0-4: ten runs with the same task, parameters, batches and budget; then the same ten runs
-at learning rates 1e-3 and 1e-2 (the checkpoint's is 3e-3), recorded as "lr_sweep".
-Per run it records the held-out accuracy per relation, the final loss (mean of the last 10% of
-the steps), each head's mean weight on key i-1 and on key 0 (`head_relation_scores`) and the loss
-curve in means of 10 steps.
-It asserts `multi_head.study_claims` on the fresh rows (the notebook asserts it on the shipped
-ones), checks the fresh rows against the shipped ones, and writes two checkpoints: the two-head
-model of seed 0 (the model notebook 04 ablates) and the one-head model of seed 0 with every row.
+"""Notebook 04's seed study: `TwoRelationModel` (d_model 32, 600 Adam steps, one thread) with 2 heads
+and with 1 head on seeds 0-4, then the same ten runs at learning rates 1e-3 and 1e-2 ("lr_sweep").
+Per run: held-out accuracy per relation, final loss (mean of the last 10% of steps), each head's mean
+weight on key i-1 and on key 0, and the loss curve in means of 10 steps.
+Asserts `multi_head.study_claims` on the fresh rows, compares them with the shipped ones, and writes
+the two-head and the one-head model of seed 0 (the latter with every row).
 Re-run: python3 course.py studies multi_head_seeds      (about 1-2 minutes on 2 cores)
 """
 import itertools
