@@ -41,15 +41,9 @@ class Vocab:
 
     def decode(self, ids) -> list[str]:
         """Ids -> token strings, stopping at the first ``</s>`` and skipping ``<pad>``/``<s>``."""
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
-        out = []
-        for i in ids:
-            if i == EOS:
-                break
-            if i not in (PAD, SOS):
-                out.append(self.itos[i])
-        return out
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        ids = ids[:ids.index(EOS)] if EOS in ids else ids
+        return [self.itos[i] for i in ids if i not in (PAD, SOS)]
 
 
 @dataclass

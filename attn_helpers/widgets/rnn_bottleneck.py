@@ -20,15 +20,12 @@ from .panels import CellPainter, TextSprites
 
 __all__ = ["DecodeFrame", "DecodeView", "decode_examples", "decode_frames", "bottleneck_widget"]
 
-# Token-strip cell colours: a token, a correct output, a wrong output (Okabe-Ito orange).
-STRIP_COLORS = ["#e8eef6", "#cde3f5", "#e69f00"]
-PLAIN, RIGHT, WRONG = range(3)
+PLAIN, RIGHT, WRONG = range(3)      # strip cells: a token, a right output, a wrong one (orange)
 LENGTHS, EXAMPLES = (4, 24), 20     # the length slider's range; examples per length
 
 
 class _DecodePanel(AttentionPanel):
-    """An :class:`AttentionPanel` whose axes name notebook 01's symbols: rows are output steps
-    ``t``, columns input positions ``j`` (queries and keys come only in notebook 02)."""
+    """Axes in notebook 01's symbols (queries and keys come only in notebook 02)."""
 
     def _layout(self, *args) -> None:
         super()._layout(*args)
@@ -39,8 +36,7 @@ class _DecodePanel(AttentionPanel):
 
 @dataclass
 class DecodeFrame(AttentionFrame):
-    """An :class:`AttentionFrame` plus the decoded example and, per output step, whether it is
-    ``correct``. A model without attention has all its weights masked."""
+    """A decoded example; without attention every weight is masked."""
 
     source: Sequence[str] = ()
     target: Sequence[str] = ()
@@ -54,10 +50,10 @@ class DecodeFrame(AttentionFrame):
 
 
 def decode_examples(model: Seq2Seq, task, pairs):
-    """Greedy-decode a list of ``(source, target)`` pairs of one length in one batch; returns
-    ``[(output tokens, weights (n_tgt, n_src) or None), ...]``."""
+    """Greedy-decode ``(source, target)`` pairs of one length in one batch: ``[(output tokens,
+    weights (n_tgt, n_src) or None), ...]``."""
     task = get_task(task)
-    with torch.no_grad():
+    with torch.inference_mode():
         tokens, weights = predict(model, collate(task, pairs))
     return [([task.tgt_vocab.itos[i] for i in tokens[b].tolist()],
              None if weights is None else weights[b]) for b in range(len(pairs))]
@@ -72,28 +68,27 @@ _SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 
 
 def _positioned(tokens) -> list[str]:
-    """``9₀ 5₁ 9₂``: digits repeat, positions don't, so each row and column says which it is."""
+    """``9₀ 5₁ 9₂``: digits repeat, positions do not."""
     return [f"{token}{str(i).translate(_SUBSCRIPTS)}" for i, token in enumerate(tokens)]
 
 
 def decode_frames(models: Mapping[str, Seq2Seq], model_name: str, length: int) -> list[DecodeFrame]:
-    """Reversal examples ``0..EXAMPLES-1`` of ``length`` digits, decoded in one batch by
-    ``models[model_name]``: weights ``(length, length)``, readouts the token accuracy, the errors
-    and the mean entropy of the attention rows."""
+    """Reversal examples ``0..EXAMPLES-1`` of ``length`` digits decoded in one batch by
+    ``models[model_name]``, with the token accuracy, the errors and the mean entropy."""
     if model_name not in models:
         raise ValueError(f"model_name must be one of {sorted(models)}, got {model_name!r}")
     check_model(models[model_name])
     pairs = [example("reversal", i, length) for i in range(EXAMPLES)]
+    decoded = decode_examples(models[model_name], "reversal", pairs)
+    entropies = (["no attention"] * EXAMPLES if decoded[0][1] is None else   # one call, all rows
+                 attention_entropy(torch.stack([w for _, w in decoded]).double()).mean(-1).tolist())
     frames = []
-    for (source, target), (output, weights) in zip(
-            pairs, decode_examples(models[model_name], "reversal", pairs), strict=True):
+    for (source, target), (output, weights), entropy in zip(pairs, decoded, entropies, strict=True):
         correct = [o == t for o, t in zip(output, target, strict=True)]
         errors = len(correct) - sum(correct)
         mask = None if weights is not None else torch.zeros(length, length, dtype=torch.bool)
         readouts = {"model": model_name, "token accuracy": sum(correct) / len(correct),
-                    "errors": f"{errors} of {len(correct)}",
-                    "mean entropy (nats)": "no attention" if weights is None
-                    else attention_entropy(weights.double()).mean().item()}
+                    "errors": f"{errors} of {len(correct)}", "mean entropy (nats)": entropy}
         frames.append(DecodeFrame(
             weights=torch.zeros(length, length) if weights is None else weights,
             query_labels=_positioned(output), key_labels=_positioned(source), mask=mask,
@@ -103,9 +98,8 @@ def decode_frames(models: Mapping[str, Seq2Seq], model_name: str, length: int) -
 
 
 class DecodeView(BlitView):
-    """Token strips (source, target, output) above an attention panel laid out once for
-    ``max_len`` tokens. A shorter example zooms all three to its length (new axis limits only:
-    every move blits). Without attention the entropy ceiling is hidden."""
+    """Token strips (source, target, output) above an attention panel laid out for ``max_len``
+    tokens; a shorter example zooms all three (new axis limits only: every move blits)."""
 
     def __init__(self, max_len: int = LENGTHS[1]):
         super().__init__((8.4, 6.9))
@@ -116,8 +110,8 @@ class DecodeView(BlitView):
                                    bottom=0.01, top=0.95, hspace=0.2)
         self.ax_strip = figure.add_subplot(grid[0])
         self.ax_strip.set(xlim=(-0.5, max_len - 0.5), ylim=(2.5, -0.5))
-        self.strip = CellPainter(self.blit, self.ax_strip, ListedColormap(STRIP_COLORS),
-                                 Normalize(-0.5, 2.5))
+        self.strip = CellPainter(self.blit, self.ax_strip,
+                                 ListedColormap(["#e8eef6", "#cde3f5", "#e69f00"]), Normalize(-0.5, 2.5))
         self.ax_strip.set_yticks(range(3), ["source", "target", "output"], fontsize=9)
         self.ax_strip.set_xticks([])          # position numbers: sprites, they follow the zoom
         self.ax_strip.set_xlabel("position (output errors in orange)", fontsize=9, labelpad=13)
@@ -138,7 +132,6 @@ class DecodeView(BlitView):
         self.blit.on_layout(self._fit_bars)   # after the panel's own: bars as thick as a row
 
     def _zoom(self, n: int) -> None:
-        """Show positions ``0..n-1`` in the strips, the heatmap and the entropy bars."""
         self.shown = n
         self.ax_strip.set_xlim(-0.5, n - 0.5)
         self.panel.ax_map.set_xlim(-0.5, n - 0.5)
@@ -169,8 +162,8 @@ class DecodeView(BlitView):
 
 def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
                       model_name: str | None = None) -> LiveAttentionWidget:
-    """Sliders for the length and the example, a menu of ``models``; it opens on ``length`` and
-    ``model_name`` (default: the first). A length is decoded the first time it is shown."""
+    """Sliders for the length and the example, a menu of ``models`` (opens on the first, or
+    ``model_name``). A length is decoded the first time it is shown."""
     for model in models.values():
         check_model(model)
     names = list(models)
