@@ -11,13 +11,12 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import NOTEBOOKS
 
 from attn_helpers.bench import browser as bench_browser
 from attn_helpers.bench import lab
 
-ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-ARTIFACTS = Path(os.environ.get("BROWSER_ARTIFACTS", ROOT / "artifacts" / "browser"))
+ARTIFACTS = Path(os.environ.get("BROWSER_ARTIFACTS", bench_browser.ARTIFACTS))
 
 pytestmark = pytest.mark.browser
 

@@ -1,5 +1,4 @@
-"""Every notebook follows the course template, is on the course map (``course_map.COURSE``, which
-the map and the README use), and every link in the course resolves."""
+"""Every notebook follows the template and is on the course map; every link in the course resolves."""
 
 from __future__ import annotations
 

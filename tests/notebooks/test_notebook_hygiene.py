@@ -1,5 +1,4 @@
-"""Static checks on the committed notebooks (the ``notebook`` fixture, in tests/conftest.py, gives
-every one): what strict nbval relies on, and the course's rules for stored notebooks."""
+"""Static checks on every committed notebook: what strict nbval relies on, and the course's rules."""
 
 from __future__ import annotations
 
@@ -50,9 +49,8 @@ def test_going_deeper_heading_is_stored_collapsed(notebook):
 
 
 def test_live_widgets_are_ignored_followed_by_a_strict_cell_and_carry_their_picture(notebook):
-    """A widget cell is tagged ``nbval-ignore-output`` and the next cell is compared strictly.
-    GitHub, nbviewer and exported HTML cannot run a kernel: each widget output carries a static
-    ``image/png`` (and a short ``text/plain``) beside its view."""
+    """A widget cell is tagged ``nbval-ignore-output``, the next cell is compared strictly, and each
+    widget output carries a static ``image/png`` (for GitHub, nbviewer, HTML) beside its view."""
     path, nb = notebook
     cells = code_cells(nb)
     shown = [i for i, c in enumerate(cells) if any(WIDGET_MIME in o.get("data", {}) for o in c.outputs)]
@@ -70,8 +68,7 @@ def test_live_widgets_are_ignored_followed_by_a_strict_cell_and_carry_their_pict
 
 
 def test_html_export_shows_every_widget_picture(notebook):
-    """No widget state is stored (with it, the export embeds a live widget that needs a kernel or
-    the internet), so ``nbconvert --to html`` falls back to each widget's ``image/png``."""
+    """No widget state is stored, so ``nbconvert --to html`` shows each widget's ``image/png``."""
     from nbconvert import HTMLExporter
 
     path, nb = notebook

@@ -30,8 +30,7 @@ def imports(module: str) -> list[tuple[str, list[str]]]:
 
 
 def edges(module: str) -> set[str]:
-    """The package's modules that ``module`` imports (a package's ``__init__`` is not followed:
-    it re-exports, it is no step of a circle)."""
+    """The package's modules that ``module`` imports (not an ``__init__``: it only re-exports)."""
     out = set()
     for target, names in imports(module):
         for candidate in (target, *(f"{target}.{n}" for n in names)):
