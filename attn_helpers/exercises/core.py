@@ -147,7 +147,8 @@ def check_function(candidate: Callable, reference: Callable, cases: Iterable[dic
     """Run ``candidate(*case.values())`` and the reference on every case; explain the first miss.
     ``mistakes``: the first whose output equals the candidate's gives its hint; ``nan_hint``: for
     NaN or inf where the answer is finite; ``watch(inputs)``: a context around each call (an
-    :class:`AllocationWatch`); ``error_hints``: ``(fragment, hint)`` for an exception's text."""
+    :class:`AllocationWatch`); ``error_hints``: ``(fragment, hint)`` for an exception's text;
+    ``same_dtype``: the dtype must be the reference's too."""
     if not callable(candidate):
         return CheckResult(False, f"Not yet: {what} is not a function (got {type(candidate).__name__}).")
     cases = list(cases)
