@@ -1,6 +1,5 @@
-"""DecoderLayer against torch.nn.TransformerDecoderLayer (both norm_first settings, relu and gelu,
-float32 and float64); the tiny decoder-only LM's generation with and without a KV cache (same
-tokens and logits, the work each step does)."""
+"""DecoderLayer against torch.nn.TransformerDecoderLayer; the tiny LM's generation with and
+without a KV cache (same tokens and logits, the work of each step)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""attn_helpers.training: the loop lowers the loss, is reproducible with a seed, evaluates in eval
-mode, checkpoints make a round trip, and bad input is refused with a clear message."""
+"""attn_helpers.training: the loop, its seeds and evaluations, checkpoints, bad input."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The package's jupyter_server config file enables :mod:`attn_helpers.labserver` in any ``jupyter
-lab`` of the environment: the kernel websocket without Nagle's delay, unless another class was
-chosen."""
+"""The package's jupyter_server config enables :mod:`attn_helpers.labserver` (the kernel websocket
+without Nagle's delay) in every ``jupyter lab`` of the environment, unless told otherwise."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ def test_the_config_file_enables_the_extension_and_is_installed():
 
 
 def _websocket_class(tmp_path: Path, *argv: str) -> str:
-    """The kernel websocket class of a jupyter server initialised from this environment's config
-    (nothing is listened on)."""
+    """The kernel websocket class of a server initialised from this environment (not listening)."""
     code = ("import sys\nfrom jupyter_server.serverapp import ServerApp\napp = ServerApp()\n"
             "app.initialize(argv=sys.argv[1:], new_httpserver=False)\n"
             "c = app.web_app.settings['kernel_websocket_connection_class']\n"
