@@ -9,6 +9,7 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
+from .._checks import require_number
 from ..attention import scaled_dot_product_attention
 from ..entropy import attention_entropy, max_entropy
 from ..lessons.query_key_value import QUERY
@@ -32,8 +33,8 @@ CURVE_TEMPERATURES = torch.logspace(-1.3, 1.0, 60, dtype=torch.float64)
 
 @dataclass
 class LookupFrame(AttentionFrame):
-    """An :class:`AttentionFrame` of one query: ``query_xy`` and ``output_xy`` ``(2,)`` in the
-    plane, and the entropy ``curve_entropy`` ``(60,)`` at each of ``CURVE_TEMPERATURES``."""
+    """One query: ``query_xy``, ``output_xy`` ``(2,)``, and ``curve_entropy`` ``(60,)`` at each of
+    ``CURVE_TEMPERATURES``."""
 
     query_xy: torch.Tensor | None = None
     output_xy: torch.Tensor | None = None
@@ -42,8 +43,7 @@ class LookupFrame(AttentionFrame):
 
 
 class LookupView(BlitView):
-    """The plane with the labelled ``DEMO_KEYS``, the query and the output; the weights with
-    their entropy; and the entropy against the temperature."""
+    """The plane with the keys, the query and the output; the weights; the entropy against T."""
 
     def __init__(self):
         super().__init__((9.6, 5.4))
@@ -81,8 +81,7 @@ class LookupView(BlitView):
                    color="#c0392b", fontsize=8, va="bottom")
         (self.curve_line,) = curve.plot([], [], color=BAR_COLOR)
         (self.curve_marker,) = curve.plot([], [], "o", color=HIGHLIGHT_COLOR, markersize=8)
-        # settings and numbers are the widget's controls and readouts: text drawn in the picture
-        # would cost a third of every move (Agg lays out each glyph afresh)
+        # numbers are readouts, not text in the picture: Agg would lay out each glyph every move
         self.blit.animate(self.keys_artist, self.query_artist, self.output_artist,
                           self.curve_line, self.curve_marker)
 
@@ -98,12 +97,9 @@ class LookupView(BlitView):
 
 
 def lookup_2d_frame(query_x: float, query_y: float, temperature: float) -> LookupFrame:
-    r"""One soft lookup in the plane, each value its key's own position, so the output
-    :math:`\sum_j a_j k_j` is a point of the picture. Scores: :math:`q \cdot k_j / (\sqrt{2}\,T)`."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    r"""One soft lookup in the plane, values = keys, so the output :math:`\sum_j a_j k_j` is a
+    point. Scores: :math:`q \cdot k_j / (\sqrt{2}\,T)`."""
+    require_number("temperature", temperature, positive=True)
     labels = list(DEMO_KEYS)
     keys_xy = torch.tensor(list(DEMO_KEYS.values()), dtype=torch.float64)         # (n_k, 2)
     query = torch.tensor([query_x, query_y], dtype=torch.float64)                  # (2,)
@@ -125,8 +121,7 @@ def lookup_2d_frame(query_x: float, query_y: float, temperature: float) -> Looku
 
 
 def lookup_2d_widget(*, query: tuple[float, float] = QUERY) -> LiveAttentionWidget:
-    """The live widget of notebook 02: move a query among ``DEMO_KEYS``, change the temperature.
-    It opens on ``query`` (by default section 1's, so the first picture shows its weights)."""
+    """Move a query among ``DEMO_KEYS`` and change the temperature; opens on ``query``."""
     slider = dict(min=-3.0, max=3.0, step=0.1, continuous_update=True,
                   layout=widgets.Layout(width="300px"))
     controls = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 import torch
 
+from .._checks import require_number
 from ..attention import masked_softmax
 from ..entropy import max_weight
 from ..masks import causal_mask
@@ -17,8 +18,7 @@ WARMUP_SEED = 5  # a draw whose rows have a clear favourite key, so low temperat
 
 
 def warmup_scores(seed: int = WARMUP_SEED) -> torch.Tensor:
-    """``(6, 6)`` fixed, seeded scores ``q @ k^T`` of random 8-d queries and keys: random numbers,
-    not a model's; the tokens only label the rows and columns."""
+    """``(6, 6)`` seeded scores ``q @ k^T`` of random 8-d queries and keys (not a model's)."""
     generator = torch.Generator().manual_seed(seed)
     queries, keys = torch.randn(2, len(WARMUP_TOKENS), 8, generator=generator, dtype=torch.float64)
     return queries @ keys.T
@@ -26,27 +26,20 @@ def warmup_scores(seed: int = WARMUP_SEED) -> torch.Tensor:
 
 def warmup_frame(temperature: float, causal: bool = False) -> AttentionFrame:
     """Weights ``softmax(scores / temperature)``, optionally with a causal mask."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    require_number("temperature", temperature, positive=True)
     mask = causal_mask(len(WARMUP_TOKENS)) if causal else None
     weights = masked_softmax(warmup_scores() / temperature, mask)
     frame = AttentionFrame(weights, WARMUP_TOKENS, WARMUP_TOKENS, mask=mask)
-    frame.readouts = {
-        "mean entropy (nats)": frame.entropy.mean().item(),
-        "mean largest weight": max_weight(weights).mean().item(),
-    }
+    frame.readouts = {"mean entropy (nats)": frame.entropy.mean().item(),
+                      "mean largest weight": max_weight(weights).mean().item()}
     return frame
 
 
 def warmup_widget() -> LiveAttentionWidget:
     """A temperature slider and a causal toggle over a six-token attention heatmap."""
-    controls = {
-        "temperature": widgets.FloatLogSlider(value=1.0, base=10, min=-1.3, max=1.0, step=0.05,
-                                              description="temperature"),
-        "causal": widgets.Checkbox(value=False, description="causal mask"),
-    }
+    controls = {"temperature": widgets.FloatLogSlider(value=1.0, base=10, min=-1.3, max=1.0,
+                                                      step=0.05, description="temperature"),
+                "causal": widgets.Checkbox(value=False, description="causal mask")}
     view = AttentionView(figsize=(6.6, 4.0), title="weights from random scores (words are labels)")
     return LiveAttentionWidget(warmup_frame, controls, view,
                                title="Warm-up: sharpen or flatten the attention (random scores)")
