@@ -172,14 +172,6 @@ def test_grouped_query_heads_never_copy_keys_and_values():
     assert max(event.cpu_memory_usage for event in profile.events()) < b * h * n_k * d_head * 4
 
 
-def test_num_kv_heads_defaults_to_num_heads_and_sets_the_projection_sizes():
-    assert MultiHeadAttention(12, 3).num_kv_heads == 3
-    mqa = MultiHeadAttention(12, 3, num_kv_heads=1, kdim=5)
-    assert (mqa.d_model, mqa.num_heads, mqa.num_kv_heads, mqa.d_head) == (12, 3, 1, 4)
-    assert mqa.q_proj.weight.shape == mqa.out_proj.weight.shape == (12, 12)
-    assert mqa.k_proj.weight.shape == (4, 5) and mqa.v_proj.weight.shape == (4, 12)
-
-
 @pytest.mark.parametrize("g_kv", [1, 2, 4])
 def test_incremental_decoding_with_a_cache_equals_the_causal_forward(gen, g_kv):
     mha = MultiHeadAttention(16, 4, num_kv_heads=g_kv).double()
@@ -213,6 +205,9 @@ def test_split_merge_are_inverse_and_split_takes_consecutive_features(b, n, h, d
 def test_parameter_count_matches_the_module_and_torch(d_model, h, g_kv, kdim, vdim, bias):
     kwargs = {"bias": bias, "kdim": kdim, "vdim": vdim}
     ours = MultiHeadAttention(d_model, h, num_kv_heads=g_kv, **kwargs)
+    d_kv = (g_kv or h) * (d_model // h)                     # num_kv_heads defaults to num_heads
+    assert (ours.num_kv_heads, ours.d_head) == (g_kv or h, d_model // h)
+    assert ours.k_proj.weight.shape == (d_kv, kdim or d_model)
     expected = sum(p.numel() for p in ours.parameters())
     assert parameter_count(d_model, h, num_kv_heads=g_kv, **kwargs) == expected
     if g_kv is None:
