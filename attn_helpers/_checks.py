@@ -1,8 +1,5 @@
-"""Argument checks: one copy of each, clear errors that name the argument and what it got.
-
-A public function checks its arguments with these, then calls the math. A failed check raises
-``TypeError`` (wrong kind of thing) or ``ValueError`` (right kind, wrong value or shape).
-"""
+"""Argument checks, one copy of each: a ``TypeError`` (wrong kind) or ``ValueError`` (wrong value
+or shape) that names the argument and what it got. Public functions check, then call the math."""
 
 from __future__ import annotations
 
@@ -10,8 +7,7 @@ import math
 
 import torch
 
-#: The most elements one tensor of scores may have (4 GiB in float32). Notebook 08 invites sizes
-#: far past it; they are refused up front, with the estimate, instead of dying in the allocator.
+#: The most elements one tensor of scores may have (4 GiB in float32): notebook 08 invites more.
 MAX_ELEMENTS = 2**30
 
 
@@ -85,9 +81,8 @@ def broadcast_batch(*named: tuple[str, torch.Tensor, int]) -> torch.Size:
 
 
 def check_qkv(q, k, v=None, *, keys_may_be_empty: bool = False) -> torch.Size:
-    """Check ``q (..., n_q, d_k)``, ``k (..., n_k, d_k)`` and ``v (..., n_k, d_v)`` (if given):
-    floating point, one dtype, the same ``d_k >= 1`` and ``n_k >= 1`` (or 0 when allowed), batch
-    dims that broadcast. Returns the broadcast batch shape ``(...)``."""
+    """``q (..., n_q, d_k)``, ``k (..., n_k, d_k)``, ``v (..., n_k, d_v)``: floating, one dtype,
+    ``d_k >= 1``, ``n_k >= 1`` (unless allowed 0); returns the broadcast batch shape."""
     named = [("q", q, "(..., n_q, d_k)"), ("k", k, "(..., n_k, d_k)")]
     named += [] if v is None else [("v", v, "(..., n_k, d_v)")]
     for name, t, layout in named:
@@ -123,8 +118,7 @@ def require_mask(name: str, mask, target: tuple[int, ...],
 
 
 def require_distribution(name: str, weights, *, rtol: float = 1e-3) -> torch.Tensor:
-    """``weights (..., n_k)``: every row non-negative and summing to one (within ``rtol``, or the
-    dtype's rounding if larger), or all zero (a query with no visible key)."""
+    """``weights (..., n_k)``: rows non-negative summing to one (within ``rtol``), or all zero."""
     require_tensor(name, weights, floating=True)
     if weights.dim() == 0 or weights.shape[-1] == 0:
         raise ValueError(f"{name} (..., n_k) must have n_k >= 1 keys, got shape {shape(weights)}")
