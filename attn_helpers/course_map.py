@@ -38,8 +38,7 @@ COURSE = (
     Lesson("02", "query_key_value", "Query, key, value", "attention is a soft dictionary lookup",
            ("00",)),
     Lesson("03", "scaling", "Why scale by sqrt(d_k)",
-           "variance, softmax saturation and the usable learning rate",
-           ("02",)),
+           "variance, softmax saturation and the usable learning rate", ("02",)),
     Lesson("04", "multi_head", "Multi-head attention",
            "two heads can split two relations between them, on a task built for two", ("03",)),
     Lesson("05", "masking", "Masking", "causal, padding and local masks decide who sees whom",
@@ -47,11 +46,9 @@ COURSE = (
     Lesson("06", "cross_attention", "Cross-attention", "decoder queries read encoder keys/values",
            ("01", "02")),
     Lesson("07", "positional_encoding", "Positional encoding",
-           "without positions, unmasked attention is blind to order",
-           ("05",)),
+           "without positions, unmasked attention is blind to order", ("05",)),
     Lesson("08", "complexity", "Complexity",
-           "quadratic cost, measured; what tiled, linear, local and ring attention save",
-           ("05",)),
+           "quadratic cost, measured; what tiled, linear, local and ring attention save", ("05",)),
     Lesson("09", "real_model", "A real model",
            "a pretrained Transformer runs on your attention; what its 72 heads do",
            ("04", "06", "07")),
@@ -60,9 +57,8 @@ COURSE = (
            ("04", "05", "07")),
 )
 
-# Where each lesson's box sits on the map: (column, row); arrows follow `requires`. Chosen so that
-# no arrow passes through a box; the one crossing left (04 and 07 both come before both 09 and 10,
-# and four such arrows between two columns always cross once) is drawn with four separate ends.
+# Each box's (column, row), chosen so that no arrow passes through a box (04 and 07 both come
+# before 09 and 10: those four arrows must cross once, at separate ends).
 _LAYOUT = {"00": (0, 2.9), "01": (1, 4.2), "02": (1, 2.1), "06": (2, 4.2), "03": (2, 2.9),
            "05": (2, 1.1), "04": (3, 2.9), "07": (3, 1.85), "08": (3, 0.2), "09": (4, 3.9),
            "10": (4, 1.0)}
@@ -70,14 +66,14 @@ _COLUMN, _BOX_WIDTH, _BOX_HEIGHT = 1.25, 0.96, 0.88
 
 
 def _anchors(count: int, centre: float) -> list[float]:
-    """``count`` separate heights on one side of a box, spread around its centre."""
+    """``count`` separate heights on one side of a box, around its centre."""
     step = min(0.22, 0.7 * _BOX_HEIGHT / max(count, 1))
     return [centre + step * ((count - 1) / 2 - k) for k in range(count)]
 
 
 def draw_course_map(ax: Axes) -> None:
-    """The notebooks as boxes, left to right, an arrow from each prerequisite (for a 12.5 x 6 inch
-    figure). Each arrow has its own ends, ordered by height, so none cross at a box."""
+    """The notebooks as boxes, an arrow from each prerequisite, each with its own ends (for a
+    12.5 x 6 inch figure)."""
     width, height = _BOX_WIDTH, _BOX_HEIGHT
     by_number = {lesson.number: lesson for lesson in COURSE}
     edges = [(required, lesson.number) for lesson in COURSE for required in lesson.requires]

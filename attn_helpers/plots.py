@@ -1,9 +1,5 @@
-"""Static figures: attention heatmaps with token labels and entropy bars.
-
-Every function draws into a given ``ax`` (or a new figure) and returns what it drew, so notebooks
-can compose panels. Heatmaps are seaborn's; attention weights use a colour-blind-safe colormap on
-a fixed 0..1 scale; masked cells are shown in light grey.
-"""
+"""Static figures: labelled attention heatmaps (seaborn's; weights on a fixed 0..1 colour-blind-safe
+scale, masked cells grey) and entropy bars. Each draws into ``ax`` (or a new figure)."""
 
 from __future__ import annotations
 
@@ -27,7 +23,7 @@ MASKED_COLOR = "#d9d9d9"
 
 
 def weights_cmap(name: str = WEIGHTS_CMAP) -> Colormap:
-    """The weights colormap with masked (invalid) cells drawn in :data:`MASKED_COLOR`."""
+    """The colormap ``name`` with masked cells in :data:`MASKED_COLOR`."""
     return plt.get_cmap(name).with_extremes(bad=MASKED_COLOR)
 
 
@@ -53,7 +49,7 @@ def label_fontsize(n: int) -> float:
 
 
 def ceiling_staircase(ceilings) -> tuple[np.ndarray, np.ndarray]:
-    """x and y of a dashed staircase that spans each bar's row at ``x = ceilings[row]``."""
+    """x and y of a staircase spanning each bar's row at ``x = ceilings[row]``."""
     ceilings = to_numpy(ceilings)
     rows = np.arange(len(ceilings))
     return np.repeat(ceilings, 2), np.stack([rows - 0.5, rows + 0.5], 1).ravel()
@@ -64,11 +60,9 @@ def heatmap(matrix, x_labels: Sequence[str] | None = None, y_labels: Sequence[st
             vmin: float | None = 0.0, vmax: float | None = 1.0, cmap: str | Colormap | None = None,
             annotate: bool = False, colorbar: bool = True, xlabel: str = "key",
             ylabel: str = "query"):
-    """Draw a labelled ``(rows, cols)`` heatmap with seaborn's ``heatmap`` and return its colour
-    mesh: attention weights on a fixed 0..1 scale by default; ``vmin=vmax=None`` for raw scores
-    (a scale symmetric around zero, :data:`SCORES_CMAP`). Cells where the boolean ``mask`` is
-    False are grey. Cell ``(i, j)`` is centred on ``x = j, y = i`` (as ``imshow`` places it), so
-    a notebook marks a cell at its (column, row)."""
+    """A labelled ``(rows, cols)`` heatmap; returns its colour mesh. Weights on 0..1 by default;
+    ``vmin=vmax=None`` for scores (symmetric around 0). ``mask`` False: grey. Cell ``(i, j)`` is
+    centred on ``x = j, y = i``, as ``imshow`` places it."""
     import seaborn as sns  # here, not at import: the widgets use this module's small helpers
 
     data = to_numpy(matrix)
@@ -113,8 +107,8 @@ def heatmap(matrix, x_labels: Sequence[str] | None = None, y_labels: Sequence[st
 
 def entropy_bars(weights, labels: Sequence[str] | None = None, *, ax: Axes | None = None,
                  mask=None, title: str = "entropy per query"):
-    """Horizontal bars of each query's entropy (nats) with its ceiling ``ln(visible keys)``;
-    ``weights`` is ``(n_q, n_k)``; returns the bar container."""
+    """Bars of each query's entropy (nats) and its ceiling ``ln(visible keys)``, ``weights``
+    ``(n_q, n_k)``; returns the bar container."""
     w = torch.as_tensor(to_numpy(weights))
     if w.dim() != 2:
         raise ValueError(f"weights must be 2-D (n_q, n_k), got shape {tuple(w.shape)}")
@@ -124,8 +118,8 @@ def entropy_bars(weights, labels: Sequence[str] | None = None, *, ax: Axes | Non
     if ax is None:
         _, ax = plt.subplots(figsize=(3.2, 0.8 + 0.4 * n_q), layout="constrained")
     bars = ax.barh(range(n_q), entropy, color="#3b75af", height=0.7)
-    visible = np.full(n_q, n_k) if mask is None else to_numpy(
-        np.broadcast_to(to_numpy(mask), (n_q, n_k))).sum(axis=1)
+    visible = np.full(n_q, n_k) if mask is None else np.broadcast_to(
+        to_numpy(mask), (n_q, n_k)).sum(axis=1)
     ceilings = np.log(np.maximum(visible, 1))
     ax.plot(*ceiling_staircase(ceilings), color="#c0392b", linestyle="--",
             label="ceiling ln(visible keys)" if mask is not None else f"ln n = {np.log(n_k):.2f}")

@@ -1,6 +1,5 @@
-"""Notebook 02's data: section 1's query and the categories its six keys store (the keys are the
-widget's ``DEMO_KEYS``), and section 2's sentence with its features. The lookups, the hand-set
-projections and the convex hull are built in the notebook's cells."""
+"""Notebook 02's data: section 1's query and the categories of its six keys (the widget's
+``DEMO_KEYS``), and section 2's sentence with its features."""
 
 QUERY = (1.0, 0.4)                  # section 1's query, between the animals and the fruit
 CATEGORIES = ("animal", "vehicle", "fruit")

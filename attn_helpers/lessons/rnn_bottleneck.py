@@ -23,8 +23,8 @@ from ..training import TrainResult, load_checkpoint, token_accuracy, train
 from .tasks import EOS, PAD, SOS, Batch, get_task, make_batch
 
 __all__ = ["ATTENTION_KINDS", "Seq2Seq", "seq2seq_loss", "predict", "accuracy_by_length",
-           "accuracy_by_position", "input_gradient_norms", "copy_gradients", "path_length_fit",
-           "TrainConfig", "CONFIGS", "build_model", "train_seq2seq", "load_pretrained"]
+           "accuracy_by_position", "input_gradient_norms", "TrainConfig", "CONFIGS", "build_model",
+           "train_seq2seq", "load_pretrained"]
 
 ATTENTION_KINDS = ("none", "additive", "general")
 
@@ -188,26 +188,6 @@ def input_gradient_norms(model: Seq2Seq, batch: Batch) -> torch.Tensor:
             for t in range(n)]                                             # n x (b, n): over j
     model.train(was_training)
     return torch.stack(rows, dim=1).detach()                               # (b, n_t = n, n)
-
-
-def copy_gradients(norms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``norms`` ``(b, n, n)`` -> ``(gradient, share)``, both ``(n,)``: the norm from output ``t`` to
-    input ``n-1-t`` (geometric mean over examples), and its share of the row's sum (mean)."""
-    n = norms.shape[-1]
-    t = torch.arange(n)
-    own = norms[:, t, n - 1 - t]                          # (b, n): d log p(y_t) / d x_{n-1-t}
-    return own.log().mean(0).exp(), (own / norms.sum(-1)).mean(0)
-
-
-def path_length_fit(gradient: torch.Tensor) -> tuple[float, float]:
-    """``(slope, r2)`` of the least-squares line of ``log10 gradient[t]`` on ``min(t, n-1-t)``."""
-    n = len(gradient)
-    t = torch.arange(n)
-    design = torch.stack([torch.minimum(t, n - 1 - t), torch.ones(n, dtype=torch.long)], 1).double()
-    y = gradient.double().log10()[:, None]
-    fit = torch.linalg.lstsq(design, y).solution
-    residual = ((y - design @ fit) ** 2).sum() / ((y - y.mean()) ** 2).sum()
-    return fit[0, 0].item(), 1 - residual.item()
 
 
 @dataclass(frozen=True)

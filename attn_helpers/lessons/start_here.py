@@ -10,25 +10,22 @@ from pathlib import Path
 
 __all__ = ["PACKAGES", "MINIMUM", "check_environment"]
 
-#: The distributions the notebooks need; jupyterlab is optional (any Jupyter front end will do).
-PACKAGES = ("torch", "numpy", "matplotlib", "ipywidgets", "jupyterlab")
-#: Below these the course does not run (``pyproject.toml``'s floors; ipywidgets 8's protocol).
+PACKAGES = ("torch", "numpy", "matplotlib", "ipywidgets", "jupyterlab")    # jupyterlab: optional
+#: Below these the course does not run (``pyproject.toml``'s floors).
 MINIMUM = {"python": (3, 11), "torch": (2, 3), "numpy": (1, 26), "matplotlib": (3, 8),
            "ipywidgets": (8, 1)}
 REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements.txt"
 
 
 def _release(version: str) -> tuple[int, ...]:
-    """``"2.13.0+cpu"``, ``"2.14.0rc1"`` -> ``(2, 13, 0)``, ``(2, 14, 0)``; ``()`` for none."""
+    """``"2.13.0+cpu"`` -> ``(2, 13, 0)``; ``()`` for none."""
     match = re.match(r"\d+(\.\d+)*", version)
     return tuple(int(part) for part in match.group().split(".")) if match else ()
 
 
 def check_environment(path: Path | str = REQUIREMENTS) -> list[dict]:
-    """One row per package (and Python): ``name``, ``installed``, ``pinned`` (``==`` in ``path``,
-    or None) and ``status``: "ok", "different" (a warning: stored outputs may differ in the last
-    digits), "optional" (jupyterlab missing: a warning) or "too old"/"missing": then a
-    ``RuntimeError`` naming every such package."""
+    """One row per package (and Python): ``name``, ``installed``, ``pinned`` and ``status``: "ok",
+    "different" or "optional" (a warning), "too old" or "missing" (a ``RuntimeError``)."""
     path, pins = Path(path), {}
     for line in path.read_text().splitlines() if path.exists() else []:
         name, pinned, version = line.split("#")[0].partition("==")

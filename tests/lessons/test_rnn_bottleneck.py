@@ -105,28 +105,6 @@ def test_input_gradient_norms_equal_the_jacobian(kind, same_length):
         assert torch.allclose(norms[i], jacobian[:, 0].norm(dim=-1), rtol=1e-4, atol=1e-7)
 
 
-def test_copy_gradients_read_the_anti_diagonal():
-    norms = torch.ones(2, 4, 4)
-    norms[0, :, :] = 2.0
-    for t in range(4):
-        norms[:, t, 3 - t] = torch.tensor([8.0, 2.0]) * (t + 1)
-    gradient, share = seq2seq.copy_gradients(norms)
-    expected = torch.tensor([4.0, 8.0, 12.0, 16.0])           # geometric mean of 8(t+1), 2(t+1)
-    assert torch.allclose(gradient, expected)
-    own = torch.tensor([[8.0, 16, 24, 32], [2, 4, 6, 8]])
-    rest = torch.tensor([[6.0], [3.0]])
-    assert torch.allclose(share, (own / (own + rest)).mean(0))
-
-
-def test_path_length_fit_recovers_an_exponential_and_rejects_noise(gen):
-    t = torch.arange(9)
-    distance = torch.minimum(t, 8 - t).double()
-    slope, r2 = seq2seq.path_length_fit(10 ** (1.0 - 0.3 * distance))
-    assert abs(slope + 0.3) < 1e-9 and abs(r2 - 1) < 1e-9
-    _, r2_noise = seq2seq.path_length_fit(10 ** torch.rand(9, generator=gen, dtype=torch.float64))
-    assert r2_noise < 0.9
-
-
 def test_model_bad_inputs(batch):
     with pytest.raises(ValueError, match="attention must be one of"):
         Seq2Seq(13, 13, attention="luong")
