@@ -54,10 +54,6 @@ def _partial(q_block, k_block, v_block, q_range, kv_range, *, causal: bool, scal
     return block_state(scores, v_block)
 
 
-def _fold(state: OnlineSoftmaxState, part: OnlineSoftmaxState | None) -> OnlineSoftmaxState:
-    return state if part is None else merge_states(state, part)
-
-
 def _prepare(q, k, v, world_size, causal):
     check_qkv(q, k, v)
     require_bool("causal", causal)
@@ -83,7 +79,7 @@ def simulate_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size:
             part = _partial(q[..., start:end, :], k[..., held[0]:held[1], :],
                             v[..., held[0]:held[1], :], (start, end), held, causal=causal,
                             scale=scale)
-            state = _fold(state, part)
+            state = state if part is None else merge_states(state, part)
         outputs.append(finalize(state))
     return torch.cat(outputs, dim=-2)
 
@@ -149,7 +145,7 @@ def _worker(rank: int, world_size: int, store_file: str, blocks, shards, causal:
             start = time.perf_counter()
             part = _partial(q_block, k_held, v_held, blocks[rank], blocks[held], causal=causal,
                             scale=scale)
-            state = _fold(state, part)                                # meanwhile, the transfer
+            state = state if part is None else merge_states(state, part)   # meanwhile, the transfer
             computed_at = time.perf_counter()
             for request in requests:
                 request.wait()

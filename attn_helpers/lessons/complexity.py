@@ -151,12 +151,6 @@ def copy_bandwidth_gbps(device: str = "cpu", n_bytes: int = 256 * 2**20,
     return 2 * n_bytes / (best_ms / 1000.0) / 1e9
 
 
-def machine_record(device: str = "cpu") -> dict:
-    """``{"method": "machine", "cache_bytes": cache_sizes(), "copy_gbps": ...}``."""
-    return {"method": "machine", "cache_bytes": cache_sizes() if device == "cpu" else {},
-            "copy_gbps": round(copy_bandwidth_gbps(device), 3)}
-
-
 def bench_attention(max_n: int = 8192, device: str = "cpu",
                     methods=ATTENTION_METHODS + FWD_BWD_METHODS, *, budget_s: float = 1.0,
                     fwd_bwd_max_n: int = FWD_BWD_MAX_N, references: bool = True) -> list[dict]:
@@ -194,7 +188,8 @@ def bench_attention(max_n: int = 8192, device: str = "cpu",
             })
     if references:
         records.append({"method": "matmul_peak", "gflops": round(matmul_gflops(device), 3)})
-        records.append(machine_record(device))
+        records.append({"method": "machine", "cache_bytes": cache_sizes() if device == "cpu" else {},
+                        "copy_gbps": round(copy_bandwidth_gbps(device), 3)})
     return records
 
 
