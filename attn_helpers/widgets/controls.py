@@ -34,9 +34,8 @@ def control_problem(name: str, control, value) -> str | None:
         low, high = control.min, control.max
         if isinstance(control, widgets.FloatLogSlider):  # its min and max are exponents
             low, high = control.base ** low, control.base ** high
-        if not low <= value <= high:
-            return f"{name} must be between {low:g} and {high:g}, got {value!r}"
-        return None
+        return None if low <= value <= high else (
+            f"{name} must be between {low:g} and {high:g}, got {value!r}")
     if isinstance(control, widgets.Text | widgets.Textarea) and not isinstance(value, str):
         return f"{name} must be text, got {type(value).__name__}"
     return None

@@ -153,12 +153,10 @@ class CellPainter:
         n_q, n_k = self.colors.shape[:2]
         if not n_q or not n_k:
             return
-        height = buffer.shape[0]
-        x = np.rint(self.ax.transData.transform(
-            np.stack([np.arange(n_k + 1) - 0.5, np.zeros(n_k + 1)], 1))[:, 0]).astype(int)
-        y = np.rint(height - self.ax.transData.transform(
-            np.stack([np.zeros(n_q + 1), np.arange(n_q + 1) - 0.5], 1))[:, 1]).astype(int)
-        x, y = np.clip(x, 0, buffer.shape[1]), np.clip(y, 0, height)
+        height, width = buffer.shape[:2]
+        edges = self.ax.transData.transform(np.arange(max(n_q, n_k) + 1)[:, None] - [0.5, 0.5])
+        x = np.clip(np.rint(edges[:n_k + 1, 0]).astype(int), 0, width)
+        y = np.clip(np.rint(height - edges[:n_q + 1, 1]).astype(int), 0, height)
         cells = np.repeat(self.colors, np.diff(y), axis=0)           # each row of cells, its pixels
         buffer[y[0]:y[-1], x[0]:x[-1]] = np.repeat(cells, np.diff(x), axis=1)
 
