@@ -77,10 +77,8 @@ def test_reading_the_widget_draws_a_waiting_move_first():
 
 @pytest.mark.slow
 def test_a_burst_of_comm_updates_in_a_real_kernel_coalesces():
-    """The browser's side of a drag: 20 ``comm_msg`` updates of a slider sent at once to an
-    ipykernel; the kernel draws fewer than 20 pictures and ends on the last value. How many fewer
-    depends on how fast this machine reads a queued message (2-3 pictures on a quiet one), so only
-    "fewer" is asserted: without coalescing it would draw all 20."""
+    """20 ``comm_msg`` updates of a slider sent at once to an ipykernel, as a browser drag sends
+    them: fewer than 20 pictures (how many fewer depends on the machine), ending on the last."""
     from jupyter_client.manager import start_new_kernel
 
     manager, client = start_new_kernel(kernel_name="python3")
