@@ -66,10 +66,9 @@ def test_the_sampler(setup):
     assert "vocabulary" in sampler.output.value
 
 
-def test_the_picture_names_its_layer_and_head_and_the_dashed_ceiling(setup):
+def test_the_widget_opens_on_the_head_asked_for_and_its_picture_names_it(setup):
     model, corpus = setup
-    widget = gw.gpt_widget(model, corpus, "The for statement")
-    widget.set(layer=2, head=3)
+    widget = gw.gpt_widget(model, corpus, "The for statement", layer=2, head=3)
     view = widget.view
     assert view.title.texts == ["layer 2, head 3: attention weights"]
     # the title is pasted text at matplotlib's title place: a head move does not redraw the figure
@@ -83,12 +82,6 @@ def test_the_picture_names_its_layer_and_head_and_the_dashed_ceiling(setup):
     assert view.blit._background is background and widget.image.value != before
     title = view.heads.ax.get_title()
     assert title.startswith("this layer's heads") and "dashes" in view.heads.ax.get_xlabel()
-
-
-def test_the_widget_opens_on_the_layer_and_head_asked_for(setup):
-    model, corpus = setup
-    widget = gw.gpt_widget(model, corpus, "The for statement", layer=2, head=3)
-    assert widget.view.title.texts == ["layer 2, head 3: attention weights"]
     with pytest.raises(ValueError, match="head must be between 1 and 4"):
         gw.gpt_widget(model, corpus, "The for statement", head=5)
     with pytest.raises(TypeError, match="layer must be an int"):
