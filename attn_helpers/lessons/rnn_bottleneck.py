@@ -20,11 +20,11 @@ from .._checks import require_positive_int, require_tensor, shape
 from ..attention import AdditiveScore, masked_softmax, scaled_dot_product_scores
 from ..masks import padding_mask
 from ..training import TrainResult, load_checkpoint, token_accuracy, train
-from .tasks import EOS, PAD, SOS, Batch, get_task, make_batch
+from .tasks import PAD, SOS, Batch, get_task, make_batch
 
 __all__ = ["ATTENTION_KINDS", "Seq2Seq", "seq2seq_loss", "predict", "accuracy_by_length",
-           "accuracy_by_position", "input_gradient_norms", "TrainConfig", "CONFIGS", "build_model",
-           "train_seq2seq", "load_pretrained"]
+           "input_gradient_norms", "TrainConfig", "CONFIGS", "build_model", "train_seq2seq",
+           "load_pretrained"]
 
 ATTENTION_KINDS = ("none", "additive", "general")
 
@@ -160,14 +160,6 @@ def accuracy_by_length(model: Seq2Seq, batches: dict) -> dict:
         n = tokens.shape[1]
         result[key] = token_accuracy(tokens, batch.tgt_out[:, :n], batch.content_mask[:, :n])
     return result
-
-
-def accuracy_by_position(model: Seq2Seq, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sources of one length ``n`` -> ``(accuracy, end_share)``, both ``(n,)`` over output steps:
-    the share of greedy tokens that are right, and the share that are ``</s>``."""
-    tokens, _ = predict(model, batch)
-    n = tokens.shape[1]
-    return ((tokens == batch.tgt_out[:, :n]).float().mean(0), (tokens == EOS).float().mean(0))
 
 
 def input_gradient_norms(model: Seq2Seq, batch: Batch) -> torch.Tensor:
