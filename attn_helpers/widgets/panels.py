@@ -75,7 +75,7 @@ class EntropyBars:
         self.ceiling.set_data(*ceiling_staircase(ceilings))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)
 def _coverage(text: str, size: float, rotate: bool, dpi: float) -> np.ndarray:
     """``(h, w)`` coverage in 0..1 of ``text``, drawn by FreeType as Agg draws text."""
     font = get_font(findfont(FontProperties()))
@@ -111,6 +111,8 @@ class TextSprites:
         """``(1 - a, colour * a)`` of ``text``'s coverage ``a``: a paint is two operations."""
         key = (text, self.size, self.rotate)
         if key not in self._blends:
+            if len(self._blends) >= 4096:   # free text (a prompt) must not grow it forever
+                self._blends.clear()
             a = _coverage(text, self.size, self.rotate, self.blit.figure.dpi)[:, :, None]
             self._blends[key] = (1 - a, self.color * a)
         return self._blends[key]
