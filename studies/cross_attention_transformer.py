@@ -67,27 +67,6 @@ def alignment_table(gru, transformer):
     return table
 
 
-def transformer_claims(tables):
-    """The statements comparing the two models' alignments, on ``{seed: alignment_table}``."""
-    field, entropy = "digit steps on their field", "digit-step entropy (nats)"
-    seeds = ", ".join(map(str, tables))
-    gru = {seed: table["GRU (1 head)"] for seed, table in tables.items()}
-    heads = {seed: [row for name, row in table.items() if name.startswith("Transformer head")]
-             for seed, table in tables.items()}
-    return {
-        f"seeds {seeds}: both models decode >= 99% of the test tokens correctly": all(
-            gru[s]["token accuracy"] >= 0.99 and heads[s][0]["token accuracy"] >= 0.99
-            for s in tables),
-        "every Transformer head is less aligned with the fields than the GRU": all(
-            row[field] < gru[s][field] for s in tables for row in heads[s]),
-        "yet every head still reads the right field at most digit steps (60% to 95%)": all(
-            0.6 < row[field] < 0.95 for s in tables for row in heads[s]),
-        "in every seed, the mean of the heads' digit-step entropies is above the GRU's": all(
-            sum(row[entropy] for row in heads[s]) / len(heads[s]) > gru[s][entropy]
-            for s in tables),
-    }
-
-
 def main():
     gru = rnn_bottleneck.load_pretrained("seq2seq_dates_general")
     tables, models = {}, {}
@@ -98,7 +77,7 @@ def main():
                              for name, row in table.items()}
         print(f"seed {seed}:", json.dumps(tables[str(seed)]))
 
-    claims = transformer_claims(tables)
+    claims = cross_attention.transformer_claims(tables)
     failed = [claim for claim, holds in claims.items() if not holds]
     assert not failed, failed
 

@@ -17,7 +17,8 @@ from ..transformer import DecoderLayer, FeedForward
 from .tasks import DATES, ISO_STEP_FIELDS, PAD, SOS, Batch, date_fields
 
 __all__ = ["cross_attention_memory_once", "date_field_hits", "EncoderLayer", "TransformerSeq2Seq",
-           "TRANSFORMER_RECORD", "TRANSFORMER_CHECKPOINT", "load_transformer"]
+           "TRANSFORMER_RECORD", "TRANSFORMER_CHECKPOINT", "load_transformer",
+           "transformer_claims"]
 
 
 def cross_attention_memory_once(cross: MultiHeadAttention, y: torch.Tensor,
@@ -136,3 +137,24 @@ def load_transformer() -> TransformerSeq2Seq:
     model = TransformerSeq2Seq()
     load_checkpoint(model, TRANSFORMER_CHECKPOINT)
     return model
+
+
+def transformer_claims(tables: dict) -> dict[str, bool]:
+    """The statements comparing the two models' alignments, on ``{seed: alignment_table}``."""
+    field, entropy = "digit steps on their field", "digit-step entropy (nats)"
+    seeds = ", ".join(map(str, tables))
+    gru = {seed: table["GRU (1 head)"] for seed, table in tables.items()}
+    heads = {seed: [row for name, row in table.items() if name.startswith("Transformer head")]
+             for seed, table in tables.items()}
+    return {
+        f"seeds {seeds}: both models decode >= 99% of the test tokens correctly": all(
+            gru[s]["token accuracy"] >= 0.99 and heads[s][0]["token accuracy"] >= 0.99
+            for s in tables),
+        "every Transformer head is less aligned with the fields than the GRU": all(
+            row[field] < gru[s][field] for s in tables for row in heads[s]),
+        "yet every head still reads the right field at most digit steps (60% to 95%)": all(
+            0.6 < row[field] < 0.95 for s in tables for row in heads[s]),
+        "in every seed, the mean of the heads' digit-step entropies is above the GRU's": all(
+            sum(row[entropy] for row in heads[s]) / len(heads[s]) > gru[s][entropy]
+            for s in tables),
+    }
