@@ -148,8 +148,8 @@ class MultiHeadAttention(nn.Module):
         b, n_q, n_k = query.shape[0], query.shape[1], key.shape[1]
         if require_tensor("mask", mask).dim() == 3:
             mask = mask.unsqueeze(1)  # (b, 1, n_q, n_k): the same mask for every head
-        require_mask("mask", mask, (b, h, n_q, n_k), "(b, h, n_q, n_k) (pass (n_q, n_k), "
-                     "(b, n_q, n_k) or (b, h, n_q, n_k))")
+        require_mask("mask", mask, (b, h, n_q, n_k), "(b, h, n_q, n_k) (a 3-D mask (b, n_q, n_k) "
+                     "is read as (b, 1, n_q, n_k))")
         # to the layout of the scores, a group's h/g heads stacked as rows: (..., h/g * n_q, n_k)
         if mask.dim() <= 2:
             return mask.expand(n_q, n_k).repeat(h // g, 1)
