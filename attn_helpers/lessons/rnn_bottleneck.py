@@ -4,7 +4,8 @@ A bidirectional GRU reads the source into states :math:`H` and a context vector 
 decoder starts from :math:`\tanh(c W_b)` and predicts :math:`\mathrm{softmax}(\tanh([s_t; c_t] W_c)
 W_y)`. With ``attention="none"``, :math:`c_t = c`: a Sutskever et al. (2014) style model whose
 readout also sees :math:`c` (Cho et al., 2014, also fed :math:`c` into every GRU update; not here).
-``"additive"`` (Bahdanau et al., 2015) and ``"general"`` (Luong et al., 2015) attend from :math:`s_t`.
+``"additive"`` (Bahdanau et al.'s 2015 score) and ``"general"`` (Luong et al.'s 2015 score) attend
+from the current state :math:`s_t`, wired as Luong et al.'s global attention.
 """
 
 from __future__ import annotations
