@@ -1,7 +1,6 @@
-"""JupyterLab's kernel websocket with ``TCP_NODELAY``: jupyter_server leaves Nagle's algorithm on,
-which holds a slider move's small replies back (``bench browser``'s floor: a median of 65 ms
-without, 33 ms with). The package's ``jupyter_server_config.d/attn_helpers.json`` enables this
-server extension in every ``jupyter lab`` of the environment, unless another class was chosen."""
+"""JupyterLab's kernel websocket with ``TCP_NODELAY`` (Nagle's algorithm held a slider move's small
+replies back: ``bench browser``'s floor 65 ms without, 33 ms with); enabled by the package's
+``jupyter_server_config.d/attn_helpers.json`` unless another class was chosen."""
 
 from __future__ import annotations
 
