@@ -3,6 +3,8 @@ Transformer encoder-decoder."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -58,3 +60,15 @@ def test_transformer_shapes_padding_and_greedy_decoding():
     with torch.no_grad():
         forced, _ = model(batch.src, batch.src_lengths, fed)
     assert torch.equal(forced.argmax(-1), tokens)       # causal: each step as if decoded alone
+
+
+def _failing(claims: dict) -> list[str]:
+    return [statement for statement, holds in claims.items() if not holds]
+
+
+def test_transformer_claims_hold_on_the_record_and_fail_when_one_is_made_false():
+    tables = json.loads(cross_attention.TRANSFORMER_RECORD.read_text())["tables"]
+    assert _failing(cross_attention.transformer_claims(tables)) == []
+    tables["1"]["Transformer head 0"]["digit steps on their field"] = 0.5    # below 60%
+    failing = _failing(cross_attention.transformer_claims(tables))
+    assert len(failing) == 1 and failing[0].startswith("yet every head still reads")

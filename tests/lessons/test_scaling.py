@@ -1,7 +1,11 @@
-"""Notebook 03's lesson module: the softmax Jacobian against autograd, the retrieval model and
-exercise 3's gradient table (the claims are asserted in the notebook)."""
+"""Notebook 03's lesson module: the softmax Jacobian against autograd, the retrieval model,
+exercise 3's gradient table, and the claims functions (on the shipped record, and made false)."""
 
 from __future__ import annotations
+
+import copy
+import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -100,3 +104,50 @@ def test_projection_table_runs_a_learners_function_and_equals_autograd():
         (256,), (0,), batch=4)
     scaled_256 = next(r for r in auto if r["d_k"] == 256 and r["seed"] == 0 and r["scaled"])
     assert wrong[1]["scaled"] and wrong[1]["W_Q"] == pytest.approx(16 * scaled_256["W_Q"])
+
+
+def _failing(claims: dict) -> list[str]:
+    return [statement for statement, holds in claims.items() if not holds]
+
+
+def _adam_runs(end_std: float) -> dict:
+    """Two made-up Adam runs of 300 steps that meet section 4's statements when ``end_std > 2``."""
+    scaled = [0.5] * 49 + [0.001] * 251
+    unscaled = [1.0] * 100 + [0.0] * 170 + [0.5] * 30                  # 30 spikes, median 0
+    return {True: SimpleNamespace(losses=scaled, evaluations=[(0, {"score std": 1.0}),
+                                                              (300, {"score std": end_std})]),
+            False: SimpleNamespace(losses=unscaled, evaluations=[])}
+
+
+def test_training_claims_hold_in_the_record_and_fail_when_one_is_made_false():
+    assert _failing(scaling.training_claims(_adam_runs(3.0))) == []
+    failing = _failing(scaling.training_claims(_adam_runs(1.5)))
+    assert len(failing) == 1 and failing[0].startswith("training multiplies")
+    adam = json.loads(scaling.RECORD.read_text())["adam"]             # the study's per-seed claims
+    assert all(all(r["claims"].values()) for r in adam)
+
+
+def test_sgd_and_lr_claims_hold_on_the_record_and_fail_when_one_is_made_false():
+    record = json.loads(scaling.RECORD.read_text())
+    assert _failing(scaling.sgd_claims(record["sgd"])) == []
+    assert _failing(scaling.lr_claims(record["sweep"])) == []
+    sgd = copy.deepcopy(record["sgd"])
+    run = next(r for r in sgd if r["lr"] == 3.0 and r["seed"] == 0 and not r["scaled"])
+    run["losses"][-50:] = [0.0] * 50                                  # the unscaled run learns
+    failing = _failing(scaling.sgd_claims(sgd))
+    assert len(failing) == 1 and failing[0].startswith("SGD, lr 3:")
+    sweep = [r | {"end": 0.0} if r["lr"] == 0.03 and not r["scaled"] else r for r in record["sweep"]]
+    failing = _failing(scaling.lr_claims(sweep))                      # best rate at the edge
+    assert len(failing) == 1 and failing[0].startswith("SGD at 7 rates")
+
+
+def test_projection_claims_hold_on_one_seed_and_fail_when_one_is_made_false():
+    table = scaling.projection_gradient_table(None, scaling.D_KS, (0,))
+    assert _failing(scaling.projection_claims(table)) == []
+    assert _failing(scaling.projection_claims(table, why=True)) == []
+    steep = [r | {"W_Q": 1.3 * r["W_Q"]} if r["d_k"] == 1024 and r["scaled"] else r for r in table]
+    failing = _failing(scaling.projection_claims(steep))
+    assert len(failing) == 1 and failing[0].startswith("scaled: |dW_Q| flat")
+    spread = [r | {"top share": 0.5} if r["d_k"] == 1024 and not r["scaled"] else r for r in table]
+    failing = _failing(scaling.projection_claims(spread, why=True))
+    assert len(failing) == 1 and failing[0].startswith("d_k = 1024: the top 10%")
