@@ -1,6 +1,7 @@
 """Notebook 06, cross-attention: the memory projected once per sentence, whether each ISO date
 step reads its own field, and a small Transformer encoder-decoder on the dates task (trained by
-``studies/cross_attention_transformer.py``)."""
+``studies/cross_attention_transformer.py``; :func:`transformer_claims` holds the thresholds the
+study and the notebook assert)."""
 
 from __future__ import annotations
 
