@@ -88,21 +88,6 @@ def test_broadcast_batch_gradients_are_summed_back(gen):
         torch.testing.assert_close(g, e)
 
 
-def test_tiled_saves_O_n_d_for_backward_not_the_score_matrix(gen):
-    """Notebook 08 shows the control: naive autograd saves (n, n) matrices."""
-    n, d = 512, 16
-    q, k, v = (t.float().requires_grad_() for t in qkv(gen, 2, n, d))
-    saved = []
-
-    def pack(t):
-        saved.append(t.nbytes)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        eff.tiled_attention(q, k, v, causal=True)
-    assert sum(saved) == (4 * 2 * n * d + 2 * n) * 4     # q, k, v, O and lse, in float32
-
-
 def test_no_keys_give_zero_output_minus_inf_lse_and_zero_gradients(gen):
     q = torch.randn(2, 5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
     k, v = torch.zeros(2, 0, 4, dtype=torch.float64), torch.zeros(2, 0, 3, dtype=torch.float64)
