@@ -75,10 +75,9 @@ def draw_course_map(ax: Axes) -> None:
     """The notebooks as boxes, an arrow from each prerequisite, each with its own ends (for a
     12.5 x 6 inch figure)."""
     width, height = _BOX_WIDTH, _BOX_HEIGHT
-    by_number = {lesson.number: lesson for lesson in COURSE}
     edges = [(required, lesson.number) for lesson in COURSE for required in lesson.requires]
     starts, ends = {}, {}
-    for number in by_number:
+    for number in _LAYOUT:
         outgoing = sorted((e for e in edges if e[0] == number), key=lambda e: -_LAYOUT[e[1]][1])
         incoming = sorted((e for e in edges if e[1] == number), key=lambda e: -_LAYOUT[e[0]][1])
         starts.update(zip(outgoing, _anchors(len(outgoing), _LAYOUT[number][1]), strict=True))
