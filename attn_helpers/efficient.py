@@ -219,13 +219,9 @@ def _check_causal(q, k, causal: bool) -> None:
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_size: int = 64,
                     causal: bool = False, return_lse: bool = False,
                     query_block_size: int | None = None, scale: float | None = None):
-    """Exact attention, FlashAttention's way: tiles of scores folded by online softmax, and a
-    backward that recomputes them from ``q, k, v, O, lse``.
-
-    q ``(..., n_q, d_k)``, k ``(..., n_k, d_k)``, v ``(..., n_k, d_v)``; ``block_size`` keys and
-    ``query_block_size`` (default ``block_size``) queries per tile; ``causal`` needs ``n_q == n_k``.
-    Returns ``O`` ``(..., n_q, d_v)``, or ``(O, lse)`` with ``lse`` ``(..., n_q)``; no keys: 0, -inf.
-    """
+    """Exact attention, FlashAttention's way: online softmax over tiles of ``block_size`` keys and
+    ``query_block_size`` queries, a backward that recomputes them. Shapes as softmax attention;
+    ``causal`` needs ``n_q == n_k``. Returns ``O``, or ``(O, lse)`` with ``lse`` ``(..., n_q)``."""
     batch = check_qkv(q, k, v, keys_may_be_empty=True)
     require_positive_int("block_size", block_size)
     query_block_size = require_positive_int(
