@@ -352,7 +352,7 @@ MODEL_MISTAKES = [
     ("positions_from_one", "the positions start one too late: the first new character is at "
      "position start."),
     ("positions_not_offset", "the positions ignore start: the new tokens come after the start "
-     "already cached, not at 0..n-1."),
+     "characters already cached, not at 0..n-1."),
     ("caches_not_passed", "the caches never reached the blocks: block i gets caches[i] (None "
      "without caches)."),
     ("no_final_norm", "the final LayerNorm is missing: pre-norm leaves the stream unnormalised "
@@ -464,7 +464,7 @@ TRAIN_MISTAKES = [
     ("sum", "the loss is summed over positions: take the mean (cross_entropy's default)."),
     ("sum_over_positions", "the loss is summed over each chunk's positions: a per-character loss "
      "is the mean over every position."),
-    ("softmax_first", "softmax before cross_entropy, which takes raw logits."),
+    ("softmax_first", "softmax was applied before cross_entropy, which takes raw logits."),
     ("nll_on_logits", "F.nll_loss on raw logits expects log-probabilities: use F.cross_entropy."),
     ("last_only", "only the last position is trained: every position predicts its next character."),
     ("no_clip", "the gradient was unclipped, or clipped piece by piece: clip the joint norm of all "
@@ -549,7 +549,7 @@ SCHEDULE_MISTAKES = [
     ("cosine_over_all", "the cosine counts from step 0: its progress is (step - warmup) / (steps - "
      "warmup)."),
     ("to_zero", "the cosine ends at 0: it ends at recipe.min_lr."),
-    ("linear", "the decay is linear: it is half a cosine period."),
+    ("linear", "the decay is linear: after the warm-up it follows half a cosine period."),
     ("no_half", "cos(pi * progress) runs from 1 to -1, so the rate goes negative: use (1 + cos(pi "
      "* progress)) / 2."),
 ]
