@@ -12,7 +12,7 @@ __all__ = ["PACKAGES", "MINIMUM", "check_environment"]
 
 PACKAGES = ("torch", "numpy", "matplotlib", "ipywidgets", "jupyterlab")    # jupyterlab: optional
 #: Below these the course does not run (``pyproject.toml``'s floors).
-MINIMUM = {"python": (3, 11), "torch": (2, 3), "numpy": (1, 26), "matplotlib": (3, 8),
+MINIMUM = {"python": (3, 11), "torch": (2, 5), "numpy": (1, 26), "matplotlib": (3, 8),
            "ipywidgets": (8, 1)}
 REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements.txt"
 
