@@ -4,7 +4,6 @@ cached step), generation, the training loop's pieces, the head scores and the st
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
 import torch
@@ -85,26 +84,6 @@ def test_a_short_training_run_lowers_the_held_out_loss_and_logs_a_curve():
     assert [s for s, _, _ in curve] == [30, 60] and curve[-1][2] < before - 0.5
     stopped = bg.train(model, bg.train_step, corpus, recipe, torch.Generator(), stop=10)
     assert stopped == []                                           # no evaluation before step 30
-
-
-def test_a_step_returning_the_loss_as_a_tensor_trains_without_a_warning():
-    corpus = bg.load_corpus()
-    torch.manual_seed(0)
-    model = bg.GPT(bg.GPTConfig(corpus.vocab_size, context=8, d_model=16, num_heads=2,
-                                num_layers=1, d_ff=16))
-
-    def step(model, optimizer, chunk):
-        loss = bg.next_token_loss(model, chunk)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss                                              # a tensor, not loss.item()
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        curve = bg.train(model, step, corpus, bg.Recipe(steps=3, batch=2, lr=1e-3, warmup=1,
-                                                        eval_every=3), torch.Generator())
-    assert len(curve) == 1 and all(isinstance(v, float) for v in curve[0][1:])
 
 
 def test_head_scores_find_a_previous_character_head():
