@@ -44,7 +44,7 @@ def test_too_old_fails_naming_the_package_and_a_missing_jupyterlab_only_warns(tm
 
     monkeypatch.setattr(lesson.metadata, "version", version)
     with pytest.warns(UserWarning, match="jupyterlab is not installed"), pytest.raises(
-            RuntimeError, match=r"torch >= 2.3 \(found 2.1.0\), ipywidgets >= 8.1"):
+            RuntimeError, match=r"torch >= 2.5 \(found 2.1.0\), ipywidgets >= 8.1"):
         lesson.check_environment(tmp_path / "none.txt")
     versions.update(torch="2.13.0", ipywidgets="8.1.9")
     with pytest.warns(UserWarning, match="jupyterlab is not installed"):
