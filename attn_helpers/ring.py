@@ -1,7 +1,6 @@
 """Ring attention (Liu et al., 2023): rank ``r`` of ``P`` keeps query block ``r`` while the key/value
 blocks travel the ring (block ``(r - s) mod P`` at step ``s``), each folded into its online-softmax
-state as the next one arrives. :func:`ring_attention` runs ``P`` processes (gloo on 127.0.0.1);
-:func:`simulate_ring` runs the same schedule in one process.
+state as the next one arrives. :func:`ring_attention` runs ``P`` processes (gloo on 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import torch.multiprocessing as mp
 from ._checks import check_qkv, require_bool, require_number, require_positive_int, resolve_scale, shape
 from .efficient import OnlineSoftmaxState, block_state, finalize, init_state, merge_states, tile_scores
 
-__all__ = ["ring_schedule", "split_blocks", "simulate_ring", "ring_attention"]
+__all__ = ["ring_schedule", "split_blocks", "ring_attention"]
 
 LOOPBACK = "127.0.0.1"
 TRANSFER_REPEATS = 5                  # timings of a lone transfer (median kept)
@@ -64,24 +63,6 @@ def _prepare(q, k, v, world_size, causal):
         raise ValueError(f"q, k and v need the same batch dimensions, got q {shape(q)}, "
                          f"k {shape(k)}, v {shape(v)}")
     return split_blocks(q.shape[-2], world_size), resolve_scale(None, q.shape[-1])
-
-
-def simulate_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size: int = 2, *,
-                  causal: bool = False) -> torch.Tensor:
-    """Ring attention's schedule in one process. q, k ``(..., n, d_k)``, v ``(..., n, d_v)`` ->
-    ``(..., n, d_v)``, equal to exact attention (causal if ``causal``)."""
-    blocks, scale = _prepare(q, k, v, world_size, causal)
-    outputs = []
-    for rank, (start, end) in enumerate(blocks):
-        state = init_state(q.shape[:-2], end - start, v.shape[-1], dtype=q.dtype, device=q.device)
-        for step in range(world_size):
-            held = blocks[(rank - step) % world_size]                 # the block visiting rank
-            part = _partial(q[..., start:end, :], k[..., held[0]:held[1], :],
-                            v[..., held[0]:held[1], :], (start, end), held, causal=causal,
-                            scale=scale)
-            state = state if part is None else merge_states(state, part)
-        outputs.append(finalize(state))
-    return torch.cat(outputs, dim=-2)
 
 
 def _loopback_interface() -> str | None:

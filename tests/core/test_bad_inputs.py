@@ -10,7 +10,7 @@ import torch
 
 import attn_helpers as ah
 from attn_helpers import efficient as eff
-from attn_helpers.ring import simulate_ring
+from attn_helpers.ring import ring_attention
 from attn_helpers.widgets import AttentionFrame
 
 V, T = ValueError, TypeError
@@ -165,9 +165,9 @@ CASES = {
         lambda: eff.backward_tile(t(3, 4), t(5, 4), t(5, 2), t(3, 2), t(3), t(3, 1)),
         V, r"lse.*n_q=3.*\(3,\)"),
     "linear step d_k": (lambda: eff.linear_attention_step(None, t(3), t(4), t(4)), V, r"q_t \(3,\)"),
-    "ring n_q != n_k": (lambda: simulate_ring(t(6, 4), t(4, 4), t(4, 4)), V, r"same n"),
+    "ring n_q != n_k": (lambda: ring_attention(t(6, 4), t(4, 4), t(4, 4)), V, r"same n"),
     "ring world_size above n": (
-        lambda: simulate_ring(t(2, 4), t(2, 4), t(2, 4), 3), V, r"world_size=3.*n=2"),
+        lambda: ring_attention(t(2, 4), t(2, 4), t(2, 4), 3), V, r"world_size=3.*n=2"),
     # the decoder layer and the tiny language model
     "decoder x width": (lambda: DECODER(t(2, 3, 7), t(2, 4, 8)), V, r"\bx\b.*\(2, 3, 7\)"),
     "decoder memory_padding shape": (
