@@ -22,10 +22,9 @@ from ..measure import PowerLaw, fit_power_law, peak_bytes, time_call
 
 __all__ = [
     "ATTENTION_FUNCTIONS", "ATTENTION_METHODS", "BENCHMARK_FILE", "FIT_N_MIN", "FWD_BWD_METHODS",
-    "LOCAL_WINDOW", "attention_flops", "attention_sizes", "bench_attention",
-    "cache_sizes", "copy_bandwidth_gbps", "fit_methods", "fwd_bwd_call", "last_level_cache",
-    "load_benchmark", "machine", "matmul_gflops", "naive_attention", "saved_bytes", "series",
-    "validate_records",
+    "LOCAL_WINDOW", "attention_flops", "attention_sizes", "bench_attention", "cache_sizes",
+    "copy_bandwidth_gbps", "fit_methods", "fwd_bwd_call", "load_benchmark", "machine",
+    "matmul_gflops", "naive_attention", "saved_bytes", "series", "validate_records",
 ]
 
 
@@ -133,11 +132,6 @@ def cache_sizes() -> dict[str, int]:
             if done.returncode == 0 and done.stdout.strip().isdigit() and int(done.stdout) > 0:
                 sizes[name] = int(done.stdout)
     return sizes
-
-
-def last_level_cache(sizes: dict[str, int]) -> int:
-    """The largest cache of :func:`cache_sizes` in bytes, 0 if unknown."""
-    return max(sizes.values(), default=0)
 
 
 def copy_bandwidth_gbps(device: str = "cpu", n_bytes: int = 256 * 2**20,

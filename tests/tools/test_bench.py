@@ -91,8 +91,6 @@ def test_cache_sizes():
     assert all(isinstance(v, int) and v > 0 for v in sizes.values())
     if sizes:                                                    # Linux (sysfs) or macOS
         assert "L1d" in sizes and "L1i" not in sizes
-        assert cx.last_level_cache(sizes) == max(sizes.values())
-    assert cx.last_level_cache({}) == 0
 
 
 def test_verdict_checks_the_three_targets():
