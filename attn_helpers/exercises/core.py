@@ -130,14 +130,6 @@ class AllocationWatch(torch.overrides.TorchFunctionMode):
         return out
 
 
-def held(t: torch.Tensor) -> int:
-    """How many numbers the storage behind ``t`` (or its base) holds."""
-    try:
-        return t.untyped_storage().nbytes() // t.element_size()
-    except (RuntimeError, NotImplementedError):   # no storage to read (a meta or sparse tensor)
-        return 0
-
-
 def check_function(candidate: Callable, reference: Callable, cases: Iterable[dict], *,
                    what: str = "your function", output_names: Sequence[str] = ("the output",),
                    mistakes: Sequence[Mistake] = (), nan_hint: str | None = None,
@@ -243,22 +235,3 @@ def detached_parts(wrong: dict, fused: str) -> list[str]:
     got, expected = (t.reshape(3, -1) for t in wrong[fused])
     return [name for name, g, e in zip(("query", "key", "value"), got, expected, strict=True)
             if not _close(g, e, 1e-5, 1e-4)]
-
-
-def as_number(fn: Callable, expected: str) -> Callable:
-    """``fn`` returning a plain number, as a float64 scalar tensor (``None`` stays ``None``);
-    anything else raises a ``TypeError`` saying ``expected``."""
-    if not callable(fn):
-        return fn
-
-    def wrapped(*args):
-        value = fn(*args)
-        if value is None:
-            return None
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
-            value = value.item()
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise TypeError(f"{expected}, got {type(value).__name__}")
-        return torch.tensor(float(value), dtype=torch.float64)
-
-    return wrapped

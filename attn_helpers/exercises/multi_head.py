@@ -20,7 +20,6 @@ from .core import (
     check_function,
     detached_parts,
     gradient_mismatch,
-    held,
     seeded,
 )
 from .workflow import exercise
@@ -324,6 +323,14 @@ def _gqa_cases() -> list[dict]:
             for b, h, kv, n_q, n_k, d, dtype in shapes]
 
 
+def _held(t: torch.Tensor) -> int:
+    """How many numbers the storage behind ``t`` (or its base) holds."""
+    try:
+        return t.untyped_storage().nbytes() // t.element_size()
+    except (RuntimeError, NotImplementedError):   # no storage to read (a meta or sparse tensor)
+        return 0
+
+
 def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
     """The lesson's constraint on the decoding cases: no tensor the learner builds holds
     ``b * h * n_k * d_head`` numbers (K or V copied to h heads); views pass."""
@@ -332,9 +339,9 @@ def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
     def refuse(t: torch.Tensor, call: str) -> str | None:
-        if held(t) < b * h * n_k * d:
+        if _held(t) < b * h * n_k * d:
             return None
-        return (f"{call} built a tensor of shape {tuple(t.shape)}, {held(t):,} numbers: as many "
+        return (f"{call} built a tensor of shape {tuple(t.shape)}, {_held(t):,} numbers: as many "
                 f"as K (or V) copied to all h = {h} query heads (b * h * n_k * d_head = {b} * {h} "
                 f"* {n_k} * {d}). GQA exists to avoid that copy: a decoding step would read "
                 f"h = {h} heads of keys and values, not g = {g}. Views, which copy nothing, are "

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from .core import AllocationWatch, CheckResult, Mistake, as_number, check_function, seeded
+from .core import AllocationWatch, CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
 __all__ = ["check_choose_scale", "check_softmax_backward", "check_projection_gradients"]
@@ -51,6 +51,24 @@ def _choose_scale_cases() -> list[dict]:
     return cases
 
 
+def _as_number(fn: Callable, expected: str) -> Callable:
+    """``fn``'s number as a float64 scalar tensor (``None`` stays); else TypeError(expected)."""
+    if not callable(fn):
+        return fn
+
+    def wrapped(*args):
+        value = fn(*args)
+        if value is None:
+            return None
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"{expected}, got {type(value).__name__}")
+        return torch.tensor(float(value), dtype=torch.float64)
+
+    return wrapped
+
+
 @exercise("scaling.choose_scale", "choose the scale from the spread within a row", hints=(
     "Compute all n x n scores as attention does. A row's softmax ignores a constant added to the "
     "row: what matters is the spread within each row (one query against every key).",
@@ -63,7 +81,7 @@ def check_choose_scale(choose_scale: Callable) -> CheckResult:
     """Exercise: ``choose_scale(x (n, d_model), W_Q, W_K (d_model, d_k)) -> c`` with which the rows
     of ``c (x W_Q)(x W_K)^T`` have variance 1 on average."""
     return check_function(
-        as_number(choose_scale, "choose_scale should return a number"),
+        _as_number(choose_scale, "choose_scale should return a number"),
         _number(lambda x, w_q, w_k: _row_scale(_scores(x, w_q, w_k))),
         _choose_scale_cases(),
         what="choose_scale", output_names=("the scale",), atol=0.0, rtol=5e-3,
