@@ -5,11 +5,12 @@ that names the mistake. The references are checked against PyTorch's attention a
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
 import torch.nn.functional as F
-from _exercises import assert_rejected, skeleton
+from _exercises import assert_rejected, skeleton, stub
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,9 +27,6 @@ F64 = torch.float64
 
 @pytest.mark.parametrize("check, what, key", CHECKERS)
 def test_a_stub_is_not_implemented_yet_and_nothing_more(check, what, key, capsys):
-    def stub(*args):
-        raise NotImplementedError
-
     assert check(stub).message == f"{what} is not implemented yet."
     assert check(lambda *args: None).message == f"{what} is not implemented yet (it returned None)."
     assert check.exercise_key == key and key in EXERCISES
@@ -97,19 +95,15 @@ def test_merge_checker_names_the_nan_of_two_empty_states():
     assert "case 7 of 7" in verdict.message
 
 
-def _merge(**mistake):
-    return lambda *args: learner_merge(*args, **mistake)
-
-
 MERGE_WRONG = {
-    "the sums were added without rescaling": _merge(rescale=(False, False)),
-    "l was rescaled but acc was not": _merge(rescale=(True, False)),
-    "the factors are upside down": _merge(flip=True),
-    "the factors were swapped": _merge(swap=True),
-    "m was kept from state 1": _merge(new_max="first"),
-    "m is the smaller of the two maxima": _merge(new_max="min"),
-    "acc came back divided by l": _merge(finish=True),
-    "exp of a max near 1000 overflows": _merge(raw_exp=True),
+    "the sums were added without rescaling": partial(learner_merge, rescale=(False, False)),
+    "l was rescaled but acc was not": partial(learner_merge, rescale=(True, False)),
+    "the factors are upside down": partial(learner_merge, flip=True),
+    "the factors were swapped": partial(learner_merge, swap=True),
+    "m was kept from state 1": partial(learner_merge, new_max="first"),
+    "m is the smaller of the two maxima": partial(learner_merge, new_max="min"),
+    "acc came back divided by l": partial(learner_merge, finish=True),
+    "exp of a max near 1000 overflows": partial(learner_merge, raw_exp=True),
 }
 
 
@@ -224,10 +218,6 @@ def test_no_backward_hint_states_the_solution():
         assert fill not in hints[2], fill
 
 
-def _backward(**mistake):
-    return lambda *args: learner_backward(*args, **mistake)
-
-
 PRODUCTS = {  # S = Q K^T, dQ = dS K, dK = dS^T Q: written three ways
     "@": (lambda a, b: a @ b.mT, lambda a, b: a @ b, lambda a, b: a.mT @ b),
     "einsum": (lambda a, b: torch.einsum("...id,...jd->...ij", a, b),
@@ -284,46 +274,42 @@ LEGIT = [{}, {"prescale": True}, {"clone": True}, {"queries_outer": True},
          {"d_per_tile": True}, {"scores_twice": True, "d_per_tile": True, "product": "einsum"}]
 
 
-def _variant(**keywords):
-    return lambda *args: variant_backward(*args, **keywords)
-
-
 @pytest.mark.parametrize("keywords", LEGIT, ids=lambda kw: "-".join(kw) or "plain")
 def test_the_backward_checker_accepts_right_answers_written_other_ways(keywords):
-    verdict = ex.check_causal_backward(_variant(**keywords))
+    verdict = ex.check_causal_backward(partial(variant_backward, **keywords))
     assert verdict, verdict.message
 
 
 BACKWARD_WRONG = {
-    "no causal mask": _backward(visit="all", mask="none"),
-    "the tiles that cross the diagonal were not masked": _backward(mask="none"),
-    "the diagonal tiles were skipped": _backward(visit="below"),
-    "the diagonal was masked": _backward(mask="strict"),
-    "the mask was built from the tile's own indices": _backward(mask="local"),
-    "the mask is inverted": _backward(mask="inverted"),
-    "the mask is inverted: it kept the future keys": _backward(mask="inverted", visit="all"),
-    "the masked scores were set to 0, not -inf": _backward(fill=0.0),
-    "the masked scores were set to 0, not -inf: exp(0 - lse)": _backward(fill=0.0, visit="all"),
-    "misses its second term": _backward(no_d=True),
-    "dS was masked but P was not": _backward(mask_ds_only=True),
-    "D was recomputed as rowsum(P * dP) over one tile": _backward(tile_d=True),
-    "P was normalised within the tile": _backward(local_softmax=True),
-    "P = exp(S) without the lse": _backward(no_lse=True),
-    "lse broadcast along the keys": _backward(lse_keys=True),
-    "D broadcast along the keys": _backward(d_keys=True),
-    "the scores miss the scale": _backward(scale_scores=False),
-    "dq or dk misses the scale": _backward(scale=(False, False)),
-    "dq or dk misses the scale: S = Q K^T": _backward(scale=(True, False)),
-    "dK_j or dV_j was assigned in each query tile, not added": _backward(assign=("dk", "dv")),
-    "the last query tile overwrote the others": _backward(assign=("dv",)),
-    "dQ_i was assigned in each key tile, not added": _backward(assign=("dq",)),
-    "exp(S) overflowed": _backward(raw_exp=True),
+    "no causal mask": dict(visit="all", mask="none"),
+    "the tiles that cross the diagonal were not masked": dict(mask="none"),
+    "the diagonal tiles were skipped": dict(visit="below"),
+    "the diagonal was masked": dict(mask="strict"),
+    "the mask was built from the tile's own indices": dict(mask="local"),
+    "the mask is inverted": dict(mask="inverted"),
+    "the mask is inverted: it kept the future keys": dict(mask="inverted", visit="all"),
+    "the masked scores were set to 0, not -inf": dict(fill=0.0),
+    "the masked scores were set to 0, not -inf: exp(0 - lse)": dict(fill=0.0, visit="all"),
+    "misses its second term": dict(no_d=True),
+    "dS was masked but P was not": dict(mask_ds_only=True),
+    "D was recomputed as rowsum(P * dP) over one tile": dict(tile_d=True),
+    "P was normalised within the tile": dict(local_softmax=True),
+    "P = exp(S) without the lse": dict(no_lse=True),
+    "lse broadcast along the keys": dict(lse_keys=True),
+    "D broadcast along the keys": dict(d_keys=True),
+    "the scores miss the scale": dict(scale_scores=False),
+    "dq or dk misses the scale": dict(scale=(False, False)),
+    "dq or dk misses the scale: S = Q K^T": dict(scale=(True, False)),
+    "dK_j or dV_j was assigned in each query tile, not added": dict(assign=("dk", "dv")),
+    "the last query tile overwrote the others": dict(assign=("dv",)),
+    "dQ_i was assigned in each key tile, not added": dict(assign=("dq",)),
+    "exp(S) overflowed": dict(raw_exp=True),
 }
 
 
-@pytest.mark.parametrize("phrase", BACKWARD_WRONG)
-def test_backward_checker_names_the_mistake(phrase):
-    assert_rejected(ex.check_causal_backward(BACKWARD_WRONG[phrase]), phrase)
+@pytest.mark.parametrize("phrase, mistake", BACKWARD_WRONG.items())
+def test_backward_checker_names_the_mistake(phrase, mistake):
+    assert_rejected(ex.check_causal_backward(partial(learner_backward, **mistake)), phrase)
 
 
 def full_matrix(q, k, v, O, lse, d_out, B):
@@ -441,20 +427,16 @@ def test_step_checker_still_refuses_an_eps_that_moves_the_output():
     assert not ex.check_linear_step(lambda *args: learner_step(*args, eps=1e-3))
 
 
-def _step(**mistake):
-    return lambda *args: learner_step(*args, **mistake)
-
-
 STEP_WRONG = {
-    "token t must see itself": _step(read_first=True),
-    "the normaliser is missing": _step(normalise=False),
-    "the state was replaced by token t's terms": _step(replace=True),
-    "the outer product is transposed": _step(transpose=True),
-    "z collected k_t itself": _step(raw_z=True),
-    "phi = elu without the + 1": _step(phi=F.elu),
-    "phi = relu": _step(phi=F.relu),
-    "no feature map": _step(phi=lambda x: x),
-    "phi was applied to the value too": _step(phi_v=True),
+    "token t must see itself": partial(learner_step, read_first=True),
+    "the normaliser is missing": partial(learner_step, normalise=False),
+    "the state was replaced by token t's terms": partial(learner_step, replace=True),
+    "the outer product is transposed": partial(learner_step, transpose=True),
+    "z collected k_t itself": partial(learner_step, raw_z=True),
+    "phi = elu without the + 1": partial(learner_step, phi=F.elu),
+    "phi = relu": partial(learner_step, phi=F.relu),
+    "no feature map": partial(learner_step, phi=lambda x: x),
+    "phi was applied to the value too": partial(learner_step, phi_v=True),
 }
 
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from _exercises import assert_rejected, skeleton
+from _exercises import assert_rejected, skeleton, stub
 
 import attn_helpers as ah
 from attn_helpers.exercises import EXERCISES
@@ -19,9 +19,6 @@ CHECKERS = [(ex.check_decode_layer, "decode_layer", "cross_attention.decode"),
 
 @pytest.mark.parametrize("check, what, key", CHECKERS)
 def test_a_stub_is_not_implemented_yet_and_nothing_more(check, what, key):
-    def stub(*args):
-        raise NotImplementedError
-
     assert check(stub).message == f"{what} is not implemented yet."
     assert check(lambda *args: None).message == f"{what} is not implemented yet (it returned None)."
     assert check.exercise_key == key and key in EXERCISES

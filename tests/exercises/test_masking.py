@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from _exercises import assert_rejected, assert_skeleton, skeleton
+from _exercises import assert_rejected, assert_skeleton, skeleton, stub
 
 from attn_helpers.exercises.masking import (
     _ring_cases,
@@ -17,11 +17,6 @@ from attn_helpers.exercises.masking import (
     check_rolling_cache_step,
     check_window_mask,
 )
-
-
-def _stub(*args):
-    raise NotImplementedError
-
 
 # --- rolling_cache_step (a rolling-buffer KV cache for a sliding window) ----------------------
 
@@ -168,7 +163,7 @@ def test_writing_slot_t_past_the_end_and_attending_before_writing_are_named():
 
 
 def test_rolling_cache_step_reports_stubs_and_shapes():
-    assert check_rolling_cache_step(_stub).message == "rolling_cache_step is not implemented yet."
+    assert check_rolling_cache_step(stub).message == "rolling_cache_step is not implemented yet."
     assert "not implemented yet" in check_rolling_cache_step(lambda *args: None).message
     assert_rejected(check_rolling_cache_step("rolling_cache_step"), "not a function")
 
@@ -239,7 +234,7 @@ def test_window_mask_rejects_known_mistakes_with_their_hint(wrong, words):
 
 
 def test_window_mask_stub_and_dtype():
-    assert check_window_mask(_stub).message == "window_mask is not implemented yet."
+    assert check_window_mask(stub).message == "window_mask is not implemented yet."
     verdict = check_window_mask(lambda L, n, w: window_mask(L, n, w).int())
     assert not verdict and "bool" in verdict.message
 

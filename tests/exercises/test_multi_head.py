@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from _exercises import assert_skeleton, skeleton
+from _exercises import assert_skeleton, skeleton, stub
 from torch import nn
 
 import attn_helpers as ah
@@ -21,11 +21,6 @@ from attn_helpers.exercises.multi_head import (
     check_grouped_query_attention,
     check_multi_head_module,
 )
-
-
-def _stub(*args):
-    raise NotImplementedError
-
 
 # --- the multi-head attention module ---------------------------------------------------------
 
@@ -410,7 +405,7 @@ def test_gqa_names_rows_that_mix_positions_and_heads():
 
 
 def test_gqa_stub_and_averaged_heads():
-    verdict = check_grouped_query_attention(_stub)
+    verdict = check_grouped_query_attention(stub)
     assert verdict.message == "grouped_query_attention is not implemented yet."
     verdict = check_grouped_query_attention(                 # one output per group: wrong shape
         lambda q, k, v: grouped_query_attention(q.unflatten(1, (k.shape[1], -1)).mean(2), k, v))

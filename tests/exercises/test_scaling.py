@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from _exercises import assert_skeleton
+from _exercises import assert_skeleton, stub
 
 from attn_helpers import exercises
 from attn_helpers.exercises.scaling import (
@@ -14,10 +14,6 @@ from attn_helpers.exercises.scaling import (
     check_projection_gradients,
     check_softmax_backward,
 )
-
-
-def _stub(*args):
-    raise NotImplementedError
 
 
 def choose_scale(x, W_Q, W_K):
@@ -64,7 +60,7 @@ def test_stubs_say_only_not_implemented_and_non_numbers_are_named():
     for check, what in ((check_choose_scale, "choose_scale"),
                         (check_softmax_backward, "softmax_backward"),
                         (check_projection_gradients, "projection_gradients")):
-        assert check(_stub).message == f"{what} is not implemented yet."
+        assert check(stub).message == f"{what} is not implemented yet."
     assert "not implemented yet" in check_choose_scale(lambda x, W_Q, W_K: None).message
     verdict = check_choose_scale(lambda x, W_Q, W_K: x @ W_Q)
     assert not verdict and "should return a number" in verdict.message
