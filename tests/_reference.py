@@ -1,14 +1,23 @@
 """Independent reference computations for the tests, in float64 numpy with explicit loops.
 
-Nothing here calls ``attn_helpers``; the tests compare the package against these.
+Nothing here calls ``attn_helpers``: the package is compared with these; decode_png reads widgets.
 """
 
 from __future__ import annotations
 
+import io
 import math
 
 import numpy as np
 import torch
+from PIL import Image
+
+
+def decode_png(png: bytes, mode: str = "RGBA") -> np.ndarray:
+    """A widget's PNG bytes as an int array ``(height, width, len(mode))``."""
+    image = Image.open(io.BytesIO(png))
+    assert image.format == "PNG"
+    return np.asarray(image.convert(mode)).astype(int)
 
 
 def as_np(x) -> np.ndarray:

@@ -4,12 +4,10 @@ blitting only, and bad input is shown in the widget."""
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from _reference import decode_png
 
 from attn_helpers.efficient import init_state, online_softmax_step
 from attn_helpers.entropy import attention_entropy
@@ -22,10 +20,6 @@ from attn_helpers.widgets.complexity import (
 )
 
 CASES = [(8, 4, False, 3), (13, 5, False, 7), (16, 4, True, 6), (40, 8, True, 12), (48, 16, False, 0)]
-
-
-def decode(png: bytes) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
 
 
 def reference_states(scores, block, causal):
@@ -100,13 +94,13 @@ def test_every_step_changes_the_picture_by_blitting_only():
     view = widget.view
     assert isinstance(view, TileStepperView) and widget.error is None
     background = view.blit._background
-    pictures = [decode(widget.image.value)]
+    pictures = [decode_png(widget.image.value, "RGB")]
     grey = np.array([217, 217, 217])                                   # MASKED_COLOR: unseen keys
     unseen = [(np.abs(pictures[0] - grey).max(-1) <= 2).sum()]
     for step in range(1, widget.controls["step"].max + 1):
         widget.controls["step"].value = step
         assert widget.error is None and widget.frame.step == step
-        pictures.append(decode(widget.image.value))
+        pictures.append(decode_png(widget.image.value, "RGB"))
         unseen.append((np.abs(pictures[-1] - grey).max(-1) <= 2).sum())
     assert all((a != b).any() for a, b in zip(pictures, pictures[1:], strict=False))
     assert all(a > b for a, b in zip(unseen, unseen[1:], strict=False))   # one tile less each step

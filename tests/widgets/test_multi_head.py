@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from _reference import decode_png
 
 from attn_helpers.lessons import multi_head as heads_task
 from attn_helpers.lessons.multi_head import ablation_data, ablation_frame
@@ -20,10 +18,6 @@ from attn_helpers.widgets.multi_head import (
 )
 
 # --- notebook 04's widget -------------------------------------------------------------------
-
-
-def decode(png: bytes) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(png)).convert("RGBA")).astype(int)
 
 
 @pytest.fixture
@@ -71,16 +65,16 @@ def test_multihead_widget_switches_between_grid_and_single(example_weights):
     weights, labels = example_weights
     widget = multihead_widget(weights, labels, mask=causal_mask(4))
     assert widget.view.last_mode == "grid" and widget.error is None
-    grid_png = decode(widget.image.value)
+    grid_png = decode_png(widget.image.value)
     figure = widget.view.grid.figure
     assert grid_png.shape[:2] == (round(figure.get_size_inches()[1] * figure.dpi),
                                   round(figure.get_size_inches()[0] * figure.dpi))
     widget.set(head=1)
     assert widget.view.last_mode == "single"
-    single = decode(widget.image.value)
+    single = decode_png(widget.image.value)
     assert single.shape != grid_png.shape
     widget.set(example=2)
-    assert not np.array_equal(single, decode(widget.image.value))
+    assert not np.array_equal(single, decode_png(widget.image.value))
     assert torch.equal(widget.frame.weights, weights[2, 1])
     widget.set(head=ALL_HEADS)
     assert widget.view.last_mode == "grid" and widget.renders == 4
@@ -135,13 +129,13 @@ def test_a_switched_off_head_is_marked_and_only_blitted(trained):
     widget.set(example=1, head=ALL_HEADS, head_0_on=True, head_1_on=True)
     panel, sprites = widget.view.grid.panels[off], widget.view.grid.off[off]
     background, before = widget.view.grid._background, panel.cells.colors.copy()
-    png_on = decode(widget.image.value)
+    png_on = decode_png(widget.image.value)
     widget.set(**{f"head_{off}_on": False})
     assert widget.view.grid._background is background                 # no full redraw
     assert sprites.texts == ["switched off"] and widget.view.grid.off[1 - off].texts == []
     faded = panel.cells.colors.astype(int)
     assert (faded[..., :3] >= before[..., :3]).all() and faded[..., :3].mean() > 200
-    assert not np.array_equal(png_on, decode(widget.image.value))
+    assert not np.array_equal(png_on, decode_png(widget.image.value))
     widget.set(head=off)                                               # one head: its title says so
     assert widget.view.single_title.texts == [f"head {off} (off)"]
     assert widget.view.single.off[0].texts == ["switched off"]

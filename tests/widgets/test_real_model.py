@@ -4,12 +4,10 @@ shown in the widget and keeps the last picture (kernel time: ``bench widget --ch
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from _reference import decode_png
 
 from attn_helpers.lessons import real_model as rm
 from attn_helpers.pretrained import load_encoder
@@ -35,10 +33,6 @@ def enc():
 @pytest.fixture(scope="module")
 def runs(enc):
     return run_sentence(enc, A), run_sentence(enc, B)
-
-
-def decode(png: bytes) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
 
 
 class Counter:
@@ -197,7 +191,7 @@ def test_the_frame_on_the_head_map_follows_the_head(widget):
     orange = np.array([255, 127, 14])
 
     def frame_centre():
-        image = decode(widget.image.value)
+        image = decode_png(widget.image.value, "RGB")
         ys, xs = np.nonzero(np.abs(image - orange).max(-1) <= 30)
         right = xs > image.shape[1] * 0.6                  # the head map is on the right
         return xs[right].mean(), ys[right].mean()

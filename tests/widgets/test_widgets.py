@@ -11,19 +11,13 @@ import ipywidgets as widgets
 import numpy as np
 import pytest
 import torch
+from _reference import decode_png
 from matplotlib.colors import to_rgba
 from PIL import Image
 
 from attn_helpers.plots import MASKED_COLOR, weights_cmap
 from attn_helpers.widgets import AttentionFrame, AttentionView, LiveAttentionWidget, encode_png
 from attn_helpers.widgets.query_key_value import DEMO_KEYS, lookup_2d_frame, lookup_2d_widget
-
-
-def decode(png: bytes) -> np.ndarray:
-    image = Image.open(io.BytesIO(png))
-    image.load()
-    assert image.format == "PNG"
-    return np.asarray(image.convert("RGBA")).astype(int)
 
 
 def expected_readouts(frame) -> dict:
@@ -61,15 +55,15 @@ def test_lookup_2d_frame_independent(qx, qy, temperature):
 
 def test_image_is_png_and_changes_after_a_move(lookup):
     lookup.set(query_x=1.5, query_y=1.5, temperature=1.0)
-    before = decode(lookup.image.value)
+    before = decode_png(lookup.image.value)
     size = lookup.view.figure.get_size_inches() * lookup.view.figure.dpi
     assert before.shape == (round(size[1]), round(size[0]), 4)
     lookup.controls["query_x"].value = -2.0
-    after = decode(lookup.image.value)
+    after = decode_png(lookup.image.value)
     assert after.shape == before.shape and np.abs(after - before).sum() > 0
     # moving back reproduces the first picture exactly: nothing stale is left on the canvas
     lookup.controls["query_x"].value = 1.5
-    assert np.array_equal(decode(lookup.image.value), before)
+    assert np.array_equal(decode_png(lookup.image.value), before)
 
 
 def test_readouts_match_the_pure_function_via_set_and_via_the_controls(lookup):
@@ -144,7 +138,7 @@ def test_view_renders_sizes_with_mask(view, n, gen):
     logits = torch.randn(n, n, generator=gen).masked_fill(~mask, -torch.inf)
     weights = torch.softmax(logits, -1)
     frame = AttentionFrame(weights, labels, labels, mask=mask, highlight_row=n // 2)
-    image = decode(view.update(frame))
+    image = decode_png(view.update(frame))
     size = view.figure.get_size_inches() * view.figure.dpi
     assert image.shape == (round(size[1]), round(size[0]), 4)
     # the pasted labels are this frame's: every one, or every k-th where cells are too small
@@ -164,13 +158,13 @@ def test_view_renders_sizes_with_mask(view, n, gen):
 def test_new_labels_only_blit():
     view = AttentionView()
     view.update(uniform_frame(5, ["a", "b", "c", "d", "e"]))
-    first = decode(view.update(uniform_frame(5, ["a", "b", "c", "d", "e"])))
+    first = decode_png(view.update(uniform_frame(5, ["a", "b", "c", "d", "e"])))
     background = view.blit._background
-    second = decode(view.update(uniform_frame(5, ["e", "d", "c", "b", "a"])))  # no wider
+    second = decode_png(view.update(uniform_frame(5, ["e", "d", "c", "b", "a"])))  # no wider
     assert view.panel.xlabels.sprites.texts == list("edcba") == view.panel.ylabels.sprites.texts
     assert view.blit._background is background  # no full redraw for other labels
     assert np.abs(second - first).sum() > 0  # same weights, other labels
-    assert np.array_equal(decode(view.update(uniform_frame(5, list("abcde")))), first)
+    assert np.array_equal(decode_png(view.update(uniform_frame(5, list("abcde")))), first)
     # a smaller frame still only blits: its cells fill the top-left corner of the same axes
     view.update(uniform_frame(3, ["c", "a", "b"]))
     assert view.blit._background is background
