@@ -13,7 +13,15 @@ from _exercises import stub
 
 from attn_helpers import exercises
 from attn_helpers.course_map import COURSE
-from attn_helpers.exercises import workflow
+from attn_helpers.exercises import (
+    complexity,
+    cross_attention,
+    positional_encoding,
+    query_key_value,
+    rnn_bottleneck,
+    start_here,
+    workflow,
+)
 from attn_helpers.exercises.core import check_function
 
 KEY = "start_here.test_double"
@@ -43,6 +51,31 @@ def test_a_stub_is_reported_as_not_implemented_and_nothing_more():
     assert not result and result.message == "double is not implemented yet."
     result = check_function(lambda x: None, reference, [{"x": torch.ones(3)}], what="double")
     assert not result and "not implemented yet" in result.message and "Hint" not in result.message
+
+
+#: Function checkers and the name each one's stub verdict gives.
+STUB_NAMES = [
+    (start_here.check_softmax_with_temperature, "softmax_with_temperature"),
+    (start_here.check_entropy, "entropy"), (rnn_bottleneck.check_rnn_encoder, "rnn_encoder"),
+    (rnn_bottleneck.check_additive_scores, "additive_scores"),
+    (query_key_value.check_attention, "attention"),
+    (query_key_value.check_asymmetric_relation, "next_token_projections"),
+    (cross_attention.check_decode_layer, "decode_layer"),
+    (cross_attention.check_alignment_accuracy, "alignment_accuracy"),
+    (positional_encoding.check_sinusoidal, "shift_matrix"),
+    (positional_encoding.check_rope_layout, "to_interleaved"),
+    (positional_encoding.check_reach, "half_weight_reach"),
+    (complexity.check_merge_states, "merge_states"),
+    (complexity.check_causal_backward, "causal_backward"),
+    (complexity.check_linear_step, "linear_step"),
+]
+
+
+@pytest.mark.parametrize("check, what", STUB_NAMES, ids=[what for _, what in STUB_NAMES])
+def test_each_checkers_stub_is_not_implemented_yet_and_nothing_more(check, what):
+    assert check(stub).message == f"{what} is not implemented yet."
+    assert check(lambda *args: None).message == f"{what} is not implemented yet (it returned None)."
+    assert check.exercise_key in workflow.EXERCISES
 
 
 def test_a_list_of_outputs_counts_as_the_tuple_the_reference_returns():
