@@ -14,7 +14,7 @@ import attn_helpers as ah
 from attn_helpers import exercises
 from attn_helpers.exercises import build_gpt as ex
 from attn_helpers.lessons import build_gpt as bg
-from tests._exercises import assert_rejected, skeleton
+from tests._exercises import assert_rejected, skeleton, stub
 
 
 def _learner(base, variant, kind):
@@ -63,9 +63,6 @@ def test_stubs_are_not_implemented_yet_and_a_string_is_not_a_class():
         def __init__(self, *args):
             super().__init__()
             raise NotImplementedError
-
-    def stub(*args):
-        raise NotImplementedError
 
     for check in (ex.check_attention, ex.check_block, ex.check_model):
         assert "not implemented yet" in check(Stub).message

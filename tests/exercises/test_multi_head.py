@@ -331,22 +331,6 @@ def test_module_a_detached_query_or_key_is_named_from_the_gradients(detach, name
     assert named in verdict.message, verdict.message
 
 
-def _watched(case) -> bool:
-    (_, h, n_q, d), (g, n_k) = case["q"].shape, case["k"].shape[1:3]
-    return h >= 3 * g and n_q < min(n_k, d)
-
-
-def test_gqa_decoding_cases_leave_room_below_a_copy_of_k():
-    """On the last 4 (watched) cases nothing an answer needs reaches b * h * n_k * d_head numbers:
-    queries and output (n_q < n_k), scores (n_q < d_head), K and V side by side (h >= 3 g)."""
-    cases = _gqa_cases()
-    assert [_watched(c) for c in cases] == [False] * (len(cases) - 4) + [True] * 4
-    for c in cases[-4:]:
-        (b, h, n_q, d), n_k = c["q"].shape, c["k"].shape[2]
-        assert max(b * h * n_q * d, b * h * n_q * n_k, 2 * c["k"].numel()) < b * h * n_k * d
-    assert any(c["k"].shape[1] == 1 for c in cases[-4:])      # multi-query among them
-
-
 def _copy_then_attend(copy):
     def answer(q, k, v):
         r = q.shape[1] // k.shape[1]
