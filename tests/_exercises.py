@@ -1,5 +1,6 @@
-"""Helpers of the checker tests: a stub, the rejection assert, and the level-3 hint (a skeleton
-whose key lines are ``...``) turned into code, which fails as it is and passes once filled."""
+"""Helpers of the checker tests: a stub, a wrong answer two files read, the rejection assert, and the
+level-3 hint (a skeleton whose key lines are ``...``) turned into code, which fails as it is and
+passes once filled."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ GAP = re.compile(r"(?<!\[)\.\.\.")
 
 def stub(*args):
     raise NotImplementedError
+
+
+def one_hot_only(X):  # noqa: N803 - notebook 02, exercise 2: right for X = I only (no embedding)
+    n, d = X.shape
+    W_Q = torch.zeros(d, n, dtype=X.dtype)                                    # noqa: N806
+    W_Q[:n] = 10 * torch.eye(n, dtype=X.dtype)
+    return W_Q, W_Q @ torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=1).T
 
 
 def assert_rejected(result, *fragments):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _exercises import stub
+from _exercises import one_hot_only, stub
 
 from attn_helpers.exercises import (
     cross_attention,
@@ -68,13 +68,6 @@ KEY_EXPRESSIONS = {
 MODULES = (start_here, rnn_bottleneck, query_key_value, masking, cross_attention, real_model)
 
 
-def _one_hot_only(X):  # noqa: N803 - right for X = I only: the checker tells how to undo X
-    n, d = X.shape
-    W_Q = torch.zeros(d, n, dtype=X.dtype)                                    # noqa: N806
-    W_Q[:n] = 10 * torch.eye(n, dtype=X.dtype)
-    return W_Q, W_Q @ torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=1).T
-
-
 def _weak(X):  # noqa: N803 - the right pattern, a fixed size that is too small for long rows
     W_Q = 3.0 * torch.linalg.pinv(X)                                          # noqa: N806
     return W_Q, W_Q @ torch.roll(torch.eye(X.shape[0], dtype=X.dtype), 1, dims=1).T
@@ -83,7 +76,7 @@ def _weak(X):  # noqa: N803 - the right pattern, a fixed size that is too small 
 #: The checkers that build their verdicts themselves: wrong answers whose messages are read.
 OWN_VERDICTS = {
     "query_key_value.asymmetric_relation": [
-        _one_hot_only, _weak, lambda X: (_weak(X)[0],) * 2, lambda X: _weak(X)[::-1]],
+        one_hot_only, _weak, lambda X: (_weak(X)[0],) * 2, lambda X: _weak(X)[::-1]],
 }
 
 

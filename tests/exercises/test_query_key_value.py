@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from _exercises import assert_rejected, assert_skeleton
+from _exercises import assert_rejected, assert_skeleton, one_hot_only
 
 from attn_helpers.exercises import CheckResult, check_function
 from attn_helpers.exercises import query_key_value as ex
@@ -144,13 +144,6 @@ def test_asymmetric_relation_accepts_right_answers():
 
     for right in (next_projections, by_solve):
         assert_passed(ex.check_asymmetric_relation(right))
-
-
-def one_hot_only(X):  # noqa: N803 - ignores the embedding: right for X = I only
-    n, d = X.shape
-    W_Q = torch.zeros(d, n, dtype=X.dtype)                                # noqa: N806
-    W_Q[:n] = 10 * torch.eye(n, dtype=X.dtype)
-    return W_Q, W_Q @ torch.roll(torch.eye(n, dtype=X.dtype), 1, dims=1).T
 
 
 def no_wrap(X):  # noqa: N803 - P without its corner: the last token finds no next one

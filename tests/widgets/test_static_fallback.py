@@ -5,26 +5,18 @@ as set, picture, readouts) and ``text/plain`` naming each control's value."""
 from __future__ import annotations
 
 import base64
-import io
 import re
 
 import nbformat
 import numpy as np
 import pytest
+from _reference import decode_png
 from nbclient import NotebookClient
 from nbconvert import HTMLExporter
-from PIL import Image
 
 from attn_helpers.widgets.start_here import warmup_widget
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-
-
-def decode_png(text: str) -> np.ndarray:
-    image = Image.open(io.BytesIO(base64.b64decode(text)))
-    image.load()
-    assert image.format == "PNG"
-    return np.asarray(image.convert("RGBA"))
 
 
 def test_bundle_has_the_view_and_a_still_with_the_controls_picture_and_readouts():
@@ -32,8 +24,7 @@ def test_bundle_has_the_view_and_a_still_with_the_controls_picture_and_readouts(
     bundle = widget._repr_mimebundle_()
     assert {WIDGET_VIEW, "image/png", "text/plain"} <= set(bundle)
     assert bundle[WIDGET_VIEW]["model_id"] == widget.ui.model_id
-    still, picture = decode_png(bundle["image/png"]), decode_png(
-        base64.b64encode(widget.image.value).decode())
+    still, picture = decode_png(base64.b64decode(bundle["image/png"])), decode_png(widget.image.value)
     assert still.shape[1] == picture.shape[1]
     top = next(t for t in range(still.shape[0] - picture.shape[0] + 1)   # the picture, as drawn
                if np.array_equal(still[t:t + picture.shape[0]], picture))
@@ -41,7 +32,7 @@ def test_bundle_has_the_view_and_a_still_with_the_controls_picture_and_readouts(
     assert "temperature = 1.0, causal mask = False" in bundle["text/plain"]
     assert "VBox" not in bundle["text/plain"]
     widget.set(temperature=0.1, causal=True)   # the still shows the controls as they are now
-    moved = decode_png(widget._repr_mimebundle_()["image/png"])
+    moved = decode_png(base64.b64decode(widget._repr_mimebundle_()["image/png"]))
     assert moved.shape == still.shape and (moved[:top] != still[:top]).any()
     assert "temperature = 0.1, causal mask = True" in widget._repr_mimebundle_()["text/plain"]
 
@@ -61,7 +52,7 @@ def test_exported_html_shows_the_widget_picture(tmp_path):
     body, _ = HTMLExporter().from_notebook_node(notebook)
     images = re.findall(r'<img[^>]*src="data:image/png;base64,([^"]+)"', body)
     assert len(images) == 1
-    picture = decode_png(images[0])
+    picture = decode_png(base64.b64decode(images[0]))
     assert picture.shape[0] > 200 and picture.shape[1] > 400
     assert "VBox(children" not in body
 
