@@ -9,6 +9,7 @@ import pytest
 import torch
 from _exercises import assert_rejected, assert_skeleton, skeleton, stub
 
+import attn_helpers as ah
 from attn_helpers.exercises.masking import (
     _ring_cases,
     _run_steps,
@@ -31,8 +32,6 @@ def rolling_cache_step(k_cache, v_cache, t, q_t, k_t, v_t):
 
 
 def in_time_order(k_cache, v_cache, t, q_t, k_t, v_t):                 # torch.roll, then attend
-    import attn_helpers as ah
-
     w = k_cache.shape[-2]
     k_cache[..., t % w, :], v_cache[..., t % w, :] = k_t[..., 0, :], v_t[..., 0, :]
     if t < w:
@@ -44,8 +43,6 @@ def in_time_order(k_cache, v_cache, t, q_t, k_t, v_t):                 # torch.r
 
 
 def with_a_mask(k_cache, v_cache, t, q_t, k_t, v_t):                   # all W slots, masked
-    import attn_helpers as ah
-
     w = k_cache.shape[-2]
     k_cache[..., t % w, :], v_cache[..., t % w, :] = k_t[..., 0, :], v_t[..., 0, :]
     filled = torch.arange(w) <= t                                     # (W,) bool
@@ -127,8 +124,6 @@ def test_any_slot_rule_that_keeps_the_window_passes_and_shifting_is_refused():
     rolling buffer too; the checker reads the final cache in time order wherever each key went.
     Shifting the whole cache every step is refused: one slot per step."""
     def from_the_end(k_cache, v_cache, t, q_t, k_t, v_t):
-        import attn_helpers as ah
-
         w = k_cache.shape[-2]
         k_cache[:, :, (-t - 1) % w], v_cache[:, :, (-t - 1) % w] = k_t[:, :, 0], v_t[:, :, 0]
         filled = torch.zeros(w, dtype=torch.bool)
@@ -150,8 +145,6 @@ def test_writing_slot_t_past_the_end_and_attending_before_writing_are_named():
                     "token t cannot go to slot t once t >= w")
 
     def attends_first(k_cache, v_cache, t, q_t, k_t, v_t):            # ValueError at t = 0
-        import attn_helpers as ah
-
         w = k_cache.shape[-2]
         out, _ = ah.scaled_dot_product_attention(q_t, k_cache[:, :, :min(t, w)],
                                                  v_cache[:, :, :min(t, w)])
@@ -175,8 +168,6 @@ def test_rolling_cache_step_reports_stubs_and_shapes():
 
 
 def test_rolling_cache_step_accepts_the_level_3_skeleton_filled_in():
-    import attn_helpers as ah
-
     assert_skeleton("masking.rolling_cache_step", "k_cache, v_cache, t, q_t, k_t, v_t",
                     check_rolling_cache_step, ("t % w", "min(t + 1, w)"), ah=ah)
 
@@ -243,8 +234,6 @@ def test_a_filled_count_that_leaves_the_newest_key_out_is_named_with_the_course_
     """Review 6: ``filled = min(t, w)`` (the key just written not attended until the ring is full)
     got no named mistake. With notebook 02's attention it fails at t = 0 (no key at all), and the
     hint names both ways to get there; with a hand-written softmax it gets its own hint."""
-    import attn_helpers as ah
-
     def newest_left_out(k_cache, v_cache, t, q_t, k_t, v_t):
         w = k_cache.shape[-2]
         k_cache[:, :, t % w], v_cache[:, :, t % w] = k_t[:, :, 0], v_t[:, :, 0]
