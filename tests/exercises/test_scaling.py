@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from _exercises import assert_skeleton, stub
+from _exercises import assert_skeleton
 
 from attn_helpers import exercises
 from attn_helpers.exercises.scaling import (
@@ -56,12 +56,7 @@ def test_choose_scale_rejects_known_mistakes_with_their_hint(wrong, words):
     assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
 
 
-def test_stubs_say_only_not_implemented_and_non_numbers_are_named():
-    for check, what in ((check_choose_scale, "choose_scale"),
-                        (check_softmax_backward, "softmax_backward"),
-                        (check_projection_gradients, "projection_gradients")):
-        assert check(stub).message == f"{what} is not implemented yet."
-    assert "not implemented yet" in check_choose_scale(lambda x, W_Q, W_K: None).message
+def test_choose_scale_names_a_non_number():
     verdict = check_choose_scale(lambda x, W_Q, W_K: x @ W_Q)
     assert not verdict and "should return a number" in verdict.message
 

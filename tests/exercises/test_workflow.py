@@ -16,9 +16,12 @@ from attn_helpers.course_map import COURSE
 from attn_helpers.exercises import (
     complexity,
     cross_attention,
+    masking,
+    multi_head,
     positional_encoding,
     query_key_value,
     rnn_bottleneck,
+    scaling,
     start_here,
     workflow,
 )
@@ -53,13 +56,18 @@ def test_a_stub_is_reported_as_not_implemented_and_nothing_more():
     assert not result and "not implemented yet" in result.message and "Hint" not in result.message
 
 
-#: Function checkers and the name each one's stub verdict gives.
+#: The function checkers and the name each one's stub verdict gives.
 STUB_NAMES = [
     (start_here.check_softmax_with_temperature, "softmax_with_temperature"),
     (start_here.check_entropy, "entropy"), (rnn_bottleneck.check_rnn_encoder, "rnn_encoder"),
     (rnn_bottleneck.check_additive_scores, "additive_scores"),
     (query_key_value.check_attention, "attention"),
     (query_key_value.check_asymmetric_relation, "next_token_projections"),
+    (scaling.check_choose_scale, "choose_scale"), (scaling.check_softmax_backward, "softmax_backward"),
+    (scaling.check_projection_gradients, "projection_gradients"),
+    (multi_head.check_grouped_query_attention, "grouped_query_attention"),
+    (masking.check_window_mask, "window_mask"),
+    (masking.check_rolling_cache_step, "rolling_cache_step"),
     (cross_attention.check_decode_layer, "decode_layer"),
     (cross_attention.check_alignment_accuracy, "alignment_accuracy"),
     (positional_encoding.check_sinusoidal, "shift_matrix"),
