@@ -125,6 +125,7 @@ def test_training_claims_hold_in_the_record_and_fail_when_one_is_made_false():
     assert len(failing) == 1 and failing[0].startswith("training multiplies")
     adam = json.loads(scaling.RECORD.read_text())["adam"]             # the study's per-seed claims
     assert all(all(r["claims"].values()) for r in adam)
+    assert all(list(r["claims"]) == list(scaling.training_claims(_adam_runs(3.0))) for r in adam)
 
 
 def test_sgd_and_lr_claims_hold_on_the_record_and_fail_when_one_is_made_false():
