@@ -190,7 +190,8 @@ ATTENTION_MISTAKES = [
     ("upper", "the mask is upside down: causal_mask(n) is True on and below the diagonal (a query "
      "sees its past); you let each query see its future."),
     ("not_offset", "the mask is not offset by start: new query i sits at position start + i; which "
-     "rows of a causal mask of size start + n are those? (torch's is_causal=True does this.)"),
+     "rows of a causal mask of size start + n are those? (torch's is_causal=True makes this same "
+     "mistake: it anchors its mask top-left.)"),
     ("not_read", "the cache is not appended to or not read: every call adds its keys and values "
      "to the cache and attends over all start + n of them."),
     ("kv_swapped", "k and v are swapped in the cache: cache.append(k, v) takes the keys first, then "
@@ -257,8 +258,8 @@ def block_variant(ref: bg.Block, kind: str = "right") -> Callable:
         x = {"no_attn_residual": 0, "residual_from_normed": h,
              "residual_from_normed_attn": h}.get(kind, x) + attn(h)
         h = nf(x)
-        return {"no_ff_residual": 0, "residual_from_normed": h,
-                "residual_from_normed_ff": h}.get(kind, x) + ff(h)
+        x = {"no_ff_residual": 0, "residual_from_normed": h, "residual_from_normed_ff": h}.get(kind, x)
+        return n2(x + ff(h)) if kind == "output_normed" else x + ff(h)
 
     return run
 
@@ -283,6 +284,8 @@ BLOCK_MISTAKES = [
      "attention's addition."),
     ("ff_first", "the feed-forward ran first: attention comes first."),
     ("cache_not_passed", "the cache never reached the attention: the block hands it on."),
+    ("output_normed", "the block normalises its output: it returns the stream itself. The one "
+     "final LayerNorm is the model's, after the last block."),
 ]
 
 
