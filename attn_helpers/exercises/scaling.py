@@ -14,8 +14,7 @@ from .workflow import exercise
 __all__ = ["check_choose_scale", "check_softmax_backward", "check_projection_gradients"]
 
 
-def _number(f: Callable) -> Callable:
-    """``f`` returning a float, as a function returning a float64 scalar tensor."""
+def _number(f: Callable) -> Callable:  # f's float as a float64 scalar tensor
     return lambda *args: torch.tensor(float(f(*args)), dtype=torch.float64)
 
 
@@ -37,8 +36,7 @@ def _weight(g: torch.Generator, d_model: int, d_k: int, init: str, dtype) -> tor
 
 
 def _choose_scale_cases() -> list[dict]:
-    g = seeded(33)
-    cases = []
+    g, cases = seeded(33), []
     # (n, d_model, d_k, init, input mean, dtype): a square W first (catches W^T), inputs with a
     # mean (the whole matrix's variance about twice the rows'); n >= 200: biased = unbiased.
     for n, d_model, d_k, init, mean, dtype in [
@@ -57,8 +55,7 @@ def _as_number(fn: Callable, expected: str) -> Callable:
         return fn
 
     def wrapped(*args):
-        value = fn(*args)
-        if value is None:
+        if (value := fn(*args)) is None:
             return None
         if isinstance(value, torch.Tensor) and value.numel() == 1:
             value = value.item()
@@ -106,6 +103,9 @@ def check_choose_scale(choose_scale: Callable) -> CheckResult:
                     "the variance."),
             Mistake(_number(lambda x, w_q, w_k: 1 / _row_scale(_scores(x, w_q, w_k))),
                     "you returned the spread of the scores; the scale divides by it."),
+            Mistake(_number(lambda x, w_q, w_k: _row_scale(_scores(x, w_q, w_k) / w_q.shape[1] ** 0.5)),
+                    "you measured S / sqrt(d_k), scores already scaled once; c replaces "
+                    "1/sqrt(d_k): it multiplies the raw S = Q K^T, so measure the raw S."),
             Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q, w_k).pow(2).mean().sqrt().item()),
                     "mean(S**2) is the variance only for scores of mean 0, and these are not: "
                     "subtract each row's mean (S.var(dim=-1) does)."),
@@ -320,8 +320,8 @@ def _projection_gradients(x, w_q, w_k, scale, grad_weights):
 
 def _about_exercise_2(fn: Callable, result: CheckResult) -> CheckResult:
     """``result``, with a line for a learner whose function calls exercise 2's stub."""
-    names = getattr(getattr(fn, "__code__", None), "co_names", ())
-    if result.message.endswith("not implemented yet.") and "softmax_backward" in names:
+    if result.message.endswith("not implemented yet.") and "softmax_backward" in getattr(
+            getattr(fn, "__code__", None), "co_names", ()):
         return CheckResult(False, f"{result.message} (Or the softmax_backward it calls is still "
                                   "exercise 2's stub: write it inside projection_gradients.)")
     return result

@@ -42,6 +42,7 @@ def test_choose_scale_accepts_the_reference_biased_or_not_and_a_tensor():
     (lambda x, W_Q, W_K: 1 / math.sqrt(W_Q.shape[1]), "right only when the components"),
     (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).var(-1).mean().item(), "not of the variance"),
     (lambda x, W_Q, W_K: _S(x, W_Q, W_K).var(-1).mean().sqrt().item(), "divides by it"),
+    (lambda x, W_Q, W_K: choose_scale(x, W_Q, W_K) * W_Q.shape[1] ** 0.5, "already scaled"),
     (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).pow(2).mean().sqrt().item(), "subtract each row's mean"),
     (lambda x, W_Q, W_K: 1 / (W_Q.shape[1] * (x @ W_Q).var() * (x @ W_K).var()).sqrt().item(),
      "the independence prediction"),
@@ -99,8 +100,7 @@ def _via_jacobian(s, g):
     (lambda s, g: (lambda a: a * (g - (a * g).sum(-1, keepdim=True)))(_naive_softmax(s)),
      "Subtract each row's max"),
 ])
-def test_softmax_backward_rejects_known_mistakes_with_their_hint(wrong, words):
-    """Each gets its hint, and no hint gives the formula away (review 4)."""
+def test_softmax_backward_rejects_known_mistakes_with_their_hint(wrong, words):  # no hint gives it away
     verdict = check_softmax_backward(wrong)
     assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
     assert "(g - <a, g>)" not in verdict.message
