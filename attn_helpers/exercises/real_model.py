@@ -78,9 +78,6 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
                                                             valid_mask(m), first))
         return produce
 
-    def everyone(m):
-        return torch.ones_like(m)
-
     def query_0_reads(key):                              # query 0 counted, reading key `key`
         def produce(w, m):
             i = torch.arange(w.shape[-1])
@@ -119,7 +116,7 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
             Mistake(lambda w, m: shifted(-1, 1)(w.transpose(-1, -2), m),
                     "you read a[i - 1, i], the NEXT token (row and column swapped). Rows are "
                     "queries and columns keys."),
-            Mistake(shifted(-1, 1, everyone),
+            Mistake(shifted(-1, 1, torch.ones_like),
                     "you also averaged over padding queries: average only over the real "
                     "queries i >= 1."),
             Mistake(shifted(-1, 0),
@@ -181,8 +178,7 @@ def value_norms_reference(weights, values, W_O):
     "f = ...                                           # (b, h, n, d): f_h(x_j), summed over d_head\n"
     "return ...                                        # (b, h, n, n): a_ij ||f_h(x_j)||"))
 def check_value_norms(candidate: Callable) -> CheckResult:
-    """Exercise: ``value_norms(weights (b, h, n, n), values (b, h, n, d_head), W_O (d, h * d_head))
-    -> (b, h, n, n)``."""
+    """Exercise: ``value_norms(weights (b, h, n, n), values (b, h, n, d_head), W_O) -> (b, h, n, n)``."""
 
     def times(w, norm):                                  # a_ij * norm_j, norm (b, h, n)
         return w * norm[:, :, None, :]
@@ -215,6 +211,10 @@ def check_value_norms(candidate: Callable) -> CheckResult:
                     "h owns the COLUMNS h*d_head .. (h+1)*d_head - 1."),
             Mistake(lambda w, v, W: times(w, _f(v, W, first_slice).norm(dim=-1)),
                     "every head went through the first head's columns of W_O."),
+            Mistake(lambda w, v, W: times(w, _f(v, W, lambda W, h, dh: W.view(-1, dh, h).permute(
+                        2, 1, 0)).norm(dim=-1)),
+                    "you split W_O's columns as (d_head, h), so head h got every h-th column: "
+                    "head h owns one block of d_head columns, W_O.view(d, h, d_head)."),
             Mistake(lambda w, v, W: _f(v, W).norm(dim=-1)[:, :, None, :].expand_as(w),
                     "you returned ||f_h(x_j)|| without the attention weight: multiply by a_ij."),
             Mistake(lambda w, v, W: times(w, _f(v, W).pow(2).sum(dim=-1)),

@@ -10,14 +10,9 @@ import torch
 
 from attn_helpers.pretrained import Encoder, load_encoder, model_dir
 
-SENTENCES = [
-    "The cat sat on the mat.",
-    "Attention is all you need, or so the paper said.",
-    "Café crème brûlée, naïve façade: Ελληνικά, русский, العربية.",
-    "東京の天気は晴れです 🎉🙂 and emoji too",
-    "ok",
-    "",
-]
+SENTENCES = ["The cat sat on the mat.", "Attention is all you need, or so the paper said.",
+             "Café crème brûlée, naïve façade: Ελληνικά, русский, العربية.",
+             "東京の天気は晴れです 🎉🙂 and emoji too", "ok", ""]
 LONG = " ".join(["antidisestablishmentarianism is a long word"] * 80)  # > 512 word pieces
 
 HIDDEN_TOL, ATTENTION_TOL, EMBEDDING_TOL = 1e-4, 1e-5, 1e-5

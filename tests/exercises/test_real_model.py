@@ -165,6 +165,11 @@ def _norms(weights, f):
     return weights * f.norm(dim=-1)[:, :, None, :]
 
 
+def _f(values, W_O):  # f_h(x_j), (b, h, n, d), as the reference computes it
+    W_h = W_O.view(len(W_O), values.shape[1], -1).permute(1, 2, 0)      # (h, d_head, d)
+    return torch.einsum("bhjk,hkd->bhjd", values, W_h)
+
+
 def value_only(weights, values, W_O):
     return _norms(weights, values)
 
@@ -175,20 +180,21 @@ def rows_of_W_O(weights, values, W_O):
 
 
 def transposed_W_O(weights, values, W_O):  # W_O.T's rows are W_O's columns: also right
-    b, h, n, d_head = values.shape
-    f = torch.einsum("bhjk,hkd->bhjd", values, W_O.T[: h * d_head].view(h, d_head, -1))
-    return _norms(weights, f)
+    W_h = W_O.T.reshape(values.shape[1], values.shape[-1], -1)          # (h, d_head, d)
+    return _norms(weights, torch.einsum("bhjk,hkd->bhjd", values, W_h))
+
+
+def interleaved_heads(weights, values, W_O):  # head h took every h-th column of W_O
+    W = W_O.view(len(W_O), values.shape[-1], -1)                       # (d, d_head, h)
+    return _norms(weights, torch.einsum("bhjk,dkh->bhjd", values, W))
 
 
 def whole_W_O_on_head_0(weights, values, W_O):
-    b, h, n, d_head = values.shape
-    return _norms(weights, values @ W_O[:, :d_head].T)
+    return _norms(weights, values @ W_O[:, :values.shape[-1]].T)
 
 
 def no_weight(weights, values, W_O):
-    b, h, n, d_head = values.shape
-    f = torch.einsum("bhjk,hkd->bhjd", values, W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0))
-    return f.norm(dim=-1)[:, :, None, :].expand_as(weights)
+    return _f(values, W_O).norm(dim=-1)[:, :, None, :].expand_as(weights)
 
 
 def squared(weights, values, W_O):
@@ -196,15 +202,11 @@ def squared(weights, values, W_O):
 
 
 def query_norm(weights, values, W_O):
-    b, h, n, d_head = values.shape
-    f = torch.einsum("bhjk,hkd->bhjd", values, W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0))
-    return weights * f.norm(dim=-1)[:, :, :, None]
+    return weights * _f(values, W_O).norm(dim=-1)[:, :, :, None]
 
 
 def norm_of_output(weights, values, W_O):  # the norm of the head's whole output for query i
-    b, h, n, d_head = values.shape
-    f = torch.einsum("bhjk,hkd->bhjd", values, W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0))
-    return (weights @ f).norm(dim=-1)[..., None].expand_as(weights)
+    return (weights @ _f(values, W_O)).norm(dim=-1)[..., None].expand_as(weights)
 
 
 def merged_heads(weights, values, W_O):  # heads merged, then the whole W_O: one norm per key
@@ -224,6 +226,7 @@ NORMS_WRONG = [
     (value_only, "through the head's slice"),
     (rows_of_W_O, "COLUMNS"),
     (whole_W_O_on_head_0, "first head's columns"),
+    (interleaved_heads, "every h-th column"),
     (no_weight, "without the attention weight"),
     (squared, "squared norm"),
     (query_norm, "QUERY"),

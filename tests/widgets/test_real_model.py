@@ -40,10 +40,8 @@ class Counter:
 
     def __init__(self, enc):
         self.embeddings = self.last_layer = 0
-        self.handles = [
-            enc.embeddings.register_forward_hook(lambda *_: self._add("embeddings")),
-            enc.layers[-1].register_forward_hook(lambda *_: self._add("last_layer")),
-        ]
+        self.handles = [enc.embeddings.register_forward_hook(lambda *_: self._add("embeddings")),
+                        enc.layers[-1].register_forward_hook(lambda *_: self._add("last_layer"))]
 
     def _add(self, name):
         setattr(self, name, getattr(self, name) + 1)
