@@ -4,6 +4,7 @@ rolling-buffer KV cache (w slots for a window of w keys, as in Mistral 7B)."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -88,10 +89,12 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
     cases = [{"lengths": torch.tensor(lengths), "n": n, "window": w} for lengths, n, w in [
         ([5, 3, 1], 5, 2), ([4, 2], 4, 1), ([7, 4, 0], 7, 3), ([3], 3, 5), ([2, 6, 5], 6, 6),
         ([1], 1, 1)]]
-    return check_function(
+    verdict = check_function(
         _as_float(window_mask), lambda lengths, n, w: _window_mask(lengths, n, w).double(), cases,
         what="window_mask", output_names=("the mask",),
         mistakes=[Mistake(wrong, hint) for wrong, hint in _WINDOW_MISTAKES])
+    return CheckResult(verdict.passed, re.sub(r"gave ([01]), expected ([01]) \(.*?\)", lambda m:  # bool
+                       f"gave {m[1] == '1'}, expected {m[2] == '1'}", verdict.message))
 
 
 _ONE_SLOT = ("A rolling buffer writes one slot per step, where the key that just left the "

@@ -60,15 +60,8 @@ BATCH_SENTENCES = (
     ("the", "cat", "sat", "on", "the", "warm", "mat", "today"),
     ("dogs", "bark", "at", "night", "too", "loudly", "again", "now"),
 )
-MASK_TYPES = (
-    "none",
-    "causal",
-    "padding",
-    "causal + padding",
-    "sliding window (causal)",
-    "sliding window (both sides)",
-    "sliding window (causal) + padding",
-)
+MASK_TYPES = ("none", "causal", "padding", "causal + padding", "sliding window (causal)",
+              "sliding window (both sides)", "sliding window (causal) + padding")
 
 
 def build_mask(mask_type: str, n: int, window: int, length: int) -> torch.Tensor | None:

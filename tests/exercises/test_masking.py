@@ -220,9 +220,10 @@ def test_window_mask_rejects_known_mistakes_with_their_hint(wrong, words):
     assert_rejected(check_window_mask(wrong), "\nHint: ", words)
 
 
-def test_window_mask_wants_bool():
+def test_window_mask_wants_bool_and_reports_its_values_as_true_false():
     verdict = check_window_mask(lambda L, n, w: window_mask(L, n, w).int())
     assert not verdict and "bool" in verdict.message
+    assert "you gave True, expected False." in check_window_mask(lambda *a: ~window_mask(*a)).message
 
 
 def test_a_filled_count_that_leaves_the_newest_key_out_is_named_with_the_course_attention():
