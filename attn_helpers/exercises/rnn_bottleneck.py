@@ -36,7 +36,7 @@ def _rnn_cases() -> list[dict]:
     return cases
 
 
-def _rnn(*, act=torch.tanh, recur=True, bias=True, reverse=False, transpose=False,
+def _rnn(*, act=torch.tanh, recur=True, bias="inside", reverse=False, transpose=False,
          keep_first=False, last="last"):
     """The recurrence with one known mistake (no arguments: the reference)."""
     def rnn(x, W_x, W_h, b):  # noqa: N803
@@ -45,13 +45,11 @@ def _rnn(*, act=torch.tanh, recur=True, bias=True, reverse=False, transpose=Fals
         states = [h] if keep_first else []
         steps = range(x.shape[-2] - 1, -1, -1) if reverse else range(x.shape[-2])
         for j in steps:
-            pre = x[..., j, :] @ W_x + (h @ W if recur else 0) + (b if bias else 0)
-            h = act(pre)                                               # (..., d)
+            pre = x[..., j, :] @ W_x + (h @ W if recur else 0) + (b if bias == "inside" else 0)
+            h = act(pre) + (b if bias == "outside" else 0)             # (..., d)
             states.append(h)
-        if keep_first:
-            states = states[:-1]
-        if reverse:
-            states = states[::-1]
+        states = states[:-1] if keep_first else states
+        states = states[::-1] if reverse else states
         H = torch.stack(states, dim=-2)                                # (..., n, d)  # noqa: N806
         h_last = {"last": h, "first": H[..., 0, :], "mean": H.mean(-2)}[last]
         return H, h_last
@@ -87,8 +85,9 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
             Mistake(_rnn(recur=False),
                     "the previous state is never used, so there is no recurrence: which term of "
                     "h_j carries h_{j-1}?"),
-            Mistake(_rnn(bias=False),
-                    "the bias b is missing inside the tanh."),
+            Mistake(_rnn(bias=None), "the bias b is missing inside the tanh."),
+            Mistake(_rnn(bias="outside"), "the bias b is outside the tanh; it belongs inside: "
+                    "h_j = tanh(x_j W_x + h_{j-1} W_h + b)."),
             Mistake(_rnn(transpose=True),
                     "W_h is transposed: the states are row vectors, multiplied from the right "
                     "as in x_j W_x. On which side of W_h must h_{j-1} stand?"),

@@ -62,8 +62,7 @@ def test_right_answers_pass():
 def variant(step=lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h + b), *,  # noqa: N803
             order=lambda n: range(n), start=False, final=lambda H, h: h, dtype=True):
     def wrong(x, W_x, W_h, b):  # noqa: N803
-        h = x.new_zeros(*x.shape[:-2], W_h.shape[0]) if dtype else torch.zeros(
-            *x.shape[:-2], W_h.shape[0])
+        h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype if dtype else None)
         states = {}
         for t in order(x.shape[-2]):
             before = h
@@ -78,6 +77,7 @@ def variant(step=lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h + b)
     (variant(lambda x_t, h, W_x, W_h, b: x_t @ W_x + h @ W_h + b), ["tanh is missing"]),
     (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + b)), ["no recurrence"]),
     (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h)), ["bias b is missing"]),
+    (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h) + b), ["bias b is outside"]),
     (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h.T + b)),
      ["W_h is transposed"]),
     (variant(order=lambda n: range(n - 1, -1, -1)), ["backwards"]),
