@@ -116,6 +116,8 @@ def check_attention(attention: Callable) -> CheckResult:
                     "be divided?"),
             Mistake(_attention(scale=lambda q, k, v: 1 / q.shape[-1]),
                     "you divided by d_k; the scale is 1 / sqrt(d_k)."),
+            Mistake(_attention(scale=lambda q, k, v: math.sqrt(q.shape[-1])),
+                    "you multiplied the scores by sqrt(d_k); divide them by it."),
             Mistake(_attention(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1])),
                     "you scaled by sqrt(d_v), the size of the values; the scale is 1 / sqrt(d_k)."),
             *(Mistake(_attention(scale=scale), WRONG_AXIS)

@@ -75,7 +75,7 @@ class LookupView(BlitView):
         curve.set(xscale="log", xlim=(t_min / 1.25, t_max * 1.25), ylim=(0, ceiling * 1.15))
         curve.set_xlabel("temperature T", fontsize=9)  # the margins keep the end markers whole
         curve.set_ylabel("entropy (nats)", fontsize=9)
-        curve.set_title("entropy of this query's weights against T", fontsize=10)
+        curve.set_title("entropy of this query's weights against T (dot: current T)", fontsize=10)
         curve.axhline(ceiling, color="#c0392b", linestyle="--")
         curve.text(t_min * 1.1, ceiling * 1.02, f"ceiling ln {len(DEMO_KEYS)} = {ceiling:.2f}",
                    color="#c0392b", fontsize=8, va="bottom")

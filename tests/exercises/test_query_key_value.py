@@ -76,6 +76,7 @@ def mask_after_exp(q, k, v, mask):  # the maximum taken over every key, masked o
 @pytest.mark.parametrize("wrong, fragments", [
     (attention_with(scale=lambda q, k, v: 1.0), ["not scaled"]),
     (attention_with(scale=lambda q, k, v: 1 / q.shape[-1]), ["divided by d_k"]),
+    (attention_with(scale=lambda q, k, v: math.sqrt(q.shape[-1])), ["multiplied the scores"]),
     (attention_with(scale=lambda q, k, v: v.shape[-1] ** -0.5), ["sqrt(d_v)"]),
     (attention_with(scale=lambda q, k, v: k.shape[-2] ** -0.5), ["sqrt(n_k), the number of keys"]),
     (attention_with(scale=lambda q, k, v: q.shape[1] ** -0.5), ["wrong axis of q", "case 2 of 8"]),
