@@ -251,8 +251,7 @@ def check_reach(half_weight_reach: Callable) -> CheckResult:
 
     def whole(m, n):  # the reaches count keys: an integer tensor
         k = half_weight_reach(m, n)
-        if isinstance(k, torch.Tensor) and (k.is_floating_point() or k.is_complex()
-                                            or k.dtype == torch.bool):
+        if isinstance(k, torch.Tensor) and k.dtype != torch.long:   # int32, float, bool: refused
             raise TypeError(f"the reaches count keys: return them as a LongTensor (H,) of whole "
                             f"numbers (.long()), got dtype {k.dtype}")
         return k

@@ -387,8 +387,9 @@ def test_reach_checker_wants_whole_numbers_in_a_tensor():
     def as_floats(m, n):
         return torch.ceil(-torch.log((1 + torch.exp(-m * n)) / 2) / m)
 
-    verdict = ex.check_reach(as_floats)
-    assert not verdict and "return them as a LongTensor (H,)" in verdict.message, verdict.message
+    for wrong in (as_floats, lambda m, n: closed_form(m, n).int()):   # float64, int32
+        verdict = ex.check_reach(wrong)
+        assert not verdict and "return them as a LongTensor (H,)" in verdict.message, verdict.message
     verdict = ex.check_reach(lambda m, n: closed_form(m, n).tolist())
     assert not verdict and "you returned the reaches as a list" in verdict.message, verdict.message
     verdict = ex.check_reach(lambda m, n: closed_form(m, n)[:1])
