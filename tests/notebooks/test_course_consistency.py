@@ -17,9 +17,12 @@ def relative_links(text: str) -> list[str]:
     return [t for t in LINK.findall(text) if not re.match(r"^[a-z]+:", t) and not t.startswith("#")]
 
 
-def test_every_notebook_is_on_the_course_map():
+def test_every_notebook_is_on_the_course_map_and_in_00s_table_with_the_same_idea():
     listed = {lesson.filename for lesson in COURSE}
     assert NOTEBOOKS and not [p.name for p in NOTEBOOKS if p.name not in listed]
+    table = (ROOT / "notebooks" / COURSE[0].filename).read_text()
+    for lesson in COURSE[1:]:
+        assert f"[{lesson.number} · {lesson.title}]({lesson.filename}) | {lesson.idea} |" in table
 
 
 def test_the_template_title_goals_prerequisites_sections_and_link_to_the_next(notebook):
