@@ -197,8 +197,7 @@ ATTENTION_MISTAKES = [
     ("kv_swapped", "k and v are swapped in the cache: cache.append(k, v) takes the keys first, then "
      "the values."),
     ("no_out_proj", "W_O is missing: the merged heads go through self.out."),
-    ("scale_d_model", "the scores are scaled by 1/sqrt(d_model): each head uses 1/sqrt(d_h), "
-     "d_h = d / h."),
+    ("scale_d_model", "the scores are scaled by 1/sqrt(d_model): each head uses 1/sqrt(d / h)."),
     ("no_scale", "the scores are not scaled: divide q k^T by sqrt(d_h)."),
     ("multiplied", "the scores were multiplied by the mask: a 0 score still gets weight e^0 > 0. "
      "Set masked scores to -inf before the softmax, or pass the mask to the attention step."),
@@ -268,8 +267,7 @@ BLOCK_MISTAKES = [
     ("post_norm", "norm after instead of before: that is the original post-norm block, LN(x + "
      "attn(x)). Pre-norm normalises the sub-layer's input and leaves the stream alone."),
     ("no_attn_residual", "the residual is missing around attention: add attn(LN_1(x)) to x."),
-    ("no_ff_residual", "the residual is missing around the feed-forward: add its output to the "
-     "stream."),
+    ("no_ff_residual", "the residual is missing around the feed-forward: add its output to the stream."),
     ("no_norm", "the LayerNorms are missing: each sub-layer reads LN(x), not x."),
     ("same_norm", "norm1 is used twice: the feed-forward reads norm2(x), its own LayerNorm."),
     ("residual_from_normed", "the residuals add to the normalised x: x + attn(LN(x)), not "
@@ -278,14 +276,13 @@ BLOCK_MISTAKES = [
      "attn(LN_1(x)), not LN_1(x) + attn(...)."),
     ("residual_from_normed_ff", "the feed-forward's residual adds to the normalised x: x + "
      "ff(LN_2(x)), not LN_2(x) + ff(...)."),
-    ("norms_swapped", "the two LayerNorms are swapped: attention reads norm1, the feed-forward "
-     "norm2."),
+    ("norms_swapped", "the two LayerNorms are swapped: attention reads norm1, the feed-forward norm2."),
     ("parallel", "both sub-layers read the same input: the feed-forward reads the stream after "
      "attention's addition."),
     ("ff_first", "the feed-forward ran first: attention comes first."),
     ("cache_not_passed", "the cache never reached the attention: the block hands it on."),
-    ("output_normed", "the block normalises its output: it returns the stream itself. The one "
-     "final LayerNorm is the model's, after the last block."),
+    ("output_normed", "the block normalises its output: it returns the stream itself. The one final "
+     "LayerNorm is the model's, after the last block."),
 ]
 
 
