@@ -176,9 +176,7 @@ class _HeadMap:
 
     def __init__(self, blit, ax, shape: tuple[int, int]):
         L, h = shape
-        ax.set_xlim(-0.5, h - 0.5)
-        ax.set_ylim(L - 0.5, -0.5)
-        ax.set_aspect("equal")
+        ax.set(xlim=(-0.5, h - 0.5), ylim=(L - 0.5, -0.5), aspect="equal")
         ax.set_xticks(range(h), [str(j + 1) for j in range(h)], fontsize=8)
         ax.set_yticks(range(L), [str(j + 1) for j in range(L)], fontsize=8)
         ax.set_xlabel("head", fontsize=9)
@@ -223,8 +221,7 @@ class RealModelView(BlitView):
 def example_pairs() -> list[tuple[str, str]]:
     """The shipped paraphrase pairs, then two non-paraphrase pairs."""
     data = rm.load_sentences()
-    return [tuple(p) for p in data["paraphrases"]] + [tuple(p) for p in
-                                                      data["non_paraphrases"][:2]]
+    return [tuple(p) for p in data["paraphrases"] + data["non_paraphrases"][:2]]
 
 
 class RealModelWidget(LiveAttentionWidget):
