@@ -143,8 +143,7 @@ GRADS = ("dq", "dk", "dv")
 
 
 def causal_backward_reference(q, k, v, O, lse, d_out, B):
-    """FlashAttention-2's causal backward: key tiles outside, query tiles inside, from the first
-    query tile that reaches the diagonal."""
+    """FlashAttention-2's causal backward: key tiles outside, query tiles from the diagonal inside."""
     n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])
     D = (d_out * O).sum(dim=-1, keepdim=True)                       # (..., n, 1), whole rows
     lse = lse.unsqueeze(-1)                                         # (..., n, 1)
@@ -362,14 +361,14 @@ def _linear_cases() -> list[dict]:
 
 
 def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, normalise=True,
-               replace=False, transpose=False, raw_z=False, phi_v=False):
+               replace=False, transpose=False, raw_z=False, phi_v=False, old_z=False):
     """One step with one thing changed."""
     pq, pk = phi(q_t), phi(k_t)
     v_t = elu_feature_map(v_t) if phi_v else v_t
     outer = (v_t[..., :, None] * pk[..., None, :]) if transpose else pk[..., :, None] * v_t[..., None, :]
     S_new = outer if replace else S + outer
     z_new = (k_t if raw_z else pk) + (0 if replace else z)
-    S_read, z_read = (S, z) if read_first else (S_new, z_new)
+    S_read, z_read = (S, z) if read_first else (S_new, z if old_z else z_new)
     num = (pq[..., None, :] @ S_read).squeeze(-2)
     o = num / (pq * z_read).sum(-1, keepdim=True) if normalise else num
     return o, S_new, z_new
@@ -379,6 +378,7 @@ def _linear_mistakes() -> list[Mistake]:
     return [Mistake(lambda *a, _f=flaw: _step_with(*a, **_f), hint) for flaw, hint in [
         ({"read_first": True}, "o_t was read from the state before token t was added: token t "
                                "must see itself (add first, then read)."),
+        ({"old_z": True}, "the normaliser used z before token t was added: read both with S_t, z_t."),
         ({"normalise": False}, "the normaliser is missing: divide phi(q_t)^T S_t by phi(q_t)^T z_t."),
         ({"replace": True}, "the state was replaced by token t's terms, not added to: "
                             "S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t)."),
