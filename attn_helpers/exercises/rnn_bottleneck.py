@@ -14,6 +14,8 @@ __all__ = ["additive_scores_reference", "check_additive_scores", "check_rnn_enco
 
 _DTYPE = ("make every tensor you create with the inputs' dtype (torch.zeros(..., dtype=x.dtype)): "
           "these cases mix float32 and float64.")
+_BATCH = ("x may have any number of leading batch dimensions, or none: take token j as x[..., j, :] "
+          "(not x[:, j]) and size h with x.shape[:-2] (not x.shape[0]).")
 
 
 def _rnn_cases() -> list[dict]:
@@ -73,18 +75,17 @@ rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d)
     "    states.append(h)\n"
     "return torch.stack(states, dim=-2), h"))
 def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
-    """``rnn_encoder(x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,)) -> (H (..., n, d),
-    h_last (..., d))``: ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)``, ``h_{-1} = 0``."""
+    """``rnn_encoder(x, W_x, W_h, b) -> (H, h_last)``, shapes as in ``rnn_encoder_reference``."""
     return check_function(
         rnn_encoder, rnn_encoder_reference, _rnn_cases(), what="rnn_encoder",
         output_names=("the states H", "the last state h_last"),
-        error_hints=[("same dtype", _DTYPE), ("expected scalar type", _DTYPE)],
+        error_hints=[("same dtype", _DTYPE), ("expected scalar type", _DTYPE),
+                     ("must match the size of tensor", _BATCH)],
         mistakes=[
             Mistake(_rnn(act=lambda z: z),
                     "the tanh is missing: your states are linear in the inputs."),
-            Mistake(_rnn(recur=False),
-                    "the previous state is never used, so there is no recurrence: which term of "
-                    "h_j carries h_{j-1}?"),
+            Mistake(_rnn(recur=False), "the previous state is never used, so there is no "
+                    "recurrence: which term of h_j carries h_{j-1}?"),
             Mistake(_rnn(bias=None), "the bias b is missing inside the tanh."),
             Mistake(_rnn(bias="outside"), "the bias b is outside the tanh; it belongs inside: "
                     "h_j = tanh(x_j W_x + h_{j-1} W_h + b)."),
@@ -99,8 +100,7 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
             Mistake(_rnn(last="first"),
                     "h_last is the first state; the context vector is the LAST state, h_{n-1}."),
             Mistake(_rnn(last="mean"),
-                    "h_last is the mean of the states; the context vector is the last state, "
-                    "h_{n-1}."),
+                    "h_last is the mean of the states; the context vector is the last state, h_{n-1}."),
         ],
     )
 

@@ -11,11 +11,11 @@ from attn_helpers import AdditiveScore
 from attn_helpers.exercises import rnn_bottleneck as ex
 
 
-def rnn(x, W_x, W_h, b):  # noqa: N803
-    h = x.new_zeros(*x.shape[:-2], W_h.shape[0])
+def rnn(x, W_x, W_h, b, one_batch_dim=False):  # noqa: N803
+    h = x.new_zeros(*x.shape[:1 if one_batch_dim else -2], W_h.shape[0])
     states = []
     for t in range(x.shape[-2]):
-        h = torch.tanh(x[..., t, :] @ W_x + h @ W_h + b)
+        h = torch.tanh((x[:, t] if one_batch_dim else x[..., t, :]) @ W_x + h @ W_h + b)
         states.append(h)
     return torch.stack(states, dim=-2), h
 
@@ -88,6 +88,7 @@ def variant(step=lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h + b)
     (lambda x, W_x, W_h, b: rnn(x, W_x, W_h, b)[0], ["returned 1 value(s); expected 2"]),
     (lambda x, W_x, W_h, b: rnn(x.reshape(-1, *x.shape[-2:]), W_x, W_h, b),   # loses batch dims
      ["case 4 of 6", "shape (6, 4, 3)"]),
+    (lambda *a: rnn(*a, one_batch_dim=True), ["case 4 of 6", "Hint: ", "x[..., j, :]"]),  # x[:, j]
 ])
 def test_rnn_encoder_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_rnn_encoder(wrong), *fragments)
