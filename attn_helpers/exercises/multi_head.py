@@ -299,8 +299,7 @@ def _gqa(q, k, v, *, group_of=None, scale=None, dim=-1):
     return torch.softmax(s, dim=dim) @ v
 
 
-def _rows_mixed(q, k, v):
-    """A mistake: a group's rows taken after moving n_q in front of the heads."""
+def _rows_mixed(q, k, v):  # a mistake: a group's rows taken after moving n_q in front of the heads
     b, h, n_q, d = q.shape
     rows = q.transpose(1, 2).reshape(b, k.shape[1], -1, d)
     return scaled_dot_product_attention(rows, k, v)[0].reshape(b, n_q, h, d).transpose(1, 2)
@@ -331,15 +330,18 @@ def _held(t: torch.Tensor) -> int:
         return 0
 
 
-def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
-    """The lesson's constraint on the decoding cases: no tensor the learner builds holds
-    ``b * h * n_k * d_head`` numbers (K or V copied to h heads); views pass."""
+def _no_copied_kv(inputs: dict) -> AllocationWatch:
+    """The lesson's constraint: on the decoding cases no tensor the learner's torch calls return holds
+    ``b * h * n_k * d_head`` numbers (K or V copied to h heads); torch's fused attention is refused."""
     (b, h, n_q, d), (g, n_k) = inputs["q"].shape, inputs["k"].shape[1:3]
-    if not (h >= 3 * g and n_q < min(n_k, d)):
-        return contextlib.nullcontext()
+    decoding = h >= 3 * g and n_q < min(n_k, d)
 
     def refuse(t: torch.Tensor, call: str) -> str | None:
-        if _held(t) < b * h * n_k * d:
+        if call == "scaled_dot_product_attention":
+            return ("it calls torch's F.scaled_dot_product_attention. The checker sees what your own "
+                    "torch calls return, not what a library kernel copies inside itself: write the "
+                    "attention with notebook 02's ah.scaled_dot_product_attention.")
+        if not decoding or _held(t) < b * h * n_k * d:
             return None
         return (f"{call} built a tensor of shape {tuple(t.shape)}, {_held(t):,} numbers: as many "
                 f"as K (or V) copied to all h = {h} query heads (b * h * n_k * d_head = {b} * {h} "

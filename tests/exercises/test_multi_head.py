@@ -95,8 +95,7 @@ def test_module_accepts_the_reference_with_its_gradients():
 
 
 def test_module_reference_is_torch_multihead_attention_with_masks_and_non_zero_biases():
-    """The checker's reference is PyTorch's module with its weights; our MultiHeadAttention, built
-    from that module, gives the same output (so the course's mask convention is the one asked)."""
+    """The checker's reference is PyTorch's module; ours, built from it, agrees (mask convention)."""
     from attn_helpers.exercises.multi_head import _torch_module
     for case in _module_cases():
         x, mask, h, seed = case.values()
@@ -141,8 +140,7 @@ def test_module_must_be_trainable_and_have_its_fused_projection():
     verdict = check_multi_head_module(make_module(trainable=False))
     assert not verdict and "after one backward" in verdict.message, verdict.message
     verdict = check_multi_head_module(make_module(projections=False))
-    assert not verdict and "in_proj = nn.Linear(d_model, 3 * d_model)" in verdict.message, (
-        verdict.message)
+    assert not verdict and "in_proj = nn.Linear(d_model, 3 * d_model)" in verdict.message
 
 
 def _heads_by_hand(x, in_proj, h, mask, *, softmax):
@@ -166,8 +164,7 @@ def _heads_by_hand(x, in_proj, h, mask, *, softmax):
 
 @pytest.mark.parametrize("softmax", ["course", "by hand"])
 def test_module_refuses_a_loop_over_heads(softmax):
-    """The exercise asks for all heads in one attention call: section 1's loop, fused, is right
-    but refused, whichever softmax it runs."""
+    """Section 1's loop over heads, fused: right, but refused (all heads in one call), any softmax."""
 
     class Loop(make_module()):
         def forward(self, x, mask=None):
@@ -180,8 +177,7 @@ def test_module_refuses_a_loop_over_heads(softmax):
 
 
 def test_module_accepts_all_heads_at_once_by_other_routes():
-    """Not only the reference's layout: torch's fused attention on (b, h, n, d_head), or the heads
-    folded into the batch, (b * h, n, d_head)."""
+    """Torch's fused attention on (b, h, n, d_head), or the heads folded into (b * h, n, d_head)."""
 
     class Fused(make_module()):
         def forward(self, x, mask=None):
@@ -290,9 +286,8 @@ def _group_by_group(q, k, v):
 
 
 def _broadcast_by_hand(q, k, v):
-    """The natural answer: a group axis, K and V with a size-1 axis broadcasting through @ (views
-    in the learner's code; matmul may still expand k5 to h heads inside, which is not the
-    learner's copy and which the checker does not see)."""
+    """The natural answer: a group axis, K and V broadcast through @ as views (matmul may still
+    copy k5 to h heads inside itself, unseen: not the learner's copy; issue 32 wants it passing)."""
     b, h, n_q, d = q.shape
     g = k.shape[1]
     q5 = q.view(b, g, h // g, n_q, d)                       # (b, g, h/g, n_q, d): a view
@@ -348,13 +343,19 @@ def _copy_then_attend(copy):
     (lambda t, r: t[:, torch.arange(t.shape[1] * r) // r], "__getitem__ built"),
 ])
 def test_gqa_refuses_keys_or_values_copied_to_every_query_head(copy, built):
-    """Right values, but K and V copied to all h query heads: refused on the first decoding case
-    (case 9), with the call that built the copy, the size, and why that defeats GQA."""
+    """Right values, K and V copied to h heads: refused on case 9 (the first decoding one), why."""
     verdict = check_grouped_query_attention(_copy_then_attend(copy))
     assert not verdict and "on case 9 of 12" in verdict.message, verdict.message
     for words in (built, "copied to all h = 8 query heads", "b * h * n_k * d_head = 2 * 8 * 32 * 8",
                   "not g = 2", "Views, which copy nothing, are fine"):
         assert words in verdict.message, (words, verdict.message)
+
+
+def test_gqa_refuses_torch_fused_attention_whose_inner_copies_it_cannot_see():
+    verdict = check_grouped_query_attention(lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, enable_gqa=True))
+    assert not verdict and "case 1 of" in verdict.message and "inside itself" in verdict.message
+    assert "ah.scaled_dot_product_attention" in verdict.message, verdict.message
 
 
 def _i_over_g(q, k, v):
