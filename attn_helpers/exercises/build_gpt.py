@@ -296,8 +296,8 @@ def _block(d, h, d_ff, seed):
 
 @exercise("build_gpt.block", "a pre-norm Transformer block", hints=(
     "Two sub-layers, attention then feed-forward, each with a residual addition and its own "
-    "LayerNorm; the cache goes to the attention. Notebook 06's post-norm layer normalised each "
-    "sum: which layout leaves a path on which x is never normalised?",
+    "LayerNorm; the cache goes to the attention. Notebook 06's exercise layer was post-norm: it "
+    "normalised each sum. Which layout leaves a path on which x is never normalised?",
     "No LayerNorm on a residual sum: where else can norm1 and norm2 go, what does each sub-layer "
     "read, and what is its output added to? Attention first (handed the cache), then the "
     "feed-forward on the updated stream.",
