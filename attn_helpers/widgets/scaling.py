@@ -63,13 +63,13 @@ class ScalingView(BlitView):
 
 def scaling_widget(seed: int = 0, *, d_k: int = 64, scaled: bool = True,
                    temperature: float = 1.0) -> LiveAttentionWidget:
-    """Notebook 03's live widget: d_k (powers of two), scaling on/off, temperature; the keywords
-    set the first picture."""
+    """Notebook 03's live widget: d_k (powers of two), scaling on/off, temperature 0.1 .. 100 (past
+    sqrt(1024) = 32, which undoes d_k = 1024 unscaled); the keywords set the first picture."""
     controls = {
         "d_k": widgets.SelectionSlider(options=list(D_K_OPTIONS), value=d_k, description="d_k",
                                        continuous_update=True, layout=widgets.Layout(width="320px")),
         "scaled": widgets.Checkbox(value=scaled, description="divide by sqrt(d_k)"),
-        "temperature": widgets.FloatLogSlider(value=temperature, base=10, min=-1.0, max=1.0, step=0.05,
+        "temperature": widgets.FloatLogSlider(value=temperature, base=10, min=-1.0, max=2.0, step=0.05,
                                               description="temperature",
                                               layout=widgets.Layout(width="320px")),
     }

@@ -45,6 +45,7 @@ def test_the_widget_opens_as_asked_and_the_picture_states_the_settings():
     assert widget.error is None and widget.renders == 1
     assert widget.values == {"d_k": 1024, "scaled": False, "temperature": 1.0}
     assert list(widget.controls["d_k"].options) == list(D_K_OPTIONS)
+    assert 10 ** widget.controls["temperature"].max > math.sqrt(1024)   # T can undo unscaled 1024
     assert widget.view.lines.texts == ["d_k = 1024   |   divided by sqrt(d_k): no   |   "
                                        "temperature T = 1"]
     assert float(widget.readouts["largest weight (mean over rows)"]) > 0.95
