@@ -15,8 +15,7 @@ from attn_helpers.widgets.scaling import D_K_OPTIONS, scaling_frame, scaling_wid
 def test_scaling_frame_independent(d_k, scaled, temperature):
     frame = scaling_frame(d_k, scaled, temperature, seed=3)
     g = torch.Generator().manual_seed(3)
-    q = torch.randn(8, 1024, generator=g, dtype=torch.float64)[:, :d_k]
-    k = torch.randn(8, 1024, generator=g, dtype=torch.float64)[:, :d_k]
+    q, k = (torch.randn(8, 1024, generator=g, dtype=torch.float64)[:, :d_k] for _ in range(2))
     divisor = (math.sqrt(d_k) if scaled else 1.0) * temperature
     weights = torch.softmax(q @ k.T / divisor, -1)
     torch.testing.assert_close(frame.weights, weights)
