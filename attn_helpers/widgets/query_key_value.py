@@ -12,7 +12,7 @@ import torch
 from .._checks import require_number
 from ..attention import scaled_dot_product_attention
 from ..entropy import attention_entropy, max_entropy
-from ..lessons.query_key_value import QUERY
+from ..lessons.query_key_value import QUERY, hull_corners
 from ..plots import to_numpy, weights_cmap
 from .core import (
     BAR_COLOR,
@@ -63,8 +63,12 @@ class LookupView(BlitView):
         self.keys_artist = plane.scatter(*xy.T, s=40, c=np.zeros(len(xy)), cmap=weights_cmap(),
                                          vmin=0, vmax=1, edgecolor="black", zorder=3,
                                          label="key (size, colour: weight)")
+        hull = xy[hull_corners(torch.from_numpy(xy))]                              # its corners
+        plane.fill(*hull.T, color=BAR_COLOR, alpha=0.12, zorder=1, label="hull of the keys")
         for (x, y), label in zip(xy, DEMO_KEYS, strict=True):
-            plane.annotate(label, (x, y), xytext=(7, 7), textcoords="offset points", fontsize=10)
+            right = label == "apple"                   # beside it: pear sits above and right
+            plane.annotate(label, (x, y), xytext=(9, -7) if right else (7, 7), fontsize=10,
+                           textcoords="offset points")
         plane.legend(loc="lower left", fontsize=8, markerscale=0.6)
         self.panel = AttentionPanel(self.blit, grid[0, 1], title="weights a_j of the query q",
                                     entropy_width=1.0, entropy_title="entropy")
