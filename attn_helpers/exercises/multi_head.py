@@ -322,8 +322,7 @@ def _gqa_cases() -> list[dict]:
             for b, h, kv, n_q, n_k, d, dtype in shapes]
 
 
-def _held(t: torch.Tensor) -> int:
-    """How many numbers the storage behind ``t`` (or its base) holds."""
+def _held(t: torch.Tensor) -> int:  # how many numbers the storage behind t (or its base) holds
     try:
         return t.untyped_storage().nbytes() // t.element_size()
     except (RuntimeError, NotImplementedError):   # no storage to read (a meta or sparse tensor)
