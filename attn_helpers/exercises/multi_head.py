@@ -329,18 +329,15 @@ def _held(t: torch.Tensor) -> int:  # how many numbers the storage behind t (or 
         return 0
 
 
-def _no_copied_kv(inputs: dict) -> AllocationWatch:
-    """The lesson's constraint: on the decoding cases no tensor the learner's torch calls return holds
-    ``b * h * n_k * d_head`` numbers (K or V copied to h heads); torch's fused attention is refused."""
+def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
+    """The lesson's constraint on the decoding cases: no tensor the learner's torch calls return
+    holds ``b * h * n_k * d_head`` numbers (K or V copied to h heads); views pass."""
     (b, h, n_q, d), (g, n_k) = inputs["q"].shape, inputs["k"].shape[1:3]
-    decoding = h >= 3 * g and n_q < min(n_k, d)
+    if not (h >= 3 * g and n_q < min(n_k, d)):
+        return contextlib.nullcontext()
 
     def refuse(t: torch.Tensor, call: str) -> str | None:
-        if call == "scaled_dot_product_attention":
-            return ("it calls torch's F.scaled_dot_product_attention. The checker sees what your own "
-                    "torch calls return, not what a library kernel copies inside itself: write the "
-                    "attention with notebook 02's ah.scaled_dot_product_attention.")
-        if not decoding or _held(t) < b * h * n_k * d:
+        if _held(t) < b * h * n_k * d:
             return None
         return (f"{call} built a tensor of shape {tuple(t.shape)}, {_held(t):,} numbers: as many "
                 f"as K (or V) copied to all h = {h} query heads (b * h * n_k * d_head = {b} * {h} "
