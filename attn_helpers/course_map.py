@@ -50,7 +50,7 @@ COURSE = (
     Lesson("08", "complexity", "Complexity",
            "quadratic cost, measured; what tiled, linear, local and ring attention save", ("05",)),
     Lesson("09", "real_model", "A real model",
-           "a pretrained Transformer runs on your attention; what its 72 heads do",
+           "a pretrained MiniLM (6 layers of 12 heads) runs on your attention; what its heads do",
            ("04", "06", "07")),
     Lesson("10", "build_gpt", "Build a GPT",
            "your pieces and your training loop become a small GPT that writes text",

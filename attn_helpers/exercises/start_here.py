@@ -79,6 +79,10 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
             Mistake(lambda s, t: _stable_exp(s / t) / _stable_exp(s / t).sum(),
                     "the exponentials were divided by the sum of the whole tensor; sum each row."),
             Mistake(lambda s, t: _stable_exp(s / t) / _stable_exp(s / t).sum(-1), KEEPDIM),
+            Mistake(lambda s, t: (lambda e: e / e.sum(-1, keepdim=True))(
+                        torch.exp(s / t - s.amax(-1, keepdim=True))),
+                    "you subtracted the maximum of s, not of s / T: at a small T, s / T - max(s) "
+                    "is still huge. Subtract the row maximum of s / T."),
         ],
         error_hints=[("must match the size of tensor", KEEPDIM)],
         nan_hint=OVERFLOW,

@@ -59,6 +59,8 @@ def test_softmax_with_temperature_accepts_right_answers():
     (no_keepdim_max, ["the shapes do not fit", "Keep the reduced axis on both"]),
     (no_max, ["nan", "overflows", "row's own maximum", "case 6 of 8"]),
     (global_max, ["nan", "one maximum for the whole tensor", "case 6 of 8"]),
+    (lambda s, t: (lambda e: e / e.sum(-1, keepdim=True))(torch.exp(s / t - s.amax(-1, keepdim=True))),
+     ["maximum of s, not of s / T", "case 7 of 8"]),
     (lambda s, t: softmax_t(s, t).sum(-1), ["returned the weights with shape ()", "shape (5,)"]),
     (lambda s, t: softmax_t(s, t).float(), ["returned the weights as torch.float32",
                                              "the right answer is torch.float64"]),
