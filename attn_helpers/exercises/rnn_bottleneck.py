@@ -156,6 +156,10 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
             Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a, _NEW_AXIS),
             Mistake(_features(lambda x, v: x @ v),
                     "the tanh is missing: without it the query's part is the same for every j."),
+            Mistake(_features(lambda x, v: x @ v, lambda q, k: torch.tanh(q) + torch.tanh(k)),
+                    "tanh is applied to each projection separately: then tanh(s_t U_q) v_a^T is the "
+                    "same for every j, the softmax cancels it, and the weights ignore s_t. Add, then "
+                    "squash: tanh(s_t U_q + h_j U_k)."),
             Mistake(_features(lambda x, v: torch.tanh(x @ v)),
                     "tanh comes before v_a: e_tj = tanh(s_t U_q + h_j U_k) v_a^T."),
             Mistake(_features(lambda x, v: torch.tanh(x) @ v, torch.mul),

@@ -156,6 +156,10 @@ class DecodeView(BlitView):
         self.notice.visible = not frame.has_attention
         self.panel.set_frame(frame)         # may lay the panel out again, for max_len tokens
         self.panel.entropy.ceiling.set_visible(frame.has_attention)
+        if self.panel.ax_entropy.get_visible() != frame.has_attention:   # no weights: no entropy
+            for artist in (self.panel.ax_entropy, self.panel.ax_bar, self.panel.entropy.bars):
+                artist.set_visible(frame.has_attention)                  # panel, no colour bar
+            self.blit.invalidate()
         if self.panel.ax_map.get_xlim() != (-0.5, n - 0.5):    # a new length, or a new layout
             self._zoom(n)
 

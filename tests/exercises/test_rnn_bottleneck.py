@@ -100,6 +100,8 @@ def test_rnn_encoder_rejects_and_names_mistakes(wrong, fragments):
     (lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q).unsqueeze(1) * (H @ U_k)) @ v_a,
      ["multiplied the two projections"]),
     (lambda s, H, U_q, U_k, v_a: torch.tanh(H @ U_k) @ v_a, ["decoder state s_t is missing"]),
+    (lambda s, H, U_q, U_k, v_a: (torch.tanh(s @ U_q).unsqueeze(1) + torch.tanh(H @ U_k)) @ v_a,
+     ["each projection separately", "weights ignore s_t"]),
     (lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_k).unsqueeze(1) + H @ U_q) @ v_a,
      ["U_q and U_k are swapped"]),
     (lambda s, H, U_q, U_k, v_a: torch.relu((s @ U_q).unsqueeze(1) + H @ U_k) @ v_a, ["ReLU"]),

@@ -69,7 +69,7 @@ def test_alignment_frame_and_widget(models):
 
 def test_bottleneck_view_zooms_to_the_example_and_hides_a_missing_ceiling(models):
     """A shorter example fills the view (strips, heatmap and entropy bars zoom to its length,
-    with no full redraw), and a model without attention shows no ceiling dashes."""
+    with no full redraw); a model without attention shows no entropy panel and no colour bar."""
     with mpl.rc_context(PLOT_STYLE):            # the notebooks' style, constrained layout included
         w = wd.bottleneck_widget(models)
     view = w.view
@@ -87,6 +87,9 @@ def test_bottleneck_view_zooms_to_the_example_and_hides_a_missing_ceiling(models
     assert view.blit._background is background     # zooming only blits
     w.set(model_name="no attention")
     assert not view.panel.entropy.ceiling.get_visible()
+    assert not view.panel.ax_entropy.get_visible() and not view.panel.ax_bar.get_visible()
+    w.set(model_name="additive attention")
+    assert view.panel.ax_entropy.get_visible() and view.panel.ax_bar.get_visible()
     # the gridspec holds, not the notebooks' constrained layout: the strip title has room above
     top = view.ax_strip.get_position().y1 * view.figure.get_figheight() * 72
     assert view.figure.get_figheight() * 72 - top > 12
