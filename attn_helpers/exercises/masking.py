@@ -52,6 +52,7 @@ _WINDOW_MISTAKES = [   # (what the mistake computes from lengths, n, window; its
     (lambda L, n, w: _real(L, n, -1)[:, None, :] & sliding_window_mask(n, w),
      "off by one: each sentence's last pad was treated as a real token: your comparison starts "
      "one key before the sentence."),
+    (lambda L, n, w: _window_mask(n - L, n, w), "'n -' is missing: real keys start at n - lengths[b]."),
     (lambda L, n, w: _real(L, n)[:, None, :] & sliding_window_mask(n, w, causal=False),
      "your window looks both ways: query i also sees keys after it (j > i)."),
     (lambda L, n, w: _window_mask(L, n, w + 1),
@@ -203,9 +204,8 @@ def _run_steps(step: Callable) -> Callable:
 def _ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | None = None,
               lost_past_end: bool = False, write_v: bool = True, k_as_v: bool = False,
               copy: bool = False, scale: float | None = None, top_left: bool = False) -> Callable:
-    """A rolling-cache step with one known mistake (all off: right): writes at slot ``(t + slot)
-    mod w``, then attends to ``visible(t, w)``; ``early``: attends before writing, without
-    ("missing") or with ("extra") the new key."""
+    """A rolling-cache step with one known mistake (all off: right): writes slot ``(t + slot) % w``,
+    attends to ``visible(t, w)``; ``early``: attends before writing, without/with the new key."""
 
     def step(k_cache, v_cache, t, q_t, k_t, v_t):
         w = k_cache.shape[-2]

@@ -94,8 +94,7 @@ def masking_frame(
     require_int_in("window", window, 1)
     index = "AB".index(sequence)
     lengths = (length_a, length_b)
-    n = max(lengths)
-    length = lengths[index]
+    n, length = max(lengths), lengths[index]
     labels = [*BATCH_SENTENCES[index][:length], *[PAD] * (n - length)]
     mask = build_mask(mask_type, n, window, length)
     g = torch.Generator().manual_seed(5)

@@ -192,15 +192,11 @@ def _j(n):
     return torch.arange(n)
 
 
-def _offsets(n):
-    return _j(n)[:, None] - _j(n)[None, :]                            # i - j
-
-
 @pytest.mark.parametrize("wrong, words", [
     (lambda L, n, w: (_j(n)[None, :] < L[:, None])[:, None, :] & window_mask(L * 0 + n, n, w),
      "LEFT-padded"),
-    (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, None, :] & (_offsets(n).abs() < w),
-     "looks both ways"),
+    (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, None, :]
+     & ((_j(n)[:, None] - _j(n)).abs() < w), "looks both ways"),
     (lambda L, n, w: window_mask(L, n, w + 1), "off by one"),
     (lambda L, n, w: window_mask(L, n, w).transpose(1, 2), "transposed"),
     (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, :, None] & window_mask(L * 0 + n, n, w),
@@ -215,6 +211,7 @@ def _offsets(n):
      "first real token was treated as padding"),
     (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None] - 1)[:, None, :] & window_mask(L * 0 + n, n, w),
      "last pad was treated as a real token"),
+    (lambda L, n, w: window_mask(n - L, n, w), "'n -' is missing"),               # j >= lengths
 ])
 def test_window_mask_rejects_known_mistakes_with_their_hint(wrong, words):
     assert_rejected(check_window_mask(wrong), "\nHint: ", words)
