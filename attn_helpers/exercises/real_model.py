@@ -107,12 +107,13 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
             Mistake(diagonal_above,
                     "you took w.diagonal(offset=+1), a[i, i + 1]: the NEXT token, the diagonal "
                     "ABOVE the main one. The previous token is offset=-1."),
-            Mistake(shifted(+1, 0),
-                    "you read a[i, i + 1], the weight on the NEXT token: the previous token "
-                    "of query i is key i - 1."),
+            Mistake(shifted(+1, 0), "you read a[i, i + 1], the NEXT token: the previous is key i - 1."),
             Mistake(shifted(0, 0),
                     "you read the diagonal a[i, i], the weight a token puts on itself: the "
                     "previous token is one column to the left."),
+            Mistake(lambda w, m: _mean(torch.tril(w, -1).sum(-1), _real_queries(m, 1)),
+                    "you summed the weight on ALL previous tokens (tril): the previous token is "
+                    "key i - 1 alone."),
             Mistake(lambda w, m: shifted(-1, 1)(w.transpose(-1, -2), m),
                     "you read a[i - 1, i], the NEXT token (row and column swapped). Rows are "
                     "queries and columns keys."),

@@ -15,7 +15,7 @@ from ..masks import key_padding_to_attention_mask
 from ..multihead import split_heads
 from ..pretrained import Encoder, mean_pool
 
-__all__ = ["DATA_FILE", "entropy_grid", "heads_off", "load_sentences", "offset_scores",
+__all__ = ["DATA_FILE", "ablation", "entropy_grid", "heads_off", "load_sentences", "offset_scores",
            "run_value_norms", "sink_shares"]
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "real_model_sentences.json"
@@ -86,6 +86,25 @@ def heads_off(enc: Encoder, x: torch.Tensor, real: torch.Tensor, layer: int,
     for later in enc.layers[layer + 1:]:
         x, _ = later(x, mask.repeat(len(keep), 1, 1))
     return mean_pool(x, real.repeat(len(keep), 1)).view(len(keep), len(real), -1)
+
+
+@torch.no_grad()
+def ablation(enc: Encoder, pairs: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each ``[a, b]`` pair's cosine with all heads on ``(p,)``, and off ``(L, 1 + h, p)``:
+    ``[l, 0]`` layer l's heads all off, ``[l, 1 + i]`` head (l, i) alone off."""
+    unique = sorted({s for pair in pairs for s in pair})
+    a, b = (torch.tensor([unique.index(pair[k]) for pair in pairs]) for k in (0, 1))
+    batch, L, h, d = enc.tokenize(unique), len(enc.layers), enc.cfg.num_heads, enc.cfg.d_model
+    keep = torch.cat([torch.zeros(1, h), 1 - torch.eye(h)]).bool()      # (1 + h, h): False = off
+    on, off = torch.zeros(len(unique), d), torch.zeros(L, 1 + h, len(unique), d)
+    for bucket in batch["attention_mask"].sum(dim=1).argsort(stable=True).chunk(4):  # by length
+        n = int(batch["attention_mask"][bucket].sum(dim=1).max())       # pad only to the longest
+        real, x = batch["attention_mask"][bucket, :n], enc.embeddings(batch["input_ids"][bucket, :n])
+        for l, layer in enumerate(enc.layers):
+            off[l][:, bucket] = heads_off(enc, x, real, l, keep)        # layers l.. on 1 + h variants
+            x, _ = layer(x, key_padding_to_attention_mask(real))        # the next layer's input
+        on[bucket] = mean_pool(x, real)
+    return (on[a] * on[b]).sum(dim=-1), (off[:, :, a] * off[:, :, b]).sum(dim=-1)
 
 
 # --- value-weighted norms (Kobayashi et al., 2020) -------------------------------------------------

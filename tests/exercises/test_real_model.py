@@ -67,6 +67,11 @@ def wrapped_around(weights, mask):  # i = 0 .. n-1 with key i - 1: query 0 reads
     return (weights[..., i, i - 1] * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
 
 
+def all_previous(weights, mask):  # tril: every earlier key summed, not key i - 1 alone
+    valid = mask[:, 1:][None, :, None, :].float()
+    return (torch.tril(weights, -1).sum(-1)[..., 1:] * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+
+
 def summed(weights, mask):
     n = weights.shape[-1]
     i = torch.arange(1, n)
@@ -120,6 +125,7 @@ PREVIOUS_WRONG = [
     (first_counts_as_zero, "no previous token"),
     (wrapped_around, "wrapped around"),
     (summed, "you summed"),
+    (all_previous, "ALL previous tokens"),
     (per_sentence_mean, "with shape"),
     (mean_of_sentence_means, "mean of per-sentence means"),
 ]
