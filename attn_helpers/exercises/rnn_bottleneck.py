@@ -82,25 +82,19 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
         error_hints=[("same dtype", _DTYPE), ("expected scalar type", _DTYPE),
                      ("must match the size of tensor", _BATCH)],
         mistakes=[
-            Mistake(_rnn(act=lambda z: z),
-                    "the tanh is missing: your states are linear in the inputs."),
+            Mistake(_rnn(act=lambda z: z), "the tanh is missing: the states are linear in the inputs."),
             Mistake(_rnn(recur=False), "the previous state is never used, so there is no "
                     "recurrence: which term of h_j carries h_{j-1}?"),
             Mistake(_rnn(bias=None), "the bias b is missing inside the tanh."),
             Mistake(_rnn(bias="outside"), "the bias b is outside the tanh; it belongs inside: "
                     "h_j = tanh(x_j W_x + h_{j-1} W_h + b)."),
-            Mistake(_rnn(transpose=True),
-                    "W_h is transposed: the states are row vectors, multiplied from the right "
-                    "as in x_j W_x. On which side of W_h must h_{j-1} stand?"),
-            Mistake(_rnn(reverse=True),
-                    "you read the sequence backwards; this encoder reads j = 0 .. n-1."),
-            Mistake(_rnn(keep_first=True),
-                    "the states are shifted by one: H holds h_0 .. h_{n-1} (the state AFTER each "
-                    "token), not h_{-1} .. h_{n-2}."),
-            Mistake(_rnn(last="first"),
-                    "h_last is the first state; the context vector is the LAST state, h_{n-1}."),
-            Mistake(_rnn(last="mean"),
-                    "h_last is the mean of the states; the context vector is the last state, h_{n-1}."),
+            Mistake(_rnn(transpose=True), "W_h is transposed: the states are row vectors, multiplied "
+                    "from the right as in x_j W_x. On which side of W_h must h_{j-1} stand?"),
+            Mistake(_rnn(reverse=True), "you read backwards; this encoder reads j = 0 .. n-1."),
+            Mistake(_rnn(keep_first=True), "the states are shifted by one: H holds h_0 .. h_{n-1} "
+                    "(the state AFTER each token), not h_{-1} .. h_{n-2}."),
+            Mistake(_rnn(last="first"), "h_last is the first state; the context vector is h_{n-1}."),
+            Mistake(_rnn(last="mean"), "h_last is the mean of the states, not h_{n-1}."),
         ],
     )
 
@@ -157,9 +151,8 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
             Mistake(_features(lambda x, v: x @ v),
                     "the tanh is missing: without it the query's part is the same for every j."),
             Mistake(_features(lambda x, v: x @ v, lambda q, k: torch.tanh(q) + torch.tanh(k)),
-                    "tanh is applied to each projection separately: then tanh(s_t U_q) v_a^T is the "
-                    "same for every j, the softmax cancels it, and the weights ignore s_t. Add, then "
-                    "squash: tanh(s_t U_q + h_j U_k)."),
+                    "tanh is applied to each projection separately: tanh(s_t U_q) v_a^T is then the "
+                    "same for every j, the softmax cancels it, and the weights ignore s_t."),
             Mistake(_features(lambda x, v: torch.tanh(x @ v)),
                     "tanh comes before v_a: e_tj = tanh(s_t U_q + h_j U_k) v_a^T."),
             Mistake(_features(lambda x, v: torch.tanh(x) @ v, torch.mul),

@@ -1,5 +1,4 @@
-"""Notebook 01's widget: a trained sequence-to-sequence model reverses one digit sequence, drawn
-as token strips (errors in orange) above its attention weights and their entropy."""
+"""Notebook 01's widget: one reversal's token strips (errors in orange) above its weights and entropy."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ class DecodeFrame(AttentionFrame):
 
 
 def decode_examples(model: Seq2Seq, task, pairs):
-    """Greedy-decode ``(source, target)`` pairs of one length in one batch: ``[(output tokens,
-    weights (n_tgt, n_src) or None), ...]``."""
+    """Greedy-decode ``(source, target)`` pairs of one length in one batch: ``[(tokens, weights)]``."""
     task = get_task(task)
     with torch.inference_mode():
         tokens, weights = predict(model, collate(task, pairs))
@@ -155,10 +153,10 @@ class DecodeView(BlitView):
         self.strip_title.set([frame.title], [(0.5, 1.0)])
         self.notice.visible = not frame.has_attention
         self.panel.set_frame(frame)         # may lay the panel out again, for max_len tokens
-        self.panel.entropy.ceiling.set_visible(frame.has_attention)
         if self.panel.ax_entropy.get_visible() != frame.has_attention:   # no weights: no entropy
-            for artist in (self.panel.ax_entropy, self.panel.ax_bar, self.panel.entropy.bars):
-                artist.set_visible(frame.has_attention)                  # panel, no colour bar
+            for artist in (self.panel.ax_entropy, self.panel.ax_bar, self.panel.entropy.bars,
+                           self.panel.entropy.ceiling):                  # panel, no colour bar
+                artist.set_visible(frame.has_attention)
             self.blit.invalidate()
         if self.panel.ax_map.get_xlim() != (-0.5, n - 0.5):    # a new length, or a new layout
             self._zoom(n)

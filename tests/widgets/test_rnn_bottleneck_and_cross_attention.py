@@ -85,11 +85,10 @@ def test_bottleneck_view_zooms_to_the_example_and_hides_a_missing_ceiling(models
         assert view.positions.texts == [str(i) for i in range(n)]
         assert view.panel.entropy.ceiling.get_visible()
     assert view.blit._background is background     # zooming only blits
-    w.set(model_name="no attention")
-    assert not view.panel.entropy.ceiling.get_visible()
-    assert not view.panel.ax_entropy.get_visible() and not view.panel.ax_bar.get_visible()
-    w.set(model_name="additive attention")
-    assert view.panel.ax_entropy.get_visible() and view.panel.ax_bar.get_visible()
+    for name, shown in (("no attention", False), ("additive attention", True)):
+        w.set(model_name=name)                        # no weights: no ceiling, entropy, colour bar
+        assert {a.get_visible() for a in (view.panel.entropy.ceiling, view.panel.ax_entropy,
+                                          view.panel.ax_bar)} == {shown}
     # the gridspec holds, not the notebooks' constrained layout: the strip title has room above
     top = view.ax_strip.get_position().y1 * view.figure.get_figheight() * 72
     assert view.figure.get_figheight() * 72 - top > 12
