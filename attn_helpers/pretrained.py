@@ -99,21 +99,15 @@ class EncoderLayer(nn.Module):
 
 
 # Hugging Face's parameter names -> ours (applied in order, as plain substring replacements).
-_RENAMES = (
-    ("embeddings.word_embeddings", "embeddings.word"),
-    ("embeddings.position_embeddings", "embeddings.position"),
-    ("embeddings.token_type_embeddings", "embeddings.token_type"),
-    ("embeddings.LayerNorm", "embeddings.norm"),
-    ("encoder.layer.", "layers."),
-    ("attention.self.query", "attention.q_proj"),
-    ("attention.self.key", "attention.k_proj"),
-    ("attention.self.value", "attention.v_proj"),
-    ("attention.output.dense", "attention.out_proj"),
-    ("attention.output.LayerNorm", "attention_norm"),
-    ("intermediate.dense", "ff_in"),
-    ("output.dense", "ff_out"),
-    ("output.LayerNorm", "ff_norm"),
-)
+_RENAMES = (("embeddings.word_embeddings", "embeddings.word"),
+            ("embeddings.position_embeddings", "embeddings.position"),
+            ("embeddings.token_type_embeddings", "embeddings.token_type"),
+            ("embeddings.LayerNorm", "embeddings.norm"), ("encoder.layer.", "layers."),
+            ("attention.self.query", "attention.q_proj"), ("attention.self.key", "attention.k_proj"),
+            ("attention.self.value", "attention.v_proj"),
+            ("attention.output.dense", "attention.out_proj"),
+            ("attention.output.LayerNorm", "attention_norm"), ("intermediate.dense", "ff_in"),
+            ("output.dense", "ff_out"), ("output.LayerNorm", "ff_norm"))
 _UNUSED = ("embeddings.position_ids", "pooler.")  # a buffer of 0..511, and a head we do not use
 
 

@@ -84,18 +84,13 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
             return _mean(w[..., i, torch.where(i == 0, key, i - 1)], _real_queries(m, 0))
         return produce
 
-    def key_validity(w, m):                              # valid where the KEY i - 1 is real
-        valid = m[:, :-1][None, :, None, :].float()                   # (1, b, 1, n - 1)
-        return _mean(_diagonal(w, -1)[..., 1:], valid)
+    def key_real(m):                                     # (1, b, 1, n - 1): KEY i - 1 is real
+        return m[:, :-1][None, :, None, :].float()
 
     def mean_of_means(w, m):                             # each sentence's mean, then their mean
         valid = _real_queries(m, 1)                                  # (1, b, 1, n)
         per_sentence = (_diagonal(w, -1) * valid).sum(3) / valid.sum(3)   # (L, b, h)
         return per_sentence.mean(1)
-
-    def diagonal_above(w, m):                           # w.diagonal(offset=+1), mask[:, :-1]
-        valid = m[:, :-1][None, :, None, :].float()                   # (1, b, 1, n - 1)
-        return _mean(w.diagonal(offset=1, dim1=-2, dim2=-1), valid)
 
     no_axes = ("the mask is (b, n - 1) but the entries are (L, b, h, n - 1): index it with None "
                "where the layer and head axes go (and .float() to multiply).")
@@ -104,7 +99,7 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
         what="previous_token_scores", output_names=("the scores",),
         error_hints=[("must match the size of tensor", no_axes), ("Dimension out of range", no_axes)],
         mistakes=[
-            Mistake(diagonal_above,
+            Mistake(lambda w, m: _mean(w.diagonal(offset=1, dim1=-2, dim2=-1), key_real(m)),
                     "you took w.diagonal(offset=+1), a[i, i + 1]: the NEXT token, the diagonal "
                     "ABOVE the main one. The previous token is offset=-1."),
             Mistake(shifted(+1, 0), "you read a[i, i + 1], the NEXT token: the previous is key i - 1."),
@@ -123,7 +118,7 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
             Mistake(shifted(-1, 0),
                     "the first token ([CLS], i = 0) has no previous token: leave it out of the "
                     "mean instead of counting it as 0."),
-            Mistake(key_validity,
+            Mistake(lambda w, m: _mean(_diagonal(w, -1)[..., 1:], key_real(m)),  # the KEY's validity
                     "you took each query's validity from its key (token i - 1), so the first "
                     "padding query was counted: query i counts where token i is real."),
             *(Mistake(query_0_reads(key),
