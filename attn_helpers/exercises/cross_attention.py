@@ -52,16 +52,14 @@ def given_self_attention(layer, y):
 def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(False, False),
                  cross_out=True, cross_residual=True, query_before_self=False, one_head=False,
                  memory_queries=False, cross_norm=True, ff_residual=True, ff_norm="norm3",
-                 invert_memory=False, causal_memory=False, mask_3d=False, unscaled=False,
+                 invert_memory=False, causal_memory=False, mask_3d=False, scale=None,
                  norm_outside=False):
     """Exercise 1's answer with one named mistake (all off: the right answer)."""
-    ca = layer.cross_attn
-    h = 1 if one_head else ca.num_heads
+    ca, h = layer.cross_attn, 1 if one_head else layer.cross_attn.num_heads
     K_m, V_m = split_heads(ca.k_proj(memory), h), split_heads(ca.v_proj(memory), h)
     real = (~memory_real if invert_memory else memory_real)[:, None, None, :] if mask_memory else None
     real = real[:, 0] if mask_3d else real                # (b, 1, n_m): batch meets the heads
-    x_all = given_self_attention(layer, y)
-    outputs = []
+    x_all, outputs = given_self_attention(layer, y), []
 
     def block(x, norm, fn, *, residual=True, pre=False):
         if pre == "both":                             # a norm before the block and after the sum
@@ -74,13 +72,11 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
 
     for t in range(y.shape[1]):
         x = x_all[:, t:t + 1]                                           # (b, 1, d)
-
         def cross_attention(z, t=t):
             seen = real & (torch.arange(K_m.shape[-2]) <= t) if causal_memory else real
-            o, _ = scaled_dot_product_attention(split_heads(ca.q_proj(z), h), K_m, V_m, seen,
-                                                scale=1.0 if unscaled else None)
-            o = merge_heads(o)
-            return ca.out_proj(o) if cross_out else o
+            o, _ = scaled_dot_product_attention(split_heads(ca.q_proj(z), h), K_m, V_m, seen, scale=(
+                layer.d_model ** -0.5 if scale == "d_model" else scale))
+            return ca.out_proj(merge_heads(o)) if cross_out else merge_heads(o)
 
         if query_before_self:
             x = layer.norm2(x + cross_attention(y[:, t:t + 1]))
@@ -91,9 +87,8 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
         else:
             x = block(x, layer.norm2 if cross_norm else nn.Identity(), cross_attention,
                       residual=cross_residual, pre="outside" if norm_outside else pre_norm[0])
-        x = block(x, getattr(layer, ff_norm), layer.feed_forward, residual=ff_residual,
-                  pre=pre_norm[1])
-        outputs.append(x)
+        outputs.append(block(x, getattr(layer, ff_norm), layer.feed_forward, residual=ff_residual,
+                             pre=pre_norm[1]))
     return torch.cat(outputs, 1)
 
 
@@ -104,12 +99,9 @@ def _layer_cases() -> list[dict]:
             (2, 4, 5, 8, 2, 6, [5, 2], torch.float32), (1, 1, 3, 4, 1, 4, [3], torch.float32),
             (3, 5, 6, 12, 3, 8, [6, 1, 4], torch.float64), (2, 6, 4, 8, 4, 8, [1, 4], torch.float32)]:
         layer = _DecoderLayer(d, h, 2 * d, d_m, generator=g, dtype=dtype)
-        cases.append({
-            "layer": layer,
-            "y": torch.randn(b, T, d, generator=g).to(dtype),
-            "memory": torch.randn(b, n_m, d_m, generator=g).to(dtype),
-            "memory_real": torch.arange(n_m)[None, :] < torch.tensor(lengths)[:, None],
-        })
+        y, memory = torch.randn(b, T, d, generator=g), torch.randn(b, n_m, d_m, generator=g)
+        cases.append({"layer": layer, "y": y.to(dtype), "memory": memory.to(dtype),
+                      "memory_real": torch.arange(n_m)[None, :] < torch.tensor(lengths)[:, None]})
     return cases
 
 
@@ -179,7 +171,9 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
          "lost.", {"cross_residual": False}),
         ("the cross-attention's query came from y, the state before the self-attention block; "
          "q comes from x_t.", {"query_before_self": True}),
-        ("the scores were not scaled by 1/sqrt(d_head), the width of one head.", {"unscaled": True}),
+        ("the scores were not scaled by 1/sqrt(d_head), the width of one head.", {"scale": 1.0}),
+        ("the scale is 1/sqrt(d_head), the width of one head, not 1/sqrt(d_model).",
+         {"scale": "d_model"}),
         ("the LayerNorm went on x_t alone, before the residual sum: post-norm normalises the SUM.",
          {"norm_outside": True}),
         ("the heads were not split: attend per head (ah.split_heads), then merge.",
@@ -237,11 +231,9 @@ def alignment_accuracy_reference(weights, src_real, gold, tgt_real):
 
 
 def _alignment_mistakes():
-    """``(hint, produce)`` per named mistake; ``produce`` gives ``(alignment, accuracy)`` or the
-    alignment alone."""
+    """``(hint, produce)`` per named mistake: ``produce`` gives ``(alignment, accuracy)``."""
     def masked(w, s, t):
         return w.masked_fill(~s[:, None, :], -math.inf).argmax(-1).masked_fill(~t, -1)
-
     def pooled(a, g, t):
         return a, ((a == g) & t).sum() / t.sum()
 
@@ -278,6 +270,8 @@ def _alignment_mistakes():
 def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
     """Exercise: ``alignment_accuracy(weights, src_real, gold, tgt_real) -> (alignment, accuracy)``
     (:func:`alignment_accuracy_reference`)."""
+    padded = []                   # the last call's real steps that name a padded source position
+
     def run(*inputs):  # the learner's answer; the accuracy (a tensor or a number) as a tensor
         got = alignment_accuracy(*inputs)
         if got is None:
@@ -286,9 +280,18 @@ def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
             raise Refused("return a pair (alignment, accuracy).")
         if not isinstance(got[0], torch.Tensor) or got[0].is_floating_point():
             raise Refused("the alignment must be an integer tensor of source positions.")
+        a, (_, src_real, _, tgt_real), n = got[0].long(), inputs, inputs[1].shape[1]
+        on = (tgt_real & (a >= 0) & (a < n) & ~src_real.gather(1, a.clamp(0, n - 1))
+              if a.shape == tgt_real.shape else torch.zeros(0, 0))
+        padded[:] = [(i, t, int(a[i, t])) for i, t in on.nonzero().tolist()]
         return got[0], torch.tensor(float(got[1]), dtype=torch.float64)
 
-    return check_function(
+    verdict = check_function(
         run if callable(alignment_accuracy) else alignment_accuracy, alignment_accuracy_reference,
         _alignment_cases(), what="alignment_accuracy", output_names=("the alignment", "the accuracy"),
         mistakes=[Mistake(produce, hint) for hint, produce in _alignment_mistakes()])
+    if verdict or "\nHint: " in verdict.message or not padded:
+        return verdict
+    i, t, j = padded[0]
+    return CheckResult(False, f"{verdict.message}\nHint: at index ({i}, {t}) you chose source "
+                              f"position {j}, which is padding in sentence {i}: never an answer.")

@@ -58,15 +58,13 @@ def learner_decode(layer, y, memory, memory_real):
 
 
 def test_decode_checker_accepts_the_reference_loop_and_another_loop():
-    decode = ex._decode_with
-    assert ex.check_decode_layer(lambda *a: decode(*a))
+    assert ex.check_decode_layer(lambda *a: ex._decode_with(*a))
     assert ex.check_decode_layer(learner_decode)
 
 
 @pytest.mark.parametrize("flaw, words", [
     ({"mask_memory": False}, "padded memory positions were read"),
-    ({"pre_norm": (True, True)}, "written pre-norm"),
-    ({"pre_norm": ("both", True)}, "written pre-norm"),
+    ({"pre_norm": (True, True)}, "written pre-norm"), ({"pre_norm": ("both", True)}, "pre-norm"),
     ({"pre_norm": (False, "both")}, "written pre-norm"),
     ({"memory_queries": True}, "the decoder asks"),
     ({"mask_3d": True}, "its batch axis meets the heads axis"),
@@ -79,12 +77,11 @@ def test_decode_checker_accepts_the_reference_loop_and_another_loop():
     ({"ff_norm": "norm2"}, "norm3 for the feed-forward"),
     ({"invert_memory": True}, "the memory mask is inverted"),
     ({"causal_memory": True}, "masked causally"),
-    ({"unscaled": True}, "the scores were not scaled"),
+    ({"scale": 1.0}, "the scores were not scaled"), ({"scale": "d_model"}, "not 1/sqrt(d_model)"),
     ({"norm_outside": True}, "the LayerNorm went on x_t alone"),
 ])
 def test_decode_checker_names_the_mistake(flaw, words):
-    decode = ex._decode_with
-    assert_rejected(ex.check_decode_layer(lambda *a: decode(*a, **flaw)), "\nHint: ", words)
+    assert_rejected(ex.check_decode_layer(lambda *a: ex._decode_with(*a, **flaw)), "\nHint: ", words)
 
 
 def cross_attn_per_step(layer, y, memory, memory_real):
@@ -194,3 +191,6 @@ def test_an_alignment_miss_names_one_step_not_the_whole_answer():
     assert str(expected[0].tolist()) not in verdict.message              # no row of the answer
     verdict = ex.check_alignment_accuracy(lambda *a: learner_alignment(*a, dim=1, mark=False))
     assert_rejected(verdict, "you returned the alignment with shape", "output steps (dim 1)")
+    verdict = ex.check_alignment_accuracy(lambda *a: learner_alignment(*a, mask_pad=False, mark=False))
+    assert_rejected(verdict, "(0, 1) you gave 5", "\nHint: at index (0, 1) you chose source position "
+                    "5, which is padding in sentence 0")
