@@ -52,7 +52,9 @@ _WINDOW_MISTAKES = [   # (what the mistake computes from lengths, n, window; its
     (lambda L, n, w: _real(L, n, -1)[:, None, :] & sliding_window_mask(n, w),
      "off by one: each sentence's last pad was treated as a real token: your comparison starts "
      "one key before the sentence."),
-    (lambda L, n, w: _window_mask(n - L, n, w), "'n -' is missing: real keys start at n - lengths[b]."),
+    (lambda L, n, w: _window_mask(n - L, n, w),
+     "your real keys start at index lengths[b], as if it counted the pads. It counts the real "
+     "tokens, and padding is on the left: how many pads come first?"),
     (lambda L, n, w: _real(L, n)[:, None, :] & sliding_window_mask(n, w, causal=False),
      "your window looks both ways: query i also sees keys after it (j > i)."),
     (lambda L, n, w: _window_mask(L, n, w + 1),
