@@ -385,9 +385,9 @@ def _linear_mistakes() -> list[Mistake]:
         ({"transpose": True}, "the outer product is transposed: S is (d_k, d_v), its new term "
                               "phi(k_t) v_t^T."),
         ({"raw_z": True}, "z collected k_t itself: z_t = z_{t-1} + phi(k_t)."),
-        ({"phi": F.elu}, "phi = elu without the + 1: elu(x) + 1 is positive, so the normaliser "
-                         "never reaches 0."),
+        ({"phi": F.elu}, "phi = elu without the + 1: elu(x) + 1 > 0 keeps the normaliser off 0."),
         ({"phi": F.relu}, "phi = relu: the feature map here is elu(x) + 1 (Katharopoulos et al.)."),
+        ({"phi": torch.exp}, "phi = exp: exp(q).exp(k) is not the softmax's exp(q.k); phi = elu + 1."),
         ({"phi": lambda x: x}, "no feature map: phi(x) = elu(x) + 1 is applied to q_t and k_t."),
         ({"phi_v": True}, "phi was applied to the value too: only q_t and k_t go through it."),
     ]]

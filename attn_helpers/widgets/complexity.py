@@ -1,5 +1,4 @@
-"""Notebook 08's widget: FlashAttention-2's forward one tile at a time, each row's running max m,
-sum l and rescale factor e^(m - m') beside the attention matrix as it fills in."""
+"""Notebook 08's widget: FlashAttention-2's forward tile by tile, with each row's m, l, e^(m - m')."""
 
 from __future__ import annotations
 
@@ -188,6 +187,7 @@ class TileStepperView(BlitView):
         fig.colorbar(ScalarMappable(weight_norm, weights_cmap()), cax=cbar)
         cbar.set_yticks([0, 0.05, 0.25, 0.5, 1])
         cbar.tick_params(labelsize=8)
+        cbar.set_title("√ scale", fontsize=7)          # nonlinear: the ticks are not evenly spaced
         self.grid = LineCollection([], colors="white", linewidths=0.8, zorder=4)
         self.frame_box = Rectangle((0, 0), 1, 1, fill=False, edgecolor=HIGHLIGHT_COLOR,
                                    linewidth=2.5, zorder=5)

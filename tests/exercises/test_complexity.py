@@ -1,6 +1,5 @@
-"""The checkers of notebook 08 (``exercises.complexity``): each accepts the reference, an
-independent learner's solution and its level-3 hint, rejects plausible wrong answers with a message
-that names the mistake. The references are checked against PyTorch's attention and autograd."""
+"""Notebook 08's checkers accept the reference, a learner's solution and the level-3 hint, and name
+each plausible mistake. The references are checked against PyTorch's attention and autograd."""
 
 from __future__ import annotations
 
@@ -420,6 +419,7 @@ STEP_WRONG = {
     "z collected k_t itself": partial(learner_step, raw_z=True),
     "phi = elu without the + 1": partial(learner_step, phi=F.elu),
     "phi = relu": partial(learner_step, phi=F.relu),
+    "phi = exp": partial(learner_step, phi=torch.exp),
     "no feature map": partial(learner_step, phi=lambda x: x),
     "phi was applied to the value too": partial(learner_step, phi_v=True),
 }
