@@ -95,7 +95,11 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
     verdict = check_function(
         _as_float(window_mask), lambda lengths, n, w: _window_mask(lengths, n, w).double(), cases,
         what="window_mask", output_names=("the mask",),
-        mistakes=[Mistake(wrong, hint) for wrong, hint in _WINDOW_MISTAKES])
+        mistakes=[Mistake(wrong, hint) for wrong, hint in _WINDOW_MISTAKES],
+        error_hints=[("must match the size of tensor", "two tensors did not broadcast. Which keys "
+                      "are real is a (b, n) table: it compares the key positions, shape (n,), with "
+                      "one bound per sentence, shape (b,), which needs a new last axis, (b, 1). "
+                      "Then the (b, n) table needs a query axis to meet the (n, n) window.")])
     return CheckResult(verdict.passed, re.sub(r"gave ([01]), expected ([01]) \(.*?\)", lambda m:  # bool
                        f"gave {m[1] == '1'}, expected {m[2] == '1'}", verdict.message))
 

@@ -212,6 +212,7 @@ def _j(n):
     (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None] - 1)[:, None, :] & window_mask(L * 0 + n, n, w),
      "last pad was treated as a real token"),
     (lambda L, n, w: window_mask(n - L, n, w), "as if it counted the pads"),      # j >= lengths
+    (lambda L, n, w: (_j(n)[None, :] >= n - L)[:, None, :] & window_mask(L * 0 + n, n, w), "(b, 1)"),
 ])
 def test_window_mask_rejects_known_mistakes_with_their_hint(wrong, words):
     assert_rejected(check_window_mask(wrong), "\nHint: ", words)
