@@ -226,7 +226,7 @@ def half_weight_reach_reference(m: torch.Tensor, n: int) -> torch.Tensor:
     return half_weight_reach(m, n)
 
 
-_ONE_SHORT = ("one short: k counts the keys at distances 0 .. k - 1, one more than the farthest "
+_ONE_SHORT = ("one short: K counts the keys at distances 0 .. K - 1, one more than the farthest "
               "distance. Rounding x = -ln((1 + r^n) / 2) / m down (floor, int(), .long()) misses "
               "the same way.")
 _ENDLESS = ("ln 2 / m is the reach of an endless row, but this row ends after n keys: a shallow "
@@ -239,12 +239,12 @@ _MEAN = ("that is the row's mean distance, rounded: the reach is where the neare
           hints=(
     "With equal content scores the key delta back weighs r^delta, r = e^{-m}, delta = 0 .. n - 1. "
     "The definition compares two sums of these powers: what kind of sums are they?",
-    "Both are partial sums of a geometric series, with closed forms. Solve share = 1/2 for k "
-    "(ln r < 0: mind the inequality) and take the smallest whole k where the share reaches 1/2.",
+    "Both are partial sums of a geometric series, with closed forms. Solve share = 1/2 for K "
+    "(ln r < 0: mind the inequality) and take the smallest whole K where the share reaches 1/2.",
     "# To check yourself on a short row (not in here): count keys until the row's cumsum >= 1/2.\n"
     "r_n = torch.exp(-m * n)                     # (H,): r^n, r = e^{-m}\n"
-    "x = ...                                     # (H,) float: the k where share(k) is exactly 1/2\n"
-    "return ...                                  # (H,) long: the smallest whole k >= x"))
+    "x = ...                                     # (H,) float: the K where share(K) is exactly 1/2\n"
+    "return ...                                  # (H,) long: the smallest whole K >= x"))
 def check_reach(half_weight_reach: Callable) -> CheckResult:
     """Exercise: ``half_weight_reach(m (H,), n) -> (H,)`` long, the fewest nearest keys holding half
     a causal row's weight under ALiBi's bias ``-m delta``."""

@@ -410,7 +410,7 @@ def test_the_level_3_skeletons_filled_in_pass():
     ("positional_encoding.rope_layout", ("i + d/2 ->", "-> 2i", "row 2i is", "copies old row i",
                                          "[0, 4, 1, 5", "[0, 2, 4", "(0, d/2", "arange(d_head // 2)",
                                          "stack", "transpose(1, 2)", "view(heads, 2")),
-    ("positional_encoding.reach", ("-ln(", "1 - r^k", "(1 + r^n) / 2", "round x UP")),
+    ("positional_encoding.reach", ("-ln(", "1 - r^k", "1 - r^K", "(1 + r^n) / 2", "round x UP")),
 ])
 def test_the_first_two_hints_lead_without_stating_the_answer(key, answers):
     for text in EXERCISES[key].hints[:2]:
