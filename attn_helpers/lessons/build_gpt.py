@@ -1,6 +1,6 @@
-r"""Notebook 10 (build a GPT): the text (Python's help pages, ``pydoc_data.topics``, read one
-character at a time; the first 90% trains), the reference GPT, its training loop, the head scores,
-and the records of the studies ``studies/build_gpt_*.py``."""
+r"""Notebook 10 (build a GPT): the text (Python 3.11.7's help pages, shipped in
+``data/python_help.txt``, read one character at a time; the first 90% trains), the reference GPT,
+its training loop, the head scores, and the records of the studies ``studies/build_gpt_*.py``."""
 
 from __future__ import annotations
 
@@ -58,10 +58,14 @@ class Corpus:
         return "".join(self.chars[int(i)] for i in ids)
 
 
-def corpus_text() -> str:
-    from pydoc_data.topics import topics
+CORPUS = Path(__file__).resolve().parent.parent / "data" / "python_help.txt"
 
-    return "".join(topics[key] for key in sorted(topics))
+
+def corpus_text() -> str:
+    """Python 3.11.7's help pages, every topic of ``pydoc_data.topics`` in key order, as shipped
+    (each Python release rewrites them, and the records and checkpoint are for this text)."""
+    with open(CORPUS, encoding="utf-8", newline="") as f:
+        return f.read()
 
 
 @functools.lru_cache(maxsize=1)
