@@ -1,5 +1,4 @@
-"""Checkers for notebook 05: a causal sliding-window mask for a LEFT-padded batch, and one step of a
-rolling-buffer KV cache (w slots for a window of w keys, as in Mistral 7B)."""
+"""Notebook 05's checkers: a sliding-window mask for a LEFT-padded batch; a rolling-buffer KV cache."""
 
 from __future__ import annotations
 
@@ -96,10 +95,9 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
         _as_float(window_mask), lambda lengths, n, w: _window_mask(lengths, n, w).double(), cases,
         what="window_mask", output_names=("the mask",),
         mistakes=[Mistake(wrong, hint) for wrong, hint in _WINDOW_MISTAKES],
-        error_hints=[("must match the size of tensor", "two tensors did not broadcast. Which keys "
-                      "are real is a (b, n) table: it compares the key positions, shape (n,), with "
-                      "one bound per sentence, shape (b,), which needs a new last axis, (b, 1). "
-                      "Then the (b, n) table needs a query axis to meet the (n, n) window.")])
+        error_hints=[("must match the size of tensor", "two tensors did not broadcast. Real keys "
+                      "form a (b, n) table: key positions (n,) against one bound per sentence (b,), "
+                      "which needs a new last axis. Give that table a query axis for the (n, n) mask.")])
     return CheckResult(verdict.passed, re.sub(r"gave ([01]), expected ([01]) \(.*?\)", lambda m:  # bool
                        f"gave {m[1] == '1'}, expected {m[2] == '1'}", verdict.message))
 
@@ -148,11 +146,10 @@ def _ring_cases() -> list[dict]:
     rb, rh, rk, rv = (int(i) for i in torch.randint(1, 5, (4,), generator=g))    # random shape
     rw = int(torch.randint(2, 5, (1,), generator=g))                               # and window
     cases = []
-    for b, h, n, w, d_k, d_v, dtype in [(1, 1, 8, 3, 4, 4, torch.float64),
-                                        (2, 3, 11, 4, 4, 3, torch.float32),
-                                        (2, 2, 5, 1, 3, 2, torch.float64),
-                                        (1, 2, 4, 6, 4, 5, torch.float32),
-                                        (rb, rh, 2 * rw + 3, rw, rk, rv, torch.float32)]:
+    f32, f64 = torch.float32, torch.float64
+    for b, h, n, w, d_k, d_v, dtype in [(1, 1, 8, 3, 4, 4, f64), (2, 3, 11, 4, 4, 3, f32),
+                                        (2, 2, 5, 1, 3, 2, f64), (1, 2, 4, 6, 4, 5, f32),
+                                        (rb, rh, 2 * rw + 3, rw, rk, rv, f32)]:
         def randn(*size, scale=1.0, dtype=dtype):
             return scale * torch.randn(*size, generator=g, dtype=dtype)
 
@@ -170,8 +167,7 @@ def _sliding_window(q, k, v, k_cache, v_cache):
 
 
 def _run_steps(step: Callable) -> Callable:
-    """Run ``step`` for t = 0..n-1 on copies of the caches -> the n outputs and the window's keys
-    and values in time order, wherever the step put them; more than one slot changed is refused."""
+    """Run ``step`` for t = 0..n-1 on cache copies -> outputs, the window's keys, values (time order)."""
 
     def run(q, k, v, k_cache, v_cache):
         k_cache, v_cache = k_cache.clone(), v_cache.clone()

@@ -188,8 +188,7 @@ def test_the_answer_is_left_padded_with_empty_pad_rows():
     assert mask[0, 2:].sum(-1).tolist() == [1, 2, 2] and mask[1].sum(-1).tolist() == [1, 2, 2, 2, 2]
 
 
-def _j(n):
-    return torch.arange(n)
+_j = torch.arange
 
 
 @pytest.mark.parametrize("wrong, words", [
@@ -212,7 +211,7 @@ def _j(n):
     (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None] - 1)[:, None, :] & window_mask(L * 0 + n, n, w),
      "last pad was treated as a real token"),
     (lambda L, n, w: window_mask(n - L, n, w), "as if it counted the pads"),      # j >= lengths
-    (lambda L, n, w: (_j(n)[None, :] >= n - L)[:, None, :] & window_mask(L * 0 + n, n, w), "(b, 1)"),
+    (lambda L, n, w: (_j(n)[None, :] >= n - L)[:, None, :] & window_mask(L * 0 + n, n, w), "last axis"),
 ])
 def test_window_mask_rejects_known_mistakes_with_their_hint(wrong, words):
     assert_rejected(check_window_mask(wrong), "\nHint: ", words)
