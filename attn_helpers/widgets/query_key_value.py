@@ -52,7 +52,7 @@ class LookupView(BlitView):
                                         left=0.06, right=0.94, bottom=0.09, top=0.95, wspace=0.2,
                                         hspace=0.3)
         plane = self.figure.add_subplot(grid[:, 0])
-        plane.set(xlim=(-3, 3), ylim=(-3, 3), aspect="equal")
+        plane.set(xlim=(-3, 3), ylim=(-3.9, 3), aspect="equal")   # the legend below the keys
         plane.grid(alpha=0.3)
         plane.set_title("keys, query and output", fontsize=10)
         xy = np.array(list(DEMO_KEYS.values()))                                    # (n_k, 2)
@@ -69,7 +69,7 @@ class LookupView(BlitView):
             right = label == "apple"                   # beside it: pear sits above and right
             plane.annotate(label, (x, y), xytext=(9, -7) if right else (7, 7), fontsize=10,
                            textcoords="offset points")
-        plane.legend(loc="lower left", fontsize=8, markerscale=0.6)
+        plane.legend(loc="lower left", fontsize=7.5, markerscale=0.6, ncol=2, columnspacing=0.8)
         self.panel = AttentionPanel(self.blit, grid[0, 1], title="weights a_j of the query q",
                                     entropy_width=1.0, entropy_title="entropy")
         self.panel.ax_entropy.set_xlabel("nats (dashes: ln n)", fontsize=8)
