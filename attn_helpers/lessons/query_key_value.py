@@ -1,5 +1,8 @@
 """Notebook 02's data: section 1's query and the categories of its six keys (the widget's
-``DEMO_KEYS``), section 2's sentence with its features, and the convex hull of points in a plane."""
+``DEMO_KEYS``), section 2's sentence with its features, the convex hull of points in a plane, and
+exercise 2's shared-matrix training."""
+
+import math
 
 import torch
 
@@ -36,3 +39,29 @@ def hull_corners(points: torch.Tensor) -> list[int]:
     while len(corners) < len(edges):
         corners.append(edges[corners[-1]])
     return corners
+
+
+def shared_weights(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """Exercise 2's panel: attention weights with one shared matrix, W_Q = W_K = W.
+    ``X`` ``(n, d_model)``, ``W`` ``(..., d_model, d_k)`` -> ``(..., n, n)``."""
+    Q = X @ W                                                       # (..., n, d_k), and K = Q
+    return torch.softmax(Q @ Q.mT / math.sqrt(W.shape[-1]), dim=-1)  # symmetric scores
+
+
+def train_shared_W(X: torch.Tensor, i: torch.Tensor, j: torch.Tensor, seeds=(0, 1, 2), steps=150):
+    """Gradient ascent on the mean of ln a_ij over the pairs ``(i, j)``: one shared ``W`` per seed,
+    trained side by side (Adam is elementwise, so they are separate runs).
+    Returns the weights ``(s, n, n)`` and the matrices ``(s, d_model, d_model)``."""
+    W = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        W.append(0.3 * torch.randn(X.shape[-1], X.shape[-1]))       # (d_model, d_k = d_model)
+    W = torch.stack(W).requires_grad_()                             # (s, d_model, d_k)
+    optimizer = torch.optim.Adam([W], lr=0.1)
+    for _ in range(steps):
+        loss = -shared_weights(X, W)[:, i, j].log().mean(-1).sum()  # each run's mean, added up
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        return shared_weights(X, W), W.detach()
