@@ -60,8 +60,9 @@ def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
         shift_matrix, shift_matrix_reference, cases, what="shift_matrix", output_names=("M_k",),
         atol=1e-6, same_dtype=True, mistakes=[
             Mistake(lambda k, d: _shift(k, d, sign=-1.0),
-                    "the sin terms have the wrong signs (or M_k is transposed): that block moves "
-                    "PE(p) to PE(p - k). Expand sin(a + b) for the pair's first row."),
+                    "the sin terms have the wrong signs (or M_k is transposed): that is RoPE's R(k), "
+                    "which moves PE(p) to PE(p - k). PE stores (sin, cos), so the block is R(-k). "
+                    "Expand sin(a + b) for the pair's first row."),
             Mistake(lambda k, d: _shift(k, d, no_sin=True),
                     "only the cos terms: moving the angle mixes a pair's sine and cosine."),
             Mistake(lambda k, d: _shift(k, d, exponents=torch.arange(d // 2) / d),

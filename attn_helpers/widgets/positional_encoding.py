@@ -4,11 +4,13 @@ r"""Notebook 07's widget, what RoPE changes: token 0 at every position, its caus
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 import ipywidgets as widgets
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib import colormaps as plt_colormaps
@@ -16,6 +18,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 from matplotlib.patches import Circle, Rectangle
 
+from .. import plots
 from ..attention import masked_softmax
 from ..entropy import attention_entropy
 from ..lessons import positional_encoding as lesson
@@ -218,3 +221,165 @@ def positional_widget(encoding: str = ENCODINGS[0], position: int = 5, offset: i
     }
     return LiveAttentionWidget(positional_frame, controls, PositionalView(),
                                title="What RoPE changes: scores of one token at every position")
+
+
+# The notebook's figures and record handling, out of its main path (their source: Going deeper).
+
+def plot_sinusoidal(PE: torch.Tensor) -> None:
+    """Section 2: the table ``PE (n, d)`` as an image, and four of its waves."""
+    n, d = PE.shape
+    fig, (ax_map, ax_wave) = plt.subplots(1, 2, figsize=(12, 4.2), width_ratios=[1, 1.2])
+    image = ax_map.imshow(PE, cmap=SCORES_CMAP, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+    fig.colorbar(image, ax=ax_map, fraction=0.05)
+    ax_map.set(xlabel="dimension (sin, cos, sin, cos, ...)", ylabel="position p",
+               title=f"PE for n = {n}, d = {d}")
+    for dim in (0, 2, 6, 12):
+        ax_wave.plot(range(n), PE[:, dim], label=f"dim {dim}: sin(p w_{dim // 2})")
+    ax_wave.set(xlabel="position p", ylabel="value", title="one wave per dimension")
+    ax_wave.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4)
+    plt.show()
+
+
+def plot_similarity(G: torch.Tensor, d: int) -> None:
+    """Section 2: ``G[p, q] = PE(p) . PE(q)`` as an image, and its first row against the offset."""
+    fig, (ax_g, ax_k) = plt.subplots(1, 2, figsize=(12, 4.2))
+    image = ax_g.imshow(G, cmap=SCORES_CMAP, vmin=-d / 2, vmax=d / 2, interpolation="nearest")
+    fig.colorbar(image, ax=ax_g, fraction=0.05)
+    ax_g.set(xlabel="position q", ylabel="position p", title="PE(p) . PE(q): constant along diagonals")
+    ax_k.plot(range(len(G)), G[0], color="#3b75af")
+    ax_k.axhline(d / 2, color="#c0392b", linestyle="--", label="d/2 (k = 0)")
+    ax_k.set(xlabel="offset k", ylabel="PE(p) . PE(p+k)", title="similarity against distance")
+    ax_k.legend()
+    plt.show()
+
+
+def plot_grids(grids: dict[str, torch.Tensor], xlabel: str = "key position n",
+               ylabel: str = "query position m") -> None:
+    """Score grids side by side, each on its own symmetric colour scale."""
+    fig, axes = plt.subplots(1, len(grids), figsize=(4.8 * len(grids), 4.3), squeeze=False)
+    for ax, (name, S) in zip(axes[0], grids.items(), strict=True):
+        limit = S.abs().max().item()
+        image = ax.imshow(S, cmap=SCORES_CMAP, vmin=-limit, vmax=limit, interpolation="nearest")
+        fig.colorbar(image, ax=ax, fraction=0.046)
+        ax.set(xlabel=xlabel, ylabel=ylabel, title=name)
+    plt.show()
+
+
+def plot_alibi(weights: torch.Tensor, slopes: torch.Tensor, heads=(1, 3, 5)) -> None:
+    """Section 5: the attention ``weights (H, n, n)`` of the bias alone, for heads ``h`` (from 1)."""
+    n = weights.shape[-1]
+    fig, axes = plt.subplots(1, len(heads), figsize=(5 * len(heads), 4.6))
+    for ax, h in zip(axes, heads, strict=True):
+        plots.heatmap(weights[h - 1], list(range(n)), list(range(n)), ax=ax, mask=causal_mask(n),
+                      xlabel="key position", ylabel="query position",
+                      title=f"head h = {h}, slope m_h = 1/{round(1 / slopes[h - 1].item())}")
+    plt.show()
+
+
+def accuracy(curve: torch.Tensor, span: tuple[int, int], offset: int | None = None) -> float:
+    """Mean of ``curve (positions, offsets)`` over positions ``a .. b-1`` (and offsets, if ``None``)."""
+    part = curve[span[0]:span[1]]
+    return (part if offset is None else part[:, offset]).nanmean().item()
+
+
+def by_seed(curves: dict, scheme: str, span: tuple[int, int], offset: int | None = None) -> list[float]:
+    """``[accuracy of each seed]`` of ``scheme`` on ``span``."""
+    return [accuracy(curves[lesson.model_key(scheme, seed)], span, offset) for seed in lesson.SEEDS]
+
+
+def print_table(table: dict, metadata: dict) -> None:
+    """Section 6: the training setup, then ``table[scheme][span]`` (one accuracy per seed)."""
+    shortest, longest = metadata["train_lengths"]
+    print(f"training, each model: {metadata['steps']} Adam steps at learning rate {metadata['lr']:g}, "
+          f"batches of {metadata['batch']}, a length drawn from {shortest}-{longest} per step, "
+          "gradient norm clipped to 1")
+    print(f"model: vocabulary {lesson.VOCAB}, d_model {lesson.D_MODEL} ({lesson.NUM_HEADS} heads of "
+          f"{lesson.D_MODEL // lesson.NUM_HEADS}), one causal attention layer")
+    print(f"accuracy on 128 sequences, mean [min, max] over seeds {list(lesson.SEEDS)}; "
+          f"chance {1 / lesson.VOCAB:.2f}")
+    spans = next(iter(table.values()))
+    heads = [f"{a}-{b - 1}" + (" (trained)" if a == 0 else " (unseen)") for a, b in spans]
+    print(f"{'positions':<11}" + "".join(f"{head:>18}" for head in heads))
+    for scheme, row in table.items():
+        print(f"{scheme:<11}" + "".join(f"{sum(v) / len(v):>6.2f} [{min(v):.2f}, {max(v):.2f}]"
+                                        for v in row.values()))
+
+
+def plot_accuracy(curves: dict) -> None:
+    """Section 6: accuracy per position, each scheme's seed mean and a min-to-max band."""
+    colors = dict(zip(lesson.SCHEMES, ("#7f7f7f", "#1f77b4", "#2ca02c", "#d62728", "#9467bd"),
+                      strict=True))
+    fig, ax = plt.subplots(figsize=(11, 4.2))
+    for scheme in lesson.SCHEMES:
+        per_seed = torch.stack([curves[lesson.model_key(scheme, s)].nanmean(-1) for s in lesson.SEEDS])
+        positions = torch.arange(per_seed.shape[1])
+        ax.fill_between(positions, per_seed.min(0).values, per_seed.max(0).values,
+                        color=colors[scheme], alpha=0.25, linewidth=0)
+        ax.plot(positions, per_seed.mean(0), color=colors[scheme], label=scheme)
+    for n, name in ((lesson.TRAIN_MAX_LEN, "training length"), (2 * lesson.TRAIN_MAX_LEN, "2x")):
+        ax.axvline(n - 0.5, color="black", linestyle="--", linewidth=1)
+        ax.text(n, 1.02, name, fontsize=9)
+    ax.axhline(1 / lesson.VOCAB, color="black", linestyle=":", linewidth=1)
+    ax.text(63, 1 / lesson.VOCAB + 0.02, "chance", fontsize=9, ha="right")
+    ax.set(xlabel="position i in the sequence", ylabel="accuracy (both offsets)", ylim=(0, 1.08),
+           title=f"accuracy at each position: mean of {len(lesson.SEEDS)} seeds, band = min to max")
+    ax.legend(loc="upper right", ncol=4, fontsize=9)
+    plt.show()
+
+
+def plot_heads(models, tokens: torch.Tensor, shown: list[tuple[str, str, int | None]]) -> None:
+    """Section 6: each ``(scheme, what, head)``'s seed-0 attention on ``tokens (1, n)``; head
+    ``None``: the mean over heads."""
+    n = tokens.shape[1]
+    labels = [f"{pos}:{tok}" for pos, tok in enumerate(tokens[0].tolist())]  # token ids repeat
+    fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 4.4))
+    for ax, (scheme, what, head) in zip(axes, shown, strict=True):
+        model = models[lesson.model_key(scheme, 0)]
+        with torch.no_grad():
+            model(tokens)
+        weights = model.last_weights[0].mean(0) if head is None else model.last_weights[0, head]
+        plots.heatmap(weights, labels, labels, ax=ax, mask=causal_mask(n), xlabel="key (position:token)",
+                      ylabel="query (position:token)", title=f"{scheme} (seed 0): {what}")
+    plt.show()
+
+
+def key_back(explorer: LiveAttentionWidget, mode: str, head: int, rows) -> set[int]:
+    """Section 7, from code: ``{p - the key with the largest weight in row p, p in rows}``."""
+    largest = "key with the largest weight in row p"
+    return {p - int(explorer.set(encoding=mode, position=p, head=head)[largest]) for p in rows}
+
+
+def trained_spread(explorer: LiveAttentionWidget, mode: str, head: int) -> float:
+    """The largest spread of the shown ``S / max |S|`` along one diagonal, rows ``p <= 15``."""
+    explorer.set(encoding=mode, head=head)
+    return causal_diagonal_spread(explorer.frame.scores[:lesson.TRAIN_MAX_LEN, :lesson.TRAIN_MAX_LEN])
+
+
+def plot_shift(shown: dict[str, torch.Tensor]) -> None:
+    """Exercise 1: matrices ``M (d, d)`` acting on ``PE``'s layout (sin_i, cos_i), side by side."""
+    d = next(iter(shown.values())).shape[0]
+    ticks = [f"{name}{i}" for i in range(d // 2) for name in ("s", "c")]
+    fig, axes = plt.subplots(1, len(shown), figsize=(12, 5.4))
+    for ax, (title, M) in zip(axes, shown.items(), strict=True):
+        image = ax.imshow(M, cmap=SCORES_CMAP, vmin=-1, vmax=1, interpolation="nearest")
+        ax.set_xticks(range(d), ticks, fontsize=8)
+        ax.set_yticks(range(d), ticks, fontsize=8)
+        ax.set(xlabel="entry of PE(p) (s_i, c_i: sin and cos of pair i)", ylabel="entry of PE(p + 7)",
+               title=title)
+    fig.colorbar(image, ax=axes, fraction=0.025)
+    plt.show()
+
+
+def accuracy_with(model, W_Q: torch.Tensor, W_K: torch.Tensor) -> float:
+    """Exercise 2: a copy of a section-6 RoPE ``model`` with these ``W_Q``, ``W_K``, its accuracy
+    at the training length."""
+    model = copy.deepcopy(model)
+    model.qkv.weight.data[:2 * lesson.D_MODEL] = torch.cat([W_Q, W_K]).float()
+    return lesson.position_accuracy(model, lesson.TRAIN_MAX_LEN).nanmean().item()
+
+
+def permute_rows(W: torch.Tensor, heads: int) -> torch.Tensor:
+    """Hugging Face's Llama conversion script: ``W (rows, d_in)``'s rows per head, interleaved ->
+    split halves."""
+    rows, d_in = W.shape
+    return W.view(heads, rows // heads // 2, 2, d_in).transpose(1, 2).reshape(rows, d_in)
