@@ -186,7 +186,7 @@ def check_rope_layout(to_interleaved: Callable) -> CheckResult:
 
 def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, sign: float = -1.0,
            base: float = math.e, log2: bool = False, endless: bool = False, cap: bool = False,
-           statistic: str = "half") -> torch.Tensor:
+           statistic: str = "half", minus: bool = False) -> torch.Tensor:
     """Exercise 3's reach ``(H,)`` long with one named mistake (defaults: the right answer)."""
     m, rows = m.double() * math.log(base), n + keys                  # base^(-m d) = e^(-m ln(base) d)
     if statistic == "mean":
@@ -198,6 +198,7 @@ def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, si
         x = math.log(2) / m
     else:
         x = -torch.log1p(torch.expm1(-m * rows) / 2) / m               # (H,): share(x) = 1/2
+        x = -torch.log(-torch.expm1(-m * rows) / 2) / m if minus else x  # the slip (1 - r^n) / 2
         x = x if sign < 0 else rows - x          # weights e^{+m d}: the row read from its far end
     x = x / math.log(2) if log2 else x
     k = {"ceil": torch.ceil, "floor": torch.floor, "round": torch.round}[rounding](x)
@@ -273,6 +274,9 @@ def check_reach(half_weight_reach: Callable) -> CheckResult:
             Mistake(lambda m, n: _reach(m, n, base=2.0),
                     "you weighed the key delta back by 2^{-m delta}: the softmax exponentiates "
                     "with e (r = e^{-m})."),
+            Mistake(lambda m, n: _reach(m, n, minus=True),
+                    "(1 - r^n) / 2 is half the row's total, not the bound on r^K: share(K) >= 1/2 "
+                    "gives 1 - r^K >= (1 - r^n) / 2, so r^K <= (1 + r^n) / 2."),
             Mistake(lambda m, n: _reach(m, n, log2=True),
                     "you took a base-2 logarithm: with r = e^{-m} the log is natural (torch.log)."),
             *[Mistake(lambda m, n, r=r: _reach(m, n, statistic="mean", rounding=r), _MEAN)

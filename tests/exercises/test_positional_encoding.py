@@ -345,7 +345,7 @@ def learner_reach(m, n, *, flaw=None):
         mean = (torch.softmax(-m[:, None] * delta, dim=-1) * delta).sum(-1)
         return (mean.round() if flaw == "mean, rounded" else mean.ceil()).long()
     log = torch.log2 if flaw == "log2" else torch.log
-    x = -log((1 + torch.exp(-m * n)) / 2) / m
+    x = -log((1 + (-1 if flaw == "minus" else 1) * torch.exp(-m * n)) / 2) / m
     if flaw in ("endless", "endless, capped"):
         x = math.log(2) / m
     if flaw == "uniform":
@@ -369,6 +369,7 @@ REACH_WRONG = {
     "n + 1 keys": "your row has n + 1 keys",
     "own token left out": "your row has n - 1 keys",
     "uniform": "your reaches ignore the slope",
+    "minus": "(1 - r^n) / 2 is half the row's total",
 }
 
 
