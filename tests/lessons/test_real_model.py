@@ -109,3 +109,14 @@ def test_value_norms_are_the_definition_and_the_weights_are_the_encoders():
             f_h = v[..., cols] @ att.out_proj.weight[:, cols].T    # (b, n, d)
             assert torch.allclose(f[0, :, head], f_h.norm(dim=-1), atol=1e-5)
     assert torch.allclose(norms, weights * f[:, :, :, None, :])
+
+
+def test_it_items_units_and_resampling_on_hand_made_data():
+    items, units = rm.it_items([["s1", "a", "b"], ["s2", "b", "a"]])        # one shipped pair
+    assert len(items) == 2 + 2 * 50 and units["shipped"] == slice(0, 1)
+    assert [s.stop - s.start for s in units.values()] == [1] + [10] * 5
+    assert items[units["The X could not cross"].start * 2][1:] == ["animal", "street"]
+    _, mask = hand_made()
+    values = torch.rand(2, 2, 3, 6) * mask[None, :, None, :]               # (L, b, h, n)
+    plain = values.sum(dim=(1, 2, 3)) / (mask.sum() * 3)                   # (L,) all sentences once
+    assert torch.allclose(rm.resampled(values, mask, torch.tensor([[0, 1]]))[0], plain)
