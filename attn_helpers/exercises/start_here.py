@@ -13,9 +13,10 @@ from .workflow import exercise
 __all__ = ["check_entropy", "check_softmax_with_temperature", "entropy_reference",
            "softmax_with_temperature_reference"]
 
-OVERFLOW = ("exp of a large number overflows to inf, and inf / inf is NaN; with one maximum for the "
-            "whole tensor, a row far below it underflows to 0 / 0. Subtract each row's own maximum "
-            "before exp: the constant cancels in the ratio.")
+OVERFLOW = ("exp of a large number overflows to inf, and inf / inf is NaN. Subtract each row's own "
+            "maximum before exp: the constant cancels in the ratio.")
+GLOBAL_MAX = ("with one maximum for the whole tensor, a row far below it underflows to 0 / 0 = NaN. "
+              "Subtract each row's own maximum (dim=-1, keepdim=True).")
 
 
 def _softmax_cases() -> list[dict]:
@@ -83,6 +84,8 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
                         torch.exp(s / t - s.amax(-1, keepdim=True))),
                     "you subtracted the maximum of s, not of s / T: at a small T, s / T - max(s) "
                     "is still huge. Subtract the row maximum of s / T."),
+            Mistake(lambda s, t: (lambda e: e / e.sum(-1, keepdim=True))(
+                        torch.exp(s / t - (s / t).max())), GLOBAL_MAX),
         ],
         error_hints=[("must match the size of tensor", KEEPDIM)],
         nan_hint=OVERFLOW,
@@ -133,7 +136,8 @@ def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
     "Entropy is 0 when one key takes all the weight, ln n when n keys share it equally. A key "
     "with weight 0 adds nothing.",
     "Each key adds -a_j ln a_j (torch.log), but at a_j = 0 that is 0 * (-inf) = nan: use "
-    "torch.where on a_j > 0. Sum over dim=-1. Keep positive weights as they are: "
+    "torch.where on a_j > 0 (fine for values; for gradients see Going deeper). Sum over dim=-1. "
+    "Keep positive weights as they are: "
     "torch.log(a + 1e-12) passes, torch.log(a + 1e-6) does not.",
     "terms = torch.where(weights > 0, -..., torch.zeros_like(weights))  # -a ln a, 0 where a = 0\n"
     "return ...        # the sum over the last axis, dim=-1: shape (...)"))
