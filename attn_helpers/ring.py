@@ -140,19 +140,17 @@ def _worker(rank: int, world_size: int, store_file: str, blocks, shards, causal:
 
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size: int = 2, *,
-                   causal: bool = False, timeout_s: float = 120.0, return_log: bool = False,
-                   return_stats: bool = False):
+                   causal: bool = False, timeout_s: float = 120.0, return_stats: bool = False):
     """Exact attention by ``world_size`` processes passing key/value blocks in a ring (within
     ``timeout_s``, else ``TimeoutError``). q, k ``(..., n, d_k)``, v ``(..., n, d_v)`` on CPU ->
-    ``(..., n, d_v)``, then if asked ``return_log``: ``{rank: [(step, kv_block, computed), ...]}``;
-    ``return_stats``: ``{rank: {"compute_s": [...], "wait_s": [...], "transfer_s", "block_bytes"}}``
-    (per step: scoring, then waiting for the transfer; the last step has none pending).
+    ``(..., n, d_v)``, and with ``return_stats`` ``{rank: {"block", "computed", "compute_s",
+    "wait_s", "transfer_s", "block_bytes"}}``: per step, the key/value block held, whether it was
+    scored, the scoring time, then the wait for the transfer (the last step has none pending).
     """
     blocks, scale = _prepare(q, k, v, world_size, causal)
     if q.device.type != "cpu":
         raise ValueError(f"ring_attention runs on CPU tensors (gloo), got device {q.device}")
     timeout_s = require_number("timeout_s", timeout_s, positive=True)
-    require_bool("return_log", return_log)
     require_bool("return_stats", return_stats)
     start_method = "fork" if sys.platform.startswith("linux") else "spawn"   # fork: no re-import
     shards = [tuple(t[..., s:e, :].clone() for t in (q, k, v)) for s, e in blocks]
@@ -177,14 +175,10 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size
                 process.terminate()
                 process.join(timeout=5.0)
         shutil.rmtree(store_dir, ignore_errors=True)
-    results, block_bytes = [out], [sum(t.numel() * t.element_size() for t in s[1:]) for s in shards]
-    if return_log:
-        results.append({rank: [(step, int(record[rank, step, 0]), bool(record[rank, step, 1]))
-                               for step in range(world_size)] for rank in range(world_size)})
-    if return_stats:
-        results.append({rank: {"compute_s": record[rank, :, 2].tolist(),
-                               "wait_s": record[rank, :, 3].tolist(),
-                               "transfer_s": float(transfer[rank]),
-                               "block_bytes": block_bytes[rank]}
-                        for rank in range(world_size)})
-    return results[0] if len(results) == 1 else tuple(results)
+    stats = {rank: {"block": record[rank, :, 0].long().tolist(),
+                    "computed": record[rank, :, 1].bool().tolist(),
+                    "compute_s": record[rank, :, 2].tolist(), "wait_s": record[rank, :, 3].tolist(),
+                    "transfer_s": float(transfer[rank]),
+                    "block_bytes": sum(t.numel() * t.element_size() for t in shards[rank][1:])}
+             for rank in range(world_size)}
+    return (out, stats) if return_stats else out

@@ -142,25 +142,6 @@ def check_merge_states(merge: Callable) -> CheckResult:
 GRADS = ("dq", "dk", "dv")
 
 
-def causal_backward_reference(q, k, v, O, lse, d_out, B):
-    """FlashAttention-2's causal backward: key tiles outside, query tiles from the diagonal inside."""
-    n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])
-    D = (d_out * O).sum(dim=-1, keepdim=True)                       # (..., n, 1), whole rows
-    lse = lse.unsqueeze(-1)                                         # (..., n, 1)
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    for j in range(0, n, B):                                        # K_j, V_j
-        J, cols = slice(j, j + B), torch.arange(j, min(j + B, n))
-        for i in range(j, n, B):                                    # Q_i with i + B > j
-            I, rows = slice(i, i + B), torch.arange(i, min(i + B, n))
-            S = (q[..., I, :] @ k[..., J, :].mT * scale).masked_fill(cols > rows[:, None], -math.inf)
-            P = torch.exp(S - lse[..., I, :])
-            dS = P * (d_out[..., I, :] @ v[..., J, :].mT - D[..., I, :])
-            dq[..., I, :] += dS @ k[..., J, :] * scale
-            dk[..., J, :] += dS.mT @ q[..., I, :] * scale
-            dv[..., J, :] += P.mT @ d_out[..., I, :]
-    return dq, dk, dv
-
-
 def _no_full_scores(inputs: dict) -> AllocationWatch | None:
     """The lesson's constraint when ``B < n``: no tensor as large as the ``(..., n, n)`` scores,
     nor one larger than both a padded input ``(..., n + B - 1, d)`` and a ``(..., B, B, d)`` product."""
@@ -246,6 +227,12 @@ def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", 
             for name, (grad, rows_of, share) in shares.items():
                 grad[..., rows_of, :] = share + (0 if name in assign else grad[..., rows_of, :])
     return dq, dk, dv
+
+
+def causal_backward_reference(q, k, v, O, lse, d_out, B):
+    """FlashAttention-2's causal backward: key tiles outside, query tiles inside, the tiles wholly
+    above the diagonal skipped (:func:`_backward_with` with nothing changed)."""
+    return _backward_with(q, k, v, O, lse, d_out, B)
 
 
 def _wrong(message: str, *variants: dict) -> list[Mistake]:
@@ -336,13 +323,6 @@ def check_causal_backward(backward: Callable) -> CheckResult:
                    error_hints=[("must match the size of tensor", short_tile)])
 
 
-def linear_step_reference(S, z, q_t, k_t, v_t):
-    """Add token t to ``(S, z)``, then read with ``phi(q_t)``: ``(o_t, S_t, z_t)``."""
-    phi_q, phi_k = F.elu(q_t) + 1, F.elu(k_t) + 1
-    S_t, z_t = S + phi_k[..., :, None] * v_t[..., None, :], z + phi_k
-    return (phi_q[..., None, :] @ S_t).squeeze(-2) / (phi_q * z_t).sum(-1, keepdim=True), S_t, z_t
-
-
 def _linear_case(g, batch, d_k, d_v, before: int) -> dict:
     """The state after ``before`` earlier tokens, and token t."""
     def rand(*shape):
@@ -361,17 +341,22 @@ def _linear_cases() -> list[dict]:
 
 
 def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, normalise=True,
-               replace=False, transpose=False, raw_z=False, phi_v=False, old_z=False):
+               replace=False, transpose=False, z_term="phi_k", phi_v=False, old_z=False):
     """One step with one thing changed."""
     pq, pk = phi(q_t), phi(k_t)
     v_t = elu_feature_map(v_t) if phi_v else v_t
     outer = (v_t[..., :, None] * pk[..., None, :]) if transpose else pk[..., :, None] * v_t[..., None, :]
     S_new = outer if replace else S + outer
-    z_new = (k_t if raw_z else pk) + (0 if replace else z)
+    z_new = {"phi_k": pk, "k": k_t, "phi_q": pq}[z_term] + (0 if replace else z)
     S_read, z_read = (S, z) if read_first else (S_new, z if old_z else z_new)
     num = (pq[..., None, :] @ S_read).squeeze(-2)
     o = num / (pq * z_read).sum(-1, keepdim=True) if normalise else num
     return o, S_new, z_new
+
+
+def linear_step_reference(S, z, q_t, k_t, v_t):
+    """Add token t to ``(S, z)``, then read with ``phi(q_t)``: ``(o_t, S_t, z_t)``."""
+    return _step_with(S, z, q_t, k_t, v_t)
 
 
 def _linear_mistakes() -> list[Mistake]:
@@ -384,7 +369,8 @@ def _linear_mistakes() -> list[Mistake]:
                             "S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t)."),
         ({"transpose": True}, "the outer product is transposed: S is (d_k, d_v), its new term "
                               "phi(k_t) v_t^T."),
-        ({"raw_z": True}, "z collected k_t itself: z_t = z_{t-1} + phi(k_t)."),
+        ({"z_term": "k"}, "z collected k_t itself: z_t = z_{t-1} + phi(k_t)."),
+        ({"z_term": "phi_q"}, "z collected phi(q_t): z sums the keys, z_t = z_{t-1} + phi(k_t)."),
         ({"phi": F.elu}, "phi = elu without the + 1: elu(x) + 1 > 0 keeps the normaliser off 0."),
         ({"phi": F.relu}, "phi = relu: the feature map here is elu(x) + 1 (Katharopoulos et al.)."),
         ({"phi": torch.exp}, "phi = exp: exp(q).exp(k) is not the softmax's exp(q.k); phi = elu + 1."),

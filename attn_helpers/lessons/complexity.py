@@ -1,6 +1,7 @@
-"""Notebook 08's attention benchmark: :func:`bench_attention` (``python -m attn_helpers bench
-attention``) writes records ``{"method", "n", "median_ms", "peak_bytes", "gflops"}`` (8 heads of 64,
-float32), one ``matmul_peak`` and one ``machine`` record; :func:`load_benchmark` reads the committed run.
+"""Notebook 08's measurements: the live harness (:func:`benchmark`, :func:`slope`, the figures) and
+the committed benchmark: :func:`bench_attention` (``python -m attn_helpers bench attention``) writes
+records ``{"method", "n", "median_ms", "peak_bytes", "gflops"}`` (8 heads of 64, float32), one
+``matmul_peak`` and one ``machine`` record; :func:`load_benchmark` reads the committed run.
 """
 
 from __future__ import annotations
@@ -9,10 +10,13 @@ import json
 import math
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from functools import partial
 from importlib import resources
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
@@ -22,9 +26,10 @@ from ..measure import PowerLaw, fit_power_law, peak_bytes, time_call
 
 __all__ = [
     "ATTENTION_FUNCTIONS", "ATTENTION_METHODS", "BENCHMARK_FILE", "FIT_N_MIN", "FWD_BWD_METHODS",
-    "LOCAL_WINDOW", "attention_flops", "attention_sizes", "bench_attention", "cache_sizes",
-    "copy_bandwidth_gbps", "fit_methods", "fwd_bwd_call", "load_benchmark", "machine",
-    "matmul_gflops", "naive_attention", "saved_bytes", "series", "validate_records",
+    "LOCAL_WINDOW", "METHOD_COLORS", "attention_flops", "attention_sizes",
+    "bench_attention", "benchmark", "cache_sizes", "copy_bandwidth_gbps", "cpu_ms", "fit_methods",
+    "fwd_bwd_call", "load_benchmark", "machine", "matmul_gflops", "naive_attention",
+    "plot_scaling", "saved_bytes", "series", "slope", "validate_records",
 ]
 
 
@@ -40,6 +45,61 @@ TILED_FWD_BWD_BLOCK = 128       # a block size FlashAttention-2 uses on GPUs
 LOCAL_WINDOW = 256
 FIT_N_MIN = 1024                # fits start here: below it naive's matrices fit in the cache
 FWD_BWD_MAX_N = 4096            # naive autograd at 8192 would need ~12 GiB
+#: Okabe-Ito colours (colour-blind safe) of the methods in the notebook's figures
+METHOD_COLORS = {"naive": "#D55E00", "sdpa": "#0072B2", "tiled": "#009E73", "linear": "#CC79A7",
+                 "local": "#E69F00"}
+
+
+def cpu_ms(call: Callable) -> float:
+    """One ``call()``'s CPU time in ms: waiting on a busy machine does not count."""
+    start = time.process_time()
+    call()
+    return 1000 * (time.process_time() - start)
+
+
+def benchmark(methods: dict[str, Callable], plan: dict[str, dict[int, int]], generator
+              ) -> tuple[dict, dict]:
+    """``plan[method] = {n: timed calls}`` -> ``(ms, peak)``, keyed ``(method, n)``: the fastest
+    call's CPU ms and one call's peak extra bytes (also the warm-up). Inputs ``(1, 8, n, 64)``
+    float32 from ``generator``, fresh per method; the methods at one ``n`` are timed in
+    interleaved rounds, so a load spike hits them all."""
+    ms, peak = {}, {}
+    with torch.no_grad():
+        for n in sorted({n for sizes in plan.values() for n in sizes}):
+            calls = {m: partial(methods[m], *(torch.randn(1, 8, n, 64, generator=generator)
+                                              for _ in range(3))) for m in plan if n in plan[m]}
+            peak |= {(m, n): peak_bytes(call) for m, call in calls.items()}
+            for round_ in range(max(plan[m][n] for m in calls)):
+                for m, call in calls.items():
+                    if round_ < plan[m][n]:
+                        ms[(m, n)] = min(ms.get((m, n), math.inf), cpu_ms(call))
+    return ms, peak
+
+
+def slope(table: dict, method: str, n_min: int = 256) -> float:
+    """The exponent ``p`` of a power law ``c n^p`` fitted to ``table[(method, n)]``, ``n >= n_min``."""
+    ns = [n for m, n in table if m == method and n >= n_min]
+    return fit_power_law(ns, [table[(method, n)] for n in ns]).slope
+
+
+def plot_scaling(ms: dict, peak: dict, causal=()) -> None:
+    """Time and peak memory against ``n`` on log-log axes, a line per method (dashed: ``causal``;
+    ``sdpa_causal``: white diamonds); the legend gives each time fit's slope from ``n = 256``."""
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4))
+    for m in dict.fromkeys(m for m, _ in ms):
+        ns, hollow = sorted(n for method, n in ms if method == m), m.endswith("_causal")
+        style = dict(color=METHOD_COLORS[m.removesuffix("_causal")], marker="D" if hollow else "o",
+                     linestyle="--" if m in causal else "-", markerfacecolor="white" if hollow else None)
+        ax_t.loglog(ns, [ms[(m, n)] for n in ns], **style, label=f"{m} (rough fit: slope "
+                    f"{slope(ms, m):.1f})")
+        ax_m.loglog(ns, [peak[(m, n)] / 2**20 for n in ns], **style, label=m)
+    for ax, what in ((ax_t, "CPU time (ms)"), (ax_m, "peak extra memory (MiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set(xlabel="sequence length n", ylabel=what)
+        ax.legend(fontsize=8)
+    ax_t.set_title("fastest of several calls" + (" (dashed: causal)" if causal else ""))
+    ax_m.set_title("memory allocated during one call (inputs excluded)")
+    plt.show()
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -219,12 +279,9 @@ def series(records: list[dict], method: str, key: str, *, n_min: int = 0
     return [n for n, _ in rows], [value for _, value in rows]
 
 
-def fit_methods(records: list[dict], key: str = "median_ms", *, n_min: int = 0,
-                methods=None) -> dict[str, PowerLaw]:
-    """A :class:`PowerLaw` of ``key`` against ``n >= n_min`` per method (default: forward ones)."""
-    if methods is None:
-        methods = [m for m in ATTENTION_METHODS if any(r["method"] == m for r in records)]
-    return {m: fit_power_law(*series(records, m, key, n_min=n_min)) for m in methods}
+def fit_methods(records: list[dict], key: str = "median_ms", *, n_min: int = 0) -> dict[str, PowerLaw]:
+    """A :class:`PowerLaw` of ``key`` against ``n >= n_min`` for each forward method."""
+    return {m: fit_power_law(*series(records, m, key, n_min=n_min)) for m in ATTENTION_METHODS}
 
 
 def machine(records: list[dict]) -> dict | None:

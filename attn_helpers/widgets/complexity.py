@@ -21,13 +21,10 @@ from ..training import single_thread
 from .core import BAR_COLOR, HIGHLIGHT_COLOR, BlitView, LiveAttentionWidget
 from .panels import CellPainter, EntropyBars, TextSprites
 
-__all__ = ["METHOD_COLORS", "N_RANGE", "MAX_BLOCK", "TileStepperFrame", "TileStepperView",
+__all__ = ["N_RANGE", "MAX_BLOCK", "TileStepperFrame", "TileStepperView",
            "TileStepperWidget", "tile_schedule", "tile_scores", "tile_stepper_frame",
            "tile_stepper_widget"]
 
-#: Okabe-Ito colours (colour-blind safe) of the benchmarked methods, for the notebook's figures.
-METHOD_COLORS = {"naive": "#D55E00", "sdpa": "#0072B2", "tiled": "#009E73", "linear": "#CC79A7",
-                 "local": "#E69F00"}
 N_RANGE, MAX_BLOCK = (8, 48), 16          # tokens n, and the largest tile (at most n)
 FUTURE_COLOR = "#ffffff"                  # causal: keys a query may never see
 M_LIMITS, L_LIMITS = (-3.0, 8.0), (0.0, 16.0)   # every (n, block, step) of the stepper fits
@@ -37,8 +34,8 @@ M_LIMITS, L_LIMITS = (-3.0, 8.0), (0.0, 16.0)   # every (n, block, step) of the 
 class TileStepperFrame:
     """The tiled forward after ``step`` of ``n_steps`` tiles. ``scores``, ``weights (n, n)``
     (``exp(s - m) / l``, NaN on unseen keys); ``m``, ``l``, ``rescale`` (``exp(m_before - m)``: 1
-    untouched, 0 first tile), ``finished``, ``entropy`` (NaN until finished), ``ceiling`` ``(n,)``;
-    ``tile = (row_start, row_stop, col_start, col_stop)`` or ``None`` at step 0."""
+    untouched, 0 first tile), ``finished``, ``entropy`` (NaN until finished), ``ceiling``, ``rows``
+    (the last tile's) ``(n,)``; ``tile = (row_start, row_stop, col_start, col_stop)`` or ``None``."""
 
     n: int
     block_size: int
@@ -54,15 +51,8 @@ class TileStepperFrame:
     finished: np.ndarray
     entropy: np.ndarray
     ceiling: np.ndarray
+    rows: np.ndarray
     readouts: dict = field(default_factory=dict)
-
-    @property
-    def rows(self) -> np.ndarray:
-        """``(n,)`` bool: the rows of the last tile."""
-        rows = np.zeros(self.n, dtype=bool)
-        if self.tile is not None:
-            rows[self.tile[0]:self.tile[1]] = True
-        return rows
 
 
 def tile_schedule(n: int, block_size: int, *, causal: bool = False
@@ -104,6 +94,8 @@ def tile_stepper_frame(n: int, block_size: int, causal: bool, step: int) -> Tile
     seen, before = order < step, order < step - 1
     (m_before, _, _), (m, p, l) = _running(s, before), _running(s, seen)   # noqa: E741
     touched = (seen != before).any(dim=-1)                            # the rows of the last tile
+    rows = np.zeros(n, dtype=bool)
+    rows[slice(*tiles[step - 1][:2]) if step else slice(0)] = True
     rescale = torch.where(touched, torch.exp(m_before - m).nan_to_num(0.0), 1.0)   # e^{m - m'}
     weights = (p / l.clamp_min(1e-300)[:, None]).masked_fill(~seen, math.nan)   # p / l, seen keys
     finished = (seen | torch.isinf(s)).all(dim=-1)
@@ -111,7 +103,7 @@ def tile_stepper_frame(n: int, block_size: int, causal: bool, step: int) -> Tile
     frame = TileStepperFrame(n, block_size, causal, step, len(tiles), s.numpy(), weights.numpy(),
                              m.numpy(), l.numpy(), rescale.numpy(), tiles[step - 1] if step else None,
                              finished.numpy(), entropy.numpy(),
-                             np.log(torch.isfinite(s).sum(dim=-1).numpy().astype(float)))
+                             np.log(torch.isfinite(s).sum(dim=-1).numpy().astype(float)), rows)
     frame.readouts = _readouts(frame)
     return frame
 

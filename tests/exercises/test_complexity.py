@@ -383,14 +383,14 @@ def test_linear_steps_equal_causal_linear_attention_and_the_package_step():
 
 
 def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=False,
-                 normalise=True, replace=False, transpose=False, raw_z=False, phi_v=False, eps=0.0,
+                 normalise=True, replace=False, transpose=False, z_term="phi_k", phi_v=False, eps=0.0,
                  old_z=False):
     """A learner's step written with einsum; each keyword plants one mistake."""
     pq, pk = phi(q_t), phi(k_t)
     v_t = F.elu(v_t) + 1 if phi_v else v_t
     term = torch.einsum("...d,...e->...de", *((v_t, pk) if transpose else (pk, v_t)))
     S_t = term if replace else S + term
-    z_t = (k_t if raw_z else pk) + (0 if replace else z)
+    z_t = {"phi_k": pk, "k": k_t, "phi_q": pq}[z_term] + (0 if replace else z)
     S_r, z_r = (S, z) if read_first else (S_t, z if old_z else z_t)
     num = torch.einsum("...d,...de->...e", pq, S_r)
     den = torch.einsum("...d,...d->...", pq, z_r)[..., None] + eps
@@ -416,7 +416,8 @@ STEP_WRONG = {
     "the normaliser is missing": partial(learner_step, normalise=False),
     "the state was replaced by token t's terms": partial(learner_step, replace=True),
     "the outer product is transposed": partial(learner_step, transpose=True),
-    "z collected k_t itself": partial(learner_step, raw_z=True),
+    "z collected k_t itself": partial(learner_step, z_term="k"),
+    "z collected phi(q_t)": partial(learner_step, z_term="phi_q"),
     "phi = elu without the + 1": partial(learner_step, phi=F.elu),
     "phi = relu": partial(learner_step, phi=F.relu),
     "phi = exp": partial(learner_step, phi=torch.exp),

@@ -1,9 +1,10 @@
-"""Notebook 08's committed benchmark records and the bandwidth measurement.
+"""Notebook 08's committed benchmark records, the live harness and the bandwidth measurement.
 (The tile stepper: tests/widgets/test_complexity_widget.py; the checkers: tests/exercises/.)"""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from attn_helpers.lessons import complexity as cx
 
@@ -39,3 +40,11 @@ def test_copy_bandwidth_takes_the_best_of_its_repeats_and_rejects_a_bad_count():
     assert 0.1 < cx.copy_bandwidth_gbps(n_bytes=2**20, budget_s=0.01, repeats=2) < 10_000
     with pytest.raises((ValueError, TypeError), match="repeats"):
         cx.copy_bandwidth_gbps(n_bytes=2**20, repeats=0)
+
+
+def test_benchmark_measures_every_planned_call_and_slope_reads_the_exponent():
+    ms, peak = cx.benchmark({"qk": lambda q, k, v: q @ k.mT}, {"qk": {64: 2, 128: 1}},
+                            torch.Generator().manual_seed(0))
+    assert set(ms) == set(peak) == {("qk", 64), ("qk", 128)} and min(ms.values()) >= 0
+    assert peak[("qk", 128)] == 4 * peak[("qk", 64)] == 4 * 8 * 64 * 64 * 4   # (1, 8, n, n) float32
+    assert cx.slope({("m", n): 3 * n**2 for n in (256, 512, 1024)}, "m") == pytest.approx(2.0)
