@@ -129,7 +129,7 @@ def _features(f: Callable, combine: Callable = torch.add) -> Callable:
 
 
 _NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis for the "
-             "positions j, broadcasting meets b with n. Where must s @ U_q gain an axis?")
+             "positions j at dim 1, (b, 1, d_a), broadcasting meets b with n.")
 
 
 @exercise("rnn_bottleneck.additive_scores", "the additive score e_tj", hints=(

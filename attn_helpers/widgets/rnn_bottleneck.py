@@ -126,6 +126,9 @@ class DecodeView(BlitView):
         self.notice = TextSprites(self.blit, self.panel.ax_map.transAxes, size=10)
         self.notice.set(["no attention: every step", "reads the same context vector"],
                         [(0.5, 0.55), (0.5, 0.45)])
+        self.no_entropy = TextSprites(self.blit, self.panel.ax_entropy.transAxes, size=9)
+        self.no_entropy.set(["no attention", "weights in", "this model"],
+                            [(0.5, 0.56), (0.5, 0.5), (0.5, 0.44)])
         self.shown = max_len
         self.blit.on_layout(self._fit_bars)   # after the panel's own: bars as thick as a row
 
@@ -151,13 +154,10 @@ class DecodeView(BlitView):
         self.strip.set(np.stack([np.full(n, PLAIN), np.full(n, PLAIN),
                                  np.where(frame.correct, RIGHT, WRONG)]))
         self.strip_title.set([frame.title], [(0.5, 1.0)])
-        self.notice.visible = not frame.has_attention
+        self.notice.visible = self.no_entropy.visible = not frame.has_attention
         self.panel.set_frame(frame)         # may lay the panel out again, for max_len tokens
-        if self.panel.ax_entropy.get_visible() != frame.has_attention:   # no weights: no entropy
-            for artist in (self.panel.ax_entropy, self.panel.ax_bar, self.panel.entropy.bars,
-                           self.panel.entropy.ceiling):                  # panel, no colour bar
-                artist.set_visible(frame.has_attention)
-            self.blit.invalidate()
+        if not frame.has_attention:         # blanked by data, not hidden: the move still blits
+            self.panel.entropy.ceiling.set_data([], [])
         if self.panel.ax_map.get_xlim() != (-0.5, n - 0.5):    # a new length, or a new layout
             self._zoom(n)
 
@@ -187,4 +187,5 @@ def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
         return decoded[model_name, length][index]
 
     return LiveAttentionWidget(compute, controls, DecodeView(),
-                               title="Reverse a digit sequence: where do the errors start?")
+                               title="Reverse a digit sequence: where do the errors start, and "
+                                     "where does each output step look?")
