@@ -1,15 +1,13 @@
 """Notebook 05's grouped-query trade-off: `masking.train_recall` (a one-layer `TinyCausalLM`, h = 4
 query heads; recall of 6 (key, value) pairs; 300 Adam steps, one thread) with g = 4, 2 and 1
-key/value heads on seeds 0-19, in two processes. Per run: accuracy on 2,000 new questions (chance
-1/8) and final loss; per g: mean, lowest and highest accuracy.
+key/value heads on seeds 0-19, one run after another in one process. Per run: accuracy on 2,000
+new questions (chance 1/8) and final loss; per g: mean, lowest and highest accuracy.
 Asserts `masking.gqa_claims` on the fresh record, compares it with the shipped one, and writes
 attn_helpers/data/masking_gqa_recall.json.
-Re-run: python3 course.py studies masking_gqa_recall      (about 2 minutes on 2 idle cores)
+Re-run: python3 course.py studies masking_gqa_recall      (about 4 minutes on an idle core)
 """
 import itertools
 import json
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 
 from attn_helpers.lessons import masking
 
@@ -21,9 +19,7 @@ ROW_TOLERANCE, MEAN_TOLERANCE = 0.1, 0.02   # a fresh run against the shipped on
 
 def main():
     grid = list(itertools.product(GS, SEEDS))                          # (g, seed): 60 runs
-    spawn = multiprocessing.get_context("spawn")                       # a fresh torch each
-    with ProcessPoolExecutor(2, mp_context=spawn) as pool:             # one thread each
-        runs = list(pool.map(masking.train_recall, [g for g, _ in grid], [s for _, s in grid]))
+    runs = [masking.train_recall(g, seed) for g, seed in grid]        # one thread, one process
     rows = [{"g": r["g"], "seed": r["seed"], "accuracy": round(r["accuracy"], 4),
              "final_loss": round(r["final_loss"], 4)} for r in runs]
     for row in rows:

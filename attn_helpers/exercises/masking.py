@@ -105,6 +105,9 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
 _ONE_SLOT = ("A rolling buffer writes one slot per step, where the key that just left the "
              "window was; shifting the whole cache moves all w keys every step.")
 
+_COPY = ("the caches were written on a copy (clone, torch.cat, or a new name for a shifted "
+         "cache), so the caller's caches never change: write into k_cache and v_cache in place.")
+
 _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
     ("the query attended to all w slots before the ring was full; the unwritten ones hold garbage.",
      {"visible": lambda t, w: range(w)}),
@@ -130,8 +133,6 @@ _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
     ("the key was written but not the value: v_t goes into the same slot of v_cache.",
      {"write_v": False}),
     ("the value cache got the key: write v_t, not k_t, into v_cache.", {"k_as_v": True}),
-    ("the caches were written on a copy (clone, torch.cat), so the caller's caches never change: "
-     "write into k_cache and v_cache in place.", {"copy": True}),
     ("the scores are not scaled: divide by sqrt(d_k) (ah.scaled_dot_product_attention does).",
      {"scale": 1.0}),
     ("is_causal=True hid every slot but the first: torch anchors its causal mask top-left "
@@ -186,6 +187,8 @@ def _run_steps(step: Callable) -> Callable:
                 return None
             moved = max(int((cache != copy).flatten(end_dim=-3).any(0).any(-1).sum())
                         for cache, copy in ((k_cache, k_before), (v_cache, v_before)))
+            if moved == 0 and t < w:                   # the ring is not full: a slot must change
+                raise Refused(f"at step t={t} (w={w} slots) neither cache changed.\nHint: {_COPY}")
             if moved > 1:
                 raise Refused(f"at step t={t} (w={w} slots) {moved} slots of a cache changed. "
                               f"{_ONE_SLOT}")
@@ -205,7 +208,7 @@ def _run_steps(step: Callable) -> Callable:
 
 def _ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | None = None,
               lost_past_end: bool = False, write_v: bool = True, k_as_v: bool = False,
-              copy: bool = False, scale: float | None = None, top_left: bool = False) -> Callable:
+              scale: float | None = None, top_left: bool = False) -> Callable:
     """A rolling-cache step with one known mistake (all off: right): writes slot ``(t + slot) % w``,
     attends to ``visible(t, w)``; ``early``: attends before writing, without/with the new key."""
 
@@ -214,8 +217,6 @@ def _ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | N
         old = list(range(min(t, w)))
         keys = torch.cat([k_cache[..., old, :], k_t], dim=-2)       # before writing: the old
         values = torch.cat([v_cache[..., old, :], v_t], dim=-2)     # filled slots and the new
-        if copy:
-            k_cache, v_cache = k_cache.clone(), v_cache.clone()
         if not (lost_past_end and t >= w):
             k_cache[..., (t + slot) % w, :] = k_t[..., 0, :]
             if write_v:

@@ -70,9 +70,13 @@ def gqa_claims(record: dict) -> dict[str, bool]:
     mean = {g: sum(accuracy[g, s] for s in seeds) / len(seeds) for g in (4, 2, 1)}
     below_mha = {g: sum(accuracy[g, s] < accuracy[4, s] for s in seeds) for g in (2, 1)}
     n = len(seeds)
-    drop = [accuracy[4, s] - accuracy[1, s] for s in seeds]      # paired: same seed, same batches
-    drop_mean = sum(drop) / n
-    drop_sd = (sum((d - drop_mean) ** 2 for d in drop) / (n - 1)) ** 0.5 if n > 1 else float("inf")
+
+    def mean_and_se(a, b):  # paired: same seed, same batches
+        d = [accuracy[a, s] - accuracy[b, s] for s in seeds]
+        mean = sum(d) / n
+        return mean, (sum((x - mean) ** 2 for x in d) / (n - 1) / n) ** 0.5 if n > 1 else float("inf")
+
+    (drop, drop_se), (gap_21, se_21) = mean_and_se(4, 1), mean_and_se(2, 1)
     return {
         f"every run (g = 4, 2, 1; {n} seeds, at least 10) beats chance (1/8) over 4x: accuracy > 0.5":
             n >= 10 and len(accuracy) == 3 * n and all(a > 0.5 for a in accuracy.values()),
@@ -82,5 +86,7 @@ def gqa_claims(record: dict) -> dict[str, bool]:
         "each mean drop from g = 4 is under 0.1 (a few points, not a collapse)":
             0 < mean[4] - mean[2] < 0.1 and 0 < mean[4] - mean[1] < 0.1,
         "paired per seed, g = 4 minus g = 1 has a mean over 3 standard errors (sd / sqrt(seeds))":
-            drop_mean > 3 * drop_sd / n ** 0.5,
+            drop > 3 * drop_se,
+        "paired per seed, g = 2 minus g = 1 has a mean above 0 but under 3 standard errors "
+        "(suggestive only)": 0 < gap_21 < 3 * se_21,
     }

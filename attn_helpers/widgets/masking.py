@@ -4,8 +4,10 @@ batch of two sentences."""
 from __future__ import annotations
 
 import ipywidgets as widgets
+import matplotlib.pyplot as plt
 import torch
 
+from .. import plots
 from .._checks import require_int_in
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask, padding_mask, sliding_window_mask
@@ -134,3 +136,40 @@ def masking_widget() -> LiveAttentionWidget:
                          max_shape=(full, full))
     return LiveAttentionWidget(masking_frame, controls, view,
                                title="Masks: who may see whom (grey cells are masked)")
+
+
+# The notebook's figures, out of its main path (their source: Going deeper).
+
+def plot_masks(masks: dict[str, torch.Tensor], tokens: list[str]) -> None:
+    """Section 1: boolean ``(n, n)`` masks on a 2 x 2 grid, True = may attend."""
+    fig, axes = plt.subplots(2, 2, figsize=(10, 8))
+    for ax, (title, mask) in zip(axes.flat, masks.items(), strict=True):
+        plots.heatmap(mask.float(), tokens, tokens, ax=ax, mask=mask, title=title, colorbar=False)
+        ax.tick_params(axis="x", labelrotation=45)
+    plt.show()
+
+
+def plot_weights(maps: dict[str, torch.Tensor], mask: torch.Tensor) -> None:
+    """Section 2: attention weights ``(n, n)`` side by side on one colour scale."""
+    positions = [str(p) for p in range(mask.shape[-1])]
+    fig, axes = plt.subplots(1, len(maps), figsize=(12.5, 3.6), layout="constrained")
+    for ax, (title, weights) in zip(axes, maps.items(), strict=True):
+        mesh = plots.heatmap(weights, positions, positions, ax=ax, mask=mask, title=title,
+                             colorbar=False)
+    fig.colorbar(mesh, ax=axes, label="attention weight (one scale for all three maps)")
+    plt.show()
+
+
+def plot_cache_work(work: dict[str, tuple[list[int], list[int]]], prompt: int) -> None:
+    """Section 5: positions and scores per decoding step, with and without the cache, log-log."""
+    context = [prompt + t for t in range(len(work["with cache"][0]))]        # positions so far
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    for ax, index, what in ((axes[0], 0, "positions run through the 4 layers"),
+                            (axes[1], 1, "attention scores, all layers and heads")):
+        for name, color in (("without cache", "#ff7f0e"), ("with cache", "#3b75af")):
+            ax.plot(context, work[name][index], label=name, color=color)
+        ax.set(xlabel=f"context length {prompt} + t", ylabel=f"{what.split(',')[0]} per step",
+               title=what, xscale="log", yscale="log")
+    axes[0].legend(title=f"with cache: step 0 is the {prompt}-token prefill", title_fontsize=8)
+    fig.suptitle(f"log-log axes: a line of slope p grows like $({prompt} + t)^p$")
+    plt.show()

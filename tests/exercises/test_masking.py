@@ -111,7 +111,8 @@ def _step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=lambda t, w: t % w, seen=N
     ({"slot": lambda t, w: (t + 1) % w}, "one slot too far"),
     ({"write_v": False}, "not the value"),
     ({"v_from_k": True}, "the value cache got the key"),
-    ({"copy": True}, "written on a copy"),
+    ({"copy": True}, "written on a copy"),          # refused at step 0, as review 4's torch.cat shift
+    ({"copy": True, "shift": True}, "neither cache changed"),
     ({"scale": 1.0}, "not scaled"),
     ({"is_causal": True}, "anchors its causal mask top-left"),
 ])
