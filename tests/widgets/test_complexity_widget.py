@@ -11,13 +11,7 @@ from _reference import decode_png
 
 from attn_helpers.efficient import init_state, online_softmax_step
 from attn_helpers.entropy import attention_entropy
-from attn_helpers.widgets.complexity import (
-    TileStepperView,
-    tile_schedule,
-    tile_scores,
-    tile_stepper_frame,
-    tile_stepper_widget,
-)
+from attn_helpers.widgets import complexity as wx
 
 CASES = [(8, 4, False, 3), (13, 5, False, 7), (16, 4, True, 6), (40, 8, True, 12), (48, 16, False, 0)]
 
@@ -40,15 +34,15 @@ def reference_states(scores, block, causal):
 @pytest.mark.parametrize("n, block, causal", [(12, 4, False), (10, 3, False), (11, 4, True),
                                               (8, 8, False), (9, 2, True)])
 def test_frames_follow_the_online_softmax(n, block, causal):
-    scores = tile_scores(n, causal=causal)
+    scores = wx.tile_scores(n, causal=causal)
     states = reference_states(scores, block, causal)
-    assert len(states) == tile_stepper_frame(n, block, causal, 0).n_steps
+    assert len(states) == wx.tile_stepper_frame(n, block, causal, 0).n_steps
     for step, (rows, m, l) in enumerate(states, start=1):
-        frame = tile_stepper_frame(n, block, causal, step)
+        frame = wx.tile_stepper_frame(n, block, causal, step)
         assert frame.tile[:2] == (rows.start, rows.stop)
         np.testing.assert_allclose(frame.m[rows], m.numpy())
         np.testing.assert_allclose(frame.l[rows], l.numpy())
-        previous = tile_stepper_frame(n, block, causal, step - 1)
+        previous = wx.tile_stepper_frame(n, block, causal, step - 1)
         expected = np.where(np.isfinite(previous.m[rows]), np.exp(previous.m[rows] - m.numpy()), 0)
         np.testing.assert_allclose(frame.rescale[rows], expected)
         untouched = np.ones(n, bool)
@@ -59,10 +53,10 @@ def test_frames_follow_the_online_softmax(n, block, causal):
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_last_frame_is_the_softmax_and_its_entropy(causal):
     n, block = 13, 4
-    first = tile_stepper_frame(n, block, causal, 0)
+    first = wx.tile_stepper_frame(n, block, causal, 0)
     assert first.tile is None and np.isnan(first.weights).all() and not first.finished.any()
-    last = tile_stepper_frame(n, block, causal, first.n_steps)
-    weights = torch.softmax(tile_scores(n, causal=causal), dim=-1)
+    last = wx.tile_stepper_frame(n, block, causal, first.n_steps)
+    weights = torch.softmax(wx.tile_scores(n, causal=causal), dim=-1)
     np.testing.assert_allclose(np.nan_to_num(last.weights, nan=0.0), weights.numpy(), atol=1e-12)
     np.testing.assert_allclose(last.entropy, attention_entropy(weights).numpy())
     visible = np.arange(1, n + 1) if causal else np.full(n, n)
@@ -70,16 +64,17 @@ def test_the_last_frame_is_the_softmax_and_its_entropy(causal):
 
 
 def test_tile_schedule_is_flashattention2s_order():
-    assert tile_schedule(5, 2, causal=True) == [(0, 2, 0, 2), (2, 4, 0, 2), (2, 4, 2, 4),
+    assert wx.tile_schedule(5, 2, causal=True) == [(0, 2, 0, 2), (2, 4, 0, 2), (2, 4, 2, 4),
                                                 (4, 5, 0, 2), (4, 5, 2, 4), (4, 5, 4, 5)]
-    assert len(tile_schedule(5, 2)) == 9 and tile_schedule(5, 2)[:2] == [(0, 2, 0, 2), (0, 2, 2, 4)]
-    assert len(tile_schedule(12, 4, causal=True)) == 6                    # not 9
+    full = wx.tile_schedule(5, 2)
+    assert len(full) == 9 and full[:2] == [(0, 2, 0, 2), (0, 2, 2, 4)]
+    assert len(wx.tile_schedule(12, 4, causal=True)) == 6                    # not 9
 
 
 @pytest.mark.parametrize("n, block, causal, step", CASES)
 def test_readouts_count_the_rows(n, block, causal, step):
-    frame = tile_stepper_frame(n, block, causal, step)
-    assert frame.readouts["step"] == f"{step} of {len(tile_schedule(n, block, causal=causal))}"
+    frame = wx.tile_stepper_frame(n, block, causal, step)
+    assert frame.readouts["step"] == f"{step} of {len(wx.tile_schedule(n, block, causal=causal))}"
     assert frame.readouts["rows finished"] == f"{int(frame.finished.sum())} of {n}"
     if step:
         r0, r1, c0, c1 = frame.tile
@@ -90,9 +85,9 @@ def test_readouts_count_the_rows(n, block, causal, step):
 
 
 def test_every_step_changes_the_picture_by_blitting_only():
-    widget = tile_stepper_widget(n=16, block_size=4, causal=False, step=0)
+    widget = wx.tile_stepper_widget(n=16, block_size=4, causal=False, step=0)
     view = widget.view
-    assert isinstance(view, TileStepperView) and widget.error is None
+    assert isinstance(view, wx.TileStepperView) and widget.error is None
     background = view.blit._background
     pictures = [decode_png(widget.image.value, "RGB")]
     grey = np.array([217, 217, 217])                                   # MASKED_COLOR: unseen keys
@@ -112,16 +107,16 @@ def test_every_step_changes_the_picture_by_blitting_only():
 
 
 def test_the_step_slider_spans_the_tiles_and_an_ended_stepper_stays_at_the_end():
-    widget = tile_stepper_widget(n=16, block_size=4, causal=False, step=5)
+    widget = wx.tile_stepper_widget(n=16, block_size=4, causal=False, step=5)
     step, block = widget.controls["step"], widget.controls["block_size"]
     assert step.max == 16 and block.max == 16
     widget.set(n=10, block_size=3, causal=True, step=4)
-    assert step.max == len(tile_schedule(10, 3, causal=True)) and block.max == 10
+    assert step.max == len(wx.tile_schedule(10, 3, causal=True)) and block.max == 10
     assert widget.frame.step == 4
-    assert widget.frame.tile == tile_schedule(10, 3, causal=True)[3]
+    assert widget.frame.tile == wx.tile_schedule(10, 3, causal=True)[3]
     widget.set(step=step.max)
     widget.controls["block_size"].value = 2                              # more tiles: still at the end
-    assert step.value == step.max == len(tile_schedule(10, 2, causal=True))
+    assert step.value == step.max == len(wx.tile_schedule(10, 2, causal=True))
     assert widget.frame.finished.all()
     widget.controls["n"].value = 8
     assert block.max == 8 and widget.error is None
@@ -136,7 +131,7 @@ def test_the_step_slider_spans_the_tiles_and_an_ended_stepper_stays_at_the_end()
     ({"step": 1.0}, "step must be an int"),
 ])
 def test_bad_input_is_shown_in_the_widget_and_moves_nothing(values, message):
-    widget = tile_stepper_widget()
+    widget = wx.tile_stepper_widget()
     before, picture = widget.values, widget.image.value
     widget.set(**values)
     assert widget.error is not None and message in widget.error
@@ -150,9 +145,9 @@ def test_bad_input_is_shown_in_the_widget_and_moves_nothing(values, message):
 def test_a_tile_as_wide_as_n_never_rescales(n):
     """What the notebook suggests trying: one tile per row block, so nothing to rescale."""
     for causal in (False, True):
-        for step in range(1, len(tile_schedule(n, n, causal=causal)) + 1):
-            frame = tile_stepper_frame(n, n, causal, step)
+        for step in range(1, len(wx.tile_schedule(n, n, causal=causal)) + 1):
+            frame = wx.tile_stepper_frame(n, n, causal, step)
             assert set(np.unique(frame.rescale)) <= {0.0, 1.0}
             assert frame.readouts["rows rescaled by this tile"] == f"0 of {n}"
-    assert any(not tile_stepper_frame(n, 4, False, s).readouts["rows rescaled by this tile"]
-               .startswith("0 of") for s in range(1, len(tile_schedule(n, 4)) + 1))   # smaller tiles do
+    assert any(not wx.tile_stepper_frame(n, 4, False, s).readouts["rows rescaled by this tile"]
+               .startswith("0 of") for s in range(1, len(wx.tile_schedule(n, 4)) + 1))  # 4 x 4 tiles do
