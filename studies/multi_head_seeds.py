@@ -1,10 +1,11 @@
 """Notebook 04's seed study: `TwoRelationModel` (d_model 32, 600 Adam steps, one thread) with 2 heads
 and with 1 head on seeds 0-4, then the same ten runs at learning rates 1e-3 and 1e-2 ("lr_sweep").
 Per run: held-out accuracy per relation, final loss (mean of the last 10% of steps), each head's mean
-weight on key i-1 and on key 0, and the loss curve in means of 10 steps.
+weight on key i-1 and on key 0, the loss curve in means of 10 steps, and (two heads) the held-out
+accuracy without each head, zero- and mean-ablated.
 Asserts `multi_head.study_claims` on the fresh rows, compares them with the shipped ones, and writes
 the two-head and the one-head model of seed 0 (the latter with every row).
-Re-run: python3 course.py studies multi_head_seeds      (about 1-2 minutes on 2 cores)
+Re-run: python3 course.py studies multi_head_seeds      (about 1-2 minutes on 2 idle cores, one thread)
 """
 import itertools
 from dataclasses import replace
@@ -13,7 +14,7 @@ from pathlib import Path
 import torch
 
 from attn_helpers.lessons import multi_head
-from attn_helpers.training import save_checkpoint
+from attn_helpers.training import save_checkpoint, single_thread
 
 RECORDS = ["attn_helpers/checkpoints/multihead_two_relations.pt",
            "attn_helpers/checkpoints/multihead_one_head.pt"]
@@ -28,12 +29,15 @@ def run(num_heads, seed, tokens, targets, lr=multi_head.CONFIG.lr):
     with torch.no_grad():
         _, weights = model(tokens)                                   # (512, h, n, n)
     losses = result.losses
-    return model, {"num_heads": num_heads, "seed": seed,
-                   "accuracy": multi_head.relation_accuracy(model, tokens, targets),
-                   "final_loss": result.final_loss,
-                   "relation_scores": multi_head.head_relation_scores(weights).tolist(),
-                   "loss_curve": [sum(losses[i:i + EVERY]) / EVERY
-                                  for i in range(0, len(losses), EVERY)]}
+    row = {"num_heads": num_heads, "seed": seed,
+           "accuracy": multi_head.relation_accuracy(model, tokens, targets),
+           "final_loss": result.final_loss,
+           "relation_scores": multi_head.head_relation_scores(weights).tolist(),
+           "loss_curve": [sum(losses[i:i + EVERY]) / EVERY for i in range(0, len(losses), EVERY)]}
+    if num_heads > 1:        # held-out accuracy without each head, zero- and mean-ablated
+        row["ablation"] = {kind: [multi_head.ablated_accuracy(model, tokens, targets, head, kind)
+                                  for head in range(num_heads)] for kind in ("zero", "mean")}
+    return model, row
 
 
 def main():
@@ -81,4 +85,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    with single_thread():    # training is one thread already; the evaluations too
+        main()

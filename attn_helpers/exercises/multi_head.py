@@ -4,6 +4,7 @@ all heads in one call; grouped-query attention, K and V never copied to h heads.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable
 
@@ -91,21 +92,17 @@ def _build(module_class, x: torch.Tensor, num_heads: int, seed: int) -> nn.Modul
 
 
 class _Reference(nn.Module):
-    """The module exercise's answer, with the learner's layer names."""
+    """The module exercise's answer with the learner's layer names; given ``mistake`` (see
+    :func:`_attend`), the same module with one known mistake."""
 
-    def __init__(self, d_model: int, num_heads: int):
+    def __init__(self, d_model: int, num_heads: int, **mistake):
         super().__init__()
-        self.num_heads = num_heads
+        self.num_heads, self.mistake = num_heads, mistake
         self.in_proj = nn.Linear(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
 
     def forward(self, x, mask=None):
-        b, n, d_model = x.shape
-        q, k, v = (t.reshape(b, n, self.num_heads, -1).transpose(1, 2)
-                   for t in self.in_proj(x).chunk(3, dim=-1))
-        mask = mask[:, None] if mask is not None and mask.dim() == 3 else mask
-        heads, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.out_proj(heads.transpose(1, 2).reshape(b, n, d_model))
+        return _attend(self, x, mask, **self.mistake)
 
 
 @contextlib.contextmanager
@@ -138,50 +135,50 @@ def _learner(module_class) -> Callable:
     return run
 
 
-def _wrong(*, split="right", merge="right", scale="d_head", dim=-1, use_w_o=True,
-           invert_mask=None, fused="right", mask_heads=True, ignore_mask=False) -> Callable:
+def _wrong(**mistake) -> Callable:
     """Multi-head self-attention with one known mistake, on a case's copied weights."""
+    return lambda x, mask, h, seed: _build(functools.partial(_Reference, **mistake), x, h, seed)(x, mask)
 
-    def forward(x, mask, h, seed):
-        p = _build(_Reference, x, h, seed)
-        b, n, d = x.shape
-        qkv = p.in_proj(x)                                                # (b, n, 3 d)
-        if fused == "per head":                      # [q k v] of head 0, then of head 1, ...
-            q, k, v = qkv.reshape(b, n, h, 3 * (d // h)).chunk(3, dim=-1)
-            q, k, v = (t.reshape(b, n, d) for t in (q, k, v))
-        elif fused == "k q v":
-            k, q, v = qkv.chunk(3, dim=-1)
-        else:
-            q, k, v = qkv.chunk(3, dim=-1)
 
-        def split_(t):
-            if split == "no transpose":              # (b, n, d) read as (b, h, n, d_head)
-                return t.reshape(b, h, n, d // h)
-            if split == "interleaved":               # from the wrong end: every h-th feature
-                return t.reshape(b, n, d // h, h).permute(0, 3, 1, 2)
-            return t.reshape(b, n, h, d // h).transpose(1, 2)
+def _attend(p: _Reference, x, mask, *, split="right", merge="right", scale="d_head", dim=-1,
+            use_w_o=True, invert_mask=None, fused="right", mask_heads=True, ignore_mask=False):
+    """Self-attention with ``p``'s layers; each keyword other than its default is a mistake."""
+    (b, n, d), h = x.shape, p.num_heads
+    qkv = p.in_proj(x)                                                # (b, n, 3 d)
+    if fused == "per head":                      # [q k v] of head 0, then of head 1, ...
+        q, k, v = qkv.reshape(b, n, h, 3 * (d // h)).chunk(3, dim=-1)
+        q, k, v = (t.reshape(b, n, d) for t in (q, k, v))
+    elif fused == "k q v":
+        k, q, v = qkv.chunk(3, dim=-1)
+    else:
+        q, k, v = qkv.chunk(3, dim=-1)
 
-        q, k, v = split_(q), split_(k), split_(v)
-        c = {"d_head": d // h, "d_model": d, "none": 1}[scale]
-        s = q @ k.transpose(-2, -1) / math.sqrt(c)
-        if mask is not None and not ignore_mask:
-            allowed = ~mask if invert_mask else mask
-            if allowed.dim() == 3 and mask_heads:
-                allowed = allowed[:, None]           # without: meets (b, h, n, n) as (1, b, n, n)
-            s = s.masked_fill(~allowed, float("-inf"))
-        a = torch.softmax(s, dim=dim)
-        if invert_mask == "zeros":                  # a fully masked row gives zeros, not NaN
-            a = a.nan_to_num(0.0)
-        heads = a @ v                                                     # (b, h, n, d_head)
-        if merge == "no transpose":
-            concat = heads.reshape(b, n, d)
-        elif merge == "interleaved":                 # head i to every h-th column
-            concat = heads.permute(0, 2, 3, 1).reshape(b, n, d)
-        else:
-            concat = heads.transpose(1, 2).reshape(b, n, d)
-        return p.out_proj(concat) if use_w_o else concat
+    def split_(t):
+        if split == "no transpose":              # (b, n, d) read as (b, h, n, d_head)
+            return t.reshape(b, h, n, d // h)
+        if split == "interleaved":               # from the wrong end: every h-th feature
+            return t.reshape(b, n, d // h, h).permute(0, 3, 1, 2)
+        return t.reshape(b, n, h, d // h).transpose(1, 2)
 
-    return forward
+    q, k, v = split_(q), split_(k), split_(v)
+    c = {"d_head": d // h, "d_model": d, "none": 1}[scale]
+    s = q @ k.transpose(-2, -1) / math.sqrt(c)
+    if mask is not None and not ignore_mask:
+        allowed = ~mask if invert_mask else mask
+        if allowed.dim() == 3 and mask_heads:
+            allowed = allowed[:, None]           # without: meets (b, h, n, n) as (1, b, n, n)
+        s = s.masked_fill(~allowed, float("-inf"))
+    a = torch.softmax(s, dim=dim)
+    if invert_mask == "zeros":                  # a fully masked row gives zeros, not NaN
+        a = a.nan_to_num(0.0)
+    heads = a @ v                                                     # (b, h, n, d_head)
+    if merge == "no transpose":
+        concat = heads.reshape(b, n, d)
+    elif merge == "interleaved":                 # head i to every h-th column
+        concat = heads.permute(0, 2, 3, 1).reshape(b, n, d)
+    else:
+        concat = heads.transpose(1, 2).reshape(b, n, d)
+    return p.out_proj(concat) if use_w_o else concat
 
 
 def _gradients(module_class, case: dict) -> str | None:

@@ -22,7 +22,7 @@ __all__ = [
     "RELATIONS", "TaskConfig", "CONFIG", "ONE_HEAD", "LOSS_EVERY", "STUDY_SEEDS",
     "make_batch", "token_labels", "TwoRelationModel", "relation_accuracy", "head_relation_scores",
     "evaluation_batch", "train_two_relations", "load_two_relations", "load_one_head", "steps_to",
-    "study_claims",
+    "ablated_accuracy", "study_claims",
     "AblationData", "AblationFrame", "ablation_data", "ablation_frame",
 ]
 
@@ -166,6 +166,40 @@ def steps_to(run: dict, loss: float) -> int:
     return LOSS_EVERY * (next(blocks, CONFIG.steps // LOSS_EVERY) + 1)
 
 
+def ablated_accuracy(model: TwoRelationModel, tokens, targets, head: int, kind: str) -> dict[str, float]:
+    """:func:`relation_accuracy` with ``head``'s output replaced: ``kind="zero"`` by 0 (``head_mask``),
+    ``"mean"`` by its mean over the batch at each position (a hook on ``W_O``'s input, Concat(heads))."""
+    h, d = model.config.num_heads, model.config.d_model // model.config.num_heads
+    require_int_in("head", head, 0, h - 1)
+    if kind == "zero":
+        return relation_accuracy(model, tokens, targets, torch.arange(h).ne(head).float())
+    if kind != "mean":
+        raise ValueError(f'kind must be "zero" or "mean", got {kind!r}')
+    cols = slice(head * d, (head + 1) * d)
+
+    def replace(_module, args):                                   # args[0]: Concat(heads), (b, n, d)
+        concat = args[0].clone()
+        concat[..., cols] = concat[..., cols].mean(dim=0)         # (n, d_head): mean over sequences
+        return (concat,)
+
+    hook = model.attention.out_proj.register_forward_pre_hook(replace)
+    try:
+        return relation_accuracy(model, tokens, targets)
+    finally:
+        hook.remove()
+
+
+def ablation_falls(ablation: dict) -> dict[str, bool]:
+    """Per kind of ``ablation`` (``{kind: [accuracy without head i, ...]}``): some head's removal sends
+    ``previous`` within 0.03 of chance with ``first`` above 0.95, and another's the other way round."""
+    def falls(accuracy, lost, kept):
+        return abs(accuracy[lost] - 1 / CONFIG.vocab) < 0.03 and accuracy[kept] > 0.95
+
+    return {kind: all(any(falls(acc, lost, kept) for acc in accs)
+                      for lost, kept in (RELATIONS, RELATIONS[::-1]))
+            for kind, accs in ablation.items()}
+
+
 def _split(scores) -> bool:
     """One head > 0.7 on key i-1, another > 0.9 on key 0, each < 0.1 on the other's key."""
     scores = torch.as_tensor(scores)
@@ -191,6 +225,9 @@ def study_claims(study: list[dict]) -> dict[str, bool]:
             all(first - previous > 0.2 for previous, first in blends),
         f"with two heads the relations split between them on every seed ({len(runs[2])} seeds: "
         "> 0.7 on i-1, > 0.9 on 0, < 0.1 across)": all(_split(r["relation_scores"]) for r in runs[2]),
+        "zero- and mean-ablation: without its head a relation falls within 0.03 of chance (1/8), "
+        "the other stays > 0.95 (every seed)":
+            all(all(ablation_falls(r["ablation"]).values()) for r in runs[2]),
         "which head takes which relation changes with the seed":
             len({int(torch.tensor(r["relation_scores"])[:, 0].argmax()) for r in runs[2]}) == 2,
         "two heads end with a > 3x lower training loss than one (every seed)":

@@ -1,6 +1,5 @@
-"""Notebook 04's two-relation task: data, model, relation scores, the seed study's claims (each can
-fail), the shipped checkpoints and the data of the head-ablation view. The notebook asserts its
-claims itself (nbval); the study re-trains."""
+"""Notebook 04's two-relation task: data, model, relation scores, ablations, the seed study's claims
+(each can fail), the shipped checkpoints. The notebook asserts its claims (nbval); the study retrains."""
 
 from __future__ import annotations
 
@@ -73,6 +72,7 @@ def test_study_claims_hold_on_the_shipped_study_and_each_can_fail(shipped):
         "lower training loss": {(2, "final_loss"): 1.0},
         "learn faster": {(2, "loss_curve"): [1.0] * 60},
         "the single head blends": {(1, "relation_scores"): [[0.0, 1.0]]},
+        "ablation": {(2, "ablation"): {"zero": 2 * [{"previous": 1.0, "first": 1.0}], "mean": []}},
         ("split between them", "which head takes which"):             # blurred on every seed
             {(2, "relation_scores"): [[0.5, 0.5], [0.5, 0.5]]},
     }
@@ -99,7 +99,11 @@ def test_ablation_data_and_frames_match_the_model(shipped):
     tokens, targets = (t[:64] for t in heads_task.evaluation_batch())
     data = heads_task.ablation_data(model, tokens, targets)
     assert data.accuracy[(False, True)] == heads_task.relation_accuracy(
-        model, tokens, targets, torch.tensor([0.0, 1.0]))
+        model, tokens, targets, torch.tensor([0.0, 1.0])) == heads_task.ablated_accuracy(
+        model, tokens, targets, 0, "zero")
+    mean = [heads_task.ablated_accuracy(model, tokens, targets, head, "mean") for head in (0, 1)]
+    assert heads_task.ablation_falls({"mean": mean}) == {"mean": True}      # and the hook is gone:
+    assert data.accuracy[(True, True)] == heads_task.relation_accuracy(model, tokens, targets)
     frame = heads_task.ablation_frame(data, 3, (True, False))
     with torch.no_grad():
         logits, weights = model(tokens[3:4], head_mask=torch.tensor([1.0, 0.0]))
@@ -118,6 +122,7 @@ def test_ablation_data_and_frames_match_the_model(shipped):
      r"weights must be \(b, h, n, n\).*\(2, 3, 3\)"),
     (lambda g, data, model: model(torch.zeros(2, heads_task.CONFIG.length + 1, dtype=torch.long)),
      "tokens"),
+    (lambda g, data, m: heads_task.ablated_accuracy(m, data.tokens, data.targets, 0, "x"), "kind"),
     (lambda g, data, model: heads_task.ablation_frame(data, 4, (True, True)), "example"),
     (lambda g, data, model: heads_task.ablation_frame(data, 0, (True,)), r"heads_on must be 2 bools"),
     (lambda g, data, model: heads_task.ablation_data(model, *torch.zeros(2, 4, 10, dtype=torch.long)),

@@ -10,12 +10,7 @@ from _reference import decode_png
 from attn_helpers.lessons import multi_head as heads_task
 from attn_helpers.lessons.multi_head import ablation_data, ablation_frame
 from attn_helpers.masks import causal_mask
-from attn_helpers.widgets.multi_head import (
-    ALL_HEADS,
-    MultiHeadView,
-    multihead_frame,
-    multihead_widget,
-)
+from attn_helpers.widgets.multi_head import ALL_HEADS, MultiHeadView, multihead_frame, multihead_widget
 
 # --- notebook 04's widget -------------------------------------------------------------------
 
