@@ -1,15 +1,18 @@
 """Notebook 03's retrieval model on many seeds: Adam and plain SGD, with and without 1/sqrt(d_k).
 
-Trains notebook 03's `RetrievalModel` (d_k = 256) with and without the scaling. Adam, 300 steps,
-seeds 0-4: `training_claims` must hold on every seed (the notebook trains seed 0 live).
-Plain SGD (no momentum, no clipping), 150 steps at learning rates 0.3 and 3, seeds 0-5, with the
-gradient that reaches the scores and W_Q, W_K at the initial weights: `sgd_claims`, which
-the notebook asserts on this record. Plain SGD at seven rates from 0.03 to 30, seeds 0-2, brackets
-each model's best rate: `lr_claims`. Exercise 3's measurement of the gradient at W_Q on
-seeds 5-29 (the notebook uses 0-4): `projection_claims`. It records the SGD runs (every
-loss, 4 significant digits), the sweep's end losses and, per Adam seed, its claims, in
-attn_helpers/data/scaling_retrieval.json.
-Re-run: python3 course.py studies scaling_retrieval      (about 2 minutes on 2 cores)
+Trains notebook 03's `RetrievalModel` (d_k = 256) with and without the scaling, and records the
+numbers in attn_helpers/data/scaling_retrieval.json; the claims functions of
+attn_helpers/lessons/scaling.py are asserted here on the fresh runs and by the notebook on the record.
+- Adam (clipped, 300 steps), seeds 0-4, five arms: the scaled model from the usual and from the 4x
+  start (4 W_Q, 4 W_K), each at rates 3e-3 and 4 x 3e-3, and the unscaled model at 3e-3. Every loss
+  (4 digits), the score std every 50 steps and the wrong picks after step 100 (`wrong_picks`):
+  `training_claims` (each seed), `crossed_claims`, `spike_claims`.
+- Plain SGD, 150 steps, rates 0.3 and 3, seeds 0-5: every loss and the initial gradients at the
+  scores and at W_Q, W_K: `sgd_claims`. Seven rates from 0.03 to 30, seeds 0-2: `lr_claims`. The
+  scaled model from the 4x start at rates 3 and 10, seeds 0-2: `matched_claims`.
+- `sgd_sweep` at d_k = 64, 256, 1024, seeds 0-4: `dk_claims`.
+- Exercise 3's gradient table on seeds 5-29 (the notebook uses 0-4): `projection_claims`.
+Re-run: python3 course.py studies scaling_retrieval      (about 5 minutes on 2 cores)
 """
 import json
 import math
@@ -19,13 +22,16 @@ import torch
 import torch.nn.functional as F
 
 from attn_helpers.lessons import scaling
-from attn_helpers.lessons.scaling import lr_claims, projection_claims, sgd_claims, training_claims
 from attn_helpers.training import single_thread
 
 RECORDS = ["attn_helpers/data/scaling_retrieval.json"]
 ADAM_SEEDS = (0, 1, 2, 3, 4)
+ADAM_ARMS = ((True, 1.0, 3e-3), (False, 1.0, 3e-3), (True, 1.0, 4 * 3e-3), (True, 4.0, 3e-3),
+             (True, 4.0, 4 * 3e-3))                                     # (scaled, start, rate)
 SGD_LRS, SGD_SEEDS, SGD_STEPS = (0.3, 3.0), (0, 1, 2, 3, 4, 5), 150
 SWEEP_LRS, SWEEP_SEEDS = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0), (0, 1, 2)
+MATCHED_LRS, MATCHED_SEEDS = (3.0, 10.0), (0, 1, 2)
+DK_SIZES, DK_SEEDS = (64, 256, 1024), (0, 1, 2, 3, 4)
 PROJECTION_SEEDS = tuple(range(5, 30))
 
 
@@ -45,46 +51,48 @@ def sgd_run(scaled, lr, seed, d_k=256, d_in=64, batch=64):
                  "weights": torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()}
     model.zero_grad(set_to_none=True)
 
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    generator, losses = torch.Generator().manual_seed(seed), []
-    for _ in range(SGD_STEPS):
-        query, keys, values, target = scaling.retrieval_batch(batch, generator, d_in=d_in)
-        loss = F.mse_loss(model(query, keys, values), target)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(float(f"{loss.item():.4g}"))
+    losses = [float(f"{x:.4g}") for x in scaling.sgd_losses(model, lr, seed, SGD_STEPS)]
     return {"lr": lr, "seed": seed, "scaled": scaled, "losses": losses, "gradients": gradients}
 
 
+def adam_row(scaled, init, lr, seed):
+    wrong = []
+    run = scaling.train_retrieval(scaled=scaled, seed=seed, init=init, lr=lr, wrong=wrong)
+    return {"seed": seed, "scaled": scaled, "init": init, "lr": lr, **run,
+            "picks": scaling.wrong_picks(run["losses"], wrong)}
+
+
+def check(claims, what):
+    assert all(claims.values()), claims
+    print(f"{what}: all {len(claims)} claims hold", flush=True)
+
+
 def main():
-    adam = []
+    adam = [adam_row(*arm, seed) for seed in ADAM_SEEDS for arm in ADAM_ARMS]
     for seed in ADAM_SEEDS:
-        runs = {flag: scaling.train_retrieval(scaled=flag, seed=seed) for flag in (True, False)}
-        claims = training_claims(runs)
-        assert all(claims.values()), (seed, claims)
-        adam.append({"seed": seed, "claims": claims})
-        print(f"Adam, seed {seed}: all {len(claims)} claims hold")
+        runs = {flag: scaling.adam_arm(adam, flag, 1.0, 3e-3)[seed] for flag in (True, False)}
+        check(scaling.training_claims(runs), f"Adam, seed {seed}")
+    check({**scaling.crossed_claims(adam), **scaling.spike_claims(adam)}, "Adam, crossed")
 
     with single_thread():
         sgd = [sgd_run(scaled, lr, seed) for lr in SGD_LRS for seed in SGD_SEEDS
                for scaled in (True, False)]
-    claims = sgd_claims(sgd)
-    assert all(claims.values()), claims
-    print(f"SGD, seeds {SGD_SEEDS}: all {len(claims)} claims hold")
-
-    with single_thread():
         sweep = [{"lr": lr, "seed": seed, "scaled": scaled,
                   "end": scaling.mean_loss(sgd_run(scaled, lr, seed)["losses"], -50)}
                  for lr in SWEEP_LRS for seed in SWEEP_SEEDS for scaled in (True, False)]
-    claims = lr_claims(sweep)
-    assert all(claims.values()), claims
-    print(f"SGD sweep over {SWEEP_LRS}: both best rates bracketed, scaled >= 10x unscaled")
+        matched = [{"lr": lr, "seed": seed, "end": scaling.mean_loss(scaling.sgd_losses(
+                        scaling.retrieval_model(True, seed, init=4.0), lr, seed, SGD_STEPS), -50)}
+                   for lr in MATCHED_LRS for seed in MATCHED_SEEDS]
+        dk_sweep = [row for d_k in DK_SIZES for seed in DK_SEEDS
+                    for row in scaling.sgd_sweep(d_k, seed, SGD_STEPS)]
+    check(scaling.sgd_claims(sgd), f"SGD, seeds {SGD_SEEDS}")
+    check(scaling.lr_claims(sweep), f"SGD sweep over {SWEEP_LRS}")
+    check(scaling.matched_claims(sweep, matched), "SGD, 4x start at matched rates")
+    check(scaling.dk_claims(dk_sweep), f"SGD at d_k = {DK_SIZES}, seeds {DK_SEEDS}")
 
     table = scaling.projection_gradient_table(None, scaling.D_KS, PROJECTION_SEEDS)
-    claims = {**projection_claims(table), **projection_claims(table, why=True)}
-    assert all(claims.values()), claims
-    print(f"gradient at W_Q, seeds {PROJECTION_SEEDS[0]}-{PROJECTION_SEEDS[-1]}: all claims hold")
+    check({**scaling.projection_claims(table), **scaling.projection_claims(table, why=True)},
+          f"gradient at W_Q, seeds {PROJECTION_SEEDS[0]}-{PROJECTION_SEEDS[-1]}")
 
     path = Path(RECORDS[0])
     if path.exists():                   # the shipped record: the same runs within CPU tolerances
@@ -94,9 +102,13 @@ def main():
             for a, b in ((scaling.mean_loss(old["losses"], -50), scaling.mean_loss(new["losses"], -50)),
                          *zip(old["gradients"].values(), new["gradients"].values(), strict=True)):
                 assert math.isclose(a, b, rel_tol=0.25, abs_tol=1e-3), (old["seed"], a, b)
-        for old, new in zip(shipped.get("sweep", sweep), sweep, strict=True):
-            assert math.isclose(old["end"], new["end"], rel_tol=0.25, abs_tol=1e-3), (old, new)
-    path.write_text(json.dumps({"adam": adam, "sgd": sgd, "sweep": sweep}) + "\n")
+        for key, rows in (("sweep", sweep), ("matched", matched), ("dk_sweep", dk_sweep)):
+            for old, new in zip(shipped.get(key, []), rows, strict=False):
+                assert math.isclose(old["end"], new["end"], rel_tol=0.25, abs_tol=1e-3), (old, new)
+    record = {"adam": adam, "sgd": sgd, "sweep": sweep, "matched": matched, "dk_sweep": dk_sweep,
+              "projection": [{k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in r.items()}
+                             for r in table]}
+    path.write_text(json.dumps(record) + "\n")
 
 
 if __name__ == "__main__":

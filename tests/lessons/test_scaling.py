@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -59,10 +58,7 @@ def test_retrieval_batch_target_is_the_value_of_the_copied_key(gen):
 
 
 def test_retrieval_model_differs_only_by_the_scale(gen):
-    torch.manual_seed(0)
-    scaled = scaling.RetrievalModel(8, 16, scaled=True)
-    torch.manual_seed(0)
-    unscaled = scaling.RetrievalModel(8, 16, scaled=False)
+    scaled, unscaled = (scaling.retrieval_model(flag, 0, d_k=16, d_in=8) for flag in (True, False))
     assert all(torch.equal(a, b) for a, b in zip(scaled.parameters(), unscaled.parameters(),
                                                  strict=True))
     query, keys, values, _ = scaling.retrieval_batch(3, gen, n_keys=5, d_in=8, d_v=2)
@@ -114,32 +110,41 @@ def _adam_runs(end_std: float) -> dict:
     """Two made-up Adam runs of 300 steps that meet section 4's statements when ``end_std > 2``."""
     scaled = [0.5] * 49 + [0.001] * 251
     unscaled = [1.0] * 100 + [0.0] * 170 + [0.5] * 30                  # 30 spikes, median 0
-    return {True: SimpleNamespace(losses=scaled, evaluations=[(0, {"score std": 1.0}),
-                                                              (300, {"score std": end_std})]),
-            False: SimpleNamespace(losses=unscaled, evaluations=[])}
+    return {True: {"losses": scaled, "score std": [1.0, end_std]},
+            False: {"losses": unscaled, "score std": [16.0, 16.0]}}
 
 
-def test_training_claims_hold_in_the_record_and_fail_when_one_is_made_false():
+def test_training_claims_fail_when_one_is_made_false():
     assert _failing(scaling.training_claims(_adam_runs(3.0))) == []
     failing = _failing(scaling.training_claims(_adam_runs(1.5)))
     assert len(failing) == 1 and failing[0].startswith("training multiplies")
-    adam = json.loads(scaling.RECORD.read_text())["adam"]             # the study's per-seed claims
-    assert all(all(r["claims"].values()) for r in adam)
-    assert all(list(r["claims"]) == list(scaling.training_claims(_adam_runs(3.0))) for r in adam)
 
 
-def test_sgd_and_lr_claims_hold_on_the_record_and_fail_when_one_is_made_false():
+def test_every_claim_holds_on_the_record_and_fails_when_one_is_made_false():
     record = json.loads(scaling.RECORD.read_text())
-    assert _failing(scaling.sgd_claims(record["sgd"])) == []
-    assert _failing(scaling.lr_claims(record["sweep"])) == []
+    adam, sweep = record["adam"], record["sweep"]
+    for seed in range(5):
+        assert _failing(scaling.training_claims(
+            {flag: scaling.adam_arm(adam, flag, 1.0, 3e-3)[seed] for flag in (True, False)})) == []
+    for claims in (scaling.sgd_claims(record["sgd"]), scaling.lr_claims(sweep),
+                   scaling.crossed_claims(adam), scaling.spike_claims(adam), scaling.dk_claims(
+                       record["dk_sweep"]), scaling.matched_claims(sweep, record["matched"]),
+                   scaling.projection_claims(record["projection"])):
+        assert _failing(claims) == []
     sgd = copy.deepcopy(record["sgd"])
     run = next(r for r in sgd if r["lr"] == 3.0 and r["seed"] == 0 and not r["scaled"])
     run["losses"][-50:] = [0.0] * 50                                  # the unscaled run learns
     failing = _failing(scaling.sgd_claims(sgd))
     assert len(failing) == 1 and failing[0].startswith("SGD, lr 3:")
-    sweep = [r | {"end": 0.0} if r["lr"] == 0.03 and not r["scaled"] else r for r in record["sweep"]]
+    sweep = [r | {"end": 0.0} if r["lr"] == 0.03 and not r["scaled"] else r for r in sweep]
     failing = _failing(scaling.lr_claims(sweep))                      # best rate at the edge
     assert len(failing) == 1 and failing[0].startswith("SGD at 7 rates")
+    calm = [r | {"losses": [0.0] * 300} if r["init"] == 4.0 and r["lr"] > 3e-3 else r for r in adam]
+    failing = _failing(scaling.crossed_claims(calm))                  # the 4x start stops spiking
+    assert len(failing) == 1 and failing[0].startswith("4x start at 4 x 3e-3")
+    flat = [r | {"end": r["end"] / 100} if r["d_k"] == 1024 and not r["scaled"] else r
+            for r in record["dk_sweep"]]
+    assert [c[:26] for c in _failing(scaling.dk_claims(flat))] == ["each at its own best rate,"]
 
 
 def test_projection_claims_hold_on_one_seed_and_fail_when_one_is_made_false():
