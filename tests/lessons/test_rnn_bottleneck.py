@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attn_helpers.lessons import rnn_bottleneck as seq2seq
-from attn_helpers.lessons import tasks
+from attn_helpers.lessons import rnn_bottleneck_positions, tasks
 from attn_helpers.lessons.rnn_bottleneck import Seq2Seq
 
 KINDS = seq2seq.ATTENTION_KINDS
@@ -125,3 +125,16 @@ def test_model_bad_inputs(batch):
         seq2seq.load_pretrained("seq2seq_nothing")
     with pytest.raises(TypeError, match="config must be a TrainConfig"):
         seq2seq.train_seq2seq({"task": "reversal"})
+
+
+
+def test_by_position_counts_right_and_skipped_ahead_outputs(gen):
+    """Notebook 01's per-position record: shares by output position, and of the wrong outputs."""
+    model = small_model("none")
+    test = tasks.collate("reversal", [tasks.reversal_pair(6, gen) for _ in range(4)])
+    p, tokens = rnn_bottleneck_positions.by_position(model, test), seq2seq.predict(model, test)[0]
+    digits = test.tgt_out                                                   # (4, 7): 6 digits, </s>
+    wrong = tokens[:, :-1] != digits[:, :5]
+    assert p["greedy"] == pytest.approx((tokens == digits[:, :6]).float().mean(0).tolist(), abs=1e-4)
+    ahead = ((tokens[:, :-1] == digits[:, 1:6]) & wrong).sum() / wrong.sum()
+    assert p["skip_greedy"][0] == pytest.approx(ahead.item(), abs=1e-4)
