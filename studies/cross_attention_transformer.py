@@ -16,7 +16,6 @@ import json
 import torch
 import torch.nn.functional as F
 
-from attn_helpers.entropy import attention_entropy
 from attn_helpers.lessons import cross_attention, rnn_bottleneck, tasks
 from attn_helpers.training import save_checkpoint, train
 
@@ -24,7 +23,6 @@ RECORDS = ["attn_helpers/data/cross_attention_transformer.json",
            "attn_helpers/checkpoints/transformer_dates_seed0.pt"]
 STEPS = 300
 SEEDS = (0, 1, 2)
-DIGITS = [t for t, f in enumerate(tasks.ISO_STEP_FIELDS) if f != "-"]   # the ISO steps that copy
 
 
 def train_transformer_dates(seed, steps=STEPS):
@@ -45,25 +43,19 @@ def train_transformer_dates(seed, steps=STEPS):
     return model
 
 
-def table_row(tokens, weights, test):
-    """Token accuracy, digit steps on their field, digit steps' mean entropy."""
-    return {"token accuracy": (tokens == test.tgt_out[:, :10]).float().mean().item(),
-            "digit steps on their field": cross_attention.date_field_hits(weights, test)[:, DIGITS]
-            .float().mean().item(),
-            "digit-step entropy (nats)": attention_entropy(weights[:, DIGITS].double())
-            .mean().item()}
-
-
 def alignment_table(gru, transformer):
     """On the 300 test dates: token accuracy, the share of digit steps whose strongest input word
     is in the right field, and the digit steps' mean entropy, for the GRU model and for every
     head of the Transformer's cross-attention (and their mean weights)."""
     test = tasks.eval_batches("dates", 300)[None]
-    table = {"GRU (1 head)": table_row(*rnn_bottleneck.predict(gru, test), test)}
+    def row(tokens, weights):
+        return cross_attention.table_row(cross_attention.alignment_readings(tokens, weights, test))
+
+    table = {"GRU (1 head)": row(*rnn_bottleneck.predict(gru, test))}
     tokens, weights = transformer.greedy_decode(test.src, test.src_lengths, 10)
     for head in range(weights.shape[1]):
-        table[f"Transformer head {head}"] = table_row(tokens, weights[:, head], test)
-    table["Transformer, heads averaged"] = table_row(tokens, weights.mean(1), test)
+        table[f"Transformer head {head}"] = row(tokens, weights[:, head])
+    table["Transformer, heads averaged"] = row(tokens, weights.mean(1))
     return table
 
 

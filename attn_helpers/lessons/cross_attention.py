@@ -1,7 +1,8 @@
-"""Notebook 06, cross-attention: the memory projected once per sentence, whether each ISO date
-step reads its own field, and a small Transformer encoder-decoder on the dates task (trained by
-``studies/cross_attention_transformer.py``; :func:`transformer_claims` holds the thresholds the
-study and the notebook assert)."""
+"""Notebook 06, cross-attention: where each ISO date step and each reversal step reads (the
+readings ``studies/cross_attention_gru_seeds.py`` records per GRU seed; :func:`gru_seed_claims`),
+and a small Transformer encoder-decoder on the dates task (``studies/cross_attention_transformer.py``;
+:func:`transformer_claims`). The claims functions hold the thresholds the studies and the notebook
+assert."""
 
 from __future__ import annotations
 
@@ -11,71 +12,82 @@ import torch
 from torch import nn
 
 from .._checks import require_tensor, shape
-from ..attention import scaled_dot_product_attention
-from ..multihead import MultiHeadAttention, merge_heads, split_heads
+from ..entropy import attention_entropy
+from ..multihead import MultiHeadAttention
 from ..training import load_checkpoint
 from ..transformer import DecoderLayer, FeedForward
+from .rnn_bottleneck import predict
 from .tasks import DATES, ISO_STEP_FIELDS, PAD, SOS, Batch, date_fields
 
-__all__ = ["cross_attention_memory_once", "date_field_hits", "EncoderLayer", "TransformerSeq2Seq",
-           "TRANSFORMER_RECORD", "TRANSFORMER_CHECKPOINT", "load_transformer",
-           "transformer_claims"]
+__all__ = ["alignment_readings", "dates_readings", "reversal_readings", "table_row", "EncoderLayer",
+           "TransformerSeq2Seq", "TRANSFORMER_RECORD", "TRANSFORMER_CHECKPOINT", "GRU_SEEDS_RECORD",
+           "load_transformer", "transformer_claims", "gru_seed_claims"]
+DIGIT_STEPS = [t for t, field in enumerate(ISO_STEP_FIELDS) if field != "-"]
 
 
-def cross_attention_memory_once(cross: MultiHeadAttention, y: torch.Tensor,
-                                memory: torch.Tensor, memory_padding: torch.Tensor | None = None):
-    """``cross(y, memory, memory, memory_padding)`` one step of ``y (b, n, d_model)`` at a time,
-    the keys and values of ``memory (b, n_m, kdim)`` projected once. Returns ``(output (b, n,
-    d_model), calls)``, ``calls`` how often each memory projection ran (``{"k_proj": 1, ...}``)."""
-    if not isinstance(cross, MultiHeadAttention) or cross.num_kv_heads != cross.num_heads:
-        raise TypeError("cross must be a MultiHeadAttention with num_kv_heads == num_heads")
-    calls = {"k_proj": 0, "v_proj": 0}
-
-    def counter(name):
-        def count(*_):
-            calls[name] += 1
-        return count
-
-    hooks = [getattr(cross, name).register_forward_hook(counter(name)) for name in calls]
-    try:
-        h = cross.num_heads
-        mask = None if memory_padding is None else memory_padding[:, None, None, :]  # (b,1,1,n_m)
-        keys = split_heads(cross.k_proj(memory), h)             # (b, h, n_m, d_head): once
-        values = split_heads(cross.v_proj(memory), h)           # (b, h, n_m, d_head): once
-        steps = []
-        for t in range(y.shape[1]):                             # one decoding step at a time
-            q_t = split_heads(cross.q_proj(y[:, t : t + 1]), h)   # (b, h, 1, d_head)
-            o_t, _ = scaled_dot_product_attention(q_t, keys, values, mask)
-            steps.append(cross.out_proj(merge_heads(o_t)))      # (b, 1, d_model)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return torch.cat(steps, dim=1), calls
-
-
-def date_field_hits(weights: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """``(b, 10)`` bool: whether each ISO output step's strongest input word lies in the field it
-    copies (:data:`tasks.ISO_STEP_FIELDS`); always False at the two ``-`` steps."""
-    _check_weights_for(weights, batch)
-    if weights.shape[1] != len(ISO_STEP_FIELDS):
-        raise ValueError(f"weights must have {len(ISO_STEP_FIELDS)} output steps (an ISO date), "
-                         f"got shape {shape(weights)}")
-    hits = torch.zeros(weights.shape[:2], dtype=torch.bool)
-    for i in range(len(batch)):
-        fields = date_fields(DATES.src_vocab.decode(batch.src[i]))
-        strongest = weights[i].argmax(-1).tolist()
-        hits[i] = torch.tensor([fields[j] == want
-                                for j, want in zip(strongest, ISO_STEP_FIELDS, strict=True)])
-    return hits
-
-
-def _check_weights_for(weights, batch: Batch) -> None:
+def alignment_readings(tokens: torch.Tensor, weights: torch.Tensor, test: Batch) -> dict:
+    """Greedy ``tokens (b, 10)`` and one head's ``weights (b, 10, n_k)`` on dates ``test``: token
+    accuracy, per ISO step the fields of the strongest input words (counts of dates), the mean
+    entropy and strongest weight, and the smallest gap between a row's two strongest weights."""
     require_tensor("weights", weights, floating=True)
-    if not isinstance(batch, Batch):
-        raise TypeError(f"batch must be a tasks.Batch, got {type(batch).__name__}")
-    if weights.dim() != 3 or weights.shape[0] != len(batch) or weights.shape[2] != batch.src.shape[1]:
-        raise ValueError(f"weights must have shape (b={len(batch)}, n_t, n_src={batch.src.shape[1]}), "
-                         f"got {shape(weights)}")
+    if not isinstance(test, Batch):
+        raise TypeError(f"test must be a tasks.Batch, got {type(test).__name__}")
+    if weights.shape != (len(test), len(ISO_STEP_FIELDS), test.src.shape[1]):
+        raise ValueError(f"weights must have shape (b={len(test)}, {len(ISO_STEP_FIELDS)} ISO steps, "
+                         f"n_src={test.src.shape[1]}), got {shape(weights)}")
+    fields = [date_fields(DATES.src_vocab.decode(src)) for src in test.src]
+    read = [[fields[i][j] for j in w.argmax(-1).tolist()] for i, w in enumerate(weights)]
+    top2 = weights.topk(2, dim=-1).values                                 # (b, 10, 2)
+    return {"token accuracy": (tokens == test.tgt_out[:, :10]).float().mean().item(),
+            "field counts": [{f: sum(row[t] == f for row in read) for f in ("year", "month", "day")}
+                             for t in range(len(ISO_STEP_FIELDS))],
+            "mean entropy": attention_entropy(weights.double()).mean(0).tolist(),
+            "mean strongest weight": weights.max(-1).values.mean(0).tolist(),
+            "smallest top-2 gap": (top2[..., 0] - top2[..., 1]).min().item()}
+
+
+def dates_readings(model, test: Batch) -> dict:
+    """:func:`alignment_readings` of a dates GRU, with the lowest teacher-forced p of the correct
+    token over every step of every test date."""
+    readings = alignment_readings(*predict(model, test), test)
+    with torch.no_grad():
+        logits, _ = model(test.src, test.src_lengths, test.tgt_in)       # teacher forced
+    p_correct = logits.softmax(-1).gather(-1, test.tgt_out[..., None])[..., 0]   # (b, 11)
+    return readings | {"lowest p of the correct token": p_correct[:, :10].min().item()}
+
+
+def table_row(readings: dict) -> dict:
+    """Token accuracy, the share of digit steps on their field and their mean entropy."""
+    counts, h = readings["field counts"], readings["mean entropy"]
+    n = sum(counts[0].values())                                           # test dates
+    return {"token accuracy": readings["token accuracy"],
+            "digit steps on their field": sum(counts[t][ISO_STEP_FIELDS[t]] for t in DIGIT_STEPS)
+            / (n * len(DIGIT_STEPS)),
+            "digit-step entropy (nats)": sum(h[t] for t in DIGIT_STEPS) / len(DIGIT_STEPS)}
+
+
+def reversal_readings(model, tests: dict) -> dict:
+    """A reversal GRU on ``{L: Batch}``: the share of real steps whose strongest weight sits on the
+    mirror position ``L-1-t`` and within one of it (by length and pooled), the mean entropy by
+    length, and the mean weight of the peak and of the 4 strongest keys."""
+    by_length = {"on the mirror": {}, "within one": {}, "mean entropy": {}}
+    offsets, peak, top4 = [], [], []
+    for length, test in tests.items():
+        _, weights = predict(model, test)                                # (b, n_t, n)
+        t = torch.arange(weights.shape[1])
+        real = t < test.tgt_lengths[:, None]                             # (b, n_t)
+        offset = (weights.argmax(-1) - (test.src_lengths[:, None] - 1 - t))[real]   # 0: on L-1-t
+        by_length["on the mirror"][length] = (offset == 0).float().mean().item()
+        by_length["within one"][length] = (offset.abs() <= 1).float().mean().item()
+        by_length["mean entropy"][length] = attention_entropy(weights.double())[real].mean().item()
+        offsets.append(offset)
+        peak.append(weights.max(-1).values[real])
+        top4.append(weights.topk(4, dim=-1).values.sum(-1)[real])
+    offset = torch.cat(offsets)
+    return {**by_length, "on the mirror, pooled": (offset == 0).float().mean().item(),
+            "within one, pooled": (offset.abs() <= 1).float().mean().item(),
+            "peak weight": torch.cat(peak).mean().item(),
+            "4 strongest keys' weight": torch.cat(top4).mean().item()}
 
 
 class EncoderLayer(nn.Module):
@@ -131,6 +143,8 @@ class TransformerSeq2Seq(nn.Module):
 #: the record ``studies/cross_attention_transformer.py`` writes and seed 0's checkpoint
 TRANSFORMER_RECORD = Path(__file__).resolve().parent.parent / "data" / "cross_attention_transformer.json"
 TRANSFORMER_CHECKPOINT = "transformer_dates_seed0"
+#: the record ``studies/cross_attention_gru_seeds.py`` writes
+GRU_SEEDS_RECORD = TRANSFORMER_RECORD.with_name("cross_attention_gru_seeds.json")
 
 
 def load_transformer() -> TransformerSeq2Seq:
@@ -158,4 +172,62 @@ def transformer_claims(tables: dict) -> dict[str, bool]:
         "in every seed, the mean of the heads' digit-step entropies is above the GRU's": all(
             sum(row[entropy] for row in heads[s]) / len(heads[s]) > gru[s][entropy]
             for s in tables),
+    }
+
+
+def gru_seed_claims(seeds: dict, transformer_tables: dict) -> dict[str, bool]:
+    """Notebook 06's statements about the GRUs, on ``{seed: {"dates": dates_readings(...),
+    "reversal": reversal_readings(...)}}``, every one over every seed; the last two compare each
+    GRU seed's dates model with every Transformer head of ``transformer_tables`` (the study's)."""
+    dates = {s: r["dates"] for s, r in seeds.items()}
+    rev = {s: r["reversal"] for s, r in seeds.items()}
+    n = {s: sum(d["field counts"][0].values()) for s, d in dates.items()}      # test dates
+    share = {s: [c[f] / n[s] if f != "-" else 0.0
+                 for c, f in zip(d["field counts"], ISO_STEP_FIELDS, strict=True)]
+             for s, d in dates.items()}
+    entropy = {s: d["mean entropy"] for s, d in dates.items()}
+    digit_entropy = {s: sum(e[t] for t in DIGIT_STEPS) / len(DIGIT_STEPS) for s, e in entropy.items()}
+    heads = [row for table in transformer_tables.values() for name, row in table.items()
+             if name.startswith("Transformer head")]
+    field = "digit steps on their field"
+    seed_list = ", ".join(map(str, seeds))
+    return {
+        f"seeds {seed_list}: each dates GRU decodes >= 99% of the test tokens":
+            all(d["token accuracy"] >= 0.99 for d in dates.values()),
+        "every seed, every digit step but the month's first (step 5): the strongest word is in the "
+        "step's field for >= 90% of the dates": all(
+            min(share[s][t] for t in DIGIT_STEPS if t != 5) >= 0.9 for s in seeds),
+        "step 5, the month's first digit: on the month for >= 90% of the dates on one seed, for < 60% "
+        "on another": max(share[s][5] for s in seeds) >= 0.9 and min(share[s][5] for s in seeds) < 0.6,
+        "every seed: at the first - (step 4) the strongest word is in the year for >= 80% of dates":
+            all(d["field counts"][4]["year"] >= 0.8 * n[s] for s, d in dates.items()),
+        "every seed: at the second - (step 7) no field holds the strongest word for over half":
+            all(max(d["field counts"][7].values()) <= 0.5 * n[s] for s, d in dates.items()),
+        "every seed: at every digit step the strongest word holds over half the weight on average":
+            all(min(d["mean strongest weight"][t] for t in DIGIT_STEPS) > 0.5 for d in dates.values()),
+        "every seed: the second - has the highest mean entropy of all steps, over 2x the digits'":
+            all(max(range(10), key=e.__getitem__) == 7 and e[7] > 2 * digit_entropy[s]
+                for s, e in entropy.items()),
+        "every seed: teacher forced, p of the correct token > 0.99 at every step of every date":
+            all(d["lowest p of the correct token"] > 0.99 for d in dates.values()),
+        "every reversal seed: the peak is exactly on L-1-t at >= 70% of the steps of every length, "
+        ">= 3x chance (1/L)": all(min(r["on the mirror"].values()) >= 0.7 and
+                                  min(int(L) * v for L, v in r["on the mirror"].items()) >= 3
+                                  for r in rev.values()),
+        "every reversal seed: within one of L-1-t at >= 93% of the steps of every length":
+            all(min(r["within one"].values()) >= 0.93 for r in rev.values()),
+        "every reversal seed: the peak holds < 0.6 of the weight on average, the 4 strongest keys "
+        "> 0.85": all(r["peak weight"] < 0.6 and r["4 strongest keys' weight"] > 0.85
+                      for r in rev.values()),
+        "every reversal seed: mean entropy between 1 and 1.6 nats at every length":
+            all(1.0 < min(r["mean entropy"].values()) and max(r["mean entropy"].values()) < 1.6
+                for r in rev.values()),
+        "every GRU seed is on the field more often than every Transformer head (3 seeds x 2)":
+            all(share_s > row[field] for row in heads
+                for share_s in (sum(share[s][t] for t in DIGIT_STEPS) / len(DIGIT_STEPS)
+                                for s in seeds)),
+        "every Transformer seed's mean head entropy is above every GRU seed's digit-step entropy":
+            all(sum(row["digit-step entropy (nats)"] for name, row in table.items()
+                    if name.startswith("Transformer head")) / 2 > max(digit_entropy.values())
+                for table in transformer_tables.values()),
     }

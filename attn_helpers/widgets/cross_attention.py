@@ -1,19 +1,24 @@
-"""Notebook 06's widget: decode an example step by step and watch the cross-attention (rows after
-the step grey, the step's row framed)."""
+"""Notebook 06's widget (decode an example step by step and watch the cross-attention: rows after
+the step grey, the step's row framed) and its displays: the per-seed tables and section 7's figure."""
 
 from __future__ import annotations
 
+import math
+
 import ipywidgets as widgets
+import matplotlib.pyplot as plt
 import torch
 
 from ..entropy import attention_entropy, max_entropy
+from ..lessons.cross_attention import table_row
 from ..lessons.rnn_bottleneck import Seq2Seq
-from ..lessons.tasks import example, get_task
+from ..lessons.tasks import ISO_STEP_FIELDS, example, get_task
 from .core import AttentionFrame, LiveAttentionWidget
 from .masking import CaptionedView
 from .rnn_bottleneck import check_model, decode_examples
 
-__all__ = ["alignment_frame", "alignment_widget"]
+__all__ = ["alignment_frame", "alignment_widget", "seed_table", "sharpness_figure"]
+TOP4 = "4 strongest keys' weight"
 
 
 def _decoded(model: Seq2Seq, task, index: int):
@@ -79,3 +84,51 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAt
                          entropy_title="entropy per output step")
     return LiveAttentionWidget(lambda index, step: _alignment(*decoded[index], step), controls,
                                view, title=f"Decoding step by step ({task.name})")
+
+
+
+
+def seed_table(seeds: dict, task: str) -> None:
+    """Print one row per seed of ``{seed: {"dates": dates_readings, "reversal": reversal_readings}}``
+    (``task`` picks which): the numbers behind notebook 06's claims about the GRUs."""
+    if task == "dates":
+        print("seed  token acc.  digit steps on field  step 5: month  "
+              "1st -: year  2nd -: year/month/day  entropy 2nd - / digits")
+    elif task == "reversal":
+        print("seed  peak on L-1-t (lowest L)  within one (lowest L)  peak weight  4 strongest keys  "
+              "e^(mean H) at L = 4 / 24")
+    else:
+        raise ValueError(f"task must be 'dates' or 'reversal', got {task!r}")
+    for seed, readings in seeds.items():
+        r = readings[task]
+        if task == "dates":
+            n, counts, row = sum(r["field counts"][0].values()), r["field counts"], table_row(r)
+            split = "/".join(f"{c / n:.2f}" for c in counts[7].values())
+            print(f"{seed:>4}  {r['token accuracy']:10.2f}  {row['digit steps on their field']:20.2f}  "
+                  f"{counts[5]['month'] / n:13.2f}  {counts[4]['year'] / n:11.2f}  {split:>21}  "
+                  f"{r['mean entropy'][7]:15.2f} / {row['digit-step entropy (nats)']:.2f}")
+        else:
+            on, near = r["on the mirror"].values(), r["within one"].values()
+            e4, e24 = (math.exp(h) for L, h in r["mean entropy"].items() if int(L) in (4, 24))
+            print(f"{seed:>4}  {r['on the mirror, pooled']:19.2f} ({min(on):.2f})  "
+                  f"{r['within one, pooled']:16.2f} ({min(near):.2f})  {r['peak weight']:11.2f}  "
+                  f"{r[TOP4]:16.2f}  {e4:17.1f} / {e24:.1f}")
+
+
+def sharpness_figure(dates: dict, alignment: torch.Tensor, n_k: torch.Tensor) -> None:
+    """Notebook 06, section 7: per ISO step, the mean entropy and strongest weight over the test
+    dates (``dates_readings``) beside one date's ``alignment (10, n)``; ``n_k``: words per date."""
+    steps, n = torch.arange(len(ISO_STEP_FIELDS)), alignment.shape[1]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.8), sharey=True, layout="constrained")
+    for ax, mean, this in ((axes[0], dates["mean entropy"], attention_entropy(alignment.double())),
+                           (axes[1], dates["mean strongest weight"], alignment.max(-1).values)):
+        ax.barh(steps - 0.2, mean, height=0.4, color="#3b75af", label=f"mean over "
+                f"{len(n_k)} test dates ({int(n_k.min())} to {int(n_k.max())} words)")
+        ax.barh(steps + 0.2, this, height=0.4, color="#e67e22", label=f"this date ({n} words)")
+    axes[0].axvline(math.log(n), color="#e67e22", linestyle="--", label=f"this date's ceiling ln {n}")
+    axes[0].set(xlim=(0, 2.2), xlabel="entropy (nats)", yticks=steps.tolist(), ylim=(9.6, -0.6),
+                title=f"entropy per step (ceiling ln n_k: ln {int(n_k.min())} to ln {int(n_k.max())})")
+    axes[0].set_yticklabels([f"{t} ({field})" for t, field in enumerate(ISO_STEP_FIELDS)])
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=8)
+    axes[1].set(xlim=(0, 1), xlabel="weight of the strongest word", title="the strongest word's weight")
+    plt.show()

@@ -1,5 +1,5 @@
-"""Notebook 06's lessons: the memory projected once, the dates alignment measure and the small
-Transformer encoder-decoder."""
+"""Notebook 06's lessons: the alignment readings, the small Transformer encoder-decoder, the claims
+on the studies' records and the per-seed table."""
 
 from __future__ import annotations
 
@@ -8,25 +8,11 @@ import json
 import pytest
 import torch
 
-import attn_helpers as ah
 from attn_helpers.lessons import cross_attention, tasks
+from attn_helpers.widgets import cross_attention as seq_widgets
 
 
-def test_memory_projected_once_masks_padding_and_refuses_grouped_heads():
-    torch.manual_seed(3)
-    cross = ah.MultiHeadAttention(16, 4, kdim=12, vdim=12)
-    y, memory = torch.randn(2, 6, 16), torch.randn(2, 5, 12)
-    real = torch.tensor([[True] * 5, [True] * 2 + [False] * 3])
-    with torch.no_grad():
-        masked, _ = cross_attention.cross_attention_memory_once(cross, y, memory, real)
-        unmasked, _ = cross_attention.cross_attention_memory_once(cross, y, memory)
-    assert not torch.allclose(unmasked[1], masked[1], atol=1e-3)   # the padding mask is applied
-    with pytest.raises(TypeError, match="num_kv_heads"):
-        cross_attention.cross_attention_memory_once(
-            ah.MultiHeadAttention(16, 4, num_kv_heads=2), y, y)
-
-
-def test_date_field_hits_on_synthetic_weights():
+def test_alignment_readings_count_the_strongest_words_field():
     pairs = [tasks.example("dates", i) for i in range(3)]
     batch = tasks.collate("dates", pairs)
     weights = torch.zeros(3, 10, batch.src.shape[1])
@@ -34,15 +20,13 @@ def test_date_field_hits_on_synthetic_weights():
         fields = tasks.date_fields(words)
         for t, want in enumerate(tasks.ISO_STEP_FIELDS):     # peak on the first word of the field
             weights[i, t, fields.index(want) if want != "-" else 0] = 1.0
-    hits = cross_attention.date_field_hits(weights, batch)
-    digits = [t for t, f in enumerate(tasks.ISO_STEP_FIELDS) if f != "-"]
-    assert hits[:, digits].all() and not hits[:, [4, 7]].any()
     weights[0, 0] = weights[0, 5]                             # the first year digit reads the month
-    assert not cross_attention.date_field_hits(weights, batch)[0, 0]
-    with pytest.raises(ValueError, match="10 output steps"):
-        cross_attention.date_field_hits(weights[:, :9], batch)
+    readings = cross_attention.alignment_readings(batch.tgt_out[:, :10], weights, batch)
+    assert readings["field counts"][0] == {"year": 2, "month": 1, "day": 0}
+    assert readings["token accuracy"] == 1 and readings["mean entropy"][0] == 0
+    assert cross_attention.table_row(readings)["digit steps on their field"] == 23 / 24
     with pytest.raises(ValueError, match="weights must have shape"):
-        cross_attention.date_field_hits(weights[:2], batch)
+        cross_attention.alignment_readings(batch.tgt_out[:, :9], weights[:, :9], batch)
 
 
 def test_transformer_shapes_padding_and_greedy_decoding():
@@ -66,9 +50,19 @@ def _failing(claims: dict) -> list[str]:
     return [statement for statement, holds in claims.items() if not holds]
 
 
-def test_transformer_claims_hold_on_the_record_and_fail_when_one_is_made_false():
+def test_recorded_claims_hold_and_fail_when_one_is_made_false():
     tables = json.loads(cross_attention.TRANSFORMER_RECORD.read_text())["tables"]
+    seeds = json.loads(cross_attention.GRU_SEEDS_RECORD.read_text())["seeds"]
+    assert _failing(cross_attention.gru_seed_claims(seeds, tables)) == []
+    seeds["2"]["reversal"]["mean entropy"]["24"] = 1.7                   # above 1.6 nats
+    failing = _failing(cross_attention.gru_seed_claims(seeds, tables))
+    assert len(failing) == 1 and "mean entropy" in failing[0]
     assert _failing(cross_attention.transformer_claims(tables)) == []
     tables["1"]["Transformer head 0"]["digit steps on their field"] = 0.5    # below 60%
     failing = _failing(cross_attention.transformer_claims(tables))
     assert len(failing) == 1 and failing[0].startswith("yet every head still reads")
+
+
+def test_seed_table_refuses_an_unknown_task():
+    with pytest.raises(ValueError, match="task must be"):
+        seq_widgets.seed_table({}, "copy")
