@@ -34,7 +34,7 @@ __all__ = ["ATTENTION_MISTAKES", "BLOCK_MISTAKES", "GENERATE_MISTAKES", "LOOP_MI
            "MODEL_MISTAKES", "SCHEDULE_MISTAKES", "TRAIN_MISTAKES", "attention_variant",
            "block_variant", "check_attention", "check_block", "check_generate", "check_model",
            "check_train", "check_train_step", "generate_variant", "loop_variant", "model_variant",
-           "passed", "pieces", "schedule_variant", "train_variant"]
+           "passed", "pick", "schedule_variant", "train_variant"]
 
 KEYS = ("attention", "block", "model", "train_step", "train", "generate")
 
@@ -44,15 +44,14 @@ def passed(name: str) -> bool:
     return passed_key(f"build_gpt.{name}")
 
 
-def pieces(learner: dict, solutions: dict) -> tuple[dict, str]:
-    """The learner's pieces where they passed (the model: with attention and block), the
-    reference elsewhere, and a line saying which ran."""
-    chosen, words = {}, []
-    for name in learner:
-        mine = passed(name) and (name != "model" or all(passed(k) for k in KEYS[:3]))
-        chosen[name] = learner[name] if mine else solutions[name]
-        words.append(f"{'your' if mine else 'the reference'} {name.replace('_', ' ')}")
-    return chosen, "Training with " + ", ".join(words) + "."
+def pick(name: str, learner, solution, what: str = ""):
+    """The learner's ``name`` if it passed (the model: with attention and block too), else the
+    reference; prints which (``what``: the piece's name, if not ``name``)."""
+    mine = passed(name) and (name != "model" or all(passed(k) for k in KEYS[:3]))
+    print(f"ran: {'your' if mine else 'the reference'} {what or name.replace('_', ' ')}"
+          + ("" if mine else " (yours" + (", or a piece it uses," if name == "model" else "")
+             + " has not passed yet)"))
+    return learner if mine else solution
 
 
 # --- the module exercises: build, run in pieces through a cache, compare gradients ---------------

@@ -1,6 +1,7 @@
 """Notebook 10's widgets: :func:`gpt_widget`, one head of a trained GPT on any prompt (a new
 prompt runs the model once, :func:`run_prompt`; a move redraws), and :class:`Sampler`, temperature
-and top-k over samples. Layers and heads count from 1."""
+and top-k over samples. Layers and heads count from 1. Also the notebook's plots and two head
+scores that :mod:`..lessons.build_gpt` lacks."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import ipywidgets as widgets
+import matplotlib.pyplot as plt
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -19,13 +21,13 @@ from matplotlib.transforms import IdentityTransform
 from .._checks import require_int_in
 from ..entropy import attention_entropy
 from ..lessons import build_gpt as bg
-from ..lessons.build_gpt import head_scores
 from ..masks import causal_mask
 from ..training import single_thread
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
 from .panels import TITLE_PT, AttentionPanel, EntropyBars, TextSprites
 
-__all__ = ["GPTFrame", "GPTView", "PromptRun", "Sampler", "char_label", "gpt_frame", "gpt_widget",
+__all__ = ["GPTFrame", "GPTView", "PromptRun", "Sampler", "boundary_peaks", "char_label",
+           "gpt_frame", "gpt_widget", "head_weights", "plot_curves", "ratio_before_start",
            "run_prompt"]
 
 SHOWN = {" ": "␣", "\n": "⏎", "\t": "⇥"}
@@ -51,26 +53,74 @@ class PromptRun:
 
 
 @torch.no_grad()
+def head_weights(model: bg.GPT, ids: torch.Tensor) -> torch.Tensor:
+    """``(L, h, b, n, n)``: every head's attention weights on ``ids (b, n)``."""
+    model.keep_weights(True)
+    try:
+        model(ids)
+        return torch.stack([b.attn.weights for b in model.blocks]).transpose(1, 2)
+    finally:
+        model.keep_weights(False)
+
+
 def run_prompt(model: bg.GPT, corpus: bg.Corpus, text: str) -> PromptRun:
     """Run ``text`` (its last ``context`` characters) through ``model`` once."""
     if not isinstance(text, str):
         raise TypeError(f"the prompt must be a str, got {type(text).__name__}")
     if not text:
         raise ValueError("the prompt is empty: type a few characters. The last picture stays.")
-    context = model.cfg.context
-    ids = corpus.encode(text)[None, -context:]                       # (1, n); unknown: ValueError
-    shown = text[-context:]
-    model.keep_weights(True)
-    try:
-        model(ids)
-        weights = torch.stack([b.attn.weights[0] for b in model.blocks])  # (L, h, n, n)
-    finally:
-        model.keep_weights(False)
+    shown = text[-model.cfg.context:]
+    weights = head_weights(model, corpus.encode(shown)[None])[:, :, 0]   # (L, h, n, n)
     n = weights.shape[-1]
     entropy = attention_entropy(weights.double()).mean(-1)           # (L, h)
     ceiling = float(torch.log(torch.arange(1, n + 1, dtype=torch.float64)).mean())
     return PromptRun(shown, [char_label(c) for c in shown], weights, entropy, ceiling,
-                     head_scores(weights[:, :, None], shown), len(text) > context)
+                     bg.head_scores(weights[:, :, None], shown), len(text) > len(shown))
+
+
+def ratio_before_start(weights: torch.Tensor, texts) -> torch.Tensor:
+    """``(L, h)``: as ``bg.offset_matched``, on the key just before each word's first character."""
+    profile, got, base = bg.offset_profile(weights), 0, 0
+    for j, text in enumerate(texts):
+        keys = bg.key_choices(text)["start of the word"] - 1       # the boundary before the word
+        q = (keys >= 0).nonzero()[:, 0]
+        got = got + weights[:, :, j, q, keys[q]].double().sum(-1)
+        base = base + profile[:, :, q - keys[q]].sum(-1)
+    return got / base
+
+
+def boundary_peaks(weights: torch.Tensor, texts) -> tuple[torch.Tensor, float]:
+    """Over the queries inside a word (the word-start rule's), ``(L, h)``: the share whose largest
+    weight is on a space or a word's first character; and that share among visible keys."""
+    hits, base, count = 0, 0.0, 0
+    for j, text in enumerate(texts):
+        q = (bg.key_choices(text)["start of the word"] >= 0).nonzero()[:, 0]
+        edge = torch.tensor([c == " " or k == 0 or text[k - 1] == " " for k, c in enumerate(text)])
+        top = weights[:, :, j, q].argmax(-1)                        # (L, h, queries)
+        hits = hits + edge[top].double().sum(-1)
+        base += float((edge.double().cumsum(0)[q] / (q + 1)).sum())
+        count += len(q)
+    return hits / count, base / count
+
+
+def plot_curves(curves: dict, title: str, *, ends: dict | None = None,
+                target: float | None = None) -> None:
+    """``curves {label: [(step, training, held out), ...]}``: held out solid, training dashed
+    (if given), a colour per label; ``ends {label: (step, losses)}`` diamonds; ``target`` dotted."""
+    _, ax = plt.subplots(figsize=(7, 3.6))
+    for label, curve in curves.items():
+        steps, training, held_out = zip(*curve, strict=True)
+        (line,) = ax.plot(steps, held_out, "-o", markersize=3, label=f"{label}, held out")
+        if None not in training:
+            ax.plot(steps, training, "--", color=line.get_color(), label=f"{label}, training")
+    for label, (step, losses) in (ends or {}).items():
+        ax.plot([step] * len(losses), losses, "D", color="black", label=label)
+    if target is not None:
+        ax.axhline(target, color="black", linewidth=0.8, linestyle=":")
+        ax.text(ax.get_xlim()[0], target, f" target {target}", va="top")
+    ax.set(xlabel="step", ylabel="loss (nats per character)", title=title)
+    ax.legend(fontsize=8, ncol=2)
+    plt.show()
 
 
 @dataclass
@@ -198,17 +248,15 @@ class Sampler:
         """The widget, plus the samples as a picture and as text for places with no kernel."""
         bundle = self.ui._repr_mimebundle_(**kwargs)
         data = bundle[0] if isinstance(bundle, tuple) else bundle
-        lines = [s.replace("\n", "\\n") for s in self.samples]
         v = {name: c.value for name, c in self.controls.items()}
-        figure = Figure(figsize=(8.0, 0.6 + 0.3 * len(lines)), dpi=80)
-        figure.text(0.01, 0.95, f"temperature {v['temperature']:.1f}, top-k {v['top_k'] or 'off'} "
-                                "(a line break shows as \\n)", va="top", fontsize=10)
-        for j, line in enumerate(lines):
-            figure.text(0.01, 0.95 - (j + 1) / (len(lines) + 1), line, va="top",
-                        family="monospace", fontsize=9)
+        lines = [f"temperature {v['temperature']:.1f}, top-k {v['top_k'] or 'off'} (a line break "
+                 "shows as \\n):", *(s.replace("\n", "\\n") for s in self.samples)]
+        figure = Figure(figsize=(8.0, 0.1 + 0.2 * len(lines)), dpi=80)
+        figure.text(0.01, 0.97, "\n".join(lines), va="top", family="monospace", fontsize=9,
+                    linespacing=1.6)
         png = io.BytesIO()
         FigureCanvasAgg(figure).print_png(png)
         data["image/png"] = base64.b64encode(png.getvalue()).decode("ascii")
         data["text/plain"] = "\n".join(["Samples (static here; run the notebook to move the "
-                                        "controls; a line break shows as \\n):", *lines])
+                                        "controls):", *lines])
         return bundle

@@ -74,12 +74,10 @@ def test_stubs_are_not_implemented_yet_and_a_string_is_not_a_class():
     assert "should be an nn.Module class" in ex.check_attention("CausalSelfAttention").message
 
 
-def test_solution_true_does_not_count_and_pieces_follow_the_learner():
+def test_solution_true_does_not_count_and_pick_follows_the_learner(capsys):
     result = ex.check_block(bg.Block, solution=True)
     assert result and "does not count" in result.message
-    chosen, line = ex.pieces({"model": "mine", "train_step": "my step"},
-                             {"model": "ref", "train_step": "ref step"})
-    assert line.startswith("Training with") and set(chosen) == {"model", "train_step"}
+    assert ex.pick("model", "mine", "ref") == "ref" and "the reference model" in capsys.readouterr().out
 
 
 # --- learners' answers that no variant writes ------------------------------------------------------
