@@ -17,8 +17,8 @@ from ..transformer import DecoderLayer
 from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_decode_layer", "decode_layer_reference", "given_self_attention",
-           "check_alignment_accuracy", "alignment_accuracy_reference"]
+__all__ = ["check_decode_layer", "decode_layer_reference", "check_alignment_accuracy",
+           "alignment_accuracy_reference"]
 
 
 class _DecoderLayer(DecoderLayer):
@@ -44,11 +44,6 @@ def decode_layer_reference(layer, y, memory, memory_real):
     return layer(y, memory, memory_padding=memory_real)
 
 
-def given_self_attention(layer, y):
-    """What the stub's loop gives, all ``T`` rows at once: ``LN_1(y + SelfAttn(y))``, causal."""
-    return layer.norm1(y + layer.self_attn(y, y, y, causal_mask(y.shape[1]))[0])
-
-
 def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(False, False),
                  cross_out=True, cross_residual=True, query_before_self=False, one_head=False,
                  memory_queries=False, cross_norm=True, ff_residual=True, ff_norm="norm3",
@@ -59,7 +54,8 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
     K_m, V_m = split_heads(ca.k_proj(memory), h), split_heads(ca.v_proj(memory), h)
     real = (~memory_real if invert_memory else memory_real)[:, None, None, :] if mask_memory else None
     real = real[:, 0] if mask_3d else real                # (b, 1, n_m): batch meets the heads
-    x_all, outputs = given_self_attention(layer, y), []
+    x_all = layer.norm1(y + layer.self_attn(y, y, y, causal_mask(y.shape[1]))[0])  # the stub's x_t
+    outputs = []
 
     def block(x, norm, fn, *, residual=True, pre=False):
         if pre == "both":                             # a norm before the block and after the sum

@@ -1,8 +1,6 @@
-"""Notebook 06, cross-attention: where each ISO date step and each reversal step reads (the
-readings ``studies/cross_attention_gru_seeds.py`` records per GRU seed; :func:`gru_seed_claims`),
-and a small Transformer encoder-decoder on the dates task (``studies/cross_attention_transformer.py``;
-:func:`transformer_claims`). The claims functions hold the thresholds the studies and the notebook
-assert."""
+"""Notebook 06: where each date and reversal step reads (per GRU seed: the study
+cross_attention_gru_seeds) and a small Transformer on the dates (cross_attention_transformer);
+the ``*_claims`` functions hold the thresholds the studies and the notebook assert."""
 
 from __future__ import annotations
 
