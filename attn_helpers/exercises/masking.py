@@ -56,6 +56,8 @@ _WINDOW_MISTAKES = [   # (what the mistake computes from lengths, n, window; its
      "tokens, and padding is on the left: how many pads come first?"),
     (lambda L, n, w: _real(L, n)[:, None, :] & sliding_window_mask(n, w, causal=False),
      "your window looks both ways: query i also sees keys after it (j > i)."),
+    (lambda L, n, w: _window_mask(L, n, w) | _real(L, n)[:, None, :].expand(-1, n, -1).triu(1),
+     "your window has no lower bound: query i sees every later key (j > i). Keep 0 <= i - j too."),
     (lambda L, n, w: _window_mask(L, n, w + 1),
      "off by one: each query sees w + 1 keys: itself and the w - 1 keys before it are w."),
     (lambda L, n, w: _window_mask(L, n, w).mT,
@@ -146,8 +148,7 @@ def _ring_cases() -> list[dict]:
     g = seeded(52)
     rb, rh, rk, rv = (int(i) for i in torch.randint(1, 5, (4,), generator=g))    # random shape
     rw = int(torch.randint(2, 5, (1,), generator=g))                               # and window
-    cases = []
-    f32, f64 = torch.float32, torch.float64
+    cases, f32, f64 = [], torch.float32, torch.float64
     for b, h, n, w, d_k, d_v, dtype in [(1, 1, 8, 3, 4, 4, f64), (2, 3, 11, 4, 4, 3, f32),
                                         (2, 2, 5, 1, 3, 2, f64), (1, 2, 4, 6, 4, 5, f32),
                                         (rb, rh, 2 * rw + 3, rw, rk, rv, f32)]:
@@ -252,8 +253,7 @@ def _ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | N
 def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
     """Exercise: ``rolling_cache_step(k_cache (b, h, w, d_k), v_cache (b, h, w, d_v), t, q_t, k_t
     (b, h, 1, d_k), v_t (b, h, 1, d_v)) -> (b, h, 1, d_v)``: writes token ``t`` in place over the
-    key that left the window, then attends to the filled slots; over ``t = 0..n-1`` it must equal
-    sliding-window causal attention, the caches ending with the window's keys and values."""
+    key that left the window; over ``t = 0..n-1`` it must equal sliding-window causal attention."""
     if not callable(rolling_cache_step):
         return CheckResult(False, "Not yet: rolling_cache_step is not a function "
                                   f"(got {type(rolling_cache_step).__name__}).")

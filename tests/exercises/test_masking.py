@@ -184,8 +184,7 @@ def test_window_mask_accepts_the_reference_and_the_level_3_skeleton_filled_in():
 
 def test_the_answer_is_left_padded_with_empty_pad_rows():
     mask = _window_mask(torch.tensor([3, 5]), 5, 2)
-    assert mask.shape == (2, 5, 5)
-    assert not mask[0, :2].any() and not mask[0, :, :2].any()        # two pads at the start
+    assert mask.shape == (2, 5, 5) and not mask[0, :2].any() and not mask[0, :, :2].any()  # 2 pads
     assert mask[0, 2:].sum(-1).tolist() == [1, 2, 2] and mask[1].sum(-1).tolist() == [1, 2, 2, 2, 2]
 
 
@@ -197,6 +196,7 @@ _j = torch.arange
      "LEFT-padded"),
     (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, None, :]
      & ((_j(n)[:, None] - _j(n)).abs() < w), "looks both ways"),
+    (lambda L, n, w: (_j(n) >= n - L[:, None, None]) & (_j(n)[:, None] - _j(n) < w), "no lower bound"),
     (lambda L, n, w: window_mask(L, n, w + 1), "off by one"),
     (lambda L, n, w: window_mask(L, n, w).transpose(1, 2), "transposed"),
     (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, :, None] & window_mask(L * 0 + n, n, w),
