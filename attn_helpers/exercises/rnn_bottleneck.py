@@ -123,9 +123,7 @@ def additive_scores_reference(s, H, U_q, U_k, v_a):  # noqa: N803
 
 
 def _features(f: Callable, combine: Callable = torch.add) -> Callable:
-    def wrong(s, H, U_q, U_k, v_a):  # noqa: N803
-        return f(combine((s @ U_q)[:, None, :], H @ U_k), v_a)
-    return wrong
+    return lambda s, H, U_q, U_k, v_a: f(combine((s @ U_q)[:, None, :], H @ U_k), v_a)
 
 
 _NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis for the "
@@ -161,8 +159,9 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
                     "the decoder state s_t is missing: add s_t U_q to every h_j U_k."),
             Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_k)[:, None, :] + H @ U_q) @ v_a,
                     "U_q and U_k are swapped: s_t goes through U_q, h_j through U_k."),
-            Mistake(_features(lambda x, v: torch.relu(x) @ v),
-                    "that is a ReLU; the additive score squashes with tanh."),
+            Mistake(_features(lambda x, v: torch.relu(x) @ v), "that is a ReLU; the score uses tanh."),
+            Mistake(_features(lambda x, v: torch.tanh(x).sum(-1)), "v_a is missing: each d_a-vector "
+                    "tanh(s_t U_q + h_j U_k) becomes one number by a product with v_a, not a sum."),
             Mistake(_features(lambda x, v: torch.softmax(torch.tanh(x) @ v, -1)),
                     "those are the weights (after a softmax); return the raw scores e_tj."),
         ],

@@ -53,8 +53,7 @@ def test_right_answers_pass():
 
     for check, right in [(ex.check_rnn_encoder, rnn),
                          (ex.check_rnn_encoder, lambda *a: tuple(t.clone() for t in rnn(*a))),
-                         (ex.check_additive_scores, scores),
-                         (ex.check_additive_scores, with_loops)]:
+                         (ex.check_additive_scores, scores), (ex.check_additive_scores, with_loops)]:
         result = check(right)
         assert result and result.message.startswith("Passed"), result.message
 
@@ -105,6 +104,7 @@ def test_rnn_encoder_rejects_and_names_mistakes(wrong, fragments):
     (lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_k).unsqueeze(1) + H @ U_q) @ v_a,
      ["U_q and U_k are swapped"]),
     (lambda s, H, U_q, U_k, v_a: torch.relu((s @ U_q).unsqueeze(1) + H @ U_k) @ v_a, ["ReLU"]),
+    (lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q)[:, None] + H @ U_k).sum(-1), ["v_a is missing"]),
     (lambda s, H, U_q, U_k, v_a: scores(s, H, U_q, U_k, v_a).softmax(-1), ["after a softmax"]),
     (lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a,        # no axis for j
      ["Hint: ", "new axis for the positions j", "case 1 of 5"]),
