@@ -89,8 +89,7 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
 
     def mean_of_means(w, m):                             # each sentence's mean, then their mean
         valid = _real_queries(m, 1)                                  # (1, b, 1, n)
-        per_sentence = (_diagonal(w, -1) * valid).sum(3) / valid.sum(3)   # (L, b, h)
-        return per_sentence.mean(1)
+        return ((_diagonal(w, -1) * valid).sum(3) / valid.sum(3)).mean(1)   # (L, b, h) -> (L, h)
 
     no_axes = ("the mask is (b, n - 1) but the entries are (L, b, h, n - 1): index it with None "
                "where the layer and head axes go (and .float() to multiply).")
@@ -150,10 +149,8 @@ def make_norm_cases(seed: int) -> list[dict]:
 
 def _f(values, W_O, slice_of=None):
     b, h, n, d_head = values.shape
-    if slice_of is None:
-        W_h = W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)       # (h, d_head, d)
-    else:
-        W_h = slice_of(W_O, h, d_head)
+    W_h = (W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0) if slice_of is None      # (h, d_head, d)
+           else slice_of(W_O, h, d_head))
     return torch.einsum("bhjk,hkd->bhjd", values, W_h)               # (b, h, n, d)
 
 
@@ -222,5 +219,8 @@ def check_value_norms(candidate: Callable) -> CheckResult:
             Mistake(lambda w, v, W: w * _f(v, W).norm(dim=-1)[:, :, :, None],
                     "you scaled row i by the norm of the QUERY's vector f(x_i): key j "
                     "contributes f(x_j), so the norm varies along the last axis."),
+            Mistake(lambda w, v, W: (w @ _f(v, W)).norm(dim=-1)[..., None].expand_as(w),
+                    "you took the norm of the weighted SUM, ||sum_j a_ij f_h(x_j)||, the head's "
+                    "whole output for query i: the exercise wants each key's term, ||a_ij f_h(x_j)||."),
         ],
     )

@@ -228,7 +228,7 @@ NORMS_WRONG = [
     (no_weight, "without the attention weight"),
     (squared, "squared norm"),
     (query_norm, "QUERY"),
-    (norm_of_output, "Not yet"),
+    (norm_of_output, "weighted SUM"),
 ]
 
 
