@@ -181,7 +181,7 @@ class _HeadMap:
         ax.set_yticks(range(L), [str(j + 1) for j in range(L)], fontsize=8)
         ax.set_xlabel("head", fontsize=9)
         ax.set_ylabel("layer", fontsize=9)
-        ax.set_title("every head: mean entropy / ln n", fontsize=10)
+        ax.set_title("every head: mean entropy / ln n\non this sentence", fontsize=10)
         norm = Normalize(0.0, 1.0, clip=True)
         self.cells = CellPainter(blit, ax, weights_cmap(), norm)
         bar = make_axes_locatable(ax).append_axes("bottom", size=Fixed(0.12), pad=Fixed(0.55))
@@ -237,21 +237,21 @@ class RealModelWidget(LiveAttentionWidget):
         controls = {
             "sentence": widgets.Text(pairs[0][0], description="sentence", layout=wide,
                                      continuous_update=False),
-            "partner": widgets.Text(pairs[0][1], description="compare with", layout=wide,
+            "partner": widgets.Text(pairs[0][1], description="second sentence", layout=wide,
                                     continuous_update=False),
             "layer": widgets.IntSlider(layer, min=1, max=L, description="layer"),
             "head": widgets.IntSlider(head, min=1, max=h, description="head"),
             "ablate": widgets.Checkbox(False, description="switch this head off"),
         }
-        controls["sentence"].style.description_width = "90px"
-        controls["partner"].style.description_width = "90px"
+        controls["sentence"].style.description_width = "110px"
+        controls["partner"].style.description_width = "110px"
         super().__init__(self._compute, controls, RealModelView((L, h)),
                          title="all-MiniLM-L6-v2: any sentence, any of its 72 heads")
         self.pairs = pairs
         self.examples = widgets.Dropdown(
             options=[(f"{a}  |  {b}", k) for k, (a, b) in enumerate(pairs)], value=0,
             description="examples", layout=wide)
-        self.examples.style.description_width = "90px"
+        self.examples.style.description_width = "110px"
         self.examples.observe(self._on_example, names="value")
         self.ui.children = (self.ui.children[0], self.examples, *self.ui.children[1:])
 
@@ -260,7 +260,7 @@ class RealModelWidget(LiveAttentionWidget):
         self.set(sentence=a, partner=b)
 
     def _compute(self, sentence, partner, layer, head, ablate):
-        a, b = (sentence, "sentence"), (partner, "the second sentence (compare with)")
+        a, b = (sentence, "sentence"), (partner, "the second sentence")
         ablated = (self.off(*a, layer)[head - 1], self.off(*b, layer)[head - 1]) if ablate else None
         return real_model_frame(self.run(*a), self.run(*b), layer, head, ablate, ablated)
 
