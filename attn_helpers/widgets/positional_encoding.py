@@ -31,7 +31,7 @@ from .panels import CellPainter
 __all__ = ["ENCODINGS", "N_POSITIONS", "queries_and_keys", "causal_diagonal_spread",
            "positional_frame", "positional_widget"]
 
-ENCODINGS = ("sinusoidal (E E^T)", "learned, untrained (E E^T)", "add PE, then project (W_Q, W_K)",
+ENCODINGS = ("sinusoidal (E E^T)", "random table (E E^T)", "add PE, then project (W_Q, W_K)",
              "project, then rotate (RoPE)")
 N_POSITIONS, MAX_OFFSET = 24, 8
 D_HEAD = lesson.D_MODEL // lesson.NUM_HEADS  # 8: the trained heads' size, 4 sin/cos pairs
