@@ -39,7 +39,7 @@ def _rnn_cases() -> list[dict]:
 
 
 def _rnn(*, act=torch.tanh, recur=True, bias="inside", reverse=False, transpose=False,
-         keep_first=False, last="last"):
+         keep_first=False, last="last", dim=-2):
     """The recurrence with one known mistake (no arguments: the reference)."""
     def rnn(x, W_x, W_h, b):  # noqa: N803
         W = W_h.transpose(0, 1) if transpose else W_h                 # noqa: N806
@@ -52,7 +52,7 @@ def _rnn(*, act=torch.tanh, recur=True, bias="inside", reverse=False, transpose=
             states.append(h)
         states = states[:-1] if keep_first else states
         states = states[::-1] if reverse else states
-        H = torch.stack(states, dim=-2)                                # (..., n, d)  # noqa: N806
+        H = torch.stack(states, dim=dim)                               # (..., n, d)  # noqa: N806
         h_last = {"last": h, "first": H[..., 0, :], "mean": H.mean(-2)}[last]
         return H, h_last
     return rnn
@@ -95,6 +95,7 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
                     "(the state AFTER each token), not h_{-1} .. h_{n-2}."),
             Mistake(_rnn(last="first"), "h_last is the first state; the context vector is h_{n-1}."),
             Mistake(_rnn(last="mean"), "h_last is the mean of the states, not h_{n-1}."),
+            Mistake(_rnn(dim=0), "H is stacked on dim 0; stack the states on dim -2: (..., n, d)."),
         ],
     )
 

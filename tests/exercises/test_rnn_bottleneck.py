@@ -82,6 +82,7 @@ def variant(step=lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h + b)
     (variant(order=lambda n: range(n)[::-1]), ["backwards"]), (variant(start=True), ["shifted by one"]),
     (variant(final=lambda H, h: H[..., 0, :]), ["h_last is the first state"]),
     (variant(final=lambda H, h: H.mean(-2)), ["mean of the states"]),
+    (lambda *a: (rnn(*a)[0].movedim(-2, 0), rnn(*a)[1]), ["shape (5, 2, 4)", "on dim -2"]),
     (variant(dtype=False), ["the dtypes do not match", "with the inputs' dtype"]),
     (lambda x, W_x, W_h, b: rnn(x, W_x, W_h, b)[0], ["returned 1 value(s); expected 2"]),
     (lambda x, W_x, W_h, b: rnn(x.reshape(-1, *x.shape[-2:]), W_x, W_h, b),   # loses batch dims
@@ -96,8 +97,7 @@ def test_rnn_encoder_rejects_and_names_mistakes(wrong, fragments):
     (lambda s, H, U_q, U_k, v_a: ((s @ U_q).unsqueeze(1) + H @ U_k) @ v_a, ["tanh is missing"]),
     (lambda s, H, U_q, U_k, v_a: torch.tanh(((s @ U_q).unsqueeze(1) + H @ U_k) @ v_a),
      ["tanh comes before v_a"]),
-    (lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q).unsqueeze(1) * (H @ U_k)) @ v_a,
-     ["multiplied the two projections"]),
+    (lambda s, H, q, k, v: torch.tanh((s @ q)[:, None] * (H @ k)) @ v, ["multiplied the two"]),
     (lambda s, H, U_q, U_k, v_a: torch.tanh(H @ U_k) @ v_a, ["decoder state s_t is missing"]),
     (lambda s, H, U_q, U_k, v_a: (torch.tanh(s @ U_q).unsqueeze(1) + torch.tanh(H @ U_k)) @ v_a,
      ["each projection separately", "weights ignore s_t"]),
