@@ -141,7 +141,8 @@ def _wrong(**mistake) -> Callable:
 
 
 def _attend(p: _Reference, x, mask, *, split="right", merge="right", scale="d_head", dim=-1,
-            use_w_o=True, invert_mask=None, fused="right", mask_heads=True, ignore_mask=False):
+            use_w_o=True, invert_mask=None, fused="right", mask_heads=True, ignore_mask=False,
+            fill=float("-inf")):
     """Self-attention with ``p``'s layers; each keyword other than its default is a mistake."""
     (b, n, d), h = x.shape, p.num_heads
     qkv = p.in_proj(x)                                                # (b, n, 3 d)
@@ -167,7 +168,7 @@ def _attend(p: _Reference, x, mask, *, split="right", merge="right", scale="d_he
         allowed = ~mask if invert_mask else mask
         if allowed.dim() == 3 and mask_heads:
             allowed = allowed[:, None]           # without: meets (b, h, n, n) as (1, b, n, n)
-        s = s.masked_fill(~allowed, float("-inf"))
+        s = s.masked_fill(~allowed, fill)
     a = torch.softmax(s, dim=dim)
     if invert_mask == "zeros":                  # a fully masked row gives zeros, not NaN
         a = a.nan_to_num(0.0)
@@ -264,6 +265,8 @@ def check_multi_head_module(module_class) -> CheckResult:
                     "W_O is missing: the concatenated heads still go through out_proj."),
             Mistake(_wrong(invert_mask="nan"), mask_hint),
             Mistake(_wrong(invert_mask="zeros"), mask_hint),
+            Mistake(_wrong(fill=0.0), "masked scores set to 0, not -inf: a blocked key still gets "
+                    "weight (exp(0) = 1). masked_fill(~mask, float('-inf')) gives it none."),
             Mistake(_wrong(ignore_mask=True),
                     "the mask was ignored: every query read every key."),
             Mistake(_wrong(mask_heads=False),

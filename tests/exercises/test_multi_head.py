@@ -68,8 +68,8 @@ def make_module(*, split="right", merge="right", d_scale="head", dim=-1, mix=Tru
                 mask = mask[:, None]
             scale = {"head": d_head, "model": d_model, "none": 1.0}[d_scale] ** -0.5
             s = q @ k.transpose(-2, -1) * scale
-            if mask is not None and mask_use == "right":
-                s = s.masked_fill(~mask, float("-inf"))
+            if mask is not None and mask_use in ("right", "zeros"):
+                s = s.masked_fill(~mask, float("-inf") if mask_use == "right" else 0.0)
             elif mask is not None and mask_use == "inverted":    # torch's convention, not ours
                 s = s.masked_fill(mask, float("-inf"))
             if mask is not None and mask_use == "inverted, zeros":
@@ -128,6 +128,7 @@ def test_module_check_does_not_move_the_global_seed():
     ({"mask_use": "inverted"}, "the mask is inverted"),
     ({"mask_use": "inverted, zeros"}, "the mask is inverted"),
     ({"mask_use": "ignored"}, "the mask was ignored"),
+    ({"mask_use": "zeros"}, "masked scores set to 0, not -inf"),
     ({"mask_heads": False}, "mask[:, None]"),
     ({"dim": -2}, "softmax runs over the wrong axis"),
 ])
@@ -181,8 +182,7 @@ def test_module_accepts_all_heads_at_once_by_other_routes():
 
     class Fused(make_module()):
         def forward(self, x, mask=None):
-            b, n, d = x.shape
-            h = self.num_heads
+            (b, n, d), h = x.shape, self.num_heads
             q, k, v = (t.reshape(b, n, h, d // h).transpose(1, 2) for t in self.in_proj(x).chunk(3, -1))
             if mask is not None and mask.dim() == 3:
                 mask = mask[:, None]
@@ -191,8 +191,7 @@ def test_module_accepts_all_heads_at_once_by_other_routes():
 
     class Folded(make_module()):
         def forward(self, x, mask=None):
-            b, n, d = x.shape
-            h = self.num_heads
+            (b, n, d), h = x.shape, self.num_heads
             q, k, v = (t.reshape(b, n, h, d // h).transpose(1, 2).reshape(b * h, n, d // h)
                        for t in self.in_proj(x).chunk(3, -1))
             if mask is not None:
@@ -356,6 +355,13 @@ def _i_over_g(q, k, v):
     return grouped_query_attention(q, k[:, index], v[:, index], share="none")
 
 
+def _rows_mixed(q, k, v):                                    # n_q moved in front of the heads
+    b, h, n_q, d = q.shape
+    rows = q.transpose(1, 2).reshape(b, k.shape[1], -1, d)
+    out = ah.scaled_dot_product_attention(rows, k, v)[0]
+    return out.reshape(b, n_q, h, d).transpose(1, 2)
+
+
 @pytest.mark.parametrize("answer, words", [
     (lambda q, k, v: grouped_query_attention(q, k, v, share="repeat"), "cycles through the key/value"),
     (lambda q, k, v: grouped_query_attention(q, k, v, share="first"), "every query head read the first"),
@@ -364,22 +370,12 @@ def _i_over_g(q, k, v):
      "not by 1/sqrt(h * d_head)"),
     (lambda q, k, v: grouped_query_attention(q, k, v, dim=-2), "wrong axis"),
     (_i_over_g, "not i // g"),
+    (_rows_mixed, "mix positions and heads"),
 ])
 def test_gqa_rejects_known_mistakes_with_their_hint(answer, words):
     """Named on the prefill cases, before a copy is refused on the decoding ones."""
     verdict = check_grouped_query_attention(answer)
     assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
-
-
-def test_gqa_names_rows_that_mix_positions_and_heads():
-    def rows_mixed(q, k, v):                                 # n_q moved in front of the heads
-        b, h, n_q, d = q.shape
-        rows = q.transpose(1, 2).reshape(b, k.shape[1], -1, d)
-        out = ah.scaled_dot_product_attention(rows, k, v)[0]
-        return out.reshape(b, n_q, h, d).transpose(1, 2)
-
-    verdict = check_grouped_query_attention(rows_mixed)
-    assert not verdict and "\nHint: " in verdict.message and "mix positions and heads" in verdict.message
 
 
 def test_gqa_names_averaged_heads():
