@@ -48,7 +48,7 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
                  cross_out=True, cross_residual=True, query_before_self=False, one_head=False,
                  memory_queries=False, cross_norm=True, ff_residual=True, ff_norm="norm3",
                  invert_memory=False, causal_memory=False, mask_3d=False, scale=None,
-                 norm_outside=False):
+                 norm_outside=False, zero_mask=False):
     """Exercise 1's answer with one named mistake (all off: the right answer)."""
     ca, h = layer.cross_attn, 1 if one_head else layer.cross_attn.num_heads
     K_m, V_m = split_heads(ca.k_proj(memory), h), split_heads(ca.v_proj(memory), h)
@@ -70,8 +70,11 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
         x = x_all[:, t:t + 1]                                           # (b, 1, d)
         def cross_attention(z, t=t):
             seen = real & (torch.arange(K_m.shape[-2]) <= t) if causal_memory else real
-            o, _ = scaled_dot_product_attention(split_heads(ca.q_proj(z), h), K_m, V_m, seen, scale=(
+            q = split_heads(ca.q_proj(z), h)
+            o, _ = scaled_dot_product_attention(q, K_m, V_m, seen, scale=(
                 layer.d_model ** -0.5 if scale == "d_model" else scale))
+            if zero_mask:                             # scores times the mask: padding scores 0
+                o = (q @ K_m.transpose(-2, -1) * K_m.shape[-1] ** -0.5 * seen).softmax(-1) @ V_m
             return ca.out_proj(merge_heads(o)) if cross_out else merge_heads(o)
 
         if query_before_self:
@@ -157,6 +160,8 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
            "layer is post-norm: does its LayerNorm come before the residual sum or after it?",
            {"pre_norm": (cross, ff)})
           for cross in (False, True, "both") for ff in (False, True, "both") if cross or ff),
+        ("the scores were multiplied by the mask: a score of 0 is not -inf, so padded keys "
+         "still get weight.", {"zero_mask": True}),
         ("the memory was masked causally: the whole real memory is visible at every step.",
          {"causal_memory": True}),
         ("the memory made the queries; in cross-attention the decoder asks (q from x_t) and the "
@@ -194,8 +199,7 @@ def _alignment_case(g, b, n_out, n_src, *, pad_weight=0.0, dtype=torch.float32):
     src_len = torch.randint(1, n_src + 1, (b,), generator=g)
     src_len[0] = n_src - 1 if n_src > 1 else 1                         # one padded source at least
     tgt_len = torch.randint(1, n_out + 1, (b,), generator=g)
-    tgt_len[-1] = n_out                                                # lengths differ by sentence
-    tgt_len[0] = max(1, n_out - 2)
+    tgt_len[-1], tgt_len[0] = n_out, max(1, n_out - 2)                 # lengths differ by sentence
     src_real = torch.arange(n_src)[None, :] < src_len[:, None]
     tgt_real = torch.arange(n_out)[None, :] < tgt_len[:, None]
     logits = 3 * torch.randn(b, n_out, n_src, generator=g)

@@ -32,7 +32,7 @@ def _alignment(source, target, output, weights, step: int) -> AttentionFrame:
     n_q, n_k = weights.shape
     row = weights[step].double()
     best, entropy, ceiling = int(row.argmax()), attention_entropy(row).item(), max_entropy(n_k)
-    frame = AttentionFrame(
+    frame = _DecodedFrame(
         weights=weights, query_labels=[f"{t} ({i})" for i, t in enumerate(output)],
         key_labels=source, mask=(torch.arange(n_q) <= step)[:, None].expand(n_q, n_k).clone(),
         highlight_row=step, readouts={
@@ -46,6 +46,12 @@ def _alignment(source, target, output, weights, step: int) -> AttentionFrame:
         f"strongest input word: {source[best]!r} with weight {row[best].item():.2f}  |  "
         f"entropy {entropy:.2f} of at most ln {n_k} = {ceiling:.2f} nats")
     return frame
+
+
+class _DecodedFrame(AttentionFrame):
+    @property
+    def ceiling(self) -> torch.Tensor:    # ln n_k on decoded rows, no line (NaN) on later rows
+        return super().ceiling.where(self.mask.any(-1), torch.nan)
 
 
 def _check(model, step) -> None:
@@ -86,13 +92,11 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAt
                                view, title=f"Decoding step by step ({task.name})")
 
 
-
-
 def seed_table(seeds: dict, task: str) -> None:
     """Print one row per seed of ``{seed: {"dates": dates_readings, "reversal": reversal_readings}}``
     (``task`` picks which): the numbers behind notebook 06's claims about the GRUs."""
     if task == "dates":
-        print("seed  token acc.  digit steps on field  step 5: month  "
+        print("seed  token acc.  digit steps on field  step 5: month/year  "
               "1st -: year  2nd -: year/month/day  entropy 2nd - / digits")
     elif task == "reversal":
         print("seed  peak on L-1-t (lowest L)  within one (lowest L)  peak weight  4 strongest keys  "
@@ -105,7 +109,8 @@ def seed_table(seeds: dict, task: str) -> None:
             n, counts, row = sum(r["field counts"][0].values()), r["field counts"], table_row(r)
             split = "/".join(f"{c / n:.2f}" for c in counts[7].values())
             print(f"{seed:>4}  {r['token accuracy']:10.2f}  {row['digit steps on their field']:20.2f}  "
-                  f"{counts[5]['month'] / n:13.2f}  {counts[4]['year'] / n:11.2f}  {split:>21}  "
+                  f"{counts[5]['month'] / n:13.2f}/{counts[5]['year'] / n:.2f}  "
+                  f"{counts[4]['year'] / n:11.2f}  {split:>21}  "
                   f"{r['mean entropy'][7]:15.2f} / {row['digit-step entropy (nats)']:.2f}")
         else:
             on, near = r["on the mirror"].values(), r["within one"].values()
@@ -127,7 +132,7 @@ def sharpness_figure(dates: dict, alignment: torch.Tensor, n_k: torch.Tensor) ->
         ax.barh(steps + 0.2, this, height=0.4, color="#e67e22", label=f"this date ({n} words)")
     axes[0].axvline(math.log(n), color="#e67e22", linestyle="--", label=f"this date's ceiling ln {n}")
     axes[0].set(xlim=(0, 2.2), xlabel="entropy (nats)", yticks=steps.tolist(), ylim=(9.6, -0.6),
-                title=f"entropy per step (ceiling ln n_k: ln {int(n_k.min())} to ln {int(n_k.max())})")
+                title="entropy per step")
     axes[0].set_yticklabels([f"{t} ({field})" for t, field in enumerate(ISO_STEP_FIELDS)])
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=8)
     axes[1].set(xlim=(0, 1), xlabel="weight of the strongest word", title="the strongest word's weight")
