@@ -221,9 +221,8 @@ def _alignment_cases() -> list[dict]:
 
 
 def alignment_accuracy_reference(weights, src_real, gold, tgt_real):
-    """``(alignment (b, n_out) long, accuracy)``: each output step's strongest real source position
-    (``-1`` at padded steps), and the pooled share of real steps equal to ``gold (b, n_out)``.
-    ``weights (b, n_out, n_src)``; ``src_real (b, n_src)``, ``tgt_real (b, n_out)`` True = real."""
+    """``(alignment (b, n_out) long, accuracy)``: each real output step's strongest real source
+    position (``-1`` at padded steps), and the pooled share of real steps equal to ``gold``."""
     scores = weights.masked_fill(~src_real[:, None, :], -math.inf)       # padding never wins
     alignment = scores.argmax(-1).masked_fill(~tgt_real, -1)             # (b, n_out)
     hits = (alignment == gold) & tgt_real                                # real steps only
@@ -268,8 +267,7 @@ def _alignment_mistakes():
     "hits = ...                         # (b, n_out) bool: equal to gold, real steps only\n"
     "return alignment, ...              # pooled: the hits over ALL real steps of the batch"))
 def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
-    """Exercise: ``alignment_accuracy(weights, src_real, gold, tgt_real) -> (alignment, accuracy)``
-    (:func:`alignment_accuracy_reference`)."""
+    """Exercise: ``alignment_accuracy(weights, src_real, gold, tgt_real) -> (alignment, accuracy)``."""
     padded = []                   # the last call's real steps that name a padded source position
 
     def run(*inputs):  # the learner's answer; the accuracy (a tensor or a number) as a tensor

@@ -63,8 +63,7 @@ def _check(model, step) -> None:
 
 
 def alignment_frame(model: Seq2Seq, task: str, index: int, step: int) -> AttentionFrame:
-    """The alignment ``(n_out, n_src)`` of example ``index`` of ``task`` decoded by ``model``, up to
-    decoder ``step`` (clamped to the last output step)."""
+    """Example ``index`` of ``task`` decoded by ``model``: its alignment up to ``step`` (clamped)."""
     _check(model, step)
     return _alignment(*_decoded(model, get_task(task), index), step)
 
