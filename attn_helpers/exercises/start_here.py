@@ -155,6 +155,8 @@ def check_entropy(entropy: Callable) -> CheckResult:
                     "the sign is flipped: H = -sum_j a_j ln a_j is never negative."),
             Mistake(lambda w: ref(w) / w.shape[-1],
                     "you averaged over the keys; the entropy is the sum over j."),
+            Mistake(lambda w: ref(w)[..., None], "you kept the summed axis (keepdim=True): "
+                    "shape (..., 1). The answer has one entropy per row, shape (...)."),
             Mistake(lambda w: torch.special.entr(w).sum(0),
                     "you summed over the first dimension; sum over the keys (dim=-1)."),
             Mistake(lambda w: torch.where(w > 0, -torch.log(w), torch.zeros_like(w)).sum(-1),

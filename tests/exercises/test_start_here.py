@@ -35,11 +35,6 @@ def global_max(s, t):
     return e / e.sum(-1, keepdim=True)
 
 
-def no_keepdim_max(s, t):       # passes the 1-D cases, then fails to broadcast
-    e = torch.exp(s / t - (s / t).amax(-1))
-    return e / e.sum(-1, keepdim=True)
-
-
 def test_softmax_with_temperature_accepts_right_answers():
     for right in (softmax_t, lambda s, t: softmax_t(s.double(), t).to(s.dtype)):
         result = ex.check_softmax_with_temperature(right)
@@ -56,7 +51,8 @@ def test_softmax_with_temperature_accepts_right_answers():
     (lambda s, t: stable(s, t) / stable(s, t).sum(), ["sum of the whole tensor"]),
     (lambda s, t: stable(s, t) / stable(s, t).sum(-1),
      ["the shapes do not fit", "a row maximum or a row sum lost its axis"]),
-    (no_keepdim_max, ["the shapes do not fit", "Keep the reduced axis on both"]),
+    (lambda s, t: torch.exp(s / t - (s / t).amax(-1)) / stable(s, t).sum(-1, keepdim=True),
+     ["the shapes do not fit", "Keep the reduced axis on both"]),           # fails to broadcast
     (no_max, ["nan", "overflows", "row's own maximum", "case 6 of 8"]),
     (global_max, ["nan", "one maximum for the whole tensor", "case 6 of 8"]),
     (lambda s, t: (lambda e: e / e.sum(-1, keepdim=True))(torch.exp(s / t - s.amax(-1, keepdim=True))),
@@ -77,7 +73,8 @@ def test_softmax_with_temperature_rejects_and_names_mistakes(wrong, fragments):
     (lambda p: -torch.where(p > 0, p * torch.log(p), 0.0).sum(0), ["first dimension"]),
     (lambda p: -torch.where(p > 0, torch.log(p), 0.0).sum(-1), ["weighted by a_j"]),
     (lambda p: -(p * torch.log(p)).sum(-1), ["nan", "0 * ln 0", "(3, 3)"]),
-    (lambda p: entropy(p)[..., None], ["shape (1,)", "shape ()"]),
+    (lambda p: -torch.where(p > 0, p * torch.log(p), 0.0).sum(-1, keepdim=True),
+     ["shape (1,)", "shape ()", "Hint: you kept the summed axis (keepdim=True)"]),
     (lambda p: entropy(p) + 0.1, ["returned the entropy with wrong values", "largest difference 0.1"]),
     (lambda p: entropy(p).tolist(), ["returned the entropy as a float; return a torch.Tensor"]),
 ])
