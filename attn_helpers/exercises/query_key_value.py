@@ -89,6 +89,12 @@ def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v",
     return attention
 
 
+def _weights_scaled(q, k, v, mask):
+    """The 1/sqrt(d_k) applied to the weights after the softmax, not to the scores."""
+    weights = _attention(scale=lambda q, k, v: 1.0)(q, k, v, mask)[1] / math.sqrt(q.shape[-1])
+    return weights @ v, weights
+
+
 WRONG_AXIS = ("d_k was taken from the wrong axis of q: q.shape[1] is d_k only for a 2-D q, and "
               "q.shape[-2] is n_q. d_k is the last axis: q.shape[-1].")
 TRANSPOSE_ALL = ("if you wrote k.T: on a batched tensor .T reverses every axis, (2, 5, 16) -> "
@@ -133,6 +139,9 @@ def check_attention(attention: Callable) -> CheckResult:
             Mistake(_attention(fill=0.0),
                     "masked scores were set to 0, and exp(0) = 1 still gives them weight: set "
                     "them to -inf."),
+            Mistake(_weights_scaled,
+                    "your weights do not sum to one: 1/sqrt(d_k) divides the scores, before the "
+                    "softmax, not the weights after it."),
             Mistake(_attention(mix="k"),
                     "the output mixes the keys; it must mix the values: output = weights @ v."),
             Mistake(_attention(fill=-1e9),

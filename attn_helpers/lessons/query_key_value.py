@@ -41,27 +41,32 @@ def hull_corners(points: torch.Tensor) -> list[int]:
     return corners
 
 
-def shared_weights(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """Exercise 2's panel: attention weights with one shared matrix, W_Q = W_K = W.
-    ``X`` ``(n, d_model)``, ``W`` ``(..., d_model, d_k)`` -> ``(..., n, n)``."""
-    Q = X @ W                                                       # (..., n, d_k), and K = Q
-    return torch.softmax(Q @ Q.mT / math.sqrt(W.shape[-1]), dim=-1)  # symmetric scores
+def weights(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:  # noqa: N803
+    """Exercise 2's panels: ``softmax((X W_Q)(X W_K)^T / sqrt(d_k))``.
+    ``X`` ``(n, d_model)``, ``W_Q``, ``W_K`` ``(..., d_model, d_k)`` -> ``(..., n, n)``."""
+    Q, K = X @ W_Q, X @ W_K                                         # (..., n, d_k) each  # noqa: N806
+    return torch.softmax(Q @ K.mT / math.sqrt(W_Q.shape[-1]), dim=-1)
 
 
-def train_shared_W(X: torch.Tensor, i: torch.Tensor, j: torch.Tensor, seeds=(0, 1, 2), steps=150):
-    """Gradient ascent on the mean of ln a_ij over the pairs ``(i, j)``: one shared ``W`` per seed,
-    trained side by side (Adam is elementwise, so they are separate runs).
-    Returns the weights ``(s, n, n)`` and the matrices ``(s, d_model, d_model)``."""
-    W = []
+def train_projections(X: torch.Tensor, i: torch.Tensor, j: torch.Tensor, *, shared: bool,  # noqa: N803
+                      seeds=(0, 1, 2), steps=150):
+    """Gradient ascent on the mean of ln a_ij over the pairs ``(i, j)``, one run per seed, trained
+    side by side (Adam is elementwise, so they are separate runs). ``shared``: one matrix,
+    W_Q = W_K = W (symmetric scores); else two. Returns the weights ``(s, n, n)`` and W_Q
+    ``(s, d_model, d_model)``."""
+    d = X.shape[-1]
+    W_Q, W_K = [], []                                               # noqa: N806
     for seed in seeds:
         torch.manual_seed(seed)
-        W.append(0.3 * torch.randn(X.shape[-1], X.shape[-1]))       # (d_model, d_k = d_model)
-    W = torch.stack(W).requires_grad_()                             # (s, d_model, d_k)
-    optimizer = torch.optim.Adam([W], lr=0.1)
+        W_Q.append(0.3 * torch.randn(d, d))                         # (d_model, d_k = d_model)
+        W_K.append(W_Q[-1] if shared else 0.3 * torch.randn(d, d))
+    W_Q = torch.stack(W_Q).requires_grad_()                         # (s, d_model, d_k)  # noqa: N806
+    W_K = W_Q if shared else torch.stack(W_K).requires_grad_()      # noqa: N806
+    optimizer = torch.optim.Adam([W_Q] if shared else [W_Q, W_K], lr=0.1)
     for _ in range(steps):
-        loss = -shared_weights(X, W)[:, i, j].log().mean(-1).sum()  # each run's mean, added up
+        loss = -weights(X, W_Q, W_K)[:, i, j].log().mean(-1).sum()  # each run's mean, added up
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     with torch.no_grad():
-        return shared_weights(X, W), W.detach()
+        return weights(X, W_Q, W_K), W_Q.detach()

@@ -73,8 +73,14 @@ def mask_after_exp(q, k, v, mask):  # the maximum taken over every key, masked o
     return w @ v, w
 
 
+def weights_scaled_after(q, k, v, mask):  # the 1/sqrt(d_k) on the weights, not the scores
+    w = attention_with(scale=lambda q, k, v: 1.0)(q, k, v, mask)[1] / q.shape[-1] ** 0.5
+    return w @ v, w
+
+
 @pytest.mark.parametrize("wrong, fragments", [
     (attention_with(scale=lambda q, k, v: 1.0), ["not scaled"]),
+    (weights_scaled_after, ["do not sum to one", "divides the scores"]),
     (attention_with(scale=lambda q, k, v: 1 / q.shape[-1]), ["divided by d_k"]),
     (attention_with(scale=lambda q, k, v: math.sqrt(q.shape[-1])), ["multiplied the scores"]),
     (attention_with(scale=lambda q, k, v: v.shape[-1] ** -0.5), ["sqrt(d_v)"]),
