@@ -45,20 +45,15 @@ def warmup_widget() -> LiveAttentionWidget:
                                title="Warm-up: sharpen or flatten the attention (random scores)")
 
 
-#: The settings :func:`tour` visits: a label, then the control values.
-TOUR = {"T = 1": {}, "T = 0.1": {"temperature": 0.1}, "T = 10": {"temperature": 10.0},
-        "T = 1, causal mask": {"causal": True}}
-
-
 def tour(widget: LiveAttentionWidget) -> list[AttentionFrame]:
-    """Drive ``widget.set`` through :data:`TOUR`; print the readouts to two decimals (the digits
-    that agree on every CPU), put the widget back at T = 1 and return the frames."""
+    """``widget.set`` at T = 1, 0.1, 10 and T = 1 with the causal mask: print the readouts to two
+    decimals (the digits every CPU agrees on), reset to T = 1 and return the four frames."""
     frames, lines = [], []
-    for label, values in TOUR.items():
-        readouts = widget.set(**{"temperature": 1.0, "causal": False, **values})
+    for temperature, causal in ((1.0, False), (0.1, False), (10.0, False), (1.0, True)):
+        readouts = widget.set(temperature=temperature, causal=causal)
         frames.append(widget.frame)
-        lines.append(f"{label + ':':<20}" + ", ".join(f"{k} {float(v):.2f}"
-                                                     for k, v in readouts.items()))
+        label = f"T = {temperature:g}{', causal mask' if causal else ''}:"
+        lines.append(f"{label:<20}" + ", ".join(f"{k} {float(v):.2f}" for k, v in readouts.items()))
     widget.set(temperature=1.0, causal=False)
     print("\n".join(lines))
     return frames
