@@ -23,7 +23,6 @@ from .efficient import OnlineSoftmaxState, block_state, finalize, init_state, me
 
 __all__ = ["ring_schedule", "split_blocks", "ring_attention"]
 
-LOOPBACK = "127.0.0.1"
 TRANSFER_REPEATS = 5                  # timings of a lone transfer (median kept)
 
 
@@ -101,7 +100,7 @@ def _worker(rank: int, world_size: int, store_file: str, blocks, shards, causal:
             timeout_s: float, out: torch.Tensor, record: torch.Tensor, transfer: torch.Tensor,
             measure: bool) -> None:
     """One rank, in its own process: writes its output block into ``out`` and ``(held block,
-    computed, compute_s, wait_s)`` per step into ``record[rank]`` (shared memory)."""
+    computed, compute_s, wait_s, compute_cpu_s)`` per step into ``record[rank]`` (shared memory)."""
     torch.set_num_threads(1)
     interface = _loopback_interface()
     if interface is not None:  # gloo binds to this interface only: loopback traffic only
@@ -117,21 +116,22 @@ def _worker(rank: int, world_size: int, store_file: str, blocks, shards, causal:
             transfer[rank] = _time_lone_transfer(k_held, v_held, rows[rank - 1], rank, world_size)
         state = init_state(q_block.shape[:-2], q_block.shape[-2], v_held.shape[-1],
                            dtype=q_block.dtype)
+        _partial(q_block, k_held, v_held, blocks[rank], blocks[rank], causal=False, scale=scale)
         dist.barrier()
         for step in range(world_size):
             requests, source = [], (rank - step - 1) % world_size
             if step < world_size - 1:  # pass the held block on and receive the next, in background
                 incoming = _empty_block(k_held, v_held, rows[source])
                 requests = _exchange([k_held, v_held], incoming, rank, world_size)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.thread_time()
             part = _partial(q_block, k_held, v_held, blocks[rank], blocks[held], causal=causal,
                             scale=scale)
             state = state if part is None else merge_states(state, part)   # meanwhile, the transfer
-            computed_at = time.perf_counter()
+            computed_at, cpu_s = time.perf_counter(), time.thread_time() - cpu_start
             for request in requests:
                 request.wait()
             record[rank, step] = torch.tensor([held, part is not None, computed_at - start,
-                                               time.perf_counter() - computed_at])
+                                               time.perf_counter() - computed_at, cpu_s])
             if requests:
                 k_held, v_held, held = incoming[0], incoming[1], source
         out[..., blocks[rank][0]:blocks[rank][1], :] = finalize(state)
@@ -144,9 +144,9 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size
     """Exact attention by ``world_size`` processes passing key/value blocks in a ring (within
     ``timeout_s``, else ``TimeoutError``). q, k ``(..., n, d_k)``, v ``(..., n, d_v)`` on CPU ->
     ``(..., n, d_v)``, and with ``return_stats`` ``{rank: {"block", "computed", "compute_s",
-    "wait_s", "transfer_s", "block_bytes"}}``: per step, the key/value block held, whether it was
-    scored, the scoring time, then the wait for the transfer (the last step has none pending).
-    """
+    "compute_cpu_s", "wait_s", "transfer_s", "block_bytes"}}``: per step, the key/value block held,
+    whether it was scored, the scoring time (wall, thread CPU), then the wait for the transfer (the
+    last step has none pending). Each rank scores one block untimed first (a warm-up)."""
     blocks, scale = _prepare(q, k, v, world_size, causal)
     if q.device.type != "cpu":
         raise ValueError(f"ring_attention runs on CPU tensors (gloo), got device {q.device}")
@@ -155,7 +155,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size
     start_method = "fork" if sys.platform.startswith("linux") else "spawn"   # fork: no re-import
     shards = [tuple(t[..., s:e, :].clone() for t in (q, k, v)) for s, e in blocks]
     out = q.new_empty((*q.shape[:-1], v.shape[-1])).share_memory_()  # (..., n, d_v)
-    record = torch.zeros(world_size, world_size, 4, dtype=torch.float64).share_memory_()
+    record = torch.zeros(world_size, world_size, 5, dtype=torch.float64).share_memory_()
     transfer = torch.zeros(world_size, dtype=torch.float64).share_memory_()
     store_dir = tempfile.mkdtemp(prefix="ring_attention_")  # the ranks' rendezvous file lives here
     args = (world_size, os.path.join(store_dir, "store"), blocks, shards, causal, scale, timeout_s,
@@ -178,6 +178,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size
     stats = {rank: {"block": record[rank, :, 0].long().tolist(),
                     "computed": record[rank, :, 1].bool().tolist(),
                     "compute_s": record[rank, :, 2].tolist(), "wait_s": record[rank, :, 3].tolist(),
+                    "compute_cpu_s": record[rank, :, 4].tolist(),
                     "transfer_s": float(transfer[rank]),
                     "block_bytes": sum(t.numel() * t.element_size() for t in shards[rank][1:])}
              for rank in range(world_size)}

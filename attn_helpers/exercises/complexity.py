@@ -21,8 +21,7 @@ F64 = torch.float64
 STATE = ("m (the merged max)", "l (the merged sum)", "acc (the merged output sum)")
 
 
-def _stages(candidate, reference, stages, *, what, output_names, atol, rtol,
-            **more) -> CheckResult:
+def _stages(candidate, reference, stages, *, what, output_names, atol, rtol, **more) -> CheckResult:
     """:func:`check_function` over groups ``(cases, mistakes, nan_hint)``; the first miss is reported."""
     total, done = sum(len(cases) for cases, _, _ in stages), 0
     for cases, mistakes, nan_hint in stages:
@@ -139,9 +138,6 @@ def check_merge_states(merge: Callable) -> CheckResult:
                    what="merge_states", output_names=STATE, atol=1e-9, rtol=1e-7)
 
 
-GRADS = ("dq", "dk", "dv")
-
-
 def _no_full_scores(inputs: dict) -> AllocationWatch | None:
     """The lesson's constraint when ``B < n``: no tensor as large as the ``(..., n, n)`` scores,
     nor one larger than both a padded input ``(..., n + B - 1, d)`` and a ``(..., B, B, d)`` product."""
@@ -195,8 +191,8 @@ def _large_cases() -> list[dict]:
 
 def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal",  # noqa: C901
                    fill=-math.inf, mask_ds_only=False, tile_d=False, local_softmax=False,
-                   scale_grads=(True, True), scale_scores=True, assign=(), lse_keys=False,
-                   d_keys=False, no_lse=False, no_d=False):
+                   scale_grads=(True, True), score_pow=1, assign=(), lse_keys=False,
+                   d_keys=False, no_lse=False, no_d=False, dv_from_o=False):
     """The backward with one thing changed. ``visit``: "causal", "all" or "below" (``j < i``);
     ``mask``: the mask in a visited tile; ``assign``: which of dq, dk, dv are assigned, not added."""
     n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])
@@ -211,7 +207,7 @@ def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", 
             allowed = {"causal": cols <= rows, "none": cols >= 0, "strict": cols < rows,
                        "inverted": cols > rows,                      # "local": the tile's own
                        "local": cols - j <= rows - i}[mask]           # indices, not positions
-            S = q[..., I, :] @ k[..., J, :].mT * (scale if scale_scores else 1.0)
+            S = q[..., I, :] @ k[..., J, :].mT * scale ** score_pow
             S_masked = S.masked_fill(~allowed, fill)
             row_lse = lse[..., I][..., None, :] if lse_keys else lse[..., I, None]
             P = torch.exp((S if mask_ds_only else S_masked) - (0.0 if no_lse else row_lse))
@@ -223,7 +219,7 @@ def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", 
             dS = P * (dP - D_i) * (allowed if mask_ds_only else True)
             shares = {"dq": (dq, I, dS @ k[..., J, :] * (scale if scale_grads[0] else 1.0)),
                       "dk": (dk, J, dS.mT @ q[..., I, :] * (scale if scale_grads[1] else 1.0)),
-                      "dv": (dv, J, P.mT @ d_out[..., I, :])}
+                      "dv": (dv, J, P.mT @ (O if dv_from_o else d_out)[..., I, :])}
             for name, (grad, rows_of, share) in shares.items():
                 grad[..., rows_of, :] = share + (0 if name in assign else grad[..., rows_of, :])
     return dq, dk, dv
@@ -271,8 +267,9 @@ def _mistakes() -> list[Mistake]:
                 "each row its own, lse.unsqueeze(-1).", {"lse_keys": True}),
         *_wrong("D broadcast along the keys: rowsum(dO * O) without keepdim is (..., n); keep it "
                 "(..., n, 1).", {"d_keys": True}),
-        *_wrong("the scores miss the scale: S = Q_i K_j^T / sqrt(d_k), as in the forward pass.",
-                {"scale_scores": False}),
+        *_wrong("the scores miss the scale: S = Q_i K_j^T / sqrt(d_k).", {"score_pow": 0}),
+        *_wrong("the scores were scaled twice: S = Q_i K_j^T / sqrt(d_k), once.", {"score_pow": 2}),
+        *_wrong("dV_j was built from O: dV_j = P^T dO_i, the output's gradient.", {"dv_from_o": True}),
         *_wrong("dq or dk misses the scale: S = Q K^T / sqrt(d_k), so both gradients carry "
                 "1 / sqrt(d_k).", {"scale_grads": (False, False)}, {"scale_grads": (False, True)},
                 {"scale_grads": (True, False)}),
@@ -318,7 +315,7 @@ def check_causal_backward(backward: Callable) -> CheckResult:
                   "size and positions from its slice.")
     return _stages(backward, causal_backward_reference,
                    [(_cases(), _mistakes(), overflow), (_large_cases(), [], overflow)],
-                   what="causal_backward", output_names=GRADS, atol=1e-9, rtol=1e-7,
+                   what="causal_backward", output_names=("dq", "dk", "dv"), atol=1e-9, rtol=1e-7,
                    watch=_no_full_scores,
                    error_hints=[("must match the size of tensor", short_tile)])
 
@@ -341,7 +338,7 @@ def _linear_cases() -> list[dict]:
 
 
 def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, normalise=True,
-               replace=False, transpose=False, z_term="phi_k", phi_v=False, old_z=False):
+               replace=False, transpose=False, z_term="phi_k", phi_v=False, old_z=False, z_with_k=False):
     """One step with one thing changed."""
     pq, pk = phi(q_t), phi(k_t)
     v_t = elu_feature_map(v_t) if phi_v else v_t
@@ -350,7 +347,7 @@ def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, no
     z_new = {"phi_k": pk, "k": k_t, "phi_q": pq}[z_term] + (0 if replace else z)
     S_read, z_read = (S, z) if read_first else (S_new, z if old_z else z_new)
     num = (pq[..., None, :] @ S_read).squeeze(-2)
-    o = num / (pq * z_read).sum(-1, keepdim=True) if normalise else num
+    o = num / ((pk if z_with_k else pq) * z_read).sum(-1, keepdim=True) if normalise else num
     return o, S_new, z_new
 
 
@@ -364,6 +361,7 @@ def _linear_mistakes() -> list[Mistake]:
         ({"read_first": True}, "o_t was read from the state before token t was added: token t "
                                "must see itself (add first, then read)."),
         ({"old_z": True}, "the normaliser used z before token t was added: read both with S_t, z_t."),
+        ({"z_with_k": True}, "the normaliser was read with phi(k_t): phi(q_t) reads both S_t and z_t."),
         ({"normalise": False}, "the normaliser is missing: divide phi(q_t)^T S_t by phi(q_t)^T z_t."),
         ({"replace": True}, "the state was replaced by token t's terms, not added to: "
                             "S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t)."),

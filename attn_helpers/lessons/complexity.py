@@ -1,8 +1,7 @@
 """Notebook 08's measurements: the live harness (:func:`benchmark`, :func:`slope`, the figures) and
 the committed benchmark: :func:`bench_attention` (``python -m attn_helpers bench attention``) writes
 records ``{"method", "n", "median_ms", "peak_bytes", "gflops"}`` (8 heads of 64, float32), one
-``matmul_peak`` and one ``machine`` record; :func:`load_benchmark` reads the committed run.
-"""
+``matmul_peak`` and one ``machine`` record; :func:`load_benchmark` reads the committed run."""
 
 from __future__ import annotations
 

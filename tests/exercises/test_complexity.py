@@ -137,8 +137,8 @@ def test_the_backward_reference_equals_autograd_for_any_n_and_B(n, B, d_k, d_v, 
 
 def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", fill=-math.inf,
                      mask_ds_only=False, tile_d=False, local_softmax=False, scale=(True, True),
-                     scale_scores=True, assign=(), raw_exp=False, no_lse=False, lse_keys=False,
-                     d_keys=False, no_d=False):
+                     score_pow=1, assign=(), raw_exp=False, no_lse=False, lse_keys=False,
+                     d_keys=False, no_d=False, dv_o=False):
     """A learner's causal backward written another way: query tiles outside, key tiles inside,
     einsum, the mask from torch.triu; each keyword plants one mistake."""
     n, c = q.shape[-2], q.shape[-1] ** -0.5
@@ -158,7 +158,7 @@ def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal"
             allowed = {"causal": ~offset.triu(i - j + 1), "strict": ~offset.triu(i - j),
                        "inverted": offset.triu(i - j + 1), "none": offset,
                        "local": ~offset.triu(1)}[mask]                  # the tile's tril, from 0
-            s = torch.einsum("...qd,...kd->...qk", Q, K) * (c if scale_scores else 1.0)
+            s = torch.einsum("...qd,...kd->...qk", Q, K) * c ** score_pow
             masked = torch.where(allowed, s, torch.tensor(fill, dtype=s.dtype))
             p = (masked if not mask_ds_only else s)
             p = p.exp() / lse[..., i:i + B, None].exp() if raw_exp else (p - (0 if no_lse else L)).exp()
@@ -175,7 +175,8 @@ def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal"
                              * (c if scale[0] else 1.0)),
                       "dk": (dk, slice(j, j + B), torch.einsum("...qk,...qd->...kd", ds, Q)
                              * (c if scale[1] else 1.0)),
-                      "dv": (dv, slice(j, j + B), torch.einsum("...qk,...qv->...kv", p, dO))}
+                      "dv": (dv, slice(j, j + B), torch.einsum("...qk,...qv->...kv", p,
+                                                               O[..., i:i + B, :] if dv_o else dO))}
             for name, (grad, where, share) in shares.items():
                 if name in assign:
                     grad[..., where, :] = share
@@ -284,7 +285,8 @@ BACKWARD_WRONG = {
     "P = exp(S) without the lse": dict(no_lse=True),
     "lse broadcast along the keys": dict(lse_keys=True),
     "D broadcast along the keys": dict(d_keys=True),
-    "the scores miss the scale": dict(scale_scores=False),
+    "the scores miss the scale": dict(score_pow=0), "the scores were scaled twice": dict(score_pow=2),
+    "dV_j was built from O": dict(dv_o=True),
     "dq or dk misses the scale": dict(scale=(False, False)),
     "dq or dk misses the scale: S = Q K^T": dict(scale=(True, False)),
     "dK_j or dV_j was assigned in each query tile, not added": dict(assign=("dk", "dv")),
@@ -384,7 +386,7 @@ def test_linear_steps_equal_causal_linear_attention_and_the_package_step():
 
 def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=False,
                  normalise=True, replace=False, transpose=False, z_term="phi_k", phi_v=False, eps=0.0,
-                 old_z=False):
+                 old_z=False, z_k=False):
     """A learner's step written with einsum; each keyword plants one mistake."""
     pq, pk = phi(q_t), phi(k_t)
     v_t = F.elu(v_t) + 1 if phi_v else v_t
@@ -393,7 +395,7 @@ def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=
     z_t = {"phi_k": pk, "k": k_t, "phi_q": pq}[z_term] + (0 if replace else z)
     S_r, z_r = (S, z) if read_first else (S_t, z if old_z else z_t)
     num = torch.einsum("...d,...de->...e", pq, S_r)
-    den = torch.einsum("...d,...d->...", pq, z_r)[..., None] + eps
+    den = torch.einsum("...d,...d->...", pk if z_k else pq, z_r)[..., None] + eps
     return (num / den if normalise else num), S_t, z_t
 
 
@@ -414,6 +416,7 @@ STEP_WRONG = {
     "token t must see itself": partial(learner_step, read_first=True),
     "the normaliser used z before token t was added": partial(learner_step, old_z=True),
     "the normaliser is missing": partial(learner_step, normalise=False),
+    "the normaliser was read with phi(k_t)": partial(learner_step, z_k=True),
     "the state was replaced by token t's terms": partial(learner_step, replace=True),
     "the outer product is transposed": partial(learner_step, transpose=True),
     "z collected k_t itself": partial(learner_step, z_term="k"),
