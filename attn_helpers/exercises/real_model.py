@@ -202,6 +202,11 @@ def check_value_norms(candidate: Callable) -> CheckResult:
             Mistake(lambda w, v, W: times(w, _f(v, W, rows_slice).norm(dim=-1)),
                     "you sliced W_O's rows: its weight is (out, in) = (d, h * d_head), so head "
                     "h owns the COLUMNS h*d_head .. (h+1)*d_head - 1."),
+            *(Mistake(lambda w, v, W, o=o: times(w, v.norm(dim=-1) * torch.linalg.matrix_norm(
+                          W.view(len(W), v.shape[1], -1).permute(1, 0, 2), ord=o)[:, None]),
+                      "you multiplied the two norms, ||v_j|| ||W_O^(h)||: by Cauchy-Schwarz that is "
+                      "only an upper bound. Project first, f_h(x_j) = v_j W_O^(h), then take its "
+                      "norm.") for o in ("fro", 2)),
             Mistake(lambda w, v, W: times(w, _f(v, W, first_slice).norm(dim=-1)),
                     "every head went through the first head's columns of W_O."),
             Mistake(lambda w, v, W: times(w, _f(v, W, lambda W, h, dh: W.view(-1, dh, h).permute(

@@ -1,7 +1,5 @@
-r"""Notebook 09: all-MiniLM-L6-v2's heads measured on the shipped sentences. Head scores, one
-``(L, h)`` grid each, average over real queries only (padding is never a key); :func:`heads_off`
-switches heads off; :func:`run_value_norms` gives Kobayashi et al.'s value-weighted norms. The
-notebook's stimuli, resampling and figures follow (their source is shown in its Going deeper)."""
+r"""Notebook 09: all-MiniLM-L6-v2's heads on the shipped sentences; head scores ``(L, h)`` average
+over real queries only. Then the stimuli, resampling and figures (shown in its Going deeper)."""
 
 from __future__ import annotations
 

@@ -191,6 +191,11 @@ def whole_W_O_on_head_0(weights, values, W_O):
     return _norms(weights, values @ W_O[:, :values.shape[-1]].T)
 
 
+def norm_product(weights, values, W_O):  # ||v_j|| ||W_O^(h)||_F, a Cauchy-Schwarz upper bound
+    W_h = W_O.view(len(W_O), values.shape[1], -1)                        # (d, h, d_head)
+    return _norms(weights, values.norm(dim=-1, keepdim=True) * W_h.norm(dim=(0, 2))[:, None, None])
+
+
 def no_weight(weights, values, W_O):
     return _f(values, W_O).norm(dim=-1)[:, :, None, :].expand_as(weights)
 
@@ -225,6 +230,7 @@ NORMS_WRONG = [
     (rows_of_W_O, "COLUMNS"),
     (whole_W_O_on_head_0, "first head's columns"),
     (interleaved_heads, "every h-th column"),
+    (norm_product, "multiplied the two norms"),
     (no_weight, "without the attention weight"),
     (squared, "squared norm"),
     (query_norm, "QUERY"),
