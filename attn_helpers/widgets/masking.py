@@ -1,5 +1,4 @@
-"""Notebook 05's widget: causal, padding and sliding-window masks, alone and combined, on a padded
-batch of two sentences."""
+"""Notebook 05's widget (masks on a padded batch of two sentences) and its figures."""
 
 from __future__ import annotations
 
@@ -146,6 +145,7 @@ def plot_masks(masks: dict[str, torch.Tensor], tokens: list[str]) -> None:
     for ax, (title, mask) in zip(axes.flat, masks.items(), strict=True):
         plots.heatmap(mask.float(), tokens, tokens, ax=ax, mask=mask, title=title, colorbar=False)
         ax.tick_params(axis="x", labelrotation=45)
+    fig.suptitle("yellow = may attend, grey = masked")
     plt.show()
 
 
