@@ -14,7 +14,7 @@ from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from ..multihead import merge_heads, split_heads
 from ..transformer import DecoderLayer
-from .core import CheckResult, Mistake, Refused, check_function, seeded
+from .core import CheckResult, Mistake, Refused, _as_tuple, check_function, clone_inputs, seeded
 from .workflow import exercise
 
 __all__ = ["check_decode_layer", "decode_layer_reference", "check_alignment_accuracy",
@@ -48,10 +48,12 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
                  cross_out=True, cross_residual=True, query_before_self=False, one_head=False,
                  memory_queries=False, cross_norm=True, ff_residual=True, ff_norm="norm3",
                  invert_memory=False, causal_memory=False, mask_3d=False, scale=None,
-                 norm_outside=False, zero_mask=False):
+                 norm_outside=False, zero_mask=False, no_transpose=False):
     """Exercise 1's answer with one named mistake (all off: the right answer)."""
     ca, h = layer.cross_attn, 1 if one_head else layer.cross_attn.num_heads
-    K_m, V_m = split_heads(ca.k_proj(memory), h), split_heads(ca.v_proj(memory), h)
+    split = (lambda x: x.reshape(x.shape[0], h, x.shape[1], -1)) if no_transpose else (
+        lambda x: split_heads(x, h))                    # reshaped straight to (b, h, n, d_head)?
+    K_m, V_m = split(ca.k_proj(memory)), split(ca.v_proj(memory))
     real = (~memory_real if invert_memory else memory_real)[:, None, None, :] if mask_memory else None
     real = real[:, 0] if mask_3d else real                # (b, 1, n_m): batch meets the heads
     x_all = layer.norm1(y + layer.self_attn(y, y, y, causal_mask(y.shape[1]))[0])  # the stub's x_t
@@ -179,6 +181,8 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
          {"norm_outside": True}),
         ("the heads were not split: attend per head (ah.split_heads), then merge.",
          {"one_head": True}),
+        ("the heads were split without moving the head axis before the positions: reshape to (b, "
+         "n_m, h, d_head), then transpose(1, 2), as ah.split_heads does.", {"no_transpose": True}),
         ("the sum after the cross-attention was not normalised: norm2 follows it.",
          {"cross_norm": False}),
         ("the feed-forward's output must be ADDED to x_t (the residual), then normalised.",
@@ -284,10 +288,26 @@ def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
         padded[:] = [(i, t, int(a[i, t])) for i, t in on.nonzero().tolist()]
         return got[0], torch.tensor(float(got[1]), dtype=torch.float64)
 
+    def everywhere(produce):  # named only if it gives the answer on EVERY case: one scalar
+        def checked(*inputs):  # accuracy can match a wrong formula on one case by chance
+            failing_case = padded[:]
+            try:
+                for case in cases:
+                    got = _as_tuple(run(*clone_inputs(case).values()))
+                    wrong = _as_tuple(produce(*clone_inputs(case).values()))
+                    if not all(x.shape == y.shape and torch.allclose(x.double(), y.double(), atol=1e-6)
+                               for x, y in zip(wrong, got, strict=False)):
+                        raise ValueError("not this mistake")    # a mistake that raises is not named
+            finally:
+                padded[:] = failing_case                        # the failing case's, not the last's
+            return produce(*inputs)
+        return checked
+
+    cases = _alignment_cases()
     verdict = check_function(
         run if callable(alignment_accuracy) else alignment_accuracy, alignment_accuracy_reference,
-        _alignment_cases(), what="alignment_accuracy", output_names=("the alignment", "the accuracy"),
-        mistakes=[Mistake(produce, hint) for hint, produce in _alignment_mistakes()])
+        cases, what="alignment_accuracy", output_names=("the alignment", "the accuracy"),
+        mistakes=[Mistake(everywhere(produce), hint) for hint, produce in _alignment_mistakes()])
     if verdict or "\nHint: " in verdict.message or not padded:
         return verdict
     i, t, j = padded[0]

@@ -79,6 +79,7 @@ def test_decode_checker_accepts_the_reference_loop_and_another_loop():
     ({"causal_memory": True}, "masked causally"),
     ({"scale": 1.0}, "the scores were not scaled"), ({"scale": "d_model"}, "not 1/sqrt(d_model)"),
     ({"norm_outside": True}, "the LayerNorm went on x_t alone"),
+    ({"no_transpose": True}, "without moving the head axis before the positions"),
 ])
 def test_decode_checker_names_the_mistake(flaw, words):
     assert_rejected(ex.check_decode_layer(lambda *a: ex._decode_with(*a, **flaw)), "\nHint: ", words)
@@ -155,6 +156,14 @@ def test_alignment_checker_names_the_mistake(phrase):
     verdict = ex.check_alignment_accuracy(
         lambda *a: learner_alignment(*a, **ALIGNMENT_WRONG[phrase]))
     assert_rejected(verdict, phrase)
+
+
+def test_a_mistake_named_only_if_it_gives_the_answer_on_every_case():   # hits / src_real.sum()
+    def by_sources(w, s, g, t):               # equals "counted as hits" on case 1 by chance (0.75)
+        a = ex.alignment_accuracy_reference(w, s, g, t)[0]
+        return a, ((a == g) & t).sum() / s.sum()
+    verdict = ex.check_alignment_accuracy(by_sources)
+    assert not verdict and "\nHint: " not in verdict.message, verdict.message
 
 
 def test_alignment_checker_refuses_weights_as_the_alignment():
