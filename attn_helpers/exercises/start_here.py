@@ -16,7 +16,7 @@ __all__ = ["check_entropy", "check_softmax_with_temperature", "entropy_reference
 OVERFLOW = ("exp of a large number overflows to inf, and inf / inf is NaN. Subtract each row's own "
             "maximum before exp: the constant cancels in the ratio.")
 GLOBAL_MAX = ("with one maximum for the whole tensor, a row far below it underflows to 0 / 0 = NaN. "
-              "Subtract each row's own maximum (dim=-1, keepdim=True).")
+              "Subtract each row's own maximum, one per row, shaped to broadcast.")
 
 
 def _softmax_cases() -> list[dict]:
