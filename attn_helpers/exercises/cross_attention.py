@@ -14,7 +14,7 @@ from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from ..multihead import merge_heads, split_heads
 from ..transformer import DecoderLayer
-from .core import CheckResult, Mistake, Refused, _as_tuple, check_function, clone_inputs, seeded
+from .core import CheckResult, Mistake, Refused, check_function, clone_inputs, seeded
 from .workflow import exercise
 
 __all__ = ["check_decode_layer", "decode_layer_reference", "check_alignment_accuracy",
@@ -293,8 +293,9 @@ def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
             failing_case = padded[:]
             try:
                 for case in cases:
-                    got = _as_tuple(run(*clone_inputs(case).values()))
-                    wrong = _as_tuple(produce(*clone_inputs(case).values()))
+                    got = run(*clone_inputs(case).values())                   # a pair
+                    wrong = produce(*clone_inputs(case).values())             # a pair or a tensor
+                    wrong = wrong if isinstance(wrong, tuple) else (wrong,)
                     if not all(x.shape == y.shape and torch.allclose(x.double(), y.double(), atol=1e-6)
                                for x, y in zip(wrong, got, strict=False)):
                         raise ValueError("not this mistake")    # a mistake that raises is not named
