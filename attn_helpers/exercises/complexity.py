@@ -338,7 +338,8 @@ def _linear_cases() -> list[dict]:
 
 
 def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, normalise=True,
-               replace=False, transpose=False, z_term="phi_k", phi_v=False, old_z=False, z_with_k=False):
+               replace=False, transpose=False, z_term="phi_k", phi_v=False, old_z=False, z_with_k=False,
+               s_side=False):
     """One step with one thing changed."""
     pq, pk = phi(q_t), phi(k_t)
     v_t = elu_feature_map(v_t) if phi_v else v_t
@@ -346,7 +347,7 @@ def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, no
     S_new = outer if replace else S + outer
     z_new = {"phi_k": pk, "k": k_t, "phi_q": pq}[z_term] + (0 if replace else z)
     S_read, z_read = (S, z) if read_first else (S_new, z if old_z else z_new)
-    num = (pq[..., None, :] @ S_read).squeeze(-2)
+    num = (S_read @ pq[..., :, None]).squeeze(-1) if s_side else (pq[..., None, :] @ S_read).squeeze(-2)
     o = num / ((pk if z_with_k else pq) * z_read).sum(-1, keepdim=True) if normalise else num
     return o, S_new, z_new
 
@@ -367,6 +368,8 @@ def _linear_mistakes() -> list[Mistake]:
                             "S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t)."),
         ({"transpose": True}, "the outer product is transposed: S is (d_k, d_v), its new term "
                               "phi(k_t) v_t^T."),
+        ({"s_side": True}, "S was read from the wrong side: S is (d_k, d_v), so read phi(q_t)^T S_t, "
+                           "not S_t phi(q_t)."),
         ({"z_term": "k"}, "z collected k_t itself: z_t = z_{t-1} + phi(k_t)."),
         ({"z_term": "phi_q"}, "z collected phi(q_t): z sums the keys, z_t = z_{t-1} + phi(k_t)."),
         ({"phi": F.elu}, "phi = elu without the + 1: elu(x) + 1 > 0 keeps the normaliser off 0."),
