@@ -172,7 +172,7 @@ class GPT(nn.Module):
 
 
 def init_weights(module: nn.Module) -> None:
-    """GPT-2's initialisation (without its scaled residual projections): N(0, 0.02^2), biases 0."""
+    """nanoGPT's initialisation, without its scaled residual projections: N(0, 0.02^2), biases 0."""
     if isinstance(module, nn.Linear):
         nn.init.normal_(module.weight, std=0.02)
         if module.bias is not None:
