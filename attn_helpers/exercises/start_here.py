@@ -87,7 +87,9 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
             Mistake(lambda s, t: (lambda e: e / e.sum(-1, keepdim=True))(
                         torch.exp(s / t - (s / t).max())), GLOBAL_MAX),
         ],
-        error_hints=[("must match the size of tensor", KEEPDIM)],
+        error_hints=[("must match the size of tensor", KEEPDIM),
+                     ("Dimension out of range", "a fixed axis such as dim=1 does not exist in a "
+                      "one-row case. Reduce over the last axis, dim=-1, so any leading dims work.")],
         nan_hint=OVERFLOW,
     )
 

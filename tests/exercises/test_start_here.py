@@ -58,6 +58,7 @@ def test_softmax_with_temperature_accepts_right_answers():
     (lambda s, t: (lambda e: e / e.sum(-1, keepdim=True))(torch.exp(s / t - s.amax(-1, keepdim=True))),
      ["maximum of s, not of s / T", "case 7 of 8"]),
     (lambda s, t: softmax_t(s, t).sum(-1), ["returned the weights with shape ()", "shape (5,)"]),
+    (lambda s, t: torch.softmax(s / t, dim=1), ["Dimension out of range", "Hint: a fixed axis"]),
     (lambda s, t: softmax_t(s, t).float(), ["returned the weights as torch.float32",
                                              "the right answer is torch.float64"]),
 ])
