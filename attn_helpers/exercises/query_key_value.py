@@ -9,6 +9,7 @@ from collections.abc import Callable
 import torch
 
 from ..attention import scaled_dot_product_attention
+from ..lessons.query_key_value import weights
 from .core import CheckResult, Mistake, check_function, describe, seeded, size
 from .workflow import exercise
 
@@ -166,9 +167,8 @@ NEXT_WEIGHT = 0.9   # each token must put at least this much of its attention on
 
 
 def next_token_weights(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:  # noqa: N803
-    """``A = softmax((X W_Q)(X W_K)^T / sqrt(d_k))``, ``(n, n)``."""
-    Q, K = X @ W_Q, X @ W_K                                                # (n, d_k) each  # noqa: N806
-    return torch.softmax(Q @ K.T / math.sqrt(Q.shape[-1]), dim=-1)
+    """``A = softmax((X W_Q)(X W_K)^T / sqrt(d_k))``, ``(n, n)``: the lesson's ``weights``."""
+    return weights(X, W_Q, W_K)
 
 
 def _relation_cases() -> list[dict]:
