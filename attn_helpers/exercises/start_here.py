@@ -88,6 +88,8 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
                         torch.exp(s / t - (s / t).max())), GLOBAL_MAX),
         ],
         error_hints=[("must match the size of tensor", KEEPDIM),
+                     ("torch.return_types.max", "max(dim=...) returns a pair (values, indices), "
+                      "not a tensor: take its .values, or use amax, which returns the values only."),
                      ("Dimension out of range", "a fixed axis such as dim=1 does not exist in a "
                       "one-row case. Reduce over the last axis, dim=-1, so any leading dims work.")],
         nan_hint=OVERFLOW,

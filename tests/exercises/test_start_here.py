@@ -59,6 +59,7 @@ def test_softmax_with_temperature_accepts_right_answers():
      ["maximum of s, not of s / T", "case 7 of 8"]),
     (lambda s, t: softmax_t(s, t).sum(-1), ["returned the weights with shape ()", "shape (5,)"]),
     (lambda s, t: torch.softmax(s / t, dim=1), ["Dimension out of range", "Hint: a fixed axis"]),
+    (lambda s, t: softmax_t(s - s.max(-1, keepdim=True), t), ["Hint: max(dim=...) returns a pair"]),
     (lambda s, t: softmax_t(s, t).float(), ["returned the weights as torch.float32",
                                              "the right answer is torch.float64"]),
 ])
