@@ -5,11 +5,15 @@ Trains `cross_attention.TransformerSeq2Seq` (one encoder layer, one pre-norm dec
 and 2 (Adam, lr 5e-3, batches of 64, one thread). For each seed it records `alignment_table`
 against the shipped GRU dates model (`seq2seq_dates_general`): token accuracy, the share of digit
 steps whose strongest input word is in the right field, and the digit steps' mean entropy, per
-head and for the heads' average, on the 300 test dates. Asserts `transformer_claims`
+head and for the heads' average, on the 300 test dates. It also ablates each seed's
+cross-attention, teacher forced on the same dates (`ablations`): the share of digit steps right
+when one head or both get new weights, with the step's field words zeroed or uniform over the
+date's words. Asserts `transformer_claims` and `ABLATION_CLAIMS`
 (notebook 06 asserts the same statements on the record), and that the fresh numbers agree with the
 shipped record's within tolerances that hold across CPUs. Saves seed 0's weights, whose
 cross-attention notebook 06 draws (`cross_attention.load_transformer`).
 Re-run: python3 course.py studies cross_attention_transformer      (about 1 minute on 2 cores)
+Notebook 06 repeats `ablations` on seed 0 in view and asserts `ABLATION_CLAIMS` on the record.
 """
 import json
 
@@ -17,6 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from attn_helpers.lessons import cross_attention, rnn_bottleneck, tasks
+from attn_helpers.masks import padding_mask
+from attn_helpers.multihead import merge_heads, split_heads
 from attn_helpers.training import save_checkpoint, train
 
 RECORDS = ["attn_helpers/data/cross_attention_transformer.json",
@@ -59,17 +65,74 @@ def alignment_table(gru, transformer):
     return table
 
 
+def field_words(test):
+    """``(b, n_t, n_src)`` bool: True where input word j is in the field output step t copies."""
+    mask = torch.zeros(len(test), test.tgt_in.shape[1], test.src.shape[1], dtype=torch.bool)
+    for i, src in enumerate(test.src):
+        fields = tasks.date_fields(tasks.DATES.src_vocab.decode(src))
+        for t, step in enumerate(tasks.ISO_STEP_FIELDS):
+            mask[i, t, : len(fields)] = torch.tensor([f == step for f in fields])
+    return mask
+
+
+def ablated_accuracy(model, test, heads=(), how="field words zeroed"):
+    """Teacher forced, the share of digit steps right when the cross-attention ``heads`` get new
+    weights: the step's field words zeroed (the rest renormalised), or uniform over the words."""
+    new_weights = (field_words(test)[:, None], padding_mask(test.src_lengths)[:, None, None])
+
+    def hook(module, args, output):                        # the block's output, recomputed
+        w = output[1]                                      # (b, h, n_t, n_src)
+        new = w.masked_fill(new_weights[0], 0.0) if how == "field words zeroed" else (
+            new_weights[1].expand_as(w).float())
+        on = torch.tensor([h in heads for h in range(w.shape[1])])[:, None, None]   # (h, 1, 1)
+        w = torch.where(on, new / new.sum(-1, keepdim=True), w)
+        v = split_heads(module.v_proj(args[2]), module.num_heads)          # (b, h, n_src, d_head)
+        return module.out_proj(merge_heads(w @ v)), w
+
+    handle = model.decoder.cross_attn.register_forward_hook(hook)
+    with torch.no_grad():
+        logits, _ = model(test.src, test.src_lengths, test.tgt_in)
+    handle.remove()
+    right = logits.argmax(-1) == test.tgt_out                               # (b, n_t)
+    return right[:, cross_attention.DIGIT_STEPS].float().mean().item()
+
+
+def ablations(model):
+    """``ablated_accuracy`` of one Transformer on the 300 test dates: intact, each head and both."""
+    test = tasks.eval_batches("dates", 300)[None]
+    found = {"intact": ablated_accuracy(model, test)}
+    for heads, name in (((0,), "head 0"), ((1,), "head 1"), ((0, 1), "both heads")):
+        found[f"field words zeroed, {name}"] = ablated_accuracy(model, test, heads)
+    found["uniform, both heads"] = ablated_accuracy(model, test, (0, 1), "uniform")
+    return {k: round(v, 4) for k, v in found.items()}
+
+
+#: the ablation statements, on ``{seed: ablations(...)}`` (notebook 06 asserts them on the record)
+ABLATION_CLAIMS = {
+    "every seed: zeroing the field words' weight in both heads leaves <= 45% of the digit steps "
+    "right (intact: >= 99%)": lambda a: all(
+        r["intact"] >= 0.99 and r["field words zeroed, both heads"] <= 0.45 for r in a.values()),
+    "every seed, every head: zeroing its field words' weight alone costs >= 5% of the digit steps":
+        lambda a: all(r[f"field words zeroed, head {h}"] <= r["intact"] - 0.05
+                      for r in a.values() for h in (0, 1)),
+    "every seed: uniform weights in both heads leave <= 55% of the digit steps right":
+        lambda a: all(r["uniform, both heads"] <= 0.55 for r in a.values()),
+}
+
+
 def main():
     gru = rnn_bottleneck.load_pretrained("seq2seq_dates_general")
-    tables, models = {}, {}
+    tables, models, ablated = {}, {}, {}
     for seed in SEEDS:
         model = models[seed] = train_transformer_dates(seed=seed, steps=STEPS)
         table = alignment_table(gru, model)
         tables[str(seed)] = {name: {k: round(v, 4) for k, v in row.items()}
                              for name, row in table.items()}
-        print(f"seed {seed}:", json.dumps(tables[str(seed)]))
+        ablated[str(seed)] = ablations(model)
+        print(f"seed {seed}:", json.dumps(tables[str(seed)]), json.dumps(ablated[str(seed)]))
 
     claims = cross_attention.transformer_claims(tables)
+    claims |= {claim: holds(ablated) for claim, holds in ABLATION_CLAIMS.items()}
     failed = [claim for claim, holds in claims.items() if not holds]
     assert not failed, failed
 
@@ -81,7 +144,7 @@ def main():
                 for key, value in row.items():
                     assert abs(value - shipped[seed][name][key]) <= 0.05, (seed, name, key, value)
 
-    record = {"steps": STEPS, "tables": tables}
+    record = {"steps": STEPS, "tables": tables, "ablations, teacher forced": ablated}
     cross_attention.TRANSFORMER_RECORD.write_text(json.dumps(record, indent=1) + "\n")
     save_checkpoint(models[0], cross_attention.TRANSFORMER_CHECKPOINT, {"seed": 0, "steps": STEPS})
 
