@@ -107,6 +107,11 @@ class TextSprites:
     def set(self, texts: Sequence[str], xy) -> None:
         self.texts, self.xy = list(texts), np.asarray(xy, dtype=float).reshape(-1, 2)
 
+    def warm(self, texts) -> None:
+        """Cache the bitmaps of ``texts`` at the size set now: showing them later needs no font."""
+        for text in texts:
+            self._blend(text)
+
     def _blend(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """``(1 - a, colour * a)`` of ``text``'s coverage ``a``: a paint is two operations."""
         key = (text, self.size, self.rotate)

@@ -14,6 +14,7 @@ from matplotlib.transforms import blended_transform_factory, offset_copy
 from ..entropy import attention_entropy
 from ..lessons.rnn_bottleneck import Seq2Seq, predict
 from ..lessons.tasks import collate, example, get_task
+from ..training import single_thread
 from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
 from .panels import CellPainter, TextSprites
 
@@ -162,10 +163,22 @@ class DecodeView(BlitView):
             self._zoom(n)
 
 
+    def warm(self, frames: Sequence[DecodeFrame]) -> None:
+        """Lay out for the widest labels among ``frames`` and cache every text they show, so that
+        no move lays the figure out again or renders a glyph: each move only blits."""
+        labels = self.panel.ylabels, self.panel.xlabels
+        self.draw(max(frames, key=lambda f: labels[0].widest(f.query_labels)))
+        self.draw(max(frames, key=lambda f: labels[1].widest(f.key_labels)))
+        labels[0].sprites.warm({t for f in frames for t in f.query_labels})
+        labels[1].sprites.warm({t for f in frames for t in f.key_labels})
+        self.tokens.warm({t for f in frames for t in (*f.source, *f.target, *f.output)})
+        self.strip_title.warm({f.title for f in frames})
+
+
 def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
                       model_name: str | None = None) -> LiveAttentionWidget:
     """Sliders for the length and the example, a menu of ``models`` (opens on the first, or
-    ``model_name``). A length is decoded the first time it is shown."""
+    ``model_name``). Every length of every model is decoded here, once."""
     for model in models.values():
         check_model(model)
     names = list(models)
@@ -179,13 +192,15 @@ def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
         "index": widgets.IntSlider(value=0, min=0, max=EXAMPLES - 1, description="example",
                                    continuous_update=False),
     }
-    decoded: dict = {}  # (model name, length) -> one frame per example
+    with single_thread():   # every (model, length) decoded now, in under a second
+        decoded = {(name, n): decode_frames(models, name, n)
+                   for name in names for n in range(LENGTHS[0], LENGTHS[1] + 1)}
 
     def compute(length, model_name, index):
-        if (model_name, length) not in decoded:
-            decoded[model_name, length] = decode_frames(models, model_name, length)
         return decoded[model_name, length][index]
 
-    return LiveAttentionWidget(compute, controls, DecodeView(),
+    view = DecodeView()
+    view.warm([frame for frames in decoded.values() for frame in frames])
+    return LiveAttentionWidget(compute, controls, view,
                                title="Reverse a digit sequence: where do the errors start, and "
                                      "where does each output step look?")
