@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -32,6 +33,12 @@ def _shift(k: int, d: int, *, sign: float = 1.0, exponents=None, halves: bool = 
     return M
 
 
+SHIFT_TOL = 1e-9  # exercise 1's tolerance, also used by the notebook's checks of M_7
+FLOAT32_HINT = ("omega (or the angles) computed in float32: close, but not within 1e-9. "
+                "torch.arange(0, d, 2) / d is float32, PyTorch's default. Build omega in float64 "
+                "(dtype=torch.float64) before multiplying by k.")
+
+
 def shift_matrix_reference(k: int, d_model: int) -> torch.Tensor:
     """``(d, d)`` float64 ``M_k`` with ``PE(p + k) = M_k PE(p)`` for every ``p`` (section 2)."""
     return _shift(k, d_model)
@@ -56,9 +63,9 @@ def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
     k, half = torch.randint(1, 41, (2,), generator=seeded(70)).tolist()  # a random case too
     cases = [{"k": k, "d_model": d} for k, d in [(1, 8), (3, 16), (0, 4), (-2, 8), (100, 32),
                                                  (7, 2), (k, 2 * half)]]
-    return check_function(
-        shift_matrix, shift_matrix_reference, cases, what="shift_matrix", output_names=("M_k",),
-        atol=1e-6, same_dtype=True, mistakes=[
+    run = partial(check_function, shift_matrix, shift_matrix_reference, cases, what="shift_matrix",
+                  output_names=("M_k",), rtol=0.0, same_dtype=True)
+    verdict = run(atol=SHIFT_TOL, mistakes=[
             Mistake(lambda k, d: _shift(k, d, sign=-1.0),
                     "the sin terms have the wrong signs (or M_k is transposed): that is RoPE's R(k), "
                     "which moves PE(p) to PE(p - k). PE stores (sin, cos), so the block is R(-k). "
@@ -73,8 +80,10 @@ def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
                     "every pair turned by the same angle k: pair i turns by k omega_i."),
             Mistake(lambda k, d: _shift(k, d, halves=True),
                     "you paired dimension i with i + d/2; in PE pair i is (2i, 2i+1)."),
-        ],
-    )
+        ])
+    if not verdict and "Hint:" not in verdict.message and run(atol=1e-5):  # right to float32 only
+        return CheckResult(False, f"{verdict.message}\nHint: {FLOAT32_HINT}")
+    return verdict
 
 
 def _layout(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int, *, inverse: bool = False,

@@ -1,6 +1,6 @@
-r"""Notebook 07's widget, what RoPE changes: token 0 at every position, its causal scores ``S[p, q]
-= query_p . key_q``, one sin/cos pair of query ``p`` and key ``p - k`` on a circle, the diagonal
-``q = p - k`` and ``softmax(S / sqrt(d_head))``, for each mode of :data:`ENCODINGS`."""
+r"""Notebook 07's widget, what RoPE changes: token 0 at every position, its causal scores ``S[m, n]
+= query_m . key_n``, one sin/cos pair of query ``m`` and key ``m - k`` on a circle, the diagonal
+``n = m - k`` and ``softmax(S / sqrt(d_head))``, for each mode of :data:`ENCODINGS`."""
 
 from __future__ import annotations
 
@@ -76,8 +76,8 @@ def queries_and_keys(encoding: str, head: int = 0) -> tuple[torch.Tensor, torch.
     X = model.embed.weight[0].detach().to(torch.float64).expand(n, lesson.D_MODEL)  # (n, d_model)
     if encoding == ENCODINGS[2]:
         X = X + sinusoidal_encoding(n, lesson.D_MODEL, dtype=torch.float64)
-        return X @ W_Q.T, X @ W_K.T  # (n, d_head): W_Q (x + PE_p), W_K (x + PE_q)
-    return apply_rope(X @ W_Q.T), apply_rope(X @ W_K.T)  # (n, d_head): R_p W_Q x, R_q W_K x
+        return X @ W_Q.T, X @ W_K.T  # (n, d_head): W_Q (x + PE(m)), W_K (x + PE(n))
+    return apply_rope(X @ W_Q.T), apply_rope(X @ W_K.T)  # (n, d_head): R(m) W_Q x, R(n) W_K x
 
 
 def causal_diagonal_spread(S: torch.Tensor) -> float:
@@ -90,7 +90,7 @@ def causal_diagonal_spread(S: torch.Tensor) -> float:
 def _grids(encoding: str, head: int) -> dict:
     """What a move does not change, once per ``(mode, head)``."""
     queries, keys = queries_and_keys(encoding, head)
-    S = queries @ keys.T  # (n, n): S[p, q]
+    S = queries @ keys.T  # (n, n): S[m, n]
     visible = causal_mask(N_POSITIONS)  # (n, n): q <= p
     top = S[visible].abs().max().item()
     pairs = torch.cat([queries, keys]).view(-1, D_HEAD // 2, 2)  # (2 n, pairs, 2)
@@ -107,7 +107,7 @@ def _angle(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def positional_frame(encoding: str, position: int, offset: int, pair: int,
                      head: int = 0) -> PositionalFrame:
-    """What the widget shows for mode ``encoding``, query position ``p`` (``0 .. 23``), offset
+    """What the widget shows for mode ``encoding``, query position ``m`` (``0 .. 23``), offset
     ``k`` (``0 .. 8``), pair ``i`` (``0 .. 3``) and trained head ``h`` (``0 .. 2``)."""
     for name, value, top in (("position", position, N_POSITIONS - 1), ("offset", offset, MAX_OFFSET),
                              ("pair", pair, D_HEAD // 2 - 1), ("head", head, lesson.NUM_HEADS - 1)):
@@ -124,15 +124,15 @@ def positional_frame(encoding: str, position: int, offset: int, pair: int,
         scores=g["shown"], diagonal=S.diagonal(-k) / g["top"], position=p, offset=k, pair=pair,
         pair_points=torch.stack([q_pair, k_pair]) / g["radius"][pair],
         readouts={
-            "S[p, p-k]": round(S[p, p - k].item(), 4) if has_key else None,
+            "S[m, m-k]": round(S[p, p - k].item(), 4) if has_key else None,
             "S[k, 0]": round(S[k, 0].item(), 4),
             "largest spread of S along one diagonal (0: relative)": round(g["spread"], 4),
-            "pair i: angle from query p to key p-k (rad)":
+            "pair i: angle from query m to key m-k (rad)":
                 round(_angle(q_pair, k_pair), 4) if has_key else None,
             "pair i: the same for query k, key 0 (rad)":
                 round(_angle(g["queries"][k, pair_of], g["keys"][0, pair_of]), 4),
-            "key with the largest weight in row p": int(weights[p].argmax()),
-            "entropy of row p (nats)": round(attention_entropy(weights[p]).item(), 4),
+            "key with the largest weight in row m": int(weights[p].argmax()),
+            "entropy of row m (nats)": round(attention_entropy(weights[p]).item(), 4),
         },
     )
 
@@ -156,8 +156,8 @@ class PositionalView(BlitView):
         grid = figure.add_gridspec(2, 3, width_ratios=[1.25, 1, 1.25], height_ratios=[1, 1.3],
                                    left=0.06, right=0.98, bottom=0.01, top=0.935, wspace=0.42,
                                    hspace=0.2)
-        ax = _axes(figure, grid[0, 0], "key position q", "query position p",
-                   "S[p, q] / max|S|, q <= p\n(orange: p, p-k; black: k, 0)",
+        ax = _axes(figure, grid[0, 0], "key position n", "query position m",
+                   "S[m, n] / max|S|, n <= m\n(orange: m, m-k; black: k, 0)",
                    xlim=(-0.5, n - 0.5), ylim=(n - 0.5, -0.5), aspect="equal",
                    xticks=range(0, n, 4), yticks=range(0, n, 4))
         self.cells = CellPainter(self.blit, ax, plt_colormaps[SCORES_CMAP].with_extremes(
@@ -169,13 +169,13 @@ class PositionalView(BlitView):
         self.box_0 = ax.add_patch(Rectangle((0, 0), 1, 1, fill=False, edgecolor="black", linewidth=2))
         (self.diagonal_line,) = ax.plot([], [], color="black", linestyle=":", linewidth=1.2)
         ax = _axes(figure, grid[0, 1], "dimension 2i", "dimension 2i+1",
-                   "pair i of the query at p (orange)\nand the key at p-k (black)",
+                   "pair i of the query at m (orange)\nand the key at m-k (black)",
                    xlim=(-1.15, 1.15), ylim=(-1.15, 1.15), aspect="equal")
         ax.add_patch(Circle((0, 0), 1, fill=False, color="grey", linestyle=":"))
         (self.spoke_p,) = ax.plot([], [], "-o", color=HIGHLIGHT_COLOR, linewidth=2)
         (self.spoke_pk,) = ax.plot([], [], "--o", color="black", linewidth=2)
-        ax = _axes(figure, grid[0, 2], "query position p' (key p' - k)", "S[p', p'-k] / max|S|",
-                   "along the diagonal q = p - k\n(flat: relative; dashes: S[k, 0])",
+        ax = _axes(figure, grid[0, 2], "query position m' (key m' - k)", "S[m', m'-k] / max|S|",
+                   "along the diagonal n = m - k\n(flat: relative; dashes: S[k, 0])",
                    xlim=(-0.5, n - 0.5), ylim=(-1.1, 1.1))
         ax.axvspan(train - 0.5, n - 0.5, color="#eeeeee", zorder=0)
         ax.text((train + n - 1) / 2, -1.05, "never in\ntraining", fontsize=8, ha="center", va="bottom")
@@ -208,13 +208,13 @@ class PositionalView(BlitView):
 
 def positional_widget(encoding: str = ENCODINGS[0], position: int = 5, offset: int = 3,
                       pair: int = 0, head: int = 1) -> LiveAttentionWidget:
-    """Notebook 07's live widget (mode, p, k, i, h), opening on the given values."""
+    """Notebook 07's live widget (mode, m, k, i, h), opening on the given values."""
     positional_frame(encoding, position, offset, pair, head)  # refuses bad opening values
     controls = {
         "encoding": widgets.Dropdown(options=ENCODINGS, value=encoding, description="mode",
                                      layout=widgets.Layout(width="360px")),
         "position": widgets.IntSlider(value=position, min=0, max=N_POSITIONS - 1,
-                                      description="position p"),
+                                      description="position m"),
         "offset": widgets.IntSlider(value=offset, min=0, max=MAX_OFFSET, description="offset k"),
         "pair": widgets.IntSlider(value=pair, min=0, max=D_HEAD // 2 - 1, description="pair i"),
         "head": widgets.IntSlider(value=head, min=0, max=lesson.NUM_HEADS - 1, description="head h"),
@@ -241,11 +241,11 @@ def plot_sinusoidal(PE: torch.Tensor) -> None:
 
 
 def plot_similarity(G: torch.Tensor, d: int) -> None:
-    """Section 2: ``G[p, q] = PE(p) . PE(q)`` as an image, and its first row against the offset."""
+    """Section 2: ``G[m, n] = PE(m) . PE(n)`` as an image, and its first row against the offset."""
     fig, (ax_g, ax_k) = plt.subplots(1, 2, figsize=(12, 4.2))
     image = ax_g.imshow(G, cmap=SCORES_CMAP, vmin=-d / 2, vmax=d / 2, interpolation="nearest")
     fig.colorbar(image, ax=ax_g, fraction=0.05)
-    ax_g.set(xlabel="position q", ylabel="position p", title="PE(p) . PE(q): constant along diagonals")
+    ax_g.set(xlabel="position n", ylabel="position m", title="PE(m) . PE(n): constant along diagonals")
     ax_k.plot(range(len(G)), G[0], color="#3b75af")
     ax_k.axhline(d / 2, color="#c0392b", linestyle="--", label="d/2 (k = 0)")
     ax_k.set(xlabel="offset k", ylabel="PE(p) . PE(p+k)", title="similarity against distance")
@@ -344,13 +344,13 @@ def plot_heads(models, tokens: torch.Tensor, shown: list[tuple[str, str, int | N
 
 
 def key_back(explorer: LiveAttentionWidget, mode: str, head: int, rows) -> set[int]:
-    """Section 7, from code: ``{p - the key with the largest weight in row p, p in rows}``."""
-    largest = "key with the largest weight in row p"
+    """Section 7, from code: ``{m - the key with the largest weight in row m, m in rows}``."""
+    largest = "key with the largest weight in row m"
     return {p - int(explorer.set(encoding=mode, position=p, head=head)[largest]) for p in rows}
 
 
 def trained_spread(explorer: LiveAttentionWidget, mode: str, head: int) -> float:
-    """The largest spread of the shown ``S / max |S|`` along one diagonal, rows ``p <= 15``."""
+    """The largest spread of the shown ``S / max |S|`` along one diagonal, rows ``m <= 15``."""
     explorer.set(encoding=mode, head=head)
     return causal_diagonal_spread(explorer.frame.scores[:lesson.TRAIN_MAX_LEN, :lesson.TRAIN_MAX_LEN])
 

@@ -47,6 +47,16 @@ def test_shift_checker_wants_the_float64_matrix_the_exercise_names():
     assert not verdict and "as torch.float32; the right answer is torch.float64" in verdict.message
 
 
+def test_shift_checker_names_float32_angles():  # right to 1e-7 only: the notebook's 1e-9 checks fail
+    def float32_omega(k, d):                       # a learner's M_k, its angles in float32 (the default)
+        b = k * 10000.0 ** (-torch.arange(0, d, 2) / d)                       # (d/2,) float32
+        return torch.block_diag(*[torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
+                                  for c, s in torch.stack([b.cos(), b.sin()], -1).tolist()])
+
+    verdict = ex.check_sinusoidal(float32_omega)
+    assert not verdict and "computed in float32" in verdict.message, verdict.message
+
+
 def test_shift_checker_accepts_a_loop_a_matrix_exponential_and_the_reference():
     def by_exponential(k, d):                               # exp(b J) per pair
         J = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)

@@ -21,7 +21,7 @@ from attn_helpers.widgets.positional_encoding import (
 
 SINUSOIDAL, LEARNED, ADD, ROPE = ENCODINGS
 SPREAD = "largest spread of S along one diagonal (0: relative)"
-ANGLE = "pair i: angle from query p to key p-k (rad)"
+ANGLE = "pair i: angle from query m to key m-k (rad)"
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
@@ -32,7 +32,7 @@ def test_s_p_p_minus_k_equals_s_k_0_in_the_relative_modes_only(encoding):
         future = torch.ones(n, n, dtype=torch.bool).triu(1)  # q > p: hidden from a causal head
         assert (frame.weights[future] == 0).all() and frame.scores[future].isnan().all()
         frames = [positional_frame(encoding, p, 4, 1, head) for p in range(4, n)]
-        same = [f.readouts["S[p, p-k]"] for f in frames]
+        same = [f.readouts["S[m, m-k]"] for f in frames]
         angles = [f.readouts[ANGLE] for f in frames]
         if encoding in (SINUSOIDAL, ROPE):
             assert frame.readouts[SPREAD] < 1e-9 and set(same) == {frame.readouts["S[k, 0]"]}
@@ -44,8 +44,8 @@ def test_s_p_p_minus_k_equals_s_k_0_in_the_relative_modes_only(encoding):
 
 def test_no_key_k_back_before_position_k():
     frame = positional_frame(ROPE, 2, 5, 0, 1)
-    assert frame.readouts["S[p, p-k]"] is None and frame.readouts[ANGLE] is None
-    assert frame.readouts["S[k, 0]"] == positional_frame(ROPE, 9, 5, 0, 1).readouts["S[p, p-k]"]
+    assert frame.readouts["S[m, m-k]"] is None and frame.readouts[ANGLE] is None
+    assert frame.readouts["S[k, 0]"] == positional_frame(ROPE, 9, 5, 0, 1).readouts["S[m, m-k]"]
 
 
 def test_projected_modes_match_the_trained_heads():
@@ -94,11 +94,11 @@ def test_positional_frame_errors():
 def test_positional_widget_opens_where_asked_and_moves_as_the_pure_function():
     widget = positional_widget(encoding=ROPE, position=12, offset=1, pair=1, head=1)
     assert widget.values == {"encoding": ROPE, "position": 12, "offset": 1, "pair": 1, "head": 1}
-    assert widget.error is None and widget.readouts["key with the largest weight in row p"] == "11"
+    assert widget.error is None and widget.readouts["key with the largest weight in row m"] == "11"
     first = widget.image.value
     readouts = widget.set(position=10, offset=2, pair=2)
     assert widget.error is None and widget.image.value != first and widget.frame.position == 10
     expected = positional_frame(ROPE, 10, 2, 2, 1).readouts
     assert readouts == {k: f"{v:.4f}" if isinstance(v, float) else str(v) for k, v in expected.items()}
     widget.set(position=1, offset=4)  # no key 4 back: hidden, not an error
-    assert widget.error is None and widget.readouts["S[p, p-k]"] == "None"
+    assert widget.error is None and widget.readouts["S[m, m-k]"] == "None"
