@@ -1,4 +1,5 @@
-"""Notebook 05's checkers: a sliding-window mask for a LEFT-padded batch; a rolling-buffer KV cache."""
+"""Notebook 05's checkers: a masked softmax safe in float16; a sliding-window mask for a LEFT-padded
+batch; a rolling-buffer KV cache."""
 
 from __future__ import annotations
 
@@ -9,12 +10,80 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from ..attention import scaled_dot_product_attention
+from ..attention import masked_softmax, scaled_dot_product_attention
 from ..masks import padding_mask, sliding_window_mask
 from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_rolling_cache_step", "check_window_mask"]
+__all__ = ["check_masked_softmax", "check_rolling_cache_step", "check_window_mask"]
+
+
+def _softmax_cases() -> list[dict]:
+    """float32 with empty pad rows; float16 with a masked key 17 and 20 above (section 2) and an
+    empty row; (b, h, n, n) scores under an (n, n) mask; float16 scores in the 1000s."""
+    g = seeded(505)
+    gaps = torch.tensor([[0.0, 1.0, 17.0], [0.0, 1.0, 20.0], [3.0, 1.0, 2.0]], dtype=torch.float16)
+    pads = _window_mask(torch.tensor([5, 3]), 5, 2)                     # (2, 5, 5): pad rows empty
+    return [{"scores": torch.randn(2, 5, 5, generator=g), "mask": pads},
+            {"scores": gaps, "mask": torch.tensor([[True, True, False]] * 2 + [[False] * 3])},
+            {"scores": torch.randn(2, 3, 4, 4, generator=g), "mask": torch.rand(4, 4, generator=g) < .6},
+            {"scores": (1000 * torch.randn(3, 6, generator=g)).half(),
+             "mask": torch.rand(3, 6, generator=g) < .5}]
+
+
+def _softmax_wrong(*, fill=float("-inf"), after=None, zero_empty=True, invert=False) -> Callable:
+    """A masked softmax with one mistake: ``after`` "zeroed" or "renormalised" masks the weights;
+    ``fill="min"``: the dtype's most negative number; ``zero_empty=False``: empty rows left as is."""
+    def wrong(scores, mask):
+        mask = ~mask if invert else mask
+        if after is None:
+            value = torch.finfo(scores.dtype).min if fill == "min" else fill
+            weights = torch.softmax(scores.masked_fill(~mask, value), dim=-1)
+        else:
+            weights = torch.softmax(scores, dim=-1) * mask
+            weights = weights if after == "zeroed" else weights / weights.sum(-1, keepdim=True)
+        return torch.nan_to_num(weights) * mask.any(-1, keepdim=True) if zero_empty else weights
+    return wrong
+
+
+_SOFTMAX_WRONG = [   # (the flaw of _softmax_wrong, its hint)
+    ({"after": "zeroed"}, "the masked weights were zeroed after the softmax, not renormalised: "
+     "the row sums to less than one, and the masked scores still sit in its denominator."),
+    ({"after": "renormalised"}, "you masked the weights after the softmax and renormalised. That "
+     "is right only in exact arithmetic: in float16 a masked key 17 above the others rounds their "
+     "weights to the tiniest floats, or to 0 / 0 (section 2). Mask the scores before the softmax."),
+    ({"fill": 0.0}, "masked scores were set to 0, and exp(0) = 1 still gives them weight: a masked "
+     "key needs a score whose exponential is exactly 0."),
+    ({"zero_empty": False}, "a row with no allowed key is all -inf, and the softmax gives 0 / 0 = "
+     "NaN there. The course's contract, as ah.masked_softmax and torch's attention: zero weights."),
+    ({"fill": "min", "zero_empty": False}, "a row with no allowed key came out uniform over keys "
+     "it may not see. The course's contract: zero weights, so the query reads nothing (section 4)."),
+    ({"invert": True}, "the mask is inverted: True means 'may attend'; hide the keys where it is "
+     "False."),
+]
+
+
+@exercise("masking.masked_softmax", "a masked softmax, safe in float16", hints=(
+    "Mask the scores, not the weights: a masked key needs a score whose exponential is exactly 0, "
+    "and the fill must fit in the scores' dtype. A row with no allowed key comes out all zero, "
+    "neither NaN nor uniform.",
+    "Fill the masked scores, then take the softmax over the keys. With -inf an empty row becomes "
+    "NaN; with the dtype's most negative finite number it becomes uniform. Which rows must you "
+    "zero afterwards, and how does the mask tell you which?",
+    "filled = scores.masked_fill(..., ...)     # masked keys: a score whose exp is exactly 0\n"
+    "weights = torch.softmax(filled, dim=-1)   # (..., n_q, n_k)\n"
+    "return ...                                # rows with no allowed key: all zero"))
+def check_masked_softmax(masked_softmax_fn: Callable) -> CheckResult:
+    """Exercise: ``masked_softmax(scores (..., n_q, n_k) float32 or float16, mask bool, True = may
+    attend) -> weights``, same dtype; masked keys exactly 0; a row with no allowed key all 0."""
+    return check_function(
+        masked_softmax_fn, masked_softmax, _softmax_cases(), what="masked_softmax",
+        output_names=("the weights",), atol=1e-3, rtol=1e-3, same_dtype=True,
+        mistakes=[Mistake(_softmax_wrong(**flaw), hint) for flaw, hint in _SOFTMAX_WRONG],
+        nan_hint=_SOFTMAX_WRONG[3][1],
+        error_hints=[("without overflow", "that fill value does not fit in float16, whose largest "
+                      "magnitude is 65,504. Fill with -inf, or with the most negative number of the "
+                      "scores' own dtype.")])
 
 
 def _real(lengths: torch.Tensor, n: int, shift: int = 0) -> torch.Tensor:
@@ -59,7 +128,7 @@ _WINDOW_MISTAKES = [   # (what the mistake computes from lengths, n, window; its
     (lambda L, n, w: _window_mask(L, n, w) | _real(L, n)[:, None, :].expand(-1, n, -1).triu(1),
      "your window has no lower bound: query i sees every later key (j > i). Keep 0 <= i - j too."),
     (lambda L, n, w: _window_mask(L, n, w + 1),
-     "off by one: each query sees w + 1 keys: itself and the w - 1 keys before it are w."),
+     "off by one: each query sees w + 1 keys; it should see w: itself and the w - 1 before it."),
     (lambda L, n, w: _window_mask(L, n, w).mT,
      "each sentence's mask is transposed: rows are queries i, columns keys j <= i."),
     (lambda L, n, w: _real(L, n)[:, :, None] & sliding_window_mask(n, w),
@@ -131,7 +200,9 @@ _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
     ("after the ring wrapped, the query saw only the slots up to the newest one; once the ring "
      "is full, every slot holds a key of the window.", {"visible": lambda t, w: range(t % w + 1)}),
     ("the new key and value went one slot too far: token t takes token t - w's slot.",
-     {"slot": 1}),
+     {"slot": lambda t, w: (t + 1) % w}),
+    ("once the ring was full, you overwrote the newest key, not the one leaving the window: "
+     "token t takes token t - w's slot.", {"slot": lambda t, w: min(t, w - 1)}),
     ("the key was written but not the value: v_t goes into the same slot of v_cache.",
      {"write_v": False}),
     ("the value cache got the key: write v_t, not k_t, into v_cache.", {"k_as_v": True}),
@@ -207,10 +278,10 @@ def _run_steps(step: Callable) -> Callable:
     return run
 
 
-def _ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | None = None,
-              lost_past_end: bool = False, write_v: bool = True, k_as_v: bool = False,
-              scale: float | None = None, top_left: bool = False) -> Callable:
-    """A rolling-cache step with one known mistake (all off: right): writes slot ``(t + slot) % w``,
+def _ring_step(*, slot: Callable = lambda t, w: t % w, visible: Callable | None = None,
+              early: str | None = None, lost_past_end: bool = False, write_v: bool = True,
+              k_as_v: bool = False, scale: float | None = None, top_left: bool = False) -> Callable:
+    """A rolling-cache step with one known mistake (all off: right): writes slot ``slot(t, w)``,
     attends to ``visible(t, w)``; ``early``: attends before writing, without/with the new key."""
 
     def step(k_cache, v_cache, t, q_t, k_t, v_t):
@@ -219,9 +290,9 @@ def _ring_step(*, slot: int = 0, visible: Callable | None = None, early: str | N
         keys = torch.cat([k_cache[..., old, :], k_t], dim=-2)       # before writing: the old
         values = torch.cat([v_cache[..., old, :], v_t], dim=-2)     # filled slots and the new
         if not (lost_past_end and t >= w):
-            k_cache[..., (t + slot) % w, :] = k_t[..., 0, :]
+            k_cache[..., slot(t, w), :] = k_t[..., 0, :]
             if write_v:
-                v_cache[..., (t + slot) % w, :] = (k_t if k_as_v else v_t)[..., 0, :]
+                v_cache[..., slot(t, w), :] = (k_t if k_as_v else v_t)[..., 0, :]
         if early == "missing":
             keys, values = keys[..., :-1, :], values[..., :-1, :]
         elif early is None:

@@ -14,10 +14,38 @@ from attn_helpers.exercises.masking import (
     _ring_cases,
     _run_steps,
     _sliding_window,
-    _window_mask,
+    check_masked_softmax,
     check_rolling_cache_step,
     check_window_mask,
 )
+
+# --- masked_softmax (safe in float16, empty rows zero) ------------------------------------------
+
+
+def _fill(s, m, value=-math.inf):                                    # the masked scores filled
+    return torch.softmax(s.masked_fill(~m, value), -1)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda s, m: torch.softmax(s, -1) * m, "not renormalised"),
+    (lambda s, m: torch.nan_to_num((w := torch.softmax(s, -1) * m) / w.sum(-1, keepdim=True)),
+     "only in exact arithmetic"),
+    (lambda s, m: _fill(s, m, 0.0) * m.any(-1, keepdim=True), "exp(0) = 1"),
+    (_fill, "0 / 0 = NaN"),
+    (lambda s, m: _fill(s, m, -1e4), "uniform"),
+    (lambda s, m: torch.nan_to_num(_fill(s, ~m)), "inverted"),
+    (lambda s, m: _fill(s, m, -1e9) * m.any(-1, keepdim=True), "largest magnitude is 65,504"),
+    (lambda s, m: torch.nan_to_num(_fill(s.float(), m)), "as torch.float32; the right answer is"),
+])
+def test_masked_softmax_rejects_known_mistakes_with_their_hint(wrong, words):
+    assert_rejected(check_masked_softmax(wrong), words)
+
+
+def test_masked_softmax_accepts_either_fill_and_the_level_3_skeleton_filled_in():
+    assert check_masked_softmax(lambda s, m: torch.nan_to_num(_fill(s, m)))
+    assert_skeleton("masking.masked_softmax", "scores, mask", check_masked_softmax, (
+        "~mask", "torch.finfo(scores.dtype).min", "weights * mask.any(dim=-1, keepdim=True)"))
+
 
 # --- rolling_cache_step (a rolling-buffer KV cache for a sliding window) ----------------------
 
@@ -56,14 +84,9 @@ def test_rolling_cache_step_accepts_right_answers_in_any_order_of_the_slots(answ
 
 def test_the_reference_is_windowed_attention():
     for case in _ring_cases():
-        q, k, v = case["q"], case["k"], case["v"]
-        n, w = q.shape[-2], case["k_cache"].shape[-2]
+        q, k, v, w = case["q"], case["k"], case["v"], case["k_cache"].shape[-2]
         out, k_ring, v_ring = _sliding_window(*case.values())
-        for t in range(n):                                             # keys max(0, t-W+1)..t
-            keys = slice(max(0, t - w + 1), t + 1)
-            scores = q[..., t:t + 1, :] @ k[..., keys, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
-            expected = torch.softmax(scores, -1) @ v[..., keys, :]
-            assert torch.allclose(out[..., t:t + 1, :], expected, atol=1e-5)
+        assert torch.allclose(out, ah.local_attention(q, k, v, w), atol=1e-5)   # query blocks of w
         got, k_filled, v_filled = _run_steps(rolling_cache_step)(*case.values())
         assert torch.allclose(got, out, atol=1e-5)
         assert torch.equal(k_filled, k_ring) and torch.equal(v_filled, v_ring)
@@ -109,6 +132,7 @@ def _step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=lambda t, w: t % w, seen=N
      "w - 1 keys"),
     ({"seen": lambda t, w: slice(0, t % w + 1)}, "only the slots up to the newest one"),
     ({"slot": lambda t, w: (t + 1) % w}, "one slot too far"),
+    ({"slot": lambda t, w: min(t, w - 1)}, "overwrote the newest key"),
     ({"write_v": False}, "not the value"),
     ({"v_from_k": True}, "the value cache got the key"),
     ({"copy": True}, "written on a copy"),          # refused at step 0, as review 4's torch.cat shift
@@ -156,11 +180,8 @@ def test_writing_slot_t_past_the_end_and_attending_before_writing_are_named():
                     "token t missed itself")
 
 
-def test_rolling_cache_step_names_a_whole_ring_returned():
-    def whole_ring(k_cache, v_cache, t, q_t, k_t, v_t):               # (b, h, W, d_v): wrong shape
-        rolling_cache_step(k_cache, v_cache, t, q_t, k_t, v_t)
-        return v_cache
-
+def test_rolling_cache_step_names_a_whole_ring_returned():          # (b, h, w, d_v): wrong shape
+    whole_ring = lambda *args: [rolling_cache_step(*args), args[1]][1]   # noqa: E731 - the v_cache
     assert_rejected(check_rolling_cache_step(whole_ring), "(b, h, 1, d_v)")
 
 
@@ -182,12 +203,6 @@ def test_window_mask_accepts_the_reference_and_the_level_3_skeleton_filled_in():
         "j[None, :] >= n - lengths[:, None]", "real[:, None, :] & (offset >= 0) & (offset < window)")))
 
 
-def test_the_answer_is_left_padded_with_empty_pad_rows():
-    mask = _window_mask(torch.tensor([3, 5]), 5, 2)
-    assert mask.shape == (2, 5, 5) and not mask[0, :2].any() and not mask[0, :, :2].any()  # 2 pads
-    assert mask[0, 2:].sum(-1).tolist() == [1, 2, 2] and mask[1].sum(-1).tolist() == [1, 2, 2, 2, 2]
-
-
 _j = torch.arange
 
 
@@ -197,7 +212,7 @@ _j = torch.arange
     (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, None, :]
      & ((_j(n)[:, None] - _j(n)).abs() < w), "looks both ways"),
     (lambda L, n, w: (_j(n) >= n - L[:, None, None]) & (_j(n)[:, None] - _j(n) < w), "no lower bound"),
-    (lambda L, n, w: window_mask(L, n, w + 1), "off by one"),
+    (lambda L, n, w: window_mask(L, n, w + 1), "w + 1 keys; it should see w"),
     (lambda L, n, w: window_mask(L, n, w).transpose(1, 2), "transposed"),
     (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, :, None] & window_mask(L * 0 + n, n, w),
      "queries (rows) instead of the keys"),
