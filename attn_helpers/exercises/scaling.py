@@ -92,6 +92,8 @@ def check_choose_scale(choose_scale: Callable) -> CheckResult:
             Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q, w_k).std(dim=-1).mean().item()),
                     "you averaged the rows' standard deviations; Var(c S) must be 1: average the "
                     "variances, then take the square root."),
+            Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q, w_k).var(-1).median().sqrt().item()),
+                    "you took the median row; the condition averages the rows' variances (a mean)."),
             Mistake(_number(lambda x, w_q, w_k: 1 / math.sqrt(w_q.shape[1])),
                     "1/sqrt(d_k) is right only when the components of q and k have variance 1; "
                     "these weights differ: measure the spread of S = Q K^T within its rows."),

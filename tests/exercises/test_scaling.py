@@ -39,6 +39,7 @@ def test_choose_scale_accepts_the_reference_biased_or_not_and_a_tensor():
     (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).var(dim=0).mean().sqrt().item(), "wrong axis"),
     (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).std(dim=-1).mean().item(), "averaged the rows' standard"),
     (lambda x, W_Q, W_K: (1 / _S(x, W_Q, W_K).std(dim=-1)).mean().item(), "averaged a scale per row"),
+    (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).var(dim=-1).median().sqrt().item(), "the median row"),
     (lambda x, W_Q, W_K: 1 / math.sqrt(W_Q.shape[1]), "right only when the components"),
     (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).var(-1).mean().item(), "not of the variance"),
     (lambda x, W_Q, W_K: _S(x, W_Q, W_K).var(-1).mean().sqrt().item(), "divides by it"),
