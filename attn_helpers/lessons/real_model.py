@@ -19,10 +19,10 @@ from ..multihead import split_heads
 from ..plots import heatmap, weights_cmap
 from ..pretrained import Encoder, mean_pool
 
-__all__ = ["DATA_FILE", "IT_TEMPLATES", "entropy_grid", "gap_changes", "heads_off", "interval",
-           "it_items", "load_sentences", "offset_scores", "plot_ablation", "plot_entropy", "plot_flips",
-           "plot_layer", "plot_offsets", "plot_shares", "resampled", "run_value_norms", "sink_shares",
-           "template_sentences", "top_heads", "weights_from_it"]
+__all__ = ["DATA_FILE", "IT_TEMPLATES", "ablation", "entropy_grid", "gap_changes", "heads_off",
+           "interval", "it_items", "load_sentences", "offset_scores", "plot_ablation", "plot_entropy",
+           "plot_flips", "plot_layer", "plot_offsets", "plot_shares", "resampled", "run_value_norms",
+           "sink_shares", "template_sentences", "top_heads", "weights_from_it"]
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "real_model_sentences.json"
 
@@ -92,6 +92,26 @@ def heads_off(enc: Encoder, x: torch.Tensor, real: torch.Tensor, layer: int,
     for later in enc.layers[layer + 1:]:
         x, _ = later(x, mask.repeat(len(keep), 1, 1))
     return mean_pool(x, real.repeat(len(keep), 1)).view(len(keep), len(real), -1)
+
+
+@torch.no_grad()
+def ablation(enc: Encoder, pairs: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each ``[a, b]`` pair's cosine, all heads on ``(p,)`` and off ``(L, 1 + h, p)``: ``[l, 0]`` all
+    of layer ``l`` off, ``[l, 1 + i]`` head ``i`` alone. For speed: length-sorted batches, and each
+    layer's input computed once for its ``1 + h`` variants (:func:`heads_off`)."""
+    unique = sorted({s for pair in pairs for s in pair})
+    a, b = (torch.tensor([unique.index(pair[k]) for pair in pairs]) for k in (0, 1))
+    tok, L, h, d = enc.tokenize(unique), enc.cfg.num_layers, enc.cfg.num_heads, enc.cfg.d_model
+    keep = torch.cat([torch.zeros(1, h), 1 - torch.eye(h)]).bool()      # (1 + h, h): False = off
+    on, off = torch.zeros(len(unique), d), torch.zeros(L, 1 + h, len(unique), d)
+    for bucket in tok["attention_mask"].sum(dim=1).argsort(stable=True).chunk(4):  # by length
+        n = int(tok["attention_mask"][bucket].sum(dim=1).max())         # pad only to the longest
+        mask, x = tok["attention_mask"][bucket, :n], enc.embeddings(tok["input_ids"][bucket, :n])
+        for l, layer in enumerate(enc.layers):
+            off[l][:, bucket] = heads_off(enc, x, mask, l, keep)        # layers l.. on 1 + h variants
+            x, _ = layer(x, key_padding_to_attention_mask(mask))        # the next layer's input
+        on[bucket] = mean_pool(x, mask)                                 # unit-length embeddings
+    return (on[a] * on[b]).sum(dim=-1), (off[:, :, a] * off[:, :, b]).sum(dim=-1)
 
 
 # --- value-weighted norms (Kobayashi et al., 2020) -------------------------------------------------
