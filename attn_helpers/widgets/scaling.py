@@ -1,5 +1,4 @@
-"""Notebook 03's widget: random queries and keys of size d_k, with or without the 1/sqrt(d_k)
-scaling, and a temperature."""
+"""Notebook 03's widget: random queries and keys of size d_k, scaling on or off, a temperature."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ N_TOKENS = 8
 
 
 def scaling_frame(d_k: int, scaled: bool, temperature: float, *, seed: int = 0) -> AttentionFrame:
-    """The weights of ``N_TOKENS`` random standard-normal queries and keys, cut to their first
-    ``d_k`` components, from the scores ``q . k / (sqrt(d_k) if scaled else 1) / temperature``."""
+    """Weights of random N(0, 1) queries and keys cut to d_k; scores / sqrt(d_k) if scaled, / T."""
     if d_k not in D_K_OPTIONS:
         raise ValueError(f"d_k must be a power of two in {D_K_OPTIONS}, got {d_k!r}")
     require_bool("scaled", scaled)
@@ -63,8 +61,7 @@ class ScalingView(BlitView):
 
 def scaling_widget(seed: int = 0, *, d_k: int = 64, scaled: bool = True,
                    temperature: float = 1.0) -> LiveAttentionWidget:
-    """Notebook 03's live widget: d_k (powers of two), scaling on/off, temperature 0.1 .. 100 (past
-    sqrt(1024) = 32, which undoes d_k = 1024 unscaled); the keywords set the first picture."""
+    """Notebook 03's live widget: d_k (powers of two), scaling on/off, T 0.1 .. 100 (past sqrt(1024))."""
     controls = {
         "d_k": widgets.SelectionSlider(options=list(D_K_OPTIONS), value=d_k, description="d_k",
                                        continuous_update=True, layout=widgets.Layout(width="320px")),
