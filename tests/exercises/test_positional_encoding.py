@@ -30,12 +30,13 @@ def test_the_shift_matrix_moves_the_table_by_k(k, d):
 
 
 def learner_shift(k, d, *, sign=1, exponent=None, reverse=False, halves=False, same_angle=False,
-                  cos_only=False, transpose=False):
+                  cos_only=False, transpose=False, float32=False):
     """A learner's M_k, pair by pair with math; each keyword plants one mistake."""
     M = torch.zeros(d, d, dtype=torch.float64)
     for i in range(d // 2):
         j = (d // 2 - 1 - i) if reverse else i
         b = k * (1.0 if same_angle else 10000.0 ** -(2 * j / d if exponent is None else exponent(j, d)))
+        b = torch.tensor(b, dtype=torch.float32).item() if float32 else b     # angle in float32
         a, c = (i, i + d // 2) if halves else (2 * i, 2 * i + 1)
         sin = 0.0 if cos_only else sign * math.sin(b)
         M[a, a], M[a, c], M[c, a], M[c, c] = math.cos(b), sin, -sin, math.cos(b)
@@ -45,16 +46,6 @@ def learner_shift(k, d, *, sign=1, exponent=None, reverse=False, halves=False, s
 def test_shift_checker_wants_the_float64_matrix_the_exercise_names():
     verdict = ex.check_sinusoidal(lambda k, d: learner_shift(k, d).float())
     assert not verdict and "as torch.float32; the right answer is torch.float64" in verdict.message
-
-
-def test_shift_checker_names_float32_angles():  # right to 1e-7 only: the notebook's 1e-9 checks fail
-    def float32_omega(k, d):                       # a learner's M_k, its angles in float32 (the default)
-        b = k * 10000.0 ** (-torch.arange(0, d, 2) / d)                       # (d/2,) float32
-        return torch.block_diag(*[torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
-                                  for c, s in torch.stack([b.cos(), b.sin()], -1).tolist()])
-
-    verdict = ex.check_sinusoidal(float32_omega)
-    assert not verdict and "computed in float32" in verdict.message, verdict.message
 
 
 def test_shift_checker_accepts_a_loop_a_matrix_exponential_and_the_reference():
@@ -76,6 +67,7 @@ NAMED_MISTAKES = [
     ("every pair turned by the same angle k", dict(same_angle=True)),
     ("you paired dimension i with i + d/2", dict(halves=True)),
     ("(or M_k is transposed)", dict(transpose=True)),
+    ("omega (or the angles) computed in float32", dict(float32=True)),  # the notebook's 1e-9 fails
 ]
 
 
@@ -395,13 +387,12 @@ def test_reach_checker_names_the_mistake(flaw):
 
 
 def test_reach_checker_wants_whole_numbers_in_a_tensor():
-    for wrong in (lambda m, n: closed_form(m, n).double(), lambda m, n: closed_form(m, n).int()):
+    for wrong, phrase in [(lambda m, n: closed_form(m, n).double(), "return them as a LongTensor (H,)"),
+                          (lambda m, n: closed_form(m, n).int(), "return them as a LongTensor (H,)"),
+                          (lambda m, n: closed_form(m, n).tolist(), "the reaches as a list"),
+                          (lambda m, n: closed_form(m, n)[:1], "shape (1,)")]:
         verdict = ex.check_reach(wrong)
-        assert not verdict and "return them as a LongTensor (H,)" in verdict.message, verdict.message
-    verdict = ex.check_reach(lambda m, n: closed_form(m, n).tolist())
-    assert not verdict and "you returned the reaches as a list" in verdict.message, verdict.message
-    verdict = ex.check_reach(lambda m, n: closed_form(m, n)[:1])
-    assert not verdict and "shape (1,)" in verdict.message, verdict.message
+        assert not verdict and phrase in verdict.message, verdict.message
 
 
 def test_the_level_3_skeletons_filled_in_pass():
