@@ -13,7 +13,7 @@ from ..lessons.query_key_value import weights
 from .core import CheckResult, Mistake, check_function, describe, seeded, size
 from .workflow import exercise
 
-__all__ = ["NEXT_WEIGHT", "check_asymmetric_relation", "check_attention", "next_token_weights"]
+__all__ = ["NEXT_WEIGHT", "check_asymmetric_relation", "check_attention"]
 
 FULLY_MASKED = (
     "a row whose keys are all masked is all -inf, and softmax gives 0 / 0 = NaN there. Such a "
@@ -166,11 +166,6 @@ def check_attention(attention: Callable) -> CheckResult:
 NEXT_WEIGHT = 0.9   # each token must put at least this much of its attention on the next token
 
 
-def next_token_weights(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:  # noqa: N803
-    """``A = softmax((X W_Q)(X W_K)^T / sqrt(d_k))``, ``(n, n)``: the lesson's ``weights``."""
-    return weights(X, W_Q, W_K)
-
-
 def _relation_cases() -> list[dict]:
     g = seeded(123)
     return [
@@ -196,7 +191,7 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
             return f"{name} must be a (d_model, d_k) = ({d_model}, d_k) tensor, got {shape}."
     if W_Q.shape[1] != W_K.shape[1]:
         return f"W_Q has {W_Q.shape[1]} columns and W_K {W_K.shape[1]}: they need the same size d_k."
-    A = next_token_weights(X.double(), W_Q.double(), W_K.double())          # noqa: N806
+    A = weights(X.double(), W_Q.double(), W_K.double())          # noqa: N806
     if not torch.isfinite(A).all():
         return "the attention weights contain NaN or inf: are your projections finite?"
     nxt = (torch.arange(n) + 1) % n
