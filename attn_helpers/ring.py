@@ -1,6 +1,6 @@
-"""Ring attention (Liu et al., 2023): rank ``r`` of ``P`` keeps query block ``r`` while the key/value
-blocks travel the ring (block ``(r - s) mod P`` at step ``s``), each folded into its online-softmax
-state as the next one arrives. :func:`ring_attention` runs ``P`` processes (gloo on 127.0.0.1).
+"""Ring attention (Liu et al., 2023): rank ``r`` of ``R`` keeps query block ``r`` while the key/value
+blocks travel the ring (block ``(r - s) mod R`` at step ``s``), each folded into its online-softmax
+state as the next one arrives. :func:`ring_attention` runs ``R`` processes (gloo on 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import statistics
 import sys
 import tempfile
 import time
@@ -22,8 +21,6 @@ from ._checks import check_qkv, require_bool, require_number, require_positive_i
 from .efficient import OnlineSoftmaxState, block_state, finalize, init_state, merge_states, tile_scores
 
 __all__ = ["ring_schedule", "split_blocks", "ring_attention"]
-
-TRANSFER_REPEATS = 5                  # timings of a lone transfer (median kept)
 
 
 def ring_schedule(world_size: int) -> list[list[int]]:
@@ -48,7 +45,7 @@ def _partial(q_block, k_block, v_block, q_range, kv_range, *, causal: bool, scal
     if causal and kv_range[0] >= q_range[1]:
         return None
     scores = tile_scores(q_block, k_block, slice(*q_range), slice(*kv_range), scale=scale,
-                         causal=causal)                               # (..., n/P, n/P)
+                         causal=causal)                               # (..., n/R, n/R)
     return block_state(scores, v_block)
 
 
@@ -83,24 +80,10 @@ def _empty_block(k_block, v_block, rows: int) -> list[torch.Tensor]:
     return [t.new_empty((*t.shape[:-2], rows, t.shape[-1])) for t in (k_block, v_block)]
 
 
-def _time_lone_transfer(k_block, v_block, rows_in: int, rank: int, world_size: int) -> float:
-    """Median seconds of one block's transfer with nothing to overlap it."""
-    times = []
-    for _ in range(TRANSFER_REPEATS):
-        incoming = _empty_block(k_block, v_block, rows_in)
-        dist.barrier()
-        start = time.perf_counter()
-        for request in _exchange([k_block, v_block], incoming, rank, world_size):
-            request.wait()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def _worker(rank: int, world_size: int, store_file: str, blocks, shards, causal: bool, scale: float,
-            timeout_s: float, out: torch.Tensor, record: torch.Tensor, transfer: torch.Tensor,
-            measure: bool) -> None:
+            timeout_s: float, out: torch.Tensor, record: torch.Tensor) -> None:
     """One rank, in its own process: writes its output block into ``out`` and ``(held block,
-    computed, compute_s, wait_s, compute_cpu_s)`` per step into ``record[rank]`` (shared memory)."""
+    computed)`` per step into ``record[rank]`` (shared memory)."""
     torch.set_num_threads(1)
     interface = _loopback_interface()
     if interface is not None:  # gloo binds to this interface only: loopback traffic only
@@ -112,26 +95,19 @@ def _worker(rank: int, world_size: int, store_file: str, blocks, shards, causal:
         q_block, k_held, v_held = (t.contiguous() for t in shards[rank])
         held = rank                                                   # index of the held block
         rows = [end - start for start, end in blocks]                 # positions per block
-        if measure and world_size > 1:
-            transfer[rank] = _time_lone_transfer(k_held, v_held, rows[rank - 1], rank, world_size)
         state = init_state(q_block.shape[:-2], q_block.shape[-2], v_held.shape[-1],
                            dtype=q_block.dtype)
-        _partial(q_block, k_held, v_held, blocks[rank], blocks[rank], causal=False, scale=scale)
-        dist.barrier()
         for step in range(world_size):
             requests, source = [], (rank - step - 1) % world_size
             if step < world_size - 1:  # pass the held block on and receive the next, in background
                 incoming = _empty_block(k_held, v_held, rows[source])
                 requests = _exchange([k_held, v_held], incoming, rank, world_size)
-            start, cpu_start = time.perf_counter(), time.thread_time()
             part = _partial(q_block, k_held, v_held, blocks[rank], blocks[held], causal=causal,
                             scale=scale)
             state = state if part is None else merge_states(state, part)   # meanwhile, the transfer
-            computed_at, cpu_s = time.perf_counter(), time.thread_time() - cpu_start
             for request in requests:
                 request.wait()
-            record[rank, step] = torch.tensor([held, part is not None, computed_at - start,
-                                               time.perf_counter() - computed_at, cpu_s])
+            record[rank, step] = torch.tensor([held, part is not None])
             if requests:
                 k_held, v_held, held = incoming[0], incoming[1], source
         out[..., blocks[rank][0]:blocks[rank][1], :] = finalize(state)
@@ -143,10 +119,9 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size
                    causal: bool = False, timeout_s: float = 120.0, return_stats: bool = False):
     """Exact attention by ``world_size`` processes passing key/value blocks in a ring (within
     ``timeout_s``, else ``TimeoutError``). q, k ``(..., n, d_k)``, v ``(..., n, d_v)`` on CPU ->
-    ``(..., n, d_v)``, and with ``return_stats`` ``{rank: {"block", "computed", "compute_s",
-    "compute_cpu_s", "wait_s", "transfer_s", "block_bytes"}}``: per step, the key/value block held,
-    whether it was scored, the scoring time (wall, thread CPU), then the wait for the transfer (the
-    last step has none pending). Each rank scores one block untimed first (a warm-up)."""
+    ``(..., n, d_v)``, and with ``return_stats`` ``{rank: {"block", "computed"}}``: per step, the
+    key/value block held and whether it was scored. On one machine the blocks travel over loopback:
+    memory copies, not a network, so this module does not time them."""
     blocks, scale = _prepare(q, k, v, world_size, causal)
     if q.device.type != "cpu":
         raise ValueError(f"ring_attention runs on CPU tensors (gloo), got device {q.device}")
@@ -155,11 +130,10 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size
     start_method = "fork" if sys.platform.startswith("linux") else "spawn"   # fork: no re-import
     shards = [tuple(t[..., s:e, :].clone() for t in (q, k, v)) for s, e in blocks]
     out = q.new_empty((*q.shape[:-1], v.shape[-1])).share_memory_()  # (..., n, d_v)
-    record = torch.zeros(world_size, world_size, 5, dtype=torch.float64).share_memory_()
-    transfer = torch.zeros(world_size, dtype=torch.float64).share_memory_()
+    record = torch.zeros(world_size, world_size, 2, dtype=torch.long).share_memory_()
     store_dir = tempfile.mkdtemp(prefix="ring_attention_")  # the ranks' rendezvous file lives here
     args = (world_size, os.path.join(store_dir, "store"), blocks, shards, causal, scale, timeout_s,
-            out, record, transfer, return_stats)
+            out, record)
     deadline, context = time.monotonic() + timeout_s, None
     try:
         context = mp.start_processes(_worker, args=args, nprocs=world_size, join=False,
@@ -175,11 +149,6 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size
                 process.terminate()
                 process.join(timeout=5.0)
         shutil.rmtree(store_dir, ignore_errors=True)
-    stats = {rank: {"block": record[rank, :, 0].long().tolist(),
-                    "computed": record[rank, :, 1].bool().tolist(),
-                    "compute_s": record[rank, :, 2].tolist(), "wait_s": record[rank, :, 3].tolist(),
-                    "compute_cpu_s": record[rank, :, 4].tolist(),
-                    "transfer_s": float(transfer[rank]),
-                    "block_bytes": sum(t.numel() * t.element_size() for t in shards[rank][1:])}
+    stats = {rank: {"block": record[rank, :, 0].tolist(), "computed": record[rank, :, 1].bool().tolist()}
              for rank in range(world_size)}
     return (out, stats) if return_stats else out

@@ -339,7 +339,7 @@ def _linear_cases() -> list[dict]:
 
 def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, normalise=True,
                replace=False, transpose=False, z_term="phi_k", phi_v=False, old_z=False, z_with_k=False,
-               s_side=False):
+               s_side=False, eps=0.0):
     """One step with one thing changed."""
     pq, pk = phi(q_t), phi(k_t)
     v_t = elu_feature_map(v_t) if phi_v else v_t
@@ -348,7 +348,7 @@ def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, no
     z_new = {"phi_k": pk, "k": k_t, "phi_q": pq}[z_term] + (0 if replace else z)
     S_read, z_read = (S, z) if read_first else (S_new, z if old_z else z_new)
     num = (S_read @ pq[..., :, None]).squeeze(-1) if s_side else (pq[..., None, :] @ S_read).squeeze(-2)
-    o = num / ((pk if z_with_k else pq) * z_read).sum(-1, keepdim=True) if normalise else num
+    o = num / (((pk if z_with_k else pq) * z_read).sum(-1, keepdim=True) + eps) if normalise else num
     return o, S_new, z_new
 
 
@@ -377,6 +377,8 @@ def _linear_mistakes() -> list[Mistake]:
         ({"phi": torch.exp}, "phi = exp: exp(q).exp(k) is not the softmax's exp(q.k); phi = elu + 1."),
         ({"phi": lambda x: x}, "no feature map: phi(x) = elu(x) + 1 is applied to q_t and k_t."),
         ({"phi_v": True}, "phi was applied to the value too: only q_t and k_t go through it."),
+        *[({"eps": eps}, f"an eps of {eps:g} in the normaliser shifts o_t a little: up to 1e-6 passes.")
+          for eps in (1e-2, 1e-3, 1e-4, 1e-5)],
     ]]
 
 

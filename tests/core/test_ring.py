@@ -1,4 +1,4 @@
-"""Ring attention: real processes (gloo on 127.0.0.1) with P = 2, 3, 4, against full attention."""
+"""Ring attention: real processes (gloo on 127.0.0.1) with R = 1 to 4, against full attention."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ def test_schedule_visits_every_block_once_per_rank():
             assert all(schedule[step][r] == schedule[step - 1][(r - 1) % world] for r in range(world))
 
 
-@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
 @pytest.mark.parametrize("causal", [False, True])
 def test_processes_pass_blocks_around_a_ring(gen, world, causal):
-    """Rank r holds block (r - s) mod P at step s (with P > 2 a ring differs from a swap)."""
+    """Rank r holds block (r - s) mod R at step s (with R > 2 a ring differs from a swap)."""
     q, k, v = (torch.randn(2, 3, 41, 8, generator=gen, dtype=torch.float64) for _ in range(3))
     out, stats = ring_attention(q, k, v, world, causal=causal, timeout_s=60, return_stats=True)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal))
@@ -32,20 +32,3 @@ def test_processes_pass_blocks_around_a_ring(gen, world, causal):
         # causal: a rank scores exactly the blocks at or before its own
         assert stats[rank]["computed"] == [not causal or step[rank] <= rank for step in schedule]
 
-
-def test_stats_report_compute_and_transfer_time_per_block(gen):
-    world, n, d = 3, 30, 8
-    q, k, v = (torch.randn(1, 2, n, d, generator=gen) for _ in range(3))
-    out, stats = ring_attention(q, k, v, world, causal=True, timeout_s=60, return_stats=True)
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    assert sorted(stats) == list(range(world))
-    for s in stats.values():
-        assert set(s) == {"block", "computed", "compute_s", "compute_cpu_s", "wait_s", "transfer_s",
-                          "block_bytes"}
-        assert len(s["compute_s"]) == len(s["compute_cpu_s"]) == len(s["wait_s"]) == world
-        assert all(t >= 0 for t in s["compute_s"] + s["compute_cpu_s"] + s["wait_s"]) and s["transfer_s"]
-        assert s["block_bytes"] == 2 * 2 * (n // world) * d * 4  # keys and values, float32
-    # one process: nothing travels
-    out, stats = ring_attention(q, k, v, 1, timeout_s=60, return_stats=True)
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
-    assert stats[0]["transfer_s"] == 0 and len(stats[0]["compute_s"]) == 1
