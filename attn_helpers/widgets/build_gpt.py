@@ -106,21 +106,18 @@ def boundary_peaks(weights: torch.Tensor, texts) -> tuple[torch.Tensor, float]:
 def plot_curves(curves: dict, title: str, *, ends: dict | None = None,
                 target: float | None = None, note: str | None = None) -> None:
     """``curves {label: [(step, training, held out), ...]}``: held out solid, training dashed
-    (if given), a colour per label; ``ends {label: (step, losses)}``: diamond i in curve i's colour,
-    spread apart in x; ``target`` dotted; ``note`` low on the left."""
+    (if given); ``ends {label: (step, losses)}``: diamond i in curve i's colour, spread in x;
+    ``target`` dotted; ``note`` low on the left."""
     _, ax = plt.subplots(figsize=(7, 3.6))
-    colours = []
-    for label, curve in curves.items():
+    for label, curve in curves.items():        # held-out curve i takes colour Ci
         steps, training, held_out = zip(*curve, strict=True)
         (line,) = ax.plot(steps, held_out, "-o", markersize=3, label=f"{label}, held out")
-        colours.append(line.get_color())
         if None not in training:
             ax.plot(steps, training, "--", color=line.get_color(), label=f"{label}, training")
     for label, (step, losses) in (ends or {}).items():
-        for i, loss in enumerate(losses):               # 2% of the step apart: none hides another
+        for i, loss in enumerate(losses):      # 2% of the step apart: none hides another
             ax.plot(step * (1 + 0.02 * (i - (len(losses) - 1) / 2)), loss, "D", markersize=6,
-                    color=colours[i] if i < len(colours) else "black", markeredgecolor="black",
-                    label=label if i == 0 else None)
+                    color=f"C{i}", markeredgecolor="black", label=None if i else label)
     if target is not None:
         ax.axhline(target, color="black", linewidth=0.8, linestyle=":")
         ax.text(ax.get_xlim()[0], target, f" target {target}", va="top")
