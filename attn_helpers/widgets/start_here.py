@@ -30,8 +30,8 @@ def warmup_frame(temperature: float, causal: bool = False) -> AttentionFrame:
     mask = causal_mask(len(WARMUP_TOKENS)) if causal else None
     weights = masked_softmax(warmup_scores() / temperature, mask)
     frame = AttentionFrame(weights, WARMUP_TOKENS, WARMUP_TOKENS, mask=mask)
-    frame.readouts = {"mean entropy (nats)": frame.entropy.mean().item(),
-                      "mean largest weight": max_weight(weights).mean().item()}
+    frame.readouts = {"mean entropy (nats)": f"{frame.entropy.mean().item():.2f}",  # as tour()
+                      "mean largest weight": f"{max_weight(weights).mean().item():.2f}"}
     return frame
 
 
