@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from .core import CheckResult, Mistake, check_function, seeded, size
+from .core import AllocationWatch, CheckResult, Mistake, check_function, seeded, size
 from .workflow import exercise
 
 __all__ = ["check_entropy", "check_softmax_with_temperature", "entropy_reference",
@@ -15,6 +15,7 @@ __all__ = ["check_entropy", "check_softmax_with_temperature", "entropy_reference
 
 OVERFLOW = ("exp of a large number overflows to inf, and inf / inf is NaN. Subtract each row's own "
             "maximum before exp: the constant cancels in the ratio.")
+NO_SOFTMAX = "a softmax call does the exercise for you: write it with torch.exp and a row sum."
 GLOBAL_MAX = ("with one maximum for the whole tensor, a row far below it underflows to 0 / 0 = NaN. "
               "Subtract each row's own maximum, one per row, shaped to broadcast.")
 
@@ -63,6 +64,7 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
     return check_function(
         softmax_with_temperature, softmax_with_temperature_reference, _softmax_cases(),
         what="softmax_with_temperature", output_names=("the weights",), same_dtype=True,
+        watch=lambda _: AllocationWatch(lambda _, call: NO_SOFTMAX if "softmax" in call else None),
         mistakes=[
             Mistake(lambda s, t: torch.softmax(s, -1),
                     "the temperature was ignored: divide the scores by T before the softmax."),
