@@ -22,8 +22,7 @@ def _shift(k: int, d: int, *, sign: float = 1.0, exponents=None, halves: bool = 
            same_angle: bool = False, no_sin: bool = False) -> torch.Tensor:
     """Exercise 1's ``M_k (d, d)`` with one named mistake (defaults: the right answer)."""
     exponents = torch.arange(0, d, 2, dtype=torch.float64) / d if exponents is None else exponents
-    omega = torch.ones(d // 2) if same_angle else 10000.0 ** (-exponents.double())
-    omega = omega.double()
+    omega = (torch.ones(d // 2) if same_angle else 10000.0 ** (-exponents.double())).double()
     c, s = (k * omega).cos(), sign * (k * omega).sin() * (0.0 if no_sin else 1.0)
     first = torch.arange(d // 2) if halves else torch.arange(0, d, 2)   # the pair's two rows
     second = first + d // 2 if halves else first + 1
@@ -89,8 +88,8 @@ def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
 def _layout(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int, *, inverse: bool = False,
             swap: bool = False, negate: bool = False, one_head: bool = False,
             head_minor: bool = False, columns: bool = False, keep_k: bool = False,
-            counts: str | None = None,
-            reverse: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+            counts: str | None = None, reverse: bool = False,
+            flip: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Exercise 2's ``(W_Q', W_K')`` with one named mistake (defaults: the right answer)."""
     def convert(W: torch.Tensor, heads: int) -> torch.Tensor:
         rows = W.shape[0]
@@ -111,7 +110,8 @@ def _layout(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int, *, inverse: bo
         return moved
 
     h_used, g_used = {"hh": (h, h), "gg": (g, g), None: (h, g)}[counts]
-    return convert(W_Q, h_used), W_K.clone() if keep_k else convert(W_K, g_used)
+    Q, K = convert(W_Q, h_used), W_K.clone() if keep_k else convert(W_K, g_used)
+    return (-Q if flip == 2 else Q), (-K if flip else K)             # flip: -W_K', or both
 
 
 def _layout_cases() -> list[dict]:
@@ -162,6 +162,9 @@ LAYOUT_MISTAKES = [Mistake(_kept, "nothing moved: the weights run under apply_ro
                             "interleaved pair d/2 - 1 - i, another frequency."),
         ({"counts": "hh"}, _COUNTS),
         ({"counts": "gg"}, _COUNTS),
+        *[({"flip": f}, "you changed the sign of a whole weight: rows only move. -W_K alone "
+                        "flips every score; -W_Q with -W_K keeps them, yet the weights differ.")
+          for f in (1, 2)],
     ]]
 
 
@@ -225,7 +228,7 @@ def _reach_cases() -> list[dict]:
     log_m = torch.empty(heads, dtype=torch.float64).uniform_(math.log(1e-3), math.log(2.0), generator=g)
     n = int(torch.randint(2, 4001, (1,), generator=g))
     slopes = alibi_slopes
-    return [{"m": m, "n": n} for m, n in [
+    return [{"slopes": m, "L": n} for m, n in [
         (slopes(8), 24), (slopes(4), 1), (slopes(12), 100), (slopes(4), 7), (slopes(8), 3000),
         (slopes(16), 2048),
         (torch.tensor([1e-6, 1e-4, 1e-3], dtype=torch.float64), 1001),
@@ -238,26 +241,26 @@ def half_weight_reach_reference(m: torch.Tensor, n: int) -> torch.Tensor:
 
 
 _ONE_SHORT = ("one short: K counts the keys at distances 0 .. K - 1, one more than the farthest "
-              "distance. Rounding x = -ln((1 + r^n) / 2) / m down (floor, int(), .long()) misses "
+              "distance. Rounding x = -ln((1 + r^L) / 2) / m_h down (floor, int(), .long()) misses "
               "the same way.")
-_ENDLESS = ("ln 2 / m is the reach of an endless row, but this row ends after n keys: a shallow "
-            "head in a short row reaches about n / 2.")
+_ENDLESS = ("ln 2 / m_h is the reach of an endless row, but this row ends after L keys: a shallow "
+            "head in a short row reaches about L / 2.")
 _MEAN = ("that is the row's mean distance, rounded: the reach is where the nearest keys first "
          "hold half the weight, another statistic.")
 
 
 @exercise("positional_encoding.reach", "how far back an ALiBi head looks: its half-weight reach",
           hints=(
-    "With equal content scores the key delta back weighs r^delta, r = e^{-m}, delta = 0 .. n - 1. "
+    "With equal content scores the key delta back weighs r^delta, r = e^{-m_h}, delta = 0 .. L - 1. "
     "The definition compares two sums of these powers: what kind of sums are they?",
     "Both are partial sums of a geometric series, with closed forms. Solve share = 1/2 for K "
     "(ln r < 0: mind the inequality) and take the smallest whole K where the share reaches 1/2.",
     "# To check yourself on a short row (not in here): count keys until the row's cumsum >= 1/2.\n"
-    "r_n = torch.exp(-m * n)                     # (H,): r^n, r = e^{-m}\n"
+    "r_L = torch.exp(-slopes * L)                # (H,): r^L, r = e^{-m_h}\n"
     "x = ...                                     # (H,) float: the K where share(K) is exactly 1/2\n"
     "return ...                                  # (H,) long: the smallest whole K >= x"))
 def check_reach(half_weight_reach: Callable) -> CheckResult:
-    """Exercise: ``half_weight_reach(m (H,), n) -> (H,)`` long, the fewest nearest keys holding half
+    """Exercise: ``half_weight_reach(slopes (H,), L) -> (H,)`` long, the fewest nearest keys holding half
     a causal row's weight under ALiBi's bias ``-m delta``."""
 
     def whole(m, n):  # the reaches count keys: an integer tensor
@@ -276,28 +279,28 @@ def check_reach(half_weight_reach: Callable) -> CheckResult:
                     "1/2 is x rounded UP."),
             Mistake(lambda m, n: _reach(m, n, endless=True), _ENDLESS),
             Mistake(lambda m, n: _reach(m, n, endless=True, cap=True),
-                    f"capping at n does not mend it: {_ENDLESS}"),
+                    f"capping at L does not mend it: {_ENDLESS}"),
             Mistake(lambda m, n: _reach(m, n, sign=1.0),
-                    "the weights grow with the distance (e^{+m delta}): the bias is -m (i - j), "
+                    "the weights grow with the distance (e^{+m_h delta}): the bias is -m_h (i - j), "
                     "the nearest key weighs most."),
             Mistake(lambda m, n: _reach(m, n, base=2.0),
-                    "you weighed the key delta back by 2^{-m delta}: the softmax exponentiates "
-                    "with e (r = e^{-m})."),
+                    "you weighed the key delta back by 2^{-m_h delta}: the softmax exponentiates "
+                    "with e (r = e^{-m_h})."),
             Mistake(lambda m, n: _reach(m, n, minus=True),
-                    "(1 - r^n) / 2 is half the row's total, not the bound on r^K: share(K) >= 1/2 "
-                    "gives 1 - r^K >= (1 - r^n) / 2, so r^K <= (1 + r^n) / 2."),
+                    "(1 - r^L) / 2 is half the row's total, not the bound on r^K: share(K) >= 1/2 "
+                    "gives 1 - r^K >= (1 - r^L) / 2, so r^K <= (1 + r^L) / 2."),
             Mistake(lambda m, n: _reach(m, n, log2=True),
-                    "you took a base-2 logarithm: with r = e^{-m} the log is natural (torch.log)."),
+                    "you took a base-2 logarithm: with r = e^{-m_h} the log is natural (torch.log)."),
             *[Mistake(lambda m, n, r=r: _reach(m, n, statistic="mean", rounding=r), _MEAN)
               for r in ("round", "ceil", "floor")],
             Mistake(lambda m, n: _reach(m, n, keys=1),
-                    "your row has n + 1 keys (distances 0 .. n): a query that sees n keys has "
-                    "them at 0 .. n - 1."),
+                    "your row has L + 1 keys (distances 0 .. L): a query that sees L keys has "
+                    "them at 0 .. L - 1."),
             Mistake(lambda m, n: _reach(m, n, keys=-1),
-                    "your row has n - 1 keys: the query sees n keys, its own token at distance 0 "
+                    "your row has L - 1 keys: the query sees L keys, its own token at distance 0 "
                     "included."),
             Mistake(lambda m, n: _reach(m, n, statistic="uniform"),
-                    "your reaches ignore the slope: ceil(n / 2) is a uniform row's reach (m -> "
+                    "your reaches ignore the slope: ceil(L / 2) is a uniform row's reach (m_h -> "
                     "0); a steeper head reaches less far."),
         ],
     )

@@ -193,7 +193,8 @@ def learner_layout(W_Q, W_K, h, g, *, flaw=None):
         return convert(W_Q, h), convert(W_K, h)
     if flaw == "g for both":
         return convert(W_Q, g), convert(W_K, g)
-    return convert(W_Q, h), convert(W_K, g)
+    Q, K = convert(W_Q, h), convert(W_K, g)
+    return (-Q if flaw == "minus both" else Q), (-K if flaw in ("minus W_K", "minus both") else K)
 
 
 LAYOUT_WRONG = {
@@ -205,9 +206,9 @@ LAYOUT_WRONG = {
     "only W_Q": "W_K' is W_K unchanged",
     "one head": "you reordered all the rows as one head",
     "head minor": "you read the rows as (d_head, heads)",
-    "h for both": "you cut one weight into the other's number of heads",
-    "g for both": "you cut one weight into the other's number of heads",
+    **dict.fromkeys(("h for both", "g for both"), "you cut one weight into the other's number of heads"),
     "reverse": "your pairs are in reverse order",
+    **dict.fromkeys(("minus W_K", "minus both"), "you changed the sign of a whole weight"),
 }
 
 
@@ -262,18 +263,18 @@ def summed_reach(m: float, n: int) -> int:
 
 def test_the_reach_reference_is_the_definition_on_every_case():
     for case in ex._reach_cases():
-        got = ex.half_weight_reach_reference(case["m"], case["n"])
-        assert got.dtype == torch.long and got.shape == case["m"].shape
-        assert got.tolist() == [summed_reach(m, case["n"]) for m in case["m"].tolist()], case
+        got = ex.half_weight_reach_reference(case["slopes"], case["L"])
+        assert got.dtype == torch.long and got.shape == case["slopes"].shape
+        assert got.tolist() == [summed_reach(m, case["L"]) for m in case["slopes"].tolist()], case
 
 
 def test_the_cases_cover_the_edges_and_stay_away_from_ties():
     cases = ex._reach_cases()
     for case in cases:
-        for m in case["m"].tolist():
-            x = exact_x(m, case["n"])
+        for m in case["slopes"].tolist():
+            x = exact_x(m, case["L"])
             if x > 1:   # below 1 every route gives 1: the nearest key alone always holds half
-                assert min(x - mpmath.floor(x), mpmath.ceil(x) - x) >= ex.REACH_MARGIN, (m, case["n"])
+                assert min(x - mpmath.floor(x), mpmath.ceil(x) - x) >= ex.REACH_MARGIN, (m, case["L"])
 
 
 @pytest.mark.parametrize("n", [1, 2, 11, 1001])
@@ -357,21 +358,19 @@ def learner_reach(m, n, *, flaw=None):
 
 
 REACH_WRONG = {
-    "no plus one": "one short",
-    "floor": "one short",
-    "truncated": "Rounding x = -ln((1 + r^n) / 2) / m down (floor, int(), .long())",
+    **dict.fromkeys(("no plus one", "floor"), "one short"),
+    "truncated": "Rounding x = -ln((1 + r^L) / 2) / m_h down (floor, int(), .long())",
     "round": "to the nearest whole number",
-    "endless": "ln 2 / m is the reach of an endless row",
-    "endless, capped": "capping at n does not mend it",
+    "endless": "ln 2 / m_h is the reach of an endless row",
+    "endless, capped": "capping at L does not mend it",
     "sign": "the weights grow with the distance",
-    "base 2": "you weighed the key delta back by 2^{-m delta}",
+    "base 2": "you weighed the key delta back by 2^{-m_h delta}",
     "log2": "you took a base-2 logarithm",
-    "mean, rounded": "that is the row's mean distance",
-    "mean, up": "that is the row's mean distance",
-    "n + 1 keys": "your row has n + 1 keys",
-    "own token left out": "your row has n - 1 keys",
+    **dict.fromkeys(("mean, rounded", "mean, up"), "that is the row's mean distance"),
+    "n + 1 keys": "your row has L + 1 keys",
+    "own token left out": "your row has L - 1 keys",
     "uniform": "your reaches ignore the slope",
-    "minus": "(1 - r^n) / 2 is half the row's total",
+    "minus": "(1 - r^L) / 2 is half the row's total",
 }
 
 
@@ -404,15 +403,15 @@ def test_the_level_3_skeletons_filled_in_pass():
         "W.shape[0] // heads",
         "torch.stack([torch.arange(d_head // 2), torch.arange(d_head // 2) + d_head // 2], -1)"
         ".flatten()"))
-    assert_skeleton("positional_encoding.reach", "m, n", ex.check_reach, (
-        "-torch.log((1 + r_n) / 2) / m", "torch.ceil(x).long()"))
+    assert_skeleton("positional_encoding.reach", "slopes, L", ex.check_reach, (
+        "-torch.log((1 + r_L) / 2) / slopes", "torch.ceil(x).long()"))
 
 
 @pytest.mark.parametrize("key, answers", [
     ("positional_encoding.rope_layout", ("i + d/2 ->", "-> 2i", "row 2i is", "copies old row i",
                                          "[0, 4, 1, 5", "[0, 2, 4", "(0, d/2", "arange(d_head // 2)",
                                          "stack", "transpose(1, 2)", "view(heads, 2")),
-    ("positional_encoding.reach", ("-ln(", "1 - r^k", "1 - r^K", "(1 + r^n) / 2", "round x UP")),
+    ("positional_encoding.reach", ("-ln(", "1 - r^k", "1 - r^K", "(1 + r^L) / 2", "round x UP")),
 ])
 def test_the_first_two_hints_lead_without_stating_the_answer(key, answers):
     for text in EXERCISES[key].hints[:2]:
