@@ -197,8 +197,8 @@ def check_value_norms(candidate: Callable) -> CheckResult:
                     "you merged the heads and applied the whole W_O, one norm for all heads: "
                     "measure each head on its own, through its block of W_O only."),
             Mistake(lambda w, v, W: times(w, v.norm(dim=-1)),
-                    "you took the norm of v_j itself: pass it through the head's slice of the "
-                    "output projection first, f_h(x_j) = W_O[:, head's columns] @ v_j."),
+                    "you took the norm of v_j itself: project it through the head's block of the "
+                    "output projection first: the row vector f_h(x_j) = v_j W_O^(h)."),
             Mistake(lambda w, v, W: times(w, _f(v, W, rows_slice).norm(dim=-1)),
                     "you sliced W_O's rows: its weight is (out, in) = (d, h * d_head), so head "
                     "h owns the COLUMNS h*d_head .. (h+1)*d_head - 1."),

@@ -226,7 +226,7 @@ def row_shares(weights, values, W_O):  # each row divided by its sum: the shares
 NORMS_WRONG = [
     (row_shares, "divided each row by its sum"),
     (merged_heads, "merged the heads"),
-    (value_only, "through the head's slice"),
+    (value_only, "through the head's block"),
     (rows_of_W_O, "COLUMNS"),
     (whole_W_O_on_head_0, "first head's columns"),
     (interleaved_heads, "every h-th column"),
