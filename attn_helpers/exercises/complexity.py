@@ -81,13 +81,14 @@ def _empty_merge_cases() -> list[dict]:
 
 
 def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=(True, True),  # noqa: E741
-                flip=False, swap=False, finish=False):
+                flip=False, swap=False, finish=False, weigh=False):
     """The merge with one thing changed."""
     m = new_max(m1, m2)
     c1, c2 = (torch.exp(m - m1), torch.exp(m - m2)) if flip else (torch.exp(m1 - m), torch.exp(m2 - m))
     c1, c2 = (c2, c1) if swap else (c1, c2)
     l = (c1 * l1 + c2 * l2) if rescale[0] else l1 + l2  # noqa: E741
     acc = (c1 * acc1 + c2 * acc2) if rescale[1] else acc1 + acc2
+    acc = (c1 * l1 * acc1 + c2 * l2 * acc2) / l if weigh else acc
     return m, l, acc / l if finish else acc
 
 
@@ -110,6 +111,9 @@ def _merge_mistakes() -> list[Mistake]:
         Mistake(lambda *a: _merge_with(*a, finish=True),
                 "acc came back divided by l: that is the output, not the state; keep acc "
                 "unnormalised so that more states can be merged into it."),
+        Mistake(lambda *a: _merge_with(*a, weigh=True),
+                "acc was weighted by l, as if each acc_i were a normalised output: acc is the "
+                "unnormalised sum; rescale it like l, do not weight it by l."),
     ]
 
 

@@ -81,7 +81,7 @@ def slope(table: dict, method: str, n_min: int = 256) -> float:
     return fit_power_law(ns, [table[(method, n)] for n in ns]).slope
 
 
-def plot_scaling(ms: dict, peak: dict, causal=()) -> None:
+def plot_scaling(ms: dict, peak: dict, causal=(), calls="several") -> None:
     """Time and peak memory against ``n`` on log-log axes, a line per method (dashed: ``causal``;
     ``sdpa_causal``: white diamonds); the legend gives each time fit's slope from ``n = 256``."""
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4))
@@ -96,7 +96,7 @@ def plot_scaling(ms: dict, peak: dict, causal=()) -> None:
         ax.set_xscale("log", base=2)
         ax.set(xlabel="sequence length n", ylabel=what)
         ax.legend(fontsize=8)
-    ax_t.set_title("fastest of several calls" + (" (dashed: causal)" if causal else ""))
+    ax_t.set_title(f"fastest of {calls} calls" + (" (dashed: causal)" if causal else ""))
     ax_m.set_title("memory allocated during one call (inputs excluded)")
     plt.show()
 
@@ -195,7 +195,7 @@ def cache_sizes() -> dict[str, int]:
 
 def copy_bandwidth_gbps(device: str = "cpu", n_bytes: int = 256 * 2**20,
                         budget_s: float = 0.5, repeats: int = 1) -> float:
-    """GB/s of copying ``n_bytes`` (one read and one write per byte), best of ``repeats`` medians."""
+    """GB/s copying ``n_bytes``, 2 bytes per byte (no write-allocate), best of ``repeats`` medians."""
     require_positive_int("repeats", repeats)
     src = torch.ones(n_bytes // 4, device=device)
     dst = torch.empty_like(src)

@@ -39,7 +39,7 @@ def test_merged_states_of_two_key_sets_give_attention_over_both(n_q, n_1, n_2, d
 
 
 def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=(True, True), flip=False,
-                  swap=False, finish=False, raw_exp=False):
+                  swap=False, finish=False, raw_exp=False, weigh=False):
     """A learner's merge through weights w_i = exp(m_i - m); each keyword plants one mistake."""
     m = {"max": torch.max(m1, m2), "first": m1, "min": torch.min(m1, m2)}[new_max]
     if raw_exp:                                                      # exp(m_i) / exp(m): overflows
@@ -51,6 +51,7 @@ def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=(True, T
         w1, w2 = w2, w1
     l = w1 * l1 + w2 * l2 if rescale[0] else l1 + l2  # noqa: E741
     acc = torch.addcmul(w2 * acc2, w1, acc1) if rescale[1] else acc1 + acc2
+    acc = (w1 * l1 * acc1 + w2 * l2 * acc2) / l if weigh else acc
     return m, l, acc / l if finish else acc
 
 
@@ -91,6 +92,7 @@ MERGE_WRONG = {
     "m is the smaller of the two maxima": partial(learner_merge, new_max="min"),
     "acc came back divided by l": partial(learner_merge, finish=True),
     "exp of a max near 1000 overflows": partial(learner_merge, raw_exp=True),
+    "acc was weighted by l": partial(learner_merge, weigh=True),
 }
 
 
