@@ -47,8 +47,7 @@ def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=(True, T
     else:
         m_ = torch.where(torch.isfinite(m), m, 0.0)                  # 0 where both are empty
         w1, w2 = ((m_ - m1).exp(), (m_ - m2).exp()) if flip else ((m1 - m_).exp(), (m2 - m_).exp())
-    if swap:
-        w1, w2 = w2, w1
+    w1, w2 = (w2, w1) if swap else (w1, w2)
     l = w1 * l1 + w2 * l2 if rescale[0] else l1 + l2  # noqa: E741
     acc = torch.addcmul(w2 * acc2, w1, acc1) if rescale[1] else acc1 + acc2
     acc = (w1 * l1 * acc1 + w2 * l2 * acc2) / l if weigh else acc
@@ -171,8 +170,7 @@ def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal"
             if tile_d:
                 D_i = (p * dp * allowed).sum(-1, keepdim=True)
             ds = p * (dp - D_i) if not no_d else p * dp
-            if mask_ds_only:
-                ds = torch.where(allowed, ds, 0.0)
+            ds = torch.where(allowed, ds, 0.0) if mask_ds_only else ds
             shares = {"dq": (dq, slice(i, i + B), torch.einsum("...qk,...kd->...qd", ds, K)
                              * (c if scale[0] else 1.0)),
                       "dk": (dk, slice(j, j + B), torch.einsum("...qk,...qd->...kd", ds, Q)
