@@ -88,7 +88,9 @@ def draw_course_map(ax: Axes) -> None:
         ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
                                     boxstyle="round,pad=0.02", facecolor="#dbe9f6",
                                     edgecolor="#3b75af", linewidth=1.5))
-        ax.text(x, y + 0.27, fill(f"{lesson.number} {lesson.title}", 22), ha="center",
+        title = f"{lesson.number} {lesson.title}"  # one line with sqrt(d_k) as math: it fits
+        title = title.replace("sqrt(d_k)", r"$\sqrt{d_k}$") if "sqrt" in title else fill(title, 22)
+        ax.text(x, y + 0.27, title, ha="center",
                 va="center", fontsize=10.5, fontweight="bold")
         ax.text(x, y - 0.1, fill(lesson.idea, 27), ha="center", va="center", fontsize=8.5,
                 linespacing=1.1)

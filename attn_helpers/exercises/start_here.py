@@ -16,6 +16,8 @@ __all__ = ["check_entropy", "check_softmax_with_temperature", "entropy_reference
 OVERFLOW = ("exp of a large number overflows to inf, and inf / inf is NaN. Subtract each row's own "
             "maximum before exp: the constant cancels in the ratio.")
 NO_SOFTMAX = "a softmax call does the exercise for you: write it with torch.exp and a row sum."
+NO_ENTR = ("torch.special.entr (which ah.attention_entropy uses) does the exercise for you: write "
+           "-a ln a with torch.log, and give a key of weight 0 its limit, 0, yourself.")
 GLOBAL_MAX = ("with one maximum for the whole tensor, a row far below it underflows to 0 / 0 = NaN. "
               "Subtract each row's own maximum, one per row, shaped to broadcast.")
 
@@ -152,6 +154,7 @@ def check_entropy(entropy: Callable) -> CheckResult:
     ref = entropy_reference
     return check_function(
         entropy, ref, _entropy_cases(), what="entropy", output_names=("the entropy",), same_dtype=True,
+        watch=lambda _: AllocationWatch(lambda _, call: NO_ENTR if "entr" in call else None),
         mistakes=[
             Mistake(lambda w: ref(w) / math.log(2),
                     "that is the entropy in bits (log base 2); use the natural log for nats."),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import ipywidgets as widgets
 import torch
 
@@ -30,8 +32,10 @@ def warmup_frame(temperature: float, causal: bool = False) -> AttentionFrame:
     mask = causal_mask(len(WARMUP_TOKENS)) if causal else None
     weights = masked_softmax(warmup_scores() / temperature, mask)
     frame = AttentionFrame(weights, WARMUP_TOKENS, WARMUP_TOKENS, mask=mask)
-    frame.readouts = {"mean entropy (nats)": f"{frame.entropy.mean().item():.2f}",  # as tour()
-                      "mean largest weight": f"{max_weight(weights).mean().item():.2f}"}
+    mean_entropy = frame.entropy.mean().item()
+    frame.readouts = {"mean entropy (nats)": f"{mean_entropy:.2f}",  # two decimals, as tour()
+                      "mean largest weight": f"{max_weight(weights).mean().item():.2f}",
+                      "effective keys exp(mean H)": f"{math.exp(mean_entropy):.2f}"}
     return frame
 
 

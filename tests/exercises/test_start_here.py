@@ -79,6 +79,7 @@ def test_softmax_with_temperature_rejects_and_names_mistakes(wrong, fragments):
      ["shape (1,)", "shape ()", "Hint: you kept the summed axis (keepdim=True)"]),
     (lambda p: entropy(p) + 0.1, ["returned the entropy with wrong values", "largest difference 0.1"]),
     (lambda p: entropy(p).tolist(), ["returned the entropy as a float; return a torch.Tensor"]),
+    (lambda p: torch.special.entr(p).sum(-1), ["torch.special.entr", "torch.log"]),
 ])
 def test_entropy_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_entropy(wrong), *fragments)
@@ -94,8 +95,7 @@ def test_right_values_in_the_wrong_dtype_get_no_mistake_hint():
 
 
 @pytest.mark.parametrize("key, signature, check, fills", [
-    ("start_here.softmax_with_temperature", "scores, temperature",
-     ex.check_softmax_with_temperature,
+    ("start_here.softmax_with_temperature", "scores, temperature", ex.check_softmax_with_temperature,
      ("z.amax(dim=-1, keepdim=True)", "e.sum(dim=-1, keepdim=True)")),
     ("start_here.entropy", "weights", ex.check_entropy,
      ("weights * torch.log(weights)", "terms.sum(dim=-1)")),
