@@ -48,7 +48,7 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
                  cross_out=True, cross_residual=True, query_before_self=False, one_head=False,
                  memory_queries=False, cross_norm=True, ff_residual=True, ff_norm="norm3",
                  invert_memory=False, causal_memory=False, mask_3d=False, scale=None,
-                 norm_outside=False, zero_mask=False, no_transpose=False):
+                 norm_outside=False, zero_mask=False, no_transpose=False, ff_first=False):
     """Exercise 1's answer with one named mistake (all off: the right answer)."""
     ca, h = layer.cross_attn, 1 if one_head else layer.cross_attn.num_heads
     split = (lambda x: x.reshape(x.shape[0], h, x.shape[1], -1)) if no_transpose else (
@@ -79,6 +79,11 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
                 o = (q @ K_m.transpose(-2, -1) * K_m.shape[-1] ** -0.5 * seen).softmax(-1) @ V_m
             return ca.out_proj(merge_heads(o)) if cross_out else merge_heads(o)
 
+        if ff_first:                                  # blocks swapped; each its own norm, or by place
+            first, last = (layer.norm3, layer.norm2) if ff_first == "own" else (layer.norm2, layer.norm3)
+            x = first(x + layer.feed_forward(x))
+            outputs.append(last(x + cross_attention(x)))
+            continue
         if query_before_self:
             x = layer.norm2(x + cross_attention(y[:, t:t + 1]))
         elif memory_queries:                          # queries and keys swapped: (b, n_m, d)
@@ -189,6 +194,8 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
          {"ff_residual": False}),
         ("the feed-forward's sum went through norm2; each block has its own: norm3 for the "
          "feed-forward.", {"ff_norm": "norm2"}),
+        *(("the blocks are in the wrong order: cross-attention comes first, then the feed-forward "
+           "(section 2).", {"ff_first": place}) for place in ("own", "place")),
         ("the memory mask is inverted: memory_real is True at the REAL positions, the ones that "
          "may be read.", {"invert_memory": True}),
         ("the memory mask has shape (b, 1, n_m): against scores (b, h, 1, n_m) its batch axis "

@@ -98,7 +98,8 @@ def seed_table(seeds: dict, task: str) -> None:
         print("seed  token acc.  digit steps on field  step 5: month/year  "
               "1st -: year  2nd -: year/month/day  entropy 2nd - / digits")
     elif task == "reversal":
-        print("seed  peak on L-1-t (lowest L)  within one (lowest L)  peak weight  4 strongest keys  "
+        print("seed  peak on L-1-t (worst length)  within one (worst length)  peak weight  "
+              "4 strongest keys (all L)  "
               "e^(mean H) at L = 4 / 24")
     else:
         raise ValueError(f"task must be 'dates' or 'reversal', got {task!r}")
@@ -114,9 +115,9 @@ def seed_table(seeds: dict, task: str) -> None:
         else:
             on, near = r["on the mirror"].values(), r["within one"].values()
             e4, e24 = (math.exp(h) for L, h in r["mean entropy"].items() if int(L) in (4, 24))
-            print(f"{seed:>4}  {r['on the mirror, pooled']:19.2f} ({min(on):.2f})  "
-                  f"{r['within one, pooled']:16.2f} ({min(near):.2f})  {r['peak weight']:11.2f}  "
-                  f"{r[TOP4]:16.2f}  {e4:17.1f} / {e24:.1f}")
+            print(f"{seed:>4}  {r['on the mirror, pooled']:21.2f} ({min(on):.2f})  "
+                  f"{r['within one, pooled']:18.2f} ({min(near):.2f})  {r['peak weight']:11.2f}  "
+                  f"{r[TOP4]:24.2f}  {e4:17.1f} / {e24:.1f}")
 
 
 def sharpness_figure(dates: dict, alignment: torch.Tensor, n_k: torch.Tensor) -> None:
