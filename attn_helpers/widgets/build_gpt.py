@@ -105,15 +105,17 @@ def boundary_peaks(weights: torch.Tensor, texts) -> tuple[torch.Tensor, float]:
 
 def plot_curves(curves: dict, title: str, *, ends: dict | None = None,
                 target: float | None = None, note: str | None = None) -> None:
-    """``curves {label: [(step, training, held out), ...]}``: held out solid, training dashed
-    (if given); ``ends {label: (step, losses)}``: diamond i in curve i's colour, spread in x;
-    ``target`` dotted; ``note`` low on the left."""
+    """``curves {label: [(step, training, held out), ...]}``: held out solid, training dashed (if
+    given), curve i with its own hollow marker, so overlaps stay visible; ``ends {label: (step,
+    losses)}``: diamond i in curve i's colour, spread in x; ``target`` dotted; ``note`` low left."""
     _, ax = plt.subplots(figsize=(7, 3.6))
-    for label, curve in curves.items():        # held-out curve i takes colour Ci
+    for i, (label, curve) in enumerate(curves.items()):   # curve i takes colour Ci
         steps, training, held_out = zip(*curve, strict=True)
-        (line,) = ax.plot(steps, held_out, "-o", markersize=3, label=f"{label}, held out")
+        style = {"marker": "os^vP"[i % 5], "markersize": 7 - i % 5, "markerfacecolor": "none"}
+        (line,) = ax.plot(steps, held_out, "-", label=f"{label}, held out", **style)
         if None not in training:
-            ax.plot(steps, training, "--", color=line.get_color(), label=f"{label}, training")
+            ax.plot(steps, training, "--", color=line.get_color(), label=f"{label}, training",
+                    alpha=0.8, **style)
     for label, (step, losses) in (ends or {}).items():
         for i, loss in enumerate(losses):      # 2% of the step apart: none hides another
             ax.plot(step * (1 + 0.02 * (i - (len(losses) - 1) / 2)), loss, "D", markersize=6,
