@@ -193,10 +193,10 @@ ATTENTION_MISTAKES = [
      "mistake: it anchors its mask top-left.)"),
     ("not_read", "the cache is not appended to or not read: every call adds its keys and values "
      "to the cache and attends over all start + n of them."),
-    ("kv_swapped", "k and v are swapped in the cache: cache.append(k, v) takes the keys first, then "
-     "the values."),
+    ("kv_swapped", "k and v are swapped in the cache: cache.append(k, v) takes keys, then values."),
     ("no_out_proj", "W_O is missing: the merged heads go through self.out."),
-    ("scale_d_model", "the scores are scaled by 1/sqrt(d_model): each head uses 1/sqrt(d / h)."),
+    ("scale_d_model", "the scores are scaled by a wrong factor (such as 1/sqrt(d_model) or 1/d_h): "
+     "each head's scale is 1/sqrt(d_h), with d_h = d / h."),
     ("no_scale", "the scores are not scaled: divide q k^T by sqrt(d_h)."),
     ("multiplied", "the scores were multiplied by the mask: a 0 score still gets weight e^0 > 0. "
      "Set masked scores to -inf before the softmax, or pass the mask to the attention step."),
