@@ -10,7 +10,7 @@ from functools import partial
 import torch
 
 from ..lessons.positional_encoding import half_weight_reach
-from ..positional import alibi_slopes
+from ..positional import alibi_slopes as slopes
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
@@ -65,6 +65,7 @@ def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
     run = partial(check_function, shift_matrix, shift_matrix_reference, cases, what="shift_matrix",
                   output_names=("M_k",), rtol=0.0, same_dtype=True)
     verdict = run(atol=SHIFT_TOL, mistakes=[
+            Mistake(lambda k, d: _shift(abs(k), d), "right for k >= 0 only: did you take |k|?"),
             Mistake(lambda k, d: _shift(k, d, sign=-1.0),
                     "the sin terms have the wrong signs (or M_k is transposed): that is RoPE's R(k), "
                     "which moves PE(p) to PE(p - k). PE stores (sin, cos), so the block is R(-k). "
@@ -227,7 +228,6 @@ def _reach_cases() -> list[dict]:
     heads = int(torch.randint(2, 7, (1,), generator=g))
     log_m = torch.empty(heads, dtype=torch.float64).uniform_(math.log(1e-3), math.log(2.0), generator=g)
     n = int(torch.randint(2, 4001, (1,), generator=g))
-    slopes = alibi_slopes
     return [{"slopes": m, "L": n} for m, n in [
         (slopes(8), 24), (slopes(4), 1), (slopes(12), 100), (slopes(4), 7), (slopes(8), 3000),
         (slopes(16), 2048),

@@ -265,14 +265,14 @@ def plot_grids(grids: dict[str, torch.Tensor], xlabel: str = "key position n",
     plt.show()
 
 
-def plot_alibi(weights: torch.Tensor, slopes: torch.Tensor, heads=(1, 3, 5)) -> None:
-    """Section 5: the attention ``weights (H, n, n)`` of the bias alone, for heads ``h`` (from 1)."""
+def plot_alibi(weights: torch.Tensor, slopes: torch.Tensor, heads=(0, 2, 4)) -> None:
+    """Section 5: the attention ``weights (H, n, n)`` of the bias alone, for heads ``h`` (from 0)."""
     n = weights.shape[-1]
     fig, axes = plt.subplots(1, len(heads), figsize=(5 * len(heads), 4.6))
     for ax, h in zip(axes, heads, strict=True):
-        plots.heatmap(weights[h - 1], list(range(n)), list(range(n)), ax=ax, mask=causal_mask(n),
+        plots.heatmap(weights[h], list(range(n)), list(range(n)), ax=ax, mask=causal_mask(n),
                       xlabel="key position", ylabel="query position",
-                      title=f"head h = {h}, slope m_h = 1/{round(1 / slopes[h - 1].item())}")
+                      title=f"head h = {h}, slope m_h = 1/{round(1 / slopes[h].item())}")
     plt.show()
 
 

@@ -30,9 +30,9 @@ def test_the_shift_matrix_moves_the_table_by_k(k, d):
 
 
 def learner_shift(k, d, *, sign=1, exponent=None, reverse=False, halves=False, same_angle=False,
-                  cos_only=False, transpose=False, float32=False):
+                  cos_only=False, transpose=False, float32=False, abs_k=False):
     """A learner's M_k, pair by pair with math; each keyword plants one mistake."""
-    M = torch.zeros(d, d, dtype=torch.float64)
+    M, k = torch.zeros(d, d, dtype=torch.float64), abs(k) if abs_k else k
     for i in range(d // 2):
         j = (d // 2 - 1 - i) if reverse else i
         b = k * (1.0 if same_angle else 10000.0 ** -(2 * j / d if exponent is None else exponent(j, d)))
@@ -68,6 +68,7 @@ NAMED_MISTAKES = [
     ("you paired dimension i with i + d/2", dict(halves=True)),
     ("(or M_k is transposed)", dict(transpose=True)),
     ("omega (or the angles) computed in float32", dict(float32=True)),  # the notebook's 1e-9 fails
+    ("did you take |k|?", dict(abs_k=True)),
 ]
 
 
