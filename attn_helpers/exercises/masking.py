@@ -20,7 +20,8 @@ __all__ = ["check_masked_softmax", "check_rolling_cache_step", "check_window_mas
 
 def _softmax_cases() -> list[dict]:
     """float32 with empty pad rows; float16 with a masked key 17 and 20 above (section 2) and an
-    empty row; (b, h, n, n) scores under an (n, n) mask; float16 scores in the 1000s."""
+    empty row; (b, h, n, n) scores under an (n, n) mask; float16 scores in the 1000s; float32
+    scores near -1e5, below any fixed fill such as -1e4."""
     g = seeded(505)
     gaps = torch.tensor([[0.0, 1.0, 17.0], [0.0, 1.0, 20.0], [3.0, 1.0, 2.0]], dtype=torch.float16)
     pads = _window_mask(torch.tensor([5, 3]), 5, 2)                     # (2, 5, 5): pad rows empty
@@ -28,7 +29,8 @@ def _softmax_cases() -> list[dict]:
             {"scores": gaps, "mask": torch.tensor([[True, True, False]] * 2 + [[False] * 3])},
             {"scores": torch.randn(2, 3, 4, 4, generator=g), "mask": torch.rand(4, 4, generator=g) < .6},
             {"scores": (1000 * torch.randn(3, 6, generator=g)).half(),
-             "mask": torch.rand(3, 6, generator=g) < .5}]
+             "mask": torch.rand(3, 6, generator=g) < .5},
+            {"scores": torch.randn(3, 5, generator=g) - 1e5, "mask": torch.rand(3, 5, generator=g) < .5}]
 
 
 def _softmax_wrong(*, fill=float("-inf"), after=None, zero_empty=True, invert=False) -> Callable:
@@ -52,6 +54,9 @@ _SOFTMAX_WRONG = [   # (the flaw of _softmax_wrong, its hint)
     ({"after": "renormalised"}, "you masked the weights after the softmax and renormalised. That "
      "is right only in exact arithmetic: in float16 a masked key 17 above the others rounds their "
      "weights to the tiniest floats, or to 0 / 0 (section 2). Mask the scores before the softmax."),
+    ({"fill": -1e4}, "a fixed fill such as -1e4 is not below every score: here the allowed scores "
+     "sit near -1e5, so the masked keys took the weight. Fill with -inf, or with the most "
+     "negative number of the scores' own dtype."),
     ({"fill": 0.0}, "masked scores were set to 0, and exp(0) = 1 still gives them weight: a masked "
      "key needs a score whose exponential is exactly 0."),
     ({"zero_empty": False}, "a row with no allowed key is all -inf, and the softmax gives 0 / 0 = "
@@ -80,7 +85,7 @@ def check_masked_softmax(masked_softmax_fn: Callable) -> CheckResult:
         masked_softmax_fn, masked_softmax, _softmax_cases(), what="masked_softmax",
         output_names=("the weights",), atol=1e-3, rtol=1e-3, same_dtype=True,
         mistakes=[Mistake(_softmax_wrong(**flaw), hint) for flaw, hint in _SOFTMAX_WRONG],
-        nan_hint=_SOFTMAX_WRONG[3][1],
+        nan_hint=_SOFTMAX_WRONG[4][1],
         error_hints=[("without overflow", "that fill value does not fit in float16, whose largest "
                       "magnitude is 65,504. Fill with -inf, or with the most negative number of the "
                       "scores' own dtype.")])

@@ -34,6 +34,7 @@ def _fill(s, m, value=-math.inf):                                    # the maske
     (_fill, "0 / 0 = NaN"),
     (lambda s, m: _fill(s, m, -1e4), "uniform"),
     (lambda s, m: torch.nan_to_num(_fill(s, ~m)), "inverted"),
+    (lambda s, m: _fill(s, m, -1e4) * m.any(-1, keepdim=True), "not below every score"),
     (lambda s, m: _fill(s, m, -1e9) * m.any(-1, keepdim=True), "largest magnitude is 65,504"),
     (lambda s, m: torch.nan_to_num(_fill(s.float(), m)), "as torch.float32; the right answer is"),
 ])
