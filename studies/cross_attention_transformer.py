@@ -77,17 +77,11 @@ def field_words(test):
     return mask
 
 
-def ablated_accuracy(model, test, heads=(), how="field words zeroed"):
-    """Teacher forced, the share of digit steps right when the cross-attention ``heads`` get new
-    weights: the step's field words zeroed (the rest renormalised), or uniform over the words."""
-    new_weights = (field_words(test)[:, None], padding_mask(test.src_lengths)[:, None, None])
-
-    def hook(module, args, output):                        # the block's output, recomputed
-        w = output[1]                                      # (b, h, n_t, n_src)
-        new = w.masked_fill(new_weights[0], 0.0) if how == "field words zeroed" else (
-            new_weights[1].expand_as(w).float())
-        on = torch.tensor([h in heads for h in range(w.shape[1])])[:, None, None]   # (h, 1, 1)
-        w = torch.where(on, new / new.sum(-1, keepdim=True), w)
+def _right(model, test, edit):
+    """Teacher forced, ``(b, n_t)``: True where the output is right when the decoder's
+    cross-attention weights ``w (b, h, n_t, n_src)`` become ``edit(w)``, its output recomputed."""
+    def hook(module, args, output):
+        w = edit(output[1])
         v = split_heads(module.v_proj(args[2]), module.num_heads)          # (b, h, n_src, d_head)
         return module.out_proj(merge_heads(w @ v)), w
 
@@ -95,8 +89,20 @@ def ablated_accuracy(model, test, heads=(), how="field words zeroed"):
     with torch.no_grad():
         logits, _ = model(test.src, test.src_lengths, test.tgt_in)
     handle.remove()
-    right = logits.argmax(-1) == test.tgt_out                               # (b, n_t)
-    return right[:, cross_attention.DIGIT_STEPS].float().mean().item()
+    return logits.argmax(-1) == test.tgt_out
+
+
+def ablated_accuracy(model, test, heads=(), how="field words zeroed"):
+    """Teacher forced, the share of digit steps right when the cross-attention ``heads`` get new
+    weights: the step's field words zeroed (the rest renormalised), or uniform over the words."""
+    fields, real = field_words(test)[:, None], padding_mask(test.src_lengths)[:, None, None]
+
+    def edit(w):
+        new = w.masked_fill(fields, 0.0) if how == "field words zeroed" else real.expand_as(w).float()
+        on = torch.tensor([h in heads for h in range(w.shape[1])])[:, None, None]   # (h, 1, 1)
+        return torch.where(on, new / new.sum(-1, keepdim=True), w)
+
+    return _right(model, test, edit)[:, cross_attention.DIGIT_STEPS].float().mean().item()
 
 
 def off_peak_ablations(model, test):
@@ -111,17 +117,11 @@ def off_peak_ablations(model, test):
     for name, words in (("field words", fields), ("other words", ~fields & real)):
         zeroed = words[:, None] & off[..., None]           # only in that head, only at that step
 
-        def hook(module, args, output, zeroed=zeroed):
-            w = output[1].masked_fill(zeroed, 0.0)
-            v = split_heads(module.v_proj(args[2]), module.num_heads)
-            return module.out_proj(merge_heads(w / w.sum(-1, keepdim=True) @ v)), w
+        def edit(w, zeroed=zeroed):
+            w = w.masked_fill(zeroed, 0.0)
+            return w / w.sum(-1, keepdim=True)
 
-        handle = model.decoder.cross_attn.register_forward_hook(hook)
-        with torch.no_grad():
-            logits, _ = model(test.src, test.src_lengths, test.tgt_in)
-        handle.remove()
-        right = logits.argmax(-1) == test.tgt_out                           # (b, n_t)
-        found[f"off-peak steps, {name} zeroed"] = right[steps].float().mean().item()
+        found[f"off-peak steps, {name} zeroed"] = _right(model, test, edit)[steps].float().mean().item()
     return found
 
 
