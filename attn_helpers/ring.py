@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -18,9 +17,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ._checks import check_qkv, require_bool, require_number, require_positive_int, resolve_scale, shape
-from .efficient import OnlineSoftmaxState, block_state, finalize, init_state, merge_states, tile_scores
+from .efficient import block_state, finalize, init_state, merge_states, tile_scores
 
-__all__ = ["ring_schedule", "split_blocks", "ring_attention"]
+__all__ = ["ring_schedule", "ring_attention"]
 
 
 def ring_schedule(world_size: int) -> list[list[int]]:
@@ -29,88 +28,39 @@ def ring_schedule(world_size: int) -> list[list[int]]:
     return [[(rank - step) % world_size for rank in range(world_size)] for step in range(world_size)]
 
 
-def split_blocks(n: int, world_size: int) -> list[tuple[int, int]]:
-    """Contiguous ``(start, end)`` of the ``world_size`` blocks (sizes differ by at most 1)."""
-    require_positive_int("n", n)
-    require_positive_int("world_size", world_size)
-    if world_size > n:
-        raise ValueError(f"world_size={world_size} is larger than the sequence length n={n}")
-    bounds = [round(i * n / world_size) for i in range(world_size + 1)]
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
-
-
-def _partial(q_block, k_block, v_block, q_range, kv_range, *, causal: bool, scale: float
-             ) -> OnlineSoftmaxState | None:
-    """The state of a query block against one key/value block; ``None`` if the causal mask hides it."""
-    if causal and kv_range[0] >= q_range[1]:
-        return None
-    scores = tile_scores(q_block, k_block, slice(*q_range), slice(*kv_range), scale=scale,
-                         causal=causal)                               # (..., n/R, n/R)
-    return block_state(scores, v_block)
-
-
-def _prepare(q, k, v, world_size, causal):
-    check_qkv(q, k, v)
-    require_bool("causal", causal)
-    if not q.shape[-2] == k.shape[-2]:
-        raise ValueError(f"ring attention splits one sequence: q and k need the same n, "
-                         f"got q {shape(q)} and k {shape(k)}")
-    if q.shape[:-2] != k.shape[:-2] or q.shape[:-2] != v.shape[:-2]:
-        raise ValueError(f"q, k and v need the same batch dimensions, got q {shape(q)}, "
-                         f"k {shape(k)}, v {shape(v)}")
-    return split_blocks(q.shape[-2], world_size), resolve_scale(None, q.shape[-1])
-
-
-def _loopback_interface() -> str | None:
-    """``lo`` on Linux, ``lo0`` on macOS."""
-    try:
-        names = [name for _, name in socket.if_nameindex()]
-    except (OSError, AttributeError):
-        return None
-    return next((name for name in names if name in ("lo", "lo0")), None)
-
-
-def _exchange(send: list[torch.Tensor], receive: list[torch.Tensor], rank: int, world_size: int):
-    """Start sending ``send`` to rank + 1 and receiving ``receive`` from rank - 1 -> requests."""
-    return ([dist.isend(t, (rank + 1) % world_size) for t in send]
-            + [dist.irecv(t, (rank - 1) % world_size) for t in receive])
-
-
-def _empty_block(k_block, v_block, rows: int) -> list[torch.Tensor]:
-    return [t.new_empty((*t.shape[:-2], rows, t.shape[-1])) for t in (k_block, v_block)]
-
-
 def _worker(rank: int, world_size: int, store_file: str, blocks, shards, causal: bool, scale: float,
             timeout_s: float, out: torch.Tensor, record: torch.Tensor) -> None:
     """One rank, in its own process: writes its output block into ``out`` and ``(held block,
     computed)`` per step into ``record[rank]`` (shared memory)."""
     torch.set_num_threads(1)
-    interface = _loopback_interface()
-    if interface is not None:  # gloo binds to this interface only: loopback traffic only
-        os.environ["GLOO_SOCKET_IFNAME"] = interface
+    if sys.platform != "win32":  # gloo binds to the loopback interface only: loopback traffic only
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo0" if sys.platform == "darwin" else "lo"
     # the ranks meet through a file: a TCP port chosen in advance can be taken before the bind
     dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank,
                             world_size=world_size, timeout=timedelta(seconds=timeout_s))
     try:
         q_block, k_held, v_held = (t.contiguous() for t in shards[rank])
-        held = rank                                                   # index of the held block
-        rows = [end - start for start, end in blocks]                 # positions per block
+        held, (start, stop) = rank, blocks[rank]                      # index of the held block
         state = init_state(q_block.shape[:-2], q_block.shape[-2], v_held.shape[-1],
                            dtype=q_block.dtype)
         for step in range(world_size):
             requests, source = [], (rank - step - 1) % world_size
-            if step < world_size - 1:  # pass the held block on and receive the next, in background
-                incoming = _empty_block(k_held, v_held, rows[source])
-                requests = _exchange([k_held, v_held], incoming, rank, world_size)
-            part = _partial(q_block, k_held, v_held, blocks[rank], blocks[held], causal=causal,
-                            scale=scale)
-            state = state if part is None else merge_states(state, part)   # meanwhile, the transfer
+            if step < world_size - 1:  # pass the held block on to rank + 1, take the next from rank - 1
+                rows = blocks[source][1] - blocks[source][0]
+                incoming = [t.new_empty((*t.shape[:-2], rows, t.shape[-1])) for t in (k_held, v_held)]
+                requests = ([dist.isend(t, (rank + 1) % world_size) for t in (k_held, v_held)]
+                            + [dist.irecv(t, (rank - 1) % world_size) for t in incoming])
+            computed = not (causal and blocks[held][0] >= stop)      # causal: no key before a query
+            if computed:                                              # meanwhile, the transfer
+                scores = tile_scores(q_block, k_held, slice(start, stop), slice(*blocks[held]),
+                                     scale=scale, causal=causal)          # (..., n/R, n/R)
+                state = merge_states(state, block_state(scores, v_held))
             for request in requests:
                 request.wait()
-            record[rank, step] = torch.tensor([held, part is not None])
+            record[rank, step] = torch.tensor([held, computed])
             if requests:
                 k_held, v_held, held = incoming[0], incoming[1], source
-        out[..., blocks[rank][0]:blocks[rank][1], :] = finalize(state)
+        out[..., start:stop, :] = finalize(state)
     finally:
         dist.destroy_process_group()
 
@@ -122,7 +72,16 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size
     ``(..., n, d_v)``, and with ``return_stats`` ``{rank: {"block", "computed"}}``: per step, the
     key/value block held and whether it was scored. On one machine the blocks travel over loopback:
     memory copies, not a network, so this module does not time them."""
-    blocks, scale = _prepare(q, k, v, world_size, causal)
+    check_qkv(q, k, v)
+    require_bool("causal", causal)
+    if q.shape[-2] != k.shape[-2] or not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        raise ValueError(f"ring attention splits one sequence: q, k and v need the same n and batch "
+                         f"dimensions, got q {shape(q)}, k {shape(k)}, v {shape(v)}")
+    require_positive_int("world_size", world_size)
+    if world_size > q.shape[-2]:
+        raise ValueError(f"world_size={world_size} is larger than the sequence length n={q.shape[-2]}")
+    bounds = [round(i * q.shape[-2] / world_size) for i in range(world_size + 1)]
+    blocks, scale = list(zip(bounds[:-1], bounds[1:], strict=True)), resolve_scale(None, q.shape[-1])
     if q.device.type != "cpu":
         raise ValueError(f"ring_attention runs on CPU tensors (gloo), got device {q.device}")
     timeout_s = require_number("timeout_s", timeout_s, positive=True)
