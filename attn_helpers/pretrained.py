@@ -111,12 +111,6 @@ _RENAMES = (("embeddings.word_embeddings", "embeddings.word"),
 _UNUSED = ("embeddings.position_ids", "pooler.")  # a buffer of 0..511, and a head we do not use
 
 
-def _our_name(hf_name: str) -> str:
-    for old, new in _RENAMES:
-        hf_name = hf_name.replace(old, new)
-    return hf_name
-
-
 class Encoder(nn.Module):
     """all-MiniLM-L6-v2 on the course's modules. Build it with :func:`load_encoder`."""
 
@@ -170,41 +164,30 @@ class Encoder(nn.Module):
 
     def _check_forward(self, input_ids, attention_mask, head_mask):
         require_tensor("input_ids", input_ids)
-        dtype = input_ids.dtype
-        if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
             raise TypeError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
-        if input_ids.dim() != 2 or input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
-            raise ValueError(f"input_ids must have shape (b, n) with b, n >= 1, got {shape(input_ids)}")
-        b, n = input_ids.shape
-        if n > self.cfg.max_positions:
-            raise ValueError(f"input_ids has n = {n} positions, more than the model's "
-                             f"{self.cfg.max_positions}; tokenize(...) truncates for you")
+        top = self.cfg.max_positions
+        if input_ids.dim() != 2 or 0 in input_ids.shape or input_ids.shape[1] > top:
+            raise ValueError(f"input_ids must have shape (b, n) with b >= 1 and 1 <= n <= {top} "
+                             f"(tokenize(...) truncates for you), got {shape(input_ids)}")
         if int(input_ids.min()) < 0 or int(input_ids.max()) >= self.cfg.vocab_size:
             raise ValueError(f"input_ids must lie in [0, {self.cfg.vocab_size}), got values from "
                              f"{int(input_ids.min())} to {int(input_ids.max())}")
-        if attention_mask is None:
-            attention_mask = torch.ones(b, n, dtype=torch.bool)
-        require_tensor("attention_mask", attention_mask)
-        if attention_mask.shape != input_ids.shape:
+        mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask
+        if require_tensor("attention_mask", mask).shape != input_ids.shape:
             raise ValueError(f"attention_mask must have the shape of input_ids {shape(input_ids)}, "
-                             f"got {shape(attention_mask)}")
-        if attention_mask.dtype != torch.bool:
-            if attention_mask.dtype.is_floating_point or not bool(
-                    ((attention_mask == 0) | (attention_mask == 1)).all()):
-                raise TypeError("attention_mask must be bool (True = real token) or 0/1 integers, "
-                                f"got dtype {attention_mask.dtype}")
-            attention_mask = attention_mask.bool()
-        empty = (~attention_mask.any(dim=1)).nonzero().flatten().tolist()
-        if empty:
-            raise ValueError(f"attention_mask {shape(attention_mask)}: every sequence needs at least "
-                             f"one real token, rows {empty} are all padding")
-        if head_mask is not None:
-            require_tensor("head_mask", head_mask)
-            expected = (self.cfg.num_layers, self.cfg.num_heads)
-            if shape(head_mask) != expected:
-                raise ValueError(f"head_mask must have shape (layers, heads) = {expected}, "
-                                 f"got {shape(head_mask)}")
-        return input_ids.long(), attention_mask.to(input_ids.device), head_mask
+                             f"got {shape(mask)}")
+        if mask.dtype != torch.bool and (mask.is_floating_point() or ((mask != 0) & (mask != 1)).any()):
+            raise TypeError("attention_mask must be bool (True = real token) or 0/1 integers, "
+                            f"got dtype {mask.dtype}")
+        if not mask.bool().any(dim=1).all():
+            raise ValueError(f"attention_mask {shape(mask)}: every sequence needs at least one real "
+                             "token, a row is all padding")
+        expected = (self.cfg.num_layers, self.cfg.num_heads)
+        if head_mask is not None and shape(require_tensor("head_mask", head_mask)) != expected:
+            raise ValueError(f"head_mask must have shape (layers, heads) = {expected}, "
+                             f"got {shape(head_mask)}")
+        return input_ids.long(), mask.bool().to(input_ids.device), head_mask
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -220,10 +203,9 @@ def _check_sentences(sentences) -> None:
                         f"{type(sentences).__name__}")
     if len(sentences) == 0:
         raise ValueError("sentences must not be empty, got an empty list")
-    bad = [i for i, s in enumerate(sentences) if not isinstance(s, str)]
-    if bad:
-        raise TypeError(f"sentences must be a list of str, got "
-                        f"{type(sentences[bad[0]]).__name__} at index {bad[0]}")
+    for i, s in enumerate(sentences):
+        if not isinstance(s, str):
+            raise TypeError(f"sentences must be a list of str, got {type(s).__name__} at index {i}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -236,6 +218,7 @@ def load_encoder() -> Encoder:
     cfg = EncoderConfig.from_folder(folder)
     enc = Encoder(cfg, Tokenizer.from_file(str(folder / "tokenizer.json")))
     hf = load_file(folder / "model.safetensors")
-    state = {_our_name(k): v for k, v in hf.items() if not k.startswith(_UNUSED)}
+    state = {functools.reduce(lambda k, r: k.replace(*r), _RENAMES, k): v
+             for k, v in hf.items() if not k.startswith(_UNUSED)}
     enc.load_state_dict(state, strict=True)  # every parameter of ours, and nothing else
     return enc.eval().requires_grad_(False)
