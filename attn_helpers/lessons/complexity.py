@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -144,15 +142,10 @@ def attention_flops(method: str, n: int, heads: int = ATTENTION_HEADS,
                     d: int = ATTENTION_HEAD_DIM) -> float:
     """Useful FLOPs of one call per head: ``4 n^2 d`` exact (``12 n^2 d`` forward + backward),
     ``4 n d^2`` linear, ``4 n w d`` local."""
-    if method in ("naive", "sdpa", "tiled"):
-        return 4.0 * heads * n * n * d
-    if method in FWD_BWD_METHODS:
-        return 12.0 * heads * n * n * d
-    if method == "linear":
-        return 4.0 * heads * n * d * d
-    if method == "local":
-        return 4.0 * heads * n * min(n, LOCAL_WINDOW) * d
-    raise ValueError(f"method must be one of {ATTENTION_METHODS + FWD_BWD_METHODS}, got {method!r}")
+    if method not in ATTENTION_METHODS + FWD_BWD_METHODS:
+        raise ValueError(f"method must be one of {ATTENTION_METHODS + FWD_BWD_METHODS}, got {method!r}")
+    width = {"linear": d, "local": min(n, LOCAL_WINDOW)}.get(method, n)   # what n^2 d becomes
+    return (12.0 if method in FWD_BWD_METHODS else 4.0) * heads * n * width * d
 
 
 def attention_sizes(max_n: int) -> list[int]:
@@ -172,8 +165,8 @@ def matmul_gflops(device: str = "cpu", sizes: tuple[int, ...] = (256, 512, 1024,
 
 
 def cache_sizes() -> dict[str, int]:
-    """This CPU's data caches in bytes (``{"L1d": .., "L2": .., "L3": ..}``) from Linux's sysfs or
-    macOS's ``sysctl``; empty where neither answers."""
+    """This CPU's data caches in bytes (``{"L1d": .., "L2": .., "L3": ..}``) from Linux's sysfs;
+    empty elsewhere."""
     sizes, units = {}, {"K": 2**10, "M": 2**20, "G": 2**30}
     for folder in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         try:
@@ -184,12 +177,6 @@ def cache_sizes() -> dict[str, int]:
         if kind != "Instruction":
             value = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
             sizes[f"L{level}" + ("d" if kind == "Data" else "")] = value
-    if not sizes and sys.platform == "darwin":
-        for name in ("L1d", "L2", "L3"):
-            key = f"hw.{name.lower()}cachesize"                       # hw.l1dcachesize, ...
-            done = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True)
-            if done.returncode == 0 and done.stdout.strip().isdigit() and int(done.stdout) > 0:
-                sizes[name] = int(done.stdout)
     return sizes
 
 
