@@ -14,17 +14,14 @@ from .workflow import exercise
 __all__ = ["check_choose_scale", "check_softmax_backward", "check_projection_gradients"]
 
 
-def _number(f: Callable) -> Callable:  # f's float as a float64 scalar tensor
-    return lambda *args: torch.tensor(float(f(*args)), dtype=torch.float64)
-
-
 def _scores(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor) -> torch.Tensor:
     return (x @ w_q) @ (x @ w_k).T                                  # S = Q K^T, (n, n)
 
 
-def _row_scale(scores: torch.Tensor, dim: int = -1) -> float:
-    """1 / sqrt(the rows' variances, averaged): only the spread within a softmax row matters."""
-    return 1 / scores.var(dim=dim).mean().sqrt().item()
+def _scale_from(f: Callable) -> Callable:
+    """A scale ``f(S, x, W_Q, W_K)`` from the raw scores S = Q K^T, as a float64 scalar tensor."""
+    return lambda x, w_q, w_k: torch.tensor(float(f(_scores(x, w_q, w_k), x, w_q, w_k)),
+                                            dtype=torch.float64)
 
 
 def _weight(g: torch.Generator, d_model: int, d_k: int, init: str, dtype) -> torch.Tensor:
@@ -49,21 +46,59 @@ def _choose_scale_cases() -> list[dict]:
     return cases
 
 
-def _as_number(fn: Callable, expected: str) -> Callable:
-    """``fn``'s number as a float64 scalar tensor (``None`` stays); else TypeError(expected)."""
-    if not callable(fn):
-        return fn
-
+def _as_number(fn: Callable) -> Callable:
+    """``fn``'s number as a float64 scalar tensor (``None`` stays); anything else: TypeError."""
     def wrapped(*args):
-        if (value := fn(*args)) is None:
-            return None
+        value = fn(*args)
         if isinstance(value, torch.Tensor) and value.numel() == 1:
             value = value.item()
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise TypeError(f"{expected}, got {type(value).__name__}")
-        return torch.tensor(float(value), dtype=torch.float64)
+        if value is None or isinstance(value, int | float) and not isinstance(value, bool):
+            return None if value is None else torch.tensor(float(value), dtype=torch.float64)
+        raise TypeError(f"choose_scale should return a number, got {type(value).__name__}")
 
-    return wrapped
+    return wrapped if callable(fn) else fn
+
+
+CHOOSE_SCALE_MISTAKES = [Mistake(_scale_from(f), hint) for f, hint in [
+    (lambda S, *_: 1 / S.var().sqrt(),
+     "you took the variance of the whole score matrix; softmax(s + b) = softmax(s), so the rows' "
+     "means do not matter: average the variances within the rows."),
+    (lambda S, *_: 1 / S.var(dim=0).mean().sqrt(),
+     "wrong axis: you measured each column (one key against every query); a softmax row is one "
+     "query against every key, the last axis."),
+    (lambda S, *_: 1 / S.std(dim=-1).mean(),
+     "you averaged the rows' standard deviations; Var(c S) must be 1: average the variances, then "
+     "take the square root."),
+    (lambda S, *_: 1 / S.var(-1).median().sqrt(),
+     "you took the median row; the condition averages the rows' variances (a mean)."),
+    (lambda S, x, w_q, w_k: 1 / math.sqrt(w_q.shape[1]),
+     "1/sqrt(d_k) is right only when the components of q and k have variance 1; these weights "
+     "differ: measure the spread of S = Q K^T within its rows."),
+    (lambda S, *_: (1 / S.std(dim=-1)).mean(),
+     "you averaged a scale per row (1/std of each row); one c must bring the rows' average "
+     "variance to 1: average the variances first."),
+    (lambda S, *_: 1 / S.var(-1).mean(),
+     "Var(c S) = c^2 Var(S): c is the inverse of the standard deviation, not of the variance."),
+    (lambda S, *_: S.var(-1).mean().sqrt(),
+     "you returned the spread of the scores; the scale divides by it."),
+    (lambda S, x, w_q, w_k: (S.var(-1).mean() / w_q.shape[1]).rsqrt(),
+     "you measured S / sqrt(d_k), scores already scaled once; c replaces 1/sqrt(d_k): it "
+     "multiplies the raw S = Q K^T, so measure the raw S."),
+    (lambda S, *_: 1 / S.pow(2).mean().sqrt(),
+     "mean(S**2) is the variance only for scores of mean 0, and these are not: subtract each row's "
+     "mean (S.var(dim=-1) does)."),
+    (lambda S, x, w_q, w_k: (w_q.shape[1] * (x @ w_q).var() * (x @ w_k).var()).rsqrt(),
+     "that is the independence prediction, 1/sqrt(d_k Var(q) Var(k)); it assumes independent "
+     "components and rows of mean 0: measure S itself."),
+    (lambda S, x, w_q, w_k: ((x @ w_q).var() * (x @ w_k).var()).rsqrt(),
+     "you measured the components of q and k; the scale multiplies the scores q . k: measure the "
+     "spread of S = Q K^T itself."),
+    (lambda S, x, w_q, w_k: 1 / _scores(x, w_q.T, w_k.T).var(-1).mean().sqrt(),
+     "W_Q is (d_model, d_k): Q = x @ W_Q, not x @ W_Q.T (nn.Linear's layout)."),
+    (lambda S, x, w_q, w_k: 1 / ((x @ w_q) * (x @ w_k)).sum(-1).std(),
+     "you scored each query against its own key only; attention scores every query against every "
+     "key: S is (n, n)."),
+]]
 
 
 @exercise("scaling.choose_scale", "choose the scale from the spread within a row", hints=(
@@ -78,70 +113,24 @@ def check_choose_scale(choose_scale: Callable) -> CheckResult:
     """Exercise: ``choose_scale(x (n, d_model), W_Q, W_K (d_model, d_k)) -> c`` with which the rows
     of ``c (x W_Q)(x W_K)^T`` have variance 1 on average."""
     return check_function(
-        _as_number(choose_scale, "choose_scale should return a number"),
-        _number(lambda x, w_q, w_k: _row_scale(_scores(x, w_q, w_k))),
-        _choose_scale_cases(),
-        what="choose_scale", output_names=("the scale",), atol=0.0, rtol=5e-3,
-        mistakes=[
-            Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q, w_k).var().sqrt().item()),
-                    "you took the variance of the whole score matrix; softmax(s + b) = softmax(s), "
-                    "so the rows' means do not matter: average the variances within the rows."),
-            Mistake(_number(lambda x, w_q, w_k: _row_scale(_scores(x, w_q, w_k), dim=0)),
-                    "wrong axis: you measured each column (one key against every query); a "
-                    "softmax row is one query against every key, the last axis."),
-            Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q, w_k).std(dim=-1).mean().item()),
-                    "you averaged the rows' standard deviations; Var(c S) must be 1: average the "
-                    "variances, then take the square root."),
-            Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q, w_k).var(-1).median().sqrt().item()),
-                    "you took the median row; the condition averages the rows' variances (a mean)."),
-            Mistake(_number(lambda x, w_q, w_k: 1 / math.sqrt(w_q.shape[1])),
-                    "1/sqrt(d_k) is right only when the components of q and k have variance 1; "
-                    "these weights differ: measure the spread of S = Q K^T within its rows."),
-            Mistake(_number(lambda x, w_q, w_k: (1 / _scores(x, w_q, w_k).std(dim=-1)).mean().item()),
-                    "you averaged a scale per row (1/std of each row); one c must bring the "
-                    "rows' average variance to 1: average the variances first."),
-            Mistake(_number(lambda x, w_q, w_k: _row_scale(_scores(x, w_q, w_k)) ** 2),
-                    "Var(c S) = c^2 Var(S): c is the inverse of the standard deviation, not of "
-                    "the variance."),
-            Mistake(_number(lambda x, w_q, w_k: 1 / _row_scale(_scores(x, w_q, w_k))),
-                    "you returned the spread of the scores; the scale divides by it."),
-            Mistake(_number(lambda x, w_q, w_k: _row_scale(_scores(x, w_q, w_k) / w_q.shape[1] ** 0.5)),
-                    "you measured S / sqrt(d_k), scores already scaled once; c replaces "
-                    "1/sqrt(d_k): it multiplies the raw S = Q K^T, so measure the raw S."),
-            Mistake(_number(lambda x, w_q, w_k: 1 / _scores(x, w_q, w_k).pow(2).mean().sqrt().item()),
-                    "mean(S**2) is the variance only for scores of mean 0, and these are not: "
-                    "subtract each row's mean (S.var(dim=-1) does)."),
-            Mistake(_number(lambda x, w_q, w_k: 1 / math.sqrt(
-                        w_q.shape[1] * (x @ w_q).var().item() * (x @ w_k).var().item())),
-                    "that is the independence prediction, 1/sqrt(d_k Var(q) Var(k)); it assumes "
-                    "independent components and rows of mean 0: measure S itself."),
-            Mistake(_number(lambda x, w_q, w_k: 1 / ((x @ w_q).var() * (x @ w_k).var()).sqrt().item()),
-                    "you measured the components of q and k; the scale multiplies the scores "
-                    "q . k: measure the spread of S = Q K^T itself."),
-            Mistake(_number(lambda x, w_q, w_k: _row_scale(_scores(x, w_q.T, w_k.T))),
-                    "W_Q is (d_model, d_k): Q = x @ W_Q, not x @ W_Q.T (nn.Linear's layout)."),
-            Mistake(_number(lambda x, w_q, w_k: 1 / ((x @ w_q) * (x @ w_k)).sum(-1).std().item()),
-                    "you scored each query against its own key only; attention scores every "
-                    "query against every key: S is (n, n)."),
-        ],
-    )
+        _as_number(choose_scale), _scale_from(lambda S, *_: 1 / S.var(dim=-1).mean().sqrt()),
+        _choose_scale_cases(), what="choose_scale", output_names=("the scale",), atol=0.0,
+        rtol=5e-3, mistakes=CHOOSE_SCALE_MISTAKES)
 
 
 def _backward_cases() -> list[dict]:
     g = seeded(31)
-    cases = [{"scores": 2 * torch.randn(shape, generator=g, dtype=torch.float64),
-              "grad_weights": torch.randn(shape, generator=g, dtype=torch.float64)}
-             for shape in [(5,), (3, 4), (2, 3, 6)]]
-    cases.append({"scores": torch.randn(4, 7, generator=g),                      # float32
-                  "grad_weights": torch.randn(4, 7, generator=g)})
-    size = [int(i) for i in torch.randint(1, 6, (3,), generator=g)]               # random shape
-    cases.append({"scores": 3 * torch.randn(*size, generator=g, dtype=torch.float64),
-                  "grad_weights": torch.randn(*size, generator=g, dtype=torch.float64)})
-    cases.append({"scores": torch.tensor([[3.0], [-2.0]], dtype=torch.float64),  # one key
-                  "grad_weights": torch.tensor([[1.5], [-0.5]], dtype=torch.float64)})
-    cases.append({"scores": torch.tensor([[1000.0, 999.0, 0.0], [-5.0, 0.0, 5.0]]).double(),
-                  "grad_weights": torch.tensor([[1.0, -2.0, 0.5], [0.3, 1.0, -1.0]]).double()})
-    return cases
+
+    def case(shape, spread=2.0, dtype=torch.float64):
+        return {"scores": spread * torch.randn(shape, generator=g, dtype=dtype),
+                "grad_weights": torch.randn(shape, generator=g, dtype=dtype)}
+
+    cases = [case(shape) for shape in [(5,), (3, 4), (2, 3, 6)]] + [case((4, 7), 1.0, torch.float32)]
+    cases.append(case(tuple(int(i) for i in torch.randint(1, 6, (3,), generator=g)), 3.0))  # random
+    return cases + [{"scores": torch.tensor([[3.0], [-2.0]], dtype=torch.float64),      # one key
+                     "grad_weights": torch.tensor([[1.5], [-0.5]], dtype=torch.float64)},
+                    {"scores": torch.tensor([[1000.0, 999.0, 0.0], [-5.0, 0.0, 5.0]]).double(),
+                     "grad_weights": torch.tensor([[1.0, -2.0, 0.5], [0.3, 1.0, -1.0]]).double()}]
 
 
 def _softmax_backward(scores: torch.Tensor, grad_weights: torch.Tensor) -> torch.Tensor:
@@ -151,9 +140,28 @@ def _softmax_backward(scores: torch.Tensor, grad_weights: torch.Tensor) -> torch
     return s.grad
 
 
-def _backward_from(f: Callable) -> Callable:
-    """A wrong answer written from the weights a = softmax(s) and the incoming gradient g."""
-    return lambda s, g: f(torch.softmax(s, dim=-1), g)
+BACKWARD_MISTAKES = [Mistake(lambda s, g, _f=f: _f(torch.softmax(s, dim=-1), g), hint) for f, hint in [
+    (lambda a, g: a * g,
+     "that is only diag(a) g: the a a^T term of J is missing (raising s_j also lowers every other "
+     "weight)."),
+    (lambda a, g: g - (a * g).sum(-1, keepdim=True),
+     "the factor a_i is missing in front: both terms of (J g)_i carry it."),
+    (lambda a, g: a * g - (a * g).sum(-1, keepdim=True),
+     "the row sum lost its factor a_i: (a a^T g)_i = a_i <a, g>, not <a, g> alone."),
+    (lambda a, g: a * (g - g.sum(-1, keepdim=True)),
+     "<a, g> is the weighted sum of g, sum(a * g), not the plain sum of g."),
+    (lambda a, g: a * (g - (a * g).mean(-1, keepdim=True)),
+     "<a, g> is a sum over the keys, not a mean."),
+    (lambda a, g: a * ((a * g).sum(-1, keepdim=True) - g),
+     "the sign is flipped: J = diag(a) - a a^T, the diag(a) g term comes with a plus."),
+    (lambda a, g: a * (1 - a) * g,
+     "that is only the diagonal of J, a_i (1 - a_i): off it, J_ij = -a_i a_j also contributes."),
+    (lambda a, g: a * (g - (a * g).sum(0, keepdim=True)),
+     "<a, g> is summed over the wrong axis: one dot product per row, over the keys (the last axis)."),
+    (lambda a, g: a * (g - (a * g).sum()),
+     "<a, g> is one number per row: sum over the last axis, not over the whole tensor."),
+]] + [Mistake(lambda s, g: s * (g - (s * g).sum(-1, keepdim=True)),
+              "the formula takes the weights a = softmax(s), not the raw scores.")]
 
 
 def _no_jacobian(inputs: dict) -> AllocationWatch:
@@ -186,29 +194,7 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
         softmax_backward, _softmax_backward, _backward_cases(), what="softmax_backward",
         output_names=("the gradient at the scores",), atol=1e-6, rtol=1e-5,
         watch=_no_jacobian,
-        mistakes=[
-            Mistake(_backward_from(lambda a, g: a * g),
-                    "that is only diag(a) g: the a a^T term of J is missing (raising s_j also "
-                    "lowers every other weight)."),
-            Mistake(_backward_from(lambda a, g: g - (a * g).sum(-1, keepdim=True)),
-                    "the factor a_i is missing in front: both terms of (J g)_i carry it."),
-            Mistake(_backward_from(lambda a, g: a * (g - g.sum(-1, keepdim=True))),
-                    "<a, g> is the weighted sum of g, sum(a * g), not the plain sum of g."),
-            Mistake(_backward_from(lambda a, g: a * (g - (a * g).mean(-1, keepdim=True))),
-                    "<a, g> is a sum over the keys, not a mean."),
-            Mistake(_backward_from(lambda a, g: a * ((a * g).sum(-1, keepdim=True) - g)),
-                    "the sign is flipped: J = diag(a) - a a^T, the diag(a) g term comes with a plus."),
-            Mistake(_backward_from(lambda a, g: a * (1 - a) * g),
-                    "that is only the diagonal of J, a_i (1 - a_i): off it, J_ij = -a_i a_j also "
-                    "contributes."),
-            Mistake(_backward_from(lambda a, g: a * (g - (a * g).sum(0, keepdim=True))),
-                    "<a, g> is summed over the wrong axis: one dot product per row, over the keys "
-                    "(the last axis)."),
-            Mistake(lambda s, g: s * (g - (s * g).sum(-1, keepdim=True)),
-                    "the formula takes the weights a = softmax(s), not the raw scores."),
-            Mistake(_backward_from(lambda a, g: a * (g - (a * g).sum())),
-                    "<a, g> is one number per row: sum over the last axis, not over the whole tensor."),
-        ],
+        mistakes=BACKWARD_MISTAKES,
         error_hints=[("must match the size of tensor",
                       "<a, g> must keep its last axis to broadcast against the row: "
                       "sum(dim=-1, keepdim=True) gives (..., 1); without keepdim it is (...,).")],
@@ -217,14 +203,13 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
     )
 
 
-def _softmax_grad(s: torch.Tensor, g: torch.Tensor, *, diagonal_only: bool = False,
-                  dim: int = -1) -> torch.Tensor:
-    """The softmax backward at the scores ``s``, its weights taken over ``dim``."""
+def _softmax_grad(s: torch.Tensor, g: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """J g at the scores ``s``, the weights taken over ``dim``."""
     a = torch.softmax(s, dim=dim)
-    return a * g if diagonal_only else a * (g - (a * g).sum(-1, keepdim=True))
+    return a * (g - (a * g).sum(-1, keepdim=True))
 
 
-def _backward_with(x, w_q, w_k, scale, up, *, power=1, given_scale=True,  # noqa: C901
+def _backward_with(x, w_q, w_k, scale, up, *, powers=(1, 1), given_scale=True,  # noqa: C901
                    softmax_at="scores", dq_rows=True, dk_columns=True, swap_qk=False,
                    wrt="weights", batch="sum", swap_outputs=False, sign=1.0, weights_dim=-1):
     """``(dL/dW_Q, dL/dW_K)`` by hand, with the named mistake each keyword sets."""
@@ -235,10 +220,10 @@ def _backward_with(x, w_q, w_k, scale, up, *, power=1, given_scale=True,  # noqa
            "raw": lambda: _softmax_grad(q @ k.mT, up),
            "weights": lambda: _softmax_grad(torch.softmax(s, dim=-1), up),
            "skipped": lambda: up,
-           "diagonal": lambda: _softmax_grad(s, up, diagonal_only=True)}[softmax_at]()
+           "diagonal": lambda: torch.softmax(s, dim=-1) * up}[softmax_at]()
     first, second = (q, k) if swap_qk else (k, q)                     # what dQ, dK multiply
-    d_q = c ** power * (d_s if dq_rows else d_s.mT) @ first
-    d_k = c ** power * (d_s.mT if dk_columns else d_s) @ second
+    d_q = c ** powers[0] * (d_s if dq_rows else d_s.mT) @ first
+    d_k = c ** powers[1] * (d_s.mT if dk_columns else d_s) @ second
     if wrt == "qk":
         grads = (d_q, d_k)
     else:
@@ -286,9 +271,11 @@ PROJECTION_MISTAKES = [
     *_wrong("the softmax backward ran at Q K^T, without the scale: it needs the scores the "
             "softmax saw, S = scale * Q K^T.", {"softmax_at": "raw"}),
     *_wrong("the scale is missing from dQ and dK: the way back from S = scale * Q K^T to Q K^T "
-            "passes through that factor.", {"power": 0}),
+            "passes through that factor.", {"powers": (0, 0)}),
+    *_wrong("dK lacks the scale that dQ has: S = scale * Q K^T, so both dQ and dK carry it.",
+            {"powers": (1, 0)}),
     *_wrong("the scale came in twice: the way back from S to Q K^T multiplies by it once.",
-            {"power": 2}),
+            {"powers": (2, 2)}),
     *_wrong("you used 1/sqrt(d_k); the scale is an argument (0.3 or 2 in some cases).",
             {"given_scale": False}),
     *_wrong("dK was computed from dS, not its transpose: key j collects column j of dS (every "

@@ -63,8 +63,8 @@ def test_choose_scale_names_a_non_number():
     assert not verdict and "should return a number" in verdict.message
 
 
-def softmax_backward(scores, grad_weights):
-    a = torch.softmax(scores, dim=-1)
+def softmax_backward(scores, grad_weights, dim=-1):      # dim=-2: a mistake of exercise 3
+    a = torch.softmax(scores, dim=dim)
     return a * (grad_weights - (a * grad_weights).sum(dim=-1, keepdim=True))
 
 
@@ -90,6 +90,7 @@ def _via_jacobian(s, g):
 @pytest.mark.parametrize("wrong, words", [
     (_from_a(lambda a, g: a * g), "a a^T term of J is missing"),
     (_from_a(lambda a, g: g - (a * g).sum(-1, keepdim=True)), "factor a_i is missing"),
+    (_from_a(lambda a, g: a * g - (a * g).sum(-1, keepdim=True)), "row sum lost its factor a_i"),
     (_from_a(lambda a, g: a * (g - g.sum(-1, keepdim=True))), "not the plain sum"),
     (_from_a(lambda a, g: a * (g - (a * g).mean(-1, keepdim=True))), "not a mean"),
     (_from_a(lambda a, g: a * ((a * g).sum(-1, keepdim=True) - g)), "the sign is flipped"),
@@ -185,12 +186,6 @@ def _chain_with(x, W_Q, W_K, scale, g, *, dq=None, dk=None, dS=None, wrt_w=True)
     return _sum_batch(x.mT @ dQ, x.mT @ dK, x)
 
 
-def _softmax_backward_over_columns(S, g):
-    """A learner's softmax backward whose weights are recomputed with dim=-2 (down the columns)."""
-    a = torch.softmax(S, dim=-2)
-    return a * (g - (a * g).sum(-1, keepdim=True))
-
-
 @pytest.mark.parametrize("wrong, words", [
     (lambda x, W_Q, W_K, c, g: _chain_with(x, W_Q, W_K, c, g, dS=g), "not at the scores"),
     (lambda x, W_Q, W_K, c, g: _chain_with(
@@ -201,11 +196,13 @@ def _softmax_backward_over_columns(S, g):
      "misses the a a^T part"),
     (lambda x, W_Q, W_K, c, g: _chain_with(
         x, W_Q, W_K, c, g, dS=softmax_backward((x @ W_Q) @ (x @ W_K).mT, g)), "without the scale"),
-    (lambda x, W_Q, W_K, c, g: _chain_with(x, W_Q, W_K, c, g, dS=_softmax_backward_over_columns(
-        c * (x @ W_Q) @ (x @ W_K).mT, g)), "recomputed the weights over dim -2"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(x, W_Q, W_K, c, g, dS=softmax_backward(
+        c * (x @ W_Q) @ (x @ W_K).mT, g, dim=-2)), "recomputed the weights over dim -2"),
     (lambda x, W_Q, W_K, c, g: _chain_with(
         x, W_Q, W_K, c, g, dq=lambda dS, Q, K: dS @ K, dk=lambda dS, Q, K: dS.mT @ Q),
      "the scale is missing from dQ and dK"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(x, W_Q, W_K, c, g, dk=lambda dS, Q, K: dS.mT @ Q),
+     "dK lacks the scale that dQ has"),
     (lambda x, W_Q, W_K, c, g: _chain_with(
         x, W_Q, W_K, c, g, dq=lambda dS, Q, K: c * c * dS @ K, dk=lambda dS, Q, K: c * c * dS.mT @ Q),
      "the scale came in twice"),
