@@ -38,23 +38,21 @@ def _rnn_cases() -> list[dict]:
     return cases
 
 
-def _rnn(*, act=torch.tanh, recur=True, bias="inside", reverse=False, transpose=False,
-         keep_first=False, last="last", dim=-2):
-    """The recurrence with one known mistake (no arguments: the reference)."""
+def _rnn(*, act=torch.tanh, drop=(), outside=(), reverse=False, transpose=False, keep_first=False,
+         last="last", dim=-2):
+    """The recurrence, or a mistake: ``drop``/``outside`` terms ("h", "b") cut or put after the tanh."""
     def rnn(x, W_x, W_h, b):  # noqa: N803
-        W = W_h.transpose(0, 1) if transpose else W_h                 # noqa: N806
+        W = W_h.mT if transpose else W_h                                # noqa: N806
         h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)    # h_{-1} = 0: (..., d)
         states = [h] if keep_first else []
-        steps = range(x.shape[-2] - 1, -1, -1) if reverse else range(x.shape[-2])
-        for j in steps:
-            pre = x[..., j, :] @ W_x + (h @ W if recur else 0) + (b if bias == "inside" else 0)
-            h = act(pre) + (b if bias == "outside" else 0)             # (..., d)
+        for j in reversed(range(x.shape[-2])) if reverse else range(x.shape[-2]):
+            terms = {"h": h @ W, "b": b}                                # beside x_j W_x: (..., d)
+            inside = sum(v for k, v in terms.items() if k not in (*drop, *outside))
+            h = act(x[..., j, :] @ W_x + inside) + sum(terms[k] for k in outside)   # (..., d)
             states.append(h)
-        states = states[:-1] if keep_first else states
-        states = states[::-1] if reverse else states
-        H = torch.stack(states, dim=dim)                               # (..., n, d)  # noqa: N806
-        h_last = {"last": h, "first": H[..., 0, :], "mean": H.mean(-2)}[last]
-        return H, h_last
+        states = (states[:-1] if keep_first else states)[::-1 if reverse else 1]
+        H = torch.stack(states, dim=dim)  # (..., n, d)  # noqa: N806
+        return H, {"last": h, "first": H[..., 0, :], "mean": H.mean(-2)}[last]
     return rnn
 
 
@@ -83,10 +81,12 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
                      ("must match the size of tensor", _BATCH)],
         mistakes=[
             Mistake(_rnn(act=lambda z: z), "the tanh is missing: the states are linear in the inputs."),
-            Mistake(_rnn(recur=False), "the previous state is never used, so there is no "
+            Mistake(_rnn(drop="h"), "the previous state is never used, so there is no "
                     "recurrence: which term of h_j carries h_{j-1}?"),
-            Mistake(_rnn(bias=None), "the bias b is missing inside the tanh."),
-            Mistake(_rnn(bias="outside"), "the bias b is outside the tanh; it belongs inside: "
+            Mistake(_rnn(outside="h"), "h_{j-1} W_h is added after the tanh; the recurrence "
+                    "belongs inside it: h_j = tanh(x_j W_x + h_{j-1} W_h + b)."),
+            Mistake(_rnn(drop="b"), "the bias b is missing inside the tanh."),
+            Mistake(_rnn(outside="b"), "the bias b is outside the tanh; it belongs inside: "
                     "h_j = tanh(x_j W_x + h_{j-1} W_h + b)."),
             Mistake(_rnn(transpose=True), "W_h is transposed: the states are row vectors, multiplied "
                     "from the right as in x_j W_x. On which side of W_h must h_{j-1} stand?"),
@@ -106,20 +106,20 @@ def _additive_cases() -> list[dict]:
     for spec in [(2, 5, 4, 4, 3, torch.float32), (3, 4, 6, 8, 5, torch.float32),
                  (1, 1, 3, 2, 4, torch.float32),       # one source token
                  (2, 6, 5, 3, 7, torch.float64), None]:  # random shapes, drawn when it comes
-        b, n, d_dec, d_enc, d_a, dtype = spec or (*(size(g, 1, 8) for _ in range(5)), None)
-        scale_q, scale_k = (1.0, 1.0) if spec is None else (d_dec ** 0.5, d_enc ** 0.5)
+        b, n, d_dec, d_h, d_a, dtype = spec or (*(size(g, 1, 8) for _ in range(5)), None)
+        scale_q, scale_k = (1.0, 1.0) if spec is None else (d_dec ** 0.5, d_h ** 0.5)
         cases.append({
             "s": torch.randn(b, d_dec, generator=g, dtype=dtype),
-            "H": torch.randn(b, n, d_enc, generator=g, dtype=dtype),
+            "H": torch.randn(b, n, d_h, generator=g, dtype=dtype),
             "U_q": torch.randn(d_dec, d_a, generator=g, dtype=dtype) / scale_q,
-            "U_k": torch.randn(d_enc, d_a, generator=g, dtype=dtype) / scale_k,
+            "U_k": torch.randn(d_h, d_a, generator=g, dtype=dtype) / scale_k,
             "v_a": torch.randn(d_a, generator=g, dtype=dtype),
         })
     return cases
 
 
 def additive_scores_reference(s, H, U_q, U_k, v_a):  # noqa: N803
-    """``s (b, d_dec), H (b, n, d_enc), U_q (d_dec, d_a), U_k (d_enc, d_a), v_a (d_a,) -> e (b, n)``."""
+    """``s (b, d_dec), H (b, n, d_h), U_q (d_dec, d_a), U_k (d_h, d_a), v_a (d_a,) -> e (b, n)``."""
     return torch.tanh((s @ U_q)[:, None, :] + H @ U_k) @ v_a
 
 

@@ -1,5 +1,4 @@
-"""Notebook 01's checkers: the references agree with torch and the notebook's model, right answers
-pass, a stub is only "not implemented yet", and every named mistake gets its hint."""
+"""Notebook 01's checkers: the references match torch and the model; every named mistake is named."""
 
 from __future__ import annotations
 
@@ -75,6 +74,7 @@ def variant(step=lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h + b)
 @pytest.mark.parametrize("wrong, fragments", [
     (variant(lambda x_t, h, W_x, W_h, b: x_t @ W_x + h @ W_h + b), ["tanh is missing"]),
     (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + b)), ["no recurrence"]),
+    (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + b) + h @ W_h), ["after the tanh"]),
     (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h)), ["bias b is missing"]),
     (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h) + b), ["bias b is outside"]),
     (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h.T + b)),
