@@ -4,7 +4,6 @@ in tiles (never holding the n x n scores), and one step of causal linear attenti
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 
 import torch
@@ -19,21 +18,6 @@ __all__ = ["check_merge_states", "check_causal_backward", "check_linear_step",
 
 F64 = torch.float64
 STATE = ("m (the merged max)", "l (the merged sum)", "acc (the merged output sum)")
-
-
-def _stages(candidate, reference, stages, *, what, output_names, atol, rtol, **more) -> CheckResult:
-    """:func:`check_function` over groups ``(cases, mistakes, nan_hint)``; the first miss is reported."""
-    total, done = sum(len(cases) for cases, _, _ in stages), 0
-    for cases, mistakes, nan_hint in stages:
-        result = check_function(candidate, reference, cases, what=what, output_names=output_names,
-                                mistakes=mistakes, nan_hint=nan_hint, atol=atol, rtol=rtol,
-                                **more)
-        if not result:
-            return CheckResult(False, re.sub(r"on case (\d+) of \d+", lambda m, done=done: (
-                f"on case {int(m[1]) + done} of {total}"), result.message, count=1))
-        done += len(cases)
-    return CheckResult(True, f"Passed: {what} matches the reference on all {total} cases, "
-                             "edge cases included.")
 
 
 def merge_states_reference(m1, l1, acc1, m2, l2, acc2):  # noqa: E741 - the paper's names
@@ -56,28 +40,20 @@ def _merge_case(g, batch, n_q, keys, d_v, *, offset=0.0, empty2=False, size=1.0)
 
 
 def _merge_cases() -> list[dict]:
+    """Five plain cases, then maxima near 1000 (``exp(m)`` overflows past 709), then rows 0 and 2
+    with no key in either state (m1 = m2 = -inf)."""
     g = seeded(80)
-    return [_merge_case(g, (), 4, (3, 5), 3, offset=2.0),
-            _merge_case(g, (2, 3), 3, (4, 2), 5, offset=1.5),
-            _merge_case(g, (), 1, (1, 1), 2, offset=3.0),
-            _merge_case(g, (2,), 4, (3, 3), 2, empty2=True),
-            _merge_case(g, (), 6, (5, 4), 4, offset=6.0, size=3.0)]
-
-
-def _large_merge_cases() -> list[dict]:
-    """Maxima near 1000: ``exp(m)`` overflows past 709."""
-    case = _merge_case(seeded(81), (), 4, (3, 3), 3, offset=2.0)
-    return [{**case, "m1": case["m1"] + 1000.0, "m2": case["m2"] + 1000.0}]
-
-
-def _empty_merge_cases() -> list[dict]:
-    """Rows 0 and 2 with no key in either state (m1 = m2 = -inf)."""
-    case = _merge_case(seeded(82), (), 4, (3, 2), 3, offset=1.0)
-    empty = torch.tensor([True, False, True, False])[:, None]
-    for m, l, acc in (("m1", "l1", "acc1"), ("m2", "l2", "acc2")):  # noqa: E741
-        case[m] = case[m].masked_fill(empty, -math.inf)
-        case[l], case[acc] = case[l].masked_fill(empty, 0.0), case[acc].masked_fill(empty, 0.0)
-    return [case]
+    cases = [_merge_case(g, (), 4, (3, 5), 3, offset=2.0),
+             _merge_case(g, (2, 3), 3, (4, 2), 5, offset=1.5),
+             _merge_case(g, (), 1, (1, 1), 2, offset=3.0),
+             _merge_case(g, (2,), 4, (3, 3), 2, empty2=True),
+             _merge_case(g, (), 6, (5, 4), 4, offset=6.0, size=3.0)]
+    large = _merge_case(seeded(81), (), 4, (3, 3), 3, offset=2.0)
+    empty = _merge_case(seeded(82), (), 4, (3, 2), 3, offset=1.0)
+    rows = torch.tensor([[True], [False], [True], [False]])                 # rows 0 and 2: no keys
+    return [*cases, {**large, "m1": large["m1"] + 1000.0, "m2": large["m2"] + 1000.0},
+            {name: t.masked_fill(rows, -math.inf if name[0] == "m" else 0.0)
+             for name, t in empty.items()}]
 
 
 def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=(True, True),  # noqa: E741
@@ -94,6 +70,9 @@ def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=(T
 
 def _merge_mistakes() -> list[Mistake]:
     return [
+        Mistake(_merge_with, "both states are empty in some rows (m1 = m2 = -inf), so m1 - m is NaN: "
+                "rescale against a max that is finite in every row; the merged row is then "
+                "empty too: m = -inf, l = 0, acc = 0."),
         Mistake(lambda *a: _merge_with(*a, rescale=(False, False)),
                 "the sums were added without rescaling: l_i and acc_i are measured against m_i; "
                 "bring both to the new max m first (times exp(m1 - m), exp(m2 - m))."),
@@ -131,15 +110,10 @@ def _merge_mistakes() -> list[Mistake]:
 def check_merge_states(merge: Callable) -> CheckResult:
     """Exercise: ``merge(m1, l1, acc1, m2, l2, acc2) -> (m, l, acc)``: ``m_i``, ``l_i``
     ``(..., n_q, 1)``, ``acc_i (..., n_q, d_v)``, the states of two disjoint sets of keys."""
-    overflow = ("exp of a max near 1000 overflows: never exponentiate m1 or m2 alone, only "
-                "the differences m1 - m and m2 - m, which are at most 0.")
-    both_empty = ("both states are empty in some rows (m1 = m2 = -inf), so m1 - m is NaN: "
-                  "rescale against a max that is finite in every row; the merged row is then "
-                  "empty too: m = -inf, l = 0, acc = 0.")
-    return _stages(merge, merge_states_reference,
-                   [(_merge_cases(), _merge_mistakes(), overflow), (_large_merge_cases(), [], overflow),
-                    (_empty_merge_cases(), [], both_empty)],
-                   what="merge_states", output_names=STATE, atol=1e-9, rtol=1e-7)
+    return check_function(merge, merge_states_reference, _merge_cases(), what="merge_states",
+                          output_names=STATE, mistakes=_merge_mistakes(), atol=1e-9, rtol=1e-7,
+                          nan_hint="exp of a max near 1000 overflows: never exponentiate m1 or m2 "
+                                   "alone, only the differences m1 - m and m2 - m, which are at most 0.")
 
 
 def _no_full_scores(inputs: dict) -> AllocationWatch | None:
@@ -185,12 +159,8 @@ def _cases() -> list[dict]:
             _case(g, (2, 3), 10, 2, 3, 4),        # batch and heads; a short last tile
             _case(g, (), 5, 2, 3, 1),             # B = 1: one token per tile
             _case(g, (2,), 6, 4, 3, 8),           # B >= n: one tile, on the diagonal
-            _case(g, (), 13, 4, 4, 5)]            # 13 = 2 * 5 + 3
-
-
-def _large_cases() -> list[dict]:
-    """Scores near 1000: exp(S) overflows, exp(S - lse) does not."""
-    return [_case(seeded(85), (), 8, 2, 2, 3, large=True)]
+            _case(g, (), 13, 4, 4, 5),            # 13 = 2 * 5 + 3
+            _case(seeded(85), (), 8, 2, 2, 3, large=True)]   # exp(S) overflows, exp(S - lse) not
 
 
 def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal",  # noqa: C901
@@ -317,11 +287,10 @@ def check_causal_backward(backward: Callable) -> CheckResult:
     overflow = "exp(S) overflowed: never exponentiate a raw score; P = exp(S - lse) is at most 1."
     short_tile = ("when n is not a multiple of B, the last tile is shorter than B: take each tile's "
                   "size and positions from its slice.")
-    return _stages(backward, causal_backward_reference,
-                   [(_cases(), _mistakes(), overflow), (_large_cases(), [], overflow)],
-                   what="causal_backward", output_names=("dq", "dk", "dv"), atol=1e-9, rtol=1e-7,
-                   watch=_no_full_scores,
-                   error_hints=[("must match the size of tensor", short_tile)])
+    return check_function(backward, causal_backward_reference, _cases(),
+                          what="causal_backward", output_names=("dq", "dk", "dv"), mistakes=_mistakes(),
+                          nan_hint=overflow, atol=1e-9, rtol=1e-7, watch=_no_full_scores,
+                          error_hints=[("must match the size of tensor", short_tile)])
 
 
 def _linear_case(g, batch, d_k, d_v, before: int) -> dict:

@@ -116,7 +116,7 @@ def _autograd(case):
 
 @pytest.mark.parametrize("index", range(6))
 def test_the_backward_reference_equals_autograd_through_causal_attention(index):
-    case = (ex._cases() + ex._large_cases())[index]
+    case = ex._cases()[index]
     out, grads = _autograd(case)
     torch.testing.assert_close(out, case["O"])
     _, lse = eff.tiled_attention(case["q"], case["k"], case["v"], causal=True, return_lse=True)
