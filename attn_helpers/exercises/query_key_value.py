@@ -10,7 +10,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..lessons.query_key_value import weights
-from .core import CheckResult, Mistake, check_function, describe, seeded, size
+from .core import CheckResult, Mistake, Refused, check_function, seeded, size
 from .workflow import exercise
 
 __all__ = ["NEXT_WEIGHT", "check_asymmetric_relation", "check_attention"]
@@ -40,25 +40,22 @@ def _random_mask(g: torch.Generator, *shape: int) -> torch.Tensor:
 
 def _attention_cases() -> list[dict]:
     g = seeded(121)
-    cases = []
-    for batch, n_q, n_k, d_k, d_v, dtype in [((), 3, 4, 8, 5, torch.float32),
-                                              ((2,), 5, 5, 16, 4, torch.float32),
-                                              ((2, 3), 4, 6, 4, 3, torch.float64),  # heads
-                                              ((), 1, 1, 4, 2, torch.float32)]:     # one token
-        cases.append({"q": torch.randn(*batch, n_q, d_k, generator=g, dtype=dtype),
-                      "k": torch.randn(*batch, n_k, d_k, generator=g, dtype=dtype),
-                      "v": torch.randn(*batch, n_k, d_v, generator=g, dtype=dtype),
-                      "mask": _random_mask(g, n_q, n_k) if n_k > 1 else torch.ones(1, 1).bool()})
+
+    def case(batch, n_q, n_k, d_k, d_v, dtype=torch.float32, mask_batch=()):
+        return {"q": torch.randn(*batch, n_q, d_k, generator=g, dtype=dtype),
+                "k": torch.randn(*batch, n_k, d_k, generator=g, dtype=dtype),
+                "v": torch.randn(*batch, n_k, d_v, generator=g, dtype=dtype),
+                "mask": _random_mask(g, *mask_batch, n_q, n_k) if n_k > 1 else torch.ones(1, 1).bool()}
+
+    cases = [case((), 3, 4, 8, 5), case((2,), 5, 5, 16, 4), case((2, 3), 4, 6, 4, 3, torch.float64),
+             case((), 1, 1, 4, 2)]                                 # heads (2, 3); one token
     q, k, v = (torch.randn(2, 6, 8, generator=g) for _ in range(3))
     cases.append({"q": q, "k": k, "v": v, "mask": torch.ones(6, 6, dtype=torch.bool).tril()})
     padding = torch.tensor([[True] * 6, [True, True, True, False, False, False]])
     fully = padding[:, None, :] & padding[:, :, None]      # (2, 6, 6): padded queries see nothing
     cases.append({"q": q, "k": k, "v": v, "mask": fully})
     batch, (n_q, n_k, d_k, d_v) = size(g, 1, 3), (size(g, 2, 8) for _ in range(4))  # random shapes
-    cases.append({"q": torch.randn(batch, n_q, d_k, generator=g),
-                  "k": torch.randn(batch, n_k, d_k, generator=g),
-                  "v": torch.randn(batch, n_k, d_v, generator=g),
-                  "mask": _random_mask(g, batch, n_q, n_k)})
+    cases.append(case((batch,), n_q, n_k, d_k, d_v, mask_batch=(batch,)))
     q, k = (30 * torch.randn(2, 4, 4, generator=g) for _ in range(2))  # scores in the 1000s
     cases.append({"q": q, "k": k, "v": torch.randn(2, 4, 3, generator=g),
                   "mask": torch.ones(4, 4, dtype=torch.bool).tril()})
@@ -240,34 +237,25 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
 def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
     """``next_token_projections(X (n, d_model)) -> (W_Q, W_K)``, each ``(d_model, d_k)``: every
     token puts at least ``NEXT_WEIGHT`` on the next one (the last on token 0)."""
-    what = "next_token_projections"
-    if not callable(next_token_projections):
-        return CheckResult(False, f"Not yet: {what} is not a function "
-                                  f"(got {type(next_token_projections).__name__}).")
-    cases = _relation_cases()
-    for number, case in enumerate(cases, start=1):
-        X = case["X"]                                                         # noqa: N806
-        where = f"case {number} of {len(cases)} ({describe(case)})"
+    def judged(X):  # noqa: N803 - None, 0 (the "reference") for a right pair, else Refused(why)
+        got = next_token_projections(X.clone())
+        if got is None or (problem := _verdict(X, got)) is None:
+            return None if got is None else torch.zeros(())
+        one_hot = torch.eye(*X.shape, dtype=X.dtype)
         try:
-            got = next_token_projections(X.clone())
-        except NotImplementedError:
-            return CheckResult(False, f"{what} is not implemented yet.")
-        except Exception as exc:  # the learner's bug, reported in words
-            return CheckResult(False, f"Not yet: on {where}, {what} raised "
-                                      f"{type(exc).__name__}: {exc}")
-        if got is None and number == 1:
-            return CheckResult(False, f"{what} is not implemented yet (it returned None).")
-        problem = _verdict(X, got)
-        if problem is not None:
-            one_hot = torch.eye(*X.shape, dtype=X.dtype)
-            try:
-                only_one_hot = not torch.equal(X, one_hot) and _verdict(
-                    one_hot, next_token_projections(one_hot)) is None
-            except Exception:  # noqa: BLE001 - only a hint: any failure means "no"
-                only_one_hot = False
-            if only_one_hot:
-                problem += (" Your projections work for one-hot embeddings, not dense ones: "
-                            "which M, with X M = I (a right inverse of X), undoes X?")
-            return CheckResult(False, f"Not yet: on {where}, {problem}")
+            only_one_hot = not torch.equal(X, one_hot) and _verdict(
+                one_hot, next_token_projections(one_hot)) is None
+        except Exception:  # noqa: BLE001 - only a hint: any failure means "no"
+            only_one_hot = False
+        if only_one_hot:
+            problem += (" Your projections work for one-hot embeddings, not dense ones: which M, "
+                        "with X M = I (a right inverse of X), undoes X?")
+        raise Refused(problem)
+
+    cases = _relation_cases()
+    result = check_function(judged if callable(next_token_projections) else next_token_projections,
+                            lambda X: torch.zeros(()), cases, what="next_token_projections")  # noqa: N803
+    if not result:
+        return result
     return CheckResult(True, f"Passed: on all {len(cases)} cases every token puts at least "
                              f"{NEXT_WEIGHT} of its attention on the next one.")
