@@ -103,16 +103,12 @@ def _window_mask(lengths: torch.Tensor, n: int, window: int) -> torch.Tensor:
 
 def _as_float(window_mask: Callable) -> Callable:
     """The learner's mask must be bool; compared as float64."""
-    if not callable(window_mask):
-        return window_mask
-
     def wrapped(*args):
         out = window_mask(*args)
         if isinstance(out, torch.Tensor) and out.dtype != torch.bool:
             raise TypeError(f"the mask must be a bool tensor (True = may attend), got dtype {out.dtype}")
         return out.double() if isinstance(out, torch.Tensor) else out
-
-    return wrapped
+    return wrapped if callable(window_mask) else window_mask
 
 
 _WINDOW_MISTAKES = [   # (what the mistake computes from lengths, n, window; its hint)
@@ -256,9 +252,9 @@ def _run_steps(step: Callable) -> Callable:
             k_before, v_before = k_cache.clone(), v_cache.clone()
             try:
                 out = step(k_cache, v_cache, t, q[..., new, :], k[..., new, :], v[..., new, :])
+            except NotImplementedError:                   # the stub
+                raise
             except (IndexError, ValueError, RuntimeError) as exc:
-                if type(exc) not in (IndexError, ValueError, RuntimeError):
-                    raise                                 # NotImplementedError: the stub
                 raise type(exc)(f"at step t={t} (w={w} slots): {exc}") from exc
             if out is None:
                 return None
@@ -330,11 +326,9 @@ def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
     """Exercise: ``rolling_cache_step(k_cache (b, h, w, d_k), v_cache (b, h, w, d_v), t, q_t, k_t
     (b, h, 1, d_k), v_t (b, h, 1, d_v)) -> (b, h, 1, d_v)``: writes token ``t`` in place over the
     key that left the window; over ``t = 0..n-1`` it must equal sliding-window causal attention."""
-    if not callable(rolling_cache_step):
-        return CheckResult(False, "Not yet: rolling_cache_step is not a function "
-                                  f"(got {type(rolling_cache_step).__name__}).")
+    step = _run_steps(rolling_cache_step) if callable(rolling_cache_step) else rolling_cache_step
     return check_function(
-        _run_steps(rolling_cache_step), _sliding_window, _ring_cases(), what="rolling_cache_step",
+        step, _sliding_window, _ring_cases(), what="rolling_cache_step",
         output_names=("the outputs of steps 0..n-1", "the key cache's filled slots",
                       "the value cache's filled slots"),
         atol=1e-5, rtol=1e-4,
