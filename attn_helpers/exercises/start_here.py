@@ -121,8 +121,9 @@ ATOL, RTOL = 1e-9, 1e-4
 
 TINY_WEIGHTS = (
     "a threshold or an eps moved your entropy by more than the checker allows (1e-9 nats plus "
-    "0.01%). The last case has weights of 1e-6, 1e-20 and 4e-44 beside a weight of 1, so the "
-    "entropy is near 0. Only a weight of exactly 0 needs care: which constant touches a positive one?")
+    "0.01%). A row with a weight of exactly 1 has entropy 0, one with tiny weights (down to 4e-44) "
+    "nearly 0: any shift shows. Only a weight of exactly 0 needs care: which constant touches a "
+    "positive one?")
 
 
 def _tiny_weight_mistakes() -> list[Mistake]:
