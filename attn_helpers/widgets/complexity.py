@@ -109,18 +109,13 @@ def tile_stepper_frame(n: int, block_size: int, causal: bool, step: int) -> Tile
 
 
 def _readouts(t: TileStepperFrame) -> dict:
-    rows = t.rows
-    if t.tile is None:
-        tile = "none yet: every key is unseen"
-    else:
-        r0, r1, c0, c1 = t.tile
-        tile = f"queries {r0}..{r1 - 1} x keys {c0}..{c1 - 1}"
+    rows, done, (r0, r1, c0, c1) = t.rows, t.finished, t.tile or (0, 0, 0, 0)
     moved = rows & (t.rescale > 0) & (t.rescale < 1)       # rows whose maximum rose
     factors = t.rescale[moved]
-    done = t.finished
     return {
         "step": f"{t.step} of {t.n_steps}",
-        "tile": tile,
+        "tile": (f"queries {r0}..{r1 - 1} x keys {c0}..{c1 - 1}" if t.tile
+                 else "none yet: every key is unseen"),
         "rows rescaled by this tile": f"{int(moved.sum())} of {int(rows.sum())}" + (
             "" if not moved.any() else f", by e^(m - m') = {factors[0]:.4f}" if len(factors) == 1
             else f", by e^(m - m') = {factors.min():.4f}..{factors.max():.4f}"),
@@ -186,8 +181,12 @@ class TileStepperView(BlitView):
         self.ax_map.add_collection(self.grid)
         self.ax_map.add_patch(self.frame_box)
         self.blit.animate(self.grid, self.frame_box)
-        self.key_labels = TextSprites(self.blit, _above(self.ax_map), size=8, va="bottom")
-        self.query_labels = TextSprites(self.blit, _left(self.ax_map), size=8, ha="right")
+        above = blended_transform_factory(self.ax_map.transData, self.ax_map.transAxes)   # x: keys
+        left = blended_transform_factory(self.ax_map.transAxes, self.ax_map.transData)    # y: queries
+        self.key_labels = TextSprites(self.blit, offset_copy(above, fig=fig, y=3, units="points"),
+                                      size=8, va="bottom")
+        self.query_labels = TextSprites(self.blit, offset_copy(left, fig=fig, x=-4, units="points"),
+                                        size=8, ha="right")
         x0 = self.LEFT + self.SIZE + 0.68
         titles = ("running max m\n(o: before this tile)", "running sum ℓ",
                   "rescale e^(m - m'),\nthis tile's rows", "entropy per query\n(finished rows)")
@@ -272,16 +271,6 @@ class TileStepperView(BlitView):
         self.entropy.set(np.nan_to_num(t.entropy, nan=0.0), t.ceiling)
         self.entropy.bars.set_linewidth(self.width)
         self.entropy.ceiling.set_data(*ceiling_staircase(t.ceiling))
-
-
-def _above(ax):
-    return offset_copy(blended_transform_factory(ax.transData, ax.transAxes), fig=ax.figure,
-                       y=3, units="points")
-
-
-def _left(ax):
-    return offset_copy(blended_transform_factory(ax.transAxes, ax.transData), fig=ax.figure,
-                       x=-4, units="points")
 
 
 class TileStepperWidget(LiveAttentionWidget):
