@@ -254,50 +254,42 @@ def _projection_cases() -> list[dict]:
             case(6, 4, 4, 1.0, spread=48.0)]                  # scores in the thousands: saturated
 
 
-def _wrong(message: str, *variants: dict) -> list[Mistake]:
-    return [Mistake(lambda *a, _v=v: _backward_with(*a, **_v), message) for v in variants]
-
-
-PROJECTION_MISTAKES = [
-    *_wrong("grad_weights is the gradient at the weights A, not at the scores: pass it back "
-            "through the softmax first (exercise 2).", {"softmax_at": "skipped"}),
-    *_wrong("softmax_backward takes the scores S; you handed it A = softmax(S), so it "
-            "differentiated a softmax of a softmax.", {"softmax_at": "weights"}),
-    *_wrong("dS misses the a a^T part of the softmax's Jacobian: use exercise 2's whole backward.",
-            {"softmax_at": "diagonal"}),
-    *_wrong("the softmax backward recomputed the weights over dim -2, down the columns: A "
-            "normalises each row (one query against every key), the last axis.",
-            {"weights_dim": -2}),
-    *_wrong("the softmax backward ran at Q K^T, without the scale: it needs the scores the "
-            "softmax saw, S = scale * Q K^T.", {"softmax_at": "raw"}),
-    *_wrong("the scale is missing from dQ and dK: the way back from S = scale * Q K^T to Q K^T "
-            "passes through that factor.", {"powers": (0, 0)}),
-    *_wrong("dK lacks the scale that dQ has: S = scale * Q K^T, so both dQ and dK carry it.",
-            {"powers": (1, 0)}),
-    *_wrong("the scale came in twice: the way back from S to Q K^T multiplies by it once.",
-            {"powers": (2, 2)}),
-    *_wrong("you used 1/sqrt(d_k); the scale is an argument (0.3 or 2 in some cases).",
-            {"given_scale": False}),
-    *_wrong("dK was computed from dS, not its transpose: key j collects column j of dS (every "
-            "query's pull on it).", {"dk_columns": False}),
-    *_wrong("dS and dS^T are swapped between dQ and dK: query i collects row i of dS, key j "
-            "column j.", {"dq_rows": False, "dk_columns": False}),
-    *_wrong("dQ was computed from dS^T: query i collects row i of dS; only dK needs the "
-            "transpose.", {"dq_rows": False}),
-    *_wrong("Q and K are swapped in the chain: the keys carry dS to Q, the queries carry dS^T "
-            "to K.", {"swap_qk": True}),
-    *_wrong("that is the gradient at Q and K, (..., n, d_k): one more step, through Q = x W_Q "
-            "and K = x W_K.", {"wrt": "qk"}),
-    *_wrong("the gradients came out transposed, (d_k, d_model): in Q = x W_Q, x multiplies W_Q "
-            "from the left.", {"wrt": "transposed"}),
-    *_wrong("the two gradients are swapped: return (grad_W_Q, grad_W_K).", {"swap_outputs": True}),
-    *_wrong("one gradient per sequence, (b, d_model, d_k): the sequences share W_Q and W_K, so "
-            "their gradients add up.", {"batch": "kept"}),
-    *_wrong("averaged over the batch: the gradients at the shared W_Q and W_K are the sums over "
-            "the batch, not the means.", {"batch": "mean"}),
-    *_wrong("the sign is flipped: return the gradient, not the step that descends it.",
-            {"sign": -1.0}),
-]
+PROJECTION_MISTAKES = [Mistake(lambda *a, _v=v: _backward_with(*a, **_v), hint) for v, hint in [
+    ({"softmax_at": "skipped"}, "grad_weights is the gradient at the weights A, not at the scores: "
+     "pass it back through the softmax first (exercise 2)."),
+    ({"softmax_at": "weights"}, "softmax_backward takes the scores S; you handed it A = softmax(S), "
+     "so it differentiated a softmax of a softmax."),
+    ({"softmax_at": "diagonal"}, "dS misses the a a^T part of the softmax's Jacobian: use exercise "
+     "2's whole backward."),
+    ({"weights_dim": -2}, "the softmax backward recomputed the weights over dim -2, down the "
+     "columns: A normalises each row (one query against every key), the last axis."),
+    ({"softmax_at": "raw"}, "the softmax backward ran at Q K^T, without the scale: it needs the "
+     "scores the softmax saw, S = scale * Q K^T."),
+    ({"powers": (0, 0)}, "the scale is missing from dQ and dK: the way back from S = scale * Q K^T "
+     "to Q K^T passes through that factor."),
+    ({"powers": (1, 0)}, "dK lacks the scale that dQ has: S = scale * Q K^T, so both dQ and dK "
+     "carry it."),
+    ({"powers": (2, 2)}, "the scale came in twice: the way back from S to Q K^T multiplies by it once."),
+    ({"given_scale": False}, "you used 1/sqrt(d_k); the scale is an argument (0.3 or 2 in some cases)."),
+    ({"dk_columns": False}, "dK was computed from dS, not its transpose: key j collects column j of "
+     "dS (every query's pull on it)."),
+    ({"dq_rows": False, "dk_columns": False}, "dS and dS^T are swapped between dQ and dK: query i "
+     "collects row i of dS, key j column j."),
+    ({"dq_rows": False}, "dQ was computed from dS^T: query i collects row i of dS; only dK needs the "
+     "transpose."),
+    ({"swap_qk": True}, "Q and K are swapped in the chain: the keys carry dS to Q, the queries carry "
+     "dS^T to K."),
+    ({"wrt": "qk"}, "that is the gradient at Q and K, (..., n, d_k): one more step, through Q = x W_Q "
+     "and K = x W_K."),
+    ({"wrt": "transposed"}, "the gradients came out transposed, (d_k, d_model): in Q = x W_Q, x "
+     "multiplies W_Q from the left."),
+    ({"swap_outputs": True}, "the two gradients are swapped: return (grad_W_Q, grad_W_K)."),
+    ({"batch": "kept"}, "one gradient per sequence, (b, d_model, d_k): the sequences share W_Q and "
+     "W_K, so their gradients add up."),
+    ({"batch": "mean"}, "averaged over the batch: the gradients at the shared W_Q and W_K are the "
+     "sums over the batch, not the means."),
+    ({"sign": -1.0}, "the sign is flipped: return the gradient, not the step that descends it."),
+]]
 
 
 def _projection_gradients(x, w_q, w_k, scale, grad_weights):
