@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import ipywidgets as widgets
 import torch
@@ -70,9 +71,5 @@ def scaling_widget(seed: int = 0, *, d_k: int = 64, scaled: bool = True,
                                               description="temperature",
                                               layout=widgets.Layout(width="320px")),
     }
-
-    def compute(d_k, scaled, temperature):
-        return scaling_frame(d_k, scaled, temperature, seed=seed)
-
     title = "d_k, 1/sqrt(d_k) scaling, temperature: weights of 8 queries (left), entropy (right)"
-    return LiveAttentionWidget(compute, controls, ScalingView(), title=title)
+    return LiveAttentionWidget(partial(scaling_frame, seed=seed), controls, ScalingView(), title=title)
