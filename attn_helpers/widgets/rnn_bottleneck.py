@@ -84,13 +84,13 @@ def decode_frames(models: Mapping[str, Seq2Seq], model_name: str, length: int) -
     frames = []
     for (source, target), (output, weights), entropy in zip(pairs, decoded, entropies, strict=True):
         correct = [o == t for o, t in zip(output, target, strict=True)]
-        errors = len(correct) - sum(correct)
-        mask = None if weights is not None else torch.zeros(length, length, dtype=torch.bool)
-        readouts = {"model": model_name, "token accuracy": sum(correct) / len(correct),
-                    "errors": f"{errors} of {len(correct)}", "mean entropy (nats)": entropy}
-        frames.append(DecodeFrame(
+        errors = length - sum(correct)
+        readouts = {"model": model_name, "token accuracy": sum(correct) / length,
+                    "errors": f"{errors} of {length}", "mean entropy (nats)": entropy}
+        frames.append(DecodeFrame(   # no attention: zero weights, every one masked
             weights=torch.zeros(length, length) if weights is None else weights,
-            query_labels=_positioned(output), key_labels=_positioned(source), mask=mask,
+            query_labels=_positioned(output), key_labels=_positioned(source),
+            mask=None if weights is not None else torch.zeros(length, length, dtype=torch.bool),
             readouts=readouts, source=source, target=target, output=output, correct=correct,
             title=f"{model_name}: {length} tokens, {errors} wrong output tokens"))
     return frames
@@ -162,7 +162,6 @@ class DecodeView(BlitView):
         if self.panel.ax_map.get_xlim() != (-0.5, n - 0.5):    # a new length, or a new layout
             self._zoom(n)
 
-
     def warm(self, frames: Sequence[DecodeFrame]) -> None:
         """Lay out for the widest labels among ``frames`` and cache every text they show, so that
         no move lays the figure out again or renders a glyph: each move only blits."""
@@ -179,9 +178,7 @@ def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
                       model_name: str | None = None) -> LiveAttentionWidget:
     """Sliders for the length and the example, a menu of ``models`` (opens on the first, or
     ``model_name``). Every length of every model is decoded here, once."""
-    for model in models.values():
-        check_model(model)
-    names = list(models)
+    names = list(models)     # decode_frames checks each model
     if model_name is not None and model_name not in names:
         raise ValueError(f"model_name must be one of {names}, got {model_name!r}")
     controls = {
