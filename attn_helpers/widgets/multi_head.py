@@ -3,6 +3,7 @@ entropy; given the model, switch heads off and read the held-out accuracy and th
 
 from __future__ import annotations
 
+import itertools
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -175,7 +176,8 @@ class _HeadsFigure(BlitFigure):
 
 
 class MultiHeadView(BlitView):
-    """Two persistent figures: one head, or all heads side by side."""
+    """Two persistent figures: one head, or all heads side by side. A frame given to :meth:`warm`
+    shows the picture stored for it; any other is drawn."""
 
     def __init__(self, num_heads: int):
         self.num_heads = require_positive_int("num_heads", num_heads)
@@ -187,7 +189,17 @@ class MultiHeadView(BlitView):
                                  [5.0] * num_heads + [0.7], right=0.96, bottom=0.18, top=0.88,
                                  wspace=0.12, entropy_width=1.1, entropy_title="entropy")
         self.blit = self.grid
-        self.last_mode: str | None = None
+        self.pictures: dict[int, tuple] = {}   # id(frame) -> (frame, PNG)
+
+    def warm(self, frames: Sequence[MultiHeadFrame]) -> None:
+        """Lay out for every frame, then store each one's picture: a move only looks it up."""
+        for frame in frames:
+            self.draw(frame)
+        self.pictures = {id(frame): (frame, BlitView.update(self, frame)) for frame in frames}
+
+    def update(self, frame: MultiHeadFrame) -> bytes:
+        stored = self.pictures.get(id(frame))
+        return stored[1] if stored and stored[0] is frame else super().update(frame)
 
     @staticmethod
     def picture_lines(frame: MultiHeadFrame) -> list[str]:
@@ -210,7 +222,7 @@ class MultiHeadView(BlitView):
                 panel.set_title(frame.head_names[i])
                 panel.set_frame(frame.head_frame(i))
                 self.grid.mark(i, frame.heads_on[i])
-            self.blit, self.last_mode = self.grid, "grid"
+            self.blit = self.grid
         else:
             panel, on = self.single.panels[0], frame.heads_on[frame.head]
             panel.set_frame(frame)
@@ -219,7 +231,7 @@ class MultiHeadView(BlitView):
             self.single_title.set([frame.head_names[frame.head] + ("" if on else " (off)")],
                                   [(0.5, 1.0)])
             self.single.mark(0, on)
-            self.blit, self.last_mode = self.single, "single"
+            self.blit = self.single
         self.blit.set_bars(frame, self.picture_lines(frame))
 
 
@@ -238,7 +250,7 @@ def multihead_widget(
 ) -> LiveAttentionWidget:
     """Notebook 04's widget over ``weights (examples, h, n, n)``: example slider, head selector and,
     given the ``model`` with ``eval_tokens (m, n)``, ``eval_targets (m, n, 2)``, one checkbox per
-    head (every subset evaluated once, here)."""
+    head. Every setting is evaluated and drawn once, here: a move only shows its picture."""
     weights = torch.as_tensor(weights)
     if weights.dim() != 4:
         raise ValueError(f"weights must be 4-D (examples, h, n, n), got shape {shape(weights)}")
@@ -270,16 +282,21 @@ def multihead_widget(
         raise ValueError("eval_tokens and eval_targets need the model (model=...)")
     if heads_on is not None and (data is None or len(heads_on) != h):
         raise ValueError(f"heads_on needs the model and one bool per head ({h}), got {heads_on!r}")
+    subsets = [None] if data is None else list(itertools.product((True, False), repeat=h))
+    frames = {(e, shown, on): multihead_frame(weights, labels, e, shown, head_names=names, mask=mask,
+                                              ablation=data, heads_on=on)
+              for e in range(len(labels)) for shown in (ALL_HEADS, *range(h)) for on in subsets}
+    view = MultiHeadView(h)
+    view.warm(list(frames.values()))
 
     def compute(example, head, **switches):
-        heads_on = None if data is None else [switches[f"head_{i}_on"] for i in range(h)]
-        return multihead_frame(weights, labels, example, head, head_names=names, mask=mask,
-                               ablation=data, heads_on=heads_on)
+        return frames[example, head, None if data is None else
+                      tuple(switches[f"head_{i}_on"] for i in range(h))]
 
     title = "Which head looks where? Pick an example and a head"
     if data is not None:
         title += ", and switch heads off"
-    return LiveAttentionWidget(compute, controls, MultiHeadView(h), title=title)
+    return LiveAttentionWidget(compute, controls, view, title=title)
 
 
 def plot_loss_curves(study: Sequence[dict], every: int) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -59,20 +61,19 @@ def test_multihead_frame_bad_shapes(example_weights):
 def test_multihead_widget_switches_between_grid_and_single(example_weights):
     weights, labels = example_weights
     widget = multihead_widget(weights, labels, mask=causal_mask(4))
-    assert widget.view.last_mode == "grid" and widget.error is None
+    assert widget.error is None
     grid_png = decode_png(widget.image.value)
     figure = widget.view.grid.figure
     assert grid_png.shape[:2] == (round(figure.get_size_inches()[1] * figure.dpi),
                                   round(figure.get_size_inches()[0] * figure.dpi))
     widget.set(head=1)
-    assert widget.view.last_mode == "single"
     single = decode_png(widget.image.value)
     assert single.shape != grid_png.shape
     widget.set(example=2)
     assert not np.array_equal(single, decode_png(widget.image.value))
     assert torch.equal(widget.frame.weights, weights[2, 1])
     widget.set(head=ALL_HEADS)
-    assert widget.view.last_mode == "grid" and widget.renders == 4
+    assert decode_png(widget.image.value).shape == grid_png.shape and widget.renders == 4
 
 
 def test_multihead_view_rejects_wrong_number_of_heads(example_weights):
@@ -102,13 +103,11 @@ def trained():
 
 
 def test_the_widget_shows_the_pure_functions_ablation(trained):
-    """A checkbox move looks up ablation_frame's answer (the accuracies themselves are asserted in
-    notebook 04's cell, which nbval runs)."""
+    """A checkbox move looks up ablation_frame's answer (notebook 04 asserts the accuracies)."""
     widget, data, heads = trained
     off = heads["previous"]
     widget.set(example=2, head=ALL_HEADS, **{f"head_{i}_on": i != off for i in range(2)})
-    expected = ablation_frame(data, 2, widget.frame.heads_on)
-    shown = widget.frame.ablation
+    expected, shown = ablation_frame(data, 2, widget.frame.heads_on), widget.frame.ablation
     assert widget.frame.heads_on == tuple(i != off for i in range(2))
     assert torch.equal(shown.predictions, expected.predictions) and shown.accuracy == expected.accuracy
     assert widget.readouts["heads switched off"] == f"head {off}"
@@ -119,24 +118,27 @@ def test_the_widget_shows_the_pure_functions_ablation(trained):
 
 
 def test_a_switched_off_head_is_marked_and_only_blitted(trained):
+    """Every picture is stored when the widget is built; drawing a frame again gives it exactly."""
     widget, _, heads = trained
-    off = heads["previous"]
+    off, view = heads["previous"], widget.view
+    def redraw():   # a new frame object: drawn, not looked up
+        return view.update(dataclasses.replace(widget.frame))
     widget.set(example=1, head=ALL_HEADS, head_0_on=True, head_1_on=True)
-    panel, sprites = widget.view.grid.panels[off], widget.view.grid.off[off]
-    background, before = widget.view.grid._background, panel.cells.colors.copy()
-    png_on = decode_png(widget.image.value)
+    assert redraw() == widget.image.value
+    panel, sprites, background = view.grid.panels[off], view.grid.off[off], view.grid._background
+    before, png_on = panel.cells.colors.copy(), decode_png(widget.image.value)
     widget.set(**{f"head_{off}_on": False})
-    assert widget.view.grid._background is background                 # no full redraw
-    assert sprites.texts == ["switched off"] and widget.view.grid.off[1 - off].texts == []
+    assert redraw() == widget.image.value and view.grid._background is background  # only blitted
+    assert sprites.texts == ["switched off"] and view.grid.off[1 - off].texts == []
     faded = panel.cells.colors.astype(int)
     assert (faded[..., :3] >= before[..., :3]).all() and faded[..., :3].mean() > 200
     assert not np.array_equal(png_on, decode_png(widget.image.value))
     widget.set(head=off)                                               # one head: its title says so
-    assert widget.view.single_title.texts == [f"head {off} (off)"]
-    assert widget.view.single.off[0].texts == ["switched off"]
+    assert redraw() == widget.image.value and view.single_title.texts == [f"head {off} (off)"]
+    assert view.single.off[0].texts == ["switched off"]
     widget.set(**{f"head_{off}_on": True})
-    assert widget.view.single_title.texts == [f"head {off}"] and widget.view.single.off[0].texts == []
-    assert widget.error is None
+    assert redraw() == widget.image.value and view.single_title.texts == [f"head {off}"]
+    assert view.single.off[0].texts == [] and widget.error is None
 
 
 def test_ablation_inputs_are_checked(trained, example_weights):
@@ -161,18 +163,16 @@ def test_the_picture_states_the_settings_and_the_readouts(trained):
     and the held-out accuracy of each relation, in both figures."""
     widget, _, heads = trained
     off = heads["previous"]
-    widget.set(example=2, head=ALL_HEADS, head_0_on=True, head_1_on=True)
-    widget.set(**{f"head_{off}_on": False})
-    lines = widget.view.grid.lines.texts
-    assert lines[0].startswith("example: " + widget.readouts["example"])
-    assert "showing: all heads" in lines[0]
+    widget.set(example=2, head=ALL_HEADS, **{f"head_{i}_on": i != off for i in range(2)})
+    lines = widget.view.picture_lines(widget.frame)
+    assert lines[0].startswith(f"example: {widget.readouts['example']}   |   showing: all heads")
     assert f"switched off: head {off}" in lines[1]
     accuracy = float(widget.readouts["held-out accuracy, previous letter (chance 0.125)"])
     assert f"previous letter {accuracy:.2f}" in lines[1]
     widget.set(head=heads["first"])
-    assert f"showing: head {heads['first']}" in widget.view.single.lines.texts[0]
+    assert f"showing: head {heads['first']}" in widget.view.picture_lines(widget.frame)[0]
     widget.set(**{f"head_{off}_on": True}, head=ALL_HEADS)
-    assert "switched off: none" in widget.view.grid.lines.texts[1]
+    assert "switched off: none" in widget.view.picture_lines(widget.frame)[1]
 
 
 def test_entropy_ceiling_is_the_mean_of_each_rows_ceiling(example_weights):
