@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import ipywidgets as widgets
 import torch
 
@@ -32,10 +30,9 @@ def warmup_frame(temperature: float, causal: bool = False) -> AttentionFrame:
     mask = causal_mask(len(WARMUP_TOKENS)) if causal else None
     weights = masked_softmax(warmup_scores() / temperature, mask)
     frame = AttentionFrame(weights, WARMUP_TOKENS, WARMUP_TOKENS, mask=mask)
-    mean_entropy = frame.entropy.mean().item()
-    frame.readouts = {"mean entropy (nats)": f"{mean_entropy:.2f}",  # two decimals, as tour()
+    frame.readouts = {"mean entropy (nats)": f"{frame.entropy.mean().item():.2f}",  # as tour()
                       "mean largest weight": f"{max_weight(weights).mean().item():.2f}",
-                      "effective keys exp(mean H)": f"{math.exp(mean_entropy):.2f}"}
+                      "effective keys (mean e^H)": f"{frame.entropy.exp().mean().item():.2f}"}
     return frame
 
 
@@ -52,12 +49,11 @@ def warmup_widget() -> LiveAttentionWidget:
 def tour(widget: LiveAttentionWidget) -> list[AttentionFrame]:
     """``widget.set`` at T = 1, 0.1, 10 and T = 1 with the causal mask: print the readouts to two
     decimals (the digits every CPU agrees on), reset to T = 1 and return the four frames."""
-    frames, lines = [], []
+    frames = []
     for temperature, causal in ((1.0, False), (0.1, False), (10.0, False), (1.0, True)):
         readouts = widget.set(temperature=temperature, causal=causal)
         frames.append(widget.frame)
         label = f"T = {temperature:g}{', causal mask' if causal else ''}:"
-        lines.append(f"{label:<20}" + ", ".join(f"{k} {float(v):.2f}" for k, v in readouts.items()))
+        print(f"{label:<20}" + ", ".join(f"{k} {v}" for k, v in readouts.items()))
     widget.set(temperature=1.0, causal=False)
-    print("\n".join(lines))
     return frames
