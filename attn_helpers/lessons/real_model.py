@@ -328,10 +328,10 @@ def plot_flips(right: torch.Tensor, wrong: torch.Tensor, need: int, P: int) -> N
     plt.show()
 
 
-def plot_ablation(groups: dict, ch: dict) -> None:
-    """The pairs' cosines by group; each layer's heads off (error bars: middle 95% of resamples);
-    each head off, one map per gap on its own scale."""
-    fig, axes = plt.subplot_mosaic([["pairs", "layers"], ["g_easy", "g_swap"]], figsize=(16, 8.4),
+def plot_ablation(groups: dict, swap) -> None:
+    """The pairs' cosines by group; ``swap`` (a :func:`gap_changes` entry): each layer's heads off
+    (error bars: middle 95% of resamples, hatched where they include 0) and each head off."""
+    fig, axes = plt.subplot_mosaic([["pairs", "layers"], ["heads", "heads"]], figsize=(14, 8.4),
                                    gridspec_kw={"width_ratios": [1, 1.6]}, layout="constrained")
     colors = ("#1f77b4", "#17becf", "#ff7f0e", "#d62728")
     for x, (cos, color) in enumerate(zip(groups.values(), colors, strict=True)):
@@ -341,24 +341,18 @@ def plot_ablation(groups: dict, ch: dict) -> None:
     axes["pairs"].set(xticks=range(len(groups)), ylabel="cosine similarity", xlim=(-0.6, 3.6),
                       title="the pairs, all heads on")
     axes["pairs"].set_xticklabels([textwrap.fill(name, 11) for name in groups], fontsize=8)
-    for shift, name, color in ((-0.2, "g_easy", "#3b75af"), (0.2, "g_swap", "#f28e2b")):
-        c = ch[name]
-        lo, hi = c.boot[:, 0].quantile(0.025, dim=-1), c.boot[:, 0].quantile(0.975, dim=-1)
-        bars = axes["layers"].bar(torch.arange(1, 7) + shift, c.change[:, 0], width=0.4, color=color,
-                                  label=f"{name} = {c.gap:.3f}", capsize=3,
-                                  yerr=torch.stack([c.change[:, 0] - lo, hi - c.change[:, 0]]))
-        for bar, unsure in zip(bars, ((lo < 0) & (hi > 0)).tolist(), strict=True):
-            bar.set_hatch("///" if unsure else None)                # the interval includes 0
+    change, (lo, hi) = swap.change[:, 0], swap.boot[:, 0].quantile(torch.tensor([0.025, 0.975]), -1)
+    bars = axes["layers"].bar(range(1, 7), change, width=0.6, color="#f28e2b", capsize=3,
+                              yerr=torch.stack([change - lo, hi - change]))
+    for bar, unsure in zip(bars, ((lo < 0) & (hi > 0)).tolist(), strict=True):
+        bar.set_hatch("///" if unsure else None)                    # the interval includes 0
     axes["layers"].axhline(0, color="black", linewidth=0.8)
     axes["layers"].set(xlabel="layer switched off (all 12 heads)",
-                       ylabel="change in cosine: gap off - gap on\n> 0: the gap rises (better)",
-                       title="one layer's heads off (error bars: middle 95% of resamples; "
-                             "hatched: it includes 0)")
-    axes["layers"].legend(fontsize=8)
-    for name, bound in (("g_easy", 0.03), ("g_swap", 0.005)):    # each gap its own scale
-        heatmap(ch[name].change[:, 1:], HEADS, LAYERS, ax=axes[name], vmin=-bound, vmax=bound,
-                cmap="RdBu", xlabel="head", ylabel="layer",
-                title=f"one head off: change of {name} in cosine (blue: rises, red: falls; "
-                      f"scale ±{bound})")
-        axes[name].tick_params(axis="x", labelrotation=0)
+                       ylabel="change of g_swap in cosine\n> 0: the gap rises (better)",
+                       title=f"g_swap = {swap.gap:.3f}, one layer's heads off (error bars: middle 95% "
+                             "of resamples; hatched: it includes 0)")
+    heatmap(swap.change[:, 1:], HEADS, LAYERS, ax=axes["heads"], vmin=-0.005, vmax=0.005,
+            cmap="RdBu", xlabel="head", ylabel="layer",
+            title="one head off: change of g_swap in cosine (blue: rises, red: falls; scale ±0.005)")
+    axes["heads"].tick_params(axis="x", labelrotation=0)
     plt.show()

@@ -164,9 +164,8 @@ def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: i
         readouts["similarity with this head off"] = off
         readouts["change"] = off - similarity
     readouts["notes"] = _notes(run)
-    title = (f"layer {layer}, head {head}" + (" (switched off)" if ablate else "")
-             + f": entropy/ln n {run.fraction[l, i]:.2f}, on [CLS] {run.cls[l, i]:.2f}, "
-             f"on previous {run.previous[l, i]:.2f}, similarity {similarity:.2f}")
+    title = (f"weights a_ij of layer {layer}, head {head}" + (" (switched off)" if ablate else "")
+             + f", rows: queries; entropy/ln n {run.fraction[l, i]:.2f}, on [CLS] {run.cls[l, i]:.2f}")
     return RealModelFrame(run.weights[l, i], labels, labels, readouts=readouts,
                           head_map=run.fraction, cell=(l, i), title=title)
 
@@ -219,9 +218,12 @@ class RealModelView(BlitView):
 
 
 def example_pairs() -> list[tuple[str, str]]:
-    """The shipped paraphrase pairs, then two non-paraphrase pairs."""
+    """Notebook 09's section-3 sentence and a paraphrase, the shipped paraphrase pairs, then two
+    non-paraphrase pairs."""
     data = rm.load_sentences()
-    return [tuple(p) for p in data["paraphrases"] + data["non_paraphrases"][:2]]
+    first = ("The animal didn't cross the street because it was too tired.",
+             "The animal was too tired to cross the road.")
+    return [first, *(tuple(p) for p in data["paraphrases"] + data["non_paraphrases"][:2])]
 
 
 class RealModelWidget(LiveAttentionWidget):
@@ -243,15 +245,14 @@ class RealModelWidget(LiveAttentionWidget):
             "head": widgets.IntSlider(head, min=1, max=h, description="head"),
             "ablate": widgets.Checkbox(False, description="switch this head off"),
         }
-        controls["sentence"].style.description_width = "110px"
-        controls["partner"].style.description_width = "110px"
         super().__init__(self._compute, controls, RealModelView((L, h)),
                          title="all-MiniLM-L6-v2: any sentence, any of its 72 heads")
         self.pairs = pairs
         self.examples = widgets.Dropdown(
             options=[(f"{a}  |  {b}", k) for k, (a, b) in enumerate(pairs)], value=0,
             description="examples", layout=wide)
-        self.examples.style.description_width = "110px"
+        for box in (controls["sentence"], controls["partner"], self.examples):
+            box.style.description_width = "110px"
         self.examples.observe(self._on_example, names="value")
         self.ui.children = (self.ui.children[0], self.examples, *self.ui.children[1:])
 
