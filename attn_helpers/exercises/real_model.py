@@ -186,8 +186,8 @@ def check_value_norms(candidate: Callable) -> CheckResult:
         f = v.transpose(1, 2).reshape(b, n, h * d_head) @ W.T
         return w * f.norm(dim=-1)[:, None, None, :]
 
-    def first_slice(W, h, d_head):                       # every head through head 0's columns
-        return W[:, :d_head].T.expand(h, d_head, W.shape[0])
+    def through(slice_of):                               # W_O sliced per head another way
+        return lambda w, v, W: times(w, _f(v, W, slice_of).norm(dim=-1))
 
     return check_function(
         candidate, value_norms_reference, make_norm_cases(93), what="value_norms",
@@ -199,7 +199,7 @@ def check_value_norms(candidate: Callable) -> CheckResult:
             Mistake(lambda w, v, W: times(w, v.norm(dim=-1)),
                     "you took the norm of v_j itself: project it through the head's block of the "
                     "output projection first: the row vector f_h(x_j) = v_j W_O^(h)."),
-            Mistake(lambda w, v, W: times(w, _f(v, W, rows_slice).norm(dim=-1)),
+            Mistake(through(rows_slice),
                     "you sliced W_O's rows: its weight is (out, in) = (d, h * d_head), so head "
                     "h owns the COLUMNS h*d_head .. (h+1)*d_head - 1."),
             *(Mistake(lambda w, v, W, o=o: times(w, v.norm(dim=-1) * torch.linalg.matrix_norm(
@@ -207,10 +207,9 @@ def check_value_norms(candidate: Callable) -> CheckResult:
                       "you multiplied the two norms, ||v_j|| ||W_O^(h)||: by Cauchy-Schwarz that is "
                       "only an upper bound. Project first, f_h(x_j) = v_j W_O^(h), then take its "
                       "norm.") for o in ("fro", 2)),
-            Mistake(lambda w, v, W: times(w, _f(v, W, first_slice).norm(dim=-1)),
+            Mistake(through(lambda W, h, d_head: W[:, :d_head].T.expand(h, d_head, len(W))),
                     "every head went through the first head's columns of W_O."),
-            Mistake(lambda w, v, W: times(w, _f(v, W, lambda W, h, dh: W.view(-1, dh, h).permute(
-                        2, 1, 0)).norm(dim=-1)),
+            Mistake(through(lambda W, h, d_head: W.view(-1, d_head, h).permute(2, 1, 0)),
                     "you split W_O's columns as (d_head, h), so head h got every h-th column: "
                     "head h owns one block of d_head columns, W_O.view(d, h, d_head)."),
             Mistake(lambda w, v, W: _f(v, W).norm(dim=-1)[:, :, None, :].expand_as(w),
