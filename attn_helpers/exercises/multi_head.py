@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..attention import scaled_dot_product_attention
-from ..masks import causal_mask
+from ..masks import causal_mask, padding_mask
 from .core import (
     AllocationWatch,
     CheckResult,
@@ -39,20 +39,17 @@ def _reference(x, mask, num_heads, seed):
 def _module_cases() -> list[dict]:
     """``x``, a bool ``mask`` (``(n, n)``, ``(b, n, n)`` or None), ``num_heads``, the weights' seed."""
     g = seeded(41)
+    masks = {None: lambda b, n: None, "causal": lambda b, n: causal_mask(n),
+             "random": lambda b, n: (torch.rand(n, n, generator=g) < 0.5) | torch.eye(n).bool(),
+             "batch": lambda b, n: (causal_mask(n) & padding_mask(torch.randint(  # (b, n, n), padded
+                 1, n + 1, (b,), generator=g), n)[:, None, :]) | torch.eye(n).bool()}
     cases = []
     for b, n, d_model, h, mask, dtype in [
             (2, 5, 12, 3, None, torch.float32), (1, 6, 16, 4, "causal", torch.float32),
             (2, 4, 8, 1, None, torch.float32), (3, 1, 12, 3, None, torch.float32),
             (2, 7, 16, 2, "random", torch.float64), (2, 6, 8, 2, "causal", torch.float32),
             (3, 5, 12, 3, "batch", torch.float32), (2, 6, 16, 4, "batch", torch.float32)]:
-        if mask == "causal":
-            mask = causal_mask(n)
-        elif mask == "random":
-            mask = (torch.rand(n, n, generator=g) < 0.5) | torch.eye(n, dtype=torch.bool)
-        elif mask == "batch":                        # (b, n, n): causal, sequences padded
-            lengths = torch.randint(1, n + 1, (b,), generator=g)
-            real = torch.arange(n)[None, :] < lengths[:, None]
-            mask = (causal_mask(n) & real[:, None, :]) | torch.eye(n, dtype=torch.bool)
+        mask = masks[mask](b, n)
         cases.append({"x": torch.randn(b, n, d_model, generator=g, dtype=dtype), "mask": mask,
                       "num_heads": h, "seed": len(cases)})
     return cases
@@ -140,29 +137,28 @@ def _wrong(**mistake) -> Callable:
     return lambda x, mask, h, seed: _build(functools.partial(_Reference, **mistake), x, h, seed)(x, mask)
 
 
+_SPLIT = {   # (b, n, d) -> (b, h, n, d_head), right and wrong
+    "right": lambda t, h: t.unflatten(-1, (h, -1)).transpose(1, 2),
+    "no transpose": lambda t, h: t.reshape(t.shape[0], h, t.shape[1], -1),   # positions in heads
+    "interleaved": lambda t, h: t.unflatten(-1, (-1, h)).permute(0, 3, 1, 2)}  # every h-th feature
+_MERGE = {   # (b, h, n, d_head) -> (b, n, d), right and wrong
+    "right": lambda a: a.transpose(1, 2).flatten(2),
+    "no transpose": lambda a: a.reshape(a.shape[0], a.shape[2], -1),
+    "interleaved": lambda a: a.permute(0, 2, 3, 1).flatten(2)}              # head i: every h-th column
+
+
 def _attend(p: _Reference, x, mask, *, split="right", merge="right", scale="d_head", dim=-1,
             use_w_o=True, invert_mask=None, fused="right", mask_heads=True, ignore_mask=False,
             fill=float("-inf")):
     """Self-attention with ``p``'s layers; each keyword other than its default is a mistake."""
-    (b, n, d), h = x.shape, p.num_heads
+    d, h = x.shape[-1], p.num_heads
     qkv = p.in_proj(x)                                                # (b, n, 3 d)
     if fused == "per head":                      # [q k v] of head 0, then of head 1, ...
-        q, k, v = qkv.reshape(b, n, h, 3 * (d // h)).chunk(3, dim=-1)
-        q, k, v = (t.reshape(b, n, d) for t in (q, k, v))
-    elif fused == "k q v":
-        k, q, v = qkv.chunk(3, dim=-1)
-    else:
-        q, k, v = qkv.chunk(3, dim=-1)
-
-    def split_(t):
-        if split == "no transpose":              # (b, n, d) read as (b, h, n, d_head)
-            return t.reshape(b, h, n, d // h)
-        if split == "interleaved":               # from the wrong end: every h-th feature
-            return t.reshape(b, n, d // h, h).permute(0, 3, 1, 2)
-        return t.reshape(b, n, h, d // h).transpose(1, 2)
-
-    q, k, v = split_(q), split_(k), split_(v)
-    c = {"d_head": d // h, "d_model": d, "none": 1}[scale]
+        qkv = qkv.unflatten(-1, (h, -1))
+    q, k, v = (_SPLIT[split](t.flatten(2), h) for t in qkv.chunk(3, dim=-1))
+    if fused == "k q v":
+        q, k = k, q
+    c = {"d_head": d // h, "d_model": d, "none": 1, "twice": (d // h) ** 2}[scale]
     s = q @ k.transpose(-2, -1) / math.sqrt(c)
     if mask is not None and not ignore_mask:
         allowed = ~mask if invert_mask else mask
@@ -172,13 +168,7 @@ def _attend(p: _Reference, x, mask, *, split="right", merge="right", scale="d_he
     a = torch.softmax(s, dim=dim)
     if invert_mask == "zeros":                  # a fully masked row gives zeros, not NaN
         a = a.nan_to_num(0.0)
-    heads = a @ v                                                     # (b, h, n, d_head)
-    if merge == "no transpose":
-        concat = heads.reshape(b, n, d)
-    elif merge == "interleaved":                 # head i to every h-th column
-        concat = heads.permute(0, 2, 3, 1).reshape(b, n, d)
-    else:
-        concat = heads.transpose(1, 2).reshape(b, n, d)
+    concat = _MERGE[merge](a @ v)                                     # (b, n, d)
     return p.out_proj(concat) if use_w_o else concat
 
 
@@ -261,6 +251,8 @@ def check_multi_head_module(module_class) -> CheckResult:
                     "the 1/sqrt(d_head) scale is missing."),
             Mistake(_wrong(scale="d_model"),
                     "each head scales by 1/sqrt(d_head), its own query size, not 1/sqrt(d_model)."),
+            Mistake(_wrong(scale="twice"), "scaled twice: ah.scaled_dot_product_attention "
+                    "already divides by sqrt(d_head)."),
             Mistake(_wrong(use_w_o=False),
                     "W_O is missing: the concatenated heads still go through out_proj."),
             Mistake(_wrong(invert_mask="nan"), mask_hint),
@@ -287,15 +279,11 @@ def check_multi_head_module(module_class) -> CheckResult:
                              f"the same weights on all {len(cases)} cases, and so are its gradients.")
 
 
-def _gqa(q, k, v, *, group_of=None, scale=None, dim=-1):
+def _gqa(q, k, v, *, group_of=lambda i, h, g: i // (h // g), scale=None, dim=-1):
     """Query head i reads key/value head ``group_of(i, h, g)`` (right: ``i // (h/g)``)."""
-    h, g = q.shape[1], k.shape[1]
-    group_of = group_of or (lambda i, h, g: i // (h // g))
-    index = torch.tensor([group_of(i, h, g) for i in range(h)])
+    index = torch.tensor([group_of(i, q.shape[1], k.shape[1]) for i in range(q.shape[1])])
     k, v = k[:, index], v[:, index]                                  # (b, h, n_k, d_head)
-    if dim == -1:
-        return scaled_dot_product_attention(q, k, v, scale=scale)[0]
-    s = q @ k.transpose(-2, -1) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    s = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale)
     return torch.softmax(s, dim=dim) @ v
 
 

@@ -66,10 +66,6 @@ class MultiHeadFrame(AttentionFrame):
         """The mean over rows of ``ln(visible keys)``."""
         return float(self.ceiling.mean())
 
-    def head_frame(self, head: int) -> AttentionFrame:
-        return AttentionFrame(self.head_weights[head], self.query_labels, self.key_labels,
-                              mask=self.mask)
-
 
 def multihead_frame(
     weights: torch.Tensor,
@@ -116,28 +112,23 @@ def multihead_frame(
             f"{name}: {tokens[int(j)]}" for i, (name, j) in enumerate(zip(names, last, strict=True))
             if head in (ALL_HEADS, i)),
     }
-    if ablation is not None:
-        frame.ablation = ablation_frame(ablation, example, (True,) * h if heads_on is None
+    if ablation is None:
+        if heads_on is not None:
+            raise ValueError("heads_on needs ablation data (ablation=ablation_data(model, ...))")
+        return frame
+    # the heads off, the accuracy per relation, and the letters named at i >= 1 (✓ or ✗)
+    frame.ablation = a = ablation_frame(ablation, example, (True,) * h if heads_on is None
                                         else heads_on)
-        frame.readouts.update(_ablation_readouts(frame.ablation, names))
-    elif heads_on is not None:
-        raise ValueError("heads_on needs ablation data (ablation=ablation_data(model, ...))")
-    return frame
-
-
-def _ablation_readouts(ablation: AblationFrame, names: Sequence[str]) -> dict:
-    """The heads off, the accuracy per relation, and the letters named at ``i >= 1`` (✓ or ✗)."""
-    off = [name for name, on in zip(names, ablation.heads_on, strict=True) if not on]
-    readouts = {"heads switched off": ", ".join(off) or "none"}
+    off = [name for name, on in zip(names, a.heads_on, strict=True) if not on]
+    frame.readouts["heads switched off"] = ", ".join(off) or "none"
     for relation in RELATIONS:
-        readouts[f"held-out accuracy, {relation} letter (chance {1 / CONFIG.vocab:.3f})"] = float(
-            ablation.accuracy[relation])
+        frame.readouts[f"held-out accuracy, {relation} letter (chance {1 / CONFIG.vocab:.3f})"] = (
+            float(a.accuracy[relation]))
     for r, relation in enumerate(RELATIONS):
-        readouts[f"{relation} letter named at positions 1.. (✓ right, ✗ wrong)"] = " ".join(
-            f"{string.ascii_uppercase[int(p)]}{'✓' if ok else '✗'}"
-            for p, ok in zip(ablation.predictions[1:, r].tolist(),
-                             ablation.correct[1:, r].tolist(), strict=True))
-    return readouts
+        frame.readouts[f"{relation} letter named at positions 1.. (✓ right, ✗ wrong)"] = " ".join(
+            f"{string.ascii_uppercase[p]}{'✓' if ok else '✗'}"
+            for p, ok in zip(a.predictions[1:, r].tolist(), a.correct[1:, r].tolist(), strict=True))
+    return frame
 
 
 class _HeadsFigure(BlitFigure):
@@ -220,7 +211,8 @@ class MultiHeadView(BlitView):
         if frame.head is None:
             for i, panel in enumerate(self.grid.panels):
                 panel.set_title(frame.head_names[i])
-                panel.set_frame(frame.head_frame(i))
+                panel.set_frame(AttentionFrame(frame.head_weights[i], frame.query_labels,
+                                               frame.key_labels, mask=frame.mask))
                 self.grid.mark(i, frame.heads_on[i])
             self.blit = self.grid
         else:
@@ -293,9 +285,8 @@ def multihead_widget(
         return frames[example, head, None if data is None else
                       tuple(switches[f"head_{i}_on"] for i in range(h))]
 
-    title = "Which head looks where? Pick an example and a head"
-    if data is not None:
-        title += ", and switch heads off"
+    title = "Which head looks where? Pick an example and a head" + (
+        "" if data is None else ", and switch heads off")
     return LiveAttentionWidget(compute, controls, view, title=title)
 
 
