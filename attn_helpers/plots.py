@@ -1,5 +1,4 @@
-"""Static figures: labelled attention heatmaps (seaborn's; weights on a fixed 0..1 colour-blind-safe
-scale, masked cells grey) and entropy bars. Each draws into ``ax`` (or a new figure)."""
+"""Static figures into ``ax`` (or a new figure): heatmaps (weights on a fixed 0..1 scale), entropy."""
 
 from __future__ import annotations
 
@@ -107,8 +106,7 @@ def heatmap(matrix, x_labels: Sequence[str] | None = None, y_labels: Sequence[st
 
 def entropy_bars(weights, labels: Sequence[str] | None = None, *, ax: Axes | None = None,
                  mask=None, title: str = "entropy per query"):
-    """Bars of each query's entropy (nats) and its ceiling ``ln(visible keys)``, ``weights``
-    ``(n_q, n_k)``; returns the bar container."""
+    """Bars of each query's entropy in nats, ``weights`` ``(n_q, n_k)``, and its ln(visible keys)."""
     w = torch.as_tensor(to_numpy(weights))
     if w.dim() != 2:
         raise ValueError(f"weights must be 2-D (n_q, n_k), got shape {tuple(w.shape)}")
