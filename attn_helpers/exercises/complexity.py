@@ -69,31 +69,26 @@ def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=(T
 
 
 def _merge_mistakes() -> list[Mistake]:
-    return [
-        Mistake(_merge_with, "both states are empty in some rows (m1 = m2 = -inf), so m1 - m is NaN: "
-                "rescale against a max that is finite in every row; the merged row is then "
-                "empty too: m = -inf, l = 0, acc = 0."),
-        Mistake(lambda *a: _merge_with(*a, rescale=(False, False)),
-                "the sums were added without rescaling: l_i and acc_i are measured against m_i; "
-                "bring both to the new max m first (times exp(m1 - m), exp(m2 - m))."),
-        Mistake(lambda *a: _merge_with(*a, rescale=(True, False)),
-                "l was rescaled but acc was not: acc1 and acc2 need the same factors as l1 and l2."),
-        Mistake(lambda *a: _merge_with(*a, flip=True),
-                "the factors are upside down: exp(s - m1) becomes exp(s - m) times exp(m1 - m), "
-                "at most 1, not exp(m - m1)."),
-        Mistake(lambda *a: _merge_with(*a, swap=True),
-                "the factors were swapped: state 1 takes exp(m1 - m), state 2 exp(m2 - m)."),
-        Mistake(lambda *a: _merge_with(*a, new_max=lambda x, y: x),
-                "m was kept from state 1: the merged m is max(m1, m2), so no factor exceeds 1."),
-        Mistake(lambda *a: _merge_with(*a, new_max=torch.minimum),
-                "m is the smaller of the two maxima: the merged m is max(m1, m2)."),
-        Mistake(lambda *a: _merge_with(*a, finish=True),
-                "acc came back divided by l: that is the output, not the state; keep acc "
-                "unnormalised so that more states can be merged into it."),
-        Mistake(lambda *a: _merge_with(*a, weigh=True),
-                "acc was weighted by l, as if each acc_i were a normalised output: acc is the "
-                "unnormalised sum; rescale it like l, do not weight it by l."),
-    ]
+    return [Mistake(lambda *a, _f=flaw: _merge_with(*a, **_f), hint) for flaw, hint in [
+        ({}, "both states are empty in some rows (m1 = m2 = -inf), so m1 - m is NaN: rescale "
+             "against a max that is finite in every row; the merged row is then empty too: "
+             "m = -inf, l = 0, acc = 0."),
+        ({"rescale": (False, False)}, "the sums were added without rescaling: l_i and acc_i are "
+                                      "measured against m_i; bring both to the new max m first "
+                                      "(times exp(m1 - m), exp(m2 - m))."),
+        ({"rescale": (True, False)}, "l was rescaled but acc was not: acc1 and acc2 need the same "
+                                     "factors as l1 and l2."),
+        ({"flip": True}, "the factors are upside down: exp(s - m1) becomes exp(s - m) times "
+                         "exp(m1 - m), at most 1, not exp(m - m1)."),
+        ({"swap": True}, "the factors were swapped: state 1 takes exp(m1 - m), state 2 exp(m2 - m)."),
+        ({"new_max": lambda x, y: x}, "m was kept from state 1: the merged m is max(m1, m2), so no "
+                                      "factor exceeds 1."),
+        ({"new_max": torch.minimum}, "m is the smaller of the two maxima: the merged m is max(m1, m2)."),
+        ({"finish": True}, "acc came back divided by l: that is the output, not the state; keep acc "
+                           "unnormalised so that more states can be merged into it."),
+        ({"weigh": True}, "acc was weighted by l, as if each acc_i were a normalised output: acc is "
+                          "the unnormalised sum; rescale it like l, do not weight it by l."),
+    ]]
 
 
 @exercise("complexity.merge_states", "merge two partial online-softmax states (split-KV, ring)",
@@ -205,54 +200,49 @@ def causal_backward_reference(q, k, v, O, lse, d_out, B):
     return _backward_with(q, k, v, O, lse, d_out, B)
 
 
-def _wrong(message: str, *variants: dict) -> list[Mistake]:
-    return [Mistake(lambda *a, _v=v: _backward_with(*a, **_v), message) for v in variants]
-
-
 def _mistakes() -> list[Mistake]:
-    return [
-        *_wrong("no causal mask: keys after a query leaked into its gradients. Skip the tiles "
-                "wholly above the diagonal and mask the future keys in the tiles that cross it.",
-                {"visit": "all", "mask": "none"}),
-        *_wrong("the tiles that cross the diagonal were not masked: they hold future keys too.",
-                {"mask": "none"}),
-        *_wrong("the diagonal tiles were skipped (j >= i rather than j >= i + B): they hold each "
-                "token's own key and its nearest past keys.", {"visit": "below"}),
-        *_wrong("the mask was built from the tile's own indices (a tril from 0): compare token "
-                "positions, i + a for query a and j + b for key b.", {"mask": "local"},
-                {"mask": "local", "visit": "all"}),
-        *_wrong("the diagonal was masked: query t may attend to key t itself (key <= query).",
-                {"mask": "strict"}),
-        *_wrong("the mask is inverted: it kept the future keys and removed the past ones.",
-                {"mask": "inverted"}, {"mask": "inverted", "visit": "all"}),
-        *_wrong("the masked scores were set to 0, not -inf: exp(0 - lse) is not 0, so future keys "
-                "still got weight.", {"fill": 0.0}, {"fill": 0.0, "visit": "all"}),
-        *_wrong("dS was masked but P was not: dV_j = P^T dO_i still collected future keys; mask "
-                "the scores before the exponential.", {"mask_ds_only": True}),
-        *_wrong("D was recomputed as rowsum(P * dP) over one tile: D = rowsum(dO * O) covers the "
-                "whole row; compute it once, from O, before the loops.", {"tile_d": True}),
-        *_wrong("P was normalised within the tile (a softmax over its keys): P = exp(S - lse), "
-                "with the whole row's lse from the forward pass.", {"local_softmax": True}),
-        *_wrong("dS = P * dP misses its second term: subtract each row's D (section 5).",
-                {"no_d": True}),
-        *_wrong("P = exp(S) without the lse: P = exp(S - lse), each row by its own lse.",
-                {"no_lse": True}),
-        *_wrong("lse broadcast along the keys: its slice (..., B) meets a tile's last axis; give "
-                "each row its own, lse.unsqueeze(-1).", {"lse_keys": True}),
-        *_wrong("D broadcast along the keys: rowsum(dO * O) without keepdim is (..., n); keep it "
-                "(..., n, 1).", {"d_keys": True}),
-        *_wrong("the scores miss the scale: S = Q_i K_j^T / sqrt(d_k).", {"score_pow": 0}),
-        *_wrong("the scores were scaled twice: S = Q_i K_j^T / sqrt(d_k), once.", {"score_pow": 2}),
-        *_wrong("dV_j was built from O: dV_j = P^T dO_i, the output's gradient.", {"dv_from_o": True}),
-        *_wrong("dq or dk misses the scale: S = Q K^T / sqrt(d_k), so both gradients carry "
-                "1 / sqrt(d_k).", {"scale_grads": (False, False)}, {"scale_grads": (False, True)},
-                {"scale_grads": (True, False)}),
-        *_wrong("dK_j or dV_j was assigned in each query tile, not added: the last query tile "
-                "overwrote the others.", {"assign": ("dk", "dv")}, {"assign": ("dk",)},
-                {"assign": ("dv",)}),
-        *_wrong("dQ_i was assigned in each key tile, not added: the last key tile overwrote the "
-                "others.", {"assign": ("dq",)}, {"assign": ("dq", "dk", "dv")}),
-    ]
+    """Each hint, then the one or more changes to the reference that it names."""
+    return [Mistake(lambda *a, _v=v: _backward_with(*a, **_v), hint) for hint, *variants in [
+        ("no causal mask: keys after a query leaked into its gradients. Skip the tiles "
+         "wholly above the diagonal and mask the future keys in the tiles that cross it.",
+         {"visit": "all", "mask": "none"}),
+        ("the tiles that cross the diagonal were not masked: they hold future keys too.",
+         {"mask": "none"}),
+        ("the diagonal tiles were skipped (j >= i rather than j >= i + B): they hold each "
+         "token's own key and its nearest past keys.", {"visit": "below"}),
+        ("the mask was built from the tile's own indices (a tril from 0): compare token "
+         "positions, i + a for query a and j + b for key b.", {"mask": "local"},
+         {"mask": "local", "visit": "all"}),
+        ("the diagonal was masked: query t may attend to key t itself (key <= query).",
+         {"mask": "strict"}),
+        ("the mask is inverted: it kept the future keys and removed the past ones.",
+         {"mask": "inverted"}, {"mask": "inverted", "visit": "all"}),
+        ("the masked scores were set to 0, not -inf: exp(0 - lse) is not 0, so future keys "
+         "still got weight.", {"fill": 0.0}, {"fill": 0.0, "visit": "all"}),
+        ("dS was masked but P was not: dV_j = P^T dO_i still collected future keys; mask "
+         "the scores before the exponential.", {"mask_ds_only": True}),
+        ("D was recomputed as rowsum(P * dP) over one tile: D = rowsum(dO * O) covers the "
+         "whole row; compute it once, from O, before the loops.", {"tile_d": True}),
+        ("P was normalised within the tile (a softmax over its keys): P = exp(S - lse), "
+         "with the whole row's lse from the forward pass.", {"local_softmax": True}),
+        ("dS = P * dP misses its second term: subtract each row's D (section 5).", {"no_d": True}),
+        ("P = exp(S) without the lse: P = exp(S - lse), each row by its own lse.", {"no_lse": True}),
+        ("lse broadcast along the keys: its slice (..., B) meets a tile's last axis; give "
+         "each row its own, lse.unsqueeze(-1).", {"lse_keys": True}),
+        ("D broadcast along the keys: rowsum(dO * O) without keepdim is (..., n); keep it "
+         "(..., n, 1).", {"d_keys": True}),
+        ("the scores miss the scale: S = Q_i K_j^T / sqrt(d_k).", {"score_pow": 0}),
+        ("the scores were scaled twice: S = Q_i K_j^T / sqrt(d_k), once.", {"score_pow": 2}),
+        ("dV_j was built from O: dV_j = P^T dO_i, the output's gradient.", {"dv_from_o": True}),
+        ("dq or dk misses the scale: S = Q K^T / sqrt(d_k), so both gradients carry "
+         "1 / sqrt(d_k).", {"scale_grads": (False, False)}, {"scale_grads": (False, True)},
+         {"scale_grads": (True, False)}),
+        ("dK_j or dV_j was assigned in each query tile, not added: the last query tile "
+         "overwrote the others.", {"assign": ("dk", "dv")}, {"assign": ("dk",)},
+         {"assign": ("dv",)}),
+        ("dQ_i was assigned in each key tile, not added: the last key tile overwrote the "
+         "others.", {"assign": ("dq",)}, {"assign": ("dq", "dk", "dv")}),
+    ] for v in variants]
 
 
 @exercise("complexity.causal_backward", "FlashAttention-2's backward for causal attention, in tiles",
