@@ -16,7 +16,7 @@ from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from .._checks import require_bool, require_int_in
 from ..entropy import attention_entropy
-from ..plots import ceiling_staircase, weights_cmap
+from ..plots import weights_cmap
 from ..training import single_thread
 from .core import BAR_COLOR, HIGHLIGHT_COLOR, BlitView, LiveAttentionWidget
 from .panels import CellPainter, EntropyBars, TextSprites
@@ -270,7 +270,6 @@ class TileStepperView(BlitView):
         self.r_dots.set_data(np.where(rows, t.rescale, np.nan), index)
         self.entropy.set(np.nan_to_num(t.entropy, nan=0.0), t.ceiling)
         self.entropy.bars.set_linewidth(self.width)
-        self.entropy.ceiling.set_data(*ceiling_staircase(t.ceiling))
 
 
 class TileStepperWidget(LiveAttentionWidget):
