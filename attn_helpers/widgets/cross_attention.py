@@ -1,23 +1,22 @@
 """Notebook 06's widget (decode an example step by step and watch the cross-attention: rows after
-the step grey, the step's row framed) and its displays: the per-seed tables and section 7's figure."""
+the step grey, the step's row framed) and its per-seed tables."""
 
 from __future__ import annotations
 
 import math
 
 import ipywidgets as widgets
-import matplotlib.pyplot as plt
 import torch
 
 from ..entropy import attention_entropy, max_entropy
 from ..lessons.cross_attention import table_row
 from ..lessons.rnn_bottleneck import Seq2Seq
-from ..lessons.tasks import ISO_STEP_FIELDS, example, get_task
+from ..lessons.tasks import example, get_task
 from .core import AttentionFrame, LiveAttentionWidget
 from .masking import CaptionedView
 from .rnn_bottleneck import check_model, decode_examples
 
-__all__ = ["alignment_frame", "alignment_widget", "seed_table", "sharpness_figure"]
+__all__ = ["alignment_frame", "alignment_widget", "seed_table"]
 TOP4 = "4 strongest keys' weight"
 
 
@@ -119,21 +118,3 @@ def seed_table(seeds: dict, task: str) -> None:
                   f"{r['within one, pooled']:18.2f} ({min(near):.2f})  {r['peak weight']:11.2f}  "
                   f"{r[TOP4]:24.2f}  {e4:17.1f} / {e24:.1f}")
 
-
-def sharpness_figure(dates: dict, alignment: torch.Tensor, n_k: torch.Tensor) -> None:
-    """Notebook 06, section 7: per ISO step, the mean entropy and strongest weight over the test
-    dates (``dates_readings``) beside one date's ``alignment (10, n)``; ``n_k``: words per date."""
-    steps, n = torch.arange(len(ISO_STEP_FIELDS)), alignment.shape[1]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.8), sharey=True, layout="constrained")
-    for ax, mean, this in ((axes[0], dates["mean entropy"], attention_entropy(alignment.double())),
-                           (axes[1], dates["mean strongest weight"], alignment.max(-1).values)):
-        ax.barh(steps - 0.2, mean, height=0.4, color="#3b75af", label=f"mean over "
-                f"{len(n_k)} test dates ({int(n_k.min())} to {int(n_k.max())} words)")
-        ax.barh(steps + 0.2, this, height=0.4, color="#e67e22", label=f"this date ({n} words)")
-    axes[0].axvline(math.log(n), color="#e67e22", linestyle="--", label=f"this date's ceiling ln {n}")
-    axes[0].set(xlim=(0, 2.2), xlabel="entropy (nats)", yticks=steps.tolist(), ylim=(9.6, -0.6),
-                title="entropy per step")
-    axes[0].set_yticklabels([f"{t} ({field})" for t, field in enumerate(ISO_STEP_FIELDS)])
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=8)
-    axes[1].set(xlim=(0, 1), xlabel="weight of the strongest word", title="the strongest word's weight")
-    plt.show()
