@@ -17,19 +17,6 @@ __all__ = ["MASK_TYPES", "BATCH_SENTENCES", "PAD", "build_mask", "masking_frame"
            "CaptionedView"]
 
 
-class _NamedPanel(AttentionPanel):
-    """An :class:`AttentionPanel` with other axis names than "key" and "query"."""
-
-    def __init__(self, *args, axis_names: tuple[str, str], **kwargs):
-        self.axis_names = axis_names
-        super().__init__(*args, **kwargs)
-
-    def _layout(self, n_q: int, n_k: int, longest: tuple[float, float]) -> None:
-        super()._layout(n_q, n_k, longest)
-        self.ax_map.xaxis.label.set_text(self.axis_names[0])
-        self.ax_map.yaxis.label.set_text(self.axis_names[1])
-
-
 class CaptionedView(BlitView):
     """An attention heatmap with its entropy view and the frame's ``caption`` lines under them;
     ``axis_names``: the heatmap's (x, y) axis names."""
@@ -43,14 +30,17 @@ class CaptionedView(BlitView):
         super().__init__(figsize)
         bottom = (lines * 12 + 8) / (figsize[1] * 72)                 # room for the caption
         grid = self.figure.add_gridspec(1, 1, left=0.01, right=0.99, bottom=bottom, top=0.99)
-        self.panel = _NamedPanel(self.blit, grid[0], title=title, max_shape=max_shape,
-                                 axis_names=axis_names, entropy_title=entropy_title)
+        self.panel = AttentionPanel(self.blit, grid[0], title=title, max_shape=max_shape,
+                                    entropy_title=entropy_title)
+        self.axis_names = axis_names
         self.caption = TextSprites(self.blit, self.figure.transFigure, size=self.CAPTION_PT,
                                    ha="left", va="bottom")
         self._pitch = self.CAPTION_PT * self.LINE_SPACING / 72 / figsize[1]  # a line, in figure
 
     def draw(self, frame: AttentionFrame) -> None:
-        self.panel.set_frame(frame)
+        self.panel.set_frame(frame)                      # a relayout names the axes key and query
+        self.panel.ax_map.xaxis.label.set_text(self.axis_names[0])
+        self.panel.ax_map.yaxis.label.set_text(self.axis_names[1])
         lines = list(getattr(frame, "caption", ()))
         self.caption.set(lines, [(0.015, 0.012 + (len(lines) - 1 - i) * self._pitch)
                                  for i in range(len(lines))])
