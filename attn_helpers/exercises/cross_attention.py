@@ -283,10 +283,8 @@ def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
 
     def run(*inputs):  # the learner's answer; the accuracy (a tensor or a number) as a tensor
         got = alignment_accuracy(*inputs)
-        if got is None:
-            return None
         if not (isinstance(got, tuple | list) and len(got) == 2):
-            raise Refused("return a pair (alignment, accuracy).")
+            return got                                  # check_function says what is wrong
         if not isinstance(got[0], torch.Tensor) or got[0].is_floating_point():
             raise Refused("the alignment must be an integer tensor of source positions.")
         a, (_, src_real, _, tgt_real), n = got[0].long(), inputs, inputs[1].shape[1]

@@ -174,12 +174,6 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
                        f"gave {m[1] == '1'}, expected {m[2] == '1'}", verdict.message))
 
 
-_ONE_SLOT = ("A rolling buffer writes one slot per step, where the key that just left the "
-             "window was; shifting the whole cache moves all w keys every step.")
-
-_COPY = ("the caches were written on a copy (clone, torch.cat, or a new name for a shifted "
-         "cache), so the caller's caches never change: write into k_cache and v_cache in place.")
-
 _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
     ("the query attended to all w slots before the ring was full; the unwritten ones hold garbage.",
      {"visible": lambda t, w: range(w)}),
@@ -261,10 +255,14 @@ def _run_steps(step: Callable) -> Callable:
             moved = max(int((cache != copy).flatten(end_dim=-3).any(0).any(-1).sum())
                         for cache, copy in ((k_cache, k_before), (v_cache, v_before)))
             if moved == 0 and t < w:                   # the ring is not full: a slot must change
-                raise Refused(f"at step t={t} (w={w} slots) neither cache changed.\nHint: {_COPY}")
+                raise Refused(f"at step t={t} (w={w} slots) neither cache changed.\nHint: the caches "
+                              "were written on a copy (clone, torch.cat, or a new name for a shifted "
+                              "cache), so the caller's caches never change: write into k_cache and "
+                              "v_cache in place.")
             if moved > 1:
-                raise Refused(f"at step t={t} (w={w} slots) {moved} slots of a cache changed. "
-                              f"{_ONE_SLOT}")
+                raise Refused(f"at step t={t} (w={w} slots) {moved} slots of a cache changed. A "
+                              "rolling buffer writes one slot per step, where the key that just left "
+                              "the window was; shifting the whole cache moves all w keys every step.")
             if not isinstance(out, torch.Tensor) or out.shape != v[..., new, :].shape:
                 got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
                 raise ValueError(f"at step t={t} the output should have shape "
