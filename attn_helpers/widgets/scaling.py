@@ -19,6 +19,11 @@ D_K_OPTIONS = tuple(2 ** i for i in range(11))  # 1 .. 1024
 N_TOKENS = 8
 
 
+def _two_digits(value: float) -> str:
+    """Two significant figures as plain decimals, at most four places: 28, 1.7, 0.048."""
+    return f"{value:.{min(4, max(0, 1 - math.floor(math.log10(abs(value) or 1.0))))}f}"
+
+
 def scaling_frame(d_k: int, scaled: bool, temperature: float, *, seed: int = 0) -> AttentionFrame:
     """Weights of random N(0, 1) queries and keys cut to d_k; scores / sqrt(d_k) if scaled, / T."""
     if d_k not in D_K_OPTIONS:
@@ -33,13 +38,12 @@ def scaling_frame(d_k: int, scaled: bool, temperature: float, *, seed: int = 0) 
     frame = AttentionFrame(weights=weights, query_labels=[f"q{i}" for i in range(N_TOKENS)],
                            key_labels=[f"k{i}" for i in range(N_TOKENS)])
     frame.settings = {"d_k": d_k, "scaled": scaled, "temperature": temperature}  # drawn in
-    frame.readouts = {
-        "scores divided by": round(divisor, 4),
-        "std of scores": scores.std().item(),
-        "largest weight (mean over rows)": weights.amax(-1).mean().item(),
-        "entropy (mean, nats)": frame.entropy.mean().item(),
-        "softmax gain |J| (mean over rows)": jacobian_norm(weights).mean().item(),
-    }
+    frame.readouts = {"scores divided by": f"{divisor:.3g}"} | {  # one 8 x 8 draw: two digits
+        name: _two_digits(value.item()) for name, value in [
+            ("std of scores", scores.std()),
+            ("largest weight (mean over rows)", weights.amax(-1).mean()),
+            ("entropy (mean, nats)", frame.entropy.mean()),
+            ("softmax gain |J| (mean over rows)", jacobian_norm(weights).mean())]}
     return frame
 
 

@@ -19,13 +19,12 @@ def test_scaling_frame_independent(d_k, scaled, temperature):
     divisor = (math.sqrt(d_k) if scaled else 1.0) * temperature
     weights = torch.softmax(q @ k.T / divisor, -1)
     torch.testing.assert_close(frame.weights, weights)
-    r = frame.readouts
-    assert r["scores divided by"] == pytest.approx(divisor, abs=1e-4)
-    assert r["largest weight (mean over rows)"] == pytest.approx(weights.amax(-1).mean().item())
+    r = {name: pytest.approx(float(text), rel=0.05) for name, text in frame.readouts.items()}  # 2 digits
+    assert r["scores divided by"] == divisor
+    assert r["largest weight (mean over rows)"] == weights.amax(-1).mean().item()
     jac = torch.diag_embed(weights) - weights[..., :, None] * weights[..., None, :]
-    assert r["softmax gain |J| (mean over rows)"] == pytest.approx(
-        jac.square().sum((-2, -1)).sqrt().mean().item())
-    assert r["entropy (mean, nats)"] == pytest.approx(attention_entropy(weights).mean().item())
+    assert r["softmax gain |J| (mean over rows)"] == jac.square().sum((-2, -1)).sqrt().mean().item()
+    assert r["entropy (mean, nats)"] == attention_entropy(weights).mean().item()
 
 
 def test_scaling_frame_bad_inputs():
