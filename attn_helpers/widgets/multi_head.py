@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import ipywidgets as widgets
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.transforms import offset_copy
@@ -35,8 +34,7 @@ from .core import (
 )
 from .panels import TextSprites
 
-__all__ = ["ALL_HEADS", "MultiHeadFrame", "MultiHeadView", "multihead_frame", "multihead_widget",
-           "plot_loss_curves"]
+__all__ = ["ALL_HEADS", "MultiHeadFrame", "MultiHeadView", "multihead_frame", "multihead_widget"]
 
 ALL_HEADS = "all"
 OFF_CONTRAST = 0.25  # a switched-off head's heatmap keeps this share of its contrast with white
@@ -288,17 +286,3 @@ def multihead_widget(
     title = "Which head looks where? Pick an example and a head" + (
         "" if data is None else ", and switch heads off")
     return LiveAttentionWidget(compute, controls, view, title=title)
-
-
-def plot_loss_curves(study: Sequence[dict], every: int) -> None:
-    """Every run's ``loss_curve`` (means of ``every`` steps), coloured by its number of heads."""
-    _, ax = plt.subplots(figsize=(7.5, 4))
-    for run in study:
-        ax.semilogy([every * (i + 1) for i in range(len(run["loss_curve"]))], run["loss_curve"],
-                    color="#ff7f0e" if run["num_heads"] == 1 else "#1f77b4", linewidth=1,
-                    label=f"{run['num_heads']} head(s)" if run["seed"] == 0 else None)
-    ax.set(xlabel="training step", ylabel=f"training loss, mean of {every} steps",
-           title=f"one head vs two heads, seeds {min(r['seed'] for r in study)}-"
-                 f"{max(r['seed'] for r in study)}")
-    ax.legend()
-    plt.show()
