@@ -86,33 +86,19 @@ def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
     return verdict
 
 
-def _layout(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int, *, inverse: bool = False,
-            swap: bool = False, negate: bool = False, one_head: bool = False,
-            head_minor: bool = False, columns: bool = False, keep_k: bool = False,
-            counts: str | None = None, reverse: bool = False,
-            flip: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exercise 2's ``(W_Q', W_K')`` with one named mistake (defaults: the right answer)."""
-    def convert(W: torch.Tensor, heads: int) -> torch.Tensor:
-        rows = W.shape[0]
-        heads = 1 if one_head else heads
-        if rows % heads or (rows // heads) % 2:
-            raise ValueError(f"{rows} rows do not split into {heads} heads of even size")
-        d = rows // heads
-        i = torch.arange(d // 2).flip(0) if reverse else torch.arange(d // 2)
-        index = torch.stack([i + d // 2, i] if swap else [i, i + d // 2], -1).flatten()  # (d,)
-        index = index.argsort() if inverse else index              # new row r <- old row index[r]
-        block = torch.arange(heads)
-        full = (index[:, None] * heads + block).flatten() if head_minor else (
-            block[:, None] * d + index).flatten()                  # (rows,): over all the heads
-        moved = W[:, full] if columns else W[full]
-        if negate:
-            moved = moved.clone()
-            moved[1::2] = -moved[1::2]
-        return moved
-
-    h_used, g_used = {"hh": (h, h), "gg": (g, g), None: (h, g)}[counts]
-    Q, K = convert(W_Q, h_used), W_K.clone() if keep_k else convert(W_K, g_used)
-    return (-Q if flip == 2 else Q), (-K if flip else K)             # flip: -W_K', or both
+def _move(W: torch.Tensor, heads: int, *, inverse: bool = False, swap: bool = False,
+          reverse: bool = False, head_minor: bool = False, columns: bool = False,
+          negate: bool = False) -> torch.Tensor:
+    """Exercise 2's move of one weight's ``heads`` blocks, with one named mistake (defaults: the
+    right answer): interleaved row ``r`` of a block copies split-half row ``index[r]``."""
+    d, block = W.shape[0] // heads, torch.arange(heads)
+    i = torch.arange(d // 2).flip(0) if reverse else torch.arange(d // 2)
+    index = torch.stack([i + d // 2, i] if swap else [i, i + d // 2], -1).flatten()  # (d,)
+    index = index.argsort() if inverse else index
+    full = (index[:, None] * heads + block) if head_minor else (block[:, None] * d + index)
+    moved = W[:, full.flatten()] if columns else W[full.flatten()]   # (rows,): over all the heads
+    return moved * torch.tensor([1.0, -1.0], dtype=W.dtype).repeat(len(W) // 2)[:, None] if negate \
+        else moved
 
 
 def _layout_cases() -> list[dict]:
@@ -122,57 +108,58 @@ def _layout_cases() -> list[dict]:
     h_rand = g_rand * int(torch.randint(1, 4, (1,), generator=gen))
     d_rand, d_in_rand = (2 * int(torch.randint(1, 9, (1,), generator=gen)),
                          int(torch.randint(1, 41, (1,), generator=gen)))
-    cases = []
-    for h, g, d_head, d_in, dtype in [(1, 1, 8, 8, torch.float64), (4, 4, 6, 24, torch.float64),
-                                      (4, 2, 8, 20, torch.float64), (3, 1, 4, 10, torch.float64),
-                                      (2, 2, 2, 5, torch.float64), (8, 2, 16, 48, torch.float32),
-                                      (h_rand, g_rand, d_rand, d_in_rand, torch.float64)]:
-        cases.append({"W_Q": torch.randn(h * d_head, d_in, generator=gen, dtype=dtype),
-                      "W_K": torch.randn(g * d_head, d_in, generator=gen, dtype=dtype),
-                      "h": h, "g": g})
-    return cases
+    return [{"W_Q": torch.randn(h * d_head, d_in, generator=gen, dtype=dtype),
+             "W_K": torch.randn(g * d_head, d_in, generator=gen, dtype=dtype), "h": h, "g": g}
+            for h, g, d_head, d_in, dtype in [
+                (1, 1, 8, 8, torch.float64), (4, 4, 6, 24, torch.float64), (4, 2, 8, 20, torch.float64),
+                (3, 1, 4, 10, torch.float64), (2, 2, 2, 5, torch.float64), (8, 2, 16, 48, torch.float32),
+                (h_rand, g_rand, d_rand, d_in_rand, torch.float64)]]
 
 
-def _kept(W_Q, W_K, h, g):  # nothing moved
-    return W_Q.clone(), W_K.clone()
+def _both(**flaw) -> Callable:
+    """A mistake made alike in ``W_Q`` and ``W_K``."""
+    return lambda W_Q, W_K, h, g: (_move(W_Q, h, **flaw), _move(W_K, g, **flaw))
 
 
 _BACKWARDS = ("mirrors the pair, and a mirrored rotation turns the other way: the key delta back "
               "scores as the key delta ahead did.")
 _COUNTS = ("you cut one weight into the other's number of heads: W_Q holds h query heads, W_K g "
            "key/value heads (grouped-query attention, notebook 04).")
-LAYOUT_MISTAKES = [Mistake(_kept, "nothing moved: the weights run under apply_rope without an "
-                                  "error, but each number pairs with the wrong partner at the "
-                                  "wrong frequency.")] + [
-    Mistake(lambda W_Q, W_K, h, g, _f=flaw: _layout(W_Q, W_K, h, g, **_f), hint) for flaw, hint in [
-        ({"inverse": True}, "your reordering is the inverse of the right one: it turns an "
-                            "interleaved head into a split-half one. W[index] puts old row "
-                            "index[r] at new row r."),
-        ({"swap": True}, f"each pair's two members are swapped: that {_BACKWARDS}"),
-        ({"negate": True}, f"you negated one member of each pair: rows only move. A sign flip "
-                           f"{_BACKWARDS}"),
-        ({"columns": True}, "you moved the columns, the input features RoPE never touches: "
-                            "nn.Linear computes x @ W.T, so RoPE's pairs come from the rows."),
-        ({"keep_k": True}, "W_K' is W_K unchanged: keys are rotated like queries, so k_proj "
-                           "needs the same move (v_proj and o_proj stay)."),
-        ({"one_head": True}, "you reordered all the rows as one head: the move happens inside "
-                             "each head's block of d_head rows."),
-        ({"head_minor": True}, "you read the rows as (d_head, heads): nn.Linear's rows are head "
-                               "after head."),
-        ({"reverse": True}, "your pairs are in reverse order: split-half pair i landed on "
-                            "interleaved pair d/2 - 1 - i, another frequency."),
-        ({"counts": "hh"}, _COUNTS),
-        ({"counts": "gg"}, _COUNTS),
-        *[({"flip": f}, "you changed the sign of a whole weight: rows only move. -W_K alone "
-                        "flips every score; -W_Q with -W_K keeps them, yet the weights differ.")
-          for f in (1, 2)],
-    ]]
+_SIGN = ("you changed the sign of a whole weight: rows only move. -W_K alone flips every score; "
+         "-W_Q with -W_K keeps them, yet the weights differ.")
+LAYOUT_MISTAKES = [Mistake(produce, hint) for produce, hint in [
+    (lambda W_Q, W_K, h, g: (W_Q.clone(), W_K.clone()),
+     "nothing moved: the weights run under apply_rope without an error, but each number pairs "
+     "with the wrong partner at the wrong frequency."),
+    (_both(inverse=True), "your reordering is the inverse of the right one: it turns an "
+                          "interleaved head into a split-half one. W[index] puts old row index[r] "
+                          "at new row r."),
+    (_both(swap=True), f"each pair's two members are swapped: that {_BACKWARDS}"),
+    (_both(negate=True), f"you negated one member of each pair: rows only move. A sign flip "
+                         f"{_BACKWARDS}"),
+    (_both(columns=True), "you moved the columns, the input features RoPE never touches: "
+                          "nn.Linear computes x @ W.T, so RoPE's pairs come from the rows."),
+    (lambda W_Q, W_K, h, g: (_move(W_Q, h), W_K.clone()),
+     "W_K' is W_K unchanged: keys are rotated like queries, so k_proj needs the same move "
+     "(v_proj and o_proj stay)."),
+    (lambda W_Q, W_K, h, g: (_move(W_Q, 1), _move(W_K, 1)),
+     "you reordered all the rows as one head: the move happens inside each head's block of "
+     "d_head rows."),
+    (_both(head_minor=True), "you read the rows as (d_head, heads): nn.Linear's rows are head "
+                             "after head."),
+    (_both(reverse=True), "your pairs are in reverse order: split-half pair i landed on "
+                          "interleaved pair d/2 - 1 - i, another frequency."),
+    (lambda W_Q, W_K, h, g: (_move(W_Q, h), _move(W_K, h)), _COUNTS),
+    (lambda W_Q, W_K, h, g: (_move(W_Q, g), _move(W_K, g)), _COUNTS),
+    (lambda W_Q, W_K, h, g: (_move(W_Q, h), -_move(W_K, g)), _SIGN),
+    (lambda W_Q, W_K, h, g: (-_move(W_Q, h), -_move(W_K, g)), _SIGN),
+]]
 
 
 def to_interleaved_reference(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int):
     """``(W_Q', W_K')``: the ``h`` query heads of ``W_Q`` and ``g`` key heads of ``W_K`` moved from
     split-half RoPE (pair ``i`` = rows ``i, i + d/2``) to interleaved pairs (rows ``2i, 2i+1``)."""
-    return _layout(W_Q, W_K, h, g)
+    return _move(W_Q, h), _move(W_K, g)
 
 
 @exercise("positional_encoding.rope_layout", "loading weights trained with RoPE's other layout",

@@ -36,6 +36,7 @@ ENCODINGS = ("sinusoidal (E E^T)", "random table (E E^T)", "add PE, then project
 N_POSITIONS, MAX_OFFSET = 24, 8
 D_HEAD = lesson.D_MODEL // lesson.NUM_HEADS  # 8: the trained heads' size, 4 sin/cos pairs
 _TRAINED = {ENCODINGS[2]: "sinusoidal", ENCODINGS[3]: "rope"}
+_LABELS = [str(i) for i in range(N_POSITIONS)]
 
 
 @dataclass
@@ -118,9 +119,8 @@ def positional_frame(encoding: str, position: int, offset: int, pair: int,
     pair_of = slice(2 * pair, 2 * pair + 2)
     has_key = p >= k
     q_pair, k_pair = g["queries"][p, pair_of], g["keys"][max(p - k, 0), pair_of]
-    labels = [str(i) for i in range(N_POSITIONS)]
     return PositionalFrame(
-        weights=weights, query_labels=labels, key_labels=labels, mask=g["mask"], highlight_row=p,
+        weights=weights, query_labels=_LABELS, key_labels=_LABELS, mask=g["mask"], highlight_row=p,
         scores=g["shown"], diagonal=S.diagonal(-k) / g["top"], position=p, offset=k, pair=pair,
         pair_points=torch.stack([q_pair, k_pair]) / g["radius"][pair],
         readouts={
@@ -341,18 +341,6 @@ def plot_heads(models, tokens: torch.Tensor, shown: list[tuple[str, str, int | N
         plots.heatmap(weights, labels, labels, ax=ax, mask=causal_mask(n), xlabel="key (position:token)",
                       ylabel="query (position:token)", title=f"{scheme} (seed 0): {what}")
     plt.show()
-
-
-def key_back(explorer: LiveAttentionWidget, mode: str, head: int, rows) -> set[int]:
-    """Section 7, from code: ``{m - the key with the largest weight in row m, m in rows}``."""
-    largest = "key with the largest weight in row m"
-    return {p - int(explorer.set(encoding=mode, position=p, head=head)[largest]) for p in rows}
-
-
-def trained_spread(explorer: LiveAttentionWidget, mode: str, head: int) -> float:
-    """The largest spread of the shown ``S / max |S|`` along one diagonal, rows ``m <= 15``."""
-    explorer.set(encoding=mode, head=head)
-    return causal_diagonal_spread(explorer.frame.scores[:lesson.TRAIN_MAX_LEN, :lesson.TRAIN_MAX_LEN])
 
 
 def plot_shift(shown: dict[str, torch.Tensor]) -> None:
