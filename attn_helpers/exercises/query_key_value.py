@@ -115,20 +115,18 @@ def check_attention(attention: Callable) -> CheckResult:
         attention, scaled_dot_product_attention, _attention_cases(), what="attention",
         output_names=("the output", "the weights"),
         mistakes=[
-            Mistake(_attention(scale=lambda q, k, v: 1.0),
-                    "the scores were not scaled: their spread grows with d_k. By what must they "
-                    "be divided?"),
-            Mistake(_attention(scale=lambda q, k, v: 1 / q.shape[-1]),
-                    "you divided by d_k; the scale is 1 / sqrt(d_k)."),
-            Mistake(_attention(scale=lambda q, k, v: math.sqrt(q.shape[-1])),
-                    "you multiplied the scores by sqrt(d_k); divide them by it."),
-            Mistake(_attention(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1])),
-                    "you scaled by sqrt(d_v), the size of the values; the scale is 1 / sqrt(d_k)."),
-            *(Mistake(_attention(scale=scale), WRONG_AXIS)
-              for scale in (lambda q, k, v: 1 / math.sqrt(q.shape[1]),
-                            lambda q, k, v: 1 / math.sqrt(q.shape[-2]))),
-            Mistake(_attention(scale=lambda q, k, v: 1 / math.sqrt(k.shape[-2])),
-                    "you scaled by sqrt(n_k), the number of keys; the scale is 1 / sqrt(d_k)."),
+            *(Mistake(_attention(scale=scale), hint) for scale, hint in [
+                (lambda q, k, v: 1.0, "the scores were not scaled: their spread grows with d_k. By "
+                 "what must they be divided?"),
+                (lambda q, k, v: 1 / q.shape[-1], "you divided by d_k; the scale is 1 / sqrt(d_k)."),
+                (lambda q, k, v: q.shape[-1] ** 0.5, "you multiplied the scores by sqrt(d_k); divide "
+                 "them by it."),
+                (lambda q, k, v: v.shape[-1] ** -0.5, "you scaled by sqrt(d_v), the size of the "
+                 "values; the scale is 1 / sqrt(d_k)."),
+                (lambda q, k, v: q.shape[1] ** -0.5, WRONG_AXIS),
+                (lambda q, k, v: q.shape[-2] ** -0.5, WRONG_AXIS),
+                (lambda q, k, v: k.shape[-2] ** -0.5, "you scaled by sqrt(n_k), the number of keys; "
+                 "the scale is 1 / sqrt(d_k).")]),
             *(Mistake(_attention(dim=-2, zero_empty=zero),
                       "the softmax ran over the queries (dim=-2); each query's weights over the "
                       "keys (dim=-1) must sum to one.") for zero in (True, False)),
