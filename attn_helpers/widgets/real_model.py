@@ -170,37 +170,9 @@ def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: i
                           head_map=run.fraction, cell=(l, i), title=title)
 
 
-class _HeadMap:
-    """The ``L x h`` map of the heads' mean entropy / ln n, the head shown framed."""
-
-    def __init__(self, blit, ax, shape: tuple[int, int]):
-        L, h = shape
-        ax.set(xlim=(-0.5, h - 0.5), ylim=(L - 0.5, -0.5), aspect="equal")
-        ax.set_xticks(range(h), [str(j + 1) for j in range(h)], fontsize=8)
-        ax.set_yticks(range(L), [str(j + 1) for j in range(L)], fontsize=8)
-        ax.set_xlabel("head", fontsize=9)
-        ax.set_ylabel("layer", fontsize=9)
-        ax.set_title("every head: mean entropy / ln n\non this sentence", fontsize=10)
-        norm = Normalize(0.0, 1.0, clip=True)
-        self.cells = CellPainter(blit, ax, weights_cmap(), norm)
-        bar = make_axes_locatable(ax).append_axes("bottom", size=Fixed(0.12), pad=Fixed(0.55))
-        ax.figure.colorbar(ScalarMappable(norm, weights_cmap()), cax=bar, orientation="horizontal")
-        bar.tick_params(labelsize=8)
-        self.frame = Rectangle((-0.5, -0.5), 1, 1, fill=False, edgecolor=HIGHLIGHT_COLOR,
-                               linewidth=2.5)
-        ax.add_patch(self.frame)
-        blit.animate(self.frame)
-        self.values = None
-
-    def set(self, values: torch.Tensor, cell: tuple[int, int]) -> None:
-        if self.values is None or not torch.equal(values, self.values):
-            self.values = values
-            self.cells.set(to_numpy(values))
-        self.frame.set_xy((cell[1] - 0.5, cell[0] - 0.5))
-
-
 class RealModelView(BlitView):
-    """One head's heatmap with its entropy per query (left), the map of all heads (right)."""
+    """One head's heatmap with its entropy per query (left); the ``L x h`` map of every head's mean
+    entropy / ln n, the head shown framed (right)."""
 
     def __init__(self, shape: tuple[int, int] = (6, 12), figsize=(12.0, 5.0)):
         super().__init__(figsize)
@@ -209,12 +181,29 @@ class RealModelView(BlitView):
         self.panel = AttentionPanel(self.blit, grid[0], title=" ")
         # the heatmap's title changes with every move: pasted text, not a redraw
         self.title = TextSprites(self.blit, self.figure.transFigure, size=10, ha="left", va="top")
-        self.map = _HeadMap(self.blit, self.figure.add_subplot(grid[1]), shape)
+        ax, (L, h) = self.figure.add_subplot(grid[1]), shape
+        ax.set(xlim=(-0.5, h - 0.5), ylim=(L - 0.5, -0.5), aspect="equal")
+        ax.set_xticks(range(h), [str(j + 1) for j in range(h)], fontsize=8)
+        ax.set_yticks(range(L), [str(j + 1) for j in range(L)], fontsize=8)
+        ax.set_xlabel("head", fontsize=9)
+        ax.set_ylabel("layer", fontsize=9)
+        ax.set_title("every head: mean entropy / ln n\non this sentence", fontsize=10)
+        norm = Normalize(0.0, 1.0, clip=True)
+        self.cells, self.values = CellPainter(self.blit, ax, weights_cmap(), norm), None
+        bar = make_axes_locatable(ax).append_axes("bottom", size=Fixed(0.12), pad=Fixed(0.55))
+        self.figure.colorbar(ScalarMappable(norm, weights_cmap()), cax=bar, orientation="horizontal")
+        bar.tick_params(labelsize=8)
+        self.box = ax.add_patch(Rectangle((-0.5, -0.5), 1, 1, fill=False, edgecolor=HIGHLIGHT_COLOR,
+                                          linewidth=2.5))
+        self.blit.animate(self.box)
 
     def draw(self, frame: RealModelFrame) -> None:
         self.panel.set_frame(frame)
         self.title.set([frame.title], [(0.01, 0.995)])
-        self.map.set(frame.head_map, frame.cell)
+        if self.values is None or not torch.equal(frame.head_map, self.values):
+            self.values = frame.head_map
+            self.cells.set(to_numpy(frame.head_map))
+        self.box.set_xy((frame.cell[1] - 0.5, frame.cell[0] - 0.5))
 
 
 def example_pairs() -> list[tuple[str, str]]:
