@@ -280,22 +280,22 @@ class TileStepperWidget(LiveAttentionWidget):
         self._fit_controls()
         super().refresh()
 
-    def _fitted(self, values: dict) -> tuple[int, int, int]:
-        """``(largest tile, number of tiles, step)`` for the control ``values``."""
+    def _step_for(self, values: dict) -> tuple[int, int]:
+        """``(number of tiles, step)`` for the control ``values``: a step at its end stays there."""
         step = self.controls["step"]
         n_steps = len(tile_schedule(values["n"], values["block_size"], causal=values["causal"]))
-        at_end = step.value == step.max
-        return min(MAX_BLOCK, values["n"]), n_steps, n_steps if at_end else min(step.value, n_steps)
+        return n_steps, n_steps if step.value == step.max else min(values["step"], n_steps)
 
-    def _fit_controls(self) -> None:
-        block_max, n_steps, value = self._fitted(self.values)
-        step = self.controls["step"]
-        self._holding = True
+    def _fit_controls(self, step: int | None = None) -> None:
+        """The tile-size and step ranges for ``n``, ``block_size`` and ``causal``, without a redraw."""
+        held, self._holding = self._holding, True
         try:
-            self.controls["block_size"].max = block_max
-            step.max, step.value = n_steps, value
+            self.controls["block_size"].max = min(MAX_BLOCK, self.controls["n"].value)
+            n_steps, fitted = self._step_for(self.values)
+            self.controls["step"].max = n_steps
+            self.controls["step"].value = fitted if step is None else step
         finally:
-            self._holding = False
+            self._holding = held
 
     def set(self, **values) -> dict:
         unknown = set(values) - set(self.controls)
@@ -306,7 +306,7 @@ class TileStepperWidget(LiveAttentionWidget):
             with single_thread():
                 self.compute(**{**wanted, "step": 0})            # n, block_size and causal first
                 if "step" not in values:
-                    wanted["step"] = self._fitted(wanted)[2]
+                    wanted["step"] = self._step_for(wanted)[1]
                 self.compute(**wanted)
         except (TypeError, ValueError) as exc:                   # shown, the controls stay
             self._show_error(f"{type(exc).__name__}: {exc}")
@@ -316,8 +316,7 @@ class TileStepperWidget(LiveAttentionWidget):
             for name, value in values.items():
                 if name != "step":
                     self.controls[name].value = value
-            self._fit_controls()
-            self.controls["step"].value = wanted["step"]
+            self._fit_controls(wanted["step"])
         finally:
             self._holding = False
         self.refresh()
