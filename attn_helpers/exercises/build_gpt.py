@@ -74,12 +74,15 @@ def _build(cls, args: tuple, reference: nn.Module, what: str, swap: dict):
     return module.eval()
 
 
-def _randomise(module: nn.Module, seed: int, std: float = 0.5) -> nn.Module:
-    """Weights far from the training init, so that every mistake shows."""
+def _randomise(module: nn.Module, seed: int, std: float = 0.5, gain: float = 0.0) -> nn.Module:
+    """Weights far from the training init, so that every mistake shows; ``gain`` added to every
+    LayerNorm's."""
     g = seeded(seed)
     with torch.no_grad():
         for p in module.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * (std if p.dim() > 1 else 0.3))
+        for norm in (m for m in module.modules() if isinstance(m, nn.LayerNorm)):
+            norm.weight.add_(gain)
     return module.eval()
 
 
@@ -96,13 +99,16 @@ def _calls(forward: Callable, new_cache: Callable) -> Callable:
     return run
 
 
-def _check_module(cls, what: str, sizes: list, make, forward: Callable, new_cache: Callable,
-                  cases: Callable, variant: Callable, mistakes: list, *, swap: tuple = (),
-                  error_hints: tuple = ()) -> CheckResult:
-    """``cls`` against ``make(*args, seed)`` for each of ``sizes`` (``swap``: reference parts put
-    in it), then one backward: a detached query, key or residual is named."""
+def _check_module(cls, what: str, sizes: list, variant: Callable, mistakes: list, *,
+                  forward: Callable = lambda m, x, start, cache: m(x, cache),
+                  new_cache: Callable = lambda x: KVCache(x.shape[1]),
+                  cases: Callable = lambda args, seed: _sequences(seed, args[0]), swap: tuple = (),
+                  error_hints: tuple = (), std: float = 0.5) -> CheckResult:
+    """``cls`` against the randomised reference ``bg.<what>(*args)`` for each ``(args, seed)`` of
+    ``sizes`` (``swap``: reference parts put in it), then one backward: a detached query, key or
+    residual is named."""
     for args, seed in sizes:
-        ref = make(*args, seed)
+        ref = _randomise(getattr(bg, what)(*args), seed, std, gain=1.0)
         module = _build(cls, args, ref, what, {name: getattr(ref, name) for name in swap})
         if isinstance(module, CheckResult):
             return module
@@ -144,11 +150,14 @@ def _check_module(cls, what: str, sizes: list, make, forward: Callable, new_cach
                               f"{why}.")
 
 
-def _sequences(d: int, seed: int) -> list[dict]:
+def _sequences(seed: int, d: int = 0, vocab: int = 0, shapes=((1, 5, 0, 0), (2, 7, 0, 0),
+              (3, 1, 0, 0), (2, 9, 4, 1), (2, 8, 3, 5), (1, 12, 5, 3), (2, 6, 1, 1))) -> list[dict]:
+    """A case per ``(b, n, split, step)``, run as :func:`_calls` says: ``x`` is ``(b, n, d)``
+    random vectors, or ``(b, n)`` ids below ``vocab``."""
     g = seeded(seed)
-    return [{"x": torch.randn(b, n, d, generator=g), "split": split, "step": step}
-            for b, n, split, step in [(1, 5, 0, 0), (2, 7, 0, 0), (3, 1, 0, 0), (2, 9, 4, 1),
-                                      (2, 8, 3, 5), (1, 12, 5, 3), (2, 6, 1, 1)]]
+    return [{"x": torch.randint(0, vocab, (b, n), generator=g) if vocab else
+             torch.randn(b, n, d, generator=g), "split": split, "step": step}
+            for b, n, split, step in shapes]
 
 
 # --- 1. causal multi-head self-attention with a KV cache -----------------------------------------
@@ -224,12 +233,9 @@ def check_attention(cls) -> CheckResult:
     new query ``i`` seeing keys ``0..start+i``."""
     return _check_module(
         cls, "CausalSelfAttention", [((16, 4), 101), ((12, 2), 102), ((8, 1), 103)],
-        lambda d, h, seed: _randomise(bg.CausalSelfAttention(d, h), seed),
-        lambda m, x, start, cache: m(x, cache), lambda x: KVCache(x.shape[1]),
-        lambda args, seed: _sequences(args[0], seed), attention_variant, ATTENTION_MISTAKES,
-        error_hints=[("does not broadcast", "the mask must be (n, start + n). After "
-                      "cache.append, len(cache) counts the new tokens too: read start = "
-                      "len(cache) before appending (the stub does).")])
+        attention_variant, ATTENTION_MISTAKES, error_hints=[(
+            "does not broadcast", "the mask must be (n, start + n). After cache.append, len(cache) "
+            "counts the new tokens too: read start = len(cache) before appending (the stub does).")])
 
 
 # --- 2. the pre-norm block -----------------------------------------------------------------------
@@ -285,14 +291,6 @@ BLOCK_MISTAKES = [
 ]
 
 
-def _block(d, h, d_ff, seed):
-    block = _randomise(bg.Block(d, h, d_ff), seed)
-    with torch.no_grad():
-        for norm in (block.norm1, block.norm2):
-            norm.weight.add_(1.0)
-    return block
-
-
 @exercise("build_gpt.block", "a pre-norm Transformer block", hints=(
     "Two sub-layers, attention then feed-forward, each with a residual addition and its own "
     "LayerNorm; the cache goes to the attention. Notebook 06's exercise layer was post-norm: it "
@@ -305,9 +303,7 @@ def _block(d, h, d_ff, seed):
 def check_block(cls) -> CheckResult:
     """Exercise: ``cls(d_model, num_heads, d_ff)``; ``forward(x, cache=None) -> x``, pre-norm."""
     return _check_module(
-        cls, "Block", [((16, 4, 32), 201), ((12, 3, 20), 202)], _block,
-        lambda m, x, start, cache: m(x, cache), lambda x: KVCache(x.shape[1]),
-        lambda args, seed: _sequences(args[0], seed), block_variant, BLOCK_MISTAKES,
+        cls, "Block", [((16, 4, 32), 201), ((12, 3, 20), 202)], block_variant, BLOCK_MISTAKES,
         swap=("attn",))
 
 
@@ -367,22 +363,13 @@ MODEL_MISTAKES = [
 ]
 
 
-def _gpt(cfg, seed):
-    model = _randomise(bg.GPT(cfg), seed, std=0.3)
-    with torch.no_grad():
-        model.norm.weight.add_(1.0)
-    return model
-
-
 def _token_cases(cfg, seed):
-    """As :func:`_sequences`, and one at ``start = context - 5`` without caches."""
-    g = seeded(seed)
-    cases = [{"tokens": torch.randint(0, cfg.vocab_size, (b, n), generator=g), "split": split,
-              "step": step}
-             for b, n, split, step in [(1, 6, 0, 0), (2, 9, 0, 0), (3, 1, 0, 0),
-                                       (2, cfg.context, 0, 0), (2, 9, 4, 1), (1, 12, 5, 3)]]
-    return [*cases, {"tokens": torch.randint(0, cfg.vocab_size, (2, 5), generator=g), "split": 0,
-                     "step": 0, "start": cfg.context - 5}]
+    """Ids, as :func:`_sequences`; the last case at ``start = context - 5``, without caches."""
+    cases = _sequences(seed, vocab=cfg.vocab_size, shapes=[
+        (1, 6, 0, 0), (2, 9, 0, 0), (3, 1, 0, 0), (2, cfg.context, 0, 0), (2, 9, 4, 1),
+        (1, 12, 5, 3), (2, 5, 0, 0)])
+    cases[-1]["start"] = cfg.context - 5
+    return cases
 
 
 @exercise("build_gpt.model", "the GPT: embeddings, blocks, final norm, output head", hints=(
@@ -401,10 +388,10 @@ def check_model(cls) -> CheckResult:
     """Exercise: ``cls(cfg)``; ``forward(tokens (b, n), start=0, caches=None) -> (b, n, vocab)``."""
     cfg = model_cfg()
     return _check_module(
-        cls, "GPT", [((cfg,), 301)], _gpt, lambda m, x, start, caches: m(x, start, caches),
-        lambda x: [KVCache(cfg.context) for _ in range(cfg.num_layers)],
-        lambda args, seed: _token_cases(cfg, seed + 1), model_variant, MODEL_MISTAKES,
-        swap=("blocks",),
+        cls, "GPT", [((cfg,), 301)], model_variant, MODEL_MISTAKES,
+        forward=lambda m, x, start, caches: m(x, start, caches),
+        new_cache=lambda x: [KVCache(cfg.context) for _ in range(cfg.num_layers)],
+        cases=lambda args, seed: _token_cases(cfg, seed + 1), swap=("blocks",), std=0.3,
         error_hints=[("not subscriptable", "caches is None here, with start > 0: the positions "
                       "come from the start argument (not from len(caches[0])), and block i gets "
                       "None when caches is None."),

@@ -1,7 +1,6 @@
 """Notebook 10's widgets: :func:`gpt_widget`, one head of a trained GPT on any prompt (a new
 prompt runs the model once, :func:`run_prompt`; a move redraws), and :class:`Sampler`, temperature
-and top-k over samples. Layers and heads count from 1. Also the notebook's plots and two head
-scores that :mod:`..lessons.build_gpt` lacks."""
+and top-k over samples. Layers and heads count from 1. Also the notebook's loss curves."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ from ..training import single_thread
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
 from .panels import TITLE_PT, AttentionPanel, EntropyBars, TextSprites
 
-__all__ = ["GPTFrame", "GPTView", "PromptRun", "Sampler", "boundary_peaks", "char_label",
-           "gpt_frame", "gpt_widget", "head_weights", "plot_curves", "ratio_before_start",
-           "run_prompt"]
+__all__ = ["GPTFrame", "GPTView", "PromptRun", "Sampler", "char_label", "gpt_frame", "gpt_widget",
+           "head_weights", "plot_curves", "run_prompt"]
 
 SHOWN = {" ": "␣", "\n": "⏎", "\t": "⇥"}
 
@@ -76,31 +74,6 @@ def run_prompt(model: bg.GPT, corpus: bg.Corpus, text: str) -> PromptRun:
     ceiling = float(torch.log(torch.arange(1, n + 1, dtype=torch.float64)).mean())
     return PromptRun(shown, [char_label(c) for c in shown], weights, entropy, ceiling,
                      bg.head_scores(weights[:, :, None], shown), len(text) > len(shown))
-
-
-def ratio_before_start(weights: torch.Tensor, texts) -> torch.Tensor:
-    """``(L, h)``: as ``bg.offset_matched``, on the key just before each word's first character."""
-    profile, got, base = bg.offset_profile(weights), 0, 0
-    for j, text in enumerate(texts):
-        keys = bg.key_choices(text)["start of the word"] - 1       # the boundary before the word
-        q = (keys >= 0).nonzero()[:, 0]
-        got = got + weights[:, :, j, q, keys[q]].double().sum(-1)
-        base = base + profile[:, :, q - keys[q]].sum(-1)
-    return got / base
-
-
-def boundary_peaks(weights: torch.Tensor, texts) -> tuple[torch.Tensor, float]:
-    """Over the queries inside a word (the word-start rule's), ``(L, h)``: the share whose largest
-    weight is on a space or a word's first character; and that share among visible keys."""
-    hits, base, count = 0, 0.0, 0
-    for j, text in enumerate(texts):
-        q = (bg.key_choices(text)["start of the word"] >= 0).nonzero()[:, 0]
-        edge = torch.tensor([c == " " or k == 0 or text[k - 1] == " " for k, c in enumerate(text)])
-        top = weights[:, :, j, q].argmax(-1)                        # (L, h, queries)
-        hits = hits + edge[top].double().sum(-1)
-        base += float((edge.double().cumsum(0)[q] / (q + 1)).sum())
-        count += len(q)
-    return hits / count, base / count
 
 
 def plot_curves(curves: dict, title: str, *, ends: dict | None = None,

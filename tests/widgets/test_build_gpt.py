@@ -87,11 +87,3 @@ def test_the_widget_opens_on_the_head_asked_for_and_its_picture_names_it(setup):
     with pytest.raises(TypeError, match="layer must be an int"):
         gw.gpt_widget(model, corpus, "The for statement", layer=1.0)
 
-
-def test_the_head_helpers_count_peaks_on_word_boundaries():
-    text = "ab cde fgh"
-    starts = bg.key_choices(text)["start of the word"]
-    weights = torch.eye(len(text))[starts.clamp(min=0)][None, None, None]   # each row on its start
-    share, base = gw.boundary_peaks(weights, [text])
-    assert share.item() == 1.0 and 0 < base < 1
-    assert gw.ratio_before_start(weights, [text]).item() == 0                # none on the key before
