@@ -301,17 +301,16 @@ def _linear_cases() -> list[dict]:
 
 
 def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, normalise=True,
-               replace=False, transpose=False, z_term="phi_k", phi_v=False, old_z=False, z_with_k=False,
-               s_side=False, eps=0.0):
-    """One step with one thing changed."""
-    pq, pk = phi(q_t), phi(k_t)
-    v_t = elu_feature_map(v_t) if phi_v else v_t
+               replace=False, transpose=False, z_term="phi_k", phi_v=False, old_z=False,
+               s_side=False, eps=0.0, z_by=lambda pq, pk: pq):
+    """One step with one thing changed (``z_by``: what reads z)."""
+    pq, pk, v_t = phi(q_t), phi(k_t), (elu_feature_map(v_t) if phi_v else v_t)
     outer = (v_t[..., :, None] * pk[..., None, :]) if transpose else pk[..., :, None] * v_t[..., None, :]
     S_new = outer if replace else S + outer
     z_new = {"phi_k": pk, "k": k_t, "phi_q": pq}[z_term] + (0 if replace else z)
     S_read, z_read = (S, z) if read_first else (S_new, z if old_z else z_new)
     num = (S_read @ pq[..., :, None]).squeeze(-1) if s_side else (pq[..., None, :] @ S_read).squeeze(-2)
-    o = num / (((pk if z_with_k else pq) * z_read).sum(-1, keepdim=True) + eps) if normalise else num
+    o = num / ((z_by(pq, pk) * z_read).sum(-1, keepdim=True) + eps) if normalise else num
     return o, S_new, z_new
 
 
@@ -325,7 +324,8 @@ def _linear_mistakes() -> list[Mistake]:
         ({"read_first": True}, "o_t was read from the state before token t was added: token t "
                                "must see itself (add first, then read)."),
         ({"old_z": True}, "the normaliser used z before token t was added: read both with S_t, z_t."),
-        ({"z_with_k": True}, "the normaliser was read with phi(k_t): phi(q_t) reads both S_t and z_t."),
+        ({"z_by": lambda q, k: k}, "the normaliser was read with phi(k_t): phi(q_t) reads S_t and z_t."),
+        ({"z_by": lambda q, k: 1}, "the normaliser summed z_t alone: it is phi(q_t)^T z_t."),
         ({"normalise": False}, "the normaliser is missing: divide phi(q_t)^T S_t by phi(q_t)^T z_t."),
         ({"replace": True}, "the state was replaced by token t's terms, not added to: "
                             "S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t)."),

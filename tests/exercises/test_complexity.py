@@ -386,7 +386,7 @@ def test_linear_steps_equal_causal_linear_attention_and_the_package_step():
 
 def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=False,
                  normalise=True, replace=False, transpose=False, z_term="phi_k", phi_v=False, eps=0.0,
-                 old_z=False, z_k=False, s_side=False):
+                 old_z=False, z_by="q", s_side=False):
     """A learner's step written with einsum; each keyword plants one mistake."""
     pq, pk = phi(q_t), phi(k_t)
     v_t = F.elu(v_t) + 1 if phi_v else v_t
@@ -395,7 +395,7 @@ def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=
     z_t = {"phi_k": pk, "k": k_t, "phi_q": pq}[z_term] + (0 if replace else z)
     S_r, z_r = (S, z) if read_first else (S_t, z if old_z else z_t)
     num = torch.einsum(*(("...de,...e->...d", S_r, pq) if s_side else ("...d,...de->...e", pq, S_r)))
-    den = torch.einsum("...d,...d->...", pk if z_k else pq, z_r)[..., None] + eps
+    den = torch.einsum("...d,...d->...", {"q": pq, "k": pk, "1": pq ** 0}[z_by], z_r)[..., None] + eps
     return (num / den if normalise else num), S_t, z_t
 
 
@@ -417,15 +417,15 @@ STEP_WRONG = {
     "token t must see itself": partial(learner_step, read_first=True),
     "the normaliser used z before token t was added": partial(learner_step, old_z=True),
     "the normaliser is missing": partial(learner_step, normalise=False),
-    "the normaliser was read with phi(k_t)": partial(learner_step, z_k=True),
+    "the normaliser was read with phi(k_t)": partial(learner_step, z_by="k"),
+    "the normaliser summed z_t alone": partial(learner_step, z_by="1"),
     "the state was replaced by token t's terms": partial(learner_step, replace=True),
     "the outer product is transposed": partial(learner_step, transpose=True),
     "S was read from the wrong side": partial(learner_step, s_side=True),
     "z collected k_t itself": partial(learner_step, z_term="k"),
     "z collected phi(q_t)": partial(learner_step, z_term="phi_q"),
     "phi = elu without the + 1": partial(learner_step, phi=F.elu),
-    "phi = relu": partial(learner_step, phi=F.relu),
-    "phi = exp": partial(learner_step, phi=torch.exp),
+    "phi = relu": partial(learner_step, phi=F.relu), "phi = exp": partial(learner_step, phi=torch.exp),
     "no feature map": partial(learner_step, phi=lambda x: x),
     "phi was applied to the value too": partial(learner_step, phi_v=True),
 }
