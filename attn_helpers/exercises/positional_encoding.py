@@ -1,8 +1,8 @@
-"""Checkers for notebook 07: the matrix M_k with PE(p + k) = M_k PE(p), a RoPE checkpoint moved
-from split halves to interleaved pairs, and an ALiBi head's half-weight reach."""
+"""Checkers for notebook 07: the shift matrix M_k, RoPE's split halves to interleaved, ALiBi's reach."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from functools import partial
@@ -11,6 +11,7 @@ import torch
 
 from ..lessons.positional_encoding import half_weight_reach
 from ..positional import alibi_slopes as slopes
+from ..positional import sinusoidal_encoding
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
@@ -36,6 +37,21 @@ SHIFT_TOL = 1e-9  # exercise 1's tolerance, also used by the notebook's checks o
 FLOAT32_HINT = ("omega (or the angles) computed in float32: close, but not within 1e-9. "
                 "torch.arange(0, d, 2) / d is float32, PyTorch's default. Build omega in float64 "
                 "(dtype=torch.float64) before multiplying by k.")
+FIT_HINT = ("your M_k moves PE(p) to PE(p + k) on 64 positions, yet it mixes pairs: did you fit it "
+            "numerically (least squares)? The slow pairs barely move over the fitted positions, so a "
+            "fit cannot pin them down. Derive each 2x2 block from the angle-addition formulas.")
+
+
+def _fitted(shift_matrix: Callable, cases: list[dict]) -> bool:
+    """On some case, ``M_k`` moves ``PE(p)`` to ``PE(p + k)`` (to 1e-3) yet mixes pairs: a fit."""
+    for k, d in (case.values() for case in cases):
+        with contextlib.suppress(Exception):  # d = 2 has no other pair; a learner's error: no fit
+            M, i = torch.as_tensor(shift_matrix(k, d)).double(), torch.arange(d) // 2  # i: pair of a row
+            p = torch.arange(64) + max(0, -k)                                  # p, p + k >= 0
+            PE = sinusoidal_encoding(64 + abs(k), d, dtype=torch.float64)      # (64 + |k|, d)
+            if M[i[:, None] != i].abs().max() > 1e-6 and (PE[p] @ M.T - PE[p + k]).abs().max() < 1e-3:
+                return True
+    return False
 
 
 def shift_matrix_reference(k: int, d_model: int) -> torch.Tensor:
@@ -57,8 +73,7 @@ def shift_matrix_reference(k: int, d_model: int) -> torch.Tensor:
     "M[even + 1, even], M[even + 1, even + 1] = ...                      # the cos row\n"
     "return M"))
 def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
-    """Exercise: ``shift_matrix(k, d_model) -> M_k (d_model, d_model)`` float64, ``PE(p + k) =
-    M_k PE(p)`` for every ``p``."""
+    """Exercise: ``shift_matrix(k, d_model) -> M_k (d, d)`` float64 with ``PE(p + k) = M_k PE(p)``."""
     k, half = torch.randint(1, 41, (2,), generator=seeded(70)).tolist()  # a random case too
     cases = [{"k": k, "d_model": d} for k, d in [(1, 8), (3, 16), (0, 4), (-2, 8), (100, 32),
                                                  (7, 2), (k, 2 * half)]]
@@ -81,16 +96,15 @@ def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
             Mistake(lambda k, d: _shift(k, d, halves=True),
                     "you paired dimension i with i + d/2; in PE pair i is (2i, 2i+1)."),
         ])
-    if not verdict and "Hint:" not in verdict.message and run(atol=1e-5):  # right to float32 only
-        return CheckResult(False, f"{verdict.message}\nHint: {FLOAT32_HINT}")
-    return verdict
+    hint = None if verdict or "Hint:" in verdict.message else FLOAT32_HINT if run(atol=1e-5) \
+        else FIT_HINT if _fitted(shift_matrix, cases) else None      # right to float32 only, or a fit
+    return CheckResult(False, f"{verdict.message}\nHint: {hint}") if hint else verdict
 
 
 def _move(W: torch.Tensor, heads: int, *, inverse: bool = False, swap: bool = False,
           reverse: bool = False, head_minor: bool = False, columns: bool = False,
           negate: bool = False) -> torch.Tensor:
-    """Exercise 2's move of one weight's ``heads`` blocks, with one named mistake (defaults: the
-    right answer): interleaved row ``r`` of a block copies split-half row ``index[r]``."""
+    """Exercise 2's move of ``W``'s ``heads`` blocks, with one named mistake (defaults: the answer)."""
     d, block = W.shape[0] // heads, torch.arange(heads)
     i = torch.arange(d // 2).flip(0) if reverse else torch.arange(d // 2)
     index = torch.stack([i + d // 2, i] if swap else [i, i + d // 2], -1).flatten()  # (d,)
@@ -157,8 +171,7 @@ LAYOUT_MISTAKES = [Mistake(produce, hint) for produce, hint in [
 
 
 def to_interleaved_reference(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int):
-    """``(W_Q', W_K')``: the ``h`` query heads of ``W_Q`` and ``g`` key heads of ``W_K`` moved from
-    split-half RoPE (pair ``i`` = rows ``i, i + d/2``) to interleaved pairs (rows ``2i, 2i+1``)."""
+    """``h`` query, ``g`` key heads: split-half pairs (rows ``i, i + d/2``) to interleaved ones."""
     return _move(W_Q, h), _move(W_K, g)
 
 
@@ -177,8 +190,7 @@ def to_interleaved_reference(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: in
     "    return blocks[:, index].reshape(W.shape)\n"
     "return convert(W_Q, h), convert(W_K, g)"))
 def check_rope_layout(to_interleaved: Callable) -> CheckResult:
-    """Exercise: ``to_interleaved(W_Q (h d_head, d_in), W_K (g d_head, d_in), h, g) -> (W_Q',
-    W_K')`` (:func:`to_interleaved_reference`), compared exactly."""
+    """Exercise: ``to_interleaved(W_Q, W_K, h, g) -> (W_Q', W_K')``, compared exactly."""
     return check_function(to_interleaved, to_interleaved_reference, _layout_cases(),
                           what="to_interleaved", output_names=("W_Q'", "W_K'"), atol=1e-12, rtol=0.0,
                           same_dtype=True, mistakes=LAYOUT_MISTAKES)
@@ -222,11 +234,7 @@ def _reach_cases() -> list[dict]:
         (torch.tensor([0.3, 3.0, 40.0], dtype=torch.float64), 50), (log_m.exp(), n)]]
 
 
-def half_weight_reach_reference(m: torch.Tensor, n: int) -> torch.Tensor:
-    """``(H,)`` long: ``ceil(-ln((1 + r^n) / 2) / m)``, ``r = e^{-m}``."""
-    return half_weight_reach(m, n)
-
-
+half_weight_reach_reference = half_weight_reach  # (H,) long: ceil(-ln((1 + r^n) / 2) / m), r = e^{-m}
 _ONE_SHORT = ("one short: K counts the keys at distances 0 .. K - 1, one more than the farthest "
               "distance. Rounding x = -ln((1 + r^L) / 2) / m_h down (floor, int(), .long()) misses "
               "the same way.")
@@ -247,8 +255,7 @@ _MEAN = ("that is the row's mean distance, rounded: the reach is where the neare
     "x = ...                                     # (H,) float: the K where share(K) is exactly 1/2\n"
     "return ...                                  # (H,) long: the smallest whole K >= x"))
 def check_reach(half_weight_reach: Callable) -> CheckResult:
-    """Exercise: ``half_weight_reach(slopes (H,), L) -> (H,)`` long, the fewest nearest keys holding half
-    a causal row's weight under ALiBi's bias ``-m delta``."""
+    """Exercise: ``half_weight_reach(slopes (H,), L) -> (H,)`` long, ALiBi's half-weight reach."""
 
     def whole(m, n):  # the reaches count keys: an integer tensor
         k = half_weight_reach(m, n)

@@ -1,6 +1,5 @@
-r"""Notebook 07's widget, what RoPE changes: token 0 at every position, its causal scores ``S[m, n]
-= query_m . key_n``, one sin/cos pair of query ``m`` and key ``m - k`` on a circle, the diagonal
-``n = m - k`` and ``softmax(S / sqrt(d_head))``, for each mode of :data:`ENCODINGS`."""
+r"""Notebook 07's widget, what RoPE changes: token 0 at every position, its scores ``S[m, n]``, one
+pair of query ``m`` and key ``m - k`` on a circle, the diagonal and ``softmax(S / sqrt(d_head))``."""
 
 from __future__ import annotations
 
@@ -58,8 +57,7 @@ def _trained_models():
 
 
 def queries_and_keys(encoding: str, head: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(queries, keys)``, each ``(N_POSITIONS, D_HEAD)`` float64: token 0's query (key) at each
-    position in mode ``encoding``."""
+    """``(queries, keys)``, each ``(N_POSITIONS, D_HEAD)`` float64: token 0's at each position."""
     n = N_POSITIONS
     if encoding == ENCODINGS[0]:
         table = sinusoidal_encoding(n, D_HEAD, dtype=torch.float64)
@@ -82,8 +80,7 @@ def queries_and_keys(encoding: str, head: int = 0) -> tuple[torch.Tensor, torch.
 
 
 def causal_diagonal_spread(S: torch.Tensor) -> float:
-    """The largest ``max - min`` of ``S (n, n)`` along one diagonal ``q = p - k``, ``k >= 0``:
-    zero when the causal part depends on ``q - p`` only."""
+    """The largest ``max - min`` of ``S (n, n)`` along one diagonal ``n = m - k >= 0``: 0 = relative."""
     return max((line.max() - line.min()).item() for line in (S.diagonal(-k) for k in range(len(S))))
 
 
@@ -138,8 +135,7 @@ def positional_frame(encoding: str, position: int, offset: int, pair: int,
 
 
 def _axes(figure, cell, xlabel: str, ylabel: str, title: str, **limits):
-    ax = figure.add_subplot(cell)
-    ax.set(**limits)
+    ax = figure.add_subplot(cell, **limits)
     ax.tick_params(labelsize=8)
     ax.set_xlabel(xlabel, fontsize=9)
     ax.set_ylabel(ylabel, fontsize=9)
@@ -328,8 +324,7 @@ def plot_accuracy(curves: dict) -> None:
 
 
 def plot_heads(models, tokens: torch.Tensor, shown: list[tuple[str, str, int | None]]) -> None:
-    """Section 6: each ``(scheme, what, head)``'s seed-0 attention on ``tokens (1, n)``; head
-    ``None``: the mean over heads."""
+    """Section 6: each ``(scheme, what, head)``'s seed-0 attention on ``tokens (1, n)``, None: mean."""
     n = tokens.shape[1]
     labels = [f"{pos}:{tok}" for pos, tok in enumerate(tokens[0].tolist())]  # token ids repeat
     fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 4.4))
@@ -359,15 +354,13 @@ def plot_shift(shown: dict[str, torch.Tensor]) -> None:
 
 
 def accuracy_with(model, W_Q: torch.Tensor, W_K: torch.Tensor) -> float:
-    """Exercise 2: a copy of a section-6 RoPE ``model`` with these ``W_Q``, ``W_K``, its accuracy
-    at the training length."""
+    """Exercise 2: accuracy at the training length of a copy of ``model`` with these ``W_Q``, ``W_K``."""
     model = copy.deepcopy(model)
     model.qkv.weight.data[:2 * lesson.D_MODEL] = torch.cat([W_Q, W_K]).float()
     return lesson.position_accuracy(model, lesson.TRAIN_MAX_LEN).nanmean().item()
 
 
 def permute_rows(W: torch.Tensor, heads: int) -> torch.Tensor:
-    """Hugging Face's Llama conversion script: ``W (rows, d_in)``'s rows per head, interleaved ->
-    split halves."""
+    """Hugging Face's Llama conversion: the rows of ``W``, per head, from interleaved to split halves."""
     rows, d_in = W.shape
     return W.view(heads, rows // heads // 2, 2, d_in).transpose(1, 2).reshape(rows, d_in)

@@ -43,11 +43,6 @@ def learner_shift(k, d, *, sign=1, exponent=None, reverse=False, halves=False, s
     return M.T if transpose else M
 
 
-def test_shift_checker_wants_the_float64_matrix_the_exercise_names():
-    verdict = ex.check_sinusoidal(lambda k, d: learner_shift(k, d).float())
-    assert not verdict and "as torch.float32; the right answer is torch.float64" in verdict.message
-
-
 def test_shift_checker_accepts_a_loop_a_matrix_exponential_and_the_reference():
     def by_exponential(k, d):                               # exp(b J) per pair
         J = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)
@@ -58,8 +53,11 @@ def test_shift_checker_accepts_a_loop_a_matrix_exponential_and_the_reference():
     assert ex.check_sinusoidal(ex.shift_matrix_reference, solution=True)
 
 
-#: Exercise 1: a learner's answer with one planted mistake, and the phrase naming it.
+#: Exercise 1: a learner's answer with one planted mistake (or the answer), and the phrase naming it.
 NAMED_MISTAKES = [
+    ("as torch.float32; the right answer is torch.float64", lambda k, d: learner_shift(k, d).float()),
+    ("did you fit it numerically (least squares)?", lambda k, d: torch.linalg.lstsq(*(  # 400 positions
+        sinusoidal_encoding(500, d).double()[50 + s:450 + s] for s in (0, k))).solution.T),
     ("the sin terms have the wrong signs", dict(sign=-1)),
     ("only the cos terms", dict(cos_only=True)),
     ("not 10000^(-i/d)", dict(exponent=lambda j, d: j / d)),
@@ -74,7 +72,7 @@ NAMED_MISTAKES = [
 
 @pytest.mark.parametrize("phrase, flaw", NAMED_MISTAKES)
 def test_exercise_1_names_the_mistake(phrase, flaw):
-    verdict = ex.check_sinusoidal(lambda *args: learner_shift(*args, **flaw))
+    verdict = ex.check_sinusoidal(flaw if callable(flaw) else lambda *a: learner_shift(*a, **flaw))
     assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
 
 
