@@ -265,9 +265,9 @@ class TileStepperView(BlitView):
                          HIGHLIGHT_COLOR, 1.5)
         colors = np.where(rows, HIGHLIGHT_COLOR, BAR_COLOR)
         self.l_bars.set(np.zeros_like(t.l), t.l, colors, self.width)
-        self.r_bars.set(np.zeros_like(t.l), np.where(rows, t.rescale, 0.0), HIGHLIGHT_COLOR,
-                        self.width)
-        self.r_dots.set_data(np.where(rows, t.rescale, np.nan), index)
+        self.r_bars.set(np.zeros_like(t.l), np.where(rows, t.rescale, 0.0),   # grey: factor 1, unchanged
+                        np.where(moved, HIGHLIGHT_COLOR, "#bbbbbb"), self.width)
+        self.r_dots.set_data(np.where(moved, t.rescale, np.nan), index)
         self.entropy.set(np.nan_to_num(t.entropy, nan=0.0), t.ceiling)
         self.entropy.bars.set_linewidth(self.width)
 
