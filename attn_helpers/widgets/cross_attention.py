@@ -86,6 +86,7 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAt
     view = CaptionedView((7.8, 5.4), title="cross-attention: output step x input word",
                          axis_names=("input position (word)", "output step (token)"),
                          entropy_title="entropy per output step")
+    view.panel.ax_entropy.set_yticks(range(max(len(out) for _, _, out, _ in decoded)))  # row = step
     return LiveAttentionWidget(lambda index, step: _alignment(*decoded[index], step), controls,
                                view, title=f"Decoding step by step ({task.name})")
 
@@ -98,8 +99,7 @@ def seed_table(seeds: dict, task: str) -> None:
               "1st -: year  2nd -: year/month/day  entropy 2nd - / digits")
     elif task == "reversal":
         print("seed  peak on L-1-t (worst length)  within one (worst length)  peak weight  "
-              "4 strongest keys (all L)  "
-              "e^(mean H) at L = 4 / 24")
+              "4 strongest keys (all L)  e^(mean H) at L = 4 / 24")
     else:
         raise ValueError(f"task must be 'dates' or 'reversal', got {task!r}")
     for seed, readings in seeds.items():
