@@ -205,9 +205,9 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
     elif bool((on_next[:-1] >= NEXT_WEIGHT).all()):
         why = "the last token must attend to the first (the relation wraps around)."
     elif bool((strongest == nxt).all()):
-        why = ("every token's strongest key is the next one, but not strongly enough: its weight "
-               f"is 1 / (1 + (n - 1) e^-gap), so the gap must grow like ln(n - 1) = ln {n - 1}: "
-               f"scale both projections with n until each row puts {NEXT_WEIGHT} on the next token.")
+        why = ("every token's strongest key is the next one, but not strongly enough. If its score "
+               "leads the n - 1 others by a gap, its weight is 1 / (1 + (n - 1) e^-gap). For 0.9, "
+               f"gap >= ln(9 (n - 1)) = {math.log(9 * (n - 1)):.2f} (n = {n}): scale both projections.")
     elif n > 1 and bool((strongest == (torch.arange(n) - 1) % n).all()):
         why = "every token attends to the PREVIOUS token: the shift goes the wrong way."
     elif bool((strongest == torch.arange(n)).all()):

@@ -164,7 +164,7 @@ def no_wrap(X):  # noqa: N803 - P without its corner: the last token finds no ne
     (lambda X: next_projections(X)[::-1], ["PREVIOUS token"]),
     (lambda X: (next_projections(X)[0], next_projections(X)[0] * 1.0001), ["attends to itself"]),
     (lambda X: next_projections(X, c=1.0), ["not strongly enough", "scale"]),
-    (lambda X: next_projections(X, c=10.0), ["case 6 of 6", "not strongly enough", "ln(n - 1)"]),
+    (lambda X: next_projections(X, c=10.0), ["case 6 of 6", "not strongly enough", "1)) = 7.49"]),
     (one_hot_only, ["one-hot", "right inverse", "case 3 of 6"]),
     (no_wrap, ["last token must attend to the first"]),
     (lambda X: (next_projections(X)[0], next_projections(X)[1][:, :-1]), ["same size d_k"]),
