@@ -83,8 +83,8 @@ def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
             Mistake(lambda k, d: _shift(abs(k), d), "right for k >= 0 only: did you take |k|?"),
             Mistake(lambda k, d: _shift(k, d, sign=-1.0),
                     "the sin terms have the wrong signs (or M_k is transposed): that is RoPE's R(k), "
-                    "which moves PE(p) to PE(p - k). PE stores (sin, cos), so the block is R(-k). "
-                    "Expand sin(a + b) for the pair's first row."),
+                    "which moves PE(p) to PE(p - k). PE stores (sin, cos), so each block is "
+                    "Rot(-k omega_i), and M_k = R(-k). Expand sin(a + b) for the pair's first row."),
             Mistake(lambda k, d: _shift(k, d, no_sin=True),
                     "only the cos terms: moving the angle mixes a pair's sine and cosine."),
             Mistake(lambda k, d: _shift(k, d, exponents=torch.arange(d // 2) / d),
