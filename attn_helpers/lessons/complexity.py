@@ -94,7 +94,8 @@ def plot_scaling(ms: dict, peak: dict, causal=(), calls="several") -> None:
         ax.set_xscale("log", base=2)
         ax.set(xlabel="sequence length n", ylabel=what)
         ax.legend(fontsize=8)
-    ax_t.set_title(f"fastest of {calls} calls" + (" (dashed: causal)" if causal else ""))
+    ax_t.set_title(f"CPU time, one thread, fastest of {calls} calls"
+                   + (" (dashed: causal)" if causal else ""))
     ax_m.set_title("memory allocated during one call (inputs excluded)")
     plt.show()
 
