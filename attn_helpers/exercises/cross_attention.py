@@ -46,9 +46,9 @@ def decode_layer_reference(layer, y, memory, memory_real):
 
 def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(False, False),
                  cross_out=True, cross_residual=True, query_before_self=False, one_head=False,
-                 memory_queries=False, cross_norm=True, ff_residual=True, ff_norm="norm3",
-                 invert_memory=False, causal_memory=False, mask_3d=False, scale=None,
-                 norm_outside=False, zero_mask=False, no_transpose=False, ff_first=False):
+                 memory_queries=False, cross_norm="norm2", ff_residual=True, ff_norm="norm3",
+                 invert_memory=False, causal_memory=False, mask_3d=False, scale=None, norm_outside=False,
+                 zero_mask=False, soft_mask=False, no_transpose=False, ff_first=False):
     """Exercise 1's answer with one named mistake (all off: the right answer)."""
     ca, h = layer.cross_attn, 1 if one_head else layer.cross_attn.num_heads
     split = (lambda x: x.reshape(x.shape[0], h, x.shape[1], -1)) if no_transpose else (
@@ -75,8 +75,9 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
             q = split_heads(ca.q_proj(z), h)
             o, _ = scaled_dot_product_attention(q, K_m, V_m, seen, scale=(
                 layer.d_model ** -0.5 if scale == "d_model" else scale))
-            if zero_mask:                             # scores times the mask: padding scores 0
-                o = (q @ K_m.transpose(-2, -1) * K_m.shape[-1] ** -0.5 * seen).softmax(-1) @ V_m
+            if zero_mask or soft_mask:     # scores times the mask (padding 0), or the mask after softmax
+                s = q @ K_m.transpose(-2, -1) * K_m.shape[-1] ** -0.5
+                o = ((s * seen).softmax(-1) if zero_mask else s.softmax(-1) * seen) @ V_m
             return ca.out_proj(merge_heads(o)) if cross_out else merge_heads(o)
 
         if ff_first:                                  # blocks swapped; each its own norm, or by place
@@ -91,7 +92,7 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
             o, _ = scaled_dot_product_attention(K_m, q, q)
             x = layer.norm2(x + ca.out_proj(merge_heads(o)))
         else:
-            x = block(x, layer.norm2 if cross_norm else nn.Identity(), cross_attention,
+            x = block(x, getattr(layer, cross_norm) if cross_norm else nn.Identity(), cross_attention,
                       residual=cross_residual, pre="outside" if norm_outside else pre_norm[0])
         outputs.append(block(x, getattr(layer, ff_norm), layer.feed_forward, residual=ff_residual,
                              pre=pre_norm[1]))
@@ -169,12 +170,12 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
           for cross in (False, True, "both") for ff in (False, True, "both") if cross or ff),
         ("the scores were multiplied by the mask: a score of 0 is not -inf, so padded keys "
          "still get weight.", {"zero_mask": True}),
-        ("the memory was masked causally: the whole real memory is visible at every step.",
-         {"causal_memory": True}),
+        ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores, before "
+         "the softmax.", {"soft_mask": True}),
+        ("the memory was masked causally: each step sees all real memory.", {"causal_memory": True}),
         ("the memory made the queries; in cross-attention the decoder asks (q from x_t) and the "
          "memory answers.", {"memory_queries": True}),
-        ("the cross-attention's heads were merged but not sent through its out_proj.",
-         {"cross_out": False}),
+        ("the cross-attention's heads were merged but not sent through out_proj.", {"cross_out": False}),
         ("the residual is missing: norm2 got the cross-attention's output alone, and x_t was "
          "lost.", {"cross_residual": False}),
         ("the cross-attention's query came from y, the state before the self-attention block; "
@@ -182,14 +183,13 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
         ("the scores were not scaled by 1/sqrt(d_head), the width of one head.", {"scale": 1.0}),
         ("the scale is 1/sqrt(d_head), the width of one head, not 1/sqrt(d_model).",
          {"scale": "d_model"}),
-        ("the LayerNorm went on x_t alone, before the residual sum: post-norm normalises the SUM.",
-         {"norm_outside": True}),
-        ("the heads were not split: attend per head (ah.split_heads), then merge.",
-         {"one_head": True}),
+        ("the LayerNorm went on x_t alone, not on the residual sum.", {"norm_outside": True}),
+        ("the heads were not split: attend per head (ah.split_heads), then merge.", {"one_head": True}),
         ("the heads were split without moving the head axis before the positions: reshape to (b, "
          "n_m, h, d_head), then transpose(1, 2), as ah.split_heads does.", {"no_transpose": True}),
-        ("the sum after the cross-attention was not normalised: norm2 follows it.",
-         {"cross_norm": False}),
+        ("the sum after the cross-attention was not normalised: norm2 is next.", {"cross_norm": False}),
+        ("the cross-attention's sum went through norm1, the self-attention block's; each block has "
+         "its own LayerNorm.", {"cross_norm": "norm1"}),
         ("the feed-forward's output must be ADDED to x_t (the residual), then normalised.",
          {"ff_residual": False}),
         ("the feed-forward's sum went through norm2; each block has its own: norm3 for the "
