@@ -190,8 +190,8 @@ def attention_variant(ref: bg.CausalSelfAttention, kind: str = "right") -> Calla
 
 
 ATTENTION_MISTAKES = [
-    ("cache_unmasked", "no mask with a cache, as if a cached call always brought one token: the "
-     "prompt comes as n > 1 tokens with a cache, and they must not see each other's future."),
+    ("cache_unmasked", "with a cache, each new query sees every key: was start = len(cache) read after "
+     "cache.append, or is there no mask? A prompt of n > 1 tokens must not see its own future."),
     ("prompt_only", "only the prompt (start = 0) was masked: a later cached call can bring several "
      "tokens too, each blind to the ones after it. Mask every call, at its offset."),
     ("no_mask", "no causal mask, so the future leaks: new query i sees keys 0..start+i only."),
