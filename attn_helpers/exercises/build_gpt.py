@@ -261,7 +261,7 @@ def block_variant(ref: bg.Block, kind: str = "right") -> Callable:
         h = na(x)
         x = {"no_attn_residual": 0, "residual_from_normed": h,
              "residual_from_normed_attn": h}.get(kind, x) + attn(h)
-        h = nf(x)
+        h = nf(h if kind == "ff_reads_first_norm" else x)
         x = {"no_ff_residual": 0, "residual_from_normed": h, "residual_from_normed_ff": h}.get(kind, x)
         return n2(x + ff(h)) if kind == "output_normed" else x + ff(h)
 
@@ -284,6 +284,8 @@ BLOCK_MISTAKES = [
     ("norms_swapped", "the two LayerNorms are swapped: attention reads norm1, the feed-forward norm2."),
     ("parallel", "both sub-layers read the same input: the feed-forward reads the stream after "
      "attention's addition."),
+    ("ff_reads_first_norm", "the feed-forward reads norm1's copy of the old x: it normalises the "
+     "stream after attention's addition."),
     ("ff_first", "the feed-forward ran first: attention comes first."),
     ("cache_not_passed", "the cache never reached the attention: the block hands it on."),
     ("output_normed", "the block normalises its output: it returns the stream itself. The one final "
