@@ -1,4 +1,5 @@
-"""Checkers for notebook 07: the shift matrix M_k, RoPE's split halves to interleaved, ALiBi's reach."""
+"""Checkers for notebook 07: the shift matrix M_k, RoPE itself, RoPE's split halves to interleaved,
+ALiBi's reach."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import torch
 
 from ..lessons.positional_encoding import half_weight_reach
 from ..positional import alibi_slopes as slopes
-from ..positional import sinusoidal_encoding
+from ..positional import apply_rope, sinusoidal_encoding
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["REACH_MARGIN", "check_reach", "check_rope_layout", "check_sinusoidal",
-           "half_weight_reach_reference", "shift_matrix_reference", "to_interleaved_reference"]
+__all__ = ["REACH_MARGIN", "ROPE_MISTAKES", "check_reach", "check_rope", "check_rope_layout",
+           "check_sinusoidal", "half_weight_reach_reference", "rope_reference", "shift_matrix_reference",
+           "to_interleaved_reference"]
 
 
 def _shift(k: int, d: int, *, sign: float = 1.0, exponents=None, halves: bool = False,
@@ -101,10 +103,138 @@ def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
     return CheckResult(False, f"{verdict.message}\nHint: {hint}") if hint else verdict
 
 
+def _rope(x: torch.Tensor, positions: torch.Tensor, *, halves: bool = False, exponent: float = 2.0,
+          sign: float = 1.0, start: int = 0, ignore_positions: bool = False, same_angle: bool = False,
+          reverse: bool = False, swap: bool = False, as_halves: bool = False,
+          added: bool = False) -> torch.Tensor:
+    """Exercise 2's rotation of ``x (..., n, d)`` with one named mistake (defaults: the answer)."""
+    n, d = x.shape[-2], x.shape[-1]
+    p = (torch.arange(n) if ignore_positions else positions).double() + start      # (n,)
+    i = torch.arange(d // 2, dtype=torch.float64)                                  # pair index
+    omega = torch.ones(d // 2, dtype=torch.float64) if same_angle else 10000.0 ** (-exponent * i / d)
+    omega = omega.flip(0) if reverse else omega
+    angles = p[:, None] * omega                                                    # (n, d/2)
+    if added:                                                                      # x + PE(m)
+        return x + torch.stack([angles.sin(), angles.cos()], -1).flatten(-2).to(x.dtype)
+    cos, sin = angles.cos().to(x.dtype), (sign * angles.sin()).to(x.dtype)
+    cos, sin = (sin, cos) if swap else (cos, sin)
+    a, b = (x[..., : d // 2], x[..., d // 2:]) if halves else (x[..., 0::2], x[..., 1::2])
+    first, second = a * cos - b * sin, a * sin + b * cos                           # (..., n, d/2)
+    if halves or as_halves:
+        return torch.cat([first, second], -1)
+    return torch.stack([first, second], -1).flatten(-2)
+
+
+def rope_reference(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``(..., n, d)``: pair ``(x[2i], x[2i+1])`` at position ``positions[j]`` turned by
+    ``positions[j] * omega_i``, ``omega_i = 10000^(-2i/d)`` (the package's ``apply_rope``)."""
+    return apply_rope(x, positions)
+
+
+ROPE_TOL = 1e-4  # loose enough for angles computed in float32 at positions up to 100, tested
+
+
+def _rope_cases() -> list[dict]:
+    """Float32 and float64; one pair, d/2 odd, batch and head dimensions; positions from 0, a KV
+    cache's later positions, gaps; a random case."""
+    g = seeded(73)
+    n, half = int(torch.randint(2, 9, (1,), generator=g)), int(torch.randint(1, 9, (1,), generator=g))
+    shapes = [((6, 8), torch.float32, torch.arange(6)), ((5, 2), torch.float64, torch.arange(5)),
+              ((2, 3, 7, 16), torch.float32, torch.arange(7)),
+              ((4, 8), torch.float64, torch.arange(4) + 9),          # a cache: positions 9 .. 12
+              ((3, 6), torch.float64, torch.tensor([0, 2, 5])),
+              ((5, 64), torch.float32, torch.tensor([0, 1, 17, 60, 100])),
+              ((2, n, 2 * half), torch.float64, torch.randperm(50, generator=g)[:n].sort().values)]
+    return [{"x": torch.randn(shape, generator=g, dtype=dtype), "positions": positions}
+            for shape, dtype, positions in shapes]
+
+
+_SIGNS = "Check the signs of Rot(theta) in section 4: position m turns a pair counterclockwise."
+ROPE_MISTAKES = [Mistake(partial(_rope, **flaw), hint) for flaw, hint in [
+    (dict(halves=True),
+     "you paired dimension i with i + d/2 (GPT-NeoX's layout, Hugging Face's rotate_half). This "
+     "course pairs neighbours, (x[2i], x[2i+1]), as RoFormer and apply_rope do. Both layouts are "
+     "relative, but weights trained in one give other scores in the other (exercise 3)."),
+    (dict(exponent=1.0), "pair i turns at 10000^(-i/d): the exponent is -2i/d, with i = 0 .. d/2 - 1 "
+                         "the pair's index. The slow pairs now turn far too fast."),
+    (dict(exponent=4.0), "your exponent is -4i/d, twice too large: if your i already runs over "
+                         "0, 2, 4, ..., it holds 2i. The pairs now turn far too slowly."),
+    (dict(sign=-1.0), "you rotated by -m omega_i, that is R(m)^T. The scores stay relative, but to "
+                      "m - n instead of n - m: a model trained with apply_rope would read 3 ahead "
+                      "where it learned 3 back. " + _SIGNS),
+    (dict(start=1), "your positions start at 1: the token at position 0 must come out unchanged "
+                    "(angle 0). Rotate by the positions you are given."),
+    (dict(start=-1), "your positions are one too small: rotate by the positions you are given."),
+    (dict(ignore_positions=True),
+     "you rotated by 0 .. n-1 and ignored positions: with a KV cache the new tokens sit at later "
+     "positions (this case gives them)."),
+    (dict(same_angle=True), "every pair turned by m: pair i turns by m omega_i, slower for larger i."),
+    (dict(reverse=True), "the frequencies run the wrong way: pair 0 turns fastest (omega_0 = 1)."),
+    (dict(swap=True), "cos and sin are swapped: at position 0 (angle 0) a pair must come out "
+                      "unchanged. " + _SIGNS),
+    (dict(as_halves=True), "your rotated pairs came back as two halves, all first members then all "
+                           "second ones: each pair must stay in place, at 2i and 2i+1."),
+    (dict(added=True), "you added the sinusoidal encoding to x: RoPE rotates each pair instead, so "
+                       "no length changes and every score depends on n - m only."),
+]]
+
+
+def _rope_property_hint(rope: Callable) -> str | None:
+    """For a wrong answer no named mistake explains: which property of a rotation it breaks."""
+    g = seeded(74)
+    q, k = torch.randn(2, 1, 8, generator=g, dtype=torch.float64)
+    try:
+        at_zero = torch.as_tensor(rope(q.clone(), torch.tensor([0])))
+        moved = torch.as_tensor(rope(q.expand(12, 8).clone(), torch.arange(12)))
+        q_at = torch.as_tensor(rope(q.expand(12, 8).clone(), torch.arange(12))).double()
+        k_at = torch.as_tensor(rope(k.expand(12, 8).clone(), torch.arange(12))).double()
+    except Exception:  # noqa: BLE001 - the checker's verdict already names what went wrong
+        return None
+    if at_zero.shape != q.shape or moved.shape != (12, 8):
+        return None
+    if not torch.allclose(at_zero.double(), q, atol=1e-6):
+        return "at position 0 the angle is 0, so RoPE leaves x unchanged there; yours changes it."
+    pair_norm = moved.double().view(12, 4, 2).norm(dim=-1)                    # (12, pairs)
+    if not torch.allclose(pair_norm, q.view(4, 2).norm(dim=-1).expand(12, 4), atol=1e-6):
+        return ("RoPE only turns each pair (x[2i], x[2i+1]): every pair keeps its length, and yours "
+                "changes it.")
+    scores = q_at @ k_at.T                                                    # (12, 12): [m, n]
+    if (scores[1:, 1:] - scores[:-1, :-1]).abs().max() > 1e-6:
+        return ("your scores rope(q, m) . rope(k, n) change when m and n move together: a rotation "
+                "by angles proportional to the position makes them depend on n - m only.")
+    return None
+
+
+@exercise("positional_encoding.rope", "rotary position embedding: turning each pair by its angle",
+          hints=(
+    "Each pair (x[2i], x[2i+1]) is a point in the plane. At position m it turns by the angle "
+    "m omega_i: which 2x2 matrix turns a point by an angle, and how do you apply it to every pair "
+    "at every position at once?",
+    "Take the first and second members of all pairs apart with strided slices, each (..., n, d/2). "
+    "A table of angles (n, d/2), one row per position, broadcasts against both. Apply section 4's "
+    "Rot entrywise, then put each pair back at 2i, 2i+1 (not as two halves).",
+    "d = x.shape[-1]\n"
+    "omega = ...                                    # (d/2,) float64: omega_i = 10000^(-2i/d)\n"
+    "angles = ...                                   # (n, d/2): positions[j] * omega_i\n"
+    "cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)\n"
+    "even, odd = x[..., 0::2], x[..., 1::2]         # (..., n, d/2): x[2i], x[2i+1]\n"
+    "rotated = torch.stack((..., ...), dim=-1)      # (..., n, d/2, 2): each pair turned\n"
+    "return rotated.flatten(-2)                     # (..., n, d): pairs back at 2i, 2i+1"))
+def check_rope(rope: Callable) -> CheckResult:
+    """Exercise: ``rope(x (..., n, d), positions (n,)) -> (..., n, d)``, x's dtype, RoPE's rotation."""
+    verdict = check_function(rope, rope_reference, _rope_cases(), what="rope",
+                             output_names=("the rotated x",), atol=ROPE_TOL, rtol=ROPE_TOL,
+                             same_dtype=True, mistakes=ROPE_MISTAKES)
+    if verdict or "Hint:" in verdict.message or not verdict.message.startswith("Not yet"):
+        return verdict
+    hint = _rope_property_hint(rope)
+    return CheckResult(False, f"{verdict.message}\nHint: {hint}") if hint else verdict
+
+
 def _move(W: torch.Tensor, heads: int, *, inverse: bool = False, swap: bool = False,
           reverse: bool = False, head_minor: bool = False, columns: bool = False,
           negate: bool = False) -> torch.Tensor:
-    """Exercise 2's move of ``W``'s ``heads`` blocks, with one named mistake (defaults: the answer)."""
+    """Exercise 3's move of ``W``'s ``heads`` blocks, with one named mistake (defaults: the answer)."""
     d, block = W.shape[0] // heads, torch.arange(heads)
     i = torch.arange(d // 2).flip(0) if reverse else torch.arange(d // 2)
     index = torch.stack([i + d // 2, i] if swap else [i, i + d // 2], -1).flatten()  # (d,)
@@ -199,7 +329,7 @@ def check_rope_layout(to_interleaved: Callable) -> CheckResult:
 def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, sign: float = -1.0,
            base: float = math.e, log2: bool = False, endless: bool = False, cap: bool = False,
            statistic: str = "half", minus: bool = False) -> torch.Tensor:
-    """Exercise 3's reach ``(H,)`` long with one named mistake (defaults: the right answer)."""
+    """Exercise 4's reach ``(H,)`` long with one named mistake (defaults: the right answer)."""
     m, rows = m.double() * math.log(base), n + keys                  # base^(-m d) = e^(-m ln(base) d)
     if statistic == "mean":
         delta = torch.arange(n, dtype=torch.float64)                  # (n,): distances 0 .. n-1

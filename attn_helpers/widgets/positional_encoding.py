@@ -354,7 +354,7 @@ def plot_shift(shown: dict[str, torch.Tensor]) -> None:
 
 
 def accuracy_with(model, W_Q: torch.Tensor, W_K: torch.Tensor) -> float:
-    """Exercise 2: accuracy at the training length of a copy of ``model`` with these ``W_Q``, ``W_K``."""
+    """Exercise 3: accuracy at the training length of a copy of ``model`` with these ``W_Q``, ``W_K``."""
     model = copy.deepcopy(model)
     model.qkv.weight.data[:2 * lesson.D_MODEL] = torch.cat([W_Q, W_K]).float()
     return lesson.position_accuracy(model, lesson.TRAIN_MAX_LEN).nanmean().item()

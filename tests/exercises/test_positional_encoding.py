@@ -8,15 +8,15 @@ import math
 import mpmath
 import pytest
 import torch
-from _exercises import assert_skeleton, skeleton
+from _exercises import assert_skeleton, skeleton, stub
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attn_helpers as ah
 from attn_helpers.exercises import EXERCISES
 from attn_helpers.exercises import positional_encoding as ex
-from attn_helpers.exercises.positional_encoding import LAYOUT_MISTAKES
-from attn_helpers.positional import apply_rope, sinusoidal_encoding
+from attn_helpers.exercises.positional_encoding import LAYOUT_MISTAKES, ROPE_MISTAKES
+from attn_helpers.positional import apply_rope, frequencies, sinusoidal_encoding
 
 
 @pytest.mark.parametrize("k, d", [(1, 8), (5, 16), (-3, 4), (250, 32), (0, 2)])
@@ -74,6 +74,122 @@ NAMED_MISTAKES = [
 def test_exercise_1_names_the_mistake(phrase, flaw):
     verdict = ex.check_sinusoidal(flaw if callable(flaw) else lambda *a: learner_shift(*a, **flaw))
     assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
+
+
+def roformer(x, positions):
+    """RoFormer's eq. (34) written out: R(m) x with 2 x 2 blocks [[cos, -sin], [sin, cos]] at
+    m theta_i, theta_i = 10000^(-2(i-1)/d) for i = 1 .. d/2, as an explicit block-diagonal matrix."""
+    d, out = x.shape[-1], torch.empty_like(x, dtype=torch.float64)
+    for j, m in enumerate(positions.tolist()):
+        blocks = []
+        for i in range(1, d // 2 + 1):
+            a = m * 10000.0 ** (-2 * (i - 1) / d)
+            blocks.append(torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]],
+                                       dtype=torch.float64))
+        out[..., j, :] = x[..., j, :].double() @ torch.block_diag(*blocks).T   # rows: (R(m) x)^T
+    return out.to(x.dtype)
+
+
+def test_the_rope_reference_is_roformers_formula_on_every_case():
+    for case in ex._rope_cases():
+        got = ex.rope_reference(**case)
+        assert got.dtype == case["x"].dtype
+        assert torch.allclose(got.double(), roformer(**case).double(), atol=1e-5)
+
+
+def learner_rope(x, positions, *, flaw=None):
+    """A learner's RoPE, a loop over the pairs with math; each ``flaw`` plants one mistake."""
+    d, out = x.shape[-1], torch.empty_like(x)
+    p = {"from 1": positions + 1, "arange": torch.arange(x.shape[-2])}.get(flaw, positions).double()
+    for i in range(d // 2):
+        j = d // 2 - 1 - i if flaw == "reverse" else i
+        exponent = {"i/d": j / d, "4i/d": 4 * j / d}.get(flaw, 2 * j / d)
+        a = p * (1.0 if flaw == "same angle" else 10000.0 ** -exponent)          # (n,)
+        a = -a if flaw == "minus" else a
+        cos, sin = a.cos().to(x.dtype), a.sin().to(x.dtype)
+        cos, sin = (sin, cos) if flaw == "swap" else (cos, sin)
+        first, second = (i, i + d // 2) if flaw == "halves" else (2 * i, 2 * i + 1)
+        u, v = x[..., first], x[..., second]
+        if flaw == "added":
+            out[..., first], out[..., second] = u + a.sin().to(x.dtype), v + a.cos().to(x.dtype)
+            continue
+        if flaw == "cat":                                    # pairs back as two halves
+            first, second = i, i + d // 2
+        out[..., first], out[..., second] = u * cos - v * sin, u * sin + v * cos
+    return out
+
+
+ROPE_WRONG = {
+    "halves": "you paired dimension i with i + d/2",
+    "i/d": "the exponent is -2i/d",
+    "4i/d": "your exponent is -4i/d",
+    "minus": "you rotated by -m omega_i",
+    "from 1": "your positions start at 1",
+    "arange": "ignored positions",
+    "same angle": "every pair turned by m",
+    "reverse": "the frequencies run the wrong way",
+    "swap": "cos and sin are swapped",
+    "cat": "your rotated pairs came back as two halves",
+    "added": "you added the sinusoidal encoding",
+}
+
+
+def test_rope_checker_accepts_correct_answers():
+    def by_complex(x, positions):                           # Meta's Llama: pairs as complex numbers
+        d = x.shape[-1]
+        theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        turn = torch.polar(torch.ones(len(positions), d // 2, dtype=torch.float64),
+                           positions.double()[:, None] * theta)
+        pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
+        return torch.view_as_real(pairs * turn).flatten(-2).to(x.dtype)
+
+    def float32_angles(x, positions):                       # omega and the angles in float32
+        d = x.shape[-1]
+        angles = positions[:, None] * 10000 ** (-torch.arange(0, d, 2) / d)    # float32
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack((even * cos - odd * sin, even * sin + odd * cos), -1).flatten(-2)
+
+    for answer in (learner_rope, roformer, by_complex, float32_angles):
+        verdict = ex.check_rope(answer)
+        assert verdict, verdict.message
+    assert ex.check_rope(ex.rope_reference, solution=True)
+    assert ex.check_rope(stub).message == "rope is not implemented yet."
+
+
+@pytest.mark.parametrize("flaw", ROPE_WRONG)
+def test_rope_checker_names_the_mistake(flaw):
+    verdict = ex.check_rope(lambda x, p: learner_rope(x, p, flaw=flaw))
+    phrase = ROPE_WRONG[flaw]
+    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
+    assert not any(p in verdict.message for p in set(ROPE_WRONG.values()) - {phrase}), verdict.message
+    assert verdict.message.count("Hint:") == 1
+
+
+@pytest.mark.parametrize("wrong, phrase", [
+    (lambda x, p: learner_rope(x, p) * (1 + 0.1 * p[:, None]).to(x.dtype),          # a growing length
+     "every pair keeps its length"),
+    (lambda x, p: x * torch.repeat_interleave((p[:, None] * frequencies(x.shape[-1])).cos(), 2, -1)
+     .to(x.dtype), "every pair keeps its length"),                                   # cos alone
+    (lambda x, p: learner_rope(x, p ** 2), "depend on n - m only"),               # angle m^2 omega_i
+    (lambda x, p: roformer(x, p + 0.5), "at position 0 the angle is 0"),          # half a step late
+])
+def test_an_unnamed_wrong_rope_gets_the_property_it_breaks(wrong, phrase):
+    verdict = ex.check_rope(wrong)
+    assert not verdict and phrase in verdict.message, verdict.message
+
+
+def test_rope_checker_wants_x_s_dtype():
+    verdict = ex.check_rope(lambda x, p: learner_rope(x.double(), p))
+    assert not verdict and "the right answer is torch.float32" in verdict.message, verdict.message
+
+
+def test_no_rope_feedback_holds_the_answers_key_line():
+    keys = ("0::2", "1::2", "* cos - ", "* sin + ", "flatten(-2)", "torch.stack", "[:, None]")
+    texts = [m.hint for m in ROPE_MISTAKES]
+    texts += [ex.check_rope(lambda x, p, f=f: learner_rope(x, p, flaw=f)).message for f in ROPE_WRONG]
+    for text in texts:
+        assert not any(key in text.split("Hint:")[-1] for key in keys), text
 
 
 def hf_rotate(x, positions, base=10000.0):
@@ -402,11 +518,17 @@ def test_the_level_3_skeletons_filled_in_pass():
         "W.shape[0] // heads",
         "torch.stack([torch.arange(d_head // 2), torch.arange(d_head // 2) + d_head // 2], -1)"
         ".flatten()"))
+    assert_skeleton("positional_encoding.rope", "x, positions", ex.check_rope, (
+        "10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)",
+        "positions.double()[:, None] * omega",
+        "even * cos - odd * sin", "even * sin + odd * cos"))
     assert_skeleton("positional_encoding.reach", "slopes, L", ex.check_reach, (
         "-torch.log((1 + r_L) / 2) / slopes", "torch.ceil(x).long()"))
 
 
 @pytest.mark.parametrize("key, answers", [
+    ("positional_encoding.rope", ("0::2", "1::2", "* cos -", "* sin +", "-sin", "cos a - ",
+                                  "flatten(-2)", "torch.stack", "[:, None]")),
     ("positional_encoding.rope_layout", ("i + d/2 ->", "-> 2i", "row 2i is", "copies old row i",
                                          "[0, 4, 1, 5", "[0, 2, 4", "(0, d/2", "arange(d_head // 2)",
                                          "stack", "transpose(1, 2)", "view(heads, 2")),
