@@ -160,8 +160,8 @@ ROPE_MISTAKES = [Mistake(partial(_rope, **flaw), hint) for flaw, hint in [
     (dict(exponent=4.0), "your exponent is -4i/d, twice too large: if your i already runs over "
                          "0, 2, 4, ..., it holds 2i. The pairs now turn far too slowly."),
     (dict(sign=-1.0), "you rotated by -m omega_i, that is R(m)^T. The scores stay relative, but to "
-                      "m - n instead of n - m: a model trained with apply_rope would read 3 ahead "
-                      "where it learned 3 back. " + _SIGNS),
+                      "m - n instead of n - m: a model trained with apply_rope would score a key 3 "
+                      "back as if it were 3 ahead. " + _SIGNS),
     (dict(start=1), "your positions start at 1: the token at position 0 must come out unchanged "
                     "(angle 0). Rotate by the positions you are given."),
     (dict(start=-1), "your positions are one too small: rotate by the positions you are given."),
