@@ -13,10 +13,12 @@ from ..lessons.scaling import jacobian_norm
 from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
 from .panels import TextSprites
 
-__all__ = ["D_K_OPTIONS", "ScalingView", "scaling_frame", "scaling_widget"]
+__all__ = ["D_K_OPTIONS", "STD", "TAU", "ScalingView", "scaling_frame", "scaling_widget"]
 
 D_K_OPTIONS = tuple(2 ** i for i in range(11))  # 1 .. 1024
 N_TOKENS = 8
+TAU = "divisor τ (scaled: sqrt(d_k)·T, unscaled: T)"    # readout names, in the notebook's symbols
+STD = "std of the scores q.k / τ"
 
 
 def _two_digits(value: float) -> str:
@@ -25,22 +27,24 @@ def _two_digits(value: float) -> str:
 
 
 def scaling_frame(d_k: int, scaled: bool, temperature: float, *, seed: int = 0) -> AttentionFrame:
-    """Weights of random N(0, 1) queries and keys cut to d_k; scores / sqrt(d_k) if scaled, / T."""
+    """Weights of random N(0, 1) queries and keys cut to d_k, in notebook 03's symbols: the
+    temperature T acts on top of the scaling, so q . k is divided by τ = sqrt(d_k) T if scaled,
+    by τ = T if not."""
     if d_k not in D_K_OPTIONS:
         raise ValueError(f"d_k must be a power of two in {D_K_OPTIONS}, got {d_k!r}")
     require_bool("scaled", scaled)
     require_number("temperature", temperature, positive=True)
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(2, N_TOKENS, D_K_OPTIONS[-1], generator=g, dtype=torch.float64)[..., :d_k]
-    divisor = (math.sqrt(d_k) if scaled else 1.0) * temperature
-    scores = q @ k.T / divisor
+    tau = (math.sqrt(d_k) if scaled else 1.0) * temperature          # the whole divisor of q . k
+    scores = q @ k.T / tau
     weights = torch.softmax(scores, dim=-1)
     frame = AttentionFrame(weights=weights, query_labels=[f"q{i}" for i in range(N_TOKENS)],
                            key_labels=[f"k{i}" for i in range(N_TOKENS)])
     frame.settings = {"d_k": d_k, "scaled": scaled, "temperature": temperature}  # drawn in
-    frame.readouts = {"scores divided by": f"{divisor:.3g}"} | {  # one 8 x 8 draw: two digits
+    frame.readouts = {TAU: f"{tau:.3g}"} | {  # one 8 x 8 draw: two digits
         name: _two_digits(value.item()) for name, value in [
-            ("std of scores", scores.std()),
+            (STD, scores.std()),
             ("largest weight (mean over rows)", weights.amax(-1).mean()),
             ("entropy (mean, nats)", frame.entropy.mean()),
             ("softmax gain |J| (mean over rows)", jacobian_norm(weights).mean())]}
@@ -60,8 +64,9 @@ class ScalingView(BlitView):
     def draw(self, frame: AttentionFrame) -> None:
         self.panel.set_frame(frame)
         d_k, scaled, temperature = frame.settings.values()
+        tau = (math.sqrt(d_k) if scaled else 1.0) * temperature
         self.lines.set([f"d_k = {d_k}   |   divided by sqrt(d_k): {'yes' if scaled else 'no'}   |   "
-                        f"temperature T = {temperature:.3g}"], [(0.02, 0.035)])
+                        f"temperature T = {temperature:.3g}   |   τ = {tau:.3g}"], [(0.02, 0.035)])
 
 
 def scaling_widget(seed: int = 0, *, d_k: int = 64, scaled: bool = True,
@@ -72,8 +77,9 @@ def scaling_widget(seed: int = 0, *, d_k: int = 64, scaled: bool = True,
                                        continuous_update=True, layout=widgets.Layout(width="320px")),
         "scaled": widgets.Checkbox(value=scaled, description="divide by sqrt(d_k)"),
         "temperature": widgets.FloatLogSlider(value=temperature, base=10, min=-1.0, max=2.0, step=0.05,
-                                              description="temperature",
-                                              layout=widgets.Layout(width="320px")),
+                                              description="temperature T",
+                                              style={"description_width": "initial"},
+                                              layout=widgets.Layout(width="360px")),
     }
-    title = "d_k, 1/sqrt(d_k) scaling, temperature: weights of 8 queries (left), entropy (right)"
+    title = "d_k, 1/sqrt(d_k) scaling, temperature T: weights of 8 queries (left), entropy (right)"
     return LiveAttentionWidget(partial(scaling_frame, seed=seed), controls, ScalingView(), title=title)
