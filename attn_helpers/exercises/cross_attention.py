@@ -48,7 +48,8 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
                  cross_out=True, cross_residual=True, query_before_self=False, one_head=False,
                  memory_queries=False, cross_norm="norm2", ff_residual=True, ff_norm="norm3",
                  invert_memory=False, causal_memory=False, mask_3d=False, scale=None, norm_outside=False,
-                 zero_mask=False, soft_mask=False, no_transpose=False, ff_first=False):
+                 zero_mask=False, soft_mask=False, no_transpose=False, ff_first=False,
+                 softmax_dim=-1):
     """Exercise 1's answer with one named mistake (all off: the right answer)."""
     ca, h = layer.cross_attn, 1 if one_head else layer.cross_attn.num_heads
     split = (lambda x: x.reshape(x.shape[0], h, x.shape[1], -1)) if no_transpose else (
@@ -78,6 +79,9 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
             if zero_mask or soft_mask:     # scores times the mask (padding 0), or the mask after softmax
                 s = q @ K_m.transpose(-2, -1) * K_m.shape[-1] ** -0.5
                 o = ((s * seen).softmax(-1) if zero_mask else s.softmax(-1) * seen) @ V_m
+            if softmax_dim != -1:          # the softmax over the query axis (one query: all ones)
+                s = (q @ K_m.transpose(-2, -1) * K_m.shape[-1] ** -0.5).masked_fill(~seen, -math.inf)
+                o = s.softmax(softmax_dim) @ V_m
             return ca.out_proj(merge_heads(o)) if cross_out else merge_heads(o)
 
         if ff_first:                                  # blocks swapped; each its own norm, or by place
@@ -94,8 +98,8 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
         else:
             x = block(x, getattr(layer, cross_norm) if cross_norm else nn.Identity(), cross_attention,
                       residual=cross_residual, pre="outside" if norm_outside else pre_norm[0])
-        outputs.append(block(x, getattr(layer, ff_norm), layer.feed_forward, residual=ff_residual,
-                             pre=pre_norm[1]))
+        outputs.append(block(x, getattr(layer, ff_norm) if ff_norm else nn.Identity(),
+                             layer.feed_forward, residual=ff_residual, pre=pre_norm[1]))
     return torch.cat(outputs, 1)
 
 
@@ -130,6 +134,12 @@ def _memory_projected_once(inputs: dict):
             f"cross_attn.q_proj ran on {max(seen['q_proj'])} target positions in one call: not step "
             "by step.\nHint: returning layer(y, memory, memory_padding=memory_real) does that. A "
             "generating decoder has only x_t at step t: make step t's query from x_t, in the loop.")
+    for made, unused in (("k_proj", "v_proj"), ("v_proj", "k_proj")):
+        if not seen[unused] and len(seen[made]) == 2:     # both before the loop, one of them wrong
+            raise Refused(
+                f"cross_attn.{made} ran twice and cross_attn.{unused} never: the keys and the values "
+                f"were both made with {made}.\nHint: K = memory W_K comes from k_proj, V = memory "
+                "W_V from v_proj.")
     name = max(("k_proj", "v_proj"), key=lambda name: len(seen[name]))
     if len(seen[name]) > 1:
         raise Refused(
@@ -181,6 +191,10 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
         ("the cross-attention's query came from y, the state before the self-attention block; "
          "q comes from x_t.", {"query_before_self": True}),
         ("the scores were not scaled by 1/sqrt(d_head), the width of one head.", {"scale": 1.0}),
+        ("the scores were neither scaled by 1/sqrt(d_head) nor masked: padded memory positions were "
+         "read. Scale, then mask with memory_real (True = real).", {"scale": 1.0, "mask_memory": False}),
+        ("the softmax ran over dim -2, the one query of step t: each weight became 1 (NaN where "
+         "masked). Normalise over the memory positions, the last dim.", {"softmax_dim": -2}),
         ("the scale is 1/sqrt(d_head), the width of one head, not 1/sqrt(d_model).",
          {"scale": "d_model"}),
         ("the LayerNorm went on x_t alone, not on the residual sum.", {"norm_outside": True}),
@@ -194,6 +208,8 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
          {"ff_residual": False}),
         ("the feed-forward's sum went through norm2; each block has its own: norm3 for the "
          "feed-forward.", {"ff_norm": "norm2"}),
+        ("the sum after the feed-forward was not normalised: post-norm ends each block with its "
+         "LayerNorm, norm3 here.", {"ff_norm": None}),
         *(("the blocks are in the wrong order: cross-attention comes first, then the feed-forward "
            "(section 2).", {"ff_first": place}) for place in ("own", "place")),
         ("the memory mask is inverted: memory_real is True at the REAL positions, the ones that "

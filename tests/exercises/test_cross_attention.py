@@ -75,6 +75,9 @@ def test_decode_checker_accepts_the_reference_loop_and_another_loop():
     ({"cross_norm": False}, "the sum after the cross-attention was not normalised"),
     ({"ff_residual": False}, "the feed-forward's output must be ADDED"),
     ({"ff_norm": "norm2"}, "norm3 for the feed-forward"),
+    ({"ff_norm": None}, "the sum after the feed-forward was not normalised"),
+    ({"softmax_dim": -2}, "the softmax ran over dim -2"),
+    ({"scale": 1.0, "mask_memory": False}, "neither scaled by 1/sqrt(d_head) nor masked"),
     ({"invert_memory": True}, "the memory mask is inverted"),
     ({"causal_memory": True}, "masked causally"),
     ({"scale": 1.0}, "the scores were not scaled"), ({"scale": "d_model"}, "not 1/sqrt(d_model)"),
@@ -95,6 +98,29 @@ def cross_attn_per_step(layer, y, memory, memory_real):
         x_t = layer.norm2(x_t + layer.cross_attn(x_t, memory, memory, memory_real[:, None, :])[0])
         out.append(layer.norm3(x_t + layer.feed_forward(x_t)))
     return torch.cat(out, 1)
+
+
+def values_from_k_proj(layer, y, memory, memory_real):
+    """Both projections before the loop, but V made with k_proj."""
+    ca, h = layer.cross_attn, layer.cross_attn.num_heads
+    cache = ah.KVCache(y.shape[1])                                              # given
+    K_m, V_m = ah.split_heads(ca.k_proj(memory), h), ah.split_heads(ca.k_proj(memory), h)
+    out = []
+    for t in range(y.shape[1]):
+        y_t = y[:, t:t + 1]                                                     # given
+        x_t = layer.norm1(y_t + layer.self_attn(y_t, y_t, y_t, cache=cache)[0])  # given
+        o, _ = ah.scaled_dot_product_attention(ah.split_heads(ca.q_proj(x_t), h), K_m, V_m,
+                                               memory_real[:, None, None, :])
+        x_t = layer.norm2(x_t + ca.out_proj(ah.merge_heads(o)))
+        out.append(layer.norm3(x_t + layer.feed_forward(x_t)))
+    return torch.cat(out, 1)
+
+
+def test_decode_checker_names_values_made_with_k_proj_not_a_per_step_projection():
+    verdict = ex.check_decode_layer(values_from_k_proj)
+    assert_rejected(verdict, "cross_attn.k_proj ran twice and cross_attn.v_proj never",
+                    "\nHint: K = memory W_K comes from k_proj, V = memory W_V from v_proj")
+    assert "at every step" not in verdict.message
 
 
 def test_decode_checker_refuses_the_whole_layer_and_the_memory_projected_per_step():
