@@ -39,20 +39,23 @@ def _rnn_cases() -> list[dict]:
 
 
 def _rnn(*, act=torch.tanh, drop=(), outside=(), reverse=False, transpose=False, keep_first=False,
-         last="last", dim=-2):
-    """The recurrence, or a mistake: ``drop``/``outside`` terms ("h", "b") cut or put after the tanh."""
+         last="last", dim=-2, start=0.0, skip_first=False, swap=False):
+    """The recurrence, or a mistake: ``drop``/``outside`` terms ("h", "b") cut or put after the tanh;
+    ``start``: the value of h_{-1}; ``skip_first``: token 0 never read; ``swap``: ``(h_last, H)``."""
     def rnn(x, W_x, W_h, b):  # noqa: N803
         W = W_h.mT if transpose else W_h                                # noqa: N806
-        h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)    # h_{-1} = 0: (..., d)
+        h = torch.full((*x.shape[:-2], W_h.shape[0]), start, dtype=x.dtype)   # h_{-1}: (..., d)
         states = [h] if keep_first else []
-        for j in reversed(range(x.shape[-2])) if reverse else range(x.shape[-2]):
+        tokens = range(1 if skip_first else 0, x.shape[-2])
+        for j in reversed(tokens) if reverse else tokens:
             terms = {"h": h @ W, "b": b}                                # beside x_j W_x: (..., d)
             inside = sum(v for k, v in terms.items() if k not in (*drop, *outside))
             h = act(x[..., j, :] @ W_x + inside) + sum(terms[k] for k in outside)   # (..., d)
             states.append(h)
         states = (states[:-1] if keep_first else states)[::-1 if reverse else 1]
         H = torch.stack(states, dim=dim)  # (..., n, d)  # noqa: N806
-        return H, {"last": h, "first": H[..., 0, :], "mean": H.mean(-2)}[last]
+        summary = {"last": h, "first": H[..., 0, :], "mean": H.mean(-2)}[last]
+        return (summary, H) if swap else (H, summary)
     return rnn
 
 
@@ -95,7 +98,16 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
                     "(the state AFTER each token), not h_{-1} .. h_{n-2}."),
             Mistake(_rnn(last="first"), "h_last is the first state; the context vector is h_{n-1}."),
             Mistake(_rnn(last="mean"), "h_last is the mean of the states, not h_{n-1}."),
-            Mistake(_rnn(dim=0), "H is stacked on dim 0; stack the states on dim -2: (..., n, d)."),
+            *(Mistake(_rnn(dim=dim), f"H is stacked on dim {dim}; stack the states on dim -2, "
+                      "which counts from the end whatever the batch dimensions: (..., n, d).")
+              for dim in (0, 1)),
+            Mistake(_rnn(act=torch.sigmoid), "that is a sigmoid; the vanilla RNN squashes with tanh."),
+            Mistake(_rnn(start=1.0), "h_{-1} is ones; the recurrence starts from h_{-1} = 0 "
+                    "(torch.zeros), the state before any token."),
+            Mistake(_rnn(skip_first=True), "H has n-1 states: token 0 is never read. Keep one state "
+                    "per token, h_0 .. h_{n-1}: the loop runs j = 0 .. n-1."),
+            Mistake(_rnn(swap=True), "the return order is swapped: return (H, h_last), every state "
+                    "first, then the last one."),
         ],
     )
 
@@ -127,6 +139,8 @@ def _features(f: Callable, combine: Callable = torch.add) -> Callable:
     return lambda s, H, U_q, U_k, v_a: f(combine((s @ U_q)[:, None, :], H @ U_k), v_a)
 
 
+_INNER = ("a matrix product's inner sizes must agree: s (b, d_dec) @ U_q (d_dec, d_a) and "
+          "H (b, n, d_h) @ U_k (d_h, d_a) need no transpose (rows times matrices, as in x_j W_x).")
 _NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis for the "
              "positions j at dim 1, (b, 1, d_a), broadcasting meets b with n.")
 
@@ -144,7 +158,8 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
     return check_function(
         additive_scores, additive_scores_reference, _additive_cases(), what="additive_scores",
         output_names=("the scores e",),
-        error_hints=[("must match the size of tensor", _NEW_AXIS), ("same dtype", _DTYPE)],
+        error_hints=[("must match the size of tensor", _NEW_AXIS), ("same dtype", _DTYPE),
+                     ("shapes cannot be multiplied", _INNER)],
         mistakes=[
             Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a, _NEW_AXIS),
             Mistake(_features(lambda x, v: x @ v),
@@ -163,7 +178,18 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
             Mistake(_features(lambda x, v: torch.relu(x) @ v), "that is a ReLU; the score uses tanh."),
             Mistake(_features(lambda x, v: torch.tanh(x).sum(-1)), "v_a is missing: each d_a-vector "
                     "tanh(s_t U_q + h_j U_k) becomes one number by a product with v_a, not a sum."),
-            Mistake(_features(lambda x, v: torch.softmax(torch.tanh(x) @ v, -1)),
-                    "those are the weights (after a softmax); return the raw scores e_tj."),
+            *(Mistake(_features(lambda x, v, dim=dim: torch.softmax(torch.tanh(x) @ v, dim)),
+                      "those are weights (after a softmax" + (" over dim 0, the batch" if dim == 0
+                                                             else "") + "); return the raw scores e_tj.")
+              for dim in (-1, 0)),
+            Mistake(_features(lambda x, v: torch.tanh(x) @ v / v.shape[0] ** 0.5),
+                    "you divided by sqrt(d_a). The additive score has no scale: v_a is learned and "
+                    "sets it. 1/sqrt(d) belongs to the dot-product score (notebook 03)."),
+            Mistake(_features(lambda x, v: torch.tanh(x / v.shape[0] ** 0.5) @ v),
+                    "you divided by sqrt(d_a) inside the tanh. The additive score has no scale: "
+                    "e_tj = tanh(s_t U_q + h_j U_k) v_a^T."),
+            Mistake(_features(lambda x, v: torch.tanh(x) @ v[:, None]),
+                    "e has a trailing axis of size 1, (b, n, 1): multiply by v_a (d_a,), not by a "
+                    "column (d_a, 1), or drop the axis, to return (b, n)."),
         ],
     )

@@ -58,9 +58,9 @@ def test_right_answers_pass():
 
 
 def variant(step=lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h + b), *,  # noqa: N803
-            order=lambda n: range(n), start=False, final=lambda H, h: h, dtype=True):
+            order=lambda n: range(n), start=False, final=lambda H, h: h, dtype=True, h0=0.0):
     def wrong(x, W_x, W_h, b):  # noqa: N803
-        h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype if dtype else None)
+        h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype if dtype else None) + h0
         states = {}
         for t in order(x.shape[-2]):
             before = h
@@ -88,6 +88,12 @@ def variant(step=lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h + b)
     (lambda x, W_x, W_h, b: rnn(x.reshape(-1, *x.shape[-2:]), W_x, W_h, b),   # loses batch dims
      ["case 4 of 6", "shape (6, 4, 3)"]),
     (lambda *a: rnn(*a, one_batch_dim=True), ["case 4 of 6", "Hint: ", "x[..., j, :]"]),  # x[:, j]
+    (lambda *a: (torch.stack(list(rnn(*a)[0].unbind(-2)), dim=1), rnn(*a)[1]),   # fine for one batch dim
+     ["case 4 of 6", "stacked on dim 1", "on dim -2"]),
+    (variant(lambda x_t, h, W_x, W_h, b: torch.sigmoid(x_t @ W_x + h @ W_h + b)), ["sigmoid"]),
+    (variant(h0=1.0), ["h_{-1} is ones", "h_{-1} = 0"]),
+    (lambda x, W_x, W_h, b: rnn(x[..., 1:, :], W_x, W_h, b), ["n-1 states", "one state per token"]),
+    (lambda *a: rnn(*a)[::-1], ["return order is swapped", "(H, h_last)"]),
 ])
 def test_rnn_encoder_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_rnn_encoder(wrong), *fragments)
@@ -110,6 +116,15 @@ def test_rnn_encoder_rejects_and_names_mistakes(wrong, fragments):
      ["Hint: ", "new axis for the positions j", "case 1 of 5"]),
     (lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k),
      ["shape (2, 5, 3)", "shape (2, 5)"]),
+    (lambda s, H, U_q, U_k, v_a: scores(s, H, U_q, U_k, v_a) / U_q.shape[1] ** 0.5,
+     ["divided by sqrt(d_a)", "no scale"]),
+    (lambda s, H, U_q, U_k, v_a: torch.tanh(((s @ U_q).unsqueeze(1) + H @ U_k) / len(v_a) ** 0.5) @ v_a,
+     ["sqrt(d_a) inside the tanh"]),
+    (lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k.T) @ v_a,   # d_a != d_h
+     ["Hint: ", "inner sizes must agree", "need no transpose"]),
+    (lambda s, H, q, k, v: (torch.tanh((s @ q).unsqueeze(1) + H @ k) * v).sum(-1, keepdim=True),
+     ["(b, n, 1)", "return (b, n)"]),
+    (lambda s, H, U_q, U_k, v_a: scores(s, H, U_q, U_k, v_a).softmax(0), ["softmax over dim 0"]),
 ])
 def test_additive_scores_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_additive_scores(wrong), *fragments)
