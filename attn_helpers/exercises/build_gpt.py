@@ -30,8 +30,8 @@ from .core import (
 from .workflow import exercise
 from .workflow import passed as passed_key
 
-__all__ = ["ATTENTION_MISTAKES", "BLOCK_MISTAKES", "GENERATE_MISTAKES", "LOOP_MISTAKES",
-           "MODEL_MISTAKES", "SCHEDULE_MISTAKES", "TRAIN_MISTAKES", "attention_variant",
+__all__ = ["ATTEND_SHORTCUT", "ATTENTION_MISTAKES", "BLOCK_MISTAKES", "GENERATE_MISTAKES",
+           "LOOP_MISTAKES", "MODEL_MISTAKES", "SCHEDULE_MISTAKES", "TRAIN_MISTAKES", "attention_variant",
            "block_variant", "check_attention", "check_block", "check_generate", "check_model",
            "check_train", "check_train_step", "generate_variant", "loop_variant", "model_variant",
            "passed", "pick", "schedule_variant", "train_variant"]
@@ -216,6 +216,21 @@ ATTENTION_MISTAKES = [
 ]
 
 
+#: What the checker says when the learner's forward calls ``cache.attend``.
+ATTEND_SHORTCUT = (
+    "your forward calls cache.attend, notebook 05's finished attention step: it builds the mask "
+    "and attends for you. This exercise asks you to write that step. Read cache.keys and "
+    "cache.values after the append, build the (n, start + n) mask, and call "
+    "ah.scaled_dot_product_attention.")
+
+
+class _LessonCache(KVCache):
+    """The checker's cache: ``attend`` names what the exercise asks instead of doing it."""
+
+    def attend(self, *args, **kwargs):
+        raise Refused(ATTEND_SHORTCUT)
+
+
 @exercise("build_gpt.attention", "causal self-attention with a KV cache, at an offset", hints=(
     "Without a cache this is notebook 05's causal attention. With a cache holding `start` "
     "positions, the n new tokens sit at start..start+n-1: add their keys and values to the "
@@ -230,10 +245,12 @@ ATTENTION_MISTAKES = [
     "return self.out(ah.merge_heads(out))   # the heads side by side, then W_O"))
 def check_attention(cls) -> CheckResult:
     """Exercise: ``cls(d_model, num_heads)``; ``forward(x (b, n, d), cache=None) -> (b, n, d)``,
-    new query ``i`` seeing keys ``0..start+i``."""
+    new query ``i`` seeing keys ``0..start+i``, the attention step written out (not
+    ``cache.attend``)."""
     return _check_module(
         cls, "CausalSelfAttention", [((16, 4), 101), ((12, 2), 102), ((8, 1), 103)],
-        attention_variant, ATTENTION_MISTAKES, error_hints=[(
+        attention_variant, ATTENTION_MISTAKES, new_cache=lambda x: _LessonCache(x.shape[1]),
+        error_hints=[(
             "does not broadcast", "the mask must be (n, start + n). After cache.append, len(cache) "
             "counts the new tokens too: read start = len(cache) before appending (the stub does).")])
 
@@ -342,8 +359,8 @@ def model_variant(ref: bg.GPT, kind: str = "right") -> Callable:
 
 
 MODEL_MISTAKES = [
-    ("no_positions", "the position embedding is missing: without it attention cannot tell the "
-     "order of the characters."),
+    ("no_positions", "the position embedding is missing: add E_pos at positions start..start+n-1. "
+     "Without it the model knows order only indirectly, through the causal mask."),
     ("positions_from_tokens", "the position embedding is indexed by the token ids: index it by the "
      "positions start..start+n-1."),
     ("positions_from_one", "the positions start one too late: the first new character is at "

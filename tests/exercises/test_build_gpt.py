@@ -111,6 +111,25 @@ def test_start_read_after_the_append_gets_the_mask_shape_hint():
     assert_rejected(ex.check_attention(Attention), "read start = len(cache) before")
 
 
+def test_calling_cache_attend_is_told_what_the_exercise_asks():
+    class Attention(bg.CausalSelfAttention):
+        def forward(self, x, cache=None):
+            b, n, d = x.shape
+            q, k, v = (ah.split_heads(t, self.num_heads) for t in self.qkv(x).split(d, dim=-1))
+            if cache is not None:                           # notebook 05's finished step
+                cache.append(k, v)
+                out, _ = cache.attend(q)
+            else:
+                out, _ = ah.scaled_dot_product_attention(q, k, v, ah.causal_mask(n))
+            return self.out(ah.merge_heads(out))
+
+    x, cache = torch.randn(2, 6, 16), ah.KVCache(6)       # right outputs through a real cache
+    attention = Attention(16, 4).eval()
+    steps = torch.cat([attention(x[:, :3], cache), attention(x[:, 3:], cache)], dim=1)
+    assert torch.allclose(steps, attention(x), atol=1e-5)
+    assert_rejected(ex.check_attention(Attention), ex.ATTEND_SHORTCUT)
+
+
 def test_the_model_takes_start_from_its_argument_and_gives_each_block_its_cache():
     class FromCaches(bg.GPT):
         def forward(self, tokens, start=0, caches=None):
