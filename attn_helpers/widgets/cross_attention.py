@@ -87,6 +87,7 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAt
                          axis_names=("input position (word)", "output step (token)"),
                          entropy_title="entropy per output step")
     view.panel.ax_entropy.set_yticks(range(max(len(out) for _, _, out, _ in decoded)))  # row = step
+    view.panel.ax_entropy.yaxis.tick_right()    # step labels clear of the colour bar's ticks
     return LiveAttentionWidget(lambda index, step: _alignment(*decoded[index], step), controls,
                                view, title=f"Decoding step by step ({task.name})")
 
