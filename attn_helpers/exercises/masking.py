@@ -1,11 +1,12 @@
-"""Notebook 05's checkers: a masked softmax safe in float16; a sliding-window mask for a LEFT-padded
-batch; a rolling-buffer KV cache."""
+"""Notebook 05's checkers: documents packed into one row (their mask and positions); a
+sliding-window mask for a LEFT-padded batch; a rolling-buffer KV cache."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +16,97 @@ from ..masks import padding_mask, sliding_window_mask
 from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_masked_softmax", "check_rolling_cache_step", "check_window_mask"]
+__all__ = ["check_pack_documents", "check_rolling_cache_step", "check_window_mask"]
+
+
+def _pack(lengths: torch.Tensor, *, flaw: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Documents of ``lengths`` packed into one row: ``(n, n)`` bool mask (key j in query i's
+    document and ``j <= i``) and ``(n,)`` positions restarting at 0; ``flaw``: one known mistake."""
+    n = int(lengths.sum())
+    i = torch.arange(n)
+    ends = torch.cumsum(lengths, 0)                                      # one past each document
+    doc = torch.searchsorted(ends, i, right=flaw != "boundary")          # (n,) document of token i
+    starts = ends - lengths                                              # each document's first
+    positions = {"not_restarted": i, "from_one": i - starts[doc] + 1,
+                 "minus_end": i - ends[doc]}.get(flaw, i - starts[doc])
+    same = doc[:, None] == doc[None, :]
+    causal = i[None, :] <= i[:, None]
+    mask = {"causal_only": causal, "no_causal": same, "transposed": (same & causal).T,
+            "inverted": ~(same & causal)}.get(flaw, same & causal)
+    return mask, positions
+
+
+def _packed(lengths: torch.Tensor, flaw: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_pack` as float64, as the learner's answer is compared."""
+    return tuple(x.double() for x in _pack(lengths, flaw=flaw))
+
+
+_PACK_MISTAKES = [   # (the flaw of _pack, its hint)
+    ("causal_only", "the documents see each other: a token sees the earlier documents of the row. "
+     "Packing is exact only if each token sees its own document alone: AND 'same document'."),
+    ("no_causal", "each token sees the later tokens of its own document: the mask also needs the "
+     "causal rule j <= i."),
+    ("boundary", "each document's first token was put in the previous document: a boundary is off "
+     "by one. Token i belongs to the first document whose end (one past its last token) exceeds i."),
+    ("transposed", "the mask is transposed: rows are queries i, columns keys j <= i."),
+    ("inverted", "the mask is inverted: True means 'may attend'."),
+    ("not_restarted", "the positions run on across the row: each document starts at position 0, "
+     "as if it were alone."),
+    ("from_one", "off by one: each document's positions start at 1; the first token sits at 0."),
+    ("minus_end", "the positions are negative: you subtracted where each document ends, not where "
+     "it starts."),
+]
+
+
+def _as_mask_and_positions(pack_documents: Callable) -> Callable:
+    """The mask must be bool, the positions integer; both compared as float64."""
+    def wrapped(lengths):
+        out = pack_documents(lengths)
+        if not (isinstance(out, tuple | list) and len(out) == 2
+                and all(isinstance(x, torch.Tensor) for x in out)):
+            return out
+        mask, positions = out
+        if mask.dtype != torch.bool:
+            raise TypeError("the mask must be a bool tensor (True = may attend), got dtype "
+                            f"{mask.dtype}")
+        if positions.dtype.is_floating_point or positions.dtype == torch.bool:
+            raise TypeError("the positions index a table of position vectors: they must be an "
+                            f"integer tensor, got dtype {positions.dtype}")
+        return mask.double(), positions.double()
+    return wrapped if callable(pack_documents) else pack_documents
+
+
+@exercise("masking.pack_documents", "documents packed into one row: their mask and positions",
+          hints=(
+    "Pretraining packs whole documents into one row, with no padding. Each token must see only "
+    "the earlier tokens of its own document, and count its position from its document's start.",
+    "First find each token's document: document d covers the tokens from its start, the sum of "
+    "the lengths before it, up to its end. Then two tokens may meet when they share a document "
+    "AND the key is not after the query. A token's position is its index minus its document's "
+    "start.",
+    "n = int(lengths.sum())\n"
+    "i = torch.arange(n)\n"
+    "doc = ...                          # (n,): the document of each token\n"
+    "starts = torch.cumsum(lengths, 0) - lengths   # (d,): each document's first token\n"
+    "mask = ...                         # (n, n): same document AND j <= i\n"
+    "positions = ...                    # (n,): 0 at each document's first token\n"
+    "return mask, positions"))
+def check_pack_documents(pack_documents: Callable) -> CheckResult:
+    """Exercise: ``pack_documents(lengths (d,) int) -> (mask (n, n) bool, positions (n,) int)`` for
+    ``d`` documents of ``lengths`` packed into one row of ``n = lengths.sum()`` tokens: key ``j``
+    visible to query ``i`` when both lie in one document and ``j <= i``; positions restart at 0."""
+    cases = [{"lengths": torch.tensor(lengths)} for lengths in
+             ([3, 5], [1, 4, 2], [6], [2, 1, 1, 3], [1], [4, 4, 1])]
+    verdict = check_function(
+        _as_mask_and_positions(pack_documents),
+        _packed, cases, what="pack_documents", output_names=("the mask", "the positions"),
+        mistakes=[Mistake(partial(_packed, flaw=flaw), hint) for flaw, hint in _PACK_MISTAKES],
+        error_hints=[("must match the size of tensor", "two tensors did not broadcast. Each token's "
+                      "document is a (n,) vector; comparing it with itself needs one copy as a "
+                      "column (n, 1) and one as a row (1, n).")])
+    in_the_mask = r"(the mask with wrong values: at index \(.*?\) you )gave ([01]), expected ([01])"
+    return CheckResult(verdict.passed, re.sub(in_the_mask, lambda m: f"{m[1]}gave {m[2] == '1'}, "
+                                              f"expected {m[3] == '1'}", verdict.message))   # bool
 
 
 def _softmax_cases() -> list[dict]:
@@ -68,7 +159,7 @@ _SOFTMAX_WRONG = [   # (the flaw of _softmax_wrong, its hint)
 ]
 
 
-@exercise("masking.masked_softmax", "a masked softmax, safe in float16", hints=(
+_SOFTMAX_HINTS = (
     "Mask the scores, not the weights: a masked key needs a score whose exponential is exactly 0, "
     "and the fill must fit in the scores' dtype. A row with no allowed key comes out all zero, "
     "neither NaN nor uniform.",
@@ -77,10 +168,14 @@ _SOFTMAX_WRONG = [   # (the flaw of _softmax_wrong, its hint)
     "zero afterwards, and how does the mask tell you which?",
     "filled = scores.masked_fill(..., ...)     # masked keys: a score whose exp is exactly 0\n"
     "weights = torch.softmax(filled, dim=-1)   # (..., n_q, n_k)\n"
-    "return ...                                # rows with no allowed key: all zero"))
+    "return ...                                # rows with no allowed key: all zero")
+
+
 def check_masked_softmax(masked_softmax_fn: Callable) -> CheckResult:
     """Exercise: ``masked_softmax(scores (..., n_q, n_k) float32 or float16, mask bool, True = may
-    attend) -> weights``, same dtype; masked keys exactly 0; a row with no allowed key all 0."""
+    attend) -> weights``, same dtype; masked keys exactly 0; a row with no allowed key all 0.
+    Retired from notebook 05 (it repeated notebook 02's skill) and registered nowhere; kept only
+    while tests/exercises/test_messages.py still names it."""
     return check_function(
         masked_softmax_fn, masked_softmax, _softmax_cases(), what="masked_softmax",
         output_names=("the weights",), atol=1e-3, rtol=1e-3, same_dtype=True,
@@ -209,6 +304,12 @@ _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
 ]
 
 
+_GARBAGE_HINT = ("unwritten slots must not enter the softmax. They hold garbage: a garbage "
+                 "score far above the real ones takes the max, the real weights round to 0, and "
+                 "zeroing then renormalising gives 0 / 0 (section 2). Attend only to the filled "
+                 "slots, or mask the others before the softmax.")
+
+
 def _ring_cases() -> list[dict]:
     """q, k, v of a sequence and two caches of ``w`` slots of garbage: n > 2w, w = 1, w >= n."""
     g = seeded(52)
@@ -329,7 +430,7 @@ def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
         step, _sliding_window, _ring_cases(), what="rolling_cache_step",
         output_names=("the outputs of steps 0..n-1", "the key cache's filled slots",
                       "the value cache's filled slots"),
-        atol=1e-5, rtol=1e-4,
+        atol=1e-5, rtol=1e-4, nan_hint=_GARBAGE_HINT,
         error_hints=[("out of bounds for dimension",
                       "the cache has w slots, so token t cannot go to slot t once t >= w. It goes "
                       "where the key that just left the window was stored: token t - w's slot."),

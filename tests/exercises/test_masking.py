@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from _exercises import assert_rejected, assert_skeleton, skeleton
 
 import attn_helpers as ah
@@ -14,38 +15,74 @@ from attn_helpers.exercises.masking import (
     _ring_cases,
     _run_steps,
     _sliding_window,
-    check_masked_softmax,
+    check_pack_documents,
     check_rolling_cache_step,
     check_window_mask,
 )
 
-# --- masked_softmax (safe in float16, empty rows zero) ------------------------------------------
+# --- pack_documents (documents packed into one row: the mask and the positions) ---------------
 
 
-def _fill(s, m, value=-math.inf):                                    # the masked scores filled
-    return torch.softmax(s.masked_fill(~m, value), -1)
+def pack_documents(lengths):                                          # the reference, as a learner
+    i = torch.arange(int(lengths.sum()))
+    doc = torch.repeat_interleave(torch.arange(len(lengths)), lengths)    # (n,)
+    starts = torch.cumsum(lengths, 0) - lengths
+    return (doc[:, None] == doc[None, :]) & (i[None, :] <= i[:, None]), i - starts[doc]
+
+
+def _doc(lengths, right=True):                                        # searchsorted on the ends
+    return torch.searchsorted(torch.cumsum(lengths, 0), torch.arange(int(lengths.sum())), right=right)
+
+
+def _causal(lengths):
+    return ah.causal_mask(int(lengths.sum()))
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (lambda s, m: torch.softmax(s, -1) * m, "not renormalised"),
-    (lambda s, m: torch.nan_to_num((w := torch.softmax(s, -1) * m) / w.sum(-1, keepdim=True)),
-     "only in exact arithmetic"),
-    (lambda s, m: _fill(s, m, 0.0) * m.any(-1, keepdim=True), "exp(0) = 1"),
-    (_fill, "0 / 0 = NaN"),
-    (lambda s, m: _fill(s, m, -1e4), "uniform"),
-    (lambda s, m: torch.nan_to_num(_fill(s, ~m)), "inverted"),
-    (lambda s, m: _fill(s, m, -1e4) * m.any(-1, keepdim=True), "not below every score"),
-    (lambda s, m: _fill(s, m, -1e9) * m.any(-1, keepdim=True), "largest magnitude is 65,504"),
-    (lambda s, m: torch.nan_to_num(_fill(s.float(), m)), "as torch.float32; the right answer is"),
+    (lambda L: (_causal(L), pack_documents(L)[1]), "documents see each other"),
+    (lambda L: (_doc(L)[:, None] == _doc(L)[None, :], pack_documents(L)[1]), "causal rule"),
+    (lambda L: ((_doc(L, False)[:, None] == _doc(L, False)) & _causal(L),     # one doc, both
+                torch.arange(int(L.sum())) - (torch.cumsum(L, 0) - L)[_doc(L, False)]),
+     "first token was put in the previous document"),
+    (lambda L: (pack_documents(L)[0].T, pack_documents(L)[1]), "transposed"),
+    (lambda L: (~pack_documents(L)[0], pack_documents(L)[1]), "inverted"),
+    (lambda L: (pack_documents(L)[0], torch.arange(int(L.sum()))), "run on across the row"),
+    (lambda L: (pack_documents(L)[0], pack_documents(L)[1] + 1), "start at 1"),
+    (lambda L: (pack_documents(L)[0], torch.arange(int(L.sum())) - torch.cumsum(L, 0)[_doc(L)]),
+     "where each document ends"),
 ])
-def test_masked_softmax_rejects_known_mistakes_with_their_hint(wrong, words):
-    assert_rejected(check_masked_softmax(wrong), words)
+def test_pack_documents_rejects_known_mistakes_with_their_hint(wrong, words):
+    assert_rejected(check_pack_documents(wrong), "\nHint: ", words)
 
 
-def test_masked_softmax_accepts_either_fill_and_the_level_3_skeleton_filled_in():
-    assert check_masked_softmax(lambda s, m: torch.nan_to_num(_fill(s, m)))
-    assert_skeleton("masking.masked_softmax", "scores, mask", check_masked_softmax, (
-        "~mask", "torch.finfo(scores.dtype).min", "weights * mask.any(dim=-1, keepdim=True)"))
+def test_pack_documents_names_dtypes_and_a_missing_output():
+    assert_rejected(check_pack_documents(lambda L: (pack_documents(L)[0].int(), pack_documents(L)[1])),
+                    "must be a bool tensor")
+    assert_rejected(check_pack_documents(lambda L: (pack_documents(L)[0], pack_documents(L)[1].float())),
+                    "must be an integer tensor")
+    assert_rejected(check_pack_documents(lambda L: pack_documents(L)[0]), "expected 2")
+    assert "you gave True, expected False" in check_pack_documents(
+        lambda L: (~pack_documents(L)[0], pack_documents(L)[1])).message
+
+
+def test_pack_documents_accepts_the_reference_and_the_level_3_skeleton_filled_in():
+    assert check_pack_documents(pack_documents)
+    assert_skeleton("masking.pack_documents", "lengths", check_pack_documents, (
+        "torch.repeat_interleave(torch.arange(len(lengths)), lengths)",
+        "(doc[:, None] == doc[None, :]) & (i[None, :] <= i[:, None])", "i - starts[doc]"))
+
+
+def test_packing_equals_each_document_alone_through_torch_attention():
+    """The point of the exercise: with the mask and learned positions, a packed row gives each
+    document's outputs as if it ran alone (torch's is_causal=True on each document)."""
+    lengths = torch.tensor([3, 1, 4])
+    mask, positions = pack_documents(lengths)
+    g = torch.Generator().manual_seed(0)
+    x, table = torch.randn(8, 4, generator=g), torch.randn(8, 4, generator=g)
+    packed = F.scaled_dot_product_attention(*(x + table[positions],) * 3, attn_mask=mask)
+    alone = torch.cat([F.scaled_dot_product_attention(*(part + table[:len(part)],) * 3, is_causal=True)
+                       for part in x.split(lengths.tolist())])
+    assert torch.allclose(packed, alone, atol=1e-6)
 
 
 # --- rolling_cache_step (a rolling-buffer KV cache for a sliding window) ----------------------
@@ -255,3 +292,17 @@ def test_a_filled_count_that_leaves_the_newest_key_out_is_named_with_the_course_
                     "left the newest key out")
     for key_line in ("min(t + 1, w)", "t + 1", "t % w"):
         assert key_line not in verdict.message, key_line
+
+
+def test_a_softmax_over_unwritten_slots_is_named():
+    """Review s9: a softmax over all w slots, garbage included, then the unwritten ones zeroed and
+    renormalised, gives 0 / 0 in float32; the NaN gets its own hint."""
+    def over_garbage(k_cache, v_cache, t, q_t, k_t, v_t):
+        w = k_cache.shape[-2]
+        k_cache[:, :, t % w], v_cache[:, :, t % w] = k_t[:, :, 0], v_t[:, :, 0]
+        weights = torch.softmax(q_t @ k_cache.transpose(-2, -1) / math.sqrt(q_t.shape[-1]), -1)
+        weights = weights * (torch.arange(w) <= t)
+        return weights / weights.sum(-1, keepdim=True) @ v_cache
+
+    assert_rejected(check_rolling_cache_step(over_garbage), "with nan", "\nHint: ",
+                    "unwritten slots must not enter the softmax")
