@@ -24,8 +24,8 @@ from ._checks import require_int_in, require_tensor, shape  # noqa: E402
 from .masks import key_padding_to_attention_mask  # noqa: E402
 from .multihead import MultiHeadAttention  # noqa: E402
 
-__all__ = ["Encoder", "EncoderConfig", "EncoderLayer", "Embeddings", "load_encoder", "mean_pool",
-           "model_dir"]
+__all__ = ["Encoder", "EncoderConfig", "EncoderLayer", "Embeddings", "course_name", "load_encoder",
+           "mean_pool", "model_dir"]
 
 
 def model_dir() -> Path:
@@ -109,6 +109,14 @@ _RENAMES = (("embeddings.word_embeddings", "embeddings.word"),
             ("attention.output.LayerNorm", "attention_norm"), ("intermediate.dense", "ff_in"),
             ("output.dense", "ff_out"), ("output.LayerNorm", "ff_norm"))
 _UNUSED = ("embeddings.position_ids", "pooler.")  # a buffer of 0..511, and a head we do not use
+
+
+def course_name(hf_name: str) -> str:
+    """The course's name for a Hugging Face BERT parameter name, as :func:`load_encoder` renames it:
+    ``"encoder.layer.0.attention.self.query.weight"`` -> ``"layers.0.attention.q_proj.weight"``."""
+    if not isinstance(hf_name, str):
+        raise TypeError(f"hf_name must be a str, got {type(hf_name).__name__}")
+    return functools.reduce(lambda k, r: k.replace(*r), _RENAMES, hf_name)
 
 
 class Encoder(nn.Module):
@@ -218,7 +226,6 @@ def load_encoder() -> Encoder:
     cfg = EncoderConfig.from_folder(folder)
     enc = Encoder(cfg, Tokenizer.from_file(str(folder / "tokenizer.json")))
     hf = load_file(folder / "model.safetensors")
-    state = {functools.reduce(lambda k, r: k.replace(*r), _RENAMES, k): v
-             for k, v in hf.items() if not k.startswith(_UNUSED)}
+    state = {course_name(k): v for k, v in hf.items() if not k.startswith(_UNUSED)}
     enc.load_state_dict(state, strict=True)  # every parameter of ours, and nothing else
     return enc.eval().requires_grad_(False)

@@ -192,6 +192,13 @@ def check_value_norms(candidate: Callable) -> CheckResult:
     return check_function(
         candidate, value_norms_reference, make_norm_cases(93), what="value_norms",
         output_names=("the norms",),
+        error_hints=[(fragment, "a matrix product did not fit. nn.Linear stores W_O as (out, in) = "
+                      "(d, h * d_head), so head h's columns W_O[:, h*d_head:(h+1)*d_head] are "
+                      "(d, d_head): transpose them to (d_head, d) before v_j @ them.")
+                     for fragment in ("first two dimensions of batch2", "cannot be multiplied")]
+                    + [("must match the size of tensor", "two tensors did not broadcast. f_h(x_j) "
+                        "is (b, h, n, d): its norm runs over the last axis, d, and leaves one "
+                        "length per key j, (b, h, n). That length scales column j of a_ij.")],
         mistakes=[
             Mistake(merged,
                     "you merged the heads and applied the whole W_O, one norm for all heads: "

@@ -19,10 +19,10 @@ from ..multihead import split_heads
 from ..plots import heatmap, weights_cmap
 from ..pretrained import Encoder, mean_pool
 
-__all__ = ["DATA_FILE", "IT_TEMPLATES", "ablation", "entropy_grid", "gap_changes", "heads_off",
-           "interval", "it_items", "load_sentences", "offset_scores", "plot_ablation", "plot_entropy",
-           "plot_flips", "plot_layer", "plot_offsets", "plot_shares", "resampled", "run_value_norms",
-           "sink_shares", "template_sentences", "top_heads", "weights_from_it"]
+__all__ = ["DATA_FILE", "IT_TEMPLATES", "TRIPLES", "ablated_embeddings", "entropy_grid", "gap_changes",
+           "heads_off", "interval", "it_items", "load_sentences", "offset_scores", "plot_ablation",
+           "plot_entropy", "plot_flips", "plot_layer", "plot_offsets", "plot_shares", "resampled",
+           "run_value_norms", "sink_shares", "template_sentences", "top_heads", "weights_from_it"]
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "real_model_sentences.json"
 
@@ -95,23 +95,24 @@ def heads_off(enc: Encoder, x: torch.Tensor, real: torch.Tensor, layer: int,
 
 
 @torch.no_grad()
-def ablation(enc: Encoder, pairs: list) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each ``[a, b]`` pair's cosine, all heads on ``(p,)`` and off ``(L, 1 + h, p)``: ``[l, 0]`` all
-    of layer ``l`` off, ``[l, 1 + i]`` head ``i`` alone. For speed: length-sorted batches, and each
-    layer's input computed once for its ``1 + h`` variants (:func:`heads_off`)."""
-    unique = sorted({s for pair in pairs for s in pair})
-    a, b = (torch.tensor([unique.index(pair[k]) for pair in pairs]) for k in (0, 1))
-    tok, L, h, d = enc.tokenize(unique), enc.cfg.num_layers, enc.cfg.num_heads, enc.cfg.d_model
+def ablated_embeddings(enc: Encoder, sentences: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unit-length embeddings of ``sentences``, all heads on ``(s, d)`` and off ``(L, 1 + h, s, d)``:
+    ``[l, 0]`` all of layer ``l`` off, ``[l, 1 + i]`` head ``i`` alone. For speed: length-sorted
+    batches, and each layer's input computed once for its ``1 + h`` variants (:func:`heads_off`)."""
+    if not sentences or not all(isinstance(s, str) for s in sentences):
+        raise TypeError("sentences must be a non-empty list of strings")
+    tok, L, h, d = enc.tokenize(sentences), enc.cfg.num_layers, enc.cfg.num_heads, enc.cfg.d_model
     keep = torch.cat([torch.zeros(1, h), 1 - torch.eye(h)]).bool()      # (1 + h, h): False = off
-    on, off = torch.zeros(len(unique), d), torch.zeros(L, 1 + h, len(unique), d)
-    for bucket in tok["attention_mask"].sum(dim=1).argsort(stable=True).chunk(4):  # by length
+    on, off = torch.zeros(len(sentences), d), torch.zeros(L, 1 + h, len(sentences), d)
+    chunks = min(4, len(sentences))
+    for bucket in tok["attention_mask"].sum(dim=1).argsort(stable=True).chunk(chunks):  # by length
         n = int(tok["attention_mask"][bucket].sum(dim=1).max())         # pad only to the longest
         mask, x = tok["attention_mask"][bucket, :n], enc.embeddings(tok["input_ids"][bucket, :n])
         for l, layer in enumerate(enc.layers):
             off[l][:, bucket] = heads_off(enc, x, mask, l, keep)        # layers l.. on 1 + h variants
             x, _ = layer(x, key_padding_to_attention_mask(mask))        # the next layer's input
         on[bucket] = mean_pool(x, mask)                                 # unit-length embeddings
-    return (on[a] * on[b]).sum(dim=-1), (off[:, :, a] * off[:, :, b]).sum(dim=-1)
+    return on, off
 
 
 # --- value-weighted norms (Kobayashi et al., 2020) -------------------------------------------------
@@ -151,6 +152,14 @@ def template_sentences(g: torch.Generator, k: int) -> list[str]:
     grid = [(s, v, o, e) for s in parts[0] for v in parts[1] for o in parts[2] for e in parts[3]]
     return [" ".join(grid[i]) + "." for i in torch.randperm(len(grid), generator=g)[:k]]
 
+
+TRIPLES = [tuple(t.split()) for t in (  # notebook 09's 4.6: (subject, verb, object)
+    "dog chased cat, teacher praised student, doctor helped nurse, police arrested thief, "
+    "company hired engineer, girl pushed boy, storm damaged bridge, lion attacked zebra, "
+    "manager called driver, child hugged grandmother, farmer fed horse, king trusted minister, "
+    "journalist interviewed senator, coach trained athlete, mother woke baby, army defeated rebels, "
+    "critic reviewed author, cat watched bird, pilot thanked passenger, judge warned lawyer, "
+    "bank sued customer, student visited professor, fox followed rabbit, chef paid waiter").split(", ")]
 
 IT_TEMPLATES = {  # sentence; the word that makes the 1st noun "it", then the 2nd; noun pairs
     "The {} didn't fit in the {} because it was too {}.": ("big", "small",
@@ -352,7 +361,7 @@ def plot_ablation(groups: dict, swap) -> None:
                        title=f"g_swap = {swap.gap:.3f}, one layer's heads off (error bars: middle 95% "
                              "of resamples; hatched: it includes 0)")
     heatmap(swap.change[:, 1:], HEADS, LAYERS, ax=axes["heads"], vmin=-0.005, vmax=0.005,
-            cmap="RdBu", xlabel="head", ylabel="layer",
-            title="one head off: change of g_swap in cosine (blue: rises, red: falls; scale ±0.005)")
+            cmap="RdBu_r", xlabel="head", ylabel="layer",
+            title="one head off: change of g_swap in cosine (red: rises, blue: falls; scale ±0.005)")
     axes["heads"].tick_params(axis="x", labelrotation=0)
     plt.show()

@@ -273,3 +273,22 @@ def test_the_level_3_skeletons_filled_in_pass():
         "W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)",
         "torch.einsum('bhjk,hkd->bhjd', values, W_h)", "weights * f.norm(dim=-1)[:, :, None, :]"))
     assert ex.check_value_norms(norms)
+
+
+def untransposed_block(weights, values, W_O):      # head h's columns (d, d_head), not transposed
+    h, d_head = values.shape[1], values.shape[-1]
+    f = torch.stack([values[:, k] @ W_O[:, k * d_head:(k + 1) * d_head] for k in range(h)], dim=1)
+    return weights * f.norm(dim=-1)[:, :, None, :]
+
+
+def norm_over_keys(weights, values, W_O):          # the norm over the keys' axis, not over d
+    b, h, n, d_head = values.shape
+    f = torch.einsum("bhjk,hkd->bhjd", values, W_O.view(len(W_O), h, d_head).permute(1, 2, 0))
+    return weights * f.norm(dim=-2)[:, :, None, :]
+
+
+@pytest.mark.parametrize("wrong, named", [(untransposed_block, "transpose them"),
+                                          (norm_over_keys, "over the last axis, d")])
+def test_norms_checker_turns_shape_errors_into_hints(wrong, named):
+    verdict = ex.check_value_norms(wrong)
+    assert not verdict and "Hint:" in verdict.message and named in verdict.message, verdict.message

@@ -120,3 +120,35 @@ def test_it_items_units_and_resampling_on_hand_made_data():
     values = torch.rand(2, 2, 3, 6) * mask[None, :, None, :]               # (L, b, h, n)
     plain = values.sum(dim=(1, 2, 3)) / (mask.sum() * 3)                   # (L,) all sentences once
     assert torch.allclose(rm.resampled(values, mask, torch.tensor([[0, 1]]))[0], plain)
+
+
+def test_course_name_renames_every_weight_of_the_file_and_checks_its_input():
+    from safetensors.torch import load_file
+
+    from attn_helpers.pretrained import course_name, model_dir
+    ours = set(load_encoder().state_dict())
+    theirs = {course_name(k) for k in load_file(model_dir() / "model.safetensors")
+              if not k.startswith(("embeddings.position_ids", "pooler."))}
+    assert theirs == ours
+    assert course_name("encoder.layer.0.attention.self.query.weight") == \
+        "layers.0.attention.q_proj.weight"
+    with pytest.raises(TypeError, match="hf_name"):
+        course_name(3)
+
+
+def test_ablated_embeddings_equal_the_head_masked_encoder():
+    enc = load_encoder()
+    sentences = ["The cat sat.", "A much longer sentence, with many more word pieces in it.", "Hi",
+                 "The dog chased the cat.", "The cat was chased by the dog."]
+    on, off = rm.ablated_embeddings(enc, sentences)
+    assert off.shape == (6, 13, 5, 384)
+    assert torch.allclose(on, enc.encode(sentences), atol=1e-5)
+    for layer, variant in ((0, 0), (3, 5), (5, 12)):
+        head_mask = torch.ones(6, 12, dtype=torch.bool)
+        head_mask[layer] = False if variant == 0 else head_mask[layer]
+        if variant:
+            head_mask[layer, variant - 1] = False
+        assert torch.allclose(off[layer, variant], enc.encode(sentences, head_mask=head_mask),
+                              atol=1e-5)
+    with pytest.raises(TypeError, match="sentences"):
+        rm.ablated_embeddings(enc, [])
