@@ -22,6 +22,9 @@ __all__ = ["DecodeFrame", "DecodeView", "decode_examples", "decode_frames", "bot
 
 PLAIN, RIGHT, WRONG = range(3)      # strip cells: a token, a right output, a wrong one (orange)
 LENGTHS, EXAMPLES = (4, 24), 20     # the length slider's range; examples per length
+NO_WEIGHTS = ("No attention, so no weights to draw.", "Every output step t reads the same",
+              "context vector c. Input j reaches it only", "through the encoder's recurrence,",
+              "over t or n-1-t steps (section 5).")   # the map's notice for a model without attention
 
 
 class _DecodePanel(AttentionPanel):
@@ -60,7 +63,7 @@ def decode_examples(model: Seq2Seq, task, pairs):
 
 def check_model(model) -> None:
     if not isinstance(model, Seq2Seq):
-        raise TypeError(f"model must be a seq2seq.Seq2Seq, got {type(model).__name__}")
+        raise TypeError(f"model must be an rnn_bottleneck.Seq2Seq, got {type(model).__name__}")
 
 
 _SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
@@ -125,11 +128,9 @@ class DecodeView(BlitView):
                                   title="attention weights: output step t x input position j",
                                   entropy_title="entropy per output step")
         self.notice = TextSprites(self.blit, self.panel.ax_map.transAxes, size=10)
-        self.notice.set(["no attention: every step", "reads the same context vector"],
-                        [(0.5, 0.55), (0.5, 0.45)])
+        self.notice.set(NO_WEIGHTS, [(0.5, 0.62 - 0.08 * i) for i in range(len(NO_WEIGHTS))])
         self.no_entropy = TextSprites(self.blit, self.panel.ax_entropy.transAxes, size=9)
-        self.no_entropy.set(["no attention", "weights in", "this model"],
-                            [(0.5, 0.56), (0.5, 0.5), (0.5, 0.44)])
+        self.no_entropy.set(["no weights,", "so no", "entropy"], [(0.5, 0.56), (0.5, 0.5), (0.5, 0.44)])
         self.shown = max_len
         self.blit.on_layout(self._fit_bars)   # after the panel's own: bars as thick as a row
 

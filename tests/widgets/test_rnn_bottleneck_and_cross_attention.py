@@ -63,7 +63,7 @@ def test_alignment_frame_and_widget(models):
         wd_cross.alignment_frame(models["no attention"], "reversal", 0, 0)
     with pytest.raises(ValueError, match="step must be an int >= 0"):
         wd_cross.alignment_frame(model, "reversal", 0, -1)
-    with pytest.raises(TypeError, match="model must be a seq2seq.Seq2Seq"):
+    with pytest.raises(TypeError, match="model must be an rnn_bottleneck.Seq2Seq"):
         wd_cross.alignment_frame("model", "reversal", 0, 0)
 
 
@@ -88,6 +88,7 @@ def test_bottleneck_view_zooms_to_the_example_and_blanks_a_missing_ceiling(model
     for name, shown in (("no attention", False), ("additive attention", True)):
         w.set(model_name=name)              # no weights: blank entropy panel and a notice, blitted
         assert view.blit._background is background and view.no_entropy.visible is not shown
+        assert view.notice.visible is not shown and view.notice.texts == list(wd.NO_WEIGHTS)
         assert len(view.panel.entropy.ceiling.get_xdata()) == (2 * 24 if shown else 0)
     # the gridspec holds, not the notebooks' constrained layout: the strip title has room above
     top = view.ax_strip.get_position().y1 * view.figure.get_figheight() * 72
