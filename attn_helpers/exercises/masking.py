@@ -11,7 +11,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from ..attention import masked_softmax, scaled_dot_product_attention
+from ..attention import scaled_dot_product_attention
 from ..masks import padding_mask, sliding_window_mask
 from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
@@ -107,83 +107,6 @@ def check_pack_documents(pack_documents: Callable) -> CheckResult:
     in_the_mask = r"(the mask with wrong values: at index \(.*?\) you )gave ([01]), expected ([01])"
     return CheckResult(verdict.passed, re.sub(in_the_mask, lambda m: f"{m[1]}gave {m[2] == '1'}, "
                                               f"expected {m[3] == '1'}", verdict.message))   # bool
-
-
-def _softmax_cases() -> list[dict]:
-    """float32 with empty pad rows; float16 with a masked key 17 and 20 above (section 2) and an
-    empty row; (b, h, n, n) scores under an (n, n) mask; float16 scores in the 1000s; float32
-    scores near -1e5, below any fixed fill such as -1e4."""
-    g = seeded(505)
-    gaps = torch.tensor([[0.0, 1.0, 17.0], [0.0, 1.0, 20.0], [3.0, 1.0, 2.0]], dtype=torch.float16)
-    pads = _window_mask(torch.tensor([5, 3]), 5, 2)                     # (2, 5, 5): pad rows empty
-    return [{"scores": torch.randn(2, 5, 5, generator=g), "mask": pads},
-            {"scores": gaps, "mask": torch.tensor([[True, True, False]] * 2 + [[False] * 3])},
-            {"scores": torch.randn(2, 3, 4, 4, generator=g), "mask": torch.rand(4, 4, generator=g) < .6},
-            {"scores": (1000 * torch.randn(3, 6, generator=g)).half(),
-             "mask": torch.rand(3, 6, generator=g) < .5},
-            {"scores": torch.randn(3, 5, generator=g) - 1e5, "mask": torch.rand(3, 5, generator=g) < .5}]
-
-
-def _softmax_wrong(*, fill=float("-inf"), after=None, zero_empty=True, invert=False) -> Callable:
-    """A masked softmax with one mistake: ``after`` "zeroed" or "renormalised" masks the weights;
-    ``fill="min"``: the dtype's most negative number; ``zero_empty=False``: empty rows left as is."""
-    def wrong(scores, mask):
-        mask = ~mask if invert else mask
-        if after is None:
-            value = torch.finfo(scores.dtype).min if fill == "min" else fill
-            weights = torch.softmax(scores.masked_fill(~mask, value), dim=-1)
-        else:
-            weights = torch.softmax(scores, dim=-1) * mask
-            weights = weights if after == "zeroed" else weights / weights.sum(-1, keepdim=True)
-        return torch.nan_to_num(weights) * mask.any(-1, keepdim=True) if zero_empty else weights
-    return wrong
-
-
-_SOFTMAX_WRONG = [   # (the flaw of _softmax_wrong, its hint)
-    ({"after": "zeroed"}, "the masked weights were zeroed after the softmax, not renormalised: "
-     "the row sums to less than one, and the masked scores still sit in its denominator."),
-    ({"after": "renormalised"}, "you masked the weights after the softmax and renormalised. That "
-     "is right only in exact arithmetic: in float16 a masked key 17 above the others rounds their "
-     "weights to the tiniest floats, or to 0 / 0 (section 2). Mask the scores before the softmax."),
-    ({"fill": -1e4}, "a fixed fill such as -1e4 is not below every score: here the allowed scores "
-     "sit near -1e5, so the masked keys took the weight. Fill with -inf, or with the most "
-     "negative number of the scores' own dtype."),
-    ({"fill": 0.0}, "masked scores were set to 0, and exp(0) = 1 still gives them weight: a masked "
-     "key needs a score whose exponential is exactly 0."),
-    ({"zero_empty": False}, "a row with no allowed key is all -inf, and the softmax gives 0 / 0 = "
-     "NaN there. The course's contract, as ah.masked_softmax and torch's attention: zero weights."),
-    ({"fill": "min", "zero_empty": False}, "a row with no allowed key came out uniform over keys "
-     "it may not see. The course's contract: zero weights, so the query reads nothing (section 4)."),
-    ({"invert": True}, "the mask is inverted: True means 'may attend'; hide the keys where it is "
-     "False."),
-]
-
-
-_SOFTMAX_HINTS = (
-    "Mask the scores, not the weights: a masked key needs a score whose exponential is exactly 0, "
-    "and the fill must fit in the scores' dtype. A row with no allowed key comes out all zero, "
-    "neither NaN nor uniform.",
-    "Fill the masked scores, then take the softmax over the keys. With -inf an empty row becomes "
-    "NaN; with the dtype's most negative finite number it becomes uniform. Which rows must you "
-    "zero afterwards, and how does the mask tell you which?",
-    "filled = scores.masked_fill(..., ...)     # masked keys: a score whose exp is exactly 0\n"
-    "weights = torch.softmax(filled, dim=-1)   # (..., n_q, n_k)\n"
-    "return ...                                # rows with no allowed key: all zero")
-
-
-def check_masked_softmax(masked_softmax_fn: Callable) -> CheckResult:
-    """Exercise: ``masked_softmax(scores (..., n_q, n_k) float32 or float16, mask bool, True = may
-    attend) -> weights``, same dtype; masked keys exactly 0; a row with no allowed key all 0.
-    Retired from notebook 05 (it repeated notebook 02's skill) and registered nowhere; kept only
-    while tests/exercises/test_messages.py still names it."""
-    return check_function(
-        masked_softmax_fn, masked_softmax, _softmax_cases(), what="masked_softmax",
-        output_names=("the weights",), atol=1e-3, rtol=1e-3, same_dtype=True,
-        mistakes=[Mistake(_softmax_wrong(**flaw), hint) for flaw, hint in _SOFTMAX_WRONG],
-        nan_hint=_SOFTMAX_WRONG[4][1],
-        error_hints=[("without overflow", "that fill value does not fit in float16, whose largest "
-                      "magnitude is 65,504. Fill with -inf, or with the most negative number of the "
-                      "scores' own dtype.")])
 
 
 def _real(lengths: torch.Tensor, n: int, shift: int = 0) -> torch.Tensor:

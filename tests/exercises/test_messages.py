@@ -40,8 +40,8 @@ KEY_EXPRESSIONS = {
     "query_key_value.asymmetric_relation": (
         query_key_value.check_asymmetric_relation,
         ("pinv", "torch.roll(", "W_Q @ P.T", "math.log(99")),
-    "masking.masked_softmax": (masking.check_masked_softmax, (
-        "finfo(scores.dtype).min", "mask.any(dim=-1", "nan_to_num(", "masked_fill(~mask")),
+    "masking.pack_documents": (masking.check_pack_documents, (
+        "repeat_interleave", "doc[:, None] == doc[None, :]", "i - starts[doc]", "searchsorted")),
     "masking.window_mask": (
         masking.check_window_mask,
         ("n - lengths", "n - length", "offset >= 0", "offset < window", "i - j >= 0",
