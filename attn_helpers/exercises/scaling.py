@@ -34,10 +34,11 @@ def _weight(g: torch.Generator, d_model: int, d_k: int, init: str, dtype) -> tor
 
 def _choose_scale_cases() -> list[dict]:
     g, cases = seeded(33), []
-    # (n, d_model, d_k, init, input mean, dtype): a square W first (catches W^T), inputs with a
-    # mean (the whole matrix's variance about twice the rows'); n >= 200: biased = unbiased.
+    # (n, d_model, d_k, init, input mean, dtype): a square W first (catches W^T; std-1 weights, so
+    # Var(q) = d_model tells 1/sqrt(d_k) from 1/sqrt(d_k Var(q))), inputs with a mean (the whole
+    # matrix's variance about twice the rows'); n >= 200: biased = unbiased.
     for n, d_model, d_k, init, mean, dtype in [
-            (200, 32, 32, "unit", 0.0, torch.float32), (256, 64, 16, "default", 0.0, torch.float32),
+            (200, 32, 32, "one", 0.0, torch.float32), (256, 64, 16, "default", 0.0, torch.float32),
             (200, 16, 8, "one", 0.0, torch.float32), (256, 24, 12, "default", 2.0, torch.float32),
             (200, 32, 64, "unit", 1.0, torch.float64)]:
         x = mean + torch.randn(n, d_model, generator=g, dtype=dtype)
@@ -90,6 +91,11 @@ CHOOSE_SCALE_MISTAKES = [Mistake(_scale_from(f), hint) for f, hint in [
     (lambda S, x, w_q, w_k: (w_q.shape[1] * (x @ w_q).var() * (x @ w_k).var()).rsqrt(),
      "that is the independence prediction, 1/sqrt(d_k Var(q) Var(k)); it assumes independent "
      "components and rows of mean 0: measure S itself."),
+    (lambda S, x, w_q, w_k: (w_q.shape[1] * (x @ w_q).var()).rsqrt(),
+     "1/sqrt(d_k Var(q)) counts the spread of q only: Var(q . k) = d_k Var(q) Var(k) needs the "
+     "keys' too, and even that assumes independent components of mean 0: measure S itself."),
+    (lambda S, x, w_q, w_k: 1 / _scores(x, w_q, w_q).var(-1).mean().sqrt(),
+     "you scored the queries against themselves, Q Q^T: the keys are K = x @ W_K, so S = Q K^T."),
     (lambda S, x, w_q, w_k: ((x @ w_q).var() * (x @ w_k).var()).rsqrt(),
      "you measured the components of q and k; the scale multiplies the scores q . k: measure the "
      "spread of S = Q K^T itself."),
@@ -150,6 +156,11 @@ BACKWARD_MISTAKES = [Mistake(lambda s, g, _f=f: _f(torch.softmax(s, dim=-1), g),
      "the row sum lost its factor a_i: (a a^T g)_i = a_i <a, g>, not <a, g> alone."),
     (lambda a, g: a * (g - g.sum(-1, keepdim=True)),
      "<a, g> is the weighted sum of g, sum(a * g), not the plain sum of g."),
+    (lambda a, g: a * (g - g.mean(-1, keepdim=True)),
+     "<a, g> weighs each g_j by its weight a_j: sum(a * g) over the keys, not the plain mean of g."),
+    (lambda a, g: a * (g - g.mean()),
+     "<a, g> weighs each g_j by its weight a_j: sum(a * g) over the keys, one per row, not the "
+     "plain mean of g."),
     (lambda a, g: a * (g - (a * g).mean(-1, keepdim=True)),
      "<a, g> is a sum over the keys, not a mean."),
     (lambda a, g: a * ((a * g).sum(-1, keepdim=True) - g),
@@ -161,7 +172,10 @@ BACKWARD_MISTAKES = [Mistake(lambda s, g, _f=f: _f(torch.softmax(s, dim=-1), g),
     (lambda a, g: a * (g - (a * g).sum()),
      "<a, g> is one number per row: sum over the last axis, not over the whole tensor."),
 ]] + [Mistake(lambda s, g: s * (g - (s * g).sum(-1, keepdim=True)),
-              "the formula takes the weights a = softmax(s), not the raw scores.")]
+              "the formula takes the weights a = softmax(s), not the raw scores.")] + [
+    Mistake(lambda s, g, _d=d: _softmax_grad(s, g, dim=_d), "the softmax ran over the wrong axis "
+            f"(dim={d}): each row of scores is one query against every key, so softmax(scores, "
+            "dim=-1).") for d in (0, -2)]
 
 
 def _no_jacobian(inputs: dict) -> AllocationWatch:
@@ -211,9 +225,11 @@ def _softmax_grad(s: torch.Tensor, g: torch.Tensor, dim: int = -1) -> torch.Tens
 
 def _backward_with(x, w_q, w_k, scale, up, *, powers=(1, 1), given_scale=True,  # noqa: C901
                    softmax_at="scores", dq_rows=True, dk_columns=True, swap_qk=False,
-                   wrt="weights", batch="sum", swap_outputs=False, sign=1.0, weights_dim=-1):
+                   wrt="weights", batch="sum", swap_outputs=False, sign=1.0, weights_dim=-1,
+                   up_transposed=False):
     """``(dL/dW_Q, dL/dW_K)`` by hand, with the named mistake each keyword sets."""
     c = scale if given_scale else 1 / math.sqrt(w_q.shape[-1])
+    up = up.mT if up_transposed else up
     q, k = x @ w_q, x @ w_k                                           # (..., n, d_k)
     s = c * q @ k.mT                                                  # (..., n, n)
     d_s = {"scores": lambda: _softmax_grad(s, up, dim=weights_dim),
@@ -229,7 +245,7 @@ def _backward_with(x, w_q, w_k, scale, up, *, powers=(1, 1), given_scale=True,  
     else:
         grads = tuple(d.mT @ x if wrt == "transposed" else x.mT @ d for d in (d_q, d_k))
         if x.dim() == 3 and batch != "kept":
-            grads = tuple(g.mean(0) if batch == "mean" else g.sum(0) for g in grads)
+            grads = tuple({"mean": g.mean(0), "first": g[0], "sum": g.sum(0)}[batch] for g in grads)
     grads = tuple(sign * g for g in grads)
     return grads[::-1] if swap_outputs else grads
 
@@ -288,6 +304,10 @@ PROJECTION_MISTAKES = [Mistake(lambda *a, _v=v: _backward_with(*a, **_v), hint) 
      "W_K, so their gradients add up."),
     ({"batch": "mean"}, "averaged over the batch: the gradients at the shared W_Q and W_K are the "
      "sums over the batch, not the means."),
+    ({"batch": "first"}, "only the first sequence of the batch counted: every sequence uses the "
+     "shared W_Q and W_K, so add up the gradients of all of them."),
+    ({"up_transposed": True}, "grad_weights came in transposed: entry (i, j) is dL/dA_ij, query "
+     "i's weight on key j, in the same layout as A."),
     ({"sign": -1.0}, "the sign is flipped: return the gradient, not the step that descends it."),
 ]]
 

@@ -50,6 +50,9 @@ def test_choose_scale_accepts_the_reference_biased_or_not_and_a_tensor():
     (lambda x, W_Q, W_K: 1 / ((x @ W_Q).var() * (x @ W_K).var()).sqrt().item(),
      "you measured the components"),
     (lambda x, W_Q, W_K: 1 / _S(x, W_Q.T, W_K.T).var(-1).mean().sqrt().item(), "not x @ W_Q.T"),
+    (lambda x, W_Q, W_K: 1 / math.sqrt(W_Q.shape[1] * (x @ W_Q).var().item()),
+     "counts the spread of q only"),
+    (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_Q).var(-1).mean().sqrt().item(), "Q Q^T"),
     (lambda x, W_Q, W_K: 1 / ((x @ W_Q) * (x @ W_K)).sum(-1).std().item(),
      "every query against every key"),
 ])
@@ -98,6 +101,10 @@ def _via_jacobian(s, g):
     (_from_a(lambda a, g: a * (g - (a * g).sum(0, keepdim=True))), "wrong axis"),
     (lambda s, g: s * (g - (s * g).sum(-1, keepdim=True)), "not the raw scores"),
     (_from_a(lambda a, g: a * (g - (a * g).sum())), "not over the whole tensor"),
+    (_from_a(lambda a, g: a * (g - g.mean(-1, keepdim=True))), "not the plain mean of g"),
+    (_from_a(lambda a, g: a * (g - g.mean())), "not the plain mean of g"),
+    (lambda s, g: softmax_backward(s, g, dim=0), "wrong axis (dim=0)"),
+    (lambda s, g: softmax_backward(s, g, dim=1 if s.dim() > 1 else 0), "wrong axis (dim=-2)"),
     (_from_a(lambda a, g: a * (g - (a * g).sum(-1))), "without keepdim it is (...,)"),
     (lambda s, g: (lambda a: a * (g - (a * g).sum(-1, keepdim=True)))(_naive_softmax(s)),
      "Subtract each row's max"),
@@ -227,6 +234,9 @@ def _chain_with(x, W_Q, W_K, scale, g, *, dq=None, dk=None, dS=None, wrt_w=True)
                                      for t in _chain(x, W_Q, W_K, c, g)), "not the means"),
     (lambda x, W_Q, W_K, c, g: tuple(-t for t in projection_gradients(x, W_Q, W_K, c, g)),
      "the sign is flipped"),
+    (lambda x, W_Q, W_K, c, g: projection_gradients(x[0], W_Q, W_K, c, g[0]) if x.dim() == 3
+     else projection_gradients(x, W_Q, W_K, c, g), "only the first sequence"),
+    (lambda x, W_Q, W_K, c, g: projection_gradients(x, W_Q, W_K, c, g.mT), "came in transposed"),
 ])
 def test_projection_gradients_rejects_known_mistakes_with_their_hint(wrong, words):
     verdict = check_projection_gradients(wrong)
