@@ -1,9 +1,7 @@
-"""Checkers for notebook 07: the shift matrix M_k, RoPE itself, RoPE's split halves to interleaved,
-ALiBi's reach."""
+"""Checkers for notebook 07: RoPE itself, RoPE's split halves to interleaved, ALiBi's reach."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 from functools import partial
@@ -12,106 +10,24 @@ import torch
 
 from ..lessons.positional_encoding import half_weight_reach
 from ..positional import alibi_slopes as slopes
-from ..positional import apply_rope, sinusoidal_encoding
+from ..positional import apply_rope
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
 __all__ = ["REACH_MARGIN", "ROPE_MISTAKES", "check_reach", "check_rope", "check_rope_layout",
-           "check_sinusoidal", "half_weight_reach_reference", "rope_reference", "shift_matrix_reference",
-           "to_interleaved_reference"]
-
-
-def _shift(k: int, d: int, *, sign: float = 1.0, exponents=None, halves: bool = False,
-           same_angle: bool = False, no_sin: bool = False) -> torch.Tensor:
-    """Exercise 1's ``M_k (d, d)`` with one named mistake (defaults: the right answer)."""
-    exponents = torch.arange(0, d, 2, dtype=torch.float64) / d if exponents is None else exponents
-    omega = (torch.ones(d // 2) if same_angle else 10000.0 ** (-exponents.double())).double()
-    c, s = (k * omega).cos(), sign * (k * omega).sin() * (0.0 if no_sin else 1.0)
-    first = torch.arange(d // 2) if halves else torch.arange(0, d, 2)   # the pair's two rows
-    second = first + d // 2 if halves else first + 1
-    M = torch.zeros(d, d, dtype=torch.float64)
-    M[first, first], M[first, second] = c, s
-    M[second, first], M[second, second] = -s, c
-    return M
-
-
-SHIFT_TOL = 1e-9  # exercise 1's tolerance, also used by the notebook's checks of M_7
-FLOAT32_HINT = ("omega (or the angles) computed in float32: close, but not within 1e-9. "
-                "torch.arange(0, d, 2) / d is float32, PyTorch's default. Build omega in float64 "
-                "(dtype=torch.float64) before multiplying by k.")
-FIT_HINT = ("your M_k moves PE(p) to PE(p + k) on 64 positions, yet it mixes pairs: did you fit it "
-            "numerically (least squares)? The slow pairs barely move over the fitted positions, so a "
-            "fit cannot pin them down. Derive each 2x2 block from the angle-addition formulas.")
-
-
-def _fitted(shift_matrix: Callable, cases: list[dict]) -> bool:
-    """On some case, ``M_k`` moves ``PE(p)`` to ``PE(p + k)`` (to 1e-3) yet mixes pairs: a fit."""
-    for k, d in (case.values() for case in cases):
-        with contextlib.suppress(Exception):  # d = 2 has no other pair; a learner's error: no fit
-            M, i = torch.as_tensor(shift_matrix(k, d)).double(), torch.arange(d) // 2  # i: pair of a row
-            p = torch.arange(64) + max(0, -k)                                  # p, p + k >= 0
-            PE = sinusoidal_encoding(64 + abs(k), d, dtype=torch.float64)      # (64 + |k|, d)
-            if M[i[:, None] != i].abs().max() > 1e-6 and (PE[p] @ M.T - PE[p + k]).abs().max() < 1e-3:
-                return True
-    return False
-
-
-def shift_matrix_reference(k: int, d_model: int) -> torch.Tensor:
-    """``(d, d)`` float64 ``M_k`` with ``PE(p + k) = M_k PE(p)`` for every ``p`` (section 2)."""
-    return _shift(k, d_model)
-
-
-@exercise("positional_encoding.sinusoidal", "moving the sinusoidal encoding by k: the matrix M_k",
-          hints=(
-    "PE(p) is d/2 pairs (sin a, cos a), a = p omega_i. Moving k positions adds b = k omega_i: "
-    "which 2x2 matrix, free of a, turns (sin a, cos a) into (sin(a + b), cos(a + b))?",
-    "Expand sin(a + b) and cos(a + b): the coefficients of sin a and cos a depend on b alone and "
-    "are the block's entries (sin row first). Pair i sits on rows and columns 2i, 2i+1.",
-    "omega = ...                                    # (d/2,) float64: omega_i = 10000^(-2i/d)\n"
-    "c, s = ...                                     # (d/2,) each: cos b, sin b, b = k omega_i\n"
-    "M = torch.zeros(d_model, d_model, dtype=torch.float64)\n"
-    "even = torch.arange(0, d_model, 2)                                   # rows 2i\n"
-    "M[even, even], M[even, even + 1] = ...                              # the sin row of each pair\n"
-    "M[even + 1, even], M[even + 1, even + 1] = ...                      # the cos row\n"
-    "return M"))
-def check_sinusoidal(shift_matrix: Callable) -> CheckResult:
-    """Exercise: ``shift_matrix(k, d_model) -> M_k (d, d)`` float64 with ``PE(p + k) = M_k PE(p)``."""
-    k, half = torch.randint(1, 41, (2,), generator=seeded(70)).tolist()  # a random case too
-    cases = [{"k": k, "d_model": d} for k, d in [(1, 8), (3, 16), (0, 4), (-2, 8), (100, 32),
-                                                 (7, 2), (k, 2 * half)]]
-    run = partial(check_function, shift_matrix, shift_matrix_reference, cases, what="shift_matrix",
-                  output_names=("M_k",), rtol=0.0, same_dtype=True)
-    verdict = run(atol=SHIFT_TOL, mistakes=[
-            Mistake(lambda k, d: _shift(abs(k), d), "right for k >= 0 only: did you take |k|?"),
-            Mistake(lambda k, d: _shift(k, d, sign=-1.0),
-                    "the sin terms have the wrong signs (or M_k is transposed): that is RoPE's R(k), "
-                    "which moves PE(p) to PE(p - k). PE stores (sin, cos), so each block is "
-                    "Rot(-k omega_i), and M_k = R(-k). Expand sin(a + b) for the pair's first row."),
-            Mistake(lambda k, d: _shift(k, d, no_sin=True),
-                    "only the cos terms: moving the angle mixes a pair's sine and cosine."),
-            Mistake(lambda k, d: _shift(k, d, exponents=torch.arange(d // 2) / d),
-                    "the frequency of pair i is 10000^(-2i/d), not 10000^(-i/d)."),
-            Mistake(lambda k, d: _shift(k, d, exponents=torch.arange(0, d, 2).flip(0) / d),
-                    "the frequencies run the wrong way: pair 0 turns fastest (omega_0 = 1)."),
-            Mistake(lambda k, d: _shift(k, d, same_angle=True),
-                    "every pair turned by the same angle k: pair i turns by k omega_i."),
-            Mistake(lambda k, d: _shift(k, d, halves=True),
-                    "you paired dimension i with i + d/2; in PE pair i is (2i, 2i+1)."),
-        ])
-    hint = None if verdict or "Hint:" in verdict.message else FLOAT32_HINT if run(atol=1e-5) \
-        else FIT_HINT if _fitted(shift_matrix, cases) else None      # right to float32 only, or a fit
-    return CheckResult(False, f"{verdict.message}\nHint: {hint}") if hint else verdict
+           "half_weight_reach_reference", "rope_reference", "to_interleaved_reference"]
 
 
 def _rope(x: torch.Tensor, positions: torch.Tensor, *, halves: bool = False, exponent: float = 2.0,
           sign: float = 1.0, start: int = 0, ignore_positions: bool = False, same_angle: bool = False,
           reverse: bool = False, swap: bool = False, as_halves: bool = False,
-          added: bool = False) -> torch.Tensor:
-    """Exercise 2's rotation of ``x (..., n, d)`` with one named mistake (defaults: the answer)."""
+          added: bool = False, odd: bool = False) -> torch.Tensor:
+    """Exercise 1's rotation of ``x (..., n, d)`` with one named mistake (defaults: the answer)."""
     n, d = x.shape[-2], x.shape[-1]
     p = (torch.arange(n) if ignore_positions else positions).double() + start      # (n,)
     i = torch.arange(d // 2, dtype=torch.float64)                                  # pair index
-    omega = torch.ones(d // 2, dtype=torch.float64) if same_angle else 10000.0 ** (-exponent * i / d)
+    exponents = (exponent * i + odd) / d                                           # (d/2,)
+    omega = torch.ones(d // 2, dtype=torch.float64) if same_angle else 10000.0 ** -exponents
     omega = omega.flip(0) if reverse else omega
     angles = p[:, None] * omega                                                    # (n, d/2)
     if added:                                                                      # x + PE(m)
@@ -154,9 +70,12 @@ ROPE_MISTAKES = [Mistake(partial(_rope, **flaw), hint) for flaw, hint in [
     (dict(halves=True),
      "you paired dimension i with i + d/2 (GPT-NeoX's layout, Hugging Face's rotate_half). This "
      "course pairs neighbours, (x[2i], x[2i+1]), as RoFormer and apply_rope do. Both layouts are "
-     "relative, but weights trained in one give other scores in the other (exercise 3)."),
+     "relative, but weights trained in one give other scores in the other (exercise 2)."),
     (dict(exponent=1.0), "pair i turns at 10000^(-i/d): the exponent is -2i/d, with i = 0 .. d/2 - 1 "
                          "the pair's index. The slow pairs now turn far too fast."),
+    (dict(odd=True), "your exponent is -(2i+1)/d: did you take omega from the odd dimensions "
+                     "1, 3, 5, ...? Pair i's frequency uses 2i, its first (even) dimension: "
+                     "omega_i = 10000^(-2i/d), so omega_0 = 1."),
     (dict(exponent=4.0), "your exponent is -4i/d, twice too large: if your i already runs over "
                          "0, 2, 4, ..., it holds 2i. The pairs now turn far too slowly."),
     (dict(sign=-1.0), "you rotated by -m omega_i, that is R(m)^T. The scores stay relative, but to "
@@ -234,7 +153,7 @@ def check_rope(rope: Callable) -> CheckResult:
 def _move(W: torch.Tensor, heads: int, *, inverse: bool = False, swap: bool = False,
           reverse: bool = False, head_minor: bool = False, columns: bool = False,
           negate: bool = False) -> torch.Tensor:
-    """Exercise 3's move of ``W``'s ``heads`` blocks, with one named mistake (defaults: the answer)."""
+    """Exercise 2's move of ``W``'s ``heads`` blocks, with one named mistake (defaults: the answer)."""
     d, block = W.shape[0] // heads, torch.arange(heads)
     i = torch.arange(d // 2).flip(0) if reverse else torch.arange(d // 2)
     index = torch.stack([i + d // 2, i] if swap else [i, i + d // 2], -1).flatten()  # (d,)
@@ -329,7 +248,7 @@ def check_rope_layout(to_interleaved: Callable) -> CheckResult:
 def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, sign: float = -1.0,
            base: float = math.e, log2: bool = False, endless: bool = False, cap: bool = False,
            statistic: str = "half", minus: bool = False) -> torch.Tensor:
-    """Exercise 4's reach ``(H,)`` long with one named mistake (defaults: the right answer)."""
+    """Exercise 3's reach ``(H,)`` long with one named mistake (defaults: the right answer)."""
     m, rows = m.double() * math.log(base), n + keys                  # base^(-m d) = e^(-m ln(base) d)
     if statistic == "mean":
         delta = torch.arange(n, dtype=torch.float64)                  # (n,): distances 0 .. n-1
@@ -338,6 +257,8 @@ def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, si
         x = torch.full_like(m, n / 2)
     elif endless:
         x = math.log(2) / m
+    elif statistic == "min":                                          # the two limits, joined
+        x = torch.minimum(math.log(2) / m, torch.full_like(m, n / 2))
     else:
         x = -torch.log1p(torch.expm1(-m * rows) / 2) / m               # (H,): share(x) = 1/2
         x = -torch.log(-torch.expm1(-m * rows) / 2) / m if minus else x  # the slip (1 - r^n) / 2
@@ -404,6 +325,10 @@ def check_reach(half_weight_reach: Callable) -> CheckResult:
             Mistake(lambda m, n: _reach(m, n, endless=True), _ENDLESS),
             Mistake(lambda m, n: _reach(m, n, endless=True, cap=True),
                     f"capping at L does not mend it: {_ENDLESS}"),
+            Mistake(lambda m, n: _reach(m, n, statistic="min"),
+                    "min(ln 2 / m_h, L / 2), rounded up, joins the two limits: an endless row and a "
+                    "flat one. Between them both are wrong: solve share(K) = 1/2 for this row of L "
+                    "keys, with r^L in the bound."),
             Mistake(lambda m, n: _reach(m, n, sign=1.0),
                     "the weights grow with the distance (e^{+m_h delta}): the bias is -m_h (i - j), "
                     "the nearest key weighs most."),

@@ -315,8 +315,7 @@ def plot_accuracy(curves: dict) -> None:
     for n, name in ((lesson.TRAIN_MAX_LEN, "training length"), (2 * lesson.TRAIN_MAX_LEN, "2x")):
         ax.axvline(n - 0.5, color="black", linestyle="--", linewidth=1)
         ax.text(n, 1.02, name, fontsize=9)
-    ax.axhline(1 / lesson.VOCAB, color="black", linestyle=":", linewidth=1)
-    ax.text(63, 1 / lesson.VOCAB + 0.02, "chance", fontsize=9, ha="right")
+    ax.axhline(1 / lesson.VOCAB, color="black", linestyle=":", linewidth=1, label="chance")
     ax.set(xlabel="position i in the sequence", ylabel="accuracy (both offsets)", ylim=(0, 1.08),
            title=f"accuracy at each position: mean of {len(lesson.SEEDS)} seeds, band = min to max")
     ax.legend(loc="upper right", ncol=4, fontsize=9)
@@ -339,7 +338,7 @@ def plot_heads(models, tokens: torch.Tensor, shown: list[tuple[str, str, int | N
 
 
 def plot_shift(shown: dict[str, torch.Tensor]) -> None:
-    """Exercise 1: matrices ``M (d, d)`` acting on ``PE``'s layout (sin_i, cos_i), side by side."""
+    """Section 4: matrices ``M (d, d)`` acting on ``PE``'s layout (sin_i, cos_i), side by side."""
     d = next(iter(shown.values())).shape[0]
     ticks = [f"{name}{i}" for i in range(d // 2) for name in ("s", "c")]
     fig, axes = plt.subplots(1, len(shown), figsize=(12, 5.4))
@@ -354,7 +353,7 @@ def plot_shift(shown: dict[str, torch.Tensor]) -> None:
 
 
 def accuracy_with(model, W_Q: torch.Tensor, W_K: torch.Tensor) -> float:
-    """Exercise 3: accuracy at the training length of a copy of ``model`` with these ``W_Q``, ``W_K``."""
+    """Exercise 2: accuracy at the training length of a copy of ``model`` with these ``W_Q``, ``W_K``."""
     model = copy.deepcopy(model)
     model.qkv.weight.data[:2 * lesson.D_MODEL] = torch.cat([W_Q, W_K]).float()
     return lesson.position_accuracy(model, lesson.TRAIN_MAX_LEN).nanmean().item()

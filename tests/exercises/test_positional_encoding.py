@@ -8,7 +8,7 @@ import math
 import mpmath
 import pytest
 import torch
-from _exercises import assert_skeleton, skeleton, stub
+from _exercises import assert_skeleton, stub
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,64 +16,7 @@ import attn_helpers as ah
 from attn_helpers.exercises import EXERCISES
 from attn_helpers.exercises import positional_encoding as ex
 from attn_helpers.exercises.positional_encoding import LAYOUT_MISTAKES, ROPE_MISTAKES
-from attn_helpers.positional import apply_rope, frequencies, sinusoidal_encoding
-
-
-@pytest.mark.parametrize("k, d", [(1, 8), (5, 16), (-3, 4), (250, 32), (0, 2)])
-def test_the_shift_matrix_moves_the_table_by_k(k, d):
-    PE = sinusoidal_encoding(300, d).double()                                 # (n, d)
-    M = ex.shift_matrix_reference(k, d)
-    start = max(0, -k)
-    moved = PE[start:300 - max(k, 0)] @ M.T                                   # rows: M_k PE(p)
-    assert torch.allclose(moved, PE[start + k:300 - max(k, 0) + k], atol=1e-5)
-    assert torch.allclose(M.T @ M, torch.eye(d, dtype=torch.float64), atol=1e-12)  # a rotation
-
-
-def learner_shift(k, d, *, sign=1, exponent=None, reverse=False, halves=False, same_angle=False,
-                  cos_only=False, transpose=False, float32=False, abs_k=False):
-    """A learner's M_k, pair by pair with math; each keyword plants one mistake."""
-    M, k = torch.zeros(d, d, dtype=torch.float64), abs(k) if abs_k else k
-    for i in range(d // 2):
-        j = (d // 2 - 1 - i) if reverse else i
-        b = k * (1.0 if same_angle else 10000.0 ** -(2 * j / d if exponent is None else exponent(j, d)))
-        b = torch.tensor(b, dtype=torch.float32).item() if float32 else b     # angle in float32
-        a, c = (i, i + d // 2) if halves else (2 * i, 2 * i + 1)
-        sin = 0.0 if cos_only else sign * math.sin(b)
-        M[a, a], M[a, c], M[c, a], M[c, c] = math.cos(b), sin, -sin, math.cos(b)
-    return M.T if transpose else M
-
-
-def test_shift_checker_accepts_a_loop_a_matrix_exponential_and_the_reference():
-    def by_exponential(k, d):                               # exp(b J) per pair
-        J = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)
-        omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-        return torch.block_diag(*[torch.linalg.matrix_exp(k * w * J) for w in omega])
-
-    assert ex.check_sinusoidal(learner_shift) and ex.check_sinusoidal(by_exponential)
-    assert ex.check_sinusoidal(ex.shift_matrix_reference, solution=True)
-
-
-#: Exercise 1: a learner's answer with one planted mistake (or the answer), and the phrase naming it.
-NAMED_MISTAKES = [
-    ("as torch.float32; the right answer is torch.float64", lambda k, d: learner_shift(k, d).float()),
-    ("did you fit it numerically (least squares)?", lambda k, d: torch.linalg.lstsq(*(  # 400 positions
-        sinusoidal_encoding(500, d).double()[50 + s:450 + s] for s in (0, k))).solution.T),
-    ("the sin terms have the wrong signs", dict(sign=-1)),
-    ("only the cos terms", dict(cos_only=True)),
-    ("not 10000^(-i/d)", dict(exponent=lambda j, d: j / d)),
-    ("the frequencies run the wrong way", dict(reverse=True)),
-    ("every pair turned by the same angle k", dict(same_angle=True)),
-    ("you paired dimension i with i + d/2", dict(halves=True)),
-    ("(or M_k is transposed)", dict(transpose=True)),
-    ("omega (or the angles) computed in float32", dict(float32=True)),  # the notebook's 1e-9 fails
-    ("did you take |k|?", dict(abs_k=True)),
-]
-
-
-@pytest.mark.parametrize("phrase, flaw", NAMED_MISTAKES)
-def test_exercise_1_names_the_mistake(phrase, flaw):
-    verdict = ex.check_sinusoidal(flaw if callable(flaw) else lambda *a: learner_shift(*a, **flaw))
-    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
+from attn_helpers.positional import apply_rope, frequencies
 
 
 def roformer(x, positions):
@@ -103,7 +46,7 @@ def learner_rope(x, positions, *, flaw=None):
     p = {"from 1": positions + 1, "arange": torch.arange(x.shape[-2])}.get(flaw, positions).double()
     for i in range(d // 2):
         j = d // 2 - 1 - i if flaw == "reverse" else i
-        exponent = {"i/d": j / d, "4i/d": 4 * j / d}.get(flaw, 2 * j / d)
+        exponent = {"i/d": j / d, "4i/d": 4 * j / d, "(2i+1)/d": (2 * j + 1) / d}.get(flaw, 2 * j / d)
         a = p * (1.0 if flaw == "same angle" else 10000.0 ** -exponent)          # (n,)
         a = -a if flaw == "minus" else a
         cos, sin = a.cos().to(x.dtype), a.sin().to(x.dtype)
@@ -123,6 +66,7 @@ ROPE_WRONG = {
     "halves": "you paired dimension i with i + d/2",
     "i/d": "the exponent is -2i/d",
     "4i/d": "your exponent is -4i/d",
+    "(2i+1)/d": "your exponent is -(2i+1)/d",
     "minus": "you rotated by -m omega_i",
     "from 1": "your positions start at 1",
     "arange": "ignored positions",
@@ -468,6 +412,8 @@ def learner_reach(m, n, *, flaw=None):
         x = math.log(2) / m
     if flaw == "uniform":
         x = torch.full_like(m, n / 2)
+    if flaw == "min":                                    # the two limits joined: ceil each, then min
+        return torch.minimum((math.log(2) / m).ceil(), torch.tensor(float(math.ceil(n / 2)))).long()
     k = {"floor": x.floor(), "truncated": x, "round": x.round()}.get(flaw, x.ceil()).long()
     return k.clamp(max=n) if flaw == "endless, capped" else k
 
@@ -486,6 +432,7 @@ REACH_WRONG = {
     "own token left out": "your row has L - 1 keys",
     "uniform": "your reaches ignore the slope",
     "minus": "(1 - r^L) / 2 is half the row's total",
+    "min": "min(ln 2 / m_h, L / 2), rounded up, joins the two limits",
 }
 
 
@@ -510,10 +457,6 @@ def test_reach_checker_wants_whole_numbers_in_a_tensor():
 
 
 def test_the_level_3_skeletons_filled_in_pass():
-    omega = "10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)"
-    shift = skeleton("positional_encoding.sinusoidal", "k, d_model", (
-        omega, "(k * omega).cos(), (k * omega).sin()", "c, s", "-s, c"))
-    assert ex.check_sinusoidal(shift)
     assert_skeleton("positional_encoding.rope_layout", "W_Q, W_K, h, g", ex.check_rope_layout, (
         "W.shape[0] // heads",
         "torch.stack([torch.arange(d_head // 2), torch.arange(d_head // 2) + d_head // 2], -1)"
