@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ipywidgets as widgets
 import numpy as np
@@ -18,13 +18,18 @@ from ..training import single_thread
 from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
 from .panels import CellPainter, TextSprites
 
-__all__ = ["DecodeFrame", "DecodeView", "decode_examples", "decode_frames", "bottleneck_widget"]
+__all__ = ["DecodeFrame", "DecodeView", "decode_examples", "decode_frames", "gradient_shares",
+           "gradient_frame", "bottleneck_widget"]
 
+WEIGHTS, SHARES = "attention weights", "gradient share"   # the menu 'show'
+TITLES = {WEIGHTS: "attention weights: output step t x input position j",
+          SHARES: "gradient share |d log p(y_t) / d x_j|, each row sums to 1"}
 PLAIN, RIGHT, WRONG = range(3)      # strip cells: a token, a right output, a wrong one (orange)
 LENGTHS, EXAMPLES = (4, 24), 20     # the length slider's range; examples per length
+# the map's notice for a model without attention
 NO_WEIGHTS = ("No attention, so no weights to draw.", "Every output step t reads the same",
               "context vector c. Input j reaches it only", "through the encoder's recurrence,",
-              "over t or n-1-t steps (section 5).")   # the map's notice for a model without attention
+              "over t or n-1-t steps: set show to", "'gradient share' to see that path.")
 
 
 class _DecodePanel(AttentionPanel):
@@ -46,6 +51,7 @@ class DecodeFrame(AttentionFrame):
     output: Sequence[str] = ()
     correct: Sequence[bool] = ()
     title: str = ""
+    panel_title: str = TITLES[WEIGHTS]
 
     @property
     def has_attention(self) -> bool:
@@ -59,6 +65,38 @@ def decode_examples(model: Seq2Seq, task, pairs):
         tokens, weights = predict(model, collate(task, pairs))
     return [([task.tgt_vocab.itos[i] for i in tokens[b].tolist()],
              None if weights is None else weights[b]) for b in range(len(pairs))]
+
+
+def gradient_shares(model: Seq2Seq, task, pair) -> torch.Tensor:
+    r"""``(n, n)``: row ``t`` is :math:`\lVert \partial \log p(y_t) / \partial x_j \rVert` over
+    the inputs ``j`` of one ``(source, target)`` pair, teacher-forced, divided by its sum. One
+    backward pass: copy ``i`` of the pair in a batch of ``n`` copies carries output ``i``'s gradient."""
+    check_model(model)
+    source, target = pair
+    n = len(source)
+    if n < 1 or len(target) != n:
+        raise ValueError(f"pair must be a (source, target) of one length n >= 1, got lengths "
+                         f"{len(source)} and {len(target)}")
+    batch = collate(get_task(task), [pair] * n)
+    was_training = model.training
+    model.eval()
+    with torch.enable_grad():
+        x = model.src_embed(batch.src[:, :n]).detach().requires_grad_(True)   # (n copies, n, d_emb)
+        logits, _ = model(batch.src[:, :n], batch.src_lengths, batch.tgt_in[:, :n], src_embedded=x)
+        log_p = torch.log_softmax(logits, -1).gather(-1, batch.tgt_out[:, :n, None])[..., 0]
+        (grad,) = torch.autograd.grad(log_p.diagonal().sum(), x)   # copy t: d log p(y_t) / d x
+    model.train(was_training)
+    norms = grad.norm(dim=-1)                                           # (n_t, n): [t, j]
+    return norms / norms.sum(-1, keepdim=True)
+
+
+def gradient_frame(model: Seq2Seq, frame: DecodeFrame) -> DecodeFrame:
+    """``frame`` (decoded by ``model``) with its map showing :func:`gradient_shares` instead of
+    attention weights: for a model without attention too."""
+    shares = gradient_shares(model, "reversal", (list(frame.source), list(frame.target)))
+    entropy = attention_entropy(shares.double()).mean().item()
+    return replace(frame, weights=shares, mask=None, panel_title=TITLES[SHARES],
+                   readouts={**frame.readouts, "mean entropy (nats)": entropy})
 
 
 def check_model(model) -> None:
@@ -157,6 +195,7 @@ class DecodeView(BlitView):
                                  np.where(frame.correct, RIGHT, WRONG)]))
         self.strip_title.set([frame.title], [(0.5, 1.0)])
         self.notice.visible = self.no_entropy.visible = not frame.has_attention
+        self.panel.set_title(frame.panel_title)   # a new title: one full redraw, only on 'show'
         self.panel.set_frame(frame)         # may lay the panel out again, for max_len tokens
         if not frame.has_attention:         # blanked by data, not hidden: the move still blits
             self.panel.entropy.ceiling.set_data([], [])
@@ -178,7 +217,9 @@ class DecodeView(BlitView):
 def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
                       model_name: str | None = None) -> LiveAttentionWidget:
     """Sliders for the length and the example, a menu of ``models`` (opens on the first, or
-    ``model_name``). Every length of every model is decoded here, once."""
+    ``model_name``) and a menu ``show``: the attention weights, or each output's gradient share
+    over the inputs (:func:`gradient_shares`, any model). Every length of every model is decoded
+    here, once; a gradient share when first shown (one backward pass), then kept."""
     names = list(models)     # decode_frames checks each model
     if model_name is not None and model_name not in names:
         raise ValueError(f"model_name must be one of {names}, got {model_name!r}")
@@ -189,13 +230,23 @@ def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
                                        description="model"),
         "index": widgets.IntSlider(value=0, min=0, max=EXAMPLES - 1, description="example",
                                    continuous_update=False),
+        "show": widgets.Dropdown(options=[WEIGHTS, SHARES], value=WEIGHTS, description="show"),
     }
     with single_thread():   # every (model, length) decoded now, in under a second
         decoded = {(name, n): decode_frames(models, name, n)
                    for name in names for n in range(LENGTHS[0], LENGTHS[1] + 1)}
 
-    def compute(length, model_name, index):
-        return decoded[model_name, length][index]
+    shares = {}   # {(model_name, length, index): frame}, filled as they are first shown
+
+    def compute(length, model_name, index, show):
+        frame = decoded[model_name, length][index]
+        if show == WEIGHTS:
+            return frame
+        key = model_name, length, index
+        if key not in shares:
+            with single_thread():
+                shares[key] = gradient_frame(models[model_name], frame)
+        return shares[key]
 
     view = DecodeView()
     view.warm([frame for frames in decoded.values() for frame in frames])

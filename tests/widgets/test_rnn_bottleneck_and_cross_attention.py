@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attn_helpers.lessons import tasks
-from attn_helpers.lessons.rnn_bottleneck import Seq2Seq
+from attn_helpers.lessons.rnn_bottleneck import Seq2Seq, input_gradient_norms
 from attn_helpers.notebook import PLOT_STYLE
 from attn_helpers.widgets import cross_attention as wd_cross
 from attn_helpers.widgets import rnn_bottleneck as wd
@@ -43,6 +43,41 @@ def test_decode_frames_and_the_widget(models):
     assert w.frame.readouts == wd.decode_frames(models, "no attention", 6)[3].readouts
     with pytest.raises(ValueError, match="model_name must be one of"):
         wd.bottleneck_widget(models, model_name="general")
+
+
+def test_gradient_shares_are_the_lessons_gradient_norms_per_row(models):
+    """One backward pass over n copies gives ``input_gradient_norms`` (n backward passes), each
+    row divided by its sum; for a model without attention too."""
+    pair = tasks.example("reversal", 3, 7)
+    for model in models.values():
+        shares = wd.gradient_shares(model, "reversal", pair)
+        norms = input_gradient_norms(model, tasks.collate("reversal", [pair]))[0]    # (n_t, n)
+        assert shares.shape == (7, 7) and torch.allclose(shares.sum(-1), torch.ones(7))
+        assert torch.allclose(shares, norms / norms.sum(-1, keepdim=True), atol=1e-6)
+        assert model.training is False and shares.grad_fn is None
+    with pytest.raises(ValueError, match="pair must be a"):
+        wd.gradient_shares(models["no attention"], "reversal", (["1", "2"], ["2"]))
+    with pytest.raises(TypeError, match="model must be an rnn_bottleneck.Seq2Seq"):
+        wd.gradient_shares("model", "reversal", pair)
+
+
+def test_the_menu_show_draws_gradient_shares_for_either_model(models):
+    with mpl.rc_context(PLOT_STYLE):
+        w = wd.bottleneck_widget(models, model_name="no attention", length=9)
+    view = w.view
+    assert not w.frame.has_attention and view.notice.visible
+    w.set(show=wd.SHARES, index=2)
+    expected = wd.gradient_shares(models["no attention"], "reversal", tasks.example("reversal", 2, 9))
+    assert w.error is None and w.frame.has_attention and not view.notice.visible
+    assert torch.allclose(w.frame.weights, expected, atol=1e-6)
+    assert view.panel.ax_map.get_title() == wd.TITLES[wd.SHARES]
+    plain = wd.decode_frames(models, "no attention", 9)[2]
+    assert w.frame.readouts["errors"] == plain.readouts["errors"]
+    background = view.blit._background
+    w.set(index=3)                             # another example: blits, no new title
+    assert view.blit._background is background and w.error is None
+    w.set(show=wd.WEIGHTS, model_name="additive attention")
+    assert view.panel.ax_map.get_title() == wd.TITLES[wd.WEIGHTS] and w.frame.mask is None
 
 
 def test_alignment_frame_and_widget(models):
