@@ -70,7 +70,7 @@ STUB_NAMES = [
     (masking.check_rolling_cache_step, "rolling_cache_step"),
     (cross_attention.check_decode_layer, "decode_layer"),
     (cross_attention.check_alignment_accuracy, "alignment_accuracy"),
-    (positional_encoding.check_sinusoidal, "shift_matrix"),
+    (positional_encoding.check_rope, "rope"),
     (positional_encoding.check_rope_layout, "to_interleaved"),
     (positional_encoding.check_reach, "half_weight_reach"),
     (complexity.check_merge_states, "merge_states"),
