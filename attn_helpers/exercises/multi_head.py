@@ -144,7 +144,9 @@ _SPLIT = {   # (b, n, d) -> (b, h, n, d_head), right and wrong
 _MERGE = {   # (b, h, n, d_head) -> (b, n, d), right and wrong
     "right": lambda a: a.transpose(1, 2).flatten(2),
     "no transpose": lambda a: a.reshape(a.shape[0], a.shape[2], -1),
-    "interleaved": lambda a: a.permute(0, 2, 3, 1).flatten(2)}              # head i: every h-th column
+    "interleaved": lambda a: a.permute(0, 2, 3, 1).flatten(2),             # head i: every h-th column
+    "reversed heads": lambda a: a.flip(1).transpose(1, 2).flatten(2),      # head h-1 first
+    "reversed columns": lambda a: a.transpose(1, 2).flatten(2).flip(-1)}   # every column backwards
 
 
 def _attend(p: _Reference, x, mask, *, split="right", merge="right", scale="d_head", dim=-1,
@@ -247,6 +249,13 @@ def check_multi_head_module(module_class) -> CheckResult:
             Mistake(_wrong(merge="interleaved"),
                     "the heads are merged on the wrong axis, from the wrong end: head i fills the "
                     "columns i*d_head .. (i+1)*d_head - 1: merge through (b, n, h, d_head)."),
+            Mistake(_wrong(merge="reversed heads"),
+                    "the heads come back in reverse order: head h-1 fills the first columns. Head "
+                    "i fills columns i*d_head .. (i+1)*d_head - 1, as torch.cat puts them: was the "
+                    "head axis flipped?"),
+            Mistake(_wrong(merge="reversed columns"),
+                    "the merged columns are in reverse order (the heads, and each head's features): "
+                    "head i fills columns i*d_head .. (i+1)*d_head - 1, in order. Was a flip left in?"),
             Mistake(_wrong(scale="none"),
                     "the 1/sqrt(d_head) scale is missing."),
             Mistake(_wrong(scale="d_model"),
@@ -361,7 +370,9 @@ def check_grouped_query_attention(grouped_query_attention: Callable) -> CheckRes
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: i % g),
                     "query head i must use key/value head i // (h/g). Yours cycles through the "
                     "key/value heads (0, 1, 0, 1), as splitting the head axis into (h/g, g) does: "
-                    "the groups come first, (g, h/g)."),
+                    "the groups come first, (g, h/g). Tiling K and V with k.repeat(1, h // g, 1, 1) "
+                    "gives this order too, and it is a copy of K and V for all h heads, which this "
+                    "exercise refuses: use a view."),
             Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: min(i // g, g - 1)),
                     "a group holds h/g query heads, so head i uses key/value head i // (h/g), "
                     "not i // g."),

@@ -80,6 +80,10 @@ def make_module(*, split="right", merge="right", d_scale="head", dim=-1, mix=Tru
                 concat = heads.reshape(b, n, d_model)
             elif merge == "strided":                    # head i to every h-th column
                 concat = heads.permute(0, 2, 3, 1).reshape(b, n, d_model)
+            elif merge == "reversed heads":             # head h-1 in the first columns
+                concat = heads.flip(1).transpose(1, 2).reshape(b, n, d_model)
+            elif merge == "reversed columns":           # a flip of the merged columns
+                concat = heads.transpose(1, 2).reshape(b, n, d_model).flip(-1)
             else:
                 concat = heads.transpose(1, 2).reshape(b, n, d_model)
             out = self.out_proj(concat) if mix else concat
@@ -122,6 +126,8 @@ def test_module_check_does_not_move_the_global_seed():
     ({"split": "strided", "merge": "strided"}, "split and merged from the wrong end"),
     ({"merge": "reshape only"}, "merged in the wrong order"),
     ({"merge": "strided"}, "merged on the wrong axis, from the wrong end"),
+    ({"merge": "reversed heads"}, "the heads come back in reverse order"),
+    ({"merge": "reversed columns"}, "the merged columns are in reverse order"),
     ({"d_scale": "none"}, "scale is missing"),
     ({"d_scale": "model"}, "not 1/sqrt(d_model)"),
     ({"d_scale": "twice"}, "scaled twice"),
@@ -376,6 +382,19 @@ def test_gqa_rejects_known_mistakes_with_their_hint(answer, words):
     """Named on the prefill cases, before a copy is refused on the decoding ones."""
     verdict = check_grouped_query_attention(answer)
     assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
+
+
+def test_gqa_names_a_tiled_repeat_as_the_order_and_the_copy_it_is():
+    """k.repeat(1, h/g, 1, 1) cycles the groups, so its values fail first (on a prefill case):
+    the hint names the tiling and that it copies K and V to all h heads."""
+    def tiled(q, k, v):
+        r = q.shape[1] // k.shape[1]
+        return ah.scaled_dot_product_attention(q, k.repeat(1, r, 1, 1), v.repeat(1, r, 1, 1))[0]
+
+    verdict = check_grouped_query_attention(tiled)
+    assert not verdict and "\nHint: " in verdict.message, verdict.message
+    for words in ("cycles through the key/value", "k.repeat(1, h // g, 1, 1)", "copy of K and V"):
+        assert words in verdict.message, (words, verdict.message)
 
 
 def test_gqa_names_averaged_heads():
