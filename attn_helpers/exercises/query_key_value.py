@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -93,6 +94,26 @@ def _weights_scaled(q, k, v, mask):
     return weights @ v, weights
 
 
+def _log_weights(q, k, v, mask, *, zero=None):
+    """torch.log_softmax where the softmax belongs: log-weights, -inf on every masked key;
+    ``zero``: None, "nan" (NaN -> 0; -inf -> the lowest float) or "all" (NaN and -inf -> 0)."""
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
+    weights = torch.log_softmax(scores, dim=-1)
+    if zero is not None:
+        weights = torch.nan_to_num(weights, nan=0.0, neginf=0.0 if zero == "all" else None)
+    return weights @ v, weights
+
+
+def _swapped(q, k, v, mask):
+    """The right pair, in the wrong order: (weights, output)."""
+    return scaled_dot_product_attention(q, k, v, mask)[::-1]
+
+
+LOG_SOFTMAX = ("your weights are log-probabilities: log_softmax gives ln a, which is -inf on every "
+               "masked key and negative elsewhere. The weights must be the probabilities a "
+               "themselves: use torch.softmax.")
+SWAPPED = ("you returned (weights, output); the order is (output, weights), as in "
+           "ah.scaled_dot_product_attention.")
 WRONG_AXIS = ("d_k was taken from the wrong axis of q: q.shape[1] is d_k only for a 2-D q, and "
               "q.shape[-2] is n_q. d_k is the last axis: q.shape[-1].")
 TRANSPOSE_ALL = ("if you wrote k.T: on a batched tensor .T reverses every axis, (2, 5, 16) -> "
@@ -143,6 +164,8 @@ def check_attention(attention: Callable) -> CheckResult:
             Mistake(_attention(fill=-1e9),
                     "a query with no allowed key got uniform weights over keys it may not see; it "
                     "must read nothing: zero weights, zero output."),
+            Mistake(_swapped, SWAPPED),
+            *(Mistake(partial(_log_weights, zero=zero), LOG_SOFTMAX) for zero in (None, "nan", "all")),
             Mistake(_attention(zero_empty=False), FULLY_MASKED),
             *(Mistake(_attention(stable=False, zero_empty=zero),
                       "scores in the 1000s overflowed: exp(1000) is inf, and inf / inf is NaN. "
@@ -228,7 +251,7 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
               "far must the next token's score lead the n - 1 others for its weight to reach 0.9?",
               "n = X.shape[0]\n"
               "P = ...             # (n, n) cyclic shift: P[i, i+1] = 1, P[n-1, 0] = 1, 0 elsewhere\n"
-              "c = ...             # from n: weight 1 / (1 + (n-1) e^(-c^2/sqrt(n))) >= 0.9\n"
+              "c = ...             # d_k = n: the next token's weight, as a function of c? >= 0.9\n"
               "W_Q = ...           # (d_model, n): c times a right inverse of X (torch.linalg.pinv),\n"
               "                    # so that Q = X W_Q = c I\n"
               "return W_Q, ...     # W_K with K = X W_K = c P^T, so Q K^T = c^2 P"))

@@ -10,7 +10,7 @@ import pytest
 import torch
 from _exercises import assert_rejected, assert_skeleton, one_hot_only
 
-from attn_helpers.exercises import CheckResult, check_function
+from attn_helpers.exercises import EXERCISES, CheckResult, check_function
 from attn_helpers.exercises import query_key_value as ex
 
 
@@ -100,10 +100,29 @@ def weights_scaled_after(q, k, v, mask):  # the 1/sqrt(d_k) on the weights, not 
     (attention_with(fill=-1e9), ["uniform weights", "case 6 of 8"]),
     (attention_with(zero=False), ["nan", "0 / 0 = NaN", "case 6 of 8"]),
     (lambda q, k, v, m: attention(q, k, v, m)[0], ["returned 1 value(s); expected 2"]),
-    (lambda q, k, v, m: attention(q, k, v, m)[::-1], ["returned the output with shape (3, 4)"]),
+    (lambda q, k, v, m: attention(q, k, v, m)[::-1],
+     ["returned the output with shape (3, 4)", "you returned (weights, output)"]),
 ])
 def test_attention_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_attention(wrong), *fragments)
+
+
+def log_softmax_weights(zero):
+    def wrong(q, k, v, mask):  # ln a where a belongs: -inf on the masked keys
+        w = torch.log_softmax((q @ k.mT / q.shape[-1] ** 0.5).masked_fill(~mask, -torch.inf), -1)
+        if zero == "nan":
+            w = w.nan_to_num(nan=0.0)
+        elif zero == "all":
+            w = torch.where(torch.isfinite(w), w, torch.zeros_like(w))
+        return w @ v, w
+    return wrong
+
+
+@pytest.mark.parametrize("zero", [None, "nan", "all"])
+def test_log_softmax_is_named_and_not_taken_for_an_empty_row(zero):
+    result = ex.check_attention(log_softmax_weights(zero))
+    assert_rejected(result, "case 1 of 8", "log-probabilities", "use torch.softmax")
+    assert "all masked" not in result.message      # case 1 has no row without a key
 
 
 @pytest.mark.filterwarnings("ignore:The use of `x.T`")
@@ -173,6 +192,12 @@ def no_wrap(X):  # noqa: N803 - P without its corner: the last token finds no ne
 ])
 def test_asymmetric_relation_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_asymmetric_relation(wrong), *fragments)
+
+
+def test_exercise_2s_third_hint_asks_for_c_and_does_not_give_it():
+    third = EXERCISES["query_key_value.asymmetric_relation"].hints[2]
+    c_line = next(line for line in third.splitlines() if line.startswith("c = ..."))
+    assert "?" in c_line and "e^" not in c_line and "log" not in c_line   # a question, no formula
 
 
 @pytest.mark.parametrize("candidate", [None, torch.zeros(3)])
