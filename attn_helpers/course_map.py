@@ -42,27 +42,26 @@ COURSE = (
     Lesson("04", "multi_head", "Multi-head attention",
            "two heads can split two relations between them, on a task built for two", ("03",)),
     Lesson("05", "masking", "Masking", "causal, padding and local masks decide who sees whom",
-           ("02",)),
+           ("04",)),
     Lesson("06", "cross_attention", "Cross-attention", "decoder queries read encoder keys/values",
-           ("01", "02")),
+           ("01", "05")),
     Lesson("07", "positional_encoding", "Positional encoding",
            "without positions, unmasked attention is blind to order", ("05",)),
     Lesson("08", "complexity", "Complexity",
            "quadratic cost, measured; what tiled, linear, local and ring attention save", ("05",)),
     Lesson("09", "real_model", "A real model",
            "a pretrained MiniLM (6 layers of 12 heads) runs on your attention; what its heads do",
-           ("04", "06", "07")),
+           ("06", "07")),
     Lesson("10", "build_gpt", "Build a GPT",
-           "your pieces and your training loop become a small GPT that writes text",
-           ("04", "05", "07")),
+           "your pieces and your training loop become a small GPT that writes text", ("09",)),
 )
 
-# Each box's (column, row), chosen so that no arrow passes through a box (04 and 07 both come
-# before 09 and 10: those four arrows must cross once, at separate ends).
-_LAYOUT = {"00": (0, 2.9), "01": (1, 4.2), "02": (1, 2.1), "06": (2, 4.2), "03": (2, 2.9),
-           "05": (2, 1.1), "04": (3, 2.9), "07": (3, 1.85), "08": (3, 0.2), "09": (4, 3.9),
-           "10": (4, 1.0)}
-_COLUMN, _BOX_WIDTH, _BOX_HEIGHT = 1.25, 0.96, 0.88
+# Each box's (column, row), chosen so that no arrow passes through a box. A prerequisite in the
+# same column sits above its notebook (03 over 04, 09 over 10): that arrow points down.
+_LAYOUT = {"00": (0, 2.2), "01": (1, 3.9), "02": (1, 2.2), "03": (2, 2.2), "04": (2, 0.5),
+           "05": (3, 0.5), "06": (4, 3.9), "07": (4, 2.2), "08": (4, 0.5), "09": (5, 3.05),
+           "10": (5, 1.35)}
+_COLUMN, _BOX_WIDTH, _BOX_HEIGHT = 1.25, 1.02, 0.98
 
 
 def _anchors(count: int, centre: float) -> list[float]:
@@ -73,13 +72,14 @@ def _anchors(count: int, centre: float) -> list[float]:
 
 def draw_course_map(ax: Axes) -> None:
     """The notebooks as boxes, an arrow from each prerequisite, each with its own ends (for a
-    12.5 x 6 inch figure)."""
+    13.5 x 6.5 inch figure)."""
     width, height = _BOX_WIDTH, _BOX_HEIGHT
     edges = [(required, lesson.number) for lesson in COURSE for required in lesson.requires]
+    across = [e for e in edges if _LAYOUT[e[0]][0] != _LAYOUT[e[1]][0]]  # left to right
     starts, ends = {}, {}
     for number in _LAYOUT:
-        outgoing = sorted((e for e in edges if e[0] == number), key=lambda e: -_LAYOUT[e[1]][1])
-        incoming = sorted((e for e in edges if e[1] == number), key=lambda e: -_LAYOUT[e[0]][1])
+        outgoing = sorted((e for e in across if e[0] == number), key=lambda e: -_LAYOUT[e[1]][1])
+        incoming = sorted((e for e in across if e[1] == number), key=lambda e: -_LAYOUT[e[0]][1])
         starts.update(zip(outgoing, _anchors(len(outgoing), _LAYOUT[number][1]), strict=True))
         ends.update(zip(incoming, _anchors(len(incoming), _LAYOUT[number][1]), strict=True))
     for lesson in COURSE:
@@ -89,20 +89,24 @@ def draw_course_map(ax: Axes) -> None:
                                     boxstyle="round,pad=0.02", facecolor="#dbe9f6",
                                     edgecolor="#3b75af", linewidth=1.5))
         title = f"{lesson.number} {lesson.title}"  # one line with sqrt(d_k) as math: it fits
-        title = title.replace("sqrt(d_k)", r"$\sqrt{d_k}$") if "sqrt" in title else fill(title, 22)
-        ax.text(x, y + 0.27, title, ha="center",
-                va="center", fontsize=10.5, fontweight="bold")
-        ax.text(x, y - 0.1, fill(lesson.idea, 27), ha="center", va="center", fontsize=8.5,
-                linespacing=1.1)
+        title = title.replace("sqrt(d_k)", r"$\sqrt{d_k}$") if "sqrt" in title else fill(title, 20)
+        two_lines = "\n" in title                 # a wrapped title pushes the idea down
+        ax.text(x, y + (0.3 if two_lines else 0.32), title, ha="center", va="center",
+                fontsize=10.5, fontweight="bold", linespacing=1.0)
+        ax.text(x, y - (0.16 if two_lines else 0.08), fill(lesson.idea, 26), ha="center",
+                va="center", fontsize=8.5, linespacing=1.1)
     for source, target in edges:
-        ax.add_patch(FancyArrowPatch((_LAYOUT[source][0] * _COLUMN + width / 2 + 0.02,
-                                      starts[source, target]),
-                                     (_LAYOUT[target][0] * _COLUMN - width / 2 - 0.02,
-                                      ends[source, target]),
-                                     arrowstyle="-|>", mutation_scale=13, color="#444444",
-                                     shrinkA=0, shrinkB=0, linewidth=1.2))
-    ax.set_xlim(-width / 2 - 0.05, 4 * _COLUMN + width / 2 + 0.05)
-    ax.set_ylim(-0.3, 4.7)
+        (x0, y0), (x1, y1) = _LAYOUT[source], _LAYOUT[target]
+        if (source, target) in starts:      # from the right side to the left side
+            tail = (x0 * _COLUMN + width / 2 + 0.02, starts[source, target])
+            head = (x1 * _COLUMN - width / 2 - 0.02, ends[source, target])
+        else:                               # same column: from the bottom down to the top
+            tail, head = (x0 * _COLUMN, y0 - height / 2 - 0.02), (x1 * _COLUMN, y1 + height / 2 + 0.02)
+        ax.add_patch(FancyArrowPatch(tail, head, arrowstyle="-|>", mutation_scale=13,
+                                     color="#444444", shrinkA=0, shrinkB=0, linewidth=1.2))
+    columns = max(column for column, _ in _LAYOUT.values())
+    ax.set_xlim(-width / 2 - 0.05, columns * _COLUMN + width / 2 + 0.05)
+    ax.set_ylim(0.5 - height / 2 - 0.05, 3.9 + height / 2 + 0.05)
     ax.axis("off")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -72,6 +73,14 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
                     "the temperature was ignored: divide the scores by T before the softmax."),
             Mistake(lambda s, t: torch.softmax(s * t, -1),
                     "you multiplied the scores by T; divide them by T."),
+            Mistake(lambda s, t: torch.softmax(s / t ** 0.5, -1),
+                    "you divided the scores by sqrt(T); divide them by T itself. (The Transformer's "
+                    "sqrt(d_k) is a temperature T = sqrt(d_k), not a square root of T.)"),
+            Mistake(lambda s, t: (lambda e: e / e.sum(-1, keepdim=True))(
+                        torch.exp(s / t - (s / t).amax(0, keepdim=True))),
+                    "you subtracted a maximum over dim=0, one per column: a constant cancels only "
+                    "if the whole row shares it. Subtract each row's own maximum (dim=-1), "
+                    "shaped (..., 1)."),
             Mistake(lambda s, t: torch.softmax(s / t, 0),
                     "the softmax ran over the first dimension; each row (dim=-1) must sum to one."),
             Mistake(lambda s, t: _stable_exp(s / t) / _stable_exp(s / t).sum(0, keepdim=True),
@@ -136,6 +145,13 @@ def _tiny_weight_mistakes() -> list[Mistake]:
             for form in forms for eps in [10.0 ** -k for k in range(1, 9)] + [None]]
 
 
+ZERO_WEIGHT_NAN = ("a key of weight 0 gave 0 * ln 0 = 0 * (-inf) = NaN; the limit of a ln a at 0 "
+                   "is 0, so such a key adds exactly 0.")
+OVERFLOW_INF = ("an entropy came out infinite: some step overflowed at a tiny weight. 1 / a is inf "
+                "for a = 4e-44 in float32, and a * ln(inf) = inf. Use -a ln a with torch.log(a) "
+                "itself: it never overflows.")
+
+
 def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
     """``(..., n) -> (...)``: ``-sum_j a_j ln a_j`` in nats, ``0 ln 0 = 0``."""
     return torch.special.entr(weights).sum(-1)
@@ -153,7 +169,7 @@ def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
 def check_entropy(entropy: Callable) -> CheckResult:
     """``entropy(weights (..., n)) -> (...)`` in nats, with ``0 ln 0 = 0``."""
     ref = entropy_reference
-    return check_function(
+    verdict = check_function(
         entropy, ref, _entropy_cases(), what="entropy", output_names=("the entropy",), same_dtype=True,
         watch=lambda _: AllocationWatch(lambda _, call: NO_ENTR if "entr" in call else None),
         mistakes=[
@@ -169,11 +185,16 @@ def check_entropy(entropy: Callable) -> CheckResult:
                     "shape (..., 1). The answer has one entropy per row, shape (...)."),
             Mistake(lambda w: torch.special.entr(w).sum(0),
                     "you summed over the first dimension; sum over the keys (dim=-1)."),
+            Mistake(lambda w: torch.special.entr(w),
+                    "you returned each key's term -a_j ln a_j, shape (..., n); sum them over the "
+                    "keys (dim=-1) for one entropy per row, shape (...)."),
             Mistake(lambda w: torch.where(w > 0, -torch.log(w), torch.zeros_like(w)).sum(-1),
                     "each term is -a_j ln a_j: the log must be weighted by a_j."),
             *_tiny_weight_mistakes(),
         ],
-        nan_hint="a key of weight 0 gave 0 * ln 0 = 0 * (-inf) = NaN; the limit of a ln a at 0 "
-                 "is 0, so such a key adds exactly 0.",
-        atol=ATOL, rtol=RTOL,
+        nan_hint=ZERO_WEIGHT_NAN, atol=ATOL, rtol=RTOL,
     )
+    if not verdict and verdict.message.endswith(ZERO_WEIGHT_NAN) \
+            and re.search(r"with -?inf at index", verdict.message):    # inf is not 0 * ln 0
+        verdict = CheckResult(False, verdict.message[:-len(ZERO_WEIGHT_NAN)] + OVERFLOW_INF)
+    return verdict

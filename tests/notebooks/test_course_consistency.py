@@ -17,12 +17,41 @@ def relative_links(text: str) -> list[str]:
     return [t for t in LINK.findall(text) if not re.match(r"^[a-z]+:", t) and not t.startswith("#")]
 
 
-def test_every_notebook_is_on_the_course_map_and_in_00s_table_with_the_same_idea():
+def test_every_notebook_is_on_the_course_map_and_linked_from_00():
     listed = {lesson.filename for lesson in COURSE}
     assert NOTEBOOKS and not [p.name for p in NOTEBOOKS if p.name not in listed]
-    table = (ROOT / "notebooks" / COURSE[0].filename).read_text()
+    start_here = (ROOT / "notebooks" / COURSE[0].filename).read_text()
     for lesson in COURSE[1:]:
-        assert f"[{lesson.number} · {lesson.title}]({lesson.filename}) | {lesson.idea} |" in table
+        assert f"]({lesson.filename})" in start_here, f"00 does not link {lesson.filename}"
+
+
+# Earlier notebooks a Prerequisites paragraph links without requiring them: 02 names 01 as the
+# other way in ("shows *why*; this one, *how*"). Links to later notebooks are forward pointers.
+OPTIONAL_MENTIONS = {("02", "01")}
+
+
+def ancestors(number: str) -> set[str]:
+    requires = {lesson.number: lesson.requires for lesson in COURSE}
+    found, todo = set(), list(requires[number])
+    while todo:
+        if (n := todo.pop()) not in found:
+            found.add(n)
+            todo.extend(requires[n])
+    return found
+
+
+def test_every_earlier_notebook_a_prerequisites_paragraph_links_is_an_ancestor_on_the_map(notebook):
+    path, nb = notebook
+    number = path.name[:2]
+    first = next(c.source for c in nb.cells if c.cell_type == "markdown")
+    start = first.lower().find("**prerequisite")
+    assert start >= 0, f"{path.name}: no Prerequisites paragraph in the first cell"
+    paragraph = first[start:].split("\n\n")[0]
+    linked = {t[:2] for t in relative_links(paragraph) if re.match(r"^\d\d_", t)}
+    missing = sorted(n for n in linked if n < number and (number, n) not in OPTIONAL_MENTIONS
+                     and n not in ancestors(number))
+    assert not missing, (f"{path.name} names {missing} as prerequisites, but the course map "
+                         f"(course_map.COURSE) does not put them before it")
 
 
 def test_the_template_title_goals_prerequisites_sections_and_link_to_the_next(notebook):
