@@ -114,18 +114,19 @@ def multihead_frame(
         if heads_on is not None:
             raise ValueError("heads_on needs ablation data (ablation=ablation_data(model, ...))")
         return frame
-    # the heads off, the accuracy per relation, and the letters named at i >= 1 (✓ or ✗)
+    # the heads off, the accuracy per relation, and the letters named at i >= 2 (✓ or ✗), the
+    # positions the accuracy counts (at i = 1 the previous letter is the first)
     frame.ablation = a = ablation_frame(ablation, example, (True,) * h if heads_on is None
                                         else heads_on)
     off = [name for name, on in zip(names, a.heads_on, strict=True) if not on]
     frame.readouts["heads switched off"] = ", ".join(off) or "none"
     for relation in RELATIONS:
-        frame.readouts[f"held-out accuracy, {relation} letter (chance {1 / CONFIG.vocab:.3f})"] = (
-            float(a.accuracy[relation]))
+        frame.readouts[f"held-out accuracy at positions 2.., {relation} letter "
+                       f"(chance {1 / CONFIG.vocab:.3f})"] = float(a.accuracy[relation])
     for r, relation in enumerate(RELATIONS):
-        frame.readouts[f"{relation} letter named at positions 1.. (✓ right, ✗ wrong)"] = " ".join(
+        frame.readouts[f"{relation} letter named at positions 2.. (✓ right, ✗ wrong)"] = " ".join(
             f"{string.ascii_uppercase[p]}{'✓' if ok else '✗'}"
-            for p, ok in zip(a.predictions[1:, r].tolist(), a.correct[1:, r].tolist(), strict=True))
+            for p, ok in zip(a.predictions[2:, r].tolist(), a.correct[2:, r].tolist(), strict=True))
     return frame
 
 

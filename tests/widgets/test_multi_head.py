@@ -111,8 +111,8 @@ def test_the_widget_shows_the_pure_functions_ablation(trained):
     assert widget.frame.heads_on == tuple(i != off for i in range(2))
     assert torch.equal(shown.predictions, expected.predictions) and shown.accuracy == expected.accuracy
     assert widget.readouts["heads switched off"] == f"head {off}"
-    strip = widget.readouts["previous letter named at positions 1.. (✓ right, ✗ wrong)"].split()
-    assert [s[1] == "✓" for s in strip] == expected.correct[1:, 0].tolist()
+    strip = widget.readouts["previous letter named at positions 2.. (✓ right, ✗ wrong)"].split()
+    assert [s[1] == "✓" for s in strip] == expected.correct[2:, 0].tolist()
     widget.set(head_0_on=True, head_1_on=True)
     assert widget.error is None
 
@@ -167,7 +167,8 @@ def test_the_picture_states_the_settings_and_the_readouts(trained):
     lines = widget.view.picture_lines(widget.frame)
     assert lines[0].startswith(f"example: {widget.readouts['example']}   |   showing: all heads")
     assert f"switched off: head {off}" in lines[1]
-    accuracy = float(widget.readouts["held-out accuracy, previous letter (chance 0.125)"])
+    accuracy = float(widget.readouts["held-out accuracy at positions 2.., previous letter "
+                                     "(chance 0.125)"])
     assert f"previous letter {accuracy:.2f}" in lines[1]
     widget.set(head=heads["first"])
     assert f"showing: head {heads['first']}" in widget.view.picture_lines(widget.frame)[0]
