@@ -27,12 +27,13 @@ def _pack(lengths: torch.Tensor, *, flaw: str | None = None) -> tuple[torch.Tens
     ends = torch.cumsum(lengths, 0)                                      # one past each document
     doc = torch.searchsorted(ends, i, right=flaw != "boundary")          # (n,) document of token i
     starts = ends - lengths                                              # each document's first
-    positions = {"not_restarted": i, "from_one": i - starts[doc] + 1,
-                 "minus_end": i - ends[doc]}.get(flaw, i - starts[doc])
+    positions = {"not_restarted": i, "from_one": i - starts[doc] + 1, "minus_end": i - ends[doc],
+                 "count_down": ends[doc] - 1 - i, "count_down_from_length": ends[doc] - i,
+                 }.get(flaw, i - starts[doc])
     same = doc[:, None] == doc[None, :]
     causal = i[None, :] <= i[:, None]
     mask = {"causal_only": causal, "no_causal": same, "transposed": (same & causal).T,
-            "inverted": ~(same & causal)}.get(flaw, same & causal)
+            "inverted": ~(same & causal), "or": same | causal}.get(flaw, same & causal)
     return mask, positions
 
 
@@ -48,6 +49,8 @@ _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
      "causal rule j <= i."),
     ("boundary", "each document's first token was put in the previous document: a boundary is off "
      "by one. Token i belongs to the first document whose end (one past its last token) exceeds i."),
+    ("or", "the two rules were joined with OR (|): a token sees its whole document, and every "
+     "earlier token of the row. A key must pass both: same document AND j <= i (&)."),
     ("transposed", "the mask is transposed: rows are queries i, columns keys j <= i."),
     ("inverted", "the mask is inverted: True means 'may attend'."),
     ("not_restarted", "the positions run on across the row: each document starts at position 0, "
@@ -55,6 +58,10 @@ _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
     ("from_one", "off by one: each document's positions start at 1; the first token sits at 0."),
     ("minus_end", "the positions are negative: you subtracted where each document ends, not where "
      "it starts."),
+    ("count_down", "the positions count down to each document's end: its first token sits at 0 and "
+     "they count up. Subtract where each document starts from the index, not the index from its end."),
+    ("count_down_from_length", "the positions count down from each document's end: its first token "
+     "sits at 0 and they count up. Subtract where each document starts from the index."),
 ]
 
 
@@ -146,6 +153,9 @@ _WINDOW_MISTAKES = [   # (what the mistake computes from lengths, n, window; its
      "your window looks both ways: query i also sees keys after it (j > i)."),
     (lambda L, n, w: _window_mask(L, n, w) | _real(L, n)[:, None, :].expand(-1, n, -1).triu(1),
      "your window has no lower bound: query i sees every later key (j > i). Keep 0 <= i - j too."),
+    (lambda L, n, w: _real(L, n)[:, None, :] & sliding_window_mask(n, w).mT,
+     "your window looks forward: query i sees keys i to i + w - 1 (offset j - i). A causal window "
+     "looks back: keys i - w + 1 to i."),
     (lambda L, n, w: _window_mask(L, n, w + 1),
      "off by one: each query sees w + 1 keys; it should see w: itself and the w - 1 before it."),
     (lambda L, n, w: _window_mask(L, n, w).mT,
@@ -214,6 +224,9 @@ _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
      "is full, every slot holds a key of the window.", {"visible": lambda t, w: range(t % w + 1)}),
     ("the new key and value went one slot too far: token t takes token t - w's slot.",
      {"slot": lambda t, w: (t + 1) % w}),
+    ("the new key and value went one slot back: at step 0, token 0 went to the last slot while the "
+     "query read slot 0, which holds garbage. Token t takes token t - w's slot.",
+     {"slot": lambda t, w: (t - 1) % w}),
     ("once the ring was full, you overwrote the newest key, not the one leaving the window: "
      "token t takes token t - w's slot.", {"slot": lambda t, w: min(t, w - 1)}),
     ("the key was written but not the value: v_t goes into the same slot of v_cache.",
@@ -289,8 +302,9 @@ def _run_steps(step: Callable) -> Callable:
                               "the window was; shifting the whole cache moves all w keys every step.")
             if not isinstance(out, torch.Tensor) or out.shape != v[..., new, :].shape:
                 got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-                raise ValueError(f"at step t={t} the output should have shape "
-                                 f"{tuple(v[..., new, :].shape)} (b, h, 1, d_v), got {got}")
+                raise Refused(f"at step t={t} (w={w} slots) rolling_cache_step returned {got}. A "
+                              "step returns token t's output only: (b, h, 1, d_v) = "
+                              f"{tuple(v[..., new, :].shape)}.")
             outputs.append(out)
         slots = [next((s for s in range(w) if torch.equal(k_cache[..., s, :], k[..., t, :])), None)
                  for t in range(n - min(n, w), n)]              # where each window key went

@@ -50,6 +50,12 @@ def _causal(lengths):
     (lambda L: (pack_documents(L)[0], pack_documents(L)[1] + 1), "start at 1"),
     (lambda L: (pack_documents(L)[0], torch.arange(int(L.sum())) - torch.cumsum(L, 0)[_doc(L)]),
      "where each document ends"),
+    (lambda L: (pack_documents(L)[0], torch.cumsum(L, 0)[_doc(L)] - 1 - torch.arange(int(L.sum()))),
+     "count down to each document's end"),                            # review s9b: n - 1 .. 0
+    (lambda L: (pack_documents(L)[0], torch.cumsum(L, 0)[_doc(L)] - torch.arange(int(L.sum()))),
+     "count down from each document's end"),                          # n .. 1
+    (lambda L: ((_doc(L)[:, None] == _doc(L)[None, :]) | _causal(L), pack_documents(L)[1]),
+     "joined with OR"),                                               # | instead of &
 ])
 def test_pack_documents_rejects_known_mistakes_with_their_hint(wrong, words):
     assert_rejected(check_pack_documents(wrong), "\nHint: ", words)
@@ -170,6 +176,7 @@ def _step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=lambda t, w: t % w, seen=N
      "w - 1 keys"),
     ({"seen": lambda t, w: slice(0, t % w + 1)}, "only the slots up to the newest one"),
     ({"slot": lambda t, w: (t + 1) % w}, "one slot too far"),
+    ({"slot": lambda t, w: (t - 1) % w}, "one slot back"),
     ({"slot": lambda t, w: min(t, w - 1)}, "overwrote the newest key"),
     ({"write_v": False}, "not the value"),
     ({"v_from_k": True}, "the value cache got the key"),
@@ -220,7 +227,10 @@ def test_writing_slot_t_past_the_end_and_attending_before_writing_are_named():
 
 def test_rolling_cache_step_names_a_whole_ring_returned():          # (b, h, w, d_v): wrong shape
     whole_ring = lambda *args: [rolling_cache_step(*args), args[1]][1]   # noqa: E731 - the v_cache
-    assert_rejected(check_rolling_cache_step(whole_ring), "(b, h, 1, d_v)")
+    verdict = check_rolling_cache_step(whole_ring)
+    assert_rejected(verdict, "at step t=0 (w=3 slots) rolling_cache_step returned (1, 1, 3, 4)",
+                    "token t's output only: (b, h, 1, d_v) = (1, 1, 1, 4)")
+    assert "raised" not in verdict.message              # the checker refused it; the step raised nothing
 
 
 def test_rolling_cache_step_accepts_the_level_3_skeleton_filled_in():
@@ -250,6 +260,8 @@ _j = torch.arange
     (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, None, :]
      & ((_j(n)[:, None] - _j(n)).abs() < w), "looks both ways"),
     (lambda L, n, w: (_j(n) >= n - L[:, None, None]) & (_j(n)[:, None] - _j(n) < w), "no lower bound"),
+    (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, None, :]          # offset j - i
+     & (_j(n) - _j(n)[:, None] >= 0) & (_j(n) - _j(n)[:, None] < w), "looks forward"),
     (lambda L, n, w: window_mask(L, n, w + 1), "w + 1 keys; it should see w"),
     (lambda L, n, w: window_mask(L, n, w).transpose(1, 2), "transposed"),
     (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, :, None] & window_mask(L * 0 + n, n, w),
