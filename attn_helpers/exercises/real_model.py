@@ -1,5 +1,6 @@
-"""Checkers for notebook 09: every head's previous-token score, pooled over the real queries of
-a padded batch, and Kobayashi et al.'s value-weighted norms ``||a_ij f_h(x_j)||``."""
+"""Checkers for notebook 09: every head's previous-token score in each sentence of a padded batch,
+pooled over that sentence's real queries, and Kobayashi et al.'s value-weighted norms
+``||a_ij f_h(x_j)||``."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int
 
 
 def make_cases(seed: int) -> list[dict]:
-    """Padded batches of several lengths, and one sentence with no padding."""
+    """Padded batches of several lengths, and one sentence with no padding. In the first case no
+    sentence has ``n - 1`` real tokens, so dividing by ``n - 1`` and counting query 0 differ."""
     g = seeded(seed)
     cases = []
     for L, lengths, h, n in [(2, [6, 4], 3, 6), (1, [5, 2, 3], 2, 5), (3, [4], 4, 4),
@@ -41,8 +43,8 @@ def _real_queries(mask, first: int) -> torch.Tensor:
     return valid[None, :, None, :].float()                         # (1, b, 1, n)
 
 
-def _mean(x, valid):
-    return (x * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+def _mean(x, valid):                                               # (L, b, h): over the queries
+    return (x * valid).sum(dim=3) / valid.sum(dim=3)
 
 
 def _diagonal(weights, offset):
@@ -54,13 +56,15 @@ def _diagonal(weights, offset):
 
 
 def previous_token_reference(weights, mask):
-    """``(L, h)``: the mean weight on key ``i - 1`` over the real queries ``i >= 1``."""
+    """``(L, b, h)``: in each sentence, the mean weight on key ``i - 1`` over its real queries
+    ``i >= 1``."""
     return _mean(_diagonal(weights, -1), _real_queries(mask, 1))
 
 
-@exercise("real_model.previous_token", "find the previous-token heads by a score", hints=(
+@exercise("real_model.previous_token", "previous-token scores, sentence by sentence", hints=(
     "A previous-token head puts (almost) all the weight of query i on key i - 1, just left of "
-    "the diagonal. Its score is the mean of that entry over the real queries i >= 1.",
+    "the diagonal. Its score in one sentence is the mean of that entry over the sentence's real "
+    "queries i >= 1: one score per layer, sentence and head.",
     "The entries (i, i - 1) form one diagonal of each (n, n) matrix: indexing the last two axes "
     "with two index tensors picks them all. Which of mask's columns are those queries, and "
     "which axes must it gain to broadcast?",
@@ -68,9 +72,9 @@ def previous_token_reference(weights, mask):
     "i = torch.arange(1, n)\n"
     "on_previous = ...                               # (L, b, h, n - 1): row i, column i - 1\n"
     "valid = ...                                     # (1, b, 1, n - 1): real queries i >= 1\n"
-    "return pooled(on_previous, valid)               # (L, h): the stub's pooled mean"))
+    "return pooled(on_previous, valid)               # (L, b, h): the stub's mean over queries"))
 def check_previous_token_scores(candidate: Callable) -> CheckResult:
-    """Exercise: ``previous_token_scores(weights, mask) -> (L, h)``."""
+    """Exercise: ``previous_token_scores(weights, mask) -> (L, b, h)``."""
 
     def shifted(offset, first, valid_mask=None):
         def produce(w, m):
@@ -87,9 +91,12 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
     def key_real(m):                                     # (1, b, 1, n - 1): KEY i - 1 is real
         return m[:, :-1][None, :, None, :].float()
 
-    def mean_of_means(w, m):                             # each sentence's mean, then their mean
+    def over_sentences(w, m):                            # 4.3's score: sentences pooled too
         valid = _real_queries(m, 1)                                  # (1, b, 1, n)
-        return ((_diagonal(w, -1) * valid).sum(3) / valid.sum(3)).mean(1)   # (L, b, h) -> (L, h)
+        return (_diagonal(w, -1) * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))   # (L, h)
+
+    def by_n_minus_1(w, m):                              # every query i >= 1 of the padded row
+        return (_diagonal(w, -1) * _real_queries(m, 1)).sum(dim=3) / (w.shape[-1] - 1)
 
     no_axes = ("the mask is (b, n - 1) but the entries are (L, b, h, n - 1): index it with None "
                "where the layer and head axes go (and .float() to multiply).")
@@ -123,10 +130,13 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
             *(Mistake(query_0_reads(key),
                       "query 0 ([CLS]) was counted: it has no previous token (key -1 is the LAST "
                       "key, wrapped around). Start at query i = 1.") for key in (-1, 0)),
-            Mistake(mean_of_means,
-                    "you took a mean of per-sentence means, which the task rules out: sum over "
-                    "sentences AND queries, then divide by the number of real queries i >= 1."),
-            Mistake(lambda w, m: shifted(-1, 1)(w, m) * _real_queries(m, 1).sum(dim=(1, 3)),
+            Mistake(over_sentences,
+                    "you pooled over the sentences too, as 4.3 does: keep one score per sentence, "
+                    "an (L, b, h) grid, and take the mean over each sentence's queries only."),
+            Mistake(by_n_minus_1,
+                    "you divided by n - 1, every query i >= 1 of the padded sentence: divide by "
+                    "the number of its REAL queries i >= 1."),
+            Mistake(lambda w, m: shifted(-1, 1)(w, m) * _real_queries(m, 1).sum(dim=3),
                     "you summed over the queries: divide by how many you counted."),
         ],
     )

@@ -157,7 +157,7 @@ TRIPLES = [tuple(t.split()) for t in (  # notebook 09's 4.6: (subject, verb, obj
     "dog chased cat, teacher praised student, doctor helped nurse, police arrested thief, "
     "company hired engineer, girl pushed boy, storm damaged bridge, lion attacked zebra, "
     "manager called driver, child hugged grandmother, farmer fed horse, king trusted minister, "
-    "journalist interviewed senator, coach trained athlete, mother woke baby, army defeated rebels, "
+    "journalist interviewed senator, coach trained athlete, mother carried baby, army defeated rebels, "
     "critic reviewed author, cat watched bird, pilot thanked passenger, judge warned lawyer, "
     "bank sued customer, student visited professor, fox followed rabbit, chef paid waiter").split(", ")]
 

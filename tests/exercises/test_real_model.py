@@ -8,8 +8,9 @@ import torch
 from _exercises import skeleton
 
 from attn_helpers.exercises import real_model as ex
+from attn_helpers.lessons.real_model import offset_scores
 
-# --- learner-style answers to exercise 1: previous_token_scores(weights, mask) -> (L, h) --------
+# --- learner-style answers to exercise 1: previous_token_scores(weights, mask) -> (L, b, h) --------
 
 
 def previous_reference(weights, mask):
@@ -17,17 +18,17 @@ def previous_reference(weights, mask):
     i = torch.arange(1, n)
     on_previous = weights[..., i, i - 1]                       # (L, b, h, n - 1)
     valid = mask[:, 1:][None, :, None, :].float()
-    return (on_previous * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+    return (on_previous * valid).sum(dim=3) / valid.sum(dim=3)
 
 
 def previous_loop(weights, mask):  # a slow, different-looking correct answer
     L, b, h, n, _ = weights.shape
-    out = torch.zeros(L, h)
+    out = torch.zeros(L, b, h)
     for layer in range(L):
-        for head in range(h):
-            values = [weights[layer, s, head, i, i - 1] for s in range(b) for i in range(1, n)
-                      if mask[s, i]]
-            out[layer, head] = torch.stack(values).mean()
+        for s in range(b):
+            for head in range(h):
+                values = [weights[layer, s, head, i, i - 1] for i in range(1, n) if mask[s, i]]
+                out[layer, s, head] = torch.stack(values).mean()
     return out
 
 
@@ -35,18 +36,18 @@ def next_token(weights, mask):
     n = weights.shape[-1]
     i = torch.arange(0, n - 1)
     valid = mask[:, 1:][None, :, None, :].float()
-    return (weights[..., i, i + 1] * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+    return (weights[..., i, i + 1] * valid).sum(dim=3) / valid.sum(dim=3)
 
 
 def own_token(weights, mask):
     valid = mask[None, :, None, :].float()
-    return (weights.diagonal(dim1=-2, dim2=-1) * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+    return (weights.diagonal(dim1=-2, dim2=-1) * valid).sum(dim=3) / valid.sum(dim=3)
 
 
 def with_padding(weights, mask):
     n = weights.shape[-1]
     i = torch.arange(1, n)
-    return weights[..., i, i - 1].mean(dim=(1, 3))
+    return weights[..., i, i - 1].mean(dim=3)
 
 
 def first_counts_as_zero(weights, mask):
@@ -54,56 +55,61 @@ def first_counts_as_zero(weights, mask):
     i = torch.arange(1, n)
     on_previous = torch.cat([torch.zeros_like(weights[..., :1, 0]), weights[..., i, i - 1]], -1)
     valid = mask[None, :, None, :].float()
-    return (on_previous * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+    return (on_previous * valid).sum(dim=3) / valid.sum(dim=3)
 
 
 def wrapped_around(weights, mask):  # i = 0 .. n-1 with key i - 1: query 0 reads key -1, the last
     i = torch.arange(weights.shape[-1])
     valid = mask[None, :, None, :].float()
-    return (weights[..., i, i - 1] * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+    return (weights[..., i, i - 1] * valid).sum(dim=3) / valid.sum(dim=3)
 
 
 def all_previous(weights, mask):  # tril: every earlier key summed, not key i - 1 alone
     valid = mask[:, 1:][None, :, None, :].float()
-    return (torch.tril(weights, -1).sum(-1)[..., 1:] * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+    return (torch.tril(weights, -1).sum(-1)[..., 1:] * valid).sum(dim=3) / valid.sum(dim=3)
 
 
 def summed(weights, mask):
     n = weights.shape[-1]
     i = torch.arange(1, n)
-    return (weights[..., i, i - 1] * mask[:, 1:][None, :, None, :]).sum(dim=(1, 3))
+    return (weights[..., i, i - 1] * mask[:, 1:][None, :, None, :]).sum(dim=3)
 
 
-def mean_of_sentence_means(weights, mask):  # each sentence's mean, then the mean of those
+def pooled_over_sentences(weights, mask):  # 4.3's score: one mean over sentences and queries
     n = weights.shape[-1]
     i = torch.arange(1, n)
     valid = mask[:, 1:][None, :, None, :].float()
-    per_sentence = (weights[..., i, i - 1] * valid).sum(3) / valid.sum(3)     # (L, b, h)
-    return per_sentence.mean(1)
+    return (weights[..., i, i - 1] * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+
+
+def by_n_minus_1(weights, mask):  # divided by every query i >= 1 of the padded row
+    n = weights.shape[-1]
+    i = torch.arange(1, n)
+    return (weights[..., i, i - 1] * mask[:, 1:][None, :, None, :]).sum(dim=3) / (n - 1)
 
 
 #: The stub's given lines in notebook 09 (the pooled mean; notebook 06 asks for pooling).
 POOLED_GIVEN = ("def pooled(x, valid):\n"
-                "    return (x * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))\n")
+                "    return (x * valid).sum(dim=3) / valid.sum(dim=3)\n")
 
 
 def validity_from_the_key(weights, mask):
     n = weights.shape[-1]
     i = torch.arange(1, n)
     valid = mask[:, :-1][None, :, None, :].float()                 # the key's, not the query's
-    return (weights[..., i, i - 1] * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+    return (weights[..., i, i - 1] * valid).sum(dim=3) / valid.sum(dim=3)
 
 
 def diagonal_next(weights, mask):  # torch.diagonal with offset +1: the diagonal above
     valid = mask[:, :-1][None, :, None, :].float()
     on = weights.diagonal(offset=1, dim1=-2, dim2=-1)               # (L, b, h, n - 1)
-    return (on * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+    return (on * valid).sum(dim=3) / valid.sum(dim=3)
 
 
 def mask_without_axes(weights, mask):  # mask (b, n - 1) against entries (L, b, h, n - 1)
     i = torch.arange(1, weights.shape[-1])
     valid = mask[:, 1:].float()
-    return (weights[..., i, i - 1] * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))
+    return (weights[..., i, i - 1] * valid).sum(dim=3) / valid.sum(dim=3)
 
 
 PREVIOUS_WRONG = [
@@ -118,8 +124,10 @@ PREVIOUS_WRONG = [
     (wrapped_around, "wrapped around"),
     (summed, "you summed"),
     (all_previous, "ALL previous tokens"),
-    (lambda w, m: previous_reference(w, m)[None].expand(w.shape[1], -1, -1), "with shape"),  # (b, L, h)
-    (mean_of_sentence_means, "mean of per-sentence means"),
+    (lambda w, m: previous_reference(w, m)[None].expand(2, -1, -1, -1), "with shape"),  # (2, L, b, h)
+    (pooled_over_sentences, "pooled over the sentences"),
+    (by_n_minus_1, "divided by n - 1"),
+    (lambda w, m: offset_scores(w, m, -1), "pooled over the sentences"),  # the call of 4.3
 ]
 
 
