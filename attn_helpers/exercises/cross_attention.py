@@ -49,12 +49,13 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
                  memory_queries=False, cross_norm="norm2", ff_residual=True, ff_norm="norm3",
                  invert_memory=False, causal_memory=False, mask_3d=False, scale=None, norm_outside=False,
                  zero_mask=False, soft_mask=False, no_transpose=False, ff_first=False,
-                 softmax_dim=-1):
+                 softmax_dim=-1, values_are_keys=False, residual_from_y=False, ff_on_pre_cross=False):
     """Exercise 1's answer with one named mistake (all off: the right answer)."""
     ca, h = layer.cross_attn, 1 if one_head else layer.cross_attn.num_heads
     split = (lambda x: x.reshape(x.shape[0], h, x.shape[1], -1)) if no_transpose else (
         lambda x: split_heads(x, h))                    # reshaped straight to (b, h, n, d_head)?
-    K_m, V_m = split(ca.k_proj(memory)), split(ca.v_proj(memory))
+    K_m = split(ca.k_proj(memory))
+    V_m = K_m if values_are_keys else split(ca.v_proj(memory))   # the keys reused as the values?
     real = (~memory_real if invert_memory else memory_real)[:, None, None, :] if mask_memory else None
     real = real[:, 0] if mask_3d else real                # (b, 1, n_m): batch meets the heads
     x_all = layer.norm1(y + layer.self_attn(y, y, y, causal_mask(y.shape[1]))[0])  # the stub's x_t
@@ -95,9 +96,15 @@ def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(F
             q = split_heads(ca.q_proj(x), h)
             o, _ = scaled_dot_product_attention(K_m, q, q)
             x = layer.norm2(x + ca.out_proj(merge_heads(o)))
+        elif residual_from_y:                         # the residual taken from y_t, not from x_t
+            x = layer.norm2(y[:, t:t + 1] + cross_attention(x))
         else:
+            x_pre = x
             x = block(x, getattr(layer, cross_norm) if cross_norm else nn.Identity(), cross_attention,
                       residual=cross_residual, pre="outside" if norm_outside else pre_norm[0])
+            if ff_on_pre_cross:                       # the feed-forward read the pre-cross state
+                outputs.append(layer.norm3(x + layer.feed_forward(x_pre)))
+                continue
         outputs.append(block(x, getattr(layer, ff_norm) if ff_norm else nn.Identity(),
                              layer.feed_forward, residual=ff_residual, pre=pre_norm[1]))
     return torch.cat(outputs, 1)
@@ -212,6 +219,14 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
          "LayerNorm, norm3 here.", {"ff_norm": None}),
         *(("the blocks are in the wrong order: cross-attention comes first, then the feed-forward "
            "(section 2).", {"ff_first": place}) for place in ("own", "place")),
+        ("the values were the keys: V_m reused K_m. The values are V = memory W_V, from "
+         "cross_attn.v_proj.", {"values_are_keys": True}),
+        ("the cross-attention's sum went through norm3; norm2 is the cross-attention block's, norm3 "
+         "the feed-forward's.", {"cross_norm": "norm3"}),
+        ("the cross-attention's residual came from y_t, the state before the self-attention block; "
+         "add the block's output to x_t, its own input.", {"residual_from_y": True}),
+        ("the feed-forward read x_t from before the cross-attention block; it reads that block's "
+         "output, the new x_t.", {"ff_on_pre_cross": True}),
         ("the memory mask is inverted: memory_real is True at the REAL positions, the ones that "
          "may be read.", {"invert_memory": True}),
         ("the memory mask has shape (b, 1, n_m): against scores (b, h, 1, n_m) its batch axis "

@@ -83,7 +83,11 @@ def test_decode_checker_accepts_the_reference_loop_and_another_loop():
     ({"scale": 1.0}, "the scores were not scaled"), ({"scale": "d_model"}, "not 1/sqrt(d_model)"),
     ({"norm_outside": True}, "the LayerNorm went on x_t alone"),
     ({"no_transpose": True}, "without moving the head axis before the positions"),
-    ({"ff_first": "own"}, "wrong order"), ({"ff_first": "place"}, "wrong order")])
+    ({"ff_first": "own"}, "wrong order"), ({"ff_first": "place"}, "wrong order"),
+    ({"values_are_keys": True}, "the values were the keys"),
+    ({"cross_norm": "norm3"}, "sum went through norm3"),
+    ({"residual_from_y": True}, "residual came from y_t"),
+    ({"ff_on_pre_cross": True}, "from before the cross-attention block")])
 def test_decode_checker_names_the_mistake(flaw, words):
     assert_rejected(ex.check_decode_layer(lambda *a: ex._decode_with(*a, **flaw)), "\nHint: ", words)
 
