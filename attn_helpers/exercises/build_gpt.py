@@ -1,5 +1,6 @@
-"""Checkers for notebook 10 (build a GPT): the learner's attention, block, model, training step,
-training loop and generation, each against :mod:`attn_helpers.lessons.build_gpt` on the same
+"""Checkers for notebook 10 (build a GPT), four exercises: the learner's attention; the model
+(its block, then the GPT); the training (its step, then the schedule and the loop); and
+generation, each against :mod:`attn_helpers.lessons.build_gpt` on the same
 weights and random numbers. Each exercise has a table of named mistakes, ``(kind, hint)``;
 ``*_variant(..., kind)`` computes what that mistake gives."""
 
@@ -36,7 +37,7 @@ __all__ = ["ATTEND_SHORTCUT", "ATTENTION_MISTAKES", "BLOCK_MISTAKES", "GENERATE_
            "check_train", "check_train_step", "generate_variant", "loop_variant", "model_variant",
            "passed", "pick", "schedule_variant", "train_variant"]
 
-KEYS = ("attention", "block", "model", "train_step", "train", "generate")
+KEYS = ("attention", "model", "train", "generate")
 
 
 def passed(name: str) -> bool:
@@ -47,14 +48,14 @@ def passed(name: str) -> bool:
 def pick(name: str, learner, solution, what: str = ""):
     """The learner's ``name`` if it passed (the model: with attention and block too), else the
     reference; prints which (``what``: the piece's name, if not ``name``)."""
-    mine = passed(name) and (name != "model" or all(passed(k) for k in KEYS[:3]))
+    mine = passed(name) and (name != "model" or all(passed(k) for k in KEYS[:2]))
     print(f"ran: {'your' if mine else 'the reference'} {what or name.replace('_', ' ')}"
           + ("" if mine else " (yours" + (", or a piece it uses," if name == "model" else "")
              + " has not passed yet)"))
     return learner if mine else solution
 
 
-# --- the module exercises: build, run in pieces through a cache, compare gradients ---------------
+# --- the module exercises: build, run in pieces through a cache, compare gradients ----------------
 
 def _build(cls, args: tuple, reference: nn.Module, what: str, swap: dict):
     if not isinstance(cls, type) or not issubclass(cls, nn.Module):
@@ -160,7 +161,7 @@ def _sequences(seed: int, d: int = 0, vocab: int = 0, shapes=((1, 5, 0, 0), (2, 
             for b, n, split, step in shapes]
 
 
-# --- 1. causal multi-head self-attention with a KV cache -----------------------------------------
+# --- 1. causal multi-head self-attention with a KV cache ------------------------------------------
 
 def attention_variant(ref: bg.CausalSelfAttention, kind: str = "right") -> Callable:
     """``forward(x, cache=None)`` with ``ref``'s weights and ``kind``'s mistake."""
@@ -255,7 +256,7 @@ def check_attention(cls) -> CheckResult:
             "counts the new tokens too: read start = len(cache) before appending (the stub does).")])
 
 
-# --- 2. the pre-norm block -----------------------------------------------------------------------
+# --- 2. the model, part one: the pre-norm block ---------------------------------------------------
 
 def block_variant(ref: bg.Block, kind: str = "right") -> Callable:
     """``forward(x, cache=None)`` with ``ref``'s parts and ``kind``'s mistake."""
@@ -310,23 +311,15 @@ BLOCK_MISTAKES = [
 ]
 
 
-@exercise("build_gpt.block", "a pre-norm Transformer block", hints=(
-    "Two sub-layers, attention then feed-forward, each with a residual addition and its own "
-    "LayerNorm; the cache goes to the attention. Notebook 06's exercise layer was post-norm: it "
-    "normalised each sum. Which layout leaves a path on which x is never normalised?",
-    "No LayerNorm on a residual sum: where else can norm1 and norm2 go, what does each sub-layer "
-    "read, and what is its output added to? Attention first (handed the cache), then the "
-    "feed-forward on the updated stream.",
-    "x = x + ...          # attention on norm1's copy of x, handed the cache\n"
-    "return x + ...       # the feed-forward on norm2's copy of the updated x"))
 def check_block(cls) -> CheckResult:
-    """Exercise: ``cls(d_model, num_heads, d_ff)``; ``forward(x, cache=None) -> x``, pre-norm."""
+    """The model exercise's first part: ``cls(d_model, num_heads, d_ff)``; ``forward(x,
+    cache=None) -> x``, pre-norm."""
     return _check_module(
         cls, "Block", [((16, 4, 32), 201), ((12, 3, 20), 202)], block_variant, BLOCK_MISTAKES,
         swap=("attn",))
 
 
-# --- 3. the model --------------------------------------------------------------------------------
+# --- 2. the model, part two: the GPT --------------------------------------------------------------
 
 def model_cfg(vocab=11, context=16, d=16, h=4, layers=2, d_ff=32) -> bg.GPTConfig:
     return bg.GPTConfig(vocab, context=context, d_model=d, num_heads=h, num_layers=layers,
@@ -350,6 +343,8 @@ def model_variant(ref: bg.GPT, kind: str = "right") -> Callable:
         blocks = {"first_block_only": ref.blocks[:1], "no_blocks": []}.get(kind, ref.blocks)
         for i, block in enumerate(blocks):
             x = block(x, None if caches is None or kind == "caches_not_passed" else caches[i])
+            if kind == "norm_every_block" and i < len(blocks) - 1:
+                x = ref.norm(x)
         logits = ref.head(x if kind == "no_final_norm" else ref.norm(x))
         if kind == "log_softmax_output":
             return torch.log_softmax(logits, dim=-1)
@@ -371,6 +366,8 @@ MODEL_MISTAKES = [
      "without caches)."),
     ("no_final_norm", "the final LayerNorm is missing: pre-norm leaves the stream unnormalised "
      "after the last block."),
+    ("norm_every_block", "the final LayerNorm ran after every block: it runs once, after the "
+     "last block. Inside, each block leaves the stream unnormalised."),
     ("first_block_only", "only one block ran: x goes through every block of self.blocks."),
     ("scaled_embeddings", "the embeddings are multiplied by sqrt(d): add them as they are."),
     ("token_scaled", "the token embeddings are multiplied by sqrt(d) (the 2017 paper's convention, "
@@ -391,22 +388,37 @@ def _token_cases(cfg, seed):
     return cases
 
 
-@exercise("build_gpt.model", "the GPT: embeddings, blocks, final norm, output head", hints=(
-    "Each token becomes its embedding plus its position's; the sum goes through every block, a "
-    "final LayerNorm, then the output head. With caches, which positions do the n new tokens "
-    "hold, and which cache does block i read?",
-    "start is the position of tokens[:, 0], with caches or without. Look the n positions up as "
-    "one (n,) tensor: its (n, d) result broadcasts onto the (b, n, d) token embeddings. "
-    "enumerate(self.blocks) gives block i its own cache (None when caches is None).",
+@exercise("build_gpt.model", "the model: a pre-norm block, then the GPT", hints=(
+    "The block: two sub-layers, attention then feed-forward, each with a residual addition and "
+    "its own LayerNorm; the cache goes to the attention. Notebook 06's exercise layer was "
+    "post-norm: it normalised each sum. Which layout leaves a path on which x is never "
+    "normalised? The GPT: each token becomes its embedding plus its position's; the sum goes "
+    "through every block, a final LayerNorm, then the output head. With caches, which positions "
+    "do the n new tokens hold, and which cache does block i read?",
+    "The block: no LayerNorm on a residual sum. Each sub-layer reads its own norm's copy of the "
+    "stream, and its output is added to the stream itself; the feed-forward reads the stream "
+    "after attention's addition. The GPT: start is the position of tokens[:, 0], with caches or "
+    "without. Look the n positions up as one (n,) tensor: its (n, d) result broadcasts onto the "
+    "(b, n, d) token embeddings. enumerate(self.blocks) gives block i its own cache (None when "
+    "caches is None).",
+    "# Block.forward:\n"
+    "#     x = x + ...      # attention on norm1's copy of x, handed the cache\n"
+    "#     return x + ...   # the feed-forward on norm2's copy of the updated x\n"
+    "# GPT.forward:\n"
     "positions = ...                           # (n,): start .. start + n - 1\n"
     "x = ...                                   # (b, n, d): token plus position embeddings\n"
     "for i, block in enumerate(self.blocks):\n"
     "    x = block(x, ...)                     # caches[i], or None without caches\n"
     "return ...                                # (b, n, vocab): the final norm, then the head"))
-def check_model(cls) -> CheckResult:
-    """Exercise: ``cls(cfg)``; ``forward(tokens (b, n), start=0, caches=None) -> (b, n, vocab)``."""
+def check_model(cls, block=None) -> CheckResult:
+    """Exercise: ``block`` (if given) as :func:`check_block`, then ``cls(cfg)``; ``forward(tokens
+    (b, n), start=0, caches=None) -> (b, n, vocab)``, run with the reference's blocks."""
+    if block is not None:
+        first = check_block(block)
+        if not first:
+            return first
     cfg = model_cfg()
-    return _check_module(
+    result = _check_module(
         cls, "GPT", [((cfg,), 301)], model_variant, MODEL_MISTAKES,
         forward=lambda m, x, start, caches: m(x, start, caches),
         new_cache=lambda x: [KVCache(cfg.context) for _ in range(cfg.num_layers)],
@@ -416,9 +428,12 @@ def check_model(cls) -> CheckResult:
                       "None when caches is None."),
                      ("cache is full", "a cache filled up: block i gets caches[i] (not caches[0] "
                       "for all).")])
+    if block is None or not result:
+        return result
+    return CheckResult(True, first.message + " " + result.message.replace("Passed: ", "And ", 1))
 
 
-# --- 4. the training step ------------------------------------------------------------------------
+# --- 3. the training, part one: the step ----------------------------------------------------------
 
 def train_variant(kind: str = "right") -> Callable:
     """``train_step(model, optimizer, chunk)`` with ``kind``'s mistake."""
@@ -478,21 +493,9 @@ TRAIN_MISTAKES = [
 ]
 
 
-@exercise("build_gpt.train_step", "the training step: next-character loss", hints=(
-    "Each position predicts the next character: which character is the target of input i, and "
-    "how many predictions does a chunk of n + 1 hold? Then the usual optimizer moves, the "
-    "gradient clipped before the step.",
-    "Inputs and targets are two (b, n) slices, the targets one step ahead: which end does each "
-    "drop? F.cross_entropy wants (N, vocab) logits against (N,) ids: flatten both.",
-    "inputs, targets = ...                     # (b, n) each: the chunk shifted by one\n"
-    "logits = model(inputs)                    # (b, n, vocab)\n"
-    "loss = F.cross_entropy(..., ...)          # logits (b * n, vocab), targets (b * n,)\n"
-    "optimizer.zero_grad()\n"
-    "...                                       # backward, clip the norm to 1, step\n"
-    "return loss.item()"))
 def check_train_step(train_step: Callable) -> CheckResult:
-    """Exercise: ``train_step(model, optimizer, chunk (b, n + 1)) -> loss``, checked over two SGD
-    steps whose gradients are far over norm 1."""
+    """The training exercise's first part: ``train_step(model, optimizer, chunk (b, n + 1)) ->
+    loss``, checked over two SGD steps whose gradients are far over norm 1."""
     g = seeded(401)
     cases = [{"chunks": torch.randint(0, 11, (2, b, n + 1), generator=g), "seed": s}
              for b, n, s in [(2, 8, 1), (3, 16, 2), (1, 4, 3)]]
@@ -523,7 +526,7 @@ def _two_steps(step: Callable) -> Callable:
     return run
 
 
-# --- 5. the training loop and its schedule -------------------------------------------------------
+# --- 3. the training, part two: the schedule and the loop -----------------------------------------
 
 def schedule_variant(kind: str = "right") -> Callable:
     """``learning_rate(step, recipe)`` with ``kind``'s mistake."""
@@ -540,6 +543,8 @@ def schedule_variant(kind: str = "right") -> Callable:
             return low + (peak - low) * (1 - progress)
         if kind == "no_half":
             return low + (peak - low) * math.cos(math.pi * progress)
+        if kind == "min_lr_not_subtracted":
+            return low + 0.5 * peak * (1 + math.cos(math.pi * progress))
         return low + 0.5 * (peak - low) * (1 + math.cos(math.pi * progress))
 
     return learning_rate
@@ -555,6 +560,8 @@ SCHEDULE_MISTAKES = [
      "warmup)."),
     ("to_zero", "the cosine ends at 0: it ends at recipe.min_lr."),
     ("linear", "the decay is linear: after the warm-up it follows half a cosine period."),
+    ("min_lr_not_subtracted", "the cosine starts at lr + min_lr: it scales the range, (lr - "
+     "min_lr) * (1 + cos(pi * progress)) / 2, added to min_lr."),
     ("no_half", "cos(pi * progress) runs from 1 to -1, so the rate goes negative: use (1 + cos(pi "
      "* progress)) / 2."),
 ]
@@ -570,7 +577,9 @@ def loop_variant(kind: str = "right") -> Callable:
                 betas=recipe.betas)
 
         def set_rate(step):
-            for group in optimizer.param_groups:
+            groups = optimizer.param_groups[:1] if kind == "first_group_only" else \
+                optimizer.param_groups
+            for group in groups:
                 group["lr"] = bg.learning_rate(step, recipe)
 
         optimizer, n, curve, chunk = new_optimizer(), model.cfg.context, [], None
@@ -583,7 +592,8 @@ def loop_variant(kind: str = "right") -> Callable:
             if kind not in ("no_schedule", "lr_after_step"):
                 set_rate(step)
             if chunk is None or kind != "same_batch":
-                starts = torch.randint(0, high, (recipe.batch,), generator=generator)
+                starts = torch.randint(0, high, (recipe.batch,), generator=None
+                                       if kind == "no_generator" else generator)
                 chunk = torch.stack([data[s:s + width] for s in starts.tolist()])
             batch_loss = train_step(model, optimizer, chunk)
             if kind == "lr_after_step":
@@ -605,6 +615,12 @@ def loop_variant(kind: str = "right") -> Callable:
 LOOP_MISTAKES = [
     ("no_schedule", "the rate was never set, so AdamW kept 0.001: before each step set "
      "group['lr'] = learning_rate(step, recipe) in optimizer.param_groups."),
+    ("first_group_only", "the rate was set in the first parameter group only, so the biases and "
+     "LayerNorm gains kept AdamW's default 0.001: set it in every group of "
+     "optimizer.param_groups."),
+    ("no_generator", "the batches were drawn from torch's global random numbers: the batch order "
+     "must use the given generator, torch.randint(..., generator=generator), so that your run "
+     "draws the reference's batches."),
     ("lr_after_step", "the rate is set after the step: set it before calling train_step."),
     ("optimizer_each_step", "a new AdamW at every step restarts its running averages: build it "
      "once."),
@@ -653,13 +669,22 @@ def _run_loop(train: Callable) -> Callable:
     return run
 
 
-@exercise("build_gpt.train", "the training loop: schedule, batches, evaluation", hints=(
-    "learning_rate: a straight line up for the warm-up, then half a cosine period down to "
-    "min_lr. train: each step set the rate, draw a batch, take one step; every eval_every steps "
-    "record both losses.",
-    "Step s < warmup gets lr * (s + 1) / warmup; then p = (s - warmup) / (steps - warmup) runs 0 "
-    "to 1 and the rate is min_lr + (lr - min_lr) * (1 + cos(pi p)) / 2. The batch: recipe.batch "
-    "starts from torch.randint with the generator, n + 1 characters from each.",
+@exercise("build_gpt.train", "the training: step, schedule, batches, evaluation", hints=(
+    "train_step: each position predicts the next character: which character is the target of "
+    "input i, and how many predictions does a chunk of n + 1 hold? Then the usual optimizer "
+    "moves, the gradient clipped before the step. learning_rate: a straight line up for the "
+    "warm-up, then half a cosine period down to min_lr. train: each step set the rate, draw a "
+    "batch, take one step; every eval_every steps record both losses.",
+    "train_step: inputs and targets are two (b, n) slices, the targets one step ahead: which end "
+    "does each drop? F.cross_entropy wants (N, vocab) logits against (N,) ids: flatten both. "
+    "learning_rate: step s < warmup gets lr * (s + 1) / warmup; then p = (s - warmup) / (steps - "
+    "warmup) runs 0 to 1 and the rate is min_lr + (lr - min_lr) * (1 + cos(pi p)) / 2. train: "
+    "the rate goes in every parameter group; the batch is recipe.batch starts from torch.randint "
+    "with the given generator, n + 1 characters from each.",
+    "# train_step: inputs, targets = ... (the chunk shifted by one); logits = model(inputs)\n"
+    "#     loss = F.cross_entropy(...) on (b * n, vocab) and (b * n,); optimizer.zero_grad();\n"
+    "#     loss.backward(); clip the norm to 1; optimizer.step(); return loss.item()\n"
+    "# train, inside the loop:\n"
     "for group in optimizer.param_groups:\n"
     "    group[\"lr\"] = ...                     # this step's rate\n"
     "starts = torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), generator=generator)\n"
@@ -667,9 +692,16 @@ def _run_loop(train: Callable) -> Callable:
     "train_step(model, optimizer, chunk)\n"
     "if (step + 1) % recipe.eval_every == 0:\n"
     "    curve.append((step + 1, bg.estimate_loss(model, corpus.train, n), ...))"))
-def check_train(train: Callable, learning_rate: Callable) -> CheckResult:
-    """Exercise: ``learning_rate(step, recipe) -> float`` and ``train(model, train_step, corpus,
-    recipe, generator, stop=None) -> curve``, with the reference's draws."""
+def check_train(train: Callable, learning_rate: Callable, train_step: Callable | None = None
+                ) -> CheckResult:
+    """Exercise: ``train_step`` (if given) as :func:`check_train_step`, then ``learning_rate(step,
+    recipe) -> float`` and ``train(model, train_step, corpus, recipe, generator, stop=None) ->
+    curve``, with the reference's step and draws."""
+    step = CheckResult(True, "")
+    if train_step is not None:
+        step = check_train_step(train_step)
+        if not step:
+            return step
     recipes = [{"recipe": bg.Recipe(steps=s, batch=2, lr=lr, warmup=w, min_lr=m)}
                for s, lr, w, m in [(20, 0.1, 5, 0.01), (12, 3e-3, 1, 0.0), (50, 1e-3, 10, 1e-4),
                                    (8, 0.5, 3, 0.05)]]
@@ -690,11 +722,13 @@ def check_train(train: Callable, learning_rate: Callable) -> CheckResult:
         atol=1e-5, mistakes=[Mistake(_run_loop(loop_variant(kind)), hint)
                              for kind, hint in LOOP_MISTAKES])
     return result if not result else CheckResult(
-        True, f"Passed: learning_rate matches the reference on every step of {len(recipes)} "
-              f"recipes, and train gives the reference's curve and weights on all {len(runs)} runs.")
+        True, (f"{step.message} " if step.message else "Passed: ")
+        + f"{'And ' if step.message else ''}learning_rate matches the reference on every step of "
+          f"{len(recipes)} recipes, and train gives the reference's curve and weights on all "
+          f"{len(runs)} runs.")
 
 
-# --- 6. generation with a KV cache ---------------------------------------------------------------
+# --- 4. generation with a KV cache ----------------------------------------------------------------
 
 def generate_variant(kind: str = "right") -> Callable:
     """``generate(...)`` with ``kind``'s mistake (``"top_k_indices"`` is right too)."""
@@ -714,7 +748,8 @@ def generate_variant(kind: str = "right") -> Callable:
                     logits = logits.masked_fill(logits <= kth, -math.inf)
                     logits = torch.where(logits.isinf().all(-1, keepdim=True), 0.0, logits)
                 else:
-                    logits = logits.masked_fill(logits < kth, -math.inf)
+                    logits = logits.masked_fill(logits < kth, 0.0 if kind == "top_k_zero"
+                                                else -math.inf)
             probs = torch.softmax(logits, dim=-1)
             if kind == "temperature_after_softmax":
                 probs = probs / temperature
@@ -761,6 +796,8 @@ GENERATE_MISTAKES = [
      "generator=generator)."),
     ("no_generator", "your generate drew from torch's global random numbers: sample with "
      "torch.multinomial(probs, 1, generator=generator)."),
+    ("top_k_zero", "the logits outside the top k were set to 0, not -inf: a logit of 0 keeps a "
+     "probability. Set them to float('-inf')."),
     ("no_top_k", "top_k was ignored: set all but the k largest logits to -inf."),
     ("top_k_plus_one", "top-k kept k + 1 characters: the cut-off is the k-th largest logit."),
     ("start_frozen", "start stayed at the prompt's length: each new character sits one position "

@@ -77,10 +77,12 @@ def run_prompt(model: bg.GPT, corpus: bg.Corpus, text: str) -> PromptRun:
 
 
 def plot_curves(curves: dict, title: str, *, ends: dict | None = None,
-                target: float | None = None, note: str | None = None) -> None:
+                target: float | None = None, note: str | None = None,
+                target_label: str = "target") -> None:
     """``curves {label: [(step, training, held out), ...]}``: held out solid, training dashed (if
     given), curve i with its own hollow marker, so overlaps stay visible; ``ends {label: (step,
-    losses)}``: diamond i in curve i's colour, spread in x; ``target`` dotted; ``note`` low left."""
+    losses)}``: diamond i in curve i's colour, spread in x; ``target`` dotted, labelled
+    ``target_label``; ``note`` low left."""
     _, ax = plt.subplots(figsize=(7, 3.6))
     for i, (label, curve) in enumerate(curves.items()):   # curve i takes colour Ci
         steps, training, held_out = zip(*curve, strict=True)
@@ -95,7 +97,7 @@ def plot_curves(curves: dict, title: str, *, ends: dict | None = None,
                     color=f"C{i}", markeredgecolor="black", label=None if i else label)
     if target is not None:
         ax.axhline(target, color="black", linewidth=0.8, linestyle=":")
-        ax.text(ax.get_xlim()[0], target, f" target {target}", va="top")
+        ax.text(ax.get_xlim()[0], target, f" {target_label} {target}", va="top")
     if note:
         ax.text(0.02, 0.12, note, transform=ax.transAxes, fontsize=8)
     ax.set(xlabel="step", ylabel="loss (nats per character)", title=title)

@@ -25,9 +25,11 @@ def _learner(base, variant, kind):
 ANSWERS = {
     "ATTENTION_MISTAKES": lambda kind: ex.check_attention(
         _learner(bg.CausalSelfAttention, ex.attention_variant, kind)),
-    "BLOCK_MISTAKES": lambda kind: ex.check_block(_learner(bg.Block, ex.block_variant, kind)),
-    "MODEL_MISTAKES": lambda kind: ex.check_model(_learner(bg.GPT, ex.model_variant, kind)),
-    "TRAIN_MISTAKES": lambda kind: ex.check_train_step(ex.train_variant(kind)),
+    "BLOCK_MISTAKES": lambda kind: ex.check_model(bg.GPT, _learner(bg.Block, ex.block_variant,
+                                                                   kind)),
+    "MODEL_MISTAKES": lambda kind: ex.check_model(_learner(bg.GPT, ex.model_variant, kind), bg.Block),
+    "TRAIN_MISTAKES": lambda kind: ex.check_train(bg.train, bg.learning_rate,
+                                                  ex.train_variant(kind)),
     "SCHEDULE_MISTAKES": lambda kind: ex.check_train(bg.train, ex.schedule_variant(kind)),
     "LOOP_MISTAKES": lambda kind: ex.check_train(ex.loop_variant(kind), bg.learning_rate),
     "GENERATE_MISTAKES": lambda kind: ex.check_generate(ex.generate_variant(kind)),
@@ -58,6 +60,19 @@ def test_the_references_pass_and_the_module_passes_name_sizes_and_gradients():
     assert ex.check_generate(bg.generate)
 
 
+def test_the_merged_exercises_check_both_parts_and_name_the_first_that_fails():
+    both = ex.check_model(bg.GPT, bg.Block)
+    assert both and "Block matches" in both.message and "And GPT matches" in both.message, both.message
+    wrong_block = _learner(bg.Block, ex.block_variant, "post_norm")
+    assert_rejected(ex.check_model(bg.GPT, wrong_block), "post-norm")
+    trained = ex.check_train(bg.train, bg.learning_rate, bg.train_step)
+    assert trained and "train_step" in trained.message and "And learning_rate" in trained.message
+    assert_rejected(ex.check_train(bg.train, bg.learning_rate, ex.train_variant("no_step")),
+                    "optimizer.step()")
+    assert set(ex.KEYS) == {key.partition(".")[2] for key in exercises.EXERCISES
+                            if key.startswith("build_gpt.")}
+
+
 def test_stubs_are_not_implemented_yet_and_a_string_is_not_a_class():
     class Stub(nn.Module):
         def __init__(self, *args):
@@ -66,6 +81,8 @@ def test_stubs_are_not_implemented_yet_and_a_string_is_not_a_class():
 
     for check in (ex.check_attention, ex.check_block, ex.check_model):
         assert "not implemented yet" in check(Stub).message
+    assert "not implemented yet" in ex.check_model(bg.GPT, Stub).message
+    assert "not implemented yet" in ex.check_train(bg.train, bg.learning_rate, stub).message
     assert "not implemented yet" in ex.check_attention(_learner(bg.CausalSelfAttention,
                                                                 lambda self, kind: stub, "")).message
     for result in (ex.check_train_step(stub), ex.check_train(stub, stub),
@@ -75,7 +92,7 @@ def test_stubs_are_not_implemented_yet_and_a_string_is_not_a_class():
 
 
 def test_solution_true_does_not_count_and_pick_follows_the_learner(capsys):
-    result = ex.check_block(bg.Block, solution=True)
+    result = ex.check_model(bg.GPT, bg.Block, solution=True)
     assert result and "does not count" in result.message
     assert ex.pick("model", "mine", "ref") == "ref" and "the reference model" in capsys.readouterr().out
 
@@ -286,9 +303,10 @@ def test_sampling_among_the_top_k_indices_passes_and_without_the_generator_is_na
 
 
 @pytest.mark.parametrize("name, answers", [
-    ("block", ("self.attn(self.norm1", "x + attn(", "in front of its sub-layer")),
-    ("model", ("arange", "start..start+n-1", "start + n - 1", "caches[i]")),
-    ("train_step", ("[:, :-1]", "[:, 1:]", "without its last", "without its first")),
+    ("model", ("self.attn(self.norm1", "x + attn(", "in front of its sub-layer", "arange",
+               "start..start+n-1", "start + n - 1", "caches[i]")),
+    ("train", ("[:, :-1]", "[:, 1:]", "without its last", "without its first",
+               "param_groups[0]")),
 ])
 def test_hints_before_the_skeleton_do_not_state_the_solution(name, answers):
     hints = exercises.EXERCISES[f"build_gpt.{name}"].hints
@@ -305,8 +323,6 @@ ATTENTION_GIVEN = ("b, n, d = x.shape\nstart = 0 if cache is None else len(cache
     ("build_gpt.attention", bg.CausalSelfAttention, "self, x, cache=None", "check_attention",
      ("cache.append(k, v); k, v = cache.keys, cache.values", "ah.causal_mask(start + n)[start:]"),
      ATTENTION_GIVEN),
-    ("build_gpt.block", bg.Block, "self, x, cache=None", "check_block",
-     ("self.attn(self.norm1(x), cache)", "self.ff(self.norm2(x))"), ""),
     ("build_gpt.model", bg.GPT, "self, tokens, start=0, caches=None", "check_model",
      ("torch.arange(start, start + tokens.shape[1])",
       "self.token_embedding(tokens) + self.position_embedding(positions)",
@@ -323,16 +339,7 @@ def test_the_third_hint_of_each_piece_is_a_skeleton(key, base, signature, check,
     assert result, result.message
 
 
-def test_the_third_hints_of_the_step_and_of_generate_are_skeletons():
-    key = "build_gpt.train_step"
-    assert not ex.check_train_step(skeleton(key, "model, optimizer, chunk", F=F, nn=nn))
-    result = ex.check_train_step(skeleton(key, "model, optimizer, chunk", (
-        "chunk[:, :-1], chunk[:, 1:]", "logits.reshape(-1, logits.shape[-1])",
-        "targets.reshape(-1)",
-        "loss.backward(); nn.utils.clip_grad_norm_(model.parameters(), 1.0); optimizer.step()"),
-        F=F, nn=nn))
-    assert result, result.message
-
+def test_the_third_hint_of_generate_is_a_skeleton():
     def generate(fills):
         return skeleton("build_gpt.generate",
                         "model, prompt, steps, temperature, top_k, use_cache, generator", fills,
