@@ -80,6 +80,9 @@ CHOOSE_SCALE_MISTAKES = [Mistake(_scale_from(f), hint) for f, hint in [
      "variance to 1: average the variances first."),
     (lambda S, *_: 1 / S.var(-1).mean(),
      "Var(c S) = c^2 Var(S): c is the inverse of the standard deviation, not of the variance."),
+    (lambda S, x, w_q, w_k: 1 / (math.sqrt(w_q.shape[1]) * S.var(-1).mean().sqrt()),
+     "you divided 1/sqrt(d_k) by the measured spread; c replaces 1/sqrt(d_k), it does not stack on "
+     "it: c alone multiplies the raw S = Q K^T, so Var(c S) = 1 fixes it."),
     (lambda S, *_: S.var(-1).mean().sqrt(),
      "you returned the spread of the scores; the scale divides by it."),
     (lambda S, x, w_q, w_k: (S.var(-1).mean() / w_q.shape[1]).rsqrt(),
@@ -236,7 +239,8 @@ def _backward_with(x, w_q, w_k, scale, up, *, powers=(1, 1), given_scale=True,  
            "raw": lambda: _softmax_grad(q @ k.mT, up),
            "weights": lambda: _softmax_grad(torch.softmax(s, dim=-1), up),
            "skipped": lambda: up,
-           "diagonal": lambda: torch.softmax(s, dim=-1) * up}[softmax_at]()
+           "diagonal": lambda: torch.softmax(s, dim=-1) * up,
+           "diagonal of J": lambda: torch.softmax(s, -1) * (1 - torch.softmax(s, -1)) * up}[softmax_at]()
     first, second = (q, k) if swap_qk else (k, q)                     # what dQ, dK multiply
     d_q = c ** powers[0] * (d_s if dq_rows else d_s.mT) @ first
     d_k = c ** powers[1] * (d_s.mT if dk_columns else d_s) @ second
@@ -277,6 +281,8 @@ PROJECTION_MISTAKES = [Mistake(lambda *a, _v=v: _backward_with(*a, **_v), hint) 
      "so it differentiated a softmax of a softmax."),
     ({"softmax_at": "diagonal"}, "dS misses the a a^T part of the softmax's Jacobian: use exercise "
      "2's whole backward."),
+    ({"softmax_at": "diagonal of J"}, "dS used only the diagonal of J, a_i (1 - a_i): off it, "
+     "J_ij = -a_i a_j also contributes. Use exercise 2's whole backward."),
     ({"weights_dim": -2}, "the softmax backward recomputed the weights over dim -2, down the "
      "columns: A normalises each row (one query against every key), the last axis."),
     ({"softmax_at": "raw"}, "the softmax backward ran at Q K^T, without the scale: it needs the "

@@ -42,6 +42,8 @@ def test_choose_scale_accepts_the_reference_biased_or_not_and_a_tensor():
     (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).var(dim=-1).median().sqrt().item(), "the median row"),
     (lambda x, W_Q, W_K: 1 / math.sqrt(W_Q.shape[1]), "right only when the components"),
     (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).var(-1).mean().item(), "not of the variance"),
+    (lambda x, W_Q, W_K: (1 / math.sqrt(W_Q.shape[1])) / _S(x, W_Q, W_K).var(-1).mean().sqrt().item(),
+     "does not stack on it"),
     (lambda x, W_Q, W_K: _S(x, W_Q, W_K).var(-1).mean().sqrt().item(), "divides by it"),
     (lambda x, W_Q, W_K: choose_scale(x, W_Q, W_K) * W_Q.shape[1] ** 0.5, "already scaled"),
     (lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).pow(2).mean().sqrt().item(), "subtract each row's mean"),
@@ -201,6 +203,9 @@ def _chain_with(x, W_Q, W_K, scale, g, *, dq=None, dk=None, dS=None, wrt_w=True)
     (lambda x, W_Q, W_K, c, g: _chain_with(
         x, W_Q, W_K, c, g, dS=torch.softmax(c * (x @ W_Q) @ (x @ W_K).mT, -1) * g),
      "misses the a a^T part"),
+    (lambda x, W_Q, W_K, c, g: _chain_with(x, W_Q, W_K, c, g, dS=(
+        lambda a: a * (1 - a) * g)(torch.softmax(c * (x @ W_Q) @ (x @ W_K).mT, -1))),
+     "only the diagonal of J"),
     (lambda x, W_Q, W_K, c, g: _chain_with(
         x, W_Q, W_K, c, g, dS=softmax_backward((x @ W_Q) @ (x @ W_K).mT, g)), "without the scale"),
     (lambda x, W_Q, W_K, c, g: _chain_with(x, W_Q, W_K, c, g, dS=softmax_backward(
