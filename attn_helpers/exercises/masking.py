@@ -111,9 +111,11 @@ def check_pack_documents(pack_documents: Callable) -> CheckResult:
         error_hints=[("must match the size of tensor", "two tensors did not broadcast. Each token's "
                       "document is a (n,) vector; comparing it with itself needs one copy as a "
                       "column (n, 1) and one as a row (1, n).")])
-    in_the_mask = r"(the mask with wrong values: at index \(.*?\) you )gave ([01]), expected ([01])"
-    return CheckResult(verdict.passed, re.sub(in_the_mask, lambda m: f"{m[1]}gave {m[2] == '1'}, "
-                                              f"expected {m[3] == '1'}", verdict.message))   # bool
+    in_the_mask = (r"the mask with wrong values: at index (\(.*?\)) you gave ([01]), expected ([01])"
+                   r"(?: \(largest difference 1\))?")
+    return CheckResult(verdict.passed, re.sub(in_the_mask, lambda m: "the mask with wrong values: at "
+                                              f"(i, j) = {m[1]} you gave {m[2] == '1'}, expected "
+                                              f"{m[3] == '1'}", verdict.message))   # bool, axes named
 
 
 def _real(lengths: torch.Tensor, n: int, shift: int = 0) -> torch.Tensor:
@@ -198,8 +200,9 @@ def check_window_mask(window_mask: Callable) -> CheckResult:
         error_hints=[("must match the size of tensor", "two tensors did not broadcast. Real keys "
                       "form a (b, n) table: key positions (n,) against one bound per sentence (b,), "
                       "which needs a new last axis. Give that table a query axis for the (n, n) mask.")])
-    return CheckResult(verdict.passed, re.sub(r"gave ([01]), expected ([01]) \(.*?\)", lambda m:  # bool
-                       f"gave {m[1] == '1'}, expected {m[2] == '1'}", verdict.message))
+    message = re.sub(r"gave ([01]), expected ([01]) \(.*?\)", lambda m:  # bool
+                     f"gave {m[1] == '1'}, expected {m[2] == '1'}", verdict.message)
+    return CheckResult(verdict.passed, message.replace("at index (", "at (b, i, j) = ("))
 
 
 _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)

@@ -67,8 +67,8 @@ def test_pack_documents_names_dtypes_and_a_missing_output():
     assert_rejected(check_pack_documents(lambda L: (pack_documents(L)[0], pack_documents(L)[1].float())),
                     "must be an integer tensor")
     assert_rejected(check_pack_documents(lambda L: pack_documents(L)[0]), "expected 2")
-    assert "you gave True, expected False" in check_pack_documents(
-        lambda L: (~pack_documents(L)[0], pack_documents(L)[1])).message
+    assert "at (i, j) = (0, 1) you gave True, expected False.\n" in check_pack_documents(
+        lambda L: (~pack_documents(L)[0], pack_documents(L)[1])).message       # the axes named
 
 
 def test_pack_documents_accepts_the_reference_and_the_level_3_skeleton_filled_in():
@@ -286,7 +286,8 @@ def test_window_mask_rejects_known_mistakes_with_their_hint(wrong, words):
 def test_window_mask_wants_bool_and_reports_its_values_as_true_false():
     verdict = check_window_mask(lambda L, n, w: window_mask(L, n, w).int())
     assert not verdict and "bool" in verdict.message
-    assert "you gave True, expected False." in check_window_mask(lambda *a: ~window_mask(*a)).message
+    assert "at (b, i, j) = (0, 0, 1) you gave True, expected False." in check_window_mask(
+        lambda *a: ~window_mask(*a)).message                                  # the axes named
 
 
 def test_a_filled_count_that_leaves_the_newest_key_out_is_named_with_the_course_attention():
