@@ -27,6 +27,9 @@ def check_environment(path: Path | str = REQUIREMENTS) -> list[dict]:
     """One row per package (and Python): ``name``, ``installed``, ``pinned`` and ``status``: "ok",
     "different" or "optional" (a warning), "too old" or "missing" (a ``RuntimeError``)."""
     path, pins = Path(path), {}
+    if not path.exists():       # e.g. a non-editable ``pip install .`` ships no requirements.txt
+        warnings.warn(f"no {path.name} at {path}: only the minimum versions were checked, not the "
+                      "versions the course was tested with.", stacklevel=2)
     for line in path.read_text().splitlines() if path.exists() else []:
         name, pinned, version = line.split("#")[0].partition("==")
         if pinned:

@@ -11,7 +11,8 @@ from ..entropy import max_weight
 from ..masks import causal_mask
 from .core import AttentionFrame, AttentionView, LiveAttentionWidget
 
-__all__ = ["WARMUP_TOKENS", "tour", "warmup_scores", "warmup_frame", "warmup_widget"]
+__all__ = ["WARMUP_TOKENS", "normalised_entropy", "tour", "warmup_scores", "warmup_frame",
+           "warmup_widget"]
 
 WARMUP_TOKENS = ("how", "does", "attention", "really", "work", "?")
 WARMUP_SEED = 5  # the smallest seed with a mean entropy below 0.1 nats at T = 0.1 (notebook 00)
@@ -31,9 +32,27 @@ def warmup_frame(temperature: float, causal: bool = False) -> AttentionFrame:
     weights = masked_softmax(warmup_scores() / temperature, mask)
     frame = AttentionFrame(weights, WARMUP_TOKENS, WARMUP_TOKENS, mask=mask)
     frame.readouts = {"mean entropy (nats)": f"{frame.entropy.mean().item():.2f}",  # as tour()
+                      "mean H / ln(keys seen)": f"{normalised_entropy(frame.entropy, mask):.2f}",
                       "mean largest weight": f"{max_weight(weights).mean().item():.2f}",
                       "effective keys (mean e^H)": f"{frame.entropy.exp().mean().item():.2f}"}
     return frame
+
+
+def normalised_entropy(entropy: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+    """The mean of ``H_i / ln(keys row i sees)`` over the rows that see two keys or more.
+
+    ``entropy`` is ``(n_q,)``; ``mask`` is ``(n_q, n_k)``, ``True`` where a key is seen (``None``:
+    every row sees all ``n_k = n_q`` keys). A row that sees one key has ceiling ``ln 1 = 0``."""
+    if not isinstance(entropy, torch.Tensor) or entropy.dim() != 1:
+        raise ValueError(f"entropy must be a (n_q,) tensor, got {getattr(entropy, 'shape', entropy)}")
+    if mask is None:
+        seen = torch.full_like(entropy, len(entropy))
+    elif mask.shape[:1] != entropy.shape or mask.dim() != 2:
+        raise ValueError(f"mask must be (n_q, n_k) with n_q = {len(entropy)}, got {tuple(mask.shape)}")
+    else:
+        seen = mask.sum(-1).to(entropy.dtype)
+    rows = seen > 1
+    return (entropy[rows] / seen[rows].log()).mean().item()
 
 
 def warmup_widget() -> LiveAttentionWidget:

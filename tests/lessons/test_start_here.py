@@ -50,3 +50,9 @@ def test_too_old_fails_naming_the_package_and_a_missing_jupyterlab_only_warns(tm
     with pytest.warns(UserWarning, match="jupyterlab is not installed"):
         rows = lesson.check_environment(tmp_path / "none.txt")
     assert rows[-1]["name"] == "jupyterlab" and rows[-1]["status"] == "optional"
+
+
+def test_a_missing_requirements_file_warns_that_only_minimums_were_checked(tmp_path):
+    with pytest.warns(UserWarning, match=r"no none.txt at .*only the minimum versions were checked"):
+        rows = lesson.check_environment(tmp_path / "none.txt")
+    assert not any(row["pinned"] for row in rows)
