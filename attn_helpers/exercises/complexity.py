@@ -3,7 +3,9 @@ in tiles (never holding the n x n scores), and one step of causal linear attenti
 
 from __future__ import annotations
 
+import ast
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -57,11 +59,12 @@ def _merge_cases() -> list[dict]:
 
 
 def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=(True, True),  # noqa: E741
-                flip=False, swap=False, finish=False, weigh=False):
-    """The merge with one thing changed."""
+                flip=False, swap=False, finish=False, weigh=False, one_side=0):
+    """The merge with one thing changed (``one_side``: only that state is rescaled)."""
     m = new_max(m1, m2)
     c1, c2 = (torch.exp(m - m1), torch.exp(m - m2)) if flip else (torch.exp(m1 - m), torch.exp(m2 - m))
     c1, c2 = (c2, c1) if swap else (c1, c2)
+    c1, c2 = {0: (c1, c2), 1: (c1, 1.0), 2: (1.0, c2)}[one_side]
     l = (c1 * l1 + c2 * l2) if rescale[0] else l1 + l2  # noqa: E741
     acc = (c1 * acc1 + c2 * acc2) if rescale[1] else acc1 + acc2
     acc = (c1 * l1 * acc1 + c2 * l2 * acc2) / l if weigh else acc
@@ -78,6 +81,10 @@ def _merge_mistakes() -> list[Mistake]:
                                       "(times exp(m1 - m), exp(m2 - m))."),
         ({"rescale": (True, False)}, "l was rescaled but acc was not: acc1 and acc2 need the same "
                                      "factors as l1 and l2."),
+        ({"one_side": 1}, "only state 1 was rescaled: l2 and acc2 are measured against m2, so they "
+                          "need exp(m2 - m) too (it is 1 only where m2 is the larger max)."),
+        ({"one_side": 2}, "only state 2 was rescaled: l1 and acc1 are measured against m1, so they "
+                          "need exp(m1 - m) too (it is 1 only where m1 is the larger max)."),
         ({"flip": True}, "the factors are upside down: exp(s - m1) becomes exp(s - m) times "
                          "exp(m1 - m), at most 1, not exp(m - m1)."),
         ({"swap": True}, "the factors were swapped: state 1 takes exp(m1 - m), state 2 exp(m2 - m)."),
@@ -369,8 +376,30 @@ def _linear_mistakes() -> list[Mistake]:
 def check_linear_step(step: Callable) -> CheckResult:
     """Exercise: ``step(S (..., d_k, d_v), z, q_t, k_t (..., d_k), v_t (..., d_v)) -> (o_t, S_t,
     z_t)``; an ``eps`` up to 1e-6 in the normaliser passes."""
-    return check_function(step, linear_step_reference, _linear_cases(), what="linear_step",
-                          output_names=("o_t", "S_t", "z_t"), mistakes=_linear_mistakes(),
-                          nan_hint="a normaliser of 0: add token t before reading, and use "
-                                   "phi = elu + 1, which keeps it positive.",
-                          atol=1e-9, rtol=1e-5)     # rtol: accepts the usual + eps <= 1e-6 below
+    result = check_function(step, linear_step_reference, _linear_cases(), what="linear_step",
+                            output_names=("o_t", "S_t", "z_t"), mistakes=_linear_mistakes(),
+                            nan_hint="a normaliser of 0: add token t before reading, and use "
+                                     "phi = elu + 1, which keeps it positive.",
+                            atol=1e-9, rtol=1e-5)   # rtol: accepts the usual + eps <= 1e-6 below
+    return result if result else _more_digits(step, result)
+
+
+_GAVE = re.compile(r"on case (\d+) of .*?you returned (o_t|S_t|z_t) with wrong values: at index "
+                   r"(\([\d, ]*\)) you gave (\S+), expected (\S+) \(", re.S)
+
+
+def _more_digits(step: Callable, result: CheckResult) -> CheckResult:
+    """Where the message's two values print alike (a small eps), print them to 8 digits."""
+    found = _GAVE.search(result.message)
+    if not found or found[4] != found[5]:
+        return result
+    case = _linear_cases()[int(found[1]) - 1]
+    try:
+        got = step(*(t.clone() for t in case.values()))
+    except Exception:                                    # noqa: BLE001 - it ran once already
+        return result
+    which, index = ("o_t", "S_t", "z_t").index(found[2]), ast.literal_eval(found[3])
+    ours = linear_step_reference(*case.values())[which][index].item()
+    return CheckResult(False, result.message.replace(
+        f"you gave {found[4]}, expected {found[5]}",
+        f"you gave {got[which][index].item():.8g}, expected {ours:.8g}", 1))

@@ -4,6 +4,7 @@ each plausible mistake. The references are checked against PyTorch's attention a
 from __future__ import annotations
 
 import math
+import re
 from functools import partial
 
 import pytest
@@ -39,7 +40,7 @@ def test_merged_states_of_two_key_sets_give_attention_over_both(n_q, n_1, n_2, d
 
 
 def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=(True, True), flip=False,
-                  swap=False, finish=False, raw_exp=False, weigh=False):
+                  swap=False, finish=False, raw_exp=False, weigh=False, one_side=0):
     """A learner's merge through weights w_i = exp(m_i - m); each keyword plants one mistake."""
     m = {"max": torch.max(m1, m2), "first": m1, "min": torch.min(m1, m2)}[new_max]
     if raw_exp:                                                      # exp(m_i) / exp(m): overflows
@@ -49,6 +50,7 @@ def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=(True, T
         m_ = torch.where(torch.isfinite(m), m, 0.0)                  # 0 where both are empty
         w1, w2 = ((m_ - m1).exp(), (m_ - m2).exp()) if flip else ((m1 - m_).exp(), (m2 - m_).exp())
     w1, w2 = (w2, w1) if swap else (w1, w2)
+    w1, w2 = {0: (w1, w2), 1: (w1, torch.ones_like(w2)), 2: (torch.ones_like(w1), w2)}[one_side]
     l = w1 * l1 + w2 * l2 if rescale[0] else l1 + l2  # noqa: E741
     acc = torch.addcmul(w2 * acc2, w1, acc1) if rescale[1] else acc1 + acc2
     acc = (w1 * l1 * acc1 + w2 * l2 * acc2) / l if weigh else acc
@@ -86,6 +88,8 @@ def test_merge_checker_names_the_nan_of_two_empty_states():
 MERGE_WRONG = {
     "the sums were added without rescaling": partial(learner_merge, rescale=(False, False)),
     "l was rescaled but acc was not": partial(learner_merge, rescale=(True, False)),
+    "only state 1 was rescaled": partial(learner_merge, one_side=1),
+    "only state 2 was rescaled": partial(learner_merge, one_side=2),
     "the factors are upside down": partial(learner_merge, flip=True),
     "the factors were swapped": partial(learner_merge, swap=True),
     "m was kept from state 1": partial(learner_merge, new_max="first"),
@@ -413,6 +417,13 @@ def test_step_checker_accepts_the_reference_a_learner_step_and_the_hint():
 def test_step_checker_accepts_the_usual_eps_in_the_normaliser_not_one_that_moves_the_output(eps, passes):
     verdict = ex.check_linear_step(partial(learner_step, eps=eps))
     assert bool(verdict) == passes and (passes or "an eps of 0.001 in the normaliser" in verdict.message)
+
+
+@pytest.mark.parametrize("eps", [1e-3, 1e-4, 1e-5])
+def test_step_checker_prints_values_that_differ_where_a_small_eps_moves_them(eps):
+    message = ex.check_linear_step(partial(learner_step, eps=eps)).message
+    gave, expected = re.search(r"you gave (\S+), expected (\S+) \(", message).groups()
+    assert gave != expected and abs(float(gave) - float(expected)) > 0, message
 
 
 STEP_WRONG = {
