@@ -176,6 +176,7 @@ def attention_variant(ref: bg.CausalSelfAttention, kind: str = "right") -> Calla
         causal = causal_mask(start + n)
         mask = {"no_mask": None, "upper": causal.T[start:], "not_offset": causal[:n],
                 "no_diagonal": causal.tril(-1)[start:],
+                "one_ahead": torch.ones(n, start + n, dtype=torch.bool).tril(start + 1),
                 "cache_unmasked": None if cache is not None else causal,
                 "prompt_only": None if start else causal}.get(kind, causal[start:])
         scale = {"scale_d_model": 1 / math.sqrt(d), "no_scale": 1.0}.get(kind)
@@ -212,6 +213,9 @@ ATTENTION_MISTAKES = [
      "Set masked scores to -inf before the softmax, or pass the mask to the attention step."),
     ("no_diagonal", "the mask hides each query's own position: new query i sees keys up to AND "
      "including start + i."),
+    ("one_ahead", "the mask lets each query see one future key, start + i + 1: the future leaks. "
+     "New query i sees keys 0..start+i only. To test it, change the last token: no earlier "
+     "output may change."),
     ("softmax_over_queries", "the softmax ran over dim=-2, the queries: each query's weights over "
      "the keys sum to 1, so use dim=-1."),
 ]
@@ -457,6 +461,8 @@ def train_variant(kind: str = "right") -> Callable:
         if kind != "no_zero_grad":
             optimizer.zero_grad()
         loss.backward()
+        if kind == "zero_grad_late":
+            optimizer.zero_grad()
         if kind == "clip_each":                           # each gradient's norm on its own
             for p in model.parameters():
                 nn.utils.clip_grad_norm_([p], 1.0)
@@ -480,7 +486,9 @@ TRAIN_MISTAKES = [
      "slices."),
     ("no_zero_grad", "the gradients are never zeroed, so they pile up: call optimizer.zero_grad() "
      "before loss.backward()."),
-    ("no_step", "the weights did not change: call optimizer.step() after loss.backward()."),
+    # zeroing the gradients between backward and step ("zero_grad_late") gives these same outputs
+    ("no_step", "the weights did not change: zero the gradients before loss.backward(), not after "
+     "it, and call optimizer.step() after it."),
     ("sum", "the loss is summed over positions: take the mean (cross_entropy's default)."),
     ("sum_over_positions", "the loss is summed over each chunk's positions: a per-character loss "
      "is the mean over every position."),
@@ -582,7 +590,7 @@ def loop_variant(kind: str = "right") -> Callable:
             for group in groups:
                 group["lr"] = bg.learning_rate(step, recipe)
 
-        optimizer, n, curve, chunk = new_optimizer(), model.cfg.context, [], None
+        optimizer, n, curve, chunk, losses = new_optimizer(), model.cfg.context, [], None, []
         data = corpus.val if kind == "batches_from_val" else corpus.train
         high = len(data) - n - (0 if kind == "randint_high" else 1)
         width = n if kind == "chunk_short" else n + 1
@@ -596,6 +604,7 @@ def loop_variant(kind: str = "right") -> Callable:
                                        if kind == "no_generator" else generator)
                 chunk = torch.stack([data[s:s + width] for s in starts.tolist()])
             batch_loss = train_step(model, optimizer, chunk)
+            losses.append(batch_loss)
             if kind == "lr_after_step":
                 set_rate(step)
             done = step if kind == "eval_off_by_one" else step + 1
@@ -604,6 +613,8 @@ def loop_variant(kind: str = "right") -> Callable:
                 val_loss = bg.estimate_loss(model, corpus.val, n)
                 if kind == "batch_loss":
                     train_loss = batch_loss
+                if kind == "batch_loss_mean":               # since the last evaluation
+                    train_loss, losses = sum(losses) / len(losses), []
                 if kind == "eval_swapped":
                     train_loss, val_loss = val_loss, train_loss
                 curve.append((step + 1, train_loss, val_loss))
@@ -626,14 +637,18 @@ LOOP_MISTAKES = [
      "once."),
     ("batches_from_val", "the batches come from the held-out text: train on corpus.train only."),
     ("same_batch", "one batch is used at every step: draw a fresh one inside the loop."),
-    ("randint_high", "the starts are drawn one too high: torch.randint(0, len(corpus.train) - n - "
-     "1, (recipe.batch,), generator=generator)."),
+    ("randint_high", "every chunk you draw is valid, but your batches differ from the reference's: "
+     "use len(corpus.train) - n - 1 as the bound, torch.randint(0, len(corpus.train) - n - 1, "
+     "(recipe.batch,), generator=generator)."),
     ("chunk_short", "each chunk holds n characters: it needs n + 1."),
     ("eval_off_by_one", "the evaluations come one step early: evaluate when (step + 1) % "
      "recipe.eval_every == 0."),
     ("eval_swapped", "the curve's two losses are swapped: (steps done, training, held-out)."),
     ("batch_loss", "the curve's training loss is one noisy batch's: use bg.estimate_loss(model, "
      "corpus.train, n)."),
+    ("batch_loss_mean", "the curve's training loss is the mean of the batch losses since the last "
+     "evaluation, as a training log prints: use bg.estimate_loss(model, corpus.train, n), measured "
+     "like the held-out one."),
     ("no_eval", "the curve is empty: every recipe.eval_every steps append (step + 1, training loss, "
      "held-out loss)."),
     ("stop_ignored", "stop was ignored: run only steps 0..stop-1 (the schedule still spans "

@@ -183,6 +183,27 @@ def test_clipping_each_gradient_or_by_value_is_named(kind):
                     "clip the joint norm of all gradients together, not each one or by value")
 
 
+def test_zeroing_the_gradients_after_backward_is_told_to_zero_them_before():
+    assert_rejected(ex.check_train_step(ex.train_variant("zero_grad_late")),
+                    "Hint: the weights did not change: zero the gradients before loss.backward()")
+
+
+def test_zeroing_the_gradients_after_the_step_passes():
+    def step(model, optimizer, chunk):
+        loss = F.cross_entropy(model(chunk[:, :-1]).flatten(0, 1), chunk[:, 1:].flatten())
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()                    # after the step: the next backward starts clean
+        return loss.item()
+
+    assert ex.check_train_step(step)
+
+
+def test_one_visible_future_key_is_named_as_a_leak():
+    assert_rejected(ANSWERS["ATTENTION_MISTAKES"]("one_ahead"), "one future key", "the future leaks")
+
+
 def test_a_loop_that_returns_nothing_is_told_to_return_the_curve():
     def silent(model, train_step, corpus, recipe, generator, stop=None):
         bg.train(model, train_step, corpus, recipe, generator, stop)
