@@ -269,7 +269,7 @@ def estimate_loss(model: nn.Module, data: torch.Tensor, context: int,
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, chunk: torch.Tensor) -> float:
-    """Exercise 4: one step on ``chunk (b, n + 1)``, gradient norm clipped to 1; the loss."""
+    """Exercise 3, first part: one step on ``chunk (b, n + 1)``, gradient norm clipped to 1; the loss."""
     loss = next_token_loss(model, chunk)
     optimizer.zero_grad()
     loss.backward()
@@ -287,7 +287,8 @@ def learning_rate(step: int, recipe: Recipe) -> float:
 
 def train(model: nn.Module, train_step: Callable, corpus: Corpus, recipe: Recipe,
           generator: torch.Generator, stop: int | None = None) -> list:
-    """Exercise 5: steps ``0..stop-1`` of ``recipe``; the curve ``(step, train, held-out)``."""
+    """Exercise 3, second part: steps ``0..stop-1`` of ``recipe``; the curve
+    ``(step, train, held-out)``."""
     matrices = [p for p in model.parameters() if p.dim() >= 2]     # weight decay on these only
     others = [p for p in model.parameters() if p.dim() < 2]        # biases, LayerNorm gains
     optimizer = torch.optim.AdamW([{"params": matrices, "weight_decay": 0.1},
