@@ -124,12 +124,18 @@ def lab(extra: list[str]) -> None:
          *extra])
 
 
-def nbval_command() -> list:
-    """Strict nbval on every notebook: stored outputs must match a fresh run exactly
-    (after the sanitize file's substitutions). The log ends with the 15 slowest cells."""
+def nbval_command(notebook: Path) -> list:
+    """Strict nbval on one notebook: its stored outputs must match a fresh run exactly
+    (after the sanitize file's substitutions). The log ends with its 5 slowest cells."""
     return [PYTHON, "-m", "pytest", "--nbval", "--nbval-current-env",
             "--nbval-sanitize-with", SANITIZE, "--nbval-cell-timeout=600", "-p", "no:cacheprovider",
-            "-q", "--durations=15", NOTEBOOKS]
+            "-q", "--durations=5", notebook]
+
+
+def notebooks_heaviest_first() -> list[Path]:
+    """Every notebook, the later (heavier: 10 trains a GPT, 09 runs a pretrained encoder) first,
+    so that the short ones fill the lanes at the end."""
+    return sorted(NOTEBOOKS.glob("*.ipynb"), reverse=True)
 
 
 # The second strict nbval pass: another floating-point path through ATen and MKL (no AVX2/AVX-512
@@ -177,9 +183,10 @@ def run_tests(extra: list[str], scratch: Path) -> None:
         return
     ARTIFACTS.mkdir(exist_ok=True)
     # Independent jobs, each started as soon as a lane is free, longest first: the browser pass
-    # (every notebook run in JupyterLab in Chromium, its sliders moved and timed), strict nbval on
-    # the other floating-point path and with this environment's settings, the tests marked slow,
-    # then the other tests in a few groups (see TEST_GROUPS). One lane per core, plus one for the
+    # (every notebook run in JupyterLab in Chromium, its sliders moved and timed), strict nbval of
+    # 10 and 09 on the other floating-point path and with this environment's settings, the tests
+    # marked slow, the other tests in a few groups (see TEST_GROUPS), then strict nbval of the
+    # other notebooks, one job each per setting. One lane per core, plus one for the
     # browser pass: it waits on Chromium and the server as much as it computes. Its timings are
     # judged only as ratios to a floor sampled just before and after each notebook (the same
     # machine load), and a notebook over the ratio is measured again, alone, below (--confirm).
@@ -192,11 +199,16 @@ def run_tests(extra: list[str], scratch: Path) -> None:
     pytest = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "--durations=25"]
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     browser = Path(chromium).exists() or os.environ.get("CI") == "true"
+    # Strict nbval in both settings, one job per notebook and setting (22 short jobs balance the
+    # lanes: CI, 2026-11-29, two whole passes of 759 and 778 s ended 150 s before the tests did).
+    nbval = [(f"strict nbval, {notebook.stem}, {title}", f"nbval_{notebook.stem}_{tag}",
+              nbval_command(notebook), env(f"nbval-{notebook.stem}-{tag}", base, **settings))
+             for notebook in notebooks_heaviest_first()
+             for title, tag, base, settings in [(other, "other_fp_path", None, OTHER_FP_PATH),
+                                                (f"default settings ({os.cpu_count()} cores)",
+                                                 "default", default, {})]]
     jobs = [
-        (f"strict nbval, {other}", "nbval_other_fp_path",
-         nbval_command(), env("nbval-other-fp", **OTHER_FP_PATH)),
-        (f"strict nbval, default settings ({os.cpu_count()} cores)", "nbval_default",
-         nbval_command(), env("nbval-default", default)),
+        *nbval[:4],         # 10 and 09 (two minutes and one each), then the tests, then ...
         ("tests marked slow", "pytest_slow",
          [*pytest, "tests", "-m", "slow and not browser", "--basetemp", scratch / "tmp-slow",
           *extra],
@@ -207,6 +219,7 @@ def run_tests(extra: list[str], scratch: Path) -> None:
            env(f"pytest-{i}", **one), NO_TESTS_OK)
           for i, group in enumerate(test_groups(), start=1)),
     ]
+    jobs += nbval[4:]                       # ... the other notebooks (under a minute each) last
     if browser:
         jobs.insert(0, ("JupyterLab in Chromium: every notebook run up to its last widget and "
                         "checked (no error; a slider move changes the picture and the readouts), "
