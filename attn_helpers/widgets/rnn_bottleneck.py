@@ -12,14 +12,14 @@ from matplotlib.colors import ListedColormap, Normalize
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from ..entropy import attention_entropy
-from ..lessons.rnn_bottleneck import Seq2Seq, predict
+from ..lessons.rnn_bottleneck import Seq2Seq, input_gradient_norms, predict
 from ..lessons.tasks import collate, example, get_task
 from ..training import single_thread
 from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
 from .panels import CellPainter, TextSprites
 
-__all__ = ["DecodeFrame", "DecodeView", "decode_examples", "decode_frames", "gradient_shares",
-           "gradient_frame", "bottleneck_widget"]
+__all__ = ["DecodeFrame", "DecodeView", "decode_examples", "decode_frames", "gradient_frame",
+           "bottleneck_widget"]
 
 WEIGHTS, SHARES = "attention weights", "gradient share"   # the menu 'show'
 TITLES = {WEIGHTS: "attention weights: output step t x input position j",
@@ -67,33 +67,17 @@ def decode_examples(model: Seq2Seq, task, pairs):
              None if weights is None else weights[b]) for b in range(len(pairs))]
 
 
-def gradient_shares(model: Seq2Seq, task, pair) -> torch.Tensor:
-    r"""``(n, n)``: row ``t`` is :math:`\lVert \partial \log p(y_t) / \partial x_j \rVert` over
-    the inputs ``j`` of one ``(source, target)`` pair, teacher-forced, divided by its sum. One
-    backward pass: copy ``i`` of the pair in a batch of ``n`` copies carries output ``i``'s gradient."""
-    check_model(model)
-    source, target = pair
-    n = len(source)
-    if n < 1 or len(target) != n:
-        raise ValueError(f"pair must be a (source, target) of one length n >= 1, got lengths "
-                         f"{len(source)} and {len(target)}")
-    batch = collate(get_task(task), [pair] * n)
-    was_training = model.training
-    model.eval()
-    with torch.enable_grad():
-        x = model.src_embed(batch.src[:, :n]).detach().requires_grad_(True)   # (n copies, n, d_emb)
-        logits, _ = model(batch.src[:, :n], batch.src_lengths, batch.tgt_in[:, :n], src_embedded=x)
-        log_p = torch.log_softmax(logits, -1).gather(-1, batch.tgt_out[:, :n, None])[..., 0]
-        (grad,) = torch.autograd.grad(log_p.diagonal().sum(), x)   # copy t: d log p(y_t) / d x
-    model.train(was_training)
-    norms = grad.norm(dim=-1)                                           # (n_t, n): [t, j]
-    return norms / norms.sum(-1, keepdim=True)
-
-
 def gradient_frame(model: Seq2Seq, frame: DecodeFrame) -> DecodeFrame:
-    """``frame`` (decoded by ``model``) with its map showing :func:`gradient_shares` instead of
-    attention weights: for a model without attention too."""
-    shares = gradient_shares(model, "reversal", (list(frame.source), list(frame.target)))
+    r"""``frame`` (decoded by ``model``) with its map showing each output's gradient share instead
+    of attention weights, for a model without attention too: row ``t`` is
+    :math:`\lVert \partial \log p(y_t) / \partial x_j \rVert` over the inputs ``j``
+    (:func:`~attn_helpers.lessons.rnn_bottleneck.input_gradient_norms`, teacher-forced), divided by
+    its sum."""
+    check_model(model)
+    batch = collate("reversal", [(list(frame.source), list(frame.target))])
+    with torch.enable_grad():                         # the widget may call this under no_grad
+        norms = input_gradient_norms(model, batch)[0]                   # (n_t, n): [t, j]
+    shares = norms / norms.sum(-1, keepdim=True)
     entropy = attention_entropy(shares.double()).mean().item()
     return replace(frame, weights=shares, mask=None, panel_title=TITLES[SHARES],
                    readouts={**frame.readouts, "mean entropy (nats)": entropy})
@@ -218,8 +202,8 @@ def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
                       model_name: str | None = None) -> LiveAttentionWidget:
     """Sliders for the length and the example, a menu of ``models`` (opens on the first, or
     ``model_name``) and a menu ``show``: the attention weights, or each output's gradient share
-    over the inputs (:func:`gradient_shares`, any model). Every length of every model is decoded
-    here, once; a gradient share when first shown (one backward pass), then kept."""
+    over the inputs (:func:`gradient_frame`, any model). Every length of every model is decoded
+    here, once; a gradient share when first shown (n backward passes), then kept."""
     names = list(models)     # decode_frames checks each model
     if model_name is not None and model_name not in names:
         raise ValueError(f"model_name must be one of {names}, got {model_name!r}")

@@ -45,20 +45,23 @@ def test_decode_frames_and_the_widget(models):
         wd.bottleneck_widget(models, model_name="general")
 
 
-def test_gradient_shares_are_the_lessons_gradient_norms_per_row(models):
-    """One backward pass over n copies gives ``input_gradient_norms`` (n backward passes), each
-    row divided by its sum; for a model without attention too."""
-    pair = tasks.example("reversal", 3, 7)
-    for model in models.values():
-        shares = wd.gradient_shares(model, "reversal", pair)
-        norms = input_gradient_norms(model, tasks.collate("reversal", [pair]))[0]    # (n_t, n)
-        assert shares.shape == (7, 7) and torch.allclose(shares.sum(-1), torch.ones(7))
-        assert torch.allclose(shares, norms / norms.sum(-1, keepdim=True), atol=1e-6)
-        assert model.training is False and shares.grad_fn is None
-    with pytest.raises(ValueError, match="pair must be a"):
-        wd.gradient_shares(models["no attention"], "reversal", (["1", "2"], ["2"]))
+def test_gradient_frame_shows_each_rows_share_of_the_lessons_gradient_norms(models):
+    """Row t of the map: ``input_gradient_norms`` over j divided by its sum; for a model without
+    attention too; no gradient and no training mode left behind."""
+    for name, model in models.items():
+        frame = wd.decode_frames(models, name, 7)[3]
+        shown = wd.gradient_frame(model, frame)
+        one = tasks.collate("reversal", [tasks.example("reversal", 3, 7)])
+        norms = input_gradient_norms(model, one)[0]                          # (n_t, n)
+        assert shown.weights.shape == (7, 7) and torch.allclose(shown.weights.sum(-1), torch.ones(7))
+        assert torch.allclose(shown.weights, norms / norms.sum(-1, keepdim=True))
+        assert shown.has_attention and shown.panel_title == wd.TITLES[wd.SHARES]
+        assert shown.readouts["errors"] == frame.readouts["errors"]
+        assert model.training is False and shown.weights.grad_fn is None
+    with torch.no_grad():                                  # the widget may draw under no_grad
+        assert wd.gradient_frame(models["no attention"], frame).weights.shape == (7, 7)
     with pytest.raises(TypeError, match="model must be an rnn_bottleneck.Seq2Seq"):
-        wd.gradient_shares("model", "reversal", pair)
+        wd.gradient_frame("model", frame)
 
 
 def test_the_menu_show_draws_gradient_shares_for_either_model(models):
@@ -67,11 +70,11 @@ def test_the_menu_show_draws_gradient_shares_for_either_model(models):
     view = w.view
     assert not w.frame.has_attention and view.notice.visible
     w.set(show=wd.SHARES, index=2)
-    expected = wd.gradient_shares(models["no attention"], "reversal", tasks.example("reversal", 2, 9))
+    plain = wd.decode_frames(models, "no attention", 9)[2]
+    expected = wd.gradient_frame(models["no attention"], plain).weights
     assert w.error is None and w.frame.has_attention and not view.notice.visible
     assert torch.allclose(w.frame.weights, expected, atol=1e-6)
     assert view.panel.ax_map.get_title() == wd.TITLES[wd.SHARES]
-    plain = wd.decode_frames(models, "no attention", 9)[2]
     assert w.frame.readouts["errors"] == plain.readouts["errors"]
     background = view.blit._background
     w.set(index=3)                             # another example: blits, no new title
