@@ -93,9 +93,11 @@ def compare(got, expected, name: str, atol: float = 1e-5, rtol: float = 1e-4, *,
         over = torch.where(diff > 0, torch.nan_to_num(over, nan=float("inf")), 0)
         index = tuple(int(i) for i in (over == over.max()).nonzero()[0])
         whole = bool((expected == expected.round()).all() and (got == got.round()).all())
-        form = ".0f" if whole else ".4g"                  # token ids and counts as whole numbers
+        mine, right = got[index].item(), expected[index].item()
+        digits = next((d for d in (4, 6, 8, 12, 17) if f"{mine:.{d}g}" != f"{right:.{d}g}"), 4)
+        form = ".0f" if whole else f".{digits}g"  # whole numbers as such; else digits that differ
         return (f"you returned {name} with wrong values: at index {index} you gave "
-                f"{got[index].item():{form}}, expected {expected[index].item():{form}} "
+                f"{mine:{form}}, expected {right:{form}} "
                 f"(largest difference {diff.max().item():.2g}).")
     return None
 
