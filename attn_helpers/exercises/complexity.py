@@ -22,6 +22,23 @@ F64 = torch.float64
 STATE = ("m (the merged max)", "l (the merged sum)", "acc (the merged output sum)")
 
 
+class _Calls:
+    """A learner's function that keeps each call's ``inputs`` and ``outputs``, in order. The checker
+    calls it once per case and stops at the first miss, so the last call is the missed case."""
+
+    def __init__(self, fn: Callable):
+        self.fn, self.inputs, self.outputs = fn, [], []
+
+    def __call__(self, *inputs):
+        self.inputs.append(inputs)
+        self.outputs.append(self.fn(*inputs))
+        return self.outputs[-1]
+
+    def missed(self, result: CheckResult) -> bool:
+        """Whether ``result`` is a miss on the values the last call returned (not an exception)."""
+        return not result and bool(self.outputs) and len(self.outputs) == len(self.inputs)
+
+
 def merge_states_reference(m1, l1, acc1, m2, l2, acc2):  # noqa: E741 - the paper's names
     """The state of two disjoint sets of keys together: the core's ``merge_states``."""
     return tuple(merge_states(OnlineSoftmaxState(m1, l1, acc1), OnlineSoftmaxState(m2, l2, acc2)))
@@ -41,9 +58,16 @@ def _merge_case(g, batch, n_q, keys, d_v, *, offset=0.0, empty2=False, size=1.0)
     return {"m1": m1, "l1": l1, "acc1": acc1, "m2": m2, "l2": l2, "acc2": acc2}
 
 
-def _merge_cases() -> list[dict]:
-    """Five plain cases, then maxima near 1000 (``exp(m)`` overflows past 709), then rows 0 and 2
-    with no key in either state (m1 = m2 = -inf)."""
+_OVERFLOW = ("exp of a max near 1000 overflows (this case has maxima near 1000; exp(x) is inf past "
+             "x = 709): never exponentiate m1 or m2 alone, only the differences m1 - m and m2 - m, "
+             "which are at most 0.")
+
+
+def _merge_cases() -> list[tuple[dict, str | None]]:
+    """Each case with the hint a miss on it earns (None: the checker's own): five plain cases, then
+    maxima near 1000 (``exp(m)`` overflows past 709; every earlier case passed, so a miss here is
+    the overflow, whatever the learner did with the inf), then rows 0 and 2 with no key in either
+    state (m1 = m2 = -inf)."""
     g = seeded(80)
     cases = [_merge_case(g, (), 4, (3, 5), 3, offset=2.0),
              _merge_case(g, (2, 3), 3, (4, 2), 5, offset=1.5),
@@ -53,9 +77,10 @@ def _merge_cases() -> list[dict]:
     large = _merge_case(seeded(81), (), 4, (3, 3), 3, offset=2.0)
     empty = _merge_case(seeded(82), (), 4, (3, 2), 3, offset=1.0)
     rows = torch.tensor([[True], [False], [True], [False]])                 # rows 0 and 2: no keys
-    return [*cases, {**large, "m1": large["m1"] + 1000.0, "m2": large["m2"] + 1000.0},
-            {name: t.masked_fill(rows, -math.inf if name[0] == "m" else 0.0)
-             for name, t in empty.items()}]
+    return [*((case, None) for case in cases),
+            ({**large, "m1": large["m1"] + 1000.0, "m2": large["m2"] + 1000.0}, _OVERFLOW),
+            ({name: t.masked_fill(rows, -math.inf if name[0] == "m" else 0.0)
+              for name, t in empty.items()}, None)]
 
 
 def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=(True, True),  # noqa: E741
@@ -98,12 +123,6 @@ def _merge_mistakes() -> list[Mistake]:
     ]]
 
 
-_LARGE_CASE = 6                 # _merge_cases()'s case with maxima near 1000
-_OVERFLOW = (f"exp of a max near 1000 overflows (case {_LARGE_CASE} has maxima near 1000; exp(x) "
-             "is inf past x = 709): never exponentiate m1 or m2 alone, only the differences "
-             "m1 - m and m2 - m, which are at most 0.")
-
-
 @exercise("complexity.merge_states", "merge two partial online-softmax states (split-KV, ring)",
           hints=(
               "Each state summed exp(s - m_i) over its own keys, against its own max. Pick the "
@@ -118,12 +137,13 @@ _OVERFLOW = (f"exp of a max near 1000 overflows (case {_LARGE_CASE} has maxima n
 def check_merge_states(merge: Callable) -> CheckResult:
     """Exercise: ``merge(m1, l1, acc1, m2, l2, acc2) -> (m, l, acc)``: ``m_i``, ``l_i``
     ``(..., n_q, 1)``, ``acc_i (..., n_q, d_v)``, the states of two disjoint sets of keys."""
-    result = check_function(merge, merge_states_reference, _merge_cases(), what="merge_states",
-                            output_names=STATE, mistakes=_merge_mistakes(), atol=1e-9, rtol=1e-7,
-                            nan_hint=_OVERFLOW)
-    if not result and f"case {_LARGE_CASE} of" in result.message and "\nHint:" not in result.message:
-        return CheckResult(False, f"{result.message}\nHint: {_OVERFLOW}")   # e.g. inf / inf masked to 0
-    return result
+    cases, case_hints = zip(*_merge_cases(), strict=True)
+    calls = _Calls(merge)                                # which case a miss happened on
+    result = check_function(calls if callable(merge) else merge, merge_states_reference, cases,
+                            what="merge_states", output_names=STATE, mistakes=_merge_mistakes(),
+                            atol=1e-9, rtol=1e-7)
+    hint = case_hints[len(calls.inputs) - 1] if calls.missed(result) else None
+    return CheckResult(False, f"{result.message}\nHint: {hint}") if hint else result
 
 
 def _no_full_scores(inputs: dict) -> AllocationWatch | None:
@@ -376,30 +396,30 @@ def _linear_mistakes() -> list[Mistake]:
 def check_linear_step(step: Callable) -> CheckResult:
     """Exercise: ``step(S (..., d_k, d_v), z, q_t, k_t (..., d_k), v_t (..., d_v)) -> (o_t, S_t,
     z_t)``; an ``eps`` up to 1e-6 in the normaliser passes."""
-    result = check_function(step, linear_step_reference, _linear_cases(), what="linear_step",
+    calls = _Calls(step)
+    result = check_function(calls if callable(step) else step, linear_step_reference,
+                            _linear_cases(), what="linear_step",
                             output_names=("o_t", "S_t", "z_t"), mistakes=_linear_mistakes(),
                             nan_hint="a normaliser of 0: add token t before reading, and use "
                                      "phi = elu + 1, which keeps it positive.",
                             atol=1e-9, rtol=1e-5)   # rtol: accepts the usual + eps <= 1e-6 below
-    return result if result else _more_digits(step, result)
+    return _more_digits(result, calls.inputs[-1], calls.outputs[-1]) if calls.missed(result) else result
 
 
-_GAVE = re.compile(r"on case (\d+) of .*?you returned (o_t|S_t|z_t) with wrong values: at index "
-                   r"(\([\d, ]*\)) you gave (\S+), expected (\S+) \(", re.S)
+_GAVE = re.compile(r"you returned (o_t|S_t|z_t) with wrong values: at index (\([\d, ]*\)) "
+                   r"you gave (\S+), expected (\S+) \(")
 
 
-def _more_digits(step: Callable, result: CheckResult) -> CheckResult:
-    """Where the message's two values print alike (a small eps), print them to 8 digits."""
+def _more_digits(result: CheckResult, inputs: tuple, got: tuple) -> CheckResult:
+    """Where the message's two values print alike (a small eps), print them with the digits their
+    gap needs, from the learner's output on the missed case (``got``) and the reference's."""
     found = _GAVE.search(result.message)
-    if not found or found[4] != found[5]:
+    if not found or found[3] != found[4]:
         return result
-    case = _linear_cases()[int(found[1]) - 1]
-    try:
-        got = step(*(t.clone() for t in case.values()))
-    except Exception:                                    # noqa: BLE001 - it ran once already
-        return result
-    which, index = ("o_t", "S_t", "z_t").index(found[2]), ast.literal_eval(found[3])
-    ours = linear_step_reference(*case.values())[which][index].item()
+    which, index = ("o_t", "S_t", "z_t").index(found[1]), ast.literal_eval(found[2])
+    mine = got[which][index].item()
+    ours = linear_step_reference(*inputs)[which][index].item()
+    digits = 2 + math.ceil(math.log10(abs(ours) / abs(mine - ours)))   # the gap's first digit, + 1
     return CheckResult(False, result.message.replace(
-        f"you gave {found[4]}, expected {found[5]}",
-        f"you gave {got[which][index].item():.8g}, expected {ours:.8g}", 1))
+        found[0], found[0].replace(f"you gave {found[3]}, expected {found[4]}",
+                                   f"you gave {mine:.{digits}g}, expected {ours:.{digits}g}"), 1))

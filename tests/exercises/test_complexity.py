@@ -96,14 +96,29 @@ MERGE_WRONG = {
     "m is the smaller of the two maxima": partial(learner_merge, new_max="min"),
     "acc came back divided by l": partial(learner_merge, finish=True),
     "exp of a max near 1000 overflows": partial(learner_merge, raw_exp=True),
-    "case 6 has maxima near 1000": partial(learner_merge, raw_exp="masked"),   # inf / inf -> 0: finite
+    "this case has maxima near 1000": partial(learner_merge, raw_exp="masked"),  # inf / inf -> 0: finite
     "acc was weighted by l": partial(learner_merge, weigh=True),
 }
 
 
 @pytest.mark.parametrize("phrase", MERGE_WRONG)
 def test_merge_checker_names_the_mistake(phrase):
-    assert_rejected(ex.check_merge_states(MERGE_WRONG[phrase]), phrase)
+    verdict = ex.check_merge_states(MERGE_WRONG[phrase])
+    assert_rejected(verdict, phrase)
+    assert verdict.message.count("Hint:") == 1, verdict.message      # a case's hint never doubles one
+
+
+def test_the_overflow_hint_comes_with_the_large_case_only():
+    overflow = ex.check_merge_states(partial(learner_merge, raw_exp="masked"))
+    assert "on case 6 of 7" in overflow.message and "exp of a max near 1000" in overflow.message
+
+    def fails_at_the_large_case(m1, *rest):                  # raises there: no values to explain
+        if m1.max() > 500:
+            raise RuntimeError("no")
+        return learner_merge(m1, *rest)
+
+    raised = ex.check_merge_states(fails_at_the_large_case)
+    assert "case 6 of 7" in raised.message and "Hint:" not in raised.message, raised.message
 
 
 # --- exercise 2: the causal backward, in tiles -------------------------------------------------
