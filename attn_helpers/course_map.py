@@ -33,14 +33,14 @@ class Lesson:
 COURSE = (
     Lesson("00", "start_here", "Start here", "how the course works", ()),
     Lesson("01", "rnn_bottleneck", "The RNN bottleneck",
-           "trained on the same small budget, one context vector forgets; attention keeps a path to "
-           "every input", ("00",)),
+           "with one context vector, accuracy falls with length; attention keeps a path to every "
+           "input", ("00",)),
     Lesson("02", "query_key_value", "Query, key, value", "attention is a soft dictionary lookup",
            ("00",)),
     Lesson("03", "scaling", "Why scale by sqrt(d_k)",
            "variance, softmax saturation and the usable learning rate", ("02",)),
     Lesson("04", "multi_head", "Multi-head attention",
-           "two heads can split two relations between them, on a task built for two", ("03",)),
+           "on a toy task with two relations, two heads learn one each", ("03",)),
     Lesson("05", "masking", "Masking", "causal, padding and local masks decide who sees whom",
            ("04",)),
     Lesson("06", "cross_attention", "Cross-attention", "decoder queries read encoder keys/values",
@@ -56,10 +56,11 @@ COURSE = (
            "your pieces and your training loop become a small GPT that writes text", ("09",)),
 )
 
-# Each box's (column, row), chosen so that no arrow passes through a box. A prerequisite in the
-# same column sits above its notebook (03 over 04, 09 over 10): that arrow points down.
+# Each box's (column, row), chosen so that no arrow passes through a box or runs along one: 05
+# sits level with 07, so its three arrows fan out. A prerequisite in the same column sits above its
+# notebook (03 over 04, 09 over 10): that arrow points down.
 _LAYOUT = {"00": (0, 2.2), "01": (1, 3.9), "02": (1, 2.2), "03": (2, 2.2), "04": (2, 0.5),
-           "05": (3, 0.5), "06": (4, 3.9), "07": (4, 2.2), "08": (4, 0.5), "09": (5, 3.05),
+           "05": (3, 2.2), "06": (4, 3.9), "07": (4, 2.2), "08": (4, 0.5), "09": (5, 3.05),
            "10": (5, 1.35)}
 _COLUMN, _BOX_WIDTH, _BOX_HEIGHT = 1.25, 1.02, 0.98
 
@@ -93,7 +94,7 @@ def draw_course_map(ax: Axes) -> None:
         two_lines = "\n" in title                 # a wrapped title pushes the idea down
         ax.text(x, y + (0.3 if two_lines else 0.32), title, ha="center", va="center",
                 fontsize=10.5, fontweight="bold", linespacing=1.0)
-        ax.text(x, y - (0.16 if two_lines else 0.08), fill(lesson.idea, 26), ha="center",
+        ax.text(x, y - (0.16 if two_lines else 0.08), fill(lesson.idea, 24), ha="center",
                 va="center", fontsize=8.5, linespacing=1.1)
     for source, target in edges:
         (x0, y0), (x1, y1) = _LAYOUT[source], _LAYOUT[target]
