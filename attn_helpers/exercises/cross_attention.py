@@ -1,5 +1,6 @@
-"""Checkers for notebook 06: a post-norm decoder layer one target position at a time, the memory
-projected once, and a hard alignment's accuracy against a gold one, with padding."""
+"""Checkers for notebook 06: cross-attention from its weight matrices (queries from the decoder,
+keys and values from the encoder, padded memory masked on the keys), and a post-norm decoder layer
+one target position at a time, the memory projected once."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from ..multihead import merge_heads, split_heads
 from ..transformer import DecoderLayer
-from .core import CheckResult, Mistake, Refused, check_function, clone_inputs, seeded
+from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_decode_layer", "decode_layer_reference", "check_alignment_accuracy",
-           "alignment_accuracy_reference"]
+__all__ = ["check_cross_attend", "cross_attend_reference", "check_decode_layer",
+           "decode_layer_reference"]
 
 
 class _DecoderLayer(DecoderLayer):
@@ -37,6 +38,112 @@ class _DecoderLayer(DecoderLayer):
     def __repr__(self) -> str:
         return (f"DecoderLayer(d_model={self.d_model}, num_heads={self.self_attn.num_heads}, "
                 f"memory_dim={self.cross_attn.kdim}, post-norm)")
+
+
+def cross_attend_reference(y, memory, memory_real, W_Q, W_K, W_V):
+    """``(output (b, n_q, d_v), weights (b, n_q, n_k))``: one head of cross-attention, padded memory
+    positions masked on the keys only; ``torch.nn.MultiheadAttention``'s with ``key_padding_mask``."""
+    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V       # (b, n_q, d), (b, n_k, d), (b, n_k, d_v)
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])      # (b, n_q, n_k)
+    weights = scores.masked_fill(~memory_real[:, None, :], -math.inf).softmax(-1)
+    return weights @ V, weights
+
+
+def _attend_with(y, memory, memory_real, W_Q, W_K, W_V, *, mask="keys", causal=False, kv_from="memory",
+                 queries_from="y", softmax_dim=-1, scale="d", values="W_V"):
+    """The answer with one named mistake (all defaults: the right answer)."""
+    Q = (memory if queries_from == "memory" else y) @ W_Q
+    source = y if kv_from == "y" else memory
+    K, V = source @ W_K, source @ (W_K if values == "W_K" else W_V)
+    scores = Q @ K.transpose(-2, -1)
+    scores = scores / {"d": math.sqrt(Q.shape[-1]), "d_m": math.sqrt(memory.shape[-1]), None: 1.0,
+                       "d2": Q.shape[-1]}[scale]
+    keep = {"queries": memory_real[:, :, None], "batch": memory_real[None],   # (b, n_k, 1), (1, b, n_k)
+            "inverted": ~memory_real[:, None, :], None: torch.ones(1, 1, 1, dtype=torch.bool)
+            }.get(mask, memory_real[:, None, :])                             # right: (b, 1, n_k)
+    if causal:                                                        # key j seen only by queries >= j
+        keep = keep & torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+    if mask == "times":                                               # the scores times the mask
+        return _weighted(torch.softmax(scores * keep, softmax_dim), V)
+    if mask == "after":                                               # the mask after the softmax
+        return _weighted(torch.softmax(scores, softmax_dim) * keep, V)
+    return _weighted(scores.masked_fill(~keep, -math.inf).softmax(softmax_dim), V)
+
+
+def _weighted(weights, V):
+    return weights @ V, weights
+
+
+def _attend_cases() -> list[dict]:
+    g = seeded(60)
+    cases = []   # case 1: b = n_q = n_k, d_m = d: every named mistake has the answer's shapes
+    for b, n_q, n_k, d, d_m, lengths, dtype in [
+            (3, 3, 3, 4, 4, [3, 1, 2], torch.float32), (2, 4, 6, 6, 10, [6, 2], torch.float32),
+            (2, 1, 5, 4, 4, [3, 5], torch.float64), (4, 5, 3, 8, 6, [3, 1, 2, 3], torch.float32)]:
+        def w(rows, cols, dtype=dtype):
+            return (2 * torch.randn(rows, cols, generator=g) / math.sqrt(rows)).to(dtype)
+        cases.append({"y": torch.randn(b, n_q, d, generator=g).to(dtype),
+                      "memory": torch.randn(b, n_k, d_m, generator=g).to(dtype),
+                      "memory_real": torch.arange(n_k)[None, :] < torch.tensor(lengths)[:, None],
+                      "W_Q": w(d, d), "W_K": w(d_m, d), "W_V": w(d_m, d)})
+    return cases
+
+
+@exercise("cross_attention.attend", "cross-attention from W_Q, W_K, W_V: queries from the decoder, "
+          "keys and values from the encoder, padded memory masked", hints=(
+    "Section 1's formula and its padding mask: the decoder asks, the memory answers. Padding "
+    "is a property of the memory's positions, so it hides columns of the weights, never rows.",
+    "Which of y and memory makes Q, which makes K and V? The scores are (b, n_q, n_k): one row per "
+    "decoder position. Which axis does each row's softmax run over? memory_real is (b, n_k): which "
+    "axis must it gain to broadcast over the n_q queries? Divide by the square root of the width "
+    "of Q and K.",
+    "Q, K, V = ...                      # (b, n_q, d), (b, n_k, d), (b, n_k, d): who makes which?\n"
+    "scores = ...                       # (b, n_q, n_k), scaled\n"
+    "scores = ...                       # padded memory positions at -inf: the mask (b, 1, n_k)\n"
+    "weights = ...                      # (b, n_q, n_k): each row sums to 1\n"
+    "return weights @ V, weights"))
+def check_cross_attend(cross_attend: Callable) -> CheckResult:
+    """Exercise: ``cross_attend(y (b, n_q, d), memory (b, n_k, d_m), memory_real (b, n_k), W_Q (d, d),
+    W_K (d_m, d), W_V (d_m, d)) -> (output (b, n_q, d), weights (b, n_q, n_k))``."""
+    mistakes = [Mistake(lambda *a, _f=flaw: _attend_with(*a, **_f), hint) for hint, flaw in [
+        ("padded memory positions were read: mask the scores with memory_real (True = real) "
+         "before the softmax.", {"mask": None}),
+        ("the mask was laid along the queries, (b, n_k, 1): it hid rows of the weights (decoder "
+         "positions), not columns. Padding belongs to the memory's positions, the keys: give the "
+         "mask a query axis of size 1 in the middle, (b, 1, n_k).", {"mask": "queries"}),
+        ("the mask's batch axis met the scores' query axis, (1, b, n_k): each decoder position got "
+         "another sentence's padding. Keep the batch first: (b, 1, n_k).", {"mask": "batch"}),
+        ("the mask is inverted: memory_real is True at the REAL positions, the ones that may be "
+         "read.", {"mask": "inverted"}),
+        ("the memory was masked causally: cross-attention needs no causal mask. The whole input is "
+         "known before the decoder writes, so every decoder position may read every real memory "
+         "position.", {"causal": True}),
+        ("the keys and values came from the decoder states y: that is self-attention. In "
+         "cross-attention they come from the memory, K = memory W_K and V = memory W_V.",
+         {"kv_from": "y"}),
+        ("the roles are swapped: the queries came from the memory and the keys and values from y. "
+         "The decoder asks (Q = y W_Q); the memory answers.",
+         {"queries_from": "memory", "kv_from": "y"}),
+        ("the values were the keys (memory W_K); V = memory W_V.", {"values": "W_K"}),
+        ("the softmax ran over dim -2, the decoder positions: each column summed to 1. Normalise "
+         "each row, over the memory positions (the last dim).", {"softmax_dim": -2}),
+        ("the scores were not scaled: divide by sqrt(d), the width of Q and K.", {"scale": None}),
+        ("the scores were divided by sqrt(d_m), the memory's width; divide by sqrt(d), the width "
+         "of Q and K after W_Q and W_K.", {"scale": "d_m"}),
+        ("the scores were divided by d; divide by sqrt(d).", {"scale": "d2"}),
+        ("the scores were multiplied by the mask: a score of 0 is not -inf, so padded positions "
+         "still get weight.", {"mask": "times"}),
+        ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores, before "
+         "the softmax.", {"mask": "after"}),
+    ]]
+    return check_function(
+        cross_attend, cross_attend_reference, _attend_cases(), what="cross_attend",
+        output_names=("the output", "the weights"), mistakes=mistakes,
+        nan_hint="a row with every score at -inf gives NaN: is the softmax over the memory "
+                 "positions, and is the mask the right way round (True = real)?",
+        error_hints=[("must match the size of tensor", "the shapes do not fit the scores (b, n_q, n_k), "
+                      "one row per decoder position and one column per memory position. Which of "
+                      "y and memory makes the queries, and which axis must memory_real gain?")])
 
 
 def decode_layer_reference(layer, y, memory, memory_real):
@@ -237,116 +344,6 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
                           watch=_memory_projected_once)
 
 
-def _alignment_case(g, b, n_out, n_src, *, pad_weight=0.0, dtype=torch.float32):
-    src_len = torch.randint(1, n_src + 1, (b,), generator=g)
-    src_len[0] = n_src - 1 if n_src > 1 else 1                         # one padded source at least
-    tgt_len = torch.randint(1, n_out + 1, (b,), generator=g)
-    tgt_len[-1], tgt_len[0] = n_out, max(1, n_out - 2)                 # lengths differ by sentence
-    src_real = torch.arange(n_src)[None, :] < src_len[:, None]
-    tgt_real = torch.arange(n_out)[None, :] < tgt_len[:, None]
-    logits = 3 * torch.randn(b, n_out, n_src, generator=g)
-    logits = logits.masked_fill(~src_real[:, None, :], math.log(pad_weight) if pad_weight else -math.inf)
-    weights = torch.softmax(logits, -1)
-    if pad_weight:                                # an unmasked model: padding may hold the most weight
-        weights = weights + (~src_real[:, None, :]) * pad_weight
-    best = weights.masked_fill(~src_real[:, None, :], -1).argmax(-1)
-    right = torch.rand(b, n_out, generator=g) < 0.6
-    gold = torch.where(right, best, (best + 1) % src_len[:, None]).masked_fill(~tgt_real, -1)
-    return {"weights": weights.to(dtype), "src_real": src_real, "gold": gold, "tgt_real": tgt_real}
-
-
-def _alignment_cases() -> list[dict]:
-    g = seeded(64)
-    return [_alignment_case(g, 3, 5, 6, pad_weight=0.9), _alignment_case(g, 2, 4, 4),
-            _alignment_case(g, 4, 7, 5, pad_weight=0.6, dtype=torch.float64),
-            _alignment_case(g, 1, 3, 8, pad_weight=0.9)]
-
-
-def alignment_accuracy_reference(weights, src_real, gold, tgt_real):
-    """``(alignment (b, n_out) long, accuracy)``: each real output step's strongest real source
-    position (``-1`` at padded steps), and the pooled share of real steps equal to ``gold``."""
-    scores = weights.masked_fill(~src_real[:, None, :], -math.inf)       # padding never wins
-    alignment = scores.argmax(-1).masked_fill(~tgt_real, -1)             # (b, n_out)
-    hits = (alignment == gold) & tgt_real                                # real steps only
-    return alignment, hits.sum() / tgt_real.sum()
-
-
-def _alignment_mistakes():
-    """``(hint, produce)`` per named mistake: ``produce`` gives ``(alignment, accuracy)``."""
-    def masked(w, s, t):
-        return w.masked_fill(~s[:, None, :], -math.inf).argmax(-1).masked_fill(~t, -1)
-    def pooled(a, g, t):
-        return a, ((a == g) & t).sum() / t.sum()
-
-    return [
-        ("padding won the argmax: take it over the real source positions only.",
-         lambda w, s, g, t: pooled(w.argmax(-1).masked_fill(~t, -1), g, t)),
-        ("the mask is inverted: the argmax ran over the padded source positions.",
-         lambda w, s, g, t: pooled(masked(w, ~s, t), g, t)),
-        ("the argmax ran over the output steps (dim 1), not the source positions (the last dim).",
-         lambda w, s, g, t: w.masked_fill(~s[:, None, :], -math.inf).argmax(1)),
-        ("padded output steps counted in the accuracy: divide the hits on real steps by the "
-         "number of real steps.", lambda w, s, g, t: (a := masked(w, s, t), (a == g).float().mean())),
-        ("padded output steps counted as hits: alignment and gold are both -1 there.",
-         lambda w, s, g, t: (a := masked(w, s, t), (a == g).sum() / t.sum())),
-        ("padded output steps counted as misses: divide by the real steps, not all b * n_out.",
-         lambda w, s, g, t: (a := masked(w, s, t), ((a == g) & t).float().mean())),
-        ("the accuracy is a mean of per-sentence accuracies; pool the real steps of the batch.",
-         lambda w, s, g, t: (a := masked(w, s, t), (((a == g) & t).sum(1) / t.sum(1)).mean())),
-        ("padded output steps must be marked -1 in the alignment.",
-         lambda w, s, g, t: pooled(w.masked_fill(~s[:, None, :], -math.inf).argmax(-1), g, t)),
-    ]
-
-
-@exercise("cross_attention.alignment", "the hard alignment and its accuracy", hints=(
-    "Each output step reads the source position with the most weight, but a padded source "
-    "position is never an answer, and a padded output step is never scored.",
-    "A padded source must lose every argmax: which value can no real weight fall below, and how "
-    "must src_real broadcast over the output steps? The accuracy is one ratio over all the real "
-    "steps of the batch.",
-    "scores = ...                       # (b, n_out, n_src): the weights, padded sources at -inf\n"
-    "alignment = ...                    # (b, n_out) long: each step's best source, -1 if padded\n"
-    "hits = ...                         # (b, n_out) bool: equal to gold, real steps only\n"
-    "return alignment, ...              # pooled: the hits over ALL real steps of the batch"))
-def check_alignment_accuracy(alignment_accuracy: Callable) -> CheckResult:
-    """Exercise: ``alignment_accuracy(weights, src_real, gold, tgt_real) -> (alignment, accuracy)``."""
-    padded = []                   # the last call's real steps that name a padded source position
-
-    def run(*inputs):  # the learner's answer; the accuracy (a tensor or a number) as a tensor
-        got = alignment_accuracy(*inputs)
-        if not (isinstance(got, tuple | list) and len(got) == 2):
-            return got                                  # check_function says what is wrong
-        if not isinstance(got[0], torch.Tensor) or got[0].is_floating_point():
-            raise Refused("the alignment must be an integer tensor of source positions.")
-        a, (_, src_real, _, tgt_real), n = got[0].long(), inputs, inputs[1].shape[1]
-        on = (tgt_real & (a >= 0) & (a < n) & ~src_real.gather(1, a.clamp(0, n - 1))
-              if a.shape == tgt_real.shape else torch.zeros(0, 0))
-        padded[:] = [(i, t, int(a[i, t])) for i, t in on.nonzero().tolist()]
-        return got[0], torch.tensor(float(got[1]), dtype=torch.float64)
-
-    def everywhere(produce):  # named only if it gives the answer on EVERY case: one scalar
-        def checked(*inputs):  # accuracy can match a wrong formula on one case by chance
-            failing_case = padded[:]
-            try:
-                for case in cases:
-                    got = run(*clone_inputs(case).values())                   # a pair
-                    wrong = produce(*clone_inputs(case).values())             # a pair or a tensor
-                    wrong = wrong if isinstance(wrong, tuple) else (wrong,)
-                    if not all(x.shape == y.shape and torch.allclose(x.double(), y.double(), atol=1e-6)
-                               for x, y in zip(wrong, got, strict=False)):
-                        raise ValueError("not this mistake")    # a mistake that raises is not named
-            finally:
-                padded[:] = failing_case                        # the failing case's, not the last's
-            return produce(*inputs)
-        return checked
-
-    cases = _alignment_cases()
-    verdict = check_function(
-        run if callable(alignment_accuracy) else alignment_accuracy, alignment_accuracy_reference,
-        cases, what="alignment_accuracy", output_names=("the alignment", "the accuracy"),
-        mistakes=[Mistake(everywhere(produce), hint) for hint, produce in _alignment_mistakes()])
-    if verdict or "\nHint: " in verdict.message or not padded:
-        return verdict
-    i, t, j = padded[0]
-    return CheckResult(False, f"{verdict.message}\nHint: at index ({i}, {t}) you chose source "
-                              f"position {j}, which is padding in sentence {i}: never an answer.")
+#: Notebook 06's old exercise 2 (alignment accuracy) was retired; tests/exercises/test_messages.py
+#: (lead-owned) still imports this name. Remove it with that file's entry.
+check_alignment_accuracy = check_cross_attend

@@ -1,5 +1,6 @@
-"""Notebook 06's checkers: each accepts correct answers and names each known mistake; the decoder
-reference is checked against PyTorch's."""
+"""Notebook 06's checkers: each accepts correct answers and names each known mistake; both
+references are checked against PyTorch's (nn.MultiheadAttention with a key_padding_mask, and
+nn.TransformerDecoderLayer)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from _exercises import assert_rejected, skeleton
 
 import attn_helpers as ah
@@ -137,68 +139,75 @@ def test_decode_checker_refuses_the_whole_layer_and_the_memory_projected_per_ste
                     "\nHint: calling layer.cross_attn(x_t, memory, memory, mask) in the loop")
 
 
-def learner_alignment(weights, src_real, gold, tgt_real, *, mask_pad=True, invert=False, dim=-1,
-                      count_padded=False, padded_as_miss=False, per_sentence=False, mark=True,
-                      padded_as_hit=False):
-    """A learner's answer written out by hand, with a loop; each keyword plants one mistake."""
-    keep = ~src_real if invert else src_real
-    scores = weights.clone()
-    if mask_pad:
-        scores[~keep[:, None, :].expand_as(scores)] = float("-inf")
-    alignment = scores.argmax(dim)
-    if mark:
-        alignment = torch.where(tgt_real, alignment, torch.full_like(alignment, -1))
-    if dim != -1:
-        return alignment, 0.0
-    hits = alignment == gold
-    if padded_as_hit:                                 # -1 == -1 at padded steps: counted as hits
-        return alignment, hits.sum().item() / tgt_real.sum().item()
-    if count_padded:
-        return alignment, hits.double().mean().item()
-    hits = hits & tgt_real
-    if padded_as_miss:
-        return alignment, hits.double().mean().item()
-    if per_sentence:
-        return alignment, (hits.sum(1) / tgt_real.sum(1)).mean().item()
-    return alignment, hits.sum().item() / tgt_real.sum().item()
+def test_the_cross_attend_reference_is_torchs_multihead_attention_with_a_key_padding_mask():
+    for y, memory, real, W_Q, W_K, W_V in (case.values() for case in ex._attend_cases()):
+        d, d_m = W_Q.shape[1], W_K.shape[0]
+        torch_layer = torch.nn.MultiheadAttention(d, 1, kdim=d_m, vdim=d_m + 1, bias=False,
+                                                  batch_first=True, dtype=y.dtype)
+        W_I = torch.eye(d, dtype=y.dtype)                           # noqa: N806 - out_proj = I
+        with torch.no_grad():                       # vdim != d: torch keeps three separate weights
+            torch_layer.q_proj_weight.copy_(W_Q.T)
+            torch_layer.k_proj_weight.copy_(W_K.T)
+            torch_layer.v_proj_weight.copy_(torch.cat([W_V, torch.zeros(1, d, dtype=y.dtype)]).T)
+            torch_layer.out_proj.weight.copy_(W_I)
+            expected, weights = torch_layer(y, memory, torch.cat([memory, memory[..., :1]], -1),
+                                            key_padding_mask=~real)
+        got = ex.cross_attend_reference(y, memory, real, W_Q, W_K, W_V)
+        assert torch.allclose(got[0], expected, atol=1e-5) and torch.allclose(got[1], weights, atol=1e-6)
+        assert torch.allclose(got[0], F.scaled_dot_product_attention(
+            y @ W_Q, memory @ W_K, memory @ W_V, attn_mask=real[:, None, :]), atol=1e-5)
 
 
-def test_alignment_checker_accepts_the_reference_and_a_loop_with_python_floats():
-    assert ex.check_alignment_accuracy(ex.alignment_accuracy_reference, solution=True)
-    verdict = ex.check_alignment_accuracy(learner_alignment)
-    assert verdict and verdict.message.endswith("edge cases included.")
+def sdpa_attend(y, memory, memory_real, W_Q, W_K, W_V):
+    """torch's fused attention for the output, 02's function for the weights."""
+    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
+    weights = ah.scaled_dot_product_attention(Q, K, V, memory_real[:, None, :])[1]
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=memory_real[:, None, :]), weights
 
 
-ALIGNMENT_WRONG = {
-    "padding won the argmax": dict(mask_pad=False),
-    "the mask is inverted": dict(invert=True),
-    "the argmax ran over the output steps": dict(dim=1, mark=False),
-    "padded output steps counted in the accuracy": dict(count_padded=True),
-    "padded output steps counted as misses": dict(padded_as_miss=True),
-    "mean of per-sentence accuracies": dict(per_sentence=True),
-    "must be marked -1": dict(mark=False),
-    "padded output steps counted as hits": dict(padded_as_hit=True),
-}
+def additive_attend(y, memory, memory_real, W_Q, W_K, W_V):
+    """An additive -1e9 mask, a unsqueezed mask and .mT: written another way."""
+    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
+    scores = Q @ K.mT * Q.shape[-1] ** -0.5 + (~memory_real).unsqueeze(1) * -1e9
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ V, weights
 
 
-@pytest.mark.parametrize("phrase", ALIGNMENT_WRONG)
-def test_alignment_checker_names_the_mistake(phrase):
-    verdict = ex.check_alignment_accuracy(
-        lambda *a: learner_alignment(*a, **ALIGNMENT_WRONG[phrase]))
-    assert_rejected(verdict, phrase)
+def test_cross_attend_checker_accepts_the_reference_and_other_correct_answers():
+    assert ex.check_cross_attend(ex.cross_attend_reference, solution=True)
+    for answer in (sdpa_attend, additive_attend, lambda *a: ex._attend_with(*a)):
+        verdict = ex.check_cross_attend(answer)
+        assert verdict and verdict.message.endswith("edge cases included."), verdict.message
 
 
-def test_a_mistake_named_only_if_it_gives_the_answer_on_every_case():   # hits / src_real.sum()
-    def by_sources(w, s, g, t):               # equals "counted as hits" on case 1 by chance (0.75)
-        a = ex.alignment_accuracy_reference(w, s, g, t)[0]
-        return a, ((a == g) & t).sum() / s.sum()
-    verdict = ex.check_alignment_accuracy(by_sources)
-    assert not verdict and "\nHint: " not in verdict.message, verdict.message
+@pytest.mark.parametrize("flaw, words", [
+    ({"mask": None}, "padded memory positions were read"),
+    ({"mask": "queries"}, "laid along the queries, (b, n_k, 1)"),
+    ({"mask": "batch"}, "batch axis met the scores' query axis"),
+    ({"mask": "inverted"}, "the mask is inverted"),
+    ({"causal": True}, "cross-attention needs no causal mask"),
+    ({"kv_from": "y"}, "the keys and values came from the decoder states y"),
+    ({"queries_from": "memory", "kv_from": "y"}, "the roles are swapped"),
+    ({"values": "W_K"}, "the values were the keys"),
+    ({"softmax_dim": -2}, "the softmax ran over dim -2"),
+    ({"scale": None}, "the scores were not scaled"), ({"scale": "d_m"}, "divided by sqrt(d_m)"),
+    ({"scale": "d2"}, "divided by d;"), ({"mask": "times"}, "a score of 0 is not -inf"),
+    ({"mask": "after"}, "the mask came after the softmax")])
+def test_cross_attend_checker_names_the_mistake(flaw, words):
+    assert_rejected(ex.check_cross_attend(lambda *a: ex._attend_with(*a, **flaw)), "\nHint: ", words)
 
 
-def test_alignment_checker_refuses_weights_as_the_alignment():
-    verdict = ex.check_alignment_accuracy(lambda w, s, g, t: (w.max(-1).values, 1.0))
-    assert_rejected(verdict, "integer tensor")
+def test_cross_attend_checker_explains_a_mask_that_does_not_fit_and_a_missing_output():
+    def queries_masked(y, memory, memory_real, W_Q, W_K, W_V):   # m != n: the shapes clash
+        Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
+        if Q.shape[1] == K.shape[1]:
+            return ex.cross_attend_reference(y, memory, memory_real, W_Q, W_K, W_V)
+        scores = (Q @ K.mT / Q.shape[-1] ** 0.5).masked_fill(~memory_real[..., None], -math.inf)
+        return scores.softmax(-1) @ V, scores.softmax(-1)
+    assert_rejected(ex.check_cross_attend(queries_masked), "case 2 of 4", "the shapes do not fit",
+                    "\nHint: the shapes do not fit the scores (b, n_q, n_k)")
+    assert_rejected(ex.check_cross_attend(lambda *a: ex.cross_attend_reference(*a)[0]),
+                    "returned 1 value(s); expected 2")
 
 
 def test_the_level_3_skeletons_filled_in_pass():
@@ -210,26 +219,16 @@ def test_the_level_3_skeletons_filled_in_pass():
         "layer.norm3(x_t + layer.feed_forward(x_t))"),
         prefix=GIVEN, ah=ah)
     assert ex.check_decode_layer(decode)
-    alignment = skeleton("cross_attention.alignment", "weights, src_real, gold, tgt_real", (
-        "weights.masked_fill(~src_real[:, None, :], float('-inf'))",
-        "scores.argmax(-1).masked_fill(~tgt_real, -1)", "(alignment == gold) & tgt_real",
-        "hits.sum() / tgt_real.sum()"))
-    assert ex.check_alignment_accuracy(alignment)
+    attend = skeleton("cross_attention.attend", "y, memory, memory_real, W_Q, W_K, W_V", (
+        "y @ W_Q, memory @ W_K, memory @ W_V", "Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])",
+        "scores.masked_fill(~memory_real[:, None, :], float('-inf'))", "torch.softmax(scores, -1)"))
+    assert ex.check_cross_attend(attend)
 
 
-def test_decode_hints_before_the_skeleton_do_not_state_the_solution():
+def test_hints_before_the_skeleton_do_not_state_the_solution():
     hints = EXERCISES["cross_attention.decode"].hints
     for fragment in ("<-", "LN_2(", "LN_3(", "norm(x + block(x))", "norm2(x_t", "split_heads(ca"):
         assert fragment not in hints[0] + hints[1], fragment
-
-
-def test_an_alignment_miss_names_one_step_not_the_whole_answer():
-    expected, _ = ex.alignment_accuracy_reference(*ex._alignment_cases()[0].values())
-    verdict = ex.check_alignment_accuracy(lambda *a: learner_alignment(*a, mask_pad=False))
-    assert_rejected(verdict, "case 1 of 4", "you returned the alignment with wrong values: at index")
-    assert str(expected[0].tolist()) not in verdict.message              # no row of the answer
-    verdict = ex.check_alignment_accuracy(lambda *a: learner_alignment(*a, dim=1, mark=False))
-    assert_rejected(verdict, "you returned the alignment with shape", "output steps (dim 1)")
-    verdict = ex.check_alignment_accuracy(lambda *a: learner_alignment(*a, mask_pad=False, mark=False))
-    assert_rejected(verdict, "(0, 1) you gave 5", "\nHint: at index (0, 1) you chose source position "
-                    "5, which is padding in sentence 0")
+    hints = EXERCISES["cross_attention.attend"].hints
+    for fragment in ("y @ W_Q", "memory @ W_K", "[:, None, :]", "softmax(-1)", "masked_fill"):
+        assert fragment not in hints[0] + hints[1], fragment
