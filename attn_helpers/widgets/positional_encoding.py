@@ -1,5 +1,7 @@
 r"""Notebook 07's widget, what RoPE changes: token 0 at every position, its scores ``S[m, n]``, one
-pair of query ``m`` and key ``m - k`` on a circle, the diagonal and ``softmax(S / sqrt(d_head))``."""
+pair of query ``m`` and key ``m - k`` on a circle, the diagonal and ``softmax(S / sqrt(d_head))``.
+The base (625, 10000 or 160000) sets the sinusoidal table's and RoPE's frequencies; RoPE's trained
+heads at 625 and 160000 are the wrap study's models (seed 0)."""
 
 from __future__ import annotations
 
@@ -27,11 +29,12 @@ from ..positional import apply_rope, sinusoidal_encoding
 from .core import HIGHLIGHT_COLOR, AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
 from .panels import CellPainter
 
-__all__ = ["ENCODINGS", "N_POSITIONS", "queries_and_keys", "causal_diagonal_spread",
+__all__ = ["ENCODINGS", "BASES", "N_POSITIONS", "queries_and_keys", "causal_diagonal_spread",
            "positional_frame", "positional_widget"]
 
 ENCODINGS = ("sinusoidal (E E^T)", "random table (E E^T)", "add PE, then project (W_Q, W_K)",
              "project, then rotate (RoPE)")
+BASES = lesson.WRAP_BASES  # (625, 10000, 160000): RoPE is shipped trained at each
 N_POSITIONS, MAX_OFFSET = 24, 8
 D_HEAD = lesson.D_MODEL // lesson.NUM_HEADS  # 8: the trained heads' size, 4 sin/cos pairs
 _TRAINED = {ENCODINGS[2]: "sinusoidal", ENCODINGS[3]: "rope"}
@@ -56,11 +59,25 @@ def _trained_models():
     return models
 
 
-def queries_and_keys(encoding: str, head: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(queries, keys)``, each ``(N_POSITIONS, D_HEAD)`` float64: token 0's at each position."""
+def _check_base(encoding: str, base: float) -> float:
+    if isinstance(base, bool) or not isinstance(base, int | float) or base not in BASES:
+        raise ValueError(f"base must be one of {[f'{b:g}' for b in BASES]} (the bases RoPE is "
+                         f"shipped trained at), got {base!r}")
+    if encoding == ENCODINGS[2] and base != lesson.BASE:
+        raise ValueError(f"base {base:g} has no trained model in mode {encoding!r}: the sinusoidal "
+                         f"model was trained at base {lesson.BASE:g} only (bases {BASES[0]:g} and "
+                         f"{BASES[2]:g} exist for RoPE and for the sinusoidal table E E^T)")
+    return float(base)
+
+
+def queries_and_keys(encoding: str, head: int = 0,
+                     base: float = lesson.BASE) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(queries, keys)``, each ``(N_POSITIONS, D_HEAD)`` float64: token 0's at each position.
+    ``base`` (one of :data:`BASES`) sets the frequencies; the random table ignores it."""
     n = N_POSITIONS
+    base = _check_base(encoding, base)
     if encoding == ENCODINGS[0]:
-        table = sinusoidal_encoding(n, D_HEAD, dtype=torch.float64)
+        table = sinusoidal_encoding(n, D_HEAD, base=base, dtype=torch.float64)
         return table, table
     if encoding == ENCODINGS[1]:
         table = torch.randn(n, D_HEAD, generator=torch.Generator().manual_seed(7),
@@ -68,7 +85,7 @@ def queries_and_keys(encoding: str, head: int = 0) -> tuple[torch.Tensor, torch.
         return table, table
     if encoding not in _TRAINED:
         raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
-    model = _trained_models()[lesson.model_key(_TRAINED[encoding], 0)]
+    model = _trained_models()[lesson.model_key(_TRAINED[encoding], 0, base)]
     W = model.qkv.weight.detach().to(torch.float64)  # (3 d_model, d_model): Q, K, V heads' rows
     rows = slice(head * D_HEAD, (head + 1) * D_HEAD)
     W_Q, W_K = W[:lesson.D_MODEL][rows], W[lesson.D_MODEL:2 * lesson.D_MODEL][rows]  # (d_head, d_model)
@@ -76,7 +93,7 @@ def queries_and_keys(encoding: str, head: int = 0) -> tuple[torch.Tensor, torch.
     if encoding == ENCODINGS[2]:
         X = X + sinusoidal_encoding(n, lesson.D_MODEL, dtype=torch.float64)
         return X @ W_Q.T, X @ W_K.T  # (n, d_head): W_Q (x + PE(m)), W_K (x + PE(n))
-    return apply_rope(X @ W_Q.T), apply_rope(X @ W_K.T)  # (n, d_head): R(m) W_Q x, R(n) W_K x
+    return apply_rope(X @ W_Q.T, base=base), apply_rope(X @ W_K.T, base=base)  # R(m) W_Q x, R(n) W_K x
 
 
 def causal_diagonal_spread(S: torch.Tensor) -> float:
@@ -84,10 +101,10 @@ def causal_diagonal_spread(S: torch.Tensor) -> float:
     return max((line.max() - line.min()).item() for line in (S.diagonal(-k) for k in range(len(S))))
 
 
-@lru_cache(maxsize=len(ENCODINGS) * lesson.NUM_HEADS)
-def _grids(encoding: str, head: int) -> dict:
-    """What a move does not change, once per ``(mode, head)``."""
-    queries, keys = queries_and_keys(encoding, head)
+@lru_cache(maxsize=len(ENCODINGS) * lesson.NUM_HEADS * len(BASES))
+def _grids(encoding: str, head: int, base: float) -> dict:
+    """What a move does not change, once per ``(mode, head, base)``."""
+    queries, keys = queries_and_keys(encoding, head, base)
     S = queries @ keys.T  # (n, n): S[m, n]
     visible = causal_mask(N_POSITIONS)  # (n, n): q <= p
     top = S[visible].abs().max().item()
@@ -104,14 +121,15 @@ def _angle(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def positional_frame(encoding: str, position: int, offset: int, pair: int,
-                     head: int = 0) -> PositionalFrame:
+                     head: int = 0, base: float = lesson.BASE) -> PositionalFrame:
     """What the widget shows for mode ``encoding``, query position ``m`` (``0 .. 23``), offset
-    ``k`` (``0 .. 8``), pair ``i`` (``0 .. 3``) and trained head ``h`` (``0 .. 2``)."""
+    ``k`` (``0 .. 8``), pair ``i`` (``0 .. 3``), trained head ``h`` (``0 .. 2``) and ``base``."""
     for name, value, top in (("position", position, N_POSITIONS - 1), ("offset", offset, MAX_OFFSET),
                              ("pair", pair, D_HEAD // 2 - 1), ("head", head, lesson.NUM_HEADS - 1)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
             raise ValueError(f"{name} must be an int in 0..{top}, got {value!r}")
-    g = _grids(encoding, head)
+    base = _check_base(encoding, base)
+    g = _grids(encoding, head, base)
     S, weights, p, k = g["S"], g["weights"], position, offset
     pair_of = slice(2 * pair, 2 * pair + 2)
     has_key = p >= k
@@ -124,6 +142,8 @@ def positional_frame(encoding: str, position: int, offset: int, pair: int,
             "S[m, m-k]": round(S[p, p - k].item(), 4) if has_key else None,
             "S[k, 0]": round(S[k, 0].item(), 4),
             "largest spread of S along one diagonal (0: relative)": round(g["spread"], 4),
+            "pair i's wavelength 2 pi / omega_i (positions)": None if encoding == ENCODINGS[1]
+                else round(2 * math.pi * base ** (2 * pair / D_HEAD), 1),
             "pair i: angle from query m to key m-k (rad)":
                 round(_angle(q_pair, k_pair), 4) if has_key else None,
             "pair i: the same for query k, key 0 (rad)":
@@ -203,9 +223,9 @@ class PositionalView(BlitView):
 
 
 def positional_widget(encoding: str = ENCODINGS[0], position: int = 5, offset: int = 3,
-                      pair: int = 0, head: int = 1) -> LiveAttentionWidget:
-    """Notebook 07's live widget (mode, m, k, i, h), opening on the given values."""
-    positional_frame(encoding, position, offset, pair, head)  # refuses bad opening values
+                      pair: int = 0, head: int = 1, base: float = lesson.BASE) -> LiveAttentionWidget:
+    """Notebook 07's live widget (mode, m, k, i, h, base), opening on the given values."""
+    positional_frame(encoding, position, offset, pair, head, base)  # refuses bad opening values
     controls = {
         "encoding": widgets.Dropdown(options=ENCODINGS, value=encoding, description="mode",
                                      layout=widgets.Layout(width="360px")),
@@ -214,6 +234,8 @@ def positional_widget(encoding: str = ENCODINGS[0], position: int = 5, offset: i
         "offset": widgets.IntSlider(value=offset, min=0, max=MAX_OFFSET, description="offset k"),
         "pair": widgets.IntSlider(value=pair, min=0, max=D_HEAD // 2 - 1, description="pair i"),
         "head": widgets.IntSlider(value=head, min=0, max=lesson.NUM_HEADS - 1, description="head h"),
+        "base": widgets.Dropdown(options=[(f"{b:g}", b) for b in BASES], value=float(base),
+                                 description="base", layout=widgets.Layout(width="200px")),
     }
     return LiveAttentionWidget(positional_frame, controls, PositionalView(),
                                title="What RoPE changes: scores of one token at every position")
@@ -229,8 +251,9 @@ def plot_sinusoidal(PE: torch.Tensor) -> None:
     fig.colorbar(image, ax=ax_map, fraction=0.05)
     ax_map.set(xlabel="dimension (sin, cos, sin, cos, ...)", ylabel="position p",
                title=f"PE for n = {n}, d = {d}")
-    for dim in (0, 2, 6, 12):
-        ax_wave.plot(range(n), PE[:, dim], label=f"dim {dim}: sin(p w_{dim // 2})")
+    for dim in (0, 2, 6, 12):  # dots: the fast dim 0 is sampled only at whole positions p
+        ax_wave.plot(range(n), PE[:, dim], marker="." if dim == 0 else None,
+                     label=f"dim {dim}: sin(p w_{dim // 2})")
     ax_wave.set(xlabel="position p", ylabel="value", title="one wave per dimension")
     ax_wave.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4)
     plt.show()
@@ -302,23 +325,26 @@ def print_table(table: dict, metadata: dict) -> None:
 
 
 def plot_accuracy(curves: dict) -> None:
-    """Section 6: accuracy per position, each scheme's seed mean and a min-to-max band."""
+    """Section 6: accuracy per position, one panel per offset: each scheme's seed mean and a
+    min-to-max band."""
     colors = dict(zip(lesson.SCHEMES, ("#7f7f7f", "#1f77b4", "#2ca02c", "#d62728", "#9467bd"),
                       strict=True))
-    fig, ax = plt.subplots(figsize=(11, 4.2))
-    for scheme in lesson.SCHEMES:
-        per_seed = torch.stack([curves[lesson.model_key(scheme, s)].nanmean(-1) for s in lesson.SEEDS])
-        positions = torch.arange(per_seed.shape[1])
-        ax.fill_between(positions, per_seed.min(0).values, per_seed.max(0).values,
-                        color=colors[scheme], alpha=0.25, linewidth=0)
-        ax.plot(positions, per_seed.mean(0), color=colors[scheme], label=scheme)
-    for n, name in ((lesson.TRAIN_MAX_LEN, "training length"), (2 * lesson.TRAIN_MAX_LEN, "2x")):
-        ax.axvline(n - 0.5, color="black", linestyle="--", linewidth=1)
-        ax.text(n, 1.02, name, fontsize=9)
-    ax.axhline(1 / lesson.VOCAB, color="black", linestyle=":", linewidth=1, label="chance")
-    ax.set(xlabel="position i in the sequence", ylabel="accuracy (both offsets)", ylim=(0, 1.08),
-           title=f"accuracy at each position: mean of {len(lesson.SEEDS)} seeds, band = min to max")
-    ax.legend(loc="upper right", ncol=4, fontsize=9)
+    fig, axes = plt.subplots(1, len(lesson.OFFSETS), figsize=(12, 4.2), sharey=True)
+    for j, (ax, k) in enumerate(zip(axes, lesson.OFFSETS, strict=True)):
+        for scheme in lesson.SCHEMES:
+            per_seed = torch.stack([curves[lesson.model_key(scheme, s)][:, j] for s in lesson.SEEDS])
+            positions = torch.arange(per_seed.shape[1])
+            ax.fill_between(positions, per_seed.min(0).values, per_seed.max(0).values,
+                            color=colors[scheme], alpha=0.25, linewidth=0)
+            ax.plot(positions, per_seed.mean(0), color=colors[scheme], label=scheme)
+        for n, name in ((lesson.TRAIN_MAX_LEN, "training length"), (2 * lesson.TRAIN_MAX_LEN, "2x")):
+            ax.axvline(n - 0.5, color="black", linestyle="--", linewidth=1)
+            ax.text(n, 1.02, name, fontsize=9)
+        ax.axhline(1 / lesson.VOCAB, color="black", linestyle=":", linewidth=1, label="chance")
+        ax.set(xlabel="position i in the sequence", ylim=(0, 1.08),
+               title=f"copy from {k} back: mean of {len(lesson.SEEDS)} seeds, band = min to max")
+    axes[0].set_ylabel("accuracy")
+    axes[-1].legend(loc="upper right", ncol=2, fontsize=9)
     plt.show()
 
 

@@ -11,6 +11,7 @@ import torch
 from attn_helpers.lessons import positional_encoding as lesson
 from attn_helpers.positional import apply_rope, frequencies, sinusoidal_encoding
 from attn_helpers.widgets.positional_encoding import (
+    BASES,
     ENCODINGS,
     N_POSITIONS,
     causal_diagonal_spread,
@@ -21,6 +22,7 @@ from attn_helpers.widgets.positional_encoding import (
 
 SINUSOIDAL, LEARNED, ADD, ROPE = ENCODINGS
 SPREAD = "largest spread of S along one diagonal (0: relative)"
+WAVELENGTH = "pair i's wavelength 2 pi / omega_i (positions)"
 ANGLE = "pair i: angle from query m to key m-k (rad)"
 
 
@@ -81,6 +83,33 @@ def test_sinusoidal_angle_is_k_omega_and_rope_angle_moves_by_k_omega():
         assert math.remainder(at_0 - at_3 - 3 * omega, 2 * math.pi) == pytest.approx(0, abs=1e-3)
 
 
+@pytest.mark.parametrize("base", BASES)
+def test_base_sets_the_frequencies_and_rope_uses_that_bases_trained_model(base):
+    models, _ = lesson.load_models()
+    model = models[lesson.model_key("rope", 0, base)]
+    tokens = torch.zeros(1, N_POSITIONS, dtype=torch.long)                  # token 0 everywhere
+    with torch.no_grad():
+        model(tokens)
+    for head in range(lesson.NUM_HEADS):
+        frame = positional_frame(ROPE, 9, 3, 1, head, base)
+        assert torch.allclose(frame.weights.float(), model.last_weights[0, head], atol=1e-5)
+        assert frame.readouts[SPREAD] < 1e-9
+    for pair in range(4):
+        omega = float(frequencies(8, base)[pair])
+        readouts = positional_frame(SINUSOIDAL, 7, 3, pair, 0, base).readouts
+        assert readouts[SPREAD] < 1e-9
+        assert readouts[WAVELENGTH] == round(2 * math.pi / omega, 1)
+        assert math.remainder(readouts[ANGLE] - 3 * omega, 2 * math.pi) == pytest.approx(0, abs=1e-4)
+    random_table = positional_frame(LEARNED, 7, 3, 1, 0, base)             # has no base: ignores it
+    assert random_table.readouts == positional_frame(LEARNED, 7, 3, 1, 0).readouts
+
+
+def test_bases_differ_where_they_should():
+    slow, fast = (positional_frame(ROPE, 20, 3, 1, 2, b) for b in (BASES[2], BASES[0]))
+    assert not torch.allclose(slow.weights, fast.weights, atol=1e-3)
+    assert slow.readouts[WAVELENGTH] == pytest.approx(4 * fast.readouts[WAVELENGTH], abs=0.2)
+
+
 def test_positional_frame_errors():
     for kwargs in ({"position": 24}, {"offset": 9}, {"pair": 4}, {"head": 3}, {"position": True},
                    {"encoding": "rope"}):
@@ -89,11 +118,19 @@ def test_positional_frame_errors():
             positional_frame(**args)
     with pytest.raises(ValueError, match="position"):
         positional_widget(position=99)
+    for base in (1000.0, True, "625", None):
+        with pytest.raises(ValueError, match=r"base must be one of \['625', '10000', '160000'\]"):
+            positional_frame(ROPE, 5, 1, 1, 1, base)
+    with pytest.raises(ValueError, match="base 625 has no trained model in mode 'add PE"):
+        positional_frame(ADD, 5, 1, 1, 1, 625.0)
+    with pytest.raises(ValueError, match="base 625 has no trained model"):
+        positional_widget(encoding=ADD, base=625.0)
 
 
 def test_positional_widget_opens_where_asked_and_moves_as_the_pure_function():
     widget = positional_widget(encoding=ROPE, position=12, offset=1, pair=1, head=1)
-    assert widget.values == {"encoding": ROPE, "position": 12, "offset": 1, "pair": 1, "head": 1}
+    assert widget.values == {"encoding": ROPE, "position": 12, "offset": 1, "pair": 1, "head": 1,
+                             "base": 10000.0}
     assert widget.error is None and widget.readouts["key with the largest weight in row m"] == "11"
     first = widget.image.value
     readouts = widget.set(position=10, offset=2, pair=2)
@@ -102,3 +139,15 @@ def test_positional_widget_opens_where_asked_and_moves_as_the_pure_function():
     assert readouts == {k: f"{v:.4f}" if isinstance(v, float) else str(v) for k, v in expected.items()}
     widget.set(position=1, offset=4)  # no key 4 back: hidden, not an error
     assert widget.error is None and widget.readouts["S[m, m-k]"] == "None"
+    shown = widget.image.value
+    widget.set(base=625.0)                         # the base-625 model: a new picture, no error
+    assert widget.error is None and widget.image.value != shown
+    assert widget.readouts == {k: f"{v:.4f}" if isinstance(v, float) else str(v)
+                               for k, v in positional_frame(ROPE, 1, 4, 2, 1, 625.0).readouts.items()}
+    shown = widget.image.value
+    widget.set(encoding=ADD)                       # no sinusoidal model at 625: said, picture kept
+    assert "base 625 has no trained model" in widget.error and widget.image.value == shown
+    widget.set(base=10000.0)
+    assert widget.error is None and widget.image.value != shown
+    widget.set(base=5.0)                           # not an option of the dropdown
+    assert "base must be one of" in widget.error
