@@ -1,7 +1,8 @@
 """Notebook 08's measurements: the live harness (:func:`benchmark`, :func:`slope`, the figures) and
 the committed benchmark: :func:`bench_attention` (``python -m attn_helpers bench attention``) writes
 records ``{"method", "n", "median_ms", "peak_bytes", "gflops"}`` (8 heads of 64, float32), one
-``matmul_peak`` and one ``machine`` record; :func:`load_benchmark` reads the committed run."""
+``matmul_peak`` and one ``machine`` record (caches, copy bandwidth, torch's CPU thread count);
+:func:`load_benchmark` reads the committed run."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ from ..measure import PowerLaw, fit_power_law, peak_bytes, time_call
 
 __all__ = [
     "ATTENTION_FUNCTIONS", "ATTENTION_METHODS", "BENCHMARK_FILE", "FIT_N_MIN", "FWD_BWD_METHODS",
-    "LOCAL_WINDOW", "METHOD_COLORS", "attention_flops", "attention_sizes",
-    "bench_attention", "benchmark", "cache_sizes", "copy_bandwidth_gbps", "cpu_ms", "fit_methods",
-    "fwd_bwd_call", "load_benchmark", "machine", "matmul_gflops", "naive_attention",
+    "LOCAL_WINDOW", "METHOD_COLORS", "OPTIONAL_KEYS", "RECORD_KEYS", "attention_flops",
+    "attention_sizes", "bench_attention", "benchmark", "cache_sizes", "copy_bandwidth_gbps", "cpu_ms",
+    "fit_methods", "fwd_bwd_call", "load_benchmark", "machine", "matmul_gflops", "naive_attention",
     "plot_scaling", "saved_bytes", "series", "slope", "validate_records",
 ]
 
@@ -35,7 +36,10 @@ ATTENTION_HEADS = 8
 ATTENTION_HEAD_DIM = 64
 ATTENTION_METHODS = ("naive", "sdpa", "tiled", "linear", "local")
 FWD_BWD_METHODS = ("naive_fwd_bwd", "sdpa_fwd_bwd", "tiled_fwd_bwd")
-RECORD_KEYS = {"matmul_peak": {"method", "gflops"}, "machine": {"method", "cache_bytes", "copy_gbps"}}
+RECORD_KEYS = {"matmul_peak": {"method", "gflops"},
+               "machine": {"method", "cache_bytes", "copy_gbps", "threads"}}
+#: keys a record may lack: the committed run (2026-11-22) predates the thread count
+OPTIONAL_KEYS = {"machine": {"threads"}}
 TILED_QUERY_BLOCK = 1024
 TILED_KEY_BLOCK = 512
 TILED_FWD_BWD_BLOCK = 128       # a block size FlashAttention-2 uses on GPUs
@@ -231,7 +235,8 @@ def bench_attention(max_n: int = 8192, device: str = "cpu",
     if references:
         records.append({"method": "matmul_peak", "gflops": round(matmul_gflops(device), 3)})
         records.append({"method": "machine", "cache_bytes": cache_sizes() if device == "cpu" else {},
-                        "copy_gbps": round(copy_bandwidth_gbps(device), 3)})
+                        "copy_gbps": round(copy_bandwidth_gbps(device), 3),
+                        "threads": torch.get_num_threads()})   # the rates depend on it
     return records
 
 
@@ -242,11 +247,15 @@ def validate_records(records) -> list[dict]:
     for i, r in enumerate(records):
         method = r.get("method") if isinstance(r, dict) else None
         keys = RECORD_KEYS.get(method, {"method", "n", "median_ms", "peak_bytes", "gflops"})
-        if method not in (*RECORD_KEYS, *ATTENTION_METHODS, *FWD_BWD_METHODS) or set(r) != keys:
+        optional = OPTIONAL_KEYS.get(method, set())
+        if method not in (*RECORD_KEYS, *ATTENTION_METHODS, *FWD_BWD_METHODS) or not (
+                keys - optional <= set(r) <= keys):
             raise ValueError(f"record {i} must name a benchmarked method and have exactly the keys "
-                             f"{sorted(keys)}, got {r!r}")
+                             f"{sorted(keys)} ({sorted(optional)} may be missing), got {r!r}")
         caches = r.get("cache_bytes", {})
+        threads = r.get("threads", 1)
         if (any(not r[key] > 0 for key in ("median_ms", "gflops", "copy_gbps") if key in r)
+                or not (isinstance(threads, int) and threads >= 1)
                 or not all(isinstance(size, int) and size > 0 for size in caches.values())
                 or not isinstance(r.get("n", 0), int) or not r.get("peak_bytes", 0) >= 0):
             raise ValueError(f"record {i}: times, rates and sizes must be > 0, got {r!r}")
