@@ -11,11 +11,13 @@ from ..entropy import max_weight
 from ..masks import causal_mask
 from .core import AttentionFrame, AttentionView, LiveAttentionWidget
 
-__all__ = ["WARMUP_TOKENS", "normalised_entropy", "tour", "warmup_scores", "warmup_frame",
-           "warmup_widget"]
+__all__ = ["READOUT_NORMALISED", "WARMUP_TOKENS", "normalised_entropy", "warmup_scores",
+           "warmup_frame", "warmup_widget"]
 
 WARMUP_TOKENS = ("how", "does", "attention", "really", "work", "?")
 WARMUP_SEED = 5  # the smallest seed with a mean entropy below 0.1 nats at T = 0.1 (notebook 00)
+#: The readout of ``normalised_entropy``: a row that sees one key has no spread to measure.
+READOUT_NORMALISED = "mean H / ln(keys seen) (rows seeing 2+ keys)"
 
 
 def warmup_scores(seed: int = WARMUP_SEED) -> torch.Tensor:
@@ -31,48 +33,43 @@ def warmup_frame(temperature: float, causal: bool = False) -> AttentionFrame:
     mask = causal_mask(len(WARMUP_TOKENS)) if causal else None
     weights = masked_softmax(warmup_scores() / temperature, mask)
     frame = AttentionFrame(weights, WARMUP_TOKENS, WARMUP_TOKENS, mask=mask)
-    frame.readouts = {"mean entropy (nats)": f"{frame.entropy.mean().item():.2f}",  # as tour()
-                      "mean H / ln(keys seen)": f"{normalised_entropy(frame.entropy, mask):.2f}",
-                      "mean largest weight": f"{max_weight(weights).mean().item():.2f}",
-                      "effective keys (mean e^H)": f"{frame.entropy.exp().mean().item():.2f}"}
+    frame.readouts = {  # two decimals: the digits every CPU agrees on (notebook 00 prints them)
+        "mean entropy (nats)": f"{frame.entropy.mean().item():.2f}",
+        READOUT_NORMALISED: f"{normalised_entropy(frame.entropy, mask).item():.2f}",
+        "mean largest weight": f"{max_weight(weights).mean().item():.2f}",
+        "effective keys (mean e^H)": f"{frame.entropy.exp().mean().item():.2f}"}
     return frame
 
 
-def normalised_entropy(entropy: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+def normalised_entropy(entropy: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """The mean of ``H_i / ln(keys row i sees)`` over the rows that see two keys or more.
 
-    ``entropy`` is ``(n_q,)``; ``mask`` is ``(n_q, n_k)``, ``True`` where a key is seen (``None``:
-    every row sees all ``n_k = n_q`` keys). A row that sees one key has ceiling ``ln 1 = 0``."""
-    if not isinstance(entropy, torch.Tensor) or entropy.dim() != 1:
-        raise ValueError(f"entropy must be a (n_q,) tensor, got {getattr(entropy, 'shape', entropy)}")
+    ``entropy`` is ``(..., n_q)``: one entropy per row, for any number of leading (draw)
+    dimensions; ``mask`` is ``(n_q, n_k)``, ``True`` where a key is seen (``None``: every row sees
+    all ``n_k = n_q`` keys). A row that sees one key has ceiling ``ln 1 = 0`` and is left out.
+    Returns ``(...)``: one mean per leading index (a 0-d tensor for a ``(n_q,)`` input)."""
+    if not isinstance(entropy, torch.Tensor) or entropy.dim() < 1:
+        got = getattr(entropy, "shape", entropy)
+        raise ValueError(f"entropy must be a (..., n_q) tensor, got {got}")
+    n_q = entropy.shape[-1]
     if mask is None:
-        seen = torch.full_like(entropy, len(entropy))
-    elif mask.shape[:1] != entropy.shape or mask.dim() != 2:
-        raise ValueError(f"mask must be (n_q, n_k) with n_q = {len(entropy)}, got {tuple(mask.shape)}")
+        seen = torch.full((n_q,), n_q, dtype=entropy.dtype)
+    elif mask.dim() != 2 or mask.shape[0] != n_q:
+        raise ValueError(f"mask must be (n_q, n_k) with n_q = {n_q}, got {tuple(mask.shape)}")
     else:
         seen = mask.sum(-1).to(entropy.dtype)
     rows = seen > 1
-    return (entropy[rows] / seen[rows].log()).mean().item()
+    if not rows.any():
+        raise ValueError("every row sees one key: no row has a ceiling above ln 1 = 0")
+    return (entropy[..., rows] / seen[rows].log()).mean(-1)
 
 
 def warmup_widget() -> LiveAttentionWidget:
     """A temperature slider and a causal toggle over a six-token attention heatmap."""
-    controls = {"temperature": widgets.FloatLogSlider(value=1.0, base=10, min=-1.3, max=1.0,
+    controls = {"temperature": widgets.FloatLogSlider(value=1.0, base=10, min=-2.0, max=1.0,
                                                       step=0.05, description="temperature"),
                 "causal": widgets.Checkbox(value=False, description="causal mask")}
     view = AttentionView(figsize=(6.6, 4.0), title="weights from random scores (words are labels)")
     return LiveAttentionWidget(warmup_frame, controls, view,
                                title="Warm-up: sharpen or flatten the attention (random scores)")
 
-
-def tour(widget: LiveAttentionWidget) -> list[AttentionFrame]:
-    """``widget.set`` at T = 1, 0.1, 10 and T = 1 with the causal mask: print the readouts to two
-    decimals (the digits every CPU agrees on), reset to T = 1 and return the four frames."""
-    frames = []
-    for temperature, causal in ((1.0, False), (0.1, False), (10.0, False), (1.0, True)):
-        readouts = widget.set(temperature=temperature, causal=causal)
-        frames.append(widget.frame)
-        label = f"T = {temperature:g}{', causal mask' if causal else ''}:"
-        print(f"{label:<20}" + ", ".join(f"{k} {v}" for k, v in readouts.items()))
-    widget.set(temperature=1.0, causal=False)
-    return frames

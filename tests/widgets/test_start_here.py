@@ -15,21 +15,50 @@ def test_normalised_entropy_is_one_for_rows_spread_evenly_over_the_keys_they_see
     mask = ah.causal_mask(5)
     weights = ah.masked_softmax(torch.zeros(5, 5, dtype=torch.float64), mask)  # even over seen
     entropy = ah.attention_entropy(weights)
-    assert warmup.normalised_entropy(entropy, mask) == pytest.approx(1.0, abs=1e-12)
-    assert warmup.normalised_entropy(entropy) == pytest.approx(                 # ln 5 ceilings
+    assert float(warmup.normalised_entropy(entropy, mask)) == pytest.approx(1.0, abs=1e-12)
+    assert float(warmup.normalised_entropy(entropy)) == pytest.approx(          # ln 5 ceilings
         float(entropy.mean()) / math.log(5), abs=1e-12)
+
+
+def test_normalised_entropy_of_a_batch_is_the_mean_of_each_row_of_draws():
+    mask = ah.causal_mask(4)
+    entropy = torch.rand(3, 2, 4, dtype=torch.float64)                          # (draws..., n_q)
+    batched = warmup.normalised_entropy(entropy, mask)
+    assert batched.shape == (3, 2)
+    one_by_one = torch.stack([torch.stack([warmup.normalised_entropy(h, mask) for h in row])
+                              for row in entropy])
+    assert torch.equal(batched, one_by_one)
+    assert float(batched[0, 0]) == pytest.approx(                               # rows 1-3 only
+        float((entropy[0, 0, 1:] / torch.arange(2, 5, dtype=torch.float64).log()).mean()))
 
 
 def test_the_widget_reads_out_the_normalised_entropy_under_the_causal_mask():
     frame = warmup.warmup_frame(1.0, causal=True)
     seen = torch.arange(1, 7, dtype=torch.float64)
     expected = (frame.entropy[1:] / seen[1:].log()).mean().item()           # rows 1-5
-    assert frame.readouts["mean H / ln(keys seen)"] == f"{expected:.2f}"
+    assert frame.readouts[warmup.READOUT_NORMALISED] == f"{expected:.2f}"
+    assert "2+ keys" in warmup.READOUT_NORMALISED                           # says which rows
+
+
+def test_the_slider_reaches_a_temperature_of_0_05_and_refuses_one_below_its_minimum():
+    widget = warmup.warmup_widget()
+    readouts = widget.set(temperature=0.05)
+    assert widget.controls["temperature"].value == pytest.approx(0.05)
+    assert float(readouts["mean largest weight"]) > 0.9                    # T = 0.05: sharp rows
+    try:                        # refused: a ValueError (widgets/core) or at least the message
+        widget.set(temperature=0.005)
+        message = widget.error
+    except ValueError as error:
+        message = str(error)
+    assert "temperature must be between 0.01 and 10" in message
+    assert widget.controls["temperature"].value == pytest.approx(0.05)           # not moved
 
 
 @pytest.mark.parametrize("entropy, mask, fragment", [
-    (torch.ones(2, 3), None, "entropy must be a (n_q,) tensor"),
+    (torch.tensor(1.0), None, "entropy must be a (..., n_q) tensor"),
+    ([1.0, 2.0], None, "entropy must be a (..., n_q) tensor"),
     (torch.ones(3), torch.ones(4, 4, dtype=torch.bool), "mask must be (n_q, n_k) with n_q = 3"),
+    (torch.ones(1), torch.ones(1, 1, dtype=torch.bool), "every row sees one key"),
 ])
 def test_normalised_entropy_names_a_wrong_argument(entropy, mask, fragment):
     with pytest.raises(ValueError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
