@@ -343,7 +343,3 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
                           what="decode_layer", output_names=("the outputs",), mistakes=mistakes,
                           watch=_memory_projected_once)
 
-
-#: Notebook 06's old exercise 2 (alignment accuracy) was retired; tests/exercises/test_messages.py
-#: (lead-owned) still imports this name. Remove it with that file's entry.
-check_alignment_accuracy = check_cross_attend

@@ -53,10 +53,10 @@ KEY_EXPRESSIONS = {
         cross_attention.check_decode_layer,
         ("memory_real[:, None, None, :]", "[:, None, None, :]", "split_heads(ca.",
          "norm2(x_t +", "norm3(x_t +", "out_proj(ah.merge_heads", "norm(x + block(x))")),
-    "cross_attention.alignment": (
-        cross_attention.check_alignment_accuracy,
-        ("masked_fill(~src_real", "argmax(-1).masked_fill", "(alignment == gold) & tgt_real",
-         "hits.sum() / tgt_real.sum()")),
+    "cross_attention.attend": (
+        cross_attention.check_cross_attend,
+        ("y @ W_Q", "memory @ W_K", "memory @ W_V", "memory_real[:, None, :]", "unsqueeze(1)",
+         "softmax(scores, dim=-1)", "softmax(-1)")),
     "real_model.previous_token": (
         real_model.check_previous_token_scores,
         ("weights[..., i, i - 1]", "[..., i, i - 1]", "mask[:, 1:]", "[None, :, None, :]")),
