@@ -259,7 +259,7 @@ def _mistakes() -> list[Mistake]:
          "whole row; compute it once, from O, before the loops.", {"tile_d": True}),
         ("P was normalised within the tile (a softmax over its keys): P = exp(S - lse), "
          "with the whole row's lse from the forward pass.", {"local_softmax": True}),
-        ("dS = P * dP misses its second term: subtract each row's D (section 5).", {"no_d": True}),
+        ("dS = P * dP misses its second term: subtract each row's D (section 4).", {"no_d": True}),
         ("P = exp(S) without the lse: P = exp(S - lse), each row by its own lse.", {"no_lse": True}),
         ("lse broadcast along the keys: its slice (..., B) meets a tile's last axis; give "
          "each row its own, lse.unsqueeze(-1).", {"lse_keys": True}),
@@ -281,7 +281,7 @@ def _mistakes() -> list[Mistake]:
 
 @exercise("complexity.causal_backward", "FlashAttention-2's backward for causal attention, in tiles",
           hints=(
-              "Section 5 had one block of queries and no mask. Here the queries come in tiles of "
+              "Section 4 had one block of queries and no mask. Here the queries come in tiles of "
               "B too, and the mask is causal. Which pairs of tiles contribute anything, which "
               "need the mask, and which results are complete only once a loop has finished?",
               "Compare a tile's last query position with its first key position. P and D are "
@@ -381,7 +381,7 @@ def _linear_mistakes() -> list[Mistake]:
 
 @exercise("complexity.linear_step", "one step of causal linear attention: state in, state out",
           hints=(
-              "In section 6's formula, which factor of each term depends on j, and which does "
+              "In section 5's formula, which factor of each term depends on j, and which does "
               "not? Take the one that does not out of the sums: what is left is the state. Add "
               "token t's terms first, then read with phi(q_t). phi(x) = elu(x) + 1.",
               "Once phi(q_t) is out, the sums over past keys no longer depend on the query: S "

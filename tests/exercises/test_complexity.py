@@ -336,7 +336,7 @@ def test_the_backward_checker_refuses_the_n_by_n_matrix():
 
 
 def untiled_queries(q, k, v, O, lse, d_out, B):
-    """Right, but like section 5's loop: all n queries against each key tile, (..., n, B)."""
+    """Right, but like section 4's loop: all n queries against each key tile, (..., n, B)."""
     n, c = q.shape[-2], 1 / math.sqrt(q.shape[-1])
     D, L = (d_out * O).sum(-1, keepdim=True), lse[..., None]
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
