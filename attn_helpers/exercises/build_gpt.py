@@ -244,10 +244,10 @@ class _LessonCache(KVCache):
     "start + n, d_h). The mask is (n, start + n): which rows of a square causal mask are the "
     "new queries?",
     "if cache is not None:\n"
-    "    ...                                 # append k and v, then read every cached key and value\n"
-    "mask = ...                              # (n, start + n): new query i sees keys 0..start+i\n"
-    "out, _ = ah.scaled_dot_product_attention(q, k, v, mask)\n"
-    "return self.out(ah.merge_heads(out))   # the heads side by side, then W_O"))
+    "    ...              # add the new keys and values to the cache; k, v: everything it holds\n"
+    "mask = ...           # (n, start + n), bool: row i is True at keys 0..start+i\n"
+    "out = ...            # (b, h, n, d_h): the course's attention step of q on k, v under mask\n"
+    "return ...           # (b, n, d): the heads side by side, then W_O"))
 def check_attention(cls) -> CheckResult:
     """Exercise: ``cls(d_model, num_heads)``; ``forward(x (b, n, d), cache=None) -> (b, n, d)``,
     new query ``i`` seeing keys ``0..start+i``, the attention step written out (not
@@ -409,11 +409,11 @@ def _token_cases(cfg, seed):
     "#     x = x + ...      # attention on norm1's copy of x, handed the cache\n"
     "#     return x + ...   # the feed-forward on norm2's copy of the updated x\n"
     "# GPT.forward:\n"
-    "positions = ...                           # (n,): start .. start + n - 1\n"
-    "x = ...                                   # (b, n, d): token plus position embeddings\n"
-    "for i, block in enumerate(self.blocks):\n"
-    "    x = block(x, ...)                     # caches[i], or None without caches\n"
-    "return ...                                # (b, n, vocab): the final norm, then the head"))
+    "positions = ...      # (n,): the positions the n new tokens hold\n"
+    "x = ...              # (b, n, d): token plus position embeddings\n"
+    "for i, block in ...:    # every block in order, with its index i\n"
+    "    x = ...          # block i on x, handed its own cache (None without caches)\n"
+    "return ...           # (b, n, vocab): the final norm, then the head"))
 def check_model(cls, block=None) -> CheckResult:
     """Exercise: ``block`` (if given) as :func:`check_block`, then ``cls(cfg)``; ``forward(tokens
     (b, n), start=0, caches=None) -> (b, n, vocab)``, run with the reference's blocks."""
@@ -665,13 +665,14 @@ def _rates(learning_rate: Callable) -> Callable:
 
 
 def _run_loop(train: Callable) -> Callable:
-    """``run(recipe, stop, seed)``: the curve and the weights after, on a random 11-letter text."""
+    """``run(recipe, stop, seed)``: the curve and the weights after, on a random 11-letter text,
+    with a one-block model of context 8 (small, so that every named mistake is quick to run)."""
     def run(recipe, stop, seed):
         g = seeded(601)
-        corpus = bg.Corpus("abcdefghijk", torch.randint(0, 11, (500,), generator=g),
-                           torch.randint(0, 11, (150,), generator=g))
+        corpus = bg.Corpus("abcdefghijk", torch.randint(0, 11, (200,), generator=g),
+                           torch.randint(0, 11, (60,), generator=g))
         torch.manual_seed(seed)
-        model = bg.GPT(model_cfg())
+        model = bg.GPT(model_cfg(context=8, d=8, h=2, layers=1, d_ff=16))
         curve = train(model, bg.train_step, corpus, recipe, torch.Generator().manual_seed(seed), stop)
         if curve is None:
             raise Refused("train returned None: return the curve.")
@@ -696,17 +697,20 @@ def _run_loop(train: Callable) -> Callable:
     "warmup) runs 0 to 1 and the rate is min_lr + (lr - min_lr) * (1 + cos(pi p)) / 2. train: "
     "the rate goes in every parameter group; the batch is recipe.batch starts from torch.randint "
     "with the given generator, n + 1 characters from each.",
-    "# train_step: inputs, targets = ... (the chunk shifted by one); logits = model(inputs)\n"
-    "#     loss = F.cross_entropy(...) on (b * n, vocab) and (b * n,); optimizer.zero_grad();\n"
-    "#     loss.backward(); clip the norm to 1; optimizer.step(); return loss.item()\n"
-    "# train, inside the loop:\n"
+    "# train_step, in four steps:\n"
+    "#     inputs, targets = ...   # two (b, n) slices of the chunk, the targets one ahead\n"
+    "#     loss = ...              # the mean cross-entropy over all b * n predictions\n"
+    "#     ...                     # zero the gradients, backward, clip the joint norm, step\n"
+    "#     return ...              # the loss as a float\n"
+    "# learning_rate: the warm-up line while step < recipe.warmup, else level 2's cosine.\n"
+    "# train, inside the loop (after the stub's rate = learning_rate(step, recipe)):\n"
     "for group in optimizer.param_groups:\n"
-    "    group[\"lr\"] = ...                     # this step's rate\n"
-    "starts = torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), generator=generator)\n"
-    "chunk = torch.stack([...])                # (b, n + 1): corpus.train[s:s + n + 1]\n"
-    "train_step(model, optimizer, chunk)\n"
-    "if (step + 1) % recipe.eval_every == 0:\n"
-    "    curve.append((step + 1, bg.estimate_loss(model, corpus.train, n), ...))"))
+    "    ...              # this step's rate into the group\n"
+    "starts = ...         # (recipe.batch,) random starts, drawn as the text says\n"
+    "chunk = ...          # (b, n + 1): n + 1 characters of corpus.train from each start\n"
+    "...                  # one training step on the chunk\n"
+    "if ...:              # after every recipe.eval_every steps\n"
+    "    curve.append(...)   # (steps done, training loss, held-out loss), each estimated"))
 def check_train(train: Callable, learning_rate: Callable, train_step: Callable | None = None
                 ) -> CheckResult:
     """Exercise: ``train_step`` (if given) as :func:`check_train_step`, then ``learning_rate(step,
@@ -728,9 +732,9 @@ def check_train(train: Callable, learning_rate: Callable, train_step: Callable |
         return result
     runs = [{"recipe": bg.Recipe(steps=s, batch=b, lr=lr, warmup=w, min_lr=m, eval_every=e),
              "stop": stop, "seed": seed}
-            for s, b, lr, w, m, e, stop, seed in [(9, 3, 0.02, 3, 0.002, 3, None, 1),
-                                                  (8, 2, 0.05, 2, 0.0, 4, None, 2),
-                                                  (12, 2, 0.01, 4, 0.001, 2, 6, 3)]]
+            for s, b, lr, w, m, e, stop, seed in [(6, 3, 0.02, 2, 0.002, 3, None, 1),
+                                                  (4, 2, 0.05, 2, 0.0, 2, None, 2),
+                                                  (8, 2, 0.01, 3, 0.001, 2, 4, 3)]]
     result = check_function(
         _run_loop(train), _run_loop(bg.train), runs, what="train",
         output_names=("the curve (step, training loss, held-out loss)", "the weights after"),
@@ -879,16 +883,16 @@ def _sampler(generate: Callable, model: _Recording) -> Callable:
     "The logits are the last position's, (b, vocab), over T. Top-k: which number per row "
     "separates the k largest, and what must the others become? Past the context every character "
     "moves one position down each step: what does that do to cached keys?",
-    "logits = ...                              # (b, vocab): the last position's, over T\n"
+    "logits = ...         # (b, vocab): the last position's, over T\n"
     "if top_k is not None:\n"
-    "    kth = ...                             # (b, 1): each row's k-th largest logit\n"
-    "    logits = ...                          # the logits below kth set to -inf\n"
-    "nxt = torch.multinomial(..., 1, generator=generator)   # (b, 1), from the probabilities\n"
-    "tokens = torch.cat([tokens, nxt], dim=1)\n"
-    "if use_cache and ...:                     # the cache still has room\n"
-    "    new, start = ...                      # nxt at its position\n"
-    "else:                                     # no cache, or past the context\n"
-    "    new, start, caches = ...              # the window the model reads, from position 0"))
+    "    kth = ...        # (b, 1): each row's k-th largest logit\n"
+    "    logits = ...     # the logits below kth set to -inf\n"
+    "nxt = ...            # (b, 1): one draw per row from the probabilities, with the generator\n"
+    "tokens = ...         # nxt appended to each row\n"
+    "if use_cache and ...:    # the cache still has room\n"
+    "    new, start = ...     # nxt at its position\n"
+    "else:                    # no cache, or past the context\n"
+    "    new, start, caches = ...   # the window the model reads, from position 0"))
 def check_generate(generate: Callable) -> CheckResult:
     """Exercise: ``generate(model, prompt (b, n0), steps, temperature, top_k, use_cache,
     generator) -> (b, n0 + steps)``: the reference's tokens, then how it used the cache."""

@@ -340,14 +340,41 @@ ATTENTION_GIVEN = ("b, n, d = x.shape\nstart = 0 if cache is None else len(cache
                    "dim=-1))\n")
 
 
+ATTENTION_FILLS = ("cache.append(k, v); k, v = cache.keys, cache.values",
+                   "ah.causal_mask(start + n)[start:]",
+                   "ah.scaled_dot_product_attention(q, k, v, mask)[0]",
+                   "self.out(ah.merge_heads(out))")
+MODEL_FILLS = ("torch.arange(start, start + tokens.shape[1])",
+               "self.token_embedding(tokens) + self.position_embedding(positions)",
+               "enumerate(self.blocks)", "block(x, None if caches is None else caches[i])",
+               "self.head(self.norm(x))")
+TRAIN_FILLS = ('group["lr"] = rate',
+               "torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), generator=generator)",
+               "torch.stack([corpus.train[s:s + n + 1] for s in starts.tolist()])",
+               "train_step(model, optimizer, chunk)", "(step + 1) % recipe.eval_every == 0",
+               "(step + 1, bg.estimate_loss(model, corpus.train, n), "
+               "bg.estimate_loss(model, corpus.val, n))")
+GENERATE_FILLS = ("model(new, start, caches)[:, -1] / temperature",
+                  "logits.topk(top_k, dim=-1).values[:, -1:]",
+                  "logits.masked_fill(logits < kth, float('-inf'))",
+                  "torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)",
+                  "torch.cat([tokens, nxt], dim=1)", "tokens.shape[1] <= n_ctx",
+                  "nxt, tokens.shape[1] - 1", "tokens[:, -n_ctx:], 0, None")
+
+
+@pytest.mark.parametrize("name, fills", [("attention", ATTENTION_FILLS), ("model", MODEL_FILLS),
+                                         ("train", TRAIN_FILLS), ("generate", GENERATE_FILLS)])
+def test_the_third_hint_names_each_step_and_writes_none_of_its_code(name, fills):
+    code = "\n".join(line.split("#", 1)[0] for line in
+                     exercises.EXERCISES[f"build_gpt.{name}"].hints[2].splitlines())
+    for fill in fills:
+        assert fill.replace("'", '"') not in code.replace("'", '"'), fill
+
+
 @pytest.mark.parametrize("key, base, signature, check, fills, prefix", [
     ("build_gpt.attention", bg.CausalSelfAttention, "self, x, cache=None", "check_attention",
-     ("cache.append(k, v); k, v = cache.keys, cache.values", "ah.causal_mask(start + n)[start:]"),
-     ATTENTION_GIVEN),
-    ("build_gpt.model", bg.GPT, "self, tokens, start=0, caches=None", "check_model",
-     ("torch.arange(start, start + tokens.shape[1])",
-      "self.token_embedding(tokens) + self.position_embedding(positions)",
-      "None if caches is None else caches[i]", "self.head(self.norm(x))"), ""),
+     ATTENTION_FILLS, ATTENTION_GIVEN),
+    ("build_gpt.model", bg.GPT, "self, tokens, start=0, caches=None", "check_model", MODEL_FILLS, ""),
 ])
 def test_the_third_hint_of_each_piece_is_a_skeleton(key, base, signature, check, fills, prefix):
     def with_forward(fills):
@@ -357,6 +384,27 @@ def test_the_third_hint_of_each_piece_is_a_skeleton(key, base, signature, check,
     check = getattr(ex, check)
     assert not check(with_forward(None))
     result = check(with_forward(fills))
+    assert result, result.message
+
+
+TRAIN_GIVEN = ("matrices = [p for p in model.parameters() if p.dim() >= 2]\n"
+               "others = [p for p in model.parameters() if p.dim() < 2]\n"
+               "optimizer = torch.optim.AdamW([{'params': matrices, 'weight_decay': 0.1},\n"
+               "                               {'params': others, 'weight_decay': 0.0}], "
+               "betas=recipe.betas)\n"
+               "n = model.cfg.context\ncurve = []\n")
+
+
+def test_the_third_hint_of_train_is_a_skeleton():
+    def train(fills):
+        return skeleton("build_gpt.train", "model, train_step, corpus, recipe, generator, stop=None",
+                        fills, prefix=TRAIN_GIVEN,
+                        loop="for step in range(recipe.steps if stop is None else stop):\n"
+                             "    rate = bg.learning_rate(step, recipe)",
+                        suffix="return curve", bg=bg)
+
+    assert not ex.check_train(train(None), bg.learning_rate)
+    result = ex.check_train(train(TRAIN_FILLS), bg.learning_rate)
     assert result, result.message
 
 
@@ -370,9 +418,5 @@ def test_the_third_hint_of_generate_is_a_skeleton():
                         loop="for _ in range(steps):", suffix="return tokens")
 
     assert not ex.check_generate(generate(None))
-    result = ex.check_generate(generate((
-        "model(new, start, caches)[:, -1] / temperature",
-        "logits.topk(top_k, dim=-1).values[:, -1:]",
-        "logits.masked_fill(logits < kth, float('-inf'))", "torch.softmax(logits, dim=-1)",
-        "tokens.shape[1] <= n_ctx", "nxt, tokens.shape[1] - 1", "tokens[:, -n_ctx:], 0, None")))
+    result = ex.check_generate(generate(GENERATE_FILLS))
     assert result, result.message
