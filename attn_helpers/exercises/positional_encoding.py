@@ -11,7 +11,7 @@ import torch
 from ..lessons.positional_encoding import half_weight_reach
 from ..positional import alibi_slopes as slopes
 from ..positional import apply_rope
-from .core import CheckResult, Mistake, check_function, seeded
+from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
 __all__ = ["REACH_MARGIN", "ROPE_MISTAKES", "check_reach", "check_rope", "check_rope_layout",
@@ -311,8 +311,8 @@ def check_reach(half_weight_reach: Callable) -> CheckResult:
     def whole(m, n):  # the reaches count keys: an integer tensor
         k = half_weight_reach(m, n)
         if isinstance(k, torch.Tensor) and k.dtype != torch.long:   # int32, float, bool: refused
-            raise TypeError(f"the reaches count keys: return them as a LongTensor (H,) of whole "
-                            f"numbers (.long()), got dtype {k.dtype}")
+            raise Refused(f"the reaches count keys: return them as a LongTensor (H,) of whole "
+                          f"numbers (.long()), got dtype {k.dtype}")
         return k
 
     return check_function(

@@ -454,6 +454,7 @@ def test_reach_checker_wants_whole_numbers_in_a_tensor():
                           (lambda m, n: closed_form(m, n)[:1], "shape (1,)")]:
         verdict = ex.check_reach(wrong)
         assert not verdict and phrase in verdict.message, verdict.message
+        assert "raised" not in verdict.message, verdict.message   # the learner's code raised nothing
 
 
 def test_the_level_3_skeletons_filled_in_pass():
