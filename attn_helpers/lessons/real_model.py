@@ -11,11 +11,12 @@ from types import SimpleNamespace
 
 import matplotlib.pyplot as plt
 import torch
+import torch.nn.functional as F
 
 from .._checks import require_int_in, require_tensor, shape
 from ..entropy import attention_entropy, normalized_entropy
 from ..masks import key_padding_to_attention_mask
-from ..multihead import split_heads
+from ..multihead import merge_heads, split_heads
 from ..plots import heatmap, weights_cmap
 from ..pretrained import Encoder, mean_pool
 
@@ -86,27 +87,34 @@ def offset_scores(weights: torch.Tensor, mask: torch.Tensor, offset: int) -> tor
 def heads_off(enc: Encoder, x: torch.Tensor, real: torch.Tensor, layer: int,
               keep: torch.Tensor) -> torch.Tensor:
     """``(k, s, d)`` sentence embeddings, layer ``layer``'s (0-based) heads off where ``keep (k, h)``
-    is False; ``x (s, n, d)`` is that layer's input, ``real (s, n)`` True at real tokens."""
-    mask = key_padding_to_attention_mask(real)                           # (s, 1, n)
-    x = torch.cat([enc.layers[layer](x, mask, row)[0] for row in keep])  # (k s, n, d)
+    is False; ``x (s, n, d)`` is that layer's input, ``real (s, n)`` True at real tokens. A head's
+    mask acts after its weights, so layer ``layer``'s heads are computed once for all ``k`` rows."""
+    mask, block = key_padding_to_attention_mask(real), enc.layers[layer]    # (s, 1, n)
+    att, k = block.attention, len(keep)
+    _, weights = att(x, x, x, mask)                                      # (s, h, n, n)
+    heads = weights @ split_heads(att.v_proj(x), att.num_heads)          # (s, h, n, d_head)
+    heads = heads * keep.to(x.dtype)[:, None, :, None, None]             # (k, s, h, n, d_head)
+    y = block.attention_norm(x.repeat(k, 1, 1) + att.out_proj(merge_heads(heads.flatten(0, 1))))
+    x = block.ff_norm(y + block.ff_out(F.gelu(block.ff_in(y))))          # as EncoderLayer.forward
     for later in enc.layers[layer + 1:]:
-        x, _ = later(x, mask.repeat(len(keep), 1, 1))
-    return mean_pool(x, real.repeat(len(keep), 1)).view(len(keep), len(real), -1)
+        x, _ = later(x, mask.repeat(k, 1, 1))
+    return mean_pool(x, real.repeat(k, 1)).view(k, len(real), -1)
 
 
 @torch.no_grad()
 def ablated_embeddings(enc: Encoder, sentences: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """Unit-length embeddings of ``sentences``, all heads on ``(s, d)`` and off ``(L, 1 + h, s, d)``:
-    ``[l, 0]`` all of layer ``l`` off, ``[l, 1 + i]`` head ``i`` alone. For speed: length-sorted
-    batches, and each layer's input computed once for its ``1 + h`` variants (:func:`heads_off`)."""
+    ``[l, 0]`` all of layer ``l`` off, ``[l, 1 + i]`` head ``i`` alone. For speed: one batch per
+    sentence length (no padding), and each layer's input computed once for its ``1 + h`` variants
+    (:func:`heads_off`)."""
     if not sentences or not all(isinstance(s, str) for s in sentences):
         raise TypeError("sentences must be a non-empty list of strings")
     tok, L, h, d = enc.tokenize(sentences), enc.cfg.num_layers, enc.cfg.num_heads, enc.cfg.d_model
     keep = torch.cat([torch.zeros(1, h), 1 - torch.eye(h)]).bool()      # (1 + h, h): False = off
     on, off = torch.zeros(len(sentences), d), torch.zeros(L, 1 + h, len(sentences), d)
-    chunks = min(4, len(sentences))
-    for bucket in tok["attention_mask"].sum(dim=1).argsort(stable=True).chunk(chunks):  # by length
-        n = int(tok["attention_mask"][bucket].sum(dim=1).max())         # pad only to the longest
+    lengths = tok["attention_mask"].sum(dim=1)                          # (s,) real tokens
+    for n in lengths.unique().tolist():                                 # the sentences of length n
+        bucket = (lengths == n).nonzero().flatten()
         mask, x = tok["attention_mask"][bucket, :n], enc.embeddings(tok["input_ids"][bucket, :n])
         for l, layer in enumerate(enc.layers):
             off[l][:, bucket] = heads_off(enc, x, mask, l, keep)        # layers l.. on 1 + h variants
