@@ -64,8 +64,9 @@ def _attention_cases() -> list[dict]:
 
 
 def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v", zero_empty=True,
-               stable=True, mask_after=None):
-    """Attention with one known mistake; ``mask_after``: "softmax"/"exp" (renormalised), "zeroed"."""
+               stable=True, mask_after=None, use_mask=True):
+    """Attention with one known mistake; ``mask_after``: "softmax"/"exp" (renormalised), "zeroed";
+    ``use_mask=False``: the mask is never applied."""
     def attention(q, k, v, mask):
         factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, k, v)
         scores = q @ k.transpose(-2, -1) * factor
@@ -77,7 +78,8 @@ def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v",
             weights = raw / raw.sum(-1, keepdim=True)
             weights = torch.nan_to_num(weights, nan=0.0) if zero_empty else weights
             return weights @ v, weights
-        scores = scores.masked_fill(mask if invert else ~mask, fill)
+        if use_mask:
+            scores = scores.masked_fill(mask if invert else ~mask, fill)
         if stable:
             weights = torch.softmax(scores, dim=dim)
         else:  # by hand, no maximum subtracted: exp overflows to inf, inf / inf = NaN
@@ -153,6 +155,9 @@ def check_attention(attention: Callable) -> CheckResult:
                       "keys (dim=-1) must sum to one.") for zero in (True, False)),
             Mistake(_attention(invert=True),
                     "the mask is inverted: True means 'may attend'; fill the other keys."),
+            Mistake(_attention(use_mask=False),
+                    "the mask was not applied: every query attends to every key, forbidden ones "
+                    "included. Fill the scores where the mask is False with -inf."),
             Mistake(_attention(fill=0.0),
                     "masked scores were set to 0, and exp(0) = 1 still gives them weight: set "
                     "them to -inf."),
@@ -182,6 +187,11 @@ def check_attention(attention: Callable) -> CheckResult:
 
 
 NEXT_WEIGHT = 0.9   # each token must put at least this much of its attention on the next token
+
+
+NOT_SQUARE = ("torch.linalg.inv needs a square matrix, and X is (n, d_model). You need only a "
+              "right inverse M, with X M = I. The exercise names a torch.linalg function that "
+              "gives one for any X with independent rows.")
 
 
 def _relation_cases() -> list[dict]:
@@ -275,7 +285,8 @@ def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
 
     cases = _relation_cases()
     result = check_function(judged if callable(next_token_projections) else next_token_projections,
-                            lambda X: torch.zeros(()), cases, what="next_token_projections")  # noqa: N803
+                            lambda X: torch.zeros(()), cases, what="next_token_projections",  # noqa: N803
+                            error_hints=[("square matrices", NOT_SQUARE)])
     if not result:
         return result
     return CheckResult(True, f"Passed: on all {len(cases)} cases every token puts at least "

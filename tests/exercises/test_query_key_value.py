@@ -96,6 +96,7 @@ def weights_scaled_after(q, k, v, mask):  # the 1/sqrt(d_k) on the weights, not 
     (attention_with(dim=-2, zero=False), ["over the queries (dim=-2)"]),
     (attention_with(invert=True), ["mask is inverted", "case 1 of 8"]),
     (attention_with(fill=0.0), ["exp(0) = 1"]),
+    (lambda q, k, v, m: attention(q, k, v, torch.ones_like(m)), ["case 1 of 8", "mask was not applied"]),
     (attention_with(mix="k"), ["mixes the keys"]),
     (attention_with(fill=-1e9), ["uniform weights", "case 6 of 8"]),
     (attention_with(zero=False), ["nan", "0 / 0 = NaN", "case 6 of 8"]),
@@ -178,6 +179,11 @@ def no_wrap(X):  # noqa: N803 - P without its corner: the last token finds no ne
     return W_Q, W_Q @ torch.eye(n, dtype=X.dtype).roll(1, 1).triu().T
 
 
+def by_inverse(X):  # noqa: N803 - inv where pinv belongs: fine on square X, fails at (5, 8)
+    W_Q = 5 * torch.linalg.inv(X)                                         # noqa: N806
+    return W_Q, W_Q @ torch.eye(len(X), dtype=X.dtype).roll(1, 1).T
+
+
 @pytest.mark.parametrize("wrong, fragments", [
     (lambda X: (10 * torch.linalg.pinv(X),) * 2, ["W_Q = W_K", "symmetric"]),
     (lambda X: next_projections(X)[::-1], ["PREVIOUS token"]),
@@ -186,6 +192,7 @@ def no_wrap(X):  # noqa: N803 - P without its corner: the last token finds no ne
     (lambda X: next_projections(X, c=10.0), ["case 6 of 6", "not strongly enough", "1)) = 7.49"]),
     (one_hot_only, ["one-hot", "right inverse", "case 3 of 6"]),
     (no_wrap, ["last token must attend to the first"]),
+    (by_inverse, ["case 2 of 6", "needs a square matrix", "right inverse", "exercise names"]),
     (lambda X: (next_projections(X)[0], next_projections(X)[1][:, :-1]), ["same size d_k"]),
     (lambda X: next_projections(X)[0], ["should return a pair"]),
     (lambda X: (next_projections(X)[0].T, next_projections(X)[1]), ["W_Q must be a (d_model, d_k)"]),
