@@ -310,7 +310,7 @@ class TileStepperWidget(LiveAttentionWidget):
                 self.compute(**wanted)
         except (TypeError, ValueError) as exc:                   # shown, the controls stay
             self._show_error(f"{type(exc).__name__}: {exc}")
-            return self.readouts
+            raise
         self._holding = True
         try:
             for name, value in values.items():

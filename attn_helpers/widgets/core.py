@@ -207,14 +207,15 @@ class LiveAttentionWidget:
 
     def set(self, **values) -> dict:
         """Move several controls with one redraw; return the readouts. A value the control would
-        reject or clamp is refused with a message in the widget; the picture stays."""
+        reject or clamp is refused: a message in the widget, the picture kept, and a ValueError
+        naming the control (a call from code must not pass silently)."""
         unknown = set(values) - set(self.controls)
         if unknown:
             raise ValueError(f"unknown control(s) {sorted(unknown)}; known: {sorted(self.controls)}")
         for name, value in values.items():
             if problem := control_problem(name, self.controls[name], value):
                 self._show_error(problem)
-                return self.readouts
+                raise ValueError(problem)
         self._holding = True
         try:
             for name, value in values.items():

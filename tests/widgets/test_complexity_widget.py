@@ -133,7 +133,8 @@ def test_the_step_slider_spans_the_tiles_and_an_ended_stepper_stays_at_the_end()
 def test_bad_input_is_shown_in_the_widget_and_moves_nothing(values, message):
     widget = wx.tile_stepper_widget()
     before, picture = widget.values, widget.image.value
-    widget.set(**values)
+    with pytest.raises((TypeError, ValueError), match=message.split(",")[0]):
+        widget.set(**values)
     assert widget.error is not None and message in widget.error
     assert message in widget.error_html.value
     assert widget.values == before and widget.image.value == picture

@@ -149,5 +149,6 @@ def test_positional_widget_opens_where_asked_and_moves_as_the_pure_function():
     assert "base 625 has no trained model" in widget.error and widget.image.value == shown
     widget.set(base=10000.0)
     assert widget.error is None and widget.image.value != shown
-    widget.set(base=5.0)                           # not an option of the dropdown
+    with pytest.raises(ValueError, match="base must be one of"):
+        widget.set(base=5.0)                       # not an option of the dropdown
     assert "base must be one of" in widget.error
