@@ -29,11 +29,12 @@ def _pack(lengths: torch.Tensor, *, flaw: str | None = None) -> tuple[torch.Tens
     starts = ends - lengths                                              # each document's first
     positions = {"not_restarted": i, "from_one": i - starts[doc] + 1, "minus_end": i - ends[doc],
                  "count_down": ends[doc] - 1 - i, "count_down_from_length": ends[doc] - i,
-                 }.get(flaw, i - starts[doc])
+                 "modulo_first": i % lengths[0]}.get(flaw, i - starts[doc])
     same = doc[:, None] == doc[None, :]
     causal = i[None, :] <= i[:, None]
-    mask = {"causal_only": causal, "no_causal": same, "transposed": (same & causal).T,
-            "inverted": ~(same & causal), "or": same | causal}.get(flaw, same & causal)
+    mask = {"causal_only": causal, "strict": same & (i[None, :] < i[:, None]), "no_causal": same,
+            "transposed": (same & causal).T, "inverted": ~(same & causal),
+            "or": same | causal}.get(flaw, same & causal)
     return mask, positions
 
 
@@ -47,6 +48,8 @@ _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
      "Packing is exact only if each token sees its own document alone: AND 'same document'."),
     ("no_causal", "each token sees the later tokens of its own document: the mask also needs the "
      "causal rule j <= i."),
+    ("strict", "no token sees itself: you wrote j < i. Query i's own key is part of its past, so the "
+     "causal rule is j <= i (the diagonal stays True)."),
     ("boundary", "each document's first token was put in the previous document: a boundary is off "
      "by one. Token i belongs to the first document whose end (one past its last token) exceeds i."),
     ("or", "the two rules were joined with OR (|): a token sees its whole document, and every "
@@ -60,6 +63,9 @@ _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
      "it starts."),
     ("count_down", "the positions count down to each document's end: its first token sits at 0 and "
      "they count up. Subtract where each document starts from the index, not the index from its end."),
+    ("modulo_first", "the positions repeat every lengths[0] tokens: you took the index modulo the "
+     "first document's length. The documents differ in length: subtract each token's own "
+     "document's start."),
     ("count_down_from_length", "the positions count down from each document's end: its first token "
      "sits at 0 and they count up. Subtract where each document starts from the index."),
 ]
@@ -73,6 +79,10 @@ def _as_mask_and_positions(pack_documents: Callable) -> Callable:
                 and all(isinstance(x, torch.Tensor) for x in out)):
             return out
         mask, positions = out
+        if positions.dtype == torch.bool and mask.dtype != torch.bool:
+            raise TypeError("the two outputs are in the wrong order: got a bool tensor of shape "
+                            f"{tuple(positions.shape)} second. Return (mask, positions): the (n, n) "
+                            "bool mask first, then the (n,) integer positions.")
         if mask.dtype != torch.bool:
             raise TypeError("the mask must be a bool tensor (True = may attend), got dtype "
                             f"{mask.dtype}")
@@ -230,6 +240,9 @@ _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
     ("the new key and value went one slot back: at step 0, token 0 went to the last slot while the "
      "query read slot 0, which holds garbage. Token t takes token t - w's slot.",
      {"slot": lambda t, w: (t - 1) % w}),
+    ("the ring used only w - 1 of its w slots (token t went to slot t % (w - 1)), so a slot held "
+     "garbage and the window lost a key. The w slots hold the window's w keys: token t takes "
+     "the slot of token t - w, the key leaving the window.", {"slot": lambda t, w: t % (w - 1)}),
     ("once the ring was full, you overwrote the newest key, not the one leaving the window: "
      "token t takes token t - w's slot.", {"slot": lambda t, w: min(t, w - 1)}),
     ("the key was written but not the value: v_t goes into the same slot of v_cache.",

@@ -56,6 +56,10 @@ def _causal(lengths):
      "count down from each document's end"),                          # n .. 1
     (lambda L: ((_doc(L)[:, None] == _doc(L)[None, :]) | _causal(L), pack_documents(L)[1]),
      "joined with OR"),                                               # | instead of &
+    (lambda L: ((_doc(L)[:, None] == _doc(L)[None, :]) & _causal(L).tril(-1), pack_documents(L)[1]),
+     "you wrote j < i"),                                              # review s10: strict causal rule
+    (lambda L: (pack_documents(L)[0], torch.arange(int(L.sum())) % L[0]),
+     "modulo the first document's length"),                          # review s10
 ])
 def test_pack_documents_rejects_known_mistakes_with_their_hint(wrong, words):
     assert_rejected(check_pack_documents(wrong), "\nHint: ", words)
@@ -67,6 +71,8 @@ def test_pack_documents_names_dtypes_and_a_missing_output():
     assert_rejected(check_pack_documents(lambda L: (pack_documents(L)[0], pack_documents(L)[1].float())),
                     "must be an integer tensor")
     assert_rejected(check_pack_documents(lambda L: pack_documents(L)[0]), "expected 2")
+    assert_rejected(check_pack_documents(lambda L: pack_documents(L)[::-1]),   # review s10
+                    "wrong order")
     assert "at (i, j) = (0, 1) you gave True, expected False.\n" in check_pack_documents(
         lambda L: (~pack_documents(L)[0], pack_documents(L)[1])).message       # the axes named
 
@@ -178,6 +184,7 @@ def _step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=lambda t, w: t % w, seen=N
     ({"slot": lambda t, w: (t + 1) % w}, "one slot too far"),
     ({"slot": lambda t, w: (t - 1) % w}, "one slot back"),
     ({"slot": lambda t, w: min(t, w - 1)}, "overwrote the newest key"),
+    ({"slot": lambda t, w: t % (w - 1)}, "only w - 1 of its w slots"),  # review s10
     ({"write_v": False}, "not the value"),
     ({"v_from_k": True}, "the value cache got the key"),
     ({"copy": True}, "written on a copy"),          # refused at step 0, as review 4's torch.cat shift
