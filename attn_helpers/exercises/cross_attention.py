@@ -50,14 +50,22 @@ def cross_attend_reference(y, memory, memory_real, W_Q, W_K, W_V):
 
 
 def _attend_with(y, memory, memory_real, W_Q, W_K, W_V, *, mask="keys", causal=False, kv_from="memory",
-                 queries_from="y", softmax_dim=-1, scale="d", values="W_V"):
-    """The answer with one named mistake (all defaults: the right answer)."""
+                 queries_from="y", softmax_dim=-1, scale="d", values="W_V", transposed=(),
+                 zero_padded_rows=False, swapped=False):
+    """The answer with one named mistake (all defaults: the right answer). ``transposed``: the
+    weights multiplied as ``x @ W.T`` (nn.Linear's habit); ``zero_padded_rows``: the padded memory
+    rows set to zero, no mask; ``scale="output"``: the output divided by sqrt(d), not the scores;
+    ``swapped``: (weights, output) returned."""
+    W_Q, W_K, W_V = (W.T if name in transposed else W
+                     for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)))
+    if zero_padded_rows:
+        memory, mask = memory * memory_real[..., None], None
     Q = (memory if queries_from == "memory" else y) @ W_Q
     source = y if kv_from == "y" else memory
     K, V = source @ W_K, source @ (W_K if values == "W_K" else W_V)
     scores = Q @ K.transpose(-2, -1)
     scores = scores / {"d": math.sqrt(Q.shape[-1]), "d_m": math.sqrt(memory.shape[-1]), None: 1.0,
-                       "d2": Q.shape[-1]}[scale]
+                       "d2": Q.shape[-1], "output": 1.0}[scale]
     keep = {"queries": memory_real[:, :, None], "batch": memory_real[None],   # (b, n_k, 1), (1, b, n_k)
             "inverted": ~memory_real[:, None, :], None: torch.ones(1, 1, 1, dtype=torch.bool)
             }.get(mask, memory_real[:, None, :])                             # right: (b, 1, n_k)
@@ -67,7 +75,10 @@ def _attend_with(y, memory, memory_real, W_Q, W_K, W_V, *, mask="keys", causal=F
         return _weighted(torch.softmax(scores * keep, softmax_dim), V)
     if mask == "after":                                               # the mask after the softmax
         return _weighted(torch.softmax(scores, softmax_dim) * keep, V)
-    return _weighted(scores.masked_fill(~keep, -math.inf).softmax(softmax_dim), V)
+    output, weights = _weighted(scores.masked_fill(~keep, -math.inf).softmax(softmax_dim), V)
+    if scale == "output":                                             # sqrt(d) after the weighted sum
+        output = output / math.sqrt(Q.shape[-1])
+    return (weights, output) if swapped else (output, weights)
 
 
 def _weighted(weights, V):
@@ -131,6 +142,19 @@ def check_cross_attend(cross_attend: Callable) -> CheckResult:
         ("the scores were divided by sqrt(d_m), the memory's width; divide by sqrt(d), the width "
          "of Q and K after W_Q and W_K.", {"scale": "d_m"}),
         ("the scores were divided by d; divide by sqrt(d).", {"scale": "d2"}),
+        ("the output was divided by sqrt(d), after the weighted sum: the scale belongs to the "
+         "scores, before the softmax, where it keeps the softmax from saturating.", {"scale": "output"}),
+        ("a weight was transposed: x @ W.T is nn.Linear's habit (its weight is stored (out, in)). "
+         "Here the weights are given (in, out): W_Q is (d, d), W_K and W_V are (d_m, d). Each "
+         "multiplies its input from the right, untransposed.", {"transposed": ("W_Q",)}),
+        ("the weights were transposed: x @ W.T is nn.Linear's habit (its weight is stored (out, in)). "
+         "Here the weights are given (in, out): W_Q is (d, d), W_K and W_V are (d_m, d). Each "
+         "multiplies its input from the right, untransposed.", {"transposed": ("W_Q", "W_K", "W_V")}),
+        ("the padded memory rows were set to zero instead of masked: a zero key still scores 0, "
+         "and exp(0) gives it weight. Mask the scores with -inf at padded positions, before the "
+         "softmax.", {"zero_padded_rows": True}),
+        ("the two results are swapped: return the output first, then the weights, (output (b, n_q, "
+         "d), weights (b, n_q, n_k)).", {"swapped": True}),
         ("the scores were multiplied by the mask: a score of 0 is not -inf, so padded positions "
          "still get weight.", {"mask": "times"}),
         ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores, before "

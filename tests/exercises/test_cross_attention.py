@@ -192,7 +192,12 @@ def test_cross_attend_checker_accepts_the_reference_and_other_correct_answers():
     ({"softmax_dim": -2}, "the softmax ran over dim -2"),
     ({"scale": None}, "the scores were not scaled"), ({"scale": "d_m"}, "divided by sqrt(d_m)"),
     ({"scale": "d2"}, "divided by d;"), ({"mask": "times"}, "a score of 0 is not -inf"),
-    ({"mask": "after"}, "the mask came after the softmax")])
+    ({"mask": "after"}, "the mask came after the softmax"),
+    ({"scale": "output"}, "the output was divided by sqrt(d), after the weighted sum"),
+    ({"transposed": ("W_Q",)}, "a weight was transposed: x @ W.T is nn.Linear's habit"),
+    ({"transposed": ("W_Q", "W_K", "W_V")}, "the weights were transposed"),
+    ({"zero_padded_rows": True}, "padded memory rows were set to zero instead of masked"),
+    ({"swapped": True}, "the two results are swapped")])
 def test_cross_attend_checker_names_the_mistake(flaw, words):
     assert_rejected(ex.check_cross_attend(lambda *a: ex._attend_with(*a, **flaw)), "\nHint: ", words)
 
