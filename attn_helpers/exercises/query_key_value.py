@@ -232,19 +232,29 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
     shares = ", ".join(f"{w:.2f}" for w in on_next[:6].tolist())
     where = (f"strongest key of each token: {arrows}{more}; weight on the next token: {shares}"
              f"{more}, smallest {on_next[weakest]:.2f} (token {weakest})")
+    Q, K = X.double() @ W_Q.double(), X.double() @ W_K.double()            # noqa: N806
+    raw = Q @ K.T                                                           # (n, n): Q K^T
+    symmetric = ("your scores are symmetric ({}): s_ij = s_ji, so i likes j as much as j likes i. "
+                 "W_K = W_Q and W_K = -W_Q both do that. The next-token relation needs s_i,i+1 "
+                 "large and s_i+1,i small: use two different matrices, K a shifted copy of Q.")
     if torch.allclose(W_Q.double(), W_K.double()):
-        why = ("W_Q = W_K, so the scores (X W)(X W)^T are symmetric: i likes j as much as j likes "
-               "i. Use two different matrices.")
+        why = symmetric.format("W_Q = W_K")
     elif bool((on_next[:-1] >= NEXT_WEIGHT).all()):
         why = "the last token must attend to the first (the relation wraps around)."
     elif bool((strongest == nxt).all()):
         why = ("every token's strongest key is the next one, but not strongly enough. If its score "
                "leads the n - 1 others by a gap, its weight is 1 / (1 + (n - 1) e^-gap). For 0.9, "
                f"gap >= ln(9 (n - 1)) = {math.log(9 * (n - 1)):.2f} (n = {n}): scale both projections.")
+        unscaled = torch.softmax(raw, dim=-1)[torch.arange(n), nxt]        # no 1/sqrt(d_k)
+        if bool((unscaled >= NEXT_WEIGHT).all()):
+            why += (f" Without the 1/sqrt(d_k) your Q K^T would pass: did your c forget that the "
+                    f"scores are divided by sqrt(d_k) = {math.sqrt(W_Q.shape[1]):.2f}?")
     elif n > 1 and bool((strongest == (torch.arange(n) - 1) % n).all()):
         why = "every token attends to the PREVIOUS token: the shift goes the wrong way."
     elif bool((strongest == torch.arange(n)).all()):
         why = "every token attends to itself: the keys must be shifted by one position."
+    elif torch.allclose(raw, raw.T, rtol=1e-6, atol=1e-6 * float(raw.abs().max())):
+        why = symmetric.format("Q K^T equals its transpose")
     else:
         why = "the pattern is not the next-token relation."
     return f"{where}. {why[0].upper()}{why[1:]}"

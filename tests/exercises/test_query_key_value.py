@@ -189,6 +189,10 @@ def by_inverse(X):  # noqa: N803 - inv where pinv belongs: fine on square X, fai
     (lambda X: next_projections(X)[::-1], ["PREVIOUS token"]),
     (lambda X: (next_projections(X)[0], next_projections(X)[0] * 1.0001), ["attends to itself"]),
     (lambda X: next_projections(X, c=1.0), ["not strongly enough", "scale"]),
+    (lambda X: (next_projections(X)[0], -next_projections(X)[0]),        # W_K = -W_Q
+     ["case 1 of 6", "symmetric", "Q K^T equals its transpose", "W_K = -W_Q"]),
+    (lambda X: next_projections(X, c=math.log(99 * (X.shape[0] - 1)) ** 0.5),  # c^2 = gap: no sqrt(d_k)
+     ["case 1 of 6", "not strongly enough", "Without the 1/sqrt(d_k)", "sqrt(d_k) = 2.00"]),
     (lambda X: next_projections(X, c=10.0), ["case 6 of 6", "not strongly enough", "1)) = 7.49"]),
     (one_hot_only, ["one-hot", "right inverse", "case 3 of 6"]),
     (no_wrap, ["last token must attend to the first"]),
@@ -199,6 +203,12 @@ def by_inverse(X):  # noqa: N803 - inv where pinv belongs: fine on square X, fai
 ])
 def test_asymmetric_relation_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_asymmetric_relation(wrong), *fragments)
+
+
+def test_the_sqrt_d_k_hint_is_given_only_when_the_unscaled_scores_would_pass():
+    result = ex.check_asymmetric_relation(lambda X: next_projections(X, c=1.0))  # too small anyway
+    assert_rejected(result, "not strongly enough")
+    assert "sqrt(d_k)" not in result.message.split("Hint")[0] and "Without the" not in result.message
 
 
 def test_exercise_2s_third_hint_asks_for_c_and_does_not_give_it():
