@@ -88,7 +88,8 @@ def by_n_minus_1(weights, mask):  # divided by every query i >= 1 of the padded 
     return (weights[..., i, i - 1] * mask[:, 1:][None, :, None, :]).sum(dim=3) / (n - 1)
 
 
-#: The stub's given lines in notebook 09 (the pooled mean; notebook 06 asks for pooling).
+#: The stub's given lines in notebook 09: the helper ``pooled``, the mean over the last axis where
+#: ``valid`` is 1.
 POOLED_GIVEN = ("def pooled(x, valid):\n"
                 "    return (x * valid).sum(dim=3) / valid.sum(dim=3)\n")
 

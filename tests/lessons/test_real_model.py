@@ -3,6 +3,7 @@ plain head-masked encoder, and the value-weighted norms against their definition
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -152,3 +153,22 @@ def test_ablated_embeddings_equal_the_head_masked_encoder():
                               atol=1e-5)
     with pytest.raises(TypeError, match="sentences"):
         rm.ablated_embeddings(enc, [])
+
+
+def test_the_shipped_ablation_record_matches_ablated_embeddings_on_one_pair():
+    """studies/real_model_ablation.py's record (notebook 09, 4.6): its shapes, its pairs' sentences,
+    and the first shipped pair's cosine under all 78 variants, recomputed now."""
+    record = json.loads(rm.DATA_FILE.with_name("real_model_ablation.json").read_text())
+    every, pairs = record["sentences"], record["pairs"]
+    Q, C = len(record["queries"]), len(record["candidates"])
+    assert (Q, C, len(every), len(pairs)) == (24, 40, 112, 64)
+    assert every[:Q + C] == record["queries"] + record["candidates"]
+    assert all(s in every for pair in pairs for s in pair)
+    assert torch.tensor(record["margin_off"]).shape == (6, 13, Q)
+    assert torch.tensor(record["pair_cosine_off"]).shape == (6, 13, len(pairs))
+    enc = load_encoder()
+    on, off = rm.ablated_embeddings(enc, pairs[0])
+    assert pairs[0] == rm.load_sentences()["paraphrases"][0]
+    assert abs(float(on[0] @ on[1]) - record["pair_cosine_on"][0]) < 1e-5
+    recorded = torch.tensor(record["pair_cosine_off"])[..., 0]           # (6, 13)
+    assert torch.allclose((off[:, :, 0] * off[:, :, 1]).sum(-1), recorded, atol=1e-5)
