@@ -15,7 +15,7 @@ Values are rounded to 6 decimals (another CPU moves them by about 1e-6).
 Asserts the claims notebook 09 makes on these numbers that need no resampling (it asserts them
 again on the shipped record, with its resampled ones, in view), and that a re-run agrees with the
 shipped record within 1e-4.
-Re-run: python3 course.py studies real_model_ablation      (about 40 s on 2 cores shared with other jobs)
+Re-run: python3 course.py studies real_model_ablation   (37 s CPU; 95-195 s wall on 2 busy cores)
 """
 import json
 import time
