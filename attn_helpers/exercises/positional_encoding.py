@@ -121,7 +121,26 @@ def _rope_property_hint(rope: Callable) -> str | None:
     if (scores[1:, 1:] - scores[:-1, :-1]).abs().max() > 1e-6:
         return ("your scores rope(q, m) . rope(k, n) change when m and n move together: a rotation "
                 "by angles proportional to the position makes them depend on n - m only.")
-    return None
+    return _frequency_hint(q.view(4, 2), q_at[1].view(4, 2))
+
+
+def _frequency_hint(before: torch.Tensor, after: torch.Tensor) -> str | None:
+    """For a rotation that is relative but turns some pair by the wrong angle (a wrong d, base or
+    scale of the positions): that pair's turn from position 0 to 1 against omega_i."""
+    a, b = before.unbind(-1)
+    a2, b2 = after.unbind(-1)
+    turn = torch.atan2(a * b2 - b * a2, a * a2 + b * b2)                      # (pairs,): each turn
+    pairs = len(turn)
+    omega = 10000.0 ** (-2 * torch.arange(pairs, dtype=torch.float64) / (2 * pairs))
+    wrong = ((turn - omega).abs() > 1e-3).nonzero()
+    if not len(wrong):
+        return None
+    i = int(wrong[0])
+    return (f"your rotation keeps lengths and is relative, but its angles are off. With "
+            f"d = {2 * pairs}, from position 0 to 1 pair {i} turned by {turn[i].item():.3f} rad "
+            f"instead of omega_{i} = "
+            f"10000^(-{2 * i}/{2 * pairs}) = {omega[i].item():.3f}. Check omega_i: d is the last "
+            "dimension of x, the base is 10000, and the positions are used as given, not rescaled.")
 
 
 @exercise("positional_encoding.rope", "rotary position embedding: turning each pair by its angle",

@@ -123,6 +123,37 @@ def test_an_unnamed_wrong_rope_gets_the_property_it_breaks(wrong, phrase):
     assert not verdict and phrase in verdict.message, verdict.message
 
 
+def frequency_rope(x, positions, *, base=10000.0, d=None, scale=1.0):
+    """RoPE, relative and length-keeping, with a wrong d, base or scale of the positions."""
+    d = x.shape[-1] if d is None else d
+    omega = base ** (-torch.arange(0, x.shape[-1], 2, dtype=torch.float64) / d)
+    angles = positions.double()[:, None] * scale * omega
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), -1).flatten(-2)
+
+
+@pytest.mark.parametrize("wrong, pair", [
+    (lambda x, p: frequency_rope(x, p, base=1000.0), 1),                         # base 1000
+    (lambda x, p: frequency_rope(x, p, d=x.shape[-2]), 1),                        # d = x.shape[-2]
+    (lambda x, p: frequency_rope(x, p, scale=1 / len(p)), 0),                     # positions / n
+])
+def test_a_rope_with_wrong_frequencies_gets_the_pair_and_its_angle(wrong, pair):
+    verdict = ex.check_rope(wrong)
+    message = verdict.message
+    assert not verdict and "Hint: your rotation keeps lengths and is relative" in message, message
+    assert f"pair {pair} turned by" in message and "not rescaled" in message, message
+
+
+def test_a_correct_rope_that_overwrites_x_is_told_to_work_on_a_copy():
+    def overwrites(x, positions):
+        x.copy_(apply_rope(x, positions))
+        return x
+
+    verdict = ex.check_rope(overwrites)
+    assert not verdict and "changed its input 'x' in place" in verdict.message, verdict.message
+
+
 def test_rope_checker_wants_x_s_dtype():
     verdict = ex.check_rope(lambda x, p: learner_rope(x.double(), p))
     assert not verdict and "the right answer is torch.float32" in verdict.message, verdict.message
