@@ -115,6 +115,10 @@ def _merge_mistakes() -> list[Mistake]:
         ({"new_max": lambda x, y: x}, "m was kept from state 1: the merged m is max(m1, m2), so no "
                                       "factor exceeds 1."),
         ({"new_max": torch.minimum}, "m is the smaller of the two maxima: the merged m is max(m1, m2)."),
+        ({"new_max": lambda x, y: torch.maximum(x, y).nan_to_num(neginf=0.0)},
+         "rows with no key in either state came back with m = 0: an empty row's max is -inf. A later "
+         "merge would take max(0, m3), wrong where all its scores lie below 0. Use the finite "
+         "stand-in inside the factors only, and return m = max(m1, m2)."),
         ({"finish": True}, "acc came back divided by l: that is the output, not the state; keep acc "
                            "unnormalised so that more states can be merged into it."),
         ({"weigh": True}, "acc was weighted by l, as if each acc_i were a normalised output: acc is "
@@ -195,15 +199,17 @@ def _cases() -> list[dict]:
 def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal",  # noqa: C901
                    fill=-math.inf, mask_ds_only=False, tile_d=False, local_softmax=False,
                    scale_grads=(True, True), score_pow=1, assign=(), lse_keys=False,
-                   d_keys=False, no_lse=False, no_d=False, dv_from_o=False):
+                   d_keys=False, no_lse=False, no_d=False, dv_from_o=False, whole=""):
     """The backward with one thing changed. ``visit``: "causal", "all" or "below" (``j < i``);
-    ``mask``: the mask in a visited tile; ``assign``: which of dq, dk, dv are assigned, not added."""
+    ``mask``: the mask in a visited tile; ``assign``: which of dq, dk, dv are assigned, not added;
+    ``whole``: the loops ("i", "j") that visit whole tiles only, dropping a short last one."""
     n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])
     D = (d_out * O).sum(dim=-1, keepdim=not d_keys)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    for j in range(0, n, B):
+    ends = {axis: n - n % B if axis in whole else n for axis in "ij"}
+    for j in range(0, ends["j"], B):
         J, cols = slice(j, j + B), torch.arange(j, min(j + B, n))[None, :]
-        for i in range(0, n, B):
+        for i in range(0, ends["i"], B):
             if {"causal": j >= i + B, "all": False, "below": j >= i}[visit]:
                 continue
             I, rows = slice(i, i + B), torch.arange(i, min(i + B, n))[:, None]
@@ -274,6 +280,9 @@ def _mistakes() -> list[Mistake]:
         ("dK_j or dV_j was assigned in each query tile, not added: the last query tile "
          "overwrote the others.", {"assign": ("dk", "dv")}, {"assign": ("dk",)},
          {"assign": ("dv",)}),
+        ("the short last tile was dropped: when n is not a multiple of B, the last tile holds "
+         "n % B tokens, and range(0, n, B) still reaches it; its slices are simply shorter.",
+         {"whole": "ij"}, {"whole": "j"}, {"whole": "i"}),
         ("dQ_i was assigned in each key tile, not added: the last key tile overwrote the "
          "others.", {"assign": ("dq",)}, {"assign": ("dq", "dk", "dv")}),
     ] for v in variants]
@@ -379,6 +388,11 @@ def _linear_mistakes() -> list[Mistake]:
     ]]
 
 
+_LOST_AXIS = ("the shapes do not line up on this case, which has a batch and d_k != d_v. If your "
+              "normaliser phi(q_t)^T z_t is a sum over d_k, keep that axis (keepdim=True): a "
+              "(..., 1) normaliser divides all d_v outputs; a (...) one meets the wrong axis.")
+
+
 @exercise("complexity.linear_step", "one step of causal linear attention: state in, state out",
           hints=(
               "In section 5's formula, which factor of each term depends on j, and which does "
@@ -399,5 +413,6 @@ def check_linear_step(step: Callable) -> CheckResult:
                           output_names=("o_t", "S_t", "z_t"), mistakes=_linear_mistakes(),
                           nan_hint="a normaliser of 0: add token t before reading, and use "
                                    "phi = elu + 1, which keeps it positive.",
+                          error_hints=[("must match the size of tensor", _LOST_AXIS)],
                           atol=1e-9, rtol=1e-5)   # rtol: accepts the usual + eps <= 1e-6 below
 

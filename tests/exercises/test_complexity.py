@@ -42,7 +42,8 @@ def test_merged_states_of_two_key_sets_give_attention_over_both(n_q, n_1, n_2, d
 def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=(True, True), flip=False,
                   swap=False, finish=False, raw_exp=False, weigh=False, one_side=0):
     """A learner's merge through weights w_i = exp(m_i - m); each keyword plants one mistake."""
-    m = {"max": torch.max(m1, m2), "first": m1, "min": torch.min(m1, m2)}[new_max]
+    m = {"max": torch.max(m1, m2), "first": m1, "min": torch.min(m1, m2),
+         "zero": torch.where(torch.max(m1, m2).isfinite(), torch.max(m1, m2), 0.0)}[new_max]
     if raw_exp:                                                      # exp(m_i) / exp(m): overflows
         w1, w2 = m1.exp() / m.exp(), m2.exp() / m.exp()
         w1, w2 = (w1.nan_to_num(0.0), w2.nan_to_num(0.0)) if raw_exp == "masked" else (w1, w2)
@@ -98,6 +99,7 @@ MERGE_WRONG = {
     "exp of a max near 1000 overflows": partial(learner_merge, raw_exp=True),
     "this case has maxima near 1000": partial(learner_merge, raw_exp="masked"),  # inf / inf -> 0: finite
     "acc was weighted by l": partial(learner_merge, weigh=True),
+    "rows with no key in either state came back with m = 0": partial(learner_merge, new_max="zero"),
 }
 
 
@@ -160,18 +162,19 @@ def test_the_backward_reference_equals_autograd_for_any_n_and_B(n, B, d_k, d_v, 
 def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", fill=-math.inf,
                      mask_ds_only=False, tile_d=False, local_softmax=False, scale=(True, True),
                      score_pow=1, assign=(), raw_exp=False, no_lse=False, lse_keys=False,
-                     d_keys=False, no_d=False, dv_o=False):
+                     d_keys=False, no_d=False, dv_o=False, whole_tiles=False):
     """A learner's causal backward written another way: query tiles outside, key tiles inside,
     einsum, the mask from torch.triu; each keyword plants one mistake."""
     n, c = q.shape[-2], q.shape[-1] ** -0.5
     D = torch.einsum("...nv,...nv->...n", d_out, O)
     D = D if d_keys else D[..., None]
     dq, dk, dv = (torch.zeros_like(t) for t in (q, k, v))
-    for i in range(0, n, B):
+    tiles = n // B if whole_tiles else math.ceil(n / B)                # whole_tiles: drops the short one
+    for i in range(0, tiles * B, B):
         Q, dO = q[..., i:i + B, :], d_out[..., i:i + B, :]
         b_q = Q.shape[-2]
         L = lse[..., i:i + B][..., None, :] if lse_keys else lse[..., i:i + B, None]
-        for j in range(0, n, B):
+        for j in range(0, tiles * B, B):
             if {"causal": j > i + b_q - 1, "all": False, "below": j > i - 1}[visit]:
                 continue
             K, V = k[..., j:j + B, :], v[..., j:j + B, :]
@@ -314,6 +317,7 @@ BACKWARD_WRONG = {
     "the last query tile overwrote the others": dict(assign=("dv",)),
     "dQ_i was assigned in each key tile, not added": dict(assign=("dq",)),
     "exp(S) overflowed": dict(raw_exp=True),
+    "the short last tile was dropped": dict(whole_tiles=True),
 }
 
 
@@ -407,7 +411,7 @@ def test_linear_steps_equal_causal_linear_attention_and_the_package_step():
 
 def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=False,
                  normalise=True, replace=False, transpose=False, z_term="phi_k", phi_v=False, eps=0.0,
-                 old_z=False, z_by="q", s_side=False):
+                 old_z=False, z_by="q", s_side=False, keepdim=True):
     """A learner's step written with einsum; each keyword plants one mistake."""
     pq, pk = phi(q_t), phi(k_t)
     v_t = F.elu(v_t) + 1 if phi_v else v_t
@@ -416,7 +420,8 @@ def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=
     z_t = {"phi_k": pk, "k": k_t, "phi_q": pq}[z_term] + (0 if replace else z)
     S_r, z_r = (S, z) if read_first else (S_t, z if old_z else z_t)
     num = torch.einsum(*(("...de,...e->...d", S_r, pq) if s_side else ("...d,...de->...e", pq, S_r)))
-    den = torch.einsum("...d,...d->...", {"q": pq, "k": pk, "1": pq ** 0}[z_by], z_r)[..., None] + eps
+    den = torch.einsum("...d,...d->...", {"q": pq, "k": pk, "1": pq ** 0}[z_by], z_r)
+    den = (den[..., None] if keepdim else den) + eps
     return (num / den if normalise else num), S_t, z_t
 
 
@@ -462,3 +467,9 @@ STEP_WRONG = {
 @pytest.mark.parametrize("phrase", STEP_WRONG)
 def test_step_checker_names_the_mistake(phrase):
     assert_rejected(ex.check_linear_step(STEP_WRONG[phrase]), phrase)
+
+
+def test_step_checker_names_a_normaliser_without_keepdim_where_it_raises():
+    verdict = ex.check_linear_step(partial(learner_step, keepdim=False))   # passes case 1: no batch
+    assert_rejected(verdict, "case 2 of 4", "keepdim=True")
+    assert "raised RuntimeError" not in verdict.message, verdict.message
