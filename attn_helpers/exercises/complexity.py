@@ -381,6 +381,9 @@ def _linear_mistakes() -> list[Mistake]:
         ({"phi": F.elu}, "phi = elu without the + 1: elu(x) + 1 > 0 keeps the normaliser off 0."),
         ({"phi": F.relu}, "phi = relu: the feature map here is elu(x) + 1 (Katharopoulos et al.)."),
         ({"phi": torch.exp}, "phi = exp: exp(q).exp(k) is not the softmax's exp(q.k); phi = elu + 1."),
+        ({"phi": lambda x: torch.exp(x / math.sqrt(x.shape[-1]))},
+         "phi = exp(x / sqrt(d_k)): exp(q/sqrt(d)).exp(k/sqrt(d)) sums exponentials; it is not the "
+         "softmax's exp(q.k/sqrt(d)) either. Here phi = elu + 1."),
         ({"phi": lambda x: x}, "no feature map: phi(x) = elu(x) + 1 is applied to q_t and k_t."),
         ({"phi_v": True}, "phi was applied to the value too: only q_t and k_t go through it."),
         *[({"eps": eps}, f"an eps of {eps:g} in the normaliser shifts o_t a little: up to 1e-6 passes.")

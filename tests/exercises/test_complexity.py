@@ -460,6 +460,7 @@ STEP_WRONG = {
     "phi = elu without the + 1": partial(learner_step, phi=F.elu),
     "phi = relu": partial(learner_step, phi=F.relu), "phi = exp": partial(learner_step, phi=torch.exp),
     "no feature map": partial(learner_step, phi=lambda x: x),
+    "phi = exp(x / sqrt(d_k))": partial(learner_step, phi=lambda x: (x * x.shape[-1] ** -0.5).exp()),
     "phi was applied to the value too": partial(learner_step, phi_v=True),
 }
 
