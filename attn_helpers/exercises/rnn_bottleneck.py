@@ -60,6 +60,13 @@ def _rnn(*, act=torch.tanh, drop=(), outside=(), reverse=False, transpose=False,
 
 
 rnn_encoder_reference = _rnn()
+
+
+def _aliased(x, W_x, W_h, b):  # noqa: N803
+    """One tensor written in place each step (``h[...] = ...``), appended n times: every row h_last."""
+    H, h = rnn_encoder_reference(x, W_x, W_h, b)  # noqa: N806
+    return h.unsqueeze(-2).expand_as(H).clone(), h
+
 rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,) ->
 (H (..., n, d), h_last (..., d))``: ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)`` from ``h_{-1} = 0``."""
 
@@ -102,6 +109,11 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
                       "which counts from the end whatever the batch dimensions: (..., n, d).")
               for dim in (0, 1)),
             Mistake(_rnn(act=torch.sigmoid), "that is a sigmoid; the vanilla RNN squashes with tanh."),
+            Mistake(_rnn(act=torch.relu), "that is a ReLU; the vanilla RNN squashes with tanh."),
+            Mistake(_aliased, "every state in H equals the last one, h_{n-1}: the list holds one tensor "
+                    "n times. Writing each new state into h in place (h[...] = ..., h.copy_(...)) "
+                    "changes every entry already appended. Make a new tensor each step: "
+                    "h = torch.tanh(...)."),
             Mistake(_rnn(start=1.0), "h_{-1} is ones; the recurrence starts from h_{-1} = 0 "
                     "(torch.zeros), the state before any token."),
             Mistake(_rnn(skip_first=True), "H has n-1 states: token 0 is never read. Keep one state "
@@ -141,6 +153,8 @@ def _features(f: Callable, combine: Callable = torch.add) -> Callable:
 
 _INNER = ("a matrix product's inner sizes must agree: s (b, d_dec) @ U_q (d_dec, d_a) and "
           "H (b, n, d_h) @ U_k (d_h, d_a) need no transpose (rows times matrices, as in x_j W_x).")
+_V_LEFT = ("v_a @ features puts v_a on the left, where it meets the positions (dim -2), not the "
+           "d_a axis. Put v_a on the right, after the tanh's output: (b, n, d_a) @ (d_a,) -> (b, n).")
 _NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis for the "
              "positions j at dim 1, (b, 1, d_a), broadcasting meets b with n.")
 
@@ -159,7 +173,9 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
         additive_scores, additive_scores_reference, _additive_cases(), what="additive_scores",
         output_names=("the scores e",),
         error_hints=[("must match the size of tensor", _NEW_AXIS), ("same dtype", _DTYPE),
-                     ("shapes cannot be multiplied", _INNER)],
+                     ("shapes cannot be multiplied", _INNER),
+                     ("Expected size for first two dimensions of batch2", "if v_a stands on the left, "
+                      + _V_LEFT.removeprefix("v_a @ features puts v_a on the left, "))],
         mistakes=[
             Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a, _NEW_AXIS),
             Mistake(_features(lambda x, v: x @ v),
@@ -176,6 +192,19 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
             Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_k)[:, None, :] + H @ U_q) @ v_a,
                     "U_q and U_k are swapped: s_t goes through U_q, h_j through U_k."),
             Mistake(_features(lambda x, v: torch.relu(x) @ v), "that is a ReLU; the score uses tanh."),
+            Mistake(_features(lambda x, v: torch.sigmoid(x) @ v),
+                    "that is a sigmoid; the score uses tanh."),
+            Mistake(_features(lambda x, v: v @ torch.tanh(x)), _V_LEFT),
+            Mistake(lambda s, H, U_q, U_k, v_a: (H @ s[:, :, None])[..., 0],
+                    "that is the dot-product score s_t h_j^T (Luong et al.'s \"dot\"). The additive "
+                    "score projects both, adds, squashes: tanh(s_t U_q + h_j U_k) v_a^T."),
+            Mistake(lambda s, H, U_q, U_k, v_a: ((H @ U_k) @ (s @ U_q)[:, :, None])[..., 0],
+                    "that is a dot product of the projections, (s_t U_q)(h_j U_k)^T. The additive "
+                    "score adds them, squashes with tanh, then takes the product with v_a."),
+            Mistake(_features(lambda x, v: torch.exp(torch.tanh(x) @ v)),
+                    "you exponentiated the scores; return e_tj itself, the softmax does the exp."),
+            Mistake(_features(lambda x, v: torch.log_softmax(torch.tanh(x) @ v, -1)),
+                    "those are log-weights (after a log_softmax); return the raw scores e_tj."),
             Mistake(_features(lambda x, v: torch.tanh(x).sum(-1)), "v_a is missing: each d_a-vector "
                     "tanh(s_t U_q + h_j U_k) becomes one number by a product with v_a, not a sum."),
             *(Mistake(_features(lambda x, v, dim=dim: torch.softmax(torch.tanh(x) @ v, dim)),

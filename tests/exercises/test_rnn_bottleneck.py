@@ -71,6 +71,16 @@ def variant(step=lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h + b)
     return wrong
 
 
+def aliased(x, W_x, W_h, b):  # noqa: N803
+    """One state tensor written in place each step and appended n times."""
+    h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)
+    states = []
+    for j in range(x.shape[-2]):
+        h[...] = torch.tanh(x[..., j, :] @ W_x + h @ W_h + b)
+        states.append(h)
+    return torch.stack(states, dim=-2), h
+
+
 @pytest.mark.parametrize("wrong, fragments", [
     (variant(lambda x_t, h, W_x, W_h, b: x_t @ W_x + h @ W_h + b), ["tanh is missing"]),
     (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + b)), ["no recurrence"]),
@@ -94,6 +104,8 @@ def variant(step=lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h + b)
     (variant(h0=1.0), ["h_{-1} is ones", "h_{-1} = 0"]),
     (lambda x, W_x, W_h, b: rnn(x[..., 1:, :], W_x, W_h, b), ["n-1 states", "one state per token"]),
     (lambda *a: rnn(*a)[::-1], ["return order is swapped", "(H, h_last)"]),
+    (variant(lambda x_t, h, W_x, W_h, b: torch.relu(x_t @ W_x + h @ W_h + b)), ["ReLU", "tanh"]),
+    (aliased, ["every state in H equals the last one", "in place", "h = torch.tanh(...)"]),
 ])
 def test_rnn_encoder_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_rnn_encoder(wrong), *fragments)
@@ -125,6 +137,13 @@ def test_rnn_encoder_rejects_and_names_mistakes(wrong, fragments):
     (lambda s, H, q, k, v: (torch.tanh((s @ q).unsqueeze(1) + H @ k) * v).sum(-1, keepdim=True),
      ["(b, n, 1)", "return (b, n)"]),
     (lambda s, H, U_q, U_k, v_a: scores(s, H, U_q, U_k, v_a).softmax(0), ["softmax over dim 0"]),
+    (lambda s, H, U_q, U_k, v_a: torch.sigmoid((s @ U_q).unsqueeze(1) + H @ U_k) @ v_a, ["sigmoid"]),
+    (lambda s, H, U_q, U_k, v_a: v_a @ torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k),    # raises
+     ["case 1 of 5", "Hint: if v_a stands on the left", "Put v_a on the right"]),
+    (lambda s, H, U_q, U_k, v_a: torch.einsum("bd,bnd->bn", s, H), ["dot-product score", "Luong"]),
+    (lambda s, H, q, k, v: torch.einsum("ba,bna->bn", s @ q, H @ k), ["dot product of the projections"]),
+    (lambda s, H, U_q, U_k, v_a: scores(s, H, U_q, U_k, v_a).exp(), ["exponentiated"]),
+    (lambda s, H, U_q, U_k, v_a: scores(s, H, U_q, U_k, v_a).log_softmax(-1), ["log_softmax"]),
 ])
 def test_additive_scores_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_additive_scores(wrong), *fragments)
