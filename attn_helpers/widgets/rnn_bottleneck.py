@@ -8,22 +8,29 @@ from dataclasses import dataclass, replace
 import ipywidgets as widgets
 import numpy as np
 import torch
+from matplotlib.cm import ScalarMappable
 from matplotlib.colors import ListedColormap, Normalize
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from ..entropy import attention_entropy
 from ..lessons.rnn_bottleneck import Seq2Seq, input_gradient_norms, predict
 from ..lessons.tasks import collate, example, get_task
+from ..plots import weights_cmap
 from ..training import single_thread
 from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
-from .panels import CellPainter, TextSprites
+from .panels import MIN_PT, CellPainter, TextSprites
 
-__all__ = ["DecodeFrame", "DecodeView", "decode_examples", "decode_frames", "gradient_frame",
-           "bottleneck_widget"]
+__all__ = ["DecodeFrame", "DecodeView", "bottleneck_widget", "colour_scale", "decode_examples",
+           "decode_frames", "gradient_frame"]
 
 WEIGHTS, SHARES = "attention weights", "gradient share"   # the menu 'show'
 TITLES = {WEIGHTS: "attention weights: output step t x input position j",
           SHARES: "gradient share |d log p(y_t) / d x_j|, each row sums to 1"}
+ENTROPY_TITLES = {WEIGHTS: "entropy per output step", SHARES: "entropy of each row's share"}
+ENTROPY_LABELS = {WEIGHTS: "nats (dashes: ln n, uniform weights)",
+                  SHARES: "nats (dashes: ln n, equal shares)"}
+SHARE_ENTROPY = "mean gradient-share entropy (nats)"   # the readout in place of the weights' entropy
+SCALES = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)   # a share map's colour scale: 0 .. the first >= its max
 PLAIN, RIGHT, WRONG = range(3)      # strip cells: a token, a right output, a wrong one (orange)
 LENGTHS, EXAMPLES = (4, 24), 20     # the length slider's range; examples per length
 # the map's notice for a model without attention
@@ -39,7 +46,7 @@ class _DecodePanel(AttentionPanel):
         super()._layout(*args)
         self.ax_map.xaxis.label.set_text("input position j")
         self.ax_map.yaxis.label.set_text("output step t")
-        self.ax_entropy.xaxis.label.set_text("nats (dashes: ln n, uniform weights)")
+        self.ax_entropy.xaxis.label.set_text(ENTROPY_LABELS[WEIGHTS])
 
 
 @dataclass
@@ -79,8 +86,18 @@ def gradient_frame(model: Seq2Seq, frame: DecodeFrame) -> DecodeFrame:
         norms = input_gradient_norms(model, batch)[0]                   # (n_t, n): [t, j]
     shares = norms / norms.sum(-1, keepdim=True)
     entropy = attention_entropy(shares.double()).mean().item()
+    readouts = {k: v for k, v in frame.readouts.items() if k != "mean entropy (nats)"}
     return replace(frame, weights=shares, mask=None, panel_title=TITLES[SHARES],
-                   readouts={**frame.readouts, "mean entropy (nats)": entropy})
+                   readouts={**readouts, SHARE_ENTROPY: entropy})
+
+
+def colour_scale(frame: DecodeFrame) -> float:
+    """The top of ``frame``'s colour scale: 1 for attention weights; for gradient shares, which
+    rarely pass 0.3, the first of ``SCALES`` at or above the largest share (nothing is clipped)."""
+    if frame.panel_title != TITLES[SHARES]:
+        return 1.0
+    top = float(torch.as_tensor(frame.weights).max())
+    return next(scale for scale in SCALES if scale >= top - 1e-6)
 
 
 def check_model(model) -> None:
@@ -147,8 +164,11 @@ class DecodeView(BlitView):
         self.strip_title = TextSprites(self.blit, offset_copy(
             self.ax_strip.transAxes, fig=figure, y=4, units="points"), size=10, va="bottom")
         self.panel = _DecodePanel(self.blit, grid[1], max_shape=(max_len, max_len),
-                                  title="attention weights: output step t x input position j",
-                                  entropy_title="entropy per output step")
+                                  title=TITLES[WEIGHTS], entropy_title=ENTROPY_TITLES[WEIGHTS])
+        self.scale = ScalarMappable(Normalize(0.0, 1.0), weights_cmap())   # the colour bar's, to rescale
+        self.panel.ax_bar.clear()
+        figure.colorbar(self.scale, cax=self.panel.ax_bar)
+        self.panel.ax_bar.tick_params(labelsize=MIN_PT)
         self.notice = TextSprites(self.blit, self.panel.ax_map.transAxes, size=10)
         self.notice.set(NO_WEIGHTS, [(0.5, 0.62 - 0.08 * i) for i in range(len(NO_WEIGHTS))])
         self.no_entropy = TextSprites(self.blit, self.panel.ax_entropy.transAxes, size=9)
@@ -180,6 +200,16 @@ class DecodeView(BlitView):
         self.strip_title.set([frame.title], [(0.5, 1.0)])
         self.notice.visible = self.no_entropy.visible = not frame.has_attention
         self.panel.set_title(frame.panel_title)   # a new title: one full redraw, only on 'show'
+        mode = SHARES if frame.panel_title == TITLES[SHARES] else WEIGHTS
+        if self.panel.ax_entropy.get_title() != ENTROPY_TITLES[mode]:
+            self.panel.ax_entropy.title.set_text(ENTROPY_TITLES[mode])
+            self.panel.ax_entropy.xaxis.label.set_text(ENTROPY_LABELS[mode])
+            self.blit.invalidate()
+        top = colour_scale(frame)         # shares: a scale per map; a new one redraws the colour bar
+        if top != self.scale.norm.vmax:
+            self.panel.cells.norm = Normalize(0.0, top, clip=True)
+            self.scale.set_clim(0.0, top)
+            self.blit.invalidate()
         self.panel.set_frame(frame)         # may lay the panel out again, for max_len tokens
         if not frame.has_attention:         # blanked by data, not hidden: the move still blits
             self.panel.entropy.ceiling.set_data([], [])

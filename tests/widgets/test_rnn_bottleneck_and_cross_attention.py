@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import matplotlib as mpl
 import pytest
 import torch
@@ -76,11 +78,33 @@ def test_the_menu_show_draws_gradient_shares_for_either_model(models):
     assert torch.allclose(w.frame.weights, expected, atol=1e-6)
     assert view.panel.ax_map.get_title() == wd.TITLES[wd.SHARES]
     assert w.frame.readouts["errors"] == plain.readouts["errors"]
+    assert wd.SHARE_ENTROPY in w.frame.readouts and "mean entropy (nats)" not in w.frame.readouts
+    assert view.panel.ax_entropy.get_title() == wd.ENTROPY_TITLES[wd.SHARES]
+    assert view.panel.ax_entropy.get_xlabel() == wd.ENTROPY_LABELS[wd.SHARES]
+    top = wd.colour_scale(w.frame)                # the map's own colour scale, nothing clipped
+    assert w.frame.weights.max() <= top < 1 and view.scale.norm.vmax == top
+    assert view.panel.cells.norm.vmax == top
+    frames = wd.decode_frames(models, "no attention", 9)
+    same = next(i for i in range(3, wd.EXAMPLES)  # another example on the same scale: blits
+                if wd.colour_scale(wd.gradient_frame(models["no attention"], frames[i])) == top)
     background = view.blit._background
-    w.set(index=3)                             # another example: blits, no new title
+    w.set(index=same)
     assert view.blit._background is background and w.error is None
     w.set(show=wd.WEIGHTS, model_name="additive attention")
     assert view.panel.ax_map.get_title() == wd.TITLES[wd.WEIGHTS] and w.frame.mask is None
+    assert view.scale.norm.vmax == view.panel.cells.norm.vmax == 1.0
+    assert view.panel.ax_entropy.get_title() == wd.ENTROPY_TITLES[wd.WEIGHTS]
+    assert "mean entropy (nats)" in w.frame.readouts
+
+
+def test_colour_scale_is_the_first_step_at_or_above_the_largest_share(models):
+    frame = wd.decode_frames(models, "additive attention", 5)[0]
+    assert wd.colour_scale(frame) == 1.0                                     # attention weights
+    for largest, top in ((0.04, 0.05), (0.05, 0.05), (0.17, 0.2), (0.31, 0.5), (0.9, 1.0)):
+        weights = torch.full((5, 5), 0.01)
+        weights[0, 0] = largest
+        shares = replace(frame, weights=weights, panel_title=wd.TITLES[wd.SHARES])
+        assert wd.colour_scale(shares) == top
 
 
 def test_alignment_frame_and_widget(models):
