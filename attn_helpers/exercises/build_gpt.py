@@ -180,13 +180,15 @@ def attention_variant(ref: bg.CausalSelfAttention, kind: str = "right") -> Calla
                 "cache_unmasked": None if cache is not None else causal,
                 "prompt_only": None if start else causal}.get(kind, causal[start:])
         scale = {"scale_d_model": 1 / math.sqrt(d), "no_scale": 1.0}.get(kind)
-        if kind in ("multiplied", "softmax_over_queries"):        # the softmax written out
+        if kind in ("multiplied", "mask_added", "softmax_over_queries"):   # the softmax written out
             scores = q @ k.mT / math.sqrt(d // ref.num_heads)
-            scores = scores * mask if kind == "multiplied" else scores.masked_fill(~mask, -math.inf)
-            out = scores.softmax(dim=-1 if kind == "multiplied" else -2) @ v
+            scores = {"multiplied": lambda: scores * mask, "mask_added": lambda: scores + mask}.get(
+                kind, lambda: scores.masked_fill(~mask, -math.inf))()
+            out = scores.softmax(dim=-2 if kind == "softmax_over_queries" else -1) @ v
         else:
             out, _ = scaled_dot_product_attention(q, k, v, mask, scale=scale)
-        return merge_heads(out) if kind == "no_out_proj" else ref.out(merge_heads(out))
+        merged = out.reshape(b, n, d) if kind == "no_transpose" else merge_heads(out)   # (b, n, d)
+        return merged if kind == "no_out_proj" else ref.out(merged)
 
     return run
 
@@ -211,6 +213,12 @@ ATTENTION_MISTAKES = [
     ("no_scale", "the scores are not scaled: divide q k^T by sqrt(d_h)."),
     ("multiplied", "the scores were multiplied by the mask: a 0 score still gets weight e^0 > 0. "
      "Set masked scores to -inf before the softmax, or pass the mask to the attention step."),
+    ("mask_added", "the 0/1 mask was added to the scores: a future key's score rises or falls by "
+     "1 only, so it keeps weight. Set masked scores to -inf (scores.masked_fill(~mask, -inf)), or "
+     "pass the bool mask to the attention step."),
+    ("no_transpose", "the heads were merged by out.reshape(b, n, d) straight from (b, h, n, d_h): "
+     "that mixes positions with heads. Bring the head axis next to d_h first (out.transpose(1, "
+     "2)), or use ah.merge_heads."),
     ("no_diagonal", "the mask hides each query's own position: new query i sees keys up to AND "
      "including start + i."),
     ("one_ahead", "the mask lets each query see one future key, start + i + 1: the future leaks. "
@@ -320,7 +328,9 @@ def check_block(cls) -> CheckResult:
     cache=None) -> x``, pre-norm."""
     return _check_module(
         cls, "Block", [((16, 4, 32), 201), ((12, 3, 20), 202)], block_variant, BLOCK_MISTAKES,
-        swap=("attn",))
+        swap=("attn",), error_hints=[(
+            "cache is full", "the cache filled up: does the block call self.attn more than once? "
+            "Each call appends its keys and values. Call it once per forward, and add its output.")])
 
 
 # --- 2. the model, part two: the GPT --------------------------------------------------------------
@@ -344,7 +354,8 @@ def model_variant(ref: bg.GPT, kind: str = "right") -> Callable:
         x = tok * math.sqrt(d) + pos if kind == "token_scaled" else tok + pos
         if kind == "scaled_embeddings":
             x = x * math.sqrt(d)
-        blocks = {"first_block_only": ref.blocks[:1], "no_blocks": []}.get(kind, ref.blocks)
+        blocks = {"first_block_only": ref.blocks[:1], "no_blocks": [],
+                  "reversed_blocks": ref.blocks[::-1]}.get(kind, ref.blocks)
         for i, block in enumerate(blocks):
             x = block(x, None if caches is None or kind == "caches_not_passed" else caches[i])
             if kind == "norm_every_block" and i < len(blocks) - 1:
@@ -376,6 +387,8 @@ MODEL_MISTAKES = [
     ("scaled_embeddings", "the embeddings are multiplied by sqrt(d): add them as they are."),
     ("token_scaled", "the token embeddings are multiplied by sqrt(d) (the 2017 paper's convention, "
      "with fixed sinusoids): this GPT adds both learned embeddings as they are."),
+    ("reversed_blocks", "the blocks ran in reverse order: x goes through self.blocks in order, "
+     "block 0 first."),
     ("no_blocks", "the blocks never ran: the logits come straight from the embeddings."),
     ("log_softmax_output", "the model returns log_softmax(logits): return the raw logits."),
     ("softmax_output", "the model returns softmax(logits): return the raw logits; cross_entropy and "
@@ -431,7 +444,9 @@ def check_model(cls, block=None) -> CheckResult:
                       "come from the start argument (not from len(caches[0])), and block i gets "
                       "None when caches is None."),
                      ("cache is full", "a cache filled up: block i gets caches[i] (not caches[0] "
-                      "for all).")])
+                      "for all)."),
+                     ("list.append", "a block got the whole caches list: block i gets caches[i], "
+                      "its own cache (None without caches).")])
     if block is None or not result:
         return result
     return CheckResult(True, first.message + " " + result.message.replace("Passed: ", "And ", 1))
@@ -468,10 +483,15 @@ def train_variant(kind: str = "right") -> Callable:
                 nn.utils.clip_grad_norm_([p], 1.0)
         elif kind == "clip_value":
             nn.utils.clip_grad_value_(model.parameters(), 1.0)
+        elif kind == "clip_small":
+            nn.utils.clip_grad_norm_(model.parameters(), 0.5)
         elif kind != "no_clip":
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         if kind != "no_step":
             optimizer.step()
+        if kind == "loss_after_step":                     # the loss of the updated weights
+            with torch.no_grad():
+                loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
         return loss.item()
 
     return step
@@ -495,9 +515,14 @@ TRAIN_MISTAKES = [
     ("softmax_first", "softmax was applied before cross_entropy, which takes raw logits."),
     ("nll_on_logits", "F.nll_loss on raw logits expects log-probabilities: use F.cross_entropy."),
     ("last_only", "only the last position is trained: every position predicts its next character."),
-    ("no_clip", "the gradient was unclipped, or clipped piece by piece: clip the joint norm of all "
-     "gradients together, not each one or by value, with nn.utils.clip_grad_norm_"
-     "(model.parameters(), 1.0) between loss.backward() and optimizer.step()."),
+    ("no_clip", "the gradient was unclipped, clipped to a larger max_norm than 1.0, or clipped "
+     "piece by piece: clip the joint norm of all gradients together, not each one or by value, "
+     "with nn.utils.clip_grad_norm_(model.parameters(), 1.0) between loss.backward() and "
+     "optimizer.step()."),
+    ("clip_small", "the gradient was clipped to a max_norm below the recipe's 1.0: "
+     "nn.utils.clip_grad_norm_(model.parameters(), 1.0)."),
+    ("loss_after_step", "the loss you returned was computed after optimizer.step(), on the updated "
+     "weights: return the loss the gradients came from, loss.item() of the forward pass."),
 ]
 
 
@@ -527,7 +552,10 @@ def _two_steps(step: Callable) -> Callable:
             loss = step(model, optimizer, chunk.clone())
             if loss is None:
                 raise Refused("train_step returned None: return the loss (loss.item()).")
-            losses.append(float(loss.detach() if isinstance(loss, torch.Tensor) else loss))
+            if isinstance(loss, torch.Tensor):
+                raise Refused("train_step returned a tensor: return the loss as a float, "
+                              "loss.item(). A kept tensor also keeps its whole graph in memory.")
+            losses.append(float(loss))
         weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         return torch.tensor(losses, dtype=torch.float64), weights
 
@@ -542,10 +570,10 @@ def schedule_variant(kind: str = "right") -> Callable:
         peak, low, warmup, steps = recipe.lr, recipe.min_lr, recipe.warmup, recipe.steps
         if kind == "constant":
             return peak
-        if step < warmup and kind != "no_warmup":
+        if (step <= warmup if kind == "warmup_le" else step < warmup) and kind != "no_warmup":
             return peak * (step if kind == "warmup_from_zero" else step + 1) / warmup
         progress = step / steps if kind in ("no_warmup", "cosine_over_all") \
-            else (step - warmup) / max(1, steps - warmup)
+            else (step - warmup) / max(1, steps - warmup - (kind == "progress_short"))
         low = 0.0 if kind == "to_zero" else low
         if kind == "linear":
             return low + (peak - low) * (1 - progress)
@@ -564,6 +592,11 @@ SCHEDULE_MISTAKES = [
      "recipe.warmup."),
     ("warmup_from_zero", "the first step gets a rate of 0, a wasted step: step s gets recipe.lr * "
      "(s + 1) / recipe.warmup."),
+    ("warmup_le", "the rate passes recipe.lr at step recipe.warmup, to lr * (warmup + 1) / warmup: "
+     "the warm-up covers steps 0..warmup-1 (step < recipe.warmup), and its last step reaches the "
+     "peak."),
+    ("progress_short", "the cosine reaches min_lr one step early: p = (step - warmup) / (steps - "
+     "warmup) stays below 1, as in the formula."),
     ("cosine_over_all", "the cosine counts from step 0: its progress is (step - warmup) / (steps - "
      "warmup)."),
     ("to_zero", "the cosine ends at 0: it ends at recipe.min_lr."),
@@ -617,7 +650,7 @@ def loop_variant(kind: str = "right") -> Callable:
                     train_loss, losses = sum(losses) / len(losses), []
                 if kind == "eval_swapped":
                     train_loss, val_loss = val_loss, train_loss
-                curve.append((step + 1, train_loss, val_loss))
+                curve.append((step if kind == "step_label" else step + 1, train_loss, val_loss))
         return curve
 
     return train
@@ -643,6 +676,8 @@ LOOP_MISTAKES = [
     ("chunk_short", "each chunk holds n characters: it needs n + 1."),
     ("eval_off_by_one", "the evaluations come one step early: evaluate when (step + 1) % "
      "recipe.eval_every == 0."),
+    ("step_label", "the curve's steps are one low: after step s (counted from 0), s + 1 steps are "
+     "done, so record step + 1."),
     ("eval_swapped", "the curve's two losses are swapped: (steps done, training, held-out)."),
     ("batch_loss", "the curve's training loss is one noisy batch's: use bg.estimate_loss(model, "
      "corpus.train, n)."),

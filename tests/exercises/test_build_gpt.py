@@ -162,7 +162,12 @@ def test_the_model_takes_start_from_its_argument_and_gives_each_block_its_cache(
 
     assert_rejected(ex.check_model(FromCaches), "Hint: ", "not from len(caches[0])")
     assert_rejected(ex.check_model(AtZeroWithoutCaches), "Hint: ", "the positions ignore start")
+    class WholeList(bg.GPT):
+        def forward(self, tokens, start=0, caches=None):
+            return super().forward(tokens, start, caches and [caches] * len(caches))
+
     assert_rejected(ex.check_model(OneCache), "block i gets caches[i]")
+    assert_rejected(ex.check_model(WholeList), "got the whole caches list", "caches[i]")
 
 
 def test_a_step_written_another_way_passes():
@@ -172,9 +177,38 @@ def test_a_step_written_another_way_passes():
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        return loss                                       # a tensor, not loss.item()
+        return float(loss.detach())                       # float(), not loss.item()
 
     assert ex.check_train_step(step)
+
+
+def test_a_step_that_returns_a_tensor_is_told_to_return_a_float():
+    def step(model, optimizer, chunk):
+        return ex.train_variant()(model, optimizer, chunk) * torch.ones(())   # a tensor
+
+    assert_rejected(ex.check_train_step(step), "returned a tensor", "loss.item()")
+
+
+def test_clipping_to_a_larger_max_norm_is_named():
+    def step(model, optimizer, chunk):
+        loss = F.cross_entropy(model(chunk[:, :-1]).flatten(0, 1), chunk[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        optimizer.step()
+        return loss.item()
+
+    assert_rejected(ex.check_train_step(step), "Hint: ", "a larger max_norm than 1.0")
+
+
+def test_a_block_that_calls_attention_twice_is_told_why_the_cache_filled_up():
+    class Block(bg.Block):
+        def forward(self, x, cache=None):
+            _ = self.attn(self.norm1(x), cache)              # a first call, then the used one
+            x = x + self.attn(self.norm1(x), cache)
+            return x + self.ff(self.norm2(x))
+
+    assert_rejected(ex.check_block(Block), "the cache filled up", "call self.attn more than once")
 
 
 @pytest.mark.parametrize("kind", ["clip_each", "clip_value"])
