@@ -8,8 +8,9 @@ loss on the whole held-out text and the loop's wall time (one thread), and seed 
 float16 (the model the notebook generates with and whose heads it reads). Asserts notebook 10's
 claims (``build_gpt.recipe_claims``, against the shipped nanoGPT record) and, when the shipped
 record has the same recipe, that each seed lands within 0.03 nats of its shipped loss.
-Re-run: python3 course.py studies build_gpt_final_seeds      (three seeds, one thread each: about 10 minutes on an idle
-2-core machine; the shipped record took 786, 371 and 607 s beside other jobs, 29 minutes)
+Re-run: python3 course.py studies build_gpt_final_seeds
+(three seeds, one thread each: about 10 minutes on an idle 2-core machine; the shipped record
+took 786, 371 and 607 s beside other jobs, 29 minutes)
 """
 import dataclasses
 import datetime
