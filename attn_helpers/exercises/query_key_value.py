@@ -134,8 +134,25 @@ TRANSPOSE_ALL = ("if you wrote k.T: on a batched tensor .T reverses every axis, 
 def check_attention(attention: Callable) -> CheckResult:
     """``attention(q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask) -> (output
     (..., n_q, d_v), weights (..., n_q, n_k))``; ``mask`` True = may attend."""
+    cases = _attention_cases()
+    result = _check_attention(attention, cases)
+    large = f"on case {len(cases)} of {len(cases)} "          # the last case: scores in the 1000s
+    if result or large not in result.message or ("\nHint: " in result.message
+                                                 and FULLY_MASKED not in result.message):
+        return result
+    # Every case with small scores passed, so the 1000s are the cause (any NaN or inf there
+    # included: that case has no fully masked row, so the generic NaN hint would mislead).
+    return CheckResult(False, result.message.split("\nHint: ")[0] + f"\nHint: {LARGE_SCORES}")
+
+
+LARGE_SCORES = ("every case with small scores passed; this one has scores in the 1000s. exp(1000) "
+                "overflows to inf and inf / inf is NaN (a nan_to_num then hides it as 0). Subtract "
+                "each row's maximum before exp, or use torch.softmax, and mask with -inf before it.")
+
+
+def _check_attention(attention: Callable, cases: list[dict]) -> CheckResult:
     return check_function(
-        attention, scaled_dot_product_attention, _attention_cases(), what="attention",
+        attention, scaled_dot_product_attention, cases, what="attention",
         output_names=("the output", "the weights"),
         mistakes=[
             *(Mistake(_attention(scale=scale), hint) for scale, hint in [
@@ -192,6 +209,11 @@ NEXT_WEIGHT = 0.9   # each token must put at least this much of its attention on
 NOT_SQUARE = ("torch.linalg.inv needs a square matrix, and X is (n, d_model). You need only a "
               "right inverse M, with X M = I. The exercise names a torch.linalg function that "
               "gives one for any X with independent rows.")
+
+
+MIXED_DTYPES = ("two tensors of different dtypes met in one product: X is float64 in this case, "
+                "and a tensor you built, such as torch.eye(n), is float32 by default. Build it "
+                "with dtype=X.dtype.")
 
 
 def _relation_cases() -> list[dict]:
@@ -296,7 +318,8 @@ def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
     cases = _relation_cases()
     result = check_function(judged if callable(next_token_projections) else next_token_projections,
                             lambda X: torch.zeros(()), cases, what="next_token_projections",  # noqa: N803
-                            error_hints=[("square matrices", NOT_SQUARE)])
+                            error_hints=[("square matrices", NOT_SQUARE),
+                                         ("same dtype", MIXED_DTYPES)])
     if not result:
         return result
     return CheckResult(True, f"Passed: on all {len(cases)} cases every token puts at least "

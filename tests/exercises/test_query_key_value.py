@@ -108,6 +108,26 @@ def test_attention_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_attention(wrong), *fragments)
 
 
+def exp_times_mask(*, clamp=False):
+    def wrong(q, k, v, mask):  # no maximum subtracted, masked by multiplying the exps
+        e = (q @ k.mT / q.shape[-1] ** 0.5).exp() * mask
+        if clamp:  # an empty row gives 0, but inf / inf on the scores in the 1000s stays NaN
+            return (w := e / e.sum(-1, keepdim=True).clamp_min(1e-30)) @ v, w
+        w = (e / e.sum(-1, keepdim=True)).nan_to_num(0.0)   # hides the overflow's NaN as 0
+        return w @ v, w
+    return wrong
+
+
+@pytest.mark.parametrize("clamp", [False, True])
+def test_any_miss_on_the_large_score_case_gets_the_overflow_hint(clamp):
+    result = ex.check_attention(exp_times_mask(clamp=clamp))
+    assert_rejected(result, "case 8 of 8", "Hint: every case with small scores passed",
+                    "exp(1000)", "Subtract each row's maximum")
+    assert "all masked" not in result.message       # case 8 has no row without a key
+    found = result.message.split("Hint")[0]          # NaN left in the output, or hidden as 0
+    assert ("nan" in found) is clamp, found
+
+
 def log_softmax_weights(zero):
     def wrong(q, k, v, mask):  # ln a where a belongs: -inf on the masked keys
         w = torch.log_softmax((q @ k.mT / q.shape[-1] ** 0.5).masked_fill(~mask, -torch.inf), -1)
@@ -203,6 +223,15 @@ def by_inverse(X):  # noqa: N803 - inv where pinv belongs: fine on square X, fai
 ])
 def test_asymmetric_relation_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_asymmetric_relation(wrong), *fragments)
+
+
+def test_a_float32_tensor_on_the_float64_case_gets_the_dtype_hint():
+    def float32_shift(X):  # noqa: N803 - P from torch.eye(n): float32 whatever X is
+        W_Q = 3 * math.log(10 * len(X)) * torch.linalg.pinv(X)              # noqa: N806
+        return W_Q, W_Q @ torch.roll(torch.eye(len(X)), 1, dims=1).T
+
+    assert_rejected(ex.check_asymmetric_relation(float32_shift), "case 4 of 6", "same dtype",
+                    "Hint: ", "dtype=X.dtype")
 
 
 def test_the_sqrt_d_k_hint_is_given_only_when_the_unscaled_scores_would_pass():
