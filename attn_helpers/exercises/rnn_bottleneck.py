@@ -40,7 +40,7 @@ def _rnn_cases() -> list[dict]:
 
 def _rnn(*, act=torch.tanh, drop=(), outside=(), reverse=False, transpose=False, keep_first=False,
          last="last", dim=-2, start=0.0, skip_first=False, swap=False):
-    """The recurrence, or a mistake: ``drop``/``outside`` terms ("h", "b") cut or put after the tanh;
+    """The recurrence, or a mistake: ``drop``/``outside`` terms ("x", "h", "b") cut or put after tanh;
     ``start``: the value of h_{-1}; ``skip_first``: token 0 never read; ``swap``: ``(h_last, H)``."""
     def rnn(x, W_x, W_h, b):  # noqa: N803
         W = W_h.mT if transpose else W_h                                # noqa: N806
@@ -48,9 +48,9 @@ def _rnn(*, act=torch.tanh, drop=(), outside=(), reverse=False, transpose=False,
         states = [h] if keep_first else []
         tokens = range(1 if skip_first else 0, x.shape[-2])
         for j in reversed(tokens) if reverse else tokens:
-            terms = {"h": h @ W, "b": b}                                # beside x_j W_x: (..., d)
+            terms = {"x": x[..., j, :] @ W_x, "h": h @ W, "b": b}       # the three terms: (..., d)
             inside = sum(v for k, v in terms.items() if k not in (*drop, *outside))
-            h = act(x[..., j, :] @ W_x + inside) + sum(terms[k] for k in outside)   # (..., d)
+            h = act(inside) + sum(terms[k] for k in outside)            # (..., d)
             states.append(h)
         states = (states[:-1] if keep_first else states)[::-1 if reverse else 1]
         H = torch.stack(states, dim=dim)  # (..., n, d)  # noqa: N806
@@ -95,6 +95,10 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
                     "recurrence: which term of h_j carries h_{j-1}?"),
             Mistake(_rnn(outside="h"), "h_{j-1} W_h is added after the tanh; the recurrence "
                     "belongs inside it: h_j = tanh(x_j W_x + h_{j-1} W_h + b)."),
+            *(Mistake(_rnn(outside=terms), f"the tanh wraps only {inner}; it squashes the whole "
+                      "sum: h_j = tanh(x_j W_x + h_{j-1} W_h + b).")
+              for terms, inner in ((("h", "b"), "x_j W_x"), (("x", "b"), "h_{j-1} W_h"),
+                                   (("x",), "h_{j-1} W_h + b"))),
             Mistake(_rnn(drop="b"), "the bias b is missing inside the tanh."),
             Mistake(_rnn(outside="b"), "the bias b is outside the tanh; it belongs inside: "
                     "h_j = tanh(x_j W_x + h_{j-1} W_h + b)."),

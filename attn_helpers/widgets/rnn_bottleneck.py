@@ -242,7 +242,7 @@ def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
                                     description="length", continuous_update=False),
         "model_name": widgets.Dropdown(options=names, value=model_name or names[0],
                                        description="model"),
-        "index": widgets.IntSlider(value=0, min=0, max=EXAMPLES - 1, description="example",
+        "index": widgets.IntSlider(value=0, min=0, max=EXAMPLES - 1, description="index",
                                    continuous_update=False),
         "show": widgets.Dropdown(options=[WEIGHTS, SHARES], value=WEIGHTS, description="show"),
     }

@@ -50,7 +50,16 @@ def test_right_answers_pass():
         return torch.stack([torch.stack([torch.tanh(s[i] @ U_q + h @ U_k) @ v_a for h in H[i]])
                             for i in range(len(s))])
 
-    for check, right in [(ex.check_rnn_encoder, rnn),
+    def with_torch_rnn(x, W_x, W_h, b):  # noqa: N803  (the course accepts any correct way)
+        layer = torch.nn.RNN(*W_x.shape, batch_first=True).to(x.dtype)
+        with torch.no_grad():
+            for weight, value in [(layer.weight_ih_l0, W_x.T), (layer.weight_hh_l0, W_h.T),
+                                  (layer.bias_ih_l0, b), (layer.bias_hh_l0, 0 * b)]:
+                weight.copy_(value)
+        H, h = layer(x.reshape(-1, *x.shape[-2:]))   # noqa: N806
+        return H.reshape(*x.shape[:-1], -1), h[0].reshape(*x.shape[:-2], -1)
+
+    for check, right in [(ex.check_rnn_encoder, rnn), (ex.check_rnn_encoder, with_torch_rnn),
                          (ex.check_rnn_encoder, lambda *a: tuple(t.clone() for t in rnn(*a))),
                          (ex.check_additive_scores, scores), (ex.check_additive_scores, with_loops)]:
         result = check(right)
@@ -106,6 +115,12 @@ def aliased(x, W_x, W_h, b):  # noqa: N803
     (lambda *a: rnn(*a)[::-1], ["return order is swapped", "(H, h_last)"]),
     (variant(lambda x_t, h, W_x, W_h, b: torch.relu(x_t @ W_x + h @ W_h + b)), ["ReLU", "tanh"]),
     (aliased, ["every state in H equals the last one", "in place", "h = torch.tanh(...)"]),
+    (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x) + h @ W_h + b),
+     ["tanh wraps only x_j W_x", "squashes the whole sum"]),
+    (variant(lambda x_t, h, W_x, W_h, b: x_t @ W_x + torch.tanh(h @ W_h) + b),
+     ["tanh wraps only h_{j-1} W_h;", "squashes the whole sum"]),
+    (variant(lambda x_t, h, W_x, W_h, b: x_t @ W_x + torch.tanh(h @ W_h + b)),
+     ["tanh wraps only h_{j-1} W_h + b", "squashes the whole sum"]),
 ])
 def test_rnn_encoder_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_rnn_encoder(wrong), *fragments)
