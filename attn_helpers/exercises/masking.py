@@ -29,7 +29,8 @@ def _pack(lengths: torch.Tensor, *, flaw: str | None = None) -> tuple[torch.Tens
     starts = ends - lengths                                              # each document's first
     positions = {"not_restarted": i, "from_one": i - starts[doc] + 1, "minus_end": i - ends[doc],
                  "count_down": ends[doc] - 1 - i, "count_down_from_length": ends[doc] - i,
-                 "modulo_first": i % lengths[0]}.get(flaw, i - starts[doc])
+                 "modulo_first": i % lengths[0], "doc_index": doc,
+                 "second_only": i - starts[doc.clamp(max=1)]}.get(flaw, i - starts[doc])
     same = doc[:, None] == doc[None, :]
     causal = i[None, :] <= i[:, None]
     mask = {"causal_only": causal, "strict": same & (i[None, :] < i[:, None]), "no_causal": same,
@@ -68,6 +69,10 @@ _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
      "document's start."),
     ("count_down_from_length", "the positions count down from each document's end: its first token "
      "sits at 0 and they count up. Subtract where each document starts from the index."),
+    ("doc_index", "the positions are each token's document number. A position counts the tokens "
+     "before it in its own document: 0, 1, 2, ... from each document's start."),
+    ("second_only", "only the second document restarts at 0; the third and later ones run on. Every "
+     "document counts from its own start: subtract starts[doc], each token's own document's start."),
 ]
 
 
@@ -152,6 +157,10 @@ _WINDOW_MISTAKES = [   # (what the mistake computes from lengths, n, window; its
     (lambda L, n, w: padding_mask(L, n)[:, None, :] & sliding_window_mask(n, w),
      "the real tokens were taken at the start (right padding); a LEFT-padded sentence has its "
      "real tokens at the end: where does sentence b's first real token sit?"),
+    (lambda L, n, w: (padding_mask(L, n)[:, None, :] & sliding_window_mask(n, w)).flip(-1),
+     "you flipped a right-padded mask along the keys. That moves the real keys to the end, but it "
+     "also mirrors the window: query i sees keys at the far end. Flip only the (b, n) table of real "
+     "tokens, then AND it with the causal window."),
     (lambda L, n, w: _real(L, n, 1)[:, None, :] & sliding_window_mask(n, w),
      "off by one: each sentence's first real token was treated as padding (its column is all "
      "False). Does your comparison keep the first of the last lengths[b] positions?"),

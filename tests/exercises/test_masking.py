@@ -60,6 +60,10 @@ def _causal(lengths):
      "you wrote j < i"),                                              # review s10: strict causal rule
     (lambda L: (pack_documents(L)[0], torch.arange(int(L.sum())) % L[0]),
      "modulo the first document's length"),                          # review s10
+    (lambda L: (pack_documents(L)[0], _doc(L)), "document number"),   # review s10 (05b)
+    (lambda L: (pack_documents(L)[0],                                 # review s10 (05b)
+                torch.arange(int(L.sum())) - (torch.cumsum(L, 0) - L)[_doc(L).clamp(max=1)]),
+     "only the second document restarts"),
 ])
 def test_pack_documents_rejects_known_mistakes_with_their_hint(wrong, words):
     assert_rejected(check_pack_documents(wrong), "\nHint: ", words)
@@ -285,6 +289,8 @@ _j = torch.arange
      "last pad was treated as a real token"),
     (lambda L, n, w: window_mask(n - L, n, w), "as if it counted the pads"),      # j >= lengths
     (lambda L, n, w: (_j(n)[None, :] >= n - L)[:, None, :] & window_mask(L * 0 + n, n, w), "last axis"),
+    (lambda L, n, w: ((_j(n)[None, :] < L[:, None])[:, None, :]               # review s10 (05b)
+                      & window_mask(L * 0 + n, n, w)).flip(-1), "flipped a right-padded mask"),
 ])
 def test_window_mask_rejects_known_mistakes_with_their_hint(wrong, words):
     assert_rejected(check_window_mask(wrong), "\nHint: ", words)
