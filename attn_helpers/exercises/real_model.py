@@ -95,6 +95,9 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
         valid = _real_queries(m, 1)                                  # (1, b, 1, n)
         return (_diagonal(w, -1) * valid).sum(dim=(1, 3)) / valid.sum(dim=(1, 3))   # (L, h)
 
+    def batch_mean(w, m):                                # per-sentence scores, then their mean
+        return shifted(-1, 1)(w, m).mean(dim=1, keepdim=True).expand(-1, m.shape[0], -1)
+
     def by_n_minus_1(w, m):                              # every query i >= 1 of the padded row
         return (_diagonal(w, -1) * _real_queries(m, 1)).sum(dim=3) / (w.shape[-1] - 1)
 
@@ -127,12 +130,18 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
             Mistake(lambda w, m: _mean(_diagonal(w, -1)[..., 1:], key_real(m)),  # the KEY's validity
                     "you took each query's validity from its key (token i - 1), so the first "
                     "padding query was counted: query i counts where token i is real."),
-            *(Mistake(query_0_reads(key),
-                      "query 0 ([CLS]) was counted: it has no previous token (key -1 is the LAST "
-                      "key, wrapped around). Start at query i = 1.") for key in (-1, 0)),
+            Mistake(query_0_reads(-1),
+                    "query 0 ([CLS]) was counted: it has no previous token (key -1 is the LAST "
+                    "key, wrapped around). Start at query i = 1."),
+            Mistake(query_0_reads(0),
+                    "query 0 ([CLS]) was counted, reading itself (key i - 1 clamped at 0): it has "
+                    "no previous token. Start at query i = 1."),
             Mistake(over_sentences,
                     "you pooled over the sentences too, as 4.3 does: keep one score per sentence, "
                     "an (L, b, h) grid, and take the mean over each sentence's queries only."),
+            Mistake(batch_mean,
+                    "every sentence got the same score, the mean over the batch: keep each "
+                    "sentence's own mean over its queries."),
             Mistake(by_n_minus_1,
                     "you divided by n - 1, every query i >= 1 of the padded sentence: divide by "
                     "the number of its REAL queries i >= 1."),

@@ -64,6 +64,17 @@ def wrapped_around(weights, mask):  # i = 0 .. n-1 with key i - 1: query 0 reads
     return (weights[..., i, i - 1] * valid).sum(dim=3) / valid.sum(dim=3)
 
 
+def clamped_at_0(weights, mask):  # key i - 1 clamped at 0: query 0 reads itself
+    i = torch.arange(weights.shape[-1])
+    valid = mask[None, :, None, :].float()
+    return (weights[..., i, (i - 1).clamp(min=0)] * valid).sum(dim=3) / valid.sum(dim=3)
+
+
+def batch_mean(weights, mask):  # per-sentence scores, then one mean over the batch for every sentence
+    return previous_reference(weights, mask).mean(dim=1, keepdim=True).expand_as(
+        previous_reference(weights, mask))
+
+
 def all_previous(weights, mask):  # tril: every earlier key summed, not key i - 1 alone
     valid = mask[:, 1:][None, :, None, :].float()
     return (torch.tril(weights, -1).sum(-1)[..., 1:] * valid).sum(dim=3) / valid.sum(dim=3)
@@ -123,6 +134,8 @@ PREVIOUS_WRONG = [
     (with_padding, "padding queries"),
     (first_counts_as_zero, "no previous token"),
     (wrapped_around, "wrapped around"),
+    (clamped_at_0, "clamped at 0"),
+    (batch_mean, "the mean over the batch"),
     (summed, "you summed"),
     (all_previous, "ALL previous tokens"),
     (lambda w, m: previous_reference(w, m)[None].expand(2, -1, -1, -1), "with shape"),  # (2, L, b, h)
