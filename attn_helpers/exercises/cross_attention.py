@@ -15,7 +15,7 @@ from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from ..multihead import merge_heads, split_heads
 from ..transformer import DecoderLayer
-from .core import CheckResult, Mistake, Refused, check_function, seeded
+from .core import AllocationWatch, CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
 __all__ = ["check_cross_attend", "cross_attend_reference", "check_decode_layer",
@@ -65,7 +65,7 @@ def _attend_with(y, memory, memory_real, W_Q, W_K, W_V, *, mask="keys", causal=F
     K, V = source @ W_K, source @ (W_K if values == "W_K" else W_V)
     scores = Q @ K.transpose(-2, -1)
     scores = scores / {"d": math.sqrt(Q.shape[-1]), "d_m": math.sqrt(memory.shape[-1]), None: 1.0,
-                       "d2": Q.shape[-1], "output": 1.0}[scale]
+                       "d2": Q.shape[-1], "output": 1.0, "n_k": math.sqrt(memory.shape[-2])}[scale]
     keep = {"queries": memory_real[:, :, None], "batch": memory_real[None],   # (b, n_k, 1), (1, b, n_k)
             "inverted": ~memory_real[:, None, :], None: torch.ones(1, 1, 1, dtype=torch.bool)
             }.get(mask, memory_real[:, None, :])                             # right: (b, 1, n_k)
@@ -142,6 +142,9 @@ def check_cross_attend(cross_attend: Callable) -> CheckResult:
         ("the scores were divided by sqrt(d_m), the memory's width; divide by sqrt(d), the width "
          "of Q and K after W_Q and W_K.", {"scale": "d_m"}),
         ("the scores were divided by d; divide by sqrt(d).", {"scale": "d2"}),
+        ("the scores were divided by sqrt(n_k), the number of memory positions; divide by sqrt(d), "
+         "the width of Q and K: the scale counts the terms of one dot product, not the keys.",
+         {"scale": "n_k"}),
         ("the output was divided by sqrt(d), after the weighted sum: the scale belongs to the "
          "scores, before the softmax, where it keeps the softmax from saturating.", {"scale": "output"}),
         ("a weight was transposed: x @ W.T is nn.Linear's habit (its weight is stored (out, in)). "
@@ -155,8 +158,9 @@ def check_cross_attend(cross_attend: Callable) -> CheckResult:
          "softmax.", {"zero_padded_rows": True}),
         ("the two results are swapped: return the output first, then the weights, (output (b, n_q, "
          "d), weights (b, n_q, n_k)).", {"swapped": True}),
-        ("the scores were multiplied by the mask: a score of 0 is not -inf, so padded positions "
-         "still get weight.", {"mask": "times"}),
+        ("the padded scores were set to 0 (masked_fill with 0, or the scores times the mask): a "
+         "score of 0 is not -inf, so padded positions still get weight. Fill them with -inf.",
+         {"mask": "times"}),
         ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores, before "
          "the softmax.", {"mask": "after"}),
     ]]
@@ -256,14 +260,25 @@ def _layer_cases() -> list[dict]:
 
 @contextlib.contextmanager
 def _memory_projected_once(inputs: dict):
-    """The lesson's constraint: the memory projected once per call, one query per step."""
-    ca, steps = inputs["layer"].cross_attn, inputs["y"].shape[1]
+    """The lesson's constraint: the memory projected once per call, one query per step. Counted
+    twice: the cross-attention's projection modules, and the (b, n_m, d) tensors a linear map or
+    matmul returns that equal one made before (K or V made again, however they are made)."""
+    layer = inputs["layer"]
+    ca, steps = layer.cross_attn, inputs["y"].shape[1]
+    projected = (*inputs["memory"].shape[:2], layer.d_model)           # (b, n_m, d): K or V
     seen = {"q_proj": [], "k_proj": [], "v_proj": []}
+    projections, again = [], []                              # (b, n_m, d) made; made again
+
+    def count(t, call):
+        if tuple(t.shape) == projected and call in ("linear", "matmul", "__matmul__"):
+            (again if any(torch.equal(t, p) for p in projections) else projections).append(t)
+
     hooks = [getattr(ca, name).register_forward_hook(
         lambda module, args, output, name=name: seen[name].append(args[0].shape[-2]))
         for name in seen]
     try:
-        yield
+        with AllocationWatch(count):
+            yield
     finally:
         for hook in hooks:
             hook.remove()
@@ -284,6 +299,12 @@ def _memory_projected_once(inputs: dict):
             f"cross_attn.{name} ran {len(seen[name])} times in {steps} decoding steps: the "
             "memory was projected at every step.\nHint: calling layer.cross_attn(x_t, memory, "
             "memory, mask) in the loop does that. Project the memory once, before the loop.")
+    if again:
+        raise Refused(
+            f"the memory's keys and values were computed {len(projections) + len(again)} times "
+            f"in {steps} decoding steps (each a (b, n_m, d) projection): the memory was projected "
+            "at every step.\nHint: K and V do not change while the decoder writes. Project the "
+            "memory once, before the loop, and reuse K_m and V_m at every step.")
 
 
 @exercise("cross_attention.decode", "a decoder layer's cross-attention step by step, the "

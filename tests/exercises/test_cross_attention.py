@@ -139,6 +139,29 @@ def test_decode_checker_refuses_the_whole_layer_and_the_memory_projected_per_ste
                     "\nHint: calling layer.cross_attn(x_t, memory, memory, mask) in the loop")
 
 
+def linear_per_step(layer, y, memory, memory_real):
+    """Right numbers, but the memory re-projected at every step with F.linear and the weights."""
+    ca, h = layer.cross_attn, layer.cross_attn.num_heads
+    cache = ah.KVCache(y.shape[1])                                              # given
+    out = []
+    for t in range(y.shape[1]):
+        y_t = y[:, t:t + 1]                                                     # given
+        x_t = layer.norm1(y_t + layer.self_attn(y_t, y_t, y_t, cache=cache)[0])  # given
+        K_m = ah.split_heads(F.linear(memory, ca.k_proj.weight, ca.k_proj.bias), h)
+        V_m = ah.split_heads(F.linear(memory, ca.v_proj.weight, ca.v_proj.bias), h)
+        o, _ = ah.scaled_dot_product_attention(ah.split_heads(ca.q_proj(x_t), h), K_m, V_m,
+                                               memory_real[:, None, None, :])
+        x_t = layer.norm2(x_t + ca.out_proj(ah.merge_heads(o)))
+        out.append(layer.norm3(x_t + layer.feed_forward(x_t)))
+    return torch.cat(out, 1)
+
+
+def test_decode_checker_refuses_the_memory_reprojected_per_step_without_the_modules():
+    assert_rejected(ex.check_decode_layer(linear_per_step),
+                    "the memory's keys and values were computed 8 times in 4 decoding steps",
+                    "\nHint: K and V do not change while the decoder writes")
+
+
 def test_the_cross_attend_reference_is_torchs_multihead_attention_with_a_key_padding_mask():
     for y, memory, real, W_Q, W_K, W_V in (case.values() for case in ex._attend_cases()):
         d, d_m = W_Q.shape[1], W_K.shape[0]
@@ -192,6 +215,7 @@ def test_cross_attend_checker_accepts_the_reference_and_other_correct_answers():
     ({"softmax_dim": -2}, "the softmax ran over dim -2"),
     ({"scale": None}, "the scores were not scaled"), ({"scale": "d_m"}, "divided by sqrt(d_m)"),
     ({"scale": "d2"}, "divided by d;"), ({"mask": "times"}, "a score of 0 is not -inf"),
+    ({"scale": "n_k"}, "divided by sqrt(n_k), the number of memory positions"),
     ({"mask": "after"}, "the mask came after the softmax"),
     ({"scale": "output"}, "the output was divided by sqrt(d), after the weighted sum"),
     ({"transposed": ("W_Q",)}, "a weight was transposed: x @ W.T is nn.Linear's habit"),
@@ -200,6 +224,15 @@ def test_cross_attend_checker_accepts_the_reference_and_other_correct_answers():
     ({"swapped": True}, "the two results are swapped")])
 def test_cross_attend_checker_names_the_mistake(flaw, words):
     assert_rejected(ex.check_cross_attend(lambda *a: ex._attend_with(*a, **flaw)), "\nHint: ", words)
+
+
+def test_cross_attend_checker_names_padded_scores_filled_with_zero():
+    def filled_with_zero(y, memory, memory_real, W_Q, W_K, W_V):
+        Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
+        scores = (Q @ K.mT / Q.shape[-1] ** 0.5).masked_fill(~memory_real[:, None, :], 0.0)
+        return scores.softmax(-1) @ V, scores.softmax(-1)
+    assert_rejected(ex.check_cross_attend(filled_with_zero), "\nHint: the padded scores were set "
+                    "to 0 (masked_fill with 0, or the scores times the mask)", "Fill them with -inf")
 
 
 def test_cross_attend_checker_explains_a_mask_that_does_not_fit_and_a_missing_output():
