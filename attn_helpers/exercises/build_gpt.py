@@ -178,7 +178,8 @@ def attention_variant(ref: bg.CausalSelfAttention, kind: str = "right") -> Calla
                 "no_diagonal": causal.tril(-1)[start:],
                 "one_ahead": torch.ones(n, start + n, dtype=torch.bool).tril(start + 1),
                 "cache_unmasked": None if cache is not None else causal,
-                "prompt_only": None if start else causal}.get(kind, causal[start:])
+                "prompt_only": None if start else causal,
+                "complement": ~causal[start:]}.get(kind, causal[start:])
         scale = {"scale_d_model": 1 / math.sqrt(d), "no_scale": 1.0}.get(kind)
         if kind in ("multiplied", "mask_added", "softmax_over_queries"):   # the softmax written out
             scores = q @ k.mT / math.sqrt(d // ref.num_heads)
@@ -224,6 +225,8 @@ ATTENTION_MISTAKES = [
     ("one_ahead", "the mask lets each query see one future key, start + i + 1: the future leaks. "
      "New query i sees keys 0..start+i only. To test it, change the last token: no earlier "
      "output may change."),
+    ("complement", "the mask is inverted (~mask): True marks the keys a query may see, those at "
+     "or before its own position. The inverse shows each query only its future."),
     ("softmax_over_queries", "the softmax ran over dim=-2, the queries: each query's weights over "
      "the keys sum to 1, so use dim=-1."),
 ]
@@ -287,8 +290,8 @@ def block_variant(ref: bg.Block, kind: str = "right") -> Callable:
             x = x + ff(n2(x))
             return x + attn(n1(x))
         na, nf = {"no_norm": (nn.Identity(), nn.Identity()), "same_norm": (n1, n1),
-                  "norms_swapped": (n2, n1)}.get(kind, (n1, n2))
-        h = na(x)
+                  "norms_swapped": (n2, n1), "ff_unnormed": (n1, nn.Identity())}.get(kind, (n1, n2))
+        h = n1(na(x)) if kind == "norm1_twice" else na(x)
         x = {"no_attn_residual": 0, "residual_from_normed": h,
              "residual_from_normed_attn": h}.get(kind, x) + attn(h)
         h = nf(h if kind == "ff_reads_first_norm" else x)
@@ -317,6 +320,10 @@ BLOCK_MISTAKES = [
     ("ff_reads_first_norm", "the feed-forward reads norm1's copy of the old x: it normalises the "
      "stream after attention's addition."),
     ("ff_first", "the feed-forward ran first: attention comes first."),
+    ("ff_unnormed", "the feed-forward reads the stream itself: it reads norm2's normalised copy, "
+     "ff(norm2(x))."),
+    ("norm1_twice", "norm1 ran twice before attention, norm1(norm1(x)): attention reads one "
+     "normalised copy, norm1(x)."),
     ("cache_not_passed", "the cache never reached the attention: the block hands it on."),
     ("output_normed", "the block normalises its output: it returns the stream itself. The one final "
      "LayerNorm is the model's, after the last block."),
@@ -351,7 +358,8 @@ def model_variant(ref: bg.GPT, kind: str = "right") -> Callable:
                "positions_from_one": lambda: ref.position_embedding(torch.arange(s + 1, s + n + 1)),
                "no_positions": lambda: 0}.get(
                    kind, lambda: ref.position_embedding(torch.arange(s, s + n)))()
-        x = tok * math.sqrt(d) + pos if kind == "token_scaled" else tok + pos
+        x = {"token_scaled": lambda: tok * math.sqrt(d) + pos,
+             "position_scaled": lambda: tok + pos * math.sqrt(d)}.get(kind, lambda: tok + pos)()
         if kind == "scaled_embeddings":
             x = x * math.sqrt(d)
         blocks = {"first_block_only": ref.blocks[:1], "no_blocks": [],
@@ -387,6 +395,8 @@ MODEL_MISTAKES = [
     ("scaled_embeddings", "the embeddings are multiplied by sqrt(d): add them as they are."),
     ("token_scaled", "the token embeddings are multiplied by sqrt(d) (the 2017 paper's convention, "
      "with fixed sinusoids): this GPT adds both learned embeddings as they are."),
+    ("position_scaled", "the position embeddings are multiplied by sqrt(d): add E_pos at "
+     "positions start..start+n-1 as it is."),
     ("reversed_blocks", "the blocks ran in reverse order: x goes through self.blocks in order, "
      "block 0 first."),
     ("no_blocks", "the blocks never ran: the logits come straight from the embeddings."),
