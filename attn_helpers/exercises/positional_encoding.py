@@ -266,7 +266,7 @@ def check_rope_layout(to_interleaved: Callable) -> CheckResult:
 
 def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, sign: float = -1.0,
            base: float = math.e, log2: bool = False, endless: bool = False, cap: bool = False,
-           statistic: str = "half", minus: bool = False) -> torch.Tensor:
+           statistic: str = "half", minus: bool = False, extra: int = 0) -> torch.Tensor:
     """Exercise 3's reach ``(H,)`` long with one named mistake (defaults: the right answer)."""
     m, rows = m.double() * math.log(base), n + keys                  # base^(-m d) = e^(-m ln(base) d)
     if statistic == "mean":
@@ -284,7 +284,7 @@ def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, si
         x = x if sign < 0 else rows - x          # weights e^{+m d}: the row read from its far end
     x = x / math.log(2) if log2 else x
     k = {"ceil": torch.ceil, "floor": torch.floor, "round": torch.round}[rounding](x)
-    return (k.clamp(max=n) if cap else k).long()
+    return (k.clamp(max=n) if cap else k).long() + extra
 
 
 #: every case's real reach x is this far from a whole number (tested): float64 forms round alike
@@ -338,6 +338,9 @@ def check_reach(half_weight_reach: Callable) -> CheckResult:
         whole, half_weight_reach_reference, _reach_cases(), what="half_weight_reach",
         output_names=("the reaches",), atol=0.0, rtol=0.0, mistakes=[
             Mistake(lambda m, n: _reach(m, n, rounding="floor"), _ONE_SHORT),
+            Mistake(lambda m, n: _reach(m, n, extra=1),
+                    "one too many: ceil(x) is already the smallest whole K with share(K) >= 1/2; "
+                    "ceil(x) + 1 counts one key past the reach."),
             Mistake(lambda m, n: _reach(m, n, rounding="round"),
                     "you rounded x to the nearest whole number: the smallest k with share(k) >= "
                     "1/2 is x rounded UP."),

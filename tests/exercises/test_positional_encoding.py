@@ -446,6 +446,7 @@ def learner_reach(m, n, *, flaw=None):
     if flaw == "min":                                    # the two limits joined: ceil each, then min
         return torch.minimum((math.log(2) / m).ceil(), torch.tensor(float(math.ceil(n / 2)))).long()
     k = {"floor": x.floor(), "truncated": x, "round": x.round()}.get(flaw, x.ceil()).long()
+    k = k + 1 if flaw == "ceil plus one" else k
     return k.clamp(max=n) if flaw == "endless, capped" else k
 
 
@@ -453,6 +454,7 @@ REACH_WRONG = {
     **dict.fromkeys(("no plus one", "floor"), "one short"),
     "truncated": "Rounding x = -ln((1 + r^L) / 2) / m_h down (floor, int(), .long())",
     "round": "to the nearest whole number",
+    "ceil plus one": "one too many: ceil(x) is already the smallest whole K",
     "endless": "ln 2 / m_h is the reach of an endless row",
     "endless, capped": "capping at L does not mend it",
     "sign": "the weights grow with the distance",
