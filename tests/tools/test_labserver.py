@@ -45,7 +45,29 @@ def _websocket_class(tmp_path: Path, *argv: str) -> str:
 
 
 @pytest.mark.slow
-def test_a_plain_server_uses_the_no_delay_websocket_unless_told_otherwise(tmp_path):
+def test_a_plain_server_uses_the_no_delay_websocket(tmp_path):
     assert _websocket_class(tmp_path) == "attn_helpers.labserver.NoDelayChannels"
-    assert _websocket_class(tmp_path, f"--ServerApp.kernel_websocket_connection_class={PLAIN}") \
-        == PLAIN
+
+
+def test_a_websocket_class_chosen_on_the_command_line_is_kept():
+    """What ``--ServerApp.kernel_websocket_connection_class=...`` leaves in the server's config and
+    settings (initialising a real server takes 17 s, so the other path alone runs one)."""
+    from types import SimpleNamespace
+
+    from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
+    from traitlets.config import Config
+
+    class Chosen(ZMQChannelsWebsocketConnection):
+        pass
+
+    log = SimpleNamespace(info=lambda *args: None)
+    for config, chosen in ((Config({"ServerApp": {labserver.SETTING: PLAIN}}),
+                            ZMQChannelsWebsocketConnection), (Config(), Chosen)):
+        app = SimpleNamespace(config=config, log=log,
+                              web_app=SimpleNamespace(settings={labserver.SETTING: chosen}))
+        labserver._load_jupyter_server_extension(app)
+        assert app.web_app.settings[labserver.SETTING] is chosen
+    app = SimpleNamespace(config=Config(), log=log, web_app=SimpleNamespace(
+        settings={labserver.SETTING: ZMQChannelsWebsocketConnection}))
+    labserver._load_jupyter_server_extension(app)
+    assert app.web_app.settings[labserver.SETTING] is labserver.NoDelayChannels
