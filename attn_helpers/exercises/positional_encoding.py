@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import partial
 
 import torch
 
@@ -14,29 +13,26 @@ from ..positional import apply_rope
 from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["REACH_MARGIN", "ROPE_MISTAKES", "check_reach", "check_rope", "check_rope_layout",
-           "half_weight_reach_reference", "rope_reference", "to_interleaved_reference"]
+__all__ = ["LAYOUT_MISTAKES", "REACH_MARGIN", "REACH_MISTAKES", "ROPE_MISTAKES", "check_reach",
+           "check_rope", "check_rope_layout", "half_weight_reach_reference", "rope_reference",
+           "to_interleaved_reference"]
 
 
-def _rope(x: torch.Tensor, positions: torch.Tensor, *, halves: bool = False, exponent: float = 2.0,
-          sign: float = 1.0, start: int = 0, ignore_positions: bool = False, same_angle: bool = False,
-          reverse: bool = False, swap: bool = False, as_halves: bool = False,
-          added: bool = False, odd: bool = False) -> torch.Tensor:
-    """Exercise 1's rotation of ``x (..., n, d)`` with one named mistake (defaults: the answer)."""
-    n, d = x.shape[-2], x.shape[-1]
-    p = (torch.arange(n) if ignore_positions else positions).double() + start      # (n,)
-    i = torch.arange(d // 2, dtype=torch.float64)                                  # pair index
-    exponents = (exponent * i + odd) / d                                           # (d/2,)
-    omega = torch.ones(d // 2, dtype=torch.float64) if same_angle else 10000.0 ** -exponents
-    omega = omega.flip(0) if reverse else omega
-    angles = p[:, None] * omega                                                    # (n, d/2)
-    if added:                                                                      # x + PE(m)
-        return x + torch.stack([angles.sin(), angles.cos()], -1).flatten(-2).to(x.dtype)
-    cos, sin = angles.cos().to(x.dtype), (sign * angles.sin()).to(x.dtype)
+def _angles(x: torch.Tensor, positions: torch.Tensor, exponent=lambda i: 2 * i) -> torch.Tensor:
+    """``(n, d/2)`` float64: ``positions[j] * 10000^(-exponent(i) / d)``, right for ``2i``."""
+    i = torch.arange(x.shape[-1] // 2, dtype=torch.float64)                        # pair index
+    return positions.double()[:, None] * 10000.0 ** (-exponent(i) / x.shape[-1])
+
+
+def _turn(x: torch.Tensor, angles: torch.Tensor, *, halves: bool = False, swap: bool = False,
+          back_as_halves: bool = False) -> torch.Tensor:
+    """Each pair of ``x (..., n, d)`` turned by ``angles (n, d/2)``; the flags plant mistakes."""
+    d = x.shape[-1]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     cos, sin = (sin, cos) if swap else (cos, sin)
     a, b = (x[..., : d // 2], x[..., d // 2:]) if halves else (x[..., 0::2], x[..., 1::2])
     first, second = a * cos - b * sin, a * sin + b * cos                           # (..., n, d/2)
-    if halves or as_halves:
+    if halves or back_as_halves:
         return torch.cat([first, second], -1)
     return torch.stack([first, second], -1).flatten(-2)
 
@@ -65,82 +61,85 @@ def _rope_cases() -> list[dict]:
             for shape, dtype, positions in shapes]
 
 
+def _plus_pe(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    angles = _angles(x, positions)
+    return x + torch.stack([angles.sin(), angles.cos()], -1).flatten(-2).to(x.dtype)
+
+
 _SIGNS = "Check the signs of Rot(theta) in section 4: position m turns a pair counterclockwise."
-ROPE_MISTAKES = [Mistake(partial(_rope, **flaw), hint) for flaw, hint in [
-    (dict(halves=True),
+ROPE_MISTAKES = [Mistake(produce, hint) for produce, hint in [
+    (lambda x, p: _turn(x, _angles(x, p), halves=True),
      "you paired dimension i with i + d/2 (GPT-NeoX's layout, Hugging Face's rotate_half). This "
      "course pairs neighbours, (x[2i], x[2i+1]), as RoFormer and apply_rope do. Both layouts are "
      "relative, but weights trained in one give other scores in the other (exercise 2)."),
-    (dict(exponent=1.0), "pair i turns at 10000^(-i/d): the exponent is -2i/d, with i = 0 .. d/2 - 1 "
-                         "the pair's index. The slow pairs now turn far too fast."),
-    (dict(odd=True), "your exponent is -(2i+1)/d: did you take omega from the odd dimensions "
-                     "1, 3, 5, ...? Pair i's frequency uses 2i, its first (even) dimension: "
-                     "omega_i = 10000^(-2i/d), so omega_0 = 1."),
-    (dict(exponent=4.0), "your exponent is -4i/d, twice too large: if your i already runs over "
-                         "0, 2, 4, ..., it holds 2i. The pairs now turn far too slowly."),
-    (dict(sign=-1.0), "you rotated by -m omega_i, that is R(m)^T. The scores stay relative, but to "
-                      "m - n instead of n - m: a model trained with apply_rope would score a key 3 "
-                      "back as if it were 3 ahead. " + _SIGNS),
-    (dict(start=1), "your positions start at 1: the token at position 0 must come out unchanged "
-                    "(angle 0). Rotate by the positions you are given."),
-    (dict(start=-1), "your positions are one too small: rotate by the positions you are given."),
-    (dict(ignore_positions=True),
+    (lambda x, p: _turn(x, _angles(x, p, lambda i: i)),
+     "pair i turns at 10000^(-i/d): the exponent is -2i/d, with i = 0 .. d/2 - 1 the pair's index. "
+     "The slow pairs now turn far too fast."),
+    (lambda x, p: _turn(x, _angles(x, p, lambda i: 2 * i + 1)),
+     "your exponent is -(2i+1)/d: did you take omega from the odd dimensions 1, 3, 5, ...? Pair "
+     "i's frequency uses 2i, its first (even) dimension: omega_i = 10000^(-2i/d), so omega_0 = 1."),
+    (lambda x, p: _turn(x, _angles(x, p, lambda i: 4 * i)),
+     "your exponent is -4i/d, twice too large: if your i already runs over 0, 2, 4, ..., it holds "
+     "2i. The pairs now turn far too slowly."),
+    (lambda x, p: _turn(x, -_angles(x, p)),
+     "you rotated by -m omega_i, that is R(m)^T. The scores stay relative, but to m - n instead of "
+     "n - m: a model trained with apply_rope would score a key 3 back as if it were 3 ahead. "
+     + _SIGNS),
+    (lambda x, p: _turn(x, _angles(x, p + 1)),
+     "your positions start at 1: the token at position 0 must come out unchanged (angle 0). "
+     "Rotate by the positions you are given."),
+    (lambda x, p: _turn(x, _angles(x, p - 1)),
+     "your positions are one too small: rotate by the positions you are given."),
+    (lambda x, p: _turn(x, _angles(x, torch.arange(x.shape[-2]))),
      "you rotated by 0 .. n-1 and ignored positions: with a KV cache the new tokens sit at later "
      "positions (this case gives them)."),
-    (dict(same_angle=True), "every pair turned by m: pair i turns by m omega_i, slower for larger i."),
-    (dict(reverse=True), "the frequencies run the wrong way: pair 0 turns fastest (omega_0 = 1)."),
-    (dict(swap=True), "cos and sin are swapped: at position 0 (angle 0) a pair must come out "
-                      "unchanged. " + _SIGNS),
-    (dict(as_halves=True), "your rotated pairs came back as two halves, all first members then all "
-                           "second ones: each pair must stay in place, at 2i and 2i+1."),
-    (dict(added=True), "you added the sinusoidal encoding to x: RoPE rotates each pair instead, so "
-                       "no length changes and every score depends on n - m only."),
+    (lambda x, p: _turn(x, _angles(x, p, lambda i: 0 * i)),
+     "every pair turned by m: pair i turns by m omega_i, slower for larger i."),
+    (lambda x, p: _turn(x, _angles(x, p).flip(-1)),
+     "the frequencies run the wrong way: pair 0 turns fastest (omega_0 = 1)."),
+    (lambda x, p: _turn(x, _angles(x, p), swap=True),
+     "cos and sin are swapped: at position 0 (angle 0) a pair must come out unchanged. " + _SIGNS),
+    (lambda x, p: _turn(x, _angles(x, p), back_as_halves=True),
+     "your rotated pairs came back as two halves, all first members then all second ones: each "
+     "pair must stay in place, at 2i and 2i+1."),
+    (_plus_pe, "you added the sinusoidal encoding to x: RoPE rotates each pair instead, so no "
+               "length changes and every score depends on n - m only."),
 ]]
 
 
 def _rope_property_hint(rope: Callable) -> str | None:
-    """For a wrong answer no named mistake explains: which property of a rotation it breaks."""
+    """For a wrong answer no named mistake explains: the first property of RoPE it breaks, on one
+    query and key (d = 8) at positions 0 .. 11."""
     g = seeded(74)
     q, k = torch.randn(2, 1, 8, generator=g, dtype=torch.float64)
     try:
-        at_zero = torch.as_tensor(rope(q.clone(), torch.tensor([0])))
-        moved = torch.as_tensor(rope(q.expand(12, 8).clone(), torch.arange(12)))
-        q_at = torch.as_tensor(rope(q.expand(12, 8).clone(), torch.arange(12))).double()
-        k_at = torch.as_tensor(rope(k.expand(12, 8).clone(), torch.arange(12))).double()
+        at_zero = torch.as_tensor(rope(q.clone(), torch.tensor([0]))).double()
+        q_at, k_at = (torch.as_tensor(rope(v.expand(12, 8).clone(), torch.arange(12))).double()
+                      for v in (q, k))
     except Exception:  # noqa: BLE001 - the checker's verdict already names what went wrong
         return None
-    if at_zero.shape != q.shape or moved.shape != (12, 8):
+    if at_zero.shape != q.shape or not q_at.shape == k_at.shape == (12, 8):
         return None
-    if not torch.allclose(at_zero.double(), q, atol=1e-6):
+    if not torch.allclose(at_zero, q, atol=1e-6):
         return "at position 0 the angle is 0, so RoPE leaves x unchanged there; yours changes it."
-    pair_norm = moved.double().view(12, 4, 2).norm(dim=-1)                    # (12, pairs)
-    if not torch.allclose(pair_norm, q.view(4, 2).norm(dim=-1).expand(12, 4), atol=1e-6):
+    if not torch.allclose(q_at.view(12, 4, 2).norm(dim=-1), q.view(4, 2).norm(dim=-1), atol=1e-6):
         return ("RoPE only turns each pair (x[2i], x[2i+1]): every pair keeps its length, and yours "
                 "changes it.")
     scores = q_at @ k_at.T                                                    # (12, 12): [m, n]
     if (scores[1:, 1:] - scores[:-1, :-1]).abs().max() > 1e-6:
         return ("your scores rope(q, m) . rope(k, n) change when m and n move together: a rotation "
                 "by angles proportional to the position makes them depend on n - m only.")
-    return _frequency_hint(q.view(4, 2), q_at[1].view(4, 2))
-
-
-def _frequency_hint(before: torch.Tensor, after: torch.Tensor) -> str | None:
-    """For a rotation that is relative but turns some pair by the wrong angle (a wrong d, base or
-    scale of the positions): that pair's turn from position 0 to 1 against omega_i."""
-    a, b = before.unbind(-1)
-    a2, b2 = after.unbind(-1)
-    turn = torch.atan2(a * b2 - b * a2, a * a2 + b * b2)                      # (pairs,): each turn
-    pairs = len(turn)
-    omega = 10000.0 ** (-2 * torch.arange(pairs, dtype=torch.float64) / (2 * pairs))
+    (a, b), (a2, b2) = q.view(4, 2).T, q_at[1].view(4, 2).T                  # each (4,): pairs
+    turn = torch.atan2(a * b2 - b * a2, a * a2 + b * b2)      # each pair's turn from position 0 to 1
+    omega = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
     wrong = ((turn - omega).abs() > 1e-3).nonzero()
     if not len(wrong):
         return None
     i = int(wrong[0])
-    return (f"your rotation keeps lengths and is relative, but its angles are off. With "
-            f"d = {2 * pairs}, from position 0 to 1 pair {i} turned by {turn[i].item():.3f} rad "
-            f"instead of omega_{i} = "
-            f"10000^(-{2 * i}/{2 * pairs}) = {omega[i].item():.3f}. Check omega_i: d is the last "
-            "dimension of x, the base is 10000, and the positions are used as given, not rescaled.")
+    return (f"your rotation keeps lengths and is relative, but its angles are off. With d = 8, "
+            f"from position 0 to 1 pair {i} turned by {turn[i].item():.3f} rad instead of omega_{i} = "
+            f"10000^(-{2 * i}/8) = {omega[i].item():.3f}. Check omega_i: d is the last dimension "
+            "of x, the base is 10000, and the positions are used as given, not rescaled.")
 
 
 @exercise("positional_encoding.rope", "rotary position embedding: turning each pair by its angle",
@@ -179,8 +178,9 @@ def _move(W: torch.Tensor, heads: int, *, inverse: bool = False, swap: bool = Fa
     index = index.argsort() if inverse else index
     full = (index[:, None] * heads + block) if head_minor else (block[:, None] * d + index)
     moved = W[:, full.flatten()] if columns else W[full.flatten()]   # (rows,): over all the heads
-    return moved * torch.tensor([1.0, -1.0], dtype=W.dtype).repeat(len(W) // 2)[:, None] if negate \
-        else moved
+    if negate:                                                         # every second row's sign
+        moved = moved * torch.tensor([1.0, -1.0], dtype=W.dtype).repeat(len(W) // 2)[:, None]
+    return moved
 
 
 def _layout_cases() -> list[dict]:
@@ -264,27 +264,14 @@ def check_rope_layout(to_interleaved: Callable) -> CheckResult:
                           same_dtype=True, mistakes=LAYOUT_MISTAKES)
 
 
-def _reach(m: torch.Tensor, n: int, *, rounding: str = "ceil", keys: int = 0, sign: float = -1.0,
-           base: float = math.e, log2: bool = False, endless: bool = False, cap: bool = False,
-           statistic: str = "half", minus: bool = False, extra: int = 0) -> torch.Tensor:
-    """Exercise 3's reach ``(H,)`` long with one named mistake (defaults: the right answer)."""
-    m, rows = m.double() * math.log(base), n + keys                  # base^(-m d) = e^(-m ln(base) d)
-    if statistic == "mean":
-        delta = torch.arange(n, dtype=torch.float64)                  # (n,): distances 0 .. n-1
-        x = (torch.softmax(-m[:, None] * delta, -1) * delta).sum(-1)  # (H,): the mean distance
-    elif statistic == "uniform":
-        x = torch.full_like(m, n / 2)
-    elif endless:
-        x = math.log(2) / m
-    elif statistic == "min":                                          # the two limits, joined
-        x = torch.minimum(math.log(2) / m, torch.full_like(m, n / 2))
-    else:
-        x = -torch.log1p(torch.expm1(-m * rows) / 2) / m               # (H,): share(x) = 1/2
-        x = -torch.log(-torch.expm1(-m * rows) / 2) / m if minus else x  # the slip (1 - r^n) / 2
-        x = x if sign < 0 else rows - x          # weights e^{+m d}: the row read from its far end
-    x = x / math.log(2) if log2 else x
-    k = {"ceil": torch.ceil, "floor": torch.floor, "round": torch.round}[rounding](x)
-    return (k.clamp(max=n) if cap else k).long() + extra
+def _crossing(m: torch.Tensor, n: int) -> torch.Tensor:
+    """``(H,)`` float64: the real ``K`` where a row of ``n`` keys has share(K) = 1/2 exactly."""
+    return -torch.log1p(torch.expm1(-m * n) / 2) / m
+
+
+def _mean_distance(m: torch.Tensor, n: int) -> torch.Tensor:
+    delta = torch.arange(n, dtype=torch.float64)                       # (n,): distances 0 .. n-1
+    return (torch.softmax(-m[:, None] * delta, -1) * delta).sum(-1)    # (H,)
 
 
 #: every case's real reach x is this far from a whole number (tested): float64 forms round alike
@@ -305,13 +292,47 @@ def _reach_cases() -> list[dict]:
 
 
 half_weight_reach_reference = half_weight_reach  # (H,) long: ceil(-ln((1 + r^n) / 2) / m), r = e^{-m}
-_ONE_SHORT = ("one short: K counts the keys at distances 0 .. K - 1, one more than the farthest "
-              "distance. Rounding x = -ln((1 + r^L) / 2) / m_h down (floor, int(), .long()) misses "
-              "the same way.")
 _ENDLESS = ("ln 2 / m_h is the reach of an endless row, but this row ends after L keys: a shallow "
             "head in a short row reaches about L / 2.")
 _MEAN = ("that is the row's mean distance, rounded: the reach is where the nearest keys first "
          "hold half the weight, another statistic.")
+REACH_MISTAKES = [Mistake(lambda m, n, f=f: f(m, n).long(), hint) for f, hint in [
+    (lambda m, n: _crossing(m, n).floor(),
+     "one short: K counts the keys at distances 0 .. K - 1, one more than the farthest distance. "
+     "Rounding x = -ln((1 + r^L) / 2) / m_h down (floor, int(), .long()) misses the same way."),
+    (lambda m, n: _crossing(m, n).ceil() + 1,
+     "one too many: ceil(x) is already the smallest whole K with share(K) >= 1/2; ceil(x) + 1 "
+     "counts one key past the reach."),
+    (lambda m, n: _crossing(m, n).round(),
+     "you rounded x to the nearest whole number: the smallest k with share(k) >= 1/2 is x rounded "
+     "UP."),
+    (lambda m, n: torch.ceil(math.log(2) / m), _ENDLESS),
+    (lambda m, n: torch.ceil(math.log(2) / m).clamp(max=n),
+     f"capping at L does not mend it: {_ENDLESS}"),
+    (lambda m, n: torch.minimum(math.log(2) / m, torch.full_like(m, n / 2)).ceil(),
+     "min(ln 2 / m_h, L / 2), rounded up, joins the two limits: an endless row and a flat one. "
+     "Between them both are wrong: solve share(K) = 1/2 for this row of L keys, with r^L in the "
+     "bound."),
+    (lambda m, n: (n - _crossing(m, n)).ceil(),
+     "the weights grow with the distance (e^{+m_h delta}): the bias is -m_h (i - j), the nearest "
+     "key weighs most."),
+    (lambda m, n: _crossing(m * math.log(2), n).ceil(),
+     "you weighed the key delta back by 2^{-m_h delta}: the softmax exponentiates with e "
+     "(r = e^{-m_h})."),
+    (lambda m, n: (-torch.log(-torch.expm1(-m * n) / 2) / m).ceil(),
+     "(1 - r^L) / 2 is half the row's total, not the bound on r^K: share(K) >= 1/2 gives "
+     "1 - r^K >= (1 - r^L) / 2, so r^K <= (1 + r^L) / 2."),
+    (lambda m, n: (_crossing(m, n) / math.log(2)).ceil(),
+     "you took a base-2 logarithm: with r = e^{-m_h} the log is natural (torch.log)."),
+    *[(lambda m, n, r=r: getattr(_mean_distance(m, n), r)(), _MEAN) for r in ("round", "ceil", "floor")],
+    (lambda m, n: _crossing(m, n + 1).ceil(),
+     "your row has L + 1 keys (distances 0 .. L): a query that sees L keys has them at 0 .. L - 1."),
+    (lambda m, n: _crossing(m, n - 1).ceil(),
+     "your row has L - 1 keys: the query sees L keys, its own token at distance 0 included."),
+    (lambda m, n: torch.full_like(m, n / 2).ceil(),
+     "your reaches ignore the slope: ceil(L / 2) is a uniform row's reach (m_h -> 0); a steeper "
+     "head reaches less far."),
+]]
 
 
 @exercise("positional_encoding.reach", "how far back an ALiBi head looks: its half-weight reach",
@@ -334,44 +355,6 @@ def check_reach(half_weight_reach: Callable) -> CheckResult:
                           f"numbers (.long()), got dtype {k.dtype}")
         return k
 
-    return check_function(
-        whole, half_weight_reach_reference, _reach_cases(), what="half_weight_reach",
-        output_names=("the reaches",), atol=0.0, rtol=0.0, mistakes=[
-            Mistake(lambda m, n: _reach(m, n, rounding="floor"), _ONE_SHORT),
-            Mistake(lambda m, n: _reach(m, n, extra=1),
-                    "one too many: ceil(x) is already the smallest whole K with share(K) >= 1/2; "
-                    "ceil(x) + 1 counts one key past the reach."),
-            Mistake(lambda m, n: _reach(m, n, rounding="round"),
-                    "you rounded x to the nearest whole number: the smallest k with share(k) >= "
-                    "1/2 is x rounded UP."),
-            Mistake(lambda m, n: _reach(m, n, endless=True), _ENDLESS),
-            Mistake(lambda m, n: _reach(m, n, endless=True, cap=True),
-                    f"capping at L does not mend it: {_ENDLESS}"),
-            Mistake(lambda m, n: _reach(m, n, statistic="min"),
-                    "min(ln 2 / m_h, L / 2), rounded up, joins the two limits: an endless row and a "
-                    "flat one. Between them both are wrong: solve share(K) = 1/2 for this row of L "
-                    "keys, with r^L in the bound."),
-            Mistake(lambda m, n: _reach(m, n, sign=1.0),
-                    "the weights grow with the distance (e^{+m_h delta}): the bias is -m_h (i - j), "
-                    "the nearest key weighs most."),
-            Mistake(lambda m, n: _reach(m, n, base=2.0),
-                    "you weighed the key delta back by 2^{-m_h delta}: the softmax exponentiates "
-                    "with e (r = e^{-m_h})."),
-            Mistake(lambda m, n: _reach(m, n, minus=True),
-                    "(1 - r^L) / 2 is half the row's total, not the bound on r^K: share(K) >= 1/2 "
-                    "gives 1 - r^K >= (1 - r^L) / 2, so r^K <= (1 + r^L) / 2."),
-            Mistake(lambda m, n: _reach(m, n, log2=True),
-                    "you took a base-2 logarithm: with r = e^{-m_h} the log is natural (torch.log)."),
-            *[Mistake(lambda m, n, r=r: _reach(m, n, statistic="mean", rounding=r), _MEAN)
-              for r in ("round", "ceil", "floor")],
-            Mistake(lambda m, n: _reach(m, n, keys=1),
-                    "your row has L + 1 keys (distances 0 .. L): a query that sees L keys has "
-                    "them at 0 .. L - 1."),
-            Mistake(lambda m, n: _reach(m, n, keys=-1),
-                    "your row has L - 1 keys: the query sees L keys, its own token at distance 0 "
-                    "included."),
-            Mistake(lambda m, n: _reach(m, n, statistic="uniform"),
-                    "your reaches ignore the slope: ceil(L / 2) is a uniform row's reach (m_h -> "
-                    "0); a steeper head reaches less far."),
-        ],
-    )
+    return check_function(whole, half_weight_reach_reference, _reach_cases(),
+                          what="half_weight_reach", output_names=("the reaches",), atol=0.0,
+                          rtol=0.0, mistakes=REACH_MISTAKES)

@@ -1,11 +1,8 @@
-r"""Notebook 07's widget, what RoPE changes: token 0 at every position, its scores ``S[m, n]``, one
-pair of query ``m`` and key ``m - k`` on a circle, the diagonal and ``softmax(S / sqrt(d_head))``.
-The base (625, 10000 or 160000) sets the sinusoidal table's and RoPE's frequencies; RoPE's trained
-heads at 625 and 160000 are the wrap study's models (seed 0)."""
+"""Notebook 07's widget, what RoPE changes (token 0 at every position, its scores, one pair on a
+circle, the diagonal, the attention), and the notebook's figures."""
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -60,7 +57,7 @@ def _trained_models():
 
 
 def _check_base(encoding: str, base: float) -> float:
-    if isinstance(base, bool) or not isinstance(base, int | float) or base not in BASES:
+    if isinstance(base, bool) or base not in BASES:
         raise ValueError(f"base must be one of {[f'{b:g}' for b in BASES]} (the bases RoPE is "
                          f"shipped trained at), got {base!r}")
     if encoding == ENCODINGS[2] and base != lesson.BASE:
@@ -243,14 +240,19 @@ def positional_widget(encoding: str = ENCODINGS[0], position: int = 5, offset: i
 
 # The notebook's figures and record handling, out of its main path (their source: Going deeper).
 
+def _image(fig, ax, M: torch.Tensor, limit: float, **labels) -> None:
+    """``M`` on ``ax``, coloured from ``-limit`` to ``limit``, with its colour bar."""
+    image = ax.imshow(M, cmap=SCORES_CMAP, vmin=-limit, vmax=limit, interpolation="nearest")
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    ax.set(**labels)
+
+
 def plot_sinusoidal(PE: torch.Tensor) -> None:
     """Section 2: the table ``PE (n, d)`` as an image, and four of its waves."""
     n, d = PE.shape
     fig, (ax_map, ax_wave) = plt.subplots(1, 2, figsize=(12, 4.2), width_ratios=[1, 1.2])
-    image = ax_map.imshow(PE, cmap=SCORES_CMAP, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
-    fig.colorbar(image, ax=ax_map, fraction=0.05)
-    ax_map.set(xlabel="dimension (sin, cos, sin, cos, ...)", ylabel="position p",
-               title=f"PE for n = {n}, d = {d}")
+    _image(fig, ax_map, PE, 1, xlabel="dimension (sin, cos, sin, cos, ...)", ylabel="position p",
+           title=f"PE for n = {n}, d = {d}", aspect="auto")
     for dim in (0, 2, 6, 12):  # dots: the fast dim 0 is sampled only at whole positions p
         ax_wave.plot(range(n), PE[:, dim], marker="." if dim == 0 else None,
                      label=f"dim {dim}: sin(p w_{dim // 2})")
@@ -262,9 +264,8 @@ def plot_sinusoidal(PE: torch.Tensor) -> None:
 def plot_similarity(G: torch.Tensor, d: int) -> None:
     """Section 2: ``G[m, n] = PE(m) . PE(n)`` as an image, and its first row against the offset."""
     fig, (ax_g, ax_k) = plt.subplots(1, 2, figsize=(12, 4.2))
-    image = ax_g.imshow(G, cmap=SCORES_CMAP, vmin=-d / 2, vmax=d / 2, interpolation="nearest")
-    fig.colorbar(image, ax=ax_g, fraction=0.05)
-    ax_g.set(xlabel="position n", ylabel="position m", title="PE(m) . PE(n): constant along diagonals")
+    _image(fig, ax_g, G, d / 2, xlabel="position n", ylabel="position m",
+           title="PE(m) . PE(n): constant along diagonals")
     ax_k.plot(range(len(G)), G[0], color="#3b75af")
     ax_k.axhline(d / 2, color="#c0392b", linestyle="--", label="d/2 (k = 0)")
     ax_k.set(xlabel="offset k", ylabel="PE(p) . PE(p+k)", title="similarity against distance")
@@ -273,14 +274,14 @@ def plot_similarity(G: torch.Tensor, d: int) -> None:
 
 
 def plot_grids(grids: dict[str, torch.Tensor], xlabel: str = "key position n",
-               ylabel: str = "query position m") -> None:
-    """Score grids side by side, each on its own symmetric colour scale."""
+               ylabel: str = "query position m", ticks: list[str] | None = None) -> None:
+    """Score grids side by side, each on its own symmetric colour scale; ``ticks``: one label a row."""
     fig, axes = plt.subplots(1, len(grids), figsize=(4.8 * len(grids), 4.3), squeeze=False)
     for ax, (name, S) in zip(axes[0], grids.items(), strict=True):
-        limit = S.abs().max().item()
-        image = ax.imshow(S, cmap=SCORES_CMAP, vmin=-limit, vmax=limit, interpolation="nearest")
-        fig.colorbar(image, ax=ax, fraction=0.046)
-        ax.set(xlabel=xlabel, ylabel=ylabel, title=name)
+        _image(fig, ax, S, S.abs().max().item(), xlabel=xlabel, ylabel=ylabel, title=name)
+        if ticks is not None:
+            ax.set_xticks(range(len(ticks)), ticks, fontsize=8)
+            ax.set_yticks(range(len(ticks)), ticks, fontsize=8)
     plt.show()
 
 
@@ -293,17 +294,6 @@ def plot_alibi(weights: torch.Tensor, slopes: torch.Tensor, heads=(0, 2, 4)) -> 
                       xlabel="key position", ylabel="query position",
                       title=f"head h = {h}, slope m_h = 1/{round(1 / slopes[h].item())}")
     plt.show()
-
-
-def accuracy(curve: torch.Tensor, span: tuple[int, int], offset: int | None = None) -> float:
-    """Mean of ``curve (positions, offsets)`` over positions ``a .. b-1`` (and offsets, if ``None``)."""
-    part = curve[span[0]:span[1]]
-    return (part if offset is None else part[:, offset]).nanmean().item()
-
-
-def by_seed(curves: dict, scheme: str, span: tuple[int, int], offset: int | None = None) -> list[float]:
-    """``[accuracy of each seed]`` of ``scheme`` on ``span``."""
-    return [accuracy(curves[lesson.model_key(scheme, seed)], span, offset) for seed in lesson.SEEDS]
 
 
 def print_table(table: dict, metadata: dict) -> None:
@@ -361,31 +351,3 @@ def plot_heads(models, tokens: torch.Tensor, shown: list[tuple[str, str, int | N
         plots.heatmap(weights, labels, labels, ax=ax, mask=causal_mask(n), xlabel="key (position:token)",
                       ylabel="query (position:token)", title=f"{scheme} (seed 0): {what}")
     plt.show()
-
-
-def plot_shift(shown: dict[str, torch.Tensor]) -> None:
-    """Section 4: matrices ``M (d, d)`` acting on ``PE``'s layout (sin_i, cos_i), side by side."""
-    d = next(iter(shown.values())).shape[0]
-    ticks = [f"{name}{i}" for i in range(d // 2) for name in ("s", "c")]
-    fig, axes = plt.subplots(1, len(shown), figsize=(12, 5.4))
-    for ax, (title, M) in zip(axes, shown.items(), strict=True):
-        image = ax.imshow(M, cmap=SCORES_CMAP, vmin=-1, vmax=1, interpolation="nearest")
-        ax.set_xticks(range(d), ticks, fontsize=8)
-        ax.set_yticks(range(d), ticks, fontsize=8)
-        ax.set(xlabel="entry of PE(p) (s_i, c_i: sin and cos of pair i)", ylabel="entry of PE(p + 7)",
-               title=title)
-    fig.colorbar(image, ax=axes, fraction=0.025)
-    plt.show()
-
-
-def accuracy_with(model, W_Q: torch.Tensor, W_K: torch.Tensor) -> float:
-    """Exercise 2: accuracy at the training length of a copy of ``model`` with these ``W_Q``, ``W_K``."""
-    model = copy.deepcopy(model)
-    model.qkv.weight.data[:2 * lesson.D_MODEL] = torch.cat([W_Q, W_K]).float()
-    return lesson.position_accuracy(model, lesson.TRAIN_MAX_LEN).nanmean().item()
-
-
-def permute_rows(W: torch.Tensor, heads: int) -> torch.Tensor:
-    """Hugging Face's Llama conversion: the rows of ``W``, per head, from interleaved to split halves."""
-    rows, d_in = W.shape
-    return W.view(heads, rows // heads // 2, 2, d_in).transpose(1, 2).reshape(rows, d_in)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import attn_helpers as ah
 from attn_helpers.exercises import EXERCISES
 from attn_helpers.exercises import positional_encoding as ex
-from attn_helpers.exercises.positional_encoding import LAYOUT_MISTAKES, ROPE_MISTAKES
+from attn_helpers.exercises.positional_encoding import LAYOUT_MISTAKES, REACH_MISTAKES, ROPE_MISTAKES
 from attn_helpers.positional import apply_rope, frequencies
 
 
@@ -40,42 +40,15 @@ def test_the_rope_reference_is_roformers_formula_on_every_case():
         assert torch.allclose(got.double(), roformer(**case).double(), atol=1e-5)
 
 
-def learner_rope(x, positions, *, flaw=None):
-    """A learner's RoPE, a loop over the pairs with math; each ``flaw`` plants one mistake."""
+def learner_rope(x, positions):
+    """A learner's RoPE: a loop over the pairs, with math."""
     d, out = x.shape[-1], torch.empty_like(x)
-    p = {"from 1": positions + 1, "arange": torch.arange(x.shape[-2])}.get(flaw, positions).double()
     for i in range(d // 2):
-        j = d // 2 - 1 - i if flaw == "reverse" else i
-        exponent = {"i/d": j / d, "4i/d": 4 * j / d, "(2i+1)/d": (2 * j + 1) / d}.get(flaw, 2 * j / d)
-        a = p * (1.0 if flaw == "same angle" else 10000.0 ** -exponent)          # (n,)
-        a = -a if flaw == "minus" else a
+        a = positions.double() * 10000.0 ** (-2 * i / d)                     # (n,)
         cos, sin = a.cos().to(x.dtype), a.sin().to(x.dtype)
-        cos, sin = (sin, cos) if flaw == "swap" else (cos, sin)
-        first, second = (i, i + d // 2) if flaw == "halves" else (2 * i, 2 * i + 1)
-        u, v = x[..., first], x[..., second]
-        if flaw == "added":
-            out[..., first], out[..., second] = u + a.sin().to(x.dtype), v + a.cos().to(x.dtype)
-            continue
-        if flaw == "cat":                                    # pairs back as two halves
-            first, second = i, i + d // 2
-        out[..., first], out[..., second] = u * cos - v * sin, u * sin + v * cos
+        u, v = x[..., 2 * i], x[..., 2 * i + 1]
+        out[..., 2 * i], out[..., 2 * i + 1] = u * cos - v * sin, u * sin + v * cos
     return out
-
-
-ROPE_WRONG = {
-    "halves": "you paired dimension i with i + d/2",
-    "i/d": "the exponent is -2i/d",
-    "4i/d": "your exponent is -4i/d",
-    "(2i+1)/d": "your exponent is -(2i+1)/d",
-    "minus": "you rotated by -m omega_i",
-    "from 1": "your positions start at 1",
-    "arange": "ignored positions",
-    "same angle": "every pair turned by m",
-    "reverse": "the frequencies run the wrong way",
-    "swap": "cos and sin are swapped",
-    "cat": "your rotated pairs came back as two halves",
-    "added": "you added the sinusoidal encoding",
-}
 
 
 def test_rope_checker_accepts_correct_answers():
@@ -101,13 +74,14 @@ def test_rope_checker_accepts_correct_answers():
     assert ex.check_rope(stub).message == "rope is not implemented yet."
 
 
-@pytest.mark.parametrize("flaw", ROPE_WRONG)
-def test_rope_checker_names_the_mistake(flaw):
-    verdict = ex.check_rope(lambda x, p: learner_rope(x, p, flaw=flaw))
-    phrase = ROPE_WRONG[flaw]
-    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
-    assert not any(p in verdict.message for p in set(ROPE_WRONG.values()) - {phrase}), verdict.message
-    assert verdict.message.count("Hint:") == 1
+def assert_names_the_mistake(verdict, mistake):
+    assert not verdict and "Not yet" in verdict.message, verdict.message
+    assert verdict.message.endswith(f"Hint: {mistake.hint}"), verdict.message    # its own, only
+
+
+@pytest.mark.parametrize("mistake", ROPE_MISTAKES, ids=range(len(ROPE_MISTAKES)))
+def test_rope_checker_names_each_mistake(mistake):
+    assert_names_the_mistake(ex.check_rope(mistake.produce), mistake)
 
 
 @pytest.mark.parametrize("wrong, phrase", [
@@ -117,8 +91,10 @@ def test_rope_checker_names_the_mistake(flaw):
      .to(x.dtype), "every pair keeps its length"),                                   # cos alone
     (lambda x, p: learner_rope(x, p ** 2), "depend on n - m only"),               # angle m^2 omega_i
     (lambda x, p: roformer(x, p + 0.5), "at position 0 the angle is 0"),          # half a step late
+    (lambda x, p: roformer(x, -p), "you rotated by -m omega_i"),                  # the named ones,
+    (lambda x, p: learner_rope(x, torch.arange(len(p))), "you rotated by 0 .. n-1"),  # routes
 ])
-def test_an_unnamed_wrong_rope_gets_the_property_it_breaks(wrong, phrase):
+def test_a_wrong_rope_by_another_route_gets_its_hint(wrong, phrase):
     verdict = ex.check_rope(wrong)
     assert not verdict and phrase in verdict.message, verdict.message
 
@@ -161,9 +137,7 @@ def test_rope_checker_wants_x_s_dtype():
 
 def test_no_rope_feedback_holds_the_answers_key_line():
     keys = ("0::2", "1::2", "* cos - ", "* sin + ", "flatten(-2)", "torch.stack", "[:, None]")
-    texts = [m.hint for m in ROPE_MISTAKES]
-    texts += [ex.check_rope(lambda x, p, f=f: learner_rope(x, p, flaw=f)).message for f in ROPE_WRONG]
-    for text in texts:
+    for text in [ex.check_rope(m.produce).message for m in ROPE_MISTAKES]:
         assert not any(key in text.split("Hint:")[-1] for key in keys), text
 
 
@@ -251,83 +225,25 @@ def test_layout_checker_accepts_correct_answers(answer):
     assert verdict, verdict.message
 
 
-def learner_layout(W_Q, W_K, h, g, *, flaw=None):
-    """A learner's answer written out (index arithmetic per head), with one planted mistake."""
-    def convert(W, heads):
-        if flaw == "one head":
-            heads = 1
-        d = W.shape[0] // heads
-        index = [r // 2 + (r % 2) * (d // 2) for r in range(d)]            # new row r <- old row
-        if flaw == "reverse":                                               # pair i -> d/2 - 1 - i
-            index = [d // 2 - 1 - r // 2 + (r % 2) * (d // 2) for r in range(d)]
-        if flaw == "inverse":
-            index = [2 * r if r < d // 2 else 2 * (r - d // 2) + 1 for r in range(d)]
-        if flaw == "swap":
-            index = [r // 2 + (1 - r % 2) * (d // 2) for r in range(d)]
-        index = torch.tensor(index)
-        if flaw == "columns":
-            full = (torch.arange(heads)[:, None] * d + index).flatten()
-            return W[:, full]
-        if flaw == "head minor":
-            return W.reshape(d, heads, -1)[index].reshape(W.shape)
-        new = W.view(heads, d, -1)[:, index].reshape(W.shape)
-        if flaw == "negate":
-            new = new * torch.tensor([1.0, -1.0], dtype=W.dtype).repeat(W.shape[0] // 2)[:, None]
-        return new
-
-    if flaw == "nothing":
-        return W_Q, W_K
-    if flaw == "only W_Q":
-        return convert(W_Q, h), W_K
-    if flaw == "h for both":
-        return convert(W_Q, h), convert(W_K, h)
-    if flaw == "g for both":
-        return convert(W_Q, g), convert(W_K, g)
-    Q, K = convert(W_Q, h), convert(W_K, g)
-    return (-Q if flaw == "minus both" else Q), (-K if flaw in ("minus W_K", "minus both") else K)
-
-
-LAYOUT_WRONG = {
-    "nothing": "nothing moved",
-    "inverse": "your reordering is the inverse of the right one",
-    "swap": "each pair's two members are swapped",
-    "negate": "you negated one member of each pair",
-    "columns": "you moved the columns",
-    "only W_Q": "W_K' is W_K unchanged",
-    "one head": "you reordered all the rows as one head",
-    "head minor": "you read the rows as (d_head, heads)",
-    **dict.fromkeys(("h for both", "g for both"), "you cut one weight into the other's number of heads"),
-    "reverse": "your pairs are in reverse order",
-    **dict.fromkeys(("minus W_K", "minus both"), "you changed the sign of a whole weight"),
-}
-
-
-@pytest.mark.parametrize("flaw", LAYOUT_WRONG)
-def test_layout_checker_names_the_mistake(flaw):
-    verdict = ex.check_rope_layout(lambda *args: learner_layout(*args, flaw=flaw))
-    phrase = LAYOUT_WRONG[flaw]
-    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
-    assert not any(p in verdict.message for p in set(LAYOUT_WRONG.values()) - {phrase}), verdict.message
-    assert verdict.message.count("Hint:") == 1
+@pytest.mark.parametrize("mistake", LAYOUT_MISTAKES, ids=range(len(LAYOUT_MISTAKES)))
+def test_layout_checker_names_each_mistake(mistake):
+    assert_names_the_mistake(ex.check_rope_layout(mistake.produce), mistake)
 
 
 def test_no_layout_feedback_holds_the_answers_key_line():
     """No mistake hint or verdict holds the index the skeleton leaves blank."""
     keys = ("torch.stack", "d_head // 2", "arange(d_head", "transpose(1, 2)", "view(heads, 2",
             "[0, 4, 1, 5", "i + d/2 ->", "copies old row i ")
-    texts = [m.hint for m in LAYOUT_MISTAKES]
-    texts += [ex.check_rope_layout(lambda *args, f=f: learner_layout(*args, flaw=f)).message
-              for f in LAYOUT_WRONG]
-    for text in texts:
+    for text in [ex.check_rope_layout(m.produce).message for m in LAYOUT_MISTAKES]:
         assert not any(key in text for key in keys), text
 
 
 def test_layout_checker_wants_two_tensors_in_the_inputs_dtype():
-    verdict = ex.check_rope_layout(lambda *args: learner_layout(*args)[0])
+    verdict = ex.check_rope_layout(lambda *args: by_rows(*args)[0])
     assert not verdict and "returned 1 value(s); expected 2 (W_Q', W_K')" in verdict.message
-    verdict = ex.check_rope_layout(lambda *args: (learner_layout(*args)[0], None))
+    verdict = ex.check_rope_layout(lambda *args: (by_rows(*args)[0], None))
     assert not verdict and "you returned W_K' as a NoneType" in verdict.message, verdict.message
-    verdict = ex.check_rope_layout(lambda *args: tuple(w.double() for w in learner_layout(*args)))
+    verdict = ex.check_rope_layout(lambda *args: tuple(w.double() for w in by_rows(*args)))
     assert not verdict and "the right answer is torch.float32" in verdict.message, verdict.message
 
 
@@ -424,60 +340,21 @@ def test_reach_checker_accepts_correct_answers(answer):
     assert verdict, verdict.message
 
 
-def learner_reach(m, n, *, flaw=None):
-    """A learner's answer with one planted mistake (``flaw``), by the route a learner would take."""
-    if flaw in ("no plus one", "sign", "base 2", "n + 1 keys", "own token left out"):
-        delta = {"n + 1 keys": torch.arange(n + 1), "own token left out": torch.arange(1, n)}.get(
-            flaw, torch.arange(n)).double()
-        scores = {"sign": m[:, None] * delta,
-                  "base 2": -m[:, None] * delta * math.log(2)}.get(flaw, -m[:, None] * delta)
-        running = torch.softmax(scores, dim=-1).cumsum(-1)
-        return (running < 0.5).sum(-1) + (0 if flaw == "no plus one" else 1)
-    if flaw in ("mean, rounded", "mean, up"):
-        delta = torch.arange(n).double()
-        mean = (torch.softmax(-m[:, None] * delta, dim=-1) * delta).sum(-1)
-        return (mean.round() if flaw == "mean, rounded" else mean.ceil()).long()
-    log = torch.log2 if flaw == "log2" else torch.log
-    x = -log((1 + (-1 if flaw == "minus" else 1) * torch.exp(-m * n)) / 2) / m
-    if flaw in ("endless", "endless, capped"):
-        x = math.log(2) / m
-    if flaw == "uniform":
-        x = torch.full_like(m, n / 2)
-    if flaw == "min":                                    # the two limits joined: ceil each, then min
-        return torch.minimum((math.log(2) / m).ceil(), torch.tensor(float(math.ceil(n / 2)))).long()
-    k = {"floor": x.floor(), "truncated": x, "round": x.round()}.get(flaw, x.ceil()).long()
-    k = k + 1 if flaw == "ceil plus one" else k
-    return k.clamp(max=n) if flaw == "endless, capped" else k
+@pytest.mark.parametrize("mistake", REACH_MISTAKES, ids=range(len(REACH_MISTAKES)))
+def test_reach_checker_names_each_mistake(mistake):
+    assert_names_the_mistake(ex.check_reach(mistake.produce), mistake)
 
 
-REACH_WRONG = {
-    **dict.fromkeys(("no plus one", "floor"), "one short"),
-    "truncated": "Rounding x = -ln((1 + r^L) / 2) / m_h down (floor, int(), .long())",
-    "round": "to the nearest whole number",
-    "ceil plus one": "one too many: ceil(x) is already the smallest whole K",
-    "endless": "ln 2 / m_h is the reach of an endless row",
-    "endless, capped": "capping at L does not mend it",
-    "sign": "the weights grow with the distance",
-    "base 2": "you weighed the key delta back by 2^{-m_h delta}",
-    "log2": "you took a base-2 logarithm",
-    **dict.fromkeys(("mean, rounded", "mean, up"), "that is the row's mean distance"),
-    "n + 1 keys": "your row has L + 1 keys",
-    "own token left out": "your row has L - 1 keys",
-    "uniform": "your reaches ignore the slope",
-    "minus": "(1 - r^L) / 2 is half the row's total",
-    "min": "min(ln 2 / m_h, L / 2), rounded up, joins the two limits",
-}
-
-
-def test_the_learner_models_without_a_flaw_pass():
-    assert ex.check_rope_layout(learner_layout) and ex.check_reach(learner_reach)
-
-
-@pytest.mark.parametrize("flaw", REACH_WRONG)
-def test_reach_checker_names_the_mistake(flaw):
-    verdict = ex.check_reach(lambda m, n: learner_reach(m, n, flaw=flaw))
-    assert not verdict and "Not yet" in verdict.message and REACH_WRONG[flaw] in verdict.message, (
-        verdict.message)
+@pytest.mark.parametrize("wrong, phrase", [                     # named mistakes by a learner's route
+    (lambda m, n: (running_sum(m, n) - 1), "one short"),                       # no + 1
+    (lambda m, n: (-torch.log((1 + torch.exp(-m * n)) / 2) / m).long(), "one short"),   # truncated
+    (lambda m, n: running_sum(-m, n), "the weights grow with the distance"),
+    (lambda m, n: running_sum(m * math.log(2), n), "you weighed the key delta back by 2^"),
+    (lambda m, n: running_sum(m, n + 1), "your row has L + 1 keys"),
+])
+def test_reach_checker_names_a_mistake_made_another_way(wrong, phrase):
+    verdict = ex.check_reach(wrong)
+    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
 
 
 def test_reach_checker_wants_whole_numbers_in_a_tensor():
