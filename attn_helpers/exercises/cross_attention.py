@@ -7,9 +7,9 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
-from torch import nn
 
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
@@ -22,24 +22,6 @@ __all__ = ["check_cross_attend", "cross_attend_reference", "check_decode_layer",
            "decode_layer_reference"]
 
 
-class _DecoderLayer(DecoderLayer):
-    """A post-norm ``DecoderLayer`` with seeded weights and a short repr."""
-
-    def __init__(self, d_model, num_heads, d_ff, memory_dim, *, generator, dtype):
-        super().__init__(d_model, num_heads, d_ff, norm_first=False, memory_dim=memory_dim)
-        with torch.no_grad():
-            for name, p in self.named_parameters():
-                scale = 0.1 if "norm" in name and name.endswith("bias") else (
-                    1.0 if "norm" in name else 1 / math.sqrt(p.shape[-1]))
-                base = 1.0 if "norm" in name and name.endswith("weight") else 0.0
-                p.copy_(base + scale * torch.randn(p.shape, generator=generator))
-        self.to(dtype).requires_grad_(False)
-
-    def __repr__(self) -> str:
-        return (f"DecoderLayer(d_model={self.d_model}, num_heads={self.self_attn.num_heads}, "
-                f"memory_dim={self.cross_attn.kdim}, post-norm)")
-
-
 def cross_attend_reference(y, memory, memory_real, W_Q, W_K, W_V):
     """``(output (b, n_q, d_v), weights (b, n_q, n_k))``: one head of cross-attention, padded memory
     positions masked on the keys only; ``torch.nn.MultiheadAttention``'s with ``key_padding_mask``."""
@@ -49,39 +31,19 @@ def cross_attend_reference(y, memory, memory_real, W_Q, W_K, W_V):
     return weights @ V, weights
 
 
-def _attend_with(y, memory, memory_real, W_Q, W_K, W_V, *, mask="keys", causal=False, kv_from="memory",
-                 queries_from="y", softmax_dim=-1, scale="d", values="W_V", transposed=(),
-                 zero_padded_rows=False, swapped=False):
-    """The answer with one named mistake (all defaults: the right answer). ``transposed``: the
-    weights multiplied as ``x @ W.T`` (nn.Linear's habit); ``zero_padded_rows``: the padded memory
-    rows set to zero, no mask; ``scale="output"``: the output divided by sqrt(d), not the scores;
-    ``swapped``: (weights, output) returned."""
-    W_Q, W_K, W_V = (W.T if name in transposed else W
-                     for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)))
-    if zero_padded_rows:
-        memory, mask = memory * memory_real[..., None], None
-    Q = (memory if queries_from == "memory" else y) @ W_Q
-    source = y if kv_from == "y" else memory
-    K, V = source @ W_K, source @ (W_K if values == "W_K" else W_V)
-    scores = Q @ K.transpose(-2, -1)
-    scores = scores / {"d": math.sqrt(Q.shape[-1]), "d_m": math.sqrt(memory.shape[-1]), None: 1.0,
-                       "d2": Q.shape[-1], "output": 1.0, "n_k": math.sqrt(memory.shape[-2])}[scale]
-    keep = {"queries": memory_real[:, :, None], "batch": memory_real[None],   # (b, n_k, 1), (1, b, n_k)
-            "inverted": ~memory_real[:, None, :], None: torch.ones(1, 1, 1, dtype=torch.bool)
-            }.get(mask, memory_real[:, None, :])                             # right: (b, 1, n_k)
-    if causal:                                                        # key j seen only by queries >= j
-        keep = keep & torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
-    if mask == "times":                                               # the scores times the mask
-        return _weighted(torch.softmax(scores * keep, softmax_dim), V)
-    if mask == "after":                                               # the mask after the softmax
-        return _weighted(torch.softmax(scores, softmax_dim) * keep, V)
-    output, weights = _weighted(scores.masked_fill(~keep, -math.inf).softmax(softmax_dim), V)
-    if scale == "output":                                             # sqrt(d) after the weighted sum
-        output = output / math.sqrt(Q.shape[-1])
-    return (weights, output) if swapped else (output, weights)
+_ATTEND = {  # the reference in steps; each named mistake below replaces one
+    "QKV": lambda y, memory, W_Q, W_K, W_V: (y @ W_Q, memory @ W_K, memory @ W_V),
+    "scale": lambda Q, memory: math.sqrt(Q.shape[-1]),
+    "keep": lambda real, n_q: real[:, None, :],                              # (b, 1, n_k)
+    "weights": lambda scores, keep: scores.masked_fill(~keep, -math.inf).softmax(-1),
+}
 
 
-def _weighted(weights, V):
+def _attend_with(y, memory, memory_real, W_Q, W_K, W_V, **changed):
+    step = _ATTEND | changed
+    Q, K, V = step["QKV"](y, memory, W_Q, W_K, W_V)
+    scores = Q @ K.mT / step["scale"](Q, memory)
+    weights = step["weights"](scores, step["keep"](memory_real, Q.shape[-2]))
     return weights @ V, weights
 
 
@@ -100,6 +62,65 @@ def _attend_cases() -> list[dict]:
     return cases
 
 
+_TRANSPOSED = ("transposed: x @ W.T is nn.Linear's habit (its weight is stored (out, in)). Here the "
+               "weights are (in, out), W_Q (d, d), W_K and W_V (d_m, d): multiply from the right.")
+ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
+    ("padded memory positions were read: mask the scores with memory_real (True = real) before the "
+     "softmax.", partial(_attend_with, weights=lambda scores, keep: scores.softmax(-1))),
+    ("the mask was laid along the queries, (b, n_k, 1): it hid rows of the weights (decoder "
+     "positions), not columns. Padding belongs to the memory's positions, the keys: give the mask "
+     "a query axis of size 1 in the middle, (b, 1, n_k).",
+     partial(_attend_with, keep=lambda real, n_q: real[:, :, None])),
+    ("the mask's batch axis met the scores' query axis, (1, b, n_k): each decoder position got "
+     "another sentence's padding. Keep the batch first: (b, 1, n_k).",
+     partial(_attend_with, keep=lambda real, n_q: real[None])),
+    ("the mask is inverted: memory_real is True at the REAL positions, the ones that may be read.",
+     partial(_attend_with, keep=lambda real, n_q: ~real[:, None, :])),
+    ("the memory was masked causally: cross-attention needs no causal mask. The whole input is known "
+     "before the decoder writes: every decoder position may read every real memory position.",
+     partial(_attend_with, keep=lambda real, n_q: real[:, None, :] & torch.ones(
+         n_q, real.shape[1], dtype=torch.bool).tril())),
+    ("the keys and values came from the decoder states y: that is self-attention. In "
+     "cross-attention they come from the memory, K = memory W_K and V = memory W_V.",
+     partial(_attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q, y @ W_K, y @ W_V))),
+    ("the roles are swapped: the queries came from the memory and the keys and values from y. The "
+     "decoder asks (Q = y W_Q); the memory answers.",
+     partial(_attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (memory @ W_Q, y @ W_K, y @ W_V))),
+    ("the values were the keys (memory W_K); V = memory W_V.", partial(
+        _attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q, memory @ W_K, memory @ W_K))),
+    ("the softmax ran over dim -2, the decoder positions: each column summed to 1. Normalise each "
+     "row, over the memory positions (the last dim).", partial(
+         _attend_with, weights=lambda scores, keep: scores.masked_fill(~keep, -math.inf).softmax(-2))),
+    ("the scores were not scaled: divide by sqrt(d), the width of Q and K.",
+     partial(_attend_with, scale=lambda Q, memory: 1.0)),
+    ("the scores were divided by sqrt(d_m), the memory's width; divide by sqrt(d), the width of Q "
+     "and K after W_Q and W_K.", partial(_attend_with, scale=lambda Q, memory: memory.shape[-1] ** 0.5)),
+    ("the scores were divided by d; divide by sqrt(d).",
+     partial(_attend_with, scale=lambda Q, memory: Q.shape[-1])),
+    ("the scores were divided by sqrt(n_k), the number of memory positions; divide by sqrt(d), the "
+     "width of Q and K: the scale counts the terms of one dot product, not the keys.",
+     partial(_attend_with, scale=lambda Q, memory: memory.shape[-2] ** 0.5)),
+    ("the output was divided by sqrt(d), after the weighted sum: the scale belongs to the scores, "
+     "before the softmax, where it keeps the softmax from saturating.",
+     lambda *args: (_attend_with(*args)[0] / args[3].shape[-1] ** 0.5, _attend_with(*args)[1])),
+    (f"a weight was {_TRANSPOSED}", partial(
+        _attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q.T, memory @ W_K, memory @ W_V))),
+    (f"the weights were {_TRANSPOSED}", partial(
+        _attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q.T, memory @ W_K.T, memory @ W_V.T))),
+    ("the padded memory rows were set to zero instead of masked: a zero key still scores 0, and "
+     "exp(0) gives it weight. Mask the scores with -inf at padded positions, before the softmax.",
+     lambda y, memory, real, *W: _attend_with(y, memory * real[..., None], real, *W,
+                                              weights=lambda scores, keep: scores.softmax(-1))),
+    ("the two results are swapped: return the output first, then the weights, (output (b, n_q, d), "
+     "weights (b, n_q, n_k)).", lambda *args: _attend_with(*args)[::-1]),
+    ("the padded scores were set to 0 (masked_fill with 0, or the scores times the mask): a score "
+     "of 0 is not -inf, so padded positions still get weight. Fill them with -inf.",
+     partial(_attend_with, weights=lambda scores, keep: (scores * keep).softmax(-1))),
+    ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores, before the "
+     "softmax.", partial(_attend_with, weights=lambda scores, keep: scores.softmax(-1) * keep)),
+]]
+
+
 @exercise("cross_attention.attend", "cross-attention from W_Q, W_K, W_V: queries from the decoder, "
           "keys and values from the encoder, padded memory masked", hints=(
     "Section 1's formula and its padding mask: the decoder asks, the memory answers. Padding "
@@ -116,57 +137,9 @@ def _attend_cases() -> list[dict]:
 def check_cross_attend(cross_attend: Callable) -> CheckResult:
     """Exercise: ``cross_attend(y (b, n_q, d), memory (b, n_k, d_m), memory_real (b, n_k), W_Q (d, d),
     W_K (d_m, d), W_V (d_m, d)) -> (output (b, n_q, d), weights (b, n_q, n_k))``."""
-    mistakes = [Mistake(lambda *a, _f=flaw: _attend_with(*a, **_f), hint) for hint, flaw in [
-        ("padded memory positions were read: mask the scores with memory_real (True = real) "
-         "before the softmax.", {"mask": None}),
-        ("the mask was laid along the queries, (b, n_k, 1): it hid rows of the weights (decoder "
-         "positions), not columns. Padding belongs to the memory's positions, the keys: give the "
-         "mask a query axis of size 1 in the middle, (b, 1, n_k).", {"mask": "queries"}),
-        ("the mask's batch axis met the scores' query axis, (1, b, n_k): each decoder position got "
-         "another sentence's padding. Keep the batch first: (b, 1, n_k).", {"mask": "batch"}),
-        ("the mask is inverted: memory_real is True at the REAL positions, the ones that may be "
-         "read.", {"mask": "inverted"}),
-        ("the memory was masked causally: cross-attention needs no causal mask. The whole input is "
-         "known before the decoder writes, so every decoder position may read every real memory "
-         "position.", {"causal": True}),
-        ("the keys and values came from the decoder states y: that is self-attention. In "
-         "cross-attention they come from the memory, K = memory W_K and V = memory W_V.",
-         {"kv_from": "y"}),
-        ("the roles are swapped: the queries came from the memory and the keys and values from y. "
-         "The decoder asks (Q = y W_Q); the memory answers.",
-         {"queries_from": "memory", "kv_from": "y"}),
-        ("the values were the keys (memory W_K); V = memory W_V.", {"values": "W_K"}),
-        ("the softmax ran over dim -2, the decoder positions: each column summed to 1. Normalise "
-         "each row, over the memory positions (the last dim).", {"softmax_dim": -2}),
-        ("the scores were not scaled: divide by sqrt(d), the width of Q and K.", {"scale": None}),
-        ("the scores were divided by sqrt(d_m), the memory's width; divide by sqrt(d), the width "
-         "of Q and K after W_Q and W_K.", {"scale": "d_m"}),
-        ("the scores were divided by d; divide by sqrt(d).", {"scale": "d2"}),
-        ("the scores were divided by sqrt(n_k), the number of memory positions; divide by sqrt(d), "
-         "the width of Q and K: the scale counts the terms of one dot product, not the keys.",
-         {"scale": "n_k"}),
-        ("the output was divided by sqrt(d), after the weighted sum: the scale belongs to the "
-         "scores, before the softmax, where it keeps the softmax from saturating.", {"scale": "output"}),
-        ("a weight was transposed: x @ W.T is nn.Linear's habit (its weight is stored (out, in)). "
-         "Here the weights are given (in, out): W_Q is (d, d), W_K and W_V are (d_m, d). Each "
-         "multiplies its input from the right, untransposed.", {"transposed": ("W_Q",)}),
-        ("the weights were transposed: x @ W.T is nn.Linear's habit (its weight is stored (out, in)). "
-         "Here the weights are given (in, out): W_Q is (d, d), W_K and W_V are (d_m, d). Each "
-         "multiplies its input from the right, untransposed.", {"transposed": ("W_Q", "W_K", "W_V")}),
-        ("the padded memory rows were set to zero instead of masked: a zero key still scores 0, "
-         "and exp(0) gives it weight. Mask the scores with -inf at padded positions, before the "
-         "softmax.", {"zero_padded_rows": True}),
-        ("the two results are swapped: return the output first, then the weights, (output (b, n_q, "
-         "d), weights (b, n_q, n_k)).", {"swapped": True}),
-        ("the padded scores were set to 0 (masked_fill with 0, or the scores times the mask): a "
-         "score of 0 is not -inf, so padded positions still get weight. Fill them with -inf.",
-         {"mask": "times"}),
-        ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores, before "
-         "the softmax.", {"mask": "after"}),
-    ]]
     return check_function(
         cross_attend, cross_attend_reference, _attend_cases(), what="cross_attend",
-        output_names=("the output", "the weights"), mistakes=mistakes,
+        output_names=("the output", "the weights"), mistakes=ATTEND_MISTAKES,
         nan_hint="a row with every score at -inf gives NaN: is the softmax over the memory "
                  "positions, and is the mask the right way round (True = real)?",
         error_hints=[("must match the size of tensor", "the shapes do not fit the scores (b, n_q, n_k), "
@@ -174,74 +147,81 @@ def check_cross_attend(cross_attend: Callable) -> CheckResult:
                       "y and memory makes the queries, and which axis must memory_real gain?")])
 
 
+class _DecoderLayer(DecoderLayer):
+    """A post-norm ``DecoderLayer`` with seeded weights (its LayerNorms too) and a short repr."""
+
+    def __init__(self, d_model, num_heads, d_ff, memory_dim, *, generator, dtype):
+        super().__init__(d_model, num_heads, d_ff, norm_first=False, memory_dim=memory_dim)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                noise = torch.randn(p.shape, generator=generator)
+                if "norm" not in name:
+                    p.copy_(noise / math.sqrt(p.shape[-1]))
+                else:                                   # LayerNorm: weight 1 + N(0, 1), bias N(0, 0.01)
+                    p.copy_(1 + noise if name.endswith("weight") else 0.1 * noise)
+        self.to(dtype).requires_grad_(False)
+
+    def __repr__(self) -> str:
+        return (f"DecoderLayer(d_model={self.d_model}, num_heads={self.self_attn.num_heads}, "
+                f"memory_dim={self.cross_attn.kdim}, post-norm)")
+
+
 def decode_layer_reference(layer, y, memory, memory_real):
     """``layer``'s causal output ``(b, T, d)`` for all of ``y``, padded memory masked."""
     return layer(y, memory, memory_padding=memory_real)
 
 
-def _decode_with(layer, y, memory, memory_real, *, mask_memory=True, pre_norm=(False, False),
-                 cross_out=True, cross_residual=True, query_before_self=False, one_head=False,
-                 memory_queries=False, cross_norm="norm2", ff_residual=True, ff_norm="norm3",
-                 invert_memory=False, causal_memory=False, mask_3d=False, scale=None, norm_outside=False,
-                 zero_mask=False, soft_mask=False, no_transpose=False, ff_first=False,
-                 softmax_dim=-1, values_are_keys=False, residual_from_y=False, ff_on_pre_cross=False):
-    """Exercise 1's answer with one named mistake (all off: the right answer)."""
-    ca, h = layer.cross_attn, 1 if one_head else layer.cross_attn.num_heads
-    split = (lambda x: x.reshape(x.shape[0], h, x.shape[1], -1)) if no_transpose else (
-        lambda x: split_heads(x, h))                    # reshaped straight to (b, h, n, d_head)?
-    K_m = split(ca.k_proj(memory))
-    V_m = K_m if values_are_keys else split(ca.v_proj(memory))   # the keys reused as the values?
-    real = (~memory_real if invert_memory else memory_real)[:, None, None, :] if mask_memory else None
-    real = real[:, 0] if mask_3d else real                # (b, 1, n_m): batch meets the heads
+def _post(norm, x, block):
+    return norm(x + block(x))
+
+
+_FORMS = {  # a block with its residual and LayerNorm: post-norm is this layer's
+    "post": _post,
+    "pre": lambda norm, x, block: x + block(norm(x)),
+    "pre and post": lambda norm, x, block: norm(x + block(norm(x))),
+    "norm outside": lambda norm, x, block: norm(x) + block(x),
+    "no residual": lambda norm, x, block: norm(block(x)),
+    "no norm": lambda norm, x, block: x + block(x),
+}
+
+
+def _blocks(cross="post", ff="post", cross_norm="norm2", ff_norm="norm3"):
+    """A step: the cross-attention block, then the feed-forward block, each in its form."""
+    def step(layer, x, y_t, cross_attention):
+        x = _FORMS[cross](getattr(layer, cross_norm), x, cross_attention)
+        return _FORMS[ff](getattr(layer, ff_norm), x, layer.feed_forward)
+    return step
+
+
+def _scores(q, K):
+    return q @ K.mT / math.sqrt(K.shape[-1])
+
+
+def _sdpa(q, K, V, keep, scale=None):
+    return scaled_dot_product_attention(q, K, V, keep, scale=scale)[0]
+
+
+_DECODE = {  # exercise 2's answer in steps; each named mistake below replaces one
+    "split": split_heads,                                        # (b, n, d) -> (b, h, n, d_head)
+    "values": lambda ca, memory: ca.v_proj(memory),
+    "keep": lambda real, t: real[:, None, None, :],                          # (b, 1, 1, n_m)
+    "attend": _sdpa,
+    "merge": lambda ca, o: ca.out_proj(merge_heads(o)),
+    "step": _blocks(),               # (layer, x_t, y_t, cross-attention) -> the step's output
+}
+
+
+def _decode_with(layer, y, memory, memory_real, **changed):
+    part = _DECODE | changed
+    ca, h = layer.cross_attn, layer.cross_attn.num_heads
+    K_m, V_m = part["split"](ca.k_proj(memory), h), part["split"](part["values"](ca, memory), h)
     x_all = layer.norm1(y + layer.self_attn(y, y, y, causal_mask(y.shape[1]))[0])  # the stub's x_t
     outputs = []
-
-    def block(x, norm, fn, *, residual=True, pre=False):
-        if pre == "both":                             # a norm before the block and after the sum
-            return norm(x + fn(norm(x)))
-        if pre == "outside":                          # the norm on x alone: LN(x) + block(x)
-            return norm(x) + fn(x)
-        if pre:                                       # pre-norm: x + block(LN(x))
-            return x + fn(norm(x))
-        return norm((x if residual else 0) + fn(x))   # post-norm: LN(x + block(x))
-
     for t in range(y.shape[1]):
-        x = x_all[:, t:t + 1]                                           # (b, 1, d)
         def cross_attention(z, t=t):
-            seen = real & (torch.arange(K_m.shape[-2]) <= t) if causal_memory else real
-            q = split_heads(ca.q_proj(z), h)
-            o, _ = scaled_dot_product_attention(q, K_m, V_m, seen, scale=(
-                layer.d_model ** -0.5 if scale == "d_model" else scale))
-            if zero_mask or soft_mask:     # scores times the mask (padding 0), or the mask after softmax
-                s = q @ K_m.transpose(-2, -1) * K_m.shape[-1] ** -0.5
-                o = ((s * seen).softmax(-1) if zero_mask else s.softmax(-1) * seen) @ V_m
-            if softmax_dim != -1:          # the softmax over the query axis (one query: all ones)
-                s = (q @ K_m.transpose(-2, -1) * K_m.shape[-1] ** -0.5).masked_fill(~seen, -math.inf)
-                o = s.softmax(softmax_dim) @ V_m
-            return ca.out_proj(merge_heads(o)) if cross_out else merge_heads(o)
-
-        if ff_first:                                  # blocks swapped; each its own norm, or by place
-            first, last = (layer.norm3, layer.norm2) if ff_first == "own" else (layer.norm2, layer.norm3)
-            x = first(x + layer.feed_forward(x))
-            outputs.append(last(x + cross_attention(x)))
-            continue
-        if query_before_self:
-            x = layer.norm2(x + cross_attention(y[:, t:t + 1]))
-        elif memory_queries:                          # queries and keys swapped: (b, n_m, d)
-            q = split_heads(ca.q_proj(x), h)
-            o, _ = scaled_dot_product_attention(K_m, q, q)
-            x = layer.norm2(x + ca.out_proj(merge_heads(o)))
-        elif residual_from_y:                         # the residual taken from y_t, not from x_t
-            x = layer.norm2(y[:, t:t + 1] + cross_attention(x))
-        else:
-            x_pre = x
-            x = block(x, getattr(layer, cross_norm) if cross_norm else nn.Identity(), cross_attention,
-                      residual=cross_residual, pre="outside" if norm_outside else pre_norm[0])
-            if ff_on_pre_cross:                       # the feed-forward read the pre-cross state
-                outputs.append(layer.norm3(x + layer.feed_forward(x_pre)))
-                continue
-        outputs.append(block(x, getattr(layer, ff_norm) if ff_norm else nn.Identity(),
-                             layer.feed_forward, residual=ff_residual, pre=pre_norm[1]))
+            q = part["split"](ca.q_proj(z), h)                                 # (b, h, 1, d_head)
+            return part["merge"](ca, part["attend"](q, K_m, V_m, part["keep"](memory_real, t)))
+        outputs.append(part["step"](layer, x_all[:, t:t + 1], y[:, t:t + 1], cross_attention))
     return torch.cat(outputs, 1)
 
 
@@ -260,51 +240,109 @@ def _layer_cases() -> list[dict]:
 
 @contextlib.contextmanager
 def _memory_projected_once(inputs: dict):
-    """The lesson's constraint: the memory projected once per call, one query per step. Counted
-    twice: the cross-attention's projection modules, and the (b, n_m, d) tensors a linear map or
-    matmul returns that equal one made before (K or V made again, however they are made)."""
-    layer = inputs["layer"]
-    ca, steps = layer.cross_attn, inputs["y"].shape[1]
+    """The lesson's constraint: one query per step, and the memory's K and V made once: no
+    (b, n_m, d) projection equal to one made before, however it is made."""
+    layer, steps = inputs["layer"], inputs["y"].shape[1]
     projected = (*inputs["memory"].shape[:2], layer.d_model)           # (b, n_m, d): K or V
-    seen = {"q_proj": [], "k_proj": [], "v_proj": []}
-    projections, again = [], []                              # (b, n_m, d) made; made again
+    queries, made, again = [], [], []
 
     def count(t, call):
         if tuple(t.shape) == projected and call in ("linear", "matmul", "__matmul__"):
-            (again if any(torch.equal(t, p) for p in projections) else projections).append(t)
+            (again if any(torch.equal(t, p) for p in made) else made).append(t)
 
-    hooks = [getattr(ca, name).register_forward_hook(
-        lambda module, args, output, name=name: seen[name].append(args[0].shape[-2]))
-        for name in seen]
+    hook = layer.cross_attn.q_proj.register_forward_hook(
+        lambda module, args, output: queries.append(args[0].shape[-2]))
     try:
         with AllocationWatch(count):
             yield
     finally:
-        for hook in hooks:
-            hook.remove()
-    if max(seen["q_proj"], default=1) > 1:
+        hook.remove()
+    if max(queries, default=1) > 1:
         raise Refused(
-            f"cross_attn.q_proj ran on {max(seen['q_proj'])} target positions in one call: not step "
+            f"cross_attn.q_proj ran on {max(queries)} target positions in one call: not step "
             "by step.\nHint: returning layer(y, memory, memory_padding=memory_real) does that. A "
             "generating decoder has only x_t at step t: make step t's query from x_t, in the loop.")
-    for made, unused in (("k_proj", "v_proj"), ("v_proj", "k_proj")):
-        if not seen[unused] and len(seen[made]) == 2:     # both before the loop, one of them wrong
-            raise Refused(
-                f"cross_attn.{made} ran twice and cross_attn.{unused} never: the keys and the values "
-                f"were both made with {made}.\nHint: K = memory W_K comes from k_proj, V = memory "
-                "W_V from v_proj.")
-    name = max(("k_proj", "v_proj"), key=lambda name: len(seen[name]))
-    if len(seen[name]) > 1:
+    if again and len(made) + len(again) > 2:
         raise Refused(
-            f"cross_attn.{name} ran {len(seen[name])} times in {steps} decoding steps: the "
-            "memory was projected at every step.\nHint: calling layer.cross_attn(x_t, memory, "
-            "memory, mask) in the loop does that. Project the memory once, before the loop.")
-    if again:
-        raise Refused(
-            f"the memory's keys and values were computed {len(projections) + len(again)} times "
-            f"in {steps} decoding steps (each a (b, n_m, d) projection): the memory was projected "
-            "at every step.\nHint: K and V do not change while the decoder writes. Project the "
-            "memory once, before the loop, and reuse K_m and V_m at every step.")
+            f"the memory's keys and values were computed {len(made) + len(again)} times in "
+            f"{steps} decoding steps (each a (b, n_m, d) projection): the memory was projected at "
+            "every step.\nHint: K and V do not change while the decoder writes (calling "
+            "layer.cross_attn(x_t, memory, memory, mask) in the loop makes them again). Project "
+            "the memory once, before the loop, and reuse K_m and V_m at every step.")
+
+
+def _ff(layer, x):                                      # the right feed-forward block
+    return _post(layer.norm3, x, layer.feed_forward)
+
+
+DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, changed in [
+    ("padded memory positions were read: mask the cross-attention with memory_real (True = real).",
+     {"keep": lambda real, t: None}),
+    *(("a block was written pre-norm, x + block(norm(x)) (or norm(x + block(norm(x)))); this layer "
+       "is post-norm: does its LayerNorm come before the residual sum or after it?",
+       {"step": _blocks(cross, ff)})
+      for cross in ("post", "pre", "pre and post") for ff in ("post", "pre", "pre and post")
+      if (cross, ff) != ("post", "post")),
+    ("the scores were multiplied by the mask: a score of 0 is not -inf, so padded keys still get "
+     "weight.", {"attend": lambda q, K, V, keep: (_scores(q, K) * keep).softmax(-1) @ V}),
+    ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores, before the "
+     "softmax.", {"attend": lambda q, K, V, keep: _scores(q, K).softmax(-1) * keep @ V}),
+    ("the memory was masked causally: each step sees all real memory.",
+     {"keep": lambda real, t: real[:, None, None, :] & (torch.arange(real.shape[1]) <= t)}),
+    ("the memory made the queries; in cross-attention the decoder asks (q from x_t) and the "
+     "memory answers.", {"attend": lambda q, K, V, keep: _sdpa(K, q, q, None)}),
+    ("the cross-attention's heads were merged but not sent through out_proj.",
+     {"merge": lambda ca, o: merge_heads(o)}),
+    ("the residual is missing: norm2 got the cross-attention's output alone, and x_t was lost.",
+     {"step": _blocks(cross="no residual")}),
+    ("the cross-attention's query came from y, the state before the self-attention block; q comes "
+     "from x_t.", {"step": lambda layer, x, y_t, cross: _ff(layer, layer.norm2(x + cross(y_t)))}),
+    ("the scores were not scaled by 1/sqrt(d_head), the width of one head.",
+     {"attend": partial(_sdpa, scale=1.0)}),
+    ("the scores were neither scaled by 1/sqrt(d_head) nor masked: padded memory positions were "
+     "read. Scale, then mask with memory_real (True = real).",
+     {"attend": lambda q, K, V, keep: _sdpa(q, K, V, None, scale=1.0)}),
+    ("the softmax ran over dim -2, the one query of step t: each weight became 1 (NaN where "
+     "masked). Normalise over the memory positions, the last dim.",
+     {"attend": lambda q, K, V, keep: _scores(q, K).masked_fill(~keep, -math.inf).softmax(-2) @ V}),
+    ("the scale is 1/sqrt(d_head), the width of one head, not 1/sqrt(d_model).",
+     {"attend": lambda q, K, V, keep: _sdpa(q, K, V, keep, (q.shape[1] * q.shape[-1]) ** -0.5)}),
+    ("the LayerNorm went on x_t alone, not on the residual sum.",
+     {"step": _blocks(cross="norm outside")}),
+    ("the heads were not split: attend per head (ah.split_heads), then merge.",
+     {"split": lambda x, h: split_heads(x, 1)}),
+    ("the heads were split without moving the head axis before the positions: reshape to (b, n_m, "
+     "h, d_head), then transpose(1, 2), as ah.split_heads does.",
+     {"split": lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1)}),
+    ("the sum after the cross-attention was not normalised: norm2 is next.",
+     {"step": _blocks(cross="no norm")}),
+    ("the cross-attention's sum went through norm1, the self-attention block's; each block has its "
+     "own LayerNorm.", {"step": _blocks(cross_norm="norm1")}),
+    ("the feed-forward's output must be ADDED to x_t (the residual), then normalised.",
+     {"step": _blocks(ff="no residual")}),
+    ("the feed-forward's sum went through norm2; each block has its own: norm3 for the "
+     "feed-forward.", {"step": _blocks(ff_norm="norm2")}),
+    ("the sum after the feed-forward was not normalised: post-norm ends each block with its "
+     "LayerNorm, norm3 here.", {"step": _blocks(ff="no norm")}),
+    *(("the blocks are in the wrong order: cross-attention comes first, then the feed-forward "
+       "(section 2).", {"step": lambda layer, x, y_t, cross, first=first, last=last: _post(
+           getattr(layer, last), _post(getattr(layer, first), x, layer.feed_forward), cross)})
+      for first, last in (("norm3", "norm2"), ("norm2", "norm3"))),
+    ("the values were the keys: V_m reused K_m. The values are V = memory W_V, from "
+     "cross_attn.v_proj.", {"values": lambda ca, memory: ca.k_proj(memory)}),
+    ("the cross-attention's sum went through norm3; norm2 is the cross-attention block's, norm3 the "
+     "feed-forward's.", {"step": _blocks(cross_norm="norm3")}),
+    ("the cross-attention's residual came from y_t, the state before the self-attention block; add "
+     "the block's output to x_t, its own input.",
+     {"step": lambda layer, x, y_t, cross: _ff(layer, layer.norm2(y_t + cross(x)))}),
+    ("the feed-forward read x_t from before the cross-attention block; it reads that block's "
+     "output, the new x_t.", {"step": lambda layer, x, y_t, cross: layer.norm3(
+         layer.norm2(x + cross(x)) + layer.feed_forward(x))}),
+    ("the memory mask is inverted: memory_real is True at the REAL positions, the ones that may be "
+     "read.", {"keep": lambda real, t: ~real[:, None, None, :]}),
+    ("the memory mask has shape (b, 1, n_m): against scores (b, h, 1, n_m) its batch axis meets "
+     "the heads axis. Which axes must memory_real gain?", {"keep": lambda real, t: real[:, None, :]}),
+]]
 
 
 @exercise("cross_attention.decode", "a decoder layer's cross-attention step by step, the "
@@ -330,61 +368,6 @@ def _memory_projected_once(inputs: dict):
 def check_decode_layer(decode_layer: Callable) -> CheckResult:
     """Exercise: ``decode_layer(layer, y (b, T, d), memory (b, n_m, d_m), memory_real (b, n_m))
     -> (b, T, d)``, one target position per step, the memory projected once."""
-    mistakes = [Mistake(lambda *a, _f=flaw: _decode_with(*a, **_f), hint) for hint, flaw in [
-        ("padded memory positions were read: mask the cross-attention with memory_real "
-         "(True = real).", {"mask_memory": False}),
-        *(("a block was written pre-norm, x + block(norm(x)) (or norm(x + block(norm(x)))); this "
-           "layer is post-norm: does its LayerNorm come before the residual sum or after it?",
-           {"pre_norm": (cross, ff)})
-          for cross in (False, True, "both") for ff in (False, True, "both") if cross or ff),
-        ("the scores were multiplied by the mask: a score of 0 is not -inf, so padded keys "
-         "still get weight.", {"zero_mask": True}),
-        ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores, before "
-         "the softmax.", {"soft_mask": True}),
-        ("the memory was masked causally: each step sees all real memory.", {"causal_memory": True}),
-        ("the memory made the queries; in cross-attention the decoder asks (q from x_t) and the "
-         "memory answers.", {"memory_queries": True}),
-        ("the cross-attention's heads were merged but not sent through out_proj.", {"cross_out": False}),
-        ("the residual is missing: norm2 got the cross-attention's output alone, and x_t was "
-         "lost.", {"cross_residual": False}),
-        ("the cross-attention's query came from y, the state before the self-attention block; "
-         "q comes from x_t.", {"query_before_self": True}),
-        ("the scores were not scaled by 1/sqrt(d_head), the width of one head.", {"scale": 1.0}),
-        ("the scores were neither scaled by 1/sqrt(d_head) nor masked: padded memory positions were "
-         "read. Scale, then mask with memory_real (True = real).", {"scale": 1.0, "mask_memory": False}),
-        ("the softmax ran over dim -2, the one query of step t: each weight became 1 (NaN where "
-         "masked). Normalise over the memory positions, the last dim.", {"softmax_dim": -2}),
-        ("the scale is 1/sqrt(d_head), the width of one head, not 1/sqrt(d_model).",
-         {"scale": "d_model"}),
-        ("the LayerNorm went on x_t alone, not on the residual sum.", {"norm_outside": True}),
-        ("the heads were not split: attend per head (ah.split_heads), then merge.", {"one_head": True}),
-        ("the heads were split without moving the head axis before the positions: reshape to (b, "
-         "n_m, h, d_head), then transpose(1, 2), as ah.split_heads does.", {"no_transpose": True}),
-        ("the sum after the cross-attention was not normalised: norm2 is next.", {"cross_norm": False}),
-        ("the cross-attention's sum went through norm1, the self-attention block's; each block has "
-         "its own LayerNorm.", {"cross_norm": "norm1"}),
-        ("the feed-forward's output must be ADDED to x_t (the residual), then normalised.",
-         {"ff_residual": False}),
-        ("the feed-forward's sum went through norm2; each block has its own: norm3 for the "
-         "feed-forward.", {"ff_norm": "norm2"}),
-        ("the sum after the feed-forward was not normalised: post-norm ends each block with its "
-         "LayerNorm, norm3 here.", {"ff_norm": None}),
-        *(("the blocks are in the wrong order: cross-attention comes first, then the feed-forward "
-           "(section 2).", {"ff_first": place}) for place in ("own", "place")),
-        ("the values were the keys: V_m reused K_m. The values are V = memory W_V, from "
-         "cross_attn.v_proj.", {"values_are_keys": True}),
-        ("the cross-attention's sum went through norm3; norm2 is the cross-attention block's, norm3 "
-         "the feed-forward's.", {"cross_norm": "norm3"}),
-        ("the cross-attention's residual came from y_t, the state before the self-attention block; "
-         "add the block's output to x_t, its own input.", {"residual_from_y": True}),
-        ("the feed-forward read x_t from before the cross-attention block; it reads that block's "
-         "output, the new x_t.", {"ff_on_pre_cross": True}),
-        ("the memory mask is inverted: memory_real is True at the REAL positions, the ones that "
-         "may be read.", {"invert_memory": True}),
-        ("the memory mask has shape (b, 1, n_m): against scores (b, h, 1, n_m) its batch axis "
-         "meets the heads axis. Which axes must memory_real gain?", {"mask_3d": True}),
-    ]]
     return check_function(decode_layer, decode_layer_reference, _layer_cases(),
-                          what="decode_layer", output_names=("the outputs",), mistakes=mistakes,
-                          watch=_memory_projected_once)
-
+                          what="decode_layer", output_names=("the outputs",),
+                          mistakes=DECODE_MISTAKES, watch=_memory_projected_once)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -134,7 +135,8 @@ def _backward_cases() -> list[dict]:
         return {"scores": spread * torch.randn(shape, generator=g, dtype=dtype),
                 "grad_weights": torch.randn(shape, generator=g, dtype=dtype)}
 
-    cases = [case(shape) for shape in [(5,), (3, 4), (2, 3, 6)]] + [case((4, 7), 1.0, torch.float32)]
+    # a batch first: only there do dim 0 and dim -2, or a row's mean and the whole mean, differ
+    cases = [case(shape) for shape in [(2, 3, 6), (5,), (3, 4)]] + [case((4, 7), 1.0, torch.float32)]
     cases.append(case(tuple(int(i) for i in torch.randint(1, 6, (3,), generator=g)), 3.0))  # random
     return cases + [{"scores": torch.tensor([[3.0], [-2.0]], dtype=torch.float64),      # one key
                      "grad_weights": torch.tensor([[1.5], [-0.5]], dtype=torch.float64)},
@@ -149,6 +151,14 @@ def _softmax_backward(scores: torch.Tensor, grad_weights: torch.Tensor) -> torch
     return s.grad
 
 
+def _softmax_grad(s: torch.Tensor, g: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """J g at the scores ``s``, the weights taken over ``dim``."""
+    a = torch.softmax(s, dim=dim)
+    return a * (g - (a * g).sum(-1, keepdim=True))
+
+
+_OVERFLOW = ("exp of {} overflows and inf / inf is NaN. Subtract each row's max first, or use "
+             "torch.softmax.")
 BACKWARD_MISTAKES = [Mistake(lambda s, g, _f=f: _f(torch.softmax(s, dim=-1), g), hint) for f, hint in [
     (lambda a, g: a * g,
      "that is only diag(a) g: the a a^T term of J is missing (raising s_j also lowers every other "
@@ -176,23 +186,20 @@ BACKWARD_MISTAKES = [Mistake(lambda s, g, _f=f: _f(torch.softmax(s, dim=-1), g),
      "<a, g> is one number per row: sum over the last axis, not over the whole tensor."),
 ]] + [Mistake(lambda s, g: s * (g - (s * g).sum(-1, keepdim=True)),
               "the formula takes the weights a = softmax(s), not the raw scores.")] + [
-    Mistake(lambda s, g, _d=d: _softmax_grad(s, g, dim=_d), "the softmax ran over the wrong axis "
-            f"(dim={d}): each row of scores is one query against every key, so softmax(scores, "
-            "dim=-1).") for d in (0, -2)]
+    Mistake(partial(_softmax_grad, dim=d), f"the softmax ran over the wrong axis (dim={d}): each row "
+            "of scores is one query against every key, so softmax(scores, dim=-1).") for d in (0, -2)]
 
 
 def _no_jacobian(inputs: dict) -> AllocationWatch:
     """The lesson's constraint: no tensor as big as the ``(..., n, n)`` Jacobian."""
-    rows = inputs["scores"]
-    n, limit = rows.shape[-1], rows.numel() * rows.shape[-1]
+    n = inputs["scores"].shape[-1]
 
     def refuse(t: torch.Tensor, call: str) -> str | None:
-        if n >= 3 and t.numel() >= limit:
+        if n >= 3 and t.numel() >= inputs["scores"].numel() * n:
             return (f"softmax_backward built a tensor of shape {tuple(t.shape)} ({call}), as big as "
                     f"the (..., n, n) Jacobian (n = {n}). This exercise is the backward pass WITHOUT "
                     "J: multiply J = diag(a) - a a^T out on paper, down to vectors and row numbers.")
         return None
-
     return AllocationWatch(refuse)
 
 
@@ -209,49 +216,28 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
     gradient at the scores, with no tensor as big as the ``(..., n, n)`` Jacobian."""
     return check_function(
         softmax_backward, _softmax_backward, _backward_cases(), what="softmax_backward",
-        output_names=("the gradient at the scores",), atol=1e-6, rtol=1e-5,
-        watch=_no_jacobian,
-        mistakes=BACKWARD_MISTAKES,
-        error_hints=[("must match the size of tensor",
-                      "<a, g> must keep its last axis to broadcast against the row: "
-                      "sum(dim=-1, keepdim=True) gives (..., 1); without keepdim it is (...,).")],
-        nan_hint="exp of a large score overflows and inf / inf is NaN. Subtract each row's max "
-                 "first, or use torch.softmax.",
-    )
+        output_names=("the gradient at the scores",), atol=1e-6, rtol=1e-5, watch=_no_jacobian,
+        mistakes=BACKWARD_MISTAKES, nan_hint=_OVERFLOW.format("a large score"),
+        error_hints=[("must match the size of tensor", "<a, g> must keep its last axis to broadcast "
+                      "against the row: sum(dim=-1, keepdim=True) gives (..., 1); without keepdim "
+                      "it is (...,).")])
 
 
-def _softmax_grad(s: torch.Tensor, g: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """J g at the scores ``s``, the weights taken over ``dim``."""
-    a = torch.softmax(s, dim=dim)
-    return a * (g - (a * g).sum(-1, keepdim=True))
+_BY_HAND = {  # exercise 3's answer in steps; each named mistake below replaces one or two
+    "dS": lambda s, up, c: _softmax_grad(s, up),                   # (..., n, n): dL/dS
+    "dQ": lambda dS, q, k, c: c * dS @ k,                           # (..., n, d_k)
+    "dK": lambda dS, q, k, c: c * dS.mT @ q,
+    "dW": lambda x, d: x.mT @ d,                                    # (..., d_model, d_k)
+    "batch": lambda g: g.sum(0) if g.dim() == 3 else g,             # the sequences share W
+}
 
 
-def _backward_with(x, w_q, w_k, scale, up, *, powers=(1, 1), given_scale=True,  # noqa: C901
-                   softmax_at="scores", dq_rows=True, dk_columns=True, swap_qk=False,
-                   wrt="weights", batch="sum", swap_outputs=False, sign=1.0, weights_dim=-1,
-                   up_transposed=False):
-    """``(dL/dW_Q, dL/dW_K)`` by hand, with the named mistake each keyword sets."""
-    c = scale if given_scale else 1 / math.sqrt(w_q.shape[-1])
-    up = up.mT if up_transposed else up
+def _by_hand(x, w_q, w_k, c, up, **changed):
+    step = _BY_HAND | changed
     q, k = x @ w_q, x @ w_k                                           # (..., n, d_k)
-    s = c * q @ k.mT                                                  # (..., n, n)
-    d_s = {"scores": lambda: _softmax_grad(s, up, dim=weights_dim),
-           "raw": lambda: _softmax_grad(q @ k.mT, up),
-           "weights": lambda: _softmax_grad(torch.softmax(s, dim=-1), up),
-           "skipped": lambda: up,
-           "diagonal": lambda: torch.softmax(s, dim=-1) * up,
-           "diagonal of J": lambda: torch.softmax(s, -1) * (1 - torch.softmax(s, -1)) * up}[softmax_at]()
-    first, second = (q, k) if swap_qk else (k, q)                     # what dQ, dK multiply
-    d_q = c ** powers[0] * (d_s if dq_rows else d_s.mT) @ first
-    d_k = c ** powers[1] * (d_s.mT if dk_columns else d_s) @ second
-    if wrt == "qk":
-        grads = (d_q, d_k)
-    else:
-        grads = tuple(d.mT @ x if wrt == "transposed" else x.mT @ d for d in (d_q, d_k))
-        if x.dim() == 3 and batch != "kept":
-            grads = tuple({"mean": g.mean(0), "first": g[0], "sum": g.sum(0)}[batch] for g in grads)
-    grads = tuple(sign * g for g in grads)
-    return grads[::-1] if swap_outputs else grads
+    dS = step["dS"](c * q @ k.mT, up, c)
+    return tuple(step["batch"](step["dW"](x, d))
+                 for d in (step["dQ"](dS, q, k, c), step["dK"](dS, q, k, c)))
 
 
 def _projection_cases() -> list[dict]:
@@ -274,47 +260,54 @@ def _projection_cases() -> list[dict]:
             case(6, 4, 4, 1.0, spread=48.0)]                  # scores in the thousands: saturated
 
 
-PROJECTION_MISTAKES = [Mistake(lambda *a, _v=v: _backward_with(*a, **_v), hint) for v, hint in [
-    ({"softmax_at": "skipped"}, "grad_weights is the gradient at the weights A, not at the scores: "
-     "pass it back through the softmax first (exercise 2)."),
-    ({"softmax_at": "weights"}, "softmax_backward takes the scores S; you handed it A = softmax(S), "
-     "so it differentiated a softmax of a softmax."),
-    ({"softmax_at": "diagonal"}, "dS misses the a a^T part of the softmax's Jacobian: use exercise "
-     "2's whole backward."),
-    ({"softmax_at": "diagonal of J"}, "dS used only the diagonal of J, a_i (1 - a_i): off it, "
-     "J_ij = -a_i a_j also contributes. Use exercise 2's whole backward."),
-    ({"weights_dim": -2}, "the softmax backward recomputed the weights over dim -2, down the "
-     "columns: A normalises each row (one query against every key), the last axis."),
-    ({"softmax_at": "raw"}, "the softmax backward ran at Q K^T, without the scale: it needs the "
-     "scores the softmax saw, S = scale * Q K^T."),
-    ({"powers": (0, 0)}, "the scale is missing from dQ and dK: the way back from S = scale * Q K^T "
-     "to Q K^T passes through that factor."),
-    ({"powers": (1, 0)}, "dK lacks the scale that dQ has: S = scale * Q K^T, so both dQ and dK "
-     "carry it."),
-    ({"powers": (2, 2)}, "the scale came in twice: the way back from S to Q K^T multiplies by it once."),
-    ({"given_scale": False}, "you used 1/sqrt(d_k); the scale is an argument (0.3 or 2 in some cases)."),
-    ({"dk_columns": False}, "dK was computed from dS, not its transpose: key j collects column j of "
-     "dS (every query's pull on it)."),
-    ({"dq_rows": False, "dk_columns": False}, "dS and dS^T are swapped between dQ and dK: query i "
-     "collects row i of dS, key j column j."),
-    ({"dq_rows": False}, "dQ was computed from dS^T: query i collects row i of dS; only dK needs the "
-     "transpose."),
-    ({"swap_qk": True}, "Q and K are swapped in the chain: the keys carry dS to Q, the queries carry "
-     "dS^T to K."),
-    ({"wrt": "qk"}, "that is the gradient at Q and K, (..., n, d_k): one more step, through Q = x W_Q "
-     "and K = x W_K."),
-    ({"wrt": "transposed"}, "the gradients came out transposed, (d_k, d_model): in Q = x W_Q, x "
-     "multiplies W_Q from the left."),
-    ({"swap_outputs": True}, "the two gradients are swapped: return (grad_W_Q, grad_W_K)."),
-    ({"batch": "kept"}, "one gradient per sequence, (b, d_model, d_k): the sequences share W_Q and "
-     "W_K, so their gradients add up."),
-    ({"batch": "mean"}, "averaged over the batch: the gradients at the shared W_Q and W_K are the "
-     "sums over the batch, not the means."),
-    ({"batch": "first"}, "only the first sequence of the batch counted: every sequence uses the "
-     "shared W_Q and W_K, so add up the gradients of all of them."),
-    ({"up_transposed": True}, "grad_weights came in transposed: entry (i, j) is dL/dA_ij, query "
-     "i's weight on key j, in the same layout as A."),
-    ({"sign": -1.0}, "the sign is flipped: return the gradient, not the step that descends it."),
+PROJECTION_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
+    ("grad_weights is the gradient at the weights A, not at the scores: pass it back through the "
+     "softmax first (exercise 2).", partial(_by_hand, dS=lambda s, up, c: up)),
+    ("softmax_backward takes the scores S; you handed it A = softmax(S), so it differentiated a "
+     "softmax of a softmax.", partial(_by_hand, dS=lambda s, up, c: _softmax_grad(s.softmax(-1), up))),
+    ("dS misses the a a^T part of the softmax's Jacobian: use exercise 2's whole backward.",
+     partial(_by_hand, dS=lambda s, up, c: s.softmax(-1) * up)),
+    ("dS used only the diagonal of J, a_i (1 - a_i): off it, J_ij = -a_i a_j also contributes. Use "
+     "exercise 2's whole backward.",
+     partial(_by_hand, dS=lambda s, up, c: s.softmax(-1) * (1 - s.softmax(-1)) * up)),
+    ("the softmax backward recomputed the weights over dim -2, down the columns: A normalises each "
+     "row (one query against every key), the last axis.",
+     partial(_by_hand, dS=lambda s, up, c: _softmax_grad(s, up, dim=-2))),
+    ("the softmax backward ran at Q K^T, without the scale: it needs the scores the softmax saw, "
+     "S = scale * Q K^T.", partial(_by_hand, dS=lambda s, up, c: _softmax_grad(s / c, up))),
+    ("the scale is missing from dQ and dK: the way back from S = scale * Q K^T to Q K^T passes "
+     "through that factor.",
+     partial(_by_hand, dQ=lambda dS, q, k, c: dS @ k, dK=lambda dS, q, k, c: dS.mT @ q)),
+    ("dK lacks the scale that dQ has: S = scale * Q K^T, so both dQ and dK carry it.",
+     partial(_by_hand, dK=lambda dS, q, k, c: dS.mT @ q)),
+    ("the scale came in twice: the way back from S to Q K^T multiplies by it once.", partial(
+        _by_hand, dQ=lambda dS, q, k, c: c * c * dS @ k, dK=lambda dS, q, k, c: c * c * dS.mT @ q)),
+    ("you used 1/sqrt(d_k); the scale is an argument (0.3 or 2 in some cases).",
+     lambda x, w_q, w_k, c, up: _by_hand(x, w_q, w_k, w_q.shape[-1] ** -0.5, up)),
+    ("dK was computed from dS, not its transpose: key j collects column j of dS (every query's "
+     "pull on it).", partial(_by_hand, dK=lambda dS, q, k, c: c * dS @ q)),
+    ("dS and dS^T are swapped between dQ and dK: query i collects row i of dS, key j column j.",
+     partial(_by_hand, dQ=lambda dS, q, k, c: c * dS.mT @ k, dK=lambda dS, q, k, c: c * dS @ q)),
+    ("dQ was computed from dS^T: query i collects row i of dS; only dK needs the transpose.",
+     partial(_by_hand, dQ=lambda dS, q, k, c: c * dS.mT @ k)),
+    ("Q and K are swapped in the chain: the keys carry dS to Q, the queries carry dS^T to K.",
+     partial(_by_hand, dQ=lambda dS, q, k, c: c * dS @ q, dK=lambda dS, q, k, c: c * dS.mT @ k)),
+    ("that is the gradient at Q and K, (..., n, d_k): one more step, through Q = x W_Q and "
+     "K = x W_K.", partial(_by_hand, dW=lambda x, d: d, batch=lambda g: g)),
+    ("the gradients came out transposed, (d_k, d_model): in Q = x W_Q, x multiplies W_Q from the "
+     "left.", partial(_by_hand, dW=lambda x, d: d.mT @ x)),
+    ("the two gradients are swapped: return (grad_W_Q, grad_W_K).", lambda *a: _by_hand(*a)[::-1]),
+    ("one gradient per sequence, (b, d_model, d_k): the sequences share W_Q and W_K, so their "
+     "gradients add up.", partial(_by_hand, batch=lambda g: g)),
+    ("averaged over the batch: the gradients at the shared W_Q and W_K are the sums over the "
+     "batch, not the means.", partial(_by_hand, batch=lambda g: g.mean(0) if g.dim() == 3 else g)),
+    ("only the first sequence of the batch counted: every sequence uses the shared W_Q and W_K, "
+     "so add up the gradients of all of them.",
+     partial(_by_hand, batch=lambda g: g[0] if g.dim() == 3 else g)),
+    ("grad_weights came in transposed: entry (i, j) is dL/dA_ij, query i's weight on key j, in "
+     "the same layout as A.", lambda x, w_q, w_k, c, up: _by_hand(x, w_q, w_k, c, up.mT)),
+    ("the sign is flipped: return the gradient, not the step that descends it.",
+     lambda *a: tuple(-g for g in _by_hand(*a))),
 ]]
 
 
@@ -354,10 +347,7 @@ def check_projection_gradients(projection_gradients: Callable) -> CheckResult:
         projection_gradients, _projection_gradients, _projection_cases(),
         what="projection_gradients", output_names=("the gradient at W_Q", "the gradient at W_K"),
         atol=1e-6, rtol=1e-5, mistakes=PROJECTION_MISTAKES,
-        error_hints=[("must match the size of tensor",
-                      "in a batch (x is (b, n, d_model)) .T reverses all three axes; .mT swaps the "
-                      "last two.")],
-        nan_hint="exp of a score in the thousands overflows and inf / inf is NaN. Subtract each "
-                 "row's max first, or use torch.softmax.",
-    )
+        error_hints=[("must match the size of tensor", "in a batch (x is (b, n, d_model)) .T "
+                      "reverses all three axes; .mT swaps the last two.")],
+        nan_hint=_OVERFLOW.format("a score in the thousands"))
     return _about_exercise_2(projection_gradients, result)

@@ -1,23 +1,19 @@
-"""Notebook 06's widget (decode an example step by step and watch the cross-attention: rows after
-the step grey, the step's row framed) and its per-seed tables."""
+"""Notebook 06's widget: decode an example step by step and watch the cross-attention (rows after
+the step grey, the step's row framed)."""
 
 from __future__ import annotations
-
-import math
 
 import ipywidgets as widgets
 import torch
 
 from ..entropy import attention_entropy, max_entropy
-from ..lessons.cross_attention import table_row
 from ..lessons.rnn_bottleneck import Seq2Seq
 from ..lessons.tasks import example, get_task
 from .core import AttentionFrame, LiveAttentionWidget
 from .masking import CaptionedView
 from .rnn_bottleneck import check_model, decode_examples
 
-__all__ = ["alignment_frame", "alignment_widget", "seed_table"]
-TOP4 = "4 strongest keys' weight"
+__all__ = ["alignment_frame", "alignment_widget"]
 
 
 def _decoded(model: Seq2Seq, task, index: int):
@@ -90,32 +86,4 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAt
     view.panel.ax_entropy.yaxis.tick_right()    # step labels clear of the colour bar's ticks
     return LiveAttentionWidget(lambda index, step: _alignment(*decoded[index], step), controls,
                                view, title=f"Decoding step by step ({task.name})")
-
-
-def seed_table(seeds: dict, task: str) -> None:
-    """Print one row per seed of ``{seed: {"dates": dates_readings, "reversal": reversal_readings}}``
-    (``task`` picks which): the numbers behind notebook 06's claims about the GRUs."""
-    if task == "dates":
-        print("seed  token acc.  digit steps on field  step 5: month/year  "
-              "1st -: year  2nd -: year/month/day  entropy 2nd - / digits")
-    elif task == "reversal":
-        print("seed  peak on L-1-t (worst length)  within one (worst length)  peak weight  "
-              "4 strongest keys (all L)  e^(mean H) at L = 4 / 24")
-    else:
-        raise ValueError(f"task must be 'dates' or 'reversal', got {task!r}")
-    for seed, readings in seeds.items():
-        r = readings[task]
-        if task == "dates":
-            n, counts, row = sum(r["field counts"][0].values()), r["field counts"], table_row(r)
-            split = "/".join(f"{c / n:.2f}" for c in counts[7].values())
-            print(f"{seed:>4}  {r['token accuracy']:10.2f}  {row['digit steps on their field']:20.2f}  "
-                  f"{counts[5]['month'] / n:13.2f}/{counts[5]['year'] / n:.2f}  "
-                  f"{counts[4]['year'] / n:11.2f}  {split:>21}  "
-                  f"{r['mean entropy'][7]:15.2f} / {row['digit-step entropy (nats)']:.2f}")
-        else:
-            on, near = r["on the mirror"].values(), r["within one"].values()
-            e4, e24 = (math.exp(h) for L, h in r["mean entropy"].items() if int(L) in (4, 24))
-            print(f"{seed:>4}  {r['on the mirror, pooled']:21.2f} ({min(on):.2f})  "
-                  f"{r['within one, pooled']:18.2f} ({min(near):.2f})  {r['peak weight']:11.2f}  "
-                  f"{r[TOP4]:24.2f}  {e4:17.1f} / {e24:.1f}")
 

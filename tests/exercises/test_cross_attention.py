@@ -30,136 +30,82 @@ def test_the_reference_is_torchs_decoder_layer_with_a_causal_mask():
         assert torch.allclose(ex.decode_layer_reference(*case.values()), expected, atol=1e-5)
 
 
-GIVEN = "cache = ah.KVCache(y.shape[1])\n"                  # the stub's lines before its loop
+def in_the_stub(cross):
+    """A learner's answer in the stub's loop: ``cross(layer, x_t, memory, memory_real, kept)`` is
+    the cross-attention's output at one step (``kept``: a dict that lasts across the steps)."""
+    def decode_layer(layer, y, memory, memory_real):
+        cache, kept, out = ah.KVCache(y.shape[1]), {}, []                          # given
+        for t in range(y.shape[1]):
+            y_t = y[:, t:t + 1]                                                     # given
+            x_t = layer.norm1(y_t + layer.self_attn(y_t, y_t, y_t, cache=cache)[0])  # given
+            x_t = layer.norm2(x_t + cross(layer, x_t, memory, memory_real, kept))
+            out.append(layer.norm3(x_t + layer.feed_forward(x_t)))
+        return torch.cat(out, 1)
+    return decode_layer
 
 
-def learner_decode(layer, y, memory, memory_real):
-    """A learner's answer written another way (explicit heads, own attention) in the stub's loop."""
-    h, d = layer.cross_attn.num_heads, layer.d_model
-    ca = layer.cross_attn
-    cache = ah.KVCache(y.shape[1])                                              # given
+def explicit_heads(layer, x_t, memory, memory_real, kept):
+    """Written another way: own head split and attention, K and V made at the first step."""
+    ca, h, d = layer.cross_attn, layer.cross_attn.num_heads, layer.d_model
 
     def heads(x):                                                     # (b, n, d) -> (b, h, n, d/h)
         return x.view(x.shape[0], x.shape[1], h, d // h).transpose(1, 2)
 
-    def attend(q, k, v, mask=None):
-        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf"))
-        return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(q.shape[0], q.shape[2], d)
-
-    K_m, V_m = heads(ca.k_proj(memory)), heads(ca.v_proj(memory))
-    out = []
-    for t in range(y.shape[1]):
-        y_t = y[:, t:t + 1]                                                     # given
-        x_t = layer.norm1(y_t + layer.self_attn(y_t, y_t, y_t, cache=cache)[0])  # given
-        x_t = layer.norm2(x_t + ca.out_proj(attend(heads(ca.q_proj(x_t)), K_m, V_m,
-                                                   memory_real[:, None, None, :])))
-        out.append(layer.norm3(x_t + layer.feed_forward(x_t)))
-    return torch.cat(out, 1)
+    if not kept:
+        kept["K"], kept["V"] = heads(ca.k_proj(memory)), heads(ca.v_proj(memory))
+    q = heads(ca.q_proj(x_t))
+    s = (q @ kept["K"].transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
+        ~memory_real[:, None, None, :], float("-inf"))
+    return ca.out_proj((torch.softmax(s, -1) @ kept["V"]).transpose(1, 2).reshape(x_t.shape))
 
 
-def test_decode_checker_accepts_the_reference_loop_and_another_loop():
-    assert ex.check_decode_layer(lambda *a: ex._decode_with(*a))
-    assert ex.check_decode_layer(learner_decode)
+def test_decode_checker_accepts_the_loop_the_mistakes_vary_and_another_loop():
+    assert ex.check_decode_layer(ex._decode_with)
+    assert ex.check_decode_layer(in_the_stub(explicit_heads))
 
 
-@pytest.mark.parametrize("flaw, words", [
-    ({"mask_memory": False}, "padded memory positions were read"),
-    ({"pre_norm": (True, True)}, "written pre-norm"), ({"pre_norm": ("both", True)}, "pre-norm"),
-    ({"pre_norm": (False, "both")}, "written pre-norm"),
-    ({"memory_queries": True}, "the decoder asks"), ({"cross_out": False}, "out_proj"),
-    ({"mask_3d": True}, "its batch axis meets the heads axis"),
-    ({"zero_mask": True}, "a score of 0 is not -inf"), ({"soft_mask": True}, "after the softmax"),
-    ({"cross_residual": False}, "the residual"), ({"cross_norm": "norm1"}, "went through norm1"),
-    ({"query_before_self": True}, "before the self-attention block"),
-    ({"one_head": True}, "heads were not split"),
-    ({"cross_norm": False}, "the sum after the cross-attention was not normalised"),
-    ({"ff_residual": False}, "the feed-forward's output must be ADDED"),
-    ({"ff_norm": "norm2"}, "norm3 for the feed-forward"),
-    ({"ff_norm": None}, "the sum after the feed-forward was not normalised"),
-    ({"softmax_dim": -2}, "the softmax ran over dim -2"),
-    ({"scale": 1.0, "mask_memory": False}, "neither scaled by 1/sqrt(d_head) nor masked"),
-    ({"invert_memory": True}, "the memory mask is inverted"),
-    ({"causal_memory": True}, "masked causally"),
-    ({"scale": 1.0}, "the scores were not scaled"), ({"scale": "d_model"}, "not 1/sqrt(d_model)"),
-    ({"norm_outside": True}, "the LayerNorm went on x_t alone"),
-    ({"no_transpose": True}, "without moving the head axis before the positions"),
-    ({"ff_first": "own"}, "wrong order"), ({"ff_first": "place"}, "wrong order"),
-    ({"values_are_keys": True}, "the values were the keys"),
-    ({"cross_norm": "norm3"}, "sum went through norm3"),
-    ({"residual_from_y": True}, "residual came from y_t"),
-    ({"ff_on_pre_cross": True}, "from before the cross-attention block")])
-def test_decode_checker_names_the_mistake(flaw, words):
-    assert_rejected(ex.check_decode_layer(lambda *a: ex._decode_with(*a, **flaw)), "\nHint: ", words)
+@pytest.mark.parametrize("mistake", ex.DECODE_MISTAKES, ids=range(len(ex.DECODE_MISTAKES)))
+def test_decode_checker_names_each_mistake(mistake):
+    assert_rejected(ex.check_decode_layer(mistake.produce), "\nHint: " + mistake.hint)
 
 
-def cross_attn_per_step(layer, y, memory, memory_real):
-    """Right numbers, but the memory projected at every step: layer.cross_attn in the loop."""
-    cache = ah.KVCache(y.shape[1])                                              # given
-    out = []
-    for t in range(y.shape[1]):
-        y_t = y[:, t:t + 1]                                                     # given
-        x_t = layer.norm1(y_t + layer.self_attn(y_t, y_t, y_t, cache=cache)[0])  # given
-        x_t = layer.norm2(x_t + layer.cross_attn(x_t, memory, memory, memory_real[:, None, :])[0])
-        out.append(layer.norm3(x_t + layer.feed_forward(x_t)))
-    return torch.cat(out, 1)
+def attend(layer, x_t, K, V, memory_real):
+    h = layer.cross_attn.num_heads
+    o, _ = ah.scaled_dot_product_attention(ah.split_heads(layer.cross_attn.q_proj(x_t), h),
+                                           ah.split_heads(K, h), ah.split_heads(V, h),
+                                           memory_real[:, None, None, :])
+    return layer.cross_attn.out_proj(ah.merge_heads(o))
 
 
-def values_from_k_proj(layer, y, memory, memory_real):
-    """Both projections before the loop, but V made with k_proj."""
-    ca, h = layer.cross_attn, layer.cross_attn.num_heads
-    cache = ah.KVCache(y.shape[1])                                              # given
-    K_m, V_m = ah.split_heads(ca.k_proj(memory), h), ah.split_heads(ca.k_proj(memory), h)
-    out = []
-    for t in range(y.shape[1]):
-        y_t = y[:, t:t + 1]                                                     # given
-        x_t = layer.norm1(y_t + layer.self_attn(y_t, y_t, y_t, cache=cache)[0])  # given
-        o, _ = ah.scaled_dot_product_attention(ah.split_heads(ca.q_proj(x_t), h), K_m, V_m,
-                                               memory_real[:, None, None, :])
-        x_t = layer.norm2(x_t + ca.out_proj(ah.merge_heads(o)))
-        out.append(layer.norm3(x_t + layer.feed_forward(x_t)))
-    return torch.cat(out, 1)
+def linear_per_step(layer, x_t, memory, memory_real, kept):
+    """Right numbers, the memory re-projected at every step with F.linear and the weights."""
+    ca = layer.cross_attn
+    return attend(layer, x_t, F.linear(memory, ca.k_proj.weight, ca.k_proj.bias),
+                  F.linear(memory, ca.v_proj.weight, ca.v_proj.bias), memory_real)
 
 
-def test_decode_checker_names_values_made_with_k_proj_not_a_per_step_projection():
-    verdict = ex.check_decode_layer(values_from_k_proj)
-    assert_rejected(verdict, "cross_attn.k_proj ran twice and cross_attn.v_proj never",
-                    "\nHint: K = memory W_K comes from k_proj, V = memory W_V from v_proj")
-    assert "at every step" not in verdict.message
+def values_from_k_proj(layer, x_t, memory, memory_real, kept):
+    """K and V both made once, V with k_proj: not refused; the numbers name it."""
+    if not kept:
+        kept["K"], kept["V"] = layer.cross_attn.k_proj(memory), layer.cross_attn.k_proj(memory)
+    return attend(layer, x_t, kept["K"], kept["V"], memory_real)
 
 
-def test_decode_checker_refuses_the_whole_layer_and_the_memory_projected_per_step():
-    whole = ex.check_decode_layer(lambda layer, y, memory, real: layer(y, memory,
-                                                                       memory_padding=real))
-    assert_rejected(whole, "case 1 of 4", "q_proj ran on 4 target positions in one call",
-                    "\nHint: returning layer(y, memory, memory_padding=memory_real)")
-    per_step = ex.check_decode_layer(cross_attn_per_step)
-    assert_rejected(per_step, "cross_attn.k_proj ran 4 times in 4 decoding steps",
-                    "\nHint: calling layer.cross_attn(x_t, memory, memory, mask) in the loop")
-
-
-def linear_per_step(layer, y, memory, memory_real):
-    """Right numbers, but the memory re-projected at every step with F.linear and the weights."""
-    ca, h = layer.cross_attn, layer.cross_attn.num_heads
-    cache = ah.KVCache(y.shape[1])                                              # given
-    out = []
-    for t in range(y.shape[1]):
-        y_t = y[:, t:t + 1]                                                     # given
-        x_t = layer.norm1(y_t + layer.self_attn(y_t, y_t, y_t, cache=cache)[0])  # given
-        K_m = ah.split_heads(F.linear(memory, ca.k_proj.weight, ca.k_proj.bias), h)
-        V_m = ah.split_heads(F.linear(memory, ca.v_proj.weight, ca.v_proj.bias), h)
-        o, _ = ah.scaled_dot_product_attention(ah.split_heads(ca.q_proj(x_t), h), K_m, V_m,
-                                               memory_real[:, None, None, :])
-        x_t = layer.norm2(x_t + ca.out_proj(ah.merge_heads(o)))
-        out.append(layer.norm3(x_t + layer.feed_forward(x_t)))
-    return torch.cat(out, 1)
-
-
-def test_decode_checker_refuses_the_memory_reprojected_per_step_without_the_modules():
-    assert_rejected(ex.check_decode_layer(linear_per_step),
-                    "the memory's keys and values were computed 8 times in 4 decoding steps",
-                    "\nHint: K and V do not change while the decoder writes")
+@pytest.mark.parametrize("answer, words", [
+    (lambda layer, y, memory, real: layer(y, memory, memory_padding=real),
+     ("case 1 of 4", "q_proj ran on 4 target positions in one call",
+      "\nHint: returning layer(y, memory, memory_padding=memory_real)")),
+    (in_the_stub(lambda layer, x_t, memory, real, kept: layer.cross_attn(
+        x_t, memory, memory, real[:, None, :])[0]),
+     ("the memory's keys and values were computed 8 times in 4 decoding steps",
+      "calling layer.cross_attn(x_t, memory, memory, mask) in the loop")),
+    (in_the_stub(linear_per_step),
+     ("the memory's keys and values were computed 8 times in 4 decoding steps",
+      "\nHint: K and V do not change while the decoder writes")),
+    (in_the_stub(values_from_k_proj), ("\nHint: the values were the keys: V_m reused K_m",)),
+])
+def test_decode_checker_refuses_the_whole_layer_and_the_memory_projected_per_step(answer, words):
+    assert_rejected(ex.check_decode_layer(answer), *words)
 
 
 def test_the_cross_attend_reference_is_torchs_multihead_attention_with_a_key_padding_mask():
@@ -167,12 +113,11 @@ def test_the_cross_attend_reference_is_torchs_multihead_attention_with_a_key_pad
         d, d_m = W_Q.shape[1], W_K.shape[0]
         torch_layer = torch.nn.MultiheadAttention(d, 1, kdim=d_m, vdim=d_m + 1, bias=False,
                                                   batch_first=True, dtype=y.dtype)
-        W_I = torch.eye(d, dtype=y.dtype)                           # noqa: N806 - out_proj = I
         with torch.no_grad():                       # vdim != d: torch keeps three separate weights
             torch_layer.q_proj_weight.copy_(W_Q.T)
             torch_layer.k_proj_weight.copy_(W_K.T)
             torch_layer.v_proj_weight.copy_(torch.cat([W_V, torch.zeros(1, d, dtype=y.dtype)]).T)
-            torch_layer.out_proj.weight.copy_(W_I)
+            torch_layer.out_proj.weight.copy_(torch.eye(d, dtype=y.dtype))
             expected, weights = torch_layer(y, memory, torch.cat([memory, memory[..., :1]], -1),
                                             key_padding_mask=~real)
         got = ex.cross_attend_reference(y, memory, real, W_Q, W_K, W_V)
@@ -191,61 +136,42 @@ def sdpa_attend(y, memory, memory_real, W_Q, W_K, W_V):
 def additive_attend(y, memory, memory_real, W_Q, W_K, W_V):
     """An additive -1e9 mask, a unsqueezed mask and .mT: written another way."""
     Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
-    scores = Q @ K.mT * Q.shape[-1] ** -0.5 + (~memory_real).unsqueeze(1) * -1e9
-    weights = torch.softmax(scores, dim=-1)
+    weights = torch.softmax(Q @ K.mT * Q.shape[-1] ** -0.5 + (~memory_real).unsqueeze(1) * -1e9, -1)
     return weights @ V, weights
 
 
 def test_cross_attend_checker_accepts_the_reference_and_other_correct_answers():
     assert ex.check_cross_attend(ex.cross_attend_reference, solution=True)
-    for answer in (sdpa_attend, additive_attend, lambda *a: ex._attend_with(*a)):
+    for answer in (sdpa_attend, additive_attend, ex._attend_with):
         verdict = ex.check_cross_attend(answer)
         assert verdict and verdict.message.endswith("edge cases included."), verdict.message
 
 
-@pytest.mark.parametrize("flaw, words", [
-    ({"mask": None}, "padded memory positions were read"),
-    ({"mask": "queries"}, "laid along the queries, (b, n_k, 1)"),
-    ({"mask": "batch"}, "batch axis met the scores' query axis"),
-    ({"mask": "inverted"}, "the mask is inverted"),
-    ({"causal": True}, "cross-attention needs no causal mask"),
-    ({"kv_from": "y"}, "the keys and values came from the decoder states y"),
-    ({"queries_from": "memory", "kv_from": "y"}, "the roles are swapped"),
-    ({"values": "W_K"}, "the values were the keys"),
-    ({"softmax_dim": -2}, "the softmax ran over dim -2"),
-    ({"scale": None}, "the scores were not scaled"), ({"scale": "d_m"}, "divided by sqrt(d_m)"),
-    ({"scale": "d2"}, "divided by d;"), ({"mask": "times"}, "a score of 0 is not -inf"),
-    ({"scale": "n_k"}, "divided by sqrt(n_k), the number of memory positions"),
-    ({"mask": "after"}, "the mask came after the softmax"),
-    ({"scale": "output"}, "the output was divided by sqrt(d), after the weighted sum"),
-    ({"transposed": ("W_Q",)}, "a weight was transposed: x @ W.T is nn.Linear's habit"),
-    ({"transposed": ("W_Q", "W_K", "W_V")}, "the weights were transposed"),
-    ({"zero_padded_rows": True}, "padded memory rows were set to zero instead of masked"),
-    ({"swapped": True}, "the two results are swapped")])
-def test_cross_attend_checker_names_the_mistake(flaw, words):
-    assert_rejected(ex.check_cross_attend(lambda *a: ex._attend_with(*a, **flaw)), "\nHint: ", words)
+@pytest.mark.parametrize("mistake", ex.ATTEND_MISTAKES, ids=range(len(ex.ATTEND_MISTAKES)))
+def test_cross_attend_checker_names_each_mistake(mistake):
+    assert_rejected(ex.check_cross_attend(mistake.produce), "\nHint: " + mistake.hint)
 
 
-def test_cross_attend_checker_names_padded_scores_filled_with_zero():
-    def filled_with_zero(y, memory, memory_real, W_Q, W_K, W_V):
-        Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
-        scores = (Q @ K.mT / Q.shape[-1] ** 0.5).masked_fill(~memory_real[:, None, :], 0.0)
-        return scores.softmax(-1) @ V, scores.softmax(-1)
-    assert_rejected(ex.check_cross_attend(filled_with_zero), "\nHint: the padded scores were set "
-                    "to 0 (masked_fill with 0, or the scores times the mask)", "Fill them with -inf")
+def filled_with_zero(y, memory, memory_real, W_Q, W_K, W_V):
+    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
+    scores = (Q @ K.mT / Q.shape[-1] ** 0.5).masked_fill(~memory_real[:, None, :], 0.0)
+    return scores.softmax(-1) @ V, scores.softmax(-1)
 
 
-def test_cross_attend_checker_explains_a_mask_that_does_not_fit_and_a_missing_output():
-    def queries_masked(y, memory, memory_real, W_Q, W_K, W_V):   # m != n: the shapes clash
-        Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
-        if Q.shape[1] == K.shape[1]:
-            return ex.cross_attend_reference(y, memory, memory_real, W_Q, W_K, W_V)
-        scores = (Q @ K.mT / Q.shape[-1] ** 0.5).masked_fill(~memory_real[..., None], -math.inf)
-        return scores.softmax(-1) @ V, scores.softmax(-1)
-    assert_rejected(ex.check_cross_attend(queries_masked), "case 2 of 4", "the shapes do not fit",
-                    "\nHint: the shapes do not fit the scores (b, n_q, n_k)")
-    assert_rejected(ex.check_cross_attend(lambda *a: ex.cross_attend_reference(*a)[0]),
-                    "returned 1 value(s); expected 2")
+def queries_masked(y, memory, memory_real, W_Q, W_K, W_V):     # n_q != n_k: the shapes clash
+    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
+    if Q.shape[1] == K.shape[1]:                                  # case 1 passes: reach case 2
+        return ex.cross_attend_reference(y, memory, memory_real, W_Q, W_K, W_V)
+    scores = (Q @ K.mT / Q.shape[-1] ** 0.5).masked_fill(~memory_real[..., None], -math.inf)
+    return scores.softmax(-1) @ V, scores.softmax(-1)
+
+
+@pytest.mark.parametrize("answer, words", [
+    (filled_with_zero, ("\nHint: the padded scores were set to 0 (masked_fill with 0",)),
+    (queries_masked, ("case 2 of 4", "\nHint: the shapes do not fit the scores (b, n_q, n_k)")),
+    (lambda *a: ex.cross_attend_reference(*a)[0], ("returned 1 value(s); expected 2",))])
+def test_cross_attend_checker_names_learner_written_mistakes(answer, words):
+    assert_rejected(ex.check_cross_attend(answer), *words)
 
 
 def test_the_level_3_skeletons_filled_in_pass():
@@ -255,7 +181,7 @@ def test_the_level_3_skeletons_filled_in_pass():
         "ah.scaled_dot_product_attention(q, K_m, V_m, memory_real[:, None, None, :])",
         "layer.norm2(x_t + ca.out_proj(ah.merge_heads(o)))",
         "layer.norm3(x_t + layer.feed_forward(x_t))"),
-        prefix=GIVEN, ah=ah)
+        prefix="cache = ah.KVCache(y.shape[1])\n", ah=ah)
     assert ex.check_decode_layer(decode)
     attend = skeleton("cross_attention.attend", "y, memory, memory_real, W_Q, W_K, W_V", (
         "y @ W_Q, memory @ W_K, memory @ W_V", "Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])",

@@ -1,5 +1,5 @@
 """Notebook 06's lessons: the alignment readings, the small Transformer encoder-decoder, the claims
-on the studies' records and the per-seed table."""
+on the studies' records."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from attn_helpers.lessons import cross_attention, tasks
-from attn_helpers.widgets import cross_attention as seq_widgets
 
 
 def test_alignment_readings_count_the_strongest_words_field():
@@ -62,7 +61,3 @@ def test_recorded_claims_hold_and_fail_when_one_is_made_false():
     failing = _failing(cross_attention.transformer_claims(tables))
     assert len(failing) == 1 and failing[0].startswith("yet every head still reads")
 
-
-def test_seed_table_refuses_an_unknown_task():
-    with pytest.raises(ValueError, match="task must be"):
-        seq_widgets.seed_table({}, "copy")
