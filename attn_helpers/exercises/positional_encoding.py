@@ -37,10 +37,7 @@ def _turn(x: torch.Tensor, angles: torch.Tensor, *, halves: bool = False, swap: 
     return torch.stack([first, second], -1).flatten(-2)
 
 
-def rope_reference(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """``(..., n, d)``: pair ``(x[2i], x[2i+1])`` at position ``positions[j]`` turned by
-    ``positions[j] * omega_i``, ``omega_i = 10000^(-2i/d)`` (the package's ``apply_rope``)."""
-    return apply_rope(x, positions)
+rope_reference = apply_rope  # x (..., n, d), positions (n,): pair i of row j turned by positions[j] w_i
 
 
 ROPE_TOL = 1e-4  # loose enough for angles computed in float32 at positions up to 100, tested
