@@ -24,7 +24,7 @@ from ..measure import PowerLaw, fit_power_law, peak_bytes, time_call
 
 __all__ = [
     "ATTENTION_FUNCTIONS", "ATTENTION_METHODS", "BENCHMARK_FILE", "FIT_N_MIN", "FWD_BWD_METHODS",
-    "LOCAL_WINDOW", "METHOD_COLORS", "OPTIONAL_KEYS", "RECORD_KEYS", "attention_flops",
+    "LOCAL_WINDOW", "METHOD_COLORS", "RECORD_KEYS", "TIMING_KEYS", "attention_flops",
     "attention_sizes", "bench_attention", "benchmark", "cache_sizes", "copy_bandwidth_gbps", "cpu_ms",
     "fit_methods", "fwd_bwd_call", "load_benchmark", "machine", "matmul_gflops", "naive_attention",
     "plot_scaling", "saved_bytes", "series", "slope", "validate_records",
@@ -32,20 +32,15 @@ __all__ = [
 
 
 BENCHMARK_FILE = "bench_attention_cpu.json"
-ATTENTION_HEADS = 8
-ATTENTION_HEAD_DIM = 64
+HEADS, HEAD_DIM = 8, 64         # the benchmark's inputs: (1, 8, n, 64) float32
 ATTENTION_METHODS = ("naive", "sdpa", "tiled", "linear", "local")
 FWD_BWD_METHODS = ("naive_fwd_bwd", "sdpa_fwd_bwd", "tiled_fwd_bwd")
+#: the keys of each kind of record; a machine record may lack "threads" (the committed run predates it)
+TIMING_KEYS = {"method", "n", "median_ms", "peak_bytes", "gflops"}
 RECORD_KEYS = {"matmul_peak": {"method", "gflops"},
                "machine": {"method", "cache_bytes", "copy_gbps", "threads"}}
-#: keys a record may lack: the committed run (2026-11-22) predates the thread count
-OPTIONAL_KEYS = {"machine": {"threads"}}
-TILED_QUERY_BLOCK = 1024
-TILED_KEY_BLOCK = 512
-TILED_FWD_BWD_BLOCK = 128       # a block size FlashAttention-2 uses on GPUs
 LOCAL_WINDOW = 256
 FIT_N_MIN = 1024                # fits start here: below it naive's matrices fit in the cache
-FWD_BWD_MAX_N = 4096            # naive autograd at 8192 would need ~12 GiB
 #: Okabe-Ito colours (colour-blind safe) of the methods in the notebook's figures
 METHOD_COLORS = {"naive": "#D55E00", "sdpa": "#0072B2", "tiled": "#009E73", "linear": "#CC79A7",
                  "local": "#E69F00"}
@@ -114,13 +109,12 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
 ATTENTION_FUNCTIONS: dict[str, Callable] = {
     "naive": naive_attention,
     "sdpa": F.scaled_dot_product_attention,
-    "tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=TILED_KEY_BLOCK,
-                                             query_block_size=TILED_QUERY_BLOCK),
+    "tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=512, query_block_size=1024),
     "linear": lambda q, k, v: linear_attention(q, k, v, causal=True),
     "local": lambda q, k, v: local_attention(q, k, v, LOCAL_WINDOW, causal=True),
     "naive_fwd_bwd": naive_attention,
     "sdpa_fwd_bwd": F.scaled_dot_product_attention,
-    "tiled_fwd_bwd": lambda q, k, v: tiled_attention(q, k, v, block_size=TILED_FWD_BWD_BLOCK),
+    "tiled_fwd_bwd": lambda q, k, v: tiled_attention(q, k, v, block_size=128),   # as on GPUs
 }
 
 
@@ -144,12 +138,11 @@ def saved_bytes(fn: Callable, q, k, v) -> int:
     return sum(seen.values())
 
 
-def attention_flops(method: str, n: int, heads: int = ATTENTION_HEADS,
-                    d: int = ATTENTION_HEAD_DIM) -> float:
+def attention_flops(method: str, n: int, heads: int = HEADS, d: int = HEAD_DIM) -> float:
     """Useful FLOPs of one call per head: ``4 n^2 d`` exact (``12 n^2 d`` forward + backward),
     ``4 n d^2`` linear, ``4 n w d`` local."""
-    if method not in ATTENTION_METHODS + FWD_BWD_METHODS:
-        raise ValueError(f"method must be one of {ATTENTION_METHODS + FWD_BWD_METHODS}, got {method!r}")
+    if method not in ATTENTION_FUNCTIONS:
+        raise ValueError(f"method must be one of {tuple(ATTENTION_FUNCTIONS)}, got {method!r}")
     width = {"linear": d, "local": min(n, LOCAL_WINDOW)}.get(method, n)   # what n^2 d becomes
     return (12.0 if method in FWD_BWD_METHODS else 4.0) * heads * n * width * d
 
@@ -199,34 +192,24 @@ def copy_bandwidth_gbps(device: str = "cpu", n_bytes: int = 256 * 2**20,
 
 def bench_attention(max_n: int = 8192, device: str = "cpu",
                     methods=ATTENTION_METHODS + FWD_BWD_METHODS, *, budget_s: float = 1.0,
-                    fwd_bwd_max_n: int = FWD_BWD_MAX_N, references: bool = True) -> list[dict]:
-    """Every method at every ``n`` from 128 (forward + backward up to ``fwd_bwd_max_n``) -> the
-    records, then the matmul peak and the machine (left out with ``references=False``)."""
-    known = ATTENTION_METHODS + FWD_BWD_METHODS
-    unknown = set(methods) - set(known)
-    if unknown:
-        raise ValueError(f"methods must be among {known}, got {sorted(unknown)}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was asked for, but torch.cuda.is_available() is False")
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    records = []
-    g = torch.Generator().manual_seed(0)
+                    fwd_bwd_max_n: int = 4096, references: bool = True) -> list[dict]:
+    """Every method at every ``n`` from 128 (forward + backward up to ``fwd_bwd_max_n``: naive
+    autograd at 8192 would need ~12 GiB) -> the records, then the matmul peak and the machine (left
+    out with ``references=False``)."""
+    if unknown := set(methods) - set(ATTENTION_FUNCTIONS):
+        raise ValueError(f"methods must be among {tuple(ATTENTION_FUNCTIONS)}, got {sorted(unknown)}")
+    if device not in ("cpu", "cuda") or device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device must be 'cpu', or 'cuda' where CUDA is available; got {device!r}")
+    records, g, cpu = [], torch.Generator().manual_seed(0), device == "cpu"
     for n in attention_sizes(max_n):
-        shape = (1, ATTENTION_HEADS, n, ATTENTION_HEAD_DIM)
-        q, k, v, d_out = (torch.randn(shape, generator=g).to(device) for _ in range(4))
+        q, k, v, d_out = (torch.randn(1, HEADS, n, HEAD_DIM, generator=g).to(device) for _ in range(4))
         for method in methods:
+            if method in FWD_BWD_METHODS and n > fwd_bwd_max_n:
+                continue
             fn = ATTENTION_FUNCTIONS[method]
-            if method in FWD_BWD_METHODS:
-                if n > fwd_bwd_max_n:
-                    continue
-                call = fwd_bwd_call(fn, q, k, v, d_out)
-            else:
-                def call(fn=fn, q=q, k=k, v=v):
-                    with torch.no_grad():
-                        return fn(q, k, v)
-
-            median_ms = time_call(call, budget_s=budget_s, cpu_clock=device == "cpu")
+            call = (fwd_bwd_call(fn, q, k, v, d_out) if method in FWD_BWD_METHODS
+                    else torch.no_grad()(partial(fn, q, k, v)))
+            median_ms = time_call(call, budget_s=budget_s, cpu_clock=cpu)
             records.append({
                 "method": method, "n": n, "median_ms": round(median_ms, 3),
                 "peak_bytes": peak_bytes(call, device),
@@ -234,31 +217,22 @@ def bench_attention(max_n: int = 8192, device: str = "cpu",
             })
     if references:
         records.append({"method": "matmul_peak", "gflops": round(matmul_gflops(device), 3)})
-        records.append({"method": "machine", "cache_bytes": cache_sizes() if device == "cpu" else {},
+        records.append({"method": "machine", "cache_bytes": cache_sizes() if cpu else {},
                         "copy_gbps": round(copy_bandwidth_gbps(device), 3),
                         "threads": torch.get_num_threads()})   # the rates depend on it
     return records
 
 
 def validate_records(records) -> list[dict]:
-    """Return the records if they follow the schema; a ``ValueError`` names the first bad one."""
+    """Return the records if each has its kind's keys; a ``ValueError`` names the first bad one."""
     if not isinstance(records, list) or not records:
         raise ValueError(f"records must be a non-empty list, got {records!r}")
     for i, r in enumerate(records):
         method = r.get("method") if isinstance(r, dict) else None
-        keys = RECORD_KEYS.get(method, {"method", "n", "median_ms", "peak_bytes", "gflops"})
-        optional = OPTIONAL_KEYS.get(method, set())
-        if method not in (*RECORD_KEYS, *ATTENTION_METHODS, *FWD_BWD_METHODS) or not (
-                keys - optional <= set(r) <= keys):
+        keys, known = RECORD_KEYS.get(method, TIMING_KEYS), (*RECORD_KEYS, *ATTENTION_FUNCTIONS)
+        if method not in known or not (keys - {"threads"} <= set(r) <= keys):
             raise ValueError(f"record {i} must name a benchmarked method and have exactly the keys "
-                             f"{sorted(keys)} ({sorted(optional)} may be missing), got {r!r}")
-        caches = r.get("cache_bytes", {})
-        threads = r.get("threads", 1)
-        if (any(not r[key] > 0 for key in ("median_ms", "gflops", "copy_gbps") if key in r)
-                or not (isinstance(threads, int) and threads >= 1)
-                or not all(isinstance(size, int) and size > 0 for size in caches.values())
-                or not isinstance(r.get("n", 0), int) or not r.get("peak_bytes", 0) >= 0):
-            raise ValueError(f"record {i}: times, rates and sizes must be > 0, got {r!r}")
+                             f"{sorted(keys)} ('threads' may be missing), got {r!r}")
     methods = [r["method"] for r in records]
     if methods.count("matmul_peak") != 1 or methods.count("machine") > 1:
         raise ValueError("records must hold exactly one 'matmul_peak' record and at most one "

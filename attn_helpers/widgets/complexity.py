@@ -17,7 +17,6 @@ from matplotlib.transforms import blended_transform_factory, offset_copy
 from .._checks import require_bool, require_int_in
 from ..entropy import attention_entropy
 from ..plots import weights_cmap
-from ..training import single_thread
 from .core import BAR_COLOR, HIGHLIGHT_COLOR, BlitView, LiveAttentionWidget
 from .panels import CellPainter, EntropyBars, TextSprites
 
@@ -94,8 +93,6 @@ def tile_stepper_frame(n: int, block_size: int, causal: bool, step: int) -> Tile
     seen, before = order < step, order < step - 1
     (m_before, _, _), (m, p, l) = _running(s, before), _running(s, seen)   # noqa: E741
     touched = (seen != before).any(dim=-1)                            # the rows of the last tile
-    rows = np.zeros(n, dtype=bool)
-    rows[slice(*tiles[step - 1][:2]) if step else slice(0)] = True
     rescale = torch.where(touched, torch.exp(m_before - m).nan_to_num(0.0), 1.0)   # e^{m - m'}
     weights = (p / l.clamp_min(1e-300)[:, None]).masked_fill(~seen, math.nan)   # p / l, seen keys
     finished = (seen | torch.isinf(s)).all(dim=-1)
@@ -103,7 +100,8 @@ def tile_stepper_frame(n: int, block_size: int, causal: bool, step: int) -> Tile
     frame = TileStepperFrame(n, block_size, causal, step, len(tiles), s.numpy(), weights.numpy(),
                              m.numpy(), l.numpy(), rescale.numpy(), tiles[step - 1] if step else None,
                              finished.numpy(), entropy.numpy(),
-                             np.log(torch.isfinite(s).sum(dim=-1).numpy().astype(float)), rows)
+                             np.log(torch.isfinite(s).sum(dim=-1).numpy().astype(float)),
+                             touched.numpy())
     frame.readouts = _readouts(frame)
     return frame
 
@@ -159,12 +157,10 @@ class TileStepperView(BlitView):
             return fig.add_axes((x0 / width, self.BOTTOM / height, w / width, self.SIZE / height))
 
         self.ax_map = axes(self.LEFT, self.SIZE)
-        self.ax_map.set_xticks([])
-        self.ax_map.set_yticks([])
-        self.ax_map.set_xlabel("key", fontsize=9)
+        self.ax_map.set(xticks=[], yticks=[])
+        self.ax_map.set_xlabel("key", fontsize=9, labelpad=14)
         self.ax_map.xaxis.set_label_position("top")
         self.ax_map.set_ylabel("query", fontsize=9, labelpad=18)
-        self.ax_map.xaxis.labelpad = 14
         self.ax_map.set_title("weights exp(s - m) / ℓ tile by tile (never stored by FlashAttention)",
                               fontsize=9, pad=30)
         #: a square-root colour scale on the fixed 0..1 range: a weight near 1/48 stays visible
@@ -273,54 +269,42 @@ class TileStepperView(BlitView):
 
 
 class TileStepperWidget(LiveAttentionWidget):
-    """The ``step`` slider spans this ``(n, block_size, causal)``'s tiles (at the last tile it stays
-    there); :meth:`set` checks its values first and shows a bad one in the widget."""
+    """The tile-size and step ranges follow ``n``, the tile size and ``causal`` (a step at its end
+    stays there); :meth:`set` fits them to the new values, then the core's :meth:`set` checks these."""
 
     def refresh(self) -> None:
-        self._fit_controls()
+        self._fit(self.values)
         super().refresh()
 
-    def _step_for(self, values: dict) -> tuple[int, int]:
-        """``(number of tiles, step)`` for the control ``values``: a step at its end stays there."""
-        step = self.controls["step"]
-        n_steps = len(tile_schedule(values["n"], values["block_size"], causal=values["causal"]))
-        return n_steps, n_steps if step.value == step.max else min(values["step"], n_steps)
-
-    def _fit_controls(self, step: int | None = None) -> None:
-        """The tile-size and step ranges for ``n``, ``block_size`` and ``causal``, without a redraw."""
+    def _fit(self, values: dict) -> None:
+        """The tile-size and step ranges for the control ``values``, without a redraw."""
+        block, step = self.controls["block_size"], self.controls["step"]
         held, self._holding = self._holding, True
         try:
-            self.controls["block_size"].max = min(MAX_BLOCK, self.controls["n"].value)
-            n_steps, fitted = self._step_for(self.values)
-            self.controls["step"].max = n_steps
-            self.controls["step"].value = fitted if step is None else step
+            at_end = step.value == step.max
+            block.max = min(MAX_BLOCK, values["n"])
+            step.max = len(tile_schedule(values["n"], values["block_size"], causal=values["causal"]))
+            step.value = step.max if at_end else min(values["step"], step.max)
         finally:
             self._holding = held
 
     def set(self, **values) -> dict:
-        unknown = set(values) - set(self.controls)
-        if unknown:
-            raise ValueError(f"unknown control(s) {sorted(unknown)}; known: {sorted(self.controls)}")
-        wanted = {**self.values, **values}
+        ranges = {name: (self.controls[name].max, self.controls[name].value)
+                  for name in ("block_size", "step")}
         try:
-            with single_thread():
-                self.compute(**{**wanted, "step": 0})            # n, block_size and causal first
-                if "step" not in values:
-                    wanted["step"] = self._step_for(wanted)[1]
-                self.compute(**wanted)
-        except (TypeError, ValueError) as exc:                   # shown, the controls stay
-            self._show_error(f"{type(exc).__name__}: {exc}")
+            self._fit({**self.values, **values})
+        except (TypeError, ValueError):           # a value no range fits: the check below names it
+            pass
+        try:
+            return super().set(**values)
+        except ValueError:                        # refused: the ranges go back, nothing moved
+            self._holding = True
+            try:
+                for name, (high, value) in ranges.items():
+                    self.controls[name].max, self.controls[name].value = high, value
+            finally:
+                self._holding = False
             raise
-        self._holding = True
-        try:
-            for name, value in values.items():
-                if name != "step":
-                    self.controls[name].value = value
-            self._fit_controls(wanted["step"])
-        finally:
-            self._holding = False
-        self.refresh()
-        return self.readouts
 
 
 def tile_stepper_widget(n: int = 16, block_size: int = 4, causal: bool = False,
