@@ -1,11 +1,10 @@
-"""Checkers for notebook 02: masked attention returning its weights, and W_Q, W_K under which
-every token attends to the next one (a relation W_Q = W_K cannot express)."""
+"""Notebook 02's checkers: masked attention returning its weights, and W_Q, W_K under which every
+token attends to the next one (a relation W_Q = W_K cannot express)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import partial
 
 import torch
 
@@ -20,23 +19,25 @@ FULLY_MASKED = (
     "a row whose keys are all masked is all -inf, and softmax gives 0 / 0 = NaN there. Such a "
     "query reads nothing: zero weights, zero output. After the softmax, how can you turn exactly "
     "those NaN rows into zeros? (NaN * 0 is still NaN.)")
-ZEROED_AFTER = (
-    "the masked keys were zeroed after the softmax and the row was not renormalised, so the "
-    "allowed keys' weights no longer sum to one. Which score makes a forbidden key's exp exactly 0?")
 MASKED_AFTER = (
     "the masked keys were removed after the exponent. Exact arithmetic agrees (notebook 05), but "
     "here a masked key scores about 1000 more, so every allowed exp(s - max) underflows to 0 and "
     "the row is 0 / 0. Fill the masked scores with -inf before the softmax.")
+LARGE_SCORES = ("every case with small scores passed; this one has scores in the 1000s. exp(1000) "
+                "overflows to inf and inf / inf is NaN (a nan_to_num then hides it as 0). Subtract "
+                "each row's maximum before exp, or use torch.softmax, and mask with -inf before it.")
+WRONG_AXIS = ("d_k was taken from the wrong axis of q: q.shape[1] is d_k only for a 2-D q, and "
+              "q.shape[-2] is n_q. d_k is the last axis: q.shape[-1].")
+TRANSPOSE_ALL = ("if you wrote k.T: on a batched tensor .T reverses every axis, (2, 5, 16) -> "
+                 "(16, 5, 2). Swap only the last two axes: (..., d_k, n_k).")
 
 
 def _random_mask(g: torch.Generator, *shape: int) -> torch.Tensor:
     """Every row allows at least one key and forbids at least one."""
     mask = torch.rand(*shape, generator=g) < 0.5
-    n_k = shape[-1]
-    first = torch.randint(0, n_k, shape[:-1], generator=g)
+    first = torch.randint(0, shape[-1], shape[:-1], generator=g)
     mask.scatter_(-1, first[..., None], True)
-    mask.scatter_(-1, ((first + 1) % n_k)[..., None], False)
-    return mask
+    return mask.scatter_(-1, ((first + 1) % shape[-1])[..., None], False)
 
 
 def _attention_cases() -> list[dict]:
@@ -51,40 +52,40 @@ def _attention_cases() -> list[dict]:
     cases = [case((), 3, 4, 8, 5), case((2,), 5, 5, 16, 4), case((2, 3), 4, 6, 4, 3, torch.float64),
              case((), 1, 1, 4, 2)]                                 # heads (2, 3); one token
     q, k, v = (torch.randn(2, 6, 8, generator=g) for _ in range(3))
-    cases.append({"q": q, "k": k, "v": v, "mask": torch.ones(6, 6, dtype=torch.bool).tril()})
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
     padding = torch.tensor([[True] * 6, [True, True, True, False, False, False]])
-    fully = padding[:, None, :] & padding[:, :, None]      # (2, 6, 6): padded queries see nothing
-    cases.append({"q": q, "k": k, "v": v, "mask": fully})
+    cases += [{"q": q, "k": k, "v": v, "mask": causal},            # padded queries see nothing:
+              {"q": q, "k": k, "v": v, "mask": padding[:, None, :] & padding[:, :, None]}]
     batch, (n_q, n_k, d_k, d_v) = size(g, 1, 3), (size(g, 2, 8) for _ in range(4))  # random shapes
     cases.append(case((batch,), n_q, n_k, d_k, d_v, mask_batch=(batch,)))
     q, k = (30 * torch.randn(2, 4, 4, generator=g) for _ in range(2))  # scores in the 1000s
-    cases.append({"q": q, "k": k, "v": torch.randn(2, 4, 3, generator=g),
-                  "mask": torch.ones(4, 4, dtype=torch.bool).tril()})
+    cases.append({"q": q, "k": k, "v": torch.randn(2, 4, 3, generator=g), "mask": causal[:4, :4]})
     return cases
 
 
 def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v", zero_empty=True,
-               stable=True, mask_after=None, use_mask=True):
-    """Attention with one known mistake; ``mask_after``: "softmax"/"exp" (renormalised), "zeroed";
-    ``use_mask=False``: the mask is never applied."""
+               stable=True, mask_after=None, use_mask=True, log=False):
+    """Attention with one known mistake (all off: right). ``mask_after``: the mask multiplies the
+    softmax ("softmax", "zeroed": not renormalised) or the exponent ("exp"); ``log``: log_softmax."""
     def attention(q, k, v, mask):
         factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, k, v)
         scores = q @ k.transpose(-2, -1) * factor
         if mask_after is not None:
-            raw = (torch.softmax(scores, dim=-1) if mask_after in ("softmax", "zeroed")
+            raw = (torch.softmax(scores, dim=-1) if mask_after != "exp"
                    else (scores - scores.amax(-1, keepdim=True)).exp()) * mask
-            if mask_after == "zeroed":
-                return raw @ v, raw
-            weights = raw / raw.sum(-1, keepdim=True)
-            weights = torch.nan_to_num(weights, nan=0.0) if zero_empty else weights
-            return weights @ v, weights
-        if use_mask:
-            scores = scores.masked_fill(mask if invert else ~mask, fill)
-        if stable:
-            weights = torch.softmax(scores, dim=dim)
-        else:  # by hand, no maximum subtracted: exp overflows to inf, inf / inf = NaN
-            weights = scores.exp() / scores.exp().sum(dim, keepdim=True)
-        if zero_empty and fill == float("-inf"):
+            weights = raw if mask_after == "zeroed" else raw / raw.sum(-1, keepdim=True)
+        else:
+            if use_mask:
+                scores = scores.masked_fill(mask if invert else ~mask, fill)
+            if log:
+                weights = torch.log_softmax(scores, dim=-1)
+            elif stable:
+                weights = torch.softmax(scores, dim=dim)
+            else:  # by hand, no maximum subtracted: exp overflows to inf, inf / inf = NaN
+                weights = scores.exp() / scores.exp().sum(dim, keepdim=True)
+        if zero_empty in ("nan", "all"):            # log_softmax: NaN -> 0, and -inf too for "all"
+            weights = torch.nan_to_num(weights, nan=0.0, neginf=0.0 if zero_empty == "all" else None)
+        elif zero_empty and fill == float("-inf") and mask_after != "zeroed" and not log:
             weights = torch.nan_to_num(weights, nan=0.0)
         return weights @ (v if mix == "v" else k), weights
     return attention
@@ -96,30 +97,49 @@ def _weights_scaled(q, k, v, mask):
     return weights @ v, weights
 
 
-def _log_weights(q, k, v, mask, *, zero=None):
-    """torch.log_softmax where the softmax belongs: log-weights, -inf on every masked key;
-    ``zero``: None, "nan" (NaN -> 0; -inf -> the lowest float) or "all" (NaN and -inf -> 0)."""
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
-    weights = torch.log_softmax(scores, dim=-1)
-    if zero is not None:
-        weights = torch.nan_to_num(weights, nan=0.0, neginf=0.0 if zero == "all" else None)
-    return weights @ v, weights
+_SCALES = [   # (a wrong scale of the scores, its hint)
+    (lambda q, k, v: 1.0, "the scores were not scaled: their spread grows with d_k. By what must "
+     "they be divided?"),
+    (lambda q, k, v: 1 / q.shape[-1], "you divided by d_k; the scale is 1 / sqrt(d_k)."),
+    (lambda q, k, v: q.shape[-1] ** 0.5, "you multiplied the scores by sqrt(d_k); divide them by it."),
+    (lambda q, k, v: v.shape[-1] ** -0.5, "you scaled by sqrt(d_v), the size of the values; the "
+     "scale is 1 / sqrt(d_k)."),
+    (lambda q, k, v: q.shape[1] ** -0.5, WRONG_AXIS),
+    (lambda q, k, v: q.shape[-2] ** -0.5, WRONG_AXIS),
+    (lambda q, k, v: k.shape[-2] ** -0.5, "you scaled by sqrt(n_k), the number of keys; the scale "
+     "is 1 / sqrt(d_k)."),
+]
 
-
-def _swapped(q, k, v, mask):
-    """The right pair, in the wrong order: (weights, output)."""
-    return scaled_dot_product_attention(q, k, v, mask)[::-1]
-
-
-LOG_SOFTMAX = ("your weights are log-probabilities: log_softmax gives ln a, which is -inf on every "
-               "masked key and negative elsewhere. The weights must be the probabilities a "
-               "themselves: use torch.softmax.")
-SWAPPED = ("you returned (weights, output); the order is (output, weights), as in "
-           "ah.scaled_dot_product_attention.")
-WRONG_AXIS = ("d_k was taken from the wrong axis of q: q.shape[1] is d_k only for a 2-D q, and "
-              "q.shape[-2] is n_q. d_k is the last axis: q.shape[-1].")
-TRANSPOSE_ALL = ("if you wrote k.T: on a batched tensor .T reverses every axis, (2, 5, 16) -> "
-                 "(16, 5, 2). Swap only the last two axes: (..., d_k, n_k).")
+_ATTENTION_MISTAKES = [
+    *(Mistake(_attention(scale=scale), hint) for scale, hint in _SCALES),
+    *(Mistake(_attention(dim=-2, zero_empty=zero), "the softmax ran over the queries (dim=-2); each "
+              "query's weights over the keys (dim=-1) must sum to one.") for zero in (True, False)),
+    Mistake(_attention(invert=True), "the mask is inverted: True means 'may attend'; fill the "
+            "other keys."),
+    Mistake(_attention(use_mask=False), "the mask was not applied: every query attends to every "
+            "key, forbidden ones included. Fill the scores where the mask is False with -inf."),
+    Mistake(_attention(fill=0.0), "masked scores were set to 0, and exp(0) = 1 still gives them "
+            "weight: set them to -inf."),
+    Mistake(_weights_scaled, "your weights do not sum to one: 1/sqrt(d_k) divides the scores, "
+            "before the softmax, not the weights after it."),
+    Mistake(_attention(mix="k"), "the output mixes the keys; it must mix the values: output = "
+            "weights @ v."),
+    Mistake(_attention(fill=-1e9), "a query with no allowed key got uniform weights over keys it "
+            "may not see; it must read nothing: zero weights, zero output."),
+    Mistake(lambda *args: scaled_dot_product_attention(*args)[::-1], "you returned (weights, "
+            "output); the order is (output, weights), as in ah.scaled_dot_product_attention."),
+    *(Mistake(_attention(log=True, zero_empty=zero), "your weights are log-probabilities: "
+              "log_softmax gives ln a, which is -inf on every masked key and negative elsewhere. "
+              "The weights must be the probabilities a themselves: use torch.softmax.")
+      for zero in (False, "nan", "all")),
+    Mistake(_attention(zero_empty=False), FULLY_MASKED),
+    Mistake(_attention(stable=False), "scores in the 1000s overflowed: exp(1000) is inf, and inf "
+            "/ inf is NaN. Subtract each row's maximum before exp, or use torch.softmax."),
+    *(Mistake(_attention(mask_after=after), MASKED_AFTER) for after in ("softmax", "exp")),
+    Mistake(_attention(mask_after="zeroed"), "the masked keys were zeroed after the softmax and the "
+            "row was not renormalised, so the allowed keys' weights no longer sum to one. Which "
+            "score makes a forbidden key's exp exactly 0?"),         # after: they agree on 8
+]
 
 
 @exercise("query_key_value.attention", "scaled dot-product attention with a mask", hints=(
@@ -135,97 +155,39 @@ def check_attention(attention: Callable) -> CheckResult:
     """``attention(q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask) -> (output
     (..., n_q, d_v), weights (..., n_q, n_k))``; ``mask`` True = may attend."""
     cases = _attention_cases()
-    result = _check_attention(attention, cases)
-    large = f"on case {len(cases)} of {len(cases)} "          # the last case: scores in the 1000s
-    if result or large not in result.message or ("\nHint: " in result.message
-                                                 and FULLY_MASKED not in result.message):
+    result = check_function(
+        attention, scaled_dot_product_attention, cases, what="attention",
+        output_names=("the output", "the weights"), mistakes=_ATTENTION_MISTAKES, nan_hint=FULLY_MASKED,
+        error_hints=[("must match the size of tensor", TRANSPOSE_ALL),
+                     ("Expected size for first two dimensions", TRANSPOSE_ALL)])
+    last = f"on case {len(cases)} of {len(cases)} "          # the last case: scores in the 1000s
+    if result or last not in result.message or ("\nHint: " in result.message
+                                                and FULLY_MASKED not in result.message):
         return result
-    # Every case with small scores passed, so the 1000s are the cause (any NaN or inf there
-    # included: that case has no fully masked row, so the generic NaN hint would mislead).
+    # Every case with small scores passed, so the 1000s are the cause (a NaN there included: that
+    # case has no fully masked row, so the generic NaN hint would mislead).
     return CheckResult(False, result.message.split("\nHint: ")[0] + f"\nHint: {LARGE_SCORES}")
 
 
-LARGE_SCORES = ("every case with small scores passed; this one has scores in the 1000s. exp(1000) "
-                "overflows to inf and inf / inf is NaN (a nan_to_num then hides it as 0). Subtract "
-                "each row's maximum before exp, or use torch.softmax, and mask with -inf before it.")
-
-
-def _check_attention(attention: Callable, cases: list[dict]) -> CheckResult:
-    return check_function(
-        attention, scaled_dot_product_attention, cases, what="attention",
-        output_names=("the output", "the weights"),
-        mistakes=[
-            *(Mistake(_attention(scale=scale), hint) for scale, hint in [
-                (lambda q, k, v: 1.0, "the scores were not scaled: their spread grows with d_k. By "
-                 "what must they be divided?"),
-                (lambda q, k, v: 1 / q.shape[-1], "you divided by d_k; the scale is 1 / sqrt(d_k)."),
-                (lambda q, k, v: q.shape[-1] ** 0.5, "you multiplied the scores by sqrt(d_k); divide "
-                 "them by it."),
-                (lambda q, k, v: v.shape[-1] ** -0.5, "you scaled by sqrt(d_v), the size of the "
-                 "values; the scale is 1 / sqrt(d_k)."),
-                (lambda q, k, v: q.shape[1] ** -0.5, WRONG_AXIS),
-                (lambda q, k, v: q.shape[-2] ** -0.5, WRONG_AXIS),
-                (lambda q, k, v: k.shape[-2] ** -0.5, "you scaled by sqrt(n_k), the number of keys; "
-                 "the scale is 1 / sqrt(d_k).")]),
-            *(Mistake(_attention(dim=-2, zero_empty=zero),
-                      "the softmax ran over the queries (dim=-2); each query's weights over the "
-                      "keys (dim=-1) must sum to one.") for zero in (True, False)),
-            Mistake(_attention(invert=True),
-                    "the mask is inverted: True means 'may attend'; fill the other keys."),
-            Mistake(_attention(use_mask=False),
-                    "the mask was not applied: every query attends to every key, forbidden ones "
-                    "included. Fill the scores where the mask is False with -inf."),
-            Mistake(_attention(fill=0.0),
-                    "masked scores were set to 0, and exp(0) = 1 still gives them weight: set "
-                    "them to -inf."),
-            Mistake(_weights_scaled,
-                    "your weights do not sum to one: 1/sqrt(d_k) divides the scores, before the "
-                    "softmax, not the weights after it."),
-            Mistake(_attention(mix="k"),
-                    "the output mixes the keys; it must mix the values: output = weights @ v."),
-            Mistake(_attention(fill=-1e9),
-                    "a query with no allowed key got uniform weights over keys it may not see; it "
-                    "must read nothing: zero weights, zero output."),
-            Mistake(_swapped, SWAPPED),
-            *(Mistake(partial(_log_weights, zero=zero), LOG_SOFTMAX) for zero in (None, "nan", "all")),
-            Mistake(_attention(zero_empty=False), FULLY_MASKED),
-            *(Mistake(_attention(stable=False, zero_empty=zero),
-                      "scores in the 1000s overflowed: exp(1000) is inf, and inf / inf is NaN. "
-                      "Subtract each row's maximum before exp, or use torch.softmax.")
-              for zero in (True, False)),
-            *(Mistake(_attention(mask_after=after, zero_empty=zero), MASKED_AFTER)
-              for after in ("softmax", "exp") for zero in (True, False)),
-            Mistake(_attention(mask_after="zeroed"), ZEROED_AFTER),     # after: they agree on 8
-        ],
-        error_hints=[("must match the size of tensor", TRANSPOSE_ALL),
-                     ("Expected size for first two dimensions", TRANSPOSE_ALL)],
-        nan_hint=FULLY_MASKED,
-    )
-
-
 NEXT_WEIGHT = 0.9   # each token must put at least this much of its attention on the next token
-
-
 NOT_SQUARE = ("torch.linalg.inv needs a square matrix, and X is (n, d_model). You need only a "
               "right inverse M, with X M = I. The exercise names a torch.linalg function that "
               "gives one for any X with independent rows.")
-
-
 MIXED_DTYPES = ("two tensors of different dtypes met in one product: X is float64 in this case, "
                 "and a tensor you built, such as torch.eye(n), is float32 by default. Build it "
                 "with dtype=X.dtype.")
+SYMMETRIC = ("your scores are symmetric ({}): s_ij = s_ji, so i likes j as much as j likes i. "
+             "W_K = W_Q and W_K = -W_Q both do that. The next-token relation needs s_i,i+1 large "
+             "and s_i+1,i small: use two different matrices, K a shifted copy of Q.")
 
 
 def _relation_cases() -> list[dict]:
     g = seeded(123)
-    return [
-        {"X": torch.eye(4)},                                             # one-hot tokens
-        {"X": torch.eye(5, 8)},                                          # one-hot, d_model > n
-        {"X": torch.randn(5, 5, generator=g)},                           # dense embeddings
-        {"X": torch.randn(3, 6, generator=g, dtype=torch.float64)},
-        {"X": torch.randn(size(g, 3, 8), 8, generator=g)},               # random length
-        {"X": torch.randn(200, 256, generator=g, dtype=torch.float64)},   # long: c must grow with n
-    ]
+    return [{"X": torch.eye(4)}, {"X": torch.eye(5, 8)},                  # one-hot, d_model > n
+            {"X": torch.randn(5, 5, generator=g)},                         # dense embeddings
+            {"X": torch.randn(3, 6, generator=g, dtype=torch.float64)},
+            {"X": torch.randn(size(g, 3, 8), 8, generator=g)},             # random length
+            {"X": torch.randn(200, 256, generator=g, dtype=torch.float64)}]  # long: c grows with n
 
 
 def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
@@ -234,49 +196,44 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
     if not isinstance(got, tuple) or len(got) != 2:
         what = f"{len(got)} values" if isinstance(got, tuple) else type(got).__name__
         return f"it should return a pair (W_Q, W_K), but returned {what}."
-    W_Q, W_K = got                                                          # noqa: N806
-    for name, W in (("W_Q", W_Q), ("W_K", W_K)):                            # noqa: N806
+    for name, W in zip(("W_Q", "W_K"), got, strict=True):                  # noqa: N806
         if not isinstance(W, torch.Tensor) or W.dim() != 2 or W.shape[0] != d_model:
             shape = tuple(W.shape) if isinstance(W, torch.Tensor) else type(W).__name__
             return f"{name} must be a (d_model, d_k) = ({d_model}, d_k) tensor, got {shape}."
+    W_Q, W_K = (W.double() for W in got)                                    # noqa: N806
     if W_Q.shape[1] != W_K.shape[1]:
         return f"W_Q has {W_Q.shape[1]} columns and W_K {W_K.shape[1]}: they need the same size d_k."
-    A = weights(X.double(), W_Q.double(), W_K.double())          # noqa: N806
+    A = weights(X.double(), W_Q, W_K)                                       # noqa: N806
     if not torch.isfinite(A).all():
         return "the attention weights contain NaN or inf: are your projections finite?"
-    nxt = (torch.arange(n) + 1) % n
-    on_next = A[torch.arange(n), nxt]
+    i = torch.arange(n)
+    on_next = A[i, (i + 1) % n]
     if bool((on_next >= NEXT_WEIGHT).all()):
         return None
     strongest, weakest = A.argmax(-1), int(on_next.argmin())
     more = f", ... ({n} tokens)" if n > 6 else ""
-    arrows = ", ".join(f"{i}->{j}" for i, j in enumerate(strongest[:6].tolist()))
-    shares = ", ".join(f"{w:.2f}" for w in on_next[:6].tolist())
-    where = (f"strongest key of each token: {arrows}{more}; weight on the next token: {shares}"
-             f"{more}, smallest {on_next[weakest]:.2f} (token {weakest})")
-    Q, K = X.double() @ W_Q.double(), X.double() @ W_K.double()            # noqa: N806
-    raw = Q @ K.T                                                           # (n, n): Q K^T
-    symmetric = ("your scores are symmetric ({}): s_ij = s_ji, so i likes j as much as j likes i. "
-                 "W_K = W_Q and W_K = -W_Q both do that. The next-token relation needs s_i,i+1 "
-                 "large and s_i+1,i small: use two different matrices, K a shifted copy of Q.")
-    if torch.allclose(W_Q.double(), W_K.double()):
-        why = symmetric.format("W_Q = W_K")
+    where = (f"strongest key of each token: "
+             f"{', '.join(f'{a}->{b}' for a, b in enumerate(strongest[:6].tolist()))}{more}; weight "
+             f"on the next token: {', '.join(f'{w:.2f}' for w in on_next[:6].tolist())}{more}, "
+             f"smallest {on_next[weakest]:.2f} (token {weakest})")
+    raw = (X.double() @ W_Q) @ (X.double() @ W_K).T                          # (n, n): Q K^T
+    if torch.allclose(W_Q, W_K):
+        why = SYMMETRIC.format("W_Q = W_K")
     elif bool((on_next[:-1] >= NEXT_WEIGHT).all()):
         why = "the last token must attend to the first (the relation wraps around)."
-    elif bool((strongest == nxt).all()):
+    elif bool((strongest == (i + 1) % n).all()):
         why = ("every token's strongest key is the next one, but not strongly enough. If its score "
                "leads the n - 1 others by a gap, its weight is 1 / (1 + (n - 1) e^-gap). For 0.9, "
                f"gap >= ln(9 (n - 1)) = {math.log(9 * (n - 1)):.2f} (n = {n}): scale both projections.")
-        unscaled = torch.softmax(raw, dim=-1)[torch.arange(n), nxt]        # no 1/sqrt(d_k)
-        if bool((unscaled >= NEXT_WEIGHT).all()):
+        if bool((torch.softmax(raw, dim=-1)[i, (i + 1) % n] >= NEXT_WEIGHT).all()):  # no 1/sqrt(d_k)
             why += (f" Without the 1/sqrt(d_k) your Q K^T would pass: did your c forget that the "
                     f"scores are divided by sqrt(d_k) = {math.sqrt(W_Q.shape[1]):.2f}?")
-    elif n > 1 and bool((strongest == (torch.arange(n) - 1) % n).all()):
+    elif n > 1 and bool((strongest == (i - 1) % n).all()):
         why = "every token attends to the PREVIOUS token: the shift goes the wrong way."
-    elif bool((strongest == torch.arange(n)).all()):
+    elif bool((strongest == i).all()):
         why = "every token attends to itself: the keys must be shifted by one position."
     elif torch.allclose(raw, raw.T, rtol=1e-6, atol=1e-6 * float(raw.abs().max())):
-        why = symmetric.format("Q K^T equals its transpose")
+        why = SYMMETRIC.format("Q K^T equals its transpose")
     else:
         why = "the pattern is not the next-token relation."
     return f"{where}. {why[0].upper()}{why[1:]}"
@@ -305,10 +262,10 @@ def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
         if got is None or (problem := _verdict(X, got)) is None:
             return None if got is None else torch.zeros(())
         one_hot = torch.eye(*X.shape, dtype=X.dtype)
-        try:
+        try:                                         # only a hint: any failure means "no"
             only_one_hot = not torch.equal(X, one_hot) and _verdict(
                 one_hot, next_token_projections(one_hot)) is None
-        except Exception:  # noqa: BLE001 - only a hint: any failure means "no"
+        except Exception:  # noqa: BLE001
             only_one_hot = False
         if only_one_hot:
             problem += (" Your projections work for one-hot embeddings, not dense ones: which M, "
@@ -318,9 +275,7 @@ def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
     cases = _relation_cases()
     result = check_function(judged if callable(next_token_projections) else next_token_projections,
                             lambda X: torch.zeros(()), cases, what="next_token_projections",  # noqa: N803
-                            error_hints=[("square matrices", NOT_SQUARE),
-                                         ("same dtype", MIXED_DTYPES)])
-    if not result:
-        return result
-    return CheckResult(True, f"Passed: on all {len(cases)} cases every token puts at least "
-                             f"{NEXT_WEIGHT} of its attention on the next one.")
+                            error_hints=[("square matrices", NOT_SQUARE), ("same dtype", MIXED_DTYPES)])
+    return result if not result else CheckResult(
+        True, f"Passed: on all {len(cases)} cases every token puts at least {NEXT_WEIGHT} of its "
+              "attention on the next one.")

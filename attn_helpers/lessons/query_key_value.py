@@ -1,6 +1,5 @@
-"""Notebook 02's data: section 1's query and the categories of its six keys (the widget's
-``DEMO_KEYS``), section 2's sentence with its features, the convex hull of points in a plane, and
-exercise 2's shared-matrix training."""
+"""Notebook 02's data: section 1's query and keys' categories, section 2's sentence and its
+features, the convex hull of points in a plane, and exercise 2's shared-matrix training."""
 
 import math
 
@@ -25,8 +24,8 @@ def left_of(a: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 
 
 def hull_edges(points: torch.Tensor) -> dict[int, int]:
-    """The convex hull of ``points`` ``(m, 2)``: ``{i: j}`` for each edge ``i -> j``, every point
-    on its left (counter-clockwise). Iterating over it from any key walks round the hull."""
+    """The convex hull of ``points`` ``(m, 2)``: ``{i: j}`` for each edge ``i -> j`` with every
+    point on its left (counter-clockwise)."""
     m = len(points)
     return {i: j for i in range(m) for j in range(m)
             if i != j and bool((left_of(points[i], points[j], points) >= 0).all())}

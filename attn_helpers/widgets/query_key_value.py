@@ -14,14 +14,8 @@ from ..attention import scaled_dot_product_attention
 from ..entropy import attention_entropy, max_entropy
 from ..lessons.query_key_value import QUERY, hull_corners
 from ..plots import to_numpy, weights_cmap
-from .core import (
-    BAR_COLOR,
-    HIGHLIGHT_COLOR,
-    AttentionFrame,
-    AttentionPanel,
-    BlitView,
-    LiveAttentionWidget,
-)
+from .core import AttentionFrame, BlitView, LiveAttentionWidget
+from .panels import BAR_COLOR, HIGHLIGHT_COLOR, AttentionPanel
 
 __all__ = ["DEMO_KEYS", "CURVE_TEMPERATURES", "LookupFrame", "LookupView", "lookup_2d_frame",
            "lookup_2d_widget"]
@@ -74,10 +68,10 @@ class LookupView(BlitView):
                                     entropy_width=1.0, entropy_title="entropy")
         self.panel.ax_entropy.set_xlabel("nats (dashes: ln n)", fontsize=8)
         curve = self.figure.add_subplot(grid[1, 1])
-        t_min, t_max, ceiling = CURVE_TEMPERATURES.min().item(), CURVE_TEMPERATURES.max().item(), \
-            max_entropy(len(DEMO_KEYS))
+        t_min, t_max = CURVE_TEMPERATURES.min().item(), CURVE_TEMPERATURES.max().item()
+        ceiling = max_entropy(len(DEMO_KEYS))      # the margins below keep the end markers whole
         curve.set(xscale="log", xlim=(t_min / 1.25, t_max * 1.25), ylim=(0, ceiling * 1.15))
-        curve.set_xlabel("temperature T", fontsize=9)  # the margins keep the end markers whole
+        curve.set_xlabel("temperature T", fontsize=9)
         curve.set_ylabel("entropy (nats)", fontsize=9)
         curve.set_title("entropy of this query's weights against T (dot: current T)", fontsize=10)
         curve.axhline(ceiling, color="#c0392b", linestyle="--")
@@ -126,14 +120,13 @@ def lookup_2d_frame(query_x: float, query_y: float, temperature: float) -> Looku
 
 def lookup_2d_widget(*, query: tuple[float, float] = QUERY) -> LiveAttentionWidget:
     """Move a query among ``DEMO_KEYS`` and change the temperature; opens on ``query``."""
-    slider = dict(min=-3.0, max=3.0, step=0.1, continuous_update=True,
-                  layout=widgets.Layout(width="300px"))
+    wide = widgets.Layout(width="300px")
+    slider = dict(min=-3.0, max=3.0, step=0.1, continuous_update=True, layout=wide)
     controls = {
         "query_x": widgets.FloatSlider(value=query[0], description="query x", **slider),
         "query_y": widgets.FloatSlider(value=query[1], description="query y", **slider),
         "temperature": widgets.FloatLogSlider(value=1.0, base=10, min=-1.3, max=1.0, step=0.05,
-                                              description="temperature",
-                                              layout=widgets.Layout(width="300px")),
+                                              description="temperature", layout=wide),
     }
-    title = "Where the weights go as the query moves: weights, output, entropy vs T"
-    return LiveAttentionWidget(lookup_2d_frame, controls, LookupView(), title=title)
+    return LiveAttentionWidget(lookup_2d_frame, controls, LookupView(), title="Where the weights "
+                               "go as the query moves: weights, output, entropy vs T")

@@ -12,9 +12,13 @@ from _exercises import assert_rejected, assert_skeleton, skeleton
 
 import attn_helpers as ah
 from attn_helpers.exercises.masking import (
+    _PACK_MISTAKES,
+    _WINDOW_MISTAKES,
+    _WRONG,
+    _pack,
     _ring_cases,
+    _ring_step,
     _run_steps,
-    _sliding_window,
     check_pack_documents,
     check_rolling_cache_step,
     check_window_mask,
@@ -30,43 +34,13 @@ def pack_documents(lengths):                                          # the refe
     return (doc[:, None] == doc[None, :]) & (i[None, :] <= i[:, None]), i - starts[doc]
 
 
-def _doc(lengths, right=True):                                        # searchsorted on the ends
-    return torch.searchsorted(torch.cumsum(lengths, 0), torch.arange(int(lengths.sum())), right=right)
+@pytest.mark.parametrize("flaw, hint", _PACK_MISTAKES, ids=[flaw for flaw, _ in _PACK_MISTAKES])
+def test_pack_documents_names_each_known_mistake_with_its_hint(flaw, hint):
+    def wrong(lengths):                                               # as a learner returns it
+        mask, positions = _pack(lengths, flaw)
+        return mask.bool(), positions.long()
 
-
-def _causal(lengths):
-    return ah.causal_mask(int(lengths.sum()))
-
-
-@pytest.mark.parametrize("wrong, words", [
-    (lambda L: (_causal(L), pack_documents(L)[1]), "documents see each other"),
-    (lambda L: (_doc(L)[:, None] == _doc(L)[None, :], pack_documents(L)[1]), "causal rule"),
-    (lambda L: ((_doc(L, False)[:, None] == _doc(L, False)) & _causal(L),     # one doc, both
-                torch.arange(int(L.sum())) - (torch.cumsum(L, 0) - L)[_doc(L, False)]),
-     "first token was put in the previous document"),
-    (lambda L: (pack_documents(L)[0].T, pack_documents(L)[1]), "transposed"),
-    (lambda L: (~pack_documents(L)[0], pack_documents(L)[1]), "inverted"),
-    (lambda L: (pack_documents(L)[0], torch.arange(int(L.sum()))), "run on across the row"),
-    (lambda L: (pack_documents(L)[0], pack_documents(L)[1] + 1), "start at 1"),
-    (lambda L: (pack_documents(L)[0], torch.arange(int(L.sum())) - torch.cumsum(L, 0)[_doc(L)]),
-     "where each document ends"),
-    (lambda L: (pack_documents(L)[0], torch.cumsum(L, 0)[_doc(L)] - 1 - torch.arange(int(L.sum()))),
-     "count down to each document's end"),                            # review s9b: n - 1 .. 0
-    (lambda L: (pack_documents(L)[0], torch.cumsum(L, 0)[_doc(L)] - torch.arange(int(L.sum()))),
-     "count down from each document's end"),                          # n .. 1
-    (lambda L: ((_doc(L)[:, None] == _doc(L)[None, :]) | _causal(L), pack_documents(L)[1]),
-     "joined with OR"),                                               # | instead of &
-    (lambda L: ((_doc(L)[:, None] == _doc(L)[None, :]) & _causal(L).tril(-1), pack_documents(L)[1]),
-     "you wrote j < i"),                                              # review s10: strict causal rule
-    (lambda L: (pack_documents(L)[0], torch.arange(int(L.sum())) % L[0]),
-     "modulo the first document's length"),                          # review s10
-    (lambda L: (pack_documents(L)[0], _doc(L)), "document number"),   # review s10 (05b)
-    (lambda L: (pack_documents(L)[0],                                 # review s10 (05b)
-                torch.arange(int(L.sum())) - (torch.cumsum(L, 0) - L)[_doc(L).clamp(max=1)]),
-     "only the second document restarts"),
-])
-def test_pack_documents_rejects_known_mistakes_with_their_hint(wrong, words):
-    assert_rejected(check_pack_documents(wrong), "\nHint: ", words)
+    assert_rejected(check_pack_documents(wrong), "\nHint: " + hint)
 
 
 def test_pack_documents_names_dtypes_and_a_missing_output():
@@ -136,74 +110,44 @@ def test_rolling_cache_step_accepts_right_answers_in_any_order_of_the_slots(answ
     assert check_rolling_cache_step(answer)
 
 
-def test_the_reference_is_windowed_attention():
+def test_the_steps_of_the_reference_are_windowed_attention():
     for case in _ring_cases():
         q, k, v, w = case["q"], case["k"], case["v"], case["k_cache"].shape[-2]
-        out, k_ring, v_ring = _sliding_window(*case.values())
-        assert torch.allclose(out, ah.local_attention(q, k, v, w), atol=1e-5)   # query blocks of w
-        got, k_filled, v_filled = _run_steps(rolling_cache_step)(*case.values())
-        assert torch.allclose(got, out, atol=1e-5)
-        assert torch.equal(k_filled, k_ring) and torch.equal(v_filled, v_ring)
+        windowed = ah.local_attention(q, k, v, w)                     # query blocks of w
+        assert torch.allclose(_run_steps(rolling_cache_step)(*case.values()), windowed, atol=1e-5)
+        causal = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril()
+        torch_windowed = F.scaled_dot_product_attention(q, k, v, attn_mask=causal & ~causal.tril(-w))
+        assert torch.allclose(torch_windowed, windowed, atol=1e-5)    # keys i - w < j <= i
 
 
-def _step(k_cache, v_cache, t, q_t, k_t, v_t, *, slot=lambda t, w: t % w, seen=None,
-          attend_first=False, old_and_new=False, write_v=True, v_from_k=False, copy=False,
-          shift=False, scale=None, is_causal=False):
-    """A learner's step with one mistake (all off: right), written as a learner would."""
+@pytest.mark.parametrize("hint, flaw", _WRONG, ids=range(len(_WRONG)))
+def test_rolling_cache_step_names_each_known_mistake_with_its_hint(hint, flaw):
+    assert_rejected(check_rolling_cache_step(_ring_step(**flaw)), "\nHint: " + hint)
+
+
+def on_a_copy(k_cache, v_cache, *args):                               # the caller's caches unchanged
+    return rolling_cache_step(k_cache.clone(), v_cache.clone(), *args)
+
+
+def shifted(k_cache, v_cache, t, q_t, k_t, v_t):                       # in time order, in place
     w = k_cache.shape[-2]
-    old_k, old_v = k_cache[..., :min(t, w), :].clone(), v_cache[..., :min(t, w), :].clone()
-    if copy:
-        k_cache, v_cache = k_cache.clone(), v_cache.clone()
-    at = slot(t, w)
-    if shift:                                                         # keep the cache in time order
-        if t >= w:
-            k_cache[..., :-1, :] = k_cache[..., 1:, :].clone()
-            v_cache[..., :-1, :] = v_cache[..., 1:, :].clone()
-        at = min(t, w - 1)
-    k_cache[..., at:at + 1, :] = k_t                                  # a slice: empty past the end
-    if write_v:
-        v_cache[..., at:at + 1, :] = k_t if v_from_k else v_t
-    if attend_first:
-        keys, values = old_k, old_v
-    elif old_and_new:
-        keys, values = torch.cat([old_k, k_t], -2), torch.cat([old_v, v_t], -2)
-    else:
-        slots = seen(t, w) if seen is not None else slice(0, min(t + 1, w))
-        keys, values = k_cache[..., slots, :], v_cache[..., slots, :]
-    if is_causal:                                                     # torch's fused kernel, top-left
-        return torch.nn.functional.scaled_dot_product_attention(q_t, keys, values, is_causal=True)
-    c = 1 / math.sqrt(q_t.shape[-1]) if scale is None else scale
-    return torch.softmax(q_t @ keys.transpose(-2, -1) * c, dim=-1) @ values
+    if t >= w:
+        for cache in (k_cache, v_cache):
+            cache[..., :-1, :] = cache[..., 1:, :].clone()
+    return rolling_cache_step(k_cache, v_cache, min(t, w - 1), q_t, k_t, v_t)
 
 
-@pytest.mark.parametrize("mistake, words", [
-    ({"seen": lambda t, w: slice(0, min(t, w))}, "did not see the key just written"),
-    ({"seen": lambda t, w: slice(0, w)}, "all w slots before the ring was full"),
-    ({"slot": lambda t, w: t}, "the ring never changed once full"),
-    ({"attend_first": True}, "token t missed itself"),
-    ({"old_and_new": True}, "w + 1 keys"),
-    ({"seen": lambda t, w: [s for s in range(min(t + 1, w)) if t < w - 1 or s != (t + 1) % w]},
-     "w - 1 keys"),
-    ({"seen": lambda t, w: slice(0, t % w + 1)}, "only the slots up to the newest one"),
-    ({"slot": lambda t, w: (t + 1) % w}, "one slot too far"),
-    ({"slot": lambda t, w: (t - 1) % w}, "one slot back"),
-    ({"slot": lambda t, w: min(t, w - 1)}, "overwrote the newest key"),
-    ({"slot": lambda t, w: t % (w - 1)}, "only w - 1 of its w slots"),  # review s10
-    ({"write_v": False}, "not the value"),
-    ({"v_from_k": True}, "the value cache got the key"),
-    ({"copy": True}, "written on a copy"),          # refused at step 0, as review 4's torch.cat shift
-    ({"copy": True, "shift": True}, "neither cache changed"),
-    ({"scale": 1.0}, "not scaled"),
-    ({"is_causal": True}, "anchors its causal mask top-left"),
+@pytest.mark.parametrize("wrong, words", [
+    (on_a_copy, ["at step t=0 (w=3 slots) neither cache changed", "written on a copy"]),
+    (shifted, ["at step t=3 (w=3 slots) 3 slots of a cache changed", "one slot per step"]),
 ])
-def test_rolling_cache_step_rejects_known_mistakes_with_their_hint(mistake, words):
-    assert_rejected(check_rolling_cache_step(lambda *args: _step(*args, **mistake)), "\nHint: ", words)
+def test_caches_not_written_in_place_or_shifted_whole_are_refused(wrong, words):
+    assert_rejected(check_rolling_cache_step(wrong), *words)
 
 
-def test_any_slot_rule_that_keeps_the_window_passes_and_shifting_is_refused():
+def test_a_ring_filled_from_the_end_passes():
     """Review 5: a ring filled from the end (slot (-t - 1) mod w, the filled slots masked) is a
-    rolling buffer too; the checker reads the final cache in time order wherever each key went.
-    Shifting the whole cache every step is refused: one slot per step."""
+    rolling buffer too."""
     def from_the_end(k_cache, v_cache, t, q_t, k_t, v_t):
         w = k_cache.shape[-2]
         k_cache[:, :, (-t - 1) % w], v_cache[:, :, (-t - 1) % w] = k_t[:, :, 0], v_t[:, :, 0]
@@ -212,8 +156,6 @@ def test_any_slot_rule_that_keeps_the_window_passes_and_shifting_is_refused():
         return ah.scaled_dot_product_attention(q_t, k_cache, v_cache, filled[None, :])[0]
 
     assert check_rolling_cache_step(from_the_end)
-    assert_rejected(check_rolling_cache_step(lambda *args: _step(*args, shift=True)),
-                    "at step t=3 (w=3 slots) 3 slots of a cache changed", "one slot per step")
 
 
 def test_writing_slot_t_past_the_end_and_attending_before_writing_are_named():
@@ -262,38 +204,17 @@ def test_window_mask_accepts_the_reference_and_the_level_3_skeleton_filled_in():
         "j[None, :] >= n - lengths[:, None]", "real[:, None, :] & (offset >= 0) & (offset < window)")))
 
 
-_j = torch.arange
+@pytest.mark.parametrize("wrong, hint", _WINDOW_MISTAKES, ids=range(len(_WINDOW_MISTAKES)))
+def test_window_mask_names_each_known_mistake_with_its_hint(wrong, hint):
+    assert_rejected(check_window_mask(wrong), "\nHint: " + hint)
 
 
-@pytest.mark.parametrize("wrong, words", [
-    (lambda L, n, w: (_j(n)[None, :] < L[:, None])[:, None, :] & window_mask(L * 0 + n, n, w),
-     "LEFT-padded"),
-    (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, None, :]
-     & ((_j(n)[:, None] - _j(n)).abs() < w), "looks both ways"),
-    (lambda L, n, w: (_j(n) >= n - L[:, None, None]) & (_j(n)[:, None] - _j(n) < w), "no lower bound"),
-    (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, None, :]          # offset j - i
-     & (_j(n) - _j(n)[:, None] >= 0) & (_j(n) - _j(n)[:, None] < w), "looks forward"),
-    (lambda L, n, w: window_mask(L, n, w + 1), "w + 1 keys; it should see w"),
-    (lambda L, n, w: window_mask(L, n, w).transpose(1, 2), "transposed"),
-    (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None])[:, :, None] & window_mask(L * 0 + n, n, w),
-     "queries (rows) instead of the keys"),
-    (lambda L, n, w: window_mask(L, n, n + 1), "no window"),
-    (lambda L, n, w: window_mask(L[:1].expand(len(L)), n, w), "first sentence's length"),
-    (lambda L, n, w: window_mask(L, n, w) | (torch.eye(n, dtype=torch.bool)
-                                             & ~(_j(n)[None, :, None] >= n - L[:, None, None])),
-     "see themselves"),
-    (lambda L, n, w: ~window_mask(L, n, w), "inverted"),
-    (lambda L, n, w: (_j(n)[None, :] > n - L[:, None])[:, None, :] & window_mask(L * 0 + n, n, w),
-     "first real token was treated as padding"),
-    (lambda L, n, w: (_j(n)[None, :] >= n - L[:, None] - 1)[:, None, :] & window_mask(L * 0 + n, n, w),
-     "last pad was treated as a real token"),
-    (lambda L, n, w: window_mask(n - L, n, w), "as if it counted the pads"),      # j >= lengths
-    (lambda L, n, w: (_j(n)[None, :] >= n - L)[:, None, :] & window_mask(L * 0 + n, n, w), "last axis"),
-    (lambda L, n, w: ((_j(n)[None, :] < L[:, None])[:, None, :]               # review s10 (05b)
-                      & window_mask(L * 0 + n, n, w)).flip(-1), "flipped a right-padded mask"),
-])
-def test_window_mask_rejects_known_mistakes_with_their_hint(wrong, words):
-    assert_rejected(check_window_mask(wrong), "\nHint: ", words)
+def test_window_mask_names_a_bound_per_sentence_without_its_new_axis():
+    def no_new_axis(lengths, n, window):                              # (n,) >= (b,): no broadcast
+        j = torch.arange(n)
+        return (j[None, :] >= n - lengths)[:, None, :] & window_mask(lengths * 0 + n, n, window)
+
+    assert_rejected(check_window_mask(no_new_axis), "did not broadcast", "\nHint: ", "last axis")
 
 
 def test_window_mask_wants_bool_and_reports_its_values_as_true_false():

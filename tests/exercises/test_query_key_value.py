@@ -43,68 +43,18 @@ def test_attention_accepts_right_answers():
         assert_passed(ex.check_attention(right))
 
 
-def attention_with(*, scale=None, dim=-1, fill=-torch.inf, invert=False, mix="v", zero=True,
-                   by_hand=False):
-    def wrong(q, k, v, mask):
-        factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, k, v)
-        scores = (q @ k.mT * factor).masked_fill(mask if invert else ~mask, fill)
-        w = torch.exp(scores) / torch.exp(scores).sum(dim, keepdim=True) if by_hand else \
-            torch.softmax(scores, dim)
-        w = w.nan_to_num(0.0) if zero else w
-        return w @ (v if mix == "v" else k), w
-    return wrong
-
-
-def mask_after_softmax(q, k, v, mask):  # right in exact arithmetic; 0 / 0 on scores in the 1000s
-    w = torch.softmax(q @ k.mT / q.shape[-1] ** 0.5, -1) * mask
-    w = torch.nan_to_num(w / w.sum(-1, keepdim=True))
-    return w @ v, w
-
-
-def mask_zeroed_after_softmax(q, k, v, mask):  # the forbidden keys' share is simply lost
-    w = torch.softmax(q @ k.mT / q.shape[-1] ** 0.5, -1) * mask
-    return w @ v, w
-
-
-def mask_after_exp(q, k, v, mask):  # the maximum taken over every key, masked ones included
-    s = q @ k.mT / q.shape[-1] ** 0.5
-    e = (s - s.amax(-1, keepdim=True)).exp() * mask
-    w = e / e.sum(-1, keepdim=True).clamp_min(1e-30)
-    return w @ v, w
-
-
-def weights_scaled_after(q, k, v, mask):  # the 1/sqrt(d_k) on the weights, not the scores
-    w = attention_with(scale=lambda q, k, v: 1.0)(q, k, v, mask)[1] / q.shape[-1] ** 0.5
-    return w @ v, w
+@pytest.mark.parametrize("mistake", ex._ATTENTION_MISTAKES, ids=range(len(ex._ATTENTION_MISTAKES)))
+def test_attention_names_each_known_mistake_with_its_hint(mistake):
+    assert_rejected(ex.check_attention(mistake.produce), "\nHint: " + mistake.hint)
 
 
 @pytest.mark.parametrize("wrong, fragments", [
-    (attention_with(scale=lambda q, k, v: 1.0), ["not scaled"]),
-    (weights_scaled_after, ["do not sum to one", "divides the scores"]),
-    (attention_with(scale=lambda q, k, v: 1 / q.shape[-1]), ["divided by d_k"]),
-    (attention_with(scale=lambda q, k, v: math.sqrt(q.shape[-1])), ["multiplied the scores"]),
-    (attention_with(scale=lambda q, k, v: v.shape[-1] ** -0.5), ["sqrt(d_v)"]),
-    (attention_with(scale=lambda q, k, v: k.shape[-2] ** -0.5), ["sqrt(n_k), the number of keys"]),
-    (attention_with(scale=lambda q, k, v: q.shape[1] ** -0.5), ["wrong axis of q", "case 2 of 8"]),
-    (attention_with(scale=lambda q, k, v: q.shape[-2] ** -0.5), ["wrong axis of q", "q.shape[-1]"]),
-    (attention_with(by_hand=True), ["overflowed", "case 8 of 8", "Subtract each row's maximum"]),
-    (mask_after_softmax, ["case 8 of 8", "removed after the exponent", "underflows"]),
-    (mask_after_exp, ["case 8 of 8", "removed after the exponent", "before the softmax"]),
-    (mask_zeroed_after_softmax, ["case 1 of 8", "not renormalised", "no longer sum to one"]),
-    (attention_with(by_hand=True, zero=False), ["0 / 0 = NaN", "case 6 of 8"]),  # that one first
-    (attention_with(dim=-2), ["over the queries (dim=-2)"]),
-    (attention_with(dim=-2, zero=False), ["over the queries (dim=-2)"]),
-    (attention_with(invert=True), ["mask is inverted", "case 1 of 8"]),
-    (attention_with(fill=0.0), ["exp(0) = 1"]),
-    (lambda q, k, v, m: attention(q, k, v, torch.ones_like(m)), ["case 1 of 8", "mask was not applied"]),
-    (attention_with(mix="k"), ["mixes the keys"]),
-    (attention_with(fill=-1e9), ["uniform weights", "case 6 of 8"]),
-    (attention_with(zero=False), ["nan", "0 / 0 = NaN", "case 6 of 8"]),
     (lambda q, k, v, m: attention(q, k, v, m)[0], ["returned 1 value(s); expected 2"]),
     (lambda q, k, v, m: attention(q, k, v, m)[::-1],
      ["returned the output with shape (3, 4)", "you returned (weights, output)"]),
+    (lambda q, k, v, m: attention(q, k, v, torch.ones_like(m)), ["case 1 of 8", "mask was not applied"]),
 ])
-def test_attention_rejects_and_names_mistakes(wrong, fragments):
+def test_attention_names_what_a_learner_returned(wrong, fragments):
     assert_rejected(ex.check_attention(wrong), *fragments)
 
 
@@ -128,24 +78,6 @@ def test_any_miss_on_the_large_score_case_gets_the_overflow_hint(clamp):
     assert ("nan" in found) is clamp, found
 
 
-def log_softmax_weights(zero):
-    def wrong(q, k, v, mask):  # ln a where a belongs: -inf on the masked keys
-        w = torch.log_softmax((q @ k.mT / q.shape[-1] ** 0.5).masked_fill(~mask, -torch.inf), -1)
-        if zero == "nan":
-            w = w.nan_to_num(nan=0.0)
-        elif zero == "all":
-            w = torch.where(torch.isfinite(w), w, torch.zeros_like(w))
-        return w @ v, w
-    return wrong
-
-
-@pytest.mark.parametrize("zero", [None, "nan", "all"])
-def test_log_softmax_is_named_and_not_taken_for_an_empty_row(zero):
-    result = ex.check_attention(log_softmax_weights(zero))
-    assert_rejected(result, "case 1 of 8", "log-probabilities", "use torch.softmax")
-    assert "all masked" not in result.message      # case 1 has no row without a key
-
-
 @pytest.mark.filterwarnings("ignore:The use of `x.T`")
 def test_k_dot_T_on_batched_inputs_gets_a_named_hint():
     def with_dot_T(q, k, v, mask):                      # noqa: N802 - .T reverses every axis
@@ -164,7 +96,7 @@ def test_attention_reports_exceptions_and_in_place_changes():
 
     def scales_q_in_place(q, k, v, mask):
         q /= math.sqrt(q.shape[-1])
-        return attention_with(scale=lambda q, k, v: 1.0)(q, k, v, mask)
+        return ex._attention(scale=lambda q, k, v: 1.0)(q, k, v, mask)
 
     assert_rejected(ex.check_attention(scales_q_in_place), "changed its input 'q' in place")
 
