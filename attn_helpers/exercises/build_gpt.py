@@ -1,8 +1,7 @@
-"""Checkers for notebook 10 (build a GPT), four exercises: the learner's attention; the model
-(its block, then the GPT); the training (its step, then the schedule and the loop); and
-generation, each against :mod:`attn_helpers.lessons.build_gpt` on the same
-weights and random numbers. Each exercise has a table of named mistakes, ``(kind, hint)``;
-``*_variant(..., kind)`` computes what that mistake gives."""
+"""Checkers for notebook 10 (build a GPT): attention, the model (its block, then the GPT), the
+training (its step, then the schedule and the loop) and generation, each against
+:mod:`attn_helpers.lessons.build_gpt` on the same weights and random numbers. Each has a table of
+named mistakes, ``(kind, hint)``; ``*_variant(..., kind)`` computes what that mistake gives."""
 
 from __future__ import annotations
 
@@ -19,52 +18,38 @@ from ..kv_cache import KVCache
 from ..lessons import build_gpt as bg
 from ..masks import causal_mask
 from ..multihead import merge_heads, split_heads
-from .core import (
-    CheckResult,
-    Mistake,
-    Refused,
-    check_function,
-    detached_parts,
-    gradient_mismatch,
-    seeded,
-)
-from .workflow import exercise
-from .workflow import passed as passed_key
+from . import core
+from .core import CheckResult, Mistake, Refused, check_function, seeded
+from .workflow import exercise, passed
 
 __all__ = ["ATTEND_SHORTCUT", "ATTENTION_MISTAKES", "BLOCK_MISTAKES", "GENERATE_MISTAKES",
            "LOOP_MISTAKES", "MODEL_MISTAKES", "SCHEDULE_MISTAKES", "TRAIN_MISTAKES", "attention_variant",
            "block_variant", "check_attention", "check_block", "check_generate", "check_model",
            "check_train", "check_train_step", "generate_variant", "loop_variant", "model_variant",
-           "passed", "pick", "schedule_variant", "train_variant"]
+           "pick", "schedule_variant", "train_variant"]
 
 KEYS = ("attention", "model", "train", "generate")
 
 
-def passed(name: str) -> bool:
-    """Did the learner's own ``name`` (one of :data:`KEYS`) pass in this kernel?"""
-    return passed_key(f"build_gpt.{name}")
-
-
 def pick(name: str, learner, solution, what: str = ""):
-    """The learner's ``name`` if it passed (the model: with attention and block too), else the
-    reference; prints which (``what``: the piece's name, if not ``name``)."""
-    mine = passed(name) and (name != "model" or all(passed(k) for k in KEYS[:2]))
-    print(f"ran: {'your' if mine else 'the reference'} {what or name.replace('_', ' ')}"
-          + ("" if mine else " (yours" + (", or a piece it uses," if name == "model" else "")
-             + " has not passed yet)"))
+    """The learner's ``name`` (one of :data:`KEYS`) if it passed in this kernel (the model: with
+    attention and block too), else the reference; prints which (``what``: the piece's name)."""
+    mine = all(passed(f"build_gpt.{key}") for key in ([*KEYS[:2]] if name == "model" else [name]))
+    print(f"ran: {'your' if mine else 'the reference'} {what or name}" + ("" if mine else " (yours"
+          + (", or a piece it uses," if name == "model" else "") + " has not passed yet)"))
     return learner if mine else solution
 
 
 # --- the module exercises: build, run in pieces through a cache, compare gradients ----------------
 
-def _build(cls, args: tuple, reference: nn.Module, what: str, swap: dict):
+def _build(cls, args: tuple, reference: nn.Module, what: str, swap: tuple):
     if not isinstance(cls, type) or not issubclass(cls, nn.Module):
         return CheckResult(False, f"Not yet: {what} should be an nn.Module class, got "
                                   f"{type(cls).__name__}.")
     try:
         module = cls(*args)
-        for name, part in swap.items():
-            setattr(module, name, copy.deepcopy(part))
+        for name in swap:
+            setattr(module, name, copy.deepcopy(getattr(reference, name)))
         module.load_state_dict(reference.state_dict())
     except NotImplementedError:
         return CheckResult(False, f"{what} is not implemented yet.")
@@ -87,19 +72,6 @@ def _randomise(module: nn.Module, seed: int, std: float = 0.5, gain: float = 0.0
     return module.eval()
 
 
-def _calls(forward: Callable, new_cache: Callable) -> Callable:
-    """``run(x, split, step, start=0)``: one call (``split`` 0), or ``x[:, :split]`` into a new
-    cache, then ``step`` tokens a call; the outputs concatenated."""
-    def run(x, split, step, start=0):
-        if not split:
-            return forward(x, start, None)
-        cache, ends = new_cache(x), [split, *range(split + step, x.shape[1], step), x.shape[1]]
-        outs = [forward(x[:, s:e], s, cache) for s, e in zip([0, *ends[:-1]], ends, strict=True)]
-        return None if any(o is None for o in outs) else torch.cat(outs, dim=1)
-
-    return run
-
-
 def _check_module(cls, what: str, sizes: list, variant: Callable, mistakes: list, *,
                   forward: Callable = lambda m, x, start, cache: m(x, cache),
                   new_cache: Callable = lambda x: KVCache(x.shape[1]),
@@ -108,53 +80,59 @@ def _check_module(cls, what: str, sizes: list, variant: Callable, mistakes: list
     """``cls`` against the randomised reference ``bg.<what>(*args)`` for each ``(args, seed)`` of
     ``sizes`` (``swap``: reference parts put in it), then one backward: a detached query, key or
     residual is named."""
+    def calls(m):
+        """``run(x, split, step, start=0)``: one call (``split`` 0), or ``x[:, :split]`` into a
+        new cache, then ``step`` tokens a call; the outputs concatenated."""
+        def run(x, split, step, start=0):
+            if not split:
+                return forward(m, x, start, None)
+            cache, ends = new_cache(x), [split, *range(split + step, x.shape[1], step), x.shape[1]]
+            outs = [forward(m, x[:, s:e], s, cache) for s, e in zip([0, *ends[:-1]], ends, strict=True)]
+            return None if any(o is None for o in outs) else torch.cat(outs, dim=1)
+
+        return run
+
     for args, seed in sizes:
         ref = _randomise(getattr(bg, what)(*args), seed, std, gain=1.0)
-        module = _build(cls, args, ref, what, {name: getattr(ref, name) for name in swap})
+        module = _build(cls, args, ref, what, swap)
         if isinstance(module, CheckResult):
             return module
-
-        def run(m):
-            return _calls(lambda x, start, cache: forward(m, x, start, cache), new_cache)
-
         result = check_function(
-            run(module), run(ref), cases(args, seed), what=what,
+            calls(module), calls(ref), cases(args, seed), what=what,
             output_names=("the outputs of every call",),
-            mistakes=[Mistake(run(variant(ref, kind)), hint) for kind, hint in mistakes],
+            mistakes=[Mistake(calls(variant(ref, kind)), hint) for kind, hint in mistakes],
             error_hints=[*error_hints, ("positional argument", "keep the stub's signature of "
                                         "forward, and hand the cache on.")])
         if not result:
             return result
     count = len(cases(args, seed))
     if len(sizes) > 1:
-        result = CheckResult(True, f"Passed: {what} matches the reference on all "
-                                   f"{count * len(sizes)} cases ({count} cases at each of "
-                                   f"{len(sizes)} model sizes), edge cases included.")
-    x = next(iter(cases(args, seed)[1].values()))
-    wrong = gradient_mismatch(module, ref, lambda m, x: forward(m, x, 0, None), x)
-    parts = detached_parts(wrong, next((name for name in wrong if name.endswith("qkv.weight")), ""))
-    if parts:
+        result = CheckResult(True, f"Passed: {what} matches the reference on all {count * len(sizes)} "
+                                   f"cases ({count} cases at each of {len(sizes)} model sizes), edge "
+                                   "cases included.")
+    wrong = core.gradient_mismatch(module, ref, lambda m, x: forward(m, x, 0, None),
+                                   cases(args, seed)[1]["x"])
+    if not wrong:
+        return CheckResult(True, result.message.removesuffix(".") + ", and so are its gradients after "
+                                                                     "one backward.")
+    if parts := core.detached_parts(wrong, next((n for n in wrong if n.endswith("qkv.weight")), "")):
         why = (f"the gradient at qkv's {' and '.join(parts)} rows is wrong: was the "
-               f"{' or the '.join(parts)} detached (detach(), .data, torch.no_grad())? The output "
-               "is the same, but training would never change its projection")
+               f"{' or the '.join(parts)} detached (detach(), .data, torch.no_grad())? The output is "
+               "the same, but training would never change its projection")
     elif what == "Block" and list(wrong) == ["x"]:
-        why = ("the gradient at the block's input x is wrong while every weight's is right: was "
-               "the residual detached (x.detach() + ...)? The output is the same, but the "
-               "gradient no longer flows down the residual stream to the blocks below")
-    elif wrong:
-        why = (f"the gradients at {', '.join(wrong)} differ from the reference's: was part of "
-               "the computation detached, or done under torch.no_grad()?")
+        why = ("the gradient at the block's input x is wrong while every weight's is right: was the "
+               "residual detached (x.detach() + ...)? The output is the same, but the gradient no "
+               "longer flows down the residual stream to the blocks below")
     else:
-        return CheckResult(True, result.message.removesuffix(".") + ", and so are its gradients "
-                                                                     "after one backward.")
-    return CheckResult(False, f"Not yet: {what} gives the right outputs, but after one backward "
-                              f"{why}.")
+        why = (f"the gradients at {', '.join(wrong)} differ from the reference's: was part of the "
+               "computation detached, or done under torch.no_grad()?")
+    return CheckResult(False, f"Not yet: {what} gives the right outputs, but after one backward {why}.")
 
 
 def _sequences(seed: int, d: int = 0, vocab: int = 0, shapes=((1, 5, 0, 0), (2, 7, 0, 0),
               (3, 1, 0, 0), (2, 9, 4, 1), (2, 8, 3, 5), (1, 12, 5, 3), (2, 6, 1, 1))) -> list[dict]:
-    """A case per ``(b, n, split, step)``, run as :func:`_calls` says: ``x`` is ``(b, n, d)``
-    random vectors, or ``(b, n)`` ids below ``vocab``."""
+    """A case per ``(b, n, split, step)``, run in calls as :func:`_check_module` says: ``x`` is
+    ``(b, n, d)`` random vectors, or ``(b, n)`` ids below ``vocab``."""
     g = seeded(seed)
     return [{"x": torch.randint(0, vocab, (b, n), generator=g) if vocab else
              torch.randn(b, n, d, generator=g), "split": split, "step": step}
@@ -196,39 +174,35 @@ def attention_variant(ref: bg.CausalSelfAttention, kind: str = "right") -> Calla
 
 ATTENTION_MISTAKES = [
     ("cache_unmasked", "with a cache, each new query sees every key: was start = len(cache) read after "
-     "cache.append, or is there no mask? A prompt of n > 1 tokens must not see its own future."),
+     "cache.append, or is there no mask? A prompt of n > 1 tokens must not see its future."),
     ("prompt_only", "only the prompt (start = 0) was masked: a later cached call can bring several "
-     "tokens too, each blind to the ones after it. Mask every call, at its offset."),
+     "tokens too. Mask every call, at its offset."),
     ("no_mask", "no causal mask, so the future leaks: new query i sees keys 0..start+i only."),
-    ("upper", "the mask is upside down: causal_mask(n) is True on and below the diagonal (a query "
-     "sees its past); you let each query see its future."),
-    ("not_offset", "the mask is not offset by start: new query i sits at position start + i; which "
-     "rows of a causal mask of size start + n are those? (torch's is_causal=True makes this same "
-     "mistake: it anchors its mask top-left.)"),
-    ("not_read", "the cache is not appended to or not read: every call adds its keys and values "
-     "to the cache and attends over all start + n of them."),
+    ("upper", "the mask is upside down: causal_mask(n) is True on and below the diagonal (a query sees "
+     "its past); you let each query see its future."),
+    ("not_offset", "the mask is not offset by start: new query i sits at position start + i. (torch's "
+     "is_causal=True makes this same mistake: it anchors its mask top-left.)"),
+    ("not_read", "the cache is not appended to or not read: every call adds its keys and values to the "
+     "cache and attends over all start + n of them."),
     ("kv_swapped", "k and v are swapped in the cache: cache.append(k, v) takes keys, then values."),
     ("no_out_proj", "W_O is missing: the merged heads go through self.out."),
     ("scale_d_model", "the scores are scaled by a wrong factor (such as 1/sqrt(d_model) or 1/d_h): "
      "each head's scale is 1/sqrt(d_h), with d_h = d / h."),
     ("no_scale", "the scores are not scaled: divide q k^T by sqrt(d_h)."),
-    ("multiplied", "the scores were multiplied by the mask: a 0 score still gets weight e^0 > 0. "
-     "Set masked scores to -inf before the softmax, or pass the mask to the attention step."),
-    ("mask_added", "the 0/1 mask was added to the scores: a future key's score rises or falls by "
-     "1 only, so it keeps weight. Set masked scores to -inf (scores.masked_fill(~mask, -inf)), or "
-     "pass the bool mask to the attention step."),
-    ("no_transpose", "the heads were merged by out.reshape(b, n, d) straight from (b, h, n, d_h): "
-     "that mixes positions with heads. Bring the head axis next to d_h first (out.transpose(1, "
-     "2)), or use ah.merge_heads."),
+    ("multiplied", "the scores were multiplied by the mask: a 0 score still gets weight e^0 > 0. Set "
+     "masked scores to -inf before the softmax, or pass the mask to the attention step."),
+    ("mask_added", "the 0/1 mask was added to the scores: a future key's score moves by 1 only, so it "
+     "keeps weight. Set masked scores to -inf, or pass the bool mask to the attention step."),
+    ("no_transpose", "the heads were merged by out.reshape(b, n, d) straight from (b, h, n, d_h), "
+     "mixing positions with heads: transpose(1, 2) first, or use ah.merge_heads."),
     ("no_diagonal", "the mask hides each query's own position: new query i sees keys up to AND "
      "including start + i."),
-    ("one_ahead", "the mask lets each query see one future key, start + i + 1: the future leaks. "
-     "New query i sees keys 0..start+i only. To test it, change the last token: no earlier "
-     "output may change."),
-    ("complement", "the mask is inverted (~mask): True marks the keys a query may see, those at "
-     "or before its own position. The inverse shows each query only its future."),
-    ("softmax_over_queries", "the softmax ran over dim=-2, the queries: each query's weights over "
-     "the keys sum to 1, so use dim=-1."),
+    ("one_ahead", "the mask lets each query see one future key, start + i + 1: the future leaks. New "
+     "query i sees keys 0..start+i only."),
+    ("complement", "the mask is inverted (~mask): True marks the keys a query may see, those at or "
+     "before its own position."),
+    ("softmax_over_queries", "the softmax ran over dim=-2, the queries: each query's weights over the "
+     "keys sum to 1, so use dim=-1."),
 ]
 
 
@@ -251,9 +225,8 @@ class _LessonCache(KVCache):
     "Without a cache this is notebook 05's causal attention. With a cache holding `start` "
     "positions, the n new tokens sit at start..start+n-1: add their keys and values to the "
     "cache, then let new query i see every key up to start + i.",
-    "With a cache, cache.append(k, v), then k and v are cache.keys and cache.values, (b, h, "
-    "start + n, d_h). The mask is (n, start + n): which rows of a square causal mask are the "
-    "new queries?",
+    "With a cache, cache.append(k, v), then k and v are cache.keys and cache.values, (b, h, start + n, "
+    "d_h). The mask is (n, start + n): which rows of a square causal mask are the new queries?",
     "if cache is not None:\n"
     "    ...              # add the new keys and values to the cache; k, v: everything it holds\n"
     "mask = ...           # (n, start + n), bool: row i is True at keys 0..start+i\n"
@@ -308,8 +281,8 @@ BLOCK_MISTAKES = [
     ("no_ff_residual", "the residual is missing around the feed-forward: add its output to the stream."),
     ("no_norm", "the LayerNorms are missing: each sub-layer reads LN(x), not x."),
     ("same_norm", "norm1 is used twice: the feed-forward reads norm2(x), its own LayerNorm."),
-    ("residual_from_normed", "the residuals add to the normalised x: x + attn(LN(x)), not "
-     "LN(x) + attn(LN(x))."),
+    ("residual_from_normed", "the residuals add to the normalised x: x + attn(LN(x)), not LN(x) + "
+     "attn(LN(x))."),
     ("residual_from_normed_attn", "the attention's residual adds to the normalised x: x + "
      "attn(LN_1(x)), not LN_1(x) + attn(...)."),
     ("residual_from_normed_ff", "the feed-forward's residual adds to the normalised x: x + "
@@ -320,10 +293,8 @@ BLOCK_MISTAKES = [
     ("ff_reads_first_norm", "the feed-forward reads norm1's copy of the old x: it normalises the "
      "stream after attention's addition."),
     ("ff_first", "the feed-forward ran first: attention comes first."),
-    ("ff_unnormed", "the feed-forward reads the stream itself: it reads norm2's normalised copy, "
-     "ff(norm2(x))."),
-    ("norm1_twice", "norm1 ran twice before attention, norm1(norm1(x)): attention reads one "
-     "normalised copy, norm1(x)."),
+    ("ff_unnormed", "the feed-forward reads the stream itself: it reads norm2's copy, ff(norm2(x))."),
+    ("norm1_twice", "norm1 ran twice before attention: attention reads one normalised copy, norm1(x)."),
     ("cache_not_passed", "the cache never reached the attention: the block hands it on."),
     ("output_normed", "the block normalises its output: it returns the stream itself. The one final "
      "LayerNorm is the model's, after the last block."),
@@ -343,25 +314,21 @@ def check_block(cls) -> CheckResult:
 # --- 2. the model, part two: the GPT --------------------------------------------------------------
 
 def model_cfg(vocab=11, context=16, d=16, h=4, layers=2, d_ff=32) -> bg.GPTConfig:
-    return bg.GPTConfig(vocab, context=context, d_model=d, num_heads=h, num_layers=layers,
-                        d_ff=d_ff)
+    return bg.GPTConfig(vocab, context=context, d_model=d, num_heads=h, num_layers=layers, d_ff=d_ff)
 
 
 def model_variant(ref: bg.GPT, kind: str = "right") -> Callable:
     """``forward(tokens, start=0, caches=None)`` with ``ref``'s parts and ``kind``'s mistake."""
-    d = ref.cfg.d_model
+    root_d = math.sqrt(ref.cfg.d_model)
 
     def run(tokens, start=0, caches=None):
         n, s = tokens.shape[1], 0 if kind == "positions_not_offset" else start
+        positions = {"positions_from_tokens": tokens,
+                     "positions_from_one": torch.arange(n) + s + 1}.get(kind, torch.arange(n) + s)
         tok = ref.token_embedding(tokens)
-        pos = {"positions_from_tokens": lambda: ref.position_embedding(tokens),
-               "positions_from_one": lambda: ref.position_embedding(torch.arange(s + 1, s + n + 1)),
-               "no_positions": lambda: 0}.get(
-                   kind, lambda: ref.position_embedding(torch.arange(s, s + n)))()
-        x = {"token_scaled": lambda: tok * math.sqrt(d) + pos,
-             "position_scaled": lambda: tok + pos * math.sqrt(d)}.get(kind, lambda: tok + pos)()
-        if kind == "scaled_embeddings":
-            x = x * math.sqrt(d)
+        pos = 0 if kind == "no_positions" else ref.position_embedding(positions)
+        x = {"token_scaled": tok * root_d + pos, "position_scaled": tok + pos * root_d,
+             "scaled_embeddings": (tok + pos) * root_d}.get(kind, tok + pos)
         blocks = {"first_block_only": ref.blocks[:1], "no_blocks": [],
                   "reversed_blocks": ref.blocks[::-1]}.get(kind, ref.blocks)
         for i, block in enumerate(blocks):
@@ -369,9 +336,8 @@ def model_variant(ref: bg.GPT, kind: str = "right") -> Callable:
             if kind == "norm_every_block" and i < len(blocks) - 1:
                 x = ref.norm(x)
         logits = ref.head(x if kind == "no_final_norm" else ref.norm(x))
-        if kind == "log_softmax_output":
-            return torch.log_softmax(logits, dim=-1)
-        return torch.softmax(logits, dim=-1) if kind == "softmax_output" else logits
+        return {"log_softmax_output": logits.log_softmax(-1),
+                "softmax_output": logits.softmax(-1)}.get(kind, logits)
 
     return run
 
@@ -381,24 +347,22 @@ MODEL_MISTAKES = [
      "Without it the model knows order only indirectly, through the causal mask."),
     ("positions_from_tokens", "the position embedding is indexed by the token ids: index it by the "
      "positions start..start+n-1."),
-    ("positions_from_one", "the positions start one too late: the first new character is at "
-     "position start."),
+    ("positions_from_one", "the positions start one too late: the first new character is at position "
+     "start."),
     ("positions_not_offset", "the positions ignore start: the new tokens come after the start "
      "characters already cached, not at 0..n-1."),
-    ("caches_not_passed", "the caches never reached the blocks: block i gets caches[i] (None "
-     "without caches)."),
-    ("no_final_norm", "the final LayerNorm is missing: pre-norm leaves the stream unnormalised "
-     "after the last block."),
-    ("norm_every_block", "the final LayerNorm ran after every block: it runs once, after the "
-     "last block. Inside, each block leaves the stream unnormalised."),
+    ("caches_not_passed", "the caches never reached the blocks: block i gets caches[i] (None without "
+     "caches)."),
+    ("no_final_norm", "the final LayerNorm is missing: pre-norm leaves the stream unnormalised after "
+     "the last block."),
+    ("norm_every_block", "the final LayerNorm ran after every block: it runs once, after the last "
+     "block. Inside, each block leaves the stream unnormalised."),
     ("first_block_only", "only one block ran: x goes through every block of self.blocks."),
     ("scaled_embeddings", "the embeddings are multiplied by sqrt(d): add them as they are."),
     ("token_scaled", "the token embeddings are multiplied by sqrt(d) (the 2017 paper's convention, "
      "with fixed sinusoids): this GPT adds both learned embeddings as they are."),
-    ("position_scaled", "the position embeddings are multiplied by sqrt(d): add E_pos at "
-     "positions start..start+n-1 as it is."),
-    ("reversed_blocks", "the blocks ran in reverse order: x goes through self.blocks in order, "
-     "block 0 first."),
+    ("position_scaled", "the position embeddings are multiplied by sqrt(d): add E_pos as it is."),
+    ("reversed_blocks", "the blocks ran in reverse order: x goes through self.blocks in order."),
     ("no_blocks", "the blocks never ran: the logits come straight from the embeddings."),
     ("log_softmax_output", "the model returns log_softmax(logits): return the raw logits."),
     ("softmax_output", "the model returns softmax(logits): return the raw logits; cross_entropy and "
@@ -406,28 +370,27 @@ MODEL_MISTAKES = [
 ]
 
 
-def _token_cases(cfg, seed):
-    """Ids, as :func:`_sequences`; the last case at ``start = context - 5``, without caches."""
-    cases = _sequences(seed, vocab=cfg.vocab_size, shapes=[
-        (1, 6, 0, 0), (2, 9, 0, 0), (3, 1, 0, 0), (2, cfg.context, 0, 0), (2, 9, 4, 1),
-        (1, 12, 5, 3), (2, 5, 0, 0)])
-    cases[-1]["start"] = cfg.context - 5
-    return cases
+def _both(first: CheckResult | None, second: Callable[[], CheckResult]) -> CheckResult:
+    """A merged exercise: ``second()`` once ``first`` (None: not given) passed; both messages."""
+    if first is not None and not first:
+        return first
+    result = second()
+    if first is None or not result:
+        return result
+    return CheckResult(True, first.message + " " + result.message.replace("Passed: ", "And ", 1))
 
 
 @exercise("build_gpt.model", "the model: a pre-norm block, then the GPT", hints=(
-    "The block: two sub-layers, attention then feed-forward, each with a residual addition and "
-    "its own LayerNorm; the cache goes to the attention. Notebook 06's exercise layer was "
-    "post-norm: it normalised each sum. Which layout leaves a path on which x is never "
-    "normalised? The GPT: each token becomes its embedding plus its position's; the sum goes "
-    "through every block, a final LayerNorm, then the output head. With caches, which positions "
-    "do the n new tokens hold, and which cache does block i read?",
+    "The block: attention, then the feed-forward, each with its own LayerNorm and a residual "
+    "addition; the cache goes to the attention. Notebook 06's exercise layer was post-norm: it "
+    "normalised each sum. Which layout leaves a path on which x is never normalised? The GPT: each "
+    "token's embedding plus its position's goes through every block, a final LayerNorm, then the "
+    "head. With caches, which positions do the n new tokens hold, and which cache does block i read?",
     "The block: no LayerNorm on a residual sum. Each sub-layer reads its own norm's copy of the "
-    "stream, and its output is added to the stream itself; the feed-forward reads the stream "
-    "after attention's addition. The GPT: start is the position of tokens[:, 0], with caches or "
-    "without. Look the n positions up as one (n,) tensor: its (n, d) result broadcasts onto the "
-    "(b, n, d) token embeddings. enumerate(self.blocks) gives block i its own cache (None when "
-    "caches is None).",
+    "stream, and its output is added to the stream itself; the feed-forward reads the stream after "
+    "attention's addition. The GPT: start is the position of tokens[:, 0], with caches or without. "
+    "Look the n positions up as one (n,) tensor: its (n, d) result broadcasts onto the (b, n, d) "
+    "token embeddings. enumerate(self.blocks) gives block i its own cache (None without caches).",
     "# Block.forward:\n"
     "#     x = x + ...      # attention on norm1's copy of x, handed the cache\n"
     "#     return x + ...   # the feed-forward on norm2's copy of the updated x\n"
@@ -440,26 +403,27 @@ def _token_cases(cfg, seed):
 def check_model(cls, block=None) -> CheckResult:
     """Exercise: ``block`` (if given) as :func:`check_block`, then ``cls(cfg)``; ``forward(tokens
     (b, n), start=0, caches=None) -> (b, n, vocab)``, run with the reference's blocks."""
-    if block is not None:
-        first = check_block(block)
-        if not first:
-            return first
     cfg = model_cfg()
-    result = _check_module(
+
+    def cases(args, seed):          # ids, the last case at start = context - 5 without caches
+        ids = _sequences(seed + 1, vocab=cfg.vocab_size, shapes=[
+            (1, 6, 0, 0), (2, 9, 0, 0), (3, 1, 0, 0), (2, cfg.context, 0, 0), (2, 9, 4, 1),
+            (1, 12, 5, 3), (2, 5, 0, 0)])
+        ids[-1]["start"] = cfg.context - 5
+        return ids
+
+    return _both(None if block is None else check_block(block), lambda: _check_module(
         cls, "GPT", [((cfg,), 301)], model_variant, MODEL_MISTAKES,
         forward=lambda m, x, start, caches: m(x, start, caches),
         new_cache=lambda x: [KVCache(cfg.context) for _ in range(cfg.num_layers)],
-        cases=lambda args, seed: _token_cases(cfg, seed + 1), swap=("blocks",), std=0.3,
-        error_hints=[("not subscriptable", "caches is None here, with start > 0: the positions "
-                      "come from the start argument (not from len(caches[0])), and block i gets "
-                      "None when caches is None."),
+        cases=cases, swap=("blocks",), std=0.3,
+        error_hints=[("not subscriptable", "caches is None here, with start > 0: the positions come "
+                      "from the start argument (not from len(caches[0])), and block i gets None "
+                      "when caches is None."),
                      ("cache is full", "a cache filled up: block i gets caches[i] (not caches[0] "
                       "for all)."),
                      ("list.append", "a block got the whole caches list: block i gets caches[i], "
-                      "its own cache (None without caches).")])
-    if block is None or not result:
-        return result
-    return CheckResult(True, first.message + " " + result.message.replace("Passed: ", "And ", 1))
+                      "its own cache (None without caches).")]))
 
 
 # --- 3. the training, part one: the step ----------------------------------------------------------
@@ -477,26 +441,22 @@ def train_variant(kind: str = "right") -> Callable:
         if kind == "last_only":
             logits, targets = logits[:, -1:], targets[:, -1:]
         flat = logits.flatten(0, 1), targets.flatten()
-        if kind == "nll_on_logits":
-            loss = F.nll_loss(*flat)
-        elif kind == "sum_over_positions":                # summed over positions, mean over batch
-            loss = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").sum(1).mean()
-        else:
-            loss = F.cross_entropy(*flat, reduction="sum" if kind == "sum" else "mean")
+        loss = {"nll_on_logits": lambda: F.nll_loss(*flat),
+                "sum": lambda: F.cross_entropy(*flat, reduction="sum"),
+                "sum_over_positions": lambda: F.cross_entropy(   # summed over positions, mean over b
+                    logits.transpose(1, 2), targets, reduction="none").sum(1).mean(),
+                }.get(kind, lambda: F.cross_entropy(*flat))()
         if kind != "no_zero_grad":
             optimizer.zero_grad()
         loss.backward()
         if kind == "zero_grad_late":
             optimizer.zero_grad()
-        if kind == "clip_each":                           # each gradient's norm on its own
-            for p in model.parameters():
-                nn.utils.clip_grad_norm_([p], 1.0)
-        elif kind == "clip_value":
-            nn.utils.clip_grad_value_(model.parameters(), 1.0)
-        elif kind == "clip_small":
-            nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-        elif kind != "no_clip":
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        params = list(model.parameters())
+        clip = {"clip_each": lambda: [nn.utils.clip_grad_norm_([p], 1.0) for p in params],
+                "clip_value": lambda: nn.utils.clip_grad_value_(params, 1.0),
+                "clip_small": lambda: nn.utils.clip_grad_norm_(params, 0.5),
+                "no_clip": lambda: None}.get(kind, lambda: nn.utils.clip_grad_norm_(params, 1.0))
+        clip()
         if kind != "no_step":
             optimizer.step()
         if kind == "loss_after_step":                     # the loss of the updated weights
@@ -508,37 +468,56 @@ def train_variant(kind: str = "right") -> Callable:
 
 
 TRAIN_MISTAKES = [
-    ("not_shifted", "the targets are not shifted: the target at position i is the character one "
-     "after input i."),
-    ("whole_chunk", "inputs and targets are both the whole chunk: the model learns to copy. A "
-     "chunk of n + 1 characters gives n inputs and n targets: which n of each?"),
-    ("shifted_backwards", "the shift goes the wrong way: the targets are the later of the two "
-     "slices."),
+    ("not_shifted", "the targets are not shifted: the target at position i is the character one after "
+     "input i."),
+    ("whole_chunk", "inputs and targets are both the whole chunk: the model learns to copy. A chunk of "
+     "n + 1 characters gives n inputs and n targets: which n of each?"),
+    ("shifted_backwards", "the shift goes the wrong way: the targets are the later of the two slices."),
     ("no_zero_grad", "the gradients are never zeroed, so they pile up: call optimizer.zero_grad() "
      "before loss.backward()."),
     # zeroing the gradients between backward and step ("zero_grad_late") gives these same outputs
-    ("no_step", "the weights did not change: zero the gradients before loss.backward(), not after "
-     "it, and call optimizer.step() after it."),
+    ("no_step", "the weights did not change: zero the gradients before loss.backward(), not after it, "
+     "and call optimizer.step() after it."),
     ("sum", "the loss is summed over positions: take the mean (cross_entropy's default)."),
-    ("sum_over_positions", "the loss is summed over each chunk's positions: a per-character loss "
-     "is the mean over every position."),
+    ("sum_over_positions", "the loss is summed over each chunk's positions: a per-character loss is "
+     "the mean over every position."),
     ("softmax_first", "softmax was applied before cross_entropy, which takes raw logits."),
     ("nll_on_logits", "F.nll_loss on raw logits expects log-probabilities: use F.cross_entropy."),
     ("last_only", "only the last position is trained: every position predicts its next character."),
-    ("no_clip", "the gradient was unclipped, clipped to a larger max_norm than 1.0, or clipped "
-     "piece by piece: clip the joint norm of all gradients together, not each one or by value, "
-     "with nn.utils.clip_grad_norm_(model.parameters(), 1.0) between loss.backward() and "
-     "optimizer.step()."),
+    ("no_clip", "the gradient was unclipped, clipped to a larger max_norm than 1.0, or clipped piece "
+     "by piece: clip the joint norm of all gradients together, not each one or by value, with "
+     "nn.utils.clip_grad_norm_(model.parameters(), 1.0) between backward and step."),
     ("clip_small", "the gradient was clipped to a max_norm below the recipe's 1.0: "
      "nn.utils.clip_grad_norm_(model.parameters(), 1.0)."),
     ("loss_after_step", "the loss you returned was computed after optimizer.step(), on the updated "
-     "weights: return the loss the gradients came from, loss.item() of the forward pass."),
+     "weights: return the loss the gradients came from."),
 ]
+
+
+def _weights(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _two_steps(step: Callable) -> Callable:
+    """``run(chunks, seed)``: two SGD steps of ``step`` on a randomised GPT, gradients far over 1."""
+    def run(chunks, seed):
+        model = _randomise(bg.GPT(model_cfg()), seed, std=0.3).train()
+        optimizer, losses = torch.optim.SGD(model.parameters(), lr=0.5), []
+        for chunk in chunks:
+            loss = step(model, optimizer, chunk.clone())
+            if loss is None or isinstance(loss, torch.Tensor):
+                raise Refused("train_step returned " + ("None" if loss is None else "a tensor, which "
+                              "keeps its whole graph in memory") + ": return the loss as a float, "
+                              "loss.item().")
+            losses.append(float(loss))
+        return torch.tensor(losses, dtype=torch.float64), _weights(model)
+
+    return run
 
 
 def check_train_step(train_step: Callable) -> CheckResult:
     """The training exercise's first part: ``train_step(model, optimizer, chunk (b, n + 1)) ->
-    loss``, checked over two SGD steps whose gradients are far over norm 1."""
+    loss``, checked over two SGD steps."""
     g = seeded(401)
     cases = [{"chunks": torch.randint(0, 11, (2, b, n + 1), generator=g), "seed": s}
              for b, n, s in [(2, 8, 1), (3, 16, 2), (1, 4, 3)]]
@@ -547,29 +526,10 @@ def check_train_step(train_step: Callable) -> CheckResult:
         output_names=("the two losses", "the weights after two steps"), atol=1e-5,
         mistakes=[Mistake(_two_steps(train_variant(kind)), hint) for kind, hint in TRAIN_MISTAKES],
         error_hints=[
-            ("Expected target size", "F.cross_entropy reads the classes on dim 1: flatten "
-             "the (b, n, vocab) logits and the targets over the positions."),
+            ("Expected target size", "F.cross_entropy reads the classes on dim 1: flatten the (b, "
+             "n, vocab) logits and the targets over the positions."),
             ("past the context", "the whole chunk of n + 1 characters went in: the last one has "
              "nothing to predict, so it is never an input.")])
-
-
-def _two_steps(step: Callable) -> Callable:
-    def run(chunks, seed):
-        model = _randomise(bg.GPT(model_cfg()), seed, std=0.3).train()   # gradients far over 1
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        losses = []
-        for chunk in chunks:
-            loss = step(model, optimizer, chunk.clone())
-            if loss is None:
-                raise Refused("train_step returned None: return the loss (loss.item()).")
-            if isinstance(loss, torch.Tensor):
-                raise Refused("train_step returned a tensor: return the loss as a float, "
-                              "loss.item(). A kept tensor also keeps its whole graph in memory.")
-            losses.append(float(loss))
-        weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        return torch.tensor(losses, dtype=torch.float64), weights
-
-    return run
 
 
 # --- 3. the training, part two: the schedule and the loop -----------------------------------------
@@ -584,37 +544,32 @@ def schedule_variant(kind: str = "right") -> Callable:
             return peak * (step if kind == "warmup_from_zero" else step + 1) / warmup
         progress = step / steps if kind in ("no_warmup", "cosine_over_all") \
             else (step - warmup) / max(1, steps - warmup - (kind == "progress_short"))
-        low = 0.0 if kind == "to_zero" else low
-        if kind == "linear":
-            return low + (peak - low) * (1 - progress)
-        if kind == "no_half":
-            return low + (peak - low) * math.cos(math.pi * progress)
-        if kind == "min_lr_not_subtracted":
-            return low + 0.5 * peak * (1 + math.cos(math.pi * progress))
-        return low + 0.5 * (peak - low) * (1 + math.cos(math.pi * progress))
+        low, cos = 0.0 if kind == "to_zero" else low, math.cos(math.pi * progress)
+        return {"linear": lambda: low + (peak - low) * (1 - progress),
+                "no_half": lambda: low + (peak - low) * cos,
+                "min_lr_not_subtracted": lambda: low + 0.5 * peak * (1 + cos),
+                }.get(kind, lambda: low + 0.5 * (peak - low) * (1 + cos))()
 
     return learning_rate
 
 
 SCHEDULE_MISTAKES = [
     ("constant", "the rate never changes: a linear warm-up, then a cosine to recipe.min_lr."),
-    ("no_warmup", "there is no warm-up: step s < recipe.warmup gets recipe.lr * (s + 1) / "
-     "recipe.warmup."),
-    ("warmup_from_zero", "the first step gets a rate of 0, a wasted step: step s gets recipe.lr * "
-     "(s + 1) / recipe.warmup."),
-    ("warmup_le", "the rate passes recipe.lr at step recipe.warmup, to lr * (warmup + 1) / warmup: "
-     "the warm-up covers steps 0..warmup-1 (step < recipe.warmup), and its last step reaches the "
-     "peak."),
+    ("no_warmup", "there is no warm-up: step s < warmup gets recipe.lr * (s + 1) / recipe.warmup."),
+    ("warmup_from_zero", "the first step gets a rate of 0, a wasted step: step s gets recipe.lr * (s + "
+     "1) / recipe.warmup."),
+    ("warmup_le", "the rate passes recipe.lr at step recipe.warmup: the warm-up covers steps "
+     "0..warmup-1 (step < recipe.warmup), and its last step reaches the peak."),
     ("progress_short", "the cosine reaches min_lr one step early: p = (step - warmup) / (steps - "
      "warmup) stays below 1, as in the formula."),
     ("cosine_over_all", "the cosine counts from step 0: its progress is (step - warmup) / (steps - "
      "warmup)."),
     ("to_zero", "the cosine ends at 0: it ends at recipe.min_lr."),
     ("linear", "the decay is linear: after the warm-up it follows half a cosine period."),
-    ("min_lr_not_subtracted", "the cosine starts at lr + min_lr: it scales the range, (lr - "
-     "min_lr) * (1 + cos(pi * progress)) / 2, added to min_lr."),
-    ("no_half", "cos(pi * progress) runs from 1 to -1, so the rate goes negative: use (1 + cos(pi "
-     "* progress)) / 2."),
+    ("min_lr_not_subtracted", "the cosine starts at lr + min_lr: it scales the range, (lr - min_lr) * "
+     "(1 + cos(pi * progress)) / 2, added to min_lr."),
+    ("no_half", "cos(pi * progress) runs from 1 to -1, so the rate goes negative: use (1 + cos(pi * "
+     "progress)) / 2."),
 ]
 
 
@@ -628,9 +583,7 @@ def loop_variant(kind: str = "right") -> Callable:
                 betas=recipe.betas)
 
         def set_rate(step):
-            groups = optimizer.param_groups[:1] if kind == "first_group_only" else \
-                optimizer.param_groups
-            for group in groups:
+            for group in optimizer.param_groups[:1 if kind == "first_group_only" else None]:
                 group["lr"] = bg.learning_rate(step, recipe)
 
         optimizer, n, curve, chunk, losses = new_optimizer(), model.cfg.context, [], None, []
@@ -643,46 +596,41 @@ def loop_variant(kind: str = "right") -> Callable:
             if kind not in ("no_schedule", "lr_after_step"):
                 set_rate(step)
             if chunk is None or kind != "same_batch":
-                starts = torch.randint(0, high, (recipe.batch,), generator=None
-                                       if kind == "no_generator" else generator)
+                starts = torch.randint(0, high, (recipe.batch,),
+                                       generator=None if kind == "no_generator" else generator)
                 chunk = torch.stack([data[s:s + width] for s in starts.tolist()])
-            batch_loss = train_step(model, optimizer, chunk)
-            losses.append(batch_loss)
+            losses.append(train_step(model, optimizer, chunk))
             if kind == "lr_after_step":
                 set_rate(step)
             done = step if kind == "eval_off_by_one" else step + 1
-            if done % recipe.eval_every == 0 and kind != "no_eval":
-                train_loss = bg.estimate_loss(model, corpus.train, n)
-                val_loss = bg.estimate_loss(model, corpus.val, n)
-                if kind == "batch_loss":
-                    train_loss = batch_loss
-                if kind == "batch_loss_mean":               # since the last evaluation
-                    train_loss, losses = sum(losses) / len(losses), []
-                if kind == "eval_swapped":
-                    train_loss, val_loss = val_loss, train_loss
-                curve.append((step if kind == "step_label" else step + 1, train_loss, val_loss))
+            if done % recipe.eval_every or kind == "no_eval":
+                continue
+            train_loss = {"batch_loss": losses[-1],                 # the mean since the last evaluation
+                          "batch_loss_mean": sum(losses) / len(losses)}.get(
+                              kind, bg.estimate_loss(model, corpus.train, n))
+            losses, val_loss = [], bg.estimate_loss(model, corpus.val, n)
+            if kind == "eval_swapped":
+                train_loss, val_loss = val_loss, train_loss
+            curve.append((step if kind == "step_label" else step + 1, train_loss, val_loss))
         return curve
 
     return train
 
 
 LOOP_MISTAKES = [
-    ("no_schedule", "the rate was never set, so AdamW kept 0.001: before each step set "
-     "group['lr'] = learning_rate(step, recipe) in optimizer.param_groups."),
+    ("no_schedule", "the rate was never set, so AdamW kept 0.001: before each step set group['lr'] = "
+     "learning_rate(step, recipe) in optimizer.param_groups."),
     ("first_group_only", "the rate was set in the first parameter group only, so the biases and "
-     "LayerNorm gains kept AdamW's default 0.001: set it in every group of "
-     "optimizer.param_groups."),
-    ("no_generator", "the batches were drawn from torch's global random numbers: the batch order "
-     "must use the given generator, torch.randint(..., generator=generator), so that your run "
-     "draws the reference's batches."),
+     "LayerNorm gains kept AdamW's default 0.001: set it in every group of optimizer.param_groups."),
+    ("no_generator", "the batches were drawn from torch's global random numbers: draw them with the "
+     "given generator, torch.randint(..., generator=generator), to get the reference's batches."),
     ("lr_after_step", "the rate is set after the step: set it before calling train_step."),
-    ("optimizer_each_step", "a new AdamW at every step restarts its running averages: build it "
-     "once."),
+    ("optimizer_each_step", "a new AdamW at every step restarts its running averages: build it once."),
     ("batches_from_val", "the batches come from the held-out text: train on corpus.train only."),
     ("same_batch", "one batch is used at every step: draw a fresh one inside the loop."),
-    ("randint_high", "every chunk you draw is valid, but your batches differ from the reference's: "
-     "use len(corpus.train) - n - 1 as the bound, torch.randint(0, len(corpus.train) - n - 1, "
-     "(recipe.batch,), generator=generator)."),
+    ("randint_high", "every chunk you draw is valid, but your batches differ from the reference's: the "
+     "bound is len(corpus.train) - n - 1, torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), "
+     "generator=generator)."),
     ("chunk_short", "each chunk holds n characters: it needs n + 1."),
     ("eval_off_by_one", "the evaluations come one step early: evaluate when (step + 1) % "
      "recipe.eval_every == 0."),
@@ -692,8 +640,7 @@ LOOP_MISTAKES = [
     ("batch_loss", "the curve's training loss is one noisy batch's: use bg.estimate_loss(model, "
      "corpus.train, n)."),
     ("batch_loss_mean", "the curve's training loss is the mean of the batch losses since the last "
-     "evaluation, as a training log prints: use bg.estimate_loss(model, corpus.train, n), measured "
-     "like the held-out one."),
+     "evaluation, as a training log prints: estimate it like the held-out one."),
     ("no_eval", "the curve is empty: every recipe.eval_every steps append (step + 1, training loss, "
      "held-out loss)."),
     ("stop_ignored", "stop was ignored: run only steps 0..stop-1 (the schedule still spans "
@@ -702,11 +649,8 @@ LOOP_MISTAKES = [
 
 
 def _rates(learning_rate: Callable) -> Callable:
-    def run(recipe):
-        return torch.tensor([float(learning_rate(s, recipe)) for s in range(recipe.steps)],
-                            dtype=torch.float64)
-
-    return run
+    return lambda recipe: torch.tensor([float(learning_rate(s, recipe)) for s in range(recipe.steps)],
+                                       dtype=torch.float64)
 
 
 def _run_loop(train: Callable) -> Callable:
@@ -724,24 +668,23 @@ def _run_loop(train: Callable) -> Callable:
         rows = [[float(x) for x in row] for row in curve]
         if any(len(row) != 3 for row in rows):
             raise Refused("each entry of the curve should be (step, training, held-out loss).")
-        weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        return torch.tensor(rows, dtype=torch.float64).reshape(-1, 3), weights
+        return torch.tensor(rows, dtype=torch.float64).reshape(-1, 3), _weights(model)
 
     return run
 
 
 @exercise("build_gpt.train", "the training: step, schedule, batches, evaluation", hints=(
-    "train_step: each position predicts the next character: which character is the target of "
-    "input i, and how many predictions does a chunk of n + 1 hold? Then the usual optimizer "
-    "moves, the gradient clipped before the step. learning_rate: a straight line up for the "
-    "warm-up, then half a cosine period down to min_lr. train: each step set the rate, draw a "
-    "batch, take one step; every eval_every steps record both losses.",
-    "train_step: inputs and targets are two (b, n) slices, the targets one step ahead: which end "
-    "does each drop? F.cross_entropy wants (N, vocab) logits against (N,) ids: flatten both. "
+    "train_step: each position predicts the next character: which character is the target of input "
+    "i, and how many predictions does a chunk of n + 1 hold? Then the usual optimizer moves, the "
+    "gradient clipped before the step. learning_rate: a straight line up for the warm-up, then half "
+    "a cosine period down to min_lr. train: each step set the rate, draw a batch, take one step; "
+    "every eval_every steps record both losses.",
+    "train_step: inputs and targets are two (b, n) slices, the targets one step ahead: which end does "
+    "each drop? F.cross_entropy wants (N, vocab) logits against (N,) ids: flatten both. "
     "learning_rate: step s < warmup gets lr * (s + 1) / warmup; then p = (s - warmup) / (steps - "
-    "warmup) runs 0 to 1 and the rate is min_lr + (lr - min_lr) * (1 + cos(pi p)) / 2. train: "
-    "the rate goes in every parameter group; the batch is recipe.batch starts from torch.randint "
-    "with the given generator, n + 1 characters from each.",
+    "warmup) runs 0 to 1 and the rate is min_lr + (lr - min_lr) * (1 + cos(pi p)) / 2. train: the "
+    "rate goes in every parameter group; the batch is recipe.batch starts from torch.randint with "
+    "the given generator, n + 1 characters from each.",
     "# train_step, in four steps:\n"
     "#     inputs, targets = ...   # two (b, n) slices of the chunk, the targets one ahead\n"
     "#     loss = ...              # the mean cross-entropy over all b * n predictions\n"
@@ -761,35 +704,31 @@ def check_train(train: Callable, learning_rate: Callable, train_step: Callable |
     """Exercise: ``train_step`` (if given) as :func:`check_train_step`, then ``learning_rate(step,
     recipe) -> float`` and ``train(model, train_step, corpus, recipe, generator, stop=None) ->
     curve``, with the reference's step and draws."""
-    step = CheckResult(True, "")
-    if train_step is not None:
-        step = check_train_step(train_step)
-        if not step:
-            return step
     recipes = [{"recipe": bg.Recipe(steps=s, batch=2, lr=lr, warmup=w, min_lr=m)}
                for s, lr, w, m in [(20, 0.1, 5, 0.01), (12, 3e-3, 1, 0.0), (50, 1e-3, 10, 1e-4),
                                    (8, 0.5, 3, 0.05)]]
-    result = check_function(
-        _rates(learning_rate), _rates(bg.learning_rate), recipes, what="learning_rate",
-        output_names=("the rates of every step",), atol=1e-9, rtol=1e-7,
-        mistakes=[Mistake(_rates(schedule_variant(kind)), hint) for kind, hint in SCHEDULE_MISTAKES])
-    if not result:
-        return result
     runs = [{"recipe": bg.Recipe(steps=s, batch=b, lr=lr, warmup=w, min_lr=m, eval_every=e),
              "stop": stop, "seed": seed}
             for s, b, lr, w, m, e, stop, seed in [(6, 3, 0.02, 2, 0.002, 3, None, 1),
                                                   (4, 2, 0.05, 2, 0.0, 2, None, 2),
                                                   (8, 2, 0.01, 3, 0.001, 2, 4, 3)]]
-    result = check_function(
-        _run_loop(train), _run_loop(bg.train), runs, what="train",
-        output_names=("the curve (step, training loss, held-out loss)", "the weights after"),
-        atol=1e-5, mistakes=[Mistake(_run_loop(loop_variant(kind)), hint)
-                             for kind, hint in LOOP_MISTAKES])
-    return result if not result else CheckResult(
-        True, (f"{step.message} " if step.message else "Passed: ")
-        + f"{'And ' if step.message else ''}learning_rate matches the reference on every step of "
-          f"{len(recipes)} recipes, and train gives the reference's curve and weights on all "
-          f"{len(runs)} runs.")
+
+    def schedule_and_loop():
+        result = check_function(
+            _rates(learning_rate), _rates(bg.learning_rate), recipes, what="learning_rate",
+            output_names=("the rates of every step",), atol=1e-9, rtol=1e-7,
+            mistakes=[Mistake(_rates(schedule_variant(kind)), hint) for kind, hint in SCHEDULE_MISTAKES])
+        if result:
+            result = check_function(
+                _run_loop(train), _run_loop(bg.train), runs, what="train",
+                output_names=("the curve (step, training loss, held-out loss)", "the weights after"),
+                atol=1e-5, mistakes=[Mistake(_run_loop(loop_variant(kind)), hint)
+                                     for kind, hint in LOOP_MISTAKES])
+        return result if not result else CheckResult(
+            True, f"Passed: learning_rate matches the reference on every step of {len(recipes)} "
+                  f"recipes, and train gives the reference's curve and weights on all {len(runs)} runs.")
+
+    return _both(None if train_step is None else check_train_step(train_step), schedule_and_loop)
 
 
 # --- 4. generation with a KV cache ----------------------------------------------------------------
@@ -812,20 +751,17 @@ def generate_variant(kind: str = "right") -> Callable:
                     logits = logits.masked_fill(logits <= kth, -math.inf)
                     logits = torch.where(logits.isinf().all(-1, keepdim=True), 0.0, logits)
                 else:
-                    logits = logits.masked_fill(logits < kth, 0.0 if kind == "top_k_zero"
-                                                else -math.inf)
-            probs = torch.softmax(logits, dim=-1)
-            if kind == "temperature_after_softmax":
-                probs = probs / temperature
+                    logits = logits.masked_fill(logits < kth, 0.0 if kind == "top_k_zero" else -math.inf)
+            probs = torch.softmax(logits, dim=-1) / (temperature if kind == "temperature_after_softmax"
+                                                     else 1)
             if kind == "greedy":
                 nxt = probs.argmax(-1, keepdim=True)
-            elif kind == "no_generator":
-                nxt = torch.multinomial(probs, 1)
             elif kind == "top_k_indices" and top_k is not None:
                 values, indices = logits.topk(top_k, dim=-1)
                 nxt = indices.gather(-1, torch.multinomial(values.softmax(-1), 1, generator=generator))
             else:
-                nxt = torch.multinomial(probs, 1, generator=generator)
+                nxt = torch.multinomial(probs, 1, generator=None if kind == "no_generator"
+                                        else generator)
             tokens = torch.cat([tokens, nxt], dim=1)
             L = tokens.shape[1]
             if use_cache and L <= T:                            # the cache has room
@@ -845,31 +781,28 @@ def generate_variant(kind: str = "right") -> Callable:
 GENERATE_MISTAKES = [
     ("positions_restart", "the positions restart in the cached step: the new character sits after "
      "every one already cached."),
-    ("start_is_length", "start = tokens.shape[1] is one past the new character: how many come "
-     "before it?"),
+    ("start_is_length", "start = tokens.shape[1] is one past the new character: how many precede it?"),
     ("temperature_after_softmax", "temperature after the softmax changes nothing once renormalised: "
      "divide the logits by T."),
     ("temperature_times", "the logits were multiplied by T: divide them by T."),
-    ("first_position", "the next character was sampled from the FIRST position's logits: use the "
-     "last, [:, -1]."),
-    ("top_k_off_by_one", "top-k keeps k - 1 characters: mask only logits strictly below the k-th "
-     "largest."),
-    ("whole_sequence_cached", "every token was fed again while using the cache: after the prompt "
-     "feed only the token just sampled, at its own position."),
+    ("first_position", "the next character was sampled from the FIRST position's logits: use the last, "
+     "[:, -1]."),
+    ("top_k_off_by_one", "top-k keeps k - 1 characters: mask only logits below the k-th largest."),
+    ("whole_sequence_cached", "tokens already in the cache were fed again: after the prompt, feed only "
+     "the token just sampled (n = 1), at its own position."),
     ("greedy", "the next character was the argmax: sample it with torch.multinomial(probs, 1, "
      "generator=generator)."),
-    ("no_generator", "your generate drew from torch's global random numbers: sample with "
-     "torch.multinomial(probs, 1, generator=generator)."),
+    ("no_generator", "your generate drew from torch's global random numbers: pass generator=generator "
+     "to torch.multinomial."),
     ("top_k_zero", "the logits outside the top k were set to 0, not -inf: a logit of 0 keeps a "
      "probability. Set them to float('-inf')."),
     ("no_top_k", "top_k was ignored: set all but the k largest logits to -inf."),
     ("top_k_plus_one", "top-k kept k + 1 characters: the cut-off is the k-th largest logit."),
-    ("start_frozen", "start stayed at the prompt's length: each new character sits one position "
-     "after the previous one."),
-    ("crop_first", "past the context you kept the FIRST n_ctx characters: the window is the last "
-     "n_ctx."),
-    ("crop_short", "past the context the window held n_ctx - 1 characters: the model reads n_ctx, "
-     "at positions 0..n_ctx-1."),
+    ("start_frozen", "start stayed at the prompt's length: each new character sits one position after "
+     "the previous one."),
+    ("crop_first", "past the context you kept the FIRST n_ctx characters: the window is the last."),
+    ("crop_short", "past the context the window held n_ctx - 1 characters: the model reads n_ctx, at "
+     "positions 0..n_ctx-1."),
 ]
 
 #: What a learner's generate does once the text outgrows the context.
@@ -895,28 +828,20 @@ class _Recording(bg.GPT):
 
 
 def _sampler(generate: Callable, model: _Recording) -> Callable:
-    """The tokens ``generate`` samples with a generator seeded ``seed`` (torch's own: ``seed + 1``)."""
+    """The tokens ``generate`` samples with a generator seeded ``seed`` (torch's own: ``seed + 1``);
+    a full cache or a position past the context is explained from the calls."""
     def run(prompt, steps, temperature, top_k, use_cache, seed):
-        model.calls, T = [], model.cfg.context
+        model.calls = []
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed + 1)
             try:
                 return generate(model, prompt, steps, temperature, top_k, use_cache,
                                 torch.Generator().manual_seed(seed))
             except ValueError as exc:
-                full = "cache is full" in str(exc)
-                if not (full or "past the context" in str(exc)):
+                misuse = _cache_misuse(model.calls, prompt.shape[1], use_cache, model.cfg.context)
+                if misuse is None or not ("cache is full" in str(exc) or "past the context" in str(exc)):
                     raise
-                n, _, used = model.calls[-1]
-                if prompt.shape[1] + len(model.calls) - 1 > T:      # the text outgrew n_ctx
-                    why = "stale" if full and n > 1 else "cached" if used else "plain"
-                    raise Refused(f"generate failed once the text was longer than the context "
-                                  f"n_ctx = {T} ({exc}).\nHint: {PAST_CONTEXT[why]}") from exc
-                if use_cache:
-                    raise Refused(f"with use_cache=True generate ran past the cache ({exc}).\n"
-                                  f"Hint: {dict(GENERATE_MISTAKES)['whole_sequence_cached']}"
-                                  ) from exc
-                raise
+                raise Refused(f"generate failed ({exc}): {misuse}") from exc
 
     return run
 
@@ -951,15 +876,13 @@ def check_generate(generate: Callable) -> CheckResult:
                  (3, 5, 15, 0.5, None, True), (2, 1, 20, 2.0, 4, True), (2, 4, 10, 0.7, 3, False),
                  (1, 6, 18, 1.3, 1, True), (2, 4, 36, 0.9, None, True),
                  (2, 4, 36, 0.9, None, False), (1, 20, 14, 1.0, 5, True)]]
-    result = check_function(
-        _sampler(generate, model), _sampler(bg.generate, model), cases, what="generate",
-        output_names=("the tokens",), atol=0, rtol=0,
-        mistakes=[Mistake(_sampler(generate_variant(kind), model), hint)
-                  for kind, hint in GENERATE_MISTAKES])
+    exact = {"what": "generate", "output_names": ("the tokens",), "atol": 0, "rtol": 0}
+    result = check_function(_sampler(generate, model), _sampler(bg.generate, model), cases,
+                            mistakes=[Mistake(_sampler(generate_variant(kind), model), hint)
+                                      for kind, hint in GENERATE_MISTAKES], **exact)
     if not result:      # sampling among the k largest draws other random numbers, and is right
         among_k = check_function(_sampler(generate, model),
-                                 _sampler(generate_variant("top_k_indices"), model), cases,
-                                 what="generate", output_names=("the tokens",), atol=0, rtol=0)
+                                 _sampler(generate_variant("top_k_indices"), model), cases, **exact)
         if not among_k:
             return result
         result = CheckResult(True, among_k.message + " (You sample among the k largest logits: "
@@ -973,7 +896,7 @@ def check_generate(generate: Callable) -> CheckResult:
 
 
 def _cache_misuse(calls: list, n0: int, use_cache: bool, T: int) -> str | None:
-    """What went wrong in ``calls``, or None."""
+    """What went wrong first in ``calls`` (``(n, start, cache used)`` each), or None."""
     for j, (n, start, used) in enumerate(calls):
         L = n0 + j                                       # the text's length before call j + 1
         want = (min(L, T), 0, False) if L > T or not use_cache or not j else (1, L - 1, True)
@@ -982,11 +905,12 @@ def _cache_misuse(calls: list, n0: int, use_cache: bool, T: int) -> str | None:
         ran = (f"call {j + 1} (prompt of {n0}, the text {L} characters long) ran n = {n} at "
                f"start = {start} {'with' if used else 'without'} the cache (expected: n = "
                f"{want[0]} at start = {want[1]} {'with' if want[2] else 'without'} it)")
-        if not use_cache:
-            return ("use_cache=False did not run without the cache: " + ran + ".\nHint: without "
-                    "it, every step re-runs the whole sequence from position 0, caches=None.")
         if L > T:
-            return f"past the context n_ctx = {T}, {ran}.\nHint: {PAST_CONTEXT['stale']}"
+            why = "stale" if used and n > 1 else "cached" if used else "plain"
+            return f"past the context n_ctx = {T}, {ran}.\nHint: {PAST_CONTEXT[why]}"
+        if not use_cache:
+            return (f"use_cache=False did not run without the cache: {ran}.\nHint: without it, "
+                    "every step re-runs the whole sequence from position 0, caches=None.")
         if not j:
             return (f"the prompt of {n0} did not run in one call: {ran}.\nHint: with the cache, "
                     "the prompt runs once, at position 0; then one new token per call.")
@@ -999,6 +923,5 @@ def _cache_misuse(calls: list, n0: int, use_cache: bool, T: int) -> str | None:
             return (("the cache was never used: " if j == 1 else
                      f"the cache was dropped after call {j}: ") + ran + ".\nHint: hand the "
                     "same caches to every call; only past n_ctx does the window drop them.")
-        return (f"{ran}.\nHint: the cache holds every earlier position: feed only the token just "
-                "sampled (n = 1), at its own position.")
+        return f"{ran}.\nHint: {dict(GENERATE_MISTAKES)['whole_sequence_cached']}"
     return None

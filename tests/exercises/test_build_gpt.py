@@ -48,27 +48,21 @@ def test_every_named_mistake_gets_its_hint(table, kind, hint):
     assert_rejected(ANSWERS[table](kind), "Hint: " + hint)
 
 
-def test_the_references_pass_and_the_module_passes_name_sizes_and_gradients():
-    for check, cls in ((ex.check_attention, bg.CausalSelfAttention), (ex.check_block, bg.Block),
-                       (ex.check_model, bg.GPT)):
-        result = check(cls)
-        assert result and "so are its gradients after one backward" in result.message, result.message
-    message = ex.check_attention(bg.CausalSelfAttention).message
-    assert message.startswith("Passed: CausalSelfAttention matches the reference on all 21 cases "
-                              "(7 cases at each of 3 model sizes)"), message
-    assert ex.check_train_step(bg.train_step) and ex.check_train(bg.train, bg.learning_rate)
-    assert ex.check_generate(bg.generate)
-
-
-def test_the_merged_exercises_check_both_parts_and_name_the_first_that_fails():
+def test_the_references_pass_and_the_merged_exercises_check_both_parts():
+    attention = ex.check_attention(bg.CausalSelfAttention).message
+    assert attention.startswith("Passed: CausalSelfAttention matches the reference on all 21 cases "
+                                "(7 cases at each of 3 model sizes)"), attention
     both = ex.check_model(bg.GPT, bg.Block)
     assert both and "Block matches" in both.message and "And GPT matches" in both.message, both.message
-    wrong_block = _learner(bg.Block, ex.block_variant, "post_norm")
-    assert_rejected(ex.check_model(bg.GPT, wrong_block), "post-norm")
+    gradients = "so are its gradients after one backward"
+    assert attention.count(gradients) == 1 and both.message.count(gradients) == 2   # Block's, GPT's
+    assert_rejected(ex.check_model(bg.GPT, _learner(bg.Block, ex.block_variant, "post_norm")),
+                    "post-norm")
     trained = ex.check_train(bg.train, bg.learning_rate, bg.train_step)
     assert trained and "train_step" in trained.message and "And learning_rate" in trained.message
     assert_rejected(ex.check_train(bg.train, bg.learning_rate, ex.train_variant("no_step")),
                     "optimizer.step()")
+    assert ex.check_generate(bg.generate)
     assert set(ex.KEYS) == {key.partition(".")[2] for key in exercises.EXERCISES
                             if key.startswith("build_gpt.")}
 
@@ -97,182 +91,131 @@ def test_solution_true_does_not_count_and_pick_follows_the_learner(capsys):
     assert ex.pick("model", "mine", "ref") == "ref" and "the reference model" in capsys.readouterr().out
 
 
-# --- learners' answers that no variant writes ------------------------------------------------------
+# --- learners' answers that no variant writes ----------------------------------------------------
 
 
-def test_a_forward_without_the_cache_argument_is_told_to_keep_the_signature():
-    class Block(bg.Block):
-        def forward(self, x):
-            return super().forward(x)
+def _attention(detach="", start_after_append=False, attend=False):
+    """The reference's forward, with the query or key detached, ``start`` read after the append,
+    or notebook 05's ``cache.attend``."""
+    def forward(self, x, cache=None):
+        b, n, d = x.shape
+        q, k, v = (ah.split_heads(t, self.num_heads) for t in self.qkv(x).split(d, dim=-1))
+        q, k = (q.detach() if detach == "query" else q), (k.detach() if detach == "key" else k)
+        start = 0 if cache is None else len(cache)
+        if cache is not None:
+            cache.append(k, v)
+            if attend:
+                return self.out(ah.merge_heads(cache.attend(q)[0]))
+            k, v = cache.keys, cache.values
+        start = len(cache) if start_after_append and cache is not None else start
+        out, _ = ah.scaled_dot_product_attention(q, k, v, ah.causal_mask(start + n)[start:])
+        return self.out(ah.merge_heads(out))
 
-    class BlockWithoutCache(bg.Block):
-        def forward(self, x, cache=None):
-            return super().forward(x)
-
-    assert_rejected(ex.check_block(Block), "keep the stub's signature")
-    assert_rejected(ex.check_block(BlockWithoutCache), "the cache never reached the attention")
-
-
-def test_start_read_after_the_append_gets_the_mask_shape_hint():
-    class Attention(bg.CausalSelfAttention):
-        def forward(self, x, cache=None):
-            b, n, d = x.shape
-            q, k, v = (ah.split_heads(t, self.num_heads) for t in self.qkv(x).split(d, dim=-1))
-            if cache is not None:
-                cache.append(k, v)
-                k, v = cache.keys, cache.values
-            start = 0 if cache is None else len(cache)      # read after the append
-            out, _ = ah.scaled_dot_product_attention(q, k, v, ah.causal_mask(start + n)[start:])
-            return self.out(ah.merge_heads(out))
-
-    assert_rejected(ex.check_attention(Attention), "read start = len(cache) before")
+    return type("Attention", (bg.CausalSelfAttention,), {"forward": forward})
 
 
-def test_calling_cache_attend_is_told_what_the_exercise_asks():
-    class Attention(bg.CausalSelfAttention):
-        def forward(self, x, cache=None):
-            b, n, d = x.shape
-            q, k, v = (ah.split_heads(t, self.num_heads) for t in self.qkv(x).split(d, dim=-1))
-            if cache is not None:                           # notebook 05's finished step
-                cache.append(k, v)
-                out, _ = cache.attend(q)
-            else:
-                out, _ = ah.scaled_dot_product_attention(q, k, v, ah.causal_mask(n))
-            return self.out(ah.merge_heads(out))
+def _block(forward):
+    return type("Block", (bg.Block,), {"forward": forward})
 
-    x, cache = torch.randn(2, 6, 16), ah.KVCache(6)       # right outputs through a real cache
-    attention = Attention(16, 4).eval()
+
+def _gpt(caches_for):
+    """A GPT handing ``super().forward`` the ``(start, caches)`` that ``caches_for`` returns."""
+    return type("GPT", (bg.GPT,), {"forward": lambda self, tokens, start=0, caches=None:
+                                   bg.GPT.forward(self, tokens, *caches_for(start, caches))})
+
+
+def _step(clip=1.0, zero_after_step=False, as_float=False):
+    def step(model, optimizer, chunk):
+        loss = F.cross_entropy(model(chunk[:, :-1]).flatten(0, 1), chunk[:, 1:].flatten())
+        if not zero_after_step:
+            optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if zero_after_step:
+            optimizer.zero_grad()                # after the step: the next backward starts clean
+        return float(loss.detach()) if as_float else loss.item()
+
+    return step
+
+
+def _twice(self, x, cache=None):                 # a first call to attention, then the used one
+    _ = self.attn(self.norm1(x), cache)
+    x = x + self.attn(self.norm1(x), cache)
+    return x + self.ff(self.norm2(x))
+
+
+def _detached_residual(self, x, cache=None):
+    x = x.detach() + self.attn(self.norm1(x), cache)
+    return x + self.ff(self.norm2(x))
+
+
+def _silent(model, train_step, corpus, recipe, generator, stop=None):
+    bg.train(model, train_step, corpus, recipe, generator, stop)
+
+
+#: Per answer: the verdict, and what it must say.
+REJECTED = {
+    "a forward without the cache argument": (
+        lambda: ex.check_block(_block(lambda self, x: bg.Block.forward(self, x))),
+        ("keep the stub's signature",)),
+    "a block that drops the cache": (
+        lambda: ex.check_block(_block(lambda self, x, cache=None: bg.Block.forward(self, x))),
+        ("the cache never reached the attention",)),
+    "start read after the append": (lambda: ex.check_attention(_attention(start_after_append=True)),
+                                    ("read start = len(cache) before",)),
+    "cache.attend": (lambda: ex.check_attention(_attention(attend=True)), (ex.ATTEND_SHORTCUT,)),
+    "start from len(caches[0])": (lambda: ex.check_model(_gpt(lambda s, c: (len(c[0]), c))),
+                                  ("Hint: ", "not from len(caches[0])")),
+    "start 0 without caches": (
+        lambda: ex.check_model(_gpt(lambda s, c: (0 if c is None else len(c[0]), c))),
+        ("Hint: ", "the positions ignore start")),
+    "one cache for all blocks": (lambda: ex.check_model(_gpt(lambda s, c: (s, c and [c[0]] * len(c)))),
+                                 ("block i gets caches[i]",)),
+    "the whole list to each block": (lambda: ex.check_model(_gpt(lambda s, c: (s, c and [c] * len(c)))),
+                                     ("got the whole caches list", "caches[i]")),
+    "a step returning a tensor": (
+        lambda: ex.check_train_step(lambda *a: ex.train_variant()(*a) * torch.ones(())),
+        ("returned a tensor", "loss.item()")),
+    "clipping to a larger max_norm": (lambda: ex.check_train_step(_step(clip=5.0)),
+                                      ("Hint: ", "a larger max_norm than 1.0")),
+    "clipping each gradient": (lambda: ex.check_train_step(ex.train_variant("clip_each")),
+                               ("Hint: ", "clip the joint norm of all gradients together, not each")),
+    "clipping by value": (lambda: ex.check_train_step(ex.train_variant("clip_value")),
+                          ("Hint: ", "clip the joint norm of all gradients together, not each")),
+    "zeroing between backward and step": (
+        lambda: ex.check_train_step(ex.train_variant("zero_grad_late")),
+        ("Hint: the weights did not change: zero the gradients before loss.backward()",)),
+    "attention called twice": (lambda: ex.check_block(_block(_twice)),
+                               ("the cache filled up", "call self.attn more than once")),
+    "a loop returning nothing": (lambda: ex.check_train(_silent, bg.learning_rate),
+                                 ("return the curve",)),
+    "a detached query": (lambda: ex.check_attention(_attention(detach="query")),
+                         ("gives the right outputs, but after one backward", "was the query detached")),
+    "a detached key": (lambda: ex.check_attention(_attention(detach="key")),
+                       ("gives the right outputs, but after one backward", "was the key detached")),
+    "a detached residual": (lambda: ex.check_block(_block(_detached_residual)),
+                            ("after one backward", "was the residual detached")),
+}
+
+
+@pytest.mark.parametrize("answer", REJECTED)
+def test_answers_no_variant_writes_are_named(answer):
+    verdict, fragments = REJECTED[answer]
+    assert_rejected(verdict(), *fragments)
+
+
+def test_cache_attend_gives_the_right_outputs_through_a_real_cache():
+    x, cache = torch.randn(2, 6, 16), ah.KVCache(6)
+    attention = _attention(attend=True)(16, 4).eval()
     steps = torch.cat([attention(x[:, :3], cache), attention(x[:, 3:], cache)], dim=1)
     assert torch.allclose(steps, attention(x), atol=1e-5)
-    assert_rejected(ex.check_attention(Attention), ex.ATTEND_SHORTCUT)
 
 
-def test_the_model_takes_start_from_its_argument_and_gives_each_block_its_cache():
-    class FromCaches(bg.GPT):
-        def forward(self, tokens, start=0, caches=None):
-            return super().forward(tokens, len(caches[0]), caches)
-
-    class AtZeroWithoutCaches(bg.GPT):
-        def forward(self, tokens, start=0, caches=None):
-            return super().forward(tokens, 0 if caches is None else len(caches[0]), caches)
-
-    class OneCache(bg.GPT):
-        def forward(self, tokens, start=0, caches=None):
-            return super().forward(tokens, start, caches and [caches[0]] * len(caches))
-
-    assert_rejected(ex.check_model(FromCaches), "Hint: ", "not from len(caches[0])")
-    assert_rejected(ex.check_model(AtZeroWithoutCaches), "Hint: ", "the positions ignore start")
-    class WholeList(bg.GPT):
-        def forward(self, tokens, start=0, caches=None):
-            return super().forward(tokens, start, caches and [caches] * len(caches))
-
-    assert_rejected(ex.check_model(OneCache), "block i gets caches[i]")
-    assert_rejected(ex.check_model(WholeList), "got the whole caches list", "caches[i]")
-
-
-def test_a_step_written_another_way_passes():
-    def step(model, optimizer, chunk):
-        loss = F.cross_entropy(model(chunk[:, :-1]).flatten(0, 1), chunk[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        return float(loss.detach())                       # float(), not loss.item()
-
+@pytest.mark.parametrize("step", [_step(as_float=True), _step(zero_after_step=True)],
+                         ids=["float() of the loss", "zero_grad after the step"])
+def test_a_step_written_another_way_passes(step):
     assert ex.check_train_step(step)
-
-
-def test_a_step_that_returns_a_tensor_is_told_to_return_a_float():
-    def step(model, optimizer, chunk):
-        return ex.train_variant()(model, optimizer, chunk) * torch.ones(())   # a tensor
-
-    assert_rejected(ex.check_train_step(step), "returned a tensor", "loss.item()")
-
-
-def test_clipping_to_a_larger_max_norm_is_named():
-    def step(model, optimizer, chunk):
-        loss = F.cross_entropy(model(chunk[:, :-1]).flatten(0, 1), chunk[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-        optimizer.step()
-        return loss.item()
-
-    assert_rejected(ex.check_train_step(step), "Hint: ", "a larger max_norm than 1.0")
-
-
-def test_a_block_that_calls_attention_twice_is_told_why_the_cache_filled_up():
-    class Block(bg.Block):
-        def forward(self, x, cache=None):
-            _ = self.attn(self.norm1(x), cache)              # a first call, then the used one
-            x = x + self.attn(self.norm1(x), cache)
-            return x + self.ff(self.norm2(x))
-
-    assert_rejected(ex.check_block(Block), "the cache filled up", "call self.attn more than once")
-
-
-@pytest.mark.parametrize("kind", ["clip_each", "clip_value"])
-def test_clipping_each_gradient_or_by_value_is_named(kind):
-    assert_rejected(ex.check_train_step(ex.train_variant(kind)), "Hint: ",
-                    "clip the joint norm of all gradients together, not each one or by value")
-
-
-def test_zeroing_the_gradients_after_backward_is_told_to_zero_them_before():
-    assert_rejected(ex.check_train_step(ex.train_variant("zero_grad_late")),
-                    "Hint: the weights did not change: zero the gradients before loss.backward()")
-
-
-def test_zeroing_the_gradients_after_the_step_passes():
-    def step(model, optimizer, chunk):
-        loss = F.cross_entropy(model(chunk[:, :-1]).flatten(0, 1), chunk[:, 1:].flatten())
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad()                    # after the step: the next backward starts clean
-        return loss.item()
-
-    assert ex.check_train_step(step)
-
-
-def test_one_visible_future_key_is_named_as_a_leak():
-    assert_rejected(ANSWERS["ATTENTION_MISTAKES"]("one_ahead"), "one future key", "the future leaks")
-
-
-def test_a_loop_that_returns_nothing_is_told_to_return_the_curve():
-    def silent(model, train_step, corpus, recipe, generator, stop=None):
-        bg.train(model, train_step, corpus, recipe, generator, stop)
-
-    assert "return the curve" in ex.check_train(silent, bg.learning_rate).message
-
-
-# --- gradients after one backward: a detached query, key or residual is named ---------------------
-
-
-@pytest.mark.parametrize("part", ["query", "key"])
-def test_a_detached_query_or_key_gives_the_right_outputs_and_is_named(part):
-    class Attention(bg.CausalSelfAttention):
-        def forward(self, x, cache=None):
-            b, n, d = x.shape
-            q, k, v = (ah.split_heads(t, self.num_heads) for t in self.qkv(x).split(d, dim=-1))
-            q, k = (q.detach(), k) if part == "query" else (q, k.detach())
-            start = 0 if cache is None else len(cache)
-            if cache is not None:
-                cache.append(k, v)
-                k, v = cache.keys, cache.values
-            out, _ = ah.scaled_dot_product_attention(q, k, v, ah.causal_mask(start + n)[start:])
-            return self.out(ah.merge_heads(out))
-
-    assert_rejected(ex.check_attention(Attention), "gives the right outputs, but after one "
-                    "backward", f"was the {part} detached")
-
-
-def test_a_detached_residual_is_named():
-    class Block(bg.Block):
-        def forward(self, x, cache=None):
-            x = x.detach() + self.attn(self.norm1(x), cache)
-            return x + self.ff(self.norm2(x))
-
-    assert_rejected(ex.check_block(Block), "after one backward", "was the residual detached")
 
 
 # --- generate: sampling, the cache's use, the context's end ----------------------------------------
@@ -369,88 +312,72 @@ def test_hints_before_the_skeleton_do_not_state_the_solution(name, answers):
         assert fragment not in hints[0] + hints[1], fragment
 
 
-ATTENTION_GIVEN = ("b, n, d = x.shape\nstart = 0 if cache is None else len(cache)\n"
-                   "q, k, v = (ah.split_heads(t, self.num_heads) for t in self.qkv(x).split(d, "
-                   "dim=-1))\n")
+FILLS = {
+    "attention": ("cache.append(k, v); k, v = cache.keys, cache.values",
+                  "ah.causal_mask(start + n)[start:]",
+                  "ah.scaled_dot_product_attention(q, k, v, mask)[0]",
+                  "self.out(ah.merge_heads(out))"),
+    "model": ("torch.arange(start, start + tokens.shape[1])",
+              "self.token_embedding(tokens) + self.position_embedding(positions)",
+              "enumerate(self.blocks)", "block(x, None if caches is None else caches[i])",
+              "self.head(self.norm(x))"),
+    "train": ('group["lr"] = rate',
+              "torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), generator=generator)",
+              "torch.stack([corpus.train[s:s + n + 1] for s in starts.tolist()])",
+              "train_step(model, optimizer, chunk)", "(step + 1) % recipe.eval_every == 0",
+              "(step + 1, bg.estimate_loss(model, corpus.train, n), "
+              "bg.estimate_loss(model, corpus.val, n))"),
+    "generate": ("model(new, start, caches)[:, -1] / temperature",
+                 "logits.topk(top_k, dim=-1).values[:, -1:]",
+                 "logits.masked_fill(logits < kth, float('-inf'))",
+                 "torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)",
+                 "torch.cat([tokens, nxt], dim=1)", "tokens.shape[1] <= n_ctx",
+                 "nxt, tokens.shape[1] - 1", "tokens[:, -n_ctx:], 0, None"),
+}
 
 
-ATTENTION_FILLS = ("cache.append(k, v); k, v = cache.keys, cache.values",
-                   "ah.causal_mask(start + n)[start:]",
-                   "ah.scaled_dot_product_attention(q, k, v, mask)[0]",
-                   "self.out(ah.merge_heads(out))")
-MODEL_FILLS = ("torch.arange(start, start + tokens.shape[1])",
-               "self.token_embedding(tokens) + self.position_embedding(positions)",
-               "enumerate(self.blocks)", "block(x, None if caches is None else caches[i])",
-               "self.head(self.norm(x))")
-TRAIN_FILLS = ('group["lr"] = rate',
-               "torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), generator=generator)",
-               "torch.stack([corpus.train[s:s + n + 1] for s in starts.tolist()])",
-               "train_step(model, optimizer, chunk)", "(step + 1) % recipe.eval_every == 0",
-               "(step + 1, bg.estimate_loss(model, corpus.train, n), "
-               "bg.estimate_loss(model, corpus.val, n))")
-GENERATE_FILLS = ("model(new, start, caches)[:, -1] / temperature",
-                  "logits.topk(top_k, dim=-1).values[:, -1:]",
-                  "logits.masked_fill(logits < kth, float('-inf'))",
-                  "torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)",
-                  "torch.cat([tokens, nxt], dim=1)", "tokens.shape[1] <= n_ctx",
-                  "nxt, tokens.shape[1] - 1", "tokens[:, -n_ctx:], 0, None")
-
-
-@pytest.mark.parametrize("name, fills", [("attention", ATTENTION_FILLS), ("model", MODEL_FILLS),
-                                         ("train", TRAIN_FILLS), ("generate", GENERATE_FILLS)])
-def test_the_third_hint_names_each_step_and_writes_none_of_its_code(name, fills):
+@pytest.mark.parametrize("name", FILLS)
+def test_the_third_hint_names_each_step_and_writes_none_of_its_code(name):
     code = "\n".join(line.split("#", 1)[0] for line in
                      exercises.EXERCISES[f"build_gpt.{name}"].hints[2].splitlines())
-    for fill in fills:
+    for fill in FILLS[name]:
         assert fill.replace("'", '"') not in code.replace("'", '"'), fill
 
 
-@pytest.mark.parametrize("key, base, signature, check, fills, prefix", [
-    ("build_gpt.attention", bg.CausalSelfAttention, "self, x, cache=None", "check_attention",
-     ATTENTION_FILLS, ATTENTION_GIVEN),
-    ("build_gpt.model", bg.GPT, "self, tokens, start=0, caches=None", "check_model", MODEL_FILLS, ""),
-])
-def test_the_third_hint_of_each_piece_is_a_skeleton(key, base, signature, check, fills, prefix):
-    def with_forward(fills):
-        forward = skeleton(key, signature, fills, prefix=prefix, ah=ah, F=F)
-        return type("FromHint", (base,), {"forward": forward})
-
-    check = getattr(ex, check)
-    assert not check(with_forward(None))
-    result = check(with_forward(fills))
-    assert result, result.message
-
-
-TRAIN_GIVEN = ("matrices = [p for p in model.parameters() if p.dim() >= 2]\n"
-               "others = [p for p in model.parameters() if p.dim() < 2]\n"
-               "optimizer = torch.optim.AdamW([{'params': matrices, 'weight_decay': 0.1},\n"
-               "                               {'params': others, 'weight_decay': 0.0}], "
-               "betas=recipe.betas)\n"
-               "n = model.cfg.context\ncurve = []\n")
-
-
-def test_the_third_hint_of_train_is_a_skeleton():
-    def train(fills):
-        return skeleton("build_gpt.train", "model, train_step, corpus, recipe, generator, stop=None",
-                        fills, prefix=TRAIN_GIVEN,
-                        loop="for step in range(recipe.steps if stop is None else stop):\n"
-                             "    rate = bg.learning_rate(step, recipe)",
-                        suffix="return curve", bg=bg)
-
-    assert not ex.check_train(train(None), bg.learning_rate)
-    result = ex.check_train(train(TRAIN_FILLS), bg.learning_rate)
-    assert result, result.message
+#: Per exercise: what the skeleton is written into (the stub's given lines), and its checker.
+SKELETONS = {
+    "attention": (
+        {"signature": "self, x, cache=None", "ah": ah, "F": F,
+         "prefix": "b, n, d = x.shape\nstart = 0 if cache is None else len(cache)\n"
+                   "q, k, v = (ah.split_heads(t, self.num_heads) for t in self.qkv(x).split(d, "
+                   "dim=-1))\n"},
+        lambda f: ex.check_attention(type("FromHint", (bg.CausalSelfAttention,), {"forward": f}))),
+    "model": ({"signature": "self, tokens, start=0, caches=None", "ah": ah, "F": F},
+              lambda f: ex.check_model(type("FromHint", (bg.GPT,), {"forward": f}))),
+    "train": (
+        {"signature": "model, train_step, corpus, recipe, generator, stop=None", "bg": bg,
+         "prefix": "matrices = [p for p in model.parameters() if p.dim() >= 2]\n"
+                   "others = [p for p in model.parameters() if p.dim() < 2]\n"
+                   "optimizer = torch.optim.AdamW([{'params': matrices, 'weight_decay': 0.1},\n"
+                   "                               {'params': others, 'weight_decay': 0.0}], "
+                   "betas=recipe.betas)\nn = model.cfg.context\ncurve = []\n",
+         "loop": "for step in range(recipe.steps if stop is None else stop):\n"
+                 "    rate = bg.learning_rate(step, recipe)", "suffix": "return curve"},
+        lambda f: ex.check_train(f, bg.learning_rate)),
+    "generate": (
+        {"signature": "model, prompt, steps, temperature, top_k, use_cache, generator",
+         "prefix": "n_ctx = model.cfg.context\ntokens = prompt\n"
+                   "caches = model.new_caches() if use_cache else None\nnew, start = prompt, 0\n",
+         "loop": "for _ in range(steps):", "suffix": "return tokens"},
+        ex.check_generate),
+}
 
 
-def test_the_third_hint_of_generate_is_a_skeleton():
-    def generate(fills):
-        return skeleton("build_gpt.generate",
-                        "model, prompt, steps, temperature, top_k, use_cache, generator", fills,
-                        prefix="n_ctx = model.cfg.context\ntokens = prompt\n"
-                               "caches = model.new_caches() if use_cache else None\n"
-                               "new, start = prompt, 0\n",
-                        loop="for _ in range(steps):", suffix="return tokens")
-
-    assert not ex.check_generate(generate(None))
-    result = ex.check_generate(generate(GENERATE_FILLS))
+@pytest.mark.parametrize("name", SKELETONS)
+def test_the_third_hint_is_a_skeleton(name):
+    given, check = SKELETONS[name]
+    given = dict(given)
+    signature = given.pop("signature")
+    assert not check(skeleton(f"build_gpt.{name}", signature, None, **given))
+    result = check(skeleton(f"build_gpt.{name}", signature, FILLS[name], **given))
     assert result, result.message
