@@ -9,8 +9,8 @@ import torch
 from .core import CheckResult, Mistake, check_function, seeded, size
 from .workflow import exercise
 
-__all__ = ["additive_scores_reference", "check_additive_scores", "check_rnn_encoder",
-           "rnn_encoder_reference"]
+__all__ = ["ADDITIVE_MISTAKES", "RNN_MISTAKES", "additive_scores_reference", "check_additive_scores",
+           "check_rnn_encoder", "rnn_encoder_reference"]
 
 _DTYPE = ("make every tensor you create with the inputs' dtype (torch.zeros(..., dtype=x.dtype)): "
           "these cases mix float32 and float64.")
@@ -19,14 +19,12 @@ _BATCH = ("x may have any number of leading batch dimensions, or none: take toke
 
 
 def _rnn_cases() -> list[dict]:
+    """d_in = d, one token, two batch dims (float64), none, then random shapes."""
     g = seeded(110)
     cases = []
-    for spec in [((2,), 5, 3, 4, torch.float32),
-                 ((3,), 7, 4, 4, torch.float32),       # d_in = d
-                 ((1,), 1, 3, 5, torch.float32),       # one token
-                 ((2, 3), 4, 2, 3, torch.float64),     # two batch dims
-                 ((), 6, 3, 3, torch.float32),         # no batch dim
-                 None]:                                # random shapes, drawn when it comes
+    for spec in [((2,), 5, 3, 4, torch.float32), ((3,), 7, 4, 4, torch.float32),
+                 ((1,), 1, 3, 5, torch.float32), ((2, 3), 4, 2, 3, torch.float64),
+                 ((), 6, 3, 3, torch.float32), None]:
         batch, n, d_in, d, dtype = spec or ((size(g, 1, 4),), size(g, 2, 9), size(g, 1, 6),
                                             size(g, 2, 6), torch.float32)
         cases.append({
@@ -60,15 +58,48 @@ def _rnn(*, act=torch.tanh, drop=(), outside=(), reverse=False, transpose=False,
 
 
 rnn_encoder_reference = _rnn()
+rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,) ->
+(H (..., n, d), h_last (..., d))``: ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)`` from ``h_{-1} = 0``."""
 
 
-def _aliased(x, W_x, W_h, b):  # noqa: N803
-    """One tensor written in place each step (``h[...] = ...``), appended n times: every row h_last."""
+def _aliased(x, W_x, W_h, b):  # noqa: N803 - h written in place each step, appended n times
     H, h = rnn_encoder_reference(x, W_x, W_h, b)  # noqa: N806
     return h.unsqueeze(-2).expand_as(H).clone(), h
 
-rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,) ->
-(H (..., n, d), h_last (..., d))``: ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)`` from ``h_{-1} = 0``."""
+
+_RULE = "h_j = tanh(x_j W_x + h_{j-1} W_h + b)"
+RNN_MISTAKES = [
+    Mistake(_rnn(act=lambda z: z), "the tanh is missing: the states are linear in the inputs."),
+    Mistake(_rnn(drop="h"), "the previous state is never used, so there is no recurrence: "
+            "which term of h_j carries h_{j-1}?"),
+    Mistake(_rnn(outside="h"),
+            f"h_{{j-1}} W_h is added after the tanh; the recurrence belongs inside it: {_RULE}."),
+    *(Mistake(_rnn(outside=terms), f"the tanh wraps only {inner}; it squashes the whole sum: {_RULE}.")
+      for terms, inner in ((("h", "b"), "x_j W_x"), (("x", "b"), "h_{j-1} W_h"),
+                           (("x",), "h_{j-1} W_h + b"))),
+    Mistake(_rnn(drop="b"), "the bias b is missing inside the tanh."),
+    Mistake(_rnn(outside="b"), f"the bias b is outside the tanh; it belongs inside: {_RULE}."),
+    Mistake(_rnn(transpose=True), "W_h is transposed: the states are row vectors, multiplied from the "
+            "right as in x_j W_x. On which side of W_h must h_{j-1} stand?"),
+    Mistake(_rnn(reverse=True), "you read backwards; this encoder reads j = 0 .. n-1."),
+    Mistake(_rnn(keep_first=True), "the states are shifted by one: H holds h_0 .. h_{n-1} (the state "
+            "AFTER each token), not h_{-1} .. h_{n-2}."),
+    Mistake(_rnn(last="first"), "h_last is the first state; the context vector is h_{n-1}."),
+    Mistake(_rnn(last="mean"), "h_last is the mean of the states, not h_{n-1}."),
+    *(Mistake(_rnn(dim=dim), f"H is stacked on dim {dim}; stack the states on dim -2, which counts from "
+              "the end whatever the batch dimensions: (..., n, d).") for dim in (0, 1)),
+    *(Mistake(_rnn(act=f), f"that is a {name}; the vanilla RNN squashes with tanh.")
+      for f, name in ((torch.sigmoid, "sigmoid"), (torch.relu, "ReLU"))),
+    Mistake(_aliased, "every state in H equals the last one, h_{n-1}: the list holds one tensor n "
+            "times. Writing each new state into h in place (h[...] = ..., h.copy_(...)) changes every "
+            "entry already appended. Make a new tensor each step: h = torch.tanh(...)."),
+    Mistake(_rnn(start=1.0), "h_{-1} is ones; the recurrence starts from h_{-1} = 0 (torch.zeros), "
+            "the state before any token."),
+    Mistake(_rnn(skip_first=True), "H has n-1 states: token 0 is never read. Keep one state per token, "
+            "h_0 .. h_{n-1}: the loop runs j = 0 .. n-1."),
+    Mistake(_rnn(swap=True), "the return order is swapped: return (H, h_last), every state first, then "
+            "the last one."),
+]
 
 
 @exercise("rnn_bottleneck.rnn_encoder", "a vanilla RNN encoder and its final state", hints=(
@@ -89,51 +120,15 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
         output_names=("the states H", "the last state h_last"),
         error_hints=[("same dtype", _DTYPE), ("expected scalar type", _DTYPE),
                      ("must match the size of tensor", _BATCH)],
-        mistakes=[
-            Mistake(_rnn(act=lambda z: z), "the tanh is missing: the states are linear in the inputs."),
-            Mistake(_rnn(drop="h"), "the previous state is never used, so there is no "
-                    "recurrence: which term of h_j carries h_{j-1}?"),
-            Mistake(_rnn(outside="h"), "h_{j-1} W_h is added after the tanh; the recurrence "
-                    "belongs inside it: h_j = tanh(x_j W_x + h_{j-1} W_h + b)."),
-            *(Mistake(_rnn(outside=terms), f"the tanh wraps only {inner}; it squashes the whole "
-                      "sum: h_j = tanh(x_j W_x + h_{j-1} W_h + b).")
-              for terms, inner in ((("h", "b"), "x_j W_x"), (("x", "b"), "h_{j-1} W_h"),
-                                   (("x",), "h_{j-1} W_h + b"))),
-            Mistake(_rnn(drop="b"), "the bias b is missing inside the tanh."),
-            Mistake(_rnn(outside="b"), "the bias b is outside the tanh; it belongs inside: "
-                    "h_j = tanh(x_j W_x + h_{j-1} W_h + b)."),
-            Mistake(_rnn(transpose=True), "W_h is transposed: the states are row vectors, multiplied "
-                    "from the right as in x_j W_x. On which side of W_h must h_{j-1} stand?"),
-            Mistake(_rnn(reverse=True), "you read backwards; this encoder reads j = 0 .. n-1."),
-            Mistake(_rnn(keep_first=True), "the states are shifted by one: H holds h_0 .. h_{n-1} "
-                    "(the state AFTER each token), not h_{-1} .. h_{n-2}."),
-            Mistake(_rnn(last="first"), "h_last is the first state; the context vector is h_{n-1}."),
-            Mistake(_rnn(last="mean"), "h_last is the mean of the states, not h_{n-1}."),
-            *(Mistake(_rnn(dim=dim), f"H is stacked on dim {dim}; stack the states on dim -2, "
-                      "which counts from the end whatever the batch dimensions: (..., n, d).")
-              for dim in (0, 1)),
-            Mistake(_rnn(act=torch.sigmoid), "that is a sigmoid; the vanilla RNN squashes with tanh."),
-            Mistake(_rnn(act=torch.relu), "that is a ReLU; the vanilla RNN squashes with tanh."),
-            Mistake(_aliased, "every state in H equals the last one, h_{n-1}: the list holds one tensor "
-                    "n times. Writing each new state into h in place (h[...] = ..., h.copy_(...)) "
-                    "changes every entry already appended. Make a new tensor each step: "
-                    "h = torch.tanh(...)."),
-            Mistake(_rnn(start=1.0), "h_{-1} is ones; the recurrence starts from h_{-1} = 0 "
-                    "(torch.zeros), the state before any token."),
-            Mistake(_rnn(skip_first=True), "H has n-1 states: token 0 is never read. Keep one state "
-                    "per token, h_0 .. h_{n-1}: the loop runs j = 0 .. n-1."),
-            Mistake(_rnn(swap=True), "the return order is swapped: return (H, h_last), every state "
-                    "first, then the last one."),
-        ],
+        mistakes=RNN_MISTAKES,
     )
 
 
 def _additive_cases() -> list[dict]:
     g = seeded(111)
     cases = []
-    for spec in [(2, 5, 4, 4, 3, torch.float32), (3, 4, 6, 8, 5, torch.float32),
-                 (1, 1, 3, 2, 4, torch.float32),       # one source token
-                 (2, 6, 5, 3, 7, torch.float64), None]:  # random shapes, drawn when it comes
+    for spec in [(2, 5, 4, 4, 3, torch.float32), (3, 4, 6, 8, 5, torch.float32),  # then one token,
+                 (1, 1, 3, 2, 4, torch.float32), (2, 6, 5, 3, 7, torch.float64), None]:  # random
         b, n, d_dec, d_h, d_a, dtype = spec or (*(size(g, 1, 8) for _ in range(5)), None)
         scale_q, scale_k = (1.0, 1.0) if spec is None else (d_dec ** 0.5, d_h ** 0.5)
         cases.append({
@@ -157,10 +152,55 @@ def _features(f: Callable, combine: Callable = torch.add) -> Callable:
 
 _INNER = ("a matrix product's inner sizes must agree: s (b, d_dec) @ U_q (d_dec, d_a) and "
           "H (b, n, d_h) @ U_k (d_h, d_a) need no transpose (rows times matrices, as in x_j W_x).")
-_V_LEFT = ("v_a @ features puts v_a on the left, where it meets the positions (dim -2), not the "
-           "d_a axis. Put v_a on the right, after the tanh's output: (b, n, d_a) @ (d_a,) -> (b, n).")
+_V_LEFT = ("v_a on the left of features meets the positions (dim -2), not the d_a axis. Put v_a "
+           "on the right, after the tanh's output: (b, n, d_a) @ (d_a,) -> (b, n).")
 _NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis for the "
              "positions j at dim 1, (b, 1, d_a), broadcasting meets b with n.")
+
+
+ADDITIVE_MISTAKES = [
+    Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a, _NEW_AXIS),
+    Mistake(_features(lambda x, v: x @ v),
+            "the tanh is missing: without it the query's part is the same for every j."),
+    Mistake(_features(lambda x, v: x @ v, lambda q, k: torch.tanh(q) + torch.tanh(k)),
+            "tanh is applied to each projection separately: tanh(s_t U_q) v_a^T is then the same for "
+            "every j, the softmax cancels it, and the weights ignore s_t."),
+    Mistake(_features(lambda x, v: torch.tanh(x @ v)), "tanh comes before v_a: e_tj = tanh(s_t U_q "
+            "+ h_j U_k) v_a^T."),
+    Mistake(_features(lambda x, v: torch.tanh(x) @ v, torch.mul),
+            "you multiplied the two projections; the additive score adds them."),
+    Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(H @ U_k) @ v_a,
+            "the decoder state s_t is missing: add s_t U_q to every h_j U_k."),
+    Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_k)[:, None, :] + H @ U_q) @ v_a,
+            "U_q and U_k are swapped: s_t goes through U_q, h_j through U_k."),
+    *(Mistake(_features(lambda x, v, f=f: f(x) @ v), f"that is a {name}; the score uses tanh.")
+      for f, name in ((torch.relu, "ReLU"), (torch.sigmoid, "sigmoid"))),
+    Mistake(_features(lambda x, v: v @ torch.tanh(x)), _V_LEFT),
+    Mistake(lambda s, H, U_q, U_k, v_a: (H @ s[:, :, None])[..., 0], "that is the dot-product score "
+            "s_t h_j^T (Luong et al.'s \"dot\"). The additive score projects both, adds, squashes: "
+            "tanh(s_t U_q + h_j U_k) v_a^T."),
+    Mistake(lambda s, H, U_q, U_k, v_a: ((H @ U_k) @ (s @ U_q)[:, :, None])[..., 0], "that is a dot "
+            "product of the projections, (s_t U_q)(h_j U_k)^T. The additive score adds them, squashes "
+            "with tanh, then takes the product with v_a."),
+    Mistake(_features(lambda x, v: torch.exp(torch.tanh(x) @ v)),
+            "you exponentiated the scores; return e_tj itself, the softmax does the exp."),
+    Mistake(_features(lambda x, v: torch.log_softmax(torch.tanh(x) @ v, -1)),
+            "those are log-weights (after a log_softmax); return the raw scores e_tj."),
+    Mistake(_features(lambda x, v: torch.tanh(x).sum(-1)), "v_a is missing: each d_a-vector "
+            "tanh(s_t U_q + h_j U_k) becomes one number by a product with v_a, not a sum."),
+    *(Mistake(_features(lambda x, v, dim=dim: torch.softmax(torch.tanh(x) @ v, dim)),
+              f"those are weights (after a softmax{where}); return the raw scores e_tj.")
+      for dim, where in ((-1, ""), (0, " over dim 0, the batch"))),
+    Mistake(_features(lambda x, v: torch.tanh(x) @ v / v.shape[0] ** 0.5), "you divided by "
+            "sqrt(d_a). The additive score has no scale: v_a is learned and sets it. 1/sqrt(d) belongs "
+            "to the dot-product score (notebook 03)."),
+    Mistake(_features(lambda x, v: torch.tanh(x / v.shape[0] ** 0.5) @ v),
+            "you divided by sqrt(d_a) inside the tanh. The additive score has no scale: "
+            "e_tj = tanh(s_t U_q + h_j U_k) v_a^T."),
+    Mistake(_features(lambda x, v: torch.tanh(x) @ v[:, None]), "e has a trailing axis of size 1, "
+            "(b, n, 1): multiply by v_a (d_a,), not by a column (d_a, 1), or drop the axis, to return "
+            "(b, n)."),
+]
 
 
 @exercise("rnn_bottleneck.additive_scores", "the additive score e_tj", hints=(
@@ -178,51 +218,6 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
         output_names=("the scores e",),
         error_hints=[("must match the size of tensor", _NEW_AXIS), ("same dtype", _DTYPE),
                      ("shapes cannot be multiplied", _INNER),
-                     ("Expected size for first two dimensions of batch2", "if v_a stands on the left, "
-                      + _V_LEFT.removeprefix("v_a @ features puts v_a on the left, "))],
-        mistakes=[
-            Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a, _NEW_AXIS),
-            Mistake(_features(lambda x, v: x @ v),
-                    "the tanh is missing: without it the query's part is the same for every j."),
-            Mistake(_features(lambda x, v: x @ v, lambda q, k: torch.tanh(q) + torch.tanh(k)),
-                    "tanh is applied to each projection separately: tanh(s_t U_q) v_a^T is then the "
-                    "same for every j, the softmax cancels it, and the weights ignore s_t."),
-            Mistake(_features(lambda x, v: torch.tanh(x @ v)),
-                    "tanh comes before v_a: e_tj = tanh(s_t U_q + h_j U_k) v_a^T."),
-            Mistake(_features(lambda x, v: torch.tanh(x) @ v, torch.mul),
-                    "you multiplied the two projections; the additive score adds them."),
-            Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(H @ U_k) @ v_a,
-                    "the decoder state s_t is missing: add s_t U_q to every h_j U_k."),
-            Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_k)[:, None, :] + H @ U_q) @ v_a,
-                    "U_q and U_k are swapped: s_t goes through U_q, h_j through U_k."),
-            Mistake(_features(lambda x, v: torch.relu(x) @ v), "that is a ReLU; the score uses tanh."),
-            Mistake(_features(lambda x, v: torch.sigmoid(x) @ v),
-                    "that is a sigmoid; the score uses tanh."),
-            Mistake(_features(lambda x, v: v @ torch.tanh(x)), _V_LEFT),
-            Mistake(lambda s, H, U_q, U_k, v_a: (H @ s[:, :, None])[..., 0],
-                    "that is the dot-product score s_t h_j^T (Luong et al.'s \"dot\"). The additive "
-                    "score projects both, adds, squashes: tanh(s_t U_q + h_j U_k) v_a^T."),
-            Mistake(lambda s, H, U_q, U_k, v_a: ((H @ U_k) @ (s @ U_q)[:, :, None])[..., 0],
-                    "that is a dot product of the projections, (s_t U_q)(h_j U_k)^T. The additive "
-                    "score adds them, squashes with tanh, then takes the product with v_a."),
-            Mistake(_features(lambda x, v: torch.exp(torch.tanh(x) @ v)),
-                    "you exponentiated the scores; return e_tj itself, the softmax does the exp."),
-            Mistake(_features(lambda x, v: torch.log_softmax(torch.tanh(x) @ v, -1)),
-                    "those are log-weights (after a log_softmax); return the raw scores e_tj."),
-            Mistake(_features(lambda x, v: torch.tanh(x).sum(-1)), "v_a is missing: each d_a-vector "
-                    "tanh(s_t U_q + h_j U_k) becomes one number by a product with v_a, not a sum."),
-            *(Mistake(_features(lambda x, v, dim=dim: torch.softmax(torch.tanh(x) @ v, dim)),
-                      "those are weights (after a softmax" + (" over dim 0, the batch" if dim == 0
-                                                             else "") + "); return the raw scores e_tj.")
-              for dim in (-1, 0)),
-            Mistake(_features(lambda x, v: torch.tanh(x) @ v / v.shape[0] ** 0.5),
-                    "you divided by sqrt(d_a). The additive score has no scale: v_a is learned and "
-                    "sets it. 1/sqrt(d) belongs to the dot-product score (notebook 03)."),
-            Mistake(_features(lambda x, v: torch.tanh(x / v.shape[0] ** 0.5) @ v),
-                    "you divided by sqrt(d_a) inside the tanh. The additive score has no scale: "
-                    "e_tj = tanh(s_t U_q + h_j U_k) v_a^T."),
-            Mistake(_features(lambda x, v: torch.tanh(x) @ v[:, None]),
-                    "e has a trailing axis of size 1, (b, n, 1): multiply by v_a (d_a,), not by a "
-                    "column (d_a, 1), or drop the axis, to return (b, n)."),
-        ],
+                     ("Expected size for first two dimensions of batch2", _V_LEFT)],
+        mistakes=ADDITIVE_MISTAKES,
     )

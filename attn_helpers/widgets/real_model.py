@@ -35,7 +35,7 @@ class SentenceError(ValueError):
     """A text the widget cannot show (empty, only spaces, no word pieces)."""
 
 
-@functools.lru_cache(maxsize=1)
+@functools.cache
 def _font():
     return get_font(findfont(FontProperties()))
 
@@ -48,12 +48,10 @@ def token_label(token: str) -> str:
 
 @dataclass(frozen=True)
 class SentenceRun:
-    """One sentence through the model: ``n <= 512`` word pieces, ``weights (L, h, n, n)``, the
-    head scores ``(L, h)``, the ``embedding (d,)`` of ``enc.encode`` (first 256 pieces) and every
-    layer's input in that run, ``layer_inputs (L, 1, n_e, d)``."""
+    """One sentence through the model: ``n <= 512`` word pieces (their ``labels``), ``weights
+    (L, h, n, n)``, the ``(L, h)`` head scores, the ``embedding (d,)`` of ``enc.encode`` (first 256
+    pieces), every layer's input in that run ``layer_inputs (L, 1, n_e, d)``, and notes."""
 
-    text: str
-    tokens: list
     labels: list
     weights: torch.Tensor
     entropy: torch.Tensor
@@ -63,11 +61,9 @@ class SentenceRun:
     following: torch.Tensor
     embedding: torch.Tensor
     layer_inputs: torch.Tensor
-    truncated: bool
-    unknown: int
+    notes: str
 
 
-@torch.no_grad()
 def _layers(enc: Encoder, ids: torch.Tensor):
     """``ids (1, n)`` -> ``hidden (1, n, d), weights (L, 1, h, n, n), layer inputs (L, 1, n, d)``."""
     x, inputs, weights = enc.embeddings(ids), [], []
@@ -91,21 +87,23 @@ def run_sentence(enc: Encoder, text: str, *, name: str = "sentence") -> Sentence
     if len(tokens) <= 2:
         raise SentenceError(f"{name} {text!r} gives no word pieces, only [CLS] and [SEP]: "
                             "type some words.")
-    hidden, w, inputs = _layers(enc, ids)         # w (L, 1, h, n, n)
-    n_e = enc.cfg.sentence_max_tokens
-    if ids.shape[1] > n_e:                                      # encode() reads 256 pieces
-        cut = enc.tokenize([text], max_length=n_e)["input_ids"]
-        hidden, _, inputs = _layers(enc, cut)
-    mask = torch.ones(1, ids.shape[1], dtype=torch.bool)
-    entropy, fraction = rm.entropy_grid(w, mask)
+    hidden, w, inputs = _layers(enc, ids)                       # w (L, 1, h, n, n)
+    if ids.shape[1] > enc.cfg.sentence_max_tokens:              # encode() reads 256 pieces
+        hidden, _, inputs = _layers(enc, enc.tokenize(
+            [text], max_length=enc.cfg.sentence_max_tokens)["input_ids"])
+    mask = torch.ones(ids.shape, dtype=torch.bool)
+    labels, unknown = [token_label(t) for t in tokens], tokens.count("[UNK]")
+    notes = [note for note, shown in [
+        ("the text is longer than 512 word pieces, the most the model reads: only the first 512 "
+         "are shown (the similarity reads the first 256, as encode does)", batch["truncated"][0]),
+        (f"{unknown} word piece(s) are [UNK]: the tokenizer does not know those characters "
+         "(emoji, some scripts), the model sees one unknown token", unknown),
+        ("? in a label: a character the plot font cannot draw", labels != tokens)] if shown]
     return SentenceRun(
-        text=text, tokens=tokens, labels=[token_label(t) for t in tokens], weights=w[:, 0],
-        entropy=entropy, fraction=fraction,
-        cls=rm.sink_shares(w, mask, ids, enc.cls_id),
-        previous=rm.offset_scores(w, mask, -1), following=rm.offset_scores(w, mask, +1),
-        embedding=mean_pool(hidden, torch.ones(hidden.shape[:2], dtype=torch.bool))[0],
-        layer_inputs=inputs, truncated=bool(batch["truncated"][0]),
-        unknown=sum(t == "[UNK]" for t in tokens))
+        labels, w[:, 0], *rm.entropy_grid(w, mask), rm.sink_shares(w, mask, ids, enc.cls_id),
+        rm.offset_scores(w, mask, -1), rm.offset_scores(w, mask, +1),
+        mean_pool(hidden, torch.ones(hidden.shape[:2], dtype=torch.bool))[0], inputs,
+        "; ".join(notes) or "none")
 
 
 def ablated_embeddings(enc: Encoder, run: SentenceRun, layer: int) -> torch.Tensor:
@@ -124,49 +122,28 @@ class RealModelFrame(AttentionFrame):
     title: str = ""
 
 
-def _notes(run: SentenceRun) -> str:
-    notes = []
-    if run.truncated:
-        notes.append("the text is longer than 512 word pieces, the most the model reads: only the "
-                     "first 512 are shown (the similarity reads the first 256, as encode does)")
-    if run.unknown:
-        notes.append(f"{run.unknown} word piece(s) are [UNK]: the tokenizer does not know those "
-                     "characters (emoji, some scripts), the model sees one unknown token")
-    if any(label != token for label, token in zip(run.labels, run.tokens, strict=True)):
-        notes.append("? in a label: a character the plot font cannot draw")
-    return "; ".join(notes) or "none"
-
-
 def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: int,
                      ablate: bool = False, ablated: tuple | None = None) -> RealModelFrame:
     """Head ``head`` of ``layer`` (1-based) on ``run``; ``ablated``: both embeddings, head off."""
     require_int_in("layer", layer, 1, run.entropy.shape[0])
     require_int_in("head", head, 1, run.entropy.shape[1])
     if ablate and ablated is None:
-        raise ValueError("ablate=True needs ablated = (embedding, partner embedding) with the "
-                         "head off")
-    l, i = layer - 1, head - 1
-    labels, n = run.labels, len(run.tokens)
+        raise ValueError("ablate=True needs ablated = (embedding, partner embedding) with the head off")
+    l, i, n = layer - 1, head - 1, len(run.labels)
     similarity = float(run.embedding @ partner.embedding)
-    readouts = {
-        "word pieces n": n,
-        "head": f"layer {layer}, head {head}",
-        "mean entropy (nats)": run.entropy[l, i].item(),
-        "ceiling ln n": max_entropy(n),
-        "mean entropy / ln n": run.fraction[l, i].item(),
-        "weight on [CLS]": run.cls[l, i].item(),
-        "weight on previous token": run.previous[l, i].item(),
-        "weight on next token": run.following[l, i].item(),
-        "similarity to the second sentence": similarity,
-    }
+    readouts = {"word pieces n": n, "head": f"layer {layer}, head {head}",
+                "mean entropy (nats)": run.entropy[l, i].item(), "ceiling ln n": max_entropy(n),
+                "mean entropy / ln n": run.fraction[l, i].item(),
+                "weight on [CLS]": run.cls[l, i].item(), "weight on previous token":
+                run.previous[l, i].item(), "weight on next token": run.following[l, i].item(),
+                "similarity to the second sentence": similarity}
     if ablate:
         off = float(ablated[0] @ ablated[1])
-        readouts["similarity with this head off"] = off
-        readouts["change"] = off - similarity
-    readouts["notes"] = _notes(run)
+        readouts |= {"similarity with this head off": off, "change": off - similarity}
+    readouts["notes"] = run.notes
     title = (f"weights a_ij of layer {layer}, head {head}" + (" (switched off)" if ablate else "")
              + f", rows: queries; entropy/ln n {run.fraction[l, i]:.2f}, on [CLS] {run.cls[l, i]:.2f}")
-    return RealModelFrame(run.weights[l, i], labels, labels, readouts=readouts,
+    return RealModelFrame(run.weights[l, i], run.labels, run.labels, readouts=readouts,
                           head_map=run.fraction, cell=(l, i), title=title)
 
 
@@ -242,12 +219,9 @@ class RealModelWidget(LiveAttentionWidget):
             description="examples", layout=wide)
         for box in (controls["sentence"], controls["partner"], self.examples):
             box.style.description_width = "110px"
-        self.examples.observe(self._on_example, names="value")
+        self.examples.observe(lambda change: self.set(sentence=pairs[change["new"]][0],
+                                                      partner=pairs[change["new"]][1]), names="value")
         self.ui.children = (self.ui.children[0], self.examples, *self.ui.children[1:])
-
-    def _on_example(self, change) -> None:
-        a, b = self.pairs[change["new"]]
-        self.set(sentence=a, partner=b)
 
     def _compute(self, sentence, partner, layer, head, ablate):
         a, b = (sentence, "sentence"), (partner, "the second sentence")

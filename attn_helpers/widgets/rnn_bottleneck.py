@@ -1,4 +1,5 @@
-"""Notebook 01's widget: one reversal's token strips (errors in orange) above its weights and entropy."""
+"""Notebook 01's widget: one reversal's token strips (errors in orange) above its attention weights,
+or each output's gradient share over the inputs, with their entropy."""
 
 from __future__ import annotations
 
@@ -20,20 +21,19 @@ from ..training import single_thread
 from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
 from .panels import MIN_PT, CellPainter, TextSprites
 
-__all__ = ["DecodeFrame", "DecodeView", "bottleneck_widget", "colour_scale", "decode_examples",
-           "decode_frames", "gradient_frame"]
+__all__ = ["DecodeFrame", "DecodeView", "bottleneck_widget", "check_model", "colour_scale",
+           "decode_examples", "decode_frames", "gradient_frame"]
 
 WEIGHTS, SHARES = "attention weights", "gradient share"   # the menu 'show'
-TITLES = {WEIGHTS: "attention weights: output step t x input position j",
-          SHARES: "gradient share |d log p(y_t) / d x_j|, each row sums to 1"}
-ENTROPY_TITLES = {WEIGHTS: "entropy per output step", SHARES: "entropy of each row's share"}
-ENTROPY_LABELS = {WEIGHTS: "nats (dashes: ln n, uniform weights)",
-                  SHARES: "nats (dashes: ln n, equal shares)"}
+#: each mode's map title, entropy title and entropy axis label
+TEXTS = {WEIGHTS: ("attention weights: output step t x input position j", "entropy per output step",
+                   "nats (dashes: ln n, uniform weights)"),
+         SHARES: ("gradient share |d log p(y_t) / d x_j|, each row sums to 1",
+                  "entropy of each row's share", "nats (dashes: ln n, equal shares)")}
 SHARE_ENTROPY = "mean gradient-share entropy (nats)"   # the readout in place of the weights' entropy
 SCALES = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)   # a share map's colour scale: 0 .. the first >= its max
 PLAIN, RIGHT, WRONG = range(3)      # strip cells: a token, a right output, a wrong one (orange)
 LENGTHS, EXAMPLES = (4, 24), 20     # the length slider's range; examples per length
-# the map's notice for a model without attention
 NO_WEIGHTS = ("No attention, so no weights to draw.", "Every output step t reads the same",
               "context vector c. Input j reaches it only", "through the encoder's recurrence,",
               "over t or n-1-t steps: set show to", "'gradient share' to see that path.")
@@ -46,23 +46,58 @@ class _DecodePanel(AttentionPanel):
         super()._layout(*args)
         self.ax_map.xaxis.label.set_text("input position j")
         self.ax_map.yaxis.label.set_text("output step t")
-        self.ax_entropy.xaxis.label.set_text(ENTROPY_LABELS[WEIGHTS])
+        self.ax_entropy.xaxis.label.set_text(TEXTS[WEIGHTS][2])
 
 
 @dataclass
 class DecodeFrame(AttentionFrame):
-    """A decoded example; without attention every weight is masked."""
+    """A decoded example, its map in mode ``show``; without attention every weight is masked."""
 
     source: Sequence[str] = ()
     target: Sequence[str] = ()
     output: Sequence[str] = ()
     correct: Sequence[bool] = ()
     title: str = ""
-    panel_title: str = TITLES[WEIGHTS]
+    show: str = WEIGHTS
 
     @property
     def has_attention(self) -> bool:
         return self.mask is None
+
+
+def check_model(model) -> None:
+    """A TypeError unless ``model`` is a ``Seq2Seq`` (notebooks 01 and 06)."""
+    if not isinstance(model, Seq2Seq):
+        raise TypeError(f"model must be an rnn_bottleneck.Seq2Seq, got {type(model).__name__}")
+
+
+def gradient_frame(model: Seq2Seq, frame: DecodeFrame) -> DecodeFrame:
+    r"""``frame`` with its map showing gradient shares, for a model without attention too: row
+    ``t`` is :math:`\lVert \partial \log p(y_t) / \partial x_j \rVert` over the inputs ``j``
+    (``lessons.rnn_bottleneck.input_gradient_norms``, teacher-forced), divided by its sum."""
+    check_model(model)
+    batch = collate("reversal", [(list(frame.source), list(frame.target))])
+    with torch.enable_grad():                         # the widget may call this under no_grad
+        norms = input_gradient_norms(model, batch)[0]                   # (n_t, n): [t, j]
+    shares = norms / norms.sum(-1, keepdim=True)
+    readouts = {k: v for k, v in frame.readouts.items() if k != "mean entropy (nats)"}
+    readouts[SHARE_ENTROPY] = attention_entropy(shares.double()).mean().item()
+    return replace(frame, weights=shares, mask=None, show=SHARES, readouts=readouts)
+
+
+def colour_scale(frame: DecodeFrame) -> float:
+    """The top of ``frame``'s colour scale: 1 for attention weights; for gradient shares, which
+    rarely pass 0.3, the first of ``SCALES`` at or above the largest share (nothing is clipped)."""
+    if frame.show != SHARES:
+        return 1.0
+    top = float(torch.as_tensor(frame.weights).max())
+    return next(scale for scale in SCALES if scale >= top - 1e-6)
+
+
+def _positioned(tokens) -> list[str]:
+    """``9₀ 5₁ 9₂``: digits repeat, positions do not."""
+    return [f"{token}{str(i).translate(str.maketrans('0123456789', '₀₁₂₃₄₅₆₇₈₉'))}"
+            for i, token in enumerate(tokens)]
 
 
 def decode_examples(model: Seq2Seq, task, pairs):
@@ -74,47 +109,8 @@ def decode_examples(model: Seq2Seq, task, pairs):
              None if weights is None else weights[b]) for b in range(len(pairs))]
 
 
-def gradient_frame(model: Seq2Seq, frame: DecodeFrame) -> DecodeFrame:
-    r"""``frame`` (decoded by ``model``) with its map showing each output's gradient share instead
-    of attention weights, for a model without attention too: row ``t`` is
-    :math:`\lVert \partial \log p(y_t) / \partial x_j \rVert` over the inputs ``j``
-    (:func:`~attn_helpers.lessons.rnn_bottleneck.input_gradient_norms`, teacher-forced), divided by
-    its sum."""
-    check_model(model)
-    batch = collate("reversal", [(list(frame.source), list(frame.target))])
-    with torch.enable_grad():                         # the widget may call this under no_grad
-        norms = input_gradient_norms(model, batch)[0]                   # (n_t, n): [t, j]
-    shares = norms / norms.sum(-1, keepdim=True)
-    entropy = attention_entropy(shares.double()).mean().item()
-    readouts = {k: v for k, v in frame.readouts.items() if k != "mean entropy (nats)"}
-    return replace(frame, weights=shares, mask=None, panel_title=TITLES[SHARES],
-                   readouts={**readouts, SHARE_ENTROPY: entropy})
-
-
-def colour_scale(frame: DecodeFrame) -> float:
-    """The top of ``frame``'s colour scale: 1 for attention weights; for gradient shares, which
-    rarely pass 0.3, the first of ``SCALES`` at or above the largest share (nothing is clipped)."""
-    if frame.panel_title != TITLES[SHARES]:
-        return 1.0
-    top = float(torch.as_tensor(frame.weights).max())
-    return next(scale for scale in SCALES if scale >= top - 1e-6)
-
-
-def check_model(model) -> None:
-    if not isinstance(model, Seq2Seq):
-        raise TypeError(f"model must be an rnn_bottleneck.Seq2Seq, got {type(model).__name__}")
-
-
-_SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
-
-
-def _positioned(tokens) -> list[str]:
-    """``9₀ 5₁ 9₂``: digits repeat, positions do not."""
-    return [f"{token}{str(i).translate(_SUBSCRIPTS)}" for i, token in enumerate(tokens)]
-
-
 def decode_frames(models: Mapping[str, Seq2Seq], model_name: str, length: int) -> list[DecodeFrame]:
-    """Reversal examples ``0..EXAMPLES-1`` of ``length`` digits decoded in one batch by
+    """Reversal examples ``0..EXAMPLES-1`` of ``length`` digits greedily decoded in one batch by
     ``models[model_name]``, with the token accuracy, the errors and the mean entropy."""
     if model_name not in models:
         raise ValueError(f"model_name must be one of {sorted(models)}, got {model_name!r}")
@@ -123,65 +119,63 @@ def decode_frames(models: Mapping[str, Seq2Seq], model_name: str, length: int) -
     decoded = decode_examples(models[model_name], "reversal", pairs)
     entropies = (["no attention"] * EXAMPLES if decoded[0][1] is None else   # one call, all rows
                  attention_entropy(torch.stack([w for _, w in decoded]).double()).mean(-1).tolist())
+    no_weights = torch.zeros(length, length, dtype=torch.bool)     # every weight masked
     frames = []
     for (source, target), (output, weights), entropy in zip(pairs, decoded, entropies, strict=True):
         correct = [o == t for o, t in zip(output, target, strict=True)]
         errors = length - sum(correct)
         readouts = {"model": model_name, "token accuracy": sum(correct) / length,
                     "errors": f"{errors} of {length}", "mean entropy (nats)": entropy}
-        frames.append(DecodeFrame(   # no attention: zero weights, every one masked
-            weights=torch.zeros(length, length) if weights is None else weights,
+        frames.append(DecodeFrame(
+            weights=no_weights.float() if weights is None else weights,
             query_labels=_positioned(output), key_labels=_positioned(source),
-            mask=None if weights is not None else torch.zeros(length, length, dtype=torch.bool),
-            readouts=readouts, source=source, target=target, output=output, correct=correct,
+            mask=no_weights if weights is None else None, readouts=readouts, source=source,
+            target=target, output=output, correct=correct,
             title=f"{model_name}: {length} tokens, {errors} wrong output tokens"))
     return frames
 
 
 class DecodeView(BlitView):
-    """Token strips (source, target, output) above an attention panel laid out for ``max_len``
-    tokens; a shorter example zooms all three (new axis limits only: every move blits)."""
+    """Token strips (source, target, output) above an attention panel laid out for the longest
+    example; a shorter one zooms all three (new axis limits only: every move blits)."""
 
-    def __init__(self, max_len: int = LENGTHS[1]):
+    def __init__(self):
         super().__init__((8.4, 6.9))
-        self.max_len = max_len
+        self.shown = max_len = LENGTHS[1]
         figure = self.figure
         figure.set_layout_engine("none")   # the gridspec below, not the notebooks' constrained layout
         grid = figure.add_gridspec(2, 1, height_ratios=[1, 5.4], left=0.1, right=0.97,
                                    bottom=0.01, top=0.95, hspace=0.2)
-        self.ax_strip = figure.add_subplot(grid[0])
-        self.ax_strip.set(xlim=(-0.5, max_len - 0.5), ylim=(2.5, -0.5))
-        self.strip = CellPainter(self.blit, self.ax_strip,
-                                 ListedColormap(["#e8eef6", "#cde3f5", "#e69f00"]), Normalize(-0.5, 2.5))
-        self.ax_strip.set_yticks(range(3), ["source", "target", "output"], fontsize=9)
-        self.ax_strip.set_xticks([])          # position numbers: sprites, they follow the zoom
-        self.ax_strip.set_xlabel("position (output errors in orange)", fontsize=9, labelpad=13)
-        self.ax_strip.tick_params(length=0)
-        self.tokens = TextSprites(self.blit, self.ax_strip.transData, size=9)
+        self.ax_strip = ax = figure.add_subplot(grid[0])
+        ax.set(xlim=(-0.5, max_len - 0.5), ylim=(2.5, -0.5), xticks=[])   # positions: sprites
+        ax.set_yticks(range(3), ["source", "target", "output"], fontsize=9)
+        ax.set_xlabel("position (output errors in orange)", fontsize=9, labelpad=13)
+        ax.tick_params(length=0)
+        self.strip = CellPainter(self.blit, ax, ListedColormap(["#e8eef6", "#cde3f5", "#e69f00"]),
+                                 Normalize(-0.5, 2.5))
+        self.tokens = TextSprites(self.blit, ax.transData, size=9)
         self.positions = TextSprites(self.blit, offset_copy(blended_transform_factory(
-            self.ax_strip.transData, self.ax_strip.transAxes), fig=figure, y=-3, units="points"),
-            size=8, va="top")
+            ax.transData, ax.transAxes), fig=figure, y=-3, units="points"), size=8, va="top")
         self.strip_title = TextSprites(self.blit, offset_copy(
-            self.ax_strip.transAxes, fig=figure, y=4, units="points"), size=10, va="bottom")
-        self.panel = _DecodePanel(self.blit, grid[1], max_shape=(max_len, max_len),
-                                  title=TITLES[WEIGHTS], entropy_title=ENTROPY_TITLES[WEIGHTS])
-        self.scale = ScalarMappable(Normalize(0.0, 1.0), weights_cmap())   # the colour bar's, to rescale
-        self.panel.ax_bar.clear()
-        figure.colorbar(self.scale, cax=self.panel.ax_bar)
-        self.panel.ax_bar.tick_params(labelsize=MIN_PT)
-        self.notice = TextSprites(self.blit, self.panel.ax_map.transAxes, size=10)
+            ax.transAxes, fig=figure, y=4, units="points"), size=10, va="bottom")
+        self.panel = panel = _DecodePanel(self.blit, grid[1], max_shape=(max_len, max_len),
+                                          title=TEXTS[WEIGHTS][0], entropy_title=TEXTS[WEIGHTS][1])
+        self.scale = ScalarMappable(Normalize(0.0, 1.0), weights_cmap())   # the colour bar's
+        panel.ax_bar.clear()
+        figure.colorbar(self.scale, cax=panel.ax_bar)
+        panel.ax_bar.tick_params(labelsize=MIN_PT)
+        self.notice = TextSprites(self.blit, panel.ax_map.transAxes, size=10)
         self.notice.set(NO_WEIGHTS, [(0.5, 0.62 - 0.08 * i) for i in range(len(NO_WEIGHTS))])
-        self.no_entropy = TextSprites(self.blit, self.panel.ax_entropy.transAxes, size=9)
+        self.no_entropy = TextSprites(self.blit, panel.ax_entropy.transAxes, size=9)
         self.no_entropy.set(["no weights,", "so no", "entropy"], [(0.5, 0.56), (0.5, 0.5), (0.5, 0.44)])
-        self.shown = max_len
         self.blit.on_layout(self._fit_bars)   # after the panel's own: bars as thick as a row
 
     def _zoom(self, n: int) -> None:
         self.shown = n
-        self.ax_strip.set_xlim(-0.5, n - 0.5)
-        self.panel.ax_map.set_xlim(-0.5, n - 0.5)
-        self.panel.ax_map.set_ylim(n - 0.5, -0.5)
-        self.panel.ax_entropy.set_ylim(n - 0.5, -0.5)
+        for set_xlim in (self.ax_strip.set_xlim, self.panel.ax_map.set_xlim):
+            set_xlim(-0.5, n - 0.5)
+        for ax in (self.panel.ax_map, self.panel.ax_entropy):
+            ax.set_ylim(n - 0.5, -0.5)
         self.positions.set([str(i) for i in range(n)], [(i, 0.0) for i in range(n)])
         self._fit_bars()
 
@@ -190,40 +184,38 @@ class DecodeView(BlitView):
         self.panel.entropy.bars.set_linewidth(0.7 * row_pt)
 
     def draw(self, frame: DecodeFrame) -> None:
-        n = len(frame.source)                       # = len(target) = len(output): a reversal
-        if n > self.max_len:
-            raise ValueError(f"the view holds at most {self.max_len} tokens, got {n}")
+        n, panel = len(frame.source), self.panel          # = len(target) = len(output): a reversal
         self.tokens.set([*frame.source, *frame.target, *frame.output],
                         [(j, i) for i in range(3) for j in range(n)])
         self.strip.set(np.stack([np.full(n, PLAIN), np.full(n, PLAIN),
                                  np.where(frame.correct, RIGHT, WRONG)]))
         self.strip_title.set([frame.title], [(0.5, 1.0)])
         self.notice.visible = self.no_entropy.visible = not frame.has_attention
-        self.panel.set_title(frame.panel_title)   # a new title: one full redraw, only on 'show'
-        mode = SHARES if frame.panel_title == TITLES[SHARES] else WEIGHTS
-        if self.panel.ax_entropy.get_title() != ENTROPY_TITLES[mode]:
-            self.panel.ax_entropy.title.set_text(ENTROPY_TITLES[mode])
-            self.panel.ax_entropy.xaxis.label.set_text(ENTROPY_LABELS[mode])
+        title, entropy_title, entropy_label = TEXTS[frame.show]
+        panel.set_title(title)                       # a new title: one full redraw, only on 'show'
+        if panel.ax_entropy.get_title() != entropy_title:
+            panel.ax_entropy.title.set_text(entropy_title)
+            panel.ax_entropy.xaxis.label.set_text(entropy_label)
             self.blit.invalidate()
         top = colour_scale(frame)         # shares: a scale per map; a new one redraws the colour bar
         if top != self.scale.norm.vmax:
-            self.panel.cells.norm = Normalize(0.0, top, clip=True)
+            panel.cells.norm = Normalize(0.0, top, clip=True)
             self.scale.set_clim(0.0, top)
             self.blit.invalidate()
-        self.panel.set_frame(frame)         # may lay the panel out again, for max_len tokens
-        if not frame.has_attention:         # blanked by data, not hidden: the move still blits
-            self.panel.entropy.ceiling.set_data([], [])
-        if self.panel.ax_map.get_xlim() != (-0.5, n - 0.5):    # a new length, or a new layout
+        panel.set_frame(frame)               # may lay the panel out again, for the longest example
+        if not frame.has_attention:          # blanked by data, not hidden: the move still blits
+            panel.entropy.ceiling.set_data([], [])
+        if panel.ax_map.get_xlim() != (-0.5, n - 0.5):    # a new length, or a new layout
             self._zoom(n)
 
     def warm(self, frames: Sequence[DecodeFrame]) -> None:
         """Lay out for the widest labels among ``frames`` and cache every text they show, so that
         no move lays the figure out again or renders a glyph: each move only blits."""
-        labels = self.panel.ylabels, self.panel.xlabels
-        self.draw(max(frames, key=lambda f: labels[0].widest(f.query_labels)))
-        self.draw(max(frames, key=lambda f: labels[1].widest(f.key_labels)))
-        labels[0].sprites.warm({t for f in frames for t in f.query_labels})
-        labels[1].sprites.warm({t for f in frames for t in f.key_labels})
+        rows, columns = self.panel.ylabels, self.panel.xlabels
+        self.draw(max(frames, key=lambda f: rows.widest(f.query_labels)))
+        self.draw(max(frames, key=lambda f: columns.widest(f.key_labels)))
+        rows.sprites.warm({t for f in frames for t in f.query_labels})
+        columns.sprites.warm({t for f in frames for t in f.key_labels})
         self.tokens.warm({t for f in frames for t in (*f.source, *f.target, *f.output)})
         self.strip_title.warm({f.title for f in frames})
 
@@ -231,9 +223,9 @@ class DecodeView(BlitView):
 def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
                       model_name: str | None = None) -> LiveAttentionWidget:
     """Sliders for the length and the example, a menu of ``models`` (opens on the first, or
-    ``model_name``) and a menu ``show``: the attention weights, or each output's gradient share
-    over the inputs (:func:`gradient_frame`, any model). Every length of every model is decoded
-    here, once; a gradient share when first shown (n backward passes), then kept."""
+    ``model_name``) and a menu ``show``: the attention weights, or :func:`gradient_frame`'s shares
+    (any model). Every length of every model is decoded here, once; a share map when first shown
+    (n backward passes), then kept."""
     names = list(models)     # decode_frames checks each model
     if model_name is not None and model_name not in names:
         raise ValueError(f"model_name must be one of {names}, got {model_name!r}")
@@ -249,17 +241,15 @@ def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
     with single_thread():   # every (model, length) decoded now, in under a second
         decoded = {(name, n): decode_frames(models, name, n)
                    for name in names for n in range(LENGTHS[0], LENGTHS[1] + 1)}
-
     shares = {}   # {(model_name, length, index): frame}, filled as they are first shown
 
     def compute(length, model_name, index, show):
-        frame = decoded[model_name, length][index]
-        if show == WEIGHTS:
-            return frame
         key = model_name, length, index
+        if show == WEIGHTS:
+            return decoded[model_name, length][index]
         if key not in shares:
             with single_thread():
-                shares[key] = gradient_frame(models[model_name], frame)
+                shares[key] = gradient_frame(models[model_name], decoded[model_name, length][index])
         return shares[key]
 
     view = DecodeView()

@@ -10,8 +10,9 @@ from attn_helpers import AdditiveScore
 from attn_helpers.exercises import rnn_bottleneck as ex
 
 
-def rnn(x, W_x, W_h, b, one_batch_dim=False):  # noqa: N803
-    h = x.new_zeros(*x.shape[:1 if one_batch_dim else -2], W_h.shape[0])
+def rnn(x, W_x, W_h, b, one_batch_dim=False, dtype=True):  # noqa: N803
+    batch = x.shape[:1 if one_batch_dim else -2]
+    h = torch.zeros(*batch, W_h.shape[0], dtype=x.dtype if dtype else None)
     states = []
     for t in range(x.shape[-2]):
         h = torch.tanh((x[:, t] if one_batch_dim else x[..., t, :]) @ W_x + h @ W_h + b)
@@ -66,18 +67,11 @@ def test_right_answers_pass():
         assert result and result.message.startswith("Passed"), result.message
 
 
-def variant(step=lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h + b), *,  # noqa: N803
-            order=lambda n: range(n), start=False, final=lambda H, h: h, dtype=True, h0=0.0):
-    def wrong(x, W_x, W_h, b):  # noqa: N803
-        h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype if dtype else None) + h0
-        states = {}
-        for t in order(x.shape[-2]):
-            before = h
-            h = step(x[..., t, :], h, W_x, W_h, b)
-            states[t] = before if start else h
-        H = torch.stack([states[t] for t in range(x.shape[-2])], dim=-2)  # noqa: N806
-        return H, final(H, h)
-    return wrong
+@pytest.mark.parametrize("check, mistake", [
+    *((ex.check_rnn_encoder, m) for m in ex.RNN_MISTAKES),
+    *((ex.check_additive_scores, m) for m in ex.ADDITIVE_MISTAKES)])
+def test_every_named_mistake_is_rejected_with_its_hint(check, mistake):
+    assert_rejected(check(mistake.produce), "Hint: " + mistake.hint)
 
 
 def aliased(x, W_x, W_h, b):  # noqa: N803
@@ -90,78 +84,30 @@ def aliased(x, W_x, W_h, b):  # noqa: N803
     return torch.stack(states, dim=-2), h
 
 
-@pytest.mark.parametrize("wrong, fragments", [
-    (variant(lambda x_t, h, W_x, W_h, b: x_t @ W_x + h @ W_h + b), ["tanh is missing"]),
-    (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + b)), ["no recurrence"]),
-    (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + b) + h @ W_h), ["after the tanh"]),
-    (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h)), ["bias b is missing"]),
-    (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h) + b), ["bias b is outside"]),
-    (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x + h @ W_h.T + b)),
-     ["W_h is transposed"]),
-    (variant(order=lambda n: range(n)[::-1]), ["backwards"]), (variant(start=True), ["shifted by one"]),
-    (variant(final=lambda H, h: H[..., 0, :]), ["h_last is the first state"]),
-    (variant(final=lambda H, h: H.mean(-2)), ["mean of the states"]),
-    (lambda *a: (rnn(*a)[0].movedim(-2, 0), rnn(*a)[1]), ["shape (5, 2, 4)", "on dim -2"]),
-    (variant(dtype=False), ["the dtypes do not match", "with the inputs' dtype"]),
-    (lambda x, W_x, W_h, b: rnn(x, W_x, W_h, b)[0], ["returned 1 value(s); expected 2"]),
-    (lambda x, W_x, W_h, b: rnn(x.reshape(-1, *x.shape[-2:]), W_x, W_h, b),   # loses batch dims
-     ["case 4 of 6", "shape (6, 4, 3)"]),
-    (lambda *a: rnn(*a, one_batch_dim=True), ["case 4 of 6", "Hint: ", "x[..., j, :]"]),  # x[:, j]
-    (lambda *a: (torch.stack(list(rnn(*a)[0].unbind(-2)), dim=1), rnn(*a)[1]),   # fine for one batch dim
+R, A = ex.check_rnn_encoder, ex.check_additive_scores
+
+
+@pytest.mark.parametrize("check, wrong, fragments", [          # as a learner writes them
+    (R, lambda *a: rnn(*a, dtype=False), ["the dtypes do not match", "with the inputs' dtype"]),
+    (R, lambda *a: rnn(*a)[0], ["returned 1 value(s); expected 2"]),
+    (R, lambda x, *w: rnn(x.reshape(-1, *x.shape[-2:]), *w), ["case 4 of 6", "shape (6, 4, 3)"]),
+    (R, lambda *a: rnn(*a, one_batch_dim=True), ["case 4 of 6", "Hint: ", "x[..., j, :]"]),  # x[:, j]
+    (R, lambda *a: (torch.stack(list(rnn(*a)[0].unbind(-2)), dim=1), rnn(*a)[1]),  # one batch dim
      ["case 4 of 6", "stacked on dim 1", "on dim -2"]),
-    (variant(lambda x_t, h, W_x, W_h, b: torch.sigmoid(x_t @ W_x + h @ W_h + b)), ["sigmoid"]),
-    (variant(h0=1.0), ["h_{-1} is ones", "h_{-1} = 0"]),
-    (lambda x, W_x, W_h, b: rnn(x[..., 1:, :], W_x, W_h, b), ["n-1 states", "one state per token"]),
-    (lambda *a: rnn(*a)[::-1], ["return order is swapped", "(H, h_last)"]),
-    (variant(lambda x_t, h, W_x, W_h, b: torch.relu(x_t @ W_x + h @ W_h + b)), ["ReLU", "tanh"]),
-    (aliased, ["every state in H equals the last one", "in place", "h = torch.tanh(...)"]),
-    (variant(lambda x_t, h, W_x, W_h, b: torch.tanh(x_t @ W_x) + h @ W_h + b),
-     ["tanh wraps only x_j W_x", "squashes the whole sum"]),
-    (variant(lambda x_t, h, W_x, W_h, b: x_t @ W_x + torch.tanh(h @ W_h) + b),
-     ["tanh wraps only h_{j-1} W_h;", "squashes the whole sum"]),
-    (variant(lambda x_t, h, W_x, W_h, b: x_t @ W_x + torch.tanh(h @ W_h + b)),
-     ["tanh wraps only h_{j-1} W_h + b", "squashes the whole sum"]),
-])
-def test_rnn_encoder_rejects_and_names_mistakes(wrong, fragments):
-    assert_rejected(ex.check_rnn_encoder(wrong), *fragments)
-
-
-@pytest.mark.parametrize("wrong, fragments", [
-    (lambda s, H, U_q, U_k, v_a: ((s @ U_q).unsqueeze(1) + H @ U_k) @ v_a, ["tanh is missing"]),
-    (lambda s, H, U_q, U_k, v_a: torch.tanh(((s @ U_q).unsqueeze(1) + H @ U_k) @ v_a),
-     ["tanh comes before v_a"]),
-    (lambda s, H, q, k, v: torch.tanh((s @ q)[:, None] * (H @ k)) @ v, ["multiplied the two"]),
-    (lambda s, H, U_q, U_k, v_a: torch.tanh(H @ U_k) @ v_a, ["decoder state s_t is missing"]),
-    (lambda s, H, U_q, U_k, v_a: (torch.tanh(s @ U_q).unsqueeze(1) + torch.tanh(H @ U_k)) @ v_a,
-     ["each projection separately", "weights ignore s_t"]),
-    (lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_k).unsqueeze(1) + H @ U_q) @ v_a,
-     ["U_q and U_k are swapped"]),
-    (lambda s, H, U_q, U_k, v_a: torch.relu((s @ U_q).unsqueeze(1) + H @ U_k) @ v_a, ["ReLU"]),
-    (lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q)[:, None] + H @ U_k).sum(-1), ["v_a is missing"]),
-    (lambda s, H, U_q, U_k, v_a: scores(s, H, U_q, U_k, v_a).softmax(-1), ["after a softmax"]),
-    (lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a,        # no axis for j
+    (R, aliased, ["every state in H equals the last one", "in place", "h = torch.tanh(...)"]),
+    (A, lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a,        # no axis for j
      ["Hint: ", "new axis for the positions j", "case 1 of 5"]),
-    (lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k),
+    (A, lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k),
      ["shape (2, 5, 3)", "shape (2, 5)"]),
-    (lambda s, H, U_q, U_k, v_a: scores(s, H, U_q, U_k, v_a) / U_q.shape[1] ** 0.5,
-     ["divided by sqrt(d_a)", "no scale"]),
-    (lambda s, H, U_q, U_k, v_a: torch.tanh(((s @ U_q).unsqueeze(1) + H @ U_k) / len(v_a) ** 0.5) @ v_a,
-     ["sqrt(d_a) inside the tanh"]),
-    (lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k.T) @ v_a,   # d_a != d_h
+    (A, lambda s, H, U_q, U_k, v_a: v_a @ torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k),    # raises
+     ["case 1 of 5", "Hint: v_a on the left", "Put v_a on the right"]),
+    (A, lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k.T) @ v_a,  # d_a != d_h
      ["Hint: ", "inner sizes must agree", "need no transpose"]),
-    (lambda s, H, q, k, v: (torch.tanh((s @ q).unsqueeze(1) + H @ k) * v).sum(-1, keepdim=True),
+    (A, lambda s, H, q, k, v: (torch.tanh((s @ q).unsqueeze(1) + H @ k) * v).sum(-1, keepdim=True),
      ["(b, n, 1)", "return (b, n)"]),
-    (lambda s, H, U_q, U_k, v_a: scores(s, H, U_q, U_k, v_a).softmax(0), ["softmax over dim 0"]),
-    (lambda s, H, U_q, U_k, v_a: torch.sigmoid((s @ U_q).unsqueeze(1) + H @ U_k) @ v_a, ["sigmoid"]),
-    (lambda s, H, U_q, U_k, v_a: v_a @ torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k),    # raises
-     ["case 1 of 5", "Hint: if v_a stands on the left", "Put v_a on the right"]),
-    (lambda s, H, U_q, U_k, v_a: torch.einsum("bd,bnd->bn", s, H), ["dot-product score", "Luong"]),
-    (lambda s, H, q, k, v: torch.einsum("ba,bna->bn", s @ q, H @ k), ["dot product of the projections"]),
-    (lambda s, H, U_q, U_k, v_a: scores(s, H, U_q, U_k, v_a).exp(), ["exponentiated"]),
-    (lambda s, H, U_q, U_k, v_a: scores(s, H, U_q, U_k, v_a).log_softmax(-1), ["log_softmax"]),
 ])
-def test_additive_scores_rejects_and_names_mistakes(wrong, fragments):
-    assert_rejected(ex.check_additive_scores(wrong), *fragments)
+def test_learner_style_mistakes_are_named(check, wrong, fragments):
+    assert_rejected(check(wrong), *fragments)
 
 
 @pytest.mark.parametrize("key, signature, check, fills", [

@@ -93,7 +93,7 @@ def test_input_gradient_norms_equal_the_jacobian(kind, same_length):
     model = small_model(kind)
     norms = seq2seq.input_gradient_norms(model, same_length)
     assert norms.shape == (3, 6, 6) and not norms.requires_grad and not model.training
-    for i in range(3):
+    for i in (0, 2):                                  # the first and the last of the batch
         src, lengths = same_length.src[i:i + 1], same_length.src_lengths[i:i + 1]
         tgt_in, tgt_out = same_length.tgt_in[i:i + 1, :6], same_length.tgt_out[i, :6]
 
@@ -125,7 +125,6 @@ def test_model_bad_inputs(batch):
         seq2seq.load_pretrained("seq2seq_nothing")
     with pytest.raises(TypeError, match="config must be a TrainConfig"):
         seq2seq.train_seq2seq({"task": "reversal"})
-
 
 
 def test_by_position_counts_right_and_skipped_ahead_outputs(gen):

@@ -24,7 +24,13 @@ def models():
     return {"no attention": small_model("none"), "additive attention": small_model("additive")}
 
 
-def test_decode_frames_and_the_widget(models):
+@pytest.fixture(scope="module")
+def widget(models):
+    with mpl.rc_context(PLOT_STYLE):            # the notebooks' style, constrained layout included
+        return wd.bottleneck_widget(models, model_name="additive attention", length=24)
+
+
+def test_decode_frames_and_the_widget(models, widget):
     frames = wd.decode_frames(models, "additive attention", 9)
     frame = frames[2]
     source, target = tasks.example("reversal", 2, 9)
@@ -36,15 +42,14 @@ def test_decode_frames_and_the_widget(models):
     plain = wd.decode_frames(models, "no attention", 9)[2]
     assert not plain.has_attention and not plain.mask.any()
     assert plain.readouts["mean entropy (nats)"] == "no attention"
-    with pytest.raises(ValueError, match="model_name must be one of"):
-        wd.decode_frames(models, "general", 9)
-    w = wd.bottleneck_widget(models, model_name="additive attention", length=24)
-    assert w.error is None and w.frame.has_attention and w.frame.weights.shape == (24, 24)
-    readouts = w.set(length=6, model_name="no attention", index=3)
-    assert w.error is None and readouts["model"] == "no attention"
-    assert w.frame.readouts == wd.decode_frames(models, "no attention", 6)[3].readouts
-    with pytest.raises(ValueError, match="model_name must be one of"):
-        wd.bottleneck_widget(models, model_name="general")
+    for call in (lambda: wd.decode_frames(models, "general", 9),
+                 lambda: wd.bottleneck_widget(models, model_name="general")):
+        with pytest.raises(ValueError, match="model_name must be one of"):
+            call()
+    assert widget.error is None and widget.frame.has_attention and widget.frame.weights.shape == (24, 24)
+    readouts = widget.set(length=6, model_name="no attention", index=3)
+    assert widget.error is None and readouts["model"] == "no attention"
+    assert widget.frame.readouts == wd.decode_frames(models, "no attention", 6)[3].readouts
 
 
 def test_gradient_frame_shows_each_rows_share_of_the_lessons_gradient_norms(models):
@@ -55,9 +60,8 @@ def test_gradient_frame_shows_each_rows_share_of_the_lessons_gradient_norms(mode
         shown = wd.gradient_frame(model, frame)
         one = tasks.collate("reversal", [tasks.example("reversal", 3, 7)])
         norms = input_gradient_norms(model, one)[0]                          # (n_t, n)
-        assert shown.weights.shape == (7, 7) and torch.allclose(shown.weights.sum(-1), torch.ones(7))
         assert torch.allclose(shown.weights, norms / norms.sum(-1, keepdim=True))
-        assert shown.has_attention and shown.panel_title == wd.TITLES[wd.SHARES]
+        assert shown.has_attention and shown.show == wd.SHARES
         assert shown.readouts["errors"] == frame.readouts["errors"]
         assert model.training is False and shown.weights.grad_fn is None
     with torch.no_grad():                                  # the widget may draw under no_grad
@@ -66,35 +70,32 @@ def test_gradient_frame_shows_each_rows_share_of_the_lessons_gradient_norms(mode
         wd.gradient_frame("model", frame)
 
 
-def test_the_menu_show_draws_gradient_shares_for_either_model(models):
-    with mpl.rc_context(PLOT_STYLE):
-        w = wd.bottleneck_widget(models, model_name="no attention", length=9)
-    view = w.view
-    assert not w.frame.has_attention and view.notice.visible
-    w.set(show=wd.SHARES, index=2)
+def test_the_menu_show_draws_gradient_shares_for_either_model(models, widget):
+    view, titles = widget.view, [wd.TEXTS[mode] for mode in (wd.WEIGHTS, wd.SHARES)]
+    widget.set(model_name="no attention", length=9, index=0, show=wd.WEIGHTS)
+    assert not widget.frame.has_attention and view.notice.visible
+    widget.set(show=wd.SHARES, index=2)
     plain = wd.decode_frames(models, "no attention", 9)[2]
     expected = wd.gradient_frame(models["no attention"], plain).weights
-    assert w.error is None and w.frame.has_attention and not view.notice.visible
-    assert torch.allclose(w.frame.weights, expected, atol=1e-6)
-    assert view.panel.ax_map.get_title() == wd.TITLES[wd.SHARES]
-    assert w.frame.readouts["errors"] == plain.readouts["errors"]
-    assert wd.SHARE_ENTROPY in w.frame.readouts and "mean entropy (nats)" not in w.frame.readouts
-    assert view.panel.ax_entropy.get_title() == wd.ENTROPY_TITLES[wd.SHARES]
-    assert view.panel.ax_entropy.get_xlabel() == wd.ENTROPY_LABELS[wd.SHARES]
-    top = wd.colour_scale(w.frame)                # the map's own colour scale, nothing clipped
-    assert w.frame.weights.max() <= top < 1 and view.scale.norm.vmax == top
-    assert view.panel.cells.norm.vmax == top
+    assert widget.error is None and widget.frame.has_attention and not view.notice.visible
+    assert torch.allclose(widget.frame.weights, expected, atol=1e-6)
+    assert widget.frame.readouts["errors"] == plain.readouts["errors"]
+    assert wd.SHARE_ENTROPY in widget.readouts and "mean entropy (nats)" not in widget.readouts
+    entropy = view.panel.ax_entropy
+    assert (view.panel.ax_map.get_title(), entropy.get_title(), entropy.get_xlabel()) == titles[1]
+    top = wd.colour_scale(widget.frame)           # the map's own colour scale, nothing clipped
+    assert widget.frame.weights.max() <= top < 1
+    assert view.scale.norm.vmax == view.panel.cells.norm.vmax == top
     frames = wd.decode_frames(models, "no attention", 9)
     same = next(i for i in range(3, wd.EXAMPLES)  # another example on the same scale: blits
                 if wd.colour_scale(wd.gradient_frame(models["no attention"], frames[i])) == top)
     background = view.blit._background
-    w.set(index=same)
-    assert view.blit._background is background and w.error is None
-    w.set(show=wd.WEIGHTS, model_name="additive attention")
-    assert view.panel.ax_map.get_title() == wd.TITLES[wd.WEIGHTS] and w.frame.mask is None
-    assert view.scale.norm.vmax == view.panel.cells.norm.vmax == 1.0
-    assert view.panel.ax_entropy.get_title() == wd.ENTROPY_TITLES[wd.WEIGHTS]
-    assert "mean entropy (nats)" in w.frame.readouts
+    widget.set(index=same)
+    assert view.blit._background is background and widget.error is None
+    widget.set(show=wd.WEIGHTS, model_name="additive attention")
+    assert (view.panel.ax_map.get_title(), entropy.get_title(), entropy.get_xlabel()) == titles[0]
+    assert view.scale.norm.vmax == view.panel.cells.norm.vmax == 1.0 and widget.frame.mask is None
+    assert "mean entropy (nats)" in widget.frame.readouts
 
 
 def test_colour_scale_is_the_first_step_at_or_above_the_largest_share(models):
@@ -103,8 +104,7 @@ def test_colour_scale_is_the_first_step_at_or_above_the_largest_share(models):
     for largest, top in ((0.04, 0.05), (0.05, 0.05), (0.17, 0.2), (0.31, 0.5), (0.9, 1.0)):
         weights = torch.full((5, 5), 0.01)
         weights[0, 0] = largest
-        shares = replace(frame, weights=weights, panel_title=wd.TITLES[wd.SHARES])
-        assert wd.colour_scale(shares) == top
+        assert wd.colour_scale(replace(frame, weights=weights, show=wd.SHARES)) == top
 
 
 def test_alignment_frame_and_widget(models):
@@ -129,13 +129,11 @@ def test_alignment_frame_and_widget(models):
         wd_cross.alignment_frame("model", "reversal", 0, 0)
 
 
-def test_bottleneck_view_zooms_to_the_example_and_blanks_a_missing_ceiling(models):
+def test_bottleneck_view_zooms_to_the_example_and_blanks_a_missing_ceiling(widget):
     """A shorter example fills the view (strips, heatmap and entropy bars zoom to its length,
     with no full redraw); a model without attention blanks its entropy panel, also by blitting."""
-    with mpl.rc_context(PLOT_STYLE):            # the notebooks' style, constrained layout included
-        w = wd.bottleneck_widget(models)
-    view = w.view
-    w.set(length=24, model_name="additive attention", index=0)
+    w, view = widget, widget.view
+    w.set(length=24, model_name="additive attention", index=0, show=wd.WEIGHTS)
     background = view.blit._background
     for n in (5, 20, 24):
         w.set(length=n)
