@@ -28,14 +28,6 @@ from .workflow import exercise
 __all__ = ["check_multi_head_module", "check_grouped_query_attention"]
 
 
-def _reference(x, mask, num_heads, seed):
-    m = _torch_module(x.shape[-1], num_heads, seed, x.dtype)
-    if mask is not None and mask.dim() == 3:         # PyTorch wants (b * h, n, n)
-        mask = mask.repeat_interleave(num_heads, dim=0)
-    with torch.no_grad():
-        return m(x, x, x, attn_mask=None if mask is None else ~mask, need_weights=False)[0]
-
-
 def _module_cases() -> list[dict]:
     """``x``, a bool ``mask`` (``(n, n)``, ``(b, n, n)`` or None), ``num_heads``, the weights' seed."""
     g = seeded(41)
@@ -49,9 +41,8 @@ def _module_cases() -> list[dict]:
             (2, 4, 8, 1, None, torch.float32), (3, 1, 12, 3, None, torch.float32),
             (2, 7, 16, 2, "random", torch.float64), (2, 6, 8, 2, "causal", torch.float32),
             (3, 5, 12, 3, "batch", torch.float32), (2, 6, 16, 4, "batch", torch.float32)]:
-        mask = masks[mask](b, n)
-        cases.append({"x": torch.randn(b, n, d_model, generator=g, dtype=dtype), "mask": mask,
-                      "num_heads": h, "seed": len(cases)})
+        cases.append({"x": torch.randn(b, n, d_model, generator=g, dtype=dtype),
+                      "mask": masks[mask](b, n), "num_heads": h, "seed": len(cases)})
     return cases
 
 
@@ -69,16 +60,12 @@ def _torch_module(d_model: int, num_heads: int, seed: int, dtype) -> nn.Multihea
 def _build(module_class, x: torch.Tensor, num_heads: int, seed: int) -> nn.Module:
     """``module_class(d_model, num_heads)`` in ``x``'s dtype with the case's torch weights copied in."""
     with torch.random.fork_rng(devices=[]):         # building it must not move the global seed
-        module = module_class(x.shape[-1], num_heads)
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"{module_class.__name__}(d_model, num_heads) should be an nn.Module, "
-                        f"got {type(module).__name__}")
-    module, m = module.to(x.dtype), _torch_module(x.shape[-1], num_heads, seed, x.dtype)
+        module = module_class(x.shape[-1], num_heads).to(x.dtype)
+    m = _torch_module(x.shape[-1], num_heads, seed, x.dtype)
     for name, weight, bias in (("in_proj", m.in_proj_weight, m.in_proj_bias),
                                ("out_proj", m.out_proj.weight, m.out_proj.bias)):
         layer = getattr(module, name, None)
-        if (not isinstance(layer, nn.Linear) or layer.weight.shape != weight.shape
-                or layer.bias is None):
+        if not isinstance(layer, nn.Linear) or layer.weight.shape != weight.shape or layer.bias is None:
             d_out = "3 * d_model" if name == "in_proj" else "d_model"
             raise TypeError(f"the module needs its own {name} = nn.Linear(d_model, {d_out}) with a "
                             f"bias (d_model = {x.shape[-1]}); got {layer!r}")
@@ -86,55 +73,6 @@ def _build(module_class, x: torch.Tensor, num_heads: int, seed: int) -> nn.Modul
             layer.weight.copy_(weight)
             layer.bias.copy_(bias)
     return module
-
-
-class _Reference(nn.Module):
-    """The module exercise's answer with the learner's layer names; given ``mistake`` (see
-    :func:`_attend`), the same module with one known mistake."""
-
-    def __init__(self, d_model: int, num_heads: int, **mistake):
-        super().__init__()
-        self.num_heads, self.mistake = num_heads, mistake
-        self.in_proj = nn.Linear(d_model, 3 * d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
-
-    def forward(self, x, mask=None):
-        return _attend(self, x, mask, **self.mistake)
-
-
-@contextlib.contextmanager
-def _all_heads_at_once(inputs: dict):
-    """The lesson's constraint: a loop over heads holds only one head's ``(b, n, n)`` scores."""
-    (b, n), h = inputs["x"].shape[:2], inputs["num_heads"]
-    largest = [0]
-
-    def record(t: torch.Tensor, call: str) -> None:
-        if t.is_floating_point() and t.dim() >= 2 and tuple(t.shape[-2:]) == (n, n):
-            largest[0] = max(largest[0], t.numel())
-
-    with AllocationWatch(record):
-        yield
-    if h > 1 and n > 1 and 0 < largest[0] < b * h * n * n:
-        raise Refused(
-            f"it attended head by head: its largest (n, n) scores held {largest[0]} numbers, one "
-            f"head's worth, not the {b * h * n * n} of all {h} heads. This exercise asks for all "
-            "heads in one attention call, without a loop over heads: make each of Q, K, V one "
-            "(b, h, n, d_head) tensor.")
-
-
-def _learner(module_class) -> Callable:
-
-    def run(x, mask, num_heads, seed):
-        module = _build(module_class, x, num_heads, seed)
-        with torch.no_grad():
-            return module(x) if mask is None else module(x, mask)
-
-    return run
-
-
-def _wrong(**mistake) -> Callable:
-    """Multi-head self-attention with one known mistake, on a case's copied weights."""
-    return lambda x, mask, h, seed: _build(functools.partial(_Reference, **mistake), x, h, seed)(x, mask)
 
 
 _SPLIT = {   # (b, n, d) -> (b, h, n, d_head), right and wrong
@@ -147,6 +85,19 @@ _MERGE = {   # (b, h, n, d_head) -> (b, n, d), right and wrong
     "interleaved": lambda a: a.permute(0, 2, 3, 1).flatten(2),             # head i: every h-th column
     "reversed heads": lambda a: a.flip(1).transpose(1, 2).flatten(2),      # head h-1 first
     "reversed columns": lambda a: a.transpose(1, 2).flatten(2).flip(-1)}   # every column backwards
+
+
+class _Reference(nn.Module):
+    """The module exercise's answer with the learner's layer names; ``mistake``: see :func:`_attend`."""
+
+    def __init__(self, d_model: int, num_heads: int, **mistake):
+        super().__init__()
+        self.num_heads, self.mistake = num_heads, mistake
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        return _attend(self, x, mask, **self.mistake)
 
 
 def _attend(p: _Reference, x, mask, *, split="right", merge="right", scale="d_head", dim=-1,
@@ -174,20 +125,72 @@ def _attend(p: _Reference, x, mask, *, split="right", merge="right", scale="d_he
     return p.out_proj(concat) if use_w_o else concat
 
 
-def _gradients(module_class, case: dict) -> str | None:
-    """None if one backward gives the reference's gradients, else what went wrong."""
-    x, mask, h, seed = case.values()
-    mine, reference = _build(module_class, x, h, seed), _build(_Reference, x, h, seed)
-    wrong = gradient_mismatch(mine, reference, lambda m, x: m(x) if mask is None else m(x, mask), x)
-    parts = detached_parts(wrong, "in_proj.weight")
-    if parts:
-        return (f"the gradient at in_proj's {' and '.join(parts)} rows is wrong: was the "
-                f"{' or the '.join(parts)} detached (detach(), .data, torch.no_grad())? Nothing "
-                "would train those weights")
-    if wrong:
-        return (f"the gradients at {', '.join(wrong)} differ from the reference's (was part of it "
-                "detached, or done under torch.no_grad()?)")
-    return None
+def _run(module_class) -> Callable:
+    def run(x, mask, num_heads, seed):                # a case's inputs -> the module's output
+        with torch.no_grad():
+            return _build(module_class, x, num_heads, seed)(x, mask)
+    return run
+
+
+@contextlib.contextmanager
+def _all_heads_at_once(inputs: dict):
+    """The lesson's constraint: a loop over heads holds only one head's ``(b, n, n)`` scores."""
+    (b, n), h = inputs["x"].shape[:2], inputs["num_heads"]
+    largest = [0]
+
+    def record(t: torch.Tensor, call: str) -> None:
+        if t.is_floating_point() and t.dim() >= 2 and tuple(t.shape[-2:]) == (n, n):
+            largest[0] = max(largest[0], t.numel())
+
+    with AllocationWatch(record):
+        yield
+    if h > 1 and n > 1 and 0 < largest[0] < b * h * n * n:
+        raise Refused(
+            f"it attended head by head: its largest (n, n) scores held {largest[0]} numbers, one "
+            f"head's worth, not the {b * h * n * n} of all {h} heads. This exercise asks for all "
+            "heads in one attention call, without a loop over heads: make each of Q, K, V one "
+            "(b, h, n, d_head) tensor.")
+
+
+MASK_INVERTED = ("the mask is inverted: in this course True means the query MAY attend (PyTorch's "
+                 "attn_mask means the opposite). Set the scores to -inf where mask is False.")
+_MODULE_MISTAKES = [   # _Reference's keywords for one mistake, and its hint
+    ({"fused": "per head"}, "in_proj's output is [Q | K | V], all of Q first, not [q k v] per head: "
+     "cut it with chunk(3, dim=-1), then split each into heads."),
+    ({"fused": "k q v"}, "Q and K are swapped: in_proj's output is Q, K, V in that order."),
+    ({"split": "no transpose"}, "reshaping (b, n, d_model) straight to (b, h, n, d_head) mixes "
+     "positions into heads. Reshape to (b, n, h, d_head), then transpose(1, 2)."),
+    ({"split": "no transpose", "merge": "no transpose"}, "reshaping straight to (b, h, n, d_head) "
+     "mixes positions into heads (and merged back the same way): go through (b, n, h, d_head) and "
+     "transpose(1, 2), both ways."),
+    ({"split": "interleaved"}, "the heads are split on the wrong axis, from the wrong end: head i "
+     "gets the consecutive features i*d_head .. (i+1)*d_head - 1: reshape to (b, n, h, d_head)."),
+    ({"split": "interleaved", "merge": "interleaved"}, "the heads are split and merged from the "
+     "wrong end: head i owns features i*d_head .. (i+1)*d_head - 1. Go through (b, n, h, d_head)."),
+    ({"merge": "no transpose"}, "the heads are merged in the wrong order: heads.transpose(1, 2) to "
+     "(b, n, h, d_head) first, then reshape to (b, n, d_model)."),
+    ({"merge": "interleaved"}, "the heads are merged on the wrong axis, from the wrong end: head i "
+     "fills the columns i*d_head .. (i+1)*d_head - 1: merge through (b, n, h, d_head)."),
+    ({"merge": "reversed heads"}, "the heads come back in reverse order: head h-1 fills the first "
+     "columns, not head 0. Was the head axis flipped?"),
+    ({"merge": "reversed columns"}, "the merged columns are in reverse order (the heads, and each "
+     "head's features). Was a flip left in?"),
+    ({"scale": "none"}, "the 1/sqrt(d_head) scale is missing."),
+    ({"scale": "d_model"}, "each head scales by 1/sqrt(d_head), its own query size, not "
+     "1/sqrt(d_model)."),
+    ({"scale": "twice"}, "scaled twice: ah.scaled_dot_product_attention already divides by "
+     "sqrt(d_head)."),
+    ({"use_w_o": False}, "W_O is missing: the concatenated heads still go through out_proj."),
+    ({"invert_mask": "nan"}, MASK_INVERTED),
+    ({"invert_mask": "zeros"}, MASK_INVERTED),
+    ({"fill": 0.0}, "masked scores set to 0, not -inf: a blocked key still gets weight "
+     "(exp(0) = 1). masked_fill(~mask, float('-inf')) gives it none."),
+    ({"ignore_mask": True}, "the mask was ignored: every query read every key."),
+    ({"mask_heads": False}, "a (b, n, n) mask was lined up with the heads axis of the (b, h, n, n) "
+     "scores: give it a head axis, mask[:, None]."),
+    ({"dim": -2}, "the softmax runs over the wrong axis: each query's weights over the keys must "
+     "sum to 1."),
+]
 
 
 @exercise("multi_head.module", "all heads at once: a multi-head module with a fused in_proj", hints=(
@@ -205,85 +208,37 @@ def _gradients(module_class, case: dict) -> str | None:
     "heads, _ = ah.scaled_dot_product_attention(q, k, v, mask)  # (b, h, n, d_head), one call\n"
     "return self.out_proj(...)                  # merge first: (b, n, d_model), head i's columns"))
 def check_multi_head_module(module_class) -> CheckResult:
-    """Exercise: ``module_class(d_model, num_heads)`` with ``nn.Linear`` layers ``in_proj`` (d_model
-    -> 3 d_model) and ``out_proj``; ``forward(x (b, n, d_model), mask=None) -> (b, n, d_model)``
-    (mask ``(n, n)`` or ``(b, n, n)``, True = may attend). It must equal ``nn.MultiheadAttention``
-    with the same weights, in one call for all heads, with the reference's gradients."""
+    """Exercise: ``module_class(d_model, num_heads)``, its ``forward(x, mask=None)`` equal to
+    ``nn.MultiheadAttention`` with the same weights, all heads in one call, gradients included."""
     name = getattr(module_class, "__name__", "your module")
     if not isinstance(module_class, type):
         return CheckResult(False, f"Not yet: pass the class itself (e.g. MultiHeadSelfAttention), "
                                   f"not {type(module_class).__name__}.")
     cases = _module_cases()
-    mask_hint = ("the mask is inverted: in this course True means the query MAY attend (PyTorch's "
-                 "attn_mask means the opposite). Set the scores to -inf where mask is False.")
     result = check_function(
-        _learner(module_class), _reference, cases, what=name, watch=_all_heads_at_once,
+        _run(module_class), _run(_Reference), cases, what=name, watch=_all_heads_at_once,
         error_hints=[("must match the size", "a (b, n, n) mask needs a head axis to meet the "
                                              "(b, h, n, n) scores: mask[:, None]."),
                      ("view size is not compatible", "after a transpose the heads are no longer "
                       "contiguous in memory, so .view cannot merge them: use .reshape (or "
                       ".contiguous().view).")],
-        mistakes=[
-            Mistake(_wrong(fused="per head"),
-                    "in_proj's output is [Q | K | V], all of Q first: cut it with chunk(3, dim=-1), "
-                    "then split each into heads; it is not [q k v] per head."),
-            Mistake(_wrong(fused="k q v"),
-                    "Q and K are swapped: in_proj's output is Q, K, V in that order."),
-            Mistake(_wrong(split="no transpose"),
-                    "reshaping (b, n, d_model) straight to (b, h, n, d_head) mixes positions into "
-                    "heads. Reshape to (b, n, h, d_head), then transpose(1, 2)."),
-            Mistake(_wrong(split="no transpose", merge="no transpose"),
-                    "reshaping (b, n, d_model) straight to (b, h, n, d_head) mixes positions into "
-                    "heads (and merged back the same way). Split through (b, n, h, d_head) and "
-                    "transpose(1, 2); merge by transposing back before the reshape."),
-            Mistake(_wrong(split="interleaved"),
-                    "the heads are split on the wrong axis, from the wrong end: head i gets the "
-                    "consecutive features i*d_head .. (i+1)*d_head - 1: reshape to (b, n, h, d_head)."),
-            Mistake(_wrong(split="interleaved", merge="interleaved"),
-                    "the heads are split and merged from the wrong end: head i owns the "
-                    "consecutive features i*d_head .. (i+1)*d_head - 1. Go through (b, n, h, "
-                    "d_head), head axis first, both ways."),
-            Mistake(_wrong(merge="no transpose"),
-                    "the heads are merged in the wrong order: heads.transpose(1, 2) to (b, n, h, "
-                    "d_head) first, then reshape to (b, n, d_model)."),
-            Mistake(_wrong(merge="interleaved"),
-                    "the heads are merged on the wrong axis, from the wrong end: head i fills the "
-                    "columns i*d_head .. (i+1)*d_head - 1: merge through (b, n, h, d_head)."),
-            Mistake(_wrong(merge="reversed heads"),
-                    "the heads come back in reverse order: head h-1 fills the first columns. Head "
-                    "i fills columns i*d_head .. (i+1)*d_head - 1, as torch.cat puts them: was the "
-                    "head axis flipped?"),
-            Mistake(_wrong(merge="reversed columns"),
-                    "the merged columns are in reverse order (the heads, and each head's features): "
-                    "head i fills columns i*d_head .. (i+1)*d_head - 1, in order. Was a flip left in?"),
-            Mistake(_wrong(scale="none"),
-                    "the 1/sqrt(d_head) scale is missing."),
-            Mistake(_wrong(scale="d_model"),
-                    "each head scales by 1/sqrt(d_head), its own query size, not 1/sqrt(d_model)."),
-            Mistake(_wrong(scale="twice"), "scaled twice: ah.scaled_dot_product_attention "
-                    "already divides by sqrt(d_head)."),
-            Mistake(_wrong(use_w_o=False),
-                    "W_O is missing: the concatenated heads still go through out_proj."),
-            Mistake(_wrong(invert_mask="nan"), mask_hint),
-            Mistake(_wrong(invert_mask="zeros"), mask_hint),
-            Mistake(_wrong(fill=0.0), "masked scores set to 0, not -inf: a blocked key still gets "
-                    "weight (exp(0) = 1). masked_fill(~mask, float('-inf')) gives it none."),
-            Mistake(_wrong(ignore_mask=True),
-                    "the mask was ignored: every query read every key."),
-            Mistake(_wrong(mask_heads=False),
-                    "a (b, n, n) mask was lined up with the heads axis of the (b, h, n, n) "
-                    "scores: give it a head axis, mask[:, None]."),
-            Mistake(_wrong(dim=-2),
-                    "the softmax runs over the wrong axis: each query's weights over the keys "
-                    "must sum to 1."),
-        ],
-    )
+        mistakes=[Mistake(_run(functools.partial(_Reference, **mistake)), hint)
+                  for mistake, hint in _MODULE_MISTAKES])
     if not result:
         return result
-    problem = _gradients(module_class, cases[6])
-    if problem:
-        return CheckResult(False, f"Not yet: {name} gives the right output, but after one "
-                                  f"backward {problem}.")
+    x, mask, h, seed = cases[6].values()                   # one backward on a (b, n, n) mask
+    wrong = gradient_mismatch(_build(module_class, x, h, seed), _build(_Reference, x, h, seed),
+                              lambda m, x: m(x, mask), x)
+    parts = detached_parts(wrong, "in_proj.weight")
+    if parts:
+        return CheckResult(False, f"Not yet: {name} gives the right output, but after one backward "
+                                  f"the gradient at in_proj's {' and '.join(parts)} rows is wrong: "
+                                  f"was the {' or the '.join(parts)} detached (detach(), .data, "
+                                  "torch.no_grad())? Nothing would train those weights.")
+    if wrong:
+        return CheckResult(False, f"Not yet: {name} gives the right output, but after one backward "
+                                  f"the gradients at {', '.join(wrong)} differ from the reference's "
+                                  "(was part of it detached, or done under torch.no_grad()?).")
     return CheckResult(True, f"Passed: {name} equals nn.MultiheadAttention(batch_first=True) with "
                              f"the same weights on all {len(cases)} cases, and so are its gradients.")
 
@@ -319,24 +274,18 @@ def _gqa_cases() -> list[dict]:
             for b, h, kv, n_q, n_k, d, dtype in shapes]
 
 
-def _held(t: torch.Tensor) -> int:  # how many numbers the storage behind t (or its base) holds
-    try:
-        return t.untyped_storage().nbytes() // t.element_size()
-    except (RuntimeError, NotImplementedError):   # no storage to read (a meta or sparse tensor)
-        return 0
-
-
 def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
     """The lesson's constraint on the decoding cases: no tensor the learner's torch calls return
-    holds ``b * h * n_k * d_head`` numbers (K or V copied to h heads); views pass."""
+    sits on storage of ``b * h * n_k * d_head`` numbers (K or V copied to h heads); views pass."""
     (b, h, n_q, d), (g, n_k) = inputs["q"].shape, inputs["k"].shape[1:3]
     if not (h >= 3 * g and n_q < min(n_k, d)):
         return contextlib.nullcontext()
 
     def refuse(t: torch.Tensor, call: str) -> str | None:
-        if _held(t) < b * h * n_k * d:
+        held = t.untyped_storage().nbytes() // t.element_size()
+        if held < b * h * n_k * d:
             return None
-        return (f"{call} built a tensor of shape {tuple(t.shape)}, {_held(t):,} numbers: as many "
+        return (f"{call} built a tensor of shape {tuple(t.shape)}, {held:,} numbers: as many "
                 f"as K (or V) copied to all h = {h} query heads (b * h * n_k * d_head = {b} * {h} "
                 f"* {n_k} * {d}). GQA exists to avoid that copy: a decoding step would read "
                 f"h = {h} heads of keys and values, not g = {g}. Views, which copy nothing, are "
@@ -344,6 +293,28 @@ def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
                 "expand then reshape, cat).")
 
     return AllocationWatch(refuse)
+
+
+_GQA_MISTAKES = [
+    Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: i % g),
+            "query head i must use key/value head i // (h/g). Yours cycles through the key/value "
+            "heads (0, 1, 0, 1), as splitting the head axis into (h/g, g) does: the groups come "
+            "first, (g, h/g). Tiling K and V with k.repeat(1, h // g, 1, 1) gives this order too, "
+            "and it is a copy of K and V for all h heads, which this exercise refuses: use a view."),
+    Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: min(i // g, g - 1)),
+            "a group holds h/g query heads, so head i uses key/value head i // (h/g), not i // g."),
+    Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: 0),
+            "every query head read the first key/value head; there are g groups."),
+    Mistake(_rows_mixed, "the rows of a group mix positions and heads: n_q was moved in front of "
+            "the head axis before the cut. A group is h/g whole query heads: cut the head axis "
+            "where it stands."),
+    Mistake(lambda q, k, v: _gqa(q, k, v, scale=1.0),
+            "the scores are not scaled: divide by sqrt(d_head)."),
+    Mistake(lambda q, k, v: _gqa(q, k, v, scale=1 / math.sqrt(q.shape[1] * q.shape[-1])),
+            "each head scales by 1/sqrt(d_head), its own query size, not by 1/sqrt(h * d_head)."),
+    Mistake(lambda q, k, v: _gqa(q, k, v, dim=-2), "the softmax runs over the wrong axis: each "
+            "query's weights over the keys must sum to 1."),
+]
 
 
 @exercise("multi_head.grouped_query", "grouped-query attention", hints=(
@@ -361,34 +332,7 @@ def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
     "out, _ = ah.scaled_dot_product_attention(rows, k, v)   # (b, g, h/g * n_q, d_head)\n"
     "return ...   # (b, h, n_q, d_head)"))
 def check_grouped_query_attention(grouped_query_attention: Callable) -> CheckResult:
-    """Exercise: ``grouped_query_attention(q (b, h, n_q, d_head), k, v (b, g, n_k, d_head)) ->
-    (b, h, n_q, d_head)``: query head ``i`` uses key/value head ``i // (h/g)``, K and V not copied."""
-    return check_function(
-        grouped_query_attention, _gqa, _gqa_cases(), what="grouped_query_attention",
-        watch=_no_copied_kv,
-        mistakes=[
-            Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: i % g),
-                    "query head i must use key/value head i // (h/g). Yours cycles through the "
-                    "key/value heads (0, 1, 0, 1), as splitting the head axis into (h/g, g) does: "
-                    "the groups come first, (g, h/g). Tiling K and V with k.repeat(1, h // g, 1, 1) "
-                    "gives this order too, and it is a copy of K and V for all h heads, which this "
-                    "exercise refuses: use a view."),
-            Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: min(i // g, g - 1)),
-                    "a group holds h/g query heads, so head i uses key/value head i // (h/g), "
-                    "not i // g."),
-            Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: 0),
-                    "every query head read the first key/value head; there are g groups."),
-            Mistake(_rows_mixed,
-                    "the rows of a group mix positions and heads: n_q was moved in front of the "
-                    "head axis before the cut. A group is h/g whole query heads: cut the head "
-                    "axis where it stands."),
-            Mistake(lambda q, k, v: _gqa(q, k, v, scale=1.0),
-                    "the scores are not scaled: divide by sqrt(d_head)."),
-            Mistake(lambda q, k, v: _gqa(q, k, v, scale=1 / math.sqrt(q.shape[1] * q.shape[-1])),
-                    "each head scales by 1/sqrt(d_head), its own query size, not by "
-                    "1/sqrt(h * d_head)."),
-            Mistake(lambda q, k, v: _gqa(q, k, v, dim=-2),
-                    "the softmax runs over the wrong axis: each query's weights over the keys "
-                    "must sum to 1."),
-        ],
-    )
+    """Exercise: query head ``i`` of ``q (b, h, n_q, d_head)`` reads head ``i // (h/g)`` of ``k, v
+    (b, g, n_k, d_head)``, K and V not copied."""
+    return check_function(grouped_query_attention, _gqa, _gqa_cases(), what="grouped_query_attention",
+                          watch=_no_copied_kv, mistakes=_GQA_MISTAKES)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 
 import torch
@@ -11,16 +10,7 @@ import torch
 from .core import AllocationWatch, CheckResult, Mistake, check_function, seeded, size
 from .workflow import exercise
 
-__all__ = ["check_entropy", "check_softmax_with_temperature", "entropy_reference",
-           "softmax_with_temperature_reference"]
-
-OVERFLOW = ("exp of a large number overflows to inf, and inf / inf is NaN. Subtract each row's own "
-            "maximum before exp: the constant cancels in the ratio.")
-NO_SOFTMAX = "a softmax call does the exercise for you: write it with torch.exp and a row sum."
-NO_ENTR = ("torch.special.entr (which ah.attention_entropy uses) does the exercise for you: write "
-           "-a ln a with torch.log, and give a key of weight 0 its limit, 0, yourself.")
-GLOBAL_MAX = ("with one maximum for the whole tensor, a row far below it underflows to 0 / 0 = NaN. "
-              "Subtract each row's own maximum, one per row, shaped to broadcast.")
+__all__ = ["check_entropy", "check_softmax_with_temperature"]
 
 
 def _softmax_cases() -> list[dict]:
@@ -39,13 +29,12 @@ def _softmax_cases() -> list[dict]:
     ]
 
 
-def _stable_exp(x: torch.Tensor) -> torch.Tensor:
-    return torch.exp(x - x.amax(-1, keepdim=True))
-
-
-def softmax_with_temperature_reference(scores: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``(..., n) -> (..., n)``: softmax over the last dim of ``scores / temperature``."""
+def _softmax(scores: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.softmax(scores.double() / temperature, dim=-1).to(scores.dtype)
+
+
+def _normalise(e: torch.Tensor, dim: int = -1) -> torch.Tensor:   # mistakes: e over a sum of it
+    return e / e.sum(dim, keepdim=True)
 
 
 KEEPDIM = ("a row maximum or a row sum lost its axis: shape (...,) broadcasts against the "
@@ -64,10 +53,14 @@ KEEPDIM = ("a row maximum or a row sum lost its axis: shape (...,) broadcasts ag
               "return e / ...                             # each row's sum, kept (..., 1)"))
 def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckResult:
     """``softmax_with_temperature(scores (..., n), temperature) -> (..., n)``."""
+    def stable(s, t):   # exp(s / T - each row's max)
+        return torch.exp(s / t - (s / t).amax(-1, keepdim=True))
+
+    no_softmax = "a softmax call does the exercise for you: write it with torch.exp and a row sum."
     return check_function(
-        softmax_with_temperature, softmax_with_temperature_reference, _softmax_cases(),
+        softmax_with_temperature, _softmax, _softmax_cases(),
         what="softmax_with_temperature", output_names=("the weights",), same_dtype=True,
-        watch=lambda _: AllocationWatch(lambda _, call: NO_SOFTMAX if "softmax" in call else None),
+        watch=lambda _: AllocationWatch(lambda _, call: no_softmax if "softmax" in call else None),
         mistakes=[
             Mistake(lambda s, t: torch.softmax(s, -1),
                     "the temperature was ignored: divide the scores by T before the softmax."),
@@ -76,36 +69,35 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
             Mistake(lambda s, t: torch.softmax(s / t ** 0.5, -1),
                     "you divided the scores by sqrt(T); divide them by T itself. (The Transformer's "
                     "sqrt(d_k) is a temperature T = sqrt(d_k), not a square root of T.)"),
-            Mistake(lambda s, t: (lambda e: e / e.sum(-1, keepdim=True))(
-                        torch.exp(s / t - (s / t).amax(0, keepdim=True))),
+            Mistake(lambda s, t: _normalise(torch.exp(s / t - (s / t).amax(0, keepdim=True))),
                     "you subtracted a maximum over dim=0, one per column: a constant cancels only "
                     "if the whole row shares it. Subtract each row's own maximum (dim=-1), "
                     "shaped (..., 1)."),
             Mistake(lambda s, t: torch.softmax(s / t, 0),
                     "the softmax ran over the first dimension; each row (dim=-1) must sum to one."),
-            Mistake(lambda s, t: _stable_exp(s / t) / _stable_exp(s / t).sum(0, keepdim=True),
+            Mistake(lambda s, t: _normalise(stable(s, t), 0),
                     "the exponentials were divided by a sum over the wrong axis (dim=0); each row "
                     "(dim=-1) must sum to one."),
-            Mistake(lambda s, t: torch.exp(s / t - (s / t).amax(-1, keepdim=True)),
-                    "the exponentials were not normalised: divide them by their row's sum."),
+            Mistake(stable, "the exponentials were not normalised: divide them by their row's sum."),
             Mistake(lambda s, t: torch.softmax(s, -1) / t,
                     "you divided the weights by T after the softmax; divide the scores before it."),
-            Mistake(lambda s, t: _stable_exp(s / t) / _stable_exp(s / t).sum(),
+            Mistake(lambda s, t: stable(s, t) / stable(s, t).sum(),
                     "the exponentials were divided by the sum of the whole tensor; sum each row."),
-            Mistake(lambda s, t: _stable_exp(s / t) / _stable_exp(s / t).sum(-1), KEEPDIM),
-            Mistake(lambda s, t: (lambda e: e / e.sum(-1, keepdim=True))(
-                        torch.exp(s / t - s.amax(-1, keepdim=True))),
+            Mistake(lambda s, t: stable(s, t) / stable(s, t).sum(-1), KEEPDIM),
+            Mistake(lambda s, t: _normalise(torch.exp(s / t - s.amax(-1, keepdim=True))),
                     "you subtracted the maximum of s, not of s / T: at a small T, s / T - max(s) "
                     "is still huge. Subtract the row maximum of s / T."),
-            Mistake(lambda s, t: (lambda e: e / e.sum(-1, keepdim=True))(
-                        torch.exp(s / t - (s / t).max())), GLOBAL_MAX),
+            Mistake(lambda s, t: _normalise(torch.exp(s / t - (s / t).max())),
+                    "with one maximum for the whole tensor, a row far below it underflows to 0 / 0 "
+                    "= NaN. Subtract each row's own maximum, one per row, shaped to broadcast."),
         ],
         error_hints=[("must match the size of tensor", KEEPDIM),
                      ("torch.return_types.max", "max(dim=...) returns a pair (values, indices), "
                       "not a tensor: take its .values, or use amax, which returns the values only."),
                      ("Dimension out of range", "a fixed axis such as dim=1 does not exist in a "
                       "one-row case. Reduce over the last axis, dim=-1, so any leading dims work.")],
-        nan_hint=OVERFLOW,
+        nan_hint="exp of a large number overflows to inf, and inf / inf is NaN. Subtract each row's "
+                 "own maximum before exp: the constant cancels in the ratio.",
     )
 
 
@@ -125,14 +117,22 @@ def _entropy_cases() -> list[dict]:
     return cases
 
 
+def _entropy(weights: torch.Tensor) -> torch.Tensor:   # -sum_j a_j ln a_j in nats, 0 ln 0 = 0
+    return torch.special.entr(weights).sum(-1)
+
+
 #: An eps that moves the entropy by less than 1e-9 nats passes, ``ln(a + 1e-12)`` for one.
 ATOL, RTOL = 1e-9, 1e-4
-
 TINY_WEIGHTS = (
     "a threshold or an eps moved your entropy by more than the checker allows (1e-9 nats plus "
     "0.01%). A row with a weight of exactly 1 has entropy 0, one with tiny weights (down to 4e-44) "
     "nearly 0: any shift shows. Only a weight of exactly 0 needs care: which constant touches a "
     "positive one?")
+ZERO_WEIGHT_NAN = ("a key of weight 0 gave 0 * ln 0 = 0 * (-inf) = NaN; the limit of a ln a at 0 "
+                   "is 0, so such a key adds exactly 0.")
+OVERFLOW_INF = ("an entropy came out infinite: some step overflowed at a tiny weight. 1 / a is inf "
+                "for a = 4e-44 in float32, and a * ln(inf) = inf. Use -a ln a with torch.log(a) "
+                "itself: it never overflows.")
 
 
 def _tiny_weight_mistakes() -> list[Mistake]:
@@ -143,18 +143,6 @@ def _tiny_weight_mistakes() -> list[Mistake]:
     return [Mistake(lambda w, form=form, eps=eps: form(w, eps or torch.finfo(w.dtype).eps),
                     TINY_WEIGHTS)
             for form in forms for eps in [10.0 ** -k for k in range(1, 9)] + [None]]
-
-
-ZERO_WEIGHT_NAN = ("a key of weight 0 gave 0 * ln 0 = 0 * (-inf) = NaN; the limit of a ln a at 0 "
-                   "is 0, so such a key adds exactly 0.")
-OVERFLOW_INF = ("an entropy came out infinite: some step overflowed at a tiny weight. 1 / a is inf "
-                "for a = 4e-44 in float32, and a * ln(inf) = inf. Use -a ln a with torch.log(a) "
-                "itself: it never overflows.")
-
-
-def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
-    """``(..., n) -> (...)``: ``-sum_j a_j ln a_j`` in nats, ``0 ln 0 = 0``."""
-    return torch.special.entr(weights).sum(-1)
 
 
 @exercise("start_here.entropy", "the entropy of attention rows", hints=(
@@ -168,20 +156,22 @@ def entropy_reference(weights: torch.Tensor) -> torch.Tensor:
     "return ...        # the sum over the last axis, dim=-1: shape (...)"))
 def check_entropy(entropy: Callable) -> CheckResult:
     """``entropy(weights (..., n)) -> (...)`` in nats, with ``0 ln 0 = 0``."""
-    ref = entropy_reference
+    no_entr = ("torch.special.entr (which ah.attention_entropy uses) does the exercise for you: "
+               "write -a ln a with torch.log, and give a key of weight 0 its limit, 0, yourself.")
     verdict = check_function(
-        entropy, ref, _entropy_cases(), what="entropy", output_names=("the entropy",), same_dtype=True,
-        watch=lambda _: AllocationWatch(lambda _, call: NO_ENTR if "entr" in call else None),
+        entropy, _entropy, _entropy_cases(), what="entropy", output_names=("the entropy",),
+        same_dtype=True, nan_hint=ZERO_WEIGHT_NAN, atol=ATOL, rtol=RTOL,
+        watch=lambda _: AllocationWatch(lambda _, call: no_entr if "entr" in call else None),
         mistakes=[
-            Mistake(lambda w: ref(w) / math.log(2),
+            Mistake(lambda w: _entropy(w) / math.log(2),
                     "that is the entropy in bits (log base 2); use the natural log for nats."),
-            Mistake(lambda w: ref(w) / math.log(10),
+            Mistake(lambda w: _entropy(w) / math.log(10),
                     "that is log base 10; use the natural log (torch.log) for nats."),
-            Mistake(lambda w: -ref(w),
+            Mistake(lambda w: -_entropy(w),
                     "the sign is flipped: H = -sum_j a_j ln a_j is never negative."),
-            Mistake(lambda w: ref(w) / w.shape[-1],
+            Mistake(lambda w: _entropy(w) / w.shape[-1],
                     "you averaged over the keys; the entropy is the sum over j."),
-            Mistake(lambda w: ref(w)[..., None], "you kept the summed axis (keepdim=True): "
+            Mistake(lambda w: _entropy(w)[..., None], "you kept the summed axis (keepdim=True): "
                     "shape (..., 1). The answer has one entropy per row, shape (...)."),
             Mistake(lambda w: torch.special.entr(w).sum(0),
                     "you summed over the first dimension; sum over the keys (dim=-1)."),
@@ -192,9 +182,7 @@ def check_entropy(entropy: Callable) -> CheckResult:
                     "each term is -a_j ln a_j: the log must be weighted by a_j."),
             *_tiny_weight_mistakes(),
         ],
-        nan_hint=ZERO_WEIGHT_NAN, atol=ATOL, rtol=RTOL,
     )
-    if not verdict and verdict.message.endswith(ZERO_WEIGHT_NAN) \
-            and re.search(r"with -?inf at index", verdict.message):    # inf is not 0 * ln 0
-        verdict = CheckResult(False, verdict.message[:-len(ZERO_WEIGHT_NAN)] + OVERFLOW_INF)
+    if not verdict and verdict.message.endswith(ZERO_WEIGHT_NAN) and "inf at index" in verdict.message:
+        verdict = CheckResult(False, verdict.message[:-len(ZERO_WEIGHT_NAN)] + OVERFLOW_INF)  # not NaN
     return verdict

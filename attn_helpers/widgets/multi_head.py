@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from matplotlib.transforms import offset_copy
 
-from .._checks import require_int_in, require_positive_int, shape
+from .._checks import require_int_in, shape
 from ..entropy import attention_entropy
 from ..lessons.multi_head import (
     CONFIG,
@@ -24,14 +24,7 @@ from ..lessons.multi_head import (
     ablation_frame,
 )
 from ..plots import to_numpy
-from .core import (
-    AttentionFrame,
-    AttentionPanel,
-    BlitFigure,
-    BlitView,
-    EntropyBars,
-    LiveAttentionWidget,
-)
+from .core import AttentionFrame, AttentionPanel, BlitFigure, BlitView, EntropyBars, LiveAttentionWidget
 from .panels import TextSprites
 
 __all__ = ["ALL_HEADS", "MultiHeadFrame", "MultiHeadView", "multihead_frame", "multihead_widget"]
@@ -42,88 +35,64 @@ OFF_CONTRAST = 0.25  # a switched-off head's heatmap keeps this share of its con
 
 @dataclass
 class MultiHeadFrame(AttentionFrame):
-    """Every head's ``head_weights (h, n_q, n_k)``; ``head`` shown (``None``: all, averaged)."""
+    """Every head's ``head_weights (h, n_q, n_k)``, ``head`` shown (``None``: all, averaged), one
+    bool per head in ``heads_on``, and given the model its ``ablation``."""
 
     head_weights: torch.Tensor | None = None
     head: int | None = None
     head_names: Sequence[str] = ()
+    heads_on: tuple = ()
     ablation: AblationFrame | None = None
-
-    @property
-    def heads_on(self) -> tuple:
-        h = 0 if self.head_weights is None else self.head_weights.shape[0]
-        return self.ablation.heads_on if self.ablation is not None else (True,) * h
 
     @property
     def head_entropy(self) -> torch.Tensor:
         """``(h,)`` mean entropy (nats) of each head's rows."""
-        return attention_entropy(torch.as_tensor(self.head_weights, dtype=torch.float64)).mean(-1)
-
-    @property
-    def head_entropy_ceiling(self) -> float:
-        """The mean over rows of ``ln(visible keys)``."""
-        return float(self.ceiling.mean())
+        return attention_entropy(self.head_weights.double()).mean(-1)
 
 
-def multihead_frame(
-    weights: torch.Tensor,
-    labels: Sequence[Sequence[str]],
-    example: int,
-    head: int | str,
-    *,
-    head_names: Sequence[str] | None = None,
-    mask: torch.Tensor | None = None,
-    ablation: AblationData | None = None,
-    heads_on: Sequence[bool] | None = None,
-) -> MultiHeadFrame:
+def multihead_frame(weights: torch.Tensor, labels: Sequence[Sequence[str]], example: int,
+                    head: int | str, *, head_names: Sequence[str] | None = None,
+                    mask: torch.Tensor | None = None, ablation: AblationData | None = None,
+                    heads_on: Sequence[bool] | None = None) -> MultiHeadFrame:
     """One example and one head (or :data:`ALL_HEADS`) of ``weights (examples, h, n, n)``, ``n``
     labels per example, an optional ``(n, n)`` mask; with ``ablation`` (``ablation_data``),
     ``heads_on`` picks the heads switched on."""
     weights = torch.as_tensor(weights)
-    if weights.dim() != 4:
-        raise ValueError(f"weights must be 4-D (examples, h, n, n), got shape {shape(weights)}")
-    n_examples, h = weights.shape[:2]
-    if len(labels) != n_examples:
-        raise ValueError(f"labels has {len(labels)} entries for {n_examples} examples")
-    require_int_in("example", example, 0, n_examples - 1)
-    if head != ALL_HEADS and (isinstance(head, bool) or not isinstance(head, int)
-                              or not 0 <= head < h):
-        raise ValueError(f"head must be an int in 0..{h - 1} or {ALL_HEADS!r}, got {head!r}")
+    if weights.dim() != 4 or len(labels) != weights.shape[0]:
+        raise ValueError(f"weights must be (examples, h, n, n) with one row of labels per example, "
+                         f"got shape {shape(weights)} and {len(labels)} rows of labels")
+    h = weights.shape[1]
+    require_int_in("example", example, 0, len(labels) - 1)
+    head = None if head == ALL_HEADS else require_int_in("head", head, 0, h - 1)
     names = list(head_names) if head_names is not None else [f"head {i}" for i in range(h)]
     if len(names) != h:
         raise ValueError(f"head_names has {len(names)} names for {h} heads")
-    per_head = weights[example]
-    shown = per_head.mean(0) if head == ALL_HEADS else per_head[head]
-    tokens = list(labels[example])
-    frame = MultiHeadFrame(
-        weights=shown, query_labels=tokens, key_labels=tokens, mask=mask,
-        head_weights=per_head, head=None if head == ALL_HEADS else head, head_names=names,
-    )
+    if heads_on is not None and ablation is None:
+        raise ValueError("heads_on needs ablation data (ablation=ablation_data(model, ...))")
+    a = None if ablation is None else ablation_frame(
+        ablation, example, (True,) * h if heads_on is None else heads_on)
+    per_head, tokens = weights[example], list(labels[example])
+    frame = MultiHeadFrame(per_head.mean(0) if head is None else per_head[head], tokens, tokens,
+                           mask=mask, head_weights=per_head, head=head, head_names=names,
+                           heads_on=(True,) * h if a is None else a.heads_on, ablation=a)
     last = per_head[:, -1, :].argmax(-1)
     frame.readouts = {
         "example": " ".join(tokens),
-        "showing": "all heads" if head == ALL_HEADS else names[head],
+        "showing": "all heads" if head is None else names[head],
         "mean entropy per head (nats)": ", ".join(
-            f"{name}: {value:.4f}" for name, value in zip(names, frame.head_entropy.tolist(),
-                                                          strict=True)),
+            f"{name}: {e:.4f}" for name, e in zip(names, frame.head_entropy.tolist(), strict=True)),
         "last query's strongest key": ", ".join(
-            f"{name}: {tokens[int(j)]}" for i, (name, j) in enumerate(zip(names, last, strict=True))
-            if head in (ALL_HEADS, i)),
+            f"{names[i]}: {tokens[int(last[i])]}" for i in (range(h) if head is None else [head])),
     }
-    if ablation is None:
-        if heads_on is not None:
-            raise ValueError("heads_on needs ablation data (ablation=ablation_data(model, ...))")
+    if a is None:
         return frame
-    # the heads off, the accuracy per relation, and the letters named at i >= 2 (✓ or ✗), the
+    # the heads off, then per relation the accuracy and the letters named at i >= 2 (✓ or ✗), the
     # positions the accuracy counts (at i = 1 the previous letter is the first)
-    frame.ablation = a = ablation_frame(ablation, example, (True,) * h if heads_on is None
-                                        else heads_on)
     off = [name for name, on in zip(names, a.heads_on, strict=True) if not on]
     frame.readouts["heads switched off"] = ", ".join(off) or "none"
-    for relation in RELATIONS:
+    for r, relation in enumerate(RELATIONS):
         frame.readouts[f"held-out accuracy at positions 2.., {relation} letter "
                        f"(chance {1 / CONFIG.vocab:.3f})"] = float(a.accuracy[relation])
-    for r, relation in enumerate(RELATIONS):
         frame.readouts[f"{relation} letter named at positions 2.. (✓ right, ✗ wrong)"] = " ".join(
             f"{string.ascii_uppercase[p]}{'✓' if ok else '✗'}"
             for p, ok in zip(a.predictions[2:, r].tolist(), a.correct[2:, r].tolist(), strict=True))
@@ -158,9 +127,9 @@ class _HeadsFigure(BlitFigure):
 
     def set_bars(self, frame: MultiHeadFrame, lines: list[str]) -> None:
         entropy = to_numpy(frame.head_entropy)
-        ceiling = np.full(len(entropy), frame.head_entropy_ceiling)  # mean ln(visible keys)
-        self.bars.layout(len(entropy), float(ceiling.max()))
-        self.bars.set(entropy, ceiling, frame.head)
+        ceiling = float(frame.ceiling.mean())                        # mean ln(visible keys)
+        self.bars.layout(len(entropy), ceiling)
+        self.bars.set(entropy, np.full(len(entropy), ceiling), frame.head)
         self.values.set([f"{e:.2f}" for e in entropy], [(e + 0.08, i) for i, e in enumerate(entropy)])
         self.lines.set(lines, [(0.015, 0.075 if len(lines) > 1 else 0.04), (0.015, 0.03)][:len(lines)])
 
@@ -170,7 +139,6 @@ class MultiHeadView(BlitView):
     shows the picture stored for it; any other is drawn."""
 
     def __init__(self, num_heads: int):
-        self.num_heads = require_positive_int("num_heads", num_heads)
         self.single = _HeadsFigure(num_heads, 1, (8.4, 4.6), [4.4, 0.8], right=0.97, bottom=0.17,
                                    top=0.9, wspace=0.3, title=" ")
         self.single_title = TextSprites(self.single, self.single.figure.transFigure, size=10,
@@ -204,9 +172,6 @@ class MultiHeadView(BlitView):
         return lines
 
     def draw(self, frame: MultiHeadFrame) -> None:
-        if frame.head_weights is None or frame.head_weights.shape[0] != self.num_heads:
-            raise ValueError(f"this view draws {self.num_heads} heads; the frame has "
-                             f"{None if frame.head_weights is None else frame.head_weights.shape[0]}")
         if frame.head is None:
             for i, panel in enumerate(self.grid.panels):
                 panel.set_title(frame.head_names[i])
@@ -226,53 +191,38 @@ class MultiHeadView(BlitView):
         self.blit.set_bars(frame, self.picture_lines(frame))
 
 
-def multihead_widget(
-    weights: torch.Tensor,
-    labels: Sequence[Sequence[str]],
-    *,
-    head_names: Sequence[str] | None = None,
-    mask: torch.Tensor | None = None,
-    model: torch.nn.Module | None = None,
-    eval_tokens: torch.Tensor | None = None,
-    eval_targets: torch.Tensor | None = None,
-    example: int = 0,
-    head: int | str = ALL_HEADS,
-    heads_on: Sequence[bool] | None = None,
-) -> LiveAttentionWidget:
+def multihead_widget(weights: torch.Tensor, labels: Sequence[Sequence[str]], *,
+                     head_names: Sequence[str] | None = None, mask: torch.Tensor | None = None,
+                     model: torch.nn.Module | None = None, eval_tokens: torch.Tensor | None = None,
+                     eval_targets: torch.Tensor | None = None, example: int = 0,
+                     head: int | str = ALL_HEADS,
+                     heads_on: Sequence[bool] | None = None) -> LiveAttentionWidget:
     """Notebook 04's widget over ``weights (examples, h, n, n)``: example slider, head selector and,
     given the ``model`` with ``eval_tokens (m, n)``, ``eval_targets (m, n, 2)``, one checkbox per
     head. Every setting is evaluated and drawn once, here: a move only shows its picture."""
-    weights = torch.as_tensor(weights)
-    if weights.dim() != 4:
-        raise ValueError(f"weights must be 4-D (examples, h, n, n), got shape {shape(weights)}")
-    h = weights.shape[1]
-    names = list(head_names) if head_names is not None else [f"head {i}" for i in range(h)]
+    names = multihead_frame(weights, labels, example, head, head_names=head_names,
+                            mask=mask).head_names                     # checks the arguments
+    h, data = len(names), None
     controls = {
         "example": widgets.IntSlider(value=example, min=0, max=len(labels) - 1, description="example",
                                      layout=widgets.Layout(width="320px")),
         "head": widgets.Dropdown(options=[("all heads (grid)", ALL_HEADS)]
                                  + [(name, i) for i, name in enumerate(names)],
-                                 value=head, description="head",
-                                 layout=widgets.Layout(width="300px")),
+                                 value=head, description="head", layout=widgets.Layout(width="300px")),
     }
-    data = None
-    if model is not None:
-        if eval_tokens is None or eval_targets is None:
-            raise ValueError("model needs eval_tokens (m, n) and eval_targets (m, n, 2)")
+    if any(arg is not None for arg in (model, eval_tokens, eval_targets)):
+        if model is None or eval_tokens is None or eval_targets is None:
+            raise ValueError("switching heads off needs model, eval_tokens (m, n) and eval_targets "
+                             "(m, n, 2), all three")
         data = ablation_data(model, eval_tokens, eval_targets)
-        if data.weights.shape[1] != h or len(labels) > data.weights.shape[0]:
-            raise ValueError(f"the model has {data.weights.shape[1]} heads and "
-                             f"{data.weights.shape[0]} held-out examples; weights has {h} heads "
-                             f"and there are {len(labels)} examples")
-        for i in range(h):
-            controls[f"head_{i}_on"] = widgets.Checkbox(
-                value=True if heads_on is None else bool(heads_on[i]),
-                description=f"head {i} on", indent=False,
-                layout=widgets.Layout(width="110px"))
-    elif eval_tokens is not None or eval_targets is not None:
-        raise ValueError("eval_tokens and eval_targets need the model (model=...)")
+        if data.weights.shape[1] != h:
+            raise ValueError(f"weights has {h} heads, the model {data.weights.shape[1]}")
     if heads_on is not None and (data is None or len(heads_on) != h):
         raise ValueError(f"heads_on needs the model and one bool per head ({h}), got {heads_on!r}")
+    for i in range(0 if data is None else h):   # given the model, a box per head
+        controls[f"head_{i}_on"] = widgets.Checkbox(
+            value=heads_on is None or bool(heads_on[i]), description=f"head {i} on", indent=False,
+            layout=widgets.Layout(width="110px"))
     subsets = [None] if data is None else list(itertools.product((True, False), repeat=h))
     frames = {(e, shown, on): multihead_frame(weights, labels, e, shown, head_names=names, mask=mask,
                                               ablation=data, heads_on=on)

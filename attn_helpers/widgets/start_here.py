@@ -16,8 +16,7 @@ __all__ = ["READOUT_NORMALISED", "WARMUP_TOKENS", "normalised_entropy", "warmup_
 
 WARMUP_TOKENS = ("how", "does", "attention", "really", "work", "?")
 WARMUP_SEED = 5  # the smallest seed with a mean entropy below 0.1 nats at T = 0.1 (notebook 00)
-#: The readout of ``normalised_entropy``: a row that sees one key has no spread to measure.
-READOUT_NORMALISED = "mean H / ln(keys seen) (rows seeing 2+ keys)"
+READOUT_NORMALISED = "mean H / ln(keys seen) (rows seeing 2+ keys)"   # a row seeing 1 key has no spread
 
 
 def warmup_scores(seed: int = WARMUP_SEED) -> torch.Tensor:
@@ -42,26 +41,19 @@ def warmup_frame(temperature: float, causal: bool = False) -> AttentionFrame:
 
 
 def normalised_entropy(entropy: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The mean of ``H_i / ln(keys row i sees)`` over the rows that see two keys or more.
-
-    ``entropy`` is ``(..., n_q)``: one entropy per row, for any number of leading (draw)
-    dimensions; ``mask`` is ``(n_q, n_k)``, ``True`` where a key is seen (``None``: every row sees
-    all ``n_k = n_q`` keys). A row that sees one key has ceiling ``ln 1 = 0`` and is left out.
-    Returns ``(...)``: one mean per leading index (a 0-d tensor for a ``(n_q,)`` input)."""
+    """``entropy (..., n_q)``, one per row, ``mask (n_q, n_k)`` (None: ``n_k = n_q`` keys seen)
+    -> ``(...)``: the mean of ``H_i / ln(keys row i sees)`` over the rows that see 2+ keys."""
     if not isinstance(entropy, torch.Tensor) or entropy.dim() < 1:
         got = getattr(entropy, "shape", entropy)
         raise ValueError(f"entropy must be a (..., n_q) tensor, got {got}")
     n_q = entropy.shape[-1]
-    if mask is None:
-        seen = torch.full((n_q,), n_q, dtype=entropy.dtype)
-    elif mask.dim() != 2 or mask.shape[0] != n_q:
+    if mask is not None and (mask.dim() != 2 or mask.shape[0] != n_q):
         raise ValueError(f"mask must be (n_q, n_k) with n_q = {n_q}, got {tuple(mask.shape)}")
-    else:
-        seen = mask.sum(-1).to(entropy.dtype)
+    seen = torch.full((n_q,), n_q) if mask is None else mask.sum(-1)
     rows = seen > 1
     if not rows.any():
         raise ValueError("every row sees one key: no row has a ceiling above ln 1 = 0")
-    return (entropy[..., rows] / seen[rows].log()).mean(-1)
+    return (entropy[..., rows] / seen[rows].to(entropy.dtype).log()).mean(-1)
 
 
 def warmup_widget() -> LiveAttentionWidget:
@@ -72,4 +64,3 @@ def warmup_widget() -> LiveAttentionWidget:
     view = AttentionView(figsize=(6.6, 4.0), title="weights from random scores (words are labels)")
     return LiveAttentionWidget(warmup_frame, controls, view,
                                title="Warm-up: sharpen or flatten the attention (random scores)")
-
