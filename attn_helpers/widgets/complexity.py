@@ -17,6 +17,7 @@ from matplotlib.transforms import blended_transform_factory, offset_copy
 from .._checks import require_bool, require_int_in
 from ..entropy import attention_entropy
 from ..plots import weights_cmap
+from .controls import control_problem
 from .core import BAR_COLOR, HIGHLIGHT_COLOR, BlitView, LiveAttentionWidget
 from .panels import CellPainter, EntropyBars, TextSprites
 
@@ -284,16 +285,18 @@ class TileStepperWidget(LiveAttentionWidget):
             at_end = step.value == step.max
             block.max = min(MAX_BLOCK, values["n"])
             step.max = len(tile_schedule(values["n"], values["block_size"], causal=values["causal"]))
-            step.value = step.max if at_end else min(values["step"], step.max)
+            step.value = step.max if at_end else min(step.max, values["step"])
         finally:
             self._holding = held
 
     def set(self, **values) -> dict:
         ranges = {name: (self.controls[name].max, self.controls[name].value)
                   for name in ("block_size", "step")}
-        try:
-            self._fit({**self.values, **values})
-        except (TypeError, ValueError):           # a value no range fits: the check below names it
+        wanted = {**self.values, **values}
+        try:                                      # ranges from a valid n (one without could not fit)
+            if control_problem("n", self.controls["n"], wanted["n"]) is None:
+                self._fit(wanted)
+        except (TypeError, ValueError):           # a tile size or step no range fits: refused below
             pass
         try:
             return super().set(**values)
