@@ -127,8 +127,9 @@ def _attend(p: _Reference, x, mask, *, split="right", merge="right", scale="d_he
 
 def _run(module_class) -> Callable:
     def run(x, mask, num_heads, seed):                # a case's inputs -> the module's output
+        module = _build(module_class, x, num_heads, seed)
         with torch.no_grad():
-            return _build(module_class, x, num_heads, seed)(x, mask)
+            return module(x) if mask is None else module(x, mask)
     return run
 
 
