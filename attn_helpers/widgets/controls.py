@@ -30,7 +30,8 @@ def control_problem(name: str, control, value) -> str | None:
     if hasattr(control, "min") and hasattr(control, "max"):
         kind = int if isinstance(control.value, int) else (int, float)
         if isinstance(value, bool) or not isinstance(value, kind):
-            return f"{name} must be a number, got {value!r}"
+            return (f"{name} must be {'a whole number' if kind is int else 'a number'}, "
+                    f"got {value!r}")
         low, high = control.min, control.max
         if isinstance(control, widgets.FloatLogSlider):  # its min and max are exponents
             low, high = control.base ** low, control.base ** high

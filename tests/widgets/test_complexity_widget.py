@@ -113,7 +113,7 @@ def test_the_step_slider_spans_the_tiles_and_an_ended_stepper_stays_at_the_end()
     ({"n": 8, "block_size": 12}, "block_size must be between 2 and 8, got 12"),
     ({"causal": "yes"}, "causal must be True or False, got 'yes'"),
     ({"block_size": 0}, "block_size must be between 2 and 16, got 0"),
-    ({"step": 1.0}, "step must be a number, got 1.0"),
+    ({"step": 1.0}, "step must be a whole number, got 1.0"),
 ])
 def test_bad_input_is_shown_in_the_widget_and_moves_nothing(values, message):
     widget = wx.tile_stepper_widget()
