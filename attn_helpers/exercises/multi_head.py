@@ -33,8 +33,8 @@ def _module_cases() -> list[dict]:
     g = seeded(41)
     masks = {None: lambda b, n: None, "causal": lambda b, n: causal_mask(n),
              "random": lambda b, n: (torch.rand(n, n, generator=g) < 0.5) | torch.eye(n).bool(),
-             "batch": lambda b, n: (causal_mask(n) & padding_mask(torch.randint(  # (b, n, n), padded
-                 1, n + 1, (b,), generator=g), n)[:, None, :]) | torch.eye(n).bool()}
+             "batch": lambda b, n: (causal_mask(n) & padding_mask(   # (b, n, n): b different lengths
+                 torch.tensor([n, n - 2, n - 3][:b]), n)[:, None, :]) | torch.eye(n).bool()}
     cases = []
     for b, n, d_model, h, mask, dtype in [
             (2, 5, 12, 3, None, torch.float32), (1, 6, 16, 4, "causal", torch.float32),
@@ -218,8 +218,8 @@ def check_multi_head_module(module_class) -> CheckResult:
     cases = _module_cases()
     result = check_function(
         _run(module_class), _run(_Reference), cases, what=name, watch=_all_heads_at_once,
-        error_hints=[("must match the size", "a (b, n, n) mask needs a head axis to meet the "
-                                             "(b, h, n, n) scores: mask[:, None]."),
+        error_hints=[*((text, "a (b, n, n) mask needs a head axis to meet the (b, h, n, n) scores: "
+                        "mask[:, None].") for text in ("must match the size", "does not broadcast")),
                      ("view size is not compatible", "after a transpose the heads are no longer "
                       "contiguous in memory, so .view cannot merge them: use .reshape (or "
                       ".contiguous().view).")],
