@@ -18,8 +18,7 @@ __all__ = ["MASK_TYPES", "BATCH_SENTENCES", "PAD", "build_mask", "masking_frame"
 
 
 class CaptionedView(BlitView):
-    """An attention heatmap with its entropy view and the frame's ``caption`` lines under them;
-    ``axis_names``: the heatmap's (x, y) axis names."""
+    """An attention heatmap and its entropy view over the frame's ``caption`` lines."""
 
     CAPTION_PT, LINE_SPACING = 9, 1.35
 
@@ -63,7 +62,7 @@ def build_mask(mask_type: str, n: int, window: int, length: int) -> torch.Tensor
     if mask_type == "none":
         return None
     mask = torch.ones(n, n, dtype=torch.bool)
-    if mask_type in ("causal", "causal + padding"):
+    if mask_type.startswith("causal"):
         mask = mask & causal_mask(n)
     if "window" in mask_type:
         mask = mask & sliding_window_mask(n, window, causal="causal" in mask_type)
@@ -79,35 +78,27 @@ def masking_frame(
     ``length_b`` (1..8) real tokens, padded to the longer, under ``mask_type`` (:data:`MASK_TYPES`)."""
     if sequence not in ("A", "B"):
         raise ValueError(f"sequence must be 'A' or 'B', got {sequence!r}")
-    full = len(BATCH_SENTENCES[0])
-    require_int_in("length_a", length_a, 1, full)
-    require_int_in("length_b", length_b, 1, full)
+    for name, value in (("length_a", length_a), ("length_b", length_b)):
+        require_int_in(name, value, 1, len(BATCH_SENTENCES[0]))
     require_int_in("window", window, 1)
     index = "AB".index(sequence)
-    lengths = (length_a, length_b)
-    n, length = max(lengths), lengths[index]
+    n, length = max(length_a, length_b), (length_a, length_b)[index]
     labels = [*BATCH_SENTENCES[index][:length], *[PAD] * (n - length)]
     mask = build_mask(mask_type, n, window, length)
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(2, n, 8, generator=g, dtype=torch.float64)[index] for _ in range(3))
-    _, weights = scaled_dot_product_attention(q, k, v, mask)
-    shown_mask = torch.ones(n, n, dtype=torch.bool) if mask is None else mask
-    visible = shown_mask.sum(-1)
-    frame = AttentionFrame(weights, labels, labels, mask=shown_mask)
-    frame.readouts = {
-        "padded length n": n,
-        "visible keys per query": visible.tolist(),
-        "masked cells": int((~shown_mask).sum()),
-        "entropy ceilings ln(visible)": [round(x, 3) for x in frame.ceiling.tolist()],
-        "rows summing to 1": int(torch.isclose(weights.sum(-1), torch.ones(n, dtype=weights.dtype))
-                                 .sum()),
-        "mean entropy (nats)": frame.entropy.mean().item(),
-    }
-    frame.caption = (
-        f"mask: {mask_type}  |  window w = {window}  |  lengths A = {length_a}, B = {length_b}  |  "
-        f"showing {sequence}",
-        f"visible keys per query: {visible.tolist()}  |  masked cells: {int((~shown_mask).sum())}"
-        f"  |  rows summing to 1: {frame.readouts['rows summing to 1']} of {n}")
+    weights = scaled_dot_product_attention(q, k, v, mask)[1]
+    shown = torch.ones(n, n, dtype=torch.bool) if mask is None else mask
+    frame = AttentionFrame(weights, labels, labels, mask=shown)
+    visible, masked = shown.sum(-1).tolist(), int((~shown).sum())
+    rows = int(torch.isclose(weights.sum(-1), torch.ones(n, dtype=weights.dtype)).sum())
+    frame.readouts = {"padded length n": n, "visible keys per query": visible, "masked cells": masked,
+                      "entropy ceilings ln(visible)": [round(x, 3) for x in frame.ceiling.tolist()],
+                      "rows summing to 1": rows, "mean entropy (nats)": frame.entropy.mean().item()}
+    frame.caption = (f"mask: {mask_type}  |  window w = {window}  |  lengths A = {length_a}, "
+                     f"B = {length_b}  |  showing {sequence}",
+                     f"visible keys per query: {visible}  |  masked cells: {masked}  |  rows "
+                     f"summing to 1: {rows} of {n}")
     return frame
 
 
@@ -149,17 +140,3 @@ def plot_weights(maps: dict[str, torch.Tensor], mask: torch.Tensor) -> None:
     fig.colorbar(mesh, ax=axes, label="attention weight (one scale for all three maps)")
     plt.show()
 
-
-def plot_cache_work(work: dict[str, tuple[list[int], list[int]]], prompt: int) -> None:
-    """Section 5: positions and scores per decoding step, with and without the cache, log-log."""
-    context = [prompt + t for t in range(len(work["with cache"][0]))]        # positions so far
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
-    for ax, index, what in ((axes[0], 0, "positions run through the 4 layers"),
-                            (axes[1], 1, "attention scores, all layers and heads")):
-        for name, color in (("without cache", "#ff7f0e"), ("with cache", "#3b75af")):
-            ax.plot(context, work[name][index], label=name, color=color)
-        ax.set(xlabel=f"context length {prompt} + t", ylabel=f"{what.split(',')[0]} per step",
-               title=what, xscale="log", yscale="log")
-    axes[0].legend(title=f"with cache: step 0 is the {prompt}-token prefill", title_fontsize=8)
-    fig.suptitle(f"log-log axes: a line of slope p grows like $({prompt} + t)^p$")
-    plt.show()

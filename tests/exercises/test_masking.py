@@ -253,3 +253,18 @@ def test_a_softmax_over_unwritten_slots_is_named():
 
     assert_rejected(check_rolling_cache_step(over_garbage), "with nan", "\nHint: ",
                     "unwritten slots must not enter the softmax")
+
+
+def test_hugging_faces_attention_mask_becomes_the_bias_notebook_05s_table_names():
+    """Going deeper's table of mask conventions: transformers turns its attention_mask (1 = keep)
+    and the causal rule into an additive bias, 0 where a key takes part, the dtype's minimum
+    elsewhere; added to the scores it gives torch's bool-mask attention."""
+    masking_utils = pytest.importorskip("transformers.masking_utils")
+    keep = torch.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])                     # (b, n): 3 pads
+    allowed = ah.causal_mask(8) & keep.bool()                           # causal AND a real key
+    bias = masking_utils.eager_mask(1, 8, 8, attention_mask=keep.bool(), dtype=torch.float32)[0, 0]
+    assert torch.equal(bias, torch.where(allowed, 0.0, torch.finfo(torch.float32).min))
+    q = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
+    with_bias = torch.softmax(q @ q.T / 2 + bias, -1) @ q
+    assert torch.allclose(with_bias, F.scaled_dot_product_attention(q, q, q, attn_mask=allowed),
+                          atol=1e-6)
