@@ -11,8 +11,8 @@ cross-attention, teacher forced on the same dates (`ablations`): the share of di
 when one head or both get new weights, with the step's field words zeroed or uniform over the
 date's words. Where a head's strongest word is off a digit step's field, it also zeroes only that
 head's field words there, or (a control) its other words, and records the share of those steps
-right. Asserts `transformer_claims` and `ABLATION_CLAIMS`
-(notebook 06 asserts `ABLATION_CLAIMS` and its own comparisons on the record, in view), and that the fresh numbers agree with the
+right. Asserts `transformer_claims` and `ABLATION_CLAIMS` (notebook 06 asserts `ABLATION_CLAIMS`
+and its own comparisons on the record, in view), and that the fresh numbers agree with the
 shipped record's within tolerances that hold across CPUs. Saves seed 0's weights, whose
 cross-attention notebook 06 draws (`cross_attention.load_transformer`).
 Re-run: python3 course.py studies cross_attention_transformer      (about 1 minute on 2 cores)
