@@ -195,6 +195,14 @@ def _layout_cases() -> list[dict]:
                 (h_rand, g_rand, d_rand, d_in_rand, torch.float64)]]
 
 
+def _half_of_each_head(W: torch.Tensor, heads: int) -> torch.Tensor:
+    """Each head's first d/2 rows moved as a head of their own (partial RoPE), the rest left."""
+    blocks = W.reshape(heads, W.shape[0] // heads, -1).clone()                # (heads, d, d_in)
+    half = blocks.shape[1] // 2
+    blocks[:, :half] = _move(blocks[:, :half].reshape(heads * half, -1), heads).view(heads, half, -1)
+    return blocks.reshape(W.shape)
+
+
 def _both(**flaw) -> Callable:
     """A mistake made alike in ``W_Q`` and ``W_K``."""
     return lambda W_Q, W_K, h, g: (_move(W_Q, h, **flaw), _move(W_K, g, **flaw))
@@ -232,6 +240,11 @@ LAYOUT_MISTAKES = [Mistake(produce, hint) for produce, hint in [
     (lambda W_Q, W_K, h, g: (_move(W_Q, g), _move(W_K, g)), _COUNTS),
     (lambda W_Q, W_K, h, g: (_move(W_Q, h), -_move(W_K, g)), _SIGN),
     (lambda W_Q, W_K, h, g: (-_move(W_Q, h), -_move(W_K, g)), _SIGN),
+    (lambda W_Q, W_K, h, g: (_half_of_each_head(W_Q, h), _half_of_each_head(W_K, g)),
+     "you moved only the first half of each head, as if only it were rotated (GPT-NeoX rotates "
+     "part of each head). These weights were trained rotating all of it: every pair moves."),
+    (lambda W_Q, W_K, h, g: (_move(W_K, g), _move(W_Q, h)),
+     "you returned (W_K', W_Q'): the weights come back in the order they went in, W_Q' first."),
 ]]
 
 

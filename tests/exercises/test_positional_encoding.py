@@ -238,6 +238,27 @@ def test_no_layout_feedback_holds_the_answers_key_line():
         assert not any(key in text for key in keys), text
 
 
+def only_half_rotated(W_Q, W_K, h, g):
+    """A learner's partial RoPE: each head's first d/2 rows reordered as a head of d/2, by a loop."""
+    out = []
+    for W, heads in ((W_Q, h), (W_K, g)):
+        d, new = W.shape[0] // heads, W.clone()
+        for j in range(heads):
+            for i in range(d // 4):
+                new[j * d + 2 * i], new[j * d + 2 * i + 1] = W[j * d + i], W[j * d + i + d // 4]
+        out.append(new)
+    return out
+
+
+@pytest.mark.parametrize("wrong, phrase", [
+    (only_half_rotated, "you moved only the first half of each head"),
+    (lambda W_Q, W_K, h, g: by_rows(W_Q, W_K, h, g)[::-1], "you returned (W_K', W_Q')"),
+])
+def test_layout_checker_names_a_mistake_made_another_way(wrong, phrase):
+    verdict = ex.check_rope_layout(wrong)
+    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
+
+
 def test_layout_checker_wants_two_tensors_in_the_inputs_dtype():
     verdict = ex.check_rope_layout(lambda *args: by_rows(*args)[0])
     assert not verdict and "returned 1 value(s); expected 2 (W_Q', W_K')" in verdict.message
