@@ -271,6 +271,33 @@ def test_generate_past_the_context_accepts_a_fresh_cache_and_names_each_mistake(
     assert "positions 0..n_ctx-1" in ex.check_generate(_generate(keeps_positions)).message
 
 
+def test_past_the_context_a_cache_refilled_with_the_window_then_its_last_character_passes():
+    """Review 10 (s11): the same work as the window in one call, so the same verdict."""
+    @torch.no_grad()
+    def refill(model, prompt, steps, temperature, top_k, use_cache, g):
+        n_ctx, tokens = model.cfg.context, prompt
+        caches = model.new_caches() if use_cache else None
+        for i in range(steps):
+            if not use_cache:
+                logits = model(tokens[:, -n_ctx:], 0, None)
+            elif i == 0 or tokens.shape[1] <= n_ctx:
+                start = 0 if i == 0 else tokens.shape[1] - 1
+                logits = model(tokens[:, start:], start, caches)
+            else:
+                caches = model.new_caches()
+                model(tokens[:, -n_ctx:-1], 0, caches)            # the window but its last character
+                logits = model(tokens[:, -1:], n_ctx - 1, caches)
+            logits = logits[:, -1] / temperature
+            if top_k is not None:
+                logits = logits.masked_fill(logits < logits.topk(top_k, dim=-1).values[:, -1:],
+                                            float("-inf"))
+            nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=g)
+            tokens = torch.cat([tokens, nxt], dim=1)
+        return tokens
+
+    assert ex.check_generate(refill)
+
+
 def test_generate_must_use_the_cache_exactly_when_asked():
     never = _cached_while(lambda length, n: False, _window)
     assert_rejected(ex.check_generate(_generate(never)), "the cache was never used")
