@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from .core import CheckResult, Mistake, check_function, seeded, size
+from .core import CheckResult, Mistake, check_function, gradient_mismatch, seeded, size
 from .workflow import exercise
 
 __all__ = ["ADDITIVE_MISTAKES", "RNN_MISTAKES", "additive_scores_reference", "check_additive_scores",
@@ -115,13 +115,36 @@ RNN_MISTAKES = [
     "return torch.stack(states, dim=-2), h"))
 def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
     """``rnn_encoder(x, W_x, W_h, b) -> (H, h_last)``, shapes as in ``rnn_encoder_reference``."""
-    return check_function(
+    result = check_function(
         rnn_encoder, rnn_encoder_reference, _rnn_cases(), what="rnn_encoder",
         output_names=("the states H", "the last state h_last"),
         error_hints=[("same dtype", _DTYPE), ("expected scalar type", _DTYPE),
                      ("must match the size of tensor", _BATCH)],
         mistakes=RNN_MISTAKES,
     )
+    if not result:
+        return result
+    x, *weights = _rnn_cases()[3].values()       # one backward into the inputs, two batch dims
+    wrong = gradient_mismatch(_Encoder(rnn_encoder, weights), _Encoder(rnn_encoder_reference, weights),
+                              lambda m, x: m(x), x)
+    if wrong:
+        return CheckResult(False, "Not yet: rnn_encoder gives the right values, but after one backward "
+                                  "the gradient into x differs from the reference's. Was the previous "
+                                  "state h_{j-1} detached (h.detach(), .data, torch.no_grad())? Then no "
+                                  "gradient flows back through time, and the Jacobians below read 0.")
+    return CheckResult(True, result.message.rstrip(".") + ", and its gradient into x does too.")
+
+
+class _Encoder(torch.nn.Module):
+    """``encode(x, *weights)`` with fixed weights; both outputs in one tensor, for one backward."""
+
+    def __init__(self, encode: Callable, weights: list):
+        super().__init__()
+        self.encode, self.weights = encode, weights
+
+    def forward(self, x):
+        H, h_last = self.encode(x, *self.weights)  # noqa: N806
+        return torch.cat([H.flatten(), h_last.flatten()])
 
 
 def _additive_cases() -> list[dict]:
@@ -169,6 +192,10 @@ ADDITIVE_MISTAKES = [
             "+ h_j U_k) v_a^T."),
     Mistake(_features(lambda x, v: torch.tanh(x) @ v, torch.mul),
             "you multiplied the two projections; the additive score adds them."),
+    Mistake(lambda s, H, U_q, U_k, v_a: (torch.tanh(H @ U_k) + (s @ U_q)[:, None, :]) @ v_a,
+            "s_t U_q is added after the tanh: its part, (s_t U_q) v_a^T, is then the same for every j, "
+            "the softmax cancels it, and the weights ignore s_t. Add it inside: "
+            "tanh(s_t U_q + h_j U_k) v_a^T."),
     Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(H @ U_k) @ v_a,
             "the decoder state s_t is missing: add s_t U_q to every h_j U_k."),
     Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_k)[:, None, :] + H @ U_q) @ v_a,

@@ -84,6 +84,16 @@ def aliased(x, W_x, W_h, b):  # noqa: N803
     return torch.stack(states, dim=-2), h
 
 
+def detached(x, W_x, W_h, b):  # noqa: N803
+    """Right values, but no gradient through time: the previous state is detached."""
+    h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)
+    states = []
+    for j in range(x.shape[-2]):
+        h = torch.tanh(x[..., j, :] @ W_x + h.detach() @ W_h + b)
+        states.append(h)
+    return torch.stack(states, dim=-2), h
+
+
 R, A = ex.check_rnn_encoder, ex.check_additive_scores
 
 
@@ -95,6 +105,10 @@ R, A = ex.check_rnn_encoder, ex.check_additive_scores
     (R, lambda *a: (torch.stack(list(rnn(*a)[0].unbind(-2)), dim=1), rnn(*a)[1]),  # one batch dim
      ["case 4 of 6", "stacked on dim 1", "on dim -2"]),
     (R, aliased, ["every state in H equals the last one", "in place", "h = torch.tanh(...)"]),
+    (R, detached,
+     ["right values", "gradient into x", "h_{j-1} detached"]),
+    (A, lambda s, H, U_q, U_k, v_a: (torch.tanh(H @ U_k) + (s @ U_q).unsqueeze(1)) @ v_a,  # q outside
+     ["Hint: s_t U_q is added after the tanh", "Add it inside"]),
     (A, lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a,        # no axis for j
      ["Hint: ", "new axis for the positions j", "case 1 of 5"]),
     (A, lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k),
