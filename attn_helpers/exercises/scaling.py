@@ -68,6 +68,9 @@ CHOOSE_SCALE_MISTAKES = [Mistake(_scale_from(f), hint) for f, hint in [
     (lambda S, *_: 1 / S.var(dim=0).mean().sqrt(),
      "wrong axis: you measured each column (one key against every query); a softmax row is one "
      "query against every key, the last axis."),
+    (lambda S, *_: 1 / (S - S.mean(0, keepdim=True)).var().sqrt(),
+     "you subtracted each column's mean (one key against every query); softmax ignores a constant "
+     "added to a row: subtract each row's mean (one query against every key), the last axis."),
     (lambda S, *_: 1 / S.std(dim=-1).mean(),
      "you averaged the rows' standard deviations; Var(c S) must be 1: average the variances, then "
      "take the square root."),
@@ -125,7 +128,9 @@ def check_choose_scale(choose_scale: Callable) -> CheckResult:
     return check_function(
         _as_number(choose_scale), _scale_from(lambda S, *_: 1 / S.var(dim=-1).mean().sqrt()),
         _choose_scale_cases(), what="choose_scale", output_names=("the scale",), atol=0.0,
-        rtol=5e-3, mistakes=CHOOSE_SCALE_MISTAKES)
+        rtol=5e-3, mistakes=CHOOSE_SCALE_MISTAKES,
+        error_hints=[("cannot be multiplied", "the scores are S = Q K^T: Q and K are both "
+                      "(n, d_k), so transpose the keys, (n, d_k) @ (d_k, n).")])
 
 
 def _backward_cases() -> list[dict]:
@@ -180,6 +185,14 @@ BACKWARD_MISTAKES = [Mistake(lambda s, g, _f=f: _f(torch.softmax(s, dim=-1), g),
      "the sign is flipped: J = diag(a) - a a^T, the diag(a) g term comes with a plus."),
     (lambda a, g: a * (1 - a) * g,
      "that is only the diagonal of J, a_i (1 - a_i): off it, J_ij = -a_i a_j also contributes."),
+    (lambda a, g: a * (1 - a) * (g - (a * g).sum(-1, keepdim=True)),
+     "the factor (1 - a_i) is extra: J_ij = a_i (delta_ij - a_j), and its -a_i a_j part, diagonal "
+     "included, is the <a, g> term already."),
+    (lambda a, g: a * g - (a * a * g).sum(-1, keepdim=True),
+     "the a_i of (a a^T g)_i = a_i <a, g> went inside the sum: it multiplies the row's <a, g> "
+     "from outside, one a_i per entry."),
+    (lambda a, g: a * (g - (a * a * g).sum(-1, keepdim=True)),
+     "<a, g> = sum_j a_j g_j carries one factor a_j; the a_i in front stays outside the sum."),
     (lambda a, g: a * (g - (a * g).sum(0, keepdim=True)),
      "<a, g> is summed over the wrong axis: one dot product per row, over the keys (the last axis)."),
     (lambda a, g: a * (g - (a * g).sum()),
@@ -265,6 +278,8 @@ PROJECTION_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
      "softmax first (exercise 2).", partial(_by_hand, dS=lambda s, up, c: up)),
     ("softmax_backward takes the scores S; you handed it A = softmax(S), so it differentiated a "
      "softmax of a softmax.", partial(_by_hand, dS=lambda s, up, c: _softmax_grad(s.softmax(-1), up))),
+    ("you used the weights A where dS, the gradient at the scores, belongs: pass grad_weights back "
+     "through the softmax (exercise 2).", partial(_by_hand, dS=lambda s, up, c: s.softmax(-1))),
     ("dS misses the a a^T part of the softmax's Jacobian: use exercise 2's whole backward.",
      partial(_by_hand, dS=lambda s, up, c: s.softmax(-1) * up)),
     ("dS used only the diagonal of J, a_i (1 - a_i): off it, J_ij = -a_i a_j also contributes. Use "
@@ -286,6 +301,14 @@ PROJECTION_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
      lambda x, w_q, w_k, c, up: _by_hand(x, w_q, w_k, w_q.shape[-1] ** -0.5, up)),
     ("dK was computed from dS, not its transpose: key j collects column j of dS (every query's "
      "pull on it).", partial(_by_hand, dK=lambda dS, q, k, c: c * dS @ q)),
+    ("dK used the keys: in S = scale * Q K^T, K's gradient comes through Q, so the queries carry "
+     "dS^T to K.", partial(_by_hand, dK=lambda dS, q, k, c: c * dS.mT @ k)),
+    ("the scale came back as its square root: S = scale * Q K^T, so the way back multiplies by "
+     "the scale itself.", partial(_by_hand, dQ=lambda dS, q, k, c: c ** 0.5 * dS @ k,
+                                  dK=lambda dS, q, k, c: c ** 0.5 * dS.mT @ q)),
+    ("you symmetrised dS, but it is not symmetric (query i's pull on key j is not j's on i): dQ "
+     "takes dS as it is, dK its transpose.",
+     partial(_by_hand, dS=lambda s, up, c: (lambda d: (d + d.mT) / 2)(_softmax_grad(s, up)))),
     ("dS and dS^T are swapped between dQ and dK: query i collects row i of dS, key j column j.",
      partial(_by_hand, dQ=lambda dS, q, k, c: c * dS.mT @ k, dK=lambda dS, q, k, c: c * dS @ q)),
     ("dQ was computed from dS^T: query i collects row i of dS; only dK needs the transpose.",

@@ -111,6 +111,20 @@ def _with_T(x, W_Q, W_K, scale, g):
     return x.T @ (scale * dS @ K), x.T @ (scale * dS.T @ Q)
 
 
+def _weights_for_dS(x, W_Q, W_K, scale, g):
+    Q, K = x @ W_Q, x @ W_K
+    A = torch.softmax(scale * Q @ K.mT, dim=-1)
+    grads = x.mT @ (scale * A @ K), x.mT @ (scale * A.mT @ Q)
+    return tuple(t.sum(0) for t in grads) if x.dim() == 3 else grads
+
+
+def _keys_in_dK(x, W_Q, W_K, scale, g):
+    Q, K = x @ W_Q, x @ W_K
+    dS = softmax_backward(scale * Q @ K.mT, g)
+    grads = x.mT @ (scale * dS @ K), x.mT @ (scale * dS.mT @ K)
+    return tuple(t.sum(0) for t in grads) if x.dim() == 3 else grads
+
+
 @pytest.mark.filterwarnings("ignore:The use of `x.T`")   # torch warns once per process
 @pytest.mark.parametrize("check, wrong, words", [
     (check_choose_scale, lambda x, W_Q, W_K: x @ W_Q, ("should return a number",)),
@@ -120,6 +134,18 @@ def _with_T(x, W_Q, W_K, scale, g):
      ("without keepdim it is (...,)",)),
     (check_softmax_backward, lambda s, g: (lambda a: a * (g - (a * g).sum(-1, keepdim=True)))(
         _naive_softmax(s)), ("Subtract each row's max",)),
+    (check_choose_scale, lambda x, W_Q, W_K: 1 / ((x @ W_Q) @ (x @ W_K)).var(-1).mean().sqrt(),
+     ("shapes do not fit", "\nHint: the scores are S = Q K^T", "transpose the keys")),
+    (check_choose_scale, lambda x, W_Q, W_K: (lambda S: 1 / (S - S.mean(dim=0)).var().sqrt().item())(
+        _S(x, W_Q, W_K)), ("\nHint: you subtracted each column's mean",)),
+    (check_softmax_backward, lambda s, g: (lambda a: a * (1 - a) * (g - (a * g).sum(-1)[..., None]))(
+        torch.softmax(s, -1)), ("\nHint: the factor (1 - a_i) is extra",)),
+    (check_softmax_backward, lambda s, g: (lambda a: a * g - (a ** 2 * g).sum(-1, keepdim=True))(
+        torch.softmax(s, -1)), ("\nHint: the a_i of (a a^T g)_i",)),
+    (check_softmax_backward, lambda s, g: (lambda a: a * (g - (a * a * g).sum(-1)[..., None]))(
+        torch.softmax(s, -1)), ("\nHint: <a, g> = sum_j a_j g_j carries one",)),
+    (check_projection_gradients, _weights_for_dS, ("\nHint: you used the weights A where dS",)),
+    (check_projection_gradients, _keys_in_dK, ("\nHint: dK used the keys",)),
     (check_projection_gradients, _naive_projection, ("case 6 of 6", "Subtract each row's max")),
     (check_projection_gradients, _with_T, ("case 5 of 6", ".mT"))])
 def test_checkers_name_learners_own_spellings(check, wrong, words):
