@@ -49,9 +49,10 @@ def _attend_with(y, memory, memory_real, W_Q, W_K, W_V, **changed):
 
 def _attend_cases() -> list[dict]:
     g = seeded(60)
-    cases = []   # case 1: b = n_q = n_k, d_m = d: every named mistake has the answer's shapes
+    cases = []   # case 1: b = n_q = n_k = d = d_m: every named mistake has the answer's shapes,
+    # and every square-root scale is right; case 2's n_q, n_k, d, d_m differ: it names each one
     for b, n_q, n_k, d, d_m, lengths, dtype in [
-            (3, 3, 3, 4, 4, [3, 1, 2], torch.float32), (2, 4, 6, 6, 10, [6, 2], torch.float32),
+            (4, 4, 4, 4, 4, [2, 4, 1, 3], torch.float32), (2, 4, 6, 8, 10, [6, 2], torch.float32),
             (2, 1, 5, 4, 4, [3, 5], torch.float64), (4, 5, 3, 8, 6, [3, 1, 2, 3], torch.float32)]:
         def w(rows, cols, dtype=dtype):
             return (2 * torch.randn(rows, cols, generator=g) / math.sqrt(rows)).to(dtype)
@@ -74,6 +75,8 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
     ("the mask's batch axis met the scores' query axis, (1, b, n_k): each decoder position got "
      "another sentence's padding. Keep the batch first: (b, 1, n_k).",
      partial(_attend_with, keep=lambda real, n_q: real[None])),
+    ("every sentence got the first sentence's mask (memory_real[0]): each has its own padding. "
+     "Keep the batch axis: (b, 1, n_k).", partial(_attend_with, keep=lambda real, n_q: real[:1, None])),
     ("the mask is inverted: memory_real is True at the REAL positions, the ones that may be read.",
      partial(_attend_with, keep=lambda real, n_q: ~real[:, None, :])),
     ("the memory was masked causally: cross-attention needs no causal mask. The whole input is known "
@@ -100,6 +103,8 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
     ("the scores were divided by sqrt(n_k), the number of memory positions; divide by sqrt(d), the "
      "width of Q and K: the scale counts the terms of one dot product, not the keys.",
      partial(_attend_with, scale=lambda Q, memory: memory.shape[-2] ** 0.5)),
+    ("the scores were divided by sqrt(n_q), the number of decoder positions; divide by sqrt(d), the "
+     "width of Q and K.", partial(_attend_with, scale=lambda Q, memory: Q.shape[-2] ** 0.5)),
     ("the output was divided by sqrt(d), after the weighted sum: the scale belongs to the scores, "
      "before the softmax, where it keeps the softmax from saturating.",
      lambda *args: (_attend_with(*args)[0] / args[3].shape[-1] ** 0.5, _attend_with(*args)[1])),
@@ -338,6 +343,11 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
     ("the feed-forward read x_t from before the cross-attention block; it reads that block's "
      "output, the new x_t.", {"step": lambda layer, x, y_t, cross: layer.norm3(
          layer.norm2(x + cross(x)) + layer.feed_forward(x))}),
+    ("the feed-forward block is missing: after norm2, x_t goes through layer.feed_forward, its "
+     "residual and norm3.", {"step": lambda layer, x, y_t, cross: layer.norm2(x + cross(x))}),
+    ("the feed-forward's residual added x_t from before the cross-attention block; add its output "
+     "to the x_t it read, norm2's output.", {"step": lambda layer, x, y_t, cross: layer.norm3(
+         x + layer.feed_forward(layer.norm2(x + cross(x))))}),
     ("the memory mask is inverted: memory_real is True at the REAL positions, the ones that may be "
      "read.", {"keep": lambda real, t: ~real[:, None, None, :]}),
     ("the memory mask has shape (b, 1, n_m): against scores (b, h, 1, n_m) its batch axis meets "

@@ -30,16 +30,21 @@ def test_the_reference_is_torchs_decoder_layer_with_a_causal_mask():
         assert torch.allclose(ex.decode_layer_reference(*case.values()), expected, atol=1e-5)
 
 
-def in_the_stub(cross):
+def feed_forward(layer, x_before, x_t):                      # x_before: x_t before cross-attention
+    return layer.norm3(x_t + layer.feed_forward(x_t))
+
+
+def in_the_stub(cross, ff=feed_forward):
     """A learner's answer in the stub's loop: ``cross(layer, x_t, memory, memory_real, kept)`` is
-    the cross-attention's output at one step (``kept``: a dict that lasts across the steps)."""
+    the cross-attention's output at one step (``kept``: a dict that lasts across the steps), ``ff``
+    the feed-forward block."""
     def decode_layer(layer, y, memory, memory_real):
         cache, kept, out = ah.KVCache(y.shape[1]), {}, []                          # given
         for t in range(y.shape[1]):
             y_t = y[:, t:t + 1]                                                     # given
             x_t = layer.norm1(y_t + layer.self_attn(y_t, y_t, y_t, cache=cache)[0])  # given
-            x_t = layer.norm2(x_t + cross(layer, x_t, memory, memory_real, kept))
-            out.append(layer.norm3(x_t + layer.feed_forward(x_t)))
+            x_after = layer.norm2(x_t + cross(layer, x_t, memory, memory_real, kept))
+            out.append(ff(layer, x_t, x_after))
         return torch.cat(out, 1)
     return decode_layer
 
@@ -103,6 +108,10 @@ def values_from_k_proj(layer, x_t, memory, memory_real, kept):
      ("the memory's keys and values were computed 8 times in 4 decoding steps",
       "\nHint: K and V do not change while the decoder writes")),
     (in_the_stub(values_from_k_proj), ("\nHint: the values were the keys: V_m reused K_m",)),
+    (in_the_stub(explicit_heads, ff=lambda layer, x_before, x_t: x_t),
+     ("\nHint: the feed-forward block is missing",)),
+    (in_the_stub(explicit_heads, ff=lambda layer, x_before, x_t: layer.norm3(
+        x_before + layer.feed_forward(x_t))), ("\nHint: the feed-forward's residual added x_t from",)),
 ])
 def test_decode_checker_refuses_the_whole_layer_and_the_memory_projected_per_step(answer, words):
     assert_rejected(ex.check_decode_layer(answer), *words)
@@ -166,7 +175,21 @@ def queries_masked(y, memory, memory_real, W_Q, W_K, W_V):     # n_q != n_k: the
     return scores.softmax(-1) @ V, scores.softmax(-1)
 
 
+def scaled_by_n_q(y, memory, memory_real, W_Q, W_K, W_V):
+    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
+    weights = (Q @ K.mT / math.sqrt(Q.shape[1])).masked_fill(~memory_real[:, None, :], -math.inf)
+    return weights.softmax(-1) @ V, weights.softmax(-1)
+
+
+def first_sentence_mask(y, memory, memory_real, W_Q, W_K, W_V):
+    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
+    weights = (Q @ K.mT / math.sqrt(Q.shape[-1])).masked_fill(~memory_real[0], -math.inf)
+    return weights.softmax(-1) @ V, weights.softmax(-1)
+
+
 @pytest.mark.parametrize("answer, words", [
+    (scaled_by_n_q, ("case 2 of 4", "\nHint: the scores were divided by sqrt(n_q)")),
+    (first_sentence_mask, ("\nHint: every sentence got the first sentence's mask",)),
     (filled_with_zero, ("\nHint: the padded scores were set to 0 (masked_fill with 0",)),
     (queries_masked, ("case 2 of 4", "\nHint: the shapes do not fit the scores (b, n_q, n_k)")),
     (lambda *a: ex.cross_attend_reference(*a)[0], ("returned 1 value(s); expected 2",))])
