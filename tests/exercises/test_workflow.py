@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +9,7 @@ import torch
 from _exercises import stub
 
 from attn_helpers import exercises
+from attn_helpers.__main__ import main as tools_main
 from attn_helpers.course_map import COURSE
 from attn_helpers.exercises import (
     complexity,
@@ -164,18 +162,16 @@ def test_the_progress_file_lives_in_the_user_data_directory_by_default(monkeypat
     assert Path(__file__).resolve().parents[2] not in workflow.progress_file().parents
 
 
-def test_the_progress_command_prints_and_resets(tmp_path):
-    env = dict(os.environ, ATTN_COURSE_PROGRESS_DIR=str(tmp_path))
-
-    def command(*args):
-        return subprocess.run([sys.executable, "-m", "attn_helpers", "progress", *args], env=env,
-                              capture_output=True, text=True, check=True).stdout
-
+def test_the_progress_command_prints_and_resets(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ATTN_COURSE_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setattr(workflow, "_RESULTS", {})                  # a fresh process: no verdicts
     (tmp_path / "progress.json").write_text('{"passed": {"masking.window_mask": "2026-01-01"}}')
-    out = command()
+    assert tools_main(["progress"]) == 0
+    out = capsys.readouterr().out
     assert str(tmp_path / "progress.json") in out and "00 start_here: 0 of" in out
     assert "05 masking: 1 of" in out
-    assert "progress reset" in command("--reset") and not (tmp_path / "progress.json").exists()
+    assert tools_main(["progress", "--reset"]) == 0 and "progress reset" in capsys.readouterr().out
+    assert not (tmp_path / "progress.json").exists()
 
 
 def test_every_notebook_registers_its_exercises_with_three_hints():
