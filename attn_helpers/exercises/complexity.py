@@ -19,13 +19,11 @@ __all__ = ["check_merge_states", "check_causal_backward", "check_linear_step",
 STATE = ("m (the merged max)", "l (the merged sum)", "acc (the merged output sum)")
 
 
-def _randn(g: torch.Generator, batch: tuple) -> Callable[..., torch.Tensor]:
-    """Seeded float64 ``randn(*batch, *shape)``."""
+def _randn(g: torch.Generator, batch: tuple) -> Callable[..., torch.Tensor]:   # float64 randn
     return lambda *shape: torch.randn(*batch, *shape, generator=g, dtype=torch.float64)
 
 
-def merge_states_reference(m1, l1, acc1, m2, l2, acc2):
-    """The state of two disjoint sets of keys together: the core's ``merge_states``."""
+def merge_states_reference(m1, l1, acc1, m2, l2, acc2):       # the core's merge_states
     return tuple(merge_states(OnlineSoftmaxState(m1, l1, acc1), OnlineSoftmaxState(m2, l2, acc2)))
 
 
@@ -129,13 +127,17 @@ def check_merge_states(merge: Callable) -> CheckResult:
 
 
 def _no_full_scores(inputs: dict) -> AllocationWatch | None:
-    """The lesson's constraint when ``B < n``: no tensor as large as the ``(..., n, n)`` scores,
-    nor one larger than both a padded input ``(..., n + B - 1, d)`` and a ``(..., B, B, d)`` product."""
+    """No fused attention call (the watch cannot see inside it); when ``B < n``, no tensor as large
+    as the ``(..., n, n)`` scores, nor one larger than a padded input and a ``(..., B, B, d)`` tile."""
     q, v, B = inputs["q"], inputs["v"], inputs["B"]
     n, d, batch = q.shape[-2], max(q.shape[-1], v.shape[-1]), q[..., 0, 0].numel()
     full, tile_room = batch * n * n, batch * d * max(B * B, n + B - 1)
 
     def refuse(t: torch.Tensor, call: str) -> str | None:
+        if call == "scaled_dot_product_attention":
+            return ("causal_backward called scaled_dot_product_attention: the checker cannot see what "
+                    "a fused call holds inside (autograd through it may keep the n x n weights). "
+                    "Write the tile loop with plain tensor operations.")
         if B >= n:
             return None
         if t.numel() >= full:
@@ -212,8 +214,7 @@ def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", 
 
 
 def causal_backward_reference(q, k, v, O, lse, d_out, B):
-    """FlashAttention-2's causal backward: key tiles outside, query tiles inside, the tiles wholly
-    above the diagonal skipped (:func:`_backward_with` with nothing changed)."""
+    """FlashAttention-2's causal backward: key tiles outside, tiles above the diagonal skipped."""
     return _backward_with(q, k, v, O, lse, d_out, B)
 
 
@@ -322,8 +323,7 @@ def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, no
     return o, S_new, z_new
 
 
-def linear_step_reference(S, z, q_t, k_t, v_t):
-    """Add token t to ``(S, z)``, then read with ``phi(q_t)``: ``(o_t, S_t, z_t)``."""
+def linear_step_reference(S, z, q_t, k_t, v_t):         # add token t, then read: (o_t, S_t, z_t)
     return _step_with(S, z, q_t, k_t, v_t)
 
 
