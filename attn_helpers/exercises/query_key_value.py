@@ -10,7 +10,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..lessons.query_key_value import weights
-from .core import CheckResult, Mistake, Refused, check_function, seeded, size
+from .core import CheckResult, Mistake, Refused, check_function, gradient_mismatch, seeded, size
 from .workflow import exercise
 
 __all__ = ["NEXT_WEIGHT", "check_asymmetric_relation", "check_attention"]
@@ -30,6 +30,9 @@ WRONG_AXIS = ("d_k was taken from the wrong axis of q: q.shape[1] is d_k only fo
               "q.shape[-2] is n_q. d_k is the last axis: q.shape[-1].")
 TRANSPOSE_ALL = ("if you wrote k.T: on a batched tensor .T reverses every axis, (2, 5, 16) -> "
                  "(16, 5, 2). Swap only the last two axes: (..., d_k, n_k).")
+DETACHED = ("Not yet: attention gives the right values, but after one backward the gradient into {} "
+            "differs from the reference's. Was part of it detached (.detach(), .data, torch.no_grad())? "
+            "Then no gradient would train the projection that makes it (W_Q, W_K, W_V for q, k, v).")
 
 
 def _random_mask(g: torch.Generator, *shape: int) -> torch.Tensor:
@@ -65,8 +68,8 @@ def _attention_cases() -> list[dict]:
 
 def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v", zero_empty=True,
                stable=True, mask_after=None, use_mask=True, log=False):
-    """Attention with one known mistake (all off: right). ``mask_after``: the mask multiplies the
-    softmax ("softmax", "zeroed": not renormalised) or the exponent ("exp"); ``log``: log_softmax."""
+    """Attention with one known mistake (all off: right); ``mask_after``: the mask multiplies the
+    softmax ("zeroed": not renormalised) or the exponent ("exp")."""
     def attention(q, k, v, mask):
         factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, k, v)
         scores = q @ k.transpose(-2, -1) * factor
@@ -156,17 +159,34 @@ def check_attention(attention: Callable) -> CheckResult:
     (..., n_q, d_v), weights (..., n_q, n_k))``; ``mask`` True = may attend."""
     cases = _attention_cases()
     result = check_function(
-        attention, scaled_dot_product_attention, cases, what="attention",
+        attention, scaled_dot_product_attention, cases, what="attention", same_dtype=True,
         output_names=("the output", "the weights"), mistakes=_ATTENTION_MISTAKES, nan_hint=FULLY_MASKED,
         error_hints=[("must match the size of tensor", TRANSPOSE_ALL),
                      ("Expected size for first two dimensions", TRANSPOSE_ALL)])
+    if result:      # one backward into q, k and v, on case 3 (float64, heads, no empty row)
+        wrong = gradient_mismatch(_Attend(attention, cases[2]),
+                                  _Attend(scaled_dot_product_attention, cases[2]),
+                                  lambda module, q: module(q), cases[2]["q"])
+        if wrong:
+            return CheckResult(False, DETACHED.format(", ".join("q" if n == "x" else n for n in wrong)))
+        return CheckResult(True, result.message.rstrip(".") + ", and so do its gradients.")
     last = f"on case {len(cases)} of {len(cases)} "          # the last case: scores in the 1000s
-    if result or last not in result.message or ("\nHint: " in result.message
-                                                and FULLY_MASKED not in result.message):
+    if last not in result.message or ("\nHint: " in result.message
+                                      and FULLY_MASKED not in result.message):
         return result
     # Every case with small scores passed, so the 1000s are the cause (a NaN there included: that
     # case has no fully masked row, so the generic NaN hint would mislead).
     return CheckResult(False, result.message.split("\nHint: ")[0] + f"\nHint: {LARGE_SCORES}")
+
+
+class _Attend(torch.nn.Module):  # attention on one case, k and v its parameters: a backward reaches all
+    def __init__(self, attention: Callable, case: dict):
+        super().__init__()
+        self.attention, self.mask = attention, case["mask"]
+        self.k, self.v = (torch.nn.Parameter(case[name].clone()) for name in "kv")
+
+    def forward(self, q):
+        return torch.cat([t.flatten() for t in self.attention(q, self.k, self.v, self.mask)])
 
 
 NEXT_WEIGHT = 0.9   # each token must put at least this much of its attention on the next token

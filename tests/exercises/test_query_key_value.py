@@ -41,6 +41,7 @@ def test_attention_accepts_right_answers():
 
     for right in (attention, with_float_mask):
         assert_passed(ex.check_attention(right))
+        assert "so do its gradients" in ex.check_attention(right).message
 
 
 @pytest.mark.parametrize("mistake", ex._ATTENTION_MISTAKES, ids=range(len(ex._ATTENTION_MISTAKES)))
@@ -53,6 +54,11 @@ def test_attention_names_each_known_mistake_with_its_hint(mistake):
     (lambda q, k, v, m: attention(q, k, v, m)[::-1],
      ["returned the output with shape (3, 4)", "you returned (weights, output)"]),
     (lambda q, k, v, m: attention(q, k, v, torch.ones_like(m)), ["case 1 of 8", "mask was not applied"]),
+    (lambda *a: tuple(t.tolist() for t in attention(*a)), ["return a torch.Tensor", "list"]),
+    (lambda *a: tuple(t.float() for t in attention(*a)), ["case 3 of 8", "as torch.float32"]),
+    (torch.no_grad()(attention), ["right values", "gradient into q, k, v differs", "torch.no_grad()"]),
+    (lambda *a: tuple(t.detach() for t in attention(*a)), ["gradient into q, k, v"]),
+    (lambda q, k, v, m: attention(q, k.detach(), v, m), ["gradient into k differs", "W_K"]),
 ])
 def test_attention_names_what_a_learner_returned(wrong, fragments):
     assert_rejected(ex.check_attention(wrong), *fragments)
@@ -182,13 +188,6 @@ def test_exercise_2s_third_hint_asks_for_c_and_does_not_give_it():
 def test_check_function_non_callable(candidate):
     result = check_function(candidate, torch.relu, [{"x": torch.ones(2)}], what="your relu")
     assert_rejected(result, "your relu is not a function", type(candidate).__name__)
-
-
-def test_not_a_tensor_is_reported():
-    def as_lists(q, k, v, mask):
-        return tuple(t.tolist() for t in attention(q, k, v, mask))
-
-    assert_rejected(ex.check_attention(as_lists), "return a torch.Tensor", "list")
 
 
 @pytest.mark.parametrize("key, signature, check, fills", [
