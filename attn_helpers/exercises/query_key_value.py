@@ -30,9 +30,8 @@ WRONG_AXIS = ("d_k was taken from the wrong axis of q: q.shape[1] is d_k only fo
               "q.shape[-2] is n_q. d_k is the last axis: q.shape[-1].")
 TRANSPOSE_ALL = ("if you wrote k.T: on a batched tensor .T reverses every axis, (2, 5, 16) -> "
                  "(16, 5, 2). Swap only the last two axes: (..., d_k, n_k).")
-DETACHED = ("Not yet: attention gives the right values, but after one backward the gradient into {} "
-            "differs from the reference's. Was part of it detached (.detach(), .data, torch.no_grad())? "
-            "Then no gradient would train the projection that makes it (W_Q, W_K, W_V for q, k, v).")
+DETACHED = ("Not yet: attention gives the right values, but after one backward its gradient into {} "
+            "differs. Detached (.detach(), .data, torch.no_grad())? Its projection would not train.")
 
 
 def _random_mask(g: torch.Generator, *shape: int) -> torch.Tensor:
@@ -164,9 +163,8 @@ def check_attention(attention: Callable) -> CheckResult:
         error_hints=[("must match the size of tensor", TRANSPOSE_ALL),
                      ("Expected size for first two dimensions", TRANSPOSE_ALL)])
     if result:      # one backward into q, k and v, on case 3 (float64, heads, no empty row)
-        wrong = gradient_mismatch(_Attend(attention, cases[2]),
-                                  _Attend(scaled_dot_product_attention, cases[2]),
-                                  lambda module, q: module(q), cases[2]["q"])
+        modules = (_Attend(f, cases[2]) for f in (attention, scaled_dot_product_attention))
+        wrong = gradient_mismatch(*modules, lambda module, q: module(q), cases[2]["q"])
         if wrong:
             return CheckResult(False, DETACHED.format(", ".join("q" if n == "x" else n for n in wrong)))
         return CheckResult(True, result.message.rstrip(".") + ", and so do its gradients.")
@@ -259,21 +257,20 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
     return f"{where}. {why[0].upper()}{why[1:]}"
 
 
-@exercise("query_key_value.asymmetric_relation", "choose W_Q, W_K: attend to the next token",
-          hints=(
-              "The scores are S = X W_Q (X W_K)^T / sqrt(d_k). S must be large at (i, i+1), small "
-              "elsewhere. That S is not symmetric, so W_Q and W_K must differ.",
-              "Forget X for a moment: what must the (n, n) matrix Q K^T look like for every row "
-              "i to peak at column i + 1 (the last row at column 0)? Which simple Q and K have "
-              "that product? Then X stands between you and them, as Q = X W_Q: which matrix, "
-              "put to the right of X, undoes it (X times it is the identity)? Last, the size: how "
-              "far must the next token's score lead the n - 1 others for its weight to reach 0.9?",
-              "n = X.shape[0]\n"
-              "P = ...             # (n, n) cyclic shift: P[i, i+1] = 1, P[n-1, 0] = 1, 0 elsewhere\n"
-              "c = ...             # d_k = n: the next token's weight, as a function of c? >= 0.9\n"
-              "W_Q = ...           # (d_model, n): c times a right inverse of X (torch.linalg.pinv),\n"
-              "                    # so that Q = X W_Q = c I\n"
-              "return W_Q, ...     # W_K with K = X W_K = c P^T, so Q K^T = c^2 P"))
+@exercise("query_key_value.asymmetric_relation", "choose W_Q, W_K: attend to the next token", hints=(
+    "The scores are S = X W_Q (X W_K)^T / sqrt(d_k). S must be large at (i, i+1), small "
+    "elsewhere. That S is not symmetric, so W_Q and W_K must differ.",
+    "Forget X for a moment: what must the (n, n) matrix Q K^T look like for every row i to peak at "
+    "column i + 1 (the last row at column 0)? Which simple Q and K have that product? Then X stands "
+    "between you and them, as Q = X W_Q: which matrix, put to the right of X, undoes it (X times it "
+    "is the identity)? Last, the size: how far must the next token's score lead the n - 1 others "
+    "for its weight to reach 0.9?",
+    "n = X.shape[0]\n"
+    "P = ...             # (n, n) cyclic shift: P[i, i+1] = 1, P[n-1, 0] = 1, 0 elsewhere\n"
+    "c = ...             # d_k = n: the next token's weight, as a function of c? >= 0.9\n"
+    "W_Q = ...           # (d_model, n): c times a right inverse of X (torch.linalg.pinv),\n"
+    "                    # so that Q = X W_Q = c I\n"
+    "return W_Q, ...     # W_K with K = X W_K = c P^T, so Q K^T = c^2 P"))
 def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
     """``next_token_projections(X (n, d_model)) -> (W_Q, W_K)``, each ``(d_model, d_k)``: every
     token puts at least ``NEXT_WEIGHT`` on the next one (the last on token 0)."""
