@@ -210,7 +210,7 @@ _MODULE_MISTAKES = [   # _Reference's keywords for one mistake, and its hint
     "return self.out_proj(...)                  # merge first: (b, n, d_model), head i's columns"))
 def check_multi_head_module(module_class) -> CheckResult:
     """Exercise: ``module_class(d_model, num_heads)``, its ``forward(x, mask=None)`` equal to
-    ``nn.MultiheadAttention`` with the same weights, all heads in one call, gradients included."""
+    ``_Reference`` (as nn.MultiheadAttention computes), all heads in one call, gradients included."""
     name = getattr(module_class, "__name__", "your module")
     if not isinstance(module_class, type):
         return CheckResult(False, f"Not yet: pass the class itself (e.g. MultiHeadSelfAttention), "
@@ -240,8 +240,8 @@ def check_multi_head_module(module_class) -> CheckResult:
         return CheckResult(False, f"Not yet: {name} gives the right output, but after one backward "
                                   f"the gradients at {', '.join(wrong)} differ from the reference's "
                                   "(was part of it detached, or done under torch.no_grad()?).")
-    return CheckResult(True, f"Passed: {name} equals nn.MultiheadAttention(batch_first=True) with "
-                             f"the same weights on all {len(cases)} cases, and so are its gradients.")
+    return CheckResult(True, f"Passed: {name} equals nn.MultiheadAttention, as the checker's reference "
+                             f"computes it, on all {len(cases)} cases, gradients included.")
 
 
 def _gqa(q, k, v, *, group_of=lambda i, h, g: i // (h // g), scale=None, dim=-1):
