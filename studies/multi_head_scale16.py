@@ -11,7 +11,7 @@ attn_helpers/data/multi_head_scale16.json. Notebook 04 asserts its claims on thi
 against the seed study's curves. This study checks only that a re-run reproduces the shipped record
 within tolerances that hold across CPUs (first step below 0.01 within 20 steps, final block within
 a factor of 2).
-Re-run: python3 course.py studies multi_head_scale16      (about 50 s on 2 busy cores, one thread)
+Re-run: python3 course.py studies multi_head_scale16      (15 s of CPU; 2 minutes on 2 busy cores)
 """
 import json
 from dataclasses import replace
