@@ -25,8 +25,7 @@ def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int
 # --- exercise 1: previous-token scores ---------------------------------------------------------
 
 def _cases() -> list[dict]:
-    """Padded batches, and one sentence with no padding. In the first case no sentence has
-    ``n - 1`` real tokens, so dividing by ``n - 1`` and counting query 0 differ."""
+    """Padded batches, then one unpadded; case 1 tells dividing by ``n - 1`` from counting query 0."""
     g = seeded(91)
     return [{"weights": _softmax_rows(g, L, lengths, h, n),
              "mask": torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]}
@@ -50,8 +49,7 @@ def _from_1(mask):                                   # the real queries i >= 1
 
 
 def previous_token_reference(weights, mask):
-    """``(L, b, h)``: in each sentence, the mean weight on key ``i - 1`` over its real queries
-    ``i >= 1``."""
+    """``(L, b, h)``: in each sentence, the mean weight on key ``i - 1`` over real queries ``i >= 1``."""
     i = torch.arange(1, weights.shape[-1])
     return _pooled(weights[..., i, i - 1], mask[:, 1:])
 
@@ -128,13 +126,11 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
 def _norm_cases() -> list[dict]:
     """Weights, values and ``W_O (d, h * d_head)``, ``d`` once unequal to ``h * d_head``."""
     g = seeded(93)
-    cases = []
-    for lengths, h, n, d_head, d in [([5, 3], 3, 5, 4, 12), ([4], 2, 4, 3, 6),
-                                     ([6, 2, 4], 4, 6, 2, 8), ([3, 3], 2, 3, 4, 5)]:
-        cases.append({"weights": _softmax_rows(g, 1, lengths, h, n)[0],       # (b, h, n, n)
-                      "values": torch.randn(len(lengths), h, n, d_head, generator=g),
-                      "W_O": torch.randn(d, h * d_head, generator=g)})
-    return cases
+    return [{"weights": _softmax_rows(g, 1, lengths, h, n)[0],                # (b, h, n, n)
+             "values": torch.randn(len(lengths), h, n, d_head, generator=g),
+             "W_O": torch.randn(d, h * d_head, generator=g)}
+            for lengths, h, n, d_head, d in [([5, 3], 3, 5, 4, 12), ([4], 2, 4, 3, 6),
+                                             ([6, 2, 4], 4, 6, 2, 8), ([3, 3], 2, 3, 4, 5)]]
 
 
 def _heads(W_O, h, d_head):                          # (h, d_head, d): head h's columns, transposed

@@ -1,5 +1,4 @@
-r"""Notebook 09: all-MiniLM-L6-v2's heads on the shipped sentences; head scores ``(L, h)`` average
-over real queries only. Then the stimuli, resampling and figures (shown in its Going deeper)."""
+r"""Notebook 09's helpers: head scores ``(L, h)`` over real queries, ablations, stimuli, figures."""
 
 from __future__ import annotations
 
@@ -21,17 +20,17 @@ from ..plots import heatmap, weights_cmap
 from ..pretrained import Encoder, mean_pool
 
 __all__ = ["DATA_FILE", "IT_TEMPLATES", "TRIPLES", "ablated_embeddings", "entropy_grid", "gap_changes",
-           "heads_off", "interval", "it_items", "load_sentences", "offset_scores", "plot_ablation",
-           "plot_entropy", "plot_flips", "plot_layer", "plot_offsets", "plot_shares", "resampled",
-           "run_value_norms", "sink_shares", "template_sentences", "top_heads", "weights_from_it"]
+           "heads_off", "interval", "it_items", "load_sentences", "offset_scores", "order_sensitivity",
+           "plot_ablation", "plot_entropy", "plot_flips", "plot_layer", "plot_offsets", "plot_shares",
+           "resampled", "run_value_norms", "sink_shares", "template_sentences", "top_heads",
+           "weights_from_it"]
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "real_model_sentences.json"
 
 
 def load_sentences() -> dict[str, list]:
-    """The shipped set: sentences, (non_)paraphrases (``[a, b]`` pairs) and coreference items."""
-    data = json.loads(DATA_FILE.read_text(encoding="utf-8"))
-    return {key: data[key] for key in ("sentences", "paraphrases", "non_paraphrases", "coreference")}
+    """The shipped set: sentences, (non_)paraphrases (``[a, b]`` pairs), coreference items, about."""
+    return json.loads(DATA_FILE.read_text(encoding="utf-8"))
 
 
 # --- head scores: (L, b, h, n, n) weights in, an (L, h) grid out ---------------------------------
@@ -51,8 +50,7 @@ def _mean_over_queries(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 
 def entropy_grid(weights: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""``(L, h)`` mean entropy over the real queries (nats) and ``(L, h)`` mean of
-    :math:`H_i / \ln n`, ``n`` the sentence's real tokens."""
+    r"""``(L, h)`` mean entropy over real queries (nats), and mean :math:`H_i / \ln n` (real ``n``)."""
     _check(weights, mask)
     entropy = attention_entropy(weights)                                  # (L, b, h, n)
     normalised = normalized_entropy(weights, mask[None, :, None, None, :])  # (L, b, h, n)
@@ -86,9 +84,8 @@ def offset_scores(weights: torch.Tensor, mask: torch.Tensor, offset: int) -> tor
 @torch.no_grad()
 def heads_off(enc: Encoder, x: torch.Tensor, real: torch.Tensor, layer: int,
               keep: torch.Tensor) -> torch.Tensor:
-    """``(k, s, d)`` sentence embeddings, layer ``layer``'s (0-based) heads off where ``keep (k, h)``
-    is False; ``x (s, n, d)`` is that layer's input, ``real (s, n)`` True at real tokens. A head's
-    mask acts after its weights, so layer ``layer``'s heads are computed once for all ``k`` rows."""
+    """``(k, s, d)`` embeddings, layer ``layer``'s (0-based) heads off where ``keep (k, h)`` is False;
+    ``x (s, n, d)``: its input, ``real (s, n)``: True at real tokens. Weights computed once for all k."""
     mask, block = key_padding_to_attention_mask(real), enc.layers[layer]    # (s, 1, n)
     att, k = block.attention, len(keep)
     _, weights = att(x, x, x, mask)                                      # (s, h, n, n)
@@ -103,10 +100,8 @@ def heads_off(enc: Encoder, x: torch.Tensor, real: torch.Tensor, layer: int,
 
 @torch.no_grad()
 def ablated_embeddings(enc: Encoder, sentences: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unit-length embeddings of ``sentences``, all heads on ``(s, d)`` and off ``(L, 1 + h, s, d)``:
-    ``[l, 0]`` all of layer ``l`` off, ``[l, 1 + i]`` head ``i`` alone. For speed: one batch per
-    sentence length (no padding), and each layer's input computed once for its ``1 + h`` variants
-    (:func:`heads_off`)."""
+    """Unit-length embeddings, all heads on ``(s, d)`` and off ``(L, 1 + h, s, d)``: ``[l, 0]`` layer
+    ``l`` off, ``[l, 1 + i]`` head ``i`` alone; one batch per sentence length (no padding), for speed."""
     if not sentences or not all(isinstance(s, str) for s in sentences):
         raise TypeError("sentences must be a non-empty list of strings")
     tok, L, h, d = enc.tokenize(sentences), enc.cfg.num_layers, enc.cfg.num_heads, enc.cfg.d_model
@@ -123,13 +118,28 @@ def ablated_embeddings(enc: Encoder, sentences: list[str]) -> tuple[torch.Tensor
     return on, off
 
 
+@torch.no_grad()
+def order_sensitivity(enc: Encoder, sentences: list[str], g: torch.Generator, k: int = 3):
+    """1 - cos(sentence, its words shuffled), ``k`` shuffles of each of ``s`` sentences: all heads on
+    ``(k, s)``, and each variant of :func:`ablated_embeddings` off ``(L, 1 + h, k, s)``."""
+    shuffled = []
+    for _ in range(k):
+        for sentence in sentences:                          # the same words in a random order
+            words = sentence[:-1].split()                   # the final . or ? kept at the end
+            order = torch.randperm(len(words), generator=g).tolist()
+            shuffled.append(" ".join(words[i] for i in order) + sentence[-1])
+    s = len(sentences)
+    on, off = ablated_embeddings(enc, sentences + shuffled)     # (S, d), (L, 1 + h, S, d); S = s + k s
+    return tuple(1 - (e[..., None, :s, :] * e[..., s:, :].unflatten(-2, (k, s))).sum(-1)
+                 for e in (on, off))
+
+
 # --- value-weighted norms (Kobayashi et al., 2020) -------------------------------------------------
 
 @torch.no_grad()
 def run_value_norms(enc: Encoder, input_ids: torch.Tensor, real: torch.Tensor):
-    r"""Weights :math:`a_{ij}` and norms :math:`\lVert a_{ij} f_h(x_j) \rVert`, both
-    ``(L, b, h, n, n)``, and :math:`\lVert f_h(x_j) \rVert` ``(L, b, h, n)``, with
-    :math:`f_h(x_j) = v^{(h)}_j W_O^{(h)}`."""
+    r"""Weights :math:`a_{ij}` and norms :math:`\lVert a_{ij} f_h(x_j) \rVert` ``(L, b, h, n, n)``, and
+    :math:`\lVert f_h(x_j) \rVert` ``(L, b, h, n)``, :math:`f_h(x_j) = v^{(h)}_j W_O^{(h)}`."""
     mask = key_padding_to_attention_mask(real)                  # (b, 1, n)
     x, out = enc.embeddings(input_ids), []
     for layer in enc.layers:
@@ -189,8 +199,8 @@ IT_TEMPLATES = {  # sentence; the word that makes the 1st noun "it", then the 2n
 
 
 def it_items(shipped: list) -> tuple[list, dict]:
-    """``[sentence, antecedent, other noun]`` items in pairs: the ``shipped`` pairs, then 10 pairs per
-    template; and each unit's pair slice ("shipped", then each template by its opening words)."""
+    """``[sentence, antecedent, other noun]`` items in pairs (``shipped``, then 10 per template), and
+    each unit's pair slice ("shipped", then each template by its opening words)."""
     items = list(shipped)
     for template, (first_word, second_word, nouns) in IT_TEMPLATES.items():
         for a, b in (pair.split() for pair in nouns.split(", ")):
@@ -220,8 +230,7 @@ def weights_from_it(enc: Encoder, items: list) -> tuple[torch.Tensor, torch.Tens
 # --- resampling ------------------------------------------------------------------------------------
 
 def resampled(x: torch.Tensor, real: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
-    """``x (L, b, h, n)``, one value per query; ``draws (R, b)`` resamples of the sentences ->
-    ``(R, L)``: each resample's mean over its real queries and all heads, by layer."""
+    """``x (L, b, h, n)`` per query, ``draws (R, b)`` -> ``(R, L)``: mean over real queries, heads."""
     sums = (x * real[None, :, None, :]).sum(dim=(2, 3)).T              # (b, L)
     counts = real.sum(dim=1) * x.shape[2]                              # (b,) real queries x heads
     return sums[draws].sum(dim=1) / counts[draws].sum(dim=1, keepdim=True)
@@ -234,10 +243,9 @@ def interval(boot: torch.Tensor) -> str:
 
 
 def gap_changes(on: torch.Tensor, off: torch.Tensor, gaps: dict, g: torch.Generator, R: int = 1000):
-    """Each gap (mean cosine of pairs ``a`` minus pairs ``b``) with all heads on, ``gap``; with each
-    variant off, ``off (L, 1 + h)``; ``change`` = off - on; ``boot (L, 1 + h, R)``: the change on
-    ``R`` paired resamples (the same indices ``i`` in ``a`` and ``b``); ``parts``: the change of
-    ``a``'s and of ``b``'s mean cosine, ``(L, 1 + h)`` each."""
+    """Each gap (mean cosine of pairs ``a`` minus pairs ``b``): ``gap`` all on, ``off (L, 1 + h)``,
+    ``change`` = off - on, ``boot (L, 1 + h, R)`` on ``R`` paired resamples (the same ``i`` in ``a``
+    and ``b``), ``parts``: the change of ``a``'s and ``b``'s mean cosine."""
     every = torch.cat([on[None], off.flatten(0, 1)])                  # (1 + L (1 + h), p)
     out = {}
     for name, (a, b) in gaps.items():
@@ -313,8 +321,7 @@ def plot_shares(bars: dict, title: str, chance: float | None = None) -> None:
 
 
 def plot_offsets(previous, following, weights, tokens, best_previous, best_next) -> None:
-    """The previous- and next-token scores ``(L, h)``, and the best head of each on one sentence's
-    ``weights (L, h, n, n)``."""
+    """The previous- and next-token scores ``(L, h)``; each best head on ``weights (L, h, n, n)``."""
     n = len(tokens)
     fig, axes = plt.subplots(1, 4, figsize=(17, 4.6), layout="constrained",
                              gridspec_kw={"width_ratios": [1.3, 1.3, 1, 1]})
@@ -346,8 +353,7 @@ def plot_flips(right: torch.Tensor, wrong: torch.Tensor, need: int, P: int) -> N
 
 
 def plot_ablation(groups: dict, swap) -> None:
-    """The pairs' cosines by group; ``swap`` (a :func:`gap_changes` entry): each layer's heads off
-    (error bars: middle 95% of resamples, hatched where they include 0) and each head off."""
+    """The pairs' cosines by group; ``swap`` (a :func:`gap_changes` entry), each layer and head off."""
     fig, axes = plt.subplot_mosaic([["pairs", "layers"], ["heads", "heads"]], figsize=(14, 8.4),
                                    gridspec_kw={"width_ratios": [1, 1.6]}, layout="constrained")
     colors = ("#1f77b4", "#17becf", "#ff7f0e", "#d62728")

@@ -1,6 +1,5 @@
-"""Notebook 09's widget: a sentence, a layer and a head of all-MiniLM-L6-v2, and a switch that turns
-the head off to show the similarity to a second sentence change. A sentence runs once; a move
-redraws; switching a head off reruns its layer and the later ones once per layer (cached)."""
+"""Notebook 09's widget: one head of all-MiniLM-L6-v2 on a sentence, and the similarity to a second
+sentence with that head off. A sentence runs once, a move redraws, an ablation runs once per layer."""
 
 from __future__ import annotations
 
@@ -48,9 +47,8 @@ def token_label(token: str) -> str:
 
 @dataclass(frozen=True)
 class SentenceRun:
-    """One sentence through the model: ``n <= 512`` word pieces (their ``labels``), ``weights
-    (L, h, n, n)``, the ``(L, h)`` head scores, the ``embedding (d,)`` of ``enc.encode`` (first 256
-    pieces), every layer's input in that run ``layer_inputs (L, 1, n_e, d)``, and notes."""
+    """One sentence through the model: ``n <= 512`` word pieces' ``labels``, ``weights (L, h, n, n)``,
+    ``(L, h)`` head scores, ``embedding (d,)`` as ``encode``, ``layer_inputs (L, 1, n_e, d)``, notes."""
 
     labels: list
     weights: torch.Tensor
@@ -148,8 +146,7 @@ def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: i
 
 
 class RealModelView(BlitView):
-    """One head's heatmap with its entropy per query (left); the ``L x h`` map of every head's mean
-    entropy / ln n, the head shown framed (right)."""
+    """One head's heatmap and entropies (left); every head's mean entropy / ln n, framed (right)."""
 
     def __init__(self, shape: tuple[int, int] = (6, 12), figsize=(12.0, 5.0)):
         super().__init__(figsize)
@@ -184,8 +181,7 @@ class RealModelView(BlitView):
 
 
 def example_pairs() -> list[tuple[str, str]]:
-    """Notebook 09's section-3 sentence and a paraphrase, the shipped paraphrase pairs, then two
-    non-paraphrase pairs."""
+    """Section 3's sentence and a paraphrase, the shipped paraphrases, then two non-paraphrases."""
     data = rm.load_sentences()
     first = ("The animal didn't cross the street because it was too tired.",
              "The animal was too tired to cross the road.")

@@ -49,23 +49,21 @@ def next_token(weights, mask):
     return (weights[..., i, i + 1] * valid).sum(dim=3) / valid.sum(dim=3)
 
 
+def mask_without_axes(weights, mask):  # mask (b, n - 1) against entries (L, b, h, n - 1)
+    i = torch.arange(1, weights.shape[-1])
+    valid = mask[:, 1:].float()
+    return (weights[..., i, i - 1] * valid).sum(dim=3) / valid.sum(dim=3)
+
+
 @pytest.mark.parametrize("wrong, named", [
     (next_token, "NEXT token"),
     (lambda w, m: previous(w, m, valid=torch.ones_like(m[:, 1:])), "padding queries"),
     (lambda w, m: previous(w, m)[None].expand(2, -1, -1, -1), "with shape"),   # (2, L, b, h)
     (lambda w, m: offset_scores(w, m, -1), "pooled over the sentences"),     # the call of 4.3
+    (mask_without_axes, "Hint: the mask is (b, n - 1) but the entries"),     # a shape error's hint
 ])
 def test_previous_token_checker_names_learner_mistakes(wrong, named):
     assert_rejected(P(wrong), named)
-
-
-def test_a_mask_without_axes_gets_a_hint():
-    def mask_without_axes(weights, mask):  # mask (b, n - 1) against entries (L, b, h, n - 1)
-        i = torch.arange(1, weights.shape[-1])
-        valid = mask[:, 1:].float()
-        return (weights[..., i, i - 1] * valid).sum(dim=3) / valid.sum(dim=3)
-
-    assert_rejected(P(mask_without_axes), "Hint: ", "where the layer and head axes go")
 
 
 # --- exercise 2: value_norms(weights, values, W_O) -> (b, h, n, n) ------------------------------
@@ -93,16 +91,6 @@ def test_norms_checker_accepts_correct_answers():
     assert N(lambda w, v, W: norms(w, v, W.T.reshape(v.shape[1], v.shape[-1], -1)))  # W_O.T's rows
 
 
-@pytest.mark.parametrize("wrong, named", [
-    (lambda w, v, W: norms(w, v, W[: v.shape[1] * v.shape[-1]].view(v.shape[1], v.shape[-1], -1)),
-     "COLUMNS"),
-    (lambda w, v, W: w * (v.norm(dim=-1) * W.view(len(W), v.shape[1], -1).norm(dim=(0, 2))[:, None])[
-        :, :, None, :], "multiplied the two norms"),                   # ||v_j|| ||W_O^(h)||_F
-])
-def test_norms_checker_names_learner_mistakes(wrong, named):
-    assert_rejected(N(wrong), named)
-
-
 def untransposed_block(weights, values, W_O):      # head h's columns (d, d_head), not transposed
     h, d_head = values.shape[1], values.shape[-1]
     f = torch.stack([values[:, k] @ W_O[:, k * d_head:(k + 1) * d_head] for k in range(h)], dim=1)
@@ -115,10 +103,16 @@ def norm_over_keys(weights, values, W_O):          # the norm over the keys' axi
     return weights * f.norm(dim=-2)[:, :, None, :]
 
 
-@pytest.mark.parametrize("wrong, named", [(untransposed_block, "transpose them"),
-                                          (norm_over_keys, "over the last axis, d")])
-def test_norms_checker_turns_shape_errors_into_hints(wrong, named):
-    assert_rejected(N(wrong), "Hint: ", named)
+@pytest.mark.parametrize("wrong, named", [
+    (lambda w, v, W: norms(w, v, W[: v.shape[1] * v.shape[-1]].view(v.shape[1], v.shape[-1], -1)),
+     "COLUMNS"),
+    (lambda w, v, W: w * (v.norm(dim=-1) * W.view(len(W), v.shape[1], -1).norm(dim=(0, 2))[:, None])[
+        :, :, None, :], "multiplied the two norms"),                   # ||v_j|| ||W_O^(h)||_F
+    (untransposed_block, "Hint: a matrix product did not fit"),    # shape errors turned into hints
+    (norm_over_keys, "Hint: two tensors did not broadcast"),
+])
+def test_norms_checker_names_learner_mistakes(wrong, named):
+    assert_rejected(N(wrong), named)
 
 
 # --- stubs and hints ----------------------------------------------------------------------------

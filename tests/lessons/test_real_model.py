@@ -44,6 +44,10 @@ def test_entropy_grid_exact_on_hand_made_weights():
     assert torch.allclose(grid[:, 0], torch.full((2,), uniform), atol=1e-6)
     assert torch.allclose(normalised[:, 0], torch.ones(2), atol=1e-6)
     assert grid[:, 1:].abs().max() == 0 and normalised[:, 1:].abs().max() == 0  # one-hot rows
+    with pytest.raises(ValueError, match=r"\(L, b, h, n, n\)"):                     # bad inputs
+        rm.entropy_grid(w[0], mask)
+    with pytest.raises(ValueError, match="mask"):
+        rm.entropy_grid(w, mask[:, :-1])
 
 
 def test_offset_scores_exact_on_hand_made_weights():
@@ -69,14 +73,6 @@ def test_sink_shares_on_hand_made_weights():
         rm.sink_shares(w, mask, ids[:, :-1], 101)
 
 
-def test_bad_inputs_name_the_argument():
-    w, mask = hand_made()
-    with pytest.raises(ValueError, match=r"\(L, b, h, n, n\)"):
-        rm.entropy_grid(w[0], mask)
-    with pytest.raises(ValueError, match="mask"):
-        rm.entropy_grid(w, mask[:, :-1])
-
-
 def test_heads_off_equals_the_head_masked_encoder_on_a_padded_batch():
     enc = load_encoder()
     sentences = ["The cat sat.", "A much longer sentence, with many more word pieces in it.", "Hi"]
@@ -86,9 +82,7 @@ def test_heads_off_equals_the_head_masked_encoder_on_a_padded_batch():
         x = enc.embeddings(batch["input_ids"])
         for layer in enc.layers[:2]:
             x, _ = layer(x, key_padding_to_attention_mask(real))        # layer 3's input
-    keep = torch.ones(2, 12, dtype=torch.bool)
-    keep[0] = False                                                     # every head of layer 3 off
-    keep[1, 6] = False                                                  # head (3, 7) alone off
+    keep = torch.tensor([[False] * 12, [j != 6 for j in range(12)]])  # layer 3 off; head (3, 7) off
     off = rm.heads_off(enc, x, real, 2, keep)                           # (2, s, d)
     for row, heads in zip(off, keep, strict=True):
         head_mask = torch.ones(6, 12, dtype=torch.bool)
@@ -153,6 +147,18 @@ def test_ablated_embeddings_equal_the_head_masked_encoder():
                               atol=1e-5)
     with pytest.raises(TypeError, match="sentences"):
         rm.ablated_embeddings(enc, [])
+
+
+def test_order_sensitivity_is_zero_for_a_reordering_that_changes_nothing_and_matches_encode():
+    enc, words = load_encoder(), ["The", "cat", "sat"]          # one length: one batch, fast
+    on, off = rm.order_sensitivity(enc, ["dog dog dog.", "The cat sat?"],
+                                   torch.Generator().manual_seed(0), 2)
+    assert on.shape == (2, 2) and off.shape == (6, 13, 2, 2)
+    assert on[:, 0].abs().max() < 1e-6 and off[..., 0].abs().max() < 1e-6   # one word, any order
+    g = torch.Generator().manual_seed(0)
+    _, order = torch.randperm(3, generator=g), torch.randperm(3, generator=g).tolist()
+    e = enc.encode(["The cat sat?", " ".join(words[i] for i in order) + "?"])
+    assert abs(float(on[0, 1]) - (1 - float(e[0] @ e[1]))) < 1e-5 and on[0, 1] > 0.01
 
 
 def test_the_shipped_ablation_record_matches_ablated_embeddings_on_one_pair():
