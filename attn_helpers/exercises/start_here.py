@@ -148,12 +148,12 @@ def _tiny_weight_mistakes() -> list[Mistake]:
 @exercise("start_here.entropy", "the entropy of attention rows", hints=(
     "Entropy is 0 when one key takes all the weight, ln n when n keys share it equally. A key "
     "with weight 0 adds nothing.",
-    "Each key adds -a_j ln a_j (torch.log), but at a_j = 0 that is 0 * (-inf) = nan: use "
-    "torch.where on a_j > 0 (fine for values; for gradients see Going deeper). Sum over dim=-1. "
-    "Keep positive weights as they are: "
+    "Each key adds -a_j ln a_j (torch.log), but at a_j = 0 that is 0 * (-inf) = nan. Take the log "
+    "of torch.where(a > 0, a, 1) instead: ln 1 = 0, and the gradient stays finite (Going deeper). "
+    "Sum over dim=-1. Keep positive weights as they are: "
     "torch.log(a + 1e-12) passes, torch.log(a + 1e-6) does not.",
-    "terms = torch.where(weights > 0, -..., torch.zeros_like(weights))  # -a ln a, 0 where a = 0\n"
-    "return ...        # the sum over the last axis, dim=-1: shape (...)"))
+    "safe = torch.where(weights > 0, weights, ...)   # 1 where a = 0: ln 1 = 0\n"
+    "return -(weights * torch.log(safe)).sum(...)    # over the last axis: shape (...)"))
 def check_entropy(entropy: Callable) -> CheckResult:
     """``entropy(weights (..., n)) -> (...)`` in nats, with ``0 ln 0 = 0``."""
     no_entr = ("torch.special.entr (which ah.attention_entropy uses) does the exercise for you: "

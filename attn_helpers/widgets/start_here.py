@@ -11,12 +11,13 @@ from ..entropy import max_weight
 from ..masks import causal_mask
 from .core import AttentionFrame, AttentionView, LiveAttentionWidget
 
-__all__ = ["READOUT_NORMALISED", "WARMUP_TOKENS", "normalised_entropy", "warmup_scores",
-           "warmup_frame", "warmup_widget"]
+__all__ = ["READOUT_NORMALISED", "READOUT_SCALING", "WARMUP_TOKENS", "normalised_entropy",
+           "warmup_scores", "warmup_frame", "warmup_widget"]
 
 WARMUP_TOKENS = ("how", "does", "attention", "really", "work", "?")
 WARMUP_SEED = 5  # the smallest seed with a mean entropy below 0.1 nats at T = 0.1 (notebook 00)
 READOUT_NORMALISED = "mean H / ln(keys seen) (rows seeing 2+ keys)"   # a row seeing 1 key has no spread
+READOUT_SCALING = "T / √8 (1 = Transformer scaling)"   # marks T = sqrt(d_k), d_k = 8, on the slider
 
 
 def warmup_scores(seed: int = WARMUP_SEED) -> torch.Tensor:
@@ -36,7 +37,8 @@ def warmup_frame(temperature: float, causal: bool = False) -> AttentionFrame:
         "mean entropy (nats)": f"{frame.entropy.mean().item():.2f}",
         READOUT_NORMALISED: f"{normalised_entropy(frame.entropy, mask).item():.2f}",
         "mean largest weight": f"{max_weight(weights).mean().item():.2f}",
-        "effective keys (mean e^H)": f"{frame.entropy.exp().mean().item():.2f}"}
+        "effective keys (mean e^H)": f"{frame.entropy.exp().mean().item():.2f}",
+        READOUT_SCALING: f"{temperature / 8 ** 0.5:.2f}"}
     return frame
 
 

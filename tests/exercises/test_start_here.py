@@ -99,7 +99,7 @@ def test_right_values_in_the_wrong_dtype_get_no_mistake_hint():
     ("start_here.softmax_with_temperature", "scores, temperature", ex.check_softmax_with_temperature,
      ("z.amax(dim=-1, keepdim=True)", "e.sum(dim=-1, keepdim=True)")),
     ("start_here.entropy", "weights", ex.check_entropy,
-     ("weights * torch.log(weights)", "terms.sum(dim=-1)")),
+     ("torch.ones_like(weights)", "dim=-1")),
 ])
 def test_the_third_hint_is_a_skeleton_that_passes_once_its_key_lines_are_written(
         key, signature, check, fills):

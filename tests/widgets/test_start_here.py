@@ -28,10 +28,10 @@ def test_normalised_entropy_is_one_for_even_rows_and_a_mean_per_draw_in_a_batch(
 
 def test_the_widget_reads_out_the_normalised_entropy_under_the_causal_mask():
     frame = warmup.warmup_frame(1.0, causal=True)
-    seen = torch.arange(1, 7, dtype=torch.float64)
-    expected = (frame.entropy[1:] / seen[1:].log()).mean().item()           # rows 1-5
+    expected = (frame.entropy[1:] / torch.arange(2, 7, dtype=torch.float64).log()).mean().item()
     assert frame.readouts[warmup.READOUT_NORMALISED] == f"{expected:.2f}"
     assert "2+ keys" in warmup.READOUT_NORMALISED                           # says which rows
+    assert warmup.warmup_frame(8 ** 0.5).readouts[warmup.READOUT_SCALING] == "1.00"   # T = sqrt(d_k)
 
 
 def test_the_slider_reaches_a_temperature_of_0_05_and_refuses_one_below_its_minimum():
