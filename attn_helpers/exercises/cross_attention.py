@@ -1,4 +1,4 @@
-"""Checkers for notebook 06: cross-attention from its weight matrices (queries from the decoder,
+"""Checkers for notebook 06: multi-head cross-attention from its weights (queries from the decoder,
 keys and values from the encoder, padded memory masked on the keys), and a post-norm decoder layer
 one target position at a time, the memory projected once."""
 
@@ -22,44 +22,46 @@ __all__ = ["check_cross_attend", "cross_attend_reference", "check_decode_layer",
            "decode_layer_reference"]
 
 
-def cross_attend_reference(y, memory, memory_real, W_Q, W_K, W_V):
-    """``(output (b, n_q, d_v), weights (b, n_q, n_k))``: one head of cross-attention, padded memory
-    positions masked on the keys only; ``torch.nn.MultiheadAttention``'s with ``key_padding_mask``."""
-    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V       # (b, n_q, d), (b, n_k, d), (b, n_k, d_v)
-    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])      # (b, n_q, n_k)
-    weights = scores.masked_fill(~memory_real[:, None, :], -math.inf).softmax(-1)
-    return weights @ V, weights
+def cross_attend_reference(y, memory, memory_real, W_Q, W_K, W_V, num_heads):
+    """``(output (b, n_q, d), weights (b, h, n_q, n_k))``: h heads of cross-attention without W_O,
+    padded memory masked on the keys; ``nn.MultiheadAttention``'s with ``key_padding_mask``."""
+    Q, K, V = (split_heads(x @ W, num_heads) for x, W in ((y, W_Q), (memory, W_K), (memory, W_V)))
+    scores = Q @ K.mT / math.sqrt(Q.shape[-1])                    # (b, h, n_q, n_k): sqrt(d_head)
+    weights = scores.masked_fill(~memory_real[:, None, None, :], -math.inf).softmax(-1)
+    return merge_heads(weights @ V), weights
 
 
 _ATTEND = {  # the reference in steps; each named mistake below replaces one
     "QKV": lambda y, memory, W_Q, W_K, W_V: (y @ W_Q, memory @ W_K, memory @ W_V),
+    "split": split_heads,                                         # (b, n, d) -> (b, h, n, d_head)
     "scale": lambda Q, memory: math.sqrt(Q.shape[-1]),
-    "keep": lambda real, n_q: real[:, None, :],                              # (b, 1, n_k)
+    "keep": lambda real, n_q: real[:, None, None, :],                        # (b, 1, 1, n_k)
     "weights": lambda scores, keep: scores.masked_fill(~keep, -math.inf).softmax(-1),
+    "merge": merge_heads,
 }
 
 
-def _attend_with(y, memory, memory_real, W_Q, W_K, W_V, **changed):
+def _attend_with(y, memory, memory_real, W_Q, W_K, W_V, num_heads, **changed):
     step = _ATTEND | changed
-    Q, K, V = step["QKV"](y, memory, W_Q, W_K, W_V)
+    Q, K, V = (step["split"](x, num_heads) for x in step["QKV"](y, memory, W_Q, W_K, W_V))
     scores = Q @ K.mT / step["scale"](Q, memory)
     weights = step["weights"](scores, step["keep"](memory_real, Q.shape[-2]))
-    return weights @ V, weights
+    return step["merge"](weights @ V), weights
 
 
 def _attend_cases() -> list[dict]:
     g = seeded(60)
-    cases = []   # case 1: b = n_q = n_k = d = d_m: every named mistake has the answer's shapes,
-    # and every square-root scale is right; case 2's n_q, n_k, d, d_m differ: it names each one
-    for b, n_q, n_k, d, d_m, lengths, dtype in [
-            (4, 4, 4, 4, 4, [2, 4, 1, 3], torch.float32), (2, 4, 6, 8, 10, [6, 2], torch.float32),
-            (2, 1, 5, 4, 4, [3, 5], torch.float64), (4, 5, 3, 8, 6, [3, 1, 2, 3], torch.float32)]:
+    cases = []   # case 1: b = n_q = n_k = d = d_m, one head: every named mistake has the answer's
+    # shapes, and every square-root scale is right; case 2's n_q, n_k, d, d_m, h differ: it names each
+    for b, n_q, n_k, d, d_m, h, lengths, dtype in [
+            (4, 4, 4, 4, 4, 1, [2, 4, 1, 3], torch.float32), (2, 4, 6, 16, 10, 2, [6, 2], torch.float32),
+            (2, 1, 5, 4, 4, 2, [3, 5], torch.float64), (4, 5, 3, 8, 6, 4, [3, 1, 2, 3], torch.float32)]:
         def w(rows, cols, dtype=dtype):
             return (2 * torch.randn(rows, cols, generator=g) / math.sqrt(rows)).to(dtype)
         cases.append({"y": torch.randn(b, n_q, d, generator=g).to(dtype),
                       "memory": torch.randn(b, n_k, d_m, generator=g).to(dtype),
                       "memory_real": torch.arange(n_k)[None, :] < torch.tensor(lengths)[:, None],
-                      "W_Q": w(d, d), "W_K": w(d_m, d), "W_V": w(d_m, d)})
+                      "W_Q": w(d, d), "W_K": w(d_m, d), "W_V": w(d_m, d), "num_heads": h})
     return cases
 
 
@@ -68,23 +70,24 @@ _TRANSPOSED = ("transposed: x @ W.T is nn.Linear's habit (its weight is stored (
 ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
     ("padded memory positions were read: mask the scores with memory_real (True = real) before the "
      "softmax.", partial(_attend_with, weights=lambda scores, keep: scores.softmax(-1))),
-    ("the mask was laid along the queries, (b, n_k, 1): it hid rows of the weights (decoder "
+    ("the mask was laid along the queries, (b, 1, n_k, 1): it hid rows of the weights (decoder "
      "positions), not columns. Padding belongs to the memory's positions, the keys: give the mask "
-     "a query axis of size 1 in the middle, (b, 1, n_k).",
-     partial(_attend_with, keep=lambda real, n_q: real[:, :, None])),
-    ("the mask's batch axis met the scores' query axis, (1, b, n_k): each decoder position got "
-     "another sentence's padding. Keep the batch first: (b, 1, n_k).",
-     partial(_attend_with, keep=lambda real, n_q: real[None])),
+     "a head axis and a query axis of size 1, (b, 1, 1, n_k).",
+     partial(_attend_with, keep=lambda real, n_q: real[:, None, :, None])),
+    ("the mask's batch axis met the scores' query axis, (1, 1, b, n_k): each decoder position got "
+     "another sentence's padding. Keep the batch first: (b, 1, 1, n_k).",
+     partial(_attend_with, keep=lambda real, n_q: real[None, None])),
     ("every sentence got the first sentence's mask (memory_real[0]): each has its own padding. "
-     "Keep the batch axis: (b, 1, n_k).", partial(_attend_with, keep=lambda real, n_q: real[:1, None])),
+     "Keep the batch axis: (b, 1, 1, n_k).",
+     partial(_attend_with, keep=lambda real, n_q: real[:1, None, None])),
     ("the mask is inverted: memory_real is True at the REAL positions, the ones that may be read.",
-     partial(_attend_with, keep=lambda real, n_q: ~real[:, None, :])),
-    ("the memory was masked causally: cross-attention needs no causal mask. The whole input is known "
-     "before the decoder writes: every decoder position may read every real memory position.",
-     partial(_attend_with, keep=lambda real, n_q: real[:, None, :] & torch.ones(
+     partial(_attend_with, keep=lambda real, n_q: ~real[:, None, None, :])),
+    ("the memory was masked causally: cross-attention needs no causal mask; the whole input is "
+     "known before the decoder writes.",
+     partial(_attend_with, keep=lambda real, n_q: real[:, None, None, :] & torch.ones(
          n_q, real.shape[1], dtype=torch.bool).tril())),
-    ("the keys and values came from the decoder states y: that is self-attention. In "
-     "cross-attention they come from the memory, K = memory W_K and V = memory W_V.",
+    ("the keys and values came from the decoder states y: that is self-attention. Here K = memory W_K, "
+     "V = memory W_V.",
      partial(_attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q, y @ W_K, y @ W_V))),
     ("the roles are swapped: the queries came from the memory and the keys and values from y. The "
      "decoder asks (Q = y W_Q); the memory answers.",
@@ -94,20 +97,36 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
     ("the softmax ran over dim -2, the decoder positions: each column summed to 1. Normalise each "
      "row, over the memory positions (the last dim).", partial(
          _attend_with, weights=lambda scores, keep: scores.masked_fill(~keep, -math.inf).softmax(-2))),
-    ("the scores were not scaled: divide by sqrt(d), the width of Q and K.",
+    ("the scores were not scaled: divide by sqrt(d_head), the width of one head's Q and K.",
      partial(_attend_with, scale=lambda Q, memory: 1.0)),
-    ("the scores were divided by sqrt(d_m), the memory's width; divide by sqrt(d), the width of Q "
-     "and K after W_Q and W_K.", partial(_attend_with, scale=lambda Q, memory: memory.shape[-1] ** 0.5)),
-    ("the scores were divided by d; divide by sqrt(d).",
+    ("the scores were divided by sqrt(d_m), the memory's width; divide by sqrt(d_head), the width "
+     "of one head's Q and K.", partial(_attend_with, scale=lambda Q, memory: memory.shape[-1] ** 0.5)),
+    ("the scores were divided by d_head; divide by sqrt(d_head).",
      partial(_attend_with, scale=lambda Q, memory: Q.shape[-1])),
-    ("the scores were divided by sqrt(n_k), the number of memory positions; divide by sqrt(d), the "
-     "width of Q and K: the scale counts the terms of one dot product, not the keys.",
+    ("the scores were divided by sqrt(d), the width of all heads together: one head's dot product "
+     "has d_head = d / h terms. Divide by sqrt(d_head).",
+     partial(_attend_with, scale=lambda Q, memory: (Q.shape[1] * Q.shape[-1]) ** 0.5)),
+    ("the scores were divided by sqrt(n_k), the number of memory positions; divide by sqrt(d_head): "
+     "the scale counts the terms of one dot product, not the keys.",
      partial(_attend_with, scale=lambda Q, memory: memory.shape[-2] ** 0.5)),
-    ("the scores were divided by sqrt(n_q), the number of decoder positions; divide by sqrt(d), the "
-     "width of Q and K.", partial(_attend_with, scale=lambda Q, memory: Q.shape[-2] ** 0.5)),
-    ("the output was divided by sqrt(d), after the weighted sum: the scale belongs to the scores, "
-     "before the softmax, where it keeps the softmax from saturating.",
-     lambda *args: (_attend_with(*args)[0] / args[3].shape[-1] ** 0.5, _attend_with(*args)[1])),
+    ("the scores were divided by sqrt(n_q), the number of decoder positions; divide by "
+     "sqrt(d_head), the width of one head's Q and K.",
+     partial(_attend_with, scale=lambda Q, memory: Q.shape[-2] ** 0.5)),
+    ("the output was divided by sqrt(d_head), after the weighted sum: the scale belongs to the "
+     "scores, before the softmax, where it keeps the softmax from saturating.",
+     partial(_attend_with, merge=lambda o: merge_heads(o) / o.shape[-1] ** 0.5)),
+    ("the heads were not split: one head of width d. Split Q, K and V into h heads "
+     "(ah.split_heads), attend per head, then merge.",
+     partial(_attend_with, split=lambda x, h: split_heads(x, 1))),
+    ("the heads were split without moving the head axis before the positions: reshape to (b, n, "
+     "h, d_head), then transpose(1, 2), as ah.split_heads does.",
+     partial(_attend_with, split=lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1))),
+    ("the heads were merged without moving the head axis back: transpose(1, 2) to (b, n_q, h, "
+     "d_head) before the reshape to (b, n_q, d), as ah.merge_heads does.",
+     partial(_attend_with, merge=lambda o: o.reshape(o.shape[0], o.shape[2], -1))),
+    ("the weights were averaged over the heads (nn.MultiheadAttention's default): return each "
+     "head's, (b, h, n_q, n_k).",
+     lambda *args: (_attend_with(*args)[0], _attend_with(*args)[1].mean(1))),
     (f"a weight was {_TRANSPOSED}", partial(
         _attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q.T, memory @ W_K, memory @ W_V))),
     (f"the weights were {_TRANSPOSED}", partial(
@@ -126,30 +145,31 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
 ]]
 
 
-@exercise("cross_attention.attend", "cross-attention from W_Q, W_K, W_V: queries from the decoder, "
-          "keys and values from the encoder, padded memory masked", hints=(
-    "Section 1's formula and its padding mask: the decoder asks, the memory answers. Padding "
-    "is a property of the memory's positions, so it hides columns of the weights, never rows.",
-    "Which of y and memory makes Q, which makes K and V? The scores are (b, n_q, n_k): one row per "
-    "decoder position. Which axis does each row's softmax run over? memory_real is (b, n_k): which "
-    "axis must it gain to broadcast over the n_q queries? Divide by the square root of the width "
-    "of Q and K.",
-    "Q, K, V = ...                      # (b, n_q, d), (b, n_k, d), (b, n_k, d): who makes which?\n"
-    "scores = ...                       # (b, n_q, n_k), scaled\n"
-    "scores = ...                       # padded memory positions at -inf: the mask (b, 1, n_k)\n"
-    "weights = ...                      # (b, n_q, n_k): each row sums to 1\n"
-    "return weights @ V, weights"))
+@exercise("cross_attention.attend", "multi-head cross-attention from W_Q, W_K, W_V: queries from "
+          "the decoder, keys and values from the encoder, padded memory masked", hints=(
+    "Section 1's formula, per head (notebook 04), and its padding mask: the decoder asks, the "
+    "memory answers. Padding is a property of the memory's positions: it hides columns of the "
+    "weights, never rows.",
+    "Which of y and memory makes Q, which makes K and V? Each is then split into h heads. The "
+    "scores are (b, h, n_q, n_k): one row per decoder position. Which axis does each row's softmax "
+    "run over? memory_real is (b, n_k): which axes must it gain to broadcast over the heads and "
+    "the n_q queries? Divide by the square root of one head's width.",
+    "Q, K, V = ...                      # (b, h, n, d_head) each, via ah.split_heads: who makes which?\n"
+    "scores = ...                       # (b, h, n_q, n_k), scaled\n"
+    "scores = ...                       # padded memory positions at -inf: the mask (b, 1, 1, n_k)\n"
+    "weights = ...                      # (b, h, n_q, n_k): each row sums to 1\n"
+    "return ..., weights                # the heads' outputs merged: (b, n_q, d)"))
 def check_cross_attend(cross_attend: Callable) -> CheckResult:
     """Exercise: ``cross_attend(y (b, n_q, d), memory (b, n_k, d_m), memory_real (b, n_k), W_Q (d, d),
-    W_K (d_m, d), W_V (d_m, d)) -> (output (b, n_q, d), weights (b, n_q, n_k))``."""
+    W_K (d_m, d), W_V (d_m, d), num_heads) -> (output (b, n_q, d), weights (b, h, n_q, n_k))``."""
     return check_function(
         cross_attend, cross_attend_reference, _attend_cases(), what="cross_attend",
         output_names=("the output", "the weights"), mistakes=ATTEND_MISTAKES,
         nan_hint="a row with every score at -inf gives NaN: is the softmax over the memory "
                  "positions, and is the mask the right way round (True = real)?",
-        error_hints=[("must match the size of tensor", "the shapes do not fit the scores (b, n_q, n_k), "
-                      "one row per decoder position and one column per memory position. Which of "
-                      "y and memory makes the queries, and which axis must memory_real gain?")])
+        error_hints=[("must match the size of tensor", "the shapes do not fit the scores (b, h, n_q, "
+                      "n_k), one row per decoder position and one column per memory position. Which "
+                      "of y and memory makes the queries, and which axes must memory_real gain?")])
 
 
 class _DecoderLayer(DecoderLayer):
@@ -176,12 +196,8 @@ def decode_layer_reference(layer, y, memory, memory_real):
     return layer(y, memory, memory_padding=memory_real)
 
 
-def _post(norm, x, block):
-    return norm(x + block(x))
-
-
 _FORMS = {  # a block with its residual and LayerNorm: post-norm is this layer's
-    "post": _post,
+    "post": lambda norm, x, block: norm(x + block(x)),
     "pre": lambda norm, x, block: x + block(norm(x)),
     "pre and post": lambda norm, x, block: norm(x + block(norm(x))),
     "norm outside": lambda norm, x, block: norm(x) + block(x),
@@ -277,7 +293,7 @@ def _memory_projected_once(inputs: dict):
 
 
 def _ff(layer, x):                                      # the right feed-forward block
-    return _post(layer.norm3, x, layer.feed_forward)
+    return layer.norm3(x + layer.feed_forward(x))
 
 
 DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, changed in [
@@ -304,11 +320,9 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
      "from x_t.", {"step": lambda layer, x, y_t, cross: _ff(layer, layer.norm2(x + cross(y_t)))}),
     ("the scores were not scaled by 1/sqrt(d_head), the width of one head.",
      {"attend": partial(_sdpa, scale=1.0)}),
-    ("the scores were neither scaled by 1/sqrt(d_head) nor masked: padded memory positions were "
-     "read. Scale, then mask with memory_real (True = real).",
+    ("the scores were neither scaled by 1/sqrt(d_head) nor masked: padded positions were read.",
      {"attend": lambda q, K, V, keep: _sdpa(q, K, V, None, scale=1.0)}),
-    ("the softmax ran over dim -2, the one query of step t: each weight became 1 (NaN where "
-     "masked). Normalise over the memory positions, the last dim.",
+    ("the softmax ran over dim -2, the one query of step t: normalise over the last dim.",
      {"attend": lambda q, K, V, keep: _scores(q, K).masked_fill(~keep, -math.inf).softmax(-2) @ V}),
     ("the scale is 1/sqrt(d_head), the width of one head, not 1/sqrt(d_model).",
      {"attend": lambda q, K, V, keep: _sdpa(q, K, V, keep, (q.shape[1] * q.shape[-1]) ** -0.5)}),
@@ -330,8 +344,8 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
     ("the sum after the feed-forward was not normalised: post-norm ends each block with its "
      "LayerNorm, norm3 here.", {"step": _blocks(ff="no norm")}),
     *(("the blocks are in the wrong order: cross-attention comes first, then the feed-forward "
-       "(section 2).", {"step": lambda layer, x, y_t, cross, first=first, last=last: _post(
-           getattr(layer, last), _post(getattr(layer, first), x, layer.feed_forward), cross)})
+       "(section 2).", {"step": lambda layer, x, y_t, cross, first=first, last=last: _FORMS["post"](
+           getattr(layer, last), _FORMS["post"](getattr(layer, first), x, layer.feed_forward), cross)})
       for first, last in (("norm3", "norm2"), ("norm2", "norm3"))),
     ("the values were the keys: V_m reused K_m. The values are V = memory W_V, from "
      "cross_attn.v_proj.", {"values": lambda ca, memory: ca.k_proj(memory)}),

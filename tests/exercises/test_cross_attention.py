@@ -30,14 +30,10 @@ def test_the_reference_is_torchs_decoder_layer_with_a_causal_mask():
         assert torch.allclose(ex.decode_layer_reference(*case.values()), expected, atol=1e-5)
 
 
-def feed_forward(layer, x_before, x_t):                      # x_before: x_t before cross-attention
-    return layer.norm3(x_t + layer.feed_forward(x_t))
-
-
-def in_the_stub(cross, ff=feed_forward):
+def in_the_stub(cross, ff=lambda layer, before, x: layer.norm3(x + layer.feed_forward(x))):
     """A learner's answer in the stub's loop: ``cross(layer, x_t, memory, memory_real, kept)`` is
     the cross-attention's output at one step (``kept``: a dict that lasts across the steps), ``ff``
-    the feed-forward block."""
+    the feed-forward block, given x_t before and after the cross-attention."""
     def decode_layer(layer, y, memory, memory_real):
         cache, kept, out = ah.KVCache(y.shape[1]), {}, []                          # given
         for t in range(y.shape[1]):
@@ -117,10 +113,14 @@ def test_decode_checker_refuses_the_whole_layer_and_the_memory_projected_per_ste
     assert_rejected(ex.check_decode_layer(answer), *words)
 
 
+def heads(y, memory, W_Q, W_K, W_V, h):                  # Q, K, V: (b, h, n, d_head)
+    return (ah.split_heads(x, h) for x in (y @ W_Q, memory @ W_K, memory @ W_V))
+
+
 def test_the_cross_attend_reference_is_torchs_multihead_attention_with_a_key_padding_mask():
-    for y, memory, real, W_Q, W_K, W_V in (case.values() for case in ex._attend_cases()):
+    for y, memory, real, W_Q, W_K, W_V, h in (case.values() for case in ex._attend_cases()):
         d, d_m = W_Q.shape[1], W_K.shape[0]
-        torch_layer = torch.nn.MultiheadAttention(d, 1, kdim=d_m, vdim=d_m + 1, bias=False,
+        torch_layer = torch.nn.MultiheadAttention(d, h, kdim=d_m, vdim=d_m + 1, bias=False,
                                                   batch_first=True, dtype=y.dtype)
         with torch.no_grad():                       # vdim != d: torch keeps three separate weights
             torch_layer.q_proj_weight.copy_(W_Q.T)
@@ -128,25 +128,29 @@ def test_the_cross_attend_reference_is_torchs_multihead_attention_with_a_key_pad
             torch_layer.v_proj_weight.copy_(torch.cat([W_V, torch.zeros(1, d, dtype=y.dtype)]).T)
             torch_layer.out_proj.weight.copy_(torch.eye(d, dtype=y.dtype))
             expected, weights = torch_layer(y, memory, torch.cat([memory, memory[..., :1]], -1),
-                                            key_padding_mask=~real)
-        got = ex.cross_attend_reference(y, memory, real, W_Q, W_K, W_V)
+                                            key_padding_mask=~real, average_attn_weights=False)
+        got = ex.cross_attend_reference(y, memory, real, W_Q, W_K, W_V, h)
         assert torch.allclose(got[0], expected, atol=1e-5) and torch.allclose(got[1], weights, atol=1e-6)
-        assert torch.allclose(got[0], F.scaled_dot_product_attention(
-            y @ W_Q, memory @ W_K, memory @ W_V, attn_mask=real[:, None, :]), atol=1e-5)
+        assert torch.allclose(got[0], ah.merge_heads(F.scaled_dot_product_attention(
+            *heads(y, memory, W_Q, W_K, W_V, h), attn_mask=real[:, None, None, :])), atol=1e-5)
 
 
-def sdpa_attend(y, memory, memory_real, W_Q, W_K, W_V):
+def sdpa_attend(y, memory, memory_real, W_Q, W_K, W_V, num_heads):
     """torch's fused attention for the output, 02's function for the weights."""
-    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
-    weights = ah.scaled_dot_product_attention(Q, K, V, memory_real[:, None, :])[1]
-    return F.scaled_dot_product_attention(Q, K, V, attn_mask=memory_real[:, None, :]), weights
+    Q, K, V = heads(y, memory, W_Q, W_K, W_V, num_heads)
+    weights = ah.scaled_dot_product_attention(Q, K, V, memory_real[:, None, None, :])[1]
+    out = F.scaled_dot_product_attention(Q, K, V, attn_mask=memory_real[:, None, None, :])
+    return ah.merge_heads(out), weights
 
 
-def additive_attend(y, memory, memory_real, W_Q, W_K, W_V):
-    """An additive -1e9 mask, a unsqueezed mask and .mT: written another way."""
-    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
-    weights = torch.softmax(Q @ K.mT * Q.shape[-1] ** -0.5 + (~memory_real).unsqueeze(1) * -1e9, -1)
-    return weights @ V, weights
+def additive_attend(y, memory, memory_real, W_Q, W_K, W_V, num_heads):
+    """Its own head split (view, transpose), an additive -1e9 mask and .mT: written another way."""
+    b, n_q, d = y.shape
+    Q = (y @ W_Q).view(b, n_q, num_heads, -1).transpose(1, 2)
+    K, V = ((memory @ W).view(b, -1, num_heads, d // num_heads).transpose(1, 2) for W in (W_K, W_V))
+    mask = (~memory_real)[:, None, None, :] * -1e9
+    weights = torch.softmax(Q @ K.mT * Q.shape[-1] ** -0.5 + mask, -1)
+    return (weights @ V).transpose(1, 2).reshape(b, n_q, d), weights
 
 
 def test_cross_attend_checker_accepts_the_reference_and_other_correct_answers():
@@ -161,37 +165,29 @@ def test_cross_attend_checker_names_each_mistake(mistake):
     assert_rejected(ex.check_cross_attend(mistake.produce), "\nHint: " + mistake.hint)
 
 
-def filled_with_zero(y, memory, memory_real, W_Q, W_K, W_V):
-    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
-    scores = (Q @ K.mT / Q.shape[-1] ** 0.5).masked_fill(~memory_real[:, None, :], 0.0)
-    return scores.softmax(-1) @ V, scores.softmax(-1)
+def written(scale=lambda Q: Q.shape[-1] ** 0.5, mask=lambda real: real[:, None, None, :],
+            fill=-math.inf):
+    """A learner's answer, written out; ``scale``, ``mask`` and ``fill`` make its mistakes."""
+    def attend(y, memory, memory_real, W_Q, W_K, W_V, num_heads):
+        Q, K, V = heads(y, memory, W_Q, W_K, W_V, num_heads)
+        weights = (Q @ K.mT / scale(Q)).masked_fill(~mask(memory_real), fill).softmax(-1)
+        return ah.merge_heads(weights @ V), weights
+    return attend
 
 
-def queries_masked(y, memory, memory_real, W_Q, W_K, W_V):     # n_q != n_k: the shapes clash
-    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
-    if Q.shape[1] == K.shape[1]:                                  # case 1 passes: reach case 2
-        return ex.cross_attend_reference(y, memory, memory_real, W_Q, W_K, W_V)
-    scores = (Q @ K.mT / Q.shape[-1] ** 0.5).masked_fill(~memory_real[..., None], -math.inf)
-    return scores.softmax(-1) @ V, scores.softmax(-1)
-
-
-def scaled_by_n_q(y, memory, memory_real, W_Q, W_K, W_V):
-    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
-    weights = (Q @ K.mT / math.sqrt(Q.shape[1])).masked_fill(~memory_real[:, None, :], -math.inf)
-    return weights.softmax(-1) @ V, weights.softmax(-1)
-
-
-def first_sentence_mask(y, memory, memory_real, W_Q, W_K, W_V):
-    Q, K, V = y @ W_Q, memory @ W_K, memory @ W_V
-    weights = (Q @ K.mT / math.sqrt(Q.shape[-1])).masked_fill(~memory_real[0], -math.inf)
-    return weights.softmax(-1) @ V, weights.softmax(-1)
+def queries_masked(y, memory, *rest):            # case 1 passes; at case 2, n_q != n_k: shapes clash
+    wrong = written(mask=lambda real: real[:, None, :, None])      # the mask along the queries
+    return (ex.cross_attend_reference if y.shape[1] == memory.shape[1] else wrong)(y, memory, *rest)
 
 
 @pytest.mark.parametrize("answer, words", [
-    (scaled_by_n_q, ("case 2 of 4", "\nHint: the scores were divided by sqrt(n_q)")),
-    (first_sentence_mask, ("\nHint: every sentence got the first sentence's mask",)),
-    (filled_with_zero, ("\nHint: the padded scores were set to 0 (masked_fill with 0",)),
-    (queries_masked, ("case 2 of 4", "\nHint: the shapes do not fit the scores (b, n_q, n_k)")),
+    (written(scale=lambda Q: Q.shape[-2] ** 0.5),
+     ("case 2 of 4", "\nHint: the scores were divided by sqrt(n_q)")),
+    (written(scale=lambda Q: (Q.shape[1] * Q.shape[-1]) ** 0.5),
+     ("case 2 of 4", "\nHint: the scores were divided by sqrt(d), the width of all heads")),
+    (written(mask=lambda real: real[0]), ("\nHint: every sentence got the first sentence's mask",)),
+    (written(fill=0.0), ("\nHint: the padded scores were set to 0 (masked_fill with 0",)),
+    (queries_masked, ("case 2 of 4", "\nHint: the shapes do not fit the scores (b, h, n_q, n_k)")),
     (lambda *a: ex.cross_attend_reference(*a)[0], ("returned 1 value(s); expected 2",))])
 def test_cross_attend_checker_names_learner_written_mistakes(answer, words):
     assert_rejected(ex.check_cross_attend(answer), *words)
@@ -206,9 +202,11 @@ def test_the_level_3_skeletons_filled_in_pass():
         "layer.norm3(x_t + layer.feed_forward(x_t))"),
         prefix="cache = ah.KVCache(y.shape[1])\n", ah=ah)
     assert ex.check_decode_layer(decode)
-    attend = skeleton("cross_attention.attend", "y, memory, memory_real, W_Q, W_K, W_V", (
-        "y @ W_Q, memory @ W_K, memory @ W_V", "Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])",
-        "scores.masked_fill(~memory_real[:, None, :], float('-inf'))", "torch.softmax(scores, -1)"))
+    attend = skeleton("cross_attention.attend", "y, memory, memory_real, W_Q, W_K, W_V, num_heads", (
+        "(ah.split_heads(x, num_heads) for x in (y @ W_Q, memory @ W_K, memory @ W_V))",
+        "Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])",
+        "scores.masked_fill(~memory_real[:, None, None, :], float('-inf'))", "torch.softmax(scores, -1)",
+        "ah.merge_heads(weights @ V)"), ah=ah)
     assert ex.check_cross_attend(attend)
 
 
