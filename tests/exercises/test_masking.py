@@ -49,8 +49,7 @@ def test_pack_documents_names_dtypes_and_a_missing_output():
     assert_rejected(check_pack_documents(lambda L: (pack_documents(L)[0], pack_documents(L)[1].float())),
                     "must be an integer tensor")
     assert_rejected(check_pack_documents(lambda L: pack_documents(L)[0]), "expected 2")
-    assert_rejected(check_pack_documents(lambda L: pack_documents(L)[::-1]),   # review s10
-                    "wrong order")
+    assert_rejected(check_pack_documents(lambda L: pack_documents(L)[::-1]), "wrong order")
     assert "at (i, j) = (0, 1) you gave True, expected False.\n" in check_pack_documents(
         lambda L: (~pack_documents(L)[0], pack_documents(L)[1])).message       # the axes named
 

@@ -77,8 +77,7 @@ def test_the_caption_is_pasted_under_the_panels_and_a_move_only_blits():
     assert "mask: causal + padding" in view.caption.texts[0]
 
     def strip(png: bytes) -> np.ndarray:            # the caption's rows, under the panels
-        image = np.asarray(Image.open(io.BytesIO(png)).convert("L")).astype(int)
-        return image[-32:]
+        return np.asarray(Image.open(io.BytesIO(png)).convert("L")).astype(int)[-32:]
 
     before = strip(widget.image.value)
     assert (before < 100).sum() > 300                 # dark text pixels
