@@ -84,17 +84,14 @@ PREVIOUS_MISTAKES = [
             "you took each query's validity from its key (token i - 1), so the first padding query "
             "was counted: query i counts where token i is real."),
     Mistake(lambda w, m: _pooled(w[..., _every_query(w), _every_query(w) - 1], m), "query 0 ([CLS]) "
-            "was counted: it has no previous token (key -1 is the LAST key, wrapped around). Start "
-            "at query i = 1."),
+            "was counted: key -1 is the LAST key, wrapped around. Start at query i = 1."),
     Mistake(lambda w, m: _pooled(w[..., _every_query(w), (_every_query(w) - 1).clamp(min=0)], m),
-            "query 0 ([CLS]) was counted, reading itself (key i - 1 clamped at 0): it has no previous "
-            "token. Start at query i = 1."),
+            "query 0 ([CLS]) was counted, reading itself (key i - 1 clamped at 0): start at i = 1."),
     Mistake(lambda w, m: _summed(w, m).sum(dim=1) / _from_1(m).sum(), "you pooled over the "
             "sentences too, as 4.3 does: keep one score per sentence, an (L, b, h) grid, and take "
             "the mean over each sentence's queries only."),
     Mistake(lambda w, m: previous_token_reference(w, m).mean(1, keepdim=True).expand(-1, len(m), -1),
-            "every sentence got the same score, the mean over the batch: keep each sentence's own "
-            "mean over its queries."),
+            "every sentence got the same score, the batch's mean: keep each sentence's own mean."),
     Mistake(lambda w, m: _summed(w, m) / (w.shape[-1] - 1), "you divided by n - 1, every query "
             "i >= 1 of the padded sentence: divide by the number of its REAL queries i >= 1."),
     Mistake(_summed, "you summed over the queries: divide by how many you counted."),
@@ -165,9 +162,8 @@ def _through(heads):                                 # W_O sliced per head anoth
     return lambda w, v, W: _times(w, _f(v, W, heads).norm(dim=-1))
 
 
-_TRANSPOSE = ("a matrix product did not fit. nn.Linear stores W_O as (out, in) = (d, h * d_head), so "
-              "head h's columns W_O[:, h*d_head:(h+1)*d_head] are (d, d_head): transpose them to "
-              "(d_head, d) before v_j @ them.")
+_TRANSPOSE = ("a matrix product did not fit. nn.Linear stores W_O as (d, h * d_head): head h's columns "
+              "W_O[:, h*d_head:(h+1)*d_head] are (d, d_head); transpose them before v_j @ them.")
 NORMS_MISTAKES = [
     Mistake(_merged, "you merged the heads and applied the whole W_O, one norm for all heads: "
             "measure each head on its own, through its block of W_O only."),
@@ -190,6 +186,10 @@ NORMS_MISTAKES = [
             "you returned ||f_h(x_j)|| without the attention weight: multiply by a_ij."),
     Mistake(lambda w, v, W: _times(w, _f(v, W).pow(2).sum(dim=-1)),
             "you returned the squared norm: take the square root."),
+    Mistake(lambda w, v, W: _times(w, _f(v, W).abs().sum(dim=-1)),
+            "you took the L1 norm, a sum of |entries|: take the Euclidean length, the default norm."),
+    Mistake(lambda w, v, W: value_norms_reference(w, v, W) / v.shape[-1] ** 0.5,
+            "you divided by sqrt(d_head): that scale belongs to the scores QK^T, not to f_h(x_j)."),
     Mistake(lambda w, v, W: (lambda x: x / x.sum(dim=-1, keepdim=True))(value_norms_reference(w, v, W)),
             "you divided each row by its sum: those are section 4.4's shares; return the norms "
             "themselves."),
