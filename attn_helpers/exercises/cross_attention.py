@@ -70,15 +70,13 @@ _TRANSPOSED = ("transposed: x @ W.T is nn.Linear's habit (its weight is stored (
 ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
     ("padded memory positions were read: mask the scores with memory_real (True = real) before the "
      "softmax.", partial(_attend_with, weights=lambda scores, keep: scores.softmax(-1))),
-    ("the mask was laid along the queries, (b, 1, n_k, 1): it hid rows of the weights (decoder "
-     "positions), not columns. Padding belongs to the memory's positions, the keys: give the mask "
-     "a head axis and a query axis of size 1, (b, 1, 1, n_k).",
+    ("the mask was laid along the queries, (b, 1, n_k, 1): it hid rows (decoder positions), not "
+     "columns. Padding belongs to the keys: (b, 1, 1, n_k).",
      partial(_attend_with, keep=lambda real, n_q: real[:, None, :, None])),
     ("the mask's batch axis met the scores' query axis, (1, 1, b, n_k): each decoder position got "
      "another sentence's padding. Keep the batch first: (b, 1, 1, n_k).",
      partial(_attend_with, keep=lambda real, n_q: real[None, None])),
-    ("every sentence got the first sentence's mask (memory_real[0]): each has its own padding. "
-     "Keep the batch axis: (b, 1, 1, n_k).",
+    ("every sentence got the first sentence's mask (memory_real[0]): keep the batch, (b, 1, 1, n_k).",
      partial(_attend_with, keep=lambda real, n_q: real[:1, None, None])),
     ("the mask is inverted: memory_real is True at the REAL positions, the ones that may be read.",
      partial(_attend_with, keep=lambda real, n_q: ~real[:, None, None, :])),
@@ -86,46 +84,35 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
      "known before the decoder writes.",
      partial(_attend_with, keep=lambda real, n_q: real[:, None, None, :] & torch.ones(
          n_q, real.shape[1], dtype=torch.bool).tril())),
-    ("the keys and values came from the decoder states y: that is self-attention. Here K = memory W_K, "
-     "V = memory W_V.",
+    ("the keys and values came from y: that is self-attention. Here K = memory W_K, V = memory W_V.",
      partial(_attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q, y @ W_K, y @ W_V))),
-    ("the roles are swapped: the queries came from the memory and the keys and values from y. The "
-     "decoder asks (Q = y W_Q); the memory answers.",
+    ("the roles are swapped: Q came from the memory; the decoder asks (Q = y W_Q), the memory answers.",
      partial(_attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (memory @ W_Q, y @ W_K, y @ W_V))),
     ("the values were the keys (memory W_K); V = memory W_V.", partial(
         _attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q, memory @ W_K, memory @ W_K))),
-    ("the softmax ran over dim -2, the decoder positions: each column summed to 1. Normalise each "
-     "row, over the memory positions (the last dim).", partial(
-         _attend_with, weights=lambda scores, keep: scores.masked_fill(~keep, -math.inf).softmax(-2))),
+    ("the softmax ran over dim -2, the decoder positions: normalise each row, over the last dim.",
+     partial(_attend_with, weights=lambda S, keep: S.masked_fill(~keep, -math.inf).softmax(-2))),
     ("the scores were not scaled: divide by sqrt(d_head), the width of one head's Q and K.",
      partial(_attend_with, scale=lambda Q, memory: 1.0)),
     ("the scores were divided by sqrt(d_m), the memory's width; divide by sqrt(d_head), the width "
      "of one head's Q and K.", partial(_attend_with, scale=lambda Q, memory: memory.shape[-1] ** 0.5)),
     ("the scores were divided by d_head; divide by sqrt(d_head).",
      partial(_attend_with, scale=lambda Q, memory: Q.shape[-1])),
-    ("the scores were divided by sqrt(d), the width of all heads together: one head's dot product "
-     "has d_head = d / h terms. Divide by sqrt(d_head).",
+    ("the scores were divided by sqrt(d), all heads' width: divide by sqrt(d_head), d / h terms.",
      partial(_attend_with, scale=lambda Q, memory: (Q.shape[1] * Q.shape[-1]) ** 0.5)),
-    ("the scores were divided by sqrt(n_k), the number of memory positions; divide by sqrt(d_head): "
-     "the scale counts the terms of one dot product, not the keys.",
+    ("the scores were divided by sqrt(n_k): the scale counts one dot product's terms, sqrt(d_head).",
      partial(_attend_with, scale=lambda Q, memory: memory.shape[-2] ** 0.5)),
-    ("the scores were divided by sqrt(n_q), the number of decoder positions; divide by "
-     "sqrt(d_head), the width of one head's Q and K.",
+    ("the scores were divided by sqrt(n_q), the number of decoder positions; divide by sqrt(d_head).",
      partial(_attend_with, scale=lambda Q, memory: Q.shape[-2] ** 0.5)),
-    ("the output was divided by sqrt(d_head), after the weighted sum: the scale belongs to the "
-     "scores, before the softmax, where it keeps the softmax from saturating.",
+    ("the output was divided by sqrt(d_head): the scale belongs to the scores, before the softmax.",
      partial(_attend_with, merge=lambda o: merge_heads(o) / o.shape[-1] ** 0.5)),
-    ("the heads were not split: one head of width d. Split Q, K and V into h heads "
-     "(ah.split_heads), attend per head, then merge.",
+    ("the heads were not split: split Q, K and V into h heads (ah.split_heads), then merge.",
      partial(_attend_with, split=lambda x, h: split_heads(x, 1))),
-    ("the heads were split without moving the head axis before the positions: reshape to (b, n, "
-     "h, d_head), then transpose(1, 2), as ah.split_heads does.",
+    ("the heads were split by a reshape alone: reshape to (b, n, h, d_head), then transpose(1, 2).",
      partial(_attend_with, split=lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1))),
-    ("the heads were merged without moving the head axis back: transpose(1, 2) to (b, n_q, h, "
-     "d_head) before the reshape to (b, n_q, d), as ah.merge_heads does.",
+    ("the heads were merged by a reshape alone: transpose(1, 2) to (b, n_q, h, d_head) first.",
      partial(_attend_with, merge=lambda o: o.reshape(o.shape[0], o.shape[2], -1))),
-    ("the weights were averaged over the heads (nn.MultiheadAttention's default): return each "
-     "head's, (b, h, n_q, n_k).",
+    ("the weights were averaged over the heads (torch's default): return each head's, (b, h, n_q, n_k).",
      lambda *args: (_attend_with(*args)[0], _attend_with(*args)[1].mean(1))),
     (f"a weight was {_TRANSPOSED}", partial(
         _attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q.T, memory @ W_K, memory @ W_V))),
@@ -135,10 +122,9 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
      "exp(0) gives it weight. Mask the scores with -inf at padded positions, before the softmax.",
      lambda y, memory, real, *W: _attend_with(y, memory * real[..., None], real, *W,
                                               weights=lambda scores, keep: scores.softmax(-1))),
-    ("the two results are swapped: return the output first, then the weights, (output (b, n_q, d), "
-     "weights (b, n_q, n_k)).", lambda *args: _attend_with(*args)[::-1]),
-    ("the padded scores were set to 0 (masked_fill with 0, or the scores times the mask): a score "
-     "of 0 is not -inf, so padded positions still get weight. Fill them with -inf.",
+    ("the two results are swapped: return the output (b, n_q, d) first, then the weights.",
+     lambda *args: _attend_with(*args)[::-1]),
+    ("the padded scores were set to 0 (masked_fill with 0, or times the mask): fill them with -inf.",
      partial(_attend_with, weights=lambda scores, keep: (scores * keep).softmax(-1))),
     ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores, before the "
      "softmax.", partial(_attend_with, weights=lambda scores, keep: scores.softmax(-1) * keep)),
@@ -335,8 +321,8 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
      {"split": lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1)}),
     ("the sum after the cross-attention was not normalised: norm2 is next.",
      {"step": _blocks(cross="no norm")}),
-    ("the cross-attention's sum went through norm1, the self-attention block's; each block has its "
-     "own LayerNorm.", {"step": _blocks(cross_norm="norm1")}),
+    ("the cross-attention's sum went through norm1, the self-attention's; its own is norm2.",
+     {"step": _blocks(cross_norm="norm1")}),
     ("the feed-forward's output must be ADDED to x_t (the residual), then normalised.",
      {"step": _blocks(ff="no residual")}),
     ("the feed-forward's sum went through norm2; each block has its own: norm3 for the "
@@ -349,8 +335,8 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
       for first, last in (("norm3", "norm2"), ("norm2", "norm3"))),
     ("the values were the keys: V_m reused K_m. The values are V = memory W_V, from "
      "cross_attn.v_proj.", {"values": lambda ca, memory: ca.k_proj(memory)}),
-    ("the cross-attention's sum went through norm3; norm2 is the cross-attention block's, norm3 the "
-     "feed-forward's.", {"step": _blocks(cross_norm="norm3")}),
+    ("the cross-attention's sum went through norm3, the feed-forward's; its own is norm2.",
+     {"step": _blocks(cross_norm="norm3")}),
     ("the cross-attention's residual came from y_t, the state before the self-attention block; add "
      "the block's output to x_t, its own input.",
      {"step": lambda layer, x, y_t, cross: _ff(layer, layer.norm2(y_t + cross(x)))}),

@@ -184,7 +184,7 @@ def queries_masked(y, memory, *rest):            # case 1 passes; at case 2, n_q
     (written(scale=lambda Q: Q.shape[-2] ** 0.5),
      ("case 2 of 4", "\nHint: the scores were divided by sqrt(n_q)")),
     (written(scale=lambda Q: (Q.shape[1] * Q.shape[-1]) ** 0.5),
-     ("case 2 of 4", "\nHint: the scores were divided by sqrt(d), the width of all heads")),
+     ("case 2 of 4", "\nHint: the scores were divided by sqrt(d), all heads' width")),
     (written(mask=lambda real: real[0]), ("\nHint: every sentence got the first sentence's mask",)),
     (written(fill=0.0), ("\nHint: the padded scores were set to 0 (masked_fill with 0",)),
     (queries_masked, ("case 2 of 4", "\nHint: the shapes do not fit the scores (b, h, n_q, n_k)")),
