@@ -1,20 +1,19 @@
-"""Checkers for notebook 07: RoPE itself, RoPE's split halves to interleaved, ALiBi's reach."""
+"""Checkers for notebook 07: RoPE itself, RoPE's split halves to interleaved, ALiBi for any H."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
-from ..lessons.positional_encoding import half_weight_reach
-from ..positional import alibi_slopes as slopes
+from ..positional import alibi_bias as alibi_bias_reference  # (H, n, n) float32: -m_h |i - j|
 from ..positional import apply_rope
-from .core import CheckResult, Mistake, Refused, check_function, seeded
+from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["LAYOUT_MISTAKES", "REACH_MARGIN", "REACH_MISTAKES", "ROPE_MISTAKES", "check_reach",
-           "check_rope", "check_rope_layout", "half_weight_reach_reference", "rope_reference",
+__all__ = ["ALIBI_MISTAKES", "LAYOUT_MISTAKES", "ROPE_MISTAKES", "alibi_bias_reference",
+           "check_alibi_bias", "check_rope", "check_rope_layout", "rope_reference",
            "to_interleaved_reference"]
 
 
@@ -274,97 +273,59 @@ def check_rope_layout(to_interleaved: Callable) -> CheckResult:
                           same_dtype=True, mistakes=LAYOUT_MISTAKES)
 
 
-def _crossing(m: torch.Tensor, n: int) -> torch.Tensor:
-    """``(H,)`` float64: the real ``K`` where a row of ``n`` keys has share(K) = 1/2 exactly."""
-    return -torch.log1p(torch.expm1(-m * n) / 2) / m
+def _geometric(h: int) -> torch.Tensor:                  # (h,): 2^(-8/h), 2^(-16/h), ..., 2^(-8)
+    return 2.0 ** (-8.0 / h * torch.arange(1, h + 1, dtype=torch.float64))
 
 
-def _mean_distance(m: torch.Tensor, n: int) -> torch.Tensor:
-    delta = torch.arange(n, dtype=torch.float64)                       # (n,): distances 0 .. n-1
-    return (torch.softmax(-m[:, None] * delta, -1) * delta).sum(-1)    # (H,)
+def _alibi(n: int, h: int, kind: str = "right") -> torch.Tensor:
+    """ALiBi's ``(h, n, n)`` float32 bias, with the named mistake ``kind`` (default: the answer)."""
+    c = 2 ** (h.bit_length() - 1)                          # the largest power of two <= h
+    m = {"plain": lambda: _geometric(h),                    # 2^(-8k/h) for any h
+         "next": lambda: _geometric(2 * c if c < h else c)[:h],
+         "odd": lambda: torch.cat([_geometric(c), _geometric(2 * c)[1::2][: h - c]]),
+         "no_skip": lambda: torch.cat([_geometric(c), _geometric(2 * c)[: h - c]]),
+         "from0": lambda: 2.0 ** (-8.0 / h * torch.arange(h, dtype=torch.float64)),
+         "reversed": lambda: torch.cat([_geometric(2 * c)[0::2][: h - c], _geometric(c)]),
+         }.get(kind, lambda: torch.cat([_geometric(c), _geometric(2 * c)[0::2][: h - c]]))()
+    i = torch.arange(n, dtype=torch.float64)
+    delta = i[:, None] - i[None, :]                         # (n, n): i - j
+    bias = -m[:, None, None] * (delta if kind == "signed" else delta.abs())
+    return (-bias if kind == "plus" else bias).float()
 
 
-#: every case's real reach x is this far from a whole number (tested): float64 forms round alike
-REACH_MARGIN = 0.01
+ALIBI_MISTAKES = [   # (the kind of _alibi, its hint)
+    ("plain", "2^(-8k/H) is the paper's rule for a power of two only. For other H it takes the "
+              "slopes of the largest power of two c < H, then every other slope of 2c heads."),
+    ("next", "you took the first H slopes of the next power of two: the paper keeps all c slopes "
+             "of the largest power of two below H, then adds every other slope of 2c heads."),
+    ("odd", "the extra slopes start one too late: take 2c heads' slopes 0, 2, 4, ... (counting "
+            "from 0), the ones that fall between the c heads' slopes."),
+    ("no_skip", "the extra heads took 2c heads' first slopes in a row: take every other one, so "
+                "they interleave with the c heads' slopes."),
+    ("from0", "your first head has slope 1 (2^0): heads count from 1 in 2^(-8k/H), so the steepest "
+              "is 2^(-8/H)."),
+    ("reversed", "the heads come in the wrong order: the c heads' slopes first, then the extra ones."),
+    ("plus", "the bias has the wrong sign: ALiBi subtracts m_h times the distance."),
+    ("signed", "-m_h (i - j) turns positive above the diagonal: the course's bias is -m_h |i - j|, "
+               "so a causal mask removes the same entries either way."),
+]
 
 
-def _reach_cases() -> list[dict]:
-    """ALiBi's slopes for 4 to 16 heads, 1 to 3000 keys, tiny and large slopes, a random case."""
-    g = seeded(72)
-    heads = int(torch.randint(2, 7, (1,), generator=g))
-    log_m = torch.empty(heads, dtype=torch.float64).uniform_(math.log(1e-3), math.log(2.0), generator=g)
-    n = int(torch.randint(2, 4001, (1,), generator=g))
-    return [{"slopes": m, "L": n} for m, n in [
-        (slopes(8), 24), (slopes(4), 1), (slopes(12), 100), (slopes(4), 7), (slopes(8), 3000),
-        (slopes(16), 2048),
-        (torch.tensor([1e-6, 1e-4, 1e-3], dtype=torch.float64), 1001),
-        (torch.tensor([0.3, 3.0, 40.0], dtype=torch.float64), 50), (log_m.exp(), n)]]
-
-
-half_weight_reach_reference = half_weight_reach  # (H,) long: ceil(-ln((1 + r^n) / 2) / m), r = e^{-m}
-_ENDLESS = ("ln 2 / m_h is the reach of an endless row, but this row ends after L keys: a shallow "
-            "head in a short row reaches about L / 2.")
-_MEAN = ("that is the row's mean distance, rounded: the reach is where the nearest keys first "
-         "hold half the weight, another statistic.")
-REACH_MISTAKES = [Mistake(lambda m, n, f=f: f(m, n).long(), hint) for f, hint in [
-    (lambda m, n: _crossing(m, n).floor(),
-     "one short: K counts the keys at distances 0 .. K - 1, one more than the farthest distance. "
-     "Rounding x = -ln((1 + r^L) / 2) / m_h down (floor, int(), .long()) misses the same way."),
-    (lambda m, n: _crossing(m, n).ceil() + 1,
-     "one too many: ceil(x) is already the smallest whole K with share(K) >= 1/2; ceil(x) + 1 "
-     "counts one key past the reach."),
-    (lambda m, n: _crossing(m, n).round(),
-     "you rounded x to the nearest whole number: the smallest k with share(k) >= 1/2 is x rounded "
-     "UP."),
-    (lambda m, n: torch.ceil(math.log(2) / m), _ENDLESS),
-    (lambda m, n: torch.ceil(math.log(2) / m).clamp(max=n),
-     f"capping at L does not mend it: {_ENDLESS}"),
-    (lambda m, n: torch.minimum(math.log(2) / m, torch.full_like(m, n / 2)).ceil(),
-     "min(ln 2 / m_h, L / 2), rounded up, joins the two limits: an endless row and a flat one. "
-     "Between them both are wrong: solve share(K) = 1/2 for this row of L keys, with r^L in the "
-     "bound."),
-    (lambda m, n: (n - _crossing(m, n)).ceil(),
-     "the weights grow with the distance (e^{+m_h delta}): the bias is -m_h (i - j), the nearest "
-     "key weighs most."),
-    (lambda m, n: _crossing(m * math.log(2), n).ceil(),
-     "you weighed the key delta back by 2^{-m_h delta}: the softmax exponentiates with e "
-     "(r = e^{-m_h})."),
-    (lambda m, n: (-torch.log(-torch.expm1(-m * n) / 2) / m).ceil(),
-     "(1 - r^L) / 2 is half the row's total, not the bound on r^K: share(K) >= 1/2 gives "
-     "1 - r^K >= (1 - r^L) / 2, so r^K <= (1 + r^L) / 2."),
-    (lambda m, n: (_crossing(m, n) / math.log(2)).ceil(),
-     "you took a base-2 logarithm: with r = e^{-m_h} the log is natural (torch.log)."),
-    *[(lambda m, n, r=r: getattr(_mean_distance(m, n), r)(), _MEAN) for r in ("round", "ceil", "floor")],
-    (lambda m, n: _crossing(m, n + 1).ceil(),
-     "your row has L + 1 keys (distances 0 .. L): a query that sees L keys has them at 0 .. L - 1."),
-    (lambda m, n: _crossing(m, n - 1).ceil(),
-     "your row has L - 1 keys: the query sees L keys, its own token at distance 0 included."),
-    (lambda m, n: torch.full_like(m, n / 2).ceil(),
-     "your reaches ignore the slope: ceil(L / 2) is a uniform row's reach (m_h -> 0); a steeper "
-     "head reaches less far."),
-]]
-
-
-@exercise("positional_encoding.reach", "how far back an ALiBi head looks: its half-weight reach",
-          hints=(
-    "With equal content scores the key delta back weighs r^delta, r = e^{-m_h}, delta = 0 .. L - 1. "
-    "The definition compares two sums of these powers: what kind of sums are they?",
-    "Both are partial sums of a geometric series, with closed forms. Solve share = 1/2 for K "
-    "(ln r < 0: mind the inequality) and take the smallest whole K where the share reaches 1/2.",
-    "# To check yourself on a short row (not in here): count keys until the row's cumsum >= 1/2.\n"
-    "r_L = torch.exp(-slopes * L)                # (H,): r^L, r = e^{-m_h}\n"
-    "x = ...                                     # (H,) float: the K where share(K) is exactly 1/2\n"
-    "return ...                                  # (H,) long: the smallest whole K >= x"))
-def check_reach(half_weight_reach: Callable) -> CheckResult:
-    """Exercise: ``half_weight_reach(slopes (H,), L) -> (H,)`` long, ALiBi's half-weight reach."""
-
-    def whole(m, n):  # the reaches count keys: an integer tensor
-        k = half_weight_reach(m, n)
-        if isinstance(k, torch.Tensor) and k.dtype != torch.long:   # int32, float, bool: refused
-            raise Refused(f"the reaches count keys: return them as a LongTensor (H,) of whole "
-                          f"numbers (.long()), got dtype {k.dtype}")
-        return k
-
-    return check_function(whole, half_weight_reach_reference, _reach_cases(),
-                          what="half_weight_reach", output_names=("the reaches",), atol=0.0,
-                          rtol=0.0, mistakes=REACH_MISTAKES)
+@exercise("positional_encoding.alibi_bias", "ALiBi's bias for any number of heads", hints=(
+    "For H a power of two the slopes are 2^(-8/H), 2^(-16/H), ..., 2^(-8). For 6 heads, which "
+    "power of two do you start from, and which slopes of a larger power of two fill the gaps?",
+    "With c the largest power of two <= H: all c slopes of c heads, then slopes 0, 2, 4, ... of "
+    "2c heads, H - c of them. The bias of head h is -m_h |i - j|, an (n, n) grid per head.",
+    "def geometric(h):                           # (h,): 2^(-8/h), 2^(-16/h), ..., 2^(-8)\n"
+    "    return 2.0 ** (-8.0 / h * torch.arange(1, h + 1, dtype=torch.float64))\n"
+    "c = ...                                     # the largest power of two <= num_heads\n"
+    "m = ...                                     # (num_heads,): c's slopes, then 2c's, every other\n"
+    "i = torch.arange(n, dtype=torch.float64)\n"
+    "distance = (i[:, None] - i[None, :]).abs()  # (n, n): |i - j|\n"
+    "return (-m[:, None, None] * distance).float()"))
+def check_alibi_bias(alibi_bias: Callable) -> CheckResult:
+    """Exercise: ``alibi_bias(n, num_heads) -> (num_heads, n, n)``, any head count."""
+    cases = [{"n": n, "num_heads": h} for n, h in ((5, 8), (4, 6), (7, 12), (3, 5), (6, 1), (2, 3))]
+    named = [Mistake(partial(_alibi, kind=kind), hint) for kind, hint in ALIBI_MISTAKES]
+    return check_function(alibi_bias, alibi_bias_reference, cases, what="alibi_bias",
+                          output_names=("the bias",), mistakes=named)

@@ -1,21 +1,17 @@
 """Notebook 07's checkers: each accepts correct answers and names each known mistake; the
-references are checked against the papers' formulas and Hugging Face's Llama."""
+references are checked against the papers' formulas and Hugging Face's Llama and Bloom."""
 
 from __future__ import annotations
 
 import math
 
-import mpmath
 import pytest
 import torch
 from _exercises import assert_skeleton, stub
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-import attn_helpers as ah
 from attn_helpers.exercises import EXERCISES
 from attn_helpers.exercises import positional_encoding as ex
-from attn_helpers.exercises.positional_encoding import LAYOUT_MISTAKES, REACH_MISTAKES, ROPE_MISTAKES
+from attn_helpers.exercises.positional_encoding import ALIBI_MISTAKES, LAYOUT_MISTAKES, ROPE_MISTAKES
 from attn_helpers.positional import apply_rope, frequencies
 
 
@@ -268,124 +264,43 @@ def test_layout_checker_wants_two_tensors_in_the_inputs_dtype():
     assert not verdict and "the right answer is torch.float32" in verdict.message, verdict.message
 
 
-mpmath.mp.dps = 40
+def bloom_slopes(h):
+    """Hugging Face Bloom's ALiBi slopes: ``build_alibi_tensor``'s bias at key position 1."""
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+    return build_alibi_tensor(torch.ones(1, 2), h, torch.float32)[:, 0, 1]
 
 
-def exact_x(m: float, n: int) -> mpmath.mpf:
-    """The real-valued k with share(k) = 1/2, to 40 digits: -ln((1 + r^n) / 2) / m, r = e^-m."""
-    m = mpmath.mpf(m)
-    return -mpmath.log((1 + mpmath.exp(-m * n)) / 2) / m
+@pytest.mark.parametrize("h", [1, 3, 5, 6, 8, 12, 20])
+def test_the_alibi_reference_is_blooms_bias(h):
+    distance = (torch.arange(6)[:, None] - torch.arange(6)).abs()           # (6, 6): |i - j|
+    bloom = -bloom_slopes(h)[:, None, None] * distance                       # (h, 6, 6)
+    assert torch.allclose(ex.alibi_bias_reference(6, h), bloom, rtol=1e-6, atol=0)
 
 
-def summed_reach(m: float, n: int) -> int:
-    """The definition itself, to 40 digits: the fewest nearest keys whose weight reaches half."""
-    weights = [mpmath.exp(-mpmath.mpf(m) * delta) for delta in range(n)]
-    total, running = mpmath.fsum(weights), mpmath.mpf(0)
-    for k, w in enumerate(weights, start=1):
-        running += w
-        if running >= total / 2:
-            return k
-    raise AssertionError("unreachable: the whole row holds all its weight")
+def learner_alibi(n, num_heads, first_extra=1):
+    """A learner's ALiBi: the slopes as a list, k counted from 1, in float32."""
+    c = 2 ** math.floor(math.log2(num_heads))
+    slopes = [2 ** (-8 * k / c) for k in range(1, c + 1)]
+    slopes += [2 ** (-8 * k / (2 * c)) for k in range(first_extra, 2 * c + 1, 2)][: num_heads - c]
+    i = torch.arange(n)
+    return -torch.tensor(slopes)[:, None, None] * (i[None, :] - i[:, None]).abs()
 
 
-def test_the_reach_reference_is_the_definition_on_every_case():
-    for case in ex._reach_cases():
-        got = ex.half_weight_reach_reference(case["slopes"], case["L"])
-        assert got.dtype == torch.long and got.shape == case["slopes"].shape
-        assert got.tolist() == [summed_reach(m, case["L"]) for m in case["slopes"].tolist()], case
-
-
-def test_the_cases_cover_the_edges_and_stay_away_from_ties():
-    cases = ex._reach_cases()
-    for case in cases:
-        for m in case["slopes"].tolist():
-            x = exact_x(m, case["L"])
-            if x > 1:   # below 1 every route gives 1: the nearest key alone always holds half
-                assert min(x - mpmath.floor(x), mpmath.ceil(x) - x) >= ex.REACH_MARGIN, (m, case["L"])
-
-
-@pytest.mark.parametrize("n", [1, 2, 11, 1001])
-def test_the_reach_limits(n):
-    """One key reaches 1; a vanishing slope makes the row uniform, ceil(n / 2); a long row gives an
-    endless row's ceil(ln 2 / m)."""
-    tiny = torch.tensor([1e-12], dtype=torch.float64)
-    assert ex.half_weight_reach_reference(tiny, n).item() == math.ceil(n / 2)
-    slopes = ah.alibi_slopes(8)
-    assert ex.half_weight_reach_reference(slopes, 1).tolist() == [1] * 8
-    assert torch.equal(ex.half_weight_reach_reference(slopes, 10**6),
-                       torch.ceil(math.log(2) / slopes).long())
-
-
-@settings(max_examples=40, deadline=None, derandomize=True)
-@given(log_m=st.floats(math.log(1e-4), math.log(50.0)), n=st.integers(1, 3000))
-def test_the_reach_is_between_1_and_n_and_matches_a_float64_running_sum(log_m, n):
-    m = torch.tensor([math.exp(log_m)], dtype=torch.float64)
-    k = ex.half_weight_reach_reference(m, n).item()
-    assert 1 <= k <= n
-    x = exact_x(m.item(), n)
-    if min(x - mpmath.floor(x), mpmath.ceil(x) - x) > 1e-6:      # away from a tie
-        assert k == summed_reach(m.item(), n)
-
-
-def closed_form(m, n):
-    r_n = torch.exp(-m * n)                                     # (H,): r^n
-    return torch.ceil(-torch.log((1 + r_n) / 2) / m).long()
-
-
-def running_sum(m, n, *, dtype=torch.float64):
-    delta = torch.arange(n, dtype=dtype)                        # (n,): distances 0 .. n-1
-    weights = torch.softmax(-m.to(dtype)[:, None] * delta, dim=-1)  # (H, n)
-    return (weights.cumsum(-1) < 0.5).sum(-1) + 1                # keys before half, plus one
-
-
-def bisection(m, n):
-    """Search k in 1 .. n with the closed-form share (1 - r^k) / (1 - r^n) >= 1/2."""
-    def share(k):
-        return torch.expm1(-m * k) / torch.expm1(-m * n)
-    low, high = torch.ones_like(m, dtype=torch.long), torch.full_like(m, n, dtype=torch.long)
-    while bool((low < high).any()):
-        mid = (low + high) // 2
-        enough = share(mid) >= 0.5
-        high, low = torch.where(enough, mid, high), torch.where(enough, low, mid + 1)
-    return low
-
-
-def log1p_form(m, n):
-    return torch.ceil(-torch.log1p(torch.expm1(-m * n) / 2) / m).long()
-
-
-@pytest.mark.parametrize("answer", [closed_form, log1p_form, bisection, running_sum],
-                         ids=["closed form", "log1p", "bisection on the closed share", "row sum"])
-def test_reach_checker_accepts_correct_answers(answer):
-    verdict = ex.check_reach(answer)
+@pytest.mark.parametrize("answer", [learner_alibi, ex.alibi_bias_reference])
+def test_alibi_checker_accepts_correct_answers(answer):
+    verdict = ex.check_alibi_bias(answer)
     assert verdict, verdict.message
 
 
-@pytest.mark.parametrize("mistake", REACH_MISTAKES, ids=range(len(REACH_MISTAKES)))
-def test_reach_checker_names_each_mistake(mistake):
-    assert_names_the_mistake(ex.check_reach(mistake.produce), mistake)
+@pytest.mark.parametrize("kind, hint", ALIBI_MISTAKES, ids=[kind for kind, _ in ALIBI_MISTAKES])
+def test_alibi_checker_names_each_mistake(kind, hint):
+    verdict = ex.check_alibi_bias(lambda n, h: ex._alibi(n, h, kind))
+    assert not verdict and verdict.message.endswith(f"Hint: {hint}"), verdict.message
 
 
-@pytest.mark.parametrize("wrong, phrase", [                     # named mistakes by a learner's route
-    (lambda m, n: (running_sum(m, n) - 1), "one short"),                       # no + 1
-    (lambda m, n: (-torch.log((1 + torch.exp(-m * n)) / 2) / m).long(), "one short"),   # truncated
-    (lambda m, n: running_sum(-m, n), "the weights grow with the distance"),
-    (lambda m, n: running_sum(m * math.log(2), n), "you weighed the key delta back by 2^"),
-    (lambda m, n: running_sum(m, n + 1), "your row has L + 1 keys"),
-])
-def test_reach_checker_names_a_mistake_made_another_way(wrong, phrase):
-    verdict = ex.check_reach(wrong)
-    assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
-
-
-def test_reach_checker_wants_whole_numbers_in_a_tensor():
-    for wrong, phrase in [(lambda m, n: closed_form(m, n).double(), "return them as a LongTensor (H,)"),
-                          (lambda m, n: closed_form(m, n).int(), "return them as a LongTensor (H,)"),
-                          (lambda m, n: closed_form(m, n).tolist(), "the reaches as a list"),
-                          (lambda m, n: closed_form(m, n)[:1], "shape (1,)")]:
-        verdict = ex.check_reach(wrong)
-        assert not verdict and phrase in verdict.message, verdict.message
-        assert "raised" not in verdict.message, verdict.message   # the learner's code raised nothing
+def test_alibi_checker_names_a_mistake_made_another_way():
+    verdict = ex.check_alibi_bias(lambda n, h: learner_alibi(n, h, first_extra=2))
+    assert not verdict and "the extra slopes start one too late" in verdict.message, verdict.message
 
 
 def test_the_level_3_skeletons_filled_in_pass():
@@ -397,8 +312,9 @@ def test_the_level_3_skeletons_filled_in_pass():
         "10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)",
         "positions.double()[:, None] * omega",
         "even * cos - odd * sin", "even * sin + odd * cos"))
-    assert_skeleton("positional_encoding.reach", "slopes, L", ex.check_reach, (
-        "-torch.log((1 + r_L) / 2) / slopes", "torch.ceil(x).long()"))
+    assert_skeleton("positional_encoding.alibi_bias", "n, num_heads", ex.check_alibi_bias, (
+        "2 ** (num_heads.bit_length() - 1)",
+        "torch.cat([geometric(c), geometric(2 * c)[0::2][: num_heads - c]])"))
 
 
 @pytest.mark.parametrize("key, answers", [
@@ -407,7 +323,7 @@ def test_the_level_3_skeletons_filled_in_pass():
     ("positional_encoding.rope_layout", ("i + d/2 ->", "-> 2i", "row 2i is", "copies old row i",
                                          "[0, 4, 1, 5", "[0, 2, 4", "(0, d/2", "arange(d_head // 2)",
                                          "stack", "transpose(1, 2)", "view(heads, 2")),
-    ("positional_encoding.reach", ("-ln(", "1 - r^k", "1 - r^K", "(1 + r^L) / 2", "round x UP")),
+    ("positional_encoding.alibi_bias", ("0::2", "bit_length", "log2", "torch.cat", "[:, None]")),
 ])
 def test_the_first_two_hints_lead_without_stating_the_answer(key, answers):
     for text in EXERCISES[key].hints[:2]:

@@ -70,7 +70,7 @@ STUB_NAMES = [
     (cross_attention.check_decode_layer, "decode_layer"),
     (positional_encoding.check_rope, "rope"),
     (positional_encoding.check_rope_layout, "to_interleaved"),
-    (positional_encoding.check_reach, "half_weight_reach"),
+    (positional_encoding.check_alibi_bias, "alibi_bias"),
     (complexity.check_merge_states, "merge_states"),
     (complexity.check_causal_backward, "causal_backward"),
     (complexity.check_linear_step, "linear_step"),
