@@ -97,7 +97,7 @@ def plot_curves(curves: dict, title: str, *, ends: dict | None = None,
                     color=f"C{i}", markeredgecolor="black", label=None if i else label)
     if target is not None:
         ax.axhline(target, color="black", linewidth=0.8, linestyle=":")
-        ax.text(ax.get_xlim()[0], target, f" {target_label} {target}", va="top")
+        ax.text(0.03, target, f"{target_label} {target}", va="top", transform=ax.get_yaxis_transform())
     if note:
         ax.text(0.02, 0.12, note, transform=ax.transAxes, fontsize=8)
     ax.set(xlabel="step", ylabel="loss (nats per character)", title=title)
