@@ -242,8 +242,8 @@ def spike_claims(rows: list[dict]) -> dict[str, bool]:
     """What an unscaled spike is, on the record's unscaled Adam rows (``wrong_picks``)."""
     picks = [r["picks"] for r in adam_arm(rows, False, 1.0, min(r["lr"] for r in rows))]
     return {
-        "unscaled, every seed: every spike step holds a query whose largest weight is on a wrong key":
-            all(p["spike steps"][1] == p["spike steps"][0] > 0 for p in picks),
+        "unscaled, every seed: >= 90% of spike steps hold a query whose top weight is on a wrong key":
+            all(p["spike steps"][1] >= 0.9 * p["spike steps"][0] > 0 for p in picks),
         "... fewer than 10% of the calm steps after step 100 hold one":
             all(p["calm steps"][1] < 0.1 * p["calm steps"][0] for p in picks),
         "... and at spike steps the wrong key gets > 0.9 of the weight (median over the wrong picks)":
