@@ -26,7 +26,7 @@ __all__ = [
     "SCHEMES", "VOCAB", "OFFSETS", "D_MODEL", "NUM_HEADS", "TRAIN_MIN_LEN", "TRAIN_MAX_LEN",
     "TEST_LENGTHS", "SEEDS", "BASE", "WRAP_BASES", "WRAP_LENGTH", "MODELS",
     "offset_copy_batch", "PositionTaskModel", "model_key", "train_scheme", "load_models",
-    "position_accuracy", "half_weight_reach",
+    "position_accuracy",
 ]
 
 SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
@@ -151,17 +151,3 @@ def position_accuracy(model: PositionTaskModel, n: int = 4 * TRAIN_MAX_LEN, *, b
     return correct.masked_fill(targets[0] < 0, math.nan)
 
 
-def half_weight_reach(m: torch.Tensor, n: int) -> torch.Tensor:
-    r"""``(H,)`` long: the fewest nearest keys holding half a causal row's weight under ALiBi
-    slopes ``m (H,) > 0``, ``n`` keys, equal content scores: ``ceil(-ln((1 + e^{-mn}) / 2) / m)``."""
-    require_tensor("m", m, floating=True)
-    if m.dim() != 1 or m.numel() == 0:
-        raise ValueError(f"m must be a 1-D tensor (H,) of slopes, H >= 1, got shape {shape(m)}")
-    bad = (~(torch.isfinite(m) & (m > 0))).nonzero()
-    if len(bad):
-        raise ValueError(f"m must hold positive, finite slopes, got m[{int(bad[0])}] = "
-                         f"{m[bad[0]].item()}")
-    require_positive_int("n", n)
-    m = m.double()
-    x = -torch.log1p(torch.expm1(-m * n) / 2) / m     # (H,): -ln((1 + r^n) / 2) / m, exact as m n -> 0
-    return torch.ceil(x).clamp(1, n).long()           # (H,): the smallest whole k >= x (1 <= k <= n)
