@@ -9,7 +9,9 @@ step's strongest input word, mean entropy and strongest weight per step, the low
 p of the correct token) and `cross_attention.reversal_readings` on 50 test sequences of every
 length 4..24 (the peak against the mirror position L-1-t, entropy by length, the peak's and the 4
 strongest keys' weight). Asserts `cross_attention.gru_seed_claims` on all three seeds (notebook 06
-asserts the same statements, with seed 0 measured live), and that a re-run agrees with the shipped
+asserts some of them in view, seed 0 measured live; steps 4 and 7, the entropy at the second `-`,
+p > 0.99 and the GRU-above-every-Transformer-head ranking are asserted only here; the ranking, which
+the notebook no longer makes, goes at the next re-run), and that a re-run agrees with the shipped
 record within tolerances that hold across CPUs (shares within 0.05).
 It also repeats notebook 06's weight ablations (Going deeper) on every seed (`ablations`): on the
 dates, the month word's weight zeroed at every step, and each digit step's field words zeroed
