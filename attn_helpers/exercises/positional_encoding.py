@@ -288,6 +288,8 @@ def _alibi(n: int, h: int, kind: str = "right") -> torch.Tensor:
          "reversed": lambda: torch.cat([_geometric(2 * c)[0::2][: h - c], _geometric(c)]),
          }.get(kind, lambda: torch.cat([_geometric(c), _geometric(2 * c)[0::2][: h - c]]))()
     i = torch.arange(n, dtype=torch.float64)
+    if kind == "bloom":                                     # Bloom's m_h j: a per-row shift of ours
+        return (m[:, None, None] * i).expand(h, n, n).float()
     delta = i[:, None] - i[None, :]                         # (n, n): i - j
     bias = -m[:, None, None] * (delta if kind == "signed" else delta.abs())
     return (-bias if kind == "plus" else bias).float()
@@ -306,6 +308,9 @@ ALIBI_MISTAKES = [   # (the kind of _alibi, its hint)
               "is 2^(-8/H)."),
     ("reversed", "the heads come in the wrong order: the c heads' slopes first, then the extra ones."),
     ("plus", "the bias has the wrong sign: ALiBi subtracts m_h times the distance."),
+    ("bloom", "that is Bloom's m_h j: under a causal softmax it gives the same weights (it differs "
+              "from -m_h (i - j) by m_h i, the same along a row), but alibi_bias returns the bias "
+              "-m_h |i - j| itself, which also holds without a mask."),
     ("signed", "-m_h (i - j) turns positive above the diagonal: the course's bias is -m_h |i - j|, "
                "so a causal mask removes the same entries either way."),
 ]
