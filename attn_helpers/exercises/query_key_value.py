@@ -30,6 +30,8 @@ WRONG_AXIS = ("d_k was taken from the wrong axis of q: q.shape[1] is d_k only fo
               "q.shape[-2] is n_q. d_k is the last axis: q.shape[-1].")
 TRANSPOSE_ALL = ("if you wrote k.T: on a batched tensor .T reverses every axis, (2, 5, 16) -> "
                  "(16, 5, 2). Swap only the last two axes: (..., d_k, n_k).")
+BOOL_INDEX = ("boolean indexing, scores[m] = ..., needs a mask of exactly the scores' shape: it does "
+              "not broadcast, and this mask lacks the batch axes. masked_fill broadcasts the mask.")
 DETACHED = ("Not yet: attention gives the right values, but after one backward its gradient into {} "
             "differs. Detached (.detach(), .data, torch.no_grad())? Its projection would not train.")
 
@@ -66,7 +68,7 @@ def _attention_cases() -> list[dict]:
 
 
 def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v", zero_empty=True,
-               stable=True, mask_after=None, use_mask=True, log=False):
+               stable=True, mask_after=None, use_mask=True, log=False, index=False):
     """Attention with one known mistake (all off: right); ``mask_after``: the mask multiplies the
     softmax ("zeroed": not renormalised) or the exponent ("exp")."""
     def attention(q, k, v, mask):
@@ -77,7 +79,9 @@ def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v",
                    else (scores - scores.amax(-1, keepdim=True)).exp()) * mask
             weights = raw if mask_after == "zeroed" else raw / raw.sum(-1, keepdim=True)
         else:
-            if use_mask:
+            if use_mask and index:  # boolean indexing: an IndexError unless the shapes are equal
+                scores[~mask] = fill
+            elif use_mask:
                 scores = scores.masked_fill(mask if invert else ~mask, fill)
             if log:
                 weights = torch.log_softmax(scores, dim=-1)
@@ -141,6 +145,7 @@ _ATTENTION_MISTAKES = [
     Mistake(_attention(mask_after="zeroed"), "the masked keys were zeroed after the softmax and the "
             "row was not renormalised, so the allowed keys' weights no longer sum to one. Which "
             "score makes a forbidden key's exp exactly 0?"),         # after: they agree on 8
+    Mistake(_attention(index=True), BOOL_INDEX),   # raises on case 2; its hint is an error hint
 ]
 
 
@@ -161,7 +166,8 @@ def check_attention(attention: Callable) -> CheckResult:
         attention, scaled_dot_product_attention, cases, what="attention", same_dtype=True,
         output_names=("the output", "the weights"), mistakes=_ATTENTION_MISTAKES, nan_hint=FULLY_MASKED,
         error_hints=[("must match the size of tensor", TRANSPOSE_ALL),
-                     ("Expected size for first two dimensions", TRANSPOSE_ALL)])
+                     ("Expected size for first two dimensions", TRANSPOSE_ALL),
+                     ("The shape of the mask", BOOL_INDEX)])
     if result:      # one backward into q, k and v, on case 3 (float64, heads, no empty row)
         modules = (_Attend(f, cases[2]) for f in (attention, scaled_dot_product_attention))
         wrong = gradient_mismatch(*modules, lambda module, q: module(q), cases[2]["q"])
@@ -228,10 +234,13 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
     on_next = A[i, (i + 1) % n]
     if bool((on_next >= NEXT_WEIGHT).all()):
         return None
-    strongest, weakest = A.argmax(-1), int(on_next.argmin())
+    top = A.topk(2, dim=-1).values
+    strongest = torch.where(top[:, 0] - top[:, 1] > 1e-9, A.argmax(-1), -1)  # -1: a tie
+    weakest = int(on_next.argmin())
+    tops = ["tie" if b < 0 else b for b in strongest[:6].tolist()]
     more = f", ... ({n} tokens)" if n > 6 else ""
     where = (f"strongest key of each token: "
-             f"{', '.join(f'{a}->{b}' for a, b in enumerate(strongest[:6].tolist()))}{more}; weight "
+             f"{', '.join(f'{a}->{b}' for a, b in enumerate(tops))}{more}; weight "
              f"on the next token: {', '.join(f'{w:.2f}' for w in on_next[:6].tolist())}{more}, "
              f"smallest {on_next[weakest]:.2f} (token {weakest})")
     raw = (X.double() @ W_Q) @ (X.double() @ W_K).T                          # (n, n): Q K^T
@@ -243,7 +252,10 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
         why = ("every token's strongest key is the next one, but not strongly enough. If its score "
                "leads the n - 1 others by a gap, its weight is 1 / (1 + (n - 1) e^-gap). For 0.9, "
                f"gap >= ln(9 (n - 1)) = {math.log(9 * (n - 1)):.2f} (n = {n}): scale both projections.")
-        if bool((torch.softmax(raw, dim=-1)[i, (i + 1) % n] >= NEXT_WEIGHT).all()):  # no 1/sqrt(d_k)
+        if n > 8:  # the long last case, reached only once every shorter case passed
+            why += (" Every shorter case passed: the gap needed grows with n, and so does the sqrt(d_k)"
+                    f" = {math.sqrt(W_Q.shape[1]):.2f} dividing the scores. c must grow with n.")
+        elif bool((torch.softmax(raw, dim=-1)[i, (i + 1) % n] >= NEXT_WEIGHT).all()):  # no 1/sqrt(d_k)
             why += (f" Without the 1/sqrt(d_k) your Q K^T would pass: did your c forget that the "
                     f"scores are divided by sqrt(d_k) = {math.sqrt(W_Q.shape[1]):.2f}?")
     elif n > 1 and bool((strongest == (i - 1) % n).all()):

@@ -151,9 +151,9 @@ def by_inverse(X):  # noqa: N803 - inv where pinv belongs: fine on square X, fai
      ["case 1 of 6", "symmetric", "Q K^T equals its transpose", "W_K = -W_Q"]),
     (lambda X: next_projections(X, c=math.log(99 * (X.shape[0] - 1)) ** 0.5),  # c^2 = gap: no sqrt(d_k)
      ["case 1 of 6", "not strongly enough", "Without the 1/sqrt(d_k)", "sqrt(d_k) = 2.00"]),
-    (lambda X: next_projections(X, c=10.0), ["case 6 of 6", "not strongly enough", "1)) = 7.49"]),
+    (lambda X: next_projections(X, c=10.0), ["case 6 of 6", "7.49", "c must grow with n"]),
     (one_hot_only, ["one-hot", "right inverse", "case 3 of 6"]),
-    (no_wrap, ["last token must attend to the first"]),
+    (no_wrap, ["3->tie;", "last token must attend to the first"]),
     (by_inverse, ["case 2 of 6", "needs a square matrix", "right inverse", "exercise names"]),
     (lambda X: (next_projections(X)[0], next_projections(X)[1][:, :-1]), ["same size d_k"]),
     (lambda X: next_projections(X)[0], ["should return a pair"]),
