@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 
 import torch
 
@@ -15,6 +15,7 @@ from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from ..multihead import merge_heads, split_heads
 from ..transformer import DecoderLayer
+from . import core
 from .core import AllocationWatch, CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
@@ -86,6 +87,8 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
          n_q, real.shape[1], dtype=torch.bool).tril())),
     ("the keys and values came from y: that is self-attention. Here K = memory W_K, V = memory W_V.",
      partial(_attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q, y @ W_K, y @ W_V))),
+    ("the keys and values are swapped: K was made with W_V, and V with W_K.",
+     partial(_attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q, memory @ W_V, memory @ W_K))),
     ("the roles are swapped: Q came from the memory; the decoder asks (Q = y W_Q), the memory answers.",
      partial(_attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (memory @ W_Q, y @ W_K, y @ W_V))),
     ("the values were the keys (memory W_K); V = memory W_V.", partial(
@@ -104,16 +107,25 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
      partial(_attend_with, scale=lambda Q, memory: memory.shape[-2] ** 0.5)),
     ("the scores were divided by sqrt(n_q), the number of decoder positions; divide by sqrt(d_head).",
      partial(_attend_with, scale=lambda Q, memory: Q.shape[-2] ** 0.5)),
+    ("the scores were divided by sqrt(d) / h: the root covers the whole ratio, sqrt(d / h).",
+     partial(_attend_with, scale=lambda Q, memory: (Q.shape[1] * Q.shape[-1]) ** 0.5 / Q.shape[1])),
+    ("the scores were multiplied by sqrt(d_head): divide by it, to keep the scores' spread near 1.",
+     partial(_attend_with, scale=lambda Q, memory: Q.shape[-1] ** -0.5)),
     ("the output was divided by sqrt(d_head): the scale belongs to the scores, before the softmax.",
      partial(_attend_with, merge=lambda o: merge_heads(o) / o.shape[-1] ** 0.5)),
     ("the heads were not split: split Q, K and V into h heads (ah.split_heads), then merge.",
      partial(_attend_with, split=lambda x, h: split_heads(x, 1))),
     ("the heads were split by a reshape alone: reshape to (b, n, h, d_head), then transpose(1, 2).",
      partial(_attend_with, split=lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1))),
+    ("the heads were split as (b, n, d_head, h): head i got every h-th feature. It owns the "
+     "consecutive features i*d_head .. (i+1)*d_head - 1: go through (b, n, h, d_head).",
+     partial(_attend_with, split=lambda x, h: x.unflatten(-1, (-1, h)).permute(0, 3, 1, 2))),
     ("the heads were merged by a reshape alone: transpose(1, 2) to (b, n_q, h, d_head) first.",
      partial(_attend_with, merge=lambda o: o.reshape(o.shape[0], o.shape[2], -1))),
     ("the weights were averaged over the heads (torch's default): return each head's, (b, h, n_q, n_k).",
      lambda *args: (_attend_with(*args)[0], _attend_with(*args)[1].mean(1))),
+    ("only head 0's weights were returned: return each head's, (b, h, n_q, n_k).",
+     lambda *args: (_attend_with(*args)[0], _attend_with(*args)[1][:, 0])),
     (f"a weight was {_TRANSPOSED}", partial(
         _attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q.T, memory @ W_K, memory @ W_V))),
     (f"the weights were {_TRANSPOSED}", partial(
@@ -129,6 +141,35 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
     ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores, before the "
      "softmax.", partial(_attend_with, weights=lambda scores, keep: scores.softmax(-1) * keep)),
 ]]
+
+
+def _run(f: Callable, case: dict) -> tuple | None:
+    """``f``'s outputs on a copy of ``case``; None where it raises."""
+    try:
+        return core._as_tuple(f(*core.clone_inputs(case).values()))
+    except Exception:  # noqa: BLE001 - an answer or a mistake that cannot run on this case
+        return None
+
+
+def _agrees(outputs: tuple, wrong: tuple) -> bool:
+    return len(outputs) == len(wrong) and all(
+        isinstance(a, torch.Tensor) and a.shape == b.shape
+        and core._close(a, b, 1e-5, 1e-4, equal_nan=True) for a, b in zip(outputs, wrong, strict=False))
+
+
+def _named_if_it_agrees(mistakes, candidate: Callable, cases: list[dict]) -> list[Mistake]:
+    """Each mistake, named only if the candidate equals it on every case where both run: case 1's
+    one head cannot tell head 0's weights from their mean, nor case 2 sqrt(n_q) from sqrt(d) / h."""
+    answers = cache(lambda: [_run(candidate, case) for case in cases])   # only once a case fails
+
+    def where_it_agrees(produce):
+        def on_this_case(*inputs):
+            for answer, wrong in zip(answers(), (_run(produce, case) for case in cases), strict=True):
+                if answer is not None and wrong is not None and not _agrees(answer, wrong):
+                    raise ValueError("the candidate differs from this mistake on another case")
+            return produce(*inputs)
+        return on_this_case
+    return [Mistake(where_it_agrees(mistake.produce), mistake.hint) for mistake in mistakes]
 
 
 @exercise("cross_attention.attend", "multi-head cross-attention from W_Q, W_K, W_V: queries from "
@@ -148,9 +189,11 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
 def check_cross_attend(cross_attend: Callable) -> CheckResult:
     """Exercise: ``cross_attend(y (b, n_q, d), memory (b, n_k, d_m), memory_real (b, n_k), W_Q (d, d),
     W_K (d_m, d), W_V (d_m, d), num_heads) -> (output (b, n_q, d), weights (b, h, n_q, n_k))``."""
+    cases = _attend_cases()
     return check_function(
-        cross_attend, cross_attend_reference, _attend_cases(), what="cross_attend",
-        output_names=("the output", "the weights"), mistakes=ATTEND_MISTAKES,
+        cross_attend, cross_attend_reference, cases, what="cross_attend",
+        output_names=("the output", "the weights"),
+        mistakes=_named_if_it_agrees(ATTEND_MISTAKES, cross_attend, cases),
         nan_hint="a row with every score at -inf gives NaN: is the softmax over the memory "
                  "positions, and is the mask the right way round (True = real)?",
         error_hints=[("must match the size of tensor", "the shapes do not fit the scores (b, h, n_q, "
