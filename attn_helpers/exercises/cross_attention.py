@@ -52,8 +52,8 @@ def _attend_with(y, memory, memory_real, W_Q, W_K, W_V, num_heads, **changed):
 
 def _attend_cases() -> list[dict]:
     g = seeded(60)
-    cases = []   # case 1: b = n_q = n_k = d = d_m, one head: every named mistake has the answer's
-    # shapes, and every square-root scale is right; case 2's n_q, n_k, d, d_m, h differ: it names each
+    cases = []   # case 1: b = n_q = n_k = d = d_m, one head: every named mistake runs on it, and
+    # every square-root scale is right; case 2's n_q, n_k, d, d_m, h differ: it tells most apart
     for b, n_q, n_k, d, d_m, h, lengths, dtype in [
             (4, 4, 4, 4, 4, 1, [2, 4, 1, 3], torch.float32), (2, 4, 6, 16, 10, 2, [6, 2], torch.float32),
             (2, 1, 5, 4, 4, 2, [3, 5], torch.float64), (4, 5, 3, 8, 6, 4, [3, 1, 2, 3], torch.float32)]:
