@@ -56,15 +56,15 @@ def _merge_cases() -> list[dict]:
              for name, t in empty.items()}]
 
 
-def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=(True, True),
-                flip=False, swap=False, finish=False, weigh=False, one_side=0):
-    """The merge with one thing changed (``one_side``: only that state is rescaled)."""
+def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=("12", "12"),
+                flip=False, swap=False, finish=False, weigh=False):
+    """The merge with one thing changed (``rescale``: the states whose l, then acc, are rescaled)."""
     m = new_max(m1, m2)
     c1, c2 = (torch.exp(m - m1), torch.exp(m - m2)) if flip else (torch.exp(m1 - m), torch.exp(m2 - m))
     c1, c2 = (c2, c1) if swap else (c1, c2)
-    c1, c2 = {0: (c1, c2), 1: (c1, 1.0), 2: (1.0, c2)}[one_side]
-    l = (c1 * l1 + c2 * l2) if rescale[0] else l1 + l2
-    acc = (c1 * acc1 + c2 * acc2) if rescale[1] else acc1 + acc2
+    def add(x1, x2, states: str):
+        return (c1 if "1" in states else 1.0) * x1 + (c2 if "2" in states else 1.0) * x2
+    l, acc = add(l1, l2, rescale[0]), add(acc1, acc2, rescale[1])
     acc = (c1 * l1 * acc1 + c2 * l2 * acc2) / l if weigh else acc
     return m, l, acc / l if finish else acc
 
@@ -74,14 +74,16 @@ def _merge_mistakes() -> list[Mistake]:
         ({}, "both states are empty in some rows (m1 = m2 = -inf), so m1 - m is NaN: rescale against "
              "a max that is finite in every row; the merged row is then empty too: m = -inf, l = 0, "
              "acc = 0."),
-        ({"rescale": (False, False)}, "the sums were added without rescaling: l_i and acc_i are "
+        ({"rescale": ("", "")}, "the sums were added without rescaling: l_i and acc_i are "
          "measured against m_i; bring both to the new max m first (times exp(m1 - m), exp(m2 - m))."),
-        ({"rescale": (True, False)}, "l was rescaled but acc was not: acc1 and acc2 need the same "
-                                     "factors as l1 and l2."),
-        ({"one_side": 1}, "only state 1 was rescaled: l2 and acc2 are measured against m2, so they need "
-                          "exp(m2 - m) too (it is 1 only where m2 is the larger max)."),
-        ({"one_side": 2}, "only state 2 was rescaled: l1 and acc1 are measured against m1, so they need "
-                          "exp(m1 - m) too (it is 1 only where m1 is the larger max)."),
+        ({"rescale": ("12", "")}, "l was rescaled but acc was not: acc1 and acc2 need the same "
+                                  "factors as l1 and l2."),
+        *[({"rescale": ("12", state)}, "acc was rescaled on one side only: each acc_i needs the "
+                                       "same factor as its l_i.") for state in "12"],
+        ({"rescale": ("1", "1")}, "only state 1 was rescaled: l2 and acc2 are measured against m2, "
+         "so they need exp(m2 - m) too (it is 1 only where m2 is the larger max)."),
+        ({"rescale": ("2", "2")}, "only state 2 was rescaled: l1 and acc1 are measured against m1, "
+         "so they need exp(m1 - m) too (it is 1 only where m1 is the larger max)."),
         ({"flip": True}, "the factors are upside down: exp(s - m1) becomes exp(s - m) times "
                          "exp(m1 - m), at most 1, not exp(m - m1)."),
         ({"swap": True}, "the factors were swapped: state 1 takes exp(m1 - m), state 2 exp(m2 - m)."),
@@ -96,7 +98,9 @@ def _merge_mistakes() -> list[Mistake]:
                            "unnormalised so that more states can be merged into it."),
         ({"weigh": True}, "acc was weighted by l, as if each acc_i were a normalised output: acc is "
                           "the unnormalised sum; rescale it like l, do not weight it by l."),
-    ]]
+    ]] + [Mistake(lambda m1, l1, _acc1, m2, l2, _acc2: torch.logaddexp(m1 + l1.log(), m2 + l2.log()),
+                  "m is the running max, not the log-sum-exp: this state keeps m = the largest "
+                  "score so far and l = the sum of exp(s - m), not m = lse with l = 1.")]
 
 
 _OVERFLOW = ("exp of a max near 1000 overflows (this case has maxima near 1000; exp(x) is inf past "
@@ -311,13 +315,14 @@ def _linear_case(g, batch, d_k, d_v, before: int) -> dict:
 
 def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, normalise=True,
                replace=False, transpose=False, z_term="phi_k", phi_v=False, old_z=False,
-               s_side=False, eps=0.0, z_by=lambda pq, pk: pq):
-    """One step with one thing changed (``z_by``: what reads z)."""
-    pq, pk, v_t = phi(q_t), phi(k_t), (elu_feature_map(v_t) if phi_v else v_t)
+               s_side=False, eps=0.0, z_by=lambda pq, pk: pq, phi_k=True, softmax=False):
+    """One step with one thing changed (``z_by``: what reads z; ``softmax``: of phi(q_t))."""
+    pq, pk, v_t = phi(q_t), phi(k_t) if phi_k else k_t, (elu_feature_map(v_t) if phi_v else v_t)
     outer = (v_t[..., :, None] * pk[..., None, :]) if transpose else pk[..., :, None] * v_t[..., None, :]
     S_new = outer if replace else S + outer
     z_new = {"phi_k": pk, "k": k_t, "phi_q": pq}[z_term] + (0 if replace else z)
     S_read, z_read = (S, z) if read_first else (S_new, z if old_z else z_new)
+    pq = pq.softmax(-1) if softmax else pq
     num = (S_read @ pq[..., :, None]).squeeze(-1) if s_side else (pq[..., None, :] @ S_read).squeeze(-2)
     o = num / ((z_by(pq, pk) * z_read).sum(-1, keepdim=True) + eps) if normalise else num
     return o, S_new, z_new
@@ -351,6 +356,9 @@ def _linear_mistakes() -> list[Mistake]:
          "softmax's exp(q.k/sqrt(d)) either. Here phi = elu + 1."),
         ({"phi": lambda x: x}, "no feature map: phi(x) = elu(x) + 1 is applied to q_t and k_t."),
         ({"phi_v": True}, "phi was applied to the value too: only q_t and k_t go through it."),
+        ({"phi_k": False}, "phi(k_t) is missing: the key goes through the feature map too."),
+        ({"softmax": True, "normalise": False}, "a softmax over phi(q_t) sums to 1 over the d_k "
+         "features, not over the past tokens: the normaliser reads z_t, as the numerator reads S_t."),
         *[({"eps": eps}, f"an eps of {eps:g} in the normaliser shifts o_t a little: up to 1e-6 passes.")
           for eps in (1e-2, 1e-3, 1e-4, 1e-5)],
     ]]
@@ -359,6 +367,8 @@ def _linear_mistakes() -> list[Mistake]:
 _LOST_AXIS = ("the shapes do not line up on this case, which has a batch and d_k != d_v. If your "
               "normaliser phi(q_t)^T z_t is a sum over d_k, keep that axis (keepdim=True): a "
               "(..., 1) normaliser divides all d_v outputs; a (...) one meets the wrong axis.")
+_OUTER = ("torch.outer takes 1-D vectors only, and this case has a batch: build a batched outer "
+          "product by broadcasting (a size-1 axis in each factor) or with torch.einsum.")
 
 
 @exercise("complexity.linear_step", "one step of causal linear attention: state in, state out",
@@ -384,5 +394,6 @@ def check_linear_step(step: Callable) -> CheckResult:
                           output_names=("o_t", "S_t", "z_t"), mistakes=_linear_mistakes(),
                           nan_hint="a normaliser of 0: add token t before reading, and use "
                                    "phi = elu + 1, which keeps it positive.",
-                          error_hints=[("must match the size of tensor", _LOST_AXIS)],
+                          error_hints=[("must match the size of tensor", _LOST_AXIS),
+                                       ("outer: Expected 1-D", _OUTER)],
                           atol=1e-9, rtol=1e-5)   # rtol: accepts the usual + eps <= 1e-6 below

@@ -39,10 +39,11 @@ def test_merged_states_of_two_key_sets_give_attention_over_both(n_q, n_1, n_2, d
     torch.testing.assert_close(m, s.amax(-1, keepdim=True))
 
 
-def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=(True, True), flip=False,
-                  swap=False, finish=False, raw_exp=False, weigh=False, one_side=0, safe=True):
+def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=("12", "12"), flip=False,
+                  swap=False, finish=False, raw_exp=False, weigh=False, safe=True):
     """A learner's merge through weights w_i = exp(m_i - m); each keyword plants one mistake."""
     m = {"max": torch.max(m1, m2), "first": m1, "min": torch.min(m1, m2),
+         "lse": torch.logaddexp(m1 + l1.log(), m2 + l2.log()),                # log-domain: l = 1
          "zero": torch.where(torch.max(m1, m2).isfinite(), torch.max(m1, m2), 0.0)}[new_max]
     if raw_exp:                                                      # exp(m_i) / exp(m): overflows
         w1, w2 = m1.exp() / m.exp(), m2.exp() / m.exp()
@@ -51,9 +52,10 @@ def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=(True, T
         m_ = torch.where(torch.isfinite(m), m, 0.0) if safe else m   # 0 where both are empty
         w1, w2 = ((m_ - m1).exp(), (m_ - m2).exp()) if flip else ((m1 - m_).exp(), (m2 - m_).exp())
     w1, w2 = (w2, w1) if swap else (w1, w2)
-    w1, w2 = {0: (w1, w2), 1: (w1, torch.ones_like(w2)), 2: (torch.ones_like(w1), w2)}[one_side]
-    l = w1 * l1 + w2 * l2 if rescale[0] else l1 + l2  # noqa: E741
-    acc = torch.addcmul(w2 * acc2, w1, acc1) if rescale[1] else acc1 + acc2
+    def weights(states):                          # rescale the states named in states, keep the others
+        return [w if name in states else torch.ones_like(w) for name, w in (("1", w1), ("2", w2))]
+    (a1, a2), (b1, b2) = weights(rescale[0]), weights(rescale[1])
+    l, acc = a1 * l1 + a2 * l2, torch.addcmul(b2 * acc2, b1, acc1)  # noqa: E741
     acc = (w1 * l1 * acc1 + w2 * l2 * acc2) / l if weigh else acc
     return m, l, acc / l if finish else acc
 
@@ -73,10 +75,11 @@ def test_merge_checker_accepts_the_reference_a_learner_solution_and_the_hint():
 
 MERGE_WRONG = {
     "both states are empty in some rows": partial(learner_merge, safe=False),
-    "the sums were added without rescaling": partial(learner_merge, rescale=(False, False)),
-    "l was rescaled but acc was not": partial(learner_merge, rescale=(True, False)),
-    "only state 1 was rescaled": partial(learner_merge, one_side=1),
-    "only state 2 was rescaled": partial(learner_merge, one_side=2),
+    "the sums were added without rescaling": partial(learner_merge, rescale=("", "")),
+    "l was rescaled but acc was not": partial(learner_merge, rescale=("12", "")),
+    "acc was rescaled on one side only": partial(learner_merge, rescale=("12", "1")),
+    "only state 1 was rescaled": partial(learner_merge, rescale=("1", "1")),
+    "only state 2 was rescaled": partial(learner_merge, rescale=("2", "2")),
     "the factors are upside down": partial(learner_merge, flip=True),
     "the factors were swapped": partial(learner_merge, swap=True),
     "m was kept from state 1": partial(learner_merge, new_max="first"),
@@ -86,6 +89,7 @@ MERGE_WRONG = {
     "this case has maxima near 1000": partial(learner_merge, raw_exp="masked"),  # inf / inf -> 0: finite
     "acc was weighted by l": partial(learner_merge, weigh=True),
     "rows with no key in either state came back with m = 0": partial(learner_merge, new_max="zero"),
+    "m is the running max, not the log-sum-exp": partial(learner_merge, new_max="lse"),
 }
 
 
@@ -160,8 +164,7 @@ def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal"
             if {"causal": j > i + b_q - 1, "all": False, "below": j > i - 1}[visit]:
                 continue
             K, V = k[..., j:j + B, :], v[..., j:j + B, :]
-            b_k = K.shape[-2]
-            offset = torch.ones(b_q, b_k, dtype=torch.bool)                # key j + b vs query i + a
+            offset = torch.ones(b_q, K.shape[-2], dtype=torch.bool)        # key j + b vs query i + a
             allowed = {"causal": ~offset.triu(i - j + 1), "strict": ~offset.triu(i - j),
                        "inverted": offset.triu(i - j + 1), "none": offset,
                        "local": ~offset.triu(1)}[mask]                  # the tile's tril, from 0
@@ -169,18 +172,15 @@ def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal"
             masked = torch.where(allowed, s, torch.tensor(fill, dtype=s.dtype))
             p = (masked if not mask_ds_only else s)
             p = p.exp() / lse[..., i:i + B, None].exp() if raw_exp else (p - (0 if no_lse else L)).exp()
-            if local_softmax:
-                p = torch.nan_to_num(torch.softmax(masked, -1))
+            p = torch.nan_to_num(torch.softmax(masked, -1)) if local_softmax else p
             dp = torch.einsum("...qv,...kv->...qk", dO, V)
             D_i = (D[..., i:i + B][..., None, :] if d_keys else D[..., i:i + B, :])
-            if tile_d:
-                D_i = (p * dp * allowed).sum(-1, keepdim=True)
+            D_i = (p * dp * allowed).sum(-1, keepdim=True) if tile_d else D_i
             ds = p * (dp - D_i) if not no_d else p * dp
             ds = torch.where(allowed, ds, 0.0) if mask_ds_only else ds
-            shares = {"dq": (dq, slice(i, i + B), torch.einsum("...qk,...kd->...qd", ds, K)
-                             * (c if scale[0] else 1.0)),
-                      "dk": (dk, slice(j, j + B), torch.einsum("...qk,...qd->...kd", ds, Q)
-                             * (c if scale[1] else 1.0)),
+            c_q, c_k = (c if scaled else 1.0 for scaled in scale)
+            shares = {"dq": (dq, slice(i, i + B), torch.einsum("...qk,...kd->...qd", ds, K) * c_q),
+                      "dk": (dk, slice(j, j + B), torch.einsum("...qk,...qd->...kd", ds, Q) * c_k),
                       "dv": (dv, slice(j, j + B), torch.einsum("...qk,...qv->...kv", p,
                                                                O[..., i:i + B, :] if dv_o else dO))}
             for name, (grad, where, share) in shares.items():
@@ -263,27 +263,23 @@ BACKWARD_WRONG = {
     "no causal mask": dict(visit="all", mask="none"),
     "the tiles that cross the diagonal were not masked": dict(mask="none"),
     "the diagonal tiles were skipped": dict(visit="below"),
-    "the diagonal was masked": dict(mask="strict"),
+    "the diagonal was masked": dict(mask="strict"), "the mask is inverted": dict(mask="inverted"),
     "the mask was built from the tile's own indices": dict(mask="local"),
-    "the mask is inverted": dict(mask="inverted"),
     "the mask is inverted: it kept the future keys": dict(mask="inverted", visit="all"),
     "the masked scores were set to 0, not -inf": dict(fill=0.0),
     "the masked scores were set to 0, not -inf: exp(0 - lse)": dict(fill=0.0, visit="all"),
-    "misses its second term": dict(no_d=True),
+    "misses its second term": dict(no_d=True), "dV_j was built from O": dict(dv_o=True),
     "dS was masked but P was not": dict(mask_ds_only=True),
     "D was recomputed as rowsum(P * dP) over one tile": dict(tile_d=True),
     "P was normalised within the tile": dict(local_softmax=True),
-    "P = exp(S) without the lse": dict(no_lse=True),
-    "lse broadcast along the keys": dict(lse_keys=True),
-    "D broadcast along the keys": dict(d_keys=True),
+    "P = exp(S) without the lse": dict(no_lse=True), "exp(S) overflowed": dict(raw_exp=True),
+    "lse broadcast along the keys": dict(lse_keys=True), "D broadcast along the keys": dict(d_keys=True),
     "the scores miss the scale": dict(score_pow=0), "the scores were scaled twice": dict(score_pow=2),
-    "dV_j was built from O": dict(dv_o=True),
     "dq or dk misses the scale": dict(scale=(False, False)),
     "dq or dk misses the scale: S = Q K^T": dict(scale=(True, False)),
     "dK_j or dV_j was assigned in each query tile, not added": dict(assign=("dk", "dv")),
     "the last query tile overwrote the others": dict(assign=("dv",)),
     "dQ_i was assigned in each key tile, not added": dict(assign=("dq",)),
-    "exp(S) overflowed": dict(raw_exp=True),
     "the short last tile was dropped": dict(whole_tiles=True),
 }
 
@@ -379,13 +375,14 @@ def test_linear_steps_equal_causal_linear_attention_and_the_package_step():
     torch.testing.assert_close(torch.stack(outs, 1), eff.linear_attention(q, k, v, causal=True))
 
 
-def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=False,
+def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=False, outer=False,
                  normalise=True, replace=False, transpose=False, z_term="phi_k", phi_v=False, eps=0.0,
-                 old_z=False, z_by="q", s_side=False, keepdim=True):
+                 old_z=False, z_by="q", s_side=False, keepdim=True, phi_k=True, softmax=False):
     """A learner's step written with einsum; each keyword plants one mistake."""
-    pq, pk = phi(q_t), phi(k_t)
+    pq, pk = phi(q_t), phi(k_t) if phi_k else k_t
     v_t = F.elu(v_t) + 1 if phi_v else v_t
     term = torch.einsum("...d,...e->...de", *((v_t, pk) if transpose else (pk, v_t)))
+    term, pq = torch.outer(pk, v_t) if outer else term, pq.softmax(-1) if softmax else pq
     S_t = term if replace else S + term
     z_t = {"phi_k": pk, "k": k_t, "phi_q": pq}[z_term] + (0 if replace else z)
     S_r, z_r = (S, z) if read_first else (S_t, z if old_z else z_t)
@@ -429,6 +426,9 @@ STEP_WRONG = {
     "no feature map": partial(learner_step, phi=lambda x: x),
     "phi = exp(x / sqrt(d_k))": partial(learner_step, phi=lambda x: (x * x.shape[-1] ** -0.5).exp()),
     "phi was applied to the value too": partial(learner_step, phi_v=True),
+    "phi(k_t) is missing": partial(learner_step, phi_k=False),
+    "a softmax over phi(q_t)": partial(learner_step, softmax=True, normalise=False),
+    "torch.outer takes 1-D vectors only": partial(learner_step, outer=True),      # raises on case 2
     "keep that axis (keepdim=True)": partial(learner_step, keepdim=False),   # raises from case 2 on
 }
 
