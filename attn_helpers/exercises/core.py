@@ -180,7 +180,7 @@ def check_function(candidate: Callable, reference: Callable, cases: Iterable[dic
                 continue
             if same_dtype and compare(g, e, name, atol, rtol) is None:
                 return CheckResult(False, f"{where} {problem}")  # right values, only the dtype is not
-            hint = _named_mistake(mistakes, case, got, expected, atol, rtol)
+            hint = _named_mistake(mistakes, case, got, expected, atol, rtol, candidate, cases)
             if hint is None and nan_hint and isinstance(g, torch.Tensor) and g.shape == e.shape \
                     and (~torch.isfinite(g) & torch.isfinite(e)).any():
                 hint = nan_hint
@@ -189,20 +189,30 @@ def check_function(candidate: Callable, reference: Callable, cases: Iterable[dic
                              "edge cases included.")
 
 
-def _named_mistake(mistakes, case, got, expected, atol, rtol) -> str | None:
-    """The hint of the first mistake whose output equals ``got`` (NaN == NaN), not ``expected``."""
+def _named_mistake(mistakes, case, got, expected, atol, rtol, candidate=None, cases=()) -> str | None:
+    """The hint of the first mistake whose output equals ``got`` (NaN == NaN), not ``expected``.
+    When several do, the first that also equals ``candidate`` on every other case both run on:
+    a small case cannot tell some mistakes apart (one head: head 0's weights and their mean)."""
     def same(xs, ys) -> bool:
         return all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
                    and x.shape == y.shape and _close(y, x, atol, rtol, equal_nan=True)
                    for x, y in zip(xs, ys, strict=False))
-    for mistake in mistakes:
+
+    def run(f, on):
         try:
-            wrong = _as_tuple(mistake.produce(*clone_inputs(case).values()))
-        except Exception:  # noqa: BLE001 - a mistake that cannot be made on this case
-            continue
-        if same(wrong, got) and not same(wrong, expected):
-            return mistake.hint
-    return None
+            return _as_tuple(f(*clone_inputs(on).values()))
+        except Exception:  # noqa: BLE001 - a mistake (or an answer) that cannot run on this case
+            return None
+
+    matching = [m for m in mistakes if (wrong := run(m.produce, case)) is not None
+                and same(wrong, got) and not same(wrong, expected)]
+    if len(matching) > 1 and candidate is not None:
+        answers = [run(candidate, other) for other in cases]
+        for mistake in matching:
+            wrongs = (run(mistake.produce, other) for other in cases)
+            if all(a is None or w is None or same(w, a) for a, w in zip(answers, wrongs, strict=True)):
+                return mistake.hint
+    return matching[0].hint if matching else None
 
 
 def gradient_mismatch(mine: nn.Module, reference: nn.Module, run: Callable, x: torch.Tensor,
