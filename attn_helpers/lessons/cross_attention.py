@@ -19,7 +19,7 @@ from .tasks import DATES, ISO_STEP_FIELDS, PAD, SOS, Batch, date_fields
 
 __all__ = ["alignment_readings", "dates_readings", "reversal_readings", "table_row", "EncoderLayer",
            "TransformerSeq2Seq", "TRANSFORMER_RECORD", "TRANSFORMER_CHECKPOINT", "GRU_SEEDS_RECORD",
-           "load_transformer", "transformer_claims", "gru_seed_claims"]
+           "load_transformer", "gru_seed_claims"]
 DIGIT_STEPS = [t for t, field in enumerate(ISO_STEP_FIELDS) if field != "-"]
 
 
@@ -152,31 +152,9 @@ def load_transformer() -> TransformerSeq2Seq:
     return model
 
 
-def transformer_claims(tables: dict) -> dict[str, bool]:
-    """The statements comparing the two models' alignments, on ``{seed: alignment_table}``."""
-    field, entropy = "digit steps on their field", "digit-step entropy (nats)"
-    seeds = ", ".join(map(str, tables))
-    gru = {seed: table["GRU (1 head)"] for seed, table in tables.items()}
-    heads = {seed: [row for name, row in table.items() if name.startswith("Transformer head")]
-             for seed, table in tables.items()}
-    return {
-        f"seeds {seeds}: both models decode >= 99% of the test tokens correctly": all(
-            gru[s]["token accuracy"] >= 0.99 and heads[s][0]["token accuracy"] >= 0.99
-            for s in tables),
-        "every Transformer head is less aligned with the fields than the seed-0 GRU": all(
-            row[field] < gru[s][field] for s in tables for row in heads[s]),
-        "yet every head still reads the right field at most digit steps (60% to 95%)": all(
-            0.6 < row[field] < 0.95 for s in tables for row in heads[s]),
-        "in every seed, the mean of the heads' digit-step entropies is above the seed-0 GRU's": all(
-            sum(row[entropy] for row in heads[s]) / len(heads[s]) > gru[s][entropy]
-            for s in tables),
-    }
-
-
-def gru_seed_claims(seeds: dict, transformer_tables: dict) -> dict[str, bool]:
+def gru_seed_claims(seeds: dict) -> dict[str, bool]:
     """Notebook 06's statements about the GRUs, on ``{seed: {"dates": dates_readings(...),
-    "reversal": reversal_readings(...)}}``, every one over every seed; the last two compare each
-    GRU seed's dates model with every Transformer head of ``transformer_tables`` (the study's)."""
+    "reversal": reversal_readings(...)}}``, every one over every seed."""
     dates = {s: r["dates"] for s, r in seeds.items()}
     rev = {s: r["reversal"] for s, r in seeds.items()}
     n = {s: sum(d["field counts"][0].values()) for s, d in dates.items()}      # test dates
@@ -185,9 +163,6 @@ def gru_seed_claims(seeds: dict, transformer_tables: dict) -> dict[str, bool]:
              for s, d in dates.items()}
     entropy = {s: d["mean entropy"] for s, d in dates.items()}
     digit_entropy = {s: sum(e[t] for t in DIGIT_STEPS) / len(DIGIT_STEPS) for s, e in entropy.items()}
-    heads = [row for table in transformer_tables.values() for name, row in table.items()
-             if name.startswith("Transformer head")]
-    field = "digit steps on their field"
     seed_list = ", ".join(map(str, seeds))
     return {
         f"seeds {seed_list}: each dates GRU decodes >= 99% of the test tokens":
@@ -220,12 +195,4 @@ def gru_seed_claims(seeds: dict, transformer_tables: dict) -> dict[str, bool]:
         "every reversal seed: mean entropy between 1 and 1.6 nats at every length":
             all(1.0 < min(r["mean entropy"].values()) and max(r["mean entropy"].values()) < 1.6
                 for r in rev.values()),
-        "every GRU seed is on the field more often than every Transformer head (3 seeds x 2)":
-            all(share_s > row[field] for row in heads
-                for share_s in (sum(share[s][t] for t in DIGIT_STEPS) / len(DIGIT_STEPS)
-                                for s in seeds)),
-        "every Transformer seed's mean head entropy is above every GRU seed's digit-step entropy":
-            all(sum(row["digit-step entropy (nats)"] for name, row in table.items()
-                    if name.startswith("Transformer head")) / 2 > max(digit_entropy.values())
-                for table in transformer_tables.values()),
     }

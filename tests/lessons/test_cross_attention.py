@@ -54,9 +54,9 @@ def _failing(claims: dict) -> list[str]:
 def test_recorded_claims_hold_and_fail_when_one_is_made_false():
     tables = json.loads(cross_attention.TRANSFORMER_RECORD.read_text())["tables"]
     seeds = json.loads(cross_attention.GRU_SEEDS_RECORD.read_text())["seeds"]
-    assert _failing(cross_attention.gru_seed_claims(seeds, tables)) == []
+    assert _failing(cross_attention.gru_seed_claims(seeds)) == []
     seeds["2"]["reversal"]["mean entropy"]["24"] = 1.7                   # above 1.6 nats
-    failing = _failing(cross_attention.gru_seed_claims(seeds, tables))
+    failing = _failing(cross_attention.gru_seed_claims(seeds))
     assert len(failing) == 1 and "mean entropy" in failing[0]
     study = runpy.run_path(str(Path(__file__).parents[2] / "studies/cross_attention_transformer.py"))
     assert [c for c, holds in study["CLAIMS"].items() if not holds(tables)] == []
