@@ -1,14 +1,14 @@
-"""Checkers for notebook 07: RoPE itself, RoPE's split halves to interleaved, ALiBi for any H."""
+"""Checkers for notebook 07: RoPE itself, RoPE's split halves to interleaved, ALiBi's bias."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 import torch
 
-from ..positional import alibi_bias as alibi_bias_reference  # (H, n, n) float32: -m_h |i - j|
-from ..positional import apply_rope
+from ..attention import masked_softmax
+from ..masks import causal_mask
+from ..positional import alibi_slopes, apply_rope
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
@@ -273,64 +273,62 @@ def check_rope_layout(to_interleaved: Callable) -> CheckResult:
                           same_dtype=True, mistakes=LAYOUT_MISTAKES)
 
 
-def _geometric(h: int) -> torch.Tensor:                  # (h,): 2^(-8/h), 2^(-16/h), ..., 2^(-8)
-    return 2.0 ** (-8.0 / h * torch.arange(1, h + 1, dtype=torch.float64))
-
-
-def _alibi(n: int, h: int, kind: str = "right") -> torch.Tensor:
-    """ALiBi's ``(h, n, n)`` float32 bias, with the named mistake ``kind`` (default: the answer)."""
-    c = 2 ** (h.bit_length() - 1)                          # the largest power of two <= h
-    m = {"plain": lambda: _geometric(h),                    # 2^(-8k/h) for any h
-         "next": lambda: _geometric(2 * c if c < h else c)[:h],
-         "odd": lambda: torch.cat([_geometric(c), _geometric(2 * c)[1::2][: h - c]]),
-         "no_skip": lambda: torch.cat([_geometric(c), _geometric(2 * c)[: h - c]]),
-         "from0": lambda: 2.0 ** (-8.0 / h * torch.arange(h, dtype=torch.float64)),
-         "reversed": lambda: torch.cat([_geometric(2 * c)[0::2][: h - c], _geometric(c)]),
-         }.get(kind, lambda: torch.cat([_geometric(c), _geometric(2 * c)[0::2][: h - c]]))()
+def alibi_bias_reference(n: int, slopes: torch.Tensor) -> torch.Tensor:
+    """``(H, n, n)`` float64: ALiBi's ``-m_h (i - j)`` for ``slopes (H,)``, query ``i``, key ``j``."""
     i = torch.arange(n, dtype=torch.float64)
-    if kind == "bloom":                                     # Bloom's m_h j: a per-row shift of ours
-        return (m[:, None, None] * i).expand(h, n, n).float()
-    delta = i[:, None] - i[None, :]                         # (n, n): i - j
-    bias = -m[:, None, None] * (delta if kind == "signed" else delta.abs())
-    return (-bias if kind == "plus" else bias).float()
+    return -slopes.double()[:, None, None] * (i[:, None] - i)
 
 
-ALIBI_MISTAKES = [   # (the kind of _alibi, its hint)
-    ("plain", "2^(-8k/H) is the paper's rule for a power of two only. For other H it takes the "
-              "slopes of the largest power of two c < H, then every other slope of 2c heads."),
-    ("next", "you took the first H slopes of the next power of two: the paper keeps all c slopes "
-             "of the largest power of two below H, then adds every other slope of 2c heads."),
-    ("odd", "the extra slopes start one too late: take 2c heads' slopes 0, 2, 4, ... (counting "
-            "from 0), the ones that fall between the c heads' slopes."),
-    ("no_skip", "the extra heads took 2c heads' first slopes in a row: take every other one, so "
-                "they interleave with the c heads' slopes."),
-    ("from0", "your first head has slope 1 (2^0): heads count from 1 in 2^(-8k/H), so the steepest "
-              "is 2^(-8/H)."),
-    ("reversed", "the heads come in the wrong order: the c heads' slopes first, then the extra ones."),
-    ("plus", "the bias has the wrong sign: ALiBi subtracts m_h times the distance."),
-    ("bloom", "that is Bloom's m_h j: under a causal softmax it gives the same weights (it differs "
-              "from -m_h (i - j) by m_h i, the same along a row), but alibi_bias returns the bias "
-              "-m_h |i - j| itself, which also holds without a mask."),
-    ("signed", "-m_h (i - j) turns positive above the diagonal: the course's bias is -m_h |i - j|, "
-               "so a causal mask removes the same entries either way."),
+def _through_softmax(bias_of: Callable) -> Callable:
+    """The causal softmax weights ``(H, n, n)`` of ``scores + bias_of(n, slopes)`` (a bias that
+    broadcasts, as Bloom's ``(H, 1, n)``, too): compared, they let any per-row number pass."""
+    def weights(n, slopes, scores):
+        bias = bias_of(n, slopes)
+        try:
+            total = scores + bias
+        except (TypeError, RuntimeError):
+            return bias                          # check_function names what is wrong with it
+        return masked_softmax(total, causal_mask(n)) if total.shape == scores.shape else bias
+    return weights
+
+
+ALIBI_MISTAKES = [   # (the bias a mistake returns, its hint)
+    (lambda n, m: -alibi_bias_reference(n, m),
+     "your bias rewards distance: it is +m_h (i - j), or -m_h j. Against -m_h (i - j), -m_h j adds "
+     "m_h i - 2 m_h j. Softmax ignores m_h i, one number per row, but not -2 m_h j, which changes "
+     "along the row."),
+    (lambda n, m: torch.zeros(len(m), 1, 1, dtype=torch.float64),
+     "your bias is the same along each row (it is 0, or depends on i only). Softmax ignores a "
+     "number added to a whole row, so these are the weights without ALiBi. It must change with j."),
+    (lambda n, m: alibi_bias_reference(n, torch.ones_like(m)),
+     "every head got slope 1: head h multiplies the distance by its own slope, slopes[h]."),
 ]
 
 
-@exercise("positional_encoding.alibi_bias", "ALiBi's bias for any number of heads", hints=(
-    "For H a power of two the slopes are 2^(-8/H), 2^(-16/H), ..., 2^(-8). For 6 heads, which "
-    "power of two do you start from, and which slopes of a larger power of two fill the gaps?",
-    "With c the largest power of two <= H: all c slopes of c heads, then slopes 0, 2, 4, ... of "
-    "2c heads, H - c of them. The bias of head h is -m_h |i - j|, an (n, n) grid per head.",
-    "def geometric(h):                           # (h,): 2^(-8/h), 2^(-16/h), ..., 2^(-8)\n"
-    "    return 2.0 ** (-8.0 / h * torch.arange(1, h + 1, dtype=torch.float64))\n"
-    "c = ...                                     # the largest power of two <= num_heads\n"
-    "m = ...                                     # (num_heads,): c's slopes, then 2c's, every other\n"
+@exercise("positional_encoding.alibi_bias", "ALiBi's bias, anchored anywhere along a row", hints=(
+    "Which keys should head h favour, and by how much less per step back? The penalty grows with "
+    "the distance i - j, at the head's own rate.",
+    "Build the distances i - j as an (n, n) grid: a column of query positions minus a row of key "
+    "positions. Give each head its slope by broadcasting slopes to (H, 1, 1).",
     "i = torch.arange(n, dtype=torch.float64)\n"
-    "distance = (i[:, None] - i[None, :]).abs()  # (n, n): |i - j|\n"
-    "return (-m[:, None, None] * distance).float()"))
+    "distance = ...                # (n, n): i - j, query i down, key j across\n"
+    "m = ...                       # (H, 1, 1): head h's slope\n"
+    "return -m * distance          # (H, n, n)"))
 def check_alibi_bias(alibi_bias: Callable) -> CheckResult:
-    """Exercise: ``alibi_bias(n, num_heads) -> (num_heads, n, n)``, any head count."""
-    cases = [{"n": n, "num_heads": h} for n, h in ((5, 8), (4, 6), (7, 12), (3, 5), (6, 1), (2, 3))]
-    named = [Mistake(partial(_alibi, kind=kind), hint) for kind, hint in ALIBI_MISTAKES]
-    return check_function(alibi_bias, alibi_bias_reference, cases, what="alibi_bias",
-                          output_names=("the bias",), mistakes=named)
+    """Exercise: ``alibi_bias(n, slopes (H,)) -> (H, n, n)``, compared through a causal softmax."""
+    g = seeded(72)
+    cases = [{"n": n, "slopes": alibi_slopes(h), "scores": torch.randn(h, n, n, generator=g,
+                                                                       dtype=torch.float64)}
+             for n, h in ((5, 8), (4, 6), (7, 12), (3, 5), (6, 1), (9, 3))]
+    verdict = check_function(_through_softmax(alibi_bias), _through_softmax(alibi_bias_reference),
+                             cases, what="alibi_bias", output_names=("softmax(S + your bias)",),
+                             mistakes=[Mistake(_through_softmax(p), hint) for p, hint in ALIBI_MISTAKES])
+    if not verdict:
+        return verdict
+    n, m = 6, alibi_slopes(4)
+    c = (alibi_bias(n, m.clone()).double() - alibi_bias_reference(n, m))[..., 0]   # (H, n): c_i
+    anchor = ("0 (the paper's form)" if torch.allclose(c, 0 * c, atol=1e-5) else "m_h i (Bloom's m_h j)"
+              if torch.allclose(c, m[:, None] * torch.arange(n), atol=1e-5) else "c_i")
+    return CheckResult(True, f"{verdict.message}\nYour bias is -m_h (i - j) + {anchor}, one number "
+                             "per row i. softmax(s + c) = softmax(s), so every such anchor gives "
+                             "ALiBi's weights. A number per column would not.")

@@ -196,8 +196,9 @@ class PositionalView(BlitView):
         (self.level,) = ax.plot([], [], "--", color="black", linewidth=1)
         (self.marker,) = ax.plot([], [], "o", color=HIGHLIGHT_COLOR, markersize=8)
         self.panel = AttentionPanel(self.blit, grid[1, :], max_shape=(n, n),
-                                    title="attention softmax(S / sqrt(d_head)), causal: in the trained "
-                                          "modes, the head's own weights on token 0 repeated")
+                                    title="softmax(S / sqrt(d_head)), n <= m: in trained modes the "
+                                          "head's own weights on token 0 repeated; in table modes a "
+                                          "display")
         self.blit.animate(self.box_p, self.box_0, self.diagonal_line, self.spoke_p, self.spoke_pk,
                           self.profile, self.level, self.marker)
 
