@@ -1,10 +1,12 @@
-"""Notebook 09's head ablation (section 4.6 and Going deeper): each of all-MiniLM-L6-v2's 72 heads
-switched off alone, and each of its 6 layers' heads switched off together, 78 variants.
+"""Notebook 09's head ablation (Going deeper's null control and swap gap): each of
+all-MiniLM-L6-v2's 72 heads switched off alone, and each of its 6 layers' heads switched off
+together, 78 variants.
 
-The 112 sentences are the notebook's: 24 queries, their 24 partners and 16 decoys (4.6's paraphrase
-retrieval), and the 48 further sentences of Going deeper's pairs (all 24 triples' passives and role
-swaps). Each variant's sentence embeddings come from rm.ablated_embeddings itself (zero ablation:
-a head's output times 0 before W_O), on one thread, as the notebook ran it.
+The 112 sentences are the notebook's: 24 queries, their 24 partners and 16 decoys (the
+paraphrase-retrieval control), and the 48 further sentences of Going deeper's pairs (all 24
+triples' passives and role swaps). Each variant's sentence embeddings come from
+rm.ablated_embeddings itself (zero ablation: a head's output times 0 before W_O), on one thread,
+as the notebook ran it.
 Records, in attn_helpers/data/real_model_ablation.json, all the notebook reads from the embeddings:
 - per query, its margin (the partner's cosine minus the best other candidate's among the 40), with
   all heads on (24,) and per variant (6, 13, 24): [l][0] layer l + 1 off, [l][1 + i] head i + 1 off;
@@ -31,7 +33,7 @@ RECORD = Path(__file__).resolve().parent.parent / RECORDS[0]
 
 
 def sentences(data: dict) -> dict:
-    """The notebook's lists, built as in its cells (4.6, then Going deeper's swap gap)."""
+    """The notebook's lists, built as in its cells (retrieval control, then swap gap)."""
     triples = rm.TRIPLES[:16]
     queries = [a for a, _ in data["paraphrases"]] + [f"The {a} {v} the {b}." for a, v, b in triples]
     partners = ([b for _, b in data["paraphrases"]]

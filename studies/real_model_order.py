@@ -1,10 +1,10 @@
-"""Notebook 09's word-order ablation (Going deeper): how much all-MiniLM-L6-v2's sentence embedding
+"""Notebook 09's word-order ablation (section 4.6): how much all-MiniLM-L6-v2's sentence embedding
 notices word order, with each of its 72 heads switched off alone (and each layer's 12 together).
 
 Order sensitivity of a sentence: 1 - cos(its embedding, the embedding of its words shuffled). The 40
 sentences: the 12 shipped ones and 28 drawn from rm.template_sentences's grid; 3 shuffles of each.
 One generator, seed 1, draws the 28 sentences and then the shuffles; rm.order_sensitivity computes
-every variant through rm.ablated_embeddings (zero ablation, as 4.6), on one thread.
+every variant through rm.ablated_embeddings (zero ablation), on one thread.
 Records, in attn_helpers/data/real_model_order.json: the sentences and their shuffles' sensitivity,
 with all heads on (3, 40) and per variant (6, 13, 3, 40): [l][0] layer l + 1 off, [l][1 + i] head
 i + 1 off (rounded to 6 decimals); and head 1.3's rank among the 72 heads on 1,000 resamples of

@@ -24,8 +24,7 @@ def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int
 
 # --- exercise 1: previous-token scores ---------------------------------------------------------
 
-def _cases() -> list[dict]:
-    """Padded batches, then one unpadded; case 1 tells dividing by ``n - 1`` from counting query 0."""
+def _cases() -> list[dict]:  # padded batches, then one unpadded; case 1: n - 1 against query 0
     g = seeded(91)
     return [{"weights": _softmax_rows(g, L, lengths, h, n),
              "mask": torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]}
@@ -33,14 +32,12 @@ def _cases() -> list[dict]:
                                      (2, [7, 3], 2, 8)]]
 
 
-def _pooled(x, valid):
-    """The mean of ``x (L, b, h, m)`` over ``m`` where ``valid (b, m)`` is True: ``(L, b, h)``."""
+def _pooled(x, valid):                               # mean of x (L, b, h, m) where valid (b, m)
     valid = valid[None, :, None, :].float()
     return (x * valid).sum(dim=3) / valid.sum(dim=3)
 
 
-def _diagonal(weights, offset):
-    """``a[i, i + offset]`` for every query ``i``, 0 where that key does not exist: ``(L, b, h, n)``."""
+def _diagonal(weights, offset):                      # a[i, i + offset] (L, b, h, n), 0 where no key
     return F.pad(weights.diagonal(offset, dim1=-2, dim2=-1), (max(0, -offset), max(0, offset)))
 
 
@@ -120,8 +117,7 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
 
 # --- exercise 2: value-weighted norms --------------------------------------------------------
 
-def _norm_cases() -> list[dict]:
-    """Weights, values and ``W_O (d, h * d_head)``, ``d`` once unequal to ``h * d_head``."""
+def _norm_cases() -> list[dict]:  # weights, values, W_O (d, h * d_head); d once not h * d_head
     g = seeded(93)
     return [{"weights": _softmax_rows(g, 1, lengths, h, n)[0],                # (b, h, n, n)
              "values": torch.randn(len(lengths), h, n, d_head, generator=g),
@@ -199,6 +195,10 @@ NORMS_MISTAKES = [
     Mistake(lambda w, v, W: (w @ _f(v, W)).norm(dim=-1)[..., None].expand_as(w),
             "you took the norm of the weighted SUM, ||sum_j a_ij f_h(x_j)||, the head's whole output "
             "for query i: the exercise wants each key's term, ||a_ij f_h(x_j)||."),
+    Mistake(lambda w, v, W: _times(w.mT, _f(v, W).norm(dim=-1)), "you used a_ji, the weights "
+            "transposed: rows are queries, so query i's weight on key j is weights[..., i, j]."),
+    Mistake(lambda w, v, W: _times(w, _f(v, W).norm(dim=(1, 3)).unsqueeze(1)), "you took one norm "
+            "over the heads and d together: each head has its own f_h(x_j); take the norm over d only."),
 ]
 
 

@@ -171,7 +171,7 @@ def template_sentences(g: torch.Generator, k: int) -> list[str]:
     return [" ".join(grid[i]) + "." for i in torch.randperm(len(grid), generator=g)[:k]]
 
 
-TRIPLES = [tuple(t.split()) for t in (  # notebook 09's 4.6: (subject, verb, object)
+TRIPLES = [tuple(t.split()) for t in (  # notebook 09's retrieval control: (subject, verb, object)
     "dog chased cat, teacher praised student, doctor helped nurse, police arrested thief, "
     "company hired engineer, girl pushed boy, storm damaged bridge, lion attacked zebra, "
     "manager called driver, child hugged grandmother, farmer fed horse, king trusted minister, "

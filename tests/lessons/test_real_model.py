@@ -162,7 +162,7 @@ def test_order_sensitivity_is_zero_for_a_reordering_that_changes_nothing_and_mat
 
 
 def test_the_shipped_ablation_record_matches_ablated_embeddings_on_one_pair():
-    """studies/real_model_ablation.py's record (notebook 09, 4.6): its shapes, its pairs' sentences,
+    """studies/real_model_ablation.py's record (notebook 09): its shapes, its pairs' sentences,
     and the first shipped pair's cosine under all 78 variants, recomputed now."""
     record = json.loads(rm.DATA_FILE.with_name("real_model_ablation.json").read_text())
     every, pairs = record["sentences"], record["pairs"]
