@@ -6,9 +6,11 @@ read-outs see only the token's vector plus the attention's output, through one l
 model is trained with multi_head.train_two_relations itself (the checkpoint's recipe: d_model 32,
 600 Adam steps at lr 3e-3, batches of 64, one thread), with 1 and with 2 heads, on seeds 0, 1 and 2;
 then one head WITH its MLP on the same seeds (the seed study's one-head runs, re-trained here to
-measure what that study does not keep).
-Records per run the held-out accuracy per relation (positions i >= 2), the final loss (mean of the
-last 10% of steps) and each head's mean weight on key i-1 and on key 0. For one head, the per-query
+measure what that study does not keep); then one head without the MLP for 3,000 steps, seeds 0-2
+(the same runs continued: their first 600 steps are checked equal to the 600-step runs').
+Records per run the steps, the held-out accuracy per relation (positions i >= 2), the final loss
+(mean of the last 10% of steps), the loss curve (mean of every 10 steps, as the seed study keeps)
+and each head's mean weight on key i-1 and on key 0. For one head, the per-query
 share of key 0, s = a_0 / (a_0 + a_(i-1)), over the 4,096 held-out queries i >= 2: its 5%, 50% and
 95% quantiles, a 20-bin histogram on [0, 1], its mean for each first letter x_0, and the accuracy on
 the previous letter where x_0 != x_(i-1), split by |s - 0.5| < 0.1 or not.
@@ -16,7 +18,7 @@ Written to attn_helpers/data/multi_head_no_mlp.json. Notebook 04 asserts its cla
 in view (section 3 and Going deeper). This study checks only that a re-run reproduces the shipped
 record within tolerances that hold across CPUs, and that its with-MLP runs reproduce the seed study's
 weights (studies/multi_head_seeds.py, stored with the one-head checkpoint).
-Re-run: python3 course.py studies multi_head_no_mlp      (54 s of CPU; 4 minutes on 2 busy cores)
+Re-run: python3 course.py studies multi_head_no_mlp      (~2.5 min of CPU; 12 minutes on 2 busy cores)
 """
 import json
 import time
@@ -30,7 +32,7 @@ from attn_helpers.lessons import multi_head
 
 RECORDS = ["attn_helpers/data/multi_head_no_mlp.json"]
 RECORD = Path(__file__).resolve().parent.parent / RECORDS[0]
-SEEDS, HEADS = (0, 1, 2), (1, 2)
+SEEDS, HEADS, LONG = (0, 1, 2), (1, 2), 3000
 
 
 class NoOutput(nn.Module):
@@ -66,18 +68,21 @@ def share_of_key_0(model, tokens) -> dict:
                                for part, where in (("near_half", near), ("elsewhere", ~near))}}
 
 
-def run(num_heads: int, seed: int, mlp: bool) -> dict:
-    config = replace(multi_head.CONFIG, num_heads=num_heads, seed=seed)
+def run(num_heads: int, seed: int, mlp: bool, steps: int = multi_head.CONFIG.steps) -> dict:
+    config = replace(multi_head.CONFIG, num_heads=num_heads, seed=seed, steps=steps)
     model, result = multi_head.train_two_relations(config, build=None if mlp else build_without_mlp)
     tokens, targets = multi_head.evaluation_batch()
     with torch.no_grad():
         _, weights = model(tokens)                                     # (512, h, n, n)
-    row = {"num_heads": num_heads, "seed": seed, "mlp": mlp,
+    every = multi_head.LOSS_EVERY
+    row = {"num_heads": num_heads, "seed": seed, "mlp": mlp, "steps": steps,
            "accuracy": {k: round(v, 4) for k, v in
                         multi_head.relation_accuracy(model, tokens, targets).items()},
            "final_loss": float(f"{result.final_loss:.3g}"),
            "relation_scores": [[round(s, 4) for s in row]
-                               for row in multi_head.head_relation_scores(weights).tolist()]}
+                               for row in multi_head.head_relation_scores(weights).tolist()],
+           "loss_curve": [float(f"{sum(result.losses[i:i + every]) / every:.3g}")
+                          for i in range(0, steps, every)]}
     if num_heads == 1:
         row["share"] = share_of_key_0(model, tokens)
     return row
@@ -85,21 +90,27 @@ def run(num_heads: int, seed: int, mlp: bool) -> dict:
 
 def main():
     rows = []
-    for num_heads, seed, mlp in [*((h, s, False) for h in HEADS for s in SEEDS),
-                                 *((1, s, True) for s in SEEDS)]:
+    for num_heads, seed, mlp, steps in [*((h, s, False, 600) for h in HEADS for s in SEEDS),
+                                        *((1, s, True, 600) for s in SEEDS),
+                                        *((1, s, False, LONG) for s in SEEDS)]:
         began = time.monotonic()
-        rows.append(run(num_heads, seed, mlp))
+        rows.append(run(num_heads, seed, mlp, steps))
         print(f"{time.monotonic() - began:.0f} s", json.dumps(rows[-1]), flush=True)
     _, shipped = multi_head.load_one_head()          # the seed study: same recipe, same seeds
     for row in (r for r in rows if r["mlp"]):
         seed_row = next(r for r in shipped["study"] if (r["num_heads"], r["seed"]) == (1, row["seed"]))
         assert torch.allclose(torch.tensor(row["relation_scores"]),
                               torch.tensor(seed_row["relation_scores"]), atol=0.05), (row, seed_row)
+    short = {r["seed"]: r["loss_curve"] for r in rows
+             if (r["num_heads"], r["mlp"], r["steps"]) == (1, False, 600)}
+    for row in (r for r in rows if r["steps"] == LONG):    # the 600-step runs, continued
+        assert torch.allclose(torch.tensor(row["loss_curve"][:len(short[row["seed"]])]),
+                              torch.tensor(short[row["seed"]]), rtol=1e-2, atol=1e-5), row["seed"]
     if RECORD.exists():         # 512 held-out sequences: an accuracy moves little across CPUs
-        shipped_rows = {(r["num_heads"], r["seed"], r.get("mlp", False)): r
+        shipped_rows = {(r["num_heads"], r["seed"], r["mlp"], r.get("steps", 600)): r
                         for r in json.loads(RECORD.read_text())}
         for fresh in rows:
-            old = shipped_rows.get((fresh["num_heads"], fresh["seed"], fresh["mlp"]))
+            old = shipped_rows.get((fresh["num_heads"], fresh["seed"], fresh["mlp"], fresh["steps"]))
             if old is None:
                 continue
             for relation, accuracy in old["accuracy"].items():
