@@ -52,7 +52,7 @@ def _rnn(*, act=torch.tanh, drop=(), outside=(), reverse=False, transpose=False,
             states.append(h)
         states = (states[:-1] if keep_first else states)[::-1 if reverse else 1]
         H = torch.stack(states, dim=dim)  # (..., n, d)  # noqa: N806
-        summary = {"last": h, "first": H[..., 0, :], "mean": H.mean(-2)}[last]
+        summary = {"last": h, "first": H[..., 0, :], "mean": H.mean(-2), "H[-1]": H[-1]}[last]
         return (summary, H) if swap else (H, summary)
     return rnn
 
@@ -84,8 +84,9 @@ RNN_MISTAKES = [
     Mistake(_rnn(reverse=True), "you read backwards; this encoder reads j = 0 .. n-1."),
     Mistake(_rnn(keep_first=True), "the states are shifted by one: H holds h_0 .. h_{n-1} (the state "
             "AFTER each token), not h_{-1} .. h_{n-2}."),
-    Mistake(_rnn(last="first"), "h_last is the first state; the context vector is h_{n-1}."),
-    Mistake(_rnn(last="mean"), "h_last is the mean of the states, not h_{n-1}."),
+    *(Mistake(_rnn(last=last), f"h_last is {what}; the context vector is h_{{n-1}}, H[..., -1, :].")
+      for last, what in (("first", "the first state"), ("mean", "the mean of the states"),
+                         ("H[-1]", "H[-1], the last entry of the first axis (the batch)"))),
     *(Mistake(_rnn(dim=dim), f"H is stacked on dim {dim}; stack the states on dim -2, which counts from "
               "the end whatever the batch dimensions: (..., n, d).") for dim in (0, 1)),
     *(Mistake(_rnn(act=f), f"that is a {name}; the vanilla RNN squashes with tanh.")
@@ -198,15 +199,14 @@ ADDITIVE_MISTAKES = [
     Mistake(lambda s, H, U_q, U_k, v_a: ((H @ U_k) @ (s @ U_q)[:, :, None])[..., 0], "that is a dot "
             "product of the projections, (s_t U_q)(h_j U_k)^T. The additive score adds them, squashes "
             "with tanh, then takes the product with v_a."),
-    Mistake(_features(lambda x, v: torch.exp(torch.tanh(x) @ v)),
-            "you exponentiated the scores; return e_tj itself, the softmax does the exp."),
-    Mistake(_features(lambda x, v: torch.log_softmax(torch.tanh(x) @ v, -1)),
-            "those are log-weights (after a log_softmax); return the raw scores e_tj."),
+    *(Mistake(_features(lambda x, v, f=f: f(torch.tanh(x) @ v)), f"{what}; return the raw scores e_tj.")
+      for f, what in ((torch.exp, "you exponentiated the scores (the softmax does the exp)"),
+                      (lambda e: e.log_softmax(-1), "those are log-weights (after a log_softmax)"),
+                      (lambda e: e.softmax(-1), "those are weights (after a softmax)"),
+                      (lambda e: e.softmax(0), "those are weights (a softmax over dim 0, the batch)"),
+                      (lambda e: e - e.amax(-1, True), "each row minus its max (the same softmax)"))),
     Mistake(_features(lambda x, v: torch.tanh(x).sum(-1)), "v_a is missing: each d_a-vector "
             "tanh(s_t U_q + h_j U_k) becomes one number by a product with v_a, not a sum."),
-    *(Mistake(_features(lambda x, v, dim=dim: torch.softmax(torch.tanh(x) @ v, dim)),
-              f"those are weights (after a softmax{where}); return the raw scores e_tj.")
-      for dim, where in ((-1, ""), (0, " over dim 0, the batch"))),
     Mistake(_features(lambda x, v: torch.tanh(x) @ v / v.shape[0] ** 0.5), "you divided by "
             "sqrt(d_a). The additive score has no scale: v_a is learned and sets it. 1/sqrt(d) belongs "
             "to the dot-product score (notebook 03)."),
