@@ -72,9 +72,8 @@ def check_model(model) -> None:
 
 
 def gradient_frame(model: Seq2Seq, frame: DecodeFrame) -> DecodeFrame:
-    r"""``frame`` with its map showing gradient shares, for a model without attention too: row
-    ``t`` is :math:`\lVert \partial \log p(y_t) / \partial x_j \rVert` over the inputs ``j``
-    (``lessons.rnn_bottleneck.input_gradient_norms``, teacher-forced), divided by its sum."""
+    r"""``frame`` showing gradient shares (any model): row ``t`` is ``input_gradient_norms``'
+    :math:`\lVert \partial \log p(y_t) / \partial x_j \rVert` over ``j``, divided by its sum."""
     check_model(model)
     batch = collate("reversal", [(list(frame.source), list(frame.target))])
     with torch.enable_grad():                         # the widget may call this under no_grad
@@ -86,8 +85,8 @@ def gradient_frame(model: Seq2Seq, frame: DecodeFrame) -> DecodeFrame:
 
 
 def colour_scale(frame: DecodeFrame) -> float:
-    """The top of ``frame``'s colour scale: 1 for attention weights; for gradient shares, which
-    rarely pass 0.3, the first of ``SCALES`` at or above the largest share (nothing is clipped)."""
+    """The top of ``frame``'s colour scale: 1 for weights; for shares, the first of ``SCALES`` at or
+    above the largest (nothing is clipped)."""
     if frame.show != SHARES:
         return 1.0
     top = float(torch.as_tensor(frame.weights).max())
@@ -101,37 +100,38 @@ def _positioned(tokens) -> list[str]:
 
 
 def decode_examples(model: Seq2Seq, task, pairs):
-    """Greedy-decode ``(source, target)`` pairs of one length in one batch: ``[(tokens, weights)]``."""
+    """Greedy-decode ``(source, target)`` pairs, padded into one batch: ``[(tokens, weights)]``."""
     task = get_task(task)
     with torch.inference_mode():
         tokens, weights = predict(model, collate(task, pairs))
-    return [([task.tgt_vocab.itos[i] for i in tokens[b].tolist()],
-             None if weights is None else weights[b]) for b in range(len(pairs))]
+    return [([task.tgt_vocab.itos[i] for i in tokens[b, :len(t)].tolist()],
+             None if weights is None else weights[b, :len(t), :len(s)])
+            for b, (s, t) in enumerate(pairs)]
 
 
-def decode_frames(models: Mapping[str, Seq2Seq], model_name: str, length: int) -> list[DecodeFrame]:
-    """Reversal examples ``0..EXAMPLES-1`` of ``length`` digits greedily decoded in one batch by
-    ``models[model_name]``, with the token accuracy, the errors and the mean entropy."""
+def decode_frames(models: Mapping[str, Seq2Seq], model_name: str, lengths) -> dict:
+    """``{n: frames}``: reversal examples ``0..EXAMPLES-1`` of each of ``lengths`` greedily decoded
+    by ``models[model_name]`` in one padded batch, with the token accuracy, errors and mean entropy."""
     if model_name not in models:
         raise ValueError(f"model_name must be one of {sorted(models)}, got {model_name!r}")
     check_model(models[model_name])
-    pairs = [example("reversal", i, length) for i in range(EXAMPLES)]
+    pairs = [example("reversal", i, n) for n in lengths for i in range(EXAMPLES)]
     decoded = decode_examples(models[model_name], "reversal", pairs)
-    entropies = (["no attention"] * EXAMPLES if decoded[0][1] is None else   # one call, all rows
-                 attention_entropy(torch.stack([w for _, w in decoded]).double()).mean(-1).tolist())
-    no_weights = torch.zeros(length, length, dtype=torch.bool)     # every weight masked
-    frames = []
-    for (source, target), (output, weights), entropy in zip(pairs, decoded, entropies, strict=True):
-        correct = [o == t for o, t in zip(output, target, strict=True)]
-        errors = length - sum(correct)
-        readouts = {"model": model_name, "token accuracy": sum(correct) / length,
-                    "errors": f"{errors} of {length}", "mean entropy (nats)": entropy}
-        frames.append(DecodeFrame(
+    frames = {n: [] for n in lengths}
+    for (source, target), (output, weights) in zip(pairs, decoded, strict=True):
+        n, correct = len(source), [o == t for o, t in zip(output, target, strict=True)]
+        entropy = ("no attention" if weights is None
+                   else attention_entropy(weights.double()).mean().item())
+        no_weights = torch.zeros(n, n, dtype=torch.bool)     # every weight masked
+        errors = n - sum(correct)
+        readouts = {"model": model_name, "token accuracy": sum(correct) / n,
+                    "errors": f"{errors} of {n}", "mean entropy (nats)": entropy}
+        frames[n].append(DecodeFrame(
             weights=no_weights.float() if weights is None else weights,
             query_labels=_positioned(output), key_labels=_positioned(source),
             mask=no_weights if weights is None else None, readouts=readouts, source=source,
             target=target, output=output, correct=correct,
-            title=f"{model_name}: {length} tokens, {errors} wrong output tokens"))
+            title=f"{model_name}: {n} tokens, {errors} wrong output tokens"))
     return frames
 
 
@@ -224,8 +224,7 @@ def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
                       model_name: str | None = None) -> LiveAttentionWidget:
     """Sliders for the length and the example, a menu of ``models`` (opens on the first, or
     ``model_name``) and a menu ``show``: the attention weights, or :func:`gradient_frame`'s shares
-    (any model). Every length of every model is decoded here, once; a share map when first shown
-    (n backward passes), then kept."""
+    (any model). Every length is decoded here, once; a share map when first shown, then kept."""
     names = list(models)     # decode_frames checks each model
     if model_name is not None and model_name not in names:
         raise ValueError(f"model_name must be one of {names}, got {model_name!r}")
@@ -238,9 +237,9 @@ def bottleneck_widget(models: Mapping[str, Seq2Seq], *, length: int = 20,
                                    continuous_update=False),
         "show": widgets.Dropdown(options=[WEIGHTS, SHARES], value=WEIGHTS, description="show"),
     }
-    with single_thread():   # every (model, length) decoded now, in under a second
-        decoded = {(name, n): decode_frames(models, name, n)
-                   for name in names for n in range(LENGTHS[0], LENGTHS[1] + 1)}
+    with single_thread():   # every (model, length) decoded now, one batch per model
+        decoded = {(name, n): frames for name in names for n, frames in
+                   decode_frames(models, name, range(LENGTHS[0], LENGTHS[1] + 1)).items()}
     shares = {}   # {(model_name, length, index): frame}, filled as they are first shown
 
     def compute(length, model_name, index, show):

@@ -31,32 +31,32 @@ def widget(models):
 
 
 def test_decode_frames_and_the_widget(models, widget):
-    frames = wd.decode_frames(models, "additive attention", 9)
-    frame = frames[2]
+    frames = wd.decode_frames(models, "additive attention", [12, 9])    # one batch, padded to 12
+    frame, alone = frames[9][2], wd.decode_frames(models, "additive attention", [9])[9][2]
     source, target = tasks.example("reversal", 2, 9)
-    assert len(frames) == wd.EXAMPLES and list(frame.source) == source and list(frame.target) == target
+    assert len(frames[9]) == wd.EXAMPLES and (list(frame.source), list(frame.target)) == (source, target)
     assert frame.weights.shape == (9, 9) and frame.has_attention and frame.mask is None
+    assert frame.output == alone.output and torch.allclose(frame.weights, alone.weights, atol=1e-6)
     assert frame.readouts["token accuracy"] == sum(frame.correct) / 9
     assert [o == t for o, t in zip(frame.output, target, strict=True)] == list(frame.correct)
     assert frame.key_labels[:2] == [f"{source[0]}₀", f"{source[1]}₁"]    # digits repeat: positions
-    plain = wd.decode_frames(models, "no attention", 9)[2]
+    plain = wd.decode_frames(models, "no attention", [9])[9][2]
     assert not plain.has_attention and not plain.mask.any()
     assert plain.readouts["mean entropy (nats)"] == "no attention"
-    for call in (lambda: wd.decode_frames(models, "general", 9),
+    for call in (lambda: wd.decode_frames(models, "general", [9])[9],
                  lambda: wd.bottleneck_widget(models, model_name="general")):
         with pytest.raises(ValueError, match="model_name must be one of"):
             call()
     assert widget.error is None and widget.frame.has_attention and widget.frame.weights.shape == (24, 24)
     readouts = widget.set(length=6, model_name="no attention", index=3)
     assert widget.error is None and readouts["model"] == "no attention"
-    assert widget.frame.readouts == wd.decode_frames(models, "no attention", 6)[3].readouts
+    assert widget.frame.readouts == wd.decode_frames(models, "no attention", [6])[6][3].readouts
 
 
 def test_gradient_frame_shows_each_rows_share_of_the_lessons_gradient_norms(models):
-    """Row t of the map: ``input_gradient_norms`` over j divided by its sum; for a model without
-    attention too; no gradient and no training mode left behind."""
+    """Row t: ``input_gradient_norms`` over j over its sum, either model; no grad or training left."""
     for name, model in models.items():
-        frame = wd.decode_frames(models, name, 7)[3]
+        frame = wd.decode_frames(models, name, [7])[7][3]
         shown = wd.gradient_frame(model, frame)
         one = tasks.collate("reversal", [tasks.example("reversal", 3, 7)])
         norms = input_gradient_norms(model, one)[0]                          # (n_t, n)
@@ -75,7 +75,7 @@ def test_the_menu_show_draws_gradient_shares_for_either_model(models, widget):
     widget.set(model_name="no attention", length=9, index=0, show=wd.WEIGHTS)
     assert not widget.frame.has_attention and view.notice.visible
     widget.set(show=wd.SHARES, index=2)
-    plain = wd.decode_frames(models, "no attention", 9)[2]
+    plain = wd.decode_frames(models, "no attention", [9])[9][2]
     expected = wd.gradient_frame(models["no attention"], plain).weights
     assert widget.error is None and widget.frame.has_attention and not view.notice.visible
     assert torch.allclose(widget.frame.weights, expected, atol=1e-6)
@@ -86,7 +86,7 @@ def test_the_menu_show_draws_gradient_shares_for_either_model(models, widget):
     top = wd.colour_scale(widget.frame)           # the map's own colour scale, nothing clipped
     assert widget.frame.weights.max() <= top < 1
     assert view.scale.norm.vmax == view.panel.cells.norm.vmax == top
-    frames = wd.decode_frames(models, "no attention", 9)
+    frames = wd.decode_frames(models, "no attention", [9])[9]
     same = next(i for i in range(3, wd.EXAMPLES)  # another example on the same scale: blits
                 if wd.colour_scale(wd.gradient_frame(models["no attention"], frames[i])) == top)
     background = view.blit._background
@@ -99,7 +99,7 @@ def test_the_menu_show_draws_gradient_shares_for_either_model(models, widget):
 
 
 def test_colour_scale_is_the_first_step_at_or_above_the_largest_share(models):
-    frame = wd.decode_frames(models, "additive attention", 5)[0]
+    frame = wd.decode_frames(models, "additive attention", [5])[5][0]
     assert wd.colour_scale(frame) == 1.0                                     # attention weights
     for largest, top in ((0.04, 0.05), (0.05, 0.05), (0.17, 0.2), (0.31, 0.5), (0.9, 1.0)):
         weights = torch.full((5, 5), 0.01)
