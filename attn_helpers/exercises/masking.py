@@ -1,5 +1,5 @@
-"""Notebook 05's checkers: documents packed into one row (their mask and positions), a
-sliding-window mask for a LEFT-padded batch, and a rolling-buffer KV cache."""
+"""Notebook 05's checkers: documents packed into one row (their mask and positions), positions
+from a padded batch's mask, and a rolling-buffer KV cache."""
 
 from __future__ import annotations
 
@@ -12,34 +12,36 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import scaled_dot_product_attention
-from ..masks import padding_mask, sliding_window_mask
-from .core import CheckResult, Mistake, Refused, check_function, seeded
+from ..masks import sliding_window_mask
+from .core import CheckResult, Mistake, Refused, check_function, seeded, size
 from .workflow import exercise
 
-__all__ = ["check_pack_documents", "check_rolling_cache_step", "check_window_mask"]
+__all__ = ["check_mask_positions", "check_pack_documents", "check_rolling_cache_step"]
 
 NOT_BROADCAST = "two tensors did not broadcast. "
 
 
+def _integer(positions: torch.Tensor) -> torch.Tensor:
+    if positions.is_floating_point() or positions.dtype == torch.bool:
+        raise Refused("the positions index a table of position vectors: they must be an integer "
+                      f"tensor, got dtype {positions.dtype}.")
+    return positions.double()
+
+
 def _as_float64(answer: Callable) -> Callable:
-    """The learner's mask must be bool and the positions integer; both are compared as float64."""
-    def wrapped(*args):
-        out = answer(*args)
-        outputs = tuple(out) if isinstance(out, tuple | list) else (out,)
-        if not all(isinstance(x, torch.Tensor) for x in outputs):
+    """pack_documents' answer: a bool mask, then integer positions; both compared as float64."""
+    def wrapped(lengths):
+        out = answer(lengths)
+        if not (isinstance(out, tuple | list) and len(out) == 2 and all(map(torch.is_tensor, out))):
             return out
-        mask, *positions = outputs
-        if positions and positions[0].dtype == torch.bool and mask.dtype != torch.bool:
-            raise TypeError("the two outputs are in the wrong order: got a bool tensor of shape "
-                            f"{tuple(positions[0].shape)} second. Return (mask, positions): the "
-                            "(n, n) bool mask first, then the (n,) integer positions.")
+        mask, positions = out
+        if positions.dtype == torch.bool and mask.dtype != torch.bool:
+            raise Refused("the two outputs are in the wrong order: got a bool tensor of shape "
+                          f"{tuple(positions.shape)} second. Return (mask, positions): the (n, n) "
+                          "bool mask first, then the (n,) integer positions.")
         if mask.dtype != torch.bool:
-            raise TypeError("the mask must be a bool tensor (True = may attend), got dtype "
-                            f"{mask.dtype}")
-        if positions and (positions[0].is_floating_point() or positions[0].dtype == torch.bool):
-            raise TypeError("the positions index a table of position vectors: they must be an "
-                            f"integer tensor, got dtype {positions[0].dtype}")
-        return tuple(x.double() for x in outputs) if positions else mask.double()
+            raise Refused(f"the mask must be a bool tensor (True = may attend), got dtype {mask.dtype}.")
+        return mask.double(), _integer(positions)
     return wrapped if callable(answer) else answer
 
 
@@ -52,9 +54,8 @@ def _bools(verdict: CheckResult, axes: str) -> CheckResult:
 
 
 def _pack(lengths: torch.Tensor, flaw: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Documents of ``lengths`` packed into one row: the ``(n, n)`` mask (key j in query i's
-    document and j <= i) and the ``(n,)`` positions from 0 in each document, as float64.
-    ``flaw``: one known mistake."""
+    """Packed documents' ``(n, n)`` mask (same document and j <= i) and ``(n,)`` positions from 0 in
+    each document, as float64; ``flaw``: one known mistake."""
     n = int(lengths.sum())
     i = torch.arange(n)
     ends = torch.cumsum(lengths, 0)                                      # one past each document
@@ -72,6 +73,8 @@ def _pack(lengths: torch.Tensor, flaw: str | None = None) -> tuple[torch.Tensor,
     return mask.double(), positions.double()
 
 
+COUNT_DOWN = ("the positions count down to each document's end; they count up from 0 at its first "
+              "token. Subtract where each document starts from the index, not the index from its end.")
 _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
     ("causal_only", "the documents see each other: a token sees the earlier documents of the row. "
      "Packing is exact only if each token sees its own document alone: AND 'same document'."),
@@ -90,12 +93,10 @@ _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
     ("from_one", "off by one: each document's positions start at 1; the first token sits at 0."),
     ("minus_end", "the positions are negative: you subtracted where each document ends, not where "
      "it starts."),
-    ("count_down", "the positions count down to each document's end; they count up from 0 at its "
-     "first token. Subtract where each document starts from the index, not the index from its end."),
+    ("count_down", COUNT_DOWN),
     ("modulo_first", "the positions repeat every lengths[0] tokens: you took the index modulo the "
      "first document's length. Subtract each token's own document's start."),
-    ("count_down_from_length", "the positions count down from each document's end; they count up "
-     "from 0 at its first token. Subtract where each document starts from the index."),
+    ("count_down_from_length", COUNT_DOWN),
     ("doc_index", "the positions are each token's document number. A position counts the tokens "
      "before it in its own document: 0, 1, 2, ... from each document's start."),
     ("second_only", "only the second document restarts at 0; the third and later ones run on. Every "
@@ -131,76 +132,73 @@ def check_pack_documents(pack_documents: Callable) -> CheckResult:
                       "one as a row (1, n).")]), "(i, j)")
 
 
-def _real(lengths: torch.Tensor, n: int, shift: int = 0) -> torch.Tensor:
-    """``(b, n)``: True at sentence b's last ``lengths[b]`` positions (``shift``: off by one)."""
-    return torch.arange(n)[None, :] >= n - lengths[:, None] + shift
+def _positions(mask: torch.Tensor, flaw: str | None = None) -> torch.Tensor:
+    """``(b, n)`` positions of a padded batch's real tokens (0 at its pads), as float64: each counts
+    the real tokens before it in its row. ``flaw``: one known mistake."""
+    index, counted = torch.arange(mask.shape[-1]).expand_as(mask), mask.cumsum(-1)
+    positions = {"not_shifted": index, "from_one": counted, "down_the_batch": mask.cumsum(0) - 1,
+                 "pads_subtracted": index - (mask.shape[-1] - counted[:, -1:]),
+                 "count_down": mask.flip(-1).cumsum(-1).flip(-1) - 1,
+                 "row_total": (counted[:, -1:] - 1).expand_as(mask)}.get(flaw, counted - 1)
+    return positions.masked_fill(mask == 0, 0).double()
 
 
-def _window_mask(lengths: torch.Tensor, n: int, window: int) -> torch.Tensor:
-    """``(b, n, n)``: key j real and ``0 <= i - j < window``."""
-    return _real(lengths, n)[:, None, :] & sliding_window_mask(n, window)
-
-
-_WINDOW_MISTAKES = [   # (what the mistake computes from lengths, n, window; its hint)
-    (lambda L, n, w: padding_mask(L, n)[:, None, :] & sliding_window_mask(n, w),
-     "the real tokens were taken at the start (right padding); a LEFT-padded sentence has its "
-     "real tokens at the end: where does sentence b's first real token sit?"),
-    (lambda L, n, w: (padding_mask(L, n)[:, None, :] & sliding_window_mask(n, w)).flip(-1),
-     "you flipped a right-padded mask along the keys: that also mirrors the window. Flip only the "
-     "(b, n) table of real tokens, then AND it with the causal window."),
-    (lambda L, n, w: _real(L, n, 1)[:, None, :] & sliding_window_mask(n, w), "off by one: each "
-     "sentence's first real token was treated as padding (its column is all False)."),
-    (lambda L, n, w: _real(L, n, -1)[:, None, :] & sliding_window_mask(n, w), "off by one: each "
-     "sentence's last pad was treated as a real token."),
-    (lambda L, n, w: _window_mask(n - L, n, w), "your real keys start at index lengths[b], as if "
-     "it counted the pads. It counts the real tokens: how many pads come first?"),
-    (lambda L, n, w: _real(L, n)[:, None, :] & sliding_window_mask(n, w, causal=False), "your "
-     "window looks both ways: query i also sees keys after it (j > i)."),
-    (lambda L, n, w: _window_mask(L, n, w) | _real(L, n)[:, None, :].expand(-1, n, -1).triu(1),
-     "your window has no lower bound: query i sees every later key (j > i). Keep 0 <= i - j too."),
-    (lambda L, n, w: _real(L, n)[:, None, :] & sliding_window_mask(n, w).mT, "your window looks "
-     "forward: query i sees keys i to i + w - 1. A causal window looks back: keys i - w + 1 to i."),
-    (lambda L, n, w: _window_mask(L, n, w + 1), "off by one: each query sees w + 1 keys; it "
-     "should see w: itself and the w - 1 before it."),
-    (lambda L, n, w: _window_mask(L, n, w).mT, "each sentence's mask is transposed: rows are "
-     "queries i, columns keys j <= i."),
-    (lambda L, n, w: _real(L, n)[:, :, None] & sliding_window_mask(n, w), "the padding was "
-     "applied to the queries (rows) instead of the keys (columns)."),
-    (lambda L, n, w: _window_mask(L, n, n), "that is causal + padding with no window: also hide "
-     "keys window or more positions back."),
-    (lambda L, n, w: _window_mask(L[:1].expand(len(L)), n, w), "every sentence got the first "
-     "sentence's length: real[b, j] depends on lengths[b]."),
-    (lambda L, n, w: _window_mask(L, n, w) | (torch.eye(n, dtype=torch.bool) & ~_real(L, n)[..., None]),
-     "pad queries were allowed to see themselves. Leave a pad query's row all False: attention "
-     "turns an empty row into zeros (section 4)."),
-    (lambda L, n, w: ~_window_mask(L, n, w), "the mask is inverted: True means 'may attend'."),
+_POSITION_MISTAKES = [   # (the flaw of _positions, its hint)
+    ("not_shifted", "the positions ignore the padding: a prompt behind p pads starts at position p, "
+     "so its outputs depend on its padding. Count only the real tokens."),
+    ("from_one", "off by one: each row's first real token got position 1; it sits at 0."),
+    ("pads_subtracted", "that holds for left padding only: you subtracted the row's pad count from "
+     "the index. A right-padded row's real tokens start at 0. Count the real tokens before each one."),
+    ("down_the_batch", "the count ran down the batch (dim 0), across different prompts. It runs "
+     "along each row, over the positions: the last dim."),
+    ("count_down", "the positions count down to each row's last token; they count up from 0 at its "
+     "first real token."),
+    ("row_total", "every real token got its row's count of real tokens minus one. A position counts "
+     "only the real tokens up to its own token."),
 ]
 
 
-@exercise("masking.window_mask", "a sliding-window mask for a left-padded batch", hints=(
-    "Batched generation pads on the LEFT: sentence b's real tokens are its last lengths[b] "
-    "positions. A key is visible when it is real AND inside query i's causal window; a pad "
-    "query's row stays all False.",
-    "Combine two conditions with AND: which positions of sentence b are real (b, j), and which "
-    "offsets i - j lie inside the causal window (i, j)? Give the first the missing query axis "
-    "so that they broadcast to (b, n, n).",
-    "j = torch.arange(n)\n"
-    "real = ...                         # (b, n): True at sentence b's last lengths[b] positions\n"
-    "offset = j[:, None] - j[None, :]   # i - j, (n, n)\n"
-    "return ...                         # (b, n, n): real[:, None, :] AND the causal window on offset"))
-def check_window_mask(window_mask: Callable) -> CheckResult:
-    """``window_mask(lengths (b,), n, window) -> (b, n, n) bool``, LEFT-padded sentences."""
-    cases = [{"lengths": torch.tensor(lengths), "n": n, "window": w} for lengths, n, w in [
-        ([5, 3, 1], 5, 2), ([4, 2], 4, 1), ([7, 4, 0], 7, 3), ([3], 3, 5), ([2, 6, 5], 6, 6),
-        ([1], 1, 1)]]
-    return _bools(check_function(
-        _as_float64(window_mask), lambda lengths, n, w: _window_mask(lengths, n, w).double(), cases,
-        what="window_mask", output_names=("the mask",),
-        mistakes=[Mistake(wrong, hint) for wrong, hint in _WINDOW_MISTAKES],
-        error_hints=[("must match the size of tensor", NOT_BROADCAST + "Real keys form a (b, n) "
-                      "table: key positions (n,) against one bound per sentence (b,), which needs a "
-                      "new last axis. Give that table a query axis for the (n, n) mask.")]),
-        "(b, i, j)")
+def _on_real_tokens(answer: Callable) -> Callable:
+    """Integer positions, a pad's a row of the table (0..n-1), compared on the real tokens only."""
+    def wrapped(attention_mask):
+        out = answer(attention_mask)
+        if not isinstance(out, torch.Tensor) or out.shape != attention_mask.shape:
+            return out
+        pads = _integer(out)[attention_mask == 0]
+        outside = pads[(pads < 0) | (pads >= out.shape[-1])]
+        if len(outside):
+            raise Refused(f"a pad got position {int(outside[0])}. A learned table has rows 0..n-1 "
+                          "only (nn.Embedding refuses other indices). A pad may take any of them: "
+                          "its key is hidden and its output dropped.")
+        return out.masked_fill(attention_mask == 0, 0).double()
+    return wrapped if callable(answer) else answer
+
+
+@exercise("masking.mask_positions", "positions from the padding mask of a padded batch", hints=(
+    "Batched generation pads prompts on the left. A learned position table must see each prompt "
+    "as if it ran alone: its first real token at position 0, however many pads come before it.",
+    "A real token's position is the number of real tokens before it in its row. A running total "
+    "along each row (torch has one) gives, at each token, the real tokens up to and including it. "
+    "Pads may take any index from 0 to n - 1.",
+    "counted = ...                      # (b, n): real tokens up to and including each one\n"
+    "positions = ...                    # (b, n): 0 at each row's first real token\n"
+    "return ...                         # a leading pad's -1 is no row of the table"))
+def check_mask_positions(mask_positions: Callable) -> CheckResult:
+    """``mask_positions(attention_mask (b, n) int, 1 = real) -> (b, n) int``, padded either side."""
+    g = seeded(5)
+    b, n = size(g, 2, 4), size(g, 3, 9)
+    lengths = torch.randint(1, n + 1, (b,), generator=g).tolist()
+    masks = [[[0, 0, 0, 1, 1, 1, 1, 1], [1] * 8], [[1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [0, 1, 1, 1, 1]],
+             [[1]], [[0, 0, 0, 0, 1], [1, 1, 1, 1, 0]],      # then rows padded right, left in turn
+             [[1] * m + [0] * (n - m) if r % 2 == 0 else [0] * (n - m) + [1] * m
+              for r, m in enumerate(lengths)]]
+    return check_function(
+        _on_real_tokens(mask_positions), _positions,
+        [{"attention_mask": torch.tensor(m)} for m in masks],
+        what="mask_positions", output_names=("the positions",),
+        mistakes=[Mistake(partial(_positions, flaw=flaw), hint) for flaw, hint in _POSITION_MISTAKES],
+        error_hints=[("must match the size of tensor", NOT_BROADCAST + "One count per row, (b,), "
+                      "against the positions (n,) needs a new last axis: (b, 1).")])
 
 
 _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
@@ -269,8 +267,7 @@ def _ring_step(*, slot: Callable = lambda t, w: t % w, visible: Callable | None 
 
 
 def _ring_cases() -> list[dict]:
-    """q, k, v of a sequence and two caches of ``w`` slots of garbage: n > 2w, w = 1, w >= n, and
-    a random shape."""
+    """q, k, v and two caches of ``w`` garbage slots: n > 2w, w = 1, w >= n, and a random shape."""
     g = seeded(52)
     rb, rh, rk, rv = (int(i) for i in torch.randint(1, 5, (4,), generator=g))
     rw = int(torch.randint(2, 5, (1,), generator=g))

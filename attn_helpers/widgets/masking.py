@@ -8,13 +8,13 @@ import torch
 
 from .. import plots
 from .._checks import require_int_in
-from ..attention import scaled_dot_product_attention
+from ..attention import masked_softmax
 from ..masks import causal_mask, padding_mask, sliding_window_mask
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
 from .panels import AttentionPanel, TextSprites
 
-__all__ = ["MASK_TYPES", "BATCH_SENTENCES", "PAD", "build_mask", "masking_frame", "masking_widget",
-           "CaptionedView"]
+__all__ = ["MASK_TYPES", "PLACEMENTS", "DTYPES", "BATCH_SENTENCES", "PAD", "build_mask",
+           "masking_frame", "masking_widget", "CaptionedView"]
 
 
 class CaptionedView(BlitView):
@@ -38,6 +38,7 @@ class CaptionedView(BlitView):
 
     def draw(self, frame: AttentionFrame) -> None:
         self.panel.set_frame(frame)                      # a relayout names the axes key and query
+        self.panel.cells.colors[torch.as_tensor(frame.weights).isnan().numpy()] = NAN_RGBA
         self.panel.ax_map.xaxis.label.set_text(self.axis_names[0])
         self.panel.ax_map.yaxis.label.set_text(self.axis_names[1])
         lines = list(getattr(frame, "caption", ()))
@@ -45,18 +46,17 @@ class CaptionedView(BlitView):
                                  for i in range(len(lines))])
 
 
-PAD = "<pad>"
-BATCH_SENTENCES = (
-    ("the", "cat", "sat", "on", "the", "warm", "mat", "today"),
-    ("dogs", "bark", "at", "night", "too", "loudly", "again", "now"),
-)
+PAD, NAN_RGBA = "<pad>", (214, 39, 40, 255)             # NaN cells red, not the colour of 0
+BATCH_SENTENCES = (("the", "cat", "sat", "on", "the", "warm", "mat", "today"),
+                   ("dogs", "bark", "at", "night", "too", "loudly", "again", "now"))
 MASK_TYPES = ("none", "causal", "padding", "causal + padding", "sliding window (causal)",
               "sliding window (both sides)", "sliding window (causal) + padding")
+PLACEMENTS = ("mask before the softmax", "zero after", "zero after, renormalise")   # section 2
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def build_mask(mask_type: str, n: int, window: int, length: int) -> torch.Tensor | None:
-    """``(n, n)`` bool mask of one sequence of ``length`` real tokens padded to ``n`` (``None`` for
-    ``"none"``); combinations AND their parts."""
+    """``(n, n)`` bool mask of ``length`` real tokens padded to ``n`` (``None``: "none"), parts ANDed."""
     if mask_type not in MASK_TYPES:
         raise ValueError(f"mask_type must be one of {MASK_TYPES}, got {mask_type!r}")
     if mask_type == "none":
@@ -71,39 +71,57 @@ def build_mask(mask_type: str, n: int, window: int, length: int) -> torch.Tensor
     return mask
 
 
-def masking_frame(
-    mask_type: str, window: int, length_a: int, length_b: int, sequence: str = "A"
-) -> AttentionFrame:
-    """The weights of sentence ``sequence`` ("A" or "B") of a batch of two with ``length_a``,
-    ``length_b`` (1..8) real tokens, padded to the longer, under ``mask_type`` (:data:`MASK_TYPES`)."""
-    if sequence not in ("A", "B"):
-        raise ValueError(f"sequence must be 'A' or 'B', got {sequence!r}")
-    for name, value in (("length_a", length_a), ("length_b", length_b)):
-        require_int_in(name, value, 1, len(BATCH_SENTENCES[0]))
-    require_int_in("window", window, 1)
+class MaskingFrame(AttentionFrame):
+    @property
+    def entropy(self) -> torch.Tensor:
+        """``-sum a ln a`` of each row; NaN for a row that sums to neither 1 nor 0 (within 1e-2)."""
+        w = torch.as_tensor(self.weights, dtype=torch.float64)
+        ok = ((w.sum(-1) - 1).abs() <= 1e-2) | (w.sum(-1) == 0)
+        return torch.where(ok, -(w * w.clamp_min(1e-300).log()).sum(-1), torch.nan)
+
+
+def masking_frame(mask_type: str, window: int, length_a: int, length_b: int, sequence: str = "A",
+                  placement: str = PLACEMENTS[0], dtype: str = "float32", scale: int = 1
+                  ) -> MaskingFrame:
+    """Sentence ``sequence``'s weights in a batch of two of ``length_a``, ``length_b`` (1..8) tokens
+    padded to the longer: ``mask_type`` applied by ``placement``, in ``dtype``, scores x ``scale``."""
+    for name, value, allowed in (("sequence", sequence, ("A", "B")), ("dtype", dtype, tuple(DTYPES)),
+                                 ("placement", placement, PLACEMENTS)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    for name, value, most in (("length_a", length_a, 8), ("length_b", length_b, 8),
+                              ("window", window, float("inf")), ("scale", scale, float("inf"))):
+        require_int_in(name, value, 1, most)
     index = "AB".index(sequence)
     n, length = max(length_a, length_b), (length_a, length_b)[index]
     labels = [*BATCH_SENTENCES[index][:length], *[PAD] * (n - length)]
     mask = build_mask(mask_type, n, window, length)
-    g = torch.Generator().manual_seed(5)
-    q, k, v = (torch.randn(2, n, 8, generator=g, dtype=torch.float64)[index] for _ in range(3))
-    weights = scaled_dot_product_attention(q, k, v, mask)[1]
     shown = torch.ones(n, n, dtype=torch.bool) if mask is None else mask
-    frame = AttentionFrame(weights, labels, labels, mask=shown)
+    g = torch.Generator().manual_seed(5)
+    q, k = (torch.randn(2, n, 8, generator=g, dtype=torch.float64)[index] for _ in range(2))
+    scores = (q @ k.T * scale / 8**0.5).to(DTYPES[dtype])                # (n, n), in dtype
+    weights = torch.softmax(scores, -1) * shown                          # zeroed after the softmax
+    if placement == PLACEMENTS[0]:
+        weights = masked_softmax(scores, mask)
+    elif placement == PLACEMENTS[2]:
+        weights = weights / weights.sum(-1, keepdim=True)                # an empty row: 0 / 0
+    frame = MaskingFrame(weights.double(), labels, labels, mask=shown)
     visible, masked = shown.sum(-1).tolist(), int((~shown).sum())
-    rows = int(torch.isclose(weights.sum(-1), torch.ones(n, dtype=weights.dtype)).sum())
+    rows = int((frame.entropy.isfinite() & shown.any(-1)).sum())          # sum to 1 within 1e-2
+    nan_rows = int(weights.isnan().any(-1).sum())
     frame.readouts = {"padded length n": n, "visible keys per query": visible, "masked cells": masked,
                       "entropy ceilings ln(visible)": [round(x, 3) for x in frame.ceiling.tolist()],
-                      "rows summing to 1": rows, "mean entropy (nats)": frame.entropy.mean().item()}
+                      "rows summing to 1": rows, "rows with NaN": nan_rows,
+                      "mean entropy (nats)": frame.entropy.nanmean().item()}
     frame.caption = (f"mask: {mask_type}  |  window w = {window}  |  lengths A = {length_a}, "
                      f"B = {length_b}  |  showing {sequence}",
-                     f"visible keys per query: {visible}  |  masked cells: {masked}  |  rows "
-                     f"summing to 1: {rows} of {n}")
+                     f"{placement}, {dtype}, scores x {scale}  |  rows summing to 1: {rows} of {n}"
+                     f"  |  rows with NaN (red): {nan_rows}")
     return frame
 
 
 def masking_widget() -> LiveAttentionWidget:
-    """Notebook 05's widget: mask type, window size and the two sentences' lengths."""
+    """Notebook 05's widget: mask, window, lengths, where the mask goes, dtype, a factor on scores."""
     full = len(BATCH_SENTENCES[0])
     controls = {
         "mask_type": widgets.Dropdown(options=MASK_TYPES, value="causal", description="mask"),
@@ -111,8 +129,11 @@ def masking_widget() -> LiveAttentionWidget:
         "length_a": widgets.IntSlider(value=full, min=1, max=full, description="length A"),
         "length_b": widgets.IntSlider(value=5, min=1, max=full, description="length B"),
         "sequence": widgets.ToggleButtons(options=["A", "B"], value="A", description="show"),
+        "placement": widgets.Dropdown(options=PLACEMENTS, value=PLACEMENTS[0], description="softmax"),
+        "dtype": widgets.Dropdown(options=tuple(DTYPES), value="float32", description="dtype"),
+        "scale": widgets.IntSlider(value=1, min=1, max=60, description="scores x"),
     }
-    view = CaptionedView((7.0, 5.0), title="attention weights (grey: masked)",
+    view = CaptionedView((7.0, 5.0), title="attention weights (grey: masked, red: NaN)",
                          max_shape=(full, full))
     return LiveAttentionWidget(masking_frame, controls, view,
                                title="Masks: who may see whom (grey cells are masked)")

@@ -8,20 +8,21 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from _exercises import assert_rejected, assert_skeleton, skeleton
+from _exercises import assert_rejected, assert_skeleton
 
 import attn_helpers as ah
 from attn_helpers.exercises.masking import (
     _PACK_MISTAKES,
-    _WINDOW_MISTAKES,
+    _POSITION_MISTAKES,
     _WRONG,
     _pack,
+    _positions,
     _ring_cases,
     _ring_step,
     _run_steps,
+    check_mask_positions,
     check_pack_documents,
     check_rolling_cache_step,
-    check_window_mask,
 )
 
 # --- pack_documents (documents packed into one row: the mask and the positions) ---------------
@@ -62,8 +63,7 @@ def test_pack_documents_accepts_the_reference_and_the_level_3_skeleton_filled_in
 
 
 def test_packing_equals_each_document_alone_through_torch_attention():
-    """The point of the exercise: with the mask and learned positions, a packed row gives each
-    document's outputs as if it ran alone (torch's is_causal=True on each document)."""
+    """With the mask and learned positions, a packed row gives each document's outputs alone."""
     lengths = torch.tensor([3, 1, 4])
     mask, positions = pack_documents(lengths)
     g = torch.Generator().manual_seed(0)
@@ -145,8 +145,7 @@ def test_caches_not_written_in_place_or_shifted_whole_are_refused(wrong, words):
 
 
 def test_a_ring_filled_from_the_end_passes():
-    """Review 5: a ring filled from the end (slot (-t - 1) mod w, the filled slots masked) is a
-    rolling buffer too."""
+    """A ring filled from the end (slot (-t - 1) mod w, the filled slots masked) is one too."""
     def from_the_end(k_cache, v_cache, t, q_t, k_t, v_t):
         w = k_cache.shape[-2]
         k_cache[:, :, (-t - 1) % w], v_cache[:, :, (-t - 1) % w] = k_t[:, :, 0], v_t[:, :, 0]
@@ -190,37 +189,28 @@ def test_rolling_cache_step_accepts_the_level_3_skeleton_filled_in():
                     check_rolling_cache_step, ("t % w", "min(t + 1, w)"), ah=ah)
 
 
-def window_mask(lengths, n, window):
-    j = torch.arange(n)
-    real = j[None, :] >= n - lengths[:, None]                        # (b, n): the last lengths[b]
-    offset = j[:, None] - j[None, :]                                  # i - j
-    return real[:, None, :] & (offset >= 0) & (offset < window)
+def mask_positions(attention_mask):                                   # the reference, as a learner
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def test_window_mask_accepts_the_reference_and_the_level_3_skeleton_filled_in():
-    assert check_window_mask(window_mask)
-    assert check_window_mask(skeleton("masking.window_mask", "lengths, n, window", (
-        "j[None, :] >= n - lengths[:, None]", "real[:, None, :] & (offset >= 0) & (offset < window)")))
+@pytest.mark.parametrize("answer", [mask_positions,                   # and Hugging Face's pads at 1:
+                                    lambda m: (m.cumsum(-1) - 1).masked_fill(m == 0, 1)])
+def test_mask_positions_accepts_the_reference_and_hugging_faces_form(answer):
+    assert check_mask_positions(answer)
+    assert_skeleton("masking.mask_positions", "attention_mask", check_mask_positions,
+                    ("attention_mask.cumsum(-1)", "counted - 1", "positions.clamp(min=0)"))
 
 
-@pytest.mark.parametrize("wrong, hint", _WINDOW_MISTAKES, ids=range(len(_WINDOW_MISTAKES)))
-def test_window_mask_names_each_known_mistake_with_its_hint(wrong, hint):
-    assert_rejected(check_window_mask(wrong), "\nHint: " + hint)
+@pytest.mark.parametrize("flaw, hint", _POSITION_MISTAKES, ids=[flaw for flaw, _ in _POSITION_MISTAKES])
+def test_mask_positions_names_each_known_mistake_with_its_hint(flaw, hint):
+    assert_rejected(check_mask_positions(lambda m: _positions(m, flaw).long()), "\nHint: " + hint)
 
 
-def test_window_mask_names_a_bound_per_sentence_without_its_new_axis():
-    def no_new_axis(lengths, n, window):                              # (n,) >= (b,): no broadcast
-        j = torch.arange(n)
-        return (j[None, :] >= n - lengths)[:, None, :] & window_mask(lengths * 0 + n, n, window)
-
-    assert_rejected(check_window_mask(no_new_axis), "did not broadcast", "\nHint: ", "last axis")
-
-
-def test_window_mask_wants_bool_and_reports_its_values_as_true_false():
-    verdict = check_window_mask(lambda L, n, w: window_mask(L, n, w).int())
-    assert not verdict and "bool" in verdict.message
-    assert "at (b, i, j) = (0, 0, 1) you gave True, expected False." in check_window_mask(
-        lambda *a: ~window_mask(*a)).message                                  # the axes named
+def test_mask_positions_refuses_float_positions_a_pad_at_minus_one_and_names_a_missing_axis():
+    assert_rejected(check_mask_positions(lambda m: mask_positions(m).float()), "integer tensor")
+    assert_rejected(check_mask_positions(lambda m: m.cumsum(-1) - 1), "a pad got position -1")
+    assert_rejected(check_mask_positions(lambda m: torch.arange(m.shape[-1]) - (1 - m).sum(-1)),
+                    "did not broadcast", "\nHint: ", "(b, 1)")
 
 
 def test_a_filled_count_that_leaves_the_newest_key_out_is_named_with_the_course_attention():
@@ -241,8 +231,7 @@ def test_a_filled_count_that_leaves_the_newest_key_out_is_named_with_the_course_
 
 
 def test_a_softmax_over_unwritten_slots_is_named():
-    """Review s9: a softmax over all w slots, garbage included, then the unwritten ones zeroed and
-    renormalised, gives 0 / 0 in float32; the NaN gets its own hint."""
+    """All w slots, garbage included, softmaxed then zeroed and renormalised: a 0 / 0 NaN hint."""
     def over_garbage(k_cache, v_cache, t, q_t, k_t, v_t):
         w = k_cache.shape[-2]
         k_cache[:, :, t % w], v_cache[:, :, t % w] = k_t[:, :, 0], v_t[:, :, 0]

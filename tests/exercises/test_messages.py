@@ -42,10 +42,9 @@ KEY_EXPRESSIONS = {
         ("pinv", "torch.roll(", "W_Q @ P.T", "math.log(99")),
     "masking.pack_documents": (masking.check_pack_documents, (
         "repeat_interleave", "doc[:, None] == doc[None, :]", "i - starts[doc]", "searchsorted")),
-    "masking.window_mask": (
-        masking.check_window_mask,
-        ("n - lengths", "n - length", "offset >= 0", "offset < window", "i - j >= 0",
-         "i - j < w", "real[:, None, :]")),
+    "masking.mask_positions": (
+        masking.check_mask_positions,
+        ("cumsum(-1)", "cumsum(dim=-1)", "clamp(min=0)", "- 1).clamp", "masked_fill(m")),
     "masking.rolling_cache_step": (
         masking.check_rolling_cache_step,
         ("t % w", "t mod w", "min(t + 1, w)", "min(t+1, w)")),

@@ -12,6 +12,7 @@ from PIL import Image
 
 from attn_helpers.masks import causal_mask, sliding_window_mask
 from attn_helpers.plots import MASKED_COLOR
+from attn_helpers.widgets import masking as mw
 from attn_helpers.widgets.masking import MASK_TYPES, PAD, build_mask, masking_frame, masking_widget
 
 
@@ -48,6 +49,7 @@ def test_build_mask_is_the_and_of_its_parts():
 @pytest.mark.parametrize("kwargs, match", [
     ({"mask_type": "diagonal"}, "mask_type"), ({"window": 0}, "window"),
     ({"length_a": 0}, "length_a"), ({"length_b": 9}, "length_b"), ({"sequence": "C"}, "sequence"),
+    ({"placement": "after"}, "placement"), ({"dtype": "float64"}, "dtype"), ({"scale": 0}, "scale"),
 ])
 def test_frame_bad_inputs(kwargs, match):
     args = {"mask_type": "causal", "window": 2, "length_a": 8, "length_b": 5, "sequence": "A", **kwargs}
@@ -55,31 +57,34 @@ def test_frame_bad_inputs(kwargs, match):
         masking_frame(**args)
 
 
-def test_widget_draws_masked_cells_grey():
-    widget = masking_widget()
-    widget.set(mask_type="causal + padding", length_a=4, length_b=8, sequence="A")
-    assert widget.error is None
-    assert widget.frame.readouts["masked cells"] == int((~widget.frame.mask).sum())
-    image = np.asarray(Image.open(io.BytesIO(widget.image.value)).convert("RGBA")).astype(int)
-    grey = np.array([round(255 * c) for c in to_rgba(MASKED_COLOR)])
-    assert (np.abs(image - grey).max(-1) <= 2).sum() > 500   # many grey pixels: masked cells
+def test_float16_rows_turn_nan_only_when_zeroed_and_renormalised():
+    frames = [masking_frame("causal", 3, 8, 5, "A", p, "float16", 30) for p in mw.PLACEMENTS]
+    assert [f.readouts["rows with NaN"] for f in frames] == [0, 0, 1]
+    assert frames[1].readouts["rows summing to 1"] < frames[0].readouts["rows summing to 1"] == 8
 
 
-def test_the_caption_is_pasted_under_the_panels_and_a_move_only_blits():
-    """The caption lines (settings and readouts) are in the picture, one sprite a line, and a
-    move redraws them without a full redraw of the figure."""
+def test_cells_grey_where_masked_red_where_nan_and_the_caption_pasted_by_blitting():
+    """Masked cells grey; NaN cells red; the caption lines (settings and readouts) are in the
+    picture, one sprite a line, and a move redraws them without a full redraw of the figure."""
     widget = masking_widget()
     view = widget.view
     background = view.blit._background
     widget.set(mask_type="causal + padding", length_b=3)
-    assert view.blit._background is background
+    assert widget.error is None and view.blit._background is background
+    assert widget.frame.readouts["masked cells"] == int((~widget.frame.mask).sum())
     assert view.caption.texts == list(widget.frame.caption) and len(view.caption.texts) == 2
     assert "mask: causal + padding" in view.caption.texts[0]
+
+    def pixels(rgba) -> int:                          # how many pixels have this colour
+        image = np.asarray(Image.open(io.BytesIO(widget.image.value)).convert("RGBA")).astype(int)
+        return int((np.abs(image - np.array(rgba)).max(-1) <= 2).sum())
 
     def strip(png: bytes) -> np.ndarray:            # the caption's rows, under the panels
         return np.asarray(Image.open(io.BytesIO(png)).convert("L")).astype(int)[-32:]
 
+    assert pixels([round(255 * c) for c in to_rgba(MASKED_COLOR)]) > 500   # masked cells
     before = strip(widget.image.value)
     assert (before < 100).sum() > 300                 # dark text pixels
-    widget.set(length_b=6)
+    widget.set(mask_type="causal", length_b=6, placement=mw.PLACEMENTS[2], dtype="float16", scale=30)
     assert np.abs(strip(widget.image.value) - before).max() > 100   # the caption changed
+    assert pixels(mw.NAN_RGBA) > 500                  # one NaN row, red
