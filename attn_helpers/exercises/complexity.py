@@ -40,8 +40,7 @@ def _merge_case(g, batch, n_q, keys, d_v, *, offset=0.0, empty2=False, size=1.0)
 
 
 def _merge_cases() -> list[dict]:
-    """Five plain cases, then maxima near 1000 (``exp(m)`` overflows past 709), then rows 0 and 2
-    with no key in either state (m1 = m2 = -inf)."""
+    """Five plain cases, maxima near 1000 (``exp(m)`` overflows past 709), rows with no key at all."""
     g = seeded(80)
     large = _merge_case(seeded(81), (), 4, (3, 3), 3, offset=2.0)
     empty = _merge_case(seeded(82), (), 4, (3, 2), 3, offset=1.0)
@@ -80,10 +79,9 @@ def _merge_mistakes() -> list[Mistake]:
                                   "factors as l1 and l2."),
         *[({"rescale": ("12", state)}, "acc was rescaled on one side only: each acc_i needs the "
                                        "same factor as its l_i.") for state in "12"],
-        ({"rescale": ("1", "1")}, "only state 1 was rescaled: l2 and acc2 are measured against m2, "
-         "so they need exp(m2 - m) too (it is 1 only where m2 is the larger max)."),
-        ({"rescale": ("2", "2")}, "only state 2 was rescaled: l1 and acc1 are measured against m1, "
-         "so they need exp(m1 - m) too (it is 1 only where m1 is the larger max)."),
+        *[({"rescale": (one, one)}, f"only state {one} was rescaled: l{two} and acc{two} are measured "
+           f"against m{two}, so they need exp(m{two} - m) too (1 only where m{two} is the larger max).")
+          for one, two in ("12", "21")],
         ({"flip": True}, "the factors are upside down: exp(s - m1) becomes exp(s - m) times "
                          "exp(m1 - m), at most 1, not exp(m - m1)."),
         ({"swap": True}, "the factors were swapped: state 1 takes exp(m1 - m), state 2 exp(m2 - m)."),
@@ -108,8 +106,7 @@ _OVERFLOW = ("exp of a max near 1000 overflows (this case has maxima near 1000; 
              "which are at most 0.")
 
 
-@exercise("complexity.merge_states", "merge two partial online-softmax states (split-KV, ring)",
-          hints=(
+@exercise("complexity.merge_states", "merge two partial online-softmax states (split-KV, ring)", hints=(
               "Each state summed exp(s - m_i) over its own keys, against its own max. Pick the "
               "merged max first, then re-express both sums against it before adding them.",
               "The merged m is the larger of m1 and m2. Which factor turns every term "
@@ -122,8 +119,7 @@ _OVERFLOW = ("exp of a max near 1000 overflows (this case has maxima near 1000; 
 def check_merge_states(merge: Callable) -> CheckResult:
     """Exercise: ``merge(m1, l1, acc1, m2, l2, acc2) -> (m, l, acc)``: ``m_i``, ``l_i``
     ``(..., n_q, 1)``, ``acc_i (..., n_q, d_v)``, the states of two disjoint sets of keys."""
-    # Every case before the one with maxima near 1000 passed, so any wrong values there are the
-    # overflow, whatever was done with the inf: that "mistake" is the learner's own output there.
+    # Every case before it passed, so wrong values at maxima near 1000 are the overflow: named there.
     overflow = Mistake(lambda m1, *rest: merge(m1, *rest) if m1.max() > 500 else None, _OVERFLOW)
     return check_function(merge, merge_states_reference, _merge_cases(), what="merge_states",
                           output_names=STATE, mistakes=[overflow, *_merge_mistakes()],
@@ -132,10 +128,15 @@ def check_merge_states(merge: Callable) -> CheckResult:
 
 def _no_full_scores(inputs: dict) -> AllocationWatch | None:
     """No fused attention call (the watch cannot see inside it); when ``B < n``, no tensor as large
-    as the ``(..., n, n)`` scores, nor one larger than a padded input and a ``(..., B, B, d)`` tile."""
+    as the ``(..., n, n)`` scores, nor one larger than a padded input and a ``(..., B, B, d)`` tile,
+    nor the scores (scaled or not) of a tile wholly above the diagonal."""
     q, v, B = inputs["q"], inputs["v"], inputs["B"]
     n, d, batch = q.shape[-2], max(q.shape[-1], v.shape[-1]), q[..., 0, 0].numel()
     full, tile_room = batch * n * n, batch * d * max(B * B, n + B - 1)
+    S, above = q @ inputs["k"].mT, {}       # the raw scores, outside the watch; above: by tile shape
+    for i, j in ((a, b) for a in range(0, n, B) for b in range(a + B, n, B)):   # wholly above
+        for tile in (S[..., i:i + B, j:j + B], S[..., i:i + B, j:j + B] / q.shape[-1] ** 0.5):
+            above.setdefault(tile.shape, []).append((i, j, tile, tile.flatten()[0].item()))
 
     def refuse(t: torch.Tensor, call: str) -> str | None:
         if call == "scaled_dot_product_attention":
@@ -152,6 +153,13 @@ def _no_full_scores(inputs: dict) -> AllocationWatch | None:
             return (f"causal_backward built a tensor of shape {tuple(t.shape)} ({call}), more "
                     f"than one tile needs (n = {n}, B = {B}): the queries were not tiled. "
                     "FlashAttention-2 takes B queries by B keys at a time.")
+        tiles = above.get(t.shape, []) if t.is_floating_point() else []
+        corner = t.flatten()[0].item() if tiles else None       # a cheap first test, then all of it
+        for i, j, tile, tile_corner in tiles:                   # a tile wholly above the diagonal
+            if math.isclose(corner, tile_corner, rel_tol=1e-9) and torch.allclose(t.double(), tile):
+                return (f"you scored queries {i}..{i + B - 1} against keys {j}..{j + t.shape[-1] - 1}: "
+                        "a tile wholly above the diagonal, where every key comes after every query and "
+                        "P is 0. Skip such tiles (up to half the work); mask the ones on the diagonal.")
         return None
 
     return AllocationWatch(refuse)
@@ -163,8 +171,7 @@ def _case(g, batch, n, d_k, d_v, B, *, large=False) -> dict:
     q, k, v, d_out = rand(n, d_k), rand(n, d_k), rand(n, d_v), rand(n, d_v)
     if large:                                                       # scores near 1000
         q[..., 0], k[..., 0] = 1000.0 * math.sqrt(d_k), 1.0
-    future = torch.ones(n, n, dtype=torch.bool).triu(1)
-    s = (q @ k.mT / math.sqrt(d_k)).masked_fill(future, -math.inf)
+    s = (q @ k.mT / math.sqrt(d_k)).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf)
     return {"q": q, "k": k, "v": v, "O": torch.softmax(s, dim=-1) @ v,
             "lse": torch.logsumexp(s, dim=-1), "d_out": d_out, "B": B}
 
@@ -183,7 +190,7 @@ def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", 
                    fill=-math.inf, mask_ds_only=False, tile_d=False, local_softmax=False,
                    scale_grads=(True, True), score_pow=1, assign=(), lse_keys=False,
                    d_keys=False, no_lse=False, no_d=False, dv_from_o=False, whole=""):
-    """The backward with one thing changed. ``visit``: "causal", "all" or "below" (``j < i``);
+    """The backward with one thing changed. ``visit``: "causal" or "below" (``j < i``);
     ``mask``: the mask in a visited tile; ``assign``: which of dq, dk, dv are assigned, not added;
     ``whole``: the loops ("i", "j") that visit whole tiles only, dropping a short last one."""
     n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])
@@ -193,7 +200,7 @@ def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", 
     for j in range(0, ends["j"], B):
         J, cols = slice(j, j + B), torch.arange(j, min(j + B, n))[None, :]
         for i in range(0, ends["i"], B):
-            if {"causal": j >= i + B, "all": False, "below": j >= i}[visit]:
+            if {"causal": j >= i + B, "below": j >= i}[visit]:
                 continue
             I, rows = slice(i, i + B), torch.arange(i, min(i + B, n))[:, None]
             allowed = {"causal": cols <= rows, "none": cols >= 0, "strict": cols < rows,
@@ -225,21 +232,18 @@ def causal_backward_reference(q, k, v, O, lse, d_out, B):
 def _mistakes() -> list[Mistake]:
     """Each hint, then the one or more changes to the reference that it names."""
     return [Mistake(lambda *a, _v=v: _backward_with(*a, **_v), hint) for hint, *variants in [
-        ("no causal mask: keys after a query leaked into its gradients. Skip the tiles wholly above "
-         "the diagonal and mask the future keys in the tiles that cross it.",
-         {"visit": "all", "mask": "none"}),
         ("the tiles that cross the diagonal were not masked: they hold future keys too.",
          {"mask": "none"}),
         ("the diagonal tiles were skipped (j >= i rather than j >= i + B): they hold each token's own "
          "key and its nearest past keys.", {"visit": "below"}),
         ("the mask was built from the tile's own indices (a tril from 0): compare token positions, "
-         "i + a for query a and j + b for key b.", {"mask": "local"}, {"mask": "local", "visit": "all"}),
+         "i + a for query a and j + b for key b.", {"mask": "local"}),
         ("the diagonal was masked: query t may attend to key t itself (key <= query).",
          {"mask": "strict"}),
         ("the mask is inverted: it kept the future keys and removed the past ones.",
-         {"mask": "inverted"}, {"mask": "inverted", "visit": "all"}),
+         {"mask": "inverted"}),
         ("the masked scores were set to 0, not -inf: exp(0 - lse) is not 0, so future keys still got "
-         "weight.", {"fill": 0.0}, {"fill": 0.0, "visit": "all"}),
+         "weight.", {"fill": 0.0}),
         ("dS was masked but P was not: dV_j = P^T dO_i still collected future keys; mask the scores "
          "before the exponential.", {"mask_ds_only": True}),
         ("D was recomputed as rowsum(P * dP) over one tile: D = rowsum(dO * O) covers the whole row; "
@@ -371,8 +375,7 @@ _OUTER = ("torch.outer takes 1-D vectors only, and this case has a batch: build 
           "product by broadcasting (a size-1 axis in each factor) or with torch.einsum.")
 
 
-@exercise("complexity.linear_step", "one step of causal linear attention: state in, state out",
-          hints=(
+@exercise("complexity.linear_step", "one step of causal linear attention: state in, state out", hints=(
               "In section 5's formula, which factor of each term depends on j, and which does "
               "not? Take the one that does not out of the sums: what is left is the state. Add "
               "token t's terms first, then read with phi(q_t). phi(x) = elu(x) + 1.",

@@ -154,8 +154,7 @@ def attention_sizes(max_n: int) -> list[int]:
 
 def matmul_gflops(device: str = "cpu", sizes: tuple[int, ...] = (256, 512, 1024, 2048)) -> float:
     """The compute peak: the best GFLOP/s of square float32 products of these ``sizes``."""
-    g = torch.Generator().manual_seed(0)
-    best = 0.0
+    g, best = torch.Generator().manual_seed(0), 0.0
     for size in sizes:
         a, b = (torch.randn(size, size, generator=g).to(device) for _ in range(2))
         ms = time_call(lambda a=a, b=b: a @ b, budget_s=0.5 / len(sizes), cpu_clock=device == "cpu")
@@ -164,8 +163,7 @@ def matmul_gflops(device: str = "cpu", sizes: tuple[int, ...] = (256, 512, 1024,
 
 
 def cache_sizes() -> dict[str, int]:
-    """This CPU's data caches in bytes (``{"L1d": .., "L2": .., "L3": ..}``) from Linux's sysfs;
-    empty elsewhere."""
+    """This CPU's data caches in bytes, ``{"L1d": .., "L2": .., "L3": ..}``, from Linux's sysfs."""
     sizes, units = {}, {"K": 2**10, "M": 2**20, "G": 2**30}
     for folder in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         try:
@@ -183,8 +181,7 @@ def copy_bandwidth_gbps(device: str = "cpu", n_bytes: int = 256 * 2**20,
                         budget_s: float = 0.5, repeats: int = 1) -> float:
     """GB/s copying ``n_bytes``, 2 bytes per byte (no write-allocate), best of ``repeats`` medians."""
     require_positive_int("repeats", repeats)
-    src = torch.ones(n_bytes // 4, device=device)
-    dst = torch.empty_like(src)
+    src, dst = torch.ones(n_bytes // 4, device=device), torch.empty(n_bytes // 4, device=device)
     best_ms = min(time_call(lambda: dst.copy_(src), budget_s=budget_s, cpu_clock=device == "cpu")
                   for _ in range(repeats))
     return 2 * n_bytes / (best_ms / 1000.0) / 1e9
