@@ -1,6 +1,7 @@
-"""Checkers for notebook 06: multi-head cross-attention from its weights (queries from the decoder,
-keys and values from the encoder, padded memory masked on the keys), and a post-norm decoder layer
-one target position at a time, the memory projected once."""
+"""Checkers for notebook 06: Perceiver-style multi-head cross-attention from its weights (queries
+from a small learned latent array shared by the batch, keys and values from the input, padded
+positions masked on the keys), and a post-norm decoder layer one target position at a time, the
+memory projected once."""
 
 from __future__ import annotations
 
@@ -22,17 +23,20 @@ __all__ = ["check_cross_attend", "cross_attend_reference", "check_decode_layer",
            "decode_layer_reference"]
 
 
-def cross_attend_reference(y, memory, memory_real, W_Q, W_K, W_V, num_heads):
-    """``(output (b, n_q, d), weights (b, h, n_q, n_k))``: h heads of cross-attention without W_O,
-    padded memory masked on the keys; ``nn.MultiheadAttention``'s with ``key_padding_mask``."""
-    Q, K, V = (split_heads(x @ W, num_heads) for x, W in ((y, W_Q), (memory, W_K), (memory, W_V)))
+def cross_attend_reference(latents, memory, memory_real, W_Q, W_K, W_V, num_heads):
+    """``(output (b, n_q, d), weights (b, h, n_q, n_k))``: h heads of cross-attention without W_O
+    from the latents ``(n_q, d)``, shared by the batch, to the memory, padded memory masked on the
+    keys; ``nn.MultiheadAttention``'s with the latents expanded over the batch and
+    ``key_padding_mask``."""
+    queries = (latents @ W_Q).expand(memory.shape[0], -1, -1)            # (b, n_q, d): shared
+    Q, K, V = (split_heads(x, num_heads) for x in (queries, memory @ W_K, memory @ W_V))
     scores = Q @ K.mT / math.sqrt(Q.shape[-1])                    # (b, h, n_q, n_k): sqrt(d_head)
     weights = scores.masked_fill(~memory_real[:, None, None, :], -math.inf).softmax(-1)
     return merge_heads(weights @ V), weights
 
 
 _ATTEND = {  # the reference in steps; each named mistake below replaces one
-    "QKV": lambda y, memory, W_Q, W_K, W_V: (y @ W_Q, memory @ W_K, memory @ W_V),
+    "QKV": lambda L, memory, W_Q, W_K, W_V: (batched(L @ W_Q, memory), memory @ W_K, memory @ W_V),
     "split": split_heads,                                         # (b, n, d) -> (b, h, n, d_head)
     "scale": lambda Q, memory: math.sqrt(Q.shape[-1]),
     "keep": lambda real, n_q: real[:, None, None, :],                        # (b, 1, 1, n_k)
@@ -41,9 +45,14 @@ _ATTEND = {  # the reference in steps; each named mistake below replaces one
 }
 
 
-def _attend_with(y, memory, memory_real, W_Q, W_K, W_V, num_heads, **changed):
+def batched(x, memory):
+    """The latents' rows ``(n_q, d)`` for every example of ``memory``'s batch: ``(b, n_q, d)``."""
+    return x.expand(memory.shape[0], -1, -1)
+
+
+def _attend_with(latents, memory, memory_real, W_Q, W_K, W_V, num_heads, **changed):
     step = _ATTEND | changed
-    Q, K, V = (step["split"](x, num_heads) for x in step["QKV"](y, memory, W_Q, W_K, W_V))
+    Q, K, V = (step["split"](x, num_heads) for x in step["QKV"](latents, memory, W_Q, W_K, W_V))
     scores = Q @ K.mT / step["scale"](Q, memory)
     weights = step["weights"](scores, step["keep"](memory_real, Q.shape[-2]))
     return step["merge"](weights @ V), weights
@@ -55,10 +64,10 @@ def _attend_cases() -> list[dict]:
     # every square-root scale is right; case 2's n_q, n_k, d, d_m, h differ: it tells most apart
     for b, n_q, n_k, d, d_m, h, lengths, dtype in [
             (4, 4, 4, 4, 4, 1, [2, 4, 1, 3], torch.float32), (2, 4, 6, 16, 10, 2, [6, 2], torch.float32),
-            (2, 1, 5, 4, 4, 2, [3, 5], torch.float64), (4, 5, 3, 8, 6, 4, [3, 1, 2, 3], torch.float32)]:
+            (2, 1, 5, 4, 4, 2, [3, 5], torch.float64), (4, 2, 9, 8, 6, 4, [3, 9, 2, 7], torch.float32)]:
         def w(rows, cols, dtype=dtype):
             return (2 * torch.randn(rows, cols, generator=g) / math.sqrt(rows)).to(dtype)
-        cases.append({"y": torch.randn(b, n_q, d, generator=g).to(dtype),
+        cases.append({"latents": torch.randn(n_q, d, generator=g).to(dtype),
                       "memory": torch.randn(b, n_k, d_m, generator=g).to(dtype),
                       "memory_real": torch.arange(n_k)[None, :] < torch.tensor(lengths)[:, None],
                       "W_Q": w(d, d), "W_K": w(d_m, d), "W_V": w(d_m, d), "num_heads": h})
@@ -70,29 +79,32 @@ _TRANSPOSED = ("transposed: x @ W.T is nn.Linear's habit (its weight is stored (
 ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
     ("padded memory positions were read: mask the scores with memory_real (True = real) before the "
      "softmax.", partial(_attend_with, weights=lambda scores, keep: scores.softmax(-1))),
-    ("the mask was laid along the queries, (b, 1, n_k, 1): it hid rows (decoder positions), not "
+    ("the mask was laid along the queries, (b, 1, n_k, 1): it hid rows (latent queries), not "
      "columns. Padding belongs to the keys: (b, 1, 1, n_k).",
      partial(_attend_with, keep=lambda real, n_q: real[:, None, :, None])),
-    ("the mask's batch axis met the scores' query axis, (1, 1, b, n_k): each decoder position got "
+    ("the mask's batch axis met the scores' query axis, (1, 1, b, n_k): each latent query got "
      "another sentence's padding. Keep the batch first: (b, 1, 1, n_k).",
      partial(_attend_with, keep=lambda real, n_q: real[None, None])),
     ("every sentence got the first sentence's mask (memory_real[0]): keep the batch, (b, 1, 1, n_k).",
      partial(_attend_with, keep=lambda real, n_q: real[:1, None, None])),
     ("the mask is inverted: memory_real is True at the REAL positions, the ones that may be read.",
      partial(_attend_with, keep=lambda real, n_q: ~real[:, None, None, :])),
-    ("the memory was masked causally: cross-attention needs no causal mask; the whole input is "
-     "known before the decoder writes.",
+    ("the memory was masked causally: cross-attention needs no causal mask; every latent may read "
+     "the whole input.",
      partial(_attend_with, keep=lambda real, n_q: real[:, None, None, :] & torch.ones(
          n_q, real.shape[1], dtype=torch.bool).tril())),
-    ("the keys and values came from y: that is self-attention. Here K = memory W_K, V = memory W_V.",
-     partial(_attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q, y @ W_K, y @ W_V))),
-    ("the keys and values are swapped: K was made with W_V, and V with W_K.",
-     partial(_attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q, memory @ W_V, memory @ W_K))),
-    ("the roles are swapped: Q came from the memory; the decoder asks (Q = y W_Q), the memory answers.",
-     partial(_attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (memory @ W_Q, y @ W_K, y @ W_V))),
+    ("the keys and values came from the latents: that is self-attention over the latents (the "
+     "Perceiver's next step). Here the input is read: K = memory W_K, V = memory W_V.",
+     partial(_attend_with, QKV=lambda L, memory, W_Q, W_K, W_V: (
+         batched(L @ W_Q, memory), batched(L @ W_K, memory), batched(L @ W_V, memory)))),
+    ("the keys and values are swapped: K was made with W_V, and V with W_K.", partial(
+        _attend_with, QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q, m), m @ W_V, m @ W_K))),
+    ("the roles are swapped: Q came from the memory; the latents ask (Q = latents W_Q), the memory "
+     "answers.", partial(_attend_with, QKV=lambda L, memory, W_Q, W_K, W_V: (
+         memory @ W_Q, batched(L @ W_K, memory), batched(L @ W_V, memory)))),
     ("the values were the keys (memory W_K); V = memory W_V.", partial(
-        _attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q, memory @ W_K, memory @ W_K))),
-    ("the softmax ran over dim -2, the decoder positions: normalise each row, over the last dim.",
+        _attend_with, QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q, m), m @ W_K, m @ W_K))),
+    ("the softmax ran over dim -2, the latent queries: normalise each row, over the last dim.",
      partial(_attend_with, weights=lambda S, keep: S.masked_fill(~keep, -math.inf).softmax(-2))),
     ("the scores were not scaled: divide by sqrt(d_head), the width of one head's Q and K.",
      partial(_attend_with, scale=lambda Q, memory: 1.0)),
@@ -104,7 +116,7 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
      partial(_attend_with, scale=lambda Q, memory: (Q.shape[1] * Q.shape[-1]) ** 0.5)),
     ("the scores were divided by sqrt(n_k): the scale counts one dot product's terms, sqrt(d_head).",
      partial(_attend_with, scale=lambda Q, memory: memory.shape[-2] ** 0.5)),
-    ("the scores were divided by sqrt(n_q), the number of decoder positions; divide by sqrt(d_head).",
+    ("the scores were divided by sqrt(n_q), the number of latents; divide by sqrt(d_head).",
      partial(_attend_with, scale=lambda Q, memory: Q.shape[-2] ** 0.5)),
     ("the scores were divided by sqrt(d) / h: the root covers the whole ratio, sqrt(d / h).",
      partial(_attend_with, scale=lambda Q, memory: (Q.shape[1] * Q.shape[-1]) ** 0.5 / Q.shape[1])),
@@ -126,12 +138,12 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
     ("only head 0's weights were returned: return each head's, (b, h, n_q, n_k).",
      lambda *args: (_attend_with(*args)[0], _attend_with(*args)[1][:, 0])),
     (f"a weight was {_TRANSPOSED}", partial(
-        _attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q.T, memory @ W_K, memory @ W_V))),
+        _attend_with, QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q.T, m), m @ W_K, m @ W_V))),
     (f"the weights were {_TRANSPOSED}", partial(
-        _attend_with, QKV=lambda y, memory, W_Q, W_K, W_V: (y @ W_Q.T, memory @ W_K.T, memory @ W_V.T))),
+        _attend_with, QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q.T, m), m @ W_K.T, m @ W_V.T))),
     ("the padded memory rows were set to zero instead of masked: a zero key still scores 0, and "
      "exp(0) gives it weight. Mask the scores with -inf at padded positions, before the softmax.",
-     lambda y, memory, real, *W: _attend_with(y, memory * real[..., None], real, *W,
+     lambda L, memory, real, *W: _attend_with(L, memory * real[..., None], real, *W,
                                               weights=lambda scores, keep: scores.softmax(-1))),
     ("the two results are swapped: return the output (b, n_q, d) first, then the weights.",
      lambda *args: _attend_with(*args)[::-1]),
@@ -142,33 +154,38 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
 ]]
 
 
-@exercise("cross_attention.attend", "multi-head cross-attention from W_Q, W_K, W_V: queries from "
-          "the decoder, keys and values from the encoder, padded memory masked", hints=(
-    "Section 1's formula, per head (notebook 04), and its padding mask: the decoder asks, the "
-    "memory answers. Padding is a property of the memory's positions: it hides columns of the "
-    "weights, never rows.",
-    "Which of y and memory makes Q, which makes K and V? Each is then split into h heads. The "
-    "scores are (b, h, n_q, n_k): one row per decoder position. Which axis does each row's softmax "
-    "run over? memory_real is (b, n_k): which axes must it gain to broadcast over the heads and "
-    "the n_q queries? Divide by the square root of one head's width.",
+@exercise("cross_attention.attend", "Perceiver-style multi-head cross-attention from W_Q, W_K, W_V: "
+          "queries from a latent array shared by the batch, keys and values from the input, padded "
+          "memory masked", hints=(
+    "Section 1's formula, per head (notebook 04), and its padding mask: the latents ask, the "
+    "memory answers. The latents are one (n_q, d) array for every example: they need a batch axis "
+    "before the heads are split. Padding is a property of the memory's positions: it hides "
+    "columns of the weights, never rows.",
+    "Which of latents and memory makes Q, which makes K and V? latents W_Q is (n_q, d): expand it "
+    "to (b, n_q, d), or give it a batch axis of 1 and let broadcasting do the rest. The scores are "
+    "(b, h, n_q, n_k): one row per latent. Which axis does each row's softmax run over? memory_real "
+    "is (b, n_k): which axes must it gain? Divide by the square root of one head's width.",
     "Q, K, V = ...                      # (b, h, n, d_head) each, via ah.split_heads: who makes which?\n"
     "scores = ...                       # (b, h, n_q, n_k), scaled\n"
     "scores = ...                       # padded memory positions at -inf: the mask (b, 1, 1, n_k)\n"
     "weights = ...                      # (b, h, n_q, n_k): each row sums to 1\n"
     "return ..., weights                # the heads' outputs merged: (b, n_q, d)"))
 def check_cross_attend(cross_attend: Callable) -> CheckResult:
-    """Exercise: ``cross_attend(y (b, n_q, d), memory (b, n_k, d_m), memory_real (b, n_k), W_Q (d, d),
-    W_K (d_m, d), W_V (d_m, d), num_heads) -> (output (b, n_q, d), weights (b, h, n_q, n_k))``."""
-    cases = _attend_cases()
+    """Exercise: ``cross_attend(latents (n_q, d), memory (b, n_k, d_m), memory_real (b, n_k),
+    W_Q (d, d), W_K (d_m, d), W_V (d_m, d), num_heads) -> (output (b, n_q, d), weights
+    (b, h, n_q, n_k))``."""
     return check_function(
-        cross_attend, cross_attend_reference, cases, what="cross_attend",
+        cross_attend, cross_attend_reference, _attend_cases(), what="cross_attend",
         output_names=("the output", "the weights"),
         mistakes=ATTEND_MISTAKES,
         nan_hint="a row with every score at -inf gives NaN: is the softmax over the memory "
                  "positions, and is the mask the right way round (True = real)?",
-        error_hints=[("must match the size of tensor", "the shapes do not fit the scores (b, h, n_q, "
-                      "n_k), one row per decoder position and one column per memory position. Which "
-                      "of y and memory makes the queries, and which axes must memory_real gain?")])
+        error_hints=[("must be 3-D (b, n, d_model)", "latents W_Q is (n_q, d), one array for the "
+                      "whole batch: give it a batch axis (expand to (b, n_q, d), or [None]) before "
+                      "ah.split_heads."),
+                     ("must match the size of tensor", "the shapes do not fit the scores (b, h, n_q, "
+                      "n_k), one row per latent and one column per memory position. Which of "
+                      "latents and memory makes the queries, and which axes must memory_real gain?")])
 
 
 class _DecoderLayer(DecoderLayer):

@@ -1,5 +1,5 @@
 """Notebook 06's widget: decode an example step by step and watch the cross-attention (rows after
-the step grey, the step's row framed)."""
+the step grey, the step's row framed), of the GRU or of either head of a Transformer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from ..entropy import attention_entropy, max_entropy
 from ..lessons.rnn_bottleneck import Seq2Seq
-from ..lessons.tasks import example, get_task
+from ..lessons.tasks import collate, example, get_task
 from .core import AttentionFrame, LiveAttentionWidget
 from .masking import CaptionedView
 from .rnn_bottleneck import check_model, decode_examples
@@ -22,7 +22,15 @@ def _decoded(model: Seq2Seq, task, index: int):
     return source, target, output, weights
 
 
-def _alignment(source, target, output, weights, step: int) -> AttentionFrame:
+def _transformer_decoded(model, task, index: int):
+    """Like :func:`_decoded`, read by a Transformer: weights ``(h, n_q, n_k)``, one row per head."""
+    source, target = example(task, index)
+    batch = collate(task, [(source, target)])
+    tokens, weights = model.greedy_decode(batch.src, batch.src_lengths, steps=len(target))
+    return source, target, [task.tgt_vocab.itos[i] for i in tokens[0].tolist()], weights[0]
+
+
+def _alignment(source, target, output, weights, step: int, reader: str = "GRU") -> AttentionFrame:
     step = min(step, len(output) - 1)                    # one slider serves every length
     n_q, n_k = weights.shape
     row = weights[step].double()
@@ -36,7 +44,7 @@ def _alignment(source, target, output, weights, step: int) -> AttentionFrame:
             "strongest source token": f"{source[best]} (position {best})",
             "its weight": row[best].item(), "entropy (nats)": entropy, "ceiling ln n": ceiling})
     frame.caption = (
-        f"{' '.join(source)}  |  decoder step {step} (0 to {n_q - 1}): wrote {output[step]!r} "
+        f"{reader}: {' '.join(source)}  |  decoder step {step} (0 to {n_q - 1}): wrote {output[step]!r} "
         f"(target {target[step]!r})",
         f"strongest input word: {source[best]!r} with weight {row[best].item():.2f}  |  "
         f"entropy {entropy:.2f} of at most ln {n_k} = {ceiling:.2f} nats")
@@ -63,8 +71,11 @@ def alignment_frame(model: Seq2Seq, task: str, index: int, step: int) -> Attenti
     return _alignment(*_decoded(model, get_task(task), index), step)
 
 
-def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAttentionWidget:
-    """An example picker and a decoder-step slider; every example is decoded once, here."""
+def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20,
+                     transformer=None) -> LiveAttentionWidget:
+    """An example picker and a decoder-step slider; every example is decoded once, here. With
+    ``transformer`` (a ``lessons.cross_attention.TransformerSeq2Seq`` for the same task), a
+    ``reader`` menu shows the GRU's weights or one of the Transformer's heads."""
     _check(model, 0)
     task = get_task(task)
     controls = {
@@ -72,18 +83,26 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20) -> LiveAt
                                    continuous_update=False),
         "step": widgets.IntSlider(value=0, min=0, max=0, description="decoder step"),
     }
-    decoded = [_decoded(model, task, index) for index in range(examples)]   # (src, tgt, out, w)
+    decoded = {"GRU": [_decoded(model, task, index) for index in range(examples)]}  # (src, tgt, out, w)
+    if transformer is not None:
+        runs = [_transformer_decoded(transformer, task, index) for index in range(examples)]
+        decoded |= {f"Transformer head {h}": [(*run[:3], run[3][h]) for run in runs]
+                    for h in range(runs[0][3].shape[0])}
+        controls["reader"] = widgets.Dropdown(options=list(decoded), description="reader")
 
     def fit_steps(change=None):  # the step slider ends at the example's last output step
-        controls["step"].max = len(decoded[controls["index"].value][2]) - 1
+        controls["step"].max = len(decoded["GRU"][controls["index"].value][2]) - 1
 
     fit_steps()
     controls["index"].observe(fit_steps, names="value")   # before the widget's own observer
     view = CaptionedView((7.8, 5.4), title="cross-attention: output step x input word",
                          axis_names=("input position (word)", "output step (token)"),
                          entropy_title="entropy per output step")
-    view.panel.ax_entropy.set_yticks(range(max(len(out) for _, _, out, _ in decoded)))  # row = step
+    longest = max(len(out) for runs in decoded.values() for _, _, out, _ in runs)
+    view.panel.ax_entropy.set_yticks(range(longest))      # one tick per output step
     view.panel.ax_entropy.yaxis.tick_right()    # step labels clear of the colour bar's ticks
-    return LiveAttentionWidget(lambda index, step: _alignment(*decoded[index], step), controls,
-                               view, title=f"Decoding step by step ({task.name})")
 
+    def frame(index, step, reader="GRU"):
+        return _alignment(*decoded[reader][index], step, reader)
+
+    return LiveAttentionWidget(frame, controls, view, title=f"Decoding step by step ({task.name})")

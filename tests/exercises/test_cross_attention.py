@@ -85,13 +85,6 @@ def linear_per_step(layer, x_t, memory, memory_real, kept):
                   F.linear(memory, ca.v_proj.weight, ca.v_proj.bias), memory_real)
 
 
-def values_from_k_proj(layer, x_t, memory, memory_real, kept):
-    """K and V both made once, V with k_proj: not refused; the numbers name it."""
-    if not kept:
-        kept["K"], kept["V"] = layer.cross_attn.k_proj(memory), layer.cross_attn.k_proj(memory)
-    return attend(layer, x_t, kept["K"], kept["V"], memory_real)
-
-
 @pytest.mark.parametrize("answer, words", [
     (lambda layer, y, memory, real: layer(y, memory, memory_padding=real),
      ("case 1 of 4", "q_proj ran on 4 target positions in one call",
@@ -103,9 +96,6 @@ def values_from_k_proj(layer, x_t, memory, memory_real, kept):
     (in_the_stub(linear_per_step),
      ("the memory's keys and values were computed 8 times in 4 decoding steps",
       "\nHint: K and V do not change while the decoder writes")),
-    (in_the_stub(values_from_k_proj), ("\nHint: the values were the keys: V_m reused K_m",)),
-    (in_the_stub(explicit_heads, ff=lambda layer, x_before, x_t: x_t),
-     ("\nHint: the feed-forward block is missing",)),
     (in_the_stub(explicit_heads, ff=lambda layer, x_before, x_t: layer.norm3(
         x_before + layer.feed_forward(x_t))), ("\nHint: the feed-forward's residual added x_t from",)),
 ])
@@ -113,12 +103,13 @@ def test_decode_checker_refuses_the_whole_layer_and_the_memory_projected_per_ste
     assert_rejected(ex.check_decode_layer(answer), *words)
 
 
-def heads(y, memory, W_Q, W_K, W_V, h):                  # Q, K, V: (b, h, n, d_head)
-    return (ah.split_heads(x, h) for x in (y @ W_Q, memory @ W_K, memory @ W_V))
+def heads(latents, memory, W_Q, W_K, W_V, h):            # Q (1, h, n_q, d_head); K, V (b, h, n_k, ..)
+    return (ah.split_heads(x, h) for x in ((latents @ W_Q)[None], memory @ W_K, memory @ W_V))
 
 
 def test_the_cross_attend_reference_is_torchs_multihead_attention_with_a_key_padding_mask():
-    for y, memory, real, W_Q, W_K, W_V, h in (case.values() for case in ex._attend_cases()):
+    for latents, memory, real, W_Q, W_K, W_V, h in (case.values() for case in ex._attend_cases()):
+        y = latents.expand(memory.shape[0], -1, -1)          # torch's queries: (b, n_q, d)
         d, d_m = W_Q.shape[1], W_K.shape[0]
         torch_layer = torch.nn.MultiheadAttention(d, h, kdim=d_m, vdim=d_m + 1, bias=False,
                                                   batch_first=True, dtype=y.dtype)
@@ -129,24 +120,26 @@ def test_the_cross_attend_reference_is_torchs_multihead_attention_with_a_key_pad
             torch_layer.out_proj.weight.copy_(torch.eye(d, dtype=y.dtype))
             expected, weights = torch_layer(y, memory, torch.cat([memory, memory[..., :1]], -1),
                                             key_padding_mask=~real, average_attn_weights=False)
-        got = ex.cross_attend_reference(y, memory, real, W_Q, W_K, W_V, h)
+        got = ex.cross_attend_reference(latents, memory, real, W_Q, W_K, W_V, h)
         assert torch.allclose(got[0], expected, atol=1e-5) and torch.allclose(got[1], weights, atol=1e-6)
         assert torch.allclose(got[0], ah.merge_heads(F.scaled_dot_product_attention(
-            *heads(y, memory, W_Q, W_K, W_V, h), attn_mask=real[:, None, None, :])), atol=1e-5)
+            *heads(latents, memory, W_Q, W_K, W_V, h), attn_mask=real[:, None, None, :]).expand(
+                memory.shape[0], -1, -1, -1)), atol=1e-5)
 
 
-def sdpa_attend(y, memory, memory_real, W_Q, W_K, W_V, num_heads):
-    """torch's fused attention for the output, 02's function for the weights."""
-    Q, K, V = heads(y, memory, W_Q, W_K, W_V, num_heads)
+def sdpa_attend(latents, memory, memory_real, W_Q, W_K, W_V, num_heads):
+    """torch's fused attention for the output, 02's function for the weights; Q broadcast."""
+    Q, K, V = heads(latents, memory, W_Q, W_K, W_V, num_heads)
+    Q = Q.expand(K.shape[0], -1, -1, -1)
     weights = ah.scaled_dot_product_attention(Q, K, V, memory_real[:, None, None, :])[1]
     out = F.scaled_dot_product_attention(Q, K, V, attn_mask=memory_real[:, None, None, :])
     return ah.merge_heads(out), weights
 
 
-def additive_attend(y, memory, memory_real, W_Q, W_K, W_V, num_heads):
+def additive_attend(latents, memory, memory_real, W_Q, W_K, W_V, num_heads):
     """Its own head split (view, transpose), an additive -1e9 mask and .mT: written another way."""
-    b, n_q, d = y.shape
-    Q = (y @ W_Q).view(b, n_q, num_heads, -1).transpose(1, 2)
+    (n_q, d), b = latents.shape, memory.shape[0]
+    Q = (latents @ W_Q).view(n_q, num_heads, -1).transpose(0, 1)              # (h, n_q, d_head)
     K, V = ((memory @ W).view(b, -1, num_heads, d // num_heads).transpose(1, 2) for W in (W_K, W_V))
     mask = (~memory_real)[:, None, None, :] * -1e9
     weights = torch.softmax(Q @ K.mT * Q.shape[-1] ** -0.5 + mask, -1)
@@ -168,16 +161,17 @@ def test_cross_attend_checker_names_each_mistake(mistake):
 def written(scale=lambda Q: Q.shape[-1] ** 0.5, mask=lambda real: real[:, None, None, :],
             fill=-math.inf):
     """A learner's answer, written out; ``scale``, ``mask`` and ``fill`` make its mistakes."""
-    def attend(y, memory, memory_real, W_Q, W_K, W_V, num_heads):
-        Q, K, V = heads(y, memory, W_Q, W_K, W_V, num_heads)
+    def attend(latents, memory, memory_real, W_Q, W_K, W_V, num_heads):
+        Q, K, V = heads(latents, memory, W_Q, W_K, W_V, num_heads)
         weights = (Q @ K.mT / scale(Q)).masked_fill(~mask(memory_real), fill).softmax(-1)
         return ah.merge_heads(weights @ V), weights
     return attend
 
 
-def queries_masked(y, memory, *rest):            # case 1 passes; at case 2, n_q != n_k: shapes clash
+def queries_masked(latents, memory, *rest):      # case 1 passes; at case 2, n_q != n_k: shapes clash
     wrong = written(mask=lambda real: real[:, None, :, None])      # the mask along the queries
-    return (ex.cross_attend_reference if y.shape[1] == memory.shape[1] else wrong)(y, memory, *rest)
+    right = latents.shape[0] == memory.shape[1]
+    return (ex.cross_attend_reference if right else wrong)(latents, memory, *rest)
 
 
 @pytest.mark.parametrize("answer, words", [
@@ -186,8 +180,8 @@ def queries_masked(y, memory, *rest):            # case 1 passes; at case 2, n_q
     (written(scale=lambda Q: (Q.shape[1] * Q.shape[-1]) ** 0.5),
      ("case 2 of 4", "\nHint: the scores were divided by sqrt(d), all heads' width")),
     (written(mask=lambda real: real[0]), ("\nHint: every sentence got the first sentence's mask",)),
-    (written(fill=0.0), ("\nHint: the padded scores were set to 0 (masked_fill with 0",)),
     (queries_masked, ("case 2 of 4", "\nHint: the shapes do not fit the scores (b, h, n_q, n_k)")),
+    (lambda L, m, real, W_Q, *rest: ah.split_heads(L @ W_Q, 1), ("\nHint: latents W_Q is (n_q, d)",)),
     (lambda *a: ex.cross_attend_reference(*a)[0], ("returned 1 value(s); expected 2",))])
 def test_cross_attend_checker_names_learner_written_mistakes(answer, words):
     assert_rejected(ex.check_cross_attend(answer), *words)
@@ -202,8 +196,9 @@ def test_the_level_3_skeletons_filled_in_pass():
         "layer.norm3(x_t + layer.feed_forward(x_t))"),
         prefix="cache = ah.KVCache(y.shape[1])\n", ah=ah)
     assert ex.check_decode_layer(decode)
-    attend = skeleton("cross_attention.attend", "y, memory, memory_real, W_Q, W_K, W_V, num_heads", (
-        "(ah.split_heads(x, num_heads) for x in (y @ W_Q, memory @ W_K, memory @ W_V))",
+    args = "latents, memory, memory_real, W_Q, W_K, W_V, num_heads"
+    attend = skeleton("cross_attention.attend", args, (
+        "(ah.split_heads(x, num_heads) for x in ((latents @ W_Q)[None], memory @ W_K, memory @ W_V))",
         "Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])",
         "scores.masked_fill(~memory_real[:, None, None, :], float('-inf'))", "torch.softmax(scores, -1)",
         "ah.merge_heads(weights @ V)"), ah=ah)
@@ -215,5 +210,5 @@ def test_hints_before_the_skeleton_do_not_state_the_solution():
     for fragment in ("<-", "LN_2(", "LN_3(", "norm(x + block(x))", "norm2(x_t", "split_heads(ca"):
         assert fragment not in hints[0] + hints[1], fragment
     hints = EXERCISES["cross_attention.attend"].hints
-    for fragment in ("y @ W_Q", "memory @ W_K", "[:, None, :]", "softmax(-1)", "masked_fill"):
+    for fragment in ("latents @ W_Q", "memory @ W_K", "[:, None, :]", "softmax(-1)", "masked_fill"):
         assert fragment not in hints[0] + hints[1], fragment

@@ -1,5 +1,5 @@
-"""Notebook 06's lessons: the alignment readings, the small Transformer encoder-decoder, the claims
-on the studies' records."""
+"""Notebook 06's lessons: the alignment readings, the small Transformer encoder-decoder (and the
+widget's reader for it), the claims on the studies' records."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attn_helpers.lessons import cross_attention, tasks
+from attn_helpers.lessons import cross_attention, rnn_bottleneck, tasks
+from attn_helpers.widgets.cross_attention import alignment_widget
 
 
 def test_alignment_readings_count_the_strongest_words_field():
@@ -45,6 +46,12 @@ def test_transformer_shapes_padding_and_greedy_decoding():
     with torch.no_grad():
         forced, _ = model(batch.src, batch.src_lengths, fed)
     assert torch.equal(forced.argmax(-1), tokens)       # causal: each step as if decoded alone
+    w = alignment_widget(rnn_bottleneck.load_pretrained("seq2seq_dates_general"), "dates", examples=2,
+                         transformer=model)
+    w.set(index=1, step=3, reader="Transformer head 1")
+    one = tasks.collate("dates", [tasks.example("dates", 1)])
+    assert torch.equal(w.frame.weights, model.greedy_decode(one.src, one.src_lengths, 10)[1][0, 1])
+    assert w.error is None and w.frame.caption[0].startswith("Transformer head 1: ")
 
 
 def _failing(claims: dict) -> list[str]:
