@@ -78,8 +78,7 @@ COUNT_DOWN = ("the positions count down to each document's end; they count up fr
 _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
     ("causal_only", "the documents see each other: a token sees the earlier documents of the row. "
      "Packing is exact only if each token sees its own document alone: AND 'same document'."),
-    ("no_causal", "each token sees the later tokens of its own document: the mask also needs the "
-     "causal rule j <= i."),
+    ("no_causal", "each token sees its own document's later tokens: the mask also needs j <= i."),
     ("strict", "no token sees itself: you wrote j < i. Query i's own key is part of its past, so the "
      "causal rule is j <= i (the diagonal stays True)."),
     ("boundary", "each document's first token was put in the previous document: a boundary is off "
@@ -88,11 +87,9 @@ _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
      "earlier token of the row. A key must pass both: same document AND j <= i (&)."),
     ("transposed", "the mask is transposed: rows are queries i, columns keys j <= i."),
     ("inverted", "the mask is inverted: True means 'may attend'."),
-    ("not_restarted", "the positions run on across the row: each document starts at position 0, "
-     "as if it were alone."),
+    ("not_restarted", "the positions run on across the row: each document starts at position 0."),
     ("from_one", "off by one: each document's positions start at 1; the first token sits at 0."),
-    ("minus_end", "the positions are negative: you subtracted where each document ends, not where "
-     "it starts."),
+    ("minus_end", "the positions are negative: you subtracted each document's end, not its start."),
     ("count_down", COUNT_DOWN),
     ("modulo_first", "the positions repeat every lengths[0] tokens: you took the index modulo the "
      "first document's length. Subtract each token's own document's start."),
@@ -225,22 +222,18 @@ _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
      "takes the slot of token t - w, the key leaving the window.", {"slot": lambda t, w: t % (w - 1)}),
     ("once the ring was full, you overwrote the newest key, not the one leaving the window: "
      "token t takes token t - w's slot.", {"slot": lambda t, w: min(t, w - 1)}),
-    ("the key was written but not the value: v_t goes into the same slot of v_cache.",
-     {"write_v": False}),
+    ("the key was written but not the value: v_t goes into the same slot.", {"write_v": False}),
     ("the value cache got the key: write v_t, not k_t, into v_cache.", {"k_as_v": True}),
-    ("the scores are not scaled: divide by sqrt(d_k) (ah.scaled_dot_product_attention does).",
-     {"scale": 1.0}),
-    ("is_causal=True hid every slot but the first: torch anchors its causal mask top-left "
-     "(Going deeper). The ring holds no future key: attend to every filled slot, no mask.",
-     {"top_left": True}),
+    ("the scores are not scaled: divide by sqrt(d_k), as notebook 02's attention does.", {"scale": 1.0}),
+    ("is_causal=True hid every slot but the first: torch anchors its causal mask top-left. The ring "
+     "holds no future key: attend to every filled slot, no mask.", {"top_left": True}),
 ]
 
 
 def _ring_step(*, slot: Callable = lambda t, w: t % w, visible: Callable | None = None,
                early: str | None = None, lost_past_end: bool = False, write_v: bool = True,
                k_as_v: bool = False, scale: float | None = None, top_left: bool = False) -> Callable:
-    """A rolling-cache step with one known mistake (all off: right): writes slot ``slot(t, w)``,
-    attends to ``visible(t, w)``; ``early``: attends before writing, without/with the new key."""
+    """A rolling-cache step with one known mistake (all off: right); ``early``: attends first."""
 
     def step(k_cache, v_cache, t, q_t, k_t, v_t):
         w = k_cache.shape[-2]
@@ -305,13 +298,11 @@ def _run_steps(step: Callable) -> Callable:
             moved = max(int((cache != copy).flatten(end_dim=-3).any(0).any(-1).sum())
                         for cache, copy in zip((k_cache, v_cache), before, strict=True))
             if moved == 0 and t < w:                      # the ring is not full: a slot must change
-                raise Refused(f"{at} neither cache changed.\nHint: the caches were written on a "
-                              "copy (clone, torch.cat, or a new name for a shifted cache), so the "
-                              "caller's caches never change: write into k_cache and v_cache in place.")
+                raise Refused(f"{at} neither cache changed.\nHint: the caches were written on a copy "
+                              "(clone, torch.cat, a new name): write into k_cache and v_cache in place.")
             if moved > 1:
-                raise Refused(f"{at} {moved} slots of a cache changed. A rolling buffer writes one "
-                              "slot per step, where the key that just left the window was; shifting "
-                              "the whole cache moves all w keys every step.")
+                raise Refused(f"{at} {moved} slots of a cache changed. A rolling buffer writes one slot "
+                              "per step, where the key that just left the window was: no shifting.")
             if not isinstance(out, torch.Tensor) or out.shape != v[..., new, :].shape:
                 got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
                 raise Refused(f"{at} rolling_cache_step returned {got}. A step returns token t's "
@@ -345,16 +336,14 @@ def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
         _ring_cases(), what="rolling_cache_step", output_names=("the outputs of steps 0..n-1",),
         atol=1e-5, rtol=1e-4, mistakes=[Mistake(_run_steps(_ring_step(**flaw)), hint)
                                         for hint, flaw in _WRONG],
-        nan_hint="unwritten slots must not enter the softmax. They hold garbage: a garbage score "
-                 "far above the real ones takes the max, the real weights round to 0, and zeroing "
-                 "then renormalising gives 0 / 0 (section 2). Attend only to the filled slots, or "
-                 "mask the others before the softmax.",
+        nan_hint="unwritten slots must not enter the softmax: a garbage score far above the real "
+                 "ones takes the max, the real weights round to 0, and zeroing then renormalising "
+                 "gives 0 / 0 (section 2). Attend only to the filled slots, or mask before the softmax.",
         error_hints=[("out of bounds for dimension",
                       "the cache has w slots, so token t cannot go to slot t once t >= w. It goes "
                       "where the key that just left the window was stored: token t - w's slot."),
                      ("must hold at least one key",
-                      "off by one: at step t = 0 the query had no key, so token t missed itself. "
-                      "Either it attended before the write (write first), or the count of filled "
-                      "slots left the newest key out."),
+                      "off by one: at step t = 0 the query had no key, so token t missed itself: it "
+                      "attended before the write, or the filled-slot count left the newest key out."),
                      ("expand", "k_t is (b, h, 1, d_k) and one slot of the cache, k_cache[:, :, s], "
                                 "is (b, h, d_k): write k_t[:, :, 0] there (and v_t[:, :, 0]).")])
