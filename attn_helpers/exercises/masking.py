@@ -338,7 +338,8 @@ def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
                                         for hint, flaw in _WRONG],
         nan_hint="unwritten slots must not enter the softmax: a garbage score far above the real "
                  "ones takes the max, the real weights round to 0, and zeroing then renormalising "
-                 "gives 0 / 0 (section 2). Attend only to the filled slots, or mask before the softmax.",
+                 "gives 0 / 0 (section 2). Attend only to the filled slots (slice them): a NaN "
+                 "left in an unwritten slot of V reaches the output even through a zero weight.",
         error_hints=[("out of bounds for dimension",
                       "the cache has w slots, so token t cannot go to slot t once t >= w. It goes "
                       "where the key that just left the window was stored: token t - w's slot."),
