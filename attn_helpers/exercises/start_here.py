@@ -185,4 +185,12 @@ def check_entropy(entropy: Callable) -> CheckResult:
     )
     if not verdict and verdict.message.endswith(ZERO_WEIGHT_NAN) and "inf at index" in verdict.message:
         verdict = CheckResult(False, verdict.message[:-len(ZERO_WEIGHT_NAN)] + OVERFLOW_INF)  # not NaN
+    if verdict:     # right values; is its gradient finite through a softmax with a weight of 0?
+        scores = torch.tensor([-1000.0, 1.0, 0.0], requires_grad=True)
+        entropy(torch.softmax(scores, -1)).sum().backward()
+        if scores.grad is None or not scores.grad.isfinite().all():
+            verdict = CheckResult(True, verdict.message + "\nNote: through a softmax, the gradient of "
+                                  "your entropy is NaN for the whole row when a weight is exactly 0 "
+                                  "(0 times the infinite slope of ln a). Fine for values; to train with "
+                                  "an entropy term, use the double where (Going deeper).")
     return verdict

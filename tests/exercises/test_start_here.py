@@ -131,6 +131,13 @@ def test_right_answers_and_an_eps_under_1e_9_nats_pass(right):
     assert ex.check_entropy(right)
 
 
+def test_a_pass_whose_gradient_is_nan_through_a_softmax_gets_a_note():
+    for answer in (entropy, lambda p: -torch.xlogy(p, p).sum(-1)):        # single where, xlogy
+        assert "Note: through a softmax" in ex.check_entropy(answer).message
+    double_where = lambda p: -(p * torch.log(torch.where(p > 0, p, 1.0))).sum(-1)  # noqa: E731
+    assert "Note:" not in ex.check_entropy(double_where).message
+
+
 @pytest.mark.parametrize("form, eps", [("where", 1e-3), ("clamp", 1e-5), ("masked_fill", 1e-1),
                                        ("add", 1e-6), ("add", 1e-8)])
 def test_an_eps_that_moves_the_entropy_past_the_tolerance_is_named(form, eps):
