@@ -23,12 +23,17 @@ __all__ = ["check_cross_attend", "cross_attend_reference", "check_decode_layer",
            "decode_layer_reference"]
 
 
+def batched(x, memory):
+    """The latents' rows ``(n_q, d)`` for every example of ``memory``'s batch: ``(b, n_q, d)``."""
+    return x.expand(memory.shape[0], -1, -1)
+
+
 def cross_attend_reference(latents, memory, memory_real, W_Q, W_K, W_V, num_heads):
     """``(output (b, n_q, d), weights (b, h, n_q, n_k))``: h heads of cross-attention without W_O
     from the latents ``(n_q, d)``, shared by the batch, to the memory, padded memory masked on the
     keys; ``nn.MultiheadAttention``'s with the latents expanded over the batch and
     ``key_padding_mask``."""
-    queries = (latents @ W_Q).expand(memory.shape[0], -1, -1)            # (b, n_q, d): shared
+    queries = batched(latents @ W_Q, memory)                             # (b, n_q, d): shared
     Q, K, V = (split_heads(x, num_heads) for x in (queries, memory @ W_K, memory @ W_V))
     scores = Q @ K.mT / math.sqrt(Q.shape[-1])                    # (b, h, n_q, n_k): sqrt(d_head)
     weights = scores.masked_fill(~memory_real[:, None, None, :], -math.inf).softmax(-1)
@@ -43,11 +48,6 @@ _ATTEND = {  # the reference in steps; each named mistake below replaces one
     "weights": lambda scores, keep: scores.masked_fill(~keep, -math.inf).softmax(-1),
     "merge": merge_heads,
 }
-
-
-def batched(x, memory):
-    """The latents' rows ``(n_q, d)`` for every example of ``memory``'s batch: ``(b, n_q, d)``."""
-    return x.expand(memory.shape[0], -1, -1)
 
 
 def _attend_with(latents, memory, memory_real, W_Q, W_K, W_V, num_heads, **changed):
