@@ -1,8 +1,6 @@
 """Notebook 08's measurements: the live harness (:func:`benchmark`, :func:`slope`, the figures) and
-the committed benchmark: :func:`bench_attention` (``python -m attn_helpers bench attention``) writes
-records ``{"method", "n", "median_ms", "peak_bytes", "gflops"}`` (8 heads of 64, float32), one
-``matmul_peak`` and one ``machine`` record (caches, copy bandwidth, torch's CPU thread count);
-:func:`load_benchmark` reads the committed run."""
+the committed benchmark, :func:`bench_attention` (``python -m attn_helpers bench attention``) and
+:func:`load_benchmark`."""
 
 from __future__ import annotations
 
@@ -11,7 +9,6 @@ import math
 import time
 from collections.abc import Callable
 from functools import partial
-from importlib import resources
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -22,23 +19,9 @@ from .._checks import require_positive_int
 from ..efficient import linear_attention, local_attention, tiled_attention
 from ..measure import PowerLaw, fit_power_law, peak_bytes, time_call
 
-__all__ = [
-    "ATTENTION_FUNCTIONS", "ATTENTION_METHODS", "BENCHMARK_FILE", "FIT_N_MIN", "FWD_BWD_METHODS",
-    "LOCAL_WINDOW", "METHOD_COLORS", "RECORD_KEYS", "TIMING_KEYS", "attention_flops",
-    "attention_sizes", "bench_attention", "benchmark", "cache_sizes", "copy_bandwidth_gbps", "cpu_ms",
-    "fit_methods", "fwd_bwd_call", "load_benchmark", "machine", "matmul_gflops", "naive_attention",
-    "plot_scaling", "saved_bytes", "series", "slope", "validate_records",
-]
-
-
-BENCHMARK_FILE = "bench_attention_cpu.json"
 HEADS, HEAD_DIM = 8, 64         # the benchmark's inputs: (1, 8, n, 64) float32
 ATTENTION_METHODS = ("naive", "sdpa", "tiled", "linear", "local")
 FWD_BWD_METHODS = ("naive_fwd_bwd", "sdpa_fwd_bwd", "tiled_fwd_bwd")
-#: the keys of each kind of record; a machine record may lack "threads" (the committed run predates it)
-TIMING_KEYS = {"method", "n", "median_ms", "peak_bytes", "gflops"}
-RECORD_KEYS = {"matmul_peak": {"method", "gflops"},
-               "machine": {"method", "cache_bytes", "copy_gbps", "threads"}}
 LOCAL_WINDOW = 256
 FIT_N_MIN = 1024                # fits start here: below it naive's matrices fit in the cache
 #: Okabe-Ito colours (colour-blind safe) of the methods in the notebook's figures
@@ -141,15 +124,8 @@ def saved_bytes(fn: Callable, q, k, v) -> int:
 def attention_flops(method: str, n: int, heads: int = HEADS, d: int = HEAD_DIM) -> float:
     """Useful FLOPs of one call per head: ``4 n^2 d`` exact (``12 n^2 d`` forward + backward),
     ``4 n d^2`` linear, ``4 n w d`` local."""
-    if method not in ATTENTION_FUNCTIONS:
-        raise ValueError(f"method must be one of {tuple(ATTENTION_FUNCTIONS)}, got {method!r}")
     width = {"linear": d, "local": min(n, LOCAL_WINDOW)}.get(method, n)   # what n^2 d becomes
     return (12.0 if method in FWD_BWD_METHODS else 4.0) * heads * n * width * d
-
-
-def attention_sizes(max_n: int) -> list[int]:
-    """``128, 256, 512, ...`` up to ``max_n``."""
-    return [n for n in (128 * 2**i for i in range(16)) if n <= max_n]
 
 
 def matmul_gflops(device: str = "cpu", sizes: tuple[int, ...] = (256, 512, 1024, 2048)) -> float:
@@ -190,15 +166,15 @@ def copy_bandwidth_gbps(device: str = "cpu", n_bytes: int = 256 * 2**20,
 def bench_attention(max_n: int = 8192, device: str = "cpu",
                     methods=ATTENTION_METHODS + FWD_BWD_METHODS, *, budget_s: float = 1.0,
                     fwd_bwd_max_n: int = 4096, references: bool = True) -> list[dict]:
-    """Every method at every ``n`` from 128 (forward + backward up to ``fwd_bwd_max_n``: naive
-    autograd at 8192 would need ~12 GiB) -> the records, then the matmul peak and the machine (left
-    out with ``references=False``)."""
+    """Every method at ``n = 128, 256, ...`` up to ``max_n`` (forward + backward up to
+    ``fwd_bwd_max_n``: naive autograd at 8192 needs ~12 GiB): records ``{"method", "n",
+    "median_ms", "peak_bytes", "gflops"}``, then a ``matmul_peak`` and a ``machine`` record."""
     if unknown := set(methods) - set(ATTENTION_FUNCTIONS):
         raise ValueError(f"methods must be among {tuple(ATTENTION_FUNCTIONS)}, got {sorted(unknown)}")
     if device not in ("cpu", "cuda") or device == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device must be 'cpu', or 'cuda' where CUDA is available; got {device!r}")
     records, g, cpu = [], torch.Generator().manual_seed(0), device == "cpu"
-    for n in attention_sizes(max_n):
+    for n in [128 * 2**i for i in range(16) if 128 * 2**i <= max_n]:
         q, k, v, d_out = (torch.randn(1, HEADS, n, HEAD_DIM, generator=g).to(device) for _ in range(4))
         for method in methods:
             if method in FWD_BWD_METHODS and n > fwd_bwd_max_n:
@@ -217,23 +193,6 @@ def bench_attention(max_n: int = 8192, device: str = "cpu",
         records.append({"method": "machine", "cache_bytes": cache_sizes() if cpu else {},
                         "copy_gbps": round(copy_bandwidth_gbps(device), 3),
                         "threads": torch.get_num_threads()})   # the rates depend on it
-    return records
-
-
-def validate_records(records) -> list[dict]:
-    """Return the records if each has its kind's keys; a ``ValueError`` names the first bad one."""
-    if not isinstance(records, list) or not records:
-        raise ValueError(f"records must be a non-empty list, got {records!r}")
-    for i, r in enumerate(records):
-        method = r.get("method") if isinstance(r, dict) else None
-        keys, known = RECORD_KEYS.get(method, TIMING_KEYS), (*RECORD_KEYS, *ATTENTION_FUNCTIONS)
-        if method not in known or not (keys - {"threads"} <= set(r) <= keys):
-            raise ValueError(f"record {i} must name a benchmarked method and have exactly the keys "
-                             f"{sorted(keys)} ('threads' may be missing), got {r!r}")
-    methods = [r["method"] for r in records]
-    if methods.count("matmul_peak") != 1 or methods.count("machine") > 1:
-        raise ValueError("records must hold exactly one 'matmul_peak' record and at most one "
-                         "'machine' record")
     return records
 
 
@@ -257,7 +216,6 @@ def machine(records: list[dict]) -> dict | None:
     return next((r for r in records if r["method"] == "machine"), None)
 
 
-def load_benchmark(name: str = BENCHMARK_FILE) -> list[dict]:
-    """The committed benchmark records in ``attn_helpers/data/``, validated."""
-    text = resources.files("attn_helpers").joinpath("data", name).read_text()
-    return validate_records(json.loads(text))
+def load_benchmark() -> list[dict]:
+    """The committed CPU run of :func:`bench_attention`."""
+    return json.loads((Path(__file__).parents[1] / "data" / "bench_attention_cpu.json").read_text())

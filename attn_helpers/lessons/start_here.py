@@ -8,8 +8,6 @@ import warnings
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["PACKAGES", "MINIMUM", "check_environment"]
-
 PACKAGES = ("torch", "numpy", "matplotlib", "ipywidgets", "jupyterlab")    # jupyterlab: optional
 #: Below these the course does not run (``pyproject.toml``'s floors).
 MINIMUM = {"python": (3, 11), "torch": (2, 5), "numpy": (1, 26), "matplotlib": (3, 8),

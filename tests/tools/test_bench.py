@@ -22,11 +22,12 @@ def test_cli_prints_the_schema_on_small_n():
         [sys.executable, "-m", "attn_helpers.bench", "attention", "--max-n", "256", "--threads", "1",
          "--budget-s", "0.02"],
         capture_output=True, text=True, timeout=180, check=True)
-    records = cx.validate_records(json.loads(done.stdout))
-    assert [r["method"] for r in records[-2:]] == ["matmul_peak", "machine"]
-    assert {(r["method"], r["n"]) for r in records[:-2]} == {
+    *timings, peak, machine = json.loads(done.stdout)
+    assert {(r["method"], r["n"]) for r in timings} == {
         (m, n) for m in cx.ATTENTION_METHODS + cx.FWD_BWD_METHODS for n in (128, 256)}
-    assert records[-1]["copy_gbps"] > 0
+    assert all(set(r) == {"method", "n", "median_ms", "peak_bytes", "gflops"} for r in timings)
+    assert set(peak) == {"method", "gflops"} and peak["method"] == "matmul_peak"
+    assert machine["method"] == "machine" and machine["copy_gbps"] > 0 and machine["threads"] == 1
     assert done.stderr.count("not measured") == 3  # the targets at 4096/8192 are not checked
 
 
@@ -46,14 +47,11 @@ def test_naive_materialises_the_scores_and_tiled_does_not():
         assert fn(q[..., :200, :], k[..., :200, :], v[..., :200, :]).shape == (1, 8, 200, 64), method
 
 
-def test_flop_counts_and_sizes():
-    assert cx.attention_sizes(1000) == [128, 256, 512]
+def test_flop_counts():
     assert cx.attention_flops("naive", 1024) == 4 * 8 * 1024**2 * 64
     assert cx.attention_flops("tiled_fwd_bwd", 1024) == 12 * 8 * 1024**2 * 64
     assert cx.attention_flops("linear", 1024) == 4 * 8 * 1024 * 64**2
     assert cx.attention_flops("local", 1024) == 4 * 8 * 1024 * cx.LOCAL_WINDOW * 64
-    with pytest.raises(ValueError, match="method"):
-        cx.attention_flops("fast", 128)
 
 
 def test_fwd_bwd_call_gives_sdpas_gradients_and_saved_bytes_count_the_saved_tensors():
@@ -72,9 +70,9 @@ def test_fwd_bwd_call_gives_sdpas_gradients_and_saved_bytes_count_the_saved_tens
 
 
 def test_bench_records_forward_and_backward_up_to_their_limit_and_rejects_bad_arguments():
-    records = cx.bench_attention(256, methods=("sdpa", "tiled_fwd_bwd"), budget_s=0.01,
+    records = cx.bench_attention(300, methods=("sdpa", "tiled_fwd_bwd"), budget_s=0.01,
                                  fwd_bwd_max_n=128, references=False)
-    assert [(r["method"], r["n"]) for r in records] == [
+    assert [(r["method"], r["n"]) for r in records] == [                # n = 128, 256 (<= 300)
         ("sdpa", 128), ("tiled_fwd_bwd", 128), ("sdpa", 256)]
     assert records[1]["peak_bytes"] > records[0]["peak_bytes"]   # gradients cost memory
     with pytest.raises(ValueError, match="methods"):
@@ -111,13 +109,13 @@ def test_verdict_checks_the_three_targets():
     assert not ok and "6.00% of naive_fwd_bwd's (target <= 5%): NOT met" in text
 
 
-def test_bench_gpt_runs_tiny_and_reports_the_ratio_and_the_recipe_time(capsys):
+def test_bench_gpt_runs_tiny_and_reports_the_ratio(capsys):
     assert gpt.main(["--tiny", "--steps", "3"]) == 0
     out = capsys.readouterr()
     result = json.loads(out.out)
     assert result["ratio"] > 0 and set(result["median_step_ms"]) == {"course", "torch"}
     assert result["params"]["course"] == result["params"]["torch"]
-    assert "training step" in out.err and "final recipe" in out.err
+    assert f"{result['ratio']:.2f}x (target <= 1.5x)" in out.err
 
 
 def test_every_command_is_registered(capsys):
