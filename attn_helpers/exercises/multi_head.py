@@ -13,16 +13,8 @@ from torch import nn
 
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask, padding_mask
-from .core import (
-    AllocationWatch,
-    CheckResult,
-    Mistake,
-    Refused,
-    check_function,
-    detached_parts,
-    gradient_mismatch,
-    seeded,
-)
+from . import core
+from .core import AllocationWatch, CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
 __all__ = ["check_multi_head_module", "check_grouped_query_attention"]
@@ -47,19 +39,18 @@ def _module_cases() -> list[dict]:
 
 
 def _torch_module(d_model: int, num_heads: int, seed: int, dtype) -> nn.MultiheadAttention:
-    """PyTorch's module with non-zero biases, without moving the global seed."""
-    with torch.random.fork_rng(devices=[]):
+    """PyTorch's module with non-zero biases (the global seed does not move)."""
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed)
         m = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(dtype).eval()
-        with torch.no_grad():
-            m.in_proj_bias.normal_(0, 0.3)
-            m.out_proj.bias.normal_(0, 0.3)
+        m.in_proj_bias.normal_(0, 0.3)
+        m.out_proj.bias.normal_(0, 0.3)
     return m
 
 
 def _build(module_class, x: torch.Tensor, num_heads: int, seed: int) -> nn.Module:
-    """``module_class(d_model, num_heads)`` in ``x``'s dtype with the case's torch weights copied in."""
-    with torch.random.fork_rng(devices=[]):         # building it must not move the global seed
+    """``module_class(d_model, num_heads)`` in ``x``'s dtype, the case's torch weights copied in."""
+    with torch.random.fork_rng(devices=[]):
         module = module_class(x.shape[-1], num_heads).to(x.dtype)
     m = _torch_module(x.shape[-1], num_heads, seed, x.dtype)
     for name, weight, bias in (("in_proj", m.in_proj_weight, m.in_proj_bias),
@@ -88,7 +79,7 @@ _MERGE = {   # (b, h, n, d_head) -> (b, n, d), right and wrong
 
 
 class _Reference(nn.Module):
-    """The module exercise's answer with the learner's layer names; ``mistake``: see :func:`_attend`."""
+    """The module exercise's answer with the learner's layer names; ``mistake``: :func:`_attend`'s."""
 
     def __init__(self, d_model: int, num_heads: int, **mistake):
         super().__init__()
@@ -127,9 +118,8 @@ def _attend(p: _Reference, x, mask, *, split="right", merge="right", scale="d_he
 
 def _run(module_class) -> Callable:
     def run(x, mask, num_heads, seed):                # a case's inputs -> the module's output
-        module = _build(module_class, x, num_heads, seed)
         with torch.no_grad():
-            return module(x) if mask is None else module(x, mask)
+            return _build(module_class, x, num_heads, seed)(x, *([] if mask is None else [mask]))
     return run
 
 
@@ -162,8 +152,7 @@ _MODULE_MISTAKES = [   # _Reference's keywords for one mistake, and its hint
     ({"split": "no transpose"}, "reshaping (b, n, d_model) straight to (b, h, n, d_head) mixes "
      "positions into heads. Reshape to (b, n, h, d_head), then transpose(1, 2)."),
     ({"split": "no transpose", "merge": "no transpose"}, "reshaping straight to (b, h, n, d_head) "
-     "mixes positions into heads (and merged back the same way): go through (b, n, h, d_head) and "
-     "transpose(1, 2), both ways."),
+     "mixes positions into heads (and merged back the same way): go through (b, n, h, d_head)."),
     ({"split": "interleaved"}, "the heads are split on the wrong axis, from the wrong end: head i "
      "gets the consecutive features i*d_head .. (i+1)*d_head - 1: reshape to (b, n, h, d_head)."),
     ({"split": "interleaved", "merge": "interleaved"}, "the heads are split and merged from the "
@@ -171,11 +160,10 @@ _MODULE_MISTAKES = [   # _Reference's keywords for one mistake, and its hint
     ({"merge": "no transpose"}, "the heads are merged in the wrong order: heads.transpose(1, 2) to "
      "(b, n, h, d_head) first, then reshape to (b, n, d_model)."),
     ({"merge": "interleaved"}, "the heads are merged on the wrong axis, from the wrong end: head i "
-     "fills the columns i*d_head .. (i+1)*d_head - 1: merge through (b, n, h, d_head)."),
+     "fills the columns i*d_head .. (i+1)*d_head - 1."),
     ({"merge": "reversed heads"}, "the heads come back in reverse order: head h-1 fills the first "
-     "columns, not head 0. Was the head axis flipped?"),
-    ({"merge": "reversed columns"}, "the merged columns are in reverse order (the heads, and each "
-     "head's features). Was a flip left in?"),
+     "columns, not head 0."),
+    ({"merge": "reversed columns"}, "the merged columns are in reverse order. Was a flip left in?"),
     ({"scale": "none"}, "the 1/sqrt(d_head) scale is missing."),
     ({"scale": "d_model"}, "each head scales by 1/sqrt(d_head), its own query size, not "
      "1/sqrt(d_model)."),
@@ -184,8 +172,7 @@ _MODULE_MISTAKES = [   # _Reference's keywords for one mistake, and its hint
     ({"use_w_o": False}, "W_O is missing: the concatenated heads still go through out_proj."),
     ({"invert_mask": "nan"}, MASK_INVERTED),
     ({"invert_mask": "zeros"}, MASK_INVERTED),
-    ({"fill": 0.0}, "masked scores set to 0, not -inf: a blocked key still gets weight "
-     "(exp(0) = 1). masked_fill(~mask, float('-inf')) gives it none."),
+    ({"fill": 0.0}, "masked scores set to 0, not -inf: a blocked key still gets weight (exp(0) = 1)."),
     ({"ignore_mask": True}, "the mask was ignored: every query read every key."),
     ({"mask_heads": False}, "a (b, n, n) mask was lined up with the heads axis of the (b, h, n, n) "
      "scores: give it a head axis, mask[:, None]."),
@@ -216,30 +203,27 @@ def check_multi_head_module(module_class) -> CheckResult:
         return CheckResult(False, f"Not yet: pass the class itself (e.g. MultiHeadSelfAttention), "
                                   f"not {type(module_class).__name__}.")
     cases = _module_cases()
+    view = ("after a transpose the heads are no longer contiguous in memory, so .view cannot merge "
+            "them: use .reshape (or .contiguous().view).")
+    mask_axis = "a (b, n, n) mask needs a head axis to meet the (b, h, n, n) scores: mask[:, None]."
     result = check_function(
         _run(module_class), _run(_Reference), cases, what=name, watch=_all_heads_at_once,
-        error_hints=[*((text, "a (b, n, n) mask needs a head axis to meet the (b, h, n, n) scores: "
-                        "mask[:, None].") for text in ("must match the size", "does not broadcast")),
-                     ("view size is not compatible", "after a transpose the heads are no longer "
-                      "contiguous in memory, so .view cannot merge them: use .reshape (or "
-                      ".contiguous().view).")],
+        error_hints=[("must match the size", mask_axis), ("does not broadcast", mask_axis),
+                     ("view size is not compatible", view)],
         mistakes=[Mistake(_run(functools.partial(_Reference, **mistake)), hint)
                   for mistake, hint in _MODULE_MISTAKES])
     if not result:
         return result
     x, mask, h, seed = cases[6].values()                   # one backward on a (b, n, n) mask
-    wrong = gradient_mismatch(_build(module_class, x, h, seed), _build(_Reference, x, h, seed),
-                              lambda m, x: m(x, mask), x)
-    parts = detached_parts(wrong, "in_proj.weight")
-    if parts:
-        return CheckResult(False, f"Not yet: {name} gives the right output, but after one backward "
-                                  f"the gradient at in_proj's {' and '.join(parts)} rows is wrong: "
-                                  f"was the {' or the '.join(parts)} detached (detach(), .data, "
-                                  "torch.no_grad())? Nothing would train those weights.")
+    wrong = core.gradient_mismatch(_build(module_class, x, h, seed), _build(_Reference, x, h, seed),
+                                   lambda m, x: m(x, mask), x)
     if wrong:
-        return CheckResult(False, f"Not yet: {name} gives the right output, but after one backward "
-                                  f"the gradients at {', '.join(wrong)} differ from the reference's "
-                                  "(was part of it detached, or done under torch.no_grad()?).")
+        parts = core.detached_parts(wrong, "in_proj.weight")
+        where = f"in_proj's {' and '.join(parts)} rows" if parts else ", ".join(wrong)
+        what = " or the ".join(parts or ["input, or a part of the module,"])
+        return CheckResult(False, f"Not yet: {name} gives the right output, but after one backward the "
+                                  f"gradient at {where} is wrong: was the {what} detached (detach(), "
+                                  ".data, torch.no_grad())? Nothing would train those weights.")
     return CheckResult(True, f"Passed: {name} equals nn.MultiheadAttention, as the checker's reference "
                              f"computes it, on all {len(cases)} cases, gradients included.")
 
@@ -286,29 +270,26 @@ def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
         held = t.untyped_storage().nbytes() // t.element_size()
         if held < b * h * n_k * d:
             return None
-        return (f"{call} built a tensor of shape {tuple(t.shape)}, {held:,} numbers: as many "
-                f"as K (or V) copied to all h = {h} query heads (b * h * n_k * d_head = {b} * {h} "
-                f"* {n_k} * {d}). GQA exists to avoid that copy: a decoding step would read "
-                f"h = {h} heads of keys and values, not g = {g}. Views, which copy nothing, are "
-                "fine (unsqueeze, expand, view); copies are not (repeat_interleave, repeat, "
-                "expand then reshape, cat).")
+        return (f"{call} built a tensor of shape {tuple(t.shape)}, {held:,} numbers: K (or V) "
+                f"copied to all h = {h} query heads (b * h * n_k * d_head = {b} * {h} * {n_k} * {d}). "
+                f"GQA avoids that copy: a decoding step would read h = {h} heads of keys and values, "
+                f"not g = {g}. Views, which copy nothing, are fine (unsqueeze, expand, "
+                "view); copies are not (repeat_interleave, repeat, expand then reshape, cat).")
 
     return AllocationWatch(refuse)
 
 
 _GQA_MISTAKES = [
     Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: i % g),
-            "query head i must use key/value head i // (h/g). Yours cycles through the key/value "
-            "heads (0, 1, 0, 1), as splitting the head axis into (h/g, g) does: the groups come "
-            "first, (g, h/g). Tiling K and V with k.repeat(1, h // g, 1, 1) gives this order too, "
-            "and it is a copy of K and V for all h heads, which this exercise refuses: use a view."),
+            "query head i must use key/value head i // (h/g); yours cycles through the key/value "
+            "heads (0, 1, 0, 1), as an (h/g, g) split of the head axis does: the groups come first, "
+            "(g, h/g). k.repeat(1, h // g, 1, 1) gives this order too, and is a copy of K and V."),
     Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: min(i // g, g - 1)),
             "a group holds h/g query heads, so head i uses key/value head i // (h/g), not i // g."),
     Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: 0),
             "every query head read the first key/value head; there are g groups."),
     Mistake(_rows_mixed, "the rows of a group mix positions and heads: n_q was moved in front of "
-            "the head axis before the cut. A group is h/g whole query heads: cut the head axis "
-            "where it stands."),
+            "the head axis. A group is h/g whole query heads: cut the head axis where it stands."),
     Mistake(lambda q, k, v: _gqa(q, k, v, scale=1.0),
             "the scores are not scaled: divide by sqrt(d_head)."),
     Mistake(lambda q, k, v: _gqa(q, k, v, scale=1 / math.sqrt(q.shape[1] * q.shape[-1])),
@@ -323,10 +304,9 @@ _GQA_MISTAKES = [
     "never copied to h heads (the checker refuses a tensor that large), so a decoding step reads "
     "g heads, not h. Which tensor can change its shape for free (a view), and into what?",
     "ah.scaled_dot_product_attention (and @) treats the axes before the last two as a batch and "
-    "broadcasts an axis of size 1. q's head axis splits into g groups of h/g: group first, or h/g "
-    "first? Then give k and v a size-1 axis where q has its h/g axis, or fold the h/g axis into "
-    "q's rows (a broadcasting @ may still copy inside PyTorch; folding avoids it). Is each step "
-    "a view? How does the output get back to (b, h, n_q, d_head)?",
+    "broadcasts a size-1 axis. q's head axis splits into g groups of h/g: which comes first? Then "
+    "give k and v a size-1 axis where q has its h/g axis, or fold that axis into q's rows. Is each "
+    "step a view? How does the output get back to (b, h, n_q, d_head)?",
     "b, h, n_q, d_head = q.shape\n"
     "g = k.shape[1]\n"
     "rows = ...   # (b, g, h/g * n_q, d_head): group j's query heads as rows against k[:, j]; a view\n"

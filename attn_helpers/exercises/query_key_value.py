@@ -3,6 +3,7 @@ token attends to the next one (a relation W_Q = W_K cannot express)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -14,15 +15,13 @@ from .core import CheckResult, Mistake, Refused, check_function, gradient_mismat
 from .workflow import exercise
 
 __all__ = ["NEXT_WEIGHT", "check_asymmetric_relation", "check_attention"]
-
-FULLY_MASKED = (
-    "a row whose keys are all masked is all -inf, and softmax gives 0 / 0 = NaN there. Such a "
-    "query reads nothing: zero weights, zero output. After the softmax, how can you turn exactly "
-    "those NaN rows into zeros? (NaN * 0 is still NaN.)")
-MASKED_AFTER = (
-    "the masked keys were removed after the exponent. Exact arithmetic agrees (notebook 05), but "
-    "here a masked key scores about 1000 more, so every allowed exp(s - max) underflows to 0 and "
-    "the row is 0 / 0. Fill the masked scores with -inf before the softmax.")
+INF = float("inf")
+FULLY_MASKED = ("a row whose keys are all masked is all -inf, and softmax gives 0 / 0 = NaN there. "
+                "Such a query reads nothing: after the softmax, turn exactly those NaN rows into "
+                "zeros (NaN * 0 is still NaN).")
+MASKED_AFTER = ("the masked keys were removed after the exponent. Here a masked key scores about 1000 "
+                "more, so every allowed exp(s - max) underflows to 0 and the row is 0 / 0. Fill the "
+                "masked scores with -inf before the softmax.")
 LARGE_SCORES = ("every case with small scores passed; this one has scores in the 1000s. exp(1000) "
                 "overflows to inf and inf / inf is NaN (a nan_to_num then hides it as 0). Subtract "
                 "each row's maximum before exp, or use torch.softmax, and mask with -inf before it.")
@@ -67,40 +66,32 @@ def _attention_cases() -> list[dict]:
     return cases
 
 
-def _attention(*, scale=None, dim=-1, fill=float("-inf"), invert=False, mix="v", zero_empty=True,
-               stable=True, mask_after=None, use_mask=True, log=False, index=False):
-    """Attention with one known mistake (all off: right); ``mask_after``: the mask multiplies the
-    softmax ("zeroed": not renormalised) or the exponent ("exp")."""
+def _masked(s: torch.Tensor, m: torch.Tensor, fill: float = -INF) -> torch.Tensor:
+    return s.masked_fill(~m, fill)
+
+
+def _normalised(e: torch.Tensor) -> torch.Tensor:
+    return e / e.sum(-1, keepdim=True)
+
+
+def _attention(weights=lambda s, m: _masked(s, m).softmax(-1).nan_to_num(0.0), scale=None):
+    """Attention whose weights are ``weights(scores, mask)``, the scores scaled by ``scale(q, k,
+    v)`` (default 1/sqrt(d_k)). Other than the defaults: a known mistake."""
     def attention(q, k, v, mask):
-        factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, k, v)
-        scores = q @ k.transpose(-2, -1) * factor
-        if mask_after is not None:
-            raw = (torch.softmax(scores, dim=-1) if mask_after != "exp"
-                   else (scores - scores.amax(-1, keepdim=True)).exp()) * mask
-            weights = raw if mask_after == "zeroed" else raw / raw.sum(-1, keepdim=True)
-        else:
-            if use_mask and index:  # boolean indexing: an IndexError unless the shapes are equal
-                scores[~mask] = fill
-            elif use_mask:
-                scores = scores.masked_fill(mask if invert else ~mask, fill)
-            if log:
-                weights = torch.log_softmax(scores, dim=-1)
-            elif stable:
-                weights = torch.softmax(scores, dim=dim)
-            else:  # by hand, no maximum subtracted: exp overflows to inf, inf / inf = NaN
-                weights = scores.exp() / scores.exp().sum(dim, keepdim=True)
-        if zero_empty in ("nan", "all"):            # log_softmax: NaN -> 0, and -inf too for "all"
-            weights = torch.nan_to_num(weights, nan=0.0, neginf=0.0 if zero_empty == "all" else None)
-        elif zero_empty and fill == float("-inf") and mask_after != "zeroed" and not log:
-            weights = torch.nan_to_num(weights, nan=0.0)
-        return weights @ (v if mix == "v" else k), weights
+        scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale(q, k, v))
+        weights_ = weights(scores, mask)
+        return weights_ @ v, weights_
     return attention
 
 
-def _weights_scaled(q, k, v, mask):
-    """The 1/sqrt(d_k) applied to the weights after the softmax, not to the scores."""
-    weights = _attention(scale=lambda q, k, v: 1.0)(q, k, v, mask)[1] / math.sqrt(q.shape[-1])
-    return weights @ v, weights
+def _indexed(s, m):  # boolean indexing: an IndexError unless the mask has the scores' shape
+    s[~m] = -INF
+    return s.softmax(-1).nan_to_num(0.0)
+
+
+def _weights_scaled(q, k, v, mask):  # 1/sqrt(d_k) applied to the weights after the softmax
+    return _attention(lambda s, m: _masked(s, m).softmax(-1).nan_to_num(0.0) / q.shape[-1] ** 0.5,
+                      scale=lambda q, k, v: 1.0)(q, k, v, mask)
 
 
 _SCALES = [   # (a wrong scale of the scores, its hint)
@@ -115,37 +106,42 @@ _SCALES = [   # (a wrong scale of the scores, its hint)
     (lambda q, k, v: k.shape[-2] ** -0.5, "you scaled by sqrt(n_k), the number of keys; the scale "
      "is 1 / sqrt(d_k)."),
 ]
-
 _ATTENTION_MISTAKES = [
     *(Mistake(_attention(scale=scale), hint) for scale, hint in _SCALES),
-    *(Mistake(_attention(dim=-2, zero_empty=zero), "the softmax ran over the queries (dim=-2); each "
-              "query's weights over the keys (dim=-1) must sum to one.") for zero in (True, False)),
-    Mistake(_attention(invert=True), "the mask is inverted: True means 'may attend'; fill the "
-            "other keys."),
-    Mistake(_attention(use_mask=False), "the mask was not applied: every query attends to every "
-            "key, forbidden ones included. Fill the scores where the mask is False with -inf."),
-    Mistake(_attention(fill=0.0), "masked scores were set to 0, and exp(0) = 1 still gives them "
-            "weight: set them to -inf."),
+    *(Mistake(_attention(weights), "the softmax ran over the queries (dim=-2); each query's weights "
+              "over the keys (dim=-1) must sum to one.")
+      for weights in (lambda s, m: _masked(s, m).softmax(-2).nan_to_num(0.0),
+                      lambda s, m: _masked(s, m).softmax(-2))),
+    Mistake(_attention(lambda s, m: _masked(s, ~m).softmax(-1).nan_to_num(0.0)),
+            "the mask is inverted: True means 'may attend'; fill the other keys."),
+    Mistake(_attention(lambda s, m: s.softmax(-1)), "the mask was not applied: every query attends "
+            "to every key. Fill the scores where the mask is False with -inf."),
+    Mistake(_attention(lambda s, m: _masked(s, m, 0.0).softmax(-1)), "masked scores were set to 0, "
+            "and exp(0) = 1 still gives them weight: set them to -inf."),
     Mistake(_weights_scaled, "your weights do not sum to one: 1/sqrt(d_k) divides the scores, "
             "before the softmax, not the weights after it."),
-    Mistake(_attention(mix="k"), "the output mixes the keys; it must mix the values: output = "
-            "weights @ v."),
-    Mistake(_attention(fill=-1e9), "a query with no allowed key got uniform weights over keys it "
-            "may not see; it must read nothing: zero weights, zero output."),
+    Mistake(lambda q, k, v, mask: _attention()(q, k, k, mask), "the output mixes the keys; it must "
+            "mix the values: output = weights @ v."),
+    Mistake(_attention(lambda s, m: _masked(s, m, -1e9).softmax(-1)), "a query with no allowed key "
+            "got uniform weights over keys it may not see; it must read nothing: zero weights, zero "
+            "output."),
     Mistake(lambda *args: scaled_dot_product_attention(*args)[::-1], "you returned (weights, "
             "output); the order is (output, weights), as in ah.scaled_dot_product_attention."),
-    *(Mistake(_attention(log=True, zero_empty=zero), "your weights are log-probabilities: "
-              "log_softmax gives ln a, which is -inf on every masked key and negative elsewhere. "
-              "The weights must be the probabilities a themselves: use torch.softmax.")
-      for zero in (False, "nan", "all")),
-    Mistake(_attention(zero_empty=False), FULLY_MASKED),
-    Mistake(_attention(stable=False), "scores in the 1000s overflowed: exp(1000) is inf, and inf "
-            "/ inf is NaN. Subtract each row's maximum before exp, or use torch.softmax."),
-    *(Mistake(_attention(mask_after=after), MASKED_AFTER) for after in ("softmax", "exp")),
-    Mistake(_attention(mask_after="zeroed"), "the masked keys were zeroed after the softmax and the "
-            "row was not renormalised, so the allowed keys' weights no longer sum to one. Which "
-            "score makes a forbidden key's exp exactly 0?"),         # after: they agree on 8
-    Mistake(_attention(index=True), BOOL_INDEX),   # raises on case 2; its hint is an error hint
+    *(Mistake(_attention(weights), "your weights are log-probabilities: log_softmax gives ln a, "
+              "-inf on every masked key and negative elsewhere. Use torch.softmax.")
+      for weights in (lambda s, m: _masked(s, m).log_softmax(-1),
+                      lambda s, m: _masked(s, m).log_softmax(-1).nan_to_num(0.0),
+                      lambda s, m: _masked(s, m).log_softmax(-1).nan_to_num(0.0, neginf=0.0))),
+    Mistake(_attention(lambda s, m: _masked(s, m).softmax(-1)), FULLY_MASKED),
+    Mistake(_attention(lambda s, m: _normalised(_masked(s, m).exp()).nan_to_num(0.0)), "scores in "
+            "the 1000s overflowed: exp(1000) is inf, and inf / inf is NaN. Subtract each row's "
+            "maximum before exp, or use torch.softmax."),
+    *(Mistake(_attention(lambda s, m, e=e: _normalised(e(s) * m).nan_to_num(0.0)), MASKED_AFTER)
+      for e in (lambda s: s.softmax(-1), lambda s: (s - s.amax(-1, keepdim=True)).exp())),
+    Mistake(_attention(lambda s, m: s.softmax(-1) * m), "the masked keys were zeroed after the "
+            "softmax and the row was not renormalised: the allowed keys' weights no longer sum to "
+            "one. Which score makes a forbidden key's exp exactly 0?"),
+    Mistake(_attention(_indexed), BOOL_INDEX),   # raises on case 2; its hint is an error hint
 ]
 
 
@@ -170,16 +166,14 @@ def check_attention(attention: Callable) -> CheckResult:
                      ("The shape of the mask", BOOL_INDEX)])
     if result:      # one backward into q, k and v, on case 3 (float64, heads, no empty row)
         modules = (_Attend(f, cases[2]) for f in (attention, scaled_dot_product_attention))
-        wrong = gradient_mismatch(*modules, lambda module, q: module(q), cases[2]["q"])
-        if wrong:
+        if wrong := gradient_mismatch(*modules, lambda module, q: module(q), cases[2]["q"]):
             return CheckResult(False, DETACHED.format(", ".join("q" if n == "x" else n for n in wrong)))
         return CheckResult(True, result.message.rstrip(".") + ", and so do its gradients.")
-    last = f"on case {len(cases)} of {len(cases)} "          # the last case: scores in the 1000s
-    if last not in result.message or ("\nHint: " in result.message
-                                      and FULLY_MASKED not in result.message):
+    # A miss only on the last case (scores in the 1000s, no fully masked row): the overflow's hint,
+    # unless a named mistake says better.
+    named = "\nHint: " in result.message and FULLY_MASKED not in result.message
+    if f"on case {len(cases)} of {len(cases)} " not in result.message or named:
         return result
-    # Every case with small scores passed, so the 1000s are the cause (a NaN there included: that
-    # case has no fully masked row, so the generic NaN hint would mislead).
     return CheckResult(False, result.message.split("\nHint: ")[0] + f"\nHint: {LARGE_SCORES}")
 
 
@@ -195,11 +189,9 @@ class _Attend(torch.nn.Module):  # attention on one case, k and v its parameters
 
 NEXT_WEIGHT = 0.9   # each token must put at least this much of its attention on the next token
 NOT_SQUARE = ("torch.linalg.inv needs a square matrix, and X is (n, d_model). You need only a "
-              "right inverse M, with X M = I. The exercise names a torch.linalg function that "
-              "gives one for any X with independent rows.")
-MIXED_DTYPES = ("two tensors of different dtypes met in one product: X is float64 in this case, "
-                "and a tensor you built, such as torch.eye(n), is float32 by default. Build it "
-                "with dtype=X.dtype.")
+              "right inverse M, with X M = I: the exercise names a torch.linalg function for it.")
+MIXED_DTYPES = ("two tensors of different dtypes met in one product: X is float64 in this case, and "
+                "torch.eye(n) is float32 by default. Build it with dtype=X.dtype.")
 SYMMETRIC = ("your scores are symmetric ({}): s_ij = s_ji, so i likes j as much as j likes i. "
              "W_K = W_Q and W_K = -W_Q both do that. The next-token relation needs s_i,i+1 large "
              "and s_i+1,i small: use two different matrices, K a shifted copy of Q.")
@@ -236,14 +228,13 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
         return None
     top = A.topk(2, dim=-1).values
     strongest = torch.where(top[:, 0] - top[:, 1] > 1e-9, A.argmax(-1), -1)  # -1: a tie
-    weakest = int(on_next.argmin())
-    tops = ["tie" if b < 0 else b for b in strongest[:6].tolist()]
-    more = f", ... ({n} tokens)" if n > 6 else ""
-    where = (f"strongest key of each token: "
-             f"{', '.join(f'{a}->{b}' for a, b in enumerate(tops))}{more}; weight "
-             f"on the next token: {', '.join(f'{w:.2f}' for w in on_next[:6].tolist())}{more}, "
-             f"smallest {on_next[weakest]:.2f} (token {weakest})")
+    more, weakest = (f", ... ({n} tokens)" if n > 6 else ""), int(on_next.argmin())
+    tops = ", ".join(f"{a}->{'tie' if b < 0 else b}" for a, b in enumerate(strongest[:6].tolist()))
+    where = (f"strongest key of each token: {tops}{more}; weight on the next token: "
+             f"{', '.join(f'{w:.2f}' for w in on_next[:6].tolist())}{more}, smallest "
+             f"{on_next[weakest]:.2f} (token {weakest})")
     raw = (X.double() @ W_Q) @ (X.double() @ W_K).T                          # (n, n): Q K^T
+    sqrt_d_k = f"sqrt(d_k) = {math.sqrt(W_Q.shape[1]):.2f}"
     if torch.allclose(W_Q, W_K):
         why = SYMMETRIC.format("W_Q = W_K")
     elif bool((on_next[:-1] >= NEXT_WEIGHT).all()):
@@ -253,11 +244,11 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
                "leads the n - 1 others by a gap, its weight is 1 / (1 + (n - 1) e^-gap). For 0.9, "
                f"gap >= ln(9 (n - 1)) = {math.log(9 * (n - 1)):.2f} (n = {n}): scale both projections.")
         if n > 8:  # the long last case, reached only once every shorter case passed
-            why += (" Every shorter case passed: the gap needed grows with n, and so does the sqrt(d_k)"
-                    f" = {math.sqrt(W_Q.shape[1]):.2f} dividing the scores. c must grow with n.")
+            why += (" Every shorter case passed: the gap needed grows with n, and so does the "
+                    f"{sqrt_d_k} dividing the scores. c must grow with n.")
         elif bool((torch.softmax(raw, dim=-1)[i, (i + 1) % n] >= NEXT_WEIGHT).all()):  # no 1/sqrt(d_k)
-            why += (f" Without the 1/sqrt(d_k) your Q K^T would pass: did your c forget that the "
-                    f"scores are divided by sqrt(d_k) = {math.sqrt(W_Q.shape[1]):.2f}?")
+            why += (" Without the 1/sqrt(d_k) your Q K^T would pass: did your c forget that the "
+                    f"scores are divided by {sqrt_d_k}?")
     elif n > 1 and bool((strongest == (i - 1) % n).all()):
         why = "every token attends to the PREVIOUS token: the shift goes the wrong way."
     elif bool((strongest == i).all()):
@@ -290,15 +281,11 @@ def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
         got = next_token_projections(X.clone())
         if got is None or (problem := _verdict(X, got)) is None:
             return None if got is None else torch.zeros(())
-        one_hot = torch.eye(*X.shape, dtype=X.dtype)
-        try:                                         # only a hint: any failure means "no"
-            only_one_hot = not torch.equal(X, one_hot) and _verdict(
-                one_hot, next_token_projections(one_hot)) is None
-        except Exception:  # noqa: BLE001
-            only_one_hot = False
-        if only_one_hot:
-            problem += (" Your projections work for one-hot embeddings, not dense ones: which M, "
-                        "with X M = I (a right inverse of X), undoes X?")
+        eye = torch.eye(*X.shape, dtype=X.dtype)      # one-hot embeddings
+        with contextlib.suppress(Exception):          # only a hint: any failure means "no"
+            if not torch.equal(X, eye) and _verdict(eye, next_token_projections(eye)) is None:
+                problem += (" Your projections work for one-hot embeddings, not dense ones: which M, "
+                            "with X M = I (a right inverse of X), undoes X?")
         raise Refused(problem)
 
     cases = _relation_cases()

@@ -17,9 +17,9 @@ __all__ = ["NORMS_MISTAKES", "PREVIOUS_MISTAKES", "check_previous_token_scores",
 
 def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int) -> torch.Tensor:
     """``(L, b, h, n, n)``: every row (padding queries too) a distribution over real keys."""
-    real = torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]      # (b, n)
+    real = torch.arange(n) < torch.tensor(lengths)[:, None]               # (b, n)
     scores = torch.randn(L, len(lengths), h, n, n, generator=g) * 3
-    return torch.softmax(scores.masked_fill(~real[None, :, None, None, :], float("-inf")), dim=-1)
+    return torch.softmax(scores.masked_fill(~real[:, None, None, :], float("-inf")), dim=-1)
 
 
 # --- exercise 1: previous-token scores ---------------------------------------------------------
@@ -27,7 +27,7 @@ def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int
 def _cases() -> list[dict]:  # padded batches, then one unpadded; case 1: n - 1 against query 0
     g = seeded(91)
     return [{"weights": _softmax_rows(g, L, lengths, h, n),
-             "mask": torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]}
+             "mask": torch.arange(n) < torch.tensor(lengths)[:, None]}
             for L, lengths, h, n in [(2, [6, 4], 3, 6), (1, [5, 2, 3], 2, 5), (3, [4], 4, 4),
                                      (2, [7, 3], 2, 8)]]
 
@@ -37,56 +37,44 @@ def _pooled(x, valid):                               # mean of x (L, b, h, m) wh
     return (x * valid).sum(dim=3) / valid.sum(dim=3)
 
 
-def _diagonal(weights, offset):                      # a[i, i + offset] (L, b, h, n), 0 where no key
-    return F.pad(weights.diagonal(offset, dim1=-2, dim2=-1), (max(0, -offset), max(0, offset)))
-
-
-def _from_1(mask):                                   # the real queries i >= 1
-    return torch.cat([torch.zeros_like(mask[:, :1]), mask[:, 1:]], dim=1)
+def _diagonal(w, offset):                            # a[i, i + offset] (L, b, h, n), 0 where no key
+    return F.pad(w.diagonal(offset, dim1=-2, dim2=-1), (max(0, -offset), max(0, offset)))
 
 
 def previous_token_reference(weights, mask):
     """``(L, b, h)``: in each sentence, the mean weight on key ``i - 1`` over real queries ``i >= 1``."""
-    i = torch.arange(1, weights.shape[-1])
-    return _pooled(weights[..., i, i - 1], mask[:, 1:])
+    return _pooled(weights.diagonal(-1, dim1=-2, dim2=-1), mask[:, 1:])
 
 
-def _every_query(w):                                 # i = 0 .. n-1, query 0 ([CLS]) included
-    return torch.arange(w.shape[-1])
-
-
-def _summed(w, m):                                   # not divided by the real queries' count
-    return (_diagonal(w, -1) * _from_1(m)[None, :, None, :]).sum(dim=3)
+def _summed(w, m):                                   # over the real queries i >= 1, not divided
+    return (_diagonal(w, -1) * (m & (torch.arange(m.shape[1]) > 0))[None, :, None, :]).sum(dim=3)
 
 
 _NO_AXES = ("the mask is (b, n - 1) but the entries are (L, b, h, n - 1): index it with None "
             "where the layer and head axes go (and .float() to multiply).")
 PREVIOUS_MISTAKES = [
-    Mistake(lambda w, m: _pooled(w.diagonal(offset=1, dim1=-2, dim2=-1), m[:, :-1]),
-            "you took w.diagonal(offset=+1), a[i, i + 1]: the NEXT token, the diagonal ABOVE the "
-            "main one. The previous token is offset=-1."),
+    Mistake(lambda w, m: _pooled(w.diagonal(offset=1, dim1=-2, dim2=-1), m[:, :-1]), "you took "
+            "w.diagonal(offset=+1), a[i, i + 1], the NEXT token, above the diagonal: use offset=-1."),
     Mistake(lambda w, m: _pooled(_diagonal(w, 1), m),
             "you read a[i, i + 1], the NEXT token: the previous is key i - 1."),
     Mistake(lambda w, m: _pooled(_diagonal(w, 0), m), "you read the diagonal a[i, i], the weight "
             "a token puts on itself: the previous token is one column to the left."),
-    Mistake(lambda w, m: _pooled(torch.tril(w, -1).sum(-1), _from_1(m)), "you summed the weight "
-            "on ALL previous tokens (tril): the previous token is key i - 1 alone."),
+    Mistake(lambda w, m: _pooled(torch.tril(w, -1).sum(-1)[..., 1:], m[:, 1:]), "you summed the "
+            "weight on ALL previous tokens (tril): the previous token is key i - 1 alone."),
     Mistake(lambda w, m: previous_token_reference(w.mT, m), "you read a[i - 1, i], the NEXT token "
             "(row and column swapped). Rows are queries and columns keys."),
-    Mistake(lambda w, m: _pooled(_diagonal(w, -1), _from_1(torch.ones_like(m))),
+    Mistake(lambda w, m: _pooled(_diagonal(w, -1)[..., 1:], torch.ones_like(m[:, 1:])),
             "you also averaged over padding queries: average only over the real queries i >= 1."),
     Mistake(lambda w, m: _pooled(_diagonal(w, -1), m), "the first token ([CLS], i = 0) has no "
             "previous token: leave it out of the mean instead of counting it as 0."),
-    Mistake(lambda w, m: _pooled(_diagonal(w, -1)[..., 1:], m[:, :-1]),
-            "you took each query's validity from its key (token i - 1), so the first padding query "
-            "was counted: query i counts where token i is real."),
-    Mistake(lambda w, m: _pooled(w[..., _every_query(w), _every_query(w) - 1], m), "query 0 ([CLS]) "
-            "was counted: key -1 is the LAST key, wrapped around. Start at query i = 1."),
-    Mistake(lambda w, m: _pooled(w[..., _every_query(w), (_every_query(w) - 1).clamp(min=0)], m),
+    Mistake(lambda w, m: _pooled(_diagonal(w, -1)[..., 1:], m[:, :-1]), "you took each query's "
+            "validity from its key (token i - 1): query i counts where token i is real."),
+    Mistake(lambda w, m: _pooled(w.roll(1, dims=-1).diagonal(dim1=-2, dim2=-1), m), "query 0 "
+            "([CLS]) was counted: key -1 is the LAST key, wrapped around. Start at query i = 1."),
+    Mistake(lambda w, m: _pooled(torch.cat([w[..., :1, 0], w.diagonal(-1, -2, -1)], dim=-1), m),
             "query 0 ([CLS]) was counted, reading itself (key i - 1 clamped at 0): start at i = 1."),
-    Mistake(lambda w, m: _summed(w, m).sum(dim=1) / _from_1(m).sum(), "you pooled over the "
-            "sentences too, as 4.3 does: keep one score per sentence, an (L, b, h) grid, and take "
-            "the mean over each sentence's queries only."),
+    Mistake(lambda w, m: _summed(w, m).sum(dim=1) / m[:, 1:].sum(), "you pooled over the "
+            "sentences too, as 4.3 does: keep one score per sentence, an (L, b, h) grid."),
     Mistake(lambda w, m: previous_token_reference(w, m).mean(1, keepdim=True).expand(-1, len(m), -1),
             "every sentence got the same score, the batch's mean: keep each sentence's own mean."),
     Mistake(lambda w, m: _summed(w, m) / (w.shape[-1] - 1), "you divided by n - 1, every query "
@@ -126,21 +114,21 @@ def _norm_cases() -> list[dict]:  # weights, values, W_O (d, h * d_head); d once
                                              ([6, 2, 4], 4, 6, 2, 8), ([3, 3], 2, 3, 4, 5)]]
 
 
-def _heads(W_O, h, d_head):                          # (h, d_head, d): head h's columns, transposed
+def _blocks(W_O, h, d_head):                         # (h, d_head, d): head h's columns, transposed
     return W_O.view(len(W_O), h, d_head).permute(1, 2, 0)
 
 
-def _f(values, W_O, heads=_heads):                   # f_h(x_j) = v_j W_O^(h): (b, h, n, d)
-    return torch.einsum("bhjk,hkd->bhjd", values, heads(W_O, *values.shape[1::2]))
+def _f(values, W_O, blocks=_blocks):                 # f_h(x_j) = v_j W_O^(h): (b, h, n, d)
+    return torch.einsum("bhjk,hkd->bhjd", values, blocks(W_O, *values.shape[1::2]))
 
 
-def _times(w, norm):                                 # a_ij * norm_j, norm (b, h, n)
-    return w * norm[:, :, None, :]
+def _norms(w, v, W, blocks=_blocks, norm=lambda f: f.norm(dim=-1)):  # the mistakes: other blocks, norm
+    return w * norm(_f(v, W, blocks))[:, :, None, :]
 
 
 def value_norms_reference(weights, values, W_O):
     """``(b, h, n, n)``: ``a_ij ||f_h(x_j)||``, ``f_h(x_j)`` the value through head h's columns."""
-    return _times(weights, _f(values, W_O).norm(dim=-1))
+    return _norms(weights, values, W_O)
 
 
 def _rows(W, h, d_head):                             # W_O[h*dh:(h+1)*dh, :]: rows, not columns
@@ -154,50 +142,43 @@ def _merged(w, v, W):                                # heads merged, the whole W
     return w * (v.transpose(1, 2).reshape(b, n, h * d_head) @ W.T).norm(dim=-1)[:, None, None, :]
 
 
-def _through(heads):                                 # W_O sliced per head another way
-    return lambda w, v, W: _times(w, _f(v, W, heads).norm(dim=-1))
-
-
 _TRANSPOSE = ("a matrix product did not fit. nn.Linear stores W_O as (d, h * d_head): head h's columns "
               "W_O[:, h*d_head:(h+1)*d_head] are (d, d_head); transpose them before v_j @ them.")
 NORMS_MISTAKES = [
     Mistake(_merged, "you merged the heads and applied the whole W_O, one norm for all heads: "
             "measure each head on its own, through its block of W_O only."),
-    Mistake(lambda w, v, W: _times(w, v.norm(dim=-1)), "you took the norm of v_j itself: project "
-            "it through the head's block of the output projection first: the row vector "
-            "f_h(x_j) = v_j W_O^(h)."),
-    Mistake(_through(_rows), "you sliced W_O's rows: its weight is (out, in) = (d, h * d_head), so "
-            "head h owns the COLUMNS h*d_head .. (h+1)*d_head - 1."),
-    *(Mistake(lambda w, v, W, o=o: _times(w, v.norm(dim=-1) * torch.linalg.matrix_norm(
-                  _heads(W, v.shape[1], v.shape[-1]), ord=o)[:, None]),
+    Mistake(lambda w, v, W: w * v.norm(dim=-1)[:, :, None, :], "you took the norm of v_j itself: "
+            "project it through the head's block of W_O first, f_h(x_j) = v_j W_O^(h)."),
+    Mistake(lambda w, v, W: _norms(w, v, W, _rows), "you sliced W_O's rows: its weight is (out, in) "
+            "= (d, h * d_head), so head h owns the COLUMNS h*d_head .. (h+1)*d_head - 1."),
+    *(Mistake(lambda w, v, W, o=o: _norms(w, v, W, norm=lambda f: v.norm(dim=-1) * torch.linalg.
+                                          matrix_norm(_blocks(W, *v.shape[1::2]), ord=o)[:, None]),
               "you multiplied the two norms, ||v_j|| ||W_O^(h)||: by Cauchy-Schwarz that is only an "
               "upper bound. Project first, f_h(x_j) = v_j W_O^(h), then take its norm.")
       for o in ("fro", 2)),
-    Mistake(_through(lambda W, h, d_head: W[:, :d_head].T.expand(h, d_head, len(W))),
+    Mistake(lambda w, v, W: _norms(w, v, W, lambda W, h, dh: W[:, :dh].T.expand(h, dh, len(W))),
             "every head went through the first head's columns of W_O."),
-    Mistake(_through(lambda W, h, d_head: W.view(-1, d_head, h).permute(2, 1, 0)),
+    Mistake(lambda w, v, W: _norms(w, v, W, lambda W, h, dh: W.view(-1, dh, h).permute(2, 1, 0)),
             "you split W_O's columns as (d_head, h), so head h got every h-th column: head h owns "
             "one block of d_head columns, W_O.view(d, h, d_head)."),
-    Mistake(lambda w, v, W: _f(v, W).norm(dim=-1)[:, :, None, :].expand_as(w),
+    Mistake(lambda w, v, W: _norms(torch.ones_like(w), v, W),
             "you returned ||f_h(x_j)|| without the attention weight: multiply by a_ij."),
-    Mistake(lambda w, v, W: _times(w, _f(v, W).pow(2).sum(dim=-1)),
+    Mistake(lambda w, v, W: _norms(w, v, W, norm=lambda f: f.pow(2).sum(dim=-1)),
             "you returned the squared norm: take the square root."),
-    Mistake(lambda w, v, W: _times(w, _f(v, W).abs().sum(dim=-1)),
+    Mistake(lambda w, v, W: _norms(w, v, W, norm=lambda f: f.abs().sum(dim=-1)),
             "you took the L1 norm, a sum of |entries|: take the Euclidean length, the default norm."),
     Mistake(lambda w, v, W: value_norms_reference(w, v, W) / v.shape[-1] ** 0.5,
             "you divided by sqrt(d_head): that scale belongs to the scores QK^T, not to f_h(x_j)."),
-    Mistake(lambda w, v, W: (lambda x: x / x.sum(dim=-1, keepdim=True))(value_norms_reference(w, v, W)),
-            "you divided each row by its sum: those are section 4.4's shares; return the norms "
-            "themselves."),
+    Mistake(lambda w, v, W: (x := value_norms_reference(w, v, W)) / x.sum(dim=-1, keepdim=True),
+            "you divided each row by its sum: those are section 4.4's shares; return the norms."),
     Mistake(lambda w, v, W: w * _f(v, W).norm(dim=-1)[:, :, :, None], "you scaled row i by the "
-            "norm of the QUERY's vector f(x_i): key j contributes f(x_j), so the norm varies along "
-            "the last axis."),
-    Mistake(lambda w, v, W: (w @ _f(v, W)).norm(dim=-1)[..., None].expand_as(w),
-            "you took the norm of the weighted SUM, ||sum_j a_ij f_h(x_j)||, the head's whole output "
-            "for query i: the exercise wants each key's term, ||a_ij f_h(x_j)||."),
-    Mistake(lambda w, v, W: _times(w.mT, _f(v, W).norm(dim=-1)), "you used a_ji, the weights "
-            "transposed: rows are queries, so query i's weight on key j is weights[..., i, j]."),
-    Mistake(lambda w, v, W: _times(w, _f(v, W).norm(dim=(1, 3)).unsqueeze(1)), "you took one norm "
+            "norm of the QUERY's f(x_i): key j contributes f(x_j), so the norm varies along the keys."),
+    Mistake(lambda w, v, W: (w @ _f(v, W)).norm(dim=-1)[..., None].expand_as(w), "you took the norm "
+            "of the weighted SUM, the head's whole output for query i: the exercise wants each key's "
+            "term, ||a_ij f_h(x_j)||."),
+    Mistake(lambda w, v, W: _norms(w.mT, v, W), "you used a_ji, the weights transposed: rows are "
+            "queries, so query i's weight on key j is weights[..., i, j]."),
+    Mistake(lambda w, v, W: w * _f(v, W).norm(dim=(1, 3))[:, None, None, :], "you took one norm "
             "over the heads and d together: each head has its own f_h(x_j); take the norm over d only."),
 ]
 

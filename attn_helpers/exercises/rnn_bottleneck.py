@@ -27,12 +27,10 @@ def _rnn_cases() -> list[dict]:
                  ((), 6, 3, 3, torch.float32), None]:
         batch, n, d_in, d, dtype = spec or ((size(g, 1, 4),), size(g, 2, 9), size(g, 1, 6),
                                             size(g, 2, 6), torch.float32)
-        cases.append({
-            "x": torch.randn(*batch, n, d_in, generator=g, dtype=dtype),
-            "W_x": torch.randn(d_in, d, generator=g, dtype=dtype) / d_in ** 0.5,
-            "W_h": torch.randn(d, d, generator=g, dtype=dtype) / d ** 0.5,
-            "b": 0.5 * torch.randn(d, generator=g, dtype=dtype),
-        })
+        cases.append({"x": torch.randn(*batch, n, d_in, generator=g, dtype=dtype),
+                      "W_x": torch.randn(d_in, d, generator=g, dtype=dtype) / d_in ** 0.5,
+                      "W_h": torch.randn(d, d, generator=g, dtype=dtype) / d ** 0.5,
+                      "b": 0.5 * torch.randn(d, generator=g, dtype=dtype)})
     return cases
 
 
@@ -57,30 +55,26 @@ def _rnn(*, act=torch.tanh, drop=(), outside=(), reverse=False, transpose=False,
     return rnn
 
 
-rnn_encoder_reference = _rnn()
-rnn_encoder_reference.__doc__ = """``x (..., n, d_in), W_x (d_in, d), W_h (d, d), b (d,) ->
-(H (..., n, d), h_last (..., d))``: ``h_j = tanh(x_j W_x + h_{j-1} W_h + b)`` from ``h_{-1} = 0``."""
+rnn_encoder_reference = _rnn()   # x (..., n, d_in), W_x, W_h, b -> H (..., n, d), h_last (..., d)
 
 
-def _aliased(x, W_x, W_h, b):  # noqa: N803 - h written in place each step, appended n times
-    H, h = rnn_encoder_reference(x, W_x, W_h, b)  # noqa: N806
-    return h.unsqueeze(-2).expand_as(H).clone(), h
+def _aliased(*args):   # h written in place each step and appended n times: every state is h_{n-1}
+    H, h = rnn_encoder_reference(*args)  # noqa: N806
+    return h[..., None, :].expand_as(H), h
 
 
 _RULE = "h_j = tanh(x_j W_x + h_{j-1} W_h + b)"
 RNN_MISTAKES = [
     Mistake(_rnn(act=lambda z: z), "the tanh is missing: the states are linear in the inputs."),
-    Mistake(_rnn(drop="h"), "the previous state is never used, so there is no recurrence: "
-            "which term of h_j carries h_{j-1}?"),
-    Mistake(_rnn(outside="h"),
-            f"h_{{j-1}} W_h is added after the tanh; the recurrence belongs inside it: {_RULE}."),
+    Mistake(_rnn(drop="h"), "the previous state is never used, so there is no recurrence."),
+    Mistake(_rnn(outside="h"), f"h_{{j-1}} W_h is added after the tanh; it belongs inside: {_RULE}."),
     *(Mistake(_rnn(outside=terms), f"the tanh wraps only {inner}; it squashes the whole sum: {_RULE}.")
       for terms, inner in ((("h", "b"), "x_j W_x"), (("x", "b"), "h_{j-1} W_h"),
                            (("x",), "h_{j-1} W_h + b"))),
     Mistake(_rnn(drop="b"), "the bias b is missing inside the tanh."),
     Mistake(_rnn(outside="b"), f"the bias b is outside the tanh; it belongs inside: {_RULE}."),
     Mistake(_rnn(transpose=True), "W_h is transposed: the states are row vectors, multiplied from the "
-            "right as in x_j W_x. On which side of W_h must h_{j-1} stand?"),
+            "right as in x_j W_x."),
     Mistake(_rnn(reverse=True), "you read backwards; this encoder reads j = 0 .. n-1."),
     Mistake(_rnn(keep_first=True), "the states are shifted by one: H holds h_0 .. h_{n-1} (the state "
             "AFTER each token), not h_{-1} .. h_{n-2}."),
@@ -91,15 +85,12 @@ RNN_MISTAKES = [
               "the end whatever the batch dimensions: (..., n, d).") for dim in (0, 1)),
     *(Mistake(_rnn(act=f), f"that is a {name}; the vanilla RNN squashes with tanh.")
       for f, name in ((torch.sigmoid, "sigmoid"), (torch.relu, "ReLU"))),
-    Mistake(_aliased, "every state in H equals the last one, h_{n-1}: the list holds one tensor n "
-            "times. Writing each new state into h in place (h[...] = ..., h.copy_(...)) changes every "
-            "entry already appended. Make a new tensor each step: h = torch.tanh(...)."),
-    Mistake(_rnn(start=1.0), "h_{-1} is ones; the recurrence starts from h_{-1} = 0 (torch.zeros), "
-            "the state before any token."),
-    Mistake(_rnn(skip_first=True), "H has n-1 states: token 0 is never read. Keep one state per token, "
-            "h_0 .. h_{n-1}: the loop runs j = 0 .. n-1."),
-    Mistake(_rnn(swap=True), "the return order is swapped: return (H, h_last), every state first, then "
-            "the last one."),
+    Mistake(_aliased, "every state in H equals the last one, h_{n-1}: writing each new state into h "
+            "in place (h[...] = ..., h.copy_(...)) changes every entry already appended, the same "
+            "tensor n times. Make a new tensor each step: h = torch.tanh(...)."),
+    Mistake(_rnn(start=1.0), "h_{-1} is ones; the recurrence starts from h_{-1} = 0 (torch.zeros)."),
+    Mistake(_rnn(skip_first=True), "H has n-1 states: token 0 is never read. Loop over j = 0 .. n-1."),
+    Mistake(_rnn(swap=True), "the return order is swapped: return (H, h_last), every state first."),
 ]
 
 
@@ -118,22 +109,18 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
     """``rnn_encoder(x, W_x, W_h, b) -> (H, h_last)``, shapes as in ``rnn_encoder_reference``."""
     result = check_function(
         rnn_encoder, rnn_encoder_reference, _rnn_cases(), what="rnn_encoder",
-        output_names=("the states H", "the last state h_last"),
+        output_names=("the states H", "the last state h_last"), mistakes=RNN_MISTAKES,
         error_hints=[("same dtype", _DTYPE), ("expected scalar type", _DTYPE),
-                     ("must match the size of tensor", _BATCH)],
-        mistakes=RNN_MISTAKES,
-    )
+                     ("must match the size of tensor", _BATCH)])
     if not result:
         return result
-    x, *weights = _rnn_cases()[3].values()       # one backward into the inputs, two batch dims
-    mine, reference = torch.nn.Module(), torch.nn.Module()   # no parameters: only x's gradient counts
-    wrong = gradient_mismatch(mine, reference, lambda m, x: torch.cat([t.flatten() for t in (
-        rnn_encoder if m is mine else rnn_encoder_reference)(x, *weights)]), x)
-    if wrong:
+    x, *weights = _rnn_cases()[3].values()       # one backward into x (no parameters), two batch dims
+    mine, reference = torch.nn.Module(), torch.nn.Module()
+    if gradient_mismatch(mine, reference, lambda m, x: torch.cat([t.flatten() for t in (
+            rnn_encoder if m is mine else rnn_encoder_reference)(x, *weights)]), x):
         return CheckResult(False, "Not yet: rnn_encoder gives the right values, but after one backward "
-                                  "the gradient into x differs from the reference's. Was the previous "
-                                  "state h_{j-1} detached (h.detach(), .data, torch.no_grad())? Then no "
-                                  "gradient flows back through time, and the Jacobians below read 0.")
+                                  "the gradient into x differs. Was h_{j-1} detached (h.detach(), .data,"
+                                  " torch.no_grad())? Then no gradient flows back through time.")
     return CheckResult(True, result.message.rstrip(".") + ", and its gradient into x does too.")
 
 
@@ -144,13 +131,11 @@ def _additive_cases() -> list[dict]:
                  (1, 1, 3, 2, 4, torch.float32), (2, 6, 5, 3, 7, torch.float64), None]:  # random
         b, n, d_dec, d_h, d_a, dtype = spec or (*(size(g, 1, 8) for _ in range(5)), None)
         scale_q, scale_k = (1.0, 1.0) if spec is None else (d_dec ** 0.5, d_h ** 0.5)
-        cases.append({
-            "s": torch.randn(b, d_dec, generator=g, dtype=dtype),
-            "H": torch.randn(b, n, d_h, generator=g, dtype=dtype),
-            "U_q": torch.randn(d_dec, d_a, generator=g, dtype=dtype) / scale_q,
-            "U_k": torch.randn(d_h, d_a, generator=g, dtype=dtype) / scale_k,
-            "v_a": torch.randn(d_a, generator=g, dtype=dtype),
-        })
+        cases.append({"s": torch.randn(b, d_dec, generator=g, dtype=dtype),
+                      "H": torch.randn(b, n, d_h, generator=g, dtype=dtype),
+                      "U_q": torch.randn(d_dec, d_a, generator=g, dtype=dtype) / scale_q,
+                      "U_k": torch.randn(d_h, d_a, generator=g, dtype=dtype) / scale_k,
+                      "v_a": torch.randn(d_a, generator=g, dtype=dtype)})
     return cases
 
 
@@ -167,25 +152,22 @@ _INNER = ("a matrix product's inner sizes must agree: s (b, d_dec) @ U_q (d_dec,
           "H (b, n, d_h) @ U_k (d_h, d_a) need no transpose (rows times matrices, as in x_j W_x).")
 _V_LEFT = ("v_a on the left of features meets the positions (dim -2), not the d_a axis. Put v_a "
            "on the right, after the tanh's output: (b, n, d_a) @ (d_a,) -> (b, n).")
+_SAME_FOR_EVERY_J = ("s_t's part, (s_t U_q) v_a^T, is then the same for every j, the softmax "
+                     "cancels it, and the weights ignore s_t.")
 _NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis for the "
              "positions j at dim 1, (b, 1, d_a), broadcasting meets b with n.")
-
-
 ADDITIVE_MISTAKES = [
     Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(s @ U_q + H @ U_k) @ v_a, _NEW_AXIS),
     Mistake(_features(lambda x, v: x @ v),
             "the tanh is missing: without it the query's part is the same for every j."),
     Mistake(_features(lambda x, v: x @ v, lambda q, k: torch.tanh(q) + torch.tanh(k)),
-            "tanh is applied to each projection separately: tanh(s_t U_q) v_a^T is then the same for "
-            "every j, the softmax cancels it, and the weights ignore s_t."),
-    Mistake(_features(lambda x, v: torch.tanh(x @ v)), "tanh comes before v_a: e_tj = tanh(s_t U_q "
-            "+ h_j U_k) v_a^T."),
+            "tanh is applied to each projection separately: " + _SAME_FOR_EVERY_J),
+    Mistake(_features(lambda x, v: torch.tanh(x @ v)),
+            "tanh comes before v_a: e_tj = tanh(s_t U_q + h_j U_k) v_a^T."),
     Mistake(_features(lambda x, v: torch.tanh(x) @ v, torch.mul),
             "you multiplied the two projections; the additive score adds them."),
-    Mistake(lambda s, H, U_q, U_k, v_a: (torch.tanh(H @ U_k) + (s @ U_q)[:, None, :]) @ v_a,
-            "s_t U_q is added after the tanh: its part, (s_t U_q) v_a^T, is then the same for every j, "
-            "the softmax cancels it, and the weights ignore s_t. Add it inside: "
-            "tanh(s_t U_q + h_j U_k) v_a^T."),
+    Mistake(_features(lambda x, v: x @ v, lambda q, k: torch.tanh(k) + q),
+            "s_t U_q is added after the tanh: " + _SAME_FOR_EVERY_J + " Add it inside the tanh."),
     Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh(H @ U_k) @ v_a,
             "the decoder state s_t is missing: add s_t U_q to every h_j U_k."),
     Mistake(lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_k)[:, None, :] + H @ U_q) @ v_a,
@@ -194,11 +176,9 @@ ADDITIVE_MISTAKES = [
       for f, name in ((torch.relu, "ReLU"), (torch.sigmoid, "sigmoid"))),
     Mistake(_features(lambda x, v: v @ torch.tanh(x)), _V_LEFT),
     Mistake(lambda s, H, U_q, U_k, v_a: (H @ s[:, :, None])[..., 0], "that is the dot-product score "
-            "s_t h_j^T (Luong et al.'s \"dot\"). The additive score projects both, adds, squashes: "
-            "tanh(s_t U_q + h_j U_k) v_a^T."),
+            "s_t h_j^T (Luong et al.'s \"dot\"). The additive score projects both, adds, squashes."),
     Mistake(lambda s, H, U_q, U_k, v_a: ((H @ U_k) @ (s @ U_q)[:, :, None])[..., 0], "that is a dot "
-            "product of the projections, (s_t U_q)(h_j U_k)^T. The additive score adds them, squashes "
-            "with tanh, then takes the product with v_a."),
+            "product of the projections; the additive score adds them, squashes, then applies v_a."),
     *(Mistake(_features(lambda x, v, f=f: f(torch.tanh(x) @ v)), f"{what}; return the raw scores e_tj.")
       for f, what in ((torch.exp, "you exponentiated the scores (the softmax does the exp)"),
                       (lambda e: e.log_softmax(-1), "those are log-weights (after a log_softmax)"),
@@ -207,15 +187,12 @@ ADDITIVE_MISTAKES = [
                       (lambda e: e - e.amax(-1, True), "each row minus its max (the same softmax)"))),
     Mistake(_features(lambda x, v: torch.tanh(x).sum(-1)), "v_a is missing: each d_a-vector "
             "tanh(s_t U_q + h_j U_k) becomes one number by a product with v_a, not a sum."),
-    Mistake(_features(lambda x, v: torch.tanh(x) @ v / v.shape[0] ** 0.5), "you divided by "
-            "sqrt(d_a). The additive score has no scale: v_a is learned and sets it. 1/sqrt(d) belongs "
-            "to the dot-product score (notebook 03)."),
-    Mistake(_features(lambda x, v: torch.tanh(x / v.shape[0] ** 0.5) @ v),
-            "you divided by sqrt(d_a) inside the tanh. The additive score has no scale: "
-            "e_tj = tanh(s_t U_q + h_j U_k) v_a^T."),
+    *(Mistake(_features(f), f"you divided by sqrt(d_a){where}. The additive score has no scale: v_a is "
+              "learned and sets it (1/sqrt(d) belongs to the dot-product score, notebook 03).")
+      for f, where in ((lambda x, v: torch.tanh(x) @ v / v.shape[0] ** 0.5, ""),
+                       (lambda x, v: torch.tanh(x / v.shape[0] ** 0.5) @ v, " inside the tanh"))),
     Mistake(_features(lambda x, v: torch.tanh(x) @ v[:, None]), "e has a trailing axis of size 1, "
-            "(b, n, 1): multiply by v_a (d_a,), not by a column (d_a, 1), or drop the axis, to return "
-            "(b, n)."),
+            "(b, n, 1): multiply by v_a (d_a,), not by a column (d_a, 1), to return (b, n)."),
 ]
 
 
@@ -231,9 +208,7 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
     """``additive_scores(s, H, U_q, U_k, v_a) -> e (b, n)``: ``tanh(s_t U_q + h_j U_k) v_a^T``."""
     return check_function(
         additive_scores, additive_scores_reference, _additive_cases(), what="additive_scores",
-        output_names=("the scores e",),
+        output_names=("the scores e",), mistakes=ADDITIVE_MISTAKES,
         error_hints=[("must match the size of tensor", _NEW_AXIS), ("same dtype", _DTYPE),
                      ("shapes cannot be multiplied", _INNER),
-                     ("Expected size for first two dimensions of batch2", _V_LEFT)],
-        mistakes=ADDITIVE_MISTAKES,
-    )
+                     ("Expected size for first two dimensions of batch2", _V_LEFT)])

@@ -66,13 +66,11 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
                     "the temperature was ignored: divide the scores by T before the softmax."),
             Mistake(lambda s, t: torch.softmax(s * t, -1),
                     "you multiplied the scores by T; divide them by T."),
-            Mistake(lambda s, t: torch.softmax(s / t ** 0.5, -1),
-                    "you divided the scores by sqrt(T); divide them by T itself. (The Transformer's "
-                    "sqrt(d_k) is a temperature T = sqrt(d_k), not a square root of T.)"),
+            Mistake(lambda s, t: torch.softmax(s / t ** 0.5, -1), "you divided the scores by "
+                    "sqrt(T); divide them by T itself (the Transformer's T is sqrt(d_k))."),
             Mistake(lambda s, t: _normalise(torch.exp(s / t - (s / t).amax(0, keepdim=True))),
                     "you subtracted a maximum over dim=0, one per column: a constant cancels only "
-                    "if the whole row shares it. Subtract each row's own maximum (dim=-1), "
-                    "shaped (..., 1)."),
+                    "if the whole row shares it. Subtract each row's own maximum (dim=-1)."),
             Mistake(lambda s, t: torch.softmax(s / t, 0),
                     "the softmax ran over the first dimension; each row (dim=-1) must sum to one."),
             Mistake(lambda s, t: _normalise(stable(s, t), 0),
@@ -87,15 +85,14 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
             Mistake(lambda s, t: _normalise(torch.exp(s / t - s.amax(-1, keepdim=True))),
                     "you subtracted the maximum of s, not of s / T: at a small T, s / T - max(s) "
                     "is still huge. Subtract the row maximum of s / T."),
-            Mistake(lambda s, t: _normalise(torch.exp(s / t - (s / t).max())),
-                    "with one maximum for the whole tensor, a row far below it underflows to 0 / 0 "
-                    "= NaN. Subtract each row's own maximum, one per row, shaped to broadcast."),
+            Mistake(lambda s, t: _normalise(torch.exp(s / t - (s / t).max())), "with one maximum "
+                    "for the whole tensor, a row far below it underflows to 0 / 0 = NaN."),
         ],
         error_hints=[("must match the size of tensor", KEEPDIM),
                      ("torch.return_types.max", "max(dim=...) returns a pair (values, indices), "
-                      "not a tensor: take its .values, or use amax, which returns the values only."),
+                      "not a tensor: take its .values, or use amax."),
                      ("Dimension out of range", "a fixed axis such as dim=1 does not exist in a "
-                      "one-row case. Reduce over the last axis, dim=-1, so any leading dims work.")],
+                      "one-row case. Reduce over the last axis, dim=-1.")],
         nan_hint="exp of a large number overflows to inf, and inf / inf is NaN. Subtract each row's "
                  "own maximum before exp: the constant cancels in the ratio.",
     )
@@ -103,18 +100,16 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
 
 def _entropy_cases() -> list[dict]:
     g = seeded(122)
-    cases = [{"weights": torch.softmax(torch.randn(shape, generator=g), -1)}
-             for shape in [(6,), (4, 4), (3, 5), (2, 2, 4)]]
-    cases.append({"weights": torch.softmax(torch.randn(2, 7, generator=g, dtype=torch.float64), -1)})
-    cases.append({"weights": torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])})
-    shape = (size(g, 1, 5), size(g, 1, 9))                                      # random shape
-    cases.append({"weights": torch.softmax(2 * torch.randn(shape, generator=g), -1)})
-    # weights of about 1e-6, 1e-20, a subnormal (4e-44) and 0 beside a weight of exactly 1.0
-    peaked = torch.tensor([[0.0, -13.8155, -46.0517, -100.0, -1e4],
-                           [0.0, -46.0, -1e4, -1e4, -1e4],
-                           [0.0, -100.0, -101.0, -1e4, -1e4]])
-    cases.append({"weights": torch.softmax(peaked, -1)})
-    return cases
+    weights = [torch.softmax(torch.randn(shape, generator=g), -1) for shape in [(6,), (4, 4), (3, 5),
+                                                                                (2, 2, 4)]]
+    weights += [torch.softmax(torch.randn(2, 7, generator=g, dtype=torch.float64), -1),
+                torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]]),
+                torch.softmax(2 * torch.randn(size(g, 1, 5), size(g, 1, 9), generator=g), -1),
+                # weights of about 1e-6, 1e-20, a subnormal (4e-44) and 0 beside a weight of 1.0
+                torch.softmax(torch.tensor([[0.0, -13.8155, -46.0517, -100.0, -1e4],
+                                            [0.0, -46.0, -1e4, -1e4, -1e4],
+                                            [0.0, -100.0, -101.0, -1e4, -1e4]]), -1)]
+    return [{"weights": w} for w in weights]
 
 
 def _entropy(weights: torch.Tensor) -> torch.Tensor:   # -sum_j a_j ln a_j in nats, 0 ln 0 = 0
@@ -189,8 +184,7 @@ def check_entropy(entropy: Callable) -> CheckResult:
         scores = torch.tensor([-1000.0, 1.0, 0.0], requires_grad=True)
         entropy(torch.softmax(scores, -1)).sum().backward()
         if scores.grad is None or not scores.grad.isfinite().all():
-            verdict = CheckResult(True, verdict.message + "\nNote: through a softmax, the gradient of "
-                                  "your entropy is NaN for the whole row when a weight is exactly 0 "
-                                  "(0 times the infinite slope of ln a). Fine for values; to train with "
-                                  "an entropy term, use the double where (Going deeper).")
+            return CheckResult(True, verdict.message + "\nNote: through a softmax, the gradient of your "
+                               "entropy is NaN for the whole row when a weight is exactly 0 (0 times "
+                               "the infinite slope of ln a). To train with it, use the double where.")
     return verdict
