@@ -17,8 +17,6 @@ from . import core
 from .core import AllocationWatch, CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_multi_head_module", "check_grouped_query_attention"]
-
 
 def _module_cases() -> list[dict]:
     """``x``, a bool ``mask`` (``(n, n)``, ``(b, n, n)`` or None), ``num_heads``, the weights' seed."""

@@ -14,7 +14,6 @@ from ..lessons.query_key_value import weights
 from .core import CheckResult, Mistake, Refused, check_function, gradient_mismatch, seeded, size
 from .workflow import exercise
 
-__all__ = ["NEXT_WEIGHT", "check_asymmetric_relation", "check_attention"]
 INF = float("inf")
 FULLY_MASKED = ("a row whose keys are all masked is all -inf, and softmax gives 0 / 0 = NaN there. "
                 "Such a query reads nothing: after the softmax, turn exactly those NaN rows into "

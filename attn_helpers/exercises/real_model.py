@@ -11,9 +11,6 @@ import torch.nn.functional as F
 from .core import CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["NORMS_MISTAKES", "PREVIOUS_MISTAKES", "check_previous_token_scores", "check_value_norms",
-           "previous_token_reference", "value_norms_reference"]
-
 
 def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int) -> torch.Tensor:
     """``(L, b, h, n, n)``: every row (padding queries too) a distribution over real keys."""

@@ -9,9 +9,6 @@ import torch
 from .core import CheckResult, Mistake, check_function, gradient_mismatch, seeded, size
 from .workflow import exercise
 
-__all__ = ["ADDITIVE_MISTAKES", "RNN_MISTAKES", "additive_scores_reference", "check_additive_scores",
-           "check_rnn_encoder", "rnn_encoder_reference"]
-
 _DTYPE = ("make every tensor you create with the inputs' dtype (torch.zeros(..., dtype=x.dtype)): "
           "these cases mix float32 and float64.")
 _BATCH = ("x may have any number of leading batch dimensions, or none: take token j as x[..., j, :] "

@@ -10,8 +10,6 @@ import torch
 from .core import AllocationWatch, CheckResult, Mistake, check_function, seeded, size
 from .workflow import exercise
 
-__all__ = ["check_entropy", "check_softmax_with_temperature"]
-
 
 def _softmax_cases() -> list[dict]:
     g = seeded(100)
