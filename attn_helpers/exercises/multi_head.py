@@ -181,13 +181,11 @@ _MODULE_MISTAKES = [   # _Reference's keywords for one mistake, and its hint
 
 @exercise("multi_head.module", "all heads at once: a multi-head module with a fused in_proj", hints=(
     "In __init__ (after super().__init__()), keep num_heads and make in_proj = nn.Linear(d_model, "
-    "3 * d_model), whose output is [Q | K | V] side by side, and out_proj = nn.Linear(d_model, "
-    "d_model). In forward, project once and cut Q, K, V. Head i is a block of d_head consecutive "
-    "features (section 1), so the h heads are a reshape of the feature axis: one call serves all.",
+    "3 * d_model), output [Q | K | V], and out_proj = nn.Linear(d_model, d_model). Head i is a "
+    "block of d_head consecutive features (section 1): the h heads are a reshape, one call serves all.",
     "Cut [Q | K | V] with chunk(3, dim=-1). Splitting d_model in two, which comes first, h or "
     "d_head? ah.scaled_dot_product_attention treats every axis before the last two as a batch: "
-    "where must the head axis stand, and what does a (b, n, n) mask lack against (b, h, n, n) "
-    "scores? The merge undoes the split, so that head i fills the columns torch.cat gave it.",
+    "where must the head axis stand, and what does a (b, n, n) mask lack? The merge undoes the split.",
     "b, n, d_model = x.shape\nh = self.num_heads\n"
     "q, k, v = (... for t in self.in_proj(x).chunk(3, dim=-1))   # split: each (b, h, n, d_head)\n"
     "if mask is not None and mask.dim() == 3: mask = mask[:, None]   # (b, 1, n, n): every head\n"

@@ -262,11 +262,9 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
 @exercise("query_key_value.asymmetric_relation", "choose W_Q, W_K: attend to the next token", hints=(
     "The scores are S = X W_Q (X W_K)^T / sqrt(d_k). S must be large at (i, i+1), small "
     "elsewhere. That S is not symmetric, so W_Q and W_K must differ.",
-    "Forget X for a moment: what must the (n, n) matrix Q K^T look like for every row i to peak at "
-    "column i + 1 (the last row at column 0)? Which simple Q and K have that product? Then X stands "
-    "between you and them, as Q = X W_Q: which matrix, put to the right of X, undoes it (X times it "
-    "is the identity)? Last, the size: how far must the next token's score lead the n - 1 others "
-    "for its weight to reach 0.9?",
+    "Forget X: what (n, n) matrix Q K^T peaks at column i + 1 in every row i (the last row at column "
+    "0)? Which simple Q and K give it? Then Q = X W_Q: which matrix, right of X, undoes X (X times "
+    "it is I)? Last: by how much must the next token's score lead the n - 1 others for 0.9?",
     "n = X.shape[0]\n"
     "P = ...             # (n, n) cyclic shift: P[i, i+1] = 1, P[n-1, 0] = 1, 0 elsewhere\n"
     "c = ...             # d_k = n: the next token's weight, as a function of c? >= 0.9\n"
