@@ -1,7 +1,6 @@
-"""Checkers for notebook 06: Perceiver-style multi-head cross-attention from its weights (queries
-from a small learned latent array shared by the batch, keys and values from the input, padded
-positions masked on the keys), and a post-norm decoder layer one target position at a time, the
-memory projected once."""
+"""Checkers for notebook 06: Perceiver-style multi-head cross-attention from its weights (a latent
+array shared by the batch asks, the padded input answers), and a post-norm decoder layer one target
+position at a time, the memory projected once."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ from ..transformer import DecoderLayer
 from .core import AllocationWatch, CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_cross_attend", "cross_attend_reference", "check_decode_layer",
-           "decode_layer_reference"]
+__all__ = ["check_cross_attend", "check_decode_layer"]
 
 
 def batched(x, memory):
@@ -28,34 +26,29 @@ def batched(x, memory):
     return x.expand(memory.shape[0], -1, -1)
 
 
-def cross_attend_reference(latents, memory, memory_real, W_Q, W_K, W_V, num_heads):
-    """``(output (b, n_q, d), weights (b, h, n_q, n_k))``: h heads of cross-attention without W_O
-    from the latents ``(n_q, d)``, shared by the batch, to the memory, padded memory masked on the
-    keys; ``nn.MultiheadAttention``'s with the latents expanded over the batch and
-    ``key_padding_mask``."""
-    queries = batched(latents @ W_Q, memory)                             # (b, n_q, d): shared
-    Q, K, V = (split_heads(x, num_heads) for x in (queries, memory @ W_K, memory @ W_V))
-    scores = Q @ K.mT / math.sqrt(Q.shape[-1])                    # (b, h, n_q, n_k): sqrt(d_head)
-    weights = scores.masked_fill(~memory_real[:, None, None, :], -math.inf).softmax(-1)
-    return merge_heads(weights @ V), weights
-
-
 _ATTEND = {  # the reference in steps; each named mistake below replaces one
-    "QKV": lambda L, memory, W_Q, W_K, W_V: (batched(L @ W_Q, memory), memory @ W_K, memory @ W_V),
+    "QKV": lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q, m), m @ W_K, m @ W_V),   # the latents ask
     "split": split_heads,                                         # (b, n, d) -> (b, h, n, d_head)
-    "scale": lambda Q, memory: math.sqrt(Q.shape[-1]),
-    "keep": lambda real, n_q: real[:, None, None, :],                        # (b, 1, 1, n_k)
+    "scale": lambda Q, memory: math.sqrt(Q.shape[-1]),                               # sqrt(d_head)
+    "keep": lambda real, n_q: real[:, None, None, :],                     # (b, 1, 1, n_k): keys
     "weights": lambda scores, keep: scores.masked_fill(~keep, -math.inf).softmax(-1),
     "merge": merge_heads,
 }
 
 
-def _attend_with(latents, memory, memory_real, W_Q, W_K, W_V, num_heads, **changed):
+def cross_attend_reference(latents, memory, memory_real, W_Q, W_K, W_V, num_heads, **changed):
+    """``(output (b, n_q, d), weights (b, h, n_q, n_k))``: ``nn.MultiheadAttention`` without W_O,
+    the latents ``(n_q, d)`` expanded over the batch, padded memory masked on the keys;
+    ``changed``: steps of ``_ATTEND`` replaced (a named mistake)."""
     step = _ATTEND | changed
     Q, K, V = (step["split"](x, num_heads) for x in step["QKV"](latents, memory, W_Q, W_K, W_V))
-    scores = Q @ K.mT / step["scale"](Q, memory)
+    scores = Q @ K.mT / step["scale"](Q, memory)                               # (b, h, n_q, n_k)
     weights = step["weights"](scores, step["keep"](memory_real, Q.shape[-2]))
     return step["merge"](weights @ V), weights
+
+
+def _attend(**changed) -> Callable:
+    return partial(cross_attend_reference, **changed)
 
 
 def _attend_cases() -> list[dict]:
@@ -74,89 +67,78 @@ def _attend_cases() -> list[dict]:
     return cases
 
 
-_TRANSPOSED = ("transposed: x @ W.T is nn.Linear's habit (its weight is stored (out, in)). Here the "
+_TRANSPOSED = ("transposed: x @ W.T is nn.Linear's habit (its weight is (out, in)). Here the "
                "weights are (in, out), W_Q (d, d), W_K and W_V (d_m, d): multiply from the right.")
 ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
     ("padded memory positions were read: mask the scores with memory_real (True = real) before the "
-     "softmax.", partial(_attend_with, weights=lambda scores, keep: scores.softmax(-1))),
-    ("the mask was laid along the queries, (b, 1, n_k, 1): it hid rows (latent queries), not "
-     "columns. Padding belongs to the keys: (b, 1, 1, n_k).",
-     partial(_attend_with, keep=lambda real, n_q: real[:, None, :, None])),
-    ("the mask's batch axis met the scores' query axis, (1, 1, b, n_k): each latent query got "
-     "another sentence's padding. Keep the batch first: (b, 1, 1, n_k).",
-     partial(_attend_with, keep=lambda real, n_q: real[None, None])),
+     "softmax.", _attend(weights=lambda S, keep: S.softmax(-1))),
+    ("the mask lay along the queries, (b, 1, n_k, 1): it hid rows (latents), not columns. Padding "
+     "belongs to the keys: (b, 1, 1, n_k).", _attend(keep=lambda real, n_q: real[:, None, :, None])),
+    ("the mask's batch axis met the scores' query axis, (1, 1, b, n_k): keep the batch first, "
+     "(b, 1, 1, n_k).", _attend(keep=lambda real, n_q: real[None, None])),
     ("every sentence got the first sentence's mask (memory_real[0]): keep the batch, (b, 1, 1, n_k).",
-     partial(_attend_with, keep=lambda real, n_q: real[:1, None, None])),
+     _attend(keep=lambda real, n_q: real[:1, None, None])),
     ("the mask is inverted: memory_real is True at the REAL positions, the ones that may be read.",
-     partial(_attend_with, keep=lambda real, n_q: ~real[:, None, None, :])),
-    ("the memory was masked causally: cross-attention needs no causal mask; every latent may read "
-     "the whole input.",
-     partial(_attend_with, keep=lambda real, n_q: real[:, None, None, :] & torch.ones(
-         n_q, real.shape[1], dtype=torch.bool).tril())),
+     _attend(keep=lambda real, n_q: ~real[:, None, None, :])),
+    ("the memory was masked causally: every latent may read the whole input.", _attend(
+        keep=lambda real, n_q: real[:, None, None, :] & torch.ones(n_q, real.shape[1]).tril().bool())),
     ("the keys and values came from the latents: that is self-attention over the latents (the "
      "Perceiver's next step). Here the input is read: K = memory W_K, V = memory W_V.",
-     partial(_attend_with, QKV=lambda L, memory, W_Q, W_K, W_V: (
-         batched(L @ W_Q, memory), batched(L @ W_K, memory), batched(L @ W_V, memory)))),
-    ("the keys and values are swapped: K was made with W_V, and V with W_K.", partial(
-        _attend_with, QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q, m), m @ W_V, m @ W_K))),
-    ("the roles are swapped: Q came from the memory; the latents ask (Q = latents W_Q), the memory "
-     "answers.", partial(_attend_with, QKV=lambda L, memory, W_Q, W_K, W_V: (
-         memory @ W_Q, batched(L @ W_K, memory), batched(L @ W_V, memory)))),
-    ("the values were the keys (memory W_K); V = memory W_V.", partial(
-        _attend_with, QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q, m), m @ W_K, m @ W_K))),
+     _attend(QKV=lambda L, m, W_Q, W_K, W_V: tuple(batched(L @ W, m) for W in (W_Q, W_K, W_V)))),
+    ("the keys and values are swapped: K was made with W_V, and V with W_K.",
+     _attend(QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q, m), m @ W_V, m @ W_K))),
+    ("the roles are swapped: Q came from the memory; the latents ask (Q = latents W_Q).",
+     _attend(QKV=lambda L, m, W_Q, W_K, W_V: (m @ W_Q, batched(L @ W_K, m), batched(L @ W_V, m)))),
+    ("the values were the keys (memory W_K); V = memory W_V.",
+     _attend(QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q, m), m @ W_K, m @ W_K))),
     ("the softmax ran over dim -2, the latent queries: normalise each row, over the last dim.",
-     partial(_attend_with, weights=lambda S, keep: S.masked_fill(~keep, -math.inf).softmax(-2))),
-    ("the scores were not scaled: divide by sqrt(d_head), the width of one head's Q and K.",
-     partial(_attend_with, scale=lambda Q, memory: 1.0)),
-    ("the scores were divided by sqrt(d_m), the memory's width; divide by sqrt(d_head), the width "
-     "of one head's Q and K.", partial(_attend_with, scale=lambda Q, memory: memory.shape[-1] ** 0.5)),
-    ("the scores were divided by d_head; divide by sqrt(d_head).",
-     partial(_attend_with, scale=lambda Q, memory: Q.shape[-1])),
-    ("the scores were divided by sqrt(d), all heads' width: divide by sqrt(d_head), d / h terms.",
-     partial(_attend_with, scale=lambda Q, memory: (Q.shape[1] * Q.shape[-1]) ** 0.5)),
-    ("the scores were divided by sqrt(n_k): the scale counts one dot product's terms, sqrt(d_head).",
-     partial(_attend_with, scale=lambda Q, memory: memory.shape[-2] ** 0.5)),
-    ("the scores were divided by sqrt(n_q), the number of latents; divide by sqrt(d_head).",
-     partial(_attend_with, scale=lambda Q, memory: Q.shape[-2] ** 0.5)),
-    ("the scores were divided by sqrt(d) / h: the root covers the whole ratio, sqrt(d / h).",
-     partial(_attend_with, scale=lambda Q, memory: (Q.shape[1] * Q.shape[-1]) ** 0.5 / Q.shape[1])),
-    ("the scores were multiplied by sqrt(d_head): divide by it, to keep the scores' spread near 1.",
-     partial(_attend_with, scale=lambda Q, memory: Q.shape[-1] ** -0.5)),
+     _attend(weights=lambda S, keep: S.masked_fill(~keep, -math.inf).softmax(-2))),
+    *((f"the scores were {how}: divide by sqrt(d_head), the width of one head's Q and K.",
+       _attend(scale=scale)) for how, scale in [
+        ("not scaled", lambda Q, memory: 1.0),
+        ("divided by sqrt(d_m), the memory's width", lambda Q, memory: memory.shape[-1] ** 0.5),
+        ("divided by d_head, not its square root", lambda Q, memory: Q.shape[-1]),
+        ("divided by sqrt(d), all heads' width", lambda Q, memory: (Q.shape[1] * Q.shape[-1]) ** 0.5),
+        ("divided by sqrt(n_k), the memory's length", lambda Q, memory: memory.shape[-2] ** 0.5),
+        ("divided by sqrt(n_q), the number of latents", lambda Q, memory: Q.shape[-2] ** 0.5),
+        ("divided by sqrt(d) / h: the root covers the whole ratio, sqrt(d / h)",
+         lambda Q, memory: (Q.shape[1] * Q.shape[-1]) ** 0.5 / Q.shape[1]),
+        ("multiplied by sqrt(d_head)", lambda Q, memory: Q.shape[-1] ** -0.5)]),
     ("the output was divided by sqrt(d_head): the scale belongs to the scores, before the softmax.",
-     partial(_attend_with, merge=lambda o: merge_heads(o) / o.shape[-1] ** 0.5)),
+     _attend(merge=lambda o: merge_heads(o) / o.shape[-1] ** 0.5)),
     ("the heads were not split: split Q, K and V into h heads (ah.split_heads), then merge.",
-     partial(_attend_with, split=lambda x, h: split_heads(x, 1))),
+     _attend(split=lambda x, h: split_heads(x, 1))),
     ("the heads were split by a reshape alone: reshape to (b, n, h, d_head), then transpose(1, 2).",
-     partial(_attend_with, split=lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1))),
-    ("the heads were split as (b, n, d_head, h): head i got every h-th feature. It owns the "
-     "consecutive features i*d_head .. (i+1)*d_head - 1: go through (b, n, h, d_head).",
-     partial(_attend_with, split=lambda x, h: x.unflatten(-1, (-1, h)).permute(0, 3, 1, 2))),
+     _attend(split=lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1))),
+    ("the heads were split as (b, n, d_head, h): head i got every h-th feature; it owns d_head "
+     "consecutive ones. Go through (b, n, h, d_head).",
+     _attend(split=lambda x, h: x.unflatten(-1, (-1, h)).permute(0, 3, 1, 2))),
     ("the heads were merged by a reshape alone: transpose(1, 2) to (b, n_q, h, d_head) first.",
-     partial(_attend_with, merge=lambda o: o.reshape(o.shape[0], o.shape[2], -1))),
+     _attend(merge=lambda o: o.reshape(o.shape[0], o.shape[2], -1))),
     ("the weights were averaged over the heads (torch's default): return each head's, (b, h, n_q, n_k).",
-     lambda *args: (_attend_with(*args)[0], _attend_with(*args)[1].mean(1))),
+     lambda *args: (cross_attend_reference(*args)[0], cross_attend_reference(*args)[1].mean(1))),
     ("only head 0's weights were returned: return each head's, (b, h, n_q, n_k).",
-     lambda *args: (_attend_with(*args)[0], _attend_with(*args)[1][:, 0])),
-    (f"a weight was {_TRANSPOSED}", partial(
-        _attend_with, QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q.T, m), m @ W_K, m @ W_V))),
-    (f"the weights were {_TRANSPOSED}", partial(
-        _attend_with, QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q.T, m), m @ W_K.T, m @ W_V.T))),
+     lambda *args: (cross_attend_reference(*args)[0], cross_attend_reference(*args)[1][:, 0])),
+    (f"a weight was {_TRANSPOSED}",
+     _attend(QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q.T, m), m @ W_K, m @ W_V))),
+    (f"the weights were {_TRANSPOSED}",
+     _attend(QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q.T, m), m @ W_K.T, m @ W_V.T))),
     ("the padded memory rows were set to zero instead of masked: a zero key still scores 0, and "
-     "exp(0) gives it weight. Mask the scores with -inf at padded positions, before the softmax.",
-     lambda L, memory, real, *W: _attend_with(L, memory * real[..., None], real, *W,
-                                              weights=lambda scores, keep: scores.softmax(-1))),
+     "exp(0) gives it weight. Mask the scores with -inf, before the softmax.",
+     lambda L, m, real, *W: cross_attend_reference(L, m * real[..., None], real, *W,
+                                                   weights=lambda S, keep: S.softmax(-1))),
     ("the two results are swapped: return the output (b, n_q, d) first, then the weights.",
-     lambda *args: _attend_with(*args)[::-1]),
+     lambda *args: cross_attend_reference(*args)[::-1]),
     ("the padded scores were set to 0 (masked_fill with 0, or times the mask): fill them with -inf.",
-     partial(_attend_with, weights=lambda scores, keep: (scores * keep).softmax(-1))),
-    ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores, before the "
-     "softmax.", partial(_attend_with, weights=lambda scores, keep: scores.softmax(-1) * keep)),
+     _attend(weights=lambda S, keep: (S * keep).softmax(-1))),
+    ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores before it.",
+     _attend(weights=lambda S, keep: S.softmax(-1) * keep)),
 ]]
 ATTEND_MISTAKES += [  # the two mask mistakes again, through ah.scaled_dot_product_attention: its
     # rows with no key to read are zeros, not NaN
     Mistake(partial(m.produce, weights=lambda S, keep: S.masked_fill(~keep, -math.inf).softmax(-1)
                     .nan_to_num(0.0)), m.hint)
-    for m in ATTEND_MISTAKES if m.hint.startswith(("the mask was laid along", "the mask is inverted"))]
+    for m in ATTEND_MISTAKES if m.hint.startswith(("the mask lay along", "the mask is inverted"))]
 
 
 @exercise("cross_attention.attend", "Perceiver-style multi-head cross-attention from W_Q, W_K, W_V: "
@@ -181,8 +163,7 @@ def check_cross_attend(cross_attend: Callable) -> CheckResult:
     (b, h, n_q, n_k))``."""
     return check_function(
         cross_attend, cross_attend_reference, _attend_cases(), what="cross_attend",
-        output_names=("the output", "the weights"),
-        mistakes=ATTEND_MISTAKES,
+        output_names=("the output", "the weights"), mistakes=ATTEND_MISTAKES,
         nan_hint="a row with every score at -inf gives NaN: is the softmax over the memory "
                  "positions, and is the mask the right way round (True = real)?",
         error_hints=[("must be 3-D (b, n, d_model)", "latents W_Q is (n_q, d), one array for the "
@@ -194,17 +175,16 @@ def check_cross_attend(cross_attend: Callable) -> CheckResult:
 
 
 class _DecoderLayer(DecoderLayer):
-    """A post-norm ``DecoderLayer`` with seeded weights (its LayerNorms too) and a short repr."""
+    """A post-norm ``DecoderLayer`` with seeded weights (LayerNorms: weight 1 + N(0, 1), bias
+    N(0, 0.01)) and a one-line repr for the checker's messages."""
 
-    def __init__(self, d_model, num_heads, d_ff, memory_dim, *, generator, dtype):
-        super().__init__(d_model, num_heads, d_ff, norm_first=False, memory_dim=memory_dim)
+    def __init__(self, d_model, num_heads, memory_dim, *, generator, dtype):
+        super().__init__(d_model, num_heads, 2 * d_model, norm_first=False, memory_dim=memory_dim)
         with torch.no_grad():
             for name, p in self.named_parameters():
                 noise = torch.randn(p.shape, generator=generator)
-                if "norm" not in name:
-                    p.copy_(noise / math.sqrt(p.shape[-1]))
-                else:                                   # LayerNorm: weight 1 + N(0, 1), bias N(0, 0.01)
-                    p.copy_(1 + noise if name.endswith("weight") else 0.1 * noise)
+                p.copy_(noise / math.sqrt(p.shape[-1]) if "norm" not in name
+                        else 1 + noise if name.endswith("weight") else 0.1 * noise)
         self.to(dtype).requires_grad_(False)
 
     def __repr__(self) -> str:
@@ -273,7 +253,7 @@ def _layer_cases() -> list[dict]:
     for b, T, n_m, d, h, d_m, lengths, dtype in [
             (2, 4, 5, 8, 2, 6, [5, 2], torch.float32), (1, 1, 3, 4, 1, 4, [3], torch.float32),
             (3, 5, 6, 12, 3, 8, [6, 1, 4], torch.float64), (2, 6, 4, 8, 4, 8, [1, 4], torch.float32)]:
-        layer = _DecoderLayer(d, h, 2 * d, d_m, generator=g, dtype=dtype)
+        layer = _DecoderLayer(d, h, d_m, generator=g, dtype=dtype)
         y, memory = torch.randn(b, T, d, generator=g), torch.randn(b, n_m, d_m, generator=g)
         cases.append({"layer": layer, "y": y.to(dtype), "memory": memory.to(dtype),
                       "memory_real": torch.arange(n_m)[None, :] < torch.tensor(lengths)[:, None]})
@@ -284,13 +264,13 @@ def _layer_cases() -> list[dict]:
 def _memory_projected_once(inputs: dict):
     """The lesson's constraint: one query per step, and the memory's K and V made once: no
     (b, n_m, d) projection equal to one made before, however it is made."""
-    layer, steps = inputs["layer"], inputs["y"].shape[1]
+    layer = inputs["layer"]
     projected = (*inputs["memory"].shape[:2], layer.d_model)           # (b, n_m, d): K or V
-    queries, made, again = [], [], []
+    queries, made = [], []
 
     def count(t, call):
         if tuple(t.shape) == projected and call in ("linear", "matmul", "__matmul__"):
-            (again if any(torch.equal(t, p) for p in made) else made).append(t)
+            made.append(t)
 
     hook = layer.cross_attn.q_proj.register_forward_hook(
         lambda module, args, output: queries.append(args[0].shape[-2]))
@@ -304,17 +284,23 @@ def _memory_projected_once(inputs: dict):
             f"cross_attn.q_proj ran on {max(queries)} target positions in one call: not step "
             "by step.\nHint: returning layer(y, memory, memory_padding=memory_real) does that. A "
             "generating decoder has only x_t at step t: make step t's query from x_t, in the loop.")
-    if again and len(made) + len(again) > 2:
+    if len(made) > 2 and any(torch.equal(t, p) for i, t in enumerate(made) for p in made[:i]):
         raise Refused(
-            f"the memory's keys and values were computed {len(made) + len(again)} times in "
-            f"{steps} decoding steps (each a (b, n_m, d) projection): the memory was projected at "
-            "every step.\nHint: K and V do not change while the decoder writes (calling "
-            "layer.cross_attn(x_t, memory, memory, mask) in the loop makes them again). Project "
-            "the memory once, before the loop, and reuse K_m and V_m at every step.")
+            f"the memory's keys and values were computed {len(made)} times in "
+            f"{inputs['y'].shape[1]} decoding steps (each a (b, n_m, d) projection).\nHint: K and V "
+            "do not change while the decoder writes (calling layer.cross_attn(x_t, memory, memory, "
+            "mask) in the loop makes them again). Project the memory once, before the loop.")
 
 
 def _ff(layer, x):                                      # the right feed-forward block
     return layer.norm3(x + layer.feed_forward(x))
+
+
+def _post(first, last):
+    """The two blocks in the wrong order: the feed-forward with norm ``first``, then the
+    cross-attention with ``last``."""
+    return lambda layer, x, y_t, cross: _FORMS["post"](
+        getattr(layer, last), _FORMS["post"](getattr(layer, first), x, layer.feed_forward), cross)
 
 
 DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, changed in [
@@ -325,14 +311,14 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
        {"step": _blocks(cross, ff)})
       for cross in ("post", "pre", "pre and post") for ff in ("post", "pre", "pre and post")
       if (cross, ff) != ("post", "post")),
-    ("the scores were multiplied by the mask: a score of 0 is not -inf, so padded keys still get "
-     "weight.", {"attend": lambda q, K, V, keep: (_scores(q, K) * keep).softmax(-1) @ V}),
-    ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores, before the "
-     "softmax.", {"attend": lambda q, K, V, keep: _scores(q, K).softmax(-1) * keep @ V}),
+    ("the scores were multiplied by the mask: a score of 0 is not -inf, so padded keys get weight.",
+     {"attend": lambda q, K, V, keep: (_scores(q, K) * keep).softmax(-1) @ V}),
+    ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores before it.",
+     {"attend": lambda q, K, V, keep: _scores(q, K).softmax(-1) * keep @ V}),
     ("the memory was masked causally: each step sees all real memory.",
      {"keep": lambda real, t: real[:, None, None, :] & (torch.arange(real.shape[1]) <= t)}),
-    ("the memory made the queries; in cross-attention the decoder asks (q from x_t) and the "
-     "memory answers.", {"attend": lambda q, K, V, keep: _sdpa(K, q, q, None)}),
+    ("the memory made the queries: the decoder asks (q from x_t), the memory answers.",
+     {"attend": lambda q, K, V, keep: _sdpa(K, q, q, None)}),
     ("the cross-attention's heads were merged but not sent through out_proj.",
      {"merge": lambda ca, o: merge_heads(o)}),
     ("the residual is missing: norm2 got the cross-attention's output alone, and x_t was lost.",
@@ -351,8 +337,7 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
      {"step": _blocks(cross="norm outside")}),
     ("the heads were not split: attend per head (ah.split_heads), then merge.",
      {"split": lambda x, h: split_heads(x, 1)}),
-    ("the heads were split without moving the head axis before the positions: reshape to (b, n_m, "
-     "h, d_head), then transpose(1, 2), as ah.split_heads does.",
+    ("the heads were split by a reshape alone: reshape to (b, n_m, h, d_head), then transpose(1, 2).",
      {"split": lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1)}),
     ("the sum after the cross-attention was not normalised: norm2 is next.",
      {"step": _blocks(cross="no norm")}),
@@ -360,19 +345,17 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
      {"step": _blocks(cross_norm="norm1")}),
     ("the feed-forward's output must be ADDED to x_t (the residual), then normalised.",
      {"step": _blocks(ff="no residual")}),
-    ("the feed-forward's sum went through norm2; each block has its own: norm3 for the "
-     "feed-forward.", {"step": _blocks(ff_norm="norm2")}),
+    ("the feed-forward's sum went through norm2; each block has its own: norm3 for the feed-forward.",
+     {"step": _blocks(ff_norm="norm2")}),
     ("the sum after the feed-forward was not normalised: post-norm ends each block with its "
      "LayerNorm, norm3 here.", {"step": _blocks(ff="no norm")}),
-    *(("the blocks are in the wrong order: cross-attention comes first, then the feed-forward "
-       "(section 2).", {"step": lambda layer, x, y_t, cross, first=first, last=last: _FORMS["post"](
-           getattr(layer, last), _FORMS["post"](getattr(layer, first), x, layer.feed_forward), cross)})
-      for first, last in (("norm3", "norm2"), ("norm2", "norm3"))),
-    ("the values were the keys: V_m reused K_m. The values are V = memory W_V, from "
-     "cross_attn.v_proj.", {"values": lambda ca, memory: ca.k_proj(memory)}),
+    *(("the blocks are in the wrong order: cross-attention comes first, then the feed-forward.",
+       {"step": _post(first, last)}) for first, last in (("norm3", "norm2"), ("norm2", "norm3"))),
+    ("the values were the keys: V_m reused K_m. V = memory W_V, from cross_attn.v_proj.",
+     {"values": lambda ca, memory: ca.k_proj(memory)}),
     ("the cross-attention's sum went through norm3, the feed-forward's; its own is norm2.",
      {"step": _blocks(cross_norm="norm3")}),
-    ("the cross-attention's residual came from y_t, the state before the self-attention block; add "
+    ("the cross-attention's residual came from y_t, the state before the self-attention block: add "
      "the block's output to x_t, its own input.",
      {"step": lambda layer, x, y_t, cross: _ff(layer, layer.norm2(y_t + cross(x)))}),
     ("the feed-forward read x_t from before the cross-attention block; it reads that block's "
@@ -383,8 +366,8 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
     ("the feed-forward's residual added x_t from before the cross-attention block; add its output "
      "to the x_t it read, norm2's output.", {"step": lambda layer, x, y_t, cross: layer.norm3(
          x + layer.feed_forward(layer.norm2(x + cross(x))))}),
-    ("the memory mask is inverted: memory_real is True at the REAL positions, the ones that may be "
-     "read.", {"keep": lambda real, t: ~real[:, None, None, :]}),
+    ("the memory mask is inverted: memory_real is True at the REAL positions, the ones to read.",
+     {"keep": lambda real, t: ~real[:, None, None, :]}),
     ("the memory mask has shape (b, 1, n_m): against scores (b, h, 1, n_m) its batch axis meets "
      "the heads axis. Which axes must memory_real gain?", {"keep": lambda real, t: real[:, None, :]}),
 ]]

@@ -4,7 +4,6 @@ from a padded batch's mask, and a rolling-buffer KV cache."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from functools import partial
 
@@ -18,8 +17,6 @@ from .workflow import exercise
 
 __all__ = ["check_mask_positions", "check_pack_documents", "check_rolling_cache_step"]
 
-NOT_BROADCAST = "two tensors did not broadcast. "
-
 
 def _integer(positions: torch.Tensor) -> torch.Tensor:
     if positions.is_floating_point() or positions.dtype == torch.bool:
@@ -28,29 +25,18 @@ def _integer(positions: torch.Tensor) -> torch.Tensor:
     return positions.double()
 
 
-def _as_float64(answer: Callable) -> Callable:
+def _as_float64(pack_documents: Callable) -> Callable:
     """pack_documents' answer: a bool mask, then integer positions; both compared as float64."""
     def wrapped(lengths):
-        out = answer(lengths)
+        out = pack_documents(lengths)
         if not (isinstance(out, tuple | list) and len(out) == 2 and all(map(torch.is_tensor, out))):
             return out
         mask, positions = out
-        if positions.dtype == torch.bool and mask.dtype != torch.bool:
-            raise Refused("the two outputs are in the wrong order: got a bool tensor of shape "
-                          f"{tuple(positions.shape)} second. Return (mask, positions): the (n, n) "
-                          "bool mask first, then the (n,) integer positions.")
         if mask.dtype != torch.bool:
-            raise Refused(f"the mask must be a bool tensor (True = may attend), got dtype {mask.dtype}.")
+            raise Refused("the first output, the mask, must be a bool tensor (True = may attend), got "
+                          f"dtype {mask.dtype}.")
         return mask.double(), _integer(positions)
-    return wrapped if callable(answer) else answer
-
-
-def _bools(verdict: CheckResult, axes: str) -> CheckResult:
-    """The mask's wrong cell said as True/False, its index named by its ``axes``."""
-    message = re.sub(r"the mask with wrong values: at index (\(.*?\)) you gave ([01]), expected "
-                     r"([01]) \(largest difference 1\)", lambda m: "the mask with wrong values: at "
-                     f"{axes} = {m[1]} you gave {m[2] == '1'}, expected {m[3] == '1'}", verdict.message)
-    return CheckResult(verdict.passed, message)
+    return wrapped if callable(pack_documents) else pack_documents
 
 
 def _pack(lengths: torch.Tensor, flaw: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,31 +59,30 @@ def _pack(lengths: torch.Tensor, flaw: str | None = None) -> tuple[torch.Tensor,
     return mask.double(), positions.double()
 
 
-COUNT_DOWN = ("the positions count down to each document's end; they count up from 0 at its first "
-              "token. Subtract where each document starts from the index, not the index from its end.")
+_COUNT_DOWN = "the positions count down to each document's end; they count up from 0 at its start."
 _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
     ("causal_only", "the documents see each other: a token sees the earlier documents of the row. "
-     "Packing is exact only if each token sees its own document alone: AND 'same document'."),
+     "Each token must see its own document alone: AND 'same document'."),
     ("no_causal", "each token sees its own document's later tokens: the mask also needs j <= i."),
     ("strict", "no token sees itself: you wrote j < i. Query i's own key is part of its past, so the "
-     "causal rule is j <= i (the diagonal stays True)."),
+     "causal rule is j <= i."),
     ("boundary", "each document's first token was put in the previous document: a boundary is off "
      "by one. Token i belongs to the first document whose end (one past its last token) exceeds i."),
     ("or", "the two rules were joined with OR (|): a token sees its whole document, and every "
-     "earlier token of the row. A key must pass both: same document AND j <= i (&)."),
+     "earlier token of the row. A key must pass both (&)."),
     ("transposed", "the mask is transposed: rows are queries i, columns keys j <= i."),
     ("inverted", "the mask is inverted: True means 'may attend'."),
     ("not_restarted", "the positions run on across the row: each document starts at position 0."),
     ("from_one", "off by one: each document's positions start at 1; the first token sits at 0."),
     ("minus_end", "the positions are negative: you subtracted each document's end, not its start."),
-    ("count_down", COUNT_DOWN),
+    ("count_down", _COUNT_DOWN),
     ("modulo_first", "the positions repeat every lengths[0] tokens: you took the index modulo the "
      "first document's length. Subtract each token's own document's start."),
-    ("count_down_from_length", COUNT_DOWN),
+    ("count_down_from_length", _COUNT_DOWN),
     ("doc_index", "the positions are each token's document number. A position counts the tokens "
-     "before it in its own document: 0, 1, 2, ... from each document's start."),
-    ("second_only", "only the second document restarts at 0; the third and later ones run on. Every "
-     "document counts from its own start: subtract starts[doc], each token's own document's start."),
+     "before it in its own document."),
+    ("second_only", "only the second document restarts at 0; the third and later ones run on. "
+     "Subtract each token's own document's start."),
 ]
 
 
@@ -120,13 +105,13 @@ def check_pack_documents(pack_documents: Callable) -> CheckResult:
     """``pack_documents(lengths (d,) int) -> (mask (n, n) bool, positions (n,) int)``."""
     cases = [{"lengths": torch.tensor(lengths)} for lengths in
              ([3, 5], [1, 4, 2], [6], [2, 1, 1, 3], [1], [4, 4, 1])]
-    return _bools(check_function(
+    return check_function(
         _as_float64(pack_documents), _pack, cases, what="pack_documents",
         output_names=("the mask", "the positions"),
         mistakes=[Mistake(partial(_pack, flaw=flaw), hint) for flaw, hint in _PACK_MISTAKES],
-        error_hints=[("must match the size of tensor", NOT_BROADCAST + "Each token's document is a "
-                      "(n,) vector; comparing it with itself needs one copy as a column (n, 1) and "
-                      "one as a row (1, n).")]), "(i, j)")
+        error_hints=[("must match the size of tensor", "two tensors did not broadcast. Each token's "
+                      "document is a (n,) vector; comparing it with itself needs one copy as a "
+                      "column (n, 1) and one as a row (1, n).")])
 
 
 def _positions(mask: torch.Tensor, flaw: str | None = None) -> torch.Tensor:
@@ -145,9 +130,9 @@ _POSITION_MISTAKES = [   # (the flaw of _positions, its hint)
      "so its outputs depend on its padding. Count only the real tokens."),
     ("from_one", "off by one: each row's first real token got position 1; it sits at 0."),
     ("pads_subtracted", "that holds for left padding only: you subtracted the row's pad count from "
-     "the index. A right-padded row's real tokens start at 0. Count the real tokens before each one."),
-    ("down_the_batch", "the count ran down the batch (dim 0), across different prompts. It runs "
-     "along each row, over the positions: the last dim."),
+     "the index. Count the real tokens before each one."),
+    ("down_the_batch", "the count ran down the batch (dim 0), across different prompts: it runs "
+     "along each row, the last dim."),
     ("count_down", "the positions count down to each row's last token; they count up from 0 at its "
      "first real token."),
     ("row_total", "every real token got its row's count of real tokens minus one. A position counts "
@@ -155,10 +140,10 @@ _POSITION_MISTAKES = [   # (the flaw of _positions, its hint)
 ]
 
 
-def _on_real_tokens(answer: Callable) -> Callable:
+def _on_real_tokens(mask_positions: Callable) -> Callable:
     """Integer positions, a pad's a row of the table (0..n-1), compared on the real tokens only."""
     def wrapped(attention_mask):
-        out = answer(attention_mask)
+        out = mask_positions(attention_mask)
         if not isinstance(out, torch.Tensor) or out.shape != attention_mask.shape:
             return out
         pads = _integer(out)[attention_mask == 0]
@@ -168,7 +153,7 @@ def _on_real_tokens(answer: Callable) -> Callable:
                           "only (nn.Embedding refuses other indices). A pad may take any of them: "
                           "its key is hidden and its output dropped.")
         return out.masked_fill(attention_mask == 0, 0).double()
-    return wrapped if callable(answer) else answer
+    return wrapped if callable(mask_positions) else mask_positions
 
 
 @exercise("masking.mask_positions", "positions from the padding mask of a padded batch", hints=(
@@ -194,8 +179,8 @@ def check_mask_positions(mask_positions: Callable) -> CheckResult:
         [{"attention_mask": torch.tensor(m)} for m in masks],
         what="mask_positions", output_names=("the positions",),
         mistakes=[Mistake(partial(_positions, flaw=flaw), hint) for flaw, hint in _POSITION_MISTAKES],
-        error_hints=[("must match the size of tensor", NOT_BROADCAST + "One count per row, (b,), "
-                      "against the positions (n,) needs a new last axis: (b, 1).")])
+        error_hints=[("must match the size of tensor", "two tensors did not broadcast. One count per "
+                      "row, (b,), against the positions (n,) needs a new last axis: (b, 1).")])
 
 
 _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
@@ -203,12 +188,12 @@ _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
      {"visible": lambda t, w: range(w)}),
     ("the ring never changed once full: a slice at slot t >= w is empty, so the write was lost. "
      "Token t goes to token t - w's slot.", {"lost_past_end": True}),
-    ("off by one: the query attended before the new key was written, so token t missed "
-     "itself: write first, then attend.", {"early": "missing"}),
+    ("off by one: the query attended before the new key was written, so token t missed itself: "
+     "write first, then attend.", {"early": "missing"}),
     ("off by one: until the ring was full, the query did not see the key just written: after "
      "the write, how many slots hold keys at step t?", {"visible": lambda t, w: range(min(t, w))}),
-    ("off by one: the query saw w + 1 keys, the ring's old contents and the new key: "
-     "overwrite token t - w's slot first, then attend.", {"early": "extra"}),
+    ("off by one: the query saw w + 1 keys, the ring's old contents and the new key: overwrite "
+     "token t - w's slot first, then attend.", {"early": "extra"}),
     ("off by one: once the ring was full, the query skipped the oldest slot and saw w - 1 keys; "
      "a full ring holds exactly the window's w keys.",
      {"visible": lambda t, w: [s for s in range(min(t + 1, w)) if t < w - 1 or s != (t + 1) % w]}),
@@ -262,11 +247,9 @@ def _ring_step(*, slot: Callable = lambda t, w: t % w, visible: Callable | None 
 def _ring_cases() -> list[dict]:
     """q, k, v and two caches of ``w`` garbage slots: n > 2w, w = 1, w >= n, and a random shape."""
     g = seeded(52)
-    rb, rh, rk, rv = (int(i) for i in torch.randint(1, 5, (4,), generator=g))
-    rw = int(torch.randint(2, 5, (1,), generator=g))
+    rb, rh, rk, rv = (size(g, 1, 4) for _ in range(4))
+    rw = size(g, 2, 4)
     f32, f64 = torch.float32, torch.float64
-    shapes = [(1, 1, 8, 3, 4, 4, f64), (2, 3, 11, 4, 4, 3, f32), (2, 2, 5, 1, 3, 2, f64),
-              (1, 2, 4, 6, 4, 5, f32), (rb, rh, 2 * rw + 3, rw, rk, rv, f32)]
 
     def randn(*size, dtype, scale=1.0):
         return scale * torch.randn(*size, generator=g, dtype=dtype)
@@ -274,11 +257,15 @@ def _ring_cases() -> list[dict]:
     return [{"q": randn(b, h, n, d_k, dtype=dt), "k": randn(b, h, n, d_k, dtype=dt),
              "v": randn(b, h, n, d_v, dtype=dt), "k_cache": randn(b, h, w, d_k, dtype=dt, scale=100.0),
              "v_cache": randn(b, h, w, d_v, dtype=dt, scale=100.0)}
-            for b, h, n, w, d_k, d_v, dt in shapes]
+            for b, h, n, w, d_k, d_v, dt in [
+                (1, 1, 8, 3, 4, 4, f64), (2, 3, 11, 4, 4, 3, f32), (2, 2, 5, 1, 3, 2, f64),
+                (1, 2, 4, 6, 4, 5, f32), (rb, rh, 2 * rw + 3, rw, rk, rv, f32)]]
 
 
 def _run_steps(step: Callable) -> Callable:
-    """The outputs of ``step`` for t = 0..n-1, on copies of the caches."""
+    """The outputs of ``step`` for t = 0..n-1, on copies of the caches; a step that writes no
+    slot of the caches in place, or more than one, or returns more than token t's output, is
+    refused."""
 
     def run(q, k, v, k_cache, v_cache):
         k_cache, v_cache = k_cache.clone(), v_cache.clone()
@@ -289,8 +276,6 @@ def _run_steps(step: Callable) -> Callable:
             before = k_cache.clone(), v_cache.clone()
             try:
                 out = step(k_cache, v_cache, t, q[..., new, :], k[..., new, :], v[..., new, :])
-            except NotImplementedError:                   # the stub
-                raise
             except (IndexError, ValueError, RuntimeError) as exc:
                 raise type(exc)(f"{at}: {exc}") from exc
             if out is None:
@@ -334,12 +319,11 @@ def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
         lambda q, k, v, k_cache, v_cache: scaled_dot_product_attention(
             q, k, v, sliding_window_mask(q.shape[-2], k_cache.shape[-2]))[0],
         _ring_cases(), what="rolling_cache_step", output_names=("the outputs of steps 0..n-1",),
-        atol=1e-5, rtol=1e-4, mistakes=[Mistake(_run_steps(_ring_step(**flaw)), hint)
-                                        for hint, flaw in _WRONG],
+        mistakes=[Mistake(_run_steps(_ring_step(**flaw)), hint) for hint, flaw in _WRONG],
         nan_hint="unwritten slots must not enter the softmax: a garbage score far above the real "
                  "ones takes the max, the real weights round to 0, and zeroing then renormalising "
-                 "gives 0 / 0 (section 2). Attend only to the filled slots (slice them): a NaN "
-                 "left in an unwritten slot of V reaches the output even through a zero weight.",
+                 "gives 0 / 0. Attend only to the filled slots (slice them): a NaN left in an "
+                 "unwritten slot of V reaches the output even through a zero weight.",
         error_hints=[("out of bounds for dimension",
                       "the cache has w slots, so token t cannot go to slot t once t >= w. It goes "
                       "where the key that just left the window was stored: token t - w's slot."),

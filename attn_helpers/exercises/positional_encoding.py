@@ -9,12 +9,10 @@ import torch
 from ..attention import masked_softmax
 from ..masks import causal_mask
 from ..positional import alibi_slopes, apply_rope
-from .core import CheckResult, Mistake, check_function, seeded
+from .core import CheckResult, Mistake, check_function, seeded, size
 from .workflow import exercise
 
-__all__ = ["ALIBI_MISTAKES", "LAYOUT_MISTAKES", "ROPE_MISTAKES", "alibi_bias_reference",
-           "check_alibi_bias", "check_rope", "check_rope_layout", "rope_reference",
-           "to_interleaved_reference"]
+__all__ = ["check_alibi_bias", "check_rope", "check_rope_layout"]
 
 
 def _angles(x: torch.Tensor, positions: torch.Tensor, exponent=lambda i: 2 * i) -> torch.Tensor:
@@ -23,8 +21,7 @@ def _angles(x: torch.Tensor, positions: torch.Tensor, exponent=lambda i: 2 * i) 
     return positions.double()[:, None] * 10000.0 ** (-exponent(i) / x.shape[-1])
 
 
-def _turn(x: torch.Tensor, angles: torch.Tensor, *, halves: bool = False, swap: bool = False,
-          back_as_halves: bool = False) -> torch.Tensor:
+def _turn(x, angles, *, halves=False, swap=False, back_as_halves=False) -> torch.Tensor:
     """Each pair of ``x (..., n, d)`` turned by ``angles (n, d/2)``; the flags plant mistakes."""
     d = x.shape[-1]
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
@@ -39,14 +36,11 @@ def _turn(x: torch.Tensor, angles: torch.Tensor, *, halves: bool = False, swap: 
 rope_reference = apply_rope  # x (..., n, d), positions (n,): pair i of row j turned by positions[j] w_i
 
 
-ROPE_TOL = 1e-4  # loose enough for angles computed in float32 at positions up to 100, tested
-
-
 def _rope_cases() -> list[dict]:
     """Float32 and float64; one pair, d/2 odd, batch and head dimensions; positions from 0, a KV
     cache's later positions, gaps; a random case."""
     g = seeded(73)
-    n, half = int(torch.randint(2, 9, (1,), generator=g)), int(torch.randint(1, 9, (1,), generator=g))
+    n, half = size(g, 2, 8), size(g, 1, 8)
     shapes = [((6, 8), torch.float32, torch.arange(6)), ((5, 2), torch.float64, torch.arange(5)),
               ((2, 3, 7, 16), torch.float32, torch.arange(7)),
               ((4, 8), torch.float64, torch.arange(4) + 9),          # a cache: positions 9 .. 12
@@ -66,21 +60,17 @@ _SIGNS = "Check the signs of Rot(theta) in section 4: position m turns a pair co
 ROPE_MISTAKES = [Mistake(produce, hint) for produce, hint in [
     (lambda x, p: _turn(x, _angles(x, p), halves=True),
      "you paired dimension i with i + d/2 (GPT-NeoX's layout, Hugging Face's rotate_half). This "
-     "course pairs neighbours, (x[2i], x[2i+1]), as RoFormer and apply_rope do. Both layouts are "
-     "relative, but weights trained in one give other scores in the other (exercise 2)."),
+     "course pairs neighbours, (x[2i], x[2i+1]), as RoFormer and apply_rope do (exercise 2)."),
     (lambda x, p: _turn(x, _angles(x, p, lambda i: i)),
-     "pair i turns at 10000^(-i/d): the exponent is -2i/d, with i = 0 .. d/2 - 1 the pair's index. "
-     "The slow pairs now turn far too fast."),
+     "pair i turns at 10000^(-i/d): the exponent is -2i/d, with i = 0 .. d/2 - 1 the pair's index."),
     (lambda x, p: _turn(x, _angles(x, p, lambda i: 2 * i + 1)),
-     "your exponent is -(2i+1)/d: did you take omega from the odd dimensions 1, 3, 5, ...? Pair "
-     "i's frequency uses 2i, its first (even) dimension: omega_i = 10000^(-2i/d), so omega_0 = 1."),
+     "your exponent is -(2i+1)/d, from the odd dimensions? Pair i's frequency uses 2i, its first "
+     "(even) dimension: omega_i = 10000^(-2i/d), so omega_0 = 1."),
     (lambda x, p: _turn(x, _angles(x, p, lambda i: 4 * i)),
-     "your exponent is -4i/d, twice too large: if your i already runs over 0, 2, 4, ..., it holds "
-     "2i. The pairs now turn far too slowly."),
+     "your exponent is -4i/d, twice too large: if your i already runs over 0, 2, 4, ..., it holds 2i."),
     (lambda x, p: _turn(x, -_angles(x, p)),
-     "you rotated by -m omega_i, that is R(m)^T. The scores stay relative, but to m - n instead of "
-     "n - m: a model trained with apply_rope would score a key 3 back as if it were 3 ahead. "
-     + _SIGNS),
+     "you rotated by -m omega_i, that is R(m)^T: the scores depend on m - n instead of n - m, so a "
+     "model trained with apply_rope would read a key 3 back as 3 ahead. " + _SIGNS),
     (lambda x, p: _turn(x, _angles(x, p + 1)),
      "your positions start at 1: the token at position 0 must come out unchanged (angle 0). "
      "Rotate by the positions you are given."),
@@ -96,8 +86,7 @@ ROPE_MISTAKES = [Mistake(produce, hint) for produce, hint in [
     (lambda x, p: _turn(x, _angles(x, p), swap=True),
      "cos and sin are swapped: at position 0 (angle 0) a pair must come out unchanged. " + _SIGNS),
     (lambda x, p: _turn(x, _angles(x, p), back_as_halves=True),
-     "your rotated pairs came back as two halves, all first members then all second ones: each "
-     "pair must stay in place, at 2i and 2i+1."),
+     "your rotated pairs came back as two halves: each pair must stay in place, at 2i and 2i+1."),
     (_plus_pe, "you added the sinusoidal encoding to x: RoPE rotates each pair instead, so no "
                "length changes and every score depends on n - m only."),
 ]]
@@ -106,8 +95,7 @@ ROPE_MISTAKES = [Mistake(produce, hint) for produce, hint in [
 def _rope_property_hint(rope: Callable) -> str | None:
     """For a wrong answer no named mistake explains: the first property of RoPE it breaks, on one
     query and key (d = 8) at positions 0 .. 11."""
-    g = seeded(74)
-    q, k = torch.randn(2, 1, 8, generator=g, dtype=torch.float64)
+    q, k = torch.randn(2, 1, 8, generator=seeded(74), dtype=torch.float64)
     try:
         at_zero = torch.as_tensor(rope(q.clone(), torch.tensor([0]))).double()
         q_at, k_at = (torch.as_tensor(rope(v.expand(12, 8).clone(), torch.arange(12))).double()
@@ -116,26 +104,27 @@ def _rope_property_hint(rope: Callable) -> str | None:
         return None
     if at_zero.shape != q.shape or not q_at.shape == k_at.shape == (12, 8):
         return None
-    if not torch.allclose(at_zero, q, atol=1e-6):
-        return "at position 0 the angle is 0, so RoPE leaves x unchanged there; yours changes it."
-    if not torch.allclose(q_at.view(12, 4, 2).norm(dim=-1), q.view(4, 2).norm(dim=-1), atol=1e-6):
-        return ("RoPE only turns each pair (x[2i], x[2i+1]): every pair keeps its length, and yours "
-                "changes it.")
     scores = q_at @ k_at.T                                                    # (12, 12): [m, n]
-    if (scores[1:, 1:] - scores[:-1, :-1]).abs().max() > 1e-6:
-        return ("your scores rope(q, m) . rope(k, n) change when m and n move together: a rotation "
-                "by angles proportional to the position makes them depend on n - m only.")
     (a, b), (a2, b2) = q.view(4, 2).T, q_at[1].view(4, 2).T                  # each (4,): pairs
     turn = torch.atan2(a * b2 - b * a2, a * a2 + b * b2)      # each pair's turn from position 0 to 1
     omega = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
-    wrong = ((turn - omega).abs() > 1e-3).nonzero()
-    if not len(wrong):
-        return None
-    i = int(wrong[0])
-    return (f"your rotation keeps lengths and is relative, but its angles are off. With d = 8, "
-            f"from position 0 to 1 pair {i} turned by {turn[i].item():.3f} rad instead of omega_{i} = "
-            f"10000^(-{2 * i}/8) = {omega[i].item():.3f}. Check omega_i: d is the last dimension "
-            "of x, the base is 10000, and the positions are used as given, not rescaled.")
+    broken = [
+        (not torch.allclose(at_zero, q, atol=1e-6),
+         "at position 0 the angle is 0, so RoPE leaves x unchanged there; yours changes it."),
+        (not torch.allclose(q_at.view(12, 4, 2).norm(dim=-1), q.view(4, 2).norm(dim=-1), atol=1e-6),
+         "RoPE only turns each pair (x[2i], x[2i+1]): every pair keeps its length; yours changes it."),
+        ((scores[1:, 1:] - scores[:-1, :-1]).abs().max() > 1e-6,
+         "your scores rope(q, m) . rope(k, n) change when m and n move together: a rotation by "
+         "angles proportional to the position makes them depend on n - m only.")]
+    wrong = ((turn - omega).abs() > 1e-3).nonzero().flatten().tolist()
+    if wrong:
+        i = wrong[0]
+        broken.append((True, f"your rotation keeps lengths and is relative, but its angles are off. "
+                             f"With d = 8, from position 0 to 1 pair {i} turned by {turn[i]:.3f} rad "
+                             f"instead of omega_{i} = 10000^(-{2 * i}/8) = {omega[i]:.3f}. Check "
+                             "omega_i: d is x's last dimension, the base is 10000, and the positions "
+                             "are used as given, not rescaled."))
+    return next((hint for wrong, hint in broken if wrong), None)
 
 
 @exercise("positional_encoding.rope", "rotary position embedding: turning each pair by its angle",
@@ -154,9 +143,10 @@ def _rope_property_hint(rope: Callable) -> str | None:
     "rotated = torch.stack((..., ...), dim=-1)      # (..., n, d/2, 2): each pair turned\n"
     "return rotated.flatten(-2)                     # (..., n, d): pairs back at 2i, 2i+1"))
 def check_rope(rope: Callable) -> CheckResult:
-    """Exercise: ``rope(x (..., n, d), positions (n,)) -> (..., n, d)``, x's dtype, RoPE's rotation."""
+    """Exercise: ``rope(x (..., n, d), positions (n,)) -> (..., n, d)``, x's dtype, RoPE's rotation.
+    The tolerance, 1e-4, allows angles computed in float32 at positions up to 100."""
     verdict = check_function(rope, rope_reference, _rope_cases(), what="rope",
-                             output_names=("the rotated x",), atol=ROPE_TOL, rtol=ROPE_TOL,
+                             output_names=("the rotated x",), atol=1e-4, rtol=1e-4,
                              same_dtype=True, mistakes=ROPE_MISTAKES)
     if verdict or "Hint:" in verdict.message or not verdict.message.startswith("Not yet"):
         return verdict
@@ -164,9 +154,8 @@ def check_rope(rope: Callable) -> CheckResult:
     return CheckResult(False, f"{verdict.message}\nHint: {hint}") if hint else verdict
 
 
-def _move(W: torch.Tensor, heads: int, *, inverse: bool = False, swap: bool = False,
-          reverse: bool = False, head_minor: bool = False, columns: bool = False,
-          negate: bool = False) -> torch.Tensor:
+def _move(W: torch.Tensor, heads: int, *, inverse=False, swap=False, reverse=False,
+          head_minor=False, columns=False, negate=False) -> torch.Tensor:
     """Exercise 2's move of ``W``'s ``heads`` blocks, with one named mistake (defaults: the answer)."""
     d, block = W.shape[0] // heads, torch.arange(heads)
     i = torch.arange(d // 2).flip(0) if reverse else torch.arange(d // 2)
@@ -182,16 +171,14 @@ def _move(W: torch.Tensor, heads: int, *, inverse: bool = False, swap: bool = Fa
 def _layout_cases() -> list[dict]:
     """One head, g = h, g < h, g = 1; d_head = 2, 4 (its own inverse) and more; float32; random."""
     gen = seeded(71)
-    g_rand = int(torch.randint(1, 4, (1,), generator=gen))
-    h_rand = g_rand * int(torch.randint(1, 4, (1,), generator=gen))
-    d_rand, d_in_rand = (2 * int(torch.randint(1, 9, (1,), generator=gen)),
-                         int(torch.randint(1, 41, (1,), generator=gen)))
+    g = size(gen, 1, 3)
+    h, d_head, d_in = g * size(gen, 1, 3), 2 * size(gen, 1, 8), size(gen, 1, 40)
     return [{"W_Q": torch.randn(h * d_head, d_in, generator=gen, dtype=dtype),
              "W_K": torch.randn(g * d_head, d_in, generator=gen, dtype=dtype), "h": h, "g": g}
             for h, g, d_head, d_in, dtype in [
                 (1, 1, 8, 8, torch.float64), (4, 4, 6, 24, torch.float64), (4, 2, 8, 20, torch.float64),
                 (3, 1, 4, 10, torch.float64), (2, 2, 2, 5, torch.float64), (8, 2, 16, 48, torch.float32),
-                (h_rand, g_rand, d_rand, d_in_rand, torch.float64)]]
+                (h, g, d_head, d_in, torch.float64)]]
 
 
 def _half_of_each_head(W: torch.Tensor, heads: int) -> torch.Tensor:
@@ -202,9 +189,14 @@ def _half_of_each_head(W: torch.Tensor, heads: int) -> torch.Tensor:
     return blocks.reshape(W.shape)
 
 
+def to_interleaved_reference(W_Q, W_K, h, g, **flaw):
+    """``h`` query, ``g`` key heads: split-half pairs (rows ``i, i + d/2``) to interleaved ones;
+    ``flaw``: one of :func:`_move`'s mistakes, made alike in both weights."""
+    return _move(W_Q, h, **flaw), _move(W_K, g, **flaw)
+
+
 def _both(**flaw) -> Callable:
-    """A mistake made alike in ``W_Q`` and ``W_K``."""
-    return lambda W_Q, W_K, h, g: (_move(W_Q, h, **flaw), _move(W_K, g, **flaw))
+    return lambda *args: to_interleaved_reference(*args, **flaw)
 
 
 _BACKWARDS = ("mirrors the pair, and a mirrored rotation turns the other way: the key delta back "
@@ -217,24 +209,21 @@ LAYOUT_MISTAKES = [Mistake(produce, hint) for produce, hint in [
     (lambda W_Q, W_K, h, g: (W_Q.clone(), W_K.clone()),
      "nothing moved: the weights run under apply_rope without an error, but each number pairs "
      "with the wrong partner at the wrong frequency."),
-    (_both(inverse=True), "your reordering is the inverse of the right one: it turns an "
-                          "interleaved head into a split-half one. W[index] puts old row index[r] "
-                          "at new row r."),
+    (_both(inverse=True), "your reordering is the inverse of the right one: it turns an interleaved "
+                          "head into a split-half one. W[index] puts old row index[r] at new row r."),
     (_both(swap=True), f"each pair's two members are swapped: that {_BACKWARDS}"),
     (_both(negate=True), f"you negated one member of each pair: rows only move. A sign flip "
                          f"{_BACKWARDS}"),
     (_both(columns=True), "you moved the columns, the input features RoPE never touches: "
                           "nn.Linear computes x @ W.T, so RoPE's pairs come from the rows."),
     (lambda W_Q, W_K, h, g: (_move(W_Q, h), W_K.clone()),
-     "W_K' is W_K unchanged: keys are rotated like queries, so k_proj needs the same move "
-     "(v_proj and o_proj stay)."),
+     "W_K' is W_K unchanged: keys are rotated like queries, so k_proj needs the same move."),
     (lambda W_Q, W_K, h, g: (_move(W_Q, 1), _move(W_K, 1)),
-     "you reordered all the rows as one head: the move happens inside each head's block of "
-     "d_head rows."),
-    (_both(head_minor=True), "you read the rows as (d_head, heads): nn.Linear's rows are head "
-                             "after head."),
-    (_both(reverse=True), "your pairs are in reverse order: split-half pair i landed on "
-                          "interleaved pair d/2 - 1 - i, another frequency."),
+     "you reordered all the rows as one head: the move happens inside each head's block of rows."),
+    (_both(head_minor=True), "you read the rows as (d_head, heads): nn.Linear's rows are head after "
+                             "head."),
+    (_both(reverse=True), "your pairs are in reverse order: split-half pair i landed on interleaved "
+                          "pair d/2 - 1 - i, another frequency."),
     (lambda W_Q, W_K, h, g: (_move(W_Q, h), _move(W_K, h)), _COUNTS),
     (lambda W_Q, W_K, h, g: (_move(W_Q, g), _move(W_K, g)), _COUNTS),
     (lambda W_Q, W_K, h, g: (_move(W_Q, h), -_move(W_K, g)), _SIGN),
@@ -242,14 +231,9 @@ LAYOUT_MISTAKES = [Mistake(produce, hint) for produce, hint in [
     (lambda W_Q, W_K, h, g: (_half_of_each_head(W_Q, h), _half_of_each_head(W_K, g)),
      "you moved only the first half of each head, as if only it were rotated (GPT-NeoX rotates "
      "part of each head). These weights were trained rotating all of it: every pair moves."),
-    (lambda W_Q, W_K, h, g: (_move(W_K, g), _move(W_Q, h)),
+    (lambda W_Q, W_K, h, g: to_interleaved_reference(W_Q, W_K, h, g)[::-1],
      "you returned (W_K', W_Q'): the weights come back in the order they went in, W_Q' first."),
 ]]
-
-
-def to_interleaved_reference(W_Q: torch.Tensor, W_K: torch.Tensor, h: int, g: int):
-    """``h`` query, ``g`` key heads: split-half pairs (rows ``i, i + d/2``) to interleaved ones."""
-    return _move(W_Q, h), _move(W_K, g)
 
 
 @exercise("positional_encoding.rope_layout", "loading weights trained with RoPE's other layout",
@@ -295,8 +279,7 @@ def _through_softmax(bias_of: Callable) -> Callable:
 ALIBI_MISTAKES = [   # (the bias a mistake returns, its hint)
     (lambda n, m: -alibi_bias_reference(n, m),
      "your bias rewards distance: it is +m_h (i - j), or -m_h j. Against -m_h (i - j), -m_h j adds "
-     "m_h i - 2 m_h j. Softmax ignores m_h i, one number per row, but not -2 m_h j, which changes "
-     "along the row."),
+     "m_h i - 2 m_h j. Softmax ignores m_h i, one number per row, but not -2 m_h j."),
     (lambda n, m: torch.zeros(len(m), 1, 1, dtype=torch.float64),
      "your bias is the same along each row (it is 0, or depends on i only). Softmax ignores a "
      "number added to a whole row, so these are the weights without ALiBi. It must change with j."),
@@ -317,8 +300,8 @@ ALIBI_MISTAKES = [   # (the bias a mistake returns, its hint)
 def check_alibi_bias(alibi_bias: Callable) -> CheckResult:
     """Exercise: ``alibi_bias(n, slopes (H,)) -> (H, n, n)``, compared through a causal softmax."""
     g = seeded(72)
-    cases = [{"n": n, "slopes": alibi_slopes(h), "scores": torch.randn(h, n, n, generator=g,
-                                                                       dtype=torch.float64)}
+    cases = [{"n": n, "slopes": alibi_slopes(h),
+              "scores": torch.randn(h, n, n, generator=g, dtype=torch.float64)}
              for n, h in ((5, 8), (4, 6), (7, 12), (3, 5), (6, 1), (9, 3))]
     verdict = check_function(_through_softmax(alibi_bias), _through_softmax(alibi_bias_reference),
                              cases, what="alibi_bias", output_names=("softmax(S + your bias)",),

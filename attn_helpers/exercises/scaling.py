@@ -25,19 +25,11 @@ def _scale_from(f: Callable) -> Callable:
                                             dtype=torch.float64)
 
 
-def _weight(g: torch.Generator, d_model: int, d_k: int, init: str, dtype) -> torch.Tensor:
-    """W (d_model, d_k): nn.Linear's default init, std 1/sqrt(d_model) ("unit") or std 1."""
-    if init == "default":
-        return (2 * torch.rand(d_model, d_k, generator=g, dtype=dtype) - 1) / math.sqrt(d_model)
-    std = 1 / math.sqrt(d_model) if init == "unit" else 1.0
-    return std * torch.randn(d_model, d_k, generator=g, dtype=dtype)
-
-
 def _choose_scale_cases() -> list[dict]:
+    """A square W first (catches W^T); weights of std 1 (so Var(q) = d_model tells 1/sqrt(d_k)
+    from 1/sqrt(d_k Var(q))), nn.Linear's default init or std 1/sqrt(d_model); inputs with a mean
+    (the whole matrix's variance about twice the rows'); n >= 200: biased = unbiased."""
     g, cases = seeded(33), []
-    # (n, d_model, d_k, init, input mean, dtype): a square W first (catches W^T; std-1 weights, so
-    # Var(q) = d_model tells 1/sqrt(d_k) from 1/sqrt(d_k Var(q))), inputs with a mean (the whole
-    # matrix's variance about twice the rows'); n >= 200: biased = unbiased.
     for n, d_model, d_k, init, mean, dtype in [
             (200, 32, 32, "one", 0.0, torch.float32), (256, 64, 16, "default", 0.0, torch.float32),
             (200, 16, 8, "one", 0.0, torch.float32), (256, 24, 12, "default", 2.0, torch.float32),
@@ -46,6 +38,13 @@ def _choose_scale_cases() -> list[dict]:
         cases.append({"x": x, "W_Q": _weight(g, d_model, d_k, init, dtype),
                       "W_K": _weight(g, d_model, d_k, init, dtype)})
     return cases
+
+
+def _weight(g: torch.Generator, d_model: int, d_k: int, init: str, dtype) -> torch.Tensor:
+    if init == "default":                                       # nn.Linear's: U(-1, 1) / sqrt(d_model)
+        return (2 * torch.rand(d_model, d_k, generator=g, dtype=dtype) - 1) / math.sqrt(d_model)
+    std = 1 / math.sqrt(d_model) if init == "unit" else 1.0
+    return std * torch.randn(d_model, d_k, generator=g, dtype=dtype)
 
 
 def _as_number(fn: Callable) -> Callable:
@@ -57,60 +56,48 @@ def _as_number(fn: Callable) -> Callable:
         if value is None or isinstance(value, int | float) and not isinstance(value, bool):
             return None if value is None else torch.tensor(float(value), dtype=torch.float64)
         raise TypeError(f"choose_scale should return a number, got {type(value).__name__}")
-
     return wrapped if callable(fn) else fn
 
 
+_SPREAD = "measure the spread of S = Q K^T itself, within its rows"
 CHOOSE_SCALE_MISTAKES = [Mistake(_scale_from(f), hint) for f, hint in [
-    (lambda S, *_: 1 / S.var().sqrt(),
-     "you took the variance of the whole score matrix; softmax(s + b) = softmax(s), so the rows' "
-     "means do not matter: average the variances within the rows."),
-    (lambda S, *_: 1 / S.var(dim=0).mean().sqrt(),
-     "wrong axis: you measured each column (one key against every query); a softmax row is one "
-     "query against every key, the last axis."),
-    (lambda S, *_: 1 / (S - S.mean(0, keepdim=True)).var().sqrt(),
-     "you subtracted each column's mean (one key against every query); softmax ignores a constant "
-     "added to a row: subtract each row's mean (one query against every key), the last axis."),
+    (lambda S, *_: 1 / S.var().sqrt(), "you took the whole matrix's variance; softmax(s + b) = "
+     "softmax(s), so the rows' means do not matter: average the variances within the rows."),
+    (lambda S, *_: 1 / S.var(dim=0).mean().sqrt(), "wrong axis: you measured each column (one key "
+     "against every query); a softmax row is one query against every key, the last axis."),
+    (lambda S, *_: 1 / (S - S.mean(0, keepdim=True)).var().sqrt(), "you subtracted each column's "
+     "mean; softmax ignores a constant added to a row: subtract each row's mean, the last axis."),
     (lambda S, *_: 1 / S.std(dim=-1).mean(),
-     "you averaged the rows' standard deviations; Var(c S) must be 1: average the variances, then "
-     "take the square root."),
+     "you averaged the rows' standard deviations: average the variances, then take the root."),
     (lambda S, *_: 1 / S.var(-1).median().sqrt(),
      "you took the median row; the condition averages the rows' variances (a mean)."),
-    (lambda S, x, w_q, w_k: 1 / math.sqrt(w_q.shape[1]),
-     "1/sqrt(d_k) is right only when the components of q and k have variance 1; these weights "
-     "differ: measure the spread of S = Q K^T within its rows."),
+    (lambda S, x, w_q, w_k: 1 / math.sqrt(w_q.shape[1]), "1/sqrt(d_k) is right only when the "
+     f"components of q and k have variance 1; these weights differ: {_SPREAD}."),
     (lambda S, *_: (1 / S.std(dim=-1)).mean(),
-     "you averaged a scale per row (1/std of each row); one c must bring the rows' average "
-     "variance to 1: average the variances first."),
+     "you averaged a scale per row (1/std of each row): average the variances first."),
     (lambda S, *_: 1 / S.var(-1).mean(),
      "Var(c S) = c^2 Var(S): c is the inverse of the standard deviation, not of the variance."),
-    (lambda S, x, w_q, w_k: 1 / (math.sqrt(w_q.shape[1]) * S.var(-1).mean().sqrt()),
-     "you divided 1/sqrt(d_k) by the measured spread; c replaces 1/sqrt(d_k), it does not stack on "
-     "it: c alone multiplies the raw S = Q K^T, so Var(c S) = 1 fixes it."),
+    (lambda S, x, w_q, w_k: 1 / (math.sqrt(w_q.shape[1]) * S.var(-1).mean().sqrt()), "you divided "
+     "1/sqrt(d_k) by the spread; c replaces 1/sqrt(d_k): c alone multiplies the raw S = Q K^T."),
     (lambda S, *_: S.var(-1).mean().sqrt(),
      "you returned the spread of the scores; the scale divides by it."),
-    (lambda S, x, w_q, w_k: (S.var(-1).mean() / w_q.shape[1]).rsqrt(),
-     "you measured S / sqrt(d_k), scores already scaled once; c replaces 1/sqrt(d_k): it "
-     "multiplies the raw S = Q K^T, so measure the raw S."),
-    (lambda S, *_: 1 / S.pow(2).mean().sqrt(),
-     "mean(S**2) is the variance only for scores of mean 0, and these are not: subtract each row's "
-     "mean (S.var(dim=-1) does)."),
+    (lambda S, x, w_q, w_k: (S.var(-1).mean() / w_q.shape[1]).rsqrt(), "you measured S / sqrt(d_k), "
+     "scores already scaled once; c replaces 1/sqrt(d_k), so measure the raw S = Q K^T."),
+    (lambda S, *_: 1 / S.pow(2).mean().sqrt(), "mean(S**2) is the variance only for scores of mean "
+     "0, and these are not: subtract each row's mean (S.var(dim=-1) does)."),
     (lambda S, x, w_q, w_k: (w_q.shape[1] * (x @ w_q).var() * (x @ w_k).var()).rsqrt(),
-     "that is the independence prediction, 1/sqrt(d_k Var(q) Var(k)); it assumes independent "
-     "components and rows of mean 0: measure S itself."),
-    (lambda S, x, w_q, w_k: (w_q.shape[1] * (x @ w_q).var()).rsqrt(),
-     "1/sqrt(d_k Var(q)) counts the spread of q only: Var(q . k) = d_k Var(q) Var(k) needs the "
-     "keys' too, and even that assumes independent components of mean 0: measure S itself."),
+     "that is the prediction 1/sqrt(d_k Var(q) Var(k)); it assumes independent components of mean "
+     f"0: {_SPREAD}."),
+    (lambda S, x, w_q, w_k: (w_q.shape[1] * (x @ w_q).var()).rsqrt(), "1/sqrt(d_k Var(q)) counts "
+     f"q's spread only, and assumes independent components of mean 0: {_SPREAD}."),
     (lambda S, x, w_q, w_k: 1 / _scores(x, w_q, w_q).var(-1).mean().sqrt(),
      "you scored the queries against themselves, Q Q^T: the keys are K = x @ W_K, so S = Q K^T."),
     (lambda S, x, w_q, w_k: ((x @ w_q).var() * (x @ w_k).var()).rsqrt(),
-     "you measured the components of q and k; the scale multiplies the scores q . k: measure the "
-     "spread of S = Q K^T itself."),
+     f"you measured the components of q and k; the scale multiplies the scores: {_SPREAD}."),
     (lambda S, x, w_q, w_k: 1 / _scores(x, w_q.T, w_k.T).var(-1).mean().sqrt(),
      "W_Q is (d_model, d_k): Q = x @ W_Q, not x @ W_Q.T (nn.Linear's layout)."),
     (lambda S, x, w_q, w_k: 1 / ((x @ w_q) * (x @ w_k)).sum(-1).std(),
-     "you scored each query against its own key only; attention scores every query against every "
-     "key: S is (n, n)."),
+     "you scored each query against its own key only; attention scores every pair: S is (n, n)."),
 ]]
 
 
@@ -134,16 +121,17 @@ def check_choose_scale(choose_scale: Callable) -> CheckResult:
 
 
 def _backward_cases() -> list[dict]:
+    """A batch first (only there do dim 0 and dim -2, or a row's mean and the whole mean, differ);
+    one key; a row saturated by scores near 1000."""
     g = seeded(31)
 
     def case(shape, spread=2.0, dtype=torch.float64):
         return {"scores": spread * torch.randn(shape, generator=g, dtype=dtype),
                 "grad_weights": torch.randn(shape, generator=g, dtype=dtype)}
 
-    # a batch first: only there do dim 0 and dim -2, or a row's mean and the whole mean, differ
     cases = [case(shape) for shape in [(2, 3, 6), (5,), (3, 4)]] + [case((4, 7), 1.0, torch.float32)]
     cases.append(case(tuple(int(i) for i in torch.randint(1, 6, (3,), generator=g)), 3.0))  # random
-    return cases + [{"scores": torch.tensor([[3.0], [-2.0]], dtype=torch.float64),      # one key
+    return cases + [{"scores": torch.tensor([[3.0], [-2.0]], dtype=torch.float64),
                      "grad_weights": torch.tensor([[1.5], [-0.5]], dtype=torch.float64)},
                     {"scores": torch.tensor([[1000.0, 999.0, 0.0], [-5.0, 0.0, 5.0]]).double(),
                      "grad_weights": torch.tensor([[1.0, -2.0, 0.5], [0.3, 1.0, -1.0]]).double()}]
@@ -164,33 +152,28 @@ def _softmax_grad(s: torch.Tensor, g: torch.Tensor, dim: int = -1) -> torch.Tens
 
 _OVERFLOW = ("exp of {} overflows and inf / inf is NaN. Subtract each row's max first, or use "
              "torch.softmax.")
+_WEIGHED = "<a, g> weighs each g_j by its weight a_j: sum(a * g) over the keys"
 BACKWARD_MISTAKES = [Mistake(lambda s, g, _f=f: _f(torch.softmax(s, dim=-1), g), hint) for f, hint in [
-    (lambda a, g: a * g,
-     "that is only diag(a) g: the a a^T term of J is missing (raising s_j also lowers every other "
-     "weight)."),
+    (lambda a, g: a * g, "that is only diag(a) g: the a a^T term of J is missing (raising s_j "
+     "also lowers every other weight)."),
     (lambda a, g: g - (a * g).sum(-1, keepdim=True),
      "the factor a_i is missing in front: both terms of (J g)_i carry it."),
     (lambda a, g: a * g - (a * g).sum(-1, keepdim=True),
      "the row sum lost its factor a_i: (a a^T g)_i = a_i <a, g>, not <a, g> alone."),
     (lambda a, g: a * (g - g.sum(-1, keepdim=True)),
      "<a, g> is the weighted sum of g, sum(a * g), not the plain sum of g."),
-    (lambda a, g: a * (g - g.mean(-1, keepdim=True)),
-     "<a, g> weighs each g_j by its weight a_j: sum(a * g) over the keys, not the plain mean of g."),
-    (lambda a, g: a * (g - g.mean()),
-     "<a, g> weighs each g_j by its weight a_j: sum(a * g) over the keys, one per row, not the "
-     "plain mean of g."),
-    (lambda a, g: a * (g - (a * g).mean(-1, keepdim=True)),
-     "<a, g> is a sum over the keys, not a mean."),
+    (lambda a, g: a * (g - g.mean(-1, keepdim=True)), f"{_WEIGHED}, not the plain mean of g."),
+    (lambda a, g: a * (g - g.mean()), f"{_WEIGHED}, one per row, not the plain mean of g."),
+    (lambda a, g: a * (g - (a * g).mean(-1, keepdim=True)), "<a, g> is a sum over the keys, not a "
+     "mean."),
     (lambda a, g: a * ((a * g).sum(-1, keepdim=True) - g),
      "the sign is flipped: J = diag(a) - a a^T, the diag(a) g term comes with a plus."),
     (lambda a, g: a * (1 - a) * g,
      "that is only the diagonal of J, a_i (1 - a_i): off it, J_ij = -a_i a_j also contributes."),
-    (lambda a, g: a * (1 - a) * (g - (a * g).sum(-1, keepdim=True)),
-     "the factor (1 - a_i) is extra: J_ij = a_i (delta_ij - a_j), and its -a_i a_j part, diagonal "
-     "included, is the <a, g> term already."),
-    (lambda a, g: a * g - (a * a * g).sum(-1, keepdim=True),
-     "the a_i of (a a^T g)_i = a_i <a, g> went inside the sum: it multiplies the row's <a, g> "
-     "from outside, one a_i per entry."),
+    (lambda a, g: a * (1 - a) * (g - (a * g).sum(-1, keepdim=True)), "the factor (1 - a_i) is "
+     "extra: the -a_i a_j part of J_ij = a_i (delta_ij - a_j) is the <a, g> term already."),
+    (lambda a, g: a * g - (a * a * g).sum(-1, keepdim=True), "the a_i of (a a^T g)_i = a_i <a, g> "
+     "went inside the sum: it multiplies the row's <a, g> from outside."),
     (lambda a, g: a * (g - (a * a * g).sum(-1, keepdim=True)),
      "<a, g> = sum_j a_j g_j carries one factor a_j; the a_i in front stays outside the sum."),
     (lambda a, g: a * (g - (a * g).sum(0, keepdim=True)),
@@ -265,70 +248,70 @@ def _projection_cases() -> list[dict]:
         return {"x": x, "W_Q": w_q, "W_K": w_k, "scale": scale,
                 "grad_weights": torch.randn(*batch, n, n, generator=g, dtype=dtype)}
 
-    return [case(5, 4, 3, 1 / math.sqrt(3)),
-            case(7, 6, 2, 0.3),
+    return [case(5, 4, 3, 1 / math.sqrt(3)), case(7, 6, 2, 0.3),
             case(3, 8, 5, 1 / math.sqrt(5), dtype=torch.float32),
             case(6, 3, 9, 2.0),                                       # d_k > d_model, scale > 1
             case(4, 5, 3, 1 / math.sqrt(3), batch=(2,)),              # two sequences share W
             case(6, 4, 4, 1.0, spread=48.0)]                  # scores in the thousands: saturated
 
 
-PROJECTION_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
+def _scaled(power: float) -> dict:
+    """dQ and dK with the scale to ``power`` (the answer: 1)."""
+    return {"dQ": lambda dS, q, k, c: c ** power * dS @ k,
+            "dK": lambda dS, q, k, c: c ** power * dS.mT @ q}
+
+
+_WHOLE = "use exercise 2's whole backward"
+PROJECTION_MISTAKES = [Mistake(partial(_by_hand, **changed), hint) for hint, changed in [
     ("grad_weights is the gradient at the weights A, not at the scores: pass it back through the "
-     "softmax first (exercise 2).", partial(_by_hand, dS=lambda s, up, c: up)),
-    ("softmax_backward takes the scores S; you handed it A = softmax(S), so it differentiated a "
-     "softmax of a softmax.", partial(_by_hand, dS=lambda s, up, c: _softmax_grad(s.softmax(-1), up))),
+     "softmax first (exercise 2).", {"dS": lambda s, up, c: up}),
+    ("softmax_backward takes the scores S; you gave it A = softmax(S), a softmax of a softmax.",
+     {"dS": lambda s, up, c: _softmax_grad(s.softmax(-1), up)}),
     ("you used the weights A where dS, the gradient at the scores, belongs: pass grad_weights back "
-     "through the softmax (exercise 2).", partial(_by_hand, dS=lambda s, up, c: s.softmax(-1))),
-    ("dS misses the a a^T part of the softmax's Jacobian: use exercise 2's whole backward.",
-     partial(_by_hand, dS=lambda s, up, c: s.softmax(-1) * up)),
-    ("dS used only the diagonal of J, a_i (1 - a_i): off it, J_ij = -a_i a_j also contributes. Use "
-     "exercise 2's whole backward.",
-     partial(_by_hand, dS=lambda s, up, c: s.softmax(-1) * (1 - s.softmax(-1)) * up)),
+     "through the softmax (exercise 2).", {"dS": lambda s, up, c: s.softmax(-1)}),
+    (f"dS misses the a a^T part of the softmax's Jacobian: {_WHOLE}.",
+     {"dS": lambda s, up, c: s.softmax(-1) * up}),
+    (f"dS used only the diagonal of J, a_i (1 - a_i), not its -a_i a_j: {_WHOLE}.",
+     {"dS": lambda s, up, c: s.softmax(-1) * (1 - s.softmax(-1)) * up}),
     ("the softmax backward recomputed the weights over dim -2, down the columns: A normalises each "
-     "row (one query against every key), the last axis.",
-     partial(_by_hand, dS=lambda s, up, c: _softmax_grad(s, up, dim=-2))),
+     "row (one query against every key).", {"dS": lambda s, up, c: _softmax_grad(s, up, dim=-2)}),
     ("the softmax backward ran at Q K^T, without the scale: it needs the scores the softmax saw, "
-     "S = scale * Q K^T.", partial(_by_hand, dS=lambda s, up, c: _softmax_grad(s / c, up))),
-    ("the scale is missing from dQ and dK: the way back from S = scale * Q K^T to Q K^T passes "
-     "through that factor.",
-     partial(_by_hand, dQ=lambda dS, q, k, c: dS @ k, dK=lambda dS, q, k, c: dS.mT @ q)),
+     "S = scale * Q K^T.", {"dS": lambda s, up, c: _softmax_grad(s / c, up)}),
+    ("the scale is missing from dQ and dK: the way back from S = scale * Q K^T passes through it.",
+     _scaled(0)),
     ("dK lacks the scale that dQ has: S = scale * Q K^T, so both dQ and dK carry it.",
-     partial(_by_hand, dK=lambda dS, q, k, c: dS.mT @ q)),
-    ("the scale came in twice: the way back from S to Q K^T multiplies by it once.", partial(
-        _by_hand, dQ=lambda dS, q, k, c: c * c * dS @ k, dK=lambda dS, q, k, c: c * c * dS.mT @ q)),
+     {"dK": lambda dS, q, k, c: dS.mT @ q}),
+    ("the scale came in twice: the way back from S to Q K^T multiplies by it once.", _scaled(2)),
+    ("the scale came back as its square root: the way back multiplies by the scale itself.",
+     _scaled(0.5)),
+    ("dK was computed from dS, not its transpose: key j collects column j of dS (every query's "
+     "pull on it).", {"dK": lambda dS, q, k, c: c * dS @ q}),
+    ("dK used the keys: in S = scale * Q K^T, the queries carry dS^T to K.",
+     {"dK": lambda dS, q, k, c: c * dS.mT @ k}),
+    ("you symmetrised dS, but it is not symmetric: dQ takes dS as it is, dK its transpose.",
+     {"dS": lambda s, up, c: (lambda d: (d + d.mT) / 2)(_softmax_grad(s, up))}),
+    ("dS and dS^T are swapped between dQ and dK: query i collects row i of dS, key j column j.",
+     {"dQ": lambda dS, q, k, c: c * dS.mT @ k, "dK": lambda dS, q, k, c: c * dS @ q}),
+    ("dQ was computed from dS^T: query i collects row i of dS; only dK needs the transpose.",
+     {"dQ": lambda dS, q, k, c: c * dS.mT @ k}),
+    ("Q and K are swapped in the chain: the keys carry dS to Q, the queries carry dS^T to K.",
+     {"dQ": lambda dS, q, k, c: c * dS @ q, "dK": lambda dS, q, k, c: c * dS.mT @ k}),
+    ("that is the gradient at Q and K, (..., n, d_k): one more step, through Q = x W_Q and "
+     "K = x W_K.", {"dW": lambda x, d: d, "batch": lambda g: g}),
+    ("the gradients came out transposed, (d_k, d_model): in Q = x W_Q, x multiplies W_Q from the "
+     "left.", {"dW": lambda x, d: d.mT @ x}),
+    ("one gradient per sequence, (b, d_model, d_k): the sequences share W_Q and W_K, so their "
+     "gradients add up.", {"batch": lambda g: g}),
+    ("averaged over the batch: the gradients at the shared W_Q and W_K are sums, not means.",
+     {"batch": lambda g: g.mean(0) if g.dim() == 3 else g}),
+    ("only the first sequence of the batch counted: add up the gradients of all of them.",
+     {"batch": lambda g: g[0] if g.dim() == 3 else g}),
+]] + [Mistake(wrong, hint) for hint, wrong in [
     ("you used 1/sqrt(d_k); the scale is an argument (0.3 or 2 in some cases).",
      lambda x, w_q, w_k, c, up: _by_hand(x, w_q, w_k, w_q.shape[-1] ** -0.5, up)),
-    ("dK was computed from dS, not its transpose: key j collects column j of dS (every query's "
-     "pull on it).", partial(_by_hand, dK=lambda dS, q, k, c: c * dS @ q)),
-    ("dK used the keys: in S = scale * Q K^T, K's gradient comes through Q, so the queries carry "
-     "dS^T to K.", partial(_by_hand, dK=lambda dS, q, k, c: c * dS.mT @ k)),
-    ("the scale came back as its square root: S = scale * Q K^T, so the way back multiplies by "
-     "the scale itself.", partial(_by_hand, dQ=lambda dS, q, k, c: c ** 0.5 * dS @ k,
-                                  dK=lambda dS, q, k, c: c ** 0.5 * dS.mT @ q)),
-    ("you symmetrised dS, but it is not symmetric (query i's pull on key j is not j's on i): dQ "
-     "takes dS as it is, dK its transpose.",
-     partial(_by_hand, dS=lambda s, up, c: (lambda d: (d + d.mT) / 2)(_softmax_grad(s, up)))),
-    ("dS and dS^T are swapped between dQ and dK: query i collects row i of dS, key j column j.",
-     partial(_by_hand, dQ=lambda dS, q, k, c: c * dS.mT @ k, dK=lambda dS, q, k, c: c * dS @ q)),
-    ("dQ was computed from dS^T: query i collects row i of dS; only dK needs the transpose.",
-     partial(_by_hand, dQ=lambda dS, q, k, c: c * dS.mT @ k)),
-    ("Q and K are swapped in the chain: the keys carry dS to Q, the queries carry dS^T to K.",
-     partial(_by_hand, dQ=lambda dS, q, k, c: c * dS @ q, dK=lambda dS, q, k, c: c * dS.mT @ k)),
-    ("that is the gradient at Q and K, (..., n, d_k): one more step, through Q = x W_Q and "
-     "K = x W_K.", partial(_by_hand, dW=lambda x, d: d, batch=lambda g: g)),
-    ("the gradients came out transposed, (d_k, d_model): in Q = x W_Q, x multiplies W_Q from the "
-     "left.", partial(_by_hand, dW=lambda x, d: d.mT @ x)),
     ("the two gradients are swapped: return (grad_W_Q, grad_W_K).", lambda *a: _by_hand(*a)[::-1]),
-    ("one gradient per sequence, (b, d_model, d_k): the sequences share W_Q and W_K, so their "
-     "gradients add up.", partial(_by_hand, batch=lambda g: g)),
-    ("averaged over the batch: the gradients at the shared W_Q and W_K are the sums over the "
-     "batch, not the means.", partial(_by_hand, batch=lambda g: g.mean(0) if g.dim() == 3 else g)),
-    ("only the first sequence of the batch counted: every sequence uses the shared W_Q and W_K, "
-     "so add up the gradients of all of them.",
-     partial(_by_hand, batch=lambda g: g[0] if g.dim() == 3 else g)),
-    ("grad_weights came in transposed: entry (i, j) is dL/dA_ij, query i's weight on key j, in "
-     "the same layout as A.", lambda x, w_q, w_k, c, up: _by_hand(x, w_q, w_k, c, up.mT)),
+    ("grad_weights came in transposed: entry (i, j) is dL/dA_ij, query i's weight on key j.",
+     lambda x, w_q, w_k, c, up: _by_hand(x, w_q, w_k, c, up.mT)),
     ("the sign is flipped: return the gradient, not the step that descends it.",
      lambda *a: tuple(-g for g in _by_hand(*a))),
 ]]
@@ -339,15 +322,6 @@ def _projection_gradients(x, w_q, w_k, scale, grad_weights):
     w_q, w_k = (w.detach().clone().requires_grad_(True) for w in (w_q, w_k))
     weights = torch.softmax(scale * (x @ w_q) @ (x @ w_k).mT, dim=-1)
     return torch.autograd.grad((weights * grad_weights).sum(), (w_q, w_k))
-
-
-def _about_exercise_2(fn: Callable, result: CheckResult) -> CheckResult:
-    """``result``, with a line for a learner whose function calls exercise 2's stub."""
-    if result.message.endswith("not implemented yet.") and "softmax_backward" in getattr(
-            getattr(fn, "__code__", None), "co_names", ()):
-        return CheckResult(False, f"{result.message} (Or the softmax_backward it calls is still "
-                                  "exercise 2's stub: write it inside projection_gradients.)")
-    return result
 
 
 @exercise("scaling.projection_gradients", "backpropagate by hand to W_Q and W_K", hints=(
@@ -365,7 +339,8 @@ def _about_exercise_2(fn: Callable, result: CheckResult) -> CheckResult:
     "return grad_W_Q, grad_W_K"))
 def check_projection_gradients(projection_gradients: Callable) -> CheckResult:
     """Exercise: ``projection_gradients(x (..., n, d_model), W_Q, W_K (d_model, d_k), scale,
-    grad_weights (..., n, n)) -> (grad_W_Q, grad_W_K)``, each ``(d_model, d_k)``, by hand."""
+    grad_weights (..., n, n)) -> (grad_W_Q, grad_W_K)``, each ``(d_model, d_k)``, by hand. A
+    learner whose function still calls exercise 2's stub is told so."""
     result = check_function(
         projection_gradients, _projection_gradients, _projection_cases(),
         what="projection_gradients", output_names=("the gradient at W_Q", "the gradient at W_K"),
@@ -373,4 +348,8 @@ def check_projection_gradients(projection_gradients: Callable) -> CheckResult:
         error_hints=[("must match the size of tensor", "in a batch (x is (b, n, d_model)) .T "
                       "reverses all three axes; .mT swaps the last two.")],
         nan_hint=_OVERFLOW.format("a score in the thousands"))
-    return _about_exercise_2(projection_gradients, result)
+    if result.message.endswith("not implemented yet.") and "softmax_backward" in getattr(
+            getattr(projection_gradients, "__code__", None), "co_names", ()):
+        return CheckResult(False, f"{result.message} (Or the softmax_backward it calls is still "
+                                  "exercise 2's stub: write it inside projection_gradients.)")
+    return result

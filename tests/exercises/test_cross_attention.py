@@ -148,7 +148,7 @@ def additive_attend(latents, memory, memory_real, W_Q, W_K, W_V, num_heads):
 
 def test_cross_attend_checker_accepts_the_reference_and_other_correct_answers():
     assert ex.check_cross_attend(ex.cross_attend_reference, solution=True)
-    for answer in (sdpa_attend, additive_attend, ex._attend_with):
+    for answer in (sdpa_attend, additive_attend):
         verdict = ex.check_cross_attend(answer)
         assert verdict and verdict.message.endswith("edge cases included."), verdict.message
 

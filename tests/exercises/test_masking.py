@@ -50,9 +50,7 @@ def test_pack_documents_names_dtypes_and_a_missing_output():
     assert_rejected(check_pack_documents(lambda L: (pack_documents(L)[0], pack_documents(L)[1].float())),
                     "must be an integer tensor")
     assert_rejected(check_pack_documents(lambda L: pack_documents(L)[0]), "expected 2")
-    assert_rejected(check_pack_documents(lambda L: pack_documents(L)[::-1]), "wrong order")
-    assert "at (i, j) = (0, 1) you gave True, expected False.\n" in check_pack_documents(
-        lambda L: (~pack_documents(L)[0], pack_documents(L)[1])).message       # the axes named
+    assert_rejected(check_pack_documents(lambda L: pack_documents(L)[::-1]), "first output, the mask")
 
 
 def test_pack_documents_accepts_the_reference_and_the_level_3_skeleton_filled_in():
@@ -193,10 +191,9 @@ def mask_positions(attention_mask):                                   # the refe
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
 
-@pytest.mark.parametrize("answer", [mask_positions,                   # and Hugging Face's pads at 1:
-                                    lambda m: (m.cumsum(-1) - 1).masked_fill(m == 0, 1)])
-def test_mask_positions_accepts_the_reference_and_hugging_faces_form(answer):
-    assert check_mask_positions(answer)
+def test_mask_positions_accepts_the_reference_hugging_faces_form_and_the_skeleton_filled_in():
+    assert check_mask_positions(mask_positions)
+    assert check_mask_positions(lambda m: (m.cumsum(-1) - 1).masked_fill(m == 0, 1))  # HF: pads at 1
     assert_skeleton("masking.mask_positions", "attention_mask", check_mask_positions,
                     ("attention_mask.cumsum(-1)", "counted - 1", "positions.clamp(min=0)"))
 
