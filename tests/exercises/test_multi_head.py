@@ -14,6 +14,8 @@ from torch import nn
 import attn_helpers as ah
 from attn_helpers import exercises
 from attn_helpers.exercises.multi_head import (
+    _GQA_MISTAKES,
+    _MODULE_MISTAKES,
     _build,
     _gqa,
     _gqa_cases,
@@ -27,21 +29,8 @@ from attn_helpers.exercises.multi_head import (
 # --- the multi-head attention module ---------------------------------------------------------
 
 
-SPLIT = {   # (b, n, d_model) -> (b, h, n, d_head)
-    "right": lambda t, h: t.reshape(*t.shape[:2], h, -1).transpose(1, 2),
-    "reshape only": lambda t, h: t.reshape(t.shape[0], h, t.shape[1], -1),
-    "strided": lambda t, h: t.reshape(*t.shape[:2], -1, h).permute(0, 3, 1, 2)}
-MERGE = {   # (b, h, n, d_head) -> (b, n, d_model)
-    "right": lambda a: a.transpose(1, 2).flatten(2),
-    "reshape only": lambda a: a.reshape(a.shape[0], a.shape[2], -1),
-    "strided": lambda a: a.permute(0, 2, 3, 1).flatten(2),                  # head i: every h-th column
-    "reversed heads": lambda a: a.flip(1).transpose(1, 2).flatten(2),      # head h-1 first
-    "reversed columns": lambda a: a.transpose(1, 2).flatten(2).flip(-1)}
-
-
-def make_module(*, split="right", merge="right", d_scale="head", dim=-1, mix=True, mask_use="right",
-                projections=True, fused="right", mask_heads=True, detach=""):
-    """A learner's MultiHeadSelfAttention (fused in_proj), right or with one mistake."""
+def make_module(*, projections=True, detach=""):
+    """A learner's MultiHeadSelfAttention (fused in_proj); ``detach``: which of q, k, v it detaches."""
 
     class Module(nn.Module):
         def __init__(self, d_model, num_heads):
@@ -57,31 +46,14 @@ def make_module(*, split="right", merge="right", d_scale="head", dim=-1, mix=Tru
         def forward(self, x, mask=None):
             b, n, d_model = x.shape
             h, d_head = self.num_heads, d_model // self.num_heads
-            qkv = self.in_proj(x)
-            if fused == "per head":
-                q, k, v = (t.reshape(b, n, d_model)
-                           for t in qkv.reshape(b, n, h, 3 * d_head).chunk(3, dim=-1))
-            elif fused == "k q v":
-                k, q, v = qkv.chunk(3, dim=-1)
-            else:
-                q, k, v = qkv.chunk(3, dim=-1)
-
-            q, k, v = (SPLIT[split](t, h).detach() if name in detach else SPLIT[split](t, h)
+            q, k, v = (t.reshape(b, n, h, d_head).transpose(1, 2)
+                       for t in self.in_proj(x).chunk(3, dim=-1))
+            q, k, v = (t.detach() if name in detach else t
                        for name, t in zip("qkv", (q, k, v), strict=True))
-            if mask is not None and mask.dim() == 3 and mask_heads:
+            if mask is not None and mask.dim() == 3:
                 mask = mask[:, None]
-            scale = {"head": d_head, "model": d_model, "none": 1, "twice": d_head**2}[d_scale]**-0.5
-            s = q @ k.transpose(-2, -1) * scale
-            if mask is not None and mask_use in ("right", "zeros"):
-                s = s.masked_fill(~mask, float("-inf") if mask_use == "right" else 0.0)
-            elif mask is not None and mask_use == "inverted":    # torch's convention, not ours
-                s = s.masked_fill(mask, float("-inf"))
-            if mask is not None and mask_use == "inverted, zeros":
-                heads, _ = ah.scaled_dot_product_attention(q, k, v, ~mask)
-            else:
-                heads = torch.softmax(s, dim=dim) @ v
-            concat = MERGE[merge](heads)
-            return self.out_proj(concat) if mix else concat
+            heads, _ = ah.scaled_dot_product_attention(q, k, v, mask)
+            return self.out_proj(heads.transpose(1, 2).reshape(b, n, d_model))
 
     return Module
 
@@ -105,31 +77,14 @@ def test_module_reference_is_torch_multihead_attention_with_masks_and_non_zero_b
         torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("mistake, words", [
-    ({"fused": "per head"}, "not [q k v] per head"),
-    ({"fused": "k q v"}, "Q and K are swapped"),
-    ({"split": "reshape only"}, "mixes positions into heads"),
-    ({"split": "reshape only", "merge": "reshape only"}, "(and merged back the same way)"),
-    ({"split": "strided"}, "split on the wrong axis, from the wrong end"),
-    ({"split": "strided", "merge": "strided"}, "split and merged from the wrong end"),
-    ({"merge": "reshape only"}, "merged in the wrong order"),
-    ({"merge": "strided"}, "merged on the wrong axis, from the wrong end"),
-    ({"merge": "reversed heads"}, "the heads come back in reverse order"),
-    ({"merge": "reversed columns"}, "the merged columns are in reverse order"),
-    ({"d_scale": "none"}, "scale is missing"),
-    ({"d_scale": "model"}, "not 1/sqrt(d_model)"),
-    ({"d_scale": "twice"}, "scaled twice"),
-    ({"mix": False}, "W_O is missing"),
-    ({"mask_use": "inverted"}, "the mask is inverted"),
-    ({"mask_use": "inverted, zeros"}, "the mask is inverted"),
-    ({"mask_use": "ignored"}, "the mask was ignored"),
-    ({"mask_use": "zeros"}, "masked scores set to 0, not -inf"),
-    ({"mask_heads": False}, "mask[:, None]"),
-    ({"dim": -2}, "softmax runs over the wrong axis"),
-])
-def test_module_rejects_known_mistakes_with_their_hint(mistake, words):
-    verdict = check_multi_head_module(make_module(**mistake))
-    assert not verdict and "\nHint: " in verdict.message and words in verdict.message, verdict.message
+@pytest.mark.parametrize("mistake, hint", _MODULE_MISTAKES, ids=range(len(_MODULE_MISTAKES)))
+def test_module_rejects_known_mistakes_with_their_hint(mistake, hint):
+    class WithMistake(_Reference):
+        def __init__(self, d_model, num_heads):
+            super().__init__(d_model, num_heads, **mistake)
+
+    verdict = check_multi_head_module(WithMistake)
+    assert not verdict and "\nHint: " + hint in verdict.message, verdict.message
 
 
 @pytest.mark.parametrize("detach, named", [("q", "was the query detached"),
@@ -307,43 +262,17 @@ def test_gqa_refuses_keys_or_values_copied_to_every_query_head(copy, built):
         assert words in verdict.message, (words, verdict.message)
 
 
-def grouped_query_attention(q, k, v, *, share="right", scale=None, dim=-1):
-    """A learner's answer through an index of the key/value heads (right, or with a mistake)."""
-    h, g = q.shape[1], k.shape[1]
-    index = {"right": torch.arange(h) // (h // g), "first": torch.zeros(h, dtype=torch.long),
-             "i // g": (torch.arange(h) // g).clamp_max(g - 1)}[share]
-    s = q @ k[:, index].transpose(-2, -1) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    return torch.softmax(s, dim=dim) @ v[:, index]
-
-
 def _tiled(q, k, v):                                          # k.repeat: the groups cycle
     r = q.shape[1] // k.shape[1]
     return ah.scaled_dot_product_attention(q, k.repeat(1, r, 1, 1), v.repeat(1, r, 1, 1))[0]
 
 
-def _rows_mixed(q, k, v):                                    # n_q moved in front of the heads
-    b, h, n_q, d = q.shape
-    rows = q.transpose(1, 2).reshape(b, k.shape[1], -1, d)
-    out = ah.scaled_dot_product_attention(rows, k, v)[0]
-    return out.reshape(b, n_q, h, d).transpose(1, 2)
-
-
-@pytest.mark.parametrize("answer, words", [
-    (_tiled, ("cycles through the key/value", "k.repeat(1, h // g, 1, 1)", "copy of K and V")),
-    (lambda q, k, v: grouped_query_attention(q, k, v, share="first"), ("read the first key/value",)),
-    (lambda q, k, v: grouped_query_attention(q, k, v, scale=1.0), ("not scaled",)),
-    (lambda q, k, v: grouped_query_attention(q, k, v, scale=1 / math.sqrt(q.shape[1] * q.shape[-1])),
-     ("not by 1/sqrt(h * d_head)",)),
-    (lambda q, k, v: grouped_query_attention(q, k, v, dim=-2), ("wrong axis",)),
-    (lambda q, k, v: grouped_query_attention(q, k, v, share="i // g"), ("not i // g",)),
-    (_rows_mixed, ("mix positions and heads",)),
-])
-def test_gqa_rejects_known_mistakes_with_their_hint(answer, words):
+@pytest.mark.parametrize("answer, hint", [(m.produce, m.hint) for m in _GQA_MISTAKES]
+                         + [(_tiled, _GQA_MISTAKES[0].hint)])
+def test_gqa_rejects_known_mistakes_with_their_hint(answer, hint):
     """Named on the prefill cases, before a copy is refused on the decoding ones."""
     verdict = check_grouped_query_attention(answer)
-    assert not verdict and "\nHint: " in verdict.message, verdict.message
-    for fragment in words:
-        assert fragment in verdict.message, (fragment, verdict.message)
+    assert not verdict and "\nHint: " + hint in verdict.message, verdict.message
 
 
 @pytest.mark.parametrize("key, answers", [
