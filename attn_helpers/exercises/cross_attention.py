@@ -18,8 +18,6 @@ from ..transformer import DecoderLayer
 from .core import AllocationWatch, CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_cross_attend", "check_decode_layer"]
-
 
 def batched(x, memory):
     """The latents' rows ``(n_q, d)`` for every example of ``memory``'s batch: ``(b, n_q, d)``."""
@@ -123,8 +121,8 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
      _attend(QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q.T, m), m @ W_K, m @ W_V))),
     (f"the weights were {_TRANSPOSED}",
      _attend(QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q.T, m), m @ W_K.T, m @ W_V.T))),
-    ("the padded memory rows were set to zero instead of masked: a zero key still scores 0, and "
-     "exp(0) gives it weight. Mask the scores with -inf, before the softmax.",
+    ("the padded memory rows were set to zero: a zero key still scores 0, and exp(0) gives it weight. "
+     "Mask the scores with -inf.",
      lambda L, m, real, *W: cross_attend_reference(L, m * real[..., None], real, *W,
                                                    weights=lambda S, keep: S.softmax(-1))),
     ("the two results are swapped: return the output (b, n_q, d) first, then the weights.",
@@ -144,14 +142,12 @@ ATTEND_MISTAKES += [  # the two mask mistakes again, through ah.scaled_dot_produ
 @exercise("cross_attention.attend", "Perceiver-style multi-head cross-attention from W_Q, W_K, W_V: "
           "queries from a latent array shared by the batch, keys and values from the input, padded "
           "memory masked", hints=(
-    "Section 1's formula, per head (notebook 04), and its padding mask: the latents ask, the "
-    "memory answers. The latents are one (n_q, d) array for every example: they need a batch axis "
-    "before the heads are split. Padding is a property of the memory's positions: it hides "
-    "columns of the weights, never rows.",
-    "Which of latents and memory makes Q, which makes K and V? latents W_Q is (n_q, d): expand it "
-    "to (b, n_q, d), or give it a batch axis of 1 and let broadcasting do the rest. The scores are "
-    "(b, h, n_q, n_k): one row per latent. Which axis does each row's softmax run over? memory_real "
-    "is (b, n_k): which axes must it gain? Divide by the square root of one head's width.",
+    "Section 1's formula per head (notebook 04): the latents ask, the memory answers. The latents "
+    "are one (n_q, d) array for the whole batch: they need a batch axis before the heads are split. "
+    "Padding hides columns of the weights (memory positions), never rows.",
+    "Which of latents and memory makes Q, which K and V? latents W_Q (n_q, d) needs a batch axis "
+    "(expand, or 1 and broadcasting). The scores are (b, h, n_q, n_k): over which axis does each "
+    "row's softmax run? Which axes must memory_real (b, n_k) gain? Divide by sqrt(one head's width).",
     "Q, K, V = ...                      # (b, h, n, d_head) each, via ah.split_heads: who makes which?\n"
     "scores = ...                       # (b, h, n_q, n_k), scaled\n"
     "scores = ...                       # padded memory positions at -inf: the mask (b, 1, 1, n_k)\n"
@@ -355,8 +351,8 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
      {"values": lambda ca, memory: ca.k_proj(memory)}),
     ("the cross-attention's sum went through norm3, the feed-forward's; its own is norm2.",
      {"step": _blocks(cross_norm="norm3")}),
-    ("the cross-attention's residual came from y_t, the state before the self-attention block: add "
-     "the block's output to x_t, its own input.",
+    ("the cross-attention's residual came from y_t, from before the self-attention block: add its "
+     "output to x_t.",
      {"step": lambda layer, x, y_t, cross: _ff(layer, layer.norm2(y_t + cross(x)))}),
     ("the feed-forward read x_t from before the cross-attention block; it reads that block's "
      "output, the new x_t.", {"step": lambda layer, x, y_t, cross: layer.norm3(

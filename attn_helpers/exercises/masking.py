@@ -15,8 +15,6 @@ from ..masks import sliding_window_mask
 from .core import CheckResult, Mistake, Refused, check_function, seeded, size
 from .workflow import exercise
 
-__all__ = ["check_mask_positions", "check_pack_documents", "check_rolling_cache_step"]
-
 
 def _integer(positions: torch.Tensor) -> torch.Tensor:
     if positions.is_floating_point() or positions.dtype == torch.bool:
@@ -90,10 +88,9 @@ _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
           hints=(
     "Pretraining packs whole documents into one row, with no padding. Each token must see only "
     "the earlier tokens of its own document, and count its position from its document's start.",
-    "First find each token's document: document d covers the tokens from its start, the sum of "
-    "the lengths before it, up to its end. Then two tokens may meet when they share a document "
-    "AND the key is not after the query. A token's position is its index minus its document's "
-    "start.",
+    "Find each token's document: document d runs from its start (the sum of the lengths before it) "
+    "to its end. Two tokens may meet when they share a document AND the key is not after the "
+    "query. A position is the token's index minus its document's start.",
     "n = int(lengths.sum())\n"
     "i = torch.arange(n)\n"
     "doc = ...                          # (n,): the document of each token\n"

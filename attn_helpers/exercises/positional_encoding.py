@@ -12,8 +12,6 @@ from ..positional import alibi_slopes, apply_rope
 from .core import CheckResult, Mistake, check_function, seeded, size
 from .workflow import exercise
 
-__all__ = ["check_alibi_bias", "check_rope", "check_rope_layout"]
-
 
 def _angles(x: torch.Tensor, positions: torch.Tensor, exponent=lambda i: 2 * i) -> torch.Tensor:
     """``(n, d/2)`` float64: ``positions[j] * 10000^(-exponent(i) / d)``, right for ``2i``."""
@@ -63,22 +61,19 @@ ROPE_MISTAKES = [Mistake(produce, hint) for produce, hint in [
      "course pairs neighbours, (x[2i], x[2i+1]), as RoFormer and apply_rope do (exercise 2)."),
     (lambda x, p: _turn(x, _angles(x, p, lambda i: i)),
      "pair i turns at 10000^(-i/d): the exponent is -2i/d, with i = 0 .. d/2 - 1 the pair's index."),
-    (lambda x, p: _turn(x, _angles(x, p, lambda i: 2 * i + 1)),
-     "your exponent is -(2i+1)/d, from the odd dimensions? Pair i's frequency uses 2i, its first "
-     "(even) dimension: omega_i = 10000^(-2i/d), so omega_0 = 1."),
+    (lambda x, p: _turn(x, _angles(x, p, lambda i: 2 * i + 1)), "your exponent is -(2i+1)/d: pair "
+     "i's frequency uses 2i, its first (even) dimension: omega_i = 10000^(-2i/d), omega_0 = 1."),
     (lambda x, p: _turn(x, _angles(x, p, lambda i: 4 * i)),
      "your exponent is -4i/d, twice too large: if your i already runs over 0, 2, 4, ..., it holds 2i."),
     (lambda x, p: _turn(x, -_angles(x, p)),
      "you rotated by -m omega_i, that is R(m)^T: the scores depend on m - n instead of n - m, so a "
      "model trained with apply_rope would read a key 3 back as 3 ahead. " + _SIGNS),
-    (lambda x, p: _turn(x, _angles(x, p + 1)),
-     "your positions start at 1: the token at position 0 must come out unchanged (angle 0). "
-     "Rotate by the positions you are given."),
+    (lambda x, p: _turn(x, _angles(x, p + 1)), "your positions start at 1: the token at position "
+     "0 must come out unchanged (angle 0). Rotate by the positions you are given."),
     (lambda x, p: _turn(x, _angles(x, p - 1)),
      "your positions are one too small: rotate by the positions you are given."),
-    (lambda x, p: _turn(x, _angles(x, torch.arange(x.shape[-2]))),
-     "you rotated by 0 .. n-1 and ignored positions: with a KV cache the new tokens sit at later "
-     "positions (this case gives them)."),
+    (lambda x, p: _turn(x, _angles(x, torch.arange(x.shape[-2]))), "you rotated by 0 .. n-1 and "
+     "ignored positions: with a KV cache the new tokens sit at later positions (this case's)."),
     (lambda x, p: _turn(x, _angles(x, p, lambda i: 0 * i)),
      "every pair turned by m: pair i turns by m omega_i, slower for larger i."),
     (lambda x, p: _turn(x, _angles(x, p).flip(-1)),
@@ -206,9 +201,8 @@ _COUNTS = ("you cut one weight into the other's number of heads: W_Q holds h que
 _SIGN = ("you changed the sign of a whole weight: rows only move. -W_K alone flips every score; "
          "-W_Q with -W_K keeps them, yet the weights differ.")
 LAYOUT_MISTAKES = [Mistake(produce, hint) for produce, hint in [
-    (lambda W_Q, W_K, h, g: (W_Q.clone(), W_K.clone()),
-     "nothing moved: the weights run under apply_rope without an error, but each number pairs "
-     "with the wrong partner at the wrong frequency."),
+    (lambda W_Q, W_K, h, g: (W_Q.clone(), W_K.clone()), "nothing moved: the weights run under "
+     "apply_rope without an error, but each number pairs with the wrong partner, frequency."),
     (_both(inverse=True), "your reordering is the inverse of the right one: it turns an interleaved "
                           "head into a split-half one. W[index] puts old row index[r] at new row r."),
     (_both(swap=True), f"each pair's two members are swapped: that {_BACKWARDS}"),
@@ -277,12 +271,10 @@ def _through_softmax(bias_of: Callable) -> Callable:
 
 
 ALIBI_MISTAKES = [   # (the bias a mistake returns, its hint)
-    (lambda n, m: -alibi_bias_reference(n, m),
-     "your bias rewards distance: it is +m_h (i - j), or -m_h j. Against -m_h (i - j), -m_h j adds "
-     "m_h i - 2 m_h j. Softmax ignores m_h i, one number per row, but not -2 m_h j."),
-    (lambda n, m: torch.zeros(len(m), 1, 1, dtype=torch.float64),
-     "your bias is the same along each row (it is 0, or depends on i only). Softmax ignores a "
-     "number added to a whole row, so these are the weights without ALiBi. It must change with j."),
+    (lambda n, m: -alibi_bias_reference(n, m), "your bias rewards distance: it is +m_h (i - j), or "
+     "-m_h j, which adds m_h i - 2 m_h j. Softmax ignores m_h i, one number per row, not -2 m_h j."),
+    (lambda n, m: torch.zeros(len(m), 1, 1, dtype=torch.float64), "your bias is the same along each "
+     "row (0, or a function of i): softmax ignores it, so these are the weights without ALiBi."),
     (lambda n, m: alibi_bias_reference(n, torch.ones_like(m)),
      "every head got slope 1: head h multiplies the distance by its own slope, slopes[h]."),
 ]

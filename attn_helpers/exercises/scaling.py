@@ -12,8 +12,6 @@ import torch
 from .core import AllocationWatch, CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_choose_scale", "check_softmax_backward", "check_projection_gradients"]
-
 
 def _scores(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor) -> torch.Tensor:
     return (x @ w_q) @ (x @ w_k).T                                  # S = Q K^T, (n, n)
