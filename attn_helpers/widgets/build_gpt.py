@@ -25,9 +25,6 @@ from ..training import single_thread
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
 from .panels import TITLE_PT, AttentionPanel, EntropyBars, TextSprites
 
-__all__ = ["GPTFrame", "GPTView", "PromptRun", "Sampler", "char_label", "gpt_frame", "gpt_widget",
-           "head_weights", "plot_curves", "run_prompt"]
-
 SHOWN = {" ": "␣", "\n": "⏎", "\t": "⇥"}
 
 
@@ -119,14 +116,12 @@ def gpt_frame(run: PromptRun, layer: int, head: int) -> GPTFrame:
     """The frame of head ``head`` of layer ``layer`` (both 1-based) on ``run``."""
     require_int_in("layer", layer, 1, run.head_entropy.shape[0])
     require_int_in("head", head, 1, run.head_entropy.shape[1])
-    l, i = layer - 1, head - 1
-    n = len(run.labels)
+    l, i, n = layer - 1, head - 1, len(run.labels)
     readouts = {"characters n": n, "head": f"layer {layer}, head {head}",
                 "mean entropy (nats)": run.head_entropy[l, i].item(),
-                "mean ceiling ln(visible keys)": run.ceiling}
-    for name, grid in run.scores.items():
-        if isinstance(grid, torch.Tensor):
-            readouts[f"weight on {name}"] = grid[l, i].item()
+                "mean ceiling ln(visible keys)": run.ceiling,
+                **{f"weight on {name}": grid[l, i].item() for name, grid in run.scores.items()
+                   if isinstance(grid, torch.Tensor)}}
     if run.truncated:
         readouts["note"] = f"only the last {n} characters fit the model's context"
     return GPTFrame(run.weights[l, i], run.labels, run.labels, mask=causal_mask(n),
@@ -138,8 +133,8 @@ class GPTView(BlitView):
     """The head's heatmap and entropy per query (left), every head of the layer (right); the
     title, new at every move, is pasted text."""
 
-    def __init__(self, num_heads: int, context: int, figsize=(11.0, 7.0)):
-        super().__init__(figsize)
+    def __init__(self, num_heads: int, context: int):
+        super().__init__((11.0, 7.0))
         grid = self.figure.add_gridspec(1, 2, width_ratios=[4.2, 1.0], left=0.01, right=0.98,
                                         bottom=0.1, top=0.9, wspace=0.25)
         self.panel = AttentionPanel(self.blit, grid[0], title=" ")   # room for the pasted title

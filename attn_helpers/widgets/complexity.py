@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -18,12 +19,8 @@ from .._checks import require_bool, require_int_in
 from ..entropy import attention_entropy
 from ..plots import weights_cmap
 from .controls import control_problem
-from .core import BAR_COLOR, HIGHLIGHT_COLOR, BlitView, LiveAttentionWidget
-from .panels import CellPainter, EntropyBars, TextSprites
-
-__all__ = ["N_RANGE", "MAX_BLOCK", "TileStepperFrame", "TileStepperView",
-           "TileStepperWidget", "tile_schedule", "tile_scores", "tile_stepper_frame",
-           "tile_stepper_widget"]
+from .core import BlitView, LiveAttentionWidget
+from .panels import BAR_COLOR, HIGHLIGHT_COLOR, CellPainter, EntropyBars, TextSprites
 
 N_RANGE, MAX_BLOCK = (8, 48), 16          # tokens n, and the largest tile (at most n)
 FUTURE_COLOR = "#ffffff"                  # causal: keys a query may never see
@@ -32,10 +29,7 @@ M_LIMITS, L_LIMITS = (-3.0, 8.0), (0.0, 16.0)   # every (n, block, step) of the 
 
 @dataclass
 class TileStepperFrame:
-    """The tiled forward after ``step`` of ``n_steps`` tiles. ``scores``, ``weights (n, n)``
-    (``exp(s - m) / l``, NaN on unseen keys); ``m``, ``l``, ``rescale`` (``exp(m_before - m)``: 1
-    untouched, 0 first tile), ``finished``, ``entropy`` (NaN until finished), ``ceiling``, ``rows``
-    (the last tile's) ``(n,)``; ``tile = (row_start, row_stop, col_start, col_stop)`` or ``None``."""
+    """The tiled forward after ``step`` of ``n_steps`` tiles; arrays ``(n, n)`` or ``(n,)``."""
 
     n: int
     block_size: int
@@ -43,15 +37,15 @@ class TileStepperFrame:
     step: int
     n_steps: int
     scores: np.ndarray
-    weights: np.ndarray
+    weights: np.ndarray                   # exp(s - m) / l, NaN on unseen keys
     m: np.ndarray
     l: np.ndarray  # noqa: E741 - the paper's name
-    rescale: np.ndarray
-    tile: tuple[int, int, int, int] | None
+    rescale: np.ndarray                   # exp(m_before - m): 1 untouched, 0 at a row's first tile
+    tile: tuple[int, int, int, int] | None    # (row_start, row_stop, col_start, col_stop)
     finished: np.ndarray
-    entropy: np.ndarray
+    entropy: np.ndarray                   # NaN until the row is finished
     ceiling: np.ndarray
-    rows: np.ndarray
+    rows: np.ndarray                      # the last tile's rows
     readouts: dict = field(default_factory=dict)
 
 
@@ -126,19 +120,19 @@ def _readouts(t: TileStepperFrame) -> dict:
     }
 
 
-class _RowBars:
-    """Horizontal bars from ``start`` to ``stop`` per row, one colour per row (animated)."""
+def _row_bars(blit, ax) -> LineCollection:
+    """Animated horizontal bars, one a row, set by :func:`_set_bars`."""
+    bars = LineCollection([], capstyle="butt")
+    ax.add_collection(bars)
+    blit.animate(bars)
+    return bars
 
-    def __init__(self, blit, ax):
-        self.bars = LineCollection([], capstyle="butt")
-        ax.add_collection(self.bars)
-        blit.animate(self.bars)
 
-    def set(self, start, stop, colors, width: float) -> None:
-        rows = np.arange(len(stop), dtype=float)
-        self.bars.set_segments(np.stack([np.stack([start, rows], 1), np.stack([stop, rows], 1)], 1))
-        self.bars.set_colors(colors)
-        self.bars.set_linewidth(width)
+def _set_bars(bars: LineCollection, start, stop, colors, width: float) -> None:
+    rows = np.arange(len(stop), dtype=float)
+    bars.set_segments(np.stack([np.stack([start, rows], 1), np.stack([stop, rows], 1)], 1))
+    bars.set_colors(colors)
+    bars.set_linewidth(width)
 
 
 class TileStepperView(BlitView):
@@ -177,37 +171,31 @@ class TileStepperView(BlitView):
                                    linewidth=2.5, zorder=5)
         self.ax_map.add_collection(self.grid)
         self.ax_map.add_patch(self.frame_box)
-        self.blit.animate(self.grid, self.frame_box)
         above = blended_transform_factory(self.ax_map.transData, self.ax_map.transAxes)   # x: keys
         left = blended_transform_factory(self.ax_map.transAxes, self.ax_map.transData)    # y: queries
         self.key_labels = TextSprites(self.blit, offset_copy(above, fig=fig, y=3, units="points"),
                                       size=8, va="bottom")
         self.query_labels = TextSprites(self.blit, offset_copy(left, fig=fig, x=-4, units="points"),
                                         size=8, ha="right")
-        x0 = self.LEFT + self.SIZE + 0.68
         titles = ("running max m\n(o: before this tile)", "running sum ℓ",
                   "rescale e^(m - m'),\nthis tile's rows", "entropy per query\n(finished rows)")
-        self.side = []
-        for i, (title, limits) in enumerate(zip(titles, (M_LIMITS, L_LIMITS, (0, 1.08),
-                                                         (0, np.log(N_RANGE[1]) * 1.08)),
-                                                strict=True)):
-            ax = axes(x0 + i * 1.43, 1.2)
+        limits = (M_LIMITS, L_LIMITS, (0, 1.08), (0, np.log(N_RANGE[1]) * 1.08))
+        self.side = [axes(self.LEFT + self.SIZE + 0.68 + i * 1.43, 1.2) for i in range(4)]
+        for ax, title, xlim in zip(self.side, titles, limits, strict=True):
             ax.set_title(title, fontsize=9)
-            ax.set_xlim(*limits)
-            ax.set_yticks([])
+            ax.set(xlim=xlim, yticks=[])
             ax.tick_params(labelsize=8)
             ax.grid(axis="x", alpha=0.3)
-            self.side.append(ax)
         ax_m, ax_l, ax_r, ax_h = self.side
         ax_m.axvline(0, color="grey", linewidth=0.8)
         ax_r.axvline(1, color="grey", linewidth=0.8, linestyle=":")
-        self.m_moves = _RowBars(self.blit, ax_m)
-        (self.m_dots,) = ax_m.plot([], [], "o", color=BAR_COLOR, markersize=4)
-        (self.m_tile,) = ax_m.plot([], [], "o", color=HIGHLIGHT_COLOR, markersize=4)
-        (self.m_before,) = ax_m.plot([], [], "o", mfc="none", color=HIGHLIGHT_COLOR, markersize=4)
-        self.l_bars, self.r_bars = _RowBars(self.blit, ax_l), _RowBars(self.blit, ax_r)
-        (self.r_dots,) = ax_r.plot([], [], "o", color=HIGHLIGHT_COLOR, markersize=4)
-        self.blit.animate(self.m_dots, self.m_tile, self.m_before, self.r_dots)
+        self.m_moves, self.l_bars, self.r_bars = (_row_bars(self.blit, ax) for ax in (ax_m, ax_l, ax_r))
+        (self.m_dots,) = ax_m.plot([], [], "o", color=BAR_COLOR)
+        (self.m_tile,) = ax_m.plot([], [], "o", color=HIGHLIGHT_COLOR)
+        (self.m_before,) = ax_m.plot([], [], "o", mfc="none", color=HIGHLIGHT_COLOR)
+        (self.r_dots,) = ax_r.plot([], [], "o", color=HIGHLIGHT_COLOR)
+        self.dots = (self.m_dots, self.m_tile, self.m_before, self.r_dots)
+        self.blit.animate(self.grid, self.frame_box, *self.dots)
         self.entropy = EntropyBars(self.blit, ax_h, title=titles[-1],
                                    xlabel="nats (dashes: ln visible keys)")
         ax_h.title.set_fontsize(9)
@@ -224,19 +212,18 @@ class TileStepperView(BlitView):
         self.every = max(1, int(np.ceil(10 / row_pt)))        # labels >= 10 pt apart
         for labels in (self.key_labels, self.query_labels):
             labels.size = float(np.clip(0.7 * row_pt, 8, 10))
-        self.marker = min(5.0, 0.6 * row_pt)
-        for dots in (self.m_dots, self.m_tile, self.m_before, self.r_dots):
-            dots.set_markersize(self.marker)
+        for dots in self.dots:
+            dots.set_markersize(min(5.0, 0.6 * row_pt))
         self.width = 0.7 * row_pt
 
-    def draw(self, frame: TileStepperFrame) -> None:
-        t, n, rows = frame, frame.n, frame.rows
+    def draw(self, t: TileStepperFrame) -> None:
+        n, rows = t.n, t.rows
         if n != self.n:
             self._resize(n)
         colors = self.cells.cmap(self.cells.norm(np.ma.masked_invalid(t.weights)), bytes=True)
         colors[~np.isfinite(t.scores)] = self.future
         self.cells.colors = colors                                      # (n, n, 4)
-        edges = np.arange(frame.block_size, n, frame.block_size) - 0.5
+        edges = np.arange(t.block_size, n, t.block_size) - 0.5
         self.grid.set_segments([[(x, -0.5), (x, n - 0.5)] for x in edges]
                                + [[(-0.5, y), (n - 0.5, y)] for y in edges])
         self.frame_box.set_visible(t.tile is not None)
@@ -247,10 +234,7 @@ class TileStepperView(BlitView):
         labels = [str(i) for i in shown]
         self.key_labels.set(labels, np.stack([shown, np.ones_like(shown)], 1))      # top edge
         self.query_labels.set(labels, np.stack([np.zeros_like(shown), shown], 1))   # left edge
-        self._draw_rows(t, rows)
-
-    def _draw_rows(self, t: TileStepperFrame, rows: np.ndarray) -> None:
-        index = np.arange(len(rows), dtype=float)
+        index = np.arange(n, dtype=float)
         m = np.where(np.isfinite(t.m), t.m, np.nan)
         moved = rows & (t.rescale > 0) & (t.rescale < 1)
         # the max before the tile: m = m' + ln e^(m - m')
@@ -258,12 +242,12 @@ class TileStepperView(BlitView):
         self.m_dots.set_data(np.where(rows, np.nan, m), index)
         self.m_tile.set_data(np.where(rows, m, np.nan), index)
         self.m_before.set_data(before, index)
-        self.m_moves.set(np.nan_to_num(before, nan=0.0), np.where(moved, m, 0.0),
-                         HIGHLIGHT_COLOR, 1.5)
-        colors = np.where(rows, HIGHLIGHT_COLOR, BAR_COLOR)
-        self.l_bars.set(np.zeros_like(t.l), t.l, colors, self.width)
-        self.r_bars.set(np.zeros_like(t.l), np.where(rows, t.rescale, 0.0),   # grey: factor 1, unchanged
-                        np.where(moved, HIGHLIGHT_COLOR, "#bbbbbb"), self.width)
+        _set_bars(self.m_moves, np.nan_to_num(before, nan=0.0), np.where(moved, m, 0.0),
+                  HIGHLIGHT_COLOR, 1.5)
+        _set_bars(self.l_bars, np.zeros_like(t.l), t.l, np.where(rows, HIGHLIGHT_COLOR, BAR_COLOR),
+                  self.width)
+        _set_bars(self.r_bars, np.zeros_like(t.l), np.where(rows, t.rescale, 0.0),   # grey: factor 1
+                  np.where(moved, HIGHLIGHT_COLOR, "#bbbbbb"), self.width)
         self.r_dots.set_data(np.where(moved, t.rescale, np.nan), index)
         self.entropy.set(np.nan_to_num(t.entropy, nan=0.0), t.ceiling)
         self.entropy.bars.set_linewidth(self.width)
@@ -293,11 +277,9 @@ class TileStepperWidget(LiveAttentionWidget):
         ranges = {name: (self.controls[name].max, self.controls[name].value)
                   for name in ("block_size", "step")}
         wanted = {**self.values, **values}
-        try:                                      # ranges from a valid n (one without could not fit)
-            if control_problem("n", self.controls["n"], wanted["n"]) is None:
+        if control_problem("n", self.controls["n"], wanted["n"]) is None:   # else no range fits
+            with contextlib.suppress(TypeError, ValueError):   # a bad tile size or step: refused below
                 self._fit(wanted)
-        except (TypeError, ValueError):           # a tile size or step no range fits: refused below
-            pass
         try:
             return super().set(**values)
         except ValueError:                        # refused: the ranges go back, nothing moved

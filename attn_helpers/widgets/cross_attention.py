@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 import torch
 
+from .._checks import require_int_in
 from ..entropy import attention_entropy, max_entropy
 from ..lessons.rnn_bottleneck import Seq2Seq
 from ..lessons.tasks import collate, example, get_task
@@ -13,18 +14,20 @@ from .core import AttentionFrame, LiveAttentionWidget
 from .masking import CaptionedView
 from .rnn_bottleneck import check_model, decode_examples
 
-__all__ = ["alignment_frame", "alignment_widget"]
+
+class _DecodedFrame(AttentionFrame):
+    @property
+    def ceiling(self) -> torch.Tensor:    # ln n_k on decoded rows, no line (NaN) on later rows
+        return super().ceiling.where(self.mask.any(-1), torch.nan)
 
 
-def _decoded(model: Seq2Seq, task, index: int):
+def _decoded(model, task, index: int):
+    """Example ``index`` greedily decoded: ``(source, target, output, weights)``, the weights
+    ``(n_q, n_k)`` for the GRU, ``(h, n_q, n_k)`` for a Transformer."""
     source, target = example(task, index)
-    ((output, weights),) = decode_examples(model, task, [(source, target)])
-    return source, target, output, weights
-
-
-def _transformer_decoded(model, task, index: int):
-    """Like :func:`_decoded`, read by a Transformer: weights ``(h, n_q, n_k)``, one row per head."""
-    source, target = example(task, index)
+    if isinstance(model, Seq2Seq):
+        ((output, weights),) = decode_examples(model, task, [(source, target)])
+        return source, target, output, weights
     batch = collate(task, [(source, target)])
     tokens, weights = model.greedy_decode(batch.src, batch.src_lengths, steps=len(target))
     return source, target, [task.tgt_vocab.itos[i] for i in tokens[0].tolist()], weights[0]
@@ -51,18 +54,11 @@ def _alignment(source, target, output, weights, step: int, reader: str = "GRU") 
     return frame
 
 
-class _DecodedFrame(AttentionFrame):
-    @property
-    def ceiling(self) -> torch.Tensor:    # ln n_k on decoded rows, no line (NaN) on later rows
-        return super().ceiling.where(self.mask.any(-1), torch.nan)
-
-
 def _check(model, step) -> None:
     check_model(model)
     if model.attention == "none":
         raise ValueError("model has no attention (attention='none'): there is no alignment to show")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be an int >= 0, got {step!r}")
+    require_int_in("step", step, 0)
 
 
 def alignment_frame(model: Seq2Seq, task: str, index: int, step: int) -> AttentionFrame:
@@ -85,7 +81,7 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20,
     }
     decoded = {"GRU": [_decoded(model, task, index) for index in range(examples)]}  # (src, tgt, out, w)
     if transformer is not None:
-        runs = [_transformer_decoded(transformer, task, index) for index in range(examples)]
+        runs = [_decoded(transformer, task, index) for index in range(examples)]
         decoded |= {f"Transformer head {h}": [(*run[:3], run[3][h]) for run in runs]
                     for h in range(runs[0][3].shape[0])}
         controls["reader"] = widgets.Dropdown(options=list(decoded), description="reader")
@@ -101,8 +97,6 @@ def alignment_widget(model: Seq2Seq, task: str, *, examples: int = 20,
     longest = max(len(out) for runs in decoded.values() for _, _, out, _ in runs)
     view.panel.ax_entropy.set_yticks(range(longest))      # one tick per output step
     view.panel.ax_entropy.yaxis.tick_right()    # step labels clear of the colour bar's ticks
-
-    def frame(index, step, reader="GRU"):
-        return _alignment(*decoded[reader][index], step, reader)
-
-    return LiveAttentionWidget(frame, controls, view, title=f"Decoding step by step ({task.name})")
+    return LiveAttentionWidget(lambda index, step, reader="GRU": _alignment(
+        *decoded[reader][index], step, reader), controls, view,
+        title=f"Decoding step by step ({task.name})")

@@ -13,21 +13,18 @@ from ..masks import causal_mask, padding_mask, sliding_window_mask
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
 from .panels import AttentionPanel, TextSprites
 
-__all__ = ["MASK_TYPES", "PLACEMENTS", "DTYPES", "BATCH_SENTENCES", "PAD", "build_mask",
-           "masking_frame", "masking_widget", "CaptionedView"]
-
 
 class CaptionedView(BlitView):
-    """An attention heatmap and its entropy view over the frame's ``caption`` lines."""
+    """An attention heatmap and its entropy view over the frame's two ``caption`` lines."""
 
     CAPTION_PT, LINE_SPACING = 9, 1.35
 
     def __init__(self, figsize: tuple[float, float], *, title: str,
-                 max_shape: tuple[int, int] | None = None, lines: int = 2,
+                 max_shape: tuple[int, int] | None = None,
                  axis_names: tuple[str, str] = ("key", "query"),
                  entropy_title: str = "entropy per query"):
         super().__init__(figsize)
-        bottom = (lines * 12 + 8) / (figsize[1] * 72)                 # room for the caption
+        bottom = (2 * 12 + 8) / (figsize[1] * 72)                     # room for the caption
         grid = self.figure.add_gridspec(1, 1, left=0.01, right=0.99, bottom=bottom, top=0.99)
         self.panel = AttentionPanel(self.blit, grid[0], title=title, max_shape=max_shape,
                                     entropy_title=entropy_title)
@@ -39,9 +36,8 @@ class CaptionedView(BlitView):
     def draw(self, frame: AttentionFrame) -> None:
         self.panel.set_frame(frame)                      # a relayout names the axes key and query
         self.panel.cells.colors[torch.as_tensor(frame.weights).isnan().numpy()] = NAN_RGBA
-        self.panel.ax_map.xaxis.label.set_text(self.axis_names[0])
-        self.panel.ax_map.yaxis.label.set_text(self.axis_names[1])
-        lines = list(getattr(frame, "caption", ()))
+        self.panel.ax_map.set(xlabel=self.axis_names[0], ylabel=self.axis_names[1])
+        lines = frame.caption
         self.caption.set(lines, [(0.015, 0.012 + (len(lines) - 1 - i) * self._pitch)
                                  for i in range(len(lines))])
 
@@ -61,9 +57,7 @@ def build_mask(mask_type: str, n: int, window: int, length: int) -> torch.Tensor
         raise ValueError(f"mask_type must be one of {MASK_TYPES}, got {mask_type!r}")
     if mask_type == "none":
         return None
-    mask = torch.ones(n, n, dtype=torch.bool)
-    if mask_type.startswith("causal"):
-        mask = mask & causal_mask(n)
+    mask = causal_mask(n) if mask_type.startswith("causal") else torch.ones(n, n, dtype=torch.bool)
     if "window" in mask_type:
         mask = mask & sliding_window_mask(n, window, causal="causal" in mask_type)
     if "padding" in mask_type:

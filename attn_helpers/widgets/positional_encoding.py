@@ -17,17 +17,15 @@ from matplotlib.colors import Normalize
 from matplotlib.patches import Circle, Rectangle
 
 from .. import plots
+from .._checks import require_int_in
 from ..attention import masked_softmax
 from ..entropy import attention_entropy
 from ..lessons import positional_encoding as lesson
 from ..masks import causal_mask
 from ..plots import MASKED_COLOR, SCORES_CMAP, to_numpy
 from ..positional import apply_rope, sinusoidal_encoding
-from .core import HIGHLIGHT_COLOR, AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
-from .panels import CellPainter
-
-__all__ = ["ENCODINGS", "BASES", "N_POSITIONS", "queries_and_keys", "causal_diagonal_spread",
-           "positional_frame", "positional_widget"]
+from .core import AttentionFrame, BlitView, LiveAttentionWidget
+from .panels import HIGHLIGHT_COLOR, AttentionPanel, CellPainter
 
 ENCODINGS = ("sinusoidal (E E^T)", "random table (E E^T)", "add PE, then project (W_Q, W_K)",
              "project, then rotate (RoPE)")
@@ -52,8 +50,7 @@ class PositionalFrame(AttentionFrame):
 
 @lru_cache(maxsize=1)
 def _trained_models():
-    models, _ = lesson.load_models()
-    return models
+    return lesson.load_models()[0]
 
 
 def _check_base(encoding: str, base: float) -> float:
@@ -71,15 +68,13 @@ def queries_and_keys(encoding: str, head: int = 0,
                      base: float = lesson.BASE) -> tuple[torch.Tensor, torch.Tensor]:
     """``(queries, keys)``, each ``(N_POSITIONS, D_HEAD)`` float64: token 0's at each position.
     ``base`` (one of :data:`BASES`) sets the frequencies; the random table ignores it."""
-    n = N_POSITIONS
-    base = _check_base(encoding, base)
+    n, base = N_POSITIONS, _check_base(encoding, base)
     if encoding == ENCODINGS[0]:
         table = sinusoidal_encoding(n, D_HEAD, base=base, dtype=torch.float64)
         return table, table
     if encoding == ENCODINGS[1]:
-        table = torch.randn(n, D_HEAD, generator=torch.Generator().manual_seed(7),
-                            dtype=torch.float64) / 1.4
-        return table, table
+        table = torch.randn(n, D_HEAD, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+        return table / 1.4, table / 1.4
     if encoding not in _TRAINED:
         raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
     model = _trained_models()[lesson.model_key(_TRAINED[encoding], 0, base)]
@@ -123,12 +118,9 @@ def positional_frame(encoding: str, position: int, offset: int, pair: int,
     ``k`` (``0 .. 8``), pair ``i`` (``0 .. 3``), trained head ``h`` (``0 .. 2``) and ``base``."""
     for name, value, top in (("position", position, N_POSITIONS - 1), ("offset", offset, MAX_OFFSET),
                              ("pair", pair, D_HEAD // 2 - 1), ("head", head, lesson.NUM_HEADS - 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
-            raise ValueError(f"{name} must be an int in 0..{top}, got {value!r}")
-    base = _check_base(encoding, base)
-    g = _grids(encoding, head, base)
-    S, weights, p, k = g["S"], g["weights"], position, offset
-    pair_of = slice(2 * pair, 2 * pair + 2)
+        require_int_in(name, value, 0, top)
+    g = _grids(encoding, head, _check_base(encoding, base))
+    S, weights, p, k, pair_of = g["S"], g["weights"], position, offset, slice(2 * pair, 2 * pair + 2)
     has_key = p >= k
     q_pair, k_pair = g["queries"][p, pair_of], g["keys"][max(p - k, 0), pair_of]
     return PositionalFrame(
@@ -163,8 +155,8 @@ def _axes(figure, cell, xlabel: str, ylabel: str, title: str, **limits):
 class PositionalView(BlitView):
     """Top: the score grid, the pair on a circle, the diagonal's scores; bottom: the attention."""
 
-    def __init__(self, figsize: tuple[float, float] = (10.5, 7.8)):
-        super().__init__(figsize)
+    def __init__(self):
+        super().__init__((10.5, 7.8))
         figure, n, train = self.figure, N_POSITIONS, lesson.TRAIN_MAX_LEN
         grid = figure.add_gridspec(2, 3, width_ratios=[1.25, 1, 1.25], height_ratios=[1, 1.3],
                                    left=0.06, right=0.98, bottom=0.01, top=0.935, wspace=0.42,

@@ -20,12 +20,8 @@ from ..entropy import max_entropy
 from ..lessons import real_model as rm
 from ..plots import to_numpy, weights_cmap
 from ..pretrained import Encoder, load_encoder, mean_pool
-from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
-from .panels import HIGHLIGHT_COLOR, CellPainter, TextSprites
-
-__all__ = ["SentenceError", "SentenceRun", "RealModelFrame", "RealModelView", "RealModelWidget",
-           "ablated_embeddings", "example_pairs", "real_model_frame", "real_model_widget",
-           "run_sentence", "token_label"]
+from .core import AttentionFrame, BlitView, LiveAttentionWidget
+from .panels import HIGHLIGHT_COLOR, AttentionPanel, CellPainter, TextSprites
 
 CACHE_SIZE = 16  # sentence runs kept (a 512-piece sentence holds 75 MB of weights)
 
@@ -34,14 +30,9 @@ class SentenceError(ValueError):
     """A text the widget cannot show (empty, only spaces, no word pieces)."""
 
 
-@functools.cache
-def _font():
-    return get_font(findfont(FontProperties()))
-
-
 def token_label(token: str) -> str:
     """The token as the plot can draw it: characters the plot font lacks become ``?``."""
-    font = _font()
+    font = get_font(findfont(FontProperties()))                 # both cached by matplotlib
     return "".join(c if font.get_char_index(ord(c)) else "?" for c in token)
 
 
@@ -148,8 +139,8 @@ def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: i
 class RealModelView(BlitView):
     """One head's heatmap and entropies (left); every head's mean entropy / ln n, framed (right)."""
 
-    def __init__(self, shape: tuple[int, int] = (6, 12), figsize=(12.0, 5.0)):
-        super().__init__(figsize)
+    def __init__(self, shape: tuple[int, int]):
+        super().__init__((12.0, 5.0))
         grid = self.figure.add_gridspec(1, 2, width_ratios=[3.2, 1.8], left=0.01, right=0.94,
                                         bottom=0.02, top=0.97, wspace=0.08)
         self.panel = AttentionPanel(self.blit, grid[0], title=" ")

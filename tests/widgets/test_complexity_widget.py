@@ -86,9 +86,6 @@ def test_every_step_changes_the_picture_by_blitting_only():
     assert all(a > b for a, b in zip(unseen, unseen[1:], strict=False))   # one tile less each step
     widget.set(n=40, block_size=8, causal=True)                        # other sizes: still a blit
     assert view.blit._background is background and widget.error is None
-    bundle = widget._repr_mimebundle_()
-    data = bundle[0] if isinstance(bundle, tuple) else bundle
-    assert "image/png" in data and "controls: n, block_size, causal, step" in data["text/plain"]
 
 
 def test_the_step_slider_spans_the_tiles_and_an_ended_stepper_stays_at_the_end():
@@ -107,26 +104,26 @@ def test_the_step_slider_spans_the_tiles_and_an_ended_stepper_stays_at_the_end()
     assert block.max == 8 and widget.error is None
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"n": 100}, "n must be between 8 and 48, got 100"),
-    ({"step": 99}, "step must be between 0 and 16, got 99"),
-    ({"n": 8, "block_size": 12}, "block_size must be between 2 and 8, got 12"),
-    ({"causal": "yes"}, "causal must be True or False, got 'yes'"),
-    ({"block_size": 0}, "block_size must be between 2 and 16, got 0"),
-    ({"step": 1.0}, "step must be a whole number, got 1.0"),
-])
-def test_bad_input_is_shown_in_the_widget_and_moves_nothing(values, message):
+def test_bad_input_is_shown_in_the_widget_and_moves_nothing():
     widget = wx.tile_stepper_widget()
 
     def ranges():
         return widget.values, widget.controls["block_size"].max, widget.controls["step"].max
 
     before, picture = ranges(), widget.image.value
-    with pytest.raises(ValueError, match=message.split(",")[0]):
-        widget.set(**values)
-    assert widget.error is not None and message in widget.error
-    assert html.escape(message) in widget.error_html.value
-    assert ranges() == before and widget.image.value == picture       # the ranges went back too
+    for values, message in [
+        ({"n": 100}, "n must be between 8 and 48, got 100"),
+        ({"step": 99}, "step must be between 0 and 16, got 99"),
+        ({"n": 8, "block_size": 12}, "block_size must be between 2 and 8, got 12"),
+        ({"causal": "yes"}, "causal must be True or False, got 'yes'"),
+        ({"block_size": 0}, "block_size must be between 2 and 16, got 0"),
+        ({"step": 1.0}, "step must be a whole number, got 1.0"),
+    ]:
+        with pytest.raises(ValueError, match=message.split(",")[0]):
+            widget.set(**values)
+        assert widget.error is not None and message in widget.error
+        assert html.escape(message) in widget.error_html.value
+        assert ranges() == before and widget.image.value == picture   # the ranges went back too
     widget.set(step=3)
     assert widget.error is None and widget.error_html.value == ""
 

@@ -114,7 +114,7 @@ def test_positional_frame_errors():
     for kwargs in ({"position": 24}, {"offset": 9}, {"pair": 4}, {"head": 3}, {"position": True},
                    {"encoding": "rope"}):
         args = {"encoding": SINUSOIDAL, "position": 0, "offset": 1, "pair": 0, **kwargs}
-        with pytest.raises(ValueError, match=next(iter(kwargs))):
+        with pytest.raises((TypeError, ValueError), match=next(iter(kwargs))):  # a bool: TypeError
             positional_frame(**args)
     with pytest.raises(ValueError, match="position"):
         positional_widget(position=99)
@@ -149,6 +149,3 @@ def test_positional_widget_opens_where_asked_and_moves_as_the_pure_function():
     assert "base 625 has no trained model" in widget.error and widget.image.value == shown
     widget.set(base=10000.0)
     assert widget.error is None and widget.image.value != shown
-    with pytest.raises(ValueError, match="base must be one of"):
-        widget.set(base=5.0)                       # not an option of the dropdown
-    assert "base must be one of" in widget.error

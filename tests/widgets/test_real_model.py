@@ -132,14 +132,10 @@ def widget(enc):
     return real_model_widget(enc)
 
 
-def test_widget_starts_on_the_first_example_and_shows_a_static_picture(widget):
+def test_widget_starts_on_the_first_example(widget):
     pairs = example_pairs()
     assert widget.values["sentence"] == pairs[0][0] and widget.values["partner"] == pairs[0][1]
-    assert widget.error is None and bytes(widget.image.value).startswith(b"\x89PNG")
-    bundle = widget._repr_mimebundle_()
-    data = bundle[0] if isinstance(bundle, tuple) else bundle
-    assert "image/png" in data and "still picture" in data["text/plain"]
-    assert widget.examples in widget.ui.children
+    assert widget.error is None and widget.examples in widget.ui.children
 
 
 def test_moves_only_redraw_and_new_sentences_run_once(enc, widget):

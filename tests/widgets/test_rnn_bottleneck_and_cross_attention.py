@@ -123,7 +123,7 @@ def test_alignment_frame_and_widget(models):
     assert panel.ax_map.get_ylabel().startswith("output step")
     with pytest.raises(ValueError, match="no attention"):
         wd_cross.alignment_frame(models["no attention"], "reversal", 0, 0)
-    with pytest.raises(ValueError, match="step must be an int >= 0"):
+    with pytest.raises(ValueError, match="step must be >= 0, got -1"):
         wd_cross.alignment_frame(model, "reversal", 0, -1)
     with pytest.raises(TypeError, match="model must be an rnn_bottleneck.Seq2Seq"):
         wd_cross.alignment_frame("model", "reversal", 0, 0)
