@@ -129,9 +129,7 @@ def value_norms_reference(weights, values, W_O):
 
 
 def _rows(W, h, d_head):                             # W_O[h*dh:(h+1)*dh, :]: rows, not columns
-    if len(W) < h * d_head:                          # that code crashes here: nothing to match
-        return torch.full((h, d_head, 1), float("nan"))
-    return W[: h * d_head].view(h, d_head, -1)
+    return W[: h * d_head].view(h, d_head, -1)       # named on the cases with d = h * d_head
 
 
 def _merged(w, v, W):                                # heads merged, the whole W_O: (b, n, d)

@@ -98,8 +98,8 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
 
 def _entropy_cases() -> list[dict]:
     g = seeded(122)
-    weights = [torch.softmax(torch.randn(shape, generator=g), -1) for shape in [(6,), (4, 4), (3, 5),
-                                                                                (2, 2, 4)]]
+    weights = [torch.softmax(torch.randn(shape, generator=g), -1)
+               for shape in [(6,), (4, 4), (3, 5), (2, 2, 4)]]
     weights += [torch.softmax(torch.randn(2, 7, generator=g, dtype=torch.float64), -1),
                 torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]]),
                 torch.softmax(2 * torch.randn(size(g, 1, 5), size(g, 1, 9), generator=g), -1),
