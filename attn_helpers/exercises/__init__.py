@@ -1,6 +1,5 @@
 """Checkers for the "check yourself" exercises: ``core`` is the framework, ``workflow`` the
-registry, hints and progress, each other module one notebook's checkers (importing registers them).
-"""
+registry, hints and progress, each other module one notebook's checkers (importing registers them)."""
 
 from . import (  # noqa: F401  (each registers its notebook's exercises)
     build_gpt,

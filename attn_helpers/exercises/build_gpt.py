@@ -22,12 +22,6 @@ from . import core
 from .core import CheckResult, Mistake, Refused, check_function, seeded
 from .workflow import exercise, passed
 
-__all__ = ["ATTEND_SHORTCUT", "ATTENTION_MISTAKES", "BLOCK_MISTAKES", "GENERATE_MISTAKES",
-           "LOOP_MISTAKES", "MODEL_MISTAKES", "SCHEDULE_MISTAKES", "TRAIN_MISTAKES", "attention_variant",
-           "block_variant", "check_attention", "check_block", "check_generate", "check_model",
-           "check_train", "check_train_step", "generate_variant", "loop_variant", "model_variant",
-           "pick", "schedule_variant", "train_variant"]
-
 KEYS = ("attention", "model", "train", "generate")
 
 
@@ -43,6 +37,7 @@ def pick(name: str, learner, solution, what: str = ""):
 # --- the module exercises: build, run in pieces through a cache, compare gradients ----------------
 
 def _build(cls, args: tuple, reference: nn.Module, what: str, swap: tuple):
+    """``cls(*args)`` with the reference's weights (and its parts ``swap``), or the verdict."""
     if not isinstance(cls, type) or not issubclass(cls, nn.Module):
         return CheckResult(False, f"Not yet: {what} should be an nn.Module class, got "
                                   f"{type(cls).__name__}.")
@@ -54,9 +49,9 @@ def _build(cls, args: tuple, reference: nn.Module, what: str, swap: tuple):
     except NotImplementedError:
         return CheckResult(False, f"{what} is not implemented yet.")
     except Exception as exc:
-        return CheckResult(False, f"Not yet: building {what}{args} and loading the reference's "
-                                  f"weights failed ({type(exc).__name__}: {exc}). Keep the stub's "
-                                  "__init__: the checker relies on its layer names.")
+        return CheckResult(False, f"Not yet: building {what}{args} and loading the reference's weights "
+                                  f"failed ({type(exc).__name__}: {exc}). Keep the stub's __init__: the "
+                                  "checker relies on its layer names.")
     return module.eval()
 
 
@@ -78,8 +73,7 @@ def _check_module(cls, what: str, sizes: list, variant: Callable, mistakes: list
                   cases: Callable = lambda args, seed: _sequences(seed, args[0]), swap: tuple = (),
                   error_hints: tuple = (), std: float = 0.5) -> CheckResult:
     """``cls`` against the randomised reference ``bg.<what>(*args)`` for each ``(args, seed)`` of
-    ``sizes`` (``swap``: reference parts put in it), then one backward: a detached query, key or
-    residual is named."""
+    ``sizes`` (``swap``: its parts put in ``cls``'s), then the gradients after one backward."""
     def calls(m):
         """``run(x, split, step, start=0)``: one call (``split`` 0), or ``x[:, :split]`` into a
         new cache, then ``step`` tokens a call; the outputs concatenated."""
@@ -110,8 +104,8 @@ def _check_module(cls, what: str, sizes: list, variant: Callable, mistakes: list
         result = CheckResult(True, f"Passed: {what} matches the reference on all {count * len(sizes)} "
                                    f"cases ({count} cases at each of {len(sizes)} model sizes), edge "
                                    "cases included.")
-    wrong = core.gradient_mismatch(module, ref, lambda m, x: forward(m, x, 0, None),
-                                   cases(args, seed)[1]["x"])
+    x = cases(args, seed)[1]["x"]
+    wrong = core.gradient_mismatch(module, ref, lambda m, x: forward(m, x, 0, None), x)
     if not wrong:
         return CheckResult(True, result.message.removesuffix(".") + ", and so are its gradients after "
                                                                      "one backward.")
@@ -131,8 +125,8 @@ def _check_module(cls, what: str, sizes: list, variant: Callable, mistakes: list
 
 def _sequences(seed: int, d: int = 0, vocab: int = 0, shapes=((1, 5, 0, 0), (2, 7, 0, 0),
               (3, 1, 0, 0), (2, 9, 4, 1), (2, 8, 3, 5), (1, 12, 5, 3), (2, 6, 1, 1))) -> list[dict]:
-    """A case per ``(b, n, split, step)``, run in calls as :func:`_check_module` says: ``x`` is
-    ``(b, n, d)`` random vectors, or ``(b, n)`` ids below ``vocab``."""
+    """A case per ``(b, n, split, step)``: ``x`` is ``(b, n, d)`` random vectors, or ``(b, n)`` ids
+    below ``vocab``."""
     g = seeded(seed)
     return [{"x": torch.randint(0, vocab, (b, n), generator=g) if vocab else
              torch.randn(b, n, d, generator=g), "split": split, "step": step}
@@ -205,7 +199,6 @@ ATTENTION_MISTAKES = [
      "keys sum to 1, so use dim=-1."),
 ]
 
-
 #: What the checker says when the learner's forward calls ``cache.attend``.
 ATTEND_SHORTCUT = (
     "your forward calls cache.attend, notebook 05's finished attention step: it builds the mask "
@@ -215,8 +208,6 @@ ATTEND_SHORTCUT = (
 
 
 class _LessonCache(KVCache):
-    """The checker's cache: ``attend`` names what the exercise asks instead of doing it."""
-
     def attend(self, *args, **kwargs):
         raise Refused(ATTEND_SHORTCUT)
 
@@ -234,8 +225,7 @@ class _LessonCache(KVCache):
     "return ...           # (b, n, d): the heads side by side, then W_O"))
 def check_attention(cls) -> CheckResult:
     """Exercise: ``cls(d_model, num_heads)``; ``forward(x (b, n, d), cache=None) -> (b, n, d)``,
-    new query ``i`` seeing keys ``0..start+i``, the attention step written out (not
-    ``cache.attend``)."""
+    new query ``i`` seeing keys ``0..start+i``, the attention step written out."""
     return _check_module(
         cls, "CausalSelfAttention", [((16, 4), 101), ((12, 2), 102), ((8, 1), 103)],
         attention_variant, ATTENTION_MISTAKES, new_cache=lambda x: _LessonCache(x.shape[1]),
@@ -375,9 +365,8 @@ def _both(first: CheckResult | None, second: Callable[[], CheckResult]) -> Check
     if first is not None and not first:
         return first
     result = second()
-    if first is None or not result:
-        return result
-    return CheckResult(True, first.message + " " + result.message.replace("Passed: ", "And ", 1))
+    return result if first is None or not result else CheckResult(
+        True, first.message + " " + result.message.replace("Passed: ", "And ", 1))
 
 
 @exercise("build_gpt.model", "the model: a pre-norm block, then the GPT", hints=(
@@ -468,8 +457,7 @@ def train_variant(kind: str = "right") -> Callable:
 
 
 TRAIN_MISTAKES = [
-    ("not_shifted", "the targets are not shifted: the target at position i is the character one after "
-     "input i."),
+    ("not_shifted", "the targets are not shifted: the target of input i is the character one after it."),
     ("whole_chunk", "inputs and targets are both the whole chunk: the model learns to copy. A chunk of "
      "n + 1 characters gives n inputs and n targets: which n of each?"),
     ("shifted_backwards", "the shift goes the wrong way: the targets are the later of the two slices."),
@@ -568,8 +556,7 @@ SCHEDULE_MISTAKES = [
     ("linear", "the decay is linear: after the warm-up it follows half a cosine period."),
     ("min_lr_not_subtracted", "the cosine starts at lr + min_lr: it scales the range, (lr - min_lr) * "
      "(1 + cos(pi * progress)) / 2, added to min_lr."),
-    ("no_half", "cos(pi * progress) runs from 1 to -1, so the rate goes negative: use (1 + cos(pi * "
-     "progress)) / 2."),
+    ("no_half", "cos(pi * p) runs from 1 to -1, so the rate goes negative: use (1 + cos(pi * p)) / 2."),
 ]
 
 
@@ -702,8 +689,7 @@ def _run_loop(train: Callable) -> Callable:
 def check_train(train: Callable, learning_rate: Callable, train_step: Callable | None = None
                 ) -> CheckResult:
     """Exercise: ``train_step`` (if given) as :func:`check_train_step`, then ``learning_rate(step,
-    recipe) -> float`` and ``train(model, train_step, corpus, recipe, generator, stop=None) ->
-    curve``, with the reference's step and draws."""
+    recipe) -> float`` and ``train(model, train_step, corpus, recipe, generator, stop=None)``."""
     recipes = [{"recipe": bg.Recipe(steps=s, batch=2, lr=lr, warmup=w, min_lr=m)}
                for s, lr, w, m in [(20, 0.1, 5, 0.01), (12, 3e-3, 1, 0.0), (50, 1e-3, 10, 1e-4),
                                    (8, 0.5, 3, 0.05)]]
@@ -897,17 +883,14 @@ def check_generate(generate: Callable) -> CheckResult:
 
 def _cache_misuse(calls: list, n0: int, use_cache: bool, T: int) -> str | None:
     """What went wrong first in ``calls`` (``(n, start, cache used)`` each), or None. Past the
-    context, refilling a fresh cache with the window's first n_ctx - 1 characters and then running
-    its last one is the same work as the window in one call, and counts as that call."""
-    merged, i = [], 0
-    while i < len(calls):
-        refill = [(T - 1, 0, False), (1, T - 1, True)]
-        if use_cache and n0 + len(merged) > T and calls[i:i + 2] == refill:
-            merged.append((T, 0, False))
-            i += 2
+    context, a fresh cache refilled with the window but its last one, then that one, is one call."""
+    merged = []
+    for call in calls:
+        refill = merged[-1:] == [(T - 1, 0, False)] and call == (1, T - 1, True)
+        if use_cache and refill and n0 + len(merged) - 1 > T:
+            merged[-1] = (T, 0, False)
         else:
-            merged.append(calls[i])
-            i += 1
+            merged.append(call)
     for j, (n, start, used) in enumerate(merged):
         L = n0 + j                                       # the text's length before call j + 1
         want = (min(L, T), 0, False) if L > T or not use_cache or not j else (1, L - 1, True)

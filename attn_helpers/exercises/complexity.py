@@ -13,9 +13,6 @@ from ..efficient import OnlineSoftmaxState, block_state, elu_feature_map, merge_
 from .core import AllocationWatch, CheckResult, Mistake, check_function, seeded
 from .workflow import exercise
 
-__all__ = ["check_merge_states", "check_causal_backward", "check_linear_step",
-           "merge_states_reference", "causal_backward_reference", "linear_step_reference"]
-
 STATE = ("m (the merged max)", "l (the merged sum)", "acc (the merged output sum)")
 
 

@@ -116,7 +116,8 @@ def _why(exc: Exception) -> str:
 class AllocationWatch(torch.overrides.TorchFunctionMode):
     """While entered, every tensor a torch call in the learner's code returns (``q @ k.mT``,
     ``k.repeat_interleave(...)``) goes to ``refuse(tensor, call_name)``: None, or the text of a
-    :class:`Refused`. What a library call allocates inside itself is not seen."""
+    :class:`Refused`; so do the intermediates of an einsum of three or more operands. What another
+    library call allocates inside itself is not seen."""
 
     def __init__(self, refuse: Callable[[torch.Tensor, str], str | None]):
         super().__init__()
@@ -124,12 +125,31 @@ class AllocationWatch(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, tuple | list) else (out,):
-            if isinstance(t, torch.Tensor):
-                why = self.refuse(t, getattr(func, "__name__", str(func)))
-                if why:
-                    raise Refused(why)
+        seen = _einsum_steps(*args) if func is torch.einsum else []
+        name = getattr(func, "__name__", str(func))
+        for t in seen + list(out if isinstance(out, tuple | list) else (out,)):
+            if isinstance(t, torch.Tensor) and (why := self.refuse(t, name)):
+                raise Refused(why)
         return out
+
+
+def _einsum_steps(equation, *operands) -> list[torch.Tensor]:
+    """The partial products torch.einsum builds inside one call: without opt_einsum it contracts the
+    operands left to right, keeping each index a later operand or the output still needs."""
+    operands = operands[0] if len(operands) == 1 and isinstance(operands[0], list | tuple) else operands
+    if not isinstance(equation, str) or len(operands) < 3 or torch.backends.opt_einsum.enabled:
+        return []
+    inputs, arrow, out = equation.replace(" ", "").replace("...", ".").partition("->")
+    terms = inputs.split(",")
+    out = out if arrow else "." + "".join(c for c in inputs if inputs.count(c) == 1)
+    steps, term = [operands[0]], terms[0]
+    for i in range(1, len(terms) - 1):                     # the last product is the output itself
+        needed = "".join(terms[i + 1:]) + out
+        kept = "".join(dict.fromkeys(c for c in term + terms[i] if c in needed))
+        steps.append(torch.einsum(f"{term},{terms[i]}->{kept}".replace(".", "..."), steps[-1],
+                                  operands[i]))
+        term = kept
+    return steps[1:]
 
 
 def check_function(candidate: Callable, reference: Callable, cases: Iterable[dict], *,
@@ -189,14 +209,23 @@ def check_function(candidate: Callable, reference: Callable, cases: Iterable[dic
                              "edge cases included.")
 
 
+def _empty_rows_as_zeros(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """0 in each row (last axis) that is all NaN in one of ``x``, ``y`` and all 0 in the other."""
+    if not (x.dim() and x.is_floating_point() and y.is_floating_point()):
+        return x, y
+    empty = ((x.isnan().all(-1) & (y == 0).all(-1)) | (y.isnan().all(-1) & (x == 0).all(-1)))[..., None]
+    return x.masked_fill(empty, 0), y.masked_fill(empty, 0)
+
+
 def _named_mistake(mistakes, case, got, expected, atol, rtol, candidate=None, cases=()) -> str | None:
-    """The hint of the first mistake whose output equals ``got`` (NaN == NaN), not ``expected``.
-    When several do, the first that also equals ``candidate`` on every other case both run on:
-    a small case cannot tell some mistakes apart (one head: head 0's weights and their mean)."""
-    def same(xs, ys) -> bool:
-        return all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
-                   and x.shape == y.shape and _close(y, x, atol, rtol, equal_nan=True)
-                   for x, y in zip(xs, ys, strict=False))
+    """The hint of the first mistake whose output equals ``got``, not ``expected`` (NaN equals NaN;
+    against ``got``, a row all NaN also equals one all 0: a row with nothing to attend to, from a
+    softmax written out or from ah's attention). When several do, the first that also equals
+    ``candidate`` on every other case both run on: a small case cannot tell some mistakes apart."""
+    def same(xs, ys, rows=True) -> bool:
+        return all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
+                   and _close(*(_empty_rows_as_zeros(y, x) if rows else (y, x)), atol, rtol,
+                              equal_nan=True) for x, y in zip(xs, ys, strict=False))
 
     def run(f, on):
         try:
@@ -205,7 +234,7 @@ def _named_mistake(mistakes, case, got, expected, atol, rtol, candidate=None, ca
             return None
 
     matching = [m for m in mistakes if (wrong := run(m.produce, case)) is not None
-                and same(wrong, got) and not same(wrong, expected)]
+                and same(wrong, got) and not same(wrong, expected, rows=False)]
     if len(matching) > 1 and candidate is not None:
         answers = [run(candidate, other) for other in cases]
         for mistake in matching:

@@ -202,14 +202,12 @@ def test_backward_checker_accepts_the_reference_a_learner_solution_and_the_hint(
     assert ex.check_causal_backward(skeleton("complexity.causal_backward", BACKWARD_ARGS, HINT_FILLS))
 
 
-@pytest.mark.parametrize("key, fragments, fills", [
-    ("merge_states", ("exp(m1 - m)", "exp(m2 - m)", "exp(m_i - m)", "subtract 0", "torch."),
-     MERGE_FILLS),
-    ("causal_backward", ("rowsum", "exp(", "+=", "sqrt", "masked_fill"), HINT_FILLS)])
-def test_no_hint_states_the_solution(key, fragments, fills):
+@pytest.mark.parametrize("key, fragments", [
+    ("merge_states", ("exp(m1 - m)", "exp(m2 - m)", "exp(m_i - m)", "subtract 0", "torch.")),
+    ("causal_backward", ("rowsum", "exp(", "+=", "sqrt", "masked_fill"))])
+def test_hints_before_the_skeleton_do_not_state_the_solution(key, fragments):
     hints = EXERCISES[f"complexity.{key}"].hints
     assert not [fragment for fragment in fragments if fragment in hints[0] + hints[1]]
-    assert not [fill for fill in fills if fill in hints[2]]              # the skeleton leaves them out
 
 
 BROADCAST = (lambda a, b: (a[..., :, None, :] * b[..., None, :, :]).sum(-1),     # S = Q K^T
