@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-
-__all__ = ["BlitFigure", "encode_png"]
 
 _DEFLATE_THREAD = ThreadPoolExecutor(1, thread_name_prefix="encode_png")
 
@@ -54,20 +51,18 @@ class BlitFigure:
         self.figure = Figure(figsize=figsize, dpi=dpi, layout="none")
         self.canvas = FigureCanvasAgg(self.figure)
         self._background = None
-        self._animated: list = []
-        self._on_layout: list[Callable[[], None]] = []
-        self._overlays: list = []  # (zorder, paint)
+        self._animated, self._on_layout, self._overlays = [], [], []   # overlays: (zorder, paint)
 
     def animate(self, *artists) -> None:
         """Leave ``artists`` out of the background and redraw them at each render."""
         for artist in artists:
             artist.set_animated(True)
-            self._animated.append(artist)
+        self._animated += artists
 
-    def on_layout(self, callback: Callable[[], None]) -> None:
+    def on_layout(self, callback) -> None:
         self._on_layout.append(callback)
 
-    def overlay(self, paint: Callable[[np.ndarray], None], zorder: float = 3.0) -> None:
+    def overlay(self, paint, zorder: float = 3.0) -> None:
         """Call ``paint(buffer)`` at each render, among the animated artists by ``zorder``."""
         self._overlays.append((zorder, paint))
 
@@ -84,9 +79,8 @@ class BlitFigure:
                 callback()
         self.canvas.restore_region(self._background)
         buffer = np.asarray(self.canvas.buffer_rgba())  # a view: painting it paints the canvas
-        layers = [(a.get_zorder(), i, a) for i, a in enumerate(self._animated)]
-        layers += [(z, len(layers) + i, paint) for i, (z, paint) in enumerate(self._overlays)]
-        for _, _, layer in sorted(layers, key=lambda item: item[:2]):
+        layers = [(artist.get_zorder(), artist) for artist in self._animated] + self._overlays
+        for _, layer in sorted(layers, key=lambda item: item[0]):   # stable: ties keep their order
             if callable(layer):
                 layer(buffer)
             elif layer.get_visible():

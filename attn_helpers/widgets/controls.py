@@ -13,8 +13,6 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Circle, FancyBboxPatch
 from PIL import Image
 
-__all__ = ["control_problem", "still_png"]
-
 FONT, BOLD = FontProperties(size=9), FontProperties(size=10, weight="bold")
 ROW, GAP, TRACK, BOX = 26, 8, 110, 13        # pixels
 BLUE, GREY, EDGE = "#2196f3", "#c8c8c8", "#9e9e9e"
@@ -100,17 +98,14 @@ def _control(strip: _Strip, control, x: float, y: float, room: float) -> float:
             strip.text(x + 8, y, option, color="white" if chosen else "black")
             x += w + 2
         return x
-    if isinstance(control, widgets.Dropdown):
-        w = strip.measure(str(control.label)) + 26
-        strip.box(x, y, w, 20)
-        strip.text(x + 6, y, str(control.label))
-        strip.text(x + w - 13, y, "▾")
-        return x + w
-    if isinstance(control, widgets.Text | widgets.Textarea):
-        shown = strip.fit(control.value, max(room - x - 12, 40))
-        w = strip.measure(shown) + 12
+    if isinstance(control, widgets.Dropdown | widgets.Text | widgets.Textarea):   # a box
+        menu = isinstance(control, widgets.Dropdown)
+        shown = str(control.label) if menu else strip.fit(control.value, max(room - x - 12, 40))
+        w = strip.measure(shown) + (26 if menu else 12)
         strip.box(x, y, w, 20)
         strip.text(x + 6, y, shown)
+        if menu:
+            strip.text(x + w - 13, y, "▾")
         return x + w
     if isinstance(control, widgets.SelectionSlider):
         share, value = control.index / max(len(control.options) - 1, 1), str(control.label)
@@ -160,8 +155,7 @@ def still_png(title: str | None, controls: dict, picture: bytes, readouts: dict,
     image = np.asarray(Image.open(io.BytesIO(picture)).convert("RGBA"))
     width = image.shape[1]
     parts = [_controls_strip(title, controls, width, dpi), image]
-    if readouts:
-        parts.append(_readouts_strip(readouts, width, dpi))
+    parts += [_readouts_strip(readouts, width, dpi)] if readouts else []
     out = io.BytesIO()
     Image.fromarray(np.concatenate(parts)).save(out, format="PNG", optimize=True)
     return out.getvalue()

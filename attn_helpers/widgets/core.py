@@ -73,9 +73,6 @@ class BlitView:
     def figure(self) -> Figure:
         return self.blit.figure
 
-    def draw(self, frame) -> None:
-        raise NotImplementedError
-
     def update(self, frame) -> bytes:
         self.draw(frame)
         return self.blit.render()
@@ -126,7 +123,7 @@ class LiveAttentionWidget:
         if not controls:
             raise ValueError("controls must name at least one control")
         self.compute, self.controls, self.title = compute, dict(controls), title
-        self.view = view if view is not None else AttentionView()
+        self.view = view or AttentionView()
         self.image = widgets.Image(format="png", layout=widgets.Layout(
             width="auto", max_width="100%", height="auto", align_self="flex-start"))
         self.readout_html, self.error_html = widgets.HTML(), widgets.HTML()
@@ -142,7 +139,6 @@ class LiveAttentionWidget:
 
     @property
     def values(self) -> dict:
-        """The current control values, by name."""
         return {name: control.value for name, control in self.controls.items()}
 
     @property
@@ -153,13 +149,12 @@ class LiveAttentionWidget:
 
     @property
     def error(self) -> str | None:
-        """The last error message, or ``None``."""
         self._flush()
         return self._error
 
     @property
     def readouts(self) -> dict:
-        """The readouts of the frame on show, formatted as text."""
+        """The readouts of the frame on show, as text."""
         frame = self.frame
         return {} if frame is None else {k: _format_readout(v) for k, v in frame.readouts.items()}
 
@@ -209,8 +204,7 @@ class LiveAttentionWidget:
         """Move several controls with one redraw; return the readouts. A value the control would
         reject or clamp is refused: a message in the widget, the picture kept, and a ValueError
         naming the control (a call from code must not pass silently)."""
-        unknown = set(values) - set(self.controls)
-        if unknown:
+        if unknown := set(values) - set(self.controls):
             raise ValueError(f"unknown control(s) {sorted(unknown)}; known: {sorted(self.controls)}")
         for name, value in values.items():
             if problem := control_problem(name, self.controls[name], value):

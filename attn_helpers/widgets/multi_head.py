@@ -15,19 +15,10 @@ from matplotlib.transforms import offset_copy
 
 from .._checks import require_int_in, shape
 from ..entropy import attention_entropy
-from ..lessons.multi_head import (
-    CONFIG,
-    RELATIONS,
-    AblationData,
-    AblationFrame,
-    ablation_data,
-    ablation_frame,
-)
+from ..lessons import multi_head as lesson
 from ..plots import to_numpy
 from .core import AttentionFrame, AttentionPanel, BlitFigure, BlitView, EntropyBars, LiveAttentionWidget
 from .panels import TextSprites
-
-__all__ = ["ALL_HEADS", "MultiHeadFrame", "MultiHeadView", "multihead_frame", "multihead_widget"]
 
 ALL_HEADS = "all"
 OFF_CONTRAST = 0.25  # a switched-off head's heatmap keeps this share of its contrast with white
@@ -42,7 +33,7 @@ class MultiHeadFrame(AttentionFrame):
     head: int | None = None
     head_names: Sequence[str] = ()
     heads_on: tuple = ()
-    ablation: AblationFrame | None = None
+    ablation: lesson.AblationFrame | None = None
 
     @property
     def head_entropy(self) -> torch.Tensor:
@@ -52,7 +43,7 @@ class MultiHeadFrame(AttentionFrame):
 
 def multihead_frame(weights: torch.Tensor, labels: Sequence[Sequence[str]], example: int,
                     head: int | str, *, head_names: Sequence[str] | None = None,
-                    mask: torch.Tensor | None = None, ablation: AblationData | None = None,
+                    mask: torch.Tensor | None = None, ablation: lesson.AblationData | None = None,
                     heads_on: Sequence[bool] | None = None) -> MultiHeadFrame:
     """One example and one head (or :data:`ALL_HEADS`) of ``weights (examples, h, n, n)``, ``n``
     labels per example, an optional ``(n, n)`` mask; with ``ablation`` (``ablation_data``),
@@ -69,30 +60,30 @@ def multihead_frame(weights: torch.Tensor, labels: Sequence[Sequence[str]], exam
         raise ValueError(f"head_names has {len(names)} names for {h} heads")
     if heads_on is not None and ablation is None:
         raise ValueError("heads_on needs ablation data (ablation=ablation_data(model, ...))")
-    a = None if ablation is None else ablation_frame(
+    a = None if ablation is None else lesson.ablation_frame(
         ablation, example, (True,) * h if heads_on is None else heads_on)
     per_head, tokens = weights[example], list(labels[example])
     frame = MultiHeadFrame(per_head.mean(0) if head is None else per_head[head], tokens, tokens,
                            mask=mask, head_weights=per_head, head=head, head_names=names,
                            heads_on=(True,) * h if a is None else a.heads_on, ablation=a)
+    shown = range(h) if head is None else [head]
     last = per_head[:, -1, :].argmax(-1)
     frame.readouts = {
         "example": " ".join(tokens),
         "showing": "all heads" if head is None else names[head],
         "mean entropy per head (nats)": ", ".join(
             f"{name}: {e:.4f}" for name, e in zip(names, frame.head_entropy.tolist(), strict=True)),
-        "last query's strongest key": ", ".join(
-            f"{names[i]}: {tokens[int(last[i])]}" for i in (range(h) if head is None else [head])),
+        "last query's strongest key": ", ".join(f"{names[i]}: {tokens[int(last[i])]}" for i in shown),
     }
     if a is None:
         return frame
-    # the heads off, then per relation the accuracy and the letters named at i >= 2 (✓ or ✗), the
-    # positions the accuracy counts (at i = 1 the previous letter is the first)
+    # per relation, the accuracy and the letters named at i >= 2 (✓ or ✗): the positions the
+    # accuracy counts (at i = 1 the previous letter is the first)
     off = [name for name, on in zip(names, a.heads_on, strict=True) if not on]
     frame.readouts["heads switched off"] = ", ".join(off) or "none"
-    for r, relation in enumerate(RELATIONS):
+    for r, relation in enumerate(lesson.RELATIONS):
         frame.readouts[f"held-out accuracy at positions 2.., {relation} letter "
-                       f"(chance {1 / CONFIG.vocab:.3f})"] = float(a.accuracy[relation])
+                       f"(chance {1 / lesson.CONFIG.vocab:.3f})"] = float(a.accuracy[relation])
         frame.readouts[f"{relation} letter named at positions 2.. (✓ right, ✗ wrong)"] = " ".join(
             f"{string.ascii_uppercase[p]}{'✓' if ok else '✗'}"
             for p, ok in zip(a.predictions[2:, r].tolist(), a.correct[2:, r].tolist(), strict=True))
@@ -166,28 +157,27 @@ class MultiHeadView(BlitView):
         lines = [f"example: {r['example']}   |   showing: {r['showing']}"]
         if frame.ablation is not None:
             accuracy = ", ".join(f"{relation} letter {frame.ablation.accuracy[relation]:.2f}"
-                                 for relation in RELATIONS)
+                                 for relation in lesson.RELATIONS)
             lines.append(f"switched off: {r['heads switched off']}   |   held-out accuracy: "
-                         f"{accuracy} (chance {1 / CONFIG.vocab:.3f})")
+                         f"{accuracy} (chance {1 / lesson.CONFIG.vocab:.3f})")
         return lines
 
     def draw(self, frame: MultiHeadFrame) -> None:
         if frame.head is None:
+            self.blit = self.grid
             for i, panel in enumerate(self.grid.panels):
                 panel.set_title(frame.head_names[i])
                 panel.set_frame(AttentionFrame(frame.head_weights[i], frame.query_labels,
                                                frame.key_labels, mask=frame.mask))
                 self.grid.mark(i, frame.heads_on[i])
-            self.blit = self.grid
         else:
-            panel, on = self.single.panels[0], frame.heads_on[frame.head]
+            self.blit, panel, on = self.single, self.single.panels[0], frame.heads_on[frame.head]
             panel.set_frame(frame)
             self.single_title.transform = offset_copy(  # where the panel's title goes
                 panel.ax_map.transAxes, fig=self.single.figure, y=panel.title_pad + 2, units="points")
             self.single_title.set([frame.head_names[frame.head] + ("" if on else " (off)")],
                                   [(0.5, 1.0)])
             self.single.mark(0, on)
-            self.blit = self.single
         self.blit.set_bars(frame, self.picture_lines(frame))
 
 
@@ -203,6 +193,15 @@ def multihead_widget(weights: torch.Tensor, labels: Sequence[Sequence[str]], *,
     names = multihead_frame(weights, labels, example, head, head_names=head_names,
                             mask=mask).head_names                     # checks the arguments
     h, data = len(names), None
+    if any(arg is not None for arg in (model, eval_tokens, eval_targets)):
+        if model is None or eval_tokens is None or eval_targets is None:
+            raise ValueError("switching heads off needs model, eval_tokens (m, n) and eval_targets "
+                             "(m, n, 2), all three")
+        data = lesson.ablation_data(model, eval_tokens, eval_targets)
+        if data.weights.shape[1] != h:
+            raise ValueError(f"weights has {h} heads, the model {data.weights.shape[1]}")
+    if heads_on is not None and (data is None or len(heads_on) != h):
+        raise ValueError(f"heads_on needs the model and one bool per head ({h}), got {heads_on!r}")
     controls = {
         "example": widgets.IntSlider(value=example, min=0, max=len(labels) - 1, description="example",
                                      layout=widgets.Layout(width="320px")),
@@ -210,15 +209,6 @@ def multihead_widget(weights: torch.Tensor, labels: Sequence[Sequence[str]], *,
                                  + [(name, i) for i, name in enumerate(names)],
                                  value=head, description="head", layout=widgets.Layout(width="300px")),
     }
-    if any(arg is not None for arg in (model, eval_tokens, eval_targets)):
-        if model is None or eval_tokens is None or eval_targets is None:
-            raise ValueError("switching heads off needs model, eval_tokens (m, n) and eval_targets "
-                             "(m, n, 2), all three")
-        data = ablation_data(model, eval_tokens, eval_targets)
-        if data.weights.shape[1] != h:
-            raise ValueError(f"weights has {h} heads, the model {data.weights.shape[1]}")
-    if heads_on is not None and (data is None or len(heads_on) != h):
-        raise ValueError(f"heads_on needs the model and one bool per head ({h}), got {heads_on!r}")
     for i in range(0 if data is None else h):   # given the model, a box per head
         controls[f"head_{i}_on"] = widgets.Checkbox(
             value=heads_on is None or bool(heads_on[i]), description=f"head {i} on", indent=False,

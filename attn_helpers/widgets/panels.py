@@ -20,9 +20,6 @@ from mpl_toolkits.axes_grid1.axes_size import Fixed
 
 from ..plots import ceiling_staircase, to_numpy, weights_cmap
 
-__all__ = ["BAR_COLOR", "HIGHLIGHT_COLOR", "CEILING_COLOR", "EntropyBars", "TextSprites",
-           "CellPainter", "AttentionPanel"]
-
 BAR_COLOR = "#3b75af"
 HIGHLIGHT_COLOR = "#ff7f0e"
 CEILING_COLOR = "#c0392b"
@@ -47,7 +44,7 @@ class EntropyBars:
         ax.add_collection(self.bars)
         (self.ceiling,) = ax.plot([], [], color=CEILING_COLOR, linestyle="--", linewidth=1.2)
         blit.animate(self.bars, self.ceiling)
-        blit.on_layout(self._fit_width)
+        blit.on_layout(self.fit_width)
         self.rows, self.x_max = 0, 0.0
 
     def layout(self, rows: int, x_max: float) -> None:
@@ -58,9 +55,11 @@ class EntropyBars:
             self.ax.set_xlim(0, max(self.x_max, 0.1) * 1.1)
             self.blit.invalidate()
 
-    def _fit_width(self) -> None:
+    def fit_width(self) -> None:
+        """Bars 0.7 of a row thick, for the rows the y limits show (a view may zoom in)."""
         if self.rows:
-            row_pt = self.ax.get_window_extent().height / self.rows * 72 / self.blit.figure.dpi
+            bottom, top = self.ax.get_ylim()
+            row_pt = self.ax.get_window_extent().height / abs(bottom - top) * 72 / self.blit.figure.dpi
             self.bars.set_linewidth(0.7 * row_pt)
 
     def set(self, values, ceilings, highlight: int | None = None) -> None:
@@ -98,10 +97,7 @@ class TextSprites:
         self.blit, self.transform = blit, transform
         self.size, self.rotate, self.ha, self.va = size, rotate, ha, va
         self.color = np.array(to_rgb(color)) * 255
-        self.texts: list[str] = []
-        self.xy = np.zeros((0, 2))
-        self.visible = True
-        self._blends: dict = {}
+        self.texts, self.xy, self.visible, self._blends = [], np.zeros((0, 2)), True, {}
         blit.overlay(self.paint, zorder)
 
     def set(self, texts: Sequence[str], xy) -> None:
@@ -150,15 +146,15 @@ class CellPainter:
 
     def __init__(self, blit, ax, cmap, norm: Normalize | None = None, zorder: float = 0.5):
         self.ax, self.cmap, self.norm = ax, cmap, norm or Normalize(0.0, 1.0, clip=True)
-        self.colors = np.zeros((0, 0, 4), dtype=np.uint8)
+        self.colors = np.zeros((0, 0, 4), dtype=np.uint8)  # (n_q, n_k, RGBA)
         blit.overlay(self.paint, zorder)
 
     def set(self, weights) -> None:
-        self.colors = self.cmap(self.norm(weights), bytes=True)  # (n_q, n_k, 4)
+        self.colors = self.cmap(self.norm(weights), bytes=True)
 
     def paint(self, buffer: np.ndarray) -> None:
         n_q, n_k = self.colors.shape[:2]
-        if not n_q or not n_k:
+        if not self.colors.size:
             return
         height, width = buffer.shape[:2]
         edges = self.ax.transData.transform(np.arange(max(n_q, n_k) + 1)[:, None] - [0.5, 0.5])
@@ -199,10 +195,8 @@ class _Labels:
 
     def set(self, labels: Sequence[str]) -> None:
         shown = range(0, len(labels), self.every)
-        at = np.zeros((len(shown), 2))
+        at = np.zeros((len(shown), 2)) + (0.0, 1.0 if self.axis == "x" else 0.0)  # x: the axes' top
         at[:, 0 if self.axis == "x" else 1] = shown
-        if self.axis == "x":
-            at[:, 1] = 1.0  # the top of the axes
         self.sprites.set([labels[i] for i in shown], at)
 
 
@@ -213,8 +207,10 @@ class AttentionPanel:
 
     def __init__(self, blit, region, *, title: str = "attention weights",
                  max_shape: tuple[int, int] | None = None, entropy_width: float = 1.5,
-                 entropy_title: str = "entropy per query"):
-        self.blit, self.title = blit, title
+                 entropy_title: str = "entropy per query",
+                 entropy_xlabel: str = "nats (dashes: ln visible keys)",
+                 axis_names: tuple[str, str] = ("key", "query")):
+        self.blit, self.title, self.axis_names = blit, title, axis_names
         figure = blit.figure
         self.ax_map = ax = figure.add_subplot(region)
         ax.set_title(title, fontsize=TITLE_PT)
@@ -224,11 +220,11 @@ class AttentionPanel:
         self.cells = CellPainter(blit, ax, weights_cmap())
         divider = make_axes_locatable(ax)
         self.ax_bar = divider.append_axes("right", size=Fixed(0.12), pad=Fixed(0.08))
-        figure.colorbar(ScalarMappable(Normalize(0, 1), weights_cmap()), cax=self.ax_bar)
+        self.scale = ScalarMappable(Normalize(0, 1), weights_cmap())   # set_clim rescales the bar
+        figure.colorbar(self.scale, cax=self.ax_bar)
         self.ax_bar.tick_params(labelsize=MIN_PT)
         self.ax_entropy = divider.append_axes("right", size=Fixed(entropy_width), pad=Fixed(0.45))
-        self.entropy = EntropyBars(blit, self.ax_entropy, title=entropy_title,
-                                   xlabel="nats (dashes: ln visible keys)")
+        self.entropy = EntropyBars(blit, self.ax_entropy, title=entropy_title, xlabel=entropy_xlabel)
         # room for the token labels, axis names and titles, resized at each layout
         self.room = {side: Fixed(0.3) for side in ("left", "top", "bottom")}
         for side, size in self.room.items():
@@ -272,8 +268,8 @@ class AttentionPanel:
             self.room["left"].fixed_size = (left + 2 * LABEL_PT + 2) / 72
             self.room["bottom"].fixed_size = 3.2 * MIN_PT / 72
         ax.xaxis.set_label_position("top")
-        ax.set_xlabel("key", fontsize=LABEL_PT, labelpad=above + 2)
-        ax.set_ylabel("query", fontsize=LABEL_PT, labelpad=left + 2)
+        ax.set_xlabel(self.axis_names[0], fontsize=LABEL_PT, labelpad=above + 2)
+        ax.set_ylabel(self.axis_names[1], fontsize=LABEL_PT, labelpad=left + 2)
         self.title_pad = above + 4 + 1.6 * LABEL_PT  # points above the map
         ax.set_title(self.title, fontsize=TITLE_PT, pad=self.title_pad)
         self.entropy.layout(n_q, math.log(max(n_k, 1)))
@@ -287,11 +283,11 @@ class AttentionPanel:
             raise ValueError(f"highlight_row must lie in 0..{n_q - 1}, got {frame.highlight_row}")
         query_labels = [str(label) for label in frame.query_labels]
         key_labels = [str(label) for label in frame.key_labels]
-        longest = (self.ylabels.widest(query_labels), self.xlabels.widest(key_labels))
-        if (n_q > self.shape[0] or n_k > self.shape[1] or longest[0] > self.longest[0]
-                or longest[1] > self.longest[1]):
-            self._layout(max(n_q, self.shape[0]), max(n_k, self.shape[1]),
-                         (max(longest[0], self.longest[0]), max(longest[1], self.longest[1])))
+        shape = (max(n_q, self.shape[0]), max(n_k, self.shape[1]))
+        longest = (max(self.ylabels.widest(query_labels), self.longest[0]),
+                   max(self.xlabels.widest(key_labels), self.longest[1]))
+        if shape != self.shape or longest != self.longest:   # grown: lay out again
+            self._layout(*shape, longest)
         if frame.mask is not None:
             weights = np.ma.masked_where(~to_numpy(frame.mask).astype(bool), weights)
         self.cells.set(weights)

@@ -17,9 +17,6 @@ from ..plots import to_numpy, weights_cmap
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
 from .panels import BAR_COLOR, HIGHLIGHT_COLOR, AttentionPanel
 
-__all__ = ["DEMO_KEYS", "CURVE_TEMPERATURES", "LookupFrame", "LookupView", "lookup_2d_frame",
-           "lookup_2d_widget"]
-
 DEMO_KEYS = {"cat": (1.8, 1.2), "dog": (1.3, 1.9), "car": (-1.9, 0.8), "bus": (-1.5, 1.6),
              "apple": (0.4, -2.0), "pear": (1.1, -1.6)}
 CURVE_TEMPERATURES = torch.logspace(-1.3, 1.0, 60, dtype=torch.float64)
@@ -41,7 +38,6 @@ class LookupView(BlitView):
 
     def __init__(self):
         super().__init__((9.6, 5.4))
-        self.figure.set_layout_engine("none")  # the gridspec below, not the notebooks' layout
         grid = self.figure.add_gridspec(2, 2, width_ratios=[1, 1.45], height_ratios=[1.1, 1],
                                         left=0.06, right=0.94, bottom=0.09, top=0.95, wspace=0.2,
                                         hspace=0.3)
@@ -65,8 +61,8 @@ class LookupView(BlitView):
                            textcoords="offset points")
         plane.legend(loc="lower left", fontsize=7.5, markerscale=0.6, ncol=2, columnspacing=0.8)
         self.panel = AttentionPanel(self.blit, grid[0, 1], title="weights a_j of the query q",
-                                    entropy_width=1.0, entropy_title="entropy")
-        self.panel.ax_entropy.set_xlabel("nats (dashes: ln n)", fontsize=8)
+                                    entropy_width=1.0, entropy_title="entropy",
+                                    entropy_xlabel="nats (dashes: ln n)")
         curve = self.figure.add_subplot(grid[1, 1])
         t_min, t_max = CURVE_TEMPERATURES.min().item(), CURVE_TEMPERATURES.max().item()
         ceiling = max_entropy(len(DEMO_KEYS))      # the margins below keep the end markers whole

@@ -9,20 +9,15 @@ from dataclasses import dataclass, replace
 import ipywidgets as widgets
 import numpy as np
 import torch
-from matplotlib.cm import ScalarMappable
 from matplotlib.colors import ListedColormap, Normalize
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from ..entropy import attention_entropy
 from ..lessons.rnn_bottleneck import Seq2Seq, input_gradient_norms, predict
 from ..lessons.tasks import collate, example, get_task
-from ..plots import weights_cmap
 from ..training import single_thread
 from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
-from .panels import MIN_PT, CellPainter, TextSprites
-
-__all__ = ["DecodeFrame", "DecodeView", "bottleneck_widget", "check_model", "colour_scale",
-           "decode_examples", "decode_frames", "gradient_frame"]
+from .panels import CellPainter, TextSprites
 
 WEIGHTS, SHARES = "attention weights", "gradient share"   # the menu 'show'
 #: each mode's map title, entropy title and entropy axis label
@@ -32,21 +27,12 @@ TEXTS = {WEIGHTS: ("attention weights: output step t x input position j", "entro
                   "entropy of each row's share", "nats (dashes: ln n, equal shares)")}
 SHARE_ENTROPY = "mean gradient-share entropy (nats)"   # the readout in place of the weights' entropy
 SCALES = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)   # a share map's colour scale: 0 .. the first >= its max
+SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 PLAIN, RIGHT, WRONG = range(3)      # strip cells: a token, a right output, a wrong one (orange)
 LENGTHS, EXAMPLES = (4, 24), 20     # the length slider's range; examples per length
 NO_WEIGHTS = ("No attention, so no weights to draw.", "Every output step t reads the same",
               "context vector c. Input j reaches it only", "through the encoder's recurrence,",
               "over t or n-1-t steps: set show to", "'gradient share' to see that path.")
-
-
-class _DecodePanel(AttentionPanel):
-    """Axes in notebook 01's symbols (queries and keys come only in notebook 02)."""
-
-    def _layout(self, *args) -> None:
-        super()._layout(*args)
-        self.ax_map.xaxis.label.set_text("input position j")
-        self.ax_map.yaxis.label.set_text("output step t")
-        self.ax_entropy.xaxis.label.set_text(TEXTS[WEIGHTS][2])
 
 
 @dataclass
@@ -60,9 +46,7 @@ class DecodeFrame(AttentionFrame):
     title: str = ""
     show: str = WEIGHTS
 
-    @property
-    def has_attention(self) -> bool:
-        return self.mask is None
+    has_attention = property(lambda self: self.mask is None)
 
 
 def check_model(model) -> None:
@@ -95,8 +79,7 @@ def colour_scale(frame: DecodeFrame) -> float:
 
 def _positioned(tokens) -> list[str]:
     """``9₀ 5₁ 9₂``: digits repeat, positions do not."""
-    return [f"{token}{str(i).translate(str.maketrans('0123456789', '₀₁₂₃₄₅₆₇₈₉'))}"
-            for i, token in enumerate(tokens)]
+    return [f"{token}{str(i).translate(SUBSCRIPTS)}" for i, token in enumerate(tokens)]
 
 
 def decode_examples(model: Seq2Seq, task, pairs):
@@ -120,12 +103,11 @@ def decode_frames(models: Mapping[str, Seq2Seq], model_name: str, lengths) -> di
     frames = {n: [] for n in lengths}
     for (source, target), (output, weights) in zip(pairs, decoded, strict=True):
         n, correct = len(source), [o == t for o, t in zip(output, target, strict=True)]
-        entropy = ("no attention" if weights is None
-                   else attention_entropy(weights.double()).mean().item())
         no_weights = torch.zeros(n, n, dtype=torch.bool)     # every weight masked
         errors = n - sum(correct)
         readouts = {"model": model_name, "token accuracy": sum(correct) / n,
-                    "errors": f"{errors} of {n}", "mean entropy (nats)": entropy}
+                    "errors": f"{errors} of {n}", "mean entropy (nats)": "no attention"
+                    if weights is None else attention_entropy(weights.double()).mean().item()}
         frames[n].append(DecodeFrame(
             weights=no_weights.float() if weights is None else weights,
             query_labels=_positioned(output), key_labels=_positioned(source),
@@ -141,9 +123,8 @@ class DecodeView(BlitView):
 
     def __init__(self):
         super().__init__((8.4, 6.9))
-        self.shown = max_len = LENGTHS[1]
+        max_len = LENGTHS[1]
         figure = self.figure
-        figure.set_layout_engine("none")   # the gridspec below, not the notebooks' constrained layout
         grid = figure.add_gridspec(2, 1, height_ratios=[1, 5.4], left=0.1, right=0.97,
                                    bottom=0.01, top=0.95, hspace=0.2)
         self.ax_strip = ax = figure.add_subplot(grid[0])
@@ -158,30 +139,23 @@ class DecodeView(BlitView):
             ax.transData, ax.transAxes), fig=figure, y=-3, units="points"), size=8, va="top")
         self.strip_title = TextSprites(self.blit, offset_copy(
             ax.transAxes, fig=figure, y=4, units="points"), size=10, va="bottom")
-        self.panel = panel = _DecodePanel(self.blit, grid[1], max_shape=(max_len, max_len),
-                                          title=TEXTS[WEIGHTS][0], entropy_title=TEXTS[WEIGHTS][1])
-        self.scale = ScalarMappable(Normalize(0.0, 1.0), weights_cmap())   # the colour bar's
-        panel.ax_bar.clear()
-        figure.colorbar(self.scale, cax=panel.ax_bar)
-        panel.ax_bar.tick_params(labelsize=MIN_PT)
+        title, entropy_title, entropy_xlabel = TEXTS[WEIGHTS]   # notebook 01's symbols: no keys yet
+        self.panel = panel = AttentionPanel(
+            self.blit, grid[1], max_shape=(max_len, max_len), title=title, entropy_title=entropy_title,
+            entropy_xlabel=entropy_xlabel, axis_names=("input position j", "output step t"))
+        self.scale = panel.scale
         self.notice = TextSprites(self.blit, panel.ax_map.transAxes, size=10)
         self.notice.set(NO_WEIGHTS, [(0.5, 0.62 - 0.08 * i) for i in range(len(NO_WEIGHTS))])
         self.no_entropy = TextSprites(self.blit, panel.ax_entropy.transAxes, size=9)
         self.no_entropy.set(["no weights,", "so no", "entropy"], [(0.5, 0.56), (0.5, 0.5), (0.5, 0.44)])
-        self.blit.on_layout(self._fit_bars)   # after the panel's own: bars as thick as a row
 
     def _zoom(self, n: int) -> None:
-        self.shown = n
         for set_xlim in (self.ax_strip.set_xlim, self.panel.ax_map.set_xlim):
             set_xlim(-0.5, n - 0.5)
         for ax in (self.panel.ax_map, self.panel.ax_entropy):
             ax.set_ylim(n - 0.5, -0.5)
         self.positions.set([str(i) for i in range(n)], [(i, 0.0) for i in range(n)])
-        self._fit_bars()
-
-    def _fit_bars(self) -> None:
-        row_pt = self.panel.ax_entropy.get_window_extent().height / self.shown * 72 / self.figure.dpi
-        self.panel.entropy.bars.set_linewidth(0.7 * row_pt)
+        self.panel.entropy.fit_width()
 
     def draw(self, frame: DecodeFrame) -> None:
         n, panel = len(frame.source), self.panel          # = len(target) = len(output): a reversal

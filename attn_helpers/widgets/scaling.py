@@ -13,8 +13,6 @@ from ..lessons.scaling import jacobian_norm
 from .core import AttentionFrame, AttentionPanel, BlitView, LiveAttentionWidget
 from .panels import TextSprites
 
-__all__ = ["D_K_OPTIONS", "STD", "TAU", "ScalingView", "scaling_frame", "scaling_widget"]
-
 D_K_OPTIONS = tuple(2 ** i for i in range(11))  # 1 .. 1024
 N_TOKENS = 8
 TAU = "divisor τ (scaled: sqrt(d_k)·T, unscaled: T)"    # readout names, in the notebook's symbols
@@ -41,7 +39,8 @@ def scaling_frame(d_k: int, scaled: bool, temperature: float, *, seed: int = 0) 
     weights = torch.softmax(scores, dim=-1)
     frame = AttentionFrame(weights=weights, query_labels=[f"q{i}" for i in range(N_TOKENS)],
                            key_labels=[f"k{i}" for i in range(N_TOKENS)])
-    frame.settings = {"d_k": d_k, "scaled": scaled, "temperature": temperature}  # drawn in
+    frame.settings = (f"d_k = {d_k}   |   divided by sqrt(d_k): {'yes' if scaled else 'no'}   |   "
+                      f"temperature T = {temperature:.3g}   |   τ = {tau:.3g}")   # drawn in
     frame.readouts = {TAU: f"{tau:.3g}"} | {  # one 8 x 8 draw: two digits
         name: _two_digits(value.item()) for name, value in [
             (STD, scores.std()),
@@ -57,16 +56,13 @@ class ScalingView(BlitView):
     def __init__(self):
         super().__init__((6.8, 4.4))
         grid = self.figure.add_gridspec(1, 1, left=0.01, right=0.99, bottom=0.08, top=0.99)
-        self.panel = AttentionPanel(self.blit, grid[0], title="attention weights of 8 random queries")
-        self.panel.ax_entropy.set_xlabel("nats (dashes: ln n)", fontsize=8)
+        self.panel = AttentionPanel(self.blit, grid[0], title="attention weights of 8 random queries",
+                                    entropy_xlabel="nats (dashes: ln n)")
         self.lines = TextSprites(self.blit, self.figure.transFigure, size=9, ha="left", va="center")
 
     def draw(self, frame: AttentionFrame) -> None:
         self.panel.set_frame(frame)
-        d_k, scaled, temperature = frame.settings.values()
-        tau = (math.sqrt(d_k) if scaled else 1.0) * temperature
-        self.lines.set([f"d_k = {d_k}   |   divided by sqrt(d_k): {'yes' if scaled else 'no'}   |   "
-                        f"temperature T = {temperature:.3g}   |   τ = {tau:.3g}"], [(0.02, 0.035)])
+        self.lines.set([frame.settings], [(0.02, 0.035)])
 
 
 def scaling_widget(seed: int = 0, *, d_k: int = 64, scaled: bool = True,

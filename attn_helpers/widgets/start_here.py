@@ -11,9 +11,6 @@ from ..entropy import max_weight
 from ..masks import causal_mask
 from .core import AttentionFrame, AttentionView, LiveAttentionWidget
 
-__all__ = ["READOUT_NORMALISED", "READOUT_SCALING", "WARMUP_TOKENS", "normalised_entropy",
-           "warmup_scores", "warmup_frame", "warmup_widget"]
-
 WARMUP_TOKENS = ("how", "does", "attention", "really", "work", "?")
 WARMUP_SEED = 5  # the smallest seed with a mean entropy below 0.1 nats at T = 0.1 (notebook 00)
 READOUT_NORMALISED = "mean H / ln(keys seen) (rows seeing 2+ keys)"   # a row seeing 1 key has no spread
