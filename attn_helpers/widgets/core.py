@@ -118,10 +118,6 @@ class LiveAttentionWidget:
 
     def __init__(self, compute: Callable, controls: Mapping[str, widgets.ValueWidget], view=None,
                  *, title: str | None = None):
-        if not callable(compute):
-            raise TypeError(f"compute must be callable, got {type(compute).__name__}")
-        if not controls:
-            raise ValueError("controls must name at least one control")
         self.compute, self.controls, self.title = compute, dict(controls), title
         self.view = view or AttentionView()
         self.image = widgets.Image(format="png", layout=widgets.Layout(
