@@ -22,13 +22,13 @@ __all__ = [
     "RELATIONS", "TaskConfig", "CONFIG", "ONE_HEAD", "LOSS_EVERY", "STUDY_SEEDS",
     "make_batch", "token_labels", "TwoRelationModel", "relation_accuracy", "head_relation_scores",
     "evaluation_batch", "train_two_relations", "load_two_relations", "load_one_head", "steps_to",
-    "ablated_accuracy", "study_claims",
+    "ablated_accuracy", "ablation_falls", "heads_split", "study_claims",
     "AblationData", "AblationFrame", "ablation_data", "ablation_frame",
 ]
 
 RELATIONS = ("previous", "first")
 LOSS_EVERY = 10             # the seed study keeps the mean loss of every 10 steps
-STUDY_SEEDS = (0, 1, 2, 3, 4)
+STUDY_SEEDS = tuple(range(24))
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,7 @@ def token_labels(tokens: torch.Tensor) -> list[str]:
 
 
 class TwoRelationModel(nn.Module):
-    """Embeddings + learned positions, one causal :class:`MultiHeadAttention`, a residual MLP, two
-    read-outs. ``forward(tokens (b, n), head_mask=None) -> (logits (b, n, 2, vocab), weights)``."""
+    """Embeddings + positions, a causal :class:`MultiHeadAttention`, a residual MLP, two read-outs."""
 
     def __init__(self, config: TaskConfig = CONFIG):
         super().__init__()
@@ -104,8 +103,7 @@ class TwoRelationModel(nn.Module):
 
 def relation_accuracy(model: TwoRelationModel, tokens: torch.Tensor, targets: torch.Tensor,
                       head_mask: torch.Tensor | None = None) -> dict[str, float]:
-    """``{"previous": .., "first": ..}``: share of positions ``i >= 2`` named correctly (at 1 the
-    previous letter is the first)."""
+    """``{"previous": .., "first": ..}``: share of positions ``i >= 2`` (not 1: there x0 = x[i-1])."""
     with torch.no_grad():
         logits, _ = model(tokens, head_mask=head_mask)
     correct = logits.argmax(-1)[:, 2:] == targets[:, 2:]
@@ -135,8 +133,7 @@ def _loss(model: nn.Module, tokens, targets) -> torch.Tensor:
 
 
 def train_two_relations(config: TaskConfig = CONFIG, *, build=None):
-    """Train a :class:`TwoRelationModel` (or ``build(config)``) seeded by ``config.seed``, one thread.
-    -> ``(model, TrainResult)``."""
+    """``(model, TrainResult)``: a :class:`TwoRelationModel` (or ``build(config)``), one thread."""
     torch.manual_seed(config.seed)
     model = TwoRelationModel(config) if build is None else build(config)
 
@@ -189,58 +186,69 @@ def ablated_accuracy(model: TwoRelationModel, tokens, targets, head: int, kind: 
         hook.remove()
 
 
-def ablation_falls(ablation: dict) -> dict[str, bool]:
-    """Per kind of ``ablation`` (``{kind: [accuracy without head i, ...]}``): some head's removal sends
-    ``previous`` within 0.03 of chance with ``first`` above 0.95, and another's the other way round."""
+def ablation_falls(ablation: dict, lost_below: float, kept_above: float = 0.95) -> dict[str, bool]:
+    """Per kind: for each relation, removing some head sends it below ``lost_below``, the other above
+    ``kept_above``."""
     def falls(accuracy, lost, kept):
-        return abs(accuracy[lost] - 1 / CONFIG.vocab) < 0.03 and accuracy[kept] > 0.95
+        return accuracy[lost] < lost_below and accuracy[kept] > kept_above
 
     return {kind: all(any(falls(acc, lost, kept) for acc in accs)
                       for lost, kept in (RELATIONS, RELATIONS[::-1]))
             for kind, accs in ablation.items()}
 
 
-def _split(scores) -> bool:
-    """One head > 0.7 on key i-1, another > 0.9 on key 0, each < 0.1 on the other's key."""
+def heads_split(scores) -> bool:
+    """``scores (h, 2)``: one head > 0.5 on key i-1 and < 0.25 on key 0, another the reverse."""
     scores = torch.as_tensor(scores)
     previous, first = int(scores[:, 0].argmax()), int(scores[:, 1].argmax())
-    return bool(previous != first and scores[previous, 0] > 0.7 and scores[first, 1] > 0.9
-                and scores[previous, 1] < 0.1 and scores[first, 0] < 0.1)
+    return bool(previous != first and scores[previous, 0] > 0.5 and scores[previous, 1] < 0.25
+                and scores[first, 1] > 0.5 and scores[first, 0] < 0.25)
 
 
-def study_claims(study: list[dict]) -> dict[str, bool]:
-    """Notebook 04's statements about the seed study's rows."""
+def study_claims(study: list[dict]) -> dict[str, dict[str, bool]]:
+    """Notebook 04's claims on the seed study, by group. Rates leave room for seeds near an edge."""
     runs = {h: sorted((r for r in study if r["num_heads"] == h), key=lambda r: r["seed"])
             for h in (1, 2)}
     pairs = list(zip(runs[1], runs[2], strict=True))
+    n = len(pairs)
+    split = [heads_split(r["relation_scores"]) for r in runs[2]]
     blends = [r["relation_scores"][0] for r in runs[1]]          # (previous, first) per seed
-    return {
-        "two heads name both letters (> 99%, every seed)":
+    gain = [steps_to(one, 0.01) - steps_to(two, 0.01) for one, two in pairs]   # steps sooner
+    gain_split = sorted(g for g, s in zip(gain, split, strict=True) if s)
+    return {"two heads": {
+        f"two heads name both letters (> 99%) on every seed ({n} seeds)":
             all(min(r["accuracy"].values()) > 0.99 for r in runs[2]),
+        f"the heads split the relations on >= {n - 4} of {n} seeds (one head > 0.5 of its weight on "
+        "key i-1 and < 0.25 on key 0, another the reverse)": sum(split) >= n - 4,
+        "...but not on every seed": not all(split),
+        "on every seed whose heads split, zero- and mean-ablation: without its head a relation falls "
+        "below 0.3 (chance 1/8), the other stays > 0.95":
+            all(all(ablation_falls(r["ablation"], 0.3).values())
+                for r, s in zip(runs[2], split, strict=True) if s),
+        "which head takes which relation changes with the seed":
+            len({int(torch.tensor(r["relation_scores"])[:, 0].argmax()) for r in runs[2]}) == 2,
+    }, "one head": {
         "one head also names both letters (> 99%, every seed): two are not needed":
             all(min(r["accuracy"].values()) > 0.99 for r in runs[1]),
         "the single head blends: > 0.2 of its weight on each relation's key (every seed)":
             all(min(b) > 0.2 for b in blends),
         "...unequally: > 0.2 more on the first key than on the previous (every seed)":
             all(first - previous > 0.2 for previous, first in blends),
-        f"with two heads the relations split between them on every seed ({len(runs[2])} seeds: "
-        "> 0.7 on i-1, > 0.9 on 0, < 0.1 across)": all(_split(r["relation_scores"]) for r in runs[2]),
-        "zero- and mean-ablation: without its head a relation falls within 0.03 of chance (1/8), "
-        "the other stays > 0.95 (every seed)":
-            all(all(ablation_falls(r["ablation"]).values()) for r in runs[2]),
-        "which head takes which relation changes with the seed":
-            len({int(torch.tensor(r["relation_scores"])[:, 0].argmax()) for r in runs[2]}) == 2,
-        "two heads end with a > 3x lower training loss than one (every seed)":
-            all(two["final_loss"] * 3 < one["final_loss"] for one, two in pairs),
-        "two heads learn faster: loss below 0.01 at least 50 steps sooner (every seed)":
-            all(steps_to(two, 0.01) + 50 <= steps_to(one, 0.01) for one, two in pairs),
-    }
+    }, "speed": {
+        f"two heads get the loss below 0.01 at least 50 steps sooner than one on >= {n - 6} of {n} "
+        "seeds": sum(g >= 50 for g in gain) >= n - 6,
+        f"two heads end with a > 3x lower training loss than one on >= {n - 4} of {n} seeds":
+            sum(two["final_loss"] * 3 < one["final_loss"] for one, two in pairs) >= n - 4,
+        "the speed-up goes with the split: every seed without one gains over 50 steps less than the "
+        "median seed with one": bool(gain_split) and all(
+            g + 50 < gain_split[len(gain_split) // 2] for g, s in zip(gain, split, strict=True)
+            if not s),
+    }}
 
 
 @dataclass(frozen=True)
 class AblationData:
-    """``tokens (m, n)``, ``targets (m, n, 2)``, ``weights (m, h, n, n)``; per ``heads_on`` tuple:
-    ``predictions[heads_on] (m, n, 2)`` and ``accuracy[heads_on]``."""
+    """The batch and weights; per ``heads_on`` tuple, ``predictions (m, n, 2)`` and ``accuracy``."""
 
     tokens: torch.Tensor
     targets: torch.Tensor
@@ -251,8 +259,7 @@ class AblationData:
 
 @dataclass(frozen=True)
 class AblationFrame:
-    """One example with some heads off: ``weights (h, n, n)``, ``predictions``/``correct (n, 2)``,
-    and the batch's ``accuracy`` with these heads."""
+    """One example with some heads off, and the batch's ``accuracy`` with these heads."""
 
     weights: torch.Tensor
     heads_on: tuple
