@@ -132,11 +132,6 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
     ("the mask came after the softmax: the rows no longer sum to 1. Mask the scores before it.",
      _attend(weights=lambda S, keep: S.softmax(-1) * keep)),
 ]]
-ATTEND_MISTAKES += [  # the two mask mistakes again, through ah.scaled_dot_product_attention: its
-    # rows with no key to read are zeros, not NaN
-    Mistake(partial(m.produce, weights=lambda S, keep: S.masked_fill(~keep, -math.inf).softmax(-1)
-                    .nan_to_num(0.0)), m.hint)
-    for m in ATTEND_MISTAKES if m.hint.startswith(("the mask lay along", "the mask is inverted"))]
 
 
 @exercise("cross_attention.attend", "Perceiver-style multi-head cross-attention from W_Q, W_K, W_V: "
