@@ -90,8 +90,8 @@ PREVIOUS_MISTAKES = [
     "n = weights.shape[-1]\n"
     "i = torch.arange(1, n)\n"
     "on_previous = ...                               # (L, b, h, n - 1): row i, column i - 1\n"
-    "valid = ...                                     # (1, b, 1, n - 1): real queries i >= 1\n"
-    "return pooled(on_previous, valid)               # (L, b, h): the stub's mean over queries"))
+    "valid = ...                                     # (1, b, 1, n - 1): 1.0 at real queries i >= 1\n"
+    "return ...                                      # (L, b, h): sum where valid, / their count"))
 def check_previous_token_scores(candidate: Callable) -> CheckResult:
     """Exercise: ``previous_token_scores(weights, mask) -> (L, b, h)``."""
     return check_function(

@@ -124,10 +124,9 @@ def test_a_stub_is_not_implemented_yet_and_a_crash_is_reported_with_its_case():
 
 
 def test_the_level_3_skeletons_filled_in_pass():
-    pooled = ("def pooled(x, valid):\n"        # the stub's given lines in notebook 09
-              "    return (x * valid).sum(dim=3) / valid.sum(dim=3)\n")
     assert P(skeleton("real_model.previous_token", "weights, mask", (
-        "weights[..., i, i - 1]", "mask[:, 1:][None, :, None, :].float()"), prefix=pooled))
+        "weights[..., i, i - 1]", "mask[:, 1:][None, :, None, :].float()",
+        "(on_previous * valid).sum(dim=3) / valid.sum(dim=3)")))
     assert N(skeleton("real_model.value_norms", "weights, values, W_O", (
         "W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)",
         "torch.einsum('bhjk,hkd->bhjd', values, W_h)", "weights * f.norm(dim=-1)[:, :, None, :]")))
