@@ -1,5 +1,5 @@
 """Notebook 02's data: section 1's query and keys' categories, section 2's sentence and its
-features, the convex hull of points in a plane, and exercise 2's shared-matrix training."""
+features, the convex hull of points in a plane, and section 2's shared-matrix training."""
 
 import math
 
@@ -41,7 +41,7 @@ def hull_corners(points: torch.Tensor) -> list[int]:
 
 
 def weights(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:  # noqa: N803
-    """Exercise 2's panels: ``softmax((X W_Q)(X W_K)^T / sqrt(d_k))``.
+    """Section 2's panels: ``softmax((X W_Q)(X W_K)^T / sqrt(d_k))``.
     ``X`` ``(n, d_model)``, ``W_Q``, ``W_K`` ``(..., d_model, d_k)`` -> ``(..., n, n)``."""
     Q, K = X @ W_Q, X @ W_K                                         # (..., n, d_k) each  # noqa: N806
     return torch.softmax(Q @ K.mT / math.sqrt(W_Q.shape[-1]), dim=-1)
