@@ -301,8 +301,9 @@ _GQA_MISTAKES = [
     "g heads, not h. Which tensor can change its shape for free (a view), and into what?",
     "ah.scaled_dot_product_attention (and @) treats the axes before the last two as a batch and "
     "broadcasts a size-1 axis. q's head axis splits into g groups of h/g: which comes first? Then "
-    "give k and v a size-1 axis where q has its h/g axis, or fold that axis into q's rows. Is each "
-    "step a view? How does the output get back to (b, h, n_q, d_head)?",
+    "fold the h/g axis into q's rows. (A size-1 axis on k and v broadcasts too, but matmul then "
+    "copies them to every head inside the call.) Is each step a view? How does the output get back "
+    "to (b, h, n_q, d_head)?",
     "b, h, n_q, d_head = q.shape\n"
     "g = k.shape[1]\n"
     "rows = ...   # (b, g, h/g * n_q, d_head): group j's query heads as rows against k[:, j]; a view\n"
