@@ -32,7 +32,7 @@ def _rnn_cases() -> list[dict]:
 
 
 def _rnn(*, act=torch.tanh, drop=(), outside=(), reverse=False, transpose=False, keep_first=False,
-         last="last", dim=-2, start=0.0, skip_first=False, swap=False):
+         last="last", dim=-2, start=0.0, skip_first=False, swap=False, alias=False):
     """The recurrence, or a mistake: ``drop``/``outside`` terms ("x", "h", "b") cut or put after tanh;
     ``start``: the value of h_{-1}; ``skip_first``: token 0 never read; ``swap``: ``(h_last, H)``."""
     def rnn(x, W_x, W_h, b):  # noqa: N803
@@ -46,18 +46,15 @@ def _rnn(*, act=torch.tanh, drop=(), outside=(), reverse=False, transpose=False,
             h = act(inside) + sum(terms[k] for k in outside)            # (..., d)
             states.append(h)
         states = (states[:-1] if keep_first else states)[::-1 if reverse else 1]
+        states = [h] * len(states) if alias else states   # h written in place: n times h_{n-1}
         H = torch.stack(states, dim=dim)  # (..., n, d)  # noqa: N806
-        summary = {"last": h, "first": H[..., 0, :], "mean": H.mean(-2), "H[-1]": H[-1]}[last]
+        summary = {"last": h, "first": H[..., 0, :], "mean": H.mean(-2), "H[-1]": H[-1],
+                   "H[:, -1]": H[:, -1]}[last]
         return (summary, H) if swap else (H, summary)
     return rnn
 
 
 rnn_encoder_reference = _rnn()   # x (..., n, d_in), W_x, W_h, b -> H (..., n, d), h_last (..., d)
-
-
-def _aliased(*args):   # h written in place each step and appended n times: every state is h_{n-1}
-    H, h = rnn_encoder_reference(*args)  # noqa: N806
-    return h[..., None, :].expand_as(H), h
 
 
 _RULE = "h_j = tanh(x_j W_x + h_{j-1} W_h + b)"
@@ -77,14 +74,15 @@ RNN_MISTAKES = [
             "AFTER each token), not h_{-1} .. h_{n-2}."),
     *(Mistake(_rnn(last=last), f"h_last is {what}; the context vector is h_{{n-1}}, H[..., -1, :].")
       for last, what in (("first", "the first state"), ("mean", "the mean of the states"),
-                         ("H[-1]", "H[-1], the last entry of the first axis (the batch)"))),
+                         ("H[-1]", "H[-1], the last entry of the first axis (the batch)"),
+                         ("H[:, -1]", "H[:, -1], whose dim 1 is time only with one batch dim"))),
     *(Mistake(_rnn(dim=dim), f"H is stacked on dim {dim}; stack the states on dim -2, which counts from "
               "the end whatever the batch dimensions: (..., n, d).") for dim in (0, 1)),
     *(Mistake(_rnn(act=f), f"that is a {name}; the vanilla RNN squashes with tanh.")
       for f, name in ((torch.sigmoid, "sigmoid"), (torch.relu, "ReLU"))),
-    Mistake(_aliased, "every state in H equals the last one, h_{n-1}: writing each new state into h "
-            "in place (h[...] = ..., h.copy_(...)) changes every entry already appended, the same "
-            "tensor n times. Make a new tensor each step: h = torch.tanh(...)."),
+    Mistake(_rnn(alias=True), "every state in H equals the last one, h_{n-1}: writing each new "
+            "state into h in place (h[...] = ..., h.copy_(...)) changes every entry already appended, "
+            "the same tensor n times. Make a new tensor each step: h = torch.tanh(...)."),
     Mistake(_rnn(start=1.0), "h_{-1} is ones; the recurrence starts from h_{-1} = 0 (torch.zeros)."),
     Mistake(_rnn(skip_first=True), "H has n-1 states: token 0 is never read. Loop over j = 0 .. n-1."),
     Mistake(_rnn(swap=True), "the return order is swapped: return (H, h_last), every state first."),
@@ -151,6 +149,7 @@ _V_LEFT = ("v_a on the left of features meets the positions (dim -2), not the d_
            "on the right, after the tanh's output: (b, n, d_a) @ (d_a,) -> (b, n).")
 _SAME_FOR_EVERY_J = ("s_t's part, (s_t U_q) v_a^T, is then the same for every j, the softmax "
                      "cancels it, and the weights ignore s_t.")
+_SHIFT = "equal up to a per-row constant (the same softmax)"
 _NEW_AXIS = ("s @ U_q is (b, d_a) but H @ U_k is (b, n, d_a): without a new axis for the "
              "positions j at dim 1, (b, 1, d_a), broadcasting meets b with n.")
 ADDITIVE_MISTAKES = [
@@ -181,7 +180,8 @@ ADDITIVE_MISTAKES = [
                       (lambda e: e.log_softmax(-1), "those are log-weights (after a log_softmax)"),
                       (lambda e: e.softmax(-1), "those are weights (after a softmax)"),
                       (lambda e: e.softmax(0), "those are weights (a softmax over dim 0, the batch)"),
-                      (lambda e: e - e.amax(-1, True), "each row minus its max (the same softmax)"))),
+                      (lambda e: e - e.amax(-1, True), "each row minus its max: " + _SHIFT),
+                      (lambda e: e - e.mean(-1, True), "each row minus its mean: " + _SHIFT))),
     Mistake(_features(lambda x, v: torch.tanh(x).sum(-1)), "v_a is missing: each d_a-vector "
             "tanh(s_t U_q + h_j U_k) becomes one number by a product with v_a, not a sum."),
     *(Mistake(_features(f), f"you divided by sqrt(d_a){where}. The additive score has no scale: v_a is "
@@ -205,7 +205,7 @@ def check_additive_scores(additive_scores: Callable) -> CheckResult:
     """``additive_scores(s, H, U_q, U_k, v_a) -> e (b, n)``: ``tanh(s_t U_q + h_j U_k) v_a^T``."""
     return check_function(
         additive_scores, additive_scores_reference, _additive_cases(), what="additive_scores",
-        output_names=("the scores e",), mistakes=ADDITIVE_MISTAKES,
+        output_names=("the scores e",), mistakes=ADDITIVE_MISTAKES, same_dtype=True,
         error_hints=[("must match the size of tensor", _NEW_AXIS), ("same dtype", _DTYPE),
                      ("shapes cannot be multiplied", _INNER),
                      ("Expected size for first two dimensions of batch2", _V_LEFT)])
