@@ -84,7 +84,8 @@ def _merge_mistakes() -> list[Mistake]:
         ({"swap": True}, "the factors were swapped: state 1 takes exp(m1 - m), state 2 exp(m2 - m)."),
         ({"new_max": lambda x, y: x}, "m was kept from state 1: the merged m is max(m1, m2), so no "
                                       "factor exceeds 1."),
-        ({"new_max": torch.minimum}, "m is the smaller of the two maxima: the merged m is max(m1, m2)."),
+        *[({"new_max": new_max}, f"m is {what} of m1 and m2: the merged m is max(m1, m2).")
+          for what, new_max in (("the smaller", torch.minimum), ("the mean", lambda x, y: (x + y) / 2))],
         ({"new_max": lambda x, y: torch.maximum(x, y).nan_to_num(neginf=0.0)},
          "rows with no key in either state came back with m = 0: an empty row's max is -inf. A later "
          "merge would take max(0, m3), wrong where all its scores lie below 0. Use the finite stand-in "
@@ -99,8 +100,7 @@ def _merge_mistakes() -> list[Mistake]:
 
 
 _OVERFLOW = ("exp of a max near 1000 overflows (this case has maxima near 1000; exp(x) is inf past "
-             "x = 709): never exponentiate m1 or m2 alone, only the differences m1 - m and m2 - m, "
-             "which are at most 0.")
+             "x = 709): never exponentiate m1 or m2 alone, only the differences m1 - m, m2 - m <= 0.")
 
 
 @exercise("complexity.merge_states", "merge two partial online-softmax states (split-KV, ring)", hints=(
@@ -124,9 +124,8 @@ def check_merge_states(merge: Callable) -> CheckResult:
 
 
 def _no_full_scores(inputs: dict) -> AllocationWatch | None:
-    """No fused attention call (the watch cannot see inside it); when ``B < n``, no tensor as large
-    as the ``(..., n, n)`` scores, nor one larger than a padded input and a ``(..., B, B, d)`` tile,
-    nor the scores (scaled or not) of a tile wholly above the diagonal."""
+    """No fused call (the watch cannot see inside it); when ``B < n``, no tensor as large as the n x n
+    scores, or over a padded input and a ``(..., B, B, d)`` tile, nor a tile above the diagonal."""
     q, v, B = inputs["q"], inputs["v"], inputs["B"]
     n, d, batch = q.shape[-2], max(q.shape[-1], v.shape[-1]), q[..., 0, 0].numel()
     full, tile_room = batch * n * n, batch * d * max(B * B, n + B - 1)
@@ -186,10 +185,9 @@ def _cases() -> list[dict]:
 def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal",  # noqa: C901
                    fill=-math.inf, mask_ds_only=False, tile_d=False, local_softmax=False,
                    scale_grads=(True, True), score_pow=1, assign=(), lse_keys=False,
-                   d_keys=False, no_lse=False, no_d=False, dv_from_o=False, whole=""):
-    """The backward with one thing changed. ``visit``: "causal" or "below" (``j < i``);
-    ``mask``: the mask in a visited tile; ``assign``: which of dq, dk, dv are assigned, not added;
-    ``whole``: the loops ("i", "j") that visit whole tiles only, dropping a short last one."""
+                   d_keys=False, no_lse=False, no_d=False, dv_from_o=False, dv_ds=False, whole=""):
+    """The backward with one thing changed. ``visit``: "causal" or "below" (``j < i``); ``mask``: in a
+    visited tile; ``assign``: grads assigned, not added; ``whole``: loops that drop a short last tile."""
     n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])
     D = (d_out * O).sum(dim=-1, keepdim=not d_keys)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
@@ -215,7 +213,7 @@ def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", 
             dS = P * (dP - D_i) * (allowed if mask_ds_only else True)
             shares = {"dq": (dq, I, dS @ k[..., J, :] * (scale if scale_grads[0] else 1.0)),
                       "dk": (dk, J, dS.mT @ q[..., I, :] * (scale if scale_grads[1] else 1.0)),
-                      "dv": (dv, J, P.mT @ (O if dv_from_o else d_out)[..., I, :])}
+                      "dv": (dv, J, (dS if dv_ds else P).mT @ (O if dv_from_o else d_out)[..., I, :])}
             for name, (grad, rows_of, share) in shares.items():
                 grad[..., rows_of, :] = share + (0 if name in assign else grad[..., rows_of, :])
     return dq, dk, dv
@@ -255,7 +253,8 @@ def _mistakes() -> list[Mistake]:
          "(..., n, 1).", {"d_keys": True}),
         ("the scores miss the scale: S = Q_i K_j^T / sqrt(d_k).", {"score_pow": 0}),
         ("the scores were scaled twice: S = Q_i K_j^T / sqrt(d_k), once.", {"score_pow": 2}),
-        ("dV_j was built from O: dV_j = P^T dO_i, the output's gradient.", {"dv_from_o": True}),
+        ("dV_j was built from O or from dS: dV_j = P^T dO_i, the weights times the output's gradient.",
+         {"dv_from_o": True}, {"dv_ds": True}),
         ("dq or dk misses the scale: S = Q K^T / sqrt(d_k), so both gradients carry 1 / sqrt(d_k).",
          {"scale_grads": (False, False)}, {"scale_grads": (False, True)},
          {"scale_grads": (True, False)}),
@@ -352,9 +351,10 @@ def _linear_mistakes() -> list[Mistake]:
         ({"phi": F.elu}, "phi = elu without the + 1: elu(x) + 1 > 0 keeps the normaliser off 0."),
         ({"phi": F.relu}, "phi = relu: the feature map here is elu(x) + 1 (Katharopoulos et al.)."),
         ({"phi": torch.exp}, "phi = exp: exp(q).exp(k) is not the softmax's exp(q.k); phi = elu + 1."),
-        ({"phi": lambda x: torch.exp(x / math.sqrt(x.shape[-1]))},
-         "phi = exp(x / sqrt(d_k)): exp(q/sqrt(d)).exp(k/sqrt(d)) sums exponentials; it is not the "
-         "softmax's exp(q.k/sqrt(d)) either. Here phi = elu + 1."),
+        ({"phi": lambda x: torch.exp(x / math.sqrt(x.shape[-1]))}, "phi = exp(x / sqrt(d_k)): "
+         "exp(q/sqrt(d)).exp(k/sqrt(d)) is not the softmax's exp(q.k/sqrt(d)) either; phi = elu + 1."),
+        ({"phi": lambda x: elu_feature_map(x / math.sqrt(x.shape[-1]))},
+         "phi = elu(x / sqrt(d_k)) + 1: no 1 / sqrt(d_k) here; phi = elu + 1 on q_t and k_t as given."),
         ({"phi": lambda x: x}, "no feature map: phi(x) = elu(x) + 1 is applied to q_t and k_t."),
         ({"phi_v": True}, "phi was applied to the value too: only q_t and k_t go through it."),
         ({"phi_k": False}, "phi(k_t) is missing: the key goes through the feature map too."),

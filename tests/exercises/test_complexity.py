@@ -42,7 +42,7 @@ def test_merged_states_of_two_key_sets_give_attention_over_both(n_q, n_1, n_2, d
 def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=("12", "12"), flip=False,
                   swap=False, finish=False, raw_exp=False, weigh=False, safe=True):
     """A learner's merge through weights w_i = exp(m_i - m); each keyword plants one mistake."""
-    m = {"max": torch.max(m1, m2), "first": m1, "min": torch.min(m1, m2),
+    m = {"max": torch.max(m1, m2), "first": m1, "smaller": torch.min(m1, m2), "mean": (m1 + m2) / 2,
          "lse": torch.logaddexp(m1 + l1.log(), m2 + l2.log()),                # log-domain: l = 1
          "zero": torch.where(torch.max(m1, m2).isfinite(), torch.max(m1, m2), 0.0)}[new_max]
     if raw_exp:                                                      # exp(m_i) / exp(m): overflows
@@ -78,12 +78,11 @@ MERGE_WRONG = {
     "the sums were added without rescaling": partial(learner_merge, rescale=("", "")),
     "l was rescaled but acc was not": partial(learner_merge, rescale=("12", "")),
     "acc was rescaled on one side only": partial(learner_merge, rescale=("12", "1")),
-    "only state 1 was rescaled": partial(learner_merge, rescale=("1", "1")),
-    "only state 2 was rescaled": partial(learner_merge, rescale=("2", "2")),
+    **{f"only state {i} was rescaled": partial(learner_merge, rescale=(i, i)) for i in "12"},
     "the factors are upside down": partial(learner_merge, flip=True),
     "the factors were swapped": partial(learner_merge, swap=True),
     "m was kept from state 1": partial(learner_merge, new_max="first"),
-    "m is the smaller of the two maxima": partial(learner_merge, new_max="min"),
+    **{f"m is the {w} of m1 and m2": partial(learner_merge, new_max=w) for w in ("smaller", "mean")},
     "acc came back divided by l": partial(learner_merge, finish=True),
     "exp of a max near 1000 overflows": partial(learner_merge, raw_exp=True),
     "this case has maxima near 1000": partial(learner_merge, raw_exp="masked"),  # inf / inf -> 0: finite
@@ -148,7 +147,7 @@ def test_the_backward_reference_equals_autograd_for_any_n_and_B(n, B, d_k, d_v, 
 def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", fill=-math.inf,
                      mask_ds_only=False, tile_d=False, local_softmax=False, scale=(True, True),
                      score_pow=1, assign=(), raw_exp=False, no_lse=False, lse_keys=False,
-                     d_keys=False, no_d=False, dv_o=False, whole_tiles=False):
+                     d_keys=False, no_d=False, dv_o=False, dv_ds=False, whole_tiles=False):
     """A learner's causal backward written another way: query tiles outside, key tiles inside,
     einsum, the mask from torch.triu; each keyword plants one mistake."""
     n, c = q.shape[-2], q.shape[-1] ** -0.5
@@ -181,7 +180,7 @@ def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal"
             c_q, c_k = (c if scaled else 1.0 for scaled in scale)
             shares = {"dq": (dq, slice(i, i + B), torch.einsum("...qk,...kd->...qd", ds, K) * c_q),
                       "dk": (dk, slice(j, j + B), torch.einsum("...qk,...qd->...kd", ds, Q) * c_k),
-                      "dv": (dv, slice(j, j + B), torch.einsum("...qk,...qv->...kv", p,
+                      "dv": (dv, slice(j, j + B), torch.einsum("...qk,...qv->...kv", ds if dv_ds else p,
                                                                O[..., i:i + B, :] if dv_o else dO))}
             for name, (grad, where, share) in shares.items():
                 grad[..., where, :] = share if name in assign else grad[..., where, :] + share
@@ -270,7 +269,7 @@ BACKWARD_WRONG = {
     "P = exp(S) without the lse": dict(no_lse=True), "exp(S) overflowed": dict(raw_exp=True),
     "lse broadcast along the keys": dict(lse_keys=True), "D broadcast along the keys": dict(d_keys=True),
     "the scores miss the scale": dict(score_pow=0), "the scores were scaled twice": dict(score_pow=2),
-    "dq or dk misses the scale": dict(scale=(False, False)),
+    "dq or dk misses the scale": dict(scale=(False, False)), "or from dS": dict(dv_ds=True),
     "dq or dk misses the scale: S = Q K^T": dict(scale=(True, False)),
     "dK_j or dV_j was assigned in each query tile, not added": dict(assign=("dk", "dv")),
     "the last query tile overwrote the others": dict(assign=("dv",)),
@@ -421,6 +420,7 @@ STEP_WRONG = {
     "phi = relu": partial(learner_step, phi=F.relu), "phi = exp": partial(learner_step, phi=torch.exp),
     "no feature map": partial(learner_step, phi=lambda x: x),
     "phi = exp(x / sqrt(d_k))": partial(learner_step, phi=lambda x: (x * x.shape[-1] ** -0.5).exp()),
+    "phi = elu(x / sqrt(d_k))": partial(learner_step, phi=lambda x: F.elu(x * x.shape[-1] ** -0.5) + 1),
     "phi was applied to the value too": partial(learner_step, phi_v=True),
     "phi(k_t) is missing": partial(learner_step, phi_k=False),
     "a softmax over phi(q_t)": partial(learner_step, softmax=True, normalise=False),
