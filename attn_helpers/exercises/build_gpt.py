@@ -56,8 +56,7 @@ def _build(cls, args: tuple, reference: nn.Module, what: str, swap: tuple):
 
 
 def _randomise(module: nn.Module, seed: int, std: float = 0.5, gain: float = 0.0) -> nn.Module:
-    """Weights far from the training init, so that every mistake shows; ``gain`` added to every
-    LayerNorm's."""
+    """Weights far from the training init, so every mistake shows; ``gain`` added to LayerNorms'."""
     g = seeded(seed)
     with torch.no_grad():
         for p in module.parameters():
@@ -125,8 +124,7 @@ def _check_module(cls, what: str, sizes: list, variant: Callable, mistakes: list
 
 def _sequences(seed: int, d: int = 0, vocab: int = 0, shapes=((1, 5, 0, 0), (2, 7, 0, 0),
               (3, 1, 0, 0), (2, 9, 4, 1), (2, 8, 3, 5), (1, 12, 5, 3), (2, 6, 1, 1))) -> list[dict]:
-    """A case per ``(b, n, split, step)``: ``x`` is ``(b, n, d)`` random vectors, or ``(b, n)`` ids
-    below ``vocab``."""
+    """A case per ``(b, n, split, step)``: ``x`` is ``(b, n, d)`` vectors, or ``(b, n)`` ids < vocab."""
     g = seeded(seed)
     return [{"x": torch.randint(0, vocab, (b, n), generator=g) if vocab else
              torch.randn(b, n, d, generator=g), "split": split, "step": step}
@@ -292,8 +290,7 @@ BLOCK_MISTAKES = [
 
 
 def check_block(cls) -> CheckResult:
-    """The model exercise's first part: ``cls(d_model, num_heads, d_ff)``; ``forward(x,
-    cache=None) -> x``, pre-norm."""
+    """Exercise 2's first part: ``cls(d_model, num_heads, d_ff)``, pre-norm ``forward(x, cache)``."""
     return _check_module(
         cls, "Block", [((16, 4, 32), 201), ((12, 3, 20), 202)], block_variant, BLOCK_MISTAKES,
         swap=("attn",), error_hints=[(
@@ -504,8 +501,7 @@ def _two_steps(step: Callable) -> Callable:
 
 
 def check_train_step(train_step: Callable) -> CheckResult:
-    """The training exercise's first part: ``train_step(model, optimizer, chunk (b, n + 1)) ->
-    loss``, checked over two SGD steps."""
+    """Exercise 3's first part: ``train_step(model, optimizer, chunk (b, n + 1))``, two SGD steps."""
     g = seeded(401)
     cases = [{"chunks": torch.randint(0, 11, (2, b, n + 1), generator=g), "seed": s}
              for b, n, s in [(2, 8, 1), (3, 16, 2), (1, 4, 3)]]
@@ -746,8 +742,7 @@ def generate_variant(kind: str = "right") -> Callable:
                 values, indices = logits.topk(top_k, dim=-1)
                 nxt = indices.gather(-1, torch.multinomial(values.softmax(-1), 1, generator=generator))
             else:
-                nxt = torch.multinomial(probs, 1, generator=None if kind == "no_generator"
-                                        else generator)
+                nxt = torch.multinomial(probs, 1, generator={"no_generator": None}.get(kind, generator))
             tokens = torch.cat([tokens, nxt], dim=1)
             L = tokens.shape[1]
             if use_cache and L <= T:                            # the cache has room
@@ -814,8 +809,7 @@ class _Recording(bg.GPT):
 
 
 def _sampler(generate: Callable, model: _Recording) -> Callable:
-    """The tokens ``generate`` samples with a generator seeded ``seed`` (torch's own: ``seed + 1``);
-    a full cache or a position past the context is explained from the calls."""
+    """``generate``'s tokens, generator seeded ``seed`` (torch's: ``seed + 1``); misuse explained."""
     def run(prompt, steps, temperature, top_k, use_cache, seed):
         model.calls = []
         with torch.random.fork_rng(devices=[]):
@@ -824,7 +818,7 @@ def _sampler(generate: Callable, model: _Recording) -> Callable:
                 return generate(model, prompt, steps, temperature, top_k, use_cache,
                                 torch.Generator().manual_seed(seed))
             except ValueError as exc:
-                misuse = _cache_misuse(model.calls, prompt.shape[1], use_cache, model.cfg.context)
+                misuse = _cache_misuse(model.calls, prompt.shape[1], steps, use_cache, model.cfg.context)
                 if misuse is None or not ("cache is full" in str(exc) or "past the context" in str(exc)):
                     raise
                 raise Refused(f"generate failed ({exc}): {misuse}") from exc
@@ -875,13 +869,13 @@ def check_generate(generate: Callable) -> CheckResult:
                              "right too, checked against that way of sampling.)")
     for case in cases:
         _sampler(generate, model)(**case)
-        if misuse := _cache_misuse(model.calls, case["prompt"].shape[1], case["use_cache"],
-                                   model.cfg.context):
+        if misuse := _cache_misuse(model.calls, case["prompt"].shape[1], case["steps"],
+                                   case["use_cache"], model.cfg.context):
             return CheckResult(False, "Not yet: the tokens are right, but " + misuse)
     return result
 
 
-def _cache_misuse(calls: list, n0: int, use_cache: bool, T: int) -> str | None:
+def _cache_misuse(calls: list, n0: int, steps: int, use_cache: bool, T: int) -> str | None:
     """What went wrong first in ``calls`` (``(n, start, cache used)`` each), or None. Past the
     context, a fresh cache refilled with the window but its last one, then that one, is one call."""
     merged = []
@@ -896,6 +890,9 @@ def _cache_misuse(calls: list, n0: int, use_cache: bool, T: int) -> str | None:
         want = (min(L, T), 0, False) if L > T or not use_cache or not j else (1, L - 1, True)
         if (n, start) == want[:2] and (used == want[2] or (use_cache and not j)):
             continue
+        if j >= steps:
+            return (f"call {j + 1} (n = {n}) came after the last of {steps} characters was sampled: "
+                    "its output is never used.\nHint: run the model only for a character to come.")
         ran = (f"call {j + 1} (prompt of {n0}, the text {L} characters long) ran n = {n} at "
                f"start = {start} {'with' if used else 'without'} the cache (expected: n = "
                f"{want[0]} at start = {want[1]} {'with' if want[2] else 'without'} it)")

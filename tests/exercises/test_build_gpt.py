@@ -252,31 +252,28 @@ def _window(tokens, caches, n):
     return tokens[:, -n:], 0, None
 
 
-def test_past_the_context_a_cache_refilled_with_the_window_then_its_last_character_passes():
-    """Review 10 (s11): the same work as the window in one call, so the same verdict."""
-    @torch.no_grad()
-    def refill(model, prompt, steps, temperature, top_k, use_cache, g):
-        n_ctx, tokens = model.cfg.context, prompt
-        caches = model.new_caches() if use_cache else None
-        for i in range(steps):
-            if not use_cache:
-                logits = model(tokens[:, -n_ctx:], 0, None)
-            elif i == 0 or tokens.shape[1] <= n_ctx:
-                start = 0 if i == 0 else tokens.shape[1] - 1
-                logits = model(tokens[:, start:], start, caches)
-            else:
-                caches = model.new_caches()
-                model(tokens[:, -n_ctx:-1], 0, caches)            # the window but its last character
-                logits = model(tokens[:, -1:], n_ctx - 1, caches)
-            logits = logits[:, -1] / temperature
-            if top_k is not None:
-                logits = logits.masked_fill(logits < logits.topk(top_k, dim=-1).values[:, -1:],
-                                            float("-inf"))
-            nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=g)
-            tokens = torch.cat([tokens, nxt], dim=1)
-        return tokens
-
-    assert ex.check_generate(refill)
+@torch.no_grad()
+def _refill(model, prompt, steps, temperature, top_k, use_cache, g, wasted=False):
+    n_ctx, tokens = model.cfg.context, prompt
+    caches = model.new_caches() if use_cache else None
+    for i in range(steps):
+        if not use_cache:
+            logits = model(tokens[:, -n_ctx:], 0, None)
+        elif i == 0 or tokens.shape[1] <= n_ctx:
+            start = 0 if i == 0 else tokens.shape[1] - 1
+            logits = model(tokens[:, start:], start, caches)
+        else:
+            caches = model.new_caches()
+            model(tokens[:, -n_ctx:-1], 0, caches)            # the window but its last character
+            logits = model(tokens[:, -1:], n_ctx - 1, caches)
+        logits = logits[:, -1] / temperature
+        if top_k is not None:
+            logits = logits.masked_fill(logits < logits.topk(top_k, dim=-1).values[:, -1:], -torch.inf)
+        nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=g)
+        tokens = torch.cat([tokens, nxt], dim=1)
+    if wasted and use_cache and tokens.shape[1] > n_ctx:       # a refill for a step that never comes
+        model(tokens[:, -n_ctx:-1], 0, model.new_caches())
+    return tokens
 
 
 def _always_cached(model, prompt, steps, temperature, top_k, use_cache, g):
@@ -299,6 +296,7 @@ MISUSES = {
                                        "re-runs the whole sequence")),
     "dropped one step early": (_generate(_cached_while(lt, _window)), (
         "the cache was dropped one step early", "exactly n_ctx = 24", "Which comparison")),
+    "a wasted refill": (lambda *args: _refill(*args, wasted=True), ("call 37", "output is never used")),
     "torch's global random numbers": (_generate(_cached_while(le, _window), generator=False),
                                       ("generator=generator",)),
 }
@@ -310,7 +308,8 @@ def test_each_misuse_of_the_cache_or_the_generator_is_named(misuse):
     assert_rejected(ex.check_generate(generate), *fragments)
 
 
-def test_a_fresh_cache_past_the_context_and_sampling_among_the_k_largest_pass():
+def test_a_fresh_cache_past_the_context_or_refilled_and_sampling_among_the_k_largest_pass():
+    assert ex.check_generate(_refill)    # window but its last, then that one: the window's work
     fresh = _cached_while(le, lambda t, c, n: (t[:, -n:], 0, c and [ah.KVCache(n) for _ in c]))
     assert ex.check_generate(_generate(fresh))
     result = ex.check_generate(ex.generate_variant("top_k_indices"))
