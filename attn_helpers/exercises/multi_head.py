@@ -37,11 +37,10 @@ def _module_cases() -> list[dict]:
 
 
 def _torch_module(d_model: int, num_heads: int, seed: int, dtype) -> nn.MultiheadAttention:
-    """PyTorch's module with non-zero biases (the global seed does not move)."""
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed)
         m = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(dtype).eval()
-        m.in_proj_bias.normal_(0, 0.3)
+        m.in_proj_bias.normal_(0, 0.3)                  # non-zero biases; the global seed stays
         m.out_proj.bias.normal_(0, 0.3)
     return m
 
@@ -58,9 +57,7 @@ def _build(module_class, x: torch.Tensor, num_heads: int, seed: int) -> nn.Modul
             d_out = "3 * d_model" if name == "in_proj" else "d_model"
             raise TypeError(f"the module needs its own {name} = nn.Linear(d_model, {d_out}) with a "
                             f"bias (d_model = {x.shape[-1]}); got {layer!r}")
-        with torch.no_grad():
-            layer.weight.copy_(weight)
-            layer.bias.copy_(bias)
+        layer.load_state_dict({"weight": weight, "bias": bias})
     return module
 
 
@@ -135,10 +132,9 @@ def _all_heads_at_once(inputs: dict):
         yield
     if h > 1 and n > 1 and 0 < largest[0] < b * h * n * n:
         raise Refused(
-            f"it attended head by head: its largest (n, n) scores held {largest[0]} numbers, one "
-            f"head's worth, not the {b * h * n * n} of all {h} heads. This exercise asks for all "
-            "heads in one attention call, without a loop over heads: make each of Q, K, V one "
-            "(b, h, n, d_head) tensor.")
+            f"it attended head by head: its largest (n, n) scores held {largest[0]} numbers, one head's "
+            f"worth, not the {b * h * n * n} of all {h} heads. This exercise asks for all heads in one "
+            "attention call, without a loop over heads: make Q, K, V one (b, h, n, d_head) tensor each.")
 
 
 MASK_INVERTED = ("the mask is inverted: in this course True means the query MAY attend (PyTorch's "
@@ -232,14 +228,14 @@ def _gqa(q, k, v, *, group_of=lambda i, h, g: i // (h // g), scale=None, dim=-1)
     return torch.softmax(s, dim=dim) @ v
 
 
-def _rows_mixed(q, k, v):  # a mistake: a group's rows taken after moving n_q in front of the heads
+def _rows(q, k, v, *, fold_n_q_first=False, unfold_n_q_first=False):  # each True: a mistake
     b, h, n_q, d = q.shape
-    rows = q.transpose(1, 2).reshape(b, k.shape[1], -1, d)
-    return scaled_dot_product_attention(rows, k, v)[0].reshape(b, n_q, h, d).transpose(1, 2)
+    rows = (q.transpose(1, 2) if fold_n_q_first else q).reshape(b, k.shape[1], -1, d)
+    out = scaled_dot_product_attention(rows, k, v)[0]
+    return out.reshape(b, n_q, h, d).transpose(1, 2) if unfold_n_q_first else out.reshape(q.shape)
 
 
 def _gqa_cases() -> list[dict]:
-    """Prefill cases (``n_q = n_k``), then decoding cases (``n_q < d_head, n_k``; ``h/g >= 3``)."""
     g = seeded(42)
     rb, rg, group, rn, rd = (int(i) for i in torch.randint(1, 5, (5,), generator=g))  # random shape
     shapes = [(b, h, kv, n, n, d, dtype) for b, h, kv, n, d, dtype in [
@@ -256,8 +252,7 @@ def _gqa_cases() -> list[dict]:
 
 
 def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
-    """The lesson's constraint on the decoding cases: no tensor the learner's torch calls return
-    sits on storage of ``b * h * n_k * d_head`` numbers (K or V copied to h heads); views pass."""
+    """On the decoding cases: no tensor holds ``b * h * n_k * d_head`` numbers; views pass."""
     (b, h, n_q, d), (g, n_k) = inputs["q"].shape, inputs["k"].shape[1:3]
     if not (h >= 3 * g and n_q < min(n_k, d)):
         return contextlib.nullcontext()
@@ -284,10 +279,15 @@ _GQA_MISTAKES = [
             "a group holds h/g query heads, so head i uses key/value head i // (h/g), not i // g."),
     Mistake(lambda q, k, v: _gqa(q, k, v, group_of=lambda i, h, g: 0),
             "every query head read the first key/value head; there are g groups."),
-    Mistake(_rows_mixed, "the rows of a group mix positions and heads: n_q was moved in front of "
-            "the head axis. A group is h/g whole query heads: cut the head axis where it stands."),
+    Mistake(functools.partial(_rows, fold_n_q_first=True, unfold_n_q_first=True), "the rows of a "
+            "group mix positions and heads: n_q was moved in front of the head axis. A group is h/g "
+            "whole query heads: cut the head axis where it stands."),
+    Mistake(functools.partial(_rows, unfold_n_q_first=True), "the output is merged back in the "
+            "wrong order: undo your own fold, reshape to (b, h, n_q, d_head), no transpose."),
     Mistake(lambda q, k, v: _gqa(q, k, v, scale=1.0),
             "the scores are not scaled: divide by sqrt(d_head)."),
+    Mistake(lambda q, k, v: _gqa(q, k, v, scale=1 / q.shape[-1]), "scaled twice: "
+            "ah.scaled_dot_product_attention already divides by sqrt(d_head)."),
     Mistake(lambda q, k, v: _gqa(q, k, v, scale=1 / math.sqrt(q.shape[1] * q.shape[-1])),
             "each head scales by 1/sqrt(d_head), its own query size, not by 1/sqrt(h * d_head)."),
     Mistake(lambda q, k, v: _gqa(q, k, v, dim=-2), "the softmax runs over the wrong axis: each "
