@@ -81,35 +81,19 @@ def setup() -> None:
 
 def install() -> None:
     """``requirements.txt`` into ``.venv``: with uv, which installs the same pinned versions about
-    3x faster than pip (60 s against 3 minutes on a 2-core machine, from an empty cache; 15 s
-    without compiling every file to bytecode, see warm_up()), given
+    3x faster than pip (60 s against 3 minutes on a 2-core machine, from an empty cache), given
     pip's own settings; with pip when uv cannot be installed or fails."""
     pip = [PYTHON, "-m", "pip", "install", "--disable-pip-version-check"]
     if subprocess.run([*pip, "-q", "uv"], cwd=ROOT).returncode == 0:
         options, env = uv_options()
         uv = [PYTHON, "-m", "uv", "pip", "install", "--python", PYTHON, "-r", "requirements.txt",
               "--index-strategy", "unsafe-best-match",   # pip's choice among indexes
-              *options]
+              "--compile-bytecode",   # as pip does: with PYTHONDONTWRITEBYTECODE set, nothing else
+              *options]               # would, and every kernel would compile torch at import
         if subprocess.run([str(a) for a in uv], cwd=ROOT, env=env).returncode == 0:
-            warm_up()
             return
         say("uv could not install the requirements; pip installs them")
     run([*pip, "-r", "requirements.txt"])
-
-
-def warm_up() -> None:
-    """Bytecode for what the course imports, written once by one process. uv compiles nothing (its
-    --compile-bytecode compiled all 17,300 files of the venv in 46 s of CI's 60 s install; the
-    course imports about a fifth of them), and this script lets Python write bytecode
-    (``allow_bytecode``), so every later process reads what this one wrote."""
-    run([PYTHON, "-c", "import torch, matplotlib.pyplot, ipywidgets, ipykernel.kernelapp, pytest, "
-         "attn_helpers"])
-
-
-def allow_bytecode() -> None:
-    """Python writes bytecode next to the sources it imports, even where the machine sets
-    PYTHONDONTWRITEBYTECODE (pip and uv compile at install; uv here does not, see install())."""
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def uv_options() -> tuple[list[str], dict]:
@@ -500,7 +484,6 @@ def main(argv: list[str]) -> None:
     if not argv or argv[0] not in commands:
         print(__doc__)
         sys.exit(2)
-    allow_bytecode()
     commands[argv[0]](argv[1:])
 
 
