@@ -81,19 +81,47 @@ def setup() -> None:
 
 def install() -> None:
     """``requirements.txt`` into ``.venv``: with uv, which installs the same pinned versions about
-    3x faster than pip (60 s against 3 minutes on a 2-core machine, from an empty cache), given
-    pip's own settings; with pip when uv cannot be installed or fails."""
+    3x faster than pip (about 15 s against 3 minutes on a 2-core machine, from an empty cache),
+    given pip's own settings; with pip when uv cannot be installed or fails. uv compiles nothing
+    to bytecode (its --compile-bytecode spent 46 s of CI's 60 s on all 17,300 files of the venv);
+    warm_up() writes the bytecode of what the course imports."""
     pip = [PYTHON, "-m", "pip", "install", "--disable-pip-version-check"]
     if subprocess.run([*pip, "-q", "uv"], cwd=ROOT).returncode == 0:
         options, env = uv_options()
         uv = [PYTHON, "-m", "uv", "pip", "install", "--python", PYTHON, "-r", "requirements.txt",
               "--index-strategy", "unsafe-best-match",   # pip's choice among indexes
-              "--compile-bytecode",   # as pip does: with PYTHONDONTWRITEBYTECODE set, nothing else
-              *options]               # would, and every kernel would compile torch at import
+              *options]
         if subprocess.run([str(a) for a in uv], cwd=ROOT, env=env).returncode == 0:
+            warm_up()
             return
         say("uv could not install the requirements; pip installs them")
     run([*pip, "-r", "requirements.txt"])
+
+
+WARM_UP = """
+from jupyter_client.manager import start_new_kernel
+import jupyter_server.serverapp, jupyterlab, nbval, pytest, hypothesis, playwright.sync_api
+manager, client = start_new_kernel(startup_timeout=600)
+try:
+    client.execute_interactive("import attn_helpers, torch, matplotlib.pyplot, seaborn, ipywidgets",
+                               timeout=600)
+finally:
+    client.stop_channels()
+    manager.shutdown_kernel(now=True)
+"""
+
+
+def warm_up() -> None:
+    """Bytecode for what the course imports, written by one process before the checks start: a
+    kernel started once and the course's imports run in it. Without it, three lanes starting kernels
+    at once while each compiled torch and IPython once made a kernel miss nbval's startup timeout."""
+    run([PYTHON, "-c", WARM_UP])
+
+
+def allow_bytecode() -> None:
+    """Python writes bytecode next to the sources it imports, even where the machine sets
+    PYTHONDONTWRITEBYTECODE (uv compiles nothing at install here, see install())."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def uv_options() -> tuple[list[str], dict]:
@@ -128,7 +156,8 @@ def nbval_command(notebook: Path) -> list:
     """Strict nbval on one notebook: its stored outputs must match a fresh run exactly
     (after the sanitize file's substitutions). The log ends with its 5 slowest cells."""
     return [PYTHON, "-m", "pytest", "--nbval", "--nbval-current-env",
-            "--nbval-sanitize-with", SANITIZE, "--nbval-cell-timeout=600", "-p", "no:cacheprovider",
+            "--nbval-sanitize-with", SANITIZE, "--nbval-cell-timeout=600",
+            "--nbval-kernel-startup-timeout=300", "-p", "no:cacheprovider",
             "-q", "--durations=5", notebook]
 
 
@@ -484,6 +513,7 @@ def main(argv: list[str]) -> None:
     if not argv or argv[0] not in commands:
         print(__doc__)
         sys.exit(2)
+    allow_bytecode()
     commands[argv[0]](argv[1:])
 
 
