@@ -1,6 +1,5 @@
-"""Checkers for notebook 06: Perceiver-style multi-head cross-attention from its weights (a latent
-array shared by the batch asks, the padded input answers), and a post-norm decoder layer one target
-position at a time, the memory projected once."""
+"""Checkers for notebook 06: Perceiver-style multi-head cross-attention (shared latents ask, the
+padded input answers), and a post-norm decoder layer step by step, the memory projected once."""
 
 from __future__ import annotations
 
@@ -31,18 +30,18 @@ _ATTEND = {  # the reference in steps; each named mistake below replaces one
     "keep": lambda real, n_q: real[:, None, None, :],                     # (b, 1, 1, n_k): keys
     "weights": lambda scores, keep: scores.masked_fill(~keep, -math.inf).softmax(-1),
     "merge": merge_heads,
+    "out": lambda out, weights, W: (out, weights),     # W: W_Q and W_V, for the mistakes' extra W_O
 }
 
 
 def cross_attend_reference(latents, memory, memory_real, W_Q, W_K, W_V, num_heads, **changed):
-    """``(output (b, n_q, d), weights (b, h, n_q, n_k))``: ``nn.MultiheadAttention`` without W_O,
-    the latents ``(n_q, d)`` expanded over the batch, padded memory masked on the keys;
-    ``changed``: steps of ``_ATTEND`` replaced (a named mistake)."""
+    """``(output (b, n_q, d), weights (b, h, n_q, n_k))``: ``nn.MultiheadAttention`` without W_O, the
+    latents expanded over the batch, padded keys masked; ``changed``: steps replaced (a mistake)."""
     step = _ATTEND | changed
     Q, K, V = (step["split"](x, num_heads) for x in step["QKV"](latents, memory, W_Q, W_K, W_V))
     scores = Q @ K.mT / step["scale"](Q, memory)                               # (b, h, n_q, n_k)
     weights = step["weights"](scores, step["keep"](memory_real, Q.shape[-2]))
-    return step["merge"](weights @ V), weights
+    return step["out"](step["merge"](weights @ V), weights, {"W_Q": W_Q, "W_V": W_V})
 
 
 def _attend(**changed) -> Callable:
@@ -113,10 +112,15 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
      _attend(split=lambda x, h: x.unflatten(-1, (-1, h)).permute(0, 3, 1, 2))),
     ("the heads were merged by a reshape alone: transpose(1, 2) to (b, n_q, h, d_head) first.",
      _attend(merge=lambda o: o.reshape(o.shape[0], o.shape[2], -1))),
+    ("the heads were left unmerged, (b, h, n_q, d_head): ah.merge_heads joins them into (b, n_q, d).",
+     _attend(merge=lambda o: o)),
+    *((f"the merged heads went through {name} again, as if it were a W_O: this exercise has no W_O. "
+       "Return the heads' outputs merged.", _attend(out=lambda o, w, W, name=name: (o @ W[name], w)))
+      for name in ("W_Q", "W_V")),
     ("the weights were averaged over the heads (torch's default): return each head's, (b, h, n_q, n_k).",
-     lambda *args: (cross_attend_reference(*args)[0], cross_attend_reference(*args)[1].mean(1))),
+     _attend(out=lambda o, w, W: (o, w.mean(1)))),
     ("only head 0's weights were returned: return each head's, (b, h, n_q, n_k).",
-     lambda *args: (cross_attend_reference(*args)[0], cross_attend_reference(*args)[1][:, 0])),
+     _attend(out=lambda o, w, W: (o, w[:, 0]))),
     (f"a weight was {_TRANSPOSED}",
      _attend(QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q.T, m), m @ W_K, m @ W_V))),
     (f"the weights were {_TRANSPOSED}",
@@ -149,9 +153,8 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
     "weights = ...                      # (b, h, n_q, n_k): each row sums to 1\n"
     "return ..., weights                # the heads' outputs merged: (b, n_q, d)"))
 def check_cross_attend(cross_attend: Callable) -> CheckResult:
-    """Exercise: ``cross_attend(latents (n_q, d), memory (b, n_k, d_m), memory_real (b, n_k),
-    W_Q (d, d), W_K (d_m, d), W_V (d_m, d), num_heads) -> (output (b, n_q, d), weights
-    (b, h, n_q, n_k))``."""
+    """Exercise: ``cross_attend(latents (n_q, d), memory (b, n_k, d_m), memory_real (b, n_k), W_Q (d, d),
+    W_K (d_m, d), W_V (d_m, d), num_heads) -> (output (b, n_q, d), weights (b, h, n_q, n_k))``."""
     return check_function(
         cross_attend, cross_attend_reference, _attend_cases(), what="cross_attend",
         output_names=("the output", "the weights"), mistakes=ATTEND_MISTAKES,
@@ -166,8 +169,7 @@ def check_cross_attend(cross_attend: Callable) -> CheckResult:
 
 
 class _DecoderLayer(DecoderLayer):
-    """A post-norm ``DecoderLayer`` with seeded weights (LayerNorms: weight 1 + N(0, 1), bias
-    N(0, 0.01)) and a one-line repr for the checker's messages."""
+    """A post-norm ``DecoderLayer``, seeded weights, a one-line repr for the checker's messages."""
 
     def __init__(self, d_model, num_heads, memory_dim, *, generator, dtype):
         super().__init__(d_model, num_heads, 2 * d_model, norm_first=False, memory_dim=memory_dim)
@@ -253,8 +255,7 @@ def _layer_cases() -> list[dict]:
 
 @contextlib.contextmanager
 def _memory_projected_once(inputs: dict):
-    """The lesson's constraint: one query per step, and the memory's K and V made once: no
-    (b, n_m, d) projection equal to one made before, however it is made."""
+    """The lesson: one query per step, and no (b, n_m, d) projection equal to one made before."""
     layer = inputs["layer"]
     projected = (*inputs["memory"].shape[:2], layer.d_model)           # (b, n_m, d): K or V
     queries, made = [], []
@@ -288,8 +289,7 @@ def _ff(layer, x):                                      # the right feed-forward
 
 
 def _post(first, last):
-    """The two blocks in the wrong order: the feed-forward with norm ``first``, then the
-    cross-attention with ``last``."""
+    """The blocks in the wrong order: feed-forward with norm ``first``, cross-attention with ``last``."""
     return lambda layer, x, y_t, cross: _FORMS["post"](
         getattr(layer, last), _FORMS["post"](getattr(layer, first), x, layer.feed_forward), cross)
 

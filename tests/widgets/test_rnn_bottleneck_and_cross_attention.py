@@ -153,3 +153,25 @@ def test_bottleneck_view_zooms_to_the_example_and_blanks_a_missing_ceiling(widge
     # the gridspec holds, not the notebooks' constrained layout: the strip title has room above
     top = view.ax_strip.get_position().y1 * view.figure.get_figheight() * 72
     assert view.figure.get_figheight() * 72 - top > 12
+
+
+def test_toy_frame_moves_the_row_masks_the_pads_and_the_widget_refuses_bad_values():
+    month, year = wd_cross.toy_frame(0.0, 10.0, 2), wd_cross.toy_frame(1.0, 10.0, 0)
+    assert month.weights.shape == (1, 6) and month.weights[0, 1] > 0.95
+    assert month.weights[0, 4:].sum() == 0                                  # the pads, masked
+    assert month.readouts["value read"] == pytest.approx(5, abs=0.5)
+    assert year.weights[0, 2] == pytest.approx(year.weights[0, 3].item())          # 19 and 80: the mean
+    assert year.readouts["value read"] == pytest.approx(49.5, abs=1)
+    flat = wd_cross.toy_frame(0.5, 0.0, 2, mask_pads=False)              # scale 0: every key alike
+    assert torch.allclose(flat.weights, torch.full((1, 6), 1 / 6, dtype=torch.float64))
+    assert (flat.ceiling.exp().item(), month.ceiling.exp().item()) == pytest.approx((6, 4))
+    assert flat.readouts["weight on padding"] == pytest.approx(1 / 3)
+    w = wd_cross.toy_widget()
+    assert float(w.set(mix=1.0, pads=4, mask_pads=False)["weight on padding"]) > 0 and w.error is None
+    for bad, message in (({"mix": 1.5}, "mix must lie in 0..1"), ({"scale": -1.0}, "scale be >= 0"),
+                         ({"pads": 5}, "pads must be between 0 and 4")):
+        with pytest.raises(ValueError, match=message):
+            wd_cross.toy_frame(**{"mix": 0.0, "scale": 1.0, "pads": 0} | bad)
+    with pytest.raises(ValueError, match="mix must be between 0 and 1"):
+        w.set(mix=2.0)                                        # refused in the widget, picture kept
+    assert "mix must be between 0 and 1" in w.error and w.frame.readouts["weight on padding"] > 0
