@@ -74,8 +74,7 @@ def _normalised(e: torch.Tensor) -> torch.Tensor:
 
 
 def _attention(weights=lambda s, m: _masked(s, m).softmax(-1).nan_to_num(0.0), scale=None):
-    """Attention whose weights are ``weights(scores, mask)``, the scores scaled by ``scale(q, k,
-    v)`` (default 1/sqrt(d_k)). Other than the defaults: a known mistake."""
+    """Attention with ``weights(scores, mask)`` and ``scale(q, k, v)`` (None: 1/sqrt(d_k))."""
     def attention(q, k, v, mask):
         scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale(q, k, v))
         weights_ = weights(scores, mask)
@@ -154,8 +153,7 @@ _ATTENTION_MISTAKES = [
     "weights = ...                                    # softmax over the keys, NaN (no key) -> 0\n"
     "return weights @ v, weights                      # (..., n_q, d_v), (..., n_q, n_k)"))
 def check_attention(attention: Callable) -> CheckResult:
-    """``attention(q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask) -> (output
-    (..., n_q, d_v), weights (..., n_q, n_k))``; ``mask`` True = may attend."""
+    """``attention(q, k, v, mask) -> (output, weights)``, as ``ah.scaled_dot_product_attention``."""
     cases = _attention_cases()
     result = check_function(
         attention, scaled_dot_product_attention, cases, what="attention", same_dtype=True,
@@ -168,8 +166,7 @@ def check_attention(attention: Callable) -> CheckResult:
         if wrong := gradient_mismatch(*modules, lambda module, q: module(q), cases[2]["q"]):
             return CheckResult(False, DETACHED.format(", ".join("q" if n == "x" else n for n in wrong)))
         return CheckResult(True, result.message.rstrip(".") + ", and so do its gradients.")
-    # A miss only on the last case (scores in the 1000s, no fully masked row): the overflow's hint,
-    # unless a named mistake says better.
+    # Missed only the last case (scores in the 1000s): the overflow's hint, unless a mistake is named.
     named = "\nHint: " in result.message and FULLY_MASKED not in result.message
     if f"on case {len(cases)} of {len(cases)} " not in result.message or named:
         return result
@@ -191,6 +188,8 @@ NOT_SQUARE = ("torch.linalg.inv needs a square matrix, and X is (n, d_model). Yo
               "right inverse M, with X M = I: the exercise names a torch.linalg function for it.")
 MIXED_DTYPES = ("two tensors of different dtypes met in one product: X is float64 in this case, and "
                 "torch.eye(n) is float32 by default. Build it with dtype=X.dtype.")
+SHAPES = ("a product in your function got shapes that do not fit. n and d_model change between cases: "
+          "take n from X.shape[0]. A right inverse of X is (d_model, n); W_Q, W_K: (d_model, d_k).")
 SYMMETRIC = ("your scores are symmetric ({}): s_ij = s_ji, so i likes j as much as j likes i. "
              "W_K = W_Q and W_K = -W_Q both do that. The next-token relation needs s_i,i+1 large "
              "and s_i+1,i small: use two different matrices, K a shifted copy of Q.")
@@ -288,7 +287,8 @@ def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
     cases = _relation_cases()
     result = check_function(judged if callable(next_token_projections) else next_token_projections,
                             lambda X: torch.zeros(()), cases, what="next_token_projections",  # noqa: N803
-                            error_hints=[("square matrices", NOT_SQUARE), ("same dtype", MIXED_DTYPES)])
+                            error_hints=[("square matrices", NOT_SQUARE), ("same dtype", MIXED_DTYPES),
+                                         ("cannot be multiplied", SHAPES)])
     return result if not result else CheckResult(
         True, f"Passed: on all {len(cases)} cases every token puts at least {NEXT_WEIGHT} of its "
               "attention on the next one.")

@@ -158,6 +158,10 @@ def by_inverse(X):  # noqa: N803 - inv where pinv belongs: fine on square X, fai
     (lambda X: (next_projections(X)[0], next_projections(X)[1][:, :-1]), ["same size d_k"]),
     (lambda X: next_projections(X)[0], ["should return a pair"]),
     (lambda X: (next_projections(X)[0].T, next_projections(X)[1]), ["W_Q must be a (d_model, d_k)"]),
+    (lambda X: (torch.linalg.pinv(X), torch.linalg.pinv(X) @ torch.eye(5).roll(1, 1)),  # n fixed: 5
+     ["case 1 of 6", "shapes cannot be multiplied", "X.shape[0]"]),
+    (lambda X: (w := 10 * torch.linalg.pinv(X).T, w @ torch.eye(len(X)).roll(1, 1).T),  # (n, d_model)
+     ["case 2 of 6", "shapes cannot be multiplied", "(d_model, n)"]),
 ])
 def test_asymmetric_relation_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_asymmetric_relation(wrong), *fragments)
