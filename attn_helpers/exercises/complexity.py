@@ -1,8 +1,9 @@
-"""Checkers for notebook 08: merging two online-softmax states, FlashAttention-2's causal backward
-in tiles (never holding the n x n scores), and one step of causal linear attention."""
+"""Checkers for notebook 08: merging two online-softmax states, the causal backward in tiles
+(never holding the n x n scores), and one step of causal linear attention."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -144,7 +145,8 @@ def _no_full_scores(inputs: dict) -> AllocationWatch | None:
         if t.numel() >= full:
             return (f"causal_backward built a tensor of shape {tuple(t.shape)} ({call}), as large "
                     f"as the (..., n, n) scores (n = {n}). The point of tiling is never to hold "
-                    "the n x n matrix: recompute each tile's P from the saved lse.")
+                    "the n x n matrix: recompute each tile's P from the saved lse, and build each "
+                    "tile's mask from its positions (a full mask is n x n too).")
         if t.numel() > tile_room:
             return (f"causal_backward built a tensor of shape {tuple(t.shape)} ({call}), more "
                     f"than one tile needs (n = {n}, B = {B}): the queries were not tiled. "
@@ -268,7 +270,7 @@ def _mistakes() -> list[Mistake]:
     ] for v in variants]
 
 
-@exercise("complexity.causal_backward", "FlashAttention-2's backward for causal attention, in tiles",
+@exercise("complexity.causal_backward", "the causal backward in tiles, from the saved O and lse",
           hints=(
               "Section 4 had one block of queries and no mask. Here the queries come in tiles of "
               "B too, and the mask is causal. Which pairs of tiles contribute anything, which "
@@ -306,8 +308,7 @@ def check_causal_backward(backward: Callable) -> CheckResult:
                           error_hints=[("must match the size of tensor", short_tile)])
 
 
-def _linear_case(g, batch, d_k, d_v, before: int) -> dict:
-    """The state after ``before`` earlier tokens, and token t."""
+def _linear_case(g, batch, d_k, d_v, before: int) -> dict:     # the state of `before` tokens, token t
     rand = _randn(g, batch)
     phi_k, v = elu_feature_map(rand(before, d_k)), rand(before, d_v)
     return {"S": phi_k.mT @ v, "z": phi_k.sum(-2), "q_t": rand(d_k), "k_t": rand(d_k), "v_t": rand(d_v)}
@@ -315,8 +316,9 @@ def _linear_case(g, batch, d_k, d_v, before: int) -> dict:
 
 def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, normalise=True,
                replace=False, transpose=False, z_term="phi_k", phi_v=False, old_z=False,
-               s_side=False, eps=0.0, z_by=lambda pq, pk: pq, phi_k=True, softmax=False):
-    """One step with one thing changed (``z_by``: what reads z; ``softmax``: of phi(q_t))."""
+               s_side=False, eps=0.0, z_by=lambda pq, pk: pq, phi_k=True, softmax=False, scaled=""):
+    """One step with one thing changed (``z_by``: what reads z; ``scaled``: divided by sqrt(d_k))."""
+    q_t, k_t = (x / math.sqrt(x.shape[-1]) if s in scaled else x for s, x in (("q", q_t), ("k", k_t)))
     pq, pk, v_t = phi(q_t), phi(k_t) if phi_k else k_t, (elu_feature_map(v_t) if phi_v else v_t)
     outer = (v_t[..., :, None] * pk[..., None, :]) if transpose else pk[..., :, None] * v_t[..., None, :]
     S_new = outer if replace else S + outer
@@ -353,8 +355,9 @@ def _linear_mistakes() -> list[Mistake]:
         ({"phi": torch.exp}, "phi = exp: exp(q).exp(k) is not the softmax's exp(q.k); phi = elu + 1."),
         ({"phi": lambda x: torch.exp(x / math.sqrt(x.shape[-1]))}, "phi = exp(x / sqrt(d_k)): "
          "exp(q/sqrt(d)).exp(k/sqrt(d)) is not the softmax's exp(q.k/sqrt(d)) either; phi = elu + 1."),
-        ({"phi": lambda x: elu_feature_map(x / math.sqrt(x.shape[-1]))},
-         "phi = elu(x / sqrt(d_k)) + 1: no 1 / sqrt(d_k) here; phi = elu + 1 on q_t and k_t as given."),
+        *[({"scaled": key}, f"{who} scaled by 1 / sqrt(d_k) before phi: linear attention has no "
+           "such scale; phi = elu + 1 on q_t and k_t as given.")
+          for key, who in (("qk", "q_t and k_t were"), ("q", "only q_t was"), ("k", "only k_t was"))],
         ({"phi": lambda x: x}, "no feature map: phi(x) = elu(x) + 1 is applied to q_t and k_t."),
         ({"phi_v": True}, "phi was applied to the value too: only q_t and k_t go through it."),
         ({"phi_k": False}, "phi(k_t) is missing: the key goes through the feature map too."),
@@ -362,7 +365,9 @@ def _linear_mistakes() -> list[Mistake]:
          "features, not over the past tokens: the normaliser reads z_t, as the numerator reads S_t."),
         *[({"eps": eps}, f"an eps of {eps:g} in the normaliser shifts o_t a little: up to 1e-6 passes.")
           for eps in (1e-2, 1e-3, 1e-4, 1e-5)],
-    ]]
+    ]] + [Mistake(lambda *a, _o=order: tuple(_step_with(*a)[i] for i in _o), "the values came back in "
+                  "another order: return (o_t, S_t, z_t), the output first, then the new state.")
+          for order in itertools.permutations(range(3)) if order != (0, 1, 2)]
 
 
 _LOST_AXIS = ("the shapes do not line up on this case, which has a batch and d_k != d_v. If your "
@@ -373,7 +378,7 @@ _OUTER = ("torch.outer takes 1-D vectors only, and this case has a batch: build 
 
 
 @exercise("complexity.linear_step", "one step of causal linear attention: state in, state out", hints=(
-              "In section 5's formula, which factor of each term depends on j, and which does "
+              "In the formula above, which factor of each term depends on j, and which does "
               "not? Take the one that does not out of the sums: what is left is the state. Add "
               "token t's terms first, then read with phi(q_t). phi(x) = elu(x) + 1.",
               "Once phi(q_t) is out, the sums over past keys no longer depend on the query: S "

@@ -212,7 +212,6 @@ def fit_methods(records: list[dict], key: str = "median_ms", *, n_min: int = 0) 
 
 
 def machine(records: list[dict]) -> dict | None:
-    """The run's ``machine`` record, or ``None``."""
     return next((r for r in records if r["method"] == "machine"), None)
 
 

@@ -120,8 +120,7 @@ def _readouts(t: TileStepperFrame) -> dict:
     }
 
 
-def _row_bars(blit, ax) -> LineCollection:
-    """Animated horizontal bars, one a row, set by :func:`_set_bars`."""
+def _row_bars(blit, ax) -> LineCollection:              # animated horizontal bars, one a row
     bars = LineCollection([], capstyle="butt")
     ax.add_collection(bars)
     blit.animate(bars)

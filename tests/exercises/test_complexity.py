@@ -420,12 +420,16 @@ STEP_WRONG = {
     "phi = relu": partial(learner_step, phi=F.relu), "phi = exp": partial(learner_step, phi=torch.exp),
     "no feature map": partial(learner_step, phi=lambda x: x),
     "phi = exp(x / sqrt(d_k))": partial(learner_step, phi=lambda x: (x * x.shape[-1] ** -0.5).exp()),
-    "phi = elu(x / sqrt(d_k))": partial(learner_step, phi=lambda x: F.elu(x * x.shape[-1] ** -0.5) + 1),
+    "q_t and k_t were scaled": partial(learner_step, phi=lambda x: F.elu(x * x.shape[-1] ** -0.5) + 1),
     "phi was applied to the value too": partial(learner_step, phi_v=True),
     "phi(k_t) is missing": partial(learner_step, phi_k=False),
     "a softmax over phi(q_t)": partial(learner_step, softmax=True, normalise=False),
     "torch.outer takes 1-D vectors only": partial(learner_step, outer=True),      # raises on case 2
     "keep that axis (keepdim=True)": partial(learner_step, keepdim=False),   # raises from case 2 on
+    "only q_t was scaled": lambda S, z, q, k, v: learner_step(S, z, q / math.sqrt(q.shape[-1]), k, v),
+    "only k_t was scaled": lambda S, z, q, k, v: learner_step(S, z, q, k / math.sqrt(k.shape[-1]), v),
+    "return (o_t, S_t, z_t)": lambda *args: learner_step(*args)[::-1],             # (z_t, S_t, o_t)
+    "the output first, then the new state": lambda *a: [learner_step(*a)[i] for i in (1, 2, 0)],
 }
 
 
