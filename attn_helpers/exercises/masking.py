@@ -16,6 +16,20 @@ from .core import CheckResult, Mistake, Refused, check_function, seeded, size
 from .workflow import exercise
 
 
+def _tensor(name: str, value) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise Refused(f"{name} must be a tensor, got {type(value).__name__}.")
+    return value
+
+
+def _bool_tensor(name: str, mask) -> torch.Tensor:
+    if _tensor(name, mask).dtype != torch.bool:
+        raise Refused(f"{name} must be a bool tensor (True = may attend), got dtype {mask.dtype}. "
+                      "F.scaled_dot_product_attention adds a float mask to the scores: 0 and 1 hide "
+                      "nothing.")
+    return mask
+
+
 def _integer(positions: torch.Tensor) -> torch.Tensor:
     if positions.is_floating_point() or positions.dtype == torch.bool:
         raise Refused("the positions index a table of position vectors: they must be an integer "
@@ -27,13 +41,11 @@ def _as_float64(pack_documents: Callable) -> Callable:
     """pack_documents' answer: a bool mask, then integer positions; both compared as float64."""
     def wrapped(lengths):
         out = pack_documents(lengths)
-        if not (isinstance(out, tuple | list) and len(out) == 2 and all(map(torch.is_tensor, out))):
+        if not (isinstance(out, tuple | list) and len(out) == 2):
             return out
         mask, positions = out
-        if mask.dtype != torch.bool:
-            raise Refused("the first output, the mask, must be a bool tensor (True = may attend), got "
-                          f"dtype {mask.dtype}.")
-        return mask.double(), _integer(positions)
+        _bool_tensor("the first output, the mask", mask)
+        return mask.double(), _integer(_tensor("the positions", positions))
     return wrapped if callable(pack_documents) else pack_documents
 
 
@@ -111,15 +123,21 @@ def check_pack_documents(pack_documents: Callable) -> CheckResult:
                       "column (n, 1) and one as a row (1, n).")])
 
 
-def _positions(mask: torch.Tensor, flaw: str | None = None) -> torch.Tensor:
-    """``(b, n)`` positions of a padded batch's real tokens (0 at its pads), as float64: each counts
-    the real tokens before it in its row. ``flaw``: one known mistake."""
+def _positions(mask: torch.Tensor, flaw: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A padded batch's ``(b, n)`` positions (each counts the real tokens before it in its row) and
+    ``(b, 1, n, n)`` mask (j <= i AND key j real), as float64, 0 at pads and their rows. ``flaw``:
+    one known mistake."""
     index, counted = torch.arange(mask.shape[-1]).expand_as(mask), mask.cumsum(-1)
     positions = {"not_shifted": index, "from_one": counted, "down_the_batch": mask.cumsum(0) - 1,
                  "pads_subtracted": index - (mask.shape[-1] - counted[:, -1:]),
                  "count_down": mask.flip(-1).cumsum(-1).flip(-1) - 1,
                  "row_total": (counted[:, -1:] - 1).expand_as(mask)}.get(flaw, counted - 1)
-    return positions.masked_fill(mask == 0, 0).double()
+    causal = torch.ones(mask.shape[-1], mask.shape[-1], dtype=torch.bool).tril()
+    real_key = mask.bool()[:, None, None, :]
+    allowed = {"query_axis": causal & mask.bool()[:, None, :, None], "padding_only": real_key.expand(
+        -1, -1, mask.shape[-1], -1), "or": causal | real_key}.get(flaw, causal & real_key)
+    allowed = (~allowed if flaw == "inverted" else allowed).masked_fill((mask == 0)[:, None, :, None], 0)
+    return positions.masked_fill(mask == 0, 0).double(), allowed.double()
 
 
 _POSITION_MISTAKES = [   # (the flaw of _positions, its hint)
@@ -134,36 +152,62 @@ _POSITION_MISTAKES = [   # (the flaw of _positions, its hint)
      "first real token."),
     ("row_total", "every real token got its row's count of real tokens minus one. A position counts "
      "only the real tokens up to its own token."),
+    ("query_axis", "real tokens see the pads before them: the padding went on the query axis "
+     "(b, 1, n, 1), or is missing. It must hide pad keys: the last axis, (b, 1, 1, n)."),
+    ("padding_only", "each token sees the later real tokens: the padding mask is there, but the "
+     "causal AND (j <= i) is missing."),
+    ("or", "the two rules were joined with OR (|): a key must be real AND not after the query (&)."),
+    ("inverted", "the mask is inverted: True means 'may attend' (nn.MultiheadAttention's "
+     "convention is the other way round)."),
 ]
 
 
 def _on_real_tokens(mask_positions: Callable) -> Callable:
-    """Integer positions, a pad's a row of the table (0..n-1), compared on the real tokens only."""
+    """Integer positions, a pad's a row of the table (0..n-1), compared on the real tokens only; a
+    bool (b, 1, n, n) mask, compared on the real queries' rows (a pad's output is dropped)."""
     def wrapped(attention_mask):
         out = mask_positions(attention_mask)
-        if not isinstance(out, torch.Tensor) or out.shape != attention_mask.shape:
+        if not (isinstance(out, tuple | list) and len(out) == 2):
             return out
-        pads = _integer(out)[attention_mask == 0]
-        outside = pads[(pads < 0) | (pads >= out.shape[-1])]
+        positions, mask = _tensor("the positions", out[0]), _bool_tensor("the mask", out[1])
+        b, n = attention_mask.shape
+        if mask.shape == (b, n, n):
+            raise Refused(f"the mask is (b, n, n) = {tuple(mask.shape)}. Scores with heads are (b, h, "
+                          "n, n): the mask needs the head axis, (b, 1, n, n), or its batch axis "
+                          "meets the heads.")
+        if positions.shape != attention_mask.shape or mask.shape != (b, 1, n, n):
+            return out
+        pads = _integer(positions)[attention_mask == 0]
+        outside = pads[(pads < 0) | (pads >= n)]
         if len(outside):
             raise Refused(f"a pad got position {int(outside[0])}. A learned table has rows 0..n-1 "
                           "only (nn.Embedding refuses other indices). A pad may take any of them: "
                           "its key is hidden and its output dropped.")
-        return out.masked_fill(attention_mask == 0, 0).double()
+        pad_query = (attention_mask == 0)[:, None, :, None]
+        return (positions.masked_fill(attention_mask == 0, 0).double(),
+                mask.masked_fill(pad_query, False).double())
     return wrapped if callable(mask_positions) else mask_positions
 
 
-@exercise("masking.mask_positions", "positions from the padding mask of a padded batch", hints=(
+@exercise("masking.mask_positions", "positions and the causal-and-padding mask of a padded batch",
+          hints=(
     "Batched generation pads prompts on the left. A learned position table must see each prompt "
-    "as if it ran alone: its first real token at position 0, however many pads come before it.",
+    "as if it ran alone: its first real token at position 0, however many pads come before it. "
+    "The mask must hide the future and the pads, whatever the padding.",
     "A real token's position is the number of real tokens before it in its row. A running total "
     "along each row (torch has one) gives, at each token, the real tokens up to and including it. "
-    "Pads may take any index from 0 to n - 1.",
+    "Pads may take any index from 0 to n - 1. The mask: key j is visible to query i when j <= i "
+    "AND token j is real. Which axis of (b, 1, n, n) holds the keys?",
     "counted = ...                      # (b, n): real tokens up to and including each one\n"
     "positions = ...                    # (b, n): 0 at each row's first real token\n"
-    "return ...                         # a leading pad's -1 is no row of the table"))
+    "positions = ...                    # a leading pad's -1 is no row of the table\n"
+    "n = attention_mask.shape[-1]\n"
+    "causal = torch.ones(n, n, dtype=torch.bool).tril()   # (n, n): j <= i\n"
+    "mask = ...                         # (b, 1, n, n): causal AND a real key\n"
+    "return positions, mask"))
 def check_mask_positions(mask_positions: Callable) -> CheckResult:
-    """``mask_positions(attention_mask (b, n) int, 1 = real) -> (b, n) int``, padded either side."""
+    """``mask_positions(attention_mask (b, n) int, 1 = real) -> (positions (b, n) int, mask
+    (b, 1, n, n) bool)``, padded either side; the mask is compared on real queries' rows."""
     g = seeded(5)
     b, n = size(g, 2, 4), size(g, 3, 9)
     lengths = torch.randint(1, n + 1, (b,), generator=g).tolist()
@@ -174,7 +218,7 @@ def check_mask_positions(mask_positions: Callable) -> CheckResult:
     return check_function(
         _on_real_tokens(mask_positions), _positions,
         [{"attention_mask": torch.tensor(m)} for m in masks],
-        what="mask_positions", output_names=("the positions",),
+        what="mask_positions", output_names=("the positions", "the mask"),
         mistakes=[Mistake(partial(_positions, flaw=flaw), hint) for flaw, hint in _POSITION_MISTAKES],
         error_hints=[("must match the size of tensor", "two tensors did not broadcast. One count per "
                       "row, (b,), against the positions (n,) needs a new last axis: (b, 1).")])

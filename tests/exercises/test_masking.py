@@ -44,13 +44,15 @@ def test_pack_documents_names_each_known_mistake_with_its_hint(flaw, hint):
     assert_rejected(check_pack_documents(wrong), "\nHint: " + hint)
 
 
-def test_pack_documents_names_dtypes_and_a_missing_output():
+def test_pack_documents_names_dtypes_a_list_and_a_missing_output():
     assert_rejected(check_pack_documents(lambda L: (pack_documents(L)[0].int(), pack_documents(L)[1])),
                     "must be a bool tensor")
     assert_rejected(check_pack_documents(lambda L: (pack_documents(L)[0], pack_documents(L)[1].float())),
                     "must be an integer tensor")
     assert_rejected(check_pack_documents(lambda L: pack_documents(L)[0]), "expected 2")
     assert_rejected(check_pack_documents(lambda L: pack_documents(L)[::-1]), "first output, the mask")
+    verdict = check_pack_documents(lambda L: (pack_documents(L)[0], pack_documents(L)[1].tolist()))
+    assert_rejected(verdict, "the positions must be a tensor, got list")      # not the bool mask
 
 
 def test_pack_documents_accepts_the_reference_and_the_level_3_skeleton_filled_in():
@@ -188,26 +190,39 @@ def test_rolling_cache_step_accepts_the_level_3_skeleton_filled_in():
 
 
 def mask_positions(attention_mask):                                   # the reference, as a learner
-    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    n = attention_mask.shape[-1]
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0), causal & attention_mask.bool()[:, None, None, :]
 
 
 def test_mask_positions_accepts_the_reference_hugging_faces_form_and_the_skeleton_filled_in():
     assert check_mask_positions(mask_positions)
-    assert check_mask_positions(lambda m: (m.cumsum(-1) - 1).masked_fill(m == 0, 1))  # HF: pads at 1
+    assert check_mask_positions(lambda m: ((m.cumsum(-1) - 1).masked_fill(m == 0, 1),  # HF: pads at 1
+                                           mask_positions(m)[1] & m.bool()[:, None, :, None]))
     assert_skeleton("masking.mask_positions", "attention_mask", check_mask_positions,
-                    ("attention_mask.cumsum(-1)", "counted - 1", "positions.clamp(min=0)"))
+                    ("attention_mask.cumsum(-1)", "counted - 1", "positions.clamp(min=0)",
+                     "causal & attention_mask.bool()[:, None, None, :]"))
 
 
 @pytest.mark.parametrize("flaw, hint", _POSITION_MISTAKES, ids=[flaw for flaw, _ in _POSITION_MISTAKES])
 def test_mask_positions_names_each_known_mistake_with_its_hint(flaw, hint):
-    assert_rejected(check_mask_positions(lambda m: _positions(m, flaw).long()), "\nHint: " + hint)
+    def wrong(m):                                                     # as a learner returns it
+        positions, mask = _positions(m, flaw)
+        return positions.long(), mask.bool()
+
+    assert_rejected(check_mask_positions(wrong), "\nHint: " + hint)
 
 
-def test_mask_positions_refuses_float_positions_a_pad_at_minus_one_and_names_a_missing_axis():
-    assert_rejected(check_mask_positions(lambda m: mask_positions(m).float()), "integer tensor")
-    assert_rejected(check_mask_positions(lambda m: m.cumsum(-1) - 1), "a pad got position -1")
-    assert_rejected(check_mask_positions(lambda m: torch.arange(m.shape[-1]) - (1 - m).sum(-1)),
-                    "did not broadcast", "\nHint: ", "(b, 1)")
+@pytest.mark.parametrize("wrong, words", [
+    (lambda m: (mask_positions(m)[0].float(), mask_positions(m)[1]), ["integer tensor"]),
+    (lambda m: (m.cumsum(-1) - 1, mask_positions(m)[1]), ["a pad got position -1"]),
+    (lambda m: (torch.arange(m.shape[-1]) - (1 - m).sum(-1), None), ["did not broadcast", "(b, 1)"]),
+    (lambda m: (mask_positions(m)[0], mask_positions(m)[1].float()), ["bool tensor", "adds a float"]),
+    (lambda m: (mask_positions(m)[0], mask_positions(m)[1][:, 0]), ["(b, n, n)", "head axis"]),
+    (lambda m: (mask_positions(m)[0].tolist(), mask_positions(m)[1]), ["must be a tensor, got list"]),
+])
+def test_mask_positions_names_dtypes_shapes_a_list_and_a_missing_axis(wrong, words):
+    assert_rejected(check_mask_positions(wrong), *words)
 
 
 def test_a_filled_count_that_leaves_the_newest_key_out_is_named_with_the_course_attention():
