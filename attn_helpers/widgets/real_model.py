@@ -120,7 +120,7 @@ def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: i
         raise ValueError("ablate=True needs ablated = (embedding, partner embedding) with the head off")
     l, i, n = layer - 1, head - 1, len(run.labels)
     similarity = float(run.embedding @ partner.embedding)
-    readouts = {"word pieces n": n, "head": f"layer {layer}, head {head}",
+    readouts = {"word pieces n": n, "head": f"L{layer}H{head}",
                 "mean entropy (nats)": run.entropy[l, i].item(), "ceiling ln n": max_entropy(n),
                 "mean entropy / ln n": run.fraction[l, i].item(),
                 "weight on [CLS]": run.cls[l, i].item(), "weight on previous token":
@@ -130,7 +130,7 @@ def real_model_frame(run: SentenceRun, partner: SentenceRun, layer: int, head: i
         off = float(ablated[0] @ ablated[1])
         readouts |= {"similarity with this head off": off, "change": off - similarity}
     readouts["notes"] = run.notes
-    title = (f"weights a_ij of layer {layer}, head {head}" + (" (switched off)" if ablate else "")
+    title = (f"weights a_ij of L{layer}H{head}" + (" (switched off)" if ablate else "")
              + f", rows: queries; entropy/ln n {run.fraction[l, i]:.2f}, on [CLS] {run.cls[l, i]:.2f}")
     return RealModelFrame(run.weights[l, i], run.labels, run.labels, readouts=readouts,
                           head_map=run.fraction, cell=(l, i), title=title)

@@ -110,7 +110,7 @@ def test_frame_bad_arguments(runs, kwargs, match):
 
 def test_the_widget_opens_on_the_head_asked_for_and_refuses_a_bad_one(enc):
     widget = real_model_widget(enc, [("The cat sat.", "A cat sat.")], layer=4, head=2)
-    assert widget.frame.title.startswith("weights a_ij of layer 4, head 2, rows: queries")
+    assert widget.frame.title.startswith("weights a_ij of L4H2, rows: queries")
     with pytest.raises(ValueError, match="head"):
         real_model_widget(enc, [("The cat sat.", "A cat sat.")], head=13)
 
