@@ -24,9 +24,8 @@ def _scale_from(f: Callable) -> Callable:
 
 
 def _choose_scale_cases() -> list[dict]:
-    """A square W first (catches W^T); weights of std 1 (so Var(q) = d_model tells 1/sqrt(d_k)
-    from 1/sqrt(d_k Var(q))), nn.Linear's default init or std 1/sqrt(d_model); inputs with a mean
-    (the whole matrix's variance about twice the rows'); n >= 200: biased = unbiased."""
+    """A square W first (catches W^T); weights of std 1, nn.Linear's or 1/sqrt(d_model); inputs
+    with a mean (whole-matrix variance != the rows'); n >= 200, so biased = unbiased."""
     g, cases = seeded(33), []
     for n, d_model, d_k, init, mean, dtype in [
             (200, 32, 32, "one", 0.0, torch.float32), (256, 64, 16, "default", 0.0, torch.float32),
@@ -46,7 +45,6 @@ def _weight(g: torch.Generator, d_model: int, d_k: int, init: str, dtype) -> tor
 
 
 def _as_number(fn: Callable) -> Callable:
-    """``fn``'s number as a float64 scalar tensor (``None`` stays); anything else: TypeError."""
     def wrapped(*args):
         value = fn(*args)
         if isinstance(value, torch.Tensor) and value.numel() == 1:
@@ -96,6 +94,8 @@ CHOOSE_SCALE_MISTAKES = [Mistake(_scale_from(f), hint) for f, hint in [
      "W_Q is (d_model, d_k): Q = x @ W_Q, not x @ W_Q.T (nn.Linear's layout)."),
     (lambda S, x, w_q, w_k: 1 / ((x @ w_q) * (x @ w_k)).sum(-1).std(),
      "you scored each query against its own key only; attention scores every pair: S is (n, n)."),
+    (lambda S, x, w_q, w_k: 1 / ((x @ w_q).T @ (x @ w_k)).var(-1).mean().sqrt(), "Q.T @ K is "
+     "(d_k, d_k), a sum over the tokens; the scores pair each query with each key: S is (n, n)."),
 ]]
 
 
@@ -108,8 +108,7 @@ CHOOSE_SCALE_MISTAKES = [Mistake(_scale_from(f), hint) for f, hint in [
     "v = ...                                      # each row's variance, averaged over rows\n"
     "return ...                                   # c with Var(c S) = 1, as a float"))
 def check_choose_scale(choose_scale: Callable) -> CheckResult:
-    """Exercise: ``choose_scale(x (n, d_model), W_Q, W_K (d_model, d_k)) -> c`` with which the rows
-    of ``c (x W_Q)(x W_K)^T`` have variance 1 on average."""
+    """Exercise: ``choose_scale(x, W_Q, W_K) -> c``, mean_i Var_j(c S_ij) = 1, S = (x W_Q)(x W_K)^T."""
     return check_function(
         _as_number(choose_scale), _scale_from(lambda S, *_: 1 / S.var(dim=-1).mean().sqrt()),
         _choose_scale_cases(), what="choose_scale", output_names=("the scale",), atol=0.0,
@@ -119,8 +118,7 @@ def check_choose_scale(choose_scale: Callable) -> CheckResult:
 
 
 def _backward_cases() -> list[dict]:
-    """A batch first (only there do dim 0 and dim -2, or a row's mean and the whole mean, differ);
-    one key; a row saturated by scores near 1000."""
+    """A batch first (dim 0 and dim -2 differ only there); one key; a row saturated near 1000."""
     g = seeded(31)
 
     def case(shape, spread=2.0, dtype=torch.float64):
@@ -178,6 +176,10 @@ BACKWARD_MISTAKES = [Mistake(lambda s, g, _f=f: _f(torch.softmax(s, dim=-1), g),
      "<a, g> is summed over the wrong axis: one dot product per row, over the keys (the last axis)."),
     (lambda a, g: a * (g - (a * g).sum()),
      "<a, g> is one number per row: sum over the last axis, not over the whole tensor."),
+    (lambda a, g: g - a * g.sum(-1, keepdim=True), "that is log-softmax's backward, "
+     "g - a sum(g); the softmax's J = diag(a) - a a^T puts a factor a_i in front of both terms."),
+    (lambda a, g: a * g - a * a * g.sum(-1, keepdim=True), "(a a^T g)_i = a_i sum_j a_j g_j: "
+     "one a stays outside the sum, the other weighs each g_j inside it; a_i^2 sum(g) is not that."),
 ]] + [Mistake(lambda s, g: s * (g - (s * g).sum(-1, keepdim=True)),
               "the formula takes the weights a = softmax(s), not the raw scores.")] + [
     Mistake(partial(_softmax_grad, dim=d), f"the softmax ran over the wrong axis (dim={d}): each row "
@@ -235,8 +237,7 @@ def _by_hand(x, w_q, w_k, c, up, **changed):
 
 
 def _projection_cases() -> list[dict]:
-    """n, d_model, d_k all different, scales other than 1/sqrt(d_k), float32, a batch, and rows
-    saturated by scores in the thousands."""
+    """n, d_model, d_k differ; scales not 1/sqrt(d_k); float32; a batch; saturated rows."""
     g = seeded(34)
 
     def case(n, d_model, d_k, scale, *, batch=(), dtype=torch.float64, spread=1.0):
@@ -337,8 +338,7 @@ def _projection_gradients(x, w_q, w_k, scale, grad_weights):
     "return grad_W_Q, grad_W_K"))
 def check_projection_gradients(projection_gradients: Callable) -> CheckResult:
     """Exercise: ``projection_gradients(x (..., n, d_model), W_Q, W_K (d_model, d_k), scale,
-    grad_weights (..., n, n)) -> (grad_W_Q, grad_W_K)``, each ``(d_model, d_k)``, by hand. A
-    learner whose function still calls exercise 2's stub is told so."""
+    grad_weights (..., n, n)) -> (grad_W_Q, grad_W_K)``, by hand; names exercise 2's stub."""
     result = check_function(
         projection_gradients, _projection_gradients, _projection_cases(),
         what="projection_gradients", output_names=("the gradient at W_Q", "the gradient at W_K"),
