@@ -159,12 +159,12 @@ def test_cross_attend_checker_names_each_mistake(mistake):
 
 
 def written(scale=lambda Q: Q.shape[-1] ** 0.5, mask=lambda real: real[:, None, None, :],
-            fill=-math.inf):
-    """A learner's answer, written out; ``scale``, ``mask`` and ``fill`` make its mistakes."""
+            fill=-math.inf, finish=lambda heads, W_Q: ah.merge_heads(heads)):
+    """A learner's answer, written out; ``scale``, ``mask``, ``fill``, ``finish`` make its mistakes."""
     def attend(latents, memory, memory_real, W_Q, W_K, W_V, num_heads):
         Q, K, V = heads(latents, memory, W_Q, W_K, W_V, num_heads)
         weights = (Q @ K.mT / scale(Q)).masked_fill(~mask(memory_real), fill).softmax(-1)
-        return ah.merge_heads(weights @ V), weights
+        return finish(weights @ V, W_Q), weights
     return attend
 
 
@@ -180,6 +180,9 @@ def queries_masked(latents, memory, *rest):      # case 1 passes; at case 2, n_q
     (written(scale=lambda Q: (Q.shape[1] * Q.shape[-1]) ** 0.5),
      ("case 2 of 4", "\nHint: the scores were divided by sqrt(d), all heads' width")),
     (written(mask=lambda real: real[0]), ("\nHint: every sentence got the first sentence's mask",)),
+    (written(finish=lambda heads, W_Q: heads), ("\nHint: the heads were left unmerged",)),
+    (written(finish=lambda heads, W_Q: ah.merge_heads(heads) @ W_Q),
+     ("\nHint: the merged heads went through W_Q again, as if it were a W_O",)),
     (queries_masked, ("case 2 of 4", "\nHint: the shapes do not fit the scores (b, h, n_q, n_k)")),
     (lambda L, m, real, W_Q, *rest: ah.split_heads(L @ W_Q, 1), ("\nHint: latents W_Q is (n_q, d)",)),
     (lambda *a: ex.cross_attend_reference(*a)[0], ("returned 1 value(s); expected 2",))])
