@@ -1,12 +1,14 @@
-"""Notebook 10's widgets: :func:`gpt_widget`, one head of a trained GPT on any prompt (a new
-prompt runs the model once, :func:`run_prompt`; a move redraws), and :class:`Sampler`, temperature
-and top-k over samples. Layers and heads count from 1. Also the notebook's loss curves."""
+"""Notebook 10's widgets: :func:`gpt_widget`, one head of a trained GPT on any prompt, heads zeroed
+or not (each new prompt or set runs the model once, :func:`run_prompt`; a move redraws), and
+:class:`Sampler`. Layers and heads count from 1. Also the notebook's loss curves."""
 
 from __future__ import annotations
 
 import base64
 import html
 import io
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -35,8 +37,9 @@ def char_label(c: str) -> str:
 
 @dataclass(frozen=True)
 class PromptRun:
-    """One prompt through the model: ``weights (L, h, n, n)``, each head's mean entropy ``(L, h)``,
-    the mean ceiling ``mean_i ln(i + 1)`` and the head scores ``{name: (L, h)}``."""
+    """One prompt through the model with heads ``zeroed``: ``weights (L, h, n, n)``, each head's
+    mean entropy ``(L, h)``, the mean ceiling ``mean_i ln(i + 1)``, the head scores ``{name: (L, h)}``,
+    the loss on the prompt's next characters and a greedy continuation."""
 
     text: str
     labels: list
@@ -45,6 +48,9 @@ class PromptRun:
     ceiling: float
     scores: dict
     truncated: bool
+    zeroed: tuple
+    loss: float
+    continuation: str
 
 
 @torch.no_grad()
@@ -58,28 +64,67 @@ def head_weights(model: bg.GPT, ids: torch.Tensor) -> torch.Tensor:
         model.keep_weights(False)
 
 
-def run_prompt(model: bg.GPT, corpus: bg.Corpus, text: str) -> PromptRun:
-    """Run ``text`` (its last ``context`` characters) through ``model`` once."""
+def parse_heads(text: str, cfg: bg.GPTConfig) -> tuple:
+    """``"L1H2 L1H3"`` -> ``((1, 2), (1, 3))``: the heads to zero, (layer, head) from 1."""
+    if not isinstance(text, str):
+        raise TypeError(f"zero must be a str such as 'L1H2 L1H3', got {type(text).__name__}")
+    heads = set()
+    for word in text.replace(",", " ").split():
+        if not (match := re.fullmatch(r"L(\d+)H(\d+)", word, re.IGNORECASE)):
+            raise ValueError(f"zero: write each head as L<layer>H<head>, e.g. 'L1H2 L1H3'; got {word!r}")
+        layer, head = int(match[1]), int(match[2])
+        require_int_in("zero's layer", layer, 1, cfg.num_layers)
+        heads.add((layer, require_int_in("zero's head", head, 1, cfg.num_heads)))
+    return tuple(sorted(heads))
+
+
+@contextmanager
+def zeroed(model: bg.GPT, heads=()):
+    """Inside it, heads ``(layer, head)`` output zeros: their slice of the merged heads, before W_O."""
+    d_h = model.cfg.d_model // model.cfg.num_heads
+
+    def hook(head):                                  # on the merged heads (b, n, d)
+        cols = torch.arange((head - 1) * d_h, head * d_h)
+        return lambda _module, args: (args[0].index_fill(-1, cols, 0.0),)
+
+    handles = [model.blocks[layer - 1].attn.out.register_forward_pre_hook(hook(head))
+               for layer, head in heads]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@torch.no_grad()
+def run_prompt(model: bg.GPT, corpus: bg.Corpus, text: str, heads=()) -> PromptRun:
+    """Run ``text`` (its last ``context`` characters) through ``model`` once, ``heads`` zeroed; then
+    32 greedy characters after the last ``context // 2`` (the same seed for every run)."""
     if not isinstance(text, str):
         raise TypeError(f"the prompt must be a str, got {type(text).__name__}")
     if not text:
         raise ValueError("the prompt is empty: type a few characters. The last picture stays.")
     shown = text[-model.cfg.context:]
-    weights = head_weights(model, corpus.encode(shown)[None])[:, :, 0]   # (L, h, n, n)
+    ids = corpus.encode(shown)[None]                                 # (1, n)
+    with zeroed(model, heads):
+        weights = head_weights(model, ids)[:, :, 0]                  # (L, h, n, n)
+        loss = bg.next_token_loss(model, ids).item() if ids.shape[1] > 1 else float("nan")
+        start = ids[:, -(model.cfg.context // 2):]
+        tokens = bg.generate(model, start, 32, top_k=1, generator=torch.Generator().manual_seed(0))
     n = weights.shape[-1]
     entropy = attention_entropy(weights.double()).mean(-1)           # (L, h)
     ceiling = float(torch.log(torch.arange(1, n + 1, dtype=torch.float64)).mean())
+    continuation = corpus.decode(tokens[0, start.shape[1]:]).replace("\n", SHOWN["\n"])
     return PromptRun(shown, [char_label(c) for c in shown], weights, entropy, ceiling,
-                     bg.head_scores(weights[:, :, None], shown), len(text) > len(shown))
+                     bg.head_scores(weights[:, :, None], shown), len(text) > len(shown),
+                     tuple(heads), loss, continuation)
 
 
 def plot_curves(curves: dict, title: str, *, ends: dict | None = None,
                 target: float | None = None, note: str | None = None,
                 target_label: str = "target") -> None:
-    """``curves {label: [(step, training, held out), ...]}``: held out solid, training dashed (if
-    given), curve i with its own hollow marker, so overlaps stay visible; ``ends {label: (step,
-    losses)}``: diamond i in curve i's colour, spread in x; ``target`` dotted, labelled
-    ``target_label``; ``note`` low left."""
+    """``curves {label: [(step, training, held out), ...]}``: held out solid, training dashed, each
+    curve its own hollow marker; ``ends {label: (step, losses)}`` diamonds; ``target`` dotted."""
     _, ax = plt.subplots(figsize=(7, 3.6))
     for i, (label, curve) in enumerate(curves.items()):   # curve i takes colour Ci
         steps, training, held_out = zip(*curve, strict=True)
@@ -104,29 +149,40 @@ def plot_curves(curves: dict, title: str, *, ends: dict | None = None,
 
 @dataclass
 class GPTFrame(AttentionFrame):
-    """One head's frame plus its layer's mean entropy per head, ``layer_entropy (h,)`` (0-based)."""
+    """One head's frame plus its layer's mean entropy per head, ``layer_entropy (h,)`` (0-based),
+    and the zeroed heads (``"L1H2, L1H3"`` or ``""``)."""
 
     layer_entropy: torch.Tensor | None = None
     layer_ceiling: float = 0.0
     head: int = 0
     layer: int = 0
+    zeroed: str = ""
 
 
-def gpt_frame(run: PromptRun, layer: int, head: int) -> GPTFrame:
-    """The frame of head ``head`` of layer ``layer`` (both 1-based) on ``run``."""
+def gpt_frame(run: PromptRun, layer: int, head: int, intact: PromptRun | None = None) -> GPTFrame:
+    """The frame of head ``head`` of layer ``layer`` (both 1-based) on ``run``; ``intact``: the
+    same prompt with no head zeroed, to compare with."""
     require_int_in("layer", layer, 1, run.head_entropy.shape[0])
     require_int_in("head", head, 1, run.head_entropy.shape[1])
     l, i, n = layer - 1, head - 1, len(run.labels)
+    zero = ", ".join(f"L{a}H{b}" for a, b in run.zeroed)
     readouts = {"characters n": n, "head": f"layer {layer}, head {head}",
-                "mean entropy (nats)": run.head_entropy[l, i].item(),
-                "mean ceiling ln(visible keys)": run.ceiling,
-                **{f"weight on {name}": grid[l, i].item() for name, grid in run.scores.items()
-                   if isinstance(grid, torch.Tensor)}}
+                "mean entropy (nats)": f"{run.head_entropy[l, i]:.2f}",
+                "mean ceiling ln(visible keys)": f"{run.ceiling:.2f}",
+                **{f"weight on {name}": f"{grid[l, i]:.2f}" for name, grid in run.scores.items()
+                   if isinstance(grid, torch.Tensor)},
+                "heads zeroed": zero or "none",
+                "loss on the prompt (nats per character)": f"{run.loss:.2f}",
+                "greedy continuation": run.continuation}
+    if intact is not None:
+        readouts["loss on the prompt (nats per character)"] += (
+            f", intact {intact.loss:.2f} ({run.loss - intact.loss:+.2f})")
+        readouts["greedy continuation, intact"] = intact.continuation
     if run.truncated:
         readouts["note"] = f"only the last {n} characters fit the model's context"
     return GPTFrame(run.weights[l, i], run.labels, run.labels, mask=causal_mask(n),
                     readouts=readouts, layer_entropy=run.head_entropy[l],
-                    layer_ceiling=run.ceiling, head=i, layer=l)
+                    layer_ceiling=run.ceiling, head=i, layer=l, zeroed=zero)
 
 
 class GPTView(BlitView):
@@ -154,7 +210,8 @@ class GPTView(BlitView):
 
     def draw(self, frame: GPTFrame) -> None:
         self.panel.set_frame(frame)
-        self.title.set([f"layer {frame.layer + 1}, head {frame.head + 1}: attention weights"],
+        zeroed = f" ({frame.zeroed} zeroed)" if frame.zeroed else ""
+        self.title.set([f"layer {frame.layer + 1}, head {frame.head + 1}: attention weights{zeroed}"],
                        [self.title_xy])
         h = len(frame.layer_entropy)
         self.heads.set(frame.layer_entropy, [frame.layer_ceiling] * h, highlight=frame.head)
@@ -163,23 +220,28 @@ class GPTView(BlitView):
 def gpt_widget(model: bg.GPT, corpus: bg.Corpus | None = None,
                prompt: str = "The for statement loops over", *, layer: int = 1,
                head: int = 1) -> LiveAttentionWidget:
-    """The widget on a trained GPT, opened on ``layer`` and ``head`` (counted from 1)."""
+    """The widget on a trained GPT, opened on ``layer`` and ``head`` (counted from 1); heads typed
+    into ``zero`` (``L1H2 L1H3``) are zeroed."""
     corpus, cfg = bg.load_corpus() if corpus is None else corpus, model.cfg
     require_int_in("layer", layer, 1, cfg.num_layers)
     require_int_in("head", head, 1, cfg.num_heads)
-    run = lru_cache(maxsize=16)(lambda text: run_prompt(model, corpus, text))
+    run = lru_cache(maxsize=16)(lambda text, heads: run_prompt(model, corpus, text, heads))
 
-    def compute(prompt, layer, head):
-        return gpt_frame(run(prompt), layer, head)
+    def compute(prompt, layer, head, zero):
+        heads = parse_heads(zero, cfg)
+        return gpt_frame(run(prompt, heads), layer, head, run(prompt, ()) if heads else None)
 
     controls = {
         "prompt": widgets.Text(prompt, description="prompt", continuous_update=False,
                                layout=widgets.Layout(width="640px")),
         "layer": widgets.IntSlider(layer, min=1, max=cfg.num_layers, description="layer"),
         "head": widgets.IntSlider(head, min=1, max=cfg.num_heads, description="head"),
+        "zero": widgets.Text("", description="zero heads", placeholder="e.g. L1H2 L1H3",
+                             continuous_update=False),
     }
     return LiveAttentionWidget(compute, controls, GPTView(cfg.num_heads, cfg.context),
-                               title="the stored GPT (study seed 0): any prompt, any layer and head")
+                               title="the stored GPT (study seed 0): any prompt, any layer and head, "
+                                     "heads zeroed or not")
 
 
 class Sampler:

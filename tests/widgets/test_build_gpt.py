@@ -1,7 +1,9 @@
 """Notebook 10's widgets: the attention view on a GPT (pure frame function, readouts, errors
-shown, static picture) and the sampler."""
+shown, static picture, heads zeroed) and the sampler."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -31,11 +33,7 @@ def test_the_frame_is_one_causal_head_with_its_ceiling(setup):
     assert frame.layer_entropy.shape == (4,)
     with pytest.raises(ValueError, match="layer"):
         gw.gpt_frame(run, 3, 1)
-
-
-def test_a_long_prompt_keeps_the_last_context_characters(setup):
-    model, corpus = setup
-    run = gw.run_prompt(model, corpus, "a" * 40 + "the end")
+    run = gw.run_prompt(model, corpus, "a" * 40 + "the end")     # the last context characters
     assert run.truncated and len(run.labels) == 32 and run.text.endswith("the end")
 
 
@@ -49,6 +47,24 @@ def test_the_widget_moves_and_shows_errors(setup):
     assert "empty" in widget.error and widget.image.value == before
     widget.set(prompt="while True")
     assert widget.error is None and len(widget.frame.query_labels) == 10
+
+
+def test_zeroing_a_head_is_zeroing_its_columns_of_w_o_and_the_readouts_compare(setup):
+    model, corpus = setup
+    ids, cut = corpus.encode("for x in y:\n    pass")[None], copy.deepcopy(model)
+    with torch.no_grad():
+        cut.blocks[0].attn.out.weight[:, 8:16] = 0       # d_h = 8: layer 1, head 2
+        with gw.zeroed(model, [(1, 2)]):
+            assert torch.allclose(model(ids), cut(ids), atol=1e-6)
+        assert not torch.allclose(model(ids), cut(ids), atol=1e-6)   # the hook is gone
+    widget = gw.gpt_widget(model, corpus, "The for statement", layer=2, head=1)
+    weights = widget.frame.weights
+    readouts = widget.set(zero="l1h2, L1H2")
+    assert readouts["heads zeroed"] == "L1H2" and "greedy continuation, intact" in readouts
+    assert "intact" in readouts["loss on the prompt (nats per character)"]
+    assert not torch.equal(widget.frame.weights, weights) and "L1H2 zeroed" in widget.view.title.texts[0]
+    widget.set(zero="L3H1")
+    assert "zero's layer must be between 1 and 2" in widget.error
 
 
 def test_the_sampler(setup):
