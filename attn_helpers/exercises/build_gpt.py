@@ -469,8 +469,9 @@ TRAIN_MISTAKES = [
     ("softmax_first", "softmax was applied before cross_entropy, which takes raw logits."),
     ("nll_on_logits", "F.nll_loss on raw logits expects log-probabilities: use F.cross_entropy."),
     ("last_only", "only the last position is trained: every position predicts its next character."),
-    ("no_clip", "the gradient was unclipped, clipped to a larger max_norm than 1.0, or clipped piece "
-     "by piece: clip the joint norm of all gradients together, not each one or by value, with "
+    ("no_clip", "the gradient was unclipped, clipped after optimizer.step() (too late: the step used "
+     "it unclipped), clipped to a larger max_norm than 1.0, or piece by piece: clip the joint norm of "
+     "all gradients together, not each one or by value, with "
      "nn.utils.clip_grad_norm_(model.parameters(), 1.0) between backward and step."),
     ("clip_small", "the gradient was clipped to a max_norm below the recipe's 1.0: "
      "nn.utils.clip_grad_norm_(model.parameters(), 1.0)."),

@@ -120,14 +120,17 @@ def _gpt(caches_for):
                                    bg.GPT.forward(self, tokens, *caches_for(start, caches))})
 
 
-def _step(clip=1.0, zero_after_step=False, as_float=False):
+def _step(clip=1.0, zero_after_step=False, as_float=False, clip_late=False):
     def step(model, optimizer, chunk):
         loss = F.cross_entropy(model(chunk[:, :-1]).flatten(0, 1), chunk[:, 1:].flatten())
         if not zero_after_step:
             optimizer.zero_grad()
         loss.backward()
+        if clip_late:
+            optimizer.step()                     # then clips what the step already used
         nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
+        if not clip_late:
+            optimizer.step()
         if zero_after_step:
             optimizer.zero_grad()                # after the step: the next backward starts clean
         return float(loss.detach()) if as_float else loss.item()
@@ -175,6 +178,8 @@ REJECTED = {
         ("returned a tensor", "loss.item()")),
     "clipping to a larger max_norm": (lambda: ex.check_train_step(_step(clip=5.0)),
                                       ("Hint: ", "a larger max_norm than 1.0")),
+    "clipping after the step": (lambda: ex.check_train_step(_step(clip_late=True)),
+                                ("Hint: ", "clipped after optimizer.step() (too late")),
     "clipping each gradient": (lambda: ex.check_train_step(ex.train_variant("clip_each")),
                                ("Hint: ", "clip the joint norm of all gradients together, not each")),
     "clipping by value": (lambda: ex.check_train_step(ex.train_variant("clip_value")),
