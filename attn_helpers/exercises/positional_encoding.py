@@ -36,7 +36,7 @@ rope_reference = apply_rope  # x (..., n, d), positions (n,): pair i of row j tu
 
 def _rope_cases() -> list[dict]:
     """Float32 and float64; one pair, d/2 odd, batch and head dimensions; positions from 0, a KV
-    cache's later positions, gaps; a random case."""
+    cache's later positions, gaps; a random case; last, positions up to 99 999 (float32 angles fail)."""
     g = seeded(73)
     n, half = size(g, 2, 8), size(g, 1, 8)
     shapes = [((6, 8), torch.float32, torch.arange(6)), ((5, 2), torch.float64, torch.arange(5)),
@@ -44,14 +44,10 @@ def _rope_cases() -> list[dict]:
               ((4, 8), torch.float64, torch.arange(4) + 9),          # a cache: positions 9 .. 12
               ((3, 6), torch.float64, torch.tensor([0, 2, 5])),
               ((5, 64), torch.float32, torch.tensor([0, 1, 17, 60, 100])),
-              ((2, n, 2 * half), torch.float64, torch.randperm(50, generator=g)[:n].sort().values)]
+              ((2, n, 2 * half), torch.float64, torch.randperm(50, generator=g)[:n].sort().values),
+              ((4, 64), torch.float32, torch.tensor([0, 1000, 50_000, 99_999]))]
     return [{"x": torch.randn(shape, generator=g, dtype=dtype), "positions": positions}
             for shape, dtype, positions in shapes]
-
-
-def _plus_pe(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    angles = _angles(x, positions)
-    return x + torch.stack([angles.sin(), angles.cos()], -1).flatten(-2).to(x.dtype)
 
 
 _SIGNS = "Check the signs of Rot(theta) in section 4: position m turns a pair counterclockwise."
@@ -82,14 +78,18 @@ ROPE_MISTAKES = [Mistake(produce, hint) for produce, hint in [
      "cos and sin are swapped: at position 0 (angle 0) a pair must come out unchanged. " + _SIGNS),
     (lambda x, p: _turn(x, _angles(x, p), back_as_halves=True),
      "your rotated pairs came back as two halves: each pair must stay in place, at 2i and 2i+1."),
-    (_plus_pe, "you added the sinusoidal encoding to x: RoPE rotates each pair instead, so no "
-               "length changes and every score depends on n - m only."),
+    (lambda x, p: x + torch.stack([_angles(x, p).sin(), _angles(x, p).cos()], -1).flatten(-2).to(
+        x.dtype), "you added the sinusoidal encoding to x: RoPE rotates each pair instead, so no "
+                  "length changes and every score depends on n - m only."),
 ]]
 
 
+FAR_HINT = ("right up to position 100, wrong far out: in float32 an angle near 99 999 is off by up to "
+            "0.004 rad. Compute omega and the angles in float64, then cast cos and sin to x's dtype.")
+
+
 def _rope_property_hint(rope: Callable) -> str | None:
-    """For a wrong answer no named mistake explains: the first property of RoPE it breaks, on one
-    query and key (d = 8) at positions 0 .. 11."""
+    """The first property of RoPE a wrong answer breaks, on one query and key (d = 8), positions < 12."""
     q, k = torch.randn(2, 1, 8, generator=seeded(74), dtype=torch.float64)
     try:
         at_zero = torch.as_tensor(rope(q.clone(), torch.tensor([0]))).double()
@@ -138,14 +138,14 @@ def _rope_property_hint(rope: Callable) -> str | None:
     "rotated = torch.stack((..., ...), dim=-1)      # (..., n, d/2, 2): each pair turned\n"
     "return rotated.flatten(-2)                     # (..., n, d): pairs back at 2i, 2i+1"))
 def check_rope(rope: Callable) -> CheckResult:
-    """Exercise: ``rope(x (..., n, d), positions (n,)) -> (..., n, d)``, x's dtype, RoPE's rotation.
-    The tolerance, 1e-4, allows angles computed in float32 at positions up to 100."""
-    verdict = check_function(rope, rope_reference, _rope_cases(), what="rope",
-                             output_names=("the rotated x",), atol=1e-4, rtol=1e-4,
-                             same_dtype=True, mistakes=ROPE_MISTAKES)
+    """Exercise: ``rope(x (..., n, d), positions (n,)) -> (..., n, d)``, x's dtype, RoPE's rotation."""
+    def check(cases):
+        return check_function(rope, rope_reference, cases, what="rope", output_names=("the rotated x",),
+                              atol=1e-4, rtol=1e-4, same_dtype=True, mistakes=ROPE_MISTAKES)
+    verdict = check(cases := _rope_cases())
     if verdict or "Hint:" in verdict.message or not verdict.message.startswith("Not yet"):
         return verdict
-    hint = _rope_property_hint(rope)
+    hint = FAR_HINT if check(cases[:-1]) else _rope_property_hint(rope)
     return CheckResult(False, f"{verdict.message}\nHint: {hint}") if hint else verdict
 
 
@@ -177,7 +177,7 @@ def _layout_cases() -> list[dict]:
 
 
 def _half_of_each_head(W: torch.Tensor, heads: int) -> torch.Tensor:
-    """Each head's first d/2 rows moved as a head of their own (partial RoPE), the rest left."""
+    """Partial RoPE: each head's first d/2 rows moved as a head of their own, the rest left."""
     blocks = W.reshape(heads, W.shape[0] // heads, -1).clone()                # (heads, d, d_in)
     half = blocks.shape[1] // 2
     blocks[:, :half] = _move(blocks[:, :half].reshape(heads * half, -1), heads).view(heads, half, -1)
@@ -185,8 +185,7 @@ def _half_of_each_head(W: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def to_interleaved_reference(W_Q, W_K, h, g, **flaw):
-    """``h`` query, ``g`` key heads: split-half pairs (rows ``i, i + d/2``) to interleaved ones;
-    ``flaw``: one of :func:`_move`'s mistakes, made alike in both weights."""
+    """``h`` query, ``g`` key heads: split-half pairs to interleaved; ``flaw``: a _move mistake."""
     return _move(W_Q, h, **flaw), _move(W_K, g, **flaw)
 
 
@@ -258,8 +257,7 @@ def alibi_bias_reference(n: int, slopes: torch.Tensor) -> torch.Tensor:
 
 
 def _through_softmax(bias_of: Callable) -> Callable:
-    """The causal softmax weights ``(H, n, n)`` of ``scores + bias_of(n, slopes)`` (a bias that
-    broadcasts, as Bloom's ``(H, 1, n)``, too): compared, they let any per-row number pass."""
+    """The causal softmax weights of ``scores + bias_of(n, slopes)``: any per-row number passes."""
     def weights(n, slopes, scores):
         bias = bias_of(n, slopes)
         try:
@@ -270,13 +268,15 @@ def _through_softmax(bias_of: Callable) -> Callable:
     return weights
 
 
+_OWN_SLOPE = ": head h multiplies the distance by its own slope, slopes[h]."
 ALIBI_MISTAKES = [   # (the bias a mistake returns, its hint)
     (lambda n, m: -alibi_bias_reference(n, m), "your bias rewards distance: it is +m_h (i - j), or "
      "-m_h j, which adds m_h i - 2 m_h j. Softmax ignores m_h i, one number per row, not -2 m_h j."),
     (lambda n, m: torch.zeros(len(m), 1, 1, dtype=torch.float64), "your bias is the same along each "
      "row (0, or a function of i): softmax ignores it, so these are the weights without ALiBi."),
-    (lambda n, m: alibi_bias_reference(n, torch.ones_like(m)),
-     "every head got slope 1: head h multiplies the distance by its own slope, slopes[h]."),
+    (lambda n, m: alibi_bias_reference(n, torch.ones_like(m)), "every head got slope 1" + _OWN_SLOPE),
+    (lambda n, m: alibi_bias_reference(n, m[:1].expand_as(m)), "every head got slopes[0]" + _OWN_SLOPE),
+    (lambda n, m: alibi_bias_reference(n, m.flip(0)), "your slopes run backwards" + _OWN_SLOPE),
 ]
 
 
