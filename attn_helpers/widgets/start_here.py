@@ -15,6 +15,7 @@ WARMUP_TOKENS = ("how", "does", "attention", "really", "work", "?")
 WARMUP_SEED = 5  # the smallest seed with a mean entropy below 0.1 nats at T = 0.1 (notebook 00)
 READOUT_NORMALISED = "mean H / ln(keys seen) (rows seeing 2+ keys)"   # a row seeing 1 key has no spread
 READOUT_SCALING = "T / √8 (1 = Transformer scaling)"   # marks T = sqrt(d_k), d_k = 8, on the slider
+READOUT_SLOPE = "softmax slope (mean largest |∂a/∂z|, z = s / T)"   # J = diag(a) - a a^T, <= 1/4
 
 
 def warmup_scores(seed: int = WARMUP_SEED) -> torch.Tensor:
@@ -30,11 +31,13 @@ def warmup_frame(temperature: float, causal: bool = False) -> AttentionFrame:
     mask = causal_mask(len(WARMUP_TOKENS)) if causal else None
     weights = masked_softmax(warmup_scores() / temperature, mask)
     frame = AttentionFrame(weights, WARMUP_TOKENS, WARMUP_TOKENS, mask=mask)
+    jacobian = torch.diag_embed(weights) - weights[:, :, None] * weights[:, None, :]   # (n, n, n)
     frame.readouts = {  # two decimals: the digits every CPU agrees on (notebook 00 prints them)
         "mean entropy (nats)": f"{frame.entropy.mean().item():.2f}",
         READOUT_NORMALISED: f"{normalised_entropy(frame.entropy, mask).item():.2f}",
         "mean largest weight": f"{max_weight(weights).mean().item():.2f}",
         "effective keys (mean e^H)": f"{frame.entropy.exp().mean().item():.2f}",
+        READOUT_SLOPE: f"{jacobian.abs().amax((-2, -1)).mean().item():.2f}",   # per row, then mean
         READOUT_SCALING: f"{temperature / 8 ** 0.5:.2f}"}
     return frame
 
