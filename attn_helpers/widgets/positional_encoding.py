@@ -58,9 +58,9 @@ def _check_base(encoding: str, base: float) -> float:
         raise ValueError(f"base must be one of {[f'{b:g}' for b in BASES]} (the bases RoPE is "
                          f"shipped trained at), got {base!r}")
     if encoding == ENCODINGS[2] and base != lesson.BASE:
-        raise ValueError(f"base {base:g} has no trained model in mode {encoding!r}: the sinusoidal "
-                         f"model was trained at base {lesson.BASE:g} only (bases {BASES[0]:g} and "
-                         f"{BASES[2]:g} exist for RoPE and for the sinusoidal table E E^T)")
+        raise ValueError(f"base {base:g} has no trained model in mode {encoding!r} (only base "
+                         f"{lesson.BASE:g}; RoPE and the table E E^T have every base). The picture "
+                         "keeps the last setting that worked.")
     return float(base)
 
 

@@ -146,6 +146,6 @@ def test_positional_widget_opens_where_asked_and_moves_as_the_pure_function():
                                for k, v in positional_frame(ROPE, 1, 4, 2, 1, 625.0).readouts.items()}
     shown = widget.image.value
     widget.set(encoding=ADD)                       # no sinusoidal model at 625: said, picture kept
-    assert "base 625 has no trained model" in widget.error and widget.image.value == shown
+    assert "picture keeps the last setting" in widget.error and widget.image.value == shown
     widget.set(base=10000.0)
     assert widget.error is None and widget.image.value != shown
