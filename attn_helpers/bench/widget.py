@@ -24,7 +24,7 @@ from ..masks import causal_mask
 from ..widgets.build_gpt import gpt_widget
 from ..widgets.complexity import tile_stepper_widget
 from ..widgets.core import AttentionFrame, AttentionView, LiveAttentionWidget
-from ..widgets.cross_attention import alignment_widget
+from ..widgets.cross_attention import alignment_widget, toy_widget
 from ..widgets.masking import masking_widget
 from ..widgets.multi_head import multihead_widget
 from ..widgets.positional_encoding import positional_widget
@@ -70,6 +70,7 @@ NOTEBOOK_WIDGETS = {
     "masking": masking_widget,
     "cross_attention": lambda: alignment_widget(
         rnn_bottleneck.load_pretrained("seq2seq_dates_general"), "dates"),
+    "cross_attention_toy": toy_widget,
     "positional_encoding": positional_widget, "complexity": tile_stepper_widget,
     "real_model": real_model_widget, "build_gpt": _build_gpt}
 
