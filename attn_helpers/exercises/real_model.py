@@ -21,11 +21,11 @@ def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int
 
 # --- exercise 1: previous-token scores ---------------------------------------------------------
 
-def _cases() -> list[dict]:  # padded batches, then one unpadded; case 1: n - 1 against query 0
-    g = seeded(91)
+def _cases() -> list[dict]:  # padded batches, then one unpadded; case 1: n - 1 against query 0,
+    g = seeded(91)                # and L != b, so a (b, L, h) answer gets a shape message
     return [{"weights": _softmax_rows(g, L, lengths, h, n),
              "mask": torch.arange(n) < torch.tensor(lengths)[:, None]}
-            for L, lengths, h, n in [(2, [6, 4], 3, 6), (1, [5, 2, 3], 2, 5), (3, [4], 4, 4),
+            for L, lengths, h, n in [(3, [6, 4], 2, 6), (1, [5, 2, 3], 2, 5), (3, [4], 4, 4),
                                      (2, [7, 3], 2, 8)]]
 
 

@@ -58,7 +58,7 @@ def mask_without_axes(weights, mask):  # mask (b, n - 1) against entries (L, b, 
 @pytest.mark.parametrize("wrong, named", [
     (next_token, "NEXT token"),
     (lambda w, m: previous(w, m, valid=torch.ones_like(m[:, 1:])), "padding queries"),
-    (lambda w, m: previous(w, m)[None].expand(2, -1, -1, -1), "with shape"),   # (2, L, b, h)
+    (lambda w, m: previous(w, m).transpose(0, 1), "has shape (3, 2, 2)"),      # (b, L, h) for (L, b, h)
     (lambda w, m: offset_scores(w, m, -1), "pooled over the sentences"),     # the call of 4.3
     (mask_without_axes, "Hint: the mask is (b, n - 1) but the entries"),     # a shape error's hint
 ])
