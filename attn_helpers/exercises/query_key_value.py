@@ -185,7 +185,7 @@ class _Attend(torch.nn.Module):  # attention on one case, k and v its parameters
 
 NEXT_WEIGHT = 0.9   # each token must put at least this much of its attention on the next token
 NOT_SQUARE = ("torch.linalg.inv needs a square matrix, and X is (n, d_model). You need only a "
-              "right inverse M, with X M = I: the exercise names a torch.linalg function for it.")
+              "right inverse M, with X M = I: hint 2 names a torch.linalg function for it.")
 MIXED_DTYPES = ("two tensors of different dtypes met in one product: X is float64 in this case, and "
                 "torch.eye(n) is float32 by default. Build it with dtype=X.dtype.")
 SHAPES = ("a product in your function got shapes that do not fit. n and d_model change between cases: "
@@ -262,8 +262,8 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
     "The scores are S = X W_Q (X W_K)^T / sqrt(d_k). S must be large at (i, i+1), small "
     "elsewhere. That S is not symmetric, so W_Q and W_K must differ.",
     "Forget X: what (n, n) matrix Q K^T peaks at column i + 1 in every row i (the last row at column "
-    "0)? Which simple Q and K give it? Then Q = X W_Q: which matrix, right of X, undoes X (X times "
-    "it is I)? Last: by how much must the next token's score lead the n - 1 others for 0.9?",
+    "0)? Which simple Q and K give it? Then Q = X W_Q: which matrix M right of X undoes X, X M = I "
+    "(torch.linalg.pinv)? Last: by how much must the next token's score lead the n - 1 others for 0.9?",
     "n = X.shape[0]\n"
     "P = ...             # (n, n) cyclic shift: P[i, i+1] = 1, P[n-1, 0] = 1, 0 elsewhere\n"
     "c = ...             # d_k = n: the next token's weight, as a function of c? >= 0.9\n"

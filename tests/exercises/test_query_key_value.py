@@ -154,7 +154,7 @@ def by_inverse(X):  # noqa: N803 - inv where pinv belongs: fine on square X, fai
     (lambda X: next_projections(X, c=10.0), ["case 6 of 6", "7.49", "c must grow with n"]),
     (one_hot_only, ["one-hot", "right inverse", "case 3 of 6"]),
     (no_wrap, ["3->tie;", "last token must attend to the first"]),
-    (by_inverse, ["case 2 of 6", "needs a square matrix", "right inverse", "exercise names"]),
+    (by_inverse, ["case 2 of 6", "needs a square matrix", "right inverse", "hint 2 names"]),
     (lambda X: (next_projections(X)[0], next_projections(X)[1][:, :-1]), ["same size d_k"]),
     (lambda X: next_projections(X)[0], ["should return a pair"]),
     (lambda X: (next_projections(X)[0].T, next_projections(X)[1]), ["W_Q must be a (d_model, d_k)"]),
