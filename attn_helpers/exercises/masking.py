@@ -163,20 +163,21 @@ _POSITION_MISTAKES = [   # (the flaw of _positions, its hint)
 
 
 def _on_real_tokens(mask_positions: Callable) -> Callable:
-    """Integer positions, a pad's a row of the table (0..n-1), compared on the real tokens only; a
-    bool (b, 1, n, n) mask, compared on the real queries' rows (a pad's output is dropped)."""
+    """Integer positions compared on real tokens; a bool (b, 1, n, n) mask, on real queries' rows."""
     def wrapped(attention_mask):
         out = mask_positions(attention_mask)
         if not (isinstance(out, tuple | list) and len(out) == 2):
             return out
         positions, mask = _tensor("the positions", out[0]), _bool_tensor("the mask", out[1])
         b, n = attention_mask.shape
-        if mask.shape == (b, n, n):
-            raise Refused(f"the mask is (b, n, n) = {tuple(mask.shape)}. Scores with heads are (b, h, "
-                          "n, n): the mask needs the head axis, (b, 1, n, n), or its batch axis "
-                          "meets the heads.")
-        if positions.shape != attention_mask.shape or mask.shape != (b, 1, n, n):
-            return out
+        why = {(b, n, n): "Scores with heads are (b, h, n, n): without the head axis, (b, n, n), the "
+               "mask's batch axis meets the heads.", (b, 1, 1, n): "That is the padding mask alone: "
+               "the causal AND (j <= i) makes it (b, 1, n, n)."}
+        if mask.shape != (b, 1, n, n):
+            raise Refused(f"the mask must be (b, 1, n, n) = {(b, 1, n, n)}, got {tuple(mask.shape)}. "
+                          + why.get(tuple(mask.shape), "Its axes: batch, 1 (heads), queries, keys."))
+        if positions.shape != (b, n):
+            raise Refused(f"the positions must be (b, n) = {(b, n)}, got {tuple(positions.shape)}.")
         pads = _integer(positions)[attention_mask == 0]
         outside = pads[(pads < 0) | (pads >= n)]
         if len(outside):
@@ -304,9 +305,8 @@ def _ring_cases() -> list[dict]:
 
 
 def _run_steps(step: Callable) -> Callable:
-    """The outputs of ``step`` for t = 0..n-1, on copies of the caches; a step that writes no
-    slot of the caches in place, or more than one, or returns more than token t's output, is
-    refused."""
+    """The outputs of ``step`` for t = 0..n-1, on copies of the caches; a step that writes no slot
+    in place, or more than one, or returns more than token t's output, is refused."""
 
     def run(q, k, v, k_cache, v_cache):
         k_cache, v_cache = k_cache.clone(), v_cache.clone()

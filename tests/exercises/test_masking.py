@@ -92,8 +92,7 @@ def in_time_order(k_cache, v_cache, t, q_t, k_t, v_t):                 # torch.r
     if t < w:
         keys, values = k_cache[..., :t + 1, :], v_cache[..., :t + 1, :]
     else:                                                             # oldest first, newest last
-        keys = torch.roll(k_cache, -(t % w + 1), dims=-2)
-        values = torch.roll(v_cache, -(t % w + 1), dims=-2)
+        keys, values = (torch.roll(c, -(t % w + 1), dims=-2) for c in (k_cache, v_cache))
     return ah.scaled_dot_product_attention(q_t, keys, values)[0]
 
 
@@ -220,15 +219,17 @@ def test_mask_positions_names_each_known_mistake_with_its_hint(flaw, hint):
     (lambda m: (mask_positions(m)[0], mask_positions(m)[1].float()), ["bool tensor", "adds a float"]),
     (lambda m: (mask_positions(m)[0], mask_positions(m)[1][:, 0]), ["(b, n, n)", "head axis"]),
     (lambda m: (mask_positions(m)[0].tolist(), mask_positions(m)[1]), ["must be a tensor, got list"]),
+    (lambda m: (mask_positions(m)[0], m.bool()[:, None, None, :]), ["got (2, 1, 1, 8)", "j <= i"]),
+    (lambda m: (mask_positions(m)[0], mask_positions(m)[1].transpose(1, 2)), ["got (2, 8, 1, 8)"]),
+    (lambda m: (mask_positions(m)[0][:, None], mask_positions(m)[1]), ["must be (b, n) = (2, 8)"]),
 ])
-def test_mask_positions_names_dtypes_shapes_a_list_and_a_missing_axis(wrong, words):
+def test_mask_positions_names_dtypes_shapes_a_list_and_a_missing_axis_or_causal_and(wrong, words):
     assert_rejected(check_mask_positions(wrong), *words)
 
 
 def test_a_filled_count_that_leaves_the_newest_key_out_is_named_with_the_course_attention():
-    """Review 6: ``filled = min(t, w)`` (the key just written not attended until the ring is full)
-    got no named mistake. With notebook 02's attention it fails at t = 0 (no key at all), and the
-    hint names both ways to get there; with a hand-written softmax it gets its own hint."""
+    """``filled = min(t, w)``: with notebook 02's attention it fails at t = 0 (no key at all), and
+    the hint names both ways to get there; with a hand-written softmax it gets its own hint."""
     def newest_left_out(k_cache, v_cache, t, q_t, k_t, v_t):
         w = k_cache.shape[-2]
         k_cache[:, :, t % w], v_cache[:, :, t % w] = k_t[:, :, 0], v_t[:, :, 0]
@@ -256,9 +257,8 @@ def test_a_softmax_over_unwritten_slots_is_named():
 
 
 def test_hugging_faces_attention_mask_becomes_the_bias_notebook_05s_table_names():
-    """Going deeper's table of mask conventions: transformers turns its attention_mask (1 = keep)
-    and the causal rule into an additive bias, 0 where a key takes part, the dtype's minimum
-    elsewhere; added to the scores it gives torch's bool-mask attention."""
+    """transformers turns its attention_mask (1 = keep) and the causal rule into an additive bias: 0
+    where a key takes part, the dtype's minimum elsewhere; it gives torch's bool-mask attention."""
     masking_utils = pytest.importorskip("transformers.masking_utils")
     keep = torch.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])                     # (b, n): 3 pads
     allowed = ah.causal_mask(8) & keep.bool()                           # causal AND a real key
