@@ -97,7 +97,10 @@ def _merge_mistakes() -> list[Mistake]:
                           "the unnormalised sum; rescale it like l, do not weight it by l."),
     ]] + [Mistake(lambda m1, l1, _acc1, m2, l2, _acc2: torch.logaddexp(m1 + l1.log(), m2 + l2.log()),
                   "m is the running max, not the log-sum-exp: this state keeps m = the largest "
-                  "score so far and l = the sum of exp(s - m), not m = lse with l = 1.")]
+                  "score so far and l = the sum of exp(s - m), not m = lse with l = 1.")] + [
+        Mistake(lambda *a, _o=order: tuple(merge_states_reference(*a)[i] for i in _o), "the values "
+                "came back in another order: return (m, l, acc), the merged max, sum and output sum.")
+        for order in itertools.permutations(range(3)) if order != (0, 1, 2)]
 
 
 _OVERFLOW = ("exp of a max near 1000 overflows (this case has maxima near 1000; exp(x) is inf past "
@@ -315,17 +318,17 @@ def _linear_case(g, batch, d_k, d_v, before: int) -> dict:     # the state of `b
 
 
 def _step_with(S, z, q_t, k_t, v_t, *, phi=elu_feature_map, read_first=False, normalise=True,
-               replace=False, transpose=False, z_term="phi_k", phi_v=False, old_z=False,
-               s_side=False, eps=0.0, z_by=lambda pq, pk: pq, phi_k=True, softmax=False, scaled=""):
+               replace=False, z_term="phi_k", phi_v=False, old_z=False, eps=0.0,
+               z_by=lambda pq, pk: pq, phi_k=True, softmax=False, scaled=""):
     """One step with one thing changed (``z_by``: what reads z; ``scaled``: divided by sqrt(d_k))."""
     q_t, k_t = (x / math.sqrt(x.shape[-1]) if s in scaled else x for s, x in (("q", q_t), ("k", k_t)))
     pq, pk, v_t = phi(q_t), phi(k_t) if phi_k else k_t, (elu_feature_map(v_t) if phi_v else v_t)
-    outer = (v_t[..., :, None] * pk[..., None, :]) if transpose else pk[..., :, None] * v_t[..., None, :]
+    outer = pk[..., :, None] * v_t[..., None, :]
     S_new = outer if replace else S + outer
     z_new = {"phi_k": pk, "k": k_t, "phi_q": pq}[z_term] + (0 if replace else z)
     S_read, z_read = (S, z) if read_first else (S_new, z if old_z else z_new)
     pq = pq.softmax(-1) if softmax else pq
-    num = (S_read @ pq[..., :, None]).squeeze(-1) if s_side else (pq[..., None, :] @ S_read).squeeze(-2)
+    num = (pq[..., None, :] @ S_read).squeeze(-2)
     o = num / ((z_by(pq, pk) * z_read).sum(-1, keepdim=True) + eps) if normalise else num
     return o, S_new, z_new
 
@@ -344,10 +347,6 @@ def _linear_mistakes() -> list[Mistake]:
         ({"normalise": False}, "the normaliser is missing: divide phi(q_t)^T S_t by phi(q_t)^T z_t."),
         ({"replace": True}, "the state was replaced by token t's terms, not added to: "
                             "S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t)."),
-        ({"transpose": True}, "the outer product is transposed: S is (d_k, d_v), its new term "
-                              "phi(k_t) v_t^T."),
-        ({"s_side": True}, "S was read from the wrong side: S is (d_k, d_v), so read phi(q_t)^T S_t, "
-                           "not S_t phi(q_t)."),
         ({"z_term": "k"}, "z collected k_t itself: z_t = z_{t-1} + phi(k_t)."),
         ({"z_term": "phi_q"}, "z collected phi(q_t): z sums the keys, z_t = z_{t-1} + phi(k_t)."),
         ({"phi": F.elu}, "phi = elu without the + 1: elu(x) + 1 > 0 keeps the normaliser off 0."),
@@ -370,9 +369,11 @@ def _linear_mistakes() -> list[Mistake]:
           for order in itertools.permutations(range(3)) if order != (0, 1, 2)]
 
 
-_LOST_AXIS = ("the shapes do not line up on this case, which has a batch and d_k != d_v. If your "
-              "normaliser phi(q_t)^T z_t is a sum over d_k, keep that axis (keepdim=True): a "
-              "(..., 1) normaliser divides all d_v outputs; a (...) one meets the wrong axis.")
+_SHAPES = ("the shapes do not line up (d_k != d_v here). Either the outer product is transposed (S "
+           "is (..., d_k, d_v): token t adds phi(k_t) v_t^T, not v_t phi(k_t)^T), or the normaliser "
+           "phi(q_t)^T z_t lost its summed axis: keep it (keepdim=True), a (..., 1) normaliser.")
+_SIDE = ("S was read from the wrong side: S is (..., d_k, d_v) and d_k != d_v here, so phi(q_t) "
+         "reads it from the left, phi(q_t)^T S_t (..., d_v), not S_t phi(q_t).")
 _OUTER = ("torch.outer takes 1-D vectors only, and this case has a batch: build a batched outer "
           "product by broadcasting (a size-1 axis in each factor) or with torch.einsum.")
 
@@ -393,12 +394,13 @@ def check_linear_step(step: Callable) -> CheckResult:
     """Exercise: ``step(S (..., d_k, d_v), z, q_t, k_t (..., d_k), v_t (..., d_v)) -> (o_t, S_t,
     z_t)``; an ``eps`` up to 1e-6 in the normaliser passes."""
     g = seeded(86)
-    cases = [_linear_case(g, (), 4, 4, 5), _linear_case(g, (2, 3), 3, 5, 4),
+    cases = [_linear_case(g, (), 4, 3, 6), _linear_case(g, (2, 3), 3, 5, 4),
              _linear_case(g, (), 2, 3, 0), _linear_case(g, (2,), 6, 2, 9)]
     return check_function(step, linear_step_reference, cases, what="linear_step",
                           output_names=("o_t", "S_t", "z_t"), mistakes=_linear_mistakes(),
                           nan_hint="a normaliser of 0: add token t before reading, and use "
                                    "phi = elu + 1, which keeps it positive.",
-                          error_hints=[("must match the size of tensor", _LOST_AXIS),
-                                       ("outer: Expected 1-D", _OUTER)],
+                          error_hints=[("must match the size of tensor", _SHAPES),
+                                       ("outer: Expected 1-D", _OUTER), ("cannot be multiplied", _SIDE),
+                                       ("does not broadcast with previously seen size", _SIDE)],
                           atol=1e-9, rtol=1e-5)   # rtol: accepts the usual + eps <= 1e-6 below

@@ -89,6 +89,8 @@ MERGE_WRONG = {
     "acc was weighted by l": partial(learner_merge, weigh=True),
     "rows with no key in either state came back with m = 0": partial(learner_merge, new_max="zero"),
     "m is the running max, not the log-sum-exp": partial(learner_merge, new_max="lse"),
+    "return (m, l, acc)": lambda *a: learner_merge(*a)[::-1],                        # (acc, l, m)
+    "the merged max, sum and output sum": lambda *a: [learner_merge(*a)[i] for i in (1, 0, 2)],
 }
 
 
@@ -381,7 +383,9 @@ def learner_step(S, z, q_t, k_t, v_t, *, phi=lambda x: F.elu(x) + 1, read_first=
     S_t = term if replace else S + term
     z_t = {"phi_k": pk, "k": k_t, "phi_q": pq}[z_term] + (0 if replace else z)
     S_r, z_r = (S, z) if read_first else (S_t, z if old_z else z_t)
-    num = torch.einsum(*(("...de,...e->...d", S_r, pq) if s_side else ("...d,...de->...e", pq, S_r)))
+    side = ("...de,...e->...d", S_r, pq) if s_side is True else ("...d,...de->...e", pq, S_r)
+    num = torch.einsum(*side)
+    num = (S_r @ pq[..., :, None]).squeeze(-1) if s_side == "matmul" else num
     den = torch.einsum("...d,...d->...", {"q": pq, "k": pk, "1": pq ** 0}[z_by], z_r)
     den = (den[..., None] if keepdim else den) + eps
     return (num / den if normalise else num), S_t, z_t
@@ -412,8 +416,9 @@ STEP_WRONG = {
     "the normaliser was read with phi(k_t)": partial(learner_step, z_by="k"),
     "the normaliser summed z_t alone": partial(learner_step, z_by="1"),
     "the state was replaced by token t's terms": partial(learner_step, replace=True),
-    "the outer product is transposed": partial(learner_step, transpose=True),
-    "S was read from the wrong side": partial(learner_step, s_side=True),
+    "the outer product is transposed": partial(learner_step, transpose=True),        # raises: d_k != d_v
+    "S was read from the wrong side": partial(learner_step, s_side=True),            # raises: d_k != d_v
+    "S was read from the wrong side: S is": partial(learner_step, s_side="matmul"),  # (4x3 and 4x1)
     "z collected k_t itself": partial(learner_step, z_term="k"),
     "z collected phi(q_t)": partial(learner_step, z_term="phi_q"),
     "phi = elu without the + 1": partial(learner_step, phi=F.elu),
@@ -425,7 +430,7 @@ STEP_WRONG = {
     "phi(k_t) is missing": partial(learner_step, phi_k=False),
     "a softmax over phi(q_t)": partial(learner_step, softmax=True, normalise=False),
     "torch.outer takes 1-D vectors only": partial(learner_step, outer=True),      # raises on case 2
-    "keep that axis (keepdim=True)": partial(learner_step, keepdim=False),   # raises from case 2 on
+    "lost its summed axis: keep it (keepdim=True)": partial(learner_step, keepdim=False),  # case 2 on
     "only q_t was scaled": lambda S, z, q, k, v: learner_step(S, z, q / math.sqrt(q.shape[-1]), k, v),
     "only k_t was scaled": lambda S, z, q, k, v: learner_step(S, z, q, k / math.sqrt(k.shape[-1]), v),
     "return (o_t, S_t, z_t)": lambda *args: learner_step(*args)[::-1],             # (z_t, S_t, o_t)
