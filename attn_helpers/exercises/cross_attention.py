@@ -50,10 +50,11 @@ def _attend(**changed) -> Callable:
 
 def _attend_cases() -> list[dict]:
     g = seeded(60)
-    cases = []   # case 1: b = n_q = n_k = d = d_m, one head: every named mistake runs on it, and
-    # every square-root scale is right; case 2's n_q, n_k, d, d_m, h differ: it tells most apart
+    cases = []   # case 1: b = n_q = n_k = d = d_m, so every named mistake runs on it; two heads
+    # of width 3, so d_head, d_m, 2 sqrt(d_head) and sqrt(d) all differ; case 2 tells the rest apart
     for b, n_q, n_k, d, d_m, h, lengths, dtype in [
-            (4, 4, 4, 4, 4, 1, [2, 4, 1, 3], torch.float32), (2, 4, 6, 16, 10, 2, [6, 2], torch.float32),
+            (6, 6, 6, 6, 6, 2, [2, 6, 1, 3, 5, 4], torch.float32),
+            (2, 4, 6, 16, 10, 2, [6, 2], torch.float32),
             (2, 1, 5, 4, 4, 2, [3, 5], torch.float64), (4, 2, 9, 8, 6, 4, [3, 9, 2, 7], torch.float32)]:
         def w(rows, cols, dtype=dtype):
             return (2 * torch.randn(rows, cols, generator=g) / math.sqrt(rows)).to(dtype)

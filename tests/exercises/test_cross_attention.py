@@ -175,10 +175,9 @@ def queries_masked(latents, memory, *rest):      # case 1 passes; at case 2, n_q
 
 
 @pytest.mark.parametrize("answer, words", [
-    (written(scale=lambda Q: Q.shape[-2] ** 0.5),
-     ("case 2 of 4", "\nHint: the scores were divided by sqrt(n_q)")),
+    (written(scale=lambda Q: Q.shape[-2] ** 0.5), ("\nHint: the scores were divided by sqrt(n_q)",)),
     (written(scale=lambda Q: (Q.shape[1] * Q.shape[-1]) ** 0.5),
-     ("case 2 of 4", "\nHint: the scores were divided by sqrt(d), all heads' width")),
+     ("\nHint: the scores were divided by sqrt(d), all heads' width",)),
     (written(mask=lambda real: real[0]), ("\nHint: every sentence got the first sentence's mask",)),
     (written(finish=lambda heads, W_Q: heads), ("\nHint: the heads were left unmerged",)),
     (written(finish=lambda heads, W_Q: ah.merge_heads(heads) @ W_Q),
@@ -188,6 +187,12 @@ def queries_masked(latents, memory, *rest):      # case 1 passes; at case 2, n_q
     (lambda *a: ex.cross_attend_reference(*a)[0], ("returned 1 value(s); expected 2",))])
 def test_cross_attend_checker_names_learner_written_mistakes(answer, words):
     assert_rejected(ex.check_cross_attend(answer), *words)
+
+
+@pytest.mark.parametrize("scale", [lambda Q: Q.shape[1] * Q.shape[-1], lambda Q: 2 * Q.shape[-1] ** 0.5])
+def test_an_unlisted_scale_is_not_named_as_another(scale):      # / d_m and / (2 sqrt(d_head))
+    verdict = ex.check_cross_attend(written(scale=scale))
+    assert not verdict and "Hint: the scores were divided" not in verdict.message, verdict.message
 
 
 def test_the_level_3_skeletons_filled_in_pass():
