@@ -153,7 +153,7 @@ def _no_full_scores(inputs: dict) -> AllocationWatch | None:
         if t.numel() > tile_room:
             return (f"causal_backward built a tensor of shape {tuple(t.shape)} ({call}), more "
                     f"than one tile needs (n = {n}, B = {B}): the queries were not tiled. "
-                    "FlashAttention-2 takes B queries by B keys at a time.")
+                    "FlashAttention-2 takes B_r queries by B_c keys at a time; here both are B.")
         tiles = above.get(t.shape, []) if t.is_floating_point() else []
         corner = t.flatten()[0].item() if tiles else None       # a cheap first test, then all of it
         for i, j, tile, tile_corner in tiles:                   # a tile wholly above the diagonal
