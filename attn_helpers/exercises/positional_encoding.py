@@ -201,7 +201,7 @@ _SIGN = ("you changed the sign of a whole weight: rows only move. -W_K alone fli
          "-W_Q with -W_K keeps them, yet the weights differ.")
 LAYOUT_MISTAKES = [Mistake(produce, hint) for produce, hint in [
     (lambda W_Q, W_K, h, g: (W_Q.clone(), W_K.clone()), "nothing moved: the weights run under "
-     "apply_rope without an error, but each number pairs with the wrong partner, frequency."),
+     "apply_rope without an error, but each number gets a wrong partner, most a wrong frequency."),
     (_both(inverse=True), "your reordering is the inverse of the right one: it turns an interleaved "
                           "head into a split-half one. W[index] puts old row index[r] at new row r."),
     (_both(swap=True), f"each pair's two members are swapped: that {_BACKWARDS}"),

@@ -259,6 +259,7 @@ def plot_similarity(G: torch.Tensor, d: int) -> None:
     fig, (ax_g, ax_k) = plt.subplots(1, 2, figsize=(12, 4.2))
     _image(fig, ax_g, G, d / 2, xlabel="position n", ylabel="position m",
            title="PE(m) . PE(n): constant along diagonals")
+    ax_g.images[0].set(cmap="viridis", clim=(G.min().item(), d / 2))  # G > 0: a one-sided scale
     ax_k.plot(range(len(G)), G[0], color="#3b75af")
     ax_k.axhline(d / 2, color="#c0392b", linestyle="--", label="d/2 (k = 0)")
     ax_k.set(xlabel="offset k", ylabel="PE(p) . PE(p+k)", title="similarity against distance")
@@ -308,8 +309,7 @@ def print_table(table: dict, metadata: dict) -> None:
 
 
 def plot_accuracy(curves: dict) -> None:
-    """Section 6: accuracy per position, one panel per offset: each scheme's seed mean and a
-    min-to-max band."""
+    """Section 6: accuracy per position, one panel per offset: seed mean, min-to-max band."""
     colors = dict(zip(lesson.SCHEMES, ("#7f7f7f", "#1f77b4", "#2ca02c", "#d62728", "#9467bd"),
                       strict=True))
     fig, axes = plt.subplots(1, len(lesson.OFFSETS), figsize=(12, 4.2), sharey=True)
