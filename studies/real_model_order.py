@@ -7,12 +7,12 @@ One generator, seed 1, draws the 28 sentences and then the shuffles; rm.order_se
 every variant through rm.ablated_embeddings (zero ablation), on one thread.
 Records, in attn_helpers/data/real_model_order.json: the sentences and their shuffles' sensitivity,
 with all heads on (3, 40) and per variant (6, 13, 3, 40): [l][0] layer l + 1 off, [l][1 + i] head
-i + 1 off (rounded to 6 decimals); and head 1.3's rank among the 72 heads on 1,000 resamples of
+i + 1 off (rounded to 6 decimals); and L1H3's rank among the 72 heads on 1,000 resamples of
 the sentences and of the shuffles (generator seed 0), as the notebook recomputes them.
-Claims (asserted here and again in the notebook, threshold in view): head 1.3, the previous-token
-head of 4.3, switched off, lowers the mean order sensitivity most of all 72 heads; it ranks first in
->= 85% of the resamples and among the first 3 in >= 99%. A re-run must agree with the shipped
-record within 1e-4.
+Claims (asserted here and again in the notebook, threshold in view): L1H3 (layer 1, head 3), the
+previous-token head of 4.3, switched off, lowers the mean order sensitivity most of all 72 heads; it
+ranks first in >= 85% of the resamples and among the first 3 in >= 99%. A re-run must agree with
+the shipped record within 1e-4.
 Re-run: python3 course.py studies real_model_order   (74 s CPU; 6 min wall on 2 busy cores)
 """
 import json
@@ -31,7 +31,7 @@ HEAD = (0, 2)                                            # layer 1, head 3 (0-ba
 
 
 def ranks(record: dict, R: int = 1000) -> tuple[int, torch.Tensor]:
-    """Head 1.3's rank by the fall of the mean sensitivity (1 = largest fall), on the record and on
+    """L1H3's rank by the fall of the mean sensitivity (1 = largest fall), on the record and on
     ``R`` resamples of the sentences and the shuffles; as the notebook's cell."""
     on, off = (torch.tensor(record[f"sensitivity_{k}"], dtype=torch.float64) for k in ("on", "off"))
     k, s = on.shape
@@ -46,7 +46,7 @@ def ranks(record: dict, R: int = 1000) -> tuple[int, torch.Tensor]:
 
 def claims(record: dict) -> dict[str, bool]:
     rank, boot_rank = ranks(record)
-    return {"head 1.3 off lowers the mean order sensitivity most of all 72 heads": rank == 1,
+    return {"L1H3 off lowers the mean order sensitivity most of all 72 heads": rank == 1,
             "... first in >= 85% of 1,000 resamples": float((boot_rank == 1).double().mean()) >= 0.85,
             "... among the first 3 in >= 99%": float((boot_rank <= 3).double().mean()) >= 0.99}
 
@@ -62,7 +62,7 @@ def main():
     record = {"sentences": sentences, "sensitivity_on": rounded(on), "sensitivity_off": rounded(off)}
     _, boot_rank = ranks(record)
     record["resample_rank"] = boot_rank.tolist()
-    print(f"all heads on: {on.mean():.3f}; head 1.3's rank in the resamples: first in "
+    print(f"all heads on: {on.mean():.3f}; L1H3's rank in the resamples: first in "
           f"{(boot_rank == 1).double().mean():.3f}, top 3 in {(boot_rank <= 3).double().mean():.3f}")
     for claim, holds in claims(record).items():
         print("✓" if holds else "✗", claim)
