@@ -13,6 +13,7 @@ _DTYPE = ("make every tensor you create with the inputs' dtype (torch.zeros(...,
           "these cases mix float32 and float64.")
 _BATCH = ("x may have any number of leading batch dimensions, or none: take token j as x[..., j, :] "
           "(not x[:, j]) and size h with x.shape[:-2] (not x.shape[0]).")
+_SWAPPED = "x_j (..., d_in) @ W_x (d_in, d) and h_{j-1} (..., d) @ W_h (d, d): are W_x and W_h swapped?"
 
 
 def _rnn_cases() -> list[dict]:
@@ -80,9 +81,8 @@ RNN_MISTAKES = [
               "the end whatever the batch dimensions: (..., n, d).") for dim in (0, 1)),
     *(Mistake(_rnn(act=f), f"that is a {name}; the vanilla RNN squashes with tanh.")
       for f, name in ((torch.sigmoid, "sigmoid"), (torch.relu, "ReLU"))),
-    Mistake(_rnn(alias=True), "every state in H equals the last one, h_{n-1}: writing each new "
-            "state into h in place (h[...] = ..., h.copy_(...)) changes every entry already appended, "
-            "the same tensor n times. Make a new tensor each step: h = torch.tanh(...)."),
+    Mistake(_rnn(alias=True), "every state in H equals the last one: h written in place (h[...] = ..., "
+            "h.copy_(...)) is one tensor appended n times. Make a new one: h = torch.tanh(...)."),
     Mistake(_rnn(start=1.0), "h_{-1} is ones; the recurrence starts from h_{-1} = 0 (torch.zeros)."),
     Mistake(_rnn(skip_first=True), "H has n-1 states: token 0 is never read. Loop over j = 0 .. n-1."),
     Mistake(_rnn(swap=True), "the return order is swapped: return (H, h_last), every state first."),
@@ -106,7 +106,7 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
         rnn_encoder, rnn_encoder_reference, _rnn_cases(), what="rnn_encoder",
         output_names=("the states H", "the last state h_last"), mistakes=RNN_MISTAKES,
         error_hints=[("same dtype", _DTYPE), ("expected scalar type", _DTYPE),
-                     ("must match the size of tensor", _BATCH)])
+                     ("must match the size of tensor", _BATCH), ("cannot be multiplied", _SWAPPED)])
     if not result:
         return result
     x, *weights = _rnn_cases()[3].values()       # one backward into x (no parameters), two batch dims

@@ -105,8 +105,8 @@ R, A = ex.check_rnn_encoder, ex.check_additive_scores
     (R, lambda *a: (torch.stack(list(rnn(*a)[0].unbind(-2)), dim=1), rnn(*a)[1]),  # one batch dim
      ["case 4 of 6", "stacked on dim 1", "on dim -2"]),
     (R, aliased, ["every state in H equals the last one", "in place", "h = torch.tanh(...)"]),
-    (R, detached,
-     ["right values", "gradient into x", "h_{j-1} detached"]),
+    (R, detached, ["right values", "gradient into x", "h_{j-1} detached"]),
+    (R, lambda x, W_x, W_h, b: rnn(x, W_h, W_x, b), ["case 1 of 6", "Hint: ", "W_x and W_h swapped"]),
     (A, lambda *a: scores(*a).float(), ["case 4 of 5", "as torch.float32", "is torch.float64"]),
     (A, lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k),
      ["shape (2, 5, 3)", "shape (2, 5)"]),
