@@ -35,6 +35,8 @@ def _normalise(e: torch.Tensor, dim: int = -1) -> torch.Tensor:   # mistakes: e 
     return e / e.sum(dim, keepdim=True)
 
 
+FIXED_AXIS = ("Dimension out of range", "a fixed axis such as dim=1 does not exist in a one-row "
+              "case. Reduce over the last axis, dim=-1.")
 KEEPDIM = ("a row maximum or a row sum lost its axis: shape (...,) broadcasts against the "
            "columns. Keep the reduced axis on both, (..., 1), so each row meets its own numbers.")
 
@@ -88,9 +90,7 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
         ],
         error_hints=[("must match the size of tensor", KEEPDIM),
                      ("torch.return_types.max", "max(dim=...) returns a pair (values, indices), "
-                      "not a tensor: take its .values, or use amax."),
-                     ("Dimension out of range", "a fixed axis such as dim=1 does not exist in a "
-                      "one-row case. Reduce over the last axis, dim=-1.")],
+                      "not a tensor: take its .values, or use amax."), FIXED_AXIS],
         nan_hint="exp of a large number overflows to inf, and inf / inf is NaN. Subtract each row's "
                  "own maximum before exp: the constant cancels in the ratio.",
     )
@@ -153,7 +153,7 @@ def check_entropy(entropy: Callable) -> CheckResult:
                "write -a ln a with torch.log, and give a key of weight 0 its limit, 0, yourself.")
     verdict = check_function(
         entropy, _entropy, _entropy_cases(), what="entropy", output_names=("the entropy",),
-        same_dtype=True, nan_hint=ZERO_WEIGHT_NAN, atol=ATOL, rtol=RTOL,
+        same_dtype=True, nan_hint=ZERO_WEIGHT_NAN, atol=ATOL, rtol=RTOL, error_hints=[FIXED_AXIS],
         watch=lambda _: AllocationWatch(lambda _, call: no_entr if "entr" in call else None),
         mistakes=[
             Mistake(lambda w: _entropy(w) / math.log(2),

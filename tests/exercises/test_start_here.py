@@ -81,6 +81,8 @@ def test_softmax_with_temperature_rejects_and_names_mistakes(wrong, fragments):
     (lambda p: entropy(p) + 0.1, ["returned the entropy with wrong values", "largest difference 0.1"]),
     (lambda p: entropy(p).tolist(), ["returned the entropy as a float; return a torch.Tensor"]),
     (lambda p: torch.special.entr(p).sum(-1), ["torch.special.entr", "torch.log"]),
+    (lambda p: -torch.where(p > 0, p * torch.log(p), 0.0).sum(1), ["Dimension out of range",
+                                                                 "Hint: a fixed axis"]),
 ])
 def test_entropy_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_entropy(wrong), *fragments)
