@@ -18,8 +18,7 @@ from .core import AllocationWatch, CheckResult, Mistake, Refused, check_function
 from .workflow import exercise
 
 
-def batched(x, memory):
-    """The latents' rows ``(n_q, d)`` for every example of ``memory``'s batch: ``(b, n_q, d)``."""
+def batched(x, memory):                  # the latents' rows (n_q, d) for every example: (b, n_q, d)
     return x.expand(memory.shape[0], -1, -1)
 
 
@@ -95,7 +94,8 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
        _attend(scale=scale)) for how, scale in [
         ("not scaled", lambda Q, memory: 1.0),
         ("divided by sqrt(d_m), the memory's width", lambda Q, memory: memory.shape[-1] ** 0.5),
-        ("divided by d_head, not its square root", lambda Q, memory: Q.shape[-1]),
+        ("divided by d_head, not its square root (scaled twice? ah.scaled_dot_product_attention "
+         "already scales)", lambda Q, memory: Q.shape[-1]),
         ("divided by sqrt(d), all heads' width", lambda Q, memory: (Q.shape[1] * Q.shape[-1]) ** 0.5),
         ("divided by sqrt(n_k), the memory's length", lambda Q, memory: memory.shape[-2] ** 0.5),
         ("divided by sqrt(n_q), the number of latents", lambda Q, memory: Q.shape[-2] ** 0.5),
@@ -202,7 +202,6 @@ _FORMS = {  # a block with its residual and LayerNorm: post-norm is this layer's
 
 
 def _blocks(cross="post", ff="post", cross_norm="norm2", ff_norm="norm3"):
-    """A step: the cross-attention block, then the feed-forward block, each in its form."""
     def step(layer, x, y_t, cross_attention):
         x = _FORMS[cross](getattr(layer, cross_norm), x, cross_attention)
         return _FORMS[ff](getattr(layer, ff_norm), x, layer.feed_forward)
@@ -289,8 +288,7 @@ def _ff(layer, x):                                      # the right feed-forward
     return layer.norm3(x + layer.feed_forward(x))
 
 
-def _post(first, last):
-    """The blocks in the wrong order: feed-forward with norm ``first``, cross-attention with ``last``."""
+def _post(first, last):                  # the blocks in the wrong order: feed-forward first
     return lambda layer, x, y_t, cross: _FORMS["post"](
         getattr(layer, last), _FORMS["post"](getattr(layer, first), x, layer.feed_forward), cross)
 
@@ -313,6 +311,9 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
      {"attend": lambda q, K, V, keep: _sdpa(K, q, q, None)}),
     ("the cross-attention's heads were merged but not sent through out_proj.",
      {"merge": lambda ca, o: merge_heads(o)}),
+    ("out_proj came after norm2: it ends the cross-attention block, on the merged heads, before the "
+     "residual sum and norm2.", {"merge": lambda ca, o: merge_heads(o), "step": lambda layer, x, y, c:
+                                 _ff(layer, layer.cross_attn.out_proj(layer.norm2(x + c(x))))}),
     ("the residual is missing: norm2 got the cross-attention's output alone, and x_t was lost.",
      {"step": _blocks(cross="no residual")}),
     ("the cross-attention's query came from y, the state before the self-attention block; q comes "
@@ -386,8 +387,7 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
     "    outputs.append(...)            # norm3 of: x_t plus its feed-forward\n"
     "return torch.cat(outputs, 1)                                         # (b, T, d)"))
 def check_decode_layer(decode_layer: Callable) -> CheckResult:
-    """Exercise: ``decode_layer(layer, y (b, T, d), memory (b, n_m, d_m), memory_real (b, n_m))
-    -> (b, T, d)``, one target position per step, the memory projected once."""
+    """Exercise 2: ``decode_layer(layer, y, memory, memory_real) -> (b, T, d)``, step by step."""
     return check_function(decode_layer, decode_layer_reference, _layer_cases(),
                           what="decode_layer", output_names=("the outputs",),
                           mistakes=DECODE_MISTAKES, watch=_memory_projected_once)
