@@ -16,25 +16,18 @@ from .core import CheckResult, Mistake, Refused, check_function, seeded, size
 from .workflow import exercise
 
 
-def _tensor(name: str, value) -> torch.Tensor:
+def _tensor(name: str, value, kind: str) -> torch.Tensor:
+    """``value`` as float64 if it is a tensor of ``kind`` ("bool" mask or "integer" positions)."""
     if not isinstance(value, torch.Tensor):
         raise Refused(f"{name} must be a tensor, got {type(value).__name__}.")
-    return value
-
-
-def _bool_tensor(name: str, mask) -> torch.Tensor:
-    if _tensor(name, mask).dtype != torch.bool:
-        raise Refused(f"{name} must be a bool tensor (True = may attend), got dtype {mask.dtype}. "
+    if kind == "bool" and value.dtype != torch.bool:
+        raise Refused(f"{name} must be a bool tensor (True = may attend), got dtype {value.dtype}. "
                       "F.scaled_dot_product_attention adds a float mask to the scores: 0 and 1 hide "
                       "nothing.")
-    return mask
-
-
-def _integer(positions: torch.Tensor) -> torch.Tensor:
-    if positions.is_floating_point() or positions.dtype == torch.bool:
+    if kind == "integer" and (value.is_floating_point() or value.dtype == torch.bool):
         raise Refused("the positions index a table of position vectors: they must be an integer "
-                      f"tensor, got dtype {positions.dtype}.")
-    return positions.double()
+                      f"tensor, got dtype {value.dtype}.")
+    return value.double()
 
 
 def _as_float64(pack_documents: Callable) -> Callable:
@@ -43,9 +36,8 @@ def _as_float64(pack_documents: Callable) -> Callable:
         out = pack_documents(lengths)
         if not (isinstance(out, tuple | list) and len(out) == 2):
             return out
-        mask, positions = out
-        _bool_tensor("the first output, the mask", mask)
-        return mask.double(), _integer(_tensor("the positions", positions))
+        return (_tensor("the first output, the mask", out[0], "bool"),
+                _tensor("the positions", out[1], "integer"))
     return wrapped if callable(pack_documents) else pack_documents
 
 
@@ -70,12 +62,13 @@ def _pack(lengths: torch.Tensor, flaw: str | None = None) -> tuple[torch.Tensor,
 
 
 _COUNT_DOWN = "the positions count down to each document's end; they count up from 0 at its start."
+_STRICT = ("no token sees itself: you wrote j < i. Query i's own key is part of its past, so the causal "
+           "rule is j <= i.")
 _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
     ("causal_only", "the documents see each other: a token sees the earlier documents of the row. "
      "Each token must see its own document alone: AND 'same document'."),
     ("no_causal", "each token sees its own document's later tokens: the mask also needs j <= i."),
-    ("strict", "no token sees itself: you wrote j < i. Query i's own key is part of its past, so the "
-     "causal rule is j <= i."),
+    ("strict", _STRICT),
     ("boundary", "each document's first token was put in the previous document: a boundary is off "
      "by one. Token i belongs to the first document whose end (one past its last token) exceeds i."),
     ("or", "the two rules were joined with OR (|): a token sees its whole document, and every "
@@ -134,8 +127,9 @@ def _positions(mask: torch.Tensor, flaw: str | None = None) -> tuple[torch.Tenso
                  "row_total": (counted[:, -1:] - 1).expand_as(mask)}.get(flaw, counted - 1)
     causal = torch.ones(mask.shape[-1], mask.shape[-1], dtype=torch.bool).tril()
     real_key = mask.bool()[:, None, None, :]
-    allowed = {"query_axis": causal & mask.bool()[:, None, :, None], "padding_only": real_key.expand(
-        -1, -1, mask.shape[-1], -1), "or": causal | real_key}.get(flaw, causal & real_key)
+    allowed = {"query_axis": causal & mask.bool()[:, None, :, None], "or": causal | real_key,
+               "padding_only": real_key.expand(-1, -1, mask.shape[-1], -1),
+               "strict": causal.tril(-1) & real_key}.get(flaw, causal & real_key)
     allowed = (~allowed if flaw == "inverted" else allowed).masked_fill((mask == 0)[:, None, :, None], 0)
     return positions.masked_fill(mask == 0, 0).double(), allowed.double()
 
@@ -156,6 +150,7 @@ _POSITION_MISTAKES = [   # (the flaw of _positions, its hint)
      "(b, 1, n, 1), or is missing. It must hide pad keys: the last axis, (b, 1, 1, n)."),
     ("padding_only", "each token sees the later real tokens: the padding mask is there, but the "
      "causal AND (j <= i) is missing."),
+    ("strict", _STRICT),
     ("or", "the two rules were joined with OR (|): a key must be real AND not after the query (&)."),
     ("inverted", "the mask is inverted: True means 'may attend' (nn.MultiheadAttention's "
      "convention is the other way round)."),
@@ -168,7 +163,8 @@ def _on_real_tokens(mask_positions: Callable) -> Callable:
         out = mask_positions(attention_mask)
         if not (isinstance(out, tuple | list) and len(out) == 2):
             return out
-        positions, mask = _tensor("the positions", out[0]), _bool_tensor("the mask", out[1])
+        positions = _tensor("the positions", out[0], "integer")
+        mask = _tensor("the mask", out[1], "bool")
         b, n = attention_mask.shape
         why = {(b, n, n): "Scores with heads are (b, h, n, n): without the head axis, (b, n, n), the "
                "mask's batch axis meets the heads.", (b, 1, 1, n): "That is the padding mask alone: "
@@ -178,15 +174,14 @@ def _on_real_tokens(mask_positions: Callable) -> Callable:
                           + why.get(tuple(mask.shape), "Its axes: batch, 1 (heads), queries, keys."))
         if positions.shape != (b, n):
             raise Refused(f"the positions must be (b, n) = {(b, n)}, got {tuple(positions.shape)}.")
-        pads = _integer(positions)[attention_mask == 0]
+        pads = positions[attention_mask == 0]
         outside = pads[(pads < 0) | (pads >= n)]
         if len(outside):
             raise Refused(f"a pad got position {int(outside[0])}. A learned table has rows 0..n-1 "
                           "only (nn.Embedding refuses other indices). A pad may take any of them: "
                           "its key is hidden and its output dropped.")
         pad_query = (attention_mask == 0)[:, None, :, None]
-        return (positions.masked_fill(attention_mask == 0, 0).double(),
-                mask.masked_fill(pad_query, False).double())
+        return positions.masked_fill(attention_mask == 0, 0), mask.masked_fill(pad_query, 0)
     return wrapped if callable(mask_positions) else mask_positions
 
 
@@ -249,6 +244,9 @@ _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
      "takes the slot of token t - w, the key leaving the window.", {"slot": lambda t, w: t % (w - 1)}),
     ("once the ring was full, you overwrote the newest key, not the one leaving the window: "
      "token t takes token t - w's slot.", {"slot": lambda t, w: min(t, w - 1)}),
+    ("after the ring wrapped, token t overwrote a key still in the window, one slot past token t - w's, "
+     "and a key that had left the window stayed. Token t takes the slot of token t - w.",
+     {"slot": lambda t, w: t if t < w else (t + 1) % w}),
     ("the key was written but not the value: v_t goes into the same slot.", {"write_v": False}),
     ("the value cache got the key: write v_t, not k_t, into v_cache.", {"k_as_v": True}),
     ("the scores are not scaled: divide by sqrt(d_k), as notebook 02's attention does.", {"scale": 1.0}),
