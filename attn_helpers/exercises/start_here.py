@@ -37,6 +37,8 @@ def _normalise(e: torch.Tensor, dim: int = -1) -> torch.Tensor:   # mistakes: e 
 
 FIXED_AXIS = ("Dimension out of range", "a fixed axis such as dim=1 does not exist in a one-row "
               "case. Reduce over the last axis, dim=-1.")
+NOT_THE_MAX = ("you subtracted each row's minimum or mean, not its maximum: the largest score "
+               "minus it can still overflow exp. With the maximum, every exponent is <= 0.")
 KEEPDIM = ("a row maximum or a row sum lost its axis: shape (...,) broadcasts against the "
            "columns. Keep the reduced axis on both, (..., 1), so each row meets its own numbers.")
 
@@ -87,6 +89,8 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
                     "is still huge. Subtract the row maximum of s / T."),
             Mistake(lambda s, t: _normalise(torch.exp(s / t - (s / t).max())), "with one maximum "
                     "for the whole tensor, a row far below it underflows to 0 / 0 = NaN."),
+            *(Mistake(lambda s, t, low=low: _normalise(torch.exp(s / t - low(s / t))), NOT_THE_MAX)
+              for low in (lambda z: z.amin(-1, keepdim=True), lambda z: z.mean(-1, keepdim=True))),
         ],
         error_hints=[("must match the size of tensor", KEEPDIM),
                      ("torch.return_types.max", "max(dim=...) returns a pair (values, indices), "
@@ -173,6 +177,8 @@ def check_entropy(entropy: Callable) -> CheckResult:
                     "keys (dim=-1) for one entropy per row, shape (...)."),
             Mistake(lambda w: torch.where(w > 0, -torch.log(w), torch.zeros_like(w)).sum(-1),
                     "each term is -a_j ln a_j: the log must be weighted by a_j."),
+            Mistake(lambda w: -(w * torch.log1p(w)).sum(-1),
+                    "torch.log1p(a) is ln(1 + a), not ln a: use torch.log."),
             *_tiny_weight_mistakes(),
         ],
     )
