@@ -28,6 +28,8 @@ WRONG_AXIS = ("d_k was taken from the wrong axis of q: q.shape[1] is d_k only fo
               "q.shape[-2] is n_q. d_k is the last axis: q.shape[-1].")
 TRANSPOSE_ALL = ("if you wrote k.T: on a batched tensor .T reverses every axis, (2, 5, 16) -> "
                  "(16, 5, 2). Swap only the last two axes: (..., d_k, n_k).")
+MASK_TRANSPOSED = ("your function runs once it is handed the mask transposed: it swaps the mask's axes. "
+                   "The mask is (..., n_q, n_k), like the scores: row i lists the keys query i may see.")
 BOOL_INDEX = ("boolean indexing, scores[m] = ..., needs a mask of exactly the scores' shape: it does "
               "not broadcast, and this mask lacks the batch axes. masked_fill broadcasts the mask.")
 DETACHED = ("Not yet: attention gives the right values, but after one backward its gradient into {} "
@@ -166,11 +168,17 @@ def check_attention(attention: Callable) -> CheckResult:
         if wrong := gradient_mismatch(*modules, lambda module, q: module(q), cases[2]["q"]):
             return CheckResult(False, DETACHED.format(", ".join("q" if n == "x" else n for n in wrong)))
         return CheckResult(True, result.message.rstrip(".") + ", and so do its gradients.")
+    found = result.message.split("\nHint: ")[0]                    # the mismatch, without its hint
+    if TRANSPOSE_ALL in result.message:   # a transposed mask raises the error a batched k.T raises
+        q, k, v, mask = cases[0].values()
+        with contextlib.suppress(Exception):
+            if torch.allclose(attention(q, k, v, mask.mT)[0], _attention()(q, k, v, mask)[0]):
+                return CheckResult(False, f"{found}\nHint: {MASK_TRANSPOSED}")
     # Missed only the last case (scores in the 1000s): the overflow's hint, unless a mistake is named.
     named = "\nHint: " in result.message and FULLY_MASKED not in result.message
     if f"on case {len(cases)} of {len(cases)} " not in result.message or named:
         return result
-    return CheckResult(False, result.message.split("\nHint: ")[0] + f"\nHint: {LARGE_SCORES}")
+    return CheckResult(False, f"{found}\nHint: {LARGE_SCORES}")
 
 
 class _Attend(torch.nn.Module):  # attention on one case, k and v its parameters: a backward reaches all

@@ -24,8 +24,7 @@ def left_of(a: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 
 
 def hull_edges(points: torch.Tensor) -> dict[int, int]:
-    """The convex hull of ``points`` ``(m, 2)``: ``{i: j}`` for each edge ``i -> j`` with every
-    point on its left (counter-clockwise)."""
+    """The convex hull of ``points (m, 2)``: ``{i: j}`` per edge ``i -> j``, every point on its left."""
     m = len(points)
     return {i: j for i in range(m) for j in range(m)
             if i != j and bool((left_of(points[i], points[j], points) >= 0).all())}
@@ -40,27 +39,24 @@ def hull_corners(points: torch.Tensor) -> list[int]:
     return corners
 
 
-def weights(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:  # noqa: N803
-    """Section 2's panels: ``softmax((X W_Q)(X W_K)^T / sqrt(d_k))``.
-    ``X`` ``(n, d_model)``, ``W_Q``, ``W_K`` ``(..., d_model, d_k)`` -> ``(..., n, n)``."""
-    Q, K = X @ W_Q, X @ W_K                                         # (..., n, d_k) each  # noqa: N806
+def weights(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:
+    """softmax((X W_Q)(X W_K)^T / sqrt(d_k)): X (n, d_model), W (..., d_model, d_k) -> (..., n, n)."""
+    Q, K = X @ W_Q, X @ W_K                                         # (..., n, d_k) each
     return torch.softmax(Q @ K.mT / math.sqrt(W_Q.shape[-1]), dim=-1)
 
 
-def train_projections(X: torch.Tensor, i: torch.Tensor, j: torch.Tensor, *, shared: bool,  # noqa: N803
+def train_projections(X: torch.Tensor, i: torch.Tensor, j: torch.Tensor, *, shared: bool,
                       seeds=(0, 1, 2), steps=150):
-    """Gradient ascent on the mean of ln a_ij over the pairs ``(i, j)``, one run per seed, trained
-    side by side (Adam is elementwise, so they are separate runs). ``shared``: one matrix,
-    W_Q = W_K = W (symmetric scores); else two. Returns the weights ``(s, n, n)`` and W_Q
-    ``(s, d_model, d_model)``."""
+    """Gradient ascent on the mean of ln a_ij over the pairs ``(i, j)``, one run per seed, side by
+    side (Adam is elementwise). ``shared``: W_Q = W_K = W. Returns the weights ``(s, n, n)``, W_Q."""
     d = X.shape[-1]
-    W_Q, W_K = [], []                                               # noqa: N806
+    W_Q, W_K = [], []
     for seed in seeds:
         torch.manual_seed(seed)
         W_Q.append(0.3 * torch.randn(d, d))                         # (d_model, d_k = d_model)
         W_K.append(W_Q[-1] if shared else 0.3 * torch.randn(d, d))
-    W_Q = torch.stack(W_Q).requires_grad_()                         # (s, d_model, d_k)  # noqa: N806
-    W_K = W_Q if shared else torch.stack(W_K).requires_grad_()      # noqa: N806
+    W_Q = torch.stack(W_Q).requires_grad_()                         # (s, d_model, d_k)
+    W_K = W_Q if shared else torch.stack(W_K).requires_grad_()
     optimizer = torch.optim.Adam([W_Q] if shared else [W_Q, W_K], lr=0.1)
     for _ in range(steps):
         loss = -weights(X, W_Q, W_K)[:, i, j].log().mean(-1).sum()  # each run's mean, added up

@@ -54,6 +54,7 @@ def test_attention_names_each_known_mistake_with_its_hint(mistake):
     (lambda q, k, v, m: attention(q, k, v, m)[::-1],
      ["returned the output with shape (3, 4)", "you returned (weights, output)"]),
     (lambda q, k, v, m: attention(q, k, v, torch.ones_like(m)), ["case 1 of 8", "mask was not applied"]),
+    (lambda q, k, v, m: attention(q, k, v, m.mT), ["case 1 of 8", "handed the mask transposed"]),
     (lambda *a: tuple(t.tolist() for t in attention(*a)), ["return a torch.Tensor", "list"]),
     (lambda *a: tuple(t.float() for t in attention(*a)), ["case 3 of 8", "as torch.float32"]),
     (torch.no_grad()(attention), ["right values", "gradient into q, k, v differs", "torch.no_grad()"]),
