@@ -55,8 +55,8 @@ def _build(module_class, x: torch.Tensor, num_heads: int, seed: int) -> nn.Modul
         layer = getattr(module, name, None)
         if not isinstance(layer, nn.Linear) or layer.weight.shape != weight.shape or layer.bias is None:
             d_out = "3 * d_model" if name == "in_proj" else "d_model"
-            raise TypeError(f"the module needs its own {name} = nn.Linear(d_model, {d_out}) with a "
-                            f"bias (d_model = {x.shape[-1]}); got {layer!r}")
+            raise Refused(f"the checker copies PyTorch's weights into the module's own {name} = "
+                          f"nn.Linear(d_model, {d_out}), with a bias (d_model = {x.shape[-1]}): {layer}")
         layer.load_state_dict({"weight": weight, "bias": bias})
     return module
 
@@ -264,8 +264,8 @@ def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
         return (f"{call} built a tensor of shape {tuple(t.shape)}, {held:,} numbers: K (or V) "
                 f"copied to all h = {h} query heads (b * h * n_k * d_head = {b} * {h} * {n_k} * {d}). "
                 f"GQA avoids that copy: a decoding step would read h = {h} heads of keys and values, "
-                f"not g = {g}. Views, which copy nothing, are fine (unsqueeze, expand, "
-                "view); copies are not (repeat_interleave, repeat, expand then reshape, cat).")
+                f"not g = {g}. Views, which copy nothing, are fine (unsqueeze, expand, view; yet @ "
+                "copies an expanded K inside the call); copies are not (repeat_interleave, cat...).")
 
     return AllocationWatch(refuse)
 
