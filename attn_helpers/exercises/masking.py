@@ -116,22 +116,29 @@ def check_pack_documents(pack_documents: Callable) -> CheckResult:
                       "column (n, 1) and one as a row (1, n).")])
 
 
-def _positions(mask: torch.Tensor, flaw: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """A padded batch's ``(b, n)`` positions (each counts the real tokens before it in its row) and
-    ``(b, 1, n, n)`` mask (j <= i AND key j real), as float64, 0 at pads and their rows. ``flaw``:
-    one known mistake."""
-    index, counted = torch.arange(mask.shape[-1]).expand_as(mask), mask.cumsum(-1)
+def _positions(mask: torch.Tensor, n_new: int, flaw: str | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The last ``n_new`` tokens' ``(b, n_new)`` positions (each counts the real tokens before it in
+    its row) and ``(b, 1, n_new, n)`` mask (key j <= the query's index AND key j real), as float64,
+    0 at pads and their rows. ``flaw``: one known mistake."""
+    n = mask.shape[-1]
+    index, counted = torch.arange(n).expand_as(mask), mask.cumsum(-1)
     positions = {"not_shifted": index, "from_one": counted, "down_the_batch": mask.cumsum(0) - 1,
-                 "pads_subtracted": index - (mask.shape[-1] - counted[:, -1:]),
+                 "pads_subtracted": index - (n - counted[:, -1:]),
                  "count_down": mask.flip(-1).cumsum(-1).flip(-1) - 1,
                  "row_total": (counted[:, -1:] - 1).expand_as(mask)}.get(flaw, counted - 1)
-    causal = torch.ones(mask.shape[-1], mask.shape[-1], dtype=torch.bool).tril()
+    if flaw == "chunk_alone":                            # counted over the new tokens only
+        positions = torch.cat([counted[:, :n - n_new], mask[:, n - n_new:].cumsum(-1) - 1], -1)
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    if flaw == "top_left":                               # the new queries get the first rows
+        causal = torch.cat([causal[:n - n_new], causal[:n_new]])
     real_key = mask.bool()[:, None, None, :]
     allowed = {"query_axis": causal & mask.bool()[:, None, :, None], "or": causal | real_key,
-               "padding_only": real_key.expand(-1, -1, mask.shape[-1], -1),
+               "padding_only": real_key.expand(-1, -1, n, -1),
                "strict": causal.tril(-1) & real_key}.get(flaw, causal & real_key)
     allowed = (~allowed if flaw == "inverted" else allowed).masked_fill((mask == 0)[:, None, :, None], 0)
-    return positions.masked_fill(mask == 0, 0).double(), allowed.double()
+    new = slice(n - n_new, n)                            # the new queries: the last n_new tokens
+    return positions.masked_fill(mask == 0, 0)[:, new].double(), allowed[:, :, new].double()
 
 
 _POSITION_MISTAKES = [   # (the flaw of _positions, its hint)
@@ -154,66 +161,74 @@ _POSITION_MISTAKES = [   # (the flaw of _positions, its hint)
     ("or", "the two rules were joined with OR (|): a key must be real AND not after the query (&)."),
     ("inverted", "the mask is inverted: True means 'may attend' (nn.MultiheadAttention's "
      "convention is the other way round)."),
+    ("top_left", "the mask is aligned top-left, as torch's is_causal=True aligns it: new query i got "
+     "the rule j <= i. The new queries are the last n_new tokens, so query i is token n - n_new + i."),
+    ("chunk_alone", "the new tokens' positions restart at 0, as if the cached tokens were not there. "
+     "Count the real tokens of the whole row, cached ones included."),
 ]
 
 
 def _on_real_tokens(mask_positions: Callable) -> Callable:
-    """Integer positions compared on real tokens; a bool (b, 1, n, n) mask, on real queries' rows."""
-    def wrapped(attention_mask):
-        out = mask_positions(attention_mask)
+    """Integer positions compared on real tokens; a bool (b, 1, n_new, n) mask, on real queries' rows."""
+    def wrapped(attention_mask, n_new):
+        out = mask_positions(attention_mask, n_new)
         if not (isinstance(out, tuple | list) and len(out) == 2):
             return out
         positions = _tensor("the positions", out[0], "integer")
         mask = _tensor("the mask", out[1], "bool")
-        b, n = attention_mask.shape
-        why = {(b, n, n): "Scores with heads are (b, h, n, n): without the head axis, (b, n, n), the "
-               "mask's batch axis meets the heads.", (b, 1, 1, n): "That is the padding mask alone: "
-               "the causal AND (j <= i) makes it (b, 1, n, n)."}
-        if mask.shape != (b, 1, n, n):
-            raise Refused(f"the mask must be (b, 1, n, n) = {(b, 1, n, n)}, got {tuple(mask.shape)}. "
-                          + why.get(tuple(mask.shape), "Its axes: batch, 1 (heads), queries, keys."))
-        if positions.shape != (b, n):
-            raise Refused(f"the positions must be (b, n) = {(b, n)}, got {tuple(positions.shape)}.")
-        pads = positions[attention_mask == 0]
-        outside = pads[(pads < 0) | (pads >= n)]
+        (b, n), m = attention_mask.shape, n_new
+        why = {(b, m, n): "Scores with heads are (b, h, n_new, n): without the head axis, the mask's "
+               "batch axis meets the heads.", (b, 1, n, n): "That holds every token's row: the new "
+               "queries are the last n_new tokens.", (b, 1, 1, n): "That is the padding mask alone: "
+               "the causal AND (j <= i) gives each new query its own row."}
+        if mask.shape != (b, 1, m, n):
+            raise Refused(f"the mask must be (b, 1, n_new, n) = {(b, 1, m, n)}, got "
+                          f"{tuple(mask.shape)}. " + why.get(tuple(mask.shape), "Its axes: batch, "
+                                                              "1 (heads), new queries, keys."))
+        if positions.shape != (b, m):
+            raise Refused(f"the positions must be (b, n_new) = {(b, m)}, got {tuple(positions.shape)}.")
+        new_pad = attention_mask[:, n - m:] == 0
+        outside = positions[new_pad][(positions[new_pad] < 0) | (positions[new_pad] >= n)]
         if len(outside):
             raise Refused(f"a pad got position {int(outside[0])}. A learned table has rows 0..n-1 "
                           "only (nn.Embedding refuses other indices). A pad may take any of them: "
                           "its key is hidden and its output dropped.")
-        pad_query = (attention_mask == 0)[:, None, :, None]
-        return positions.masked_fill(attention_mask == 0, 0), mask.masked_fill(pad_query, 0)
+        return positions.masked_fill(new_pad, 0), mask.masked_fill(new_pad[:, None, :, None], 0)
     return wrapped if callable(mask_positions) else mask_positions
 
 
-@exercise("masking.mask_positions", "positions and the causal-and-padding mask of a padded batch",
+@exercise("masking.mask_positions", "positions and the causal-and-padding mask of a padded chunk",
           hints=(
-    "Batched generation pads prompts on the left. A learned position table must see each prompt "
-    "as if it ran alone: its first real token at position 0, however many pads come before it. "
-    "The mask must hide the future and the pads, whatever the padding.",
-    "A real token's position is the number of real tokens before it in its row. A running total "
-    "along each row (torch has one) gives, at each token, the real tokens up to and including it. "
-    "Pads may take any index from 0 to n - 1. The mask: key j is visible to query i when j <= i "
-    "AND token j is real. Which axis of (b, 1, n, n) holds the keys?",
+    "Batched generation pads prompts on the left, and a long prompt may arrive in chunks. A learned "
+    "position table must see each prompt as if it ran alone: its first real token at position 0. "
+    "The mask must hide the future and the pads from new queries that come after cached tokens.",
+    "A real token's position is the number of real tokens before it in its row, cached ones "
+    "included. A running total along each row (torch has one) gives, at each token, the real tokens "
+    "up to and including it. Pads may take any index from 0 to n - 1. New query i is token "
+    "n - n_new + i: it sees key j when j <= n - n_new + i AND token j is real. Which rows of the "
+    "full (n, n) causal mask are those? Which axis of (b, 1, n_new, n) holds the keys?",
+    "n = attention_mask.shape[-1]\n"
     "counted = ...                      # (b, n): real tokens up to and including each one\n"
     "positions = ...                    # (b, n): 0 at each row's first real token\n"
     "positions = ...                    # a leading pad's -1 is no row of the table\n"
-    "n = attention_mask.shape[-1]\n"
-    "causal = torch.ones(n, n, dtype=torch.bool).tril()   # (n, n): j <= i\n"
-    "mask = ...                         # (b, 1, n, n): causal AND a real key\n"
-    "return positions, mask"))
+    "causal = ...                       # (n_new, n): the new queries' rows of j <= i\n"
+    "mask = ...                         # (b, 1, n_new, n): causal AND a real key\n"
+    "return positions[:, n - n_new:], mask"))
 def check_mask_positions(mask_positions: Callable) -> CheckResult:
-    """``mask_positions(attention_mask (b, n) int, 1 = real) -> (positions (b, n) int, mask
-    (b, 1, n, n) bool)``, padded either side; the mask is compared on real queries' rows."""
+    """``mask_positions(attention_mask (b, n) int, 1 = real, n_new) -> (positions (b, n_new) int,
+    mask (b, 1, n_new, n) bool)`` for the last ``n_new`` tokens, padded either side; the mask is
+    compared on real queries' rows."""
     g = seeded(5)
     b, n = size(g, 2, 4), size(g, 3, 9)
     lengths = torch.randint(1, n + 1, (b,), generator=g).tolist()
-    masks = [[[0, 0, 0, 1, 1, 1, 1, 1], [1] * 8], [[1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [0, 1, 1, 1, 1]],
-             [[1]], [[0, 0, 0, 0, 1], [1, 1, 1, 1, 0]],      # then rows padded right, left in turn
-             [[1] * m + [0] * (n - m) if r % 2 == 0 else [0] * (n - m) + [1] * m
-              for r, m in enumerate(lengths)]]
+    left_3 = [[0, 0, 0, 1, 1, 1, 1, 1], [1] * 8]
+    masks = [(left_3, 8), ([[1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [0, 1, 1, 1, 1]], 5), ([[1]], 1),
+             ([[0, 0, 0, 0, 1], [1, 1, 1, 1, 0]], 5), (left_3, 3), (left_3, 1),   # chunks, a step
+             ([[1] * m + [0] * (n - m) if r % 2 == 0 else [0] * (n - m) + [1] * m   # right, left
+               for r, m in enumerate(lengths)], size(g, 1, n))]
     return check_function(
         _on_real_tokens(mask_positions), _positions,
-        [{"attention_mask": torch.tensor(m)} for m in masks],
+        [{"attention_mask": torch.tensor(m), "n_new": n_new} for m, n_new in masks],
         what="mask_positions", output_names=("the positions", "the mask"),
         mistakes=[Mistake(partial(_positions, flaw=flaw), hint) for flaw, hint in _POSITION_MISTAKES],
         error_hints=[("must match the size of tensor", "two tensors did not broadcast. One count per "

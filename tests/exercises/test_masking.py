@@ -188,40 +188,45 @@ def test_rolling_cache_step_accepts_the_level_3_skeleton_filled_in():
                     check_rolling_cache_step, ("t % w", "min(t + 1, w)"), ah=ah)
 
 
-def mask_positions(attention_mask):                                   # the reference, as a learner
+def mask_positions(attention_mask, n_new):                            # the reference, as a learner
     n = attention_mask.shape[-1]
-    causal = torch.ones(n, n, dtype=torch.bool).tril()
-    return (attention_mask.cumsum(-1) - 1).clamp(min=0), causal & attention_mask.bool()[:, None, None, :]
+    causal = torch.ones(n, n, dtype=torch.bool).tril()[n - n_new:]    # the last rows: bottom-right
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, n - n_new:]
+    return positions, causal & attention_mask.bool()[:, None, None, :]
 
 
 def test_mask_positions_accepts_the_reference_hugging_faces_form_and_the_skeleton_filled_in():
     assert check_mask_positions(mask_positions)
-    assert check_mask_positions(lambda m: ((m.cumsum(-1) - 1).masked_fill(m == 0, 1),  # HF: pads at 1
-                                           mask_positions(m)[1] & m.bool()[:, None, :, None]))
-    assert_skeleton("masking.mask_positions", "attention_mask", check_mask_positions,
+    assert check_mask_positions(lambda m, k: (                         # HF: pads at 1; tril(n - k)
+        (m.cumsum(-1) - 1).masked_fill(m == 0, 1)[:, m.shape[-1] - k:],
+        torch.ones(k, m.shape[-1], dtype=torch.bool).tril(m.shape[-1] - k) & m.bool()[:, None, None, :]))
+    assert_skeleton("masking.mask_positions", "attention_mask, n_new", check_mask_positions,
                     ("attention_mask.cumsum(-1)", "counted - 1", "positions.clamp(min=0)",
+                     "torch.ones(n, n, dtype=torch.bool).tril()[n - n_new:]",
                      "causal & attention_mask.bool()[:, None, None, :]"))
 
 
 @pytest.mark.parametrize("flaw, hint", _POSITION_MISTAKES, ids=[flaw for flaw, _ in _POSITION_MISTAKES])
 def test_mask_positions_names_each_known_mistake_with_its_hint(flaw, hint):
-    def wrong(m):                                                     # as a learner returns it
-        positions, mask = _positions(m, flaw)
+    def wrong(m, n_new):                                              # as a learner returns it
+        positions, mask = _positions(m, n_new, flaw)
         return positions.long(), mask.bool()
 
     assert_rejected(check_mask_positions(wrong), "\nHint: " + hint)
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (lambda m: (mask_positions(m)[0].float(), mask_positions(m)[1]), ["integer tensor"]),
-    (lambda m: (m.cumsum(-1) - 1, mask_positions(m)[1]), ["a pad got position -1"]),
-    (lambda m: (torch.arange(m.shape[-1]) - (1 - m).sum(-1), None), ["did not broadcast", "(b, 1)"]),
-    (lambda m: (mask_positions(m)[0], mask_positions(m)[1].float()), ["bool tensor", "adds a float"]),
-    (lambda m: (mask_positions(m)[0], mask_positions(m)[1][:, 0]), ["(b, n, n)", "head axis"]),
-    (lambda m: (mask_positions(m)[0].tolist(), mask_positions(m)[1]), ["must be a tensor, got list"]),
-    (lambda m: (mask_positions(m)[0], m.bool()[:, None, None, :]), ["got (2, 1, 1, 8)", "j <= i"]),
-    (lambda m: (mask_positions(m)[0], mask_positions(m)[1].transpose(1, 2)), ["got (2, 8, 1, 8)"]),
-    (lambda m: (mask_positions(m)[0][:, None], mask_positions(m)[1]), ["must be (b, n) = (2, 8)"]),
+    (lambda m, k: (mask_positions(m, k)[0].float(), mask_positions(m, k)[1]), ["integer tensor"]),
+    (lambda m, k: (m.cumsum(-1) - 1, mask_positions(m, k)[1]), ["a pad got position -1"]),
+    (lambda m, k: (torch.arange(m.shape[-1]) - (1 - m).sum(-1), None), ["did not broadcast", "(b, 1)"]),
+    (lambda m, k: (mask_positions(m, k)[0], mask_positions(m, k)[1].float()), ["bool", "adds a float"]),
+    (lambda m, k: (mask_positions(m, k)[0], mask_positions(m, k)[1][:, 0]), ["(b, h, n_new, n)"]),
+    (lambda m, k: (mask_positions(m, k)[0].tolist(), mask_positions(m, k)[1]), ["tensor, got list"]),
+    (lambda m, k: (mask_positions(m, k)[0], m.bool()[:, None, None, :]), ["got (2, 1, 1, 8)", "j <= i"]),
+    (lambda m, k: (mask_positions(m, k)[0], mask_positions(m, k)[1].transpose(1, 2)), ["(2, 8, 1, 8)"]),
+    (lambda m, k: (mask_positions(m, k)[0][:, None], mask_positions(m, k)[1]), ["(b, n_new) = (2, 8)"]),
+    (lambda m, k: (mask_positions(m, m.shape[-1])[0], mask_positions(m, m.shape[-1])[1]),
+     ["got (2, 1, 8, 8)", "every token's row"]),                       # the whole row at every chunk
 ])
 def test_mask_positions_names_dtypes_shapes_a_list_and_a_missing_axis_or_causal_and(wrong, words):
     assert_rejected(check_mask_positions(wrong), *words)
