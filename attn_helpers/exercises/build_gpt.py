@@ -74,8 +74,7 @@ def _check_module(cls, what: str, sizes: list, variant: Callable, mistakes: list
     """``cls`` against the randomised reference ``bg.<what>(*args)`` for each ``(args, seed)`` of
     ``sizes`` (``swap``: its parts put in ``cls``'s), then the gradients after one backward."""
     def calls(m):
-        """``run(x, split, step, start=0)``: one call (``split`` 0), or ``x[:, :split]`` into a
-        new cache, then ``step`` tokens a call; the outputs concatenated."""
+        """One call (``split`` 0), or ``x[:, :split]`` into a new cache, then ``step`` tokens a call."""
         def run(x, split, step, start=0):
             if not split:
                 return forward(m, x, start, None)
@@ -117,8 +116,8 @@ def _check_module(cls, what: str, sizes: list, variant: Callable, mistakes: list
                "residual detached (x.detach() + ...)? The output is the same, but the gradient no "
                "longer flows down the residual stream to the blocks below")
     else:
-        why = (f"the gradients at {', '.join(wrong)} differ from the reference's: was part of the "
-               "computation detached, or done under torch.no_grad()?")
+        why = (f"the gradients at {', '.join(wrong)} differ from the reference's: perhaps part of "
+               "the computation was detached, or done under torch.no_grad()")
     return CheckResult(False, f"Not yet: {what} gives the right outputs, but after one backward {why}.")
 
 
@@ -242,9 +241,9 @@ def block_variant(ref: bg.Block, kind: str = "right") -> Callable:
         def attn(y):
             return ref.attn(y, None if kind == "cache_not_passed" else cache)
 
-        if kind == "post_norm":
-            x = n1(x + attn(x))
-            return n2(x + ff(x))
+        if kind in ("post_norm", "post_norm_attn", "post_norm_ff"):     # LN(x + sub(x)): one or both
+            x = x + attn(n1(x)) if kind == "post_norm_ff" else n1(x + attn(x))
+            return x + ff(n2(x)) if kind == "post_norm_attn" else n2(x + ff(x))
         if kind == "parallel":
             return x + attn(n1(x)) + ff(n2(x))
         if kind == "ff_first":
@@ -265,6 +264,8 @@ def block_variant(ref: bg.Block, kind: str = "right") -> Callable:
 BLOCK_MISTAKES = [
     ("post_norm", "norm after instead of before: that is the original post-norm block, LN(x + "
      "attn(x)). Pre-norm normalises the sub-layer's input and leaves the stream alone."),
+    *((kind, "one sub-layer is post-norm, LN(x + sub(x)), the other pre-norm: both are pre-norm, x "
+      "+ sub(LN(x)), each with its own LayerNorm.") for kind in ("post_norm_attn", "post_norm_ff")),
     ("no_attn_residual", "the residual is missing around attention: add attn(LN_1(x)) to x."),
     ("no_ff_residual", "the residual is missing around the feed-forward: add its output to the stream."),
     ("no_norm", "the LayerNorms are missing: each sub-layer reads LN(x), not x."),
@@ -427,6 +428,8 @@ def train_variant(kind: str = "right") -> Callable:
         if kind == "last_only":
             logits, targets = logits[:, -1:], targets[:, -1:]
         flat = logits.flatten(0, 1), targets.flatten()
+        if kind == "reshape_not_transpose":                # (b, n, V) -> (b, V, n): scrambled
+            flat = logits.reshape(logits.shape[0], -1, logits.shape[1]), targets
         loss = {"nll_on_logits": lambda: F.nll_loss(*flat),
                 "sum": lambda: F.cross_entropy(*flat, reduction="sum"),
                 "sum_over_positions": lambda: F.cross_entropy(   # summed over positions, mean over b
@@ -466,6 +469,8 @@ TRAIN_MISTAKES = [
     ("sum", "the loss is summed over positions: take the mean (cross_entropy's default)."),
     ("sum_over_positions", "the loss is summed over each chunk's positions: a per-character loss is "
      "the mean over every position."),
+    ("reshape_not_transpose", "reshape(b, V, n) keeps the memory order, so it mixes characters and "
+     "positions: cross_entropy wants logits.transpose(1, 2), or both flattened."),
     ("softmax_first", "softmax was applied before cross_entropy, which takes raw logits."),
     ("nll_on_logits", "F.nll_loss on raw logits expects log-probabilities: use F.cross_entropy."),
     ("last_only", "only the last position is trained: every position predicts its next character."),
@@ -533,6 +538,7 @@ def schedule_variant(kind: str = "right") -> Callable:
         return {"linear": lambda: low + (peak - low) * (1 - progress),
                 "no_half": lambda: low + (peak - low) * cos,
                 "min_lr_not_subtracted": lambda: low + 0.5 * peak * (1 + cos),
+                "clamped": lambda: max(low, 0.5 * peak * (1 + cos)),
                 }.get(kind, lambda: low + 0.5 * (peak - low) * (1 + cos))()
 
     return learning_rate
@@ -553,6 +559,8 @@ SCHEDULE_MISTAKES = [
     ("linear", "the decay is linear: after the warm-up it follows half a cosine period."),
     ("min_lr_not_subtracted", "the cosine starts at lr + min_lr: it scales the range, (lr - min_lr) * "
      "(1 + cos(pi * progress)) / 2, added to min_lr."),
+    ("clamped", "the cosine falls to 0 and is cut off at min_lr, max(min_lr, ...): it should run "
+     "from lr down to min_lr, min_lr + (lr - min_lr) * (1 + cos(pi * p)) / 2."),
     ("no_half", "cos(pi * p) runs from 1 to -1, so the rate goes negative: use (1 + cos(pi * p)) / 2."),
 ]
 
@@ -580,7 +588,7 @@ def loop_variant(kind: str = "right") -> Callable:
             if kind not in ("no_schedule", "lr_after_step"):
                 set_rate(step)
             if chunk is None or kind != "same_batch":
-                starts = torch.randint(0, high, (recipe.batch,),
+                starts = torch.randint(int(kind == "randint_low"), high, (recipe.batch,),
                                        generator=None if kind == "no_generator" else generator)
                 chunk = torch.stack([data[s:s + width] for s in starts.tolist()])
             losses.append(train_step(model, optimizer, chunk))
@@ -612,9 +620,9 @@ LOOP_MISTAKES = [
     ("optimizer_each_step", "a new AdamW at every step restarts its running averages: build it once."),
     ("batches_from_val", "the batches come from the held-out text: train on corpus.train only."),
     ("same_batch", "one batch is used at every step: draw a fresh one inside the loop."),
-    ("randint_high", "every chunk you draw is valid, but your batches differ from the reference's: the "
-     "bound is len(corpus.train) - n - 1, torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), "
-     "generator=generator)."),
+    *((kind, "every chunk you draw is valid, but your batches differ from the reference's: draw "
+      "torch.randint(0, len(corpus.train) - n - 1, (recipe.batch,), generator=generator).")
+      for kind in ("randint_high", "randint_low")),
     ("chunk_short", "each chunk holds n characters: it needs n + 1."),
     ("eval_off_by_one", "the evaluations come one step early: evaluate when (step + 1) % "
      "recipe.eval_every == 0."),
@@ -729,14 +737,14 @@ def generate_variant(kind: str = "right") -> Callable:
                       "temperature_after_softmax": logits}.get(kind, logits / temperature)
             if top_k is not None and kind != "no_top_k":
                 k = top_k + 1 if kind == "top_k_plus_one" and top_k < logits.shape[-1] else top_k
-                kth = logits.topk(k, dim=-1).values[:, -1:]
+                kth = logits.topk(k, dim=-1, largest=kind != "top_k_smallest").values[:, -1:]
                 if kind == "top_k_off_by_one":                   # all masked at k = 1: uniform
                     logits = logits.masked_fill(logits <= kth, -math.inf)
                     logits = torch.where(logits.isinf().all(-1, keepdim=True), 0.0, logits)
                 else:
                     logits = logits.masked_fill(logits < kth, 0.0 if kind == "top_k_zero" else -math.inf)
-            probs = torch.softmax(logits, dim=-1) / (temperature if kind == "temperature_after_softmax"
-                                                     else 1)
+            probs = torch.softmax(logits, dim=0 if kind == "softmax_dim0" else -1)
+            probs = probs / (temperature if kind == "temperature_after_softmax" else 1)
             if kind == "greedy":
                 nxt = probs.argmax(-1, keepdim=True)
             elif kind == "top_k_indices" and top_k is not None:
@@ -779,6 +787,10 @@ GENERATE_MISTAKES = [
     ("top_k_zero", "the logits outside the top k were set to 0, not -inf: a logit of 0 keeps a "
      "probability. Set them to float('-inf')."),
     ("no_top_k", "top_k was ignored: set all but the k largest logits to -inf."),
+    ("top_k_smallest", "topk(largest=False) finds the k smallest logits: the cut-off is the k-th "
+     "largest, logits.topk(k).values[:, -1:]."),
+    ("softmax_dim0", "the softmax ran over dim 0, across the batch: each row's probabilities sum to "
+     "1 over the characters, softmax(logits, dim=-1)."),
     ("top_k_plus_one", "top-k kept k + 1 characters: the cut-off is the k-th largest logit."),
     ("start_frozen", "start stayed at the prompt's length: each new character sits one position after "
      "the previous one."),
