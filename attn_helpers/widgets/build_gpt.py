@@ -79,16 +79,19 @@ def parse_heads(text: str, cfg: bg.GPTConfig) -> tuple:
 
 
 @contextmanager
-def zeroed(model: bg.GPT, heads=()):
-    """Inside it, heads ``(layer, head)`` output zeros: their slice of the merged heads, before W_O."""
+def ablated(model: bg.GPT, heads=()):
+    """Inside it, heads ``(layer, head)`` output zeros: their slice of the merged heads, before W_O.
+    With a dict ``{(layer, head): value}``, each slice is set to its ``value`` (a ``(d_h,)`` mean)."""
     d_h = model.cfg.d_model // model.cfg.num_heads
+    values = heads if isinstance(heads, dict) else dict.fromkeys(heads, 0.0)
 
-    def hook(head):                                  # on the merged heads (b, n, d)
+    def hook(head, value):                           # on the merged heads (b, n, d)
         cols = torch.arange((head - 1) * d_h, head * d_h)
-        return lambda _module, args: (args[0].index_fill(-1, cols, 0.0),)
+        return lambda _module, args: (args[0].index_copy(-1, cols, torch.as_tensor(
+            value, dtype=args[0].dtype).expand(*args[0].shape[:-1], d_h)),)
 
-    handles = [model.blocks[layer - 1].attn.out.register_forward_pre_hook(hook(head))
-               for layer, head in heads]
+    handles = [model.blocks[layer - 1].attn.out.register_forward_pre_hook(hook(head, value))
+               for (layer, head), value in values.items()]
     try:
         yield
     finally:
@@ -106,7 +109,7 @@ def run_prompt(model: bg.GPT, corpus: bg.Corpus, text: str, heads=()) -> PromptR
         raise ValueError("the prompt is empty: type a few characters. The last picture stays.")
     shown = text[-model.cfg.context:]
     ids = corpus.encode(shown)[None]                                 # (1, n)
-    with zeroed(model, heads):
+    with ablated(model, heads):
         weights = head_weights(model, ids)[:, :, 0]                  # (L, h, n, n)
         loss = bg.next_token_loss(model, ids).item() if ids.shape[1] > 1 else float("nan")
         start = ids[:, -(model.cfg.context // 2):]

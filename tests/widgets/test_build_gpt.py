@@ -54,8 +54,11 @@ def test_zeroing_a_head_is_zeroing_its_columns_of_w_o_and_the_readouts_compare(s
     ids, cut = corpus.encode("for x in y:\n    pass")[None], copy.deepcopy(model)
     with torch.no_grad():
         cut.blocks[0].attn.out.weight[:, 8:16] = 0       # d_h = 8: layer 1, head 2
-        with gw.zeroed(model, [(1, 2)]):
+        with gw.ablated(model, [(1, 2)]):
             assert torch.allclose(model(ids), cut(ids), atol=1e-6)
+        cut.blocks[0].attn.out.bias += model.blocks[0].attn.out.weight[:, 8:16] @ torch.ones(8)
+        with gw.ablated(model, {(1, 2): torch.ones(8)}):  # a mean: a constant through W_O
+            assert torch.allclose(model(ids), cut(ids), atol=1e-5)
         assert not torch.allclose(model(ids), cut(ids), atol=1e-6)   # the hook is gone
     widget = gw.gpt_widget(model, corpus, "The for statement", layer=2, head=1)
     weights = widget.frame.weights
