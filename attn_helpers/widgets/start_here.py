@@ -24,15 +24,17 @@ def warmup_scores(seed: int = WARMUP_SEED) -> torch.Tensor:
 
 
 def warmup_frame(temperature: float, causal: bool = False) -> AttentionFrame:
-    """Weights ``softmax(scores / temperature)``, optionally with a causal mask, and four readouts."""
+    """Weights ``softmax(scores / temperature)``, optionally with a causal mask, and five readouts."""
     require_number("temperature", temperature, positive=True)
     mask = causal_mask(len(WARMUP_TOKENS)) if causal else None
-    weights = masked_softmax(warmup_scores() / temperature, mask)
+    scores = warmup_scores() / temperature
+    weights = masked_softmax(scores, mask)
     frame = AttentionFrame(weights, WARMUP_TOKENS, WARMUP_TOKENS, mask=mask)
     frame.readouts = {  # two decimals: the digits every CPU agrees on (notebook 00 prints them)
         "mean entropy (nats)": f"{frame.entropy.mean().item():.2f}",
         "mean largest weight": f"{max_weight(weights).mean().item():.2f}",
         "effective keys (mean e^H)": f"{frame.entropy.exp().mean().item():.2f}",
+        "std of s / T (all scores)": f"{scores.std().item():.2f}",
         READOUT_SCALING: f"{temperature / 8 ** 0.5:.2f}"}
     return frame
 
