@@ -1,5 +1,5 @@
-"""Notebook 07's widget, what RoPE changes (token 0 at every position, its scores, one pair on a
-circle, the diagonal, the attention), and the notebook's figures."""
+"""Notebook 07's widget, what RoPE changes (token 0 at every position or random tokens, the scores,
+one pair on a circle, the diagonal, the attention), and the notebook's figures."""
 
 from __future__ import annotations
 
@@ -29,11 +29,13 @@ from .panels import HIGHLIGHT_COLOR, AttentionPanel, CellPainter
 
 ENCODINGS = ("sinusoidal (E E^T)", "random table (E E^T)", "add PE, then project (W_Q, W_K)",
              "project, then rotate (RoPE)")
+INPUTS = ("token 0 repeated", "random tokens (probe)")  # what the trained modes read
 BASES = lesson.WRAP_BASES  # (625, 10000, 160000): RoPE is shipped trained at each
 N_POSITIONS, MAX_OFFSET = 24, 8
 D_HEAD = lesson.D_MODEL // lesson.NUM_HEADS  # 8: the trained heads' size, 4 sin/cos pairs
 _TRAINED = {ENCODINGS[2]: "sinusoidal", ENCODINGS[3]: "rope"}
 _LABELS = [str(i) for i in range(N_POSITIONS)]
+PROBE = lesson.offset_copy_batch(1, N_POSITIONS, torch.Generator().manual_seed(1))[0][0]  # (24,)
 
 
 @dataclass
@@ -64,11 +66,18 @@ def _check_base(encoding: str, base: float) -> float:
     return float(base)
 
 
-def queries_and_keys(encoding: str, head: int = 0,
-                     base: float = lesson.BASE) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(queries, keys)``, each ``(N_POSITIONS, D_HEAD)`` float64: token 0's at each position.
-    ``base`` (one of :data:`BASES`) sets the frequencies; the random table ignores it."""
-    n, base = N_POSITIONS, _check_base(encoding, base)
+def _check_tokens(tokens: str) -> str:
+    if not isinstance(tokens, str) or tokens not in INPUTS:
+        raise ValueError(f"tokens must be one of {INPUTS}, got {tokens!r}")
+    return tokens
+
+
+def queries_and_keys(encoding: str, head: int = 0, base: float = lesson.BASE,
+                     tokens: str = INPUTS[0]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(queries, keys)``, each ``(N_POSITIONS, D_HEAD)`` float64, at each position. ``base`` (one
+    of :data:`BASES`) sets the frequencies; the random table ignores it. ``tokens`` (one of
+    :data:`INPUTS`): token 0 at every position, or :data:`PROBE`; the tables have no tokens."""
+    n, base, tokens = N_POSITIONS, _check_base(encoding, base), _check_tokens(tokens)
     if encoding == ENCODINGS[0]:
         table = sinusoidal_encoding(n, D_HEAD, base=base, dtype=torch.float64)
         return table, table
@@ -81,7 +90,8 @@ def queries_and_keys(encoding: str, head: int = 0,
     W = model.qkv.weight.detach().to(torch.float64)  # (3 d_model, d_model): Q, K, V heads' rows
     rows = slice(head * D_HEAD, (head + 1) * D_HEAD)
     W_Q, W_K = W[:lesson.D_MODEL][rows], W[lesson.D_MODEL:2 * lesson.D_MODEL][rows]  # (d_head, d_model)
-    X = model.embed.weight[0].detach().to(torch.float64).expand(n, lesson.D_MODEL)  # (n, d_model)
+    ids = PROBE if tokens == INPUTS[1] else torch.zeros(n, dtype=torch.long)
+    X = model.embed.weight[ids].detach().to(torch.float64)  # (n, d_model)
     if encoding == ENCODINGS[2]:
         X = X + sinusoidal_encoding(n, lesson.D_MODEL, dtype=torch.float64)
         return X @ W_Q.T, X @ W_K.T  # (n, d_head): W_Q (x + PE(m)), W_K (x + PE(n))
@@ -93,10 +103,10 @@ def causal_diagonal_spread(S: torch.Tensor) -> float:
     return max((line.max() - line.min()).item() for line in (S.diagonal(-k) for k in range(len(S))))
 
 
-@lru_cache(maxsize=len(ENCODINGS) * lesson.NUM_HEADS * len(BASES))
-def _grids(encoding: str, head: int, base: float) -> dict:
-    """What a move does not change, once per ``(mode, head, base)``."""
-    queries, keys = queries_and_keys(encoding, head, base)
+@lru_cache(maxsize=len(ENCODINGS) * lesson.NUM_HEADS * len(BASES) * len(INPUTS))
+def _grids(encoding: str, head: int, base: float, tokens: str) -> dict:
+    """What a move does not change, once per ``(mode, head, base, tokens)``."""
+    queries, keys = queries_and_keys(encoding, head, base, tokens)
     S = queries @ keys.T  # (n, n): S[m, n]
     visible = causal_mask(N_POSITIONS)  # (n, n): q <= p
     top = S[visible].abs().max().item()
@@ -112,14 +122,15 @@ def _angle(a: torch.Tensor, b: torch.Tensor) -> float:
     return math.atan2(a[0] * b[1] - a[1] * b[0], a[0] * b[0] + a[1] * b[1])
 
 
-def positional_frame(encoding: str, position: int, offset: int, pair: int,
-                     head: int = 0, base: float = lesson.BASE) -> PositionalFrame:
+def positional_frame(encoding: str, position: int, offset: int, pair: int, head: int = 0,
+                     base: float = lesson.BASE, tokens: str = INPUTS[0]) -> PositionalFrame:
     """What the widget shows for mode ``encoding``, query position ``m`` (``0 .. 23``), offset
-    ``k`` (``0 .. 8``), pair ``i`` (``0 .. 3``), trained head ``h`` (``0 .. 2``) and ``base``."""
+    ``k`` (``0 .. 8``), pair ``i`` (``0 .. 3``), trained head ``h`` (``0 .. 2``), ``base`` and
+    input ``tokens``."""
     for name, value, top in (("position", position, N_POSITIONS - 1), ("offset", offset, MAX_OFFSET),
                              ("pair", pair, D_HEAD // 2 - 1), ("head", head, lesson.NUM_HEADS - 1)):
         require_int_in(name, value, 0, top)
-    g = _grids(encoding, head, _check_base(encoding, base))
+    g = _grids(encoding, head, _check_base(encoding, base), _check_tokens(tokens))
     S, weights, p, k, pair_of = g["S"], g["weights"], position, offset, slice(2 * pair, 2 * pair + 2)
     has_key = p >= k
     q_pair, k_pair = g["queries"][p, pair_of], g["keys"][max(p - k, 0), pair_of]
@@ -189,7 +200,7 @@ class PositionalView(BlitView):
         (self.marker,) = ax.plot([], [], "o", color=HIGHLIGHT_COLOR, markersize=8)
         self.panel = AttentionPanel(self.blit, grid[1, :], max_shape=(n, n),
                                     title="softmax(S / sqrt(d_head)), n <= m: in trained modes the "
-                                          "head's own weights on token 0 repeated; in table modes a "
+                                          "head's own weights on the input; in table modes a "
                                           "display")
         self.blit.animate(self.box_p, self.box_0, self.diagonal_line, self.spoke_p, self.spoke_pk,
                           self.profile, self.level, self.marker)
@@ -213,9 +224,10 @@ class PositionalView(BlitView):
 
 
 def positional_widget(encoding: str = ENCODINGS[0], position: int = 5, offset: int = 3,
-                      pair: int = 0, head: int = 1, base: float = lesson.BASE) -> LiveAttentionWidget:
-    """Notebook 07's live widget (mode, m, k, i, h, base), opening on the given values."""
-    positional_frame(encoding, position, offset, pair, head, base)  # refuses bad opening values
+                      pair: int = 0, head: int = 1, base: float = lesson.BASE,
+                      tokens: str = INPUTS[0]) -> LiveAttentionWidget:
+    """Notebook 07's live widget (mode, m, k, i, h, base, input), opening on the given values."""
+    positional_frame(encoding, position, offset, pair, head, base, tokens)  # refuses bad values
     controls = {
         "encoding": widgets.Dropdown(options=ENCODINGS, value=encoding, description="mode",
                                      layout=widgets.Layout(width="360px")),
@@ -226,6 +238,8 @@ def positional_widget(encoding: str = ENCODINGS[0], position: int = 5, offset: i
         "head": widgets.IntSlider(value=head, min=0, max=lesson.NUM_HEADS - 1, description="head h"),
         "base": widgets.Dropdown(options=[(f"{b:g}", b) for b in BASES], value=float(base),
                                  description="base", layout=widgets.Layout(width="200px")),
+        "tokens": widgets.Dropdown(options=INPUTS, value=tokens, description="input",
+                                   layout=widgets.Layout(width="300px")),
     }
     return LiveAttentionWidget(positional_frame, controls, PositionalView(),
                                title="What RoPE changes: scores of one token at every position")

@@ -9,15 +9,15 @@ import pytest
 import torch
 
 from attn_helpers.lessons import positional_encoding as lesson
-from attn_helpers.positional import apply_rope, frequencies, sinusoidal_encoding
+from attn_helpers.positional import frequencies
 from attn_helpers.widgets.positional_encoding import (
     BASES,
     ENCODINGS,
+    INPUTS,
     N_POSITIONS,
-    causal_diagonal_spread,
+    PROBE,
     positional_frame,
     positional_widget,
-    queries_and_keys,
 )
 
 SINUSOIDAL, LEARNED, ADD, ROPE = ENCODINGS
@@ -50,26 +50,20 @@ def test_no_key_k_back_before_position_k():
     assert frame.readouts["S[k, 0]"] == positional_frame(ROPE, 9, 5, 0, 1).readouts["S[m, m-k]"]
 
 
-def test_projected_modes_match_the_trained_heads():
+@pytest.mark.parametrize("tokens", INPUTS)
+def test_trained_modes_are_the_heads_own_attention_and_relative_only_for_rope_on_one_token(tokens):
     models, _ = lesson.load_models()
-    d, n = lesson.D_MODEL, N_POSITIONS
-    for encoding, scheme in ((ADD, "sinusoidal"), (ROPE, "rope")):
-        model = models[lesson.model_key(scheme, 0)]
-        W = model.qkv.weight.detach().double()                              # Q, K, V heads' rows
-        X = model.embed.weight[0].detach().double().expand(n, d)            # token 0 everywhere
-        for head in range(lesson.NUM_HEADS):
-            rows = slice(8 * head, 8 * head + 8)
-            W_Q, W_K = W[:d][rows], W[d:2 * d][rows]
-            if encoding == ADD:
-                P = X + sinusoidal_encoding(n, d, dtype=torch.float64)
-                expected = (P @ W_Q.T) @ (P @ W_K.T).T
-            else:
-                expected = apply_rope(X @ W_Q.T) @ apply_rope(X @ W_K.T).T
-            queries, keys = queries_and_keys(encoding, head)
-            assert torch.allclose(queries @ keys.T, expected, atol=1e-10)
-            lower = [expected.diagonal(-k) for k in range(n)]               # the causal diagonals
-            assert causal_diagonal_spread(expected) == pytest.approx(
-                max((line.max() - line.min()).item() for line in lower))
+    ids = PROBE if tokens == INPUTS[1] else torch.zeros(N_POSITIONS, dtype=torch.long)
+    for encoding, scheme, bases in ((ADD, "sinusoidal", [lesson.BASE]), (ROPE, "rope", BASES)):
+        for base in bases:
+            model = models[lesson.model_key(scheme, 0, base)]
+            with torch.no_grad():
+                model(ids[None])
+            for head in range(lesson.NUM_HEADS):
+                frame = positional_frame(encoding, 9, 3, 1, head, base, tokens)
+                assert torch.allclose(frame.weights.float(), model.last_weights[0, head], atol=1e-5)
+                relative = frame.readouts[SPREAD] < 1e-9
+                assert relative == (encoding == ROPE and tokens == INPUTS[0])
 
 
 def test_sinusoidal_angle_is_k_omega_and_rope_angle_moves_by_k_omega():
@@ -84,23 +78,14 @@ def test_sinusoidal_angle_is_k_omega_and_rope_angle_moves_by_k_omega():
 
 
 @pytest.mark.parametrize("base", BASES)
-def test_base_sets_the_frequencies_and_rope_uses_that_bases_trained_model(base):
-    models, _ = lesson.load_models()
-    model = models[lesson.model_key("rope", 0, base)]
-    tokens = torch.zeros(1, N_POSITIONS, dtype=torch.long)                  # token 0 everywhere
-    with torch.no_grad():
-        model(tokens)
-    for head in range(lesson.NUM_HEADS):
-        frame = positional_frame(ROPE, 9, 3, 1, head, base)
-        assert torch.allclose(frame.weights.float(), model.last_weights[0, head], atol=1e-5)
-        assert frame.readouts[SPREAD] < 1e-9
+def test_base_sets_the_frequencies(base):
     for pair in range(4):
         omega = float(frequencies(8, base)[pair])
         readouts = positional_frame(SINUSOIDAL, 7, 3, pair, 0, base).readouts
         assert readouts[SPREAD] < 1e-9
         assert readouts[WAVELENGTH] == round(2 * math.pi / omega, 1)
         assert math.remainder(readouts[ANGLE] - 3 * omega, 2 * math.pi) == pytest.approx(0, abs=1e-4)
-    random_table = positional_frame(LEARNED, 7, 3, 1, 0, base)             # has no base: ignores it
+    random_table = positional_frame(LEARNED, 7, 3, 1, 0, base, INPUTS[1])  # no base, no tokens
     assert random_table.readouts == positional_frame(LEARNED, 7, 3, 1, 0).readouts
 
 
@@ -112,7 +97,7 @@ def test_bases_differ_where_they_should():
 
 def test_positional_frame_errors():
     for kwargs in ({"position": 24}, {"offset": 9}, {"pair": 4}, {"head": 3}, {"position": True},
-                   {"encoding": "rope"}):
+                   {"encoding": "rope"}, {"tokens": "random"}):
         args = {"encoding": SINUSOIDAL, "position": 0, "offset": 1, "pair": 0, **kwargs}
         with pytest.raises((TypeError, ValueError), match=next(iter(kwargs))):  # a bool: TypeError
             positional_frame(**args)
@@ -130,7 +115,7 @@ def test_positional_frame_errors():
 def test_positional_widget_opens_where_asked_and_moves_as_the_pure_function():
     widget = positional_widget(encoding=ROPE, position=12, offset=1, pair=1, head=1)
     assert widget.values == {"encoding": ROPE, "position": 12, "offset": 1, "pair": 1, "head": 1,
-                             "base": 10000.0}
+                             "base": 10000.0, "tokens": INPUTS[0]}
     assert widget.error is None and widget.readouts["key with the largest weight in row m"] == "11"
     first = widget.image.value
     readouts = widget.set(position=10, offset=2, pair=2)
@@ -148,4 +133,7 @@ def test_positional_widget_opens_where_asked_and_moves_as_the_pure_function():
     widget.set(encoding=ADD)                       # no sinusoidal model at 625: said, picture kept
     assert "picture keeps the last setting" in widget.error and widget.image.value == shown
     widget.set(base=10000.0)
+    assert widget.error is None and widget.image.value != shown
+    shown = widget.image.value
+    widget.set(tokens=INPUTS[1])                   # random tokens: the head's attention on them
     assert widget.error is None and widget.image.value != shown
