@@ -1,5 +1,4 @@
-"""Checkers for notebook 09: every head's previous-token score in each sentence of a padded batch,
-and Kobayashi et al.'s value-weighted norms ``||a_ij f_h(x_j)||``."""
+"""Checkers for notebook 09: previous-token scores per sentence; norms ||a_ij f_h(x_j)||."""
 
 from __future__ import annotations
 
@@ -66,6 +65,10 @@ PREVIOUS_MISTAKES = [
             "previous token: leave it out of the mean instead of counting it as 0."),
     Mistake(lambda w, m: _pooled(_diagonal(w, -1)[..., 1:], m[:, :-1]), "you took each query's "
             "validity from its key (token i - 1): query i counts where token i is real."),
+    Mistake(lambda w, m: _pooled(_diagonal(w, -1)[..., 2:], m[:, 2:]), "you started at query i = 2: "
+            "query 1 has a previous token too (key 0, [CLS]). Start at i = 1."),
+    Mistake(lambda w, m: _pooled(_diagonal(w, -1)[..., 1:], F.pad(m[:, 2:], (0, 1))), "you left out "
+            "the last real query, [SEP]: it is a real token, and its previous token is real. Count it."),
     Mistake(lambda w, m: _pooled(w.roll(1, dims=-1).diagonal(dim1=-2, dim2=-1), m), "query 0 "
             "([CLS]) was counted: key -1 is the LAST key, wrapped around. Start at query i = 1."),
     Mistake(lambda w, m: _pooled(torch.cat([w[..., :1, 0], w.diagonal(-1, -2, -1)], dim=-1), m),
@@ -102,11 +105,11 @@ def check_previous_token_scores(candidate: Callable) -> CheckResult:
 
 # --- exercise 2: value-weighted norms --------------------------------------------------------
 
-def _norm_cases() -> list[dict]:  # weights, values, W_O (d, h * d_head); d once not h * d_head
+def _norm_cases() -> list[dict]:  # weights, values, W_O_weight (d, h * d_head); d once not h * d_head
     g = seeded(93)
     return [{"weights": _softmax_rows(g, 1, lengths, h, n)[0],                # (b, h, n, n)
              "values": torch.randn(len(lengths), h, n, d_head, generator=g),
-             "W_O": torch.randn(d, h * d_head, generator=g)}
+             "W_O_weight": torch.randn(d, h * d_head, generator=g)}
             for lengths, h, n, d_head, d in [([5, 3], 3, 5, 4, 12), ([4], 2, 4, 3, 6),
                                              ([6, 2, 4], 4, 6, 2, 8), ([3, 3], 2, 3, 4, 5)]]
 
@@ -123,13 +126,9 @@ def _norms(w, v, W, blocks=_blocks, norm=lambda f: f.norm(dim=-1)):  # the mista
     return w * norm(_f(v, W, blocks))[:, :, None, :]
 
 
-def value_norms_reference(weights, values, W_O):
+def value_norms_reference(weights, values, W_O_weight):
     """``(b, h, n, n)``: ``a_ij ||f_h(x_j)||``, ``f_h(x_j)`` the value through head h's columns."""
-    return _norms(weights, values, W_O)
-
-
-def _rows(W, h, d_head):                             # W_O[h*dh:(h+1)*dh, :]: rows, not columns
-    return W[: h * d_head].view(h, d_head, -1)       # named on the cases with d = h * d_head
+    return _norms(weights, values, W_O_weight)
 
 
 def _merged(w, v, W):                                # heads merged, the whole W_O: (b, n, d)
@@ -137,25 +136,26 @@ def _merged(w, v, W):                                # heads merged, the whole W
     return w * (v.transpose(1, 2).reshape(b, n, h * d_head) @ W.T).norm(dim=-1)[:, None, None, :]
 
 
-_TRANSPOSE = ("a matrix product did not fit. nn.Linear stores W_O as (d, h * d_head): head h's columns "
-              "W_O[:, h*d_head:(h+1)*d_head] are (d, d_head); transpose them before v_j @ them.")
+_TRANSPOSE = ("a matrix product did not fit. W_O_weight is (d, h * d_head): head h's columns "
+              "W_O_weight[:, h*d_head:(h+1)*d_head] are (d, d_head); transpose them before v_j @ them.")
 NORMS_MISTAKES = [
     Mistake(_merged, "you merged the heads and applied the whole W_O, one norm for all heads: "
             "measure each head on its own, through its block of W_O only."),
     Mistake(lambda w, v, W: w * v.norm(dim=-1)[:, :, None, :], "you took the norm of v_j itself: "
             "project it through the head's block of W_O first, f_h(x_j) = v_j W_O^(h)."),
-    Mistake(lambda w, v, W: _norms(w, v, W, _rows), "you sliced W_O's rows: its weight is (out, in) "
-            "= (d, h * d_head), so head h owns the COLUMNS h*d_head .. (h+1)*d_head - 1."),
+    Mistake(lambda w, v, W: _norms(w, v, W, lambda W, h, dh: W[: h * dh].view(h, dh, -1)),  # rows
+            "you sliced W_O_weight's rows: it is (out, in) = (d, h * d_head), so head h owns the "
+            "COLUMNS h*d_head .. (h+1)*d_head - 1."),
     *(Mistake(lambda w, v, W, o=o: _norms(w, v, W, norm=lambda f: v.norm(dim=-1) * torch.linalg.
                                           matrix_norm(_blocks(W, *v.shape[1::2]), ord=o)[:, None]),
               "you multiplied the two norms, ||v_j|| ||W_O^(h)||: by Cauchy-Schwarz that is only an "
               "upper bound. Project first, f_h(x_j) = v_j W_O^(h), then take its norm.")
       for o in ("fro", 2)),
     Mistake(lambda w, v, W: _norms(w, v, W, lambda W, h, dh: W[:, :dh].T.expand(h, dh, len(W))),
-            "every head went through the first head's columns of W_O."),
+            "every head went through the first head's columns of W_O_weight."),
     Mistake(lambda w, v, W: _norms(w, v, W, lambda W, h, dh: W.view(-1, dh, h).permute(2, 1, 0)),
-            "you split W_O's columns as (d_head, h), so head h got every h-th column: head h owns "
-            "one block of d_head columns, W_O.view(d, h, d_head)."),
+            "you split W_O_weight's columns as (d_head, h), so head h got every h-th column: head h "
+            "owns one block of d_head columns, W_O_weight.view(d, h, d_head)."),
     Mistake(lambda w, v, W: _norms(torch.ones_like(w), v, W),
             "you returned ||f_h(x_j)|| without the attention weight: multiply by a_ij."),
     Mistake(lambda w, v, W: _norms(w, v, W, norm=lambda f: f.pow(2).sum(dim=-1)),
@@ -182,15 +182,15 @@ NORMS_MISTAKES = [
           hints=(
     "Head h adds sum_j a_ij f_h(x_j) to token i, f_h(x_j) being head h's value v_j times head h's "
     "part of W_O. Its norm times a_ij is what key j contributes, for every (b, h, i, j).",
-    "nn.Linear stores W_O as (out, in) = (d, h * d_head): give the heads an axis of their own in "
-    "W_O. ||a_ij f_h(x_j)|| = a_ij ||f_h(x_j)||: how many norms is that, broadcast over which "
-    "axis?",
+    "W_O_weight is nn.Linear's weight, W_O transposed: (out, in) = (d, h * d_head). Give the heads "
+    "an axis of their own in it. ||a_ij f_h(x_j)|| = a_ij ||f_h(x_j)||: how many norms is that, "
+    "broadcast over which axis?",
     "b, h, n, d_head = values.shape\n"
-    "W_h = ...                                         # (h, d_head, d): head h's columns of W_O\n"
-    "f = ...                                           # (b, h, n, d): f_h(x_j), summed over d_head\n"
-    "return ...                                        # (b, h, n, n): a_ij ||f_h(x_j)||"))
+    "W_h = ...                                  # (h, d_head, d): head h's columns of W_O_weight\n"
+    "f = ...                                    # (b, h, n, d): f_h(x_j), summed over d_head\n"
+    "return ...                                 # (b, h, n, n): a_ij ||f_h(x_j)||"))
 def check_value_norms(candidate: Callable) -> CheckResult:
-    """Exercise: ``value_norms(weights (b, h, n, n), values (b, h, n, d_head), W_O) -> (b, h, n, n)``."""
+    """Exercise: ``value_norms(weights (b, h, n, n), values (b, h, n, d_head), W_O_weight) -> ...``."""
     return check_function(
         candidate, value_norms_reference, _norm_cases(), what="value_norms",
         output_names=("the norms",), mistakes=NORMS_MISTAKES,

@@ -62,7 +62,7 @@ KEY_EXPRESSIONS = {
         ("weights[..., i, i - 1]", "[..., i, i - 1]", "mask[:, 1:]", "[None, :, None, :]")),
     "real_model.value_norms": (
         real_model.check_value_norms,
-        ("view(W_O.shape[0], h, d_head)", "permute(1, 2, 0)", "einsum(", ".norm(dim=-1)",
+        ("view(W_O_weight.shape[0], h, d_head)", "permute(1, 2, 0)", "einsum(", ".norm(dim=-1)",
          "[:, :, None, :]")),
 }
 

@@ -127,6 +127,6 @@ def test_the_level_3_skeletons_filled_in_pass():
     assert P(skeleton("real_model.previous_token", "weights, mask", (
         "weights[..., i, i - 1]", "mask[:, 1:][None, :, None, :].float()",
         "(on_previous * valid).sum(dim=3) / valid.sum(dim=3)")))
-    assert N(skeleton("real_model.value_norms", "weights, values, W_O", (
-        "W_O.view(W_O.shape[0], h, d_head).permute(1, 2, 0)",
+    assert N(skeleton("real_model.value_norms", "weights, values, W_O_weight", (
+        "W_O_weight.view(W_O_weight.shape[0], h, d_head).permute(1, 2, 0)",
         "torch.einsum('bhjk,hkd->bhjd', values, W_h)", "weights * f.norm(dim=-1)[:, :, None, :]")))
