@@ -91,6 +91,12 @@ def check_softmax_with_temperature(softmax_with_temperature: Callable) -> CheckR
                     "for the whole tensor, a row far below it underflows to 0 / 0 = NaN."),
             *(Mistake(lambda s, t, low=low: _normalise(torch.exp(s / t - low(s / t))), NOT_THE_MAX)
               for low in (lambda z: z.amin(-1, keepdim=True), lambda z: z.mean(-1, keepdim=True))),
+            *(Mistake(lambda s, t, c=c: _normalise(torch.exp((s / t).clamp(-c, c))), "you clamped "
+                      "s / T before exp: no inf, but scores past the clamp become equal and the "
+                      "weights change. Subtract each row's maximum instead: exact, and no overflow.")
+              for c in (50.0, 80.0, 88.0)),
+            Mistake(lambda s, t: _normalise(torch.exp2(s / t - (s / t).amax(-1, keepdim=True))),
+                    "torch.exp2 is 2 ** x, not e ** x: a softmax at T / ln 2. Use torch.exp."),
         ],
         error_hints=[("must match the size of tensor", KEEPDIM),
                      ("torch.return_types.max", "max(dim=...) returns a pair (values, indices), "
@@ -122,9 +128,8 @@ def _entropy(weights: torch.Tensor) -> torch.Tensor:   # -sum_j a_j ln a_j in na
 ATOL, RTOL = 1e-9, 1e-4
 TINY_WEIGHTS = (
     "a threshold or an eps moved your entropy by more than the checker allows (1e-9 nats plus "
-    "0.01%). A row with a weight of exactly 1 has entropy 0, one with tiny weights (down to 4e-44) "
-    "nearly 0: any shift shows. Only a weight of exactly 0 needs care: which constant touches a "
-    "positive one?")
+    "0.01%). Rows of tiny weights (down to 4e-44) have an entropy near 0, so any shift shows. "
+    "Only a weight of exactly 0 needs care: which constant touches a positive one?")
 ZERO_WEIGHT_NAN = ("a key of weight 0 gave 0 * ln 0 = 0 * (-inf) = NaN; the limit of a ln a at 0 "
                    "is 0, so such a key adds exactly 0.")
 OVERFLOW_INF = ("an entropy came out infinite: some step overflowed at a tiny weight. 1 / a is inf "
@@ -160,10 +165,9 @@ def check_entropy(entropy: Callable) -> CheckResult:
         same_dtype=True, nan_hint=ZERO_WEIGHT_NAN, atol=ATOL, rtol=RTOL, error_hints=[FIXED_AXIS],
         watch=lambda _: AllocationWatch(lambda _, call: no_entr if "entr" in call else None),
         mistakes=[
-            Mistake(lambda w: _entropy(w) / math.log(2),
-                    "that is the entropy in bits (log base 2); use the natural log for nats."),
-            Mistake(lambda w: _entropy(w) / math.log(10),
-                    "that is log base 10; use the natural log (torch.log) for nats."),
+            *(Mistake(lambda w, base=base: _entropy(w) / math.log(base), f"that is log base {base} "
+                      f"({unit}); use the natural log (torch.log) for nats.")
+              for base, unit in ((2, "bits"), (10, "decimal digits"))),
             Mistake(lambda w: -_entropy(w),
                     "the sign is flipped: H = -sum_j a_j ln a_j is never negative."),
             Mistake(lambda w: _entropy(w) / w.shape[-1],
@@ -179,6 +183,8 @@ def check_entropy(entropy: Callable) -> CheckResult:
                     "each term is -a_j ln a_j: the log must be weighted by a_j."),
             Mistake(lambda w: -(w * torch.log1p(w)).sum(-1),
                     "torch.log1p(a) is ln(1 + a), not ln a: use torch.log."),
+            Mistake(lambda w: math.log(w.shape[-1]) - _entropy(w), "that is ln n - H, how far "
+                    "the row is from uniform (0 when uniform); return H = -sum_j a_j ln a_j itself."),
             *_tiny_weight_mistakes(),
         ],
     )

@@ -59,6 +59,8 @@ def test_softmax_with_temperature_accepts_right_answers():
     (lambda s, t: torch.softmax(s / t, dim=1), ["Dimension out of range", "Hint: a fixed axis"]),
     (lambda s, t: softmax_t(s - s.max(-1, keepdim=True), t), ["Hint: max(dim=...) returns a pair"]),
     (lambda s, t: softmax_t(s, t ** 0.5), ["divided the scores by sqrt(T)"]),
+    (lambda s, t: normalise(torch.exp((s / t).clamp(-80, 80))), ["clamped s / T", "case 6 of 8"]),
+    (lambda s, t: normalise(torch.exp2(s / t - (s / t).amax(-1, keepdim=True))), ["2 ** x"]),
     (lambda s, t: normalise(torch.exp(s / t - (s / t).amax(0))),
      ["maximum over dim=0", "each row's own maximum", "case 3 of 8"]),
     (lambda s, t: softmax_t(s, t).float(), ["as torch.float32", "the right answer is torch.float64"]),
@@ -76,6 +78,7 @@ def test_softmax_with_temperature_rejects_and_names_mistakes(wrong, fragments):
     (lambda p: -torch.where(p > 0, p * torch.log(p), 0.0).sum(0), ["first dimension"]),
     (lambda p: -torch.where(p > 0, torch.log(p), 0.0).sum(-1), ["weighted by a_j"]),
     (lambda p: -(p * torch.log1p(p)).sum(-1), ["log1p(a) is ln(1 + a)"]),
+    (lambda p: torch.tensor(p.shape[-1], dtype=p.dtype).log() - entropy(p), ["ln n - H"]),
     (lambda p: -(p * torch.log(p)).sum(-1), ["nan", "0 * ln 0", "(3, 3)"]),
     (lambda p: -torch.where(p > 0, p * torch.log(p), 0.0).sum(-1, keepdim=True),
      ["shape (1,)", "shape ()", "Hint: you kept the summed axis (keepdim=True)"]),
@@ -93,9 +96,7 @@ def test_entropy_rejects_and_names_mistakes(wrong, fragments):
     assert_rejected(ex.check_entropy(wrong), *fragments)
 
 
-def test_right_values_in_the_wrong_dtype_get_no_mistake_hint():
-    """A float64 answer on float32 inputs equals "the temperature was ignored" on a T = 1 case:
-    a dtype-only miss names no mistake."""
+def test_right_values_in_the_wrong_dtype_get_no_mistake_hint():   # float64 = "T ignored" at T = 1
     for verdict in (ex.check_softmax_with_temperature(lambda s, t: softmax_t(s.double(), t)),
                     ex.check_entropy(lambda p: entropy(p.double()))):
         assert not verdict and "torch.float64" in verdict.message, verdict.message
