@@ -34,10 +34,11 @@ BOOL_INDEX = ("boolean indexing, scores[m] = ..., needs a mask of exactly the sc
               "not broadcast, and this mask lacks the batch axes. masked_fill broadcasts the mask.")
 DETACHED = ("Not yet: attention gives the right values, but after one backward its gradient into {} "
             "differs. Detached (.detach(), .data, torch.no_grad())? Its projection would not train.")
+IN_PLACE = ("Not yet: the right values, but the backward fails: a tensor autograd saved was changed in "
+            "place (w[w != w] = 0, masked_fill_). Make a new one: torch.where, nan_to_num, masked_fill.")
 
 
-def _random_mask(g: torch.Generator, *shape: int) -> torch.Tensor:
-    """Every row allows at least one key and forbids at least one."""
+def _random_mask(g: torch.Generator, *shape: int) -> torch.Tensor:  # each row allows and forbids a key
     mask = torch.rand(*shape, generator=g) < 0.5
     first = torch.randint(0, shape[-1], shape[:-1], generator=g)
     mask.scatter_(-1, first[..., None], True)
@@ -76,7 +77,6 @@ def _normalised(e: torch.Tensor) -> torch.Tensor:
 
 
 def _attention(weights=lambda s, m: _masked(s, m).softmax(-1).nan_to_num(0.0), scale=None):
-    """Attention with ``weights(scores, mask)`` and ``scale(q, k, v)`` (None: 1/sqrt(d_k))."""
     def attention(q, k, v, mask):
         scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale(q, k, v))
         weights_ = weights(scores, mask)
@@ -101,8 +101,7 @@ _SCALES = [   # (a wrong scale of the scores, its hint)
     (lambda q, k, v: q.shape[-1] ** 0.5, "you multiplied the scores by sqrt(d_k); divide them by it."),
     (lambda q, k, v: v.shape[-1] ** -0.5, "you scaled by sqrt(d_v), the size of the values; the "
      "scale is 1 / sqrt(d_k)."),
-    (lambda q, k, v: q.shape[1] ** -0.5, WRONG_AXIS),
-    (lambda q, k, v: q.shape[-2] ** -0.5, WRONG_AXIS),
+    *((lambda q, k, v, axis=axis: q.shape[axis] ** -0.5, WRONG_AXIS) for axis in (1, -2)),
     (lambda q, k, v: k.shape[-2] ** -0.5, "you scaled by sqrt(n_k), the number of keys; the scale "
      "is 1 / sqrt(d_k)."),
 ]
@@ -165,7 +164,11 @@ def check_attention(attention: Callable) -> CheckResult:
                      ("The shape of the mask", BOOL_INDEX)])
     if result:      # one backward into q, k and v, on case 3 (float64, heads, no empty row)
         modules = (_Attend(f, cases[2]) for f in (attention, scaled_dot_product_attention))
-        if wrong := gradient_mismatch(*modules, lambda module, q: module(q), cases[2]["q"]):
+        try:
+            wrong = gradient_mismatch(*modules, lambda module, q: module(q), cases[2]["q"])
+        except RuntimeError as error:
+            return CheckResult(False, IN_PLACE if "inplace" in str(error) else f"backward: {error}")
+        if wrong:
             return CheckResult(False, DETACHED.format(", ".join("q" if n == "x" else n for n in wrong)))
         return CheckResult(True, result.message.rstrip(".") + ", and so do its gradients.")
     found = result.message.split("\nHint: ")[0]                    # the mismatch, without its hint
@@ -174,9 +177,8 @@ def check_attention(attention: Callable) -> CheckResult:
         with contextlib.suppress(Exception):
             if torch.allclose(attention(q, k, v, mask.mT)[0], _attention()(q, k, v, mask)[0]):
                 return CheckResult(False, f"{found}\nHint: {MASK_TRANSPOSED}")
-    # Missed only the last case (scores in the 1000s): the overflow's hint, unless a mistake is named.
     named = "\nHint: " in result.message and FULLY_MASKED not in result.message
-    if f"on case {len(cases)} of {len(cases)} " not in result.message or named:
+    if f"on case {len(cases)} of {len(cases)} " not in result.message or named:  # not only the 1000s
         return result
     return CheckResult(False, f"{found}\nHint: {LARGE_SCORES}")
 
@@ -212,8 +214,7 @@ def _relation_cases() -> list[dict]:
             {"X": torch.randn(200, 256, generator=g, dtype=torch.float64)}]  # long: c grows with n
 
 
-def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
-    """None if ``got = (W_Q, W_K)`` makes every token attend to the next one, else why not."""
+def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803 - None if got = (W_Q, W_K) passes
     n, d_model = X.shape
     if not isinstance(got, tuple) or len(got) != 2:
         what = f"{len(got)} values" if isinstance(got, tuple) else type(got).__name__
@@ -253,8 +254,8 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
             why += (" Every shorter case passed: the gap needed grows with n, and so does the "
                     f"{sqrt_d_k} dividing the scores. c must grow with n.")
         elif bool((torch.softmax(raw, dim=-1)[i, (i + 1) % n] >= NEXT_WEIGHT).all()):  # no 1/sqrt(d_k)
-            why += (" Without the 1/sqrt(d_k) your Q K^T would pass: did your c forget that the "
-                    f"scores are divided by {sqrt_d_k}?")
+            why += (" Without the 1/sqrt(d_k) your Q K^T would pass; the scores are divided by "
+                    f"{sqrt_d_k}, so c must give the gap after that division.")
     elif n > 1 and bool((strongest == (i - 1) % n).all()):
         why = "every token attends to the PREVIOUS token: the shift goes the wrong way."
     elif bool((strongest == i).all()):
@@ -279,8 +280,7 @@ def _verdict(X: torch.Tensor, got) -> str | None:  # noqa: N803
     "                    # so that Q = X W_Q = c I\n"
     "return W_Q, ...     # W_K with K = X W_K = c P^T, so Q K^T = c^2 P"))
 def check_asymmetric_relation(next_token_projections: Callable) -> CheckResult:
-    """``next_token_projections(X (n, d_model)) -> (W_Q, W_K)``, each ``(d_model, d_k)``: every
-    token puts at least ``NEXT_WEIGHT`` on the next one (the last on token 0)."""
+    """``next_token_projections(X (n, d_model)) -> (W_Q, W_K)``: each token attends to the next."""
     def judged(X):  # noqa: N803 - None, 0 (the "reference") for a right pair, else Refused(why)
         got = next_token_projections(X.clone())
         if got is None or (problem := _verdict(X, got)) is None:

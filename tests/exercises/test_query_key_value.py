@@ -107,6 +107,13 @@ def test_attention_reports_exceptions_and_in_place_changes():
 
     assert_rejected(ex.check_attention(scales_q_in_place), "changed its input 'q' in place")
 
+    def zeroes_nan_in_place(q, k, v, mask):   # w[w != w] = 0 edits a tensor autograd saved
+        w = ex._attention(lambda s, m: ex._masked(s, m).softmax(-1))(q, k, v, mask)[1]
+        w[w != w] = 0
+        return w @ v, w
+
+    assert_rejected(ex.check_attention(zeroes_nan_in_place), "backward fails", "changed in place")
+
 
 # --- exercise 2: attend to the next token (separate W_Q and W_K) ----------------------------------
 
@@ -132,17 +139,6 @@ def test_asymmetric_relation_accepts_right_answers():
         assert_passed(ex.check_asymmetric_relation(right))
 
 
-def no_wrap(X):  # noqa: N803 - P without its corner: the last token finds no next one
-    n = X.shape[0]
-    W_Q = 10 * torch.linalg.pinv(X)                                       # noqa: N806
-    return W_Q, W_Q @ torch.eye(n, dtype=X.dtype).roll(1, 1).triu().T
-
-
-def by_inverse(X):  # noqa: N803 - inv where pinv belongs: fine on square X, fails at (5, 8)
-    W_Q = 5 * torch.linalg.inv(X)                                         # noqa: N806
-    return W_Q, W_Q @ torch.eye(len(X), dtype=X.dtype).roll(1, 1).T
-
-
 @pytest.mark.parametrize("wrong, fragments", [
     (lambda X: (10 * torch.linalg.pinv(X),) * 2, ["W_Q = W_K", "symmetric"]),
     (lambda X: next_projections(X)[::-1], ["PREVIOUS token"]),
@@ -150,11 +146,14 @@ def by_inverse(X):  # noqa: N803 - inv where pinv belongs: fine on square X, fai
     (lambda X: (next_projections(X)[0], -next_projections(X)[0]),        # W_K = -W_Q
      ["case 1 of 6", "symmetric", "Q K^T equals its transpose", "W_K = -W_Q"]),
     (lambda X: next_projections(X, c=math.log(99 * (X.shape[0] - 1)) ** 0.5),  # c^2 = gap: no sqrt(d_k)
-     ["case 1 of 6", "not strongly enough", "Without the 1/sqrt(d_k)", "sqrt(d_k) = 2.00"]),
+     ["case 1 of 6", "not strongly enough", "Without the 1/sqrt(d_k)", "sqrt(d_k) = 2.00",
+      "after that division"]),
     (lambda X: next_projections(X, c=10.0), ["case 6 of 6", "7.49", "c must grow with n"]),
     (one_hot_only, ["one-hot", "right inverse", "case 3 of 6"]),
-    (no_wrap, ["3->tie;", "last token must attend to the first"]),
-    (by_inverse, ["case 2 of 6", "needs a square matrix", "right inverse", "hint 2 names"]),
+    (lambda X: (w := 9 * torch.linalg.pinv(X), w @ torch.eye(len(X), dtype=X.dtype).roll(1, 1).triu().T),
+     ["3->tie;", "last token must attend to the first"]),                # no wrap: P without its corner
+    (lambda X: (w := 5 * torch.linalg.inv(X), w @ torch.eye(len(X), dtype=X.dtype).roll(1, 1).T),
+     ["case 2 of 6", "needs a square matrix", "right inverse", "hint 2 names"]),   # inv, not pinv
     (lambda X: (next_projections(X)[0], next_projections(X)[1][:, :-1]), ["same size d_k"]),
     (lambda X: next_projections(X)[0], ["should return a pair"]),
     (lambda X: (next_projections(X)[0].T, next_projections(X)[1]), ["W_Q must be a (d_model, d_k)"]),
