@@ -62,14 +62,14 @@ def slope(table: dict, method: str, n_min: int = 256) -> float:
 
 
 def plot_scaling(ms: dict, peak: dict, causal=(), calls="several") -> None:
-    """Time and peak memory against ``n`` on log-log axes, a line per method (dashed: ``causal``;
-    ``sdpa_causal``: hollow diamonds); the legend gives each time series' slope from ``n = 256``
-    (a two-point slope where a series has two sizes)."""
+    """Time and peak memory against ``n``, log-log, a line per method (dashed: ``causal``); the legend
+    gives each time series' slope from ``n = 256`` (two-point where a series has two sizes)."""
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4))
     for m in dict.fromkeys(m for m, _ in ms):
         ns, hollow = sorted(n for method, n in ms if method == m), m.endswith("_causal")
         style = dict(color=METHOD_COLORS[m.removesuffix("_causal")], marker="D" if hollow else "o",
-                     linestyle="--" if m in causal else "-", markerfacecolor="none" if hollow else None)
+                     markersize=10 if hollow else 6, markerfacecolor="none" if hollow else None,
+                     linestyle="--" if m in causal else "-")   # a large hollow diamond: dots below show
         fit = "rough fit: slope" if len(ns) > 2 else "two-point slope"                # 2 points: no fit
         ax_t.loglog(ns, [ms[(m, n)] for n in ns], **style, label=f"{m} ({fit} {slope(ms, m):.1f})")
         ax_m.loglog(ns, [peak[(m, n)] / 2**20 for n in ns], **style, label=m)
