@@ -11,7 +11,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask, padding_mask
 from . import core
 from .core import AllocationWatch, CheckResult, Mistake, Refused, check_function, seeded
@@ -137,7 +136,7 @@ def _all_heads_at_once(inputs: dict):
             "attention call, without a loop over heads: make Q, K, V one (b, h, n, d_head) tensor each.")
 
 
-MASK_INVERTED = ("the mask is inverted: in this course True means the query MAY attend (PyTorch's "
+MASK_INVERTED = ("the mask is inverted: in this course True means MAY attend (nn.MultiheadAttention's "
                  "attn_mask means the opposite). Set the scores to -inf where mask is False.")
 _MODULE_MISTAKES = [   # _Reference's keywords for one mistake, and its hint
     ({"fused": "per head"}, "in_proj's output is [Q | K | V], all of Q first, not [q k v] per head: "
@@ -228,10 +227,10 @@ def _gqa(q, k, v, *, group_of=lambda i, h, g: i // (h // g), scale=None, dim=-1)
     return torch.softmax(s, dim=dim) @ v
 
 
-def _rows(q, k, v, *, fold_n_q_first=False, unfold_n_q_first=False):  # each True: a mistake
+def _rows(q, k, v, *, fold_n_q_first=False, unfold_n_q_first=False, dim=-1):  # not default: a mistake
     b, h, n_q, d = q.shape
     rows = (q.transpose(1, 2) if fold_n_q_first else q).reshape(b, k.shape[1], -1, d)
-    out = scaled_dot_product_attention(rows, k, v)[0]
+    out = torch.softmax(rows @ k.mT / math.sqrt(d), dim=dim) @ v
     return out.reshape(b, n_q, h, d).transpose(1, 2) if unfold_n_q_first else out.reshape(q.shape)
 
 
@@ -263,9 +262,8 @@ def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
             return None
         return (f"{call} built a tensor of shape {tuple(t.shape)}, {held:,} numbers: K (or V) "
                 f"copied to all h = {h} query heads (b * h * n_k * d_head = {b} * {h} * {n_k} * {d}). "
-                f"GQA avoids that copy: a decoding step would read h = {h} heads of keys and values, "
-                f"not g = {g}. Views, which copy nothing, are fine (unsqueeze, expand, view; yet @ "
-                "copies an expanded K inside the call); copies are not (repeat_interleave, cat...).")
+                f"A decoding step would then read h = {h} heads of keys and values, not g = {g}. Views, "
+                "which copy nothing, are fine (unsqueeze, expand, view); repeat_interleave, cat copy.")
 
     return AllocationWatch(refuse)
 
@@ -292,6 +290,8 @@ _GQA_MISTAKES = [
             "each head scales by 1/sqrt(d_head), its own query size, not by 1/sqrt(h * d_head)."),
     Mistake(lambda q, k, v: _gqa(q, k, v, dim=-2), "the softmax runs over the wrong axis: each "
             "query's weights over the keys must sum to 1."),
+    Mistake(functools.partial(_rows, dim=-2), "the softmax runs over the folded rows, so it mixes a "
+            "group's query heads: each row's weights over the keys must sum to 1 (dim=-1)."),
 ]
 
 
