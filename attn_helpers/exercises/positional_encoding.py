@@ -7,7 +7,6 @@ from collections.abc import Callable
 import torch
 
 from ..attention import masked_softmax
-from ..masks import causal_mask
 from ..positional import alibi_slopes, apply_rope
 from .core import CheckResult, Mistake, check_function, seeded, size
 from .workflow import exercise
@@ -250,60 +249,79 @@ def check_rope_layout(to_interleaved: Callable) -> CheckResult:
                           same_dtype=True, mistakes=LAYOUT_MISTAKES)
 
 
-def alibi_bias_reference(n: int, slopes: torch.Tensor) -> torch.Tensor:
-    """``(H, n, n)`` float64: ALiBi's ``-m_h (i - j)`` for ``slopes (H,)``, query ``i``, key ``j``."""
-    i = torch.arange(n, dtype=torch.float64)
-    return -slopes.double()[:, None, None] * (i[:, None] - i)
+def alibi_bias_reference(n_queries: int, n_keys: int, slopes: torch.Tensor) -> torch.Tensor:
+    """``(H, n_queries, n_keys)`` float64: ALiBi's ``-m_h (i - j)``, keys at ``j = 0 .. n_keys - 1``,
+    queries the last ``n_queries`` positions ``i`` (a KV cache: the new tokens come last)."""
+    i = torch.arange(n_keys - n_queries, n_keys, dtype=torch.float64)
+    return -slopes.double()[:, None, None] * (i[:, None] - torch.arange(n_keys))
 
 
 def _through_softmax(bias_of: Callable) -> Callable:
-    """The causal softmax weights of ``scores + bias_of(n, slopes)``: any per-row number passes."""
-    def weights(n, slopes, scores):
-        bias = bias_of(n, slopes)
+    """The causal softmax weights of ``scores + bias_of(...)``: any per-row number passes."""
+    def weights(n_queries, n_keys, slopes, scores):
+        bias = bias_of(n_queries, n_keys, slopes)
         try:
             total = scores + bias
         except (TypeError, RuntimeError):
             return bias                          # check_function names what is wrong with it
-        return masked_softmax(total, causal_mask(n)) if total.shape == scores.shape else bias
+        seen = torch.arange(n_keys) <= torch.arange(n_keys - n_queries, n_keys)[:, None]  # j <= i
+        return masked_softmax(total, seen) if total.shape == scores.shape else bias
     return weights
 
 
 _OWN_SLOPE = ": head h multiplies the distance by its own slope, slopes[h]."
+
+
+def _slopes(wrong: Callable) -> Callable:
+    """The bias with ``wrong(slopes)`` in place of the slopes."""
+    return lambda q, n, m: alibi_bias_reference(q, n, wrong(m))
+
+
 ALIBI_MISTAKES = [   # (the bias a mistake returns, its hint)
-    (lambda n, m: -alibi_bias_reference(n, m), "your bias rewards distance: it is +m_h (i - j), or "
-     "-m_h j, which adds m_h i - 2 m_h j. Softmax ignores m_h i, one number per row, not -2 m_h j."),
-    (lambda n, m: torch.zeros(len(m), 1, 1, dtype=torch.float64), "your bias is the same along each "
-     "row (0, or a function of i): softmax ignores it, so these are the weights without ALiBi."),
-    (lambda n, m: alibi_bias_reference(n, torch.ones_like(m)), "every head got slope 1" + _OWN_SLOPE),
-    (lambda n, m: alibi_bias_reference(n, m[:1].expand_as(m)), "every head got slopes[0]" + _OWN_SLOPE),
-    (lambda n, m: alibi_bias_reference(n, m.flip(0)), "your slopes run backwards" + _OWN_SLOPE),
+    (lambda q, n, m: -alibi_bias_reference(q, n, m), "your bias rewards distance: it is +m_h (i - j), "
+     "or -m_h j, which adds m_h i - 2 m_h j. Softmax ignores m_h i, one number per row, not -2 m_h j."),
+    (lambda q, n, m: torch.zeros(len(m), 1, 1, dtype=torch.float64), "your bias is the same along "
+     "each row (0, or a function of i): softmax ignores it, so these are the weights without ALiBi."),
+    (_slopes(torch.ones_like), "every head got slope 1" + _OWN_SLOPE),
+    (_slopes(lambda m: m[:1].expand_as(m)), "every head got slopes[0]" + _OWN_SLOPE),
+    (_slopes(lambda m: m.flip(0)), "your slopes run backwards" + _OWN_SLOPE),
+    (lambda q, n, m: alibi_bias_reference(n, n, m), "you built all n_keys rows: with a cache only the "
+     "last n_queries positions are new queries; the earlier rows were computed at earlier steps."),
+    (lambda q, n, m: alibi_bias_reference(q, q, m), "your keys stop at n_queries: the new queries also "
+     "see every cached key, positions 0 .. n_keys - 1."),
 ]
 
 
-@exercise("positional_encoding.alibi_bias", "ALiBi's bias, anchored anywhere along a row", hints=(
+@exercise("positional_encoding.alibi_bias", "ALiBi's bias under a KV cache, anchored anywhere along a "
+          "row", hints=(
     "Which keys should head h favour, and by how much less per step back? The penalty grows with "
-    "the distance i - j, at the head's own rate.",
-    "Build the distances i - j as an (n, n) grid: a column of query positions minus a row of key "
-    "positions. Give each head its slope by broadcasting slopes to (H, 1, 1).",
-    "i = torch.arange(n, dtype=torch.float64)\n"
-    "distance = ...                # (n, n): i - j, query i down, key j across\n"
+    "the distance i - j, at the head's own rate. With a cache, the new queries sit at the last "
+    "n_queries positions; the keys run over every position so far.",
+    "Build the distances i - j as an (n_queries, n_keys) grid: a column of query positions minus a "
+    "row of key positions. Give each head its slope by broadcasting slopes to (H, 1, 1).",
+    "i = torch.arange(n_keys - n_queries, n_keys, dtype=torch.float64)   # the new queries' positions\n"
+    "j = torch.arange(n_keys, dtype=torch.float64)                        # every key's position\n"
+    "distance = ...                # (n_queries, n_keys): i - j, query i down, key j across\n"
     "m = ...                       # (H, 1, 1): head h's slope\n"
-    "return -m * distance          # (H, n, n)"))
+    "return -m * distance          # (H, n_queries, n_keys)"))
 def check_alibi_bias(alibi_bias: Callable) -> CheckResult:
-    """Exercise: ``alibi_bias(n, slopes (H,)) -> (H, n, n)``, compared through a causal softmax."""
+    """Exercise: ``alibi_bias(n_queries, n_keys, slopes (H,)) -> (H, n_queries, n_keys)``, compared
+    through a causal softmax (query ``i`` sees keys ``j <= i``)."""
     g = seeded(72)
-    cases = [{"n": n, "slopes": alibi_slopes(h),
-              "scores": torch.randn(h, n, n, generator=g, dtype=torch.float64)}
-             for n, h in ((5, 8), (4, 6), (7, 12), (3, 5), (6, 1), (9, 3))]
+    cases = [{"n_queries": q, "n_keys": n, "slopes": alibi_slopes(h),
+              "scores": torch.randn(h, q, n, generator=g, dtype=torch.float64)}
+             for q, n, h in ((5, 5, 8), (1, 7, 6), (3, 9, 12), (4, 4, 5), (2, 6, 1), (9, 9, 3))]
     verdict = check_function(_through_softmax(alibi_bias), _through_softmax(alibi_bias_reference),
                              cases, what="alibi_bias", output_names=("softmax(S + your bias)",),
                              mistakes=[Mistake(_through_softmax(p), hint) for p, hint in ALIBI_MISTAKES])
     if not verdict:
         return verdict
-    n, m = 6, alibi_slopes(4)
-    c = (alibi_bias(n, m.clone()).double() - alibi_bias_reference(n, m))[..., 0]   # (H, n): c_i
-    anchor = ("0 (the paper's form)" if torch.allclose(c, 0 * c, atol=1e-5) else "m_h i (Bloom's m_h j)"
-              if torch.allclose(c, m[:, None] * torch.arange(n), atol=1e-5) else "c_i")
+    q, n, m = 2, 6, alibi_slopes(4)
+    c = (alibi_bias(q, n, m.clone()).double() - alibi_bias_reference(q, n, m))[..., 0]   # (H, q): c_i
+    anchors = {"0 (the paper's form)": 0 * c,
+               "m_h i (Bloom's m_h j)": m[:, None] * torch.arange(n - q, n),
+               "m_h (n_keys - n_queries), as your queries count from 0": m[:, None] * (n - q) + 0 * c}
+    anchor = next((name for name, v in anchors.items() if torch.allclose(c, v, atol=1e-5)), "c_i")
     return CheckResult(True, f"{verdict.message}\nYour bias is -m_h (i - j) + {anchor}, one number "
                              "per row i. softmax(s + c) = softmax(s), so every such anchor gives "
                              "ALiBi's weights. A number per column would not.")

@@ -246,34 +246,39 @@ def test_layout_checker_wants_two_tensors_in_the_inputs_dtype():
     assert not verdict and "the right answer is torch.float32" in verdict.message, verdict.message
 
 
-def bloom_alibi(n, slopes):
+def bloom_alibi(n_queries, n_keys, slopes):
     """Hugging Face Bloom's ``build_alibi_tensor``: ``m_h j``, its own slopes, one row for all i."""
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
-    return build_alibi_tensor(torch.ones(1, n), len(slopes), torch.float64)         # (H, 1, n)
+    return build_alibi_tensor(torch.ones(1, n_keys), len(slopes), torch.float64)    # (H, 1, n_keys)
 
 
 @pytest.mark.parametrize("h", [1, 3, 5, 6, 8, 12, 20])
 def test_the_alibi_slopes_are_blooms(h):
-    assert torch.allclose(alibi_slopes(h), bloom_alibi(2, torch.empty(h))[:, 0, 1], rtol=1e-6, atol=0)
+    assert torch.allclose(alibi_slopes(h), bloom_alibi(1, 2, torch.empty(h))[:, 0, 1], rtol=1e-6, atol=0)
 
 
-def minus_abs(n, slopes):
-    i = torch.arange(n)
-    return -slopes[:, None, None] * (i[None, :] - i[:, None]).abs()
+def minus_abs(n_queries, n_keys, slopes):
+    i = torch.arange(n_keys)
+    return -slopes[:, None, None] * (i[None, :] - i[-n_queries:, None]).abs()
 
 
-@pytest.mark.parametrize("answer", [ex.alibi_bias_reference, minus_abs, bloom_alibi,
-                                    lambda n, m: ex.alibi_bias_reference(n, m).float() + 7])
+def from_zero(n_queries, n_keys, slopes):  # the new queries counted from 0, not n_keys - n_queries
+    return -slopes[:, None, None] * (torch.arange(n_queries)[:, None] - torch.arange(n_keys))
+
+
+@pytest.mark.parametrize("answer", [ex.alibi_bias_reference, minus_abs, bloom_alibi, from_zero,
+                                    lambda q, n, m: ex.alibi_bias_reference(q, n, m).float() + 7])
 def test_alibi_checker_accepts_any_per_row_anchor(answer):
     verdict = ex.check_alibi_bias(answer)
     assert verdict and "softmax(s + c) = softmax(s)" in verdict.message, verdict.message
-    anchor = {bloom_alibi: "Bloom's m_h j", minus_abs: "the paper's"}.get(answer, "")
+    anchor = {bloom_alibi: "Bloom's m_h j", minus_abs: "the paper's",
+              from_zero: "your queries count from 0"}.get(answer, "")
     assert anchor in verdict.message, verdict.message
 
 
 @pytest.mark.parametrize("wrong, hint", [*ALIBI_MISTAKES,
-    (lambda n, m: -m[:, None, None] * torch.arange(n), ALIBI_MISTAKES[0][1]),      # -m_h j: per column
-    (lambda n, m: -m[:, None, None] * torch.arange(n)[:, None], ALIBI_MISTAKES[1][1])])    # -m_h i
+    (lambda q, n, m: -m[:, None, None] * torch.arange(n), ALIBI_MISTAKES[0][1]),    # -m_h j: per column
+    (lambda q, n, m: -m[:, None, None] * torch.arange(q)[:, None], ALIBI_MISTAKES[1][1])])      # -m_h i
 def test_alibi_checker_names_each_mistake(wrong, hint):
     verdict = ex.check_alibi_bias(wrong)
     assert not verdict and verdict.message.endswith(f"Hint: {hint}"), verdict.message
@@ -288,8 +293,8 @@ def test_the_level_3_skeletons_filled_in_pass():
         "10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)",
         "positions.double()[:, None] * omega",
         "even * cos - odd * sin", "even * sin + odd * cos"))
-    assert_skeleton("positional_encoding.alibi_bias", "n, slopes", ex.check_alibi_bias, (
-        "i[:, None] - i", "slopes[:, None, None]"))
+    assert_skeleton("positional_encoding.alibi_bias", "n_queries, n_keys, slopes", ex.check_alibi_bias, (
+        "i[:, None] - j", "slopes[:, None, None]"))
 
 
 @pytest.mark.parametrize("key, answers", [
@@ -298,7 +303,7 @@ def test_the_level_3_skeletons_filled_in_pass():
     ("positional_encoding.rope_layout", ("i + d/2 ->", "-> 2i", "row 2i is", "copies old row i",
                                          "[0, 4, 1, 5", "[0, 2, 4", "(0, d/2", "arange(d_head // 2)",
                                          "stack", "transpose(1, 2)", "view(heads, 2")),
-    ("positional_encoding.alibi_bias", ("[:, None]", "i[:, None] - i", "arange")),
+    ("positional_encoding.alibi_bias", ("[:, None]", "i[:, None] - j", "arange")),
 ])
 def test_the_first_two_hints_lead_without_stating_the_answer(key, answers):
     for text in EXERCISES[key].hints[:2]:
