@@ -3,6 +3,7 @@ its table, and learners' own spellings of a few of them."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from _exercises import assert_skeleton
@@ -60,6 +61,7 @@ def _einsum(x, W_Q, W_K, scale, g):
     (check_choose_scale, lambda x, W_Q, W_K: 1 / _S(x, W_Q, W_K).var(-1, unbiased=False).mean().sqrt()),
     (check_choose_scale,  # centring each row first, then the variance of everything: the same number
      lambda x, W_Q, W_K: 1 / (_S(x, W_Q, W_K) - _S(x, W_Q, W_K).mean(-1, keepdim=True)).var().sqrt()),
+    (check_choose_scale, lambda x, W_Q, W_K: np.float32(choose_scale(x, W_Q, W_K))),  # one number
     (check_softmax_backward, softmax_backward),
     (check_projection_gradients, projection_gradients), (check_projection_gradients, _flattened),
     (check_projection_gradients, _einsum)])
@@ -127,9 +129,8 @@ def _keys_in_dK(x, W_Q, W_K, scale, g):
 
 @pytest.mark.filterwarnings("ignore:The use of `x.T`")   # torch warns once per process
 @pytest.mark.parametrize("check, wrong, words", [
-    (check_choose_scale, lambda x, W_Q, W_K: x @ W_Q, ("should return a number",)),
-    (check_choose_scale, lambda x, W_Q, W_K: choose_scale(x, W_Q, W_K) * W_Q.shape[1] ** 0.5,
-     ("\nHint: you measured S / sqrt(d_k)",)),
+    (check_choose_scale, lambda x, W_Q, W_K: _S(x, W_Q, W_K).var(-1), ("should return one number",
+                                                                       "(200,)")),
     (check_softmax_backward, lambda s, g: (lambda a: a * (g - (a * g).sum(-1)))(torch.softmax(s, -1)),
      ("without keepdim it is (...,)",)),
     (check_softmax_backward, lambda s, g: (lambda a: a * (g - (a * g).sum(-1, keepdim=True)))(
@@ -151,6 +152,13 @@ def _keys_in_dK(x, W_Q, W_K, scale, g):
 def test_checkers_name_learners_own_spellings(check, wrong, words):
     verdict = check(wrong)
     assert not verdict and all(w in verdict.message for w in words), verdict.message
+
+
+def test_choose_scale_names_a_mistake_only_if_it_matches_on_every_case():
+    def per_token(x, W_Q, W_K):          # matches 'the median row' on case 1 alone, by chance
+        return choose_scale((x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True), W_Q, W_K)
+    verdict = check_choose_scale(per_token)
+    assert not verdict and "Hint" not in verdict.message, verdict.message
 
 
 @pytest.mark.parametrize("shortcut", [_via_jacobian, _via_outer_product])
