@@ -1,5 +1,4 @@
-"""Notebook 05's checkers: documents packed into one row (their mask and positions), positions
-from a padded batch's mask, and a rolling-buffer KV cache."""
+"""Notebook 05's checkers: packed documents, a padded chunk's positions and mask, a rolling cache."""
 
 from __future__ import annotations
 
@@ -21,9 +20,10 @@ def _tensor(name: str, value, kind: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise Refused(f"{name} must be a tensor, got {type(value).__name__}.")
     if kind == "bool" and value.dtype != torch.bool:
+        additive = value.is_floating_point() and bool(((value == 0) | (value <= -1e4)).all())
         raise Refused(f"{name} must be a bool tensor (True = may attend), got dtype {value.dtype}. "
-                      "F.scaled_dot_product_attention adds a float mask to the scores: 0 and 1 hide "
-                      "nothing.")
+                      "F.scaled_dot_product_attention adds a float mask to the scores: "
+                      + ("yours is additive; use mask == 0." if additive else "0 and 1 hide nothing."))
     if kind == "integer" and (value.is_floating_point() or value.dtype == torch.bool):
         raise Refused("the positions index a table of position vectors: they must be an integer "
                       f"tensor, got dtype {value.dtype}.")
@@ -42,8 +42,7 @@ def _as_float64(pack_documents: Callable) -> Callable:
 
 
 def _pack(lengths: torch.Tensor, flaw: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Packed documents' ``(n, n)`` mask (same document and j <= i) and ``(n,)`` positions from 0 in
-    each document, as float64; ``flaw``: one known mistake."""
+    """Packed documents' ``(n, n)`` mask and ``(n,)`` positions as float64; ``flaw``: one mistake."""
     n = int(lengths.sum())
     i = torch.arange(n)
     ends = torch.cumsum(lengths, 0)                                      # one past each document
@@ -56,19 +55,23 @@ def _pack(lengths: torch.Tensor, flaw: str | None = None) -> tuple[torch.Tensor,
     same = doc[:, None] == doc[None, :]
     causal = i[None, :] <= i[:, None]
     mask = {"causal_only": causal, "strict": same & (i[None, :] < i[:, None]), "no_causal": same,
-            "transposed": (same & causal).T, "inverted": ~(same & causal),
-            "or": same | causal}.get(flaw, same & causal)
+            "one_ahead": same & (i[None, :] <= i[:, None] + 1), "transposed": (same & causal).T,
+            "inverted": ~(same & causal), "or": same | causal}.get(flaw, same & causal)
     return mask.double(), positions.double()
 
 
 _COUNT_DOWN = "the positions count down to each document's end; they count up from 0 at its start."
 _STRICT = ("no token sees itself: you wrote j < i. Query i's own key is part of its past, so the causal "
            "rule is j <= i.")
+_AHEAD = ("each token sees the next one: you wrote j <= i + 1, section 3's off-by-one leak. The next "
+          "token is the one predicted: the rule is j <= i.")
+_FROM_ONE = "off by one: each row's first real token got position 1; it sits at 0."
 _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
     ("causal_only", "the documents see each other: a token sees the earlier documents of the row. "
      "Each token must see its own document alone: AND 'same document'."),
     ("no_causal", "each token sees its own document's later tokens: the mask also needs j <= i."),
     ("strict", _STRICT),
+    ("one_ahead", _AHEAD),
     ("boundary", "each document's first token was put in the previous document: a boundary is off "
      "by one. Token i belongs to the first document whose end (one past its last token) exceeds i."),
     ("or", "the two rules were joined with OR (|): a token sees its whole document, and every "
@@ -118,18 +121,17 @@ def check_pack_documents(pack_documents: Callable) -> CheckResult:
 
 def _positions(mask: torch.Tensor, n_new: int, flaw: str | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The last ``n_new`` tokens' ``(b, n_new)`` positions (each counts the real tokens before it in
-    its row) and ``(b, 1, n_new, n)`` mask (key j <= the query's index AND key j real), as float64,
-    0 at pads and their rows. ``flaw``: one known mistake."""
+    """The last ``n_new`` tokens' ``(b, n_new)`` positions and ``(b, 1, n_new, n)`` mask as float64, 0
+    at pads and their rows; ``flaw``: one known mistake."""
     n = mask.shape[-1]
     index, counted = torch.arange(n).expand_as(mask), mask.cumsum(-1)
-    positions = {"not_shifted": index, "from_one": counted, "down_the_batch": mask.cumsum(0) - 1,
-                 "pads_subtracted": index - (n - counted[:, -1:]),
+    positions = {"not_shifted": index, "from_one": counted, "from_one_clamped": counted.clamp(max=n - 1),
+                 "down_the_batch": mask.cumsum(0) - 1, "pads_subtracted": index - (n - counted[:, -1:]),
                  "count_down": mask.flip(-1).cumsum(-1).flip(-1) - 1,
                  "row_total": (counted[:, -1:] - 1).expand_as(mask)}.get(flaw, counted - 1)
     if flaw == "chunk_alone":                            # counted over the new tokens only
         positions = torch.cat([counted[:, :n - n_new], mask[:, n - n_new:].cumsum(-1) - 1], -1)
-    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    causal = torch.ones(n, n, dtype=torch.bool).tril(int(flaw == "one_ahead"))
     if flaw == "top_left":                               # the new queries get the first rows
         causal = torch.cat([causal[:n - n_new], causal[:n_new]])
     real_key = mask.bool()[:, None, None, :]
@@ -144,7 +146,8 @@ def _positions(mask: torch.Tensor, n_new: int, flaw: str | None = None
 _POSITION_MISTAKES = [   # (the flaw of _positions, its hint)
     ("not_shifted", "the positions ignore the padding: a prompt behind p pads starts at position p, "
      "so its outputs depend on its padding. Count only the real tokens."),
-    ("from_one", "off by one: each row's first real token got position 1; it sits at 0."),
+    ("from_one", _FROM_ONE),
+    ("from_one_clamped", _FROM_ONE),
     ("pads_subtracted", "that holds for left padding only: you subtracted the row's pad count from "
      "the index. Count the real tokens before each one."),
     ("down_the_batch", "the count ran down the batch (dim 0), across different prompts: it runs "
@@ -158,6 +161,7 @@ _POSITION_MISTAKES = [   # (the flaw of _positions, its hint)
     ("padding_only", "each token sees the later real tokens: the padding mask is there, but the "
      "causal AND (j <= i) is missing."),
     ("strict", _STRICT),
+    ("one_ahead", _AHEAD),
     ("or", "the two rules were joined with OR (|): a key must be real AND not after the query (&)."),
     ("inverted", "the mask is inverted: True means 'may attend' (nn.MultiheadAttention's "
      "convention is the other way round)."),
@@ -216,8 +220,7 @@ def _on_real_tokens(mask_positions: Callable) -> Callable:
     "return positions[:, n - n_new:], mask"))
 def check_mask_positions(mask_positions: Callable) -> CheckResult:
     """``mask_positions(attention_mask (b, n) int, 1 = real, n_new) -> (positions (b, n_new) int,
-    mask (b, 1, n_new, n) bool)`` for the last ``n_new`` tokens, padded either side; the mask is
-    compared on real queries' rows."""
+    mask (b, 1, n_new, n) bool)`` for the last ``n_new`` tokens, padded either side."""
     g = seeded(5)
     b, n = size(g, 2, 4), size(g, 3, 9)
     lengths = torch.randint(1, n + 1, (b,), generator=g).tolist()
@@ -235,6 +238,8 @@ def check_mask_positions(mask_positions: Callable) -> CheckResult:
                       "row, (b,), against the positions (n,) needs a new last axis: (b, 1).")])
 
 
+_UNSEEN = ("off by one: until the ring was full, the query did not see the key just written: after "
+           "the write, how many slots hold keys at step t?")
 _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
     ("the query attended to all w slots before the ring was full; the unwritten ones hold garbage.",
      {"visible": lambda t, w: range(w)}),
@@ -242,8 +247,8 @@ _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
      "Token t goes to token t - w's slot.", {"lost_past_end": True}),
     ("off by one: the query attended before the new key was written, so token t missed itself: "
      "write first, then attend.", {"early": "missing"}),
-    ("off by one: until the ring was full, the query did not see the key just written: after "
-     "the write, how many slots hold keys at step t?", {"visible": lambda t, w: range(min(t, w))}),
+    (_UNSEEN, {"visible": lambda t, w: range(min(t, w))}),
+    (_UNSEEN, {"visible": lambda t, w: range(max(1, min(t, w)))}),
     ("off by one: the query saw w + 1 keys, the ring's old contents and the new key: overwrite "
      "token t - w's slot first, then attend.", {"early": "extra"}),
     ("off by one: once the ring was full, the query skipped the oldest slot and saw w - 1 keys; "
@@ -256,11 +261,10 @@ _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
     ("the new key and value went one slot back: token 0 went to the last slot, and the query read "
      "garbage in slot 0. Token t takes token t - w's slot.", {"slot": lambda t, w: (t - 1) % w}),
     ("the ring used only w - 1 of its w slots (slot t % (w - 1)): the window lost a key. Token t "
-     "takes the slot of token t - w, the key leaving the window.", {"slot": lambda t, w: t % (w - 1)}),
+     "takes token t - w's slot.", {"slot": lambda t, w: t % (w - 1)}),
     ("once the ring was full, you overwrote the newest key, not the one leaving the window: "
      "token t takes token t - w's slot.", {"slot": lambda t, w: min(t, w - 1)}),
-    ("after the ring wrapped, token t overwrote a key still in the window, one slot past token t - w's, "
-     "and a key that had left the window stayed. Token t takes the slot of token t - w.",
+    ("after the ring wrapped, token t overwrote a key still in the window, one slot past token t - w's.",
      {"slot": lambda t, w: t if t < w else (t + 1) % w}),
     ("the key was written but not the value: v_t goes into the same slot.", {"write_v": False}),
     ("the value cache got the key: write v_t, not k_t, into v_cache.", {"k_as_v": True}),
@@ -318,8 +322,8 @@ def _ring_cases() -> list[dict]:
 
 
 def _run_steps(step: Callable) -> Callable:
-    """The outputs of ``step`` for t = 0..n-1, on copies of the caches; a step that writes no slot
-    in place, or more than one, or returns more than token t's output, is refused."""
+    """``step``'s outputs for t = 0..n-1 on copies of the caches; refused: no slot or several written
+    in place, or more than token t's output returned."""
 
     def run(q, k, v, k_cache, v_cache):
         k_cache, v_cache = k_cache.clone(), v_cache.clone()

@@ -106,7 +106,7 @@ def masking_frame(mask_type: str, window: int, length_a: int, length_b: int, seq
     frame.readouts = {"padded length n": n, "visible keys per query": visible, "masked cells": masked,
                       "entropy ceilings ln(visible)": [round(x, 3) for x in frame.ceiling.tolist()],
                       "rows summing to 1": rows, "rows with NaN": nan_rows,
-                      "mean entropy (nats)": frame.entropy.nanmean().item()}
+                      "mean entropy over real queries (nats)": frame.entropy[:length].nanmean().item()}
     frame.caption = (f"mask: {mask_type}  |  window w = {window}  |  lengths A = {length_a}, "
                      f"B = {length_b}  |  showing {sequence}",
                      f"{placement}, {dtype}, scores x {scale}  |  rows summing to 1: {rows} of {n}"

@@ -30,6 +30,9 @@ def test_frame_rows_ceilings_and_labels(mask_type, length_a, length_b, sequence)
     assert torch.allclose(rows[visible > 0], torch.ones_like(rows[visible > 0]))
     assert torch.allclose(frame.ceiling, torch.log(visible.clamp_min(1).double()))
     assert torch.all(frame.entropy <= frame.ceiling + 1e-9)
+    real_rows = frame.weights[:length]                # the readout skips the pad queries
+    assert frame.readouts["mean entropy over real queries (nats)"] == pytest.approx(
+        float(-(real_rows * real_rows.clamp_min(1e-300).log()).sum(-1).mean()))
     if "padding" in mask_type:
         assert not frame.mask[:, length:].any()
 
