@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import ipywidgets as widgets
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.colors import ListedColormap, Normalize
@@ -47,6 +48,52 @@ class DecodeFrame(AttentionFrame):
     show: str = WEIGHTS
 
     has_attention = property(lambda self: self.mask is None)
+
+
+def draw_seq2seq() -> None:
+    """Section 2's diagram: encoder, context vector c and decoder for n = 4, and attention at t = 2."""
+    fig, ax = plt.subplots(figsize=(9, 3.2), layout="none")
+    h, s, c = [(j, 0) for j in range(4)], [(4.5 + t, 2) for t in range(5)], (4.5, 0)   # s: s_-1 .. s_3
+    boxes = [(*c, "c", "#f4cccc"), (*s[0], "s₋₁", "#fde0b6")]    # (x, y, text, fill)
+    arrows = [*zip(h[:-1], h[1:], strict=True), *zip(h[1:], h[:-1], strict=True),
+              *zip(s[:-1], s[1:], strict=True), (h[3], c), (c, s[0])]
+    for j, sub in enumerate("₀₁₂₃"):
+        boxes += [(*h[j], "h" + sub, "#cde3f5"), (j, -1.1, "x" + sub, "none"),
+                  (*s[j + 1], "s" + sub, "#fde0b6"), (j + 5.5, 3.2, "y" + sub, "none")]
+        arrows += [((j, -1.1), h[j]), (s[j + 1], (j + 5.5, 3.2))]
+    for x, y, text, fill in boxes:
+        ax.text(x, y, text, ha="center", va="center", fontsize=12,
+                bbox={"boxstyle": "round", "fc": fill, "ec": "black" if fill != "none" else "none"})
+    for start, end, bend in [*((a, b, 0) for a, b in arrows), (h[0], c, 0.25)]:   # bent: h_0 to c
+        ax.annotate("", end, start, arrowprops={"arrowstyle": "-|>", "shrinkA": 9, "shrinkB": 9,
+                                                "connectionstyle": f"arc3,rad={bend}"})
+    ax.plot([range(4), [7] * 4], [[0.3] * 4, [1.3] * 4], color="#d55e00", alpha=0.6)   # h_j, then up
+    ax.plot([7, 7, 7.5], [1.3, 2.5, 2.5], color="#d55e00", linewidth=2.5)   # to t = 2's dot
+    ax.plot([4.8, 9.2, 9.2, 8.5, 7.5, 6.5, 5.5], [0, 0] + [2.5] * 5, "o-", c="#c00",
+            markevery=[3, 4, 5, 6])
+    ax.text(9.5, 1.2, "without attention: cₜ = c joins\nevery readout sₜ → yₜ (red dots)", color="#c00")
+    ax.text(9.5, -0.6, "with attention (orange, t = 2):\ncₜ = Σ aₜⱼ hⱼ joins the readout",
+            color="#d55e00")
+    ax.set(xlim=(-0.5, 16), ylim=(-1.5, 3.5), xticks=[], yticks=[], frame_on=False,
+           title="encoder (bottom), context vector c, decoder (top) from s₋₁ = tanh(c W_b)")
+    ax.text(5, -0.3, "c: the forward half of h₃ and\nthe backward half of h₀", va="top", fontsize=8)
+    ax.text(9.5, 2.9, "each sₜ also reads yₜ₋₁ (not drawn)", fontsize=8, color="grey")
+    plt.show()
+
+
+def plot_runs(ax, runs: Mapping, title: str, lengths: Sequence[int]) -> None:
+    """``runs`` ``{label: (a study's record {seed: row}, color)}``: one band per label, min to max
+    over its seeds, of token accuracy against input length; the legend gives the seeds' mean at the
+    longest length."""
+    for label, (rows, color) in runs.items():
+        acc = torch.tensor([[row["accuracy"][str(n)] for row in rows.values()] for n in lengths])
+        ax.fill_between(lengths, acc.min(1).values, acc.max(1).values, color=color, alpha=0.35,
+                        linewidth=1.5, edgecolor=color, label=f"{label}: {acc[-1].mean():.2f}")
+    ax.axhline(0.1, color="grey", linestyle=":", label="chance (1 digit in 10)")
+    ax.set(xlabel="input length n (tokens)", ylabel="greedy token accuracy", ylim=(0, 1.02),
+           xticks=range(4, lengths[-1] + 1, 4), title=title)
+    ax.legend(fontsize=8, loc="lower left", title=f"name: mean of the seeds at n = {lengths[-1]}",
+              title_fontsize=8)
 
 
 def check_model(model) -> None:
@@ -106,7 +153,7 @@ def decode_frames(models: Mapping[str, Seq2Seq], model_name: str, lengths) -> di
         no_weights = torch.zeros(n, n, dtype=torch.bool)     # every weight masked
         errors = n - sum(correct)
         readouts = {"model": model_name, "token accuracy": sum(correct) / n,
-                    "errors": f"{errors} of {n}", "mean entropy (nats)": "no attention"
+                    "errors": f"{errors} of {n}", "mean entropy (nats)": "none (no weights)"
                     if weights is None else attention_entropy(weights.double()).mean().item()}
         frames[n].append(DecodeFrame(
             weights=no_weights.float() if weights is None else weights,

@@ -42,7 +42,7 @@ def test_decode_frames_and_the_widget(models, widget):
     assert frame.key_labels[:2] == [f"{source[0]}₀", f"{source[1]}₁"]    # digits repeat: positions
     plain = wd.decode_frames(models, "no attention", [9])[9][2]
     assert not plain.has_attention and not plain.mask.any()
-    assert plain.readouts["mean entropy (nats)"] == "no attention"
+    assert plain.readouts["mean entropy (nats)"] == "none (no weights)"
     for call in (lambda: wd.decode_frames(models, "general", [9])[9],
                  lambda: wd.bottleneck_widget(models, model_name="general")):
         with pytest.raises(ValueError, match="model_name must be one of"):
