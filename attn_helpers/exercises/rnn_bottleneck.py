@@ -33,16 +33,16 @@ def _rnn_cases() -> list[dict]:
 
 
 def _rnn(*, act=torch.tanh, drop=(), outside=(), reverse=False, transpose=False, keep_first=False,
-         last="last", dim=-2, start=0.0, skip_first=False, swap=False, alias=False):
+         last="last", dim=-2, start=0.0, skip_first=False, swap=False, alias=False, bias=1):
     """The recurrence, or a mistake: ``drop``/``outside`` terms ("x", "h", "b") cut or put after tanh;
-    ``start``: the value of h_{-1}; ``skip_first``: token 0 never read; ``swap``: ``(h_last, H)``."""
+    ``start``: h_{-1}; ``skip_first``: x_0 unread; ``swap``: ``(h_last, H)``; ``bias``: b's factor."""
     def rnn(x, W_x, W_h, b):  # noqa: N803
         W = W_h.mT if transpose else W_h                                # noqa: N806
         h = torch.full((*x.shape[:-2], W_h.shape[0]), start, dtype=x.dtype)   # h_{-1}: (..., d)
         states = [h] if keep_first else []
         tokens = range(1 if skip_first else 0, x.shape[-2])
         for j in reversed(tokens) if reverse else tokens:
-            terms = {"x": x[..., j, :] @ W_x, "h": h @ W, "b": b}       # the three terms: (..., d)
+            terms = {"x": x[..., j, :] @ W_x, "h": h @ W, "b": bias * b}   # the three terms: (..., d)
             inside = sum(v for k, v in terms.items() if k not in (*drop, *outside))
             h = act(inside) + sum(terms[k] for k in outside)            # (..., d)
             states.append(h)
@@ -67,6 +67,7 @@ RNN_MISTAKES = [
       for terms, inner in ((("h", "b"), "x_j W_x"), (("x", "b"), "h_{j-1} W_h"),
                            (("x",), "h_{j-1} W_h + b"))),
     Mistake(_rnn(drop="b"), "the bias b is missing inside the tanh."),
+    Mistake(_rnn(bias=2), "b is added twice; this RNN has one bias (nn.RNN's b_ih + b_hh are two)."),
     Mistake(_rnn(outside="b"), f"the bias b is outside the tanh; it belongs inside: {_RULE}."),
     Mistake(_rnn(transpose=True), "W_h is transposed: the states are row vectors, multiplied from the "
             "right as in x_j W_x."),
@@ -181,7 +182,10 @@ ADDITIVE_MISTAKES = [
                       (lambda e: e.softmax(-1), "those are weights (after a softmax)"),
                       (lambda e: e.softmax(0), "those are weights (a softmax over dim 0, the batch)"),
                       (lambda e: e - e.amax(-1, True), "each row minus its max: " + _SHIFT),
-                      (lambda e: e - e.mean(-1, True), "each row minus its mean: " + _SHIFT))),
+                      (lambda e: e - e.mean(-1, True), "each row minus its mean: " + _SHIFT),
+                      (lambda e: e + 1, "every score plus 1: " + _SHIFT))),
+    Mistake(_features(lambda x, v: torch.tanh(x) @ v.abs()), "v_a lost its signs (v_a.abs()?): use "
+            "v_a as given, so a feature can lower a score as well as raise it."),
     Mistake(_features(lambda x, v: torch.tanh(x).sum(-1)), "v_a is missing: each d_a-vector "
             "tanh(s_t U_q + h_j U_k) becomes one number by a product with v_a, not a sum."),
     *(Mistake(_features(f), f"you divided by sqrt(d_a){where}. The additive score has no scale: v_a is "
