@@ -8,7 +8,7 @@ import torch
 
 from ..attention import masked_softmax
 from ..positional import alibi_slopes, apply_rope
-from .core import CheckResult, Mistake, check_function, seeded, size
+from .core import CheckResult, Mistake, Refused, check_function, seeded, size
 from .workflow import exercise
 
 
@@ -28,6 +28,13 @@ def _turn(x, angles, *, halves=False, swap=False, back_as_halves=False) -> torch
     if halves or back_as_halves:
         return torch.cat([first, second], -1)
     return torch.stack([first, second], -1).flatten(-2)
+
+
+def _repeated(x, positions) -> torch.Tensor:
+    """Hugging Face's x cos + (-x[2i+1], x[2i]) sin, its angles laid out by .repeat, as split halves."""
+    angles = _angles(x, positions).repeat(1, 2)                             # (n, d): all d/2, twice
+    turned = torch.stack([-x[..., 1::2], x[..., 0::2]], -1).flatten(-2)
+    return x * angles.cos().to(x.dtype) + turned * angles.sin().to(x.dtype)
 
 
 rope_reference = apply_rope  # x (..., n, d), positions (n,): pair i of row j turned by positions[j] w_i
@@ -75,6 +82,9 @@ ROPE_MISTAKES = [Mistake(produce, hint) for produce, hint in [
      "the frequencies run the wrong way: pair 0 turns fastest (omega_0 = 1)."),
     (lambda x, p: _turn(x, _angles(x, p), swap=True),
      "cos and sin are swapped: at position 0 (angle 0) a pair must come out unchanged. " + _SIGNS),
+    (_repeated, "you laid the angles out with .repeat, [a_0, a_1, .., a_0, a_1, ..], the split-halves "
+     "order: interleaved pairs need each angle twice in place, [a_0, a_0, a_1, a_1, ..], as "
+     "repeat_interleave(2, dim=-1) gives."),
     (lambda x, p: _turn(x, _angles(x, p), back_as_halves=True),
      "your rotated pairs came back as two halves: each pair must stay in place, at 2i and 2i+1."),
     (lambda x, p: x + torch.stack([_angles(x, p).sin(), _angles(x, p).cos()], -1).flatten(-2).to(
@@ -260,6 +270,10 @@ def _through_softmax(bias_of: Callable) -> Callable:
     """The causal softmax weights of ``scores + bias_of(...)``: any per-row number passes."""
     def weights(n_queries, n_keys, slopes, scores):
         bias = bias_of(n_queries, n_keys, slopes)
+        if isinstance(bias, torch.Tensor) and (bias.dim() != 3 or len(bias) != len(slopes)):
+            raise Refused(f"alibi_bias returned shape {tuple(bias.shape)} for {len(slopes)} heads: "
+                          "return (H, n_queries, n_keys), one grid per head (a size-1 axis that "
+                          "broadcasts, as in Bloom's (H, 1, n_keys), passes too).")
         try:
             total = scores + bias
         except (TypeError, RuntimeError):

@@ -121,11 +121,6 @@ def test_a_rope_with_wrong_frequencies_gets_the_pair_and_its_angle(wrong, pair):
     assert f"pair {pair} turned by" in message and "not rescaled" in message, message
 
 
-def test_rope_checker_wants_x_s_dtype():
-    verdict = ex.check_rope(lambda x, p: learner_rope(x.double(), p))
-    assert not verdict and "the right answer is torch.float32" in verdict.message, verdict.message
-
-
 def hf_rotate(x, positions, base=10000.0):
     """Hugging Face Llama's rotation: ``LlamaRotaryEmbedding`` for cos/sin, ``apply_rotary_pos_emb``
     (``rotate_half``) on ``x`` ``(heads, n, d)``, as ``transformers`` ships it."""
@@ -237,12 +232,10 @@ def test_layout_checker_names_a_mistake_made_another_way(wrong, phrase):
     assert not verdict and "Not yet" in verdict.message and phrase in verdict.message, verdict.message
 
 
-def test_layout_checker_wants_two_tensors_in_the_inputs_dtype():
-    verdict = ex.check_rope_layout(lambda *args: by_rows(*args)[0])
-    assert not verdict and "returned 1 value(s); expected 2 (W_Q', W_K')" in verdict.message
-    verdict = ex.check_rope_layout(lambda *args: (by_rows(*args)[0], None))
-    assert not verdict and "you returned W_K' as a NoneType" in verdict.message, verdict.message
-    verdict = ex.check_rope_layout(lambda *args: tuple(w.double() for w in by_rows(*args)))
+@pytest.mark.parametrize("check, wrong", [(ex.check_rope, lambda x, p: learner_rope(x.double(), p)),
+    (ex.check_rope_layout, lambda *args: tuple(w.double() for w in by_rows(*args)))])
+def test_the_checkers_want_the_inputs_dtype(check, wrong):
+    verdict = check(wrong)
     assert not verdict and "the right answer is torch.float32" in verdict.message, verdict.message
 
 
@@ -282,6 +275,13 @@ def test_alibi_checker_accepts_any_per_row_anchor(answer):
 def test_alibi_checker_names_each_mistake(wrong, hint):
     verdict = ex.check_alibi_bias(wrong)
     assert not verdict and verdict.message.endswith(f"Hint: {hint}"), verdict.message
+
+
+@pytest.mark.parametrize("wrong", [lambda q, n, m: ex.alibi_bias_reference(q, n, m)[0],   # one 2-D grid
+                                   lambda q, n, m: ex.alibi_bias_reference(q, n, m)[:1]])
+def test_alibi_checker_wants_a_grid_per_head(wrong):
+    verdict = ex.check_alibi_bias(wrong)
+    assert not verdict and "one grid per head" in verdict.message and "slopes[0]" not in verdict.message
 
 
 def test_the_level_3_skeletons_filled_in_pass():
