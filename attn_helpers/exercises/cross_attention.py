@@ -1,5 +1,4 @@
-"""Checkers for notebook 06: Perceiver-style multi-head cross-attention (shared latents ask, the
-padded input answers), and a post-norm decoder layer step by step, the memory projected once."""
+"""Checkers for notebook 06: Perceiver-style cross-attention, and a decoder layer step by step."""
 
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ _ATTEND = {  # the reference in steps; each named mistake below replaces one
 
 
 def cross_attend_reference(latents, memory, memory_real, W_Q, W_K, W_V, num_heads, **changed):
-    """``(output (b, n_q, d), weights (b, h, n_q, n_k))``: ``nn.MultiheadAttention`` without W_O, the
-    latents expanded over the batch, padded keys masked; ``changed``: steps replaced (a mistake)."""
+    """``nn.MultiheadAttention`` without W_O, padded keys masked; ``changed``: a mistake's steps."""
     step = _ATTEND | changed
     Q, K, V = (step["split"](x, num_heads) for x in step["QKV"](latents, memory, W_Q, W_K, W_V))
     scores = Q @ K.mT / step["scale"](Q, memory)                               # (b, h, n_q, n_k)
@@ -64,6 +62,8 @@ def _attend_cases() -> list[dict]:
     return cases
 
 
+_MASK_MISFIT = ("does not broadcast to the shape (..., n_q, n_k)", "memory_real does not fit the scores "
+                "(b, h, n_q, n_k): padding hides keys in every head and query row, so (b, 1, 1, n_k).")
 _TRANSPOSED = ("transposed: x @ W.T is nn.Linear's habit (its weight is (out, in)). Here the "
                "weights are (in, out), W_Q (d, d), W_K and W_V (d_m, d): multiply from the right.")
 ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
@@ -79,13 +79,15 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
      _attend(keep=lambda real, n_q: ~real[:, None, None, :])),
     ("the memory was masked causally: every latent may read the whole input.", _attend(
         keep=lambda real, n_q: real[:, None, None, :] & torch.ones(n_q, real.shape[1]).tril().bool())),
-    ("the keys and values came from the latents: that is self-attention over the latents (the "
-     "Perceiver's next step). Here the input is read: K = memory W_K, V = memory W_V.",
+    ("the keys and values came from the latents: that is the Perceiver's next step, self-attention. "
+     "Here the input is read: K = memory W_K, V = memory W_V.",
      _attend(QKV=lambda L, m, W_Q, W_K, W_V: tuple(batched(L @ W, m) for W in (W_Q, W_K, W_V)))),
     ("the keys and values are swapped: K was made with W_V, and V with W_K.",
      _attend(QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q, m), m @ W_V, m @ W_K))),
     ("the roles are swapped: Q came from the memory; the latents ask (Q = latents W_Q).",
      _attend(QKV=lambda L, m, W_Q, W_K, W_V: (m @ W_Q, batched(L @ W_K, m), batched(L @ W_V, m)))),
+    ("the latents asked without W_Q: learned as they are, the query still needs it (latents W_Q).",
+     _attend(QKV=lambda L, m, W_Q, W_K, W_V: (batched(L, m), m @ W_K, m @ W_V))),
     ("the values were the keys (memory W_K); V = memory W_V.",
      _attend(QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q, m), m @ W_K, m @ W_K))),
     ("the softmax ran over dim -2, the latent queries: normalise each row, over the last dim.",
@@ -108,8 +110,7 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
      _attend(split=lambda x, h: split_heads(x, 1))),
     ("the heads were split by a reshape alone: reshape to (b, n, h, d_head), then transpose(1, 2).",
      _attend(split=lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1))),
-    ("the heads were split as (b, n, d_head, h): head i got every h-th feature; it owns d_head "
-     "consecutive ones. Go through (b, n, h, d_head).",
+    ("the heads were split as (b, n, d_head, h), every h-th feature: go through (b, n, h, d_head).",
      _attend(split=lambda x, h: x.unflatten(-1, (-1, h)).permute(0, 3, 1, 2))),
     ("the heads were merged by a reshape alone: transpose(1, 2) to (b, n_q, h, d_head) first.",
      _attend(merge=lambda o: o.reshape(o.shape[0], o.shape[2], -1))),
@@ -126,8 +127,7 @@ ATTEND_MISTAKES = [Mistake(wrong, hint) for hint, wrong in [
      _attend(QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q.T, m), m @ W_K, m @ W_V))),
     (f"the weights were {_TRANSPOSED}",
      _attend(QKV=lambda L, m, W_Q, W_K, W_V: (batched(L @ W_Q.T, m), m @ W_K.T, m @ W_V.T))),
-    ("the padded memory rows were set to zero: a zero key still scores 0, and exp(0) gives it weight. "
-     "Mask the scores with -inf.",
+    ("the padded memory rows were set to zero: a zero key scores 0, and exp(0) > 0. Mask with -inf.",
      lambda L, m, real, *W: cross_attend_reference(L, m * real[..., None], real, *W,
                                                    weights=lambda S, keep: S.softmax(-1))),
     ("the two results are swapped: return the output (b, n_q, d) first, then the weights.",
@@ -159,14 +159,12 @@ def check_cross_attend(cross_attend: Callable) -> CheckResult:
     return check_function(
         cross_attend, cross_attend_reference, _attend_cases(), what="cross_attend",
         output_names=("the output", "the weights"), mistakes=ATTEND_MISTAKES,
-        nan_hint="a row with every score at -inf gives NaN: is the softmax over the memory "
-                 "positions, and is the mask the right way round (True = real)?",
+        nan_hint="a row of -inf scores gives NaN: is the softmax over the memory, the mask True = real?",
         error_hints=[("must be 3-D (b, n, d_model)", "latents W_Q is (n_q, d), one array for the "
-                      "whole batch: give it a batch axis (expand to (b, n_q, d), or [None]) before "
-                      "ah.split_heads."),
+                      "whole batch: give it a batch axis (expand, or [None]) before ah.split_heads."),
                      ("must match the size of tensor", "the shapes do not fit the scores (b, h, n_q, "
-                      "n_k), one row per latent and one column per memory position. Which of "
-                      "latents and memory makes the queries, and which axes must memory_real gain?")])
+                      "n_k): which of latents and memory makes the queries, which axes must "
+                      "memory_real gain?"), _MASK_MISFIT])
 
 
 class _DecoderLayer(DecoderLayer):
@@ -218,6 +216,7 @@ def _sdpa(q, K, V, keep, scale=None):
 
 _DECODE = {  # exercise 2's answer in steps; each named mistake below replaces one
     "split": split_heads,                                        # (b, n, d) -> (b, h, n, d_head)
+    "query": lambda ca, x_t: ca.q_proj(x_t),
     "values": lambda ca, memory: ca.v_proj(memory),
     "keep": lambda real, t: real[:, None, None, :],                          # (b, 1, 1, n_m)
     "attend": _sdpa,
@@ -234,7 +233,7 @@ def _decode_with(layer, y, memory, memory_real, **changed):
     outputs = []
     for t in range(y.shape[1]):
         def cross_attention(z, t=t):
-            q = part["split"](ca.q_proj(z), h)                                 # (b, h, 1, d_head)
+            q = part["split"](part["query"](ca, z), h)                         # (b, h, 1, d_head)
             return part["merge"](ca, part["attend"](q, K_m, V_m, part["keep"](memory_real, t)))
         outputs.append(part["step"](layer, x_all[:, t:t + 1], y[:, t:t + 1], cross_attention))
     return torch.cat(outputs, 1)
@@ -278,10 +277,9 @@ def _memory_projected_once(inputs: dict):
             "generating decoder has only x_t at step t: make step t's query from x_t, in the loop.")
     if len(made) > 2 and any(torch.equal(t, p) for i, t in enumerate(made) for p in made[:i]):
         raise Refused(
-            f"the memory's keys and values were computed {len(made)} times in "
-            f"{inputs['y'].shape[1]} decoding steps (each a (b, n_m, d) projection).\nHint: K and V "
-            "do not change while the decoder writes (calling layer.cross_attn(x_t, memory, memory, "
-            "mask) in the loop makes them again). Project the memory once, before the loop.")
+            f"the memory's keys and values were computed {len(made)} times in {inputs['y'].shape[1]} "
+            "decoding steps.\nHint: K and V do not change while the decoder writes (calling "
+            "layer.cross_attn(x_t, memory, memory, mask) in the loop makes them again). Project once.")
 
 
 def _ff(layer, x):                                      # the right feed-forward block
@@ -297,8 +295,7 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
     ("padded memory positions were read: mask the cross-attention with memory_real (True = real).",
      {"keep": lambda real, t: None}),
     *(("a block was written pre-norm, x + block(norm(x)) (or norm(x + block(norm(x)))); this layer "
-       "is post-norm: does its LayerNorm come before the residual sum or after it?",
-       {"step": _blocks(cross, ff)})
+       "is post-norm: is its LayerNorm before the residual sum or after?", {"step": _blocks(cross, ff)})
       for cross in ("post", "pre", "pre and post") for ff in ("post", "pre", "pre and post")
       if (cross, ff) != ("post", "post")),
     ("the scores were multiplied by the mask: a score of 0 is not -inf, so padded keys get weight.",
@@ -318,6 +315,10 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
      {"step": _blocks(cross="no residual")}),
     ("the cross-attention's query came from y, the state before the self-attention block; q comes "
      "from x_t.", {"step": lambda layer, x, y_t, cross: _ff(layer, layer.norm2(x + cross(y_t)))}),
+    ("the query lost q_proj's bias (x_t @ q_proj.weight.T): call cross_attn.q_proj(x_t).",
+     {"query": lambda ca, x_t: x_t @ ca.q_proj.weight.T}),
+    ("the scores were scaled twice: ah.scaled_dot_product_attention already divides by sqrt(d_head).",
+     {"attend": lambda q, K, V, keep: _sdpa(q / q.shape[-1] ** 0.5, K, V, keep)}),
     ("the scores were not scaled by 1/sqrt(d_head), the width of one head.",
      {"attend": partial(_sdpa, scale=1.0)}),
     ("the scores were neither scaled by 1/sqrt(d_head) nor masked: padded positions were read.",
@@ -348,12 +349,10 @@ DECODE_MISTAKES = [Mistake(partial(_decode_with, **changed), hint) for hint, cha
      {"values": lambda ca, memory: ca.k_proj(memory)}),
     ("the cross-attention's sum went through norm3, the feed-forward's; its own is norm2.",
      {"step": _blocks(cross_norm="norm3")}),
-    ("the cross-attention's residual came from y_t, from before the self-attention block: add its "
-     "output to x_t.",
+    ("the cross-attention's residual came from y_t, before the self-attention block: add to x_t.",
      {"step": lambda layer, x, y_t, cross: _ff(layer, layer.norm2(y_t + cross(x)))}),
-    ("the feed-forward read x_t from before the cross-attention block; it reads that block's "
-     "output, the new x_t.", {"step": lambda layer, x, y_t, cross: layer.norm3(
-         layer.norm2(x + cross(x)) + layer.feed_forward(x))}),
+    ("the feed-forward read x_t from before the cross-attention block; it reads that block's output.",
+     {"step": lambda layer, x, y, c: layer.norm3(layer.norm2(x + c(x)) + layer.feed_forward(x))}),
     ("the feed-forward block is missing: after norm2, x_t goes through layer.feed_forward, its "
      "residual and norm3.", {"step": lambda layer, x, y_t, cross: layer.norm2(x + cross(x))}),
     ("the feed-forward's residual added x_t from before the cross-attention block; add its output "
@@ -390,4 +389,5 @@ def check_decode_layer(decode_layer: Callable) -> CheckResult:
     """Exercise 2: ``decode_layer(layer, y, memory, memory_real) -> (b, T, d)``, step by step."""
     return check_function(decode_layer, decode_layer_reference, _layer_cases(),
                           what="decode_layer", output_names=("the outputs",),
-                          mistakes=DECODE_MISTAKES, watch=_memory_projected_once)
+                          mistakes=DECODE_MISTAKES, watch=_memory_projected_once,
+                          error_hints=[_MASK_MISFIT])

@@ -1,6 +1,4 @@
-"""Notebook 06's checkers: each accepts correct answers and names each known mistake; both
-references are checked against PyTorch's (nn.MultiheadAttention with a key_padding_mask, and
-nn.TransformerDecoderLayer)."""
+"""Notebook 06's checkers accept right answers and name each known mistake; references vs torch's."""
 
 from __future__ import annotations
 
@@ -31,9 +29,7 @@ def test_the_reference_is_torchs_decoder_layer_with_a_causal_mask():
 
 
 def in_the_stub(cross, ff=lambda layer, before, x: layer.norm3(x + layer.feed_forward(x))):
-    """A learner's answer in the stub's loop: ``cross(layer, x_t, memory, memory_real, kept)`` is
-    the cross-attention's output at one step (``kept``: a dict that lasts across the steps), ``ff``
-    the feed-forward block, given x_t before and after the cross-attention."""
+    """The stub's loop: ``cross`` gives a step's cross-attention (``kept`` lasts), ``ff`` the rest."""
     def decode_layer(layer, y, memory, memory_real):
         cache, kept, out = ah.KVCache(y.shape[1]), {}, []                          # given
         for t in range(y.shape[1]):
@@ -70,11 +66,10 @@ def test_decode_checker_names_each_mistake(mistake):
     assert_rejected(ex.check_decode_layer(mistake.produce), "\nHint: " + mistake.hint)
 
 
-def attend(layer, x_t, K, V, memory_real):
+def attend(layer, x_t, K, V, memory_real, keep=lambda real: real[:, None, None, :]):
     h = layer.cross_attn.num_heads
     o, _ = ah.scaled_dot_product_attention(ah.split_heads(layer.cross_attn.q_proj(x_t), h),
-                                           ah.split_heads(K, h), ah.split_heads(V, h),
-                                           memory_real[:, None, None, :])
+                                           ah.split_heads(K, h), ah.split_heads(V, h), keep(memory_real))
     return layer.cross_attn.out_proj(ah.merge_heads(o))
 
 
@@ -98,6 +93,9 @@ def linear_per_step(layer, x_t, memory, memory_real, kept):
       "\nHint: K and V do not change while the decoder writes")),
     (in_the_stub(explicit_heads, ff=lambda layer, x_before, x_t: layer.norm3(
         x_before + layer.feed_forward(x_t))), ("\nHint: the feed-forward's residual added x_t from",)),
+    (in_the_stub(lambda layer, x_t, memory, real, kept: attend(layer, x_t, layer.cross_attn.k_proj(
+        memory), layer.cross_attn.v_proj(memory), real, keep=lambda real: real)),   # a raw (b, n_m) mask
+     ("\nHint: memory_real does not fit the scores (b, h, n_q, n_k)",)),
 ])
 def test_decode_checker_refuses_the_whole_layer_and_the_memory_projected_per_step(answer, words):
     assert_rejected(ex.check_decode_layer(answer), *words)
@@ -184,6 +182,8 @@ def queries_masked(latents, memory, *rest):      # case 1 passes; at case 2, n_q
      ("\nHint: the merged heads went through W_Q again, as if it were a W_O",)),
     (queries_masked, ("case 2 of 4", "\nHint: the shapes do not fit the scores (b, h, n_q, n_k)")),
     (lambda L, m, real, W_Q, *rest: ah.split_heads(L @ W_Q, 1), ("\nHint: latents W_Q is (n_q, d)",)),
+    (lambda L, m, real, *W: ah.scaled_dot_product_attention(*heads(L, m, *W), real[:, None, :]),
+     ("\nHint: memory_real does not fit the scores",)),                  # a (b, 1, n_k) mask
     (lambda *a: ex.cross_attend_reference(*a)[0], ("returned 1 value(s); expected 2",))])
 def test_cross_attend_checker_names_learner_written_mistakes(answer, words):
     assert_rejected(ex.check_cross_attend(answer), *words)
