@@ -54,7 +54,7 @@ def _merge_cases() -> list[dict]:
 
 
 def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=("12", "12"),
-                flip=False, swap=False, finish=False, weigh=False):
+                flip=False, swap=False, finish=False, weigh=False, average=False):
     """The merge with one thing changed (``rescale``: the states whose l, then acc, are rescaled)."""
     m = new_max(m1, m2)
     c1, c2 = (torch.exp(m - m1), torch.exp(m - m2)) if flip else (torch.exp(m1 - m), torch.exp(m2 - m))
@@ -63,6 +63,7 @@ def _merge_with(m1, l1, acc1, m2, l2, acc2, *, new_max=torch.maximum, rescale=("
         return (c1 if "1" in states else 1.0) * x1 + (c2 if "2" in states else 1.0) * x2
     l, acc = add(l1, l2, rescale[0]), add(acc1, acc2, rescale[1])
     acc = (c1 * l1 * acc1 + c2 * l2 * acc2) / l if weigh else acc
+    acc = l * (acc1 / l1 + acc2 / l2) / 2 if average else acc
     return m, l, acc / l if finish else acc
 
 
@@ -95,6 +96,8 @@ def _merge_mistakes() -> list[Mistake]:
                            "unnormalised so that more states can be merged into it."),
         ({"weigh": True}, "acc was weighted by l, as if each acc_i were a normalised output: acc is "
                           "the unnormalised sum; rescale it like l, do not weight it by l."),
+        ({"average": True}, "acc is l times the mean of the normalised outputs acc_i / l_i, which "
+                            "weighs both key sets equally: rescale and add the sums acc_i, as for l."),
     ]] + [Mistake(lambda m1, l1, _acc1, m2, l2, _acc2: torch.logaddexp(m1 + l1.log(), m2 + l2.log()),
                   "m is the running max, not the log-sum-exp: this state keeps m = the largest "
                   "score so far and l = the sum of exp(s - m), not m = lse with l = 1.")] + [
@@ -118,8 +121,7 @@ _OVERFLOW = ("exp of a max near 1000 overflows (this case has maxima near 1000; 
               "c1, c2 = ...                                  # each state's factor, against safe\n"
               "return m, ..., ...                            # l and acc, both rescaled and added"))
 def check_merge_states(merge: Callable) -> CheckResult:
-    """Exercise: ``merge(m1, l1, acc1, m2, l2, acc2) -> (m, l, acc)``: ``m_i``, ``l_i``
-    ``(..., n_q, 1)``, ``acc_i (..., n_q, d_v)``, the states of two disjoint sets of keys."""
+    """Exercise: ``merge(m1, l1, acc1, m2, l2, acc2) -> (m, l, acc)``, two disjoint sets of keys."""
     # Every case before it passed, so wrong values at maxima near 1000 are the overflow: named there.
     overflow = Mistake(lambda m1, *rest: merge(m1, *rest) if m1.max() > 500 else None, _OVERFLOW)
     return check_function(merge, merge_states_reference, _merge_cases(), what="merge_states",
@@ -300,8 +302,7 @@ def _mistakes() -> list[Mistake]:
               "        dv[..., j:j + B, :] += ...\n"
               "return dq, dk, dv"))
 def check_causal_backward(backward: Callable) -> CheckResult:
-    """Exercise: ``backward(q, k, v, O, lse, d_out, B) -> (dq, dk, dv)``, causal: ``q``, ``k``
-    ``(..., n, d_k)``, ``v``, ``O``, ``d_out`` ``(..., n, d_v)``, ``lse (..., n)``; B x B tiles."""
+    """Exercise: ``backward(q, k, v, O, lse, d_out, B) -> (dq, dk, dv)``, causal, B x B tiles."""
     overflow = "exp(S) overflowed: never exponentiate a raw score; P = exp(S - lse) is at most 1."
     short_tile = ("when n is not a multiple of B, the last tile is shorter than B: take each tile's "
                   "size and positions from its slice.")
@@ -391,8 +392,7 @@ _OUTER = ("torch.outer takes 1-D vectors only, and this case has a batch: build 
               "o_t = ...                            # (..., d_v): the new state read with phi(q_t)\n"
               "return o_t, S_t, z_t"))
 def check_linear_step(step: Callable) -> CheckResult:
-    """Exercise: ``step(S (..., d_k, d_v), z, q_t, k_t (..., d_k), v_t (..., d_v)) -> (o_t, S_t,
-    z_t)``; an ``eps`` up to 1e-6 in the normaliser passes."""
+    """Exercise: ``step(S, z, q_t, k_t, v_t) -> (o_t, S_t, z_t)``; an ``eps`` up to 1e-6 passes."""
     g = seeded(86)
     cases = [_linear_case(g, (), 4, 3, 6), _linear_case(g, (2, 3), 3, 5, 4),
              _linear_case(g, (), 2, 3, 0), _linear_case(g, (2,), 6, 2, 9)]

@@ -40,7 +40,7 @@ def test_merged_states_of_two_key_sets_give_attention_over_both(n_q, n_1, n_2, d
 
 
 def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=("12", "12"), flip=False,
-                  swap=False, finish=False, raw_exp=False, weigh=False, safe=True):
+                  swap=False, finish=False, raw_exp=False, weigh=False, safe=True, average=False):
     """A learner's merge through weights w_i = exp(m_i - m); each keyword plants one mistake."""
     m = {"max": torch.max(m1, m2), "first": m1, "smaller": torch.min(m1, m2), "mean": (m1 + m2) / 2,
          "lse": torch.logaddexp(m1 + l1.log(), m2 + l2.log()),                # log-domain: l = 1
@@ -57,6 +57,7 @@ def learner_merge(m1, l1, acc1, m2, l2, acc2, *, new_max="max", rescale=("12", "
     (a1, a2), (b1, b2) = weights(rescale[0]), weights(rescale[1])
     l, acc = a1 * l1 + a2 * l2, torch.addcmul(b2 * acc2, b1, acc1)  # noqa: E741
     acc = (w1 * l1 * acc1 + w2 * l2 * acc2) / l if weigh else acc
+    acc = (acc1 / l1 + acc2 / l2) * l / 2 if average else acc          # the normalised outputs' mean
     return m, l, acc / l if finish else acc
 
 
@@ -87,6 +88,7 @@ MERGE_WRONG = {
     "exp of a max near 1000 overflows": partial(learner_merge, raw_exp=True),
     "this case has maxima near 1000": partial(learner_merge, raw_exp="masked"),  # inf / inf -> 0: finite
     "acc was weighted by l": partial(learner_merge, weigh=True),
+    "acc is l times the mean of the normalised outputs": partial(learner_merge, average=True),
     "rows with no key in either state came back with m = 0": partial(learner_merge, new_max="zero"),
     "m is the running max, not the log-sum-exp": partial(learner_merge, new_max="lse"),
     "return (m, l, acc)": lambda *a: learner_merge(*a)[::-1],                        # (acc, l, m)
@@ -119,8 +121,7 @@ BACKWARD_ARGS = "q, k, v, O, lse, d_out, B"
 
 def _autograd(case):
     leaves = [case[x].clone().requires_grad_() for x in "qkv"]
-    n = case["q"].shape[-2]
-    out = ah.scaled_dot_product_attention(*leaves, ah.causal_mask(n))[0]
+    out = ah.scaled_dot_product_attention(*leaves, ah.causal_mask(case["q"].shape[-2]))[0]
     out.backward(case["d_out"])
     return out.detach(), [leaf.grad for leaf in leaves]
 
@@ -150,8 +151,7 @@ def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal"
                      mask_ds_only=False, tile_d=False, local_softmax=False, scale=(True, True),
                      score_pow=1, assign=(), raw_exp=False, no_lse=False, lse_keys=False,
                      d_keys=False, no_d=False, dv_o=False, dv_ds=False, whole_tiles=False):
-    """A learner's causal backward written another way: query tiles outside, key tiles inside,
-    einsum, the mask from torch.triu; each keyword plants one mistake."""
+    """A learner's backward: query tiles outside, einsum, triu masks; each keyword plants a mistake."""
     n, c = q.shape[-2], q.shape[-1] ** -0.5
     D = torch.einsum("...nv,...nv->...n", d_out, O)
     D = D if d_keys else D[..., None]
