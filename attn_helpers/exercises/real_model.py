@@ -21,10 +21,10 @@ def _softmax_rows(g: torch.Generator, L: int, lengths: list[int], h: int, n: int
 # --- exercise 1: previous-token scores ---------------------------------------------------------
 
 def _cases() -> list[dict]:  # padded batches, then one unpadded; case 1: n - 1 against query 0,
-    g = seeded(91)                # and L != b, so a (b, L, h) answer gets a shape message
+    g = seeded(91)                # L != b and h != b, so (b, L, h) and an unexpanded mask fail on shape
     return [{"weights": _softmax_rows(g, L, lengths, h, n),
              "mask": torch.arange(n) < torch.tensor(lengths)[:, None]}
-            for L, lengths, h, n in [(3, [6, 4], 2, 6), (1, [5, 2, 3], 2, 5), (3, [4], 4, 4),
+            for L, lengths, h, n in [(3, [6, 4], 3, 6), (1, [5, 2, 3], 2, 5), (3, [4], 4, 4),
                                      (2, [7, 3], 2, 8)]]
 
 
@@ -173,6 +173,10 @@ NORMS_MISTAKES = [
             "term, ||a_ij f_h(x_j)||."),
     Mistake(lambda w, v, W: _norms(w.mT, v, W), "you used a_ji, the weights transposed: rows are "
             "queries, so query i's weight on key j is weights[..., i, j]."),
+    *(Mistake(lambda w, v, W, s=s: s((w[..., None] * _f(v, W)[:, :, None]).sum(1).norm(dim=-1), w),
+              "you summed the heads' terms before the norm, ||sum_h a_ij f_h(x_j)||: that is Kobayashi "
+              "et al.'s per-layer measure. Here each head gets its own, a_ij ||f_h(x_j)||.")
+      for s in (lambda x, w: x, lambda x, w: x[:, None].expand_as(w))),
     Mistake(lambda w, v, W: w * _f(v, W).norm(dim=(1, 3))[:, None, None, :], "you took one norm "
             "over the heads and d together: each head has its own f_h(x_j); take the norm over d only."),
 ]
