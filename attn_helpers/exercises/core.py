@@ -221,7 +221,8 @@ def _named_mistake(mistakes, case, got, expected, atol, rtol, candidate=None, ca
     """The hint of the first mistake whose output equals ``got``, not ``expected`` (NaN equals NaN;
     against ``got``, a row all NaN also equals one all 0: a row with nothing to attend to, from a
     softmax written out or from ah's attention). When several do, the first that also equals
-    ``candidate`` on every other case both run on: a small case cannot tell some mistakes apart."""
+    ``candidate`` on every other case both run on. A lone match names its mistake only when the
+    output holds more than one number: one number can equal a mistake's by chance."""
     def same(xs, ys, rows=True) -> bool:
         return all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
                    and _close(*(_empty_rows_as_zeros(y, x) if rows else (y, x)), atol, rtol,
@@ -235,13 +236,15 @@ def _named_mistake(mistakes, case, got, expected, atol, rtol, candidate=None, ca
 
     matching = [m for m in mistakes if (wrong := run(m.produce, case)) is not None
                 and same(wrong, got) and not same(wrong, expected, rows=False)]
-    if len(matching) > 1 and candidate is not None:
-        answers = [run(candidate, other) for other in cases]
-        for mistake in matching:
-            wrongs = (run(mistake.produce, other) for other in cases)
-            if all(a is None or w is None or same(w, a) for a, w in zip(answers, wrongs, strict=True)):
-                return mistake.hint
-    return matching[0].hint if matching else None
+    several = any(isinstance(g, torch.Tensor) and g.numel() > 1 for g in got)
+    if not matching or candidate is None or (len(matching) == 1 and several):
+        return matching[0].hint if matching else None
+    answers = [run(candidate, other) for other in cases]
+    for mistake in matching:
+        wrongs = (run(mistake.produce, other) for other in cases)
+        if all(a is None or w is None or same(w, a) for a, w in zip(answers, wrongs, strict=True)):
+            return mistake.hint
+    return matching[0].hint if several else None
 
 
 def gradient_mismatch(mine: nn.Module, reference: nn.Module, run: Callable, x: torch.Tensor,
