@@ -105,7 +105,7 @@ def check_rnn_encoder(rnn_encoder: Callable) -> CheckResult:
     """``rnn_encoder(x, W_x, W_h, b) -> (H, h_last)``, shapes as in ``rnn_encoder_reference``."""
     result = check_function(
         rnn_encoder, rnn_encoder_reference, _rnn_cases(), what="rnn_encoder",
-        output_names=("the states H", "the last state h_last"), mistakes=RNN_MISTAKES,
+        output_names=("the states H", "the last state h_last"), mistakes=RNN_MISTAKES, same_dtype=True,
         error_hints=[("same dtype", _DTYPE), ("expected scalar type", _DTYPE),
                      ("must match the size of tensor", _BATCH), ("cannot be multiplied", _SWAPPED)])
     if not result:
@@ -200,8 +200,9 @@ ADDITIVE_MISTAKES = [
 @exercise("rnn_bottleneck.additive_scores", "the additive score e_tj", hints=(
     "Project the decoder state and every encoder state into d_a dimensions, add them, squash "
     "with tanh, and let v_a turn each d_a-vector into one number.",
-    "s @ U_q is (b, d_a) and H @ U_k is (b, n, d_a): where must s @ U_q gain an axis? After the "
-    "tanh, which product with v_a (d_a,) contracts the last axis?",
+    "s @ U_q is (b, d_a) and H @ U_k is (b, n, d_a): where must s @ U_q gain an axis? Add before the "
+    "tanh: in tanh(s_t U_q) + tanh(h_j U_k) the query's part is the same for every j, and the softmax "
+    "cancels it. After the tanh, which product with v_a (d_a,) contracts the last axis?",
     "query = ...                      # s @ U_q with a new axis for j: (b, 1, d_a)\n"
     "features = torch.tanh(query + H @ U_k)                    # (b, n, d_a)\n"
     "return ...                                                # (b, n)"))

@@ -142,8 +142,6 @@ def decode_examples(model: Seq2Seq, task, pairs):
 def decode_frames(models: Mapping[str, Seq2Seq], model_name: str, lengths) -> dict:
     """``{n: frames}``: reversal examples ``0..EXAMPLES-1`` of each of ``lengths`` greedily decoded
     by ``models[model_name]`` in one padded batch, with the token accuracy, errors and mean entropy."""
-    if model_name not in models:
-        raise ValueError(f"model_name must be one of {sorted(models)}, got {model_name!r}")
     check_model(models[model_name])
     pairs = [example("reversal", i, n) for n in lengths for i in range(EXAMPLES)]
     decoded = decode_examples(models[model_name], "reversal", pairs)

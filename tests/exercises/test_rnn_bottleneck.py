@@ -10,12 +10,13 @@ from attn_helpers import AdditiveScore
 from attn_helpers.exercises import rnn_bottleneck as ex
 
 
-def rnn(x, W_x, W_h, b, one_batch_dim=False, dtype=True):  # noqa: N803
+def rnn(x, W_x, W_h, b, one_batch_dim=False, dtype=True, detach=False):  # noqa: N803
     batch = x.shape[:1 if one_batch_dim else -2]
     h = torch.zeros(*batch, W_h.shape[0], dtype=x.dtype if dtype else None)
     states = []
-    for t in range(x.shape[-2]):
-        h = torch.tanh((x[:, t] if one_batch_dim else x[..., t, :]) @ W_x + h @ W_h + b)
+    for t in range(x.shape[-2]):                         # detach: right values, no gradient through time
+        previous = h.detach() if detach else h
+        h = torch.tanh((x[:, t] if one_batch_dim else x[..., t, :]) @ W_x + previous @ W_h + b)
         states.append(h)
     return torch.stack(states, dim=-2), h
 
@@ -84,28 +85,20 @@ def aliased(x, W_x, W_h, b):  # noqa: N803
     return torch.stack(states, dim=-2), h
 
 
-def detached(x, W_x, W_h, b):  # noqa: N803
-    """Right values, but no gradient through time: the previous state is detached."""
-    h = torch.zeros(*x.shape[:-2], W_h.shape[0], dtype=x.dtype)
-    states = []
-    for j in range(x.shape[-2]):
-        h = torch.tanh(x[..., j, :] @ W_x + h.detach() @ W_h + b)
-        states.append(h)
-    return torch.stack(states, dim=-2), h
-
-
 R, A = ex.check_rnn_encoder, ex.check_additive_scores
 
 
 @pytest.mark.parametrize("check, wrong, fragments", [          # as a learner writes them
     (R, lambda *a: rnn(*a, dtype=False), ["the dtypes do not match", "with the inputs' dtype"]),
+    (R, lambda *a: tuple(t.float() for t in rnn(*a)),                       # a float32 answer
+     ["case 4 of 6", "as torch.float32", "is torch.float64"]),
     (R, lambda *a: rnn(*a)[0], ["returned 1 value(s); expected 2"]),
     (R, lambda x, *w: rnn(x.reshape(-1, *x.shape[-2:]), *w), ["case 4 of 6", "shape (6, 4, 3)"]),
     (R, lambda *a: rnn(*a, one_batch_dim=True), ["case 4 of 6", "Hint: ", "x[..., j, :]"]),  # x[:, j]
     (R, lambda *a: (torch.stack(list(rnn(*a)[0].unbind(-2)), dim=1), rnn(*a)[1]),  # one batch dim
      ["case 4 of 6", "stacked on dim 1", "on dim -2"]),
     (R, aliased, ["every state in H equals the last one", "in place", "h = torch.tanh(...)"]),
-    (R, detached, ["right values", "gradient into x", "h_{j-1} detached"]),
+    (R, lambda *a: rnn(*a, detach=True), ["right values", "gradient into x", "h_{j-1} detached"]),
     (R, lambda x, W_x, W_h, b: rnn(x, W_h, W_x, b), ["case 1 of 6", "Hint: ", "W_x and W_h swapped"]),
     (A, lambda *a: scores(*a).float(), ["case 4 of 5", "as torch.float32", "is torch.float64"]),
     (A, lambda s, H, U_q, U_k, v_a: torch.tanh((s @ U_q).unsqueeze(1) + H @ U_k),

@@ -43,10 +43,8 @@ def test_decode_frames_and_the_widget(models, widget):
     plain = wd.decode_frames(models, "no attention", [9])[9][2]
     assert not plain.has_attention and not plain.mask.any()
     assert plain.readouts["mean entropy (nats)"] == "none (no weights)"
-    for call in (lambda: wd.decode_frames(models, "general", [9])[9],
-                 lambda: wd.bottleneck_widget(models, model_name="general")):
-        with pytest.raises(ValueError, match="model_name must be one of"):
-            call()
+    with pytest.raises(ValueError, match="model_name must be one of"):
+        wd.bottleneck_widget(models, model_name="general")
     assert widget.error is None and widget.frame.has_attention and widget.frame.weights.shape == (24, 24)
     readouts = widget.set(length=6, model_name="no attention", index=3)
     assert widget.error is None and readouts["model"] == "no attention"
