@@ -1,4 +1,4 @@
-"""Notebook 05's checkers: packed documents, a padded chunk's positions and mask, a rolling cache."""
+"""Notebook 05's checkers: packed documents, a padded chunk's mask, a rolling cache."""
 
 from __future__ import annotations
 
@@ -65,7 +65,6 @@ _STRICT = ("no token sees itself: you wrote j < i. Query i's own key is part of 
            "rule is j <= i.")
 _AHEAD = ("each token sees the next one: you wrote j <= i + 1, section 3's off-by-one leak. The next "
           "token is the one predicted: the rule is j <= i.")
-_FROM_ONE = "off by one: each row's first real token got position 1; it sits at 0."
 _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
     ("causal_only", "the documents see each other: a token sees the earlier documents of the row. "
      "Each token must see its own document alone: AND 'same document'."),
@@ -119,18 +118,10 @@ def check_pack_documents(pack_documents: Callable) -> CheckResult:
                       "column (n, 1) and one as a row (1, n).")])
 
 
-def _positions(mask: torch.Tensor, n_new: int, flaw: str | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The last ``n_new`` tokens' ``(b, n_new)`` positions and ``(b, 1, n_new, n)`` mask as float64, 0
-    at pads and their rows; ``flaw``: one known mistake."""
+def _chunk_mask(mask: torch.Tensor, n_new: int, flaw: str | None = None) -> torch.Tensor:
+    """The last ``n_new`` tokens' ``(b, 1, n_new, n)`` mask as float64, 0 in pad queries' rows;
+    ``flaw``: one known mistake."""
     n = mask.shape[-1]
-    index, counted = torch.arange(n).expand_as(mask), mask.cumsum(-1)
-    positions = {"not_shifted": index, "from_one": counted, "from_one_clamped": counted.clamp(max=n - 1),
-                 "down_the_batch": mask.cumsum(0) - 1, "pads_subtracted": index - (n - counted[:, -1:]),
-                 "count_down": mask.flip(-1).cumsum(-1).flip(-1) - 1,
-                 "row_total": (counted[:, -1:] - 1).expand_as(mask)}.get(flaw, counted - 1)
-    if flaw == "chunk_alone":                            # counted over the new tokens only
-        positions = torch.cat([counted[:, :n - n_new], mask[:, n - n_new:].cumsum(-1) - 1], -1)
     causal = torch.ones(n, n, dtype=torch.bool).tril(int(flaw == "one_ahead"))
     if flaw == "top_left":                               # the new queries get the first rows
         causal = torch.cat([causal[:n - n_new], causal[:n_new]])
@@ -139,23 +130,10 @@ def _positions(mask: torch.Tensor, n_new: int, flaw: str | None = None
                "padding_only": real_key.expand(-1, -1, n, -1),
                "strict": causal.tril(-1) & real_key}.get(flaw, causal & real_key)
     allowed = (~allowed if flaw == "inverted" else allowed).masked_fill((mask == 0)[:, None, :, None], 0)
-    new = slice(n - n_new, n)                            # the new queries: the last n_new tokens
-    return positions.masked_fill(mask == 0, 0)[:, new].double(), allowed[:, :, new].double()
+    return allowed[:, :, n - n_new:].double()            # the new queries: the last n_new tokens
 
 
-_POSITION_MISTAKES = [   # (the flaw of _positions, its hint)
-    ("not_shifted", "the positions ignore the padding: a prompt behind p pads starts at position p, "
-     "so its outputs depend on its padding. Count only the real tokens."),
-    ("from_one", _FROM_ONE),
-    ("from_one_clamped", _FROM_ONE),
-    ("pads_subtracted", "that holds for left padding only: you subtracted the row's pad count from "
-     "the index. Count the real tokens before each one."),
-    ("down_the_batch", "the count ran down the batch (dim 0), across different prompts: it runs "
-     "along each row, the last dim."),
-    ("count_down", "the positions count down to each row's last token; they count up from 0 at its "
-     "first real token."),
-    ("row_total", "every real token got its row's count of real tokens minus one. A position counts "
-     "only the real tokens up to its own token."),
+_CHUNK_MISTAKES = [   # (the flaw of _chunk_mask, its hint)
     ("query_axis", "real tokens see the pads before them: the padding went on the query axis "
      "(b, 1, n, 1), or is missing. It must hide pad keys: the last axis, (b, 1, 1, n)."),
     ("padding_only", "each token sees the later real tokens: the padding mask is there, but the "
@@ -167,19 +145,16 @@ _POSITION_MISTAKES = [   # (the flaw of _positions, its hint)
      "convention is the other way round)."),
     ("top_left", "the mask is aligned top-left, as torch's is_causal=True aligns it: new query i got "
      "the rule j <= i. The new queries are the last n_new tokens, so query i is token n - n_new + i."),
-    ("chunk_alone", "the new tokens' positions restart at 0, as if the cached tokens were not there. "
-     "Count the real tokens of the whole row, cached ones included."),
 ]
 
 
-def _on_real_tokens(mask_positions: Callable) -> Callable:
-    """Integer positions compared on real tokens; a bool (b, 1, n_new, n) mask, on real queries' rows."""
+def _on_real_queries(mask_positions: Callable) -> Callable:
+    """A bool ``(b, 1, n_new, n)`` mask, compared on the rows of real queries (pad rows unchecked)."""
     def wrapped(attention_mask, n_new):
-        out = mask_positions(attention_mask, n_new)
-        if not (isinstance(out, tuple | list) and len(out) == 2):
-            return out
-        positions = _tensor("the positions", out[0], "integer")
-        mask = _tensor("the mask", out[1], "bool")
+        mask = mask_positions(attention_mask, n_new)
+        if mask is None:
+            return None
+        mask = _tensor("the mask", mask, "bool")
         (b, n), m = attention_mask.shape, n_new
         why = {(b, m, n): "Scores with heads are (b, h, n_new, n): without the head axis, the mask's "
                "batch axis meets the heads.", (b, 1, n, n): "That holds every token's row: the new "
@@ -189,38 +164,23 @@ def _on_real_tokens(mask_positions: Callable) -> Callable:
             raise Refused(f"the mask must be (b, 1, n_new, n) = {(b, 1, m, n)}, got "
                           f"{tuple(mask.shape)}. " + why.get(tuple(mask.shape), "Its axes: batch, "
                                                               "1 (heads), new queries, keys."))
-        if positions.shape != (b, m):
-            raise Refused(f"the positions must be (b, n_new) = {(b, m)}, got {tuple(positions.shape)}.")
-        new_pad = attention_mask[:, n - m:] == 0
-        outside = positions[new_pad][(positions[new_pad] < 0) | (positions[new_pad] >= n)]
-        if len(outside):
-            raise Refused(f"a pad got position {int(outside[0])}. A learned table has rows 0..n-1 "
-                          "only (nn.Embedding refuses other indices). A pad may take any of them: "
-                          "its key is hidden and its output dropped.")
-        return positions.masked_fill(new_pad, 0), mask.masked_fill(new_pad[:, None, :, None], 0)
+        return mask.masked_fill((attention_mask[:, n - m:] == 0)[:, None, :, None], 0)
     return wrapped if callable(mask_positions) else mask_positions
 
 
-@exercise("masking.mask_positions", "positions and the causal-and-padding mask of a padded chunk",
-          hints=(
-    "Batched generation pads prompts on the left, and a long prompt may arrive in chunks. A learned "
-    "position table must see each prompt as if it ran alone: its first real token at position 0. "
-    "The mask must hide the future and the pads from new queries that come after cached tokens.",
-    "A real token's position is the number of real tokens before it in its row, cached ones "
-    "included. A running total along each row (torch has one) gives, at each token, the real tokens "
-    "up to and including it. Pads may take any index from 0 to n - 1. New query i is token "
-    "n - n_new + i: it sees key j when j <= n - n_new + i AND token j is real. Which rows of the "
-    "full (n, n) causal mask are those? Which axis of (b, 1, n_new, n) holds the keys?",
+@exercise("masking.mask_positions", "the causal-and-padding mask of a padded chunk", hints=(
+    "A long prompt may arrive in chunks, after cached tokens. The mask must hide the future and the "
+    "pads from each new query. Which tokens of the row are the new queries?",
+    "New query i is token n - n_new + i: it sees key j when j <= n - n_new + i AND token j is real. "
+    "Which rows of the full (n, n) causal mask are those? Which axis of (b, 1, n_new, n) holds the "
+    "keys?",
     "n = attention_mask.shape[-1]\n"
-    "counted = ...                      # (b, n): real tokens up to and including each one\n"
-    "positions = ...                    # (b, n): 0 at each row's first real token\n"
-    "positions = ...                    # a leading pad's -1 is no row of the table\n"
     "causal = ...                       # (n_new, n): the new queries' rows of j <= i\n"
-    "mask = ...                         # (b, 1, n_new, n): causal AND a real key\n"
-    "return positions[:, n - n_new:], mask"))
+    "real_key = ...                     # (b, 1, 1, n): True at real tokens, on the key axis\n"
+    "return causal & real_key           # (b, 1, n_new, n)"))
 def check_mask_positions(mask_positions: Callable) -> CheckResult:
-    """``mask_positions(attention_mask (b, n) int, 1 = real, n_new) -> (positions (b, n_new) int,
-    mask (b, 1, n_new, n) bool)`` for the last ``n_new`` tokens, padded either side."""
+    """``mask_positions(attention_mask (b, n) int, 1 = real, n_new) -> mask (b, 1, n_new, n) bool``
+    of the last ``n_new`` tokens, padded either side; pad queries' rows are not checked."""
     g = seeded(5)
     b, n = size(g, 2, 4), size(g, 3, 9)
     lengths = torch.randint(1, n + 1, (b,), generator=g).tolist()
@@ -230,12 +190,13 @@ def check_mask_positions(mask_positions: Callable) -> CheckResult:
              ([[1] * m + [0] * (n - m) if r % 2 == 0 else [0] * (n - m) + [1] * m   # right, left
                for r, m in enumerate(lengths)], size(g, 1, n))]
     return check_function(
-        _on_real_tokens(mask_positions), _positions,
+        _on_real_queries(mask_positions), _chunk_mask,
         [{"attention_mask": torch.tensor(m), "n_new": n_new} for m, n_new in masks],
-        what="mask_positions", output_names=("the positions", "the mask"),
-        mistakes=[Mistake(partial(_positions, flaw=flaw), hint) for flaw, hint in _POSITION_MISTAKES],
-        error_hints=[("must match the size of tensor", "two tensors did not broadcast. One count per "
-                      "row, (b,), against the positions (n,) needs a new last axis: (b, 1).")])
+        what="mask_positions", output_names=("the mask",),
+        mistakes=[Mistake(partial(_chunk_mask, flaw=flaw), hint) for flaw, hint in _CHUNK_MISTAKES],
+        error_hints=[("must match the size of tensor", "two tensors did not broadcast. The causal "
+                      "rows are (n_new, n) and the padding (b, n): give the padding a head axis and "
+                      "a query axis.")])
 
 
 _UNSEEN = ("off by one: until the ring was full, the query did not see the key just written: after "

@@ -11,11 +11,11 @@ from _exercises import assert_rejected, assert_skeleton
 
 import attn_helpers as ah
 from attn_helpers.exercises.masking import (
+    _CHUNK_MISTAKES,
     _PACK_MISTAKES,
-    _POSITION_MISTAKES,
     _WRONG,
+    _chunk_mask,
     _pack,
-    _positions,
     _ring_cases,
     _ring_step,
     _run_steps,
@@ -178,44 +178,35 @@ def test_rolling_cache_step_accepts_the_level_3_skeleton_filled_in():
 def mask_positions(attention_mask, n_new):                            # the reference, as a learner
     n = attention_mask.shape[-1]
     causal = torch.ones(n, n, dtype=torch.bool).tril()[n - n_new:]    # the last rows: bottom-right
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, n - n_new:]
-    return positions, causal & attention_mask.bool()[:, None, None, :]
+    return causal & attention_mask.bool()[:, None, None, :]
 
 
-def test_mask_positions_accepts_the_reference_hugging_faces_form_and_the_skeleton_filled_in():
+def test_mask_positions_accepts_the_reference_a_tril_offset_blank_pad_rows_and_the_skeleton():
     assert check_mask_positions(mask_positions)
-    assert check_mask_positions(lambda m, k: (                         # HF: pads at 1; tril(n - k)
-        (m.cumsum(-1) - 1).masked_fill(m == 0, 1)[:, m.shape[-1] - k:],
-        torch.ones(k, m.shape[-1], dtype=torch.bool).tril(m.shape[-1] - k) & m.bool()[:, None, None, :]))
+    assert check_mask_positions(lambda m, k: torch.ones(k, m.shape[-1], dtype=torch.bool)
+                                .tril(m.shape[-1] - k) & m.bool()[:, None, None, :])
+    assert check_mask_positions(lambda m, k: mask_positions(m, k) & m.bool()[:, None, -k:, None])
     assert_skeleton("masking.mask_positions", "attention_mask, n_new", check_mask_positions,
-                    ("attention_mask.cumsum(-1)", "counted - 1", "positions.clamp(min=0)",
-                     "torch.ones(n, n, dtype=torch.bool).tril()[n - n_new:]",
-                     "causal & attention_mask.bool()[:, None, None, :]"))
+                    ("torch.ones(n, n, dtype=torch.bool).tril()[n - n_new:]",
+                     "attention_mask.bool()[:, None, None, :]"))
 
 
-@pytest.mark.parametrize("flaw, hint", _POSITION_MISTAKES, ids=[flaw for flaw, _ in _POSITION_MISTAKES])
+@pytest.mark.parametrize("flaw, hint", _CHUNK_MISTAKES, ids=[flaw for flaw, _ in _CHUNK_MISTAKES])
 def test_mask_positions_names_each_known_mistake_with_its_hint(flaw, hint):
-    def wrong(m, n_new):                                              # as a learner returns it
-        positions, mask = _positions(m, n_new, flaw)
-        return positions.long(), mask.bool()
-
-    assert_rejected(check_mask_positions(wrong), "\nHint: " + hint)
+    assert_rejected(check_mask_positions(lambda m, k: _chunk_mask(m, k, flaw).bool()), "\nHint: " + hint)
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (lambda m, k: (mask_positions(m, k)[0].float(), mask_positions(m, k)[1]), ["integer tensor"]),
-    (lambda m, k: (m.cumsum(-1) - 1, mask_positions(m, k)[1]), ["a pad got position -1"]),
-    (lambda m, k: (torch.arange(m.shape[-1]) - (1 - m).sum(-1), None), ["did not broadcast", "(b, 1)"]),
-    (lambda m, k: (mask_positions(m, k)[0], mask_positions(m, k)[1].float()), ["bool", "adds a float"]),
-    (lambda m, k: (mask_positions(m, k)[0], mask_positions(m, k)[1][:, 0]), ["(b, h, n_new, n)"]),
-    (lambda m, k: (mask_positions(m, k)[0].tolist(), mask_positions(m, k)[1]), ["tensor, got list"]),
-    (lambda m, k: (mask_positions(m, k)[0], m.bool()[:, None, None, :]), ["got (2, 1, 1, 8)", "j <= i"]),
-    (lambda m, k: (mask_positions(m, k)[0], mask_positions(m, k)[1].transpose(1, 2)), ["(2, 8, 1, 8)"]),
-    (lambda m, k: (mask_positions(m, k)[0][:, None], mask_positions(m, k)[1]), ["(b, n_new) = (2, 8)"]),
-    (lambda m, k: (mask_positions(m, m.shape[-1])[0], mask_positions(m, m.shape[-1])[1]),
-     ["got (2, 1, 8, 8)", "every token's row"]),                       # the whole row at every chunk
+    (lambda m, k: mask_positions(m, k).float(), ["bool", "0 and 1 hide nothing"]),
+    (lambda m, k: mask_positions(m, k)[:, 0], ["(b, h, n_new, n)"]),
+    (lambda m, k: mask_positions(m, k).tolist(), ["the mask must be a tensor, got list"]),
+    (lambda m, k: m.bool()[:, None, None, :], ["got (2, 1, 1, 8)", "j <= i"]),
+    (lambda m, k: mask_positions(m, k).transpose(1, 2), ["(2, 8, 1, 8)"]),
+    (lambda m, k: mask_positions(m, m.shape[-1]), ["got (2, 1, 8, 8)", "every token's row"]),
+    (lambda m, k: torch.ones(m.shape[-1], m.shape[-1], dtype=torch.bool).tril()[-k:] & m.bool(),
+     ["did not broadcast", "a head axis and a query axis"]),
 ])
-def test_mask_positions_names_dtypes_shapes_a_list_and_a_missing_axis_or_causal_and(wrong, words):
+def test_mask_positions_names_a_float_or_list_a_missing_axis_or_causal_and_the_whole_row(wrong, words):
     assert_rejected(check_mask_positions(wrong), *words)
 
 

@@ -44,8 +44,7 @@ KEY_EXPRESSIONS = {
         "repeat_interleave", "doc[:, None] == doc[None, :]", "i - starts[doc]", "searchsorted")),
     "masking.mask_positions": (
         masking.check_mask_positions,
-        ("cumsum(-1)", "cumsum(dim=-1)", "clamp(min=0)", "- 1).clamp", "masked_fill(m",
-         "[:, None, None, :]")),
+        ("tril()[n - n_new:]", "[n - n_new:]", "tril(n - n_new)", "[:, None, None, :]")),
     "masking.rolling_cache_step": (
         masking.check_rolling_cache_step,
         ("t % w", "t mod w", "min(t + 1, w)", "min(t+1, w)")),
