@@ -292,8 +292,9 @@ def _slopes(wrong: Callable) -> Callable:
 
 
 ALIBI_MISTAKES = [   # (the bias a mistake returns, its hint)
-    (lambda q, n, m: -alibi_bias_reference(q, n, m), "your bias rewards distance: it is +m_h (i - j), "
-     "or -m_h j, which adds m_h i - 2 m_h j. Softmax ignores m_h i, one number per row, not -2 m_h j."),
+    (lambda q, n, m: -alibi_bias_reference(q, n, m), "your bias rewards distance: farther keys get more "
+     "weight. +m_h (i - j) and -m_h j differ by m_h i, one number per row, so softmax gives both "
+     "these weights. ALiBi's bias falls as the key moves back: -m_h (i - j)."),
     (lambda q, n, m: torch.zeros(len(m), 1, 1, dtype=torch.float64), "your bias is the same along "
      "each row (0, or a function of i): softmax ignores it, so these are the weights without ALiBi."),
     (_slopes(torch.ones_like), "every head got slope 1" + _OWN_SLOPE),

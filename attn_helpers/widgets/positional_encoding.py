@@ -263,7 +263,8 @@ def plot_sinusoidal(PE: torch.Tensor) -> None:
     for dim in (0, 2, 6, 12):  # dots: the fast dim 0 is sampled only at whole positions p
         ax_wave.plot(range(n), PE[:, dim], marker="." if dim == 0 else None,
                      label=f"dim {dim}: sin(p w_{dim // 2})")
-    ax_wave.set(xlabel="position p", ylabel="value", title="one wave per dimension")
+    ax_wave.set(xlabel="position p", ylabel="value",
+                title="one wave per dimension (dim 0: period 2 pi, seen only at whole p)")
     ax_wave.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4)
     plt.show()
 
@@ -357,36 +358,4 @@ def plot_heads(models, tokens: torch.Tensor, shown: list[tuple[str, str, int | N
         weights = model.last_weights[0].mean(0) if head is None else model.last_weights[0, head]
         plots.heatmap(weights, labels, labels, ax=ax, mask=causal_mask(n), xlabel="key (position:token)",
                       ylabel="query (position:token)", title=f"{scheme} (seed 0): {what}")
-    plt.show()
-
-
-@torch.no_grad()
-def score_by_pair(model, offset: int = 3, max_distance: int = 128) -> torch.Tensor:
-    """s(delta) = rope(q, m) . rope(k, m - delta), pair by pair: (max_distance + 1, d_head / 2), for
-    the head that reads offset back and its mean query and key token."""
-    model(lesson.offset_copy_batch(64, 16, torch.Generator().manual_seed(1))[0])
-    h, d_head, d = model.num_heads, model.d_model // model.num_heads, model.d_model
-    head = int(model.last_weights.mean(0).diagonal(-offset, -2, -1).mean(-1).argmax())
-    W, E = model.qkv.weight.double(), model.embed.weight.double()         # (3d, d), (vocab, d)
-    q = (E @ W[:d].view(h, d_head, d)[head].T).mean(0)                   # (d_head,): mean query
-    k = (E @ W[d:2 * d].view(h, d_head, d)[head].T).mean(0)              # (d_head,): mean key
-    delta = torch.arange(max_distance + 1)
-    m = torch.full_like(delta, max_distance)                             # the query's position
-    q_m = apply_rope(q.expand(len(delta), d_head), m, base=model.base)              # rope(q, m)
-    k_n = apply_rope(k.expand(len(delta), d_head), m - delta, base=model.base)      # rope(k, m - delta)
-    return (q_m * k_n).view(len(delta), d_head // 2, 2).sum(-1)         # (delta, pairs)
-
-
-def plot_summed_scores(profiles: list[torch.Tensor], offset: int = 3) -> None:
-    """Section 6: each seed's s(delta) (the pairs summed) and its value at the right key, offset back."""
-    fig, ax = plt.subplots(figsize=(10, 3.6))
-    for seed, pairs in zip(lesson.SEEDS, profiles, strict=True):
-        (line,) = ax.plot(pairs.sum(-1), label=f"s(delta), seed {seed}")
-        ax.axhline(pairs.sum(-1)[offset], color=line.get_color(), linestyle=":", linewidth=1,
-                   label=f"s({offset}): the right key, seed {seed}")
-    ax.axvline(lesson.TRAIN_MAX_LEN - 0.5, color="black", linestyle="--", linewidth=1,
-               label="longest distance in training (15)")
-    ax.set(xlabel="distance back delta", ylabel="score (mean query and key tokens)", xlim=(0, 128),
-           title=f"RoPE, the head that reads {offset} back: its score against the distance")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, fontsize=8)
     plt.show()
