@@ -86,7 +86,7 @@ def _merge_mistakes() -> list[Mistake]:
         ({"swap": True}, "the factors were swapped: state 1 takes exp(m1 - m), state 2 exp(m2 - m)."),
         ({"new_max": lambda x, y: x}, "m was kept from state 1: the merged m is max(m1, m2), so no "
                                       "factor exceeds 1."),
-        *[({"new_max": new_max}, f"m is {what} of m1 and m2: the merged m is max(m1, m2).")
+        *[({"new_max": new_max}, f"your m is {what} of m1 and m2: the merged m is max(m1, m2).")
           for what, new_max in (("the smaller", torch.minimum), ("the mean", lambda x, y: (x + y) / 2))],
         ({"new_max": lambda x, y: torch.maximum(x, y).nan_to_num(neginf=0.0)},
          "rows with no key in either state came back with m = 0: an empty row's max is -inf. A later "
@@ -190,12 +190,12 @@ def _cases() -> list[dict]:
 
 
 def _backward_with(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal",  # noqa: C901
-                   fill=-math.inf, mask_ds_only=False, tile_d=False, local_softmax=False,
-                   scale_grads=(True, True), score_pow=1, assign=(), lse_keys=False,
-                   d_keys=False, no_lse=False, no_d=False, dv_from_o=False, dv_ds=False, whole=""):
+                   fill=-math.inf, mask_ds_only=False, tile_d=False, local_softmax=False, no_d=False,
+                   scale_grads=(True, True), score_pow=1, assign=(), lse_keys=False, d_keys=False,
+                   no_lse=False, dv_from_o=False, dv_ds=False, whole="", scale_by_v=False):
     """The backward with one thing changed. ``visit``: "causal" or "below" (``j < i``); ``mask``: in a
     visited tile; ``assign``: grads assigned, not added; ``whole``: loops that drop a short last tile."""
-    n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])
+    n, scale = q.shape[-2], 1 / math.sqrt((v if scale_by_v else q).shape[-1])
     D = (d_out * O).sum(dim=-1, keepdim=not d_keys)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     ends = {axis: n - n % B if axis in whole else n for axis in "ij"}
@@ -231,8 +231,7 @@ def causal_backward_reference(q, k, v, O, lse, d_out, B):
     return _backward_with(q, k, v, O, lse, d_out, B)
 
 
-def _mistakes() -> list[Mistake]:
-    """Each hint, then the one or more changes to the reference that it names."""
+def _mistakes() -> list[Mistake]:       # each hint, then the changes to the reference it names
     return [Mistake(lambda *a, _v=v: _backward_with(*a, **_v), hint) for hint, *variants in [
         ("the tiles that cross the diagonal were not masked: they hold future keys too.",
          {"mask": "none"}),
@@ -260,6 +259,7 @@ def _mistakes() -> list[Mistake]:
          "(..., n, 1).", {"d_keys": True}),
         ("the scores miss the scale: S = Q_i K_j^T / sqrt(d_k).", {"score_pow": 0}),
         ("the scores were scaled twice: S = Q_i K_j^T / sqrt(d_k), once.", {"score_pow": 2}),
+        ("the scale used d_v: it is 1 / sqrt(d_k), d_k the size of q and k.", {"scale_by_v": True}),
         ("dV_j was built from O or from dS: dV_j = P^T dO_i, the weights times the output's gradient.",
          {"dv_from_o": True}, {"dv_ds": True}),
         ("dq or dk misses the scale: S = Q K^T / sqrt(d_k), so both gradients carry 1 / sqrt(d_k).",

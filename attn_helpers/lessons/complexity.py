@@ -26,7 +26,7 @@ LOCAL_WINDOW = 256
 FIT_N_MIN = 1024                # fits start here: below it naive's matrices fit in the cache
 #: Okabe-Ito colours (colour-blind safe) of the methods in the notebook's figures
 METHOD_COLORS = {"naive": "#D55E00", "sdpa": "#0072B2", "tiled": "#009E73", "linear": "#CC79A7",
-                 "local": "#E69F00"}
+                 "local": "#E69F00", "sdpa_causal": "#56B4E9"}
 
 
 def cpu_ms(call: Callable) -> float:
@@ -67,7 +67,7 @@ def plot_scaling(ms: dict, peak: dict, causal=(), calls="several") -> None:
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4))
     for m in dict.fromkeys(m for m, _ in ms):
         ns, hollow = sorted(n for method, n in ms if method == m), m.endswith("_causal")
-        style = dict(color=METHOD_COLORS[m.removesuffix("_causal")], marker="D" if hollow else "o",
+        style = dict(color=METHOD_COLORS[m], marker="D" if hollow else "o",
                      markersize=10 if hollow else 6, markerfacecolor="none" if hollow else None,
                      linestyle="--" if m in causal else "-")   # a large hollow diamond: dots below show
         fit = "rough fit: slope" if len(ns) > 2 else "two-point slope"                # 2 points: no fit

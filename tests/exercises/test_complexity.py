@@ -149,10 +149,10 @@ def test_the_backward_reference_equals_autograd_for_any_n_and_B(n, B, d_k, d_v, 
 
 def learner_backward(q, k, v, O, lse, d_out, B, *, visit="causal", mask="causal", fill=-math.inf,
                      mask_ds_only=False, tile_d=False, local_softmax=False, scale=(True, True),
-                     score_pow=1, assign=(), raw_exp=False, no_lse=False, lse_keys=False,
-                     d_keys=False, no_d=False, dv_o=False, dv_ds=False, whole_tiles=False):
+                     score_pow=1, assign=(), raw_exp=False, no_lse=False, lse_keys=False, d_keys=False,
+                     no_d=False, dv_o=False, dv_ds=False, whole_tiles=False, scale_v=False):
     """A learner's backward: query tiles outside, einsum, triu masks; each keyword plants a mistake."""
-    n, c = q.shape[-2], q.shape[-1] ** -0.5
+    n, c = q.shape[-2], (v if scale_v else q).shape[-1] ** -0.5
     D = torch.einsum("...nv,...nv->...n", d_out, O)
     D = D if d_keys else D[..., None]
     dq, dk, dv = (torch.zeros_like(t) for t in (q, k, v))
@@ -217,9 +217,11 @@ BROADCAST = (lambda a, b: (a[..., :, None, :] * b[..., None, :, :]).sum(-1),    
 
 
 def variant_backward(q, k, v, O, lse, d_out, B, *, prescale=False, clone=False, broadcast=False,
-                     dv_first=False, d_per_tile=False, scores_twice=False, mask_after_exp=False):
+                     dv_first=False, d_per_tile=False, scores_twice=False, mask_after_exp=False,
+                     sized_by_B=False):
     """A right causal backward, each keyword one legitimate change: q scaled once, q and k cloned,
-    products by broadcasting ((..., B, B, d)), dV first, D per tile, S twice, P zeroed after exp."""
+    products by broadcasting ((..., B, B, d)), dV first, D per tile, S twice, P zeroed after exp;
+    except ``sized_by_B``: the positions of a short last tile taken from B (wrong unless B divides n)."""
     n, c = q.shape[-2], q.shape[-1] ** -0.5
     q, k = (q.clone(), k.clone()) if clone else (q, k)
     q, c_s, c_k = (q * c, 1.0, 1.0) if prescale else (q, c, c)      # scaled once, or in S and dK
@@ -230,7 +232,8 @@ def variant_backward(q, k, v, O, lse, d_out, B, *, prescale=False, clone=False, 
         for i in range(j, n, B):
             I, J = slice(i, i + B), slice(j, j + B)
             Q, K, V, dO = q[..., I, :], k[..., J, :], v[..., J, :], d_out[..., I, :]
-            rows, cols = torch.arange(i, min(i + B, n))[:, None], torch.arange(j, min(j + B, n))
+            ends = (i + B, j + B) if sized_by_B else (min(i + B, n), min(j + B, n))
+            rows, cols = torch.arange(i, ends[0])[:, None], torch.arange(j, ends[1])
             S = nt(Q, K) * c_s
             S = nt(Q, K) * c_s if scores_twice else S
             L = lse[..., I, None]
@@ -271,6 +274,7 @@ BACKWARD_WRONG = {
     "P = exp(S) without the lse": dict(no_lse=True), "exp(S) overflowed": dict(raw_exp=True),
     "lse broadcast along the keys": dict(lse_keys=True), "D broadcast along the keys": dict(d_keys=True),
     "the scores miss the scale": dict(score_pow=0), "the scores were scaled twice": dict(score_pow=2),
+    "the scale used d_v": dict(scale_v=True),
     "dq or dk misses the scale": dict(scale=(False, False)), "or from dS": dict(dv_ds=True),
     "dq or dk misses the scale: S = Q K^T": dict(scale=(True, False)),
     "dK_j or dV_j was assigned in each query tile, not added": dict(assign=("dk", "dv")),
@@ -327,25 +331,8 @@ def test_the_backward_checker_refuses_more_than_the_tiles_need(backward, what, w
     assert_rejected(ex.check_causal_backward(backward), "case 1 of 6", what, why)
 
 
-def tile_of_B(q, k, v, O, lse, d_out, B):
-    """Right where n is a multiple of B; the positions of the last tile are taken from B."""
-    n, c = q.shape[-2], 1 / math.sqrt(q.shape[-1])
-    D, L = (d_out * O).sum(-1, keepdim=True), lse[..., None]
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    for j in range(0, n, B):
-        for i in range(j, n, B):
-            I, J = slice(i, i + B), slice(j, j + B)
-            Q, K, V, dO = q[..., I, :], k[..., J, :], v[..., J, :], d_out[..., I, :]
-            future = torch.arange(j, j + B) > torch.arange(i, i + B)[:, None]
-            P = torch.exp((Q @ K.mT * c).masked_fill(future, -math.inf) - L[..., i:i + B, :])
-            dS = P * (dO @ V.mT - D[..., i:i + B, :])
-            dq[..., i:i + B, :] += dS @ K * c
-            dk[..., j:j + B, :] += dS.mT @ Q * c
-            dv[..., j:j + B, :] += P.mT @ dO
-    return dq, dk, dv
-
-
 def test_the_backward_checker_names_a_last_tile_sized_by_B_and_accepts_padding():
+    tile_of_B = partial(variant_backward, sized_by_B=True)
     assert_rejected(ex.check_causal_backward(tile_of_B), "case 2 of 6", "the last tile is shorter")
 
     def padded(q, k, v, O, lse, d_out, B):                    # pad n to a multiple of B, then cut
