@@ -219,6 +219,9 @@ _WRONG = [   # (hint, the flaw of _ring_step that makes the mistake)
      "is full, every slot holds a key of the window.", {"visible": lambda t, w: range(t % w + 1)}),
     ("the new key and value went one slot too far: token t takes token t - w's slot.",
      {"slot": lambda t, w: (t + 1) % w}),
+    ("off by one: token t went one slot too far, and the query read one slot more, so it read an "
+     "unwritten slot. Token t takes token t - w's slot.",
+     {"slot": lambda t, w: (t + 1) % w, "visible": lambda t, w: range(min(t + 2, w))}),
     ("the new key and value went one slot back: token 0 went to the last slot, and the query read "
      "garbage in slot 0. Token t takes token t - w's slot.", {"slot": lambda t, w: (t - 1) % w}),
     ("the ring used only w - 1 of its w slots (slot t % (w - 1)): the window lost a key. Token t "
