@@ -14,7 +14,6 @@ from ..lessons.query_key_value import weights
 from .core import CheckResult, Mistake, Refused, check_function, gradient_mismatch, seeded, size
 from .workflow import exercise
 
-INF = float("inf")
 FULLY_MASKED = ("a row whose keys are all masked is all -inf, and softmax gives 0 / 0 = NaN there. "
                 "Such a query reads nothing: after the softmax, turn exactly those NaN rows into "
                 "zeros (NaN * 0 is still NaN).")
@@ -34,6 +33,8 @@ BOOL_INDEX = ("boolean indexing, scores[m] = ..., needs a mask of exactly the sc
               "not broadcast, and this mask lacks the batch axes. masked_fill broadcasts the mask.")
 DETACHED = ("Not yet: attention gives the right values, but after one backward its gradient into {} "
             "differs. Detached (.detach(), .data, torch.no_grad())? Its projection would not train.")
+EMPTY_ROW = ("a query with no allowed key must read nothing. A finite fill (-1e9, finfo.min, an added "
+             "-1e4) leaves it weights on keys it may not see: fill with -inf, then zero the NaN rows.")
 IN_PLACE = ("Not yet: the right values, but the backward fails: a tensor autograd saved was changed in "
             "place (w[w != w] = 0, masked_fill_). Make a new one: torch.where, nan_to_num, masked_fill.")
 
@@ -68,7 +69,7 @@ def _attention_cases() -> list[dict]:
     return cases
 
 
-def _masked(s: torch.Tensor, m: torch.Tensor, fill: float = -INF) -> torch.Tensor:
+def _masked(s: torch.Tensor, m: torch.Tensor, fill: float = -torch.inf) -> torch.Tensor:
     return s.masked_fill(~m, fill)
 
 
@@ -85,7 +86,7 @@ def _attention(weights=lambda s, m: _masked(s, m).softmax(-1).nan_to_num(0.0), s
 
 
 def _indexed(s, m):  # boolean indexing: an IndexError unless the mask has the scores' shape
-    s[~m] = -INF
+    s[~m] = -torch.inf
     return s.softmax(-1).nan_to_num(0.0)
 
 
@@ -121,9 +122,7 @@ _ATTENTION_MISTAKES = [
             "before the softmax, not the weights after it."),
     Mistake(lambda q, k, v, mask: _attention()(q, k, k, mask), "the output mixes the keys; it must "
             "mix the values: output = weights @ v."),
-    Mistake(_attention(lambda s, m: _masked(s, m, -1e9).softmax(-1)), "a query with no allowed key "
-            "got uniform weights over keys it may not see; it must read nothing: zero weights, zero "
-            "output."),
+    Mistake(_attention(lambda s, m: _masked(s, m, -1e9).softmax(-1)), EMPTY_ROW),
     Mistake(lambda *args: scaled_dot_product_attention(*args)[::-1], "you returned (weights, "
             "output); the order is (output, weights), as in ah.scaled_dot_product_attention."),
     *(Mistake(_attention(weights), "your weights are log-probabilities: log_softmax gives ln a, "
@@ -178,6 +177,11 @@ def check_attention(attention: Callable) -> CheckResult:
             if torch.allclose(attention(q, k, v, mask.mT)[0], _attention()(q, k, v, mask)[0]):
                 return CheckResult(False, f"{found}\nHint: {MASK_TRANSPOSED}")
     named = "\nHint: " in result.message and FULLY_MASKED not in result.message
+    if "\nHint: " not in result.message and f"on case 6 of {len(cases)} " in result.message:  # padding
+        seen, padded = cases[5]["mask"].any(-1), cases[5].values()    # seen (2, 6): rows with a key
+        with contextlib.suppress(Exception):
+            if torch.allclose(attention(*padded)[0][seen], _attention()(*padded)[0][seen], atol=1e-5):
+                return CheckResult(False, f"{found}\nHint: {EMPTY_ROW}")
     if f"on case {len(cases)} of {len(cases)} " not in result.message or named:  # not only the 1000s
         return result
     return CheckResult(False, f"{found}\nHint: {LARGE_SCORES}")

@@ -24,8 +24,7 @@ CURVE_TEMPERATURES = torch.logspace(-1.3, 1.0, 60, dtype=torch.float64)
 
 @dataclass
 class LookupFrame(AttentionFrame):
-    """One query: ``query_xy``, ``output_xy`` ``(2,)``, and ``curve_entropy`` ``(60,)`` at each of
-    ``CURVE_TEMPERATURES``."""
+    """One query: ``query_xy``, ``output_xy`` ``(2,)``; ``curve_entropy`` at ``CURVE_TEMPERATURES``."""
 
     query_xy: torch.Tensor | None = None
     output_xy: torch.Tensor | None = None

@@ -50,15 +50,15 @@ def test_attention_names_each_known_mistake_with_its_hint(mistake):
 
 
 @pytest.mark.parametrize("wrong, fragments", [
-    (lambda q, k, v, m: attention(q, k, v, m)[0], ["returned 1 value(s); expected 2"]),
     (lambda q, k, v, m: attention(q, k, v, m)[::-1],
      ["returned the output with shape (3, 4)", "you returned (weights, output)"]),
     (lambda q, k, v, m: attention(q, k, v, torch.ones_like(m)), ["case 1 of 8", "mask was not applied"]),
     (lambda q, k, v, m: attention(q, k, v, m.mT), ["case 1 of 8", "handed the mask transposed"]),
+    (lambda q, k, v, m: ex._attention(lambda s, m: (s - 1e4 * ~m).softmax(-1))(q, k, v, m),  # added
+     ["case 6 of 8", "no allowed key must read nothing", "an added -1e4"]),
     (lambda *a: tuple(t.tolist() for t in attention(*a)), ["return a torch.Tensor", "list"]),
     (lambda *a: tuple(t.float() for t in attention(*a)), ["case 3 of 8", "as torch.float32"]),
     (torch.no_grad()(attention), ["right values", "gradient into q, k, v differs", "torch.no_grad()"]),
-    (lambda *a: tuple(t.detach() for t in attention(*a)), ["gradient into q, k, v"]),
     (lambda q, k, v, m: attention(q, k.detach(), v, m), ["gradient into k differs", "not train"]),
 ])
 def test_attention_names_what_a_learner_returned(wrong, fragments):
