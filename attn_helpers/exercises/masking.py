@@ -148,10 +148,10 @@ _CHUNK_MISTAKES = [   # (the flaw of _chunk_mask, its hint)
 ]
 
 
-def _on_real_queries(mask_positions: Callable) -> Callable:
+def _on_real_queries(chunk_mask: Callable) -> Callable:
     """A bool ``(b, 1, n_new, n)`` mask, compared on the rows of real queries (pad rows unchecked)."""
     def wrapped(attention_mask, n_new):
-        mask = mask_positions(attention_mask, n_new)
+        mask = chunk_mask(attention_mask, n_new)
         if mask is None:
             return None
         mask = _tensor("the mask", mask, "bool")
@@ -165,10 +165,10 @@ def _on_real_queries(mask_positions: Callable) -> Callable:
                           f"{tuple(mask.shape)}. " + why.get(tuple(mask.shape), "Its axes: batch, "
                                                               "1 (heads), new queries, keys."))
         return mask.masked_fill((attention_mask[:, n - m:] == 0)[:, None, :, None], 0)
-    return wrapped if callable(mask_positions) else mask_positions
+    return wrapped if callable(chunk_mask) else chunk_mask
 
 
-@exercise("masking.mask_positions", "the causal-and-padding mask of a padded chunk", hints=(
+@exercise("masking.chunk_mask", "the causal-and-padding mask of a padded chunk", hints=(
     "A long prompt may arrive in chunks, after cached tokens. The mask must hide the future and the "
     "pads from each new query. Which tokens of the row are the new queries?",
     "New query i is token n - n_new + i: it sees key j when j <= n - n_new + i AND token j is real. "
@@ -178,8 +178,8 @@ def _on_real_queries(mask_positions: Callable) -> Callable:
     "causal = ...                       # (n_new, n): the new queries' rows of j <= i\n"
     "real_key = ...                     # (b, 1, 1, n): True at real tokens, on the key axis\n"
     "return causal & real_key           # (b, 1, n_new, n)"))
-def check_mask_positions(mask_positions: Callable) -> CheckResult:
-    """``mask_positions(attention_mask (b, n) int, 1 = real, n_new) -> mask (b, 1, n_new, n) bool``
+def check_chunk_mask(chunk_mask: Callable) -> CheckResult:
+    """``chunk_mask(attention_mask (b, n) int, 1 = real, n_new) -> mask (b, 1, n_new, n) bool``
     of the last ``n_new`` tokens, padded either side; pad queries' rows are not checked."""
     g = seeded(5)
     b, n = size(g, 2, 4), size(g, 3, 9)
@@ -190,9 +190,9 @@ def check_mask_positions(mask_positions: Callable) -> CheckResult:
              ([[1] * m + [0] * (n - m) if r % 2 == 0 else [0] * (n - m) + [1] * m   # right, left
                for r, m in enumerate(lengths)], size(g, 1, n))]
     return check_function(
-        _on_real_queries(mask_positions), _chunk_mask,
+        _on_real_queries(chunk_mask), _chunk_mask,
         [{"attention_mask": torch.tensor(m), "n_new": n_new} for m, n_new in masks],
-        what="mask_positions", output_names=("the mask",),
+        what="chunk_mask", output_names=("the mask",),
         mistakes=[Mistake(partial(_chunk_mask, flaw=flaw), hint) for flaw, hint in _CHUNK_MISTAKES],
         error_hints=[("must match the size of tensor", "two tensors did not broadcast. The causal "
                       "rows are (n_new, n) and the padding (b, n): give the padding a head axis and "

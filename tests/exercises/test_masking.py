@@ -19,7 +19,7 @@ from attn_helpers.exercises.masking import (
     _ring_cases,
     _ring_step,
     _run_steps,
-    check_mask_positions,
+    check_chunk_mask,
     check_pack_documents,
     check_rolling_cache_step,
 )
@@ -175,39 +175,39 @@ def test_rolling_cache_step_accepts_the_level_3_skeleton_filled_in():
                     check_rolling_cache_step, ("t % w", "min(t + 1, w)"), ah=ah)
 
 
-def mask_positions(attention_mask, n_new):                            # the reference, as a learner
+def chunk_mask(attention_mask, n_new):                            # the reference, as a learner
     n = attention_mask.shape[-1]
     causal = torch.ones(n, n, dtype=torch.bool).tril()[n - n_new:]    # the last rows: bottom-right
     return causal & attention_mask.bool()[:, None, None, :]
 
 
-def test_mask_positions_accepts_the_reference_a_tril_offset_blank_pad_rows_and_the_skeleton():
-    assert check_mask_positions(mask_positions)
-    assert check_mask_positions(lambda m, k: torch.ones(k, m.shape[-1], dtype=torch.bool)
+def test_chunk_mask_accepts_the_reference_a_tril_offset_blank_pad_rows_and_the_skeleton():
+    assert check_chunk_mask(chunk_mask)
+    assert check_chunk_mask(lambda m, k: torch.ones(k, m.shape[-1], dtype=torch.bool)
                                 .tril(m.shape[-1] - k) & m.bool()[:, None, None, :])
-    assert check_mask_positions(lambda m, k: mask_positions(m, k) & m.bool()[:, None, -k:, None])
-    assert_skeleton("masking.mask_positions", "attention_mask, n_new", check_mask_positions,
+    assert check_chunk_mask(lambda m, k: chunk_mask(m, k) & m.bool()[:, None, -k:, None])
+    assert_skeleton("masking.chunk_mask", "attention_mask, n_new", check_chunk_mask,
                     ("torch.ones(n, n, dtype=torch.bool).tril()[n - n_new:]",
                      "attention_mask.bool()[:, None, None, :]"))
 
 
 @pytest.mark.parametrize("flaw, hint", _CHUNK_MISTAKES, ids=[flaw for flaw, _ in _CHUNK_MISTAKES])
-def test_mask_positions_names_each_known_mistake_with_its_hint(flaw, hint):
-    assert_rejected(check_mask_positions(lambda m, k: _chunk_mask(m, k, flaw).bool()), "\nHint: " + hint)
+def test_chunk_mask_names_each_known_mistake_with_its_hint(flaw, hint):
+    assert_rejected(check_chunk_mask(lambda m, k: _chunk_mask(m, k, flaw).bool()), "\nHint: " + hint)
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (lambda m, k: mask_positions(m, k).float(), ["bool", "0 and 1 hide nothing"]),
-    (lambda m, k: mask_positions(m, k)[:, 0], ["(b, h, n_new, n)"]),
-    (lambda m, k: mask_positions(m, k).tolist(), ["the mask must be a tensor, got list"]),
+    (lambda m, k: chunk_mask(m, k).float(), ["bool", "0 and 1 hide nothing"]),
+    (lambda m, k: chunk_mask(m, k)[:, 0], ["(b, h, n_new, n)"]),
+    (lambda m, k: chunk_mask(m, k).tolist(), ["the mask must be a tensor, got list"]),
     (lambda m, k: m.bool()[:, None, None, :], ["got (2, 1, 1, 8)", "j <= i"]),
-    (lambda m, k: mask_positions(m, k).transpose(1, 2), ["(2, 8, 1, 8)"]),
-    (lambda m, k: mask_positions(m, m.shape[-1]), ["got (2, 1, 8, 8)", "every token's row"]),
+    (lambda m, k: chunk_mask(m, k).transpose(1, 2), ["(2, 8, 1, 8)"]),
+    (lambda m, k: chunk_mask(m, m.shape[-1]), ["got (2, 1, 8, 8)", "every token's row"]),
     (lambda m, k: torch.ones(m.shape[-1], m.shape[-1], dtype=torch.bool).tril()[-k:] & m.bool(),
      ["did not broadcast", "a head axis and a query axis"]),
 ])
-def test_mask_positions_names_a_float_or_list_a_missing_axis_or_causal_and_the_whole_row(wrong, words):
-    assert_rejected(check_mask_positions(wrong), *words)
+def test_chunk_mask_names_a_float_or_list_a_missing_axis_or_causal_and_the_whole_row(wrong, words):
+    assert_rejected(check_chunk_mask(wrong), *words)
 
 
 def test_a_filled_count_that_leaves_the_newest_key_out_is_named_with_the_course_attention():

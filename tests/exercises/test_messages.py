@@ -42,8 +42,8 @@ KEY_EXPRESSIONS = {
         ("pinv", "torch.roll(", "W_Q @ P.T", "math.log(99")),
     "masking.pack_documents": (masking.check_pack_documents, (
         "repeat_interleave", "doc[:, None] == doc[None, :]", "i - starts[doc]", "searchsorted")),
-    "masking.mask_positions": (
-        masking.check_mask_positions,
+    "masking.chunk_mask": (
+        masking.check_chunk_mask,
         ("tril()[n - n_new:]", "[n - n_new:]", "tril(n - n_new)", "[:, None, None, :]")),
     "masking.rolling_cache_step": (
         masking.check_rolling_cache_step,
