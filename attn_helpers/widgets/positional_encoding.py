@@ -170,7 +170,7 @@ class PositionalView(BlitView):
         super().__init__((10.5, 7.8))
         figure, n, train = self.figure, N_POSITIONS, lesson.TRAIN_MAX_LEN
         grid = figure.add_gridspec(2, 3, width_ratios=[1.25, 1, 1.25], height_ratios=[1, 1.3],
-                                   left=0.06, right=0.98, bottom=0.01, top=0.935, wspace=0.42,
+                                   left=0.06, right=0.98, bottom=0.01, top=0.935, wspace=0.5,
                                    hspace=0.2)
         ax = _axes(figure, grid[0, 0], "key position n", "query position m",
                    "S[m, n] / max|S|, n <= m\n(orange: m, m-k; black: k, 0)",
