@@ -124,8 +124,7 @@ def _entropy(weights: torch.Tensor) -> torch.Tensor:   # -sum_j a_j ln a_j in na
     return torch.special.entr(weights).sum(-1)
 
 
-#: An eps that moves the entropy by less than 1e-9 nats passes, ``ln(a + 1e-12)`` for one.
-ATOL, RTOL = 1e-9, 1e-4
+ATOL, RTOL = 1e-9, 1e-4    # an eps that moves the entropy by less passes: ln(a + 1e-12)
 TINY_WEIGHTS = (
     "a threshold or an eps moved your entropy by more than the checker allows (1e-9 nats plus "
     "0.01%). Rows of tiny weights (down to 4e-44) have an entropy near 0, so any shift shows. "
@@ -135,25 +134,19 @@ ZERO_WEIGHT_NAN = ("a key of weight 0 gave 0 * ln 0 = 0 * (-inf) = NaN; the limi
 OVERFLOW_INF = ("an entropy came out infinite: some step overflowed at a tiny weight. 1 / a is inf "
                 "for a = 4e-44 in float32, and a * ln(inf) = inf. Use -a ln a with torch.log(a) "
                 "itself: it never overflows.")
-
-
-def _tiny_weight_mistakes() -> list[Mistake]:
-    """A threshold, a clamp or ``ln(a + eps)`` for eps = 1e-1 .. 1e-8 and the machine eps."""
-    forms = (lambda w, eps: torch.where(w > eps, -w * torch.log(w), torch.zeros_like(w)).sum(-1),
+#: A threshold, a clamp or ``ln(a + eps)``: named for eps = 1e-1 .. 1e-8 and the machine eps.
+EPS_FORMS = (lambda w, eps: torch.where(w > eps, -w * torch.log(w), torch.zeros_like(w)).sum(-1),
              lambda w, eps: -(w * torch.log(w.clamp_min(eps))).sum(-1),
              lambda w, eps: -(w * torch.log(w + eps)).sum(-1))
-    return [Mistake(lambda w, form=form, eps=eps: form(w, eps or torch.finfo(w.dtype).eps),
-                    TINY_WEIGHTS)
-            for form in forms for eps in [10.0 ** -k for k in range(1, 9)] + [None]]
 
 
 @exercise("start_here.entropy", "the entropy of attention rows", hints=(
     "Entropy is 0 when one key takes all the weight, ln n when n keys share it equally. A key "
     "with weight 0 adds nothing.",
-    "Each key adds -a_j ln a_j (torch.log), but at a_j = 0 that is 0 * (-inf) = nan. Take the log "
-    "of torch.where(a > 0, a, 1) instead: ln 1 = 0, and the gradient stays finite (Going deeper). "
-    "Sum over dim=-1. Keep positive weights as they are: "
-    "torch.log(a + 1e-12) passes, torch.log(a + 1e-6) does not.",
+    "Each key adds -a_j ln a_j (torch.log), but at a_j = 0 that is 0 * (-inf) = nan. Inside the "
+    "log, replace zero weights by a number whose log is 0; the gradient stays finite (Going "
+    "deeper). Sum over dim=-1. Keep positive weights as they are: torch.log(a + 1e-12) passes, "
+    "torch.log(a + 1e-6) does not.",
     "safe = torch.where(weights > 0, weights, ...)   # 1 where a = 0: ln 1 = 0\n"
     "return -(weights * torch.log(safe)).sum(...)    # over the last axis: shape (...)"))
 def check_entropy(entropy: Callable) -> CheckResult:
@@ -183,9 +176,14 @@ def check_entropy(entropy: Callable) -> CheckResult:
                     "each term is -a_j ln a_j: the log must be weighted by a_j."),
             Mistake(lambda w: -(w * torch.log1p(w)).sum(-1),
                     "torch.log1p(a) is ln(1 + a), not ln a: use torch.log."),
+            Mistake(lambda w: torch.distributions.Categorical(probs=w).entropy(), "Categorical "
+                    "clamps each weight into [eps, 1 - eps] before its log, so a one-hot float32 row "
+                    "gets 1.2e-7 nats, not 0. Write -a ln a with torch.log yourself."),
             Mistake(lambda w: math.log(w.shape[-1]) - _entropy(w), "that is ln n - H, how far "
                     "the row is from uniform (0 when uniform); return H = -sum_j a_j ln a_j itself."),
-            *_tiny_weight_mistakes(),
+            *(Mistake(lambda w, form=form, eps=eps: form(w, eps or torch.finfo(w.dtype).eps),
+                      TINY_WEIGHTS)
+              for form in EPS_FORMS for eps in [10.0 ** -k for k in range(1, 9)] + [None]),
         ],
     )
     if not verdict and verdict.message.endswith(ZERO_WEIGHT_NAN) and "inf at index" in verdict.message:
