@@ -32,26 +32,25 @@ def check_environment(path: Path | str = REQUIREMENTS) -> list[dict]:
         name, pinned, version = line.split("#")[0].partition("==")
         if pinned:
             pins[name.strip().lower()] = version.strip()
-    rows = [{"name": "python", "installed": platform.python_version(), "pinned": None}]
-    for name in PACKAGES:
+    rows = []
+    for name in ("python", *PACKAGES):
         try:
-            installed = metadata.version(name)
+            installed = platform.python_version() if name == "python" else metadata.version(name)
         except metadata.PackageNotFoundError:
             installed = "missing"
-        rows.append({"name": name, "installed": installed, "pinned": pins.get(name)})
-    for row in rows:
-        name, release = row["name"], _release(row["installed"])
-        if row["installed"] == "missing":
-            row["status"] = "optional" if name == "jupyterlab" else "missing"
+        pinned, release = pins.get(name), _release(installed)
+        if installed == "missing":
+            status = "optional" if name == "jupyterlab" else "missing"
         elif release < MINIMUM.get(name, ()):
-            row["status"] = "too old"
+            status = "too old"
         else:
-            row["status"] = "different" if row["pinned"] and release != _release(row["pinned"]) else "ok"
-        if row["status"] == "different":
-            warnings.warn(f"{name} {row['installed']} is installed; the course was tested with "
-                          f"{row['pinned']} (requirements.txt). It should run, but stored outputs "
-                          "may differ in the last digits.", stacklevel=2)
-        elif row["status"] == "optional":
+            status = "different" if pinned and release != _release(pinned) else "ok"
+        rows.append({"name": name, "installed": installed, "pinned": pinned, "status": status})
+        if status == "different":
+            warnings.warn(f"{name} {installed} is installed; the course was tested with {pinned} "
+                          "(requirements.txt). It should run, but stored outputs may differ in the "
+                          "last digits.", stacklevel=2)
+        elif status == "optional":
             warnings.warn(f"{name} is not installed. The notebooks run in any Jupyter front end "
                           "with ipywidgets 8; install it for JupyterLab.", stacklevel=2)
     broken = [row for row in rows if row["status"] in ("too old", "missing")]
