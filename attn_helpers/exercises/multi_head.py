@@ -1,5 +1,5 @@
 """Checkers for notebook 04: a multi-head module with ``nn.MultiheadAttention``'s fused ``in_proj``,
-all heads in one call; grouped-query attention, K and V never copied to h heads."""
+all heads in one call; grouped-query attention, K and V not copied to h heads by the learner's code."""
 
 from __future__ import annotations
 
@@ -296,9 +296,9 @@ _GQA_MISTAKES = [
 
 
 @exercise("multi_head.grouped_query", "grouped-query attention", hints=(
-    "Consecutive query heads form g groups of h/g; group j reads key/value head j. K and V are "
-    "never copied to h heads (the checker refuses a tensor that large), so a decoding step reads "
-    "g heads, not h. Which tensor can change its shape for free (a view), and into what?",
+    "Consecutive query heads form g groups of h/g; group j reads key/value head j. Your code must "
+    "not build K or V for all h heads: the checker refuses any torch call that hands you a tensor "
+    "that large. Which tensor can change its shape for free (a view), and into what?",
     "ah.scaled_dot_product_attention (and @) treats the axes before the last two as a batch and "
     "broadcasts a size-1 axis. q's head axis splits into g groups of h/g: which comes first? Then "
     "fold the h/g axis into q's rows. (A size-1 axis on k and v broadcasts too, but matmul then "
