@@ -27,12 +27,7 @@ from ..training import single_thread
 from .core import AttentionFrame, BlitView, LiveAttentionWidget
 from .panels import TITLE_PT, AttentionPanel, EntropyBars, TextSprites
 
-SHOWN = {" ": "␣", "\n": "⏎", "\t": "⇥"}
-
-
-def char_label(c: str) -> str:
-    """The character as the axes draw it (space, newline and tab made visible)."""
-    return SHOWN.get(c, c)
+SHOWN = {" ": "␣", "\n": "⏎", "\t": "⇥"}        # space, newline and tab made visible on the axes
 
 
 @dataclass(frozen=True)
@@ -118,7 +113,7 @@ def run_prompt(model: bg.GPT, corpus: bg.Corpus, text: str, heads=()) -> PromptR
     entropy = attention_entropy(weights.double()).mean(-1)           # (L, h)
     ceiling = float(torch.log(torch.arange(1, n + 1, dtype=torch.float64)).mean())
     continuation = corpus.decode(tokens[0, start.shape[1]:]).replace("\n", SHOWN["\n"])
-    return PromptRun(shown, [char_label(c) for c in shown], weights, entropy, ceiling,
+    return PromptRun(shown, [SHOWN.get(c, c) for c in shown], weights, entropy, ceiling,
                      bg.head_scores(weights[:, :, None], shown), len(text) > len(shown),
                      tuple(heads), loss, continuation)
 
@@ -152,8 +147,7 @@ def plot_curves(curves: dict, title: str, *, ends: dict | None = None,
 
 @dataclass
 class GPTFrame(AttentionFrame):
-    """One head's frame plus its layer's mean entropy per head, ``layer_entropy (h,)`` (0-based),
-    and the zeroed heads (``"L1H2, L1H3"`` or ``""``)."""
+    """One head's frame, its layer's mean entropy per head ``(h,)`` and the zeroed heads ("L1H2")."""
 
     layer_entropy: torch.Tensor | None = None
     layer_ceiling: float = 0.0
