@@ -314,7 +314,8 @@ def run_in_lanes(jobs: list[tuple], started: float, lanes: int = 2) -> None:
     output goes to ``artifacts/<log name>.log`` and its tail is printed when it ends. The first
     failure stops the jobs still running and the script. Times are printed from ``started``
     (a ``time.monotonic()``)."""
-    pending, running = list(jobs), {}
+    pending, running, cpu_seconds, machine = list(jobs), {}, 0.0, busy_cpu_seconds()
+    lanes_began = time.monotonic()
     try:
         while pending or running:
             while pending and len(running) < lanes:
@@ -327,22 +328,49 @@ def run_in_lanes(jobs: list[tuple], started: float, lanes: int = 2) -> None:
                 say(f"[{time.monotonic() - started:.0f} s] started: {title} "
                     f"(output: {log.relative_to(ROOT)})")
             time.sleep(0.5)
-            for process in [p for p in running if p.poll() is not None]:
+            for process, cpu in [(p, cpu) for p in running if (cpu := reap(p)) is not None]:
                 title, log, out, began, passing = running.pop(process)
                 out.close()
                 code, now = process.returncode, time.monotonic()
+                cpu_seconds += cpu
                 say(f"[{now - started:.0f} s] {'finished' if code in passing else 'FAILED'} "
-                    f"after {now - began:.0f} s: {title}")
+                    f"after {now - began:.0f} s ({cpu:.0f} s of CPU): {title}")
                 print(log.read_text()[-6000:], flush=True)
                 if code not in passing:
                     print(f"\ncourse.py: {title} failed (exit {code}); see {log}", file=sys.stderr)
                     sys.exit(code)
+        busy, cores = busy_cpu_seconds() - machine, os.cpu_count() or 1
+        say(f"[{time.monotonic() - started:.0f} s] the jobs used {cpu_seconds:.0f} s of CPU; "
+            f"the machine's {cores} cores were busy {busy:.0f} s of their "
+            f"{cores * (time.monotonic() - lanes_began):.0f} s since the first job started")
     finally:
         for process, (_, _, out, *_) in running.items():   # a failure or Ctrl+C: stop the others
             if process.poll() is None:
                 process.terminate()
                 process.wait()
             out.close()
+
+
+def reap(process: subprocess.Popen) -> float | None:
+    """``None`` while ``process`` runs; once it has ended, its CPU seconds (its own and those of the
+    children it waited for: a notebook's kernel, Chromium), its exit code set (0 s where the
+    system cannot tell, e.g. on Windows)."""
+    if not hasattr(os, "wait4"):
+        return None if process.poll() is None else 0.0
+    pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+    if pid == 0:
+        return None
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
+def busy_cpu_seconds() -> float:
+    """Seconds all of the machine's cores have spent not idle since boot (Linux; else 0)."""
+    try:
+        ticks = [int(t) for t in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle, iowait
 
 
 def execute(paths: list[str]) -> None:
