@@ -223,11 +223,11 @@ def run_tests(extra: list[str], scratch: Path) -> None:
     # Independent jobs, each started as soon as a lane is free, longest first: the browser pass
     # (every notebook run in JupyterLab in Chromium, its sliders moved and timed), strict nbval of
     # 10 and 09 on the other floating-point path and with this environment's settings, the tests
-    # marked slow, the other tests in a few groups (see TEST_GROUPS), then strict nbval of the
-    # other notebooks, one job each per setting. One lane per core, plus one for the
-    # browser pass: it waits on Chromium and the server as much as it computes. Its timings are
-    # judged only as ratios to a floor sampled just before and after each notebook (the same
-    # machine load), and a notebook over the ratio is measured again, alone, below (--confirm).
+    # in a few groups (see TEST_GROUPS), then strict nbval of the other notebooks, one job each
+    # per setting. One lane per core, plus one for the browser pass: it waits on Chromium and the
+    # server as much as it computes. Its timings are judged only as ratios to a floor sampled
+    # just before and after each notebook (the same machine load), and a notebook over the ratio
+    # is measured again, alone, below (--confirm).
     other = " ".join(f"{k}={v}" for k, v in OTHER_FP_PATH.items())
     # The nbval pass with this environment's settings: its thread count too (a pin is dropped).
     default = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
@@ -247,12 +247,11 @@ def run_tests(extra: list[str], scratch: Path) -> None:
                                                  "default", default, {})]]
     jobs = [
         *nbval[:4],         # 10 and 09 (two minutes and one each), then the tests, then ...
-        ("tests marked slow", "pytest_slow",
-         [*pytest, "tests", "-m", "slow and not browser", "--basetemp", scratch / "tmp-slow",
-          *extra],
-         env("pytest-slow", **one), NO_TESTS_OK),
-        *((f"unit, property, widget and hygiene tests: {', '.join(group)}", f"pytest_{i}",
-           [*pytest, *(f"tests/{d}" for d in group), "-m", "not slow and not browser",
+        # Each group with its tests marked slow: one process collects a folder once and loads a
+        # fixture once (a separate job for the slow tests collected all 1,700 tests, 19 s of CPU,
+        # and loaded the pretrained encoder a second time).
+        *((f"unit, property, widget, hygiene and slow tests: {', '.join(group)}", f"pytest_{i}",
+           [*pytest, *(f"tests/{d}" for d in group), "-m", "not browser",
             "--basetemp", scratch / f"tmp-rest-{i}", *extra],
            env(f"pytest-{i}", **one), NO_TESTS_OK)
           for i, group in enumerate(test_groups(), start=1)),
@@ -292,12 +291,13 @@ def run_tests(extra: list[str], scratch: Path) -> None:
     say(f"all checks passed in {time.monotonic() - started:.0f} s")
 
 
-# The tests not marked slow, in a few groups of folders, each a job of its own: whichever lane
-# frees first takes the next group, so the lanes end within a group's time (about a minute) of each
-# other, instead of one lane running all of them while the other waits (CI, 2026-11-26: the
-# nbval lane freed 47 s before the slow tests ended and then ran all 245 s of them alone).
-TEST_GROUPS = (("core", "shared", "tools", "site"), ("lessons",), ("exercises",),
-               ("widgets", "notebooks"))
+# The tests (but the browser pass), in a few groups of folders, each a job of its own, heaviest
+# first: whichever lane frees first takes the next group, so the lanes end within a group's time
+# (about a minute) of each other, instead of one lane running all of them while the other waits
+# (CI, 2026-11-26: the nbval lane freed 47 s before the slow tests ended and then ran all 245 s
+# of them alone).
+TEST_GROUPS = (("exercises",), ("core", "shared", "tools"), ("widgets", "notebooks"),
+               ("lessons", "site"))
 
 
 def test_groups() -> list[tuple[str, ...]]:
