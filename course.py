@@ -101,7 +101,6 @@ def install() -> None:
 
 WARM_UP = """
 from jupyter_client.manager import start_new_kernel
-import jupyter_server.serverapp, jupyterlab, nbval, pytest, hypothesis, playwright.sync_api
 manager, client = start_new_kernel(startup_timeout=600)
 try:
     client.execute_interactive("import attn_helpers, torch, matplotlib.pyplot, seaborn, ipywidgets",
@@ -112,11 +111,20 @@ finally:
 """
 
 
+# The tools' imports, compiled beside the kernel's: the warm-up kernel keeps about one core busy.
+WARM_UP_TOOLS = ("import jupyter_server.serverapp, jupyterlab, nbval, pytest, hypothesis, "
+                 "playwright.sync_api, sphinx.application, myst_nb, sphinx_book_theme, bs4")
+
+
 def warm_up() -> None:
-    """Bytecode for what the course imports, written by one process before the checks start: a
-    kernel started once and the course's imports run in it. Without it, three lanes starting kernels
-    at once while each compiled torch and IPython once made a kernel miss nbval's startup timeout."""
+    """Bytecode for what the course imports, written before the checks start: a kernel started
+    once and the course's imports run in it, and the tools' imports in a second process beside it
+    (18 and 13 s of CPU). Without it, three lanes starting kernels at once while each compiled
+    torch and IPython once made a kernel miss nbval's startup timeout."""
+    tools = subprocess.Popen([str(PYTHON), "-c", WARM_UP_TOOLS], cwd=ROOT)
     run([PYTHON, "-c", WARM_UP])
+    if tools.wait() != 0:
+        sys.exit(f"course.py: the warm-up imports failed (exit {tools.returncode}): {WARM_UP_TOOLS}")
 
 
 def allow_bytecode() -> None:
