@@ -17,18 +17,18 @@ from attn_helpers.bench.attention import attention_verdict
 from attn_helpers.lessons import complexity as cx
 
 
-def test_cli_prints_the_schema_on_small_n():
-    done = subprocess.run(
-        [sys.executable, "-m", "attn_helpers.bench", "attention", "--max-n", "256", "--threads", "1",
-         "--budget-s", "0.02"],
-        capture_output=True, text=True, timeout=180, check=True)
-    *timings, peak, machine = json.loads(done.stdout)
+def test_cli_prints_the_schema_on_small_n(capsys):
+    threads = torch.get_num_threads()       # in this process: a new one spent 3.5 s importing torch
+    assert bench.main(["attention", "--max-n", "256", "--threads", "1", "--budget-s", "0.02"]) == 0
+    torch.set_num_threads(threads)
+    done = capsys.readouterr()
+    *timings, peak, machine = json.loads(done.out)
     assert {(r["method"], r["n"]) for r in timings} == {
         (m, n) for m in cx.ATTENTION_METHODS + cx.FWD_BWD_METHODS for n in (128, 256)}
     assert all(set(r) == {"method", "n", "median_ms", "peak_bytes", "gflops"} for r in timings)
     assert set(peak) == {"method", "gflops"} and peak["method"] == "matmul_peak"
     assert machine["method"] == "machine" and machine["copy_gbps"] > 0 and machine["threads"] == 1
-    assert done.stderr.count("not measured") == 3  # the targets at 4096/8192 are not checked
+    assert done.err.count("not measured") == 3  # the targets at 4096/8192 are not checked
 
 
 def test_peak_bytes_counts_the_buffers_alive_at_once():
