@@ -176,7 +176,7 @@ NORMS_MISTAKES = [
     *(Mistake(lambda w, v, W, s=s: s((w[..., None] * _f(v, W)[:, :, None]).sum(1).norm(dim=-1), w),
               "you summed the heads' terms before the norm, ||sum_h a_ij f_h(x_j)||: that is Kobayashi "
               "et al.'s per-layer measure. Here each head gets its own, a_ij ||f_h(x_j)||.")
-      for s in (lambda x, w: x, lambda x, w: x[:, None].expand_as(w))),
+      for s in (lambda x, w: x, lambda x, w: x[:, None], lambda x, w: x[:, None].expand_as(w))),
     Mistake(lambda w, v, W: w * _f(v, W).norm(dim=(1, 3))[:, None, None, :], "you took one norm "
             "over the heads and d together: each head has its own f_h(x_j); take the norm over d only."),
 ]
