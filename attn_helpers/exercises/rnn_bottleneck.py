@@ -57,7 +57,6 @@ def _rnn(*, act=torch.tanh, drop=(), outside=(), reverse=False, transpose=False,
 
 rnn_encoder_reference = _rnn()   # x (..., n, d_in), W_x, W_h, b -> H (..., n, d), h_last (..., d)
 
-
 _RULE = "h_j = tanh(x_j W_x + h_{j-1} W_h + b)"
 RNN_MISTAKES = [
     Mistake(_rnn(act=lambda z: z), "the tanh is missing: the states are linear in the inputs."),
@@ -186,8 +185,9 @@ ADDITIVE_MISTAKES = [
                       (lambda e: e + 1, "every score plus 1: " + _SHIFT))),
     Mistake(_features(lambda x, v: torch.tanh(x) @ v.abs()), "v_a lost its signs (v_a.abs()?): use "
             "v_a as given, so a feature can lower a score as well as raise it."),
-    Mistake(_features(lambda x, v: torch.tanh(x).sum(-1)), "v_a is missing: each d_a-vector "
-            "tanh(s_t U_q + h_j U_k) becomes one number by a product with v_a, not a sum."),
+    *(Mistake(_features(lambda x, v, f=f: f(torch.tanh(x), -1)), "v_a is missing: each d_a-vector "
+              f"tanh(s_t U_q + h_j U_k) becomes one number by a product with v_a, not a {name}.")
+      for f, name in ((torch.sum, "sum"), (torch.mean, "mean"))),
     *(Mistake(_features(f), f"you divided by sqrt(d_a){where}. The additive score has no scale: v_a is "
               "learned and sets it (1/sqrt(d) belongs to the dot-product score, notebook 03).")
       for f, where in ((lambda x, v: torch.tanh(x) @ v / v.shape[0] ** 0.5, ""),
