@@ -1,4 +1,4 @@
-"""Notebook 05's checkers: packed documents, a padded chunk's mask, a rolling cache."""
+"""Notebook 05's checkers: packed documents, a prefix LM's mask, a rolling cache."""
 
 from __future__ import annotations
 
@@ -73,21 +73,17 @@ _PACK_MISTAKES = [   # (the flaw of _pack, its hint)
     ("one_ahead", _AHEAD),
     ("boundary", "each document's first token was put in the previous document: a boundary is off "
      "by one. Token i belongs to the first document whose end (one past its last token) exceeds i."),
-    ("or", "the two rules were joined with OR (|): a token sees its whole document, and every "
-     "earlier token of the row. A key must pass both (&)."),
+    ("or", "joined with OR (|): a key must be in the token's document AND not after it (&)."),
     ("transposed", "the mask is transposed: rows are queries i, columns keys j <= i."),
     ("inverted", "the mask is inverted: True means 'may attend'."),
     ("not_restarted", "the positions run on across the row: each document starts at position 0."),
     ("from_one", "off by one: each document's positions start at 1; the first token sits at 0."),
     ("minus_end", "the positions are negative: you subtracted each document's end, not its start."),
     ("count_down", _COUNT_DOWN),
-    ("modulo_first", "the positions repeat every lengths[0] tokens: you took the index modulo the "
-     "first document's length. Subtract each token's own document's start."),
+    ("modulo_first", "positions repeat every lengths[0] tokens: subtract each token's document start."),
     ("count_down_from_length", _COUNT_DOWN),
-    ("doc_index", "the positions are each token's document number. A position counts the tokens "
-     "before it in its own document."),
-    ("second_only", "only the second document restarts at 0; the third and later ones run on. "
-     "Subtract each token's own document's start."),
+    ("doc_index", "the positions are document numbers: count the earlier tokens of each document."),
+    ("second_only", "only the second document restarts at 0: subtract each token's document start."),
 ]
 
 
@@ -118,85 +114,90 @@ def check_pack_documents(pack_documents: Callable) -> CheckResult:
                       "column (n, 1) and one as a row (1, n).")])
 
 
-def _chunk_mask(mask: torch.Tensor, n_new: int, flaw: str | None = None) -> torch.Tensor:
-    """The last ``n_new`` tokens' ``(b, 1, n_new, n)`` mask as float64, 0 in pad queries' rows;
-    ``flaw``: one known mistake."""
-    n = mask.shape[-1]
-    causal = torch.ones(n, n, dtype=torch.bool).tril(int(flaw == "one_ahead"))
-    if flaw == "top_left":                               # the new queries get the first rows
-        causal = torch.cat([causal[:n - n_new], causal[:n_new]])
-    real_key = mask.bool()[:, None, None, :]
-    allowed = {"query_axis": causal & mask.bool()[:, None, :, None], "or": causal | real_key,
-               "padding_only": real_key.expand(-1, -1, n, -1),
-               "strict": causal.tril(-1) & real_key}.get(flaw, causal & real_key)
-    allowed = (~allowed if flaw == "inverted" else allowed).masked_fill((mask == 0)[:, None, :, None], 0)
-    return allowed[:, :, n - n_new:].double()            # the new queries: the last n_new tokens
+def _prefix_lm(attention_mask, prefix_len, flaw: str | None = None) -> torch.Tensor:
+    """The ``(b, 1, n, n)`` prefix-LM mask as float64; ``flaw``: one known mistake."""
+    n = attention_mask.shape[-1]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]             # queries, keys
+    p = (prefix_len[:1] if flaw == "first_row" else prefix_len)[:, None, None, None]   # (b, 1, 1, 1)
+    causal = {"strict": j < i, "one_ahead": j <= i + 1}.get(flaw, j <= i)
+    in_prefix = {"query": i < p, "inclusive": j <= p}.get(flaw, j < p)
+    real_key = attention_mask.bool()[:, None, None, :]                     # (b, 1, 1, n)
+    rule = causal | in_prefix                                             # (b, 1, n, n)
+    right = rule & real_key
+    allowed = {"causal_only": causal & real_key, "and": causal & in_prefix & real_key,
+               "no_padding": rule, "or_padding": rule | real_key, "transposed": right.transpose(-2, -1),
+               "inverted": ~right}.get(flaw, right)
+    return allowed.masked_fill((attention_mask == 0)[:, None, :, None], 0).double()  # pad rows: 0
 
 
-_CHUNK_MISTAKES = [   # (the flaw of _chunk_mask, its hint)
-    ("query_axis", "real tokens see the pads before them: the padding went on the query axis "
-     "(b, 1, n, 1), or is missing. It must hide pad keys: the last axis, (b, 1, 1, n)."),
-    ("padding_only", "each token sees the later real tokens: the padding mask is there, but the "
-     "causal AND (j <= i) is missing."),
+_PREFIX_MISTAKES = [   # (the flaw of _prefix_lm, its hint)
+    ("causal_only", "the prefix is read left to right: its tokens see only earlier ones. A prefix "
+     "token sees the whole prefix: OR 'key j lies in the prefix' into the causal rule."),
+    ("query", "the prefix's tokens see the whole row, the tokens to predict included: you tested the "
+     "query, i < prefix_len. The prefix is a set of keys: test key j."),
+    ("inclusive", "off by one: the prefix's tokens see the token after it: it is 0..prefix_len - 1."),
+    ("and", "the rules were joined with AND: the tokens after the prefix see only the prefix. A key "
+     "is visible when it is not after the query OR lies in the prefix."),
+    ("first_row", "every row got the first row's prefix length: each row has its own. Give "
+     "prefix_len a shape that broadcasts over (b, 1, n, n)."),
     ("strict", _STRICT),
     ("one_ahead", _AHEAD),
-    ("or", "the two rules were joined with OR (|): a key must be real AND not after the query (&)."),
-    ("inverted", "the mask is inverted: True means 'may attend' (nn.MultiheadAttention's "
-     "convention is the other way round)."),
-    ("top_left", "the mask is aligned top-left, as torch's is_causal=True aligns it: new query i got "
-     "the rule j <= i. The new queries are the last n_new tokens, so query i is token n - n_new + i."),
+    ("no_padding", "real tokens see pads: the padding is missing, or went on the query axis "
+     "(b, 1, n, 1). It must hide pad keys: the last axis, (b, 1, 1, n)."),
+    ("or_padding", "the padding was joined with OR (|): every real key became visible. A key must be "
+     "real AND pass the prefix-LM rule (&)."),
+    ("transposed", "the mask is transposed: rows are queries i, columns keys j."),
+    ("inverted", "the mask is inverted: True means 'may attend' (nn.MultiheadAttention reverses it)."),
 ]
 
 
-def _on_real_queries(chunk_mask: Callable) -> Callable:
-    """A bool ``(b, 1, n_new, n)`` mask, compared on the rows of real queries (pad rows unchecked)."""
-    def wrapped(attention_mask, n_new):
-        mask = chunk_mask(attention_mask, n_new)
+def _on_real_queries(prefix_lm_mask: Callable) -> Callable:
+    """A bool ``(b, 1, n, n)`` mask, compared on the rows of real queries (pad rows unchecked)."""
+    def wrapped(attention_mask, prefix_len):
+        mask = prefix_lm_mask(attention_mask, prefix_len)
         if mask is None:
             return None
         mask = _tensor("the mask", mask, "bool")
-        (b, n), m = attention_mask.shape, n_new
-        why = {(b, m, n): "Scores with heads are (b, h, n_new, n): without the head axis, the mask's "
-               "batch axis meets the heads.", (b, 1, n, n): "That holds every token's row: the new "
-               "queries are the last n_new tokens.", (b, 1, 1, n): "That is the padding mask alone: "
-               "the causal AND (j <= i) gives each new query its own row."}
-        if mask.shape != (b, 1, m, n):
-            raise Refused(f"the mask must be (b, 1, n_new, n) = {(b, 1, m, n)}, got "
-                          f"{tuple(mask.shape)}. " + why.get(tuple(mask.shape), "Its axes: batch, "
-                                                              "1 (heads), new queries, keys."))
-        return mask.masked_fill((attention_mask[:, n - m:] == 0)[:, None, :, None], 0)
-    return wrapped if callable(chunk_mask) else chunk_mask
+        b, n = attention_mask.shape
+        why = {(b, n, n): "Scores with heads are (b, h, n, n): without the head axis, the mask's "
+               "batch axis meets the heads.", (b, 1, 1, n): "That is the padding mask alone: each "
+               "query needs its own row."}
+        if mask.shape != (b, 1, n, n):
+            raise Refused(f"the mask must be (b, 1, n, n) = {(b, 1, n, n)}, got {tuple(mask.shape)}. "
+                          + why.get(tuple(mask.shape), "Its axes: batch, 1 (heads), queries, keys."))
+        return mask.masked_fill((attention_mask == 0)[:, None, :, None], 0)
+    return wrapped if callable(prefix_lm_mask) else prefix_lm_mask
 
 
-@exercise("masking.chunk_mask", "the causal-and-padding mask of a padded chunk", hints=(
-    "A long prompt may arrive in chunks, after cached tokens. The mask must hide the future and the "
-    "pads from each new query. Which tokens of the row are the new queries?",
-    "New query i is token n - n_new + i: it sees key j when j <= n - n_new + i AND token j is real. "
-    "Which rows of the full (n, n) causal mask are those? Which axis of (b, 1, n_new, n) holds the "
-    "keys?",
+@exercise("masking.prefix_lm_mask", "a prefix LM's mask over a padded batch", hints=(
+    "A prefix LM reads its prompt, the prefix, in both directions, then predicts the rest left to "
+    "right. Which keys may a prefix token see? A token after the prefix? And the pads?",
+    "Query i sees key j when (j <= i OR j < the row's prefix_len) AND token j is real. Build each "
+    "rule from the index grids i (queries, a column) and j (keys, a row). Each row has its own "
+    "prefix length: which shape broadcasts it over (b, 1, n, n)?",
     "n = attention_mask.shape[-1]\n"
-    "causal = ...                       # (n_new, n): the new queries' rows of j <= i\n"
+    "i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]   # (n, 1) queries, (1, n) keys\n"
+    "in_prefix = ...                    # (b, 1, 1, n): key j lies in its row's prefix\n"
     "real_key = ...                     # (b, 1, 1, n): True at real tokens, on the key axis\n"
-    "return causal & real_key           # (b, 1, n_new, n)"))
-def check_chunk_mask(chunk_mask: Callable) -> CheckResult:
-    """``chunk_mask(attention_mask (b, n) int, 1 = real, n_new) -> mask (b, 1, n_new, n) bool``
-    of the last ``n_new`` tokens, padded either side; pad queries' rows are not checked."""
+    "return ((j <= i) | in_prefix) & real_key      # (b, 1, n, n)"))
+def check_prefix_lm_mask(prefix_lm_mask: Callable) -> CheckResult:
+    """``prefix_lm_mask(attention_mask (b, n) int, 1 = real, prefix_len (b,) int) -> mask
+    (b, 1, n, n) bool``: causal OR key in the row's prefix, AND a real key; pad rows not checked."""
     g = seeded(5)
     b, n = size(g, 2, 4), size(g, 3, 9)
     lengths = torch.randint(1, n + 1, (b,), generator=g).tolist()
-    left_3 = [[0, 0, 0, 1, 1, 1, 1, 1], [1] * 8]
-    masks = [(left_3, 8), ([[1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [0, 1, 1, 1, 1]], 5), ([[1]], 1),
-             ([[0, 0, 0, 0, 1], [1, 1, 1, 1, 0]], 5), (left_3, 3), (left_3, 1),   # chunks, a step
+    cases = [([[1] * 6], [2]), ([[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1], [1] * 6], [3, 4, 0]),
+             ([[1, 1, 1, 0, 0], [1] * 5], [5, 1]), ([[1]], [1]),
+             ([[0, 0, 1, 1, 1, 1, 1], [1] * 7], [4, 2]),
              ([[1] * m + [0] * (n - m) if r % 2 == 0 else [0] * (n - m) + [1] * m   # right, left
-               for r, m in enumerate(lengths)], size(g, 1, n))]
+               for r, m in enumerate(lengths)], torch.randint(0, n + 1, (b,), generator=g).tolist())]
     return check_function(
-        _on_real_queries(chunk_mask), _chunk_mask,
-        [{"attention_mask": torch.tensor(m), "n_new": n_new} for m, n_new in masks],
-        what="chunk_mask", output_names=("the mask",),
-        mistakes=[Mistake(partial(_chunk_mask, flaw=flaw), hint) for flaw, hint in _CHUNK_MISTAKES],
-        error_hints=[("must match the size of tensor", "two tensors did not broadcast. The causal "
-                      "rows are (n_new, n) and the padding (b, n): give the padding a head axis and "
-                      "a query axis.")])
+        _on_real_queries(prefix_lm_mask), _prefix_lm,
+        [{"attention_mask": torch.tensor(m), "prefix_len": torch.tensor(p)} for m, p in cases],
+        what="prefix_lm_mask", output_names=("the mask",),
+        mistakes=[Mistake(partial(_prefix_lm, flaw=flaw), hint) for flaw, hint in _PREFIX_MISTAKES],
+        error_hints=[("must match the size of tensor", "two tensors did not broadcast: give the causal "
+                      "rule (n, n), the padding (b, n) and prefix_len (b,) the axes they lack.")])
 
 
 _UNSEEN = ("off by one: until the ring was full, the query did not see the key just written: after "
@@ -286,8 +287,7 @@ def _ring_cases() -> list[dict]:
 
 
 def _run_steps(step: Callable) -> Callable:
-    """``step``'s outputs for t = 0..n-1 on copies of the caches; refused: no slot or several written
-    in place, or more than token t's output returned."""
+    """``step``'s outputs for t = 0..n-1 on copies of the caches, refused if it misuses them."""
 
     def run(q, k, v, k_cache, v_cache):
         k_cache, v_cache = k_cache.clone(), v_cache.clone()
@@ -342,13 +342,13 @@ def check_rolling_cache_step(rolling_cache_step: Callable) -> CheckResult:
             q, k, v, sliding_window_mask(q.shape[-2], k_cache.shape[-2]))[0],
         _ring_cases(), what="rolling_cache_step", output_names=("the outputs of steps 0..n-1",),
         mistakes=[Mistake(_run_steps(_ring_step(**flaw)), hint) for hint, flaw in _WRONG],
-        nan_hint="unwritten slots must not enter the softmax: a garbage score far above the real "
-                 "ones takes the max, the real weights round to 0, and zeroing then renormalising "
-                 "gives 0 / 0. Attend only to the filled slots (slice them): a NaN left in an "
-                 "unwritten slot of V reaches the output even through a zero weight.",
+        nan_hint="unwritten slots must not enter the softmax: a garbage score far above the real ones "
+                 "takes the max, the real weights round to 0, and zeroing, renormalising gives 0 / 0."
+                 " Attend only to the filled slots (slice them): a NaN left in an unwritten slot of V "
+                 "reaches the output even through a zero weight.",
         error_hints=[("out of bounds for dimension",
-                      "the cache has w slots, so token t cannot go to slot t once t >= w. It goes "
-                      "where the key that just left the window was stored: token t - w's slot."),
+                      "the cache has w slots, so token t cannot go to slot t once t >= w: it goes to "
+                      "token t - w's slot, where the key that just left the window was stored."),
                      ("must hold at least one key",
                       "off by one: at step t = 0 the query had no key, so token t missed itself: it "
                       "attended before the write, or the filled-slot count left the newest key out."),

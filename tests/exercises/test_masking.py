@@ -11,16 +11,16 @@ from _exercises import assert_rejected, assert_skeleton
 
 import attn_helpers as ah
 from attn_helpers.exercises.masking import (
-    _CHUNK_MISTAKES,
     _PACK_MISTAKES,
+    _PREFIX_MISTAKES,
     _WRONG,
-    _chunk_mask,
     _pack,
+    _prefix_lm,
     _ring_cases,
     _ring_step,
     _run_steps,
-    check_chunk_mask,
     check_pack_documents,
+    check_prefix_lm_mask,
     check_rolling_cache_step,
 )
 
@@ -175,39 +175,35 @@ def test_rolling_cache_step_accepts_the_level_3_skeleton_filled_in():
                     check_rolling_cache_step, ("t % w", "min(t + 1, w)"), ah=ah)
 
 
-def chunk_mask(attention_mask, n_new):                            # the reference, as a learner
+def prefix_lm_mask(attention_mask, prefix_len):                  # the reference, as a learner
     n = attention_mask.shape[-1]
-    causal = torch.ones(n, n, dtype=torch.bool).tril()[n - n_new:]    # the last rows: bottom-right
-    return causal & attention_mask.bool()[:, None, None, :]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    in_prefix = j < prefix_len[:, None, None, None]                   # (b, 1, 1, n)
+    return ((j <= i) | in_prefix) & attention_mask.bool()[:, None, None, :]
 
 
-def test_chunk_mask_accepts_the_reference_a_tril_offset_blank_pad_rows_and_the_skeleton():
-    assert check_chunk_mask(chunk_mask)
-    assert check_chunk_mask(lambda m, k: torch.ones(k, m.shape[-1], dtype=torch.bool)
-                                .tril(m.shape[-1] - k) & m.bool()[:, None, None, :])
-    assert check_chunk_mask(lambda m, k: chunk_mask(m, k) & m.bool()[:, None, -k:, None])
-    assert_skeleton("masking.chunk_mask", "attention_mask, n_new", check_chunk_mask,
-                    ("torch.ones(n, n, dtype=torch.bool).tril()[n - n_new:]",
-                     "attention_mask.bool()[:, None, None, :]"))
+def test_prefix_lm_mask_accepts_the_reference_blank_pad_rows_and_the_skeleton():
+    assert check_prefix_lm_mask(prefix_lm_mask)
+    assert check_prefix_lm_mask(lambda m, p: prefix_lm_mask(m, p) & m.bool()[:, None, :, None])
+    assert_skeleton("masking.prefix_lm_mask", "attention_mask, prefix_len", check_prefix_lm_mask,
+                    ("j < prefix_len[:, None, None, None]", "attention_mask.bool()[:, None, None, :]"))
 
 
-@pytest.mark.parametrize("flaw, hint", _CHUNK_MISTAKES, ids=[flaw for flaw, _ in _CHUNK_MISTAKES])
-def test_chunk_mask_names_each_known_mistake_with_its_hint(flaw, hint):
-    assert_rejected(check_chunk_mask(lambda m, k: _chunk_mask(m, k, flaw).bool()), "\nHint: " + hint)
+@pytest.mark.parametrize("flaw, hint", _PREFIX_MISTAKES, ids=[flaw for flaw, _ in _PREFIX_MISTAKES])
+def test_prefix_lm_mask_names_each_known_mistake_with_its_hint(flaw, hint):
+    assert_rejected(check_prefix_lm_mask(lambda m, p: _prefix_lm(m, p, flaw).bool()), "\nHint: " + hint)
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (lambda m, k: chunk_mask(m, k).float(), ["bool", "0 and 1 hide nothing"]),
-    (lambda m, k: chunk_mask(m, k)[:, 0], ["(b, h, n_new, n)"]),
-    (lambda m, k: chunk_mask(m, k).tolist(), ["the mask must be a tensor, got list"]),
-    (lambda m, k: m.bool()[:, None, None, :], ["got (2, 1, 1, 8)", "j <= i"]),
-    (lambda m, k: chunk_mask(m, k).transpose(1, 2), ["(2, 8, 1, 8)"]),
-    (lambda m, k: chunk_mask(m, m.shape[-1]), ["got (2, 1, 8, 8)", "every token's row"]),
-    (lambda m, k: torch.ones(m.shape[-1], m.shape[-1], dtype=torch.bool).tril()[-k:] & m.bool(),
-     ["did not broadcast", "a head axis and a query axis"]),
+    (lambda m, p: prefix_lm_mask(m, p).float(), ["bool", "0 and 1 hide nothing"]),
+    (lambda m, p: prefix_lm_mask(m, p)[:, 0], ["(b, h, n, n)"]),
+    (lambda m, p: prefix_lm_mask(m, p).tolist(), ["the mask must be a tensor, got list"]),
+    (lambda m, p: m.bool()[:, None, None, :], ["got (1, 1, 1, 6)", "padding mask alone"]),
+    (lambda m, p: (torch.arange(6) < p) | torch.ones(6, 6).tril().bool() if len(m) > 1  # p: (b,)
+     else prefix_lm_mask(m, p), ["did not broadcast", "they lack"]),
 ])
-def test_chunk_mask_names_a_float_or_list_a_missing_axis_or_causal_and_the_whole_row(wrong, words):
-    assert_rejected(check_chunk_mask(wrong), *words)
+def test_prefix_lm_mask_names_a_float_or_list_a_missing_axis_and_a_prefix_not_broadcast(wrong, words):
+    assert_rejected(check_prefix_lm_mask(wrong), *words)
 
 
 def test_a_filled_count_that_leaves_the_newest_key_out_is_named_with_the_course_attention():

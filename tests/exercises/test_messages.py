@@ -42,9 +42,9 @@ KEY_EXPRESSIONS = {
         ("pinv", "torch.roll(", "W_Q @ P.T", "math.log(99")),
     "masking.pack_documents": (masking.check_pack_documents, (
         "repeat_interleave", "doc[:, None] == doc[None, :]", "i - starts[doc]", "searchsorted")),
-    "masking.chunk_mask": (
-        masking.check_chunk_mask,
-        ("tril()[n - n_new:]", "[n - n_new:]", "tril(n - n_new)", "[:, None, None, :]")),
+    "masking.prefix_lm_mask": (
+        masking.check_prefix_lm_mask,
+        ("prefix_len[:, None, None, None]", "j < prefix_len", "[:, None, None, :]")),
     "masking.rolling_cache_step": (
         masking.check_rolling_cache_step,
         ("t % w", "t mod w", "min(t + 1, w)", "min(t+1, w)")),

@@ -57,7 +57,7 @@ STUB_NAMES = [
     (scaling.check_choose_scale, "choose_scale"), (scaling.check_softmax_backward, "softmax_backward"),
     (scaling.check_projection_gradients, "projection_gradients"),
     (multi_head.check_grouped_query_attention, "grouped_query_attention"),
-    (masking.check_chunk_mask, "chunk_mask"),
+    (masking.check_prefix_lm_mask, "prefix_lm_mask"),
     (masking.check_rolling_cache_step, "rolling_cache_step"),
     (cross_attention.check_cross_attend, "cross_attend"),
     (cross_attention.check_decode_layer, "decode_layer"),
@@ -174,7 +174,7 @@ def test_the_progress_file_lives_in_the_user_data_directory_by_default(monkeypat
 def test_the_progress_command_prints_and_resets(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ATTN_COURSE_PROGRESS_DIR", str(tmp_path))
     monkeypatch.setattr(workflow, "_RESULTS", {})                  # a fresh process: no verdicts
-    (tmp_path / "progress.json").write_text('{"passed": {"masking.chunk_mask": "2026-01-01"}}')
+    (tmp_path / "progress.json").write_text('{"passed": {"masking.prefix_lm_mask": "2026-01-01"}}')
     assert tools_main(["progress"]) == 0
     out = capsys.readouterr().out
     assert str(tmp_path / "progress.json") in out and "00 start_here: 0 of" in out
