@@ -79,6 +79,8 @@ CHOOSE_SCALE_MISTAKES = [Mistake(_scale_from(f), hint) for f, hint in [
      "1/sqrt(d_k) by the spread; c replaces 1/sqrt(d_k): c alone multiplies the raw S = Q K^T."),
     (lambda S, *_: S.var(-1).mean().sqrt(),
      "you returned the spread of the scores; the scale divides by it."),
+    (lambda S, *_: S.std(dim=-1).mean(),
+     "you returned the rows' standard deviation, a spread of the scores; the scale divides by it."),
     (lambda S, x, w_q, w_k: (S.var(-1).mean() / w_q.shape[1]).rsqrt(), "you measured S / sqrt(d_k), "
      "scores already scaled once; c replaces 1/sqrt(d_k), so measure the raw S = Q K^T."),
     (lambda S, *_: 1 / S.pow(2).mean().sqrt(), "mean(S**2) is the variance only for scores of mean "
@@ -155,6 +157,8 @@ _WEIGHED = "<a, g> weighs each g_j by its weight a_j: sum(a * g) over the keys"
 BACKWARD_MISTAKES = [Mistake(lambda s, g, _f=f: _f(torch.softmax(s, dim=-1), g), hint) for f, hint in [
     (lambda a, g: a * g, "that is only diag(a) g: the a a^T term of J is missing (raising s_j "
      "also lowers every other weight)."),
+    (lambda a, g: -a * (a * g).sum(-1, keepdim=True),
+     "that is only -a a^T g: the diag(a) g term of J is missing (raising s_i raises a_i itself)."),
     (lambda a, g: g - (a * g).sum(-1, keepdim=True),
      "the factor a_i is missing in front: both terms of (J g)_i carry it."),
     (lambda a, g: a * g - (a * g).sum(-1, keepdim=True),
@@ -217,9 +221,8 @@ def check_softmax_backward(softmax_backward: Callable) -> CheckResult:
         softmax_backward, _softmax_backward, _backward_cases(), what="softmax_backward",
         output_names=("the gradient at the scores",), atol=1e-6, rtol=1e-5, watch=_no_jacobian,
         mistakes=BACKWARD_MISTAKES, nan_hint=_OVERFLOW.format("a large score"),
-        error_hints=[("must match the size of tensor", "<a, g> must keep its last axis to broadcast "
-                      "against the row: sum(dim=-1, keepdim=True) gives (..., 1); without keepdim "
-                      "it is (...,).")])
+        error_hints=[("must match the size of tensor", "<a, g> must keep its last axis to broadcast: "
+                      "sum(dim=-1, keepdim=True) gives (..., 1); without keepdim it is (...,).")])
 
 
 _BY_HAND = {  # exercise 3's answer in steps; each named mistake below replaces one or two
@@ -257,8 +260,7 @@ def _projection_cases() -> list[dict]:
             case(6, 4, 4, 1.0, spread=48.0)]                  # scores in the thousands: saturated
 
 
-def _scaled(power: float) -> dict:
-    """dQ and dK with the scale to ``power`` (the answer: 1)."""
+def _scaled(power: float) -> dict:                     # dQ and dK with the scale to a power (1 is right)
     return {"dQ": lambda dS, q, k, c: c ** power * dS @ k,
             "dK": lambda dS, q, k, c: c ** power * dS.mT @ q}
 
