@@ -32,9 +32,8 @@ SHOWN = {" ": "␣", "\n": "⏎", "\t": "⇥"}        # space, newline and tab m
 
 @dataclass(frozen=True)
 class PromptRun:
-    """One prompt through the model with heads ``zeroed``: ``weights (L, h, n, n)``, each head's
-    mean entropy ``(L, h)``, the mean ceiling ``mean_i ln(i + 1)``, the head scores ``{name: (L, h)}``,
-    the loss on the prompt's next characters and a greedy continuation."""
+    """One prompt through the model, heads ``zeroed``: ``weights (L, h, n, n)``, entropy ``(L, h)``,
+    the mean ceiling ln(i + 1), head scores, the loss on the prompt and a greedy continuation."""
 
     text: str
     labels: list
@@ -127,10 +126,11 @@ def plot_curves(curves: dict, title: str, *, ends: dict | None = None,
     for i, (label, curve) in enumerate(curves.items()):   # curve i takes colour Ci
         steps, training, held_out = zip(*curve, strict=True)
         style = {"marker": "os^vP"[i % 5], "markersize": 7 - i % 5, "markerfacecolor": "none"}
-        (line,) = ax.plot(steps, held_out, "-", label=f"{label}, held out", **style)
+        (line,) = ax.plot(steps, held_out, "-", label=label, **style)
         if None not in training:
-            ax.plot(steps, training, "--", color=line.get_color(), label=f"{label}, training",
-                    alpha=0.8, **style)
+            ax.plot(steps, training, "--", color=line.get_color(), alpha=0.8, **style)
+    for style, what in (("-", "held out"), ("--", "training")):   # each line style, once
+        ax.plot([], [], style, color="black", label=what)
     for label, (step, losses) in (ends or {}).items():
         for i, loss in enumerate(losses):      # 2% of the step apart: none hides another
             ax.plot(step * (1 + 0.02 * (i - (len(losses) - 1) / 2)), loss, "D", markersize=6,
