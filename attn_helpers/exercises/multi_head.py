@@ -262,8 +262,9 @@ def _no_copied_kv(inputs: dict) -> contextlib.AbstractContextManager:
             return None
         return (f"{call} built a tensor of shape {tuple(t.shape)}, {held:,} numbers: K (or V) "
                 f"copied to all h = {h} query heads (b * h * n_k * d_head = {b} * {h} * {n_k} * {d}). "
-                f"A decoding step would then read h = {h} heads of keys and values, not g = {g}. Views, "
-                "which copy nothing, are fine (unsqueeze, expand, view); repeat_interleave, cat copy.")
+                f"A decoding step would then read h = {h} heads of keys and values, not g = {g}. A view "
+                "copies nothing (unsqueeze, expand), but reshaping an expanded K copies it, as "
+                "repeat_interleave and cat do: fold the query heads into rows instead.")
 
     return AllocationWatch(refuse)
 

@@ -258,7 +258,7 @@ def test_gqa_refuses_keys_or_values_copied_to_every_query_head(copy, built):
     verdict = check_grouped_query_attention(answer)
     assert not verdict and "on case 9 of 12" in verdict.message, verdict.message
     for words in (built, "copied to all h = 8 query heads", "b * h * n_k * d_head = 2 * 8 * 32 * 8",
-                  "not g = 2", "Views, which copy nothing, are fine"):
+                  "not g = 2", "reshaping an expanded K copies it"):
         assert words in verdict.message, (words, verdict.message)
 
 
