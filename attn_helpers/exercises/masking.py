@@ -120,7 +120,8 @@ def _prefix_lm(attention_mask, prefix_len, flaw: str | None = None) -> torch.Ten
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]             # queries, keys
     p = (prefix_len[:1] if flaw == "first_row" else prefix_len)[:, None, None, None]   # (b, 1, 1, 1)
     causal = {"strict": j < i, "one_ahead": j <= i + 1}.get(flaw, j <= i)
-    in_prefix = {"query": i < p, "inclusive": j <= p}.get(flaw, j < p)
+    real_count = attention_mask.cumsum(-1)[:, None, None, :]               # real tokens up to key j
+    in_prefix = {"query": i < p, "inclusive": j <= p, "real_count": real_count <= p}.get(flaw, j < p)
     real_key = attention_mask.bool()[:, None, None, :]                     # (b, 1, 1, n)
     rule = causal | in_prefix                                             # (b, 1, n, n)
     right = rule & real_key
@@ -142,10 +143,13 @@ _PREFIX_MISTAKES = [   # (the flaw of _prefix_lm, its hint)
      "prefix_len a shape that broadcasts over (b, 1, n, n)."),
     ("strict", _STRICT),
     ("one_ahead", _AHEAD),
-    ("no_padding", "real tokens see pads: the padding is missing, or went on the query axis "
-     "(b, 1, n, 1). It must hide pad keys: the last axis, (b, 1, 1, n)."),
+    ("no_padding", "real tokens see pads: the padding is missing, went on the query axis (b, 1, n, 1), "
+     "or was lost to precedence (& binds tighter than |: bracket the OR). It must hide pad keys: "
+     "the last axis, (b, 1, 1, n)."),
     ("or_padding", "the padding was joined with OR (|): every real key became visible. A key must be "
      "real AND pass the prefix-LM rule (&)."),
+    ("real_count", "you counted the prefix in real tokens; prefix_len counts positions, pads included: "
+     "a left-padded row's prefix holds its pads too."),
     ("transposed", "the mask is transposed: rows are queries i, columns keys j."),
     ("inverted", "the mask is inverted: True means 'may attend' (nn.MultiheadAttention reverses it)."),
 ]
