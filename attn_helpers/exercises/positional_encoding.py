@@ -286,8 +286,7 @@ def _through_softmax(bias_of: Callable) -> Callable:
 _OWN_SLOPE = ": head h multiplies the distance by its own slope, slopes[h]."
 
 
-def _slopes(wrong: Callable) -> Callable:
-    """The bias with ``wrong(slopes)`` in place of the slopes."""
+def _slopes(wrong: Callable) -> Callable:  # the bias with wrong(slopes) in place of the slopes
     return lambda q, n, m: alibi_bias_reference(q, n, wrong(m))
 
 
@@ -300,6 +299,8 @@ ALIBI_MISTAKES = [   # (the bias a mistake returns, its hint)
     (_slopes(torch.ones_like), "every head got slope 1" + _OWN_SLOPE),
     (_slopes(lambda m: m[:1].expand_as(m)), "every head got slopes[0]" + _OWN_SLOPE),
     (_slopes(lambda m: m.flip(0)), "your slopes run backwards" + _OWN_SLOPE),
+    (_slopes(lambda m: 0.5 ** torch.arange(1.0, len(m) + 1)), "your slopes are 1/2, 1/4, ..., the rule "
+     "for 8 heads: use the slopes you are given" + _OWN_SLOPE),
     (lambda q, n, m: alibi_bias_reference(n, n, m), "you built all n_keys rows: with a cache only the "
      "last n_queries positions are new queries; the earlier rows were computed at earlier steps."),
     (lambda q, n, m: alibi_bias_reference(q, q, m), "your keys stop at n_queries: the new queries also "
@@ -320,8 +321,7 @@ ALIBI_MISTAKES = [   # (the bias a mistake returns, its hint)
     "m = ...                       # (H, 1, 1): head h's slope\n"
     "return -m * distance          # (H, n_queries, n_keys)"))
 def check_alibi_bias(alibi_bias: Callable) -> CheckResult:
-    """Exercise: ``alibi_bias(n_queries, n_keys, slopes (H,)) -> (H, n_queries, n_keys)``, compared
-    through a causal softmax (query ``i`` sees keys ``j <= i``)."""
+    """``alibi_bias(n_queries, n_keys, slopes (H,)) -> (H, n_queries, n_keys)``, via a causal softmax."""
     g = seeded(72)
     cases = [{"n_queries": q, "n_keys": n, "slopes": alibi_slopes(h),
               "scores": torch.randn(h, q, n, generator=g, dtype=torch.float64)}
