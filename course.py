@@ -221,11 +221,14 @@ def run_tests(extra: list[str], scratch: Path) -> None:
         return dict(os.environ if base is None else base, ATTN_COURSE_PROGRESS_DIR=str(scratch / name),
                     **settings)
 
+    # The pytest jobs on one thread each: jobs share the cores, so a second thread per job only
+    # waits for a core held by another lane (their results hold on any thread count).
+    one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     if fast:
         step("fast loop: unit, property, widget and hygiene tests (no browser, no slow, no nbval)")
         run([PYTHON, "-m", "pytest", "tests", "-p", "no:cacheprovider", "-q",
              "-m", "not slow and not browser", *extra],
-            env=env("fast", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"))   # tests/core: 65 -> 30 CPU-s
+            env=env("fast", **one))          # one thread: tests/core 65 -> 30 CPU-s
         say(f"fast checks passed in {time.monotonic() - started:.0f} s")
         return
     ARTIFACTS.mkdir(exist_ok=True)
@@ -240,9 +243,6 @@ def run_tests(extra: list[str], scratch: Path) -> None:
     other = " ".join(f"{k}={v}" for k, v in OTHER_FP_PATH.items())
     # The nbval pass with this environment's settings: its thread count too (a pin is dropped).
     default = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    # The pytest jobs on one thread each: jobs share the cores, so a second thread per job only
-    # waits for a core held by another lane (their results hold on any thread count).
-    one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     pytest = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "--durations=25"]
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     browser = Path(chromium).exists() or os.environ.get("CI") == "true"
